@@ -1,0 +1,95 @@
+/* The tiered attention-sink KV cache of one session (all layers):
+ *   sink       the first sink_keep_count tokens of the stream, never evicted
+ *   compressed older window tokens, int8/int4 (keys per channel in groups,
+ *              values per token) when quantization is enabled
+ *   hot        the newest full_precision_recent tokens, full precision
+ * window_size = compressed + hot.  Resident tokens never exceed
+ * sink_keep_count + window_size (or max_context_length for strategy full).
+ *
+ * The cache owns rotary positions: callers pass keys and queries BEFORE RoPE
+ * and the cache applies it, so that a key's position is its rank in the cache
+ * (StreamingLLM) or its stream index (rope_positions original, the ablation).
+ * Angles are computed so that they stay exact after 10^6+ tokens.
+ *
+ * Per layer the protocol for each new token is: sinkcache_append() (serial per
+ * session), then sinkcache_attend() for that token's query (read-only: may be
+ * called concurrently for disjoint head ranges).  Layers advance
+ * independently; after all layers saw the same tokens the cache is consistent. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum cache_strategy { CACHE_STRATEGY_SLIDING_WINDOW = 0, CACHE_STRATEGY_FULL };
+enum rope_positions { ROPE_POSITIONS_CACHE = 0, ROPE_POSITIONS_ORIGINAL };
+enum kv_dtype { KV_DTYPE_F32 = 0, KV_DTYPE_F16, KV_DTYPE_BF16 };
+
+struct sinkcache_geometry {
+	int n_layers;
+	int n_kv_heads;
+	int head_dim;
+	int rope_dim;		   /* rotated dims per head (adjacent pairs) */
+	double rope_theta;
+	enum cache_strategy strategy;
+	int sink_keep_count;	   /* >= 0 */
+	int window_size;	   /* sliding_window: compressed + hot */
+	int max_context_length;	   /* strategy full: the most tokens ever resident */
+	bool quant_enabled;
+	int quant_bits;		   /* 8 or 4 */
+	bool protect_sinks;	   /* sink tier stays full precision */
+	int full_precision_recent; /* hot tier size (<= window_size) */
+	enum rope_positions rope_positions;
+	enum kv_dtype dtype;	   /* storage of full-precision tiers */
+};
+
+struct sinkcache_stats {
+	uint64_t n_seen;	 /* tokens ever appended (minus revised) */
+	int n_resident;
+	int n_sink;
+	int n_compressed;
+	int n_hot;
+	size_t bytes_resident;	 /* bytes holding resident tokens' K/V and scales */
+	size_t bytes_bound;	 /* sinkcache_bound_bytes() of the geometry */
+	uint64_t evicted_compressed; /* tokens dropped from the window */
+	uint64_t moved_to_compressed; /* tokens quantized out of the hot tier */
+};
+
+struct sinkcache;
+
+/* Checks a geometry; err says which field and the allowed values. */
+int sinkcache_geometry_check(const struct sinkcache_geometry *g, char *err, size_t err_len);
+/* The most bytes a cache of this geometry can ever hold; what the scheduler reserves. */
+size_t sinkcache_bound_bytes(const struct sinkcache_geometry *g);
+
+int sinkcache_new(const struct sinkcache_geometry *g, struct sinkcache **out, char *err,
+		  size_t err_len);
+void sinkcache_free(struct sinkcache *c);
+const struct sinkcache_geometry *sinkcache_geometry(const struct sinkcache *c);
+
+/* Whether n more tokens can be appended (strategy full refuses past
+ * max_context_length; sliding window always can). */
+bool sinkcache_can_append(const struct sinkcache *c, size_t n_tokens);
+
+/* Appends one token's key and value (pre-RoPE) to `layer`.
+ * k, v: (n_kv_heads, head_dim). */
+int sinkcache_append(struct sinkcache *c, int layer, const float *k, const float *v, char *err,
+		     size_t err_len);
+
+/* Attention output of the newest token of `layer` for query heads
+ * [head_begin, head_end): q is (n_heads, head_dim) pre-RoPE, out is
+ * (n_heads, head_dim) and only the given heads are written.  scratch holds
+ * sinkcache_scratch_floats() floats, one buffer per concurrent caller.
+ * sink_mass (optional, (n_heads)): the softmax mass that each head gave to
+ * the sink tier. */
+void sinkcache_attend(const struct sinkcache *c, int layer, const float *q, int n_heads,
+		      int head_begin, int head_end, float *out, float *scratch, float *sink_mass);
+size_t sinkcache_scratch_floats(const struct sinkcache_geometry *g);
+
+/* Drops the newest n tokens of every layer; -ERANGE with a message when
+ * fewer than n non-sink tokens are still resident. */
+int sinkcache_revise(struct sinkcache *c, size_t n_tokens, char *err, size_t err_len);
+/* Empties the cache (a session reused for a new stream). */
+void sinkcache_reset(struct sinkcache *c);
+
+void sinkcache_get_stats(const struct sinkcache *c, struct sinkcache_stats *out);

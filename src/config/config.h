@@ -1,0 +1,110 @@
+/* sinkd configuration: one table of keys (type, default, bounds, reload or
+ * restart, secret) drives parsing of the YAML file, `--set key.path=value`
+ * overrides, validation, printing of the effective config and reload diffs.
+ * Defaults live only in that table (config_table.c). */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "cache/sinkcache.h"
+#include "util/log.h"
+
+enum model_backend_kind { MODEL_BACKEND_AUTO = 0, MODEL_BACKEND_CPU, MODEL_BACKEND_CUDA };
+
+struct sinkd_config {
+	struct {
+		char *listen;		/* "host:port", "[v6]:port" */
+		bool tls_enabled;
+		char *tls_cert_file;
+		char *tls_key_file;
+		char **api_keys;	/* "sha256:<64 hex>" each */
+		size_t n_api_keys;
+		int64_t max_connections;
+		int64_t sse_keepalive_s;
+		int64_t threads;	/* HTTP worker threads */
+	} server;
+	struct {
+		char *path;
+		char *sha256;		/* NULL or 64 hex */
+		char *name;		/* served model name; NULL = file name without .gguf */
+		enum model_backend_kind backend;
+	} model;
+	struct {
+		int64_t threads;	/* cpu backend threads, 0 = one per core */
+	} engine;
+	struct {
+		int64_t max_context_length;
+		struct {
+			enum cache_strategy strategy;
+			int64_t window_size;
+			int64_t sink_keep_count;
+			int64_t global_cache_limit; /* bytes; 0 when auto */
+			bool global_cache_limit_auto;
+			double auto_fraction;	    /* share of free memory "auto" takes */
+			enum rope_positions rope_positions;
+		} cache;
+		struct {
+			enum kv_dtype dtype;
+		} attention;
+		struct {
+			bool enabled;
+			bool protect_sink_positions;
+			int64_t bits;
+			int64_t full_precision_recent;
+		} quantization;
+	} inference;
+	struct {
+		int64_t max_batch_tokens;
+		int64_t max_queue;
+		int64_t max_queue_wait_s;
+		int64_t session_ttl_s;
+		int64_t session_offload_s; /* 0 = never */
+	} scheduler;
+	struct {
+		int64_t max_body_bytes;
+		int64_t max_tokens;
+	} limits;
+	struct {
+		enum log_level level;
+		enum log_format format;
+	} logging;
+};
+
+/* Every problem found while loading, each a complete line such as
+ * "sinkd.yaml:12:5: inference.cache.window_size: 0 is out of range (allowed 1..1048576)". */
+struct config_errors {
+	char **lines;
+	size_t n;
+};
+void config_errors_deinit(struct config_errors *e);
+/* Writes each line + '\n'. */
+void config_errors_print(const struct config_errors *e, FILE *out);
+
+/* Fills every key with its default (from the table). */
+int config_init_defaults(struct sinkd_config *c);
+void config_deinit(struct sinkd_config *c);
+
+/* Loads `path` (may be NULL: defaults only), applies `overrides` ("a.b.c=value"),
+ * checks cross-key rules.  Returns 0, or -EINVAL with every problem in errs
+ * (then *c holds defaults and must still be deinit'ed). */
+int config_load(struct sinkd_config *c, const char *path, const char *const *overrides,
+		size_t n_overrides, struct config_errors *errs);
+
+/* Prints the effective config as YAML; secret values are masked. */
+void config_print(const struct sinkd_config *c, FILE *out);
+
+/* Cache geometry for a model under this config. */
+struct model_hparams;
+void config_cache_geometry(const struct sinkd_config *c, const struct model_hparams *hp,
+			   struct sinkcache_geometry *g);
+
+/* Keys that differ between two configs and cannot change without a restart;
+ * writes their names, comma-separated, to out.  Returns how many. */
+int config_restart_only_changes(const struct sinkd_config *old_cfg,
+				const struct sinkd_config *new_cfg, char *out, size_t out_len);
+
+/* Parses "8GiB", "512 MiB", "1048576", "4k"; -EINVAL on malformed input. */
+int config_parse_size(const char *s, int64_t *bytes);

@@ -1,0 +1,62 @@
+/* The backend seam: a small table of function pointers that runs the
+ * forward pass of a batch of tokens from many sessions.  `cpu` is always
+ * built; `cuda` plugs in when compiled.  Each backend owns the KV caches of
+ * its sessions (host memory for cpu, device memory for cuda). */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cache/sinkcache.h"
+#include "model/model.h"
+
+struct backend;
+struct backend_session;
+
+/* One token of a batch.  Tokens of the same session appear in stream order. */
+struct backend_token {
+	struct backend_session *session;
+	int32_t token;
+	bool want_logits; /* logits rows are written in batch order of these */
+	float *sink_mass; /* optional: (n_layers, n_heads) share given to sinks, accumulated */
+};
+
+struct backend_ops {
+	const char *name;
+	/* Required. */
+	int (*session_new)(struct backend *be, const struct sinkcache_geometry *g,
+			   struct backend_session **out, char *err, size_t err_len);
+	void (*session_free)(struct backend *be, struct backend_session *s);
+	int (*session_revise)(struct backend *be, struct backend_session *s, size_t n_tokens,
+			      char *err, size_t err_len);
+	void (*session_stats)(struct backend *be, const struct backend_session *s,
+			      struct sinkcache_stats *out);
+	bool (*session_can_append)(struct backend *be, const struct backend_session *s, size_t n);
+	/* logits: (n_want_logits, n_vocab) */
+	int (*forward)(struct backend *be, const struct backend_token *tokens, size_t n_tokens,
+		       float *logits, char *err, size_t err_len);
+	void (*destroy)(struct backend *be);
+	/* Optional (NULL when absent). */
+	int (*session_offload)(struct backend *be, struct backend_session *s, char *err, size_t err_len);
+};
+
+struct backend {
+	const struct backend_ops *ops;
+	const struct model *model;
+	void *impl;
+};
+
+struct backend_options {
+	int n_threads; /* cpu: 0 = one per core */
+};
+
+int backend_cpu_new(const struct model *m, const struct backend_options *opt, struct backend **out,
+		    char *err, size_t err_len);
+
+/* Convenience wrappers over ops. */
+static inline void backend_free(struct backend *be)
+{
+	if (be)
+		be->ops->destroy(be);
+}

@@ -1,0 +1,76 @@
+/* A Llama-family model (llama, qwen2) built from a validated GGUF file:
+ * hyper-parameters from metadata, weight matrices checked against them.
+ * Matrices keep their file type when the engine computes with it natively
+ * (F32, F16, BF16, Q8_0); other types are dequantized at load to F32. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/gguf.h"
+
+enum model_arch { MODEL_ARCH_LLAMA = 0, MODEL_ARCH_QWEN2 };
+
+struct model_hparams {
+	enum model_arch arch;
+	int n_vocab;
+	int dim;	     /* embedding width */
+	int n_layers;
+	int n_heads;
+	int n_kv_heads;
+	int head_dim;	     /* dim / n_heads */
+	int ffn_dim;	     /* hidden width of the SwiGLU MLP */
+	int rope_dim;	     /* rotated dims per head (<= head_dim) */
+	double rope_theta;   /* rope.freq_base, 10000 by default */
+	float norm_eps;	     /* RMSNorm epsilon */
+	int context_length;  /* trained context, informative only */
+	bool has_qkv_bias;   /* qwen2 */
+	bool tied_output;    /* output head shares token_embd */
+};
+
+/* A row-major matrix of `rows` rows of `cols` elements: y = W x has
+ * rows outputs.  In GGUF terms dims[0] == cols and dims[1] == rows. */
+struct weight_matrix {
+	enum ggml_type type; /* F32, F16, BF16 or Q8_0 */
+	int rows;
+	int cols;
+	const void *data;    /* into the mapping, or into model-owned memory */
+	size_t row_bytes;
+};
+
+struct model_layer {
+	const float *attn_norm;		/* (dim) */
+	struct weight_matrix wq;	/* (n_heads*head_dim, dim) */
+	struct weight_matrix wk;	/* (n_kv_heads*head_dim, dim) */
+	struct weight_matrix wv;	/* (n_kv_heads*head_dim, dim) */
+	struct weight_matrix wo;	/* (dim, n_heads*head_dim) */
+	const float *bq, *bk, *bv;	/* qwen2 only: (n_heads*head_dim), (n_kv_heads*head_dim) x2 */
+	const float *ffn_norm;		/* (dim) */
+	struct weight_matrix w_gate;	/* (ffn_dim, dim) */
+	struct weight_matrix w_up;	/* (ffn_dim, dim) */
+	struct weight_matrix w_down;	/* (dim, ffn_dim) */
+};
+
+struct model {
+	struct model_hparams hp;
+	struct weight_matrix token_embd; /* (n_vocab, dim) */
+	const float *output_norm;	 /* (dim) */
+	struct weight_matrix output;	 /* (n_vocab, dim); == token_embd when tied */
+	struct model_layer *layers;	 /* (n_layers) */
+	struct gguf_file *file;		 /* owned: the mapping the weights point into */
+	char name[128];			 /* file name without directory and .gguf */
+	void **owned;			 /* buffers allocated at load (dequantized, converted) */
+	size_t n_owned;
+};
+
+struct model_load_options {
+	const char *expected_sha256; /* 64 hex chars or NULL to skip the check */
+};
+
+int model_load(const char *path, const struct model_load_options *opt, struct model **out,
+	       char *err, size_t err_len);
+void model_free(struct model *m);
+
+/* Bytes of all weight matrices as stored (what one decode step reads). */
+size_t model_weight_bytes(const struct model *m);
