@@ -29,8 +29,9 @@ struct sinkcache_geometry {
 	int n_layers;
 	int n_kv_heads;
 	int head_dim;
-	int rope_dim;		   /* rotated dims per head (adjacent pairs) */
+	int rope_dim;		   /* rotated dims per head */
 	double rope_theta;
+	bool rope_neox;		   /* false: adjacent pairs (llama); true: halves (qwen2) */
 	enum cache_strategy strategy;
 	int sink_keep_count;	   /* >= 0 */
 	int window_size;	   /* sliding_window: compressed + hot */
