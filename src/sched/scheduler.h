@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "config/config.h"
 #include "engine/backend.h"
@@ -35,6 +36,7 @@ struct gen_event {
 	int n_generated_tokens;
 	int http_status;      /* DONE with GEN_FINISH_ERROR: status to answer with */
 	const char *error;    /* DONE with GEN_FINISH_ERROR: message */
+	int retry_after_s;    /* DONE with status 503: the Retry-After hint (seconds) */
 };
 
 /* Called on the engine thread: must not block (copy, wake the connection, return). */
@@ -49,7 +51,13 @@ struct gen_request {
 	size_t n_stops;
 	bool want_logprobs;
 	bool ignore_eos;
-	const char *session_id; /* persistent session to continue, or NULL */
+	/* Persistent session to continue, or NULL (a one-shot session).  With a
+	 * session: its last revise_last_tokens tokens are dropped first (exact;
+	 * -ERANGE / 409 when they are no longer all in the window), then
+	 * prompt_ids are appended (may be empty if the session has tokens),
+	 * then max_tokens are generated (0: append only; DONE has
+	 * GEN_FINISH_NONE).  Generated tokens stay in the session's stream. */
+	const char *session_id;
 	size_t revise_last_tokens;
 	gen_event_cb on_event;
 	void *user;
@@ -62,10 +70,17 @@ int scheduler_new(const struct sinkd_config *cfg, struct backend *be, const stru
 /* Stops the engine thread; pending requests get DONE with GEN_FINISH_CANCELLED. */
 void scheduler_free(struct scheduler *s);
 
-/* Queues a request.  Returns 0 and a handle, or: -EAGAIN queue full (503),
- * -ENOENT unknown session (404), -EBUSY session in use (409), -E2BIG prompt
- * too long for the strategy (400), each with a message.  On error the caller
- * keeps ownership of req's buffers. */
+/* Queues a request.  Returns 0 and a handle, or: -EAGAIN queue full (503,
+ * Retry-After: scheduler_retry_after_s()), -ENOENT unknown session (404),
+ * -EBUSY session in use (409), -ERANGE revise_last_tokens reaches past what
+ * the session can still roll back (409), -E2BIG prompt too long for the
+ * strategy (400), -EINVAL bad parameters (400: max_tokens above
+ * limits.max_tokens, empty prompt, bad sampling values), -ENOSPC one
+ * session's cache bound exceeds the whole KV budget (503), each with a
+ * message.  On success req->prompt_ids and req->stops are set to NULL (the
+ * scheduler owns them); on error the caller keeps ownership.  *handle is
+ * set before any event can be delivered; events may arrive on the engine
+ * thread before scheduler_submit returns. */
 int scheduler_submit(struct scheduler *s, struct gen_request *req, uint64_t *handle, char *err,
 		     size_t err_len);
 /* Cancels a request (client gone): it leaves the batch at the next tick and
@@ -88,5 +103,84 @@ struct scheduler_stats {
 	uint64_t ticks;
 	uint64_t tokens_in;
 	uint64_t tokens_out;
+	/* added after the first version */
+	uint64_t rejected_budget;     /* -ENOSPC at submit */
+	uint64_t rejected_busy;	      /* -EBUSY at submit */
+	uint64_t completed;	      /* DONE with STOP, LENGTH or NONE */
+	uint64_t cancelled;
+	uint64_t errors;
+	size_t sessions;	      /* persistent sessions alive */
+	uint64_t sessions_created;
+	uint64_t sessions_expired;
+	uint64_t evicted_window;      /* tokens dropped from sliding windows (all sessions) */
+	uint64_t moved_to_compressed; /* tokens quantized out of hot tiers */
 };
 void scheduler_get_stats(struct scheduler *s, struct scheduler_stats *out);
+
+/* Retry-After hint (seconds) for a 503 from -EAGAIN / -ENOSPC. */
+int scheduler_retry_after_s(struct scheduler *s);
+
+/* Histograms kept by the engine thread.  count[i] is the number of
+ * observations <= upper[i] (cumulative, Prometheus style); the last bucket is
+ * +Inf and equals `total`. */
+#define SCHED_HIST_BUCKETS 14
+enum sched_hist_id {
+	SCHED_HIST_BATCH_SEQUENCES = 0, /* sessions in one forward pass */
+	SCHED_HIST_BATCH_TOKENS,	/* tokens in one forward pass */
+	SCHED_HIST_TICK_SECONDS,	/* wall time of one tick (forward + sampling) */
+	SCHED_HIST_QUEUE_WAIT_SECONDS,	/* submit to admission */
+	SCHED_HIST_COUNT
+};
+struct sched_histogram {
+	const char *name; /* e.g. "sinkd_scheduler_batch_tokens" */
+	const char *help;
+	int n_buckets;
+	double upper[SCHED_HIST_BUCKETS];
+	uint64_t count[SCHED_HIST_BUCKETS];
+	uint64_t total;
+	double sum;
+};
+void scheduler_get_histogram(struct scheduler *s, enum sched_hist_id id,
+			     struct sched_histogram *out);
+/* Writes every scheduler metric (gauges, counters, histograms) in the
+ * Prometheus text format, HELP and TYPE lines included. */
+void scheduler_write_metrics(struct scheduler *s, FILE *out);
+
+/* ---- Persistent sessions ----------------------------------------------- */
+
+#define SCHED_SESSION_ID_LEN 33 /* 32 hex digits + NUL */
+
+/* Cache settings a client may choose at creation, within the configured
+ * limits (each at most the configured value, so the bound never grows). */
+struct session_settings {
+	int window_size;     /* 0: configured; else 1..inference.cache.window_size */
+	int sink_keep_count; /* -1: configured; else 0..inference.cache.sink_keep_count */
+};
+
+/* Creates a session and reserves its cache bound at once (it stays reserved
+ * while the session exists).  -EINVAL settings out of range (400), -EAGAIN
+ * the budget has no room now (503), -ENOSPC the bound exceeds the budget. */
+int scheduler_session_create(struct scheduler *s, const struct session_settings *opt,
+			     char id_out[SCHED_SESSION_ID_LEN], char *err, size_t err_len);
+
+struct sched_session_info {
+	uint64_t n_seen;       /* tokens of the stream so far (prompt + generated - revised) */
+	int n_resident;	       /* tokens in the cache */
+	int n_sink;
+	int n_compressed;
+	int n_hot;
+	size_t bytes_resident;
+	size_t bytes_reserved; /* the bound held for this session */
+	double age_s;
+	double idle_s;	       /* 0 while a request runs */
+	bool busy;
+	bool offloaded;	       /* cache moved to host memory (never on the cpu backend) */
+	int window_size;
+	int sink_keep_count;
+};
+/* -ENOENT when unknown (or expired/deleted). */
+int scheduler_session_info(struct scheduler *s, const char *id, struct sched_session_info *out);
+/* Deletes a session: a request running on it is cancelled (DONE with
+ * GEN_FINISH_CANCELLED), its reservation is released when the engine has
+ * freed the cache (next tick).  -ENOENT when unknown. */
+int scheduler_session_delete(struct scheduler *s, const char *id);
