@@ -1,0 +1,347 @@
+/* Matrix products y(B, rows) = x(B, cols) · W(rows, cols)^T, the bulk of the
+ * CPU forward pass.  Rows are split over the pool's threads in contiguous
+ * ranges, so each weight byte is read from memory once per call whatever B
+ * is: inside a thread, a tile of weight rows is converted to fp32 registers
+ * once per 8 columns and multiplied into a tile of batch rows (register
+ * blocking), and the batch is walked in chunks that stay in L2.  Weights are
+ * read in their stored type (F32, F16, BF16, Q8_0 dequantized on the fly in
+ * fp32); activations stay fp32.  AVX2/FMA/F16C kernels are picked at run time;
+ * a plain C path runs elsewhere.  It does not own buffers or know about
+ * layers: see backend_cpu.c. */
+#include "engine/matmul.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define MATMUL_X86 1
+#endif
+
+/* Work below this many multiply-adds runs on the calling thread: waking the
+ * pool costs more than it saves for tiny matrices (stories260K). */
+#define MATMUL_PARALLEL_MIN_MACS 200000
+/* Batch rows per L2 chunk. */
+#define MATMUL_BATCH_CHUNK 64
+/* Columns converted per step of the portable path. */
+#define GENERIC_CHUNK 256
+
+struct block_q8_0 {
+	uint16_t d;	 /* fp16 scale */
+	int8_t qs[32];
+};
+_Static_assert(sizeof(struct block_q8_0) == 34, "Q8_0 block is 34 bytes");
+
+/* ---------------------------------------------------------------- scalars */
+
+static float half_to_float(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+	uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
+	if (exp == 0x1f) {
+		bits = sign | 0x7f800000u | (mant << 13);
+	} else if (exp != 0) {
+		bits = sign | ((exp + 112) << 23) | (mant << 13);
+	} else if (mant == 0) {
+		bits = sign;
+	} else { /* subnormal: normalise */
+		int e = -1;
+		do {
+			mant <<= 1;
+			e++;
+		} while (!(mant & 0x400));
+		bits = sign | ((uint32_t)(112 - e) << 23) | ((mant & 0x3ff) << 13);
+	}
+	float f;
+	memcpy(&f, &bits, sizeof(f));
+	return f;
+}
+
+static float bf16_to_float(uint16_t b)
+{
+	uint32_t bits = (uint32_t)b << 16;
+	float f;
+	memcpy(&f, &bits, sizeof(f));
+	return f;
+}
+
+/* Converts elements [k0, k0+n) of a row; for Q8_0, k0 and n are multiples of 32. */
+static void row_chunk_to_f32(int type, const uint8_t *row, int k0, int n, float *out)
+{
+	switch (type) {
+	case GGML_TYPE_F32:
+		memcpy(out, (const float *)row + k0, (size_t)n * sizeof(float));
+		break;
+	case GGML_TYPE_F16:
+		for (int i = 0; i < n; i++)
+			out[i] = half_to_float(((const uint16_t *)row)[k0 + i]);
+		break;
+	case GGML_TYPE_BF16:
+		for (int i = 0; i < n; i++)
+			out[i] = bf16_to_float(((const uint16_t *)row)[k0 + i]);
+		break;
+	case GGML_TYPE_Q8_0:
+		for (int i = 0; i < n; i += 32) {
+			const struct block_q8_0 *b = (const struct block_q8_0 *)row + (k0 + i) / 32;
+			float d = half_to_float(b->d);
+			for (int j = 0; j < 32 && i + j < n; j++)
+				out[i + j] = d * (float)b->qs[j];
+		}
+		break;
+	}
+}
+
+bool matmul_type_supported(int type)
+{
+	return type == GGML_TYPE_F32 || type == GGML_TYPE_F16 || type == GGML_TYPE_BF16 ||
+	       type == GGML_TYPE_Q8_0;
+}
+
+void matmul_row_to_f32(const struct weight_matrix *w, int row, float *out)
+{
+	row_chunk_to_f32(w->type, (const uint8_t *)w->data + (size_t)row * w->row_bytes, 0, w->cols,
+			 out);
+}
+
+/* ------------------------------------------------------------ portable C */
+
+/* Rows [r0, r1) of one job for batch rows [0, B). */
+static void rows_generic(const struct matmul_job *job, const float *x, int B, int r0, int r1)
+{
+	const struct weight_matrix *w = job->w;
+	int cols = w->cols, rows = w->rows;
+	float buf[GENERIC_CHUNK];
+	for (int r = r0; r < r1; r++) {
+		const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+		for (int b = 0; b < B; b++)
+			job->y[(size_t)b * rows + r] = job->bias ? job->bias[r] : 0.0f;
+		for (int k0 = 0; k0 < cols; k0 += GENERIC_CHUNK) {
+			int n = cols - k0 < GENERIC_CHUNK ? cols - k0 : GENERIC_CHUNK;
+			row_chunk_to_f32(w->type, row, k0, n, buf);
+			for (int b = 0; b < B; b++) {
+				const float *xb = x + (size_t)b * cols + k0;
+				float s = 0.0f;
+				for (int i = 0; i < n; i++)
+					s += buf[i] * xb[i];
+				job->y[(size_t)b * rows + r] += s;
+			}
+		}
+	}
+}
+
+/* --------------------------------------------------------------- AVX2/FMA */
+#ifdef MATMUL_X86
+#define AVX2_FN __attribute__((target("avx2,fma,f16c")))
+#define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+
+/* 8 weights of a row from column k (a multiple of 8), as fp32. */
+AVX2_INLINE __m256 load8(int type, const uint8_t *row, int k)
+{
+	switch (type) {
+	case GGML_TYPE_F16:
+		return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + k)));
+	case GGML_TYPE_BF16: {
+		__m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + k));
+		return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+	}
+	case GGML_TYPE_Q8_0: {
+		const struct block_q8_0 *b = (const struct block_q8_0 *)row + k / 32;
+		__m256 d = _mm256_set1_ps(_cvtsh_ss(b->d));
+		__m128i q = _mm_loadl_epi64((const __m128i *)(b->qs + k % 32));
+		return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
+	}
+	default:
+		return _mm256_loadu_ps((const float *)row + k);
+	}
+}
+
+AVX2_INLINE float hsum8(__m256 v)
+{
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_add_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+/* One register tile: weight rows [r, r+RB) times batch rows [b, b+BB).
+ * w: first row of the tile; x: first batch row; y: (.., rows) output at (b, r).
+ * k8: columns handled by vectors (multiple of 8); the rest is scalar. */
+AVX2_INLINE void tile(int type, int RB, int BB, const uint8_t *w, size_t row_bytes, const float *x,
+		      int cols, int k8, float *y, int rows, const float *bias)
+{
+	__m256 acc[4][4];
+	for (int i = 0; i < RB; i++)
+		for (int j = 0; j < BB; j++)
+			acc[i][j] = _mm256_setzero_ps();
+	for (int k = 0; k < k8; k += 8) {
+		__m256 wv[4];
+		for (int i = 0; i < RB; i++)
+			wv[i] = load8(type, w + (size_t)i * row_bytes, k);
+		for (int j = 0; j < BB; j++) {
+			__m256 xv = _mm256_loadu_ps(x + (size_t)j * cols + k);
+			for (int i = 0; i < RB; i++)
+				acc[i][j] = _mm256_fmadd_ps(wv[i], xv, acc[i][j]);
+		}
+	}
+	for (int i = 0; i < RB; i++) {
+		float tail[8];
+		int nt = cols - k8;
+		if (nt)
+			row_chunk_to_f32(type, w + (size_t)i * row_bytes, k8, nt, tail);
+		for (int j = 0; j < BB; j++) {
+			float s = hsum8(acc[i][j]);
+			for (int t = 0; t < nt; t++)
+				s += tail[t] * x[(size_t)j * cols + k8 + t];
+			y[(size_t)j * rows + i] = s + (bias ? bias[i] : 0.0f);
+		}
+	}
+}
+
+/* Tile shapes: decode reads 4 weight rows per step; batches use 2 weight
+ * rows x 4 batch rows so conversion is amortised over 4 multiply-adds. */
+#define DEFINE_ROWS_AVX2(NAME, TYPE)                                                              \
+	static AVX2_FN void NAME(const struct matmul_job *job, const float *x, int B, int r0, int r1) \
+	{                                                                                         \
+		const struct weight_matrix *w = job->w;                                           \
+		int cols = w->cols, rows = w->rows, k8 = cols & ~7;                               \
+		const uint8_t *base = (const uint8_t *)w->data;                                   \
+		size_t rb = w->row_bytes;                                                         \
+		const float *bias = job->bias;                                                    \
+		for (int c0 = 0; c0 < B; c0 += MATMUL_BATCH_CHUNK) {                              \
+			int c1 = B - c0 < MATMUL_BATCH_CHUNK ? B : c0 + MATMUL_BATCH_CHUNK;        \
+			if (c1 - c0 < 4) {                                                        \
+				int r = r0;                                                       \
+				for (; r + 4 <= r1; r += 4)                                       \
+					for (int b = c0; b < c1; b++)                             \
+						tile(TYPE, 4, 1, base + r * rb, rb, x + (size_t)b * cols, \
+						     cols, k8, job->y + (size_t)b * rows + r, rows,       \
+						     bias ? bias + r : NULL);                             \
+				for (; r < r1; r++)                                               \
+					for (int b = c0; b < c1; b++)                             \
+						tile(TYPE, 1, 1, base + r * rb, rb, x + (size_t)b * cols, \
+						     cols, k8, job->y + (size_t)b * rows + r, rows,       \
+						     bias ? bias + r : NULL);                             \
+				continue;                                                         \
+			}                                                                         \
+			for (int r = r0; r < r1; r += 2) {                                        \
+				int two = r + 2 <= r1;                                            \
+				const float *br = bias ? bias + r : NULL;                         \
+				int b = c0;                                                       \
+				for (; b + 4 <= c1; b += 4) {                                     \
+					if (two)                                                  \
+						tile(TYPE, 2, 4, base + r * rb, rb, x + (size_t)b * cols, \
+						     cols, k8, job->y + (size_t)b * rows + r, rows, br);  \
+					else                                                      \
+						tile(TYPE, 1, 4, base + r * rb, rb, x + (size_t)b * cols, \
+						     cols, k8, job->y + (size_t)b * rows + r, rows, br);  \
+				}                                                                 \
+				for (; b < c1; b++)                                               \
+					tile(TYPE, two ? 2 : 1, 1, base + r * rb, rb,             \
+					     x + (size_t)b * cols, cols, k8,                      \
+					     job->y + (size_t)b * rows + r, rows, br);             \
+			}                                                                         \
+		}                                                                                 \
+	}
+
+DEFINE_ROWS_AVX2(rows_avx2_f32, GGML_TYPE_F32)
+DEFINE_ROWS_AVX2(rows_avx2_f16, GGML_TYPE_F16)
+DEFINE_ROWS_AVX2(rows_avx2_bf16, GGML_TYPE_BF16)
+DEFINE_ROWS_AVX2(rows_avx2_q8_0, GGML_TYPE_Q8_0)
+
+bool matmul_have_avx2(void)
+{
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+	       __builtin_cpu_supports("f16c");
+}
+#else
+bool matmul_have_avx2(void)
+{
+	return false;
+}
+#endif
+
+/* ---------------------------------------------------------------- driver */
+
+typedef void (*rows_fn)(const struct matmul_job *job, const float *x, int B, int r0, int r1);
+
+static rows_fn pick_rows_fn(enum matmul_isa isa, int type)
+{
+#ifdef MATMUL_X86
+	if (isa != MATMUL_ISA_GENERIC && matmul_have_avx2()) {
+		switch (type) {
+		case GGML_TYPE_F32:
+			return rows_avx2_f32;
+		case GGML_TYPE_F16:
+			return rows_avx2_f16;
+		case GGML_TYPE_BF16:
+			return rows_avx2_bf16;
+		case GGML_TYPE_Q8_0:
+			return rows_avx2_q8_0;
+		}
+	}
+#endif
+	return rows_generic;
+}
+
+struct matmul_call {
+	const float *x; /* (B, cols) */
+	int B;
+	const struct matmul_job *jobs;
+	rows_fn fns[MATMUL_MAX_JOBS];
+	int n_jobs;
+	int total_rows; /* sum of the jobs' rows: the space split over tasks */
+	int n_parts;
+};
+
+/* Runs global rows [g0, g1) of the concatenated jobs. */
+static void call_rows(const struct matmul_call *c, int g0, int g1)
+{
+	int base = 0;
+	for (int j = 0; j < c->n_jobs && g0 < g1; j++) {
+		int rows = c->jobs[j].w->rows;
+		int r0 = g0 - base, r1 = g1 - base;
+		if (r0 < rows && r1 > 0) {
+			r0 = r0 < 0 ? 0 : r0;
+			r1 = r1 > rows ? rows : r1;
+			c->fns[j](&c->jobs[j], c->x, c->B, r0, r1);
+		}
+		base += rows;
+	}
+}
+
+static void matmul_task(void *ctx, int task, int thread)
+{
+	const struct matmul_call *c = ctx;
+	int g0, g1;
+	threadpool_split(c->total_rows, c->n_parts, task, 4, &g0, &g1);
+	call_rows(c, g0, g1);
+}
+
+void matmul_many(struct threadpool *pool, enum matmul_isa isa, const float *x, int B,
+		 const struct matmul_job *jobs, int n_jobs)
+{
+	struct matmul_call c = {.x = x, .B = B, .jobs = jobs, .n_jobs = n_jobs};
+	double macs = 0;
+	for (int j = 0; j < n_jobs; j++) {
+		c.fns[j] = pick_rows_fn(isa, jobs[j].w->type);
+		c.total_rows += jobs[j].w->rows;
+		macs += (double)jobs[j].w->rows * jobs[j].w->cols * B;
+	}
+	if (B <= 0 || c.total_rows == 0)
+		return;
+	int n_threads = pool ? threadpool_size(pool) : 1;
+	if (n_threads == 1 || macs < MATMUL_PARALLEL_MIN_MACS) {
+		call_rows(&c, 0, c.total_rows);
+		return;
+	}
+	c.n_parts = n_threads;
+	threadpool_run(pool, n_threads, matmul_task, &c);
+}
+
+void matmul(struct threadpool *pool, const float *x, int B, const struct weight_matrix *w,
+	    float *y)
+{
+	struct matmul_job job = {.w = w, .bias = NULL, .y = y};
+	matmul_many(pool, MATMUL_ISA_AUTO, x, B, &job, 1);
+}

@@ -1,0 +1,41 @@
+/* Matrix products of the CPU backend: y(B, rows) = x(B, cols) · W(rows, cols)^T
+ * for weights stored as F32, F16, BF16 or Q8_0, with AVX2/FMA kernels chosen
+ * at run time and a portable C fallback.  Also the row conversion used for
+ * embedding lookups. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "engine/threadpool.h"
+#include "model/model.h"
+
+/* Which kernels run: the best the CPU supports, or plain C (tests compare both). */
+enum matmul_isa { MATMUL_ISA_AUTO = 0, MATMUL_ISA_GENERIC, MATMUL_ISA_AVX2 };
+
+/* True when the weight type is one the kernels read natively. */
+bool matmul_type_supported(int ggml_type);
+/* True when this CPU runs the AVX2/FMA/F16C kernels. */
+bool matmul_have_avx2(void);
+
+/* One product of a batch: y(B, w->rows) = x(B, w->cols) · w^T (+ bias).
+ * bias: (w->rows) or NULL. */
+struct matmul_job {
+	const struct weight_matrix *w;
+	const float *bias;
+	float *y;
+};
+
+/* Runs up to MATMUL_MAX_JOBS products that share the input x(B, cols) in one
+ * parallel dispatch, rows split over the pool's threads (pool may be NULL:
+ * the calling thread does everything). */
+#define MATMUL_MAX_JOBS 4
+void matmul_many(struct threadpool *pool, enum matmul_isa isa, const float *x, int B,
+		 const struct matmul_job *jobs, int n_jobs);
+
+/* Convenience: one product. */
+void matmul(struct threadpool *pool, const float *x, int B, const struct weight_matrix *w,
+	    float *y);
+
+/* Converts row `row` of w to float: out (w->cols). */
+void matmul_row_to_f32(const struct weight_matrix *w, int row, float *out);

@@ -1,0 +1,258 @@
+/* Matmul kernels against a double-precision reference: every weight type
+ * (F32, F16, BF16, Q8_0), both kernel sets (AVX2 and plain C), batch sizes
+ * from 1 to past a register tile and an L2 chunk, odd row and column counts,
+ * bias, several jobs in one dispatch, with and without the thread pool. */
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/matmul.h"
+
+/* A weight matrix built from random values in a given type, plus the exact
+ * values it holds (decoded to double) for the reference. */
+struct test_matrix {
+	struct weight_matrix w;
+	void *data;
+	double *exact; /* (rows, cols) */
+};
+
+static uint64_t rng_state = 88172645463325252ull;
+
+static float frand(void)
+{
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 7;
+	rng_state ^= rng_state << 17;
+	return (float)((double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static uint16_t to_bf16(float f, double *exact)
+{
+	uint32_t bits;
+	memcpy(&bits, &f, 4);
+	bits += 0x7fff + ((bits >> 16) & 1);
+	uint16_t h = (uint16_t)(bits >> 16);
+	uint32_t back = (uint32_t)h << 16;
+	float g;
+	memcpy(&g, &back, 4);
+	*exact = g;
+	return h;
+}
+
+static uint16_t to_f16(float f, double *exact)
+{
+	_Float16 h = (_Float16)f;
+	*exact = (double)h;
+	uint16_t bits;
+	memcpy(&bits, &h, 2);
+	return bits;
+}
+
+static void make_matrix(struct test_matrix *m, enum ggml_type type, int rows, int cols)
+{
+	size_t per_row = type == GGML_TYPE_F32	 ? (size_t)cols * 4
+			 : type == GGML_TYPE_Q8_0 ? (size_t)cols / 32 * 34
+						  : (size_t)cols * 2;
+	m->data = calloc((size_t)rows, per_row);
+	m->exact = calloc((size_t)rows * cols, sizeof(double));
+	m->w = (struct weight_matrix){.type = type, .rows = rows, .cols = cols, .data = m->data,
+				      .row_bytes = per_row};
+	for (int r = 0; r < rows; r++) {
+		uint8_t *row = (uint8_t *)m->data + (size_t)r * per_row;
+		double *ex = m->exact + (size_t)r * cols;
+		for (int c = 0; c < cols; c++) {
+			float v = frand();
+			if (type == GGML_TYPE_F32) {
+				((float *)row)[c] = v;
+				ex[c] = v;
+			} else if (type == GGML_TYPE_F16) {
+				((uint16_t *)row)[c] = to_f16(v, &ex[c]);
+			} else if (type == GGML_TYPE_BF16) {
+				((uint16_t *)row)[c] = to_bf16(v, &ex[c]);
+			}
+		}
+		if (type != GGML_TYPE_Q8_0)
+			continue;
+		for (int b = 0; b < cols / 32; b++) {
+			uint8_t *blk = row + (size_t)b * 34;
+			float v[32], amax = 0;
+			for (int i = 0; i < 32; i++) {
+				v[i] = frand() * (float)(b + 1);
+				amax = fabsf(v[i]) > amax ? fabsf(v[i]) : amax;
+			}
+			double d;
+			uint16_t dh = to_f16(amax / 127.0f, &d);
+			memcpy(blk, &dh, 2);
+			for (int i = 0; i < 32; i++) {
+				int q = (int)lrint(v[i] / d);
+				q = q > 127 ? 127 : q < -127 ? -127 : q;
+				((int8_t *)(blk + 2))[i] = (int8_t)q;
+				ex[b * 32 + i] = d * q;
+			}
+		}
+	}
+}
+
+static const char *ggml_type_name_test(enum ggml_type t)
+{
+	return t == GGML_TYPE_F32 ? "f32" : t == GGML_TYPE_F16 ? "f16" : t == GGML_TYPE_BF16 ? "bf16" : "q8_0";
+}
+
+static void free_matrix(struct test_matrix *m)
+{
+	free(m->data);
+	free(m->exact);
+}
+
+/* Checks y against the double reference with tol + |ref|-scaled eps. */
+static void check_result(const struct test_matrix *m, const float *x, int B, const float *bias,
+			 const float *y, const char *what)
+{
+	int rows = m->w.rows, cols = m->w.cols;
+	for (int b = 0; b < B; b++)
+		for (int r = 0; r < rows; r++) {
+			double ref = bias ? bias[r] : 0.0, mag = fabs(ref);
+			for (int c = 0; c < cols; c++) {
+				double t = m->exact[(size_t)r * cols + c] * x[(size_t)b * cols + c];
+				ref += t;
+				mag += fabs(t);
+			}
+			double got = y[(size_t)b * rows + r];
+			if (fabs(got - ref) > 1e-6 + 2e-6 * mag)
+				ck_abort_msg("%s: y[%d][%d] = %.9g, reference %.9g (mag %.3g)", what, b,
+					     r, got, ref, mag);
+		}
+}
+
+static void run_case(struct threadpool *pool, enum matmul_isa isa, enum ggml_type type, int rows,
+		     int cols, int B, bool with_bias)
+{
+	struct test_matrix m;
+	make_matrix(&m, type, rows, cols);
+	float *x = malloc((size_t)B * cols * sizeof(float));
+	float *y = malloc((size_t)B * rows * sizeof(float));
+	float *bias = malloc((size_t)rows * sizeof(float));
+	for (int i = 0; i < B * cols; i++)
+		x[i] = frand();
+	for (int i = 0; i < rows; i++)
+		bias[i] = frand();
+	for (int i = 0; i < B * rows; i++)
+		y[i] = NAN;
+	struct matmul_job job = {.w = &m.w, .bias = with_bias ? bias : NULL, .y = y};
+	matmul_many(pool, isa, x, B, &job, 1);
+	char what[160];
+	snprintf(what, sizeof(what), "%s isa=%d rows=%d cols=%d B=%d pool=%d bias=%d",
+		 ggml_type_name_test(type), isa, rows, cols, B, pool ? threadpool_size(pool) : 0,
+		 with_bias);
+	check_result(&m, x, B, job.bias, y, what);
+	free(x);
+	free(y);
+	free(bias);
+	free_matrix(&m);
+}
+
+static const enum ggml_type all_types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16,
+					   GGML_TYPE_Q8_0};
+
+/* Every type, both ISAs, odd shapes, batch sizes across tile and chunk edges. */
+START_TEST(test_all_types_shapes)
+{
+	int rows_list[] = {1, 3, 4, 7, 33};
+	int cols_list[] = {32, 64, 96, 13, 8, 200};
+	int b_list[] = {1, 2, 3, 4, 5, 9, 64, 67};
+	enum matmul_isa isas[] = {MATMUL_ISA_GENERIC, MATMUL_ISA_AUTO};
+	for (int t = 0; t < 4; t++)
+		for (size_t ri = 0; ri < sizeof(rows_list) / sizeof(int); ri++)
+			for (size_t ci = 0; ci < sizeof(cols_list) / sizeof(int); ci++) {
+				int cols = cols_list[ci];
+				if (all_types[t] == GGML_TYPE_Q8_0 && cols % 32)
+					continue;
+				for (size_t bi = 0; bi < sizeof(b_list) / sizeof(int); bi++)
+					for (int i = 0; i < 2; i++)
+						run_case(NULL, isas[i], all_types[t], rows_list[ri],
+							 cols, b_list[bi], (bi + ri) % 2);
+			}
+}
+END_TEST
+
+/* Sizes big enough to be split over threads. */
+START_TEST(test_threaded)
+{
+	struct threadpool *pool = NULL;
+	ck_assert_int_eq(threadpool_new(3, &pool, NULL, 0), 0);
+	int b_list[] = {1, 2, 7, 40};
+	for (int t = 0; t < 4; t++)
+		for (int bi = 0; bi < 4; bi++) {
+			run_case(pool, MATMUL_ISA_AUTO, all_types[t], 301, 768, b_list[bi], bi % 2);
+			run_case(pool, MATMUL_ISA_GENERIC, all_types[t], 130, 544, b_list[bi], true);
+		}
+	threadpool_free(pool);
+}
+END_TEST
+
+/* Several jobs sharing one input in one dispatch (Q, K, V; gate, up). */
+START_TEST(test_many_jobs)
+{
+	struct threadpool *pool = NULL;
+	ck_assert_int_eq(threadpool_new(2, &pool, NULL, 0), 0);
+	int cols = 256, B = 6, rows[3] = {300, 61, 97};
+	enum ggml_type types[3] = {GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_F32};
+	struct test_matrix m[3];
+	struct matmul_job jobs[3];
+	float *x = malloc((size_t)B * cols * sizeof(float));
+	for (int i = 0; i < B * cols; i++)
+		x[i] = frand();
+	for (int j = 0; j < 3; j++) {
+		make_matrix(&m[j], types[j], rows[j], cols);
+		jobs[j] = (struct matmul_job){.w = &m[j].w, .y = malloc((size_t)B * rows[j] * 4)};
+	}
+	for (int p = 0; p < 2; p++) {
+		matmul_many(p ? pool : NULL, MATMUL_ISA_AUTO, x, B, jobs, 3);
+		for (int j = 0; j < 3; j++)
+			check_result(&m[j], x, B, NULL, jobs[j].y, "many jobs");
+	}
+	for (int j = 0; j < 3; j++) {
+		free(jobs[j].y);
+		free_matrix(&m[j]);
+	}
+	free(x);
+	threadpool_free(pool);
+}
+END_TEST
+
+START_TEST(test_row_to_f32)
+{
+	for (int t = 0; t < 4; t++) {
+		struct test_matrix m;
+		make_matrix(&m, all_types[t], 5, 64);
+		float out[64];
+		matmul_row_to_f32(&m.w, 3, out);
+		for (int c = 0; c < 64; c++)
+			ck_assert_double_eq_tol(out[c], m.exact[3 * 64 + c], 1e-12 + 1e-6 * fabs(m.exact[3 * 64 + c]));
+		free_matrix(&m);
+	}
+	ck_assert(matmul_type_supported(GGML_TYPE_Q8_0));
+	ck_assert(!matmul_type_supported(GGML_TYPE_Q4_K));
+}
+END_TEST
+
+int main(void)
+{
+	printf("matmul: avx2 kernels %s\n", matmul_have_avx2() ? "available" : "not available");
+	Suite *s = suite_create("matmul");
+	TCase *tc = tcase_create("core");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_all_types_shapes);
+	tcase_add_test(tc, test_threaded);
+	tcase_add_test(tc, test_many_jobs);
+	tcase_add_test(tc, test_row_to_f32);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
