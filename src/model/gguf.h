@@ -97,5 +97,26 @@ const char *ggml_type_name(enum ggml_type type);
  * size or the type is unknown. */
 size_t ggml_row_bytes(enum ggml_type type, uint64_t n);
 
+/* Elements per block of a type (1 for F32/F16/BF16), 0 when unknown. */
+uint32_t ggml_block_size(enum ggml_type type);
+const char *gguf_value_type_name(enum gguf_value_type type);
+
+/* Layout facts, for tools and tests. */
+size_t gguf_alignment(const struct gguf_file *f);
+size_t gguf_data_offset(const struct gguf_file *f); /* start of the tensor data section */
+size_t gguf_file_size(const struct gguf_file *f);
+
+/* Numeric arrays as stored (little-endian, unaligned): NULL for string
+ * arrays, non-arrays and absent keys.  Use gguf_get_array_info for the count. */
+const void *gguf_get_array_data(const struct gguf_file *f, const char *key);
+
+/* Every metadata pair in file order, e.g. to copy tokenizer.* keys.  The raw
+ * value is the bytes after the value-type field exactly as in the file (for
+ * an array: element type, count, elements). */
+size_t gguf_n_kv(const struct gguf_file *f);
+const char *gguf_kv_key(const struct gguf_file *f, size_t index);
+int gguf_kv_raw(const struct gguf_file *f, size_t index, enum gguf_value_type *type,
+		const void **data, size_t *len);
+
 /* SHA-256 of a file as 64 lowercase hex chars + NUL, via OpenSSL. */
 int sha256_file_hex(const char *path, char hex_out[65], char *err, size_t err_len);

@@ -1,0 +1,313 @@
+/* Element conversions between ggml storage types and float: IEEE half and
+ * bfloat16 scalars, and whole rows of the block-quantized formats the loader
+ * accepts (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K).  Block layouts
+ * are ggml's; all reads go through memcpy so blocks need no alignment.  This
+ * is the reference (scalar) path used at load time and by tests; fast
+ * compute kernels live in the engine, not here.  It quantizes only Q8_0
+ * (what the synthetic-model tool writes). */
+#include "model/dequant.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------
+ * Scalars. */
+
+float fp16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+	uint32_t exp = (h >> 10) & 0x1fu;
+	uint32_t mant = h & 0x3ffu;
+	uint32_t bits;
+	if (exp == 0x1f) {
+		bits = sign | 0x7f800000u | (mant << 13); /* inf / nan */
+	} else if (exp != 0) {
+		bits = sign | ((exp + 112) << 23) | (mant << 13);
+	} else if (mant == 0) {
+		bits = sign;
+	} else { /* subnormal: value = mant * 2^-24 */
+		float v = (float)mant * 0x1p-24f;
+		memcpy(&bits, &v, 4);
+		bits |= sign;
+	}
+	float f;
+	memcpy(&f, &bits, 4);
+	return f;
+}
+
+uint16_t f32_to_fp16(float f)
+{
+	uint32_t x;
+	memcpy(&x, &f, 4);
+	uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+	uint32_t ax = x & 0x7fffffffu;
+	if (ax >= 0x7f800000u) /* inf or nan (keep nan quiet) */
+		return sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0);
+	if (ax >= 0x477ff000u) /* rounds to >= 65520: overflow */
+		return sign | 0x7c00u;
+	if (ax < 0x38800000u) { /* below the smallest normal half: subnormal or 0 */
+		float a;
+		memcpy(&a, &ax, 4);
+		/* a * 2^24 is the subnormal mantissa; rintf rounds to nearest even. */
+		return sign | (uint16_t)rintf(a * 0x1p24f);
+	}
+	uint32_t mant = ax & 0x7fffffu;
+	uint32_t exp = (ax >> 23) - 112;
+	uint32_t h = (exp << 10) | (mant >> 13);
+	uint32_t rest = mant & 0x1fffu;
+	if (rest > 0x1000u || (rest == 0x1000u && (h & 1)))
+		h++; /* may carry into the exponent, which is still correct */
+	return sign | (uint16_t)h;
+}
+
+float bf16_to_f32(uint16_t b)
+{
+	uint32_t bits = (uint32_t)b << 16;
+	float f;
+	memcpy(&f, &bits, 4);
+	return f;
+}
+
+uint16_t f32_to_bf16(float f)
+{
+	uint32_t x;
+	memcpy(&x, &f, 4);
+	if ((x & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((x >> 16) | 0x40u); /* quiet nan */
+	x += 0x7fffu + ((x >> 16) & 1u);
+	return (uint16_t)(x >> 16);
+}
+
+static float half_at(const uint8_t *p)
+{
+	uint16_t h;
+	memcpy(&h, p, 2);
+	return fp16_to_f32(h);
+}
+
+/* ------------------------------------------------------------------------
+ * 32-element blocks. */
+
+/* Q4_0: fp16 d, 16 bytes of nibbles; x = (q - 8) * d.  18 bytes. */
+static void deq_q4_0(const uint8_t *b, float *y)
+{
+	float d = half_at(b);
+	const uint8_t *qs = b + 2;
+	for (int j = 0; j < 16; j++) {
+		y[j] = (float)((qs[j] & 0xf) - 8) * d;
+		y[j + 16] = (float)((qs[j] >> 4) - 8) * d;
+	}
+}
+
+/* Q4_1: fp16 d, fp16 m, 16 bytes of nibbles; x = q * d + m.  20 bytes. */
+static void deq_q4_1(const uint8_t *b, float *y)
+{
+	float d = half_at(b), m = half_at(b + 2);
+	const uint8_t *qs = b + 4;
+	for (int j = 0; j < 16; j++) {
+		y[j] = (float)(qs[j] & 0xf) * d + m;
+		y[j + 16] = (float)(qs[j] >> 4) * d + m;
+	}
+}
+
+/* Q5_0: fp16 d, u32 high bits, 16 bytes of nibbles; x = (q - 16) * d.  22 bytes. */
+static void deq_q5_0(const uint8_t *b, float *y)
+{
+	float d = half_at(b);
+	uint32_t qh;
+	memcpy(&qh, b + 2, 4);
+	const uint8_t *qs = b + 6;
+	for (int j = 0; j < 16; j++) {
+		int h0 = (int)((qh >> j) << 4) & 0x10;
+		int h1 = (int)(qh >> (j + 12)) & 0x10;
+		y[j] = (float)(((qs[j] & 0xf) | h0) - 16) * d;
+		y[j + 16] = (float)(((qs[j] >> 4) | h1) - 16) * d;
+	}
+}
+
+/* Q5_1: fp16 d, fp16 m, u32 high bits, 16 bytes of nibbles; x = q * d + m.  24 bytes. */
+static void deq_q5_1(const uint8_t *b, float *y)
+{
+	float d = half_at(b), m = half_at(b + 2);
+	uint32_t qh;
+	memcpy(&qh, b + 4, 4);
+	const uint8_t *qs = b + 8;
+	for (int j = 0; j < 16; j++) {
+		int h0 = (int)((qh >> j) << 4) & 0x10;
+		int h1 = (int)(qh >> (j + 12)) & 0x10;
+		y[j] = (float)((qs[j] & 0xf) | h0) * d + m;
+		y[j + 16] = (float)((qs[j] >> 4) | h1) * d + m;
+	}
+}
+
+/* Q8_0: fp16 d, 32 int8; x = q * d.  34 bytes. */
+static void deq_q8_0(const uint8_t *b, float *y)
+{
+	float d = half_at(b);
+	const int8_t *qs = (const int8_t *)(b + 2);
+	for (int j = 0; j < 32; j++)
+		y[j] = (float)qs[j] * d;
+}
+
+/* ------------------------------------------------------------------------
+ * 256-element super-blocks. */
+
+/* 6-bit scale and min of sub-block j from the 12-byte packed array. */
+static void scale_min_k4(int j, const uint8_t *q, int *sc, int *mn)
+{
+	if (j < 4) {
+		*sc = q[j] & 63;
+		*mn = q[j + 4] & 63;
+	} else {
+		*sc = (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
+		*mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+	}
+}
+
+/* Q4_K: fp16 d, fp16 dmin, 12 bytes scales, 128 bytes nibbles.  144 bytes. */
+static void deq_q4_k(const uint8_t *b, float *y)
+{
+	float d = half_at(b), dmin = half_at(b + 2);
+	const uint8_t *scales = b + 4, *q = b + 16;
+	for (int j = 0; j < 8; j += 2) {
+		int sc0, m0, sc1, m1;
+		scale_min_k4(j, scales, &sc0, &m0);
+		scale_min_k4(j + 1, scales, &sc1, &m1);
+		for (int l = 0; l < 32; l++) {
+			y[l] = d * (float)sc0 * (float)(q[l] & 0xf) - dmin * (float)m0;
+			y[l + 32] = d * (float)sc1 * (float)(q[l] >> 4) - dmin * (float)m1;
+		}
+		q += 32;
+		y += 64;
+	}
+}
+
+/* Q5_K: fp16 d, fp16 dmin, 12 bytes scales, 32 bytes high bits, 128 bytes
+ * nibbles.  176 bytes. */
+static void deq_q5_k(const uint8_t *b, float *y)
+{
+	float d = half_at(b), dmin = half_at(b + 2);
+	const uint8_t *scales = b + 4, *qh = b + 16, *ql = b + 48;
+	unsigned u1 = 1, u2 = 2;
+	for (int j = 0; j < 8; j += 2) {
+		int sc0, m0, sc1, m1;
+		scale_min_k4(j, scales, &sc0, &m0);
+		scale_min_k4(j + 1, scales, &sc1, &m1);
+		for (int l = 0; l < 32; l++) {
+			int q0 = (ql[l] & 0xf) + ((qh[l] & u1) ? 16 : 0);
+			int q1 = (ql[l] >> 4) + ((qh[l] & u2) ? 16 : 0);
+			y[l] = d * (float)sc0 * (float)q0 - dmin * (float)m0;
+			y[l + 32] = d * (float)sc1 * (float)q1 - dmin * (float)m1;
+		}
+		ql += 32;
+		y += 64;
+		u1 <<= 2;
+		u2 <<= 2;
+	}
+}
+
+/* Q6_K: 128 bytes low nibbles, 64 bytes high 2-bit pairs, 16 int8 scales,
+ * fp16 d; x = d * scale * (q - 32).  210 bytes. */
+static void deq_q6_k(const uint8_t *b, float *y)
+{
+	const uint8_t *ql = b, *qh = b + 128;
+	const int8_t *sc = (const int8_t *)(b + 192);
+	float d = half_at(b + 208);
+	for (int half = 0; half < 2; half++) {
+		for (int l = 0; l < 32; l++) {
+			int is = l / 16;
+			int q1 = ((ql[l] & 0xf) | ((qh[l] & 3) << 4)) - 32;
+			int q2 = ((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) - 32;
+			int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+			int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+			y[l] = d * (float)sc[is] * (float)q1;
+			y[l + 32] = d * (float)sc[is + 2] * (float)q2;
+			y[l + 64] = d * (float)sc[is + 4] * (float)q3;
+			y[l + 96] = d * (float)sc[is + 6] * (float)q4;
+		}
+		y += 128;
+		ql += 64;
+		qh += 32;
+		sc += 8;
+	}
+}
+
+/* ------------------------------------------------------------------------
+ * Rows. */
+
+typedef void (*block_fn)(const uint8_t *block, float *y);
+
+static block_fn block_fn_of(enum ggml_type type)
+{
+	switch (type) {
+	case GGML_TYPE_Q4_0: return deq_q4_0;
+	case GGML_TYPE_Q4_1: return deq_q4_1;
+	case GGML_TYPE_Q5_0: return deq_q5_0;
+	case GGML_TYPE_Q5_1: return deq_q5_1;
+	case GGML_TYPE_Q8_0: return deq_q8_0;
+	case GGML_TYPE_Q4_K: return deq_q4_k;
+	case GGML_TYPE_Q5_K: return deq_q5_k;
+	case GGML_TYPE_Q6_K: return deq_q6_k;
+	default: return NULL;
+	}
+}
+
+bool dequant_supported(enum ggml_type type)
+{
+	return type == GGML_TYPE_F32 || type == GGML_TYPE_F16 || type == GGML_TYPE_BF16 ||
+	       block_fn_of(type) != NULL;
+}
+
+static void convert_16bit(const uint8_t *src, float *dst, uint64_t n, float (*conv)(uint16_t))
+{
+	for (uint64_t i = 0; i < n; i++) {
+		uint16_t h;
+		memcpy(&h, src + 2 * i, 2);
+		dst[i] = conv(h);
+	}
+}
+
+int dequantize_row(enum ggml_type type, const void *src, float *dst, uint64_t n)
+{
+	const uint8_t *s = src;
+	switch (type) {
+	case GGML_TYPE_F32: memcpy(dst, src, (size_t)n * sizeof(float)); return 0;
+	case GGML_TYPE_F16: convert_16bit(s, dst, n, fp16_to_f32); return 0;
+	case GGML_TYPE_BF16: convert_16bit(s, dst, n, bf16_to_f32); return 0;
+	default: break;
+	}
+	block_fn fn = block_fn_of(type);
+	uint32_t bs = ggml_block_size(type);
+	if (fn == NULL || bs == 0)
+		return -ENOTSUP;
+	if (n % bs != 0)
+		return -EINVAL;
+	size_t block_bytes = ggml_row_bytes(type, bs);
+	for (uint64_t i = 0; i < n / bs; i++)
+		fn(s + i * block_bytes, dst + i * bs);
+	return 0;
+}
+
+int quantize_row_q8_0(const float *src, void *dst, uint64_t n)
+{
+	if (n % 32 != 0)
+		return -EINVAL;
+	uint8_t *out = dst;
+	for (uint64_t i = 0; i < n / 32; i++, src += 32, out += 34) {
+		float amax = 0.0f;
+		for (int j = 0; j < 32; j++)
+			amax = fmaxf(amax, fabsf(src[j]));
+		float d = amax / 127.0f;
+		uint16_t dh = f32_to_fp16(d);
+		float dq = fp16_to_f32(dh); /* quantize against the scale as stored */
+		float inv = dq != 0.0f ? 1.0f / dq : 0.0f;
+		memcpy(out, &dh, 2);
+		for (int j = 0; j < 32; j++) {
+			float v = roundf(src[j] * inv);
+			v = fminf(127.0f, fmaxf(-127.0f, v));
+			out[2 + j] = (uint8_t)(int8_t)v;
+		}
+	}
+	return 0;
+}

@@ -1,0 +1,416 @@
+/* Model loader: turns a validated GGUF file into a Llama-family model
+ * (architectures llama and qwen2).  It reads the hyper-parameters from
+ * metadata, finds every weight tensor, checks its shape against them, and
+ * decides where each one lives: matrices the engine computes with natively
+ * (F32, F16, BF16, Q8_0) point into the read-only mapping; other supported
+ * types are dequantized once to F32; norm vectors and biases always end up
+ * F32.  It does not run the network (engine/) nor read the vocabulary
+ * (tokenizer/). */
+#include "model/model.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "model/dequant.h"
+#include "util/errbuf.h"
+
+#define MODEL_MAX_DIM (1 << 20)
+#define MODEL_MAX_LAYERS 4096
+#define MODEL_MAX_VOCAB (1 << 24)
+#define MODEL_SUPPORTED_TYPES "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K"
+
+/* ------------------------------------------------------------------------
+ * Hyper-parameters. */
+
+struct load_ctx {
+	struct model *m;
+	const char *path;
+	char prefix[32]; /* "llama." or "qwen2." */
+	char *err;
+	size_t err_len;
+};
+
+/* Reads <arch>.<suffix> as an int in [lo, hi]; def < 0 means required. */
+static int hp_int(struct load_ctx *c, const char *suffix, int64_t def, int64_t lo, int64_t hi,
+		  int *out)
+{
+	char key[128];
+	snprintf(key, sizeof(key), "%s%s", c->prefix, suffix);
+	int64_t v;
+	int rc = gguf_get_int(c->m->file, key, &v);
+	if (rc == -ENOENT && def >= 0) {
+		v = def;
+	} else if (rc == -ENOENT) {
+		return err_set(c->err, c->err_len, -EINVAL, "%s: required key '%s' is missing",
+			       c->path, key);
+	} else if (rc) {
+		return err_set(c->err, c->err_len, -EINVAL, "%s: key '%s' is not an integer",
+			       c->path, key);
+	}
+	if (v < lo || v > hi)
+		return err_set(c->err, c->err_len, -EINVAL,
+			       "%s: key '%s' is %" PRId64 " (must be %" PRId64 "..%" PRId64 ")",
+			       c->path, key, v, lo, hi);
+	*out = (int)v;
+	return 0;
+}
+
+static int hp_float(struct load_ctx *c, const char *suffix, double def, double lo, double hi,
+		    double *out)
+{
+	char key[128];
+	snprintf(key, sizeof(key), "%s%s", c->prefix, suffix);
+	int rc = gguf_get_float(c->m->file, key, out);
+	if (rc == -ENOENT)
+		*out = def;
+	else if (rc)
+		return err_set(c->err, c->err_len, -EINVAL, "%s: key '%s' is not a number",
+			       c->path, key);
+	if (!(*out >= lo && *out <= hi))
+		return err_set(c->err, c->err_len, -EINVAL, "%s: key '%s' is %g (must be %g..%g)",
+			       c->path, key, *out, lo, hi);
+	return 0;
+}
+
+static int read_arch(struct load_ctx *c)
+{
+	const char *s;
+	size_t len;
+	if (gguf_get_string(c->m->file, "general.architecture", &s, &len) != 0)
+		return err_set(c->err, c->err_len, -EINVAL,
+			       "%s: 'general.architecture' is missing or not a string", c->path);
+	if (len == 5 && memcmp(s, "llama", 5) == 0)
+		c->m->hp.arch = MODEL_ARCH_LLAMA;
+	else if (len == 5 && memcmp(s, "qwen2", 5) == 0)
+		c->m->hp.arch = MODEL_ARCH_QWEN2;
+	else
+		return err_set(c->err, c->err_len, -EINVAL,
+			       "%s: architecture '%.*s' is not supported (supported: llama, qwen2)",
+			       c->path, (int)(len > 64 ? 64 : len), s);
+	snprintf(c->prefix, sizeof(c->prefix), "%.5s.", s);
+	return 0;
+}
+
+static int read_hparams(struct load_ctx *c)
+{
+	struct model_hparams *hp = &c->m->hp;
+	int rc = read_arch(c);
+	if (rc == 0)
+		rc = hp_int(c, "embedding_length", -1, 1, MODEL_MAX_DIM, &hp->dim);
+	if (rc == 0)
+		rc = hp_int(c, "block_count", -1, 1, MODEL_MAX_LAYERS, &hp->n_layers);
+	if (rc == 0)
+		rc = hp_int(c, "feed_forward_length", -1, 1, 4 * MODEL_MAX_DIM, &hp->ffn_dim);
+	if (rc == 0)
+		rc = hp_int(c, "attention.head_count", -1, 1, hp->dim, &hp->n_heads);
+	if (rc == 0)
+		rc = hp_int(c, "attention.head_count_kv", hp->n_heads, 1, hp->n_heads,
+			    &hp->n_kv_heads);
+	if (rc == 0)
+		rc = hp_int(c, "context_length", 2048, 1, INT32_MAX, &hp->context_length);
+	if (rc)
+		return rc;
+	if (hp->dim % hp->n_heads != 0 || hp->n_heads % hp->n_kv_heads != 0)
+		return err_set(c->err, c->err_len, -EINVAL,
+			       "%s: embedding_length %d, head_count %d, head_count_kv %d: the width must divide into heads and the heads into KV groups",
+			       c->path, hp->dim, hp->n_heads, hp->n_kv_heads);
+	hp->head_dim = hp->dim / hp->n_heads;
+	rc = hp_int(c, "rope.dimension_count", hp->head_dim, 2, hp->head_dim, &hp->rope_dim);
+	if (rc == 0 && hp->rope_dim % 2 != 0)
+		rc = err_set(c->err, c->err_len, -EINVAL, "%s: rope.dimension_count %d is odd",
+			     c->path, hp->rope_dim);
+	if (rc == 0)
+		rc = hp_float(c, "rope.freq_base", 10000.0, 1e-3, 1e12, &hp->rope_theta);
+	double eps = 0;
+	if (rc == 0)
+		rc = hp_float(c, "attention.layer_norm_rms_epsilon", 1e-5, 1e-12, 1.0, &eps);
+	hp->norm_eps = (float)eps;
+	return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Tensors. */
+
+static int own(struct model *m, void *buf)
+{
+	void **grown = realloc(m->owned, (m->n_owned + 1) * sizeof(*grown));
+	if (grown == NULL) {
+		free(buf);
+		return -ENOMEM;
+	}
+	m->owned = grown;
+	m->owned[m->n_owned++] = buf;
+	return 0;
+}
+
+/* A tensor that must exist with dims [d0] (d1 == 0) or [d0, d1]. */
+static int find_shaped(struct load_ctx *c, const char *name, uint64_t d0, uint64_t d1,
+		       const struct gguf_tensor **out)
+{
+	const struct gguf_tensor *t = gguf_find_tensor(c->m->file, name);
+	if (t == NULL)
+		return err_set(c->err, c->err_len, -EINVAL, "%s: tensor '%s' is missing", c->path,
+			       name);
+	uint32_t want_dims = d1 ? 2 : 1;
+	if (t->n_dims != want_dims || t->dims[0] != d0 || (d1 && t->dims[1] != d1)) {
+		char found[96] = "";
+		size_t n = 0;
+		for (uint32_t i = 0; i < t->n_dims && n < sizeof(found); i++)
+			n += (size_t)snprintf(found + n, sizeof(found) - n, "%s%" PRIu64,
+					      i ? ", " : "", t->dims[i]);
+		if (d1)
+			return err_set(c->err, c->err_len, -EINVAL,
+				       "%s: tensor '%s' has dims [%s], expected [%" PRIu64 ", %" PRIu64 "]",
+				       c->path, name, found, d0, d1);
+		return err_set(c->err, c->err_len, -EINVAL,
+			       "%s: tensor '%s' has dims [%s], expected [%" PRIu64 "]", c->path,
+			       name, found, d0);
+	}
+	*out = t;
+	return 0;
+}
+
+static int unsupported(struct load_ctx *c, const struct gguf_tensor *t)
+{
+	return err_set(c->err, c->err_len, -ENOTSUP,
+		       "%s: tensor '%s' has type %s, which sinkd does not support; supported: %s",
+		       c->path, t->name, ggml_type_name(t->type), MODEL_SUPPORTED_TYPES);
+}
+
+/* An F32 copy of tensor t in model-owned memory, `rows` rows of `cols`. */
+static int to_f32(struct load_ctx *c, const struct gguf_tensor *t, uint64_t rows, uint64_t cols,
+		  float **out)
+{
+	*out = NULL;
+	if (!dequant_supported(t->type))
+		return unsupported(c, t);
+	size_t bytes = (size_t)(rows * cols * sizeof(float));
+	float *buf = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+	if (buf == NULL)
+		return err_set(c->err, c->err_len, -ENOMEM,
+			       "%s: tensor '%s': cannot allocate %zu bytes", c->path, t->name, bytes);
+	size_t row_bytes = ggml_row_bytes(t->type, cols);
+	for (uint64_t r = 0; r < rows; r++)
+		dequantize_row(t->type, (const uint8_t *)t->data + r * row_bytes, buf + r * cols,
+			       cols);
+	int rc = own(c->m, buf);
+	*out = buf;
+	return rc;
+}
+
+/* A norm or bias vector of n floats. */
+static int load_vector(struct load_ctx *c, const char *name, uint64_t n, const float **out)
+{
+	const struct gguf_tensor *t;
+	int rc = find_shaped(c, name, n, 0, &t);
+	if (rc)
+		return rc;
+	if (t->type == GGML_TYPE_F32 && (uintptr_t)t->data % sizeof(float) == 0) {
+		*out = t->data;
+		return 0;
+	}
+	float *buf = NULL;
+	rc = to_f32(c, t, 1, n, &buf);
+	*out = buf;
+	return rc;
+}
+
+static bool natively_computed(enum ggml_type type)
+{
+	return type == GGML_TYPE_F32 || type == GGML_TYPE_F16 || type == GGML_TYPE_BF16 ||
+	       type == GGML_TYPE_Q8_0;
+}
+
+/* A (rows, cols) matrix: kept as stored, or dequantized to F32. */
+static int load_matrix(struct load_ctx *c, const char *name, int rows, int cols,
+		       struct weight_matrix *w)
+{
+	const struct gguf_tensor *t;
+	int rc = find_shaped(c, name, (uint64_t)cols, (uint64_t)rows, &t);
+	if (rc)
+		return rc;
+	w->rows = rows;
+	w->cols = cols;
+	size_t align = t->type == GGML_TYPE_F32 ? 4 : 2;
+	if (natively_computed(t->type) && (uintptr_t)t->data % align == 0) {
+		w->type = t->type;
+		w->data = t->data;
+		w->row_bytes = ggml_row_bytes(t->type, (uint64_t)cols);
+		return 0;
+	}
+	float *buf = NULL;
+	rc = to_f32(c, t, (uint64_t)rows, (uint64_t)cols, &buf);
+	w->type = GGML_TYPE_F32;
+	w->data = buf;
+	w->row_bytes = (size_t)cols * sizeof(float);
+	return rc;
+}
+
+static int load_layer(struct load_ctx *c, int i, struct model_layer *l)
+{
+	const struct model_hparams *hp = &c->m->hp;
+	int q_dim = hp->n_heads * hp->head_dim, kv_dim = hp->n_kv_heads * hp->head_dim;
+	char n[9][64];
+	static const char *const parts[9] = {"attn_norm", "attn_q",   "attn_k",
+					     "attn_v",	  "attn_output", "ffn_norm",
+					     "ffn_gate",  "ffn_up",	 "ffn_down"};
+	for (int k = 0; k < 9; k++)
+		snprintf(n[k], sizeof(n[k]), "blk.%d.%s.weight", i, parts[k]);
+	int rc = load_vector(c, n[0], (uint64_t)hp->dim, &l->attn_norm);
+	if (rc == 0)
+		rc = load_matrix(c, n[1], q_dim, hp->dim, &l->wq);
+	if (rc == 0)
+		rc = load_matrix(c, n[2], kv_dim, hp->dim, &l->wk);
+	if (rc == 0)
+		rc = load_matrix(c, n[3], kv_dim, hp->dim, &l->wv);
+	if (rc == 0)
+		rc = load_matrix(c, n[4], hp->dim, q_dim, &l->wo);
+	if (rc == 0)
+		rc = load_vector(c, n[5], (uint64_t)hp->dim, &l->ffn_norm);
+	if (rc == 0)
+		rc = load_matrix(c, n[6], hp->ffn_dim, hp->dim, &l->w_gate);
+	if (rc == 0)
+		rc = load_matrix(c, n[7], hp->ffn_dim, hp->dim, &l->w_up);
+	if (rc == 0)
+		rc = load_matrix(c, n[8], hp->dim, hp->ffn_dim, &l->w_down);
+	if (rc || !hp->has_qkv_bias)
+		return rc;
+	snprintf(n[0], sizeof(n[0]), "blk.%d.attn_q.bias", i);
+	snprintf(n[1], sizeof(n[1]), "blk.%d.attn_k.bias", i);
+	snprintf(n[2], sizeof(n[2]), "blk.%d.attn_v.bias", i);
+	rc = load_vector(c, n[0], (uint64_t)q_dim, &l->bq);
+	if (rc == 0)
+		rc = load_vector(c, n[1], (uint64_t)kv_dim, &l->bk);
+	if (rc == 0)
+		rc = load_vector(c, n[2], (uint64_t)kv_dim, &l->bv);
+	return rc;
+}
+
+static int load_tensors(struct load_ctx *c)
+{
+	struct model *m = c->m;
+	struct model_hparams *hp = &m->hp;
+	size_t n_tensors = gguf_n_tensors(m->file);
+	if ((size_t)hp->n_layers > n_tensors / 9)
+		return err_set(c->err, c->err_len, -EINVAL,
+			       "%s: block_count %d needs at least %d tensors, the file has %zu",
+			       c->path, hp->n_layers, 9 * hp->n_layers, n_tensors);
+	const struct gguf_tensor *emb = gguf_find_tensor(m->file, "token_embd.weight");
+	if (emb == NULL)
+		return err_set(c->err, c->err_len, -EINVAL, "%s: tensor 'token_embd.weight' is missing",
+			       c->path);
+	if (emb->n_dims != 2 || emb->dims[1] > MODEL_MAX_VOCAB)
+		return err_set(c->err, c->err_len, -EINVAL,
+			       "%s: tensor 'token_embd.weight' must have dims [%d, n_vocab <= %d]",
+			       c->path, hp->dim, MODEL_MAX_VOCAB);
+	hp->n_vocab = (int)emb->dims[1];
+	hp->has_qkv_bias = hp->arch == MODEL_ARCH_QWEN2 ||
+			   gguf_find_tensor(m->file, "blk.0.attn_q.bias") != NULL;
+	hp->tied_output = gguf_find_tensor(m->file, "output.weight") == NULL;
+	int rc = load_matrix(c, "token_embd.weight", hp->n_vocab, hp->dim, &m->token_embd);
+	if (rc == 0)
+		rc = load_vector(c, "output_norm.weight", (uint64_t)hp->dim, &m->output_norm);
+	if (rc == 0 && hp->tied_output)
+		m->output = m->token_embd;
+	else if (rc == 0)
+		rc = load_matrix(c, "output.weight", hp->n_vocab, hp->dim, &m->output);
+	if (rc == 0 && (m->layers = calloc((size_t)hp->n_layers, sizeof(*m->layers))) == NULL)
+		rc = -ENOMEM;
+	for (int i = 0; rc == 0 && i < hp->n_layers; i++)
+		rc = load_layer(c, i, &m->layers[i]);
+	return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Load / free. */
+
+static int check_sha256(const char *path, const char *expected, char *err, size_t err_len)
+{
+	char hex[65];
+	int rc = sha256_file_hex(path, hex, err, err_len);
+	if (rc)
+		return rc;
+	if (strlen(expected) != 64 || strcasecmp(hex, expected) != 0)
+		return err_set(err, err_len, -EBADMSG,
+			       "%s: SHA-256 mismatch: expected %.64s, file has %s", path, expected,
+			       hex);
+	return 0;
+}
+
+static void set_name(struct model *m, const char *path)
+{
+	const char *base = strrchr(path, '/');
+	base = base ? base + 1 : path;
+	size_t len = strlen(base);
+	if (len > 5 && strcmp(base + len - 5, ".gguf") == 0)
+		len -= 5;
+	if (len >= sizeof(m->name))
+		len = sizeof(m->name) - 1;
+	memcpy(m->name, base, len);
+	m->name[len] = '\0';
+}
+
+int model_load(const char *path, const struct model_load_options *opt, struct model **out,
+	       char *err, size_t err_len)
+{
+	*out = NULL;
+	int rc = 0;
+	if (opt && opt->expected_sha256 && (rc = check_sha256(path, opt->expected_sha256, err, err_len)))
+		return rc;
+	struct model *m = calloc(1, sizeof(*m));
+	if (m == NULL)
+		return err_set(err, err_len, -ENOMEM, "%s: out of memory", path);
+	rc = gguf_open(path, &m->file, err, err_len);
+	if (rc)
+		goto out;
+	set_name(m, path);
+	struct load_ctx c = {.m = m, .path = path, .err = err, .err_len = err_len};
+	rc = read_hparams(&c);
+	if (rc == 0)
+		rc = load_tensors(&c);
+	if (rc == -ENOMEM)
+		err_set(err, err_len, rc, "%s: out of memory while loading the model", path);
+out:
+	if (rc) {
+		model_free(m);
+		return rc;
+	}
+	*out = m;
+	return 0;
+}
+
+void model_free(struct model *m)
+{
+	if (m == NULL)
+		return;
+	for (size_t i = 0; i < m->n_owned; i++)
+		free(m->owned[i]);
+	free(m->owned);
+	free(m->layers);
+	gguf_close(m->file);
+	free(m);
+}
+
+static size_t matrix_bytes(const struct weight_matrix *w)
+{
+	return (size_t)w->rows * w->row_bytes;
+}
+
+/* Layer matrices and the output head: a decode step reads all of them once
+ * (of token_embd it reads one row, so that is not counted unless tied). */
+size_t model_weight_bytes(const struct model *m)
+{
+	size_t sum = matrix_bytes(&m->output);
+	for (int i = 0; i < m->hp.n_layers; i++) {
+		const struct model_layer *l = &m->layers[i];
+		sum += matrix_bytes(&l->wq) + matrix_bytes(&l->wk) + matrix_bytes(&l->wv) +
+		       matrix_bytes(&l->wo) + matrix_bytes(&l->w_gate) + matrix_bytes(&l->w_up) +
+		       matrix_bytes(&l->w_down);
+	}
+	return sum;
+}
