@@ -1,0 +1,541 @@
+/* The CPU backend: the Llama forward pass (llama, qwen2) over one batch of
+ * tokens from many sessions, in host memory with one thread pool.
+ *
+ * All projections of a layer run for the whole batch at once (matmul.c: one
+ * read of each weight per forward, however many tokens), so a batch of B
+ * tokens costs far less than B single-token calls.  Attention goes through
+ * each session's sink cache, which applies RoPE: per layer and per token,
+ * sinkcache_append() then sinkcache_attend().  Sessions with few tokens (the
+ * decode steps of many streams) are attended in parallel, one session per
+ * task; a session with many tokens (a prefill chunk) is attended token by
+ * token with its heads split over the threads.  A batch that a session
+ * cannot take is refused before any cache is touched.
+ *
+ * It does not sample, schedule or tokenize, and one backend runs one forward
+ * at a time (the engine thread owns it). */
+#include "engine/backend.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/matmul.h"
+#include "engine/threadpool.h"
+#include "util/errbuf.h"
+
+/* A session with at least this many tokens in a batch is attended alone
+ * with its heads split over threads; fewer go one session per task. */
+#define HEAD_PARALLEL_MIN_TOKENS 4
+/* Attention work (multiply-adds) below which threads are not woken. */
+#define ATTEND_PARALLEL_MIN_MACS 60000
+
+struct backend_session {
+	struct sinkcache *cache;
+	/* Scratch of the batch being run. */
+	int batch_n;	 /* tokens of this session in the batch */
+	int batch_slot;	 /* index into cpu_backend.sessions, or -1 */
+};
+
+struct cpu_backend {
+	struct backend base;
+	struct threadpool *pool;
+	int n_threads;
+	/* Workspace for up to cap_tokens tokens, grown on demand. */
+	size_t cap_tokens;
+	float *x;	   /* (n, dim) residual stream */
+	float *xb;	   /* (n, dim) normalised input of a block */
+	float *q;	   /* (n, n_heads*head_dim) */
+	float *k;	   /* (n, n_kv_heads*head_dim) */
+	float *v;	   /* (n, n_kv_heads*head_dim) */
+	float *att;	   /* (n, n_heads*head_dim) attention output */
+	float *gate;	   /* (n, ffn_dim) */
+	float *up;	   /* (n, ffn_dim) */
+	float *proj;	   /* (n, dim) output of wo / w_down */
+	float *mass;	   /* (n, n_heads) sink mass of one layer */
+	int *order;	   /* (n) token indices grouped by session, stream order kept */
+	int *sess_begin;   /* (n+1) start of each session's run in order[] */
+	struct backend_session **sessions; /* (n) distinct sessions of the batch */
+	int *sess_rc;	   /* (n) append error per session */
+	char (*sess_err)[SINKD_ERR_LEN]; /* (n) its message */
+	int n_sessions;
+	/* Per thread attention scratch. */
+	size_t scratch_floats;
+	float *scratch;	   /* (n_threads, scratch_floats) */
+};
+
+static struct cpu_backend *cpu_of(struct backend *be)
+{
+	return (struct cpu_backend *)be;
+}
+
+/* ============================================================ workspace */
+
+static void workspace_free(struct cpu_backend *c)
+{
+	float **bufs[] = {&c->x, &c->xb, &c->q, &c->k, &c->v, &c->att, &c->gate, &c->up,
+			  &c->proj, &c->mass};
+	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
+		free(*bufs[i]);
+		*bufs[i] = NULL;
+	}
+	free(c->order);
+	free(c->sess_begin);
+	free(c->sessions);
+	free(c->sess_rc);
+	free(c->sess_err);
+	c->sess_err = NULL;
+	c->order = c->sess_begin = c->sess_rc = NULL;
+	c->sessions = NULL;
+	c->cap_tokens = 0;
+}
+
+static int workspace_reserve(struct cpu_backend *c, size_t n, char *err, size_t err_len)
+{
+	if (n <= c->cap_tokens)
+		return 0;
+	const struct model_hparams *hp = &c->base.model->hp;
+	size_t qd = (size_t)hp->n_heads * hp->head_dim, kvd = (size_t)hp->n_kv_heads * hp->head_dim;
+	workspace_free(c);
+	c->x = malloc(n * hp->dim * sizeof(float));
+	c->xb = malloc(n * hp->dim * sizeof(float));
+	c->q = malloc(n * qd * sizeof(float));
+	c->k = malloc(n * kvd * sizeof(float));
+	c->v = malloc(n * kvd * sizeof(float));
+	c->att = malloc(n * qd * sizeof(float));
+	c->gate = malloc(n * hp->ffn_dim * sizeof(float));
+	c->up = malloc(n * hp->ffn_dim * sizeof(float));
+	c->proj = malloc(n * hp->dim * sizeof(float));
+	c->mass = malloc(n * hp->n_heads * sizeof(float));
+	c->order = malloc(n * sizeof(int));
+	c->sess_begin = malloc((n + 1) * sizeof(int));
+	c->sessions = malloc(n * sizeof(*c->sessions));
+	c->sess_rc = malloc(n * sizeof(int));
+	c->sess_err = malloc(n * sizeof(*c->sess_err));
+	if (!c->sess_err || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up ||
+	    !c->proj || !c->mass || !c->order || !c->sess_begin || !c->sessions || !c->sess_rc) {
+		workspace_free(c);
+		return err_set(err, err_len, -ENOMEM, "cpu backend: no memory for a batch of %zu tokens",
+			       n);
+	}
+	c->cap_tokens = n;
+	return 0;
+}
+
+static int scratch_reserve(struct cpu_backend *c, size_t floats, char *err, size_t err_len)
+{
+	if (floats <= c->scratch_floats)
+		return 0;
+	float *s = malloc((size_t)c->n_threads * floats * sizeof(float));
+	if (!s)
+		return err_set(err, err_len, -ENOMEM, "cpu backend: no memory for attention scratch");
+	free(c->scratch);
+	c->scratch = s;
+	c->scratch_floats = floats;
+	return 0;
+}
+
+/* ============================================================== batch */
+
+/* Groups the tokens by session, checks them, and checks that every session
+ * can take its tokens; touches no cache. */
+static int batch_plan(struct cpu_backend *c, const struct backend_token *tokens, size_t n,
+		      char *err, size_t err_len)
+{
+	const struct model_hparams *hp = &c->base.model->hp;
+	c->n_sessions = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct backend_session *s = tokens[i].session;
+		if (!s)
+			return err_set(err, err_len, -EINVAL, "batch token %zu has no session", i);
+		if (tokens[i].token < 0 || tokens[i].token >= hp->n_vocab)
+			return err_set(err, err_len, -EINVAL,
+				       "batch token %zu: id %d is outside the vocabulary (0..%d)", i,
+				       (int)tokens[i].token, hp->n_vocab - 1);
+		s->batch_slot = -1;
+		s->batch_n = 0;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct backend_session *s = tokens[i].session;
+		if (s->batch_slot < 0) {
+			s->batch_slot = c->n_sessions;
+			c->sessions[c->n_sessions++] = s;
+		}
+		s->batch_n++;
+	}
+	c->sess_begin[0] = 0;
+	for (int j = 0; j < c->n_sessions; j++)
+		c->sess_begin[j + 1] = c->sess_begin[j] + c->sessions[j]->batch_n;
+	for (int j = 0; j < c->n_sessions; j++)
+		c->sessions[j]->batch_n = 0; /* reused as a fill cursor */
+	for (size_t i = 0; i < n; i++) {
+		struct backend_session *s = tokens[i].session;
+		c->order[c->sess_begin[s->batch_slot] + s->batch_n++] = (int)i;
+	}
+	size_t scratch = 0;
+	for (int j = 0; j < c->n_sessions; j++) {
+		struct backend_session *s = c->sessions[j];
+		if (!sinkcache_can_append(s->cache, (size_t)s->batch_n))
+			return err_set(err, err_len, -ENOSPC,
+				       "session cannot take %d more tokens: its cache is full "
+				       "(strategy full, max_context_length %d reached)",
+				       s->batch_n, sinkcache_geometry(s->cache)->max_context_length);
+		size_t f = sinkcache_scratch_floats(sinkcache_geometry(s->cache));
+		scratch = f > scratch ? f : scratch;
+	}
+	return scratch_reserve(c, scratch, err, err_len);
+}
+
+/* ============================================================ element ops */
+
+/* out(n, dim) = x / rms(x) * w, row by row. */
+static void rmsnorm_rows(float *out, const float *x, const float *w, int n, int dim, float eps)
+{
+	for (int i = 0; i < n; i++) {
+		const float *xr = x + (size_t)i * dim;
+		float *o = out + (size_t)i * dim;
+		double ss = 0.0;
+		for (int j = 0; j < dim; j++)
+			ss += (double)xr[j] * xr[j];
+		float scale = (float)(1.0 / sqrt(ss / dim + (double)eps));
+		for (int j = 0; j < dim; j++)
+			o[j] = xr[j] * scale * w[j];
+	}
+}
+
+static void add_rows(float *x, const float *y, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		x[i] += y[i];
+}
+
+/* gate = silu(gate) * up */
+static void swiglu(float *gate, const float *up, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+/* ============================================================ attention */
+
+struct attend_ctx {
+	struct cpu_backend *c;
+	const struct backend_token *tokens;
+	int layer;
+	int first_session; /* sessions [first, first + n) of the dispatch */
+	int token;	   /* head-parallel: the token being attended */
+	struct backend_session *session;
+};
+
+static void add_sink_mass(const struct attend_ctx *a, int t, int h0, int h1)
+{
+	const struct model_hparams *hp = &a->c->base.model->hp;
+	float *dst = a->tokens[t].sink_mass;
+	if (!dst)
+		return;
+	const float *m = a->c->mass + (size_t)t * hp->n_heads;
+	for (int h = h0; h < h1; h++)
+		dst[(size_t)a->layer * hp->n_heads + h] += m[h];
+}
+
+static int append_token(struct cpu_backend *c, struct backend_session *s, int layer, int t,
+			char *err, size_t err_len)
+{
+	size_t kvd = (size_t)c->base.model->hp.n_kv_heads * c->base.model->hp.head_dim;
+	return sinkcache_append(s->cache, layer, c->k + t * kvd, c->v + t * kvd, err, err_len);
+}
+
+static void attend_heads(const struct attend_ctx *a, struct backend_session *s, int t, int h0,
+			 int h1, int thread)
+{
+	struct cpu_backend *c = a->c;
+	const struct model_hparams *hp = &c->base.model->hp;
+	size_t qd = (size_t)hp->n_heads * hp->head_dim;
+	float *mass = a->tokens[t].sink_mass ? c->mass + (size_t)t * hp->n_heads : NULL;
+	if (mass)
+		memset(mass + h0, 0, (size_t)(h1 - h0) * sizeof(float));
+	sinkcache_attend(s->cache, a->layer, c->q + t * qd, hp->n_heads, h0, h1, c->att + t * qd,
+			 c->scratch + (size_t)thread * c->scratch_floats, mass);
+	if (mass)
+		add_sink_mass(a, t, h0, h1);
+}
+
+/* One task = one session: all its tokens, all heads. */
+static void attend_session_task(void *ctx, int task, int thread)
+{
+	const struct attend_ctx *a = ctx;
+	struct cpu_backend *c = a->c;
+	int j = a->first_session + task;
+	struct backend_session *s = c->sessions[j];
+	int n_heads = c->base.model->hp.n_heads;
+	c->sess_rc[j] = 0;
+	for (int o = c->sess_begin[j]; o < c->sess_begin[j + 1]; o++) {
+		int t = c->order[o];
+		int rc = append_token(c, s, a->layer, t, c->sess_err[j], SINKD_ERR_LEN);
+		if (rc) {
+			c->sess_rc[j] = rc;
+			return;
+		}
+		attend_heads(a, s, t, 0, n_heads, thread);
+	}
+}
+
+/* One task = one share of the heads of one token. */
+static void attend_heads_task(void *ctx, int task, int thread)
+{
+	const struct attend_ctx *a = ctx;
+	int h0, h1;
+	threadpool_split(a->c->base.model->hp.n_heads, a->c->n_threads, task, 1, &h0, &h1);
+	if (h0 < h1)
+		attend_heads(a, a->session, a->token, h0, h1, thread);
+}
+
+/* A session with many tokens: serial appends, head-parallel attends. */
+static int attend_long_session(struct attend_ctx *a, int j, char *err, size_t err_len)
+{
+	struct cpu_backend *c = a->c;
+	const struct model_hparams *hp = &c->base.model->hp;
+	struct backend_session *s = c->sessions[j];
+	struct sinkcache_stats st;
+	sinkcache_get_stats(s->cache, &st);
+	double macs = 2.0 * hp->n_heads * hp->head_dim * (st.n_resident + s->batch_n);
+	bool parallel = c->n_threads > 1 && macs >= ATTEND_PARALLEL_MIN_MACS;
+	a->session = s;
+	for (int o = c->sess_begin[j]; o < c->sess_begin[j + 1]; o++) {
+		int t = c->order[o];
+		int rc = append_token(c, s, a->layer, t, err, err_len);
+		if (rc)
+			return rc;
+		a->token = t;
+		if (parallel)
+			threadpool_run(c->pool, c->n_threads, attend_heads_task, a);
+		else
+			attend_heads(a, s, t, 0, hp->n_heads, 0);
+	}
+	return 0;
+}
+
+static int attention_layer(struct cpu_backend *c, const struct backend_token *tokens, int layer,
+			   char *err, size_t err_len)
+{
+	struct attend_ctx a = {.c = c, .tokens = tokens, .layer = layer};
+	/* Short sessions first, in one dispatch over sessions (they are
+	 * contiguous runs of c->sessions only by chance, so go one run at a time). */
+	int j = 0;
+	while (j < c->n_sessions) {
+		if (c->sessions[j]->batch_n >= HEAD_PARALLEL_MIN_TOKENS) {
+			int rc = attend_long_session(&a, j, err, err_len);
+			if (rc)
+				return rc;
+			j++;
+			continue;
+		}
+		int e = j;
+		while (e < c->n_sessions && c->sessions[e]->batch_n < HEAD_PARALLEL_MIN_TOKENS)
+			e++;
+		a.first_session = j;
+		threadpool_run(c->pool, e - j, attend_session_task, &a);
+		for (int k = j; k < e; k++)
+			if (c->sess_rc[k]) {
+				return err_set(err, err_len, c->sess_rc[k], "layer %d: %s", layer,
+					       c->sess_err[k]);
+			}
+		j = e;
+	}
+	return 0;
+}
+
+/* ============================================================ forward */
+
+static void embed_tokens(struct cpu_backend *c, const struct backend_token *tokens, size_t n)
+{
+	const struct model *m = c->base.model;
+	for (size_t i = 0; i < n; i++)
+		matmul_row_to_f32(&m->token_embd, tokens[i].token, c->x + i * m->hp.dim);
+}
+
+static int layer_forward(struct cpu_backend *c, const struct backend_token *tokens, int n,
+			 int layer, char *err, size_t err_len)
+{
+	const struct model *m = c->base.model;
+	const struct model_hparams *hp = &m->hp;
+	const struct model_layer *L = &m->layers[layer];
+	rmsnorm_rows(c->xb, c->x, L->attn_norm, n, hp->dim, hp->norm_eps);
+	struct matmul_job qkv[3] = {{.w = &L->wq, .bias = L->bq, .y = c->q},
+				    {.w = &L->wk, .bias = L->bk, .y = c->k},
+				    {.w = &L->wv, .bias = L->bv, .y = c->v}};
+	matmul_many(c->pool, MATMUL_ISA_AUTO, c->xb, n, qkv, 3);
+	int rc = attention_layer(c, tokens, layer, err, err_len);
+	if (rc)
+		return rc;
+	matmul(c->pool, c->att, n, &L->wo, c->proj);
+	add_rows(c->x, c->proj, (size_t)n * hp->dim);
+	rmsnorm_rows(c->xb, c->x, L->ffn_norm, n, hp->dim, hp->norm_eps);
+	struct matmul_job gate_up[2] = {{.w = &L->w_gate, .y = c->gate}, {.w = &L->w_up, .y = c->up}};
+	matmul_many(c->pool, MATMUL_ISA_AUTO, c->xb, n, gate_up, 2);
+	swiglu(c->gate, c->up, (size_t)n * hp->ffn_dim);
+	matmul(c->pool, c->gate, n, &L->w_down, c->proj);
+	add_rows(c->x, c->proj, (size_t)n * hp->dim);
+	return 0;
+}
+
+/* Final norm and output head for the tokens that want logits, in batch order. */
+static void output_logits(struct cpu_backend *c, const struct backend_token *tokens, size_t n,
+			  float *logits)
+{
+	const struct model *m = c->base.model;
+	int dim = m->hp.dim, n_want = 0;
+	for (size_t i = 0; i < n; i++)
+		if (tokens[i].want_logits)
+			memcpy(c->proj + (size_t)n_want++ * dim, c->x + i * dim, dim * sizeof(float));
+	if (n_want == 0)
+		return;
+	rmsnorm_rows(c->xb, c->proj, m->output_norm, n_want, dim, m->hp.norm_eps);
+	matmul(c->pool, c->xb, n_want, &m->output, logits);
+}
+
+static int cpu_forward(struct backend *be, const struct backend_token *tokens, size_t n_tokens,
+		       float *logits, char *err, size_t err_len)
+{
+	struct cpu_backend *c = cpu_of(be);
+	if (n_tokens == 0)
+		return 0;
+	if (n_tokens > (size_t)1 << 24)
+		return err_set(err, err_len, -EINVAL, "batch of %zu tokens is too large", n_tokens);
+	int rc = workspace_reserve(c, n_tokens, err, err_len);
+	if (rc)
+		return rc;
+	rc = batch_plan(c, tokens, n_tokens, err, err_len);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < n_tokens; i++)
+		if (tokens[i].want_logits && !logits)
+			return err_set(err, err_len, -EINVAL, "token %zu wants logits but no buffer given",
+				       i);
+	embed_tokens(c, tokens, n_tokens);
+	for (int l = 0; l < be->model->hp.n_layers; l++) {
+		rc = layer_forward(c, tokens, (int)n_tokens, l, err, err_len);
+		if (rc)
+			return rc;
+	}
+	output_logits(c, tokens, n_tokens, logits);
+	return 0;
+}
+
+/* ============================================================ sessions */
+
+static int cpu_session_new(struct backend *be, const struct sinkcache_geometry *g,
+			   struct backend_session **out, char *err, size_t err_len)
+{
+	const struct model_hparams *hp = &be->model->hp;
+	*out = NULL;
+	if (g->n_layers != hp->n_layers || g->n_kv_heads != hp->n_kv_heads ||
+	    g->head_dim != hp->head_dim)
+		return err_set(err, err_len, -EINVAL,
+			       "cache geometry (%d layers, %d kv heads, head_dim %d) does not match "
+			       "the model (%d, %d, %d)",
+			       g->n_layers, g->n_kv_heads, g->head_dim, hp->n_layers, hp->n_kv_heads,
+			       hp->head_dim);
+	struct backend_session *s = calloc(1, sizeof(*s));
+	if (!s)
+		return err_set(err, err_len, -ENOMEM, "cpu backend: out of memory for a session");
+	int rc = sinkcache_new(g, &s->cache, err, err_len);
+	if (rc) {
+		free(s);
+		return rc;
+	}
+	s->batch_slot = -1;
+	*out = s;
+	return 0;
+}
+
+static void cpu_session_free(struct backend *be, struct backend_session *s)
+{
+	if (!s)
+		return;
+	sinkcache_free(s->cache);
+	free(s);
+}
+
+static int cpu_session_revise(struct backend *be, struct backend_session *s, size_t n_tokens,
+			      char *err, size_t err_len)
+{
+	return sinkcache_revise(s->cache, n_tokens, err, err_len);
+}
+
+static void cpu_session_stats(struct backend *be, const struct backend_session *s,
+			      struct sinkcache_stats *out)
+{
+	sinkcache_get_stats(s->cache, out);
+}
+
+static bool cpu_session_can_append(struct backend *be, const struct backend_session *s, size_t n)
+{
+	return sinkcache_can_append(s->cache, n);
+}
+
+static void cpu_destroy(struct backend *be)
+{
+	struct cpu_backend *c = cpu_of(be);
+	threadpool_free(c->pool);
+	workspace_free(c);
+	free(c->scratch);
+	free(c);
+}
+
+static const struct backend_ops cpu_ops = {
+	.name = "cpu",
+	.session_new = cpu_session_new,
+	.session_free = cpu_session_free,
+	.session_revise = cpu_session_revise,
+	.session_stats = cpu_session_stats,
+	.session_can_append = cpu_session_can_append,
+	.forward = cpu_forward,
+	.destroy = cpu_destroy,
+	.session_offload = NULL,
+};
+
+static int check_matrix(const struct weight_matrix *w, const char *what, char *err, size_t err_len)
+{
+	if (!matmul_type_supported(w->type))
+		return err_set(err, err_len, -ENOTSUP, "cpu backend: %s has unsupported type %d", what,
+			       (int)w->type);
+	return 0;
+}
+
+static int check_model(const struct model *m, char *err, size_t err_len)
+{
+	int rc = check_matrix(&m->token_embd, "token_embd", err, err_len);
+	rc = rc ? rc : check_matrix(&m->output, "output", err, err_len);
+	for (int l = 0; l < m->hp.n_layers && !rc; l++) {
+		const struct model_layer *L = &m->layers[l];
+		const struct weight_matrix *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo,
+						    &L->w_gate, &L->w_up, &L->w_down};
+		for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]) && !rc; i++)
+			rc = check_matrix(ws[i], "a layer matrix", err, err_len);
+	}
+	return rc;
+}
+
+int backend_cpu_new(const struct model *m, const struct backend_options *opt, struct backend **out,
+		    char *err, size_t err_len)
+{
+	*out = NULL;
+	int rc = check_model(m, err, err_len);
+	if (rc)
+		return rc;
+	struct cpu_backend *c = calloc(1, sizeof(*c));
+	if (!c)
+		return err_set(err, err_len, -ENOMEM, "cpu backend: out of memory");
+	c->base.ops = &cpu_ops;
+	c->base.model = m;
+	c->base.impl = c;
+	rc = threadpool_new(opt ? opt->n_threads : 0, &c->pool, err, err_len);
+	if (rc) {
+		free(c);
+		return rc;
+	}
+	c->n_threads = threadpool_size(c->pool);
+	*out = &c->base;
+	return 0;
+}
