@@ -93,11 +93,17 @@ void config_deinit(struct sinkd_config *c);
 int config_load(struct sinkd_config *c, const char *path, const char *const *overrides,
 		size_t n_overrides, struct config_errors *errs);
 
+/* Rules that only serving needs: model.path set; TLS files set when TLS is on. */
+int config_check_serve(const struct sinkd_config *c, struct config_errors *errs);
+/* global_cache_limit must hold at least one session's cache for this model. */
+struct model_hparams;
+int config_check_budget(const struct sinkd_config *c, const struct model_hparams *hp,
+			struct config_errors *errs);
+
 /* Prints the effective config as YAML; secret values are masked. */
 void config_print(const struct sinkd_config *c, FILE *out);
 
 /* Cache geometry for a model under this config. */
-struct model_hparams;
 void config_cache_geometry(const struct sinkd_config *c, const struct model_hparams *hp,
 			   struct sinkcache_geometry *g);
 

@@ -1,0 +1,969 @@
+/* Configuration loading: parses values for the keys of config_table.c from
+ * their defaults, a YAML file (libyaml events, with line and column for every
+ * problem) and `--set key.path=value` overrides, then checks the rules that
+ * span several keys.  All problems are collected, not just the first.  It
+ * does not watch files or apply a config: the daemon does that on SIGHUP. */
+#include "config/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+#include <yaml.h>
+
+#include "cache/sinkcache.h"
+#include "config/config_table.h"
+#include "model/model.h"
+#include "util/errbuf.h"
+
+#define ORIGIN_LEN 192
+
+/* State of one config_load call. */
+struct loader {
+	struct sinkd_config *cfg;
+	struct config_errors *errs;
+	const char *file;	 /* path as given, for messages */
+	char base_dir[4096];	 /* relative PATH values resolve against this */
+	char (*origin)[ORIGIN_LEN]; /* per key: "file:line:col" or "--set" or "default" */
+	char **seen;		 /* paths already set in this file (duplicates) */
+	size_t n_seen;
+	yaml_parser_t parser;
+};
+
+/* ---------------------------------------------------------------- errors */
+
+void config_errors_deinit(struct config_errors *e)
+{
+	if (e == NULL)
+		return;
+	for (size_t i = 0; i < e->n; i++)
+		free(e->lines[i]);
+	free(e->lines);
+	e->lines = NULL;
+	e->n = 0;
+}
+
+void config_errors_print(const struct config_errors *e, FILE *out)
+{
+	for (size_t i = 0; e && i < e->n; i++)
+		fprintf(out, "%s\n", e->lines[i]);
+}
+
+static void add_error(struct loader *ld, const char *where, const char *fmt, ...) SINKD_PRINTF(3, 4);
+static void add_error(struct loader *ld, const char *where, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	char **lines = realloc(ld->errs->lines, (ld->errs->n + 1) * sizeof(char *));
+	if (lines == NULL)
+		return;
+	ld->errs->lines = lines;
+	size_t len = strlen(where) + strlen(msg) + 3;
+	char *line = malloc(len);
+	if (line == NULL)
+		return;
+	snprintf(line, len, "%s: %s", where, msg);
+	lines[ld->errs->n++] = line;
+}
+
+/* ---------------------------------------------------------------- table */
+
+static const struct config_key *find_key(const char *path)
+{
+	for (size_t i = 0; i < config_n_keys; i++)
+		if (strcmp(config_keys[i].path, path) == 0)
+			return &config_keys[i];
+	return NULL;
+}
+
+static int is_section(const char *path)
+{
+	size_t len = strlen(path);
+	for (size_t i = 0; i < config_n_keys; i++)
+		if (strncmp(config_keys[i].path, path, len) == 0 && config_keys[i].path[len] == '.')
+			return 1;
+	return 0;
+}
+
+static size_t levenshtein(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	if (la > 128 || lb > 128)
+		return (size_t)-1;
+	size_t row[129];
+	for (size_t j = 0; j <= lb; j++)
+		row[j] = j;
+	for (size_t i = 1; i <= la; i++) {
+		size_t diag = row[0];
+		row[0] = i;
+		for (size_t j = 1; j <= lb; j++) {
+			size_t up = row[j];
+			size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+			size_t best = diag + cost;
+			if (row[j] + 1 < best)
+				best = row[j] + 1;
+			if (row[j - 1] + 1 < best)
+				best = row[j - 1] + 1;
+			row[j] = best;
+			diag = up;
+		}
+	}
+	return row[lb];
+}
+
+/* The known key or section nearest to an unknown path, or NULL. */
+static const char *suggest(const char *path, char *buf, size_t buf_len)
+{
+	size_t best = (size_t)-1;
+	const char *best_path = NULL;
+	for (size_t i = 0; i < config_n_keys; i++) {
+		const char *k = config_keys[i].path;
+		/* Compare against the key and every section prefix of it. */
+		for (const char *dot = k;; dot++) {
+			if (*dot == '.' || *dot == '\0') {
+				size_t n = (size_t)(dot - k);
+				if (n < buf_len) {
+					memcpy(buf, k, n);
+					buf[n] = '\0';
+					size_t d = levenshtein(path, buf);
+					if (d < best) {
+						best = d;
+						best_path = k;
+					}
+				}
+			}
+			if (*dot == '\0')
+				break;
+		}
+	}
+	size_t limit = strlen(path) / 4 > 2 ? strlen(path) / 4 : 2;
+	if (best_path == NULL || best > limit)
+		return NULL;
+	/* Recompute the matching prefix of best_path into buf. */
+	for (const char *dot = best_path;; dot++) {
+		if (*dot == '.' || *dot == '\0') {
+			size_t n = (size_t)(dot - best_path);
+			memcpy(buf, best_path, n);
+			buf[n] = '\0';
+			if (levenshtein(path, buf) == best)
+				return buf;
+		}
+		if (*dot == '\0')
+			break;
+	}
+	return NULL;
+}
+
+static void describe_allowed(const struct config_key *k, char *out, size_t len)
+{
+	switch (k->type) {
+	case CONFIG_BOOL:
+		snprintf(out, len, "true or false");
+		break;
+	case CONFIG_INT:
+		snprintf(out, len, "an integer %lld..%lld", (long long)k->min, (long long)k->max);
+		break;
+	case CONFIG_SIZE:
+		snprintf(out, len, "a size such as 512MiB or 8GiB (KiB/MiB/GiB/TiB, K/M/G/T), %s%lld..%lld bytes",
+			 k->aux_offset ? "or auto, " : "", (long long)k->min, (long long)k->max);
+		break;
+	case CONFIG_DOUBLE:
+		snprintf(out, len, "a number %g..%g", k->dmin, k->dmax);
+		break;
+	case CONFIG_ENUM: {
+		size_t n = 0;
+		out[0] = '\0';
+		for (size_t i = 0; k->names[i]; i++)
+			n += (size_t)snprintf(out + n, n < len ? len - n : 0, "%s%s", i ? " | " : "",
+					      k->names[i]);
+		break;
+	}
+	case CONFIG_STRING:
+		snprintf(out, len, "a string");
+		break;
+	case CONFIG_PATH:
+		snprintf(out, len, "the path of a readable file");
+		break;
+	case CONFIG_STRLIST:
+		snprintf(out, len, "a list of strings");
+		break;
+	}
+}
+
+/* ---------------------------------------------------------------- values */
+
+int config_parse_size(const char *s, int64_t *bytes)
+{
+	static const struct {
+		const char *suffix;
+		double mult;
+	} units[] = {{"", 1.0},
+		     {"b", 1.0},
+		     {"k", 1024.0},
+		     {"kib", 1024.0},
+		     {"kb", 1e3},
+		     {"m", 1048576.0},
+		     {"mib", 1048576.0},
+		     {"mb", 1e6},
+		     {"g", 1073741824.0},
+		     {"gib", 1073741824.0},
+		     {"gb", 1e9},
+		     {"t", 1099511627776.0},
+		     {"tib", 1099511627776.0},
+		     {"tb", 1e12}};
+	if (s == NULL)
+		return -EINVAL;
+	while (isspace((unsigned char)*s))
+		s++;
+	if (!isdigit((unsigned char)*s))
+		return -EINVAL;
+	char *end = NULL;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || end == s || !isfinite(v) || v < 0)
+		return -EINVAL;
+	while (isspace((unsigned char)*end))
+		end++;
+	char suffix[8];
+	size_t n = strlen(end);
+	if (n >= sizeof(suffix))
+		return -EINVAL;
+	for (size_t i = 0; i <= n; i++)
+		suffix[i] = (char)tolower((unsigned char)end[i]);
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+		if (strcmp(suffix, units[i].suffix) == 0) {
+			double b = v * units[i].mult;
+			if (b > 9.2e18 || b != floor(b))
+				return -EINVAL;
+			*bytes = (int64_t)b;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+static int parse_bool(const char *s, bool *out)
+{
+	static const char *const yes[] = {"true", "yes", "on", NULL};
+	static const char *const no[] = {"false", "no", "off", NULL};
+	for (size_t i = 0; yes[i]; i++)
+		if (strcasecmp(s, yes[i]) == 0)
+			return *out = true, 0;
+	for (size_t i = 0; no[i]; i++)
+		if (strcasecmp(s, no[i]) == 0)
+			return *out = false, 0;
+	return -EINVAL;
+}
+
+static int parse_int(const char *s, int64_t *out)
+{
+	char *end = NULL;
+	errno = 0;
+	long long v = strtoll(s, &end, 10);
+	if (errno || end == s || *end != '\0')
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+static void *field(struct sinkd_config *cfg, size_t offset)
+{
+	return (char *)cfg + offset;
+}
+
+static const void *cfield(const struct sinkd_config *cfg, size_t offset)
+{
+	return (const char *)cfg + offset;
+}
+
+static void free_strlist(struct sinkd_config *cfg, const struct config_key *k)
+{
+	char ***list = field(cfg, k->offset);
+	size_t *count = field(cfg, k->aux_offset);
+	for (size_t i = 0; i < *count; i++)
+		free((*list)[i]);
+	free(*list);
+	*list = NULL;
+	*count = 0;
+}
+
+/* Resolves a relative path against base_dir (the config file's folder). */
+static char *resolve_path(const char *base_dir, const char *value)
+{
+	if (value[0] == '/' || base_dir == NULL || base_dir[0] == '\0')
+		return strdup(value);
+	size_t len = strlen(base_dir) + strlen(value) + 2;
+	char *out = malloc(len);
+	if (out)
+		snprintf(out, len, "%s/%s", base_dir, value);
+	return out;
+}
+
+static int strlist_append(struct sinkd_config *cfg, const struct config_key *k, const char *item,
+			  char *msg, size_t msg_len)
+{
+	char ***list = field(cfg, k->offset);
+	size_t *count = field(cfg, k->aux_offset);
+	if (k->validate && k->validate(item, msg, msg_len))
+		return -EINVAL;
+	char **grown = realloc(*list, (*count + 1) * sizeof(char *));
+	if (grown == NULL)
+		return err_set(msg, msg_len, -ENOMEM, "out of memory");
+	*list = grown;
+	grown[*count] = strdup(item);
+	if (grown[*count] == NULL)
+		return err_set(msg, msg_len, -ENOMEM, "out of memory");
+	(*count)++;
+	return 0;
+}
+
+/* Parses `text` for key k and stores it.  Returns 0 or -EINVAL with msg. */
+static int set_scalar(struct sinkd_config *cfg, const struct config_key *k, const char *text,
+		      const char *base_dir, char *msg, size_t msg_len)
+{
+	char allowed[320];
+	describe_allowed(k, allowed, sizeof(allowed));
+	switch (k->type) {
+	case CONFIG_BOOL: {
+		bool v;
+		if (parse_bool(text, &v))
+			return err_set(msg, msg_len, -EINVAL, "'%.80s' is not a boolean (allowed: %s)",
+				       text, allowed);
+		*(bool *)field(cfg, k->offset) = v;
+		return 0;
+	}
+	case CONFIG_INT: {
+		int64_t v;
+		if (parse_int(text, &v))
+			return err_set(msg, msg_len, -EINVAL, "'%.80s' is not an integer (allowed: %s)",
+				       text, allowed);
+		if (v < k->min || v > k->max)
+			return err_set(msg, msg_len, -ERANGE, "%lld is out of range (allowed: %s)",
+				       (long long)v, allowed);
+		*(int64_t *)field(cfg, k->offset) = v;
+		return 0;
+	}
+	case CONFIG_SIZE: {
+		int64_t v = 0;
+		bool is_auto = k->aux_offset && strcasecmp(text, "auto") == 0;
+		if (!is_auto && config_parse_size(text, &v))
+			return err_set(msg, msg_len, -EINVAL, "'%.80s' is not a size (allowed: %s)",
+				       text, allowed);
+		if (!is_auto && (v < k->min || v > k->max))
+			return err_set(msg, msg_len, -ERANGE, "%s is out of range (allowed: %s)", text,
+				       allowed);
+		*(int64_t *)field(cfg, k->offset) = v;
+		if (k->aux_offset)
+			*(bool *)field(cfg, k->aux_offset) = is_auto;
+		return 0;
+	}
+	case CONFIG_DOUBLE: {
+		char *end = NULL;
+		errno = 0;
+		double v = strtod(text, &end);
+		if (errno || end == text || *end != '\0' || !isfinite(v))
+			return err_set(msg, msg_len, -EINVAL, "'%.80s' is not a number (allowed: %s)",
+				       text, allowed);
+		if (v < k->dmin || v > k->dmax)
+			return err_set(msg, msg_len, -ERANGE, "%g is out of range (allowed: %s)", v,
+				       allowed);
+		*(double *)field(cfg, k->offset) = v;
+		return 0;
+	}
+	case CONFIG_ENUM:
+		for (size_t i = 0; k->names[i]; i++) {
+			if (strcmp(text, k->names[i]) == 0) {
+				*(int *)field(cfg, k->offset) = k->values[i];
+				return 0;
+			}
+		}
+		return err_set(msg, msg_len, -EINVAL, "'%.80s' is not allowed (allowed: %s)", text,
+			       allowed);
+	case CONFIG_STRING:
+	case CONFIG_PATH: {
+		char **slot = field(cfg, k->offset);
+		if (text[0] != '\0' && k->validate && k->validate(text, msg, msg_len))
+			return -EINVAL;
+		char *v = NULL;
+		if (text[0] != '\0') {
+			v = k->type == CONFIG_PATH ? resolve_path(base_dir, text) : strdup(text);
+			if (v == NULL)
+				return err_set(msg, msg_len, -ENOMEM, "out of memory");
+			if (k->type == CONFIG_PATH && access(v, R_OK) != 0) {
+				int e = errno;
+				err_set(msg, msg_len, -ENOENT, "cannot read file '%s': %s", v,
+					strerror(e));
+				free(v);
+				return -ENOENT;
+			}
+		}
+		free(*slot);
+		*slot = v;
+		return 0;
+	}
+	case CONFIG_STRLIST: {
+		/* A scalar for a list: comma-separated (how --set writes lists). */
+		free_strlist(cfg, k);
+		char *copy = strdup(text);
+		if (copy == NULL)
+			return err_set(msg, msg_len, -ENOMEM, "out of memory");
+		char *save = NULL;
+		int rc = 0;
+		for (char *item = strtok_r(copy, ",", &save); item && rc == 0;
+		     item = strtok_r(NULL, ",", &save)) {
+			while (isspace((unsigned char)*item))
+				item++;
+			rc = strlist_append(cfg, k, item, msg, msg_len);
+		}
+		free(copy);
+		return rc;
+	}
+	}
+	return -EINVAL;
+}
+
+/* ---------------------------------------------------------------- YAML */
+
+static void mark_where(const struct loader *ld, const yaml_mark_t *mark, char *out, size_t len)
+{
+	snprintf(out, len, "%s:%zu:%zu", ld->file, mark->line + 1, mark->column + 1);
+}
+
+static size_t key_index(const struct config_key *k)
+{
+	return (size_t)(k - config_keys);
+}
+
+static int next_event(struct loader *ld, yaml_event_t *ev)
+{
+	if (yaml_parser_parse(&ld->parser, ev))
+		return 0;
+	char where[ORIGIN_LEN];
+	mark_where(ld, &ld->parser.problem_mark, where, sizeof(where));
+	add_error(ld, where, "YAML syntax error: %s%s%s", ld->parser.problem ? ld->parser.problem : "?",
+		  ld->parser.context ? " " : "", ld->parser.context ? ld->parser.context : "");
+	return -EINVAL;
+}
+
+/* Consumes the rest of a node whose start event was `start`. */
+static int skip_node(struct loader *ld, yaml_event_type_t start)
+{
+	if (start != YAML_MAPPING_START_EVENT && start != YAML_SEQUENCE_START_EVENT)
+		return 0;
+	int depth = 1;
+	while (depth > 0) {
+		yaml_event_t ev;
+		if (next_event(ld, &ev))
+			return -EINVAL;
+		if (ev.type == YAML_MAPPING_START_EVENT || ev.type == YAML_SEQUENCE_START_EVENT)
+			depth++;
+		else if (ev.type == YAML_MAPPING_END_EVENT || ev.type == YAML_SEQUENCE_END_EVENT)
+			depth--;
+		yaml_event_delete(&ev);
+	}
+	return 0;
+}
+
+static int note_seen(struct loader *ld, const char *path, const char *where)
+{
+	for (size_t i = 0; i < ld->n_seen; i++) {
+		if (strcmp(ld->seen[i], path) == 0) {
+			add_error(ld, where, "%s: duplicate key (each key may appear once)", path);
+			return -EINVAL;
+		}
+	}
+	char **grown = realloc(ld->seen, (ld->n_seen + 1) * sizeof(char *));
+	if (grown == NULL)
+		return -ENOMEM;
+	ld->seen = grown;
+	ld->seen[ld->n_seen++] = strdup(path);
+	return 0;
+}
+
+static int is_null_scalar(const yaml_event_t *ev)
+{
+	const char *v = (const char *)ev->data.scalar.value;
+	if (ev->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+		return 0;
+	return v[0] == '\0' || strcmp(v, "~") == 0 || strcmp(v, "null") == 0;
+}
+
+static void apply_yaml_scalar(struct loader *ld, const struct config_key *k, const yaml_event_t *ev,
+			      const char *where)
+{
+	char msg[600];
+	const char *text = (const char *)ev->data.scalar.value;
+	int empty_ok = k->type == CONFIG_STRING || k->type == CONFIG_PATH || k->type == CONFIG_STRLIST;
+	if (is_null_scalar(ev) && !empty_ok) {
+		describe_allowed(k, msg, sizeof(msg));
+		add_error(ld, where, "%s: needs a value (allowed: %s)", k->path, msg);
+		return;
+	}
+	if (is_null_scalar(ev))
+		text = "";
+	if (k->type == CONFIG_STRLIST && text[0] != '\0') {
+		add_error(ld, where, "%s: wrong type: expected a list, e.g. [\"sha256:...\"]", k->path);
+		return;
+	}
+	if (set_scalar(ld->cfg, k, text, ld->base_dir, msg, sizeof(msg)) != 0) {
+		add_error(ld, where, "%s: %s", k->path, msg);
+		return;
+	}
+	snprintf(ld->origin[key_index(k)], ORIGIN_LEN, "%s", where);
+}
+
+static int parse_list(struct loader *ld, const struct config_key *k, const char *where)
+{
+	free_strlist(ld->cfg, k);
+	snprintf(ld->origin[key_index(k)], ORIGIN_LEN, "%s", where);
+	for (;;) {
+		yaml_event_t ev;
+		if (next_event(ld, &ev))
+			return -EINVAL;
+		if (ev.type == YAML_SEQUENCE_END_EVENT) {
+			yaml_event_delete(&ev);
+			return 0;
+		}
+		char item_where[ORIGIN_LEN], msg[600];
+		mark_where(ld, &ev.start_mark, item_where, sizeof(item_where));
+		if (ev.type != YAML_SCALAR_EVENT) {
+			add_error(ld, item_where, "%s: wrong type: list items must be strings", k->path);
+			yaml_event_type_t t = ev.type;
+			yaml_event_delete(&ev);
+			if (skip_node(ld, t))
+				return -EINVAL;
+			continue;
+		}
+		if (strlist_append(ld->cfg, k, (const char *)ev.data.scalar.value, msg, sizeof(msg)))
+			add_error(ld, item_where, "%s: %s", k->path, msg);
+		yaml_event_delete(&ev);
+	}
+}
+
+static int parse_mapping(struct loader *ld, const char *prefix);
+
+/* Handles the value of `path` whose first event is ev (consumed here). */
+static int parse_value(struct loader *ld, const char *path, yaml_event_t *ev, const char *where)
+{
+	const struct config_key *k = find_key(path);
+	int section = k == NULL && is_section(path);
+	int rc = 0;
+	if (ev->type == YAML_ALIAS_EVENT) {
+		add_error(ld, where, "%s: YAML aliases are not supported", path);
+	} else if (k == NULL && !section) {
+		char buf[256];
+		const char *near = suggest(path, buf, sizeof(buf));
+		if (near)
+			add_error(ld, where, "%s: unknown key (did you mean '%s'?)", path, near);
+		else
+			add_error(ld, where, "%s: unknown key", path);
+		rc = skip_node(ld, ev->type);
+	} else if (section) {
+		if (ev->type == YAML_MAPPING_START_EVENT)
+			rc = parse_mapping(ld, path);
+		else if (ev->type == YAML_SCALAR_EVENT && is_null_scalar(ev))
+			rc = 0; /* an empty section keeps its defaults */
+		else {
+			add_error(ld, where, "%s: wrong type: this is a section, expected a mapping of its keys",
+				  path);
+			rc = skip_node(ld, ev->type);
+		}
+	} else if (ev->type == YAML_SCALAR_EVENT) {
+		apply_yaml_scalar(ld, k, ev, where);
+	} else if (ev->type == YAML_SEQUENCE_START_EVENT && k->type == CONFIG_STRLIST) {
+		rc = parse_list(ld, k, where);
+	} else {
+		char allowed[320];
+		describe_allowed(k, allowed, sizeof(allowed));
+		add_error(ld, where, "%s: wrong type: expected %s", path, allowed);
+		rc = skip_node(ld, ev->type);
+	}
+	return rc;
+}
+
+static int parse_mapping(struct loader *ld, const char *prefix)
+{
+	for (;;) {
+		yaml_event_t key_ev, val_ev;
+		if (next_event(ld, &key_ev))
+			return -EINVAL;
+		if (key_ev.type == YAML_MAPPING_END_EVENT) {
+			yaml_event_delete(&key_ev);
+			return 0;
+		}
+		char where[ORIGIN_LEN], path[256];
+		mark_where(ld, &key_ev.start_mark, where, sizeof(where));
+		if (key_ev.type != YAML_SCALAR_EVENT) {
+			add_error(ld, where, "%s: keys must be plain strings", prefix[0] ? prefix : "(top)");
+			yaml_event_delete(&key_ev);
+			return -EINVAL;
+		}
+		snprintf(path, sizeof(path), "%s%s%s", prefix, prefix[0] ? "." : "",
+			 (const char *)key_ev.data.scalar.value);
+		yaml_event_delete(&key_ev);
+		if (next_event(ld, &val_ev))
+			return -EINVAL;
+		int dup = note_seen(ld, path, where);
+		int rc = 0;
+		if (dup == 0)
+			rc = parse_value(ld, path, &val_ev, where);
+		else
+			rc = skip_node(ld, val_ev.type);
+		yaml_event_delete(&val_ev);
+		if (rc)
+			return rc;
+	}
+}
+
+static int parse_document(struct loader *ld)
+{
+	yaml_event_t ev;
+	int rc = 0;
+	for (;;) {
+		if (next_event(ld, &ev))
+			return -EINVAL;
+		yaml_event_type_t t = ev.type;
+		char where[ORIGIN_LEN];
+		mark_where(ld, &ev.start_mark, where, sizeof(where));
+		if (t == YAML_STREAM_END_EVENT) {
+			yaml_event_delete(&ev);
+			return rc;
+		}
+		if (t == YAML_MAPPING_START_EVENT) {
+			yaml_event_delete(&ev);
+			rc = parse_mapping(ld, "");
+			if (rc)
+				return rc;
+			continue;
+		}
+		if (t == YAML_SCALAR_EVENT && !is_null_scalar(&ev)) {
+			add_error(ld, where, "the file must be a mapping of sections (server:, model:, inference:, ...)");
+			yaml_event_delete(&ev);
+			return -EINVAL;
+		}
+		if (t == YAML_SEQUENCE_START_EVENT) {
+			add_error(ld, where, "the file must be a mapping of sections, not a list");
+			yaml_event_delete(&ev);
+			return -EINVAL;
+		}
+		yaml_event_delete(&ev);
+	}
+}
+
+static int load_file(struct loader *ld, const char *path)
+{
+	FILE *fp = fopen(path, "rb");
+	if (fp == NULL) {
+		add_error(ld, path, "cannot open config file: %s", strerror(errno));
+		return -ENOENT;
+	}
+	/* Relative paths in the file are relative to its folder. */
+	snprintf(ld->base_dir, sizeof(ld->base_dir), "%s", path);
+	char *slash = strrchr(ld->base_dir, '/');
+	if (slash)
+		*slash = '\0';
+	else
+		snprintf(ld->base_dir, sizeof(ld->base_dir), ".");
+	yaml_parser_initialize(&ld->parser);
+	yaml_parser_set_input_file(&ld->parser, fp);
+	int rc = parse_document(ld);
+	yaml_parser_delete(&ld->parser);
+	fclose(fp);
+	return rc;
+}
+
+/* ---------------------------------------------------------------- overrides */
+
+static void apply_override(struct loader *ld, const char *spec)
+{
+	char where[ORIGIN_LEN];
+	snprintf(where, sizeof(where), "--set %.160s", spec);
+	const char *eq = strchr(spec, '=');
+	if (eq == NULL || eq == spec) {
+		add_error(ld, where, "expected key.path=value");
+		return;
+	}
+	char path[256];
+	size_t n = (size_t)(eq - spec);
+	if (n >= sizeof(path)) {
+		add_error(ld, where, "key too long");
+		return;
+	}
+	memcpy(path, spec, n);
+	path[n] = '\0';
+	const struct config_key *k = find_key(path);
+	if (k == NULL) {
+		char buf[256];
+		const char *near = suggest(path, buf, sizeof(buf));
+		if (is_section(path))
+			add_error(ld, where, "%s: is a section; set one of its keys", path);
+		else if (near)
+			add_error(ld, where, "%s: unknown key (did you mean '%s'?)", path, near);
+		else
+			add_error(ld, where, "%s: unknown key", path);
+		return;
+	}
+	char msg[600];
+	/* --set paths are relative to the working directory. */
+	if (set_scalar(ld->cfg, k, eq + 1, NULL, msg, sizeof(msg)) != 0) {
+		add_error(ld, where, "%s: %s", k->path, msg);
+		return;
+	}
+	snprintf(ld->origin[key_index(k)], ORIGIN_LEN, "--set %s", k->path);
+}
+
+/* ---------------------------------------------------------------- rules */
+
+static void check_cross_keys(struct loader *ld)
+{
+	const struct sinkd_config *c = ld->cfg;
+	const char *sink_at = ld->origin[key_index(find_key("inference.cache.sink_keep_count"))];
+	const char *win_at = ld->origin[key_index(find_key("inference.cache.window_size"))];
+	const char *hot_at =
+		ld->origin[key_index(find_key("inference.quantization.full_precision_recent"))];
+	if (c->inference.cache.strategy == CACHE_STRATEGY_SLIDING_WINDOW) {
+		if (c->inference.cache.sink_keep_count >= c->inference.cache.window_size)
+			add_error(ld, sink_at,
+				  "inference.cache.sink_keep_count: %lld must be smaller than "
+				  "inference.cache.window_size (%lld, set at %s)",
+				  (long long)c->inference.cache.sink_keep_count,
+				  (long long)c->inference.cache.window_size, win_at);
+		if (c->inference.cache.window_size > c->inference.max_context_length)
+			add_error(ld, win_at,
+				  "inference.cache.window_size: %lld is larger than "
+				  "inference.max_context_length (%lld)",
+				  (long long)c->inference.cache.window_size,
+				  (long long)c->inference.max_context_length);
+		if (c->inference.quantization.enabled &&
+		    c->inference.quantization.full_precision_recent > c->inference.cache.window_size)
+			add_error(ld, hot_at,
+				  "inference.quantization.full_precision_recent: %lld is larger than "
+				  "inference.cache.window_size (%lld); allowed 0..window_size",
+				  (long long)c->inference.quantization.full_precision_recent,
+				  (long long)c->inference.cache.window_size);
+	}
+}
+
+/* ---------------------------------------------------------------- public */
+
+int config_init_defaults(struct sinkd_config *c)
+{
+	memset(c, 0, sizeof(*c));
+	char msg[600];
+	for (size_t i = 0; i < config_n_keys; i++) {
+		if (set_scalar(c, &config_keys[i], config_keys[i].def, NULL, msg, sizeof(msg)) != 0)
+			return -EINVAL; /* a broken table: caught by the unit tests */
+	}
+	return 0;
+}
+
+void config_deinit(struct sinkd_config *c)
+{
+	if (c == NULL)
+		return;
+	for (size_t i = 0; i < config_n_keys; i++) {
+		const struct config_key *k = &config_keys[i];
+		if (k->type == CONFIG_STRING || k->type == CONFIG_PATH) {
+			char **slot = field(c, k->offset);
+			free(*slot);
+			*slot = NULL;
+		} else if (k->type == CONFIG_STRLIST) {
+			free_strlist(c, k);
+		}
+	}
+}
+
+int config_load(struct sinkd_config *c, const char *path, const char *const *overrides,
+		size_t n_overrides, struct config_errors *errs)
+{
+	struct loader ld = {.cfg = c, .errs = errs, .file = path ? path : "(defaults)"};
+	errs->lines = NULL;
+	errs->n = 0;
+	if (config_init_defaults(c) != 0) {
+		add_error(&ld, "config table", "a default does not parse (bug)");
+		return -EINVAL;
+	}
+	ld.origin = calloc(config_n_keys, ORIGIN_LEN);
+	if (ld.origin == NULL)
+		return -ENOMEM;
+	for (size_t i = 0; i < config_n_keys; i++)
+		snprintf(ld.origin[i], ORIGIN_LEN, "default");
+	if (path)
+		load_file(&ld, path);
+	for (size_t i = 0; i < n_overrides; i++)
+		apply_override(&ld, overrides[i]);
+	if (errs->n == 0)
+		check_cross_keys(&ld);
+	for (size_t i = 0; i < ld.n_seen; i++)
+		free(ld.seen[i]);
+	free(ld.seen);
+	free(ld.origin);
+	if (errs->n) {
+		config_deinit(c);
+		config_init_defaults(c);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int config_check_serve(const struct sinkd_config *c, struct config_errors *errs)
+{
+	struct loader ld = {.cfg = (struct sinkd_config *)c, .errs = errs};
+	if (c->model.path == NULL)
+		add_error(&ld, "model.path", "required to serve: the GGUF model file to load");
+	if (c->server.tls_enabled && c->server.tls_cert_file == NULL)
+		add_error(&ld, "server.tls.cert_file",
+			  "required when server.tls.enabled is true (a PEM certificate; "
+			  "server.tls.enabled: false serves plain HTTP)");
+	if (c->server.tls_enabled && c->server.tls_key_file == NULL)
+		add_error(&ld, "server.tls.key_file",
+			  "required when server.tls.enabled is true (the PEM private key)");
+	return errs->n ? -EINVAL : 0;
+}
+
+int config_check_budget(const struct sinkd_config *c, const struct model_hparams *hp,
+			struct config_errors *errs)
+{
+	struct loader ld = {.cfg = (struct sinkd_config *)c, .errs = errs};
+	if (c->inference.cache.global_cache_limit_auto)
+		return 0;
+	struct sinkcache_geometry g;
+	config_cache_geometry(c, hp, &g);
+	size_t one = sinkcache_bound_bytes(&g);
+	if ((size_t)c->inference.cache.global_cache_limit < one) {
+		add_error(&ld, "inference.cache.global_cache_limit",
+			  "%lld bytes is smaller than one session's cache (%zu bytes for this model "
+			  "and cache geometry); raise it or shrink inference.cache.window_size",
+			  (long long)c->inference.cache.global_cache_limit, one);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+void config_cache_geometry(const struct sinkd_config *c, const struct model_hparams *hp,
+			   struct sinkcache_geometry *g)
+{
+	memset(g, 0, sizeof(*g));
+	g->n_layers = hp->n_layers;
+	g->n_kv_heads = hp->n_kv_heads;
+	g->head_dim = hp->head_dim;
+	g->rope_dim = hp->rope_dim;
+	g->rope_theta = hp->rope_theta;
+	g->rope_neox = hp->arch == MODEL_ARCH_QWEN2;
+	g->strategy = c->inference.cache.strategy;
+	g->sink_keep_count = (int)c->inference.cache.sink_keep_count;
+	g->window_size = (int)c->inference.cache.window_size;
+	g->max_context_length = (int)c->inference.max_context_length;
+	g->quant_enabled = c->inference.quantization.enabled;
+	g->quant_bits = (int)c->inference.quantization.bits;
+	g->protect_sinks = c->inference.quantization.protect_sink_positions;
+	g->full_precision_recent = (int)c->inference.quantization.full_precision_recent;
+	if (g->full_precision_recent > g->window_size)
+		g->full_precision_recent = g->window_size;
+	g->rope_positions = c->inference.cache.rope_positions;
+	g->dtype = c->inference.attention.dtype;
+}
+
+/* Renders the value of key k, secrets masked when mask is set. */
+static void format_value(const struct sinkd_config *c, const struct config_key *k, int mask,
+			 char *out, size_t len)
+{
+	switch (k->type) {
+	case CONFIG_BOOL:
+		snprintf(out, len, "%s", *(const bool *)cfield(c, k->offset) ? "true" : "false");
+		break;
+	case CONFIG_INT:
+		snprintf(out, len, "%lld", (long long)*(const int64_t *)cfield(c, k->offset));
+		break;
+	case CONFIG_SIZE:
+		if (k->aux_offset && *(const bool *)cfield(c, k->aux_offset))
+			snprintf(out, len, "auto");
+		else
+			snprintf(out, len, "%lld", (long long)*(const int64_t *)cfield(c, k->offset));
+		break;
+	case CONFIG_DOUBLE:
+		snprintf(out, len, "%g", *(const double *)cfield(c, k->offset));
+		break;
+	case CONFIG_ENUM: {
+		int v = *(const int *)cfield(c, k->offset);
+		snprintf(out, len, "?");
+		for (size_t i = 0; k->names[i]; i++)
+			if (k->values[i] == v)
+				snprintf(out, len, "%s", k->names[i]);
+		break;
+	}
+	case CONFIG_STRING:
+	case CONFIG_PATH: {
+		const char *s = *(char *const *)cfield(c, k->offset);
+		snprintf(out, len, "\"%s\"", s ? (mask && (k->flags & CONFIG_SECRET) ? "***" : s) : "");
+		break;
+	}
+	case CONFIG_STRLIST: {
+		char *const *list = *(char **const *)cfield(c, k->offset);
+		size_t n = *(const size_t *)cfield(c, k->aux_offset), used = 0;
+		used += (size_t)snprintf(out, len, "[");
+		for (size_t i = 0; i < n && used < len; i++)
+			used += (size_t)snprintf(out + used, len - used, "%s\"%s\"", i ? ", " : "",
+						 mask && (k->flags & CONFIG_SECRET) ? "***" : list[i]);
+		if (used < len)
+			snprintf(out + used, len - used, "]");
+		break;
+	}
+	}
+}
+
+void config_print(const struct sinkd_config *c, FILE *out)
+{
+	char prev[256] = "";
+	for (size_t i = 0; i < config_n_keys; i++) {
+		const struct config_key *k = &config_keys[i];
+		/* Open every section of this path that the previous key did not share. */
+		int depth = 0;
+		const char *p = k->path;
+		const char *dot;
+		while ((dot = strchr(p, '.')) != NULL) {
+			size_t n = (size_t)(dot - k->path);
+			if (strncmp(prev, k->path, n + 1) != 0)
+				fprintf(out, "%*s%.*s:\n", depth * 2, "", (int)(dot - p), p);
+			depth++;
+			p = dot + 1;
+		}
+		char value[2048];
+		format_value(c, k, 1, value, sizeof(value));
+		fprintf(out, "%*s%s: %s%s%s\n", depth * 2, "", p, value,
+			 (k->flags & CONFIG_RESTART) ? "  # restart" : "",
+			 (k->flags & CONFIG_SECRET) ? "  # secret" : "");
+		snprintf(prev, sizeof(prev), "%s", k->path);
+	}
+}
+
+int config_restart_only_changes(const struct sinkd_config *old_cfg,
+				const struct sinkd_config *new_cfg, char *out, size_t out_len)
+{
+	int n = 0;
+	size_t used = 0;
+	if (out_len)
+		out[0] = '\0';
+	for (size_t i = 0; i < config_n_keys; i++) {
+		const struct config_key *k = &config_keys[i];
+		if (!(k->flags & CONFIG_RESTART))
+			continue;
+		char a[2048], b[2048];
+		format_value(old_cfg, k, 0, a, sizeof(a));
+		format_value(new_cfg, k, 0, b, sizeof(b));
+		if (strcmp(a, b) == 0)
+			continue;
+		if (used < out_len)
+			used += (size_t)snprintf(out + used, out_len - used, "%s%s", n ? ", " : "",
+						 k->path);
+		n++;
+	}
+	return n;
+}

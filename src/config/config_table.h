@@ -1,0 +1,43 @@
+/* The table of configuration keys: the single place where each key's type,
+ * default, bounds and flags are written.  Internal to src/config. */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum config_type {
+	CONFIG_BOOL = 0,
+	CONFIG_INT,	 /* int64_t, bounds min..max */
+	CONFIG_SIZE,	 /* int64_t bytes with KiB/MiB/GiB suffixes; "auto" when flag_offset set */
+	CONFIG_DOUBLE,	 /* double, bounds dmin..dmax */
+	CONFIG_STRING,	 /* char *, NULL when empty */
+	CONFIG_PATH,	 /* char *, a file that must exist and be readable when set */
+	CONFIG_ENUM,	 /* int-sized enum, names[] / values[] */
+	CONFIG_STRLIST,	 /* char ** + size_t count at count_offset */
+};
+
+enum config_flags {
+	CONFIG_RELOADABLE = 1u << 0, /* applied on SIGHUP */
+	CONFIG_RESTART = 1u << 1,    /* a change needs a restart */
+	CONFIG_SECRET = 1u << 2,     /* masked when printed */
+};
+
+struct config_key {
+	const char *path; /* "inference.cache.window_size" */
+	enum config_type type;
+	size_t offset;	     /* into struct sinkd_config */
+	size_t aux_offset;   /* SIZE: bool "auto" flag; STRLIST: size_t count */
+	int64_t min, max;    /* INT, SIZE */
+	double dmin, dmax;   /* DOUBLE */
+	const char *const *names; /* ENUM: NULL-terminated */
+	const int *values;	  /* ENUM: one per name */
+	const char *def;	  /* the default, written as it would be in YAML ("" = unset) */
+	unsigned flags;
+	const char *help;	  /* one line: what it does */
+	/* Extra check of a string value (STRING, STRLIST items); 0 or -EINVAL
+	 * with "what is allowed" in msg. */
+	int (*validate)(const char *value, char *msg, size_t msg_len);
+};
+
+extern const struct config_key config_keys[];
+extern const size_t config_n_keys;
