@@ -93,7 +93,8 @@ void config_deinit(struct sinkd_config *c);
 int config_load(struct sinkd_config *c, const char *path, const char *const *overrides,
 		size_t n_overrides, struct config_errors *errs);
 
-/* Rules that only serving needs: model.path set; TLS files set when TLS is on. */
+/* Rules that only serving needs: model.path set; TLS files set when TLS is on.
+ * These two append to errs (initialise it to {0} first). */
 int config_check_serve(const struct sinkd_config *c, struct config_errors *errs);
 /* global_cache_limit must hold at least one session's cache for this model. */
 struct model_hparams;

@@ -128,8 +128,9 @@ START_TEST(test_every_key_parsed)
 {
 	struct sinkd_config c;
 	char errs[4096];
-	const char *model = write_tmp("m.gguf", "x");
-	const char *cert = write_tmp("c.pem", "x");
+	char model[512], cert[512];
+	snprintf(model, sizeof(model), "%s", write_tmp("m.gguf", "x"));
+	snprintf(cert, sizeof(cert), "%s", write_tmp("c.pem", "x"));
 	char text[4096];
 	snprintf(text, sizeof(text),
 		 "server:\n  listen: \"[::1]:9000\"\n  threads: 3\n  max_connections: 10\n"
@@ -324,7 +325,7 @@ END_TEST
 START_TEST(test_serve_rules_and_budget)
 {
 	struct sinkd_config c;
-	struct config_errors errs;
+	struct config_errors errs = {0};
 	ck_assert_int_eq(config_init_defaults(&c), 0);
 	ck_assert_int_ne(config_check_serve(&c, &errs), 0);
 	ck_assert_uint_eq(errs.n, 3); /* model.path, cert, key */
@@ -435,7 +436,10 @@ static int yaml_paths(const char *file, char paths[][128], int max, int *uncomme
 					 d > 1 ? "." : "", stack[d]);
 			if (n < max)
 				snprintf(paths[n++], 128, "%s", path);
-			if (!commented) {
+			int is_leaf = 0;
+			for (size_t i = 0; i < config_n_keys; i++)
+				is_leaf |= strcmp(config_keys[i].path, path) == 0;
+			if (is_leaf && !commented) {
 				(*uncommented)++;
 				snprintf(bad, bad_len, "%s", path);
 			}
