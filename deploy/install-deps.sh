@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages sinkd needs to build and test, only those
+# that are missing.  Run as root (or with sudo available).
+set -euo pipefail
+
+packages=(gcc pkg-config meson ninja-build libmicrohttpd-dev libssl-dev libcjson-dev
+          libyaml-dev check openssl curl ca-certificates python3)
+# The JavaScript client test needs node + npm; keep an existing install.
+command -v node >/dev/null 2>&1 || packages+=(nodejs)
+command -v npm >/dev/null 2>&1 || packages+=(npm)
+
+missing=()
+for p in "${packages[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -eq 0 ]; then
+	exit 0
+fi
+echo "sinkd: installing missing packages: ${missing[*]}" >&2
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

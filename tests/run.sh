@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Builds sinkd and runs the whole test suite on this machine: unit and
+# integration tests (warnings as errors), then the hostile-input tests again
+# under AddressSanitizer.  Installs missing Debian packages first.  Ends with
+# a line "N passed, N failed, N skipped".  CUDA tests skip (77) without a GPU.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+deploy/install-deps.sh || exit 1
+export PATH="/usr/local/cuda/bin:$PATH"
+
+passed=0 failed=0 skipped=0
+run_suite() { # build-dir, meson test args...
+	local dir=$1
+	shift
+	meson test -C "$dir" --print-errorlogs --num-processes 2 "$@" 2>&1 | tee "$dir/test-output.txt"
+	local summary
+	summary=$(sed -n 's/^\(Ok\|Fail\|Skipped\|Expected Fail\|Unexpected Pass\|Timeout\): *\([0-9]*\).*/\1 \2/p' "$dir/test-output.txt")
+	local ok fail skip xfail upass tout
+	ok=$(awk '$1=="Ok"{print $2}' <<<"$summary")
+	fail=$(awk '$1=="Fail"{print $2}' <<<"$summary")
+	skip=$(awk '$1=="Skipped"{print $2}' <<<"$summary")
+	tout=$(awk '$1=="Timeout"{print $2}' <<<"$summary")
+	upass=$(awk '$1=="Unexpected"{print $3}' <<<"$summary")
+	xfail=$(awk '$1=="Expected"{print $3}' <<<"$summary")
+	if [ -z "$ok" ]; then
+		echo "tests/run.sh: meson test printed no summary in $dir" >&2
+		failed=$((failed + 1))
+		return
+	fi
+	passed=$((passed + ok + ${xfail:-0}))
+	failed=$((failed + ${fail:-0} + ${tout:-0} + ${upass:-0}))
+	skipped=$((skipped + ${skip:-0}))
+}
+
+configure() { # build-dir, meson options...
+	local dir=$1
+	shift
+	if [ ! -f "$dir/build.ninja" ]; then
+		meson setup "$dir" "$@" >"$dir.setup.log" 2>&1 || { cat "$dir.setup.log"; return 1; }
+	fi
+	ninja -C "$dir" || return 1
+}
+
+if configure build-test -Dwerror=true --buildtype=debugoptimized; then
+	run_suite build-test
+else
+	echo "tests/run.sh: the build failed" >&2
+	failed=$((failed + 1))
+fi
+
+# Hostile inputs under AddressSanitizer + UBSan (no CUDA: nvcc objects are not instrumented).
+if configure build-asan -Dwerror=true -Dcuda=disabled -Db_sanitize=address,undefined \
+	--buildtype=debugoptimized; then
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+		run_suite build-asan --suite hostile
+else
+	echo "tests/run.sh: the sanitizer build failed" >&2
+	failed=$((failed + 1))
+fi
+
+echo "${passed} passed, ${failed} failed, ${skipped} skipped"
+[ "$failed" -eq 0 ]
