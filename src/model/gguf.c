@@ -514,7 +514,7 @@ static int parse_tensors(struct cursor *c, struct gguf_file *f, uint64_t n_tenso
 		f->data_off = c->pos + pad;
 		if (n_tensors > 0 && pad > cur_left(c))
 			rc = err_set(c->err, c->err_len, -EINVAL,
-				     "%s: tensor data section at offset %zu starts past end of file (size %zu)",
+				     "%s: tensor data section at offset %zu extends past end of file (size %zu)",
 				     c->path, f->data_off, c->size);
 	}
 	for (uint64_t i = 0; rc == 0 && i < n_tensors; i++)
