@@ -235,7 +235,8 @@ int config_parse_size(const char *s, int64_t *bytes)
 	size_t n = strlen(end);
 	if (n >= sizeof(suffix))
 		return -EINVAL;
-	for (size_t i = 0; i <= n; i++)
+	memset(suffix, 0, sizeof(suffix));
+	for (size_t i = 0; i < n && i + 1 < sizeof(suffix); i++)
 		suffix[i] = (char)tolower((unsigned char)end[i]);
 	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
 		if (strcmp(suffix, units[i].suffix) == 0) {
