@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The daemon's command line: --version, --help, --check-config on the example
+# file (exit 0, effective config printed) and on broken files (exit 2, every
+# error with file:line:col), --set overrides, unknown commands.
+set -u
+bin=${SINKD_BIN:?}
+root=${SINKD_SOURCE_ROOT:?}
+shared=${SINKD_SHARED:?}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+check() { # description, condition...
+	local what=$1
+	shift
+	if "$@"; then echo "ok - $what"; else echo "not ok - $what"; fails=$((fails + 1)); fi
+}
+
+"$bin" --version >"$tmp/out" 2>&1
+check "--version exits 0" [ $? -eq 0 ]
+check "--version prints the version" grep -q '^sinkd [0-9]' "$tmp/out"
+"$bin" --help >"$tmp/out" 2>&1
+check "--help exits 0 and shows --check-config" grep -q -- '--check-config' "$tmp/out"
+"$bin" frobnicate >"$tmp/out" 2>&1
+check "unknown command exits 2" [ $? -eq 2 ]
+check "unknown command is named" grep -q "unknown command 'frobnicate'" "$tmp/out"
+
+# The example config, laid out as in the repository: tls/ beside it and the
+# model at ../../shared/models.
+mkdir -p "$tmp/repo/config/tls"
+cp "$root/config/sinkd.yaml" "$tmp/repo/config/"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=localhost \
+	-keyout "$tmp/repo/config/tls/key.pem" -out "$tmp/repo/config/tls/cert.pem" 2>/dev/null
+ln -s "$(realpath "$shared")" "$tmp/shared"
+"$bin" --check-config "$tmp/repo/config/sinkd.yaml" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+check "--check-config on the example exits 0" [ $rc -eq 0 ]
+check "effective config shows the window" grep -q '^    window_size: 4096' "$tmp/out"
+check "effective config fills in defaults" grep -q '^    auto_fraction: 0.5' "$tmp/out"
+"$bin" --check-config "$tmp/repo/config/sinkd.yaml" --set inference.cache.window_size=252 \
+	--set logging.format=text >"$tmp/out" 2>"$tmp/err"
+check "--set overrides a key" grep -q '^    window_size: 252' "$tmp/out"
+
+cat >"$tmp/bad.yaml" <<'YAML'
+inference:
+  cache:
+    sink_keep_cont: 4
+    window_size: 0
+    global_cache_limit: "8 GiBs"
+logging:
+  level: loud
+YAML
+"$bin" --check-config "$tmp/bad.yaml" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+check "--check-config on a broken file exits 2" [ $rc -eq 2 ]
+check "unknown key located, with a suggestion" \
+	grep -q "bad.yaml:3:5: inference.cache.sink_keep_cont: unknown key (did you mean 'inference.cache.sink_keep_count'?)" "$tmp/err"
+check "out of range located" grep -q "bad.yaml:4:5: inference.cache.window_size: 0 is out of range" "$tmp/err"
+check "malformed size located" grep -q "bad.yaml:5:5: inference.cache.global_cache_limit: '8 GiBs' is not a size" "$tmp/err"
+check "bad enum located" grep -q "bad.yaml:7:3: logging.level: 'loud' is not allowed (allowed: debug | info | warn | error)" "$tmp/err"
+check "error count printed" grep -q "4 errors" "$tmp/err"
+check "nothing on stdout for a broken file" [ ! -s "$tmp/out" ]
+
+# A budget smaller than one session's cache needs the model's dimensions.
+"$bin" --check-config "$tmp/repo/config/sinkd.yaml" --set inference.cache.global_cache_limit=1MiB \
+	--set inference.cache.window_size=32000 >"$tmp/out" 2>"$tmp/err"
+check "budget below one session's cache exits 2" [ $? -eq 2 ]
+check "budget error explains" grep -q "smaller than one session's cache" "$tmp/err"
+
+# Serving refuses to start on a bad config: no half-started daemon.
+timeout 10 "$bin" --config "$tmp/bad.yaml" >"$tmp/out" 2>"$tmp/err"
+check "--config with a broken file exits 2" [ $? -eq 2 ]
+
+echo "1..$((fails))" >/dev/null
+[ "$fails" -eq 0 ]
