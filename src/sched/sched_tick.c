@@ -1,0 +1,555 @@
+/* One engine tick: set up newly admitted requests (backend session, revise,
+ * the tokens to feed), build one batch, run one forward pass, sample each
+ * session's next token, run the streaming detokenizer and the stop matcher,
+ * and deliver events.  Runs on the engine thread only; takes the scheduler
+ * lock only for short bookkeeping.  Admission and the session table live in
+ * scheduler.c.
+ *
+ * Batch policy (fairness): every decoding session first gets its one token
+ * (if there are more decoders than max_batch_tokens, the ones left out go
+ * first next tick: the start rotates).  The rest of max_batch_tokens is
+ * shared among prefilling sessions round-robin: each gets an equal share of
+ * what is left (leftovers of short prompts pass on to the next), capped at the
+ * session's window so a chunk never evicts its own tokens, and the first
+ * session served rotates every tick.  A 30k-token prompt therefore advances
+ * by at most max_batch_tokens minus the decoders per tick while every stream
+ * keeps receiving one token per tick.
+ *
+ * Persistent sessions keep the stream's last token un-fed ("pending"): a
+ * later request starts by feeding it, which yields the logits to continue
+ * from; a revise that reaches it just drops it. */
+#include "sched/sched_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/errbuf.h"
+#include "util/log.h"
+
+/* ---- request and session lifetime ------------------------------------- */
+
+void sched_req_free(struct sched_req *r)
+{
+	if (!r)
+		return;
+	free(r->req.prompt_ids);
+	for (size_t i = 0; i < r->req.n_stops; i++)
+		free(r->req.stops[i]);
+	free(r->req.stops);
+	sampler_free(r->sampler);
+	stop_matcher_free(r->stop);
+	free(r->text);
+	free(r->feed);
+	free(r);
+}
+
+void sched_session_release(struct scheduler *s, struct sched_session *ss)
+{
+	if (ss->bs)
+		s->be->ops->session_free(s->be, ss->bs);
+	ss->bs = NULL;
+	free(ss->hist);
+	ss->hist = NULL;
+}
+
+void sched_req_retire(struct scheduler *s, struct sched_req *r)
+{
+	struct sched_session *ss = r->sess;
+	bool one_shot = ss && !ss->persistent;
+	if (one_shot)
+		sched_session_release(s, ss);
+	pthread_mutex_lock(&s->mu);
+	for (size_t i = 0; i < s->n_active; i++)
+		if (s->active[i] == r) {
+			sched_ptrs_remove_at((void **)s->active, &s->n_active, i);
+			break;
+		}
+	if (one_shot) {
+		s->reserved -= ss->bytes_reserved;
+		s->resident -= ss->stats.bytes_resident;
+	} else if (ss) {
+		ss->busy_handle = 0;
+		ss->last_used = sched_now();
+	}
+	pthread_cond_signal(&s->cv); /* room in the budget, or a dead session to free */
+	pthread_mutex_unlock(&s->mu);
+	if (one_shot)
+		free(ss);
+	sched_req_free(r);
+}
+
+static void emit(struct sched_req *r, struct gen_event *ev)
+{
+	ev->n_prompt_tokens = r->n_prompt;
+	ev->n_generated_tokens = r->n_generated;
+	r->req.on_event(r->req.user, ev);
+}
+
+void sched_emit_done(struct scheduler *s, struct sched_req *r, enum gen_finish finish,
+		     int http_status, const char *error)
+{
+	struct gen_event ev = {.kind = GEN_EVENT_DONE, .token = -1, .finish = finish};
+	if (finish == GEN_FINISH_ERROR) {
+		ev.http_status = http_status;
+		ev.error = error;
+		if (http_status == 503)
+			ev.retry_after_s = scheduler_retry_after_s(s);
+	}
+	pthread_mutex_lock(&s->mu);
+	if (finish == GEN_FINISH_CANCELLED)
+		s->st.cancelled++;
+	else if (finish == GEN_FINISH_ERROR)
+		s->st.errors++;
+	else
+		s->st.completed++;
+	pthread_mutex_unlock(&s->mu);
+	r->state = REQ_FINISHED;
+	emit(r, &ev);
+}
+
+/* ---- the stream history of persistent sessions (for exact revise) ------ */
+
+static void hist_push(struct sched_session *ss, int32_t token)
+{
+	if (!ss->hist_cap)
+		return;
+	ss->hist[ss->hist_end] = token;
+	ss->hist_end = (ss->hist_end + 1) % ss->hist_cap;
+	if (ss->hist_n < ss->hist_cap)
+		ss->hist_n++;
+}
+
+static void hist_pop(struct sched_session *ss, size_t n)
+{
+	if (n > ss->hist_n)
+		n = ss->hist_n;
+	ss->hist_end = (ss->hist_end + ss->hist_cap - n % ss->hist_cap) % ss->hist_cap;
+	ss->hist_n -= n;
+}
+
+static int32_t hist_last(const struct sched_session *ss)
+{
+	return ss->hist[(ss->hist_end + ss->hist_cap - 1) % ss->hist_cap];
+}
+
+static void session_refresh_stats(struct scheduler *s, struct sched_session *ss)
+{
+	struct sinkcache_stats st = {0};
+	if (ss->bs)
+		s->be->ops->session_stats(s->be, ss->bs, &st);
+	pthread_mutex_lock(&s->mu);
+	s->resident += st.bytes_resident;
+	s->resident -= ss->stats.bytes_resident;
+	if (st.evicted_compressed > ss->stats.evicted_compressed)
+		s->st.evicted_window += st.evicted_compressed - ss->stats.evicted_compressed;
+	if (st.moved_to_compressed > ss->stats.moved_to_compressed)
+		s->st.moved_to_compressed += st.moved_to_compressed - ss->stats.moved_to_compressed;
+	ss->stats = st;
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void session_set_pending(struct scheduler *s, struct sched_session *ss, bool pending)
+{
+	pthread_mutex_lock(&s->mu);
+	ss->has_pending = pending;
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* After the stream lost its tail: moves the cache's last token back out of
+ * it so that it is pending again (re-feeding it later is exact). */
+static void session_restore_pending(struct scheduler *s, struct sched_session *ss)
+{
+	struct sinkcache_stats st;
+	char err[SINKD_ERR_LEN];
+	if (ss->has_pending || ss->hist_n == 0)
+		return;
+	s->be->ops->session_stats(s->be, ss->bs, &st);
+	if (st.n_resident > st.n_sink && s->be->ops->session_revise(s->be, ss->bs, 1, err, sizeof(err)) == 0)
+		session_set_pending(s, ss, true); /* hist_last() is that token */
+}
+
+/* Drops the last n tokens of the stream (pending first, then the cache). */
+static int session_revise(struct scheduler *s, struct sched_session *ss, size_t n, char *err,
+			  size_t err_len)
+{
+	size_t from_cache = n;
+	struct sinkcache_stats st;
+	int rc;
+	s->be->ops->session_stats(s->be, ss->bs, &st);
+	if (n > (size_t)(st.n_resident - st.n_sink) + (ss->has_pending ? 1 : 0))
+		return err_set(err, err_len, -ERANGE,
+			       "cannot revise %zu tokens: only the last %zu are still in the window", n,
+			       (size_t)(st.n_resident - st.n_sink) + (ss->has_pending ? 1 : 0));
+	if (ss->has_pending && from_cache > 0) {
+		from_cache--;
+		session_set_pending(s, ss, false);
+	}
+	if (from_cache > 0) {
+		rc = s->be->ops->session_revise(s->be, ss->bs, from_cache, err, err_len);
+		if (rc)
+			return rc;
+	}
+	hist_pop(ss, n);
+	session_restore_pending(s, ss);
+	return 0;
+}
+
+/* A request on a persistent session ends early (cancel, error): the stream
+ * keeps what reached the cache, and its last token becomes pending again. */
+static void req_abandon_stream(struct scheduler *s, struct sched_req *r)
+{
+	struct sched_session *ss = r->sess;
+	if (!ss || !ss->persistent || !ss->bs || ss->deleted)
+		return;
+	if (r->state == REQ_DECODE) { /* next_token is in the history, not in the cache */
+		session_set_pending(s, ss, true);
+	} else if (r->state == REQ_PREFILL) {
+		hist_pop(ss, r->n_feed_all - r->n_fed);
+		session_set_pending(s, ss, false);
+		session_restore_pending(s, ss);
+	}
+}
+
+/* ---- request start ----------------------------------------------------- */
+
+/* Backend session, revise, and the tokens to feed. */
+static int req_start(struct scheduler *s, struct sched_req *r, int *http_status, char *err,
+		     size_t err_len)
+{
+	struct sched_session *ss = r->sess;
+	const struct gen_request *q = &r->req;
+	int rc;
+	*http_status = 500;
+	if (!ss->bs) {
+		rc = s->be->ops->session_new(s->be, &ss->geom, &ss->bs, err, err_len);
+		if (rc)
+			return rc;
+	}
+	if (q->revise_last_tokens > 0) {
+		rc = session_revise(s, ss, q->revise_last_tokens, err, err_len);
+		if (rc) {
+			*http_status = 409;
+			return rc;
+		}
+	}
+	r->feed = malloc((q->n_prompt + 1) * sizeof(*r->feed));
+	if (!r->feed)
+		return err_set(err, err_len, -ENOMEM, "out of memory");
+	if (ss->has_pending)
+		r->feed[r->n_feed++] = hist_last(ss);
+	memcpy(r->feed + r->n_feed, q->prompt_ids, q->n_prompt * sizeof(*r->feed));
+	r->n_feed += q->n_prompt;
+	r->n_prompt = (int)q->n_prompt;
+	for (size_t i = 0; i < q->n_prompt; i++) {
+		sampler_accept(r->sampler, q->prompt_ids[i]);
+		hist_push(ss, q->prompt_ids[i]);
+	}
+	r->logits_at_end = q->max_tokens > 0;
+	bool keep_last = ss->persistent && !r->logits_at_end && r->n_feed > 0;
+	r->n_feed_all = r->n_feed;
+	if (keep_last)
+		r->n_feed--; /* stays pending for the next request */
+	session_set_pending(s, ss, keep_last);
+	if (r->logits_at_end && r->n_feed == 0) {
+		*http_status = 400;
+		return err_set(err, err_len, -EINVAL, "nothing to continue from");
+	}
+	if (!s->be->ops->session_can_append(s->be, ss->bs, r->n_feed)) {
+		*http_status = 400;
+		return err_set(err, err_len, -E2BIG, "prompt exceeds the context");
+	}
+	r->state = REQ_PREFILL;
+	detok_stream_init(&r->ds, s->tok, false);
+	return 0;
+}
+
+/* ---- sampling and text ------------------------------------------------- */
+
+/* Feeds one token's text through detokenizer and stop matcher into r->text.
+ * finishing: also flush what they hold back. */
+static size_t req_text(struct sched_req *r, int32_t token, bool finishing, bool *stopped)
+{
+	char piece[512];
+	size_t n = token >= 0 ? detok_stream_push(&r->ds, token, piece, sizeof(piece)) : 0;
+	size_t out;
+	*stopped = false;
+	if (finishing)
+		n += detok_stream_flush(&r->ds, piece + n, sizeof(piece) - n);
+	if (!r->stop) {
+		memcpy(r->text, piece, n);
+		return n;
+	}
+	out = stop_matcher_feed(r->stop, piece, n, r->text, r->text_cap, stopped);
+	if (finishing && !*stopped)
+		out += stop_matcher_flush(r->stop, r->text + out, r->text_cap - out);
+	return out;
+}
+
+/* Handles a freshly sampled token; returns true when the request finished. */
+static bool req_on_token(struct scheduler *s, struct sched_req *r, const struct sampler_result *res)
+{
+	struct sched_session *ss = r->sess;
+	int32_t t = res->token;
+	bool eog = !r->req.ignore_eos && tokenizer_is_eog(s->tok, t);
+	bool full = !eog && r->n_generated + 1 < r->req.max_tokens &&
+		    !s->be->ops->session_can_append(s->be, ss->bs, 1);
+	bool length = r->n_generated + 1 >= r->req.max_tokens || full;
+	bool stopped = false;
+	sampler_accept(r->sampler, t);
+	r->n_generated++;
+	hist_push(ss, t);
+	size_t n = req_text(r, eog ? -1 : t, eog || length, &stopped);
+	struct gen_event ev = {.kind = GEN_EVENT_TOKEN, .token = t, .text = r->text, .text_len = n,
+			       .logprobs = r->req.want_logprobs ? res : NULL};
+	emit(r, &ev);
+	if (!eog && !stopped && !length) {
+		r->next_token = t;
+		r->state = REQ_DECODE;
+		return false;
+	}
+	session_set_pending(s, ss, ss->persistent); /* t is the stream's last token, not fed */
+	sched_emit_done(s, r, eog || stopped ? GEN_FINISH_STOP : GEN_FINISH_LENGTH, 0, NULL);
+	return true;
+}
+
+static bool req_sample(struct scheduler *s, struct sched_req *r)
+{
+	struct sampler_result res;
+	float *row = s->logits + (size_t)r->logits_row * (size_t)s->n_vocab;
+	if (sampler_sample(r->sampler, row, &res) != 0) {
+		if (r->sess->persistent) { /* everything fed is in the cache */
+			session_set_pending(s, r->sess, false);
+			session_restore_pending(s, r->sess);
+		}
+		sched_emit_done(s, r, GEN_FINISH_ERROR, 500, "sampling failed");
+		return true;
+	}
+	return req_on_token(s, r, &res);
+}
+
+/* ---- batch ------------------------------------------------------------- */
+
+static int batch_reserve(struct scheduler *s, size_t n_tokens, size_t n_rows)
+{
+	if (n_tokens > s->cap_batch) {
+		void *p = realloc(s->batch, n_tokens * sizeof(*s->batch));
+		if (!p)
+			return -ENOMEM;
+		s->batch = p;
+		s->cap_batch = n_tokens;
+	}
+	if (n_rows > s->cap_logits_rows) {
+		void *p = realloc(s->logits, n_rows * (size_t)s->n_vocab * sizeof(float));
+		if (!p)
+			return -ENOMEM;
+		s->logits = p;
+		s->cap_logits_rows = n_rows;
+	}
+	return 0;
+}
+
+static void batch_add(struct scheduler *s, size_t *n, int *rows, struct sched_req *r, int32_t tok,
+		      bool want_logits)
+{
+	s->batch[*n] = (struct backend_token){.session = r->sess->bs, .token = tok,
+					      .want_logits = want_logits};
+	(*n)++;
+	r->n_in_batch++;
+	if (want_logits)
+		r->logits_row = (*rows)++;
+}
+
+static size_t prefill_chunk_cap(const struct sched_req *r)
+{
+	const struct sinkcache_geometry *g = &r->sess->geom;
+	return g->strategy == CACHE_STRATEGY_SLIDING_WINDOW && g->window_size > 0
+		       ? (size_t)g->window_size
+		       : (size_t)-1;
+}
+
+/* Builds the batch described at the top of this file; returns its size. */
+static size_t batch_build(struct scheduler *s, struct sched_req **act, size_t n_act,
+			  size_t max_tokens, int *rows)
+{
+	size_t n = 0, n_prefill = 0;
+	for (size_t k = 0; k < n_act; k++) {
+		struct sched_req *r = act[(s->rr_decode + k) % n_act];
+		if (r->state == REQ_DECODE && n < max_tokens)
+			batch_add(s, &n, rows, r, r->next_token, true);
+		n_prefill += r->state == REQ_PREFILL;
+	}
+	s->rr_decode++;
+	size_t left = n_prefill, start = s->rr_prefill++;
+	for (size_t k = 0; k < n_act && left > 0; k++) {
+		struct sched_req *r = act[(start + k) % n_act];
+		if (r->state != REQ_PREFILL)
+			continue;
+		size_t room = max_tokens - n;
+		size_t share = room / left;
+		if (share == 0 && room > 0)
+			share = 1;
+		size_t take = r->n_feed - r->n_fed;
+		if (take > share)
+			take = share;
+		if (take > prefill_chunk_cap(r))
+			take = prefill_chunk_cap(r);
+		for (size_t i = 0; i < take; i++) {
+			size_t at = r->n_fed + i;
+			bool last = at + 1 == r->n_feed;
+			batch_add(s, &n, rows, r, r->feed[at], last && r->logits_at_end);
+		}
+		left--;
+	}
+	return n;
+}
+
+/* Advances one request after the forward pass; returns true when finished. */
+static bool req_after_forward(struct scheduler *s, struct sched_req *r)
+{
+	if (r->state == REQ_DECODE)
+		return req_sample(s, r);
+	r->n_fed += r->n_in_batch;
+	if (r->n_fed < r->n_feed)
+		return false;
+	struct gen_event ev = {.kind = GEN_EVENT_PROMPT_DONE, .token = -1};
+	emit(r, &ev);
+	if (!r->logits_at_end) {
+		sched_emit_done(s, r, GEN_FINISH_NONE, 0, NULL);
+		return true;
+	}
+	return req_sample(s, r);
+}
+
+/* ---- the tick ---------------------------------------------------------- */
+
+/* Cancellations and setup of admitted requests; drops finished ones. */
+static void tick_prepare(struct scheduler *s, struct sched_req **act, size_t n_act)
+{
+	char err[SINKD_ERR_LEN];
+	for (size_t i = 0; i < n_act; i++) {
+		struct sched_req *r = act[i];
+		pthread_mutex_lock(&s->mu);
+		bool cancelled = r->cancelled;
+		pthread_mutex_unlock(&s->mu);
+		if (cancelled) {
+			req_abandon_stream(s, r);
+			sched_emit_done(s, r, GEN_FINISH_CANCELLED, 0, NULL);
+			continue;
+		}
+		if (r->state != REQ_STARTING)
+			continue;
+		int status;
+		if (req_start(s, r, &status, err, sizeof(err)) != 0) {
+			sched_emit_done(s, r, GEN_FINISH_ERROR, status, err);
+			continue;
+		}
+		if (r->n_feed == 0) { /* append-only of a single (now pending) token */
+			struct gen_event ev = {.kind = GEN_EVENT_PROMPT_DONE, .token = -1};
+			emit(r, &ev);
+			sched_emit_done(s, r, GEN_FINISH_NONE, 0, NULL);
+		}
+	}
+}
+
+static void tick_fail_batch(struct scheduler *s, struct sched_req **act, size_t n_act,
+			    const char *err)
+{
+	log_event(s->log, LOG_ERROR, "sched", "forward pass failed",
+		  (struct log_field[]){LOG_STR("error", err), LOG_END});
+	for (size_t i = 0; i < n_act; i++) {
+		struct sched_req *r = act[i];
+		if (!r->n_in_batch)
+			continue;
+		sched_emit_done(s, r, GEN_FINISH_ERROR, 500, "inference failed");
+		if (r->sess->persistent) { /* its cache state is unknown now: drop it */
+			pthread_mutex_lock(&s->mu);
+			for (size_t k = 0; k < s->n_sessions; k++)
+				if (s->sessions[k] == r->sess) {
+					sched_ptrs_remove_at((void **)s->sessions, &s->n_sessions, k);
+					r->sess->deleted = true;
+					sched_ptrs_push((void ***)&s->dead, &s->n_dead, &s->cap_dead,
+							r->sess);
+					break;
+				}
+			pthread_mutex_unlock(&s->mu);
+		}
+	}
+}
+
+static void tick_account(struct scheduler *s, size_t n_tokens, size_t n_seqs, double seconds,
+			 size_t tokens_in)
+{
+	pthread_mutex_lock(&s->mu);
+	s->st.ticks++;
+	s->st.tokens_in += tokens_in;
+	sched_hist_observe(&s->hist[SCHED_HIST_BATCH_TOKENS], (double)n_tokens);
+	sched_hist_observe(&s->hist[SCHED_HIST_BATCH_SEQUENCES], (double)n_seqs);
+	sched_hist_observe(&s->hist[SCHED_HIST_TICK_SECONDS], seconds);
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* Runs the forward pass over the batch and advances every request in it. */
+static size_t tick_run(struct scheduler *s, struct sched_req **act, size_t n_act,
+		       size_t max_tokens)
+{
+	char err[SINKD_ERR_LEN];
+	int rows = 0;
+	size_t n_seqs = 0, tokens_in = 0;
+	double t0 = sched_now();
+	if (batch_reserve(s, max_tokens, n_act) != 0) {
+		tick_fail_batch(s, act, 0, "out of memory");
+		return 0;
+	}
+	for (size_t i = 0; i < n_act; i++) {
+		act[i]->n_in_batch = 0;
+		act[i]->logits_row = -1;
+	}
+	size_t n = batch_build(s, act, n_act, max_tokens, &rows);
+	if (n == 0)
+		return 0;
+	if (s->be->ops->forward(s->be, s->batch, n, s->logits, err, sizeof(err)) != 0) {
+		tick_fail_batch(s, act, n_act, err);
+		return n;
+	}
+	for (size_t i = 0; i < n_act; i++) {
+		struct sched_req *r = act[i];
+		if (!r->n_in_batch)
+			continue;
+		n_seqs++;
+		if (r->state == REQ_PREFILL)
+			tokens_in += r->n_in_batch;
+		if (req_after_forward(s, r) && r->state != REQ_FINISHED)
+			r->state = REQ_FINISHED;
+	}
+	pthread_mutex_lock(&s->mu);
+	s->st.tokens_out += (uint64_t)rows;
+	pthread_mutex_unlock(&s->mu);
+	tick_account(s, n, n_seqs, sched_now() - t0, tokens_in);
+	return n;
+}
+
+size_t sched_tick(struct scheduler *s)
+{
+	/* Snapshot of the active list: only this thread adds (at admission,
+	 * before the tick) or removes (retire, below) entries. */
+	pthread_mutex_lock(&s->mu);
+	size_t n_act = s->n_active;
+	size_t max_tokens = (size_t)s->lim.max_batch_tokens;
+	struct sched_req **act = malloc((n_act ? n_act : 1) * sizeof(*act));
+	if (act)
+		memcpy(act, s->active, n_act * sizeof(*act));
+	pthread_mutex_unlock(&s->mu);
+	if (!act)
+		return 0;
+	tick_prepare(s, act, n_act);
+	size_t n = tick_run(s, act, n_act, max_tokens);
+	for (size_t i = 0; i < n_act; i++)
+		if (act[i]->sess)
+			session_refresh_stats(s, act[i]->sess);
+	for (size_t i = 0; i < n_act; i++)
+		if (act[i]->state == REQ_FINISHED)
+			sched_req_retire(s, act[i]);
+	free(act);
+	return n;
+}

@@ -1,0 +1,753 @@
+/* The scheduler's public side and its engine loop: request submission and
+ * validation, the FIFO admission queue under the global KV budget, the table
+ * of persistent sessions (create, inspect, delete, expire), cancellation,
+ * reconfiguration and statistics.  The engine thread runs housekeeping under
+ * the lock, then one tick (sched_tick.c) without it.  This file never calls
+ * the backend's forward pass and never samples.
+ *
+ * Admission policy: one-shot requests need their cache bound reserved; they
+ * are admitted strictly in FIFO order (the first that does not fit blocks the
+ * ones behind it, so a large request is not starved by small ones).  Requests
+ * on a persistent session need no new reservation (the session holds one) and
+ * are admitted at the next tick regardless of the queue's head. */
+#include "sched/sched_internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <openssl/rand.h>
+
+#include "util/errbuf.h"
+#include "util/log.h"
+
+double sched_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int sched_ptrs_push(void ***arr, size_t *n, size_t *cap, void *p)
+{
+	if (*n == *cap) {
+		size_t nc = *cap ? *cap * 2 : 16;
+		void **na = realloc(*arr, nc * sizeof(*na));
+		if (!na)
+			return -ENOMEM;
+		*arr = na;
+		*cap = nc;
+	}
+	(*arr)[(*n)++] = p;
+	return 0;
+}
+
+void sched_ptrs_remove_at(void **arr, size_t *n, size_t i)
+{
+	memmove(arr + i, arr + i + 1, (*n - i - 1) * sizeof(*arr));
+	(*n)--;
+}
+
+static void ptrs_remove(void **arr, size_t *n, const void *p)
+{
+	for (size_t i = 0; i < *n; i++)
+		if (arr[i] == p) {
+			sched_ptrs_remove_at(arr, n, i);
+			return;
+		}
+}
+
+#define PUSH(arr, n, cap, p) sched_ptrs_push((void ***)&(arr), &(n), &(cap), (p))
+
+/* ---- budget and limits ------------------------------------------------- */
+
+/* MemAvailable from /proc/meminfo in bytes, 0 when unreadable. */
+static size_t mem_available_bytes(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	char line[256];
+	unsigned long long kib = 0;
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
+			break;
+	fclose(f);
+	return (size_t)kib * 1024;
+}
+
+static void limits_from_config(struct scheduler *s, const struct sinkd_config *cfg,
+			       struct sched_limits *lim)
+{
+	lim->max_batch_tokens = cfg->scheduler.max_batch_tokens > 0 ? cfg->scheduler.max_batch_tokens : 1;
+	lim->max_queue = cfg->scheduler.max_queue;
+	lim->max_queue_wait_s = cfg->scheduler.max_queue_wait_s;
+	lim->session_ttl_s = cfg->scheduler.session_ttl_s;
+	lim->session_offload_s = cfg->scheduler.session_offload_s;
+	lim->max_tokens = cfg->limits.max_tokens;
+	lim->budget_auto = cfg->inference.cache.global_cache_limit_auto;
+	lim->auto_fraction = cfg->inference.cache.auto_fraction;
+	config_cache_geometry(cfg, &s->be->model->hp, &lim->geom);
+	if (!lim->budget_auto) {
+		lim->budget_bytes = (size_t)cfg->inference.cache.global_cache_limit;
+		return;
+	}
+	/* "auto": a share of the host memory that is free now plus what our own
+	 * caches already hold (they are not "available" any more).  The cpu
+	 * backend keeps caches in host memory; other backends have no free-memory
+	 * query in the vtable yet, so they use the same rule. */
+	lim->budget_bytes =
+		(size_t)((double)(mem_available_bytes() + s->resident) * lim->auto_fraction);
+}
+
+int scheduler_retry_after_s(struct scheduler *s)
+{
+	pthread_mutex_lock(&s->mu);
+	int64_t w = s->lim.max_queue_wait_s;
+	pthread_mutex_unlock(&s->mu);
+	return w < 1 ? 1 : w > 60 ? 60 : (int)w;
+}
+
+/* ---- sessions ---------------------------------------------------------- */
+
+static struct sched_session *session_find_locked(struct scheduler *s, const char *id)
+{
+	for (size_t i = 0; i < s->n_sessions; i++)
+		if (strcmp(s->sessions[i]->id, id) == 0)
+			return s->sessions[i];
+	return NULL;
+}
+
+/* Tokens that can still be rolled back exactly: the un-fed last token plus
+ * every resident non-sink token. */
+static size_t session_revisable_locked(const struct sched_session *ss)
+{
+	size_t n = (size_t)(ss->stats.n_resident - ss->stats.n_sink);
+	return n + (ss->has_pending ? 1 : 0);
+}
+
+static int settings_apply(const struct sched_limits *lim, const struct session_settings *opt,
+			  struct sinkcache_geometry *g, char *err, size_t err_len)
+{
+	*g = lim->geom;
+	if (!opt)
+		return 0;
+	if (opt->window_size < 0 || opt->window_size > lim->geom.window_size)
+		return err_set(err, err_len, -EINVAL, "window_size %d out of range (allowed 1..%d)",
+			       opt->window_size, lim->geom.window_size);
+	if (opt->sink_keep_count < -1 || opt->sink_keep_count > lim->geom.sink_keep_count)
+		return err_set(err, err_len, -EINVAL, "sink_keep_count %d out of range (allowed 0..%d)",
+			       opt->sink_keep_count, lim->geom.sink_keep_count);
+	if (opt->window_size > 0)
+		g->window_size = opt->window_size;
+	if (opt->sink_keep_count >= 0)
+		g->sink_keep_count = opt->sink_keep_count;
+	if (g->full_precision_recent > g->window_size)
+		g->full_precision_recent = g->window_size;
+	return sinkcache_geometry_check(g, err, err_len);
+}
+
+static struct sched_session *session_alloc(const struct sinkcache_geometry *g, bool persistent)
+{
+	struct sched_session *ss = calloc(1, sizeof(*ss));
+	if (!ss)
+		return NULL;
+	ss->geom = *g;
+	ss->persistent = persistent;
+	if (persistent) {
+		/* Revisable tokens never exceed the window (or the whole context
+		 * for strategy full) plus the pending token. */
+		int most = g->strategy == CACHE_STRATEGY_FULL ? g->max_context_length : g->window_size;
+		ss->hist_cap = (size_t)most + 2;
+		ss->hist = malloc(ss->hist_cap * sizeof(*ss->hist));
+		if (!ss->hist) {
+			free(ss);
+			return NULL;
+		}
+	}
+	ss->created = ss->last_used = sched_now();
+	return ss;
+}
+
+static void session_id_make(char id[SCHED_SESSION_ID_LEN])
+{
+	unsigned char raw[16];
+	if (RAND_bytes(raw, sizeof(raw)) != 1) {
+		/* Never expected; fall back to a clock-derived id rather than fail. */
+		uint64_t t = (uint64_t)(sched_now() * 1e9);
+		for (size_t i = 0; i < sizeof(raw); i++)
+			raw[i] = (unsigned char)(t >> (8 * (i % 8))) ^ (unsigned char)(i * 37);
+	}
+	for (size_t i = 0; i < sizeof(raw); i++)
+		snprintf(id + 2 * i, 3, "%02x", raw[i]);
+}
+
+int scheduler_session_create(struct scheduler *s, const struct session_settings *opt,
+			     char id_out[SCHED_SESSION_ID_LEN], char *err, size_t err_len)
+{
+	struct sinkcache_geometry g;
+	int rc;
+	pthread_mutex_lock(&s->mu);
+	rc = settings_apply(&s->lim, opt, &g, err, err_len);
+	if (rc)
+		goto out;
+	size_t bound = sinkcache_bound_bytes(&g);
+	if (bound > s->lim.budget_bytes) {
+		s->st.rejected_budget++;
+		rc = err_set(err, err_len, -ENOSPC,
+			     "a session's cache bound (%zu bytes) exceeds the KV budget (%zu bytes)", bound,
+			     s->lim.budget_bytes);
+		goto out;
+	}
+	if (s->reserved + bound > s->lim.budget_bytes) {
+		s->st.rejected_queue_full++;
+		rc = err_set(err, err_len, -EAGAIN, "KV cache budget exhausted; retry later");
+		goto out;
+	}
+	struct sched_session *ss = session_alloc(&g, true);
+	if (!ss || PUSH(s->sessions, s->n_sessions, s->cap_sessions, ss)) {
+		if (ss)
+			free(ss->hist);
+		free(ss);
+		rc = err_set(err, err_len, -ENOMEM, "out of memory");
+		goto out;
+	}
+	do
+		session_id_make(ss->id);
+	while (s->n_sessions > 1 && session_find_locked(s, ss->id) != ss);
+	ss->bytes_reserved = bound;
+	s->reserved += bound;
+	s->st.sessions_created++;
+	memcpy(id_out, ss->id, SCHED_SESSION_ID_LEN);
+	pthread_cond_signal(&s->cv); /* the TTL deadline changed */
+out:
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+int scheduler_session_info(struct scheduler *s, const char *id, struct sched_session_info *out)
+{
+	memset(out, 0, sizeof(*out));
+	pthread_mutex_lock(&s->mu);
+	struct sched_session *ss = id ? session_find_locked(s, id) : NULL;
+	if (ss) {
+		double now = sched_now();
+		out->n_seen = ss->stats.n_seen + (ss->has_pending ? 1 : 0);
+		out->n_resident = ss->stats.n_resident;
+		out->n_sink = ss->stats.n_sink;
+		out->n_compressed = ss->stats.n_compressed;
+		out->n_hot = ss->stats.n_hot;
+		out->bytes_resident = ss->stats.bytes_resident;
+		out->bytes_reserved = ss->bytes_reserved;
+		out->age_s = now - ss->created;
+		out->busy = ss->busy_handle != 0;
+		out->idle_s = out->busy ? 0 : now - ss->last_used;
+		out->offloaded = ss->offloaded;
+		out->window_size = ss->geom.window_size;
+		out->sink_keep_count = ss->geom.sink_keep_count;
+	}
+	pthread_mutex_unlock(&s->mu);
+	return ss ? 0 : -ENOENT;
+}
+
+static void cancel_locked(struct scheduler *s, uint64_t handle)
+{
+	for (size_t i = 0; i < s->n_queue; i++)
+		if (s->queue[i]->handle == handle)
+			s->queue[i]->cancelled = true;
+	for (size_t i = 0; i < s->n_active; i++)
+		if (s->active[i]->handle == handle)
+			s->active[i]->cancelled = true;
+}
+
+/* Takes a session out of the table; the engine frees it once idle. */
+static void session_kill_locked(struct scheduler *s, struct sched_session *ss)
+{
+	ptrs_remove((void **)s->sessions, &s->n_sessions, ss);
+	ss->deleted = true;
+	if (ss->busy_handle)
+		cancel_locked(s, ss->busy_handle);
+	if (PUSH(s->dead, s->n_dead, s->cap_dead, ss))
+		ss->deleted = true; /* no memory for the list: leaks the session, keeps running */
+}
+
+int scheduler_session_delete(struct scheduler *s, const char *id)
+{
+	pthread_mutex_lock(&s->mu);
+	struct sched_session *ss = id ? session_find_locked(s, id) : NULL;
+	if (ss) {
+		session_kill_locked(s, ss);
+		pthread_cond_signal(&s->cv);
+	}
+	pthread_mutex_unlock(&s->mu);
+	return ss ? 0 : -ENOENT;
+}
+
+/* ---- submission -------------------------------------------------------- */
+
+static int req_validate(struct scheduler *s, const struct gen_request *req, char *err,
+			size_t err_len)
+{
+	if (!req->on_event)
+		return err_set(err, err_len, -EINVAL, "no event callback");
+	if (req->max_tokens < 0)
+		return err_set(err, err_len, -EINVAL, "max_tokens must be >= 0");
+	if (!req->session_id && req->n_prompt == 0)
+		return err_set(err, err_len, -EINVAL, "empty prompt");
+	for (size_t i = 0; i < req->n_prompt; i++)
+		if (req->prompt_ids[i] < 0 || req->prompt_ids[i] >= s->n_vocab)
+			return err_set(err, err_len, -EINVAL, "prompt token %zu: id %d out of range",
+				       i, (int)req->prompt_ids[i]);
+	return 0;
+}
+
+static int req_alloc(struct scheduler *s, const struct gen_request *req, struct sched_req **out,
+		     char *err, size_t err_len)
+{
+	struct sched_req *r = calloc(1, sizeof(*r));
+	int rc;
+	if (!r)
+		return err_set(err, err_len, -ENOMEM, "out of memory");
+	rc = sampler_new(&req->sampling, s->n_vocab, &r->sampler, err, err_len);
+	if (rc)
+		goto fail;
+	if (req->n_stops) {
+		rc = stop_matcher_new((const char *const *)req->stops, req->n_stops, &r->stop, err,
+				      err_len);
+		if (rc)
+			goto fail;
+	}
+	r->text_cap = 1024;
+	for (size_t i = 0; i < req->n_stops; i++)
+		r->text_cap += strlen(req->stops[i]);
+	r->text = malloc(r->text_cap);
+	if (!r->text) {
+		rc = err_set(err, err_len, -ENOMEM, "out of memory");
+		goto fail;
+	}
+	r->logits_row = -1;
+	*out = r;
+	return 0;
+fail:
+	sampler_free(r->sampler);
+	stop_matcher_free(r->stop);
+	free(r);
+	return rc < 0 ? rc : -EINVAL;
+}
+
+/* Checks a request against its persistent session; marks the session busy. */
+static int submit_on_session_locked(struct scheduler *s, struct sched_req *r, char *err,
+				    size_t err_len)
+{
+	const struct gen_request *q = &r->req;
+	struct sched_session *ss = session_find_locked(s, q->session_id);
+	if (!ss)
+		return err_set(err, err_len, -ENOENT, "no session %.40s", q->session_id);
+	if (ss->busy_handle) {
+		s->st.rejected_busy++;
+		return err_set(err, err_len, -EBUSY, "session %s is busy with another request", ss->id);
+	}
+	size_t revisable = session_revisable_locked(ss);
+	if (q->revise_last_tokens > revisable)
+		return err_set(err, err_len, -ERANGE,
+			       "cannot revise %zu tokens: only the last %zu are still in the window",
+			       q->revise_last_tokens, revisable);
+	if (q->n_prompt == 0 && q->max_tokens > 0 && revisable - q->revise_last_tokens == 0)
+		return err_set(err, err_len, -EINVAL, "the session has no token to continue from");
+	/* Strategy full: the stream after the revise plus the new tokens must fit. */
+	size_t kept = (size_t)ss->stats.n_resident + (ss->has_pending ? 1 : 0) - q->revise_last_tokens;
+	if (ss->geom.strategy == CACHE_STRATEGY_FULL &&
+	    kept + q->n_prompt + (size_t)q->max_tokens > (size_t)ss->geom.max_context_length)
+		return err_set(err, err_len, -E2BIG, "prompt + max_tokens exceed the context (%d)",
+			       ss->geom.max_context_length);
+	snprintf(r->sid, sizeof(r->sid), "%s", ss->id);
+	r->sess = ss;
+	return 0;
+}
+
+static int submit_one_shot_locked(struct scheduler *s, struct sched_req *r, char *err,
+				  size_t err_len)
+{
+	const struct gen_request *q = &r->req;
+	r->geom = s->lim.geom;
+	r->need_bytes = sinkcache_bound_bytes(&r->geom);
+	if (r->need_bytes > s->lim.budget_bytes) {
+		s->st.rejected_budget++;
+		return err_set(err, err_len, -ENOSPC,
+			       "a session's cache bound (%zu bytes) exceeds the KV budget (%zu bytes)",
+			       r->need_bytes, s->lim.budget_bytes);
+	}
+	if (r->geom.strategy == CACHE_STRATEGY_FULL &&
+	    q->n_prompt + (size_t)q->max_tokens > (size_t)r->geom.max_context_length)
+		return err_set(err, err_len, -E2BIG,
+			       "prompt (%zu tokens) + max_tokens (%d) exceed the context (%d)",
+			       q->n_prompt, q->max_tokens, r->geom.max_context_length);
+	r->sess = session_alloc(&r->geom, false);
+	if (!r->sess)
+		return err_set(err, err_len, -ENOMEM, "out of memory");
+	return 0;
+}
+
+static int submit_locked(struct scheduler *s, struct sched_req *r, uint64_t *handle, char *err,
+			 size_t err_len)
+{
+	int rc;
+	if (s->stopping)
+		return err_set(err, err_len, -EAGAIN, "scheduler is stopping");
+	if (r->req.max_tokens > s->lim.max_tokens)
+		return err_set(err, err_len, -EINVAL, "max_tokens %d exceeds limits.max_tokens (%" PRId64 ")",
+			       r->req.max_tokens, s->lim.max_tokens);
+	if ((int64_t)s->n_queue >= s->lim.max_queue) {
+		s->st.rejected_queue_full++;
+		return err_set(err, err_len, -EAGAIN, "request queue full (%zu waiting)", s->n_queue);
+	}
+	rc = r->req.session_id ? submit_on_session_locked(s, r, err, err_len)
+			       : submit_one_shot_locked(s, r, err, err_len);
+	if (rc)
+		return rc;
+	if (PUSH(s->queue, s->n_queue, s->cap_queue, r)) {
+		if (!r->sess->persistent)
+			free(r->sess);
+		r->sess = NULL;
+		return err_set(err, err_len, -ENOMEM, "out of memory");
+	}
+	r->handle = s->next_handle++;
+	r->state = REQ_QUEUED;
+	r->enqueued_at = sched_now();
+	if (r->sess->persistent)
+		r->sess->busy_handle = r->handle;
+	*handle = r->handle;
+	pthread_cond_signal(&s->cv);
+	return 0;
+}
+
+int scheduler_submit(struct scheduler *s, struct gen_request *req, uint64_t *handle, char *err,
+		     size_t err_len)
+{
+	struct sched_req *r = NULL;
+	int rc = req_validate(s, req, err, err_len);
+	if (rc)
+		return rc;
+	rc = req_alloc(s, req, &r, err, err_len);
+	if (rc)
+		return rc;
+	r->req = *req;
+	if (req->session_id) {
+		snprintf(r->sid, sizeof(r->sid), "%s", req->session_id);
+		r->req.session_id = r->sid;
+	}
+	pthread_mutex_lock(&s->mu);
+	rc = submit_locked(s, r, handle, err, err_len);
+	pthread_mutex_unlock(&s->mu);
+	if (rc) {
+		/* The caller keeps its buffers: do not free them with r. */
+		r->req.prompt_ids = NULL;
+		r->req.stops = NULL;
+		r->req.n_stops = 0;
+		sched_req_free(r);
+		return rc;
+	}
+	req->prompt_ids = NULL;
+	req->stops = NULL;
+	return 0;
+}
+
+void scheduler_cancel(struct scheduler *s, uint64_t handle)
+{
+	pthread_mutex_lock(&s->mu);
+	cancel_locked(s, handle);
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- engine loop: housekeeping under the lock ------------------------- */
+
+/* Lists collected under the lock, acted on without it. */
+struct housekeeping {
+	struct sched_req **leave; /* queued requests leaving: timeout or cancel */
+	size_t n_leave, cap_leave;
+	struct sched_session **free_sessions;
+	size_t n_free, cap_free;
+	struct sched_session **offload;
+	size_t n_offload, cap_offload;
+	double next_deadline; /* earliest time something must happen; 0 none */
+};
+
+static void deadline_min(struct housekeeping *hk, double t)
+{
+	if (hk->next_deadline == 0 || t < hk->next_deadline)
+		hk->next_deadline = t;
+}
+
+static bool leave_queue_locked(struct scheduler *s, struct housekeeping *hk, size_t i)
+{
+	if (PUSH(hk->leave, hk->n_leave, hk->cap_leave, s->queue[i]) != 0)
+		return false;
+	sched_ptrs_remove_at((void **)s->queue, &s->n_queue, i);
+	return true;
+}
+
+/* Admits in FIFO order; requests on sessions need no reservation.  A request
+ * that does not fit leaves with 503 once it waited max_queue_wait_s. */
+static void admit_locked(struct scheduler *s, struct housekeeping *hk, double now)
+{
+	bool blocked = false;
+	for (size_t i = 0; i < s->n_queue;) {
+		struct sched_req *r = s->queue[i];
+		if (r->cancelled && leave_queue_locked(s, hk, i))
+			continue;
+		bool fits = r->need_bytes == 0 ||
+			    (!blocked && s->reserved + r->need_bytes <= s->lim.budget_bytes);
+		if (fits && PUSH(s->active, s->n_active, s->cap_active, r) == 0) {
+			sched_ptrs_remove_at((void **)s->queue, &s->n_queue, i);
+			r->sess->bytes_reserved = r->need_bytes;
+			s->reserved += r->need_bytes;
+			r->state = REQ_STARTING;
+			s->st.admitted++;
+			sched_hist_observe(&s->hist[SCHED_HIST_QUEUE_WAIT_SECONDS], now - r->enqueued_at);
+			continue;
+		}
+		double deadline = r->enqueued_at + (double)s->lim.max_queue_wait_s;
+		if (now >= deadline && leave_queue_locked(s, hk, i))
+			continue;
+		if (r->need_bytes)
+			blocked = true;
+		deadline_min(hk, deadline);
+		i++;
+	}
+}
+
+static void sessions_sweep_locked(struct scheduler *s, struct housekeeping *hk, double now)
+{
+	for (size_t i = 0; i < s->n_sessions;) {
+		struct sched_session *ss = s->sessions[i];
+		double expires = ss->last_used + (double)s->lim.session_ttl_s;
+		if (!ss->busy_handle && now >= expires) {
+			s->st.sessions_expired++;
+			session_kill_locked(s, ss);
+			continue; /* the table shrank at i */
+		}
+		if (!ss->busy_handle)
+			deadline_min(hk, expires);
+		if (!ss->busy_handle && !ss->offloaded && ss->bs && s->lim.session_offload_s > 0 &&
+		    s->be->ops->session_offload) {
+			double when = ss->last_used + (double)s->lim.session_offload_s;
+			if (now >= when)
+				PUSH(hk->offload, hk->n_offload, hk->cap_offload, ss);
+			else
+				deadline_min(hk, when);
+		}
+		i++;
+	}
+	for (size_t i = 0; i < s->n_dead;) {
+		struct sched_session *ss = s->dead[i];
+		if (!ss->busy_handle && PUSH(hk->free_sessions, hk->n_free, hk->cap_free, ss) == 0) {
+			sched_ptrs_remove_at((void **)s->dead, &s->n_dead, i);
+			continue;
+		}
+		i++;
+	}
+}
+
+static void housekeeping_run(struct scheduler *s, struct housekeeping *hk)
+{
+	for (size_t i = 0; i < hk->n_leave; i++) {
+		struct sched_req *r = hk->leave[i];
+		if (r->cancelled) {
+			sched_emit_done(s, r, GEN_FINISH_CANCELLED, 0, NULL);
+		} else {
+			pthread_mutex_lock(&s->mu);
+			s->st.rejected_timeout++;
+			pthread_mutex_unlock(&s->mu);
+			sched_emit_done(s, r, GEN_FINISH_ERROR, 503,
+					"timed out waiting for KV cache budget; retry later");
+		}
+		sched_req_retire(s, r);
+	}
+	for (size_t i = 0; i < hk->n_free; i++) {
+		struct sched_session *ss = hk->free_sessions[i];
+		sched_session_release(s, ss);
+		pthread_mutex_lock(&s->mu);
+		s->reserved -= ss->bytes_reserved;
+		s->resident -= ss->stats.bytes_resident;
+		pthread_mutex_unlock(&s->mu);
+		free(ss);
+	}
+	for (size_t i = 0; i < hk->n_offload; i++) {
+		struct sched_session *ss = hk->offload[i];
+		char err[SINKD_ERR_LEN];
+		int rc = s->be->ops->session_offload(s->be, ss->bs, err, sizeof(err));
+		pthread_mutex_lock(&s->mu);
+		ss->offloaded = rc == 0; /* a failed offload just stays resident */
+		pthread_mutex_unlock(&s->mu);
+	}
+	hk->n_leave = hk->n_free = hk->n_offload = 0;
+}
+
+static void wait_for_work_locked(struct scheduler *s, double deadline)
+{
+	if (deadline == 0) {
+		pthread_cond_wait(&s->cv, &s->mu);
+		return;
+	}
+	struct timespec now_rt, ts;
+	clock_gettime(CLOCK_REALTIME, &now_rt);
+	double wait = deadline - sched_now() + 0.001;
+	if (wait < 0)
+		return;
+	double t = (double)now_rt.tv_sec + (double)now_rt.tv_nsec * 1e-9 + wait;
+	ts.tv_sec = (time_t)t;
+	ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+	pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+}
+
+static void *engine_main(void *arg)
+{
+	struct scheduler *s = arg;
+	struct housekeeping hk = {0};
+	pthread_mutex_lock(&s->mu);
+	while (!s->stopping) {
+		double now = sched_now();
+		hk.next_deadline = 0;
+		admit_locked(s, &hk, now);
+		sessions_sweep_locked(s, &hk, now);
+		bool work = s->n_active > 0 || hk.n_leave || hk.n_free || hk.n_offload;
+		if (!work) {
+			wait_for_work_locked(s, hk.next_deadline);
+			continue;
+		}
+		pthread_mutex_unlock(&s->mu);
+		housekeeping_run(s, &hk);
+		sched_tick(s);
+		pthread_mutex_lock(&s->mu);
+	}
+	pthread_mutex_unlock(&s->mu);
+	free(hk.leave);
+	free(hk.free_sessions);
+	free(hk.offload);
+	return NULL;
+}
+
+/* ---- lifecycle --------------------------------------------------------- */
+
+int scheduler_new(const struct sinkd_config *cfg, struct backend *be, const struct tokenizer *tok,
+		  struct sinkd_log *log, struct scheduler **out, char *err, size_t err_len)
+{
+	struct scheduler *s = calloc(1, sizeof(*s));
+	int rc;
+	if (!s)
+		return err_set(err, err_len, -ENOMEM, "out of memory");
+	s->be = be;
+	s->tok = tok;
+	s->log = log;
+	s->n_vocab = be->model->hp.n_vocab;
+	s->next_handle = 1;
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	sched_hist_init_all(s);
+	limits_from_config(s, cfg, &s->lim);
+	rc = sinkcache_geometry_check(&s->lim.geom, err, err_len);
+	if (rc) {
+		err_prefix(err, err_len, "cache geometry");
+		goto fail;
+	}
+	rc = -pthread_create(&s->thread, NULL, engine_main, s);
+	if (rc) {
+		err_set(err, err_len, rc, "cannot start the engine thread");
+		goto fail;
+	}
+	s->thread_started = true;
+	log_event(log, LOG_INFO, "sched", "scheduler started",
+		  (struct log_field[]){LOG_INT("kv_budget_bytes", s->lim.budget_bytes),
+				       LOG_INT("session_bound_bytes", sinkcache_bound_bytes(&s->lim.geom)),
+				       LOG_INT("max_batch_tokens", s->lim.max_batch_tokens), LOG_END});
+	*out = s;
+	return 0;
+fail:
+	scheduler_free(s);
+	return rc;
+}
+
+static void free_all_requests(struct scheduler *s, struct sched_req **list, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct sched_req *r = list[i];
+		sched_emit_done(s, r, GEN_FINISH_CANCELLED, 0, NULL);
+		if (r->sess && !r->sess->persistent) {
+			sched_session_release(s, r->sess);
+			free(r->sess);
+		}
+		sched_req_free(r);
+	}
+}
+
+void scheduler_free(struct scheduler *s)
+{
+	if (!s)
+		return;
+	if (s->thread_started) {
+		pthread_mutex_lock(&s->mu);
+		s->stopping = true;
+		pthread_cond_signal(&s->cv);
+		pthread_mutex_unlock(&s->mu);
+		pthread_join(s->thread, NULL);
+	}
+	/* The engine is gone: this thread owns everything now. */
+	free_all_requests(s, s->queue, s->n_queue);
+	free_all_requests(s, s->active, s->n_active);
+	for (size_t i = 0; i < s->n_sessions; i++) {
+		sched_session_release(s, s->sessions[i]);
+		free(s->sessions[i]);
+	}
+	for (size_t i = 0; i < s->n_dead; i++) {
+		sched_session_release(s, s->dead[i]);
+		free(s->dead[i]);
+	}
+	free(s->queue);
+	free(s->active);
+	free(s->sessions);
+	free(s->dead);
+	free(s->batch);
+	free(s->logits);
+	pthread_cond_destroy(&s->cv);
+	pthread_mutex_destroy(&s->mu);
+	free(s);
+}
+
+void scheduler_reconfigure(struct scheduler *s, const struct sinkd_config *cfg)
+{
+	struct sched_limits lim;
+	char err[SINKD_ERR_LEN];
+	pthread_mutex_lock(&s->mu);
+	bool was_auto = s->lim.budget_auto;
+	double was_fraction = s->lim.auto_fraction;
+	size_t was_budget = s->lim.budget_bytes;
+	limits_from_config(s, cfg, &lim);
+	if (lim.budget_auto && was_auto && lim.auto_fraction == was_fraction)
+		lim.budget_bytes = was_budget; /* keep the budget measured at start */
+	if (sinkcache_geometry_check(&lim.geom, err, sizeof(err)) != 0) {
+		log_event(s->log, LOG_WARN, "sched", "reload: cache geometry rejected, kept the old one",
+			  (struct log_field[]){LOG_STR("error", err), LOG_END});
+		lim.geom = s->lim.geom;
+	}
+	s->lim = lim;
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+void scheduler_get_stats(struct scheduler *s, struct scheduler_stats *out)
+{
+	pthread_mutex_lock(&s->mu);
+	*out = s->st;
+	out->queue_depth = s->n_queue;
+	out->running = s->n_active;
+	out->kv_bytes_reserved = s->reserved;
+	out->kv_bytes_resident = s->resident;
+	out->kv_bytes_budget = s->lim.budget_bytes;
+	out->sessions = s->n_sessions;
+	pthread_mutex_unlock(&s->mu);
+}
