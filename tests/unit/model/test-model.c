@@ -1,0 +1,518 @@
+/* The model loader: stories260K's hyper-parameters, the SHA-256 check,
+ * synthetic llama/qwen2 files (written here with the GGUF writer) in every
+ * storage type, the errors for wrong shapes, missing tensors and unsupported
+ * types, and the sinkd-mkmodel tool (path in argv[1]) end to end. */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "model/dequant.h"
+#include "model/gguf_write.h"
+#include "model/model.h"
+#include "util/errbuf.h"
+
+static const char *mkmodel_path;
+static char shared_path[512];
+
+static const char *shared(const char *rel)
+{
+	const char *root = getenv("SINKD_SHARED");
+	snprintf(shared_path, sizeof(shared_path), "%s/%s", root ? root : "../shared", rel);
+	return shared_path;
+}
+
+static void temp_path(char *buf, size_t len)
+{
+	snprintf(buf, len, "/tmp/sinkd-test-model-XXXXXX");
+	int fd = mkstemp(buf);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+}
+
+START_TEST(test_stories_hparams)
+{
+	char err[SINKD_ERR_LEN];
+	struct model *m;
+	int rc = model_load(shared("models/stories260K.gguf"), NULL, &m, err, sizeof(err));
+	ck_assert_msg(rc == 0, "%s", err);
+	const struct model_hparams *hp = &m->hp;
+	ck_assert_int_eq(hp->arch, MODEL_ARCH_LLAMA);
+	ck_assert_int_eq(hp->n_vocab, 512);
+	ck_assert_int_eq(hp->dim, 64);
+	ck_assert_int_eq(hp->n_layers, 5);
+	ck_assert_int_eq(hp->n_heads, 8);
+	ck_assert_int_eq(hp->n_kv_heads, 4);
+	ck_assert_int_eq(hp->head_dim, 8);
+	ck_assert_int_eq(hp->ffn_dim, 172);
+	ck_assert_int_eq(hp->rope_dim, 8);
+	ck_assert_double_eq(hp->rope_theta, 10000.0);
+	ck_assert_float_eq_tol(hp->norm_eps, 1e-5f, 1e-10f);
+	ck_assert_int_eq(hp->context_length, 2048);
+	ck_assert(!hp->has_qkv_bias);
+	ck_assert(!hp->tied_output);
+	ck_assert_str_eq(m->name, "stories260K");
+	/* F32 weights stay in the mapping */
+	const struct gguf_tensor *t = gguf_find_tensor(m->file, "blk.4.ffn_down.weight");
+	ck_assert_ptr_eq(m->layers[4].w_down.data, t->data);
+	ck_assert_int_eq(m->layers[4].w_down.type, GGML_TYPE_F32);
+	ck_assert_int_eq(m->layers[4].w_down.rows, 64);
+	ck_assert_int_eq(m->layers[4].w_down.cols, 172);
+	ck_assert_uint_eq(m->layers[4].w_down.row_bytes, 172 * 4);
+	ck_assert_int_eq(m->layers[0].wk.rows, 32);
+	ck_assert_int_eq(m->token_embd.rows, 512);
+	ck_assert_ptr_ne(m->output.data, m->token_embd.data);
+	ck_assert_ptr_eq(m->output_norm, gguf_find_tensor(m->file, "output_norm.weight")->data);
+	/* 5 layers * (q 64x64 + k,v 32x64 + o 64x64 + 3 * 172x64) + output 512x64 floats */
+	size_t want = (size_t)(5 * (4096 + 2 * 2048 + 4096 + 3 * 172 * 64) + 512 * 64) * 4;
+	ck_assert_uint_eq(model_weight_bytes(m), want);
+	model_free(m);
+}
+END_TEST
+
+START_TEST(test_sha256_check)
+{
+	char err[SINKD_ERR_LEN], want[65] = "";
+	FILE *fp = fopen(shared("models/SHA256SUMS"), "r");
+	ck_assert_ptr_nonnull(fp);
+	ck_assert_int_eq(fscanf(fp, "%64s", want), 1);
+	fclose(fp);
+	struct model *m;
+	struct model_load_options opt = {.expected_sha256 = want};
+	ck_assert_int_eq(model_load(shared("models/stories260K.gguf"), &opt, &m, err, sizeof(err)), 0);
+	model_free(m);
+	char bad[65];
+	memcpy(bad, want, 65);
+	bad[10] = bad[10] == '0' ? '1' : '0';
+	opt.expected_sha256 = bad;
+	ck_assert_int_lt(model_load(shared("models/stories260K.gguf"), &opt, &m, err, sizeof(err)), 0);
+	ck_assert_ptr_null(m);
+	ck_assert_ptr_nonnull(strstr(err, "SHA-256 mismatch"));
+	ck_assert_ptr_nonnull(strstr(err, bad));
+	ck_assert_ptr_nonnull(strstr(err, want));
+	ck_assert_ptr_nonnull(strstr(err, "stories260K.gguf"));
+}
+END_TEST
+
+/* ------------------------------------------------------------------------
+ * Synthetic models. */
+
+struct spec {
+	const char *arch;
+	int dim, heads, kv_heads, ffn, layers, vocab;
+	enum ggml_type matrix_type[7]; /* wq wk wv wo gate up down */
+	enum ggml_type embd_type, norm_type, bias_type;
+	int tied, bias;
+	const char *omit;      /* tensor left out */
+	const char *bad_dims;  /* tensor written with rows and cols swapped */
+	const char *odd_type;  /* tensor written as IQ2_XS */
+};
+
+static uint64_t rng_state;
+
+static uint32_t rng_u32(void)
+{
+	rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+	return (uint32_t)(rng_state >> 33);
+}
+
+/* Plausible bytes of `n` elements of `type` (scales kept finite). */
+static void fill(enum ggml_type type, uint8_t *p, size_t n_bytes)
+{
+	for (size_t i = 0; i < n_bytes; i++)
+		p[i] = (uint8_t)rng_u32();
+	uint16_t h = f32_to_fp16(0.01f);
+	size_t bb = ggml_row_bytes(type, ggml_block_size(type));
+	for (size_t b = 0; b + bb <= n_bytes; b += bb) {
+		switch (type) {
+		case GGML_TYPE_F32:
+			for (size_t k = 0; k < bb; k += 4) {
+				float v = (float)((int)(rng_u32() % 2001) - 1000) * 1e-4f;
+				memcpy(p + b + k, &v, 4);
+			}
+			break;
+		case GGML_TYPE_F16:
+		case GGML_TYPE_BF16: {
+			float v = (float)((int)(rng_u32() % 2001) - 1000) * 1e-4f;
+			uint16_t e = type == GGML_TYPE_F16 ? f32_to_fp16(v) : f32_to_bf16(v);
+			memcpy(p + b, &e, 2);
+			break;
+		}
+		case GGML_TYPE_Q6_K: memcpy(p + b + 208, &h, 2); break;
+		case GGML_TYPE_Q4_K:
+		case GGML_TYPE_Q5_K:
+		case GGML_TYPE_Q4_1:
+		case GGML_TYPE_Q5_1: memcpy(p + b + 2, &h, 2); /* fall through */
+		default: memcpy(p + b, &h, 2); break;
+		}
+	}
+}
+
+/* Types and sizes of the tensors added so far, for streaming their data. */
+struct added {
+	enum ggml_type type;
+	size_t n_bytes;
+};
+static struct added added[256];
+static int n_added;
+
+static void add(struct gguf_writer *w, const struct spec *s, const char *name,
+		enum ggml_type type, uint64_t cols, uint64_t rows)
+{
+	if (s->omit && strcmp(name, s->omit) == 0)
+		return;
+	if (s->odd_type && strcmp(name, s->odd_type) == 0)
+		type = (enum ggml_type)17; /* IQ2_XS */
+	uint64_t dims[2] = {cols, rows};
+	if (s->bad_dims && strcmp(name, s->bad_dims) == 0) {
+		dims[0] = rows;
+		dims[1] = cols;
+	}
+	ck_assert_int_eq(gguf_writer_add_tensor(w, name, type, rows ? 2 : 1, dims), 0);
+	ck_assert_int_lt(n_added, 256);
+	added[n_added].type = type;
+	added[n_added++].n_bytes = ggml_row_bytes(type, dims[0]) * (rows ? dims[1] : 1);
+}
+
+/* Adds every tensor of the model described by s (order of stories260K). */
+static void add_all(struct gguf_writer *w, const struct spec *s)
+{
+	uint64_t d = (uint64_t)s->dim, kv = d / (uint64_t)s->heads * (uint64_t)s->kv_heads;
+	uint64_t f = (uint64_t)s->ffn;
+	char n[64];
+	add(w, s, "token_embd.weight", s->embd_type, d, (uint64_t)s->vocab);
+	add(w, s, "output_norm.weight", s->norm_type, d, 0);
+	if (!s->tied)
+		add(w, s, "output.weight", s->embd_type, d, (uint64_t)s->vocab);
+	for (int l = 0; l < s->layers; l++) {
+		static const char *const mats[7] = {"attn_q", "attn_k",	  "attn_v", "attn_output",
+						    "ffn_gate", "ffn_up", "ffn_down"};
+		uint64_t cols[7] = {d, d, d, d, d, d, f}, rows[7] = {d, kv, kv, d, f, f, d};
+		for (int k = 0; k < 7; k++) {
+			snprintf(n, sizeof(n), "blk.%d.%s.weight", l, mats[k]);
+			add(w, s, n, s->matrix_type[k], cols[k], rows[k]);
+		}
+		snprintf(n, sizeof(n), "blk.%d.attn_norm.weight", l);
+		add(w, s, n, s->norm_type, d, 0);
+		snprintf(n, sizeof(n), "blk.%d.ffn_norm.weight", l);
+		add(w, s, n, s->norm_type, d, 0);
+		if (!s->bias)
+			continue;
+		uint64_t blen[3] = {d, kv, kv};
+		static const char *const bn[3] = {"attn_q", "attn_k", "attn_v"};
+		for (int k = 0; k < 3; k++) {
+			snprintf(n, sizeof(n), "blk.%d.%s.bias", l, bn[k]);
+			add(w, s, n, s->bias_type, blen[k], 0);
+		}
+	}
+}
+
+static void write_model(const char *path, const struct spec *s)
+{
+	char err[SINKD_ERR_LEN], key[96];
+	struct gguf_writer *w;
+	ck_assert_int_eq(gguf_writer_new(path, &w, err, sizeof(err)), 0);
+	ck_assert_int_eq(gguf_writer_add_string(w, "general.architecture", s->arch), 0);
+	const char *keys[5] = {"embedding_length", "block_count", "feed_forward_length",
+			       "attention.head_count", "attention.head_count_kv"};
+	int vals[5] = {s->dim, s->layers, s->ffn, s->heads, s->kv_heads};
+	for (int i = 0; i < 5; i++) {
+		snprintf(key, sizeof(key), "%s.%s", s->arch, keys[i]);
+		ck_assert_int_eq(gguf_writer_add_u32(w, key, (uint32_t)vals[i]), 0);
+	}
+	snprintf(key, sizeof(key), "%s.rope.freq_base", s->arch);
+	ck_assert_int_eq(gguf_writer_add_f32(w, key, 1e6f), 0);
+	n_added = 0;
+	add_all(w, s);
+	ck_assert_int_eq(gguf_writer_write_header(w, err, sizeof(err)), 0);
+	rng_state = 42;
+	for (int i = 0; i < n_added; i++) {
+		uint8_t *buf = malloc(added[i].n_bytes);
+		fill(added[i].type, buf, added[i].n_bytes);
+		ck_assert_int_eq(gguf_writer_write_data(w, buf, added[i].n_bytes, err, sizeof(err)), 0);
+		free(buf);
+	}
+	ck_assert_int_eq(gguf_writer_finish(w, err, sizeof(err)), 0);
+	gguf_writer_free(w);
+}
+
+static struct spec base_spec(void)
+{
+	struct spec s = {.arch = "llama", .dim = 256, .heads = 4, .kv_heads = 2, .ffn = 512,
+			 .layers = 2, .vocab = 40, .embd_type = GGML_TYPE_F32,
+			 .norm_type = GGML_TYPE_F32, .bias_type = GGML_TYPE_F32};
+	for (int k = 0; k < 7; k++)
+		s.matrix_type[k] = GGML_TYPE_F32;
+	return s;
+}
+
+/* Loads; on success returns the model, on failure NULL with err filled. */
+static struct model *load(const char *path, char *err)
+{
+	struct model *m = NULL;
+	int rc = model_load(path, NULL, &m, err, SINKD_ERR_LEN);
+	ck_assert(rc == 0 ? m != NULL : m == NULL);
+	return m;
+}
+
+/* The matrix equals the tensor dequantized row by row. */
+static void check_matrix(const struct model *m, const struct weight_matrix *w, const char *name)
+{
+	const struct gguf_tensor *t = gguf_find_tensor(m->file, name);
+	ck_assert_ptr_nonnull(t);
+	ck_assert_int_eq(w->cols, (int)t->dims[0]);
+	ck_assert_int_eq(w->rows, (int)t->dims[1]);
+	float *want = malloc((size_t)w->cols * sizeof(float));
+	float *got = malloc((size_t)w->cols * sizeof(float));
+	size_t trow = ggml_row_bytes(t->type, t->dims[0]);
+	for (int r = 0; r < w->rows; r++) {
+		dequantize_row(t->type, (const uint8_t *)t->data + (size_t)r * trow, want,
+			       (uint64_t)w->cols);
+		dequantize_row(w->type, (const uint8_t *)w->data + (size_t)r * w->row_bytes, got,
+			       (uint64_t)w->cols);
+		ck_assert_int_eq(memcmp(want, got, (size_t)w->cols * sizeof(float)), 0);
+	}
+	free(want);
+	free(got);
+}
+
+START_TEST(test_storage_types)
+{
+	char path[64], err[SINKD_ERR_LEN];
+	temp_path(path, sizeof(path));
+	struct spec s = base_spec();
+	enum ggml_type types[7] = {GGML_TYPE_Q4_K, GGML_TYPE_Q8_0, GGML_TYPE_BF16, GGML_TYPE_F16,
+				   GGML_TYPE_Q6_K, GGML_TYPE_Q5_K, GGML_TYPE_Q4_0};
+	memcpy(s.matrix_type, types, sizeof(types));
+	s.embd_type = GGML_TYPE_Q5_1;
+	s.norm_type = GGML_TYPE_BF16;
+	s.tied = 1;
+	write_model(path, &s);
+	struct model *m = load(path, err);
+	ck_assert_msg(m != NULL, "%s", err);
+	ck_assert(m->hp.tied_output);
+	ck_assert_int_eq(m->hp.n_vocab, 40);
+	ck_assert_double_eq(m->hp.rope_theta, 1e6);
+	ck_assert_int_eq(m->hp.rope_dim, 64);
+	ck_assert_int_eq(m->hp.context_length, 2048); /* default */
+	const struct model_layer *l = &m->layers[1];
+	/* native types stay in the mapping; the rest become F32 */
+	ck_assert_int_eq(l->wq.type, GGML_TYPE_F32);
+	ck_assert_int_eq(l->wk.type, GGML_TYPE_Q8_0);
+	ck_assert_ptr_eq(l->wk.data, gguf_find_tensor(m->file, "blk.1.attn_k.weight")->data);
+	ck_assert_uint_eq(l->wk.row_bytes, 8 * 34);
+	ck_assert_int_eq(l->wv.type, GGML_TYPE_BF16);
+	ck_assert_int_eq(l->wo.type, GGML_TYPE_F16);
+	ck_assert_int_eq(l->w_gate.type, GGML_TYPE_F32);
+	ck_assert_int_eq(l->w_up.type, GGML_TYPE_F32);
+	ck_assert_int_eq(l->w_down.type, GGML_TYPE_F32);
+	ck_assert_int_eq(m->token_embd.type, GGML_TYPE_F32);
+	ck_assert_ptr_eq(m->output.data, m->token_embd.data);
+	check_matrix(m, &l->wq, "blk.1.attn_q.weight");
+	check_matrix(m, &l->wk, "blk.1.attn_k.weight");
+	check_matrix(m, &l->wv, "blk.1.attn_v.weight");
+	check_matrix(m, &l->w_gate, "blk.1.ffn_gate.weight");
+	check_matrix(m, &l->w_up, "blk.1.ffn_up.weight");
+	check_matrix(m, &l->w_down, "blk.1.ffn_down.weight");
+	check_matrix(m, &m->token_embd, "token_embd.weight");
+	/* BF16 norms were converted to F32 */
+	const struct gguf_tensor *nt = gguf_find_tensor(m->file, "blk.0.ffn_norm.weight");
+	for (int i = 0; i < m->hp.dim; i++) {
+		uint16_t b;
+		memcpy(&b, (const uint8_t *)nt->data + 2 * i, 2);
+		ck_assert_float_eq(m->layers[0].ffn_norm[i], bf16_to_f32(b));
+	}
+	ck_assert(!m->hp.has_qkv_bias);
+	model_free(m);
+	unlink(path);
+}
+END_TEST
+
+START_TEST(test_qwen2_biases)
+{
+	char path[64], err[SINKD_ERR_LEN];
+	temp_path(path, sizeof(path));
+	struct spec s = base_spec();
+	s.arch = "qwen2";
+	s.bias = 1;
+	s.bias_type = GGML_TYPE_F16;
+	write_model(path, &s);
+	struct model *m = load(path, err);
+	ck_assert_msg(m != NULL, "%s", err);
+	ck_assert_int_eq(m->hp.arch, MODEL_ARCH_QWEN2);
+	ck_assert(m->hp.has_qkv_bias);
+	ck_assert(!m->hp.tied_output);
+	const struct gguf_tensor *bk = gguf_find_tensor(m->file, "blk.1.attn_k.bias");
+	ck_assert_uint_eq(bk->dims[0], 128);
+	for (int i = 0; i < 128; i++) {
+		uint16_t h;
+		memcpy(&h, (const uint8_t *)bk->data + 2 * i, 2);
+		ck_assert_float_eq(m->layers[1].bk[i], fp16_to_f32(h));
+	}
+	ck_assert_ptr_nonnull(m->layers[0].bq);
+	ck_assert_ptr_nonnull(m->layers[0].bv);
+	model_free(m);
+
+	s.omit = "blk.1.attn_v.bias";
+	write_model(path, &s);
+	ck_assert_ptr_null(load(path, err));
+	ck_assert_ptr_nonnull(strstr(err, "tensor 'blk.1.attn_v.bias' is missing"));
+	ck_assert_ptr_nonnull(strstr(err, path));
+	unlink(path);
+}
+END_TEST
+
+START_TEST(test_shape_and_type_errors)
+{
+	char path[64], err[SINKD_ERR_LEN];
+	temp_path(path, sizeof(path));
+	struct spec s = base_spec();
+	s.bad_dims = "blk.1.attn_k.weight";
+	write_model(path, &s);
+	ck_assert_ptr_null(load(path, err));
+	ck_assert_msg(strstr(err, "tensor 'blk.1.attn_k.weight' has dims [128, 256], expected [256, 128]"),
+		      "%s", err);
+
+	s = base_spec();
+	s.odd_type = "blk.0.ffn_down.weight";
+	write_model(path, &s);
+	ck_assert_ptr_null(load(path, err));
+	ck_assert_msg(strstr(err, "tensor 'blk.0.ffn_down.weight' has type IQ2_XS, which sinkd does not support; supported: F32"),
+		      "%s", err);
+
+	s = base_spec();
+	s.omit = "output_norm.weight";
+	write_model(path, &s);
+	ck_assert_ptr_null(load(path, err));
+	ck_assert_ptr_nonnull(strstr(err, "tensor 'output_norm.weight' is missing"));
+
+	s = base_spec();
+	s.arch = "gpt2";
+	write_model(path, &s);
+	ck_assert_ptr_null(load(path, err));
+	ck_assert_ptr_nonnull(strstr(err, "architecture 'gpt2' is not supported"));
+
+	s = base_spec();
+	s.kv_heads = 3; /* 4 heads do not split into 3 groups */
+	write_model(path, &s);
+	ck_assert_ptr_null(load(path, err));
+	ck_assert_ptr_nonnull(strstr(err, "head_count_kv 3"));
+	unlink(path);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------
+ * sinkd-mkmodel. */
+
+static int run_tool(char *const argv[])
+{
+	pid_t pid = fork();
+	if (pid == 0) {
+		int null = open("/dev/null", O_WRONLY);
+		dup2(null, 1);
+		dup2(null, 2);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	int status;
+	waitpid(pid, &status, 0);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+START_TEST(test_mkmodel)
+{
+	if (mkmodel_path == NULL) {
+		fprintf(stderr, "test_mkmodel: no sinkd-mkmodel path given, skipped\n");
+		return;
+	}
+	char p1[64], p2[64], err[SINKD_ERR_LEN];
+	temp_path(p1, sizeof(p1));
+	temp_path(p2, sizeof(p2));
+	const char *vocab = strdup(shared("vocab/ggml-vocab-llama-spm.gguf"));
+	char *argv1[] = {(char *)mkmodel_path, "--out", p1, "--vocab", (char *)vocab, "--dim", "64",
+			 "--layers", "2", "--heads", "4", "--kv-heads", "2", "--ffn", "96",
+			 "--type", "q8_0", "--seed", "7", "--context", "512", NULL};
+	ck_assert_int_eq(run_tool(argv1), 0);
+	struct model *m = load(p1, err);
+	ck_assert_msg(m != NULL, "%s", err);
+	ck_assert_int_eq(m->hp.n_vocab, 32000);
+	ck_assert_int_eq(m->hp.dim, 64);
+	ck_assert_int_eq(m->hp.n_layers, 2);
+	ck_assert_int_eq(m->hp.n_kv_heads, 2);
+	ck_assert_int_eq(m->hp.ffn_dim, 96);
+	ck_assert_int_eq(m->hp.context_length, 512);
+	ck_assert_int_eq(m->layers[0].wq.type, GGML_TYPE_Q8_0);
+	ck_assert_float_eq(m->layers[1].attn_norm[63], 1.0f);
+	/* weights look like N(0, 0.02) */
+	float row[96];
+	double sum = 0, sum2 = 0;
+	for (int r = 0; r < 64; r++) {
+		dequantize_row(GGML_TYPE_Q8_0,
+			       (const uint8_t *)m->layers[1].w_down.data + r * m->layers[1].w_down.row_bytes,
+			       row, 96);
+		for (int i = 0; i < 96; i++) {
+			sum += row[i];
+			sum2 += (double)row[i] * row[i];
+		}
+	}
+	double n = 64 * 96, mean = sum / n, sd = sqrt(sum2 / n - mean * mean);
+	ck_assert_double_lt(fabs(mean), 0.002);
+	ck_assert_double_gt(sd, 0.018);
+	ck_assert_double_lt(sd, 0.022);
+	/* tokenizer keys were copied */
+	const char *s;
+	size_t len;
+	ck_assert_int_eq(gguf_get_array_string(m->file, "tokenizer.ggml.tokens", 31999, &s, &len), 0);
+	bool add_bos;
+	ck_assert_int_eq(gguf_get_bool(m->file, "tokenizer.ggml.add_bos_token", &add_bos), 0);
+	model_free(m);
+
+	/* same seed, same bytes; tied output drops output.weight */
+	char *argv2[] = {(char *)mkmodel_path, "--out", p2, "--vocab-size", "300", "--dim", "32",
+			 "--layers", "1", "--heads", "2", "--ffn", "64", "--tied", "--type", "bf16",
+			 NULL};
+	ck_assert_int_eq(run_tool(argv2), 0);
+	m = load(p2, err);
+	ck_assert_msg(m != NULL, "%s", err);
+	ck_assert_int_eq(m->hp.n_vocab, 300);
+	ck_assert(m->hp.tied_output);
+	ck_assert_int_eq(m->hp.n_kv_heads, 2);
+	model_free(m);
+	char h1[65], h2[65];
+	ck_assert_int_eq(sha256_file_hex(p2, h1, err, sizeof(err)), 0);
+	ck_assert_int_eq(run_tool(argv2), 0);
+	ck_assert_int_eq(sha256_file_hex(p2, h2, err, sizeof(err)), 0);
+	ck_assert_str_eq(h1, h2);
+
+	char *bad[] = {(char *)mkmodel_path, "--out", p2, "--dim", "30", "--layers", "1",
+		       "--heads", "4", "--ffn", "64", NULL};
+	ck_assert_int_eq(run_tool(bad), 2);
+	unlink(p1);
+	unlink(p2);
+	free((void *)vocab);
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+	mkmodel_path = argc > 1 ? argv[1] : NULL;
+	Suite *s = suite_create("model");
+	TCase *tc = tcase_create("core");
+	tcase_add_test(tc, test_stories_hparams);
+	tcase_add_test(tc, test_sha256_check);
+	tcase_add_test(tc, test_storage_types);
+	tcase_add_test(tc, test_qwen2_biases);
+	tcase_add_test(tc, test_shape_and_type_errors);
+	tcase_add_test(tc, test_mkmodel);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
