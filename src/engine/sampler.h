@@ -22,7 +22,14 @@ struct sampler_params {
 	int n_top_logprobs;	  /* 0..20 alternatives reported */
 };
 
+/* Defaults follow the OpenAI API: temperature 1, top_p 1, every filter and
+ * penalty off, repeat_last_n 64, seed 0, no logprobs. */
 void sampler_params_default(struct sampler_params *p);
+/* Checks the ranges (temperature >= 0, top_p in (0,1], min_p in [0,1],
+ * repeat_penalty > 0, repeat_last_n >= -1, presence/frequency in [-2,2],
+ * n_top_logprobs in 0..20); returns 0 or -EINVAL with a message naming the
+ * field.  sampler_new calls it; the API layer may call it early. */
+int sampler_params_validate(const struct sampler_params *p, char *err, size_t err_len);
 
 #define SAMPLER_MAX_TOP_LOGPROBS 20
 
@@ -45,10 +52,23 @@ int sampler_new(const struct sampler_params *p, int n_vocab, struct sampler **ou
 void sampler_free(struct sampler *s);
 /* Records a token of the context (prompt or generated) for the penalties. */
 void sampler_accept(struct sampler *s, int32_t token);
-/* Samples from logits (n_vocab floats, modified in place). */
+/* Samples from logits (n_vocab floats, modified in place: the penalties are
+ * applied to them).  res->logprob and res->top[] are the log-softmax of the
+ * penalised logits at temperature 1 (what the model thinks after penalties,
+ * independent of temperature and of the top-k/top-p/min-p filters); top[] is
+ * sorted by decreasing logprob, ties by lower id.  Returns 0, or -EINVAL when
+ * a logit is NaN or every logit is -inf.  Does not call sampler_accept. */
 int sampler_sample(struct sampler *s, float *logits, struct sampler_result *res);
+/* Forgets the accepted tokens and restarts the random sequence from the seed. */
+void sampler_reset(struct sampler *s);
 
-/* Stop strings over streamed text. */
+/* Stop strings over streamed text: at most STOP_MAX_STRINGS strings of
+ * 1..STOP_MAX_LEN bytes each.  Matching is on bytes (UTF-8 safe: a stop
+ * string is compared byte for byte; released text is cut only where no stop
+ * string can begin, so complete characters stay complete when the stop
+ * strings themselves are whole characters). */
+#define STOP_MAX_STRINGS 16
+#define STOP_MAX_LEN 256
 struct stop_matcher;
 int stop_matcher_new(const char *const *stops, size_t n_stops, struct stop_matcher **out,
 		     char *err, size_t err_len);
@@ -56,8 +76,16 @@ void stop_matcher_free(struct stop_matcher *m);
 /* Feeds newly decoded text.  Writes to out what can be released now (text
  * that cannot be part of a stop string), returns its length; sets *stopped
  * when a stop string completed (the stop string itself and anything after it
- * are never released). */
+ * are never released; later feeds ignore their text).  Where stops overlap,
+ * the one that ends first in the text wins, so the result does not depend on
+ * how the text was split.  out is NUL-terminated; with out_cap >= len +
+ * STOP_MAX_LEN + 1 everything releasable comes out at once, with less the
+ * rest stays held and comes out on the next call. */
 size_t stop_matcher_feed(struct stop_matcher *m, const char *text, size_t len, char *out,
 			 size_t out_cap, bool *stopped);
-/* At the end of generation: releases the held-back text. */
+/* At the end of generation: releases the held-back text (after a stop, only
+ * text before the stop that did not fit in out earlier; call again while it
+ * returns out_cap - 1). */
 size_t stop_matcher_flush(struct stop_matcher *m, char *out, size_t out_cap);
+/* Clears the held-back text and the stopped state for a new generation. */
+void stop_matcher_reset(struct stop_matcher *m);
