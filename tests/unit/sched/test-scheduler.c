@@ -1,0 +1,667 @@
+/* The scheduler on the real stories260K model and the CPU backend: batched
+ * greedy generation equals each request run alone (and the independent
+ * reference continuation), persistent sessions continue and revise exactly,
+ * admission under a tiny KV budget (queue full, queue timeout with
+ * Retry-After, over-budget), and a seeded random walk of a few hundred
+ * operations that checks the budget invariants after every step. */
+#include <check.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config/config.h"
+#include "engine/backend.h"
+#include "model/model.h"
+#include "sched/scheduler.h"
+#include "tokenizer/tokenizer.h"
+#include "util/errbuf.h"
+
+/* ---- fixture: the model, backend and tokenizer, loaded once ----------- */
+
+struct ref_prompt {
+	int32_t ids[64];
+	size_t n;
+	int32_t cont[64]; /* greedy continuation from the reference implementation */
+	size_t n_cont;
+};
+
+static struct {
+	struct model *model;
+	struct backend *be;
+	struct tokenizer *tok;
+	struct ref_prompt ref[4];
+	size_t n_ref;
+} fx;
+
+static void load_ids(const cJSON *arr, int32_t *out, size_t *n, size_t cap)
+{
+	const cJSON *it;
+	*n = 0;
+	cJSON_ArrayForEach(it, arr) if (*n < cap) out[(*n)++] = (int32_t)it->valueint;
+}
+
+static void load_reference(const char *shared)
+{
+	char path[1024];
+	snprintf(path, sizeof(path), "%s/reference/stories260K-logits.json", shared);
+	FILE *f = fopen(path, "rb");
+	ck_assert_ptr_nonnull(f);
+	fseek(f, 0, SEEK_END);
+	long len = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	char *buf = malloc((size_t)len + 1);
+	ck_assert_int_eq((long)fread(buf, 1, (size_t)len, f), len);
+	buf[len] = 0;
+	fclose(f);
+	cJSON *root = cJSON_Parse(buf);
+	const cJSON *p;
+	cJSON_ArrayForEach(p, cJSON_GetObjectItem(root, "prompts"))
+	{
+		struct ref_prompt *r = &fx.ref[fx.n_ref++];
+		load_ids(cJSON_GetObjectItem(p, "prompt_ids"), r->ids, &r->n, 64);
+		load_ids(cJSON_GetObjectItem(p, "greedy_continuation_ids"), r->cont, &r->n_cont, 64);
+		if (fx.n_ref == 4)
+			break;
+	}
+	cJSON_Delete(root);
+	free(buf);
+}
+
+static void fixture_load(void)
+{
+	char err[SINKD_ERR_LEN], path[1024];
+	const char *shared = getenv("SINKD_SHARED");
+	ck_assert_ptr_nonnull(shared);
+	snprintf(path, sizeof(path), "%s/models/stories260K.gguf", shared);
+	ck_assert_msg(model_load(path, NULL, &fx.model, err, sizeof(err)) == 0, "%s", err);
+	struct backend_options bo = {.n_threads = 2};
+	ck_assert_msg(backend_cpu_new(fx.model, &bo, &fx.be, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_msg(tokenizer_new_from_gguf(fx.model->file, &fx.tok, err, sizeof(err)) == 0, "%s",
+		      err);
+	load_reference(shared);
+	ck_assert_int_ge((int)fx.n_ref, 2);
+}
+
+/* A scheduler over the fixture with config overrides ("key=value"). */
+static struct scheduler *sched_make(struct sinkd_config *cfg, const char *const *ov, size_t n_ov)
+{
+	struct config_errors errs = {0};
+	char err[SINKD_ERR_LEN];
+	struct scheduler *s = NULL;
+	int rc = config_load(cfg, NULL, ov, n_ov, &errs);
+	if (rc)
+		config_errors_print(&errs, stderr);
+	ck_assert_int_eq(rc, 0);
+	config_errors_deinit(&errs);
+	ck_assert_msg(scheduler_new(cfg, fx.be, fx.tok, NULL, &s, err, sizeof(err)) == 0, "%s", err);
+	return s;
+}
+
+/* ---- event collection -------------------------------------------------- */
+
+struct coll {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct scheduler *s;
+	uint64_t handle;
+	int cancel_after; /* > 0: cancel from the callback after this many tokens */
+	int32_t tokens[4096];
+	int n_tokens;
+	size_t text_len;
+	int n_prompt_done, n_done;
+	enum gen_finish finish;
+	int http_status, retry_after_s, done_generated;
+	char error[256];
+	int max_tokens;
+	bool expect_cancel;
+};
+
+static struct coll *coll_new(struct scheduler *s)
+{
+	struct coll *c = calloc(1, sizeof(*c));
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_cond_init(&c->cv, NULL);
+	c->s = s;
+	return c;
+}
+
+static void coll_free(struct coll *c)
+{
+	pthread_mutex_destroy(&c->mu);
+	pthread_cond_destroy(&c->cv);
+	free(c);
+}
+
+static void on_event(void *user, const struct gen_event *ev)
+{
+	struct coll *c = user;
+	bool cancel = false;
+	pthread_mutex_lock(&c->mu);
+	if (ev->kind == GEN_EVENT_PROMPT_DONE) {
+		c->n_prompt_done++;
+	} else if (ev->kind == GEN_EVENT_TOKEN) {
+		if (c->n_tokens < 4096)
+			c->tokens[c->n_tokens++] = ev->token;
+		c->text_len += ev->text_len;
+		cancel = c->cancel_after > 0 && c->n_tokens == c->cancel_after;
+	} else {
+		c->n_done++;
+		c->finish = ev->finish;
+		c->http_status = ev->http_status;
+		c->retry_after_s = ev->retry_after_s;
+		c->done_generated = ev->n_generated_tokens;
+		if (ev->error)
+			snprintf(c->error, sizeof(c->error), "%s", ev->error);
+		pthread_cond_broadcast(&c->cv);
+	}
+	pthread_mutex_unlock(&c->mu);
+	if (cancel)
+		scheduler_cancel(c->s, c->handle); /* from the engine thread: must not deadlock */
+}
+
+static void coll_wait(struct coll *c)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 30;
+	pthread_mutex_lock(&c->mu);
+	while (c->n_done == 0)
+		ck_assert_int_eq(pthread_cond_timedwait(&c->cv, &c->mu, &ts), 0);
+	pthread_mutex_unlock(&c->mu);
+}
+
+/* Submits ids (copied) with greedy sampling; returns submit's code. */
+static int submit(struct scheduler *s, struct coll *c, const int32_t *ids, size_t n, int max_tokens,
+		  const char *session_id, size_t revise)
+{
+	char err[SINKD_ERR_LEN];
+	struct gen_request q = {0};
+	q.prompt_ids = malloc((n + 1) * sizeof(int32_t));
+	memcpy(q.prompt_ids, ids, n * sizeof(int32_t));
+	q.n_prompt = n;
+	sampler_params_default(&q.sampling);
+	q.sampling.temperature = 0;
+	q.max_tokens = max_tokens;
+	q.ignore_eos = true;
+	q.session_id = session_id;
+	q.revise_last_tokens = revise;
+	q.on_event = on_event;
+	q.user = c;
+	c->max_tokens = max_tokens;
+	int rc = scheduler_submit(s, &q, &c->handle, err, sizeof(err));
+	if (rc) {
+		ck_assert_ptr_nonnull(q.prompt_ids); /* still ours */
+		ck_assert_int_gt((int)strlen(err), 0);
+		free(q.prompt_ids);
+	} else {
+		ck_assert_ptr_null(q.prompt_ids);
+	}
+	return rc;
+}
+
+/* Runs one request to the end and copies its tokens. */
+static int run_one(struct scheduler *s, const int32_t *ids, size_t n, int max_tokens,
+		   const char *sid, size_t revise, int32_t *out)
+{
+	struct coll *c = coll_new(s);
+	ck_assert_int_eq(submit(s, c, ids, n, max_tokens, sid, revise), 0);
+	coll_wait(c);
+	ck_assert_msg(c->finish != GEN_FINISH_ERROR, "error %d: %s", c->http_status, c->error);
+	int k = c->n_tokens;
+	if (out)
+		memcpy(out, c->tokens, (size_t)k * sizeof(int32_t));
+	ck_assert_int_eq(c->done_generated, k);
+	coll_free(c);
+	return k;
+}
+
+static void wait_idle(struct scheduler *s)
+{
+	struct scheduler_stats st;
+	for (int i = 0; i < 300; i++) {
+		scheduler_get_stats(s, &st);
+		if (st.running == 0 && st.queue_depth == 0 && st.kv_bytes_reserved == 0)
+			break;
+		usleep(10000);
+	}
+	scheduler_get_stats(s, &st);
+	ck_assert_uint_eq(st.running, 0);
+	ck_assert_uint_eq(st.queue_depth, 0);
+	ck_assert_uint_eq(st.kv_bytes_reserved, 0);
+	ck_assert_uint_eq(st.kv_bytes_resident, 0);
+}
+
+/* ---- tests ------------------------------------------------------------- */
+
+#define N_PROMPTS 6
+#define GEN 32
+
+/* Prompts of different lengths: the reference ones and extensions of them. */
+static size_t make_prompts(int32_t p[N_PROMPTS][96], size_t len[N_PROMPTS])
+{
+	for (int i = 0; i < N_PROMPTS; i++) {
+		const struct ref_prompt *r = &fx.ref[i % 2];
+		memcpy(p[i], r->ids, r->n * sizeof(int32_t));
+		len[i] = r->n;
+		size_t extra = (size_t)(i / 2) * 7; /* 0, 7, 14 tokens of the continuation */
+		memcpy(p[i] + len[i], r->cont, extra * sizeof(int32_t));
+		len[i] += extra;
+	}
+	return N_PROMPTS;
+}
+
+START_TEST(test_batched_equals_alone)
+{
+	/* max_batch_tokens 3: prompts are prefilled in tiny chunks interleaved
+	 * with the decode steps of the others. */
+	const char *ov[][2] = {{"inference.attention.dtype=float32", "scheduler.max_batch_tokens=512"},
+			       {"inference.attention.dtype=float32", "scheduler.max_batch_tokens=3"}};
+	struct sinkd_config cfg;
+	int32_t p[N_PROMPTS][96], alone[N_PROMPTS][GEN];
+	size_t len[N_PROMPTS];
+	make_prompts(p, len);
+	config_init_defaults(&cfg);
+	struct scheduler *s = sched_make(&cfg, ov[_i], 2);
+	for (int i = 0; i < N_PROMPTS; i++)
+		ck_assert_int_eq(run_one(s, p[i], len[i], GEN, NULL, 0, alone[i]), GEN);
+	/* The reference implementation's greedy continuation (first 2 prompts). */
+	for (int i = 0; i < 2; i++)
+		for (int k = 0; k < GEN && k < (int)fx.ref[i].n_cont; k++)
+			ck_assert_int_eq(alone[i][k], fx.ref[i].cont[k]);
+	struct coll *c[N_PROMPTS];
+	for (int i = 0; i < N_PROMPTS; i++) {
+		c[i] = coll_new(s);
+		ck_assert_int_eq(submit(s, c[i], p[i], len[i], GEN, NULL, 0), 0);
+	}
+	for (int i = 0; i < N_PROMPTS; i++) {
+		coll_wait(c[i]);
+		ck_assert_int_eq(c[i]->finish, GEN_FINISH_LENGTH);
+		ck_assert_int_eq(c[i]->n_prompt_done, 1);
+		ck_assert_int_eq(c[i]->n_tokens, GEN);
+		for (int k = 0; k < GEN; k++)
+			ck_assert_msg(c[i]->tokens[k] == alone[i][k], "prompt %d token %d: %d != %d", i,
+				      k, c[i]->tokens[k], alone[i][k]);
+		coll_free(c[i]);
+	}
+	struct scheduler_stats st;
+	scheduler_get_stats(s, &st);
+	ck_assert_uint_eq(st.tokens_out, 2 * N_PROMPTS * GEN);
+	ck_assert_uint_eq(st.admitted, 2 * N_PROMPTS);
+	wait_idle(s);
+	scheduler_free(s);
+	config_deinit(&cfg);
+}
+END_TEST
+
+START_TEST(test_session_continue_and_revise)
+{
+	const char *ov[] = {"inference.attention.dtype=float32"};
+	struct sinkd_config cfg;
+	char id[SCHED_SESSION_ID_LEN], err[SINKD_ERR_LEN];
+	struct sched_session_info info;
+	config_init_defaults(&cfg);
+	struct scheduler *s = sched_make(&cfg, ov, 1);
+	const struct ref_prompt *a = &fx.ref[0];
+	int32_t g[8], h[8], b[5] = {300, 301, 302, 303, 304}, cids[4] = {265, 282, 295, 433};
+
+	ck_assert_int_eq(scheduler_session_create(s, NULL, id, err, sizeof(err)), 0);
+	ck_assert_int_eq((int)strlen(id), 32);
+	/* Append only, then generate from the session's end. */
+	ck_assert_int_eq(run_one(s, a->ids, a->n, 0, id, 0, NULL), 0);
+	ck_assert_int_eq(scheduler_session_info(s, id, &info), 0);
+	ck_assert_uint_eq(info.n_seen, a->n);
+	ck_assert(!info.busy);
+	ck_assert_int_eq(run_one(s, NULL, 0, 8, id, 0, g), 8);
+	for (int k = 0; k < 8; k++)
+		ck_assert_int_eq(g[k], a->cont[k]);
+	/* Append B, take it back, append C and generate: as if B never was. */
+	ck_assert_int_eq(run_one(s, b, 5, 0, id, 0, NULL), 0);
+	ck_assert_int_eq(run_one(s, cids, 4, 8, id, 5, h), 8);
+	int32_t whole[64];
+	size_t n = 0;
+	memcpy(whole, a->ids, a->n * sizeof(int32_t));
+	n = a->n;
+	memcpy(whole + n, g, sizeof(g));
+	n += 8;
+	memcpy(whole + n, cids, sizeof(cids));
+	n += 4;
+	int32_t expect[8];
+	run_one(s, whole, n, 8, NULL, 0, expect);
+	for (int k = 0; k < 8; k++)
+		ck_assert_int_eq(h[k], expect[k]);
+	ck_assert_int_eq(scheduler_session_info(s, id, &info), 0);
+	ck_assert_uint_eq(info.n_seen, n + 8);
+	ck_assert_uint_gt(info.bytes_resident, 0);
+	ck_assert_uint_ge(info.bytes_reserved, info.bytes_resident);
+
+	/* Revise the generated tail itself, then regenerate: same tokens. */
+	int32_t h2[8];
+	ck_assert_int_eq(run_one(s, NULL, 0, 8, id, 8, h2), 8);
+	ck_assert_int_eq(memcmp(h, h2, sizeof(h)), 0);
+
+	/* Racing requests: the second one is refused, never interleaved. */
+	struct coll *c1 = coll_new(s), *c2 = coll_new(s);
+	ck_assert_int_eq(submit(s, c1, b, 5, 2000, id, 0), 0);
+	ck_assert_int_eq(submit(s, c2, b, 5, 5, id, 0), -EBUSY);
+	scheduler_cancel(s, c1->handle);
+	coll_wait(c1);
+	ck_assert(c1->finish == GEN_FINISH_CANCELLED || c1->finish == GEN_FINISH_LENGTH);
+	coll_free(c1);
+	coll_free(c2);
+
+	c2 = coll_new(s);
+	ck_assert_int_eq(submit(s, c2, b, 5, 5, "00000000000000000000000000000000", 0), -ENOENT);
+	coll_free(c2);
+	ck_assert_int_eq(scheduler_session_delete(s, id), 0);
+	ck_assert_int_eq(scheduler_session_info(s, id, &info), -ENOENT);
+	ck_assert_int_eq(scheduler_session_delete(s, id), -ENOENT);
+	wait_idle(s);
+	scheduler_free(s);
+	config_deinit(&cfg);
+}
+END_TEST
+
+START_TEST(test_session_revise_window)
+{
+	const char *ov[] = {"inference.attention.dtype=float32"};
+	struct sinkd_config cfg;
+	char id[SCHED_SESSION_ID_LEN], err[SINKD_ERR_LEN];
+	struct sched_session_info info;
+	config_init_defaults(&cfg);
+	struct scheduler *s = sched_make(&cfg, ov, 1);
+	struct session_settings bad = {.window_size = 1 << 30, .sink_keep_count = -1};
+	ck_assert_int_eq(scheduler_session_create(s, &bad, id, err, sizeof(err)), -EINVAL);
+	struct session_settings opt = {.window_size = 8, .sink_keep_count = 2};
+	ck_assert_int_eq(scheduler_session_create(s, &opt, id, err, sizeof(err)), 0);
+	int32_t ids[30];
+	for (int i = 0; i < 30; i++)
+		ids[i] = fx.ref[1].ids[i % fx.ref[1].n];
+	ck_assert_int_eq(run_one(s, ids, 30, 0, id, 0, NULL), 0);
+	ck_assert_int_eq(scheduler_session_info(s, id, &info), 0);
+	ck_assert_uint_eq(info.n_seen, 30);
+	ck_assert_int_eq(info.n_sink, 2);
+	ck_assert_int_le(info.n_resident, 2 + 8);
+	ck_assert_int_eq(info.window_size, 8);
+	/* 8 window tokens + the pending one can be revised, not 10. */
+	struct coll *c = coll_new(s);
+	ck_assert_int_eq(submit(s, c, ids, 3, 4, id, 10), -ERANGE);
+	ck_assert_int_eq(run_one(s, ids, 3, 4, id, 9, NULL), 4);
+	ck_assert_int_eq(scheduler_session_info(s, id, &info), 0);
+	ck_assert_uint_eq(info.n_seen, 30 - 9 + 3 + 4);
+	coll_free(c);
+	scheduler_free(s); /* with a live session: frees it */
+	config_deinit(&cfg);
+}
+END_TEST
+
+START_TEST(test_admission_budget)
+{
+	/* f32, window 600 + 4 sinks: 604 * 1280 bytes = 773 KB per session, so
+	 * one fits in 1 MiB. */
+	const char *ov[] = {"inference.attention.dtype=float32", "inference.cache.window_size=600",
+			    "inference.cache.global_cache_limit=1MiB", "scheduler.max_queue=1",
+			    "scheduler.max_queue_wait_s=1"};
+	struct sinkd_config cfg;
+	char id[SCHED_SESSION_ID_LEN], id2[SCHED_SESSION_ID_LEN], err[SINKD_ERR_LEN];
+	struct scheduler_stats st;
+	config_init_defaults(&cfg);
+	struct scheduler *s = sched_make(&cfg, ov, 5);
+	const struct ref_prompt *a = &fx.ref[0];
+
+	ck_assert_int_eq(scheduler_session_create(s, NULL, id, err, sizeof(err)), 0);
+	scheduler_get_stats(s, &st);
+	ck_assert_uint_eq(st.kv_bytes_budget, 1 << 20);
+	ck_assert_uint_gt(st.kv_bytes_reserved, (1 << 20) / 2);
+	ck_assert_int_eq(scheduler_session_create(s, NULL, id2, err, sizeof(err)), -EAGAIN);
+	/* The session holds the budget: a one-shot request waits, then 503. */
+	struct coll *waiting = coll_new(s), *extra = coll_new(s);
+	ck_assert_int_eq(submit(s, waiting, a->ids, a->n, 4, NULL, 0), 0);
+	ck_assert_int_eq(submit(s, extra, a->ids, a->n, 4, NULL, 0), -EAGAIN); /* queue full */
+	/* The session itself still runs: it needs no new reservation. */
+	ck_assert_int_eq(run_one(s, a->ids, a->n, 4, id, 0, NULL), 4);
+	coll_wait(waiting);
+	ck_assert_int_eq(waiting->finish, GEN_FINISH_ERROR);
+	ck_assert_int_eq(waiting->http_status, 503);
+	ck_assert_int_ge(waiting->retry_after_s, 1);
+	ck_assert_int_eq(waiting->n_tokens, 0);
+	scheduler_get_stats(s, &st);
+	ck_assert_uint_eq(st.rejected_timeout, 1);
+	ck_assert_uint_eq(st.rejected_queue_full, 2);
+	ck_assert_int_eq(scheduler_retry_after_s(s), 1);
+	/* Deleting the session frees the budget for one-shot requests. */
+	ck_assert_int_eq(scheduler_session_delete(s, id), 0);
+	ck_assert_int_eq(run_one(s, a->ids, a->n, 4, NULL, 0, NULL), 4);
+	wait_idle(s);
+	coll_free(waiting);
+	coll_free(extra);
+	scheduler_free(s);
+	config_deinit(&cfg);
+
+	/* A bound larger than the whole budget can never be admitted. */
+	const char *ov2[] = {"inference.attention.dtype=float32", "inference.cache.window_size=1000",
+			     "inference.cache.global_cache_limit=1MiB"};
+	config_init_defaults(&cfg);
+	s = sched_make(&cfg, ov2, 3);
+	struct coll *c = coll_new(s);
+	ck_assert_int_eq(submit(s, c, a->ids, a->n, 4, NULL, 0), -ENOSPC);
+	ck_assert_int_eq(scheduler_session_create(s, NULL, id, err, sizeof(err)), -ENOSPC);
+	coll_free(c);
+	scheduler_free(s);
+	config_deinit(&cfg);
+}
+END_TEST
+
+START_TEST(test_auto_budget_and_metrics)
+{
+	struct sinkd_config cfg;
+	struct scheduler_stats st;
+	config_init_defaults(&cfg);
+	struct scheduler *s = sched_make(&cfg, NULL, 0);
+	scheduler_get_stats(s, &st);
+	ck_assert_uint_gt(st.kv_bytes_budget, 0); /* "auto" from MemAvailable */
+	int32_t out[16];
+	ck_assert_int_eq(run_one(s, fx.ref[0].ids, fx.ref[0].n, 16, NULL, 0, out), 16);
+	char *text = NULL;
+	size_t len = 0;
+	FILE *mem = open_memstream(&text, &len);
+	scheduler_write_metrics(s, mem);
+	fclose(mem);
+	scheduler_get_stats(s, &st);
+	char line[128];
+	snprintf(line, sizeof(line), "sinkd_scheduler_batch_tokens_count %llu\n",
+		 (unsigned long long)st.ticks);
+	ck_assert_ptr_nonnull(strstr(text, line));
+	ck_assert_ptr_nonnull(strstr(text, "# TYPE sinkd_scheduler_tick_seconds histogram\n"));
+	ck_assert_ptr_nonnull(strstr(text, "sinkd_scheduler_batch_sequences_bucket{le=\"+Inf\"}"));
+	ck_assert_ptr_nonnull(strstr(text, "sinkd_tokens_generated_total 16\n"));
+	ck_assert_ptr_nonnull(strstr(text, "sinkd_scheduler_rejections_total{reason=\"queue_full\"} 0"));
+	struct sched_histogram h;
+	scheduler_get_histogram(s, SCHED_HIST_BATCH_TOKENS, &h);
+	ck_assert_uint_eq(h.total, st.ticks);
+	ck_assert_uint_eq(h.count[h.n_buckets - 1], h.total);
+	ck_assert_uint_eq(h.count[0], 15); /* 15 decode ticks of one token, one prefill of 5 */
+	free(text);
+	scheduler_free(s);
+	config_deinit(&cfg);
+}
+END_TEST
+
+/* ---- the random walk --------------------------------------------------- */
+
+#define WALK_OPS 300
+#define WALK_SESSIONS 8
+
+struct walk {
+	struct scheduler *s;
+	uint64_t rng;
+	struct coll *req[WALK_OPS * 2];
+	int n_req;
+	char ids[WALK_SESSIONS][SCHED_SESSION_ID_LEN];
+	bool live[WALK_SESSIONS];
+};
+
+static uint32_t walk_rand(struct walk *w, uint32_t n)
+{
+	w->rng ^= w->rng << 13;
+	w->rng ^= w->rng >> 7;
+	w->rng ^= w->rng << 17;
+	return (uint32_t)(w->rng % n);
+}
+
+static void walk_check(struct walk *w)
+{
+	struct scheduler_stats st;
+	scheduler_get_stats(w->s, &st);
+	ck_assert_uint_le(st.kv_bytes_reserved, st.kv_bytes_budget);
+	ck_assert_uint_le(st.kv_bytes_resident, st.kv_bytes_reserved);
+}
+
+static void walk_submit(struct walk *w, int sess)
+{
+	int32_t ids[24];
+	size_t n = 1 + walk_rand(w, 24);
+	for (size_t i = 0; i < n; i++)
+		ids[i] = (int32_t)(3 + walk_rand(w, 500));
+	int max_tokens = walk_rand(w, 3) == 0 ? 0 : 1 + (int)walk_rand(w, 12);
+	size_t revise = sess >= 0 && walk_rand(w, 2) ? walk_rand(w, 4) : 0;
+	struct coll *c = coll_new(w->s);
+	if (walk_rand(w, 5) == 0 && max_tokens > 2)
+		c->cancel_after = 1 + (int)walk_rand(w, (uint32_t)max_tokens - 1);
+	int rc = submit(w->s, c, ids, n, max_tokens, sess >= 0 ? w->ids[sess] : NULL, revise);
+	if (rc == 0) {
+		w->req[w->n_req++] = c;
+		return;
+	}
+	/* Clear refusals only: unknown (expired) session, busy, revise too far, full. */
+	ck_assert_msg(rc == -ENOENT || rc == -EBUSY || rc == -ERANGE || rc == -EAGAIN ||
+			      rc == -EINVAL,
+		      "submit: %d", rc);
+	if (rc == -ENOENT)
+		w->live[sess] = false;
+	coll_free(c);
+}
+
+static void walk_step(struct walk *w)
+{
+	char err[SINKD_ERR_LEN];
+	uint32_t op = walk_rand(w, 100);
+	int k = (int)walk_rand(w, WALK_SESSIONS);
+	if (op < 12) { /* create */
+		if (!w->live[k]) {
+			int rc = scheduler_session_create(w->s, NULL, w->ids[k], err, sizeof(err));
+			ck_assert_msg(rc == 0 || rc == -EAGAIN, "%s", err);
+			w->live[k] = rc == 0;
+		}
+	} else if (op < 50) { /* append / revise / generate on a session */
+		if (w->live[k])
+			walk_submit(w, k);
+	} else if (op < 75) { /* one-shot */
+		walk_submit(w, -1);
+	} else if (op < 85) { /* cancel something in flight */
+		if (w->n_req) {
+			struct coll *c = w->req[walk_rand(w, (uint32_t)w->n_req)];
+			c->expect_cancel = true;
+			scheduler_cancel(w->s, c->handle);
+		}
+	} else if (op < 92) { /* delete */
+		if (w->live[k]) {
+			int rc = scheduler_session_delete(w->s, w->ids[k]);
+			ck_assert(rc == 0 || rc == -ENOENT);
+			w->live[k] = false;
+		}
+	} else if (op < 99) { /* let the engine run a little */
+		usleep(2000);
+	} else { /* idle long enough for every session to expire (TTL 1 s) */
+		usleep(1100 * 1000);
+	}
+}
+
+static void walk_check_done(struct coll *c)
+{
+	coll_wait(c);
+	ck_assert_int_eq(c->n_done, 1);
+	switch (c->finish) {
+	case GEN_FINISH_ERROR:
+		ck_assert_msg(c->http_status == 503 || c->http_status == 409 || c->http_status == 400,
+			      "status %d: %s", c->http_status, c->error);
+		ck_assert_int_gt((int)strlen(c->error), 0);
+		break;
+	case GEN_FINISH_CANCELLED:
+		/* cancelled by us, by the callback, or its session was deleted/expired */
+		break;
+	case GEN_FINISH_NONE:
+		ck_assert_int_eq(c->max_tokens, 0);
+		ck_assert_int_eq(c->n_prompt_done, 1);
+		break;
+	default:
+		ck_assert_int_eq(c->n_tokens, c->done_generated);
+		ck_assert_int_ge(c->n_tokens, 1);
+		ck_assert(c->cancel_after == 0 || c->n_tokens <= c->max_tokens);
+		if (c->finish == GEN_FINISH_LENGTH)
+			ck_assert_int_eq(c->n_tokens, c->max_tokens);
+	}
+}
+
+START_TEST(test_random_walk_invariants)
+{
+	/* bf16, window 200 + 4 sinks: 204 * 640 = 130 KB a session: 8 in 1 MiB. */
+	const char *ov[] = {"inference.cache.window_size=200", "inference.cache.global_cache_limit=1MiB",
+			    "scheduler.max_queue=4", "scheduler.max_queue_wait_s=1",
+			    "scheduler.session_ttl_s=1", "scheduler.max_batch_tokens=16"};
+	struct sinkd_config cfg;
+	struct walk *w = calloc(1, sizeof(*w));
+	config_init_defaults(&cfg);
+	w->s = sched_make(&cfg, ov, 6);
+	w->rng = 0x9E3779B97F4A7C15ull;
+	for (int i = 0; i < WALK_OPS; i++) {
+		walk_step(w);
+		walk_check(w);
+	}
+	for (int i = 0; i < w->n_req; i++) {
+		walk_check_done(w->req[i]);
+		walk_check(w);
+	}
+	for (int k = 0; k < WALK_SESSIONS; k++)
+		if (w->live[k])
+			scheduler_session_delete(w->s, w->ids[k]);
+	wait_idle(w->s);
+	struct scheduler_stats st;
+	scheduler_get_stats(w->s, &st);
+	ck_assert_uint_eq(st.completed + st.cancelled + st.errors, (uint64_t)w->n_req);
+	ck_assert_uint_gt(st.completed, 20);
+	ck_assert_uint_gt(st.sessions_expired + st.sessions_created, 0);
+	for (int i = 0; i < w->n_req; i++)
+		coll_free(w->req[i]);
+	scheduler_free(w->s);
+	config_deinit(&cfg);
+	free(w);
+}
+END_TEST
+
+int main(void)
+{
+	fixture_load();
+	Suite *s = suite_create("scheduler");
+	TCase *tc = tcase_create("core");
+	tcase_set_timeout(tc, 120);
+	tcase_add_loop_test(tc, test_batched_equals_alone, 0, 2);
+	tcase_add_test(tc, test_session_continue_and_revise);
+	tcase_add_test(tc, test_session_revise_window);
+	tcase_add_test(tc, test_admission_budget);
+	tcase_add_test(tc, test_auto_budget_and_metrics);
+	tcase_add_test(tc, test_random_walk_invariants);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	backend_free(fx.be);
+	tokenizer_free(fx.tok);
+	model_free(fx.model);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
