@@ -140,6 +140,7 @@ START_TEST(test_reference_logits_and_greedy)
 		double worst = 0;
 		for (int i = 0; i < n_vocab; i++)
 			worst = fmax(worst, fabs(logits[i] - cJSON_GetArrayItem(want, i)->valuedouble));
+		printf("prompt %d tokens: max abs logit error %.3g\n", n_prompt, worst);
 		ck_assert_msg(worst <= 1e-4, "prompt '%s': max abs logit error %g",
 			      cJSON_GetObjectItem(p, "text")->valuestring, worst);
 		for (int i = 0; i < n_cont; i++) {
