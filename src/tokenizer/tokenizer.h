@@ -52,3 +52,18 @@ void detok_stream_init(struct detok_stream *ds, const struct tokenizer *tok, boo
 size_t detok_stream_push(struct detok_stream *ds, int32_t id, char *out, size_t out_cap);
 /* Emits what is still pending (invalid bytes become U+FFFD). */
 size_t detok_stream_flush(struct detok_stream *ds, char *out, size_t out_cap);
+
+/* ---- Additions (tokenizer module) ---- */
+
+/* The bytes token `id` stands for (control tokens: none), truncated to
+ * cap-1 bytes + NUL; returns the full length, like snprintf.  A piece may
+ * end inside a UTF-8 character (byte tokens): use detok_stream to print. */
+size_t tokenizer_token_piece(const struct tokenizer *tok, int32_t id, char *buf, size_t cap);
+/* The longest piece any token can produce, in bytes. */
+size_t tokenizer_max_piece_len(const struct tokenizer *tok);
+/* The token's vocabulary text (e.g. "<|im_end|>", "\xe2\x96\x81the"), or NULL. */
+const char *tokenizer_token_text(const struct tokenizer *tok, int32_t id);
+bool tokenizer_is_control(const struct tokenizer *tok, int32_t id);
+/* Byte-level BPE: the pre-tokenizer in use ("gpt-2", "llama-bpe", ...,
+ * "default" for a missing or unknown name); NULL for SentencePiece. */
+const char *tokenizer_pre_name(const struct tokenizer *tok);

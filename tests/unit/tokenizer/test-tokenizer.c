@@ -1,0 +1,435 @@
+/* Tokenizers against real vocabularies: the llama.cpp test vectors in
+ * ../shared/vocab (every input of every vocabulary that has .inp/.out),
+ * stories260K's reference prompt ids, decoding, the streaming detokenizer
+ * on split UTF-8, special tokens, and encoding speed. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "model/gguf.h"
+#include "tokenizer/tokenizer.h"
+#include "util/errbuf.h"
+
+static char *shared_path(const char *rel)
+{
+	const char *root = getenv("SINKD_SHARED");
+	char *p = NULL;
+	ck_assert_msg(root != NULL, "SINKD_SHARED is not set");
+	ck_assert_int_ge(asprintf(&p, "%s/%s", root, rel), 0);
+	return p;
+}
+
+static char *slurp(const char *path, size_t *len)
+{
+	FILE *fp = fopen(path, "rb");
+	ck_assert_msg(fp != NULL, "cannot open %s", path);
+	fseek(fp, 0, SEEK_END);
+	long n = ftell(fp);
+	fseek(fp, 0, SEEK_SET);
+	char *buf = malloc((size_t)n + 1);
+	ck_assert_int_eq(fread(buf, 1, (size_t)n, fp), (size_t)n);
+	buf[n] = '\0';
+	fclose(fp);
+	*len = (size_t)n;
+	return buf;
+}
+
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static struct tokenizer *load_tok(const char *rel)
+{
+	char *path = shared_path(rel);
+	char err[SINKD_ERR_LEN];
+	struct gguf_file *f = NULL;
+	struct tokenizer *tok = NULL;
+	ck_assert_msg(gguf_open(path, &f, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_msg(tokenizer_new_from_gguf(f, &tok, err, sizeof(err)) == 0, "%s", err);
+	gguf_close(f); /* the tokenizer keeps its own copies */
+	free(path);
+	return tok;
+}
+
+static void encode(const struct tokenizer *tok, const char *s, size_t len, bool add_special, bool parse_special,
+		   int32_t **ids, size_t *n)
+{
+	char err[SINKD_ERR_LEN];
+	ck_assert_msg(tokenizer_encode(tok, s, len, add_special, parse_special, ids, n, err, sizeof(err)) == 0,
+		      "%s", err);
+}
+
+/* Inputs are separated by "\n__ggml_vocab_test__\n"; the file ends with one. */
+static size_t split_inputs(char *inp, size_t len, char **items, size_t *lens, size_t max)
+{
+	static const char sep[] = "\n__ggml_vocab_test__\n";
+	size_t n = 0, start = 0;
+	for (;;) {
+		char *hit = memmem(inp + start, len - start, sep, sizeof(sep) - 1);
+		if (!hit)
+			break;
+		ck_assert_uint_lt(n, max);
+		items[n] = inp + start;
+		lens[n++] = (size_t)(hit - (inp + start));
+		start = (size_t)(hit - inp) + sizeof(sep) - 1;
+	}
+	ck_assert_uint_eq(start, len); /* nothing after the last separator */
+	return n;
+}
+
+static bool line_matches(const char *line, const int32_t *ids, size_t n)
+{
+	size_t k = 0;
+	const char *p = line;
+	for (;;) {
+		char *end;
+		long v = strtol(p, &end, 10);
+		if (end == p)
+			break;
+		if (k >= n || ids[k] != v)
+			return false;
+		k++;
+		p = end;
+	}
+	return k == n;
+}
+
+/* Runs one vocabulary's vectors; returns passed, sets *total. */
+static size_t run_vocab(const char *name, size_t *total)
+{
+	char rel[256];
+	size_t inp_len, out_len;
+	snprintf(rel, sizeof(rel), "vocab/ggml-vocab-%s.gguf", name);
+	struct tokenizer *tok = load_tok(rel);
+	snprintf(rel, sizeof(rel), "vocab/ggml-vocab-%s.gguf.inp", name);
+	char *path = shared_path(rel);
+	char *inp = slurp(path, &inp_len);
+	free(path);
+	snprintf(rel, sizeof(rel), "vocab/ggml-vocab-%s.gguf.out", name);
+	path = shared_path(rel);
+	char *outs = slurp(path, &out_len);
+	free(path);
+
+	char *items[256];
+	size_t lens[256], passed = 0;
+	size_t n = split_inputs(inp, inp_len, items, lens, 256);
+	char *line = outs, *save = NULL;
+	for (size_t i = 0; i < n; i++) {
+		ck_assert_ptr_nonnull(line);
+		char *nl = strchr(line, '\n');
+		ck_assert_ptr_nonnull(nl);
+		*nl = '\0';
+		int32_t *ids;
+		size_t n_ids;
+		encode(tok, items[i], lens[i], false, false, &ids, &n_ids);
+		if (line_matches(line, ids, n_ids))
+			passed++;
+		else if (getenv("TOK_VERBOSE")) {
+			fprintf(stderr, "%s #%zu mismatch\n  want:%s\n  got: ", name, i, line);
+			for (size_t k = 0; k < n_ids; k++)
+				fprintf(stderr, " %d", ids[k]);
+			fprintf(stderr, "\n");
+		}
+		free(ids);
+		line = nl + 1;
+	}
+	ck_assert_msg(*line == '\0', "%s: more .out lines than inputs", name);
+	(void)save;
+	*total = n;
+	free(inp);
+	free(outs);
+	tokenizer_free(tok);
+	return passed;
+}
+
+/* Every vocabulary with test vectors, and how many of its 46 inputs must
+ * match at least (SentencePiece and GPT-2 all). */
+static const struct {
+	const char *name;
+	size_t min_pass;
+} vocabs[] = {
+	{"llama-spm", 46}, {"phi-3", 46},	  {"gpt-2", 46},	{"falcon", 46},
+	{"starcoder", 46}, {"deepseek-coder", 46}, {"deepseek-llm", 46}, {"mpt", 46},
+	{"refact", 46},
+};
+
+START_TEST(test_vocab_vectors)
+{
+	size_t total;
+	double t0 = now_ms();
+	size_t passed = run_vocab(vocabs[_i].name, &total);
+	printf("vocab %-15s %zu/%zu passed (%.0f ms incl. load)\n", vocabs[_i].name, passed, total,
+	       now_ms() - t0);
+	ck_assert_uint_eq(total, 46);
+	ck_assert_uint_ge(passed, vocabs[_i].min_pass);
+}
+END_TEST
+
+START_TEST(test_stories260k_reference_ids)
+{
+	struct tokenizer *tok = load_tok("models/stories260K.gguf");
+	ck_assert_int_eq(tokenizer_n_vocab(tok), 512);
+	ck_assert_int_eq(tokenizer_bos(tok), 1);
+	ck_assert_int_eq(tokenizer_eos(tok), 2);
+	ck_assert(tokenizer_add_bos(tok));
+	ck_assert(tokenizer_is_eog(tok, 2));
+	ck_assert(!tokenizer_is_eog(tok, 1));
+
+	int32_t *ids;
+	size_t n;
+	encode(tok, "Once upon a time", 16, true, false, &ids, &n);
+	const int32_t want[] = {1, 403, 407, 261, 378};
+	ck_assert_uint_eq(n, 5);
+	for (size_t i = 0; i < n; i++)
+		ck_assert_int_eq(ids[i], want[i]);
+	free(ids);
+
+	size_t len;
+	char *path = shared_path("reference/stories260K-logits.json");
+	char *json = slurp(path, &len);
+	cJSON *root = cJSON_Parse(json);
+	cJSON *prompts = cJSON_GetObjectItem(root, "prompts"), *p;
+	int n_prompts = 0;
+	cJSON_ArrayForEach(p, prompts) {
+		const char *text = cJSON_GetObjectItem(p, "text")->valuestring;
+		cJSON *want_ids = cJSON_GetObjectItem(p, "prompt_ids");
+		encode(tok, text, strlen(text), true, false, &ids, &n);
+		ck_assert_uint_eq(n, (size_t)cJSON_GetArraySize(want_ids));
+		for (size_t i = 0; i < n; i++)
+			ck_assert_int_eq(ids[i], cJSON_GetArrayItem(want_ids, (int)i)->valueint);
+		/* and back: BOS gives no text, the space prefix is stripped */
+		char *back;
+		size_t back_len;
+		char err[SINKD_ERR_LEN];
+		ck_assert_int_eq(tokenizer_decode(tok, ids, n, &back, &back_len, err, sizeof(err)), 0);
+		ck_assert_str_eq(back, text);
+		free(back);
+		free(ids);
+		n_prompts++;
+	}
+	ck_assert_int_ge(n_prompts, 2);
+	cJSON_Delete(root);
+	free(json);
+	free(path);
+	tokenizer_free(tok);
+}
+END_TEST
+
+static bool valid_utf8(const char *s, size_t len)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	for (size_t i = 0; i < len;) {
+		size_t need = u[i] < 0x80 ? 1 : u[i] >= 0xC2 && u[i] <= 0xDF ? 2 : u[i] >= 0xE0 && u[i] <= 0xEF ? 3
+			    : u[i] >= 0xF0 && u[i] <= 0xF4				   ? 4
+											   : 0;
+		if (need == 0 || i + need > len)
+			return false;
+		for (size_t k = 1; k < need; k++)
+			if ((u[i + k] & 0xC0) != 0x80)
+				return false;
+		i += need;
+	}
+	return true;
+}
+
+/* Pushes ids one at a time; checks each chunk and returns the whole text. */
+static char *stream_all(const struct tokenizer *tok, const int32_t *ids, size_t n, bool strip, size_t *n_chunks)
+{
+	struct detok_stream ds;
+	detok_stream_init(&ds, tok, strip);
+	size_t cap = 4096, len = 0;
+	char *all = calloc(1, cap), chunk[256];
+	*n_chunks = 0;
+	for (size_t i = 0; i <= n; i++) {
+		size_t w = i < n ? detok_stream_push(&ds, ids[i], chunk, sizeof(chunk))
+				 : detok_stream_flush(&ds, chunk, sizeof(chunk));
+		ck_assert_uint_eq(strlen(chunk), w);
+		ck_assert_msg(valid_utf8(chunk, w), "chunk %zu is not valid UTF-8", i);
+		ck_assert_uint_lt(len + w, cap);
+		memcpy(all + len, chunk, w);
+		len += w;
+		*n_chunks += w > 0;
+	}
+	return all;
+}
+
+START_TEST(test_detok_stream_utf8)
+{
+	struct tokenizer *tok = load_tok("vocab/ggml-vocab-llama-spm.gguf");
+	const char *text = "Hello 🦙 world! 你好，世界 🚀 émoji 𝄞 and ☕ done";
+	int32_t *ids;
+	size_t n, n_chunks;
+	encode(tok, text, strlen(text), true, false, &ids, &n);
+	ck_assert_int_eq(ids[0], tokenizer_bos(tok));
+	/* at least one character must come as several <0xNN> byte tokens */
+	size_t n_byte_tokens = 0;
+	for (size_t i = 0; i < n; i++) {
+		const char *t = tokenizer_token_text(tok, ids[i]);
+		n_byte_tokens += strncmp(t, "<0x", 3) == 0;
+	}
+	ck_assert_uint_ge(n_byte_tokens, 4);
+	char *all = stream_all(tok, ids, n, true, &n_chunks);
+	ck_assert_str_eq(all, text);
+	ck_assert_uint_lt(n_chunks, n); /* split characters were held back */
+	free(all);
+
+	/* the byte-level BPE side: gpt-2 maps bytes to code points */
+	struct tokenizer *gpt2 = load_tok("vocab/ggml-vocab-gpt-2.gguf");
+	int32_t *gids;
+	size_t gn;
+	encode(gpt2, text, strlen(text), false, false, &gids, &gn);
+	all = stream_all(gpt2, gids, gn, false, &n_chunks);
+	ck_assert_str_eq(all, text);
+	free(all);
+	free(gids);
+	tokenizer_free(gpt2);
+
+	/* a dangling lead byte is flushed as U+FFFD */
+	struct detok_stream ds;
+	char out[64];
+	detok_stream_init(&ds, tok, false);
+	int32_t lead = tokenizer_find_token(tok, "<0xF0>");
+	ck_assert_int_ge(lead, 0);
+	ck_assert_uint_eq(detok_stream_push(&ds, lead, out, sizeof(out)), 0);
+	ck_assert_uint_eq(detok_stream_flush(&ds, out, sizeof(out)), 3);
+	ck_assert_str_eq(out, "\xef\xbf\xbd");
+	free(ids);
+	tokenizer_free(tok);
+}
+END_TEST
+
+START_TEST(test_decode_roundtrip)
+{
+	static const char *const names[] = {"vocab/ggml-vocab-llama-spm.gguf", "vocab/ggml-vocab-gpt-2.gguf",
+					    "vocab/ggml-vocab-deepseek-llm.gguf"};
+	const char *texts[] = {"Hello, y'all! How are you 😁 ?我想在apple工作1314151天～",
+			       "  leading spaces\tand\ttabs\n\nnew lines   ", "Ünïcödé façade — naïve"};
+	for (size_t v = 0; v < 3; v++) {
+		struct tokenizer *tok = load_tok(names[v]);
+		for (size_t t = 0; t < 3; t++) {
+			int32_t *ids;
+			size_t n, len;
+			char *back, err[SINKD_ERR_LEN];
+			encode(tok, texts[t], strlen(texts[t]), true, false, &ids, &n);
+			ck_assert_int_eq(tokenizer_decode(tok, ids, n, &back, &len, err, sizeof(err)), 0);
+			ck_assert_msg(strcmp(back, texts[t]) == 0, "%s: \"%s\" came back as \"%s\"", names[v],
+				      texts[t], back);
+			free(back);
+			free(ids);
+		}
+		tokenizer_free(tok);
+	}
+}
+END_TEST
+
+START_TEST(test_special_tokens)
+{
+	struct tokenizer *tok = load_tok("vocab/ggml-vocab-llama-spm.gguf");
+	int32_t *ids;
+	size_t n;
+	const char *s = "<s>hi</s>";
+	encode(tok, s, strlen(s), false, true, &ids, &n);
+	ck_assert_uint_ge(n, 3);
+	ck_assert_int_eq(ids[0], 1);
+	ck_assert_int_eq(ids[n - 1], 2);
+	free(ids);
+	encode(tok, s, strlen(s), false, false, &ids, &n); /* plain text: no control ids */
+	for (size_t i = 0; i < n; i++)
+		ck_assert(ids[i] != 1 && ids[i] != 2);
+	free(ids);
+	tokenizer_free(tok);
+
+	tok = load_tok("vocab/ggml-vocab-phi-3.gguf");
+	int32_t user = tokenizer_find_token(tok, "<|user|>"), end = tokenizer_find_token(tok, "<|end|>");
+	ck_assert_int_ge(user, 0);
+	ck_assert(tokenizer_is_control(tok, user));
+	ck_assert(tokenizer_is_eog(tok, end));
+	ck_assert_ptr_nonnull(tokenizer_chat_template(tok));
+	s = "<|user|>\nHi<|end|>\n<|assistant|>";
+	encode(tok, s, strlen(s), true, true, &ids, &n);
+	ck_assert_int_eq(ids[0], tokenizer_bos(tok));
+	ck_assert_int_eq(ids[1], user);
+	ck_assert_int_eq(ids[n - 1], tokenizer_find_token(tok, "<|assistant|>"));
+	char *text, err[SINKD_ERR_LEN];
+	size_t len;
+	ck_assert_int_eq(tokenizer_decode(tok, ids, n, &text, &len, err, sizeof(err)), 0);
+	ck_assert_str_eq(text, "Hi"); /* control tokens print nothing; rstrip ate the newlines */
+	free(text);
+	free(ids);
+	tokenizer_free(tok);
+}
+END_TEST
+
+START_TEST(test_unsupported_model_refused)
+{
+	/* every shared vocab loads, and reports a sane pre-tokenizer */
+	struct tokenizer *tok = load_tok("vocab/ggml-vocab-gpt-neox.gguf");
+	ck_assert_str_eq(tokenizer_pre_name(tok), "default");
+	tokenizer_free(tok);
+	tok = load_tok("vocab/ggml-vocab-baichuan.gguf");
+	ck_assert_ptr_null(tokenizer_pre_name(tok));
+	int32_t *ids;
+	size_t n;
+	encode(tok, "百川 tokenizer", strlen("百川 tokenizer"), true, false, &ids, &n);
+	ck_assert_uint_ge(n, 3);
+	free(ids);
+	tokenizer_free(tok);
+}
+END_TEST
+
+/* ~30 KB of real text through a 32k SentencePiece and a 100k BPE vocab. */
+START_TEST(test_encode_speed)
+{
+	size_t len;
+	char *path = shared_path("data/tinystories-dev.txt");
+	char *text = slurp(path, &len);
+	free(path);
+	if (len > 30000)
+		len = 30000;
+	static const char *const names[] = {"vocab/ggml-vocab-llama-spm.gguf", "vocab/ggml-vocab-deepseek-llm.gguf"};
+	for (size_t v = 0; v < 2; v++) {
+		double t0 = now_ms();
+		struct tokenizer *tok = load_tok(names[v]);
+		double t1 = now_ms();
+		int32_t *ids;
+		size_t n;
+		encode(tok, text, len, false, false, &ids, &n);
+		double t2 = now_ms();
+		printf("%s: load %.1f ms (%d tokens), encode %zu bytes -> %zu ids in %.1f ms\n", names[v],
+		       t1 - t0, tokenizer_n_vocab(tok), len, n, t2 - t1);
+		ck_assert_uint_gt(n, len / 8);
+		ck_assert_msg(t2 - t1 < 500, "encoding took %.0f ms", t2 - t1);
+		ck_assert_msg(t1 - t0 < 2000, "loading took %.0f ms", t1 - t0);
+		free(ids);
+		tokenizer_free(tok);
+	}
+	free(text);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("tokenizer");
+	TCase *tc = tcase_create("core");
+	tcase_set_timeout(tc, 120);
+	tcase_add_loop_test(tc, test_vocab_vectors, 0, (int)(sizeof(vocabs) / sizeof(vocabs[0])));
+	tcase_add_test(tc, test_stories260k_reference_ids);
+	tcase_add_test(tc, test_detok_stream_utf8);
+	tcase_add_test(tc, test_decode_roundtrip);
+	tcase_add_test(tc, test_special_tokens);
+	tcase_add_test(tc, test_unsupported_model_refused);
+	tcase_add_test(tc, test_encode_speed);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
