@@ -1,0 +1,280 @@
+/* The endpoints: health, readiness, metrics, models, tokenize, detokenize,
+ * completions and chat completions.  Turns a parsed request into a
+ * gen_request for the scheduler and hands it to a genstream; answers every
+ * error as {"error":{...}} with the right status.  It does not touch sockets
+ * (http.c) or stream events (genstream.c). */
+#include <errno.h>
+#include <openssl/rand.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/chat_prompt.h"
+#include "server/genstream.h"
+#include "server/request.h"
+#include "server/server_impl.h"
+#include "tokenizer/tokenizer.h"
+#include "util/errbuf.h"
+
+static enum MHD_Result respond_api_error(struct request *r, const struct api_error *e)
+{
+	return http_respond_error(r, e->status, e->type, e->param[0] ? e->param : NULL, e->code, 0,
+				  "%s", e->message);
+}
+
+static enum MHD_Result api_status(struct request *r, int status, const char *state)
+{
+	cJSON *o = cJSON_CreateObject();
+	cJSON_AddStringToObject(o, "status", state);
+	return http_respond_json(r, status, o);
+}
+
+static enum MHD_Result api_ready(struct request *r)
+{
+	struct server *s = r->srv;
+	if (atomic_load(&s->draining))
+		return api_status(r, 503, "draining");
+	if (!atomic_load(&s->ready))
+		return api_status(r, 503, "loading");
+	return api_status(r, 200, "ready");
+}
+
+static enum MHD_Result api_metrics(struct request *r)
+{
+	struct server *s = r->srv;
+	int ready = atomic_load(&s->ready) && !atomic_load(&s->draining);
+	size_t len = 0;
+	char *text = metrics_render(s->metrics, ready, &len);
+	if (!text)
+		return MHD_NO;
+	if (atomic_load(&s->ready)) {
+		char *sched_text = NULL;
+		size_t sched_len = 0;
+		FILE *f = open_memstream(&sched_text, &sched_len);
+		if (f) {
+			scheduler_write_metrics(s->sched, f);
+			fclose(f);
+			char *all = realloc(text, len + sched_len + 1);
+			if (all) {
+				memcpy(all + len, sched_text, sched_len + 1);
+				text = all;
+				len += sched_len;
+			}
+			free(sched_text);
+		}
+	}
+	enum MHD_Result ret = http_respond(r, 200, "text/plain; version=0.0.4; charset=utf-8",
+					   text, len);
+	free(text);
+	return ret;
+}
+
+static enum MHD_Result api_models(struct request *r)
+{
+	struct server *s = r->srv;
+	cJSON *o = cJSON_CreateObject();
+	cJSON_AddStringToObject(o, "object", "list");
+	cJSON *data = cJSON_AddArrayToObject(o, "data");
+	cJSON *m = cJSON_CreateObject();
+	cJSON_AddStringToObject(m, "id", s->model_name);
+	cJSON_AddStringToObject(m, "object", "model");
+	cJSON_AddNumberToObject(m, "created", 0);
+	cJSON_AddStringToObject(m, "owned_by", "sinkd");
+	cJSON_AddItemToArray(data, m);
+	return http_respond_json(r, 200, o);
+}
+
+static enum MHD_Result api_tokenize(struct request *r)
+{
+	struct tokenize_args a;
+	struct api_error e;
+	if (tokenize_args_parse(r->body, r->body_len, &a, &e))
+		return respond_api_error(r, &e);
+	int32_t *ids = NULL;
+	size_t n = 0;
+	char err[SINKD_ERR_LEN];
+	int rc = tokenizer_encode(r->srv->tok, a.content, strlen(a.content), a.add_special,
+				  a.parse_special, &ids, &n, err, sizeof(err));
+	free(a.content);
+	if (rc)
+		return http_respond_error(r, 400, "invalid_request_error", "content",
+					  "invalid_value", 0, "%s", err);
+	cJSON *o = cJSON_CreateObject();
+	cJSON *arr = cJSON_AddArrayToObject(o, "tokens");
+	for (size_t i = 0; i < n; i++)
+		cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));
+	free(ids);
+	return http_respond_json(r, 200, o);
+}
+
+/* Token ids must be in the vocabulary; returns the bad index or -1. */
+static long bad_token(const struct tokenizer *tok, const int32_t *ids, size_t n)
+{
+	int n_vocab = tokenizer_n_vocab(tok);
+	for (size_t i = 0; i < n; i++)
+		if (ids[i] < 0 || ids[i] >= n_vocab)
+			return (long)i;
+	return -1;
+}
+
+static enum MHD_Result api_detokenize(struct request *r)
+{
+	int32_t *ids = NULL;
+	size_t n = 0;
+	struct api_error e;
+	if (detokenize_args_parse(r->body, r->body_len, &ids, &n, &e))
+		return respond_api_error(r, &e);
+	long bad = bad_token(r->srv->tok, ids, n);
+	if (bad >= 0) {
+		int32_t id = ids[bad];
+		free(ids);
+		return http_respond_error(r, 400, "invalid_request_error", "tokens", "invalid_value",
+					  0, "'tokens[%ld]' = %d is not in the vocabulary (0..%d)",
+					  bad, id, tokenizer_n_vocab(r->srv->tok) - 1);
+	}
+	char *text = NULL;
+	size_t len = 0;
+	char err[SINKD_ERR_LEN];
+	int rc = tokenizer_decode(r->srv->tok, ids, n, &text, &len, err, sizeof(err));
+	free(ids);
+	if (rc)
+		return http_respond_error(r, 400, "invalid_request_error", "tokens",
+					  "invalid_value", 0, "%s", err);
+	cJSON *o = cJSON_CreateObject();
+	cJSON_AddStringToObject(o, "content", text);
+	free(text);
+	return http_respond_json(r, 200, o);
+}
+
+/* The prompt as token ids: given ids, a completion prompt, or chat messages
+ * rendered with the model's template. */
+static int prompt_ids(struct request *r, struct gen_args *a, int32_t **ids, size_t *n,
+		      struct api_error *e)
+{
+	const struct tokenizer *tok = r->srv->tok;
+	char err[SINKD_ERR_LEN];
+	e->status = 400;
+	e->type = "invalid_request_error";
+	e->code = "invalid_value";
+	if (a->prompt_ids) {
+		long bad = bad_token(tok, a->prompt_ids, a->n_prompt_ids);
+		if (bad >= 0) {
+			snprintf(e->param, sizeof(e->param), "prompt");
+			snprintf(e->message, sizeof(e->message),
+				 "'prompt[%ld]' is not a token id of this model (0..%d)", bad,
+				 tokenizer_n_vocab(tok) - 1);
+			return -EINVAL;
+		}
+		*ids = a->prompt_ids;
+		*n = a->n_prompt_ids;
+		a->prompt_ids = NULL;
+		return 0;
+	}
+	char *text = a->prompt;
+	bool parse_special = false;
+	if (a->chat) {
+		text = NULL;
+		if (chat_prompt_render(tok, a->messages, a->n_messages, &text, err, sizeof(err))) {
+			snprintf(e->param, sizeof(e->param), "messages");
+			snprintf(e->message, sizeof(e->message), "%s", err);
+			return -EINVAL;
+		}
+		parse_special = true; /* the template's own control tokens */
+	}
+	int rc = tokenizer_encode(tok, text, strlen(text), true, parse_special, ids, n, err,
+				  sizeof(err));
+	if (a->chat)
+		free(text);
+	if (rc) {
+		snprintf(e->param, sizeof(e->param), a->chat ? "messages" : "prompt");
+		snprintf(e->message, sizeof(e->message), "%s", err);
+	}
+	return rc;
+}
+
+static void free_stops(char **stops, size_t n)
+{
+	for (size_t i = 0; stops && i < n; i++)
+		free(stops[i]);
+	free(stops);
+}
+
+static enum MHD_Result api_generate(struct request *r, bool chat)
+{
+	struct server *s = r->srv;
+	int64_t limit = 0;
+	server_settings_get(s, &limit, NULL);
+	struct gen_args a;
+	struct api_error e;
+	if (gen_args_parse(r->body, r->body_len, chat, limit, &a, &e))
+		return respond_api_error(r, &e);
+	enum MHD_Result ret;
+	if (a.model && strcmp(a.model, s->model_name)) {
+		ret = http_respond_error(r, 404, "invalid_request_error", "model", "model_not_found",
+					 0, "the model '%s' does not exist (this server serves '%s')",
+					 a.model, s->model_name);
+		goto out;
+	}
+	struct gen_request req = {.sampling = a.sampling, .max_tokens = a.max_tokens,
+				  .want_logprobs = a.logprobs};
+	if (prompt_ids(r, &a, &req.prompt_ids, &req.n_prompt, &e)) {
+		ret = respond_api_error(r, &e);
+		goto out;
+	}
+	if (!a.seed_given && RAND_bytes((unsigned char *)&req.sampling.seed, 8) != 1)
+		req.sampling.seed = (uint64_t)(server_now() * 1e9);
+	req.stops = a.stops;
+	req.n_stops = a.n_stops;
+	a.stops = NULL;
+	a.n_stops = 0;
+	char id[REQUEST_ID_LEN + 16];
+	snprintf(id, sizeof(id), "%s-%s", chat ? "chatcmpl" : "cmpl", r->id);
+	struct gen_shape shape = {.chat = chat, .stream = a.stream, .include_usage = a.include_usage,
+				  .logprobs = a.logprobs, .id = id, .model = s->model_name};
+	char err[SINKD_ERR_LEN];
+	int status = 0, retry = 0;
+	if (genstream_start(r, &shape, &req, &status, &retry, err, sizeof(err))) {
+		free(req.prompt_ids);
+		free_stops(req.stops, req.n_stops);
+		ret = http_respond_error(r, status,
+					 status >= 500 ? "server_error" : "invalid_request_error",
+					 status == 400 && strstr(err, "max_tokens") ? "max_tokens"
+					 : status == 400 ? (chat ? "messages" : "prompt")
+										   : NULL,
+					 status == 503 ? "overloaded" : "invalid_value", retry, "%s",
+					 err);
+		goto out;
+	}
+	ret = genstream_respond(r);
+out:
+	gen_args_deinit(&a);
+	return ret;
+}
+
+enum MHD_Result api_handle(struct request *r)
+{
+	struct server *s = r->srv;
+	switch (r->ep) {
+	case EP_HEALTH:
+		return api_status(r, 200, "ok");
+	case EP_READY:
+		return api_ready(r);
+	case EP_METRICS:
+		return api_metrics(r);
+	default:
+		break;
+	}
+	if (!atomic_load(&s->ready))
+		return http_respond_error(r, 503, "server_error", NULL, "loading", 1,
+					  "the model is still loading");
+	if (r->ep == EP_MODELS)
+		return api_models(r);
+	if (r->ep == EP_TOKENIZE)
+		return api_tokenize(r);
+	if (r->ep == EP_DETOKENIZE)
+		return api_detokenize(r);
+	if (atomic_load(&s->draining))
+		return http_respond_error(r, 503, "server_error", NULL, "draining", 5,
+					  "the server is shutting down");
+	return api_generate(r, r->ep == EP_CHAT);
+}

@@ -1,0 +1,528 @@
+/* Generations bound to connections.  The engine thread only appends a copy
+ * of each event under the generation's mutex and resumes the connection if
+ * it was suspended; all JSON is built on the connection's thread.  A
+ * generation has two references, the connection's and the scheduler's (until
+ * DONE), so that either side may go first.  It does not parse requests
+ * (api.c) and does not own the listener (http.c). */
+#include "server/genstream.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "util/errbuf.h"
+#include "util/log.h"
+
+struct gs_event {
+	char *text;
+	size_t len;
+	bool has_lp;
+	struct sampler_result lp;
+	double t_emit;
+};
+
+struct genstream {
+	pthread_mutex_t mu;
+	int refs;
+	struct server *srv;
+	struct MHD_Connection *conn; /* NULL once the connection is gone */
+	bool suspended;
+	bool submitted;
+	uint64_t handle;
+	struct oa_ctx oa;
+	char id[REQUEST_ID_LEN + 16];
+	char model[128];
+	bool stream, logprobs;
+
+	/* Written by the engine thread, under mu. */
+	struct gs_event *ev;
+	size_t n_ev, cap_ev;
+	bool done;
+	enum gen_finish finish;
+	int err_status, retry_after_s;
+	char err_msg[256];
+	int n_prompt, n_gen;
+	double t_submit, t_first, t_last;
+	bool keepalive_due;
+	double last_write;
+
+	/* The connection's thread only. */
+	char *out;
+	size_t out_len, out_pos, out_cap;
+	bool sent_role, ended;
+	size_t text_offset;
+	char *text; /* stream:false accumulation */
+	size_t text_len, text_cap;
+	cJSON *lp_acc;
+
+	struct genstream *prev, *next; /* server.gens, while the connection lives */
+	bool linked;
+};
+
+static void gs_unref(struct genstream *gs)
+{
+	pthread_mutex_lock(&gs->mu);
+	int left = --gs->refs;
+	pthread_mutex_unlock(&gs->mu);
+	if (left)
+		return;
+	for (size_t i = 0; i < gs->n_ev; i++)
+		free(gs->ev[i].text);
+	free(gs->ev);
+	free(gs->out);
+	free(gs->text);
+	cJSON_Delete(gs->lp_acc);
+	pthread_mutex_destroy(&gs->mu);
+	free(gs);
+}
+
+/* Must hold gs->mu. */
+static void gs_wake(struct genstream *gs)
+{
+	if (gs->conn && gs->suspended) {
+		gs->suspended = false;
+		MHD_resume_connection(gs->conn);
+	}
+}
+
+static void gs_push(struct genstream *gs, const struct gen_event *e, double now)
+{
+	if (gs->n_ev == gs->cap_ev) {
+		size_t cap = gs->cap_ev ? gs->cap_ev * 2 : 16;
+		struct gs_event *ev = realloc(gs->ev, cap * sizeof(*ev));
+		if (!ev)
+			return; /* a lost token beats blocking the engine */
+		gs->ev = ev;
+		gs->cap_ev = cap;
+	}
+	struct gs_event *q = &gs->ev[gs->n_ev];
+	memset(q, 0, sizeof(*q));
+	if (e->text_len) {
+		q->text = malloc(e->text_len);
+		if (!q->text)
+			return;
+		memcpy(q->text, e->text, e->text_len);
+		q->len = e->text_len;
+	}
+	if (gs->logprobs && e->logprobs) {
+		q->has_lp = true;
+		q->lp = *e->logprobs;
+	}
+	q->t_emit = now;
+	gs->n_ev++;
+}
+
+/* The scheduler's callback, on the engine thread: copy, wake, return. */
+static void gs_on_event(void *user, const struct gen_event *e)
+{
+	struct genstream *gs = user;
+	struct metrics *m = gs->srv->metrics;
+	double now = server_now();
+	pthread_mutex_lock(&gs->mu);
+	if (e->kind == GEN_EVENT_TOKEN) {
+		if (gs->t_first == 0) {
+			gs->t_first = now;
+			metrics_ttft(m, now - gs->t_submit);
+		} else {
+			metrics_inter_token(m, now - gs->t_last);
+		}
+		gs->t_last = now;
+		gs->n_gen = e->n_generated_tokens;
+		gs_push(gs, e, now);
+	} else if (e->kind == GEN_EVENT_PROMPT_DONE) {
+		gs->n_prompt = e->n_prompt_tokens;
+	} else {
+		gs->done = true;
+		gs->finish = e->finish;
+		gs->n_prompt = e->n_prompt_tokens ? e->n_prompt_tokens : gs->n_prompt;
+		gs->n_gen = e->n_generated_tokens;
+		gs->err_status = e->http_status;
+		gs->retry_after_s = e->retry_after_s;
+		if (e->error)
+			snprintf(gs->err_msg, sizeof(gs->err_msg), "%s", e->error);
+	}
+	gs_wake(gs);
+	pthread_mutex_unlock(&gs->mu);
+	if (e->kind == GEN_EVENT_DONE) {
+		metrics_tokens(m, (uint64_t)e->n_prompt_tokens, (uint64_t)e->n_generated_tokens);
+		gs_unref(gs);
+	}
+}
+
+static void gs_link(struct server *s, struct genstream *gs)
+{
+	pthread_mutex_lock(&s->gen_mu);
+	gs->next = s->gens;
+	if (s->gens)
+		s->gens->prev = gs;
+	s->gens = gs;
+	s->n_gens++;
+	gs->linked = true;
+	pthread_mutex_unlock(&s->gen_mu);
+}
+
+static void gs_unlink(struct server *s, struct genstream *gs)
+{
+	pthread_mutex_lock(&s->gen_mu);
+	if (gs->linked) {
+		if (gs->prev)
+			gs->prev->next = gs->next;
+		else
+			s->gens = gs->next;
+		if (gs->next)
+			gs->next->prev = gs->prev;
+		gs->linked = false;
+		s->n_gens--;
+		pthread_cond_broadcast(&s->gen_cond);
+	}
+	pthread_mutex_unlock(&s->gen_mu);
+}
+
+static struct genstream *gs_new(struct request *r, const struct gen_shape *shape)
+{
+	struct genstream *gs = calloc(1, sizeof(*gs));
+	if (!gs)
+		return NULL;
+	pthread_mutex_init(&gs->mu, NULL);
+	gs->refs = 2; /* the connection's and the scheduler's */
+	gs->srv = r->srv;
+	gs->conn = r->conn;
+	gs->stream = shape->stream;
+	gs->logprobs = shape->logprobs;
+	snprintf(gs->id, sizeof(gs->id), "%s", shape->id);
+	snprintf(gs->model, sizeof(gs->model), "%s", shape->model);
+	gs->oa = (struct oa_ctx){.chat = shape->chat, .id = gs->id, .model = gs->model,
+				 .created = (long)time(NULL), .include_usage = shape->include_usage};
+	if (gs->logprobs && !gs->stream)
+		gs->lp_acc = oa_logprobs_new(shape->chat);
+	return gs;
+}
+
+int genstream_start(struct request *r, const struct gen_shape *shape, struct gen_request *req,
+		    int *http_status, int *retry_after_s, char *err, size_t err_len)
+{
+	struct server *s = r->srv;
+	*retry_after_s = 0;
+	struct genstream *gs = gs_new(r, shape);
+	if (!gs) {
+		*http_status = 500;
+		return err_set(err, err_len, -ENOMEM, "out of memory");
+	}
+	req->on_event = gs_on_event;
+	req->user = gs;
+	gs->t_submit = server_now();
+	gs->last_write = gs->t_submit;
+	gs_link(s, gs);
+	int rc = scheduler_submit(s->sched, req, &gs->handle, err, err_len);
+	if (rc) {
+		gs_unlink(s, gs);
+		gs->refs = 1;
+		gs_unref(gs);
+		*http_status = rc == -EAGAIN || rc == -ENOSPC ? 503
+			       : rc == -ENOENT		      ? 404
+			       : rc == -EBUSY || rc == -ERANGE ? 409
+			       : rc == -ENOMEM		      ? 500
+							      : 400;
+		if (*http_status == 503)
+			*retry_after_s = scheduler_retry_after_s(s->sched);
+		return rc;
+	}
+	gs->submitted = true;
+	r->gs = gs;
+	if (gs->stream)
+		metrics_streams_add(s->metrics, 1);
+	return 0;
+}
+
+/* Takes the queued events out from under the lock. */
+static struct gs_event *gs_take(struct genstream *gs, size_t *n, bool *done, bool *ka)
+{
+	struct gs_event *ev = gs->ev;
+	*n = gs->n_ev;
+	*done = gs->done;
+	*ka = gs->keepalive_due;
+	gs->keepalive_due = false;
+	gs->ev = NULL;
+	gs->n_ev = gs->cap_ev = 0;
+	return ev;
+}
+
+static void gs_free_events(struct gs_event *ev, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(ev[i].text);
+	free(ev);
+}
+
+static const struct tokenizer *gs_tok(struct genstream *gs)
+{
+	return gs->srv->tok;
+}
+
+/* Formats events as SSE chunks into gs->out. */
+static void gs_format_events(struct genstream *gs, struct gs_event *ev, size_t n)
+{
+	double now = server_now();
+	for (size_t i = 0; i < n; i++) {
+		cJSON *lp = NULL;
+		if (ev[i].has_lp) {
+			lp = oa_logprobs_new(gs->oa.chat);
+			oa_logprobs_add(lp, gs->oa.chat, gs_tok(gs), &ev[i].lp, gs->text_offset);
+		}
+		if (!ev[i].len && !lp)
+			continue; /* held back (stop-string prefix, partial UTF-8) */
+		bool role = gs->oa.chat && !gs->sent_role;
+		gs->sent_role = true;
+		sse_append(&gs->out, &gs->out_len, &gs->out_cap,
+			   oa_chunk(&gs->oa, ev[i].text, ev[i].len, role, lp, NULL));
+		gs->text_offset += ev[i].len;
+		metrics_sse_write_delay(gs->srv->metrics, now - ev[i].t_emit);
+	}
+}
+
+static void gs_format_end(struct genstream *gs)
+{
+	char **b = &gs->out;
+	size_t *l = &gs->out_len, *c = &gs->out_cap;
+	pthread_mutex_lock(&gs->mu);
+	enum gen_finish fin = gs->finish;
+	int status = gs->err_status, np = gs->n_prompt, ng = gs->n_gen;
+	char msg[256];
+	snprintf(msg, sizeof(msg), "%s", gs->err_msg[0] ? gs->err_msg : "generation cancelled");
+	pthread_mutex_unlock(&gs->mu);
+	if (fin == GEN_FINISH_STOP || fin == GEN_FINISH_LENGTH || fin == GEN_FINISH_NONE) {
+		bool role = gs->oa.chat && !gs->sent_role;
+		sse_append(b, l, c, oa_chunk(&gs->oa, NULL, 0, role, NULL, oa_finish_reason(fin)));
+		if (gs->oa.include_usage)
+			sse_append(b, l, c, oa_usage_chunk(&gs->oa, np, ng));
+	} else {
+		sse_append(b, l, c,
+			   oa_error(msg, status >= 500 || !status ? "server_error"
+								 : "invalid_request_error",
+				    NULL, fin == GEN_FINISH_CANCELLED ? "cancelled" : "generation_failed"));
+	}
+	sse_append(b, l, c, NULL);
+	gs->ended = true;
+}
+
+/* Produces more SSE bytes into gs->out; suspends the connection when there
+ * is nothing to send.  Returns false when it suspended. */
+static bool gs_fill(struct genstream *gs)
+{
+	for (;;) {
+		size_t n;
+		bool done, ka;
+		pthread_mutex_lock(&gs->mu);
+		struct gs_event *ev = gs_take(gs, &n, &done, &ka);
+		bool stopping = atomic_load(&gs->srv->stopping);
+		if (!n && !done && !ka && !stopping) {
+			gs->suspended = true;
+			MHD_suspend_connection(gs->conn);
+			pthread_mutex_unlock(&gs->mu);
+			return false;
+		}
+		gs->last_write = server_now();
+		pthread_mutex_unlock(&gs->mu);
+		gs_format_events(gs, ev, n);
+		gs_free_events(ev, n);
+		if (done || stopping) {
+			if (!done) {
+				pthread_mutex_lock(&gs->mu);
+				gs->finish = GEN_FINISH_CANCELLED;
+				snprintf(gs->err_msg, sizeof(gs->err_msg), "server shutting down");
+				pthread_mutex_unlock(&gs->mu);
+			}
+			gs_format_end(gs);
+		} else if (ka && gs->out_len == gs->out_pos) {
+			sse_append_raw(&gs->out, &gs->out_len, &gs->out_cap, ": keep-alive\n\n", 14);
+		}
+		if (gs->out_len > gs->out_pos)
+			return true;
+	}
+}
+
+static ssize_t gs_sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	struct genstream *gs = cls;
+	if (gs->out_pos == gs->out_len) {
+		gs->out_pos = gs->out_len = 0;
+		if (gs->ended)
+			return MHD_CONTENT_READER_END_OF_STREAM;
+		if (!gs_fill(gs))
+			return 0; /* suspended; the engine or the timer resumes us */
+	}
+	size_t n = gs->out_len - gs->out_pos;
+	if (n > max)
+		n = max;
+	memcpy(buf, gs->out + gs->out_pos, n);
+	gs->out_pos += n;
+	return (ssize_t)n;
+}
+
+static void gs_sse_free(void *cls)
+{
+	/* The connection's reference is dropped by genstream_detach. */
+}
+
+static enum MHD_Result gs_respond_stream(struct request *r)
+{
+	struct genstream *gs = r->gs;
+	struct MHD_Response *resp = MHD_create_response_from_callback(
+		MHD_SIZE_UNKNOWN, 16 * 1024, gs_sse_reader, gs, gs_sse_free);
+	if (!resp)
+		return MHD_NO;
+	MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+	MHD_add_response_header(resp, "Cache-Control", "no-cache");
+	MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+	return http_queue(r, 200, resp);
+}
+
+static void gs_accumulate(struct genstream *gs, struct gs_event *ev, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (ev[i].has_lp && gs->lp_acc)
+			oa_logprobs_add(gs->lp_acc, gs->oa.chat, gs_tok(gs), &ev[i].lp,
+					gs->text_len);
+		if (ev[i].len)
+			sse_append_raw(&gs->text, &gs->text_len, &gs->text_cap, ev[i].text,
+				       ev[i].len);
+	}
+}
+
+static enum MHD_Result gs_respond_whole(struct request *r)
+{
+	struct genstream *gs = r->gs;
+	size_t n;
+	bool done, ka;
+	pthread_mutex_lock(&gs->mu);
+	struct gs_event *ev = gs_take(gs, &n, &done, &ka);
+	bool stopping = atomic_load(&gs->srv->stopping);
+	if (!done && !stopping) {
+		gs->suspended = true;
+		MHD_suspend_connection(gs->conn);
+	}
+	enum gen_finish fin = gs->finish;
+	int status = gs->err_status, retry = gs->retry_after_s, np = gs->n_prompt, ng = gs->n_gen;
+	pthread_mutex_unlock(&gs->mu);
+	gs_accumulate(gs, ev, n);
+	gs_free_events(ev, n);
+	if (!done && !stopping)
+		return MHD_YES;
+	if (!done || fin == GEN_FINISH_CANCELLED)
+		return http_respond_error(r, 503, "server_error", NULL, "cancelled", 1,
+					  "server shutting down");
+	if (fin == GEN_FINISH_ERROR)
+		return http_respond_error(r, status ? status : 500,
+					  status && status < 500 ? "invalid_request_error"
+								 : "server_error",
+					  NULL, "generation_failed", status == 503 ? retry : 0, "%s",
+					  gs->err_msg[0] ? gs->err_msg : "generation failed");
+	cJSON *lp = gs->lp_acc;
+	gs->lp_acc = NULL;
+	return http_respond_json(r, 200,
+				 oa_final(&gs->oa, gs->text ? gs->text : "", gs->text_len, lp,
+					  oa_finish_reason(fin), np, ng));
+}
+
+enum MHD_Result genstream_respond(struct request *r)
+{
+	return r->gs->stream ? gs_respond_stream(r) : gs_respond_whole(r);
+}
+
+void genstream_detach(struct genstream *gs, int *tokens_in, int *tokens_out, double *ttft_s)
+{
+	struct server *s = gs->srv;
+	gs_unlink(s, gs);
+	pthread_mutex_lock(&gs->mu);
+	gs->conn = NULL;
+	gs->suspended = false;
+	bool cancel = gs->submitted && !gs->done;
+	*tokens_in = gs->n_prompt;
+	*tokens_out = gs->n_gen;
+	*ttft_s = gs->t_first > 0 ? gs->t_first - gs->t_submit : -1;
+	pthread_mutex_unlock(&gs->mu);
+	if (cancel)
+		scheduler_cancel(s->sched, gs->handle);
+	if (gs->stream)
+		metrics_streams_add(s->metrics, -1);
+	gs_unref(gs);
+}
+
+void genstream_wake_all(struct server *s, bool keepalive_only)
+{
+	int64_t ka_s = 0;
+	server_settings_get(s, NULL, &ka_s);
+	double now = server_now();
+	pthread_mutex_lock(&s->gen_mu);
+	for (struct genstream *gs = s->gens; gs; gs = gs->next) {
+		pthread_mutex_lock(&gs->mu);
+		if (!keepalive_only) {
+			gs_wake(gs);
+		} else if (gs->stream && gs->suspended && ka_s > 0 &&
+			   now - gs->last_write >= (double)ka_s) {
+			gs->keepalive_due = true;
+			gs_wake(gs);
+		}
+		pthread_mutex_unlock(&gs->mu);
+	}
+	pthread_mutex_unlock(&s->gen_mu);
+}
+
+void genstream_cancel_all(struct server *s)
+{
+	pthread_mutex_lock(&s->gen_mu);
+	for (struct genstream *gs = s->gens; gs; gs = gs->next) {
+		pthread_mutex_lock(&gs->mu);
+		bool cancel = gs->submitted && !gs->done;
+		pthread_mutex_unlock(&gs->mu);
+		if (cancel)
+			scheduler_cancel(s->sched, gs->handle);
+	}
+	pthread_mutex_unlock(&s->gen_mu);
+}
+
+static void *keepalive_main(void *arg)
+{
+	struct server *s = arg;
+	pthread_mutex_lock(&s->gen_mu);
+	while (!s->ka_quit) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 250 * 1000 * 1000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&s->gen_cond, &s->gen_mu, &ts);
+		if (s->ka_quit)
+			break;
+		pthread_mutex_unlock(&s->gen_mu);
+		genstream_wake_all(s, true);
+		pthread_mutex_lock(&s->gen_mu);
+	}
+	pthread_mutex_unlock(&s->gen_mu);
+	return NULL;
+}
+
+int genstream_keepalive_start(struct server *s, char *err, size_t err_len)
+{
+	s->ka_quit = false;
+	int rc = pthread_create(&s->ka_thread, NULL, keepalive_main, s);
+	if (rc)
+		return err_set(err, err_len, -rc, "keep-alive timer: %s", strerror(rc));
+	s->ka_started = true;
+	return 0;
+}
+
+void genstream_keepalive_stop(struct server *s)
+{
+	if (!s->ka_started)
+		return;
+	pthread_mutex_lock(&s->gen_mu);
+	s->ka_quit = true;
+	pthread_cond_broadcast(&s->gen_cond);
+	pthread_mutex_unlock(&s->gen_mu);
+	pthread_join(s->ka_thread, NULL);
+	s->ka_started = false;
+}

@@ -1,0 +1,42 @@
+/* Server metrics in Prometheus text format: requests by endpoint and status,
+ * tokens in and out, time to first token, inter-token latency and SSE write
+ * delay histograms, open streams. */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum api_endpoint {
+	EP_HEALTH = 0,
+	EP_READY,
+	EP_METRICS,
+	EP_MODELS,
+	EP_COMPLETIONS,
+	EP_CHAT,
+	EP_TOKENIZE,
+	EP_DETOKENIZE,
+	EP_OTHER,
+	EP_COUNT
+};
+
+/* "/v1/completions" etc.; EP_OTHER for anything unknown. */
+const char *api_endpoint_path(enum api_endpoint ep);
+
+struct metrics;
+
+int metrics_new(struct metrics **out);
+void metrics_free(struct metrics *m);
+
+void metrics_request(struct metrics *m, enum api_endpoint ep, int status);
+void metrics_tokens(struct metrics *m, uint64_t in, uint64_t out);
+void metrics_ttft(struct metrics *m, double seconds);
+void metrics_inter_token(struct metrics *m, double seconds);
+/* Delay between the engine emitting a token and the server handing its SSE
+ * event to the socket. */
+void metrics_sse_write_delay(struct metrics *m, double seconds);
+void metrics_streams_add(struct metrics *m, int delta);
+int64_t metrics_streams_open(struct metrics *m);
+
+/* Renders the server's metrics into a malloc'ed string (NULL on out of
+ * memory); the scheduler's own (KV bytes, queue) are appended by the caller. */
+char *metrics_render(struct metrics *m, int ready, size_t *len);

@@ -1,0 +1,241 @@
+/* Builders for the OpenAI objects sinkd returns.  Parsing requests lives in
+ * api.c; nothing here touches connections or the scheduler. */
+#include "server/openai.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokenizer/tokenizer.h"
+
+const char *oa_finish_reason(enum gen_finish f)
+{
+	switch (f) {
+	case GEN_FINISH_STOP:
+		return "stop";
+	case GEN_FINISH_LENGTH:
+		return "length";
+	default:
+		return NULL;
+	}
+}
+
+/* cJSON wants NUL-terminated strings; text arrives as (ptr, len). */
+static cJSON *string_n(const char *s, size_t len)
+{
+	char small[256];
+	char *tmp = len < sizeof(small) ? small : malloc(len + 1);
+	if (!tmp)
+		return NULL;
+	if (len)
+		memcpy(tmp, s, len);
+	tmp[len] = '\0';
+	cJSON *j = cJSON_CreateString(tmp);
+	if (tmp != small)
+		free(tmp);
+	return j;
+}
+
+static cJSON *head(const struct oa_ctx *c, const char *object)
+{
+	cJSON *o = cJSON_CreateObject();
+	cJSON_AddStringToObject(o, "id", c->id);
+	cJSON_AddStringToObject(o, "object", object);
+	cJSON_AddNumberToObject(o, "created", (double)c->created);
+	cJSON_AddStringToObject(o, "model", c->model);
+	cJSON_AddStringToObject(o, "system_fingerprint", "sinkd-" SINKD_VERSION);
+	return o;
+}
+
+static void add_nullable(cJSON *o, const char *key, cJSON *v)
+{
+	cJSON_AddItemToObject(o, key, v ? v : cJSON_CreateNull());
+}
+
+static void add_str_or_null(cJSON *o, const char *key, const char *s)
+{
+	if (s)
+		cJSON_AddStringToObject(o, key, s);
+	else
+		cJSON_AddNullToObject(o, key);
+}
+
+cJSON *oa_chunk(const struct oa_ctx *c, const char *text, size_t len, bool role,
+		cJSON *logprobs, const char *finish_reason)
+{
+	cJSON *o = head(c, c->chat ? "chat.completion.chunk" : "text_completion");
+	cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+	cJSON *ch = cJSON_CreateObject();
+	cJSON_AddNumberToObject(ch, "index", 0);
+	if (c->chat) {
+		cJSON *delta = cJSON_AddObjectToObject(ch, "delta");
+		if (role)
+			cJSON_AddStringToObject(delta, "role", "assistant");
+		if (text || role)
+			cJSON_AddItemToObject(delta, "content", string_n(text ? text : "", len));
+	} else {
+		cJSON_AddItemToObject(ch, "text", string_n(text ? text : "", text ? len : 0));
+	}
+	add_nullable(ch, "logprobs", logprobs);
+	add_str_or_null(ch, "finish_reason", finish_reason);
+	cJSON_AddItemToArray(choices, ch);
+	if (c->include_usage)
+		cJSON_AddNullToObject(o, "usage");
+	return o;
+}
+
+cJSON *oa_usage(int n_prompt, int n_generated)
+{
+	cJSON *u = cJSON_CreateObject();
+	cJSON_AddNumberToObject(u, "prompt_tokens", n_prompt);
+	cJSON_AddNumberToObject(u, "completion_tokens", n_generated);
+	cJSON_AddNumberToObject(u, "total_tokens", n_prompt + n_generated);
+	return u;
+}
+
+cJSON *oa_usage_chunk(const struct oa_ctx *c, int n_prompt, int n_generated)
+{
+	cJSON *o = head(c, c->chat ? "chat.completion.chunk" : "text_completion");
+	cJSON_AddArrayToObject(o, "choices");
+	cJSON_AddItemToObject(o, "usage", oa_usage(n_prompt, n_generated));
+	return o;
+}
+
+cJSON *oa_final(const struct oa_ctx *c, const char *text, size_t len, cJSON *logprobs,
+		const char *finish_reason, int n_prompt, int n_generated)
+{
+	cJSON *o = head(c, c->chat ? "chat.completion" : "text_completion");
+	cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+	cJSON *ch = cJSON_CreateObject();
+	cJSON_AddNumberToObject(ch, "index", 0);
+	if (c->chat) {
+		cJSON *msg = cJSON_AddObjectToObject(ch, "message");
+		cJSON_AddStringToObject(msg, "role", "assistant");
+		cJSON_AddItemToObject(msg, "content", string_n(text, len));
+	} else {
+		cJSON_AddItemToObject(ch, "text", string_n(text, len));
+	}
+	add_nullable(ch, "logprobs", logprobs);
+	add_str_or_null(ch, "finish_reason", finish_reason);
+	cJSON_AddItemToArray(choices, ch);
+	cJSON_AddItemToObject(o, "usage", oa_usage(n_prompt, n_generated));
+	return o;
+}
+
+cJSON *oa_logprobs_new(bool chat)
+{
+	cJSON *lp = cJSON_CreateObject();
+	if (chat) {
+		cJSON_AddArrayToObject(lp, "content");
+	} else {
+		cJSON_AddArrayToObject(lp, "tokens");
+		cJSON_AddArrayToObject(lp, "token_logprobs");
+		cJSON_AddArrayToObject(lp, "top_logprobs");
+		cJSON_AddArrayToObject(lp, "text_offset");
+	}
+	return lp;
+}
+
+/* The text of one token (may be empty for control tokens). */
+static char *token_text(const struct tokenizer *tok, int32_t id)
+{
+	char *text = NULL;
+	size_t len = 0;
+	if (!tok || tokenizer_decode(tok, &id, 1, &text, &len, NULL, 0))
+		return strdup("");
+	return text;
+}
+
+static cJSON *bytes_array(const char *s)
+{
+	cJSON *a = cJSON_CreateArray();
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+		cJSON_AddItemToArray(a, cJSON_CreateNumber(*p));
+	return a;
+}
+
+static cJSON *chat_entry(const struct tokenizer *tok, int32_t id, float logprob)
+{
+	char *t = token_text(tok, id);
+	cJSON *e = cJSON_CreateObject();
+	cJSON_AddStringToObject(e, "token", t ? t : "");
+	cJSON_AddNumberToObject(e, "logprob", logprob);
+	cJSON_AddItemToObject(e, "bytes", bytes_array(t ? t : ""));
+	free(t);
+	return e;
+}
+
+void oa_logprobs_add(cJSON *lp, bool chat, const struct tokenizer *tok,
+		     const struct sampler_result *res, size_t text_offset)
+{
+	if (chat) {
+		cJSON *e = chat_entry(tok, res->token, res->logprob);
+		cJSON *top = cJSON_AddArrayToObject(e, "top_logprobs");
+		for (int i = 0; i < res->n_top; i++)
+			cJSON_AddItemToArray(top, chat_entry(tok, res->top[i].token,
+							     res->top[i].logprob));
+		cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "content"), e);
+		return;
+	}
+	char *t = token_text(tok, res->token);
+	cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "tokens"), cJSON_CreateString(t ? t : ""));
+	free(t);
+	cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "token_logprobs"),
+			     cJSON_CreateNumber(res->logprob));
+	cJSON *top = cJSON_CreateObject();
+	for (int i = 0; i < res->n_top; i++) {
+		char *a = token_text(tok, res->top[i].token);
+		if (!cJSON_GetObjectItem(top, a ? a : ""))
+			cJSON_AddNumberToObject(top, a ? a : "", res->top[i].logprob);
+		free(a);
+	}
+	cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "top_logprobs"), top);
+	cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "text_offset"),
+			     cJSON_CreateNumber((double)text_offset));
+}
+
+cJSON *oa_error(const char *message, const char *type, const char *param, const char *code)
+{
+	cJSON *o = cJSON_CreateObject();
+	cJSON *e = cJSON_AddObjectToObject(o, "error");
+	cJSON_AddStringToObject(e, "message", message);
+	cJSON_AddStringToObject(e, "type", type);
+	add_str_or_null(e, "param", param);
+	add_str_or_null(e, "code", code);
+	return o;
+}
+
+int sse_append_raw(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
+{
+	if (*len + n + 1 > *cap) {
+		size_t nc = (*cap ? *cap : 1024);
+		while (nc < *len + n + 1)
+			nc *= 2;
+		char *b = realloc(*buf, nc);
+		if (!b)
+			return -ENOMEM;
+		*buf = b;
+		*cap = nc;
+	}
+	memcpy(*buf + *len, s, n);
+	*len += n;
+	(*buf)[*len] = '\0';
+	return 0;
+}
+
+int sse_append(char **buf, size_t *len, size_t *cap, cJSON *obj)
+{
+	if (!obj)
+		return sse_append_raw(buf, len, cap, "data: [DONE]\n\n", 14);
+	char *s = cJSON_PrintUnformatted(obj);
+	cJSON_Delete(obj);
+	if (!s)
+		return -ENOMEM;
+	int rc = sse_append_raw(buf, len, cap, "data: ", 6);
+	if (!rc)
+		rc = sse_append_raw(buf, len, cap, s, strlen(s));
+	if (!rc)
+		rc = sse_append_raw(buf, len, cap, "\n\n", 2);
+	free(s);
+	return rc;
+}

@@ -1,0 +1,62 @@
+/* Parsing and validation of OpenAI request bodies (completions, chat
+ * completions, tokenize, detokenize) into plain structs, with errors that
+ * name the offending field.  Needs no model: ranges that depend on the
+ * vocabulary are checked by the caller. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/sampler.h"
+#include "util/errbuf.h"
+
+struct api_error {
+	int status;	  /* 400, 404, ... */
+	const char *type; /* "invalid_request_error" */
+	const char *code; /* "invalid_value", "invalid_type", "invalid_json", ... */
+	char param[64];	  /* the field, "" when none */
+	char message[SINKD_ERR_LEN + 64];
+};
+
+struct api_message {
+	char *role;
+	char *content;
+};
+
+struct gen_args {
+	bool chat;
+	bool stream;
+	bool include_usage;
+	bool logprobs;
+	char *model; /* requested model, NULL when omitted */
+	int max_tokens;
+	struct sampler_params sampling;
+	bool seed_given;
+	char **stops;
+	size_t n_stops;
+	/* completions: text, or token ids when the prompt was given as ids */
+	char *prompt;
+	int32_t *prompt_ids;
+	size_t n_prompt_ids;
+	/* chat */
+	struct api_message *messages;
+	size_t n_messages;
+};
+
+/* max_tokens_limit: limits.max_tokens.  Returns 0 or -EINVAL with *e set. */
+int gen_args_parse(const char *body, size_t len, bool chat, int64_t max_tokens_limit,
+		   struct gen_args *out, struct api_error *e);
+void gen_args_deinit(struct gen_args *a);
+
+struct tokenize_args {
+	char *content;
+	bool add_special;
+	bool parse_special;
+};
+int tokenize_args_parse(const char *body, size_t len, struct tokenize_args *out,
+			struct api_error *e);
+
+/* tokens: malloc'ed ids (may be empty). */
+int detokenize_args_parse(const char *body, size_t len, int32_t **tokens, size_t *n_tokens,
+			  struct api_error *e);

@@ -1,0 +1,97 @@
+/* Internals shared by the server's files (http.c: listener and routing,
+ * api.c: endpoints, genstream.c: one generation bound to a connection,
+ * openai.c: OpenAI JSON objects).  Not for use outside src/server. */
+#pragma once
+
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "sched/scheduler.h"
+#include "server/auth.h"
+#include "server/metrics.h"
+#include "server/server.h"
+#include "server/tls.h"
+
+#define REQUEST_ID_LEN 80
+
+struct genstream;
+
+/* Settings that a reload may change, read under server.cfg_mu. */
+struct server_settings {
+	struct auth_keys keys;
+	int64_t max_body_bytes;
+	int64_t max_tokens;
+	int64_t keepalive_s;
+};
+
+struct server {
+	struct sinkd_log *log;
+	struct metrics *metrics;
+	struct MHD_Daemon *mhd;
+	int listen_fd; /* -1 once handed back by quiesce and closed */
+	int port;
+	bool tls;
+	struct tls_pair tls_pair;
+
+	atomic_int ready;    /* engine attached */
+	atomic_int draining; /* no new generations */
+	atomic_int stopping; /* streams end at once */
+	bool stopped;
+
+	/* Set once by server_attach_engine before `ready`. */
+	const struct model *model;
+	const struct tokenizer *tok;
+	struct scheduler *sched;
+	char model_name[128];
+
+	pthread_mutex_t cfg_mu;
+	struct server_settings set;
+
+	/* Generations bound to live connections (keep-alive timer, stop). */
+	pthread_mutex_t gen_mu;
+	pthread_cond_t gen_cond; /* signalled when the list shrinks or on stop */
+	struct genstream *gens;
+	size_t n_gens;
+	pthread_t ka_thread;
+	bool ka_started;
+	bool ka_quit;
+};
+
+/* Per-connection request state (MHD's con_cls). */
+struct request {
+	struct server *srv;
+	struct MHD_Connection *conn;
+	enum api_endpoint ep;
+	const char *method;
+	char id[REQUEST_ID_LEN];
+	double t_start;
+	char *body;
+	size_t body_len, body_cap;
+	bool body_too_large;
+	bool responded;
+	int status;
+	struct genstream *gs;
+};
+
+double server_now(void); /* monotonic seconds */
+
+/* Queues a response with the common headers (X-Request-Id, Content-Type). */
+enum MHD_Result http_respond(struct request *r, int status, const char *content_type,
+			     const char *body, size_t len);
+enum MHD_Result http_respond_json(struct request *r, int status, cJSON *obj); /* frees obj */
+/* {"error":{"message","type","param","code"}}; retry_after_s > 0 adds Retry-After. */
+enum MHD_Result http_respond_error(struct request *r, int status, const char *type,
+				   const char *param, const char *code, int retry_after_s,
+				   const char *fmt, ...) SINKD_PRINTF(7, 8);
+/* Attaches common headers to a response built elsewhere and queues it. */
+enum MHD_Result http_queue(struct request *r, int status, struct MHD_Response *resp);
+
+void server_settings_get(struct server *s, int64_t *max_tokens, int64_t *keepalive_s);
+
+/* api.c: handles a complete request (body received) or a resumed one. */
+enum MHD_Result api_handle(struct request *r);
