@@ -7,6 +7,7 @@
 #include <check.h>
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -304,6 +305,208 @@ START_TEST(test_revise_then_refeed)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------------
+ * A synthetic qwen2-style model (GQA, q/k/v biases) built in memory, to run
+ * the weight types, the threaded matmuls and the head-parallel attention that
+ * stories260K is too small to reach. */
+
+struct synth_model {
+	struct model m;
+	struct model_layer layers[2];
+	void *bufs[64];
+	int n_bufs;
+};
+
+static uint64_t synth_rng = 0x9e3779b97f4a7c15ull;
+
+static float synth_rand(void)
+{
+	synth_rng ^= synth_rng << 13;
+	synth_rng ^= synth_rng >> 7;
+	synth_rng ^= synth_rng << 17;
+	return (float)((double)(synth_rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static void *synth_alloc(struct synth_model *s, size_t n)
+{
+	void *p = calloc(1, n);
+	s->bufs[s->n_bufs++] = p;
+	return p;
+}
+
+/* Fills w in `type` from values; the values are replaced by what the type
+ * holds exactly, so that an F32 model built from them is the same model. */
+static void synth_encode(struct synth_model *s, struct weight_matrix *w, enum ggml_type type,
+			 float *vals, int rows, int cols)
+{
+	size_t rb = type == GGML_TYPE_F32 ? (size_t)cols * 4
+		    : type == GGML_TYPE_Q8_0 ? (size_t)cols / 32 * 34 : (size_t)cols * 2;
+	uint8_t *d = synth_alloc(s, rb * rows);
+	*w = (struct weight_matrix){.type = type, .rows = rows, .cols = cols, .data = d, .row_bytes = rb};
+	for (int r = 0; r < rows; r++) {
+		float *v = vals + (size_t)r * cols;
+		uint8_t *row = d + (size_t)r * rb;
+		for (int c = 0; c < cols && type != GGML_TYPE_Q8_0; c++) {
+			if (type == GGML_TYPE_F32) {
+				memcpy(row + 4 * c, &v[c], 4);
+			} else if (type == GGML_TYPE_F16) {
+				_Float16 h = (_Float16)v[c];
+				v[c] = (float)h;
+				memcpy(row + 2 * c, &h, 2);
+			} else {
+				uint32_t bits;
+				memcpy(&bits, &v[c], 4);
+				bits &= 0xffff0000u;
+				memcpy(&v[c], &bits, 4);
+				uint16_t hi = (uint16_t)(bits >> 16);
+				memcpy(row + 2 * c, &hi, 2);
+			}
+		}
+		for (int b = 0; b < cols / 32 && type == GGML_TYPE_Q8_0; b++) {
+			float amax = 0;
+			for (int i = 0; i < 32; i++)
+				amax = fmaxf(amax, fabsf(v[b * 32 + i]));
+			_Float16 dh = (_Float16)(amax / 127.0f);
+			memcpy(row + 34 * b, &dh, 2);
+			for (int i = 0; i < 32; i++) {
+				int q = (int)lrintf(v[b * 32 + i] / (float)dh);
+				q = q > 127 ? 127 : q < -127 ? -127 : q;
+				row[34 * b + 2 + i] = (uint8_t)(int8_t)q;
+				v[b * 32 + i] = (float)dh * (float)q;
+			}
+		}
+	}
+}
+
+/* The same random model twice: weights in `type` and in F32. */
+static void synth_build(struct synth_model *typed, struct synth_model *f32, enum ggml_type type)
+{
+	struct model_hparams hp = {.arch = MODEL_ARCH_QWEN2, .n_vocab = 300, .dim = 256,
+				   .n_layers = 2, .n_heads = 8, .n_kv_heads = 4, .head_dim = 32,
+				   .ffn_dim = 512, .rope_dim = 32, .rope_theta = 10000.0,
+				   .norm_eps = 1e-6f, .context_length = 4096, .has_qkv_bias = true};
+	struct synth_model *both[2] = {typed, f32};
+	synth_rng = 0x9e3779b97f4a7c15ull;
+	for (int k = 0; k < 2; k++) {
+		memset(both[k], 0, sizeof(*both[k]));
+		both[k]->m.hp = hp;
+		both[k]->m.layers = both[k]->layers;
+	}
+	float *vals = malloc(512 * 300 * sizeof(float));
+#define SYNTH_MATRIX(field, rows, cols)                                                          \
+	do {                                                                                     \
+		for (int i = 0; i < (rows) * (cols); i++)                                        \
+			vals[i] = synth_rand() * 0.15f;                                           \
+		synth_encode(typed, &typed->field, type, vals, rows, cols);                      \
+		synth_encode(f32, &f32->field, GGML_TYPE_F32, vals, rows, cols);                 \
+	} while (0)
+#define SYNTH_VECTOR(field, n, base)                                                             \
+	do {                                                                                     \
+		float *v = synth_alloc(typed, (n) * sizeof(float));                              \
+		for (int i = 0; i < (n); i++)                                                    \
+			v[i] = (base) + 0.1f * synth_rand();                                     \
+		typed->field = f32->field = v;                                                   \
+	} while (0)
+	SYNTH_MATRIX(m.token_embd, 300, 256);
+	SYNTH_MATRIX(m.output, 300, 256);
+	SYNTH_VECTOR(m.output_norm, 256, 1.0f);
+	for (int l = 0; l < 2; l++) {
+		SYNTH_VECTOR(layers[l].attn_norm, 256, 1.0f);
+		SYNTH_VECTOR(layers[l].ffn_norm, 256, 1.0f);
+		SYNTH_VECTOR(layers[l].bq, 256, 0.0f);
+		SYNTH_VECTOR(layers[l].bk, 128, 0.0f);
+		SYNTH_VECTOR(layers[l].bv, 128, 0.0f);
+		SYNTH_MATRIX(layers[l].wq, 256, 256);
+		SYNTH_MATRIX(layers[l].wk, 128, 256);
+		SYNTH_MATRIX(layers[l].wv, 128, 256);
+		SYNTH_MATRIX(layers[l].wo, 256, 256);
+		SYNTH_MATRIX(layers[l].w_gate, 512, 256);
+		SYNTH_MATRIX(layers[l].w_up, 512, 256);
+		SYNTH_MATRIX(layers[l].w_down, 256, 512);
+	}
+#undef SYNTH_MATRIX
+#undef SYNTH_VECTOR
+	free(vals);
+}
+
+static void synth_free(struct synth_model *s)
+{
+	for (int i = 0; i < s->n_bufs; i++)
+		free(s->bufs[i]);
+}
+
+/* Logits of the last of n tokens, fed in chunks of `chunk`, on a backend
+ * with n_threads threads. */
+static void synth_logits(const struct model *m, int n_threads, const int32_t *ids, int n,
+			 int chunk, float *logits)
+{
+	struct backend *b = NULL;
+	struct backend_options opt = {.n_threads = n_threads};
+	char err[SINKD_ERR_LEN];
+	ck_assert_msg(backend_cpu_new(m, &opt, &b, err, sizeof(err)) == 0, "%s", err);
+	struct backend *saved_be = be;
+	const struct model *saved_model = model;
+	be = b;
+	model = (struct model *)m;
+	struct backend_session *s = new_session();
+	prefill(s, ids, n, chunk, logits);
+	be->ops->session_free(be, s);
+	backend_free(b);
+	be = saved_be;
+	model = (struct model *)saved_model;
+}
+
+static double max_abs(const float *v, int n)
+{
+	double m = 0;
+	for (int i = 0; i < n; i++)
+		m = fmax(m, fabs(v[i]));
+	return m;
+}
+
+/* F16, BF16 and Q8_0 weights give the logits of the F32 model holding the
+ * same values, through every matrix of the forward pass. */
+START_TEST(test_weight_types)
+{
+	enum ggml_type types[3] = {GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0};
+	int32_t ids[24];
+	for (int i = 0; i < 24; i++)
+		ids[i] = (int32_t)((i * 37 + 5) % 300);
+	float a[300], b[300];
+	for (int t = 0; t < 3; t++) {
+		struct synth_model typed, f32;
+		synth_build(&typed, &f32, types[t]);
+		synth_logits(&typed.m, 2, ids, 24, 24, a);
+		synth_logits(&f32.m, 2, ids, 24, 24, b);
+		double d = max_abs_diff(a, b, 300), scale = max_abs(b, 300);
+		ck_assert_msg(scale > 0.1, "degenerate logits");
+		ck_assert_msg(d < 1e-4 * scale + 1e-5, "type %d: logits differ by %g (scale %g)",
+			      (int)types[t], d, scale);
+		synth_free(&typed);
+		synth_free(&f32);
+	}
+}
+END_TEST
+
+/* A 150-token chunk on 2 threads (threaded matmuls, head-parallel attention)
+ * equals one token at a time on 1 thread. */
+START_TEST(test_threaded_prefill)
+{
+	struct synth_model typed, f32;
+	synth_build(&typed, &f32, GGML_TYPE_F16);
+	int32_t ids[150];
+	for (int i = 0; i < 150; i++)
+		ids[i] = (int32_t)((i * 91 + 7) % 300);
+	float a[300], b[300];
+	synth_logits(&typed.m, 2, ids, 150, 150, a);
+	synth_logits(&typed.m, 1, ids, 150, 1, b);
+	double d = max_abs_diff(a, b, 300);
+	ck_assert_msg(d < 1e-4 * max_abs(b, 300), "threaded chunk differs by %g", d);
+	synth_free(&typed);
+	synth_free(&f32);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("forward");
@@ -315,6 +518,8 @@ int main(void)
 	tcase_add_test(tc, test_interleaved_sessions);
 	tcase_add_test(tc, test_refuses_full_session);
 	tcase_add_test(tc, test_revise_then_refeed);
+	tcase_add_test(tc, test_weight_types);
+	tcase_add_test(tc, test_threaded_prefill);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
