@@ -29,30 +29,30 @@ struct sinkcache_geometry {
 	int n_layers;
 	int n_kv_heads;
 	int head_dim;
-	int rope_dim;		   /* rotated dims per head */
+	int rope_dim; /* rotated dims per head */
 	double rope_theta;
-	bool rope_neox;		   /* false: adjacent pairs (llama); true: halves (qwen2) */
+	bool rope_neox; /* false: adjacent pairs (llama); true: halves (qwen2) */
 	enum cache_strategy strategy;
-	int sink_keep_count;	   /* >= 0 */
-	int window_size;	   /* sliding_window: compressed + hot */
-	int max_context_length;	   /* strategy full: the most tokens ever resident */
+	int sink_keep_count;    /* >= 0 */
+	int window_size;        /* sliding_window: compressed + hot */
+	int max_context_length; /* strategy full: the most tokens ever resident */
 	bool quant_enabled;
-	int quant_bits;		   /* 8 or 4 */
-	bool protect_sinks;	   /* sink tier stays full precision */
+	int quant_bits;            /* 8 or 4 */
+	bool protect_sinks;        /* sink tier stays full precision */
 	int full_precision_recent; /* hot tier size (<= window_size) */
 	enum rope_positions rope_positions;
-	enum kv_dtype dtype;	   /* storage of full-precision tiers */
+	enum kv_dtype dtype; /* storage of full-precision tiers */
 };
 
 struct sinkcache_stats {
-	uint64_t n_seen;	 /* tokens ever appended (minus revised) */
+	uint64_t n_seen; /* tokens ever appended (minus revised) */
 	int n_resident;
 	int n_sink;
 	int n_compressed;
 	int n_hot;
-	size_t bytes_resident;	 /* bytes holding resident tokens' K/V and scales */
-	size_t bytes_bound;	 /* sinkcache_bound_bytes() of the geometry */
-	uint64_t evicted_compressed; /* tokens dropped from the window */
+	size_t bytes_resident;        /* bytes holding resident tokens' K/V and scales */
+	size_t bytes_bound;           /* sinkcache_bound_bytes() of the geometry */
+	uint64_t evicted_compressed;  /* tokens dropped from the window */
 	uint64_t moved_to_compressed; /* tokens quantized out of the hot tier */
 };
 
@@ -64,7 +64,7 @@ int sinkcache_geometry_check(const struct sinkcache_geometry *g, char *err, size
 size_t sinkcache_bound_bytes(const struct sinkcache_geometry *g);
 
 int sinkcache_new(const struct sinkcache_geometry *g, struct sinkcache **out, char *err,
-		  size_t err_len);
+                  size_t err_len);
 void sinkcache_free(struct sinkcache *c);
 const struct sinkcache_geometry *sinkcache_geometry(const struct sinkcache *c);
 
@@ -75,7 +75,7 @@ bool sinkcache_can_append(const struct sinkcache *c, size_t n_tokens);
 /* Appends one token's key and value (pre-RoPE) to `layer`.
  * k, v: (n_kv_heads, head_dim). */
 int sinkcache_append(struct sinkcache *c, int layer, const float *k, const float *v, char *err,
-		     size_t err_len);
+                     size_t err_len);
 
 /* Attention output of the newest token of `layer` for query heads
  * [head_begin, head_end): q is (n_heads, head_dim) pre-RoPE, out is
@@ -84,7 +84,7 @@ int sinkcache_append(struct sinkcache *c, int layer, const float *k, const float
  * sink_mass (optional, (n_heads)): the softmax mass that each head gave to
  * the sink tier. */
 void sinkcache_attend(const struct sinkcache *c, int layer, const float *q, int n_heads,
-		      int head_begin, int head_end, float *out, float *scratch, float *sink_mass);
+                      int head_begin, int head_end, float *out, float *scratch, float *sink_mass);
 size_t sinkcache_scratch_floats(const struct sinkcache_geometry *g);
 
 /* Drops the newest n tokens of every layer; -ERANGE with a message when
@@ -94,3 +94,15 @@ int sinkcache_revise(struct sinkcache *c, size_t n_tokens, char *err, size_t err
 void sinkcache_reset(struct sinkcache *c);
 
 void sinkcache_get_stats(const struct sinkcache *c, struct sinkcache_stats *out);
+
+/* Tokens per quantization group of the compressed tier (keys share per-channel
+ * scales over a group): 32, or a divisor of the compressed capacity in
+ * [16, 32], or the capacity itself when below 32; 0 without quantization. */
+int sinkcache_quant_group_size(const struct sinkcache_geometry *g);
+
+/* TEST ONLY: makes the next appended token have stream index `index`, as if
+ * the tokens in between had streamed through and been evicted.  Allowed when
+ * every layer holds its full sink tier and an empty window.  Lets tests check
+ * positions at stream index 10^7 without appending 10^7 tokens. */
+int sinkcache_debug_set_stream_index(struct sinkcache *c, uint64_t index, char *err,
+                                     size_t err_len);

@@ -1,0 +1,175 @@
+/* KV cache number formats: fp16/bf16 conversion (bit exact, round to nearest
+ * even, no hardware instructions needed) and asymmetric int8/int4
+ * quantization of runs of values, per row (values per token, sink keys) or
+ * per channel over a group of rows (keys, KIVI).  It does not decide what is
+ * quantized when; that is the cache's business (sinkcache.c). */
+#include "cache/kvquant.h"
+
+#include <math.h>
+#include <string.h>
+
+size_t kv_dtype_size(enum kv_dtype dt)
+{
+	return dt == KV_DTYPE_F32 ? 4 : 2;
+}
+
+uint16_t kv_f32_to_f16(float f)
+{
+	uint32_t x;
+	memcpy(&x, &f, 4);
+	uint32_t sign = (x >> 16) & 0x8000u;
+	uint32_t absx = x & 0x7fffffffu;
+	if (absx >= 0x7f800000u) /* inf or nan */
+		return (uint16_t)(sign | 0x7c00u | (absx > 0x7f800000u ? 0x200u : 0));
+	if (absx >= 0x477ff000u) /* rounds to >= 65520: overflow */
+		return (uint16_t)(sign | 0x7c00u);
+	if (absx < 0x38800000u) { /* below 2^-14: subnormal half (or zero) */
+		float a;
+		memcpy(&a, &absx, 4);
+		/* a * 2^24 is the subnormal mantissa; rintf rounds to even */
+		return (uint16_t)(sign | (uint32_t)rintf(a * 16777216.0f));
+	}
+	uint32_t mant = absx & 0x7fffffu;
+	uint32_t exp = (absx >> 23) - 127 + 15;
+	uint32_t h = (exp << 10) | (mant >> 13);
+	uint32_t rest = mant & 0x1fffu;
+	if (rest > 0x1000u || (rest == 0x1000u && (h & 1)))
+		h++; /* carries into the exponent correctly */
+	return (uint16_t)(sign | h);
+}
+
+float kv_f16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+	uint32_t exp = (h >> 10) & 0x1f;
+	uint32_t mant = h & 0x3ffu;
+	uint32_t x;
+	if (exp == 0) {
+		float f = (float)mant * (1.0f / 16777216.0f);
+		return sign ? -f : f;
+	}
+	if (exp == 31)
+		x = sign | 0x7f800000u | (mant << 13);
+	else
+		x = sign | ((exp - 15 + 127) << 23) | (mant << 13);
+	float f;
+	memcpy(&f, &x, 4);
+	return f;
+}
+
+uint16_t kv_f32_to_bf16(float f)
+{
+	uint32_t x;
+	memcpy(&x, &f, 4);
+	if ((x & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((x >> 16) | 0x40u); /* quiet nan */
+	x += 0x7fffu + ((x >> 16) & 1);
+	return (uint16_t)(x >> 16);
+}
+
+float kv_bf16_to_f32(uint16_t h)
+{
+	uint32_t x = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &x, 4);
+	return f;
+}
+
+void kv_row_store(enum kv_dtype dt, void *dst, const float *src, int n)
+{
+	uint16_t *d16 = dst;
+	switch (dt) {
+	case KV_DTYPE_F32:
+		memcpy(dst, src, (size_t)n * 4);
+		break;
+	case KV_DTYPE_F16:
+		for (int i = 0; i < n; i++)
+			d16[i] = kv_f32_to_f16(src[i]);
+		break;
+	case KV_DTYPE_BF16:
+		for (int i = 0; i < n; i++)
+			d16[i] = kv_f32_to_bf16(src[i]);
+		break;
+	}
+}
+
+void kv_row_load(enum kv_dtype dt, const void *src, float *dst, int n)
+{
+	const uint16_t *s16 = src;
+	switch (dt) {
+	case KV_DTYPE_F32:
+		memcpy(dst, src, (size_t)n * 4);
+		break;
+	case KV_DTYPE_F16:
+		for (int i = 0; i < n; i++)
+			dst[i] = kv_f16_to_f32(s16[i]);
+		break;
+	case KV_DTYPE_BF16:
+		for (int i = 0; i < n; i++)
+			dst[i] = kv_bf16_to_f32(s16[i]);
+		break;
+	}
+}
+
+/* scale and min of a range; scale 0 when the range is a single value. */
+static void kvq_params(float lo, float hi, int bits, float *scale, float *min)
+{
+	*min = lo;
+	*scale = (hi - lo) / (float)((1 << bits) - 1);
+	if (!(*scale > 0.0f) || !isfinite(*scale))
+		*scale = 0.0f;
+}
+
+static int kvq_code(float x, float scale, float min, int bits)
+{
+	if (scale == 0.0f)
+		return 0;
+	int c = (int)lrintf((x - min) / scale);
+	int top = (1 << bits) - 1;
+	return c < 0 ? 0 : c > top ? top : c;
+}
+
+static void kvq_put(uint8_t *codes, int j, int bits, int c)
+{
+	if (bits == 8)
+		codes[j] = (uint8_t)c;
+	else if (j & 1)
+		codes[j >> 1] = (uint8_t)((codes[j >> 1] & 0x0f) | (c << 4));
+	else
+		codes[j >> 1] = (uint8_t)((codes[j >> 1] & 0xf0) | c);
+}
+
+void kvq_quant_row(const float *x, int n, int bits, uint8_t *codes, float *scale, float *min)
+{
+	float lo = x[0], hi = x[0];
+	for (int i = 1; i < n; i++) {
+		lo = fminf(lo, x[i]);
+		hi = fmaxf(hi, x[i]);
+	}
+	kvq_params(lo, hi, bits, scale, min);
+	for (int i = 0; i < n; i++)
+		kvq_put(codes, i, bits, kvq_code(x[i], *scale, *min, bits));
+}
+
+void kvq_dequant_row(const uint8_t *codes, int n, int bits, float scale, float min, float *out)
+{
+	for (int i = 0; i < n; i++)
+		out[i] = (float)kvq_code_at(codes, i, bits) * scale + min;
+}
+
+void kvq_quant_channels(const float *const *rows, int n_rows, int d, int bits, uint8_t *codes,
+                        float *scale, float *min)
+{
+	size_t row_bytes = kvq_code_bytes(d, bits);
+	for (int j = 0; j < d; j++) {
+		float lo = rows[0][j], hi = rows[0][j];
+		for (int r = 1; r < n_rows; r++) {
+			lo = fminf(lo, rows[r][j]);
+			hi = fmaxf(hi, rows[r][j]);
+		}
+		kvq_params(lo, hi, bits, &scale[j], &min[j]);
+		for (int r = 0; r < n_rows; r++)
+			kvq_put(codes + (size_t)r * row_bytes, j, bits,
+			        kvq_code(rows[r][j], scale[j], min[j], bits));
+	}
+}

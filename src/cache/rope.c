@@ -1,0 +1,51 @@
+/* RoPE angles and rotation for the KV cache.
+ *
+ * Exactness: the angle pos*freq is what matters, and at pos = 10^7 the naive
+ * float product is off by radians.  Here freq is a double-double (hi + lo,
+ * from long double pow) and the product is split exactly:
+ *     pos*hi = p + e   (p = fl(pos*hi), e = fma(pos, hi, -p), exact)
+ *     angle  = p + (e + pos*lo)
+ * sin/cos of p come from libm (exact argument reduction for any double);
+ * the small remainder d = e + pos*lo (|d| < 1e-6 up to pos 2^40) is applied
+ * as a first-order rotation (cos(p+d) = cos p - d sin p, error d^2/2 < 1e-12).
+ * The angle is then good to about pos*freq*2^-64, i.e. 1e-12 rad at 10^7,
+ * far below the fp32 rounding of the rotated values (6e-8 relative).
+ * It does not know about tiers or ranks; the cache picks the positions. */
+#include "cache/rope.h"
+
+#include <math.h>
+
+void rope_freqs_init(double theta, int rope_dim, double *hi, double *lo)
+{
+	for (int i = 0; i < rope_dim / 2; i++) {
+		long double f = powl((long double)theta, -2.0L * i / (long double)rope_dim);
+		hi[i] = (double)f;
+		lo[i] = (double)(f - (long double)hi[i]);
+	}
+}
+
+void rope_cos_sin(const double *hi, const double *lo, int rope_dim, uint64_t pos, double *cs)
+{
+	double x = (double)pos; /* exact below 2^53 */
+	for (int i = 0; i < rope_dim / 2; i++) {
+		double p = x * hi[i];
+		double d = fma(x, hi[i], -p) + x * lo[i];
+		double s, c;
+		sincos(p, &s, &c);
+		cs[2 * i] = c - d * s;
+		cs[2 * i + 1] = s + d * c;
+	}
+}
+
+void rope_apply(float *x, const double *cs, int rope_dim, bool neox)
+{
+	int half = rope_dim / 2;
+	for (int i = 0; i < half; i++) {
+		int a = neox ? i : 2 * i;
+		int b = neox ? i + half : 2 * i + 1;
+		double c = cs[2 * i], s = cs[2 * i + 1];
+		double x0 = x[a], x1 = x[b];
+		x[a] = (float)(x0 * c - x1 * s);
+		x[b] = (float)(x0 * s + x1 * c);
+	}
+}

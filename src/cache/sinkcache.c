@@ -1,0 +1,569 @@
+/* The tiered attention-sink KV cache: per layer a sink tier (first tokens of
+ * the stream, never evicted), a compressed tier (older window tokens, int8/
+ * int4 when quantization is on, KIVI: keys per channel in groups of G tokens,
+ * values per token) and a hot tier (newest tokens, full precision).  Each
+ * tier is a ring: appending a token never moves the window.  All memory is
+ * reserved at creation; sinkcache_bound_bytes() is exactly what is reserved.
+ *
+ * Positions: keys are stored rotated by their stream index.  Window tokens
+ * are a contiguous run of the stream, so query-to-window distances are the
+ * same in cache ranks and stream indices; the query is rotated once by its
+ * stream index for the window and once for the sinks (by its cache rank in
+ * rope_positions=cache, by its stream index in =original).  Sinks are the
+ * first tokens of the stream, so their stream index is their rank.  Storing
+ * rotated keys makes attention a plain dot product: rotating every resident
+ * key at attention time (the alternative) costs one more pass over K.
+ *
+ * Between the hot and the quantized tier, tokens wait in full precision in a
+ * staging ring of G-1 slots until a whole group can be quantized; groups are
+ * only ever built from complete runs of G tokens, so revising (dropping the
+ * newest tokens) is exact as long as it only drops hot or staged tokens.
+ *
+ * Attention itself is in attend.c.  This module does not know about models,
+ * sessions or memory budgets (the scheduler reserves sinkcache_bound_bytes). */
+#include "cache/sinkcache.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/kvquant.h"
+#include "cache/rope.h"
+#include "cache/sinkcache_impl.h"
+#include "util/errbuf.h"
+
+#define SINKCACHE_MAX_TOKENS (1 << 24)
+
+/* Tier sizes derived from a (valid) geometry. */
+struct kv_layout {
+	int sink, window, hot, group, stage, n_groups;
+	bool sink_quant;
+	size_t fp_row, code_row;
+	size_t sink_tok, fp_tok, group_bytes; /* bytes per token / group, all kv heads, K+V */
+	size_t layer_bytes;
+};
+
+/* Group size: 32 tokens, or a divisor of the compressed capacity in [16,32]
+ * so that a full cache reaches the bound exactly, or the whole compressed
+ * tier when it is smaller than 32. */
+static int kv_group_size(int compressed)
+{
+	if (compressed <= 0)
+		return 0;
+	if (compressed <= SINKCACHE_MAX_GROUP)
+		return compressed;
+	for (int gs = SINKCACHE_MAX_GROUP; gs >= 16; gs--)
+		if (compressed % gs == 0)
+			return gs;
+	return SINKCACHE_MAX_GROUP;
+}
+
+static void kv_layout_of(const struct sinkcache_geometry *g, struct kv_layout *lo)
+{
+	bool full = g->strategy == CACHE_STRATEGY_FULL;
+	size_t n_kv = (size_t)g->n_kv_heads, d = (size_t)g->head_dim;
+	memset(lo, 0, sizeof(*lo));
+	lo->sink = full && g->sink_keep_count > g->max_context_length ? g->max_context_length
+	                                                              : g->sink_keep_count;
+	lo->window = full ? g->max_context_length - lo->sink : g->window_size;
+	/* the newest token stays full precision at least until the next one
+	 * arrives, so full_precision_recent 0 behaves as 1 */
+	lo->hot = g->quant_enabled ? g->full_precision_recent : lo->window;
+	if (lo->hot < 1 && lo->window > 0)
+		lo->hot = 1;
+	lo->group = g->quant_enabled ? kv_group_size(lo->window - lo->hot) : 0;
+	lo->stage = lo->group > 0 ? lo->group - 1 : 0;
+	if (lo->group > 0) {
+		int comp = lo->window - lo->hot;
+		lo->n_groups = full ? comp / lo->group : (comp + lo->group - 1) / lo->group;
+	}
+	lo->sink_quant = g->quant_enabled && !g->protect_sinks;
+	lo->fp_row = d * kv_dtype_size(g->dtype);
+	lo->code_row = kvq_code_bytes((int)d, g->quant_enabled ? g->quant_bits : 8);
+	lo->fp_tok = 2 * n_kv * lo->fp_row;
+	lo->sink_tok = lo->sink_quant ? 2 * n_kv * (lo->code_row + 2 * sizeof(float)) : lo->fp_tok;
+	lo->group_bytes = n_kv * (2 * (size_t)lo->group * lo->code_row + 2 * d * sizeof(float) +
+	                          (size_t)lo->group * 2 * sizeof(float));
+	lo->layer_bytes = (size_t)lo->sink * lo->sink_tok +
+	                  (size_t)(lo->hot + lo->stage) * lo->fp_tok +
+	                  (size_t)lo->n_groups * lo->group_bytes;
+}
+
+static int check_range(char *err, size_t err_len, const char *field, long long v, long long lo,
+                       long long hi)
+{
+	if (v >= lo && v <= hi)
+		return 0;
+	return err_set(err, err_len, -EINVAL,
+	               "cache geometry: %s: %lld is out of range (allowed %lld..%lld)", field, v,
+	               lo, hi);
+}
+
+static int check_shape(const struct sinkcache_geometry *g, char *err, size_t err_len)
+{
+	int rc;
+	if ((rc = check_range(err, err_len, "n_layers", g->n_layers, 1, 4096)) ||
+	    (rc = check_range(err, err_len, "n_kv_heads", g->n_kv_heads, 1, 4096)) ||
+	    (rc = check_range(err, err_len, "head_dim", g->head_dim, 2, SINKCACHE_MAX_HEAD_DIM)) ||
+	    (rc = check_range(err, err_len, "rope_dim", g->rope_dim, 0, g->head_dim)))
+		return rc;
+	if (g->head_dim % 2)
+		return err_set(err, err_len, -EINVAL,
+		               "cache geometry: head_dim: %d is odd (allowed: even)", g->head_dim);
+	if (g->rope_dim % 2)
+		return err_set(err, err_len, -EINVAL,
+		               "cache geometry: rope_dim: %d is odd (allowed: even, <= head_dim)",
+		               g->rope_dim);
+	if (!(g->rope_theta > 0.0) || !isfinite(g->rope_theta))
+		return err_set(err, err_len, -EINVAL,
+		               "cache geometry: rope_theta: %g (allowed: > 0)", g->rope_theta);
+	if ((unsigned)g->dtype > KV_DTYPE_BF16)
+		return err_set(err, err_len, -EINVAL,
+		               "cache geometry: dtype: %d (allowed: f32, f16, bf16)",
+		               (int)g->dtype);
+	if ((unsigned)g->rope_positions > ROPE_POSITIONS_ORIGINAL)
+		return err_set(err, err_len, -EINVAL,
+		               "cache geometry: rope_positions: %d (allowed: cache, original)",
+		               (int)g->rope_positions);
+	return 0;
+}
+
+static int check_tiers(const struct sinkcache_geometry *g, char *err, size_t err_len)
+{
+	int rc, window;
+	if (g->strategy == CACHE_STRATEGY_SLIDING_WINDOW) {
+		if ((rc = check_range(err, err_len, "window_size", g->window_size, 1,
+		                      SINKCACHE_MAX_TOKENS)) ||
+		    (rc = check_range(err, err_len, "sink_keep_count", g->sink_keep_count, 0,
+		                      SINKCACHE_MAX_TOKENS)))
+			return rc;
+		if (g->sink_keep_count >= g->window_size)
+			return err_set(err, err_len, -EINVAL,
+			               "cache geometry: sink_keep_count: %d must be smaller than "
+			               "window_size %d (allowed 0..%d)",
+			               g->sink_keep_count, g->window_size, g->window_size - 1);
+		window = g->window_size;
+	} else if (g->strategy == CACHE_STRATEGY_FULL) {
+		if ((rc = check_range(err, err_len, "max_context_length", g->max_context_length, 1,
+		                      SINKCACHE_MAX_TOKENS)) ||
+		    (rc = check_range(err, err_len, "sink_keep_count", g->sink_keep_count, 0,
+		                      g->max_context_length)))
+			return rc;
+		window = g->max_context_length - g->sink_keep_count;
+	} else {
+		return err_set(err, err_len, -EINVAL,
+		               "cache geometry: strategy: %d (allowed: sliding_window, full)",
+		               (int)g->strategy);
+	}
+	if (!g->quant_enabled)
+		return 0;
+	if (g->quant_bits != 8 && g->quant_bits != 4)
+		return err_set(err, err_len, -EINVAL,
+		               "cache geometry: quant_bits: %d (allowed: 8, 4)", g->quant_bits);
+	return check_range(err, err_len, "full_precision_recent", g->full_precision_recent, 0,
+	                   window);
+}
+
+int sinkcache_geometry_check(const struct sinkcache_geometry *g, char *err, size_t err_len)
+{
+	int rc = check_shape(g, err, err_len);
+	return rc ? rc : check_tiers(g, err, err_len);
+}
+
+size_t sinkcache_bound_bytes(const struct sinkcache_geometry *g)
+{
+	struct kv_layout lo;
+	if (sinkcache_geometry_check(g, NULL, 0))
+		return 0;
+	kv_layout_of(g, &lo);
+	return lo.layer_bytes * (size_t)g->n_layers;
+}
+
+int sinkcache_quant_group_size(const struct sinkcache_geometry *g)
+{
+	struct kv_layout lo;
+	if (sinkcache_geometry_check(g, NULL, 0))
+		return 0;
+	kv_layout_of(g, &lo);
+	return lo.group;
+}
+
+size_t sinkcache_scratch_floats(const struct sinkcache_geometry *g)
+{
+	struct kv_layout lo;
+	if (sinkcache_geometry_check(g, NULL, 0))
+		return 0;
+	kv_layout_of(g, &lo);
+	return (size_t)(lo.sink + lo.window) + 8 * (size_t)g->head_dim + 16;
+}
+
+/* Carves the layer's single allocation: fp32 parameters, then dtype rows,
+ * then codes (so every array is aligned to its element). */
+static void kv_layer_carve(struct sinkcache *c, const struct kv_layout *lo, struct kv_layer *L)
+{
+	size_t n_kv = (size_t)c->g.n_kv_heads, d = (size_t)c->g.head_dim;
+	size_t g = (size_t)lo->group, ng = (size_t)lo->n_groups, s = (size_t)lo->sink;
+	float *fp = (float *)L->mem;
+	if (lo->sink_quant) {
+		L->sink_kp = fp, fp += n_kv * s * 2;
+		L->sink_vp = fp, fp += n_kv * s * 2;
+	}
+	L->gkp = fp, fp += ng * n_kv * 2 * d;
+	L->gvp = fp, fp += ng * n_kv * g * 2;
+	unsigned char *p = (unsigned char *)fp;
+	size_t sink_row = lo->sink_quant ? lo->code_row : lo->fp_row;
+	L->hot_k = p, p += n_kv * (size_t)lo->hot * lo->fp_row;
+	L->hot_v = p, p += n_kv * (size_t)lo->hot * lo->fp_row;
+	L->st_k = p, p += n_kv * (size_t)lo->stage * lo->fp_row;
+	L->st_v = p, p += n_kv * (size_t)lo->stage * lo->fp_row;
+	if (!lo->sink_quant) {
+		L->sink_k = p, p += n_kv * s * sink_row;
+		L->sink_v = p, p += n_kv * s * sink_row;
+	}
+	L->gk = p, p += ng * n_kv * g * lo->code_row;
+	L->gv = p, p += ng * n_kv * g * lo->code_row;
+	if (lo->sink_quant) {
+		L->sink_k = p, p += n_kv * s * sink_row;
+		L->sink_v = p, p += n_kv * s * sink_row;
+	}
+}
+
+static void kv_layer_clear(struct sinkcache *c, struct kv_layer *L)
+{
+	L->n_seen = 0;
+	L->n_sink = 0;
+	L->hot = (struct kv_ring){0, 0, c->hot_cap};
+	L->stage = (struct kv_ring){0, 0, c->group > 0 ? c->group - 1 : 0};
+	L->groups.head = 0;
+	L->groups.n = 0;
+	L->grp_dropped = 0;
+	L->evicted = 0;
+	L->moved = 0;
+	for (int i = 0; i < c->g.rope_dim; i++) {
+		L->cs_win[i] = i % 2 ? 0.0 : 1.0;
+		L->cs_sink[i] = i % 2 ? 0.0 : 1.0;
+	}
+}
+
+int sinkcache_new(const struct sinkcache_geometry *g, struct sinkcache **out, char *err,
+                  size_t err_len)
+{
+	struct kv_layout lo;
+	int rc = sinkcache_geometry_check(g, err, err_len);
+	*out = NULL;
+	if (rc)
+		return rc;
+	kv_layout_of(g, &lo);
+	struct sinkcache *c = calloc(1, sizeof(*c));
+	if (!c)
+		return err_set(err, err_len, -ENOMEM, "sink cache: out of memory");
+	c->g = *g;
+	c->n_sink_cap = lo.sink;
+	c->window_cap = lo.window;
+	c->hot_cap = lo.hot;
+	c->group = lo.group;
+	c->sink_quant = lo.sink_quant;
+	c->fp_row = lo.fp_row;
+	c->code_row = lo.code_row;
+	c->layer_bytes = lo.layer_bytes;
+	int half = g->rope_dim / 2 > 0 ? g->rope_dim / 2 : 1;
+	c->freq_hi = calloc((size_t)half, sizeof(double));
+	c->freq_lo = calloc((size_t)half, sizeof(double));
+	c->layers = calloc((size_t)g->n_layers, sizeof(*c->layers));
+	c->flush_rows =
+	    calloc((size_t)(lo.group > 0 ? lo.group : 1) * (size_t)g->head_dim, sizeof(float));
+	if (!c->freq_hi || !c->freq_lo || !c->layers || !c->flush_rows)
+		goto oom;
+	rope_freqs_init(g->rope_theta, g->rope_dim, c->freq_hi, c->freq_lo);
+	for (int l = 0; l < g->n_layers; l++) {
+		struct kv_layer *L = &c->layers[l];
+		L->mem = calloc(1, lo.layer_bytes > 0 ? lo.layer_bytes : 1);
+		L->cs_win = calloc((size_t)half * 2, sizeof(double));
+		L->cs_sink = calloc((size_t)half * 2, sizeof(double));
+		if (!L->mem || !L->cs_win || !L->cs_sink)
+			goto oom;
+		kv_layer_carve(c, &lo, L);
+		L->groups.cap = lo.n_groups;
+		kv_layer_clear(c, L);
+	}
+	*out = c;
+	return 0;
+oom:
+	sinkcache_free(c);
+	return err_set(err, err_len, -ENOMEM, "sink cache: out of memory for %zu bytes per layer",
+	               lo.layer_bytes);
+}
+
+void sinkcache_free(struct sinkcache *c)
+{
+	if (!c)
+		return;
+	for (int l = 0; c->layers && l < c->g.n_layers; l++) {
+		free(c->layers[l].mem);
+		free(c->layers[l].cs_win);
+		free(c->layers[l].cs_sink);
+	}
+	free(c->layers);
+	free(c->freq_hi);
+	free(c->freq_lo);
+	free(c->flush_rows);
+	free(c);
+}
+
+const struct sinkcache_geometry *sinkcache_geometry(const struct sinkcache *c)
+{
+	return &c->g;
+}
+
+static int kv_layer_resident(const struct sinkcache *c, const struct kv_layer *L)
+{
+	return L->n_sink + kv_layer_window(c, L);
+}
+
+bool sinkcache_can_append(const struct sinkcache *c, size_t n_tokens)
+{
+	if (c->g.strategy != CACHE_STRATEGY_FULL)
+		return true;
+	size_t held = (size_t)kv_layer_resident(c, &c->layers[0]);
+	return n_tokens <= (size_t)c->g.max_context_length - held;
+}
+
+/* ---- tiers ------------------------------------------------------------ */
+
+static void kv_ring_pop_front(struct kv_ring *r)
+{
+	r->head = r->head + 1 == r->cap ? 0 : r->head + 1;
+	r->n--;
+}
+
+/* Drops the oldest window token: from the oldest group, else staging, else hot. */
+static void kv_layer_evict_oldest(struct sinkcache *c, struct kv_layer *L)
+{
+	if (L->groups.n > 0) {
+		if (++L->grp_dropped == c->group) {
+			kv_ring_pop_front(&L->groups);
+			L->grp_dropped = 0;
+		}
+	} else if (L->stage.n > 0) {
+		kv_ring_pop_front(&L->stage);
+	} else {
+		kv_ring_pop_front(&L->hot);
+	}
+	L->evicted++;
+}
+
+static unsigned char *kv_row(unsigned char *base, size_t row_bytes, int cap, int head, int slot)
+{
+	return base + ((size_t)head * (size_t)cap + (size_t)slot) * row_bytes;
+}
+
+/* Quantizes the G-1 staged tokens plus the oldest hot token into a new group. */
+static void kv_layer_flush_group(struct sinkcache *c, struct kv_layer *L, int hot_slot)
+{
+	int n_kv = c->g.n_kv_heads, d = c->g.head_dim, gs = c->group, bits = c->g.quant_bits;
+	int slot = kv_ring_slot(&L->groups, L->groups.n);
+	const float *rowp[SINKCACHE_MAX_GROUP];
+	float vrow[SINKCACHE_MAX_HEAD_DIM];
+	for (int h = 0; h < n_kv; h++) {
+		size_t gh = (size_t)slot * (size_t)n_kv + (size_t)h;
+		for (int r = 0; r < gs; r++) {
+			bool hot = r == gs - 1;
+			int s = hot ? hot_slot : kv_ring_slot(&L->stage, r);
+			int cap = hot ? L->hot.cap : L->stage.cap;
+			float *kr = c->flush_rows + (size_t)r * (size_t)d;
+			kv_row_load(c->g.dtype,
+			            kv_row(hot ? L->hot_k : L->st_k, c->fp_row, cap, h, s), kr, d);
+			rowp[r] = kr;
+			kv_row_load(c->g.dtype,
+			            kv_row(hot ? L->hot_v : L->st_v, c->fp_row, cap, h, s), vrow,
+			            d);
+			float *vp = L->gvp + (gh * (size_t)gs + (size_t)r) * 2;
+			kvq_quant_row(vrow, d, bits,
+			              L->gv + (gh * (size_t)gs + (size_t)r) * c->code_row, &vp[0],
+			              &vp[1]);
+		}
+		float *kp = L->gkp + gh * 2 * (size_t)d;
+		kvq_quant_channels(rowp, gs, d, bits, L->gk + gh * (size_t)gs * c->code_row, kp,
+		                   kp + d);
+	}
+	L->groups.n++;
+	L->stage.head = 0;
+	L->stage.n = 0;
+}
+
+/* Moves the oldest hot token to staging (or, completing a group, quantizes). */
+static void kv_layer_age_hot(struct sinkcache *c, struct kv_layer *L)
+{
+	int hs = L->hot.head;
+	if (L->stage.n == c->group - 1) {
+		kv_layer_flush_group(c, L, hs);
+	} else {
+		int ss = kv_ring_slot(&L->stage, L->stage.n);
+		for (int h = 0; h < c->g.n_kv_heads; h++) {
+			memcpy(kv_row(L->st_k, c->fp_row, L->stage.cap, h, ss),
+			       kv_row(L->hot_k, c->fp_row, L->hot.cap, h, hs), c->fp_row);
+			memcpy(kv_row(L->st_v, c->fp_row, L->stage.cap, h, ss),
+			       kv_row(L->hot_v, c->fp_row, L->hot.cap, h, hs), c->fp_row);
+		}
+		L->stage.n++;
+	}
+	kv_ring_pop_front(&L->hot);
+	L->moved++;
+}
+
+/* Stores head h of a sink token in sink slot s; kh is rotated. */
+static void kv_layer_store_sink(struct sinkcache *c, struct kv_layer *L, int h, int s,
+                                const float *kh, const float *vh)
+{
+	int d = c->g.head_dim;
+	if (c->sink_quant) {
+		size_t i = (size_t)h * (size_t)c->n_sink_cap + (size_t)s;
+		kvq_quant_row(kh, d, c->g.quant_bits, L->sink_k + i * c->code_row,
+		              &L->sink_kp[2 * i], &L->sink_kp[2 * i + 1]);
+		kvq_quant_row(vh, d, c->g.quant_bits, L->sink_v + i * c->code_row,
+		              &L->sink_vp[2 * i], &L->sink_vp[2 * i + 1]);
+	} else {
+		kv_row_store(c->g.dtype, kv_row(L->sink_k, c->fp_row, c->n_sink_cap, h, s), kh, d);
+		kv_row_store(c->g.dtype, kv_row(L->sink_v, c->fp_row, c->n_sink_cap, h, s), vh, d);
+	}
+}
+
+/* Makes room for one window token (evicting, ageing); returns its hot slot. */
+static int kv_layer_window_slot(struct sinkcache *c, struct kv_layer *L)
+{
+	if (kv_layer_window(c, L) == c->window_cap)
+		kv_layer_evict_oldest(c, L);
+	if (L->hot.n == L->hot.cap)
+		kv_layer_age_hot(c, L);
+	return kv_ring_slot(&L->hot, L->hot.n);
+}
+
+/* Angles for attending with the newest token (stream index n_seen - 1). */
+static void kv_layer_set_query_pos(struct sinkcache *c, struct kv_layer *L)
+{
+	if (L->n_seen == 0)
+		return;
+	uint64_t s = L->n_seen - 1;
+	uint64_t rank = (uint64_t)kv_layer_resident(c, L) - 1;
+	rope_cos_sin(c->freq_hi, c->freq_lo, c->g.rope_dim, s, L->cs_win);
+	rope_cos_sin(c->freq_hi, c->freq_lo, c->g.rope_dim,
+	             c->g.rope_positions == ROPE_POSITIONS_CACHE ? rank : s, L->cs_sink);
+}
+
+int sinkcache_append(struct sinkcache *c, int layer, const float *k, const float *v, char *err,
+                     size_t err_len)
+{
+	if (layer < 0 || layer >= c->g.n_layers)
+		return err_set(err, err_len, -EINVAL, "sink cache: layer %d out of range (0..%d)",
+		               layer, c->g.n_layers - 1);
+	struct kv_layer *L = &c->layers[layer];
+	bool sink = L->n_sink < c->n_sink_cap && L->n_seen == (uint64_t)L->n_sink;
+	if (!sink && c->g.strategy == CACHE_STRATEGY_FULL && kv_layer_window(c, L) == c->window_cap)
+		return err_set(err, err_len, -ENOSPC,
+		               "sink cache: full: max_context_length %d tokens reached",
+		               c->g.max_context_length);
+	int n_kv = c->g.n_kv_heads, d = c->g.head_dim;
+	int slot = sink ? L->n_sink : kv_layer_window_slot(c, L);
+	float krot[SINKCACHE_MAX_HEAD_DIM];
+	rope_cos_sin(c->freq_hi, c->freq_lo, c->g.rope_dim, L->n_seen, L->cs_win);
+	for (int h = 0; h < n_kv; h++) {
+		const float *vh = v + (size_t)h * d;
+		memcpy(krot, k + (size_t)h * d, (size_t)d * sizeof(float));
+		rope_apply(krot, L->cs_win, c->g.rope_dim, c->g.rope_neox);
+		if (sink) {
+			kv_layer_store_sink(c, L, h, slot, krot, vh);
+		} else {
+			kv_row_store(c->g.dtype, kv_row(L->hot_k, c->fp_row, L->hot.cap, h, slot),
+			             krot, d);
+			kv_row_store(c->g.dtype, kv_row(L->hot_v, c->fp_row, L->hot.cap, h, slot),
+			             vh, d);
+		}
+	}
+	if (sink)
+		L->n_sink++;
+	else
+		L->hot.n++;
+	L->n_seen++;
+	kv_layer_set_query_pos(c, L);
+	return 0;
+}
+
+/* Tokens that can be dropped exactly: the full-precision window tokens
+ * (hot and staged).  Quantized groups were built with tokens that stay, and
+ * sinks are never revised. */
+static int kv_layer_revisable(const struct kv_layer *L)
+{
+	return L->hot.n + L->stage.n;
+}
+
+int sinkcache_revise(struct sinkcache *c, size_t n_tokens, char *err, size_t err_len)
+{
+	struct kv_layer *L0 = &c->layers[0];
+	for (int l = 1; l < c->g.n_layers; l++)
+		if (c->layers[l].n_seen != L0->n_seen)
+			return err_set(err, err_len, -EINVAL,
+			               "sink cache: cannot revise between layers (layer %d at %llu "
+			               "tokens, layer 0 at %llu)",
+			               l, (unsigned long long)c->layers[l].n_seen,
+			               (unsigned long long)L0->n_seen);
+	int most = kv_layer_revisable(L0);
+	if (n_tokens > (size_t)most)
+		return err_set(err, err_len, -ERANGE,
+		               "sink cache: can revise at most %d tokens (asked %zu): %d sink "
+		               "tokens are never revised, "
+		               "%d older window tokens are quantized and %llu were evicted",
+		               most, n_tokens, L0->n_sink, kv_layer_window(c, L0) - most,
+		               (unsigned long long)L0->evicted);
+	for (int l = 0; l < c->g.n_layers; l++) {
+		struct kv_layer *L = &c->layers[l];
+		int from_hot = (int)n_tokens < L->hot.n ? (int)n_tokens : L->hot.n;
+		L->hot.n -= from_hot;
+		L->stage.n -= (int)n_tokens - from_hot;
+		L->n_seen -= n_tokens;
+		kv_layer_set_query_pos(c, L);
+	}
+	return 0;
+}
+
+void sinkcache_reset(struct sinkcache *c)
+{
+	for (int l = 0; l < c->g.n_layers; l++)
+		kv_layer_clear(c, &c->layers[l]);
+}
+
+int sinkcache_debug_set_stream_index(struct sinkcache *c, uint64_t index, char *err, size_t err_len)
+{
+	for (int l = 0; l < c->g.n_layers; l++) {
+		struct kv_layer *L = &c->layers[l];
+		if (kv_layer_window(c, L) != 0 || L->n_sink != c->n_sink_cap || index < L->n_seen)
+			return err_set(err, err_len, -EINVAL,
+			               "sink cache: stream index can only jump forward with the "
+			               "sinks full and the window empty");
+	}
+	for (int l = 0; l < c->g.n_layers; l++)
+		c->layers[l].n_seen = index;
+	return 0;
+}
+
+void sinkcache_get_stats(const struct sinkcache *c, struct sinkcache_stats *out)
+{
+	struct kv_layout lo;
+	const struct kv_layer *L0 = &c->layers[0];
+	kv_layout_of(&c->g, &lo);
+	memset(out, 0, sizeof(*out));
+	out->n_seen = L0->n_seen;
+	out->n_sink = L0->n_sink;
+	out->n_hot = L0->hot.n;
+	out->n_compressed = kv_layer_window(c, L0) - L0->hot.n;
+	out->n_resident = out->n_sink + out->n_compressed + out->n_hot;
+	out->evicted_compressed = L0->evicted;
+	out->moved_to_compressed = L0->moved;
+	out->bytes_bound = lo.layer_bytes * (size_t)c->g.n_layers;
+	for (int l = 0; l < c->g.n_layers; l++) {
+		const struct kv_layer *L = &c->layers[l];
+		out->bytes_resident += (size_t)L->n_sink * lo.sink_tok +
+		                       (size_t)(L->hot.n + L->stage.n) * lo.fp_tok +
+		                       (size_t)L->groups.n * lo.group_bytes;
+	}
+}

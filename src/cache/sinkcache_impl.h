@@ -1,0 +1,71 @@
+/* Internal layout of the tiered sink cache, shared by sinkcache.c (state,
+ * eviction, revision) and attend.c (attention).  Not for other modules.
+ *
+ * Per layer, one allocation of exactly the layer's share of
+ * sinkcache_bound_bytes(), carved into (D = head_dim, Dc = code bytes of D,
+ * S = sink slots, H = hot slots, St = staging slots, Ng = group slots,
+ * G = group size, fp = dtype element):
+ *   sink    fp: k, v (n_kv, S, D) fp       quantized: k, v (n_kv, S, Dc) codes
+ *                                          + kp, vp (n_kv, S, 2) fp32 scale,min
+ *   hot     k, v (n_kv, H, D) fp           ring of tokens
+ *   staging k, v (n_kv, St, D) fp          ring; St = G - 1
+ *   groups  gk (Ng, n_kv, G, Dc) codes, gkp (Ng, n_kv, 2, D) fp32 per-channel
+ *           scale (row 0) and min (row 1); gv (Ng, n_kv, G, Dc) codes,
+ *           gvp (Ng, n_kv, G, 2) fp32 per-token scale,min.  Ring of groups.
+ * Keys are stored rotated by their stream index (see sinkcache.c). */
+#pragma once
+
+#include <stdint.h>
+
+#include "cache/sinkcache.h"
+
+#define SINKCACHE_MAX_HEAD_DIM 512
+#define SINKCACHE_MAX_GROUP 32
+
+struct kv_ring {
+	int head; /* slot of the oldest token */
+	int n;    /* tokens held */
+	int cap;  /* slots */
+};
+
+struct kv_layer {
+	uint64_t n_seen; /* stream index of the next token */
+	int n_sink;
+	struct kv_ring hot, stage;
+	struct kv_ring groups; /* ring of group slots */
+	int grp_dropped;       /* evicted tokens at the front of the oldest group */
+	uint64_t evicted, moved;
+	double *cs_win;     /* (rope_dim) cos,sin of the newest token for window keys */
+	double *cs_sink;    /* (rope_dim) same for sink keys */
+	unsigned char *mem; /* the layer's bytes */
+	unsigned char *sink_k, *sink_v, *hot_k, *hot_v, *st_k, *st_v, *gk, *gv;
+	float *sink_kp, *sink_vp, *gkp, *gvp;
+};
+
+struct sinkcache {
+	struct sinkcache_geometry g;
+	int n_sink_cap;  /* S */
+	int window_cap;  /* window slots: W (sliding) or max_context_length - S (full) */
+	int hot_cap;     /* H: full_precision_recent, or the whole window unquantized */
+	int group;       /* G; 0 when nothing is ever quantized in the window */
+	bool sink_quant; /* sinks stored quantized per token */
+	size_t fp_row;   /* bytes of one head row in dtype */
+	size_t code_row; /* bytes of one head row of codes */
+	size_t layer_bytes;
+	double *freq_hi, *freq_lo; /* (rope_dim/2) */
+	struct kv_layer *layers;   /* (n_layers) */
+	float *flush_rows;         /* (G, head_dim) keys of a group being quantized; append is
+	                            * serial per session, so one per cache */
+};
+
+static inline int kv_ring_slot(const struct kv_ring *r, int i)
+{
+	int s = r->head + i;
+	return s >= r->cap ? s - r->cap : s;
+}
+
+/* Tokens of the window tier of a layer (compressed + hot). */
+static inline int kv_layer_window(const struct sinkcache *c, const struct kv_layer *L)
+{
+	return L->groups.n * c->group - L->grp_dropped + L->stage.n + L->hot.n;
+}

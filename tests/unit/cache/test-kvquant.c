@@ -1,0 +1,156 @@
+/* KV number formats: f16/bf16 conversion, int8/int4 quantization error
+ * bounds on hand-computed cases and random data, and RoPE angle exactness
+ * at large stream positions against long double. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/kvquant.h"
+#include "cache/rope.h"
+
+START_TEST(test_half_formats)
+{
+	ck_assert_uint_eq(kv_f32_to_f16(1.0f), 0x3c00);
+	ck_assert_uint_eq(kv_f32_to_f16(-2.0f), 0xc000);
+	ck_assert_uint_eq(kv_f32_to_f16(65504.0f), 0x7bff);
+	ck_assert_uint_eq(kv_f32_to_f16(1e6f), 0x7c00);
+	ck_assert_uint_eq(kv_f32_to_f16(5.9604645e-8f), 0x0001);      /* smallest subnormal */
+	ck_assert_uint_eq(kv_f32_to_f16(1.0f + 1.0f / 2048), 0x3c00); /* tie to even */
+	ck_assert_uint_eq(kv_f32_to_f16(1.0f + 3.0f / 2048), 0x3c02);
+	ck_assert_float_eq(kv_f16_to_f32(0x3555), 0.333251953125f);
+	ck_assert_uint_eq(kv_f32_to_bf16(1.0f), 0x3f80);
+	ck_assert_uint_eq(kv_f32_to_bf16(1.00390625f), 0x3f80); /* tie to even */
+	ck_assert_float_eq(kv_bf16_to_f32(0x4049), 3.140625f);
+	srand(7);
+	for (int i = 0; i < 100000; i++) {
+		float x = ((float)rand() / RAND_MAX - 0.5f) * 200.0f;
+		float h = kv_f16_to_f32(kv_f32_to_f16(x)), b = kv_bf16_to_f32(kv_f32_to_bf16(x));
+		ck_assert_float_le(fabsf(h - x), fabsf(x) * 0x1p-11f + 0x1p-25f);
+		ck_assert_float_le(fabsf(b - x), fabsf(x) * 0x1p-8f);
+	}
+}
+END_TEST
+
+START_TEST(test_quant_hand)
+{
+	/* int8: min 0, max 63.75 -> scale 0.25 exactly; codes round(x*4), ties to even */
+	float x[5] = {0.0f, 0.125f, 0.375f, 63.75f, 10.1f}, y[5], scale, min;
+	uint8_t codes[5];
+	kvq_quant_row(x, 5, 8, codes, &scale, &min);
+	ck_assert_float_eq(min, 0.0f);
+	ck_assert_float_eq(scale, 0.25f);
+	ck_assert_uint_eq(codes[0], 0);
+	ck_assert_uint_eq(codes[1], 0); /* 0.5 -> 0 */
+	ck_assert_uint_eq(codes[2], 2); /* 1.5 -> 2 */
+	ck_assert_uint_eq(codes[3], 255);
+	ck_assert_uint_eq(codes[4], 40); /* 40.4 */
+	kvq_dequant_row(codes, 5, 8, scale, min, y);
+	ck_assert_float_eq(y[4], 10.0f);
+	for (int i = 0; i < 5; i++)
+		ck_assert_float_le(fabsf(y[i] - x[i]), scale / 2);
+	/* int4: min 0, scale 0.5, exact; element 2j low nibble, 2j+1 high */
+	float x4[4] = {0.0f, 1.5f, 3.0f, 7.5f};
+	kvq_quant_row(x4, 4, 4, codes, &scale, &min);
+	ck_assert_float_eq(scale, 0.5f);
+	ck_assert_uint_eq(codes[0], 0x30);
+	ck_assert_uint_eq(codes[1], 0xf6);
+	kvq_dequant_row(codes, 4, 4, scale, min, y);
+	for (int i = 0; i < 4; i++)
+		ck_assert_float_eq(y[i], x4[i]);
+	/* a constant run is exact with scale 0 */
+	float c[2] = {3.25f, 3.25f};
+	kvq_quant_row(c, 2, 4, codes, &scale, &min);
+	kvq_dequant_row(codes, 2, 4, scale, min, y);
+	ck_assert_float_eq(scale, 0.0f);
+	ck_assert_float_eq(y[1], 3.25f);
+}
+END_TEST
+
+START_TEST(test_quant_random_bounds)
+{
+	enum { N = 32, D = 64 };
+	static float rows[N][D];
+	const float *rowp[N];
+	uint8_t codes[N * D];
+	float scale[D], min[D], y[D];
+	srand(11);
+	for (int bits = 4; bits <= 8; bits += 4) {
+		for (int trial = 0; trial < 50; trial++) {
+			float amp = trial % 2 ? 100.0f : 0.01f;
+			for (int r = 0; r < N; r++) {
+				rowp[r] = rows[r];
+				for (int j = 0; j < D; j++)
+					rows[r][j] =
+					    ((float)rand() / RAND_MAX - 0.5f) * amp * (1 + j % 5);
+			}
+			/* per token */
+			float s, m;
+			kvq_quant_row(rows[0], D, bits, codes, &s, &m);
+			kvq_dequant_row(codes, D, bits, s, m, y);
+			for (int j = 0; j < D; j++)
+				ck_assert_float_le(fabsf(y[j] - rows[0][j]),
+				                   s / 2 + 4e-7f * amp * 5);
+			/* per channel */
+			kvq_quant_channels(rowp, N, D, bits, codes, scale, min);
+			size_t rb = kvq_code_bytes(D, bits);
+			for (int r = 0; r < N; r++)
+				for (int j = 0; j < D; j++) {
+					float v =
+					    (float)kvq_code_at(codes + r * rb, j, bits) * scale[j] +
+					    min[j];
+					ck_assert_float_le(fabsf(v - rows[r][j]),
+					                   scale[j] / 2 + 4e-7f * amp * 5);
+				}
+		}
+	}
+}
+END_TEST
+
+START_TEST(test_rope_angles_exact)
+{
+	enum { RD = 128 };
+	double hi[RD / 2], lo[RD / 2], cs[RD];
+	const double theta = 10000.0;
+	rope_freqs_init(theta, RD, hi, lo);
+	uint64_t positions[] = {0, 1, 4097, 1000003, 10000000, 10000000 + 777, 1000000000};
+	for (size_t p = 0; p < sizeof(positions) / sizeof(positions[0]); p++) {
+		rope_cos_sin(hi, lo, RD, positions[p], cs);
+		double worst = 0;
+		for (int i = 0; i < RD / 2; i++) {
+			long double f = powl((long double)theta, -2.0L * i / RD);
+			long double a = (long double)positions[p] * f;
+			worst = fmax(worst, fabs(cs[2 * i] - (double)cosl(a)));
+			worst = fmax(worst, fabs(cs[2 * i + 1] - (double)sinl(a)));
+		}
+		/* long double itself carries pos*2^-64 of angle error: 5e-11 at 10^9 */
+		ck_assert_double_le(worst, 1e-12 + (double)positions[p] * 1e-19);
+	}
+	/* what a float angle would give at 10^7: radians off */
+	float naive = (float)10000000 * 1.0f;
+	ck_assert_double_eq((double)naive, 1e7); /* freq 1 is exact... */
+	float naive2 = 10000001.0f * (float)hi[1];
+	ck_assert_double_gt(fabs((double)naive2 - 10000001.0 * hi[1]), 1e-3);
+}
+END_TEST
+
+static Suite *kvquant_suite(void)
+{
+	Suite *s = suite_create("kvquant");
+	TCase *tc = tcase_create("core");
+	tcase_add_test(tc, test_half_formats);
+	tcase_add_test(tc, test_quant_hand);
+	tcase_add_test(tc, test_quant_random_bounds);
+	tcase_add_test(tc, test_rope_angles_exact);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(kvquant_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
