@@ -58,10 +58,17 @@ int listen_parse(const char *spec, struct sockaddr_storage *ss, socklen_t *ss_le
 	int rc = parse_port(port_s, spec, &port, err, err_len);
 	if (rc)
 		return rc;
-	if (!strcmp(host, "localhost"))
-		strcpy(host, "127.0.0.1");
 	struct sockaddr_in *v4 = (struct sockaddr_in *)ss;
 	struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)ss;
+	if (!strcmp(host, "localhost"))
+		strcpy(host, "127.0.0.1");
+	if (!strcmp(host, "*")) { /* all addresses: IPv6 any, dual stack */
+		v6->sin6_family = AF_INET6;
+		v6->sin6_addr = in6addr_any;
+		v6->sin6_port = htons((uint16_t)port);
+		*ss_len = sizeof(*v6);
+		return 0;
+	}
 	if (spec[0] != '[' && inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
 		v4->sin_family = AF_INET;
 		v4->sin_port = htons((uint16_t)port);
