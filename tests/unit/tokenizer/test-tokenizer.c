@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 
 #include "model/gguf.h"
+#include "tokenizer/pretokenize.h"
 #include "tokenizer/tokenizer.h"
 #include "util/errbuf.h"
 
@@ -169,6 +170,53 @@ START_TEST(test_vocab_vectors)
 	       now_ms() - t0);
 	ck_assert_uint_eq(total, 46);
 	ck_assert_uint_ge(passed, vocabs[_i].min_pass);
+}
+END_TEST
+
+/* Pre-tokenizer splits against pretok-cases.json, which Python's re made
+ * with the Unicode classes spelled out (gen_pretok_cases.py). */
+START_TEST(test_pretokenizer_cases)
+{
+	const char *src = getenv("SINKD_SOURCE_ROOT");
+	ck_assert_ptr_nonnull(src);
+	char *path = NULL;
+	size_t len;
+	ck_assert_int_ge(asprintf(&path, "%s/tests/unit/tokenizer/pretok-cases.json", src), 0);
+	char *json = slurp(path, &len);
+	cJSON *root = cJSON_Parse(json), *c;
+	ck_assert_ptr_nonnull(root);
+	struct pretok_buf buf = {0};
+	int n_cases = 0, n_failed = 0;
+	cJSON_ArrayForEach(c, root) {
+		const char *pre = cJSON_GetObjectItem(c, "pre")->valuestring;
+		const char *text = cJSON_GetObjectItem(c, "text")->valuestring;
+		cJSON *pieces = cJSON_GetObjectItem(c, "pieces");
+		struct pretok *p;
+		bool known, ignore_merges;
+		char err[SINKD_ERR_LEN];
+		ck_assert_msg(pretok_new(pre, &p, &known, &ignore_merges, err, sizeof(err)) == 0, "%s", err);
+		ck_assert_msg(known, "%s", pre);
+		ck_assert_int_eq(pretok_split(p, text, strlen(text), &buf), 0);
+		bool ok = buf.n_ends == (size_t)cJSON_GetArraySize(pieces);
+		size_t start = 0;
+		for (size_t k = 0; ok && k < buf.n_ends; k++) {
+			size_t end = buf.byte_off[buf.ends[k]];
+			const char *want = cJSON_GetArrayItem(pieces, (int)k)->valuestring;
+			ok = strlen(want) == end - start && memcmp(want, text + start, end - start) == 0;
+			start = end;
+		}
+		if (!ok && n_failed++ < 5)
+			fprintf(stderr, "pre-tokenizer %s splits \"%s\" wrongly\n", pre, text);
+		n_cases++;
+		pretok_free(p);
+	}
+	printf("pre-tokenizer cases: %d/%d\n", n_cases - n_failed, n_cases);
+	ck_assert_int_gt(n_cases, 500);
+	ck_assert_int_eq(n_failed, 0);
+	pretok_buf_free(&buf);
+	cJSON_Delete(root);
+	free(json);
+	free(path);
 }
 END_TEST
 
@@ -420,6 +468,7 @@ int main(void)
 	TCase *tc = tcase_create("core");
 	tcase_set_timeout(tc, 120);
 	tcase_add_loop_test(tc, test_vocab_vectors, 0, (int)(sizeof(vocabs) / sizeof(vocabs[0])));
+	tcase_add_test(tc, test_pretokenizer_cases);
 	tcase_add_test(tc, test_stories260k_reference_ids);
 	tcase_add_test(tc, test_detok_stream_utf8);
 	tcase_add_test(tc, test_decode_roundtrip);
