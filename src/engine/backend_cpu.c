@@ -315,15 +315,22 @@ static int attend_long_session(struct attend_ctx *a, int j, char *err, size_t er
 	return 0;
 }
 
+/* Whether session j is attended alone with its heads over the threads:
+ * prefill chunks always; single tokens when there are too few sessions to
+ * keep the threads busy one session each. */
+static bool attend_by_heads(const struct cpu_backend *c, int j)
+{
+	return c->sessions[j]->batch_n >= HEAD_PARALLEL_MIN_TOKENS || c->n_sessions < c->n_threads;
+}
+
 static int attention_layer(struct cpu_backend *c, const struct backend_token *tokens, int layer,
 			   char *err, size_t err_len)
 {
 	struct attend_ctx a = {.c = c, .tokens = tokens, .layer = layer};
-	/* Short sessions first, in one dispatch over sessions (they are
-	 * contiguous runs of c->sessions only by chance, so go one run at a time). */
+	/* Runs of short sessions go in one dispatch, one session per task. */
 	int j = 0;
 	while (j < c->n_sessions) {
-		if (c->sessions[j]->batch_n >= HEAD_PARALLEL_MIN_TOKENS) {
+		if (attend_by_heads(c, j)) {
 			int rc = attend_long_session(&a, j, err, err_len);
 			if (rc)
 				return rc;
@@ -331,15 +338,14 @@ static int attention_layer(struct cpu_backend *c, const struct backend_token *to
 			continue;
 		}
 		int e = j;
-		while (e < c->n_sessions && c->sessions[e]->batch_n < HEAD_PARALLEL_MIN_TOKENS)
+		while (e < c->n_sessions && !attend_by_heads(c, e))
 			e++;
 		a.first_session = j;
 		threadpool_run(c->pool, e - j, attend_session_task, &a);
 		for (int k = j; k < e; k++)
-			if (c->sess_rc[k]) {
+			if (c->sess_rc[k])
 				return err_set(err, err_len, c->sess_rc[k], "layer %d: %s", layer,
 					       c->sess_err[k]);
-			}
 		j = e;
 	}
 	return 0;
