@@ -1,0 +1,57 @@
+/* Chat templates: an OpenAI `messages` list to one prompt string, in the
+ * format of the model's `tokenizer.chat_template` when that template is one
+ * of the known families (recognised by characteristic substrings, no Jinja
+ * engine), else a plain fallback for models without a chat format. */
+#pragma once
+
+#include <stddef.h>
+
+enum chat_family {
+	CHAT_FAMILY_NONE = 0, /* no template: plain fallback */
+	CHAT_FAMILY_LLAMA2,   /* [INST] <<SYS>> ... */
+	CHAT_FAMILY_LLAMA3,   /* <|start_header_id|> ... <|eot_id|> */
+	CHAT_FAMILY_CHATML,   /* <|im_start|> ... <|im_end|> */
+	CHAT_FAMILY_MISTRAL,  /* [INST] ... [/INST] without system support */
+	CHAT_FAMILY_ZEPHYR,   /* <|user|>\n ... </s> */
+	CHAT_FAMILY_GEMMA,    /* <start_of_turn> ... <end_of_turn> */
+	CHAT_FAMILY_PHI3,     /* <|user|>\n ... <|end|> */
+	CHAT_FAMILY_UNKNOWN,  /* a template we do not recognise: plain fallback */
+};
+
+struct chat_message {
+	const char *role;    /* "system", "user" or "assistant" */
+	const char *content; /* UTF-8 */
+};
+
+/* The family of a tokenizer.chat_template string; NULL or "" gives
+ * CHAT_FAMILY_NONE, an unrecognised template CHAT_FAMILY_UNKNOWN. */
+enum chat_family chat_template_detect(const char *tmpl);
+
+/* "none", "llama-2", "llama-3", "chatml", "mistral", "zephyr", "gemma",
+ * "phi-3", "unknown". */
+const char *chat_family_name(enum chat_family fam);
+
+/* The inverse of chat_family_name (for a configured override); returns 0 or
+ * -EINVAL with a message listing the names. */
+int chat_family_parse(const char *name, enum chat_family *out, char *err, size_t err_len);
+
+/* The text of the token that ends an assistant turn in this family
+ * ("<|eot_id|>", "<|im_end|>", "</s>", "<end_of_turn>", "<|end|>"), to stop
+ * on (as a stop string, or via tokenizer_find_token); NULL for the plain
+ * fallback. */
+const char *chat_family_end_of_turn(enum chat_family fam);
+
+/* Renders msgs[0..n) as the family's template does with
+ * add_generation_prompt=true, minus the leading BOS text (the tokenizer adds
+ * BOS itself; a BOS inside the history, as llama-2's "<s>", is kept as text
+ * for parse_special).  Families whose template has no system role (mistral,
+ * gemma) get the system content put in front of the first user message,
+ * followed by "\n\n"; those templates also need user/assistant turns to
+ * alternate, starting with user, with a system message only first.
+ * CHAT_FAMILY_NONE and _UNKNOWN: the contents of the system messages, then
+ * of the others, in order, joined by "\n", with no role markers and no
+ * trailing newline, so a plain language model continues the user's text.
+ * *out is malloc'ed.  Returns 0, -EINVAL (empty list, unknown role, missing
+ * content, turns the family cannot express) with a message, or -ENOMEM. */
+int chat_template_apply(enum chat_family fam, const struct chat_message *msgs, size_t n,
+			char **out, char *err, size_t err_len);
