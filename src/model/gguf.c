@@ -657,6 +657,11 @@ size_t gguf_file_size(const struct gguf_file *f)
 	return f->size;
 }
 
+const void *gguf_map(const struct gguf_file *f)
+{
+	return f->map;
+}
+
 /* ------------------------------------------------------------------------
  * Metadata accessors. */
 

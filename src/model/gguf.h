@@ -105,6 +105,9 @@ const char *gguf_value_type_name(enum gguf_value_type type);
 size_t gguf_alignment(const struct gguf_file *f);
 size_t gguf_data_offset(const struct gguf_file *f); /* start of the tensor data section */
 size_t gguf_file_size(const struct gguf_file *f);
+/* The whole read-only mapping (gguf_file_size bytes), e.g. for madvise or a
+ * bulk upload; tensor data pointers lie inside it. */
+const void *gguf_map(const struct gguf_file *f);
 
 /* Numeric arrays as stored (little-endian, unaligned): NULL for string
  * arrays, non-arrays and absent keys.  Use gguf_get_array_info for the count. */
