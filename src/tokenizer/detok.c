@@ -73,7 +73,8 @@ size_t tokenizer_piece(const struct tokenizer *tok, int32_t id, char *buf)
 		memcpy(buf, t, len);
 		return len;
 	case TOK_TYPE_BYTE:
-		if (len == 6 && memcmp(t, "<0x", 3) == 0 && hex_digit(t[3]) >= 0 && hex_digit(t[4]) >= 0) {
+		if (len == 6 && memcmp(t, "<0x", 3) == 0 && hex_digit(t[3]) >= 0 &&
+		    hex_digit(t[4]) >= 0) {
 			buf[0] = (char)(hex_digit(t[3]) * 16 + hex_digit(t[4]));
 			return 1;
 		}
@@ -150,8 +151,8 @@ static int sb_reserve(struct strbuf *sb, size_t extra)
 	return 0;
 }
 
-int tokenizer_decode(const struct tokenizer *tok, const int32_t *ids, size_t n_ids, char **text, size_t *len,
-		     char *err, size_t err_len)
+int tokenizer_decode(const struct tokenizer *tok, const int32_t *ids, size_t n_ids, char **text,
+                     size_t *len, char *err, size_t err_len)
 {
 	struct strbuf raw = {0}, valid = {0};
 	bool first = tok->add_space_prefix;
@@ -172,7 +173,8 @@ int tokenizer_decode(const struct tokenizer *tok, const int32_t *ids, size_t n_i
 	if (sb_reserve(&valid, 3 * raw.n) < 0)
 		goto out;
 	size_t used;
-	valid.n = raw.n ? utf8_emit((const unsigned char *)raw.s, raw.n, valid.s, 3 * raw.n, &used) : 0;
+	valid.n =
+	    raw.n ? utf8_emit((const unsigned char *)raw.s, raw.n, valid.s, 3 * raw.n, &used) : 0;
 	if (raw.n && used < raw.n) { /* incomplete tail */
 		memcpy(valid.s + valid.n, REPLACEMENT, 3);
 		valid.n += 3;
@@ -188,7 +190,8 @@ out:
 	return rc < 0 ? err_set(err, err_len, rc, "detokenize: out of memory") : 0;
 }
 
-void detok_stream_init(struct detok_stream *ds, const struct tokenizer *tok, bool strip_leading_space)
+void detok_stream_init(struct detok_stream *ds, const struct tokenizer *tok,
+                       bool strip_leading_space)
 {
 	memset(ds, 0, sizeof(*ds));
 	ds->tok = tok;

@@ -14,46 +14,54 @@
 #include "util/errbuf.h"
 
 #define GPT2_RE "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
-#define LLAMA3_RE                                                                               \
+#define LLAMA3_RE                                                                                  \
 	"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|" \
 	"\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-#define QWEN2_RE                                                                                \
+#define QWEN2_RE                                                                                   \
 	"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|" \
 	"\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 #define PORO_RE " ?[^(\\s|.,!?\u2026\u3002\uFF0C\u3001\u0964\u06D4\u060C)]+"
 
 static const char *const re_default[] = {"[\\p{P}\\$\\+<=>\\^~\\|]+", GPT2_RE, "\\p{N}+",
-					 "[0-9][0-9][0-9]", NULL};
+                                         "[0-9][0-9][0-9]", NULL};
 static const char *const re_gpt2[] = {GPT2_RE, NULL};
 static const char *const re_llama3[] = {LLAMA3_RE, NULL};
 static const char *const re_qwen2[] = {QWEN2_RE, NULL};
-static const char *const re_falcon[] = {"[\\p{P}\\$\\+<=>\\^~\\|`]+", GPT2_RE, "[0-9][0-9][0-9]", NULL};
+static const char *const re_falcon[] = {"[\\p{P}\\$\\+<=>\\^~\\|`]+", GPT2_RE, "[0-9][0-9][0-9]",
+                                        NULL};
 static const char *const re_starcoder[] = {"\\p{N}", GPT2_RE, NULL};
-static const char *const re_deepseek_coder[] = {"[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+",
-						"[\u4E00-\u9FA5\u0800-\u4E00\uAC00-\uD7FF]+", "\\p{N}", NULL};
+static const char *const re_deepseek_coder[] = {
+    "[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", "[\u4E00-\u9FA5\u0800-\u4E00\uAC00-\uD7FF]+",
+    "\\p{N}", NULL};
 static const char *const re_deepseek_llm[] = {
-	"[\r\n]",
-	"\\s?[A-Za-z\u00B5\u00C0-\u00D6\u00D8-\u00F6\u00F8-\u01BA\u01BC-\u01BF\u01C4-\u0293"
-	"\u0295-\u02AF\u0370-\u0373\u0376\u0377\u037B-\u037D\u037F\u0386\u0388-\u038A"
-	"\u038C\u038E-\u03A1\u03A3-\u03F5\u03F7-\u0481\u048A-\u052F\u0531-\u0556\u10A0-\u10C5\u13A0-\u13F5"
-	"\u13F8-\u13FD\u1C90-\u1CBA\u1CBD-\u1CBF\u1D00-\u1D2B\u1D6B-\u1D77\u1D79-\u1D9A\u1E00-\u1F15\u1F18-\u1F1D"
-	"\u1F20-\u1F45\u1F48-\u1F4D\u1F50-\u1F57\u1F59\u1F5B\u1F5D\u1F5F-\u1F7D\u1F80-\u1FB4"
-	"\u1FB6-\u1FBC\u1FBE\u1FC2-\u1FC4\u1FC6-\u1FCC\u1FD0-\u1FD3\u1FD6-\u1FDB\u1FE0-\u1FEC\u1FF2-\u1FF4"
-	"\u1FF6-\u1FFC\u2102\u2107\u210A-\u2113\u2115\u2119-\u211D\u2124\u2126"
-	"\u2128\u212A-\u212D\u212F-\u2134\u2139\u213C-\u213F\u2145-\u2149\u214E\u2183"
-	"\u2184\u2C00-\u2C7B\u2C7E-\u2CE4\u2CEB-\u2CEE\u2CF2\u2CF3\uA640-\uA66D\uA680-\uA69B"
-	"\uA722-\uA76F\uA771-\uA787\uA78B-\uA78E\uAB70-\uABBF\uFB00-\uFB06\uFB13-\uFB17\uFF21-\uFF3A\uFF41-\uFF5A"
-	"\U00010400-\U0001044F\U000104B0-\U000104D3\U000104D8-\U000104FB\U00010C80-\U00010CB2\U00010CC0-\U00010CF2\U000118A0-\U000118DF\U0001E900-\U0001E943]+",
-	"\\s?[!-/:-~\uFF01-\uFF0F\uFF1A-\uFF5E\u2018-\u201F\u3000-\u3002]+",
-	"\\s+$",
-	"[\u4E00-\u9FA5\u0800-\u4E00\uAC00-\uD7FF]+",
-	"\\p{N}+",
-	NULL};
+    "[\r\n]",
+    "\\s?[A-Za-z\u00B5\u00C0-\u00D6\u00D8-\u00F6\u00F8-\u01BA\u01BC-\u01BF\u01C4-\u0293"
+    "\u0295-\u02AF\u0370-\u0373\u0376\u0377\u037B-\u037D\u037F\u0386\u0388-\u038A"
+    "\u038C\u038E-\u03A1\u03A3-\u03F5\u03F7-\u0481\u048A-\u052F\u0531-\u0556\u10A0-\u10C5\u13A0-"
+    "\u13F5"
+    "\u13F8-\u13FD\u1C90-\u1CBA\u1CBD-\u1CBF\u1D00-\u1D2B\u1D6B-\u1D77\u1D79-\u1D9A\u1E00-"
+    "\u1F15\u1F18-\u1F1D"
+    "\u1F20-\u1F45\u1F48-\u1F4D\u1F50-\u1F57\u1F59\u1F5B\u1F5D\u1F5F-\u1F7D\u1F80-\u1FB4"
+    "\u1FB6-\u1FBC\u1FBE\u1FC2-\u1FC4\u1FC6-\u1FCC\u1FD0-\u1FD3\u1FD6-\u1FDB\u1FE0-\u1FEC\u1FF2-"
+    "\u1FF4"
+    "\u1FF6-\u1FFC\u2102\u2107\u210A-\u2113\u2115\u2119-\u211D\u2124\u2126"
+    "\u2128\u212A-\u212D\u212F-\u2134\u2139\u213C-\u213F\u2145-\u2149\u214E\u2183"
+    "\u2184\u2C00-\u2C7B\u2C7E-\u2CE4\u2CEB-\u2CEE\u2CF2\u2CF3\uA640-\uA66D\uA680-\uA69B"
+    "\uA722-\uA76F\uA771-\uA787\uA78B-\uA78E\uAB70-\uABBF\uFB00-\uFB06\uFB13-\uFB17\uFF21-"
+    "\uFF3A\uFF41-\uFF5A"
+    "\U00010400-\U0001044F\U000104B0-\U000104D3\U000104D8-\U000104FB\U00010C80-"
+    "\U00010CB2\U00010CC0-\U00010CF2\U000118A0-\U000118DF\U0001E900-\U0001E943]+",
+    "\\s?[!-/:-~\uFF01-\uFF0F\uFF1A-\uFF5E\u2018-\u201F\u3000-\u3002]+",
+    "\\s+$",
+    "[\u4E00-\u9FA5\u0800-\u4E00\uAC00-\uD7FF]+",
+    "\\p{N}+",
+    NULL};
 static const char *const re_deepseek3[] = {
-	"\\p{N}{1,3}", "[\u4E00-\u9FA5\u3040-\u309F\u30A0-\u30FF]+",
-	"[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+|"
-	" ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+",
-	NULL};
+    "\\p{N}{1,3}", "[\u4E00-\u9FA5\u3040-\u309F\u30A0-\u30FF]+",
+    "[!\"#$%&'()*+,\\-./"
+    ":;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+|"
+    " ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+",
+    NULL};
 static const char *const re_poro[] = {PORO_RE, NULL};
 static const char *const re_viking[] = {PORO_RE, "\\p{N}", NULL};
 
@@ -65,29 +73,48 @@ struct pretok_def {
 
 /* First entry: the fallback for a missing or unknown name. */
 static const struct pretok_def pretok_defs[] = {
-	{"default", re_default, false},
-	{"gpt-2", re_gpt2, false},	     {"phi-2", re_gpt2, false},
-	{"mpt", re_gpt2, false},	     {"olmo", re_gpt2, false},
-	{"jais", re_gpt2, false},	     {"jina-es", re_gpt2, false},
-	{"jina-de", re_gpt2, false},	     {"jina-v1-en", re_gpt2, false},
-	{"jina-v2-es", re_gpt2, false},	     {"jina-v2-de", re_gpt2, false},
-	{"jina-v2-code", re_gpt2, false},    {"roberta-bpe", re_gpt2, false},
-	{"gigachat", re_gpt2, false},	     {"trillion", re_gpt2, false},
-	{"llama3", re_llama3, true},	     {"llama-v3", re_llama3, true},
-	{"llama-bpe", re_llama3, true},	     {"falcon3", re_llama3, true},
-	{"pixtral", re_llama3, true},	     {"dbrx", re_llama3, false},
-	{"smaug-bpe", re_llama3, false},     {"chatglm-bpe", re_llama3, false},
-	{"qwen2", re_qwen2, false},	     {"deepseek-r1-qwen", re_qwen2, false},
-	{"stablelm2", re_qwen2, false},	     {"hunyuan", re_qwen2, false},
-	{"falcon", re_falcon, false},	     {"starcoder", re_starcoder, false},
-	{"refact", re_starcoder, false},     {"command-r", re_starcoder, false},
-	{"smollm", re_starcoder, false},     {"codeshell", re_starcoder, false},
-	{"exaone", re_starcoder, false},     {"minerva-7b", re_starcoder, false},
-	{"deepseek-coder", re_deepseek_coder, false},
-	{"deepseek-llm", re_deepseek_llm, false},
-	{"deepseek-v3", re_deepseek3, false},
-	{"poro-chat", re_poro, false},	     {"bloom", re_poro, false},
-	{"gpt3-finnish", re_poro, false},    {"viking", re_viking, false},
+    {"default", re_default, false},
+    {"gpt-2", re_gpt2, false},
+    {"phi-2", re_gpt2, false},
+    {"mpt", re_gpt2, false},
+    {"olmo", re_gpt2, false},
+    {"jais", re_gpt2, false},
+    {"jina-es", re_gpt2, false},
+    {"jina-de", re_gpt2, false},
+    {"jina-v1-en", re_gpt2, false},
+    {"jina-v2-es", re_gpt2, false},
+    {"jina-v2-de", re_gpt2, false},
+    {"jina-v2-code", re_gpt2, false},
+    {"roberta-bpe", re_gpt2, false},
+    {"gigachat", re_gpt2, false},
+    {"trillion", re_gpt2, false},
+    {"llama3", re_llama3, true},
+    {"llama-v3", re_llama3, true},
+    {"llama-bpe", re_llama3, true},
+    {"falcon3", re_llama3, true},
+    {"pixtral", re_llama3, true},
+    {"dbrx", re_llama3, false},
+    {"smaug-bpe", re_llama3, false},
+    {"chatglm-bpe", re_llama3, false},
+    {"qwen2", re_qwen2, false},
+    {"deepseek-r1-qwen", re_qwen2, false},
+    {"stablelm2", re_qwen2, false},
+    {"hunyuan", re_qwen2, false},
+    {"falcon", re_falcon, false},
+    {"starcoder", re_starcoder, false},
+    {"refact", re_starcoder, false},
+    {"command-r", re_starcoder, false},
+    {"smollm", re_starcoder, false},
+    {"codeshell", re_starcoder, false},
+    {"exaone", re_starcoder, false},
+    {"minerva-7b", re_starcoder, false},
+    {"deepseek-coder", re_deepseek_coder, false},
+    {"deepseek-llm", re_deepseek_llm, false},
+    {"deepseek-v3", re_deepseek3, false},
+    {"poro-chat", re_poro, false},
+    {"bloom", re_poro, false},
+    {"gpt3-finnish", re_poro, false},
+    {"viking", re_viking, false},
 };
 
 struct pretok {
@@ -97,7 +124,7 @@ struct pretok {
 };
 
 int pretok_new(const char *name, struct pretok **out, bool *known, bool *ignore_merges, char *err,
-	       size_t err_len)
+               size_t err_len)
 {
 	const struct pretok_def *def = &pretok_defs[0];
 	*known = false;

@@ -13,8 +13,8 @@ struct pretok;
 
 /* Reusable buffers of one split call; zero-initialise, pretok_buf_free. */
 struct pretok_buf {
-	uint32_t *cp;	    /* (n_cp) code points of the text */
-	uint8_t *cls;	    /* (n_cp) category | 0x80 for whitespace */
+	uint32_t *cp;       /* (n_cp) code points of the text */
+	uint8_t *cls;       /* (n_cp) category | 0x80 for whitespace */
 	uint32_t *byte_off; /* (n_cp + 1) byte offset of each code point */
 	size_t cap_cp;
 	uint32_t *ends, *ends_next; /* piece ends, in code points */
@@ -25,7 +25,7 @@ struct pretok_buf {
 /* Looks up `name` (NULL or unknown: "default", and *known is false).
  * *ignore_merges: the vocabulary's whole-word tokens win over merges. */
 int pretok_new(const char *name, struct pretok **out, bool *known, bool *ignore_merges, char *err,
-	       size_t err_len);
+               size_t err_len);
 void pretok_free(struct pretok *p);
 /* The canonical pre-tokenizer name that `name` resolved to. */
 const char *pretok_name(const struct pretok *p);

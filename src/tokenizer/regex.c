@@ -28,7 +28,7 @@ enum item_kind { IT_RANGE, IT_CATS, IT_NOTCATS, IT_SPACE, IT_NOTSPACE };
 struct re_item {
 	uint8_t kind;
 	uint32_t lo, hi; /* IT_RANGE, inclusive */
-	uint32_t mask;	 /* IT_CATS / IT_NOTCATS: bits of enum ucat */
+	uint32_t mask;   /* IT_CATS / IT_NOTCATS: bits of enum ucat */
 };
 
 struct re_class {
@@ -51,10 +51,10 @@ enum node_kind { N_CLASS, N_SEQ, N_ALT, N_REP, N_END, N_NOTAHEAD };
 
 struct node {
 	uint8_t kind;
-	uint32_t cls;	     /* N_CLASS / N_NOTAHEAD */
-	int first, last;     /* children (N_SEQ / N_ALT / N_REP) */
-	int next;	     /* sibling */
-	uint32_t min, max;   /* N_REP */
+	uint32_t cls;      /* N_CLASS / N_NOTAHEAD */
+	int first, last;   /* children (N_SEQ / N_ALT / N_REP) */
+	int next;          /* sibling */
+	uint32_t min, max; /* N_REP */
 };
 
 struct parser {
@@ -85,7 +85,8 @@ static int grow(void **arr, size_t *cap, size_t need, size_t elem)
 
 static int perr(struct parser *ps, const char *what)
 {
-	return err_set(ps->err, ps->err_len, -EINVAL, "regex %s at %zu: %s", ps->pattern, ps->i, what);
+	return err_set(ps->err, ps->err_len, -EINVAL, "regex %s at %zu: %s", ps->pattern, ps->i,
+	               what);
 }
 
 static int new_node(struct parser *ps, enum node_kind kind)
@@ -112,7 +113,8 @@ static void add_child(struct parser *ps, int parent, int child)
 static int new_class(struct parser *ps, bool negated)
 {
 	struct ure *re = ps->re;
-	if (grow((void **)&re->classes, &re->cap_classes, re->n_classes + 1, sizeof(struct re_class)))
+	if (grow((void **)&re->classes, &re->cap_classes, re->n_classes + 1,
+	         sizeof(struct re_class)))
 		return -ENOMEM;
 	re->classes[re->n_classes] = (struct re_class){(uint32_t)re->n_items, 0, negated};
 	return (int)re->n_classes++;
@@ -130,8 +132,8 @@ static int add_item(struct parser *ps, struct re_item it)
 }
 
 static const char *const cat_names[UCAT_COUNT] = {
-	"Cn", "Lu", "Ll", "Lt", "Lm", "Lo", "Mn", "Mc", "Me", "Nd", "Nl", "No", "Pc", "Pd", "Ps",
-	"Pe", "Pi", "Pf", "Po", "Sm", "Sc", "Sk", "So", "Zs", "Zl", "Zp", "Cc", "Cf", "Cs", "Co"};
+    "Cn", "Lu", "Ll", "Lt", "Lm", "Lo", "Mn", "Mc", "Me", "Nd", "Nl", "No", "Pc", "Pd", "Ps",
+    "Pe", "Pi", "Pf", "Po", "Sm", "Sc", "Sk", "So", "Zs", "Zl", "Zp", "Cc", "Cf", "Cs", "Co"};
 
 /* \p{Name}: one letter = the whole major class, two letters = one category. */
 static int category_mask(struct parser *ps, uint32_t *mask)
@@ -162,19 +164,39 @@ static int parse_escape(struct parser *ps, struct re_item *it, uint32_t *lit)
 	uint32_t c = ps->p[ps->i++];
 	memset(it, 0, sizeof(*it));
 	switch (c) {
-	case 's': it->kind = IT_SPACE; return 0;
-	case 'S': it->kind = IT_NOTSPACE; return 0;
-	case 'd': it->kind = IT_CATS; it->mask = UCAT_BIT(UCAT_ND); return 0;
-	case 'D': it->kind = IT_NOTCATS; it->mask = UCAT_BIT(UCAT_ND); return 0;
+	case 's':
+		it->kind = IT_SPACE;
+		return 0;
+	case 'S':
+		it->kind = IT_NOTSPACE;
+		return 0;
+	case 'd':
+		it->kind = IT_CATS;
+		it->mask = UCAT_BIT(UCAT_ND);
+		return 0;
+	case 'D':
+		it->kind = IT_NOTCATS;
+		it->mask = UCAT_BIT(UCAT_ND);
+		return 0;
 	case 'p':
 	case 'P':
 		it->kind = c == 'p' ? IT_CATS : IT_NOTCATS;
 		return category_mask(ps, &it->mask);
-	case 'r': *lit = '\r'; return 1;
-	case 'n': *lit = '\n'; return 1;
-	case 't': *lit = '\t'; return 1;
-	case 'f': *lit = '\f'; return 1;
-	case 'v': *lit = '\v'; return 1;
+	case 'r':
+		*lit = '\r';
+		return 1;
+	case 'n':
+		*lit = '\n';
+		return 1;
+	case 't':
+		*lit = '\t';
+		return 1;
+	case 'f':
+		*lit = '\f';
+		return 1;
+	case 'v':
+		*lit = '\v';
+		return 1;
 	default:
 		if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
 			return perr(ps, "unsupported escape");
@@ -293,7 +315,8 @@ static int parse_atom(struct parser *ps)
 	case '$':
 		return new_node(ps, N_END);
 	case '.':
-		return single_class_node(ps, (struct re_item){.kind = IT_RANGE, .lo = '\n', .hi = '\n'}, true);
+		return single_class_node(
+		    ps, (struct re_item){.kind = IT_RANGE, .lo = '\n', .hi = '\n'}, true);
 	case '^':
 	case ')':
 	case '*':
@@ -313,7 +336,8 @@ static int parse_atom(struct parser *ps)
 	default:
 		break;
 	}
-	return single_class_node(ps, (struct re_item){.kind = IT_RANGE, .lo = lit, .hi = lit}, false);
+	return single_class_node(ps, (struct re_item){.kind = IT_RANGE, .lo = lit, .hi = lit},
+	                         false);
 }
 
 static int parse_number(struct parser *ps, uint32_t *out)
@@ -351,11 +375,22 @@ static int parse_repeat(struct parser *ps)
 		return atom;
 	uint32_t min = 0, max = 0;
 	switch (ps->p[ps->i]) {
-	case '?': min = 0; max = 1; break;
-	case '*': min = 0; max = REP_INF; break;
-	case '+': min = 1; max = REP_INF; break;
-	case '{': break;
-	default: return atom;
+	case '?':
+		min = 0;
+		max = 1;
+		break;
+	case '*':
+		min = 0;
+		max = REP_INF;
+		break;
+	case '+':
+		min = 1;
+		max = REP_INF;
+		break;
+	case '{':
+		break;
+	default:
+		return atom;
 	}
 	ps->i++;
 	if (ps->p[ps->i - 1] == '{' && parse_interval(ps, &min, &max) < 0)
@@ -451,7 +486,8 @@ static int gen_rep(struct ure *re, const struct node *nodes, const struct node *
 		if (split < 0)
 			return split;
 		re->code[split].x = (uint32_t)re->n_code;
-		if ((rc = gen(re, nodes, n->first)) < 0 || (rc = emit(re, OP_JMP, (uint32_t)split, 0)) < 0)
+		if ((rc = gen(re, nodes, n->first)) < 0 ||
+		    (rc = emit(re, OP_JMP, (uint32_t)split, 0)) < 0)
 			return rc;
 		re->code[split].y = (uint32_t)re->n_code;
 		return 0;
@@ -567,18 +603,28 @@ static bool class_has(const struct ure *re, uint32_t cls, uint32_t cp, uint8_t c
 	bool in = false;
 	for (uint32_t k = 0; k < c->n_items && !in; k++, it++) {
 		switch (it->kind) {
-		case IT_RANGE: in = cp >= it->lo && cp <= it->hi; break;
-		case IT_CATS: in = (it->mask >> (cl & 0x7F)) & 1; break;
-		case IT_NOTCATS: in = !((it->mask >> (cl & 0x7F)) & 1); break;
-		case IT_SPACE: in = (cl & 0x80) != 0; break;
-		default: in = (cl & 0x80) == 0; break;
+		case IT_RANGE:
+			in = cp >= it->lo && cp <= it->hi;
+			break;
+		case IT_CATS:
+			in = (it->mask >> (cl & 0x7F)) & 1;
+			break;
+		case IT_NOTCATS:
+			in = !((it->mask >> (cl & 0x7F)) & 1);
+			break;
+		case IT_SPACE:
+			in = (cl & 0x80) != 0;
+			break;
+		default:
+			in = (cl & 0x80) == 0;
+			break;
 		}
 	}
 	return in != c->negated;
 }
 
-long ure_match_at(const struct ure *re, struct ure_scratch *sc, const struct ure_text *t, size_t pos,
-		  size_t end)
+long ure_match_at(const struct ure *re, struct ure_scratch *sc, const struct ure_text *t,
+                  size_t pos, size_t end)
 {
 	size_t sp = 0;
 	uint32_t pc = 0;

@@ -14,8 +14,8 @@ struct ure;
 /* Text prepared for matching: code points and, per code point, its general
  * category (enum ucat) with bit 0x80 set when it is White_Space. */
 struct ure_text {
-	const uint32_t *cp;   /* (n) code points */
-	const uint8_t *cls;   /* (n) category | 0x80 for whitespace */
+	const uint32_t *cp; /* (n) code points */
+	const uint8_t *cls; /* (n) category | 0x80 for whitespace */
 	size_t n;
 };
 
@@ -30,6 +30,6 @@ void ure_free(struct ure *re);
 /* Tries to match at `pos` with the text ending at `end` (an exclusive bound
  * that $ and lookahead see as the end).  Returns the end of the match, or
  * -1 when there is none, or -ENOMEM. */
-long ure_match_at(const struct ure *re, struct ure_scratch *sc, const struct ure_text *t, size_t pos,
-		  size_t end);
+long ure_match_at(const struct ure *re, struct ure_scratch *sc, const struct ure_text *t,
+                  size_t pos, size_t end);
 void ure_scratch_free(struct ure_scratch *sc);

@@ -15,8 +15,9 @@
 
 /* Control tokens that end a turn in the chat formats we know. */
 static const char *const eog_texts[] = {
-	"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>",
-	"<|end_of_text|>", "<|eom_id|>", "<｜end▁of▁sentence｜>", "<end_of_utterance>", NULL};
+    "<|eot_id|>", "<|im_end|>",      "<|end|>",    "<end_of_turn>",         "<|endoftext|>",
+    "<EOT>",      "<|end_of_text|>", "<|eom_id|>", "<｜end▁of▁sentence｜>", "<end_of_utterance>",
+    NULL};
 
 static int32_t read_id(const struct gguf_file *f, const char *key, uint32_t n_vocab, int32_t dflt)
 {
@@ -51,7 +52,8 @@ struct str_iter {
 	uint64_t left;
 };
 
-static int str_iter_init(const struct gguf_file *f, const char *key, struct str_iter *it, uint64_t *count)
+static int str_iter_init(const struct gguf_file *f, const char *key, struct str_iter *it,
+                         uint64_t *count)
 {
 	for (size_t i = 0; i < gguf_n_kv(f); i++) {
 		if (strcmp(gguf_kv_key(f, i), key) != 0)
@@ -91,8 +93,8 @@ static int str_iter_next(struct str_iter *it, const char **s, size_t *len)
 }
 
 /* Copies a string array into one NUL-separated arena with offsets. */
-static int load_string_array(const struct gguf_file *f, const char *key, char **arena, uint32_t **off,
-			     uint32_t *count, char *err, size_t err_len)
+static int load_string_array(const struct gguf_file *f, const char *key, char **arena,
+                             uint32_t **off, uint32_t *count, char *err, size_t err_len)
 {
 	struct str_iter it, it2;
 	uint64_t n, total = 0;
@@ -101,11 +103,13 @@ static int load_string_array(const struct gguf_file *f, const char *key, char **
 	if (str_iter_init(f, key, &it, &n) < 0)
 		return err_set(err, err_len, -EINVAL, "%s: missing or not a string array", key);
 	if (n > INT32_MAX / 2)
-		return err_set(err, err_len, -EINVAL, "%s: %llu strings", key, (unsigned long long)n);
+		return err_set(err, err_len, -EINVAL, "%s: %llu strings", key,
+		               (unsigned long long)n);
 	it2 = it;
 	for (uint64_t i = 0; i < n; i++) {
 		if (str_iter_next(&it, &s, &len) < 0)
-			return err_set(err, err_len, -EINVAL, "%s[%llu] unreadable", key, (unsigned long long)i);
+			return err_set(err, err_len, -EINVAL, "%s[%llu] unreadable", key,
+			               (unsigned long long)i);
 		total += len + 1;
 	}
 	if (total >= UINT32_MAX)
@@ -129,8 +133,8 @@ static int load_string_array(const struct gguf_file *f, const char *key, char **
 
 static int load_tokens(struct tokenizer *tok, const struct gguf_file *f, char *err, size_t err_len)
 {
-	int rc = load_string_array(f, "tokenizer.ggml.tokens", &tok->text, &tok->off, &tok->n_vocab, err,
-				   err_len);
+	int rc = load_string_array(f, "tokenizer.ggml.tokens", &tok->text, &tok->off, &tok->n_vocab,
+	                           err, err_len);
 	if (rc < 0)
 		return rc;
 	if (tok->n_vocab == 0)
@@ -146,8 +150,8 @@ static int load_tokens(struct tokenizer *tok, const struct gguf_file *f, char *e
 	if (tok->max_piece < 8)
 		tok->max_piece = 8;
 	return strmap_build(&tok->vocab, tok->text, tok->off, tok->n_vocab, true) < 0
-		       ? err_set(err, err_len, -ENOMEM, "tokenizer: out of memory")
-		       : 0;
+	           ? err_set(err, err_len, -ENOMEM, "tokenizer: out of memory")
+	           : 0;
 }
 
 /* Optional per-token arrays: scores and types; their length must match.
@@ -160,8 +164,8 @@ static int load_scores(struct tokenizer *tok, const struct gguf_file *f, char *e
 	if (gguf_get_array_info(f, key, &et, &n) < 0)
 		return 0;
 	if (n != tok->n_vocab)
-		return err_set(err, err_len, -EINVAL, "%s: %llu values for %u tokens", key, (unsigned long long)n,
-			       tok->n_vocab);
+		return err_set(err, err_len, -EINVAL, "%s: %llu values for %u tokens", key,
+		               (unsigned long long)n, tok->n_vocab);
 	const unsigned char *raw = gguf_get_array_data(f, key);
 	for (uint32_t i = 0; i < tok->n_vocab; i++) {
 		double v = 0;
@@ -184,8 +188,8 @@ static int load_types(struct tokenizer *tok, const struct gguf_file *f, char *er
 	if (gguf_get_array_info(f, key, &et, &n) < 0)
 		return 0;
 	if (n != tok->n_vocab)
-		return err_set(err, err_len, -EINVAL, "%s: %llu values for %u tokens", key, (unsigned long long)n,
-			       tok->n_vocab);
+		return err_set(err, err_len, -EINVAL, "%s: %llu values for %u tokens", key,
+		               (unsigned long long)n, tok->n_vocab);
 	const unsigned char *raw = gguf_get_array_data(f, key);
 	for (uint32_t i = 0; i < tok->n_vocab; i++) {
 		int64_t v = 0;
@@ -204,7 +208,7 @@ static int load_types(struct tokenizer *tok, const struct gguf_file *f, char *er
 static int load_merges(struct tokenizer *tok, const struct gguf_file *f, char *err, size_t err_len)
 {
 	int rc = load_string_array(f, "tokenizer.ggml.merges", &tok->merge_text, &tok->merge_off,
-				   &tok->n_merges, err, err_len);
+	                           &tok->n_merges, err, err_len);
 	if (rc < 0)
 		return rc;
 	/* The first occurrence of a merge gives its rank. */
@@ -248,7 +252,8 @@ static int build_special(struct tokenizer *tok)
 	qsort_r(tok->special, tok->n_special, sizeof(*tok->special), cmp_special, tok);
 	size_t j = 0;
 	for (int b = 0; b <= 256; b++) {
-		while (j < tok->n_special && (unsigned char)tok->text[tok->off[tok->special[j]]] < b)
+		while (j < tok->n_special &&
+		       (unsigned char)tok->text[tok->off[tok->special[j]]] < b)
 			j++;
 		tok->special_first[b] = (uint32_t)j;
 	}
@@ -260,7 +265,8 @@ static void set_byte_tokens(struct tokenizer *tok)
 	for (int b = 0; b < 256; b++) {
 		char name[8];
 		snprintf(name, sizeof(name), "<0x%02X>", b);
-		tok->byte_token[b] = tok->kind == TOK_KIND_SPM ? strmap_find(&tok->vocab, name, 6) : -1;
+		tok->byte_token[b] =
+		    tok->kind == TOK_KIND_SPM ? strmap_find(&tok->vocab, name, 6) : -1;
 	}
 }
 
@@ -322,8 +328,9 @@ static int load_kind(struct tokenizer *tok, const struct gguf_file *f, char *err
 	else if (len == 4 && memcmp(model, "gpt2", 4) == 0)
 		tok->kind = TOK_KIND_BPE;
 	else
-		return err_set(err, err_len, -ENOTSUP, "tokenizer model \"%.*s\" is not supported (llama, gpt2)",
-			       (int)(len > 32 ? 32 : len), model);
+		return err_set(err, err_len, -ENOTSUP,
+		               "tokenizer model \"%.*s\" is not supported (llama, gpt2)",
+		               (int)(len > 32 ? 32 : len), model);
 	return 0;
 }
 
@@ -358,7 +365,8 @@ static int load_flags(struct tokenizer *tok, const struct gguf_file *f)
 	return read_string(f, "tokenizer.chat_template", &tok->chat_template);
 }
 
-int tokenizer_new_from_gguf(const struct gguf_file *f, struct tokenizer **out, char *err, size_t err_len)
+int tokenizer_new_from_gguf(const struct gguf_file *f, struct tokenizer **out, char *err,
+                            size_t err_len)
 {
 	*out = NULL;
 	struct tokenizer *tok = calloc(1, sizeof(*tok));
@@ -405,11 +413,26 @@ void tokenizer_free(struct tokenizer *tok)
 	free(tok);
 }
 
-int tokenizer_n_vocab(const struct tokenizer *tok) { return (int)tok->n_vocab; }
-int32_t tokenizer_bos(const struct tokenizer *tok) { return tok->bos; }
-int32_t tokenizer_eos(const struct tokenizer *tok) { return tok->eos; }
-bool tokenizer_add_bos(const struct tokenizer *tok) { return tok->add_bos && tok->bos >= 0; }
-const char *tokenizer_chat_template(const struct tokenizer *tok) { return tok->chat_template; }
+int tokenizer_n_vocab(const struct tokenizer *tok)
+{
+	return (int)tok->n_vocab;
+}
+int32_t tokenizer_bos(const struct tokenizer *tok)
+{
+	return tok->bos;
+}
+int32_t tokenizer_eos(const struct tokenizer *tok)
+{
+	return tok->eos;
+}
+bool tokenizer_add_bos(const struct tokenizer *tok)
+{
+	return tok->add_bos && tok->bos >= 0;
+}
+const char *tokenizer_chat_template(const struct tokenizer *tok)
+{
+	return tok->chat_template;
+}
 
 bool tokenizer_is_eog(const struct tokenizer *tok, int32_t id)
 {
@@ -442,7 +465,7 @@ const char *tokenizer_pre_name(const struct tokenizer *tok)
 
 /* The special token that starts at text[i], longest first, or -1. */
 static int32_t match_special(const struct tokenizer *tok, const char *text, size_t len, size_t i,
-			     bool parse_special, size_t *mlen)
+                             bool parse_special, size_t *mlen)
 {
 	unsigned char b = (unsigned char)text[i];
 	for (uint32_t k = tok->special_first[b]; k < tok->special_first[b + 1]; k++) {
@@ -459,24 +482,25 @@ static int32_t match_special(const struct tokenizer *tok, const char *text, size
 	return -1;
 }
 
-static int encode_fragment(const struct tokenizer *tok, const char *text, size_t len, bool *prev_special,
-			   struct idvec *out)
+static int encode_fragment(const struct tokenizer *tok, const char *text, size_t len,
+                           bool *prev_special, struct idvec *out)
 {
 	if (len == 0)
 		return 0;
 	bool prefix = tok->add_space_prefix && *prev_special;
 	*prev_special = false;
 	return tok->kind == TOK_KIND_SPM ? spm_encode(tok, text, len, prefix, out)
-					 : bpe_encode(tok, text, len, out);
+	                                 : bpe_encode(tok, text, len, out);
 }
 
 static int encode_all(const struct tokenizer *tok, const char *text, size_t len, bool parse_special,
-		      struct idvec *out)
+                      struct idvec *out)
 {
 	bool prev_special = true; /* SentencePiece: the first fragment gets the space prefix */
 	size_t frag = 0, i = 0, mlen = 0;
 	while (i < len) {
-		int32_t id = tok->n_special ? match_special(tok, text, len, i, parse_special, &mlen) : -1;
+		int32_t id =
+		    tok->n_special ? match_special(tok, text, len, i, parse_special, &mlen) : -1;
 		if (id < 0) {
 			i++;
 			continue;
@@ -499,7 +523,7 @@ static int encode_all(const struct tokenizer *tok, const char *text, size_t len,
 }
 
 int tokenizer_encode(const struct tokenizer *tok, const char *text, size_t len, bool add_special,
-		     bool parse_special, int32_t **ids, size_t *n_ids, char *err, size_t err_len)
+                     bool parse_special, int32_t **ids, size_t *n_ids, char *err, size_t err_len)
 {
 	struct idvec out = {0};
 	int rc = 0;
@@ -516,7 +540,7 @@ int tokenizer_encode(const struct tokenizer *tok, const char *text, size_t len, 
 	if (rc < 0) {
 		free(out.v);
 		return err_set(err, err_len, rc, "tokenize %zu bytes: %s", len,
-			       rc == -ENOMEM ? "out of memory" : "text too long");
+		               rc == -ENOMEM ? "out of memory" : "text too long");
 	}
 	*ids = out.v;
 	*n_ids = out.n;

@@ -40,9 +40,9 @@ int bpe_cp_to_byte(uint32_t cp)
 
 struct bpe_state {
 	const struct tokenizer *tok;
-	char *word;	  /* byte-mapped word, UTF-8 */
+	char *word; /* byte-mapped word, UTF-8 */
 	size_t cap_word;
-	char *key;	  /* "left right" scratch */
+	char *key; /* "left right" scratch */
 	struct symbol *sym;
 	size_t cap_sym;
 	struct bigram_heap heap;
@@ -85,7 +85,7 @@ static int merge_word(struct bpe_state *st, size_t n, struct idvec *out)
 		size_t l;
 		utf8_decode((const unsigned char *)st->word + offs, n - offs, &l);
 		st->sym[k] = (struct symbol){(int32_t)k - 1, offs + l == n ? -1 : (int32_t)k + 1,
-					     (uint32_t)offs, (uint32_t)l};
+		                             (uint32_t)offs, (uint32_t)l};
 		offs += l;
 	}
 	st->heap.n = 0;
@@ -102,7 +102,8 @@ static int merge_word(struct bpe_state *st, size_t n, struct idvec *out)
 		l->next = r->next;
 		if (r->next >= 0)
 			st->sym[r->next].prev = bg.left;
-		if (try_add_bigram(st, l->prev, bg.left) < 0 || try_add_bigram(st, bg.left, l->next) < 0)
+		if (try_add_bigram(st, l->prev, bg.left) < 0 ||
+		    try_add_bigram(st, bg.left, l->next) < 0)
 			return -ENOMEM;
 	}
 	for (int32_t i = 0; i != -1; i = st->sym[i].next)

@@ -18,7 +18,8 @@ static uint64_t hash_bytes(const char *s, size_t len)
 	return h ^ (h >> 29);
 }
 
-int strmap_build(struct strmap *m, const char *arena, const uint32_t *off, uint32_t n, bool keep_last)
+int strmap_build(struct strmap *m, const char *arena, const uint32_t *off, uint32_t n,
+                 bool keep_last)
 {
 	uint32_t cap = 16;
 	while (cap < 2 * (uint64_t)n + 1)

@@ -28,13 +28,14 @@ enum tok_type {
 
 /* Open-addressing map from the strings of an arena to their index. */
 struct strmap {
-	int32_t *slot;	     /* (mask + 1) index or -1 */
+	int32_t *slot; /* (mask + 1) index or -1 */
 	uint32_t mask;
 	const char *arena;   /* key i is arena[off[i] .. off[i+1]-1), NUL-separated */
 	const uint32_t *off; /* (n + 1) */
 };
 
-int strmap_build(struct strmap *m, const char *arena, const uint32_t *off, uint32_t n, bool keep_last);
+int strmap_build(struct strmap *m, const char *arena, const uint32_t *off, uint32_t n,
+                 bool keep_last);
 int32_t strmap_find(const struct strmap *m, const char *s, size_t len);
 void strmap_free(struct strmap *m);
 
@@ -70,14 +71,14 @@ struct symbol {
 struct tokenizer {
 	enum tok_kind kind;
 	uint32_t n_vocab;
-	char *text;	   /* all token texts, NUL-separated */
-	uint32_t *off;	   /* (n_vocab + 1) offsets into text */
-	float *score;	   /* (n_vocab) SentencePiece scores, 0 for BPE */
-	uint8_t *type;	   /* (n_vocab) enum tok_type */
-	uint8_t *attr;	   /* (n_vocab) TOK_ATTR_* */
+	char *text;    /* all token texts, NUL-separated */
+	uint32_t *off; /* (n_vocab + 1) offsets into text */
+	float *score;  /* (n_vocab) SentencePiece scores, 0 for BPE */
+	uint8_t *type; /* (n_vocab) enum tok_type */
+	uint8_t *attr; /* (n_vocab) TOK_ATTR_* */
 	struct strmap vocab;
 
-	char *merge_text;  /* BPE merges "a b", NUL-separated */
+	char *merge_text;    /* BPE merges "a b", NUL-separated */
 	uint32_t *merge_off; /* (n_merges + 1) */
 	uint32_t n_merges;
 	struct strmap merges; /* "a b" -> rank */
@@ -91,9 +92,10 @@ struct tokenizer {
 	size_t n_eog;
 	bool add_bos, add_eos, add_space_prefix;
 
-	int32_t *special;	     /* control/user/unknown ids, by first byte then longest */
+	int32_t *special; /* control/user/unknown ids, by first byte then longest */
 	size_t n_special;
-	uint32_t special_first[257]; /* special[special_first[b] .. special_first[b+1]) start with b */
+	uint32_t
+	    special_first[257]; /* special[special_first[b] .. special_first[b+1]) start with b */
 
 	char *chat_template;
 	size_t max_piece; /* bytes: the longest piece tokenizer_piece can write */
@@ -107,7 +109,7 @@ static inline const char *tok_text(const struct tokenizer *tok, int32_t id, size
 
 /* Appends the ids of one text fragment (no special tokens inside). */
 int spm_encode(const struct tokenizer *tok, const char *text, size_t len, bool space_prefix,
-	       struct idvec *out);
+               struct idvec *out);
 int bpe_encode(const struct tokenizer *tok, const char *text, size_t len, struct idvec *out);
 /* GPT-2 byte <-> code point tables. */
 void bpe_init_byte_map(struct tokenizer *tok);

@@ -21,7 +21,8 @@ struct spm_state {
 
 static size_t lead_len(unsigned char c)
 {
-	static const uint8_t len_by_high_nibble[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+	static const uint8_t len_by_high_nibble[16] = {1, 1, 1, 1, 1, 1, 1, 1,
+	                                               1, 1, 1, 1, 2, 2, 3, 4};
 	return len_by_high_nibble[c >> 4];
 }
 
@@ -64,8 +65,9 @@ static int build_symbols(struct spm_state *st, size_t n_bytes, size_t *n_sym)
 		size_t l = lead_len((unsigned char)st->text[offs]);
 		if (l > n_bytes - offs)
 			l = n_bytes - offs;
-		st->sym[k] = (struct symbol){(int32_t)k - 1, offs + l == n_bytes ? -1 : (int32_t)k + 1,
-					     (uint32_t)offs, (uint32_t)l};
+		st->sym[k] =
+		    (struct symbol){(int32_t)k - 1, offs + l == n_bytes ? -1 : (int32_t)k + 1,
+		                    (uint32_t)offs, (uint32_t)l};
 		offs += l;
 	}
 	*n_sym = k;
@@ -87,14 +89,15 @@ static int merge_all(struct spm_state *st)
 		l->next = r->next;
 		if (r->next >= 0)
 			st->sym[r->next].prev = bg.left;
-		if (try_add_bigram(st, l->prev, bg.left) < 0 || try_add_bigram(st, bg.left, l->next) < 0)
+		if (try_add_bigram(st, l->prev, bg.left) < 0 ||
+		    try_add_bigram(st, bg.left, l->next) < 0)
 			return -ENOMEM;
 	}
 	return 0;
 }
 
 int spm_encode(const struct tokenizer *tok, const char *text, size_t len, bool space_prefix,
-	       struct idvec *out)
+               struct idvec *out)
 {
 	if (len >= UINT32_MAX / 4)
 		return -E2BIG;

@@ -85,7 +85,8 @@ uint32_t utf8_decode(const unsigned char *s, size_t len, size_t *n)
 	case 2:
 		return ((uint32_t)(s[0] & 0x1F) << 6) | (s[1] & 0x3F);
 	case 3:
-		return ((uint32_t)(s[0] & 0x0F) << 12) | ((uint32_t)(s[1] & 0x3F) << 6) | (s[2] & 0x3F);
+		return ((uint32_t)(s[0] & 0x0F) << 12) | ((uint32_t)(s[1] & 0x3F) << 6) |
+		       (s[2] & 0x3F);
 	default:
 		return ((uint32_t)(s[0] & 0x07) << 18) | ((uint32_t)(s[1] & 0x3F) << 12) |
 		       ((uint32_t)(s[2] & 0x3F) << 6) | (s[3] & 0x3F);

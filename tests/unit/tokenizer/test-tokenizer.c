@@ -59,12 +59,13 @@ static struct tokenizer *load_tok(const char *rel)
 	return tok;
 }
 
-static void encode(const struct tokenizer *tok, const char *s, size_t len, bool add_special, bool parse_special,
-		   int32_t **ids, size_t *n)
+static void encode(const struct tokenizer *tok, const char *s, size_t len, bool add_special,
+                   bool parse_special, int32_t **ids, size_t *n)
 {
 	char err[SINKD_ERR_LEN];
-	ck_assert_msg(tokenizer_encode(tok, s, len, add_special, parse_special, ids, n, err, sizeof(err)) == 0,
-		      "%s", err);
+	ck_assert_msg(tokenizer_encode(tok, s, len, add_special, parse_special, ids, n, err,
+	                               sizeof(err)) == 0,
+	              "%s", err);
 }
 
 /* Inputs are separated by "\n__ggml_vocab_test__\n"; the file ends with one. */
@@ -156,9 +157,8 @@ static const struct {
 	const char *name;
 	size_t min_pass;
 } vocabs[] = {
-	{"llama-spm", 46}, {"phi-3", 46},	  {"gpt-2", 46},	{"falcon", 46},
-	{"starcoder", 46}, {"deepseek-coder", 46}, {"deepseek-llm", 46}, {"mpt", 46},
-	{"refact", 46},
+    {"llama-spm", 46},      {"phi-3", 46},        {"gpt-2", 46}, {"falcon", 46}, {"starcoder", 46},
+    {"deepseek-coder", 46}, {"deepseek-llm", 46}, {"mpt", 46},   {"refact", 46},
 };
 
 START_TEST(test_vocab_vectors)
@@ -187,14 +187,16 @@ START_TEST(test_pretokenizer_cases)
 	ck_assert_ptr_nonnull(root);
 	struct pretok_buf buf = {0};
 	int n_cases = 0, n_failed = 0;
-	cJSON_ArrayForEach(c, root) {
+	cJSON_ArrayForEach(c, root)
+	{
 		const char *pre = cJSON_GetObjectItem(c, "pre")->valuestring;
 		const char *text = cJSON_GetObjectItem(c, "text")->valuestring;
 		cJSON *pieces = cJSON_GetObjectItem(c, "pieces");
 		struct pretok *p;
 		bool known, ignore_merges;
 		char err[SINKD_ERR_LEN];
-		ck_assert_msg(pretok_new(pre, &p, &known, &ignore_merges, err, sizeof(err)) == 0, "%s", err);
+		ck_assert_msg(pretok_new(pre, &p, &known, &ignore_merges, err, sizeof(err)) == 0,
+		              "%s", err);
 		ck_assert_msg(known, "%s", pre);
 		ck_assert_int_eq(pretok_split(p, text, strlen(text), &buf), 0);
 		bool ok = buf.n_ends == (size_t)cJSON_GetArraySize(pieces);
@@ -202,7 +204,8 @@ START_TEST(test_pretokenizer_cases)
 		for (size_t k = 0; ok && k < buf.n_ends; k++) {
 			size_t end = buf.byte_off[buf.ends[k]];
 			const char *want = cJSON_GetArrayItem(pieces, (int)k)->valuestring;
-			ok = strlen(want) == end - start && memcmp(want, text + start, end - start) == 0;
+			ok = strlen(want) == end - start &&
+			     memcmp(want, text + start, end - start) == 0;
 			start = end;
 		}
 		if (!ok && n_failed++ < 5)
@@ -245,7 +248,8 @@ START_TEST(test_stories260k_reference_ids)
 	cJSON *root = cJSON_Parse(json);
 	cJSON *prompts = cJSON_GetObjectItem(root, "prompts"), *p;
 	int n_prompts = 0;
-	cJSON_ArrayForEach(p, prompts) {
+	cJSON_ArrayForEach(p, prompts)
+	{
 		const char *text = cJSON_GetObjectItem(p, "text")->valuestring;
 		cJSON *want_ids = cJSON_GetObjectItem(p, "prompt_ids");
 		encode(tok, text, strlen(text), true, false, &ids, &n);
@@ -256,7 +260,8 @@ START_TEST(test_stories260k_reference_ids)
 		char *back;
 		size_t back_len;
 		char err[SINKD_ERR_LEN];
-		ck_assert_int_eq(tokenizer_decode(tok, ids, n, &back, &back_len, err, sizeof(err)), 0);
+		ck_assert_int_eq(tokenizer_decode(tok, ids, n, &back, &back_len, err, sizeof(err)),
+		                 0);
 		ck_assert_str_eq(back, text);
 		free(back);
 		free(ids);
@@ -274,9 +279,11 @@ static bool valid_utf8(const char *s, size_t len)
 {
 	const unsigned char *u = (const unsigned char *)s;
 	for (size_t i = 0; i < len;) {
-		size_t need = u[i] < 0x80 ? 1 : u[i] >= 0xC2 && u[i] <= 0xDF ? 2 : u[i] >= 0xE0 && u[i] <= 0xEF ? 3
-			    : u[i] >= 0xF0 && u[i] <= 0xF4				   ? 4
-											   : 0;
+		size_t need = u[i] < 0x80                    ? 1
+		              : u[i] >= 0xC2 && u[i] <= 0xDF ? 2
+		              : u[i] >= 0xE0 && u[i] <= 0xEF ? 3
+		              : u[i] >= 0xF0 && u[i] <= 0xF4 ? 4
+		                                             : 0;
 		if (need == 0 || i + need > len)
 			return false;
 		for (size_t k = 1; k < need; k++)
@@ -288,7 +295,8 @@ static bool valid_utf8(const char *s, size_t len)
 }
 
 /* Pushes ids one at a time; checks each chunk and returns the whole text. */
-static char *stream_all(const struct tokenizer *tok, const int32_t *ids, size_t n, bool strip, size_t *n_chunks)
+static char *stream_all(const struct tokenizer *tok, const int32_t *ids, size_t n, bool strip,
+                        size_t *n_chunks)
 {
 	struct detok_stream ds;
 	detok_stream_init(&ds, tok, strip);
@@ -297,7 +305,7 @@ static char *stream_all(const struct tokenizer *tok, const int32_t *ids, size_t 
 	*n_chunks = 0;
 	for (size_t i = 0; i <= n; i++) {
 		size_t w = i < n ? detok_stream_push(&ds, ids[i], chunk, sizeof(chunk))
-				 : detok_stream_flush(&ds, chunk, sizeof(chunk));
+		                 : detok_stream_flush(&ds, chunk, sizeof(chunk));
 		ck_assert_uint_eq(strlen(chunk), w);
 		ck_assert_msg(valid_utf8(chunk, w), "chunk %zu is not valid UTF-8", i);
 		ck_assert_uint_lt(len + w, cap);
@@ -355,10 +363,12 @@ END_TEST
 
 START_TEST(test_decode_roundtrip)
 {
-	static const char *const names[] = {"vocab/ggml-vocab-llama-spm.gguf", "vocab/ggml-vocab-gpt-2.gguf",
-					    "vocab/ggml-vocab-deepseek-llm.gguf"};
+	static const char *const names[] = {"vocab/ggml-vocab-llama-spm.gguf",
+	                                    "vocab/ggml-vocab-gpt-2.gguf",
+	                                    "vocab/ggml-vocab-deepseek-llm.gguf"};
 	const char *texts[] = {"Hello, y'all! How are you 😁 ?我想在apple工作1314151天～",
-			       "  leading spaces\tand\ttabs\n\nnew lines   ", "Ünïcödé façade — naïve"};
+	                       "  leading spaces\tand\ttabs\n\nnew lines   ",
+	                       "Ünïcödé façade — naïve"};
 	for (size_t v = 0; v < 3; v++) {
 		struct tokenizer *tok = load_tok(names[v]);
 		for (size_t t = 0; t < 3; t++) {
@@ -366,9 +376,10 @@ START_TEST(test_decode_roundtrip)
 			size_t n, len;
 			char *back, err[SINKD_ERR_LEN];
 			encode(tok, texts[t], strlen(texts[t]), true, false, &ids, &n);
-			ck_assert_int_eq(tokenizer_decode(tok, ids, n, &back, &len, err, sizeof(err)), 0);
-			ck_assert_msg(strcmp(back, texts[t]) == 0, "%s: \"%s\" came back as \"%s\"", names[v],
-				      texts[t], back);
+			ck_assert_int_eq(
+			    tokenizer_decode(tok, ids, n, &back, &len, err, sizeof(err)), 0);
+			ck_assert_msg(strcmp(back, texts[t]) == 0, "%s: \"%s\" came back as \"%s\"",
+			              names[v], texts[t], back);
 			free(back);
 			free(ids);
 		}
@@ -395,7 +406,8 @@ START_TEST(test_special_tokens)
 	tokenizer_free(tok);
 
 	tok = load_tok("vocab/ggml-vocab-phi-3.gguf");
-	int32_t user = tokenizer_find_token(tok, "<|user|>"), end = tokenizer_find_token(tok, "<|end|>");
+	int32_t user = tokenizer_find_token(tok, "<|user|>"),
+	        end = tokenizer_find_token(tok, "<|end|>");
 	ck_assert_int_ge(user, 0);
 	ck_assert(tokenizer_is_control(tok, user));
 	ck_assert(tokenizer_is_eog(tok, end));
@@ -441,7 +453,8 @@ START_TEST(test_encode_speed)
 	free(path);
 	if (len > 30000)
 		len = 30000;
-	static const char *const names[] = {"vocab/ggml-vocab-llama-spm.gguf", "vocab/ggml-vocab-deepseek-llm.gguf"};
+	static const char *const names[] = {"vocab/ggml-vocab-llama-spm.gguf",
+	                                    "vocab/ggml-vocab-deepseek-llm.gguf"};
 	for (size_t v = 0; v < 2; v++) {
 		double t0 = now_ms();
 		struct tokenizer *tok = load_tok(names[v]);
@@ -450,8 +463,8 @@ START_TEST(test_encode_speed)
 		size_t n;
 		encode(tok, text, len, false, false, &ids, &n);
 		double t2 = now_ms();
-		printf("%s: load %.1f ms (%d tokens), encode %zu bytes -> %zu ids in %.1f ms\n", names[v],
-		       t1 - t0, tokenizer_n_vocab(tok), len, n, t2 - t1);
+		printf("%s: load %.1f ms (%d tokens), encode %zu bytes -> %zu ids in %.1f ms\n",
+		       names[v], t1 - t0, tokenizer_n_vocab(tok), len, n, t2 - t1);
 		ck_assert_uint_gt(n, len / 8);
 		ck_assert_msg(t2 - t1 < 500, "encoding took %.0f ms", t2 - t1);
 		ck_assert_msg(t1 - t0 < 2000, "loading took %.0f ms", t1 - t0);
