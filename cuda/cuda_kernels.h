@@ -1,0 +1,94 @@
+/* C launchers of the CUDA backend's kernels (cuda/kernels.cu, kv_kernels.cu)
+ * and their plain-C twins (cuda/twins.c).  A twin computes the same thing on
+ * host memory with the same arguments; tests run both and compare.  The
+ * backend calls exactly these launchers.
+ *
+ * All pointers of a launcher are device pointers (job arrays included);
+ * stream is a cudaStream_t or NULL.  Launchers return 0 or a cudaError_t
+ * code (see cuda_error_string).  dtype arguments are CUDA_DT_* (cuda_kv.h). */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cuda_kv.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Longest run of keys one attention block scores (its shared memory). */
+#define CUDA_ATTN_MAX_SPLIT 1024
+#define CUDA_ATTN_DEFAULT_SPLIT 256
+
+const char *cuda_error_string(int code);
+
+/* x (n, dim) f32 <- rows tok[i] of table (n_vocab, dim) in dtype. */
+int cuda_embed(const void *table, int dtype, int dim, const int32_t *tok, int n, float *x,
+	       void *stream);
+/* out (n, dim) in out_dtype <- x / rms(x) * w; x (n, dim), w (dim). */
+int cuda_rmsnorm(const float *x, const float *w, int n, int dim, float eps, void *out,
+		 int out_dtype, void *stream);
+/* out (n, n_heads, head_dim) <- x rotated by token i's cos,sin (cs + i*cs_stride:
+ * (rope_dim) doubles, as rope_cos_sin() writes them), then times scale.
+ * out may equal x. */
+int cuda_rope(const float *x, float *out, int n, int n_heads, int head_dim, int rope_dim,
+	      bool neox, const double *cs, int cs_stride, float scale, void *stream);
+/* out (n) in out_dtype <- silu(gate) * up. */
+int cuda_swiglu(const float *gate, const float *up, size_t n, void *out, int out_dtype,
+		void *stream);
+/* y (n, cols) += bias (cols) row by row. */
+int cuda_add_bias(float *y, const float *bias, int n, int cols, void *stream);
+/* out (n, dim) <- rows[i] of x (., dim). */
+int cuda_gather_rows(const float *x, const int32_t *rows, int n, int dim, float *out,
+		     void *stream);
+
+/* KV cache of `layer`: stores k, v (n_tokens, n_kv, D) rows of the jobs' tokens
+ * (k already rotated). */
+int cuda_kv_append(const struct cuda_kv_append_job *jobs, int n_jobs, int layer, const float *k,
+		   const float *v, void *stream);
+/* Quantizes G full-precision tokens into a group, for each job. */
+int cuda_kv_flush(const struct cuda_kv_flush_job *jobs, int n_jobs, int layer, void *stream);
+
+/* Floats of the attention's partial buffer. */
+size_t cuda_attention_partial_floats(int n_jobs, int n_heads, int head_dim, int max_resident,
+				     int split_len);
+/* For each job and query head h (kv head h / (n_heads / n_kv)):
+ * out[token, h] = softmax(q . K) V over the resident tokens, fp32 softmax;
+ * qw, qs (n_tokens, n_heads, D): the query rotated for window / sink keys and
+ * scaled by 1/sqrt(D).  Keys are split in runs of split_len (<=
+ * CUDA_ATTN_MAX_SPLIT) scored by separate blocks, then combined
+ * (flash-decoding).  max_resident: the most resident tokens of any job.
+ * out (n_tokens, n_heads, D) in out_dtype; sink_mass (n_tokens, n_heads) or
+ * NULL: softmax share of the sink tier.  partial: scratch of
+ * cuda_attention_partial_floats(). */
+int cuda_attention(const struct cuda_kv_attn_job *jobs, int n_jobs, int max_resident, int layer,
+		   int n_heads, const float *qw, const float *qs, int split_len, float *partial,
+		   void *out, int out_dtype, float *sink_mass, void *stream);
+
+/* Device-to-device copy bandwidth of a bytes-sized buffer (read + write
+ * bytes per second, best of iters). */
+int cuda_bandwidth_probe(size_t bytes, int iters, double *bytes_per_s, char *err, size_t err_len);
+
+/* ---- plain C twins: same arguments, host pointers ------------------- */
+
+void twin_embed(const void *table, int dtype, int dim, const int32_t *tok, int n, float *x);
+void twin_rmsnorm(const float *x, const float *w, int n, int dim, float eps, void *out,
+		  int out_dtype);
+void twin_rope(const float *x, float *out, int n, int n_heads, int head_dim, int rope_dim,
+	       bool neox, const double *cs, int cs_stride, float scale);
+void twin_swiglu(const float *gate, const float *up, size_t n, void *out, int out_dtype);
+void twin_kv_append(const struct cuda_kv_append_job *jobs, int n_jobs, int layer, const float *k,
+		    const float *v);
+void twin_kv_flush(const struct cuda_kv_flush_job *jobs, int n_jobs, int layer);
+/* out (f32 only here), sink_mass as cuda_attention. */
+void twin_attention(const struct cuda_kv_attn_job *jobs, int n_jobs, int layer, int n_heads,
+		    const float *qw, const float *qs, float *out, float *sink_mass);
+/* Element i of a row of dtype as float, and the rounding store. */
+float twin_dt_load(const void *row, int dtype, size_t i);
+void twin_dt_store(void *row, int dtype, size_t i, float x);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,74 @@
+/* Host-side bookkeeping of one session's device KV cache: tier sizes from a
+ * cache geometry, and per appended token the jobs the kernels run (where its
+ * K/V go, which group to quantize, what its query attends over).  It mirrors
+ * the CPU cache (src/cache/sinkcache.c) decision for decision, so that the
+ * cuda and cpu backends hold the same tokens in the same tiers.  Plain C,
+ * no CUDA: the C twins and a host-only test use it too. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cache/sinkcache.h"
+#include "cuda_kv.h"
+
+/* Tier sizes and byte layout of a geometry. */
+struct cuda_kv_shape {
+	struct sinkcache_geometry g;
+	int sink_cap;	 /* S */
+	int window_cap;	 /* W: window tokens resident at most */
+	int hot_cap;	 /* H */
+	int group;	 /* G (0: no quantized window tier) */
+	int n_groups;	 /* NG */
+	int fp_cap;	 /* F = H + G - 1, or W without groups */
+	bool sink_quant;
+	int code_row;	 /* bytes of one row of codes */
+	size_t sink_layer_bytes, win_layer_bytes;
+	struct cuda_kv_view layout; /* offsets and sizes; bases 0 */
+};
+
+/* One session's position in its stream (identical for all layers between
+ * forward passes). */
+struct cuda_kv_state {
+	uint64_t n_seen;    /* stream index of the next token */
+	int n_sink;
+	int hot_n, stage_n; /* full-precision window tokens: staging (older), hot */
+	int groups_n;	    /* resident groups */
+	int grp_dropped;    /* evicted tokens at the front of the oldest group */
+	int64_t groups_made; /* groups ever made: the next one goes to slot groups_made % NG */
+	int64_t fp_start;   /* window index of the oldest full-precision token */
+	uint64_t evicted, moved;
+};
+
+/* What one appended token needs, for every layer. */
+struct cuda_kv_step {
+	struct cuda_kv_append_job append;
+	bool has_flush;
+	struct cuda_kv_flush_job flush; /* runs before the append when has_flush */
+	struct cuda_kv_attn_job attn;
+	uint64_t key_pos;  /* stream index: rotation of the key and the window query */
+	uint64_t sink_pos; /* rotation of the query for sink keys */
+};
+
+int cuda_kv_shape_init(const struct sinkcache_geometry *g, struct cuda_kv_shape *sh, char *err,
+		       size_t err_len);
+/* Bytes of both blocks, all layers. */
+size_t cuda_kv_session_bytes(const struct cuda_kv_shape *sh);
+
+void cuda_kv_state_init(struct cuda_kv_state *st);
+bool cuda_kv_can_append(const struct cuda_kv_shape *sh, const struct cuda_kv_state *st, size_t n);
+int cuda_kv_resident(const struct cuda_kv_shape *sh, const struct cuda_kv_state *st);
+
+/* Advances st by one token and fills its jobs; view holds the session's
+ * block addresses (layout with bases set). */
+void cuda_kv_plan_step(const struct cuda_kv_shape *sh, struct cuda_kv_state *st,
+		       const struct cuda_kv_view *view, struct cuda_kv_step *out);
+
+/* Drops the newest n tokens (same rule and message as sinkcache_revise). */
+int cuda_kv_plan_revise(const struct cuda_kv_shape *sh, struct cuda_kv_state *st, size_t n,
+			char *err, size_t err_len);
+
+/* Counts and bytes as sinkcache_get_stats() reports them. */
+void cuda_kv_plan_stats(const struct cuda_kv_shape *sh, const struct cuda_kv_state *st,
+			struct sinkcache_stats *out);

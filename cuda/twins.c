@@ -1,0 +1,247 @@
+/* Plain-C twins of the CUDA backend's kernels: the same arguments and the
+ * same arithmetic on host memory, written to be obviously right rather than
+ * fast.  Wherever production CPU code computes the same thing, the twin
+ * calls it (rope_apply, kv_row_store/load, kvq_quant_row/channels), so a
+ * kernel that matches its twin matches the CPU backend.  Tests only; the
+ * backend never runs these. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/kvquant.h"
+#include "cache/rope.h"
+#include "cuda_kernels.h"
+
+float twin_dt_load(const void *row, int dtype, size_t i)
+{
+	if (dtype == CUDA_DT_F32)
+		return ((const float *)row)[i];
+	uint16_t h = ((const uint16_t *)row)[i];
+	return dtype == CUDA_DT_F16 ? kv_f16_to_f32(h) : kv_bf16_to_f32(h);
+}
+
+void twin_dt_store(void *row, int dtype, size_t i, float x)
+{
+	if (dtype == CUDA_DT_F32)
+		((float *)row)[i] = x;
+	else
+		((uint16_t *)row)[i] = dtype == CUDA_DT_F16 ? kv_f32_to_f16(x) : kv_f32_to_bf16(x);
+}
+
+void twin_embed(const void *table, int dtype, int dim, const int32_t *tok, int n, float *x)
+{
+	for (int i = 0; i < n; i++)
+		for (int j = 0; j < dim; j++)
+			x[(size_t)i * dim + j] =
+				twin_dt_load(table, dtype, (size_t)tok[i] * dim + (size_t)j);
+}
+
+/* As the CPU backend's rmsnorm_rows: sum of squares in double. */
+void twin_rmsnorm(const float *x, const float *w, int n, int dim, float eps, void *out,
+		  int out_dtype)
+{
+	for (int i = 0; i < n; i++) {
+		const float *xr = x + (size_t)i * dim;
+		double ss = 0.0;
+		for (int j = 0; j < dim; j++)
+			ss += (double)xr[j] * xr[j];
+		float scale = (float)(1.0 / sqrt(ss / dim + (double)eps));
+		for (int j = 0; j < dim; j++)
+			twin_dt_store(out, out_dtype, (size_t)i * dim + j, xr[j] * scale * w[j]);
+	}
+}
+
+void twin_rope(const float *x, float *out, int n, int n_heads, int head_dim, int rope_dim,
+	       bool neox, const double *cs, int cs_stride, float scale)
+{
+	for (int i = 0; i < n; i++)
+		for (int h = 0; h < n_heads; h++) {
+			size_t at = ((size_t)i * n_heads + h) * head_dim;
+			if (out != x)
+				memcpy(out + at, x + at, (size_t)head_dim * sizeof(float));
+			rope_apply(out + at, cs + (size_t)i * cs_stride, rope_dim, neox);
+			for (int j = 0; j < head_dim; j++)
+				out[at + j] *= scale;
+		}
+}
+
+void twin_swiglu(const float *gate, const float *up, size_t n, void *out, int out_dtype)
+{
+	for (size_t i = 0; i < n; i++)
+		twin_dt_store(out, out_dtype, i, gate[i] / (1.0f + expf(-gate[i])) * up[i]);
+}
+
+/* ------------------------------------------------------------ KV cache */
+
+static void store_row(unsigned char *dst, int dtype, const float *src, int d)
+{
+	kv_row_store((enum kv_dtype)dtype, dst, src, d);
+}
+
+void twin_kv_append(const struct cuda_kv_append_job *jobs, int n_jobs, int layer, const float *k,
+		    const float *v)
+{
+	for (int j = 0; j < n_jobs; j++) {
+		const struct cuda_kv_append_job *a = &jobs[j];
+		const struct cuda_kv_view *kv = &a->kv;
+		int d = kv->head_dim;
+		size_t fp_row = (size_t)d * cuda_kv_dt_size(kv->dtype);
+		for (int h = 0; h < kv->n_kv; h++) {
+			const float *kh = k + ((size_t)a->token * kv->n_kv + h) * d;
+			const float *vh = v + ((size_t)a->token * kv->n_kv + h) * d;
+			if (a->sink_slot >= 0 && kv->sink_quant) {
+				unsigned char *L = cuda_kv_sink_layer(kv, layer);
+				size_t i = (size_t)h * kv->sink_cap + (size_t)a->sink_slot;
+				float *kp = (float *)(L + kv->off_sink_kp) + 2 * i;
+				float *vp = (float *)(L + kv->off_sink_vp) + 2 * i;
+				kvq_quant_row(kh, d, kv->bits, L + kv->off_sink_k + i * kv->code_row,
+					      &kp[0], &kp[1]);
+				kvq_quant_row(vh, d, kv->bits, L + kv->off_sink_v + i * kv->code_row,
+					      &vp[0], &vp[1]);
+			} else if (a->sink_slot >= 0) {
+				unsigned char *L = cuda_kv_sink_layer(kv, layer);
+				store_row(cuda_kv_row(L, kv->off_sink_k, h, kv->sink_cap, a->sink_slot, fp_row),
+					  kv->dtype, kh, d);
+				store_row(cuda_kv_row(L, kv->off_sink_v, h, kv->sink_cap, a->sink_slot, fp_row),
+					  kv->dtype, vh, d);
+			} else {
+				unsigned char *L = cuda_kv_win_layer(kv, layer);
+				store_row(cuda_kv_row(L, kv->off_fp_k, h, kv->fp_cap, a->fp_slot, fp_row),
+					  kv->dtype, kh, d);
+				store_row(cuda_kv_row(L, kv->off_fp_v, h, kv->fp_cap, a->fp_slot, fp_row),
+					  kv->dtype, vh, d);
+			}
+		}
+	}
+}
+
+void twin_kv_flush(const struct cuda_kv_flush_job *jobs, int n_jobs, int layer)
+{
+	float rows[32][CUDA_KV_MAX_HEAD_DIM];
+	const float *rowp[32];
+	for (int j = 0; j < n_jobs; j++) {
+		const struct cuda_kv_view *kv = &jobs[j].kv;
+		unsigned char *L = cuda_kv_win_layer(kv, layer);
+		int d = kv->head_dim, gs = kv->group;
+		size_t fp_row = (size_t)d * cuda_kv_dt_size(kv->dtype);
+		for (int h = 0; h < kv->n_kv; h++) {
+			size_t gh = cuda_kv_gh(kv, jobs[j].group_slot, h);
+			float *gkp = (float *)(L + kv->off_gkp) + gh * 2 * (size_t)d;
+			float *gvp = (float *)(L + kv->off_gvp) + gh * (size_t)gs * 2;
+			unsigned char *gk = L + kv->off_gk + gh * (size_t)gs * kv->code_row;
+			unsigned char *gv = L + kv->off_gv + gh * (size_t)gs * kv->code_row;
+			for (int r = 0; r < gs; r++) {
+				int slot = (jobs[j].fp_first + r) % kv->fp_cap;
+				kv_row_load((enum kv_dtype)kv->dtype,
+					    cuda_kv_row(L, kv->off_fp_k, h, kv->fp_cap, slot, fp_row),
+					    rows[r], d);
+				rowp[r] = rows[r];
+				float vrow[CUDA_KV_MAX_HEAD_DIM];
+				kv_row_load((enum kv_dtype)kv->dtype,
+					    cuda_kv_row(L, kv->off_fp_v, h, kv->fp_cap, slot, fp_row),
+					    vrow, d);
+				kvq_quant_row(vrow, d, kv->bits, gv + (size_t)r * kv->code_row,
+					      &gvp[2 * r], &gvp[2 * r + 1]);
+			}
+			kvq_quant_channels(rowp, gs, d, kv->bits, gk, gkp, gkp + d);
+		}
+	}
+}
+
+/* Resident token r of a job as floats (key or value), dequantized. */
+static void twin_token_row(const struct cuda_kv_attn_job *a, int layer, int h, int r, bool value,
+			   float *out)
+{
+	const struct cuda_kv_view *kv = &a->kv;
+	int d = kv->head_dim;
+	size_t fp_row = (size_t)d * cuda_kv_dt_size(kv->dtype);
+	if (r < a->n_sink) {
+		unsigned char *L = cuda_kv_sink_layer(kv, layer);
+		if (kv->sink_quant) {
+			size_t i = (size_t)h * kv->sink_cap + (size_t)r;
+			const float *p = (const float *)(L + (value ? kv->off_sink_vp : kv->off_sink_kp)) + 2 * i;
+			kvq_dequant_row(L + (value ? kv->off_sink_v : kv->off_sink_k) + i * kv->code_row, d,
+					kv->bits, p[0], p[1], out);
+		} else {
+			kv_row_load((enum kv_dtype)kv->dtype,
+				    cuda_kv_row(L, value ? kv->off_sink_v : kv->off_sink_k, h,
+						kv->sink_cap, r, fp_row),
+				    out, d);
+		}
+		return;
+	}
+	unsigned char *L = cuda_kv_win_layer(kv, layer);
+	int w = r - a->n_sink;
+	if (w < a->n_comp) {
+		int t = a->comp_row0 + w;
+		int g = (a->comp_group0 + t / kv->group) % kv->n_groups, row = t % kv->group;
+		size_t gh = cuda_kv_gh(kv, g, h);
+		const unsigned char *codes = L + (value ? kv->off_gv : kv->off_gk) +
+					     (gh * (size_t)kv->group + (size_t)row) * kv->code_row;
+		if (value) {
+			const float *p = (const float *)(L + kv->off_gvp) + (gh * kv->group + row) * 2;
+			kvq_dequant_row(codes, d, kv->bits, p[0], p[1], out);
+		} else {
+			const float *p = (const float *)(L + kv->off_gkp) + gh * 2 * (size_t)d;
+			for (int j = 0; j < d; j++)
+				out[j] = (float)cuda_kv_code(codes, j, kv->bits) * p[j] + p[d + j];
+		}
+		return;
+	}
+	int slot = (a->fp_slot0 + (w - a->n_comp)) % kv->fp_cap;
+	kv_row_load((enum kv_dtype)kv->dtype,
+		    cuda_kv_row(L, value ? kv->off_fp_v : kv->off_fp_k, h, kv->fp_cap, slot, fp_row),
+		    out, d);
+}
+
+static void twin_attend_head(const struct cuda_kv_attn_job *a, int layer, int h, int kh,
+			     const float *qw, const float *qs, float *out, float *mass)
+{
+	int d = a->kv.head_dim, n = a->n_sink + a->n_comp + a->n_fp;
+	float row[CUDA_KV_MAX_HEAD_DIM], mx = -INFINITY, sum = 0.0f, sink = 0.0f;
+	memset(out, 0, (size_t)d * sizeof(float));
+	if (mass)
+		*mass = 0.0f;
+	if (n == 0)
+		return;
+	float *scores = malloc((size_t)n * sizeof(float));
+	if (!scores)
+		return; /* tests only: the comparison then fails visibly */
+	for (int r = 0; r < n; r++) {
+		const float *q = r < a->n_sink ? qs : qw;
+		twin_token_row(a, layer, kh, r, false, row);
+		float s = 0.0f;
+		for (int j = 0; j < d; j++)
+			s += q[j] * row[j];
+		scores[r] = s;
+		mx = fmaxf(mx, s);
+	}
+	for (int r = 0; r < n; r++) {
+		scores[r] = expf(scores[r] - mx);
+		sum += scores[r];
+		if (r < a->n_sink)
+			sink += scores[r];
+	}
+	for (int r = 0; r < n; r++) {
+		twin_token_row(a, layer, kh, r, true, row);
+		for (int j = 0; j < d; j++)
+			out[j] += scores[r] / sum * row[j];
+	}
+	if (mass)
+		*mass = sink / sum;
+	free(scores);
+}
+
+void twin_attention(const struct cuda_kv_attn_job *jobs, int n_jobs, int layer, int n_heads,
+		    const float *qw, const float *qs, float *out, float *sink_mass)
+{
+	for (int j = 0; j < n_jobs; j++) {
+		const struct cuda_kv_attn_job *a = &jobs[j];
+		int d = a->kv.head_dim, ratio = n_heads / a->kv.n_kv;
+		for (int h = 0; h < n_heads; h++) {
+			size_t at = ((size_t)a->token * n_heads + h) * d;
+			twin_attend_head(a, layer, h, h / ratio, qw + at, qs + at, out + at,
+					 sink_mass ? &sink_mass[(size_t)a->token * n_heads + h] : NULL);
+		}
+	}
+}

@@ -1,0 +1,258 @@
+/* The CUDA backend's cache bookkeeping (cuda_kvplan.c) and its kernel twins
+ * (twins.c), run on the host, against the production CPU cache
+ * (sinkcache_append + sinkcache_attend): for several geometries (plain
+ * window, int8 and int4 compressed tiers, quantized sinks, strategy full,
+ * neox/partial RoPE, original positions), hundreds of tokens with
+ * evictions, group quantization and revisions, every attention output and
+ * every stat must agree.  Needs no GPU: it proves the device layout and job
+ * plan that the kernels then follow (test-cuda-kernels compares kernels
+ * with these twins on a GPU). */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/rope.h"
+#include "cache/sinkcache.h"
+#include "cuda_kernels.h"
+#include "cuda_kvplan.h"
+#include "util/errbuf.h"
+
+#define N_LAYERS 2
+#define N_HEADS 4
+
+struct twin_cache {
+	struct cuda_kv_shape sh;
+	struct cuda_kv_state st;
+	unsigned char *sink, *win;
+	struct cuda_kv_view view;
+	double *hi, *lo;
+};
+
+static uint64_t rng = 12345;
+static float frand(void)
+{
+	rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+	return (float)((rng >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
+}
+
+static void twin_cache_init(struct twin_cache *t, const struct sinkcache_geometry *g)
+{
+	char err[SINKD_ERR_LEN];
+	ck_assert_msg(cuda_kv_shape_init(g, &t->sh, err, sizeof(err)) == 0, "%s", err);
+	cuda_kv_state_init(&t->st);
+	t->sink = calloc(1, t->sh.sink_layer_bytes * g->n_layers + 1);
+	t->win = calloc(1, t->sh.win_layer_bytes * g->n_layers + 1);
+	t->view = t->sh.layout;
+	t->view.sink_base = (uint64_t)(uintptr_t)t->sink;
+	t->view.win_base = (uint64_t)(uintptr_t)t->win;
+	int half = g->rope_dim / 2 > 0 ? g->rope_dim / 2 : 1;
+	t->hi = calloc((size_t)half, sizeof(double));
+	t->lo = calloc((size_t)half, sizeof(double));
+	rope_freqs_init(g->rope_theta, g->rope_dim, t->hi, t->lo);
+}
+
+static void twin_cache_free(struct twin_cache *t)
+{
+	free(t->sink);
+	free(t->win);
+	free(t->hi);
+	free(t->lo);
+}
+
+static void check_stats(struct sinkcache *c, struct twin_cache *t)
+{
+	struct sinkcache_stats a, b;
+	sinkcache_get_stats(c, &a);
+	cuda_kv_plan_stats(&t->sh, &t->st, &b);
+	ck_assert_uint_eq(a.n_seen, b.n_seen);
+	ck_assert_int_eq(a.n_resident, b.n_resident);
+	ck_assert_int_eq(a.n_sink, b.n_sink);
+	ck_assert_int_eq(a.n_compressed, b.n_compressed);
+	ck_assert_int_eq(a.n_hot, b.n_hot);
+	ck_assert_uint_eq(a.bytes_resident, b.bytes_resident);
+	ck_assert_uint_eq(a.bytes_bound, b.bytes_bound);
+	ck_assert_uint_eq(a.evicted_compressed, b.evicted_compressed);
+	ck_assert_uint_eq(a.moved_to_compressed, b.moved_to_compressed);
+}
+
+/* One token through both caches, every layer; returns the largest error. */
+static double step_both(struct sinkcache *c, struct twin_cache *t, float *scratch)
+{
+	const struct sinkcache_geometry *g = &t->sh.g;
+	int d = g->head_dim, n_kv = g->n_kv_heads, rd = g->rope_dim;
+	float q[N_HEADS * 64], k[8 * 64], v[8 * 64], kr[8 * 64], qw[N_HEADS * 64], qs[N_HEADS * 64];
+	float out_c[N_HEADS * 64], out_t[N_HEADS * 64], mass_c[N_HEADS], mass_t[N_HEADS];
+	double cs_key[64], cs_sink[64], worst = 0.0;
+	char err[SINKD_ERR_LEN];
+	struct cuda_kv_step step;
+	cuda_kv_plan_step(&t->sh, &t->st, &t->view, &step);
+	rope_cos_sin(t->hi, t->lo, rd, step.key_pos, cs_key);
+	rope_cos_sin(t->hi, t->lo, rd, step.sink_pos, cs_sink);
+	float scale = 1.0f / sqrtf((float)d);
+	for (int l = 0; l < g->n_layers; l++) {
+		for (int i = 0; i < N_HEADS * d; i++)
+			q[i] = 2.0f * frand();
+		for (int i = 0; i < n_kv * d; i++) {
+			k[i] = 2.0f * frand() + (i % 3 == 0 ? 0.5f : 0.0f);
+			v[i] = frand();
+		}
+		ck_assert_msg(sinkcache_append(c, l, k, v, err, sizeof(err)) == 0, "%s", err);
+		sinkcache_attend(c, l, q, N_HEADS, 0, N_HEADS, out_c, scratch, mass_c);
+		twin_rope(k, kr, 1, n_kv, d, rd, g->rope_neox, cs_key, 0, 1.0f);
+		twin_rope(q, qw, 1, N_HEADS, d, rd, g->rope_neox, cs_key, 0, scale);
+		twin_rope(q, qs, 1, N_HEADS, d, rd, g->rope_neox, cs_sink, 0, scale);
+		if (step.has_flush)
+			twin_kv_flush(&step.flush, 1, l);
+		step.append.token = 0;
+		twin_kv_append(&step.append, 1, l, kr, v);
+		step.attn.token = 0;
+		twin_attention(&step.attn, 1, l, N_HEADS, qw, qs, out_t, mass_t);
+		for (int i = 0; i < N_HEADS * d; i++) {
+			double e = fabs((double)out_c[i] - out_t[i]) / (1e-5 + 1e-4 * fabs(out_c[i]));
+			worst = e > worst ? e : worst;
+		}
+		for (int h = 0; h < N_HEADS; h++) {
+			double e = fabs((double)mass_c[h] - mass_t[h]) / 1e-5;
+			worst = e > worst ? e : worst;
+		}
+	}
+	return worst;
+}
+
+static void run_geometry(const struct sinkcache_geometry *g, int n_tokens)
+{
+	struct sinkcache *c;
+	struct twin_cache t;
+	char err[SINKD_ERR_LEN], err2[SINKD_ERR_LEN];
+	ck_assert_msg(sinkcache_new(g, &c, err, sizeof(err)) == 0, "%s", err);
+	twin_cache_init(&t, g);
+	float *scratch = malloc(sinkcache_scratch_floats(g) * sizeof(float));
+	for (int i = 0; i < n_tokens; i++) {
+		if (!sinkcache_can_append(c, 1)) {
+			ck_assert(!cuda_kv_can_append(&t.sh, &t.st, 1));
+			break;
+		}
+		ck_assert(cuda_kv_can_append(&t.sh, &t.st, 1));
+		double worst = step_both(c, &t, scratch);
+		ck_assert_msg(worst <= 1.0, "token %d: twin differs from the CPU cache (%.2f x tol)", i,
+			      worst);
+		check_stats(c, &t);
+		if (i % 37 == 36) { /* revise a few, sometimes more than allowed */
+			size_t n = (size_t)(i % 5) + (i % 3 == 0 ? 400 : 1);
+			int rc1 = sinkcache_revise(c, n, err, sizeof(err));
+			int rc2 = cuda_kv_plan_revise(&t.sh, &t.st, n, err2, sizeof(err2));
+			ck_assert_int_eq(rc1, rc2);
+			if (rc1)
+				ck_assert_str_eq(err, err2);
+			check_stats(c, &t);
+		}
+	}
+	free(scratch);
+	twin_cache_free(&t);
+	sinkcache_free(c);
+}
+
+static struct sinkcache_geometry base_geometry(void)
+{
+	struct sinkcache_geometry g = {
+		.n_layers = N_LAYERS, .n_kv_heads = 2, .head_dim = 16, .rope_dim = 16,
+		.rope_theta = 10000.0, .strategy = CACHE_STRATEGY_SLIDING_WINDOW,
+		.sink_keep_count = 4, .window_size = 40, .max_context_length = 0,
+		.quant_enabled = false, .quant_bits = 8, .protect_sinks = true,
+		.full_precision_recent = 16, .rope_positions = ROPE_POSITIONS_CACHE,
+		.dtype = KV_DTYPE_F32,
+	};
+	return g;
+}
+
+START_TEST(test_plain_window)
+{
+	struct sinkcache_geometry g = base_geometry();
+	run_geometry(&g, 200);
+	g.dtype = KV_DTYPE_BF16;
+	g.sink_keep_count = 0;
+	run_geometry(&g, 120);
+}
+END_TEST
+
+START_TEST(test_int8_window)
+{
+	struct sinkcache_geometry g = base_geometry();
+	g.quant_enabled = true;
+	g.window_size = 70; /* 54 compressed: groups of 27 */
+	g.dtype = KV_DTYPE_BF16;
+	run_geometry(&g, 300);
+	g.window_size = 47; /* 37 compressed, prime: groups of 32, a partial ring */
+	g.full_precision_recent = 10;
+	run_geometry(&g, 300);
+}
+END_TEST
+
+START_TEST(test_int4_quantized_sinks_neox)
+{
+	struct sinkcache_geometry g = base_geometry();
+	g.quant_enabled = true;
+	g.quant_bits = 4;
+	g.protect_sinks = false;
+	g.sink_keep_count = 3;
+	g.window_size = 64;
+	g.full_precision_recent = 8;
+	g.dtype = KV_DTYPE_F16;
+	g.rope_neox = true;
+	g.rope_dim = 8;
+	run_geometry(&g, 300);
+}
+END_TEST
+
+START_TEST(test_strategy_full_and_original_positions)
+{
+	struct sinkcache_geometry g = base_geometry();
+	g.strategy = CACHE_STRATEGY_FULL;
+	g.max_context_length = 200;
+	g.quant_enabled = true;
+	g.full_precision_recent = 20; /* 176 compressed: groups of 22 */
+	run_geometry(&g, 260);	      /* runs into the end of the context */
+	g = base_geometry();
+	g.rope_positions = ROPE_POSITIONS_ORIGINAL;
+	g.quant_enabled = true;
+	g.full_precision_recent = 1;
+	g.window_size = 33;
+	run_geometry(&g, 150);
+}
+END_TEST
+
+START_TEST(test_shape_bytes_cover_bound)
+{
+	/* The device layout is the CPU bound plus alignment, never less. */
+	struct sinkcache_geometry g = base_geometry();
+	struct cuda_kv_shape sh;
+	g.quant_enabled = true;
+	g.window_size = 1024;
+	g.full_precision_recent = 128;
+	ck_assert_int_eq(cuda_kv_shape_init(&g, &sh, NULL, 0), 0);
+	size_t bound = sinkcache_bound_bytes(&g);
+	ck_assert_uint_ge(cuda_kv_session_bytes(&sh), bound);
+	ck_assert_uint_le(cuda_kv_session_bytes(&sh), bound + 20 * 256 * (size_t)g.n_layers);
+	g.window_size = 0;
+	ck_assert_int_ne(cuda_kv_shape_init(&g, &sh, NULL, 0), 0);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("cuda-kvplan");
+	TCase *tc = tcase_create("core");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_plain_window);
+	tcase_add_test(tc, test_int8_window);
+	tcase_add_test(tc, test_int4_quantized_sinks_neox);
+	tcase_add_test(tc, test_strategy_full_and_original_positions);
+	tcase_add_test(tc, test_shape_bytes_cover_bound);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
