@@ -1,0 +1,78 @@
+/* Read-bandwidth probe for the engine benchmark: streams a 1 GiB buffer
+ * (summing it, so nothing is optimised away) with 1 and with 2 threads and
+ * prints the best GB/s of several passes, as JSON: {"bw1_gbs":X,"bw2_gbs":Y}.
+ * This is the memory roof that decode (read every weight once per token)
+ * is measured against.  Not a test. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define BUF_BYTES ((size_t)1 << 30)
+#define PASSES 5
+
+struct part {
+	const float *p;
+	size_t n;
+	float sum;
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+__attribute__((target("avx2"))) static void *sum_part(void *arg)
+{
+	struct part *pt = arg;
+	float acc[32] = {0};
+	for (size_t i = 0; i + 32 <= pt->n; i += 32)
+		for (int j = 0; j < 32; j++)
+			acc[j] += pt->p[i + j];
+	float s = 0;
+	for (int j = 0; j < 32; j++)
+		s += acc[j];
+	pt->sum = s;
+	return NULL;
+}
+
+static double measure(const float *buf, size_t n, int n_threads)
+{
+	double best = 0;
+	for (int pass = 0; pass < PASSES; pass++) {
+		struct part parts[2];
+		pthread_t th[2];
+		double t0 = now_s();
+		for (int t = 0; t < n_threads; t++) {
+			parts[t] = (struct part){.p = buf + n / n_threads * t, .n = n / n_threads};
+			pthread_create(&th[t], NULL, sum_part, &parts[t]);
+		}
+		for (int t = 0; t < n_threads; t++)
+			pthread_join(th[t], NULL);
+		double gbs = (double)n * sizeof(float) / (now_s() - t0) / 1e9;
+		if (parts[0].sum == 12345.0f)
+			fprintf(stderr, "(unlikely sum)\n");
+		best = gbs > best ? gbs : best;
+	}
+	return best;
+}
+
+int main(void)
+{
+	size_t n = BUF_BYTES / sizeof(float);
+	float *buf = aligned_alloc(64, BUF_BYTES);
+	if (!buf) {
+		fprintf(stderr, "bwprobe: cannot allocate 1 GiB\n");
+		return 1;
+	}
+	for (size_t i = 0; i < n; i++)
+		buf[i] = (float)(i & 1023) * 1e-3f;
+	double bw1 = measure(buf, n, 1), bw2 = measure(buf, n, 2);
+	printf("{\"bw1_gbs\":%.2f,\"bw2_gbs\":%.2f}\n", bw1, bw2);
+	free(buf);
+	return 0;
+}

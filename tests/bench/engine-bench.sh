@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# CPU engine benchmark (run by hand, never part of the test suite).
+#
+# Builds the library, the benchmark driver and the read-bandwidth probe;
+# makes the synthetic 134M Llama (dim 768, 12 layers, 12 heads, ffn 2048,
+# vocab 32000 from ggml-vocab-llama-spm, separate output head) in F32 and F16
+# with sinkd-mkmodel in a temporary directory; then measures, REPEATS times
+# each, decode tok/s of 1 stream and batched throughput of 8 and 32 streams
+# on stories260K and both 134M models, and the weight bandwidth a single
+# stream achieves (weight bytes x tok/s) against the probe.  Prints min and
+# median, a table, the targets of the issue, and one JSON line.
+#
+# Environment: BUILD (build dir, default build-bench), REPEATS (3),
+# RUN_SECONDS (3 per measurement), THREADS (0 = one per core),
+# STREAMS ("1 8 32").
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+SHARED=${SINKD_SHARED:-$ROOT/../shared}
+BUILD=${BUILD:-$ROOT/build-bench}
+REPEATS=${REPEATS:-3}
+RUN_SECONDS=${RUN_SECONDS:-3}
+THREADS=${THREADS:-0}
+STREAMS=${STREAMS:-"1 8 32"}
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+
+log() { echo "engine-bench: $*" >&2; }
+
+# ---- build
+if [ ! -f "$BUILD/build.ninja" ]; then
+	PATH=/usr/local/cuda/bin:$PATH meson setup "$BUILD" -Dcuda=disabled -Dbuildtype=release >/dev/null
+fi
+ninja -C "$BUILD" src/libsinkd.a src/tools/sinkd-mkmodel >/dev/null
+LIBS="$(pkg-config --libs libmicrohttpd libcrypto libcjson yaml-0.1) -lm -lpthread"
+cc -O2 -std=c11 -D_GNU_SOURCE -I"$ROOT/src" $(pkg-config --cflags libcjson) \
+	-o "$TMP/engine-driver" "$ROOT/tests/bench/engine-driver.c" "$BUILD/src/libsinkd.a" $LIBS
+cc -O3 -o "$TMP/bwprobe" "$ROOT/tests/bench/bwprobe.c" -lpthread
+
+# ---- models
+MODELS=("$SHARED/models/stories260K.gguf")
+for type in f32 f16; do
+	out="$TMP/synth134M-$type.gguf"
+	log "making $out"
+	"$BUILD/src/tools/sinkd-mkmodel" --out "$out" --vocab "$SHARED/vocab/ggml-vocab-llama-spm.gguf" \
+		--dim 768 --layers 12 --heads 12 --ffn 2048 --type "$type" >/dev/null
+	MODELS+=("$out")
+done
+
+# ---- measurements: one JSON object per line in $TMP/results.jsonl
+RESULTS="$TMP/results.jsonl"
+: >"$RESULTS"
+for r in $(seq "$REPEATS"); do
+	log "bandwidth probe, repeat $r"
+	"$TMP/bwprobe" | sed 's/^{/{"kind":"probe",/' >>"$RESULTS"
+done
+for model in "${MODELS[@]}"; do
+	for n in $STREAMS; do
+		prompt=16
+		[ "$n" = 1 ] && prompt=128
+		for r in $(seq "$REPEATS"); do
+			log "$(basename "$model") streams=$n repeat $r"
+			"$TMP/engine-driver" --model "$model" --streams "$n" --threads "$THREADS" \
+				--prompt-tokens "$prompt" --seconds "$RUN_SECONDS" |
+				sed 's/^{/{"kind":"decode",/' >>"$RESULTS"
+		done
+	done
+done
+
+# ---- report
+python3 - "$RESULTS" "$THREADS" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+threads, when = int(sys.argv[2]), sys.argv[3]
+probe = [r for r in rows if r["kind"] == "probe"]
+bw1 = statistics.median(p["bw1_gbs"] for p in probe)
+bw2 = statistics.median(p["bw2_gbs"] for p in probe)
+roof = bw1 if threads == 1 else bw2
+print(f"read bandwidth probe (1 GiB): 1 thread {bw1:.1f} GB/s, 2 threads {bw2:.1f} GB/s (median of {len(probe)})")
+dec = [r for r in rows if r["kind"] == "decode"]
+models = list(dict.fromkeys(r["model"] for r in dec))
+summary = {"time": when, "threads": threads, "probe_bw1_gbs": bw1, "probe_bw2_gbs": bw2, "models": {}}
+print(f"{'model':<22}{'streams':>8}{'tok/s min':>12}{'tok/s med':>12}{'GB/s':>8}{'% roof':>8}{'prefill':>10}")
+for m in models:
+    ms = {}
+    for n in sorted({r["streams"] for r in dec if r["model"] == m}):
+        rs = [r for r in dec if r["model"] == m and r["streams"] == n]
+        toks = [r["tok_s"] for r in rs]
+        med = statistics.median(toks)
+        wb = rs[0]["weight_bytes"]
+        steps_s = med / n  # forwards per second: each reads the weights once
+        gbs = wb * steps_s / 1e9
+        pre = statistics.median(r["prefill_tok_s"] for r in rs)
+        ms[str(n)] = {"tok_s_min": min(toks), "tok_s_median": med, "weight_gbs": gbs,
+                      "roof_pct": 100 * gbs / roof, "prefill_tok_s": pre, "weight_bytes": wb}
+        print(f"{m:<22}{n:>8}{min(toks):>12.1f}{med:>12.1f}{gbs:>8.1f}{100*gbs/roof:>8.1f}{pre:>10.0f}")
+    if "1" in ms and "32" in ms:
+        ms["batch32_speedup"] = ms["32"]["tok_s_median"] / ms["1"]["tok_s_median"]
+    summary["models"][m] = ms
+print("targets:")
+for m, ms in summary["models"].items():
+    if "1" not in ms:
+        continue
+    if m.startswith("stories260K"):
+        print(f"  {m}: single stream {ms['1']['tok_s_median']:.0f} tok/s (target >= 4000)")
+    else:
+        print(f"  {m}: single stream {ms['1']['roof_pct']:.0f}% of the bandwidth roof (target >= 90%)")
+    if "batch32_speedup" in ms:
+        print(f"  {m}: 32 streams = {ms['batch32_speedup']:.1f}x single stream (target >= 6x)")
+print(json.dumps(summary, separators=(",", ":")))
+EOF
