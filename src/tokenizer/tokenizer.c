@@ -149,7 +149,10 @@ static int load_tokens(struct tokenizer *tok, const struct gguf_file *f, char *e
 			tok->max_piece = tok->off[i + 1] - tok->off[i] - 1;
 	if (tok->max_piece < 8)
 		tok->max_piece = 8;
-	return strmap_build(&tok->vocab, tok->text, tok->off, tok->n_vocab, true) < 0
+	/* A duplicate text keeps the first id: added tokens come after the base
+	 * vocabulary (deepseek-coder re-adds "\xc3\xbd" etc.), and merges must
+	 * find the base token, as in the original tokenizer. */
+	return strmap_build(&tok->vocab, tok->text, tok->off, tok->n_vocab, false) < 0
 	           ? err_set(err, err_len, -ENOMEM, "tokenizer: out of memory")
 	           : 0;
 }

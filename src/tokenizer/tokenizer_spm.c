@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "tokenizer/tokenizer_internal.h"
+#include "tokenizer/unicode.h"
 
 #define SPACE_MARK "\xe2\x96\x81" /* U+2581 */
 
@@ -18,13 +19,6 @@ struct spm_state {
 	struct symbol *sym;
 	struct bigram_heap heap;
 };
-
-static size_t lead_len(unsigned char c)
-{
-	static const uint8_t len_by_high_nibble[16] = {1, 1, 1, 1, 1, 1, 1, 1,
-	                                               1, 1, 1, 1, 2, 2, 3, 4};
-	return len_by_high_nibble[c >> 4];
-}
 
 static int try_add_bigram(struct spm_state *st, int32_t left, int32_t right)
 {
@@ -62,9 +56,10 @@ static int build_symbols(struct spm_state *st, size_t n_bytes, size_t *n_sym)
 {
 	size_t k = 0;
 	for (size_t offs = 0; offs < n_bytes; k++) {
-		size_t l = lead_len((unsigned char)st->text[offs]);
-		if (l > n_bytes - offs)
-			l = n_bytes - offs;
+		/* Invalid UTF-8 makes one-byte symbols (llama.cpp would swallow the
+		 * next bytes, a following U+2581 included, and lose the space). */
+		size_t l;
+		utf8_decode((const unsigned char *)st->text + offs, n_bytes - offs, &l);
 		st->sym[k] =
 		    (struct symbol){(int32_t)k - 1, offs + l == n_bytes ? -1 : (int32_t)k + 1,
 		                    (uint32_t)offs, (uint32_t)l};

@@ -13,6 +13,7 @@
 #include "model/gguf.h"
 #include "tokenizer/pretokenize.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode.h"
 #include "util/errbuf.h"
 
 static char *shared_path(const char *rel)
@@ -388,6 +389,80 @@ START_TEST(test_decode_roundtrip)
 }
 END_TEST
 
+static uint32_t lcg(uint32_t *seed)
+{
+	*seed = *seed * 1103515245u + 12345u;
+	return *seed >> 8;
+}
+
+/* Random printable text from several scripts (valid UTF-8), or with
+ * `raw_bytes` any bytes at all; every 7th byte a space. */
+static size_t random_text(unsigned char *out, size_t cap, bool raw_bytes, uint32_t seed)
+{
+	static const uint32_t ranges[][2] = {{0x21, 0x7E},       {0xA1, 0x17F},    {0x391, 0x3C9},
+	                                     {0x410, 0x44F},     {0x4E00, 0x4FFF}, {0xAC00, 0xAD00},
+	                                     {0x1F600, 0x1F64F}, {0x2000, 0x206F}};
+	size_t n = 0;
+	while (n + 4 < cap) {
+		uint32_t r = lcg(&seed);
+		if (n % 7 == 0) {
+			out[n++] = r % 5 ? ' ' : '\n';
+		} else if (raw_bytes) {
+			out[n++] = (unsigned char)r;
+		} else {
+			const uint32_t *rg = ranges[r % 8];
+			uint32_t cp = rg[0] + lcg(&seed) % (rg[1] - rg[0] + 1);
+			char buf[4];
+			size_t l = utf8_encode(cp, buf);
+			memcpy(out + n, buf, l);
+			n += l;
+		}
+	}
+	return n;
+}
+
+/* The pieces of the ids give back exactly the input bytes. */
+static void check_lossless(const char *name, const unsigned char *text, size_t len)
+{
+	struct tokenizer *tok = load_tok(name);
+	int32_t *ids;
+	size_t n, cap = tokenizer_max_piece_len(tok) + 1, got = 0;
+	encode(tok, (const char *)text, len, false, false, &ids, &n);
+	char *piece = malloc(cap), *all = malloc(2 * len);
+	for (size_t i = 0; i < n; i++) {
+		size_t pl = tokenizer_token_piece(tok, ids[i], piece, cap);
+		ck_assert_uint_lt(pl, cap);
+		ck_assert_uint_le(got + pl, 2 * len);
+		memcpy(all + got, piece, pl);
+		got += pl;
+	}
+	/* SentencePiece adds its space prefix to the first piece */
+	size_t skip = tokenizer_pre_name(tok) == NULL ? 1 : 0;
+	ck_assert_msg(got == len + skip && memcmp(all + skip, text, len) == 0, "%s lost bytes",
+	              name);
+	free(piece);
+	free(all);
+	free(ids);
+	tokenizer_free(tok);
+}
+
+/* Any valid UTF-8 round-trips through every vocabulary; arbitrary bytes
+ * (invalid UTF-8, NULs) through those that have all 256 byte tokens. */
+START_TEST(test_lossless)
+{
+	unsigned char text[4000];
+	size_t len = random_text(text, sizeof(text), false, 7);
+	for (size_t v = 0; v < sizeof(vocabs) / sizeof(vocabs[0]); v++) {
+		char rel[128];
+		snprintf(rel, sizeof(rel), "vocab/ggml-vocab-%s.gguf", vocabs[v].name);
+		check_lossless(rel, text, len);
+	}
+	len = random_text(text, sizeof(text), true, 12345);
+	check_lossless("vocab/ggml-vocab-llama-spm.gguf", text, len);
+	check_lossless("vocab/ggml-vocab-gpt-2.gguf", text, len);
+}
+END_TEST
+
 START_TEST(test_special_tokens)
 {
 	struct tokenizer *tok = load_tok("vocab/ggml-vocab-llama-spm.gguf");
@@ -485,6 +560,7 @@ int main(void)
 	tcase_add_test(tc, test_stories260k_reference_ids);
 	tcase_add_test(tc, test_detok_stream_utf8);
 	tcase_add_test(tc, test_decode_roundtrip);
+	tcase_add_test(tc, test_lossless);
 	tcase_add_test(tc, test_special_tokens);
 	tcase_add_test(tc, test_unsupported_model_refused);
 	tcase_add_test(tc, test_encode_speed);
