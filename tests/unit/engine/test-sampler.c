@@ -271,6 +271,84 @@ START_TEST(test_top_p_flat_large_vocab)
 }
 END_TEST
 
+static const float *ref_logits;
+
+static int ref_cmp(const void *pa, const void *pb)
+{
+	int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
+	if (ref_logits[a] != ref_logits[b])
+		return ref_logits[a] > ref_logits[b] ? -1 : 1;
+	return a < b ? -1 : 1;
+}
+
+/* Independent nucleus: full sort, smallest best-first prefix with mass >=
+ * top_p (of the renormalised set of the k best, k <= 0: all). */
+static size_t ref_nucleus(const float *logits, int n, int k, float top_p, int32_t *ids,
+			  double *probs)
+{
+	for (int i = 0; i < n; i++)
+		ids[i] = i;
+	ref_logits = logits;
+	qsort(ids, (size_t)n, sizeof(*ids), ref_cmp);
+	size_t m = k > 0 && k < n ? (size_t)k : (size_t)n;
+	double total = 0.0, acc = 0.0;
+	for (size_t i = 0; i < m; i++)
+		total += exp(logits[ids[i]] - logits[ids[0]]);
+	for (size_t i = 0; i < m; i++) {
+		probs[i] = exp(logits[ids[i]] - logits[ids[0]]) / total;
+		acc += probs[i];
+		if (acc >= top_p)
+			return i + 1;
+	}
+	return m;
+}
+
+/* Random rows big enough for the weighted quickselect to partition: the
+ * drawable set is exactly the reference nucleus, with its frequencies. */
+START_TEST(test_top_p_matches_full_sort)
+{
+	enum { V = 3000, DRAWS = 12000 };
+	static float logits[V];
+	static int32_t ids[V];
+	static double probs[V];
+	static int hits[V];
+	const struct {
+		int k;
+		float top_p;
+	} cases[] = {{0, 0.7f}, {0, 0.95f}, {600, 0.8f}, {40, 0.9f}};
+	uint64_t x = 99;
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		for (int i = 0; i < V; i++) {
+			x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+			logits[i] = (float)((x >> 33) % 100000) / 100000.0f * 9.0f;
+		}
+		size_t n = ref_nucleus(logits, V, cases[c].k, cases[c].top_p, ids, probs);
+		ck_assert_uint_gt(n, 20); /* the test must exercise partitioning */
+		struct sampler_params p;
+		sampler_params_default(&p);
+		p.top_k = cases[c].k;
+		p.top_p = cases[c].top_p;
+		p.seed = c;
+		struct sampler *s = make(&p, V);
+		struct sampler_result res;
+		memset(hits, 0, sizeof(hits));
+		for (int d = 0; d < DRAWS; d++)
+			hits[sample_copy(s, logits, V, &res)]++;
+		sampler_free(s);
+		double in = 0.0, mass = 0.0;
+		for (size_t i = 0; i < n; i++) {
+			in += hits[ids[i]];
+			mass += probs[i];
+		}
+		ck_assert_double_eq(in, DRAWS); /* nothing outside the nucleus */
+		for (size_t i = 0; i < 3; i++) /* the likeliest, renormalised */
+			ck_assert_double_eq_tol((double)hits[ids[i]] / DRAWS, probs[i] / mass,
+						0.01);
+		ck_assert_int_gt(hits[ids[n - 1]] + hits[ids[n - 2]], 0);
+	}
+}
+END_TEST
+
 START_TEST(test_min_p)
 {
 	/* p = {0.5,0.3,0.15,0.05}, min_p 0.2: cut at 0.1 drops id 3 only. */
@@ -460,6 +538,7 @@ int main(void)
 	tcase_add_test(tc, test_top_k);
 	tcase_add_test(tc, test_top_p);
 	tcase_add_test(tc, test_top_p_flat_large_vocab);
+	tcase_add_test(tc, test_top_p_matches_full_sort);
 	tcase_add_test(tc, test_min_p);
 	tcase_add_test(tc, test_penalties);
 	tcase_add_test(tc, test_penalty_changes_choice);
