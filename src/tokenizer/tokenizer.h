@@ -33,7 +33,9 @@ int tokenizer_encode(const struct tokenizer *tok, const char *text, size_t len, 
 		     bool parse_special, int32_t **ids, size_t *n_ids, char *err, size_t err_len);
 
 /* Decodes a whole sequence into a malloc'ed NUL-terminated string (control
- * tokens are skipped; byte-fallback tokens become their bytes). */
+ * tokens are skipped; byte-fallback tokens become their bytes).  With a
+ * SentencePiece space prefix the first space of the first text is dropped,
+ * so decode(encode(s)) == s; invalid UTF-8 comes out as U+FFFD. */
 int tokenizer_decode(const struct tokenizer *tok, const int32_t *ids, size_t n_ids, char **text,
 		     size_t *len, char *err, size_t err_len);
 
@@ -53,7 +55,9 @@ size_t detok_stream_push(struct detok_stream *ds, int32_t id, char *out, size_t 
 /* Emits what is still pending (invalid bytes become U+FFFD). */
 size_t detok_stream_flush(struct detok_stream *ds, char *out, size_t out_cap);
 
-/* ---- Additions (tokenizer module) ---- */
+/* ---- Additions (tokenizer module) ----
+ * A tokenizer is immutable once built: any number of threads may encode and
+ * decode with it at once (each call allocates its own scratch). */
 
 /* The bytes token `id` stands for (control tokens: none), truncated to
  * cap-1 bytes + NUL; returns the full length, like snprintf.  A piece may

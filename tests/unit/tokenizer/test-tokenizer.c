@@ -3,14 +3,17 @@
  * stories260K's reference prompt ids, decoding, the streaming detokenizer
  * on split UTF-8, special tokens, and encoding speed. */
 #include <check.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
 #include "model/gguf.h"
+#include "model/gguf_write.h"
 #include "tokenizer/pretokenize.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
@@ -463,6 +466,97 @@ START_TEST(test_lossless)
 }
 END_TEST
 
+/* Writes a tiny byte-level BPE vocabulary: "abc" is a token, but the merges
+ * only reach it as "a" + "bc". */
+static char *write_tiny_bpe(const char *model, const char *pre)
+{
+	static const char *const tokens[] = {"a",
+	                                     "b",
+	                                     "c",
+	                                     "ab",
+	                                     "bc",
+	                                     "abc",
+	                                     "\xc4\xa0",
+	                                     "\xc4\xa0"
+	                                     "a",
+	                                     "<|begin_of_text|>",
+	                                     "<|eot_id|>"};
+	static const char *const merges[] = {"b c", "\xc4\xa0 a"};
+	const int32_t types[] = {1, 1, 1, 1, 1, 1, 1, 1, 3, 3};
+	char *path = strdup("/tmp/sinkd-tok-XXXXXX");
+	int fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	char err[SINKD_ERR_LEN];
+	struct gguf_writer *w;
+	ck_assert_int_eq(gguf_writer_new(path, &w, err, sizeof(err)), 0);
+	gguf_writer_add_string(w, "tokenizer.ggml.model", model);
+	if (pre)
+		gguf_writer_add_string(w, "tokenizer.ggml.pre", pre);
+	gguf_writer_add_string_array(w, "tokenizer.ggml.tokens", tokens, 10);
+	gguf_writer_add_array(w, "tokenizer.ggml.token_type", GGUF_VALUE_INT32, 10, types);
+	gguf_writer_add_string_array(w, "tokenizer.ggml.merges", merges, 2);
+	gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 8);
+	gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 9);
+	ck_assert_int_eq(gguf_writer_write_header(w, err, sizeof(err)), 0);
+	ck_assert_int_eq(gguf_writer_finish(w, err, sizeof(err)), 0);
+	gguf_writer_free(w);
+	return path;
+}
+
+static int open_tiny(const char *model, const char *pre, struct tokenizer **tok, char *err,
+                     size_t err_len)
+{
+	char *path = write_tiny_bpe(model, pre);
+	struct gguf_file *f;
+	ck_assert_msg(gguf_open(path, &f, err, err_len) == 0, "%s", err);
+	int rc = tokenizer_new_from_gguf(f, tok, err, err_len);
+	gguf_close(f);
+	unlink(path);
+	free(path);
+	return rc;
+}
+
+/* llama-bpe (Llama 3) takes a word that is a whole token before merging,
+ * adds BOS by default and knows <|eot_id|>; gpt-2 merges. */
+START_TEST(test_llama_bpe_ignore_merges)
+{
+	char err[SINKD_ERR_LEN];
+	struct tokenizer *tok;
+	int32_t *ids;
+	size_t n;
+	ck_assert_int_eq(open_tiny("gpt2", "llama-bpe", &tok, err, sizeof(err)), 0);
+	ck_assert_str_eq(tokenizer_pre_name(tok), "llama-bpe");
+	encode(tok, "abc a", 5, true, false, &ids, &n);
+	ck_assert_uint_eq(n, 3);
+	ck_assert_int_eq(ids[0], 8); /* BOS */
+	ck_assert_int_eq(ids[1], 5); /* "abc" whole */
+	ck_assert_int_eq(ids[2], 7); /* " a" */
+	ck_assert(tokenizer_is_eog(tok, 9));
+	free(ids);
+	tokenizer_free(tok);
+
+	ck_assert_int_eq(open_tiny("gpt2", "gpt-2", &tok, err, sizeof(err)), 0);
+	encode(tok, "abc a", 5, true, false, &ids, &n);
+	ck_assert_uint_eq(n, 3); /* no BOS by default */
+	ck_assert_int_eq(ids[0], 0);
+	ck_assert_int_eq(ids[1], 4);
+	ck_assert_int_eq(ids[2], 7);
+	free(ids);
+	tokenizer_free(tok);
+
+	/* an unknown pre-tokenizer name falls back to "default" */
+	ck_assert_int_eq(open_tiny("gpt2", "no-such-pre", &tok, err, sizeof(err)), 0);
+	ck_assert_str_eq(tokenizer_pre_name(tok), "default");
+	tokenizer_free(tok);
+
+	tok = NULL;
+	ck_assert_int_eq(open_tiny("bert", NULL, &tok, err, sizeof(err)), -ENOTSUP);
+	ck_assert_ptr_null(tok);
+	ck_assert_ptr_nonnull(strstr(err, "bert"));
+}
+END_TEST
+
 START_TEST(test_special_tokens)
 {
 	struct tokenizer *tok = load_tok("vocab/ggml-vocab-llama-spm.gguf");
@@ -561,6 +655,7 @@ int main(void)
 	tcase_add_test(tc, test_detok_stream_utf8);
 	tcase_add_test(tc, test_decode_roundtrip);
 	tcase_add_test(tc, test_lossless);
+	tcase_add_test(tc, test_llama_bpe_ignore_merges);
 	tcase_add_test(tc, test_special_tokens);
 	tcase_add_test(tc, test_unsupported_model_refused);
 	tcase_add_test(tc, test_encode_speed);
