@@ -6,7 +6,8 @@
  * (OpenAI: logit -= presence*(count>0) + frequency*count), both over the last
  * repeat_last_n accepted tokens; then the log-softmax at temperature 1 of the
  * penalised logits, which is what res->logprob and res->top[] report; then
- * either greedy argmax (temperature 0, ties to the lowest id) or top-k, top-p,
+ * either greedy argmax (temperature 0, or below 1e-6 where 1/T would
+ * overflow; ties go to the lowest id) or top-k, top-p,
  * min-p (all on temperature-1 probabilities, renormalised over the surviving
  * candidates as llama.cpp does), temperature, and a draw from a xoshiro256**
  * generator seeded through splitmix64: the same seed gives the same tokens on
@@ -706,7 +707,7 @@ int sampler_sample(struct sampler *s, float *logits, struct sampler_result *res)
 	if (s->p.n_top_logprobs > 0)
 		report_top(s, logits, lse, res);
 	int32_t tok;
-	if (s->p.temperature == 0.0f) {
+	if (s->p.temperature < 1e-6f) { /* 0, or so small that 1/T overflows */
 		tok = argmax(logits, s->n_vocab, mx);
 	} else if ((s->p.top_k <= 0 || s->p.top_k >= s->n_vocab) && s->p.top_p >= 1.0f) {
 		tok = draw_row(s, logits, mx);

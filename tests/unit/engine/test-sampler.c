@@ -112,6 +112,12 @@ START_TEST(test_greedy_ties_lowest_id)
 	struct sampler_result res;
 	ck_assert_int_eq(sample_copy(s, logits, 5, &res), 1);
 	sampler_free(s);
+	p.temperature = 1e-39f; /* denormal: 1/T is inf, still greedy, no NaN */
+	s = make(&p, 5);
+	logits[3] = 3.5f;
+	for (int i = 0; i < 10; i++)
+		ck_assert_int_eq(sample_copy(s, logits, 5, &res), 3);
+	sampler_free(s);
 }
 END_TEST
 
