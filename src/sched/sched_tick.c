@@ -68,9 +68,6 @@ void sched_req_retire(struct scheduler *s, struct sched_req *r)
 	if (one_shot) {
 		s->reserved -= ss->bytes_reserved;
 		s->resident -= ss->stats.bytes_resident;
-	} else if (ss) {
-		ss->busy_handle = 0;
-		ss->last_used = sched_now();
 	}
 	pthread_cond_signal(&s->cv); /* room in the budget, or a dead session to free */
 	pthread_mutex_unlock(&s->mu);
@@ -86,6 +83,10 @@ static void emit(struct sched_req *r, struct gen_event *ev)
 	r->req.on_event(r->req.user, ev);
 }
 
+static void session_refresh_stats(struct scheduler *s, struct sched_session *ss);
+
+/* The session is free again before the client hears DONE, so that it can
+ * send its next request on it at once; its info is already up to date. */
 void sched_emit_done(struct scheduler *s, struct sched_req *r, enum gen_finish finish,
 		     int http_status, const char *error)
 {
@@ -96,7 +97,13 @@ void sched_emit_done(struct scheduler *s, struct sched_req *r, enum gen_finish f
 		if (http_status == 503)
 			ev.retry_after_s = scheduler_retry_after_s(s);
 	}
+	if (r->sess && r->sess->bs)
+		session_refresh_stats(s, r->sess);
 	pthread_mutex_lock(&s->mu);
+	if (r->sess && r->sess->persistent && r->sess->busy_handle == r->handle) {
+		r->sess->busy_handle = 0;
+		r->sess->last_used = sched_now();
+	}
 	if (finish == GEN_FINISH_CANCELLED)
 		s->st.cancelled++;
 	else if (finish == GEN_FINISH_ERROR)
@@ -298,6 +305,9 @@ static bool req_on_token(struct scheduler *s, struct sched_req *r, const struct 
 	bool stopped = false;
 	sampler_accept(r->sampler, t);
 	r->n_generated++;
+	pthread_mutex_lock(&s->mu);
+	s->st.tokens_out++;
+	pthread_mutex_unlock(&s->mu);
 	hist_push(ss, t);
 	size_t n = req_text(r, eog ? -1 : t, eog || length, &stopped);
 	struct gen_event ev = {.kind = GEN_EVENT_TOKEN, .token = t, .text = r->text, .text_len = n,
@@ -522,9 +532,6 @@ static size_t tick_run(struct scheduler *s, struct sched_req **act, size_t n_act
 		if (req_after_forward(s, r) && r->state != REQ_FINISHED)
 			r->state = REQ_FINISHED;
 	}
-	pthread_mutex_lock(&s->mu);
-	s->st.tokens_out += (uint64_t)rows;
-	pthread_mutex_unlock(&s->mu);
 	tick_account(s, n, n_seqs, sched_now() - t0, tokens_in);
 	return n;
 }

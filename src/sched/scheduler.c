@@ -401,7 +401,8 @@ static int submit_locked(struct scheduler *s, struct sched_req *r, uint64_t *han
 	if (r->req.max_tokens > s->lim.max_tokens)
 		return err_set(err, err_len, -EINVAL, "max_tokens %d exceeds limits.max_tokens (%" PRId64 ")",
 			       r->req.max_tokens, s->lim.max_tokens);
-	if ((int64_t)s->n_queue >= s->lim.max_queue) {
+	/* Requests on a session wait for nothing: the cap is for one-shot ones. */
+	if (!r->req.session_id && (int64_t)s->n_queue >= s->lim.max_queue) {
 		s->st.rejected_queue_full++;
 		return err_set(err, err_len, -EAGAIN, "request queue full (%zu waiting)", s->n_queue);
 	}
@@ -504,7 +505,8 @@ static void admit_locked(struct scheduler *s, struct housekeeping *hk, double no
 			    (!blocked && s->reserved + r->need_bytes <= s->lim.budget_bytes);
 		if (fits && PUSH(s->active, s->n_active, s->cap_active, r) == 0) {
 			sched_ptrs_remove_at((void **)s->queue, &s->n_queue, i);
-			r->sess->bytes_reserved = r->need_bytes;
+			if (!r->sess->persistent)
+				r->sess->bytes_reserved = r->need_bytes;
 			s->reserved += r->need_bytes;
 			r->state = REQ_STARTING;
 			s->st.admitted++;

@@ -8,6 +8,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,19 @@ static struct {
 	size_t n_ref;
 } fx;
 
+/* Fixture problems happen outside any test: report and stop (test code). */
+static void fixture_fail(const char *fmt, ...) SINKD_PRINTF(1, 2);
+static void fixture_fail(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fputs("fixture: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+	exit(EXIT_FAILURE);
+}
+
 static void load_ids(const cJSON *arr, int32_t *out, size_t *n, size_t cap)
 {
 	const cJSON *it;
@@ -50,12 +64,14 @@ static void load_reference(const char *shared)
 	char path[1024];
 	snprintf(path, sizeof(path), "%s/reference/stories260K-logits.json", shared);
 	FILE *f = fopen(path, "rb");
-	ck_assert_ptr_nonnull(f);
+	if (!f)
+		fixture_fail("cannot open %s", path);
 	fseek(f, 0, SEEK_END);
 	long len = ftell(f);
 	fseek(f, 0, SEEK_SET);
 	char *buf = malloc((size_t)len + 1);
-	ck_assert_int_eq((long)fread(buf, 1, (size_t)len, f), len);
+	if ((long)fread(buf, 1, (size_t)len, f) != len)
+		fixture_fail("short read of %s", path);
 	buf[len] = 0;
 	fclose(f);
 	cJSON *root = cJSON_Parse(buf);
@@ -76,15 +92,16 @@ static void fixture_load(void)
 {
 	char err[SINKD_ERR_LEN], path[1024];
 	const char *shared = getenv("SINKD_SHARED");
-	ck_assert_ptr_nonnull(shared);
+	if (!shared)
+		fixture_fail("SINKD_SHARED is not set");
 	snprintf(path, sizeof(path), "%s/models/stories260K.gguf", shared);
-	ck_assert_msg(model_load(path, NULL, &fx.model, err, sizeof(err)) == 0, "%s", err);
-	struct backend_options bo = {.n_threads = 2};
-	ck_assert_msg(backend_cpu_new(fx.model, &bo, &fx.be, err, sizeof(err)) == 0, "%s", err);
-	ck_assert_msg(tokenizer_new_from_gguf(fx.model->file, &fx.tok, err, sizeof(err)) == 0, "%s",
-		      err);
+	if (model_load(path, NULL, &fx.model, err, sizeof(err)) != 0)
+		fixture_fail("%s", err);
+	if (tokenizer_new_from_gguf(fx.model->file, &fx.tok, err, sizeof(err)) != 0)
+		fixture_fail("%s", err);
 	load_reference(shared);
-	ck_assert_int_ge((int)fx.n_ref, 2);
+	if (fx.n_ref < 2)
+		fixture_fail("reference file has %zu prompts", fx.n_ref);
 }
 
 /* A scheduler over the fixture with config overrides ("key=value"). */
@@ -98,6 +115,12 @@ static struct scheduler *sched_make(struct sinkd_config *cfg, const char *const 
 		config_errors_print(&errs, stderr);
 	ck_assert_int_eq(rc, 0);
 	config_errors_deinit(&errs);
+	/* The backend's thread pool is made here, in the test's own process
+	 * (Check forks each test; threads do not survive a fork). */
+	if (!fx.be) {
+		struct backend_options bo = {.n_threads = 2};
+		ck_assert_msg(backend_cpu_new(fx.model, &bo, &fx.be, err, sizeof(err)) == 0, "%s", err);
+	}
 	ck_assert_msg(scheduler_new(cfg, fx.be, fx.tok, NULL, &s, err, sizeof(err)) == 0, "%s", err);
 	return s;
 }
@@ -382,6 +405,10 @@ START_TEST(test_session_revise_window)
 	for (int i = 0; i < 30; i++)
 		ids[i] = fx.ref[1].ids[i % fx.ref[1].n];
 	ck_assert_int_eq(run_one(s, ids, 30, 0, id, 0, NULL), 0);
+	ck_assert_int_eq(run_one(s, NULL, 0, 0, id, 9, NULL), 0); /* revise only */
+	ck_assert_int_eq(scheduler_session_info(s, id, &info), 0);
+	ck_assert_uint_eq(info.n_seen, 21);
+	ck_assert_int_eq(run_one(s, ids, 9, 0, id, 0, NULL), 0);
 	ck_assert_int_eq(scheduler_session_info(s, id, &info), 0);
 	ck_assert_uint_eq(info.n_seen, 30);
 	ck_assert_int_eq(info.n_sink, 2);
@@ -493,8 +520,8 @@ END_TEST
 
 /* ---- the random walk --------------------------------------------------- */
 
-#define WALK_OPS 300
-#define WALK_SESSIONS 8
+#define WALK_OPS 400
+#define WALK_SESSIONS 5
 
 struct walk {
 	struct scheduler *s;
@@ -609,7 +636,8 @@ static void walk_check_done(struct coll *c)
 
 START_TEST(test_random_walk_invariants)
 {
-	/* bf16, window 200 + 4 sinks: 204 * 640 = 130 KB a session: 8 in 1 MiB. */
+	/* bf16, window 200 + 4 sinks: 204 * 640 = 130 KB a session: 8 fit in 1 MiB,
+	 * 5 of them persistent at most. */
 	const char *ov[] = {"inference.cache.window_size=200", "inference.cache.global_cache_limit=1MiB",
 			    "scheduler.max_queue=4", "scheduler.max_queue_wait_s=1",
 			    "scheduler.session_ttl_s=1", "scheduler.max_batch_tokens=16"};
@@ -632,6 +660,14 @@ START_TEST(test_random_walk_invariants)
 	wait_idle(w->s);
 	struct scheduler_stats st;
 	scheduler_get_stats(w->s, &st);
+	fprintf(stderr,
+		"walk: %d requests: %llu completed, %llu cancelled, %llu errors; sessions %llu created, "
+		"%llu expired; rejected: %llu queue full, %llu timeout, %llu busy; ticks %llu\n",
+		w->n_req, (unsigned long long)st.completed, (unsigned long long)st.cancelled,
+		(unsigned long long)st.errors, (unsigned long long)st.sessions_created,
+		(unsigned long long)st.sessions_expired, (unsigned long long)st.rejected_queue_full,
+		(unsigned long long)st.rejected_timeout, (unsigned long long)st.rejected_busy,
+		(unsigned long long)st.ticks);
 	ck_assert_uint_eq(st.completed + st.cancelled + st.errors, (uint64_t)w->n_req);
 	ck_assert_uint_gt(st.completed, 20);
 	ck_assert_uint_gt(st.sessions_expired + st.sessions_created, 0);
