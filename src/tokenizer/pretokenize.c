@@ -64,57 +64,106 @@ static const char *const re_deepseek3[] = {
     NULL};
 static const char *const re_poro[] = {PORO_RE, NULL};
 static const char *const re_viking[] = {PORO_RE, "\\p{N}", NULL};
+#define CASED_UPPER "[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]"
+#define CASED_LOWER "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]"
+#define CONTRACTION "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+static const char *const re_tekken[] = {
+    "[^\\r\\n\\p{L}\\p{N}]?" CASED_UPPER "*" CASED_LOWER "+|[^\\r\\n\\p{L}\\p{N}]?" CASED_UPPER
+    "+" CASED_LOWER "*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+    NULL};
+static const char *const re_gpt4o[] = {
+    "[^\\r\\n\\p{L}\\p{N}]?" CASED_UPPER "*" CASED_LOWER "+" CONTRACTION
+    "?|[^\\r\\n\\p{L}\\p{N}]?" CASED_UPPER "+" CASED_LOWER "*" CONTRACTION
+    "?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+    NULL};
+static const char *const re_seed_coder[] = {
+    CONTRACTION
+    "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1}| ?[^\\s\\p{L}\\p{N}\\r\\n]+|\\s*[\\r\\n]+|"
+    "\\s+(?!\\S)|\\s+",
+    NULL};
+/* The original has possessive quantifiers; greedy ones as in llama.cpp. */
+static const char *const re_bailingmoe[] = {
+    "'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]|\\s+(?!\\S)|\\s+",
+    NULL};
+static const char *const re_chameleon[] = {"<sentinel:[0-9]+>",
+                                           "(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z",
+                                           "([\\t\\n]|    |  )",
+                                           "\\p{N}",
+                                           "[\\p{P}!-/:-@\\[-`{-~]",
+                                           GPT2_RE,
+                                           NULL};
 
 struct pretok_def {
 	const char *name;
 	const char *const *regexes;
-	bool ignore_merges;
+	bool ignore_merges; /* a word that is a token is not merged */
+	bool add_bos;       /* BOS by default when the file does not say */
+	bool no_bos;        /* the model has no BOS whatever the file says */
 };
 
-/* First entry: the fallback for a missing or unknown name. */
+/* First entry: the fallback for a missing or unknown name.  Not supported
+ * (they need lookaround or custom splitters): superbpe, kimi-k2, afmoe. */
 static const struct pretok_def pretok_defs[] = {
-    {"default", re_default, false},
-    {"gpt-2", re_gpt2, false},
-    {"phi-2", re_gpt2, false},
-    {"mpt", re_gpt2, false},
-    {"olmo", re_gpt2, false},
-    {"jais", re_gpt2, false},
-    {"jina-es", re_gpt2, false},
-    {"jina-de", re_gpt2, false},
-    {"jina-v1-en", re_gpt2, false},
-    {"jina-v2-es", re_gpt2, false},
-    {"jina-v2-de", re_gpt2, false},
-    {"jina-v2-code", re_gpt2, false},
-    {"roberta-bpe", re_gpt2, false},
-    {"gigachat", re_gpt2, false},
-    {"trillion", re_gpt2, false},
-    {"llama3", re_llama3, true},
-    {"llama-v3", re_llama3, true},
-    {"llama-bpe", re_llama3, true},
-    {"falcon3", re_llama3, true},
-    {"pixtral", re_llama3, true},
-    {"dbrx", re_llama3, false},
-    {"smaug-bpe", re_llama3, false},
-    {"chatglm-bpe", re_llama3, false},
-    {"qwen2", re_qwen2, false},
-    {"deepseek-r1-qwen", re_qwen2, false},
-    {"stablelm2", re_qwen2, false},
-    {"hunyuan", re_qwen2, false},
-    {"falcon", re_falcon, false},
-    {"starcoder", re_starcoder, false},
-    {"refact", re_starcoder, false},
-    {"command-r", re_starcoder, false},
-    {"smollm", re_starcoder, false},
-    {"codeshell", re_starcoder, false},
-    {"exaone", re_starcoder, false},
-    {"minerva-7b", re_starcoder, false},
-    {"deepseek-coder", re_deepseek_coder, false},
-    {"deepseek-llm", re_deepseek_llm, false},
-    {"deepseek-v3", re_deepseek3, false},
-    {"poro-chat", re_poro, false},
-    {"bloom", re_poro, false},
-    {"gpt3-finnish", re_poro, false},
-    {"viking", re_viking, false},
+    {"default", re_default},
+    {"gpt-2", re_gpt2},
+    {"phi-2", re_gpt2},
+    {"mpt", re_gpt2},
+    {"olmo", re_gpt2},
+    {"jais", re_gpt2},
+    {"jina-es", re_gpt2},
+    {"jina-de", re_gpt2},
+    {"jina-v1-en", re_gpt2},
+    {"jina-v2-es", re_gpt2},
+    {"jina-v2-de", re_gpt2},
+    {"jina-v2-code", re_gpt2},
+    {"roberta-bpe", re_gpt2},
+    {"gigachat", re_gpt2},
+    {"trillion", re_gpt2},
+    {"a.x-4.0", re_gpt2},
+    {"mellum", re_gpt2},
+    {"exaone4", re_gpt2},
+    {"llama3", re_llama3, .ignore_merges = true, .add_bos = true},
+    {"llama-v3", re_llama3, .ignore_merges = true, .add_bos = true},
+    {"llama-bpe", re_llama3, .ignore_merges = true, .add_bos = true},
+    {"falcon3", re_llama3, .ignore_merges = true, .add_bos = true},
+    {"falcon-h1", re_llama3, .ignore_merges = true, .add_bos = true},
+    {"pixtral", re_llama3, .ignore_merges = true, .add_bos = true},
+    {"midm-2.0", re_llama3, .ignore_merges = true, .add_bos = true},
+    {"lfm2", re_llama3, .ignore_merges = true, .add_bos = true},
+    {"dbrx", re_llama3},
+    {"smaug-bpe", re_llama3},
+    {"chatglm-bpe", re_llama3, .no_bos = true},
+    {"glm4", re_llama3, .no_bos = true},
+    {"qwen2", re_qwen2},
+    {"deepseek-r1-qwen", re_qwen2},
+    {"stablelm2", re_qwen2},
+    {"hunyuan", re_qwen2},
+    {"megrez", re_qwen2},
+    {"grok-2", re_qwen2},
+    {"falcon", re_falcon},
+    {"starcoder", re_starcoder},
+    {"refact", re_starcoder},
+    {"command-r", re_starcoder},
+    {"smollm", re_starcoder},
+    {"codeshell", re_starcoder},
+    {"exaone", re_starcoder},
+    {"minerva-7b", re_starcoder},
+    {"deepseek-coder", re_deepseek_coder},
+    {"deepseek-llm", re_deepseek_llm},
+    {"deepseek-v3", re_deepseek3},
+    {"hunyuan-dense", re_deepseek3},
+    {"poro-chat", re_poro},
+    {"bloom", re_poro},
+    {"gpt3-finnish", re_poro},
+    {"viking", re_viking},
+    {"tekken", re_tekken, .ignore_merges = true, .add_bos = true},
+    {"gpt-4o", re_gpt4o},
+    {"llama4", re_gpt4o},
+    {"seed-coder", re_seed_coder},
+    {"bailingmoe", re_bailingmoe},
+    {"llada-moe", re_bailingmoe},
+    {"chameleon", re_chameleon, .add_bos = true},
 };
 
 struct pretok {
@@ -123,15 +172,15 @@ struct pretok {
 	size_t n_re;
 };
 
-int pretok_new(const char *name, struct pretok **out, bool *known, bool *ignore_merges, char *err,
+int pretok_new(const char *name, struct pretok **out, struct pretok_flags *flags, char *err,
                size_t err_len)
 {
 	const struct pretok_def *def = &pretok_defs[0];
-	*known = false;
+	memset(flags, 0, sizeof(*flags));
 	for (size_t i = 0; name && i < sizeof(pretok_defs) / sizeof(pretok_defs[0]); i++) {
 		if (strcmp(name, pretok_defs[i].name) == 0) {
 			def = &pretok_defs[i];
-			*known = true;
+			flags->known = true;
 			break;
 		}
 	}
@@ -147,7 +196,9 @@ int pretok_new(const char *name, struct pretok **out, bool *known, bool *ignore_
 		}
 		p->n_re++;
 	}
-	*ignore_merges = def->ignore_merges;
+	flags->ignore_merges = def->ignore_merges;
+	flags->add_bos = def->add_bos;
+	flags->no_bos = def->no_bos;
 	*out = p;
 	return 0;
 }

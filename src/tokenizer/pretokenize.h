@@ -22,9 +22,15 @@ struct pretok_buf {
 	struct ure_scratch scratch;
 };
 
-/* Looks up `name` (NULL or unknown: "default", and *known is false).
- * *ignore_merges: the vocabulary's whole-word tokens win over merges. */
-int pretok_new(const char *name, struct pretok **out, bool *known, bool *ignore_merges, char *err,
+struct pretok_flags {
+	bool known;         /* false: missing or unknown name, "default" used */
+	bool ignore_merges; /* a word that is a whole token is not merged (Llama 3) */
+	bool add_bos;       /* BOS by default when the file does not say */
+	bool no_bos;        /* the model has no BOS whatever the file says */
+};
+
+/* Looks up `name` (NULL or unknown: "default"). */
+int pretok_new(const char *name, struct pretok **out, struct pretok_flags *flags, char *err,
                size_t err_len);
 void pretok_free(struct pretok *p);
 /* The canonical pre-tokenizer name that `name` resolved to. */

@@ -340,13 +340,17 @@ static int load_kind(struct tokenizer *tok, const struct gguf_file *f, char *err
 static int load_bpe(struct tokenizer *tok, const struct gguf_file *f, char *err, size_t err_len)
 {
 	char *pre = NULL;
-	bool known;
+	struct pretok_flags flags;
 	int rc = load_merges(tok, f, err, err_len);
 	if (rc < 0)
 		return rc;
 	if (read_string(f, "tokenizer.ggml.pre", &pre) < 0)
 		return err_set(err, err_len, -ENOMEM, "tokenizer: out of memory");
-	rc = pretok_new(pre, &tok->pre, &known, &tok->ignore_merges, err, err_len);
+	rc = pretok_new(pre, &tok->pre, &flags, err, err_len);
+	tok->ignore_merges = flags.ignore_merges;
+	tok->pre_bos = flags.add_bos;
+	tok->pre_no_bos = flags.no_bos;
+	tok->pre_exact = flags.known;
 	free(pre);
 	bpe_init_byte_map(tok);
 	return rc;
@@ -357,11 +361,13 @@ static int load_flags(struct tokenizer *tok, const struct gguf_file *f)
 	bool spm = tok->kind == TOK_KIND_SPM;
 	uint32_t n = tok->n_vocab;
 	tok->bos = read_id(f, "tokenizer.ggml.bos_token_id", n, spm ? 1 : -1);
+	if (tok->pre_no_bos)
+		tok->bos = -1;
 	tok->eos = read_id(f, "tokenizer.ggml.eos_token_id", n, spm ? 2 : -1);
 	tok->unk = read_id(f, "tokenizer.ggml.unknown_token_id", n, spm ? 0 : -1);
 	tok->eot = read_id(f, "tokenizer.ggml.eot_token_id", n, -1);
 	tok->eom = read_id(f, "tokenizer.ggml.eom_token_id", n, -1);
-	bool bos_default = spm || (tok->pre && tok->ignore_merges); /* llama3 family */
+	bool bos_default = spm || tok->pre_bos; /* Llama 3, Tekken, Chameleon */
 	tok->add_bos = read_bool(f, "tokenizer.ggml.add_bos_token", bos_default);
 	tok->add_eos = read_bool(f, "tokenizer.ggml.add_eos_token", false);
 	tok->add_space_prefix = spm && read_bool(f, "tokenizer.ggml.add_space_prefix", true);
@@ -464,6 +470,11 @@ const char *tokenizer_token_text(const struct tokenizer *tok, int32_t id)
 const char *tokenizer_pre_name(const struct tokenizer *tok)
 {
 	return tok->pre ? pretok_name(tok->pre) : NULL;
+}
+
+bool tokenizer_pre_is_exact(const struct tokenizer *tok)
+{
+	return !tok->pre || tok->pre_exact;
 }
 
 /* The special token that starts at text[i], longest first, or -1. */

@@ -71,3 +71,7 @@ bool tokenizer_is_control(const struct tokenizer *tok, int32_t id);
 /* Byte-level BPE: the pre-tokenizer in use ("gpt-2", "llama-bpe", ...,
  * "default" for a missing or unknown name); NULL for SentencePiece. */
 const char *tokenizer_pre_name(const struct tokenizer *tok);
+/* False when the file names no pre-tokenizer or one we do not implement and
+ * "default" stands in (ids may then differ from the original tokenizer's):
+ * worth a warning in the log. */
+bool tokenizer_pre_is_exact(const struct tokenizer *tok);

@@ -24,7 +24,7 @@ def cat_ranges(prefixes):
     return out
 
 
-CATS = {k: cat_ranges(k) for k in ("L", "N", "P", "S", "M")}
+CATS = {k: cat_ranges(k) for k in ("L", "N", "P", "S", "M", "Lu", "Ll", "Lt", "Lm", "Lo")}
 
 
 def esc(cp):
@@ -41,9 +41,10 @@ def translate(pat):
     while i < len(pat):
         c = pat[i]
         if c == "\\" and pat[i + 1] == "p":
-            body = ranges_body(CATS[pat[i + 3]])
+            end = pat.index("}", i)
+            body = ranges_body(CATS[pat[i + 3:end]])
             out.append(body if inside else "[" + body + "]")
-            i += 5
+            i = end + 1
             continue
         if c == "\\" and pat[i + 1] in "sS":
             body = ranges_body(WS)
@@ -73,6 +74,9 @@ GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
 LLAMA3 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|"
           r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 QWEN2 = LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
+UPPER = r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]"
+LOWER = r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]"
+CONTR = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
 PRE = {
     "default": [r"[\p{P}\$\+<=>\^~\|]+", GPT2, r"\p{N}+", r"[0-9][0-9][0-9]"],
     "gpt-2": [GPT2],
@@ -84,6 +88,14 @@ PRE = {
     "deepseek-v3": [r"\p{N}{1,3}", "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
                     "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+|"
                     " ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"],
+    "tekken": [r"[^\r\n\p{L}\p{N}]?" + UPPER + "*" + LOWER + r"+|[^\r\n\p{L}\p{N}]?" + UPPER + "+" + LOWER
+               + r"*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "gpt-4o": [r"[^\r\n\p{L}\p{N}]?" + UPPER + "*" + LOWER + "+" + CONTR + r"?|[^\r\n\p{L}\p{N}]?" + UPPER + "+"
+               + LOWER + "*" + CONTR + r"?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "seed-coder": [CONTR + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "bailingmoe": [r"'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+"],
+    "chameleon": ["<sentinel:[0-9]+>", "(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z", r"([\t\n]|    |  )", r"\p{N}",
+                  r"[\p{P}!-/:-@\[-`{-~]", GPT2],
     "viking": [" ?[^(\\s|.,!?\u2026\u3002\uff0c\u3001\u0964\u06d4\u060c)]+", r"\p{N}"],
 }
 
@@ -114,6 +126,7 @@ def split(regexes, text):
 FIXED = [
     "Hello world", " Hello  World!", "I've been 'told he's there, 'RE you sure? 'M not sure I'll",
     "3 33 333 3333 33333 3.3 3..3", "\n \n\n \t\t \n", "   leading and trailing   ",
+    "<sentinel:12>IMGIMGABCZ x IMGIMGABCDEZ", "CamelCaseWord HTTPServer iPhone ÉCOLE école",
     "🚀 (normal) 😶\u200d🌫️ ✅ 🦙🦙", "Hello, y'all! How are you 😁 ?我想在apple工作1314151天～",
     "нещо на Български", "ខ្មែរ", "Ä ÖÜ ß", "x\u00a0y\u2028z\u3000w", "a\r\nb\rc\n", "'''```\"\"\"......!!!!!!??????",
     "e\u0301le\u0300ve", "１２３ｘｙｚ！", "tab\tsep\tvalues", "$100+<=>^~|`", "Ωμέγα ΐΰ ῼ",

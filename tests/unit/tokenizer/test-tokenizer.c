@@ -197,11 +197,10 @@ START_TEST(test_pretokenizer_cases)
 		const char *text = cJSON_GetObjectItem(c, "text")->valuestring;
 		cJSON *pieces = cJSON_GetObjectItem(c, "pieces");
 		struct pretok *p;
-		bool known, ignore_merges;
+		struct pretok_flags flags;
 		char err[SINKD_ERR_LEN];
-		ck_assert_msg(pretok_new(pre, &p, &known, &ignore_merges, err, sizeof(err)) == 0,
-		              "%s", err);
-		ck_assert_msg(known, "%s", pre);
+		ck_assert_msg(pretok_new(pre, &p, &flags, err, sizeof(err)) == 0, "%s", err);
+		ck_assert_msg(flags.known, "%s", pre);
 		ck_assert_int_eq(pretok_split(p, text, strlen(text), &buf), 0);
 		bool ok = buf.n_ends == (size_t)cJSON_GetArraySize(pieces);
 		size_t start = 0;
@@ -527,6 +526,7 @@ START_TEST(test_llama_bpe_ignore_merges)
 	size_t n;
 	ck_assert_int_eq(open_tiny("gpt2", "llama-bpe", &tok, err, sizeof(err)), 0);
 	ck_assert_str_eq(tokenizer_pre_name(tok), "llama-bpe");
+	ck_assert(tokenizer_pre_is_exact(tok));
 	encode(tok, "abc a", 5, true, false, &ids, &n);
 	ck_assert_uint_eq(n, 3);
 	ck_assert_int_eq(ids[0], 8); /* BOS */
@@ -548,6 +548,7 @@ START_TEST(test_llama_bpe_ignore_merges)
 	/* an unknown pre-tokenizer name falls back to "default" */
 	ck_assert_int_eq(open_tiny("gpt2", "no-such-pre", &tok, err, sizeof(err)), 0);
 	ck_assert_str_eq(tokenizer_pre_name(tok), "default");
+	ck_assert(!tokenizer_pre_is_exact(tok));
 	tokenizer_free(tok);
 
 	tok = NULL;
