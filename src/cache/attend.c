@@ -1,245 +1,246 @@
 /* Attention of one query over the tiered cache of one layer:
  * softmax(q.k / sqrt(head_dim)) over sink + compressed + staging + hot
  * tokens, in fp32 with a max-subtracted softmax, GQA (query head h reads kv
- * head h / (n_heads / n_kv_heads)).  Quantized tokens are used without
- * materialising them:
+ * head h / (n_heads / n_kv_heads)).  Query heads that share a kv head are
+ * processed together (up to ATTEND_MAX_HEADS), so each key and value row is
+ * read once per group rather than once per head.  Quantized tokens are used
+ * without materialising them:
  *   keys per channel   q.k = sum_j (q_j*scale_j)*c_j + sum_j q_j*min_j
  *   rows per token     q.k = scale * sum_j q_j*c_j + min * sum_j q_j
  *   values per token   out += (p*scale) * c + p*min
  * Reads the cache only; every temporary lives in the caller's scratch, so
  * disjoint head ranges may run on several threads at once.  It does not
- * change tiers or positions (sinkcache.c). */
+ * change tiers or positions (sinkcache.c); the loops are attend_kernels.c. */
 #include <math.h>
 #include <string.h>
 
-#include "cache/kvquant.h"
+#include "cache/attend_kernels.h"
 #include "cache/rope.h"
 #include "cache/sinkcache_impl.h"
 
-/* Scratch of one head: scores (capacity) then these (head_dim each). */
-struct attend_tmp {
-	float *scores;
-	float *qw;   /* query rotated for window keys, scaled by 1/sqrt(d) */
-	float *qs;   /* query rotated for sink keys, scaled */
-	float *row;  /* a key or value row converted from f16/bf16 */
-	float *qsc;  /* qw * per-channel scale of a group */
-	float *acc;  /* output accumulator */
-	float *bias; /* (1) sum of p*min of quantized values */
+/* One group of r query heads on kv head kh, and its scratch. */
+struct attend_ctx {
+	const struct sinkcache *c;
+	const struct kv_layer *L;
+	int kh, r, d, ld;
+	float *scores; /* (r, ld) scores, then probabilities */
+	float *w;      /* (r, ld) probability * value scale of quantized rows */
+	float *qw;     /* (r, d) queries rotated for window keys, scaled by 1/sqrt(d) */
+	float *qs;     /* (r, d) same for sink keys */
+	float *qsc;    /* (r, d) qw * per-channel key scale of one group */
+	float *acc;    /* (r, d) output accumulator */
+	float qsum[ATTEND_MAX_HEADS], bias[ATTEND_MAX_HEADS];
 };
 
-static inline float attend_dot(const float *a, const float *b, int n)
+size_t sinkcache_scratch_floats(const struct sinkcache_geometry *g)
 {
-	float s = 0.0f;
-	for (int j = 0; j < n; j++)
-		s += a[j] * b[j];
-	return s;
+	size_t cap = sinkcache_capacity_tokens(g), d = (size_t)g->head_dim;
+	if (cap == 0)
+		return 0;
+	return ATTEND_MAX_HEADS * (2 * cap + 4 * d) + 16;
 }
 
-static inline void attend_axpy(float *y, float a, const float *x, int n)
+/* A full-precision ring of kv head kh in at most two contiguous runs. */
+static void attend_fp_ring(struct attend_ctx *x, const struct kv_ring *ring,
+                           const unsigned char *base, int n0, bool mix)
 {
-	for (int j = 0; j < n; j++)
-		y[j] += a * x[j];
-}
-
-static const float *attend_load(const struct sinkcache *c, const unsigned char *row, float *tmp)
-{
-	if (c->g.dtype == KV_DTYPE_F32)
-		return (const float *)row;
-	kv_row_load(c->g.dtype, row, tmp, c->g.head_dim);
-	return tmp;
-}
-
-/* Full-precision ring `r` of kv head kh: scores (r->n) or, with p != NULL,
- * accumulates values weighted by p. */
-static void attend_fp_ring(const struct sinkcache *c, const struct kv_ring *r,
-                           const unsigned char *base, int kh, const float *q, float *scores,
-                           const float *p, struct attend_tmp *t)
-{
-	int d = c->g.head_dim;
-	const unsigned char *head_base = base + (size_t)kh * (size_t)r->cap * c->fp_row;
-	for (int i = 0; i < r->n; i++) {
-		const unsigned char *row = head_base + (size_t)kv_ring_slot(r, i) * c->fp_row;
-		const float *x = attend_load(c, row, t->row);
-		if (p)
-			attend_axpy(t->acc, p[i], x, d);
+	const struct sinkcache *c = x->c;
+	const unsigned char *hb = base + (size_t)x->kh * (size_t)ring->cap * c->fp_row;
+	int first = ring->cap - ring->head < ring->n ? ring->cap - ring->head : ring->n;
+	int runs[2][2] = {{ring->head, first}, {0, ring->n - first}};
+	for (int k = 0; k < 2; k++) {
+		const unsigned char *rows = hb + (size_t)runs[k][0] * c->fp_row;
+		int n = runs[k][1];
+		const float *q = ring == &x->L->hot || ring == &x->L->stage ? x->qw : x->qs;
+		if (n == 0)
+			continue;
+		if (mix)
+			attend_mix_rows(c->g.dtype, rows, c->fp_row, n, x->d, x->scores + n0, x->ld,
+			                x->r, x->acc);
 		else
-			scores[i] = attend_dot(q, x, d);
+			attend_score_rows(c->g.dtype, rows, c->fp_row, n, x->d, q, x->r,
+			                  x->scores + n0, x->ld);
+		n0 += n;
 	}
 }
 
-static inline float attend_code_dot(const float *q, const uint8_t *codes, int d, int bits)
+static void attend_quant_sinks(struct attend_ctx *x, bool mix)
 {
-	float s = 0.0f;
-	if (bits == 8) {
-		for (int j = 0; j < d; j++)
-			s += q[j] * (float)codes[j];
-	} else {
-		for (int j = 0; j < d / 2; j++) {
-			s += q[2 * j] * (float)(codes[j] & 15);
-			s += q[2 * j + 1] * (float)(codes[j] >> 4);
-		}
-	}
-	return s;
-}
-
-static inline void attend_code_axpy(float *y, float a, const uint8_t *codes, int d, int bits)
-{
-	if (bits == 8) {
-		for (int j = 0; j < d; j++)
-			y[j] += a * (float)codes[j];
-	} else {
-		for (int j = 0; j < d / 2; j++) {
-			y[2 * j] += a * (float)(codes[j] & 15);
-			y[2 * j + 1] += a * (float)(codes[j] >> 4);
-		}
-	}
-}
-
-/* Sink tier: scores against qs, or values weighted by p. */
-static void attend_sinks(const struct sinkcache *c, const struct kv_layer *L, int kh, float *scores,
-                         const float *p, struct attend_tmp *t)
-{
-	int d = c->g.head_dim, bits = c->g.quant_bits;
-	if (!c->sink_quant) {
-		struct kv_ring r = {0, L->n_sink, c->n_sink_cap};
-		attend_fp_ring(c, &r, p ? L->sink_v : L->sink_k, kh, t->qs, scores, p, t);
+	const struct sinkcache *c = x->c;
+	const struct kv_layer *L = x->L;
+	size_t at = (size_t)x->kh * (size_t)c->n_sink_cap;
+	int n = L->n_sink, bits = c->g.quant_bits;
+	if (!mix) {
+		attend_score_codes(bits, L->sink_k + at * c->code_row, c->code_row, n, x->d, x->qs,
+		                   x->r, x->scores, x->ld);
+		for (int h = 0; h < x->r; h++)
+			for (int i = 0; i < n; i++) {
+				const float *kp = &L->sink_kp[2 * (at + (size_t)i)];
+				float *s = &x->scores[(size_t)h * x->ld + i];
+				*s = kp[0] * *s + kp[1] * x->qsum[h];
+			}
 		return;
 	}
-	float qsum = 0.0f;
-	for (int j = 0; j < d && !p; j++)
-		qsum += t->qs[j];
-	for (int i = 0; i < L->n_sink; i++) {
-		size_t at = (size_t)kh * (size_t)c->n_sink_cap + (size_t)i;
-		if (p) {
-			const float *vp = &L->sink_vp[2 * at];
-			attend_code_axpy(t->acc, p[i] * vp[0], L->sink_v + at * c->code_row, d,
-			                 bits);
-			*t->bias += p[i] * vp[1];
-		} else {
-			const float *kp = &L->sink_kp[2 * at];
-			scores[i] =
-			    kp[0] * attend_code_dot(t->qs, L->sink_k + at * c->code_row, d, bits) +
-			    kp[1] * qsum;
+	for (int h = 0; h < x->r; h++)
+		for (int i = 0; i < n; i++) {
+			const float *vp = &L->sink_vp[2 * (at + (size_t)i)];
+			float p = x->scores[(size_t)h * x->ld + i];
+			x->w[(size_t)h * x->ld + i] = p * vp[0];
+			x->bias[h] += p * vp[1];
 		}
-	}
+	attend_mix_codes(bits, L->sink_v + at * c->code_row, c->code_row, n, x->d, x->w, x->ld,
+	                 x->r, x->acc);
 }
 
-/* Quantized groups, oldest first (the oldest may have lost its first tokens). */
-static int attend_groups(const struct sinkcache *c, const struct kv_layer *L, int kh, float *scores,
-                         const float *p, struct attend_tmp *t)
+/* One quantized group: rows [first, G) starting at score column n0. */
+static void attend_group(struct attend_ctx *x, size_t gh, int first, int n0, bool mix)
 {
-	int d = c->g.head_dim, gs = c->group, bits = c->g.quant_bits, n = 0;
+	const struct sinkcache *c = x->c;
+	const struct kv_layer *L = x->L;
+	int gs = c->group, n = gs - first, d = x->d, bits = c->g.quant_bits;
+	size_t row0 = gh * (size_t)gs + (size_t)first;
+	if (!mix) {
+		const float *kp = L->gkp + gh * 2 * (size_t)d;
+		float qm[ATTEND_MAX_HEADS];
+		for (int h = 0; h < x->r; h++) {
+			qm[h] = 0.0f;
+			for (int j = 0; j < d; j++) {
+				x->qsc[(size_t)h * d + j] = x->qw[(size_t)h * d + j] * kp[j];
+				qm[h] += x->qw[(size_t)h * d + j] * kp[d + j];
+			}
+		}
+		attend_score_codes(bits, L->gk + row0 * c->code_row, c->code_row, n, d, x->qsc,
+		                   x->r, x->scores + n0, x->ld);
+		for (int h = 0; h < x->r; h++)
+			for (int i = 0; i < n; i++)
+				x->scores[(size_t)h * x->ld + n0 + i] += qm[h];
+		return;
+	}
+	const float *vp = L->gvp + row0 * 2;
+	for (int h = 0; h < x->r; h++)
+		for (int i = 0; i < n; i++) {
+			float p = x->scores[(size_t)h * x->ld + n0 + i];
+			x->w[(size_t)h * x->ld + n0 + i] = p * vp[2 * i];
+			x->bias[h] += p * vp[2 * i + 1];
+		}
+	attend_mix_codes(bits, L->gv + row0 * c->code_row, c->code_row, n, d, x->w + n0, x->ld,
+	                 x->r, x->acc);
+}
+
+/* Scores (mix false) or value accumulation (mix true) over all tiers, in
+ * one order: sinks, groups oldest first, staging, hot.  Returns the count. */
+static int attend_tiers(struct attend_ctx *x, bool mix)
+{
+	const struct sinkcache *c = x->c;
+	const struct kv_layer *L = x->L;
+	int n = L->n_sink;
+	if (c->sink_quant) {
+		attend_quant_sinks(x, mix);
+	} else {
+		struct kv_ring sinks = {0, L->n_sink, c->n_sink_cap};
+		attend_fp_ring(x, &sinks, mix ? L->sink_v : L->sink_k, 0, mix);
+	}
 	for (int i = 0; i < L->groups.n; i++) {
 		size_t gh =
-		    (size_t)kv_ring_slot(&L->groups, i) * (size_t)c->g.n_kv_heads + (size_t)kh;
-		const uint8_t *kc = L->gk + gh * (size_t)gs * c->code_row;
-		const uint8_t *vc = L->gv + gh * (size_t)gs * c->code_row;
-		const float *kp = L->gkp + gh * 2 * (size_t)d, *vp = L->gvp + gh * (size_t)gs * 2;
+		    (size_t)kv_ring_slot(&L->groups, i) * (size_t)c->g.n_kv_heads + (size_t)x->kh;
 		int first = i == 0 ? L->grp_dropped : 0;
-		float qm = 0.0f;
-		if (!p) {
-			for (int j = 0; j < d; j++) {
-				t->qsc[j] = t->qw[j] * kp[j];
-				qm += t->qw[j] * kp[d + j];
-			}
-		}
-		for (int r = first; r < gs; r++, n++) {
-			if (p) {
-				attend_code_axpy(t->acc, p[n] * vp[2 * r],
-				                 vc + (size_t)r * c->code_row, d, bits);
-				*t->bias += p[n] * vp[2 * r + 1];
-			} else {
-				scores[n] = qm + attend_code_dot(
-				                     t->qsc, kc + (size_t)r * c->code_row, d, bits);
-			}
-		}
+		attend_group(x, gh, first, n, mix);
+		n += c->group - first;
 	}
-	return n;
-}
-
-/* Scores (p == NULL) or value accumulation over all tiers, in one order. */
-static int attend_tiers(const struct sinkcache *c, const struct kv_layer *L, int kh, const float *p,
-                        struct attend_tmp *t)
-{
-	int n = L->n_sink;
-	attend_sinks(c, L, kh, t->scores, p, t);
-	n += attend_groups(c, L, kh, t->scores + n, p ? p + n : NULL, t);
-	attend_fp_ring(c, &L->stage, p ? L->st_v : L->st_k, kh, t->qw, t->scores + n,
-	               p ? p + n : NULL, t);
+	attend_fp_ring(x, &L->stage, mix ? L->st_v : L->st_k, n, mix);
 	n += L->stage.n;
-	attend_fp_ring(c, &L->hot, p ? L->hot_v : L->hot_k, kh, t->qw, t->scores + n,
-	               p ? p + n : NULL, t);
+	attend_fp_ring(x, &L->hot, mix ? L->hot_v : L->hot_k, n, mix);
 	return n + L->hot.n;
 }
 
-static void attend_rotate_query(const struct sinkcache *c, const struct kv_layer *L,
-                                const float *qh, struct attend_tmp *t)
+static void attend_rotate_queries(struct attend_ctx *x, const float *q)
 {
-	int d = c->g.head_dim;
+	int d = x->d;
 	float scale = 1.0f / sqrtf((float)d);
-	memcpy(t->qw, qh, (size_t)d * sizeof(float));
-	memcpy(t->qs, qh, (size_t)d * sizeof(float));
-	rope_apply(t->qw, L->cs_win, c->g.rope_dim, c->g.rope_neox);
-	rope_apply(t->qs, L->cs_sink, c->g.rope_dim, c->g.rope_neox);
-	for (int j = 0; j < d; j++) {
-		t->qw[j] *= scale;
-		t->qs[j] *= scale;
+	for (int h = 0; h < x->r; h++) {
+		float *qw = x->qw + (size_t)h * d, *qs = x->qs + (size_t)h * d;
+		memcpy(qw, q + (size_t)h * d, (size_t)d * sizeof(float));
+		memcpy(qs, q + (size_t)h * d, (size_t)d * sizeof(float));
+		rope_apply(qw, x->L->cs_win, x->c->g.rope_dim, x->c->g.rope_neox);
+		rope_apply(qs, x->L->cs_sink, x->c->g.rope_dim, x->c->g.rope_neox);
+		x->qsum[h] = 0.0f;
+		for (int j = 0; j < d; j++) {
+			qw[j] *= scale;
+			qs[j] *= scale;
+			x->qsum[h] += qs[j];
+		}
 	}
 }
 
-/* Softmax of scores[0..n) in place (probabilities); returns the sink share. */
+/* Softmax of scores[0..n) in place; returns the mass of the first n_sink. */
 static float attend_softmax(float *scores, int n, int n_sink)
 {
 	float mx = -INFINITY, sum = 0.0f, sink = 0.0f;
 	for (int i = 0; i < n; i++)
-		mx = fmaxf(mx, scores[i]);
+		mx = scores[i] > mx ? scores[i] : mx;
 	for (int i = 0; i < n; i++) {
 		scores[i] = expf(scores[i] - mx);
 		sum += scores[i];
 	}
 	float inv = 1.0f / sum;
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; i < n; i++)
 		scores[i] *= inv;
-		if (i < n_sink)
-			sink += scores[i];
-	}
+	for (int i = 0; i < n_sink; i++)
+		sink += scores[i];
 	return sink;
+}
+
+/* Query heads [h0, h0 + r) on kv head kh; q and out point at head h0. */
+static void attend_head_group(struct attend_ctx *x, const float *q, float *out, float *sink_mass)
+{
+	int d = x->d, n_sink = x->L->n_sink;
+	int n = kv_layer_window(x->c, x->L) + n_sink;
+	if (n == 0) {
+		memset(out, 0, (size_t)x->r * (size_t)d * sizeof(float));
+		for (int h = 0; sink_mass && h < x->r; h++)
+			sink_mass[h] = 0.0f;
+		return;
+	}
+	attend_rotate_queries(x, q);
+	attend_tiers(x, false);
+	for (int h = 0; h < x->r; h++) {
+		float m = attend_softmax(x->scores + (size_t)h * x->ld, n, n_sink);
+		if (sink_mass)
+			sink_mass[h] = m;
+		x->bias[h] = 0.0f;
+	}
+	memset(x->acc, 0, (size_t)x->r * (size_t)d * sizeof(float));
+	attend_tiers(x, true);
+	for (int h = 0; h < x->r; h++)
+		for (int j = 0; j < d; j++)
+			out[(size_t)h * d + j] = x->acc[(size_t)h * d + j] + x->bias[h];
 }
 
 void sinkcache_attend(const struct sinkcache *c, int layer, const float *q, int n_heads,
                       int head_begin, int head_end, float *out, float *scratch, float *sink_mass)
 {
-	const struct kv_layer *L = &c->layers[layer];
 	int d = c->g.head_dim, ratio = n_heads / c->g.n_kv_heads;
-	int cap = c->n_sink_cap + c->window_cap;
-	float bias = 0.0f;
-	struct attend_tmp t = {
+	int ld = c->n_sink_cap + c->window_cap;
+	size_t rd = (size_t)ATTEND_MAX_HEADS * (size_t)d;
+	struct attend_ctx x = {
+	    .c = c,
+	    .L = &c->layers[layer],
+	    .d = d,
+	    .ld = ld,
 	    .scores = scratch,
-	    .qw = scratch + cap,
-	    .qs = scratch + cap + d,
-	    .row = scratch + cap + 2 * d,
-	    .qsc = scratch + cap + 3 * d,
-	    .acc = scratch + cap + 4 * d,
-	    .bias = &bias,
+	    .w = scratch + (size_t)ATTEND_MAX_HEADS * (size_t)ld,
+	    .qw = scratch + 2 * (size_t)ATTEND_MAX_HEADS * (size_t)ld,
 	};
-	for (int h = head_begin; h < head_end; h++) {
-		int kh = h / ratio;
-		float *oh = out + (size_t)h * d;
-		attend_rotate_query(c, L, q + (size_t)h * d, &t);
-		int n = attend_tiers(c, L, kh, NULL, &t);
-		if (n == 0) {
-			memset(oh, 0, (size_t)d * sizeof(float));
-			if (sink_mass)
-				sink_mass[h] = 0.0f;
-			continue;
-		}
-		float sink = attend_softmax(t.scores, n, L->n_sink);
-		if (sink_mass)
-			sink_mass[h] = sink;
-		memset(t.acc, 0, (size_t)d * sizeof(float));
-		bias = 0.0f;
-		attend_tiers(c, L, kh, t.scores, &t);
-		for (int j = 0; j < d; j++)
-			oh[j] = t.acc[j] + bias;
+	x.qs = x.qw + rd;
+	x.qsc = x.qs + rd;
+	x.acc = x.qsc + rd;
+	for (int h = head_begin; h < head_end; h += x.r) {
+		x.kh = h / ratio;
+		int group_end = (x.kh + 1) * ratio;
+		x.r = group_end < head_end ? group_end - h : head_end - h;
+		if (x.r > ATTEND_MAX_HEADS)
+			x.r = ATTEND_MAX_HEADS;
+		attend_head_group(&x, q + (size_t)h * d, out + (size_t)h * d,
+		                  sink_mass ? sink_mass + h : NULL);
 	}
 }

@@ -189,13 +189,13 @@ int sinkcache_quant_group_size(const struct sinkcache_geometry *g)
 	return lo.group;
 }
 
-size_t sinkcache_scratch_floats(const struct sinkcache_geometry *g)
+size_t sinkcache_capacity_tokens(const struct sinkcache_geometry *g)
 {
 	struct kv_layout lo;
 	if (sinkcache_geometry_check(g, NULL, 0))
 		return 0;
 	kv_layout_of(g, &lo);
-	return (size_t)(lo.sink + lo.window) + 8 * (size_t)g->head_dim + 16;
+	return (size_t)(lo.sink + lo.window);
 }
 
 /* Carves the layer's single allocation: fp32 parameters, then dtype rows,

@@ -95,6 +95,10 @@ void sinkcache_reset(struct sinkcache *c);
 
 void sinkcache_get_stats(const struct sinkcache *c, struct sinkcache_stats *out);
 
+/* The most tokens resident at once: sink_keep_count + window_size, or
+ * max_context_length for strategy full (0 for an invalid geometry). */
+size_t sinkcache_capacity_tokens(const struct sinkcache_geometry *g);
+
 /* Tokens per quantization group of the compressed tier (keys share per-channel
  * scales over a group): 32, or a divisor of the compressed capacity in
  * [16, 32], or the capacity itself when below 32; 0 without quantization. */
