@@ -278,6 +278,43 @@ START_TEST(test_stories260k_reference_ids)
 }
 END_TEST
 
+/* The whole dev set, one document per non-empty line with BOS, has the
+ * token count the perplexity reference was computed on. */
+START_TEST(test_stories260k_dev_set_count)
+{
+	size_t len, total = 0;
+	char *path = shared_path("reference/stories260K-streaming-ppl.json");
+	char *json = slurp(path, &len);
+	cJSON *root = cJSON_Parse(json);
+	int want = cJSON_GetObjectItem(root, "tokens")->valueint;
+	free(path);
+	path = shared_path("data/tinystories-dev.txt");
+	char *text = slurp(path, &len);
+	struct tokenizer *tok = load_tok("models/stories260K.gguf");
+	for (char *line = text; *line;) {
+		char *nl = strchr(line, '\n');
+		size_t l = nl ? (size_t)(nl - line) : strlen(line);
+		while (l > 0 && line[l - 1] == '\r')
+			l--;
+		if (l > 0) {
+			int32_t *ids;
+			size_t n;
+			encode(tok, line, l, true, false, &ids, &n);
+			ck_assert_int_eq(ids[0], tokenizer_bos(tok));
+			total += n;
+			free(ids);
+		}
+		line = nl ? nl + 1 : line + l;
+	}
+	ck_assert_int_eq((int)total, want);
+	tokenizer_free(tok);
+	cJSON_Delete(root);
+	free(json);
+	free(text);
+	free(path);
+}
+END_TEST
+
 static bool valid_utf8(const char *s, size_t len)
 {
 	const unsigned char *u = (const unsigned char *)s;
@@ -653,6 +690,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_vocab_vectors, 0, (int)(sizeof(vocabs) / sizeof(vocabs[0])));
 	tcase_add_test(tc, test_pretokenizer_cases);
 	tcase_add_test(tc, test_stories260k_reference_ids);
+	tcase_add_test(tc, test_stories260k_dev_set_count);
 	tcase_add_test(tc, test_detok_stream_utf8);
 	tcase_add_test(tc, test_decode_roundtrip);
 	tcase_add_test(tc, test_lossless);
