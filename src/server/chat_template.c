@@ -90,8 +90,8 @@ enum chat_family chat_template_detect(const char *tmpl)
 {
 	if (tmpl == NULL || tmpl[0] == '\0')
 		return CHAT_FAMILY_NONE;
-	if (has(tmpl, "<|im_start|>"))
-		return CHAT_FAMILY_CHATML;
+	if (has(tmpl, "<|im_start|>")) /* phi-4 looks like ChatML but is not */
+		return has(tmpl, "<|im_sep|>") ? CHAT_FAMILY_UNKNOWN : CHAT_FAMILY_CHATML;
 	if (has(tmpl, "<|start_header_id|>") && has(tmpl, "<|end_header_id|>"))
 		return CHAT_FAMILY_LLAMA3;
 	if (has(tmpl, "<start_of_turn>"))

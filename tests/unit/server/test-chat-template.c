@@ -234,6 +234,10 @@ START_TEST(test_detect)
 	ck_assert_int_eq(chat_template_detect(""), CHAT_FAMILY_NONE);
 	ck_assert_int_eq(chat_template_detect("{% for m in messages %}{{ m.content }}{% endfor %}"),
 			 CHAT_FAMILY_UNKNOWN);
+	/* Phi-4: ChatML's markers with another separator, not ChatML. */
+	ck_assert_int_eq(chat_template_detect("{{'<|im_start|>' + message['role'] + "
+					      "'<|im_sep|>' + message['content'] + '<|im_end|>'}}"),
+			 CHAT_FAMILY_UNKNOWN);
 	enum chat_family fam;
 	for (int f = CHAT_FAMILY_NONE; f < CHAT_FAMILY_UNKNOWN; f++) {
 		ck_assert_int_eq(chat_family_parse(chat_family_name(f), &fam, NULL, 0), 0);
