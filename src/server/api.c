@@ -216,7 +216,7 @@ static enum MHD_Result api_generate(struct request *r, bool chat)
 		goto out;
 	}
 	struct gen_request req = {.sampling = a.sampling, .max_tokens = a.max_tokens,
-				  .want_logprobs = a.logprobs};
+				  .want_logprobs = a.logprobs, .ignore_eos = a.ignore_eos};
 	if (prompt_ids(r, &a, &req.prompt_ids, &req.n_prompt, &e)) {
 		ret = respond_api_error(r, &e);
 		goto out;

@@ -136,14 +136,20 @@ cJSON *oa_logprobs_new(bool chat)
 	return lp;
 }
 
-/* The text of one token (may be empty for control tokens). */
+/* The text of one token as it reads inside a stream (a SentencePiece word
+ * keeps its leading space; may be empty for control tokens). */
 static char *token_text(const struct tokenizer *tok, int32_t id)
 {
-	char *text = NULL;
-	size_t len = 0;
-	if (!tok || tokenizer_decode(tok, &id, 1, &text, &len, NULL, 0))
-		return strdup("");
-	return text;
+	char buf[256];
+	size_t n = 0;
+	if (tok) {
+		struct detok_stream ds;
+		detok_stream_init(&ds, tok, false);
+		n = detok_stream_push(&ds, id, buf, sizeof(buf));
+		n += detok_stream_flush(&ds, buf + n, sizeof(buf) - n);
+	}
+	buf[n] = '\0';
+	return strdup(buf);
 }
 
 static cJSON *bytes_array(const char *s)

@@ -214,6 +214,8 @@ static int parse_common(const cJSON *o, int64_t limit, struct gen_args *a, struc
 		rc = parse_stop(o, a, e);
 	if (!rc)
 		rc = parse_logprobs(o, a, e);
+	if (!rc)
+		rc = get_bool(o, "ignore_eos", &a->ignore_eos, e);
 	return rc;
 }
 

@@ -33,6 +33,7 @@ struct gen_args {
 	int max_tokens;
 	struct sampler_params sampling;
 	bool seed_given;
+	bool ignore_eos; /* llama.cpp extension: generate past end-of-text */
 	char **stops;
 	size_t n_stops;
 	/* completions: text, or token ids when the prompt was given as ids */
