@@ -1,32 +1,37 @@
-/* Adapter between the API's parsed messages and the chat template module.
- * Until a template family is known for the model, the plain fallback is:
- * each message's content on its own line, then the model continues. */
+/* Adapter between the API's parsed messages and the chat template module:
+ * the model's template family comes from tokenizer.chat_template; OpenAI's
+ * "developer" role reads as "system" and "tool" results as "user" turns.
+ * It does not render anything itself (chat_template.c does). */
 #include "server/chat_prompt.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/chat_template.h"
+#include "tokenizer/tokenizer.h"
 #include "util/errbuf.h"
+
+static const char *template_role(const char *role)
+{
+	if (!strcmp(role, "developer"))
+		return "system";
+	if (!strcmp(role, "tool"))
+		return "user";
+	return role;
+}
 
 int chat_prompt_render(const struct tokenizer *tok, const struct api_message *msgs, size_t n,
 		       char **text, char *err, size_t err_len)
 {
-	size_t len = 0;
-	for (size_t i = 0; i < n; i++)
-		len += strlen(msgs[i].content) + 1;
-	char *s = malloc(len + 1);
-	if (!s)
+	enum chat_family fam = chat_template_detect(tokenizer_chat_template(tok));
+	struct chat_message *cm = calloc(n ? n : 1, sizeof(*cm));
+	if (!cm)
 		return err_set(err, err_len, -ENOMEM, "out of memory");
-	size_t at = 0;
-	for (size_t i = 0; i < n; i++) {
-		size_t l = strlen(msgs[i].content);
-		memcpy(s + at, msgs[i].content, l);
-		at += l;
-		if (i + 1 < n)
-			s[at++] = '\n';
-	}
-	s[at] = '\0';
-	*text = s;
-	return 0;
+	for (size_t i = 0; i < n; i++)
+		cm[i] = (struct chat_message){.role = template_role(msgs[i].role),
+					      .content = msgs[i].content};
+	int rc = chat_template_apply(fam, cm, n, text, err, err_len);
+	free(cm);
+	return rc;
 }
