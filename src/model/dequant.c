@@ -241,15 +241,24 @@ typedef void (*block_fn)(const uint8_t *block, float *y);
 static block_fn block_fn_of(enum ggml_type type)
 {
 	switch (type) {
-	case GGML_TYPE_Q4_0: return deq_q4_0;
-	case GGML_TYPE_Q4_1: return deq_q4_1;
-	case GGML_TYPE_Q5_0: return deq_q5_0;
-	case GGML_TYPE_Q5_1: return deq_q5_1;
-	case GGML_TYPE_Q8_0: return deq_q8_0;
-	case GGML_TYPE_Q4_K: return deq_q4_k;
-	case GGML_TYPE_Q5_K: return deq_q5_k;
-	case GGML_TYPE_Q6_K: return deq_q6_k;
-	default: return NULL;
+	case GGML_TYPE_Q4_0:
+		return deq_q4_0;
+	case GGML_TYPE_Q4_1:
+		return deq_q4_1;
+	case GGML_TYPE_Q5_0:
+		return deq_q5_0;
+	case GGML_TYPE_Q5_1:
+		return deq_q5_1;
+	case GGML_TYPE_Q8_0:
+		return deq_q8_0;
+	case GGML_TYPE_Q4_K:
+		return deq_q4_k;
+	case GGML_TYPE_Q5_K:
+		return deq_q5_k;
+	case GGML_TYPE_Q6_K:
+		return deq_q6_k;
+	default:
+		return NULL;
 	}
 }
 
@@ -272,10 +281,17 @@ int dequantize_row(enum ggml_type type, const void *src, float *dst, uint64_t n)
 {
 	const uint8_t *s = src;
 	switch (type) {
-	case GGML_TYPE_F32: memcpy(dst, src, (size_t)n * sizeof(float)); return 0;
-	case GGML_TYPE_F16: convert_16bit(s, dst, n, fp16_to_f32); return 0;
-	case GGML_TYPE_BF16: convert_16bit(s, dst, n, bf16_to_f32); return 0;
-	default: break;
+	case GGML_TYPE_F32:
+		memcpy(dst, src, (size_t)n * sizeof(float));
+		return 0;
+	case GGML_TYPE_F16:
+		convert_16bit(s, dst, n, fp16_to_f32);
+		return 0;
+	case GGML_TYPE_BF16:
+		convert_16bit(s, dst, n, bf16_to_f32);
+		return 0;
+	default:
+		break;
 	}
 	block_fn fn = block_fn_of(type);
 	uint32_t bs = ggml_block_size(type);

@@ -37,17 +37,17 @@ struct type_traits {
 };
 
 static const struct type_traits type_table[GGML_TYPE_COUNT] = {
-	[0] = {"F32", 1, 4},	    [1] = {"F16", 1, 2},	[2] = {"Q4_0", 32, 18},
-	[3] = {"Q4_1", 32, 20},	    [6] = {"Q5_0", 32, 22},	[7] = {"Q5_1", 32, 24},
-	[8] = {"Q8_0", 32, 34},	    [9] = {"Q8_1", 32, 36},	[10] = {"Q2_K", 256, 84},
-	[11] = {"Q3_K", 256, 110},  [12] = {"Q4_K", 256, 144},	[13] = {"Q5_K", 256, 176},
-	[14] = {"Q6_K", 256, 210},  [15] = {"Q8_K", 256, 292},	[16] = {"IQ2_XXS", 256, 66},
-	[17] = {"IQ2_XS", 256, 74}, [18] = {"IQ3_XXS", 256, 98}, [19] = {"IQ1_S", 256, 50},
-	[20] = {"IQ4_NL", 32, 18},  [21] = {"IQ3_S", 256, 110}, [22] = {"IQ2_S", 256, 82},
-	[23] = {"IQ4_XS", 256, 136}, [24] = {"I8", 1, 1},	[25] = {"I16", 1, 2},
-	[26] = {"I32", 1, 4},	    [27] = {"I64", 1, 8},	[28] = {"F64", 1, 8},
-	[29] = {"IQ1_M", 256, 56},  [30] = {"BF16", 1, 2},	[34] = {"TQ1_0", 256, 54},
-	[35] = {"TQ2_0", 256, 66},  [39] = {"MXFP4", 32, 17},
+    [0] = {"F32", 1, 4},         [1] = {"F16", 1, 2},         [2] = {"Q4_0", 32, 18},
+    [3] = {"Q4_1", 32, 20},      [6] = {"Q5_0", 32, 22},      [7] = {"Q5_1", 32, 24},
+    [8] = {"Q8_0", 32, 34},      [9] = {"Q8_1", 32, 36},      [10] = {"Q2_K", 256, 84},
+    [11] = {"Q3_K", 256, 110},   [12] = {"Q4_K", 256, 144},   [13] = {"Q5_K", 256, 176},
+    [14] = {"Q6_K", 256, 210},   [15] = {"Q8_K", 256, 292},   [16] = {"IQ2_XXS", 256, 66},
+    [17] = {"IQ2_XS", 256, 74},  [18] = {"IQ3_XXS", 256, 98}, [19] = {"IQ1_S", 256, 50},
+    [20] = {"IQ4_NL", 32, 18},   [21] = {"IQ3_S", 256, 110},  [22] = {"IQ2_S", 256, 82},
+    [23] = {"IQ4_XS", 256, 136}, [24] = {"I8", 1, 1},         [25] = {"I16", 1, 2},
+    [26] = {"I32", 1, 4},        [27] = {"I64", 1, 8},        [28] = {"F64", 1, 8},
+    [29] = {"IQ1_M", 256, 56},   [30] = {"BF16", 1, 2},       [34] = {"TQ1_0", 256, 54},
+    [35] = {"TQ2_0", 256, 66},   [39] = {"MXFP4", 32, 17},
 };
 
 static const struct type_traits *type_traits_of(enum ggml_type type)
@@ -94,9 +94,9 @@ static bool value_type_valid(uint32_t t)
 
 const char *gguf_value_type_name(enum gguf_value_type t)
 {
-	static const char *const names[] = {"uint8",   "int8",	 "uint16", "int16", "uint32",
-					    "int32",   "float32", "bool",   "string", "array",
-					    "uint64",  "int64",	 "float64"};
+	static const char *const names[] = {"uint8",  "int8",    "uint16", "int16",  "uint32",
+	                                    "int32",  "float32", "bool",   "string", "array",
+	                                    "uint64", "int64",   "float64"};
 	return value_type_valid((uint32_t)t) ? names[t] : "unknown";
 }
 
@@ -104,14 +104,14 @@ const char *gguf_value_type_name(enum gguf_value_type t)
  * The opened file. */
 
 struct gguf_kv {
-	char *key;		   /* NUL-terminated copy */
+	char *key; /* NUL-terminated copy */
 	enum gguf_value_type type;
-	size_t val_off;		   /* value bytes in the mapping (after the type field) */
+	size_t val_off; /* value bytes in the mapping (after the type field) */
 	size_t val_len;
 	enum gguf_value_type elem_type; /* arrays only */
-	uint64_t count;		   /* arrays only */
-	size_t elem_off;	   /* arrays only: first element */
-	uint64_t *str_off;	   /* string arrays: (count) offsets of each length field */
+	uint64_t count;                 /* arrays only */
+	size_t elem_off;                /* arrays only: first element */
+	uint64_t *str_off;              /* string arrays: (count) offsets of each length field */
 };
 
 /* Open-addressing hash from name to index+1 (0 = empty slot). */
@@ -155,7 +155,7 @@ static int name_index_init(struct name_index *ix, size_t n)
 
 /* Finds the slot of `name`, or the empty slot where it would go. */
 static size_t *name_index_slot(const struct name_index *ix, const char *name,
-			       const char *(*name_of)(const void *, size_t), const void *ctx)
+                               const char *(*name_of)(const void *, size_t), const void *ctx)
 {
 	size_t i = hash_name(name) & ix->mask;
 	while (ix->slots[i] != 0 && strcmp(name_of(ctx, ix->slots[i] - 1), name) != 0)
@@ -195,8 +195,8 @@ static int cur_read(struct cursor *c, void *out, size_t n, const char *what)
 	if (n > cur_left(c)) {
 		memset(out, 0, n); /* callers' outputs are always defined */
 		err_set(c->err, c->err_len, -EINVAL,
-			"%s: truncated: %s at offset %zu needs %zu bytes, file size %zu", c->path, what,
-			c->pos, n, c->size);
+		        "%s: truncated: %s at offset %zu needs %zu bytes, file size %zu", c->path,
+		        what, c->pos, n, c->size);
 		return -EINVAL;
 	}
 	memcpy(out, c->p + c->pos, n);
@@ -223,9 +223,9 @@ static int cur_string(struct cursor *c, size_t *off, uint64_t *len, const char *
 		return rc;
 	if (*len > cur_left(c))
 		return err_set(c->err, c->err_len, -EINVAL,
-			       "%s: %s at offset %zu: length %" PRIu64
-			       " extends past end of file (size %zu)",
-			       c->path, what, c->pos - 8, *len, c->size);
+		               "%s: %s at offset %zu: length %" PRIu64
+		               " extends past end of file (size %zu)",
+		               c->path, what, c->pos - 8, *len, c->size);
 	*off = c->pos;
 	c->pos += (size_t)*len;
 	return 0;
@@ -234,16 +234,16 @@ static int cur_string(struct cursor *c, size_t *off, uint64_t *len, const char *
 /* Copies a name (key or tensor name) out of the mapping, rejecting empty,
  * over-long and NUL-containing ones. */
 static int copy_name(struct cursor *c, size_t off, uint64_t len, uint64_t max, const char *what,
-		     char **out)
+                     char **out)
 {
 	if (len == 0 || len > max)
 		return err_set(c->err, c->err_len, -EINVAL,
-			       "%s: %s at offset %zu has length %" PRIu64 " (must be 1..%" PRIu64
-			       ")",
-			       c->path, what, off, len, max);
+		               "%s: %s at offset %zu has length %" PRIu64 " (must be 1..%" PRIu64
+		               ")",
+		               c->path, what, off, len, max);
 	if (memchr(c->p + off, '\0', (size_t)len) != NULL)
-		return err_set(c->err, c->err_len, -EINVAL, "%s: %s at offset %zu contains a NUL byte",
-			       c->path, what, off);
+		return err_set(c->err, c->err_len, -EINVAL,
+		               "%s: %s at offset %zu contains a NUL byte", c->path, what, off);
 	*out = strndup((const char *)c->p + off, (size_t)len);
 	return *out ? 0 : -ENOMEM;
 }
@@ -253,9 +253,9 @@ static int check_bools(struct cursor *c, size_t off, uint64_t n, const char *key
 	for (uint64_t i = 0; i < n; i++)
 		if (c->p[off + i] > 1)
 			return err_set(c->err, c->err_len, -EINVAL,
-				       "%s: key '%s': bool value %u at offset %" PRIu64
-				       " is neither 0 nor 1",
-				       c->path, key, c->p[off + i], (uint64_t)off + i);
+			               "%s: key '%s': bool value %u at offset %" PRIu64
+			               " is neither 0 nor 1",
+			               c->path, key, c->p[off + i], (uint64_t)off + i);
 	return 0;
 }
 
@@ -263,9 +263,9 @@ static int parse_string_array(struct cursor *c, struct gguf_kv *kv)
 {
 	if (kv->count > cur_left(c) / 8)
 		return err_set(c->err, c->err_len, -EINVAL,
-			       "%s: key '%s': string array count %" PRIu64
-			       " cannot fit in the %zu bytes left in the file",
-			       c->path, kv->key, kv->count, cur_left(c));
+		               "%s: key '%s': string array count %" PRIu64
+		               " cannot fit in the %zu bytes left in the file",
+		               c->path, kv->key, kv->count, cur_left(c));
 	kv->str_off = malloc((size_t)(kv->count ? kv->count : 1) * sizeof(uint64_t));
 	if (kv->str_off == NULL)
 		return -ENOMEM;
@@ -276,8 +276,9 @@ static int parse_string_array(struct cursor *c, struct gguf_kv *kv)
 		int rc = cur_string(c, &off, &len, "string array element");
 		if (rc) {
 			err_set(c->err, c->err_len, rc,
-				"%s: key '%s': element %" PRIu64 ": string length extends past end of file (size %zu)",
-				c->path, kv->key, i, c->size);
+			        "%s: key '%s': element %" PRIu64
+			        ": string length extends past end of file (size %zu)",
+			        c->path, kv->key, i, c->size);
 			return rc;
 		}
 	}
@@ -294,21 +295,21 @@ static int parse_array(struct cursor *c, struct gguf_kv *kv)
 		return rc;
 	if (et == GGUF_VALUE_ARRAY)
 		return err_set(c->err, c->err_len, -EINVAL,
-			       "%s: key '%s': nested arrays are not supported", c->path, kv->key);
+		               "%s: key '%s': nested arrays are not supported", c->path, kv->key);
 	if (!value_type_valid(et))
 		return err_set(c->err, c->err_len, -EINVAL,
-			       "%s: key '%s': unknown array element type %" PRIu32, c->path,
-			       kv->key, et);
+		               "%s: key '%s': unknown array element type %" PRIu32, c->path,
+		               kv->key, et);
 	kv->elem_type = (enum gguf_value_type)et;
 	kv->elem_off = c->pos;
 	if (et == GGUF_VALUE_STRING)
 		return parse_string_array(c, kv);
 	size_t es = value_size(kv->elem_type);
 	if (kv->count > cur_left(c) / es)
-		return err_set(c->err, c->err_len, -EINVAL,
-			       "%s: key '%s': array of %" PRIu64 " %s extends past end of file (size %zu)",
-			       c->path, kv->key, kv->count, gguf_value_type_name(kv->elem_type),
-			       c->size);
+		return err_set(
+		    c->err, c->err_len, -EINVAL,
+		    "%s: key '%s': array of %" PRIu64 " %s extends past end of file (size %zu)",
+		    c->path, kv->key, kv->count, gguf_value_type_name(kv->elem_type), c->size);
 	if (et == GGUF_VALUE_BOOL && (rc = check_bools(c, c->pos, kv->count, kv->key)))
 		return rc;
 	c->pos += (size_t)kv->count * es;
@@ -322,8 +323,8 @@ static int parse_value(struct cursor *c, struct gguf_kv *kv)
 	if (rc)
 		return rc;
 	if (!value_type_valid(t))
-		return err_set(c->err, c->err_len, -EINVAL, "%s: key '%s': unknown value type %" PRIu32,
-			       c->path, kv->key, t);
+		return err_set(c->err, c->err_len, -EINVAL,
+		               "%s: key '%s': unknown value type %" PRIu32, c->path, kv->key, t);
 	kv->type = (enum gguf_value_type)t;
 	kv->val_off = c->pos;
 	if (t == GGUF_VALUE_STRING) {
@@ -336,8 +337,8 @@ static int parse_value(struct cursor *c, struct gguf_kv *kv)
 		size_t n = value_size(kv->type);
 		if (n > cur_left(c))
 			return err_set(c->err, c->err_len, -EINVAL,
-				       "%s: key '%s': value extends past end of file (size %zu)",
-				       c->path, kv->key, c->size);
+			               "%s: key '%s': value extends past end of file (size %zu)",
+			               c->path, kv->key, c->size);
 		if (t == GGUF_VALUE_BOOL && (rc = check_bools(c, c->pos, 1, kv->key)))
 			return rc;
 		c->pos += n;
@@ -351,8 +352,8 @@ static int parse_kvs(struct cursor *c, struct gguf_file *f, uint64_t n_kv)
 	/* A key-value pair takes at least 8 (key length) + 1 (key) + 4 (type) + 1 bytes. */
 	if (n_kv > cur_left(c) / 14)
 		return err_set(c->err, c->err_len, -EINVAL,
-			       "%s: metadata count %" PRIu64 " cannot fit in a file of %zu bytes",
-			       c->path, n_kv, c->size);
+		               "%s: metadata count %" PRIu64 " cannot fit in a file of %zu bytes",
+		               c->path, n_kv, c->size);
 	int rc = name_index_init(&f->kv_index, (size_t)n_kv);
 	if (rc == 0 && (f->kvs = calloc((size_t)n_kv + 1, sizeof(*f->kvs))) == NULL)
 		rc = -ENOMEM;
@@ -368,8 +369,8 @@ static int parse_kvs(struct cursor *c, struct gguf_file *f, uint64_t n_kv)
 		f->n_kv = i + 1;
 		size_t *slot = name_index_slot(&f->kv_index, kv->key, kv_name_of, f);
 		if (*slot != 0)
-			return err_set(c->err, c->err_len, -EINVAL, "%s: duplicate metadata key '%s'",
-				       c->path, kv->key);
+			return err_set(c->err, c->err_len, -EINVAL,
+			               "%s: duplicate metadata key '%s'", c->path, kv->key);
 		*slot = (size_t)i + 1;
 		rc = parse_value(c, kv);
 	}
@@ -384,11 +385,11 @@ static int parse_alignment(struct cursor *c, struct gguf_file *f)
 	int64_t a;
 	if (gguf_get_int(f, "general.alignment", &a) != 0)
 		return err_set(c->err, c->err_len, -EINVAL,
-			       "%s: general.alignment is not an integer", c->path);
+		               "%s: general.alignment is not an integer", c->path);
 	if (a <= 0 || a > GGUF_MAX_ALIGNMENT || (a & (a - 1)) != 0)
 		return err_set(c->err, c->err_len, -EINVAL,
-			       "%s: general.alignment %" PRId64 " is not a power of two in 1..%u",
-			       c->path, a, GGUF_MAX_ALIGNMENT);
+		               "%s: general.alignment %" PRId64 " is not a power of two in 1..%u",
+		               c->path, a, GGUF_MAX_ALIGNMENT);
 	f->alignment = (size_t)a;
 	return 0;
 }
@@ -398,20 +399,20 @@ static int check_tensor_shape(struct cursor *c, struct gguf_tensor *t, uint32_t 
 {
 	if (t->n_dims == 0 || t->n_dims > GGUF_MAX_DIMS)
 		return err_set(c->err, c->err_len, -EINVAL,
-			       "%s: tensor '%s': %" PRIu32 " dimensions (must be 1..%d)", c->path,
-			       t->name, t->n_dims, GGUF_MAX_DIMS);
+		               "%s: tensor '%s': %" PRIu32 " dimensions (must be 1..%d)", c->path,
+		               t->name, t->n_dims, GGUF_MAX_DIMS);
 	const struct type_traits *tt = type_traits_of((enum ggml_type)type);
 	if (tt == NULL)
-		return err_set(c->err, c->err_len, -EINVAL, "%s: tensor '%s': unknown type %" PRIu32,
-			       c->path, t->name, type);
+		return err_set(c->err, c->err_len, -EINVAL,
+		               "%s: tensor '%s': unknown type %" PRIu32, c->path, t->name, type);
 	t->type = (enum ggml_type)type;
 	uint64_t n = 1;
 	for (uint32_t d = 0; d < t->n_dims; d++) {
 		if (t->dims[d] == 0 || t->dims[d] > (uint64_t)INT64_MAX / n)
 			return err_set(c->err, c->err_len, -EINVAL,
-				       "%s: tensor '%s': dimension %" PRIu32 " is %" PRIu64
-				       " (zero, or the element count overflows)",
-				       c->path, t->name, d, t->dims[d]);
+			               "%s: tensor '%s': dimension %" PRIu32 " is %" PRIu64
+			               " (zero, or the element count overflows)",
+			               c->path, t->name, d, t->dims[d]);
 		n *= t->dims[d];
 	}
 	for (uint32_t d = t->n_dims; d < GGUF_MAX_DIMS; d++)
@@ -421,10 +422,10 @@ static int check_tensor_shape(struct cursor *c, struct gguf_tensor *t, uint32_t 
 	uint64_t rows = n / t->dims[0];
 	if (row == 0 || rows > SIZE_MAX / row)
 		return err_set(c->err, c->err_len, -EINVAL,
-			       "%s: tensor '%s': row of %" PRIu64
-			       " elements is not a whole number of %s blocks (%" PRIu32
-			       " elements), or the size overflows",
-			       c->path, t->name, t->dims[0], tt->name, tt->block_size);
+		               "%s: tensor '%s': row of %" PRIu64
+		               " elements is not a whole number of %s blocks (%" PRIu32
+		               " elements), or the size overflows",
+		               c->path, t->name, t->dims[0], tt->name, tt->block_size);
 	t->n_bytes = rows * row;
 	return 0;
 }
@@ -445,8 +446,8 @@ static int parse_tensor_info(struct cursor *c, struct gguf_tensor *t, uint64_t *
 	rc = cur_u32(c, &t->n_dims, "tensor dimension count");
 	if (rc == 0 && (t->n_dims == 0 || t->n_dims > GGUF_MAX_DIMS))
 		return err_set(c->err, c->err_len, -EINVAL,
-			       "%s: tensor '%s': %" PRIu32 " dimensions (must be 1..%d)", c->path,
-			       t->name, t->n_dims, GGUF_MAX_DIMS);
+		               "%s: tensor '%s': %" PRIu32 " dimensions (must be 1..%d)", c->path,
+		               t->name, t->n_dims, GGUF_MAX_DIMS);
 	for (uint32_t d = 0; rc == 0 && d < t->n_dims; d++)
 		rc = cur_u64(c, &t->dims[d], "tensor dimension");
 	if (rc == 0)
@@ -463,20 +464,20 @@ static uint64_t sat_add(uint64_t a, uint64_t b)
 	return a > UINT64_MAX - b ? UINT64_MAX : a + b;
 }
 
-static int place_tensor(struct cursor *c, struct gguf_file *f, struct gguf_tensor *t,
-			uint64_t rel)
+static int place_tensor(struct cursor *c, struct gguf_file *f, struct gguf_tensor *t, uint64_t rel)
 {
 	if (rel % f->alignment != 0)
 		return err_set(c->err, c->err_len, -EINVAL,
-			       "%s: tensor '%s': offset %" PRIu64 " is not a multiple of the alignment %zu",
-			       c->path, t->name, rel, f->alignment);
+		               "%s: tensor '%s': offset %" PRIu64
+		               " is not a multiple of the alignment %zu",
+		               c->path, t->name, rel, f->alignment);
 	uint64_t avail = f->size - f->data_off;
 	if (rel > avail || t->n_bytes > avail - rel)
 		return err_set(c->err, c->err_len, -EINVAL,
-			       "%s: tensor '%s': data [%" PRIu64 ", %" PRIu64
-			       ") extends past end of file (size %zu)",
-			       c->path, t->name, sat_add(f->data_off, rel),
-			       sat_add(sat_add(f->data_off, rel), t->n_bytes), f->size);
+		               "%s: tensor '%s': data [%" PRIu64 ", %" PRIu64
+		               ") extends past end of file (size %zu)",
+		               c->path, t->name, sat_add(f->data_off, rel),
+		               sat_add(sat_add(f->data_off, rel), t->n_bytes), f->size);
 	t->data = f->map + f->data_off + rel;
 	return 0;
 }
@@ -486,8 +487,8 @@ static int parse_tensors(struct cursor *c, struct gguf_file *f, uint64_t n_tenso
 	/* A tensor info takes at least 8 + 1 (name) + 4 + 8 (one dim) + 4 + 8 bytes. */
 	if (n_tensors > cur_left(c) / 33)
 		return err_set(c->err, c->err_len, -EINVAL,
-			       "%s: tensor count %" PRIu64 " cannot fit in a file of %zu bytes",
-			       c->path, n_tensors, c->size);
+		               "%s: tensor count %" PRIu64 " cannot fit in a file of %zu bytes",
+		               c->path, n_tensors, c->size);
 	uint64_t *rel = calloc((size_t)n_tensors + 1, sizeof(*rel));
 	int rc = name_index_init(&f->tensor_index, (size_t)n_tensors);
 	if (rc == 0 && (f->tensors = calloc((size_t)n_tensors + 1, sizeof(*f->tensors))) == NULL)
@@ -504,7 +505,7 @@ static int parse_tensors(struct cursor *c, struct gguf_file *f, uint64_t n_tenso
 		size_t *slot = name_index_slot(&f->tensor_index, t->name, tensor_name_of, f);
 		if (*slot != 0) {
 			rc = err_set(c->err, c->err_len, -EINVAL, "%s: duplicate tensor name '%s'",
-				     c->path, t->name);
+			             c->path, t->name);
 			break;
 		}
 		*slot = (size_t)i + 1;
@@ -514,8 +515,9 @@ static int parse_tensors(struct cursor *c, struct gguf_file *f, uint64_t n_tenso
 		f->data_off = c->pos + pad;
 		if (n_tensors > 0 && pad > cur_left(c))
 			rc = err_set(c->err, c->err_len, -EINVAL,
-				     "%s: tensor data section at offset %zu extends past end of file (size %zu)",
-				     c->path, f->data_off, c->size);
+			             "%s: tensor data section at offset %zu extends past end of "
+			             "file (size %zu)",
+			             c->path, f->data_off, c->size);
 	}
 	for (uint64_t i = 0; rc == 0 && i < n_tensors; i++)
 		rc = place_tensor(c, f, &f->tensors[i], rel[i]);
@@ -531,20 +533,21 @@ static int parse_header(struct cursor *c, struct gguf_file *f, uint64_t *n_tenso
 		return rc;
 	if (memcmp(magic, GGUF_MAGIC, 4) != 0)
 		return err_set(c->err, c->err_len, -EINVAL,
-			       "%s: not a GGUF file (magic is not \"GGUF\")", c->path);
+		               "%s: not a GGUF file (magic is not \"GGUF\")", c->path);
 	if ((rc = cur_u32(c, &f->version, "version")))
 		return rc;
 	if (f->version == 1)
 		return err_set(c->err, c->err_len, -EINVAL,
-			       "%s: GGUF version 1 is not supported (only 2 and 3); re-convert the model with a current llama.cpp",
-			       c->path);
+		               "%s: GGUF version 1 is not supported (only 2 and 3); re-convert the "
+		               "model with a current llama.cpp",
+		               c->path);
 	if (f->version == 0x02000000u || f->version == 0x03000000u)
 		return err_set(c->err, c->err_len, -EINVAL,
-			       "%s: big-endian GGUF files are not supported", c->path);
+		               "%s: big-endian GGUF files are not supported", c->path);
 	if (f->version != 2 && f->version != 3)
 		return err_set(c->err, c->err_len, -EINVAL,
-			       "%s: unsupported GGUF version %" PRIu32 " (supported: 2, 3)", c->path,
-			       f->version);
+		               "%s: unsupported GGUF version %" PRIu32 " (supported: 2, 3)",
+		               c->path, f->version);
 	rc = cur_u64(c, n_tensors, "tensor count");
 	if (rc == 0)
 		rc = cur_u64(c, n_kv, "metadata count");
@@ -564,14 +567,15 @@ static int map_file(const char *path, struct gguf_file *f, char *err, size_t err
 		rc = err_set(err, err_len, -EINVAL, "%s: not a regular file", path);
 	} else if (st.st_size < 24) {
 		rc = err_set(err, err_len, -EINVAL,
-			     "%s: too small to be a GGUF file (%lld bytes, header needs 24)", path,
-			     (long long)st.st_size);
+		             "%s: too small to be a GGUF file (%lld bytes, header needs 24)", path,
+		             (long long)st.st_size);
 	} else if ((uint64_t)st.st_size > SIZE_MAX) {
 		rc = err_set(err, err_len, -EFBIG, "%s: too large to map", path);
 	} else {
 		void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
 		if (m == MAP_FAILED)
-			rc = err_set(err, err_len, -errno, "%s: cannot map: %s", path, strerror(errno));
+			rc = err_set(err, err_len, -errno, "%s: cannot map: %s", path,
+			             strerror(errno));
 		else {
 			f->map = m;
 			f->size = (size_t)st.st_size;
@@ -592,7 +596,8 @@ int gguf_open(const char *path, struct gguf_file **out, char *err, size_t err_le
 	int rc = map_file(path, f, err, err_len);
 	if (rc)
 		goto out;
-	struct cursor c = {.p = f->map, .size = f->size, .path = path, .err = err, .err_len = err_len};
+	struct cursor c = {
+	    .p = f->map, .size = f->size, .path = path, .err = err, .err_len = err_len};
 	uint64_t n_tensors = 0, n_kv = 0;
 	rc = parse_header(&c, f, &n_tensors, &n_kv);
 	if (rc == 0)
@@ -696,20 +701,37 @@ static int scalar_to_int(enum gguf_value_type t, const uint8_t *p, int64_t *out)
 		return -EINVAL;
 	memcpy(&v, p, n);
 	switch (t) {
-	case GGUF_VALUE_UINT8: *out = v.u8; break;
-	case GGUF_VALUE_BOOL: *out = v.u8; break;
-	case GGUF_VALUE_INT8: *out = v.i8; break;
-	case GGUF_VALUE_UINT16: *out = v.u16; break;
-	case GGUF_VALUE_INT16: *out = v.i16; break;
-	case GGUF_VALUE_UINT32: *out = v.u32; break;
-	case GGUF_VALUE_INT32: *out = v.i32; break;
-	case GGUF_VALUE_INT64: *out = v.i64; break;
+	case GGUF_VALUE_UINT8:
+		*out = v.u8;
+		break;
+	case GGUF_VALUE_BOOL:
+		*out = v.u8;
+		break;
+	case GGUF_VALUE_INT8:
+		*out = v.i8;
+		break;
+	case GGUF_VALUE_UINT16:
+		*out = v.u16;
+		break;
+	case GGUF_VALUE_INT16:
+		*out = v.i16;
+		break;
+	case GGUF_VALUE_UINT32:
+		*out = v.u32;
+		break;
+	case GGUF_VALUE_INT32:
+		*out = v.i32;
+		break;
+	case GGUF_VALUE_INT64:
+		*out = v.i64;
+		break;
 	case GGUF_VALUE_UINT64:
 		if (v.u64 > (uint64_t)INT64_MAX)
 			return -EINVAL;
 		*out = (int64_t)v.u64;
 		break;
-	default: return -EINVAL;
+	default:
+		return -EINVAL;
 	}
 	return 0;
 }
@@ -783,7 +805,7 @@ int gguf_get_string(const struct gguf_file *f, const char *key, const char **s, 
 }
 
 int gguf_get_array_info(const struct gguf_file *f, const char *key, enum gguf_value_type *elem_type,
-			uint64_t *count)
+                        uint64_t *count)
 {
 	const struct gguf_kv *kv = find_kv(f, key);
 	if (kv == NULL)
@@ -799,7 +821,7 @@ int gguf_get_array_info(const struct gguf_file *f, const char *key, enum gguf_va
 
 /* The array at key with an element at index; -ERANGE past its end. */
 static int array_elem(const struct gguf_file *f, const char *key, uint64_t index,
-		      const struct gguf_kv **out)
+                      const struct gguf_kv **out)
 {
 	const struct gguf_kv *kv = find_kv(f, key);
 	if (kv == NULL)
@@ -812,8 +834,8 @@ static int array_elem(const struct gguf_file *f, const char *key, uint64_t index
 	return 0;
 }
 
-int gguf_get_array_string(const struct gguf_file *f, const char *key, uint64_t index, const char **s,
-			  size_t *len)
+int gguf_get_array_string(const struct gguf_file *f, const char *key, uint64_t index,
+                          const char **s, size_t *len)
 {
 	const struct gguf_kv *kv;
 	int rc = array_elem(f, key, index, &kv);
@@ -868,7 +890,7 @@ const char *gguf_kv_key(const struct gguf_file *f, size_t index)
 }
 
 int gguf_kv_raw(const struct gguf_file *f, size_t index, enum gguf_value_type *type,
-		const void **data, size_t *len)
+                const void **data, size_t *len)
 {
 	if (index >= f->n_kv)
 		return -ERANGE;

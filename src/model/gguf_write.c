@@ -33,9 +33,9 @@ struct gguf_writer {
 	uint64_t n_kv;
 	struct writer_tensor *tensors; /* (n_tensors) */
 	size_t n_tensors;
-	size_t cur;	       /* tensor being streamed */
-	uint64_t cur_written;  /* its bytes so far */
-	int state;	       /* 0 adding, 1 header written, 2 finished, -1 failed */
+	size_t cur;           /* tensor being streamed */
+	uint64_t cur_written; /* its bytes so far */
+	int state;            /* 0 adding, 1 header written, 2 finished, -1 failed */
 };
 
 int gguf_writer_new(const char *path, struct gguf_writer **out, char *err, size_t err_len)
@@ -48,7 +48,8 @@ int gguf_writer_new(const char *path, struct gguf_writer **out, char *err, size_
 	}
 	w->fp = fopen(path, "wb");
 	if (w->fp == NULL) {
-		int rc = err_set(err, err_len, -errno, "%s: cannot create: %s", path, strerror(errno));
+		int rc =
+		    err_set(err, err_len, -errno, "%s: cannot create: %s", path, strerror(errno));
 		free(w->path);
 		free(w);
 		return rc;
@@ -118,7 +119,7 @@ static int put_key(struct gguf_writer *w, const char *key, enum gguf_value_type 
 }
 
 int gguf_writer_add_raw(struct gguf_writer *w, const char *key, enum gguf_value_type type,
-			const void *data, size_t len)
+                        const void *data, size_t len)
 {
 	int rc = put_key(w, key, type);
 	return rc ? rc : put(w, data, len);
@@ -158,7 +159,7 @@ static size_t scalar_bytes(enum gguf_value_type t)
 }
 
 int gguf_writer_add_array(struct gguf_writer *w, const char *key, enum gguf_value_type elem_type,
-			  uint64_t count, const void *data)
+                          uint64_t count, const void *data)
 {
 	size_t es = scalar_bytes(elem_type);
 	if (es == 0)
@@ -172,7 +173,7 @@ int gguf_writer_add_array(struct gguf_writer *w, const char *key, enum gguf_valu
 }
 
 int gguf_writer_add_string_array(struct gguf_writer *w, const char *key, const char *const *s,
-				 uint64_t count)
+                                 uint64_t count)
 {
 	int rc = put_key(w, key, GGUF_VALUE_ARRAY);
 	if (rc == 0)
@@ -185,7 +186,7 @@ int gguf_writer_add_string_array(struct gguf_writer *w, const char *key, const c
 }
 
 int gguf_writer_add_tensor(struct gguf_writer *w, const char *name, enum ggml_type type,
-			   uint32_t n_dims, const uint64_t *dims)
+                           uint32_t n_dims, const uint64_t *dims)
 {
 	if (w->state != 0 || n_dims == 0 || n_dims > GGUF_MAX_DIMS)
 		return -EINVAL;
@@ -222,7 +223,8 @@ static int write_bytes(struct gguf_writer *w, const void *p, size_t n, char *err
 {
 	if (n && fwrite(p, 1, n, w->fp) != n) {
 		w->state = -1;
-		return err_set(err, err_len, -EIO, "%s: write failed: %s", w->path, strerror(errno));
+		return err_set(err, err_len, -EIO, "%s: write failed: %s", w->path,
+		               strerror(errno));
 	}
 	return 0;
 }
@@ -270,15 +272,15 @@ int gguf_writer_write_header(struct gguf_writer *w, char *err, size_t err_len)
 }
 
 int gguf_writer_write_data(struct gguf_writer *w, const void *data, size_t n, char *err,
-			   size_t err_len)
+                           size_t err_len)
 {
 	if (w->state != 1 || w->cur >= w->n_tensors)
 		return err_set(err, err_len, -EINVAL, "%s: no tensor is waiting for data", w->path);
 	struct writer_tensor *t = &w->tensors[w->cur];
 	if (n > t->n_bytes - w->cur_written)
 		return err_set(err, err_len, -EINVAL,
-			       "%s: tensor '%s': %zu bytes is more than the %llu left", w->path,
-			       t->name, n, (unsigned long long)(t->n_bytes - w->cur_written));
+		               "%s: tensor '%s': %zu bytes is more than the %llu left", w->path,
+		               t->name, n, (unsigned long long)(t->n_bytes - w->cur_written));
 	int rc = write_bytes(w, data, n, err, err_len);
 	w->cur_written += n;
 	if (rc == 0 && w->cur_written == t->n_bytes) {
@@ -294,12 +296,13 @@ int gguf_writer_finish(struct gguf_writer *w, char *err, size_t err_len)
 {
 	if (w->state != 1 || w->cur != w->n_tensors)
 		return err_set(err, err_len, -EINVAL, "%s: %zu of %zu tensors written", w->path,
-			       w->cur, w->n_tensors);
+		               w->cur, w->n_tensors);
 	int rc = fclose(w->fp);
 	w->fp = NULL;
 	if (rc != 0) {
 		unlink(w->path);
-		return err_set(err, err_len, -EIO, "%s: close failed: %s", w->path, strerror(errno));
+		return err_set(err, err_len, -EIO, "%s: close failed: %s", w->path,
+		               strerror(errno));
 	}
 	w->state = 2;
 	return 0;

@@ -24,22 +24,22 @@ int gguf_writer_add_bool(struct gguf_writer *w, const char *key, int v);
 int gguf_writer_add_string(struct gguf_writer *w, const char *key, const char *s);
 /* Numeric array: count elements of elem_type, packed little-endian. */
 int gguf_writer_add_array(struct gguf_writer *w, const char *key, enum gguf_value_type elem_type,
-			  uint64_t count, const void *data);
+                          uint64_t count, const void *data);
 int gguf_writer_add_string_array(struct gguf_writer *w, const char *key, const char *const *s,
-				 uint64_t count);
+                                 uint64_t count);
 /* A value in its serialized form (as gguf_kv_raw returns it). */
 int gguf_writer_add_raw(struct gguf_writer *w, const char *key, enum gguf_value_type type,
-			const void *data, size_t len);
+                        const void *data, size_t len);
 
 /* Tensors, in data order; dims[0] is the row length. */
 int gguf_writer_add_tensor(struct gguf_writer *w, const char *name, enum ggml_type type,
-			   uint32_t n_dims, const uint64_t *dims);
+                           uint32_t n_dims, const uint64_t *dims);
 
 /* Writes header, metadata and tensor infos; then stream each tensor's bytes
  * with gguf_writer_write_data (one tensor may take many calls, a call never
  * spans two tensors). */
 int gguf_writer_write_header(struct gguf_writer *w, char *err, size_t err_len);
 int gguf_writer_write_data(struct gguf_writer *w, const void *data, size_t n, char *err,
-			   size_t err_len);
+                           size_t err_len);
 /* Checks every tensor got all its bytes and closes the file. */
 int gguf_writer_finish(struct gguf_writer *w, char *err, size_t err_len);

@@ -37,7 +37,7 @@ struct load_ctx {
 
 /* Reads <arch>.<suffix> as an int in [lo, hi]; def < 0 means required. */
 static int hp_int(struct load_ctx *c, const char *suffix, int64_t def, int64_t lo, int64_t hi,
-		  int *out)
+                  int *out)
 {
 	char key[128];
 	snprintf(key, sizeof(key), "%s%s", c->prefix, suffix);
@@ -47,21 +47,21 @@ static int hp_int(struct load_ctx *c, const char *suffix, int64_t def, int64_t l
 		v = def;
 	} else if (rc == -ENOENT) {
 		return err_set(c->err, c->err_len, -EINVAL, "%s: required key '%s' is missing",
-			       c->path, key);
+		               c->path, key);
 	} else if (rc) {
 		return err_set(c->err, c->err_len, -EINVAL, "%s: key '%s' is not an integer",
-			       c->path, key);
+		               c->path, key);
 	}
 	if (v < lo || v > hi)
 		return err_set(c->err, c->err_len, -EINVAL,
-			       "%s: key '%s' is %" PRId64 " (must be %" PRId64 "..%" PRId64 ")",
-			       c->path, key, v, lo, hi);
+		               "%s: key '%s' is %" PRId64 " (must be %" PRId64 "..%" PRId64 ")",
+		               c->path, key, v, lo, hi);
 	*out = (int)v;
 	return 0;
 }
 
 static int hp_float(struct load_ctx *c, const char *suffix, double def, double lo, double hi,
-		    double *out)
+                    double *out)
 {
 	char key[128];
 	snprintf(key, sizeof(key), "%s%s", c->prefix, suffix);
@@ -69,11 +69,11 @@ static int hp_float(struct load_ctx *c, const char *suffix, double def, double l
 	if (rc == -ENOENT)
 		*out = def;
 	else if (rc)
-		return err_set(c->err, c->err_len, -EINVAL, "%s: key '%s' is not a number",
-			       c->path, key);
+		return err_set(c->err, c->err_len, -EINVAL, "%s: key '%s' is not a number", c->path,
+		               key);
 	if (!(*out >= lo && *out <= hi))
 		return err_set(c->err, c->err_len, -EINVAL, "%s: key '%s' is %g (must be %g..%g)",
-			       c->path, key, *out, lo, hi);
+		               c->path, key, *out, lo, hi);
 	return 0;
 }
 
@@ -83,15 +83,15 @@ static int read_arch(struct load_ctx *c)
 	size_t len;
 	if (gguf_get_string(c->m->file, "general.architecture", &s, &len) != 0)
 		return err_set(c->err, c->err_len, -EINVAL,
-			       "%s: 'general.architecture' is missing or not a string", c->path);
+		               "%s: 'general.architecture' is missing or not a string", c->path);
 	if (len == 5 && memcmp(s, "llama", 5) == 0)
 		c->m->hp.arch = MODEL_ARCH_LLAMA;
 	else if (len == 5 && memcmp(s, "qwen2", 5) == 0)
 		c->m->hp.arch = MODEL_ARCH_QWEN2;
 	else
 		return err_set(c->err, c->err_len, -EINVAL,
-			       "%s: architecture '%.*s' is not supported (supported: llama, qwen2)",
-			       c->path, (int)(len > 64 ? 64 : len), s);
+		               "%s: architecture '%.*s' is not supported (supported: llama, qwen2)",
+		               c->path, (int)(len > 64 ? 64 : len), s);
 	snprintf(c->prefix, sizeof(c->prefix), "%.5s.", s);
 	return 0;
 }
@@ -110,20 +110,21 @@ static int read_hparams(struct load_ctx *c)
 		rc = hp_int(c, "attention.head_count", -1, 1, hp->dim, &hp->n_heads);
 	if (rc == 0)
 		rc = hp_int(c, "attention.head_count_kv", hp->n_heads, 1, hp->n_heads,
-			    &hp->n_kv_heads);
+		            &hp->n_kv_heads);
 	if (rc == 0)
 		rc = hp_int(c, "context_length", 2048, 1, INT32_MAX, &hp->context_length);
 	if (rc)
 		return rc;
 	if (hp->dim % hp->n_heads != 0 || hp->n_heads % hp->n_kv_heads != 0)
 		return err_set(c->err, c->err_len, -EINVAL,
-			       "%s: embedding_length %d, head_count %d, head_count_kv %d: the width must divide into heads and the heads into KV groups",
-			       c->path, hp->dim, hp->n_heads, hp->n_kv_heads);
+		               "%s: embedding_length %d, head_count %d, head_count_kv %d: the "
+		               "width must divide into heads and the heads into KV groups",
+		               c->path, hp->dim, hp->n_heads, hp->n_kv_heads);
 	hp->head_dim = hp->dim / hp->n_heads;
 	rc = hp_int(c, "rope.dimension_count", hp->head_dim, 2, hp->head_dim, &hp->rope_dim);
 	if (rc == 0 && hp->rope_dim % 2 != 0)
 		rc = err_set(c->err, c->err_len, -EINVAL, "%s: rope.dimension_count %d is odd",
-			     c->path, hp->rope_dim);
+		             c->path, hp->rope_dim);
 	if (rc == 0)
 		rc = hp_float(c, "rope.freq_base", 10000.0, 1e-3, 1e12, &hp->rope_theta);
 	double eps = 0;
@@ -150,26 +151,27 @@ static int own(struct model *m, void *buf)
 
 /* A tensor that must exist with dims [d0] (d1 == 0) or [d0, d1]. */
 static int find_shaped(struct load_ctx *c, const char *name, uint64_t d0, uint64_t d1,
-		       const struct gguf_tensor **out)
+                       const struct gguf_tensor **out)
 {
 	const struct gguf_tensor *t = gguf_find_tensor(c->m->file, name);
 	if (t == NULL)
 		return err_set(c->err, c->err_len, -EINVAL, "%s: tensor '%s' is missing", c->path,
-			       name);
+		               name);
 	uint32_t want_dims = d1 ? 2 : 1;
 	if (t->n_dims != want_dims || t->dims[0] != d0 || (d1 && t->dims[1] != d1)) {
 		char found[96] = "";
 		size_t n = 0;
 		for (uint32_t i = 0; i < t->n_dims && n < sizeof(found); i++)
 			n += (size_t)snprintf(found + n, sizeof(found) - n, "%s%" PRIu64,
-					      i ? ", " : "", t->dims[i]);
+			                      i ? ", " : "", t->dims[i]);
 		if (d1)
 			return err_set(c->err, c->err_len, -EINVAL,
-				       "%s: tensor '%s' has dims [%s], expected [%" PRIu64 ", %" PRIu64 "]",
-				       c->path, name, found, d0, d1);
+			               "%s: tensor '%s' has dims [%s], expected [%" PRIu64
+			               ", %" PRIu64 "]",
+			               c->path, name, found, d0, d1);
 		return err_set(c->err, c->err_len, -EINVAL,
-			       "%s: tensor '%s' has dims [%s], expected [%" PRIu64 "]", c->path,
-			       name, found, d0);
+		               "%s: tensor '%s' has dims [%s], expected [%" PRIu64 "]", c->path,
+		               name, found, d0);
 	}
 	*out = t;
 	return 0;
@@ -178,13 +180,13 @@ static int find_shaped(struct load_ctx *c, const char *name, uint64_t d0, uint64
 static int unsupported(struct load_ctx *c, const struct gguf_tensor *t)
 {
 	return err_set(c->err, c->err_len, -ENOTSUP,
-		       "%s: tensor '%s' has type %s, which sinkd does not support; supported: %s",
-		       c->path, t->name, ggml_type_name(t->type), MODEL_SUPPORTED_TYPES);
+	               "%s: tensor '%s' has type %s, which sinkd does not support; supported: %s",
+	               c->path, t->name, ggml_type_name(t->type), MODEL_SUPPORTED_TYPES);
 }
 
 /* An F32 copy of tensor t in model-owned memory, `rows` rows of `cols`. */
 static int to_f32(struct load_ctx *c, const struct gguf_tensor *t, uint64_t rows, uint64_t cols,
-		  float **out)
+                  float **out)
 {
 	*out = NULL;
 	if (!dequant_supported(t->type))
@@ -193,11 +195,12 @@ static int to_f32(struct load_ctx *c, const struct gguf_tensor *t, uint64_t rows
 	float *buf = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
 	if (buf == NULL)
 		return err_set(c->err, c->err_len, -ENOMEM,
-			       "%s: tensor '%s': cannot allocate %zu bytes", c->path, t->name, bytes);
+		               "%s: tensor '%s': cannot allocate %zu bytes", c->path, t->name,
+		               bytes);
 	size_t row_bytes = ggml_row_bytes(t->type, cols);
 	for (uint64_t r = 0; r < rows; r++)
 		dequantize_row(t->type, (const uint8_t *)t->data + r * row_bytes, buf + r * cols,
-			       cols);
+		               cols);
 	int rc = own(c->m, buf);
 	*out = buf;
 	return rc;
@@ -228,7 +231,7 @@ static bool natively_computed(enum ggml_type type)
 
 /* A (rows, cols) matrix: kept as stored, or dequantized to F32. */
 static int load_matrix(struct load_ctx *c, const char *name, int rows, int cols,
-		       struct weight_matrix *w)
+                       struct weight_matrix *w)
 {
 	const struct gguf_tensor *t;
 	int rc = find_shaped(c, name, (uint64_t)cols, (uint64_t)rows, &t);
@@ -256,9 +259,9 @@ static int load_layer(struct load_ctx *c, int i, struct model_layer *l)
 	const struct model_hparams *hp = &c->m->hp;
 	int q_dim = hp->n_heads * hp->head_dim, kv_dim = hp->n_kv_heads * hp->head_dim;
 	char n[9][64];
-	static const char *const parts[9] = {"attn_norm", "attn_q",   "attn_k",
-					     "attn_v",	  "attn_output", "ffn_norm",
-					     "ffn_gate",  "ffn_up",	 "ffn_down"};
+	static const char *const parts[9] = {"attn_norm", "attn_q",      "attn_k",
+	                                     "attn_v",    "attn_output", "ffn_norm",
+	                                     "ffn_gate",  "ffn_up",      "ffn_down"};
 	for (int k = 0; k < 9; k++)
 		snprintf(n[k], sizeof(n[k]), "blk.%d.%s.weight", i, parts[k]);
 	int rc = load_vector(c, n[0], (uint64_t)hp->dim, &l->attn_norm);
@@ -298,19 +301,19 @@ static int load_tensors(struct load_ctx *c)
 	size_t n_tensors = gguf_n_tensors(m->file);
 	if ((size_t)hp->n_layers > n_tensors / 9)
 		return err_set(c->err, c->err_len, -EINVAL,
-			       "%s: block_count %d needs at least %d tensors, the file has %zu",
-			       c->path, hp->n_layers, 9 * hp->n_layers, n_tensors);
+		               "%s: block_count %d needs at least %d tensors, the file has %zu",
+		               c->path, hp->n_layers, 9 * hp->n_layers, n_tensors);
 	const struct gguf_tensor *emb = gguf_find_tensor(m->file, "token_embd.weight");
 	if (emb == NULL)
-		return err_set(c->err, c->err_len, -EINVAL, "%s: tensor 'token_embd.weight' is missing",
-			       c->path);
+		return err_set(c->err, c->err_len, -EINVAL,
+		               "%s: tensor 'token_embd.weight' is missing", c->path);
 	if (emb->n_dims != 2 || emb->dims[1] > MODEL_MAX_VOCAB)
 		return err_set(c->err, c->err_len, -EINVAL,
-			       "%s: tensor 'token_embd.weight' must have dims [%d, n_vocab <= %d]",
-			       c->path, hp->dim, MODEL_MAX_VOCAB);
+		               "%s: tensor 'token_embd.weight' must have dims [%d, n_vocab <= %d]",
+		               c->path, hp->dim, MODEL_MAX_VOCAB);
 	hp->n_vocab = (int)emb->dims[1];
-	hp->has_qkv_bias = hp->arch == MODEL_ARCH_QWEN2 ||
-			   gguf_find_tensor(m->file, "blk.0.attn_q.bias") != NULL;
+	hp->has_qkv_bias =
+	    hp->arch == MODEL_ARCH_QWEN2 || gguf_find_tensor(m->file, "blk.0.attn_q.bias") != NULL;
 	hp->tied_output = gguf_find_tensor(m->file, "output.weight") == NULL;
 	int rc = load_matrix(c, "token_embd.weight", hp->n_vocab, hp->dim, &m->token_embd);
 	if (rc == 0)
@@ -337,8 +340,8 @@ static int check_sha256(const char *path, const char *expected, char *err, size_
 		return rc;
 	if (strlen(expected) != 64 || strcasecmp(hex, expected) != 0)
 		return err_set(err, err_len, -EBADMSG,
-			       "%s: SHA-256 mismatch: expected %.64s, file has %s", path, expected,
-			       hex);
+		               "%s: SHA-256 mismatch: expected %.64s, file has %s", path, expected,
+		               hex);
 	return 0;
 }
 
@@ -356,11 +359,12 @@ static void set_name(struct model *m, const char *path)
 }
 
 int model_load(const char *path, const struct model_load_options *opt, struct model **out,
-	       char *err, size_t err_len)
+               char *err, size_t err_len)
 {
 	*out = NULL;
 	int rc = 0;
-	if (opt && opt->expected_sha256 && (rc = check_sha256(path, opt->expected_sha256, err, err_len)))
+	if (opt && opt->expected_sha256 &&
+	    (rc = check_sha256(path, opt->expected_sha256, err, err_len)))
 		return rc;
 	struct model *m = calloc(1, sizeof(*m));
 	if (m == NULL)

@@ -21,7 +21,7 @@ static void print_scalar(const struct gguf_file *f, const char *key, enum gguf_v
 	else if (t == GGUF_VALUE_BOOL && gguf_get_bool(f, key, &b) == 0)
 		printf("%s", b ? "true" : "false");
 	else if ((t == GGUF_VALUE_FLOAT32 || t == GGUF_VALUE_FLOAT64) &&
-		 gguf_get_float(f, key, &d) == 0)
+	         gguf_get_float(f, key, &d) == 0)
 		printf("%g", d);
 	else if (gguf_get_int(f, key, &i) == 0)
 		printf("%" PRId64, i);
@@ -60,7 +60,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "sinkd-gguf-dump: %s\n", err);
 		return 1;
 	}
-	printf("GGUF v%" PRIu32 ", %zu keys, %zu tensors, alignment %zu, data at %zu of %zu bytes\n",
+	printf("GGUF v%" PRIu32
+	       ", %zu keys, %zu tensors, alignment %zu, data at %zu of %zu bytes\n",
 	       gguf_version(f), gguf_n_kv(f), gguf_n_tensors(f), gguf_alignment(f),
 	       gguf_data_offset(f), gguf_file_size(f));
 	for (size_t i = 0; i < gguf_n_kv(f); i++) {
@@ -83,7 +84,7 @@ int main(int argc, char **argv)
 			printf("%s%" PRIu64, d ? ", " : "", t->dims[d]);
 		printf("] %" PRIu64 " bytes at %zu\n", t->n_bytes,
 		       (size_t)((const char *)t->data - (const char *)gguf_tensor_at(f, 0)->data) +
-			       gguf_data_offset(f));
+		           gguf_data_offset(f));
 	}
 	gguf_close(f);
 	return 0;

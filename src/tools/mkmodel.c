@@ -45,7 +45,7 @@ static float rng_normalish(uint64_t *state)
 {
 	uint64_t r = rng_next(state);
 	int64_t sum = (int64_t)(r & 0xffff) + (int64_t)((r >> 16) & 0xffff) +
-		      (int64_t)((r >> 32) & 0xffff) + (int64_t)(r >> 48);
+	              (int64_t)((r >> 32) & 0xffff) + (int64_t)(r >> 48);
 	/* mean 2*65535, variance 4 * 65536^2 / 12 */
 	return (float)(sum - 131070) * (1.7320508f / 65536.0f);
 }
@@ -54,7 +54,7 @@ static float rng_normalish(uint64_t *state)
  * Vocabulary. */
 
 static int copy_vocab(struct gguf_writer *w, const char *path, int *n_vocab, char *err,
-		      size_t err_len)
+                      size_t err_len)
 {
 	struct gguf_file *v;
 	int rc = gguf_open(path, &v, err, err_len);
@@ -63,7 +63,8 @@ static int copy_vocab(struct gguf_writer *w, const char *path, int *n_vocab, cha
 	uint64_t count = 0;
 	if (gguf_get_array_info(v, "tokenizer.ggml.tokens", NULL, &count) != 0 || count == 0 ||
 	    count > (1 << 24)) {
-		rc = err_set(err, err_len, -EINVAL, "%s: no usable tokenizer.ggml.tokens array", path);
+		rc = err_set(err, err_len, -EINVAL, "%s: no usable tokenizer.ggml.tokens array",
+		             path);
 		goto out;
 	}
 	*n_vocab = (int)count;
@@ -135,9 +136,14 @@ static int make_byte_vocab(struct gguf_writer *w, int n_vocab)
 		ptrs[i] = pieces[i];
 	}
 	rc = gguf_writer_add_string(w, "tokenizer.ggml.model", "llama");
-	rc = rc ? rc : gguf_writer_add_string_array(w, "tokenizer.ggml.tokens", ptrs, (uint64_t)n_vocab);
-	rc = rc ? rc : gguf_writer_add_array(w, "tokenizer.ggml.scores", GGUF_VALUE_FLOAT32, (uint64_t)n_vocab, scores);
-	rc = rc ? rc : gguf_writer_add_array(w, "tokenizer.ggml.token_type", GGUF_VALUE_INT32, (uint64_t)n_vocab, types);
+	rc = rc ? rc
+	        : gguf_writer_add_string_array(w, "tokenizer.ggml.tokens", ptrs, (uint64_t)n_vocab);
+	rc = rc ? rc
+	        : gguf_writer_add_array(w, "tokenizer.ggml.scores", GGUF_VALUE_FLOAT32,
+	                                (uint64_t)n_vocab, scores);
+	rc = rc ? rc
+	        : gguf_writer_add_array(w, "tokenizer.ggml.token_type", GGUF_VALUE_INT32,
+	                                (uint64_t)n_vocab, types);
 	rc = rc ? rc : gguf_writer_add_u32(w, "tokenizer.ggml.unknown_token_id", 0);
 	rc = rc ? rc : gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 1);
 	rc = rc ? rc : gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 2);
@@ -163,14 +169,14 @@ static int tensor_list(const struct mk_options *o, struct mk_tensor *t, int cap)
 	int n = 0;
 	uint64_t dim = (uint64_t)o->dim, kv = dim / (uint64_t)o->heads * (uint64_t)o->kv_heads;
 	uint64_t ffn = (uint64_t)o->ffn, vocab = (uint64_t)o->vocab_size;
-#define ADD(c, r, ...)                                                                   \
-	do {                                                                             \
-		if (n < cap) {                                                           \
-			snprintf(t[n].name, sizeof(t[n].name), __VA_ARGS__);             \
-			t[n].cols = (c);                                                 \
-			t[n].rows = (r);                                                 \
-		}                                                                        \
-		n++;                                                                     \
+#define ADD(c, r, ...)                                                                             \
+	do {                                                                                       \
+		if (n < cap) {                                                                     \
+			snprintf(t[n].name, sizeof(t[n].name), __VA_ARGS__);                       \
+			t[n].cols = (c);                                                           \
+			t[n].rows = (r);                                                           \
+		}                                                                                  \
+		n++;                                                                               \
 	} while (0)
 	ADD(dim, vocab, "token_embd.weight");
 	ADD(dim, 0, "output_norm.weight");
@@ -204,13 +210,17 @@ static void encode_row(enum ggml_type type, const float *row, uint64_t n, void *
 		for (uint64_t i = 0; i < n; i++)
 			h[i] = f32_to_bf16(row[i]);
 		break;
-	case GGML_TYPE_Q8_0: quantize_row_q8_0(row, out, n); break;
-	default: memcpy(out, row, n * sizeof(float)); break;
+	case GGML_TYPE_Q8_0:
+		quantize_row_q8_0(row, out, n);
+		break;
+	default:
+		memcpy(out, row, n * sizeof(float));
+		break;
 	}
 }
 
 static int write_tensor_data(struct gguf_writer *w, const struct mk_options *o,
-			     const struct mk_tensor *t, uint64_t *rng, char *err, size_t err_len)
+                             const struct mk_tensor *t, uint64_t *rng, char *err, size_t err_len)
 {
 	enum ggml_type type = t->rows ? o->type : GGML_TYPE_F32;
 	uint64_t rows = t->rows ? t->rows : 1;
@@ -243,8 +253,11 @@ static int add_hparams(struct gguf_writer *w, const struct mk_options *o)
 	rc = rc ? rc : gguf_writer_add_u32(w, "llama.block_count", (uint32_t)o->layers);
 	rc = rc ? rc : gguf_writer_add_u32(w, "llama.feed_forward_length", (uint32_t)o->ffn);
 	rc = rc ? rc : gguf_writer_add_u32(w, "llama.attention.head_count", (uint32_t)o->heads);
-	rc = rc ? rc : gguf_writer_add_u32(w, "llama.attention.head_count_kv", (uint32_t)o->kv_heads);
-	rc = rc ? rc : gguf_writer_add_u32(w, "llama.rope.dimension_count", (uint32_t)(o->dim / o->heads));
+	rc = rc ? rc
+	        : gguf_writer_add_u32(w, "llama.attention.head_count_kv", (uint32_t)o->kv_heads);
+	rc = rc ? rc
+	        : gguf_writer_add_u32(w, "llama.rope.dimension_count",
+	                              (uint32_t)(o->dim / o->heads));
 	rc = rc ? rc : gguf_writer_add_f32(w, "llama.rope.freq_base", 10000.0f);
 	rc = rc ? rc : gguf_writer_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
 	return rc;
@@ -270,7 +283,7 @@ static int write_model(struct mk_options *o, uint64_t *n_params, char *err, size
 	for (int i = 0; rc == 0 && i < n; i++) {
 		uint64_t dims[2] = {t[i].cols, t[i].rows};
 		rc = gguf_writer_add_tensor(w, t[i].name, t[i].rows ? o->type : GGML_TYPE_F32,
-					    t[i].rows ? 2 : 1, dims);
+		                            t[i].rows ? 2 : 1, dims);
 		*n_params += t[i].cols * (t[i].rows ? t[i].rows : 1);
 	}
 	if (rc && err && !err[0])
@@ -292,13 +305,14 @@ static int write_model(struct mk_options *o, uint64_t *n_params, char *err, size
 
 static void usage(FILE *fp)
 {
-	fprintf(fp,
-		"usage: sinkd-mkmodel --out FILE [--vocab VOCAB.gguf | --vocab-size N]\n"
-		"                     --dim D --layers L --heads H [--kv-heads K] --ffn F\n"
-		"                     [--type f32|f16|bf16|q8_0] [--tied] [--seed S] [--context C]\n"
-		"Writes a GGUF v3 llama model with random weights (N(0, 0.02), norms 1).\n"
-		"The vocabulary and every tokenizer.* key come from --vocab; without it a\n"
-		"byte-level vocabulary of --vocab-size (>= 259, default 512) tokens is made.\n");
+	fprintf(
+	    fp,
+	    "usage: sinkd-mkmodel --out FILE [--vocab VOCAB.gguf | --vocab-size N]\n"
+	    "                     --dim D --layers L --heads H [--kv-heads K] --ffn F\n"
+	    "                     [--type f32|f16|bf16|q8_0] [--tied] [--seed S] [--context C]\n"
+	    "Writes a GGUF v3 llama model with random weights (N(0, 0.02), norms 1).\n"
+	    "The vocabulary and every tokenizer.* key come from --vocab; without it a\n"
+	    "byte-level vocabulary of --vocab-size (>= 259, default 512) tokens is made.\n");
 }
 
 static int parse_type(const char *s, enum ggml_type *t)
@@ -307,9 +321,9 @@ static int parse_type(const char *s, enum ggml_type *t)
 		const char *name;
 		enum ggml_type type;
 	} types[] = {{"f32", GGML_TYPE_F32},
-		     {"f16", GGML_TYPE_F16},
-		     {"bf16", GGML_TYPE_BF16},
-		     {"q8_0", GGML_TYPE_Q8_0}};
+	             {"f16", GGML_TYPE_F16},
+	             {"bf16", GGML_TYPE_BF16},
+	             {"q8_0", GGML_TYPE_Q8_0}};
 	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
 		if (strcmp(s, types[i].name) == 0) {
 			*t = types[i].type;
@@ -332,10 +346,12 @@ static int parse_int(const char *s, int lo, int hi, int *out)
 static int check_options(const struct mk_options *o, char *err, size_t err_len)
 {
 	if (!o->out || !o->dim || !o->layers || !o->heads || !o->ffn)
-		return err_set(err, err_len, -EINVAL, "--out, --dim, --layers, --heads and --ffn are required");
+		return err_set(err, err_len, -EINVAL,
+		               "--out, --dim, --layers, --heads and --ffn are required");
 	if (o->dim % o->heads || (o->dim / o->heads) % 2 || o->heads % o->kv_heads)
 		return err_set(err, err_len, -EINVAL,
-			       "--dim must split into --heads of even width, and --heads into --kv-heads groups");
+		               "--dim must split into --heads of even width, and --heads into "
+		               "--kv-heads groups");
 	if (o->type == GGML_TYPE_Q8_0 && (o->dim % 32 || o->ffn % 32))
 		return err_set(err, err_len, -EINVAL, "q8_0 needs --dim and --ffn multiples of 32");
 	if (!o->vocab && o->vocab_size < 259)
@@ -345,33 +361,61 @@ static int check_options(const struct mk_options *o, char *err, size_t err_len)
 
 static int parse_args(int argc, char **argv, struct mk_options *o, char *err, size_t err_len)
 {
-	static const struct option longs[] = {
-		{"out", 1, 0, 'o'},   {"vocab", 1, 0, 'v'},	{"dim", 1, 0, 'd'},
-		{"layers", 1, 0, 'l'}, {"heads", 1, 0, 'h'},	{"kv-heads", 1, 0, 'k'},
-		{"ffn", 1, 0, 'f'},   {"vocab-size", 1, 0, 'n'}, {"type", 1, 0, 't'},
-		{"tied", 0, 0, 'T'},  {"seed", 1, 0, 's'},	{"context", 1, 0, 'c'},
-		{"help", 0, 0, 'H'},  {0, 0, 0, 0}};
+	static const struct option longs[] = {{"out", 1, 0, 'o'},   {"vocab", 1, 0, 'v'},
+	                                      {"dim", 1, 0, 'd'},   {"layers", 1, 0, 'l'},
+	                                      {"heads", 1, 0, 'h'}, {"kv-heads", 1, 0, 'k'},
+	                                      {"ffn", 1, 0, 'f'},   {"vocab-size", 1, 0, 'n'},
+	                                      {"type", 1, 0, 't'},  {"tied", 0, 0, 'T'},
+	                                      {"seed", 1, 0, 's'},  {"context", 1, 0, 'c'},
+	                                      {"help", 0, 0, 'H'},  {0, 0, 0, 0}};
 	int c, rc = 0, idx = 0;
 	while (rc == 0 && (c = getopt_long(argc, argv, "", longs, &idx)) != -1) {
 		switch (c) {
-		case 'o': o->out = optarg; break;
-		case 'v': o->vocab = optarg; break;
-		case 'd': rc = parse_int(optarg, 2, 1 << 16, &o->dim); break;
-		case 'l': rc = parse_int(optarg, 1, 1024, &o->layers); break;
-		case 'h': rc = parse_int(optarg, 1, 1 << 12, &o->heads); break;
-		case 'k': rc = parse_int(optarg, 1, 1 << 12, &o->kv_heads); break;
-		case 'f': rc = parse_int(optarg, 1, 1 << 18, &o->ffn); break;
-		case 'n': rc = parse_int(optarg, 1, 1 << 20, &o->vocab_size); break;
-		case 't': rc = parse_type(optarg, &o->type); break;
-		case 'T': o->tied = 1; break;
-		case 's': o->seed = strtoull(optarg, NULL, 0); break;
-		case 'c': rc = parse_int(optarg, 1, 1 << 24, &o->context); break;
-		case 'H': usage(stdout); return 1;
-		default: return err_set(err, err_len, -EINVAL, "unknown option (see --help)");
+		case 'o':
+			o->out = optarg;
+			break;
+		case 'v':
+			o->vocab = optarg;
+			break;
+		case 'd':
+			rc = parse_int(optarg, 2, 1 << 16, &o->dim);
+			break;
+		case 'l':
+			rc = parse_int(optarg, 1, 1024, &o->layers);
+			break;
+		case 'h':
+			rc = parse_int(optarg, 1, 1 << 12, &o->heads);
+			break;
+		case 'k':
+			rc = parse_int(optarg, 1, 1 << 12, &o->kv_heads);
+			break;
+		case 'f':
+			rc = parse_int(optarg, 1, 1 << 18, &o->ffn);
+			break;
+		case 'n':
+			rc = parse_int(optarg, 1, 1 << 20, &o->vocab_size);
+			break;
+		case 't':
+			rc = parse_type(optarg, &o->type);
+			break;
+		case 'T':
+			o->tied = 1;
+			break;
+		case 's':
+			o->seed = strtoull(optarg, NULL, 0);
+			break;
+		case 'c':
+			rc = parse_int(optarg, 1, 1 << 24, &o->context);
+			break;
+		case 'H':
+			usage(stdout);
+			return 1;
+		default:
+			return err_set(err, err_len, -EINVAL, "unknown option (see --help)");
 		}
 		if (rc)
 			return err_set(err, err_len, rc, "bad value for --%s: '%s'",
-				       longs[idx].name, optarg);
+			               longs[idx].name, optarg);
 	}
 	if (optind < argc)
 		return err_set(err, err_len, -EINVAL, "unexpected argument '%s'", argv[optind]);
@@ -382,7 +426,8 @@ static int parse_args(int argc, char **argv, struct mk_options *o, char *err, si
 
 int main(int argc, char **argv)
 {
-	struct mk_options o = {.type = GGML_TYPE_F32, .vocab_size = 512, .context = 2048, .seed = 1};
+	struct mk_options o = {
+	    .type = GGML_TYPE_F32, .vocab_size = 512, .context = 2048, .seed = 1};
 	char err[SINKD_ERR_LEN] = "";
 	int rc = parse_args(argc, argv, &o, err, sizeof(err));
 	if (rc > 0)
@@ -402,7 +447,8 @@ int main(int argc, char **argv)
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
-	printf("%s: llama, %" PRIu64 " parameters (%s), vocab %d, dim %d, %d layers, %d/%d heads, ffn %d%s; %.1f s\n",
+	printf("%s: llama, %" PRIu64
+	       " parameters (%s), vocab %d, dim %d, %d layers, %d/%d heads, ffn %d%s; %.1f s\n",
 	       o.out, n_params, ggml_type_name(o.type), o.vocab_size, o.dim, o.layers, o.heads,
 	       o.kv_heads, o.ffn, o.tied ? ", tied output" : "", s);
 	return 0;

@@ -21,10 +21,10 @@ START_TEST(test_fp16_scalars)
 	ck_assert_uint_eq(f32_to_fp16(1.0f), 0x3c00);
 	ck_assert_uint_eq(f32_to_fp16(-2.0f), 0xc000);
 	ck_assert_uint_eq(f32_to_fp16(65504.0f), 0x7bff);
-	ck_assert_uint_eq(f32_to_fp16(65520.0f), 0x7c00);	  /* rounds up to inf */
+	ck_assert_uint_eq(f32_to_fp16(65520.0f), 0x7c00); /* rounds up to inf */
 	ck_assert_uint_eq(f32_to_fp16(65519.0f), 0x7bff);
-	ck_assert_uint_eq(f32_to_fp16(0x1p-24f), 0x0001);	  /* smallest subnormal */
-	ck_assert_uint_eq(f32_to_fp16(0x1p-26f), 0x0000);	  /* below half of it */
+	ck_assert_uint_eq(f32_to_fp16(0x1p-24f), 0x0001);        /* smallest subnormal */
+	ck_assert_uint_eq(f32_to_fp16(0x1p-26f), 0x0000);        /* below half of it */
 	ck_assert_uint_eq(f32_to_fp16(1.0f + 0x1p-11f), 0x3c00); /* tie -> even */
 	ck_assert_uint_eq(f32_to_fp16(1.0f + 3 * 0x1p-11f), 0x3c02);
 	ck_assert_uint_eq(f32_to_fp16(-0.0f), 0x8000);
@@ -46,7 +46,7 @@ START_TEST(test_bf16_scalars)
 {
 	ck_assert_uint_eq(f32_to_bf16(1.0f), 0x3f80);
 	ck_assert_float_eq(bf16_to_f32(0xc040), -3.0f);
-	ck_assert_uint_eq(f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);	 /* tie -> even */
+	ck_assert_uint_eq(f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);     /* tie -> even */
 	ck_assert_uint_eq(f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3f82); /* tie -> even (up) */
 	ck_assert_uint_eq(f32_to_bf16(1.0f + 0x1p-8f + 0x1p-20f), 0x3f81);
 	ck_assert(isnan(bf16_to_f32(f32_to_bf16(NAN))));
@@ -193,7 +193,7 @@ START_TEST(test_q5_k)
 		q[i] = (i * 11 + i / 5) % 32;
 	for (int i = 0; i < 256; i++) {
 		int j = i / 32, l = i % 32;
-		b[16 + l] |= (uint8_t)(((q[i] >> 4) & 1) << j);	 /* qh: bit j of byte l */
+		b[16 + l] |= (uint8_t)(((q[i] >> 4) & 1) << j); /* qh: bit j of byte l */
 		b[48 + 32 * (j / 2) + l] |= (uint8_t)((q[i] & 15) << (4 * (j % 2)));
 	}
 	float y[256];

@@ -107,7 +107,8 @@ START_TEST(test_vocab_file_string_index)
 {
 	char err[SINKD_ERR_LEN];
 	struct gguf_file *f;
-	ck_assert_int_eq(gguf_open(shared("vocab/ggml-vocab-llama-spm.gguf"), &f, err, sizeof(err)), 0);
+	ck_assert_int_eq(gguf_open(shared("vocab/ggml-vocab-llama-spm.gguf"), &f, err, sizeof(err)),
+	                 0);
 	ck_assert_uint_eq(gguf_n_tensors(f), 0);
 	uint64_t n;
 	ck_assert_int_eq(gguf_get_array_info(f, "tokenizer.ggml.tokens", NULL, &n), 0);
@@ -131,7 +132,8 @@ END_TEST
 START_TEST(test_sha256)
 {
 	char hex[65], err[SINKD_ERR_LEN];
-	ck_assert_int_eq(sha256_file_hex(shared("models/stories260K.gguf"), hex, err, sizeof(err)), 0);
+	ck_assert_int_eq(sha256_file_hex(shared("models/stories260K.gguf"), hex, err, sizeof(err)),
+	                 0);
 	FILE *fp = fopen(shared("models/SHA256SUMS"), "r");
 	ck_assert_ptr_nonnull(fp);
 	char want[65] = "";
@@ -242,7 +244,7 @@ static void raw_header(struct raw *r, uint32_t version, uint64_t n_tensors, uint
 
 /* One tensor info: name, dims, type, relative offset. */
 static void raw_tensor(struct raw *r, const char *name, uint32_t n_dims, const uint64_t *dims,
-		       uint32_t type, uint64_t off)
+                       uint32_t type, uint64_t off)
 {
 	raw_str(r, name);
 	raw_u32(r, n_dims);

@@ -16,10 +16,10 @@
 #include "model/model.h"
 #include "util/errbuf.h"
 
-static uint8_t *orig;	  /* (orig_size) the pristine file */
+static uint8_t *orig; /* (orig_size) the pristine file */
 static size_t orig_size;
-static size_t meta_end;	  /* start of the tensor data section */
-static char scratch[64];  /* the mutated copy */
+static size_t meta_end;  /* start of the tensor data section */
+static char scratch[64]; /* the mutated copy */
 
 static void read_original(void)
 {
@@ -98,8 +98,8 @@ static void check_consistent(const struct model *m)
 	check_vector(m, m->output_norm, hp->dim, &sink);
 	for (int l = 0; l < hp->n_layers; l++) {
 		const struct model_layer *ly = &m->layers[l];
-		const struct weight_matrix *mats[7] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo,
-						       &ly->w_gate, &ly->w_up, &ly->w_down};
+		const struct weight_matrix *mats[7] = {&ly->wq,     &ly->wk,   &ly->wv,    &ly->wo,
+		                                       &ly->w_gate, &ly->w_up, &ly->w_down};
 		for (int k = 0; k < 7; k++)
 			check_matrix(m, mats[k], &sink);
 		check_vector(m, ly->attn_norm, hp->dim, &sink);
@@ -115,7 +115,8 @@ static int try_load(void)
 	int rc = model_load(scratch, NULL, &m, err, sizeof(err));
 	if (rc != 0) {
 		ck_assert_ptr_null(m);
-		ck_assert_msg(strstr(err, scratch) != NULL, "message without the file name: %s", err);
+		ck_assert_msg(strstr(err, scratch) != NULL, "message without the file name: %s",
+		              err);
 		return 0;
 	}
 	check_consistent(m);
@@ -241,13 +242,15 @@ START_TEST(test_mutated_fields)
 		size_t off = fields[i].off, w = fields[i].width;
 		uint64_t o = 0, max = w == 8 ? UINT64_MAX : UINT32_MAX;
 		memcpy(&o, orig + off, w);
-		const uint64_t vals[] = {max, 0x7fffffff, 0, (o + 1) & max, (o - 1) & max,
-					 w == 8 ? 1ull << 40 : 1ull << 20};
+		const uint64_t vals[] = {
+		    max,           0x7fffffff,    0,
+		    (o + 1) & max, (o - 1) & max, w == 8 ? 1ull << 40 : 1ull << 20};
 		for (size_t k = 0; k < sizeof(vals) / sizeof(vals[0]); k++)
 			trial(fd, off, w, vals[k], &loaded, &rejected);
 	}
-	fprintf(stderr, "hostile: %zu structural fields, %d variants rejected, %d loaded consistently\n",
-		n_fields, rejected, loaded);
+	fprintf(stderr,
+	        "hostile: %zu structural fields, %d variants rejected, %d loaded consistently\n",
+	        n_fields, rejected, loaded);
 	ck_assert_uint_gt(n_fields, 800);
 	ck_assert_int_gt(rejected, 3000);
 	free(fields);
@@ -265,8 +268,9 @@ START_TEST(test_mutated_fields)
 	}
 	close(fd);
 	unlink(scratch);
-	fprintf(stderr, "hostile: aligned u64 sweep of %zu bytes: %d rejected, %d loaded consistently\n",
-		meta_end, swept_rejected, swept_loaded);
+	fprintf(stderr,
+	        "hostile: aligned u64 sweep of %zu bytes: %d rejected, %d loaded consistently\n",
+	        meta_end, swept_rejected, swept_loaded);
 	/* both outcomes occur: string and score bytes are free, counts are not */
 	ck_assert_int_gt(swept_rejected, 1000);
 	ck_assert_int_gt(swept_loaded, 1000);

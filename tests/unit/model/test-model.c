@@ -84,13 +84,15 @@ START_TEST(test_sha256_check)
 	fclose(fp);
 	struct model *m;
 	struct model_load_options opt = {.expected_sha256 = want};
-	ck_assert_int_eq(model_load(shared("models/stories260K.gguf"), &opt, &m, err, sizeof(err)), 0);
+	ck_assert_int_eq(model_load(shared("models/stories260K.gguf"), &opt, &m, err, sizeof(err)),
+	                 0);
 	model_free(m);
 	char bad[65];
 	memcpy(bad, want, 65);
 	bad[10] = bad[10] == '0' ? '1' : '0';
 	opt.expected_sha256 = bad;
-	ck_assert_int_lt(model_load(shared("models/stories260K.gguf"), &opt, &m, err, sizeof(err)), 0);
+	ck_assert_int_lt(model_load(shared("models/stories260K.gguf"), &opt, &m, err, sizeof(err)),
+	                 0);
 	ck_assert_ptr_null(m);
 	ck_assert_ptr_nonnull(strstr(err, "SHA-256 mismatch"));
 	ck_assert_ptr_nonnull(strstr(err, bad));
@@ -108,9 +110,9 @@ struct spec {
 	enum ggml_type matrix_type[7]; /* wq wk wv wo gate up down */
 	enum ggml_type embd_type, norm_type, bias_type;
 	int tied, bias;
-	const char *omit;      /* tensor left out */
-	const char *bad_dims;  /* tensor written with rows and cols swapped */
-	const char *odd_type;  /* tensor written as IQ2_XS */
+	const char *omit;     /* tensor left out */
+	const char *bad_dims; /* tensor written with rows and cols swapped */
+	const char *odd_type; /* tensor written as IQ2_XS */
 };
 
 static uint64_t rng_state;
@@ -143,12 +145,17 @@ static void fill(enum ggml_type type, uint8_t *p, size_t n_bytes)
 			memcpy(p + b, &e, 2);
 			break;
 		}
-		case GGML_TYPE_Q6_K: memcpy(p + b + 208, &h, 2); break;
+		case GGML_TYPE_Q6_K:
+			memcpy(p + b + 208, &h, 2);
+			break;
 		case GGML_TYPE_Q4_K:
 		case GGML_TYPE_Q5_K:
 		case GGML_TYPE_Q4_1:
-		case GGML_TYPE_Q5_1: memcpy(p + b + 2, &h, 2); /* fall through */
-		default: memcpy(p + b, &h, 2); break;
+		case GGML_TYPE_Q5_1:
+			memcpy(p + b + 2, &h, 2); /* fall through */
+		default:
+			memcpy(p + b, &h, 2);
+			break;
 		}
 	}
 }
@@ -161,8 +168,8 @@ struct added {
 static struct added added[256];
 static int n_added;
 
-static void add(struct gguf_writer *w, const struct spec *s, const char *name,
-		enum ggml_type type, uint64_t cols, uint64_t rows)
+static void add(struct gguf_writer *w, const struct spec *s, const char *name, enum ggml_type type,
+                uint64_t cols, uint64_t rows)
 {
 	if (s->omit && strcmp(name, s->omit) == 0)
 		return;
@@ -190,8 +197,8 @@ static void add_all(struct gguf_writer *w, const struct spec *s)
 	if (!s->tied)
 		add(w, s, "output.weight", s->embd_type, d, (uint64_t)s->vocab);
 	for (int l = 0; l < s->layers; l++) {
-		static const char *const mats[7] = {"attn_q", "attn_k",	  "attn_v", "attn_output",
-						    "ffn_gate", "ffn_up", "ffn_down"};
+		static const char *const mats[7] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
+		                                    "ffn_gate", "ffn_up", "ffn_down"};
 		uint64_t cols[7] = {d, d, d, d, d, d, f}, rows[7] = {d, kv, kv, d, f, f, d};
 		for (int k = 0; k < 7; k++) {
 			snprintf(n, sizeof(n), "blk.%d.%s.weight", l, mats[k]);
@@ -219,7 +226,7 @@ static void write_model(const char *path, const struct spec *s)
 	ck_assert_int_eq(gguf_writer_new(path, &w, err, sizeof(err)), 0);
 	ck_assert_int_eq(gguf_writer_add_string(w, "general.architecture", s->arch), 0);
 	const char *keys[5] = {"embedding_length", "block_count", "feed_forward_length",
-			       "attention.head_count", "attention.head_count_kv"};
+	                       "attention.head_count", "attention.head_count_kv"};
 	int vals[5] = {s->dim, s->layers, s->ffn, s->heads, s->kv_heads};
 	for (int i = 0; i < 5; i++) {
 		snprintf(key, sizeof(key), "%s.%s", s->arch, keys[i]);
@@ -234,7 +241,8 @@ static void write_model(const char *path, const struct spec *s)
 	for (int i = 0; i < n_added; i++) {
 		uint8_t *buf = malloc(added[i].n_bytes);
 		fill(added[i].type, buf, added[i].n_bytes);
-		ck_assert_int_eq(gguf_writer_write_data(w, buf, added[i].n_bytes, err, sizeof(err)), 0);
+		ck_assert_int_eq(gguf_writer_write_data(w, buf, added[i].n_bytes, err, sizeof(err)),
+		                 0);
 		free(buf);
 	}
 	ck_assert_int_eq(gguf_writer_finish(w, err, sizeof(err)), 0);
@@ -243,9 +251,16 @@ static void write_model(const char *path, const struct spec *s)
 
 static struct spec base_spec(void)
 {
-	struct spec s = {.arch = "llama", .dim = 256, .heads = 4, .kv_heads = 2, .ffn = 512,
-			 .layers = 2, .vocab = 40, .embd_type = GGML_TYPE_F32,
-			 .norm_type = GGML_TYPE_F32, .bias_type = GGML_TYPE_F32};
+	struct spec s = {.arch = "llama",
+	                 .dim = 256,
+	                 .heads = 4,
+	                 .kv_heads = 2,
+	                 .ffn = 512,
+	                 .layers = 2,
+	                 .vocab = 40,
+	                 .embd_type = GGML_TYPE_F32,
+	                 .norm_type = GGML_TYPE_F32,
+	                 .bias_type = GGML_TYPE_F32};
 	for (int k = 0; k < 7; k++)
 		s.matrix_type[k] = GGML_TYPE_F32;
 	return s;
@@ -272,9 +287,9 @@ static void check_matrix(const struct model *m, const struct weight_matrix *w, c
 	size_t trow = ggml_row_bytes(t->type, t->dims[0]);
 	for (int r = 0; r < w->rows; r++) {
 		dequantize_row(t->type, (const uint8_t *)t->data + (size_t)r * trow, want,
-			       (uint64_t)w->cols);
+		               (uint64_t)w->cols);
 		dequantize_row(w->type, (const uint8_t *)w->data + (size_t)r * w->row_bytes, got,
-			       (uint64_t)w->cols);
+		               (uint64_t)w->cols);
 		ck_assert_int_eq(memcmp(want, got, (size_t)w->cols * sizeof(float)), 0);
 	}
 	free(want);
@@ -287,7 +302,7 @@ START_TEST(test_storage_types)
 	temp_path(path, sizeof(path));
 	struct spec s = base_spec();
 	enum ggml_type types[7] = {GGML_TYPE_Q4_K, GGML_TYPE_Q8_0, GGML_TYPE_BF16, GGML_TYPE_F16,
-				   GGML_TYPE_Q6_K, GGML_TYPE_Q5_K, GGML_TYPE_Q4_0};
+	                           GGML_TYPE_Q6_K, GGML_TYPE_Q5_K, GGML_TYPE_Q4_0};
 	memcpy(s.matrix_type, types, sizeof(types));
 	s.embd_type = GGML_TYPE_Q5_1;
 	s.norm_type = GGML_TYPE_BF16;
@@ -375,15 +390,17 @@ START_TEST(test_shape_and_type_errors)
 	s.bad_dims = "blk.1.attn_k.weight";
 	write_model(path, &s);
 	ck_assert_ptr_null(load(path, err));
-	ck_assert_msg(strstr(err, "tensor 'blk.1.attn_k.weight' has dims [128, 256], expected [256, 128]"),
-		      "%s", err);
+	ck_assert_msg(
+	    strstr(err, "tensor 'blk.1.attn_k.weight' has dims [128, 256], expected [256, 128]"),
+	    "%s", err);
 
 	s = base_spec();
 	s.odd_type = "blk.0.ffn_down.weight";
 	write_model(path, &s);
 	ck_assert_ptr_null(load(path, err));
-	ck_assert_msg(strstr(err, "tensor 'blk.0.ffn_down.weight' has type IQ2_XS, which sinkd does not support; supported: F32"),
-		      "%s", err);
+	ck_assert_msg(strstr(err, "tensor 'blk.0.ffn_down.weight' has type IQ2_XS, which sinkd "
+	                          "does not support; supported: F32"),
+	              "%s", err);
 
 	s = base_spec();
 	s.omit = "output_norm.weight";
@@ -434,9 +451,28 @@ START_TEST(test_mkmodel)
 	temp_path(p1, sizeof(p1));
 	temp_path(p2, sizeof(p2));
 	const char *vocab = strdup(shared("vocab/ggml-vocab-llama-spm.gguf"));
-	char *argv1[] = {(char *)mkmodel_path, "--out", p1, "--vocab", (char *)vocab, "--dim", "64",
-			 "--layers", "2", "--heads", "4", "--kv-heads", "2", "--ffn", "96",
-			 "--type", "q8_0", "--seed", "7", "--context", "512", NULL};
+	char *argv1[] = {(char *)mkmodel_path,
+	                 "--out",
+	                 p1,
+	                 "--vocab",
+	                 (char *)vocab,
+	                 "--dim",
+	                 "64",
+	                 "--layers",
+	                 "2",
+	                 "--heads",
+	                 "4",
+	                 "--kv-heads",
+	                 "2",
+	                 "--ffn",
+	                 "96",
+	                 "--type",
+	                 "q8_0",
+	                 "--seed",
+	                 "7",
+	                 "--context",
+	                 "512",
+	                 NULL};
 	ck_assert_int_eq(run_tool(argv1), 0);
 	struct model *m = load(p1, err);
 	ck_assert_msg(m != NULL, "%s", err);
@@ -453,8 +489,9 @@ START_TEST(test_mkmodel)
 	double sum = 0, sum2 = 0;
 	for (int r = 0; r < 64; r++) {
 		dequantize_row(GGML_TYPE_Q8_0,
-			       (const uint8_t *)m->layers[1].w_down.data + r * m->layers[1].w_down.row_bytes,
-			       row, 96);
+		               (const uint8_t *)m->layers[1].w_down.data +
+		                   r * m->layers[1].w_down.row_bytes,
+		               row, 96);
 		for (int i = 0; i < 96; i++) {
 			sum += row[i];
 			sum2 += (double)row[i] * row[i];
@@ -467,15 +504,30 @@ START_TEST(test_mkmodel)
 	/* tokenizer keys were copied */
 	const char *s;
 	size_t len;
-	ck_assert_int_eq(gguf_get_array_string(m->file, "tokenizer.ggml.tokens", 31999, &s, &len), 0);
+	ck_assert_int_eq(gguf_get_array_string(m->file, "tokenizer.ggml.tokens", 31999, &s, &len),
+	                 0);
 	bool add_bos;
 	ck_assert_int_eq(gguf_get_bool(m->file, "tokenizer.ggml.add_bos_token", &add_bos), 0);
 	model_free(m);
 
 	/* same seed, same bytes; tied output drops output.weight */
-	char *argv2[] = {(char *)mkmodel_path, "--out", p2, "--vocab-size", "300", "--dim", "32",
-			 "--layers", "1", "--heads", "2", "--ffn", "64", "--tied", "--type", "bf16",
-			 NULL};
+	char *argv2[] = {(char *)mkmodel_path,
+	                 "--out",
+	                 p2,
+	                 "--vocab-size",
+	                 "300",
+	                 "--dim",
+	                 "32",
+	                 "--layers",
+	                 "1",
+	                 "--heads",
+	                 "2",
+	                 "--ffn",
+	                 "64",
+	                 "--tied",
+	                 "--type",
+	                 "bf16",
+	                 NULL};
 	ck_assert_int_eq(run_tool(argv2), 0);
 	m = load(p2, err);
 	ck_assert_msg(m != NULL, "%s", err);
@@ -489,8 +541,18 @@ START_TEST(test_mkmodel)
 	ck_assert_int_eq(sha256_file_hex(p2, h2, err, sizeof(err)), 0);
 	ck_assert_str_eq(h1, h2);
 
-	char *bad[] = {(char *)mkmodel_path, "--out", p2, "--dim", "30", "--layers", "1",
-		       "--heads", "4", "--ffn", "64", NULL};
+	char *bad[] = {(char *)mkmodel_path,
+	               "--out",
+	               p2,
+	               "--dim",
+	               "30",
+	               "--layers",
+	               "1",
+	               "--heads",
+	               "4",
+	               "--ffn",
+	               "64",
+	               NULL};
 	ck_assert_int_eq(run_tool(bad), 2);
 	unlink(p1);
 	unlink(p2);
