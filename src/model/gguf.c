@@ -114,10 +114,12 @@ struct gguf_kv {
 	uint64_t *str_off;              /* string arrays: (count) offsets of each length field */
 };
 
-/* Open-addressing hash from name to index+1 (0 = empty slot). */
+/* Open-addressing hash from name to index+1 (0 = empty slot), kept at most
+ * half full. */
 struct name_index {
 	size_t *slots; /* (mask + 1) */
 	size_t mask;
+	size_t count;
 };
 
 struct gguf_file {
@@ -128,9 +130,9 @@ struct gguf_file {
 	size_t alignment;
 	size_t data_off;
 	struct gguf_kv *kvs; /* (n_kv) */
-	size_t n_kv;
+	size_t n_kv, cap_kv;
 	struct gguf_tensor *tensors; /* (n_tensors) */
-	size_t n_tensors;
+	size_t n_tensors, cap_tensors;
 	struct name_index kv_index;
 	struct name_index tensor_index;
 };
@@ -141,16 +143,6 @@ static uint64_t hash_name(const char *s)
 	for (; *s; s++)
 		h = (h ^ (uint8_t)*s) * 1099511628211ull;
 	return h;
-}
-
-static int name_index_init(struct name_index *ix, size_t n)
-{
-	size_t cap = 16;
-	while (cap < 2 * n)
-		cap *= 2;
-	ix->slots = calloc(cap, sizeof(*ix->slots));
-	ix->mask = cap - 1;
-	return ix->slots ? 0 : -ENOMEM;
 }
 
 /* Finds the slot of `name`, or the empty slot where it would go. */
@@ -171,6 +163,57 @@ static const char *kv_name_of(const void *ctx, size_t i)
 static const char *tensor_name_of(const void *ctx, size_t i)
 {
 	return ((const struct gguf_file *)ctx)->tensors[i].name;
+}
+
+/* Doubles the slot table (16 at first) and re-inserts every entry. */
+static int name_index_grow(struct name_index *ix, const char *(*name_of)(const void *, size_t),
+                           const void *ctx)
+{
+	size_t old_cap = ix->slots ? ix->mask + 1 : 0, cap = old_cap ? 2 * old_cap : 16;
+	size_t *old = ix->slots;
+	if ((ix->slots = calloc(cap, sizeof(*ix->slots))) == NULL) {
+		ix->slots = old;
+		return -ENOMEM;
+	}
+	ix->mask = cap - 1;
+	for (size_t j = 0; j < old_cap; j++)
+		if (old[j] != 0)
+			*name_index_slot(ix, name_of(ctx, old[j] - 1), name_of, ctx) = old[j];
+	free(old);
+	return 0;
+}
+
+/* Adds entry i under its name; -EEXIST when the name is already there. */
+static int name_index_add(struct name_index *ix, size_t i,
+                          const char *(*name_of)(const void *, size_t), const void *ctx)
+{
+	if (ix->slots == NULL || 2 * (ix->count + 1) > ix->mask + 1) {
+		int rc = name_index_grow(ix, name_of, ctx);
+		if (rc)
+			return rc;
+	}
+	size_t *slot = name_index_slot(ix, name_of(ctx, i), name_of, ctx);
+	if (*slot != 0)
+		return -EEXIST;
+	*slot = i + 1;
+	ix->count++;
+	return 0;
+}
+
+/* Makes room for entry n of an array of `elem`-byte entries (new ones zeroed),
+ * doubling it, so tables only grow as entries really parse. */
+static int grow_array(void **arr, size_t *cap, size_t n, size_t elem)
+{
+	if (n < *cap)
+		return 0;
+	size_t new_cap = *cap ? 2 * *cap : 64;
+	void *p = realloc(*arr, new_cap * elem);
+	if (p == NULL)
+		return -ENOMEM;
+	memset((char *)p + *cap * elem, 0, (new_cap - *cap) * elem);
+	*arr = p;
+	*cap = new_cap;
+	return 0;
 }
 
 /* ------------------------------------------------------------------------
@@ -354,10 +397,10 @@ static int parse_kvs(struct cursor *c, struct gguf_file *f, uint64_t n_kv)
 		return err_set(c->err, c->err_len, -EINVAL,
 		               "%s: metadata count %" PRIu64 " cannot fit in a file of %zu bytes",
 		               c->path, n_kv, c->size);
-	int rc = name_index_init(&f->kv_index, (size_t)n_kv);
-	if (rc == 0 && (f->kvs = calloc((size_t)n_kv + 1, sizeof(*f->kvs))) == NULL)
-		rc = -ENOMEM;
+	int rc = 0;
 	for (uint64_t i = 0; rc == 0 && i < n_kv; i++) {
+		if ((rc = grow_array((void **)&f->kvs, &f->cap_kv, (size_t)i, sizeof(*f->kvs))))
+			break;
 		struct gguf_kv *kv = &f->kvs[i];
 		size_t off;
 		uint64_t len;
@@ -366,13 +409,13 @@ static int parse_kvs(struct cursor *c, struct gguf_file *f, uint64_t n_kv)
 			rc = copy_name(c, off, len, GGUF_MAX_KEY_LEN, "metadata key", &kv->key);
 		if (rc)
 			break;
-		f->n_kv = i + 1;
-		size_t *slot = name_index_slot(&f->kv_index, kv->key, kv_name_of, f);
-		if (*slot != 0)
+		f->n_kv = (size_t)i + 1;
+		rc = name_index_add(&f->kv_index, (size_t)i, kv_name_of, f);
+		if (rc == -EEXIST)
 			return err_set(c->err, c->err_len, -EINVAL,
 			               "%s: duplicate metadata key '%s'", c->path, kv->key);
-		*slot = (size_t)i + 1;
-		rc = parse_value(c, kv);
+		if (rc == 0)
+			rc = parse_value(c, kv);
 	}
 	return rc;
 }
@@ -489,26 +532,26 @@ static int parse_tensors(struct cursor *c, struct gguf_file *f, uint64_t n_tenso
 		return err_set(c->err, c->err_len, -EINVAL,
 		               "%s: tensor count %" PRIu64 " cannot fit in a file of %zu bytes",
 		               c->path, n_tensors, c->size);
-	uint64_t *rel = calloc((size_t)n_tensors + 1, sizeof(*rel));
-	int rc = name_index_init(&f->tensor_index, (size_t)n_tensors);
-	if (rc == 0 && (f->tensors = calloc((size_t)n_tensors + 1, sizeof(*f->tensors))) == NULL)
-		rc = -ENOMEM;
-	if (rel == NULL)
-		rc = -ENOMEM;
+	uint64_t *rel = NULL; /* (n_tensors) offsets relative to the data section */
+	size_t cap_rel = 0;
+	int rc = 0;
 	for (uint64_t i = 0; rc == 0 && i < n_tensors; i++) {
+		rc = grow_array((void **)&f->tensors, &f->cap_tensors, (size_t)i,
+		                sizeof(*f->tensors));
+		if (rc == 0)
+			rc = grow_array((void **)&rel, &cap_rel, (size_t)i, sizeof(*rel));
+		if (rc)
+			break;
 		struct gguf_tensor *t = &f->tensors[i];
 		rc = parse_tensor_info(c, t, &rel[i]);
 		if (t->name)
-			f->n_tensors = i + 1;
+			f->n_tensors = (size_t)i + 1;
 		if (rc)
 			break;
-		size_t *slot = name_index_slot(&f->tensor_index, t->name, tensor_name_of, f);
-		if (*slot != 0) {
+		rc = name_index_add(&f->tensor_index, (size_t)i, tensor_name_of, f);
+		if (rc == -EEXIST)
 			rc = err_set(c->err, c->err_len, -EINVAL, "%s: duplicate tensor name '%s'",
 			             c->path, t->name);
-			break;
-		}
-		*slot = (size_t)i + 1;
 	}
 	if (rc == 0) {
 		size_t pad = (f->alignment - c->pos % f->alignment) % f->alignment;
