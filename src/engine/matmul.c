@@ -10,7 +10,9 @@
  * layers: see backend_cpu.c. */
 #include "engine/matmul.h"
 
+#include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__)
@@ -31,6 +33,37 @@ struct block_q8_0 {
 	int8_t qs[32];
 };
 _Static_assert(sizeof(struct block_q8_0) == 34, "Q8_0 block is 34 bytes");
+
+/* Activations quantized for the Q8_0 integer path: 32 values, one scale. */
+struct block_q8_x {
+	float d;
+	int8_t qs[32];
+};
+
+/* x(n), n a multiple of 32 -> n/32 blocks: scale amax/127, round to nearest. */
+static void quantize_q8_x(const float *x, int n, struct block_q8_x *out)
+{
+	for (int b = 0; b < n / 32; b++) {
+		const float *v = x + 32 * b;
+		float amax = 0.0f;
+		for (int i = 0; i < 32; i++)
+			amax = fabsf(v[i]) > amax ? fabsf(v[i]) : amax;
+		float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+		out[b].d = d;
+		for (int i = 0; i < 32; i++)
+			out[b].qs[i] = (int8_t)lrintf(v[i] * id);
+	}
+}
+
+void matmul_q8_activation_round(const float *x, int n, float *out)
+{
+	struct block_q8_x blk;
+	for (int b = 0; b < n / 32; b++) {
+		quantize_q8_x(x + 32 * b, 32, &blk);
+		for (int i = 0; i < 32; i++)
+			out[32 * b + i] = blk.d * (float)blk.qs[i];
+	}
+}
 
 /* ---------------------------------------------------------------- scalars */
 
@@ -106,7 +139,8 @@ void matmul_row_to_f32(const struct weight_matrix *w, int row, float *out)
 /* ------------------------------------------------------------ portable C */
 
 /* Rows [r0, r1) of one job for batch rows [0, B). */
-static void rows_generic(const struct matmul_job *job, const float *x, int B, int r0, int r1)
+static void rows_generic(const struct matmul_job *job, const float *x, const struct block_q8_x *xq,
+			 int B, int r0, int r1)
 {
 	const struct weight_matrix *w = job->w;
 	int cols = w->cols, rows = w->rows;
@@ -197,10 +231,156 @@ AVX2_INLINE void tile(int type, int RB, int BB, const uint8_t *w, size_t row_byt
 	}
 }
 
+/* ------------------------------------------------ AVX2 packed GEMM (B >= 8)
+ * For batches the dot-product tiles above are bound by re-reading x from L2.
+ * Here a panel of 16 weight rows x GEMM_KC columns is converted to fp32 and
+ * transposed (k-major) once, in L1, then every group of 6 batch rows runs an
+ * outer-product kernel over it: per column, 2 weight vectors, 6 broadcasts of
+ * x, 12 FMAs into 12 accumulators.  Partial sums go through y between panels. */
+#define GEMM_KC 256
+#define GEMM_NR 16
+#define GEMM_MR 6
+/* Batch rows per pass over the weights (x chunk of 96 x 256 floats in L2). */
+#define GEMM_BATCH 96
+
+AVX2_INLINE void transpose8(__m256 r[8])
+{
+	__m256 t[8], u[8];
+	for (int i = 0; i < 4; i++) {
+		t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+		t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+	}
+	for (int h = 0; h < 2; h++) {
+		u[4 * h + 0] = _mm256_shuffle_ps(t[4 * h + 0], t[4 * h + 2], _MM_SHUFFLE(1, 0, 1, 0));
+		u[4 * h + 1] = _mm256_shuffle_ps(t[4 * h + 0], t[4 * h + 2], _MM_SHUFFLE(3, 2, 3, 2));
+		u[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], _MM_SHUFFLE(1, 0, 1, 0));
+		u[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], _MM_SHUFFLE(3, 2, 3, 2));
+	}
+	for (int i = 0; i < 4; i++) {
+		r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+		r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+	}
+}
+
+/* panel(kn, 16) = rows [r, r+nv) x columns [kc, kc+kn) of w, transposed;
+ * rows past nv are zero. */
+AVX2_INLINE void gemm_pack(int type, const uint8_t *w, size_t row_bytes, int nv, int kc, int kn,
+			   float *panel)
+{
+	int k8 = kn & ~7;
+	for (int g = 0; g < 2; g++)
+		for (int k = 0; k < k8; k += 8) {
+			__m256 v[8];
+			for (int i = 0; i < 8; i++)
+				v[i] = g * 8 + i < nv ? load8(type, w + (size_t)(g * 8 + i) * row_bytes, kc + k)
+						      : _mm256_setzero_ps();
+			transpose8(v);
+			for (int j = 0; j < 8; j++)
+				_mm256_store_ps(panel + (size_t)(k + j) * GEMM_NR + g * 8, v[j]);
+		}
+	if (k8 == kn)
+		return;
+	float tail[8] = {0};
+	for (int i = 0; i < GEMM_NR; i++) {
+		if (i < nv)
+			row_chunk_to_f32(type, w + (size_t)i * row_bytes, kc + k8, kn - k8, tail);
+		for (int k = k8; k < kn; k++)
+			panel[(size_t)k * GEMM_NR + i] = i < nv ? tail[k - k8] : 0.0f;
+	}
+}
+
+/* c(MB, 16) (+)= x(MB, kn) . panel(kn, 16); ldx, ldc: row strides. */
+AVX2_INLINE void gemm_micro(int MB, int kn, const float *panel, const float *x, size_t ldx, float *c,
+			    size_t ldc, bool accumulate)
+{
+	__m256 acc[GEMM_MR][2];
+	for (int i = 0; i < MB; i++) {
+		acc[i][0] = accumulate ? _mm256_loadu_ps(c + i * ldc) : _mm256_setzero_ps();
+		acc[i][1] = accumulate ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_setzero_ps();
+	}
+	for (int k = 0; k < kn; k++) {
+		__m256 w0 = _mm256_load_ps(panel + (size_t)k * GEMM_NR);
+		__m256 w1 = _mm256_load_ps(panel + (size_t)k * GEMM_NR + 8);
+		for (int i = 0; i < MB; i++) {
+			__m256 xb = _mm256_broadcast_ss(x + i * ldx + k);
+			acc[i][0] = _mm256_fmadd_ps(xb, w0, acc[i][0]);
+			acc[i][1] = _mm256_fmadd_ps(xb, w1, acc[i][1]);
+		}
+	}
+	for (int i = 0; i < MB; i++) {
+		_mm256_storeu_ps(c + i * ldc, acc[i][0]);
+		_mm256_storeu_ps(c + i * ldc + 8, acc[i][1]);
+	}
+}
+
+static AVX2_FN void gemm_micro_any(int mb, int kn, const float *panel, const float *x, size_t ldx,
+				   float *c, size_t ldc, bool accumulate)
+{
+	switch (mb) {
+	case 6: gemm_micro(6, kn, panel, x, ldx, c, ldc, accumulate); break;
+	case 5: gemm_micro(5, kn, panel, x, ldx, c, ldc, accumulate); break;
+	case 4: gemm_micro(4, kn, panel, x, ldx, c, ldc, accumulate); break;
+	case 3: gemm_micro(3, kn, panel, x, ldx, c, ldc, accumulate); break;
+	case 2: gemm_micro(2, kn, panel, x, ldx, c, ldc, accumulate); break;
+	default: gemm_micro(1, kn, panel, x, ldx, c, ldc, accumulate); break;
+	}
+}
+
+/* Rows [r, r+nv) (nv <= 16) for batch rows x(B, cols) into y(B, rows); a
+ * partial tile goes through ctile (B, 16) so y is only written in range. */
+AVX2_INLINE void gemm_row_tile(int type, const struct matmul_job *job, const float *x, float *y,
+			       int B, int r, int nv, float *panel, float *ctile)
+{
+	const struct weight_matrix *w = job->w;
+	int cols = w->cols, rows = w->rows;
+	const uint8_t *wr = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+	bool full = nv == GEMM_NR;
+	float *c = full ? y + r : ctile;
+	size_t ldc = full ? (size_t)rows : GEMM_NR;
+	for (int kc = 0; kc < cols; kc += GEMM_KC) {
+		int kn = cols - kc < GEMM_KC ? cols - kc : GEMM_KC;
+		gemm_pack(type, wr, w->row_bytes, nv, kc, kn, panel);
+		for (int b = 0; b < B; b += GEMM_MR) {
+			int mb = B - b < GEMM_MR ? B - b : GEMM_MR;
+			gemm_micro_any(mb, kn, panel, x + (size_t)b * cols + kc, (size_t)cols,
+				       c + (size_t)b * ldc, ldc, kc > 0);
+		}
+	}
+	for (int b = 0; b < B; b++) {
+		float *yb = y + (size_t)b * rows + r;
+		for (int i = 0; i < nv; i++)
+			yb[i] = (full ? yb[i] : ctile[(size_t)b * GEMM_NR + i]) +
+				(job->bias ? job->bias[r + i] : 0.0f);
+	}
+}
+
+#define DEFINE_GEMM_AVX2(NAME, TYPE)                                                              \
+	static AVX2_FN void NAME(const struct matmul_job *job, const float *x,                   \
+				 const struct block_q8_x *xq, int B, int r0, int r1)                  \
+	{                                                                                         \
+		float panel[GEMM_KC * GEMM_NR] __attribute__((aligned(32)));                      \
+		float ctile[GEMM_BATCH * GEMM_NR];                                                \
+		int cols = job->w->cols, rows = job->w->rows;                                     \
+		for (int c0 = 0; c0 < B; c0 += GEMM_BATCH) {                                      \
+			int cb = B - c0 < GEMM_BATCH ? B - c0 : GEMM_BATCH;                       \
+			for (int r = r0; r < r1; r += GEMM_NR) {                                  \
+				int nv = r1 - r < GEMM_NR ? r1 - r : GEMM_NR;                     \
+				gemm_row_tile(TYPE, job, x + (size_t)c0 * cols,                   \
+					      job->y + (size_t)c0 * rows, cb, r, nv, panel, ctile);   \
+			}                                                                         \
+		}                                                                                 \
+	}
+
+DEFINE_GEMM_AVX2(gemm_avx2_f32, GGML_TYPE_F32)
+DEFINE_GEMM_AVX2(gemm_avx2_f16, GGML_TYPE_F16)
+DEFINE_GEMM_AVX2(gemm_avx2_bf16, GGML_TYPE_BF16)
+DEFINE_GEMM_AVX2(gemm_avx2_q8_0, GGML_TYPE_Q8_0)
+
 /* Tile shapes: decode reads 4 weight rows per step; batches use 2 weight
  * rows x 4 batch rows so conversion is amortised over 4 multiply-adds. */
 #define DEFINE_ROWS_AVX2(NAME, TYPE)                                                              \
-	static AVX2_FN void NAME(const struct matmul_job *job, const float *x, int B, int r0, int r1) \
+	static AVX2_FN void NAME(const struct matmul_job *job, const float *x,                   \
+				 const struct block_q8_x *xq, int B, int r0, int r1)                  \
 	{                                                                                         \
 		const struct weight_matrix *w = job->w;                                           \
 		int cols = w->cols, rows = w->rows, k8 = cols & ~7;                               \
@@ -243,6 +423,77 @@ AVX2_INLINE void tile(int type, int RB, int BB, const uint8_t *w, size_t row_byt
 		}                                                                                 \
 	}
 
+/* Q8_0 weights times Q8 activations in integers (as llama.cpp's
+ * vec_dot_q8_0_q8_0): per 32 columns, |w| (unsigned) times x with w's sign
+ * gives 16-bit pair sums, then 32-bit sums, scaled by both block scales. */
+AVX2_INLINE void tile_q8(int RB, int BB, const uint8_t *w, size_t row_bytes,
+			 const struct block_q8_x *xq, int nblk, float *y, int rows, const float *bias)
+{
+	__m256 acc[4][4];
+	const __m256i ones = _mm256_set1_epi16(1);
+	for (int i = 0; i < RB; i++)
+		for (int j = 0; j < BB; j++)
+			acc[i][j] = _mm256_setzero_ps();
+	for (int blk = 0; blk < nblk; blk++) {
+		__m256i wq[4], aw[4];
+		float dw[4];
+		for (int i = 0; i < RB; i++) {
+			const struct block_q8_0 *b = (const struct block_q8_0 *)(w + i * row_bytes) + blk;
+			wq[i] = _mm256_loadu_si256((const __m256i *)b->qs);
+			aw[i] = _mm256_sign_epi8(wq[i], wq[i]);
+			dw[i] = _cvtsh_ss(b->d);
+		}
+		for (int j = 0; j < BB; j++) {
+			const struct block_q8_x *xb = xq + (size_t)j * nblk + blk;
+			__m256i xv = _mm256_loadu_si256((const __m256i *)xb->qs);
+			for (int i = 0; i < RB; i++) {
+				__m256i p16 = _mm256_maddubs_epi16(aw[i], _mm256_sign_epi8(xv, wq[i]));
+				__m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+				acc[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(dw[i] * xb->d), p, acc[i][j]);
+			}
+		}
+	}
+	for (int i = 0; i < RB; i++)
+		for (int j = 0; j < BB; j++)
+			y[(size_t)j * rows + i] = hsum8(acc[i][j]) + (bias ? bias[i] : 0.0f);
+}
+
+static AVX2_FN void rows_avx2_q8_int(const struct matmul_job *job, const float *x,
+				     const struct block_q8_x *xq, int B, int r0, int r1)
+{
+	const struct weight_matrix *w = job->w;
+	int rows = w->rows, nblk = w->cols / 32;
+	const uint8_t *base = (const uint8_t *)w->data;
+	size_t rb = w->row_bytes;
+	for (int c0 = 0; c0 < B; c0 += MATMUL_BATCH_CHUNK) {
+		int c1 = B - c0 < MATMUL_BATCH_CHUNK ? B : c0 + MATMUL_BATCH_CHUNK;
+		for (int r = r0; r < r1;) {
+			int rr = c1 - c0 < 4 ? (r + 4 <= r1 ? 4 : 1) : (r + 2 <= r1 ? 2 : 1);
+			const float *br = job->bias ? job->bias + r : NULL;
+			int b = c0;
+			for (; rr <= 2 && b + 4 <= c1; b += 4) {
+				const struct block_q8_x *xb = xq + (size_t)b * nblk;
+				float *yb = job->y + (size_t)b * rows + r;
+				if (rr == 2)
+					tile_q8(2, 4, base + r * rb, rb, xb, nblk, yb, rows, br);
+				else
+					tile_q8(1, 4, base + r * rb, rb, xb, nblk, yb, rows, br);
+			}
+			for (; b < c1; b++) {
+				const struct block_q8_x *xb = xq + (size_t)b * nblk;
+				float *yb = job->y + (size_t)b * rows + r;
+				if (rr == 4)
+					tile_q8(4, 1, base + r * rb, rb, xb, nblk, yb, rows, br);
+				else if (rr == 2)
+					tile_q8(2, 1, base + r * rb, rb, xb, nblk, yb, rows, br);
+				else
+					tile_q8(1, 1, base + r * rb, rb, xb, nblk, yb, rows, br);
+			}
+			r += rr;
+		}
+	}
+}
+
 DEFINE_ROWS_AVX2(rows_avx2_f32, GGML_TYPE_F32)
 DEFINE_ROWS_AVX2(rows_avx2_f16, GGML_TYPE_F16)
 DEFINE_ROWS_AVX2(rows_avx2_bf16, GGML_TYPE_BF16)
@@ -263,29 +514,42 @@ bool matmul_have_avx2(void)
 
 /* ---------------------------------------------------------------- driver */
 
-typedef void (*rows_fn)(const struct matmul_job *job, const float *x, int B, int r0, int r1);
+typedef void (*rows_fn)(const struct matmul_job *job, const float *x, const struct block_q8_x *xq,
+			int B, int r0, int r1);
 
-static rows_fn pick_rows_fn(enum matmul_isa isa, int type)
+/* Batches at least this large take the packed GEMM path. */
+#define GEMM_MIN_B 6
+
+static rows_fn pick_rows_fn(enum matmul_isa isa, int type, int B)
 {
 #ifdef MATMUL_X86
 	if (isa != MATMUL_ISA_GENERIC && matmul_have_avx2()) {
+		bool gemm = B >= GEMM_MIN_B;
 		switch (type) {
 		case GGML_TYPE_F32:
-			return rows_avx2_f32;
+			return gemm ? gemm_avx2_f32 : rows_avx2_f32;
 		case GGML_TYPE_F16:
-			return rows_avx2_f16;
+			return gemm ? gemm_avx2_f16 : rows_avx2_f16;
 		case GGML_TYPE_BF16:
-			return rows_avx2_bf16;
+			return gemm ? gemm_avx2_bf16 : rows_avx2_bf16;
 		case GGML_TYPE_Q8_0:
-			return rows_avx2_q8_0;
+			return gemm				? gemm_avx2_q8_0
+			       : isa == MATMUL_ISA_AVX2_F32 ? rows_avx2_q8_0
+							    : rows_avx2_q8_int;
 		}
 	}
 #endif
 	return rows_generic;
 }
 
+bool matmul_q8_rounds_activations(enum matmul_isa isa, int B)
+{
+	return isa == MATMUL_ISA_AUTO && B < GEMM_MIN_B && matmul_have_avx2();
+}
+
 struct matmul_call {
 	const float *x; /* (B, cols) */
+	const struct block_q8_x *xq; /* (B, cols/32) x quantized, for the Q8_0 integer path */
 	int B;
 	const struct matmul_job *jobs;
 	rows_fn fns[MATMUL_MAX_JOBS];
@@ -304,7 +568,7 @@ static void call_rows(const struct matmul_call *c, int g0, int g1)
 		if (r0 < rows && r1 > 0) {
 			r0 = r0 < 0 ? 0 : r0;
 			r1 = r1 > rows ? rows : r1;
-			c->fns[j](&c->jobs[j], c->x, c->B, r0, r1);
+			c->fns[j](&c->jobs[j], c->x, c->xq, c->B, r0, r1);
 		}
 		base += rows;
 	}
@@ -318,25 +582,50 @@ static void matmul_task(void *ctx, int task, int thread)
 	call_rows(c, g0, g1);
 }
 
+/* Quantizes x once for the jobs that take the Q8_0 integer path; without
+ * memory they fall back to the fp32 path.  Returns the buffer to free. */
+static struct block_q8_x *prepare_q8_x(struct matmul_call *c, int cols)
+{
+#ifdef MATMUL_X86
+	bool need = false;
+	for (int j = 0; j < c->n_jobs; j++)
+		need |= c->fns[j] == rows_avx2_q8_int;
+	if (!need)
+		return NULL;
+	struct block_q8_x *xq = malloc((size_t)c->B * (cols / 32) * sizeof(*xq));
+	for (int j = 0; j < c->n_jobs && !xq; j++)
+		if (c->fns[j] == rows_avx2_q8_int)
+			c->fns[j] = rows_avx2_q8_0;
+	for (int b = 0; b < c->B && xq; b++)
+		quantize_q8_x(c->x + (size_t)b * cols, cols, xq + (size_t)b * (cols / 32));
+	c->xq = xq;
+	return xq;
+#else
+	return NULL;
+#endif
+}
+
 void matmul_many(struct threadpool *pool, enum matmul_isa isa, const float *x, int B,
 		 const struct matmul_job *jobs, int n_jobs)
 {
 	struct matmul_call c = {.x = x, .B = B, .jobs = jobs, .n_jobs = n_jobs};
 	double macs = 0;
 	for (int j = 0; j < n_jobs; j++) {
-		c.fns[j] = pick_rows_fn(isa, jobs[j].w->type);
+		c.fns[j] = pick_rows_fn(isa, jobs[j].w->type, B);
 		c.total_rows += jobs[j].w->rows;
 		macs += (double)jobs[j].w->rows * jobs[j].w->cols * B;
 	}
 	if (B <= 0 || c.total_rows == 0)
 		return;
+	struct block_q8_x *xq = prepare_q8_x(&c, jobs[0].w->cols);
 	int n_threads = pool ? threadpool_size(pool) : 1;
 	if (n_threads == 1 || macs < MATMUL_PARALLEL_MIN_MACS) {
 		call_rows(&c, 0, c.total_rows);
-		return;
+	} else {
+		c.n_parts = n_threads;
+		threadpool_run(pool, n_threads, matmul_task, &c);
 	}
-	c.n_parts = n_threads;
-	threadpool_run(pool, n_threads, matmul_task, &c);
+	free(xq);
 }
 
 void matmul(struct threadpool *pool, const float *x, int B, const struct weight_matrix *w,

@@ -10,8 +10,11 @@
 #include "engine/threadpool.h"
 #include "model/model.h"
 
-/* Which kernels run: the best the CPU supports, or plain C (tests compare both). */
-enum matmul_isa { MATMUL_ISA_AUTO = 0, MATMUL_ISA_GENERIC, MATMUL_ISA_AVX2 };
+/* Which kernels run.  AUTO: the best the CPU supports; for Q8_0 weights that
+ * quantizes the activations to Q8 (32 values per scale, as llama.cpp does)
+ * and multiplies in integers.  AVX2_F32: AVX2, Q8_0 weights dequantized to
+ * fp32 on the fly (exact activations).  GENERIC: plain C, exact activations. */
+enum matmul_isa { MATMUL_ISA_AUTO = 0, MATMUL_ISA_GENERIC, MATMUL_ISA_AVX2_F32 };
 
 /* True when the weight type is one the kernels read natively. */
 bool matmul_type_supported(int ggml_type);
@@ -36,6 +39,13 @@ void matmul_many(struct threadpool *pool, enum matmul_isa isa, const float *x, i
 /* Convenience: one product. */
 void matmul(struct threadpool *pool, const float *x, int B, const struct weight_matrix *w,
 	    float *y);
+
+/* What the Q8_0 integer path sees of x: x(n) rounded through Q8 blocks,
+ * n a multiple of 32 (tests build their reference from it). */
+void matmul_q8_activation_round(const float *x, int n, float *out);
+/* Whether Q8_0 products of a batch of B under isa take that integer path
+ * (decode-sized batches; larger ones are exact). */
+bool matmul_q8_rounds_activations(enum matmul_isa isa, int B);
 
 /* Converts row `row` of w to float: out (w->cols). */
 void matmul_row_to_f32(const struct weight_matrix *w, int row, float *out);

@@ -465,7 +465,9 @@ static double max_abs(const float *v, int n)
 }
 
 /* F16, BF16 and Q8_0 weights give the logits of the F32 model holding the
- * same values, through every matrix of the forward pass. */
+ * same values, through every matrix of the forward pass.  Q8_0 products of
+ * decode-sized batches (here the output head) quantize the activations to Q8
+ * as llama.cpp does, which costs about 1% of the logit scale. */
 START_TEST(test_weight_types)
 {
 	enum ggml_type types[3] = {GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0};
@@ -480,7 +482,8 @@ START_TEST(test_weight_types)
 		synth_logits(&f32.m, 2, ids, 24, 24, b);
 		double d = max_abs_diff(a, b, 300), scale = max_abs(b, 300);
 		ck_assert_msg(scale > 0.1, "degenerate logits");
-		ck_assert_msg(d < 1e-4 * scale + 1e-5, "type %d: logits differ by %g (scale %g)",
+		double tol = types[t] == GGML_TYPE_Q8_0 ? 2e-2 : 1e-4;
+		ck_assert_msg(d < tol * scale + 1e-5, "type %d: logits differ by %g (scale %g)",
 			      (int)types[t], d, scale);
 		synth_free(&typed);
 		synth_free(&f32);

@@ -143,6 +143,10 @@ static void run_case(struct threadpool *pool, enum matmul_isa isa, enum ggml_typ
 		y[i] = NAN;
 	struct matmul_job job = {.w = &m.w, .bias = with_bias ? bias : NULL, .y = y};
 	matmul_many(pool, isa, x, B, &job, 1);
+	/* The Q8_0 integer path multiplies x rounded through Q8 blocks. */
+	if (type == GGML_TYPE_Q8_0 && matmul_q8_rounds_activations(isa, B))
+		for (int b = 0; b < B; b++)
+			matmul_q8_activation_round(x + (size_t)b * cols, cols, x + (size_t)b * cols);
 	char what[160];
 	snprintf(what, sizeof(what), "%s isa=%d rows=%d cols=%d B=%d pool=%d bias=%d",
 		 ggml_type_name_test(type), isa, rows, cols, B, pool ? threadpool_size(pool) : 0,
@@ -163,7 +167,7 @@ START_TEST(test_all_types_shapes)
 	int rows_list[] = {1, 3, 4, 7, 33};
 	int cols_list[] = {32, 64, 96, 13, 8, 200};
 	int b_list[] = {1, 2, 3, 4, 5, 9, 64, 67};
-	enum matmul_isa isas[] = {MATMUL_ISA_GENERIC, MATMUL_ISA_AUTO};
+	enum matmul_isa isas[] = {MATMUL_ISA_GENERIC, MATMUL_ISA_AUTO, MATMUL_ISA_AVX2_F32};
 	for (int t = 0; t < 4; t++)
 		for (size_t ri = 0; ri < sizeof(rows_list) / sizeof(int); ri++)
 			for (size_t ci = 0; ci < sizeof(cols_list) / sizeof(int); ci++) {
@@ -171,7 +175,7 @@ START_TEST(test_all_types_shapes)
 				if (all_types[t] == GGML_TYPE_Q8_0 && cols % 32)
 					continue;
 				for (size_t bi = 0; bi < sizeof(b_list) / sizeof(int); bi++)
-					for (int i = 0; i < 2; i++)
+					for (int i = 0; i < 3; i++)
 						run_case(NULL, isas[i], all_types[t], rows_list[ri],
 							 cols, b_list[bi], (bi + ri) % 2);
 			}
@@ -188,17 +192,18 @@ START_TEST(test_threaded)
 		for (int bi = 0; bi < 4; bi++) {
 			run_case(pool, MATMUL_ISA_AUTO, all_types[t], 301, 768, b_list[bi], bi % 2);
 			run_case(pool, MATMUL_ISA_GENERIC, all_types[t], 130, 544, b_list[bi], true);
+			run_case(pool, MATMUL_ISA_AVX2_F32, all_types[t], 67, 512, b_list[bi], false);
 		}
 	threadpool_free(pool);
 }
 END_TEST
 
 /* Several jobs sharing one input in one dispatch (Q, K, V; gate, up). */
-START_TEST(test_many_jobs)
+static void many_jobs_case(int B)
 {
 	struct threadpool *pool = NULL;
 	ck_assert_int_eq(threadpool_new(2, &pool, NULL, 0), 0);
-	int cols = 256, B = 6, rows[3] = {300, 61, 97};
+	int cols = 256, rows[3] = {300, 61, 97};
 	enum ggml_type types[3] = {GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_F32};
 	struct test_matrix m[3];
 	struct matmul_job jobs[3];
@@ -210,16 +215,31 @@ START_TEST(test_many_jobs)
 		jobs[j] = (struct matmul_job){.w = &m[j].w, .y = malloc((size_t)B * rows[j] * 4)};
 	}
 	for (int p = 0; p < 2; p++) {
-		matmul_many(p ? pool : NULL, MATMUL_ISA_AUTO, x, B, jobs, 3);
+		matmul_many(p ? pool : NULL, MATMUL_ISA_AVX2_F32, x, B, jobs, 3);
 		for (int j = 0; j < 3; j++)
 			check_result(&m[j], x, B, NULL, jobs[j].y, "many jobs");
 	}
+	/* AUTO: the Q8_0 job takes the integer path on rounded x, the others exact x. */
+	float *xr = malloc((size_t)B * cols * sizeof(float));
+	for (int b = 0; b < B; b++)
+		matmul_q8_activation_round(x + (size_t)b * cols, cols, xr + (size_t)b * cols);
+	matmul_many(pool, MATMUL_ISA_AUTO, x, B, jobs, 3);
+	for (int j = 0; j < 3; j++)
+		check_result(&m[j], j == 1 && matmul_q8_rounds_activations(MATMUL_ISA_AUTO, B) ? xr : x, B, NULL, jobs[j].y,
+			     "many jobs, auto");
+	free(xr);
 	for (int j = 0; j < 3; j++) {
 		free(jobs[j].y);
 		free_matrix(&m[j]);
 	}
 	free(x);
 	threadpool_free(pool);
+}
+
+START_TEST(test_many_jobs)
+{
+	many_jobs_case(3);  /* dot kernels, Q8 integer path */
+	many_jobs_case(13); /* packed GEMM */
 }
 END_TEST
 
