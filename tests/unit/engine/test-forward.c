@@ -305,6 +305,37 @@ START_TEST(test_revise_then_refeed)
 }
 END_TEST
 
+/* The share of attention each head gives to the sink tier is reported per
+ * layer and head for tokens that ask for it: a probability, and 1 while every
+ * resident token is a sink. */
+START_TEST(test_sink_mass)
+{
+	int n = model->hp.n_layers * model->hp.n_heads;
+	float *mass = calloc((size_t)n, sizeof(float));
+	float *logits = malloc((size_t)model->hp.n_vocab * 4);
+	struct backend_session *s = new_session();
+	int32_t ids[10] = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376};
+	char err[SINKD_ERR_LEN];
+	struct backend_token t = {.session = s, .token = ids[0], .want_logits = true, .sink_mass = mass};
+	ck_assert_int_eq(be->ops->forward(be, &t, 1, logits, err, sizeof(err)), 0);
+	for (int i = 0; i < n; i++)
+		ck_assert_float_eq_tol(mass[i], 1.0f, 1e-5f);
+	prefill(s, ids + 1, 8, 8, logits);
+	memset(mass, 0, (size_t)n * sizeof(float));
+	t.token = ids[9];
+	ck_assert_int_eq(be->ops->forward(be, &t, 1, logits, err, sizeof(err)), 0);
+	double total = 0;
+	for (int i = 0; i < n; i++) {
+		ck_assert(mass[i] > 0.0f && mass[i] < 1.0f);
+		total += mass[i];
+	}
+	printf("mean sink mass after 10 tokens: %.3f\n", total / n);
+	be->ops->session_free(be, s);
+	free(mass);
+	free(logits);
+}
+END_TEST
+
 /* ---------------------------------------------------------------------------
  * A synthetic qwen2-style model (GQA, q/k/v biases) built in memory, to run
  * the weight types, the threaded matmuls and the head-parallel attention that
@@ -521,6 +552,7 @@ int main(void)
 	tcase_add_test(tc, test_interleaved_sessions);
 	tcase_add_test(tc, test_refuses_full_session);
 	tcase_add_test(tc, test_revise_then_refeed);
+	tcase_add_test(tc, test_sink_mass);
 	tcase_add_test(tc, test_weight_types);
 	tcase_add_test(tc, test_threaded_prefill);
 	suite_add_tcase(s, tc);
