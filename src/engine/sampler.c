@@ -14,10 +14,11 @@
  * every machine.
  *
  * Cost per token is O(n_vocab) plus O(k log k) for the candidates: top-k and
- * the top-N logprobs use a bounded heap; top-p never sorts the vocabulary: it
- * looks only at tokens above a probability threshold that provably holds the
- * nucleus, and finds the nucleus among them by a weighted quickselect
- * (expected linear time); min-p and the draw need no order at all.
+ * the top-N logprobs use a bounded heap; top-p never sorts the vocabulary: a
+ * histogram of the mass by distance below the max picks the few buckets that
+ * provably hold the nucleus, and a weighted quickselect (expected linear
+ * time) finds the nucleus among their tokens; min-p and the draw need no
+ * order at all.
  *
  * It does not decode text, stop on strings (see stopstr.c) or keep a
  * per-request history beyond the penalty window. */
@@ -475,28 +476,6 @@ static void report_top(struct sampler *s, const float *logits, double lse,
 
 /* ---------------------------------------------------------------- filters */
 
-/* Tokens whose temperature-1 probability is at least `ratio` times the max
- * probability, in id order, with their probabilities; returns how many, and
- * their total probability in *mass. */
-static size_t collect_above(const float *logits, int n, float mx, double lse, double ratio,
-			    struct cand *out, double *mass)
-{
-	float cut = ratio > 0.0 ? mx + (float)log(ratio) : -INFINITY;
-	size_t m = 0;
-	double sum = 0.0;
-	for (int i = 0; i < n; i++) {
-		if (logits[i] >= cut && logits[i] > -INFINITY) {
-			out[m].id = i;
-			out[m].logit = logits[i];
-			out[m].prob = fast_expf((float)((double)logits[i] - lse));
-			sum += out[m].prob;
-			m++;
-		}
-	}
-	*mass = sum;
-	return m;
-}
-
 static void cand_swap(struct cand *a, struct cand *b)
 {
 	struct cand t = *a;
@@ -555,26 +534,51 @@ static size_t nucleus_select(struct cand *c, size_t n, double need)
 	return hi > 0 ? hi : 1; /* rounding: keep everything looked at */
 }
 
-/* Top-p without top-k: the candidates are the tokens above a probability
- * threshold, lowered until they hold top_p of the mass (the nucleus, a
- * best-first prefix, then lies inside them), so a peaked distribution never
- * touches its long tail twice. */
+/* Top-p without top-k buckets the vocabulary by distance below the max
+ * logit (NUCLEUS_SCALE buckets per nat), finds the first buckets that hold
+ * top_p of the mass, and hands only their tokens (a best-first prefix that
+ * contains the nucleus, plus at most one bucket more) to nucleus_select. */
+enum { NUCLEUS_BUCKETS = 128 };
+#define NUCLEUS_SCALE 4.0f
+
+static int nucleus_bucket(float mx, float logit)
+{
+	float d = mx - logit; /* >= 0; +inf for a masked token */
+	return d < (float)NUCLEUS_BUCKETS / NUCLEUS_SCALE ? (int)(d * NUCLEUS_SCALE)
+							 : NUCLEUS_BUCKETS - 1;
+}
+
 static size_t nucleus_from_logits(const struct sampler *s, const float *logits, float mx,
 				  double lse, struct cand *c)
 {
-	/* Below floor_ratio * p_max, all tokens together hold < 1 - top_p. */
-	double floor_ratio = (1.0 - (double)s->p.top_p) / (double)s->n_vocab;
-	const double ratios[] = {1e-2, 1e-5, floor_ratio, 0.0};
-	double mass = 0.0;
-	size_t n = 0;
-	for (size_t r = 0; r < sizeof(ratios) / sizeof(ratios[0]); r++) {
-		if (r < 2 && ratios[r] <= floor_ratio)
-			continue;
-		n = collect_above(logits, s->n_vocab, mx, lse, ratios[r], c, &mass);
-		if (mass >= (double)s->p.top_p)
+	size_t n = (size_t)s->n_vocab;
+	float *prob = s->weight, shift = (float)lse;
+	double mass[NUCLEUS_BUCKETS] = {0};
+	for (size_t i = 0; i < n; i++)
+		prob[i] = fast_expf(logits[i] - shift);
+	for (size_t i = 0; i < n; i++)
+		mass[nucleus_bucket(mx, logits[i])] += prob[i];
+	int last = NUCLEUS_BUCKETS - 1;
+	double acc = 0.0;
+	for (int b = 0; b < NUCLEUS_BUCKETS; b++) {
+		acc += mass[b];
+		if (acc >= (double)s->p.top_p) {
+			last = b;
 			break;
+		}
 	}
-	return nucleus_select(c, n, fmin((double)s->p.top_p, mass));
+	size_t m = 0;
+	double kept = 0.0;
+	for (size_t i = 0; i < n; i++) {
+		if (logits[i] > -INFINITY && nucleus_bucket(mx, logits[i]) <= last) {
+			c[m].id = (int32_t)i;
+			c[m].logit = logits[i];
+			c[m].prob = prob[i];
+			kept += prob[i];
+			m++;
+		}
+	}
+	return nucleus_select(c, m, fmin((double)s->p.top_p, kept));
 }
 
 /* Min-p over candidates (any order): keeps p >= min_p * p_max in place. */
