@@ -44,12 +44,13 @@ int cuda_add_bias(float *y, const float *bias, int n, int cols, void *stream);
 int cuda_gather_rows(const float *x, const int32_t *rows, int n, int dim, float *out,
 		     void *stream);
 
-/* KV cache of `layer`: stores k, v (n_tokens, n_kv, D) rows of the jobs' tokens
+/* KV cache of `layer` (n_kv: kv heads of every job's session): stores k, v (n_tokens, n_kv, D) rows of the jobs' tokens
  * (k already rotated). */
-int cuda_kv_append(const struct cuda_kv_append_job *jobs, int n_jobs, int layer, const float *k,
-		   const float *v, void *stream);
+int cuda_kv_append(const struct cuda_kv_append_job *jobs, int n_jobs, int n_kv, int layer,
+		   const float *k, const float *v, void *stream);
 /* Quantizes G full-precision tokens into a group, for each job. */
-int cuda_kv_flush(const struct cuda_kv_flush_job *jobs, int n_jobs, int layer, void *stream);
+int cuda_kv_flush(const struct cuda_kv_flush_job *jobs, int n_jobs, int n_kv, int layer,
+		  void *stream);
 
 /* Floats of the attention's partial buffer. */
 size_t cuda_attention_partial_floats(int n_jobs, int n_heads, int head_dim, int max_resident,
@@ -79,9 +80,9 @@ void twin_rmsnorm(const float *x, const float *w, int n, int dim, float eps, voi
 void twin_rope(const float *x, float *out, int n, int n_heads, int head_dim, int rope_dim,
 	       bool neox, const double *cs, int cs_stride, float scale);
 void twin_swiglu(const float *gate, const float *up, size_t n, void *out, int out_dtype);
-void twin_kv_append(const struct cuda_kv_append_job *jobs, int n_jobs, int layer, const float *k,
-		    const float *v);
-void twin_kv_flush(const struct cuda_kv_flush_job *jobs, int n_jobs, int layer);
+void twin_kv_append(const struct cuda_kv_append_job *jobs, int n_jobs, int n_kv, int layer,
+		    const float *k, const float *v);
+void twin_kv_flush(const struct cuda_kv_flush_job *jobs, int n_jobs, int n_kv, int layer);
 /* out (f32 only here), sink_mass as cuda_attention. */
 void twin_attention(const struct cuda_kv_attn_job *jobs, int n_jobs, int layer, int n_heads,
 		    const float *qw, const float *qs, float *out, float *sink_mass);

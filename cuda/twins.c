@@ -78,8 +78,8 @@ static void store_row(unsigned char *dst, int dtype, const float *src, int d)
 	kv_row_store((enum kv_dtype)dtype, dst, src, d);
 }
 
-void twin_kv_append(const struct cuda_kv_append_job *jobs, int n_jobs, int layer, const float *k,
-		    const float *v)
+void twin_kv_append(const struct cuda_kv_append_job *jobs, int n_jobs, int n_kv, int layer,
+		    const float *k, const float *v)
 {
 	for (int j = 0; j < n_jobs; j++) {
 		const struct cuda_kv_append_job *a = &jobs[j];
@@ -115,7 +115,7 @@ void twin_kv_append(const struct cuda_kv_append_job *jobs, int n_jobs, int layer
 	}
 }
 
-void twin_kv_flush(const struct cuda_kv_flush_job *jobs, int n_jobs, int layer)
+void twin_kv_flush(const struct cuda_kv_flush_job *jobs, int n_jobs, int n_kv, int layer)
 {
 	float rows[32][CUDA_KV_MAX_HEAD_DIM];
 	const float *rowp[32];

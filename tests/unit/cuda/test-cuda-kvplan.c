@@ -103,9 +103,9 @@ static double step_both(struct sinkcache *c, struct twin_cache *t, float *scratc
 		twin_rope(q, qw, 1, N_HEADS, d, rd, g->rope_neox, cs_key, 0, scale);
 		twin_rope(q, qs, 1, N_HEADS, d, rd, g->rope_neox, cs_sink, 0, scale);
 		if (step.has_flush)
-			twin_kv_flush(&step.flush, 1, l);
+			twin_kv_flush(&step.flush, 1, n_kv, l);
 		step.append.token = 0;
-		twin_kv_append(&step.append, 1, l, kr, v);
+		twin_kv_append(&step.append, 1, n_kv, l, kr, v);
 		step.attn.token = 0;
 		twin_attention(&step.attn, 1, l, N_HEADS, qw, qs, out_t, mass_t);
 		for (int i = 0; i < N_HEADS * d; i++) {

@@ -1,0 +1,292 @@
+/* The CUDA backend: the Llama forward pass (llama, qwen2) over one batch of
+ * tokens from many sessions, with weights, activations and every session's
+ * tiered KV cache in device memory.
+ *
+ * Projections run for the whole batch at once with cublasGemmEx (weights
+ * and GEMM inputs in bf16/f16 with fp32 accumulation on tensor cores, or
+ * fp32); residual adds are GEMMs with beta = 1.  Norms, RoPE, SwiGLU and the
+ * cache are kernels in kernels.cu / kv_kernels.cu.  The cache decisions of
+ * every token (tier, eviction, quantization, positions) are planned on the
+ * host by cuda_kvplan.c, exactly as the CPU cache takes them; the tokens of
+ * a batch are attended in waves: wave w holds the w-th token of every
+ * session in the batch, so that one launch attends one token of many
+ * sessions and a session's tokens still see the cache in stream order.
+ * RoPE angles are computed on the host in double (rope_cos_sin) and shipped
+ * with the batch.
+ *
+ * Device memory: weights, a workspace grown with the batch, and one KV arena
+ * sized by the budget (cuda_arena.c: sink tiers low, window tiers high).
+ * Every CUDA failure becomes an error message; nothing aborts.  It does not
+ * sample, schedule or tokenize; one forward at a time (the engine thread). */
+#include "backend_cuda.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend_cuda_impl.h"
+#include "cache/rope.h"
+#include "util/log.h"
+
+
+/* ============================================================ sessions */
+
+static void l2_window_update(struct cuda_backend *c)
+{
+	if (!c->l2_sinks)
+		return;
+	cudaStreamAttrValue attr;
+	memset(&attr, 0, sizeof(attr));
+	uint64_t end = cuda_arena_low_end(&c->arena);
+	attr.accessPolicyWindow.base_ptr = c->arena_d;
+	attr.accessPolicyWindow.num_bytes = end < c->l2_max_window ? end : c->l2_max_window;
+	attr.accessPolicyWindow.hitRatio = 1.0f;
+	attr.accessPolicyWindow.hitProp = cudaAccessPropertyPersisting;
+	attr.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
+	if (cudaStreamSetAttribute(c->stream, cudaStreamAttributeAccessPolicyWindow, &attr) !=
+	    cudaSuccess) {
+		cudaGetLastError();
+		log_msg(c->log, LOG_WARN, "cuda", "L2 sink window not applied");
+	}
+}
+
+static void session_release(struct cuda_backend *c, struct backend_session *s)
+{
+	if (s->has_sink)
+		cuda_arena_free(&c->arena, s->sink_off);
+	cuda_arena_free(&c->arena, s->win_off);
+	free(s->freq_hi);
+	free(s->freq_lo);
+	free(s);
+}
+
+static int session_check_geometry(const struct cuda_backend *c, const struct sinkcache_geometry *g,
+				  char *err, size_t err_len)
+{
+	const struct model_hparams *hp = &c->base.model->hp;
+	if (g->n_layers != hp->n_layers || g->n_kv_heads != hp->n_kv_heads ||
+	    g->head_dim != hp->head_dim)
+		return err_set(err, err_len, -EINVAL,
+			       "cache geometry (%d layers, %d kv heads, head_dim %d) does not match "
+			       "the model (%d, %d, %d)",
+			       g->n_layers, g->n_kv_heads, g->head_dim, hp->n_layers, hp->n_kv_heads,
+			       hp->head_dim);
+	if (g->rope_dim != hp->rope_dim || g->rope_neox != c->neox)
+		return err_set(err, err_len, -EINVAL,
+			       "cache geometry: rope_dim %d / neox %d do not match the model (%d / %d)",
+			       g->rope_dim, (int)g->rope_neox, hp->rope_dim, (int)c->neox);
+	if (g->head_dim > CUDA_KV_MAX_HEAD_DIM)
+		return err_set(err, err_len, -ENOTSUP, "cuda backend: head_dim %d is above %d",
+			       g->head_dim, CUDA_KV_MAX_HEAD_DIM);
+	return 0;
+}
+
+static int cuda_session_new(struct backend *be, const struct sinkcache_geometry *g,
+			    struct backend_session **out, char *err, size_t err_len)
+{
+	struct cuda_backend *c = cuda_of(be);
+	*out = NULL;
+	int rc = session_check_geometry(c, g, err, err_len);
+	if (rc)
+		return rc;
+	struct backend_session *s = calloc(1, sizeof(*s));
+	if (!s)
+		return err_set(err, err_len, -ENOMEM, "cuda backend: out of memory for a session");
+	rc = cuda_kv_shape_init(g, &s->sh, err, err_len);
+	if (rc) {
+		free(s);
+		return rc;
+	}
+	int half = g->rope_dim / 2 > 0 ? g->rope_dim / 2 : 1;
+	s->freq_hi = calloc((size_t)half, sizeof(double));
+	s->freq_lo = calloc((size_t)half, sizeof(double));
+	uint64_t sink_b = s->sh.sink_layer_bytes * (uint64_t)g->n_layers;
+	uint64_t win_b = s->sh.win_layer_bytes * (uint64_t)g->n_layers;
+	rc = !s->freq_hi || !s->freq_lo ? -ENOMEM : 0;
+	if (!rc && sink_b > 0) {
+		rc = cuda_arena_alloc(&c->arena, sink_b, true, &s->sink_off);
+		s->has_sink = rc == 0;
+	}
+	if (!rc)
+		rc = cuda_arena_alloc(&c->arena, win_b, false, &s->win_off);
+	if (rc) {
+		if (s->has_sink)
+			cuda_arena_free(&c->arena, s->sink_off);
+		free(s->freq_hi);
+		free(s->freq_lo);
+		free(s);
+		return err_set(err, err_len, rc == -ENOMEM ? -ENOMEM : -ENOSPC,
+			       "cuda backend: the KV arena (%llu MiB, %llu MiB in use) has no room for a "
+			       "session of %llu KiB",
+			       (unsigned long long)(c->arena.size >> 20),
+			       (unsigned long long)(cuda_arena_used(&c->arena) >> 20),
+			       (unsigned long long)((sink_b + win_b) >> 10));
+	}
+	rope_freqs_init(g->rope_theta, g->rope_dim, s->freq_hi, s->freq_lo);
+	cuda_kv_state_init(&s->st);
+	s->view = s->sh.layout;
+	s->view.sink_base = (uint64_t)(uintptr_t)(c->arena_d + (s->has_sink ? s->sink_off : 0));
+	s->view.win_base = (uint64_t)(uintptr_t)(c->arena_d + s->win_off);
+	s->batch_slot = -1;
+	l2_window_update(c);
+	*out = s;
+	return 0;
+}
+
+static void cuda_session_free(struct backend *be, struct backend_session *s)
+{
+	if (!s)
+		return;
+	session_release(cuda_of(be), s);
+	l2_window_update(cuda_of(be));
+}
+
+static int cuda_session_revise(struct backend *be, struct backend_session *s, size_t n_tokens,
+			       char *err, size_t err_len)
+{
+	return cuda_kv_plan_revise(&s->sh, &s->st, n_tokens, err, err_len);
+}
+
+static void cuda_session_stats(struct backend *be, const struct backend_session *s,
+			       struct sinkcache_stats *out)
+{
+	cuda_kv_plan_stats(&s->sh, &s->st, out);
+}
+
+static bool cuda_session_can_append(struct backend *be, const struct backend_session *s, size_t n)
+{
+	return cuda_kv_can_append(&s->sh, &s->st, n);
+}
+
+/* ============================================================ lifetime */
+
+static void cuda_destroy(struct backend *be)
+{
+	struct cuda_backend *c = cuda_of(be);
+	if (!c)
+		return;
+	cudabe_workspace_free(c);
+	cudabe_weights_free(c);
+	cudaFree(c->arena_d);
+	cuda_arena_deinit(&c->arena);
+	if (c->blas)
+		cublasDestroy(c->blas);
+	if (c->stream)
+		cudaStreamDestroy(c->stream);
+	free(c);
+}
+
+static const struct backend_ops cuda_ops = {
+	.name = "cuda",
+	.session_new = cuda_session_new,
+	.session_free = cuda_session_free,
+	.session_revise = cuda_session_revise,
+	.session_stats = cuda_session_stats,
+	.session_can_append = cuda_session_can_append,
+	.forward = cudabe_forward,
+	.destroy = cuda_destroy,
+	.session_offload = NULL,
+};
+
+static int arena_create(struct cuda_backend *c, const struct backend_cuda_options *o, char *err,
+			size_t err_len)
+{
+	size_t bytes = o->cache_bytes;
+	if (bytes == 0) {
+		size_t free_b = 0, total_b = 0;
+		CU_TRY(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+		double f = o->auto_fraction > 0.0 && o->auto_fraction <= 1.0 ? o->auto_fraction : 0.5;
+		bytes = (size_t)((double)free_b * f);
+	}
+	/* Alignment of each session's arrays costs a little beyond its CPU bound. */
+	bytes += bytes / 64 + ((size_t)1 << 20);
+	if (cudaMalloc((void **)&c->arena_d, bytes) != cudaSuccess) {
+		cudaGetLastError();
+		c->arena_d = NULL;
+		return err_set(err, err_len, -ENOMEM,
+			       "cuda backend: cannot allocate a KV arena of %zu MiB on device %d "
+			       "(lower inference.cache.global_cache_limit)",
+			       bytes >> 20, c->device);
+	}
+	cuda_arena_init(&c->arena, bytes);
+	if (c->l2_sinks) {
+		struct cudaDeviceProp prop;
+		CU_TRY(cudaGetDeviceProperties(&prop, c->device), "cudaGetDeviceProperties");
+		c->l2_max_window = (size_t)prop.accessPolicyMaxWindowSize;
+		if (prop.persistingL2CacheMaxSize > 0)
+			cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize,
+					   (size_t)prop.persistingL2CacheMaxSize);
+		cudaGetLastError();
+	}
+	return 0;
+}
+
+static int backend_init(struct cuda_backend *c, const struct backend_cuda_options *o, char *err,
+			size_t err_len)
+{
+	int n = 0;
+	if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+		cudaGetLastError();
+		return err_set(err, err_len, -ENODEV, "cuda backend: no CUDA device");
+	}
+	if (o->device < 0 || o->device >= n)
+		return err_set(err, err_len, -ENODEV, "cuda backend: device %d out of range (0..%d)",
+			       o->device, n - 1);
+	CU_TRY(cudaSetDevice(o->device), "cudaSetDevice");
+	CU_TRY(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+	BLAS_TRY(cublasCreate(&c->blas), "cublasCreate");
+	BLAS_TRY(cublasSetStream(c->blas, c->stream), "cublasSetStream");
+	int rc = cudabe_weights_upload(c, err, err_len);
+	return rc ? rc : arena_create(c, o, err, err_len);
+}
+
+int backend_cuda_new(const struct model *m, const struct backend_options *opt,
+		     const struct backend_cuda_options *copt, struct backend **out, char *err,
+		     size_t err_len)
+{
+	struct backend_cuda_options defaults = {.dtype = KV_DTYPE_BF16, .auto_fraction = 0.5};
+	const struct backend_cuda_options *o = copt ? copt : &defaults;
+	*out = NULL;
+	if ((unsigned)o->dtype > KV_DTYPE_BF16)
+		return err_set(err, err_len, -EINVAL, "cuda backend: dtype %d unknown", (int)o->dtype);
+	struct cuda_backend *c = calloc(1, sizeof(*c));
+	if (!c)
+		return err_set(err, err_len, -ENOMEM, "cuda backend: out of memory");
+	c->base.ops = &cuda_ops;
+	c->base.model = m;
+	c->base.impl = c;
+	c->log = o->log;
+	c->device = o->device;
+	c->wdt = (int)o->dtype;
+	c->neox = m->hp.arch == MODEL_ARCH_QWEN2;
+	c->l2_sinks = o->l2_sink_window;
+	int rc = backend_init(c, o, err, err_len);
+	if (rc) {
+		cuda_destroy(&c->base);
+		return rc;
+	}
+	log_event(c->log, LOG_INFO, "cuda", "backend ready",
+		  (struct log_field[]){LOG_INT("device", c->device),
+				       LOG_INT("weight_mib", c->weight_bytes >> 20),
+				       LOG_INT("kv_arena_mib", c->arena.size >> 20),
+				       LOG_INT("l2_sink_window", c->l2_sinks), LOG_END});
+	*out = &c->base;
+	return 0;
+}
+
+size_t backend_cuda_cache_bytes(const struct backend *be)
+{
+	return (size_t)((const struct cuda_backend *)be)->arena.size;
+}
+
+size_t backend_cuda_weight_bytes(const struct backend *be)
+{
+	return ((const struct cuda_backend *)be)->weight_bytes;
+}
+
+size_t backend_cuda_session_bytes(const struct sinkcache_geometry *g)
+{
+	struct cuda_kv_shape sh;
+	if (cuda_kv_shape_init(g, &sh, NULL, 0))
+		return 0;
+	return cuda_kv_session_bytes(&sh);
+}

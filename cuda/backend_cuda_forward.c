@@ -1,0 +1,455 @@
+/* The forward pass of the CUDA backend over one batch of tokens from many
+ * sessions (see backend_cuda.c for the design).  Per forward: the host
+ * plans every token's cache jobs and RoPE angles (cuda_kvplan.c,
+ * rope_cos_sin) and uploads them in one copy; then per layer: RMSNorm,
+ * Q/K/V GEMMs, RoPE, and per wave (the w-th token of every session)
+ * flush -> append -> attention; the output projection and the MLP add into
+ * the residual through GEMMs with beta = 1.  Logits of the tokens that want
+ * them come back to the host; the sessions' cache states are committed only
+ * when everything succeeded.  It does not allocate sessions or weights. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend_cuda_impl.h"
+#include "cache/rope.h"
+
+#define BATCH_ALIGN 256
+
+/* ============================================================ workspace */
+
+static void host_plan_free(struct cuda_backend *c)
+{
+	free(c->order);
+	free(c->sess_begin);
+	free(c->wave_begin);
+	free(c->flush_begin);
+	free(c->wave_max_res);
+	free(c->sessions);
+	c->order = c->sess_begin = c->wave_begin = c->flush_begin = c->wave_max_res = NULL;
+	c->sessions = NULL;
+}
+
+void cudabe_workspace_free(struct cuda_backend *c)
+{
+	float **f[] = {&c->x, &c->proj, &c->q, &c->k, &c->v, &c->qw, &c->qs,
+		       &c->gate, &c->up, &c->logits, &c->mass, &c->partial};
+	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
+		cudaFree(*f[i]);
+		*f[i] = NULL;
+	}
+	void **h[] = {&c->xb_h, &c->att_h, &c->hb_h, (void **)&c->batch_d};
+	for (size_t i = 0; i < sizeof(h) / sizeof(h[0]); i++) {
+		cudaFree(*h[i]);
+		*h[i] = NULL;
+	}
+	cudaFreeHost(c->batch_h);
+	cudaFreeHost(c->mass_h);
+	c->batch_h = NULL;
+	c->mass_h = NULL;
+	host_plan_free(c);
+	c->cap = c->partial_cap = c->batch_cap = 0;
+}
+
+static int dev_buf(void **p, size_t bytes, char *err, size_t err_len)
+{
+	if (cudaMalloc(p, bytes ? bytes : 1) == cudaSuccess)
+		return 0;
+	cudaGetLastError();
+	*p = NULL;
+	return err_set(err, err_len, -ENOMEM, "cuda backend: out of device memory for a %zu KiB batch buffer",
+		       bytes >> 10);
+}
+
+/* Device and host buffers for batches of up to n tokens. */
+static int tokens_reserve(struct cuda_backend *c, size_t n, char *err, size_t err_len)
+{
+	if (n <= c->cap)
+		return 0;
+	const struct model_hparams *hp = &c->base.model->hp;
+	size_t qd = (size_t)hp->n_heads * hp->head_dim, kvd = (size_t)hp->n_kv_heads * hp->head_dim;
+	size_t dt = dt_size(c->wdt), F = sizeof(float);
+	cudabe_workspace_free(c);
+	struct {
+		void **p;
+		size_t bytes;
+	} bufs[] = {
+		{(void **)&c->x, n * hp->dim * F},	 {(void **)&c->proj, n * hp->dim * F},
+		{(void **)&c->q, n * qd * F},		 {(void **)&c->qw, n * qd * F},
+		{(void **)&c->qs, n * qd * F},		 {(void **)&c->k, n * kvd * F},
+		{(void **)&c->v, n * kvd * F},		 {(void **)&c->gate, n * hp->ffn_dim * F},
+		{(void **)&c->up, n * hp->ffn_dim * F},	 {(void **)&c->logits, n * hp->n_vocab * F},
+		{(void **)&c->mass, n * hp->n_layers * hp->n_heads * F},
+		{&c->xb_h, n * hp->dim * dt},		 {&c->att_h, n * qd * dt},
+		{&c->hb_h, n * hp->ffn_dim * dt},
+	};
+	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
+		int rc = dev_buf(bufs[i].p, bufs[i].bytes, err, err_len);
+		if (rc) {
+			cudabe_workspace_free(c);
+			return rc;
+		}
+	}
+	if (cudaMallocHost((void **)&c->mass_h, n * hp->n_layers * hp->n_heads * F) != cudaSuccess) {
+		cudaGetLastError();
+		c->mass_h = NULL;
+		cudabe_workspace_free(c);
+		return err_set(err, err_len, -ENOMEM, "cuda backend: out of pinned host memory");
+	}
+	c->order = malloc(n * sizeof(int));
+	c->sess_begin = malloc((n + 1) * sizeof(int));
+	c->wave_begin = malloc((n + 1) * sizeof(int));
+	c->flush_begin = malloc((n + 1) * sizeof(int));
+	c->wave_max_res = malloc(n * sizeof(int));
+	c->sessions = malloc(n * sizeof(*c->sessions));
+	if (!c->order || !c->sess_begin || !c->wave_begin || !c->flush_begin || !c->wave_max_res ||
+	    !c->sessions) {
+		cudabe_workspace_free(c);
+		return err_set(err, err_len, -ENOMEM, "cuda backend: no memory for a batch of %zu tokens", n);
+	}
+	c->cap = n;
+	return 0;
+}
+
+static int partial_reserve(struct cuda_backend *c, size_t floats, char *err, size_t err_len)
+{
+	if (floats <= c->partial_cap)
+		return 0;
+	cudaFree(c->partial);
+	c->partial_cap = 0;
+	int rc = dev_buf((void **)&c->partial, floats * sizeof(float), err, err_len);
+	if (!rc)
+		c->partial_cap = floats;
+	return rc;
+}
+
+static int batch_reserve(struct cuda_backend *c, size_t bytes, char *err, size_t err_len)
+{
+	if (bytes <= c->batch_cap)
+		return 0;
+	cudaFree(c->batch_d);
+	cudaFreeHost(c->batch_h);
+	c->batch_d = c->batch_h = NULL;
+	c->batch_cap = 0;
+	int rc = dev_buf((void **)&c->batch_d, bytes, err, err_len);
+	if (rc)
+		return rc;
+	if (cudaMallocHost((void **)&c->batch_h, bytes) != cudaSuccess) {
+		cudaGetLastError();
+		c->batch_h = NULL;
+		return err_set(err, err_len, -ENOMEM, "cuda backend: out of pinned host memory");
+	}
+	c->batch_cap = bytes;
+	return 0;
+}
+
+/* ============================================================ plan */
+
+static size_t align_up(size_t x)
+{
+	return (x + BATCH_ALIGN - 1) / BATCH_ALIGN * BATCH_ALIGN;
+}
+
+static void batch_layout_of(size_t n, int rope_dim, struct batch_layout *bl)
+{
+	size_t at = 0, rd = (size_t)(rope_dim > 0 ? rope_dim : 1);
+	bl->tok = at, at = align_up(at + n * sizeof(int32_t));
+	bl->rows = at, at = align_up(at + n * sizeof(int32_t));
+	bl->cs = at, at = align_up(at + n * 2 * rd * sizeof(double));
+	bl->append = at, at = align_up(at + n * sizeof(struct cuda_kv_append_job));
+	bl->flush = at, at = align_up(at + n * sizeof(struct cuda_kv_flush_job));
+	bl->attn = at, at = align_up(at + n * sizeof(struct cuda_kv_attn_job));
+	bl->bytes = at;
+}
+
+/* Groups the tokens by session and checks that every session can take its
+ * tokens; touches no cache (as the CPU backend's batch_plan). */
+static int batch_group(struct cuda_backend *c, const struct backend_token *tokens, size_t n,
+		       char *err, size_t err_len)
+{
+	const struct model_hparams *hp = &c->base.model->hp;
+	c->n_sessions = 0;
+	c->n_waves = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct backend_session *s = tokens[i].session;
+		if (!s)
+			return err_set(err, err_len, -EINVAL, "batch token %zu has no session", i);
+		if (tokens[i].token < 0 || tokens[i].token >= hp->n_vocab)
+			return err_set(err, err_len, -EINVAL,
+				       "batch token %zu: id %d is outside the vocabulary (0..%d)", i,
+				       (int)tokens[i].token, hp->n_vocab - 1);
+		s->batch_slot = -1;
+		s->batch_n = 0;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct backend_session *s = tokens[i].session;
+		if (s->batch_slot < 0) {
+			s->batch_slot = c->n_sessions;
+			c->sessions[c->n_sessions++] = s;
+		}
+		s->batch_n++;
+	}
+	c->sess_begin[0] = 0;
+	for (int j = 0; j < c->n_sessions; j++) {
+		struct backend_session *s = c->sessions[j];
+		c->sess_begin[j + 1] = c->sess_begin[j] + s->batch_n;
+		c->n_waves = s->batch_n > c->n_waves ? s->batch_n : c->n_waves;
+		if (!cuda_kv_can_append(&s->sh, &s->st, (size_t)s->batch_n))
+			return err_set(err, err_len, -ENOSPC,
+				       "session cannot take %d more tokens: its cache is full "
+				       "(strategy full, max_context_length %d reached)",
+				       s->batch_n, s->sh.g.max_context_length);
+		s->batch_n = 0; /* reused as a fill cursor */
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct backend_session *s = tokens[i].session;
+		c->order[c->sess_begin[s->batch_slot] + s->batch_n++] = (int)i;
+	}
+	return 0;
+}
+
+/* Plans wave after wave: jobs, angles, token ids, logits rows. */
+static void batch_fill(struct cuda_backend *c, const struct backend_token *tokens, size_t n,
+		       const struct batch_layout *bl, int *n_want)
+{
+	int rd = c->base.model->hp.rope_dim, cs_stride = 2 * (rd > 0 ? rd : 1);
+	unsigned char *h = c->batch_h;
+	int32_t *tok = (int32_t *)(h + bl->tok), *rows = (int32_t *)(h + bl->rows);
+	double *cs = (double *)(h + bl->cs);
+	struct cuda_kv_append_job *app = (struct cuda_kv_append_job *)(h + bl->append);
+	struct cuda_kv_flush_job *fl = (struct cuda_kv_flush_job *)(h + bl->flush);
+	struct cuda_kv_attn_job *att = (struct cuda_kv_attn_job *)(h + bl->attn);
+	int w_at = 0, f_at = 0;
+	*n_want = 0;
+	for (size_t i = 0; i < n; i++) {
+		tok[i] = tokens[i].token;
+		if (tokens[i].want_logits)
+			rows[(*n_want)++] = (int32_t)i;
+	}
+	for (int j = 0; j < c->n_sessions; j++)
+		c->sessions[j]->tmp = c->sessions[j]->st;
+	for (int w = 0; w < c->n_waves; w++) {
+		c->wave_begin[w] = w_at;
+		c->flush_begin[w] = f_at;
+		c->wave_max_res[w] = 0;
+		for (int j = 0; j < c->n_sessions; j++) {
+			struct backend_session *s = c->sessions[j];
+			if (s->batch_n <= w)
+				continue;
+			int t = c->order[c->sess_begin[j] + w];
+			struct cuda_kv_step step;
+			cuda_kv_plan_step(&s->sh, &s->tmp, &s->view, &step);
+			step.append.token = t;
+			step.attn.token = t;
+			app[w_at] = step.append;
+			att[w_at++] = step.attn;
+			if (step.has_flush)
+				fl[f_at++] = step.flush;
+			rope_cos_sin(s->freq_hi, s->freq_lo, rd, step.key_pos, cs + (size_t)t * cs_stride);
+			rope_cos_sin(s->freq_hi, s->freq_lo, rd, step.sink_pos,
+				     cs + (size_t)t * cs_stride + cs_stride / 2);
+			int res = step.attn.n_sink + step.attn.n_comp + step.attn.n_fp;
+			c->wave_max_res[w] = res > c->wave_max_res[w] ? res : c->wave_max_res[w];
+		}
+	}
+	c->wave_begin[c->n_waves] = w_at;
+	c->flush_begin[c->n_waves] = f_at;
+}
+
+static size_t batch_partial_floats(const struct cuda_backend *c)
+{
+	const struct model_hparams *hp = &c->base.model->hp;
+	size_t most = 0;
+	for (int w = 0; w < c->n_waves; w++) {
+		size_t f = cuda_attention_partial_floats(c->wave_begin[w + 1] - c->wave_begin[w],
+							 hp->n_heads, hp->head_dim, c->wave_max_res[w],
+							 CUDA_ATTN_DEFAULT_SPLIT);
+		most = f > most ? f : most;
+	}
+	return most;
+}
+
+/* ============================================================ layers */
+
+/* y (n, w->rows) = x (n, w->cols) . w^T + beta * y.  Row-major W (rows,
+ * cols) is column-major (cols, rows): y^T = op_T(W) x^T. */
+static int gemm(struct cuda_backend *c, const struct cuda_weight *w, const void *x, int n, float *y,
+		float beta, char *err, size_t err_len)
+{
+	float alpha = 1.0f;
+	cudaDataType_t t = blas_type(c->wdt);
+	BLAS_TRY(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, w->rows, n, w->cols, &alpha, w->d, t,
+			      w->cols, x, t, w->cols, &beta, y, CUDA_R_32F, w->rows, CUBLAS_COMPUTE_32F,
+			      CUBLAS_GEMM_DEFAULT),
+		 "cublasGemmEx");
+	return 0;
+}
+
+static int attention_waves(struct cuda_backend *c, const struct batch_layout *bl, int layer,
+			   char *err, size_t err_len)
+{
+	const struct model_hparams *hp = &c->base.model->hp;
+	const struct cuda_kv_append_job *app = (const void *)(c->batch_d + bl->append);
+	const struct cuda_kv_flush_job *fl = (const void *)(c->batch_d + bl->flush);
+	const struct cuda_kv_attn_job *att = (const void *)(c->batch_d + bl->attn);
+	float *mass = c->mass + (size_t)layer * c->cap * hp->n_heads;
+	for (int w = 0; w < c->n_waves; w++) {
+		int a0 = c->wave_begin[w], na = c->wave_begin[w + 1] - a0;
+		int f0 = c->flush_begin[w], nf = c->flush_begin[w + 1] - f0;
+		CU_TRY(cuda_kv_flush(fl + f0, nf, hp->n_kv_heads, layer, c->stream), "kv flush");
+		CU_TRY(cuda_kv_append(app + a0, na, hp->n_kv_heads, layer, c->k, c->v, c->stream),
+		       "kv append");
+		CU_TRY(cuda_attention(att + a0, na, c->wave_max_res[w], layer, hp->n_heads, c->qw, c->qs,
+				      CUDA_ATTN_DEFAULT_SPLIT, c->partial, c->att_h, c->wdt, mass,
+				      c->stream),
+		       "attention");
+	}
+	return 0;
+}
+
+static int layer_attention(struct cuda_backend *c, const struct batch_layout *bl, int n, int l,
+			   char *err, size_t err_len)
+{
+	const struct model_hparams *hp = &c->base.model->hp;
+	const struct cuda_layer_weights *L = &c->layers[l];
+	const double *cs = (const double *)(c->batch_d + bl->cs);
+	int rd = hp->rope_dim, cs_stride = 2 * (rd > 0 ? rd : 1);
+	float scale = 1.0f / sqrtf((float)hp->head_dim);
+	int rc;
+	CU_TRY(cuda_rmsnorm(c->x, L->attn_norm, n, hp->dim, hp->norm_eps, c->xb_h, c->wdt, c->stream),
+	       "rmsnorm");
+	if ((rc = gemm(c, &L->wq, c->xb_h, n, c->q, 0.0f, err, err_len)) ||
+	    (rc = gemm(c, &L->wk, c->xb_h, n, c->k, 0.0f, err, err_len)) ||
+	    (rc = gemm(c, &L->wv, c->xb_h, n, c->v, 0.0f, err, err_len)))
+		return rc;
+	if (L->bq) {
+		CU_TRY(cuda_add_bias(c->q, L->bq, n, L->wq.rows, c->stream), "bias");
+		CU_TRY(cuda_add_bias(c->k, L->bk, n, L->wk.rows, c->stream), "bias");
+		CU_TRY(cuda_add_bias(c->v, L->bv, n, L->wv.rows, c->stream), "bias");
+	}
+	CU_TRY(cuda_rope(c->k, c->k, n, hp->n_kv_heads, hp->head_dim, rd, c->neox, cs, cs_stride, 1.0f,
+			 c->stream),
+	       "rope k");
+	CU_TRY(cuda_rope(c->q, c->qw, n, hp->n_heads, hp->head_dim, rd, c->neox, cs, cs_stride, scale,
+			 c->stream),
+	       "rope q");
+	CU_TRY(cuda_rope(c->q, c->qs, n, hp->n_heads, hp->head_dim, rd, c->neox, cs + cs_stride / 2,
+			 cs_stride, scale, c->stream),
+	       "rope q sink");
+	rc = attention_waves(c, bl, l, err, err_len);
+	return rc ? rc : gemm(c, &L->wo, c->att_h, n, c->x, 1.0f, err, err_len);
+}
+
+static int layer_mlp(struct cuda_backend *c, int n, int l, char *err, size_t err_len)
+{
+	const struct model_hparams *hp = &c->base.model->hp;
+	const struct cuda_layer_weights *L = &c->layers[l];
+	int rc;
+	CU_TRY(cuda_rmsnorm(c->x, L->ffn_norm, n, hp->dim, hp->norm_eps, c->xb_h, c->wdt, c->stream),
+	       "rmsnorm");
+	if ((rc = gemm(c, &L->gate, c->xb_h, n, c->gate, 0.0f, err, err_len)) ||
+	    (rc = gemm(c, &L->up, c->xb_h, n, c->up, 0.0f, err, err_len)))
+		return rc;
+	CU_TRY(cuda_swiglu(c->gate, c->up, (size_t)n * hp->ffn_dim, c->hb_h, c->wdt, c->stream),
+	       "swiglu");
+	return gemm(c, &L->down, c->hb_h, n, c->x, 1.0f, err, err_len);
+}
+
+static int output_logits(struct cuda_backend *c, const struct batch_layout *bl, int n_want,
+			 float *logits, char *err, size_t err_len)
+{
+	const struct model_hparams *hp = &c->base.model->hp;
+	if (n_want == 0)
+		return 0;
+	CU_TRY(cuda_gather_rows(c->x, (const int32_t *)(c->batch_d + bl->rows), n_want, hp->dim,
+				c->proj, c->stream),
+	       "gather");
+	CU_TRY(cuda_rmsnorm(c->proj, c->out_norm, n_want, hp->dim, hp->norm_eps, c->xb_h, c->wdt,
+			    c->stream),
+	       "rmsnorm");
+	int rc = gemm(c, &c->out, c->xb_h, n_want, c->logits, 0.0f, err, err_len);
+	if (rc)
+		return rc;
+	CU_TRY(cudaMemcpyAsync(logits, c->logits, (size_t)n_want * hp->n_vocab * sizeof(float),
+			       cudaMemcpyDeviceToHost, c->stream),
+	       "logits copy");
+	return 0;
+}
+
+/* Sink masses of the tokens that asked, accumulated into their arrays. */
+static void add_sink_mass(struct cuda_backend *c, const struct backend_token *tokens, size_t n)
+{
+	const struct model_hparams *hp = &c->base.model->hp;
+	for (size_t i = 0; i < n; i++) {
+		if (!tokens[i].sink_mass)
+			continue;
+		for (int l = 0; l < hp->n_layers; l++)
+			for (int h = 0; h < hp->n_heads; h++)
+				tokens[i].sink_mass[(size_t)l * hp->n_heads + h] +=
+					c->mass_h[((size_t)l * c->cap + i) * hp->n_heads + h];
+	}
+}
+
+static int run_layers(struct cuda_backend *c, const struct backend_token *tokens, size_t n,
+		      const struct batch_layout *bl, int n_want, float *logits, char *err,
+		      size_t err_len)
+{
+	const struct model_hparams *hp = &c->base.model->hp;
+	int rc = 0;
+	bool want_mass = false;
+	for (size_t i = 0; i < n; i++)
+		want_mass = want_mass || tokens[i].sink_mass;
+	CU_TRY(cudaMemcpyAsync(c->batch_d, c->batch_h, bl->bytes, cudaMemcpyHostToDevice, c->stream),
+	       "batch upload");
+	CU_TRY(cuda_embed(c->embd.d, c->wdt, hp->dim, (const int32_t *)(c->batch_d + bl->tok), (int)n,
+			  c->x, c->stream),
+	       "embed");
+	for (int l = 0; l < hp->n_layers && !rc; l++) {
+		rc = layer_attention(c, bl, (int)n, l, err, err_len);
+		rc = rc ? rc : layer_mlp(c, (int)n, l, err, err_len);
+	}
+	rc = rc ? rc : output_logits(c, bl, n_want, logits, err, err_len);
+	if (!rc && want_mass)
+		CU_TRY(cudaMemcpyAsync(c->mass_h, c->mass, (size_t)hp->n_layers * c->cap * hp->n_heads * sizeof(float),
+				       cudaMemcpyDeviceToHost, c->stream),
+		       "sink mass copy");
+	cudaError_t e = cudaStreamSynchronize(c->stream);
+	if (rc)
+		return rc;
+	CU_TRY(e, "forward");
+	if (want_mass)
+		add_sink_mass(c, tokens, n);
+	return 0;
+}
+
+int cudabe_forward(struct backend *be, const struct backend_token *tokens, size_t n_tokens,
+		   float *logits, char *err, size_t err_len)
+{
+	struct cuda_backend *c = cuda_of(be);
+	struct batch_layout bl;
+	int n_want = 0;
+	if (n_tokens == 0)
+		return 0;
+	if (n_tokens > (size_t)1 << 20)
+		return err_set(err, err_len, -EINVAL, "batch of %zu tokens is too large", n_tokens);
+	for (size_t i = 0; i < n_tokens; i++)
+		if (tokens[i].want_logits && !logits)
+			return err_set(err, err_len, -EINVAL, "token %zu wants logits but no buffer given", i);
+	CU_TRY(cudaSetDevice(c->device), "cudaSetDevice");
+	int rc = tokens_reserve(c, n_tokens, err, err_len);
+	rc = rc ? rc : batch_group(c, tokens, n_tokens, err, err_len);
+	if (rc)
+		return rc;
+	batch_layout_of(n_tokens, be->model->hp.rope_dim, &bl);
+	rc = batch_reserve(c, bl.bytes, err, err_len);
+	if (rc)
+		return rc;
+	batch_fill(c, tokens, n_tokens, &bl, &n_want);
+	rc = partial_reserve(c, batch_partial_floats(c), err, err_len);
+	rc = rc ? rc : run_layers(c, tokens, n_tokens, &bl, n_want, logits, err, err_len);
+	if (rc)
+		return rc;
+	for (int j = 0; j < c->n_sessions; j++)
+		c->sessions[j]->st = c->sessions[j]->tmp;
+	return 0;
+}

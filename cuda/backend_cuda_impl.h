@@ -1,0 +1,116 @@
+/* Internal state of the CUDA backend, shared by backend_cuda.c (sessions,
+ * lifetime), backend_cuda_weights.c (upload) and backend_cuda_forward.c
+ * (the forward pass).  Not for other modules. */
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <errno.h>
+
+#include "backend_cuda.h"
+#include "cuda_arena.h"
+#include "cuda_kernels.h"
+#include "cuda_kvplan.h"
+#include "util/errbuf.h"
+
+/* Returns from the enclosing function (rc, err, err_len in scope) on a CUDA
+ * runtime error or a kernel launcher's error code. */
+#define CU_TRY(call, what)                                                                       \
+	do {                                                                                     \
+		int e_ = (int)(call);                                                             \
+		if (e_ != 0)                                                                     \
+			return err_set(err, err_len, -EIO, "cuda backend: %s: %s", (what),       \
+				       cudaGetErrorString((cudaError_t)e_));                     \
+	} while (0)
+#define BLAS_TRY(call, what)                                                                     \
+	do {                                                                                     \
+		cublasStatus_t s_ = (call);                                                      \
+		if (s_ != CUBLAS_STATUS_SUCCESS)                                                 \
+			return err_set(err, err_len, -EIO, "cuda backend: %s: %s", (what),       \
+				       cublasGetStatusString(s_));                               \
+	} while (0)
+
+struct cuda_weight {
+	void *d;  /* (rows, cols) row-major in the backend's dtype */
+	int rows;
+	int cols;
+};
+
+struct cuda_layer_weights {
+	float *attn_norm, *ffn_norm; /* (dim) */
+	float *bq, *bk, *bv;	     /* qwen2: (q_dim), (kv_dim) x2; else NULL */
+	struct cuda_weight wq, wk, wv, wo, gate, up, down;
+};
+
+struct backend_session {
+	struct cuda_kv_shape sh;
+	struct cuda_kv_state st;  /* committed after each forward */
+	struct cuda_kv_state tmp; /* advanced while a forward is planned */
+	struct cuda_kv_view view; /* layout with device bases */
+	uint64_t sink_off, win_off;
+	bool has_sink;
+	double *freq_hi, *freq_lo; /* (rope_dim/2) */
+	int batch_n, batch_slot;
+};
+
+/* Everything one forward uploads, packed in one buffer (host and device
+ * copies laid out alike). */
+struct batch_layout {
+	size_t tok, rows, cs, append, flush, attn, bytes;
+};
+
+struct cuda_backend {
+	struct backend base;
+	struct sinkd_log *log;
+	int device;
+	int wdt; /* CUDA_DT_* of weights and GEMM inputs */
+	bool neox;
+	cublasHandle_t blas;
+	cudaStream_t stream;
+	struct cuda_weight embd, out;
+	bool out_tied;
+	float *out_norm;
+	struct cuda_layer_weights *layers;
+	size_t weight_bytes;
+	/* KV arena */
+	unsigned char *arena_d;
+	struct cuda_arena arena;
+	bool l2_sinks;
+	size_t l2_max_window;
+	/* device workspace for cap tokens */
+	size_t cap;
+	float *x, *proj, *q, *k, *v, *qw, *qs, *gate, *up, *logits, *mass;
+	void *xb_h, *att_h, *hb_h; /* GEMM inputs in wdt */
+	float *partial;
+	size_t partial_cap; /* floats */
+	unsigned char *batch_d, *batch_h; /* batch_h pinned */
+	size_t batch_cap;
+	float *mass_h; /* (n_layers, cap, n_heads) pinned */
+	/* host plan of the batch being run */
+	int *order, *sess_begin, *wave_begin, *flush_begin, *wave_max_res;
+	struct backend_session **sessions;
+	int n_sessions, n_waves;
+};
+
+static inline struct cuda_backend *cuda_of(struct backend *be)
+{
+	return (struct cuda_backend *)be;
+}
+
+static inline size_t dt_size(int dt)
+{
+	return dt == CUDA_DT_F32 ? 4 : 2;
+}
+
+static inline cudaDataType_t blas_type(int dt)
+{
+	return dt == CUDA_DT_F32 ? CUDA_R_32F : dt == CUDA_DT_F16 ? CUDA_R_16F : CUDA_R_16BF;
+}
+
+/* backend_cuda_weights.c */
+int cudabe_weights_upload(struct cuda_backend *c, char *err, size_t err_len);
+void cudabe_weights_free(struct cuda_backend *c);
+/* backend_cuda_forward.c */
+int cudabe_forward(struct backend *be, const struct backend_token *tokens, size_t n_tokens,
+		   float *logits, char *err, size_t err_len);
+void cudabe_workspace_free(struct cuda_backend *c);

@@ -1,0 +1,146 @@
+/* Weights of the CUDA backend: every matrix goes to the device once, at
+ * start, in the backend's dtype (bf16, f16 or f32): rows are converted on
+ * the host with the CPU backend's own row reader (matmul_row_to_f32, which
+ * also dequantizes Q8_0) and the cache's rounding (kv_row_store, round to
+ * nearest even), in chunks of a few MiB; a matrix already in the dtype is
+ * copied as it is.  Norm vectors and biases stay f32.  It does not run
+ * anything on the device. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend_cuda_impl.h"
+#include "cache/kvquant.h"
+#include "engine/matmul.h"
+
+#define UPLOAD_CHUNK_BYTES ((size_t)8 << 20)
+
+static int dev_alloc(struct cuda_backend *c, void **p, size_t bytes, const char *what, char *err,
+		     size_t err_len)
+{
+	if (cudaMalloc(p, bytes ? bytes : 1) != cudaSuccess) {
+		cudaGetLastError();
+		*p = NULL;
+		return err_set(err, err_len, -ENOMEM,
+			       "cuda backend: out of device memory for %s (%zu MiB; %zu MiB of weights so far)",
+			       what, bytes >> 20, c->weight_bytes >> 20);
+	}
+	c->weight_bytes += bytes;
+	return 0;
+}
+
+static bool same_type(int ggml_type, int dt)
+{
+	return (ggml_type == GGML_TYPE_F32 && dt == CUDA_DT_F32) ||
+	       (ggml_type == GGML_TYPE_F16 && dt == CUDA_DT_F16) ||
+	       (ggml_type == GGML_TYPE_BF16 && dt == CUDA_DT_BF16);
+}
+
+static int convert_rows(struct cuda_backend *c, const struct weight_matrix *w, unsigned char *dst,
+			char *err, size_t err_len)
+{
+	size_t row_b = (size_t)w->cols * dt_size(c->wdt);
+	size_t per = UPLOAD_CHUNK_BYTES / row_b > 0 ? UPLOAD_CHUNK_BYTES / row_b : 1;
+	unsigned char *buf = malloc(per * row_b);
+	float *frow = malloc((size_t)w->cols * sizeof(float));
+	int rc = 0;
+	if (!buf || !frow)
+		rc = err_set(err, err_len, -ENOMEM, "cuda backend: no host memory to convert weights");
+	for (size_t r0 = 0; !rc && r0 < (size_t)w->rows; r0 += per) {
+		size_t n = (size_t)w->rows - r0 < per ? (size_t)w->rows - r0 : per;
+		for (size_t r = 0; r < n; r++) {
+			matmul_row_to_f32(w, (int)(r0 + r), frow);
+			kv_row_store((enum kv_dtype)c->wdt, buf + r * row_b, frow, w->cols);
+		}
+		cudaError_t e = cudaMemcpy(dst + r0 * row_b, buf, n * row_b, cudaMemcpyHostToDevice);
+		if (e != cudaSuccess)
+			rc = err_set(err, err_len, -EIO, "cuda backend: weight upload: %s",
+				     cudaGetErrorString(e));
+	}
+	free(buf);
+	free(frow);
+	return rc;
+}
+
+static int matrix_upload(struct cuda_backend *c, const struct weight_matrix *w,
+			 struct cuda_weight *out, const char *what, char *err, size_t err_len)
+{
+	size_t row_b = (size_t)w->cols * dt_size(c->wdt), total = row_b * (size_t)w->rows;
+	out->rows = w->rows;
+	out->cols = w->cols;
+	int rc = dev_alloc(c, &out->d, total, what, err, err_len);
+	if (rc)
+		return rc;
+	if (same_type(w->type, c->wdt) && w->row_bytes == row_b) {
+		CU_TRY(cudaMemcpy(out->d, w->data, total, cudaMemcpyHostToDevice), "weight upload");
+		return 0;
+	}
+	return convert_rows(c, w, out->d, err, err_len);
+}
+
+static int vec_upload(struct cuda_backend *c, const float *src, size_t n, float **out, char *err,
+		      size_t err_len)
+{
+	*out = NULL;
+	if (!src)
+		return 0;
+	int rc = dev_alloc(c, (void **)out, n * sizeof(float), "a norm vector", err, err_len);
+	if (rc)
+		return rc;
+	CU_TRY(cudaMemcpy(*out, src, n * sizeof(float), cudaMemcpyHostToDevice), "vector upload");
+	return 0;
+}
+
+static int layer_upload(struct cuda_backend *c, const struct model_layer *L,
+			struct cuda_layer_weights *d, char *err, size_t err_len)
+{
+	const struct model_hparams *hp = &c->base.model->hp;
+	size_t qd = (size_t)hp->n_heads * hp->head_dim, kvd = (size_t)hp->n_kv_heads * hp->head_dim;
+	int rc = vec_upload(c, L->attn_norm, (size_t)hp->dim, &d->attn_norm, err, err_len);
+	rc = rc ? rc : vec_upload(c, L->ffn_norm, (size_t)hp->dim, &d->ffn_norm, err, err_len);
+	rc = rc ? rc : vec_upload(c, L->bq, qd, &d->bq, err, err_len);
+	rc = rc ? rc : vec_upload(c, L->bk, kvd, &d->bk, err, err_len);
+	rc = rc ? rc : vec_upload(c, L->bv, kvd, &d->bv, err, err_len);
+	rc = rc ? rc : matrix_upload(c, &L->wq, &d->wq, "wq", err, err_len);
+	rc = rc ? rc : matrix_upload(c, &L->wk, &d->wk, "wk", err, err_len);
+	rc = rc ? rc : matrix_upload(c, &L->wv, &d->wv, "wv", err, err_len);
+	rc = rc ? rc : matrix_upload(c, &L->wo, &d->wo, "wo", err, err_len);
+	rc = rc ? rc : matrix_upload(c, &L->w_gate, &d->gate, "w_gate", err, err_len);
+	rc = rc ? rc : matrix_upload(c, &L->w_up, &d->up, "w_up", err, err_len);
+	rc = rc ? rc : matrix_upload(c, &L->w_down, &d->down, "w_down", err, err_len);
+	return rc;
+}
+
+int cudabe_weights_upload(struct cuda_backend *c, char *err, size_t err_len)
+{
+	const struct model *m = c->base.model;
+	c->layers = calloc((size_t)m->hp.n_layers, sizeof(*c->layers));
+	if (!c->layers)
+		return err_set(err, err_len, -ENOMEM, "cuda backend: out of memory");
+	int rc = matrix_upload(c, &m->token_embd, &c->embd, "token_embd", err, err_len);
+	rc = rc ? rc : vec_upload(c, m->output_norm, (size_t)m->hp.dim, &c->out_norm, err, err_len);
+	c->out_tied = m->output.data == m->token_embd.data && m->output.type == m->token_embd.type;
+	if (c->out_tied)
+		c->out = c->embd;
+	else if (!rc)
+		rc = matrix_upload(c, &m->output, &c->out, "output", err, err_len);
+	for (int l = 0; l < m->hp.n_layers && !rc; l++)
+		rc = layer_upload(c, &m->layers[l], &c->layers[l], err, err_len);
+	return rc;
+}
+
+void cudabe_weights_free(struct cuda_backend *c)
+{
+	cudaFree(c->embd.d);
+	if (!c->out_tied)
+		cudaFree(c->out.d);
+	cudaFree(c->out_norm);
+	for (int l = 0; c->layers && l < c->base.model->hp.n_layers; l++) {
+		struct cuda_layer_weights *d = &c->layers[l];
+		void *ptrs[] = {d->attn_norm, d->ffn_norm, d->bq, d->bk, d->bv, d->wq.d, d->wk.d,
+				d->wv.d, d->wo.d, d->gate.d, d->up.d, d->down.d};
+		for (size_t i = 0; i < sizeof(ptrs) / sizeof(ptrs[0]); i++)
+			cudaFree(ptrs[i]);
+	}
+	free(c->layers);
+	c->layers = NULL;
+}

@@ -1,0 +1,221 @@
+// Element-wise and row kernels of the CUDA forward pass: embedding gather,
+// RMSNorm, RoPE, SwiGLU, bias, row gather, and a copy-bandwidth probe.
+// Each mirrors a twin in twins.c (same arguments, host memory) and the CPU
+// backend's arithmetic: RMSNorm sums squares in double, RoPE rotates in
+// double with cos/sin computed on the host by rope_cos_sin() (exact angles at
+// any position), so results differ from the CPU only by summation order.
+// Projections are cuBLAS calls in backend_cuda.c, attention in kv_kernels.cu.
+#include <cmath>
+#include <cstdio>
+
+#include "cuda_common.cuh"
+#include "cuda_kernels.h"
+
+extern "C" const char *cuda_error_string(int code)
+{
+	return cudaGetErrorString((cudaError_t)code);
+}
+
+static cudaStream_t st(void *stream)
+{
+	return (cudaStream_t)stream;
+}
+
+// ---------------------------------------------------------------- embed
+
+// grid (n), block threads over dim.
+__global__ void embed_kernel(const void *table, int dtype, int dim, const int32_t *tok, float *x)
+{
+	size_t row = (size_t)tok[blockIdx.x] * dim;
+	for (int j = threadIdx.x; j < dim; j += blockDim.x)
+		x[(size_t)blockIdx.x * dim + j] = dt_load(table, dtype, row + j);
+}
+
+extern "C" int cuda_embed(const void *table, int dtype, int dim, const int32_t *tok, int n, float *x,
+			  void *stream)
+{
+	if (n <= 0)
+		return 0;
+	embed_kernel<<<n, 256, 0, st(stream)>>>(table, dtype, dim, tok, x);
+	return CUDA_LAUNCH_RC();
+}
+
+// -------------------------------------------------------------- rmsnorm
+
+#define RMS_THREADS 256
+
+// grid (n), block RMS_THREADS: out row = x row * (1/rms) * w.
+__global__ void rmsnorm_kernel(const float *x, const float *w, int dim, float eps, void *out,
+			       int out_dtype)
+{
+	__shared__ double part[RMS_THREADS];
+	const float *xr = x + (size_t)blockIdx.x * dim;
+	double ss = 0.0;
+	for (int j = threadIdx.x; j < dim; j += blockDim.x)
+		ss += (double)xr[j] * xr[j];
+	part[threadIdx.x] = ss;
+	__syncthreads();
+	for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+		if ((int)threadIdx.x < s)
+			part[threadIdx.x] += part[threadIdx.x + s];
+		__syncthreads();
+	}
+	float scale = (float)(1.0 / sqrt(part[0] / dim + (double)eps));
+	for (int j = threadIdx.x; j < dim; j += blockDim.x)
+		dt_store(out, out_dtype, (size_t)blockIdx.x * dim + j, __fmul_rn(__fmul_rn(xr[j], scale), w[j]));
+}
+
+extern "C" int cuda_rmsnorm(const float *x, const float *w, int n, int dim, float eps, void *out,
+			    int out_dtype, void *stream)
+{
+	if (n <= 0)
+		return 0;
+	rmsnorm_kernel<<<n, RMS_THREADS, 0, st(stream)>>>(x, w, dim, eps, out, out_dtype);
+	return CUDA_LAUNCH_RC();
+}
+
+// ----------------------------------------------------------------- rope
+
+// grid (n, n_heads), block threads over head_dim: pairs (a, b) rotated in
+// double and rounded once (rope_apply()), then every element times scale.
+__global__ void rope_kernel(const float *x, float *out, int n_heads, int head_dim, int rope_dim,
+			    bool neox, const double *cs, int cs_stride, float scale)
+{
+	size_t at = ((size_t)blockIdx.x * n_heads + blockIdx.y) * head_dim;
+	const double *c = cs + (size_t)blockIdx.x * cs_stride;
+	int half = rope_dim / 2;
+	for (int i = threadIdx.x; i < half; i += blockDim.x) {
+		int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+		double x0 = x[at + a], x1 = x[at + b];
+		double co = c[2 * i], si = c[2 * i + 1];
+		// explicit roundings: no fused multiply-add, as the CPU computes it
+		float r0 = (float)__dsub_rn(__dmul_rn(x0, co), __dmul_rn(x1, si));
+		float r1 = (float)__dadd_rn(__dmul_rn(x0, si), __dmul_rn(x1, co));
+		out[at + a] = __fmul_rn(r0, scale);
+		out[at + b] = __fmul_rn(r1, scale);
+	}
+	for (int j = rope_dim + threadIdx.x; j < head_dim; j += blockDim.x)
+		out[at + j] = __fmul_rn(x[at + j], scale);
+}
+
+extern "C" int cuda_rope(const float *x, float *out, int n, int n_heads, int head_dim, int rope_dim,
+			 bool neox, const double *cs, int cs_stride, float scale, void *stream)
+{
+	if (n <= 0)
+		return 0;
+	dim3 grid(n, n_heads);
+	rope_kernel<<<grid, 64, 0, st(stream)>>>(x, out, n_heads, head_dim, rope_dim, neox, cs,
+						 cs_stride, scale);
+	return CUDA_LAUNCH_RC();
+}
+
+// --------------------------------------------------------------- swiglu
+
+__global__ void swiglu_kernel(const float *gate, const float *up, size_t n, void *out, int dtype)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		float g = gate[i];
+		dt_store(out, dtype, i, __fmul_rn(__fdiv_rn(g, 1.0f + expf(-g)), up[i]));
+	}
+}
+
+static unsigned grid_for(size_t n, unsigned threads)
+{
+	size_t b = (n + threads - 1) / threads;
+	return (unsigned)(b > 65535 * 8 ? 65535 * 8 : (b ? b : 1));
+}
+
+extern "C" int cuda_swiglu(const float *gate, const float *up, size_t n, void *out, int out_dtype,
+			   void *stream)
+{
+	if (n == 0)
+		return 0;
+	swiglu_kernel<<<grid_for(n, 256), 256, 0, st(stream)>>>(gate, up, n, out, out_dtype);
+	return CUDA_LAUNCH_RC();
+}
+
+// ----------------------------------------------------------- bias, gather
+
+__global__ void add_bias_kernel(float *y, const float *bias, int cols)
+{
+	for (int j = threadIdx.x; j < cols; j += blockDim.x)
+		y[(size_t)blockIdx.x * cols + j] += bias[j];
+}
+
+extern "C" int cuda_add_bias(float *y, const float *bias, int n, int cols, void *stream)
+{
+	if (n <= 0)
+		return 0;
+	add_bias_kernel<<<n, 256, 0, st(stream)>>>(y, bias, cols);
+	return CUDA_LAUNCH_RC();
+}
+
+__global__ void gather_rows_kernel(const float *x, const int32_t *rows, int dim, float *out)
+{
+	const float *src = x + (size_t)rows[blockIdx.x] * dim;
+	for (int j = threadIdx.x; j < dim; j += blockDim.x)
+		out[(size_t)blockIdx.x * dim + j] = src[j];
+}
+
+extern "C" int cuda_gather_rows(const float *x, const int32_t *rows, int n, int dim, float *out,
+				void *stream)
+{
+	if (n <= 0)
+		return 0;
+	gather_rows_kernel<<<n, 256, 0, st(stream)>>>(x, rows, dim, out);
+	return CUDA_LAUNCH_RC();
+}
+
+// ------------------------------------------------------ bandwidth probe
+
+__global__ void copy_kernel(const float4 *src, float4 *dst, size_t n)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x)
+		dst[i] = src[i];
+}
+
+extern "C" int cuda_bandwidth_probe(size_t bytes, int iters, double *bytes_per_s, char *err,
+				    size_t err_len)
+{
+	float4 *a = NULL, *b = NULL;
+	cudaEvent_t e0 = NULL, e1 = NULL;
+	size_t n = bytes / sizeof(float4);
+	double best = 0.0;
+	cudaError_t rc = cudaMalloc(&a, n * sizeof(float4));
+	if (rc == cudaSuccess)
+		rc = cudaMalloc(&b, n * sizeof(float4));
+	if (rc == cudaSuccess)
+		rc = cudaMemset(a, 0, n * sizeof(float4));
+	if (rc == cudaSuccess)
+		rc = cudaEventCreate(&e0);
+	if (rc == cudaSuccess)
+		rc = cudaEventCreate(&e1);
+	for (int it = 0; it < iters + 1 && rc == cudaSuccess; it++) {
+		float ms = 0.0f;
+		cudaEventRecord(e0);
+		copy_kernel<<<1024, 256>>>(a, b, n);
+		cudaEventRecord(e1);
+		rc = cudaEventSynchronize(e1);
+		if (rc == cudaSuccess)
+			rc = cudaEventElapsedTime(&ms, e0, e1);
+		if (rc == cudaSuccess && it > 0 && ms > 0.0f) { /* the first is a warm-up */
+			double bps = 2.0 * (double)(n * sizeof(float4)) / (ms * 1e-3);
+			best = bps > best ? bps : best;
+		}
+	}
+	if (e0)
+		cudaEventDestroy(e0);
+	if (e1)
+		cudaEventDestroy(e1);
+	cudaFree(a);
+	cudaFree(b);
+	*bytes_per_s = best;
+	if (rc != cudaSuccess) {
+		if (err && err_len)
+			snprintf(err, err_len, "cuda bandwidth probe: %s", cudaGetErrorString(rc));
+		return -5;
+	}
+	return 0;
+}
