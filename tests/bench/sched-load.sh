@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Scheduler load benchmark (run by hand, never part of the test suite).
+#
+# Starts the real daemon (TLS on 127.0.0.1, one API key) per model and drives
+# it with tests/bench/sched-loadgen.c: 1, 4, 16 and 64 concurrent streaming
+# completions (new HTTPS connection per request, ignore_eos, MAX_TOKENS each)
+# for SECONDS each, then 16 streams again while one more client keeps sending
+# a ~20k-token prompt.  Reports aggregate generated tok/s, time to first token
+# p50/p99 and inter-token latency p50/p99, as a table and one JSON line.
+# Models: stories260K, and with MODELS_134M=1 the synthetic 134M Llama (F32
+# and F16) made with sinkd-mkmodel.
+#
+# Environment: BUILD (build dir, default build-bench-sched), SECONDS_PER (5),
+# MAX_TOKENS (128), STREAMS ("1 4 16 64"), THREADS (engine threads, 0 = all
+# cores), MODELS_134M (0), LONG (1: the long-prefill run), BATCH (512:
+# scheduler.max_batch_tokens).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+SHARED=${SINKD_SHARED:-$ROOT/../shared}
+BUILD=${BUILD:-$ROOT/build-bench-sched}
+SECONDS_PER=${SECONDS_PER:-5}
+MAX_TOKENS=${MAX_TOKENS:-128}
+STREAMS=${STREAMS:-"1 4 16 64"}
+THREADS=${THREADS:-0}
+MODELS_134M=${MODELS_134M:-0}
+LONG=${LONG:-1}
+BATCH=${BATCH:-512}
+TMP=$(mktemp -d)
+PID=
+cleanup() {
+	[ -n "$PID" ] && kill -TERM "$PID" 2>/dev/null && wait "$PID" 2>/dev/null
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+log() { echo "sched-load: $*" >&2; }
+
+# ---- build
+if [ ! -f "$BUILD/build.ninja" ]; then
+	PATH=/usr/local/cuda/bin:$PATH meson setup "$BUILD" -Dcuda=disabled -Dbuildtype=release >/dev/null
+fi
+ninja -C "$BUILD" src/sinkd src/tools/sinkd-mkmodel >/dev/null
+cc -O2 -std=c11 -D_GNU_SOURCE -Wall -o "$TMP/loadgen" "$ROOT/tests/bench/sched-loadgen.c" \
+	-lssl -lcrypto -lpthread
+
+# ---- TLS, key, prompts
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=localhost \
+	-keyout "$TMP/key.pem" -out "$TMP/cert.pem" 2>/dev/null
+KEY=bench-key
+DIGEST=$(printf %s "$KEY" | sha256sum | cut -d' ' -f1)
+printf 'Once upon a time, there was a little girl named Lily. She loved to' >"$TMP/prompt.txt"
+# ~20k tokens of real text: the dev stories, one and a half times.
+{ cat "$SHARED/data/tinystories-dev.txt"; head -c 30000 "$SHARED/data/tinystories-dev.txt"; } |
+	tr '\n' ' ' >"$TMP/long.txt"
+
+MODELS=("$SHARED/models/stories260K.gguf")
+if [ "$MODELS_134M" = 1 ]; then
+	for type in f32 f16; do
+		out="$TMP/synth134M-$type.gguf"
+		log "making $out"
+		"$BUILD/src/tools/sinkd-mkmodel" --out "$out" --vocab "$SHARED/vocab/ggml-vocab-llama-spm.gguf" \
+			--dim 768 --layers 12 --heads 12 --ffn 2048 --type "$type" >/dev/null
+		MODELS+=("$out")
+	done
+fi
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+start_daemon() { # model → sets PID, PORT
+	PORT=$(free_port)
+	cat >"$TMP/sinkd.yaml" <<YAML
+server:
+  listen: "127.0.0.1:$PORT"
+  threads: 4
+  max_connections: 1024
+  api_keys: ["sha256:$DIGEST"]
+  tls:
+    enabled: true
+    cert_file: "$TMP/cert.pem"
+    key_file: "$TMP/key.pem"
+model:
+  path: "$1"
+engine:
+  threads: $THREADS
+scheduler:
+  max_batch_tokens: $BATCH
+logging:
+  level: warn
+YAML
+	"$BUILD/src/sinkd" --config "$TMP/sinkd.yaml" >"$TMP/sinkd.log" 2>&1 &
+	PID=$!
+	for _ in $(seq 1 600); do
+		kill -0 "$PID" 2>/dev/null || { tail -5 "$TMP/sinkd.log" >&2; exit 1; }
+		[ "$(curl -sk -o /dev/null -w '%{http_code}' "https://127.0.0.1:$PORT/ready")" = 200 ] && return 0
+		sleep 0.1
+	done
+	log "daemon did not become ready"
+	exit 1
+}
+
+stop_daemon() { kill -TERM "$PID" 2>/dev/null; wait "$PID" 2>/dev/null || true; PID=; }
+
+: >"$TMP/results.jsonl"
+for model in "${MODELS[@]}"; do
+	name=$(basename "$model" .gguf)
+	log "model $name"
+	start_daemon "$model"
+	"$TMP/loadgen" "$PORT" "$KEY" 1 1 8 "$TMP/prompt.txt" >/dev/null || true # warm-up
+	for n in $STREAMS; do
+		log "  $n streams"
+		r=$("$TMP/loadgen" "$PORT" "$KEY" "$n" "$SECONDS_PER" "$MAX_TOKENS" "$TMP/prompt.txt") ||
+			log "  errors in the run: $r"
+		echo "{\"model\":\"$name\",${r#\{}" >>"$TMP/results.jsonl"
+	done
+	if [ "$LONG" = 1 ]; then
+		log "  16 streams + a ~20k-token prompt alongside"
+		r=$("$TMP/loadgen" "$PORT" "$KEY" 16 "$SECONDS_PER" "$MAX_TOKENS" "$TMP/prompt.txt" "$TMP/long.txt") ||
+			log "  errors in the run: $r"
+		echo "{\"model\":\"$name\",${r#\{}" >>"$TMP/results.jsonl"
+	fi
+	curl -sk -H "Authorization: Bearer $KEY" "https://127.0.0.1:$PORT/metrics" |
+		grep -E '^sinkd_scheduler_(batch_tokens|batch_sequences)_(sum|count)' >&2 || true
+	stop_daemon
+done
+
+python3 - "$TMP/results.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print(f"{'model':<16} {'streams':>7} {'long':>5} {'tok/s':>9} {'TTFT p50':>9} {'TTFT p99':>9} "
+      f"{'ITL p50':>8} {'ITL p99':>8} {'p99/p50':>7} {'reqs':>5} {'err':>4}")
+for r in rows:
+    ratio = r['itl_p99_ms'] / r['itl_p50_ms'] if r['itl_p50_ms'] else 0
+    print(f"{r['model']:<16} {r['streams']:>7} {'yes' if r['long_prefill'] else 'no':>5} {r['tok_s']:>9.1f} "
+          f"{r['ttft_p50_ms']:>7.1f}ms {r['ttft_p99_ms']:>7.1f}ms {r['itl_p50_ms']:>6.2f}ms "
+          f"{r['itl_p99_ms']:>6.2f}ms {ratio:>7.2f} {r['requests']:>5} {r['errors']:>4}")
+by = {}
+for r in rows:
+    if not r['long_prefill']:
+        by[(r['model'], r['streams'])] = r['tok_s']
+scal = {m: round(by[(m, 16)] / by[(m, 1)], 2) for (m, n) in by if n == 16 and (m, 1) in by and by[(m, 1)]}
+print("scaling 16 streams / 1 stream:", scal)
+print(json.dumps({"bench": "sched-load", "results": rows, "scaling_16_over_1": scal}))
+PY

@@ -1,0 +1,375 @@
+/* Load generator for the scheduler benchmark: N concurrent client streams,
+ * each a loop of streaming POST /v1/completions over HTTPS (OpenSSL, a new
+ * TLS connection per request, like a fresh client) that reads the SSE
+ * events as they arrive.  Measures time to first token (request start,
+ * connect included, to the first event carrying text), inter-token latency
+ * (gaps between text events), and generated tokens (usage.completion_tokens).
+ * Optionally one more client keeps sending a long prompt (max_tokens 1) to
+ * measure the streams while a long prefill runs alongside.  Prints one JSON
+ * line.  Not part of the test suite; run by tests/bench/sched-load.sh.
+ *
+ * usage: sched-loadgen PORT API_KEY STREAMS SECONDS MAX_TOKENS PROMPT_FILE
+ *                      [LONG_PROMPT_FILE] */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+struct cfg {
+	int port;
+	const char *key;
+	int streams;
+	double seconds;
+	int max_tokens;
+	char *body;	 /* request JSON */
+	char *long_body; /* long-prompt request JSON or NULL */
+	SSL_CTX *ctx;
+	double t_end;
+	atomic_bool stop_long;
+};
+
+struct samples {
+	double *v;
+	size_t n, cap;
+};
+
+struct stream {
+	struct cfg *c;
+	bool is_long;
+	struct samples ttft, itl;
+	long tokens, requests, errors;
+	double long_prefill_s; /* long client: total request time */
+	pthread_t th;
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void push(struct samples *s, double v)
+{
+	if (s->n == s->cap) {
+		s->cap = s->cap ? s->cap * 2 : 1024;
+		s->v = realloc(s->v, s->cap * sizeof(double));
+	}
+	s->v[s->n++] = v;
+}
+
+static char *read_file(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	char *b = malloc((size_t)n + 1);
+	if (fread(b, 1, (size_t)n, f) != (size_t)n)
+		n = 0;
+	b[n] = 0;
+	fclose(f);
+	return b;
+}
+
+/* JSON string literal of text (quotes included). */
+static char *json_str(const char *t)
+{
+	size_t n = strlen(t);
+	char *o = malloc(n * 6 + 3), *p = o;
+	*p++ = '"';
+	for (; *t; t++) {
+		unsigned char ch = (unsigned char)*t;
+		if (ch == '"' || ch == '\\') {
+			*p++ = '\\';
+			*p++ = (char)ch;
+		} else if (ch < 0x20) {
+			p += sprintf(p, "\\u%04x", ch);
+		} else {
+			*p++ = (char)ch;
+		}
+	}
+	*p++ = '"';
+	*p = 0;
+	return o;
+}
+
+static char *make_body(const char *prompt, int max_tokens)
+{
+	char *js = json_str(prompt);
+	size_t n = strlen(js) + 256;
+	char *b = malloc(n);
+	snprintf(b, n,
+		 "{\"prompt\":%s,\"max_tokens\":%d,\"stream\":true,\"temperature\":0,"
+		 "\"ignore_eos\":true,\"stream_options\":{\"include_usage\":true}}",
+		 js, max_tokens);
+	free(js);
+	return b;
+}
+
+/* ---- one request ------------------------------------------------------- */
+
+struct reader {
+	SSL *ssl;
+	char buf[16384];
+	size_t len, pos;
+};
+
+static int rd_fill(struct reader *r)
+{
+	if (r->pos < r->len)
+		return 1;
+	int n = SSL_read(r->ssl, r->buf, sizeof(r->buf));
+	if (n <= 0)
+		return 0;
+	r->len = (size_t)n;
+	r->pos = 0;
+	return 1;
+}
+
+/* Reads one line (without CRLF) into out; 0 at EOF. */
+static int rd_line(struct reader *r, char *out, size_t cap)
+{
+	size_t n = 0;
+	for (;;) {
+		if (!rd_fill(r))
+			return n > 0;
+		char ch = r->buf[r->pos++];
+		if (ch == '\n')
+			break;
+		if (n + 1 < cap)
+			out[n++] = ch;
+	}
+	if (n && out[n - 1] == '\r')
+		n--;
+	out[n] = 0;
+	return 1;
+}
+
+struct sse {
+	char line[65536];
+	size_t n;
+	double t0, last;
+	bool first_seen, done;
+	long tokens;
+};
+
+static void sse_event(struct stream *st, struct sse *e, const char *data)
+{
+	double t = now_s();
+	if (strcmp(data, "[DONE]") == 0) {
+		e->done = true;
+		return;
+	}
+	const char *u = strstr(data, "\"completion_tokens\":");
+	if (u)
+		e->tokens = atol(u + 20);
+	if (!strstr(data, "\"text\":\"") || strstr(data, "\"text\":\"\""))
+		return;
+	if (st->is_long)
+		return;
+	if (!e->first_seen)
+		push(&st->ttft, t - e->t0);
+	else
+		push(&st->itl, t - e->last);
+	e->first_seen = true;
+	e->last = t;
+}
+
+/* Feeds body bytes to the SSE line splitter. */
+static void sse_feed(struct stream *st, struct sse *e, const char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (p[i] != '\n') {
+			if (e->n + 1 < sizeof(e->line))
+				e->line[e->n++] = p[i];
+			continue;
+		}
+		e->line[e->n] = 0;
+		if (strncmp(e->line, "data: ", 6) == 0)
+			sse_event(st, e, e->line + 6);
+		e->n = 0;
+	}
+}
+
+static int read_body(struct stream *st, struct reader *r, struct sse *e, bool chunked)
+{
+	char line[256];
+	if (!chunked) {
+		while (rd_fill(r)) {
+			sse_feed(st, e, r->buf + r->pos, r->len - r->pos);
+			r->pos = r->len;
+		}
+		return 0;
+	}
+	for (;;) {
+		if (!rd_line(r, line, sizeof(line)))
+			return -1;
+		size_t left = strtoul(line, NULL, 16);
+		if (left == 0)
+			return 0;
+		while (left > 0) {
+			if (!rd_fill(r))
+				return -1;
+			size_t take = r->len - r->pos < left ? r->len - r->pos : left;
+			sse_feed(st, e, r->buf + r->pos, take);
+			r->pos += take;
+			left -= take;
+		}
+		rd_line(r, line, sizeof(line)); /* CRLF after the chunk */
+	}
+}
+
+static int do_request(struct stream *st, const char *body)
+{
+	struct cfg *c = st->c;
+	struct sse *e = calloc(1, sizeof(*e));
+	struct reader *r = calloc(1, sizeof(*r));
+	int fd = -1, rc = -1, one = 1;
+	SSL *ssl = NULL;
+	char hdr[1024], line[1024];
+	e->t0 = now_s();
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)c->port)};
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
+		goto out;
+	ssl = SSL_new(c->ctx);
+	SSL_set_fd(ssl, fd);
+	if (SSL_connect(ssl) != 1)
+		goto out;
+	int hl = snprintf(hdr, sizeof(hdr),
+			  "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n"
+			  "Content-Type: application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
+			  c->key, strlen(body));
+	if (SSL_write(ssl, hdr, hl) != hl || SSL_write(ssl, body, (int)strlen(body)) != (int)strlen(body))
+		goto out;
+	r->ssl = ssl;
+	if (!rd_line(r, line, sizeof(line)) || strncmp(line, "HTTP/1.1 200", 12) != 0)
+		goto out;
+	bool chunked = false;
+	while (rd_line(r, line, sizeof(line)) && line[0])
+		if (strcasestr(line, "transfer-encoding:") && strcasestr(line, "chunked"))
+			chunked = true;
+	if (read_body(st, r, e, chunked) != 0 || !e->done)
+		goto out;
+	st->tokens += e->tokens;
+	rc = 0;
+out:
+	if (ssl) {
+		SSL_shutdown(ssl);
+		SSL_free(ssl);
+	}
+	if (fd >= 0)
+		close(fd);
+	free(e);
+	free(r);
+	return rc;
+}
+
+static void *stream_main(void *arg)
+{
+	struct stream *st = arg;
+	struct cfg *c = st->c;
+	for (;;) {
+		if (st->is_long ? atomic_load(&c->stop_long) : now_s() >= c->t_end)
+			break;
+		double t0 = now_s();
+		if (do_request(st, st->is_long ? c->long_body : c->body) != 0) {
+			st->errors++;
+			usleep(10000);
+		}
+		st->requests++;
+		if (st->is_long)
+			st->long_prefill_s += now_s() - t0;
+	}
+	return NULL;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double pct(struct samples *s, double p)
+{
+	if (!s->n)
+		return 0;
+	qsort(s->v, s->n, sizeof(double), cmp_d);
+	size_t i = (size_t)(p * (double)(s->n - 1) + 0.5);
+	return s->v[i];
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 7) {
+		fprintf(stderr, "usage: %s PORT KEY STREAMS SECONDS MAX_TOKENS PROMPT_FILE [LONG_FILE]\n",
+			argv[0]);
+		return 2;
+	}
+	struct cfg c = {.port = atoi(argv[1]), .key = argv[2], .streams = atoi(argv[3]),
+			.seconds = atof(argv[4]), .max_tokens = atoi(argv[5])};
+	char *prompt = read_file(argv[6]);
+	char *long_prompt = argc > 7 ? read_file(argv[7]) : NULL;
+	if (!prompt || (argc > 7 && !long_prompt)) {
+		fprintf(stderr, "cannot read prompt files\n");
+		return 2;
+	}
+	c.body = make_body(prompt, c.max_tokens);
+	c.long_body = long_prompt ? make_body(long_prompt, 1) : NULL;
+	c.ctx = SSL_CTX_new(TLS_client_method());
+	SSL_CTX_set_verify(c.ctx, SSL_VERIFY_NONE, NULL);
+	int n = c.streams + (c.long_body ? 1 : 0);
+	struct stream *st = calloc((size_t)n, sizeof(*st));
+	if (c.long_body) { /* start the long prefill first, so it runs alongside */
+		st[c.streams] = (struct stream){.c = &c, .is_long = true};
+		pthread_create(&st[c.streams].th, NULL, stream_main, &st[c.streams]);
+		usleep(200000);
+	}
+	double t0 = now_s();
+	c.t_end = t0 + c.seconds;
+	for (int i = 0; i < c.streams; i++) {
+		st[i] = (struct stream){.c = &c};
+		pthread_create(&st[i].th, NULL, stream_main, &st[i]);
+	}
+	for (int i = 0; i < c.streams; i++)
+		pthread_join(st[i].th, NULL);
+	double wall = now_s() - t0;
+	atomic_store(&c.stop_long, true);
+	struct samples ttft = {0}, itl = {0};
+	long tokens = 0, reqs = 0, errs = 0;
+	for (int i = 0; i < c.streams; i++) {
+		tokens += st[i].tokens;
+		reqs += st[i].requests;
+		errs += st[i].errors;
+		for (size_t k = 0; k < st[i].ttft.n; k++)
+			push(&ttft, st[i].ttft.v[k]);
+		for (size_t k = 0; k < st[i].itl.n; k++)
+			push(&itl, st[i].itl.v[k]);
+	}
+	if (c.long_body)
+		pthread_join(st[c.streams].th, NULL);
+	printf("{\"streams\":%d,\"long_prefill\":%s,\"seconds\":%.3f,\"requests\":%ld,\"errors\":%ld,"
+	       "\"tokens\":%ld,\"tok_s\":%.1f,\"ttft_p50_ms\":%.2f,\"ttft_p99_ms\":%.2f,"
+	       "\"itl_p50_ms\":%.3f,\"itl_p99_ms\":%.3f,\"long_requests\":%ld,\"long_errors\":%ld}\n",
+	       c.streams, c.long_body ? "true" : "false", wall, reqs, errs, tokens,
+	       (double)tokens / wall, pct(&ttft, 0.5) * 1e3, pct(&ttft, 0.99) * 1e3,
+	       pct(&itl, 0.5) * 1e3, pct(&itl, 0.99) * 1e3,
+	       c.long_body ? st[c.streams].requests : 0, c.long_body ? st[c.streams].errors : 0);
+	return errs ? 1 : 0;
+}
