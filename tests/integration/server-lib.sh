@@ -39,6 +39,7 @@ finish() {
 }
 
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=localhost \
+	-addext "subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1" \
 	-keyout "$tmp/key.pem" -out "$tmp/cert.pem" 2>/dev/null || { echo "openssl failed"; exit 1; }
 
 free_port() {
