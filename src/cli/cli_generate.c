@@ -33,12 +33,13 @@ struct generate_args {
 
 static void generate_usage(FILE *out)
 {
-	fprintf(out,
-		"usage: sinkd generate --model FILE --prompt TEXT [--config FILE] [--max-tokens N]\n"
-		"                      [--temperature T] [--seed S] [--top-k K] [--top-p P]\n"
-		"                      [--set key=value ...] [--stats-json] [--threads N]\n"
-		"Streams the continuation to stdout; tokens/s to stderr.  --stats-json ends\n"
-		"stderr with one JSON line of prompt and decode throughput.\n");
+	fprintf(
+	    out,
+	    "usage: sinkd generate --model FILE --prompt TEXT [--config FILE] [--max-tokens N]\n"
+	    "                      [--temperature T] [--seed S] [--top-k K] [--top-p P]\n"
+	    "                      [--set key=value ...] [--stats-json] [--threads N]\n"
+	    "Streams the continuation to stdout; tokens/s to stderr.  --stats-json ends\n"
+	    "stderr with one JSON line of prompt and decode throughput.\n");
 }
 
 static double now_s(void)
@@ -54,8 +55,8 @@ static int parse_number(const char *opt, const char *s, double lo, double hi, do
 	errno = 0;
 	double v = strtod(s, &end);
 	if (errno || end == s || *end || v < lo || v > hi) {
-		fprintf(stderr, "sinkd generate: %s needs a number in [%g, %g], got '%s'\n", opt, lo,
-			hi, s);
+		fprintf(stderr, "sinkd generate: %s needs a number in [%g, %g], got '%s'\n", opt,
+		        lo, hi, s);
 		return -EINVAL;
 	}
 	*out = v;
@@ -114,7 +115,8 @@ static int parse_generate_args(int argc, char **argv, struct generate_args *a)
 		if (rc < 0)
 			return rc;
 		if (rc == 0) {
-			fprintf(stderr, "sinkd generate: unknown or incomplete argument '%s'\n", argv[i]);
+			fprintf(stderr, "sinkd generate: unknown or incomplete argument '%s'\n",
+			        argv[i]);
 			generate_usage(stderr);
 			return -EINVAL;
 		}
@@ -138,9 +140,9 @@ struct generate_state {
 	struct sampler *sampler;
 	int32_t *prompt_ids;
 	size_t n_prompt;
-	float *logits; /* (n_vocab) */
+	float *logits;               /* (n_vocab) */
 	struct backend_token *batch; /* (chunk) */
-	int chunk;     /* prefill tokens per forward */
+	int chunk;                   /* prefill tokens per forward */
 };
 
 static void generate_state_free(struct generate_state *st)
@@ -173,7 +175,7 @@ static int load_config(struct generate_state *st, const struct generate_args *a)
 }
 
 static int setup_engine(struct generate_state *st, const struct generate_args *a, char *err,
-			size_t err_len)
+                        size_t err_len)
 {
 	const char *path = a->model_path ? a->model_path : st->cfg.model.path;
 	if (!path || !path[0])
@@ -183,8 +185,8 @@ static int setup_engine(struct generate_state *st, const struct generate_args *a
 		return rc;
 	if ((rc = tokenizer_new_from_gguf(st->model->file, &st->tok, err, err_len)))
 		return rc;
-	struct backend_options opt = {
-		.n_threads = a->n_threads >= 0 ? a->n_threads : (int)st->cfg.engine.threads};
+	struct backend_options opt = {.n_threads = a->n_threads >= 0 ? a->n_threads
+	                                                             : (int)st->cfg.engine.threads};
 	if ((rc = backend_cpu_new(st->model, &opt, &st->be, err, err_len)))
 		return rc;
 	struct sinkcache_geometry g;
@@ -206,16 +208,17 @@ static int setup_engine(struct generate_state *st, const struct generate_args *a
 
 /* Feeds n tokens through the session in chunks; logits of the last one. */
 static int feed_tokens(struct generate_state *st, const int32_t *ids, size_t n, char *err,
-		       size_t err_len)
+                       size_t err_len)
 {
 	for (size_t i = 0; i < n; i += (size_t)st->chunk) {
 		size_t m = n - i < (size_t)st->chunk ? n - i : (size_t)st->chunk;
 		if (!st->be->ops->session_can_append(st->be, st->session, m))
 			return err_set(err, err_len, -ENOSPC,
-				       "the context is full (strategy full, max_context_length)");
+			               "the context is full (strategy full, max_context_length)");
 		for (size_t j = 0; j < m; j++)
-			st->batch[j] = (struct backend_token){
-				.session = st->session, .token = ids[i + j], .want_logits = i + j == n - 1};
+			st->batch[j] = (struct backend_token){.session = st->session,
+			                                      .token = ids[i + j],
+			                                      .want_logits = i + j == n - 1};
 		int rc = st->be->ops->forward(st->be, st->batch, m, st->logits, err, err_len);
 		if (rc)
 			return rc;
@@ -232,7 +235,7 @@ struct generate_counts {
 
 /* Samples, prints and feeds back tokens until end-of-generation or the limit. */
 static int decode_loop(struct generate_state *st, long max_tokens, struct generate_counts *cnt,
-		       char *err, size_t err_len)
+                       char *err, size_t err_len)
 {
 	struct detok_stream ds;
 	detok_stream_init(&ds, st->tok, false);
@@ -265,31 +268,30 @@ static int decode_loop(struct generate_state *st, long max_tokens, struct genera
 }
 
 static void print_stats(const struct generate_state *st, const struct generate_counts *cnt,
-			bool json)
+                        bool json)
 {
 	double prompt_tok_s = cnt->prompt_s > 0 ? (double)st->n_prompt / cnt->prompt_s : 0.0;
 	/* The first token comes from the prompt's logits: decode throughput is
 	 * the steps that fed a token back (forward + sampling each). */
-	double decode_tok_s = cnt->n_steps > 0 && cnt->decode_s > 0
-				      ? (double)cnt->n_steps / cnt->decode_s
-				      : 0.0;
+	double decode_tok_s =
+	    cnt->n_steps > 0 && cnt->decode_s > 0 ? (double)cnt->n_steps / cnt->decode_s : 0.0;
 	fprintf(stderr, "prompt: %zu tokens, %.1f tok/s; generated: %zu tokens, %.1f tok/s\n",
-		st->n_prompt, prompt_tok_s, cnt->n_generated, decode_tok_s);
+	        st->n_prompt, prompt_tok_s, cnt->n_generated, decode_tok_s);
 	if (json)
 		fprintf(stderr,
-			"{\"prompt_tokens\":%zu,\"prompt_tok_s\":%.3f,\"generated_tokens\":%zu,"
-			"\"decode_tok_s\":%.3f}\n",
-			st->n_prompt, prompt_tok_s, cnt->n_generated, decode_tok_s);
+		        "{\"prompt_tokens\":%zu,\"prompt_tok_s\":%.3f,\"generated_tokens\":%zu,"
+		        "\"decode_tok_s\":%.3f}\n",
+		        st->n_prompt, prompt_tok_s, cnt->n_generated, decode_tok_s);
 }
 
 static int run_generate(struct generate_state *st, const struct generate_args *a, char *err,
-			size_t err_len)
+                        size_t err_len)
 {
 	int rc = setup_engine(st, a, err, err_len);
 	if (rc)
 		return rc;
 	rc = tokenizer_encode(st->tok, a->prompt, strlen(a->prompt), true, false, &st->prompt_ids,
-			      &st->n_prompt, err, err_len);
+	                      &st->n_prompt, err, err_len);
 	if (rc)
 		return rc;
 	if (st->n_prompt == 0)

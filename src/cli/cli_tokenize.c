@@ -19,7 +19,7 @@
 static void tokenize_usage(FILE *out)
 {
 	fprintf(out, "usage: sinkd tokenize --model FILE [--bos] [--parse-special] < text\n"
-		     "Prints the token ids of stdin, space-separated, on one line.\n");
+	             "Prints the token ids of stdin, space-separated, on one line.\n");
 }
 
 static int read_all(FILE *in, char **buf, size_t *len)
@@ -88,7 +88,8 @@ int cli_tokenize(int argc, char **argv)
 			tokenize_usage(stdout);
 			return 0;
 		} else {
-			fprintf(stderr, "sinkd tokenize: unknown or incomplete argument '%s'\n", argv[i]);
+			fprintf(stderr, "sinkd tokenize: unknown or incomplete argument '%s'\n",
+			        argv[i]);
 			tokenize_usage(stderr);
 			return 2;
 		}

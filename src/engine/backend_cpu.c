@@ -33,8 +33,8 @@
 struct backend_session {
 	struct sinkcache *cache;
 	/* Scratch of the batch being run. */
-	int batch_n;	 /* tokens of this session in the batch */
-	int batch_slot;	 /* index into cpu_backend.sessions, or -1 */
+	int batch_n;    /* tokens of this session in the batch */
+	int batch_slot; /* index into cpu_backend.sessions, or -1 */
 };
 
 struct cpu_backend {
@@ -43,25 +43,25 @@ struct cpu_backend {
 	int n_threads;
 	/* Workspace for up to cap_tokens tokens, grown on demand. */
 	size_t cap_tokens;
-	float *x;	   /* (n, dim) residual stream */
-	float *xb;	   /* (n, dim) normalised input of a block */
-	float *q;	   /* (n, n_heads*head_dim) */
-	float *k;	   /* (n, n_kv_heads*head_dim) */
-	float *v;	   /* (n, n_kv_heads*head_dim) */
-	float *att;	   /* (n, n_heads*head_dim) attention output */
-	float *gate;	   /* (n, ffn_dim) */
-	float *up;	   /* (n, ffn_dim) */
-	float *proj;	   /* (n, dim) output of wo / w_down */
-	float *mass;	   /* (n, n_heads) sink mass of one layer */
-	int *order;	   /* (n) token indices grouped by session, stream order kept */
-	int *sess_begin;   /* (n+1) start of each session's run in order[] */
+	float *x;        /* (n, dim) residual stream */
+	float *xb;       /* (n, dim) normalised input of a block */
+	float *q;        /* (n, n_heads*head_dim) */
+	float *k;        /* (n, n_kv_heads*head_dim) */
+	float *v;        /* (n, n_kv_heads*head_dim) */
+	float *att;      /* (n, n_heads*head_dim) attention output */
+	float *gate;     /* (n, ffn_dim) */
+	float *up;       /* (n, ffn_dim) */
+	float *proj;     /* (n, dim) output of wo / w_down */
+	float *mass;     /* (n, n_heads) sink mass of one layer */
+	int *order;      /* (n) token indices grouped by session, stream order kept */
+	int *sess_begin; /* (n+1) start of each session's run in order[] */
 	struct backend_session **sessions; /* (n) distinct sessions of the batch */
-	int *sess_rc;	   /* (n) append error per session */
-	char (*sess_err)[SINKD_ERR_LEN]; /* (n) its message */
+	int *sess_rc;                      /* (n) append error per session */
+	char (*sess_err)[SINKD_ERR_LEN];   /* (n) its message */
 	int n_sessions;
 	/* Per thread attention scratch. */
 	size_t scratch_floats;
-	float *scratch;	   /* (n_threads, scratch_floats) */
+	float *scratch; /* (n_threads, scratch_floats) */
 };
 
 static struct cpu_backend *cpu_of(struct backend *be)
@@ -73,8 +73,8 @@ static struct cpu_backend *cpu_of(struct backend *be)
 
 static void workspace_free(struct cpu_backend *c)
 {
-	float **bufs[] = {&c->x, &c->xb, &c->q, &c->k, &c->v, &c->att, &c->gate, &c->up,
-			  &c->proj, &c->mass};
+	float **bufs[] = {&c->x,   &c->xb,   &c->q,  &c->k,    &c->v,
+	                  &c->att, &c->gate, &c->up, &c->proj, &c->mass};
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
 		free(*bufs[i]);
 		*bufs[i] = NULL;
@@ -112,11 +112,12 @@ static int workspace_reserve(struct cpu_backend *c, size_t n, char *err, size_t 
 	c->sessions = malloc(n * sizeof(*c->sessions));
 	c->sess_rc = malloc(n * sizeof(int));
 	c->sess_err = malloc(n * sizeof(*c->sess_err));
-	if (!c->sess_err || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up ||
-	    !c->proj || !c->mass || !c->order || !c->sess_begin || !c->sessions || !c->sess_rc) {
+	if (!c->sess_err || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->gate ||
+	    !c->up || !c->proj || !c->mass || !c->order || !c->sess_begin || !c->sessions ||
+	    !c->sess_rc) {
 		workspace_free(c);
-		return err_set(err, err_len, -ENOMEM, "cpu backend: no memory for a batch of %zu tokens",
-			       n);
+		return err_set(err, err_len, -ENOMEM,
+		               "cpu backend: no memory for a batch of %zu tokens", n);
 	}
 	c->cap_tokens = n;
 	return 0;
@@ -128,7 +129,8 @@ static int scratch_reserve(struct cpu_backend *c, size_t floats, char *err, size
 		return 0;
 	float *s = malloc((size_t)c->n_threads * floats * sizeof(float));
 	if (!s)
-		return err_set(err, err_len, -ENOMEM, "cpu backend: no memory for attention scratch");
+		return err_set(err, err_len, -ENOMEM,
+		               "cpu backend: no memory for attention scratch");
 	free(c->scratch);
 	c->scratch = s;
 	c->scratch_floats = floats;
@@ -140,7 +142,7 @@ static int scratch_reserve(struct cpu_backend *c, size_t floats, char *err, size
 /* Groups the tokens by session, checks them, and checks that every session
  * can take its tokens; touches no cache. */
 static int batch_plan(struct cpu_backend *c, const struct backend_token *tokens, size_t n,
-		      char *err, size_t err_len)
+                      char *err, size_t err_len)
 {
 	const struct model_hparams *hp = &c->base.model->hp;
 	c->n_sessions = 0;
@@ -150,8 +152,8 @@ static int batch_plan(struct cpu_backend *c, const struct backend_token *tokens,
 			return err_set(err, err_len, -EINVAL, "batch token %zu has no session", i);
 		if (tokens[i].token < 0 || tokens[i].token >= hp->n_vocab)
 			return err_set(err, err_len, -EINVAL,
-				       "batch token %zu: id %d is outside the vocabulary (0..%d)", i,
-				       (int)tokens[i].token, hp->n_vocab - 1);
+			               "batch token %zu: id %d is outside the vocabulary (0..%d)",
+			               i, (int)tokens[i].token, hp->n_vocab - 1);
 		s->batch_slot = -1;
 		s->batch_n = 0;
 	}
@@ -177,9 +179,10 @@ static int batch_plan(struct cpu_backend *c, const struct backend_token *tokens,
 		struct backend_session *s = c->sessions[j];
 		if (!sinkcache_can_append(s->cache, (size_t)s->batch_n))
 			return err_set(err, err_len, -ENOSPC,
-				       "session cannot take %d more tokens: its cache is full "
-				       "(strategy full, max_context_length %d reached)",
-				       s->batch_n, sinkcache_geometry(s->cache)->max_context_length);
+			               "session cannot take %d more tokens: its cache is full "
+			               "(strategy full, max_context_length %d reached)",
+			               s->batch_n,
+			               sinkcache_geometry(s->cache)->max_context_length);
 		size_t f = sinkcache_scratch_floats(sinkcache_geometry(s->cache));
 		scratch = f > scratch ? f : scratch;
 	}
@@ -223,7 +226,7 @@ struct attend_ctx {
 	const struct backend_token *tokens;
 	int layer;
 	int first_session; /* sessions [first, first + n) of the dispatch */
-	int token;	   /* head-parallel: the token being attended */
+	int token;         /* head-parallel: the token being attended */
 	struct backend_session *session;
 };
 
@@ -239,14 +242,14 @@ static void add_sink_mass(const struct attend_ctx *a, int t, int h0, int h1)
 }
 
 static int append_token(struct cpu_backend *c, struct backend_session *s, int layer, int t,
-			char *err, size_t err_len)
+                        char *err, size_t err_len)
 {
 	size_t kvd = (size_t)c->base.model->hp.n_kv_heads * c->base.model->hp.head_dim;
 	return sinkcache_append(s->cache, layer, c->k + t * kvd, c->v + t * kvd, err, err_len);
 }
 
 static void attend_heads(const struct attend_ctx *a, struct backend_session *s, int t, int h0,
-			 int h1, int thread)
+                         int h1, int thread)
 {
 	struct cpu_backend *c = a->c;
 	const struct model_hparams *hp = &c->base.model->hp;
@@ -255,7 +258,7 @@ static void attend_heads(const struct attend_ctx *a, struct backend_session *s, 
 	if (mass)
 		memset(mass + h0, 0, (size_t)(h1 - h0) * sizeof(float));
 	sinkcache_attend(s->cache, a->layer, c->q + t * qd, hp->n_heads, h0, h1, c->att + t * qd,
-			 c->scratch + (size_t)thread * c->scratch_floats, mass);
+	                 c->scratch + (size_t)thread * c->scratch_floats, mass);
 	if (mass)
 		add_sink_mass(a, t, h0, h1);
 }
@@ -324,7 +327,7 @@ static bool attend_by_heads(const struct cpu_backend *c, int j)
 }
 
 static int attention_layer(struct cpu_backend *c, const struct backend_token *tokens, int layer,
-			   char *err, size_t err_len)
+                           char *err, size_t err_len)
 {
 	struct attend_ctx a = {.c = c, .tokens = tokens, .layer = layer};
 	/* Runs of short sessions go in one dispatch, one session per task. */
@@ -345,7 +348,7 @@ static int attention_layer(struct cpu_backend *c, const struct backend_token *to
 		for (int k = j; k < e; k++)
 			if (c->sess_rc[k])
 				return err_set(err, err_len, c->sess_rc[k], "layer %d: %s", layer,
-					       c->sess_err[k]);
+				               c->sess_err[k]);
 		j = e;
 	}
 	return 0;
@@ -361,15 +364,15 @@ static void embed_tokens(struct cpu_backend *c, const struct backend_token *toke
 }
 
 static int layer_forward(struct cpu_backend *c, const struct backend_token *tokens, int n,
-			 int layer, char *err, size_t err_len)
+                         int layer, char *err, size_t err_len)
 {
 	const struct model *m = c->base.model;
 	const struct model_hparams *hp = &m->hp;
 	const struct model_layer *L = &m->layers[layer];
 	rmsnorm_rows(c->xb, c->x, L->attn_norm, n, hp->dim, hp->norm_eps);
 	struct matmul_job qkv[3] = {{.w = &L->wq, .bias = L->bq, .y = c->q},
-				    {.w = &L->wk, .bias = L->bk, .y = c->k},
-				    {.w = &L->wv, .bias = L->bv, .y = c->v}};
+	                            {.w = &L->wk, .bias = L->bk, .y = c->k},
+	                            {.w = &L->wv, .bias = L->bv, .y = c->v}};
 	matmul_many(c->pool, MATMUL_ISA_AUTO, c->xb, n, qkv, 3);
 	int rc = attention_layer(c, tokens, layer, err, err_len);
 	if (rc)
@@ -377,7 +380,8 @@ static int layer_forward(struct cpu_backend *c, const struct backend_token *toke
 	matmul(c->pool, c->att, n, &L->wo, c->proj);
 	add_rows(c->x, c->proj, (size_t)n * hp->dim);
 	rmsnorm_rows(c->xb, c->x, L->ffn_norm, n, hp->dim, hp->norm_eps);
-	struct matmul_job gate_up[2] = {{.w = &L->w_gate, .y = c->gate}, {.w = &L->w_up, .y = c->up}};
+	struct matmul_job gate_up[2] = {{.w = &L->w_gate, .y = c->gate},
+	                                {.w = &L->w_up, .y = c->up}};
 	matmul_many(c->pool, MATMUL_ISA_AUTO, c->xb, n, gate_up, 2);
 	swiglu(c->gate, c->up, (size_t)n * hp->ffn_dim);
 	matmul(c->pool, c->gate, n, &L->w_down, c->proj);
@@ -387,13 +391,14 @@ static int layer_forward(struct cpu_backend *c, const struct backend_token *toke
 
 /* Final norm and output head for the tokens that want logits, in batch order. */
 static void output_logits(struct cpu_backend *c, const struct backend_token *tokens, size_t n,
-			  float *logits)
+                          float *logits)
 {
 	const struct model *m = c->base.model;
 	int dim = m->hp.dim, n_want = 0;
 	for (size_t i = 0; i < n; i++)
 		if (tokens[i].want_logits)
-			memcpy(c->proj + (size_t)n_want++ * dim, c->x + i * dim, dim * sizeof(float));
+			memcpy(c->proj + (size_t)n_want++ * dim, c->x + i * dim,
+			       dim * sizeof(float));
 	if (n_want == 0)
 		return;
 	rmsnorm_rows(c->xb, c->proj, m->output_norm, n_want, dim, m->hp.norm_eps);
@@ -401,7 +406,7 @@ static void output_logits(struct cpu_backend *c, const struct backend_token *tok
 }
 
 static int cpu_forward(struct backend *be, const struct backend_token *tokens, size_t n_tokens,
-		       float *logits, char *err, size_t err_len)
+                       float *logits, char *err, size_t err_len)
 {
 	struct cpu_backend *c = cpu_of(be);
 	if (n_tokens == 0)
@@ -416,8 +421,8 @@ static int cpu_forward(struct backend *be, const struct backend_token *tokens, s
 		return rc;
 	for (size_t i = 0; i < n_tokens; i++)
 		if (tokens[i].want_logits && !logits)
-			return err_set(err, err_len, -EINVAL, "token %zu wants logits but no buffer given",
-				       i);
+			return err_set(err, err_len, -EINVAL,
+			               "token %zu wants logits but no buffer given", i);
 	embed_tokens(c, tokens, n_tokens);
 	for (int l = 0; l < be->model->hp.n_layers; l++) {
 		rc = layer_forward(c, tokens, (int)n_tokens, l, err, err_len);
@@ -431,17 +436,18 @@ static int cpu_forward(struct backend *be, const struct backend_token *tokens, s
 /* ============================================================ sessions */
 
 static int cpu_session_new(struct backend *be, const struct sinkcache_geometry *g,
-			   struct backend_session **out, char *err, size_t err_len)
+                           struct backend_session **out, char *err, size_t err_len)
 {
 	const struct model_hparams *hp = &be->model->hp;
 	*out = NULL;
 	if (g->n_layers != hp->n_layers || g->n_kv_heads != hp->n_kv_heads ||
 	    g->head_dim != hp->head_dim)
-		return err_set(err, err_len, -EINVAL,
-			       "cache geometry (%d layers, %d kv heads, head_dim %d) does not match "
-			       "the model (%d, %d, %d)",
-			       g->n_layers, g->n_kv_heads, g->head_dim, hp->n_layers, hp->n_kv_heads,
-			       hp->head_dim);
+		return err_set(
+		    err, err_len, -EINVAL,
+		    "cache geometry (%d layers, %d kv heads, head_dim %d) does not match "
+		    "the model (%d, %d, %d)",
+		    g->n_layers, g->n_kv_heads, g->head_dim, hp->n_layers, hp->n_kv_heads,
+		    hp->head_dim);
 	struct backend_session *s = calloc(1, sizeof(*s));
 	if (!s)
 		return err_set(err, err_len, -ENOMEM, "cpu backend: out of memory for a session");
@@ -464,13 +470,13 @@ static void cpu_session_free(struct backend *be, struct backend_session *s)
 }
 
 static int cpu_session_revise(struct backend *be, struct backend_session *s, size_t n_tokens,
-			      char *err, size_t err_len)
+                              char *err, size_t err_len)
 {
 	return sinkcache_revise(s->cache, n_tokens, err, err_len);
 }
 
 static void cpu_session_stats(struct backend *be, const struct backend_session *s,
-			      struct sinkcache_stats *out)
+                              struct sinkcache_stats *out)
 {
 	sinkcache_get_stats(s->cache, out);
 }
@@ -490,22 +496,22 @@ static void cpu_destroy(struct backend *be)
 }
 
 static const struct backend_ops cpu_ops = {
-	.name = "cpu",
-	.session_new = cpu_session_new,
-	.session_free = cpu_session_free,
-	.session_revise = cpu_session_revise,
-	.session_stats = cpu_session_stats,
-	.session_can_append = cpu_session_can_append,
-	.forward = cpu_forward,
-	.destroy = cpu_destroy,
-	.session_offload = NULL,
+    .name = "cpu",
+    .session_new = cpu_session_new,
+    .session_free = cpu_session_free,
+    .session_revise = cpu_session_revise,
+    .session_stats = cpu_session_stats,
+    .session_can_append = cpu_session_can_append,
+    .forward = cpu_forward,
+    .destroy = cpu_destroy,
+    .session_offload = NULL,
 };
 
 static int check_matrix(const struct weight_matrix *w, const char *what, char *err, size_t err_len)
 {
 	if (!matmul_type_supported(w->type))
-		return err_set(err, err_len, -ENOTSUP, "cpu backend: %s has unsupported type %d", what,
-			       (int)w->type);
+		return err_set(err, err_len, -ENOTSUP, "cpu backend: %s has unsupported type %d",
+		               what, (int)w->type);
 	return 0;
 }
 
@@ -515,8 +521,8 @@ static int check_model(const struct model *m, char *err, size_t err_len)
 	rc = rc ? rc : check_matrix(&m->output, "output", err, err_len);
 	for (int l = 0; l < m->hp.n_layers && !rc; l++) {
 		const struct model_layer *L = &m->layers[l];
-		const struct weight_matrix *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo,
-						    &L->w_gate, &L->w_up, &L->w_down};
+		const struct weight_matrix *ws[] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
+		                                    &L->w_gate, &L->w_up, &L->w_down};
 		for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]) && !rc; i++)
 			rc = check_matrix(ws[i], "a layer matrix", err, err_len);
 	}
@@ -524,7 +530,7 @@ static int check_model(const struct model *m, char *err, size_t err_len)
 }
 
 int backend_cpu_new(const struct model *m, const struct backend_options *opt, struct backend **out,
-		    char *err, size_t err_len)
+                    char *err, size_t err_len)
 {
 	*out = NULL;
 	int rc = check_model(m, err, err_len);

@@ -29,7 +29,7 @@
 #define GENERIC_CHUNK 256
 
 struct block_q8_0 {
-	uint16_t d;	 /* fp16 scale */
+	uint16_t d; /* fp16 scale */
 	int8_t qs[32];
 };
 _Static_assert(sizeof(struct block_q8_0) == 34, "Q8_0 block is 34 bytes");
@@ -133,14 +133,14 @@ bool matmul_type_supported(int type)
 void matmul_row_to_f32(const struct weight_matrix *w, int row, float *out)
 {
 	row_chunk_to_f32(w->type, (const uint8_t *)w->data + (size_t)row * w->row_bytes, 0, w->cols,
-			 out);
+	                 out);
 }
 
 /* ------------------------------------------------------------ portable C */
 
 /* Rows [r0, r1) of one job for batch rows [0, B). */
 static void rows_generic(const struct matmul_job *job, const float *x, const struct block_q8_x *xq,
-			 int B, int r0, int r1)
+                         int B, int r0, int r1)
 {
 	const struct weight_matrix *w = job->w;
 	int cols = w->cols, rows = w->rows;
@@ -173,7 +173,8 @@ AVX2_INLINE __m256 load8(int type, const uint8_t *row, int k)
 {
 	switch (type) {
 	case GGML_TYPE_F16:
-		return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + k)));
+		return _mm256_cvtph_ps(
+		    _mm_loadu_si128((const __m128i *)((const uint16_t *)row + k)));
 	case GGML_TYPE_BF16: {
 		__m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + k));
 		return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
@@ -201,7 +202,7 @@ AVX2_INLINE float hsum8(__m256 v)
  * w: first row of the tile; x: first batch row; y: (.., rows) output at (b, r).
  * k8: columns handled by vectors (multiple of 8); the rest is scalar. */
 AVX2_INLINE void tile(int type, int RB, int BB, const uint8_t *w, size_t row_bytes, const float *x,
-		      int cols, int k8, float *y, int rows, const float *bias)
+                      int cols, int k8, float *y, int rows, const float *bias)
 {
 	__m256 acc[4][4];
 	for (int i = 0; i < RB; i++)
@@ -251,10 +252,14 @@ AVX2_INLINE void transpose8(__m256 r[8])
 		t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
 	}
 	for (int h = 0; h < 2; h++) {
-		u[4 * h + 0] = _mm256_shuffle_ps(t[4 * h + 0], t[4 * h + 2], _MM_SHUFFLE(1, 0, 1, 0));
-		u[4 * h + 1] = _mm256_shuffle_ps(t[4 * h + 0], t[4 * h + 2], _MM_SHUFFLE(3, 2, 3, 2));
-		u[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], _MM_SHUFFLE(1, 0, 1, 0));
-		u[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], _MM_SHUFFLE(3, 2, 3, 2));
+		u[4 * h + 0] =
+		    _mm256_shuffle_ps(t[4 * h + 0], t[4 * h + 2], _MM_SHUFFLE(1, 0, 1, 0));
+		u[4 * h + 1] =
+		    _mm256_shuffle_ps(t[4 * h + 0], t[4 * h + 2], _MM_SHUFFLE(3, 2, 3, 2));
+		u[4 * h + 2] =
+		    _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], _MM_SHUFFLE(1, 0, 1, 0));
+		u[4 * h + 3] =
+		    _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], _MM_SHUFFLE(3, 2, 3, 2));
 	}
 	for (int i = 0; i < 4; i++) {
 		r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
@@ -265,15 +270,17 @@ AVX2_INLINE void transpose8(__m256 r[8])
 /* panel(kn, 16) = rows [r, r+nv) x columns [kc, kc+kn) of w, transposed;
  * rows past nv are zero. */
 AVX2_INLINE void gemm_pack(int type, const uint8_t *w, size_t row_bytes, int nv, int kc, int kn,
-			   float *panel)
+                           float *panel)
 {
 	int k8 = kn & ~7;
 	for (int g = 0; g < 2; g++)
 		for (int k = 0; k < k8; k += 8) {
 			__m256 v[8];
 			for (int i = 0; i < 8; i++)
-				v[i] = g * 8 + i < nv ? load8(type, w + (size_t)(g * 8 + i) * row_bytes, kc + k)
-						      : _mm256_setzero_ps();
+				v[i] =
+				    g * 8 + i < nv
+				        ? load8(type, w + (size_t)(g * 8 + i) * row_bytes, kc + k)
+				        : _mm256_setzero_ps();
 			transpose8(v);
 			for (int j = 0; j < 8; j++)
 				_mm256_store_ps(panel + (size_t)(k + j) * GEMM_NR + g * 8, v[j]);
@@ -290,8 +297,8 @@ AVX2_INLINE void gemm_pack(int type, const uint8_t *w, size_t row_bytes, int nv,
 }
 
 /* c(MB, 16) (+)= x(MB, kn) . panel(kn, 16); ldx, ldc: row strides. */
-AVX2_INLINE void gemm_micro(int MB, int kn, const float *panel, const float *x, size_t ldx, float *c,
-			    size_t ldc, bool accumulate)
+AVX2_INLINE void gemm_micro(int MB, int kn, const float *panel, const float *x, size_t ldx,
+                            float *c, size_t ldc, bool accumulate)
 {
 	__m256 acc[GEMM_MR][2];
 	for (int i = 0; i < MB; i++) {
@@ -314,22 +321,34 @@ AVX2_INLINE void gemm_micro(int MB, int kn, const float *panel, const float *x, 
 }
 
 static AVX2_FN void gemm_micro_any(int mb, int kn, const float *panel, const float *x, size_t ldx,
-				   float *c, size_t ldc, bool accumulate)
+                                   float *c, size_t ldc, bool accumulate)
 {
 	switch (mb) {
-	case 6: gemm_micro(6, kn, panel, x, ldx, c, ldc, accumulate); break;
-	case 5: gemm_micro(5, kn, panel, x, ldx, c, ldc, accumulate); break;
-	case 4: gemm_micro(4, kn, panel, x, ldx, c, ldc, accumulate); break;
-	case 3: gemm_micro(3, kn, panel, x, ldx, c, ldc, accumulate); break;
-	case 2: gemm_micro(2, kn, panel, x, ldx, c, ldc, accumulate); break;
-	default: gemm_micro(1, kn, panel, x, ldx, c, ldc, accumulate); break;
+	case 6:
+		gemm_micro(6, kn, panel, x, ldx, c, ldc, accumulate);
+		break;
+	case 5:
+		gemm_micro(5, kn, panel, x, ldx, c, ldc, accumulate);
+		break;
+	case 4:
+		gemm_micro(4, kn, panel, x, ldx, c, ldc, accumulate);
+		break;
+	case 3:
+		gemm_micro(3, kn, panel, x, ldx, c, ldc, accumulate);
+		break;
+	case 2:
+		gemm_micro(2, kn, panel, x, ldx, c, ldc, accumulate);
+		break;
+	default:
+		gemm_micro(1, kn, panel, x, ldx, c, ldc, accumulate);
+		break;
 	}
 }
 
 /* Rows [r, r+nv) (nv <= 16) for batch rows x(B, cols) into y(B, rows); a
  * partial tile goes through ctile (B, 16) so y is only written in range. */
 AVX2_INLINE void gemm_row_tile(int type, const struct matmul_job *job, const float *x, float *y,
-			       int B, int r, int nv, float *panel, float *ctile)
+                               int B, int r, int nv, float *panel, float *ctile)
 {
 	const struct weight_matrix *w = job->w;
 	int cols = w->cols, rows = w->rows;
@@ -343,32 +362,33 @@ AVX2_INLINE void gemm_row_tile(int type, const struct matmul_job *job, const flo
 		for (int b = 0; b < B; b += GEMM_MR) {
 			int mb = B - b < GEMM_MR ? B - b : GEMM_MR;
 			gemm_micro_any(mb, kn, panel, x + (size_t)b * cols + kc, (size_t)cols,
-				       c + (size_t)b * ldc, ldc, kc > 0);
+			               c + (size_t)b * ldc, ldc, kc > 0);
 		}
 	}
 	for (int b = 0; b < B; b++) {
 		float *yb = y + (size_t)b * rows + r;
 		for (int i = 0; i < nv; i++)
 			yb[i] = (full ? yb[i] : ctile[(size_t)b * GEMM_NR + i]) +
-				(job->bias ? job->bias[r + i] : 0.0f);
+			        (job->bias ? job->bias[r + i] : 0.0f);
 	}
 }
 
-#define DEFINE_GEMM_AVX2(NAME, TYPE)                                                              \
-	static AVX2_FN void NAME(const struct matmul_job *job, const float *x,                   \
-				 const struct block_q8_x *xq, int B, int r0, int r1)                  \
-	{                                                                                         \
-		float panel[GEMM_KC * GEMM_NR] __attribute__((aligned(32)));                      \
-		float ctile[GEMM_BATCH * GEMM_NR];                                                \
-		int cols = job->w->cols, rows = job->w->rows;                                     \
-		for (int c0 = 0; c0 < B; c0 += GEMM_BATCH) {                                      \
-			int cb = B - c0 < GEMM_BATCH ? B - c0 : GEMM_BATCH;                       \
-			for (int r = r0; r < r1; r += GEMM_NR) {                                  \
-				int nv = r1 - r < GEMM_NR ? r1 - r : GEMM_NR;                     \
-				gemm_row_tile(TYPE, job, x + (size_t)c0 * cols,                   \
-					      job->y + (size_t)c0 * rows, cb, r, nv, panel, ctile);   \
-			}                                                                         \
-		}                                                                                 \
+#define DEFINE_GEMM_AVX2(NAME, TYPE)                                                               \
+	static AVX2_FN void NAME(const struct matmul_job *job, const float *x,                     \
+	                         const struct block_q8_x *xq, int B, int r0, int r1)               \
+	{                                                                                          \
+		float panel[GEMM_KC * GEMM_NR] __attribute__((aligned(32)));                       \
+		float ctile[GEMM_BATCH * GEMM_NR];                                                 \
+		int cols = job->w->cols, rows = job->w->rows;                                      \
+		for (int c0 = 0; c0 < B; c0 += GEMM_BATCH) {                                       \
+			int cb = B - c0 < GEMM_BATCH ? B - c0 : GEMM_BATCH;                        \
+			for (int r = r0; r < r1; r += GEMM_NR) {                                   \
+				int nv = r1 - r < GEMM_NR ? r1 - r : GEMM_NR;                      \
+				gemm_row_tile(TYPE, job, x + (size_t)c0 * cols,                    \
+				              job->y + (size_t)c0 * rows, cb, r, nv, panel,        \
+				              ctile);                                              \
+			}                                                                          \
+		}                                                                                  \
 	}
 
 DEFINE_GEMM_AVX2(gemm_avx2_f32, GGML_TYPE_F32)
@@ -378,56 +398,61 @@ DEFINE_GEMM_AVX2(gemm_avx2_q8_0, GGML_TYPE_Q8_0)
 
 /* Tile shapes: decode reads 4 weight rows per step; batches use 2 weight
  * rows x 4 batch rows so conversion is amortised over 4 multiply-adds. */
-#define DEFINE_ROWS_AVX2(NAME, TYPE)                                                              \
-	static AVX2_FN void NAME(const struct matmul_job *job, const float *x,                   \
-				 const struct block_q8_x *xq, int B, int r0, int r1)                  \
-	{                                                                                         \
-		const struct weight_matrix *w = job->w;                                           \
-		int cols = w->cols, rows = w->rows, k8 = cols & ~7;                               \
-		const uint8_t *base = (const uint8_t *)w->data;                                   \
-		size_t rb = w->row_bytes;                                                         \
-		const float *bias = job->bias;                                                    \
-		for (int c0 = 0; c0 < B; c0 += MATMUL_BATCH_CHUNK) {                              \
+#define DEFINE_ROWS_AVX2(NAME, TYPE)                                                               \
+	static AVX2_FN void NAME(const struct matmul_job *job, const float *x,                     \
+	                         const struct block_q8_x *xq, int B, int r0, int r1)               \
+	{                                                                                          \
+		const struct weight_matrix *w = job->w;                                            \
+		int cols = w->cols, rows = w->rows, k8 = cols & ~7;                                \
+		const uint8_t *base = (const uint8_t *)w->data;                                    \
+		size_t rb = w->row_bytes;                                                          \
+		const float *bias = job->bias;                                                     \
+		for (int c0 = 0; c0 < B; c0 += MATMUL_BATCH_CHUNK) {                               \
 			int c1 = B - c0 < MATMUL_BATCH_CHUNK ? B : c0 + MATMUL_BATCH_CHUNK;        \
-			if (c1 - c0 < 4) {                                                        \
-				int r = r0;                                                       \
-				for (; r + 4 <= r1; r += 4)                                       \
-					for (int b = c0; b < c1; b++)                             \
-						tile(TYPE, 4, 1, base + r * rb, rb, x + (size_t)b * cols, \
-						     cols, k8, job->y + (size_t)b * rows + r, rows,       \
-						     bias ? bias + r : NULL);                             \
-				for (; r < r1; r++)                                               \
-					for (int b = c0; b < c1; b++)                             \
-						tile(TYPE, 1, 1, base + r * rb, rb, x + (size_t)b * cols, \
-						     cols, k8, job->y + (size_t)b * rows + r, rows,       \
-						     bias ? bias + r : NULL);                             \
-				continue;                                                         \
-			}                                                                         \
-			for (int r = r0; r < r1; r += 2) {                                        \
-				int two = r + 2 <= r1;                                            \
-				const float *br = bias ? bias + r : NULL;                         \
-				int b = c0;                                                       \
-				for (; b + 4 <= c1; b += 4) {                                     \
-					if (two)                                                  \
-						tile(TYPE, 2, 4, base + r * rb, rb, x + (size_t)b * cols, \
-						     cols, k8, job->y + (size_t)b * rows + r, rows, br);  \
-					else                                                      \
-						tile(TYPE, 1, 4, base + r * rb, rb, x + (size_t)b * cols, \
-						     cols, k8, job->y + (size_t)b * rows + r, rows, br);  \
-				}                                                                 \
-				for (; b < c1; b++)                                               \
-					tile(TYPE, two ? 2 : 1, 1, base + r * rb, rb,             \
-					     x + (size_t)b * cols, cols, k8,                      \
+			if (c1 - c0 < 4) {                                                         \
+				int r = r0;                                                        \
+				for (; r + 4 <= r1; r += 4)                                        \
+					for (int b = c0; b < c1; b++)                              \
+						tile(TYPE, 4, 1, base + r * rb, rb,                \
+						     x + (size_t)b * cols, cols, k8,               \
+						     job->y + (size_t)b * rows + r, rows,          \
+						     bias ? bias + r : NULL);                      \
+				for (; r < r1; r++)                                                \
+					for (int b = c0; b < c1; b++)                              \
+						tile(TYPE, 1, 1, base + r * rb, rb,                \
+						     x + (size_t)b * cols, cols, k8,               \
+						     job->y + (size_t)b * rows + r, rows,          \
+						     bias ? bias + r : NULL);                      \
+				continue;                                                          \
+			}                                                                          \
+			for (int r = r0; r < r1; r += 2) {                                         \
+				int two = r + 2 <= r1;                                             \
+				const float *br = bias ? bias + r : NULL;                          \
+				int b = c0;                                                        \
+				for (; b + 4 <= c1; b += 4) {                                      \
+					if (two)                                                   \
+						tile(TYPE, 2, 4, base + r * rb, rb,                \
+						     x + (size_t)b * cols, cols, k8,               \
+						     job->y + (size_t)b * rows + r, rows, br);     \
+					else                                                       \
+						tile(TYPE, 1, 4, base + r * rb, rb,                \
+						     x + (size_t)b * cols, cols, k8,               \
+						     job->y + (size_t)b * rows + r, rows, br);     \
+				}                                                                  \
+				for (; b < c1; b++)                                                \
+					tile(TYPE, two ? 2 : 1, 1, base + r * rb, rb,              \
+					     x + (size_t)b * cols, cols, k8,                       \
 					     job->y + (size_t)b * rows + r, rows, br);             \
-			}                                                                         \
-		}                                                                                 \
+			}                                                                          \
+		}                                                                                  \
 	}
 
 /* Q8_0 weights times Q8 activations in integers (as llama.cpp's
  * vec_dot_q8_0_q8_0): per 32 columns, |w| (unsigned) times x with w's sign
  * gives 16-bit pair sums, then 32-bit sums, scaled by both block scales. */
 AVX2_INLINE void tile_q8(int RB, int BB, const uint8_t *w, size_t row_bytes,
-			 const struct block_q8_x *xq, int nblk, float *y, int rows, const float *bias)
+                         const struct block_q8_x *xq, int nblk, float *y, int rows,
+                         const float *bias)
 {
 	__m256 acc[4][4];
 	const __m256i ones = _mm256_set1_epi16(1);
@@ -438,7 +463,8 @@ AVX2_INLINE void tile_q8(int RB, int BB, const uint8_t *w, size_t row_bytes,
 		__m256i wq[4], aw[4];
 		float dw[4];
 		for (int i = 0; i < RB; i++) {
-			const struct block_q8_0 *b = (const struct block_q8_0 *)(w + i * row_bytes) + blk;
+			const struct block_q8_0 *b =
+			    (const struct block_q8_0 *)(w + i * row_bytes) + blk;
 			wq[i] = _mm256_loadu_si256((const __m256i *)b->qs);
 			aw[i] = _mm256_sign_epi8(wq[i], wq[i]);
 			dw[i] = _cvtsh_ss(b->d);
@@ -447,9 +473,11 @@ AVX2_INLINE void tile_q8(int RB, int BB, const uint8_t *w, size_t row_bytes,
 			const struct block_q8_x *xb = xq + (size_t)j * nblk + blk;
 			__m256i xv = _mm256_loadu_si256((const __m256i *)xb->qs);
 			for (int i = 0; i < RB; i++) {
-				__m256i p16 = _mm256_maddubs_epi16(aw[i], _mm256_sign_epi8(xv, wq[i]));
+				__m256i p16 =
+				    _mm256_maddubs_epi16(aw[i], _mm256_sign_epi8(xv, wq[i]));
 				__m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
-				acc[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(dw[i] * xb->d), p, acc[i][j]);
+				acc[i][j] =
+				    _mm256_fmadd_ps(_mm256_set1_ps(dw[i] * xb->d), p, acc[i][j]);
 			}
 		}
 	}
@@ -459,7 +487,7 @@ AVX2_INLINE void tile_q8(int RB, int BB, const uint8_t *w, size_t row_bytes,
 }
 
 static AVX2_FN void rows_avx2_q8_int(const struct matmul_job *job, const float *x,
-				     const struct block_q8_x *xq, int B, int r0, int r1)
+                                     const struct block_q8_x *xq, int B, int r0, int r1)
 {
 	const struct weight_matrix *w = job->w;
 	int rows = w->rows, nblk = w->cols / 32;
@@ -515,7 +543,7 @@ bool matmul_have_avx2(void)
 /* ---------------------------------------------------------------- driver */
 
 typedef void (*rows_fn)(const struct matmul_job *job, const float *x, const struct block_q8_x *xq,
-			int B, int r0, int r1);
+                        int B, int r0, int r1);
 
 /* Batches at least this large take the packed GEMM path. */
 #define GEMM_MIN_B 6
@@ -533,9 +561,9 @@ static rows_fn pick_rows_fn(enum matmul_isa isa, int type, int B)
 		case GGML_TYPE_BF16:
 			return gemm ? gemm_avx2_bf16 : rows_avx2_bf16;
 		case GGML_TYPE_Q8_0:
-			return gemm				? gemm_avx2_q8_0
+			return gemm                         ? gemm_avx2_q8_0
 			       : isa == MATMUL_ISA_AVX2_F32 ? rows_avx2_q8_0
-							    : rows_avx2_q8_int;
+			                                    : rows_avx2_q8_int;
 		}
 	}
 #endif
@@ -548,7 +576,7 @@ bool matmul_q8_rounds_activations(enum matmul_isa isa, int B)
 }
 
 struct matmul_call {
-	const float *x; /* (B, cols) */
+	const float *x;              /* (B, cols) */
 	const struct block_q8_x *xq; /* (B, cols/32) x quantized, for the Q8_0 integer path */
 	int B;
 	const struct matmul_job *jobs;
@@ -606,7 +634,7 @@ static struct block_q8_x *prepare_q8_x(struct matmul_call *c, int cols)
 }
 
 void matmul_many(struct threadpool *pool, enum matmul_isa isa, const float *x, int B,
-		 const struct matmul_job *jobs, int n_jobs)
+                 const struct matmul_job *jobs, int n_jobs)
 {
 	struct matmul_call c = {.x = x, .B = B, .jobs = jobs, .n_jobs = n_jobs};
 	double macs = 0;
@@ -628,8 +656,7 @@ void matmul_many(struct threadpool *pool, enum matmul_isa isa, const float *x, i
 	free(xq);
 }
 
-void matmul(struct threadpool *pool, const float *x, int B, const struct weight_matrix *w,
-	    float *y)
+void matmul(struct threadpool *pool, const float *x, int B, const struct weight_matrix *w, float *y)
 {
 	struct matmul_job job = {.w = w, .bias = NULL, .y = y};
 	matmul_many(pool, MATMUL_ISA_AUTO, x, B, &job, 1);

@@ -34,11 +34,11 @@ struct matmul_job {
  * the calling thread does everything). */
 #define MATMUL_MAX_JOBS 4
 void matmul_many(struct threadpool *pool, enum matmul_isa isa, const float *x, int B,
-		 const struct matmul_job *jobs, int n_jobs);
+                 const struct matmul_job *jobs, int n_jobs);
 
 /* Convenience: one product. */
 void matmul(struct threadpool *pool, const float *x, int B, const struct weight_matrix *w,
-	    float *y);
+            float *y);
 
 /* What the Q8_0 integer path sees of x: x(n) rounded through Q8 blocks,
  * n a multiple of 32 (tests build their reference from it). */

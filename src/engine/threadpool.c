@@ -27,7 +27,7 @@
 
 struct threadpool {
 	int n_threads;
-	pthread_t *workers;	 /* (n_threads - 1) */
+	pthread_t *workers; /* (n_threads - 1) */
 	int n_started;
 	/* The current job. */
 	threadpool_task_fn fn;
@@ -35,8 +35,9 @@ struct threadpool {
 	int n_tasks;
 	_Atomic int next_task;
 	_Atomic unsigned generation; /* bumped once per job; futex word for workers */
-	_Atomic unsigned n_pending;  /* workers still in the current job; futex word for the caller */
-	_Atomic int n_sleeping;	     /* workers blocked on `generation` */
+	_Atomic unsigned
+	    n_pending;          /* workers still in the current job; futex word for the caller */
+	_Atomic int n_sleeping; /* workers blocked on `generation` */
 	_Atomic int caller_sleeping;
 	_Atomic bool stop;
 };
@@ -159,7 +160,8 @@ int threadpool_new(int n_threads, struct threadpool **out, char *err, size_t err
 	if (n_threads <= 0)
 		n_threads = online_cores();
 	if (n_threads > 1024)
-		return err_set(err, err_len, -EINVAL, "threadpool: %d threads is too many", n_threads);
+		return err_set(err, err_len, -EINVAL, "threadpool: %d threads is too many",
+		               n_threads);
 	struct threadpool *p = calloc(1, sizeof(*p));
 	if (!p)
 		return err_set(err, err_len, -ENOMEM, "threadpool: out of memory");
@@ -180,8 +182,8 @@ int threadpool_new(int n_threads, struct threadpool **out, char *err, size_t err
 		if (rc != 0) {
 			free(wa);
 			threadpool_free(p);
-			return err_set(err, err_len, -rc, "threadpool: cannot start thread %d: %s", i,
-				       strerror(rc));
+			return err_set(err, err_len, -rc, "threadpool: cannot start thread %d: %s",
+			               i, strerror(rc));
 		}
 		p->n_started++;
 	}

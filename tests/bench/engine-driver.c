@@ -59,7 +59,7 @@ int main(int argc, char **argv)
 	char err[SINKD_ERR_LEN] = "";
 	if (parse(argc, argv, &o)) {
 		fprintf(stderr, "usage: engine-driver --model FILE [--streams N] [--threads T] "
-				"[--prompt-tokens P] [--seconds S]\n");
+		                "[--prompt-tokens P] [--seconds S]\n");
 		return 2;
 	}
 	struct model *m = NULL;
@@ -88,8 +88,9 @@ int main(int argc, char **argv)
 		if (be->ops->session_new(be, &g, &ss[s], err, sizeof(err)))
 			goto fail;
 		for (int i = 0; i < P; i++)
-			batch[i] = (struct backend_token){.session = ss[s], .token = token_for(n_vocab, s, i),
-							  .want_logits = i == P - 1};
+			batch[i] = (struct backend_token){.session = ss[s],
+			                                  .token = token_for(n_vocab, s, i),
+			                                  .want_logits = i == P - 1};
 		double t0 = now_s();
 		if (be->ops->forward(be, batch, (size_t)P, logits, err, sizeof(err)))
 			goto fail;
@@ -104,8 +105,9 @@ int main(int argc, char **argv)
 		if (k > 2 && now_s() - t0 >= o.seconds && steps >= 3)
 			break;
 		for (int s = 0; s < N; s++)
-			batch[s] = (struct backend_token){.session = ss[s], .token = token_for(n_vocab, s, P + k),
-							  .want_logits = true};
+			batch[s] = (struct backend_token){.session = ss[s],
+			                                  .token = token_for(n_vocab, s, P + k),
+			                                  .want_logits = true};
 		if (be->ops->forward(be, batch, (size_t)N, logits, err, sizeof(err)))
 			goto fail;
 		steps += k >= 2;

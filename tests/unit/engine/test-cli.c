@@ -34,7 +34,7 @@ static int run_sinkd(const char *args, const char *in_path)
 {
 	char cmd[4096];
 	snprintf(cmd, sizeof(cmd), "\"%s\" %s <%s >%s/out 2>%s/err", getenv("SINKD_BIN"), args,
-		 in_path ? in_path : "/dev/null", tmpdir, tmpdir);
+	         in_path ? in_path : "/dev/null", tmpdir, tmpdir);
 	int st = system(cmd);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
@@ -62,15 +62,15 @@ START_TEST(test_generate_greedy)
 	cJSON *ref = cJSON_Parse(json);
 	const cJSON *p = cJSON_GetArrayItem(cJSON_GetObjectItem(ref, "prompts"), 0);
 	snprintf(args, sizeof(args),
-		 "generate --model %s/models/stories260K.gguf --prompt '%s' --temperature 0 "
-		 "--max-tokens %d --stats-json --threads 2",
-		 shared(), cJSON_GetObjectItem(p, "text")->valuestring,
-		 cJSON_GetArraySize(cJSON_GetObjectItem(p, "greedy_continuation_ids")));
+	         "generate --model %s/models/stories260K.gguf --prompt '%s' --temperature 0 "
+	         "--max-tokens %d --stats-json --threads 2",
+	         shared(), cJSON_GetObjectItem(p, "text")->valuestring,
+	         cJSON_GetArraySize(cJSON_GetObjectItem(p, "greedy_continuation_ids")));
 	ck_assert_int_eq(run_sinkd(args, NULL), 0);
 	char *out = output("out"), *err = output("err");
 	char want[2048];
 	snprintf(want, sizeof(want), "%s\n",
-		 cJSON_GetObjectItem(p, "greedy_continuation_text")->valuestring);
+	         cJSON_GetObjectItem(p, "greedy_continuation_text")->valuestring);
 	ck_assert_str_eq(out, want);
 	/* The last stderr line is exactly the stats object. */
 	size_t n = strlen(err);
@@ -82,7 +82,7 @@ START_TEST(test_generate_greedy)
 	ck_assert_msg(stats != NULL, "last stderr line is not JSON: %s", last);
 	ck_assert_int_eq(cJSON_GetArraySize(stats), 4);
 	ck_assert_int_eq(cJSON_GetObjectItem(stats, "prompt_tokens")->valueint,
-			 cJSON_GetArraySize(cJSON_GetObjectItem(p, "prompt_ids")));
+	                 cJSON_GetArraySize(cJSON_GetObjectItem(p, "prompt_ids")));
 	ck_assert_int_eq(cJSON_GetObjectItem(stats, "generated_tokens")->valueint, 32);
 	ck_assert(cJSON_GetObjectItem(stats, "prompt_tok_s")->valuedouble > 0);
 	ck_assert(cJSON_GetObjectItem(stats, "decode_tok_s")->valuedouble > 0);
@@ -100,10 +100,10 @@ START_TEST(test_generate_seed_and_set)
 {
 	char args[2048];
 	snprintf(args, sizeof(args),
-		 "generate --model %s/models/stories260K.gguf --prompt 'Lily and Tom' --seed 7 "
-		 "--temperature 0.9 --top-k 40 --top-p 0.95 --max-tokens 300 "
-		 "--set inference.cache.window_size=32",
-		 shared());
+	         "generate --model %s/models/stories260K.gguf --prompt 'Lily and Tom' --seed 7 "
+	         "--temperature 0.9 --top-k 40 --top-p 0.95 --max-tokens 300 "
+	         "--set inference.cache.window_size=32",
+	         shared());
 	ck_assert_int_eq(run_sinkd(args, NULL), 0);
 	char *a = output("out");
 	ck_assert_int_eq(run_sinkd(args, NULL), 0);
@@ -113,8 +113,9 @@ START_TEST(test_generate_seed_and_set)
 	free(a);
 	free(b);
 	snprintf(args, sizeof(args),
-		 "generate --model %s/models/stories260K.gguf --prompt x --set inference.cache.window_size=0",
-		 shared());
+	         "generate --model %s/models/stories260K.gguf --prompt x --set "
+	         "inference.cache.window_size=0",
+	         shared());
 	ck_assert_int_eq(run_sinkd(args, NULL), 2);
 	char *err = output("err");
 	ck_assert_ptr_nonnull(strstr(err, "inference.cache.window_size"));
@@ -164,7 +165,8 @@ START_TEST(test_tokenize_vectors)
 	snprintf(path, sizeof(path), "%s/vocab/ggml-vocab-llama-spm.gguf.out", shared());
 	char *outs = slurp(path, NULL);
 	snprintf(in_path, sizeof(in_path), "%s/in", tmpdir);
-	snprintf(args, sizeof(args), "tokenize --model %s/vocab/ggml-vocab-llama-spm.gguf", shared());
+	snprintf(args, sizeof(args), "tokenize --model %s/vocab/ggml-vocab-llama-spm.gguf",
+	         shared());
 	char *rest = inp, *entry, *lines = outs;
 	int n = 0;
 	while ((entry = next_entry(&rest)) && n < 12) {

@@ -61,14 +61,22 @@ static void teardown(void)
 static struct sinkcache_geometry plain_geometry(enum cache_strategy strategy, int max_ctx)
 {
 	const struct model_hparams *hp = &model->hp;
-	return (struct sinkcache_geometry){
-		.n_layers = hp->n_layers, .n_kv_heads = hp->n_kv_heads, .head_dim = hp->head_dim,
-		.rope_dim = hp->rope_dim, .rope_theta = hp->rope_theta,
-		.rope_neox = hp->arch == MODEL_ARCH_QWEN2, .strategy = strategy,
-		.sink_keep_count = 4, .window_size = 1024, .max_context_length = max_ctx,
-		.quant_enabled = false, .quant_bits = 8, .protect_sinks = true,
-		.full_precision_recent = 1024, .rope_positions = ROPE_POSITIONS_CACHE,
-		.dtype = KV_DTYPE_F32};
+	return (struct sinkcache_geometry){.n_layers = hp->n_layers,
+	                                   .n_kv_heads = hp->n_kv_heads,
+	                                   .head_dim = hp->head_dim,
+	                                   .rope_dim = hp->rope_dim,
+	                                   .rope_theta = hp->rope_theta,
+	                                   .rope_neox = hp->arch == MODEL_ARCH_QWEN2,
+	                                   .strategy = strategy,
+	                                   .sink_keep_count = 4,
+	                                   .window_size = 1024,
+	                                   .max_context_length = max_ctx,
+	                                   .quant_enabled = false,
+	                                   .quant_bits = 8,
+	                                   .protect_sinks = true,
+	                                   .full_precision_recent = 1024,
+	                                   .rope_positions = ROPE_POSITIONS_CACHE,
+	                                   .dtype = KV_DTYPE_F32};
 }
 
 static struct backend_session *new_session(void)
@@ -88,10 +96,10 @@ static void prefill(struct backend_session *s, const int32_t *ids, int n, int ch
 	for (int i = 0; i < n; i += chunk) {
 		int m = n - i < chunk ? n - i : chunk;
 		for (int j = 0; j < m; j++)
-			batch[j] = (struct backend_token){.session = s, .token = ids[i + j],
-							  .want_logits = i + j == n - 1};
+			batch[j] = (struct backend_token){
+			    .session = s, .token = ids[i + j], .want_logits = i + j == n - 1};
 		ck_assert_msg(be->ops->forward(be, batch, (size_t)m, logits, err, sizeof(err)) == 0,
-			      "%s", err);
+		              "%s", err);
 	}
 	free(batch);
 }
@@ -133,21 +141,23 @@ START_TEST(test_reference_logits_and_greedy)
 	{
 		int n_prompt, n_cont;
 		int32_t *ids = json_ids(cJSON_GetObjectItem(p, "prompt_ids"), &n_prompt);
-		int32_t *cont = json_ids(cJSON_GetObjectItem(p, "greedy_continuation_ids"), &n_cont);
+		int32_t *cont =
+		    json_ids(cJSON_GetObjectItem(p, "greedy_continuation_ids"), &n_cont);
 		const cJSON *want = cJSON_GetObjectItem(p, "last_logits");
 		ck_assert_int_eq(cJSON_GetArraySize(want), n_vocab);
 		struct backend_session *s = new_session();
 		prefill(s, ids, n_prompt, n_prompt, logits);
 		double worst = 0;
 		for (int i = 0; i < n_vocab; i++)
-			worst = fmax(worst, fabs(logits[i] - cJSON_GetArrayItem(want, i)->valuedouble));
+			worst =
+			    fmax(worst, fabs(logits[i] - cJSON_GetArrayItem(want, i)->valuedouble));
 		printf("prompt %d tokens: max abs logit error %.3g\n", n_prompt, worst);
 		ck_assert_msg(worst <= 1e-4, "prompt '%s': max abs logit error %g",
-			      cJSON_GetObjectItem(p, "text")->valuestring, worst);
+		              cJSON_GetObjectItem(p, "text")->valuestring, worst);
 		for (int i = 0; i < n_cont; i++) {
 			int32_t next = argmax(logits, n_vocab);
 			ck_assert_msg(next == cont[i], "continuation token %d: got %d, want %d", i,
-				      next, cont[i]);
+			              next, cont[i]);
 			prefill(s, &next, 1, 1, logits);
 		}
 		be->ops->session_free(be, s);
@@ -173,7 +183,7 @@ START_TEST(test_chunked_prefill)
 		s = new_session();
 		prefill(s, ids, n, chunks[c], part);
 		ck_assert_msg(max_abs_diff(whole, part, n_vocab) < 1e-5, "chunk %d differs by %g",
-			      chunks[c], max_abs_diff(whole, part, n_vocab));
+		              chunks[c], max_abs_diff(whole, part, n_vocab));
 		struct sinkcache_stats st;
 		be->ops->session_stats(be, s, &st);
 		ck_assert_int_eq((int)st.n_seen, n);
@@ -192,9 +202,12 @@ START_TEST(test_interleaved_sessions)
 	int n_vocab = model->hp.n_vocab, lens[3];
 	const cJSON *prompts = cJSON_GetObjectItem(ref, "prompts");
 	int32_t *ids[3];
-	ids[0] = json_ids(cJSON_GetObjectItem(cJSON_GetArrayItem(prompts, 0), "prompt_ids"), &lens[0]);
-	ids[1] = json_ids(cJSON_GetObjectItem(cJSON_GetArrayItem(prompts, 1), "prompt_ids"), &lens[1]);
-	ids[2] = json_ids(cJSON_GetObjectItem(cJSON_GetArrayItem(prompts, 1), "prompt_ids"), &lens[2]);
+	ids[0] =
+	    json_ids(cJSON_GetObjectItem(cJSON_GetArrayItem(prompts, 0), "prompt_ids"), &lens[0]);
+	ids[1] =
+	    json_ids(cJSON_GetObjectItem(cJSON_GetArrayItem(prompts, 1), "prompt_ids"), &lens[1]);
+	ids[2] =
+	    json_ids(cJSON_GetObjectItem(cJSON_GetArrayItem(prompts, 1), "prompt_ids"), &lens[2]);
 	lens[2] = 9; /* a shorter prefix of the second prompt */
 	enum { STEPS = 4 };
 	float *alone = malloc((size_t)3 * (STEPS + 1) * n_vocab * 4);
@@ -215,8 +228,10 @@ START_TEST(test_interleaved_sessions)
 	for (int i = 0; i < 17; i++)
 		for (int j = 0; j < 3; j++)
 			if (i < lens[j])
-				batch[n++] = (struct backend_token){.session = ss[j], .token = ids[j][i],
-								    .want_logits = i == lens[j] - 1};
+				batch[n++] =
+				    (struct backend_token){.session = ss[j],
+				                           .token = ids[j][i],
+				                           .want_logits = i == lens[j] - 1};
 	float *got = malloc((size_t)3 * n_vocab * 4);
 	char err[SINKD_ERR_LEN];
 	ck_assert_msg(be->ops->forward(be, batch, n, got, err, sizeof(err)) == 0, "%s", err);
@@ -224,18 +239,21 @@ START_TEST(test_interleaved_sessions)
 	int row_of[3] = {0, 2, 1};
 	for (int j = 0; j < 3; j++)
 		ck_assert_msg(max_abs_diff(got + (size_t)row_of[j] * n_vocab,
-					   alone + (size_t)j * (STEPS + 1) * n_vocab, n_vocab) < 1e-5,
-			      "session %d prefill differs", j);
+		                           alone + (size_t)j * (STEPS + 1) * n_vocab,
+		                           n_vocab) < 1e-5,
+		              "session %d prefill differs", j);
 	for (int t = 0; t < STEPS; t++) {
 		for (int j = 0; j < 3; j++)
-			batch[j] = (struct backend_token){.session = ss[j], .token = next[j][t],
-							  .want_logits = true};
-		ck_assert_msg(be->ops->forward(be, batch, 3, got, err, sizeof(err)) == 0, "%s", err);
+			batch[j] = (struct backend_token){
+			    .session = ss[j], .token = next[j][t], .want_logits = true};
+		ck_assert_msg(be->ops->forward(be, batch, 3, got, err, sizeof(err)) == 0, "%s",
+		              err);
 		for (int j = 0; j < 3; j++)
-			ck_assert_msg(max_abs_diff(got + (size_t)j * n_vocab,
-						   alone + ((size_t)j * (STEPS + 1) + t + 1) * n_vocab,
-						   n_vocab) < 1e-5,
-				      "session %d decode step %d differs", j, t);
+			ck_assert_msg(
+			    max_abs_diff(got + (size_t)j * n_vocab,
+			                 alone + ((size_t)j * (STEPS + 1) + t + 1) * n_vocab,
+			                 n_vocab) < 1e-5,
+			    "session %d decode step %d differs", j, t);
 	}
 	for (int j = 0; j < 3; j++) {
 		be->ops->session_free(be, ss[j]);
@@ -260,9 +278,9 @@ START_TEST(test_refuses_full_session)
 	ck_assert(be->ops->session_can_append(be, full, 2));
 	ck_assert(!be->ops->session_can_append(be, full, 3));
 	struct backend_token batch[4] = {{.session = other, .token = 1},
-					 {.session = full, .token = 383},
-					 {.session = full, .token = 286},
-					 {.session = full, .token = 261, .want_logits = true}};
+	                                 {.session = full, .token = 383},
+	                                 {.session = full, .token = 286},
+	                                 {.session = full, .token = 261, .want_logits = true}};
 	err[0] = 0;
 	ck_assert_int_lt(be->ops->forward(be, batch, 4, logits, err, sizeof(err)), 0);
 	ck_assert_ptr_nonnull(strstr(err, "cannot take 3"));
@@ -316,7 +334,8 @@ START_TEST(test_sink_mass)
 	struct backend_session *s = new_session();
 	int32_t ids[10] = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376};
 	char err[SINKD_ERR_LEN];
-	struct backend_token t = {.session = s, .token = ids[0], .want_logits = true, .sink_mass = mass};
+	struct backend_token t = {
+	    .session = s, .token = ids[0], .want_logits = true, .sink_mass = mass};
 	ck_assert_int_eq(be->ops->forward(be, &t, 1, logits, err, sizeof(err)), 0);
 	for (int i = 0; i < n; i++)
 		ck_assert_float_eq_tol(mass[i], 1.0f, 1e-5f);
@@ -368,12 +387,14 @@ static void *synth_alloc(struct synth_model *s, size_t n)
 /* Fills w in `type` from values; the values are replaced by what the type
  * holds exactly, so that an F32 model built from them is the same model. */
 static void synth_encode(struct synth_model *s, struct weight_matrix *w, enum ggml_type type,
-			 float *vals, int rows, int cols)
+                         float *vals, int rows, int cols)
 {
-	size_t rb = type == GGML_TYPE_F32 ? (size_t)cols * 4
-		    : type == GGML_TYPE_Q8_0 ? (size_t)cols / 32 * 34 : (size_t)cols * 2;
+	size_t rb = type == GGML_TYPE_F32    ? (size_t)cols * 4
+	            : type == GGML_TYPE_Q8_0 ? (size_t)cols / 32 * 34
+	                                     : (size_t)cols * 2;
 	uint8_t *d = synth_alloc(s, rb * rows);
-	*w = (struct weight_matrix){.type = type, .rows = rows, .cols = cols, .data = d, .row_bytes = rb};
+	*w = (struct weight_matrix){
+	    .type = type, .rows = rows, .cols = cols, .data = d, .row_bytes = rb};
 	for (int r = 0; r < rows; r++) {
 		float *v = vals + (size_t)r * cols;
 		uint8_t *row = d + (size_t)r * rb;
@@ -412,10 +433,19 @@ static void synth_encode(struct synth_model *s, struct weight_matrix *w, enum gg
 /* The same random model twice: weights in `type` and in F32. */
 static void synth_build(struct synth_model *typed, struct synth_model *f32, enum ggml_type type)
 {
-	struct model_hparams hp = {.arch = MODEL_ARCH_QWEN2, .n_vocab = 300, .dim = 256,
-				   .n_layers = 2, .n_heads = 8, .n_kv_heads = 4, .head_dim = 32,
-				   .ffn_dim = 512, .rope_dim = 32, .rope_theta = 10000.0,
-				   .norm_eps = 1e-6f, .context_length = 4096, .has_qkv_bias = true};
+	struct model_hparams hp = {.arch = MODEL_ARCH_QWEN2,
+	                           .n_vocab = 300,
+	                           .dim = 256,
+	                           .n_layers = 2,
+	                           .n_heads = 8,
+	                           .n_kv_heads = 4,
+	                           .head_dim = 32,
+	                           .ffn_dim = 512,
+	                           .rope_dim = 32,
+	                           .rope_theta = 10000.0,
+	                           .norm_eps = 1e-6f,
+	                           .context_length = 4096,
+	                           .has_qkv_bias = true};
 	struct synth_model *both[2] = {typed, f32};
 	synth_rng = 0x9e3779b97f4a7c15ull;
 	for (int k = 0; k < 2; k++) {
@@ -424,19 +454,19 @@ static void synth_build(struct synth_model *typed, struct synth_model *f32, enum
 		both[k]->m.layers = both[k]->layers;
 	}
 	float *vals = malloc(512 * 300 * sizeof(float));
-#define SYNTH_MATRIX(field, rows, cols)                                                          \
-	do {                                                                                     \
-		for (int i = 0; i < (rows) * (cols); i++)                                        \
-			vals[i] = synth_rand() * 0.15f;                                           \
-		synth_encode(typed, &typed->field, type, vals, rows, cols);                      \
-		synth_encode(f32, &f32->field, GGML_TYPE_F32, vals, rows, cols);                 \
+#define SYNTH_MATRIX(field, rows, cols)                                                            \
+	do {                                                                                       \
+		for (int i = 0; i < (rows) * (cols); i++)                                          \
+			vals[i] = synth_rand() * 0.15f;                                            \
+		synth_encode(typed, &typed->field, type, vals, rows, cols);                        \
+		synth_encode(f32, &f32->field, GGML_TYPE_F32, vals, rows, cols);                   \
 	} while (0)
-#define SYNTH_VECTOR(field, n, base)                                                             \
-	do {                                                                                     \
-		float *v = synth_alloc(typed, (n) * sizeof(float));                              \
-		for (int i = 0; i < (n); i++)                                                    \
-			v[i] = (base) + 0.1f * synth_rand();                                     \
-		typed->field = f32->field = v;                                                   \
+#define SYNTH_VECTOR(field, n, base)                                                               \
+	do {                                                                                       \
+		float *v = synth_alloc(typed, (n) * sizeof(float));                                \
+		for (int i = 0; i < (n); i++)                                                      \
+			v[i] = (base) + 0.1f * synth_rand();                                       \
+		typed->field = f32->field = v;                                                     \
 	} while (0)
 	SYNTH_MATRIX(m.token_embd, 300, 256);
 	SYNTH_MATRIX(m.output, 300, 256);
@@ -468,8 +498,8 @@ static void synth_free(struct synth_model *s)
 
 /* Logits of the last of n tokens, fed in chunks of `chunk`, on a backend
  * with n_threads threads. */
-static void synth_logits(const struct model *m, int n_threads, const int32_t *ids, int n,
-			 int chunk, float *logits)
+static void synth_logits(const struct model *m, int n_threads, const int32_t *ids, int n, int chunk,
+                         float *logits)
 {
 	struct backend *b = NULL;
 	struct backend_options opt = {.n_threads = n_threads};
@@ -515,7 +545,7 @@ START_TEST(test_weight_types)
 		ck_assert_msg(scale > 0.1, "degenerate logits");
 		double tol = types[t] == GGML_TYPE_Q8_0 ? 2e-2 : 1e-4;
 		ck_assert_msg(d < tol * scale + 1e-5, "type %d: logits differ by %g (scale %g)",
-			      (int)types[t], d, scale);
+		              (int)types[t], d, scale);
 		synth_free(&typed);
 		synth_free(&f32);
 	}

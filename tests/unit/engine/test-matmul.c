@@ -53,13 +53,13 @@ static uint16_t to_f16(float f, double *exact)
 
 static void make_matrix(struct test_matrix *m, enum ggml_type type, int rows, int cols)
 {
-	size_t per_row = type == GGML_TYPE_F32	 ? (size_t)cols * 4
-			 : type == GGML_TYPE_Q8_0 ? (size_t)cols / 32 * 34
-						  : (size_t)cols * 2;
+	size_t per_row = type == GGML_TYPE_F32    ? (size_t)cols * 4
+	                 : type == GGML_TYPE_Q8_0 ? (size_t)cols / 32 * 34
+	                                          : (size_t)cols * 2;
 	m->data = calloc((size_t)rows, per_row);
 	m->exact = calloc((size_t)rows * cols, sizeof(double));
-	m->w = (struct weight_matrix){.type = type, .rows = rows, .cols = cols, .data = m->data,
-				      .row_bytes = per_row};
+	m->w = (struct weight_matrix){
+	    .type = type, .rows = rows, .cols = cols, .data = m->data, .row_bytes = per_row};
 	for (int r = 0; r < rows; r++) {
 		uint8_t *row = (uint8_t *)m->data + (size_t)r * per_row;
 		double *ex = m->exact + (size_t)r * cols;
@@ -98,7 +98,10 @@ static void make_matrix(struct test_matrix *m, enum ggml_type type, int rows, in
 
 static const char *ggml_type_name_test(enum ggml_type t)
 {
-	return t == GGML_TYPE_F32 ? "f32" : t == GGML_TYPE_F16 ? "f16" : t == GGML_TYPE_BF16 ? "bf16" : "q8_0";
+	return t == GGML_TYPE_F32    ? "f32"
+	       : t == GGML_TYPE_F16  ? "f16"
+	       : t == GGML_TYPE_BF16 ? "bf16"
+	                             : "q8_0";
 }
 
 static void free_matrix(struct test_matrix *m)
@@ -109,7 +112,7 @@ static void free_matrix(struct test_matrix *m)
 
 /* Checks y against the double reference with tol + |ref|-scaled eps. */
 static void check_result(const struct test_matrix *m, const float *x, int B, const float *bias,
-			 const float *y, const char *what)
+                         const float *y, const char *what)
 {
 	int rows = m->w.rows, cols = m->w.cols;
 	for (int b = 0; b < B; b++)
@@ -122,13 +125,13 @@ static void check_result(const struct test_matrix *m, const float *x, int B, con
 			}
 			double got = y[(size_t)b * rows + r];
 			if (fabs(got - ref) > 1e-6 + 2e-6 * mag)
-				ck_abort_msg("%s: y[%d][%d] = %.9g, reference %.9g (mag %.3g)", what, b,
-					     r, got, ref, mag);
+				ck_abort_msg("%s: y[%d][%d] = %.9g, reference %.9g (mag %.3g)",
+				             what, b, r, got, ref, mag);
 		}
 }
 
 static void run_case(struct threadpool *pool, enum matmul_isa isa, enum ggml_type type, int rows,
-		     int cols, int B, bool with_bias)
+                     int cols, int B, bool with_bias)
 {
 	struct test_matrix m;
 	make_matrix(&m, type, rows, cols);
@@ -146,11 +149,12 @@ static void run_case(struct threadpool *pool, enum matmul_isa isa, enum ggml_typ
 	/* The Q8_0 integer path multiplies x rounded through Q8 blocks. */
 	if (type == GGML_TYPE_Q8_0 && matmul_q8_rounds_activations(isa, B))
 		for (int b = 0; b < B; b++)
-			matmul_q8_activation_round(x + (size_t)b * cols, cols, x + (size_t)b * cols);
+			matmul_q8_activation_round(x + (size_t)b * cols, cols,
+			                           x + (size_t)b * cols);
 	char what[160];
 	snprintf(what, sizeof(what), "%s isa=%d rows=%d cols=%d B=%d pool=%d bias=%d",
-		 ggml_type_name_test(type), isa, rows, cols, B, pool ? threadpool_size(pool) : 0,
-		 with_bias);
+	         ggml_type_name_test(type), isa, rows, cols, B, pool ? threadpool_size(pool) : 0,
+	         with_bias);
 	check_result(&m, x, B, job.bias, y, what);
 	free(x);
 	free(y);
@@ -159,7 +163,7 @@ static void run_case(struct threadpool *pool, enum matmul_isa isa, enum ggml_typ
 }
 
 static const enum ggml_type all_types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16,
-					   GGML_TYPE_Q8_0};
+                                           GGML_TYPE_Q8_0};
 
 /* Every type, both ISAs, odd shapes, batch sizes across tile and chunk edges. */
 START_TEST(test_all_types_shapes)
@@ -177,7 +181,7 @@ START_TEST(test_all_types_shapes)
 				for (size_t bi = 0; bi < sizeof(b_list) / sizeof(int); bi++)
 					for (int i = 0; i < 3; i++)
 						run_case(NULL, isas[i], all_types[t], rows_list[ri],
-							 cols, b_list[bi], (bi + ri) % 2);
+						         cols, b_list[bi], (bi + ri) % 2);
 			}
 }
 END_TEST
@@ -191,8 +195,10 @@ START_TEST(test_threaded)
 	for (int t = 0; t < 4; t++)
 		for (int bi = 0; bi < 4; bi++) {
 			run_case(pool, MATMUL_ISA_AUTO, all_types[t], 301, 768, b_list[bi], bi % 2);
-			run_case(pool, MATMUL_ISA_GENERIC, all_types[t], 130, 544, b_list[bi], true);
-			run_case(pool, MATMUL_ISA_AVX2_F32, all_types[t], 67, 512, b_list[bi], false);
+			run_case(pool, MATMUL_ISA_GENERIC, all_types[t], 130, 544, b_list[bi],
+			         true);
+			run_case(pool, MATMUL_ISA_AVX2_F32, all_types[t], 67, 512, b_list[bi],
+			         false);
 		}
 	threadpool_free(pool);
 }
@@ -225,8 +231,9 @@ static void many_jobs_case(int B)
 		matmul_q8_activation_round(x + (size_t)b * cols, cols, xr + (size_t)b * cols);
 	matmul_many(pool, MATMUL_ISA_AUTO, x, B, jobs, 3);
 	for (int j = 0; j < 3; j++)
-		check_result(&m[j], j == 1 && matmul_q8_rounds_activations(MATMUL_ISA_AUTO, B) ? xr : x, B, NULL, jobs[j].y,
-			     "many jobs, auto");
+		check_result(&m[j],
+		             j == 1 && matmul_q8_rounds_activations(MATMUL_ISA_AUTO, B) ? xr : x, B,
+		             NULL, jobs[j].y, "many jobs, auto");
 	free(xr);
 	for (int j = 0; j < 3; j++) {
 		free(jobs[j].y);
@@ -251,7 +258,8 @@ START_TEST(test_row_to_f32)
 		float out[64];
 		matmul_row_to_f32(&m.w, 3, out);
 		for (int c = 0; c < 64; c++)
-			ck_assert_double_eq_tol(out[c], m.exact[3 * 64 + c], 1e-12 + 1e-6 * fabs(m.exact[3 * 64 + c]));
+			ck_assert_double_eq_tol(out[c], m.exact[3 * 64 + c],
+			                        1e-12 + 1e-6 * fabs(m.exact[3 * 64 + c]));
 		free_matrix(&m);
 	}
 	ck_assert(matmul_type_supported(GGML_TYPE_Q8_0));

@@ -11,7 +11,7 @@
 #include "engine/threadpool.h"
 
 struct count_ctx {
-	_Atomic int *hits;   /* (n_tasks) */
+	_Atomic int *hits; /* (n_tasks) */
 	_Atomic int bad_thread;
 	int n_threads;
 };
