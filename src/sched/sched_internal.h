@@ -45,6 +45,7 @@ struct sched_session {
 	size_t hist_end;		  /* index after the newest entry */
 	double created, last_used;	  /* [mu] monotonic seconds */
 	bool offloaded;			  /* [mu] */
+	bool offload_tried;		  /* [mu] since the last request */
 };
 
 enum sched_req_state {

@@ -28,7 +28,7 @@ static const struct {
 	[SCHED_HIST_BATCH_TOKENS] = {"sinkd_scheduler_batch_tokens",
 				     "Tokens (decode + prefill) in one forward pass", counts_upper},
 	[SCHED_HIST_TICK_SECONDS] = {"sinkd_scheduler_tick_seconds",
-				     "Wall time of one engine tick (forward pass and sampling)",
+				     "Wall time of one batch: building it and the forward pass",
 				     tick_upper},
 	[SCHED_HIST_QUEUE_WAIT_SECONDS] = {"sinkd_scheduler_queue_wait_seconds",
 					   "Time from submission to admission", wait_upper},

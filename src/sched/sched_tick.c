@@ -228,6 +228,10 @@ static int req_start(struct scheduler *s, struct sched_req *r, int *http_status,
 	const struct gen_request *q = &r->req;
 	int rc;
 	*http_status = 500;
+	pthread_mutex_lock(&s->mu);
+	ss->offloaded = false; /* the backend brings an offloaded cache back on use */
+	ss->offload_tried = false;
+	pthread_mutex_unlock(&s->mu);
 	if (!ss->bs) {
 		rc = s->be->ops->session_new(s->be, &ss->geom, &ss->bs, err, err_len);
 		if (rc)
@@ -522,17 +526,19 @@ static size_t tick_run(struct scheduler *s, struct sched_req **act, size_t n_act
 		tick_fail_batch(s, act, n_act, err);
 		return n;
 	}
+	/* Accounted before any event, so that a client that saw DONE reads
+	 * counters that include its last tick. */
 	for (size_t i = 0; i < n_act; i++) {
-		struct sched_req *r = act[i];
-		if (!r->n_in_batch)
-			continue;
-		n_seqs++;
-		if (r->state == REQ_PREFILL)
-			tokens_in += r->n_in_batch;
-		if (req_after_forward(s, r) && r->state != REQ_FINISHED)
-			r->state = REQ_FINISHED;
+		n_seqs += act[i]->n_in_batch > 0;
+		if (act[i]->state == REQ_PREFILL)
+			tokens_in += act[i]->n_in_batch;
 	}
 	tick_account(s, n, n_seqs, sched_now() - t0, tokens_in);
+	for (size_t i = 0; i < n_act; i++) {
+		struct sched_req *r = act[i];
+		if (r->n_in_batch && req_after_forward(s, r))
+			r->state = REQ_FINISHED;
+	}
 	return n;
 }
 

@@ -535,11 +535,11 @@ static void sessions_sweep_locked(struct scheduler *s, struct housekeeping *hk, 
 		}
 		if (!ss->busy_handle)
 			deadline_min(hk, expires);
-		if (!ss->busy_handle && !ss->offloaded && ss->bs && s->lim.session_offload_s > 0 &&
+		if (!ss->busy_handle && !ss->offload_tried && ss->bs && s->lim.session_offload_s > 0 &&
 		    s->be->ops->session_offload) {
 			double when = ss->last_used + (double)s->lim.session_offload_s;
-			if (now >= when)
-				PUSH(hk->offload, hk->n_offload, hk->cap_offload, ss);
+			if (now >= when && PUSH(hk->offload, hk->n_offload, hk->cap_offload, ss) == 0)
+				ss->offload_tried = true;
 			else
 				deadline_min(hk, when);
 		}

@@ -127,7 +127,7 @@ int scheduler_retry_after_s(struct scheduler *s);
 enum sched_hist_id {
 	SCHED_HIST_BATCH_SEQUENCES = 0, /* sessions in one forward pass */
 	SCHED_HIST_BATCH_TOKENS,	/* tokens in one forward pass */
-	SCHED_HIST_TICK_SECONDS,	/* wall time of one tick (forward + sampling) */
+	SCHED_HIST_TICK_SECONDS,	/* wall time of one batch build + forward pass */
 	SCHED_HIST_QUEUE_WAIT_SECONDS,	/* submit to admission */
 	SCHED_HIST_COUNT
 };
