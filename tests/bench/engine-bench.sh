@@ -57,7 +57,7 @@ done
 for model in "${MODELS[@]}"; do
 	for n in $STREAMS; do
 		prompt=16
-		[ "$n" = 1 ] && prompt=128
+		[ "$n" = 1 ] && prompt=64
 		for r in $(seq "$REPEATS"); do
 			log "$(basename "$model") streams=$n repeat $r"
 			"$TMP/engine-driver" --model "$model" --streams "$n" --threads "$THREADS" \

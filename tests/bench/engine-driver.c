@@ -1,7 +1,8 @@
 /* Benchmark driver for the CPU backend: loads a model, opens N sessions with
- * the default cache geometry, fills each with a short prompt, then runs
- * decode steps (one token per session per forward, logits for every token,
- * as the scheduler does) for a fixed time and prints one JSON line:
+ * the default cache geometry, fills each with a prompt of P tokens, then
+ * times G decode steps (one token per session per forward, logits for every
+ * token, as the scheduler does); repeats with fresh sessions until the time
+ * is spent, so the context stays at P..P+G tokens.  Prints one JSON line:
  *   {"model":..,"streams":N,"threads":T,"steps":K,"tok_s":X,"step_ms":Y,
  *    "weight_bytes":B,"prefill_tok_s":Z}
  * prefill_tok_s: one session's prompt of --prompt-tokens fed as one batch.
@@ -24,13 +25,14 @@ static double now_s(void)
 
 struct opts {
 	const char *model;
-	int streams, threads, prompt_tokens;
+	int streams, threads, prompt_tokens, gen_tokens;
 	double seconds;
 };
 
 static int parse(int argc, char **argv, struct opts *o)
 {
-	*o = (struct opts){.streams = 1, .threads = 0, .prompt_tokens = 64, .seconds = 3.0};
+	*o = (struct opts){
+	    .streams = 1, .threads = 0, .prompt_tokens = 64, .gen_tokens = 128, .seconds = 3.0};
 	for (int i = 1; i + 1 < argc; i += 2) {
 		if (!strcmp(argv[i], "--model"))
 			o->model = argv[i + 1];
@@ -40,12 +42,14 @@ static int parse(int argc, char **argv, struct opts *o)
 			o->threads = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--prompt-tokens"))
 			o->prompt_tokens = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--gen-tokens"))
+			o->gen_tokens = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--seconds"))
 			o->seconds = atof(argv[i + 1]);
 		else
 			return -1;
 	}
-	return o->model && o->streams > 0 && o->prompt_tokens > 0 ? 0 : -1;
+	return o->model && o->streams > 0 && o->prompt_tokens > 0 && o->gen_tokens > 0 ? 0 : -1;
 }
 
 static int32_t token_for(int n_vocab, int a, int b)
@@ -59,7 +63,7 @@ int main(int argc, char **argv)
 	char err[SINKD_ERR_LEN] = "";
 	if (parse(argc, argv, &o)) {
 		fprintf(stderr, "usage: engine-driver --model FILE [--streams N] [--threads T] "
-		                "[--prompt-tokens P] [--seconds S]\n");
+		                "[--prompt-tokens P] [--gen-tokens G] [--seconds S]\n");
 		return 2;
 	}
 	struct model *m = NULL;
@@ -76,44 +80,48 @@ int main(int argc, char **argv)
 		fprintf(stderr, "engine-driver: %s\n", err);
 		return 1;
 	}
-	int n_vocab = m->hp.n_vocab, P = o.prompt_tokens, N = o.streams;
+	int n_vocab = m->hp.n_vocab, P = o.prompt_tokens, N = o.streams, G = o.gen_tokens;
 	struct sinkcache_geometry g;
 	config_cache_geometry(&cfg, &m->hp, &g);
 	struct backend_session **ss = calloc((size_t)N, sizeof(*ss));
 	size_t cap = (size_t)(N > P ? N : P);
 	struct backend_token *batch = calloc(cap, sizeof(*batch));
 	float *logits = malloc(cap * (size_t)n_vocab * sizeof(float));
-	double prefill_s = 0;
-	for (int s = 0; s < N; s++) {
-		if (be->ops->session_new(be, &g, &ss[s], err, sizeof(err)))
-			goto fail;
-		for (int i = 0; i < P; i++)
-			batch[i] = (struct backend_token){.session = ss[s],
-			                                  .token = token_for(n_vocab, s, i),
-			                                  .want_logits = i == P - 1};
+	double prefill_s = 0, el = 0;
+	long steps = 0;
+	/* Rounds of: fresh sessions, a prompt each, G timed decode steps (the
+	 * context stays at P..P+G tokens, like llama-bench's tg runs). */
+	for (int round = 0; round == 0 || el < o.seconds; round++) {
+		for (int s = 0; s < N; s++) {
+			if (be->ops->session_new(be, &g, &ss[s], err, sizeof(err)))
+				goto fail;
+			for (int i = 0; i < P; i++)
+				batch[i] = (struct backend_token){.session = ss[s],
+				                                  .token = token_for(n_vocab, s, i),
+				                                  .want_logits = i == P - 1};
+			double t0 = now_s();
+			if (be->ops->forward(be, batch, (size_t)P, logits, err, sizeof(err)))
+				goto fail;
+			if (s == 0 && round == 0)
+				prefill_s = now_s() - t0;
+		}
 		double t0 = now_s();
-		if (be->ops->forward(be, batch, (size_t)P, logits, err, sizeof(err)))
-			goto fail;
-		if (s == 0)
-			prefill_s = now_s() - t0;
-	}
-	int steps = 0;
-	double t0 = 0;
-	for (int k = 0;; k++) {
-		if (k == 2)
-			t0 = now_s(); /* two warm-up steps */
-		if (k > 2 && now_s() - t0 >= o.seconds && steps >= 3)
-			break;
+		for (int k = 0; k < G; k++) {
+			for (int s = 0; s < N; s++)
+				batch[s] =
+				    (struct backend_token){.session = ss[s],
+				                           .token = token_for(n_vocab, s, P + k),
+				                           .want_logits = true};
+			if (be->ops->forward(be, batch, (size_t)N, logits, err, sizeof(err)))
+				goto fail;
+		}
+		el += now_s() - t0;
+		steps += G;
 		for (int s = 0; s < N; s++)
-			batch[s] = (struct backend_token){.session = ss[s],
-			                                  .token = token_for(n_vocab, s, P + k),
-			                                  .want_logits = true};
-		if (be->ops->forward(be, batch, (size_t)N, logits, err, sizeof(err)))
-			goto fail;
-		steps += k >= 2;
+			be->ops->session_free(be, ss[s]);
 	}
-	double el = now_s() - t0;
-	printf("{\"model\":\"%s\",\"streams\":%d,\"threads\":%d,\"steps\":%d,\"tok_s\":%.2f,"
+
+	printf("{\"model\":\"%s\",\"streams\":%d,\"threads\":%d,\"steps\":%ld,\"tok_s\":%.2f,"
 	       "\"step_ms\":%.3f,\"weight_bytes\":%zu,\"prefill_tok_s\":%.1f}\n",
 	       m->name, N, o.threads, steps, (double)steps * N / el, el / steps * 1e3,
 	       model_weight_bytes(m), P / prefill_s);
