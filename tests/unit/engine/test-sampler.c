@@ -313,7 +313,7 @@ static size_t ref_nucleus(const float *logits, int n, int k, float top_p, int32_
  * drawable set is exactly the reference nucleus, with its frequencies. */
 START_TEST(test_top_p_matches_full_sort)
 {
-	enum { V = 3000, DRAWS = 12000 };
+	enum { V = 3000, DRAWS = 8000 };
 	static float logits[V];
 	static int32_t ids[V];
 	static double probs[V];
@@ -349,7 +349,7 @@ START_TEST(test_top_p_matches_full_sort)
 		ck_assert_double_eq(in, DRAWS); /* nothing outside the nucleus */
 		for (size_t i = 0; i < 3; i++) /* the likeliest, renormalised */
 			ck_assert_double_eq_tol((double)hits[ids[i]] / DRAWS, probs[i] / mass,
-						0.01);
+						0.012);
 		ck_assert_int_gt(hits[ids[n - 1]] + hits[ids[n - 2]], 0);
 	}
 }
