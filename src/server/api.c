@@ -230,7 +230,9 @@ static enum MHD_Result api_generate(struct request *r, bool chat)
 	char id[REQUEST_ID_LEN + 16];
 	snprintf(id, sizeof(id), "%s-%s", chat ? "chatcmpl" : "cmpl", r->id);
 	struct gen_shape shape = {.chat = chat, .stream = a.stream, .include_usage = a.include_usage,
-				  .logprobs = a.logprobs, .id = id, .model = s->model_name};
+				  .logprobs = a.logprobs, .id = id, .model = s->model_name,
+				  .timing = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+									"X-Sinkd-Timing") != NULL};
 	char err[SINKD_ERR_LEN];
 	int status = 0, retry = 0;
 	if (genstream_start(r, &shape, &req, &status, &retry, err, sizeof(err))) {

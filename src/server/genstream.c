@@ -7,6 +7,7 @@
 #include "server/genstream.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -33,7 +34,7 @@ struct genstream {
 	struct oa_ctx oa;
 	char id[REQUEST_ID_LEN + 16];
 	char model[128];
-	bool stream, logprobs;
+	bool stream, logprobs, timing;
 
 	/* Written by the engine thread, under mu. */
 	struct gs_event *ev;
@@ -190,6 +191,7 @@ static struct genstream *gs_new(struct request *r, const struct gen_shape *shape
 	gs->conn = r->conn;
 	gs->stream = shape->stream;
 	gs->logprobs = shape->logprobs;
+	gs->timing = shape->timing;
 	snprintf(gs->id, sizeof(gs->id), "%s", shape->id);
 	snprintf(gs->model, sizeof(gs->model), "%s", shape->model);
 	gs->oa = (struct oa_ctx){.chat = shape->chat, .id = gs->id, .model = gs->model,
@@ -274,8 +276,10 @@ static void gs_format_events(struct genstream *gs, struct gs_event *ev, size_t n
 			continue; /* held back (stop-string prefix, partial UTF-8) */
 		bool role = gs->oa.chat && !gs->sent_role;
 		gs->sent_role = true;
-		sse_append(&gs->out, &gs->out_len, &gs->out_cap,
-			   oa_chunk(&gs->oa, ev[i].text, ev[i].len, role, lp, NULL));
+		cJSON *chunk = oa_chunk(&gs->oa, ev[i].text, ev[i].len, role, lp, NULL);
+		if (gs->timing) /* the engine's emit time, CLOCK_MONOTONIC µs */
+			cJSON_AddNumberToObject(chunk, "sinkd_emit_us", floor(ev[i].t_emit * 1e6));
+		sse_append(&gs->out, &gs->out_len, &gs->out_cap, chunk);
 		gs->text_offset += ev[i].len;
 		metrics_sse_write_delay(gs->srv->metrics, now - ev[i].t_emit);
 	}

@@ -14,6 +14,7 @@ struct gen_shape {
 	bool stream;
 	bool include_usage;
 	bool logprobs;
+	bool timing; /* X-Sinkd-Timing: chunks carry "sinkd_emit_us" (benchmarks) */
 	const char *id;
 	const char *model;
 };
