@@ -1,0 +1,77 @@
+/* Kernel-level numbers for the CPU matmuls (run by hand, not a test): for
+ * each weight type and batch size, y(B, rows) = x(B, cols) . W^T on a matrix
+ * much larger than the caches, timed over ~1 s of wall clock.  Prints one
+ * line per case with the weight bandwidth (GB/s, what decode is bound by)
+ * and GFLOP/s (what batches are bound by), then a JSON line.
+ * usage: matmul-perf [threads (0 = cores)] [rows] [cols] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/matmul.h"
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static size_t row_bytes(int type, int cols)
+{
+	return type == GGML_TYPE_F32    ? (size_t)cols * 4
+	       : type == GGML_TYPE_Q8_0 ? (size_t)cols / 32 * 34
+	                                : (size_t)cols * 2;
+}
+
+int main(int argc, char **argv)
+{
+	int n_threads = argc > 1 ? atoi(argv[1]) : 0;
+	int rows = argc > 2 ? atoi(argv[2]) : 32768, cols = argc > 3 ? atoi(argv[3]) : 2048;
+	struct threadpool *pool = NULL;
+	if (threadpool_new(n_threads, &pool, NULL, 0))
+		return 1;
+	int types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0};
+	const char *names[] = {"f32", "f16", "bf16", "q8_0"};
+	int bs[] = {1, 4, 8, 32, 64};
+	printf("{\"threads\":%d,\"rows\":%d,\"cols\":%d,\"cases\":[", threadpool_size(pool), rows,
+	       cols);
+	int first = 1;
+	for (int t = 0; t < 4; t++) {
+		size_t rb = row_bytes(types[t], cols);
+		unsigned char *w = malloc(rb * rows);
+		for (size_t i = 0; i < rb * rows; i++)
+			w[i] =
+			    (unsigned char)(i * 2654435761u >> 24) & 0x3f; /* small finite values */
+		struct weight_matrix m = {
+		    .type = types[t], .rows = rows, .cols = cols, .data = w, .row_bytes = rb};
+		for (int bi = 0; bi < 5; bi++) {
+			int B = bs[bi];
+			float *x = calloc((size_t)B * cols, sizeof(float));
+			float *y = malloc((size_t)B * rows * sizeof(float));
+			matmul(pool, x, B, &m, y);
+			int it = 0;
+			double t0 = now_s(), el;
+			do {
+				matmul(pool, x, B, &m, y);
+				it++;
+			} while ((el = now_s() - t0) < 1.0);
+			el /= it;
+			fprintf(stderr, "%-5s B=%-3d %8.2f ms  %6.1f GB/s  %6.1f GFLOP/s\n",
+			        names[t], B, el * 1e3, (double)rb * rows / el / 1e9,
+			        2.0 * rows * cols * B / el / 1e9);
+			printf(
+			    "%s{\"type\":\"%s\",\"B\":%d,\"ms\":%.3f,\"gbs\":%.2f,\"gflops\":%.2f}",
+			    first ? "" : ",", names[t], B, el * 1e3, (double)rb * rows / el / 1e9,
+			    2.0 * rows * cols * B / el / 1e9);
+			first = 0;
+			free(x);
+			free(y);
+		}
+		free(w);
+	}
+	printf("]}\n");
+	threadpool_free(pool);
+	return 0;
+}
