@@ -12,7 +12,7 @@
 #
 # Environment: BUILD (build dir, default build-bench), REPEATS (3),
 # RUN_SECONDS (3 per measurement), THREADS (0 = one per core),
-# STREAMS ("1 8 32").
+# STREAMS ("1 8 32"), MATMUL_PERF=1 (also print kernel GB/s and GFLOP/s).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -36,6 +36,12 @@ LIBS="$(pkg-config --libs libmicrohttpd libcrypto libcjson yaml-0.1) -lm -lpthre
 cc -O2 -std=c11 -D_GNU_SOURCE -I"$ROOT/src" $(pkg-config --cflags libcjson) \
 	-o "$TMP/engine-driver" "$ROOT/tests/bench/engine-driver.c" "$BUILD/src/libsinkd.a" $LIBS
 cc -O3 -o "$TMP/bwprobe" "$ROOT/tests/bench/bwprobe.c" -lpthread
+if [ "${MATMUL_PERF:-0}" = 1 ]; then
+	cc -O2 -std=c11 -D_GNU_SOURCE -I"$ROOT/src" -o "$TMP/matmul-perf" \
+		"$ROOT/tests/bench/matmul-perf.c" "$BUILD/src/libsinkd.a" -lm -lpthread
+	log "matmul kernels (threads=$THREADS)"
+	"$TMP/matmul-perf" "$THREADS" >/dev/null
+fi
 
 # ---- models
 MODELS=("$SHARED/models/stories260K.gguf")
