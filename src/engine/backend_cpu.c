@@ -2,14 +2,16 @@
  * tokens from many sessions, in host memory with one thread pool.
  *
  * All projections of a layer run for the whole batch at once (matmul.c: one
- * read of each weight per forward, however many tokens), so a batch of B
+ * read of each weight per forward for up to 96 tokens), so a batch of B
  * tokens costs far less than B single-token calls.  Attention goes through
  * each session's sink cache, which applies RoPE: per layer and per token,
  * sinkcache_append() then sinkcache_attend().  Sessions with few tokens (the
  * decode steps of many streams) are attended in parallel, one session per
- * task; a session with many tokens (a prefill chunk) is attended token by
- * token with its heads split over the threads.  A batch that a session
- * cannot take is refused before any cache is touched.
+ * task; a session with many tokens (a prefill chunk), or any session when
+ * there are fewer sessions than threads, is attended token by token with its
+ * heads split over the threads.  A batch that a session cannot take is
+ * refused before any cache is touched; an error from the cache during the
+ * pass (not expected with a valid geometry) leaves that batch half-applied.
  *
  * It does not sample, schedule or tokenize, and one backend runs one forward
  * at a time (the engine thread owns it). */
