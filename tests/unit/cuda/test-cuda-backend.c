@@ -1,0 +1,460 @@
+/* The CUDA backend end to end, against the CPU backend (backend_cpu_new)
+ * and the independent stories260K reference:
+ *   - stories260K, fp32 on the device: last-prompt logits within 1e-4 of the
+ *     float64 reference and the reference's greedy continuation;
+ *   - two sessions interleaved in the same batches (chunked prefill, then
+ *     decode), a small tiered cache (sinks, int8 / int4 compressed tier,
+ *     evictions), a revision in the middle: logits of every step close to
+ *     the CPU backend's, greedy tokens identical, same cache stats, same
+ *     sink mass;
+ *   - a synthetic model from sinkd-mkmodel (argv[1]) in bf16 and q8_0:
+ *     fp32 device compute gives the CPU's greedy tokens; bf16 compute stays
+ *     within bf16 tolerance;
+ *   - a KV arena too small for a session: a clear -ENOSPC, and the backend
+ *     keeps serving.
+ * Exits 77 (skipped) without a GPU. */
+#include <check.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend_cuda.h"
+#include "cuda_device.h"
+#include "engine/backend.h"
+#include "util/errbuf.h"
+
+static const char *mkmodel_path;
+static char shared_dir[1024];
+
+static char *read_text(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	ck_assert_msg(f != NULL, "cannot open %s", path);
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	char *buf = malloc((size_t)n + 1);
+	ck_assert_int_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+	buf[n] = 0;
+	fclose(f);
+	return buf;
+}
+
+static struct model *load_model(const char *path)
+{
+	struct model *m = NULL;
+	char err[SINKD_ERR_LEN];
+	ck_assert_msg(model_load(path, NULL, &m, err, sizeof(err)) == 0, "%s", err);
+	return m;
+}
+
+static struct backend *new_gpu(const struct model *m, enum kv_dtype dt, size_t cache_bytes)
+{
+	struct backend_cuda_options o = {.device = 0, .dtype = dt, .cache_bytes = cache_bytes,
+					 .auto_fraction = 0.3};
+	struct backend *be = NULL;
+	char err[SINKD_ERR_LEN];
+	ck_assert_msg(backend_cuda_new(m, NULL, &o, &be, err, sizeof(err)) == 0, "%s", err);
+	return be;
+}
+
+static struct backend *new_cpu(const struct model *m)
+{
+	struct backend_options opt = {.n_threads = 2};
+	struct backend *be = NULL;
+	char err[SINKD_ERR_LEN];
+	ck_assert_msg(backend_cpu_new(m, &opt, &be, err, sizeof(err)) == 0, "%s", err);
+	return be;
+}
+
+static struct sinkcache_geometry geometry(const struct model *m, int window, bool quant, int bits,
+					  bool protect, enum kv_dtype dt)
+{
+	const struct model_hparams *hp = &m->hp;
+	return (struct sinkcache_geometry){
+		.n_layers = hp->n_layers, .n_kv_heads = hp->n_kv_heads, .head_dim = hp->head_dim,
+		.rope_dim = hp->rope_dim, .rope_theta = hp->rope_theta,
+		.rope_neox = hp->arch == MODEL_ARCH_QWEN2, .strategy = CACHE_STRATEGY_SLIDING_WINDOW,
+		.sink_keep_count = 4, .window_size = window, .quant_enabled = quant, .quant_bits = bits,
+		.protect_sinks = protect, .full_precision_recent = quant ? 8 : window,
+		.rope_positions = ROPE_POSITIONS_CACHE, .dtype = dt};
+}
+
+static struct backend_session *open_session(struct backend *be, const struct sinkcache_geometry *g)
+{
+	struct backend_session *s = NULL;
+	char err[SINKD_ERR_LEN];
+	ck_assert_msg(be->ops->session_new(be, g, &s, err, sizeof(err)) == 0, "%s", err);
+	return s;
+}
+
+static int argmax(const float *v, int n)
+{
+	int best = 0;
+	for (int i = 1; i < n; i++)
+		if (v[i] > v[best])
+			best = i;
+	return best;
+}
+
+/* max |a - b| / max |b| */
+static double rel_diff(const float *a, const float *b, size_t n)
+{
+	double d = 0.0, mx = 1e-30;
+	for (size_t i = 0; i < n; i++) {
+		d = fmax(d, fabs((double)a[i] - b[i]));
+		mx = fmax(mx, fabs((double)b[i]));
+	}
+	return d / mx;
+}
+
+static void forward_ok(struct backend *be, const struct backend_token *t, size_t n, float *logits)
+{
+	char err[SINKD_ERR_LEN];
+	ck_assert_msg(be->ops->forward(be, t, n, logits, err, sizeof(err)) == 0, "%s: %s",
+		      be->ops->name, err);
+}
+
+/* ------------------------------------------------------ two backends */
+
+struct twin_run {
+	struct backend *be[2]; /* cpu, gpu */
+	struct backend_session *s[2][2];
+	int n_vocab;
+	double worst;	      /* largest relative logits difference */
+	int token_flips;      /* greedy steps where the argmax differed */
+};
+
+/* Feeds prompts a and b interleaved, chunk tokens of each per forward. */
+static void run_prefill(struct twin_run *r, const int32_t *a, int na, const int32_t *b, int nb,
+			int chunk)
+{
+	struct backend_token batch[64];
+	float *lg[2];
+	for (int k = 0; k < 2; k++)
+		lg[k] = malloc(2 * (size_t)r->n_vocab * sizeof(float));
+	int ia = 0, ib = 0;
+	while (ia < na || ib < nb) {
+		for (int k = 0; k < 2; k++) {
+			int n = 0, ja = ia, jb = ib;
+			for (int c = 0; c < chunk; c++) { /* a, b, a, b, ... */
+				if (ja < na)
+					batch[n++] = (struct backend_token){.session = r->s[k][0], .token = a[ja],
+									    .want_logits = ja == na - 1}, ja++;
+				if (jb < nb)
+					batch[n++] = (struct backend_token){.session = r->s[k][1], .token = b[jb],
+									    .want_logits = jb == nb - 1}, jb++;
+			}
+			forward_ok(r->be[k], batch, (size_t)n, lg[k]);
+			if (k == 1) {
+				int n_want = 0;
+				for (int i = 0; i < n; i++)
+					n_want += batch[i].want_logits;
+				if (n_want)
+					r->worst = fmax(r->worst, rel_diff(lg[1], lg[0], (size_t)n_want * r->n_vocab));
+				ia = ja, ib = jb;
+			}
+		}
+	}
+	free(lg[0]), free(lg[1]);
+}
+
+/* n greedy steps of both sessions in one batch; the CPU's tokens are fed to
+ * both backends so that a flip is counted once and does not snowball. */
+static void run_decode(struct twin_run *r, int32_t next_a, int32_t next_b, int n_steps,
+		       int revise_at)
+{
+	const struct model_hparams *hp = &r->be[0]->model->hp;
+	size_t nm = (size_t)hp->n_layers * hp->n_heads;
+	float *lg[2], *mass[2];
+	char err[SINKD_ERR_LEN];
+	for (int k = 0; k < 2; k++) {
+		lg[k] = malloc(2 * (size_t)r->n_vocab * sizeof(float));
+		mass[k] = calloc(nm, sizeof(float));
+	}
+	for (int step = 0; step < n_steps; step++) {
+		for (int k = 0; k < 2; k++) {
+			struct backend_token batch[2] = {
+				{.session = r->s[k][0], .token = next_a, .want_logits = true, .sink_mass = mass[k]},
+				{.session = r->s[k][1], .token = next_b, .want_logits = true},
+			};
+			forward_ok(r->be[k], batch, 2, lg[k]);
+		}
+		r->worst = fmax(r->worst, rel_diff(lg[1], lg[0], 2 * (size_t)r->n_vocab));
+		for (int j = 0; j < 2; j++)
+			r->token_flips += argmax(lg[0] + j * r->n_vocab, r->n_vocab) !=
+					  argmax(lg[1] + j * r->n_vocab, r->n_vocab);
+		next_a = argmax(lg[0], r->n_vocab);
+		next_b = argmax(lg[0] + r->n_vocab, r->n_vocab);
+		if (step == revise_at)
+			for (int k = 0; k < 2; k++)
+				ck_assert_msg(r->be[k]->ops->session_revise(r->be[k], r->s[k][0], 3, err,
+									  sizeof(err)) == 0, "%s", err);
+	}
+	for (size_t i = 0; i < nm; i++)
+		ck_assert_msg(fabs(mass[0][i] - mass[1][i]) <= 1e-3 * n_steps,
+			      "sink mass %zu: cpu %g gpu %g", i, mass[0][i], mass[1][i]);
+	for (int j = 0; j < 2; j++) {
+		struct sinkcache_stats a, b;
+		r->be[0]->ops->session_stats(r->be[0], r->s[0][j], &a);
+		r->be[1]->ops->session_stats(r->be[1], r->s[1][j], &b);
+		ck_assert_uint_eq(a.n_seen, b.n_seen);
+		ck_assert_int_eq(a.n_resident, b.n_resident);
+		ck_assert_int_eq(a.n_compressed, b.n_compressed);
+		ck_assert_uint_eq(a.bytes_resident, b.bytes_resident);
+		ck_assert_uint_eq(a.evicted_compressed, b.evicted_compressed);
+	}
+	for (int k = 0; k < 2; k++)
+		free(lg[k]), free(mass[k]);
+}
+
+static void twin_run_open(struct twin_run *r, const struct model *m, enum kv_dtype dt,
+			  const struct sinkcache_geometry *g)
+{
+	memset(r, 0, sizeof(*r));
+	r->be[0] = new_cpu(m);
+	r->be[1] = new_gpu(m, dt, (size_t)64 << 20);
+	r->n_vocab = m->hp.n_vocab;
+	for (int k = 0; k < 2; k++)
+		for (int j = 0; j < 2; j++)
+			r->s[k][j] = open_session(r->be[k], g);
+}
+
+static void twin_run_close(struct twin_run *r)
+{
+	for (int k = 0; k < 2; k++) {
+		for (int j = 0; j < 2; j++)
+			r->be[k]->ops->session_free(r->be[k], r->s[k][j]);
+		backend_free(r->be[k]);
+	}
+}
+
+/* ------------------------------------------------------ stories260K */
+
+static cJSON *load_reference(void)
+{
+	char path[1200];
+	snprintf(path, sizeof(path), "%s/reference/stories260K-logits.json", shared_dir);
+	char *text = read_text(path);
+	cJSON *ref = cJSON_Parse(text);
+	free(text);
+	ck_assert_ptr_nonnull(ref);
+	return ref;
+}
+
+static int32_t *ids_of(const cJSON *p, const char *key, int *n)
+{
+	const cJSON *arr = cJSON_GetObjectItem(p, key);
+	*n = cJSON_GetArraySize(arr);
+	int32_t *ids = malloc((size_t)*n * sizeof(int32_t));
+	for (int i = 0; i < *n; i++)
+		ids[i] = (int32_t)cJSON_GetArrayItem(arr, i)->valuedouble;
+	return ids;
+}
+
+static struct model *load_stories(void)
+{
+	char path[1200];
+	snprintf(path, sizeof(path), "%s/models/stories260K.gguf", shared_dir);
+	return load_model(path);
+}
+
+START_TEST(test_stories_reference)
+{
+	struct model *m = load_stories();
+	struct backend *be = new_gpu(m, KV_DTYPE_F32, 0);
+	cJSON *ref = load_reference();
+	int n_vocab = m->hp.n_vocab;
+	float *logits = malloc((size_t)n_vocab * sizeof(float));
+	const cJSON *p;
+	cJSON_ArrayForEach(p, cJSON_GetObjectItem(ref, "prompts"))
+	{
+		int np, nc;
+		int32_t *ids = ids_of(p, "prompt_ids", &np), *cont = ids_of(p, "greedy_continuation_ids", &nc);
+		struct sinkcache_geometry g = geometry(m, 1024, false, 8, true, KV_DTYPE_F32);
+		struct backend_session *s = open_session(be, &g);
+		struct backend_token batch[64];
+		for (int i = 0; i < np; i++)
+			batch[i] = (struct backend_token){.session = s, .token = ids[i], .want_logits = i == np - 1};
+		forward_ok(be, batch, (size_t)np, logits);
+		const cJSON *want = cJSON_GetObjectItem(p, "last_logits");
+		for (int i = 0; i < n_vocab; i++)
+			ck_assert_msg(fabs(logits[i] - cJSON_GetArrayItem(want, i)->valuedouble) <= 1e-4,
+				      "logit %d: %g vs %g", i, logits[i], cJSON_GetArrayItem(want, i)->valuedouble);
+		for (int i = 0; i < nc; i++) {
+			int t = argmax(logits, n_vocab);
+			ck_assert_int_eq(t, cont[i]);
+			batch[0] = (struct backend_token){.session = s, .token = t, .want_logits = true};
+			forward_ok(be, batch, 1, logits);
+		}
+		be->ops->session_free(be, s);
+		free(ids), free(cont);
+	}
+	free(logits);
+	cJSON_Delete(ref);
+	backend_free(be);
+	model_free(m);
+}
+END_TEST
+
+/* prompt + continuation of reference prompt i: real text */
+static int32_t *story_tokens(const cJSON *ref, int i, int *n)
+{
+	const cJSON *p = cJSON_GetArrayItem(cJSON_GetObjectItem(ref, "prompts"), i);
+	int np, nc;
+	int32_t *a = ids_of(p, "prompt_ids", &np), *b = ids_of(p, "greedy_continuation_ids", &nc);
+	a = realloc(a, (size_t)(np + nc) * sizeof(int32_t));
+	memcpy(a + np, b, (size_t)nc * sizeof(int32_t));
+	free(b);
+	*n = np + nc;
+	return a;
+}
+
+static void stories_vs_cpu(const struct sinkcache_geometry *gg, double tol)
+{
+	struct model *m = load_stories();
+	cJSON *ref = load_reference();
+	int na, nb;
+	int32_t *a = story_tokens(ref, 0, &na), *b = story_tokens(ref, 1, &nb);
+	struct sinkcache_geometry g = *gg;
+	g.n_layers = m->hp.n_layers, g.n_kv_heads = m->hp.n_kv_heads, g.head_dim = m->hp.head_dim;
+	g.rope_dim = m->hp.rope_dim, g.rope_theta = m->hp.rope_theta;
+	struct twin_run r;
+	twin_run_open(&r, m, KV_DTYPE_F32, &g);
+	run_prefill(&r, a, na, b, nb, 7);
+	run_decode(&r, 1, 2, 60, 20);
+	ck_assert_msg(r.worst <= tol, "logits differ from the cpu backend by %g (relative)", r.worst);
+	ck_assert_int_eq(r.token_flips, 0);
+	twin_run_close(&r);
+	free(a), free(b);
+	cJSON_Delete(ref);
+	model_free(m);
+}
+
+START_TEST(test_stories_tiered_cache_vs_cpu)
+{
+	struct model *m = load_stories();
+	struct sinkcache_geometry plain = geometry(m, 1024, false, 8, true, KV_DTYPE_F32);
+	struct sinkcache_geometry int8 = geometry(m, 40, true, 8, true, KV_DTYPE_BF16);
+	struct sinkcache_geometry int4 = geometry(m, 36, true, 4, false, KV_DTYPE_F16);
+	model_free(m);
+	stories_vs_cpu(&plain, 1e-4);
+	stories_vs_cpu(&int8, 1e-3);
+	stories_vs_cpu(&int4, 1e-3);
+}
+END_TEST
+
+/* ---------------------------------------------------- synthetic model */
+
+static struct model *make_synthetic(const char *type, char *path, size_t path_len)
+{
+	char cmd[2048];
+	snprintf(path, path_len, "/tmp/sinkd-cuda-test-%d-%s.gguf", (int)getpid(), type);
+	snprintf(cmd, sizeof(cmd),
+		 "'%s' --out '%s' --dim 256 --layers 3 --heads 8 --kv-heads 2 --ffn 512 "
+		 "--vocab-size 1000 --type %s --seed 11 >/dev/null",
+		 mkmodel_path, path, type);
+	ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
+	return load_model(path);
+}
+
+static void synthetic_vs_cpu(const char *type)
+{
+	char path[512];
+	struct model *m = make_synthetic(type, path, sizeof(path));
+	int32_t a[40], b[23];
+	for (int i = 0; i < 40; i++)
+		a[i] = (int32_t)((i * 37 + 5) % m->hp.n_vocab);
+	for (int i = 0; i < 23; i++)
+		b[i] = (int32_t)((i * 101 + 9) % m->hp.n_vocab);
+	struct sinkcache_geometry g = geometry(m, 48, true, 8, true, KV_DTYPE_BF16);
+	/* fp32 on the device: the CPU's greedy tokens */
+	struct twin_run r;
+	twin_run_open(&r, m, KV_DTYPE_F32, &g);
+	run_prefill(&r, a, 40, b, 23, 16);
+	run_decode(&r, 3, 4, 40, 10);
+	ck_assert_msg(r.worst <= 1e-3, "%s fp32: logits differ by %g (relative)", type, r.worst);
+	ck_assert_int_eq(r.token_flips, 0);
+	twin_run_close(&r);
+	/* bf16 on the device: close, not bit-alike (activations rounded to bf16) */
+	twin_run_open(&r, m, KV_DTYPE_BF16, &g);
+	run_prefill(&r, a, 40, b, 23, 16);
+	run_decode(&r, 3, 4, 20, 10);
+	ck_assert_msg(r.worst <= 5e-2, "%s bf16: logits differ by %g (relative)", type, r.worst);
+	twin_run_close(&r);
+	model_free(m);
+	unlink(path);
+}
+
+START_TEST(test_synthetic_bf16_and_q8_vs_cpu)
+{
+	synthetic_vs_cpu("bf16");
+	synthetic_vs_cpu("q8_0");
+}
+END_TEST
+
+START_TEST(test_arena_full_is_an_error)
+{
+	struct model *m = load_stories();
+	struct backend *be = new_gpu(m, KV_DTYPE_F32, (size_t)1 << 20);
+	struct sinkcache_geometry big = geometry(m, 20000, false, 8, true, KV_DTYPE_F32);
+	struct sinkcache_geometry small = geometry(m, 64, false, 8, true, KV_DTYPE_F32);
+	struct backend_session *s = NULL, *t = NULL;
+	char err[SINKD_ERR_LEN];
+	ck_assert_uint_gt(backend_cuda_session_bytes(&big), backend_cuda_cache_bytes(be));
+	ck_assert_int_eq(be->ops->session_new(be, &big, &s, err, sizeof(err)), -ENOSPC);
+	ck_assert_ptr_null(s);
+	ck_assert_msg(strstr(err, "KV arena") != NULL, "%s", err);
+	/* small sessions until full, then free one and go on */
+	struct backend_session *all[4096];
+	int n = 0;
+	while (n < 4096 && be->ops->session_new(be, &small, &all[n], err, sizeof(err)) == 0)
+		n++;
+	ck_assert_int_gt(n, 1);
+	ck_assert_int_lt(n, 4096);
+	be->ops->session_free(be, all[--n]);
+	t = open_session(be, &small);
+	float *logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
+	struct backend_token tok = {.session = t, .token = 1, .want_logits = true};
+	forward_ok(be, &tok, 1, logits);
+	ck_assert(isfinite(logits[0]));
+	be->ops->session_free(be, t);
+	for (int i = 0; i < n; i++)
+		be->ops->session_free(be, all[i]);
+	free(logits);
+	backend_free(be);
+	model_free(m);
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+	if (cuda_device_count() == 0) {
+		printf("no CUDA device: skipped\n");
+		return 77;
+	}
+	const char *shared = getenv("SINKD_SHARED");
+	if (!shared || argc < 2) {
+		fprintf(stderr, "usage: SINKD_SHARED=dir %s path/to/sinkd-mkmodel\n", argv[0]);
+		return 1;
+	}
+	snprintf(shared_dir, sizeof(shared_dir), "%s", shared);
+	mkmodel_path = argv[1];
+	Suite *s = suite_create("cuda-backend");
+	TCase *tc = tcase_create("core");
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, test_stories_reference);
+	tcase_add_test(tc, test_stories_tiered_cache_vs_cpu);
+	tcase_add_test(tc, test_synthetic_bf16_and_q8_vs_cpu);
+	tcase_add_test(tc, test_arena_full_is_an_error);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,395 @@
+/* Every CUDA kernel against its plain-C twin (cuda/twins.c), llm.c style:
+ * several sizes, dtypes and split lengths, |gpu - cpu| <= tol + eps*|cpu|.
+ * The KV cache kernels run a few hundred tokens of several sessions through
+ * append / flush / attention (evictions, int8 and int4 groups, quantized
+ * sinks) and must leave the device cache byte-identical to the twin's and
+ * attend within tolerance.  RoPE is checked at positions up to 10^7.
+ * Exits 77 (skipped) without a GPU. */
+#include <check.h>
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/rope.h"
+#include "cuda_device.h"
+#include "cuda_kernels.h"
+#include "cuda_kvplan.h"
+#include "util/errbuf.h"
+
+static uint64_t rng = 99;
+static float frand(void)
+{
+	rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+	return (float)((rng >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
+}
+
+static void *dev_from(const void *host, size_t bytes)
+{
+	void *d = NULL;
+	ck_assert_int_eq(cudaMalloc(&d, bytes ? bytes : 1), cudaSuccess);
+	if (host)
+		ck_assert_int_eq(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+	else
+		ck_assert_int_eq(cudaMemset(d, 0, bytes ? bytes : 1), cudaSuccess);
+	return d;
+}
+
+static void to_host(void *host, const void *dev, size_t bytes)
+{
+	ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
+	ck_assert_int_eq(cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+}
+
+/* Largest |a - b| / (tol + eps*|b|) over n values of dtype (b: reference). */
+static double worst_err(const void *a, const void *b, int dtype, size_t n, double tol, double eps)
+{
+	double w = 0.0;
+	for (size_t i = 0; i < n; i++) {
+		double x = twin_dt_load(a, dtype, i), r = twin_dt_load(b, dtype, i);
+		double e = fabs(x - r) / (tol + eps * fabs(r));
+		if (!(e <= w))
+			w = isnan(e) ? INFINITY : e;
+	}
+	return w;
+}
+
+static const int dtypes[] = {CUDA_DT_F32, CUDA_DT_F16, CUDA_DT_BF16};
+
+START_TEST(test_embed)
+{
+	int dims[] = {64, 100, 2048}, n = 9, vocab = 50;
+	for (int di = 0; di < 3; di++)
+		for (int t = 0; t < 3; t++) {
+			int dim = dims[di], dt = dtypes[t];
+			size_t tb = (size_t)vocab * dim * cuda_kv_dt_size(dt);
+			unsigned char *table = malloc(tb);
+			for (size_t i = 0; i < (size_t)vocab * dim; i++)
+				twin_dt_store(table, dt, i, frand());
+			int32_t tok[9] = {0, 3, 49, 7, 7, 12, 1, 0, 30};
+			float *ref = malloc((size_t)n * dim * 4), *got = malloc((size_t)n * dim * 4);
+			twin_embed(table, dt, dim, tok, n, ref);
+			void *dtab = dev_from(table, tb), *dtok = dev_from(tok, sizeof(tok));
+			float *dx = dev_from(NULL, (size_t)n * dim * 4);
+			ck_assert_int_eq(cuda_embed(dtab, dt, dim, dtok, n, dx, NULL), 0);
+			to_host(got, dx, (size_t)n * dim * 4);
+			ck_assert_msg(memcmp(got, ref, (size_t)n * dim * 4) == 0, "embed dim %d dtype %d",
+				      dim, dt);
+			cudaFree(dtab), cudaFree(dtok), cudaFree(dx);
+			free(table), free(ref), free(got);
+		}
+}
+END_TEST
+
+START_TEST(test_rmsnorm)
+{
+	int dims[] = {64, 260, 2048}, ns[] = {1, 7, 33};
+	for (int di = 0; di < 3; di++)
+		for (int ni = 0; ni < 3; ni++)
+			for (int t = 0; t < 3; t++) {
+				int dim = dims[di], n = ns[ni], dt = dtypes[t];
+				size_t nx = (size_t)n * dim, ob = nx * cuda_kv_dt_size(dt);
+				float *x = malloc(nx * 4), *w = malloc((size_t)dim * 4);
+				unsigned char *ref = malloc(ob), *got = malloc(ob);
+				for (size_t i = 0; i < nx; i++)
+					x[i] = 3.0f * frand();
+				for (int i = 0; i < dim; i++)
+					w[i] = 1.0f + frand();
+				twin_rmsnorm(x, w, n, dim, 1e-5f, ref, dt);
+				void *dx = dev_from(x, nx * 4), *dw = dev_from(w, (size_t)dim * 4),
+				     *dout = dev_from(NULL, ob);
+				ck_assert_int_eq(cuda_rmsnorm(dx, dw, n, dim, 1e-5f, dout, dt, NULL), 0);
+				to_host(got, dout, ob);
+				/* sums in double: at most one rounding step apart */
+				double e = worst_err(got, ref, dt, nx, 1e-6, dt == CUDA_DT_F32 ? 1e-6 : 8e-3);
+				ck_assert_msg(e <= 1.0, "rmsnorm dim %d n %d dtype %d: %.2f x tol", dim, n, dt, e);
+				cudaFree(dx), cudaFree(dw), cudaFree(dout);
+				free(x), free(w), free(ref), free(got);
+			}
+}
+END_TEST
+
+START_TEST(test_rope_far_positions)
+{
+	/* Same host angles (rope_cos_sin, exact at any position), same double
+	 * rotation: the kernel must give the CPU's bits. */
+	const uint64_t pos[] = {0, 1, 17, 4095, 1000000, 10000000, 123456789};
+	int n = 7, n_heads = 3;
+	int shapes[][2] = {{64, 64}, {128, 128}, {128, 64}, {80, 32}};
+	for (int si = 0; si < 4; si++)
+		for (int neox = 0; neox < 2; neox++) {
+			int hd = shapes[si][0], rd = shapes[si][1];
+			double hi[64], lo[64], *cs = malloc((size_t)n * rd * sizeof(double));
+			rope_freqs_init(500000.0, rd, hi, lo);
+			for (int i = 0; i < n; i++)
+				rope_cos_sin(hi, lo, rd, pos[i], cs + (size_t)i * rd);
+			size_t nx = (size_t)n * n_heads * hd;
+			float *x = malloc(nx * 4), *ref = malloc(nx * 4), *got = malloc(nx * 4);
+			for (size_t i = 0; i < nx; i++)
+				x[i] = 4.0f * frand();
+			float scale = 1.0f / sqrtf((float)hd);
+			twin_rope(x, ref, n, n_heads, hd, rd, neox, cs, rd, scale);
+			float *dx = dev_from(x, nx * 4);
+			double *dcs = dev_from(cs, (size_t)n * rd * sizeof(double));
+			ck_assert_int_eq(cuda_rope(dx, dx, n, n_heads, hd, rd, neox, dcs, rd, scale, NULL), 0);
+			to_host(got, dx, nx * 4);
+			ck_assert_msg(memcmp(got, ref, nx * 4) == 0, "rope head_dim %d rope_dim %d neox %d",
+				      hd, rd, neox);
+			cudaFree(dx), cudaFree(dcs);
+			free(cs), free(x), free(ref), free(got);
+		}
+}
+END_TEST
+
+START_TEST(test_swiglu_bias_gather)
+{
+	size_t sizes[] = {1, 1000, 5632 * 9 + 3};
+	for (int si = 0; si < 3; si++)
+		for (int t = 0; t < 3; t++) {
+			size_t n = sizes[si], ob = n * cuda_kv_dt_size(dtypes[t]);
+			float *g = malloc(n * 4), *u = malloc(n * 4);
+			unsigned char *ref = malloc(ob), *got = malloc(ob);
+			for (size_t i = 0; i < n; i++)
+				g[i] = 8.0f * frand(), u[i] = frand();
+			twin_swiglu(g, u, n, ref, dtypes[t]);
+			void *dg = dev_from(g, n * 4), *du = dev_from(u, n * 4), *dout = dev_from(NULL, ob);
+			ck_assert_int_eq(cuda_swiglu(dg, du, n, dout, dtypes[t], NULL), 0);
+			to_host(got, dout, ob);
+			double e = worst_err(got, ref, dtypes[t], n, 1e-7, dtypes[t] == CUDA_DT_F32 ? 1e-6 : 8e-3);
+			ck_assert_msg(e <= 1.0, "swiglu n %zu dtype %d: %.2f x tol", n, dtypes[t], e);
+			cudaFree(dg), cudaFree(du), cudaFree(dout);
+			free(g), free(u), free(ref), free(got);
+		}
+	/* bias and row gather: exact */
+	int n = 5, cols = 300;
+	float y[5 * 300], b[300], want[5 * 300];
+	int32_t rows[3] = {4, 0, 2};
+	for (int i = 0; i < n * cols; i++)
+		y[i] = frand();
+	for (int j = 0; j < cols; j++)
+		b[j] = frand();
+	for (int i = 0; i < n * cols; i++)
+		want[i] = y[i] + b[i % cols];
+	float *dy = dev_from(y, sizeof(y)), *db = dev_from(b, sizeof(b)), *dg = dev_from(NULL, 3 * cols * 4);
+	int32_t *dr = dev_from(rows, sizeof(rows));
+	ck_assert_int_eq(cuda_add_bias(dy, db, n, cols, NULL), 0);
+	ck_assert_int_eq(cuda_gather_rows(dy, dr, 3, cols, dg, NULL), 0);
+	float got[5 * 300];
+	to_host(got, dy, sizeof(y));
+	ck_assert(memcmp(got, want, sizeof(want)) == 0);
+	to_host(got, dg, 3 * cols * 4);
+	for (int r = 0; r < 3; r++)
+		ck_assert(memcmp(got + r * cols, want + rows[r] * cols, cols * 4) == 0);
+	cudaFree(dy), cudaFree(db), cudaFree(dg), cudaFree(dr);
+}
+END_TEST
+
+/* ------------------------------------------------------------- KV cache */
+
+#define N_LAYERS 2
+#define N_HEADS 8
+#define MAX_SESS 4
+
+/* One session held twice: host blocks for the twins, device blocks for the
+ * kernels, one shared plan. */
+struct dual_session {
+	struct cuda_kv_shape sh;
+	struct cuda_kv_state st;
+	unsigned char *h_sink, *h_win, *d_sink, *d_win;
+	struct cuda_kv_view hv, dv;
+	double hi[256], lo[256];
+};
+
+static void dual_init(struct dual_session *s, const struct sinkcache_geometry *g)
+{
+	char err[SINKD_ERR_LEN];
+	ck_assert_msg(cuda_kv_shape_init(g, &s->sh, err, sizeof(err)) == 0, "%s", err);
+	cuda_kv_state_init(&s->st);
+	size_t sb = s->sh.sink_layer_bytes * g->n_layers + 1, wb = s->sh.win_layer_bytes * g->n_layers + 1;
+	s->h_sink = calloc(1, sb);
+	s->h_win = calloc(1, wb);
+	s->d_sink = dev_from(NULL, sb);
+	s->d_win = dev_from(NULL, wb);
+	s->hv = s->dv = s->sh.layout;
+	s->hv.sink_base = (uint64_t)(uintptr_t)s->h_sink;
+	s->hv.win_base = (uint64_t)(uintptr_t)s->h_win;
+	s->dv.sink_base = (uint64_t)(uintptr_t)s->d_sink;
+	s->dv.win_base = (uint64_t)(uintptr_t)s->d_win;
+	rope_freqs_init(g->rope_theta, g->rope_dim, s->hi, s->lo);
+}
+
+static void dual_compare_bytes(struct dual_session *s)
+{
+	size_t sb = s->sh.sink_layer_bytes * s->sh.g.n_layers, wb = s->sh.win_layer_bytes * s->sh.g.n_layers;
+	unsigned char *buf = malloc(sb + wb + 1);
+	to_host(buf, s->d_sink, sb);
+	ck_assert_msg(memcmp(buf, s->h_sink, sb) == 0, "sink tier bytes differ from the twin");
+	to_host(buf, s->d_win, wb);
+	ck_assert_msg(memcmp(buf, s->h_win, wb) == 0, "window tier bytes differ from the twin");
+	free(buf);
+}
+
+static void dual_free(struct dual_session *s)
+{
+	free(s->h_sink), free(s->h_win);
+	cudaFree(s->d_sink), cudaFree(s->d_win);
+}
+
+/* n_sess sessions (one token each per wave) for n_waves waves through the
+ * device kernels and the twins; split_len varies per wave. */
+static void run_sessions(const struct sinkcache_geometry *gs, int n_sess, int n_waves)
+{
+	struct dual_session ss[MAX_SESS];
+	int d = gs[0].head_dim, n_kv = gs[0].n_kv_heads, rd = gs[0].rope_dim;
+	size_t kvn = (size_t)n_sess * n_kv * d, qn = (size_t)n_sess * N_HEADS * d;
+	float *k = malloc(kvn * 4), *v = malloc(kvn * 4), *q = malloc(qn * 4);
+	float *qw = malloc(qn * 4), *qs = malloc(qn * 4), *out_t = malloc(qn * 4), *out_d = malloc(qn * 4);
+	float mass_t[MAX_SESS * N_HEADS], mass_d[MAX_SESS * N_HEADS];
+	double *cs = malloc((size_t)n_sess * 2 * rd * sizeof(double));
+	struct cuda_kv_append_job app[MAX_SESS];
+	struct cuda_kv_flush_job fl[MAX_SESS], fl_d[MAX_SESS];
+	struct cuda_kv_attn_job att[MAX_SESS], att_d[MAX_SESS];
+	struct cuda_kv_append_job app_d[MAX_SESS];
+	for (int s = 0; s < n_sess; s++)
+		dual_init(&ss[s], &gs[s]);
+	float *dk = dev_from(NULL, kvn * 4), *dv = dev_from(NULL, kvn * 4), *dqw = dev_from(NULL, qn * 4),
+	      *dqs = dev_from(NULL, qn * 4), *dout = dev_from(NULL, qn * 4),
+	      *dmass = dev_from(NULL, sizeof(mass_d));
+	void *djobs = dev_from(NULL, sizeof(att_d) + sizeof(app_d) + sizeof(fl_d));
+	size_t pcap = cuda_attention_partial_floats(n_sess, N_HEADS, d, 1 << 16, 32);
+	float *dpart = dev_from(NULL, pcap * 4);
+	const int splits[] = {32, 64, 256, 1024};
+	float scale = 1.0f / sqrtf((float)d);
+	for (int w = 0; w < n_waves; w++) {
+		int n_fl = 0, max_res = 0;
+		for (int s = 0; s < n_sess; s++) {
+			struct cuda_kv_step step;
+			cuda_kv_plan_step(&ss[s].sh, &ss[s].st, &ss[s].hv, &step);
+			app[s] = step.append, att[s] = step.attn;
+			app[s].token = att[s].token = s;
+			app_d[s] = app[s], att_d[s] = att[s];
+			app_d[s].kv = att_d[s].kv = ss[s].dv;
+			if (step.has_flush) {
+				fl[n_fl] = step.flush;
+				fl_d[n_fl] = step.flush;
+				fl_d[n_fl++].kv = ss[s].dv;
+			}
+			rope_cos_sin(ss[s].hi, ss[s].lo, rd, step.key_pos, cs + (size_t)s * 2 * rd);
+			rope_cos_sin(ss[s].hi, ss[s].lo, rd, step.sink_pos, cs + (size_t)s * 2 * rd + rd);
+			int res = att[s].n_sink + att[s].n_comp + att[s].n_fp;
+			max_res = res > max_res ? res : max_res;
+		}
+		for (int l = 0; l < N_LAYERS; l++) {
+			for (size_t i = 0; i < kvn; i++)
+				k[i] = 2.0f * frand() + 0.3f, v[i] = frand();
+			for (size_t i = 0; i < qn; i++)
+				q[i] = 2.0f * frand();
+			/* keys and queries rotated on the host: the rope kernel has its own test */
+			twin_rope(k, k, n_sess, n_kv, d, rd, gs[0].rope_neox, cs, 2 * rd, 1.0f);
+			twin_rope(q, qw, n_sess, N_HEADS, d, rd, gs[0].rope_neox, cs, 2 * rd, scale);
+			twin_rope(q, qs, n_sess, N_HEADS, d, rd, gs[0].rope_neox, cs + rd, 2 * rd, scale);
+			twin_kv_flush(fl, n_fl, n_kv, l);
+			twin_kv_append(app, n_sess, n_kv, l, k, v);
+			twin_attention(att, n_sess, l, N_HEADS, qw, qs, out_t, mass_t);
+			unsigned char *jb = djobs;
+			ck_assert_int_eq(cudaMemcpy(jb, att_d, sizeof(att_d), cudaMemcpyHostToDevice), 0);
+			ck_assert_int_eq(cudaMemcpy(jb + sizeof(att_d), app_d, sizeof(app_d), cudaMemcpyHostToDevice), 0);
+			ck_assert_int_eq(cudaMemcpy(jb + sizeof(att_d) + sizeof(app_d), fl_d, sizeof(fl_d),
+						    cudaMemcpyHostToDevice), 0);
+			ck_assert_int_eq(cudaMemcpy(dk, k, kvn * 4, cudaMemcpyHostToDevice), 0);
+			ck_assert_int_eq(cudaMemcpy(dv, v, kvn * 4, cudaMemcpyHostToDevice), 0);
+			ck_assert_int_eq(cudaMemcpy(dqw, qw, qn * 4, cudaMemcpyHostToDevice), 0);
+			ck_assert_int_eq(cudaMemcpy(dqs, qs, qn * 4, cudaMemcpyHostToDevice), 0);
+			ck_assert_int_eq(cuda_kv_flush((void *)(jb + sizeof(att_d) + sizeof(app_d)), n_fl, n_kv, l, NULL), 0);
+			ck_assert_int_eq(cuda_kv_append((void *)(jb + sizeof(att_d)), n_sess, n_kv, l, dk, dv, NULL), 0);
+			ck_assert_int_eq(cuda_attention((void *)jb, n_sess, max_res, l, N_HEADS, dqw, dqs,
+							splits[w % 4], dpart, dout, CUDA_DT_F32, dmass, NULL), 0);
+			to_host(out_d, dout, qn * 4);
+			to_host(mass_d, dmass, (size_t)n_sess * N_HEADS * 4);
+			double e = worst_err(out_d, out_t, CUDA_DT_F32, qn, 2e-5, 2e-4);
+			ck_assert_msg(e <= 1.0, "wave %d layer %d: attention %.2f x tol", w, l, e);
+			e = worst_err(mass_d, mass_t, CUDA_DT_F32, (size_t)n_sess * N_HEADS, 2e-5, 2e-4);
+			ck_assert_msg(e <= 1.0, "wave %d layer %d: sink mass %.2f x tol", w, l, e);
+		}
+		if (w % 25 == 24 || w == n_waves - 1)
+			for (int s = 0; s < n_sess; s++)
+				dual_compare_bytes(&ss[s]);
+	}
+	for (int s = 0; s < n_sess; s++)
+		dual_free(&ss[s]);
+	cudaFree(dk), cudaFree(dv), cudaFree(dqw), cudaFree(dqs), cudaFree(dout), cudaFree(dmass);
+	cudaFree(djobs), cudaFree(dpart);
+	free(k), free(v), free(q), free(qw), free(qs), free(out_t), free(out_d), free(cs);
+}
+
+static struct sinkcache_geometry geom(int head_dim, int window, int sinks, bool quant, int bits,
+				      bool protect, int recent, enum kv_dtype dt)
+{
+	struct sinkcache_geometry g = {
+		.n_layers = N_LAYERS, .n_kv_heads = 2, .head_dim = head_dim, .rope_dim = head_dim,
+		.rope_theta = 10000.0, .strategy = CACHE_STRATEGY_SLIDING_WINDOW,
+		.sink_keep_count = sinks, .window_size = window, .quant_enabled = quant,
+		.quant_bits = bits, .protect_sinks = protect, .full_precision_recent = recent,
+		.rope_positions = ROPE_POSITIONS_CACHE, .dtype = dt,
+	};
+	return g;
+}
+
+START_TEST(test_kv_one_session_tiers)
+{
+	struct sinkcache_geometry g[4] = {
+		geom(64, 48, 4, false, 8, true, 16, KV_DTYPE_F32),
+		geom(64, 70, 4, true, 8, true, 16, KV_DTYPE_BF16),
+		geom(128, 64, 3, true, 4, false, 8, KV_DTYPE_F16),
+		geom(64, 300, 4, true, 8, true, 32, KV_DTYPE_BF16),
+	};
+	for (int i = 0; i < 4; i++)
+		run_sessions(&g[i], 1, 160);
+}
+END_TEST
+
+START_TEST(test_kv_many_sessions_one_launch)
+{
+	/* different tiers and fill levels in the same launches */
+	struct sinkcache_geometry g[4] = {
+		geom(64, 40, 4, false, 8, true, 16, KV_DTYPE_BF16),
+		geom(64, 70, 4, true, 8, true, 16, KV_DTYPE_BF16),
+		geom(64, 64, 2, true, 4, false, 8, KV_DTYPE_BF16),
+		geom(64, 1500, 4, true, 8, true, 64, KV_DTYPE_BF16),
+	};
+	run_sessions(g, 4, 120);
+}
+END_TEST
+
+START_TEST(test_kv_long_window_splits)
+{
+	/* a window long enough for many splits of every length */
+	struct sinkcache_geometry g = geom(128, 1100, 4, true, 8, true, 128, KV_DTYPE_F16);
+	run_sessions(&g, 1, 1150);
+}
+END_TEST
+
+int main(void)
+{
+	if (cuda_device_count() == 0) {
+		printf("no CUDA device: skipped\n");
+		return 77;
+	}
+	Suite *s = suite_create("cuda-kernels");
+	TCase *tc = tcase_create("core");
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, test_embed);
+	tcase_add_test(tc, test_rmsnorm);
+	tcase_add_test(tc, test_rope_far_positions);
+	tcase_add_test(tc, test_swiglu_bias_gather);
+	tcase_add_test(tc, test_kv_one_session_tiers);
+	tcase_add_test(tc, test_kv_many_sessions_one_launch);
+	tcase_add_test(tc, test_kv_long_window_splits);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
