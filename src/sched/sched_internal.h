@@ -126,6 +126,9 @@ struct scheduler {
 	float *logits; /* (cap_logits_rows, n_vocab) */
 	size_t cap_logits_rows;
 	size_t rr_decode, rr_prefill; /* round-robin cursors */
+	/* [engine] prefill pacing while sessions decode (sched_tick.c) */
+	double pace_decode_s; /* moving average of decode-only batch time; 0 unknown */
+	double pace_cap;      /* prefill tokens per batch while sessions decode */
 };
 
 double sched_now(void);

@@ -11,9 +11,17 @@
  * shared among prefilling sessions round-robin: each gets an equal share of
  * what is left (leftovers of short prompts pass on to the next), capped at the
  * session's window so a chunk never evicts its own tokens, and the first
- * session served rotates every tick.  A 30k-token prompt therefore advances
- * by at most max_batch_tokens minus the decoders per tick while every stream
- * keeps receiving one token per tick.
+ * session served rotates every tick.
+ *
+ * Pacing: while any session decodes, the prefill share of a batch is further
+ * capped by `pace_cap`, adapted after every batch so that a batch carrying
+ * prefill takes at most PACE_FACTOR times as long as a decode-only batch
+ * (measured, moving average): the cap shrinks by 30% when a batch took
+ * longer, grows by 25% when one cut short by it took less than 80% of the
+ * target.  A 30k-token prompt therefore streams in at a steady share of the
+ * machine while every stream keeps receiving one token per batch, with
+ * inter-token latency at most ~PACE_FACTOR x its decode-only value.  With no
+ * session decoding, prefill uses the whole max_batch_tokens.
  *
  * Persistent sessions keep the stream's last token un-fed ("pending"): a
  * later request starts by feeding it, which yields the logits to continue
@@ -382,24 +390,42 @@ static size_t prefill_chunk_cap(const struct sched_req *r)
 		       : (size_t)-1;
 }
 
+#define PACE_FACTOR 1.5
+#define PACE_MIN_CAP 8.0
+#define PACE_START_CAP 64.0
+
+struct batch_shape {
+	size_t n_decode;  /* decode tokens */
+	size_t n_prefill; /* prefill tokens */
+	bool paced;	  /* prefill was cut by pace_cap */
+};
+
 /* Builds the batch described at the top of this file; returns its size. */
 static size_t batch_build(struct scheduler *s, struct sched_req **act, size_t n_act,
-			  size_t max_tokens, int *rows)
+			  size_t max_tokens, int *rows, struct batch_shape *shape)
 {
-	size_t n = 0, n_prefill = 0;
+	size_t n = 0, n_prefill = 0, want = 0;
 	for (size_t k = 0; k < n_act; k++) {
 		struct sched_req *r = act[(s->rr_decode + k) % n_act];
 		if (r->state == REQ_DECODE && n < max_tokens)
 			batch_add(s, &n, rows, r, r->next_token, true);
-		n_prefill += r->state == REQ_PREFILL;
+		if (r->state == REQ_PREFILL) {
+			n_prefill++;
+			want += r->n_feed - r->n_fed;
+		}
 	}
 	s->rr_decode++;
+	shape->n_decode = n;
+	size_t limit = max_tokens;
+	if (n > 0 && n + (size_t)s->pace_cap < limit)
+		limit = n + (size_t)s->pace_cap;
+	shape->paced = limit < max_tokens && want > limit - n;
 	size_t left = n_prefill, start = s->rr_prefill++;
 	for (size_t k = 0; k < n_act && left > 0; k++) {
 		struct sched_req *r = act[(start + k) % n_act];
 		if (r->state != REQ_PREFILL)
 			continue;
-		size_t room = max_tokens - n;
+		size_t room = limit - n;
 		size_t share = room / left;
 		if (share == 0 && room > 0)
 			share = 1;
@@ -415,7 +441,31 @@ static size_t batch_build(struct scheduler *s, struct sched_req **act, size_t n_
 		}
 		left--;
 	}
+	shape->n_prefill = n - shape->n_decode;
 	return n;
+}
+
+/* Adapts pace_cap from the time the last batch took (see the top). */
+static void pace_update(struct scheduler *s, const struct batch_shape *b, double seconds,
+			size_t max_tokens)
+{
+	if (s->pace_cap == 0)
+		s->pace_cap = PACE_START_CAP;
+	if (b->n_decode && !b->n_prefill) {
+		s->pace_decode_s = s->pace_decode_s ? 0.9 * s->pace_decode_s + 0.1 * seconds : seconds;
+		return;
+	}
+	if (!b->n_decode || !b->n_prefill || s->pace_decode_s == 0)
+		return;
+	double target = PACE_FACTOR * s->pace_decode_s;
+	if (seconds > target)
+		s->pace_cap *= 0.7;
+	else if (b->paced && seconds < 0.8 * target)
+		s->pace_cap = s->pace_cap * 1.25 + 1;
+	if (s->pace_cap < PACE_MIN_CAP)
+		s->pace_cap = PACE_MIN_CAP;
+	if (s->pace_cap > (double)max_tokens)
+		s->pace_cap = (double)max_tokens;
 }
 
 /* Advances one request after the forward pass; returns true when finished. */
@@ -519,13 +569,17 @@ static size_t tick_run(struct scheduler *s, struct sched_req **act, size_t n_act
 		act[i]->n_in_batch = 0;
 		act[i]->logits_row = -1;
 	}
-	size_t n = batch_build(s, act, n_act, max_tokens, &rows);
+	struct batch_shape shape;
+	if (s->pace_cap == 0)
+		s->pace_cap = PACE_START_CAP;
+	size_t n = batch_build(s, act, n_act, max_tokens, &rows, &shape);
 	if (n == 0)
 		return 0;
 	if (s->be->ops->forward(s->be, s->batch, n, s->logits, err, sizeof(err)) != 0) {
 		tick_fail_batch(s, act, n_act, err);
 		return n;
 	}
+	pace_update(s, &shape, sched_now() - t0, max_tokens);
 	/* Accounted before any event, so that a client that saw DONE reads
 	 * counters that include its last tick. */
 	for (size_t i = 0; i < n_act; i++) {

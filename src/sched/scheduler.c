@@ -392,6 +392,19 @@ static int submit_one_shot_locked(struct scheduler *s, struct sched_req *r, char
 	return 0;
 }
 
+/* Whether a one-shot request would have to wait in a full queue.  Requests
+ * on a session wait for nothing and do not count; a request that is admitted
+ * at once never counts either (so max_queue 0 means "no waiting"). */
+static bool queue_full_locked(struct scheduler *s, const struct sched_req *r)
+{
+	size_t waiting = 0;
+	for (size_t i = 0; i < s->n_queue; i++)
+		waiting += !s->queue[i]->sess->persistent;
+	if (waiting == 0 && s->reserved + r->need_bytes <= s->lim.budget_bytes)
+		return false;
+	return (int64_t)waiting >= s->lim.max_queue;
+}
+
 static int submit_locked(struct scheduler *s, struct sched_req *r, uint64_t *handle, char *err,
 			 size_t err_len)
 {
@@ -401,15 +414,16 @@ static int submit_locked(struct scheduler *s, struct sched_req *r, uint64_t *han
 	if (r->req.max_tokens > s->lim.max_tokens)
 		return err_set(err, err_len, -EINVAL, "max_tokens %d exceeds limits.max_tokens (%" PRId64 ")",
 			       r->req.max_tokens, s->lim.max_tokens);
-	/* Requests on a session wait for nothing: the cap is for one-shot ones. */
-	if (!r->req.session_id && (int64_t)s->n_queue >= s->lim.max_queue) {
-		s->st.rejected_queue_full++;
-		return err_set(err, err_len, -EAGAIN, "request queue full (%zu waiting)", s->n_queue);
-	}
 	rc = r->req.session_id ? submit_on_session_locked(s, r, err, err_len)
 			       : submit_one_shot_locked(s, r, err, err_len);
 	if (rc)
 		return rc;
+	if (!r->req.session_id && queue_full_locked(s, r)) {
+		free(r->sess);
+		r->sess = NULL;
+		s->st.rejected_queue_full++;
+		return err_set(err, err_len, -EAGAIN, "request queue full (%zu waiting)", s->n_queue);
+	}
 	if (PUSH(s->queue, s->n_queue, s->cap_queue, r)) {
 		if (!r->sess->persistent)
 			free(r->sess);

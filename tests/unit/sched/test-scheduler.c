@@ -143,6 +143,8 @@ struct coll {
 	char error[256];
 	int max_tokens;
 	bool expect_cancel;
+	struct coll *watch;	     /* another request to observe */
+	int watch_at_prompt_done;    /* its token count when this prompt was in */
 };
 
 static struct coll *coll_new(struct scheduler *s)
@@ -168,6 +170,11 @@ static void on_event(void *user, const struct gen_event *ev)
 	pthread_mutex_lock(&c->mu);
 	if (ev->kind == GEN_EVENT_PROMPT_DONE) {
 		c->n_prompt_done++;
+		if (c->watch) {
+			pthread_mutex_lock(&c->watch->mu);
+			c->watch_at_prompt_done = c->watch->n_tokens;
+			pthread_mutex_unlock(&c->watch->mu);
+		}
 	} else if (ev->kind == GEN_EVENT_TOKEN) {
 		if (c->n_tokens < 4096)
 			c->tokens[c->n_tokens++] = ev->token;
@@ -315,6 +322,47 @@ START_TEST(test_batched_equals_alone)
 	scheduler_get_stats(s, &st);
 	ck_assert_uint_eq(st.tokens_out, 2 * N_PROMPTS * GEN);
 	ck_assert_uint_eq(st.admitted, 2 * N_PROMPTS);
+	wait_idle(s);
+	scheduler_free(s);
+	config_deinit(&cfg);
+}
+END_TEST
+
+/* A long prompt is prefilled in chunks between the decode steps of a
+ * running stream: the stream keeps receiving tokens meanwhile. */
+START_TEST(test_long_prefill_does_not_stall)
+{
+	const char *ov[] = {"scheduler.max_batch_tokens=256"};
+	struct sinkd_config cfg;
+	struct scheduler *s = sched_make(&cfg, ov, 1);
+	enum { LONG = 3000 };
+	int32_t *ids = malloc(LONG * sizeof(int32_t));
+	for (int i = 0; i < LONG; i++)
+		ids[i] = fx.ref[1].ids[1 + i % (fx.ref[1].n - 1)];
+	struct coll *a = coll_new(s), *b = coll_new(s);
+	ck_assert_int_eq(submit(s, a, fx.ref[0].ids, fx.ref[0].n, 2000, NULL, 0), 0);
+	for (int i = 0; i < 2000; i++) { /* until a decodes */
+		pthread_mutex_lock(&a->mu);
+		int k = a->n_tokens;
+		pthread_mutex_unlock(&a->mu);
+		if (k >= 3)
+			break;
+		usleep(1000);
+	}
+	pthread_mutex_lock(&a->mu);
+	int before = a->n_tokens;
+	pthread_mutex_unlock(&a->mu);
+	b->watch = a;
+	ck_assert_int_eq(submit(s, b, ids, LONG, 1, NULL, 0), 0);
+	coll_wait(b);
+	ck_assert_int_eq(b->finish, GEN_FINISH_LENGTH);
+	/* At most 255 prompt tokens ride along each decode step. */
+	ck_assert_int_ge(b->watch_at_prompt_done - before, LONG / 255);
+	scheduler_cancel(s, a->handle);
+	coll_wait(a);
+	coll_free(a);
+	coll_free(b);
+	free(ids);
 	wait_idle(s);
 	scheduler_free(s);
 	config_deinit(&cfg);
@@ -700,6 +748,7 @@ int main(void)
 	TCase *tc = tcase_create("core");
 	tcase_set_timeout(tc, 120);
 	tcase_add_loop_test(tc, test_batched_equals_alone, 0, 2);
+	tcase_add_test(tc, test_long_prefill_does_not_stall);
 	tcase_add_test(tc, test_session_continue_and_revise);
 	tcase_add_test(tc, test_session_revise_window);
 	tcase_add_test(tc, test_admission_budget);
