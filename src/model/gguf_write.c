@@ -14,7 +14,8 @@
 
 #include "util/errbuf.h"
 
-#define WRITER_ALIGNMENT 32
+#define WRITER_DEFAULT_ALIGNMENT 32
+#define WRITER_MAX_ALIGNMENT 4096
 
 struct writer_tensor {
 	char *name;
@@ -36,6 +37,7 @@ struct gguf_writer {
 	size_t cur;           /* tensor being streamed */
 	uint64_t cur_written; /* its bytes so far */
 	int state;            /* 0 adding, 1 header written, 2 finished, -1 failed */
+	uint32_t alignment;   /* of tensor data offsets */
 };
 
 int gguf_writer_new(const char *path, struct gguf_writer **out, char *err, size_t err_len)
@@ -55,6 +57,7 @@ int gguf_writer_new(const char *path, struct gguf_writer **out, char *err, size_
 		return rc;
 	}
 	setvbuf(w->fp, NULL, _IOFBF, 1 << 20);
+	w->alignment = WRITER_DEFAULT_ALIGNMENT;
 	*out = w;
 	return 0;
 }
@@ -185,6 +188,15 @@ int gguf_writer_add_string_array(struct gguf_writer *w, const char *key, const c
 	return rc;
 }
 
+int gguf_writer_set_alignment(struct gguf_writer *w, uint32_t alignment)
+{
+	if (w->n_tensors > 0 || alignment == 0 || alignment > WRITER_MAX_ALIGNMENT ||
+	    (alignment & (alignment - 1)) != 0)
+		return -EINVAL;
+	w->alignment = alignment;
+	return gguf_writer_add_u32(w, "general.alignment", alignment);
+}
+
 int gguf_writer_add_tensor(struct gguf_writer *w, const char *name, enum ggml_type type,
                            uint32_t n_dims, const uint64_t *dims)
 {
@@ -212,7 +224,7 @@ int gguf_writer_add_tensor(struct gguf_writer *w, const char *name, enum ggml_ty
 	if (w->n_tensors > 0) {
 		const struct writer_tensor *p = &w->tensors[w->n_tensors - 1];
 		off = p->offset + p->n_bytes;
-		off = (off + WRITER_ALIGNMENT - 1) / WRITER_ALIGNMENT * WRITER_ALIGNMENT;
+		off = (off + w->alignment - 1) / w->alignment * w->alignment;
 	}
 	t->offset = off;
 	w->n_tensors++;
@@ -231,8 +243,8 @@ static int write_bytes(struct gguf_writer *w, const void *p, size_t n, char *err
 
 static int write_padding(struct gguf_writer *w, uint64_t pos, char *err, size_t err_len)
 {
-	static const uint8_t zeros[WRITER_ALIGNMENT];
-	size_t pad = (size_t)((WRITER_ALIGNMENT - pos % WRITER_ALIGNMENT) % WRITER_ALIGNMENT);
+	static const uint8_t zeros[WRITER_MAX_ALIGNMENT];
+	size_t pad = (size_t)((w->alignment - pos % w->alignment) % w->alignment);
 	return write_bytes(w, zeros, pad, err, err_len);
 }
 

@@ -31,6 +31,10 @@ int gguf_writer_add_string_array(struct gguf_writer *w, const char *key, const c
 int gguf_writer_add_raw(struct gguf_writer *w, const char *key, enum gguf_value_type type,
                         const void *data, size_t len);
 
+/* Sets general.alignment (a power of two up to 4096; 32 when not called);
+ * call before adding tensors. */
+int gguf_writer_set_alignment(struct gguf_writer *w, uint32_t alignment);
+
 /* Tensors, in data order; dims[0] is the row length. */
 int gguf_writer_add_tensor(struct gguf_writer *w, const char *name, enum ggml_type type,
                            uint32_t n_dims, const uint64_t *dims);

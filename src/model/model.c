@@ -77,10 +77,22 @@ static int hp_float(struct load_ctx *c, const char *suffix, double def, double l
 	return 0;
 }
 
+/* A file string made safe for a message: at most out_len-1 bytes, and
+ * control characters replaced by '?'. */
+static const char *printable(const char *s, size_t len, char *out, size_t out_len)
+{
+	size_t n = len < out_len - 1 ? len : out_len - 1;
+	for (size_t i = 0; i < n; i++)
+		out[i] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i];
+	out[n] = '\0';
+	return out;
+}
+
 static int read_arch(struct load_ctx *c)
 {
 	const char *s;
 	size_t len;
+	char name[64];
 	if (gguf_get_string(c->m->file, "general.architecture", &s, &len) != 0)
 		return err_set(c->err, c->err_len, -EINVAL,
 		               "%s: 'general.architecture' is missing or not a string", c->path);
@@ -90,8 +102,8 @@ static int read_arch(struct load_ctx *c)
 		c->m->hp.arch = MODEL_ARCH_QWEN2;
 	else
 		return err_set(c->err, c->err_len, -EINVAL,
-		               "%s: architecture '%.*s' is not supported (supported: llama, qwen2)",
-		               c->path, (int)(len > 64 ? 64 : len), s);
+		               "%s: architecture '%s' is not supported (supported: llama, qwen2)",
+		               c->path, printable(s, len, name, sizeof(name)));
 	snprintf(c->prefix, sizeof(c->prefix), "%.5s.", s);
 	return 0;
 }

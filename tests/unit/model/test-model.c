@@ -113,6 +113,8 @@ struct spec {
 	const char *omit;     /* tensor left out */
 	const char *bad_dims; /* tensor written with rows and cols swapped */
 	const char *odd_type; /* tensor written as IQ2_XS */
+	uint32_t alignment;   /* general.alignment, 0 = default */
+	int pad_bytes;        /* an I8 tensor of this many bytes first, to shift the rest */
 };
 
 static uint64_t rng_state;
@@ -131,7 +133,7 @@ static void fill(enum ggml_type type, uint8_t *p, size_t n_bytes)
 	uint16_t h = f32_to_fp16(0.01f);
 	size_t bb = ggml_row_bytes(type, ggml_block_size(type));
 	for (size_t b = 0; b + bb <= n_bytes; b += bb) {
-		switch (type) {
+		switch ((int)type) {
 		case GGML_TYPE_F32:
 			for (size_t k = 0; k < bb; k += 4) {
 				float v = (float)((int)(rng_u32() % 2001) - 1000) * 1e-4f;
@@ -147,6 +149,8 @@ static void fill(enum ggml_type type, uint8_t *p, size_t n_bytes)
 		}
 		case GGML_TYPE_Q6_K:
 			memcpy(p + b + 208, &h, 2);
+			break;
+		case 24: /* I8 */
 			break;
 		case GGML_TYPE_Q4_K:
 		case GGML_TYPE_Q5_K:
@@ -192,6 +196,8 @@ static void add_all(struct gguf_writer *w, const struct spec *s)
 	uint64_t d = (uint64_t)s->dim, kv = d / (uint64_t)s->heads * (uint64_t)s->kv_heads;
 	uint64_t f = (uint64_t)s->ffn;
 	char n[64];
+	if (s->pad_bytes)
+		add(w, s, "extra.pad", (enum ggml_type)24, (uint64_t)s->pad_bytes, 0);
 	add(w, s, "token_embd.weight", s->embd_type, d, (uint64_t)s->vocab);
 	add(w, s, "output_norm.weight", s->norm_type, d, 0);
 	if (!s->tied)
@@ -234,6 +240,8 @@ static void write_model(const char *path, const struct spec *s)
 	}
 	snprintf(key, sizeof(key), "%s.rope.freq_base", s->arch);
 	ck_assert_int_eq(gguf_writer_add_f32(w, key, 1e6f), 0);
+	if (s->alignment)
+		ck_assert_int_eq(gguf_writer_set_alignment(w, s->alignment), 0);
 	n_added = 0;
 	add_all(w, s);
 	ck_assert_int_eq(gguf_writer_write_header(w, err, sizeof(err)), 0);
@@ -423,6 +431,45 @@ START_TEST(test_shape_and_type_errors)
 }
 END_TEST
 
+/* general.alignment = 1: F32 data at odd addresses is copied to aligned
+ * model memory (never read through a misaligned float pointer). */
+START_TEST(test_unaligned_data)
+{
+	char path[64], err[SINKD_ERR_LEN];
+	temp_path(path, sizeof(path));
+	int misaligned = 0;
+	for (int pad = 1; pad <= 3; pad++) {
+		struct spec s = base_spec();
+		s.alignment = 1;
+		s.pad_bytes = pad;
+		s.matrix_type[2] = GGML_TYPE_BF16;
+		write_model(path, &s);
+		struct model *m = load(path, err);
+		ck_assert_msg(m != NULL, "%s", err);
+		const struct model_layer *l = &m->layers[0];
+		const struct weight_matrix *mats[3] = {&l->wq, &l->wv, &m->token_embd};
+		const char *names[3] = {"blk.0.attn_q.weight", "blk.0.attn_v.weight",
+		                        "token_embd.weight"};
+		for (int k = 0; k < 3; k++) {
+			const struct gguf_tensor *t = gguf_find_tensor(m->file, names[k]);
+			size_t need = t->type == GGML_TYPE_F32 ? 4 : 2;
+			ck_assert_uint_eq((uintptr_t)mats[k]->data % need, 0);
+			if ((uintptr_t)t->data % need != 0) {
+				misaligned++;
+				ck_assert_ptr_ne(mats[k]->data, t->data);
+			}
+			check_matrix(m, mats[k], names[k]);
+		}
+		const struct gguf_tensor *nt = gguf_find_tensor(m->file, "blk.0.attn_norm.weight");
+		ck_assert_uint_eq((uintptr_t)l->attn_norm % 4, 0);
+		ck_assert_int_eq(memcmp(l->attn_norm, nt->data, 256 * 4), 0);
+		model_free(m);
+	}
+	ck_assert_int_gt(misaligned, 0);
+	unlink(path);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------
  * sinkd-mkmodel. */
 
@@ -570,6 +617,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_storage_types);
 	tcase_add_test(tc, test_qwen2_biases);
 	tcase_add_test(tc, test_shape_and_type_errors);
+	tcase_add_test(tc, test_unaligned_data);
 	tcase_add_test(tc, test_mkmodel);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
