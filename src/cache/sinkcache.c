@@ -11,8 +11,10 @@
  * stream index for the window and once for the sinks (by its cache rank in
  * rope_positions=cache, by its stream index in =original).  Sinks are the
  * first tokens of the stream, so their stream index is their rank.  Storing
- * rotated keys makes attention a plain dot product: rotating every resident
- * key at attention time (the alternative) costs one more pass over K.
+ * rotated keys makes attention a plain dot product.  The alternative (store
+ * pre-RoPE keys, rotate each resident key at attention time with a cos/sin
+ * table over ranks) measured 2.6-3x slower for scoring: 4096 keys of 128
+ * dims, AVX2, 28 us vs 77-83 us per head.
  *
  * Between the hot and the quantized tier, tokens wait in full precision in a
  * staging ring of G-1 slots until a whole group can be quantized; groups are

@@ -60,7 +60,20 @@ struct sinkcache;
 
 /* Checks a geometry; err says which field and the allowed values. */
 int sinkcache_geometry_check(const struct sinkcache_geometry *g, char *err, size_t err_len);
-/* The most bytes a cache of this geometry can ever hold; what the scheduler reserves. */
+/* The most bytes a cache of this geometry can ever hold; what the scheduler
+ * reserves.  sinkcache_new() allocates exactly this (plus a few hundred bytes
+ * of bookkeeping), never more, never again.  Per layer (kv = n_kv_heads,
+ * D = head_dim, e = dtype bytes, Dc = D or D/2 code bytes, G = group size):
+ *   sinks   S * 2*kv*D*e            (protected or unquantized)
+ *           S * 2*kv*(Dc + 8)       (quantized per token: codes + fp32 scale,min)
+ *   hot     H * 2*kv*D*e            (H = full_precision_recent >= 1, or the
+ *                                    whole window without quantization)
+ *   staging (G-1) * 2*kv*D*e
+ *   groups  ceil(C/G) * kv*(2*G*Dc + 2*D*4 + G*2*4),  C = window - H
+ *           (keys: codes + per-channel fp32 scale,min; values: codes +
+ *            per-token fp32 scale,min; strategy full: floor(C/G) groups)
+ * stats.bytes_resident counts the slots in use and reaches this bound once
+ * the window is full whenever G divides C (G is chosen so when it can). */
 size_t sinkcache_bound_bytes(const struct sinkcache_geometry *g);
 
 int sinkcache_new(const struct sinkcache_geometry *g, struct sinkcache **out, char *err,
@@ -87,8 +100,12 @@ void sinkcache_attend(const struct sinkcache *c, int layer, const float *q, int 
                       int head_begin, int head_end, float *out, float *scratch, float *sink_mass);
 size_t sinkcache_scratch_floats(const struct sinkcache_geometry *g);
 
-/* Drops the newest n tokens of every layer; -ERANGE with a message when
- * fewer than n non-sink tokens are still resident. */
+/* Drops the newest n tokens of every layer.  Exact: the remaining tokens
+ * are bit-identical and the dropped ones leave no trace (they were full
+ * precision: hot or staged, never part of a quantized group's scales).
+ * Evicted tokens do not come back.  -ERANGE, with "can revise at most N
+ * tokens" and why, when n exceeds the full-precision window tokens (all
+ * window tokens without quantization); sinks are never revised. */
 int sinkcache_revise(struct sinkcache *c, size_t n_tokens, char *err, size_t err_len);
 /* Empties the cache (a session reused for a new stream). */
 void sinkcache_reset(struct sinkcache *c);
