@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -30,6 +31,8 @@ struct genstream {
 	struct MHD_Connection *conn; /* NULL once the connection is gone */
 	bool suspended;
 	bool submitted;
+	bool cancel_sent; /* the peer hung up while we were suspended */
+	int fd;		  /* the connection's socket, to notice a hang-up while suspended */
 	uint64_t handle;
 	struct oa_ctx oa;
 	char id[REQUEST_ID_LEN + 16];
@@ -189,6 +192,9 @@ static struct genstream *gs_new(struct request *r, const struct gen_shape *shape
 	gs->refs = 2; /* the connection's and the scheduler's */
 	gs->srv = r->srv;
 	gs->conn = r->conn;
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	gs->fd = ci ? ci->connect_fd : -1;
 	gs->stream = shape->stream;
 	gs->logprobs = shape->logprobs;
 	gs->timing = shape->timing;
@@ -230,7 +236,9 @@ int genstream_start(struct request *r, const struct gen_shape *shape, struct gen
 			*retry_after_s = scheduler_retry_after_s(s->sched);
 		return rc;
 	}
+	pthread_mutex_lock(&gs->mu);
 	gs->submitted = true;
+	pthread_mutex_unlock(&gs->mu);
 	r->gs = gs;
 	if (gs->stream)
 		metrics_streams_add(s->metrics, 1);
@@ -453,6 +461,17 @@ void genstream_detach(struct genstream *gs, int *tokens_in, int *tokens_out, dou
 	gs_unref(gs);
 }
 
+/* libmicrohttpd does not watch a suspended connection's socket: a client
+ * that hangs up while its request waits in the queue (or runs without
+ * output) is noticed here.  Must hold gs->mu. */
+static bool gs_peer_gone(struct genstream *gs)
+{
+	if (gs->fd < 0 || gs->cancel_sent || gs->done || !gs->suspended)
+		return false;
+	struct pollfd p = {.fd = gs->fd, .events = POLLRDHUP};
+	return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
 void genstream_wake_all(struct server *s, bool keepalive_only)
 {
 	int64_t ka_s = 0;
@@ -461,14 +480,21 @@ void genstream_wake_all(struct server *s, bool keepalive_only)
 	pthread_mutex_lock(&s->gen_mu);
 	for (struct genstream *gs = s->gens; gs; gs = gs->next) {
 		pthread_mutex_lock(&gs->mu);
+		bool cancel = false;
 		if (!keepalive_only) {
 			gs_wake(gs);
+		} else if (gs->submitted && gs_peer_gone(gs)) {
+			cancel = true;
+			gs->cancel_sent = true;
 		} else if (gs->stream && gs->suspended && ka_s > 0 &&
 			   now - gs->last_write >= (double)ka_s) {
 			gs->keepalive_due = true;
 			gs_wake(gs);
 		}
 		pthread_mutex_unlock(&gs->mu);
+		/* Outside gs->mu: the engine may hold its lock while it calls us. */
+		if (cancel)
+			scheduler_cancel(s->sched, gs->handle);
 	}
 	pthread_mutex_unlock(&s->gen_mu);
 }

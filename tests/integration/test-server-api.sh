@@ -162,6 +162,23 @@ check "cache freed: nothing running" [ "$(metric sinkd_scheduler_running)" = 0 ]
 check "no open streams left" [ "$(metric sinkd_open_streams)" = 0 ]
 check "the cancelled stream stopped early" bash -c "[ \$(grep -c '^data: {' '$tmp/long.txt') -lt 900000 ]"
 
+# A client that hangs up while its (non-stream) request waits in the queue
+# is noticed although its connection is suspended: the request leaves the queue.
+curl -skN "${auth[@]}" -d "$long" "$base/v1/completions" >/dev/null 2>&1 &
+long_pid=$!
+check "another long stream is running" wait_metric sinkd_scheduler_running == 1
+curl -sk "${auth[@]}" -d '{"prompt":"Once upon a time","max_tokens":5}' "$base/v1/completions" >/dev/null 2>&1 &
+waiting_pid=$!
+check "a non-stream request waits in the queue" wait_metric sinkd_scheduler_queue_depth == 1
+cancelled_before=$(metric 'sinkd_scheduler_requests_finished_total{outcome="cancelled"}')
+kill "$waiting_pid"
+wait "$waiting_pid" 2>/dev/null
+check "its hang-up cancels it while queued" wait_metric 'sinkd_scheduler_requests_finished_total{outcome="cancelled"}' '>' "$cancelled_before"
+check "the queue is empty again" wait_metric sinkd_scheduler_queue_depth == 0
+kill "$long_pid"
+wait "$long_pid" 2>/dev/null
+check "all cache released again" wait_metric sinkd_kv_bytes_reserved == 0
+
 # ---- metrics ----------------------------------------------------------------------------------
 curl -sk "${auth[@]}" "$base/metrics" >"$tmp/metrics.txt"
 for m in 'sinkd_http_requests_total{endpoint="/v1/completions",status="200"}' \
