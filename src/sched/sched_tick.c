@@ -120,6 +120,15 @@ void sched_emit_done(struct scheduler *s, struct sched_req *r, enum gen_finish f
 		s->st.completed++;
 	pthread_mutex_unlock(&s->mu);
 	r->state = REQ_FINISHED;
+	if (log_enabled(s->log, LOG_DEBUG)) {
+		static const char *const names[] = {"none", "stop", "length", "cancelled", "error"};
+		log_event(s->log, LOG_DEBUG, "sched", "request done",
+			  (struct log_field[]){LOG_INT("handle", r->handle),
+					       LOG_STR("finish", names[finish]),
+					       LOG_INT("prompt_tokens", r->n_prompt),
+					       LOG_INT("generated_tokens", r->n_generated),
+					       LOG_INT("status", http_status), LOG_END});
+	}
 	emit(r, &ev);
 }
 

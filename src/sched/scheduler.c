@@ -96,12 +96,15 @@ static void limits_from_config(struct scheduler *s, const struct sinkd_config *c
 		lim->budget_bytes = (size_t)cfg->inference.cache.global_cache_limit;
 		return;
 	}
-	/* "auto": a share of the host memory that is free now plus what our own
-	 * caches already hold (they are not "available" any more).  The cpu
-	 * backend keeps caches in host memory; other backends have no free-memory
-	 * query in the vtable yet, so they use the same rule. */
-	lim->budget_bytes =
-		(size_t)((double)(mem_available_bytes() + s->resident) * lim->auto_fraction);
+	/* "auto": a share of the host memory that is free now, plus what our own
+	 * caches already hold, minus the weights (a mapped model's pages count
+	 * as "available" page cache, yet they must stay resident).  The cpu
+	 * backend keeps caches in host memory; other backends have no
+	 * free-memory query in the vtable yet, so they use the same rule. */
+	size_t avail = mem_available_bytes() + s->resident;
+	size_t weights = model_weight_bytes(s->be->model);
+	avail = avail > weights ? avail - weights : 0;
+	lim->budget_bytes = (size_t)((double)avail * lim->auto_fraction);
 }
 
 int scheduler_retry_after_s(struct scheduler *s)
@@ -544,6 +547,9 @@ static void sessions_sweep_locked(struct scheduler *s, struct housekeeping *hk, 
 		double expires = ss->last_used + (double)s->lim.session_ttl_s;
 		if (!ss->busy_handle && now >= expires) {
 			s->st.sessions_expired++;
+			log_event(s->log, LOG_INFO, "sched", "session expired",
+				  (struct log_field[]){LOG_STR("session", ss->id),
+						       LOG_DBL("idle_s", now - ss->last_used), LOG_END});
 			session_kill_locked(s, ss);
 			continue; /* the table shrank at i */
 		}
