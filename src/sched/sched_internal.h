@@ -22,7 +22,7 @@ struct sched_limits {
 	int64_t max_queue_wait_s;
 	int64_t session_ttl_s;
 	int64_t session_offload_s; /* 0 = never */
-	int64_t max_tokens;	   /* limits.max_tokens */
+	int64_t max_tokens;        /* limits.max_tokens */
 	size_t budget_bytes;
 	bool budget_auto;
 	double auto_fraction;
@@ -30,63 +30,64 @@ struct sched_limits {
 };
 
 struct sched_session {
-	char id[SCHED_SESSION_ID_LEN];	  /* "" for a one-shot request's session */
+	char id[SCHED_SESSION_ID_LEN]; /* "" for a one-shot request's session */
 	bool persistent;
-	bool deleted;			  /* [mu] out of the table, engine frees it when idle */
-	uint64_t busy_handle;		  /* [mu] request running on it, 0 when idle */
+	bool deleted;         /* [mu] out of the table, engine frees it when idle */
+	uint64_t busy_handle; /* [mu] request running on it, 0 when idle */
 	struct sinkcache_geometry geom;
-	size_t bytes_reserved;		  /* the bound, counted in s->reserved */
-	struct backend_session *bs;	  /* [engine] NULL until the first request */
-	struct sinkcache_stats stats;	  /* [mu] copy refreshed after each tick */
-	bool has_pending;		  /* [mu] the stream's last token is not yet in the cache */
-	int32_t *hist;			  /* [engine] ring: the last hist_cap tokens of the stream */
+	size_t bytes_reserved;        /* the bound, counted in s->reserved */
+	struct backend_session *bs;   /* [engine] NULL until the first request */
+	struct sinkcache_stats stats; /* [mu] copy refreshed after each tick */
+	bool has_pending;             /* [mu] the stream's last token is not yet in the cache */
+	int32_t *hist;                /* [engine] ring: the last hist_cap tokens of the stream */
 	size_t hist_cap;
-	size_t hist_n;			  /* valid entries (<= hist_cap) */
-	size_t hist_end;		  /* index after the newest entry */
-	double created, last_used;	  /* [mu] monotonic seconds */
-	bool offloaded;			  /* [mu] */
-	bool offload_tried;		  /* [mu] since the last request */
+	size_t hist_n;             /* valid entries (<= hist_cap) */
+	size_t hist_end;           /* index after the newest entry */
+	double created, last_used; /* [mu] monotonic seconds */
+	bool offloaded;            /* [mu] */
+	bool offload_tried;        /* [mu] since the last request */
 };
 
 enum sched_req_state {
 	REQ_QUEUED = 0, /* waiting for admission */
-	REQ_STARTING,	/* admitted; engine has not set it up yet */
-	REQ_PREFILL,	/* feeding prompt tokens */
-	REQ_DECODE,	/* feeding one sampled token per tick */
+	REQ_STARTING,   /* admitted; engine has not set it up yet */
+	REQ_PREFILL,    /* feeding prompt tokens */
+	REQ_DECODE,     /* feeding one sampled token per tick */
 	REQ_FINISHED,
 };
 
 struct sched_req {
 	uint64_t handle;
-	struct gen_request req;	 /* owns prompt_ids and stops; session_id points to sid */
+	struct gen_request req; /* owns prompt_ids and stops; session_id points to sid */
 	char sid[SCHED_SESSION_ID_LEN];
 	enum sched_req_state state; /* [mu] for QUEUED, else [engine] */
-	bool cancelled;		 /* [mu] */
+	bool cancelled;             /* [mu] */
 	double enqueued_at;
-	size_t need_bytes;	 /* reservation to take at admission (0 on a session) */
+	size_t need_bytes;              /* reservation to take at admission (0 on a session) */
 	struct sinkcache_geometry geom; /* one-shot: the geometry at submit */
 	struct sched_session *sess;
 	struct sampler *sampler;
 	struct stop_matcher *stop;
 	struct detok_stream ds;
-	char *text;		 /* (text_cap) event text buffer */
+	char *text; /* (text_cap) event text buffer */
 	size_t text_cap;
-	int32_t *feed;		 /* (n_feed) tokens to put into the cache */
+	int32_t *feed; /* (n_feed) tokens to put into the cache */
 	size_t n_feed, n_fed;
-	size_t n_feed_all;	 /* n_feed plus the token kept pending (append only) */
-	bool logits_at_end;	 /* sample after the last fed token */
-	int32_t next_token;	 /* DECODE: the sampled token to feed next */
+	size_t n_feed_all;  /* n_feed plus the token kept pending (append only) */
+	bool logits_at_end; /* sample after the last fed token */
+	int32_t next_token; /* DECODE: the sampled token to feed next */
 	int n_generated;
-	int n_prompt;		 /* prompt tokens reported in events */
+	int n_prompt; /* prompt tokens reported in events */
 	/* per tick [engine] */
 	size_t n_in_batch;
-	int logits_row;		 /* -1: no logits this tick */
+	int logits_row; /* -1: no logits this tick */
 };
 
 struct sched_hist {
 	int n_buckets;
 	const double *upper;
-	uint64_t count[SCHED_HIST_BUCKETS]; /* not cumulative: observations in (upper[i-1], upper[i]] */
+	uint64_t
+	    count[SCHED_HIST_BUCKETS]; /* not cumulative: observations in (upper[i-1], upper[i]] */
 	uint64_t total;
 	double sum;
 };
@@ -104,9 +105,9 @@ struct scheduler {
 	bool stopping; /* [mu] */
 
 	struct sched_limits lim; /* [mu] */
-	size_t reserved;	 /* [mu] bytes */
-	size_t resident;	 /* [mu] bytes */
-	uint64_t next_handle;	 /* [mu] */
+	size_t reserved;         /* [mu] bytes */
+	size_t resident;         /* [mu] bytes */
+	uint64_t next_handle;    /* [mu] */
 
 	struct sched_req **queue; /* [mu] FIFO */
 	size_t n_queue, cap_queue;
@@ -117,7 +118,7 @@ struct scheduler {
 	struct sched_session **dead; /* [mu] deleted/expired, to free on the engine */
 	size_t n_dead, cap_dead;
 
-	struct scheduler_stats st;		 /* [mu] counters */
+	struct scheduler_stats st;                /* [mu] counters */
 	struct sched_hist hist[SCHED_HIST_COUNT]; /* [mu] */
 
 	/* [engine] batch buffers */
@@ -141,7 +142,7 @@ void sched_ptrs_remove_at(void **arr, size_t *n, size_t i);
  * of tokens forwarded (0: nothing to do). */
 size_t sched_tick(struct scheduler *s);
 void sched_emit_done(struct scheduler *s, struct sched_req *r, enum gen_finish finish,
-		     int http_status, const char *error);
+                     int http_status, const char *error);
 void sched_req_free(struct sched_req *r);
 /* Frees a session's backend state and history (engine thread or after it stopped). */
 void sched_session_release(struct scheduler *s, struct sched_session *ss);

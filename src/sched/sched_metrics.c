@@ -11,27 +11,27 @@
 #include <string.h>
 
 /* Bucket upper bounds; the +Inf bucket is implicit (the last entry). */
-static const double counts_upper[SCHED_HIST_BUCKETS] = {
-	1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, INFINITY};
+static const double counts_upper[SCHED_HIST_BUCKETS] = {1,   2,   4,   8,    16,   32,   64,
+                                                        128, 256, 512, 1024, 2048, 4096, INFINITY};
 static const double tick_upper[SCHED_HIST_BUCKETS] = {
-	0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, INFINITY};
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, INFINITY};
 static const double wait_upper[SCHED_HIST_BUCKETS] = {
-	0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, INFINITY};
+    0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, INFINITY};
 
 static const struct {
 	const char *name;
 	const char *help;
 	const double *upper;
 } hist_desc[SCHED_HIST_COUNT] = {
-	[SCHED_HIST_BATCH_SEQUENCES] = {"sinkd_scheduler_batch_sequences",
-					"Sessions in one forward pass", counts_upper},
-	[SCHED_HIST_BATCH_TOKENS] = {"sinkd_scheduler_batch_tokens",
-				     "Tokens (decode + prefill) in one forward pass", counts_upper},
-	[SCHED_HIST_TICK_SECONDS] = {"sinkd_scheduler_tick_seconds",
-				     "Wall time of one batch: building it and the forward pass",
-				     tick_upper},
-	[SCHED_HIST_QUEUE_WAIT_SECONDS] = {"sinkd_scheduler_queue_wait_seconds",
-					   "Time from submission to admission", wait_upper},
+    [SCHED_HIST_BATCH_SEQUENCES] = {"sinkd_scheduler_batch_sequences",
+                                    "Sessions in one forward pass", counts_upper},
+    [SCHED_HIST_BATCH_TOKENS] = {"sinkd_scheduler_batch_tokens",
+                                 "Tokens (decode + prefill) in one forward pass", counts_upper},
+    [SCHED_HIST_TICK_SECONDS] = {"sinkd_scheduler_tick_seconds",
+                                 "Wall time of one batch: building it and the forward pass",
+                                 tick_upper},
+    [SCHED_HIST_QUEUE_WAIT_SECONDS] = {"sinkd_scheduler_queue_wait_seconds",
+                                       "Time from submission to admission", wait_upper},
 };
 
 void sched_hist_init_all(struct scheduler *s)
@@ -54,7 +54,7 @@ void sched_hist_observe(struct sched_hist *h, double v)
 }
 
 void scheduler_get_histogram(struct scheduler *s, enum sched_hist_id id,
-			     struct sched_histogram *out)
+                             struct sched_histogram *out)
 {
 	memset(out, 0, sizeof(*out));
 	if ((int)id < 0 || id >= SCHED_HIST_COUNT)
@@ -88,7 +88,7 @@ static void write_histogram(FILE *out, const struct sched_histogram *h)
 			fprintf(out, "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n", h->name, h->count[b]);
 		else
 			fprintf(out, "%s_bucket{le=\"%g\"} %" PRIu64 "\n", h->name, h->upper[b],
-				h->count[b]);
+			        h->count[b]);
 	}
 	fprintf(out, "%s_sum %.17g\n%s_count %" PRIu64 "\n", h->name, h->sum, h->name, h->total);
 }
@@ -98,51 +98,53 @@ void scheduler_write_metrics(struct scheduler *s, FILE *out)
 	struct scheduler_stats st;
 	scheduler_get_stats(s, &st);
 	write_one(out, "sinkd_scheduler_queue_depth", "gauge", "Requests waiting for admission",
-		  (double)st.queue_depth);
+	          (double)st.queue_depth);
 	write_one(out, "sinkd_scheduler_running", "gauge", "Requests admitted and running",
-		  (double)st.running);
+	          (double)st.running);
 	write_one(out, "sinkd_sessions", "gauge", "Persistent sessions alive", (double)st.sessions);
 	write_one(out, "sinkd_kv_bytes_reserved", "gauge", "KV cache bytes reserved (cache bounds)",
-		  (double)st.kv_bytes_reserved);
+	          (double)st.kv_bytes_reserved);
 	write_one(out, "sinkd_kv_bytes_resident", "gauge", "KV cache bytes holding tokens",
-		  (double)st.kv_bytes_resident);
+	          (double)st.kv_bytes_resident);
 	write_one(out, "sinkd_kv_bytes_budget", "gauge", "Global KV cache budget in bytes",
-		  (double)st.kv_bytes_budget);
+	          (double)st.kv_bytes_budget);
 	write_one(out, "sinkd_scheduler_admissions_total", "counter", "Requests admitted",
-		  (double)st.admitted);
+	          (double)st.admitted);
 	fprintf(out, "# HELP sinkd_scheduler_rejections_total Requests refused, by reason\n"
-		     "# TYPE sinkd_scheduler_rejections_total counter\n");
+	             "# TYPE sinkd_scheduler_rejections_total counter\n");
 	const struct {
 		const char *reason;
 		uint64_t v;
 	} rej[] = {{"queue_full", st.rejected_queue_full},
-		   {"queue_timeout", st.rejected_timeout},
-		   {"over_budget", st.rejected_budget},
-		   {"session_busy", st.rejected_busy}};
+	           {"queue_timeout", st.rejected_timeout},
+	           {"over_budget", st.rejected_budget},
+	           {"session_busy", st.rejected_busy}};
 	for (size_t i = 0; i < sizeof(rej) / sizeof(rej[0]); i++)
 		fprintf(out, "sinkd_scheduler_rejections_total{reason=\"%s\"} %" PRIu64 "\n",
-			rej[i].reason, rej[i].v);
-	fprintf(out, "# HELP sinkd_scheduler_requests_finished_total Requests finished, by outcome\n"
-		     "# TYPE sinkd_scheduler_requests_finished_total counter\n"
-		     "sinkd_scheduler_requests_finished_total{outcome=\"completed\"} %" PRIu64 "\n"
-		     "sinkd_scheduler_requests_finished_total{outcome=\"cancelled\"} %" PRIu64 "\n"
-		     "sinkd_scheduler_requests_finished_total{outcome=\"error\"} %" PRIu64 "\n",
-		st.completed, st.cancelled, st.errors);
+		        rej[i].reason, rej[i].v);
+	fprintf(out,
+	        "# HELP sinkd_scheduler_requests_finished_total Requests finished, by outcome\n"
+	        "# TYPE sinkd_scheduler_requests_finished_total counter\n"
+	        "sinkd_scheduler_requests_finished_total{outcome=\"completed\"} %" PRIu64 "\n"
+	        "sinkd_scheduler_requests_finished_total{outcome=\"cancelled\"} %" PRIu64 "\n"
+	        "sinkd_scheduler_requests_finished_total{outcome=\"error\"} %" PRIu64 "\n",
+	        st.completed, st.cancelled, st.errors);
 	write_one(out, "sinkd_scheduler_ticks_total", "counter", "Engine ticks (forward passes)",
-		  (double)st.ticks);
+	          (double)st.ticks);
 	write_one(out, "sinkd_tokens_prompt_total", "counter", "Prompt tokens put into caches",
-		  (double)st.tokens_in);
+	          (double)st.tokens_in);
 	write_one(out, "sinkd_tokens_generated_total", "counter", "Tokens sampled",
-		  (double)st.tokens_out);
+	          (double)st.tokens_out);
 	write_one(out, "sinkd_sessions_created_total", "counter", "Persistent sessions created",
-		  (double)st.sessions_created);
-	write_one(out, "sinkd_sessions_expired_total", "counter", "Persistent sessions expired (TTL)",
-		  (double)st.sessions_expired);
-	fprintf(out, "# HELP sinkd_kv_evictions_total Tokens leaving a cache tier\n"
-		     "# TYPE sinkd_kv_evictions_total counter\n"
-		     "sinkd_kv_evictions_total{tier=\"window\"} %" PRIu64 "\n"
-		     "sinkd_kv_evictions_total{tier=\"hot\"} %" PRIu64 "\n",
-		st.evicted_window, st.moved_to_compressed);
+	          (double)st.sessions_created);
+	write_one(out, "sinkd_sessions_expired_total", "counter",
+	          "Persistent sessions expired (TTL)", (double)st.sessions_expired);
+	fprintf(out,
+	        "# HELP sinkd_kv_evictions_total Tokens leaving a cache tier\n"
+	        "# TYPE sinkd_kv_evictions_total counter\n"
+	        "sinkd_kv_evictions_total{tier=\"window\"} %" PRIu64 "\n"
+	        "sinkd_kv_evictions_total{tier=\"hot\"} %" PRIu64 "\n",
+	        st.evicted_window, st.moved_to_compressed);
 	for (int i = 0; i < SCHED_HIST_COUNT; i++) {
 		struct sched_histogram h;
 		scheduler_get_histogram(s, (enum sched_hist_id)i, &h);

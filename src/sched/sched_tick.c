@@ -96,7 +96,7 @@ static void session_refresh_stats(struct scheduler *s, struct sched_session *ss)
 /* The session is free again before the client hears DONE, so that it can
  * send its next request on it at once; its info is already up to date. */
 void sched_emit_done(struct scheduler *s, struct sched_req *r, enum gen_finish finish,
-		     int http_status, const char *error)
+                     int http_status, const char *error)
 {
 	struct gen_event ev = {.kind = GEN_EVENT_DONE, .token = -1, .finish = finish};
 	if (finish == GEN_FINISH_ERROR) {
@@ -123,11 +123,11 @@ void sched_emit_done(struct scheduler *s, struct sched_req *r, enum gen_finish f
 	if (log_enabled(s->log, LOG_DEBUG)) {
 		static const char *const names[] = {"none", "stop", "length", "cancelled", "error"};
 		log_event(s->log, LOG_DEBUG, "sched", "request done",
-			  (struct log_field[]){LOG_INT("handle", r->handle),
-					       LOG_STR("finish", names[finish]),
-					       LOG_INT("prompt_tokens", r->n_prompt),
-					       LOG_INT("generated_tokens", r->n_generated),
-					       LOG_INT("status", http_status), LOG_END});
+		          (struct log_field[]){LOG_INT("handle", r->handle),
+		                               LOG_STR("finish", names[finish]),
+		                               LOG_INT("prompt_tokens", r->n_prompt),
+		                               LOG_INT("generated_tokens", r->n_generated),
+		                               LOG_INT("status", http_status), LOG_END});
 	}
 	emit(r, &ev);
 }
@@ -189,22 +189,24 @@ static void session_restore_pending(struct scheduler *s, struct sched_session *s
 	if (ss->has_pending || ss->hist_n == 0)
 		return;
 	s->be->ops->session_stats(s->be, ss->bs, &st);
-	if (st.n_resident > st.n_sink && s->be->ops->session_revise(s->be, ss->bs, 1, err, sizeof(err)) == 0)
+	if (st.n_resident > st.n_sink &&
+	    s->be->ops->session_revise(s->be, ss->bs, 1, err, sizeof(err)) == 0)
 		session_set_pending(s, ss, true); /* hist_last() is that token */
 }
 
 /* Drops the last n tokens of the stream (pending first, then the cache). */
 static int session_revise(struct scheduler *s, struct sched_session *ss, size_t n, char *err,
-			  size_t err_len)
+                          size_t err_len)
 {
 	size_t from_cache = n;
 	struct sinkcache_stats st;
 	int rc;
 	s->be->ops->session_stats(s->be, ss->bs, &st);
 	if (n > (size_t)(st.n_resident - st.n_sink) + (ss->has_pending ? 1 : 0))
-		return err_set(err, err_len, -ERANGE,
-			       "cannot revise %zu tokens: only the last %zu are still in the window", n,
-			       (size_t)(st.n_resident - st.n_sink) + (ss->has_pending ? 1 : 0));
+		return err_set(
+		    err, err_len, -ERANGE,
+		    "cannot revise %zu tokens: only the last %zu are still in the window", n,
+		    (size_t)(st.n_resident - st.n_sink) + (ss->has_pending ? 1 : 0));
 	if (ss->has_pending && from_cache > 0) {
 		from_cache--;
 		session_set_pending(s, ss, false);
@@ -239,7 +241,7 @@ static void req_abandon_stream(struct scheduler *s, struct sched_req *r)
 
 /* Backend session, revise, and the tokens to feed. */
 static int req_start(struct scheduler *s, struct sched_req *r, int *http_status, char *err,
-		     size_t err_len)
+                     size_t err_len)
 {
 	struct sched_session *ss = r->sess;
 	const struct gen_request *q = &r->req;
@@ -321,7 +323,7 @@ static bool req_on_token(struct scheduler *s, struct sched_req *r, const struct 
 	int32_t t = res->token;
 	bool eog = !r->req.ignore_eos && tokenizer_is_eog(s->tok, t);
 	bool full = !eog && r->n_generated + 1 < r->req.max_tokens &&
-		    !s->be->ops->session_can_append(s->be, ss->bs, 1);
+	            !s->be->ops->session_can_append(s->be, ss->bs, 1);
 	bool length = r->n_generated + 1 >= r->req.max_tokens || full;
 	bool stopped = false;
 	sampler_accept(r->sampler, t);
@@ -331,8 +333,11 @@ static bool req_on_token(struct scheduler *s, struct sched_req *r, const struct 
 	pthread_mutex_unlock(&s->mu);
 	hist_push(ss, t);
 	size_t n = req_text(r, eog ? -1 : t, eog || length, &stopped);
-	struct gen_event ev = {.kind = GEN_EVENT_TOKEN, .token = t, .text = r->text, .text_len = n,
-			       .logprobs = r->req.want_logprobs ? res : NULL};
+	struct gen_event ev = {.kind = GEN_EVENT_TOKEN,
+	                       .token = t,
+	                       .text = r->text,
+	                       .text_len = n,
+	                       .logprobs = r->req.want_logprobs ? res : NULL};
 	emit(r, &ev);
 	if (!eog && !stopped && !length) {
 		r->next_token = t;
@@ -381,10 +386,10 @@ static int batch_reserve(struct scheduler *s, size_t n_tokens, size_t n_rows)
 }
 
 static void batch_add(struct scheduler *s, size_t *n, int *rows, struct sched_req *r, int32_t tok,
-		      bool want_logits)
+                      bool want_logits)
 {
-	s->batch[*n] = (struct backend_token){.session = r->sess->bs, .token = tok,
-					      .want_logits = want_logits};
+	s->batch[*n] = (struct backend_token){
+	    .session = r->sess->bs, .token = tok, .want_logits = want_logits};
 	(*n)++;
 	r->n_in_batch++;
 	if (want_logits)
@@ -395,8 +400,8 @@ static size_t prefill_chunk_cap(const struct sched_req *r)
 {
 	const struct sinkcache_geometry *g = &r->sess->geom;
 	return g->strategy == CACHE_STRATEGY_SLIDING_WINDOW && g->window_size > 0
-		       ? (size_t)g->window_size
-		       : (size_t)-1;
+	           ? (size_t)g->window_size
+	           : (size_t)-1;
 }
 
 #define PACE_FACTOR 1.5
@@ -406,12 +411,12 @@ static size_t prefill_chunk_cap(const struct sched_req *r)
 struct batch_shape {
 	size_t n_decode;  /* decode tokens */
 	size_t n_prefill; /* prefill tokens */
-	bool paced;	  /* prefill was cut by pace_cap */
+	bool paced;       /* prefill was cut by pace_cap */
 };
 
 /* Builds the batch described at the top of this file; returns its size. */
 static size_t batch_build(struct scheduler *s, struct sched_req **act, size_t n_act,
-			  size_t max_tokens, int *rows, struct batch_shape *shape)
+                          size_t max_tokens, int *rows, struct batch_shape *shape)
 {
 	size_t n = 0, n_prefill = 0, want = 0;
 	for (size_t k = 0; k < n_act; k++) {
@@ -456,12 +461,13 @@ static size_t batch_build(struct scheduler *s, struct sched_req **act, size_t n_
 
 /* Adapts pace_cap from the time the last batch took (see the top). */
 static void pace_update(struct scheduler *s, const struct batch_shape *b, double seconds,
-			size_t max_tokens)
+                        size_t max_tokens)
 {
 	if (s->pace_cap == 0)
 		s->pace_cap = PACE_START_CAP;
 	if (b->n_decode && !b->n_prefill) {
-		s->pace_decode_s = s->pace_decode_s ? 0.9 * s->pace_decode_s + 0.1 * seconds : seconds;
+		s->pace_decode_s =
+		    s->pace_decode_s ? 0.9 * s->pace_decode_s + 0.1 * seconds : seconds;
 		return;
 	}
 	if (!b->n_decode || !b->n_prefill || s->pace_decode_s == 0)
@@ -526,10 +532,10 @@ static void tick_prepare(struct scheduler *s, struct sched_req **act, size_t n_a
 }
 
 static void tick_fail_batch(struct scheduler *s, struct sched_req **act, size_t n_act,
-			    const char *err)
+                            const char *err)
 {
 	log_event(s->log, LOG_ERROR, "sched", "forward pass failed",
-		  (struct log_field[]){LOG_STR("error", err), LOG_END});
+	          (struct log_field[]){LOG_STR("error", err), LOG_END});
 	for (size_t i = 0; i < n_act; i++) {
 		struct sched_req *r = act[i];
 		if (!r->n_in_batch)
@@ -539,10 +545,11 @@ static void tick_fail_batch(struct scheduler *s, struct sched_req **act, size_t 
 			pthread_mutex_lock(&s->mu);
 			for (size_t k = 0; k < s->n_sessions; k++)
 				if (s->sessions[k] == r->sess) {
-					sched_ptrs_remove_at((void **)s->sessions, &s->n_sessions, k);
+					sched_ptrs_remove_at((void **)s->sessions, &s->n_sessions,
+					                     k);
 					r->sess->deleted = true;
-					sched_ptrs_push((void ***)&s->dead, &s->n_dead, &s->cap_dead,
-							r->sess);
+					sched_ptrs_push((void ***)&s->dead, &s->n_dead,
+					                &s->cap_dead, r->sess);
 					break;
 				}
 			pthread_mutex_unlock(&s->mu);
@@ -551,7 +558,7 @@ static void tick_fail_batch(struct scheduler *s, struct sched_req **act, size_t 
 }
 
 static void tick_account(struct scheduler *s, size_t n_tokens, size_t n_seqs, double seconds,
-			 size_t tokens_in)
+                         size_t tokens_in)
 {
 	pthread_mutex_lock(&s->mu);
 	s->st.ticks++;
@@ -563,8 +570,7 @@ static void tick_account(struct scheduler *s, size_t n_tokens, size_t n_seqs, do
 }
 
 /* Runs the forward pass over the batch and advances every request in it. */
-static size_t tick_run(struct scheduler *s, struct sched_req **act, size_t n_act,
-		       size_t max_tokens)
+static size_t tick_run(struct scheduler *s, struct sched_req **act, size_t n_act, size_t max_tokens)
 {
 	char err[SINKD_ERR_LEN];
 	int rows = 0;

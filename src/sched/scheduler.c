@@ -81,9 +81,10 @@ static size_t mem_available_bytes(void)
 }
 
 static void limits_from_config(struct scheduler *s, const struct sinkd_config *cfg,
-			       struct sched_limits *lim)
+                               struct sched_limits *lim)
 {
-	lim->max_batch_tokens = cfg->scheduler.max_batch_tokens > 0 ? cfg->scheduler.max_batch_tokens : 1;
+	lim->max_batch_tokens =
+	    cfg->scheduler.max_batch_tokens > 0 ? cfg->scheduler.max_batch_tokens : 1;
 	lim->max_queue = cfg->scheduler.max_queue;
 	lim->max_queue_wait_s = cfg->scheduler.max_queue_wait_s;
 	lim->session_ttl_s = cfg->scheduler.session_ttl_s;
@@ -134,17 +135,18 @@ static size_t session_revisable_locked(const struct sched_session *ss)
 }
 
 static int settings_apply(const struct sched_limits *lim, const struct session_settings *opt,
-			  struct sinkcache_geometry *g, char *err, size_t err_len)
+                          struct sinkcache_geometry *g, char *err, size_t err_len)
 {
 	*g = lim->geom;
 	if (!opt)
 		return 0;
 	if (opt->window_size < 0 || opt->window_size > lim->geom.window_size)
 		return err_set(err, err_len, -EINVAL, "window_size %d out of range (allowed 1..%d)",
-			       opt->window_size, lim->geom.window_size);
+		               opt->window_size, lim->geom.window_size);
 	if (opt->sink_keep_count < -1 || opt->sink_keep_count > lim->geom.sink_keep_count)
-		return err_set(err, err_len, -EINVAL, "sink_keep_count %d out of range (allowed 0..%d)",
-			       opt->sink_keep_count, lim->geom.sink_keep_count);
+		return err_set(err, err_len, -EINVAL,
+		               "sink_keep_count %d out of range (allowed 0..%d)",
+		               opt->sink_keep_count, lim->geom.sink_keep_count);
 	if (opt->window_size > 0)
 		g->window_size = opt->window_size;
 	if (opt->sink_keep_count >= 0)
@@ -164,7 +166,8 @@ static struct sched_session *session_alloc(const struct sinkcache_geometry *g, b
 	if (persistent) {
 		/* Revisable tokens never exceed the window (or the whole context
 		 * for strategy full) plus the pending token. */
-		int most = g->strategy == CACHE_STRATEGY_FULL ? g->max_context_length : g->window_size;
+		int most =
+		    g->strategy == CACHE_STRATEGY_FULL ? g->max_context_length : g->window_size;
 		ss->hist_cap = (size_t)most + 2;
 		ss->hist = malloc(ss->hist_cap * sizeof(*ss->hist));
 		if (!ss->hist) {
@@ -190,7 +193,7 @@ static void session_id_make(char id[SCHED_SESSION_ID_LEN])
 }
 
 int scheduler_session_create(struct scheduler *s, const struct session_settings *opt,
-			     char id_out[SCHED_SESSION_ID_LEN], char *err, size_t err_len)
+                             char id_out[SCHED_SESSION_ID_LEN], char *err, size_t err_len)
 {
 	struct sinkcache_geometry g;
 	int rc;
@@ -201,9 +204,10 @@ int scheduler_session_create(struct scheduler *s, const struct session_settings 
 	size_t bound = sinkcache_bound_bytes(&g);
 	if (bound > s->lim.budget_bytes) {
 		s->st.rejected_budget++;
-		rc = err_set(err, err_len, -ENOSPC,
-			     "a session's cache bound (%zu bytes) exceeds the KV budget (%zu bytes)", bound,
-			     s->lim.budget_bytes);
+		rc =
+		    err_set(err, err_len, -ENOSPC,
+		            "a session's cache bound (%zu bytes) exceeds the KV budget (%zu bytes)",
+		            bound, s->lim.budget_bytes);
 		goto out;
 	}
 	if (s->reserved + bound > s->lim.budget_bytes) {
@@ -293,7 +297,7 @@ int scheduler_session_delete(struct scheduler *s, const char *id)
 /* ---- submission -------------------------------------------------------- */
 
 static int req_validate(struct scheduler *s, const struct gen_request *req, char *err,
-			size_t err_len)
+                        size_t err_len)
 {
 	if (!req->on_event)
 		return err_set(err, err_len, -EINVAL, "no event callback");
@@ -303,13 +307,14 @@ static int req_validate(struct scheduler *s, const struct gen_request *req, char
 		return err_set(err, err_len, -EINVAL, "empty prompt");
 	for (size_t i = 0; i < req->n_prompt; i++)
 		if (req->prompt_ids[i] < 0 || req->prompt_ids[i] >= s->n_vocab)
-			return err_set(err, err_len, -EINVAL, "prompt token %zu: id %d out of range",
-				       i, (int)req->prompt_ids[i]);
+			return err_set(err, err_len, -EINVAL,
+			               "prompt token %zu: id %d out of range", i,
+			               (int)req->prompt_ids[i]);
 	return 0;
 }
 
 static int req_alloc(struct scheduler *s, const struct gen_request *req, struct sched_req **out,
-		     char *err, size_t err_len)
+                     char *err, size_t err_len)
 {
 	struct sched_req *r = calloc(1, sizeof(*r));
 	int rc;
@@ -320,7 +325,7 @@ static int req_alloc(struct scheduler *s, const struct gen_request *req, struct 
 		goto fail;
 	if (req->n_stops) {
 		rc = stop_matcher_new((const char *const *)req->stops, req->n_stops, &r->stop, err,
-				      err_len);
+		                      err_len);
 		if (rc)
 			goto fail;
 	}
@@ -344,7 +349,7 @@ fail:
 
 /* Checks a request against its persistent session; marks the session busy. */
 static int submit_on_session_locked(struct scheduler *s, struct sched_req *r, char *err,
-				    size_t err_len)
+                                    size_t err_len)
 {
 	const struct gen_request *q = &r->req;
 	struct sched_session *ss = session_find_locked(s, q->session_id);
@@ -352,43 +357,47 @@ static int submit_on_session_locked(struct scheduler *s, struct sched_req *r, ch
 		return err_set(err, err_len, -ENOENT, "no session %.40s", q->session_id);
 	if (ss->busy_handle) {
 		s->st.rejected_busy++;
-		return err_set(err, err_len, -EBUSY, "session %s is busy with another request", ss->id);
+		return err_set(err, err_len, -EBUSY, "session %s is busy with another request",
+		               ss->id);
 	}
 	size_t revisable = session_revisable_locked(ss);
 	if (q->revise_last_tokens > revisable)
-		return err_set(err, err_len, -ERANGE,
-			       "cannot revise %zu tokens: only the last %zu are still in the window",
-			       q->revise_last_tokens, revisable);
+		return err_set(
+		    err, err_len, -ERANGE,
+		    "cannot revise %zu tokens: only the last %zu are still in the window",
+		    q->revise_last_tokens, revisable);
 	if (q->n_prompt == 0 && q->max_tokens > 0 && revisable - q->revise_last_tokens == 0)
 		return err_set(err, err_len, -EINVAL, "the session has no token to continue from");
 	/* Strategy full: the stream after the revise plus the new tokens must fit. */
-	size_t kept = (size_t)ss->stats.n_resident + (ss->has_pending ? 1 : 0) - q->revise_last_tokens;
+	size_t kept =
+	    (size_t)ss->stats.n_resident + (ss->has_pending ? 1 : 0) - q->revise_last_tokens;
 	if (ss->geom.strategy == CACHE_STRATEGY_FULL &&
 	    kept + q->n_prompt + (size_t)q->max_tokens > (size_t)ss->geom.max_context_length)
 		return err_set(err, err_len, -E2BIG, "prompt + max_tokens exceed the context (%d)",
-			       ss->geom.max_context_length);
+		               ss->geom.max_context_length);
 	snprintf(r->sid, sizeof(r->sid), "%s", ss->id);
 	r->sess = ss;
 	return 0;
 }
 
 static int submit_one_shot_locked(struct scheduler *s, struct sched_req *r, char *err,
-				  size_t err_len)
+                                  size_t err_len)
 {
 	const struct gen_request *q = &r->req;
 	r->geom = s->lim.geom;
 	r->need_bytes = sinkcache_bound_bytes(&r->geom);
 	if (r->need_bytes > s->lim.budget_bytes) {
 		s->st.rejected_budget++;
-		return err_set(err, err_len, -ENOSPC,
-			       "a session's cache bound (%zu bytes) exceeds the KV budget (%zu bytes)",
-			       r->need_bytes, s->lim.budget_bytes);
+		return err_set(
+		    err, err_len, -ENOSPC,
+		    "a session's cache bound (%zu bytes) exceeds the KV budget (%zu bytes)",
+		    r->need_bytes, s->lim.budget_bytes);
 	}
 	if (r->geom.strategy == CACHE_STRATEGY_FULL &&
 	    q->n_prompt + (size_t)q->max_tokens > (size_t)r->geom.max_context_length)
 		return err_set(err, err_len, -E2BIG,
-			       "prompt (%zu tokens) + max_tokens (%d) exceed the context (%d)",
-			       q->n_prompt, q->max_tokens, r->geom.max_context_length);
+		               "prompt (%zu tokens) + max_tokens (%d) exceed the context (%d)",
+		               q->n_prompt, q->max_tokens, r->geom.max_context_length);
 	r->sess = session_alloc(&r->geom, false);
 	if (!r->sess)
 		return err_set(err, err_len, -ENOMEM, "out of memory");
@@ -409,23 +418,25 @@ static bool queue_full_locked(struct scheduler *s, const struct sched_req *r)
 }
 
 static int submit_locked(struct scheduler *s, struct sched_req *r, uint64_t *handle, char *err,
-			 size_t err_len)
+                         size_t err_len)
 {
 	int rc;
 	if (s->stopping)
 		return err_set(err, err_len, -EAGAIN, "scheduler is stopping");
 	if (r->req.max_tokens > s->lim.max_tokens)
-		return err_set(err, err_len, -EINVAL, "max_tokens %d exceeds limits.max_tokens (%" PRId64 ")",
-			       r->req.max_tokens, s->lim.max_tokens);
+		return err_set(err, err_len, -EINVAL,
+		               "max_tokens %d exceeds limits.max_tokens (%" PRId64 ")",
+		               r->req.max_tokens, s->lim.max_tokens);
 	rc = r->req.session_id ? submit_on_session_locked(s, r, err, err_len)
-			       : submit_one_shot_locked(s, r, err, err_len);
+	                       : submit_one_shot_locked(s, r, err, err_len);
 	if (rc)
 		return rc;
 	if (!r->req.session_id && queue_full_locked(s, r)) {
 		free(r->sess);
 		r->sess = NULL;
 		s->st.rejected_queue_full++;
-		return err_set(err, err_len, -EAGAIN, "request queue full (%zu waiting)", s->n_queue);
+		return err_set(err, err_len, -EAGAIN, "request queue full (%zu waiting)",
+		               s->n_queue);
 	}
 	if (PUSH(s->queue, s->n_queue, s->cap_queue, r)) {
 		if (!r->sess->persistent)
@@ -444,7 +455,7 @@ static int submit_locked(struct scheduler *s, struct sched_req *r, uint64_t *han
 }
 
 int scheduler_submit(struct scheduler *s, struct gen_request *req, uint64_t *handle, char *err,
-		     size_t err_len)
+                     size_t err_len)
 {
 	struct sched_req *r = NULL;
 	int rc = req_validate(s, req, err, err_len);
@@ -519,7 +530,7 @@ static void admit_locked(struct scheduler *s, struct housekeeping *hk, double no
 		if (r->cancelled && leave_queue_locked(s, hk, i))
 			continue;
 		bool fits = r->need_bytes == 0 ||
-			    (!blocked && s->reserved + r->need_bytes <= s->lim.budget_bytes);
+		            (!blocked && s->reserved + r->need_bytes <= s->lim.budget_bytes);
 		if (fits && PUSH(s->active, s->n_active, s->cap_active, r) == 0) {
 			sched_ptrs_remove_at((void **)s->queue, &s->n_queue, i);
 			if (!r->sess->persistent)
@@ -527,7 +538,8 @@ static void admit_locked(struct scheduler *s, struct housekeeping *hk, double no
 			s->reserved += r->need_bytes;
 			r->state = REQ_STARTING;
 			s->st.admitted++;
-			sched_hist_observe(&s->hist[SCHED_HIST_QUEUE_WAIT_SECONDS], now - r->enqueued_at);
+			sched_hist_observe(&s->hist[SCHED_HIST_QUEUE_WAIT_SECONDS],
+			                   now - r->enqueued_at);
 			continue;
 		}
 		double deadline = r->enqueued_at + (double)s->lim.max_queue_wait_s;
@@ -548,17 +560,19 @@ static void sessions_sweep_locked(struct scheduler *s, struct housekeeping *hk, 
 		if (!ss->busy_handle && now >= expires) {
 			s->st.sessions_expired++;
 			log_event(s->log, LOG_INFO, "sched", "session expired",
-				  (struct log_field[]){LOG_STR("session", ss->id),
-						       LOG_DBL("idle_s", now - ss->last_used), LOG_END});
+			          (struct log_field[]){LOG_STR("session", ss->id),
+			                               LOG_DBL("idle_s", now - ss->last_used),
+			                               LOG_END});
 			session_kill_locked(s, ss);
 			continue; /* the table shrank at i */
 		}
 		if (!ss->busy_handle)
 			deadline_min(hk, expires);
-		if (!ss->busy_handle && !ss->offload_tried && ss->bs && s->lim.session_offload_s > 0 &&
-		    s->be->ops->session_offload) {
+		if (!ss->busy_handle && !ss->offload_tried && ss->bs &&
+		    s->lim.session_offload_s > 0 && s->be->ops->session_offload) {
 			double when = ss->last_used + (double)s->lim.session_offload_s;
-			if (now >= when && PUSH(hk->offload, hk->n_offload, hk->cap_offload, ss) == 0)
+			if (now >= when &&
+			    PUSH(hk->offload, hk->n_offload, hk->cap_offload, ss) == 0)
 				ss->offload_tried = true;
 			else
 				deadline_min(hk, when);
@@ -567,7 +581,8 @@ static void sessions_sweep_locked(struct scheduler *s, struct housekeeping *hk, 
 	}
 	for (size_t i = 0; i < s->n_dead;) {
 		struct sched_session *ss = s->dead[i];
-		if (!ss->busy_handle && PUSH(hk->free_sessions, hk->n_free, hk->cap_free, ss) == 0) {
+		if (!ss->busy_handle &&
+		    PUSH(hk->free_sessions, hk->n_free, hk->cap_free, ss) == 0) {
 			sched_ptrs_remove_at((void **)s->dead, &s->n_dead, i);
 			continue;
 		}
@@ -586,7 +601,7 @@ static void housekeeping_run(struct scheduler *s, struct housekeeping *hk)
 			s->st.rejected_timeout++;
 			pthread_mutex_unlock(&s->mu);
 			sched_emit_done(s, r, GEN_FINISH_ERROR, 503,
-					"timed out waiting for KV cache budget; retry later");
+			                "timed out waiting for KV cache budget; retry later");
 		}
 		sched_req_retire(s, r);
 	}
@@ -657,7 +672,7 @@ static void *engine_main(void *arg)
 /* ---- lifecycle --------------------------------------------------------- */
 
 int scheduler_new(const struct sinkd_config *cfg, struct backend *be, const struct tokenizer *tok,
-		  struct sinkd_log *log, struct scheduler **out, char *err, size_t err_len)
+                  struct sinkd_log *log, struct scheduler **out, char *err, size_t err_len)
 {
 	struct scheduler *s = calloc(1, sizeof(*s));
 	int rc;
@@ -684,9 +699,10 @@ int scheduler_new(const struct sinkd_config *cfg, struct backend *be, const stru
 	}
 	s->thread_started = true;
 	log_event(log, LOG_INFO, "sched", "scheduler started",
-		  (struct log_field[]){LOG_INT("kv_budget_bytes", s->lim.budget_bytes),
-				       LOG_INT("session_bound_bytes", sinkcache_bound_bytes(&s->lim.geom)),
-				       LOG_INT("max_batch_tokens", s->lim.max_batch_tokens), LOG_END});
+	          (struct log_field[]){
+	              LOG_INT("kv_budget_bytes", s->lim.budget_bytes),
+	              LOG_INT("session_bound_bytes", sinkcache_bound_bytes(&s->lim.geom)),
+	              LOG_INT("max_batch_tokens", s->lim.max_batch_tokens), LOG_END});
 	*out = s;
 	return 0;
 fail:
@@ -752,8 +768,9 @@ void scheduler_reconfigure(struct scheduler *s, const struct sinkd_config *cfg)
 	if (lim.budget_auto && was_auto && lim.auto_fraction == was_fraction)
 		lim.budget_bytes = was_budget; /* keep the budget measured at start */
 	if (sinkcache_geometry_check(&lim.geom, err, sizeof(err)) != 0) {
-		log_event(s->log, LOG_WARN, "sched", "reload: cache geometry rejected, kept the old one",
-			  (struct log_field[]){LOG_STR("error", err), LOG_END});
+		log_event(s->log, LOG_WARN, "sched",
+		          "reload: cache geometry rejected, kept the old one",
+		          (struct log_field[]){LOG_STR("error", err), LOG_END});
 		lim.geom = s->lim.geom;
 	}
 	s->lim = lim;

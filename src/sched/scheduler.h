@@ -16,13 +16,18 @@
 #include "engine/sampler.h"
 #include "tokenizer/tokenizer.h"
 
-enum gen_finish { GEN_FINISH_NONE = 0, GEN_FINISH_STOP, GEN_FINISH_LENGTH, GEN_FINISH_CANCELLED,
-		  GEN_FINISH_ERROR };
+enum gen_finish {
+	GEN_FINISH_NONE = 0,
+	GEN_FINISH_STOP,
+	GEN_FINISH_LENGTH,
+	GEN_FINISH_CANCELLED,
+	GEN_FINISH_ERROR
+};
 
 enum gen_event_kind {
 	GEN_EVENT_PROMPT_DONE = 0, /* prompt fully in the cache */
-	GEN_EVENT_TOKEN,	   /* one sampled token; text may be empty (held back) */
-	GEN_EVENT_DONE,		   /* last event of a request */
+	GEN_EVENT_TOKEN,           /* one sampled token; text may be empty (held back) */
+	GEN_EVENT_DONE,            /* last event of a request */
 };
 
 struct gen_event {
@@ -34,9 +39,9 @@ struct gen_event {
 	enum gen_finish finish;
 	int n_prompt_tokens;
 	int n_generated_tokens;
-	int http_status;      /* DONE with GEN_FINISH_ERROR: status to answer with */
-	const char *error;    /* DONE with GEN_FINISH_ERROR: message */
-	int retry_after_s;    /* DONE with status 503: the Retry-After hint (seconds) */
+	int http_status;   /* DONE with GEN_FINISH_ERROR: status to answer with */
+	const char *error; /* DONE with GEN_FINISH_ERROR: message */
+	int retry_after_s; /* DONE with status 503: the Retry-After hint (seconds) */
 };
 
 /* Called on the engine thread: must not block (copy, wake the connection, return). */
@@ -46,8 +51,8 @@ struct gen_request {
 	int32_t *prompt_ids; /* malloc'ed; ownership passes to the scheduler on submit */
 	size_t n_prompt;
 	struct sampler_params sampling;
-	int max_tokens;		/* 0: prefill only (session append without generate) */
-	char **stops;		/* owned copies, passed to the scheduler on submit */
+	int max_tokens; /* 0: prefill only (session append without generate) */
+	char **stops;   /* owned copies, passed to the scheduler on submit */
 	size_t n_stops;
 	bool want_logprobs;
 	bool ignore_eos;
@@ -66,7 +71,7 @@ struct gen_request {
 struct scheduler;
 
 int scheduler_new(const struct sinkd_config *cfg, struct backend *be, const struct tokenizer *tok,
-		  struct sinkd_log *log, struct scheduler **out, char *err, size_t err_len);
+                  struct sinkd_log *log, struct scheduler **out, char *err, size_t err_len);
 /* Stops the engine thread; pending requests get DONE with GEN_FINISH_CANCELLED. */
 void scheduler_free(struct scheduler *s);
 
@@ -82,7 +87,7 @@ void scheduler_free(struct scheduler *s);
  * set before any event can be delivered; events may arrive on the engine
  * thread before scheduler_submit returns. */
 int scheduler_submit(struct scheduler *s, struct gen_request *req, uint64_t *handle, char *err,
-		     size_t err_len);
+                     size_t err_len);
 /* Cancels a request (client gone): it leaves the batch at the next tick and
  * frees its cache; a DONE event with GEN_FINISH_CANCELLED follows. */
 void scheduler_cancel(struct scheduler *s, uint64_t handle);
@@ -104,12 +109,12 @@ struct scheduler_stats {
 	uint64_t tokens_in;
 	uint64_t tokens_out;
 	/* added after the first version */
-	uint64_t rejected_budget;     /* -ENOSPC at submit */
-	uint64_t rejected_busy;	      /* -EBUSY at submit */
-	uint64_t completed;	      /* DONE with STOP, LENGTH or NONE */
+	uint64_t rejected_budget; /* -ENOSPC at submit */
+	uint64_t rejected_busy;   /* -EBUSY at submit */
+	uint64_t completed;       /* DONE with STOP, LENGTH or NONE */
 	uint64_t cancelled;
 	uint64_t errors;
-	size_t sessions;	      /* persistent sessions alive */
+	size_t sessions; /* persistent sessions alive */
 	uint64_t sessions_created;
 	uint64_t sessions_expired;
 	uint64_t evicted_window;      /* tokens dropped from sliding windows (all sessions) */
@@ -126,9 +131,9 @@ int scheduler_retry_after_s(struct scheduler *s);
 #define SCHED_HIST_BUCKETS 14
 enum sched_hist_id {
 	SCHED_HIST_BATCH_SEQUENCES = 0, /* sessions in one forward pass */
-	SCHED_HIST_BATCH_TOKENS,	/* tokens in one forward pass */
-	SCHED_HIST_TICK_SECONDS,	/* wall time of one batch build + forward pass */
-	SCHED_HIST_QUEUE_WAIT_SECONDS,	/* submit to admission */
+	SCHED_HIST_BATCH_TOKENS,        /* tokens in one forward pass */
+	SCHED_HIST_TICK_SECONDS,        /* wall time of one batch build + forward pass */
+	SCHED_HIST_QUEUE_WAIT_SECONDS,  /* submit to admission */
 	SCHED_HIST_COUNT
 };
 struct sched_histogram {
@@ -141,7 +146,7 @@ struct sched_histogram {
 	double sum;
 };
 void scheduler_get_histogram(struct scheduler *s, enum sched_hist_id id,
-			     struct sched_histogram *out);
+                             struct sched_histogram *out);
 /* Writes every scheduler metric (gauges, counters, histograms) in the
  * Prometheus text format, HELP and TYPE lines included. */
 void scheduler_write_metrics(struct scheduler *s, FILE *out);
@@ -161,20 +166,20 @@ struct session_settings {
  * while the session exists).  -EINVAL settings out of range (400), -EAGAIN
  * the budget has no room now (503), -ENOSPC the bound exceeds the budget. */
 int scheduler_session_create(struct scheduler *s, const struct session_settings *opt,
-			     char id_out[SCHED_SESSION_ID_LEN], char *err, size_t err_len);
+                             char id_out[SCHED_SESSION_ID_LEN], char *err, size_t err_len);
 
 struct sched_session_info {
-	uint64_t n_seen;       /* tokens of the stream so far (prompt + generated - revised) */
-	int n_resident;	       /* tokens in the cache */
+	uint64_t n_seen; /* tokens of the stream so far (prompt + generated - revised) */
+	int n_resident;  /* tokens in the cache */
 	int n_sink;
 	int n_compressed;
 	int n_hot;
 	size_t bytes_resident;
 	size_t bytes_reserved; /* the bound held for this session */
 	double age_s;
-	double idle_s;	       /* 0 while a request runs */
+	double idle_s; /* 0 while a request runs */
 	bool busy;
-	bool offloaded;	       /* cache moved to host memory (never on the cpu backend) */
+	bool offloaded; /* cache moved to host memory (never on the cpu backend) */
 	int window_size;
 	int sink_keep_count;
 };

@@ -32,7 +32,7 @@ struct cfg {
 	int streams;
 	double seconds;
 	int max_tokens;
-	char *body;	 /* request JSON */
+	char *body;      /* request JSON */
 	char *long_body; /* long-prompt request JSON or NULL */
 	SSL_CTX *ctx;
 	double t_end;
@@ -113,9 +113,9 @@ static char *make_body(const char *prompt, int max_tokens)
 	size_t n = strlen(js) + 256;
 	char *b = malloc(n);
 	snprintf(b, n,
-		 "{\"prompt\":%s,\"max_tokens\":%d,\"stream\":true,\"temperature\":0,"
-		 "\"ignore_eos\":true,\"stream_options\":{\"include_usage\":true}}",
-		 js, max_tokens);
+	         "{\"prompt\":%s,\"max_tokens\":%d,\"stream\":true,\"temperature\":0,"
+	         "\"ignore_eos\":true,\"stream_options\":{\"include_usage\":true}}",
+	         js, max_tokens);
 	free(js);
 	return b;
 }
@@ -252,11 +252,13 @@ static int do_request(struct stream *st, const char *body)
 	SSL_set_fd(ssl, fd);
 	if (SSL_connect(ssl) != 1)
 		goto out;
-	int hl = snprintf(hdr, sizeof(hdr),
-			  "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n"
-			  "Content-Type: application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
-			  c->key, strlen(body));
-	if (SSL_write(ssl, hdr, hl) != hl || SSL_write(ssl, body, (int)strlen(body)) != (int)strlen(body))
+	int hl = snprintf(
+	    hdr, sizeof(hdr),
+	    "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n"
+	    "Content-Type: application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
+	    c->key, strlen(body));
+	if (SSL_write(ssl, hdr, hl) != hl ||
+	    SSL_write(ssl, body, (int)strlen(body)) != (int)strlen(body))
 		goto out;
 	r->ssl = ssl;
 	if (!rd_line(r, line, sizeof(line)) || strncmp(line, "HTTP/1.1 200", 12) != 0)
@@ -318,12 +320,16 @@ static double pct(struct samples *s, double p)
 int main(int argc, char **argv)
 {
 	if (argc < 7) {
-		fprintf(stderr, "usage: %s PORT KEY STREAMS SECONDS MAX_TOKENS PROMPT_FILE [LONG_FILE]\n",
-			argv[0]);
+		fprintf(stderr,
+		        "usage: %s PORT KEY STREAMS SECONDS MAX_TOKENS PROMPT_FILE [LONG_FILE]\n",
+		        argv[0]);
 		return 2;
 	}
-	struct cfg c = {.port = atoi(argv[1]), .key = argv[2], .streams = atoi(argv[3]),
-			.seconds = atof(argv[4]), .max_tokens = atoi(argv[5])};
+	struct cfg c = {.port = atoi(argv[1]),
+	                .key = argv[2],
+	                .streams = atoi(argv[3]),
+	                .seconds = atof(argv[4]),
+	                .max_tokens = atoi(argv[5])};
 	char *prompt = read_file(argv[6]);
 	char *long_prompt = argc > 7 ? read_file(argv[7]) : NULL;
 	if (!prompt || (argc > 7 && !long_prompt)) {
@@ -364,12 +370,13 @@ int main(int argc, char **argv)
 	}
 	if (c.long_body)
 		pthread_join(st[c.streams].th, NULL);
-	printf("{\"streams\":%d,\"long_prefill\":%s,\"seconds\":%.3f,\"requests\":%ld,\"errors\":%ld,"
-	       "\"tokens\":%ld,\"tok_s\":%.1f,\"ttft_p50_ms\":%.2f,\"ttft_p99_ms\":%.2f,"
-	       "\"itl_p50_ms\":%.3f,\"itl_p99_ms\":%.3f,\"long_requests\":%ld,\"long_errors\":%ld}\n",
-	       c.streams, c.long_body ? "true" : "false", wall, reqs, errs, tokens,
-	       (double)tokens / wall, pct(&ttft, 0.5) * 1e3, pct(&ttft, 0.99) * 1e3,
-	       pct(&itl, 0.5) * 1e3, pct(&itl, 0.99) * 1e3,
-	       c.long_body ? st[c.streams].requests : 0, c.long_body ? st[c.streams].errors : 0);
+	printf(
+	    "{\"streams\":%d,\"long_prefill\":%s,\"seconds\":%.3f,\"requests\":%ld,\"errors\":%ld,"
+	    "\"tokens\":%ld,\"tok_s\":%.1f,\"ttft_p50_ms\":%.2f,\"ttft_p99_ms\":%.2f,"
+	    "\"itl_p50_ms\":%.3f,\"itl_p99_ms\":%.3f,\"long_requests\":%ld,\"long_errors\":%ld}\n",
+	    c.streams, c.long_body ? "true" : "false", wall, reqs, errs, tokens,
+	    (double)tokens / wall, pct(&ttft, 0.5) * 1e3, pct(&ttft, 0.99) * 1e3,
+	    pct(&itl, 0.5) * 1e3, pct(&itl, 0.99) * 1e3, c.long_body ? st[c.streams].requests : 0,
+	    c.long_body ? st[c.streams].errors : 0);
 	return errs ? 1 : 0;
 }

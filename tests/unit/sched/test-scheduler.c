@@ -81,7 +81,8 @@ static void load_reference(const char *shared)
 	{
 		struct ref_prompt *r = &fx.ref[fx.n_ref++];
 		load_ids(cJSON_GetObjectItem(p, "prompt_ids"), r->ids, &r->n, 64);
-		load_ids(cJSON_GetObjectItem(p, "greedy_continuation_ids"), r->cont, &r->n_cont, 64);
+		load_ids(cJSON_GetObjectItem(p, "greedy_continuation_ids"), r->cont, &r->n_cont,
+		         64);
 		if (fx.n_ref == 4)
 			break;
 	}
@@ -120,9 +121,11 @@ static struct scheduler *sched_make(struct sinkd_config *cfg, const char *const 
 	 * (Check forks each test; threads do not survive a fork). */
 	if (!fx.be) {
 		struct backend_options bo = {.n_threads = 2};
-		ck_assert_msg(backend_cpu_new(fx.model, &bo, &fx.be, err, sizeof(err)) == 0, "%s", err);
+		ck_assert_msg(backend_cpu_new(fx.model, &bo, &fx.be, err, sizeof(err)) == 0, "%s",
+		              err);
 	}
-	ck_assert_msg(scheduler_new(cfg, fx.be, fx.tok, NULL, &s, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_msg(scheduler_new(cfg, fx.be, fx.tok, NULL, &s, err, sizeof(err)) == 0, "%s",
+	              err);
 	return s;
 }
 
@@ -143,8 +146,8 @@ struct coll {
 	char error[256];
 	int max_tokens;
 	bool expect_cancel;
-	struct coll *watch;	     /* another request to observe */
-	int watch_at_prompt_done;    /* its token count when this prompt was in */
+	struct coll *watch;       /* another request to observe */
+	int watch_at_prompt_done; /* its token count when this prompt was in */
 };
 
 static struct coll *coll_new(struct scheduler *s)
@@ -208,7 +211,7 @@ static void coll_wait(struct coll *c)
 
 /* Submits ids (copied) with greedy sampling; returns submit's code. */
 static int submit(struct scheduler *s, struct coll *c, const int32_t *ids, size_t n, int max_tokens,
-		  const char *session_id, size_t revise)
+                  const char *session_id, size_t revise)
 {
 	char err[SINKD_ERR_LEN];
 	struct gen_request q = {0};
@@ -237,7 +240,7 @@ static int submit(struct scheduler *s, struct coll *c, const int32_t *ids, size_
 
 /* Runs one request to the end and copies its tokens. */
 static int run_one(struct scheduler *s, const int32_t *ids, size_t n, int max_tokens,
-		   const char *sid, size_t revise, int32_t *out)
+                   const char *sid, size_t revise, int32_t *out)
 {
 	struct coll *c = coll_new(s);
 	ck_assert_int_eq(submit(s, c, ids, n, max_tokens, sid, revise), 0);
@@ -290,8 +293,9 @@ START_TEST(test_batched_equals_alone)
 {
 	/* max_batch_tokens 3: prompts are prefilled in tiny chunks interleaved
 	 * with the decode steps of the others. */
-	const char *ov[][2] = {{"inference.attention.dtype=float32", "scheduler.max_batch_tokens=512"},
-			       {"inference.attention.dtype=float32", "scheduler.max_batch_tokens=3"}};
+	const char *ov[][2] = {
+	    {"inference.attention.dtype=float32", "scheduler.max_batch_tokens=512"},
+	    {"inference.attention.dtype=float32", "scheduler.max_batch_tokens=3"}};
 	struct sinkd_config cfg;
 	int32_t p[N_PROMPTS][96], alone[N_PROMPTS][GEN];
 	size_t len[N_PROMPTS];
@@ -314,8 +318,9 @@ START_TEST(test_batched_equals_alone)
 		ck_assert_int_eq(c[i]->n_prompt_done, 1);
 		ck_assert_int_eq(c[i]->n_tokens, GEN);
 		for (int k = 0; k < GEN; k++)
-			ck_assert_msg(c[i]->tokens[k] == alone[i][k], "prompt %d token %d: %d != %d", i,
-				      k, c[i]->tokens[k], alone[i][k]);
+			ck_assert_msg(c[i]->tokens[k] == alone[i][k],
+			              "prompt %d token %d: %d != %d", i, k, c[i]->tokens[k],
+			              alone[i][k]);
 		coll_free(c[i]);
 	}
 	struct scheduler_stats st;
@@ -477,8 +482,8 @@ START_TEST(test_admission_budget)
 	/* f32, window 600 + 4 sinks: 604 * 1280 bytes = 773 KB per session, so
 	 * one fits in 1 MiB. */
 	const char *ov[] = {"inference.attention.dtype=float32", "inference.cache.window_size=600",
-			    "inference.cache.global_cache_limit=1MiB", "scheduler.max_queue=1",
-			    "scheduler.max_queue_wait_s=1"};
+	                    "inference.cache.global_cache_limit=1MiB", "scheduler.max_queue=1",
+	                    "scheduler.max_queue_wait_s=1"};
 	struct sinkd_config cfg;
 	char id[SCHED_SESSION_ID_LEN], id2[SCHED_SESSION_ID_LEN], err[SINKD_ERR_LEN];
 	struct scheduler_stats st;
@@ -515,8 +520,9 @@ START_TEST(test_admission_budget)
 	config_deinit(&cfg);
 
 	/* A bound larger than the whole budget can never be admitted. */
-	const char *ov2[] = {"inference.attention.dtype=float32", "inference.cache.window_size=1000",
-			     "inference.cache.global_cache_limit=1MiB"};
+	const char *ov2[] = {"inference.attention.dtype=float32",
+	                     "inference.cache.window_size=1000",
+	                     "inference.cache.global_cache_limit=1MiB"};
 	s = sched_make(&cfg, ov2, 3);
 	struct coll *c = coll_new(s);
 	ck_assert_int_eq(submit(s, c, a->ids, a->n, 4, NULL, 0), -ENOSPC);
@@ -544,12 +550,13 @@ START_TEST(test_auto_budget_and_metrics)
 	scheduler_get_stats(s, &st);
 	char line[128];
 	snprintf(line, sizeof(line), "sinkd_scheduler_batch_tokens_count %llu\n",
-		 (unsigned long long)st.ticks);
+	         (unsigned long long)st.ticks);
 	ck_assert_ptr_nonnull(strstr(text, line));
 	ck_assert_ptr_nonnull(strstr(text, "# TYPE sinkd_scheduler_tick_seconds histogram\n"));
 	ck_assert_ptr_nonnull(strstr(text, "sinkd_scheduler_batch_sequences_bucket{le=\"+Inf\"}"));
 	ck_assert_ptr_nonnull(strstr(text, "sinkd_tokens_generated_total 16\n"));
-	ck_assert_ptr_nonnull(strstr(text, "sinkd_scheduler_rejections_total{reason=\"queue_full\"} 0"));
+	ck_assert_ptr_nonnull(
+	    strstr(text, "sinkd_scheduler_rejections_total{reason=\"queue_full\"} 0"));
 	struct sched_histogram h;
 	scheduler_get_histogram(s, SCHED_HIST_BATCH_TOKENS, &h);
 	ck_assert_uint_eq(h.total, st.ticks);
@@ -564,9 +571,10 @@ START_TEST(test_auto_budget_and_metrics)
 	usleep(400000);
 	getrusage(RUSAGE_SELF, &r1);
 	double cpu = (double)(r1.ru_utime.tv_sec - r0.ru_utime.tv_sec + r1.ru_stime.tv_sec -
-			      r0.ru_stime.tv_sec) +
-		     (double)(r1.ru_utime.tv_usec - r0.ru_utime.tv_usec + r1.ru_stime.tv_usec -
-			      r0.ru_stime.tv_usec) * 1e-6;
+	                      r0.ru_stime.tv_sec) +
+	             (double)(r1.ru_utime.tv_usec - r0.ru_utime.tv_usec + r1.ru_stime.tv_usec -
+	                      r0.ru_stime.tv_usec) *
+	                 1e-6;
 	ck_assert_msg(cpu < 0.05, "idle scheduler used %.3f s of CPU in 0.4 s", cpu);
 
 	/* Freeing with a request in flight: it still gets its DONE. */
@@ -628,8 +636,8 @@ static void walk_submit(struct walk *w, int sess)
 	}
 	/* Clear refusals only: unknown (expired) session, busy, revise too far, full. */
 	ck_assert_msg(rc == -ENOENT || rc == -EBUSY || rc == -ERANGE || rc == -EAGAIN ||
-			      rc == -EINVAL,
-		      "submit: %d", rc);
+	                  rc == -EINVAL,
+	              "submit: %d", rc);
 	if (rc == -ENOENT)
 		w->live[sess] = false;
 	coll_free(c);
@@ -676,8 +684,9 @@ static void walk_check_done(struct coll *c)
 	ck_assert_int_eq(c->n_done, 1);
 	switch (c->finish) {
 	case GEN_FINISH_ERROR:
-		ck_assert_msg(c->http_status == 503 || c->http_status == 409 || c->http_status == 400,
-			      "status %d: %s", c->http_status, c->error);
+		ck_assert_msg(c->http_status == 503 || c->http_status == 409 ||
+		                  c->http_status == 400,
+		              "status %d: %s", c->http_status, c->error);
 		ck_assert_int_gt((int)strlen(c->error), 0);
 		break;
 	case GEN_FINISH_CANCELLED:
@@ -700,9 +709,10 @@ START_TEST(test_random_walk_invariants)
 {
 	/* bf16, window 200 + 4 sinks: 204 * 640 = 130 KB a session: 8 fit in 1 MiB,
 	 * 5 of them persistent at most. */
-	const char *ov[] = {"inference.cache.window_size=200", "inference.cache.global_cache_limit=1MiB",
-			    "scheduler.max_queue=4", "scheduler.max_queue_wait_s=1",
-			    "scheduler.session_ttl_s=1", "scheduler.max_batch_tokens=16"};
+	const char *ov[] = {
+	    "inference.cache.window_size=200", "inference.cache.global_cache_limit=1MiB",
+	    "scheduler.max_queue=4",           "scheduler.max_queue_wait_s=1",
+	    "scheduler.session_ttl_s=1",       "scheduler.max_batch_tokens=16"};
 	struct sinkd_config cfg;
 	struct walk *w = calloc(1, sizeof(*w));
 	w->s = sched_make(&cfg, ov, 6);
@@ -722,13 +732,14 @@ START_TEST(test_random_walk_invariants)
 	struct scheduler_stats st;
 	scheduler_get_stats(w->s, &st);
 	fprintf(stderr,
-		"walk: %d requests: %llu completed, %llu cancelled, %llu errors; sessions %llu created, "
-		"%llu expired; rejected: %llu queue full, %llu timeout, %llu busy; ticks %llu\n",
-		w->n_req, (unsigned long long)st.completed, (unsigned long long)st.cancelled,
-		(unsigned long long)st.errors, (unsigned long long)st.sessions_created,
-		(unsigned long long)st.sessions_expired, (unsigned long long)st.rejected_queue_full,
-		(unsigned long long)st.rejected_timeout, (unsigned long long)st.rejected_busy,
-		(unsigned long long)st.ticks);
+	        "walk: %d requests: %llu completed, %llu cancelled, %llu errors; sessions %llu "
+	        "created, "
+	        "%llu expired; rejected: %llu queue full, %llu timeout, %llu busy; ticks %llu\n",
+	        w->n_req, (unsigned long long)st.completed, (unsigned long long)st.cancelled,
+	        (unsigned long long)st.errors, (unsigned long long)st.sessions_created,
+	        (unsigned long long)st.sessions_expired, (unsigned long long)st.rejected_queue_full,
+	        (unsigned long long)st.rejected_timeout, (unsigned long long)st.rejected_busy,
+	        (unsigned long long)st.ticks);
 	ck_assert_uint_eq(st.completed + st.cancelled + st.errors, (uint64_t)w->n_req);
 	ck_assert_uint_gt(st.completed, 0);
 	ck_assert_uint_gt(st.tokens_out, 0);
