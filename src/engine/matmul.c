@@ -232,7 +232,7 @@ AVX2_INLINE void tile(int type, int RB, int BB, const uint8_t *w, size_t row_byt
 	}
 }
 
-/* ------------------------------------------------ AVX2 packed GEMM (B >= 8)
+/* ------------------------------------------------ AVX2 packed GEMM (B >= GEMM_MIN_B)
  * For batches the dot-product tiles above are bound by re-reading x from L2.
  * Here a panel of 16 weight rows x GEMM_KC columns is converted to fp32 and
  * transposed (k-major) once, in L1, then every group of 6 batch rows runs an
@@ -546,7 +546,7 @@ typedef void (*rows_fn)(const struct matmul_job *job, const float *x, const stru
                         int B, int r0, int r1);
 
 /* Batches at least this large take the packed GEMM path. */
-#define GEMM_MIN_B 6
+#define GEMM_MIN_B 12
 
 static rows_fn pick_rows_fn(enum matmul_isa isa, int type, int B)
 {
