@@ -108,6 +108,31 @@ static int read_arch(struct load_ctx *c)
 	return 0;
 }
 
+/* Llama-architecture files that need more than this loader does: mixture of
+ * experts, and heads whose width is not embedding_length / head_count. */
+static int check_unsupported_variants(struct load_ctx *c)
+{
+	const struct model_hparams *hp = &c->m->hp;
+	int experts = 0, key_len = 0, value_len = 0;
+	int rc = hp_int(c, "expert_count", 0, 0, INT32_MAX, &experts);
+	if (rc == 0 && experts > 0)
+		return err_set(
+		    c->err, c->err_len, -ENOTSUP,
+		    "%s: mixture-of-experts models (%sexpert_count %d) are not supported", c->path,
+		    c->prefix, experts);
+	if (rc == 0)
+		rc = hp_int(c, "attention.key_length", hp->head_dim, 1, INT32_MAX, &key_len);
+	if (rc == 0)
+		rc = hp_int(c, "attention.value_length", hp->head_dim, 1, INT32_MAX, &value_len);
+	if (rc == 0 && (key_len != hp->head_dim || value_len != hp->head_dim))
+		return err_set(
+		    c->err, c->err_len, -ENOTSUP,
+		    "%s: attention key/value width %d/%d differs from embedding_length / "
+		    "head_count = %d, which is not supported",
+		    c->path, key_len, value_len, hp->head_dim);
+	return rc;
+}
+
 static int read_hparams(struct load_ctx *c)
 {
 	struct model_hparams *hp = &c->m->hp;
@@ -143,7 +168,7 @@ static int read_hparams(struct load_ctx *c)
 	if (rc == 0)
 		rc = hp_float(c, "attention.layer_norm_rms_epsilon", 1e-5, 1e-12, 1.0, &eps);
 	hp->norm_eps = (float)eps;
-	return rc;
+	return rc ? rc : check_unsupported_variants(c);
 }
 
 /* ------------------------------------------------------------------------

@@ -110,11 +110,13 @@ struct spec {
 	enum ggml_type matrix_type[7]; /* wq wk wv wo gate up down */
 	enum ggml_type embd_type, norm_type, bias_type;
 	int tied, bias;
-	const char *omit;     /* tensor left out */
-	const char *bad_dims; /* tensor written with rows and cols swapped */
-	const char *odd_type; /* tensor written as IQ2_XS */
-	uint32_t alignment;   /* general.alignment, 0 = default */
-	int pad_bytes;        /* an I8 tensor of this many bytes first, to shift the rest */
+	const char *omit;      /* tensor left out */
+	const char *bad_dims;  /* tensor written with rows and cols swapped */
+	const char *odd_type;  /* tensor written as IQ2_XS */
+	uint32_t alignment;    /* general.alignment, 0 = default */
+	int pad_bytes;         /* an I8 tensor of this many bytes first, to shift the rest */
+	const char *extra_key; /* an extra u32 metadata key (full name) ... */
+	uint32_t extra_value;  /* ... and its value */
 };
 
 static uint64_t rng_state;
@@ -242,6 +244,8 @@ static void write_model(const char *path, const struct spec *s)
 	ck_assert_int_eq(gguf_writer_add_f32(w, key, 1e6f), 0);
 	if (s->alignment)
 		ck_assert_int_eq(gguf_writer_set_alignment(w, s->alignment), 0);
+	if (s->extra_key)
+		ck_assert_int_eq(gguf_writer_add_u32(w, s->extra_key, s->extra_value), 0);
 	n_added = 0;
 	add_all(w, s);
 	ck_assert_int_eq(gguf_writer_write_header(w, err, sizeof(err)), 0);
@@ -421,6 +425,28 @@ START_TEST(test_shape_and_type_errors)
 	write_model(path, &s);
 	ck_assert_ptr_null(load(path, err));
 	ck_assert_ptr_nonnull(strstr(err, "architecture 'gpt2' is not supported"));
+
+	s = base_spec();
+	s.extra_key = "llama.expert_count";
+	s.extra_value = 8;
+	write_model(path, &s);
+	ck_assert_ptr_null(load(path, err));
+	ck_assert_msg(strstr(err, "mixture-of-experts models (llama.expert_count 8)"), "%s", err);
+
+	s = base_spec();
+	s.extra_key = "llama.attention.key_length";
+	s.extra_value = 128;
+	write_model(path, &s);
+	ck_assert_ptr_null(load(path, err));
+	ck_assert_msg(strstr(err, "key/value width 128/64"), "%s", err);
+
+	s = base_spec();
+	s.extra_key = "llama.attention.key_length"; /* equal to the default: fine */
+	s.extra_value = 64;
+	write_model(path, &s);
+	struct model *m = load(path, err);
+	ck_assert_msg(m != NULL, "%s", err);
+	model_free(m);
 
 	s = base_spec();
 	s.kv_heads = 3; /* 4 heads do not split into 3 groups */
