@@ -478,12 +478,19 @@ static void wait_generations(struct server *s, double until)
 	pthread_mutex_unlock(&s->gen_mu);
 }
 
+/* Draining keeps the listener open while generations finish, so that load
+ * balancers read /ready = 503 (and new generations get 503) rather than a
+ * refused connection; then it stops accepting and ends what is left. */
 void server_stop(struct server *s, double grace_s)
 {
 	if (!s || s->stopped)
 		return;
 	s->stopped = true;
 	atomic_store(&s->draining, 1);
+	size_t n = server_active_generations(s);
+	if (n)
+		log_msg(s->log, LOG_INFO, LOG_MODULE, "draining: %zu generation(s) running", n);
+	wait_generations(s, server_now() + grace_s);
 	if (s->mhd) {
 		int fd = MHD_quiesce_daemon(s->mhd); /* no new connections */
 		if (fd >= 0 && fd == s->listen_fd) {
@@ -491,10 +498,6 @@ void server_stop(struct server *s, double grace_s)
 			s->listen_fd = -1;
 		}
 	}
-	size_t n = server_active_generations(s);
-	if (n)
-		log_msg(s->log, LOG_INFO, LOG_MODULE, "draining: %zu generation(s) running", n);
-	wait_generations(s, server_now() + grace_s);
 	if (s->sched)
 		genstream_cancel_all(s);
 	wait_generations(s, server_now() + 2.0);

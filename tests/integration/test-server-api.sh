@@ -217,7 +217,25 @@ check "restart-only change logged as needs restart" grep -q '"needs restart.*ser
 check "still serving on the old port" [ "$(http GET /health)" = 200 ]
 
 # ---- stop -------------------------------------------------------------------------------------
-stop_daemon "$main_pid"
+# SIGTERM while a stream runs: /ready says draining, new generations get 503,
+# the running stream goes on; when it ends (here: its client leaves) the
+# daemon exits 0.
+auth=(-H "Authorization: Bearer $new_key")
+curl -skN "${auth[@]}" -d "$long" "$base/v1/completions" >"$tmp/drain.txt" 2>/dev/null &
+long_pid=$!
+check "stream running before SIGTERM" wait_metric sinkd_scheduler_running == 1
+kill -TERM "$main_pid"
+sleep 0.3
+check "draining: /ready 503" [ "$(http GET /ready)" = 503 ]
+jcheck "draining: /ready says draining" "$tmp/body" 'j == {"status": "draining"}'
+check "draining: new completion 503" [ "$(http POST /v1/completions "${auth[@]}" -d '{"prompt":"x","max_tokens":2}')" = 503 ]
+check "draining: 503 has Retry-After" [ -n "$(header Retry-After)" ]
+n_before=$(grep -c '^data: {' "$tmp/drain.txt")
+sleep 0.3
+check "draining: the running stream goes on" [ "$(grep -c '^data: {' "$tmp/drain.txt")" -gt "$n_before" ]
+kill "$long_pid"
+wait "$long_pid" 2>/dev/null
+wait "$main_pid"
 check "SIGTERM: exit status 0" [ $? -eq 0 ]
 check "SIGTERM: stopped cleanly" grep -q '"msg":"stopped"' "$log"
 check "port released" bash -c "! curl -sk --max-time 2 -o /dev/null '$base/health'"
