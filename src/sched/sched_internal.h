@@ -74,6 +74,7 @@ struct sched_req {
 	int32_t *feed; /* (n_feed) tokens to put into the cache */
 	size_t n_feed, n_fed;
 	size_t n_feed_all;  /* n_feed plus the token kept pending (append only) */
+	bool had_pending;   /* feed[0] is the session's pending token */
 	bool logits_at_end; /* sample after the last fed token */
 	int32_t next_token; /* DECODE: the sampled token to feed next */
 	int n_generated;

@@ -231,7 +231,13 @@ static void req_abandon_stream(struct scheduler *s, struct sched_req *r)
 	if (r->state == REQ_DECODE) { /* next_token is in the history, not in the cache */
 		session_set_pending(s, ss, true);
 	} else if (r->state == REQ_PREFILL) {
-		hist_pop(ss, r->n_feed_all - r->n_fed);
+		size_t unfed = r->n_feed_all - r->n_fed;
+		if (r->n_fed == 0 && r->had_pending) { /* as before the request */
+			hist_pop(ss, unfed - 1);
+			session_set_pending(s, ss, true);
+			return;
+		}
+		hist_pop(ss, unfed);
 		session_set_pending(s, ss, false);
 		session_restore_pending(s, ss);
 	}
@@ -266,21 +272,17 @@ static int req_start(struct scheduler *s, struct sched_req *r, int *http_status,
 	r->feed = malloc((q->n_prompt + 1) * sizeof(*r->feed));
 	if (!r->feed)
 		return err_set(err, err_len, -ENOMEM, "out of memory");
+	r->had_pending = ss->has_pending;
 	if (ss->has_pending)
 		r->feed[r->n_feed++] = hist_last(ss);
 	memcpy(r->feed + r->n_feed, q->prompt_ids, q->n_prompt * sizeof(*r->feed));
 	r->n_feed += q->n_prompt;
+	r->n_feed_all = r->n_feed;
 	r->n_prompt = (int)q->n_prompt;
-	for (size_t i = 0; i < q->n_prompt; i++) {
-		sampler_accept(r->sampler, q->prompt_ids[i]);
-		hist_push(ss, q->prompt_ids[i]);
-	}
 	r->logits_at_end = q->max_tokens > 0;
 	bool keep_last = ss->persistent && !r->logits_at_end && r->n_feed > 0;
-	r->n_feed_all = r->n_feed;
 	if (keep_last)
 		r->n_feed--; /* stays pending for the next request */
-	session_set_pending(s, ss, keep_last);
 	if (r->logits_at_end && r->n_feed == 0) {
 		*http_status = 400;
 		return err_set(err, err_len, -EINVAL, "nothing to continue from");
@@ -289,6 +291,12 @@ static int req_start(struct scheduler *s, struct sched_req *r, int *http_status,
 		*http_status = 400;
 		return err_set(err, err_len, -E2BIG, "prompt exceeds the context");
 	}
+	/* Checks passed: the prompt joins the session's stream. */
+	for (size_t i = 0; i < q->n_prompt; i++) {
+		sampler_accept(r->sampler, q->prompt_ids[i]);
+		hist_push(ss, q->prompt_ids[i]);
+	}
+	session_set_pending(s, ss, keep_last);
 	r->state = REQ_PREFILL;
 	detok_stream_init(&r->ds, s->tok, false);
 	return 0;

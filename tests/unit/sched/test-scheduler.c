@@ -441,6 +441,39 @@ START_TEST(test_session_continue_and_revise)
 }
 END_TEST
 
+/* A generation cancelled mid-stream leaves the session's stream exactly as
+ * far as the client saw it: continuing gives the same tokens as a one-shot
+ * request over the prompt plus everything received. */
+START_TEST(test_session_cancel_keeps_stream)
+{
+	const char *ov[] = {"inference.attention.dtype=float32"};
+	struct sinkd_config cfg;
+	char id[SCHED_SESSION_ID_LEN], err[SINKD_ERR_LEN];
+	struct sched_session_info info;
+	struct scheduler *s = sched_make(&cfg, ov, 1);
+	const struct ref_prompt *a = &fx.ref[1];
+	ck_assert_int_eq(scheduler_session_create(s, NULL, id, err, sizeof(err)), 0);
+	struct coll *c = coll_new(s);
+	c->cancel_after = 3;
+	ck_assert_int_eq(submit(s, c, a->ids, a->n, 500, id, 0), 0);
+	coll_wait(c);
+	ck_assert_int_eq(c->finish, GEN_FINISH_CANCELLED);
+	ck_assert_int_ge(c->n_tokens, 3);
+	ck_assert_int_lt(c->n_tokens, 500);
+	ck_assert_int_eq(scheduler_session_info(s, id, &info), 0);
+	ck_assert_uint_eq(info.n_seen, a->n + (size_t)c->n_tokens);
+	int32_t whole[600], next[5], expect[5];
+	memcpy(whole, a->ids, a->n * sizeof(int32_t));
+	memcpy(whole + a->n, c->tokens, (size_t)c->n_tokens * sizeof(int32_t));
+	ck_assert_int_eq(run_one(s, NULL, 0, 5, id, 0, next), 5);
+	ck_assert_int_eq(run_one(s, whole, a->n + (size_t)c->n_tokens, 5, NULL, 0, expect), 5);
+	ck_assert_int_eq(memcmp(next, expect, sizeof(next)), 0);
+	coll_free(c);
+	scheduler_free(s);
+	config_deinit(&cfg);
+}
+END_TEST
+
 START_TEST(test_session_revise_window)
 {
 	const char *ov[] = {"inference.attention.dtype=float32"};
@@ -761,6 +794,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_batched_equals_alone, 0, 2);
 	tcase_add_test(tc, test_long_prefill_does_not_stall);
 	tcase_add_test(tc, test_session_continue_and_revise);
+	tcase_add_test(tc, test_session_cancel_keeps_stream);
 	tcase_add_test(tc, test_session_revise_window);
 	tcase_add_test(tc, test_admission_budget);
 	tcase_add_test(tc, test_auto_budget_and_metrics);
