@@ -143,6 +143,7 @@ struct generate_state {
 	float *logits;               /* (n_vocab) */
 	struct backend_token *batch; /* (chunk) */
 	int chunk;                   /* prefill tokens per forward */
+	int max_context;             /* strategy full: the most tokens a session holds */
 };
 
 static void generate_state_free(struct generate_state *st)
@@ -193,6 +194,7 @@ static int setup_engine(struct generate_state *st, const struct generate_args *a
 	config_cache_geometry(&st->cfg, &st->model->hp, &g);
 	if ((rc = st->be->ops->session_new(st->be, &g, &st->session, err, err_len)))
 		return rc;
+	st->max_context = g.max_context_length;
 	/* Prompts longer than the window stream through it in chunks. */
 	long chunk = st->cfg.scheduler.max_batch_tokens;
 	if (g.strategy == CACHE_STRATEGY_SLIDING_WINDOW && g.window_size < chunk)
@@ -214,7 +216,9 @@ static int feed_tokens(struct generate_state *st, const int32_t *ids, size_t n, 
 		size_t m = n - i < (size_t)st->chunk ? n - i : (size_t)st->chunk;
 		if (!st->be->ops->session_can_append(st->be, st->session, m))
 			return err_set(err, err_len, -ENOSPC,
-			               "the context is full (strategy full, max_context_length)");
+			               "the context is full: strategy full holds at most %d tokens "
+			               "(inference.max_context_length)",
+			               st->max_context);
 		for (size_t j = 0; j < m; j++)
 			st->batch[j] = (struct backend_token){.session = st->session,
 			                                      .token = ids[i + j],
