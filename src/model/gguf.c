@@ -437,13 +437,10 @@ static int parse_alignment(struct cursor *c, struct gguf_file *f)
 	return 0;
 }
 
-/* Shape and type of one tensor; sets n_elements and n_bytes. */
+/* Shape and type of one tensor (n_dims already checked); sets n_elements
+ * and n_bytes. */
 static int check_tensor_shape(struct cursor *c, struct gguf_tensor *t, uint32_t type)
 {
-	if (t->n_dims == 0 || t->n_dims > GGUF_MAX_DIMS)
-		return err_set(c->err, c->err_len, -EINVAL,
-		               "%s: tensor '%s': %" PRIu32 " dimensions (must be 1..%d)", c->path,
-		               t->name, t->n_dims, GGUF_MAX_DIMS);
 	const struct type_traits *tt = type_traits_of((enum ggml_type)type);
 	if (tt == NULL)
 		return err_set(c->err, c->err_len, -EINVAL,

@@ -202,6 +202,102 @@ START_TEST(test_writer_round_trip)
 }
 END_TEST
 
+/* Every scalar width converts to int64/double as documented. */
+START_TEST(test_scalar_conversions)
+{
+	char path[] = "/tmp/sinkd-test-gguf-XXXXXX";
+	int fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	char err[SINKD_ERR_LEN];
+	struct gguf_writer *w;
+	ck_assert_int_eq(gguf_writer_new(path, &w, err, sizeof(err)), 0);
+	uint8_t u8 = 200;
+	int8_t i8 = -100;
+	uint16_t u16 = 60000;
+	int16_t i16 = -30000;
+	uint64_t u64 = 1ull << 40, u64big = UINT64_MAX;
+	int64_t i64 = -(1ll << 50);
+	double f64 = 0.1;
+	ck_assert_int_eq(gguf_writer_add_raw(w, "u8", GGUF_VALUE_UINT8, &u8, 1), 0);
+	ck_assert_int_eq(gguf_writer_add_raw(w, "i8", GGUF_VALUE_INT8, &i8, 1), 0);
+	ck_assert_int_eq(gguf_writer_add_raw(w, "u16", GGUF_VALUE_UINT16, &u16, 2), 0);
+	ck_assert_int_eq(gguf_writer_add_raw(w, "i16", GGUF_VALUE_INT16, &i16, 2), 0);
+	ck_assert_int_eq(gguf_writer_add_raw(w, "u64", GGUF_VALUE_UINT64, &u64, 8), 0);
+	ck_assert_int_eq(gguf_writer_add_raw(w, "u64big", GGUF_VALUE_UINT64, &u64big, 8), 0);
+	ck_assert_int_eq(gguf_writer_add_raw(w, "i64", GGUF_VALUE_INT64, &i64, 8), 0);
+	ck_assert_int_eq(gguf_writer_add_raw(w, "f64", GGUF_VALUE_FLOAT64, &f64, 8), 0);
+	ck_assert_int_eq(gguf_writer_add_bool(w, "b", 0), 0);
+	ck_assert_int_eq(gguf_writer_add_array(w, "bools", GGUF_VALUE_BOOL, 1, &u8) != 0, 0);
+	ck_assert_int_eq(gguf_writer_write_header(w, err, sizeof(err)), 0);
+	ck_assert_int_eq(gguf_writer_finish(w, err, sizeof(err)), 0);
+	gguf_writer_free(w);
+
+	struct gguf_file *f;
+	/* the bool array holds 200: rejected */
+	ck_assert_int_lt(gguf_open(path, &f, err, sizeof(err)), 0);
+	ck_assert_ptr_nonnull(strstr(err, "key 'bools': bool value 200"));
+
+	ck_assert_int_eq(gguf_writer_new(path, &w, err, sizeof(err)), 0);
+	ck_assert_int_eq(gguf_writer_add_raw(w, "u8", GGUF_VALUE_UINT8, &u8, 1), 0);
+	ck_assert_int_eq(gguf_writer_add_raw(w, "i8", GGUF_VALUE_INT8, &i8, 1), 0);
+	ck_assert_int_eq(gguf_writer_add_raw(w, "u16", GGUF_VALUE_UINT16, &u16, 2), 0);
+	ck_assert_int_eq(gguf_writer_add_raw(w, "i16", GGUF_VALUE_INT16, &i16, 2), 0);
+	ck_assert_int_eq(gguf_writer_add_raw(w, "u64", GGUF_VALUE_UINT64, &u64, 8), 0);
+	ck_assert_int_eq(gguf_writer_add_raw(w, "u64big", GGUF_VALUE_UINT64, &u64big, 8), 0);
+	ck_assert_int_eq(gguf_writer_add_raw(w, "i64", GGUF_VALUE_INT64, &i64, 8), 0);
+	ck_assert_int_eq(gguf_writer_add_raw(w, "f64", GGUF_VALUE_FLOAT64, &f64, 8), 0);
+	ck_assert_int_eq(gguf_writer_add_bool(w, "b", 0), 0);
+	ck_assert_int_eq(gguf_writer_write_header(w, err, sizeof(err)), 0);
+	ck_assert_int_eq(gguf_writer_finish(w, err, sizeof(err)), 0);
+	gguf_writer_free(w);
+	ck_assert_int_eq(gguf_open(path, &f, err, sizeof(err)), 0);
+	int64_t v;
+	double d;
+	bool b = true;
+	ck_assert_int_eq(gguf_get_int(f, "u8", &v), 0);
+	ck_assert_int_eq(v, 200);
+	ck_assert_int_eq(gguf_get_int(f, "i8", &v), 0);
+	ck_assert_int_eq(v, -100);
+	ck_assert_int_eq(gguf_get_int(f, "u16", &v), 0);
+	ck_assert_int_eq(v, 60000);
+	ck_assert_int_eq(gguf_get_int(f, "i16", &v), 0);
+	ck_assert_int_eq(v, -30000);
+	ck_assert_int_eq(gguf_get_int(f, "u64", &v), 0);
+	ck_assert_int_eq(v, 1ll << 40);
+	ck_assert_int_eq(gguf_get_int(f, "u64big", &v), -EINVAL); /* out of int64 range */
+	ck_assert_int_eq(gguf_get_int(f, "i64", &v), 0);
+	ck_assert_int_eq(v, -(1ll << 50));
+	ck_assert_int_eq(gguf_get_float(f, "f64", &d), 0);
+	ck_assert_double_eq(d, 0.1);
+	ck_assert_int_eq(gguf_get_float(f, "i16", &d), 0); /* integers read as floats too */
+	ck_assert_double_eq(d, -30000.0);
+	ck_assert_int_eq(gguf_get_int(f, "f64", &v), -EINVAL);
+	ck_assert_int_eq(gguf_get_int(f, "b", &v), -EINVAL);
+	ck_assert_int_eq(gguf_get_bool(f, "b", &b), 0);
+	ck_assert(!b);
+	ck_assert_int_eq(gguf_get_bool(f, "u8", &b), -EINVAL);
+	ck_assert_int_eq(gguf_get_array_info(f, "u8", NULL, NULL), -EINVAL);
+	ck_assert_int_eq(gguf_get_array_int(f, "u8", 0, &v), -EINVAL);
+	ck_assert_int_eq(gguf_get_array_string(f, "nope", 0, NULL, NULL), -ENOENT);
+	ck_assert_str_eq(gguf_path(f), path);
+	ck_assert_uint_eq(gguf_alignment(f), 32);
+	gguf_close(f);
+	unlink(path);
+}
+END_TEST
+
+START_TEST(test_unreadable_paths)
+{
+	char err[SINKD_ERR_LEN];
+	struct gguf_file *f;
+	ck_assert_int_eq(gguf_open("/nonexistent/m.gguf", &f, err, sizeof(err)), -ENOENT);
+	ck_assert_ptr_nonnull(strstr(err, "/nonexistent/m.gguf: cannot open"));
+	ck_assert_int_eq(gguf_open("/tmp", &f, err, sizeof(err)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "/tmp: not a regular file"));
+}
+END_TEST
+
 /* ------------------------------------------------------------------------
  * Hand-built files. */
 
@@ -388,6 +484,18 @@ START_TEST(test_reject_metadata)
 	raw_u32(&r, GGUF_VALUE_UINT32);
 	raw_u32(&r, 48);
 	expect_reject(&r, "general.alignment 48 is not a power of two");
+
+	raw_header(&r, 3, 0, 1);
+	raw_str(&r, "general.alignment");
+	raw_u32(&r, GGUF_VALUE_STRING);
+	raw_str(&r, "32");
+	expect_reject(&r, "general.alignment is not an integer");
+
+	raw_header(&r, 3, 0, 1);
+	raw_str(&r, "k");
+	raw_u32(&r, GGUF_VALUE_UINT64);
+	raw_u32(&r, 7); /* half of the value */
+	expect_reject(&r, "key 'k': value extends past end of file");
 }
 END_TEST
 
@@ -479,6 +587,8 @@ int main(void)
 	tcase_add_test(tc, test_vocab_file_string_index);
 	tcase_add_test(tc, test_sha256);
 	tcase_add_test(tc, test_writer_round_trip);
+	tcase_add_test(tc, test_scalar_conversions);
+	tcase_add_test(tc, test_unreadable_paths);
 	tcase_add_test(tc, test_reject_header);
 	tcase_add_test(tc, test_reject_metadata);
 	tcase_add_test(tc, test_reject_tensors);
