@@ -197,8 +197,10 @@ static int arena_create(struct cuda_backend *c, const struct backend_cuda_option
 		double f = o->auto_fraction > 0.0 && o->auto_fraction <= 1.0 ? o->auto_fraction : 0.5;
 		bytes = (size_t)((double)free_b * f);
 	}
-	/* Alignment of each session's arrays costs a little beyond its CPU bound. */
-	bytes += bytes / 64 + ((size_t)1 << 20);
+	/* A session's arrays are aligned (cuda_kvplan.c), a little beyond the
+	 * CPU bound the scheduler reserves: room for that, so that a budget the
+	 * scheduler fills is never refused here. */
+	bytes += bytes / 16 + ((size_t)1 << 20);
 	if (cudaMalloc((void **)&c->arena_d, bytes) != cudaSuccess) {
 		cudaGetLastError();
 		c->arena_d = NULL;

@@ -266,7 +266,7 @@ static struct model *load_stories(void)
 START_TEST(test_stories_reference)
 {
 	struct model *m = load_stories();
-	struct backend *be = new_gpu(m, KV_DTYPE_F32, 0);
+	struct backend *be = new_gpu(m, KV_DTYPE_F32, (size_t)256 << 20);
 	cJSON *ref = load_reference();
 	int n_vocab = m->hp.n_vocab;
 	float *logits = malloc((size_t)n_vocab * sizeof(float));
@@ -344,7 +344,7 @@ START_TEST(test_stories_tiered_cache_vs_cpu)
 	model_free(m);
 	stories_vs_cpu(&plain, 1e-4);
 	stories_vs_cpu(&int8, 1e-3);
-	stories_vs_cpu(&int4, 1e-3);
+	stories_vs_cpu(&int4, 5e-3);
 }
 END_TEST
 
