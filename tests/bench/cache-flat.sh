@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Flat decode cost of the sliding-window sink cache (run by hand, never part
+# of the test suite): per-token decode time at stream positions 1k, 10k and
+# 100k with the default geometry (4 sinks + window 4096, bfloat16).
+#   model: stories260K through the whole CPU forward pass (synthetic token
+#          ids streamed through one session up to each position, then 64
+#          single-token decode steps timed; reaching 100k takes ~1 minute);
+#   cache: one layer of a Llama-3-8B-shaped cache (32 query heads, 8 KV heads,
+#          head_dim 128) in bf16 and in int8 (128 recent tokens full
+#          precision): sinkcache_append + sinkcache_attend per token, the
+#          stream index jumped to the position with the test hook and the
+#          window filled before timing 256 tokens.
+# A flat cache shows the same time at 10k and 100k (at 1k the window is not
+# full yet).  Prints a table and one JSON line.
+#
+# Environment: BUILD (default build-bench), THREADS (model run, 0 = one per
+# core), POSITIONS ("1000 10000 100000").
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+SHARED=${SINKD_SHARED:-$ROOT/../shared}
+BUILD=${BUILD:-$ROOT/build-bench}
+THREADS=${THREADS:-0}
+POSITIONS=${POSITIONS:-"1000 10000 100000"}
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+
+if [ ! -f "$BUILD/build.ninja" ]; then
+	PATH=/usr/local/cuda/bin:$PATH meson setup "$BUILD" -Dcuda=disabled -Dbuildtype=release >/dev/null
+fi
+ninja -C "$BUILD" src/libsinkd.a >/dev/null
+LIBS="$(pkg-config --libs libmicrohttpd libcrypto libcjson yaml-0.1) -lm -lpthread"
+cc -O2 -std=c11 -D_GNU_SOURCE -I"$ROOT/src" -o "$TMP/cache-driver" \
+	"$ROOT/tests/bench/cache-driver.c" "$BUILD/src/libsinkd.a" $LIBS
+
+# shellcheck disable=SC2086
+"$TMP/cache-driver" model "$SHARED/models/stories260K.gguf" 4096 4 "$THREADS" $POSITIONS \
+	>"$TMP/model.txt"
+# shellcheck disable=SC2086
+"$TMP/cache-driver" cache 32 8 128 4096 4 2 0 $POSITIONS >"$TMP/bf16.txt"
+# shellcheck disable=SC2086
+"$TMP/cache-driver" cache 32 8 128 4096 4 2 8 $POSITIONS >"$TMP/int8.txt"
+
+printf '%-10s %22s %24s %24s\n' position "stories260K ms/token" "8B-shape layer bf16 us" \
+	"8B-shape layer int8 us"
+json='{"bench":"cache-flat","window":4096,"sinks":4,"rows":['
+sep=
+for p in $POSITIONS; do
+	m=$(awk -v p="$p" '$1 == p { print $2 }' "$TMP/model.txt")
+	b=$(awk -v p="$p" '$1 == p { print $2 }' "$TMP/bf16.txt")
+	i=$(awk -v p="$p" '$1 == p { print $2 }' "$TMP/int8.txt")
+	printf '%-10s %22.3f %24.1f %24.1f\n' "$p" "$(echo "$m * 1000" | bc -l)" \
+		"$(echo "$b * 1000000" | bc -l)" "$(echo "$i * 1000000" | bc -l)"
+	json+="$sep{\"position\":$p,\"model_s_per_token\":$m,\"layer_bf16_s_per_token\":$b,\"layer_int8_s_per_token\":$i}"
+	sep=,
+done
+echo "$json]}"
