@@ -235,16 +235,22 @@ static enum MHD_Result api_generate(struct request *r, bool chat)
 									"X-Sinkd-Timing") != NULL};
 	char err[SINKD_ERR_LEN];
 	int status = 0, retry = 0;
-	if (genstream_start(r, &shape, &req, &status, &retry, err, sizeof(err))) {
+	int rc = genstream_start(r, &shape, &req, &status, &retry, err, sizeof(err));
+	if (rc) {
 		free(req.prompt_ids);
 		free_stops(req.stops, req.n_stops);
+		const char *param = NULL;
+		if (rc == -E2BIG)
+			param = chat ? "messages" : "prompt";
+		else if (status == 400 && strstr(err, "max_tokens"))
+			param = "max_tokens";
 		ret = http_respond_error(r, status,
 					 status >= 500 ? "server_error" : "invalid_request_error",
-					 status == 400 && strstr(err, "max_tokens") ? "max_tokens"
-					 : status == 400 ? (chat ? "messages" : "prompt")
-										   : NULL,
-					 status == 503 ? "overloaded" : "invalid_value", retry, "%s",
-					 err);
+					 param,
+					 status == 503	 ? "overloaded"
+					 : rc == -E2BIG ? "context_length_exceeded"
+							 : "invalid_value",
+					 retry, "%s", err);
 		goto out;
 	}
 	ret = genstream_respond(r);

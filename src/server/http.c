@@ -176,7 +176,9 @@ static enum MHD_Result request_begin(struct server *s, struct MHD_Connection *c,
 	if (!rt)
 		return http_respond_error(r, 404, "invalid_request_error", NULL, "not_found",
 					  0, "no such endpoint: %s %s", method, url);
-	if (strcmp(method, rt->method)) {
+	/* HEAD is GET without the body (libmicrohttpd drops it): probes use it. */
+	bool head_ok = !strcmp(method, "HEAD") && !strcmp(rt->method, "GET");
+	if (strcmp(method, rt->method) && !head_ok) {
 		struct MHD_Response *resp;
 		char *body = NULL;
 		cJSON *o = oa_error("method not allowed", "invalid_request_error", NULL,

@@ -50,6 +50,20 @@ check "TLS disabled: log says scheme http" grep -q '"scheme":"http"' "$tmp/plain
 stop_daemon "$pid"
 check "TLS disabled: clean stop" [ $? -eq 0 ]
 
+# ---- prompt longer than the strategy allows ---------------------------------------
+port=$(free_port)
+write_config "$tmp/full.yaml" "$port"
+start_daemon full "$tmp/full.yaml" --set inference.cache.strategy=full \
+	--set inference.max_context_length=64 --set inference.cache.window_size=32
+check "strategy full: daemon ready" [ $? -eq 0 ]
+long_prompt=$(printf 'Once upon a time there was a little girl. %.0s' $(seq 1 12))
+st=$(http POST /v1/completions "${auth[@]}" -d "{\"prompt\":\"$long_prompt\",\"max_tokens\":4}")
+check "prompt over max_context_length (strategy full) → 400" [ "$st" = 400 ]
+jcheck "the 400 names the prompt and the context" "$tmp/body" "j['error']['param'] == 'prompt' and j['error']['code'] == 'context_length_exceeded' and 'context' in j['error']['message']"
+st=$(http POST /v1/completions "${auth[@]}" -d '{"prompt":"Once upon a time","max_tokens":10}')
+check "a prompt that fits → 200" [ "$st" = 200 ]
+stop_daemon "$pid"
+
 # ---- start-up errors ------------------------------------------------------------
 port=$(free_port)
 write_config "$tmp/bad.yaml" "$port"
