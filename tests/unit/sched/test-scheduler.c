@@ -566,6 +566,43 @@ START_TEST(test_admission_budget)
 }
 END_TEST
 
+/* Reload: new limits apply at once, new sessions get the new geometry,
+ * existing sessions keep theirs. */
+START_TEST(test_reconfigure)
+{
+	const char *ov1[] = {"inference.cache.global_cache_limit=1MiB",
+	                     "inference.cache.window_size=64"};
+	const char *ov2[] = {"inference.cache.global_cache_limit=2MiB",
+	                     "inference.cache.window_size=32"};
+	struct sinkd_config cfg, cfg2;
+	struct config_errors errs = {0};
+	struct scheduler_stats st;
+	struct sched_session_info info;
+	char old_id[SCHED_SESSION_ID_LEN], new_id[SCHED_SESSION_ID_LEN], err[SINKD_ERR_LEN];
+	struct scheduler *s = sched_make(&cfg, ov1, 2);
+	ck_assert_int_eq(scheduler_session_create(s, NULL, old_id, err, sizeof(err)), 0);
+	ck_assert_int_eq(config_load(&cfg2, NULL, ov2, 2, &errs), 0);
+	scheduler_reconfigure(s, &cfg2);
+	scheduler_get_stats(s, &st);
+	ck_assert_uint_eq(st.kv_bytes_budget, 2 << 20);
+	ck_assert_int_eq(scheduler_session_create(s, NULL, new_id, err, sizeof(err)), 0);
+	ck_assert_int_eq(scheduler_session_info(s, old_id, &info), 0);
+	ck_assert_int_eq(info.window_size, 64);
+	size_t old_bytes = info.bytes_reserved;
+	ck_assert_int_eq(scheduler_session_info(s, new_id, &info), 0);
+	ck_assert_int_eq(info.window_size, 32);
+	ck_assert_uint_lt(info.bytes_reserved, old_bytes);
+	scheduler_get_stats(s, &st);
+	ck_assert_uint_eq(st.kv_bytes_reserved, old_bytes + info.bytes_reserved);
+	ck_assert_int_eq(scheduler_session_delete(s, old_id), 0);
+	ck_assert_int_eq(scheduler_session_delete(s, new_id), 0);
+	wait_idle(s);
+	scheduler_free(s);
+	config_deinit(&cfg);
+	config_deinit(&cfg2);
+}
+END_TEST
+
 START_TEST(test_auto_budget_and_metrics)
 {
 	struct sinkd_config cfg;
@@ -797,6 +834,7 @@ int main(void)
 	tcase_add_test(tc, test_session_cancel_keeps_stream);
 	tcase_add_test(tc, test_session_revise_window);
 	tcase_add_test(tc, test_admission_budget);
+	tcase_add_test(tc, test_reconfigure);
 	tcase_add_test(tc, test_auto_budget_and_metrics);
 	tcase_add_test(tc, test_random_walk_invariants);
 	suite_add_tcase(s, tc);
