@@ -5,6 +5,7 @@
 #include <check.h>
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -640,6 +641,58 @@ START_TEST(test_geometry_errors)
 }
 END_TEST
 
+struct attend_job {
+	const struct sinkcache *c;
+	const float *q;
+	float *out, *mass;
+	int h0, h1;
+};
+
+static void *attend_thread(void *arg)
+{
+	struct attend_job *j = arg;
+	size_t n = sinkcache_scratch_floats(sinkcache_geometry(j->c));
+	float *scratch = malloc(n * sizeof(float));
+	for (int rep = 0; rep < 200; rep++)
+		sinkcache_attend(j->c, 1, j->q, NH, j->h0, j->h1, j->out, scratch, j->mass);
+	free(scratch);
+	return NULL;
+}
+
+START_TEST(test_concurrent_head_ranges)
+{
+	/* Threads attending disjoint head ranges of one cache give exactly the
+	 * single-caller result: no shared mutable state. */
+	struct sinkcache_geometry g = geom(2, 40, true, 4, 8);
+	struct sinkcache *c;
+	float k[NKV * D], v[NKV * D], q[NH * D], one[NH * D], many[NH * D], m1[NH], m2[NH];
+	srand(3);
+	ck_assert_int_eq(sinkcache_new(&g, &c, NULL, 0), 0);
+	for (int t = 0; t < 70; t++) {
+		for (int j = 0; j < NKV * D; j++)
+			k[j] = frand(), v[j] = frand();
+		for (int l = 0; l < NL; l++)
+			sinkcache_append(c, l, k, v, NULL, 0);
+	}
+	for (int j = 0; j < NH * D; j++)
+		q[j] = frand();
+	float *scratch = malloc(sinkcache_scratch_floats(&g) * sizeof(float));
+	sinkcache_attend(c, 1, q, NH, 0, NH, one, scratch, m1);
+	free(scratch);
+	struct attend_job jobs[NH];
+	pthread_t th[NH];
+	for (int h = 0; h < NH; h++) {
+		jobs[h] = (struct attend_job){c, q, many, m2, h, h + 1};
+		ck_assert_int_eq(pthread_create(&th[h], NULL, attend_thread, &jobs[h]), 0);
+	}
+	for (int h = 0; h < NH; h++)
+		pthread_join(th[h], NULL);
+	ck_assert_int_eq(memcmp(one, many, sizeof(one)), 0);
+	ck_assert_int_eq(memcmp(m1, m2, sizeof(m1)), 0);
+	sinkcache_free(c);
+}
+END_TEST
+
 static Suite *sinkcache_suite(void)
 {
 	Suite *s = suite_create("sinkcache");
@@ -652,6 +705,7 @@ static Suite *sinkcache_suite(void)
 	tcase_add_test(tc, test_revise_exact);
 	tcase_add_test(tc, test_full_strategy_refuses);
 	tcase_add_test(tc, test_large_stream_index);
+	tcase_add_test(tc, test_concurrent_head_ranges);
 	tcase_add_test(tc, test_attend_modes_vs_reference);
 	suite_add_tcase(s, tc);
 	return s;
