@@ -108,6 +108,25 @@ static void limits_from_config(struct scheduler *s, const struct sinkd_config *c
 	lim->budget_bytes = (size_t)((double)avail * lim->auto_fraction);
 }
 
+int scheduler_error_status(int rc)
+{
+	switch (rc) {
+	case -EAGAIN:
+	case -ENOSPC:
+		return 503;
+	case -ENOENT:
+		return 404;
+	case -EBUSY:
+	case -ERANGE:
+		return 409;
+	case -E2BIG:
+	case -EINVAL:
+		return 400;
+	default:
+		return 500;
+	}
+}
+
 int scheduler_retry_after_s(struct scheduler *s)
 {
 	pthread_mutex_lock(&s->mu);

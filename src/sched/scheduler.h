@@ -122,6 +122,11 @@ struct scheduler_stats {
 };
 void scheduler_get_stats(struct scheduler *s, struct scheduler_stats *out);
 
+/* The HTTP status for an error code of scheduler_submit() and the session
+ * functions: -EAGAIN/-ENOSPC 503, -ENOENT 404, -EBUSY/-ERANGE 409,
+ * -E2BIG/-EINVAL 400, anything else 500. */
+int scheduler_error_status(int rc);
+
 /* Retry-After hint (seconds) for a 503 from -EAGAIN / -ENOSPC. */
 int scheduler_retry_after_s(struct scheduler *s);
 

@@ -543,6 +543,9 @@ START_TEST(test_admission_budget)
 	ck_assert_uint_eq(st.rejected_timeout, 1);
 	ck_assert_uint_eq(st.rejected_queue_full, 2);
 	ck_assert_int_eq(scheduler_retry_after_s(s), 1);
+	ck_assert_int_eq(scheduler_error_status(-EAGAIN), 503);
+	ck_assert_int_eq(scheduler_error_status(-ERANGE), 409);
+	ck_assert_int_eq(scheduler_error_status(-ENOENT), 404);
 	/* Deleting the session frees the budget for one-shot requests. */
 	ck_assert_int_eq(scheduler_session_delete(s, id), 0);
 	ck_assert_int_eq(run_one(s, a->ids, a->n, 4, NULL, 0, NULL), 4);
