@@ -16,6 +16,12 @@
 #include "util/errbuf.h"
 #include "util/log.h"
 
+/* Events queued for a connection that does not read them stop the stream
+ * (bounded memory for a stalled client); the generation is then cancelled. */
+#ifndef GS_MAX_PENDING_EVENTS
+#define GS_MAX_PENDING_EVENTS 65536
+#endif
+
 struct gs_event {
 	char *text;
 	size_t len;
@@ -49,6 +55,7 @@ struct genstream {
 	int n_prompt, n_gen;
 	double t_submit, t_first, t_last;
 	bool keepalive_due;
+	bool overflow; /* the client fell GS_MAX_PENDING_EVENTS behind */
 	double last_write;
 
 	/* The connection's thread only. */
@@ -92,6 +99,10 @@ static void gs_wake(struct genstream *gs)
 
 static void gs_push(struct genstream *gs, const struct gen_event *e, double now)
 {
+	if (gs->n_ev >= GS_MAX_PENDING_EVENTS) {
+		gs->overflow = true;
+		return;
+	}
 	if (gs->n_ev == gs->cap_ev) {
 		size_t cap = gs->cap_ev ? gs->cap_ev * 2 : 16;
 		struct gs_event *ev = realloc(gs->ev, cap * sizeof(*ev));
@@ -146,7 +157,10 @@ static void gs_on_event(void *user, const struct gen_event *e)
 		if (e->error)
 			snprintf(gs->err_msg, sizeof(gs->err_msg), "%s", e->error);
 	}
-	gs_wake(gs);
+	/* A stream wants every token now; a whole response only its end (and a
+	 * batch now and then, to keep the queue short). */
+	if (gs->stream || e->kind == GEN_EVENT_DONE || gs->n_ev >= 256)
+		gs_wake(gs);
 	pthread_mutex_unlock(&gs->mu);
 	if (e->kind == GEN_EVENT_DONE) {
 		metrics_tokens(m, (uint64_t)e->n_prompt_tokens, (uint64_t)e->n_generated_tokens);
@@ -328,6 +342,16 @@ static bool gs_fill(struct genstream *gs)
 		pthread_mutex_lock(&gs->mu);
 		struct gs_event *ev = gs_take(gs, &n, &done, &ka);
 		bool stopping = atomic_load(&gs->srv->stopping);
+		if (gs->overflow && !done) {
+			gs->finish = GEN_FINISH_ERROR;
+			gs->err_status = 500;
+			snprintf(gs->err_msg, sizeof(gs->err_msg),
+				 "the client read too slowly; generation stopped");
+			done = true;
+			gs_free_events(ev, n);
+			ev = NULL;
+			n = 0;
+		}
 		if (!n && !done && !ka && !stopping) {
 			gs->suspended = true;
 			MHD_suspend_connection(gs->conn);
