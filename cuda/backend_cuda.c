@@ -34,6 +34,7 @@ static void l2_window_update(struct cuda_backend *c)
 {
 	if (!c->l2_sinks)
 		return;
+	cudabe_graphs_clear(c); /* captured kernels keep the window they saw */
 	cudaStreamAttrValue attr;
 	memset(&attr, 0, sizeof(attr));
 	uint64_t end = cuda_arena_low_end(&c->arena);
@@ -166,6 +167,8 @@ static void cuda_destroy(struct backend *be)
 		return;
 	cudabe_workspace_free(c);
 	cudabe_weights_free(c);
+	cudaFreeHost(c->logits_h);
+	cudaFree(c->blas_ws);
 	cudaFree(c->arena_d);
 	cuda_arena_deinit(&c->arena);
 	if (c->blas)
@@ -237,6 +240,16 @@ static int backend_init(struct cuda_backend *c, const struct backend_cuda_option
 	CU_TRY(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate");
 	BLAS_TRY(cublasCreate(&c->blas), "cublasCreate");
 	BLAS_TRY(cublasSetStream(c->blas, c->stream), "cublasSetStream");
+	if (cudaMalloc(&c->blas_ws, CUDA_BLAS_WORKSPACE) != cudaSuccess) {
+		cudaGetLastError();
+		c->blas_ws = NULL;
+		return err_set(err, err_len, -ENOMEM, "cuda backend: out of device memory");
+	}
+	BLAS_TRY(cublasSetWorkspace(c->blas, c->blas_ws, CUDA_BLAS_WORKSPACE), "cublasSetWorkspace");
+	if (c->use_graphs) {
+		size_t bytes = (size_t)CUDA_GRAPH_MAX_TOKENS * c->base.model->hp.n_vocab * sizeof(float);
+		CU_TRY(cudaMallocHost((void **)&c->logits_h, bytes), "pinned logits");
+	}
 	int rc = cudabe_weights_upload(c, err, err_len);
 	return rc ? rc : arena_create(c, o, err, err_len);
 }
@@ -261,6 +274,7 @@ int backend_cuda_new(const struct model *m, const struct backend_options *opt,
 	c->wdt = (int)o->dtype;
 	c->neox = m->hp.arch == MODEL_ARCH_QWEN2;
 	c->l2_sinks = o->l2_sink_window;
+	c->use_graphs = o->cuda_graphs;
 	int rc = backend_init(c, o, err, err_len);
 	if (rc) {
 		cuda_destroy(&c->base);
@@ -270,7 +284,8 @@ int backend_cuda_new(const struct model *m, const struct backend_options *opt,
 		  (struct log_field[]){LOG_INT("device", c->device),
 				       LOG_INT("weight_mib", c->weight_bytes >> 20),
 				       LOG_INT("kv_arena_mib", c->arena.size >> 20),
-				       LOG_INT("l2_sink_window", c->l2_sinks), LOG_END});
+				       LOG_INT("l2_sink_window", c->l2_sinks),
+				       LOG_INT("cuda_graphs", c->use_graphs), LOG_END});
 	*out = &c->base;
 	return 0;
 }

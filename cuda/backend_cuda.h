@@ -12,6 +12,8 @@
 
 struct sinkd_log;
 
+#define CUDA_GRAPH_MAX_TOKENS 256
+
 struct backend_cuda_options {
 	int device;		/* CUDA device index */
 	enum kv_dtype dtype;	/* weights and activations on the device
@@ -21,6 +23,9 @@ struct backend_cuda_options {
 				 * after the weights (inference.cache.auto_fraction) */
 	bool l2_sink_window;	/* keep the sink tiers of all sessions in L2
 				 * (access-policy window); off by default */
+	bool cuda_graphs;	/* replay decode-sized forwards (<= CUDA_GRAPH_MAX_TOKENS
+				 * tokens) as captured CUDA graphs: fewer launch
+				 * overheads at small batches; off by default */
 	struct sinkd_log *log;	/* may be NULL */
 };
 

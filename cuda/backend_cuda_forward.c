@@ -13,6 +13,7 @@
 
 #include "backend_cuda_impl.h"
 #include "cache/rope.h"
+#include "util/log.h"
 
 #define BATCH_ALIGN 256
 
@@ -32,6 +33,7 @@ static void host_plan_free(struct cuda_backend *c)
 
 void cudabe_workspace_free(struct cuda_backend *c)
 {
+	cudabe_graphs_clear(c);
 	float **f[] = {&c->x, &c->proj, &c->q, &c->k, &c->v, &c->qw, &c->qs,
 		       &c->gate, &c->up, &c->logits, &c->mass, &c->partial};
 	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
@@ -115,6 +117,7 @@ static int partial_reserve(struct cuda_backend *c, size_t floats, char *err, siz
 {
 	if (floats <= c->partial_cap)
 		return 0;
+	cudabe_graphs_clear(c);
 	cudaFree(c->partial);
 	c->partial_cap = 0;
 	int rc = dev_buf((void **)&c->partial, floats * sizeof(float), err, err_len);
@@ -127,6 +130,7 @@ static int batch_reserve(struct cuda_backend *c, size_t bytes, char *err, size_t
 {
 	if (bytes <= c->batch_cap)
 		return 0;
+	cudabe_graphs_clear(c);
 	cudaFree(c->batch_d);
 	cudaFreeHost(c->batch_h);
 	c->batch_d = c->batch_h = NULL;
@@ -390,15 +394,13 @@ static void add_sink_mass(struct cuda_backend *c, const struct backend_token *to
 	}
 }
 
-static int run_layers(struct cuda_backend *c, const struct backend_token *tokens, size_t n,
-		      const struct batch_layout *bl, int n_want, float *logits, char *err,
-		      size_t err_len)
+/* Everything of one forward on the stream, without waiting: upload of the
+ * batch, layers, logits (n_want rows) to logits_dst, sink masses to mass_h. */
+static int enqueue_forward(struct cuda_backend *c, size_t n, const struct batch_layout *bl,
+			   int n_want, bool want_mass, float *logits_dst, char *err, size_t err_len)
 {
 	const struct model_hparams *hp = &c->base.model->hp;
 	int rc = 0;
-	bool want_mass = false;
-	for (size_t i = 0; i < n; i++)
-		want_mass = want_mass || tokens[i].sink_mass;
 	CU_TRY(cudaMemcpyAsync(c->batch_d, c->batch_h, bl->bytes, cudaMemcpyHostToDevice, c->stream),
 	       "batch upload");
 	CU_TRY(cuda_embed(c->embd.d, c->wdt, hp->dim, (const int32_t *)(c->batch_d + bl->tok), (int)n,
@@ -408,15 +410,142 @@ static int run_layers(struct cuda_backend *c, const struct backend_token *tokens
 		rc = layer_attention(c, bl, (int)n, l, err, err_len);
 		rc = rc ? rc : layer_mlp(c, (int)n, l, err, err_len);
 	}
-	rc = rc ? rc : output_logits(c, bl, n_want, logits, err, err_len);
+	rc = rc ? rc : output_logits(c, bl, n_want, logits_dst, err, err_len);
 	if (!rc && want_mass)
-		CU_TRY(cudaMemcpyAsync(c->mass_h, c->mass, (size_t)hp->n_layers * c->cap * hp->n_heads * sizeof(float),
+		CU_TRY(cudaMemcpyAsync(c->mass_h, c->mass,
+				       (size_t)hp->n_layers * c->cap * hp->n_heads * sizeof(float),
 				       cudaMemcpyDeviceToHost, c->stream),
 		       "sink mass copy");
-	cudaError_t e = cudaStreamSynchronize(c->stream);
+	return rc;
+}
+
+/* ============================================================ graphs */
+
+void cudabe_graphs_clear(struct cuda_backend *c)
+{
+	for (int i = 0; i < CUDA_GRAPH_SLOTS; i++) {
+		if (c->graphs[i].exec)
+			cudaGraphExecDestroy(c->graphs[i].exec);
+		free(c->graphs[i].key);
+		memset(&c->graphs[i], 0, sizeof(c->graphs[i]));
+	}
+}
+
+/* The launch shape of a forward: everything a captured graph bakes in
+ * (grid sizes, copy sizes); job contents and angles travel in the batch
+ * buffer, whose address is fixed.  key: (4 + 3 * n_waves) ints. */
+static size_t graph_key(const struct cuda_backend *c, size_t n, int n_want, bool want_mass, int *key)
+{
+	size_t k = 0;
+	key[k++] = (int)n;
+	key[k++] = n_want;
+	key[k++] = want_mass;
+	key[k++] = c->n_waves;
+	for (int w = 0; w < c->n_waves; w++) {
+		int splits = (c->wave_max_res[w] + CUDA_ATTN_DEFAULT_SPLIT - 1) / CUDA_ATTN_DEFAULT_SPLIT;
+		key[k++] = c->wave_begin[w + 1] - c->wave_begin[w];
+		key[k++] = c->flush_begin[w + 1] - c->flush_begin[w];
+		key[k++] = splits > 0 ? splits : 1;
+	}
+	return k;
+}
+
+static struct cuda_graph_entry *graph_find(struct cuda_backend *c, const int *key, size_t len)
+{
+	for (int i = 0; i < CUDA_GRAPH_SLOTS; i++) {
+		struct cuda_graph_entry *g = &c->graphs[i];
+		if (g->exec && g->key_len == len && memcmp(g->key, key, len * sizeof(int)) == 0)
+			return g;
+	}
+	return NULL;
+}
+
+/* Captures the forward into the least recently used slot. */
+static int graph_capture(struct cuda_backend *c, const int *key, size_t len, size_t n,
+			 const struct batch_layout *bl, int n_want, bool want_mass,
+			 struct cuda_graph_entry **out, char *err, size_t err_len)
+{
+	struct cuda_graph_entry *slot = &c->graphs[0];
+	for (int i = 1; i < CUDA_GRAPH_SLOTS; i++)
+		if (c->graphs[i].last_used < slot->last_used)
+			slot = &c->graphs[i];
+	if (slot->exec)
+		cudaGraphExecDestroy(slot->exec);
+	free(slot->key);
+	memset(slot, 0, sizeof(*slot));
+	cudaGraph_t graph = NULL;
+	CU_TRY(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal), "graph capture");
+	int rc = enqueue_forward(c, n, bl, n_want, want_mass, c->logits_h, err, err_len);
+	cudaError_t e = cudaStreamEndCapture(c->stream, &graph);
+	if (!rc && e == cudaSuccess)
+		e = cudaGraphInstantiate(&slot->exec, graph, 0);
+	if (graph)
+		cudaGraphDestroy(graph);
+	if (rc || e != cudaSuccess) {
+		cudaGetLastError();
+		slot->exec = NULL;
+		return rc ? rc : err_set(err, err_len, -EIO, "cuda backend: graph capture: %s",
+					 cudaGetErrorString(e));
+	}
+	slot->key = malloc(len * sizeof(int));
+	if (!slot->key) {
+		cudaGraphExecDestroy(slot->exec);
+		slot->exec = NULL;
+		return err_set(err, err_len, -ENOMEM, "cuda backend: out of memory");
+	}
+	memcpy(slot->key, key, len * sizeof(int));
+	slot->key_len = len;
+	*out = slot;
+	return 0;
+}
+
+/* Replays (capturing first if needed) the forward; 1 when graphs do not
+ * apply and the caller must run it eagerly. */
+static int run_graph(struct cuda_backend *c, size_t n, const struct batch_layout *bl, int n_want,
+		     bool want_mass, float *logits, char *err, size_t err_len)
+{
+	const struct model_hparams *hp = &c->base.model->hp;
+	if (!c->use_graphs || n > CUDA_GRAPH_MAX_TOKENS || (size_t)n_want > CUDA_GRAPH_MAX_TOKENS)
+		return 1;
+	int *key = malloc((4 + 3 * (size_t)c->n_waves) * sizeof(int));
+	if (!key)
+		return 1;
+	size_t len = graph_key(c, n, n_want, want_mass, key);
+	struct cuda_graph_entry *g = graph_find(c, key, len);
+	char cap_err[SINKD_ERR_LEN];
+	if (!g && graph_capture(c, key, len, n, bl, n_want, want_mass, &g, cap_err, sizeof(cap_err))) {
+		log_event(c->log, LOG_WARN, "cuda", "graph capture failed; running without graphs",
+			  (struct log_field[]){LOG_STR("error", cap_err), LOG_END});
+		c->use_graphs = false;
+		cudabe_graphs_clear(c);
+		free(key);
+		return 1;
+	}
+	free(key);
+	g->last_used = ++c->graph_clock;
+	CU_TRY(cudaGraphLaunch(g->exec, c->stream), "graph launch");
+	CU_TRY(cudaStreamSynchronize(c->stream), "forward");
+	if (n_want)
+		memcpy(logits, c->logits_h, (size_t)n_want * hp->n_vocab * sizeof(float));
+	return 0;
+}
+
+static int run_layers(struct cuda_backend *c, const struct backend_token *tokens, size_t n,
+		      const struct batch_layout *bl, int n_want, float *logits, char *err,
+		      size_t err_len)
+{
+	bool want_mass = false;
+	for (size_t i = 0; i < n; i++)
+		want_mass = want_mass || tokens[i].sink_mass;
+	int rc = run_graph(c, n, bl, n_want, want_mass, logits, err, err_len);
+	if (rc == 1) {
+		rc = enqueue_forward(c, n, bl, n_want, want_mass, logits, err, err_len);
+		cudaError_t e = cudaStreamSynchronize(c->stream);
+		if (!rc)
+			CU_TRY(e, "forward");
+	}
 	if (rc)
 		return rc;
-	CU_TRY(e, "forward");
 	if (want_mass)
 		add_sink_mass(c, tokens, n);
 	return 0;

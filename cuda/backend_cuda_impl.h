@@ -53,6 +53,17 @@ struct backend_session {
 	int batch_n, batch_slot;
 };
 
+#define CUDA_GRAPH_SLOTS 8
+#define CUDA_BLAS_WORKSPACE ((size_t)32 << 20)
+
+/* One captured forward: key = its launch shape (see graph_key). */
+struct cuda_graph_entry {
+	int *key;
+	size_t key_len;
+	cudaGraphExec_t exec;
+	uint64_t last_used;
+};
+
 /* Everything one forward uploads, packed in one buffer (host and device
  * copies laid out alike). */
 struct batch_layout {
@@ -90,6 +101,12 @@ struct cuda_backend {
 	int *order, *sess_begin, *wave_begin, *flush_begin, *wave_max_res;
 	struct backend_session **sessions;
 	int n_sessions, n_waves;
+	/* captured forwards, keyed by the batch's launch shape */
+	bool use_graphs;
+	struct cuda_graph_entry graphs[CUDA_GRAPH_SLOTS];
+	uint64_t graph_clock;
+	float *logits_h; /* (CUDA_GRAPH_MAX_TOKENS, n_vocab) pinned: graphs copy logits here */
+	void *blas_ws;	 /* cuBLAS workspace (no allocation inside a capture) */
 };
 
 static inline struct cuda_backend *cuda_of(struct backend *be)
@@ -114,3 +131,4 @@ void cudabe_weights_free(struct cuda_backend *c);
 int cudabe_forward(struct backend *be, const struct backend_token *tokens, size_t n_tokens,
 		   float *logits, char *err, size_t err_len);
 void cudabe_workspace_free(struct cuda_backend *c);
+void cudabe_graphs_clear(struct cuda_backend *c);

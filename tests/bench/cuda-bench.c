@@ -8,7 +8,8 @@
  *   - attention kernel time vs window size (one launch, one layer, batch 1
  *     and 64, bf16 and int8 compressed tier), with the KV bytes it reads;
  *   - device bytes per session for a few geometries;
- *   - the L2 access-policy window over the sink tiers, off vs on, at batch 64.
+ *   - the L2 access-policy window over the sink tiers, off vs on, at batch 64;
+ *   - decode again with captured CUDA graphs (launch overheads at small batch).
  * Prints a table, then one JSON line starting with {"bench":"cuda". */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -234,10 +235,10 @@ out:
 
 /* --------------------------------------------------------------- main */
 
-static struct backend *open_backend(const struct model *m, bool l2)
+static struct backend *open_backend(const struct model *m, bool l2, bool graphs)
 {
 	struct backend_cuda_options co = {.dtype = KV_DTYPE_BF16, .auto_fraction = 0.4,
-					  .l2_sink_window = l2};
+					  .l2_sink_window = l2, .cuda_graphs = graphs};
 	struct backend *be = NULL;
 	char err[SINKD_ERR_LEN];
 	if (backend_cuda_new(m, NULL, &co, &be, err, sizeof(err))) {
@@ -270,7 +271,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "cuda-bench: %s\n", err);
 		return 1;
 	}
-	struct backend *be = open_backend(m, false);
+	struct backend *be = open_backend(m, false, false);
 	if (!be)
 		return 1;
 	size_t wbytes = backend_cuda_weight_bytes(be);
@@ -291,11 +292,24 @@ int main(int argc, char **argv)
 	int l2_batch = 64;
 	decode_point(be, &o, l2_batch, &l2_off);
 	backend_free(be);
-	be = open_backend(m, true);
+	be = open_backend(m, true, false);
 	if (be) {
 		decode_point(be, &o, l2_batch, &l2_on);
 		backend_free(be);
 	}
+	/* decode again with captured CUDA graphs */
+	struct decode_point gp[MAX_POINTS];
+	int n_gp = 0;
+	be = open_backend(m, false, true);
+	printf("with CUDA graphs:\n%8s %12s %10s\n", "batch", "tok/s", "step ms");
+	for (int i = 0; be && i < o.n_batches; i++) {
+		if (decode_point(be, &o, o.batches[i], &gp[n_gp]))
+			break;
+		printf("%8d %12.1f %10.3f\n", gp[n_gp].batch, gp[n_gp].tok_s, gp[n_gp].step_ms);
+		fflush(stdout);
+		n_gp++;
+	}
+	backend_free(be);
 	printf("L2 sink window at batch %d: off %.1f tok/s, on %.1f tok/s\n", l2_batch, l2_off.tok_s,
 	       l2_on.tok_s);
 	struct attn_point ap[4 * MAX_POINTS];
@@ -335,6 +349,12 @@ int main(int argc, char **argv)
 	for (int i = 0; i < n_dp; i++)
 		printf("%s{\"batch\":%d,\"tok_s\":%.1f,\"step_ms\":%.3f}", i ? "," : "", dp[i].batch,
 		       dp[i].tok_s, dp[i].step_ms);
+	double bwg = n_gp > 0 && gp[0].batch == 1 ? wbytes * gp[0].tok_s : 0.0;
+	printf("],\"batch1_graph_weight_gbps\":%.1f,\"batch1_graph_frac_peak\":%.3f,\"decode_graphs\":[",
+	       bwg / 1e9, bwg / (o.peak_gbps * 1e9));
+	for (int i = 0; i < n_gp; i++)
+		printf("%s{\"batch\":%d,\"tok_s\":%.1f,\"step_ms\":%.3f}", i ? "," : "", gp[i].batch,
+		       gp[i].tok_s, gp[i].step_ms);
 	printf("],\"l2_sink_window\":{\"batch\":%d,\"off_tok_s\":%.1f,\"on_tok_s\":%.1f},\"attention\":[",
 	       l2_batch, l2_off.tok_s, l2_on.tok_s);
 	for (int i = 0; i < n_ap; i++)

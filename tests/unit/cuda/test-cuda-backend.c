@@ -10,6 +10,7 @@
  *   - a synthetic model from sinkd-mkmodel (argv[1]) in bf16 and q8_0:
  *     fp32 device compute gives the CPU's greedy tokens; bf16 compute stays
  *     within bf16 tolerance;
+ *   - the same with captured CUDA graphs (cuda_graphs option);
  *   - a KV arena too small for a session: a clear -ENOSPC, and the backend
  *     keeps serving.
  * Exits 77 (skipped) without a GPU. */
@@ -52,14 +53,20 @@ static struct model *load_model(const char *path)
 	return m;
 }
 
-static struct backend *new_gpu(const struct model *m, enum kv_dtype dt, size_t cache_bytes)
+static struct backend *new_gpu_opt(const struct model *m, enum kv_dtype dt, size_t cache_bytes,
+				   bool graphs)
 {
 	struct backend_cuda_options o = {.device = 0, .dtype = dt, .cache_bytes = cache_bytes,
-					 .auto_fraction = 0.3};
+					 .auto_fraction = 0.3, .cuda_graphs = graphs};
 	struct backend *be = NULL;
 	char err[SINKD_ERR_LEN];
 	ck_assert_msg(backend_cuda_new(m, NULL, &o, &be, err, sizeof(err)) == 0, "%s", err);
 	return be;
+}
+
+static struct backend *new_gpu(const struct model *m, enum kv_dtype dt, size_t cache_bytes)
+{
+	return new_gpu_opt(m, dt, cache_bytes, false);
 }
 
 static struct backend *new_cpu(const struct model *m)
@@ -213,11 +220,11 @@ static void run_decode(struct twin_run *r, int32_t next_a, int32_t next_b, int n
 }
 
 static void twin_run_open(struct twin_run *r, const struct model *m, enum kv_dtype dt,
-			  const struct sinkcache_geometry *g)
+			  const struct sinkcache_geometry *g, bool graphs)
 {
 	memset(r, 0, sizeof(*r));
 	r->be[0] = new_cpu(m);
-	r->be[1] = new_gpu(m, dt, (size_t)64 << 20);
+	r->be[1] = new_gpu_opt(m, dt, (size_t)64 << 20, graphs);
 	r->n_vocab = m->hp.n_vocab;
 	for (int k = 0; k < 2; k++)
 		for (int j = 0; j < 2; j++)
@@ -314,7 +321,7 @@ static int32_t *story_tokens(const cJSON *ref, int i, int *n)
 	return a;
 }
 
-static void stories_vs_cpu(const struct sinkcache_geometry *gg, double tol)
+static void stories_vs_cpu(const struct sinkcache_geometry *gg, double tol, bool graphs)
 {
 	struct model *m = load_stories();
 	cJSON *ref = load_reference();
@@ -324,7 +331,7 @@ static void stories_vs_cpu(const struct sinkcache_geometry *gg, double tol)
 	g.n_layers = m->hp.n_layers, g.n_kv_heads = m->hp.n_kv_heads, g.head_dim = m->hp.head_dim;
 	g.rope_dim = m->hp.rope_dim, g.rope_theta = m->hp.rope_theta;
 	struct twin_run r;
-	twin_run_open(&r, m, KV_DTYPE_F32, &g);
+	twin_run_open(&r, m, KV_DTYPE_F32, &g, graphs);
 	run_prefill(&r, a, na, b, nb, 7);
 	run_decode(&r, 1, 2, 60, 20);
 	ck_assert_msg(r.worst <= tol, "logits differ from the cpu backend by %g (relative)", r.worst);
@@ -342,9 +349,11 @@ START_TEST(test_stories_tiered_cache_vs_cpu)
 	struct sinkcache_geometry int8 = geometry(m, 40, true, 8, true, KV_DTYPE_BF16);
 	struct sinkcache_geometry int4 = geometry(m, 36, true, 4, false, KV_DTYPE_F16);
 	model_free(m);
-	stories_vs_cpu(&plain, 1e-4);
-	stories_vs_cpu(&int8, 1e-3);
-	stories_vs_cpu(&int4, 5e-3);
+	stories_vs_cpu(&plain, 1e-4, false);
+	stories_vs_cpu(&int8, 1e-3, false);
+	stories_vs_cpu(&int4, 5e-3, false);
+	/* captured CUDA graphs replay the same forwards */
+	stories_vs_cpu(&int8, 1e-3, true);
 }
 END_TEST
 
@@ -374,14 +383,14 @@ static void synthetic_vs_cpu(const char *type)
 	struct sinkcache_geometry g = geometry(m, 48, true, 8, true, KV_DTYPE_BF16);
 	/* fp32 on the device: the CPU's greedy tokens */
 	struct twin_run r;
-	twin_run_open(&r, m, KV_DTYPE_F32, &g);
+	twin_run_open(&r, m, KV_DTYPE_F32, &g, false);
 	run_prefill(&r, a, 40, b, 23, 16);
 	run_decode(&r, 3, 4, 40, 10);
 	ck_assert_msg(r.worst <= 1e-3, "%s fp32: logits differ by %g (relative)", type, r.worst);
 	ck_assert_int_eq(r.token_flips, 0);
 	twin_run_close(&r);
 	/* bf16 on the device: close, not bit-alike (activations rounded to bf16) */
-	twin_run_open(&r, m, KV_DTYPE_BF16, &g);
+	twin_run_open(&r, m, KV_DTYPE_BF16, &g, true);
 	run_prefill(&r, a, 40, b, 23, 16);
 	run_decode(&r, 3, 4, 20, 10);
 	ck_assert_msg(r.worst <= 5e-2, "%s bf16: logits differ by %g (relative)", type, r.worst);
