@@ -16,7 +16,7 @@
 #include "tokenizer/tokenizer.h"
 #include "util/errbuf.h"
 
-static enum MHD_Result respond_api_error(struct request *r, const struct api_error *e)
+enum MHD_Result respond_api_error(struct request *r, const struct api_error *e)
 {
 	return http_respond_error(r, e->status, e->type, e->param[0] ? e->param : NULL, e->code, 0,
 				  "%s", e->message);
@@ -148,8 +148,8 @@ static enum MHD_Result api_detokenize(struct request *r)
 
 /* The prompt as token ids: given ids, a completion prompt, or chat messages
  * rendered with the model's template. */
-static int prompt_ids(struct request *r, struct gen_args *a, int32_t **ids, size_t *n,
-		      struct api_error *e)
+static int prompt_ids(struct request *r, struct gen_args *a, bool add_bos, int32_t **ids,
+		      size_t *n, struct api_error *e)
 {
 	const struct tokenizer *tok = r->srv->tok;
 	char err[SINKD_ERR_LEN];
@@ -181,7 +181,7 @@ static int prompt_ids(struct request *r, struct gen_args *a, int32_t **ids, size
 		}
 		parse_special = true; /* the template's own control tokens */
 	}
-	int rc = tokenizer_encode(tok, text, strlen(text), true, parse_special, ids, n, err,
+	int rc = tokenizer_encode(tok, text, strlen(text), add_bos, parse_special, ids, n, err,
 				  sizeof(err));
 	if (a->chat)
 		free(text);
@@ -199,38 +199,27 @@ static void free_stops(char **stops, size_t n)
 	free(stops);
 }
 
-static enum MHD_Result api_generate(struct request *r, bool chat)
+enum MHD_Result api_submit(struct request *r, struct gen_args *a, int32_t *ids, size_t n_ids,
+			   const char *session_id, size_t revise_last_tokens, bool append_only)
 {
 	struct server *s = r->srv;
-	int64_t limit = 0;
-	server_settings_get(s, &limit, NULL);
-	struct gen_args a;
-	struct api_error e;
-	if (gen_args_parse(r->body, r->body_len, chat, limit, &a, &e))
-		return respond_api_error(r, &e);
-	enum MHD_Result ret;
-	if (a.model && strcmp(a.model, s->model_name)) {
-		ret = http_respond_error(r, 404, "invalid_request_error", "model", "model_not_found",
-					 0, "the model '%s' does not exist (this server serves '%s')",
-					 a.model, s->model_name);
-		goto out;
-	}
-	struct gen_request req = {.sampling = a.sampling, .max_tokens = a.max_tokens,
-				  .want_logprobs = a.logprobs, .ignore_eos = a.ignore_eos};
-	if (prompt_ids(r, &a, &req.prompt_ids, &req.n_prompt, &e)) {
-		ret = respond_api_error(r, &e);
-		goto out;
-	}
-	if (!a.seed_given && RAND_bytes((unsigned char *)&req.sampling.seed, 8) != 1)
+	struct gen_request req = {.prompt_ids = ids, .n_prompt = n_ids, .sampling = a->sampling,
+				  .max_tokens = append_only ? 0 : a->max_tokens,
+				  .want_logprobs = a->logprobs, .ignore_eos = a->ignore_eos,
+				  .session_id = session_id,
+				  .revise_last_tokens = revise_last_tokens};
+	if (!a->seed_given && RAND_bytes((unsigned char *)&req.sampling.seed, 8) != 1)
 		req.sampling.seed = (uint64_t)(server_now() * 1e9);
-	req.stops = a.stops;
-	req.n_stops = a.n_stops;
-	a.stops = NULL;
-	a.n_stops = 0;
+	req.stops = a->stops;
+	req.n_stops = a->n_stops;
+	a->stops = NULL;
+	a->n_stops = 0;
 	char id[REQUEST_ID_LEN + 16];
-	snprintf(id, sizeof(id), "%s-%s", chat ? "chatcmpl" : "cmpl", r->id);
-	struct gen_shape shape = {.chat = chat, .stream = a.stream, .include_usage = a.include_usage,
-				  .logprobs = a.logprobs, .id = id, .model = s->model_name,
+	snprintf(id, sizeof(id), "%s-%s", a->chat ? "chatcmpl" : "cmpl", r->id);
+	struct gen_shape shape = {.chat = a->chat, .stream = a->stream && !append_only,
+				  .include_usage = a->include_usage, .logprobs = a->logprobs,
+				  .append_only = append_only, .session_id = session_id, .id = id,
+				  .model = s->model_name,
 				  .timing = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
 									"X-Sinkd-Timing") != NULL};
 	char err[SINKD_ERR_LEN];
@@ -241,19 +230,66 @@ static enum MHD_Result api_generate(struct request *r, bool chat)
 		free_stops(req.stops, req.n_stops);
 		const char *param = NULL;
 		if (rc == -E2BIG)
-			param = chat ? "messages" : "prompt";
+			param = session_id && append_only ? "text" : a->chat ? "messages" : "prompt";
+		else if (rc == -ENOENT || rc == -EBUSY)
+			param = "session_id";
+		else if (rc == -ERANGE)
+			param = "revise_last_tokens";
 		else if (status == 400 && strstr(err, "max_tokens"))
 			param = "max_tokens";
-		ret = http_respond_error(r, status,
-					 status >= 500 ? "server_error" : "invalid_request_error",
-					 param,
-					 status == 503	 ? "overloaded"
-					 : rc == -E2BIG ? "context_length_exceeded"
-							 : "invalid_value",
-					 retry, "%s", err);
+		return http_respond_error(r, status,
+					  status >= 500 ? "server_error" : "invalid_request_error",
+					  param,
+					  status == 503	  ? "overloaded"
+					  : rc == -E2BIG  ? "context_length_exceeded"
+					  : rc == -ENOENT ? "session_not_found"
+					  : status == 409 ? "conflict"
+							  : "invalid_value",
+					  retry, "%s", err);
+	}
+	return genstream_respond(r);
+}
+
+/* Whether a persistent session exists and still has no tokens (its first
+ * input then starts with BOS).  -ENOENT when unknown. */
+int api_session_is_empty(struct server *s, const char *id, bool *empty)
+{
+	struct sched_session_info info;
+	int rc = scheduler_session_info(s->sched, id, &info);
+	if (!rc)
+		*empty = info.n_seen == 0;
+	return rc;
+}
+
+static enum MHD_Result api_generate(struct request *r, bool chat)
+{
+	struct server *s = r->srv;
+	int64_t limit = 0;
+	server_settings_get(s, &limit, NULL);
+	struct gen_args a;
+	struct api_error e;
+	if (gen_args_parse(r->body, r->body_len, chat, limit, &a, &e))
+		return respond_api_error(r, &e);
+	enum MHD_Result ret;
+	bool add_bos = true;
+	if (a.model && strcmp(a.model, s->model_name)) {
+		ret = http_respond_error(r, 404, "invalid_request_error", "model", "model_not_found",
+					 0, "the model '%s' does not exist (this server serves '%s')",
+					 a.model, s->model_name);
 		goto out;
 	}
-	ret = genstream_respond(r);
+	if (a.session_id && api_session_is_empty(s, a.session_id, &add_bos)) {
+		ret = http_respond_error(r, 404, "invalid_request_error", "session_id",
+					 "session_not_found", 0, "no session %.40s", a.session_id);
+		goto out;
+	}
+	int32_t *ids = NULL;
+	size_t n_ids = 0;
+	if (prompt_ids(r, &a, add_bos, &ids, &n_ids, &e)) {
+		ret = respond_api_error(r, &e);
+		goto out;
+	}
+	ret = api_submit(r, &a, ids, n_ids, a.session_id, 0, false);
 out:
 	gen_args_deinit(&a);
 	return ret;
@@ -281,8 +317,14 @@ enum MHD_Result api_handle(struct request *r)
 		return api_tokenize(r);
 	if (r->ep == EP_DETOKENIZE)
 		return api_detokenize(r);
+	if (r->ep == EP_SESSION)
+		return api_session(r);
 	if (atomic_load(&s->draining))
 		return http_respond_error(r, 503, "server_error", NULL, "draining", 5,
 					  "the server is shutting down");
+	if (r->ep == EP_SESSIONS)
+		return api_session_create(r);
+	if (r->ep == EP_SESSION_APPEND)
+		return api_session_append(r);
 	return api_generate(r, r->ep == EP_CHAT);
 }

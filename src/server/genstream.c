@@ -43,7 +43,8 @@ struct genstream {
 	struct oa_ctx oa;
 	char id[REQUEST_ID_LEN + 16];
 	char model[128];
-	bool stream, logprobs, timing;
+	bool stream, logprobs, timing, append_only;
+	char session_id[SCHED_SESSION_ID_LEN];
 
 	/* Written by the engine thread, under mu. */
 	struct gs_event *ev;
@@ -212,6 +213,9 @@ static struct genstream *gs_new(struct request *r, const struct gen_shape *shape
 	gs->stream = shape->stream;
 	gs->logprobs = shape->logprobs;
 	gs->timing = shape->timing;
+	gs->append_only = shape->append_only;
+	snprintf(gs->session_id, sizeof(gs->session_id), "%s",
+		 shape->session_id ? shape->session_id : "");
 	snprintf(gs->id, sizeof(gs->id), "%s", shape->id);
 	snprintf(gs->model, sizeof(gs->model), "%s", shape->model);
 	gs->oa = (struct oa_ctx){.chat = shape->chat, .id = gs->id, .model = gs->model,
@@ -454,6 +458,13 @@ static enum MHD_Result gs_respond_whole(struct request *r)
 								 : "server_error",
 					  NULL, "generation_failed", status == 503 ? retry : 0, "%s",
 					  gs->err_msg[0] ? gs->err_msg : "generation failed");
+	if (gs->append_only) {
+		cJSON *o = cJSON_CreateObject();
+		cJSON_AddStringToObject(o, "id", gs->session_id);
+		cJSON_AddStringToObject(o, "object", "session.append");
+		cJSON_AddNumberToObject(o, "tokens_appended", np);
+		return http_respond_json(r, 200, o);
+	}
 	cJSON *lp = gs->lp_acc;
 	gs->lp_acc = NULL;
 	return http_respond_json(r, 200,

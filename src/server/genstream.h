@@ -15,6 +15,8 @@ struct gen_shape {
 	bool include_usage;
 	bool logprobs;
 	bool timing; /* X-Sinkd-Timing: chunks carry "sinkd_emit_us" (benchmarks) */
+	bool append_only;	/* session append without generation */
+	const char *session_id; /* NULL for one-shot requests */
 	const char *id;
 	const char *model;
 };

@@ -43,6 +43,7 @@ static const struct route routes[] = {
 	{"/v1/chat/completions", EP_CHAT, "POST", false},
 	{"/tokenize", EP_TOKENIZE, "POST", false},
 	{"/detokenize", EP_DETOKENIZE, "POST", false},
+	{"/v1/sessions", EP_SESSIONS, "POST", false},
 };
 
 static const struct route *route_find(const char *url)
@@ -51,6 +52,30 @@ static const struct route *route_find(const char *url)
 		if (!strcmp(url, routes[i].path))
 			return &routes[i];
 	return NULL;
+}
+
+/* /v1/sessions/{id} (GET, DELETE) and /v1/sessions/{id}/append (POST); the
+ * id (at most 64 characters of [0-9a-zA-Z_-]) goes to id_out. */
+static const struct route *route_session(const char *url, const char *method,
+					 char id_out[SCHED_SESSION_ID_LEN])
+{
+	static const struct route session_get = {"", EP_SESSION, "GET", false};
+	static const struct route session_delete = {"", EP_SESSION, "DELETE", false};
+	static const struct route session_append = {"", EP_SESSION_APPEND, "POST", false};
+	const char *prefix = "/v1/sessions/";
+	if (strncmp(url, prefix, strlen(prefix)))
+		return NULL;
+	const char *id = url + strlen(prefix);
+	size_t n = strspn(id, "0123456789abcdefABCDEF");
+	if (n == 0 || n >= SCHED_SESSION_ID_LEN)
+		return NULL;
+	memcpy(id_out, id, n);
+	id_out[n] = '\0';
+	if (!strcmp(id + n, "/append"))
+		return &session_append;
+	if (id[n])
+		return NULL;
+	return !strcmp(method, "DELETE") ? &session_delete : &session_get;
 }
 
 void server_settings_get(struct server *s, int64_t *max_tokens, int64_t *keepalive_s)
@@ -172,6 +197,8 @@ static enum MHD_Result request_begin(struct server *s, struct MHD_Connection *c,
 	*con_cls = r;
 	request_id_init(r);
 	const struct route *rt = route_find(url);
+	if (!rt)
+		rt = route_session(url, method, r->session_id);
 	r->ep = rt ? rt->ep : EP_OTHER;
 	if (!rt)
 		return http_respond_error(r, 404, "invalid_request_error", NULL, "not_found",
@@ -187,7 +214,7 @@ static enum MHD_Result request_begin(struct server *s, struct MHD_Connection *c,
 		cJSON_Delete(o);
 		resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
 		MHD_add_response_header(resp, "Content-Type", "application/json");
-		MHD_add_response_header(resp, "Allow", rt->method);
+		MHD_add_response_header(resp, "Allow", rt->ep == EP_SESSION ? "GET, DELETE" : rt->method);
 		return http_queue(r, 405, resp);
 	}
 	if (!rt->open) {

@@ -21,7 +21,8 @@ static const double bucket_le[N_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 
 
 static const char *const endpoint_paths[EP_COUNT] = {
 	"/health",  "/ready",	   "/metrics",	 "/v1/models", "/v1/completions",
-	"/v1/chat/completions", "/tokenize", "/detokenize", "other"};
+	"/v1/chat/completions", "/tokenize", "/detokenize", "/v1/sessions",
+	"/v1/sessions/{id}", "/v1/sessions/{id}/append", "other"};
 
 struct histogram {
 	uint64_t counts[N_BUCKETS + 1]; /* last: above every bound */

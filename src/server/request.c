@@ -77,7 +77,7 @@ static int get_num(const cJSON *o, const char *key, double lo, double hi, double
 	if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
 		return fail(e, key, "invalid_type", "'%s' must be a number", key);
 	if (v->valuedouble < lo || v->valuedouble > hi)
-		return fail(e, key, "invalid_value", "'%s' must be between %g and %g, got %g", key,
+		return fail(e, key, "invalid_value", "'%s' must be between %.10g and %.10g, got %.10g", key,
 			    lo, hi, v->valuedouble);
 	*out = v->valuedouble;
 	return 0;
@@ -341,6 +341,17 @@ static int parse_messages(const cJSON *o, struct gen_args *a, struct api_error *
 	return 0;
 }
 
+static int parse_session_id(const cJSON *o, struct gen_args *a, struct api_error *e)
+{
+	cJSON *v = field(o, "session_id");
+	if (!v)
+		return 0;
+	if (!cJSON_IsString(v) || !*v->valuestring)
+		return fail(e, "session_id", "invalid_type", "'session_id' must be a session id string");
+	a->session_id = dup_string(v);
+	return 0;
+}
+
 int gen_args_parse(const char *body, size_t len, bool chat, int64_t limit, struct gen_args *a,
 		   struct api_error *e)
 {
@@ -354,6 +365,8 @@ int gen_args_parse(const char *body, size_t len, bool chat, int64_t limit, struc
 		return rc;
 	rc = parse_common(root, limit, a, e);
 	if (!rc)
+		rc = parse_session_id(root, a, e);
+	if (!rc)
 		rc = chat ? parse_messages(root, a, e) : parse_prompt(root, a, e);
 	cJSON_Delete(root);
 	if (rc)
@@ -361,9 +374,77 @@ int gen_args_parse(const char *body, size_t len, bool chat, int64_t limit, struc
 	return rc;
 }
 
+int session_create_args_parse(const char *body, size_t len, struct session_create_args *out,
+			      struct api_error *e)
+{
+	memset(e, 0, sizeof(*e));
+	out->window_size = 0;
+	out->sink_keep_count = -1;
+	if (len == 0)
+		return 0;
+	cJSON *root = NULL;
+	int rc = parse_root(body, len, &root, e);
+	if (rc)
+		return rc;
+	double w = 0, k = -1;
+	rc = get_int(root, "window_size", 1, 1 << 24, &w, e);
+	if (!rc)
+		rc = get_int(root, "sink_keep_count", 0, 1 << 20, &k, e);
+	out->window_size = (int)w;
+	out->sink_keep_count = (int)k;
+	cJSON_Delete(root);
+	return rc;
+}
+
+int append_args_parse(const char *body, size_t len, int64_t limit, struct append_args *a,
+		      struct api_error *e)
+{
+	memset(a, 0, sizeof(*a));
+	memset(e, 0, sizeof(*e));
+	sampler_params_default(&a->gen.sampling);
+	cJSON *root = NULL;
+	int rc = parse_root(body, len, &root, e);
+	if (rc)
+		return rc;
+	cJSON *t = field(root, "text"), *g = field(root, "generate");
+	double revise = 0;
+	if (t && !cJSON_IsString(t))
+		rc = fail(e, "text", "invalid_type", "'text' must be a string");
+	if (!rc)
+		rc = get_int(root, "revise_last_tokens", 0, 1 << 30, &revise, e);
+	if (!rc && g && !cJSON_IsObject(g))
+		rc = fail(e, "generate", "invalid_type", "'generate' must be an object");
+	if (!rc && !t && !g && revise == 0)
+		rc = fail(e, "text", "missing_field", "'text' or 'generate' is required");
+	a->revise_last_tokens = (size_t)revise;
+	a->text = strdup(cJSON_IsString(t) ? t->valuestring : "");
+	if (!rc && g) {
+		a->generate = true;
+		a->gen.stream = true; /* the reply streams unless asked otherwise */
+		rc = parse_common(g, limit, &a->gen, e);
+		if (rc && e->param[0]) {
+			char p[sizeof(e->param)];
+			snprintf(p, sizeof(p), "%s", e->param);
+			snprintf(e->param, sizeof(e->param), "generate.%.48s", p);
+		}
+	}
+	cJSON_Delete(root);
+	if (rc)
+		append_args_deinit(a);
+	return rc;
+}
+
+void append_args_deinit(struct append_args *a)
+{
+	free(a->text);
+	gen_args_deinit(&a->gen);
+	memset(a, 0, sizeof(*a));
+}
+
 void gen_args_deinit(struct gen_args *a)
 {
 	free(a->model);
+	free(a->session_id);
 	for (size_t i = 0; i < a->n_stops; i++)
 		free(a->stops[i]);
 	free(a->stops);

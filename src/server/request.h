@@ -34,6 +34,7 @@ struct gen_args {
 	struct sampler_params sampling;
 	bool seed_given;
 	bool ignore_eos; /* llama.cpp extension: generate past end-of-text */
+	char *session_id; /* continue a persistent session, NULL when none */
 	char **stops;
 	size_t n_stops;
 	/* completions: text, or token ids when the prompt was given as ids */
@@ -49,6 +50,27 @@ struct gen_args {
 int gen_args_parse(const char *body, size_t len, bool chat, int64_t max_tokens_limit,
 		   struct gen_args *out, struct api_error *e);
 void gen_args_deinit(struct gen_args *a);
+
+/* POST /v1/sessions: {"window_size": N, "sink_keep_count": M}, both optional
+ * (an empty body is fine). */
+struct session_create_args {
+	int window_size;     /* 0: configured */
+	int sink_keep_count; /* -1: configured */
+};
+int session_create_args_parse(const char *body, size_t len, struct session_create_args *out,
+			      struct api_error *e);
+
+/* POST /v1/sessions/{id}/append: {"text", "revise_last_tokens", "generate":
+ * {completion fields; "stream" defaults to true}}. */
+struct append_args {
+	char *text;
+	size_t revise_last_tokens;
+	bool generate;
+	struct gen_args gen; /* when generate: sampling, max_tokens, stream, ... */
+};
+int append_args_parse(const char *body, size_t len, int64_t max_tokens_limit,
+		      struct append_args *out, struct api_error *e);
+void append_args_deinit(struct append_args *a);
 
 struct tokenize_args {
 	char *content;

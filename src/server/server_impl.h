@@ -69,6 +69,7 @@ struct request {
 	enum api_endpoint ep;
 	const char *method;
 	char id[REQUEST_ID_LEN];
+	char session_id[SCHED_SESSION_ID_LEN]; /* /v1/sessions/{id}... */
 	double t_start;
 	char *body;
 	size_t body_len, body_cap;
@@ -95,3 +96,14 @@ void server_settings_get(struct server *s, int64_t *max_tokens, int64_t *keepali
 
 /* api.c: handles a complete request (body received) or a resumed one. */
 enum MHD_Result api_handle(struct request *r);
+struct api_error;
+struct gen_args;
+enum MHD_Result respond_api_error(struct request *r, const struct api_error *e);
+/* Submits a generation (ids owned by the callee from here on) and answers. */
+enum MHD_Result api_submit(struct request *r, struct gen_args *a, int32_t *ids, size_t n_ids,
+			   const char *session_id, size_t revise_last_tokens, bool append_only);
+int api_session_is_empty(struct server *s, const char *id, bool *empty);
+/* api_sessions.c: the persistent-session endpoints. */
+enum MHD_Result api_session_create(struct request *r);
+enum MHD_Result api_session(struct request *r);	      /* GET, DELETE /v1/sessions/{id} */
+enum MHD_Result api_session_append(struct request *r); /* POST /v1/sessions/{id}/append */

@@ -217,6 +217,50 @@ START_TEST(test_tokenize_args)
 }
 END_TEST
 
+START_TEST(test_session_args)
+{
+	struct session_create_args c;
+	struct append_args a;
+	struct api_error e;
+	ck_assert_int_eq(session_create_args_parse("", 0, &c, &e), 0);
+	ck_assert_int_eq(c.window_size, 0);
+	ck_assert_int_eq(c.sink_keep_count, -1);
+	const char *b = "{\"window_size\":64,\"sink_keep_count\":0}";
+	ck_assert_int_eq(session_create_args_parse(b, strlen(b), &c, &e), 0);
+	ck_assert_int_eq(c.window_size, 64);
+	ck_assert_int_eq(c.sink_keep_count, 0);
+	b = "{\"window_size\":-3}";
+	ck_assert_int_ne(session_create_args_parse(b, strlen(b), &c, &e), 0);
+	ck_assert_str_eq(e.param, "window_size");
+
+	b = "{\"text\":\"hello\",\"revise_last_tokens\":2}";
+	ck_assert_int_eq(append_args_parse(b, strlen(b), 100, &a, &e), 0);
+	ck_assert_str_eq(a.text, "hello");
+	ck_assert_int_eq((int)a.revise_last_tokens, 2);
+	ck_assert(!a.generate);
+	append_args_deinit(&a);
+	b = "{\"text\":\"x\",\"generate\":{\"max_tokens\":7,\"temperature\":0}}";
+	ck_assert_int_eq(append_args_parse(b, strlen(b), 100, &a, &e), 0);
+	ck_assert(a.generate && a.gen.stream); /* a reply streams by default */
+	ck_assert_int_eq(a.gen.max_tokens, 7);
+	append_args_deinit(&a);
+	b = "{\"text\":\"x\",\"generate\":{\"max_tokens\":700}}";
+	ck_assert_int_ne(append_args_parse(b, strlen(b), 100, &a, &e), 0);
+	ck_assert_str_eq(e.param, "generate.max_tokens");
+	b = "{\"revise_last_tokens\":0}";
+	ck_assert_int_ne(append_args_parse(b, strlen(b), 100, &a, &e), 0);
+	ck_assert_str_eq(e.param, "text");
+	b = "{\"text\":3}";
+	ck_assert_int_ne(append_args_parse(b, strlen(b), 100, &a, &e), 0);
+	ck_assert_str_eq(e.code, "invalid_type");
+	struct gen_args g;
+	b = "{\"prompt\":\"x\",\"session_id\":\"abc\"}";
+	ck_assert_int_eq(gen_args_parse(b, strlen(b), false, 10, &g, &e), 0);
+	ck_assert_str_eq(g.session_id, "abc");
+	gen_args_deinit(&g);
+}
+END_TEST
+
 START_TEST(test_metrics_text)
 {
 	struct metrics *m;
@@ -258,6 +302,7 @@ int main(void)
 	tcase_add_test(tc, test_request_ok);
 	tcase_add_test(tc, test_request_errors);
 	tcase_add_test(tc, test_tokenize_args);
+	tcase_add_test(tc, test_session_args);
 	tcase_add_test(tc, test_metrics_text);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
