@@ -129,8 +129,9 @@ struct scheduler {
 	size_t cap_logits_rows;
 	size_t rr_decode, rr_prefill; /* round-robin cursors */
 	/* [engine] prefill pacing while sessions decode (sched_tick.c) */
-	double pace_decode_s; /* moving average of decode-only batch time; 0 unknown */
-	double pace_cap;      /* prefill tokens per batch while sessions decode */
+	double pace_decode_s;        /* moving average of decode-only batch time; 0 unknown */
+	double pace_cap;             /* prefill tokens per batch while sessions decode */
+	unsigned pace_since_measure; /* batches since the last decode-only one */
 };
 
 double sched_now(void);

@@ -16,12 +16,14 @@
  * Pacing: while any session decodes, the prefill share of a batch is further
  * capped by `pace_cap`, adapted after every batch so that a batch carrying
  * prefill takes at most PACE_FACTOR times as long as a decode-only batch
- * (measured, moving average): the cap shrinks by 30% when a batch took
- * longer, grows by 25% when one cut short by it took less than 80% of the
- * target.  A 30k-token prompt therefore streams in at a steady share of the
- * machine while every stream keeps receiving one token per batch, with
- * inter-token latency at most ~PACE_FACTOR x its decode-only value.  With no
- * session decoding, prefill uses the whole max_batch_tokens.
+ * (measured, moving average; while prompts wait, every PACE_REMEASURE-th
+ * batch is decode-only to keep that reference fresh as contexts grow): the
+ * cap shrinks by 30% when a batch took longer, grows by 25% when one cut
+ * short by it took less than 80% of the target, and never drops below one
+ * token, so a prompt always advances.  A 30k-token prompt therefore streams in at a steady share of
+ * the machine while every stream keeps receiving one token per batch, with inter-token latency at
+ * most ~PACE_FACTOR x its decode-only value.  With no session decoding, prefill uses the whole
+ * max_batch_tokens.
  *
  * Persistent sessions keep the stream's last token un-fed ("pending"): a
  * later request starts by feeding it, which yields the logits to continue
@@ -413,8 +415,9 @@ static size_t prefill_chunk_cap(const struct sched_req *r)
 }
 
 #define PACE_FACTOR 1.5
-#define PACE_MIN_CAP 8.0
+#define PACE_MIN_CAP 1.0
 #define PACE_START_CAP 64.0
+#define PACE_REMEASURE 32 /* paced batches between two decode-only ones */
 
 struct batch_shape {
 	size_t n_decode;  /* decode tokens */
@@ -441,6 +444,10 @@ static size_t batch_build(struct scheduler *s, struct sched_req **act, size_t n_
 	size_t limit = max_tokens;
 	if (n > 0 && n + (size_t)s->pace_cap < limit)
 		limit = n + (size_t)s->pace_cap;
+	/* Measure (or re-measure, as contexts grow) what a decode-only batch
+	 * costs: the reference of the pacing. */
+	if (n > 0 && want > 0 && (s->pace_decode_s == 0 || s->pace_since_measure >= PACE_REMEASURE))
+		limit = n;
 	shape->paced = limit < max_tokens && want > limit - n;
 	size_t left = n_prefill, start = s->rr_prefill++;
 	for (size_t k = 0; k < n_act && left > 0; k++) {
@@ -475,9 +482,11 @@ static void pace_update(struct scheduler *s, const struct batch_shape *b, double
 		s->pace_cap = PACE_START_CAP;
 	if (b->n_decode && !b->n_prefill) {
 		s->pace_decode_s =
-		    s->pace_decode_s ? 0.9 * s->pace_decode_s + 0.1 * seconds : seconds;
+		    s->pace_decode_s ? 0.7 * s->pace_decode_s + 0.3 * seconds : seconds;
+		s->pace_since_measure = 0;
 		return;
 	}
+	s->pace_since_measure++;
 	if (!b->n_decode || !b->n_prefill || s->pace_decode_s == 0)
 		return;
 	double target = PACE_FACTOR * s->pace_decode_s;
