@@ -277,7 +277,8 @@ static int req_start(struct scheduler *s, struct sched_req *r, int *http_status,
 	r->had_pending = ss->has_pending;
 	if (ss->has_pending)
 		r->feed[r->n_feed++] = hist_last(ss);
-	memcpy(r->feed + r->n_feed, q->prompt_ids, q->n_prompt * sizeof(*r->feed));
+	if (q->n_prompt)
+		memcpy(r->feed + r->n_feed, q->prompt_ids, q->n_prompt * sizeof(*r->feed));
 	r->n_feed += q->n_prompt;
 	r->n_feed_all = r->n_feed;
 	r->n_prompt = (int)q->n_prompt;
