@@ -175,14 +175,7 @@ static void attend_rotate_queries(struct attend_ctx *x, const float *q)
 /* Softmax of scores[0..n) in place; returns the mass of the first n_sink. */
 static float attend_softmax(float *scores, int n, int n_sink)
 {
-	float mx = -INFINITY, sum = 0.0f, sink = 0.0f;
-	for (int i = 0; i < n; i++)
-		mx = scores[i] > mx ? scores[i] : mx;
-	for (int i = 0; i < n; i++) {
-		scores[i] = expf(scores[i] - mx);
-		sum += scores[i];
-	}
-	float inv = 1.0f / sum;
+	float inv = 1.0f / attend_exp_sum(scores, n), sink = 0.0f;
 	for (int i = 0; i < n; i++)
 		scores[i] *= inv;
 	for (int i = 0; i < n_sink; i++)

@@ -4,6 +4,7 @@
  * scalar path.  They know nothing about tiers or positions. */
 #include "cache/attend_kernels.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "cache/kvquant.h"
@@ -247,4 +248,67 @@ void attend_mix_codes(int bits, const uint8_t *base, size_t row_bytes, int n, in
 			}
 		}
 	}
+}
+
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+ATTEND_INLINE v8f select8(v8i mask, v8f a, v8f b)
+{
+	v8i ai, bi;
+	memcpy(&ai, &a, sizeof(ai));
+	memcpy(&bi, &b, sizeof(bi));
+	ai = (mask & ai) | (~mask & bi);
+	memcpy(&a, &ai, sizeof(a));
+	return a;
+}
+
+/* exp(x) for x <= 0 (scores minus their maximum), the Cephes expf
+ * polynomial: relative error ~2e-7; below -87 it gives 2^-126 (no weight). */
+ATTEND_INLINE v8f exp_neg(v8f x)
+{
+	const v8f lo = {-87.0f, -87.0f, -87.0f, -87.0f, -87.0f, -87.0f, -87.0f, -87.0f};
+	x = select8(x < lo, lo, x);
+	/* n = round(x / ln2): x <= 0, so truncating x/ln2 - 0.5 rounds */
+	v8i n = __builtin_convertvector(x * 1.44269504088896341f - 0.5f, v8i);
+	v8f nf = __builtin_convertvector(n, v8f);
+	v8f r = x - nf * 0.693359375f - nf * -2.12194440e-4f;
+	v8f p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+	p = p * r + 8.3334519073e-3f;
+	p = p * r + 4.1665795894e-2f;
+	p = p * r + 1.6666665459e-1f;
+	p = p * r + 5.0000001201e-1f;
+	v8f y = p * r * r + r + 1.0f;
+	v8i e = (n + 127) << 23;
+	v8f scale;
+	memcpy(&scale, &e, sizeof(scale));
+	return y * scale;
+}
+
+ATTEND_CLONES
+float attend_exp_sum(float *scores, int n)
+{
+	v8f m8 = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
+	          -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+	int i = 0;
+	for (; i + 8 <= n; i += 8) {
+		v8f x = ld_f32(scores + i);
+		m8 = select8(x > m8, x, m8);
+	}
+	float mx = -INFINITY;
+	for (int j = 0; j < 8; j++)
+		mx = m8[j] > mx ? m8[j] : mx;
+	for (int j = i; j < n; j++)
+		mx = scores[j] > mx ? scores[j] : mx;
+	v8f sum8 = {0};
+	for (i = 0; i + 8 <= n; i += 8) {
+		v8f e = exp_neg(ld_f32(scores + i) - mx);
+		memcpy(scores + i, &e, sizeof(e));
+		sum8 += e;
+	}
+	float sum = hsum(sum8);
+	for (; i < n; i++) {
+		scores[i] = expf(scores[i] - mx);
+		sum += scores[i];
+	}
+	return sum;
 }

@@ -25,3 +25,5 @@ void attend_score_codes(int bits, const uint8_t *base, size_t row_bytes, int n, 
 /* acc[h*d + j] += w[h*ld + i] * code_i[j]. */
 void attend_mix_codes(int bits, const uint8_t *base, size_t row_bytes, int n, int d, const float *w,
                       int ld, int r, float *acc);
+/* scores[i] <- exp(scores[i] - max) in place; returns their sum. */
+float attend_exp_sum(float *scores, int n);

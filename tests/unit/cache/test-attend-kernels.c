@@ -105,11 +105,38 @@ START_TEST(test_kernels_vs_naive)
 }
 END_TEST
 
+START_TEST(test_exp_sum)
+{
+	/* exp(x - max) against libm over the whole float range a softmax sees,
+	 * including lengths that are not a multiple of 8 */
+	static float s[203];
+	srand(9);
+	for (int n = 1; n <= 203; n += 17) {
+		double want = 0, mx = -INFINITY;
+		float orig[203];
+		for (int i = 0; i < n; i++) {
+			s[i] = orig[i] = frand() * (i % 3 ? 30.0f : 200.0f);
+			mx = fmax(mx, s[i]);
+		}
+		for (int i = 0; i < n; i++)
+			want += exp(orig[i] - mx);
+		float got = attend_exp_sum(s, n);
+		ck_assert_double_le(fabs(got - want), 1e-6 * want);
+		for (int i = 0; i < n; i++) {
+			double e = exp(orig[i] - mx);
+			ck_assert_msg(fabs(s[i] - e) <= 4e-7 * e + 1e-37,
+			              "n %d i %d x %g: %g vs %g", n, i, orig[i] - mx, s[i], e);
+		}
+	}
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("attend-kernels");
 	TCase *tc = tcase_create("core");
 	tcase_add_test(tc, test_kernels_vs_naive);
+	tcase_add_test(tc, test_exp_sum);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
