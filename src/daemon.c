@@ -58,8 +58,8 @@ static int load_config(struct daemon *d, struct sinkd_config **out, char *err, s
 	if (rc || errs.n) {
 		log_config_errors(d->log, &errs);
 		err_set(err, err_len, -EINVAL, "%s: %zu configuration error(s)%s%s",
-			d->config_path ? d->config_path : "(defaults)", errs.n,
-			errs.n ? ", first: " : "", errs.n ? errs.lines[0] : "");
+		        d->config_path ? d->config_path : "(defaults)", errs.n,
+		        errs.n ? ", first: " : "", errs.n ? errs.lines[0] : "");
 		config_errors_deinit(&errs);
 		config_deinit(c);
 		free(c);
@@ -84,7 +84,7 @@ static int load_engine(struct daemon *d, char *err, size_t err_len)
 	if (config_check_budget(c, &d->model->hp, &errs) || errs.n) {
 		log_config_errors(d->log, &errs);
 		err_set(err, err_len, -EINVAL, "%s",
-			errs.n ? errs.lines[0] : "global_cache_limit too small for this model");
+		        errs.n ? errs.lines[0] : "global_cache_limit too small for this model");
 		config_errors_deinit(&errs);
 		return -EINVAL;
 	}
@@ -92,18 +92,21 @@ static int load_engine(struct daemon *d, char *err, size_t err_len)
 	if (rc)
 		return rc;
 	if (c->model.backend == MODEL_BACKEND_CUDA)
-		return err_set(err, err_len, -ENOTSUP,
-			       "model.backend: cuda is not available in this build (use cpu or auto)");
+		return err_set(
+		    err, err_len, -ENOTSUP,
+		    "model.backend: cuda is not available in this build (use cpu or auto)");
 	struct backend_options bo = {.n_threads = (int)c->engine.threads};
 	rc = backend_cpu_new(d->model, &bo, &d->be, err, err_len);
 	if (!rc)
 		rc = scheduler_new(c, d->be, d->tok, d->log, &d->sched, err, err_len);
 	if (rc)
 		return rc;
-	struct log_field f[] = {LOG_STR("model", d->model->name), LOG_STR("backend", "cpu"),
-				LOG_INT("layers", d->model->hp.n_layers),
-				LOG_INT("vocab", d->model->hp.n_vocab),
-				LOG_DBL("cpu_s", (double)clock() / CLOCKS_PER_SEC - t0), LOG_END};
+	struct log_field f[] = {LOG_STR("model", d->model->name),
+	                        LOG_STR("backend", "cpu"),
+	                        LOG_INT("layers", d->model->hp.n_layers),
+	                        LOG_INT("vocab", d->model->hp.n_vocab),
+	                        LOG_DBL("cpu_s", (double)clock() / CLOCKS_PER_SEC - t0),
+	                        LOG_END};
 	log_event(d->log, LOG_INFO, LOG_MODULE, "model loaded", f);
 	return 0;
 }
@@ -122,13 +125,13 @@ static void reload(struct daemon *d)
 	if (load_config(d, &nc, err, sizeof(err))) {
 		struct log_field f[] = {LOG_STR("error", err), LOG_END};
 		log_event(d->log, LOG_ERROR, LOG_MODULE,
-			  "reload failed; the running configuration is unchanged", f);
+		          "reload failed; the running configuration is unchanged", f);
 		return;
 	}
 	if (server_reconfigure(d->srv, nc, err, sizeof(err))) {
 		struct log_field f[] = {LOG_STR("error", err), LOG_END};
 		log_event(d->log, LOG_ERROR, LOG_MODULE,
-			  "reload failed; the running configuration is unchanged", f);
+		          "reload failed; the running configuration is unchanged", f);
 		config_deinit(nc);
 		free(nc);
 		return;
@@ -136,8 +139,10 @@ static void reload(struct daemon *d)
 	char keys[1024] = "";
 	int n_restart = config_restart_only_changes(d->cfg, nc, keys, sizeof(keys));
 	if (n_restart > 0) {
-		struct log_field f[] = {LOG_STR("keys", keys), LOG_INT("count", n_restart), LOG_END};
-		log_event(d->log, LOG_WARN, LOG_MODULE, "needs restart: changed keys not applied", f);
+		struct log_field f[] = {LOG_STR("keys", keys), LOG_INT("count", n_restart),
+		                        LOG_END};
+		log_event(d->log, LOG_WARN, LOG_MODULE, "needs restart: changed keys not applied",
+		          f);
 	}
 	if (d->sched)
 		scheduler_reconfigure(d->sched, nc);
@@ -173,11 +178,13 @@ static void daemon_teardown(struct daemon *d)
 }
 
 int daemon_run(const char *config_path, const char *const *overrides, size_t n_overrides,
-	       struct sinkd_log *log, const volatile int *stop_flag, volatile int *reload_flag,
-	       char *err, size_t err_len)
+               struct sinkd_log *log, const volatile int *stop_flag, volatile int *reload_flag,
+               char *err, size_t err_len)
 {
-	struct daemon d = {.config_path = config_path, .overrides = overrides,
-			   .n_overrides = n_overrides, .log = log};
+	struct daemon d = {.config_path = config_path,
+	                   .overrides = overrides,
+	                   .n_overrides = n_overrides,
+	                   .log = log};
 	int rc = load_config(&d, &d.cfg, err, err_len);
 	if (rc)
 		return rc;
@@ -188,10 +195,12 @@ int daemon_run(const char *config_path, const char *const *overrides, size_t n_o
 		rc = load_engine(&d, err, err_len);
 	if (rc)
 		goto out;
-	struct server_engine eng = {.model = d.model, .tok = d.tok, .sched = d.sched,
-				    .model_name = d.cfg->model.name && d.cfg->model.name[0]
-							  ? d.cfg->model.name
-							  : d.model->name};
+	struct server_engine eng = {.model = d.model,
+	                            .tok = d.tok,
+	                            .sched = d.sched,
+	                            .model_name = d.cfg->model.name && d.cfg->model.name[0]
+	                                              ? d.cfg->model.name
+	                                              : d.model->name};
 	if (!*stop_flag) {
 		server_attach_engine(d.srv, &eng);
 		log_msg(log, LOG_INFO, LOG_MODULE, "ready on port %d", server_port(d.srv));

@@ -21,5 +21,5 @@
  * config).  Returns 0 after a clean stop, or a negative errno with a message
  * in err when start-up failed (bad config, cert, port in use, model). */
 int daemon_run(const char *config_path, const char *const *overrides, size_t n_overrides,
-	       struct sinkd_log *log, const volatile int *stop_flag,
-	       volatile int *reload_flag, char *err, size_t err_len);
+               struct sinkd_log *log, const volatile int *stop_flag, volatile int *reload_flag,
+               char *err, size_t err_len);

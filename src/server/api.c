@@ -19,7 +19,7 @@
 enum MHD_Result respond_api_error(struct request *r, const struct api_error *e)
 {
 	return http_respond_error(r, e->status, e->type, e->param[0] ? e->param : NULL, e->code, 0,
-				  "%s", e->message);
+	                          "%s", e->message);
 }
 
 static enum MHD_Result api_status(struct request *r, int status, const char *state)
@@ -63,8 +63,8 @@ static enum MHD_Result api_metrics(struct request *r)
 			free(sched_text);
 		}
 	}
-	enum MHD_Result ret = http_respond(r, 200, "text/plain; version=0.0.4; charset=utf-8",
-					   text, len);
+	enum MHD_Result ret =
+	    http_respond(r, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
 	free(text);
 	return ret;
 }
@@ -94,11 +94,11 @@ static enum MHD_Result api_tokenize(struct request *r)
 	size_t n = 0;
 	char err[SINKD_ERR_LEN];
 	int rc = tokenizer_encode(r->srv->tok, a.content, strlen(a.content), a.add_special,
-				  a.parse_special, &ids, &n, err, sizeof(err));
+	                          a.parse_special, &ids, &n, err, sizeof(err));
 	free(a.content);
 	if (rc)
 		return http_respond_error(r, 400, "invalid_request_error", "content",
-					  "invalid_value", 0, "%s", err);
+		                          "invalid_value", 0, "%s", err);
 	cJSON *o = cJSON_CreateObject();
 	cJSON *arr = cJSON_AddArrayToObject(o, "tokens");
 	for (size_t i = 0; i < n; i++)
@@ -128,9 +128,10 @@ static enum MHD_Result api_detokenize(struct request *r)
 	if (bad >= 0) {
 		int32_t id = ids[bad];
 		free(ids);
-		return http_respond_error(r, 400, "invalid_request_error", "tokens", "invalid_value",
-					  0, "'tokens[%ld]' = %d is not in the vocabulary (0..%d)",
-					  bad, id, tokenizer_n_vocab(r->srv->tok) - 1);
+		return http_respond_error(r, 400, "invalid_request_error", "tokens",
+		                          "invalid_value", 0,
+		                          "'tokens[%ld]' = %d is not in the vocabulary (0..%d)",
+		                          bad, id, tokenizer_n_vocab(r->srv->tok) - 1);
 	}
 	char *text = NULL;
 	size_t len = 0;
@@ -139,7 +140,7 @@ static enum MHD_Result api_detokenize(struct request *r)
 	free(ids);
 	if (rc)
 		return http_respond_error(r, 400, "invalid_request_error", "tokens",
-					  "invalid_value", 0, "%s", err);
+		                          "invalid_value", 0, "%s", err);
 	cJSON *o = cJSON_CreateObject();
 	cJSON_AddStringToObject(o, "content", text);
 	free(text);
@@ -148,8 +149,8 @@ static enum MHD_Result api_detokenize(struct request *r)
 
 /* The prompt as token ids: given ids, a completion prompt, or chat messages
  * rendered with the model's template. */
-static int prompt_ids(struct request *r, struct gen_args *a, bool add_bos, int32_t **ids,
-		      size_t *n, struct api_error *e)
+static int prompt_ids(struct request *r, struct gen_args *a, bool add_bos, int32_t **ids, size_t *n,
+                      struct api_error *e)
 {
 	const struct tokenizer *tok = r->srv->tok;
 	char err[SINKD_ERR_LEN];
@@ -161,8 +162,8 @@ static int prompt_ids(struct request *r, struct gen_args *a, bool add_bos, int32
 		if (bad >= 0) {
 			snprintf(e->param, sizeof(e->param), "prompt");
 			snprintf(e->message, sizeof(e->message),
-				 "'prompt[%ld]' is not a token id of this model (0..%d)", bad,
-				 tokenizer_n_vocab(tok) - 1);
+			         "'prompt[%ld]' is not a token id of this model (0..%d)", bad,
+			         tokenizer_n_vocab(tok) - 1);
 			return -EINVAL;
 		}
 		*ids = a->prompt_ids;
@@ -182,7 +183,7 @@ static int prompt_ids(struct request *r, struct gen_args *a, bool add_bos, int32
 		parse_special = true; /* the template's own control tokens */
 	}
 	int rc = tokenizer_encode(tok, text, strlen(text), add_bos, parse_special, ids, n, err,
-				  sizeof(err));
+	                          sizeof(err));
 	if (a->chat)
 		free(text);
 	if (rc) {
@@ -200,14 +201,17 @@ static void free_stops(char **stops, size_t n)
 }
 
 enum MHD_Result api_submit(struct request *r, struct gen_args *a, int32_t *ids, size_t n_ids,
-			   const char *session_id, size_t revise_last_tokens, bool append_only)
+                           const char *session_id, size_t revise_last_tokens, bool append_only)
 {
 	struct server *s = r->srv;
-	struct gen_request req = {.prompt_ids = ids, .n_prompt = n_ids, .sampling = a->sampling,
-				  .max_tokens = append_only ? 0 : a->max_tokens,
-				  .want_logprobs = a->logprobs, .ignore_eos = a->ignore_eos,
-				  .session_id = session_id,
-				  .revise_last_tokens = revise_last_tokens};
+	struct gen_request req = {.prompt_ids = ids,
+	                          .n_prompt = n_ids,
+	                          .sampling = a->sampling,
+	                          .max_tokens = append_only ? 0 : a->max_tokens,
+	                          .want_logprobs = a->logprobs,
+	                          .ignore_eos = a->ignore_eos,
+	                          .session_id = session_id,
+	                          .revise_last_tokens = revise_last_tokens};
 	if (!a->seed_given && RAND_bytes((unsigned char *)&req.sampling.seed, 8) != 1)
 		req.sampling.seed = (uint64_t)(server_now() * 1e9);
 	req.stops = a->stops;
@@ -216,12 +220,16 @@ enum MHD_Result api_submit(struct request *r, struct gen_args *a, int32_t *ids, 
 	a->n_stops = 0;
 	char id[REQUEST_ID_LEN + 16];
 	snprintf(id, sizeof(id), "%s-%s", a->chat ? "chatcmpl" : "cmpl", r->id);
-	struct gen_shape shape = {.chat = a->chat, .stream = a->stream && !append_only,
-				  .include_usage = a->include_usage, .logprobs = a->logprobs,
-				  .append_only = append_only, .session_id = session_id, .id = id,
-				  .model = s->model_name,
-				  .timing = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
-									"X-Sinkd-Timing") != NULL};
+	struct gen_shape shape = {.chat = a->chat,
+	                          .stream = a->stream && !append_only,
+	                          .include_usage = a->include_usage,
+	                          .logprobs = a->logprobs,
+	                          .append_only = append_only,
+	                          .session_id = session_id,
+	                          .id = id,
+	                          .model = s->model_name,
+	                          .timing = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+	                                                                "X-Sinkd-Timing") != NULL};
 	char err[SINKD_ERR_LEN];
 	int status = 0, retry = 0;
 	int rc = genstream_start(r, &shape, &req, &status, &retry, err, sizeof(err));
@@ -230,22 +238,23 @@ enum MHD_Result api_submit(struct request *r, struct gen_args *a, int32_t *ids, 
 		free_stops(req.stops, req.n_stops);
 		const char *param = NULL;
 		if (rc == -E2BIG)
-			param = session_id && append_only ? "text" : a->chat ? "messages" : "prompt";
+			param = session_id && append_only ? "text"
+			        : a->chat                 ? "messages"
+			                                  : "prompt";
 		else if (rc == -ENOENT || rc == -EBUSY)
 			param = "session_id";
 		else if (rc == -ERANGE)
 			param = "revise_last_tokens";
 		else if (status == 400 && strstr(err, "max_tokens"))
 			param = "max_tokens";
-		return http_respond_error(r, status,
-					  status >= 500 ? "server_error" : "invalid_request_error",
-					  param,
-					  status == 503	  ? "overloaded"
-					  : rc == -E2BIG  ? "context_length_exceeded"
-					  : rc == -ENOENT ? "session_not_found"
-					  : status == 409 ? "conflict"
-							  : "invalid_value",
-					  retry, "%s", err);
+		return http_respond_error(
+		    r, status, status >= 500 ? "server_error" : "invalid_request_error", param,
+		    status == 503   ? "overloaded"
+		    : rc == -E2BIG  ? "context_length_exceeded"
+		    : rc == -ENOENT ? "session_not_found"
+		    : status == 409 ? "conflict"
+		                    : "invalid_value",
+		    retry, "%s", err);
 	}
 	return genstream_respond(r);
 }
@@ -273,14 +282,15 @@ static enum MHD_Result api_generate(struct request *r, bool chat)
 	enum MHD_Result ret;
 	bool add_bos = true;
 	if (a.model && strcmp(a.model, s->model_name)) {
-		ret = http_respond_error(r, 404, "invalid_request_error", "model", "model_not_found",
-					 0, "the model '%s' does not exist (this server serves '%s')",
-					 a.model, s->model_name);
+		ret =
+		    http_respond_error(r, 404, "invalid_request_error", "model", "model_not_found",
+		                       0, "the model '%s' does not exist (this server serves '%s')",
+		                       a.model, s->model_name);
 		goto out;
 	}
 	if (a.session_id && api_session_is_empty(s, a.session_id, &add_bos)) {
 		ret = http_respond_error(r, 404, "invalid_request_error", "session_id",
-					 "session_not_found", 0, "no session %.40s", a.session_id);
+		                         "session_not_found", 0, "no session %.40s", a.session_id);
 		goto out;
 	}
 	int32_t *ids = NULL;
@@ -310,7 +320,7 @@ enum MHD_Result api_handle(struct request *r)
 	}
 	if (!atomic_load(&s->ready))
 		return http_respond_error(r, 503, "server_error", NULL, "loading", 1,
-					  "the model is still loading");
+		                          "the model is still loading");
 	if (r->ep == EP_MODELS)
 		return api_models(r);
 	if (r->ep == EP_TOKENIZE)
@@ -321,7 +331,7 @@ enum MHD_Result api_handle(struct request *r)
 		return api_session(r);
 	if (atomic_load(&s->draining))
 		return http_respond_error(r, 503, "server_error", NULL, "draining", 5,
-					  "the server is shutting down");
+		                          "the server is shutting down");
 	if (r->ep == EP_SESSIONS)
 		return api_session_create(r);
 	if (r->ep == EP_SESSION_APPEND)

@@ -14,7 +14,7 @@
 static enum MHD_Result session_not_found(struct request *r)
 {
 	return http_respond_error(r, 404, "invalid_request_error", "session_id",
-				  "session_not_found", 0, "no session %s", r->session_id);
+	                          "session_not_found", 0, "no session %s", r->session_id);
 }
 
 enum MHD_Result api_session_create(struct request *r)
@@ -25,16 +25,16 @@ enum MHD_Result api_session_create(struct request *r)
 	if (session_create_args_parse(r->body, r->body_len, &a, &e))
 		return respond_api_error(r, &e);
 	struct session_settings set = {.window_size = a.window_size,
-				       .sink_keep_count = a.sink_keep_count};
+	                               .sink_keep_count = a.sink_keep_count};
 	char id[SCHED_SESSION_ID_LEN], err[SINKD_ERR_LEN];
 	int rc = scheduler_session_create(s->sched, &set, id, err, sizeof(err));
 	if (rc == -EINVAL)
 		return http_respond_error(r, 400, "invalid_request_error",
-					  strstr(err, "sink") ? "sink_keep_count" : "window_size",
-					  "invalid_value", 0, "%s", err);
+		                          strstr(err, "sink") ? "sink_keep_count" : "window_size",
+		                          "invalid_value", 0, "%s", err);
 	if (rc)
 		return http_respond_error(r, 503, "server_error", NULL, "overloaded",
-					  scheduler_retry_after_s(s->sched), "%s", err);
+		                          scheduler_retry_after_s(s->sched), "%s", err);
 	struct sched_session_info info;
 	cJSON *o = cJSON_CreateObject();
 	cJSON_AddStringToObject(o, "id", id);
@@ -107,9 +107,9 @@ enum MHD_Result api_session_append(struct request *r)
 	char err[SINKD_ERR_LEN];
 	/* The first input of a session starts with BOS, later ones continue it. */
 	if (tokenizer_encode(s->tok, a.text, strlen(a.text), empty, false, &ids, &n_ids, err,
-			     sizeof(err))) {
+	                     sizeof(err))) {
 		ret = http_respond_error(r, 400, "invalid_request_error", "text", "invalid_value",
-					 0, "%s", err);
+		                         0, "%s", err);
 		goto out;
 	}
 	ret = api_submit(r, &a.gen, ids, n_ids, r->session_id, a.revise_last_tokens, !a.generate);

@@ -23,7 +23,7 @@ static int hexval(int c)
 }
 
 int auth_keys_parse(char *const *keys, size_t n_keys, struct auth_keys *out, char *err,
-		    size_t err_len)
+                    size_t err_len)
 {
 	memset(out, 0, sizeof(*out));
 	if (!n_keys)
@@ -43,10 +43,10 @@ int auth_keys_parse(char *const *keys, size_t n_keys, struct auth_keys *out, cha
 		}
 		out->n++;
 		continue;
-bad:
+	bad:
 		auth_keys_deinit(out);
 		return err_set(err, err_len, -EINVAL,
-			       "server.api_keys[%zu]: expected \"sha256:<64 hex digits>\"", i);
+		               "server.api_keys[%zu]: expected \"sha256:<64 hex digits>\"", i);
 	}
 	return 0;
 }

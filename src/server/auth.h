@@ -12,7 +12,7 @@ struct auth_keys {
 };
 
 int auth_keys_parse(char *const *keys, size_t n_keys, struct auth_keys *out, char *err,
-		    size_t err_len);
+                    size_t err_len);
 void auth_keys_deinit(struct auth_keys *k);
 /* `authorization` is the header value or NULL.  True when auth is off or the
  * bearer key's digest is one of the configured ones. */

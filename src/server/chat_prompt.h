@@ -10,4 +10,4 @@ struct tokenizer;
 
 /* *text is malloc'ed. */
 int chat_prompt_render(const struct tokenizer *tok, const struct api_message *msgs, size_t n,
-		       char **text, char *err, size_t err_len);
+                       char **text, char *err, size_t err_len);

@@ -38,7 +38,7 @@ struct genstream {
 	bool suspended;
 	bool submitted;
 	bool cancel_sent; /* the peer hung up while we were suspended */
-	int fd;		  /* the connection's socket, to notice a hang-up while suspended */
+	int fd;           /* the connection's socket, to notice a hang-up while suspended */
 	uint64_t handle;
 	struct oa_ctx oa;
 	char id[REQUEST_ID_LEN + 16];
@@ -208,25 +208,28 @@ static struct genstream *gs_new(struct request *r, const struct gen_shape *shape
 	gs->srv = r->srv;
 	gs->conn = r->conn;
 	const union MHD_ConnectionInfo *ci =
-		MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	    MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 	gs->fd = ci ? ci->connect_fd : -1;
 	gs->stream = shape->stream;
 	gs->logprobs = shape->logprobs;
 	gs->timing = shape->timing;
 	gs->append_only = shape->append_only;
 	snprintf(gs->session_id, sizeof(gs->session_id), "%s",
-		 shape->session_id ? shape->session_id : "");
+	         shape->session_id ? shape->session_id : "");
 	snprintf(gs->id, sizeof(gs->id), "%s", shape->id);
 	snprintf(gs->model, sizeof(gs->model), "%s", shape->model);
-	gs->oa = (struct oa_ctx){.chat = shape->chat, .id = gs->id, .model = gs->model,
-				 .created = (long)time(NULL), .include_usage = shape->include_usage};
+	gs->oa = (struct oa_ctx){.chat = shape->chat,
+	                         .id = gs->id,
+	                         .model = gs->model,
+	                         .created = (long)time(NULL),
+	                         .include_usage = shape->include_usage};
 	if (gs->logprobs && !gs->stream)
 		gs->lp_acc = oa_logprobs_new(shape->chat);
 	return gs;
 }
 
 int genstream_start(struct request *r, const struct gen_shape *shape, struct gen_request *req,
-		    int *http_status, int *retry_after_s, char *err, size_t err_len)
+                    int *http_status, int *retry_after_s, char *err, size_t err_len)
 {
 	struct server *s = r->srv;
 	*retry_after_s = 0;
@@ -245,11 +248,11 @@ int genstream_start(struct request *r, const struct gen_shape *shape, struct gen
 		gs_unlink(s, gs);
 		gs->refs = 1;
 		gs_unref(gs);
-		*http_status = rc == -EAGAIN || rc == -ENOSPC ? 503
-			       : rc == -ENOENT		      ? 404
-			       : rc == -EBUSY || rc == -ERANGE ? 409
-			       : rc == -ENOMEM		      ? 500
-							      : 400;
+		*http_status = rc == -EAGAIN || rc == -ENOSPC  ? 503
+		               : rc == -ENOENT                 ? 404
+		               : rc == -EBUSY || rc == -ERANGE ? 409
+		               : rc == -ENOMEM                 ? 500
+		                                               : 400;
 		if (*http_status == 503)
 			*retry_after_s = scheduler_retry_after_s(s->sched);
 		return rc;
@@ -327,10 +330,11 @@ static void gs_format_end(struct genstream *gs)
 		if (gs->oa.include_usage)
 			sse_append(b, l, c, oa_usage_chunk(&gs->oa, np, ng));
 	} else {
-		sse_append(b, l, c,
-			   oa_error(msg, status >= 500 || !status ? "server_error"
-								 : "invalid_request_error",
-				    NULL, fin == GEN_FINISH_CANCELLED ? "cancelled" : "generation_failed"));
+		sse_append(
+		    b, l, c,
+		    oa_error(
+		        msg, status >= 500 || !status ? "server_error" : "invalid_request_error",
+		        NULL, fin == GEN_FINISH_CANCELLED ? "cancelled" : "generation_failed"));
 	}
 	sse_append(b, l, c, NULL);
 	gs->ended = true;
@@ -350,7 +354,7 @@ static bool gs_fill(struct genstream *gs)
 			gs->finish = GEN_FINISH_ERROR;
 			gs->err_status = 500;
 			snprintf(gs->err_msg, sizeof(gs->err_msg),
-				 "the client read too slowly; generation stopped");
+			         "the client read too slowly; generation stopped");
 			done = true;
 			gs_free_events(ev, n);
 			ev = NULL;
@@ -375,7 +379,8 @@ static bool gs_fill(struct genstream *gs)
 			}
 			gs_format_end(gs);
 		} else if (ka && gs->out_len == gs->out_pos) {
-			sse_append_raw(&gs->out, &gs->out_len, &gs->out_cap, ": keep-alive\n\n", 14);
+			sse_append_raw(&gs->out, &gs->out_len, &gs->out_cap, ": keep-alive\n\n",
+			               14);
 		}
 		if (gs->out_len > gs->out_pos)
 			return true;
@@ -409,7 +414,7 @@ static enum MHD_Result gs_respond_stream(struct request *r)
 {
 	struct genstream *gs = r->gs;
 	struct MHD_Response *resp = MHD_create_response_from_callback(
-		MHD_SIZE_UNKNOWN, 16 * 1024, gs_sse_reader, gs, gs_sse_free);
+	    MHD_SIZE_UNKNOWN, 16 * 1024, gs_sse_reader, gs, gs_sse_free);
 	if (!resp)
 		return MHD_NO;
 	MHD_add_response_header(resp, "Content-Type", "text/event-stream");
@@ -423,10 +428,10 @@ static void gs_accumulate(struct genstream *gs, struct gs_event *ev, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		if (ev[i].has_lp && gs->lp_acc)
 			oa_logprobs_add(gs->lp_acc, gs->oa.chat, gs_tok(gs), &ev[i].lp,
-					gs->text_len);
+			                gs->text_len);
 		if (ev[i].len)
 			sse_append_raw(&gs->text, &gs->text_len, &gs->text_cap, ev[i].text,
-				       ev[i].len);
+			               ev[i].len);
 	}
 }
 
@@ -451,13 +456,13 @@ static enum MHD_Result gs_respond_whole(struct request *r)
 		return MHD_YES;
 	if (!done || fin == GEN_FINISH_CANCELLED)
 		return http_respond_error(r, 503, "server_error", NULL, "cancelled", 1,
-					  "server shutting down");
+		                          "server shutting down");
 	if (fin == GEN_FINISH_ERROR)
 		return http_respond_error(r, status ? status : 500,
-					  status && status < 500 ? "invalid_request_error"
-								 : "server_error",
-					  NULL, "generation_failed", status == 503 ? retry : 0, "%s",
-					  gs->err_msg[0] ? gs->err_msg : "generation failed");
+		                          status && status < 500 ? "invalid_request_error"
+		                                                 : "server_error",
+		                          NULL, "generation_failed", status == 503 ? retry : 0,
+		                          "%s", gs->err_msg[0] ? gs->err_msg : "generation failed");
 	if (gs->append_only) {
 		cJSON *o = cJSON_CreateObject();
 		cJSON_AddStringToObject(o, "id", gs->session_id);
@@ -468,8 +473,8 @@ static enum MHD_Result gs_respond_whole(struct request *r)
 	cJSON *lp = gs->lp_acc;
 	gs->lp_acc = NULL;
 	return http_respond_json(r, 200,
-				 oa_final(&gs->oa, gs->text ? gs->text : "", gs->text_len, lp,
-					  oa_finish_reason(fin), np, ng));
+	                         oa_final(&gs->oa, gs->text ? gs->text : "", gs->text_len, lp,
+	                                  oa_finish_reason(fin), np, ng));
 }
 
 enum MHD_Result genstream_respond(struct request *r)
@@ -522,7 +527,7 @@ void genstream_wake_all(struct server *s, bool keepalive_only)
 			cancel = true;
 			gs->cancel_sent = true;
 		} else if (gs->stream && gs->suspended && ka_s > 0 &&
-			   now - gs->last_write >= (double)ka_s) {
+		           now - gs->last_write >= (double)ka_s) {
 			gs->keepalive_due = true;
 			gs_wake(gs);
 		}

@@ -14,8 +14,8 @@ struct gen_shape {
 	bool stream;
 	bool include_usage;
 	bool logprobs;
-	bool timing; /* X-Sinkd-Timing: chunks carry "sinkd_emit_us" (benchmarks) */
-	bool append_only;	/* session append without generation */
+	bool timing;            /* X-Sinkd-Timing: chunks carry "sinkd_emit_us" (benchmarks) */
+	bool append_only;       /* session append without generation */
 	const char *session_id; /* NULL for one-shot requests */
 	const char *id;
 	const char *model;
@@ -25,7 +25,7 @@ struct gen_shape {
  * callback is set here).  On error (status in *http_status, Retry-After in
  * *retry_after_s) r->gs stays NULL and the caller keeps req's buffers. */
 int genstream_start(struct request *r, const struct gen_shape *shape, struct gen_request *req,
-		    int *http_status, int *retry_after_s, char *err, size_t err_len);
+                    int *http_status, int *retry_after_s, char *err, size_t err_len);
 /* stream: queues the SSE response.  !stream: answers when done, else suspends. */
 enum MHD_Result genstream_respond(struct request *r);
 /* The connection is gone: cancels a running generation and drops the

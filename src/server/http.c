@@ -35,15 +35,15 @@ struct route {
 };
 
 static const struct route routes[] = {
-	{"/health", EP_HEALTH, "GET", true},
-	{"/ready", EP_READY, "GET", true},
-	{"/metrics", EP_METRICS, "GET", false},
-	{"/v1/models", EP_MODELS, "GET", false},
-	{"/v1/completions", EP_COMPLETIONS, "POST", false},
-	{"/v1/chat/completions", EP_CHAT, "POST", false},
-	{"/tokenize", EP_TOKENIZE, "POST", false},
-	{"/detokenize", EP_DETOKENIZE, "POST", false},
-	{"/v1/sessions", EP_SESSIONS, "POST", false},
+    {"/health", EP_HEALTH, "GET", true},
+    {"/ready", EP_READY, "GET", true},
+    {"/metrics", EP_METRICS, "GET", false},
+    {"/v1/models", EP_MODELS, "GET", false},
+    {"/v1/completions", EP_COMPLETIONS, "POST", false},
+    {"/v1/chat/completions", EP_CHAT, "POST", false},
+    {"/tokenize", EP_TOKENIZE, "POST", false},
+    {"/detokenize", EP_DETOKENIZE, "POST", false},
+    {"/v1/sessions", EP_SESSIONS, "POST", false},
 };
 
 static const struct route *route_find(const char *url)
@@ -57,7 +57,7 @@ static const struct route *route_find(const char *url)
 /* /v1/sessions/{id} (GET, DELETE) and /v1/sessions/{id}/append (POST); the
  * id (at most 64 characters of [0-9a-zA-Z_-]) goes to id_out. */
 static const struct route *route_session(const char *url, const char *method,
-					 char id_out[SCHED_SESSION_ID_LEN])
+                                         char id_out[SCHED_SESSION_ID_LEN])
 {
 	static const struct route session_get = {"", EP_SESSION, "GET", false};
 	static const struct route session_delete = {"", EP_SESSION, "DELETE", false};
@@ -103,10 +103,10 @@ enum MHD_Result http_queue(struct request *r, int status, struct MHD_Response *r
 }
 
 enum MHD_Result http_respond(struct request *r, int status, const char *content_type,
-			     const char *body, size_t len)
+                             const char *body, size_t len)
 {
 	struct MHD_Response *resp =
-		MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+	    MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
 	if (!resp)
 		return MHD_NO;
 	MHD_add_response_header(resp, "Content-Type", content_type);
@@ -125,8 +125,8 @@ enum MHD_Result http_respond_json(struct request *r, int status, cJSON *obj)
 }
 
 static enum MHD_Result respond_error_v(struct request *r, int status, const char *type,
-				       const char *param, const char *code, int retry_after_s,
-				       const char *fmt, va_list ap)
+                                       const char *param, const char *code, int retry_after_s,
+                                       const char *fmt, va_list ap)
 {
 	char msg[512];
 	vsnprintf(msg, sizeof(msg), fmt, ap);
@@ -137,7 +137,7 @@ static enum MHD_Result respond_error_v(struct request *r, int status, const char
 	if (!s)
 		return MHD_NO;
 	struct MHD_Response *resp =
-		MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
+	    MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
 	if (!resp) {
 		free(s);
 		return MHD_NO;
@@ -152,8 +152,8 @@ static enum MHD_Result respond_error_v(struct request *r, int status, const char
 }
 
 enum MHD_Result http_respond_error(struct request *r, int status, const char *type,
-				   const char *param, const char *code, int retry_after_s,
-				   const char *fmt, ...)
+                                   const char *param, const char *code, int retry_after_s,
+                                   const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -185,7 +185,7 @@ static void request_id_init(struct request *r)
 }
 
 static enum MHD_Result request_begin(struct server *s, struct MHD_Connection *c, const char *url,
-				     const char *method, void **con_cls)
+                                     const char *method, void **con_cls)
 {
 	struct request *r = calloc(1, sizeof(*r));
 	if (!r)
@@ -201,31 +201,34 @@ static enum MHD_Result request_begin(struct server *s, struct MHD_Connection *c,
 		rt = route_session(url, method, r->session_id);
 	r->ep = rt ? rt->ep : EP_OTHER;
 	if (!rt)
-		return http_respond_error(r, 404, "invalid_request_error", NULL, "not_found",
-					  0, "no such endpoint: %s %s", method, url);
+		return http_respond_error(r, 404, "invalid_request_error", NULL, "not_found", 0,
+		                          "no such endpoint: %s %.200s", method, url);
 	/* HEAD is GET without the body (libmicrohttpd drops it): probes use it. */
 	bool head_ok = !strcmp(method, "HEAD") && !strcmp(rt->method, "GET");
 	if (strcmp(method, rt->method) && !head_ok) {
 		struct MHD_Response *resp;
 		char *body = NULL;
 		cJSON *o = oa_error("method not allowed", "invalid_request_error", NULL,
-				    "method_not_allowed");
+		                    "method_not_allowed");
 		body = cJSON_PrintUnformatted(o);
 		cJSON_Delete(o);
+		if (!body)
+			return MHD_NO;
 		resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
 		MHD_add_response_header(resp, "Content-Type", "application/json");
-		MHD_add_response_header(resp, "Allow", rt->ep == EP_SESSION ? "GET, DELETE" : rt->method);
+		MHD_add_response_header(resp, "Allow",
+		                        rt->ep == EP_SESSION ? "GET, DELETE" : rt->method);
 		return http_queue(r, 405, resp);
 	}
 	if (!rt->open) {
 		pthread_mutex_lock(&s->cfg_mu);
-		bool ok = auth_check(&s->set.keys, MHD_lookup_connection_value(
-							   c, MHD_HEADER_KIND, "Authorization"));
+		bool ok = auth_check(
+		    &s->set.keys, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"));
 		pthread_mutex_unlock(&s->cfg_mu);
 		if (!ok)
 			return http_respond_error(r, 401, "authentication_error", NULL,
-						  "invalid_api_key",
-						  0, "missing or invalid API key");
+			                          "invalid_api_key", 0,
+			                          "missing or invalid API key");
 	}
 	const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
 	pthread_mutex_lock(&s->cfg_mu);
@@ -233,8 +236,8 @@ static enum MHD_Result request_begin(struct server *s, struct MHD_Connection *c,
 	pthread_mutex_unlock(&s->cfg_mu);
 	if (cl && strtoll(cl, NULL, 10) > limit)
 		return http_respond_error(r, 413, "invalid_request_error", NULL, "body_too_large",
-					  0, "request body larger than %lld bytes",
-					  (long long)limit);
+		                          0, "request body larger than %lld bytes",
+		                          (long long)limit);
 	return MHD_YES;
 }
 
@@ -258,8 +261,8 @@ static void request_body_add(struct request *r, const char *data, size_t n)
 }
 
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url,
-				 const char *method, const char *version, const char *upload_data,
-				 size_t *upload_data_size, void **con_cls)
+                                 const char *method, const char *version, const char *upload_data,
+                                 size_t *upload_data_size, void **con_cls)
 {
 	struct request *r = *con_cls;
 	if (!r)
@@ -277,7 +280,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 		long long limit = (long long)r->srv->set.max_body_bytes;
 		pthread_mutex_unlock(&r->srv->cfg_mu);
 		return http_respond_error(r, 413, "invalid_request_error", NULL, "body_too_large",
-					  0, "request body larger than %lld bytes", limit);
+		                          0, "request body larger than %lld bytes", limit);
 	}
 	if (r->gs)
 		return genstream_respond(r);
@@ -285,7 +288,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
-			 enum MHD_RequestTerminationCode toe)
+                         enum MHD_RequestTerminationCode toe)
 {
 	struct server *s = cls;
 	struct request *r = *con_cls;
@@ -300,18 +303,17 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 		status = 499;
 	metrics_request(s->metrics, r->ep, status);
 	double dur_ms = (server_now() - r->t_start) * 1e3;
-	enum log_level lv = r->ep == EP_HEALTH || r->ep == EP_READY || r->ep == EP_METRICS
-				    ? LOG_DEBUG
-				    : LOG_INFO;
+	enum log_level lv =
+	    r->ep == EP_HEALTH || r->ep == EP_READY || r->ep == EP_METRICS ? LOG_DEBUG : LOG_INFO;
 	struct log_field f[] = {LOG_STR("request_id", r->id),
-				LOG_STR("method", r->method),
-				LOG_STR("endpoint", api_endpoint_path(r->ep)),
-				LOG_INT("status", status),
-				LOG_INT("tokens_in", tin),
-				LOG_INT("tokens_out", tout),
-				LOG_DBL("ttft_ms", ttft >= 0 ? ttft * 1e3 : -1),
-				LOG_DBL("duration_ms", dur_ms),
-				LOG_END};
+	                        LOG_STR("method", r->method),
+	                        LOG_STR("endpoint", api_endpoint_path(r->ep)),
+	                        LOG_INT("status", status),
+	                        LOG_INT("tokens_in", tin),
+	                        LOG_INT("tokens_out", tout),
+	                        LOG_DBL("ttft_ms", ttft >= 0 ? ttft * 1e3 : -1),
+	                        LOG_DBL("duration_ms", dur_ms),
+	                        LOG_END};
 	log_event(s->log, lv, LOG_MODULE, "request", f);
 	free(r->body);
 	free(r);
@@ -332,10 +334,10 @@ static void mhd_logger(void *cls, const char *fmt, va_list ap)
 /* ---- lifecycle -------------------------------------------------------------- */
 
 static int settings_from_config(const struct sinkd_config *cfg, struct server_settings *set,
-				char *err, size_t err_len)
+                                char *err, size_t err_len)
 {
-	int rc = auth_keys_parse(cfg->server.api_keys, cfg->server.n_api_keys, &set->keys, err,
-				 err_len);
+	int rc =
+	    auth_keys_parse(cfg->server.api_keys, cfg->server.n_api_keys, &set->keys, err, err_len);
 	if (rc)
 		return rc;
 	set->max_body_bytes = cfg->limits.max_body_bytes;
@@ -356,11 +358,11 @@ static void raise_nofile(struct sinkd_log *log, int64_t want)
 	rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need ? need : rl.rlim_max;
 	if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
 		log_msg(log, LOG_INFO, LOG_MODULE, "raised open-file limit to %llu",
-			(unsigned long long)rl.rlim_cur);
+		        (unsigned long long)rl.rlim_cur);
 	if (rl.rlim_cur < need)
 		log_msg(log, LOG_WARN, LOG_MODULE,
-			"open-file limit %llu is below server.max_connections + 64",
-			(unsigned long long)rl.rlim_cur);
+		        "open-file limit %llu is below server.max_connections + 64",
+		        (unsigned long long)rl.rlim_cur);
 }
 
 static int start_mhd(struct server *s, const struct sinkd_config *cfg, char *err, size_t err_len)
@@ -370,37 +372,36 @@ static int start_mhd(struct server *s, const struct sinkd_config *cfg, char *err
 	int n = 0;
 	unsigned pool = cfg->server.threads > 1 ? (unsigned)cfg->server.threads : 1;
 	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, s->listen_fd, NULL};
-	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_COMPLETED,
-					    (intptr_t)on_completed, s};
+	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, s};
 	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT,
-					    (intptr_t)cfg->server.max_connections, NULL};
+	                                    (intptr_t)cfg->server.max_connections, NULL};
 	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT, 120, NULL};
-	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)mhd_logger,
-					    s->log};
+	opts[n++] =
+	    (struct MHD_OptionItem){MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)mhd_logger, s->log};
 	if (pool > 1)
 		opts[n++] = (struct MHD_OptionItem){MHD_OPTION_THREAD_POOL_SIZE, pool, NULL};
 	if (s->tls) {
 		flags |= MHD_USE_TLS;
-		opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0,
-						    s->tls_pair.cert_pem};
-		opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0,
-						    s->tls_pair.key_pem};
-		opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0,
-						    (void *)TLS_PRIORITIES};
+		opts[n++] =
+		    (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, s->tls_pair.cert_pem};
+		opts[n++] =
+		    (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, s->tls_pair.key_pem};
+		opts[n++] =
+		    (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)TLS_PRIORITIES};
 	}
 	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
 	s->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_access, s, MHD_OPTION_ARRAY, opts,
-				  MHD_OPTION_END);
+	                          MHD_OPTION_END);
 	if (!s->mhd)
 		return err_set(err, err_len, -EIO,
-			       "cannot start the %s listener on %s (libmicrohttpd refused the "
-			       "options; run with logging.level=debug for details)",
-			       s->tls ? "HTTPS" : "HTTP", cfg->server.listen);
+		               "cannot start the %s listener on %s (libmicrohttpd refused the "
+		               "options; run with logging.level=debug for details)",
+		               s->tls ? "HTTPS" : "HTTP", cfg->server.listen);
 	return 0;
 }
 
 int server_new(const struct sinkd_config *cfg, struct sinkd_log *log, struct server **out,
-	       char *err, size_t err_len)
+               char *err, size_t err_len)
 {
 	struct server *s = calloc(1, sizeof(*s));
 	if (!s)
@@ -420,7 +421,7 @@ int server_new(const struct sinkd_config *cfg, struct sinkd_log *log, struct ser
 	rc = settings_from_config(cfg, &s->set, err, err_len);
 	if (!rc && s->tls)
 		rc = tls_pair_load(cfg->server.tls_cert_file, cfg->server.tls_key_file,
-				   &s->tls_pair, err, err_len);
+		                   &s->tls_pair, err, err_len);
 	if (rc)
 		goto fail;
 	raise_nofile(log, cfg->server.max_connections);
@@ -434,12 +435,15 @@ int server_new(const struct sinkd_config *cfg, struct sinkd_log *log, struct ser
 	s->stopped = false;
 	if (!s->tls)
 		log_msg(log, LOG_WARN, LOG_MODULE,
-			"TLS IS DISABLED (server.tls.enabled: false): API keys and all traffic "
-			"travel in clear text; use this only behind a TLS-terminating proxy");
-	struct log_field f[] = {LOG_STR("listen", cfg->server.listen), LOG_INT("port", s->port),
-				LOG_STR("scheme", s->tls ? "https" : "http"),
-				LOG_INT("threads", cfg->server.threads > 1 ? cfg->server.threads : 1),
-				LOG_INT("auth", s->set.keys.n > 0), LOG_END};
+		        "TLS IS DISABLED (server.tls.enabled: false): API keys and all traffic "
+		        "travel in clear text; use this only behind a TLS-terminating proxy");
+	struct log_field f[] = {
+	    LOG_STR("listen", cfg->server.listen),
+	    LOG_INT("port", s->port),
+	    LOG_STR("scheme", s->tls ? "https" : "http"),
+	    LOG_INT("threads", cfg->server.threads > 1 ? cfg->server.threads : 1),
+	    LOG_INT("auth", s->set.keys.n > 0),
+	    LOG_END};
 	log_event(log, LOG_INFO, LOG_MODULE, "listening", f);
 	*out = s;
 	return 0;
@@ -462,8 +466,7 @@ void server_attach_engine(struct server *s, const struct server_engine *e)
 	atomic_store(&s->ready, 1);
 }
 
-int server_reconfigure(struct server *s, const struct sinkd_config *cfg, char *err,
-		       size_t err_len)
+int server_reconfigure(struct server *s, const struct sinkd_config *cfg, char *err, size_t err_len)
 {
 	struct server_settings set;
 	int rc = settings_from_config(cfg, &set, err, err_len);

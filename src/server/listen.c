@@ -18,15 +18,15 @@ static int parse_port(const char *s, const char *spec, int *port, char *err, siz
 	errno = 0;
 	long v = strtol(s, &end, 10);
 	if (!*s || *end || errno || v < 0 || v > 65535)
-		return err_set(err, err_len, -EINVAL,
-			       "server.listen: bad port in \"%s\" (expected host:port, port 0..65535)",
-			       spec);
+		return err_set(
+		    err, err_len, -EINVAL,
+		    "server.listen: bad port in \"%s\" (expected host:port, port 0..65535)", spec);
 	*port = (int)v;
 	return 0;
 }
 
 int listen_parse(const char *spec, struct sockaddr_storage *ss, socklen_t *ss_len, char *err,
-		 size_t err_len)
+                 size_t err_len)
 {
 	char host[128];
 	const char *port_s;
@@ -37,9 +37,9 @@ int listen_parse(const char *spec, struct sockaddr_storage *ss, socklen_t *ss_le
 	if (spec[0] == '[') {
 		const char *close = strchr(spec, ']');
 		if (!close || close[1] != ':' || (size_t)(close - spec - 1) >= sizeof(host))
-			return err_set(err, err_len, -EINVAL,
-				       "server.listen: bad address \"%s\" (IPv6 is \"[addr]:port\")",
-				       spec);
+			return err_set(
+			    err, err_len, -EINVAL,
+			    "server.listen: bad address \"%s\" (IPv6 is \"[addr]:port\")", spec);
 		memcpy(host, spec + 1, (size_t)(close - spec - 1));
 		host[close - spec - 1] = '\0';
 		port_s = close + 2;
@@ -48,9 +48,9 @@ int listen_parse(const char *spec, struct sockaddr_storage *ss, socklen_t *ss_le
 		if (!colon || colon == spec || strchr(spec, ':') != colon ||
 		    (size_t)(colon - spec) >= sizeof(host))
 			return err_set(err, err_len, -EINVAL,
-				       "server.listen: bad address \"%s\" (expected host:port, "
-				       "IPv6 as \"[addr]:port\")",
-				       spec);
+			               "server.listen: bad address \"%s\" (expected host:port, "
+			               "IPv6 as \"[addr]:port\")",
+			               spec);
 		memcpy(host, spec, (size_t)(colon - spec));
 		host[colon - spec] = '\0';
 		port_s = colon + 1;
@@ -82,11 +82,11 @@ int listen_parse(const char *spec, struct sockaddr_storage *ss, socklen_t *ss_le
 		return 0;
 	}
 	return err_set(err, err_len, -EINVAL,
-		       "server.listen: \"%s\" is not a numeric IPv4 or [IPv6] address", host);
+	               "server.listen: \"%s\" is not a numeric IPv4 or [IPv6] address", host);
 }
 
 int listen_open(const char *spec, int backlog, int *fd_out, int *port_out, char *err,
-		size_t err_len)
+                size_t err_len)
 {
 	struct sockaddr_storage ss;
 	socklen_t len = 0;
@@ -107,8 +107,8 @@ int listen_open(const char *spec, int backlog, int *fd_out, int *port_out, char 
 	if (bind(fd, (struct sockaddr *)&ss, len) < 0) {
 		rc = -errno;
 		err_set(err, err_len, rc, "server.listen: cannot bind %s: %s%s", spec,
-			strerror(errno),
-			errno == EADDRINUSE ? " (another process listens on this port)" : "");
+		        strerror(errno),
+		        errno == EADDRINUSE ? " (another process listens on this port)" : "");
 		goto fail;
 	}
 	if (listen(fd, backlog) < 0) {
@@ -120,7 +120,7 @@ int listen_open(const char *spec, int backlog, int *fd_out, int *port_out, char 
 	socklen_t blen = sizeof(bound);
 	getsockname(fd, (struct sockaddr *)&bound, &blen);
 	*port_out = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
-						      : ((struct sockaddr_in *)&bound)->sin_port);
+	                                              : ((struct sockaddr_in *)&bound)->sin_port);
 	*fd_out = fd;
 	return 0;
 fail:

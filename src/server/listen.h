@@ -9,6 +9,6 @@
 
 /* Parses a numeric "host:port" / "[v6]:port" into *ss (port 0 allowed: any). */
 int listen_parse(const char *spec, struct sockaddr_storage *ss, socklen_t *ss_len, char *err,
-		 size_t err_len);
+                 size_t err_len);
 /* Creates, binds and listens; *fd is the socket, *port the bound port. */
 int listen_open(const char *spec, int backlog, int *fd, int *port, char *err, size_t err_len);

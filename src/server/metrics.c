@@ -17,12 +17,20 @@
 
 /* Seconds; shared by the three latency histograms (le="+Inf" is implicit). */
 static const double bucket_le[N_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-					    0.1,    0.25,  0.5,    1,     2.5,  5,     10};
+                                            0.1,    0.25,  0.5,    1,     2.5,  5,     10};
 
-static const char *const endpoint_paths[EP_COUNT] = {
-	"/health",  "/ready",	   "/metrics",	 "/v1/models", "/v1/completions",
-	"/v1/chat/completions", "/tokenize", "/detokenize", "/v1/sessions",
-	"/v1/sessions/{id}", "/v1/sessions/{id}/append", "other"};
+static const char *const endpoint_paths[EP_COUNT] = {"/health",
+                                                     "/ready",
+                                                     "/metrics",
+                                                     "/v1/models",
+                                                     "/v1/completions",
+                                                     "/v1/chat/completions",
+                                                     "/tokenize",
+                                                     "/detokenize",
+                                                     "/v1/sessions",
+                                                     "/v1/sessions/{id}",
+                                                     "/v1/sessions/{id}/append",
+                                                     "other"};
 
 struct histogram {
 	uint64_t counts[N_BUCKETS + 1]; /* last: above every bound */
@@ -174,21 +182,21 @@ static void sb_printf(struct strbuf *b, const char *fmt, ...)
 }
 
 static void render_histogram(struct strbuf *b, const char *name, const char *help,
-			     const struct histogram *h)
+                             const struct histogram *h)
 {
 	sb_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
 	uint64_t cum = 0;
 	for (int i = 0; i < N_BUCKETS; i++) {
 		cum += h->counts[i];
 		sb_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, bucket_le[i],
-			  (unsigned long long)cum);
+		          (unsigned long long)cum);
 	}
 	sb_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", name,
-		  (unsigned long long)h->n, name, h->sum, name, (unsigned long long)h->n);
+	          (unsigned long long)h->n, name, h->sum, name, (unsigned long long)h->n);
 }
 
 static void render_gauge(struct strbuf *b, const char *name, const char *type, const char *help,
-			 unsigned long long v)
+                         unsigned long long v)
 {
 	sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name, type, name, v);
 }
@@ -196,12 +204,13 @@ static void render_gauge(struct strbuf *b, const char *name, const char *type, c
 static void render_requests(struct strbuf *b, const struct metrics *m)
 {
 	sb_printf(b, "# HELP sinkd_http_requests_total HTTP requests by endpoint and status.\n"
-		     "# TYPE sinkd_http_requests_total counter\n");
+	             "# TYPE sinkd_http_requests_total counter\n");
 	for (int ep = 0; ep < EP_COUNT; ep++)
 		for (int i = 0; i < N_STATUS_SLOTS && m->requests[ep][i].status; i++)
-			sb_printf(b, "sinkd_http_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n",
-				  endpoint_paths[ep], m->requests[ep][i].status,
-				  (unsigned long long)m->requests[ep][i].n);
+			sb_printf(b,
+			          "sinkd_http_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n",
+			          endpoint_paths[ep], m->requests[ep][i].status,
+			          (unsigned long long)m->requests[ep][i].n);
 }
 
 char *metrics_render(struct metrics *m, int ready, size_t *len)
@@ -213,20 +222,20 @@ char *metrics_render(struct metrics *m, int ready, size_t *len)
 	pthread_mutex_lock(&m->mu);
 	render_requests(&b, m);
 	render_gauge(&b, "sinkd_tokens_in_total", "counter", "Prompt tokens processed.",
-		     m->tokens_in);
+	             m->tokens_in);
 	render_gauge(&b, "sinkd_tokens_out_total", "counter", "Tokens generated.", m->tokens_out);
 	render_histogram(&b, "sinkd_time_to_first_token_seconds",
-			 "Time from submit to the first generated token.", &m->ttft);
+	                 "Time from submit to the first generated token.", &m->ttft);
 	render_histogram(&b, "sinkd_inter_token_latency_seconds",
-			 "Time between consecutive generated tokens of a request.", &m->itl);
+	                 "Time between consecutive generated tokens of a request.", &m->itl);
 	render_histogram(&b, "sinkd_sse_write_delay_seconds",
-			 "Time from token emitted by the engine to SSE event handed to the socket.",
-			 &m->write_delay);
+	                 "Time from token emitted by the engine to SSE event handed to the socket.",
+	                 &m->write_delay);
 	render_gauge(&b, "sinkd_open_streams", "gauge", "Open SSE streams.",
-		     (unsigned long long)(m->streams_open > 0 ? m->streams_open : 0));
+	             (unsigned long long)(m->streams_open > 0 ? m->streams_open : 0));
 	pthread_mutex_unlock(&m->mu);
 	render_gauge(&b, "sinkd_ready", "gauge", "1 when the model is loaded and not draining.",
-		     (unsigned long long)(ready != 0));
+	             (unsigned long long)(ready != 0));
 	if (!b.ok) {
 		free(b.s);
 		return NULL;

@@ -15,8 +15,8 @@ enum api_endpoint {
 	EP_CHAT,
 	EP_TOKENIZE,
 	EP_DETOKENIZE,
-	EP_SESSIONS,	    /* POST /v1/sessions */
-	EP_SESSION,	    /* GET/DELETE /v1/sessions/{id} */
+	EP_SESSIONS,       /* POST /v1/sessions */
+	EP_SESSION,        /* GET/DELETE /v1/sessions/{id} */
 	EP_SESSION_APPEND, /* POST /v1/sessions/{id}/append */
 	EP_OTHER,
 	EP_COUNT

@@ -60,8 +60,8 @@ static void add_str_or_null(cJSON *o, const char *key, const char *s)
 		cJSON_AddNullToObject(o, key);
 }
 
-cJSON *oa_chunk(const struct oa_ctx *c, const char *text, size_t len, bool role,
-		cJSON *logprobs, const char *finish_reason)
+cJSON *oa_chunk(const struct oa_ctx *c, const char *text, size_t len, bool role, cJSON *logprobs,
+                const char *finish_reason)
 {
 	cJSON *o = head(c, c->chat ? "chat.completion.chunk" : "text_completion");
 	cJSON *choices = cJSON_AddArrayToObject(o, "choices");
@@ -102,7 +102,7 @@ cJSON *oa_usage_chunk(const struct oa_ctx *c, int n_prompt, int n_generated)
 }
 
 cJSON *oa_final(const struct oa_ctx *c, const char *text, size_t len, cJSON *logprobs,
-		const char *finish_reason, int n_prompt, int n_generated)
+                const char *finish_reason, int n_prompt, int n_generated)
 {
 	cJSON *o = head(c, c->chat ? "chat.completion" : "text_completion");
 	cJSON *choices = cJSON_AddArrayToObject(o, "choices");
@@ -172,14 +172,14 @@ static cJSON *chat_entry(const struct tokenizer *tok, int32_t id, float logprob)
 }
 
 void oa_logprobs_add(cJSON *lp, bool chat, const struct tokenizer *tok,
-		     const struct sampler_result *res, size_t text_offset)
+                     const struct sampler_result *res, size_t text_offset)
 {
 	if (chat) {
 		cJSON *e = chat_entry(tok, res->token, res->logprob);
 		cJSON *top = cJSON_AddArrayToObject(e, "top_logprobs");
 		for (int i = 0; i < res->n_top; i++)
-			cJSON_AddItemToArray(top, chat_entry(tok, res->top[i].token,
-							     res->top[i].logprob));
+			cJSON_AddItemToArray(
+			    top, chat_entry(tok, res->top[i].token, res->top[i].logprob));
 		cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "content"), e);
 		return;
 	}
@@ -187,7 +187,7 @@ void oa_logprobs_add(cJSON *lp, bool chat, const struct tokenizer *tok,
 	cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "tokens"), cJSON_CreateString(t ? t : ""));
 	free(t);
 	cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "token_logprobs"),
-			     cJSON_CreateNumber(res->logprob));
+	                     cJSON_CreateNumber(res->logprob));
 	cJSON *top = cJSON_CreateObject();
 	for (int i = 0; i < res->n_top; i++) {
 		char *a = token_text(tok, res->top[i].token);
@@ -197,7 +197,7 @@ void oa_logprobs_add(cJSON *lp, bool chat, const struct tokenizer *tok,
 	}
 	cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "top_logprobs"), top);
 	cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "text_offset"),
-			     cJSON_CreateNumber((double)text_offset));
+	                     cJSON_CreateNumber((double)text_offset));
 }
 
 cJSON *oa_error(const char *message, const char *type, const char *param, const char *code)

@@ -14,9 +14,9 @@ struct tokenizer;
 
 struct oa_ctx {
 	bool chat;
-	const char *id;	   /* "cmpl-..." / "chatcmpl-..." */
+	const char *id; /* "cmpl-..." / "chatcmpl-..." */
 	const char *model;
-	long created;	   /* unix seconds */
+	long created;       /* unix seconds */
 	bool include_usage; /* stream_options.include_usage */
 };
 
@@ -25,20 +25,20 @@ const char *oa_finish_reason(enum gen_finish f);
 
 /* One stream chunk.  text may be NULL.  chat + role: the first delta carries
  * "role":"assistant".  logprobs (taken) may be NULL. */
-cJSON *oa_chunk(const struct oa_ctx *c, const char *text, size_t len, bool role,
-		cJSON *logprobs, const char *finish_reason);
+cJSON *oa_chunk(const struct oa_ctx *c, const char *text, size_t len, bool role, cJSON *logprobs,
+                const char *finish_reason);
 /* The last chunk when include_usage: "choices":[] and "usage". */
 cJSON *oa_usage_chunk(const struct oa_ctx *c, int n_prompt, int n_generated);
 /* The whole object of stream:false. */
 cJSON *oa_final(const struct oa_ctx *c, const char *text, size_t len, cJSON *logprobs,
-		const char *finish_reason, int n_prompt, int n_generated);
+                const char *finish_reason, int n_prompt, int n_generated);
 cJSON *oa_usage(int n_prompt, int n_generated);
 
 /* Logprobs containers: completions {"tokens","token_logprobs","top_logprobs",
  * "text_offset"}, chat {"content":[...]}. */
 cJSON *oa_logprobs_new(bool chat);
 void oa_logprobs_add(cJSON *lp, bool chat, const struct tokenizer *tok,
-		     const struct sampler_result *res, size_t text_offset);
+                     const struct sampler_result *res, size_t text_offset);
 
 cJSON *oa_error(const char *message, const char *type, const char *param, const char *code);
 

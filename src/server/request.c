@@ -16,7 +16,7 @@
 #define COMPLETIONS_DEFAULT_MAX_TOKENS 16
 
 static int fail(struct api_error *e, const char *param, const char *code, const char *fmt, ...)
-	SINKD_PRINTF(4, 5);
+    SINKD_PRINTF(4, 5);
 static int fail(struct api_error *e, const char *param, const char *code, const char *fmt, ...)
 {
 	e->status = 400;
@@ -38,9 +38,9 @@ static int parse_root(const char *body, size_t len, cJSON **root, struct api_err
 		size_t at = end && end >= body ? (size_t)(end - body) : 0;
 		if (!len)
 			return fail(e, NULL, "invalid_json",
-				    "request body is empty (expected a JSON object)");
+			            "request body is empty (expected a JSON object)");
 		return fail(e, NULL, "invalid_json", "malformed JSON in request body near byte %zu",
-			    at);
+		            at);
 	}
 	if (!cJSON_IsObject(*root)) {
 		cJSON_Delete(*root);
@@ -69,7 +69,7 @@ static int get_bool(const cJSON *o, const char *key, bool *out, struct api_error
 }
 
 static int get_num(const cJSON *o, const char *key, double lo, double hi, double *out,
-		   struct api_error *e)
+                   struct api_error *e)
 {
 	cJSON *v = field(o, key);
 	if (!v)
@@ -77,14 +77,15 @@ static int get_num(const cJSON *o, const char *key, double lo, double hi, double
 	if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
 		return fail(e, key, "invalid_type", "'%s' must be a number", key);
 	if (v->valuedouble < lo || v->valuedouble > hi)
-		return fail(e, key, "invalid_value", "'%s' must be between %.10g and %.10g, got %.10g", key,
-			    lo, hi, v->valuedouble);
+		return fail(e, key, "invalid_value",
+		            "'%s' must be between %.10g and %.10g, got %.10g", key, lo, hi,
+		            v->valuedouble);
 	*out = v->valuedouble;
 	return 0;
 }
 
 static int get_int(const cJSON *o, const char *key, double lo, double hi, double *out,
-		   struct api_error *e)
+                   struct api_error *e)
 {
 	cJSON *v = field(o, key);
 	if (v && (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble)))
@@ -104,10 +105,11 @@ static int parse_stop(const cJSON *o, struct gen_args *a, struct api_error *e)
 		return 0;
 	size_t n = cJSON_IsString(v) ? 1 : cJSON_IsArray(v) ? (size_t)cJSON_GetArraySize(v) : 0;
 	if (!cJSON_IsString(v) && !cJSON_IsArray(v))
-		return fail(e, "stop", "invalid_type", "'stop' must be a string or an array of strings");
+		return fail(e, "stop", "invalid_type",
+		            "'stop' must be a string or an array of strings");
 	if (n > STOP_MAX_STRINGS)
 		return fail(e, "stop", "invalid_value", "'stop' has more than %d strings",
-			    STOP_MAX_STRINGS);
+		            STOP_MAX_STRINGS);
 	a->stops = calloc(n ? n : 1, sizeof(char *));
 	if (!a->stops)
 		return fail(e, "stop", "out_of_memory", "out of memory");
@@ -118,7 +120,7 @@ static int parse_stop(const cJSON *o, struct gen_args *a, struct api_error *e)
 		size_t len = strlen(s->valuestring);
 		if (len == 0 || len > STOP_MAX_LEN)
 			return fail(e, "stop", "invalid_value",
-				    "'stop' strings must have 1..%d bytes", STOP_MAX_LEN);
+			            "'stop' strings must have 1..%d bytes", STOP_MAX_LEN);
 		a->stops[a->n_stops++] = dup_string(s);
 	}
 	return 0;
@@ -171,7 +173,7 @@ static int parse_logprobs(const cJSON *o, struct gen_args *a, struct api_error *
 			rc = get_int(o, "top_logprobs", 0, SAMPLER_MAX_TOP_LOGPROBS, &top, e);
 		if (!rc && top > 0 && !a->logprobs)
 			rc = fail(e, "top_logprobs", "invalid_value",
-				  "'top_logprobs' needs 'logprobs': true");
+			          "'top_logprobs' needs 'logprobs': true");
 	} else {
 		rc = get_int(o, "logprobs", 0, SAMPLER_MAX_TOP_LOGPROBS, &top, e);
 		a->logprobs = !rc && field(o, "logprobs") != NULL;
@@ -190,21 +192,22 @@ static int parse_common(const cJSON *o, int64_t limit, struct gen_args *a, struc
 	int rc = get_bool(o, "stream", &a->stream, e);
 	cJSON *so = field(o, "stream_options");
 	if (!rc && so && !cJSON_IsObject(so))
-		rc = fail(e, "stream_options", "invalid_type", "'stream_options' must be an object");
+		rc =
+		    fail(e, "stream_options", "invalid_type", "'stream_options' must be an object");
 	if (!rc && so)
 		rc = get_bool(so, "include_usage", &a->include_usage, e);
 	if (!rc && so && cJSON_IsBool(field(so, "include_usage")) && !a->stream)
 		rc = fail(e, "stream_options", "invalid_value",
-			  "'stream_options' is only allowed with 'stream': true");
+		          "'stream_options' is only allowed with 'stream': true");
 	double n = 1;
 	if (!rc)
 		rc = get_int(o, "n", 1, 1, &n, e);
 	double mt = a->chat ? (double)limit
-			    : (double)(limit < COMPLETIONS_DEFAULT_MAX_TOKENS
-					       ? limit
-					       : COMPLETIONS_DEFAULT_MAX_TOKENS);
-	const char *mt_key = a->chat && field(o, "max_completion_tokens") ? "max_completion_tokens"
-									   : "max_tokens";
+	                    : (double)(limit < COMPLETIONS_DEFAULT_MAX_TOKENS
+	                                   ? limit
+	                                   : COMPLETIONS_DEFAULT_MAX_TOKENS);
+	const char *mt_key =
+	    a->chat && field(o, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
 	if (!rc)
 		rc = get_int(o, mt_key, 1, (double)limit, &mt, e);
 	a->max_tokens = (int)mt;
@@ -230,7 +233,7 @@ static int parse_prompt_ids(const cJSON *arr, struct gen_args *a, struct api_err
 		if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) ||
 		    t->valuedouble < 0 || t->valuedouble > INT32_MAX)
 			return fail(e, "prompt", "invalid_type",
-				    "'prompt[%zu]' must be a token id (non-negative integer)", i);
+			            "'prompt[%zu]' must be a token id (non-negative integer)", i);
 		a->prompt_ids[i] = (int32_t)t->valuedouble;
 	}
 	a->n_prompt_ids = n;
@@ -249,13 +252,14 @@ static int parse_prompt(const cJSON *o, struct gen_args *a, struct api_error *e)
 	}
 	if (!cJSON_IsArray(p) || cJSON_GetArraySize(p) == 0)
 		return fail(e, "prompt", "invalid_type",
-			    "'prompt' must be a string, an array of one string or an array of "
-			    "token ids");
+		            "'prompt' must be a string, an array of one string or an array of "
+		            "token ids");
 	cJSON *first = cJSON_GetArrayItem(p, 0);
 	if (cJSON_IsNumber(first))
 		return parse_prompt_ids(p, a, e);
 	if (cJSON_GetArraySize(p) > 1)
-		return fail(e, "prompt", "invalid_value", "only one prompt per request is supported");
+		return fail(e, "prompt", "invalid_value",
+		            "only one prompt per request is supported");
 	if (cJSON_IsString(first)) {
 		a->prompt = dup_string(first);
 		return 0;
@@ -278,17 +282,21 @@ static int message_content(const cJSON *c, size_t i, char **out, struct api_erro
 	}
 	if (!cJSON_IsArray(c))
 		return fail(e, "messages", "invalid_type",
-			    "'messages[%zu].content' must be a string or an array of text parts", i);
+		            "'messages[%zu].content' must be a string or an array of text parts",
+		            i);
 	size_t len = 0, cap = 0;
 	char *s = NULL;
 	const cJSON *part;
 	cJSON_ArrayForEach(part, c)
 	{
 		const cJSON *type = field(part, "type"), *text = field(part, "text");
-		if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(text)) {
+		if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") ||
+		    !cJSON_IsString(text)) {
 			free(s);
 			return fail(e, "messages", "invalid_value",
-				    "'messages[%zu].content' parts must be {\"type\":\"text\",\"text\":...}", i);
+			            "'messages[%zu].content' parts must be "
+			            "{\"type\":\"text\",\"text\":...}",
+			            i);
 		}
 		size_t n = strlen(text->valuestring);
 		if (len + n + 1 > cap) {
@@ -322,17 +330,20 @@ static int parse_messages(const cJSON *o, struct gen_args *a, struct api_error *
 	for (size_t i = 0; i < n; i++) {
 		const cJSON *m = cJSON_GetArrayItem(msgs, (int)i), *role = field(m, "role");
 		if (!cJSON_IsObject(m))
-			return fail(e, "messages", "invalid_type", "'messages[%zu]' must be an object", i);
+			return fail(e, "messages", "invalid_type",
+			            "'messages[%zu]' must be an object", i);
 		if (!cJSON_IsString(role))
 			return fail(e, "messages", "invalid_type",
-				    "'messages[%zu].role' must be a string", i);
+			            "'messages[%zu].role' must be a string", i);
 		bool known = false;
 		for (size_t r = 0; r < sizeof(roles) / sizeof(roles[0]); r++)
 			known |= !strcmp(role->valuestring, roles[r]);
 		if (!known)
-			return fail(e, "messages", "invalid_value",
-				    "'messages[%zu].role' must be system, developer, user, assistant "
-				    "or tool", i);
+			return fail(
+			    e, "messages", "invalid_value",
+			    "'messages[%zu].role' must be system, developer, user, assistant "
+			    "or tool",
+			    i);
 		a->messages[i].role = dup_string(role);
 		a->n_messages = i + 1;
 		if (message_content(field(m, "content"), i, &a->messages[i].content, e))
@@ -347,13 +358,14 @@ static int parse_session_id(const cJSON *o, struct gen_args *a, struct api_error
 	if (!v)
 		return 0;
 	if (!cJSON_IsString(v) || !*v->valuestring)
-		return fail(e, "session_id", "invalid_type", "'session_id' must be a session id string");
+		return fail(e, "session_id", "invalid_type",
+		            "'session_id' must be a session id string");
 	a->session_id = dup_string(v);
 	return 0;
 }
 
 int gen_args_parse(const char *body, size_t len, bool chat, int64_t limit, struct gen_args *a,
-		   struct api_error *e)
+                   struct api_error *e)
 {
 	memset(a, 0, sizeof(*a));
 	memset(e, 0, sizeof(*e));
@@ -375,7 +387,7 @@ int gen_args_parse(const char *body, size_t len, bool chat, int64_t limit, struc
 }
 
 int session_create_args_parse(const char *body, size_t len, struct session_create_args *out,
-			      struct api_error *e)
+                              struct api_error *e)
 {
 	memset(e, 0, sizeof(*e));
 	out->window_size = 0;
@@ -397,7 +409,7 @@ int session_create_args_parse(const char *body, size_t len, struct session_creat
 }
 
 int append_args_parse(const char *body, size_t len, int64_t limit, struct append_args *a,
-		      struct api_error *e)
+                      struct api_error *e)
 {
 	memset(a, 0, sizeof(*a));
 	memset(e, 0, sizeof(*e));
@@ -459,7 +471,7 @@ void gen_args_deinit(struct gen_args *a)
 }
 
 int tokenize_args_parse(const char *body, size_t len, struct tokenize_args *out,
-			struct api_error *e)
+                        struct api_error *e)
 {
 	memset(out, 0, sizeof(*out));
 	memset(e, 0, sizeof(*e));
@@ -484,7 +496,7 @@ int tokenize_args_parse(const char *body, size_t len, struct tokenize_args *out,
 }
 
 int detokenize_args_parse(const char *body, size_t len, int32_t **tokens, size_t *n_tokens,
-			  struct api_error *e)
+                          struct api_error *e)
 {
 	memset(e, 0, sizeof(*e));
 	*tokens = NULL;
@@ -503,7 +515,8 @@ int detokenize_args_parse(const char *body, size_t len, int32_t **tokens, size_t
 		rc = parse_prompt_ids(t, &a, e);
 	if (rc && !strcmp(e->param, "prompt")) {
 		snprintf(e->param, sizeof(e->param), "tokens");
-		snprintf(e->message, sizeof(e->message), "'tokens' must hold token ids (non-negative integers)");
+		snprintf(e->message, sizeof(e->message),
+		         "'tokens' must hold token ids (non-negative integers)");
 	}
 	cJSON_Delete(root);
 	if (rc) {

@@ -12,10 +12,10 @@
 #include "util/errbuf.h"
 
 struct api_error {
-	int status;	  /* 400, 404, ... */
+	int status;       /* 400, 404, ... */
 	const char *type; /* "invalid_request_error" */
 	const char *code; /* "invalid_value", "invalid_type", "invalid_json", ... */
-	char param[64];	  /* the field, "" when none */
+	char param[64];   /* the field, "" when none */
 	char message[SINKD_ERR_LEN + 64];
 };
 
@@ -33,7 +33,7 @@ struct gen_args {
 	int max_tokens;
 	struct sampler_params sampling;
 	bool seed_given;
-	bool ignore_eos; /* llama.cpp extension: generate past end-of-text */
+	bool ignore_eos;  /* llama.cpp extension: generate past end-of-text */
 	char *session_id; /* continue a persistent session, NULL when none */
 	char **stops;
 	size_t n_stops;
@@ -48,7 +48,7 @@ struct gen_args {
 
 /* max_tokens_limit: limits.max_tokens.  Returns 0 or -EINVAL with *e set. */
 int gen_args_parse(const char *body, size_t len, bool chat, int64_t max_tokens_limit,
-		   struct gen_args *out, struct api_error *e);
+                   struct gen_args *out, struct api_error *e);
 void gen_args_deinit(struct gen_args *a);
 
 /* POST /v1/sessions: {"window_size": N, "sink_keep_count": M}, both optional
@@ -58,7 +58,7 @@ struct session_create_args {
 	int sink_keep_count; /* -1: configured */
 };
 int session_create_args_parse(const char *body, size_t len, struct session_create_args *out,
-			      struct api_error *e);
+                              struct api_error *e);
 
 /* POST /v1/sessions/{id}/append: {"text", "revise_last_tokens", "generate":
  * {completion fields; "stream" defaults to true}}. */
@@ -69,7 +69,7 @@ struct append_args {
 	struct gen_args gen; /* when generate: sampling, max_tokens, stream, ... */
 };
 int append_args_parse(const char *body, size_t len, int64_t max_tokens_limit,
-		      struct append_args *out, struct api_error *e);
+                      struct append_args *out, struct api_error *e);
 void append_args_deinit(struct append_args *a);
 
 struct tokenize_args {
@@ -78,8 +78,8 @@ struct tokenize_args {
 	bool parse_special;
 };
 int tokenize_args_parse(const char *body, size_t len, struct tokenize_args *out,
-			struct api_error *e);
+                        struct api_error *e);
 
 /* tokens: malloc'ed ids (may be empty). */
 int detokenize_args_parse(const char *body, size_t len, int32_t **tokens, size_t *n_tokens,
-			  struct api_error *e);
+                          struct api_error *e);

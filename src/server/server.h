@@ -25,14 +25,13 @@ struct server_engine {
 /* Binds server.listen, loads TLS material and starts the listener threads.
  * On error nothing is left running. */
 int server_new(const struct sinkd_config *cfg, struct sinkd_log *log, struct server **out,
-	       char *err, size_t err_len);
+               char *err, size_t err_len);
 /* The bound port (useful with "host:0"). */
 int server_port(const struct server *s);
 /* Makes the API available; /ready turns 200. */
 void server_attach_engine(struct server *s, const struct server_engine *e);
 /* Applies the reloadable server keys (api_keys, sse_keepalive_s, limits). */
-int server_reconfigure(struct server *s, const struct sinkd_config *cfg, char *err,
-		       size_t err_len);
+int server_reconfigure(struct server *s, const struct sinkd_config *cfg, char *err, size_t err_len);
 /* /ready turns 503 and new generations are refused; running ones go on. */
 void server_set_draining(struct server *s);
 /* Generations bound to open connections. */

@@ -83,12 +83,12 @@ double server_now(void); /* monotonic seconds */
 
 /* Queues a response with the common headers (X-Request-Id, Content-Type). */
 enum MHD_Result http_respond(struct request *r, int status, const char *content_type,
-			     const char *body, size_t len);
+                             const char *body, size_t len);
 enum MHD_Result http_respond_json(struct request *r, int status, cJSON *obj); /* frees obj */
 /* {"error":{"message","type","param","code"}}; retry_after_s > 0 adds Retry-After. */
 enum MHD_Result http_respond_error(struct request *r, int status, const char *type,
-				   const char *param, const char *code, int retry_after_s,
-				   const char *fmt, ...) SINKD_PRINTF(7, 8);
+                                   const char *param, const char *code, int retry_after_s,
+                                   const char *fmt, ...) SINKD_PRINTF(7, 8);
 /* Attaches common headers to a response built elsewhere and queues it. */
 enum MHD_Result http_queue(struct request *r, int status, struct MHD_Response *resp);
 
@@ -101,9 +101,9 @@ struct gen_args;
 enum MHD_Result respond_api_error(struct request *r, const struct api_error *e);
 /* Submits a generation (ids owned by the callee from here on) and answers. */
 enum MHD_Result api_submit(struct request *r, struct gen_args *a, int32_t *ids, size_t n_ids,
-			   const char *session_id, size_t revise_last_tokens, bool append_only);
+                           const char *session_id, size_t revise_last_tokens, bool append_only);
 int api_session_is_empty(struct server *s, const char *id, bool *empty);
 /* api_sessions.c: the persistent-session endpoints. */
 enum MHD_Result api_session_create(struct request *r);
-enum MHD_Result api_session(struct request *r);	      /* GET, DELETE /v1/sessions/{id} */
+enum MHD_Result api_session(struct request *r);        /* GET, DELETE /v1/sessions/{id} */
 enum MHD_Result api_session_append(struct request *r); /* POST /v1/sessions/{id}/append */

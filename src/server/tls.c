@@ -24,7 +24,7 @@ static int read_file(const char *what, const char *path, char **out, char *err, 
 	FILE *f = fopen(path, "rb");
 	if (!f)
 		return err_set(err, err_len, -errno, "%s: cannot open %s: %s", what, path,
-			       strerror(errno));
+		               strerror(errno));
 	char *buf = malloc(TLS_MAX_FILE + 1);
 	size_t n = buf ? fread(buf, 1, TLS_MAX_FILE + 1, f) : 0;
 	int bad = ferror(f);
@@ -34,7 +34,9 @@ static int read_file(const char *what, const char *path, char **out, char *err, 
 	if (bad || n == 0 || n > TLS_MAX_FILE) {
 		free(buf);
 		return err_set(err, err_len, -EINVAL, "%s: %s is %s", what, path,
-			       bad ? "unreadable" : n == 0 ? "empty" : "larger than 1 MiB");
+		               bad      ? "unreadable"
+		               : n == 0 ? "empty"
+		                        : "larger than 1 MiB");
 	}
 	buf[n] = '\0';
 	*out = buf;
@@ -52,7 +54,7 @@ static void openssl_reason(char *buf, size_t len)
 }
 
 static int check_pair(const struct tls_pair *p, const char *cert_file, const char *key_file,
-		      char *err, size_t err_len)
+                      char *err, size_t err_len)
 {
 	char why[256];
 	int rc = 0;
@@ -62,27 +64,28 @@ static int check_pair(const struct tls_pair *p, const char *cert_file, const cha
 	if (!cert) {
 		openssl_reason(why, sizeof(why));
 		rc = err_set(err, err_len, -EINVAL,
-			     "server.tls.cert_file: %s is not a PEM certificate (%s)", cert_file, why);
+		             "server.tls.cert_file: %s is not a PEM certificate (%s)", cert_file,
+		             why);
 		goto out;
 	}
 	key = kb ? PEM_read_bio_PrivateKey(kb, NULL, NULL, NULL) : NULL;
 	if (!key) {
 		openssl_reason(why, sizeof(why));
 		rc = err_set(err, err_len, -EINVAL,
-			     "server.tls.key_file: %s is not an unencrypted PEM private key (%s)",
-			     key_file, why);
+		             "server.tls.key_file: %s is not an unencrypted PEM private key (%s)",
+		             key_file, why);
 		goto out;
 	}
 	if (X509_check_private_key(cert, key) != 1) {
 		ERR_clear_error();
 		rc = err_set(err, err_len, -EINVAL,
-			     "server.tls: the key in %s does not match the certificate in %s",
-			     key_file, cert_file);
+		             "server.tls: the key in %s does not match the certificate in %s",
+		             key_file, cert_file);
 		goto out;
 	}
 	if (X509_cmp_current_time(X509_get0_notAfter(cert)) < 0) {
 		rc = err_set(err, err_len, -EINVAL, "server.tls.cert_file: %s has expired",
-			     cert_file);
+		             cert_file);
 		goto out;
 	}
 out:
@@ -94,7 +97,7 @@ out:
 }
 
 int tls_pair_load(const char *cert_file, const char *key_file, struct tls_pair *out, char *err,
-		  size_t err_len)
+                  size_t err_len)
 {
 	memset(out, 0, sizeof(*out));
 	int rc = read_file("server.tls.cert_file", cert_file, &out->cert_pem, err, err_len);

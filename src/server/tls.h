@@ -7,8 +7,8 @@
 #include <stddef.h>
 
 /* TLS 1.2 and 1.3 only, AEAD ciphers only (GnuTLS priority string). */
-#define TLS_PRIORITIES                                                                     \
-	"NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:-CIPHER-ALL:+AES-128-GCM:+AES-256-GCM:" \
+#define TLS_PRIORITIES                                                                             \
+	"NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:-CIPHER-ALL:+AES-128-GCM:+AES-256-GCM:"        \
 	"+CHACHA20-POLY1305:-MAC-ALL:+AEAD:%SERVER_PRECEDENCE"
 
 struct tls_pair {
@@ -17,6 +17,6 @@ struct tls_pair {
 };
 
 int tls_pair_load(const char *cert_file, const char *key_file, struct tls_pair *out, char *err,
-		  size_t err_len);
+                  size_t err_len);
 /* Wipes the key before freeing; safe on a zeroed struct. */
 void tls_pair_deinit(struct tls_pair *p);

@@ -82,10 +82,10 @@ static int send_request(struct conn *c, const char *key, const char *body, bool 
 {
 	char head[512];
 	int n = snprintf(head, sizeof(head),
-			 "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-			 "Authorization: Bearer %s\r\nContent-Type: application/json\r\n"
-			 "%sContent-Length: %zu\r\n\r\n",
-			 key, timing ? "X-Sinkd-Timing: 1\r\n" : "", strlen(body));
+	                 "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+	                 "Authorization: Bearer %s\r\nContent-Type: application/json\r\n"
+	                 "%sContent-Length: %zu\r\n\r\n",
+	                 key, timing ? "X-Sinkd-Timing: 1\r\n" : "", strlen(body));
 	if (SSL_write(c->ssl, head, n) != n)
 		return -1;
 	return SSL_write(c->ssl, body, (int)strlen(body)) == (int)strlen(body) ? 0 : -1;
@@ -107,7 +107,7 @@ static double pct(double *v, size_t n, double p)
 }
 
 static int run_idle(SSL_CTX *ctx, int port, const char *key, int n, const char *body,
-		    const char *ready_file, const char *release_file)
+                    const char *ready_file, const char *release_file)
 {
 	struct conn *c = calloc((size_t)n, sizeof(*c));
 	double t0 = now_s();
@@ -136,7 +136,7 @@ static int run_idle(SSL_CTX *ctx, int port, const char *key, int n, const char *
 			if (!(p[i].revents & POLLIN) && !SSL_pending(c[i].ssl))
 				continue;
 			int r = SSL_read(c[i].ssl, c[i].buf + c[i].len,
-					 (int)(sizeof(c[i].buf) - 1 - c[i].len));
+			                 (int)(sizeof(c[i].buf) - 1 - c[i].len));
 			if (r <= 0)
 				continue;
 			c[i].len += (size_t)r;
@@ -163,16 +163,17 @@ static int run_idle(SSL_CTX *ctx, int port, const char *key, int n, const char *
 		usleep(20000);
 	for (int i = 0; i < opened; i++)
 		conn_close(&c[i]);
-	printf("{\"mode\":\"idle\",\"requested\":%d,\"opened\":%d,\"sse_headers\":%d,\"non_200\":%d,"
-	       "\"keepalive_seen\":%d,\"open_seconds\":%.3f}\n",
-	       n, opened, with_headers, status_bad, with_ka, t_open);
+	printf(
+	    "{\"mode\":\"idle\",\"requested\":%d,\"opened\":%d,\"sse_headers\":%d,\"non_200\":%d,"
+	    "\"keepalive_seen\":%d,\"open_seconds\":%.3f}\n",
+	    n, opened, with_headers, status_bad, with_ka, t_open);
 	free(c);
 	return with_ka == n ? 0 : 1;
 }
 
 /* Reads events of one streaming response; records TTFT and emit→parse delays. */
 static int read_stream(struct conn *c, double t_req, double *ttft, double *delays, size_t *n_delays,
-		       size_t cap)
+                       size_t cap)
 {
 	char buf[65536];
 	size_t len = 0;

@@ -24,9 +24,9 @@ static int make_cert(void)
 	snprintf(key, sizeof(key), "%s/key.pem", dir);
 	char cmd[1024];
 	snprintf(cmd, sizeof(cmd),
-		 "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 "
-		 "-subj /CN=localhost -keyout %s -out %s 2>/dev/null",
-		 key, cert);
+	         "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 "
+	         "-subj /CN=localhost -keyout %s -out %s 2>/dev/null",
+	         key, cert);
 	return system(cmd) == 0 ? 0 : -1;
 }
 
@@ -58,9 +58,9 @@ static int get(int port, const char *method, const char *path, char *out, size_t
 {
 	char cmd[512];
 	snprintf(cmd, sizeof(cmd),
-		 "curl -sk --max-time 5 -X %s -D %s/hdr -o %s/body -w '%%{http_code}' "
-		 "https://127.0.0.1:%d%s",
-		 method, dir, dir, port, path);
+	         "curl -sk --max-time 5 -X %s -D %s/hdr -o %s/body -w '%%{http_code}' "
+	         "https://127.0.0.1:%d%s",
+	         method, dir, dir, port, path);
 	FILE *p = popen(cmd, "r");
 	int status = 0;
 	if (fscanf(p, "%d", &status) != 1)

@@ -98,13 +98,13 @@ START_TEST(test_request_ok)
 	struct gen_args a;
 	struct api_error e;
 	ck_assert_int_eq(parse("{\"model\":\"m\",\"prompt\":\"Once\",\"max_tokens\":5,"
-			       "\"temperature\":0,\"top_k\":3,\"top_p\":0.5,\"min_p\":0.1,"
-			       "\"seed\":7,\"stop\":[\"a\",\"bb\"],\"stream\":true,"
-			       "\"stream_options\":{\"include_usage\":true},\"logprobs\":2,"
-			       "\"presence_penalty\":0.5,\"frequency_penalty\":-1,"
-			       "\"repeat_penalty\":1.1,\"unknown_field\":{\"x\":1}}",
-			       false, &a, &e),
-			 0);
+	                       "\"temperature\":0,\"top_k\":3,\"top_p\":0.5,\"min_p\":0.1,"
+	                       "\"seed\":7,\"stop\":[\"a\",\"bb\"],\"stream\":true,"
+	                       "\"stream_options\":{\"include_usage\":true},\"logprobs\":2,"
+	                       "\"presence_penalty\":0.5,\"frequency_penalty\":-1,"
+	                       "\"repeat_penalty\":1.1,\"unknown_field\":{\"x\":1}}",
+	                       false, &a, &e),
+	                 0);
 	ck_assert_str_eq(a.model, "m");
 	ck_assert_str_eq(a.prompt, "Once");
 	ck_assert_int_eq(a.max_tokens, 5);
@@ -122,11 +122,12 @@ START_TEST(test_request_ok)
 	ck_assert_int_eq((int)a.n_prompt_ids, 3);
 	ck_assert(a.sampling.temperature == 1.0f);
 	gen_args_deinit(&a);
-	ck_assert_int_eq(parse("{\"messages\":[{\"role\":\"system\",\"content\":\"s\"},"
-			       "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}],"
-			       "\"logprobs\":true,\"top_logprobs\":3,\"max_completion_tokens\":9}",
-			       true, &a, &e),
-			 0);
+	ck_assert_int_eq(
+	    parse("{\"messages\":[{\"role\":\"system\",\"content\":\"s\"},"
+	          "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}],"
+	          "\"logprobs\":true,\"top_logprobs\":3,\"max_completion_tokens\":9}",
+	          true, &a, &e),
+	    0);
 	ck_assert_int_eq((int)a.n_messages, 2);
 	ck_assert_str_eq(a.messages[1].content, "hi");
 	ck_assert_int_eq(a.max_tokens, 9);
@@ -144,50 +145,51 @@ START_TEST(test_request_errors)
 		const char *param;
 		const char *code;
 	} cases[] = {
-		{"{\"prompt\":\"x\"", false, "", "invalid_json"},
-		{"", false, "", "invalid_json"},
-		{"[1,2]", false, "", "invalid_json"},
-		{"{}", false, "prompt", "missing_field"},
-		{"{\"prompt\":5}", false, "prompt", "invalid_type"},
-		{"{\"prompt\":[\"a\",\"b\"]}", false, "prompt", "invalid_value"},
-		{"{\"prompt\":[1,-2]}", false, "prompt", "invalid_type"},
-		{"{\"prompt\":\"x\",\"max_tokens\":0}", false, "max_tokens", "invalid_value"},
-		{"{\"prompt\":\"x\",\"max_tokens\":257}", false, "max_tokens", "invalid_value"},
-		{"{\"prompt\":\"x\",\"max_tokens\":\"5\"}", false, "max_tokens", "invalid_type"},
-		{"{\"prompt\":\"x\",\"max_tokens\":1.5}", false, "max_tokens", "invalid_type"},
-		{"{\"prompt\":\"x\",\"temperature\":\"hot\"}", false, "temperature", "invalid_type"},
-		{"{\"prompt\":\"x\",\"temperature\":3}", false, "temperature", "invalid_value"},
-		{"{\"prompt\":\"x\",\"top_p\":0}", false, "top_p", "invalid_value"},
-		{"{\"prompt\":\"x\",\"stream\":1}", false, "stream", "invalid_type"},
-		{"{\"prompt\":\"x\",\"stop\":7}", false, "stop", "invalid_type"},
-		{"{\"prompt\":\"x\",\"stop\":[\"\"]}", false, "stop", "invalid_value"},
-		{"{\"prompt\":\"x\",\"n\":2}", false, "n", "invalid_value"},
-		{"{\"prompt\":\"x\",\"model\":3}", false, "model", "invalid_type"},
-		{"{\"prompt\":\"x\",\"logprobs\":21}", false, "logprobs", "invalid_value"},
-		{"{\"prompt\":\"x\",\"stream_options\":{\"include_usage\":true}}", false,
-		 "stream_options", "invalid_value"},
-		{"{\"messages\":[]}", true, "messages", "invalid_type"},
-		{"{\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}", true, "messages",
-		 "invalid_value"},
-		{"{\"messages\":[{\"content\":\"x\"}]}", true, "messages", "invalid_type"},
-		{"{\"messages\":[{\"role\":\"user\",\"content\":5}]}", true, "messages",
-		 "invalid_type"},
-		{"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", true,
-		 "top_logprobs", "invalid_value"},
-		{"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":2}", true,
-		 "logprobs", "invalid_type"},
+	    {"{\"prompt\":\"x\"", false, "", "invalid_json"},
+	    {"", false, "", "invalid_json"},
+	    {"[1,2]", false, "", "invalid_json"},
+	    {"{}", false, "prompt", "missing_field"},
+	    {"{\"prompt\":5}", false, "prompt", "invalid_type"},
+	    {"{\"prompt\":[\"a\",\"b\"]}", false, "prompt", "invalid_value"},
+	    {"{\"prompt\":[1,-2]}", false, "prompt", "invalid_type"},
+	    {"{\"prompt\":\"x\",\"max_tokens\":0}", false, "max_tokens", "invalid_value"},
+	    {"{\"prompt\":\"x\",\"max_tokens\":257}", false, "max_tokens", "invalid_value"},
+	    {"{\"prompt\":\"x\",\"max_tokens\":\"5\"}", false, "max_tokens", "invalid_type"},
+	    {"{\"prompt\":\"x\",\"max_tokens\":1.5}", false, "max_tokens", "invalid_type"},
+	    {"{\"prompt\":\"x\",\"temperature\":\"hot\"}", false, "temperature", "invalid_type"},
+	    {"{\"prompt\":\"x\",\"temperature\":3}", false, "temperature", "invalid_value"},
+	    {"{\"prompt\":\"x\",\"top_p\":0}", false, "top_p", "invalid_value"},
+	    {"{\"prompt\":\"x\",\"stream\":1}", false, "stream", "invalid_type"},
+	    {"{\"prompt\":\"x\",\"stop\":7}", false, "stop", "invalid_type"},
+	    {"{\"prompt\":\"x\",\"stop\":[\"\"]}", false, "stop", "invalid_value"},
+	    {"{\"prompt\":\"x\",\"n\":2}", false, "n", "invalid_value"},
+	    {"{\"prompt\":\"x\",\"model\":3}", false, "model", "invalid_type"},
+	    {"{\"prompt\":\"x\",\"logprobs\":21}", false, "logprobs", "invalid_value"},
+	    {"{\"prompt\":\"x\",\"stream_options\":{\"include_usage\":true}}", false,
+	     "stream_options", "invalid_value"},
+	    {"{\"messages\":[]}", true, "messages", "invalid_type"},
+	    {"{\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}", true, "messages",
+	     "invalid_value"},
+	    {"{\"messages\":[{\"content\":\"x\"}]}", true, "messages", "invalid_type"},
+	    {"{\"messages\":[{\"role\":\"user\",\"content\":5}]}", true, "messages",
+	     "invalid_type"},
+	    {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", true,
+	     "top_logprobs", "invalid_value"},
+	    {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":2}", true,
+	     "logprobs", "invalid_type"},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct gen_args a;
 		struct api_error e;
-		ck_assert_msg(parse(cases[i].body, cases[i].chat, &a, &e) == -EINVAL, "case %zu", i);
+		ck_assert_msg(parse(cases[i].body, cases[i].chat, &a, &e) == -EINVAL, "case %zu",
+		              i);
 		ck_assert_int_eq(e.status, 400);
 		ck_assert_msg(!strcmp(e.param, cases[i].param), "case %zu: param %s", i, e.param);
 		ck_assert_msg(!strcmp(e.code, cases[i].code), "case %zu: code %s", i, e.code);
 		ck_assert(strlen(e.message) > 10);
 		if (cases[i].param[0])
 			ck_assert_msg(strstr(e.message, cases[i].param), "case %zu: %s", i,
-				      e.message);
+			              e.message);
 	}
 }
 END_TEST
@@ -278,12 +280,14 @@ START_TEST(test_metrics_text)
 	ck_assert_ptr_nonnull(t);
 	ck_assert_int_eq((int)strlen(t), (int)len);
 	ck_assert_ptr_nonnull(strstr(t, "sinkd_http_requests_total{endpoint=\"/v1/completions\","
-					"status=\"200\"} 2\n"));
+	                                "status=\"200\"} 2\n"));
 	ck_assert_ptr_nonnull(strstr(t, "status=\"400\"} 1\n"));
 	ck_assert_ptr_nonnull(strstr(t, "sinkd_tokens_in_total 10\n"));
 	ck_assert_ptr_nonnull(strstr(t, "sinkd_tokens_out_total 5\n"));
-	ck_assert_ptr_nonnull(strstr(t, "sinkd_time_to_first_token_seconds_bucket{le=\"0.0025\"} 0\n"));
-	ck_assert_ptr_nonnull(strstr(t, "sinkd_time_to_first_token_seconds_bucket{le=\"0.005\"} 1\n"));
+	ck_assert_ptr_nonnull(
+	    strstr(t, "sinkd_time_to_first_token_seconds_bucket{le=\"0.0025\"} 0\n"));
+	ck_assert_ptr_nonnull(
+	    strstr(t, "sinkd_time_to_first_token_seconds_bucket{le=\"0.005\"} 1\n"));
 	ck_assert_ptr_nonnull(strstr(t, "sinkd_inter_token_latency_seconds_count 1\n"));
 	ck_assert_ptr_nonnull(strstr(t, "sinkd_open_streams 1\n"));
 	ck_assert_ptr_nonnull(strstr(t, "# TYPE sinkd_http_requests_total counter\n"));
