@@ -290,7 +290,7 @@ static void attend_heads_task(void *ctx, int task, int thread)
 {
 	const struct attend_ctx *a = ctx;
 	int h0, h1;
-	threadpool_split(a->c->base.model->hp.n_heads, a->c->n_threads, task, 1, &h0, &h1);
+	threadpool_split(a->c->base.model->hp.n_heads, a->c->n_threads * 2, task, 1, &h0, &h1);
 	if (h0 < h1)
 		attend_heads(a, a->session, a->token, h0, h1, thread);
 }
@@ -313,7 +313,7 @@ static int attend_long_session(struct attend_ctx *a, int j, char *err, size_t er
 			return rc;
 		a->token = t;
 		if (parallel)
-			threadpool_run(c->pool, c->n_threads, attend_heads_task, a);
+			threadpool_run(c->pool, c->n_threads * 2, attend_heads_task, a);
 		else
 			attend_heads(a, s, t, 0, hp->n_heads, 0);
 	}

@@ -23,6 +23,10 @@
 /* Work below this many multiply-adds runs on the calling thread: waking the
  * pool costs more than it saves for tiny matrices (stories260K). */
 #define MATMUL_PARALLEL_MIN_MACS 200000
+/* Rows are split into a few contiguous ranges per thread (whoever is free
+ * takes the next), each a multiple of a GEMM row tile. */
+#define MATMUL_TASKS_PER_THREAD 3
+#define MATMUL_TASK_ALIGN 16
 /* Batch rows per L2 chunk. */
 #define MATMUL_BATCH_CHUNK 64
 /* Columns converted per step of the portable path. */
@@ -606,7 +610,7 @@ static void matmul_task(void *ctx, int task, int thread)
 {
 	const struct matmul_call *c = ctx;
 	int g0, g1;
-	threadpool_split(c->total_rows, c->n_parts, task, 4, &g0, &g1);
+	threadpool_split(c->total_rows, c->n_parts, task, MATMUL_TASK_ALIGN, &g0, &g1);
 	call_rows(c, g0, g1);
 }
 
@@ -650,8 +654,8 @@ void matmul_many(struct threadpool *pool, enum matmul_isa isa, const float *x, i
 	if (n_threads == 1 || macs < MATMUL_PARALLEL_MIN_MACS) {
 		call_rows(&c, 0, c.total_rows);
 	} else {
-		c.n_parts = n_threads;
-		threadpool_run(pool, n_threads, matmul_task, &c);
+		c.n_parts = n_threads * MATMUL_TASKS_PER_THREAD;
+		threadpool_run(pool, c.n_parts, matmul_task, &c);
 	}
 	free(xq);
 }

@@ -2,8 +2,10 @@
  * a generation counter; workers that are spinning see it within a few hundred
  * nanoseconds, sleeping ones are woken through a futex only when some worker
  * actually sleeps (counted in n_sleeping), so back-to-back calls inside one
- * token cost no system call.  Completion is counted the same way in reverse.
- * Tasks are claimed from an atomic counter.  It does not pin threads or
+ * token cost no system call.  Tasks are claimed from an atomic word that
+ * carries the job's generation, and the caller waits for the tasks, not for
+ * the workers: on a busy machine a worker that is not scheduled in time
+ * costs nothing, the caller runs its tasks.  It does not pin threads or
  * schedule priorities, and is Linux-only (futex). */
 #include "engine/threadpool.h"
 
@@ -13,6 +15,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -25,19 +28,24 @@
  * (a pause is ~60 ns here: about 120 us). */
 #define SPIN_ITERS 2000
 
+/* A published job; two slots so that the next job can be written while a
+ * late worker still looks at the previous one. */
+struct pool_job {
+	_Atomic(threadpool_task_fn) fn;
+	_Atomic(void *) ctx;
+	_Atomic int n_tasks;
+};
+
 struct threadpool {
 	int n_threads;
 	pthread_t *workers; /* (n_threads - 1) */
 	int n_started;
-	/* The current job. */
-	threadpool_task_fn fn;
-	void *ctx;
-	int n_tasks;
-	_Atomic int next_task;
-	_Atomic unsigned generation; /* bumped once per job; futex word for workers */
-	_Atomic unsigned
-	    n_pending;          /* workers still in the current job; futex word for the caller */
-	_Atomic int n_sleeping; /* workers blocked on `generation` */
+	unsigned last_generation;    /* caller side: of the latest job */
+	struct pool_job jobs[2];     /* job g lives in jobs[g & 1] */
+	_Atomic uint64_t claim;      /* (generation << 32) | next task of that job */
+	_Atomic unsigned generation; /* of the latest job; futex word for workers */
+	_Atomic unsigned n_done; /* tasks of the latest job finished; futex word for the caller */
+	_Atomic int n_sleeping;  /* workers blocked on `generation` */
 	_Atomic int caller_sleeping;
 	_Atomic bool stop;
 };
@@ -59,13 +67,26 @@ static inline void cpu_relax(void)
 #endif
 }
 
-static void pool_work(struct threadpool *p, int thread)
+/* Claims and runs tasks of job `gen` until none is left or a newer job
+ * replaced it.  The claim word carries the generation, so a worker that
+ * arrives late can never take a task of a job it did not read. */
+static void pool_work(struct threadpool *p, unsigned gen, int thread)
 {
+	struct pool_job *job = &p->jobs[gen & 1];
 	for (;;) {
-		int task = atomic_fetch_add_explicit(&p->next_task, 1, memory_order_relaxed);
-		if (task >= p->n_tasks)
-			break;
-		p->fn(p->ctx, task, thread);
+		uint64_t c = atomic_load(&p->claim);
+		int task, n_tasks;
+		do {
+			n_tasks = atomic_load_explicit(&job->n_tasks, memory_order_relaxed);
+			task = (int)(uint32_t)c;
+			if ((unsigned)(c >> 32) != gen || task >= n_tasks)
+				return;
+		} while (!atomic_compare_exchange_weak(&p->claim, &c, c + 1));
+		threadpool_task_fn fn = atomic_load_explicit(&job->fn, memory_order_relaxed);
+		fn(atomic_load_explicit(&job->ctx, memory_order_relaxed), task, thread);
+		if (atomic_fetch_add(&p->n_done, 1) + 1 == (unsigned)n_tasks &&
+		    atomic_load(&p->caller_sleeping))
+			futex_wake_all(&p->n_done);
 	}
 }
 
@@ -103,28 +124,44 @@ static void *worker_main(void *arg)
 		seen = worker_wait_job(p, seen);
 		if (atomic_load(&p->stop))
 			break;
-		pool_work(p, wa.thread);
-		if (atomic_fetch_sub(&p->n_pending, 1) == 1 && atomic_load(&p->caller_sleeping))
-			futex_wake_all(&p->n_pending);
+		pool_work(p, seen, wa.thread);
 	}
 	return NULL;
 }
 
-static void caller_wait_done(struct threadpool *p)
+/* Waits until every task is finished (not until every worker showed up: a
+ * worker that was not scheduled in time finds nothing left to do). */
+static void caller_wait_done(struct threadpool *p, unsigned n_tasks)
 {
 	for (int i = 0; i < SPIN_ITERS; i++) {
-		if (atomic_load_explicit(&p->n_pending, memory_order_acquire) == 0)
+		if (atomic_load_explicit(&p->n_done, memory_order_acquire) == n_tasks)
 			return;
 		cpu_relax();
 	}
 	for (;;) {
 		atomic_store(&p->caller_sleeping, 1);
-		unsigned pending = atomic_load(&p->n_pending);
-		if (pending == 0)
+		unsigned done = atomic_load(&p->n_done);
+		if (done == n_tasks)
 			break;
-		futex_wait(&p->n_pending, pending);
+		futex_wait(&p->n_done, done);
 	}
 	atomic_store(&p->caller_sleeping, 0);
+}
+
+/* Makes job `gen` visible: its slot, then the claim word, then the
+ * generation that wakes the workers. */
+static void publish(struct threadpool *p, unsigned gen, threadpool_task_fn fn, void *ctx,
+                    int n_tasks)
+{
+	struct pool_job *job = &p->jobs[gen & 1];
+	atomic_store_explicit(&job->fn, fn, memory_order_relaxed);
+	atomic_store_explicit(&job->ctx, ctx, memory_order_relaxed);
+	atomic_store_explicit(&job->n_tasks, n_tasks, memory_order_relaxed);
+	atomic_store_explicit(&p->n_done, 0, memory_order_relaxed);
+	atomic_store(&p->claim, (uint64_t)gen << 32);
+	atomic_store(&p->generation, gen); /* seq_cst: then reads n_sleeping */
+	if (atomic_load(&p->n_sleeping) > 0)
+		futex_wake_all(&p->generation);
 }
 
 void threadpool_run(struct threadpool *p, int n_tasks, threadpool_task_fn fn, void *ctx)
@@ -136,16 +173,10 @@ void threadpool_run(struct threadpool *p, int n_tasks, threadpool_task_fn fn, vo
 			fn(ctx, t, 0);
 		return;
 	}
-	p->fn = fn;
-	p->ctx = ctx;
-	p->n_tasks = n_tasks;
-	atomic_store_explicit(&p->next_task, 0, memory_order_relaxed);
-	atomic_store_explicit(&p->n_pending, (unsigned)(p->n_threads - 1), memory_order_relaxed);
-	atomic_fetch_add(&p->generation, 1); /* seq_cst: publishes the job, then reads n_sleeping */
-	if (atomic_load(&p->n_sleeping) > 0)
-		futex_wake_all(&p->generation);
-	pool_work(p, 0);
-	caller_wait_done(p);
+	unsigned gen = ++p->last_generation;
+	publish(p, gen, fn, ctx, n_tasks);
+	pool_work(p, gen, 0);
+	caller_wait_done(p, (unsigned)n_tasks);
 }
 
 static int online_cores(void)
@@ -196,8 +227,7 @@ void threadpool_free(struct threadpool *p)
 	if (!p)
 		return;
 	atomic_store(&p->stop, true);
-	atomic_fetch_add(&p->generation, 1);
-	futex_wake_all(&p->generation);
+	publish(p, ++p->last_generation, NULL, NULL, 0);
 	for (int i = 0; i < p->n_started; i++)
 		pthread_join(p->workers[i], NULL);
 	free(p->workers);

@@ -20,7 +20,8 @@ int threadpool_size(const struct threadpool *p);
 
 /* Runs fn for every task in [0, n_tasks) across the pool (the caller takes
  * part) and returns when all are done.  Tasks are claimed in increasing
- * order, so task i usually lands on thread i when n_tasks == size. */
+ * order by whichever thread is free, so split work into a few tasks per
+ * thread to balance it. */
 void threadpool_run(struct threadpool *p, int n_tasks, threadpool_task_fn fn, void *ctx);
 
 /* Splits [0, n) into `parts` contiguous ranges of near-equal size, each a

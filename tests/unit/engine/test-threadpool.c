@@ -106,6 +106,38 @@ START_TEST(test_wake_after_sleep)
 }
 END_TEST
 
+/* Jobs of varied sizes back to back, with uneven tasks, so that workers
+ * arrive late, find the job done, or race for its last task: every task of
+ * every job still runs exactly once. */
+static void uneven_task(void *ctx, int task, int thread)
+{
+	if (task % 3 == 1)
+		for (volatile int i = 0; i < 2000; i++)
+			;
+	count_task(ctx, task, thread);
+}
+
+START_TEST(test_stress_uneven)
+{
+	struct threadpool *p = NULL;
+	ck_assert_int_eq(threadpool_new(3, &p, NULL, 0), 0);
+	_Atomic int hits[16];
+	for (int round = 0; round < 3000; round++) {
+		int n = 2 + round % 14;
+		for (int i = 0; i < n; i++)
+			atomic_store(&hits[i], 0);
+		struct count_ctx c = {.hits = hits, .n_threads = 3};
+		threadpool_run(p, n, uneven_task, &c);
+		for (int i = 0; i < n; i++)
+			ck_assert_int_eq(atomic_load(&hits[i]), 1);
+		ck_assert_int_eq(atomic_load(&c.bad_thread), 0);
+		if (round % 500 == 0)
+			usleep(2000); /* let the workers fall asleep now and then */
+	}
+	threadpool_free(p);
+}
+END_TEST
+
 START_TEST(test_split)
 {
 	int b, e, prev = 0;
@@ -130,6 +162,7 @@ int main(void)
 	tcase_add_test(tc, test_default_size_is_cores);
 	tcase_add_test(tc, test_many_dispatches);
 	tcase_add_test(tc, test_wake_after_sleep);
+	tcase_add_test(tc, test_stress_uneven);
 	tcase_add_test(tc, test_split);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
