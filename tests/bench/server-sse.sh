@@ -15,6 +15,7 @@
 # Prints a table and one JSON line.
 #
 # Environment: BUILD (default build-bench-server), N_IDLE (1000), LAT_REQ (20),
+# ENGINE_THREADS (engine.threads, 0 = one per core),
 # MAX_TOKENS (128), SINKD_SHARED (../shared).
 set -euo pipefail
 
@@ -61,6 +62,7 @@ inference:
 scheduler: {max_queue: $((N_IDLE + 16)), max_queue_wait_s: 600}
 limits: {max_tokens: 1000000}
 logging: {level: warn}
+engine: {threads: ${ENGINE_THREADS:-0}}
 YAML
 "$BUILD/src/sinkd" --config "$TMP/sinkd.yaml" 2>"$TMP/daemon.log" &
 PID=$!
