@@ -132,6 +132,7 @@ struct scheduler {
 	double pace_decode_s;        /* moving average of decode-only batch time; 0 unknown */
 	double pace_cap;             /* prefill tokens per batch while sessions decode */
 	unsigned pace_since_measure; /* batches since the last decode-only one */
+	double pace_token_s;         /* moving average of what one prompt token adds */
 };
 
 double sched_now(void);

@@ -14,16 +14,18 @@
  * session served rotates every tick.
  *
  * Pacing: while any session decodes, the prefill share of a batch is further
- * capped by `pace_cap`, adapted after every batch so that a batch carrying
- * prefill takes at most PACE_FACTOR times as long as a decode-only batch
- * (measured, moving average; while prompts wait, every PACE_REMEASURE-th
- * batch is decode-only to keep that reference fresh as contexts grow): the
- * cap shrinks by 30% when a batch took longer, grows by 25% when one cut
- * short by it took less than 80% of the target, and never drops below one
- * token, so a prompt always advances.  A 30k-token prompt therefore streams in at a steady share of
- * the machine while every stream keeps receiving one token per batch, with inter-token latency at
- * most ~PACE_FACTOR x its decode-only value.  With no session decoding, prefill uses the whole
- * max_batch_tokens.
+ * capped by `pace_cap` so that a batch carrying prefill takes at most
+ * PACE_FACTOR times as long as a decode-only batch.  Both costs are
+ * measured: the decode-only batch time as a moving average (while prompts
+ * wait, every PACE_REMEASURE-th batch is decode-only to keep it fresh as
+ * contexts grow), the cost of one prompt token from what the prefill added to
+ * the last paced batches; the cap is the number of prompt tokens that fit in
+ * the allowed extra time, grows at most twofold per batch, and never drops
+ * below one token, so a prompt always advances.  A 30k-token prompt thus
+ * streams in at a steady share of the machine (1 - 1/PACE_FACTOR) while
+ * every stream keeps receiving one token per batch, with inter-token latency
+ * at most ~PACE_FACTOR times its decode-only value.  With no session
+ * decoding, prefill uses the whole max_batch_tokens.
  *
  * Persistent sessions keep the stream's last token un-fed ("pending"): a
  * later request starts by feeding it, which yields the logits to continue
@@ -417,7 +419,7 @@ static size_t prefill_chunk_cap(const struct sched_req *r)
 
 #define PACE_FACTOR 1.5
 #define PACE_MIN_CAP 1.0
-#define PACE_START_CAP 64.0
+#define PACE_START_CAP 4.0
 #define PACE_REMEASURE 32 /* paced batches between two decode-only ones */
 
 struct batch_shape {
@@ -479,8 +481,6 @@ static size_t batch_build(struct scheduler *s, struct sched_req **act, size_t n_
 static void pace_update(struct scheduler *s, const struct batch_shape *b, double seconds,
                         size_t max_tokens)
 {
-	if (s->pace_cap == 0)
-		s->pace_cap = PACE_START_CAP;
 	if (b->n_decode && !b->n_prefill) {
 		s->pace_decode_s =
 		    s->pace_decode_s ? 0.7 * s->pace_decode_s + 0.3 * seconds : seconds;
@@ -490,15 +490,17 @@ static void pace_update(struct scheduler *s, const struct batch_shape *b, double
 	s->pace_since_measure++;
 	if (!b->n_decode || !b->n_prefill || s->pace_decode_s == 0)
 		return;
-	double target = PACE_FACTOR * s->pace_decode_s;
-	if (seconds > target)
-		s->pace_cap *= 0.7;
-	else if (b->paced && seconds < 0.8 * target)
-		s->pace_cap = s->pace_cap * 1.25 + 1;
-	if (s->pace_cap < PACE_MIN_CAP)
-		s->pace_cap = PACE_MIN_CAP;
-	if (s->pace_cap > (double)max_tokens)
-		s->pace_cap = (double)max_tokens;
+	/* What one prompt token added to this batch, then as many tokens as
+	 * fit in the time allowed beyond the decode-only batch. */
+	double extra = seconds - s->pace_decode_s;
+	double per_token = (extra > 0 ? extra : 0.05 * s->pace_decode_s) / (double)b->n_prefill;
+	s->pace_token_s = s->pace_token_s ? 0.5 * s->pace_token_s + 0.5 * per_token : per_token;
+	double cap = (PACE_FACTOR - 1) * s->pace_decode_s / s->pace_token_s;
+	if (cap > 2 * s->pace_cap + 1)
+		cap = 2 * s->pace_cap + 1; /* grow gradually: costs are not linear forever */
+	s->pace_cap = cap < PACE_MIN_CAP         ? PACE_MIN_CAP
+	              : cap > (double)max_tokens ? (double)max_tokens
+	                                         : cap;
 }
 
 /* Advances one request after the forward pass; returns true when finished. */

@@ -7,6 +7,8 @@
 # for SECONDS each, then 16 streams again while one more client keeps sending
 # a ~20k-token prompt.  Reports aggregate generated tok/s, time to first token
 # p50/p99 and inter-token latency p50/p99, as a table and one JSON line.
+# The same load also runs in-process (tests/bench/sched-inproc.c: scheduler +
+# engine, no HTTP) so the server's share of the figures can be told apart.
 # Models: stories260K, and with MODELS_134M=1 the synthetic 134M Llama (F32
 # and F16) made with sinkd-mkmodel.
 #
@@ -40,8 +42,12 @@ if [ ! -f "$BUILD/build.ninja" ]; then
 	PATH=/usr/local/cuda/bin:$PATH meson setup "$BUILD" -Dcuda=disabled -Dbuildtype=release >/dev/null
 fi
 ninja -C "$BUILD" src/sinkd src/tools/sinkd-mkmodel >/dev/null
+ninja -C "$BUILD" src/libsinkd.a >/dev/null
 cc -O2 -std=c11 -D_GNU_SOURCE -Wall -o "$TMP/loadgen" "$ROOT/tests/bench/sched-loadgen.c" \
 	-lssl -lcrypto -lpthread
+LIBS="$(pkg-config --libs libmicrohttpd libcrypto libcjson yaml-0.1) -lm -lpthread"
+cc -O2 -std=c11 -D_GNU_SOURCE -I"$ROOT/src" $(pkg-config --cflags libcjson) -o "$TMP/inproc" \
+	"$ROOT/tests/bench/sched-inproc.c" "$BUILD/src/libsinkd.a" $LIBS
 
 # ---- TLS, key, prompts
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=localhost \
@@ -110,32 +116,42 @@ for model in "${MODELS[@]}"; do
 		log "  $n streams"
 		r=$("$TMP/loadgen" "$PORT" "$KEY" "$n" "$SECONDS_PER" "$MAX_TOKENS" "$TMP/prompt.txt") ||
 			log "  errors in the run: $r"
-		echo "{\"model\":\"$name\",${r#\{}" >>"$TMP/results.jsonl"
+		echo "{\"model\":\"$name\",\"mode\":\"https\",${r#\{}" >>"$TMP/results.jsonl"
 	done
 	if [ "$LONG" = 1 ]; then
 		log "  16 streams + a ~20k-token prompt alongside"
 		r=$("$TMP/loadgen" "$PORT" "$KEY" 16 "$SECONDS_PER" "$MAX_TOKENS" "$TMP/prompt.txt" "$TMP/long.txt") ||
 			log "  errors in the run: $r"
-		echo "{\"model\":\"$name\",${r#\{}" >>"$TMP/results.jsonl"
+		echo "{\"model\":\"$name\",\"mode\":\"https\",${r#\{}" >>"$TMP/results.jsonl"
 	fi
 	curl -sk -H "Authorization: Bearer $KEY" "https://127.0.0.1:$PORT/metrics" |
 		grep -E '^sinkd_scheduler_(batch_tokens|batch_sequences)_(sum|count)' >&2 || true
 	stop_daemon
+	for n in $STREAMS; do
+		log "  in-process, $n streams"
+		r=$("$TMP/inproc" "$model" "$n" "$MAX_TOKENS" "$THREADS" 0 "scheduler.max_batch_tokens=$BATCH")
+		echo "{\"model\":\"$name\",\"mode\":\"inproc\",\"long_prefill\":false,${r#\{}" >>"$TMP/results.jsonl"
+	done
+	if [ "$LONG" = 1 ]; then
+		log "  in-process, 16 streams + a 20000-token prompt"
+		r=$("$TMP/inproc" "$model" 16 "$MAX_TOKENS" "$THREADS" 20000 "scheduler.max_batch_tokens=$BATCH")
+		echo "{\"model\":\"$name\",\"mode\":\"inproc\",\"long_prefill\":true,${r#\{}" >>"$TMP/results.jsonl"
+	fi
 done
 
 python3 - "$TMP/results.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-print(f"{'model':<16} {'streams':>7} {'long':>5} {'tok/s':>9} {'TTFT p50':>9} {'TTFT p99':>9} "
+print(f"{'model':<16} {'mode':<7} {'streams':>7} {'long':>5} {'tok/s':>9} {'TTFT p50':>9} {'TTFT p99':>9} "
       f"{'ITL p50':>8} {'ITL p99':>8} {'p99/p50':>7} {'reqs':>5} {'err':>4}")
 for r in rows:
     ratio = r['itl_p99_ms'] / r['itl_p50_ms'] if r['itl_p50_ms'] else 0
-    print(f"{r['model']:<16} {r['streams']:>7} {'yes' if r['long_prefill'] else 'no':>5} {r['tok_s']:>9.1f} "
-          f"{r['ttft_p50_ms']:>7.1f}ms {r['ttft_p99_ms']:>7.1f}ms {r['itl_p50_ms']:>6.2f}ms "
-          f"{r['itl_p99_ms']:>6.2f}ms {ratio:>7.2f} {r['requests']:>5} {r['errors']:>4}")
+    print(f"{r['model']:<16} {r['mode']:<7} {r['streams']:>7} {'yes' if r['long_prefill'] else 'no':>5} "
+          f"{r['tok_s']:>9.1f} {r['ttft_p50_ms']:>7.1f}ms {r['ttft_p99_ms']:>7.1f}ms {r['itl_p50_ms']:>6.2f}ms "
+          f"{r['itl_p99_ms']:>6.2f}ms {ratio:>7.2f} {r.get('requests', r['streams']):>5} {r.get('errors', 0):>4}")
 by = {}
 for r in rows:
-    if not r['long_prefill']:
+    if not r['long_prefill'] and r['mode'] == 'https':
         by[(r['model'], r['streams'])] = r['tok_s']
 scal = {m: round(by[(m, 16)] / by[(m, 1)], 2) for (m, n) in by if n == 16 and (m, 1) in by and by[(m, 1)]}
 print("scaling 16 streams / 1 stream:", scal)

@@ -3,7 +3,9 @@
  * TLS connection per request, like a fresh client) that reads the SSE
  * events as they arrive.  Measures time to first token (request start,
  * connect included, to the first event carrying text), inter-token latency
- * (gaps between text events), and generated tokens (usage.completion_tokens).
+ * (gaps between text events), and generated tokens (text events received
+ * within the measured window: a request still running at the end is cut
+ * there, so slow models are measured over the same window).
  * Optionally one more client keeps sending a long prompt (max_tokens 1) to
  * measure the streams while a long prefill runs alongside.  Prints one JSON
  * line.  Not part of the test suite; run by tests/bench/sched-load.sh.
@@ -16,6 +18,7 @@
 #include <netinet/tcp.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -23,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -163,7 +167,7 @@ struct sse {
 	char line[65536];
 	size_t n;
 	double t0, last;
-	bool first_seen, done;
+	bool first_seen, done, cut;
 	long tokens;
 };
 
@@ -174,13 +178,15 @@ static void sse_event(struct stream *st, struct sse *e, const char *data)
 		e->done = true;
 		return;
 	}
-	const char *u = strstr(data, "\"completion_tokens\":");
-	if (u)
-		e->tokens = atol(u + 20);
 	if (!strstr(data, "\"text\":\"") || strstr(data, "\"text\":\"\""))
 		return;
 	if (st->is_long)
 		return;
+	if (t > st->c->t_end) {
+		e->cut = true; /* past the window: stop reading */
+		return;
+	}
+	e->tokens++;
 	if (!e->first_seen)
 		push(&st->ttft, t - e->t0);
 	else
@@ -209,7 +215,7 @@ static int read_body(struct stream *st, struct reader *r, struct sse *e, bool ch
 {
 	char line[256];
 	if (!chunked) {
-		while (rd_fill(r)) {
+		while (!e->cut && rd_fill(r)) {
 			sse_feed(st, e, r->buf + r->pos, r->len - r->pos);
 			r->pos = r->len;
 		}
@@ -222,6 +228,8 @@ static int read_body(struct stream *st, struct reader *r, struct sse *e, bool ch
 		if (left == 0)
 			return 0;
 		while (left > 0) {
+			if (e->cut)
+				return 0;
 			if (!rd_fill(r))
 				return -1;
 			size_t take = r->len - r->pos < left ? r->len - r->pos : left;
@@ -230,6 +238,28 @@ static int read_body(struct stream *st, struct reader *r, struct sse *e, bool ch
 			left -= take;
 		}
 		rd_line(r, line, sizeof(line)); /* CRLF after the chunk */
+	}
+}
+
+/* The long-prompt client: waits for the end of its response (or the end of
+ * the measurement) without blocking, so it can be stopped at any time. */
+static int long_wait(struct stream *st, int fd, SSL *ssl)
+{
+	char buf[4096];
+	for (;;) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		if (atomic_load(&st->c->stop_long))
+			return 0;
+		if (SSL_pending(ssl) == 0 && poll(&p, 1, 100) <= 0)
+			continue;
+		int n = SSL_read(ssl, buf, sizeof(buf) - 1);
+		if (n <= 0)
+			return 0; /* Connection: close after the response */
+		buf[n] = 0;
+		if (strstr(buf, "[DONE]"))
+			return 0;
+		if (strstr(buf, "HTTP/1.1 ") == buf && strncmp(buf, "HTTP/1.1 200", 12) != 0)
+			return -1;
 	}
 }
 
@@ -245,7 +275,9 @@ static int do_request(struct stream *st, const char *body)
 	fd = socket(AF_INET, SOCK_STREAM, 0);
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)c->port)};
 	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	struct timeval tmo = {.tv_sec = 60};
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tmo, sizeof(tmo));
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
 		goto out;
 	ssl = SSL_new(c->ctx);
@@ -261,15 +293,20 @@ static int do_request(struct stream *st, const char *body)
 	    SSL_write(ssl, body, (int)strlen(body)) != (int)strlen(body))
 		goto out;
 	r->ssl = ssl;
+	if (st->is_long) {
+		rc = long_wait(st, fd, ssl);
+		goto out;
+	}
 	if (!rd_line(r, line, sizeof(line)) || strncmp(line, "HTTP/1.1 200", 12) != 0)
 		goto out;
 	bool chunked = false;
 	while (rd_line(r, line, sizeof(line)) && line[0])
 		if (strcasestr(line, "transfer-encoding:") && strcasestr(line, "chunked"))
 			chunked = true;
-	if (read_body(st, r, e, chunked) != 0 || !e->done)
-		goto out;
+	int body_rc = read_body(st, r, e, chunked);
 	st->tokens += e->tokens;
+	if (!e->cut && (body_rc != 0 || !e->done))
+		goto out;
 	rc = 0;
 out:
 	if (ssl) {
@@ -355,7 +392,7 @@ int main(int argc, char **argv)
 	}
 	for (int i = 0; i < c.streams; i++)
 		pthread_join(st[i].th, NULL);
-	double wall = now_s() - t0;
+	double wall = c.seconds; /* tokens are counted inside [t0, t_end] */
 	atomic_store(&c.stop_long, true);
 	struct samples ttft = {0}, itl = {0};
 	long tokens = 0, reqs = 0, errs = 0;
