@@ -15,7 +15,8 @@
 # Environment: BUILD (build dir, default build-bench-sched), SECONDS_PER (5),
 # MAX_TOKENS (128), STREAMS ("1 4 16 64"), THREADS (engine threads, 0 = all
 # cores), MODELS_134M (0), LONG (1: the long-prefill run), BATCH (512:
-# scheduler.max_batch_tokens).
+# scheduler.max_batch_tokens), INPROC (1: also the in-process runs, each
+# stream generating INPROC_TOKENS, default MAX_TOKENS).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -28,6 +29,8 @@ THREADS=${THREADS:-0}
 MODELS_134M=${MODELS_134M:-0}
 LONG=${LONG:-1}
 BATCH=${BATCH:-512}
+INPROC=${INPROC:-1}
+INPROC_TOKENS=${INPROC_TOKENS:-$MAX_TOKENS}
 TMP=$(mktemp -d)
 PID=
 cleanup() {
@@ -127,14 +130,15 @@ for model in "${MODELS[@]}"; do
 	curl -sk -H "Authorization: Bearer $KEY" "https://127.0.0.1:$PORT/metrics" |
 		grep -E '^sinkd_scheduler_(batch_tokens|batch_sequences)_(sum|count)' >&2 || true
 	stop_daemon
+	[ "$INPROC" = 1 ] || continue
 	for n in $STREAMS; do
 		log "  in-process, $n streams"
-		r=$("$TMP/inproc" "$model" "$n" "$MAX_TOKENS" "$THREADS" 0 "scheduler.max_batch_tokens=$BATCH")
+		r=$("$TMP/inproc" "$model" "$n" "$INPROC_TOKENS" "$THREADS" 0 "scheduler.max_batch_tokens=$BATCH")
 		echo "{\"model\":\"$name\",\"mode\":\"inproc\",\"long_prefill\":false,${r#\{}" >>"$TMP/results.jsonl"
 	done
 	if [ "$LONG" = 1 ]; then
 		log "  in-process, 16 streams + a 20000-token prompt"
-		r=$("$TMP/inproc" "$model" 16 "$MAX_TOKENS" "$THREADS" 20000 "scheduler.max_batch_tokens=$BATCH")
+		r=$("$TMP/inproc" "$model" 16 "$INPROC_TOKENS" "$THREADS" 20000 "scheduler.max_batch_tokens=$BATCH")
 		echo "{\"model\":\"$name\",\"mode\":\"inproc\",\"long_prefill\":true,${r#\{}" >>"$TMP/results.jsonl"
 	fi
 done
