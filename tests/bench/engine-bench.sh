@@ -82,11 +82,12 @@ probe = [r for r in rows if r["kind"] == "probe"]
 bw1 = statistics.median(p["bw1_gbs"] for p in probe)
 bw2 = statistics.median(p["bw2_gbs"] for p in probe)
 roof = bw1 if threads == 1 else bw2
+print(f"run at {when}; load average before: {open('/proc/loadavg').read().split()[0]}")
 print(f"read bandwidth probe (1 GiB): 1 thread {bw1:.1f} GB/s, 2 threads {bw2:.1f} GB/s (median of {len(probe)})")
 dec = [r for r in rows if r["kind"] == "decode"]
 models = list(dict.fromkeys(r["model"] for r in dec))
 summary = {"time": when, "threads": threads, "probe_bw1_gbs": bw1, "probe_bw2_gbs": bw2, "models": {}}
-print(f"{'model':<22}{'streams':>8}{'tok/s min':>12}{'tok/s med':>12}{'GB/s':>8}{'% roof':>8}{'prefill':>10}")
+print(f"{'model':<22}{'streams':>8}{'tok/s min':>12}{'tok/s med':>12}{'GB/s':>8}{'% roof':>8}{'prefill':>10}{'cpu ms/step':>12}{'wall ms/step':>13}")
 for m in models:
     ms = {}
     for n in sorted({r["streams"] for r in dec if r["model"] == m}):
@@ -97,9 +98,12 @@ for m in models:
         steps_s = med / n  # forwards per second: each reads the weights once
         gbs = wb * steps_s / 1e9
         pre = statistics.median(r["prefill_tok_s"] for r in rs)
+        cpu = statistics.median(r["cpu_ms_per_step"] for r in rs)
+        wall = statistics.median(r["step_ms"] for r in rs)
         ms[str(n)] = {"tok_s_min": min(toks), "tok_s_median": med, "weight_gbs": gbs,
-                      "roof_pct": 100 * gbs / roof, "prefill_tok_s": pre, "weight_bytes": wb}
-        print(f"{m:<22}{n:>8}{min(toks):>12.1f}{med:>12.1f}{gbs:>8.1f}{100*gbs/roof:>8.1f}{pre:>10.0f}")
+                      "roof_pct": 100 * gbs / roof, "prefill_tok_s": pre, "weight_bytes": wb,
+                      "cpu_ms_per_step": cpu, "step_ms": wall}
+        print(f"{m:<22}{n:>8}{min(toks):>12.1f}{med:>12.1f}{gbs:>8.1f}{100*gbs/roof:>8.1f}{pre:>10.0f}{cpu:>12.3f}{wall:>13.3f}")
     if "1" in ms and "32" in ms:
         ms["batch32_speedup"] = ms["32"]["tok_s_median"] / ms["1"]["tok_s_median"]
     summary["models"][m] = ms

@@ -4,7 +4,9 @@
  * token, as the scheduler does); repeats with fresh sessions until the time
  * is spent, so the context stays at P..P+G tokens.  Prints one JSON line:
  *   {"model":..,"streams":N,"threads":T,"steps":K,"tok_s":X,"step_ms":Y,
- *    "weight_bytes":B,"prefill_tok_s":Z}
+ *    "cpu_ms_per_step":C,"weight_bytes":B,"prefill_tok_s":Z}
+ * cpu_ms_per_step: CPU time of all threads per step (spinning included),
+ * which tells a busy machine (step_ms >> cpu/threads) from a slow kernel.
  * prefill_tok_s: one session's prompt of --prompt-tokens fed as one batch.
  * Linked against the sinkd library; run by engine-bench.sh.  Not a test. */
 #include <stdio.h>
@@ -16,11 +18,16 @@
 #include "engine/backend.h"
 #include "util/errbuf.h"
 
-static double now_s(void)
+static double clock_s(clockid_t id)
 {
 	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(id, &ts);
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double now_s(void)
+{
+	return clock_s(CLOCK_MONOTONIC);
 }
 
 struct opts {
@@ -87,7 +94,7 @@ int main(int argc, char **argv)
 	size_t cap = (size_t)(N > P ? N : P);
 	struct backend_token *batch = calloc(cap, sizeof(*batch));
 	float *logits = malloc(cap * (size_t)n_vocab * sizeof(float));
-	double prefill_s = 0, el = 0;
+	double prefill_s = 0, el = 0, cpu = 0;
 	long steps = 0;
 	/* Rounds of: fresh sessions, a prompt each, G timed decode steps (the
 	 * context stays at P..P+G tokens, like llama-bench's tg runs). */
@@ -105,7 +112,7 @@ int main(int argc, char **argv)
 			if (s == 0 && round == 0)
 				prefill_s = now_s() - t0;
 		}
-		double t0 = now_s();
+		double t0 = now_s(), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
 		for (int k = 0; k < G; k++) {
 			for (int s = 0; s < N; s++)
 				batch[s] =
@@ -116,15 +123,17 @@ int main(int argc, char **argv)
 				goto fail;
 		}
 		el += now_s() - t0;
+		cpu += clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
 		steps += G;
 		for (int s = 0; s < N; s++)
 			be->ops->session_free(be, ss[s]);
 	}
 
 	printf("{\"model\":\"%s\",\"streams\":%d,\"threads\":%d,\"steps\":%ld,\"tok_s\":%.2f,"
-	       "\"step_ms\":%.3f,\"weight_bytes\":%zu,\"prefill_tok_s\":%.1f}\n",
+	       "\"step_ms\":%.3f,\"cpu_ms_per_step\":%.3f,\"weight_bytes\":%zu,"
+	       "\"prefill_tok_s\":%.1f}\n",
 	       m->name, N, o.threads, steps, (double)steps * N / el, el / steps * 1e3,
-	       model_weight_bytes(m), P / prefill_s);
+	       cpu / steps * 1e3, model_weight_bytes(m), P / prefill_s);
 	return 0;
 fail:
 	fprintf(stderr, "engine-driver: %s\n", err);
