@@ -82,7 +82,7 @@ probe = [r for r in rows if r["kind"] == "probe"]
 bw1 = statistics.median(p["bw1_gbs"] for p in probe)
 bw2 = statistics.median(p["bw2_gbs"] for p in probe)
 roof = bw1 if threads == 1 else bw2
-print(f"run at {when}; load average before: {open('/proc/loadavg').read().split()[0]}")
+print(f"run at {when}; 1-min load average at the end: {open('/proc/loadavg').read().split()[0]}")
 print(f"read bandwidth probe (1 GiB): 1 thread {bw1:.1f} GB/s, 2 threads {bw2:.1f} GB/s (median of {len(probe)})")
 dec = [r for r in rows if r["kind"] == "decode"]
 models = list(dict.fromkeys(r["model"] for r in dec))
