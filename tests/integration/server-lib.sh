@@ -162,10 +162,18 @@ header() { # NAME → value from $tmp/hdr
 metric() { # NAME (with labels) → value from a fresh /metrics
 	curl -sk "${auth[@]}" "$base/metrics" | grep -F "$1 " | grep -v '^#' | head -1 | awk '{print $NF}'
 }
-# wait_metric NAME OP VALUE: up to 5 s for the metric to compare true (awk).
+# wait_for CMD...: polls CMD for up to 10 s (a loaded machine is slow).
+wait_for() {
+	for _ in $(seq 1 200); do
+		"$@" && return 0
+		sleep 0.05
+	done
+	return 1
+}
+# wait_metric NAME OP VALUE: up to 10 s for the metric to compare true (awk).
 wait_metric() {
 	local v
-	for _ in $(seq 1 100); do
+	for _ in $(seq 1 200); do
 		v=$(metric "$1")
 		[ -n "$v" ] && awk -v a="$v" -v b="$3" "BEGIN { exit !(a $2 b) }" && return 0
 		sleep 0.05

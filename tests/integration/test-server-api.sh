@@ -148,8 +148,7 @@ st=$(http POST /v1/completions "${auth[@]}" -d '{"prompt":"x","max_tokens":3}')
 check "queue full → 503" [ "$st" = 503 ]
 check "503 has Retry-After" bash -c "[ -n '$(header Retry-After)' ] && [ '$(header Retry-After)' -ge 1 ]"
 jcheck "503 is an OpenAI error" "$tmp/body" 'j["error"]["type"] == "server_error" and len(j["error"]["message"]) > 0'
-sleep 2.2
-check "queued stream received ': keep-alive' comments" grep -q '^: keep-alive$' "$tmp/queued.txt"
+check "queued stream received ': keep-alive' comments" wait_for grep -q '^: keep-alive$' "$tmp/queued.txt"
 check "open streams gauge counts both" [ "$(metric sinkd_open_streams)" = 2 ]
 cancelled_before=$(metric 'sinkd_scheduler_requests_finished_total{outcome="cancelled"}')
 kill "$long_pid"
@@ -201,19 +200,17 @@ new_key=test-key-2
 new_digest=$(printf %s "$new_key" | sha256sum | cut -d' ' -f1)
 sed -i "s/sha256:$api_digest/sha256:$new_digest/" "$tmp/main.yaml"
 kill -HUP "$main_pid"
-sleep 0.5
-check "reload: new key accepted" [ "$(http GET /v1/models -H "Authorization: Bearer $new_key")" = 200 ]
+new_key_ok() { [ "$(http GET /v1/models -H "Authorization: Bearer $new_key")" = 200 ]; }
+check "reload: new key accepted" wait_for new_key_ok
 check "reload: old key refused" [ "$(http GET /v1/models "${auth[@]}")" = 401 ]
 echo "server: [" >>"$tmp/main.yaml"
 kill -HUP "$main_pid"
-sleep 0.5
+check "broken reload is logged" wait_for grep -q 'reload failed' "$log"
 check "broken reload keeps the running config" [ "$(http GET /v1/models -H "Authorization: Bearer $new_key")" = 200 ]
-check "broken reload is logged" grep -q 'reload failed' "$log"
 sed -i '$d' "$tmp/main.yaml"
 sed -i "s/listen: \"127.0.0.1:$port\"/listen: \"127.0.0.1:$((port + 1))\"/" "$tmp/main.yaml"
 kill -HUP "$main_pid"
-sleep 0.5
-check "restart-only change logged as needs restart" grep -q '"needs restart.*server.listen' "$log"
+check "restart-only change logged as needs restart" wait_for grep -q '"needs restart.*server.listen' "$log"
 check "still serving on the old port" [ "$(http GET /health)" = 200 ]
 
 # ---- stop -------------------------------------------------------------------------------------
@@ -225,14 +222,14 @@ curl -skN "${auth[@]}" -d "$long" "$base/v1/completions" >"$tmp/drain.txt" 2>/de
 long_pid=$!
 check "stream running before SIGTERM" wait_metric sinkd_scheduler_running == 1
 kill -TERM "$main_pid"
-sleep 0.3
-check "draining: /ready 503" [ "$(http GET /ready)" = 503 ]
+ready_503() { [ "$(http GET /ready)" = 503 ]; }
+check "draining: /ready 503" wait_for ready_503
 jcheck "draining: /ready says draining" "$tmp/body" 'j == {"status": "draining"}'
 check "draining: new completion 503" [ "$(http POST /v1/completions "${auth[@]}" -d '{"prompt":"x","max_tokens":2}')" = 503 ]
 check "draining: 503 has Retry-After" [ -n "$(header Retry-After)" ]
 n_before=$(grep -c '^data: {' "$tmp/drain.txt")
-sleep 0.3
-check "draining: the running stream goes on" [ "$(grep -c '^data: {' "$tmp/drain.txt")" -gt "$n_before" ]
+more_events() { [ "$(grep -c '^data: {' "$tmp/drain.txt")" -gt "$n_before" ]; }
+check "draining: the running stream goes on" wait_for more_events
 kill "$long_pid"
 wait "$long_pid" 2>/dev/null
 wait "$main_pid"

@@ -56,7 +56,7 @@ jcheck "session_id: tokens added to the session" "$tmp/body" 'j["tokens_seen"] >
 curl -skN "${auth[@]}" -d '{"text":" x","generate":{"max_tokens":1000000,"ignore_eos":true}}' \
 	"$base/v1/sessions/$small/append" >/dev/null 2>&1 &
 busy_pid=$!
-for _ in $(seq 1 100); do
+for _ in $(seq 1 200); do
 	http GET "/v1/sessions/$small" "${auth[@]}" >/dev/null
 	grep -q '"busy":true' "$tmp/body" && break
 	sleep 0.05
@@ -65,7 +65,7 @@ jcheck "session busy while generating" "$tmp/body" 'j["busy"] is True'
 check "second append on a busy session → 409" [ "$(http POST "/v1/sessions/$small/append" "${auth[@]}" -d '{"text":"y"}')" = 409 ]
 kill "$busy_pid"
 wait "$busy_pid" 2>/dev/null
-for _ in $(seq 1 100); do
+for _ in $(seq 1 200); do
 	http GET "/v1/sessions/$small" "${auth[@]}" >/dev/null
 	grep -q '"busy":false' "$tmp/body" && break
 	sleep 0.05
