@@ -3,13 +3,13 @@
  * the same at token 100,000 as at token 1,000.
  *   model MODEL.gguf WINDOW SINKS THREADS POS...   whole forward on the CPU
  *       backend: streams synthetic token ids (chunks of 64) up to each
- *       position, then times 64 single-token decode steps there.
+ *       position, then times 256 single-token decode steps there.
  *   cache N_HEADS N_KV HEAD_DIM WINDOW SINKS DTYPE BITS POS...   one layer of
  *       sinkcache_append + sinkcache_attend (DTYPE 0 f32, 1 f16, 2 bf16;
  *       BITS 0 = no quantization, else 128 recent full precision); the stream
  *       index jumps (test hook) to POS - WINDOW, then WINDOW tokens fill the
  *       window and 256 more are timed.
- * Prints one line per position: "POS SECONDS_PER_TOKEN". */
+ * Prints one line per position: "POS WALL_S_PER_TOKEN CPU_S_PER_TOKEN". */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,11 +21,29 @@
 #include "model/model.h"
 #include "util/errbuf.h"
 
-static double now_s(void)
+static double clock_s(clockid_t id)
 {
 	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(id, &ts);
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Wall and process CPU seconds: on a shared machine the CPU time is what
+ * shows whether the work per token stays flat. */
+struct stamp {
+	double wall, cpu;
+};
+
+static struct stamp stamp_now(void)
+{
+	return (struct stamp){clock_s(CLOCK_MONOTONIC), clock_s(CLOCK_PROCESS_CPUTIME_ID)};
+}
+
+static void print_per_token(uint64_t pos, struct stamp t0, int n)
+{
+	struct stamp t1 = stamp_now();
+	printf("%llu %.9f %.9f\n", (unsigned long long)pos, (t1.wall - t0.wall) / n,
+	       (t1.cpu - t0.cpu) / n);
 }
 
 static int feed(struct backend *be, struct backend_session *s, struct backend_token *batch,
@@ -64,11 +82,11 @@ static int run_model(int argc, char **argv)
 		uint64_t target = strtoull(argv[a], NULL, 10);
 		while (!rc && pos < target)
 			rc = feed(be, s, batch, target - pos < 64 ? target - pos : 64, &pos, logits, err);
-		double t0 = now_s();
-		for (int i = 0; !rc && i < 64; i++)
+		struct stamp t0 = stamp_now();
+		for (int i = 0; !rc && i < 256; i++)
 			rc = feed(be, s, batch, 1, &pos, logits, err);
 		if (!rc)
-			printf("%llu %.9f\n", (unsigned long long)target, (now_s() - t0) / 64);
+			print_per_token(target, t0, 256);
 	}
 	if (rc)
 		fprintf(stderr, "cache-driver: %s\n", err);
@@ -113,12 +131,12 @@ static int run_cache(int argc, char **argv)
 		sinkcache_debug_set_stream_index(c, start, NULL, 0);
 		for (uint64_t p = start; p < target; p++)
 			sinkcache_append(c, 0, k, k, NULL, 0);
-		double t0 = now_s();
+		struct stamp t0 = stamp_now();
 		for (int i = 0; i < 256; i++) {
 			sinkcache_append(c, 0, k, k, NULL, 0);
 			sinkcache_attend(c, 0, q, n_heads, 0, n_heads, out, scratch, NULL);
 		}
-		printf("%llu %.9f\n", (unsigned long long)target, (now_s() - t0) / 256);
+		print_per_token(target, t0, 256);
 		sinkcache_free(c);
 	}
 	free(k);
