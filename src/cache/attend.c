@@ -81,13 +81,16 @@ static void attend_quant_sinks(struct attend_ctx *x, bool mix)
 			}
 		return;
 	}
-	for (int h = 0; h < x->r; h++)
+	for (int h = 0; h < x->r; h++) {
+		float bias = 0.0f;
 		for (int i = 0; i < n; i++) {
 			const float *vp = &L->sink_vp[2 * (at + (size_t)i)];
 			float p = x->scores[(size_t)h * x->ld + i];
 			x->w[(size_t)h * x->ld + i] = p * vp[0];
-			x->bias[h] += p * vp[1];
+			bias += p * vp[1];
 		}
+		x->bias[h] += bias;
+	}
 	attend_mix_codes(bits, L->sink_v + at * c->code_row, c->code_row, n, x->d, x->w, x->ld,
 	                 x->r, x->acc);
 }
@@ -103,11 +106,16 @@ static void attend_group(struct attend_ctx *x, size_t gh, int first, int n0, boo
 		const float *kp = L->gkp + gh * 2 * (size_t)d;
 		float qm[ATTEND_MAX_HEADS];
 		for (int h = 0; h < x->r; h++) {
-			qm[h] = 0.0f;
-			for (int j = 0; j < d; j++) {
-				x->qsc[(size_t)h * d + j] = x->qw[(size_t)h * d + j] * kp[j];
-				qm[h] += x->qw[(size_t)h * d + j] * kp[d + j];
-			}
+			const float *qw = x->qw + (size_t)h * d;
+			float *qsc = x->qsc + (size_t)h * d, m[4] = {0};
+			for (int j = 0; j < d; j++)
+				qsc[j] = qw[j] * kp[j];
+			for (int j = 0; j + 4 <= d; j += 4) /* 4 chains: d is even, a tail of 2 */
+				for (int u = 0; u < 4; u++)
+					m[u] += qw[j + u] * kp[d + j + u];
+			for (int j = d - d % 4; j < d; j++)
+				m[0] += qw[j] * kp[d + j];
+			qm[h] = (m[0] + m[1]) + (m[2] + m[3]);
 		}
 		attend_score_codes(bits, L->gk + row0 * c->code_row, c->code_row, n, d, x->qsc,
 		                   x->r, x->scores + n0, x->ld);
@@ -117,12 +125,15 @@ static void attend_group(struct attend_ctx *x, size_t gh, int first, int n0, boo
 		return;
 	}
 	const float *vp = L->gvp + row0 * 2;
-	for (int h = 0; h < x->r; h++)
+	for (int h = 0; h < x->r; h++) {
+		const float *p = x->scores + (size_t)h * x->ld + n0;
+		float *w = x->w + (size_t)h * x->ld + n0, bias = 0.0f;
 		for (int i = 0; i < n; i++) {
-			float p = x->scores[(size_t)h * x->ld + n0 + i];
-			x->w[(size_t)h * x->ld + n0 + i] = p * vp[2 * i];
-			x->bias[h] += p * vp[2 * i + 1];
+			w[i] = p[i] * vp[2 * i];
+			bias += p[i] * vp[2 * i + 1];
 		}
+		x->bias[h] += bias;
+	}
 	attend_mix_codes(bits, L->gv + row0 * c->code_row, c->code_row, n, d, x->w + n0, x->ld,
 	                 x->r, x->acc);
 }
