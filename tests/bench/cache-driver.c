@@ -47,13 +47,14 @@ static void print_per_token(uint64_t pos, struct stamp t0, int n)
 }
 
 static int feed(struct backend *be, struct backend_session *s, struct backend_token *batch,
-		size_t n, uint64_t *pos, float *logits, char *err)
+                size_t n, uint64_t *pos, float *logits, char *err)
 {
 	int n_vocab = be->model->hp.n_vocab;
 	for (size_t j = 0; j < n; j++)
-		batch[j] = (struct backend_token){.session = s,
-						  .token = (int32_t)((*pos + j) * 7919 % (uint64_t)n_vocab),
-						  .want_logits = j == n - 1};
+		batch[j] = (struct backend_token){
+		    .session = s,
+		    .token = (int32_t)((*pos + j) * 7919 % (uint64_t)n_vocab),
+		    .want_logits = j == n - 1};
 	*pos += n;
 	return be->ops->forward(be, batch, n, logits, err, SINKD_ERR_LEN);
 }
@@ -69,11 +70,15 @@ static int run_model(int argc, char **argv)
 	struct backend_options opt = {.n_threads = atoi(argv[5])};
 	if (!rc)
 		rc = backend_cpu_new(m, &opt, &be, err, sizeof(err));
-	struct sinkcache_geometry g = {
-		.n_layers = m ? m->hp.n_layers : 0, .n_kv_heads = m ? m->hp.n_kv_heads : 0,
-		.head_dim = m ? m->hp.head_dim : 0, .rope_dim = m ? m->hp.rope_dim : 0,
-		.rope_theta = m ? m->hp.rope_theta : 0, .window_size = atoi(argv[3]),
-		.sink_keep_count = atoi(argv[4]), .quant_bits = 8, .dtype = KV_DTYPE_BF16};
+	struct sinkcache_geometry g = {.n_layers = m ? m->hp.n_layers : 0,
+	                               .n_kv_heads = m ? m->hp.n_kv_heads : 0,
+	                               .head_dim = m ? m->hp.head_dim : 0,
+	                               .rope_dim = m ? m->hp.rope_dim : 0,
+	                               .rope_theta = m ? m->hp.rope_theta : 0,
+	                               .window_size = atoi(argv[3]),
+	                               .sink_keep_count = atoi(argv[4]),
+	                               .quant_bits = 8,
+	                               .dtype = KV_DTYPE_BF16};
 	if (!rc)
 		rc = be->ops->session_new(be, &g, &s, err, sizeof(err));
 	float *logits = m ? malloc(sizeof(float) * (size_t)m->hp.n_vocab) : NULL;
@@ -81,7 +86,8 @@ static int run_model(int argc, char **argv)
 	for (int a = 6; !rc && a < argc; a++) {
 		uint64_t target = strtoull(argv[a], NULL, 10);
 		while (!rc && pos < target)
-			rc = feed(be, s, batch, target - pos < 64 ? target - pos : 64, &pos, logits, err);
+			rc = feed(be, s, batch, target - pos < 64 ? target - pos : 64, &pos, logits,
+			          err);
 		struct stamp t0 = stamp_now();
 		for (int i = 0; !rc && i < 256; i++)
 			rc = feed(be, s, batch, 1, &pos, logits, err);
@@ -101,12 +107,18 @@ static int run_model(int argc, char **argv)
 static int run_cache(int argc, char **argv)
 {
 	int n_heads = atoi(argv[2]), bits = atoi(argv[8]);
-	struct sinkcache_geometry g = {
-		.n_layers = 1, .n_kv_heads = atoi(argv[3]), .head_dim = atoi(argv[4]),
-		.rope_dim = atoi(argv[4]), .rope_theta = 500000.0, .window_size = atoi(argv[5]),
-		.sink_keep_count = atoi(argv[6]), .dtype = (enum kv_dtype)atoi(argv[7]),
-		.quant_enabled = bits != 0, .quant_bits = bits ? bits : 8, .protect_sinks = true,
-		.full_precision_recent = 128};
+	struct sinkcache_geometry g = {.n_layers = 1,
+	                               .n_kv_heads = atoi(argv[3]),
+	                               .head_dim = atoi(argv[4]),
+	                               .rope_dim = atoi(argv[4]),
+	                               .rope_theta = 500000.0,
+	                               .window_size = atoi(argv[5]),
+	                               .sink_keep_count = atoi(argv[6]),
+	                               .dtype = (enum kv_dtype)atoi(argv[7]),
+	                               .quant_enabled = bits != 0,
+	                               .quant_bits = bits ? bits : 8,
+	                               .protect_sinks = true,
+	                               .full_precision_recent = 128};
 	char err[SINKD_ERR_LEN] = "";
 	size_t kvd = (size_t)g.n_kv_heads * (size_t)g.head_dim, qd = (size_t)n_heads * g.head_dim;
 	float *k = malloc(kvd * sizeof(float)), *q = malloc(qd * sizeof(float));
@@ -126,8 +138,8 @@ static int run_cache(int argc, char **argv)
 		for (int i = 0; i < g.sink_keep_count; i++)
 			sinkcache_append(c, 0, k, k, NULL, 0);
 		uint64_t start = target > (uint64_t)(g.window_size + g.sink_keep_count)
-					 ? target - (uint64_t)g.window_size
-					 : (uint64_t)g.sink_keep_count;
+		                     ? target - (uint64_t)g.window_size
+		                     : (uint64_t)g.sink_keep_count;
 		sinkcache_debug_set_stream_index(c, start, NULL, 0);
 		for (uint64_t p = start; p < target; p++)
 			sinkcache_append(c, 0, k, k, NULL, 0);
@@ -152,7 +164,8 @@ int main(int argc, char **argv)
 		return run_model(argc, argv);
 	if (argc > 9 && !strcmp(argv[1], "cache"))
 		return run_cache(argc, argv);
-	fprintf(stderr, "usage: cache-driver model MODEL WINDOW SINKS THREADS POS...\n"
-			"       cache-driver cache N_HEADS N_KV HEAD_DIM WINDOW SINKS DTYPE BITS POS...\n");
+	fprintf(stderr,
+	        "usage: cache-driver model MODEL WINDOW SINKS THREADS POS...\n"
+	        "       cache-driver cache N_HEADS N_KV HEAD_DIM WINDOW SINKS DTYPE BITS POS...\n");
 	return 2;
 }
