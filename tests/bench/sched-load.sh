@@ -16,7 +16,8 @@
 # MAX_TOKENS (128), STREAMS ("1 4 16 64"), THREADS (engine threads, 0 = all
 # cores), MODELS_134M (0), LONG (1: the long-prefill run), BATCH (512:
 # scheduler.max_batch_tokens), INPROC (1: also the in-process runs, each
-# stream generating INPROC_TOKENS, default MAX_TOKENS).
+# stream generating INPROC_TOKENS, default MAX_TOKENS), ONLY (a grep -E
+# pattern: only the models whose name matches).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -31,6 +32,7 @@ LONG=${LONG:-1}
 BATCH=${BATCH:-512}
 INPROC=${INPROC:-1}
 INPROC_TOKENS=${INPROC_TOKENS:-$MAX_TOKENS}
+ONLY=${ONLY:-.}
 TMP=$(mktemp -d)
 PID=
 cleanup() {
@@ -65,6 +67,7 @@ printf 'Once upon a time, there was a little girl named Lily. She loved to' >"$T
 MODELS=("$SHARED/models/stories260K.gguf")
 if [ "$MODELS_134M" = 1 ]; then
 	for type in f32 f16; do
+		echo "synth134M-$type" | grep -qE "$ONLY" || continue
 		out="$TMP/synth134M-$type.gguf"
 		log "making $out"
 		"$BUILD/src/tools/sinkd-mkmodel" --out "$out" --vocab "$SHARED/vocab/ggml-vocab-llama-spm.gguf" \
@@ -112,6 +115,7 @@ stop_daemon() { kill -TERM "$PID" 2>/dev/null; wait "$PID" 2>/dev/null || true; 
 : >"$TMP/results.jsonl"
 for model in "${MODELS[@]}"; do
 	name=$(basename "$model" .gguf)
+	echo "$name" | grep -qE "$ONLY" || continue
 	log "model $name"
 	start_daemon "$model"
 	"$TMP/loadgen" "$PORT" "$KEY" 1 1 8 "$TMP/prompt.txt" >/dev/null || true # warm-up
