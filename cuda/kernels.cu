@@ -36,7 +36,7 @@ extern "C" int cuda_embed(const void *table, int dtype, int dim, const int32_t *
 {
 	if (n <= 0)
 		return 0;
-	embed_kernel<<<n, 256, 0, st(stream)>>>(table, dtype, dim, tok, x);
+	CUDA_LAUNCH(embed_kernel, n, 256, st(stream), table, dtype, dim, tok, x);
 	return CUDA_LAUNCH_RC();
 }
 
@@ -70,7 +70,7 @@ extern "C" int cuda_rmsnorm(const float *x, const float *w, int n, int dim, floa
 {
 	if (n <= 0)
 		return 0;
-	rmsnorm_kernel<<<n, RMS_THREADS, 0, st(stream)>>>(x, w, dim, eps, out, out_dtype);
+	CUDA_LAUNCH(rmsnorm_kernel, n, RMS_THREADS, st(stream), x, w, dim, eps, out, out_dtype);
 	return CUDA_LAUNCH_RC();
 }
 
@@ -104,8 +104,7 @@ extern "C" int cuda_rope(const float *x, float *out, int n, int n_heads, int hea
 	if (n <= 0)
 		return 0;
 	dim3 grid(n, n_heads);
-	rope_kernel<<<grid, 64, 0, st(stream)>>>(x, out, n_heads, head_dim, rope_dim, neox, cs,
-						 cs_stride, scale);
+	CUDA_LAUNCH(rope_kernel, grid, 64, st(stream), x, out, n_heads, head_dim, rope_dim, neox, cs, cs_stride, scale);
 	return CUDA_LAUNCH_RC();
 }
 
@@ -131,7 +130,7 @@ extern "C" int cuda_swiglu(const float *gate, const float *up, size_t n, void *o
 {
 	if (n == 0)
 		return 0;
-	swiglu_kernel<<<grid_for(n, 256), 256, 0, st(stream)>>>(gate, up, n, out, out_dtype);
+	CUDA_LAUNCH(swiglu_kernel, grid_for(n, 256), 256, st(stream), gate, up, n, out, out_dtype);
 	return CUDA_LAUNCH_RC();
 }
 
@@ -147,7 +146,7 @@ extern "C" int cuda_add_bias(float *y, const float *bias, int n, int cols, void 
 {
 	if (n <= 0)
 		return 0;
-	add_bias_kernel<<<n, 256, 0, st(stream)>>>(y, bias, cols);
+	CUDA_LAUNCH(add_bias_kernel, n, 256, st(stream), y, bias, cols);
 	return CUDA_LAUNCH_RC();
 }
 
@@ -163,7 +162,7 @@ extern "C" int cuda_gather_rows(const float *x, const int32_t *rows, int n, int 
 {
 	if (n <= 0)
 		return 0;
-	gather_rows_kernel<<<n, 256, 0, st(stream)>>>(x, rows, dim, out);
+	CUDA_LAUNCH(gather_rows_kernel, n, 256, st(stream), x, rows, dim, out);
 	return CUDA_LAUNCH_RC();
 }
 
@@ -195,7 +194,7 @@ extern "C" int cuda_bandwidth_probe(size_t bytes, int iters, double *bytes_per_s
 	for (int it = 0; it < iters + 1 && rc == cudaSuccess; it++) {
 		float ms = 0.0f;
 		cudaEventRecord(e0);
-		copy_kernel<<<1024, 256>>>(a, b, n);
+		CUDA_LAUNCH(copy_kernel, 1024, 256, (cudaStream_t)0, a, b, n);
 		cudaEventRecord(e1);
 		rc = cudaEventSynchronize(e1);
 		if (rc == cudaSuccess)

@@ -108,7 +108,7 @@ extern "C" int cuda_kv_append(const struct cuda_kv_append_job *jobs, int n_jobs,
 	if (n_jobs <= 0)
 		return 0;
 	dim3 grid(n_jobs, n_kv);
-	kv_append_kernel<<<grid, KV_THREADS, 0, st(stream)>>>(jobs, layer, k, v);
+	CUDA_LAUNCH(kv_append_kernel, grid, KV_THREADS, st(stream), jobs, layer, k, v);
 	return CUDA_LAUNCH_RC();
 }
 
@@ -189,7 +189,7 @@ extern "C" int cuda_kv_flush(const struct cuda_kv_flush_job *jobs, int n_jobs, i
 	if (n_jobs <= 0)
 		return 0;
 	dim3 grid(n_jobs, n_kv);
-	kv_flush_kernel<<<grid, KV_THREADS, 0, st(stream)>>>(jobs, layer);
+	CUDA_LAUNCH(kv_flush_kernel, grid, KV_THREADS, st(stream), jobs, layer);
 	return CUDA_LAUNCH_RC();
 }
 
@@ -395,13 +395,11 @@ extern "C" int cuda_attention(const struct cuda_kv_attn_job *jobs, int n_jobs, i
 	split_len = attn_split_len(split_len);
 	int n_splits = attn_splits(max_resident, split_len);
 	dim3 grid(n_splits, n_heads, n_jobs);
-	attn_partial_kernel<<<grid, KV_THREADS, 0, st(stream)>>>(jobs, layer, n_heads, qw, qs,
-								  split_len, n_splits, partial);
+	CUDA_LAUNCH(attn_partial_kernel, grid, KV_THREADS, st(stream), jobs, layer, n_heads, qw, qs, split_len, n_splits, partial);
 	int rc = CUDA_LAUNCH_RC();
 	if (rc)
 		return rc;
 	dim3 grid2(n_heads, n_jobs);
-	attn_combine_kernel<<<grid2, KV_THREADS, 0, st(stream)>>>(jobs, n_heads, n_splits, partial,
-								   out, out_dtype, sink_mass);
+	CUDA_LAUNCH(attn_combine_kernel, grid2, KV_THREADS, st(stream), jobs, n_heads, n_splits, partial, out, out_dtype, sink_mass);
 	return CUDA_LAUNCH_RC();
 }
