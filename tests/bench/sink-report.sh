@@ -107,10 +107,11 @@ base=$(jq -r 'select(.name == "sink4_window252") | .perplexity' "$TMP/rows.jsonl
 	echo
 	echo "Notes"
 	echo
-	echo "- stories260K has no attention sink of its own (README of ../shared): the"
-	echo "  sink share stays well below 1% and window-only attention does as well as"
-	echo "  sinks.  The position ablation is what matters on this model: stream"
-	echo "  positions run past its trained context (2,048) and perplexity blows up,"
+	echo "- stories260K has no attention sink of its own (README of ../shared): with"
+	echo "  cache positions the sink share stays well below 1% and window-only"
+	echo "  attention does as well as sinks.  The position ablation is what matters"
+	echo "  on this model: stream positions run past its trained context (2,048),"
+	echo "  perplexity blows up and queries pour their mass onto the first tokens,"
 	echo "  while cache-rank positions never exceed 255."
 	echo "- Dense attention over the whole stream with stream positions suffers the"
 	echo "  same way past ~2,300 tokens."
