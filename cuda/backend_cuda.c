@@ -27,7 +27,6 @@
 #include "cache/rope.h"
 #include "util/log.h"
 
-
 /* ============================================================ sessions */
 
 static void l2_window_update(struct cuda_backend *c)
@@ -61,28 +60,30 @@ static void session_release(struct cuda_backend *c, struct backend_session *s)
 }
 
 static int session_check_geometry(const struct cuda_backend *c, const struct sinkcache_geometry *g,
-				  char *err, size_t err_len)
+                                  char *err, size_t err_len)
 {
 	const struct model_hparams *hp = &c->base.model->hp;
 	if (g->n_layers != hp->n_layers || g->n_kv_heads != hp->n_kv_heads ||
 	    g->head_dim != hp->head_dim)
-		return err_set(err, err_len, -EINVAL,
-			       "cache geometry (%d layers, %d kv heads, head_dim %d) does not match "
-			       "the model (%d, %d, %d)",
-			       g->n_layers, g->n_kv_heads, g->head_dim, hp->n_layers, hp->n_kv_heads,
-			       hp->head_dim);
+		return err_set(
+		    err, err_len, -EINVAL,
+		    "cache geometry (%d layers, %d kv heads, head_dim %d) does not match "
+		    "the model (%d, %d, %d)",
+		    g->n_layers, g->n_kv_heads, g->head_dim, hp->n_layers, hp->n_kv_heads,
+		    hp->head_dim);
 	if (g->rope_dim != hp->rope_dim || g->rope_neox != c->neox)
-		return err_set(err, err_len, -EINVAL,
-			       "cache geometry: rope_dim %d / neox %d do not match the model (%d / %d)",
-			       g->rope_dim, (int)g->rope_neox, hp->rope_dim, (int)c->neox);
+		return err_set(
+		    err, err_len, -EINVAL,
+		    "cache geometry: rope_dim %d / neox %d do not match the model (%d / %d)",
+		    g->rope_dim, (int)g->rope_neox, hp->rope_dim, (int)c->neox);
 	if (g->head_dim > CUDA_KV_MAX_HEAD_DIM)
 		return err_set(err, err_len, -ENOTSUP, "cuda backend: head_dim %d is above %d",
-			       g->head_dim, CUDA_KV_MAX_HEAD_DIM);
+		               g->head_dim, CUDA_KV_MAX_HEAD_DIM);
 	return 0;
 }
 
 static int cuda_session_new(struct backend *be, const struct sinkcache_geometry *g,
-			    struct backend_session **out, char *err, size_t err_len)
+                            struct backend_session **out, char *err, size_t err_len)
 {
 	struct cuda_backend *c = cuda_of(be);
 	*out = NULL;
@@ -115,12 +116,13 @@ static int cuda_session_new(struct backend *be, const struct sinkcache_geometry 
 		free(s->freq_hi);
 		free(s->freq_lo);
 		free(s);
-		return err_set(err, err_len, rc == -ENOMEM ? -ENOMEM : -ENOSPC,
-			       "cuda backend: the KV arena (%llu MiB, %llu MiB in use) has no room for a "
-			       "session of %llu KiB",
-			       (unsigned long long)(c->arena.size >> 20),
-			       (unsigned long long)(cuda_arena_used(&c->arena) >> 20),
-			       (unsigned long long)((sink_b + win_b) >> 10));
+		return err_set(
+		    err, err_len, rc == -ENOMEM ? -ENOMEM : -ENOSPC,
+		    "cuda backend: the KV arena (%llu MiB, %llu MiB in use) has no room for a "
+		    "session of %llu KiB",
+		    (unsigned long long)(c->arena.size >> 20),
+		    (unsigned long long)(cuda_arena_used(&c->arena) >> 20),
+		    (unsigned long long)((sink_b + win_b) >> 10));
 	}
 	rope_freqs_init(g->rope_theta, g->rope_dim, s->freq_hi, s->freq_lo);
 	cuda_kv_state_init(&s->st);
@@ -142,13 +144,13 @@ static void cuda_session_free(struct backend *be, struct backend_session *s)
 }
 
 static int cuda_session_revise(struct backend *be, struct backend_session *s, size_t n_tokens,
-			       char *err, size_t err_len)
+                               char *err, size_t err_len)
 {
 	return cuda_kv_plan_revise(&s->sh, &s->st, n_tokens, err, err_len);
 }
 
 static void cuda_session_stats(struct backend *be, const struct backend_session *s,
-			       struct sinkcache_stats *out)
+                               struct sinkcache_stats *out)
 {
 	cuda_kv_plan_stats(&s->sh, &s->st, out);
 }
@@ -179,25 +181,26 @@ static void cuda_destroy(struct backend *be)
 }
 
 static const struct backend_ops cuda_ops = {
-	.name = "cuda",
-	.session_new = cuda_session_new,
-	.session_free = cuda_session_free,
-	.session_revise = cuda_session_revise,
-	.session_stats = cuda_session_stats,
-	.session_can_append = cuda_session_can_append,
-	.forward = cudabe_forward,
-	.destroy = cuda_destroy,
-	.session_offload = NULL,
+    .name = "cuda",
+    .session_new = cuda_session_new,
+    .session_free = cuda_session_free,
+    .session_revise = cuda_session_revise,
+    .session_stats = cuda_session_stats,
+    .session_can_append = cuda_session_can_append,
+    .forward = cudabe_forward,
+    .destroy = cuda_destroy,
+    .session_offload = NULL,
 };
 
 static int arena_create(struct cuda_backend *c, const struct backend_cuda_options *o, char *err,
-			size_t err_len)
+                        size_t err_len)
 {
 	size_t bytes = o->cache_bytes;
 	if (bytes == 0) {
 		size_t free_b = 0, total_b = 0;
 		CU_TRY(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
-		double f = o->auto_fraction > 0.0 && o->auto_fraction <= 1.0 ? o->auto_fraction : 0.5;
+		double f =
+		    o->auto_fraction > 0.0 && o->auto_fraction <= 1.0 ? o->auto_fraction : 0.5;
 		bytes = (size_t)((double)free_b * f);
 	}
 	/* A session's arrays are aligned (cuda_kvplan.c), a little beyond the
@@ -208,9 +211,9 @@ static int arena_create(struct cuda_backend *c, const struct backend_cuda_option
 		cudaGetLastError();
 		c->arena_d = NULL;
 		return err_set(err, err_len, -ENOMEM,
-			       "cuda backend: cannot allocate a KV arena of %zu MiB on device %d "
-			       "(lower inference.cache.global_cache_limit)",
-			       bytes >> 20, c->device);
+		               "cuda backend: cannot allocate a KV arena of %zu MiB on device %d "
+		               "(lower inference.cache.global_cache_limit)",
+		               bytes >> 20, c->device);
 	}
 	cuda_arena_init(&c->arena, bytes);
 	if (c->l2_sinks) {
@@ -219,14 +222,14 @@ static int arena_create(struct cuda_backend *c, const struct backend_cuda_option
 		c->l2_max_window = (size_t)prop.accessPolicyMaxWindowSize;
 		if (prop.persistingL2CacheMaxSize > 0)
 			cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize,
-					   (size_t)prop.persistingL2CacheMaxSize);
+			                   (size_t)prop.persistingL2CacheMaxSize);
 		cudaGetLastError();
 	}
 	return 0;
 }
 
 static int backend_init(struct cuda_backend *c, const struct backend_cuda_options *o, char *err,
-			size_t err_len)
+                        size_t err_len)
 {
 	int n = 0;
 	if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
@@ -234,8 +237,8 @@ static int backend_init(struct cuda_backend *c, const struct backend_cuda_option
 		return err_set(err, err_len, -ENODEV, "cuda backend: no CUDA device");
 	}
 	if (o->device < 0 || o->device >= n)
-		return err_set(err, err_len, -ENODEV, "cuda backend: device %d out of range (0..%d)",
-			       o->device, n - 1);
+		return err_set(err, err_len, -ENODEV,
+		               "cuda backend: device %d out of range (0..%d)", o->device, n - 1);
 	CU_TRY(cudaSetDevice(o->device), "cudaSetDevice");
 	CU_TRY(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate");
 	BLAS_TRY(cublasCreate(&c->blas), "cublasCreate");
@@ -245,9 +248,11 @@ static int backend_init(struct cuda_backend *c, const struct backend_cuda_option
 		c->blas_ws = NULL;
 		return err_set(err, err_len, -ENOMEM, "cuda backend: out of device memory");
 	}
-	BLAS_TRY(cublasSetWorkspace(c->blas, c->blas_ws, CUDA_BLAS_WORKSPACE), "cublasSetWorkspace");
+	BLAS_TRY(cublasSetWorkspace(c->blas, c->blas_ws, CUDA_BLAS_WORKSPACE),
+	         "cublasSetWorkspace");
 	if (c->use_graphs) {
-		size_t bytes = (size_t)CUDA_GRAPH_MAX_TOKENS * c->base.model->hp.n_vocab * sizeof(float);
+		size_t bytes =
+		    (size_t)CUDA_GRAPH_MAX_TOKENS * c->base.model->hp.n_vocab * sizeof(float);
 		CU_TRY(cudaMallocHost((void **)&c->logits_h, bytes), "pinned logits");
 	}
 	int rc = cudabe_weights_upload(c, err, err_len);
@@ -255,14 +260,15 @@ static int backend_init(struct cuda_backend *c, const struct backend_cuda_option
 }
 
 int backend_cuda_new(const struct model *m, const struct backend_options *opt,
-		     const struct backend_cuda_options *copt, struct backend **out, char *err,
-		     size_t err_len)
+                     const struct backend_cuda_options *copt, struct backend **out, char *err,
+                     size_t err_len)
 {
 	struct backend_cuda_options defaults = {.dtype = KV_DTYPE_BF16, .auto_fraction = 0.5};
 	const struct backend_cuda_options *o = copt ? copt : &defaults;
 	*out = NULL;
 	if ((unsigned)o->dtype > KV_DTYPE_BF16)
-		return err_set(err, err_len, -EINVAL, "cuda backend: dtype %d unknown", (int)o->dtype);
+		return err_set(err, err_len, -EINVAL, "cuda backend: dtype %d unknown",
+		               (int)o->dtype);
 	struct cuda_backend *c = calloc(1, sizeof(*c));
 	if (!c)
 		return err_set(err, err_len, -ENOMEM, "cuda backend: out of memory");
@@ -281,11 +287,11 @@ int backend_cuda_new(const struct model *m, const struct backend_options *opt,
 		return rc;
 	}
 	log_event(c->log, LOG_INFO, "cuda", "backend ready",
-		  (struct log_field[]){LOG_INT("device", c->device),
-				       LOG_INT("weight_mib", c->weight_bytes >> 20),
-				       LOG_INT("kv_arena_mib", c->arena.size >> 20),
-				       LOG_INT("l2_sink_window", c->l2_sinks),
-				       LOG_INT("cuda_graphs", c->use_graphs), LOG_END});
+	          (struct log_field[]){LOG_INT("device", c->device),
+	                               LOG_INT("weight_mib", c->weight_bytes >> 20),
+	                               LOG_INT("kv_arena_mib", c->arena.size >> 20),
+	                               LOG_INT("l2_sink_window", c->l2_sinks),
+	                               LOG_INT("cuda_graphs", c->use_graphs), LOG_END});
 	*out = &c->base;
 	return 0;
 }

@@ -15,26 +15,26 @@ struct sinkd_log;
 #define CUDA_GRAPH_MAX_TOKENS 256
 
 struct backend_cuda_options {
-	int device;		/* CUDA device index */
-	enum kv_dtype dtype;	/* weights and activations on the device
-				 * (inference.attention.dtype); f32 runs fp32 GEMMs */
-	size_t cache_bytes;	/* KV arena for all sessions (global_cache_limit); 0 = auto */
-	double auto_fraction;	/* with cache_bytes 0: share of free device memory
-				 * after the weights (inference.cache.auto_fraction) */
-	bool l2_sink_window;	/* keep the sink tiers of all sessions in L2
-				 * (access-policy window); off by default */
-	bool cuda_graphs;	/* replay decode-sized forwards (<= CUDA_GRAPH_MAX_TOKENS
-				 * tokens) as captured CUDA graphs: fewer launch
-				 * overheads at small batches; off by default */
-	struct sinkd_log *log;	/* may be NULL */
+	int device;            /* CUDA device index */
+	enum kv_dtype dtype;   /* weights and activations on the device
+	                        * (inference.attention.dtype); f32 runs fp32 GEMMs */
+	size_t cache_bytes;    /* KV arena for all sessions (global_cache_limit); 0 = auto */
+	double auto_fraction;  /* with cache_bytes 0: share of free device memory
+	                        * after the weights (inference.cache.auto_fraction) */
+	bool l2_sink_window;   /* keep the sink tiers of all sessions in L2
+	                        * (access-policy window); off by default */
+	bool cuda_graphs;      /* replay decode-sized forwards (<= CUDA_GRAPH_MAX_TOKENS
+	                        * tokens) as captured CUDA graphs: fewer launch
+	                        * overheads at small batches; off by default */
+	struct sinkd_log *log; /* may be NULL */
 };
 
 /* Uploads the model to device copt->device and reserves the KV arena.
  * Errors (no device, out of device memory, ...) come back as a negative
  * errno with a message; nothing is left allocated. */
 int backend_cuda_new(const struct model *m, const struct backend_options *opt,
-		     const struct backend_cuda_options *copt, struct backend **out, char *err,
-		     size_t err_len);
+                     const struct backend_cuda_options *copt, struct backend **out, char *err,
+                     size_t err_len);
 
 /* Bytes of the KV arena (what "auto" resolved to): the scheduler's budget. */
 size_t backend_cuda_cache_bytes(const struct backend *be);

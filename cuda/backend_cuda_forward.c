@@ -34,8 +34,8 @@ static void host_plan_free(struct cuda_backend *c)
 void cudabe_workspace_free(struct cuda_backend *c)
 {
 	cudabe_graphs_clear(c);
-	float **f[] = {&c->x, &c->proj, &c->q, &c->k, &c->v, &c->qw, &c->qs,
-		       &c->gate, &c->up, &c->logits, &c->mass, &c->partial};
+	float **f[] = {&c->x,  &c->proj, &c->q,  &c->k,      &c->v,    &c->qw,
+	               &c->qs, &c->gate, &c->up, &c->logits, &c->mass, &c->partial};
 	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
 		cudaFree(*f[i]);
 		*f[i] = NULL;
@@ -59,8 +59,9 @@ static int dev_buf(void **p, size_t bytes, char *err, size_t err_len)
 		return 0;
 	cudaGetLastError();
 	*p = NULL;
-	return err_set(err, err_len, -ENOMEM, "cuda backend: out of device memory for a %zu KiB batch buffer",
-		       bytes >> 10);
+	return err_set(err, err_len, -ENOMEM,
+	               "cuda backend: out of device memory for a %zu KiB batch buffer",
+	               bytes >> 10);
 }
 
 /* Device and host buffers for batches of up to n tokens. */
@@ -76,14 +77,20 @@ static int tokens_reserve(struct cuda_backend *c, size_t n, char *err, size_t er
 		void **p;
 		size_t bytes;
 	} bufs[] = {
-		{(void **)&c->x, n * hp->dim * F},	 {(void **)&c->proj, n * hp->dim * F},
-		{(void **)&c->q, n * qd * F},		 {(void **)&c->qw, n * qd * F},
-		{(void **)&c->qs, n * qd * F},		 {(void **)&c->k, n * kvd * F},
-		{(void **)&c->v, n * kvd * F},		 {(void **)&c->gate, n * hp->ffn_dim * F},
-		{(void **)&c->up, n * hp->ffn_dim * F},	 {(void **)&c->logits, n * hp->n_vocab * F},
-		{(void **)&c->mass, n * hp->n_layers * hp->n_heads * F},
-		{&c->xb_h, n * hp->dim * dt},		 {&c->att_h, n * qd * dt},
-		{&c->hb_h, n * hp->ffn_dim * dt},
+	    {(void **)&c->x, n * hp->dim * F},
+	    {(void **)&c->proj, n * hp->dim * F},
+	    {(void **)&c->q, n * qd * F},
+	    {(void **)&c->qw, n * qd * F},
+	    {(void **)&c->qs, n * qd * F},
+	    {(void **)&c->k, n * kvd * F},
+	    {(void **)&c->v, n * kvd * F},
+	    {(void **)&c->gate, n * hp->ffn_dim * F},
+	    {(void **)&c->up, n * hp->ffn_dim * F},
+	    {(void **)&c->logits, n * hp->n_vocab * F},
+	    {(void **)&c->mass, n * hp->n_layers * hp->n_heads * F},
+	    {&c->xb_h, n * hp->dim * dt},
+	    {&c->att_h, n * qd * dt},
+	    {&c->hb_h, n * hp->ffn_dim * dt},
 	};
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
 		int rc = dev_buf(bufs[i].p, bufs[i].bytes, err, err_len);
@@ -92,7 +99,8 @@ static int tokens_reserve(struct cuda_backend *c, size_t n, char *err, size_t er
 			return rc;
 		}
 	}
-	if (cudaMallocHost((void **)&c->mass_h, n * hp->n_layers * hp->n_heads * F) != cudaSuccess) {
+	if (cudaMallocHost((void **)&c->mass_h, n * hp->n_layers * hp->n_heads * F) !=
+	    cudaSuccess) {
 		cudaGetLastError();
 		c->mass_h = NULL;
 		cudabe_workspace_free(c);
@@ -107,7 +115,8 @@ static int tokens_reserve(struct cuda_backend *c, size_t n, char *err, size_t er
 	if (!c->order || !c->sess_begin || !c->wave_begin || !c->flush_begin || !c->wave_max_res ||
 	    !c->sessions) {
 		cudabe_workspace_free(c);
-		return err_set(err, err_len, -ENOMEM, "cuda backend: no memory for a batch of %zu tokens", n);
+		return err_set(err, err_len, -ENOMEM,
+		               "cuda backend: no memory for a batch of %zu tokens", n);
 	}
 	c->cap = n;
 	return 0;
@@ -169,7 +178,7 @@ static void batch_layout_of(size_t n, int rope_dim, struct batch_layout *bl)
 /* Groups the tokens by session and checks that every session can take its
  * tokens; touches no cache (as the CPU backend's batch_plan). */
 static int batch_group(struct cuda_backend *c, const struct backend_token *tokens, size_t n,
-		       char *err, size_t err_len)
+                       char *err, size_t err_len)
 {
 	const struct model_hparams *hp = &c->base.model->hp;
 	c->n_sessions = 0;
@@ -180,8 +189,8 @@ static int batch_group(struct cuda_backend *c, const struct backend_token *token
 			return err_set(err, err_len, -EINVAL, "batch token %zu has no session", i);
 		if (tokens[i].token < 0 || tokens[i].token >= hp->n_vocab)
 			return err_set(err, err_len, -EINVAL,
-				       "batch token %zu: id %d is outside the vocabulary (0..%d)", i,
-				       (int)tokens[i].token, hp->n_vocab - 1);
+			               "batch token %zu: id %d is outside the vocabulary (0..%d)",
+			               i, (int)tokens[i].token, hp->n_vocab - 1);
 		s->batch_slot = -1;
 		s->batch_n = 0;
 	}
@@ -200,9 +209,9 @@ static int batch_group(struct cuda_backend *c, const struct backend_token *token
 		c->n_waves = s->batch_n > c->n_waves ? s->batch_n : c->n_waves;
 		if (!cuda_kv_can_append(&s->sh, &s->st, (size_t)s->batch_n))
 			return err_set(err, err_len, -ENOSPC,
-				       "session cannot take %d more tokens: its cache is full "
-				       "(strategy full, max_context_length %d reached)",
-				       s->batch_n, s->sh.g.max_context_length);
+			               "session cannot take %d more tokens: its cache is full "
+			               "(strategy full, max_context_length %d reached)",
+			               s->batch_n, s->sh.g.max_context_length);
 		s->batch_n = 0; /* reused as a fill cursor */
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -214,7 +223,7 @@ static int batch_group(struct cuda_backend *c, const struct backend_token *token
 
 /* Plans wave after wave: jobs, angles, token ids, logits rows. */
 static void batch_fill(struct cuda_backend *c, const struct backend_token *tokens, size_t n,
-		       const struct batch_layout *bl, int *n_want)
+                       const struct batch_layout *bl, int *n_want)
 {
 	int rd = c->base.model->hp.rope_dim, cs_stride = 2 * (rd > 0 ? rd : 1);
 	unsigned char *h = c->batch_h;
@@ -249,9 +258,10 @@ static void batch_fill(struct cuda_backend *c, const struct backend_token *token
 			att[w_at++] = step.attn;
 			if (step.has_flush)
 				fl[f_at++] = step.flush;
-			rope_cos_sin(s->freq_hi, s->freq_lo, rd, step.key_pos, cs + (size_t)t * cs_stride);
+			rope_cos_sin(s->freq_hi, s->freq_lo, rd, step.key_pos,
+			             cs + (size_t)t * cs_stride);
 			rope_cos_sin(s->freq_hi, s->freq_lo, rd, step.sink_pos,
-				     cs + (size_t)t * cs_stride + cs_stride / 2);
+			             cs + (size_t)t * cs_stride + cs_stride / 2);
 			int res = step.attn.n_sink + step.attn.n_comp + step.attn.n_fp;
 			c->wave_max_res[w] = res > c->wave_max_res[w] ? res : c->wave_max_res[w];
 		}
@@ -265,9 +275,9 @@ static size_t batch_partial_floats(const struct cuda_backend *c)
 	const struct model_hparams *hp = &c->base.model->hp;
 	size_t most = 0;
 	for (int w = 0; w < c->n_waves; w++) {
-		size_t f = cuda_attention_partial_floats(c->wave_begin[w + 1] - c->wave_begin[w],
-							 hp->n_heads, hp->head_dim, c->wave_max_res[w],
-							 CUDA_ATTN_DEFAULT_SPLIT);
+		size_t f = cuda_attention_partial_floats(
+		    c->wave_begin[w + 1] - c->wave_begin[w], hp->n_heads, hp->head_dim,
+		    c->wave_max_res[w], CUDA_ATTN_DEFAULT_SPLIT);
 		most = f > most ? f : most;
 	}
 	return most;
@@ -278,19 +288,19 @@ static size_t batch_partial_floats(const struct cuda_backend *c)
 /* y (n, w->rows) = x (n, w->cols) . w^T + beta * y.  Row-major W (rows,
  * cols) is column-major (cols, rows): y^T = op_T(W) x^T. */
 static int gemm(struct cuda_backend *c, const struct cuda_weight *w, const void *x, int n, float *y,
-		float beta, char *err, size_t err_len)
+                float beta, char *err, size_t err_len)
 {
 	float alpha = 1.0f;
 	cudaDataType_t t = blas_type(c->wdt);
-	BLAS_TRY(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, w->rows, n, w->cols, &alpha, w->d, t,
-			      w->cols, x, t, w->cols, &beta, y, CUDA_R_32F, w->rows, CUBLAS_COMPUTE_32F,
-			      CUBLAS_GEMM_DEFAULT),
-		 "cublasGemmEx");
+	BLAS_TRY(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, w->rows, n, w->cols, &alpha, w->d,
+	                      t, w->cols, x, t, w->cols, &beta, y, CUDA_R_32F, w->rows,
+	                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+	         "cublasGemmEx");
 	return 0;
 }
 
 static int attention_waves(struct cuda_backend *c, const struct batch_layout *bl, int layer,
-			   char *err, size_t err_len)
+                           char *err, size_t err_len)
 {
 	const struct model_hparams *hp = &c->base.model->hp;
 	const struct cuda_kv_append_job *app = (const void *)(c->batch_d + bl->append);
@@ -303,16 +313,16 @@ static int attention_waves(struct cuda_backend *c, const struct batch_layout *bl
 		CU_TRY(cuda_kv_flush(fl + f0, nf, hp->n_kv_heads, layer, c->stream), "kv flush");
 		CU_TRY(cuda_kv_append(app + a0, na, hp->n_kv_heads, layer, c->k, c->v, c->stream),
 		       "kv append");
-		CU_TRY(cuda_attention(att + a0, na, c->wave_max_res[w], layer, hp->n_heads, c->qw, c->qs,
-				      CUDA_ATTN_DEFAULT_SPLIT, c->partial, c->att_h, c->wdt, mass,
-				      c->stream),
+		CU_TRY(cuda_attention(att + a0, na, c->wave_max_res[w], layer, hp->n_heads, c->qw,
+		                      c->qs, CUDA_ATTN_DEFAULT_SPLIT, c->partial, c->att_h, c->wdt,
+		                      mass, c->stream),
 		       "attention");
 	}
 	return 0;
 }
 
 static int layer_attention(struct cuda_backend *c, const struct batch_layout *bl, int n, int l,
-			   char *err, size_t err_len)
+                           char *err, size_t err_len)
 {
 	const struct model_hparams *hp = &c->base.model->hp;
 	const struct cuda_layer_weights *L = &c->layers[l];
@@ -320,8 +330,9 @@ static int layer_attention(struct cuda_backend *c, const struct batch_layout *bl
 	int rd = hp->rope_dim, cs_stride = 2 * (rd > 0 ? rd : 1);
 	float scale = 1.0f / sqrtf((float)hp->head_dim);
 	int rc;
-	CU_TRY(cuda_rmsnorm(c->x, L->attn_norm, n, hp->dim, hp->norm_eps, c->xb_h, c->wdt, c->stream),
-	       "rmsnorm");
+	CU_TRY(
+	    cuda_rmsnorm(c->x, L->attn_norm, n, hp->dim, hp->norm_eps, c->xb_h, c->wdt, c->stream),
+	    "rmsnorm");
 	if ((rc = gemm(c, &L->wq, c->xb_h, n, c->q, 0.0f, err, err_len)) ||
 	    (rc = gemm(c, &L->wk, c->xb_h, n, c->k, 0.0f, err, err_len)) ||
 	    (rc = gemm(c, &L->wv, c->xb_h, n, c->v, 0.0f, err, err_len)))
@@ -331,14 +342,14 @@ static int layer_attention(struct cuda_backend *c, const struct batch_layout *bl
 		CU_TRY(cuda_add_bias(c->k, L->bk, n, L->wk.rows, c->stream), "bias");
 		CU_TRY(cuda_add_bias(c->v, L->bv, n, L->wv.rows, c->stream), "bias");
 	}
-	CU_TRY(cuda_rope(c->k, c->k, n, hp->n_kv_heads, hp->head_dim, rd, c->neox, cs, cs_stride, 1.0f,
-			 c->stream),
+	CU_TRY(cuda_rope(c->k, c->k, n, hp->n_kv_heads, hp->head_dim, rd, c->neox, cs, cs_stride,
+	                 1.0f, c->stream),
 	       "rope k");
-	CU_TRY(cuda_rope(c->q, c->qw, n, hp->n_heads, hp->head_dim, rd, c->neox, cs, cs_stride, scale,
-			 c->stream),
+	CU_TRY(cuda_rope(c->q, c->qw, n, hp->n_heads, hp->head_dim, rd, c->neox, cs, cs_stride,
+	                 scale, c->stream),
 	       "rope q");
 	CU_TRY(cuda_rope(c->q, c->qs, n, hp->n_heads, hp->head_dim, rd, c->neox, cs + cs_stride / 2,
-			 cs_stride, scale, c->stream),
+	                 cs_stride, scale, c->stream),
 	       "rope q sink");
 	rc = attention_waves(c, bl, l, err, err_len);
 	return rc ? rc : gemm(c, &L->wo, c->att_h, n, c->x, 1.0f, err, err_len);
@@ -349,8 +360,9 @@ static int layer_mlp(struct cuda_backend *c, int n, int l, char *err, size_t err
 	const struct model_hparams *hp = &c->base.model->hp;
 	const struct cuda_layer_weights *L = &c->layers[l];
 	int rc;
-	CU_TRY(cuda_rmsnorm(c->x, L->ffn_norm, n, hp->dim, hp->norm_eps, c->xb_h, c->wdt, c->stream),
-	       "rmsnorm");
+	CU_TRY(
+	    cuda_rmsnorm(c->x, L->ffn_norm, n, hp->dim, hp->norm_eps, c->xb_h, c->wdt, c->stream),
+	    "rmsnorm");
 	if ((rc = gemm(c, &L->gate, c->xb_h, n, c->gate, 0.0f, err, err_len)) ||
 	    (rc = gemm(c, &L->up, c->xb_h, n, c->up, 0.0f, err, err_len)))
 		return rc;
@@ -360,22 +372,22 @@ static int layer_mlp(struct cuda_backend *c, int n, int l, char *err, size_t err
 }
 
 static int output_logits(struct cuda_backend *c, const struct batch_layout *bl, int n_want,
-			 float *logits, char *err, size_t err_len)
+                         float *logits, char *err, size_t err_len)
 {
 	const struct model_hparams *hp = &c->base.model->hp;
 	if (n_want == 0)
 		return 0;
 	CU_TRY(cuda_gather_rows(c->x, (const int32_t *)(c->batch_d + bl->rows), n_want, hp->dim,
-				c->proj, c->stream),
+	                        c->proj, c->stream),
 	       "gather");
 	CU_TRY(cuda_rmsnorm(c->proj, c->out_norm, n_want, hp->dim, hp->norm_eps, c->xb_h, c->wdt,
-			    c->stream),
+	                    c->stream),
 	       "rmsnorm");
 	int rc = gemm(c, &c->out, c->xb_h, n_want, c->logits, 0.0f, err, err_len);
 	if (rc)
 		return rc;
 	CU_TRY(cudaMemcpyAsync(logits, c->logits, (size_t)n_want * hp->n_vocab * sizeof(float),
-			       cudaMemcpyDeviceToHost, c->stream),
+	                       cudaMemcpyDeviceToHost, c->stream),
 	       "logits copy");
 	return 0;
 }
@@ -390,21 +402,22 @@ static void add_sink_mass(struct cuda_backend *c, const struct backend_token *to
 		for (int l = 0; l < hp->n_layers; l++)
 			for (int h = 0; h < hp->n_heads; h++)
 				tokens[i].sink_mass[(size_t)l * hp->n_heads + h] +=
-					c->mass_h[((size_t)l * c->cap + i) * hp->n_heads + h];
+				    c->mass_h[((size_t)l * c->cap + i) * hp->n_heads + h];
 	}
 }
 
 /* Everything of one forward on the stream, without waiting: upload of the
  * batch, layers, logits (n_want rows) to logits_dst, sink masses to mass_h. */
 static int enqueue_forward(struct cuda_backend *c, size_t n, const struct batch_layout *bl,
-			   int n_want, bool want_mass, float *logits_dst, char *err, size_t err_len)
+                           int n_want, bool want_mass, float *logits_dst, char *err, size_t err_len)
 {
 	const struct model_hparams *hp = &c->base.model->hp;
 	int rc = 0;
-	CU_TRY(cudaMemcpyAsync(c->batch_d, c->batch_h, bl->bytes, cudaMemcpyHostToDevice, c->stream),
-	       "batch upload");
-	CU_TRY(cuda_embed(c->embd.d, c->wdt, hp->dim, (const int32_t *)(c->batch_d + bl->tok), (int)n,
-			  c->x, c->stream),
+	CU_TRY(
+	    cudaMemcpyAsync(c->batch_d, c->batch_h, bl->bytes, cudaMemcpyHostToDevice, c->stream),
+	    "batch upload");
+	CU_TRY(cuda_embed(c->embd.d, c->wdt, hp->dim, (const int32_t *)(c->batch_d + bl->tok),
+	                  (int)n, c->x, c->stream),
 	       "embed");
 	for (int l = 0; l < hp->n_layers && !rc; l++) {
 		rc = layer_attention(c, bl, (int)n, l, err, err_len);
@@ -413,8 +426,8 @@ static int enqueue_forward(struct cuda_backend *c, size_t n, const struct batch_
 	rc = rc ? rc : output_logits(c, bl, n_want, logits_dst, err, err_len);
 	if (!rc && want_mass)
 		CU_TRY(cudaMemcpyAsync(c->mass_h, c->mass,
-				       (size_t)hp->n_layers * c->cap * hp->n_heads * sizeof(float),
-				       cudaMemcpyDeviceToHost, c->stream),
+		                       (size_t)hp->n_layers * c->cap * hp->n_heads * sizeof(float),
+		                       cudaMemcpyDeviceToHost, c->stream),
 		       "sink mass copy");
 	return rc;
 }
@@ -434,7 +447,8 @@ void cudabe_graphs_clear(struct cuda_backend *c)
 /* The launch shape of a forward: everything a captured graph bakes in
  * (grid sizes, copy sizes); job contents and angles travel in the batch
  * buffer, whose address is fixed.  key: (4 + 3 * n_waves) ints. */
-static size_t graph_key(const struct cuda_backend *c, size_t n, int n_want, bool want_mass, int *key)
+static size_t graph_key(const struct cuda_backend *c, size_t n, int n_want, bool want_mass,
+                        int *key)
 {
 	size_t k = 0;
 	key[k++] = (int)n;
@@ -442,7 +456,8 @@ static size_t graph_key(const struct cuda_backend *c, size_t n, int n_want, bool
 	key[k++] = want_mass;
 	key[k++] = c->n_waves;
 	for (int w = 0; w < c->n_waves; w++) {
-		int splits = (c->wave_max_res[w] + CUDA_ATTN_DEFAULT_SPLIT - 1) / CUDA_ATTN_DEFAULT_SPLIT;
+		int splits =
+		    (c->wave_max_res[w] + CUDA_ATTN_DEFAULT_SPLIT - 1) / CUDA_ATTN_DEFAULT_SPLIT;
 		key[k++] = c->wave_begin[w + 1] - c->wave_begin[w];
 		key[k++] = c->flush_begin[w + 1] - c->flush_begin[w];
 		key[k++] = splits > 0 ? splits : 1;
@@ -462,8 +477,8 @@ static struct cuda_graph_entry *graph_find(struct cuda_backend *c, const int *ke
 
 /* Captures the forward into the least recently used slot. */
 static int graph_capture(struct cuda_backend *c, const int *key, size_t len, size_t n,
-			 const struct batch_layout *bl, int n_want, bool want_mass,
-			 struct cuda_graph_entry **out, char *err, size_t err_len)
+                         const struct batch_layout *bl, int n_want, bool want_mass,
+                         struct cuda_graph_entry **out, char *err, size_t err_len)
 {
 	struct cuda_graph_entry *slot = &c->graphs[0];
 	for (int i = 1; i < CUDA_GRAPH_SLOTS; i++)
@@ -474,7 +489,8 @@ static int graph_capture(struct cuda_backend *c, const int *key, size_t len, siz
 	free(slot->key);
 	memset(slot, 0, sizeof(*slot));
 	cudaGraph_t graph = NULL;
-	CU_TRY(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal), "graph capture");
+	CU_TRY(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal),
+	       "graph capture");
 	int rc = enqueue_forward(c, n, bl, n_want, want_mass, c->logits_h, err, err_len);
 	cudaError_t e = cudaStreamEndCapture(c->stream, &graph);
 	if (!rc && e == cudaSuccess)
@@ -484,8 +500,9 @@ static int graph_capture(struct cuda_backend *c, const int *key, size_t len, siz
 	if (rc || e != cudaSuccess) {
 		cudaGetLastError();
 		slot->exec = NULL;
-		return rc ? rc : err_set(err, err_len, -EIO, "cuda backend: graph capture: %s",
-					 cudaGetErrorString(e));
+		return rc ? rc
+		          : err_set(err, err_len, -EIO, "cuda backend: graph capture: %s",
+		                    cudaGetErrorString(e));
 	}
 	slot->key = malloc(len * sizeof(int));
 	if (!slot->key) {
@@ -502,7 +519,7 @@ static int graph_capture(struct cuda_backend *c, const int *key, size_t len, siz
 /* Replays (capturing first if needed) the forward; 1 when graphs do not
  * apply and the caller must run it eagerly. */
 static int run_graph(struct cuda_backend *c, size_t n, const struct batch_layout *bl, int n_want,
-		     bool want_mass, float *logits, char *err, size_t err_len)
+                     bool want_mass, float *logits, char *err, size_t err_len)
 {
 	const struct model_hparams *hp = &c->base.model->hp;
 	if (!c->use_graphs || n > CUDA_GRAPH_MAX_TOKENS || (size_t)n_want > CUDA_GRAPH_MAX_TOKENS)
@@ -513,9 +530,10 @@ static int run_graph(struct cuda_backend *c, size_t n, const struct batch_layout
 	size_t len = graph_key(c, n, n_want, want_mass, key);
 	struct cuda_graph_entry *g = graph_find(c, key, len);
 	char cap_err[SINKD_ERR_LEN];
-	if (!g && graph_capture(c, key, len, n, bl, n_want, want_mass, &g, cap_err, sizeof(cap_err))) {
+	if (!g &&
+	    graph_capture(c, key, len, n, bl, n_want, want_mass, &g, cap_err, sizeof(cap_err))) {
 		log_event(c->log, LOG_WARN, "cuda", "graph capture failed; running without graphs",
-			  (struct log_field[]){LOG_STR("error", cap_err), LOG_END});
+		          (struct log_field[]){LOG_STR("error", cap_err), LOG_END});
 		c->use_graphs = false;
 		cudabe_graphs_clear(c);
 		free(key);
@@ -531,8 +549,8 @@ static int run_graph(struct cuda_backend *c, size_t n, const struct batch_layout
 }
 
 static int run_layers(struct cuda_backend *c, const struct backend_token *tokens, size_t n,
-		      const struct batch_layout *bl, int n_want, float *logits, char *err,
-		      size_t err_len)
+                      const struct batch_layout *bl, int n_want, float *logits, char *err,
+                      size_t err_len)
 {
 	bool want_mass = false;
 	for (size_t i = 0; i < n; i++)
@@ -552,7 +570,7 @@ static int run_layers(struct cuda_backend *c, const struct backend_token *tokens
 }
 
 int cudabe_forward(struct backend *be, const struct backend_token *tokens, size_t n_tokens,
-		   float *logits, char *err, size_t err_len)
+                   float *logits, char *err, size_t err_len)
 {
 	struct cuda_backend *c = cuda_of(be);
 	struct batch_layout bl;
@@ -563,7 +581,8 @@ int cudabe_forward(struct backend *be, const struct backend_token *tokens, size_
 		return err_set(err, err_len, -EINVAL, "batch of %zu tokens is too large", n_tokens);
 	for (size_t i = 0; i < n_tokens; i++)
 		if (tokens[i].want_logits && !logits)
-			return err_set(err, err_len, -EINVAL, "token %zu wants logits but no buffer given", i);
+			return err_set(err, err_len, -EINVAL,
+			               "token %zu wants logits but no buffer given", i);
 	CU_TRY(cudaSetDevice(c->device), "cudaSetDevice");
 	int rc = tokens_reserve(c, n_tokens, err, err_len);
 	rc = rc ? rc : batch_group(c, tokens, n_tokens, err, err_len);

@@ -15,30 +15,30 @@
 
 /* Returns from the enclosing function (rc, err, err_len in scope) on a CUDA
  * runtime error or a kernel launcher's error code. */
-#define CU_TRY(call, what)                                                                       \
-	do {                                                                                     \
-		int e_ = (int)(call);                                                             \
-		if (e_ != 0)                                                                     \
-			return err_set(err, err_len, -EIO, "cuda backend: %s: %s", (what),       \
-				       cudaGetErrorString((cudaError_t)e_));                     \
+#define CU_TRY(call, what)                                                                         \
+	do {                                                                                       \
+		int e_ = (int)(call);                                                              \
+		if (e_ != 0)                                                                       \
+			return err_set(err, err_len, -EIO, "cuda backend: %s: %s", (what),         \
+			               cudaGetErrorString((cudaError_t)e_));                       \
 	} while (0)
-#define BLAS_TRY(call, what)                                                                     \
-	do {                                                                                     \
-		cublasStatus_t s_ = (call);                                                      \
-		if (s_ != CUBLAS_STATUS_SUCCESS)                                                 \
-			return err_set(err, err_len, -EIO, "cuda backend: %s: %s", (what),       \
-				       cublasGetStatusString(s_));                               \
+#define BLAS_TRY(call, what)                                                                       \
+	do {                                                                                       \
+		cublasStatus_t s_ = (call);                                                        \
+		if (s_ != CUBLAS_STATUS_SUCCESS)                                                   \
+			return err_set(err, err_len, -EIO, "cuda backend: %s: %s", (what),         \
+			               cublasGetStatusString(s_));                                 \
 	} while (0)
 
 struct cuda_weight {
-	void *d;  /* (rows, cols) row-major in the backend's dtype */
+	void *d; /* (rows, cols) row-major in the backend's dtype */
 	int rows;
 	int cols;
 };
 
 struct cuda_layer_weights {
 	float *attn_norm, *ffn_norm; /* (dim) */
-	float *bq, *bk, *bv;	     /* qwen2: (q_dim), (kv_dim) x2; else NULL */
+	float *bq, *bk, *bv;         /* qwen2: (q_dim), (kv_dim) x2; else NULL */
 	struct cuda_weight wq, wk, wv, wo, gate, up, down;
 };
 
@@ -93,7 +93,7 @@ struct cuda_backend {
 	float *x, *proj, *q, *k, *v, *qw, *qs, *gate, *up, *logits, *mass;
 	void *xb_h, *att_h, *hb_h; /* GEMM inputs in wdt */
 	float *partial;
-	size_t partial_cap; /* floats */
+	size_t partial_cap;               /* floats */
 	unsigned char *batch_d, *batch_h; /* batch_h pinned */
 	size_t batch_cap;
 	float *mass_h; /* (n_layers, cap, n_heads) pinned */
@@ -106,7 +106,7 @@ struct cuda_backend {
 	struct cuda_graph_entry graphs[CUDA_GRAPH_SLOTS];
 	uint64_t graph_clock;
 	float *logits_h; /* (CUDA_GRAPH_MAX_TOKENS, n_vocab) pinned: graphs copy logits here */
-	void *blas_ws;	 /* cuBLAS workspace (no allocation inside a capture) */
+	void *blas_ws;   /* cuBLAS workspace (no allocation inside a capture) */
 };
 
 static inline struct cuda_backend *cuda_of(struct backend *be)
@@ -129,6 +129,6 @@ int cudabe_weights_upload(struct cuda_backend *c, char *err, size_t err_len);
 void cudabe_weights_free(struct cuda_backend *c);
 /* backend_cuda_forward.c */
 int cudabe_forward(struct backend *be, const struct backend_token *tokens, size_t n_tokens,
-		   float *logits, char *err, size_t err_len);
+                   float *logits, char *err, size_t err_len);
 void cudabe_workspace_free(struct cuda_backend *c);
 void cudabe_graphs_clear(struct cuda_backend *c);

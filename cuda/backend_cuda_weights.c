@@ -15,14 +15,15 @@
 #define UPLOAD_CHUNK_BYTES ((size_t)8 << 20)
 
 static int dev_alloc(struct cuda_backend *c, void **p, size_t bytes, const char *what, char *err,
-		     size_t err_len)
+                     size_t err_len)
 {
 	if (cudaMalloc(p, bytes ? bytes : 1) != cudaSuccess) {
 		cudaGetLastError();
 		*p = NULL;
 		return err_set(err, err_len, -ENOMEM,
-			       "cuda backend: out of device memory for %s (%zu MiB; %zu MiB of weights so far)",
-			       what, bytes >> 20, c->weight_bytes >> 20);
+		               "cuda backend: out of device memory for %s (%zu MiB; %zu MiB of "
+		               "weights so far)",
+		               what, bytes >> 20, c->weight_bytes >> 20);
 	}
 	c->weight_bytes += bytes;
 	return 0;
@@ -36,7 +37,7 @@ static bool same_type(int ggml_type, int dt)
 }
 
 static int convert_rows(struct cuda_backend *c, const struct weight_matrix *w, unsigned char *dst,
-			char *err, size_t err_len)
+                        char *err, size_t err_len)
 {
 	size_t row_b = (size_t)w->cols * dt_size(c->wdt);
 	size_t per = UPLOAD_CHUNK_BYTES / row_b > 0 ? UPLOAD_CHUNK_BYTES / row_b : 1;
@@ -44,17 +45,19 @@ static int convert_rows(struct cuda_backend *c, const struct weight_matrix *w, u
 	float *frow = malloc((size_t)w->cols * sizeof(float));
 	int rc = 0;
 	if (!buf || !frow)
-		rc = err_set(err, err_len, -ENOMEM, "cuda backend: no host memory to convert weights");
+		rc = err_set(err, err_len, -ENOMEM,
+		             "cuda backend: no host memory to convert weights");
 	for (size_t r0 = 0; !rc && r0 < (size_t)w->rows; r0 += per) {
 		size_t n = (size_t)w->rows - r0 < per ? (size_t)w->rows - r0 : per;
 		for (size_t r = 0; r < n; r++) {
 			matmul_row_to_f32(w, (int)(r0 + r), frow);
 			kv_row_store((enum kv_dtype)c->wdt, buf + r * row_b, frow, w->cols);
 		}
-		cudaError_t e = cudaMemcpy(dst + r0 * row_b, buf, n * row_b, cudaMemcpyHostToDevice);
+		cudaError_t e =
+		    cudaMemcpy(dst + r0 * row_b, buf, n * row_b, cudaMemcpyHostToDevice);
 		if (e != cudaSuccess)
 			rc = err_set(err, err_len, -EIO, "cuda backend: weight upload: %s",
-				     cudaGetErrorString(e));
+			             cudaGetErrorString(e));
 	}
 	free(buf);
 	free(frow);
@@ -62,7 +65,7 @@ static int convert_rows(struct cuda_backend *c, const struct weight_matrix *w, u
 }
 
 static int matrix_upload(struct cuda_backend *c, const struct weight_matrix *w,
-			 struct cuda_weight *out, const char *what, char *err, size_t err_len)
+                         struct cuda_weight *out, const char *what, char *err, size_t err_len)
 {
 	size_t row_b = (size_t)w->cols * dt_size(c->wdt), total = row_b * (size_t)w->rows;
 	out->rows = w->rows;
@@ -78,7 +81,7 @@ static int matrix_upload(struct cuda_backend *c, const struct weight_matrix *w,
 }
 
 static int vec_upload(struct cuda_backend *c, const float *src, size_t n, float **out, char *err,
-		      size_t err_len)
+                      size_t err_len)
 {
 	*out = NULL;
 	if (!src)
@@ -91,7 +94,7 @@ static int vec_upload(struct cuda_backend *c, const float *src, size_t n, float 
 }
 
 static int layer_upload(struct cuda_backend *c, const struct model_layer *L,
-			struct cuda_layer_weights *d, char *err, size_t err_len)
+                        struct cuda_layer_weights *d, char *err, size_t err_len)
 {
 	const struct model_hparams *hp = &c->base.model->hp;
 	size_t qd = (size_t)hp->n_heads * hp->head_dim, kvd = (size_t)hp->n_kv_heads * hp->head_dim;
@@ -136,8 +139,8 @@ void cudabe_weights_free(struct cuda_backend *c)
 	cudaFree(c->out_norm);
 	for (int l = 0; c->layers && l < c->base.model->hp.n_layers; l++) {
 		struct cuda_layer_weights *d = &c->layers[l];
-		void *ptrs[] = {d->attn_norm, d->ffn_norm, d->bq, d->bk, d->bv, d->wq.d, d->wk.d,
-				d->wv.d, d->wo.d, d->gate.d, d->up.d, d->down.d};
+		void *ptrs[] = {d->attn_norm, d->ffn_norm, d->bq,   d->bk,     d->bv,   d->wq.d,
+		                d->wk.d,      d->wv.d,     d->wo.d, d->gate.d, d->up.d, d->down.d};
 		for (size_t i = 0; i < sizeof(ptrs) / sizeof(ptrs[0]); i++)
 			cudaFree(ptrs[i]);
 	}

@@ -65,7 +65,7 @@ void cuda_arena_free(struct cuda_arena *a, uint64_t off)
 	for (int i = 0; i < a->n; i++)
 		if (a->blocks[i].off == off) {
 			memmove(&a->blocks[i], &a->blocks[i + 1],
-				(size_t)(a->n - i - 1) * sizeof(*a->blocks));
+			        (size_t)(a->n - i - 1) * sizeof(*a->blocks));
 			a->n--;
 			return;
 		}

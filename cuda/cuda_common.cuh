@@ -14,7 +14,7 @@
 // kernel<<<grid, block, 0, stream>>>(args), spelled so that the host
 // emulation (emu/cuda_emu.h) can run the same source on the CPU.
 #ifndef CUDA_LAUNCH
-#define CUDA_LAUNCH(kernel, grid, block, stream, ...) \
+#define CUDA_LAUNCH(kernel, grid, block, stream, ...)                                              \
 	kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
 #endif
 

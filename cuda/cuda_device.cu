@@ -16,7 +16,7 @@ extern "C" int cuda_device_count(void)
 }
 
 extern "C" int cuda_device_describe(int index, char *name, size_t name_len, size_t *total_bytes,
-				    size_t *free_bytes, char *err, size_t err_len)
+                                    size_t *free_bytes, char *err, size_t err_len)
 {
 	cudaDeviceProp prop;
 	cudaError_t rc = cudaGetDeviceProperties(&prop, index);

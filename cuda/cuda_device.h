@@ -12,7 +12,7 @@ extern "C" {
 int cuda_device_count(void);
 /* Name and total/free memory of device `index`; 0 on success. */
 int cuda_device_describe(int index, char *name, size_t name_len, size_t *total_bytes,
-			 size_t *free_bytes, char *err, size_t err_len);
+                         size_t *free_bytes, char *err, size_t err_len);
 
 #ifdef __cplusplus
 }

@@ -26,35 +26,34 @@ const char *cuda_error_string(int code);
 
 /* x (n, dim) f32 <- rows tok[i] of table (n_vocab, dim) in dtype. */
 int cuda_embed(const void *table, int dtype, int dim, const int32_t *tok, int n, float *x,
-	       void *stream);
+               void *stream);
 /* out (n, dim) in out_dtype <- x / rms(x) * w; x (n, dim), w (dim). */
 int cuda_rmsnorm(const float *x, const float *w, int n, int dim, float eps, void *out,
-		 int out_dtype, void *stream);
+                 int out_dtype, void *stream);
 /* out (n, n_heads, head_dim) <- x rotated by token i's cos,sin (cs + i*cs_stride:
  * (rope_dim) doubles, as rope_cos_sin() writes them), then times scale.
  * out may equal x. */
-int cuda_rope(const float *x, float *out, int n, int n_heads, int head_dim, int rope_dim,
-	      bool neox, const double *cs, int cs_stride, float scale, void *stream);
+int cuda_rope(const float *x, float *out, int n, int n_heads, int head_dim, int rope_dim, bool neox,
+              const double *cs, int cs_stride, float scale, void *stream);
 /* out (n) in out_dtype <- silu(gate) * up. */
 int cuda_swiglu(const float *gate, const float *up, size_t n, void *out, int out_dtype,
-		void *stream);
+                void *stream);
 /* y (n, cols) += bias (cols) row by row. */
 int cuda_add_bias(float *y, const float *bias, int n, int cols, void *stream);
 /* out (n, dim) <- rows[i] of x (., dim). */
-int cuda_gather_rows(const float *x, const int32_t *rows, int n, int dim, float *out,
-		     void *stream);
+int cuda_gather_rows(const float *x, const int32_t *rows, int n, int dim, float *out, void *stream);
 
-/* KV cache of `layer` (n_kv: kv heads of every job's session): stores k, v (n_tokens, n_kv, D) rows of the jobs' tokens
- * (k already rotated). */
+/* KV cache of `layer` (n_kv: kv heads of every job's session): stores k, v (n_tokens, n_kv, D) rows
+ * of the jobs' tokens (k already rotated). */
 int cuda_kv_append(const struct cuda_kv_append_job *jobs, int n_jobs, int n_kv, int layer,
-		   const float *k, const float *v, void *stream);
+                   const float *k, const float *v, void *stream);
 /* Quantizes G full-precision tokens into a group, for each job. */
 int cuda_kv_flush(const struct cuda_kv_flush_job *jobs, int n_jobs, int n_kv, int layer,
-		  void *stream);
+                  void *stream);
 
 /* Floats of the attention's partial buffer. */
 size_t cuda_attention_partial_floats(int n_jobs, int n_heads, int head_dim, int max_resident,
-				     int split_len);
+                                     int split_len);
 /* For each job and query head h (kv head h / (n_heads / n_kv)):
  * out[token, h] = softmax(q . K) V over the resident tokens, fp32 softmax;
  * qw, qs (n_tokens, n_heads, D): the query rotated for window / sink keys and
@@ -65,8 +64,8 @@ size_t cuda_attention_partial_floats(int n_jobs, int n_heads, int head_dim, int 
  * NULL: softmax share of the sink tier.  partial: scratch of
  * cuda_attention_partial_floats(). */
 int cuda_attention(const struct cuda_kv_attn_job *jobs, int n_jobs, int max_resident, int layer,
-		   int n_heads, const float *qw, const float *qs, int split_len, float *partial,
-		   void *out, int out_dtype, float *sink_mass, void *stream);
+                   int n_heads, const float *qw, const float *qs, int split_len, float *partial,
+                   void *out, int out_dtype, float *sink_mass, void *stream);
 
 /* Device-to-device copy bandwidth of a bytes-sized buffer (read + write
  * bytes per second, best of iters). */
@@ -76,16 +75,16 @@ int cuda_bandwidth_probe(size_t bytes, int iters, double *bytes_per_s, char *err
 
 void twin_embed(const void *table, int dtype, int dim, const int32_t *tok, int n, float *x);
 void twin_rmsnorm(const float *x, const float *w, int n, int dim, float eps, void *out,
-		  int out_dtype);
+                  int out_dtype);
 void twin_rope(const float *x, float *out, int n, int n_heads, int head_dim, int rope_dim,
-	       bool neox, const double *cs, int cs_stride, float scale);
+               bool neox, const double *cs, int cs_stride, float scale);
 void twin_swiglu(const float *gate, const float *up, size_t n, void *out, int out_dtype);
 void twin_kv_append(const struct cuda_kv_append_job *jobs, int n_jobs, int n_kv, int layer,
-		    const float *k, const float *v);
+                    const float *k, const float *v);
 void twin_kv_flush(const struct cuda_kv_flush_job *jobs, int n_jobs, int n_kv, int layer);
 /* out (f32 only here), sink_mass as cuda_attention. */
 void twin_attention(const struct cuda_kv_attn_job *jobs, int n_jobs, int layer, int n_heads,
-		    const float *qw, const float *qs, float *out, float *sink_mass);
+                    const float *qw, const float *qs, float *out, float *sink_mass);
 /* Element i of a row of dtype as float, and the rounding store. */
 float twin_dt_load(const void *row, int dtype, size_t i);
 void twin_dt_store(void *row, int dtype, size_t i, float x);

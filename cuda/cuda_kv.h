@@ -39,8 +39,8 @@
 /* Where one session's tiers live; addresses are device addresses in the
  * backend and host addresses in the C twins. */
 struct cuda_kv_view {
-	uint64_t sink_base;	   /* layer 0 of the sink block */
-	uint64_t win_base;	   /* layer 0 of the window block */
+	uint64_t sink_base;        /* layer 0 of the sink block */
+	uint64_t win_base;         /* layer 0 of the window block */
 	uint64_t sink_layer_bytes; /* stride between layers */
 	uint64_t win_layer_bytes;
 	/* byte offsets inside one layer block */
@@ -48,11 +48,11 @@ struct cuda_kv_view {
 	uint64_t off_fp_k, off_fp_v, off_gk, off_gv, off_gkp, off_gvp;
 	int32_t n_kv;
 	int32_t head_dim;   /* D */
-	int32_t dtype;	    /* CUDA_DT_* of fp rows */
-	int32_t bits;	    /* 8 or 4 (codes) */
+	int32_t dtype;      /* CUDA_DT_* of fp rows */
+	int32_t bits;       /* 8 or 4 (codes) */
 	int32_t sink_cap;   /* S */
-	int32_t fp_cap;	    /* F */
-	int32_t group;	    /* G, 0 when nothing is quantized in the window */
+	int32_t fp_cap;     /* F */
+	int32_t group;      /* G, 0 when nothing is quantized in the window */
 	int32_t n_groups;   /* NG */
 	int32_t sink_quant; /* sinks stored as codes */
 	int32_t code_row;   /* Dc */
@@ -60,7 +60,7 @@ struct cuda_kv_view {
 
 /* Store one token's K (rotated) and V rows for all kv heads. */
 struct cuda_kv_append_job {
-	int32_t token;	   /* row of k, v: (n_tokens, n_kv, D) */
+	int32_t token;     /* row of k, v: (n_tokens, n_kv, D) */
 	int32_t sink_slot; /* >= 0: sink slot; -1: window */
 	int32_t fp_slot;   /* window: fp ring slot */
 	int32_t pad;
@@ -78,12 +78,12 @@ struct cuda_kv_flush_job {
 /* Attention of one token's query over its session's resident tokens, in
  * order: sinks, compressed (oldest group first), full-precision window. */
 struct cuda_kv_attn_job {
-	int32_t token;	     /* row of qw, qs, out: (n_tokens, n_heads, D) */
+	int32_t token; /* row of qw, qs, out: (n_tokens, n_heads, D) */
 	int32_t n_sink;
-	int32_t n_comp;	     /* quantized window tokens */
+	int32_t n_comp;      /* quantized window tokens */
 	int32_t comp_group0; /* group slot of the oldest one */
 	int32_t comp_row0;   /* its row in that group */
-	int32_t n_fp;	     /* full-precision window tokens */
+	int32_t n_fp;        /* full-precision window tokens */
 	int32_t fp_slot0;    /* fp ring slot of the oldest one */
 	int32_t pad;
 	struct cuda_kv_view kv;
@@ -106,7 +106,7 @@ CUDA_KV_HD unsigned char *cuda_kv_win_layer(const struct cuda_kv_view *v, int la
 
 /* Row (head h, slot s) of an array of (n_kv, cap, row_bytes). */
 CUDA_KV_HD unsigned char *cuda_kv_row(unsigned char *base, uint64_t off, int h, int cap, int slot,
-				      size_t row_bytes)
+                                      size_t row_bytes)
 {
 	return base + off + ((size_t)h * (size_t)cap + (size_t)slot) * row_bytes;
 }

@@ -19,8 +19,8 @@
 #include "util/errbuf.h"
 
 _Static_assert(KV_DTYPE_F32 == CUDA_DT_F32 && KV_DTYPE_F16 == CUDA_DT_F16 &&
-		       KV_DTYPE_BF16 == CUDA_DT_BF16,
-	       "cuda dtype codes follow enum kv_dtype");
+                   KV_DTYPE_BF16 == CUDA_DT_BF16,
+               "cuda dtype codes follow enum kv_dtype");
 
 #define ALIGN 256
 
@@ -74,7 +74,7 @@ static void shape_layout(struct cuda_kv_shape *sh)
 }
 
 int cuda_kv_shape_init(const struct sinkcache_geometry *g, struct cuda_kv_shape *sh, char *err,
-		       size_t err_len)
+                       size_t err_len)
 {
 	int rc = sinkcache_geometry_check(g, err, err_len);
 	if (rc)
@@ -83,7 +83,7 @@ int cuda_kv_shape_init(const struct sinkcache_geometry *g, struct cuda_kv_shape 
 	memset(sh, 0, sizeof(*sh));
 	sh->g = *g;
 	sh->sink_cap = full && g->sink_keep_count > g->max_context_length ? g->max_context_length
-									   : g->sink_keep_count;
+	                                                                  : g->sink_keep_count;
 	sh->window_cap = full ? g->max_context_length - sh->sink_cap : g->window_size;
 	sh->hot_cap = g->quant_enabled ? g->full_precision_recent : sh->window_cap;
 	sh->group = sinkcache_quant_group_size(g);
@@ -149,7 +149,7 @@ static void evict_oldest(const struct cuda_kv_shape *sh, struct cuda_kv_state *s
 
 /* The oldest hot token ages: into staging, or it completes a group. */
 static void age_hot(const struct cuda_kv_shape *sh, struct cuda_kv_state *st,
-		    const struct cuda_kv_view *view, struct cuda_kv_step *out)
+                    const struct cuda_kv_view *view, struct cuda_kv_step *out)
 {
 	if (sh->group > 0 && st->stage_n == sh->group - 1) {
 		out->has_flush = true;
@@ -168,20 +168,19 @@ static void age_hot(const struct cuda_kv_shape *sh, struct cuda_kv_state *st,
 }
 
 static void fill_attn(const struct cuda_kv_shape *sh, const struct cuda_kv_state *st,
-		      struct cuda_kv_attn_job *a)
+                      struct cuda_kv_attn_job *a)
 {
 	a->n_sink = st->n_sink;
 	a->n_comp = st->groups_n * sh->group - st->grp_dropped;
-	a->comp_group0 = sh->n_groups > 0
-				 ? (int32_t)((st->groups_made - st->groups_n) % sh->n_groups)
-				 : 0;
+	a->comp_group0 =
+	    sh->n_groups > 0 ? (int32_t)((st->groups_made - st->groups_n) % sh->n_groups) : 0;
 	a->comp_row0 = st->grp_dropped;
 	a->n_fp = st->stage_n + st->hot_n;
 	a->fp_slot0 = sh->fp_cap > 0 ? (int32_t)(st->fp_start % sh->fp_cap) : 0;
 }
 
 void cuda_kv_plan_step(const struct cuda_kv_shape *sh, struct cuda_kv_state *st,
-		       const struct cuda_kv_view *view, struct cuda_kv_step *out)
+                       const struct cuda_kv_view *view, struct cuda_kv_step *out)
 {
 	memset(out, 0, sizeof(*out));
 	out->append.kv = *view;
@@ -197,7 +196,7 @@ void cuda_kv_plan_step(const struct cuda_kv_shape *sh, struct cuda_kv_state *st,
 			age_hot(sh, st, view, out);
 		out->append.sink_slot = -1;
 		out->append.fp_slot =
-			(int32_t)((st->fp_start + st->stage_n + st->hot_n) % sh->fp_cap);
+		    (int32_t)((st->fp_start + st->stage_n + st->hot_n) % sh->fp_cap);
 		st->hot_n++;
 	}
 	st->n_seen++;
@@ -207,15 +206,16 @@ void cuda_kv_plan_step(const struct cuda_kv_shape *sh, struct cuda_kv_state *st,
 }
 
 int cuda_kv_plan_revise(const struct cuda_kv_shape *sh, struct cuda_kv_state *st, size_t n,
-			char *err, size_t err_len)
+                        char *err, size_t err_len)
 {
 	int most = st->hot_n + st->stage_n;
 	if (n > (size_t)most)
 		return err_set(err, err_len, -ERANGE,
-			       "sink cache: can revise at most %d tokens (asked %zu): %d sink tokens are never revised, "
-			       "%d older window tokens are quantized and %llu were evicted",
-			       most, n, st->n_sink, window_count(sh, st) - most,
-			       (unsigned long long)st->evicted);
+		               "sink cache: can revise at most %d tokens (asked %zu): %d sink "
+		               "tokens are never revised, "
+		               "%d older window tokens are quantized and %llu were evicted",
+		               most, n, st->n_sink, window_count(sh, st) - most,
+		               (unsigned long long)st->evicted);
 	int from_hot = (int)n < st->hot_n ? (int)n : st->hot_n;
 	st->hot_n -= from_hot;
 	st->stage_n -= (int)n - from_hot;
@@ -224,14 +224,15 @@ int cuda_kv_plan_revise(const struct cuda_kv_shape *sh, struct cuda_kv_state *st
 }
 
 void cuda_kv_plan_stats(const struct cuda_kv_shape *sh, const struct cuda_kv_state *st,
-			struct sinkcache_stats *out)
+                        struct sinkcache_stats *out)
 {
 	const struct sinkcache_geometry *g = &sh->g;
 	size_t n_kv = (size_t)g->n_kv_heads, d = (size_t)g->head_dim, gs = (size_t)sh->group;
 	size_t fp_row = d * kv_dtype_size(g->dtype), code_row = (size_t)sh->code_row;
 	size_t fp_tok = 2 * n_kv * fp_row;
 	size_t sink_tok = sh->sink_quant ? 2 * n_kv * (code_row + 2 * sizeof(float)) : fp_tok;
-	size_t group_bytes = n_kv * (2 * gs * code_row + 2 * d * sizeof(float) + gs * 2 * sizeof(float));
+	size_t group_bytes =
+	    n_kv * (2 * gs * code_row + 2 * d * sizeof(float) + gs * 2 * sizeof(float));
 	memset(out, 0, sizeof(*out));
 	out->n_seen = st->n_seen;
 	out->n_sink = st->n_sink;
@@ -241,8 +242,8 @@ void cuda_kv_plan_stats(const struct cuda_kv_shape *sh, const struct cuda_kv_sta
 	out->evicted_compressed = st->evicted;
 	out->moved_to_compressed = st->moved;
 	out->bytes_bound = sinkcache_bound_bytes(g);
-	out->bytes_resident = ((size_t)st->n_sink * sink_tok +
-			       (size_t)(st->hot_n + st->stage_n) * fp_tok +
-			       (size_t)st->groups_n * group_bytes) *
-			      (size_t)g->n_layers;
+	out->bytes_resident =
+	    ((size_t)st->n_sink * sink_tok + (size_t)(st->hot_n + st->stage_n) * fp_tok +
+	     (size_t)st->groups_n * group_bytes) *
+	    (size_t)g->n_layers;
 }

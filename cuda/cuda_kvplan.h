@@ -16,14 +16,14 @@
 /* Tier sizes and byte layout of a geometry. */
 struct cuda_kv_shape {
 	struct sinkcache_geometry g;
-	int sink_cap;	 /* S */
-	int window_cap;	 /* W: window tokens resident at most */
-	int hot_cap;	 /* H */
-	int group;	 /* G (0: no quantized window tier) */
-	int n_groups;	 /* NG */
-	int fp_cap;	 /* F = H + G - 1, or W without groups */
+	int sink_cap;   /* S */
+	int window_cap; /* W: window tokens resident at most */
+	int hot_cap;    /* H */
+	int group;      /* G (0: no quantized window tier) */
+	int n_groups;   /* NG */
+	int fp_cap;     /* F = H + G - 1, or W without groups */
 	bool sink_quant;
-	int code_row;	 /* bytes of one row of codes */
+	int code_row; /* bytes of one row of codes */
 	size_t sink_layer_bytes, win_layer_bytes;
 	struct cuda_kv_view layout; /* offsets and sizes; bases 0 */
 };
@@ -31,13 +31,13 @@ struct cuda_kv_shape {
 /* One session's position in its stream (identical for all layers between
  * forward passes). */
 struct cuda_kv_state {
-	uint64_t n_seen;    /* stream index of the next token */
+	uint64_t n_seen; /* stream index of the next token */
 	int n_sink;
-	int hot_n, stage_n; /* full-precision window tokens: staging (older), hot */
-	int groups_n;	    /* resident groups */
-	int grp_dropped;    /* evicted tokens at the front of the oldest group */
+	int hot_n, stage_n;  /* full-precision window tokens: staging (older), hot */
+	int groups_n;        /* resident groups */
+	int grp_dropped;     /* evicted tokens at the front of the oldest group */
 	int64_t groups_made; /* groups ever made: the next one goes to slot groups_made % NG */
-	int64_t fp_start;   /* window index of the oldest full-precision token */
+	int64_t fp_start;    /* window index of the oldest full-precision token */
 	uint64_t evicted, moved;
 };
 
@@ -52,7 +52,7 @@ struct cuda_kv_step {
 };
 
 int cuda_kv_shape_init(const struct sinkcache_geometry *g, struct cuda_kv_shape *sh, char *err,
-		       size_t err_len);
+                       size_t err_len);
 /* Bytes of both blocks, all layers. */
 size_t cuda_kv_session_bytes(const struct cuda_kv_shape *sh);
 
@@ -63,12 +63,12 @@ int cuda_kv_resident(const struct cuda_kv_shape *sh, const struct cuda_kv_state 
 /* Advances st by one token and fills its jobs; view holds the session's
  * block addresses (layout with bases set). */
 void cuda_kv_plan_step(const struct cuda_kv_shape *sh, struct cuda_kv_state *st,
-		       const struct cuda_kv_view *view, struct cuda_kv_step *out);
+                       const struct cuda_kv_view *view, struct cuda_kv_step *out);
 
 /* Drops the newest n tokens (same rule and message as sinkcache_revise). */
 int cuda_kv_plan_revise(const struct cuda_kv_shape *sh, struct cuda_kv_state *st, size_t n,
-			char *err, size_t err_len);
+                        char *err, size_t err_len);
 
 /* Counts and bytes as sinkcache_get_stats() reports them. */
 void cuda_kv_plan_stats(const struct cuda_kv_shape *sh, const struct cuda_kv_state *st,
-			struct sinkcache_stats *out);
+                        struct sinkcache_stats *out);

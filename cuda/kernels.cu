@@ -31,8 +31,8 @@ __global__ void embed_kernel(const void *table, int dtype, int dim, const int32_
 		x[(size_t)blockIdx.x * dim + j] = dt_load(table, dtype, row + j);
 }
 
-extern "C" int cuda_embed(const void *table, int dtype, int dim, const int32_t *tok, int n, float *x,
-			  void *stream)
+extern "C" int cuda_embed(const void *table, int dtype, int dim, const int32_t *tok, int n,
+                          float *x, void *stream)
 {
 	if (n <= 0)
 		return 0;
@@ -46,7 +46,7 @@ extern "C" int cuda_embed(const void *table, int dtype, int dim, const int32_t *
 
 // grid (n), block RMS_THREADS: out row = x row * (1/rms) * w.
 __global__ void rmsnorm_kernel(const float *x, const float *w, int dim, float eps, void *out,
-			       int out_dtype)
+                               int out_dtype)
 {
 	__shared__ double part[RMS_THREADS];
 	const float *xr = x + (size_t)blockIdx.x * dim;
@@ -62,11 +62,12 @@ __global__ void rmsnorm_kernel(const float *x, const float *w, int dim, float ep
 	}
 	float scale = (float)(1.0 / sqrt(part[0] / dim + (double)eps));
 	for (int j = threadIdx.x; j < dim; j += blockDim.x)
-		dt_store(out, out_dtype, (size_t)blockIdx.x * dim + j, __fmul_rn(__fmul_rn(xr[j], scale), w[j]));
+		dt_store(out, out_dtype, (size_t)blockIdx.x * dim + j,
+		         __fmul_rn(__fmul_rn(xr[j], scale), w[j]));
 }
 
 extern "C" int cuda_rmsnorm(const float *x, const float *w, int n, int dim, float eps, void *out,
-			    int out_dtype, void *stream)
+                            int out_dtype, void *stream)
 {
 	if (n <= 0)
 		return 0;
@@ -79,7 +80,7 @@ extern "C" int cuda_rmsnorm(const float *x, const float *w, int n, int dim, floa
 // grid (n, n_heads), block threads over head_dim: pairs (a, b) rotated in
 // double and rounded once (rope_apply()), then every element times scale.
 __global__ void rope_kernel(const float *x, float *out, int n_heads, int head_dim, int rope_dim,
-			    bool neox, const double *cs, int cs_stride, float scale)
+                            bool neox, const double *cs, int cs_stride, float scale)
 {
 	size_t at = ((size_t)blockIdx.x * n_heads + blockIdx.y) * head_dim;
 	const double *c = cs + (size_t)blockIdx.x * cs_stride;
@@ -99,12 +100,13 @@ __global__ void rope_kernel(const float *x, float *out, int n_heads, int head_di
 }
 
 extern "C" int cuda_rope(const float *x, float *out, int n, int n_heads, int head_dim, int rope_dim,
-			 bool neox, const double *cs, int cs_stride, float scale, void *stream)
+                         bool neox, const double *cs, int cs_stride, float scale, void *stream)
 {
 	if (n <= 0)
 		return 0;
 	dim3 grid(n, n_heads);
-	CUDA_LAUNCH(rope_kernel, grid, 64, st(stream), x, out, n_heads, head_dim, rope_dim, neox, cs, cs_stride, scale);
+	CUDA_LAUNCH(rope_kernel, grid, 64, st(stream), x, out, n_heads, head_dim, rope_dim, neox,
+	            cs, cs_stride, scale);
 	return CUDA_LAUNCH_RC();
 }
 
@@ -126,7 +128,7 @@ static unsigned grid_for(size_t n, unsigned threads)
 }
 
 extern "C" int cuda_swiglu(const float *gate, const float *up, size_t n, void *out, int out_dtype,
-			   void *stream)
+                           void *stream)
 {
 	if (n == 0)
 		return 0;
@@ -158,7 +160,7 @@ __global__ void gather_rows_kernel(const float *x, const int32_t *rows, int dim,
 }
 
 extern "C" int cuda_gather_rows(const float *x, const int32_t *rows, int n, int dim, float *out,
-				void *stream)
+                                void *stream)
 {
 	if (n <= 0)
 		return 0;
@@ -176,7 +178,7 @@ __global__ void copy_kernel(const float4 *src, float4 *dst, size_t n)
 }
 
 extern "C" int cuda_bandwidth_probe(size_t bytes, int iters, double *bytes_per_s, char *err,
-				    size_t err_len)
+                                    size_t err_len)
 {
 	float4 *a = NULL, *b = NULL;
 	cudaEvent_t e0 = NULL, e1 = NULL;

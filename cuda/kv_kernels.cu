@@ -69,7 +69,7 @@ __device__ void quant_row_block(const float *x, int d, int bits, unsigned char *
 
 // grid (n_jobs, n_kv), block KV_THREADS.
 __global__ void kv_append_kernel(const cuda_kv_append_job *jobs, int layer, const float *k,
-				 const float *v)
+                                 const float *v)
 {
 	const cuda_kv_append_job a = jobs[blockIdx.x];
 	const cuda_kv_view &kv = a.kv;
@@ -82,9 +82,9 @@ __global__ void kv_append_kernel(const cuda_kv_append_job *jobs, int layer, cons
 		unsigned char *L = cuda_kv_sink_layer(&kv, layer);
 		size_t i = (size_t)h * kv.sink_cap + (size_t)a.sink_slot;
 		quant_row_block(kh, d, kv.bits, L + kv.off_sink_k + i * kv.code_row,
-				(float *)(L + kv.off_sink_kp) + 2 * i);
+		                (float *)(L + kv.off_sink_kp) + 2 * i);
 		quant_row_block(vh, d, kv.bits, L + kv.off_sink_v + i * kv.code_row,
-				(float *)(L + kv.off_sink_vp) + 2 * i);
+		                (float *)(L + kv.off_sink_vp) + 2 * i);
 		return;
 	}
 	if (a.sink_slot >= 0) {
@@ -103,7 +103,7 @@ __global__ void kv_append_kernel(const cuda_kv_append_job *jobs, int layer, cons
 }
 
 extern "C" int cuda_kv_append(const struct cuda_kv_append_job *jobs, int n_jobs, int n_kv,
-			      int layer, const float *k, const float *v, void *stream)
+                              int layer, const float *k, const float *v, void *stream)
 {
 	if (n_jobs <= 0)
 		return 0;
@@ -136,8 +136,9 @@ __global__ void kv_flush_kernel(const cuda_kv_flush_job *jobs, int layer)
 			float lo = INFINITY, hi = -INFINITY;
 			for (int r = 0; r < gs; r++) {
 				int slot = (f.fp_first + r) % kv.fp_cap;
-				float x = dt_load(cuda_kv_row(L, kv.off_fp_k, h, kv.fp_cap, slot, fp_row),
-						  kv.dtype, j);
+				float x =
+				    dt_load(cuda_kv_row(L, kv.off_fp_k, h, kv.fp_cap, slot, fp_row),
+				            kv.dtype, j);
 				lo = fminf(lo, x);
 				hi = fmaxf(hi, x);
 			}
@@ -147,11 +148,13 @@ __global__ void kv_flush_kernel(const cuda_kv_flush_job *jobs, int layer)
 		}
 		for (int r = 0; r < gs; r++) {
 			int slot = (f.fp_first + r) % kv.fp_cap;
-			const unsigned char *row = cuda_kv_row(L, kv.off_fp_k, h, kv.fp_cap, slot, fp_row);
+			const unsigned char *row =
+			    cuda_kv_row(L, kv.off_fp_k, h, kv.fp_cap, slot, fp_row);
 			int byte = 0;
 			for (int e = 0; e < per; e++)
-				byte |= quant_code(dt_load(row, kv.dtype, b * per + e), scale[e], mn[e], bits)
-					<< (4 * e);
+				byte |= quant_code(dt_load(row, kv.dtype, b * per + e), scale[e],
+				                   mn[e], bits)
+				        << (4 * e);
 			gk[(size_t)r * kv.code_row + b] = (unsigned char)byte;
 		}
 	}
@@ -172,8 +175,9 @@ __global__ void kv_flush_kernel(const cuda_kv_flush_job *jobs, int layer)
 		for (int b = lane; b < d / per; b += 32) {
 			int byte = 0;
 			for (int e = 0; e < per; e++)
-				byte |= quant_code(dt_load(row, kv.dtype, b * per + e), scale, mn, bits)
-					<< (4 * e);
+				byte |=
+				    quant_code(dt_load(row, kv.dtype, b * per + e), scale, mn, bits)
+				    << (4 * e);
 			gv[(size_t)r * kv.code_row + b] = (unsigned char)byte;
 		}
 		if (lane == 0) {
@@ -184,7 +188,7 @@ __global__ void kv_flush_kernel(const cuda_kv_flush_job *jobs, int layer)
 }
 
 extern "C" int cuda_kv_flush(const struct cuda_kv_flush_job *jobs, int n_jobs, int n_kv, int layer,
-			     void *stream)
+                             void *stream)
 {
 	if (n_jobs <= 0)
 		return 0;
@@ -198,8 +202,8 @@ extern "C" int cuda_kv_flush(const struct cuda_kv_flush_job *jobs, int n_jobs, i
 // One resident token's key or value row, wherever it lives.
 struct tok_ref {
 	const unsigned char *data; // dtype row, or codes
-	const float *p;		   // row: {scale, min}; channel: scale (D), min (D)
-	int kind;		   // 0 full precision, 1 quantized per row, 2 per channel
+	const float *p;            // row: {scale, min}; channel: scale (D), min (D)
+	int kind;                  // 0 full precision, 1 quantized per row, 2 per channel
 };
 
 __device__ tok_ref locate(const cuda_kv_attn_job &a, int layer, int h, int r, bool value)
@@ -212,11 +216,12 @@ __device__ tok_ref locate(const cuda_kv_attn_job &a, int layer, int h, int r, bo
 		if (kv.sink_quant) {
 			size_t i = (size_t)h * kv.sink_cap + (size_t)r;
 			t.data = L + (value ? kv.off_sink_v : kv.off_sink_k) + i * kv.code_row;
-			t.p = (const float *)(L + (value ? kv.off_sink_vp : kv.off_sink_kp)) + 2 * i;
+			t.p =
+			    (const float *)(L + (value ? kv.off_sink_vp : kv.off_sink_kp)) + 2 * i;
 			t.kind = 1;
 		} else {
-			t.data = cuda_kv_row(L, value ? kv.off_sink_v : kv.off_sink_k, h, kv.sink_cap, r,
-					     fp_row);
+			t.data = cuda_kv_row(L, value ? kv.off_sink_v : kv.off_sink_k, h,
+			                     kv.sink_cap, r, fp_row);
 			t.p = NULL;
 			t.kind = 0;
 		}
@@ -229,7 +234,7 @@ __device__ tok_ref locate(const cuda_kv_attn_job &a, int layer, int h, int r, bo
 		int g = (a.comp_group0 + tt / kv.group) % kv.n_groups, row = tt % kv.group;
 		size_t gh = cuda_kv_gh(&kv, g, h);
 		t.data = L + (value ? kv.off_gv : kv.off_gk) +
-			 (gh * (size_t)kv.group + (size_t)row) * kv.code_row;
+		         (gh * (size_t)kv.group + (size_t)row) * kv.code_row;
 		if (value) {
 			t.p = (const float *)(L + kv.off_gvp) + (gh * (size_t)kv.group + row) * 2;
 			t.kind = 1;
@@ -258,15 +263,15 @@ __device__ __forceinline__ float tok_elem(const tok_ref &t, const cuda_kv_view &
 
 // Partial record of one (job, head, split): m, l, sink l, pad, acc (D).
 __device__ __forceinline__ float *partial_at(float *partial, int job, int n_heads, int h,
-					     int n_splits, int split, int d)
+                                             int n_splits, int split, int d)
 {
 	return partial + (((size_t)job * n_heads + h) * n_splits + split) * (size_t)(d + 4);
 }
 
 // grid (n_splits, n_heads, n_jobs), block KV_THREADS.
 __global__ void attn_partial_kernel(const cuda_kv_attn_job *jobs, int layer, int n_heads,
-				    const float *qw, const float *qs, int split_len, int n_splits,
-				    float *partial)
+                                    const float *qw, const float *qs, int split_len, int n_splits,
+                                    float *partial)
 {
 	__shared__ float s_qw[CUDA_KV_MAX_HEAD_DIM], s_qs[CUDA_KV_MAX_HEAD_DIM];
 	__shared__ float scores[CUDA_ATTN_MAX_SPLIT];
@@ -335,7 +340,8 @@ __global__ void attn_partial_kernel(const cuda_kv_attn_job *jobs, int layer, int
 
 // grid (n_heads, n_jobs), block KV_THREADS: merges the splits of a (job, head).
 __global__ void attn_combine_kernel(const cuda_kv_attn_job *jobs, int n_heads, int n_splits,
-				    const float *partial, void *out, int out_dtype, float *sink_mass)
+                                    const float *partial, void *out, int out_dtype,
+                                    float *sink_mass)
 {
 	const cuda_kv_attn_job a = jobs[blockIdx.y];
 	int h = blockIdx.x, d = a.kv.head_dim;
@@ -343,9 +349,11 @@ __global__ void attn_combine_kernel(const cuda_kv_attn_job *jobs, int n_heads, i
 	size_t oat = ((size_t)a.token * n_heads + h) * d;
 	float mx = -INFINITY, l = 0.0f, ls = 0.0f;
 	for (int s = 0; s < n_splits; s++)
-		mx = fmaxf(mx, partial_at((float *)partial, blockIdx.y, n_heads, h, n_splits, s, d)[0]);
+		mx = fmaxf(mx,
+		           partial_at((float *)partial, blockIdx.y, n_heads, h, n_splits, s, d)[0]);
 	for (int s = 0; s < n_splits; s++) {
-		const float *p = partial_at((float *)partial, blockIdx.y, n_heads, h, n_splits, s, d);
+		const float *p =
+		    partial_at((float *)partial, blockIdx.y, n_heads, h, n_splits, s, d);
 		if (p[1] > 0.0f) {
 			float w = expf(p[0] - mx);
 			l += w * p[1];
@@ -355,7 +363,8 @@ __global__ void attn_combine_kernel(const cuda_kv_attn_job *jobs, int n_heads, i
 	for (int j = threadIdx.x; j < d; j += blockDim.x) {
 		float o = 0.0f;
 		for (int s = 0; s < n_splits && n_res > 0; s++) {
-			const float *p = partial_at((float *)partial, blockIdx.y, n_heads, h, n_splits, s, d);
+			const float *p =
+			    partial_at((float *)partial, blockIdx.y, n_heads, h, n_splits, s, d);
 			if (p[1] > 0.0f)
 				o += expf(p[0] - mx) * p[4 + j];
 		}
@@ -375,31 +384,35 @@ static int attn_split_len(int split_len)
 {
 	if (split_len <= 0)
 		return CUDA_ATTN_DEFAULT_SPLIT;
-	return split_len < 32 ? 32 : split_len > CUDA_ATTN_MAX_SPLIT ? CUDA_ATTN_MAX_SPLIT : split_len;
+	return split_len < 32                    ? 32
+	       : split_len > CUDA_ATTN_MAX_SPLIT ? CUDA_ATTN_MAX_SPLIT
+	                                         : split_len;
 }
 
 extern "C" size_t cuda_attention_partial_floats(int n_jobs, int n_heads, int head_dim,
-						int max_resident, int split_len)
+                                                int max_resident, int split_len)
 {
 	int n_splits = attn_splits(max_resident, attn_split_len(split_len));
 	return (size_t)n_jobs * n_heads * n_splits * (size_t)(head_dim + 4);
 }
 
 extern "C" int cuda_attention(const struct cuda_kv_attn_job *jobs, int n_jobs, int max_resident,
-			      int layer, int n_heads, const float *qw, const float *qs, int split_len,
-			      float *partial, void *out, int out_dtype, float *sink_mass,
-			      void *stream)
+                              int layer, int n_heads, const float *qw, const float *qs,
+                              int split_len, float *partial, void *out, int out_dtype,
+                              float *sink_mass, void *stream)
 {
 	if (n_jobs <= 0)
 		return 0;
 	split_len = attn_split_len(split_len);
 	int n_splits = attn_splits(max_resident, split_len);
 	dim3 grid(n_splits, n_heads, n_jobs);
-	CUDA_LAUNCH(attn_partial_kernel, grid, KV_THREADS, st(stream), jobs, layer, n_heads, qw, qs, split_len, n_splits, partial);
+	CUDA_LAUNCH(attn_partial_kernel, grid, KV_THREADS, st(stream), jobs, layer, n_heads, qw, qs,
+	            split_len, n_splits, partial);
 	int rc = CUDA_LAUNCH_RC();
 	if (rc)
 		return rc;
 	dim3 grid2(n_heads, n_jobs);
-	CUDA_LAUNCH(attn_combine_kernel, grid2, KV_THREADS, st(stream), jobs, n_heads, n_splits, partial, out, out_dtype, sink_mass);
+	CUDA_LAUNCH(attn_combine_kernel, grid2, KV_THREADS, st(stream), jobs, n_heads, n_splits,
+	            partial, out, out_dtype, sink_mass);
 	return CUDA_LAUNCH_RC();
 }

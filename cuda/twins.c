@@ -33,12 +33,12 @@ void twin_embed(const void *table, int dtype, int dim, const int32_t *tok, int n
 	for (int i = 0; i < n; i++)
 		for (int j = 0; j < dim; j++)
 			x[(size_t)i * dim + j] =
-				twin_dt_load(table, dtype, (size_t)tok[i] * dim + (size_t)j);
+			    twin_dt_load(table, dtype, (size_t)tok[i] * dim + (size_t)j);
 }
 
 /* As the CPU backend's rmsnorm_rows: sum of squares in double. */
 void twin_rmsnorm(const float *x, const float *w, int n, int dim, float eps, void *out,
-		  int out_dtype)
+                  int out_dtype)
 {
 	for (int i = 0; i < n; i++) {
 		const float *xr = x + (size_t)i * dim;
@@ -52,7 +52,7 @@ void twin_rmsnorm(const float *x, const float *w, int n, int dim, float eps, voi
 }
 
 void twin_rope(const float *x, float *out, int n, int n_heads, int head_dim, int rope_dim,
-	       bool neox, const double *cs, int cs_stride, float scale)
+               bool neox, const double *cs, int cs_stride, float scale)
 {
 	for (int i = 0; i < n; i++)
 		for (int h = 0; h < n_heads; h++) {
@@ -79,7 +79,7 @@ static void store_row(unsigned char *dst, int dtype, const float *src, int d)
 }
 
 void twin_kv_append(const struct cuda_kv_append_job *jobs, int n_jobs, int n_kv, int layer,
-		    const float *k, const float *v)
+                    const float *k, const float *v)
 {
 	for (int j = 0; j < n_jobs; j++) {
 		const struct cuda_kv_append_job *a = &jobs[j];
@@ -94,22 +94,28 @@ void twin_kv_append(const struct cuda_kv_append_job *jobs, int n_jobs, int n_kv,
 				size_t i = (size_t)h * kv->sink_cap + (size_t)a->sink_slot;
 				float *kp = (float *)(L + kv->off_sink_kp) + 2 * i;
 				float *vp = (float *)(L + kv->off_sink_vp) + 2 * i;
-				kvq_quant_row(kh, d, kv->bits, L + kv->off_sink_k + i * kv->code_row,
-					      &kp[0], &kp[1]);
-				kvq_quant_row(vh, d, kv->bits, L + kv->off_sink_v + i * kv->code_row,
-					      &vp[0], &vp[1]);
+				kvq_quant_row(kh, d, kv->bits,
+				              L + kv->off_sink_k + i * kv->code_row, &kp[0],
+				              &kp[1]);
+				kvq_quant_row(vh, d, kv->bits,
+				              L + kv->off_sink_v + i * kv->code_row, &vp[0],
+				              &vp[1]);
 			} else if (a->sink_slot >= 0) {
 				unsigned char *L = cuda_kv_sink_layer(kv, layer);
-				store_row(cuda_kv_row(L, kv->off_sink_k, h, kv->sink_cap, a->sink_slot, fp_row),
-					  kv->dtype, kh, d);
-				store_row(cuda_kv_row(L, kv->off_sink_v, h, kv->sink_cap, a->sink_slot, fp_row),
-					  kv->dtype, vh, d);
+				store_row(cuda_kv_row(L, kv->off_sink_k, h, kv->sink_cap,
+				                      a->sink_slot, fp_row),
+				          kv->dtype, kh, d);
+				store_row(cuda_kv_row(L, kv->off_sink_v, h, kv->sink_cap,
+				                      a->sink_slot, fp_row),
+				          kv->dtype, vh, d);
 			} else {
 				unsigned char *L = cuda_kv_win_layer(kv, layer);
-				store_row(cuda_kv_row(L, kv->off_fp_k, h, kv->fp_cap, a->fp_slot, fp_row),
-					  kv->dtype, kh, d);
-				store_row(cuda_kv_row(L, kv->off_fp_v, h, kv->fp_cap, a->fp_slot, fp_row),
-					  kv->dtype, vh, d);
+				store_row(
+				    cuda_kv_row(L, kv->off_fp_k, h, kv->fp_cap, a->fp_slot, fp_row),
+				    kv->dtype, kh, d);
+				store_row(
+				    cuda_kv_row(L, kv->off_fp_v, h, kv->fp_cap, a->fp_slot, fp_row),
+				    kv->dtype, vh, d);
 			}
 		}
 	}
@@ -132,16 +138,18 @@ void twin_kv_flush(const struct cuda_kv_flush_job *jobs, int n_jobs, int n_kv, i
 			unsigned char *gv = L + kv->off_gv + gh * (size_t)gs * kv->code_row;
 			for (int r = 0; r < gs; r++) {
 				int slot = (jobs[j].fp_first + r) % kv->fp_cap;
-				kv_row_load((enum kv_dtype)kv->dtype,
-					    cuda_kv_row(L, kv->off_fp_k, h, kv->fp_cap, slot, fp_row),
-					    rows[r], d);
+				kv_row_load(
+				    (enum kv_dtype)kv->dtype,
+				    cuda_kv_row(L, kv->off_fp_k, h, kv->fp_cap, slot, fp_row),
+				    rows[r], d);
 				rowp[r] = rows[r];
 				float vrow[CUDA_KV_MAX_HEAD_DIM];
-				kv_row_load((enum kv_dtype)kv->dtype,
-					    cuda_kv_row(L, kv->off_fp_v, h, kv->fp_cap, slot, fp_row),
-					    vrow, d);
+				kv_row_load(
+				    (enum kv_dtype)kv->dtype,
+				    cuda_kv_row(L, kv->off_fp_v, h, kv->fp_cap, slot, fp_row), vrow,
+				    d);
 				kvq_quant_row(vrow, d, kv->bits, gv + (size_t)r * kv->code_row,
-					      &gvp[2 * r], &gvp[2 * r + 1]);
+				              &gvp[2 * r], &gvp[2 * r + 1]);
 			}
 			kvq_quant_channels(rowp, gs, d, kv->bits, gk, gkp, gkp + d);
 		}
@@ -150,7 +158,7 @@ void twin_kv_flush(const struct cuda_kv_flush_job *jobs, int n_jobs, int n_kv, i
 
 /* Resident token r of a job as floats (key or value), dequantized. */
 static void twin_token_row(const struct cuda_kv_attn_job *a, int layer, int h, int r, bool value,
-			   float *out)
+                           float *out)
 {
 	const struct cuda_kv_view *kv = &a->kv;
 	int d = kv->head_dim;
@@ -159,14 +167,17 @@ static void twin_token_row(const struct cuda_kv_attn_job *a, int layer, int h, i
 		unsigned char *L = cuda_kv_sink_layer(kv, layer);
 		if (kv->sink_quant) {
 			size_t i = (size_t)h * kv->sink_cap + (size_t)r;
-			const float *p = (const float *)(L + (value ? kv->off_sink_vp : kv->off_sink_kp)) + 2 * i;
-			kvq_dequant_row(L + (value ? kv->off_sink_v : kv->off_sink_k) + i * kv->code_row, d,
-					kv->bits, p[0], p[1], out);
+			const float *p =
+			    (const float *)(L + (value ? kv->off_sink_vp : kv->off_sink_kp)) +
+			    2 * i;
+			kvq_dequant_row(L + (value ? kv->off_sink_v : kv->off_sink_k) +
+			                    i * kv->code_row,
+			                d, kv->bits, p[0], p[1], out);
 		} else {
 			kv_row_load((enum kv_dtype)kv->dtype,
-				    cuda_kv_row(L, value ? kv->off_sink_v : kv->off_sink_k, h,
-						kv->sink_cap, r, fp_row),
-				    out, d);
+			            cuda_kv_row(L, value ? kv->off_sink_v : kv->off_sink_k, h,
+			                        kv->sink_cap, r, fp_row),
+			            out, d);
 		}
 		return;
 	}
@@ -177,9 +188,10 @@ static void twin_token_row(const struct cuda_kv_attn_job *a, int layer, int h, i
 		int g = (a->comp_group0 + t / kv->group) % kv->n_groups, row = t % kv->group;
 		size_t gh = cuda_kv_gh(kv, g, h);
 		const unsigned char *codes = L + (value ? kv->off_gv : kv->off_gk) +
-					     (gh * (size_t)kv->group + (size_t)row) * kv->code_row;
+		                             (gh * (size_t)kv->group + (size_t)row) * kv->code_row;
 		if (value) {
-			const float *p = (const float *)(L + kv->off_gvp) + (gh * kv->group + row) * 2;
+			const float *p =
+			    (const float *)(L + kv->off_gvp) + (gh * kv->group + row) * 2;
 			kvq_dequant_row(codes, d, kv->bits, p[0], p[1], out);
 		} else {
 			const float *p = (const float *)(L + kv->off_gkp) + gh * 2 * (size_t)d;
@@ -189,13 +201,14 @@ static void twin_token_row(const struct cuda_kv_attn_job *a, int layer, int h, i
 		return;
 	}
 	int slot = (a->fp_slot0 + (w - a->n_comp)) % kv->fp_cap;
-	kv_row_load((enum kv_dtype)kv->dtype,
-		    cuda_kv_row(L, value ? kv->off_fp_v : kv->off_fp_k, h, kv->fp_cap, slot, fp_row),
-		    out, d);
+	kv_row_load(
+	    (enum kv_dtype)kv->dtype,
+	    cuda_kv_row(L, value ? kv->off_fp_v : kv->off_fp_k, h, kv->fp_cap, slot, fp_row), out,
+	    d);
 }
 
 static void twin_attend_head(const struct cuda_kv_attn_job *a, int layer, int h, int kh,
-			     const float *qw, const float *qs, float *out, float *mass)
+                             const float *qw, const float *qs, float *out, float *mass)
 {
 	int d = a->kv.head_dim, n = a->n_sink + a->n_comp + a->n_fp;
 	float row[CUDA_KV_MAX_HEAD_DIM], mx = -INFINITY, sum = 0.0f, sink = 0.0f;
@@ -233,7 +246,7 @@ static void twin_attend_head(const struct cuda_kv_attn_job *a, int layer, int h,
 }
 
 void twin_attention(const struct cuda_kv_attn_job *jobs, int n_jobs, int layer, int n_heads,
-		    const float *qw, const float *qs, float *out, float *sink_mass)
+                    const float *qw, const float *qs, float *out, float *sink_mass)
 {
 	for (int j = 0; j < n_jobs; j++) {
 		const struct cuda_kv_attn_job *a = &jobs[j];
@@ -241,7 +254,8 @@ void twin_attention(const struct cuda_kv_attn_job *jobs, int n_jobs, int layer, 
 		for (int h = 0; h < n_heads; h++) {
 			size_t at = ((size_t)a->token * n_heads + h) * d;
 			twin_attend_head(a, layer, h, h / ratio, qw + at, qs + at, out + at,
-					 sink_mass ? &sink_mass[(size_t)a->token * n_heads + h] : NULL);
+			                 sink_mass ? &sink_mass[(size_t)a->token * n_heads + h]
+			                           : NULL);
 		}
 	}
 }

@@ -53,5 +53,5 @@ using std::isfinite;
 using std::max;
 using std::min;
 
-#define CUDA_LAUNCH(kernel, grid, block, stream, ...) \
+#define CUDA_LAUNCH(kernel, grid, block, stream, ...)                                              \
 	emu_launch(dim3(grid), dim3(block), [&]() { kernel(__VA_ARGS__); })

@@ -19,7 +19,8 @@
 
 emu_thread_ctx emu_ctx;
 
-namespace {
+namespace
+{
 
 // A launch runs on the calling thread: the threads of a block are
 // coroutines (ucontext) resumed round-robin; a barrier yields until every
@@ -111,9 +112,26 @@ void coroutine_entry()
 	_longjmp(g_blk.sched_jb, 1);
 }
 
+/* Resumes coroutine t until it yields or finishes; its own function so
+ * that nothing of the round-robin loop lives across the _setjmp. */
+__attribute__((noinline)) void resume(int t)
+{
+	g_blk.current = t;
+	emu_ctx.tid = g_blk.tids[(size_t)t];
+	if (_setjmp(g_blk.sched_jb))
+		return;
+	if (g_blk.started[(size_t)t]) {
+		_longjmp(g_blk.jb[(size_t)t].b, 1);
+	} else {
+		g_blk.started[(size_t)t] = 1;
+		swapcontext(&g_blk.sched, &g_blk.ctx[(size_t)t]);
+	}
+}
+
 void run_launch()
 {
-	int n = g_blk.n_threads, left = n;
+	int n = g_blk.n_threads;
+	volatile int left = n; /* -Wclobbered: the coroutines _longjmp back in here */
 	for (int t = 0; t < n; t++) {
 		g_blk.done[(size_t)t] = 0;
 		g_blk.started[(size_t)t] = 0;
@@ -127,16 +145,7 @@ void run_launch()
 		for (int t = 0; t < n; t++) {
 			if (g_blk.done[(size_t)t])
 				continue;
-			g_blk.current = t;
-			emu_ctx.tid = g_blk.tids[(size_t)t];
-			if (!_setjmp(g_blk.sched_jb)) {
-				if (g_blk.started[(size_t)t]) {
-					_longjmp(g_blk.jb[(size_t)t].b, 1);
-				} else {
-					g_blk.started[(size_t)t] = 1;
-					swapcontext(&g_blk.sched, &g_blk.ctx[(size_t)t]);
-				}
-			}
+			resume(t);
 			if (g_blk.done[(size_t)t])
 				left--;
 		}
@@ -181,8 +190,9 @@ void emu_launch(dim3 grid, dim3 block, const std::function<void()> &body)
 		g_blk.stacks.emplace_back(STACK_BYTES);
 	g_blk.tids.resize((size_t)n);
 	for (int t = 0; t < n; t++)
-		g_blk.tids[(size_t)t] = make_uint3((unsigned)t % block.x, (unsigned)t / block.x % block.y,
-						   (unsigned)t / (block.x * block.y));
+		g_blk.tids[(size_t)t] =
+		    make_uint3((unsigned)t % block.x, (unsigned)t / block.x % block.y,
+		               (unsigned)t / (block.x * block.y));
 	g_blk.body = &body;
 	emu_ctx.bdim = block;
 	emu_ctx.gdim = grid;
@@ -268,7 +278,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind
 }
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
-			    cudaStream_t stream)
+                            cudaStream_t stream)
 {
 	memmove(dst, src, n);
 	return cudaSuccess;
@@ -303,7 +313,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
 }
 
 cudaError_t cudaStreamSetAttribute(cudaStream_t s, cudaStreamAttrID attr,
-				   const cudaStreamAttrValue *value)
+                                   const cudaStreamAttrValue *value)
 {
 	return cudaSuccess;
 }
@@ -413,9 +423,10 @@ static float gemm_load(const void *p, cudaDataType t, size_t i)
 // C (m, n) = alpha op(A) op(B) + beta C, column-major; only the forms the
 // backend uses (op_T on A, op_N on B, fp32 C).
 cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
-			    int n, int k, const void *alpha, const void *A, cudaDataType at, int lda,
-			    const void *B, cudaDataType bt, int ldb, const void *beta, void *C,
-			    cudaDataType ct, int ldc, cublasComputeType_t ctype, cublasGemmAlgo_t algo)
+                            int n, int k, const void *alpha, const void *A, cudaDataType at,
+                            int lda, const void *B, cudaDataType bt, int ldb, const void *beta,
+                            void *C, cudaDataType ct, int ldc, cublasComputeType_t ctype,
+                            cublasGemmAlgo_t algo)
 {
 	if (ta != CUBLAS_OP_T || tb != CUBLAS_OP_N || ct != CUDA_R_32F)
 		return CUBLAS_STATUS_NOT_SUPPORTED;
@@ -425,7 +436,8 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
 		for (int i = 0; i < m; i++) {
 			float s = 0.0f;
 			for (int l = 0; l < k; l++)
-				s += gemm_load(A, at, (size_t)i * lda + l) * gemm_load(B, bt, (size_t)j * ldb + l);
+				s += gemm_load(A, at, (size_t)i * lda + l) *
+				     gemm_load(B, bt, (size_t)j * ldb + l);
 			float *cij = &c[(size_t)j * ldc + i];
 			*cij = a * s + (b != 0.0f ? b * *cij : 0.0f);
 		}

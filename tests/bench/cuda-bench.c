@@ -84,15 +84,23 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 }
 
 static struct sinkcache_geometry bench_geometry(const struct model_hparams *hp, int window,
-						bool quant, int n_layers)
+                                                bool quant, int n_layers)
 {
-	return (struct sinkcache_geometry){
-		.n_layers = n_layers, .n_kv_heads = hp->n_kv_heads, .head_dim = hp->head_dim,
-		.rope_dim = hp->rope_dim, .rope_theta = hp->rope_theta,
-		.rope_neox = hp->arch == MODEL_ARCH_QWEN2, .strategy = CACHE_STRATEGY_SLIDING_WINDOW,
-		.sink_keep_count = 4, .window_size = window, .quant_enabled = quant, .quant_bits = 8,
-		.protect_sinks = true, .full_precision_recent = quant ? 128 : window,
-		.rope_positions = ROPE_POSITIONS_CACHE, .dtype = KV_DTYPE_BF16};
+	return (struct sinkcache_geometry){.n_layers = n_layers,
+	                                   .n_kv_heads = hp->n_kv_heads,
+	                                   .head_dim = hp->head_dim,
+	                                   .rope_dim = hp->rope_dim,
+	                                   .rope_theta = hp->rope_theta,
+	                                   .rope_neox = hp->arch == MODEL_ARCH_QWEN2,
+	                                   .strategy = CACHE_STRATEGY_SLIDING_WINDOW,
+	                                   .sink_keep_count = 4,
+	                                   .window_size = window,
+	                                   .quant_enabled = quant,
+	                                   .quant_bits = 8,
+	                                   .protect_sinks = true,
+	                                   .full_precision_recent = quant ? 128 : window,
+	                                   .rope_positions = ROPE_POSITIONS_CACHE,
+	                                   .dtype = KV_DTYPE_BF16};
 }
 
 /* ------------------------------------------------------------- decode */
@@ -108,17 +116,18 @@ static int run_forward(struct backend *be, struct backend_token *t, size_t n, fl
 
 /* Prompts of all sessions, at most ~2048 tokens per forward. */
 static int prefill(struct backend *be, struct backend_session **s, int B, int prompt,
-		   struct backend_token *t, float *logits)
+                   struct backend_token *t, float *logits)
 {
 	int per = 2048 / prompt > 0 ? 2048 / prompt : 1;
 	for (int s0 = 0; s0 < B; s0 += per) {
 		int n = 0;
 		for (int j = s0; j < B && j < s0 + per; j++)
 			for (int i = 0; i < prompt; i++)
-				t[n++] = (struct backend_token){.session = s[j],
-								 .token = (int32_t)((i * 7919 + j * 104729 + 3) %
-										    be->model->hp.n_vocab),
-								 .want_logits = i == prompt - 1};
+				t[n++] = (struct backend_token){
+				    .session = s[j],
+				    .token = (int32_t)((i * 7919 + j * 104729 + 3) %
+				                       be->model->hp.n_vocab),
+				    .want_logits = i == prompt - 1};
 		if (run_forward(be, t, (size_t)n, logits))
 			return -1;
 	}
@@ -146,8 +155,9 @@ static int decode_point(struct backend *be, const struct opts *o, int B, struct 
 			t0 = now_s();
 		for (int j = 0; j < B; j++)
 			t[j] = (struct backend_token){.session = s[j],
-						     .token = (int32_t)((step * 31 + j) % hp->n_vocab),
-						     .want_logits = true};
+			                              .token =
+			                                  (int32_t)((step * 31 + j) % hp->n_vocab),
+			                              .want_logits = true};
 		rc = run_forward(be, t, (size_t)B, logits);
 	}
 	double dt = now_s() - t0;
@@ -170,7 +180,7 @@ struct attn_point {
 
 /* One launch over B sessions whose window is full; returns 0 or -1. */
 static int attention_point(const struct model_hparams *hp, int W, int B, bool quant,
-			   struct attn_point *p)
+                           struct attn_point *p)
 {
 	struct sinkcache_geometry g = bench_geometry(hp, W, quant, 1);
 	struct cuda_kv_shape sh;
@@ -184,13 +194,12 @@ static int attention_point(const struct model_hparams *hp, int W, int B, bool qu
 	void *out = NULL, *djobs = NULL;
 	struct cuda_kv_attn_job *jobs = calloc((size_t)B, sizeof(*jobs));
 	size_t pf = cuda_attention_partial_floats(B, hp->n_heads, hp->head_dim, W + 4,
-						  CUDA_ATTN_DEFAULT_SPLIT);
+	                                          CUDA_ATTN_DEFAULT_SPLIT);
 	int rc = -1;
 	if (cudaMalloc((void **)&mem, bytes * B) || cudaMemset(mem, 0, bytes * B) ||
 	    cudaMalloc((void **)&qw, qn * 4) || cudaMalloc((void **)&qs, qn * 4) ||
-	    cudaMemset(qw, 0, qn * 4) || cudaMemset(qs, 0, qn * 4) ||
-	    cudaMalloc(&out, qn * 2) || cudaMalloc((void **)&part, pf * 4) ||
-	    cudaMalloc(&djobs, (size_t)B * sizeof(*jobs)))
+	    cudaMemset(qw, 0, qn * 4) || cudaMemset(qs, 0, qn * 4) || cudaMalloc(&out, qn * 2) ||
+	    cudaMalloc((void **)&part, pf * 4) || cudaMalloc(&djobs, (size_t)B * sizeof(*jobs)))
 		goto out;
 	cuda_kv_state_init(&st);
 	struct cuda_kv_view v = sh.layout;
@@ -210,8 +219,8 @@ static int attention_point(const struct model_hparams *hp, int W, int B, bool qu
 	for (int it = -3; it < iters; it++) {
 		if (it == 0)
 			cudaEventRecord(e0, NULL);
-		if (cuda_attention(djobs, B, res, 0, hp->n_heads, qw, qs, CUDA_ATTN_DEFAULT_SPLIT, part,
-				   out, CUDA_DT_BF16, NULL, NULL))
+		if (cuda_attention(djobs, B, res, 0, hp->n_heads, qw, qs, CUDA_ATTN_DEFAULT_SPLIT,
+		                   part, out, CUDA_DT_BF16, NULL, NULL))
 			goto out;
 	}
 	cudaEventRecord(e1, NULL);
@@ -227,7 +236,7 @@ static int attention_point(const struct model_hparams *hp, int W, int B, bool qu
 out:
 	if (rc)
 		fprintf(stderr, "cuda-bench: attention W=%d B=%d: %s\n", W, B,
-			cudaGetErrorString(cudaGetLastError()));
+		        cudaGetErrorString(cudaGetLastError()));
 	cudaFree(mem), cudaFree(qw), cudaFree(qs), cudaFree(out), cudaFree(part), cudaFree(djobs);
 	free(jobs);
 	return rc;
@@ -237,8 +246,10 @@ out:
 
 static struct backend *open_backend(const struct model *m, bool l2, bool graphs)
 {
-	struct backend_cuda_options co = {.dtype = KV_DTYPE_BF16, .auto_fraction = 0.4,
-					  .l2_sink_window = l2, .cuda_graphs = graphs};
+	struct backend_cuda_options co = {.dtype = KV_DTYPE_BF16,
+	                                  .auto_fraction = 0.4,
+	                                  .l2_sink_window = l2,
+	                                  .cuda_graphs = graphs};
 	struct backend *be = NULL;
 	char err[SINKD_ERR_LEN];
 	if (backend_cuda_new(m, NULL, &co, &be, err, sizeof(err))) {
@@ -253,8 +264,9 @@ int main(int argc, char **argv)
 	struct opts o;
 	char err[SINKD_ERR_LEN], name[256] = "?";
 	if (parse_opts(argc, argv, &o)) {
-		fprintf(stderr, "usage: cuda-bench --model M.gguf [--batches 1,2,..] [--windows 512,..] "
-				"[--steps N] [--prompt N] [--peak-gbps G]\n");
+		fprintf(stderr,
+		        "usage: cuda-bench --model M.gguf [--batches 1,2,..] [--windows 512,..] "
+		        "[--steps N] [--prompt N] [--peak-gbps G]\n");
 		return 2;
 	}
 	size_t total = 0, free_b = 0;
@@ -277,8 +289,8 @@ int main(int argc, char **argv)
 	size_t wbytes = backend_cuda_weight_bytes(be);
 	struct decode_point dp[MAX_POINTS];
 	int n_dp = 0;
-	printf("device %s, copy probe %.0f GB/s (peak %.0f), weights %.2f GB, KV arena %.1f GB\n", name,
-	       probe / 1e9, o.peak_gbps, wbytes / 1e9, backend_cuda_cache_bytes(be) / 1e9);
+	printf("device %s, copy probe %.0f GB/s (peak %.0f), weights %.2f GB, KV arena %.1f GB\n",
+	       name, probe / 1e9, o.peak_gbps, wbytes / 1e9, backend_cuda_cache_bytes(be) / 1e9);
 	printf("%8s %12s %10s\n", "batch", "tok/s", "step ms");
 	for (int i = 0; i < o.n_batches; i++) {
 		if (decode_point(be, &o, o.batches[i], &dp[n_dp]))
@@ -310,27 +322,30 @@ int main(int argc, char **argv)
 		n_gp++;
 	}
 	backend_free(be);
-	printf("L2 sink window at batch %d: off %.1f tok/s, on %.1f tok/s\n", l2_batch, l2_off.tok_s,
-	       l2_on.tok_s);
+	printf("L2 sink window at batch %d: off %.1f tok/s, on %.1f tok/s\n", l2_batch,
+	       l2_off.tok_s, l2_on.tok_s);
 	struct attn_point ap[4 * MAX_POINTS];
 	int n_ap = 0;
 	printf("%8s %6s %6s %10s %10s\n", "window", "batch", "int8", "attn us", "KV GB/s");
 	for (int i = 0; i < o.n_windows; i++)
 		for (int b = 0; b < 2; b++)
 			for (int q = 0; q < 2; q++)
-				if (!attention_point(&m->hp, o.windows[i], b ? 64 : 1, q, &ap[n_ap])) {
-					printf("%8d %6d %6d %10.1f %10.1f\n", ap[n_ap].window, ap[n_ap].batch,
-					       ap[n_ap].quant, ap[n_ap].us, ap[n_ap].gbps);
+				if (!attention_point(&m->hp, o.windows[i], b ? 64 : 1, q,
+				                     &ap[n_ap])) {
+					printf("%8d %6d %6d %10.1f %10.1f\n", ap[n_ap].window,
+					       ap[n_ap].batch, ap[n_ap].quant, ap[n_ap].us,
+					       ap[n_ap].gbps);
 					n_ap++;
 				}
 	int sess_windows[] = {1024, 4096, 32768};
 	size_t sess_bytes[3][2];
 	for (int i = 0; i < 3; i++)
 		for (int q = 0; q < 2; q++) {
-			struct sinkcache_geometry g = bench_geometry(&m->hp, sess_windows[i], q, m->hp.n_layers);
+			struct sinkcache_geometry g =
+			    bench_geometry(&m->hp, sess_windows[i], q, m->hp.n_layers);
 			sess_bytes[i][q] = backend_cuda_session_bytes(&g);
-			printf("session window %d %s: %.1f MiB\n", sess_windows[i], q ? "int8" : "bf16",
-			       sess_bytes[i][q] / 1048576.0);
+			printf("session window %d %s: %.1f MiB\n", sess_windows[i],
+			       q ? "int8" : "bf16", sess_bytes[i][q] / 1048576.0);
 		}
 	double bw1 = n_dp > 0 && dp[0].batch == 1 ? wbytes * dp[0].tok_s : 0.0;
 	double tok1 = n_dp > 0 ? dp[0].tok_s : 0.0, tok64 = 0.0;
@@ -344,18 +359,20 @@ int main(int argc, char **argv)
 	printf("{\"bench\":\"cuda\",\"device\":\"%s\",\"model\":\"%s\",\"weight_bytes\":%zu,"
 	       "\"probe_gbps\":%.1f,\"peak_gbps\":%.1f,\"batch1_weight_gbps\":%.1f,"
 	       "\"batch1_frac_peak\":%.3f,\"speedup_b64_vs_b1\":%.2f,\"decode\":[",
-	       name, m->name, wbytes, probe / 1e9, o.peak_gbps, bw1 / 1e9, bw1 / (o.peak_gbps * 1e9),
-	       tok1 > 0 ? tok64 / tok1 : 0.0);
+	       name, m->name, wbytes, probe / 1e9, o.peak_gbps, bw1 / 1e9,
+	       bw1 / (o.peak_gbps * 1e9), tok1 > 0 ? tok64 / tok1 : 0.0);
 	for (int i = 0; i < n_dp; i++)
-		printf("%s{\"batch\":%d,\"tok_s\":%.1f,\"step_ms\":%.3f}", i ? "," : "", dp[i].batch,
-		       dp[i].tok_s, dp[i].step_ms);
+		printf("%s{\"batch\":%d,\"tok_s\":%.1f,\"step_ms\":%.3f}", i ? "," : "",
+		       dp[i].batch, dp[i].tok_s, dp[i].step_ms);
 	double bwg = n_gp > 0 && gp[0].batch == 1 ? wbytes * gp[0].tok_s : 0.0;
-	printf("],\"batch1_graph_weight_gbps\":%.1f,\"batch1_graph_frac_peak\":%.3f,\"decode_graphs\":[",
+	printf("],\"batch1_graph_weight_gbps\":%.1f,\"batch1_graph_frac_peak\":%.3f,\"decode_"
+	       "graphs\":[",
 	       bwg / 1e9, bwg / (o.peak_gbps * 1e9));
 	for (int i = 0; i < n_gp; i++)
-		printf("%s{\"batch\":%d,\"tok_s\":%.1f,\"step_ms\":%.3f}", i ? "," : "", gp[i].batch,
-		       gp[i].tok_s, gp[i].step_ms);
-	printf("],\"l2_sink_window\":{\"batch\":%d,\"off_tok_s\":%.1f,\"on_tok_s\":%.1f},\"attention\":[",
+		printf("%s{\"batch\":%d,\"tok_s\":%.1f,\"step_ms\":%.3f}", i ? "," : "",
+		       gp[i].batch, gp[i].tok_s, gp[i].step_ms);
+	printf("],\"l2_sink_window\":{\"batch\":%d,\"off_tok_s\":%.1f,\"on_tok_s\":%.1f},"
+	       "\"attention\":[",
 	       l2_batch, l2_off.tok_s, l2_on.tok_s);
 	for (int i = 0; i < n_ap; i++)
 		printf("%s{\"window\":%d,\"batch\":%d,\"int8\":%d,\"us\":%.1f,\"kv_gbps\":%.1f}",

@@ -109,7 +109,8 @@ static double step_both(struct sinkcache *c, struct twin_cache *t, float *scratc
 		step.attn.token = 0;
 		twin_attention(&step.attn, 1, l, N_HEADS, qw, qs, out_t, mass_t);
 		for (int i = 0; i < N_HEADS * d; i++) {
-			double e = fabs((double)out_c[i] - out_t[i]) / (1e-5 + 1e-4 * fabs(out_c[i]));
+			double e =
+			    fabs((double)out_c[i] - out_t[i]) / (1e-5 + 1e-4 * fabs(out_c[i]));
 			worst = e > worst ? e : worst;
 		}
 		for (int h = 0; h < N_HEADS; h++) {
@@ -135,8 +136,8 @@ static void run_geometry(const struct sinkcache_geometry *g, int n_tokens)
 		}
 		ck_assert(cuda_kv_can_append(&t.sh, &t.st, 1));
 		double worst = step_both(c, &t, scratch);
-		ck_assert_msg(worst <= 1.0, "token %d: twin differs from the CPU cache (%.2f x tol)", i,
-			      worst);
+		ck_assert_msg(worst <= 1.0,
+		              "token %d: twin differs from the CPU cache (%.2f x tol)", i, worst);
 		check_stats(c, &t);
 		if (i % 37 == 36) { /* revise a few, sometimes more than allowed */
 			size_t n = (size_t)(i % 5) + (i % 3 == 0 ? 400 : 1);
@@ -156,12 +157,21 @@ static void run_geometry(const struct sinkcache_geometry *g, int n_tokens)
 static struct sinkcache_geometry base_geometry(void)
 {
 	struct sinkcache_geometry g = {
-		.n_layers = N_LAYERS, .n_kv_heads = 2, .head_dim = 16, .rope_dim = 16,
-		.rope_theta = 10000.0, .strategy = CACHE_STRATEGY_SLIDING_WINDOW,
-		.sink_keep_count = 4, .window_size = 40, .max_context_length = 0,
-		.quant_enabled = false, .quant_bits = 8, .protect_sinks = true,
-		.full_precision_recent = 16, .rope_positions = ROPE_POSITIONS_CACHE,
-		.dtype = KV_DTYPE_F32,
+	    .n_layers = N_LAYERS,
+	    .n_kv_heads = 2,
+	    .head_dim = 16,
+	    .rope_dim = 16,
+	    .rope_theta = 10000.0,
+	    .strategy = CACHE_STRATEGY_SLIDING_WINDOW,
+	    .sink_keep_count = 4,
+	    .window_size = 40,
+	    .max_context_length = 0,
+	    .quant_enabled = false,
+	    .quant_bits = 8,
+	    .protect_sinks = true,
+	    .full_precision_recent = 16,
+	    .rope_positions = ROPE_POSITIONS_CACHE,
+	    .dtype = KV_DTYPE_F32,
 	};
 	return g;
 }
@@ -212,7 +222,7 @@ START_TEST(test_strategy_full_and_original_positions)
 	g.max_context_length = 200;
 	g.quant_enabled = true;
 	g.full_precision_recent = 20; /* 176 compressed: groups of 22 */
-	run_geometry(&g, 260);	      /* runs into the end of the context */
+	run_geometry(&g, 260);        /* runs into the end of the context */
 	g = base_geometry();
 	g.rope_positions = ROPE_POSITIONS_ORIGINAL;
 	g.quant_enabled = true;
