@@ -17,7 +17,7 @@
 #pragma GCC optimize("fp-contract=fast")
 #define ATTEND_INLINE static inline __attribute__((always_inline))
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(ATTEND_NO_CLONES)
 #define ATTEND_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define ATTEND_CLONES
