@@ -30,7 +30,7 @@ struct opts {
 	const char *model;
 	int batches[MAX_POINTS], n_batches;
 	int windows[MAX_POINTS], n_windows;
-	int steps, prompt;
+	int steps, prompt, probe_mib;
 	double peak_gbps;
 };
 
@@ -61,7 +61,7 @@ static int parse_list(const char *s, int *out)
 
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
-	*o = (struct opts){.steps = 8, .prompt = 64, .peak_gbps = 4800.0};
+	*o = (struct opts){.steps = 8, .prompt = 64, .probe_mib = 2048, .peak_gbps = 4800.0};
 	o->n_batches = parse_list("1,2,4,8,16,32,64,128,256", o->batches);
 	o->n_windows = parse_list("512,2048,8192,32768", o->windows);
 	for (int i = 1; i + 1 < argc; i += 2) {
@@ -75,6 +75,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			o->steps = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--prompt"))
 			o->prompt = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--probe-mib"))
+			o->probe_mib = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--peak-gbps"))
 			o->peak_gbps = atof(argv[i + 1]);
 		else
@@ -154,10 +156,10 @@ static int decode_point(struct backend *be, const struct opts *o, int B, struct 
 		if (step == 0)
 			t0 = now_s();
 		for (int j = 0; j < B; j++)
-			t[j] = (struct backend_token){.session = s[j],
-			                              .token =
-			                                  (int32_t)((step * 31 + j) % hp->n_vocab),
-			                              .want_logits = true};
+			t[j] = (struct backend_token){
+			    .session = s[j],
+			    .token = (int32_t)(((step + 2) * 31 + j) % hp->n_vocab),
+			    .want_logits = true};
 		rc = run_forward(be, t, (size_t)B, logits);
 	}
 	double dt = now_s() - t0;
@@ -266,7 +268,7 @@ int main(int argc, char **argv)
 	if (parse_opts(argc, argv, &o)) {
 		fprintf(stderr,
 		        "usage: cuda-bench --model M.gguf [--batches 1,2,..] [--windows 512,..] "
-		        "[--steps N] [--prompt N] [--peak-gbps G]\n");
+		        "[--steps N] [--prompt N] [--probe-mib M] [--peak-gbps G]\n");
 		return 2;
 	}
 	size_t total = 0, free_b = 0;
@@ -276,7 +278,7 @@ int main(int argc, char **argv)
 		return 77;
 	}
 	double probe = 0.0;
-	if (cuda_bandwidth_probe((size_t)2 << 30, 10, &probe, err, sizeof(err)))
+	if (cuda_bandwidth_probe((size_t)o.probe_mib << 20, 10, &probe, err, sizeof(err)))
 		fprintf(stderr, "cuda-bench: %s\n", err);
 	struct model *m = NULL;
 	if (model_load(o.model, NULL, &m, err, sizeof(err))) {
