@@ -275,6 +275,7 @@ __global__ void attn_partial_kernel(const cuda_kv_attn_job *jobs, int layer, int
 {
 	__shared__ float s_qw[CUDA_KV_MAX_HEAD_DIM], s_qs[CUDA_KV_MAX_HEAD_DIM];
 	__shared__ float scores[CUDA_ATTN_MAX_SPLIT];
+	__shared__ tok_ref vref[CUDA_ATTN_MAX_SPLIT]; // where each key's value row is
 	const cuda_kv_attn_job a = jobs[blockIdx.z];
 	int h = blockIdx.y, d = a.kv.head_dim, kh = h / (n_heads / a.kv.n_kv);
 	int n_res = a.n_sink + a.n_comp + a.n_fp;
@@ -304,8 +305,10 @@ __global__ void attn_partial_kernel(const cuda_kv_attn_job *jobs, int layer, int
 		for (int j = lane; j < d; j += 32)
 			s += q[j] * tok_elem(t, a.kv, j);
 		s = warp_sum(s);
-		if (lane == 0)
+		if (lane == 0) {
 			scores[i] = s;
+			vref[i] = locate(a, layer, kh, r, true);
+		}
 	}
 	__syncthreads();
 	float m = -INFINITY;
@@ -325,7 +328,7 @@ __global__ void attn_partial_kernel(const cuda_kv_attn_job *jobs, int layer, int
 	for (int j = threadIdx.x; j < d; j += blockDim.x) {
 		float acc = 0.0f;
 		for (int i = 0; i < n; i++) {
-			tok_ref t = locate(a, layer, kh, begin + i, true);
+			const tok_ref &t = vref[i];
 			acc += scores[i] * tok_elem(t, a.kv, j);
 		}
 		part[4 + j] = acc;
