@@ -206,6 +206,7 @@ static int arena_create(struct cuda_backend *c, const struct backend_cuda_option
 	/* A session's arrays are aligned (cuda_kvplan.c), a little beyond the
 	 * CPU bound the scheduler reserves: room for that, so that a budget the
 	 * scheduler fills is never refused here. */
+	c->budget_bytes = bytes;
 	bytes += bytes / 16 + ((size_t)1 << 20);
 	if (cudaMalloc((void **)&c->arena_d, bytes) != cudaSuccess) {
 		cudaGetLastError();
@@ -298,7 +299,7 @@ int backend_cuda_new(const struct model *m, const struct backend_options *opt,
 
 size_t backend_cuda_cache_bytes(const struct backend *be)
 {
-	return (size_t)((const struct cuda_backend *)be)->arena.size;
+	return ((const struct cuda_backend *)be)->budget_bytes;
 }
 
 size_t backend_cuda_weight_bytes(const struct backend *be)

@@ -36,7 +36,9 @@ int backend_cuda_new(const struct model *m, const struct backend_options *opt,
                      const struct backend_cuda_options *copt, struct backend **out, char *err,
                      size_t err_len);
 
-/* Bytes of the KV arena (what "auto" resolved to): the scheduler's budget. */
+/* The KV budget in bytes (global_cache_limit, or what "auto" resolved to):
+ * the scheduler's budget.  The arena itself is a little larger, so that
+ * sessions whose sinkcache_bound_bytes() fit the budget always fit it. */
 size_t backend_cuda_cache_bytes(const struct backend *be);
 /* Bytes of the weights on the device. */
 size_t backend_cuda_weight_bytes(const struct backend *be);

@@ -83,6 +83,8 @@ struct cuda_backend {
 	float *out_norm;
 	struct cuda_layer_weights *layers;
 	size_t weight_bytes;
+	size_t
+	    budget_bytes; /* KV budget (global_cache_limit or auto); the arena has slack beyond */
 	/* KV arena */
 	unsigned char *arena_d;
 	struct cuda_arena arena;
