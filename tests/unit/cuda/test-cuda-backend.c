@@ -11,6 +11,7 @@
  *     fp32 device compute gives the CPU's greedy tokens; bf16 compute stays
  *     within bf16 tolerance;
  *   - the same with captured CUDA graphs (cuda_graphs option);
+ *   - qwen2's rotary halves and Q/K/V biases (biases added in memory);
  *   - a KV arena too small for a session: a clear -ENOSPC, and the backend
  *     keeps serving.
  * Exits 77 (skipped) without a GPU; built with -DSINKD_CUDA_EMU it runs on
@@ -444,6 +445,44 @@ START_TEST(test_synthetic_bf16_and_q8_vs_cpu)
 }
 END_TEST
 
+/* qwen2's differences: rotary halves (neox) and Q/K/V biases, on the
+ * synthetic model with biases added in memory. */
+START_TEST(test_qwen2_style_neox_and_bias)
+{
+	char path[512];
+	struct model *m = make_synthetic("bf16", path, sizeof(path));
+	m->hp.arch = MODEL_ARCH_QWEN2;
+	int L = m->hp.n_layers, qd = m->hp.n_heads * m->hp.head_dim;
+	int kvd = m->hp.n_kv_heads * m->hp.head_dim;
+	float *bias = malloc((size_t)L * (qd + 2 * kvd) * sizeof(float));
+	for (int i = 0; i < L * (qd + 2 * kvd); i++)
+		bias[i] = 0.05f * (float)((i * 37) % 19 - 9);
+	for (int l = 0; l < L; l++) {
+		float *b = bias + (size_t)l * (qd + 2 * kvd);
+		m->layers[l].bq = b;
+		m->layers[l].bk = b + qd;
+		m->layers[l].bv = b + qd + kvd;
+	}
+	int32_t a[30], b[17];
+	for (int i = 0; i < 30; i++)
+		a[i] = (int32_t)((i * 53 + 1) % m->hp.n_vocab);
+	for (int i = 0; i < 17; i++)
+		b[i] = (int32_t)((i * 29 + 7) % m->hp.n_vocab);
+	struct sinkcache_geometry g = geometry(m, 40, true, 8, true, KV_DTYPE_F32);
+	ck_assert(g.rope_neox);
+	struct twin_run r;
+	twin_run_open(&r, m, KV_DTYPE_F32, &g, false);
+	run_prefill(&r, a, 30, b, 17, 8);
+	run_decode(&r, 5, 6, SIZE(30, 6), 3);
+	ck_assert_msg(r.worst <= 1e-3, "qwen2-style: logits differ by %g (relative)", r.worst);
+	ck_assert_int_eq(r.token_flips, 0);
+	twin_run_close(&r);
+	model_free(m);
+	free(bias);
+	unlink(path);
+}
+END_TEST
+
 START_TEST(test_arena_full_is_an_error)
 {
 	struct model *m = load_stories();
@@ -497,6 +536,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_stories_reference);
 	tcase_add_test(tc, test_stories_tiered_cache_vs_cpu);
 	tcase_add_test(tc, test_synthetic_bf16_and_q8_vs_cpu);
+	tcase_add_test(tc, test_qwen2_style_neox_and_bias);
 	tcase_add_test(tc, test_arena_full_is_an_error);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
