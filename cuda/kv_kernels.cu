@@ -325,13 +325,28 @@ __global__ void attn_partial_kernel(const cuda_kv_attn_job *jobs, int layer, int
 	}
 	l = block_reduce(l, 0);
 	ls = block_reduce(ls, 0); // its barriers publish the scores
-	for (int j = threadIdx.x; j < d; j += blockDim.x) {
+	// Values: thread (g, j) sums dim j over keys g, g + groups, ...; with
+	// head_dim below the block size the groups keep every thread busy.
+	__shared__ float vsum[KV_THREADS];
+	int groups = (int)blockDim.x / d > 0 ? (int)blockDim.x / d : 1;
+	int g = (int)threadIdx.x / d < groups ? (int)threadIdx.x / d : groups;
+	for (int j = (int)threadIdx.x - g * d; g < groups && j < d; j += (int)blockDim.x) {
 		float acc = 0.0f;
-		for (int i = 0; i < n; i++) {
-			const tok_ref &t = vref[i];
-			acc += scores[i] * tok_elem(t, a.kv, j);
+		for (int i = g; i < n; i += groups)
+			acc += scores[i] * tok_elem(vref[i], a.kv, j);
+		if (groups == 1)
+			part[4 + j] = acc;
+		else
+			vsum[g * d + j] = acc;
+	}
+	if (groups > 1) {
+		__syncthreads();
+		for (int j = threadIdx.x; j < d; j += blockDim.x) {
+			float acc = 0.0f;
+			for (int k = 0; k < groups; k++)
+				acc += vsum[k * d + j];
+			part[4 + j] = acc;
 		}
-		part[4 + j] = acc;
 	}
 	if (threadIdx.x == 0) {
 		part[0] = m;
