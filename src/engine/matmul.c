@@ -400,8 +400,34 @@ DEFINE_GEMM_AVX2(gemm_avx2_f16, GGML_TYPE_F16)
 DEFINE_GEMM_AVX2(gemm_avx2_bf16, GGML_TYPE_BF16)
 DEFINE_GEMM_AVX2(gemm_avx2_q8_0, GGML_TYPE_Q8_0)
 
-/* Tile shapes: decode reads 4 weight rows per step; batches use 2 weight
- * rows x 4 batch rows so conversion is amortised over 4 multiply-adds. */
+/* One row times one x: the whole row is read as one sequential stream (four
+ * accumulators cover the FMA latency), which the hardware prefetcher follows
+ * better than four interleaved short rows when rows are a few KB. */
+AVX2_INLINE float dot_row(int type, const uint8_t *row, const float *x, int cols, int k8)
+{
+	__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+	int k = 0;
+	for (; k + 32 <= k8; k += 32) {
+		a0 = _mm256_fmadd_ps(load8(type, row, k), _mm256_loadu_ps(x + k), a0);
+		a1 = _mm256_fmadd_ps(load8(type, row, k + 8), _mm256_loadu_ps(x + k + 8), a1);
+		a2 = _mm256_fmadd_ps(load8(type, row, k + 16), _mm256_loadu_ps(x + k + 16), a2);
+		a3 = _mm256_fmadd_ps(load8(type, row, k + 24), _mm256_loadu_ps(x + k + 24), a3);
+	}
+	for (; k < k8; k += 8)
+		a0 = _mm256_fmadd_ps(load8(type, row, k), _mm256_loadu_ps(x + k), a0);
+	float s = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+	if (k8 < cols) {
+		float tail[8];
+		row_chunk_to_f32(type, row, k8, cols - k8, tail);
+		for (int t = 0; t < cols - k8; t++)
+			s += tail[t] * x[k8 + t];
+	}
+	return s;
+}
+
+/* Decode-sized batches (< 4 rows) stream each weight row sequentially
+ * (dot_row); larger ones use 2 weight rows x 4 batch rows register tiles so
+ * the conversion is amortised over 4 multiply-adds. */
 #define DEFINE_ROWS_AVX2(NAME, TYPE)                                                               \
 	static AVX2_FN void NAME(const struct matmul_job *job, const float *x,                     \
 	                         const struct block_q8_x *xq, int B, int r0, int r1)               \
@@ -414,19 +440,12 @@ DEFINE_GEMM_AVX2(gemm_avx2_q8_0, GGML_TYPE_Q8_0)
 		for (int c0 = 0; c0 < B; c0 += MATMUL_BATCH_CHUNK) {                               \
 			int c1 = B - c0 < MATMUL_BATCH_CHUNK ? B : c0 + MATMUL_BATCH_CHUNK;        \
 			if (c1 - c0 < 4) {                                                         \
-				int r = r0;                                                        \
-				for (; r + 4 <= r1; r += 4)                                        \
+				for (int r = r0; r < r1; r++)                                      \
 					for (int b = c0; b < c1; b++)                              \
-						tile(TYPE, 4, 1, base + r * rb, rb,                \
-						     x + (size_t)b * cols, cols, k8,               \
-						     job->y + (size_t)b * rows + r, rows,          \
-						     bias ? bias + r : NULL);                      \
-				for (; r < r1; r++)                                                \
-					for (int b = c0; b < c1; b++)                              \
-						tile(TYPE, 1, 1, base + r * rb, rb,                \
-						     x + (size_t)b * cols, cols, k8,               \
-						     job->y + (size_t)b * rows + r, rows,          \
-						     bias ? bias + r : NULL);                      \
+						job->y[(size_t)b * rows + r] =                     \
+						    dot_row(TYPE, base + r * rb,                   \
+						            x + (size_t)b * cols, cols, k8) +      \
+						    (bias ? bias[r] : 0.0f);                       \
 				continue;                                                          \
 			}                                                                          \
 			for (int r = r0; r < r1; r += 2) {                                         \
@@ -490,6 +509,24 @@ AVX2_INLINE void tile_q8(int RB, int BB, const uint8_t *w, size_t row_bytes,
 			y[(size_t)j * rows + i] = hsum8(acc[i][j]) + (bias ? bias[i] : 0.0f);
 }
 
+/* One Q8_0 row times one quantized x, blocks in order, two accumulators. */
+AVX2_INLINE float dot_row_q8(const uint8_t *row, const struct block_q8_x *xq, int nblk)
+{
+	const struct block_q8_0 *wb = (const struct block_q8_0 *)row;
+	const __m256i ones = _mm256_set1_epi16(1);
+	__m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+	for (int b = 0; b < nblk; b++) {
+		__m256i wq = _mm256_loadu_si256((const __m256i *)wb[b].qs);
+		__m256i xv = _mm256_loadu_si256((const __m256i *)xq[b].qs);
+		__m256i p16 =
+		    _mm256_maddubs_epi16(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xv, wq));
+		__m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+		__m256 d = _mm256_set1_ps(_cvtsh_ss(wb[b].d) * xq[b].d);
+		acc[b & 1] = _mm256_fmadd_ps(d, p, acc[b & 1]);
+	}
+	return hsum8(_mm256_add_ps(acc[0], acc[1]));
+}
+
 static AVX2_FN void rows_avx2_q8_int(const struct matmul_job *job, const float *x,
                                      const struct block_q8_x *xq, int B, int r0, int r1)
 {
@@ -500,7 +537,15 @@ static AVX2_FN void rows_avx2_q8_int(const struct matmul_job *job, const float *
 	for (int c0 = 0; c0 < B; c0 += MATMUL_BATCH_CHUNK) {
 		int c1 = B - c0 < MATMUL_BATCH_CHUNK ? B : c0 + MATMUL_BATCH_CHUNK;
 		for (int r = r0; r < r1;) {
-			int rr = c1 - c0 < 4 ? (r + 4 <= r1 ? 4 : 1) : (r + 2 <= r1 ? 2 : 1);
+			if (c1 - c0 < 4) { /* decode: one sequential stream per row */
+				for (int b = c0; b < c1; b++)
+					job->y[(size_t)b * rows + r] =
+					    dot_row_q8(base + r * rb, xq + (size_t)b * nblk, nblk) +
+					    (job->bias ? job->bias[r] : 0.0f);
+				r++;
+				continue;
+			}
+			int rr = r + 2 <= r1 ? 2 : 1;
 			const float *br = job->bias ? job->bias + r : NULL;
 			int b = c0;
 			for (; rr <= 2 && b + 4 <= c1; b += 4) {
@@ -514,9 +559,7 @@ static AVX2_FN void rows_avx2_q8_int(const struct matmul_job *job, const float *
 			for (; b < c1; b++) {
 				const struct block_q8_x *xb = xq + (size_t)b * nblk;
 				float *yb = job->y + (size_t)b * rows + r;
-				if (rr == 4)
-					tile_q8(4, 1, base + r * rb, rb, xb, nblk, yb, rows, br);
-				else if (rr == 2)
+				if (rr == 2)
 					tile_q8(2, 1, base + r * rb, rb, xb, nblk, yb, rows, br);
 				else
 					tile_q8(1, 1, base + r * rb, rb, xb, nblk, yb, rows, br);
