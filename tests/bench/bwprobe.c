@@ -3,6 +3,7 @@
  * prints the best GB/s of several passes, as JSON: {"bw1_gbs":X,"bw2_gbs":Y}.
  * This is the memory roof that decode (read every weight once per token)
  * is measured against.  Not a test. */
+#include <immintrin.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -26,16 +27,23 @@ static double now_s(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Sums the part with explicit AVX loads into 8 accumulators: as fast a
+ * sequential read as the CPU does, so the roof is not the compiler's. */
 __attribute__((target("avx2"))) static void *sum_part(void *arg)
 {
 	struct part *pt = arg;
-	float acc[32] = {0};
-	for (size_t i = 0; i + 32 <= pt->n; i += 32)
-		for (int j = 0; j < 32; j++)
-			acc[j] += pt->p[i + j];
-	float s = 0;
-	for (int j = 0; j < 32; j++)
-		s += acc[j];
+	__m256 acc[8];
+	for (int j = 0; j < 8; j++)
+		acc[j] = _mm256_setzero_ps();
+	for (size_t i = 0; i + 64 <= pt->n; i += 64)
+		for (int j = 0; j < 8; j++)
+			acc[j] = _mm256_add_ps(acc[j], _mm256_load_ps(pt->p + i + 8 * j));
+	float lanes[8], s = 0;
+	for (int j = 1; j < 8; j++)
+		acc[0] = _mm256_add_ps(acc[0], acc[j]);
+	_mm256_storeu_ps(lanes, acc[0]);
+	for (int j = 0; j < 8; j++)
+		s += lanes[j];
 	pt->sum = s;
 	return NULL;
 }
