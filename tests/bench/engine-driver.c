@@ -96,6 +96,15 @@ int main(int argc, char **argv)
 	float *logits = malloc(cap * (size_t)n_vocab * sizeof(float));
 	double prefill_s = 0, el = 0, cpu = 0;
 	long steps = 0;
+	/* Warm-up: the first forward faults the mapped weights in. */
+	if (be->ops->session_new(be, &g, &ss[0], err, sizeof(err)))
+		goto fail;
+	for (int i = 0; i < P; i++)
+		batch[i] = (struct backend_token){
+		    .session = ss[0], .token = token_for(n_vocab, 0, i), .want_logits = i == P - 1};
+	if (be->ops->forward(be, batch, (size_t)P, logits, err, sizeof(err)))
+		goto fail;
+	be->ops->session_free(be, ss[0]);
 	/* Rounds of: fresh sessions, a prompt each, G timed decode steps (the
 	 * context stays at P..P+G tokens, like llama-bench's tg runs). */
 	for (int round = 0; round == 0 || el < o.seconds; round++) {
