@@ -221,7 +221,14 @@ static int batch_group(struct cuda_backend *c, const struct backend_token *token
 	return 0;
 }
 
-/* Plans wave after wave: jobs, angles, token ids, logits rows. */
+/* Plans wave after wave: jobs, angles, token ids, logits rows.  Wave w (the
+ * w-th token of every session) joins the previous waves' launches when none
+ * of its tokens quantizes a group or evicts: then no slot that an earlier
+ * token of the group attends to is overwritten, every token's job counts
+ * only the tokens before it, and appending all of them before attending
+ * gives each token exactly the cache the CPU cache shows it.  A prompt
+ * chunk thus costs one append and one attention launch per layer until the
+ * window fills, instead of one per token. */
 static void batch_fill(struct cuda_backend *c, const struct backend_token *tokens, size_t n,
                        const struct batch_layout *bl, int *n_want)
 {
@@ -241,17 +248,19 @@ static void batch_fill(struct cuda_backend *c, const struct backend_token *token
 	}
 	for (int j = 0; j < c->n_sessions; j++)
 		c->sessions[j]->tmp = c->sessions[j]->st;
+	int n_groups = 0; /* wave groups launched together */
 	for (int w = 0; w < c->n_waves; w++) {
-		c->wave_begin[w] = w_at;
-		c->flush_begin[w] = f_at;
-		c->wave_max_res[w] = 0;
+		int w0 = w_at, f0 = f_at, max_res = 0;
+		bool joins = w > 0;
 		for (int j = 0; j < c->n_sessions; j++) {
 			struct backend_session *s = c->sessions[j];
 			if (s->batch_n <= w)
 				continue;
 			int t = c->order[c->sess_begin[j] + w];
+			uint64_t evicted = s->tmp.evicted;
 			struct cuda_kv_step step;
 			cuda_kv_plan_step(&s->sh, &s->tmp, &s->view, &step);
+			joins = joins && !step.has_flush && s->tmp.evicted == evicted;
 			step.append.token = t;
 			step.attn.token = t;
 			app[w_at] = step.append;
@@ -263,11 +272,19 @@ static void batch_fill(struct cuda_backend *c, const struct backend_token *token
 			rope_cos_sin(s->freq_hi, s->freq_lo, rd, step.sink_pos,
 			             cs + (size_t)t * cs_stride + cs_stride / 2);
 			int res = step.attn.n_sink + step.attn.n_comp + step.attn.n_fp;
-			c->wave_max_res[w] = res > c->wave_max_res[w] ? res : c->wave_max_res[w];
+			max_res = res > max_res ? res : max_res;
 		}
+		if (!joins) {
+			c->wave_begin[n_groups] = w0;
+			c->flush_begin[n_groups] = f0;
+			c->wave_max_res[n_groups++] = 0;
+		}
+		int *m = &c->wave_max_res[n_groups - 1];
+		*m = max_res > *m ? max_res : *m;
 	}
-	c->wave_begin[c->n_waves] = w_at;
-	c->flush_begin[c->n_waves] = f_at;
+	c->n_waves = n_groups;
+	c->wave_begin[n_groups] = w_at;
+	c->flush_begin[n_groups] = f_at;
 }
 
 static size_t batch_partial_floats(const struct cuda_backend *c)

@@ -388,6 +388,10 @@ START_TEST(test_stories_tiered_cache_vs_cpu)
 	struct sinkcache_geometry int4 = geometry(m, 36, true, 4, false, KV_DTYPE_F16);
 	model_free(m);
 	stories_vs_cpu(&plain, 1e-4, false);
+	/* a full-precision window smaller than the prompts: every token evicts */
+	struct sinkcache_geometry small = plain;
+	small.window_size = small.full_precision_recent = 24;
+	stories_vs_cpu(&small, 1e-4, false);
 	stories_vs_cpu(&int8, 1e-3, false);
 	stories_vs_cpu(&int4, 5e-3, false);
 	/* captured CUDA graphs replay the same forwards */
