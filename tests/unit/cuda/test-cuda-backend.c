@@ -370,7 +370,7 @@ static void stories_vs_cpu(const struct sinkcache_geometry *gg, double tol, bool
 	struct twin_run r;
 	twin_run_open(&r, m, KV_DTYPE_F32, &g, graphs);
 	run_prefill(&r, a, na, b, nb, 7);
-	run_decode(&r, 1, 2, SIZE(60, 14), SIZE(20, 6));
+	run_decode(&r, 1, 2, SIZE(60, 10), SIZE(20, 5));
 	ck_assert_msg(r.worst <= tol, "logits differ from the cpu backend by %g (relative)",
 	              r.worst);
 	ck_assert_int_eq(r.token_flips, 0);
