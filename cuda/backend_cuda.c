@@ -190,6 +190,7 @@ static const struct backend_ops cuda_ops = {
     .forward = cudabe_forward,
     .destroy = cuda_destroy,
     .session_offload = NULL,
+    .kv_budget_bytes = backend_cuda_cache_bytes,
 };
 
 static int arena_create(struct cuda_backend *c, const struct backend_cuda_options *o, char *err,

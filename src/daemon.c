@@ -13,6 +13,10 @@
 
 #include "config/config.h"
 #include "engine/backend.h"
+#ifdef SINKD_HAVE_CUDA
+#include "backend_cuda.h"
+#include "cuda_device.h"
+#endif
 #include "model/model.h"
 #include "sched/scheduler.h"
 #include "server/server.h"
@@ -70,6 +74,43 @@ static int load_config(struct daemon *d, struct sinkd_config **out, char *err, s
 	return 0;
 }
 
+/* model.backend: cuda when asked, or with auto when a device is present
+ * (and this build has the CUDA backend); else cpu.  The choice is logged. */
+static int create_backend(struct daemon *d, const char **name, char *err, size_t err_len)
+{
+	const struct sinkd_config *c = d->cfg;
+	struct backend_options bo = {.n_threads = (int)c->engine.threads};
+	int want_cuda = c->model.backend == MODEL_BACKEND_CUDA;
+#ifdef SINKD_HAVE_CUDA
+	int n_devices = cuda_device_count();
+	if (c->model.backend == MODEL_BACKEND_AUTO)
+		want_cuda = n_devices > 0;
+	if (want_cuda && n_devices == 0)
+		return err_set(err, err_len, -ENODEV,
+		               "model.backend: cuda, but no CUDA device is usable here "
+		               "(use cpu or auto)");
+	if (want_cuda) {
+		struct backend_cuda_options co = {
+		    .device = 0,
+		    .dtype = c->inference.attention.dtype,
+		    .cache_bytes = c->inference.cache.global_cache_limit_auto
+		                       ? 0
+		                       : (size_t)c->inference.cache.global_cache_limit,
+		    .auto_fraction = c->inference.cache.auto_fraction,
+		    .log = d->log};
+		*name = "cuda";
+		return backend_cuda_new(d->model, &bo, &co, &d->be, err, err_len);
+	}
+#else
+	if (want_cuda)
+		return err_set(err, err_len, -ENOTSUP,
+		               "model.backend: cuda is not available in this build (built "
+		               "without nvcc; use cpu or auto)");
+#endif
+	*name = "cpu";
+	return backend_cpu_new(d->model, &bo, &d->be, err, err_len);
+}
+
 static int load_engine(struct daemon *d, char *err, size_t err_len)
 {
 	const struct sinkd_config *c = d->cfg;
@@ -91,18 +132,14 @@ static int load_engine(struct daemon *d, char *err, size_t err_len)
 	rc = tokenizer_new_from_gguf(d->model->file, &d->tok, err, err_len);
 	if (rc)
 		return rc;
-	if (c->model.backend == MODEL_BACKEND_CUDA)
-		return err_set(
-		    err, err_len, -ENOTSUP,
-		    "model.backend: cuda is not available in this build (use cpu or auto)");
-	struct backend_options bo = {.n_threads = (int)c->engine.threads};
-	rc = backend_cpu_new(d->model, &bo, &d->be, err, err_len);
+	const char *backend_name = NULL;
+	rc = create_backend(d, &backend_name, err, err_len);
 	if (!rc)
 		rc = scheduler_new(c, d->be, d->tok, d->log, &d->sched, err, err_len);
 	if (rc)
 		return rc;
 	struct log_field f[] = {LOG_STR("model", d->model->name),
-	                        LOG_STR("backend", "cpu"),
+	                        LOG_STR("backend", backend_name),
 	                        LOG_INT("layers", d->model->hp.n_layers),
 	                        LOG_INT("vocab", d->model->hp.n_vocab),
 	                        LOG_DBL("cpu_s", (double)clock() / CLOCKS_PER_SEC - t0),

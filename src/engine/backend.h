@@ -39,6 +39,10 @@ struct backend_ops {
 	void (*destroy)(struct backend *be);
 	/* Optional (NULL when absent). */
 	int (*session_offload)(struct backend *be, struct backend_session *s, char *err, size_t err_len);
+	/* Bytes this backend set aside for KV caches when global_cache_limit is
+	 * "auto" (a device arena); NULL = caches live in host memory and the
+	 * scheduler sizes the budget from free host memory. */
+	size_t (*kv_budget_bytes)(const struct backend *be);
 };
 
 struct backend {

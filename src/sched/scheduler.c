@@ -97,11 +97,14 @@ static void limits_from_config(struct scheduler *s, const struct sinkd_config *c
 		lim->budget_bytes = (size_t)cfg->inference.cache.global_cache_limit;
 		return;
 	}
+	/* A backend with its own cache arena (cuda) sized it already. */
+	if (s->be->ops->kv_budget_bytes) {
+		lim->budget_bytes = s->be->ops->kv_budget_bytes(s->be);
+		return;
+	}
 	/* "auto": a share of the host memory that is free now, plus what our own
 	 * caches already hold, minus the weights (a mapped model's pages count
-	 * as "available" page cache, yet they must stay resident).  The cpu
-	 * backend keeps caches in host memory; other backends have no
-	 * free-memory query in the vtable yet, so they use the same rule. */
+	 * as "available" page cache, yet they must stay resident). */
 	size_t avail = mem_available_bytes() + s->resident;
 	size_t weights = model_weight_bytes(s->be->model);
 	avail = avail > weights ? avail - weights : 0;
