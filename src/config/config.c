@@ -398,10 +398,13 @@ static int set_scalar(struct sinkd_config *cfg, const struct config_key *k, cons
 			if (v == NULL)
 				return err_set(msg, msg_len, -ENOMEM, "out of memory");
 			if (k->type == CONFIG_PATH && access(v, R_OK) != 0) {
+				/* Kept, and reported by the serve rules: see
+				 * config_missing_file. */
 				int e = errno;
 				err_set(msg, msg_len, -ENOENT, "cannot read file '%s': %s", v,
 					strerror(e));
-				free(v);
+				free(*slot);
+				*slot = v;
 				return -ENOENT;
 			}
 		}
@@ -496,6 +499,57 @@ static int is_null_scalar(const yaml_event_t *ev)
 	return v[0] == '\0' || strcmp(v, "~") == 0 || strcmp(v, "null") == 0;
 }
 
+/* Records an unreadable file of a path key: only serving needs it. */
+static void note_missing_file(struct loader *ld, const struct config_key *k, const char *where,
+			      const char *msg)
+{
+	struct sinkd_config *c = ld->cfg;
+	size_t len = strlen(where) + strlen(k->path) + strlen(msg) + 8;
+	char *line = malloc(len);
+	struct config_missing_file *grown =
+		realloc(c->missing_files, (c->n_missing_files + 1) * sizeof(*grown));
+	if (line == NULL || grown == NULL) {
+		free(line);
+		if (grown)
+			c->missing_files = grown;
+		add_error(ld, where, "%s: out of memory", k->path);
+		return;
+	}
+	snprintf(line, len, "%s: %s: %s", where, k->path, msg);
+	c->missing_files = grown;
+	grown[c->n_missing_files].key = k->path;
+	grown[c->n_missing_files].message = line;
+	c->n_missing_files++;
+}
+
+static void drop_missing_file(struct sinkd_config *c, const struct config_key *k)
+{
+	for (size_t i = 0; i < c->n_missing_files; i++) {
+		if (strcmp(c->missing_files[i].key, k->path) == 0) {
+			free(c->missing_files[i].message);
+			c->missing_files[i] = c->missing_files[--c->n_missing_files];
+			return;
+		}
+	}
+}
+
+/* Parses one value for key k from `where`; path keys whose file is missing
+ * are kept and noted. */
+static void apply_value(struct loader *ld, const struct config_key *k, const char *text,
+			const char *base_dir, const char *where)
+{
+	char msg[600];
+	drop_missing_file(ld->cfg, k);
+	int rc = set_scalar(ld->cfg, k, text, base_dir, msg, sizeof(msg));
+	if (rc == -ENOENT && k->type == CONFIG_PATH)
+		note_missing_file(ld, k, where, msg);
+	else if (rc != 0) {
+		add_error(ld, where, "%s: %s", k->path, msg);
+		return;
+	}
+	snprintf(ld->origin[key_index(k)], ORIGIN_LEN, "%s", where);
+}
+
 static void apply_yaml_scalar(struct loader *ld, const struct config_key *k, const yaml_event_t *ev,
 			      const char *where)
 {
@@ -513,11 +567,7 @@ static void apply_yaml_scalar(struct loader *ld, const struct config_key *k, con
 		add_error(ld, where, "%s: wrong type: expected a list, e.g. [\"sha256:...\"]", k->path);
 		return;
 	}
-	if (set_scalar(ld->cfg, k, text, ld->base_dir, msg, sizeof(msg)) != 0) {
-		add_error(ld, where, "%s: %s", k->path, msg);
-		return;
-	}
-	snprintf(ld->origin[key_index(k)], ORIGIN_LEN, "%s", where);
+	apply_value(ld, k, text, ld->base_dir, where);
 }
 
 static int parse_list(struct loader *ld, const struct config_key *k, const char *where)
@@ -711,13 +761,8 @@ static void apply_override(struct loader *ld, const char *spec)
 			add_error(ld, where, "%s: unknown key", path);
 		return;
 	}
-	char msg[600];
 	/* --set paths are relative to the working directory. */
-	if (set_scalar(ld->cfg, k, eq + 1, NULL, msg, sizeof(msg)) != 0) {
-		add_error(ld, where, "%s: %s", k->path, msg);
-		return;
-	}
-	snprintf(ld->origin[key_index(k)], ORIGIN_LEN, "--set %s", k->path);
+	apply_value(ld, k, eq + 1, NULL, where);
 }
 
 /* ---------------------------------------------------------------- rules */
@@ -769,6 +814,11 @@ void config_deinit(struct sinkd_config *c)
 {
 	if (c == NULL)
 		return;
+	for (size_t i = 0; i < c->n_missing_files; i++)
+		free(c->missing_files[i].message);
+	free(c->missing_files);
+	c->missing_files = NULL;
+	c->n_missing_files = 0;
 	for (size_t i = 0; i < config_n_keys; i++) {
 		const struct config_key *k = &config_keys[i];
 		if (k->type == CONFIG_STRING || k->type == CONFIG_PATH) {
@@ -819,6 +869,12 @@ int config_check_serve(const struct sinkd_config *c, struct config_errors *errs)
 	struct loader ld = {.cfg = (struct sinkd_config *)c, .errs = errs};
 	if (c->model.path == NULL)
 		add_error(&ld, "model.path", "required to serve: the GGUF model file to load");
+	for (size_t i = 0; i < c->n_missing_files; i++) {
+		const struct config_missing_file *mf = &c->missing_files[i];
+		if (strncmp(mf->key, "server.tls.", 11) == 0 && !c->server.tls_enabled)
+			continue;
+		add_error(&ld, mf->message, "required to serve");
+	}
 	if (c->server.tls_enabled && c->server.tls_cert_file == NULL)
 		add_error(&ld, "server.tls.cert_file",
 			  "required when server.tls.enabled is true (a PEM certificate; "

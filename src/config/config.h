@@ -71,6 +71,17 @@ struct sinkd_config {
 		enum log_level level;
 		enum log_format format;
 	} logging;
+	/* Files named by path keys that could not be read when loaded, each a
+	 * located message ("file:line:col: key: cannot read file ...").  Only
+	 * serving needs them (config_check_serve reports them); `generate`,
+	 * `eval` and `tokenize` take a config without TLS files. */
+	struct config_missing_file *missing_files;
+	size_t n_missing_files;
+};
+
+struct config_missing_file {
+	const char *key; /* table path, e.g. "server.tls.cert_file" */
+	char *message;
 };
 
 /* Every problem found while loading, each a complete line such as
@@ -93,7 +104,8 @@ void config_deinit(struct sinkd_config *c);
 int config_load(struct sinkd_config *c, const char *path, const char *const *overrides,
 		size_t n_overrides, struct config_errors *errs);
 
-/* Rules that only serving needs: model.path set; TLS files set when TLS is on.
+/* Rules that only serving needs: model.path set and readable; TLS files set
+ * and readable when TLS is on.
  * These two append to errs (initialise it to {0} first). */
 int config_check_serve(const struct sinkd_config *c, struct config_errors *errs);
 /* global_cache_limit must hold at least one session's cache for this model. */

@@ -66,6 +66,20 @@ check "nothing on stdout for a broken file" [ ! -s "$tmp/out" ]
 check "budget below one session's cache exits 2" [ $? -eq 2 ]
 check "budget error explains" grep -q "smaller than one session's cache" "$tmp/err"
 
+# Without TLS files, serving is refused with the place that names them, but
+# commands that do not serve take the same config.
+mkdir -p "$tmp/nocert/config"
+cp "$root/config/sinkd.yaml" "$tmp/nocert/config/"
+"$bin" --check-config "$tmp/nocert/config/sinkd.yaml" --set model.path="$shared/models/stories260K.gguf" \
+	>"$tmp/out" 2>"$tmp/err"
+check "--check-config without the certificate exits 2" [ $? -eq 2 ]
+check "missing certificate located" \
+	grep -q "sinkd.yaml:[0-9]*:5: server.tls.cert_file: cannot read file '.*tls/cert.pem'" "$tmp/err"
+printf 'Once upon a time there was a cat.\n' >"$tmp/doc.txt"
+"$bin" eval --config "$tmp/nocert/config/sinkd.yaml" --model "$shared/models/stories260K.gguf" \
+	--text "$tmp/doc.txt" --json >"$tmp/out" 2>"$tmp/err"
+check "eval takes a config whose certificate is missing" [ $? -eq 0 ]
+
 # Serving refuses to start on a bad config: no half-started daemon.
 timeout 10 "$bin" --config "$tmp/bad.yaml" >"$tmp/out" 2>"$tmp/err"
 check "--config with a broken file exits 2" [ $? -eq 2 ]

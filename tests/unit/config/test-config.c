@@ -208,8 +208,6 @@ static const struct error_case error_cases[] = {
 	 {"t.yaml:3:5:", "0 is out of range", "allowed: an integer 1..16777216", NULL}},
 	{"inference:\n  cache:\n    global_cache_limit: \"8 GiBs\"\n",
 	 {"t.yaml:3:5:", "'8 GiBs' is not a size", "KiB/MiB/GiB", NULL}},
-	{"model:\n  path: /nonexistent/model.gguf\n",
-	 {"t.yaml:2:3:", "model.path: cannot read file '/nonexistent/model.gguf'", NULL}},
 	{"logging:\n  level: info\n  level: debug\n",
 	 {"t.yaml:3:3:", "logging.level: duplicate key", NULL}},
 	{"logging:\n  level: [info\n", {"t.yaml:", "YAML syntax error", NULL}},
@@ -341,6 +339,35 @@ START_TEST(test_serve_rules_and_budget)
 	config_errors_deinit(&errs);
 	c.inference.cache.global_cache_limit = 1LL << 30;
 	ck_assert_int_eq(config_check_budget(&c, &hp, &errs), 0);
+	config_deinit(&c);
+}
+END_TEST
+
+/* A missing file is an error for serving, located where it was set; other
+ * commands (eval, generate) load the same config without TLS files. */
+START_TEST(test_missing_files)
+{
+	struct sinkd_config c;
+	char errs[4096];
+	const char *text = "server:\n  tls:\n    cert_file: nope/cert.pem\n    key_file: nope/key.pem\n"
+			   "model:\n  path: /nonexistent/model.gguf\n";
+	ck_assert_msg(load_text(&c, text, NULL, 0, errs, sizeof(errs)) == 0, "%s", errs);
+	ck_assert_uint_eq(c.n_missing_files, 3);
+	struct config_errors e = {0};
+	ck_assert_int_ne(config_check_serve(&c, &e), 0);
+	ck_assert_uint_eq(e.n, 3);
+	ck_assert_ptr_nonnull(strstr(e.lines[0], "t.yaml:3:5: server.tls.cert_file: cannot read file"));
+	ck_assert_ptr_nonnull(strstr(e.lines[2], "t.yaml:6:3: model.path: cannot read file "
+						 "'/nonexistent/model.gguf'"));
+	config_errors_deinit(&e);
+	config_deinit(&c);
+
+	/* TLS off: its files do not matter; a --set that fixes the model path
+	 * replaces the file's missing one. */
+	const char *sets[] = {"server.tls.enabled=false", "model.path=/dev/null"};
+	ck_assert_int_eq(load_text(&c, text, sets, 2, errs, sizeof(errs)), 0);
+	ck_assert_int_eq(config_check_serve(&c, &e), 0);
+	ck_assert_uint_eq(e.n, 0);
 	config_deinit(&c);
 }
 END_TEST
@@ -540,6 +567,7 @@ int main(void)
 	tcase_add_test(tc, test_set_overrides);
 	tcase_add_test(tc, test_sizes);
 	tcase_add_test(tc, test_serve_rules_and_budget);
+	tcase_add_test(tc, test_missing_files);
 	tcase_add_test(tc, test_restart_only_changes);
 	tcase_add_test(tc, test_print_masks_secrets);
 	tcase_add_test(tc, test_example_file_matches_table);
