@@ -10,16 +10,19 @@
 #include "engine/threadpool.h"
 #include "model/model.h"
 
-/* Which kernels run.  AUTO: the best the CPU supports; for Q8_0 weights that
+/* Which kernels run.  AUTO: the best the CPU supports (the AVX-512 GEMM for
+ * batches when present, else AVX2); for Q8_0 decode it
  * quantizes the activations to Q8 (32 values per scale, as llama.cpp does)
- * and multiplies in integers.  AVX2_F32: AVX2, Q8_0 weights dequantized to
- * fp32 on the fly (exact activations).  GENERIC: plain C, exact activations. */
+ * and multiplies in integers.  AVX2_F32: AVX2 only, Q8_0 weights dequantized
+ * to fp32 on the fly (exact activations).  GENERIC: plain C. */
 enum matmul_isa { MATMUL_ISA_AUTO = 0, MATMUL_ISA_GENERIC, MATMUL_ISA_AVX2_F32 };
 
 /* True when the weight type is one the kernels read natively. */
 bool matmul_type_supported(int ggml_type);
 /* True when this CPU runs the AVX2/FMA/F16C kernels. */
 bool matmul_have_avx2(void);
+/* True when it also runs the AVX-512 kernels. */
+bool matmul_have_avx512(void);
 
 /* One product of a batch: y(B, w->rows) = x(B, w->cols) · w^T (+ bias).
  * bias: (w->rows) or NULL. */

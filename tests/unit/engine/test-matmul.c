@@ -269,7 +269,8 @@ END_TEST
 
 int main(void)
 {
-	printf("matmul: avx2 kernels %s\n", matmul_have_avx2() ? "available" : "not available");
+	printf("matmul: avx2 kernels %s, avx512 GEMM %s\n", matmul_have_avx2() ? "yes" : "no",
+	       matmul_have_avx512() ? "yes" : "no");
 	Suite *s = suite_create("matmul");
 	TCase *tc = tcase_create("core");
 	tcase_set_timeout(tc, 120);
