@@ -1,5 +1,5 @@
-/* KV cache number formats: fp16/bf16 conversion (bit exact, round to nearest
- * even, no hardware instructions needed) and asymmetric int8/int4
+/* KV cache number formats: fp16/bf16 rows (element conversions are the
+ * loader's, model/dequant.c) and asymmetric int8/int4
  * quantization of runs of values, per row (values per token, sink keys) or
  * per channel over a group of rows (keys, KIVI).  It does not decide what is
  * quantized when; that is the cache's business (sinkcache.c). */
@@ -11,68 +11,6 @@
 size_t kv_dtype_size(enum kv_dtype dt)
 {
 	return dt == KV_DTYPE_F32 ? 4 : 2;
-}
-
-uint16_t kv_f32_to_f16(float f)
-{
-	uint32_t x;
-	memcpy(&x, &f, 4);
-	uint32_t sign = (x >> 16) & 0x8000u;
-	uint32_t absx = x & 0x7fffffffu;
-	if (absx >= 0x7f800000u) /* inf or nan */
-		return (uint16_t)(sign | 0x7c00u | (absx > 0x7f800000u ? 0x200u : 0));
-	if (absx >= 0x477ff000u) /* rounds to >= 65520: overflow */
-		return (uint16_t)(sign | 0x7c00u);
-	if (absx < 0x38800000u) { /* below 2^-14: subnormal half (or zero) */
-		float a;
-		memcpy(&a, &absx, 4);
-		/* a * 2^24 is the subnormal mantissa; rintf rounds to even */
-		return (uint16_t)(sign | (uint32_t)rintf(a * 16777216.0f));
-	}
-	uint32_t mant = absx & 0x7fffffu;
-	uint32_t exp = (absx >> 23) - 127 + 15;
-	uint32_t h = (exp << 10) | (mant >> 13);
-	uint32_t rest = mant & 0x1fffu;
-	if (rest > 0x1000u || (rest == 0x1000u && (h & 1)))
-		h++; /* carries into the exponent correctly */
-	return (uint16_t)(sign | h);
-}
-
-float kv_f16_to_f32(uint16_t h)
-{
-	uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-	uint32_t exp = (h >> 10) & 0x1f;
-	uint32_t mant = h & 0x3ffu;
-	uint32_t x;
-	if (exp == 0) {
-		float f = (float)mant * (1.0f / 16777216.0f);
-		return sign ? -f : f;
-	}
-	if (exp == 31)
-		x = sign | 0x7f800000u | (mant << 13);
-	else
-		x = sign | ((exp - 15 + 127) << 23) | (mant << 13);
-	float f;
-	memcpy(&f, &x, 4);
-	return f;
-}
-
-uint16_t kv_f32_to_bf16(float f)
-{
-	uint32_t x;
-	memcpy(&x, &f, 4);
-	if ((x & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((x >> 16) | 0x40u); /* quiet nan */
-	x += 0x7fffu + ((x >> 16) & 1);
-	return (uint16_t)(x >> 16);
-}
-
-float kv_bf16_to_f32(uint16_t h)
-{
-	uint32_t x = (uint32_t)h << 16;
-	float f;
-	memcpy(&f, &x, 4);
-	return f;
 }
 
 void kv_row_store(enum kv_dtype dt, void *dst, const float *src, int n)

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "cache/sinkcache.h"
+#include "model/dequant.h"
 
 /* Bytes of one element of a full-precision dtype. */
 size_t kv_dtype_size(enum kv_dtype dt);
@@ -23,10 +24,23 @@ void kv_row_store(enum kv_dtype dt, void *dst, const float *src, int n);
 /* dst (n floats) <- src (n elements of dt). */
 void kv_row_load(enum kv_dtype dt, const void *src, float *dst, int n);
 
-uint16_t kv_f32_to_f16(float f);
-float kv_f16_to_f32(uint16_t h);
-uint16_t kv_f32_to_bf16(float f);
-float kv_bf16_to_f32(uint16_t h);
+/* Element conversions, round to nearest even: the loader's (model/dequant.h). */
+static inline uint16_t kv_f32_to_f16(float f)
+{
+	return f32_to_fp16(f);
+}
+static inline float kv_f16_to_f32(uint16_t h)
+{
+	return fp16_to_f32(h);
+}
+static inline uint16_t kv_f32_to_bf16(float f)
+{
+	return f32_to_bf16(f);
+}
+static inline float kv_bf16_to_f32(uint16_t h)
+{
+	return bf16_to_f32(h);
+}
 
 /* Bytes of n codes of `bits` (8 or 4). */
 static inline size_t kvq_code_bytes(int n, int bits)
