@@ -48,8 +48,9 @@ struct bpe_state {
 	struct bigram_heap heap;
 };
 
-static int try_add_bigram(struct bpe_state *st, int32_t left, int32_t right)
+static int try_add_bigram(void *ctx, int32_t left, int32_t right)
 {
+	struct bpe_state *st = ctx;
 	if (left < 0 || right < 0)
 		return 0;
 	const struct symbol *l = &st->sym[left], *r = &st->sym[right];
@@ -80,32 +81,11 @@ static int emit_symbol(const struct bpe_state *st, const struct symbol *s, struc
 
 static int merge_word(struct bpe_state *st, size_t n, struct idvec *out)
 {
-	size_t k = 0;
-	for (size_t offs = 0; offs < n; k++) {
-		size_t l;
-		utf8_decode((const unsigned char *)st->word + offs, n - offs, &l);
-		st->sym[k] = (struct symbol){(int32_t)k - 1, offs + l == n ? -1 : (int32_t)k + 1,
-		                             (uint32_t)offs, (uint32_t)l};
-		offs += l;
-	}
+	size_t k;
 	st->heap.n = 0;
-	for (size_t i = 1; i < k; i++)
-		if (try_add_bigram(st, (int32_t)i - 1, (int32_t)i) < 0)
-			return -ENOMEM;
-	while (st->heap.n > 0) {
-		struct bigram bg = heap_pop(&st->heap);
-		struct symbol *l = &st->sym[bg.left], *r = &st->sym[bg.right];
-		if (l->n == 0 || r->n == 0 || l->n + r->n != bg.size)
-			continue;
-		l->n += r->n;
-		r->n = 0;
-		l->next = r->next;
-		if (r->next >= 0)
-			st->sym[r->next].prev = bg.left;
-		if (try_add_bigram(st, l->prev, bg.left) < 0 ||
-		    try_add_bigram(st, bg.left, l->next) < 0)
-			return -ENOMEM;
-	}
+	if (symbols_split(st->word, n, st->sym, &k, try_add_bigram, st) < 0 ||
+	    symbols_merge(st->sym, &st->heap, try_add_bigram, st) < 0)
+		return -ENOMEM;
 	for (int32_t i = 0; i != -1; i = st->sym[i].next)
 		if (emit_symbol(st, &st->sym[i], out) < 0)
 			return -ENOMEM;

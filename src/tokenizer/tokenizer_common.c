@@ -1,12 +1,14 @@
 /* Containers the tokenizer needs and C lacks: a string hash map over an
  * arena of NUL-separated strings (vocabulary and merges), a growable id
- * vector, and a binary heap of merge candidates.  Nothing here knows about
- * tokenization itself. */
+ * vector, and a binary heap of merge candidates; and the pair-merge loop
+ * shared by BPE and SentencePiece (which pairs exist and their priority is
+ * the caller's business, through a callback). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tokenizer/tokenizer_internal.h"
+#include "tokenizer/unicode.h"
 
 static uint64_t hash_bytes(const char *s, size_t len)
 {
@@ -134,4 +136,40 @@ struct bigram heap_pop(struct bigram_heap *h)
 	if (h->n > 0)
 		h->b[i] = last;
 	return top;
+}
+
+int symbols_split(const char *text, size_t n, struct symbol *sym, size_t *n_sym,
+                  bigram_add_fn add, void *ctx)
+{
+	size_t k = 0;
+	for (size_t offs = 0; offs < n; k++) {
+		size_t l;
+		utf8_decode((const unsigned char *)text + offs, n - offs, &l);
+		sym[k] = (struct symbol){(int32_t)k - 1, offs + l == n ? -1 : (int32_t)k + 1,
+		                         (uint32_t)offs, (uint32_t)l};
+		offs += l;
+	}
+	*n_sym = k;
+	for (size_t i = 1; i < k; i++)
+		if (add(ctx, (int32_t)i - 1, (int32_t)i) < 0)
+			return -ENOMEM;
+	return 0;
+}
+
+int symbols_merge(struct symbol *sym, struct bigram_heap *heap, bigram_add_fn add, void *ctx)
+{
+	while (heap->n > 0) {
+		struct bigram bg = heap_pop(heap);
+		struct symbol *l = &sym[bg.left], *r = &sym[bg.right];
+		if (l->n == 0 || r->n == 0 || l->n + r->n != bg.size)
+			continue;
+		l->n += r->n;
+		r->n = 0;
+		l->next = r->next;
+		if (r->next >= 0)
+			sym[r->next].prev = bg.left;
+		if (add(ctx, l->prev, bg.left) < 0 || add(ctx, bg.left, l->next) < 0)
+			return -ENOMEM;
+	}
+	return 0;
 }

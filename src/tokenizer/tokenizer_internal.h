@@ -68,6 +68,19 @@ struct symbol {
 	uint32_t start, n; /* byte span; n == 0 once merged into its left neighbour */
 };
 
+/* Queues the merge of adjacent symbols left and right (either may be -1: no
+ * neighbour) when the tokenizer knows the pair; 0 or -ENOMEM. */
+typedef int (*bigram_add_fn)(void *ctx, int32_t left, int32_t right);
+
+/* Splits text[0..n) (n > 0) into one symbol per UTF-8 character (invalid
+ * bytes make one-byte symbols) in sym (room for n), queues every adjacent
+ * pair through add, and sets *n_sym; 0 or -ENOMEM. */
+int symbols_split(const char *text, size_t n, struct symbol *sym, size_t *n_sym,
+                  bigram_add_fn add, void *ctx);
+/* Merges the best queued pair, re-queueing its new neighbours, until the
+ * heap is empty; the result is the list from sym[0].  0 or -ENOMEM. */
+int symbols_merge(struct symbol *sym, struct bigram_heap *heap, bigram_add_fn add, void *ctx);
+
 struct tokenizer {
 	enum tok_kind kind;
 	uint32_t n_vocab;

@@ -20,8 +20,9 @@ struct spm_state {
 	struct bigram_heap heap;
 };
 
-static int try_add_bigram(struct spm_state *st, int32_t left, int32_t right)
+static int try_add_bigram(void *ctx, int32_t left, int32_t right)
 {
+	struct spm_state *st = ctx;
 	if (left < 0 || right < 0)
 		return 0;
 	const struct symbol *l = &st->sym[left], *r = &st->sym[right];
@@ -47,45 +48,6 @@ static int emit_symbol(const struct spm_state *st, const struct symbol *s, struc
 		if (bid < 0)
 			bid = tok->unk;
 		if (bid >= 0 && idvec_push(out, bid) < 0)
-			return -ENOMEM;
-	}
-	return 0;
-}
-
-static int build_symbols(struct spm_state *st, size_t n_bytes, size_t *n_sym)
-{
-	size_t k = 0;
-	for (size_t offs = 0; offs < n_bytes; k++) {
-		/* Invalid UTF-8 makes one-byte symbols (llama.cpp would swallow the
-		 * next bytes, a following U+2581 included, and lose the space). */
-		size_t l;
-		utf8_decode((const unsigned char *)st->text + offs, n_bytes - offs, &l);
-		st->sym[k] =
-		    (struct symbol){(int32_t)k - 1, offs + l == n_bytes ? -1 : (int32_t)k + 1,
-		                    (uint32_t)offs, (uint32_t)l};
-		offs += l;
-	}
-	*n_sym = k;
-	for (size_t i = 1; i < k; i++)
-		if (try_add_bigram(st, (int32_t)i - 1, (int32_t)i) < 0)
-			return -ENOMEM;
-	return 0;
-}
-
-static int merge_all(struct spm_state *st)
-{
-	while (st->heap.n > 0) {
-		struct bigram bg = heap_pop(&st->heap);
-		struct symbol *l = &st->sym[bg.left], *r = &st->sym[bg.right];
-		if (l->n == 0 || r->n == 0 || l->n + r->n != bg.size)
-			continue;
-		l->n += r->n;
-		r->n = 0;
-		l->next = r->next;
-		if (r->next >= 0)
-			st->sym[r->next].prev = bg.left;
-		if (try_add_bigram(st, l->prev, bg.left) < 0 ||
-		    try_add_bigram(st, bg.left, l->next) < 0)
 			return -ENOMEM;
 	}
 	return 0;
@@ -119,7 +81,10 @@ int spm_encode(const struct tokenizer *tok, const char *text, size_t len, bool s
 		goto out;
 	}
 	st.sym = malloc(n * sizeof(*st.sym));
-	if (!st.sym || build_symbols(&st, n, &n_sym) < 0 || merge_all(&st) < 0)
+	/* Invalid UTF-8 makes one-byte symbols (llama.cpp would swallow the
+	 * next bytes, a following U+2581 included, and lose the space). */
+	if (!st.sym || symbols_split(esc, n, st.sym, &n_sym, try_add_bigram, &st) < 0 ||
+	    symbols_merge(st.sym, &st.heap, try_add_bigram, &st) < 0)
 		goto out;
 	for (int32_t i = 0; i != -1; i = st.sym[i].next)
 		if (emit_symbol(&st, &st.sym[i], out) < 0)
