@@ -156,6 +156,21 @@ static void sb_put_trimmed(struct sbuf *sb, const char *s)
 	sb_putn(sb, s, n);
 }
 
+/* Appends trim(pre + sys + post + content): a system text folded into the
+ * first user turn, trimmed as one string. */
+static void sb_put_trimmed_sys(struct sbuf *sb, const char *pre, const char *sys,
+			       const char *post, const char *content)
+{
+	struct sbuf tmp = {0};
+	sb_put(&tmp, pre);
+	sb_put(&tmp, sys);
+	sb_put(&tmp, post);
+	sb_put(&tmp, content);
+	sb_put_trimmed(sb, tmp.oom ? "" : tmp.p);
+	sb->oom |= tmp.oom;
+	free(tmp.p);
+}
+
 /* ---------------------------------------------------------------- checks */
 
 enum role { ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT };
@@ -234,14 +249,7 @@ static void render_llama2(struct sbuf *sb, const struct chat_message *msgs, size
 		if (strcmp(msgs[i].role, "user") == 0) {
 			sb_put(sb, i == first ? "[INST] " : "<s>[INST] ");
 			if (i == first && sys) {
-				struct sbuf tmp = {0};
-				sb_put(&tmp, "<<SYS>>\n");
-				sb_put(&tmp, sys);
-				sb_put(&tmp, "\n<</SYS>>\n\n");
-				sb_put(&tmp, msgs[i].content);
-				sb_put_trimmed(sb, tmp.oom ? "" : tmp.p);
-				sb->oom |= tmp.oom;
-				free(tmp.p);
+				sb_put_trimmed_sys(sb, "<<SYS>>\n", sys, "\n<</SYS>>\n\n", msgs[i].content);
 			} else {
 				sb_put_trimmed(sb, msgs[i].content);
 			}
@@ -286,13 +294,7 @@ static void render_gemma(struct sbuf *sb, const struct chat_message *msgs, size_
 		bool user = strcmp(msgs[i].role, "user") == 0;
 		sb_put(sb, user ? "<start_of_turn>user\n" : "<start_of_turn>model\n");
 		if (i == first && sys) {
-			struct sbuf tmp = {0};
-			sb_put(&tmp, sys);
-			sb_put(&tmp, "\n\n");
-			sb_put(&tmp, msgs[i].content);
-			sb_put_trimmed(sb, tmp.oom ? "" : tmp.p);
-			sb->oom |= tmp.oom;
-			free(tmp.p);
+			sb_put_trimmed_sys(sb, "", sys, "\n\n", msgs[i].content);
 		} else {
 			sb_put_trimmed(sb, msgs[i].content);
 		}
