@@ -97,6 +97,19 @@ ATTEND_INLINE float hsum(v8f v)
 	return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
 }
 
+/* scores[h * ld] = q[h] . k for the r query heads (q: [r][d], k: [d], d a
+ * multiple of 8). */
+ATTEND_INLINE void dot_heads(const float *q, int r, int d, const float *k, float *scores, int ld)
+{
+	for (int h = 0; h < r; h++) {
+		const float *qh = q + (size_t)h * d;
+		v8f acc = ld_f32(qh) * ld_f32(k);
+		for (int c = 8; c < d; c += 8)
+			acc += ld_f32(qh + c) * ld_f32(k + c);
+		scores[(size_t)h * ld] = hsum(acc);
+	}
+}
+
 static float elem_row(enum kv_dtype dt, const unsigned char *row, int j)
 {
 	uint16_t h;
@@ -124,13 +137,7 @@ ATTEND_INLINE void score_rows_dt(enum kv_dtype dt, const unsigned char *base, si
 			}
 			k = tmp;
 		}
-		for (int h = 0; h < r; h++) {
-			const float *qh = q + (size_t)h * d;
-			v8f acc = ld_f32(qh) * ld_f32(k);
-			for (int c = 8; c < d; c += 8)
-				acc += ld_f32(qh + c) * ld_f32(k + c);
-			scores[(size_t)h * ld + i] = hsum(acc);
-		}
+		dot_heads(q, r, d, k, scores + i, ld);
 	}
 }
 
@@ -214,13 +221,7 @@ void attend_score_codes(int bits, const uint8_t *base, size_t row_bytes, int n, 
 		/* codes to floats once, then a dot product per head from L1 */
 		float k[SINKCACHE_MAX_HEAD_DIM];
 		codes_to_floats(bits, row, d, k);
-		for (int h = 0; h < r; h++) {
-			const float *qh = q + (size_t)h * d;
-			v8f acc = ld_f32(qh) * ld_f32(k);
-			for (int c = 8; c < d; c += 8)
-				acc += ld_f32(qh + c) * ld_f32(k + c);
-			scores[(size_t)h * ld + i] = hsum(acc);
-		}
+		dot_heads(q, r, d, k, scores + i, ld);
 	}
 }
 
