@@ -887,28 +887,34 @@ int gguf_get_array_string(const struct gguf_file *f, const char *key, uint64_t i
 	return 0;
 }
 
+/* Element index of the numeric array key: its kv and bytes (-EINVAL for a
+ * string array). */
+static int numeric_elem(const struct gguf_file *f, const char *key, uint64_t index,
+                        const struct gguf_kv **kv, const uint8_t **p)
+{
+	int rc = array_elem(f, key, index, kv);
+	if (rc)
+		return rc;
+	if ((*kv)->elem_type == GGUF_VALUE_STRING)
+		return -EINVAL;
+	*p = f->map + (*kv)->elem_off + (size_t)index * value_size((*kv)->elem_type);
+	return 0;
+}
+
 int gguf_get_array_float(const struct gguf_file *f, const char *key, uint64_t index, double *out)
 {
 	const struct gguf_kv *kv;
-	int rc = array_elem(f, key, index, &kv);
-	if (rc)
-		return rc;
-	if (kv->elem_type == GGUF_VALUE_STRING)
-		return -EINVAL;
-	size_t es = value_size(kv->elem_type);
-	return scalar_to_double(kv->elem_type, f->map + kv->elem_off + (size_t)index * es, out);
+	const uint8_t *p;
+	int rc = numeric_elem(f, key, index, &kv, &p);
+	return rc ? rc : scalar_to_double(kv->elem_type, p, out);
 }
 
 int gguf_get_array_int(const struct gguf_file *f, const char *key, uint64_t index, int64_t *out)
 {
 	const struct gguf_kv *kv;
-	int rc = array_elem(f, key, index, &kv);
-	if (rc)
-		return rc;
-	if (kv->elem_type == GGUF_VALUE_STRING)
-		return -EINVAL;
-	size_t es = value_size(kv->elem_type);
-	return scalar_to_int(kv->elem_type, f->map + kv->elem_off + (size_t)index * es, out);
+	const uint8_t *p;
+	int rc = numeric_elem(f, key, index, &kv, &p);
+	return rc ? rc : scalar_to_int(kv->elem_type, p, out);
 }
 
 const void *gguf_get_array_data(const struct gguf_file *f, const char *key)
