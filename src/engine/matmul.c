@@ -1,13 +1,18 @@
 /* Matrix products y(B, rows) = x(B, cols) · W(rows, cols)^T, the bulk of the
  * CPU forward pass.  Rows are split over the pool's threads in contiguous
- * ranges, so each weight byte is read from memory once per call whatever B
- * is: inside a thread, a tile of weight rows is converted to fp32 registers
- * once per 8 columns and multiplied into a tile of batch rows (register
- * blocking), and the batch is walked in chunks that stay in L2.  Weights are
- * read in their stored type (F32, F16, BF16, Q8_0 dequantized on the fly in
- * fp32); activations stay fp32.  AVX2/FMA/F16C kernels are picked at run time;
- * a plain C path runs elsewhere.  It does not own buffers or know about
- * layers: see backend_cpu.c. */
+ * ranges, so each weight byte is read from memory once per call for up to 96
+ * batch rows.  Three shapes of kernel, picked by batch size at run time:
+ *   decode (B < 4)   each weight row streamed once, sequentially, per x row;
+ *   small batches    register tiles of 2 weight rows x 4 batch rows;
+ *   larger batches   a packed GEMM: 16 weight rows x 256 columns converted to
+ *                    fp32 and transposed once into L1, then an outer-product
+ *                    micro kernel (AVX2: 6 batch rows, AVX-512: 12).
+ * Weights are read in their stored type (F32, F16, BF16, Q8_0 dequantized on
+ * the fly); activations stay fp32, except Q8_0 decode, which quantizes them
+ * to Q8 and multiplies in integers (as llama.cpp does).  AVX2/FMA/F16C (and
+ * AVX-512F) kernels are chosen with __builtin_cpu_supports; a plain C path
+ * runs elsewhere.  It does not own buffers or know about layers: see
+ * backend_cpu.c. */
 #include "engine/matmul.h"
 
 #include <math.h>
