@@ -159,17 +159,28 @@ static int load_tokens(struct tokenizer *tok, const struct gguf_file *f, char *e
 
 /* Optional per-token arrays: scores and types; their length must match.
  * The usual element types are read straight from the mapping. */
+static int per_token_array(const struct tokenizer *tok, const struct gguf_file *f,
+                           const char *key, enum gguf_value_type *et,
+                           const unsigned char **raw, char *err, size_t err_len)
+{
+	uint64_t n;
+	if (gguf_get_array_info(f, key, et, &n) < 0)
+		return 0; /* absent */
+	if (n != tok->n_vocab)
+		return err_set(err, err_len, -EINVAL, "%s: %llu values for %u tokens", key,
+		               (unsigned long long)n, tok->n_vocab);
+	*raw = gguf_get_array_data(f, key);
+	return 1;
+}
+
 static int load_scores(struct tokenizer *tok, const struct gguf_file *f, char *err, size_t err_len)
 {
 	static const char key[] = "tokenizer.ggml.scores";
 	enum gguf_value_type et;
-	uint64_t n;
-	if (gguf_get_array_info(f, key, &et, &n) < 0)
-		return 0;
-	if (n != tok->n_vocab)
-		return err_set(err, err_len, -EINVAL, "%s: %llu values for %u tokens", key,
-		               (unsigned long long)n, tok->n_vocab);
-	const unsigned char *raw = gguf_get_array_data(f, key);
+	const unsigned char *raw = NULL;
+	int rc = per_token_array(tok, f, key, &et, &raw, err, err_len);
+	if (rc <= 0)
+		return rc;
 	for (uint32_t i = 0; i < tok->n_vocab; i++) {
 		double v = 0;
 		if (et == GGUF_VALUE_FLOAT32 && raw)
@@ -186,14 +197,11 @@ static int load_types(struct tokenizer *tok, const struct gguf_file *f, char *er
 {
 	static const char key[] = "tokenizer.ggml.token_type";
 	enum gguf_value_type et;
-	uint64_t n;
+	const unsigned char *raw = NULL;
 	memset(tok->type, TOK_TYPE_NORMAL, tok->n_vocab);
-	if (gguf_get_array_info(f, key, &et, &n) < 0)
-		return 0;
-	if (n != tok->n_vocab)
-		return err_set(err, err_len, -EINVAL, "%s: %llu values for %u tokens", key,
-		               (unsigned long long)n, tok->n_vocab);
-	const unsigned char *raw = gguf_get_array_data(f, key);
+	int rc = per_token_array(tok, f, key, &et, &raw, err, err_len);
+	if (rc <= 0)
+		return rc;
 	for (uint32_t i = 0; i < tok->n_vocab; i++) {
 		int64_t v = 0;
 		if (et == GGUF_VALUE_INT32 && raw) {
