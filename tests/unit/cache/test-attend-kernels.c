@@ -8,6 +8,7 @@
 
 #include "cache/attend_kernels.h"
 #include "cache/kvquant.h"
+#include "testutil.h"
 
 enum { N = 37, DMAX = 40, R = 8, LD = 41 };
 
@@ -138,9 +139,5 @@ int main(void)
 	tcase_add_test(tc, test_kernels_vs_naive);
 	tcase_add_test(tc, test_exp_sum);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

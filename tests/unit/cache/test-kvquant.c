@@ -8,6 +8,7 @@
 
 #include "cache/kvquant.h"
 #include "cache/rope.h"
+#include "testutil.h"
 
 START_TEST(test_half_formats)
 {
@@ -148,9 +149,5 @@ static Suite *kvquant_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(kvquant_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(kvquant_suite());
 }

@@ -12,6 +12,7 @@
 #include "cache/kvquant.h"
 #include "cache/sinkcache.h"
 #include "util/errbuf.h"
+#include "testutil.h"
 
 enum { NL = 2, NKV = 2, NH = 4, D = 16, MAXTOK = 400 };
 
@@ -713,9 +714,5 @@ static Suite *sinkcache_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(sinkcache_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(sinkcache_suite());
 }

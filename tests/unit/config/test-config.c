@@ -12,6 +12,7 @@
 #include "config/config.h"
 #include "config/config_table.h"
 #include "model/model.h"
+#include "testutil.h"
 
 static char tmpdir[256];
 
@@ -573,9 +574,5 @@ int main(void)
 	tcase_add_test(tc, test_example_file_matches_table);
 	tcase_add_test(tc, test_example_file_loads);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

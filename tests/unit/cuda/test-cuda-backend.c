@@ -29,6 +29,7 @@
 #include "cuda_device.h"
 #include "engine/backend.h"
 #include "util/errbuf.h"
+#include "testutil.h"
 
 /* Sizes: full on a GPU, smaller on the host emulation (cuda/emu/). */
 #ifdef SINKD_CUDA_EMU
@@ -39,20 +40,6 @@
 
 static const char *mkmodel_path;
 static char shared_dir[1024];
-
-static char *read_text(const char *path)
-{
-	FILE *f = fopen(path, "rb");
-	ck_assert_msg(f != NULL, "cannot open %s", path);
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	char *buf = malloc((size_t)n + 1);
-	ck_assert_int_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-	buf[n] = 0;
-	fclose(f);
-	return buf;
-}
 
 static struct model *load_model(const char *path)
 {
@@ -274,17 +261,6 @@ static void twin_run_close(struct twin_run *r)
 
 /* ------------------------------------------------------ stories260K */
 
-static cJSON *load_reference(void)
-{
-	char path[1200];
-	snprintf(path, sizeof(path), "%s/reference/stories260K-logits.json", shared_dir);
-	char *text = read_text(path);
-	cJSON *ref = cJSON_Parse(text);
-	free(text);
-	ck_assert_ptr_nonnull(ref);
-	return ref;
-}
-
 static int32_t *ids_of(const cJSON *p, const char *key, int *n)
 {
 	const cJSON *arr = cJSON_GetObjectItem(p, key);
@@ -306,7 +282,7 @@ START_TEST(test_stories_reference)
 {
 	struct model *m = load_stories();
 	struct backend *be = new_gpu(m, KV_DTYPE_F32, (size_t)256 << 20);
-	cJSON *ref = load_reference();
+	cJSON *ref = tu_load_reference();
 	int n_vocab = m->hp.n_vocab;
 	float *logits = malloc((size_t)n_vocab * sizeof(float));
 	const cJSON *p;
@@ -361,7 +337,7 @@ static int32_t *story_tokens(const cJSON *ref, int i, int *n)
 static void stories_vs_cpu(const struct sinkcache_geometry *gg, double tol, bool graphs)
 {
 	struct model *m = load_stories();
-	cJSON *ref = load_reference();
+	cJSON *ref = tu_load_reference();
 	int na, nb;
 	int32_t *a = story_tokens(ref, 0, &na), *b = story_tokens(ref, 1, &nb);
 	struct sinkcache_geometry g = *gg;
@@ -543,9 +519,5 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_qwen2_style_neox_and_bias);
 	tcase_add_test(tc, test_arena_full_is_an_error);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

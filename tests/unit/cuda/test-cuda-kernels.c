@@ -18,6 +18,7 @@
 #include "cuda_kernels.h"
 #include "cuda_kvplan.h"
 #include "util/errbuf.h"
+#include "testutil.h"
 
 /* Sizes: full on a GPU, smaller on the host emulation (cuda/emu/). */
 #ifdef SINKD_CUDA_EMU
@@ -431,9 +432,5 @@ int main(void)
 	tcase_add_test(tc, test_kv_many_sessions_one_launch);
 	tcase_add_test(tc, test_kv_long_window_splits);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

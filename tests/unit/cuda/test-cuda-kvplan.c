@@ -17,6 +17,7 @@
 #include "cuda_kernels.h"
 #include "cuda_kvplan.h"
 #include "util/errbuf.h"
+#include "testutil.h"
 
 #define N_LAYERS 2
 #define N_HEADS 4
@@ -260,9 +261,5 @@ int main(void)
 	tcase_add_test(tc, test_strategy_full_and_original_positions);
 	tcase_add_test(tc, test_shape_bytes_cover_bound);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

@@ -10,23 +10,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static char tmpdir[] = "/tmp/sinkd-test-cli-XXXXXX";
+#include "testutil.h"
 
-static char *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	ck_assert_msg(f != NULL, "cannot open %s", path);
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	char *buf = malloc((size_t)n + 1);
-	ck_assert_int_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-	buf[n] = 0;
-	fclose(f);
-	if (len)
-		*len = (size_t)n;
-	return buf;
-}
+static char tmpdir[] = "/tmp/sinkd-test-cli-XXXXXX";
 
 /* Runs `$SINKD_BIN args` with stdin from in_path (or /dev/null); stdout and
  * stderr land in files of tmpdir.  Returns the exit status. */
@@ -43,7 +29,7 @@ static char *output(const char *name)
 {
 	char path[512];
 	snprintf(path, sizeof(path), "%s/%s", tmpdir, name);
-	return slurp(path, NULL);
+	return tu_slurp(path, NULL);
 }
 
 static const char *shared(void)
@@ -56,10 +42,8 @@ static const char *shared(void)
 
 START_TEST(test_generate_greedy)
 {
-	char path[1024], args[2048];
-	snprintf(path, sizeof(path), "%s/reference/stories260K-logits.json", shared());
-	char *json = slurp(path, NULL);
-	cJSON *ref = cJSON_Parse(json);
+	char args[2048];
+	cJSON *ref = tu_load_reference();
 	const cJSON *p = cJSON_GetArrayItem(cJSON_GetObjectItem(ref, "prompts"), 0);
 	snprintf(args, sizeof(args),
 	         "generate --model %s/models/stories260K.gguf --prompt '%s' --temperature 0 "
@@ -89,7 +73,6 @@ START_TEST(test_generate_greedy)
 	ck_assert_ptr_nonnull(strstr(last, "{\"prompt_tokens\":"));
 	cJSON_Delete(stats);
 	cJSON_Delete(ref);
-	free(json);
 	free(out);
 	free(err);
 }
@@ -161,9 +144,9 @@ START_TEST(test_tokenize_vectors)
 {
 	char path[1024], args[2048], in_path[600];
 	snprintf(path, sizeof(path), "%s/vocab/ggml-vocab-llama-spm.gguf.inp", shared());
-	char *inp = slurp(path, NULL);
+	char *inp = tu_slurp(path, NULL);
 	snprintf(path, sizeof(path), "%s/vocab/ggml-vocab-llama-spm.gguf.out", shared());
-	char *outs = slurp(path, NULL);
+	char *outs = tu_slurp(path, NULL);
 	snprintf(in_path, sizeof(in_path), "%s/in", tmpdir);
 	snprintf(args, sizeof(args), "tokenize --model %s/vocab/ggml-vocab-llama-spm.gguf",
 	         shared());

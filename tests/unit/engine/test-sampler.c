@@ -12,6 +12,7 @@
 
 #include "engine/sampler.h"
 #include "util/errbuf.h"
+#include "testutil.h"
 
 struct ref_prompt {
 	float logits[512];
@@ -22,18 +23,7 @@ struct ref_prompt {
 /* Reads prompt `index` of shared/reference/stories260K-logits.json. */
 static void load_ref(int index, struct ref_prompt *rp)
 {
-	const char *shared = getenv("SINKD_SHARED");
-	ck_assert_ptr_nonnull(shared);
-	char path[1024];
-	snprintf(path, sizeof(path), "%s/reference/stories260K-logits.json", shared);
-	FILE *f = fopen(path, "rb");
-	ck_assert_ptr_nonnull(f);
-	static char buf[1 << 16];
-	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	cJSON *root = cJSON_Parse(buf);
-	ck_assert_ptr_nonnull(root);
+	cJSON *root = tu_load_reference();
 	cJSON *p = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "prompts"), index);
 	cJSON *logits = cJSON_GetObjectItem(p, "last_logits");
 	rp->n_vocab = cJSON_GetArraySize(logits);
@@ -552,9 +542,5 @@ int main(void)
 	tcase_add_test(tc, test_invalid_params);
 	tcase_add_test(tc, test_bad_logits);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

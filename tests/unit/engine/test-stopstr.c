@@ -10,6 +10,7 @@
 
 #include "engine/sampler.h"
 #include "util/errbuf.h"
+#include "testutil.h"
 
 static const char story[] =
 	"Once upon a time, there was a little girl named Lily. She loved to play "
@@ -214,9 +215,5 @@ int main(void)
 	tcase_add_test(tc, test_utf8_stop);
 	tcase_add_test(tc, test_errors);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

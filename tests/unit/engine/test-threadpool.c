@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "engine/threadpool.h"
+#include "testutil.h"
 
 struct count_ctx {
 	_Atomic int *hits; /* (n_tasks) */
@@ -165,9 +166,5 @@ int main(void)
 	tcase_add_test(tc, test_stress_uneven);
 	tcase_add_test(tc, test_split);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "model/dequant.h"
+#include "testutil.h"
 
 static void put_half(uint8_t *p, float v)
 {
@@ -268,9 +269,5 @@ int main(void)
 	tcase_add_test(tc, test_q6_k);
 	tcase_add_test(tc, test_float_rows_and_errors);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

@@ -11,21 +11,13 @@
 #include "model/gguf.h"
 #include "model/gguf_write.h"
 #include "util/errbuf.h"
-
-static char shared_path[512];
-
-static const char *shared(const char *rel)
-{
-	const char *root = getenv("SINKD_SHARED");
-	snprintf(shared_path, sizeof(shared_path), "%s/%s", root ? root : "../shared", rel);
-	return shared_path;
-}
+#include "testutil.h"
 
 START_TEST(test_stories_metadata)
 {
 	char err[SINKD_ERR_LEN];
 	struct gguf_file *f;
-	ck_assert_int_eq(gguf_open(shared("models/stories260K.gguf"), &f, err, sizeof(err)), 0);
+	ck_assert_int_eq(gguf_open(tu_shared_path("models/stories260K.gguf"), &f, err, sizeof(err)), 0);
 	ck_assert_uint_eq(gguf_version(f), 3);
 	ck_assert_uint_eq(gguf_n_kv(f), 19);
 	int64_t v;
@@ -54,7 +46,7 @@ START_TEST(test_stories_arrays_and_tensors)
 {
 	char err[SINKD_ERR_LEN];
 	struct gguf_file *f;
-	ck_assert_int_eq(gguf_open(shared("models/stories260K.gguf"), &f, err, sizeof(err)), 0);
+	ck_assert_int_eq(gguf_open(tu_shared_path("models/stories260K.gguf"), &f, err, sizeof(err)), 0);
 	enum gguf_value_type et;
 	uint64_t n;
 	ck_assert_int_eq(gguf_get_array_info(f, "tokenizer.ggml.tokens", &et, &n), 0);
@@ -107,7 +99,7 @@ START_TEST(test_vocab_file_string_index)
 {
 	char err[SINKD_ERR_LEN];
 	struct gguf_file *f;
-	ck_assert_int_eq(gguf_open(shared("vocab/ggml-vocab-llama-spm.gguf"), &f, err, sizeof(err)),
+	ck_assert_int_eq(gguf_open(tu_shared_path("vocab/ggml-vocab-llama-spm.gguf"), &f, err, sizeof(err)),
 	                 0);
 	ck_assert_uint_eq(gguf_n_tensors(f), 0);
 	uint64_t n;
@@ -132,9 +124,9 @@ END_TEST
 START_TEST(test_sha256)
 {
 	char hex[65], err[SINKD_ERR_LEN];
-	ck_assert_int_eq(sha256_file_hex(shared("models/stories260K.gguf"), hex, err, sizeof(err)),
+	ck_assert_int_eq(sha256_file_hex(tu_shared_path("models/stories260K.gguf"), hex, err, sizeof(err)),
 	                 0);
-	FILE *fp = fopen(shared("models/SHA256SUMS"), "r");
+	FILE *fp = fopen(tu_shared_path("models/SHA256SUMS"), "r");
 	ck_assert_ptr_nonnull(fp);
 	char want[65] = "";
 	ck_assert_int_eq(fscanf(fp, "%64s", want), 1);
@@ -594,9 +586,5 @@ int main(void)
 	tcase_add_test(tc, test_reject_tensors);
 	tcase_add_test(tc, test_type_table);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

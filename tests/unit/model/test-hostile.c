@@ -15,6 +15,7 @@
 
 #include "model/model.h"
 #include "util/errbuf.h"
+#include "testutil.h"
 
 static uint8_t *orig; /* (orig_size) the pristine file */
 static size_t orig_size;
@@ -23,17 +24,8 @@ static char scratch[64]; /* the mutated copy */
 
 static void read_original(void)
 {
-	const char *root = getenv("SINKD_SHARED");
-	char path[512];
-	snprintf(path, sizeof(path), "%s/models/stories260K.gguf", root ? root : "../shared");
-	FILE *fp = fopen(path, "rb");
-	ck_assert_ptr_nonnull(fp);
-	fseek(fp, 0, SEEK_END);
-	orig_size = (size_t)ftell(fp);
-	fseek(fp, 0, SEEK_SET);
-	orig = malloc(orig_size);
-	ck_assert_uint_eq(fread(orig, 1, orig_size, fp), orig_size);
-	fclose(fp);
+	const char *path = tu_shared_path("models/stories260K.gguf");
+	orig = (uint8_t *)tu_slurp(path, &orig_size);
 	char err[SINKD_ERR_LEN];
 	struct gguf_file *f;
 	ck_assert_int_eq(gguf_open(path, &f, err, sizeof(err)), 0);
@@ -292,9 +284,5 @@ int main(void)
 	tcase_add_test(tc, test_truncated);
 	tcase_add_test(tc, test_mutated_fields);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

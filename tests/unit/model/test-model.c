@@ -16,17 +16,9 @@
 #include "model/gguf_write.h"
 #include "model/model.h"
 #include "util/errbuf.h"
+#include "testutil.h"
 
 static const char *mkmodel_path;
-static char shared_path[512];
-
-static const char *shared(const char *rel)
-{
-	const char *root = getenv("SINKD_SHARED");
-	snprintf(shared_path, sizeof(shared_path), "%s/%s", root ? root : "../shared", rel);
-	return shared_path;
-}
-
 static void temp_path(char *buf, size_t len)
 {
 	snprintf(buf, len, "/tmp/sinkd-test-model-XXXXXX");
@@ -39,7 +31,7 @@ START_TEST(test_stories_hparams)
 {
 	char err[SINKD_ERR_LEN];
 	struct model *m;
-	int rc = model_load(shared("models/stories260K.gguf"), NULL, &m, err, sizeof(err));
+	int rc = model_load(tu_shared_path("models/stories260K.gguf"), NULL, &m, err, sizeof(err));
 	ck_assert_msg(rc == 0, "%s", err);
 	const struct model_hparams *hp = &m->hp;
 	ck_assert_int_eq(hp->arch, MODEL_ARCH_LLAMA);
@@ -78,20 +70,20 @@ END_TEST
 START_TEST(test_sha256_check)
 {
 	char err[SINKD_ERR_LEN], want[65] = "";
-	FILE *fp = fopen(shared("models/SHA256SUMS"), "r");
+	FILE *fp = fopen(tu_shared_path("models/SHA256SUMS"), "r");
 	ck_assert_ptr_nonnull(fp);
 	ck_assert_int_eq(fscanf(fp, "%64s", want), 1);
 	fclose(fp);
 	struct model *m;
 	struct model_load_options opt = {.expected_sha256 = want};
-	ck_assert_int_eq(model_load(shared("models/stories260K.gguf"), &opt, &m, err, sizeof(err)),
+	ck_assert_int_eq(model_load(tu_shared_path("models/stories260K.gguf"), &opt, &m, err, sizeof(err)),
 	                 0);
 	model_free(m);
 	char bad[65];
 	memcpy(bad, want, 65);
 	bad[10] = bad[10] == '0' ? '1' : '0';
 	opt.expected_sha256 = bad;
-	ck_assert_int_lt(model_load(shared("models/stories260K.gguf"), &opt, &m, err, sizeof(err)),
+	ck_assert_int_lt(model_load(tu_shared_path("models/stories260K.gguf"), &opt, &m, err, sizeof(err)),
 	                 0);
 	ck_assert_ptr_null(m);
 	ck_assert_ptr_nonnull(strstr(err, "SHA-256 mismatch"));
@@ -523,7 +515,7 @@ START_TEST(test_mkmodel)
 	char p1[64], p2[64], err[SINKD_ERR_LEN];
 	temp_path(p1, sizeof(p1));
 	temp_path(p2, sizeof(p2));
-	const char *vocab = strdup(shared("vocab/ggml-vocab-llama-spm.gguf"));
+	const char *vocab = strdup(tu_shared_path("vocab/ggml-vocab-llama-spm.gguf"));
 	char *argv1[] = {(char *)mkmodel_path,
 	                 "--out",
 	                 p1,
@@ -646,9 +638,5 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_unaligned_data);
 	tcase_add_test(tc, test_mkmodel);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

@@ -13,6 +13,7 @@
 #include "server/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "util/errbuf.h"
+#include "testutil.h"
 
 /* The reference templates (tokenizer_config.json of each model). */
 static const char tmpl_llama2[] =
@@ -142,10 +143,9 @@ END_TEST
 
 static struct gguf_file *open_shared(const char *rel)
 {
-	char path[1024], err[SINKD_ERR_LEN];
-	snprintf(path, sizeof(path), "%s/%s", getenv("SINKD_SHARED"), rel);
+	char err[SINKD_ERR_LEN];
 	struct gguf_file *f = NULL;
-	ck_assert_msg(gguf_open(path, &f, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_msg(gguf_open(tu_shared_path(rel), &f, err, sizeof(err)) == 0, "%s", err);
 	return f;
 }
 
@@ -297,9 +297,5 @@ int main(void)
 	tcase_add_test(tc, test_detect);
 	tcase_add_test(tc, test_errors);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

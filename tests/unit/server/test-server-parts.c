@@ -14,6 +14,7 @@
 #include "server/listen.h"
 #include "server/metrics.h"
 #include "server/request.h"
+#include "testutil.h"
 
 START_TEST(test_listen_parse)
 {
@@ -309,9 +310,5 @@ int main(void)
 	tcase_add_test(tc, test_session_args);
 	tcase_add_test(tc, test_metrics_text);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

@@ -18,30 +18,7 @@
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
 #include "util/errbuf.h"
-
-static char *shared_path(const char *rel)
-{
-	const char *root = getenv("SINKD_SHARED");
-	char *p = NULL;
-	ck_assert_msg(root != NULL, "SINKD_SHARED is not set");
-	ck_assert_int_ge(asprintf(&p, "%s/%s", root, rel), 0);
-	return p;
-}
-
-static char *slurp(const char *path, size_t *len)
-{
-	FILE *fp = fopen(path, "rb");
-	ck_assert_msg(fp != NULL, "cannot open %s", path);
-	fseek(fp, 0, SEEK_END);
-	long n = ftell(fp);
-	fseek(fp, 0, SEEK_SET);
-	char *buf = malloc((size_t)n + 1);
-	ck_assert_int_eq(fread(buf, 1, (size_t)n, fp), (size_t)n);
-	buf[n] = '\0';
-	fclose(fp);
-	*len = (size_t)n;
-	return buf;
-}
+#include "testutil.h"
 
 static double now_ms(void)
 {
@@ -52,14 +29,13 @@ static double now_ms(void)
 
 static struct tokenizer *load_tok(const char *rel)
 {
-	char *path = shared_path(rel);
+	const char *path = tu_shared_path(rel);
 	char err[SINKD_ERR_LEN];
 	struct gguf_file *f = NULL;
 	struct tokenizer *tok = NULL;
 	ck_assert_msg(gguf_open(path, &f, err, sizeof(err)) == 0, "%s", err);
 	ck_assert_msg(tokenizer_new_from_gguf(f, &tok, err, sizeof(err)) == 0, "%s", err);
 	gguf_close(f); /* the tokenizer keeps its own copies */
-	free(path);
 	return tok;
 }
 
@@ -115,13 +91,11 @@ static size_t run_vocab(const char *name, size_t *total)
 	snprintf(rel, sizeof(rel), "vocab/ggml-vocab-%s.gguf", name);
 	struct tokenizer *tok = load_tok(rel);
 	snprintf(rel, sizeof(rel), "vocab/ggml-vocab-%s.gguf.inp", name);
-	char *path = shared_path(rel);
-	char *inp = slurp(path, &inp_len);
-	free(path);
+	const char *path = tu_shared_path(rel);
+	char *inp = tu_slurp(path, &inp_len);
 	snprintf(rel, sizeof(rel), "vocab/ggml-vocab-%s.gguf.out", name);
-	path = shared_path(rel);
-	char *outs = slurp(path, &out_len);
-	free(path);
+	path = tu_shared_path(rel);
+	char *outs = tu_slurp(path, &out_len);
 
 	char *items[256];
 	size_t lens[256], passed = 0;
@@ -186,7 +160,7 @@ START_TEST(test_pretokenizer_cases)
 	char *path = NULL;
 	size_t len;
 	ck_assert_int_ge(asprintf(&path, "%s/tests/unit/tokenizer/pretok-cases.json", src), 0);
-	char *json = slurp(path, &len);
+	char *json = tu_slurp(path, &len);
 	cJSON *root = cJSON_Parse(json), *c;
 	ck_assert_ptr_nonnull(root);
 	struct pretok_buf buf = {0};
@@ -246,8 +220,8 @@ START_TEST(test_stories260k_reference_ids)
 	free(ids);
 
 	size_t len;
-	char *path = shared_path("reference/stories260K-logits.json");
-	char *json = slurp(path, &len);
+	const char *path = tu_shared_path("reference/stories260K-logits.json");
+	char *json = tu_slurp(path, &len);
 	cJSON *root = cJSON_Parse(json);
 	cJSON *prompts = cJSON_GetObjectItem(root, "prompts"), *p;
 	int n_prompts = 0;
@@ -273,7 +247,6 @@ START_TEST(test_stories260k_reference_ids)
 	ck_assert_int_ge(n_prompts, 2);
 	cJSON_Delete(root);
 	free(json);
-	free(path);
 	tokenizer_free(tok);
 }
 END_TEST
@@ -283,13 +256,12 @@ END_TEST
 START_TEST(test_stories260k_dev_set_count)
 {
 	size_t len, total = 0;
-	char *path = shared_path("reference/stories260K-streaming-ppl.json");
-	char *json = slurp(path, &len);
+	const char *path = tu_shared_path("reference/stories260K-streaming-ppl.json");
+	char *json = tu_slurp(path, &len);
 	cJSON *root = cJSON_Parse(json);
 	int want = cJSON_GetObjectItem(root, "tokens")->valueint;
-	free(path);
-	path = shared_path("data/tinystories-dev.txt");
-	char *text = slurp(path, &len);
+	path = tu_shared_path("data/tinystories-dev.txt");
+	char *text = tu_slurp(path, &len);
 	struct tokenizer *tok = load_tok("models/stories260K.gguf");
 	for (char *line = text; *line;) {
 		char *nl = strchr(line, '\n');
@@ -311,7 +283,6 @@ START_TEST(test_stories260k_dev_set_count)
 	cJSON_Delete(root);
 	free(json);
 	free(text);
-	free(path);
 }
 END_TEST
 
@@ -655,9 +626,8 @@ END_TEST
 START_TEST(test_encode_speed)
 {
 	size_t len;
-	char *path = shared_path("data/tinystories-dev.txt");
-	char *text = slurp(path, &len);
-	free(path);
+	const char *path = tu_shared_path("data/tinystories-dev.txt");
+	char *text = tu_slurp(path, &len);
 	if (len > 30000)
 		len = 30000;
 	static const char *const names[] = {"vocab/ggml-vocab-llama-spm.gguf",
@@ -699,9 +669,5 @@ int main(void)
 	tcase_add_test(tc, test_unsupported_model_refused);
 	tcase_add_test(tc, test_encode_speed);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

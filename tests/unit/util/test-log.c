@@ -5,6 +5,7 @@
 
 #include "util/errbuf.h"
 #include "util/log.h"
+#include "testutil.h"
 
 static char *capture(enum log_format format, enum log_level level)
 {
@@ -83,9 +84,5 @@ int main(void)
 	tcase_add_test(tc, test_parse_names);
 	tcase_add_test(tc, test_err_prefix);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

@@ -1,0 +1,56 @@
+/* Helpers shared by the unit tests (see testutil.h): reference data paths,
+ * whole-file reads and the Check runner.  Test code only; it asserts rather
+ * than returning errors. */
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+const char *tu_shared_dir(void)
+{
+	const char *root = getenv("SINKD_SHARED");
+	ck_assert_msg(root != NULL, "SINKD_SHARED is not set");
+	return root;
+}
+
+const char *tu_shared_path(const char *rel)
+{
+	static char path[1024];
+	snprintf(path, sizeof(path), "%s/%s", tu_shared_dir(), rel);
+	return path;
+}
+
+char *tu_slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	ck_assert_msg(f != NULL, "cannot open %s", path);
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	char *buf = malloc((size_t)n + 1);
+	ck_assert_ptr_nonnull(buf);
+	ck_assert_int_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+	buf[n] = '\0';
+	fclose(f);
+	if (len)
+		*len = (size_t)n;
+	return buf;
+}
+
+cJSON *tu_load_reference(void)
+{
+	char *text = tu_slurp(tu_shared_path("reference/stories260K-logits.json"), NULL);
+	cJSON *ref = cJSON_Parse(text);
+	free(text);
+	ck_assert_ptr_nonnull(ref);
+	return ref;
+}
+
+int tu_run_suite(Suite *s)
+{
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,22 @@
+/* Helpers shared by the unit tests: where the reference data is
+ * ($SINKD_SHARED), whole-file reads, the stories260K reference logits, and
+ * running a Check suite.  They fail the current test (ck_assert) instead of
+ * returning errors.  Not for library code. */
+#pragma once
+
+#include <check.h>
+#include <cjson/cJSON.h>
+#include <stddef.h>
+
+/* The shared data folder ($SINKD_SHARED, set by tests/meson.build). */
+const char *tu_shared_dir(void);
+/* "$SINKD_SHARED/rel", in a static buffer valid until the next call. */
+const char *tu_shared_path(const char *rel);
+/* The whole file, NUL-terminated (free it); *len its size when len is not
+ * NULL. */
+char *tu_slurp(const char *path, size_t *len);
+/* shared/reference/stories260K-logits.json, parsed (cJSON_Delete it). */
+cJSON *tu_load_reference(void);
+/* Runs the suite (forking, normal output) and frees it: EXIT_SUCCESS when
+ * every test passed, else EXIT_FAILURE. */
+int tu_run_suite(Suite *s);
