@@ -1,16 +1,14 @@
-# Helpers shared by the server integration tests (sourced, not run): a
+# Helpers shared by the integration tests (sourced, not run): a
 # self-signed certificate made with the openssl CLI, a free port, starting
 # the real daemon on 127.0.0.1 with a temp YAML config, JSON checks.
 # Needs: SINKD_BIN, SINKD_SHARED, curl, openssl, python3.
+# Sourced with base_only=1 (tests of the command line, no server), it stops
+# after the common part: $bin, $shared, $model, $tmp (removed at exit),
+# check and finish; then it needs no tools.
 
 bin=${SINKD_BIN:?}
 shared=${SINKD_SHARED:?}
 model="$shared/models/stories260K.gguf"
-for tool in curl openssl python3; do
-	command -v "$tool" >/dev/null 2>&1 || { echo "SKIP: $tool is missing"; exit 77; }
-done
-# The system python starts far faster than a version-manager shim.
-py=$(command -v /usr/bin/python3 || command -v python3)
 tmp=$(mktemp -d)
 daemon_pids=()
 cleanup() {
@@ -20,6 +18,7 @@ cleanup() {
 trap cleanup EXIT
 fails=0
 n_checks=0
+n_deferred=0
 check() { # description, command...
 	local what=$1
 	shift
@@ -37,6 +36,13 @@ finish() {
 	[ "$fails" -eq 0 ]
 	exit $?
 }
+[ "${base_only:-0}" = 1 ] && return 0
+
+for tool in curl openssl python3; do
+	command -v "$tool" >/dev/null 2>&1 || { echo "SKIP: $tool is missing"; exit 77; }
+done
+# The system python starts far faster than a version-manager shim.
+py=$(command -v /usr/bin/python3 || command -v python3)
 
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=localhost \
 	-addext "subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1" \
@@ -109,7 +115,6 @@ auth=(-H "Authorization: Bearer $api_key")
 # SSE data events ("[DONE]" kept as a string), raw the whole text.
 # pcheck: a python expression with json, os and tmp in scope.
 mkdir -p "$tmp/checks"
-n_deferred=0
 defer() { # kind description file expr
 	n_deferred=$((n_deferred + 1))
 	local d

@@ -3,17 +3,8 @@
 # file (exit 0, effective config printed) and on broken files (exit 2, every
 # error with file:line:col), --set overrides, unknown commands.
 set -u
-bin=${SINKD_BIN:?}
 root=${SINKD_SOURCE_ROOT:?}
-shared=${SINKD_SHARED:?}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-check() { # description, condition...
-	local what=$1
-	shift
-	if "$@"; then echo "ok - $what"; else echo "not ok - $what"; fails=$((fails + 1)); fi
-}
+base_only=1 . "$(dirname "$0")/server-lib.sh"
 
 "$bin" --version >"$tmp/out" 2>&1
 check "--version exits 0" [ $? -eq 0 ]
@@ -84,5 +75,4 @@ check "eval takes a config whose certificate is missing" [ $? -eq 0 ]
 timeout 10 "$bin" --config "$tmp/bad.yaml" >"$tmp/out" 2>"$tmp/err"
 check "--config with a broken file exits 2" [ $? -eq 2 ]
 
-echo "1..$((fails))" >/dev/null
-[ "$fails" -eq 0 ]
+finish

@@ -9,16 +9,7 @@
 # (chunked prefill gives the same numbers as one token at a time: each token
 # is appended and then attends, in order).
 set -u
-bin=${SINKD_BIN:?}
-shared=${SINKD_SHARED:?}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-check() { # description, condition...
-	local what=$1
-	shift
-	if "$@"; then echo "ok - $what"; else echo "not ok - $what"; fails=$((fails + 1)); fi
-}
+base_only=1 . "$(dirname "$0")/server-lib.sh"
 model=$(realpath "$shared/models/stories260K.gguf")
 text=$shared/data/tinystories-dev.txt
 ref=$shared/reference/stories260K-streaming-ppl.json
@@ -81,4 +72,4 @@ check "sinks >= window is explained" grep -q 'sink_keep_count' "$tmp/out"
 "$bin" eval --config "$tmp/eval.yaml" --text "$tmp/missing.txt" >"$tmp/out" 2>&1
 check "a missing text file fails" [ $? -ne 0 ]
 
-[ $fails -eq 0 ] || { echo "$fails checks failed"; exit 1; }
+finish
