@@ -39,11 +39,11 @@ static struct stamp stamp_now(void)
 	return (struct stamp){clock_s(CLOCK_MONOTONIC), clock_s(CLOCK_PROCESS_CPUTIME_ID)};
 }
 
-static void print_per_token(uint64_t pos, struct stamp t0, int n)
+static void print_per_token(uint64_t pos, struct stamp t0, int n, size_t resident, size_t bound)
 {
 	struct stamp t1 = stamp_now();
-	printf("%llu %.9f %.9f\n", (unsigned long long)pos, (t1.wall - t0.wall) / n,
-	       (t1.cpu - t0.cpu) / n);
+	printf("%llu %.9f %.9f %zu %zu\n", (unsigned long long)pos, (t1.wall - t0.wall) / n,
+	       (t1.cpu - t0.cpu) / n, resident, bound);
 }
 
 static int feed(struct backend *be, struct backend_session *s, struct backend_token *batch,
@@ -91,8 +91,12 @@ static int run_model(int argc, char **argv)
 		struct stamp t0 = stamp_now();
 		for (int i = 0; !rc && i < 256; i++)
 			rc = feed(be, s, batch, 1, &pos, logits, err);
-		if (!rc)
-			print_per_token(target, t0, 256);
+		if (!rc) {
+			/* resident bytes beside the bound: a full cache sits at it */
+			struct sinkcache_stats st;
+			be->ops->session_stats(be, s, &st);
+			print_per_token(target, t0, 256, st.bytes_resident, st.bytes_bound);
+		}
 	}
 	if (rc)
 		fprintf(stderr, "cache-driver: %s\n", err);
@@ -148,7 +152,9 @@ static int run_cache(int argc, char **argv)
 			sinkcache_append(c, 0, k, k, NULL, 0);
 			sinkcache_attend(c, 0, q, n_heads, 0, n_heads, out, scratch, NULL);
 		}
-		print_per_token(target, t0, 256);
+		struct sinkcache_stats st;
+		sinkcache_get_stats(c, &st);
+		print_per_token(target, t0, 256, st.bytes_resident, st.bytes_bound);
 		sinkcache_free(c);
 	}
 	free(k);

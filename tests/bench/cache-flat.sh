@@ -44,17 +44,19 @@ cc -O2 -std=c11 -D_GNU_SOURCE -I"$ROOT/src" -o "$TMP/cache-driver" \
 # shellcheck disable=SC2086
 "$TMP/cache-driver" cache 32 8 128 4096 4 2 8 $POSITIONS >"$TMP/int8.txt"
 
-printf '%-10s %22s %24s %24s\n' position "stories260K ms/token" "8B-shape layer bf16 us" \
-	"8B-shape layer int8 us"
+printf '%-10s %22s %24s %24s %26s\n' position "stories260K ms/token" "8B-shape layer bf16 us" \
+	"8B-shape layer int8 us" "stories260K KV resident/bound"
 col() { awk -v p="$2" -v c="$3" '$1 == p { print $c }' "$TMP/$1.txt"; }
 json='{"bench":"cache-flat","window":4096,"sinks":4,"model_threads":'$THREADS',"rows":['
 sep=
 for p in $POSITIONS; do
-	printf '%-10s %22.3f %24.1f %24.1f\n' "$p" "$(echo "$(col model "$p" 3) * 1000" | bc -l)" \
-		"$(echo "$(col bf16 "$p" 3) * 1000000" | bc -l)" "$(echo "$(col int8 "$p" 3) * 1000000" | bc -l)"
+	printf '%-10s %22.3f %24.1f %24.1f %26s\n' "$p" "$(echo "$(col model "$p" 3) * 1000" | bc -l)" \
+		"$(echo "$(col bf16 "$p" 3) * 1000000" | bc -l)" "$(echo "$(col int8 "$p" 3) * 1000000" | bc -l)" \
+		"$(col model "$p" 4)/$(col model "$p" 5)"
 	json+="$sep{\"position\":$p"
 	for kind in model bf16 int8; do
 		json+=",\"${kind}_wall_s\":$(col $kind "$p" 2),\"${kind}_cpu_s\":$(col $kind "$p" 3)"
+		json+=",\"${kind}_kv_resident_bytes\":$(col $kind "$p" 4),\"${kind}_kv_bound_bytes\":$(col $kind "$p" 5)"
 	done
 	json+="}"
 	sep=,
