@@ -67,6 +67,19 @@ static int32_t sample_copy(struct sampler *s, const float *logits, int n,
 	return res->token;
 }
 
+/* With p so narrow that one token is left, seeds 0..19 all sample the
+ * reference's greedy token. */
+static void expect_greedy_every_seed(struct sampler_params *p, const struct ref_prompt *rp)
+{
+	for (uint64_t seed = 0; seed < 20; seed++) {
+		p->seed = seed;
+		struct sampler *s = make(p, rp->n_vocab);
+		struct sampler_result res;
+		ck_assert_int_eq(sample_copy(s, rp->logits, rp->n_vocab, &res), rp->greedy_first);
+		sampler_free(s);
+	}
+}
+
 START_TEST(test_greedy_matches_reference)
 {
 	struct ref_prompt rp;
@@ -195,13 +208,7 @@ START_TEST(test_top_k)
 	sampler_params_default(&p);
 	p.top_k = 1;
 	p.temperature = 1.5f;
-	for (uint64_t seed = 0; seed < 20; seed++) {
-		p.seed = seed;
-		struct sampler *s = make(&p, rp.n_vocab);
-		struct sampler_result res;
-		ck_assert_int_eq(sample_copy(s, rp.logits, rp.n_vocab, &res), rp.greedy_first);
-		sampler_free(s);
-	}
+	expect_greedy_every_seed(&p, &rp);
 	/* top_k 2 over {0.1,0.2,0.3,0.4}: only ids 2 and 3, renormalised 3:4. */
 	float logits[4] = {logf(0.1f), logf(0.2f), logf(0.3f), logf(0.4f)};
 	p.top_k = 2;
@@ -220,13 +227,7 @@ START_TEST(test_top_p)
 	struct sampler_params p;
 	sampler_params_default(&p);
 	p.top_p = 1e-6f;
-	for (uint64_t seed = 0; seed < 20; seed++) {
-		p.seed = seed;
-		struct sampler *s = make(&p, rp.n_vocab);
-		struct sampler_result res;
-		ck_assert_int_eq(sample_copy(s, rp.logits, rp.n_vocab, &res), rp.greedy_first);
-		sampler_free(s);
-	}
+	expect_greedy_every_seed(&p, &rp);
 	/* {0.1,0.2,0.3,0.4} with top_p 0.6: 0.4 < 0.6 <= 0.7, keeps ids 3, 2. */
 	float logits[4] = {logf(0.1f), logf(0.2f), logf(0.3f), logf(0.4f)};
 	p.top_p = 0.6f;
