@@ -210,12 +210,8 @@ int cuda_kv_plan_revise(const struct cuda_kv_shape *sh, struct cuda_kv_state *st
 {
 	int most = st->hot_n + st->stage_n;
 	if (n > (size_t)most)
-		return err_set(err, err_len, -ERANGE,
-		               "sink cache: can revise at most %d tokens (asked %zu): %d sink "
-		               "tokens are never revised, "
-		               "%d older window tokens are quantized and %llu were evicted",
-		               most, n, st->n_sink, window_count(sh, st) - most,
-		               (unsigned long long)st->evicted);
+		return sinkcache_revise_range_error(err, err_len, most, n, st->n_sink,
+		                                    window_count(sh, st) - most, st->evicted);
 	int from_hot = (int)n < st->hot_n ? (int)n : st->hot_n;
 	st->hot_n -= from_hot;
 	st->stage_n -= (int)n - from_hot;

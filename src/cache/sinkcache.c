@@ -499,6 +499,16 @@ static int kv_layer_revisable(const struct kv_layer *L)
 	return L->hot.n + L->stage.n;
 }
 
+int sinkcache_revise_range_error(char *err, size_t err_len, int most, size_t asked, int n_sink,
+                                 int quantized, uint64_t evicted)
+{
+	return err_set(err, err_len, -ERANGE,
+	               "sink cache: can revise at most %d tokens (asked %zu): %d sink "
+	               "tokens are never revised, "
+	               "%d older window tokens are quantized and %llu were evicted",
+	               most, asked, n_sink, quantized, (unsigned long long)evicted);
+}
+
 int sinkcache_revise(struct sinkcache *c, size_t n_tokens, char *err, size_t err_len)
 {
 	struct kv_layer *L0 = &c->layers[0];
@@ -511,12 +521,8 @@ int sinkcache_revise(struct sinkcache *c, size_t n_tokens, char *err, size_t err
 			               (unsigned long long)L0->n_seen);
 	int most = kv_layer_revisable(L0);
 	if (n_tokens > (size_t)most)
-		return err_set(err, err_len, -ERANGE,
-		               "sink cache: can revise at most %d tokens (asked %zu): %d sink "
-		               "tokens are never revised, "
-		               "%d older window tokens are quantized and %llu were evicted",
-		               most, n_tokens, L0->n_sink, kv_layer_window(c, L0) - most,
-		               (unsigned long long)L0->evicted);
+		return sinkcache_revise_range_error(err, err_len, most, n_tokens, L0->n_sink,
+		                                    kv_layer_window(c, L0) - most, L0->evicted);
 	for (int l = 0; l < c->g.n_layers; l++) {
 		struct kv_layer *L = &c->layers[l];
 		int from_hot = (int)n_tokens < L->hot.n ? (int)n_tokens : L->hot.n;
