@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 const char *tu_shared_dir(void)
 {
@@ -35,6 +36,16 @@ char *tu_slurp(const char *path, size_t *len)
 	if (len)
 		*len = (size_t)n;
 	return buf;
+}
+
+void tu_temp_file(char *path, size_t len, const char *prefix, const void *data, size_t n)
+{
+	ck_assert_int_lt(snprintf(path, len, "/tmp/%s-XXXXXX", prefix), (int)len);
+	int fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	if (n)
+		ck_assert_int_eq((int)write(fd, data, n), (int)n);
+	close(fd);
 }
 
 cJSON *tu_load_reference(void)

@@ -15,6 +15,9 @@ const char *tu_shared_path(const char *rel);
 /* The whole file, NUL-terminated (free it); *len its size when len is not
  * NULL. */
 char *tu_slurp(const char *path, size_t *len);
+/* Creates /tmp/<prefix>-XXXXXX holding data[0..n) (n may be 0); its name
+ * in path (len bytes, at least strlen(prefix) + 13).  The caller unlinks. */
+void tu_temp_file(char *path, size_t len, const char *prefix, const void *data, size_t n);
 /* shared/reference/stories260K-logits.json, parsed (cJSON_Delete it). */
 cJSON *tu_load_reference(void);
 /* Runs the suite (forking, normal output) and frees it: EXIT_SUCCESS when

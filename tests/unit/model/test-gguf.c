@@ -139,10 +139,8 @@ END_TEST
 
 START_TEST(test_writer_round_trip)
 {
-	char path[] = "/tmp/sinkd-test-gguf-XXXXXX";
-	int fd = mkstemp(path);
-	ck_assert_int_ge(fd, 0);
-	close(fd);
+	char path[64];
+	tu_temp_file(path, sizeof(path), "sinkd-test-gguf", NULL, 0);
 	char err[SINKD_ERR_LEN];
 	struct gguf_writer *w;
 	ck_assert_int_eq(gguf_writer_new(path, &w, err, sizeof(err)), 0);
@@ -197,10 +195,8 @@ END_TEST
 /* Every scalar width converts to int64/double as documented. */
 START_TEST(test_scalar_conversions)
 {
-	char path[] = "/tmp/sinkd-test-gguf-XXXXXX";
-	int fd = mkstemp(path);
-	ck_assert_int_ge(fd, 0);
-	close(fd);
+	char path[64];
+	tu_temp_file(path, sizeof(path), "sinkd-test-gguf", NULL, 0);
 	char err[SINKD_ERR_LEN];
 	struct gguf_writer *w;
 	ck_assert_int_eq(gguf_writer_new(path, &w, err, sizeof(err)), 0);
@@ -354,11 +350,8 @@ static void raw_data(struct raw *r, size_t data_bytes)
  * the path and `needle`. */
 static void expect_reject(const struct raw *r, const char *needle)
 {
-	char path[] = "/tmp/sinkd-test-gguf-XXXXXX";
-	int fd = mkstemp(path);
-	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq((int)write(fd, r->buf, r->len), (int)r->len);
-	close(fd);
+	char path[64];
+	tu_temp_file(path, sizeof(path), "sinkd-test-gguf", r->buf, r->len);
 	char err[SINKD_ERR_LEN] = "";
 	struct gguf_file *f = (struct gguf_file *)1;
 	int rc = gguf_open(path, &f, err, sizeof(err));
@@ -371,11 +364,8 @@ static void expect_reject(const struct raw *r, const char *needle)
 
 static void expect_accept(const struct raw *r)
 {
-	char path[] = "/tmp/sinkd-test-gguf-XXXXXX";
-	int fd = mkstemp(path);
-	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq((int)write(fd, r->buf, r->len), (int)r->len);
-	close(fd);
+	char path[64];
+	tu_temp_file(path, sizeof(path), "sinkd-test-gguf", r->buf, r->len);
 	char err[SINKD_ERR_LEN] = "";
 	struct gguf_file *f;
 	int rc = gguf_open(path, &f, err, sizeof(err));

@@ -19,14 +19,6 @@
 #include "testutil.h"
 
 static const char *mkmodel_path;
-static void temp_path(char *buf, size_t len)
-{
-	snprintf(buf, len, "/tmp/sinkd-test-model-XXXXXX");
-	int fd = mkstemp(buf);
-	ck_assert_int_ge(fd, 0);
-	close(fd);
-}
-
 START_TEST(test_stories_hparams)
 {
 	char err[SINKD_ERR_LEN];
@@ -303,7 +295,7 @@ static void check_matrix(const struct model *m, const struct weight_matrix *w, c
 START_TEST(test_storage_types)
 {
 	char path[64], err[SINKD_ERR_LEN];
-	temp_path(path, sizeof(path));
+	tu_temp_file(path, sizeof(path), "sinkd-test-model", NULL, 0);
 	struct spec s = base_spec();
 	enum ggml_type types[7] = {GGML_TYPE_Q4_K, GGML_TYPE_Q8_0, GGML_TYPE_BF16, GGML_TYPE_F16,
 	                           GGML_TYPE_Q6_K, GGML_TYPE_Q5_K, GGML_TYPE_Q4_0};
@@ -355,7 +347,7 @@ END_TEST
 START_TEST(test_qwen2_biases)
 {
 	char path[64], err[SINKD_ERR_LEN];
-	temp_path(path, sizeof(path));
+	tu_temp_file(path, sizeof(path), "sinkd-test-model", NULL, 0);
 	struct spec s = base_spec();
 	s.arch = "qwen2";
 	s.bias = 1;
@@ -389,7 +381,7 @@ END_TEST
 START_TEST(test_shape_and_type_errors)
 {
 	char path[64], err[SINKD_ERR_LEN];
-	temp_path(path, sizeof(path));
+	tu_temp_file(path, sizeof(path), "sinkd-test-model", NULL, 0);
 	struct spec s = base_spec();
 	s.bad_dims = "blk.1.attn_k.weight";
 	write_model(path, &s);
@@ -454,7 +446,7 @@ END_TEST
 START_TEST(test_unaligned_data)
 {
 	char path[64], err[SINKD_ERR_LEN];
-	temp_path(path, sizeof(path));
+	tu_temp_file(path, sizeof(path), "sinkd-test-model", NULL, 0);
 	int misaligned = 0;
 	for (int pad = 1; pad <= 3; pad++) {
 		struct spec s = base_spec();
@@ -513,8 +505,8 @@ START_TEST(test_mkmodel)
 		return;
 	}
 	char p1[64], p2[64], err[SINKD_ERR_LEN];
-	temp_path(p1, sizeof(p1));
-	temp_path(p2, sizeof(p2));
+	tu_temp_file(p1, sizeof(p1), "sinkd-test-model", NULL, 0);
+	tu_temp_file(p2, sizeof(p2), "sinkd-test-model", NULL, 0);
 	const char *vocab = strdup(tu_shared_path("vocab/ggml-vocab-llama-spm.gguf"));
 	char *argv1[] = {(char *)mkmodel_path,
 	                 "--out",

@@ -490,10 +490,9 @@ static char *write_tiny_bpe(const char *model, const char *pre)
 	                                     "<|eot_id|>"};
 	static const char *const merges[] = {"b c", "\xc4\xa0 a"};
 	const int32_t types[] = {1, 1, 1, 1, 1, 1, 1, 1, 3, 3};
-	char *path = strdup("/tmp/sinkd-tok-XXXXXX");
-	int fd = mkstemp(path);
-	ck_assert_int_ge(fd, 0);
-	close(fd);
+	char *path = malloc(64);
+	ck_assert_ptr_nonnull(path);
+	tu_temp_file(path, 64, "sinkd-tok", NULL, 0);
 	char err[SINKD_ERR_LEN];
 	struct gguf_writer *w;
 	ck_assert_int_eq(gguf_writer_new(path, &w, err, sizeof(err)), 0);
