@@ -57,11 +57,16 @@ cJSON *tu_load_reference(void)
 	return ref;
 }
 
-int tu_run_suite(Suite *s)
+int tu_suite_failures(Suite *s)
 {
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return failed;
+}
+
+int tu_run_suite(Suite *s)
+{
+	return tu_suite_failures(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -22,6 +22,7 @@
 #include "sched/scheduler.h"
 #include "tokenizer/tokenizer.h"
 #include "util/errbuf.h"
+#include "testutil.h"
 
 /* ---- fixture: the model, backend and tokenizer, loaded once ----------- */
 
@@ -841,10 +842,7 @@ int main(void)
 	tcase_add_test(tc, test_auto_budget_and_metrics);
 	tcase_add_test(tc, test_random_walk_invariants);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	int failed = tu_suite_failures(s);
 	backend_free(fx.be);
 	tokenizer_free(fx.tok);
 	model_free(fx.model);

@@ -12,6 +12,7 @@
 #include "config/config.h"
 #include "server/listen.h"
 #include "server/server.h"
+#include "testutil.h"
 
 static char dir[] = "/tmp/sinkd-test-http-XXXXXX";
 static char cert[256], key[256];
@@ -149,10 +150,7 @@ int main(void)
 	tcase_add_test(tc, test_lifecycle_before_engine);
 	tcase_add_test(tc, test_start_errors);
 	suite_add_tcase(su, tc);
-	SRunner *sr = srunner_create(su);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	int failed = tu_suite_failures(su);
 	char cmd[300];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
 	if (system(cmd) != 0)
