@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "cli/cli_common.h"
 #include "config/config.h"
 #include "engine/backend.h"
 #include "model/model.h"
@@ -40,11 +41,7 @@ struct eval_args {
 
 /* Everything one run owns; eval_state_free() releases what was made. */
 struct eval_state {
-	struct sinkd_config cfg;
-	bool cfg_loaded;
-	struct model *model;
-	struct tokenizer *tok;
-	struct backend *be;
+	struct cli_engine eng; /* config, model, tokenizer, backend */
 	struct sinkcache_geometry geom;
 	int32_t *ids; /* (n_ids) the whole stream */
 	size_t n_ids;
@@ -123,6 +120,20 @@ static int parse_valued(struct eval_args *a, const char *opt, const char *val)
 	return rc ? rc : 1;
 }
 
+static int parse_flag(void *args, const char *opt)
+{
+	struct eval_args *a = args;
+	if (strcmp(opt, "--json") != 0)
+		return 0;
+	a->json = true;
+	return 1;
+}
+
+static int parse_value(void *args, const char *opt, const char *val)
+{
+	return parse_valued(args, opt, val);
+}
+
 static int parse_eval_args(int argc, char **argv, struct eval_args *a)
 {
 	a->chunk = 1;
@@ -131,26 +142,9 @@ static int parse_eval_args(int argc, char **argv, struct eval_args *a)
 	a->sets = calloc((size_t)argc + 1, sizeof(char *));
 	if (!a->sets)
 		return -ENOMEM;
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--json")) {
-			a->json = true;
-			continue;
-		}
-		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			eval_usage(stdout);
-			return 1;
-		}
-		int rc = i + 1 < argc ? parse_valued(a, argv[i], argv[i + 1]) : 0;
-		if (rc < 0)
-			return rc;
-		if (rc == 0) {
-			fprintf(stderr, "sinkd eval: unknown or incomplete argument '%s'\n",
-			        argv[i]);
-			eval_usage(stderr);
-			return -EINVAL;
-		}
-		i++;
-	}
+	int rc = cli_parse_args(argc, argv, "eval", a, parse_flag, parse_value, eval_usage);
+	if (rc)
+		return rc;
 	if (!a->text_path) {
 		fprintf(stderr, "sinkd eval: --text FILE is required\n");
 		return -EINVAL;
@@ -160,47 +154,24 @@ static int parse_eval_args(int argc, char **argv, struct eval_args *a)
 
 static void eval_state_free(struct eval_state *st)
 {
-	backend_free(st->be);
-	tokenizer_free(st->tok);
-	model_free(st->model);
 	free(st->ids);
 	free(st->logits);
 	free(st->batch);
 	free(st->mass);
 	free(st->mass_sum);
-	if (st->cfg_loaded)
-		config_deinit(&st->cfg);
-}
-
-static int load_config(struct eval_state *st, const struct eval_args *a)
-{
-	struct config_errors errs = {0};
-	int rc = config_load(&st->cfg, a->config_path, a->sets, a->n_sets, &errs);
-	st->cfg_loaded = true;
-	if (rc)
-		config_errors_print(&errs, stderr);
-	config_errors_deinit(&errs);
-	return rc ? -EINVAL : 0;
+	cli_engine_close(&st->eng);
 }
 
 static int setup_engine(struct eval_state *st, const struct eval_args *a, char *err, size_t err_len)
 {
-	const char *path = a->model_path ? a->model_path : st->cfg.model.path;
-	if (!path || !path[0])
-		return err_set(err, err_len, -EINVAL, "--model FILE or model.path is required");
-	int rc = model_load(path, NULL, &st->model, err, err_len);
+	int rc = cli_engine_open(&st->eng, a->config_path, a->sets, a->n_sets, a->model_path,
+	                         a->n_threads, err, err_len);
 	if (rc)
 		return rc;
-	if ((rc = tokenizer_new_from_gguf(st->model->file, &st->tok, err, err_len)))
-		return rc;
-	struct backend_options opt = {.n_threads = a->n_threads >= 0 ? a->n_threads
-	                                                             : (int)st->cfg.engine.threads};
-	if ((rc = backend_cpu_new(st->model, &opt, &st->be, err, err_len)))
-		return rc;
-	config_cache_geometry(&st->cfg, &st->model->hp, &st->geom);
+	config_cache_geometry(&st->eng.cfg, &st->eng.model->hp, &st->geom);
 	if ((rc = sinkcache_geometry_check(&st->geom, err, err_len)))
 		return rc;
-	const struct model_hparams *hp = &st->model->hp;
+	const struct model_hparams *hp = &st->eng.model->hp;
 	st->logits = malloc((size_t)a->chunk * (size_t)hp->n_vocab * sizeof(float));
 	st->batch = calloc((size_t)a->chunk, sizeof(*st->batch));
 	st->mass = calloc((size_t)hp->n_layers * (size_t)hp->n_heads, sizeof(float));
@@ -216,7 +187,7 @@ static int add_document(struct eval_state *st, const char *line, size_t len, cha
 {
 	int32_t *ids = NULL;
 	size_t n = 0;
-	int rc = tokenizer_encode(st->tok, line, len, true, false, &ids, &n, err, err_len);
+	int rc = tokenizer_encode(st->eng.tok, line, len, true, false, &ids, &n, err, err_len);
 	if (rc)
 		return rc;
 	int32_t *grown = realloc(st->ids, (st->n_ids + n) * sizeof(int32_t));
@@ -275,7 +246,7 @@ static bool eval_scored(const struct eval_args *a, size_t t)
  * per-layer sums, and clears it. */
 static void take_mass(struct eval_state *st, size_t n_queries)
 {
-	const struct model_hparams *hp = &st->model->hp;
+	const struct model_hparams *hp = &st->eng.model->hp;
 	for (int l = 0; l < hp->n_layers; l++) {
 		double s = 0.0;
 		for (int h = 0; h < hp->n_heads; h++)
@@ -292,7 +263,7 @@ static void take_mass(struct eval_state *st, size_t n_queries)
 static int feed_range(struct eval_state *st, const struct eval_args *a, struct backend_session *s,
                       size_t begin, size_t end, bool stream, char *err, size_t err_len)
 {
-	int n_vocab = st->model->hp.n_vocab;
+	int n_vocab = st->eng.model->hp.n_vocab;
 	size_t chunk = (size_t)a->chunk;
 	for (size_t i = begin; i < end; i += chunk) {
 		size_t m = end - i < chunk ? end - i : chunk;
@@ -305,7 +276,7 @@ static int feed_range(struct eval_state *st, const struct eval_args *a, struct b
 			                                      .want_logits = want,
 			                                      .sink_mass = mass ? st->mass : NULL};
 		}
-		int rc = st->be->ops->forward(st->be, st->batch, m, st->logits, err, err_len);
+		int rc = st->eng.be->ops->forward(st->eng.be, st->batch, m, st->logits, err, err_len);
 		if (rc)
 			return rc;
 		take_mass(st, stream ? m : (i + m == end));
@@ -323,7 +294,7 @@ static int feed_range(struct eval_state *st, const struct eval_args *a, struct b
 static int run_stream(struct eval_state *st, const struct eval_args *a, char *err, size_t err_len)
 {
 	struct backend_session *s = NULL;
-	int rc = st->be->ops->session_new(st->be, &st->geom, &s, err, err_len);
+	int rc = st->eng.be->ops->session_new(st->eng.be, &st->geom, &s, err, err_len);
 	if (rc)
 		return rc;
 	if (st->geom.strategy == CACHE_STRATEGY_FULL &&
@@ -334,7 +305,7 @@ static int run_stream(struct eval_state *st, const struct eval_args *a, char *er
 		    st->n_ids, st->geom.max_context_length);
 	else
 		rc = feed_range(st, a, s, 0, st->n_ids - 1, true, err, err_len);
-	st->be->ops->session_free(st->be, s);
+	st->eng.be->ops->session_free(st->eng.be, s);
 	return rc;
 }
 
@@ -349,12 +320,12 @@ static int run_recompute(struct eval_state *st, const struct eval_args *a, char 
 		if (!eval_scored(a, t))
 			continue;
 		struct backend_session *s = NULL;
-		int rc = st->be->ops->session_new(st->be, &st->geom, &s, err, err_len);
+		int rc = st->eng.be->ops->session_new(st->eng.be, &st->geom, &s, err, err_len);
 		if (rc)
 			return rc;
 		size_t begin = t > span ? t - span : 0;
 		rc = feed_range(st, a, s, begin, t, false, err, err_len);
-		st->be->ops->session_free(st->be, s);
+		st->eng.be->ops->session_free(st->eng.be, s);
 		if (rc)
 			return rc;
 	}
@@ -385,9 +356,9 @@ static void print_config_json(const struct sinkcache_geometry *g, const struct e
 static void print_report(const struct eval_state *st, const struct eval_args *a, double secs)
 {
 	const struct sinkcache_geometry *g = &st->geom;
-	int n_layers = st->model->hp.n_layers;
+	int n_layers = st->eng.model->hp.n_layers;
 	double mean = st->n_scored ? st->nll_sum / (double)st->n_scored : 0.0;
-	printf("model        %s\n", st->model->name);
+	printf("model        %s\n", st->eng.model->name);
 	printf("stream       %zu documents, %zu tokens, %zu scored%s\n", st->n_docs, st->n_ids,
 	       st->n_scored, a->recompute ? " (recompute baseline)" : "");
 	printf("cache        %s, %d sinks, window %d, positions %s, %s", strategy_text[g->strategy],
@@ -440,12 +411,9 @@ int cli_eval(int argc, char **argv)
 	}
 	struct eval_state st = {0};
 	char err[SINKD_ERR_LEN] = "";
-	rc = load_config(&st, &a);
-	if (rc == 0) {
-		rc = run_eval(&st, &a, err, sizeof(err));
-		if (rc)
-			fprintf(stderr, "sinkd eval: %s\n", err);
-	}
+	rc = run_eval(&st, &a, err, sizeof(err));
+	if (rc)
+		fprintf(stderr, "sinkd eval: %s\n", err);
 	eval_state_free(&st);
 	free(a.sets);
 	return rc == 0 ? 0 : rc == -EINVAL ? 2 : 1;

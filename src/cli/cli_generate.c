@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "cli/cli_common.h"
 #include "config/config.h"
 #include "engine/backend.h"
 #include "engine/sampler.h"
@@ -93,6 +94,20 @@ static int parse_valued(struct generate_args *a, const char *opt, const char *va
 	return rc ? rc : 1;
 }
 
+static int parse_flag(void *args, const char *opt)
+{
+	struct generate_args *a = args;
+	if (strcmp(opt, "--stats-json") != 0)
+		return 0;
+	a->stats_json = true;
+	return 1;
+}
+
+static int parse_value(void *args, const char *opt, const char *val)
+{
+	return parse_valued(args, opt, val);
+}
+
 static int parse_generate_args(int argc, char **argv, struct generate_args *a)
 {
 	sampler_params_default(&a->sp);
@@ -102,26 +117,9 @@ static int parse_generate_args(int argc, char **argv, struct generate_args *a)
 	a->sets = calloc((size_t)argc + 1, sizeof(char *));
 	if (!a->sets)
 		return -ENOMEM;
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--stats-json")) {
-			a->stats_json = true;
-			continue;
-		}
-		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			generate_usage(stdout);
-			return 1;
-		}
-		int rc = i + 1 < argc ? parse_valued(a, argv[i], argv[i + 1]) : 0;
-		if (rc < 0)
-			return rc;
-		if (rc == 0) {
-			fprintf(stderr, "sinkd generate: unknown or incomplete argument '%s'\n",
-			        argv[i]);
-			generate_usage(stderr);
-			return -EINVAL;
-		}
-		i++;
-	}
+	int rc = cli_parse_args(argc, argv, "generate", a, parse_flag, parse_value, generate_usage);
+	if (rc)
+		return rc;
 	if (!a->prompt) {
 		fprintf(stderr, "sinkd generate: --prompt TEXT is required\n");
 		return -EINVAL;
@@ -131,11 +129,7 @@ static int parse_generate_args(int argc, char **argv, struct generate_args *a)
 
 /* Everything one run owns; generate_state_free() releases what was made. */
 struct generate_state {
-	struct sinkd_config cfg;
-	bool cfg_loaded;
-	struct model *model;
-	struct tokenizer *tok;
-	struct backend *be;
+	struct cli_engine eng; /* config, model, tokenizer, backend */
 	struct backend_session *session;
 	struct sampler *sampler;
 	int32_t *prompt_ids;
@@ -149,58 +143,32 @@ struct generate_state {
 static void generate_state_free(struct generate_state *st)
 {
 	if (st->session)
-		st->be->ops->session_free(st->be, st->session);
-	backend_free(st->be);
+		st->eng.be->ops->session_free(st->eng.be, st->session);
 	sampler_free(st->sampler);
-	tokenizer_free(st->tok);
-	model_free(st->model);
 	free(st->prompt_ids);
 	free(st->logits);
 	free(st->batch);
-	if (st->cfg_loaded)
-		config_deinit(&st->cfg);
-}
-
-static int load_config(struct generate_state *st, const struct generate_args *a)
-{
-	struct config_errors errs = {0};
-	int rc = config_load(&st->cfg, a->config_path, a->sets, a->n_sets, &errs);
-	st->cfg_loaded = true;
-	if (rc) {
-		config_errors_print(&errs, stderr);
-		config_errors_deinit(&errs);
-		return -EINVAL;
-	}
-	config_errors_deinit(&errs);
-	return 0;
+	cli_engine_close(&st->eng);
 }
 
 static int setup_engine(struct generate_state *st, const struct generate_args *a, char *err,
                         size_t err_len)
 {
-	const char *path = a->model_path ? a->model_path : st->cfg.model.path;
-	if (!path || !path[0])
-		return err_set(err, err_len, -EINVAL, "--model FILE is required");
-	int rc = model_load(path, NULL, &st->model, err, err_len);
+	int rc = cli_engine_open(&st->eng, a->config_path, a->sets, a->n_sets, a->model_path,
+	                         a->n_threads, err, err_len);
 	if (rc)
 		return rc;
-	if ((rc = tokenizer_new_from_gguf(st->model->file, &st->tok, err, err_len)))
-		return rc;
-	struct backend_options opt = {.n_threads = a->n_threads >= 0 ? a->n_threads
-	                                                             : (int)st->cfg.engine.threads};
-	if ((rc = backend_cpu_new(st->model, &opt, &st->be, err, err_len)))
-		return rc;
 	struct sinkcache_geometry g;
-	config_cache_geometry(&st->cfg, &st->model->hp, &g);
-	if ((rc = st->be->ops->session_new(st->be, &g, &st->session, err, err_len)))
+	config_cache_geometry(&st->eng.cfg, &st->eng.model->hp, &g);
+	if ((rc = st->eng.be->ops->session_new(st->eng.be, &g, &st->session, err, err_len)))
 		return rc;
 	st->max_context = g.max_context_length;
 	/* Prompts longer than the window stream through it in chunks. */
-	long chunk = st->cfg.scheduler.max_batch_tokens;
+	long chunk = st->eng.cfg.scheduler.max_batch_tokens;
 	if (g.strategy == CACHE_STRATEGY_SLIDING_WINDOW && g.window_size < chunk)
 		chunk = g.window_size;
 	st->chunk = chunk < 1 ? 1 : (int)chunk;
-	int n_vocab = st->model->hp.n_vocab;
+	int n_vocab = st->eng.model->hp.n_vocab;
 	st->logits = malloc((size_t)n_vocab * sizeof(float));
 	st->batch = calloc((size_t)st->chunk, sizeof(*st->batch));
 	if (!st->logits || !st->batch)
@@ -214,7 +182,7 @@ static int feed_tokens(struct generate_state *st, const int32_t *ids, size_t n, 
 {
 	for (size_t i = 0; i < n; i += (size_t)st->chunk) {
 		size_t m = n - i < (size_t)st->chunk ? n - i : (size_t)st->chunk;
-		if (!st->be->ops->session_can_append(st->be, st->session, m))
+		if (!st->eng.be->ops->session_can_append(st->eng.be, st->session, m))
 			return err_set(err, err_len, -ENOSPC,
 			               "the context is full: strategy full holds at most %d tokens "
 			               "(inference.max_context_length)",
@@ -223,7 +191,7 @@ static int feed_tokens(struct generate_state *st, const int32_t *ids, size_t n, 
 			st->batch[j] = (struct backend_token){.session = st->session,
 			                                      .token = ids[i + j],
 			                                      .want_logits = i + j == n - 1};
-		int rc = st->be->ops->forward(st->be, st->batch, m, st->logits, err, err_len);
+		int rc = st->eng.be->ops->forward(st->eng.be, st->batch, m, st->logits, err, err_len);
 		if (rc)
 			return rc;
 	}
@@ -242,14 +210,14 @@ static int decode_loop(struct generate_state *st, long max_tokens, struct genera
                        char *err, size_t err_len)
 {
 	struct detok_stream ds;
-	detok_stream_init(&ds, st->tok, false);
+	detok_stream_init(&ds, st->eng.tok, false);
 	char text[256];
 	int rc = 0;
 	for (long i = 0; i < max_tokens; i++) {
 		struct sampler_result res;
 		if ((rc = sampler_sample(st->sampler, st->logits, &res)))
 			break;
-		if (tokenizer_is_eog(st->tok, res.token))
+		if (tokenizer_is_eog(st->eng.tok, res.token))
 			break;
 		cnt->n_generated++;
 		sampler_accept(st->sampler, res.token);
@@ -294,7 +262,7 @@ static int run_generate(struct generate_state *st, const struct generate_args *a
 	int rc = setup_engine(st, a, err, err_len);
 	if (rc)
 		return rc;
-	rc = tokenizer_encode(st->tok, a->prompt, strlen(a->prompt), true, false, &st->prompt_ids,
+	rc = tokenizer_encode(st->eng.tok, a->prompt, strlen(a->prompt), true, false, &st->prompt_ids,
 	                      &st->n_prompt, err, err_len);
 	if (rc)
 		return rc;
@@ -324,12 +292,9 @@ int cli_generate(int argc, char **argv)
 	}
 	struct generate_state st = {0};
 	char err[SINKD_ERR_LEN] = "";
-	rc = load_config(&st, &a);
-	if (rc == 0) {
-		rc = run_generate(&st, &a, err, sizeof(err));
-		if (rc)
-			fprintf(stderr, "sinkd generate: %s\n", err);
-	}
+	rc = run_generate(&st, &a, err, sizeof(err));
+	if (rc)
+		fprintf(stderr, "sinkd generate: %s\n", err);
 	generate_state_free(&st);
 	free(a.sets);
 	return rc == 0 ? 0 : rc == -EINVAL ? 2 : 1;
