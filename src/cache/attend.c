@@ -28,7 +28,7 @@ struct attend_ctx {
 	float *qw;     /* (r, d) queries rotated for window keys, scaled by 1/sqrt(d) */
 	float *qs;     /* (r, d) same for sink keys */
 	float *qsc;    /* (r, d) qw * per-channel key scale of one group */
-	float *acc;    /* (r, d) output accumulator */
+	float *acc;    /* (r, ATTEND_PARTS, d) output accumulator, in parts (attend_kernels.h) */
 	float qsum[ATTEND_MAX_HEADS], bias[ATTEND_MAX_HEADS];
 };
 
@@ -37,7 +37,7 @@ size_t sinkcache_scratch_floats(const struct sinkcache_geometry *g)
 	size_t cap = sinkcache_capacity_tokens(g), d = (size_t)g->head_dim;
 	if (cap == 0)
 		return 0;
-	return ATTEND_MAX_HEADS * (2 * cap + 4 * d) + 16;
+	return ATTEND_MAX_HEADS * (2 * cap + (3 + ATTEND_PARTS) * d) + 16;
 }
 
 /* A full-precision ring of kv head kh in at most two contiguous runs. */
@@ -56,7 +56,7 @@ static void attend_fp_ring(struct attend_ctx *x, const struct kv_ring *ring,
 			continue;
 		if (mix)
 			attend_mix_rows(c->g.dtype, rows, c->fp_row, n, x->d, x->scores + n0, x->ld,
-			                x->r, x->acc);
+			                x->r, x->acc, n0);
 		else
 			attend_score_rows(c->g.dtype, rows, c->fp_row, n, x->d, q, x->r,
 			                  x->scores + n0, x->ld);
@@ -92,7 +92,7 @@ static void attend_quant_sinks(struct attend_ctx *x, bool mix)
 		x->bias[h] += bias;
 	}
 	attend_mix_codes(bits, L->sink_v + at * c->code_row, c->code_row, n, x->d, x->w, x->ld,
-	                 x->r, x->acc);
+	                 x->r, x->acc, 0);
 }
 
 /* One quantized group: rows [first, G) starting at score column n0. */
@@ -135,7 +135,7 @@ static void attend_group(struct attend_ctx *x, size_t gh, int first, int n0, boo
 		x->bias[h] += bias;
 	}
 	attend_mix_codes(bits, L->gv + row0 * c->code_row, c->code_row, n, d, x->w + n0, x->ld,
-	                 x->r, x->acc);
+	                 x->r, x->acc, n0);
 }
 
 /* Scores (mix false) or value accumulation (mix true) over all tiers, in
@@ -213,11 +213,14 @@ static void attend_head_group(struct attend_ctx *x, const float *q, float *out, 
 			sink_mass[h] = m;
 		x->bias[h] = 0.0f;
 	}
-	memset(x->acc, 0, (size_t)x->r * (size_t)d * sizeof(float));
+	memset(x->acc, 0, (size_t)x->r * ATTEND_PARTS * (size_t)d * sizeof(float));
 	attend_tiers(x, true);
-	for (int h = 0; h < x->r; h++)
+	for (int h = 0; h < x->r; h++) {
+		const float *a = x->acc + (size_t)h * ATTEND_PARTS * d;
 		for (int j = 0; j < d; j++)
-			out[(size_t)h * d + j] = x->acc[(size_t)h * d + j] + x->bias[h];
+			out[(size_t)h * d + j] =
+			    ((a[j] + a[d + j]) + (a[2 * d + j] + a[3 * d + j])) + x->bias[h];
+	}
 }
 
 void sinkcache_attend(const struct sinkcache *c, int layer, const float *q, int n_heads,

@@ -76,38 +76,194 @@ ATTEND_INLINE v8f ld_row(enum kv_dtype dt, const unsigned char *row, int c)
 	}
 }
 
-/* A row of d codes to floats (plain loops: GCC vectorises these better
- * than vector-extension conversions). */
-ATTEND_INLINE void codes_to_floats(int bits, const uint8_t *restrict row, int d,
-                                   float *restrict out)
-{
-	if (bits == 8) {
-		for (int j = 0; j < d; j++)
-			out[j] = (float)row[j];
-	} else {
-		for (int j = 0; j < d / 2; j++) {
-			out[2 * j] = (float)(row[j] & 15);
-			out[2 * j + 1] = (float)(row[j] >> 4);
-		}
-	}
-}
+typedef int32_t v8i __attribute__((vector_size(32)));
 
 ATTEND_INLINE float hsum(v8f v)
 {
 	return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
 }
 
-/* scores[h * ld] = q[h] . k for the r query heads (q: [r][d], k: [d], d a
- * multiple of 8). */
-ATTEND_INLINE void dot_heads(const float *q, int r, int d, const float *k, float *scores, int ld)
+/* Row formats the kernels read: the three dtypes, then int8 and int4 codes. */
+enum { K_F32 = KV_DTYPE_F32, K_F16 = KV_DTYPE_F16, K_BF16 = KV_DTYPE_BF16, K_Q8, K_Q4 };
+
+/* 8 elements starting at element c (a multiple of 8) of a row of kind k. */
+ATTEND_INLINE v8f ld8(int k, const unsigned char *row, int c)
+{
+	if (k == K_Q8) { /* shifts, not a byte conversion (which GCC does byte by byte) */
+		uint32_t w[2];
+		memcpy(w, row + c, sizeof(w));
+		const v8u sh = {0, 8, 16, 24, 0, 8, 16, 24};
+		v8u x = ((v8u){w[0], w[0], w[0], w[0], w[1], w[1], w[1], w[1]} >> sh) & 255u;
+		return __builtin_convertvector(__builtin_convertvector(x, v8i), v8f);
+	}
+	if (k == K_Q4) { /* element c + u is nibble u of the 4 bytes (low first) */
+		uint32_t w;
+		memcpy(&w, row + c / 2, sizeof(w));
+		const v8u sh = {0, 4, 8, 12, 16, 20, 24, 28};
+		v8u x = ((v8u){w, w, w, w, w, w, w, w} >> sh) & 15u;
+		return __builtin_convertvector(__builtin_convertvector(x, v8i), v8f);
+	}
+	return ld_row((enum kv_dtype)k, row, c);
+}
+
+ATTEND_INLINE void st_f32(float *p, v8f v)
+{
+	memcpy(p, &v, sizeof(v));
+}
+
+/* Element sums of 8 vectors: result[u] = sum of p[u]'s elements (a tree of
+ * pairwise adds; 7 vector adds instead of 8 horizontal sums). */
+ATTEND_INLINE v8f reduce8(const v8f *p)
+{
+	const v8i ev = {0, 2, 8, 10, 4, 6, 12, 14}, od = {1, 3, 9, 11, 5, 7, 13, 15};
+	v8f s[4], t[2];
+	for (int u = 0; u < 4; u++) /* s[u]: pair sums of p[2u] and p[2u+1], per lane */
+		s[u] = __builtin_shuffle(p[2 * u], p[2 * u + 1], ev) +
+		       __builtin_shuffle(p[2 * u], p[2 * u + 1], od);
+	for (int u = 0; u < 2; u++) /* t[u]: p[4u..4u+3], each half summed per lane */
+		t[u] = __builtin_shuffle(s[2 * u], s[2 * u + 1], ev) +
+		       __builtin_shuffle(s[2 * u], s[2 * u + 1], od);
+	const v8i lo = {0, 1, 2, 3, 12, 13, 14, 15}, hi = {4, 5, 6, 7, 8, 9, 10, 11};
+	return __builtin_shuffle(t[0], t[1], lo) + __builtin_shuffle(t[0], t[1], hi);
+}
+
+/* Scores of r heads for 8 rows of kind k (rows row_bytes apart, d a
+ * multiple of 8): out[h*ld + u] for u < m (the rows past m must be
+ * readable and may hold anything). */
+ATTEND_INLINE void score8(int k, const unsigned char *rows, size_t row_bytes, int d, const float *q,
+                          int r, float *out, int ld, int m)
 {
 	for (int h = 0; h < r; h++) {
 		const float *qh = q + (size_t)h * d;
-		v8f acc = ld_f32(qh) * ld_f32(k);
-		for (int c = 8; c < d; c += 8)
-			acc += ld_f32(qh + c) * ld_f32(k + c);
-		scores[(size_t)h * ld] = hsum(acc);
+		v8f p[8], qv = ld_f32(qh);
+		for (int u = 0; u < 8; u++)
+			p[u] = qv * ld8(k, rows + (size_t)u * row_bytes, 0);
+		for (int c = 8; c < d; c += 8) {
+			qv = ld_f32(qh + c);
+			for (int u = 0; u < 8; u++)
+				p[u] += qv * ld8(k, rows + (size_t)u * row_bytes, c);
+		}
+		v8f s = reduce8(p);
+		if (m == 8)
+			st_f32(out + (size_t)h * ld, s);
+		else
+			for (int u = 0; u < m; u++)
+				out[(size_t)h * ld + u] = s[u];
 	}
+}
+
+/* Head size 8: the 8 rows stay in registers for all heads. */
+ATTEND_INLINE void score8_d8(int k, const unsigned char *rows, size_t row_bytes, const float *q,
+                             int r, float *out, int ld, int m)
+{
+	v8f x[8];
+	for (int u = 0; u < 8; u++)
+		x[u] = u < m ? ld8(k, rows + (size_t)u * row_bytes, 0) : (v8f){0};
+	for (int h = 0; h < r; h++) {
+		v8f qv = ld_f32(q + 8 * (size_t)h), p[8];
+		for (int u = 0; u < 8; u++)
+			p[u] = qv * x[u];
+		v8f s = reduce8(p);
+		if (m == 8)
+			st_f32(out + (size_t)h * ld, s);
+		else
+			for (int u = 0; u < m; u++)
+				out[(size_t)h * ld + u] = s[u];
+	}
+}
+
+/* scores[h*ld + i] = q[h] . row_i over n rows of kind k, d a multiple of 8,
+ * 8 rows at a time; rows of other kinds than f32 are converted once into a
+ * block of f32 when several heads read them. */
+ATTEND_INLINE void score_rows_k(int k, const unsigned char *base, size_t row_bytes, int n, int d,
+                                const float *q, int r, float *scores, int ld)
+{
+	float tmp[8 * SINKCACHE_MAX_HEAD_DIM];
+	for (int i = 0; i < n; i += 8) {
+		const unsigned char *rows = base + (size_t)i * row_bytes;
+		int m = n - i < 8 ? n - i : 8;
+		if (d == 8) {
+			score8_d8(k, rows, row_bytes, q, r, scores + i, ld, m);
+			continue;
+		}
+		if (m == 8 && (k == K_F32 || r == 1)) {
+			score8(k, rows, row_bytes, d, q, r, scores + i, ld, 8);
+			continue;
+		}
+		for (int u = 0; u < 8; u++)
+			for (int c = 0; c < d; c += 8)
+				st_f32(tmp + (size_t)u * d + c,
+				       u < m ? ld8(k, rows + (size_t)u * row_bytes, c) : (v8f){0});
+		score8(K_F32, (const unsigned char *)tmp, 4 * (size_t)d, d, q, r, scores + i, ld, m);
+	}
+}
+
+/* Part of the value accumulator that row g (its index in the whole score
+ * row) adds into: see attend_kernels.h. */
+ATTEND_INLINE float *part(float *acc, int d, int h, int g)
+{
+	return acc + ((size_t)h * ATTEND_PARTS + (size_t)(g % ATTEND_PARTS)) * (size_t)d;
+}
+
+/* Columns [c0, c0 + 8T) of R heads (R*T <= 2): the ATTEND_PARTS partial
+ * sums of each stay in registers over all n rows (8 independent chains), in
+ * slots rotated so that row i goes to slot i % ATTEND_PARTS. */
+ATTEND_INLINE void mix_tile(int k, const unsigned char *base, size_t row_bytes, int n, int d,
+                            int c0, const float *p, int ld, float *acc, int g0, const int R,
+                            const int T)
+{
+	enum { U = ATTEND_PARTS };
+	v8f a[8]; /* slot u, head h, vector t at (u*R + h)*T + t */
+	for (int u = 0; u < U; u++)
+		for (int h = 0; h < R; h++)
+			for (int t = 0; t < T; t++)
+				a[(u * R + h) * T + t] = ld_f32(part(acc, d, h, g0 + u) + c0 + 8 * t);
+	int i = 0;
+	for (; i + U <= n; i += U)
+		for (int u = 0; u < U; u++) {
+			const unsigned char *row = base + (size_t)(i + u) * row_bytes;
+			for (int t = 0; t < T; t++) {
+				v8f v = ld8(k, row, c0 + 8 * t);
+				for (int h = 0; h < R; h++)
+					a[(u * R + h) * T + t] += p[(size_t)h * ld + i + u] * v;
+			}
+		}
+	for (int u = 0; u < U - 1; u++) {
+		if (i + u >= n)
+			break;
+		const unsigned char *row = base + (size_t)(i + u) * row_bytes;
+		for (int t = 0; t < T; t++) {
+			v8f v = ld8(k, row, c0 + 8 * t);
+			for (int h = 0; h < R; h++)
+				a[(u * R + h) * T + t] += p[(size_t)h * ld + i + u] * v;
+		}
+	}
+	for (int u = 0; u < U; u++)
+		for (int h = 0; h < R; h++)
+			for (int t = 0; t < T; t++)
+				st_f32(part(acc, d, h, g0 + u) + c0 + 8 * t, a[(u * R + h) * T + t]);
+}
+
+/* Value accumulation of r heads over n rows of kind k, d a multiple of 8:
+ * heads in pairs (one vector of columns per pass) and a last single head
+ * (two vectors per pass). */
+ATTEND_INLINE void mix_rows_k(int k, const unsigned char *base, size_t row_bytes, int n, int d,
+                              const float *p, int ld, int r, float *acc, int g0)
+{
+	int h = 0;
+	for (; h + 2 <= r; h += 2)
+		for (int c = 0; c < d; c += 8)
+			mix_tile(k, base, row_bytes, n, d, c, p + (size_t)h * ld, ld,
+			         acc + (size_t)h * ATTEND_PARTS * d, g0, 2, 1);
+	if (h == r)
+		return;
+	int c = 0;
+	for (; c + 16 <= d; c += 16)
+		mix_tile(k, base, row_bytes, n, d, c, p + (size_t)h * ld, ld,
+		         acc + (size_t)h * ATTEND_PARTS * d, g0, 1, 2);
+	if (c < d)
+		mix_tile(k, base, row_bytes, n, d, c, p + (size_t)h * ld, ld,
+		         acc + (size_t)h * ATTEND_PARTS * d, g0, 1, 1);
 }
 
 static float elem_row(enum kv_dtype dt, const unsigned char *row, int j)
@@ -122,25 +278,6 @@ static float elem_row(enum kv_dtype dt, const unsigned char *row, int j)
 	return dt == KV_DTYPE_F16 ? kv_f16_to_f32(h) : kv_bf16_to_f32(h);
 }
 
-ATTEND_INLINE void score_rows_dt(enum kv_dtype dt, const unsigned char *base, size_t row_bytes,
-                                 int n, int d, const float *q, int r, float *scores, int ld)
-{
-	/* the row comes from memory once; the other heads re-read it from L1 */
-	float tmp[SINKCACHE_MAX_HEAD_DIM];
-	for (int i = 0; i < n; i++) {
-		const unsigned char *row = base + (size_t)i * row_bytes;
-		const float *k = (const float *)row;
-		if (dt != KV_DTYPE_F32) { /* convert once for all heads */
-			for (int c = 0; c < d; c += 8) {
-				v8f x = ld_row(dt, row, c);
-				memcpy(tmp + c, &x, sizeof(x));
-			}
-			k = tmp;
-		}
-		dot_heads(q, r, d, k, scores + i, ld);
-	}
-}
-
 ATTEND_CLONES
 void attend_score_rows(enum kv_dtype dt, const unsigned char *base, size_t row_bytes, int n, int d,
                        const float *q, int r, float *scores, int ld)
@@ -148,11 +285,11 @@ void attend_score_rows(enum kv_dtype dt, const unsigned char *base, size_t row_b
 	if (d % 8 == 0) {
 		/* one instance per dtype so the loads are resolved at compile time */
 		if (dt == KV_DTYPE_F32)
-			score_rows_dt(KV_DTYPE_F32, base, row_bytes, n, d, q, r, scores, ld);
+			score_rows_k(K_F32, base, row_bytes, n, d, q, r, scores, ld);
 		else if (dt == KV_DTYPE_BF16)
-			score_rows_dt(KV_DTYPE_BF16, base, row_bytes, n, d, q, r, scores, ld);
+			score_rows_k(K_BF16, base, row_bytes, n, d, q, r, scores, ld);
 		else
-			score_rows_dt(KV_DTYPE_F16, base, row_bytes, n, d, q, r, scores, ld);
+			score_rows_k(K_F16, base, row_bytes, n, d, q, r, scores, ld);
 		return;
 	}
 	for (int i = 0; i < n; i++)
@@ -165,93 +302,65 @@ void attend_score_rows(enum kv_dtype dt, const unsigned char *base, size_t row_b
 		}
 }
 
-ATTEND_INLINE void mix_rows_dt(enum kv_dtype dt, const unsigned char *base, size_t row_bytes, int n,
-                               int d, const float *p, int ld, int r, float *acc)
-{
-	for (int i = 0; i < n; i++) {
-		const unsigned char *row = base + (size_t)i * row_bytes;
-		for (int c = 0; c < d; c += 8) {
-			v8f v = ld_row(dt, row, c);
-			for (int h = 0; h < r; h++) {
-				float *a = acc + (size_t)h * d + c;
-				v8f s = ld_f32(a) + p[(size_t)h * ld + i] * v;
-				memcpy(a, &s, sizeof(s));
-			}
-		}
-	}
-}
-
 ATTEND_CLONES
 void attend_mix_rows(enum kv_dtype dt, const unsigned char *base, size_t row_bytes, int n, int d,
-                     const float *p, int ld, int r, float *acc)
+                     const float *p, int ld, int r, float *acc, int g0)
 {
 	if (d % 8 == 0) {
 		if (dt == KV_DTYPE_F32)
-			mix_rows_dt(KV_DTYPE_F32, base, row_bytes, n, d, p, ld, r, acc);
+			mix_rows_k(K_F32, base, row_bytes, n, d, p, ld, r, acc, g0);
 		else if (dt == KV_DTYPE_BF16)
-			mix_rows_dt(KV_DTYPE_BF16, base, row_bytes, n, d, p, ld, r, acc);
+			mix_rows_k(K_BF16, base, row_bytes, n, d, p, ld, r, acc, g0);
 		else
-			mix_rows_dt(KV_DTYPE_F16, base, row_bytes, n, d, p, ld, r, acc);
+			mix_rows_k(K_F16, base, row_bytes, n, d, p, ld, r, acc, g0);
 		return;
 	}
 	for (int i = 0; i < n; i++)
-		for (int h = 0; h < r; h++)
+		for (int h = 0; h < r; h++) {
+			float *a = part(acc, d, h, g0 + i);
 			for (int j = 0; j < d; j++)
-				acc[(size_t)h * d + j] +=
-				    p[(size_t)h * ld + i] *
-				    elem_row(dt, base + (size_t)i * row_bytes, j);
+				a[j] += p[(size_t)h * ld + i] *
+				        elem_row(dt, base + (size_t)i * row_bytes, j);
+		}
 }
 
 ATTEND_CLONES
 void attend_score_codes(int bits, const uint8_t *base, size_t row_bytes, int n, int d,
                         const float *q, int r, float *scores, int ld)
 {
-	for (int i = 0; i < n; i++) {
-		const uint8_t *row = base + (size_t)i * row_bytes;
-		if (d % 8) {
-			for (int h = 0; h < r; h++) {
-				float s = 0.0f;
-				for (int j = 0; j < d; j++)
-					s +=
-					    q[(size_t)h * d + j] * (float)kvq_code_at(row, j, bits);
-				scores[(size_t)h * ld + i] = s;
-			}
-			continue;
-		}
-		/* codes to floats once, then a dot product per head from L1 */
-		float k[SINKCACHE_MAX_HEAD_DIM];
-		codes_to_floats(bits, row, d, k);
-		dot_heads(q, r, d, k, scores + i, ld);
+	if (d % 8 == 0) {
+		score_rows_k(bits == 8 ? K_Q8 : K_Q4, base, row_bytes, n, d, q, r, scores, ld);
+		return;
 	}
+	for (int i = 0; i < n; i++)
+		for (int h = 0; h < r; h++) {
+			float s = 0.0f;
+			for (int j = 0; j < d; j++)
+				s += q[(size_t)h * d + j] *
+				     (float)kvq_code_at(base + (size_t)i * row_bytes, j, bits);
+			scores[(size_t)h * ld + i] = s;
+		}
 }
 
 ATTEND_CLONES
 void attend_mix_codes(int bits, const uint8_t *base, size_t row_bytes, int n, int d, const float *w,
-                      int ld, int r, float *acc)
+                      int ld, int r, float *acc, int g0)
 {
-	for (int i = 0; i < n; i++) {
-		const uint8_t *row = base + (size_t)i * row_bytes;
-		if (d % 8) {
-			for (int h = 0; h < r; h++)
-				for (int j = 0; j < d; j++)
-					acc[(size_t)h * d + j] += w[(size_t)h * ld + i] *
-					                          (float)kvq_code_at(row, j, bits);
-			continue;
-		}
-		float vf[SINKCACHE_MAX_HEAD_DIM];
-		codes_to_floats(bits, row, d, vf);
-		for (int c = 0; c < d; c += 8) {
-			v8f v = ld_f32(vf + c);
-			for (int h = 0; h < r; h++) {
-				float *a = acc + (size_t)h * d + c;
-				v8f s = ld_f32(a) + w[(size_t)h * ld + i] * v;
-				memcpy(a, &s, sizeof(s));
-			}
-		}
+	if (d % 8 == 0) {
+		if (bits == 8)
+			mix_rows_k(K_Q8, base, row_bytes, n, d, w, ld, r, acc, g0);
+		else
+			mix_rows_k(K_Q4, base, row_bytes, n, d, w, ld, r, acc, g0);
+		return;
 	}
+	for (int i = 0; i < n; i++)
+		for (int h = 0; h < r; h++) {
+			float *a = part(acc, d, h, g0 + i);
+			for (int j = 0; j < d; j++)
+				a[j] += w[(size_t)h * ld + i] *
+				        (float)kvq_code_at(base + (size_t)i * row_bytes, j, bits);
+		}
 }
-
-typedef int32_t v8i __attribute__((vector_size(32)));
 
 ATTEND_INLINE v8f select8(v8i mask, v8f a, v8f b)
 {

@@ -16,14 +16,23 @@
  * d elements), i in [0, n), h in [0, r).  q: (r, d). */
 void attend_score_rows(enum kv_dtype dt, const unsigned char *base, size_t row_bytes, int n, int d,
                        const float *q, int r, float *scores, int ld);
-/* acc[h*d + j] += p[h*ld + i] * row_i[j]. */
+/* Value accumulation into ATTEND_PARTS partial sums per head, so that the
+ * result depends only on each row's index in the whole score row, never on
+ * how the rows are split into runs or the heads into groups (the sum is
+ * bit-identical however the ring wraps or the heads are spread over
+ * threads), while the kernels keep independent FMA chains:
+ *   acc[(h*ATTEND_PARTS + (g0+i) % ATTEND_PARTS)*d + j] += p[h*ld + i] * row_i[j]
+ * for i < n, in increasing i; acc: (r, ATTEND_PARTS, d), g0: the index of
+ * row 0 in the score row (p points at its score).  The caller sums the
+ * parts in order 0..ATTEND_PARTS-1 as ((0 + 1) + (2 + 3)). */
+#define ATTEND_PARTS 4
 void attend_mix_rows(enum kv_dtype dt, const unsigned char *base, size_t row_bytes, int n, int d,
-                     const float *p, int ld, int r, float *acc);
+                     const float *p, int ld, int r, float *acc, int g0);
 /* Same over rows of int8/int4 codes (row_bytes apart): raw code dot products. */
 void attend_score_codes(int bits, const uint8_t *base, size_t row_bytes, int n, int d,
                         const float *q, int r, float *scores, int ld);
-/* acc[h*d + j] += w[h*ld + i] * code_i[j]. */
+/* Same as attend_mix_rows with weights w over codes. */
 void attend_mix_codes(int bits, const uint8_t *base, size_t row_bytes, int n, int d, const float *w,
-                      int ld, int r, float *acc);
+                      int ld, int r, float *acc, int g0);
 /* scores[i] <- exp(scores[i] - max) in place; returns their sum. */
 float attend_exp_sum(float *scores, int n);
