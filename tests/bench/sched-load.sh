@@ -2,21 +2,28 @@
 # Scheduler load benchmark (run by hand, never part of the test suite).
 #
 # Starts the real daemon (TLS on 127.0.0.1, one API key) per model and drives
-# it with tests/bench/sched-loadgen.c: 1, 4, 16 and 64 concurrent streaming
-# completions (new HTTPS connection per request, ignore_eos, MAX_TOKENS each)
-# for SECONDS each, then 16 streams again while one more client keeps sending
-# a ~20k-token prompt.  Reports aggregate generated tok/s, time to first token
-# p50/p99 and inter-token latency p50/p99, as a table and one JSON line.
+# it with tests/bench/sched-loadgen.c: 1, 4, 16 and 64 concurrent streams,
+# each a loop of streaming completions (new HTTPS connection per request,
+# ignore_eos, MAX_TOKENS each; the first requests staggered so that prompts
+# keep arriving at a steady rate), then 16 streams again while one more
+# client keeps sending a ~20k-token prompt.  Each run measures a steady
+# window of SECONDS that opens once every stream has its first token (the
+# start-up burst of prompts stays out; at most WARMUP seconds).  Reports
+# aggregate generated tok/s, time to first token p50/p99 and inter-token
+# latency p50/p99 in the window, as a table and one JSON line.
 # The same load also runs in-process (tests/bench/sched-inproc.c: scheduler +
-# engine, no HTTP) so the server's share of the figures can be told apart.
+# engine, no HTTP, same window rule; also the mean tick period and forward
+# time) so the server's share of the figures can be told apart.
 # Models: stories260K, and with MODELS_134M=1 the synthetic 134M Llama (F32
 # and F16) made with sinkd-mkmodel.
 #
-# Environment: BUILD (build dir, default build-bench-sched), SECONDS_PER (5),
-# MAX_TOKENS (128), STREAMS ("1 4 16 64"), THREADS (engine threads, 0 = all
-# cores), MODELS_134M (0), LONG (1: the long-prefill run), BATCH (512:
+# Environment: BUILD (build dir, default build-bench-sched), SECONDS_PER (5:
+# window on stories260K), SECONDS_134M (20: window on the 134M models, ~15
+# ticks per stream at 64 streams), WARMUP (120: longest wait for the window
+# to open), MAX_TOKENS (128), STREAMS ("1 4 16 64"), THREADS (engine threads,
+# 0 = all cores), MODELS_134M (0), LONG (1: the long-prefill run), BATCH (512:
 # scheduler.max_batch_tokens), INPROC (1: also the in-process runs, each
-# stream generating INPROC_TOKENS, default MAX_TOKENS), ONLY (a grep -E
+# request generating INPROC_TOKENS, default MAX_TOKENS), ONLY (a grep -E
 # pattern: only the models whose name matches).
 set -euo pipefail
 
@@ -24,6 +31,8 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 SHARED=${SINKD_SHARED:-$ROOT/../shared}
 BUILD=${BUILD:-$ROOT/build-bench-sched}
 SECONDS_PER=${SECONDS_PER:-5}
+SECONDS_134M=${SECONDS_134M:-20}
+WARMUP=${WARMUP:-120}
 MAX_TOKENS=${MAX_TOKENS:-128}
 STREAMS=${STREAMS:-"1 4 16 64"}
 THREADS=${THREADS:-0}
@@ -117,17 +126,19 @@ for model in "${MODELS[@]}"; do
 	name=$(basename "$model" .gguf)
 	echo "$name" | grep -qE "$ONLY" || continue
 	log "model $name"
+	secs=$SECONDS_PER
+	case "$name" in synth134M*) secs=$SECONDS_134M ;; esac
 	start_daemon "$model"
-	"$TMP/loadgen" "$PORT" "$KEY" 1 1 8 "$TMP/prompt.txt" >/dev/null || true # warm-up
+	"$TMP/loadgen" "$PORT" "$KEY" 1 "$WARMUP" 1 8 "$TMP/prompt.txt" >/dev/null || true # warm-up
 	for n in $STREAMS; do
 		log "  $n streams"
-		r=$("$TMP/loadgen" "$PORT" "$KEY" "$n" "$SECONDS_PER" "$MAX_TOKENS" "$TMP/prompt.txt") ||
+		r=$("$TMP/loadgen" "$PORT" "$KEY" "$n" "$WARMUP" "$secs" "$MAX_TOKENS" "$TMP/prompt.txt") ||
 			log "  errors in the run: $r"
 		echo "{\"model\":\"$name\",\"mode\":\"https\",${r#\{}" >>"$TMP/results.jsonl"
 	done
 	if [ "$LONG" = 1 ]; then
 		log "  16 streams + a ~20k-token prompt alongside"
-		r=$("$TMP/loadgen" "$PORT" "$KEY" 16 "$SECONDS_PER" "$MAX_TOKENS" "$TMP/prompt.txt" "$TMP/long.txt") ||
+		r=$("$TMP/loadgen" "$PORT" "$KEY" 16 "$WARMUP" "$secs" "$MAX_TOKENS" "$TMP/prompt.txt" "$TMP/long.txt") ||
 			log "  errors in the run: $r"
 		echo "{\"model\":\"$name\",\"mode\":\"https\",${r#\{}" >>"$TMP/results.jsonl"
 	fi
@@ -137,12 +148,12 @@ for model in "${MODELS[@]}"; do
 	[ "$INPROC" = 1 ] || continue
 	for n in $STREAMS; do
 		log "  in-process, $n streams"
-		r=$("$TMP/inproc" "$model" "$n" "$INPROC_TOKENS" "$THREADS" 0 "scheduler.max_batch_tokens=$BATCH")
+		r=$("$TMP/inproc" "$model" "$n" "$INPROC_TOKENS" "$THREADS" 0 "$secs" "scheduler.max_batch_tokens=$BATCH")
 		echo "{\"model\":\"$name\",\"mode\":\"inproc\",\"long_prefill\":false,${r#\{}" >>"$TMP/results.jsonl"
 	done
 	if [ "$LONG" = 1 ]; then
 		log "  in-process, 16 streams + a 20000-token prompt"
-		r=$("$TMP/inproc" "$model" 16 "$INPROC_TOKENS" "$THREADS" 20000 "scheduler.max_batch_tokens=$BATCH")
+		r=$("$TMP/inproc" "$model" 16 "$INPROC_TOKENS" "$THREADS" 20000 "$secs" "scheduler.max_batch_tokens=$BATCH")
 		echo "{\"model\":\"$name\",\"mode\":\"inproc\",\"long_prefill\":true,${r#\{}" >>"$TMP/results.jsonl"
 	fi
 done
@@ -159,9 +170,14 @@ for r in rows:
           f"{r['itl_p99_ms']:>6.2f}ms {ratio:>7.2f} {r.get('requests', r['streams']):>5} {r.get('errors', 0):>4}")
 by = {}
 for r in rows:
-    if not r['long_prefill'] and r['mode'] == 'https':
-        by[(r['model'], r['streams'])] = r['tok_s']
+    if not r['long_prefill']:
+        by[(r['model'] + ' ' + r['mode'], r['streams'])] = r['tok_s']
 scal = {m: round(by[(m, 16)] / by[(m, 1)], 2) for (m, n) in by if n == 16 and (m, 1) in by and by[(m, 1)]}
 print("scaling 16 streams / 1 stream:", scal)
+for r in rows:
+    if r['mode'] == 'inproc':
+        print(f"inproc {r['model']} {r['streams']} streams{' +long' if r['long_prefill'] else ''}: "
+              f"tick {r['tick_ms']:.2f} ms (forward {r['forward_ms']:.2f} ms), "
+              f"{r['tokens_per_tick']:.1f} tokens/tick")
 print(json.dumps({"bench": "sched-load", "results": rows, "scaling_16_over_1": scal}))
 PY

@@ -1,16 +1,23 @@
 /* Load generator for the scheduler benchmark: N concurrent client streams,
  * each a loop of streaming POST /v1/completions over HTTPS (OpenSSL, a new
  * TLS connection per request, like a fresh client) that reads the SSE
- * events as they arrive.  Measures time to first token (request start,
- * connect included, to the first event carrying text), inter-token latency
- * (gaps between text events), and generated tokens (text events received
- * within the measured window: a request still running at the end is cut
- * there, so slow models are measured over the same window).
- * Optionally one more client keeps sending a long prompt (max_tokens 1) to
- * measure the streams while a long prefill runs alongside.  Prints one JSON
- * line.  Not part of the test suite; run by tests/bench/sched-load.sh.
+ * events as they arrive.  The first request of stream i asks for
+ * MAX_TOKENS*(i+1)/N tokens, so that request ends, and the next prompts,
+ * are spread over time as in a steady load rather than all at once.
  *
- * usage: sched-loadgen PORT API_KEY STREAMS SECONDS MAX_TOKENS PROMPT_FILE
+ * Steady window: it opens once every stream has received its first token
+ * (the start-up burst of prompts, and any wait for KV budget, stay out of
+ * it; at most WARMUP seconds after the start, then it opens anyway) and
+ * lasts SECONDS.  Inside it: generated tokens (text events; a request still
+ * running at the end is cut there), inter-token latency (gaps between text
+ * events, both ends inside), time to first token of the requests started
+ * inside it (connect included, to the first event carrying text).
+ * Optionally one more client keeps sending a long prompt (max_tokens 1),
+ * starting LONG_LEAD_S before the window opens (once every stream decodes),
+ * to measure the streams while a long prefill runs alongside.  Prints one
+ * JSON line.  Not part of the test suite; run by tests/bench/sched-load.sh.
+ *
+ * usage: sched-loadgen PORT API_KEY STREAMS WARMUP SECONDS MAX_TOKENS PROMPT_FILE
  *                      [LONG_PROMPT_FILE] */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -30,16 +37,23 @@
 #include <time.h>
 #include <unistd.h>
 
+#define LONG_LEAD_S 1.0
+
 struct cfg {
 	int port;
 	const char *key;
 	int streams;
-	double seconds;
+	double warmup, seconds;
 	int max_tokens;
+	const char *prompt;
 	char *body;      /* request JSON */
 	char *long_body; /* long-prompt request JSON or NULL */
 	SSL_CTX *ctx;
-	double t_end;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int n_first;           /* [mu] streams that received a first token */
+	double t_open, t_end;  /* the window; set before any stream starts reading */
+	_Atomic double t_real_open; /* when the window opened (0 until then) */
 	atomic_bool stop_long;
 };
 
@@ -50,7 +64,8 @@ struct samples {
 
 struct stream {
 	struct cfg *c;
-	bool is_long;
+	int index;
+	bool is_long, got_first;
 	struct samples ttft, itl;
 	long tokens, requests, errors;
 	double long_prefill_s; /* long client: total request time */
@@ -109,6 +124,12 @@ static char *json_str(const char *t)
 	*p++ = '"';
 	*p = 0;
 	return o;
+}
+
+static bool in_window(struct cfg *c, double t)
+{
+	double open = atomic_load(&c->t_real_open);
+	return open > 0 && t >= open && t <= c->t_end;
 }
 
 static char *make_body(const char *prompt, int max_tokens)
@@ -182,15 +203,25 @@ static void sse_event(struct stream *st, struct sse *e, const char *data)
 		return;
 	if (st->is_long)
 		return;
-	if (t > st->c->t_end) {
+	if (t > st->c->t_end && atomic_load(&st->c->t_real_open) > 0) {
 		e->cut = true; /* past the window: stop reading */
 		return;
 	}
-	e->tokens++;
-	if (!e->first_seen)
-		push(&st->ttft, t - e->t0);
-	else
-		push(&st->itl, t - e->last);
+	if (!st->got_first) {
+		struct cfg *c = st->c;
+		st->got_first = true;
+		pthread_mutex_lock(&c->mu);
+		if (++c->n_first == c->streams)
+			pthread_cond_broadcast(&c->cv);
+		pthread_mutex_unlock(&c->mu);
+	}
+	if (in_window(st->c, t)) {
+		e->tokens++;
+		if (!e->first_seen && in_window(st->c, e->t0))
+			push(&st->ttft, t - e->t0);
+		else if (e->first_seen && in_window(st->c, e->last))
+			push(&st->itl, t - e->last);
+	}
 	e->first_seen = true;
 	e->last = t;
 }
@@ -320,15 +351,28 @@ out:
 	return rc;
 }
 
+static bool window_over(struct cfg *c)
+{
+	return atomic_load(&c->t_real_open) > 0 && now_s() >= c->t_end;
+}
+
 static void *stream_main(void *arg)
 {
 	struct stream *st = arg;
 	struct cfg *c = st->c;
 	for (;;) {
-		if (st->is_long ? atomic_load(&c->stop_long) : now_s() >= c->t_end)
+		if (st->is_long ? atomic_load(&c->stop_long) : window_over(c))
 			break;
 		double t0 = now_s();
-		if (do_request(st, st->is_long ? c->long_body : c->body) != 0) {
+		const char *body = st->is_long ? c->long_body : c->body;
+		char *first = NULL;
+		if (!st->is_long && st->requests == 0) { /* staggered first request */
+			int n = (int)((long)c->max_tokens * (st->index + 1) / c->streams);
+			body = first = make_body(c->prompt, n > 0 ? n : 1);
+		}
+		int rc = do_request(st, body);
+		free(first);
+		if (rc != 0) {
 			st->errors++;
 			usleep(10000);
 		}
@@ -354,45 +398,71 @@ static double pct(struct samples *s, double p)
 	return s->v[i];
 }
 
+/* Waits until every stream has received its first token, at most until
+ * deadline (CLOCK_MONOTONIC seconds). */
+static void wait_first_tokens(struct cfg *c, double deadline)
+{
+	pthread_mutex_lock(&c->mu);
+	while (c->n_first < c->streams && now_s() < deadline) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 100000000L; /* re-check every 100 ms */
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+	}
+	pthread_mutex_unlock(&c->mu);
+}
+
 int main(int argc, char **argv)
 {
-	if (argc < 7) {
+	if (argc < 8) {
 		fprintf(stderr,
-		        "usage: %s PORT KEY STREAMS SECONDS MAX_TOKENS PROMPT_FILE [LONG_FILE]\n",
+		        "usage: %s PORT KEY STREAMS WARMUP SECONDS MAX_TOKENS PROMPT_FILE "
+		        "[LONG_FILE]\n",
 		        argv[0]);
 		return 2;
 	}
 	struct cfg c = {.port = atoi(argv[1]),
 	                .key = argv[2],
 	                .streams = atoi(argv[3]),
-	                .seconds = atof(argv[4]),
-	                .max_tokens = atoi(argv[5])};
-	char *prompt = read_file(argv[6]);
-	char *long_prompt = argc > 7 ? read_file(argv[7]) : NULL;
-	if (!prompt || (argc > 7 && !long_prompt)) {
+	                .warmup = atof(argv[4]),
+	                .seconds = atof(argv[5]),
+	                .max_tokens = atoi(argv[6]),
+	                .mu = PTHREAD_MUTEX_INITIALIZER,
+	                .cv = PTHREAD_COND_INITIALIZER};
+	char *prompt = read_file(argv[7]);
+	char *long_prompt = argc > 8 ? read_file(argv[8]) : NULL;
+	if (!prompt || (argc > 8 && !long_prompt)) {
 		fprintf(stderr, "cannot read prompt files\n");
 		return 2;
 	}
+	c.prompt = prompt;
 	c.body = make_body(prompt, c.max_tokens);
 	c.long_body = long_prompt ? make_body(long_prompt, 1) : NULL;
 	c.ctx = SSL_CTX_new(TLS_client_method());
 	SSL_CTX_set_verify(c.ctx, SSL_VERIFY_NONE, NULL);
 	int n = c.streams + (c.long_body ? 1 : 0);
 	struct stream *st = calloc((size_t)n, sizeof(*st));
-	if (c.long_body) { /* start the long prefill first, so it runs alongside */
-		st[c.streams] = (struct stream){.c = &c, .is_long = true};
-		pthread_create(&st[c.streams].th, NULL, stream_main, &st[c.streams]);
-		usleep(200000);
-	}
 	double t0 = now_s();
-	c.t_end = t0 + c.seconds;
 	for (int i = 0; i < c.streams; i++) {
-		st[i] = (struct stream){.c = &c};
+		st[i] = (struct stream){.c = &c, .index = i};
 		pthread_create(&st[i].th, NULL, stream_main, &st[i]);
 	}
+	wait_first_tokens(&c, t0 + c.warmup);
+	if (c.long_body) { /* the long prefill runs alongside the whole window */
+		st[c.streams] = (struct stream){.c = &c, .is_long = true};
+		pthread_create(&st[c.streams].th, NULL, stream_main, &st[c.streams]);
+		usleep((useconds_t)(LONG_LEAD_S * 1e6));
+	}
+	double t_open = now_s();
+	c.t_end = t_open + c.seconds;
+	atomic_store(&c.t_real_open, t_open);
 	for (int i = 0; i < c.streams; i++)
 		pthread_join(st[i].th, NULL);
-	double wall = c.seconds; /* tokens are counted inside [t0, t_end] */
+	double wall = c.seconds; /* tokens are counted inside [t_open, t_end] */
 	atomic_store(&c.stop_long, true);
 	struct samples ttft = {0}, itl = {0};
 	long tokens = 0, reqs = 0, errs = 0;
@@ -408,11 +478,12 @@ int main(int argc, char **argv)
 	if (c.long_body)
 		pthread_join(st[c.streams].th, NULL);
 	printf(
-	    "{\"streams\":%d,\"long_prefill\":%s,\"seconds\":%.3f,\"requests\":%ld,\"errors\":%ld,"
+	    "{\"streams\":%d,\"long_prefill\":%s,\"warmup_s\":%.3f,\"seconds\":%.3f,"
+	    "\"requests\":%ld,\"errors\":%ld,\"first_tokens\":%d,"
 	    "\"tokens\":%ld,\"tok_s\":%.1f,\"ttft_p50_ms\":%.2f,\"ttft_p99_ms\":%.2f,"
 	    "\"itl_p50_ms\":%.3f,\"itl_p99_ms\":%.3f,\"long_requests\":%ld,\"long_errors\":%ld}\n",
-	    c.streams, c.long_body ? "true" : "false", wall, reqs, errs, tokens,
-	    (double)tokens / wall, pct(&ttft, 0.5) * 1e3, pct(&ttft, 0.99) * 1e3,
+	    c.streams, c.long_body ? "true" : "false", t_open - t0, wall, reqs, errs, c.n_first,
+	    tokens, (double)tokens / wall, pct(&ttft, 0.5) * 1e3, pct(&ttft, 0.99) * 1e3,
 	    pct(&itl, 0.5) * 1e3, pct(&itl, 0.99) * 1e3, c.long_body ? st[c.streams].requests : 0,
 	    c.long_body ? st[c.streams].errors : 0);
 	return errs ? 1 : 0;
