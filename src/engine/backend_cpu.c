@@ -214,13 +214,6 @@ static void add_rows(float *x, const float *y, size_t n)
 		x[i] += y[i];
 }
 
-/* gate = silu(gate) * up */
-static void swiglu(float *gate, const float *up, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
-}
-
 /* ============================================================ attention */
 
 struct attend_ctx {
@@ -382,10 +375,7 @@ static int layer_forward(struct cpu_backend *c, const struct backend_token *toke
 	matmul(c->pool, c->att, n, &L->wo, c->proj);
 	add_rows(c->x, c->proj, (size_t)n * hp->dim);
 	rmsnorm_rows(c->xb, c->x, L->ffn_norm, n, hp->dim, hp->norm_eps);
-	struct matmul_job gate_up[2] = {{.w = &L->w_gate, .y = c->gate},
-	                                {.w = &L->w_up, .y = c->up}};
-	matmul_many(c->pool, MATMUL_ISA_AUTO, c->xb, n, gate_up, 2);
-	swiglu(c->gate, c->up, (size_t)n * hp->ffn_dim);
+	matmul_swiglu(c->pool, MATMUL_ISA_AUTO, c->xb, n, &L->w_gate, &L->w_up, c->gate, c->up);
 	matmul(c->pool, c->gate, n, &L->w_down, c->proj);
 	add_rows(c->x, c->proj, (size_t)n * hp->dim);
 	return 0;

@@ -1,21 +1,28 @@
 /* Matrix products y(B, rows) = x(B, cols) · W(rows, cols)^T, the bulk of the
- * CPU forward pass.  Rows are split over the pool's threads in contiguous
- * ranges, so each weight byte is read from memory once per call for up to 96
- * batch rows.  Three shapes of kernel, picked by batch size at run time:
- *   decode (B < 4)   each weight row streamed once, sequentially, per x row;
- *   small batches    register tiles of 2 weight rows x 4 batch rows;
+ * CPU forward pass.  Each thread gets one contiguous range of rows and reads
+ * it front to back as one stream; a thread that finishes early takes blocks
+ * from the back of another's range, so no thread waits at the end.  Each
+ * weight byte is read from memory once per call for up to 96 batch rows.
+ * Kernels, picked by batch size at run time:
+ *   decode (B = 1)   each weight row streamed once, sequentially (AVX-512:
+ *                    aligned to cache lines by a masked head);
+ *   small batches    register tiles of weight rows x batch rows, dot
+ *                    products without packing (AVX-512: up to 3 x 8 or 6 x 4;
+ *                    AVX2: 2 x 4);
  *   larger batches   a packed GEMM: 16 weight rows x 256 columns converted to
  *                    fp32 and transposed once into L1, then an outer-product
  *                    micro kernel (AVX2: 6 batch rows, AVX-512: 12).
  * Weights are read in their stored type (F32, F16, BF16, Q8_0 dequantized on
  * the fly); activations stay fp32, except Q8_0 decode, which quantizes them
- * to Q8 and multiplies in integers (as llama.cpp does).  AVX2/FMA/F16C (and
- * AVX-512F) kernels are chosen with __builtin_cpu_supports; a plain C path
- * runs elsewhere.  It does not own buffers or know about layers: see
- * backend_cpu.c. */
+ * to Q8 and multiplies in integers (as llama.cpp does).  The FFN's gate and
+ * up products can run fused with the SwiGLU activation (matmul_swiglu).
+ * AVX2/FMA/F16C and AVX-512 kernels are chosen with __builtin_cpu_supports;
+ * a plain C path runs elsewhere.  It does not own buffers or know about
+ * layers: see backend_cpu.c. */
 #include "engine/matmul.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,10 +35,6 @@
 /* Work below this many multiply-adds runs on the calling thread: waking the
  * pool costs more than it saves for tiny matrices (stories260K). */
 #define MATMUL_PARALLEL_MIN_MACS 200000
-/* Rows are split into a few contiguous ranges per thread (whoever is free
- * takes the next), each a multiple of a GEMM row tile. */
-#define MATMUL_TASKS_PER_THREAD 3
-#define MATMUL_TASK_ALIGN 16
 /* Batch rows per L2 chunk. */
 #define MATMUL_BATCH_CHUNK 64
 /* Columns converted per step of the portable path. */
@@ -360,8 +363,9 @@ static AVX2_FN void gemm_micro_any(int mb, int kn, const float *panel, const flo
  * per column), twice the work per instruction of the AVX2 one.  (Decode
  * stays AVX2: 512-bit loads of 32-byte aligned GGUF rows split cache lines
  * and measured slower.) */
-#define AVX512_FN __attribute__((target("avx512f,avx2,fma,f16c")))
-#define AVX512_INLINE static inline __attribute__((always_inline, target("avx512f,avx2,fma,f16c")))
+#define AVX512_TARGET "avx512f,avx512bw,avx512vl,avx2,fma,f16c"
+#define AVX512_FN __attribute__((target(AVX512_TARGET)))
+#define AVX512_INLINE static inline __attribute__((always_inline, target(AVX512_TARGET)))
 #define GEMM_MR_512 12
 
 AVX512_INLINE void gemm_micro512(int MB, int kn, const float *panel, const float *x, size_t ldx,
@@ -404,6 +408,171 @@ static AVX512_FN void gemm_micro_any_512(int mb, int kn, const float *panel, con
 		break;
 	}
 }
+
+/* 16 weights of a row from column k as fp32; lanes outside m are zero. */
+AVX512_INLINE __m512 load16(int type, const uint8_t *row, int k, __mmask16 m)
+{
+	switch (type) {
+	case GGML_TYPE_F16:
+		return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)row + k));
+	case GGML_TYPE_BF16:
+		return _mm512_castsi512_ps(_mm512_slli_epi32(
+		    _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)row + k)),
+		    16));
+	default:
+		return _mm512_maskz_loadu_ps(m, (const float *)row + k);
+	}
+}
+
+/* The same, all 16 lanes (plain loads: the hot loops). */
+AVX512_INLINE __m512 load16_full(int type, const uint8_t *row, int k)
+{
+	switch (type) {
+	case GGML_TYPE_F16:
+		return _mm512_cvtph_ps(
+		    _mm256_loadu_si256((const __m256i *)((const uint16_t *)row + k)));
+	case GGML_TYPE_BF16:
+		return _mm512_castsi512_ps(_mm512_slli_epi32(
+		    _mm512_cvtepu16_epi32(
+		        _mm256_loadu_si256((const __m256i *)((const uint16_t *)row + k))),
+		    16));
+	default:
+		return _mm512_loadu_ps((const float *)row + k);
+	}
+}
+
+static inline __mmask16 lanes_mask(int n)
+{
+	return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
+}
+
+/* Decode: one row times one x as one sequential stream.  The first few
+ * columns (masked) bring the weight pointer to a 64-byte boundary, so no
+ * 512-bit load of the loop splits a cache line whatever GGUF's 32-byte
+ * alignment put the tensor at; four accumulators cover the FMA latency. */
+AVX512_INLINE float dot_row512(int type, const uint8_t *row, const float *x, int cols)
+{
+	int esz = type == GGML_TYPE_F32 ? 4 : 2;
+	int head = (int)((64 - ((uintptr_t)row & 63)) & 63) / esz;
+	head = head > cols ? cols : head > 15 ? 15 : head;
+	__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+	if (head) {
+		__mmask16 m = lanes_mask(head);
+		a0 = _mm512_mul_ps(load16(type, row, 0, m), _mm512_maskz_loadu_ps(m, x));
+	}
+	int k = head;
+	for (; k + 64 <= cols; k += 64) {
+		a0 = _mm512_fmadd_ps(load16_full(type, row, k), _mm512_loadu_ps(x + k), a0);
+		a1 = _mm512_fmadd_ps(load16_full(type, row, k + 16), _mm512_loadu_ps(x + k + 16),
+		                     a1);
+		a2 = _mm512_fmadd_ps(load16_full(type, row, k + 32), _mm512_loadu_ps(x + k + 32),
+		                     a2);
+		a3 = _mm512_fmadd_ps(load16_full(type, row, k + 48), _mm512_loadu_ps(x + k + 48),
+		                     a3);
+	}
+	for (; k < cols; k += 16) {
+		__mmask16 m = lanes_mask(cols - k);
+		a1 = _mm512_fmadd_ps(load16(type, row, k, m), _mm512_maskz_loadu_ps(m, x + k), a1);
+	}
+	return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+/* Small batches: a register tile of RB weight rows x BB batch rows, dot
+ * products over the whole row (RB*BB <= 24 accumulators).  The weight
+ * vectors are converted once and used BB times; x rows come from L1/L2.
+ * No packing, so it wins over the packed GEMM until the batch is large. */
+AVX512_INLINE void tile512(int type, int RB, int BB, const uint8_t *w, size_t row_bytes,
+                           const float *x, int cols, float *y, int rows, const float *bias)
+{
+	__m512 acc[6][8];
+	for (int i = 0; i < RB; i++)
+		for (int j = 0; j < BB; j++)
+			acc[i][j] = _mm512_setzero_ps();
+	int k16 = cols & ~15;
+	for (int k = 0; k < k16; k += 16) {
+		__m512 wv[6];
+		for (int i = 0; i < RB; i++)
+			wv[i] = load16_full(type, w + (size_t)i * row_bytes, k);
+		for (int j = 0; j < BB; j++) {
+			__m512 xv = _mm512_loadu_ps(x + (size_t)j * cols + k);
+			for (int i = 0; i < RB; i++)
+				acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
+		}
+	}
+	if (k16 < cols) {
+		__mmask16 m = lanes_mask(cols - k16);
+		__m512 wv[6];
+		for (int i = 0; i < RB; i++)
+			wv[i] = load16(type, w + (size_t)i * row_bytes, k16, m);
+		for (int j = 0; j < BB; j++) {
+			__m512 xv = _mm512_maskz_loadu_ps(m, x + (size_t)j * cols + k16);
+			for (int i = 0; i < RB; i++)
+				acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
+		}
+	}
+	for (int i = 0; i < RB; i++)
+		for (int j = 0; j < BB; j++)
+			y[(size_t)j * rows + i] =
+			    _mm512_reduce_add_ps(acc[i][j]) + (bias ? bias[i] : 0.0f);
+}
+
+/* Weight rows per tile for a batch tile of BB rows (RB * BB <= 24). */
+#define TILE512_RB(BB) ((BB) >= 7 ? 3 : (BB) >= 5 ? 4 : 6)
+/* Batch rows per tile. */
+#define TILE512_BB 8
+
+/* Rows [r0, r1) for batch rows [b, b + BB) with the tile shape for BB. */
+#define TILE512_CASE(TYPE, BB)                                                                     \
+	case BB: {                                                                                 \
+		int r = r0;                                                                        \
+		for (; r + TILE512_RB(BB) <= r1; r += TILE512_RB(BB))                              \
+			tile512(TYPE, TILE512_RB(BB), BB, base + r * rb, rb, xb, cols, yb + r,     \
+			        rows, bias ? bias + r : NULL);                                     \
+		for (; r < r1; r++)                                                                \
+			tile512(TYPE, 1, BB, base + r * rb, rb, xb, cols, yb + r, rows,            \
+			        bias ? bias + r : NULL);                                           \
+		break;                                                                             \
+	}
+
+/* AVX-512 rows for batches below the GEMM size: B == 1 streams each row
+ * once (dot_row512); larger ones run register tiles over batch chunks of
+ * TILE512_BB; the caller hands over blocks of MATMUL_BLOCK_ROWS rows, which
+ * stay in L2 across the chunks. */
+#define DEFINE_ROWS_AVX512(NAME, TYPE)                                                             \
+	static AVX512_FN void NAME(const struct matmul_job *job, const float *x,                   \
+	                           const struct block_q8_x *xq, int B, int r0, int r1)             \
+	{                                                                                          \
+		const struct weight_matrix *w = job->w;                                            \
+		int cols = w->cols, rows = w->rows;                                                \
+		const uint8_t *base = (const uint8_t *)w->data;                                    \
+		size_t rb = w->row_bytes;                                                          \
+		const float *bias = job->bias;                                                     \
+		if (B == 1) {                                                                      \
+			for (int r = r0; r < r1; r++)                                              \
+				job->y[r] = dot_row512(TYPE, base + r * rb, x, cols) +             \
+				            (bias ? bias[r] : 0.0f);                               \
+			return;                                                                    \
+		}                                                                                  \
+		for (int b = 0; b < B; b += TILE512_BB) {                                          \
+			int bb = B - b < TILE512_BB ? B - b : TILE512_BB;                          \
+			const float *xb = x + (size_t)b * cols;                                    \
+			float *yb = job->y + (size_t)b * rows;                                     \
+			switch (bb) {                                                              \
+				TILE512_CASE(TYPE, 8)                                              \
+				TILE512_CASE(TYPE, 7)                                              \
+				TILE512_CASE(TYPE, 6)                                              \
+				TILE512_CASE(TYPE, 5)                                              \
+				TILE512_CASE(TYPE, 4)                                              \
+				TILE512_CASE(TYPE, 3)                                              \
+				TILE512_CASE(TYPE, 2)                                              \
+				TILE512_CASE(TYPE, 1)                                              \
+			}                                                                          \
+		}                                                                                  \
+	}
+
+DEFINE_ROWS_AVX512(rows_avx512_f32, GGML_TYPE_F32)
+DEFINE_ROWS_AVX512(rows_avx512_f16, GGML_TYPE_F16)
+DEFINE_ROWS_AVX512(rows_avx512_bf16, GGML_TYPE_BF16)
 
 /* Rows [r, r+nv) (nv <= 16) for batch rows x(B, cols) into y(B, rows); a
  * partial tile goes through ctile (B, 16) so y is only written in range. */
@@ -642,7 +811,8 @@ DEFINE_ROWS_AVX2(rows_avx2_q8_0, GGML_TYPE_Q8_0)
 bool matmul_have_avx512(void)
 {
 	__builtin_cpu_init();
-	return matmul_have_avx2() && __builtin_cpu_supports("avx512f");
+	return matmul_have_avx2() && __builtin_cpu_supports("avx512f") &&
+	       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
 }
 
 bool matmul_have_avx2(void)
@@ -668,11 +838,15 @@ bool matmul_have_avx512(void)
 typedef void (*rows_fn)(const struct matmul_job *job, const float *x, const struct block_q8_x *xq,
                         int B, int r0, int r1);
 
-/* Batches at least this large take the packed GEMM path (measured on the
- * 134M model: the 12-row AVX-512 kernel wins from 6 rows, the AVX2 one
- * from 12). */
+/* Batches at least this large take the packed GEMM path.  AVX2: measured
+ * on the 134M model, the packed kernel wins from 12 rows.  AVX-512: the
+ * register tiles (no packing) win below GEMM_MIN_B_AVX512 for F32/F16/BF16;
+ * Q8_0 keeps its integer decode below Q8_INT_MAX_B and the GEMM above. */
 #define GEMM_MIN_B_AVX2 12
-#define GEMM_MIN_B_AVX512 6
+#ifndef GEMM_MIN_B_AVX512 /* overridable to compare the kernels by hand */
+#define GEMM_MIN_B_AVX512 24
+#endif
+#define Q8_INT_MAX_B 5
 
 static rows_fn pick_rows_fn(enum matmul_isa isa, int type, int B)
 {
@@ -682,13 +856,18 @@ static rows_fn pick_rows_fn(enum matmul_isa isa, int type, int B)
 		bool gemm = B >= (z ? GEMM_MIN_B_AVX512 : GEMM_MIN_B_AVX2);
 		switch (type) {
 		case GGML_TYPE_F32:
-			return gemm ? (z ? gemm_avx512_f32 : gemm_avx2_f32) : rows_avx2_f32;
+			return gemm ? (z ? gemm_avx512_f32 : gemm_avx2_f32)
+			            : (z ? rows_avx512_f32 : rows_avx2_f32);
 		case GGML_TYPE_F16:
-			return gemm ? (z ? gemm_avx512_f16 : gemm_avx2_f16) : rows_avx2_f16;
+			return gemm ? (z ? gemm_avx512_f16 : gemm_avx2_f16)
+			            : (z ? rows_avx512_f16 : rows_avx2_f16);
 		case GGML_TYPE_BF16:
-			return gemm ? (z ? gemm_avx512_bf16 : gemm_avx2_bf16) : rows_avx2_bf16;
+			return gemm ? (z ? gemm_avx512_bf16 : gemm_avx2_bf16)
+			            : (z ? rows_avx512_bf16 : rows_avx2_bf16);
 		case GGML_TYPE_Q8_0:
-			return gemm ? (z ? gemm_avx512_q8_0 : gemm_avx2_q8_0)
+			if (z)
+				return B > Q8_INT_MAX_B ? gemm_avx512_q8_0 : rows_avx2_q8_int;
+			return gemm ? gemm_avx2_q8_0
 			       : isa == MATMUL_ISA_AVX2_F32 ? rows_avx2_q8_0
 			                                    : rows_avx2_q8_int;
 		}
@@ -701,8 +880,15 @@ bool matmul_q8_rounds_activations(enum matmul_isa isa, int B)
 {
 	if (isa != MATMUL_ISA_AUTO || !matmul_have_avx2())
 		return false;
-	return B < (matmul_have_avx512() ? GEMM_MIN_B_AVX512 : GEMM_MIN_B_AVX2);
+	return matmul_have_avx512() ? B <= Q8_INT_MAX_B : B < GEMM_MIN_B_AVX2;
 }
+
+/* Rows per unit of work handed to a thread: small enough to balance the
+ * threads at the end of a product, large enough that each unit is one long
+ * sequential read (and, for batches, a multiple of every tile height). */
+#define MATMUL_BLOCK_ROWS_DECODE 16
+#define MATMUL_BLOCK_ROWS_BATCH 48
+#define MATMUL_MAX_RANGES 64
 
 struct matmul_call {
 	const float *x;              /* (B, cols) */
@@ -711,13 +897,81 @@ struct matmul_call {
 	const struct matmul_job *jobs;
 	rows_fn fns[MATMUL_MAX_JOBS];
 	int n_jobs;
-	int total_rows; /* sum of the jobs' rows: the space split over tasks */
-	int n_parts;
+	bool swiglu;    /* jobs[0] gate, jobs[1] up: rows of both, then the activation */
+	bool swiglu_z;  /* the activation with AVX-512 */
+	int total_rows; /* the row space split over threads */
+	int block_rows;
+	int n_ranges;
+	/* One contiguous range of blocks per thread: (back << 32) | front.  The
+	 * owner takes blocks from the front; a thread that has finished its own
+	 * steals from the back of the others, so each thread reads one long
+	 * stream and none waits at the end. */
+	_Atomic uint64_t span[MATMUL_MAX_RANGES];
 };
 
-/* Runs global rows [g0, g1) of the concatenated jobs. */
+/* gate[b][r0..r1) = silu(gate) * up for every batch row b. */
+static void swiglu_scalar(float *gate, const float *up, int B, int ld, int r0, int r1)
+{
+	for (int b = 0; b < B; b++)
+		for (int r = r0; r < r1; r++) {
+			float g = gate[(size_t)b * ld + r];
+			gate[(size_t)b * ld + r] = g / (1.0f + expf(-g)) * up[(size_t)b * ld + r];
+		}
+}
+
+#ifdef MATMUL_X86
+/* exp(x), Cephes' expf polynomial (relative error ~2e-7), inputs clamped to
+ * the range where the result is a finite float. */
+AVX512_INLINE __m512 exp512(__m512 x)
+{
+	x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));
+	__m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+	                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	__m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+	__m512 p = _mm512_set1_ps(1.9875691500e-4f);
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+	__m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+	return _mm512_scalef_ps(y, n);
+}
+
+static AVX512_FN void swiglu_avx512(float *gate, const float *up, int B, int ld, int r0, int r1)
+{
+	for (int b = 0; b < B; b++) {
+		float *g = gate + (size_t)b * ld;
+		const float *u = up + (size_t)b * ld;
+		for (int r = r0; r < r1; r += 16) {
+			__mmask16 m = lanes_mask(r1 - r);
+			__m512 gv = _mm512_maskz_loadu_ps(m, g + r);
+			__m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), gv));
+			__m512 s = _mm512_div_ps(gv, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+			_mm512_mask_storeu_ps(g + r, m,
+			                      _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, u + r)));
+		}
+	}
+}
+#endif
+
+/* Runs global rows [g0, g1) of the concatenated jobs (swiglu: of both). */
 static void call_rows(const struct matmul_call *c, int g0, int g1)
 {
+	if (c->swiglu) {
+		const struct matmul_job *gate = &c->jobs[0], *up = &c->jobs[1];
+		c->fns[0](gate, c->x, c->xq, c->B, g0, g1);
+		c->fns[1](up, c->x, c->xq, c->B, g0, g1);
+#ifdef MATMUL_X86
+		if (c->swiglu_z) {
+			swiglu_avx512(gate->y, up->y, c->B, gate->w->rows, g0, g1);
+			return;
+		}
+#endif
+		swiglu_scalar(gate->y, up->y, c->B, gate->w->rows, g0, g1);
+		return;
+	}
 	int base = 0;
 	for (int j = 0; j < c->n_jobs && g0 < g1; j++) {
 		int rows = c->jobs[j].w->rows;
@@ -731,12 +985,55 @@ static void call_rows(const struct matmul_call *c, int g0, int g1)
 	}
 }
 
+/* Next block of a range from the front (owner) or the back (thief); -1 when
+ * the range is used up. */
+static int claim_block(_Atomic uint64_t *span, bool from_back)
+{
+	uint64_t v = atomic_load_explicit(span, memory_order_relaxed);
+	for (;;) {
+		uint32_t front = (uint32_t)v, back = (uint32_t)(v >> 32);
+		if (front >= back)
+			return -1;
+		uint64_t next = from_back ? ((uint64_t)(back - 1) << 32) | front : v + 1;
+		if (atomic_compare_exchange_weak_explicit(span, &v, next, memory_order_relaxed,
+		                                          memory_order_relaxed))
+			return (int)(from_back ? back - 1 : front);
+	}
+}
+
+static void run_block(const struct matmul_call *c, int block)
+{
+	int g0 = block * c->block_rows;
+	int g1 = g0 + c->block_rows < c->total_rows ? g0 + c->block_rows : c->total_rows;
+	call_rows(c, g0, g1);
+}
+
+/* Task t: range t front to back, then what is left of the others. */
 static void matmul_task(void *ctx, int task, int thread)
 {
-	const struct matmul_call *c = ctx;
-	int g0, g1;
-	threadpool_split(c->total_rows, c->n_parts, task, MATMUL_TASK_ALIGN, &g0, &g1);
-	call_rows(c, g0, g1);
+	struct matmul_call *c = ctx;
+	int b;
+	while ((b = claim_block(&c->span[task], false)) >= 0)
+		run_block(c, b);
+	for (int k = 1; k < c->n_ranges; k++) {
+		_Atomic uint64_t *other = &c->span[(task + k) % c->n_ranges];
+		while ((b = claim_block(other, true)) >= 0)
+			run_block(c, b);
+	}
+}
+
+static void run_parallel(struct threadpool *pool, struct matmul_call *c)
+{
+	int n_threads = threadpool_size(pool);
+	c->block_rows = c->B == 1 ? MATMUL_BLOCK_ROWS_DECODE : MATMUL_BLOCK_ROWS_BATCH;
+	int n_blocks = (c->total_rows + c->block_rows - 1) / c->block_rows;
+	c->n_ranges = n_threads < MATMUL_MAX_RANGES ? n_threads : MATMUL_MAX_RANGES;
+	for (int t = 0; t < c->n_ranges; t++) {
+		int b0, b1;
+		threadpool_split(n_blocks, c->n_ranges, t, 1, &b0, &b1);
+		atomic_init(&c->span[t], ((uint64_t)(uint32_t)b1 << 32) | (uint32_t)b0);
+	}
+	threadpool_run(pool, c->n_ranges, matmul_task, c);
 }
 
 /* Quantizes x once for the jobs that take the Q8_0 integer path; without
@@ -762,27 +1059,51 @@ static struct block_q8_x *prepare_q8_x(struct matmul_call *c, int cols)
 #endif
 }
 
+/* Picks the kernels, quantizes x where needed and runs the rows on the pool
+ * (or the calling thread, for small products). */
+static void matmul_run(struct threadpool *pool, enum matmul_isa isa, struct matmul_call *c)
+{
+	double macs = 0;
+	for (int j = 0; j < c->n_jobs; j++) {
+		c->fns[j] = pick_rows_fn(isa, c->jobs[j].w->type, c->B);
+		macs += (double)c->jobs[j].w->rows * c->jobs[j].w->cols * c->B;
+		if (!c->swiglu)
+			c->total_rows += c->jobs[j].w->rows;
+	}
+	if (c->B <= 0 || c->total_rows == 0)
+		return;
+	struct block_q8_x *xq = prepare_q8_x(c, c->jobs[0].w->cols);
+	int n_threads = pool ? threadpool_size(pool) : 1;
+	if (n_threads == 1 || macs < MATMUL_PARALLEL_MIN_MACS)
+		call_rows(c, 0, c->total_rows);
+	else
+		run_parallel(pool, c);
+	free(xq);
+}
+
 void matmul_many(struct threadpool *pool, enum matmul_isa isa, const float *x, int B,
                  const struct matmul_job *jobs, int n_jobs)
 {
 	struct matmul_call c = {.x = x, .B = B, .jobs = jobs, .n_jobs = n_jobs};
-	double macs = 0;
-	for (int j = 0; j < n_jobs; j++) {
-		c.fns[j] = pick_rows_fn(isa, jobs[j].w->type, B);
-		c.total_rows += jobs[j].w->rows;
-		macs += (double)jobs[j].w->rows * jobs[j].w->cols * B;
-	}
-	if (B <= 0 || c.total_rows == 0)
+	matmul_run(pool, isa, &c);
+}
+
+void matmul_swiglu(struct threadpool *pool, enum matmul_isa isa, const float *x, int B,
+                   const struct weight_matrix *w_gate, const struct weight_matrix *w_up,
+                   float *gate, float *up)
+{
+	struct matmul_job jobs[2] = {{.w = w_gate, .y = gate}, {.w = w_up, .y = up}};
+	if (w_gate->rows != w_up->rows || w_gate->cols != w_up->cols) {
+		matmul_many(pool, isa, x, B, jobs, 2);
+		swiglu_scalar(gate, up, B, w_gate->rows, 0, w_gate->rows);
 		return;
-	struct block_q8_x *xq = prepare_q8_x(&c, jobs[0].w->cols);
-	int n_threads = pool ? threadpool_size(pool) : 1;
-	if (n_threads == 1 || macs < MATMUL_PARALLEL_MIN_MACS) {
-		call_rows(&c, 0, c.total_rows);
-	} else {
-		c.n_parts = n_threads * MATMUL_TASKS_PER_THREAD;
-		threadpool_run(pool, c.n_parts, matmul_task, &c);
 	}
-	free(xq);
+	struct matmul_call c = {
+	    .x = x, .B = B, .jobs = jobs, .n_jobs = 2, .swiglu = true, .total_rows = w_gate->rows};
+#ifdef MATMUL_X86
+	c.swiglu_z = isa == MATMUL_ISA_AUTO && matmul_have_avx512();
+#endif
+	matmul_run(pool, isa, &c);
 }
 
 void matmul(struct threadpool *pool, const float *x, int B, const struct weight_matrix *w, float *y)

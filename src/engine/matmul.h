@@ -39,6 +39,15 @@ struct matmul_job {
 void matmul_many(struct threadpool *pool, enum matmul_isa isa, const float *x, int B,
                  const struct matmul_job *jobs, int n_jobs);
 
+/* gate(B, rows) = silu(x . w_gate^T) * (x . w_up^T) in one parallel
+ * dispatch: each thread's share of rows computes both products and then the
+ * activation, so no serial pass over the batch follows.  up (B, rows) is
+ * scratch.  The two matrices have the same shape (else it runs the two
+ * products, then the activation on the calling thread). */
+void matmul_swiglu(struct threadpool *pool, enum matmul_isa isa, const float *x, int B,
+                   const struct weight_matrix *w_gate, const struct weight_matrix *w_up,
+                   float *gate, float *up);
+
 /* Convenience: one product. */
 void matmul(struct threadpool *pool, const float *x, int B, const struct weight_matrix *w,
             float *y);

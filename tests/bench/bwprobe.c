@@ -1,10 +1,15 @@
-/* Read-bandwidth probe for the engine benchmark: streams a 1 GiB buffer
- * (summing it, so nothing is optimised away) with 1 and with 2 threads and
- * prints the best GB/s of several passes, as JSON: {"bw1_gbs":X,"bw2_gbs":Y}.
- * This is the memory roof that decode (read every weight once per token)
- * is measured against.  Not a test. */
+/* Machine probe for the engine benchmark.
+ * Read bandwidth: streams a 1 GiB buffer (summing it, so nothing is
+ * optimised away) with 1 and with 2 threads, best GB/s of several passes:
+ * the memory roof that decode (read every weight once per token) is
+ * measured against.
+ * FMA peak: 12 independent chains of fp32 fused multiply-adds per thread
+ * (AVX-512 where the CPU has it, else AVX2), best of several passes: the
+ * compute roof of batched decode, whose matmuls are fp32 FMAs.
+ * Prints {"bw1_gbs":X,"bw2_gbs":Y,"fma1_gflops":A,"fma2_gflops":B}.  Not a test. */
 #include <immintrin.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +74,75 @@ static double measure(const float *buf, size_t n, int n_threads)
 	return best;
 }
 
+#define FMA_CHAINS 12
+#define FMA_ITERS 20000000L
+
+struct fma_part {
+	float out;
+	bool avx512;
+};
+
+__attribute__((target("avx512f"))) static float fma_chains512(void)
+{
+	__m512 acc[FMA_CHAINS];
+	__m512 m = _mm512_set1_ps(0.999999f), a = _mm512_set1_ps(1e-7f);
+	for (int j = 0; j < FMA_CHAINS; j++)
+		acc[j] = _mm512_set1_ps((float)j);
+	for (long i = 0; i < FMA_ITERS; i++)
+		for (int j = 0; j < FMA_CHAINS; j++)
+			acc[j] = _mm512_fmadd_ps(acc[j], m, a);
+	float s = 0;
+	for (int j = 0; j < FMA_CHAINS; j++)
+		s += _mm512_reduce_add_ps(acc[j]);
+	return s;
+}
+
+__attribute__((target("avx2,fma"))) static float fma_chains256(void)
+{
+	__m256 acc[FMA_CHAINS];
+	__m256 m = _mm256_set1_ps(0.999999f), a = _mm256_set1_ps(1e-7f);
+	for (int j = 0; j < FMA_CHAINS; j++)
+		acc[j] = _mm256_set1_ps((float)j);
+	for (long i = 0; i < FMA_ITERS; i++)
+		for (int j = 0; j < FMA_CHAINS; j++)
+			acc[j] = _mm256_fmadd_ps(acc[j], m, a);
+	float lanes[8], s = 0;
+	for (int j = 1; j < FMA_CHAINS; j++)
+		acc[0] = _mm256_add_ps(acc[0], acc[j]);
+	_mm256_storeu_ps(lanes, acc[0]);
+	for (int j = 0; j < 8; j++)
+		s += lanes[j];
+	return s;
+}
+
+static void *fma_part_run(void *arg)
+{
+	struct fma_part *fp = arg;
+	fp->out = fp->avx512 ? fma_chains512() : fma_chains256();
+	return NULL;
+}
+
+/* GFLOP/s of n_threads threads running FMA chains (2 flops per lane). */
+static double measure_fma(int n_threads, bool avx512)
+{
+	double best = 0, lanes = avx512 ? 16 : 8;
+	for (int pass = 0; pass < 3; pass++) {
+		struct fma_part parts[2] = {{.avx512 = avx512}, {.avx512 = avx512}};
+		pthread_t th[2];
+		double t0 = now_s();
+		for (int t = 0; t < n_threads; t++)
+			pthread_create(&th[t], NULL, fma_part_run, &parts[t]);
+		for (int t = 0; t < n_threads; t++)
+			pthread_join(th[t], NULL);
+		double gf = n_threads * (double)FMA_ITERS * FMA_CHAINS * lanes * 2 /
+		            (now_s() - t0) / 1e9;
+		if (parts[0].out == 12345.0f)
+			fprintf(stderr, "(unlikely sum)\n");
+		best = gf > best ? gf : best;
+	}
+	return best;
+}
+
 int main(void)
 {
 	size_t n = BUF_BYTES / sizeof(float);
@@ -80,7 +154,11 @@ int main(void)
 	for (size_t i = 0; i < n; i++)
 		buf[i] = (float)(i & 1023) * 1e-3f;
 	double bw1 = measure(buf, n, 1), bw2 = measure(buf, n, 2);
-	printf("{\"bw1_gbs\":%.2f,\"bw2_gbs\":%.2f}\n", bw1, bw2);
+	__builtin_cpu_init();
+	bool avx512 = __builtin_cpu_supports("avx512f");
+	double f1 = measure_fma(1, avx512), f2 = measure_fma(2, avx512);
+	printf("{\"bw1_gbs\":%.2f,\"bw2_gbs\":%.2f,\"fma1_gflops\":%.1f,\"fma2_gflops\":%.1f}\n",
+	       bw1, bw2, f1, f2);
 	free(buf);
 	return 0;
 }

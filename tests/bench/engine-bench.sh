@@ -7,8 +7,10 @@
 # with sinkd-mkmodel in a temporary directory; then measures, REPEATS times
 # each, decode tok/s of 1 stream and batched throughput of 8 and 32 streams
 # on stories260K and both 134M models, and the weight bandwidth a single
-# stream achieves (weight bytes x tok/s) against the probe.  Prints min and
-# median, a table, the targets of the issue, and one JSON line.
+# stream achieves (weight bytes x tok/s) against the probe, and the fp32 FMA
+# rate the batches achieve (weight multiply-adds x 2 x tok/s) against the
+# probe's FMA peak.  Prints min and median, a table, the targets of the
+# issue, and one JSON line.
 #
 # Environment: BUILD (build dir, default build-bench), REPEATS (3),
 # RUN_SECONDS (3 per measurement), THREADS (0 = one per core),
@@ -81,13 +83,18 @@ threads, when = int(sys.argv[2]), sys.argv[3]
 probe = [r for r in rows if r["kind"] == "probe"]
 bw1 = statistics.median(p["bw1_gbs"] for p in probe)
 bw2 = statistics.median(p["bw2_gbs"] for p in probe)
+fma1 = statistics.median(p["fma1_gflops"] for p in probe)
+fma2 = statistics.median(p["fma2_gflops"] for p in probe)
 roof = bw1 if threads == 1 else bw2
+flop_roof = fma1 if threads == 1 else fma2
 print(f"run at {when}; 1-min load average at the end: {open('/proc/loadavg').read().split()[0]}")
 print(f"read bandwidth probe (1 GiB): 1 thread {bw1:.1f} GB/s, 2 threads {bw2:.1f} GB/s (median of {len(probe)})")
+print(f"fp32 FMA peak probe: 1 thread {fma1:.0f} GFLOP/s, 2 threads {fma2:.0f} GFLOP/s (median of {len(probe)})")
 dec = [r for r in rows if r["kind"] == "decode"]
 models = list(dict.fromkeys(r["model"] for r in dec))
-summary = {"time": when, "threads": threads, "probe_bw1_gbs": bw1, "probe_bw2_gbs": bw2, "models": {}}
-print(f"{'model':<22}{'streams':>8}{'tok/s min':>12}{'tok/s med':>12}{'GB/s':>8}{'% roof':>8}{'prefill':>10}{'cpu ms/step':>12}{'wall ms/step':>13}")
+summary = {"time": when, "threads": threads, "probe_bw1_gbs": bw1, "probe_bw2_gbs": bw2,
+           "probe_fma1_gflops": fma1, "probe_fma2_gflops": fma2, "models": {}}
+print(f"{'model':<22}{'streams':>8}{'tok/s min':>12}{'tok/s med':>12}{'GB/s':>8}{'% roof':>8}{'GFLOP/s':>9}{'% FMA':>7}{'prefill':>10}{'cpu ms/step':>12}{'wall ms/step':>13}")
 for m in models:
     ms = {}
     for n in sorted({r["streams"] for r in dec if r["model"] == m}):
@@ -100,10 +107,13 @@ for m in models:
         pre = statistics.median(r["prefill_tok_s"] for r in rs)
         cpu = statistics.median(r["cpu_ms_per_step"] for r in rs)
         wall = statistics.median(r["step_ms"] for r in rs)
+        gflops = 2 * rs[0]["weight_macs"] * med / 1e9
         ms[str(n)] = {"tok_s_min": min(toks), "tok_s_median": med, "weight_gbs": gbs,
-                      "roof_pct": 100 * gbs / roof, "prefill_tok_s": pre, "weight_bytes": wb,
+                      "roof_pct": 100 * gbs / roof, "gflops": gflops,
+                      "fma_pct": 100 * gflops / flop_roof, "prefill_tok_s": pre,
+                      "weight_bytes": wb, "weight_macs": rs[0]["weight_macs"],
                       "cpu_ms_per_step": cpu, "step_ms": wall}
-        print(f"{m:<22}{n:>8}{min(toks):>12.1f}{med:>12.1f}{gbs:>8.1f}{100*gbs/roof:>8.1f}{pre:>10.0f}{cpu:>12.3f}{wall:>13.3f}")
+        print(f"{m:<22}{n:>8}{min(toks):>12.1f}{med:>12.1f}{gbs:>8.1f}{100*gbs/roof:>8.1f}{gflops:>9.1f}{100*gflops/flop_roof:>7.1f}{pre:>10.0f}{cpu:>12.3f}{wall:>13.3f}")
     if "1" in ms and "32" in ms:
         ms["batch32_speedup"] = ms["32"]["tok_s_median"] / ms["1"]["tok_s_median"]
     summary["models"][m] = ms
@@ -116,6 +126,10 @@ for m, ms in summary["models"].items():
     else:
         print(f"  {m}: single stream {ms['1']['roof_pct']:.0f}% of the bandwidth roof (target >= 90%)")
     if "batch32_speedup" in ms:
-        print(f"  {m}: 32 streams = {ms['batch32_speedup']:.1f}x single stream (target >= 6x)")
+        # the most a batch can reach: every multiply-add at the FMA peak
+        ceiling = flop_roof / (2 * ms["1"]["weight_macs"]) / ms["1"]["tok_s_median"]
+        ms["batch32_ceiling"] = ceiling
+        print(f"  {m}: 32 streams = {ms['batch32_speedup']:.1f}x single stream (target >= 6x; "
+              f"the FMA peak allows at most {ceiling:.1f}x over this single-stream rate)")
 print(json.dumps(summary, separators=(",", ":")))
 EOF

@@ -4,7 +4,9 @@
  * token, as the scheduler does); repeats with fresh sessions until the time
  * is spent, so the context stays at P..P+G tokens.  Prints one JSON line:
  *   {"model":..,"streams":N,"threads":T,"steps":K,"tok_s":X,"step_ms":Y,
- *    "cpu_ms_per_step":C,"weight_bytes":B,"prefill_tok_s":Z}
+ *    "cpu_ms_per_step":C,"weight_bytes":B,"weight_macs":M,"prefill_tok_s":Z}
+ * weight_macs: multiply-adds of the weight matrices per token (the compute
+ * that a batch cannot share).
  * cpu_ms_per_step: CPU time of all threads per step (spinning included),
  * which tells a busy machine (step_ms >> cpu/threads) from a slow kernel.
  * prefill_tok_s: one session's prompt of --prompt-tokens fed as one batch.
@@ -57,6 +59,23 @@ static int parse(int argc, char **argv, struct opts *o)
 			return -1;
 	}
 	return o->model && o->streams > 0 && o->prompt_tokens > 0 && o->gen_tokens > 0 ? 0 : -1;
+}
+
+static double matrix_macs(const struct weight_matrix *w)
+{
+	return (double)w->rows * (double)w->cols;
+}
+
+static double model_macs(const struct model *m)
+{
+	double sum = matrix_macs(&m->output);
+	for (int i = 0; i < m->hp.n_layers; i++) {
+		const struct model_layer *l = &m->layers[i];
+		sum += matrix_macs(&l->wq) + matrix_macs(&l->wk) + matrix_macs(&l->wv) +
+		       matrix_macs(&l->wo) + matrix_macs(&l->w_gate) + matrix_macs(&l->w_up) +
+		       matrix_macs(&l->w_down);
+	}
+	return sum;
 }
 
 static int32_t token_for(int n_vocab, int a, int b)
@@ -140,9 +159,9 @@ int main(int argc, char **argv)
 
 	printf("{\"model\":\"%s\",\"streams\":%d,\"threads\":%d,\"steps\":%ld,\"tok_s\":%.2f,"
 	       "\"step_ms\":%.3f,\"cpu_ms_per_step\":%.3f,\"weight_bytes\":%zu,"
-	       "\"prefill_tok_s\":%.1f}\n",
+	       "\"weight_macs\":%.0f,\"prefill_tok_s\":%.1f}\n",
 	       m->name, N, o.threads, steps, (double)steps * N / el, el / steps * 1e3,
-	       cpu / steps * 1e3, model_weight_bytes(m), P / prefill_s);
+	       cpu / steps * 1e3, model_weight_bytes(m), model_macs(m), P / prefill_s);
 	return 0;
 fail:
 	fprintf(stderr, "engine-driver: %s\n", err);

@@ -3,7 +3,7 @@
  * much larger than the caches, timed over ~1 s of wall clock.  Prints one
  * line per case with the weight bandwidth (GB/s, what decode is bound by)
  * and GFLOP/s (what batches are bound by), then a JSON line.
- * usage: matmul-perf [threads (0 = cores)] [rows] [cols] */
+ * usage: matmul-perf [threads (0 = cores)] [rows] [cols] [batch sizes, e.g. 1,8,32] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +34,15 @@ int main(int argc, char **argv)
 		return 1;
 	int types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0};
 	const char *names[] = {"f32", "f16", "bf16", "q8_0"};
-	int bs[] = {1, 4, 8, 32, 64};
+	int bs[16] = {1, 4, 8, 32, 64}, n_bs = 5;
+	if (argc > 4) {
+		n_bs = 0;
+		for (char *p = argv[4]; *p && n_bs < 16; p++) {
+			bs[n_bs++] = (int)strtol(p, &p, 10);
+			if (*p != ',')
+				break;
+		}
+	}
 	printf("{\"threads\":%d,\"rows\":%d,\"cols\":%d,\"cases\":[", threadpool_size(pool), rows,
 	       cols);
 	int first = 1;
@@ -46,7 +54,7 @@ int main(int argc, char **argv)
 			    (unsigned char)(i * 2654435761u >> 24) & 0x3f; /* small finite values */
 		struct weight_matrix m = {
 		    .type = types[t], .rows = rows, .cols = cols, .data = w, .row_bytes = rb};
-		for (int bi = 0; bi < 5; bi++) {
+		for (int bi = 0; bi < n_bs; bi++) {
 			int B = bs[bi];
 			float *x = calloc((size_t)B * cols, sizeof(float));
 			float *y = malloc((size_t)B * rows * sizeof(float));

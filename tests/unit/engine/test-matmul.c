@@ -170,7 +170,7 @@ START_TEST(test_all_types_shapes)
 {
 	int rows_list[] = {1, 3, 4, 7, 33};
 	int cols_list[] = {32, 64, 96, 13, 8, 200};
-	int b_list[] = {1, 2, 3, 4, 5, 9, 64, 67};
+	int b_list[] = {1, 2, 3, 4, 5, 8, 9, 17, 23, 24, 64, 67};
 	enum matmul_isa isas[] = {MATMUL_ISA_GENERIC, MATMUL_ISA_AUTO, MATMUL_ISA_AVX2_F32};
 	for (int t = 0; t < 4; t++)
 		for (size_t ri = 0; ri < sizeof(rows_list) / sizeof(int); ri++)
@@ -191,9 +191,9 @@ START_TEST(test_threaded)
 {
 	struct threadpool *pool = NULL;
 	ck_assert_int_eq(threadpool_new(3, &pool, NULL, 0), 0);
-	int b_list[] = {1, 2, 7, 40};
+	int b_list[] = {1, 2, 7, 16, 40};
 	for (int t = 0; t < 4; t++)
-		for (int bi = 0; bi < 4; bi++) {
+		for (int bi = 0; bi < 5; bi++) {
 			run_case(pool, MATMUL_ISA_AUTO, all_types[t], 301, 768, b_list[bi], bi % 2);
 			run_case(pool, MATMUL_ISA_GENERIC, all_types[t], 130, 544, b_list[bi],
 			         true);
@@ -267,6 +267,63 @@ START_TEST(test_row_to_f32)
 }
 END_TEST
 
+/* Gate and up products fused with the SwiGLU activation, against
+ * silu(g) * u from the double reference of both products. */
+static void swiglu_case(struct threadpool *pool, enum matmul_isa isa, enum ggml_type type,
+                        int rows, int cols, int B)
+{
+	struct test_matrix g, u;
+	make_matrix(&g, type, rows, cols);
+	make_matrix(&u, type, rows, cols);
+	float *x = malloc((size_t)B * cols * sizeof(float));
+	float *gate = malloc((size_t)B * rows * sizeof(float));
+	float *up = malloc((size_t)B * rows * sizeof(float));
+	for (int i = 0; i < B * cols; i++)
+		x[i] = 2.0f * frand();
+	for (int i = 0; i < B * rows; i++)
+		gate[i] = up[i] = NAN;
+	matmul_swiglu(pool, isa, x, B, &g.w, &u.w, gate, up);
+	for (int b = 0; b < B; b++)
+		for (int r = 0; r < rows; r++) {
+			double gs = 0, us = 0, mag = 0;
+			for (int c = 0; c < cols; c++) {
+				double xv = x[(size_t)b * cols + c];
+				gs += g.exact[(size_t)r * cols + c] * xv;
+				us += u.exact[(size_t)r * cols + c] * xv;
+				mag += fabs(g.exact[(size_t)r * cols + c] * xv) +
+				       fabs(u.exact[(size_t)r * cols + c] * xv);
+			}
+			double ref = gs / (1.0 + exp(-gs)) * us;
+			double got = gate[(size_t)b * rows + r];
+			if (!(fabs(got - ref) <= 1e-5 + 1e-5 * mag * (1.0 + fabs(gs) + fabs(us))))
+				ck_abort_msg("swiglu %s isa=%d rows=%d cols=%d B=%d: [%d][%d] = %.9g, "
+				             "reference %.9g",
+				             ggml_type_name_test(type), isa, rows, cols, B, b, r, got,
+				             ref);
+		}
+	free(x);
+	free(gate);
+	free(up);
+	free_matrix(&g);
+	free_matrix(&u);
+}
+
+START_TEST(test_swiglu)
+{
+	struct threadpool *pool = NULL;
+	ck_assert_int_eq(threadpool_new(2, &pool, NULL, 0), 0);
+	int b_list[] = {1, 3, 8, 24, 33};
+	enum matmul_isa isas[] = {MATMUL_ISA_GENERIC, MATMUL_ISA_AUTO};
+	for (int t = 0; t < 2; t++)
+		for (int bi = 0; bi < 5; bi++)
+			for (int i = 0; i < 2; i++) {
+				swiglu_case(pool, isas[i], all_types[t], 301, 768, b_list[bi]);
+				swiglu_case(NULL, isas[i], all_types[t], 37, 200, b_list[bi]);
+			}
+	threadpool_free(pool);
+}
+END_TEST
+
 int main(void)
 {
 	printf("matmul: avx2 kernels %s, avx512 GEMM %s\n", matmul_have_avx2() ? "yes" : "no",
@@ -278,6 +335,7 @@ int main(void)
 	tcase_add_test(tc, test_threaded);
 	tcase_add_test(tc, test_many_jobs);
 	tcase_add_test(tc, test_row_to_f32);
+	tcase_add_test(tc, test_swiglu);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
