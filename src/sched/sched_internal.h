@@ -132,7 +132,9 @@ struct scheduler {
 	double pace_decode_s;        /* moving average of decode-only batch time; 0 unknown */
 	double pace_cap;             /* prefill tokens per batch while sessions decode */
 	unsigned pace_since_measure; /* batches since the last decode-only one */
-	double pace_token_s;         /* moving average of what one prompt token adds */
+	double pace_token_s;         /* what one prompt token adds (pace_extra_s / pace_prefill_tokens) */
+	double pace_extra_s;         /* moving average: paced batch time beyond a decode-only one */
+	double pace_prefill_tokens;  /* moving average: prompt tokens in those batches */
 };
 
 double sched_now(void);

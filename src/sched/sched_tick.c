@@ -16,16 +16,20 @@
  * Pacing: while any session decodes, the prefill share of a batch is further
  * capped by `pace_cap` so that a batch carrying prefill takes at most
  * PACE_FACTOR times as long as a decode-only batch.  Both costs are
- * measured: the decode-only batch time as a moving average (while prompts
- * wait, every PACE_REMEASURE-th batch is decode-only to keep it fresh as
- * contexts grow), the cost of one prompt token from what the prefill added to
- * the last paced batches; the cap is the number of prompt tokens that fit in
- * the allowed extra time, grows at most twofold per batch, and never drops
- * below one token, so a prompt always advances.  A 30k-token prompt thus
- * streams in at a steady share of the machine (1 - 1/PACE_FACTOR) while
- * every stream keeps receiving one token per batch, with inter-token latency
- * at most ~PACE_FACTOR times its decode-only value.  With no session
- * decoding, prefill uses the whole max_batch_tokens.
+ * measured: the decode-only batch time as a moving average that slow
+ * outliers (preemption on a busy machine) barely move (while prompts wait,
+ * every PACE_REMEASURE-th batch is decode-only to keep it fresh as contexts
+ * grow), the cost of one prompt token from what the prefill added to the last
+ * paced batches; the cap is the number of prompt tokens that fit in the
+ * allowed extra time, at most twice the chunk last measured plus one, and
+ * never below one token, so a prompt always advances, nor below
+ * (PACE_FACTOR - 1) / 2 prompt tokens per decode token, so that prompts are
+ * taken in faster than streams finish even when noise makes them look
+ * expensive.  A 30k-token prompt thus streams in at a steady share of the
+ * machine (1 - 1/PACE_FACTOR) while every stream keeps receiving one token
+ * per batch, with inter-token latency at most ~PACE_FACTOR times its
+ * decode-only value.  With no session decoding, prefill uses the whole
+ * max_batch_tokens.
  *
  * Persistent sessions keep the stream's last token un-fed ("pending"): a
  * later request starts by feeding it, which yields the logits to continue
@@ -420,13 +424,28 @@ static size_t prefill_chunk_cap(const struct sched_req *r)
 #define PACE_FACTOR 1.5
 #define PACE_MIN_CAP 1.0
 #define PACE_START_CAP 4.0
-#define PACE_REMEASURE 32 /* paced batches between two decode-only ones */
+#define PACE_DECODE_SHARE ((PACE_FACTOR - 1) / 2)
+#define PACE_REMEASURE 16 /* paced batches between two decode-only ones */
+#define PACE_OUTLIER 1.25
+#define PACE_TOKEN_FLOOR 0.01 /* a prompt token costs at least this share of a decode batch */
 
 struct batch_shape {
 	size_t n_decode;  /* decode tokens */
 	size_t n_prefill; /* prefill tokens */
 	bool paced;       /* prefill was cut by pace_cap */
 };
+
+/* Prompt tokens a batch with n_decode decode tokens may carry: the measured
+ * cap, but never below PACE_DECODE_SHARE of the decode tokens (a prompt
+ * token costs about a decode token's matmul rows, more with a long context),
+ * so that prompts keep arriving faster than streams finish even when noise
+ * on a shared machine makes prompt tokens look expensive. */
+static size_t pace_cap_now(const struct scheduler *s, size_t n_decode)
+{
+	size_t floor = (size_t)(PACE_DECODE_SHARE * (double)n_decode);
+	size_t cap = (size_t)s->pace_cap;
+	return cap > floor ? cap : floor;
+}
 
 /* Builds the batch described at the top of this file; returns its size. */
 static size_t batch_build(struct scheduler *s, struct sched_req **act, size_t n_act,
@@ -444,9 +463,9 @@ static size_t batch_build(struct scheduler *s, struct sched_req **act, size_t n_
 	}
 	s->rr_decode++;
 	shape->n_decode = n;
-	size_t limit = max_tokens;
-	if (n > 0 && n + (size_t)s->pace_cap < limit)
-		limit = n + (size_t)s->pace_cap;
+	size_t limit = max_tokens, cap = pace_cap_now(s, n);
+	if (n > 0 && n + cap < limit)
+		limit = n + cap;
 	/* Measure (or re-measure, as contexts grow) what a decode-only batch
 	 * costs: the reference of the pacing. */
 	if (n > 0 && want > 0 && (s->pace_decode_s == 0 || s->pace_since_measure >= PACE_REMEASURE))
@@ -477,27 +496,57 @@ static size_t batch_build(struct scheduler *s, struct sched_req **act, size_t n_
 	return n;
 }
 
+/* A decode-only batch time joins the reference.  Noise on a shared machine
+ * only ever adds time (preemption, page faults), so a sample counts at most
+ * PACE_OUTLIER times the estimate, and the estimate falls faster than it
+ * rises: one slow tick does not license slower paced batches for long. */
+static void pace_observe_decode(struct scheduler *s, double seconds)
+{
+	double est = s->pace_decode_s;
+	s->pace_since_measure = 0;
+	if (est == 0) {
+		s->pace_decode_s = seconds;
+		return;
+	}
+	if (seconds > PACE_OUTLIER * est)
+		seconds = PACE_OUTLIER * est;
+	s->pace_decode_s = seconds < est ? 0.5 * est + 0.5 * seconds : 0.8 * est + 0.2 * seconds;
+}
+
 /* Adapts pace_cap from the time the last batch took (see the top). */
 static void pace_update(struct scheduler *s, const struct batch_shape *b, double seconds,
                         size_t max_tokens)
 {
 	if (b->n_decode && !b->n_prefill) {
-		s->pace_decode_s =
-		    s->pace_decode_s ? 0.7 * s->pace_decode_s + 0.3 * seconds : seconds;
-		s->pace_since_measure = 0;
+		pace_observe_decode(s, seconds);
 		return;
 	}
 	s->pace_since_measure++;
 	if (!b->n_decode || !b->n_prefill || s->pace_decode_s == 0)
 		return;
-	/* What one prompt token added to this batch, then as many tokens as
-	 * fit in the time allowed beyond the decode-only batch. */
+	/* What one prompt token adds: the time the last paced batches took
+	 * beyond the decode-only one over the prompt tokens they carried (a
+	 * ratio of averages, so that a slow batch with one or two tokens does
+	 * not make a token look expensive); then as many tokens as fit in the
+	 * time allowed beyond the decode-only batch. */
 	double extra = seconds - s->pace_decode_s;
-	double per_token = (extra > 0 ? extra : 0.05 * s->pace_decode_s) / (double)b->n_prefill;
-	s->pace_token_s = s->pace_token_s ? 0.5 * s->pace_token_s + 0.5 * per_token : per_token;
+	if (s->pace_prefill_tokens == 0) {
+		s->pace_extra_s = extra;
+		s->pace_prefill_tokens = (double)b->n_prefill;
+	} else {
+		s->pace_extra_s = 0.7 * s->pace_extra_s + 0.3 * extra;
+		s->pace_prefill_tokens = 0.7 * s->pace_prefill_tokens + 0.3 * (double)b->n_prefill;
+	}
+	double floor_s = PACE_TOKEN_FLOOR * s->pace_decode_s;
+	s->pace_token_s = s->pace_extra_s / s->pace_prefill_tokens;
+	if (s->pace_token_s < floor_s)
+		s->pace_token_s = floor_s;
 	double cap = (PACE_FACTOR - 1) * s->pace_decode_s / s->pace_token_s;
-	if (cap > 2 * s->pace_cap + 1)
-		cap = 2 * s->pace_cap + 1; /* grow gradually: costs are not linear forever */
+	/* Extrapolate at most twofold from the chunk measured: costs are not
+	 * linear forever (a few rows more can look free to the matmul's tiles,
+	 * many more are not). */
+	if (cap > 2 * (double)b->n_prefill + 1)
+		cap = 2 * (double)b->n_prefill + 1;
 	s->pace_cap = cap < PACE_MIN_CAP         ? PACE_MIN_CAP
 	              : cap > (double)max_tokens ? (double)max_tokens
 	                                         : cap;
