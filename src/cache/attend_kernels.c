@@ -111,18 +111,23 @@ ATTEND_INLINE void st_f32(float *p, v8f v)
 	memcpy(p, &v, sizeof(v));
 }
 
+/* Pair sums within each 128-bit half: (a0+a1, a2+a3, b0+b1, b2+b3 | same
+ * for elements 4..7), as the hadd instruction. */
+ATTEND_INLINE v8f hadd(v8f a, v8f b)
+{
+	const v8i ev = {0, 2, 8, 10, 4, 6, 12, 14}, od = {1, 3, 9, 11, 5, 7, 13, 15};
+	return __builtin_shuffle(a, b, ev) + __builtin_shuffle(a, b, od);
+}
+
 /* Element sums of 8 vectors: result[u] = sum of p[u]'s elements (a tree of
  * pairwise adds; 7 vector adds instead of 8 horizontal sums). */
 ATTEND_INLINE v8f reduce8(const v8f *p)
 {
-	const v8i ev = {0, 2, 8, 10, 4, 6, 12, 14}, od = {1, 3, 9, 11, 5, 7, 13, 15};
 	v8f s[4], t[2];
 	for (int u = 0; u < 4; u++) /* s[u]: pair sums of p[2u] and p[2u+1], per lane */
-		s[u] = __builtin_shuffle(p[2 * u], p[2 * u + 1], ev) +
-		       __builtin_shuffle(p[2 * u], p[2 * u + 1], od);
+		s[u] = hadd(p[2 * u], p[2 * u + 1]);
 	for (int u = 0; u < 2; u++) /* t[u]: p[4u..4u+3], each half summed per lane */
-		t[u] = __builtin_shuffle(s[2 * u], s[2 * u + 1], ev) +
-		       __builtin_shuffle(s[2 * u], s[2 * u + 1], od);
+		t[u] = hadd(s[2 * u], s[2 * u + 1]);
 	const v8i lo = {0, 1, 2, 3, 12, 13, 14, 15}, hi = {4, 5, 6, 7, 8, 9, 10, 11};
 	return __builtin_shuffle(t[0], t[1], lo) + __builtin_shuffle(t[0], t[1], hi);
 }
@@ -172,6 +177,40 @@ ATTEND_INLINE void score8_d8(int k, const unsigned char *rows, size_t row_bytes,
 	}
 }
 
+/* bf16 rows of 8 elements, 16 bytes apart (m <= 8 of them): two rows per
+ * 32-byte load, split into even and odd elements by a shift and a mask (no
+ * conversion shuffles).  qe, qo: (r) each head's even and odd query
+ * elements, twice over. */
+ATTEND_INLINE void score8_bf16_d8(const unsigned char *rows, const v8f *qe, const v8f *qo, int r,
+                                  float *out, int ld, int m)
+{
+	v8f e[4], o[4]; /* e[k]: rows 2k and 2k+1 (a half each), even elements */
+	for (int k = 0; k < 4; k++) {
+		v8u w = {0}, lo, hi;
+		if (2 * k + 2 <= m)
+			memcpy(&w, rows + 32 * k, sizeof(w));
+		else if (2 * k + 1 == m) /* rows past m are zeros */
+			memcpy(&w, rows + 32 * k, 16);
+		lo = w << 16;
+		hi = w & 0xffff0000u;
+		memcpy(&e[k], &lo, sizeof(lo));
+		memcpy(&o[k], &hi, sizeof(hi));
+	}
+	const v8i order = {0, 4, 1, 5, 2, 6, 3, 7};
+	for (int h = 0; h < r; h++) {
+		v8f p[4];
+		for (int k = 0; k < 4; k++)
+			p[k] = e[k] * qe[h] + o[k] * qo[h];
+		/* halves: (rows 0, 2, 4, 6 | rows 1, 3, 5, 7) */
+		v8f s = __builtin_shuffle(hadd(hadd(p[0], p[1]), hadd(p[2], p[3])), order);
+		if (m == 8)
+			st_f32(out + (size_t)h * ld, s);
+		else
+			for (int u = 0; u < m; u++)
+				out[(size_t)h * ld + u] = s[u];
+	}
+}
+
 /* scores[h*ld + i] = q[h] . row_i over n rows of kind k, d a multiple of 8,
  * 8 rows at a time; rows of other kinds than f32 are converted once into a
  * block of f32 when several heads read them. */
@@ -179,6 +218,18 @@ ATTEND_INLINE void score_rows_k(int k, const unsigned char *base, size_t row_byt
                                 const float *q, int r, float *scores, int ld)
 {
 	float tmp[8 * SINKCACHE_MAX_HEAD_DIM];
+	if (k == K_BF16 && d == 8 && row_bytes == 16 && r <= ATTEND_MAX_HEADS) {
+		v8f qe[ATTEND_MAX_HEADS], qo[ATTEND_MAX_HEADS];
+		const v8i ev = {0, 2, 4, 6, 0, 2, 4, 6}, od = {1, 3, 5, 7, 1, 3, 5, 7};
+		for (int h = 0; h < r; h++) {
+			qe[h] = __builtin_shuffle(ld_f32(q + 8 * (size_t)h), ev);
+			qo[h] = __builtin_shuffle(ld_f32(q + 8 * (size_t)h), od);
+		}
+		for (int i = 0; i < n; i += 8)
+			score8_bf16_d8(base + (size_t)i * 16, qe, qo, r, scores + i, ld,
+			               n - i < 8 ? n - i : 8);
+		return;
+	}
 	for (int i = 0; i < n; i += 8) {
 		const unsigned char *rows = base + (size_t)i * row_bytes;
 		int m = n - i < 8 ? n - i : 8;
