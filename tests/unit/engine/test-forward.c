@@ -242,6 +242,11 @@ START_TEST(test_interleaved_sessions)
 		                           alone + (size_t)j * (STEPS + 1) * n_vocab,
 		                           n_vocab) < 1e-5,
 		              "session %d prefill differs", j);
+	/* Decode of 3 tokens runs the small-batch kernels and a single token the
+	 * decode kernel: the same products summed in another order, so they
+	 * agree to float rounding (each is within 5e-6 of the reference), not
+	 * bit for bit; a token attended in the wrong session would be off by
+	 * whole units. */
 	for (int t = 0; t < STEPS; t++) {
 		for (int j = 0; j < 3; j++)
 			batch[j] = (struct backend_token){
@@ -252,8 +257,10 @@ START_TEST(test_interleaved_sessions)
 			ck_assert_msg(
 			    max_abs_diff(got + (size_t)j * n_vocab,
 			                 alone + ((size_t)j * (STEPS + 1) + t + 1) * n_vocab,
-			                 n_vocab) < 1e-5,
-			    "session %d decode step %d differs", j, t);
+			                 n_vocab) < 5e-5,
+			    "session %d decode step %d differs by %g", j, t,
+			    max_abs_diff(got + (size_t)j * n_vocab,
+			                 alone + ((size_t)j * (STEPS + 1) + t + 1) * n_vocab, n_vocab));
 	}
 	for (int j = 0; j < 3; j++) {
 		be->ops->session_free(be, ss[j]);
