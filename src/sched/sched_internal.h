@@ -84,6 +84,8 @@ struct sched_req {
 	int logits_row; /* -1: no logits this tick */
 };
 
+#define SCHED_PACE_SAMPLES 5 /* decode-only batch times the pacing reference is the median of */
+
 struct sched_hist {
 	int n_buckets;
 	const double *upper;
@@ -129,7 +131,9 @@ struct scheduler {
 	size_t cap_logits_rows;
 	size_t rr_decode, rr_prefill; /* round-robin cursors */
 	/* [engine] prefill pacing while sessions decode (sched_tick.c) */
-	double pace_decode_s;        /* moving average of decode-only batch time; 0 unknown */
+	double pace_decode_s;        /* median of recent decode-only batch times; 0 unknown */
+	double pace_decode_samples[SCHED_PACE_SAMPLES]; /* ring of the last decode-only times */
+	size_t pace_decode_n;                           /* samples ever taken */
 	double pace_cap;             /* prefill tokens per batch while sessions decode */
 	unsigned pace_since_measure; /* batches since the last decode-only one */
 	double pace_token_s;         /* what one prompt token adds (pace_extra_s / pace_prefill_tokens) */

@@ -16,16 +16,15 @@
  * Pacing: while any session decodes, the prefill share of a batch is further
  * capped by `pace_cap` so that a batch carrying prefill takes at most
  * PACE_FACTOR times as long as a decode-only batch.  Both costs are
- * measured: the decode-only batch time as a moving average that slow
- * outliers (preemption on a busy machine) barely move (while prompts wait,
- * every PACE_REMEASURE-th batch is decode-only to keep it fresh as contexts
- * grow), the cost of one prompt token from what the prefill added to the last
- * paced batches; the cap is the number of prompt tokens that fit in the
- * allowed extra time, at most twice the chunk last measured plus one, and
- * never below one token, so a prompt always advances, nor below
- * (PACE_FACTOR - 1) / 2 prompt tokens per decode token, so that prompts are
- * taken in faster than streams finish even when noise makes them look
- * expensive.  A 30k-token prompt thus streams in at a steady share of the
+ * measured: the decode-only batch time as the median of the last few (while
+ * prompts wait, every PACE_REMEASURE-th batch is decode-only to keep it
+ * fresh as contexts grow), the cost of one prompt token from what the
+ * prefill added to the last paced batches; the cap is the number of prompt
+ * tokens that fit in the allowed extra time, at most twice the chunk last
+ * measured plus one, and never below one token, so a prompt always
+ * advances, nor below (PACE_FACTOR - 1) / 2 prompt tokens per decode token,
+ * so that prompts are taken in faster than streams finish even when noise
+ * makes them look expensive.  A 30k-token prompt thus streams in at a steady share of the
  * machine (1 - 1/PACE_FACTOR) while every stream keeps receiving one token
  * per batch, with inter-token latency at most ~PACE_FACTOR times its
  * decode-only value.  With no session decoding, prefill uses the whole
@@ -425,8 +424,7 @@ static size_t prefill_chunk_cap(const struct sched_req *r)
 #define PACE_MIN_CAP 1.0
 #define PACE_START_CAP 4.0
 #define PACE_DECODE_SHARE ((PACE_FACTOR - 1) / 2)
-#define PACE_REMEASURE 16 /* paced batches between two decode-only ones */
-#define PACE_OUTLIER 1.25
+#define PACE_REMEASURE 8 /* paced batches between two decode-only ones */
 #define PACE_TOKEN_FLOOR 0.01 /* a prompt token costs at least this share of a decode batch */
 
 struct batch_shape {
@@ -496,21 +494,27 @@ static size_t batch_build(struct scheduler *s, struct sched_req **act, size_t n_
 	return n;
 }
 
-/* A decode-only batch time joins the reference.  Noise on a shared machine
- * only ever adds time (preemption, page faults), so a sample counts at most
- * PACE_OUTLIER times the estimate, and the estimate falls faster than it
- * rises: one slow tick does not license slower paced batches for long. */
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* A decode-only batch time joins the reference: the median of the last
+ * SCHED_PACE_SAMPLES, so that one slow tick (preemption on a shared machine,
+ * page faults) neither licenses slower paced batches nor starves prompts,
+ * while a lasting change (longer contexts, a busier machine) is followed
+ * within a few samples. */
 static void pace_observe_decode(struct scheduler *s, double seconds)
 {
-	double est = s->pace_decode_s;
+	double v[SCHED_PACE_SAMPLES];
+	size_t n = s->pace_decode_n < SCHED_PACE_SAMPLES ? s->pace_decode_n : SCHED_PACE_SAMPLES;
 	s->pace_since_measure = 0;
-	if (est == 0) {
-		s->pace_decode_s = seconds;
-		return;
-	}
-	if (seconds > PACE_OUTLIER * est)
-		seconds = PACE_OUTLIER * est;
-	s->pace_decode_s = seconds < est ? 0.5 * est + 0.5 * seconds : 0.8 * est + 0.2 * seconds;
+	s->pace_decode_samples[s->pace_decode_n++ % SCHED_PACE_SAMPLES] = seconds;
+	n = n < SCHED_PACE_SAMPLES ? n + 1 : n;
+	memcpy(v, s->pace_decode_samples, n * sizeof(double));
+	qsort(v, n, sizeof(double), cmp_double);
+	s->pace_decode_s = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* Adapts pace_cap from the time the last batch took (see the top). */
