@@ -23,13 +23,14 @@ struct attend_ctx {
 	const struct sinkcache *c;
 	const struct kv_layer *L;
 	int kh, r, d, ld;
-	float *scores; /* (r, ld) scores, then probabilities */
-	float *w;      /* (r, ld) probability * value scale of quantized rows */
+	float *scores; /* (r, ld) scores, then exp(score - max): probabilities * sum */
+	float *w;      /* (r, ld) exp * value scale of quantized rows */
 	float *qw;     /* (r, d) queries rotated for window keys, scaled by 1/sqrt(d) */
 	float *qs;     /* (r, d) same for sink keys */
 	float *qsc;    /* (r, d) qw * per-channel key scale of one group */
 	float *acc;    /* (r, ATTEND_PARTS, d) output accumulator, in parts (attend_kernels.h) */
 	float qsum[ATTEND_MAX_HEADS], bias[ATTEND_MAX_HEADS];
+	float inv[ATTEND_MAX_HEADS]; /* 1 / sum of the exps: the output's scale */
 };
 
 size_t sinkcache_scratch_floats(const struct sinkcache_geometry *g)
@@ -38,6 +39,45 @@ size_t sinkcache_scratch_floats(const struct sinkcache_geometry *g)
 	if (cap == 0)
 		return 0;
 	return ATTEND_MAX_HEADS * (2 * cap + (3 + ATTEND_PARTS) * d) + 16;
+}
+
+/* Cache prefetch of the rows a head group reads: a decode step reads every
+ * session's rows once, mostly from L3 or memory, and the runs are too short
+ * for the hardware prefetcher to ramp up.  Long runs (more than this many
+ * bytes) are left to the hardware. */
+#define ATTEND_PREFETCH_MAX 8192
+
+static void prefetch_bytes(const unsigned char *p, size_t bytes)
+{
+	if (bytes > ATTEND_PREFETCH_MAX)
+		bytes = ATTEND_PREFETCH_MAX;
+	for (size_t o = 0; o < bytes; o += 64)
+		__builtin_prefetch(p + o, 0, 3);
+}
+
+static void prefetch_ring(const struct sinkcache *c, const struct kv_ring *ring,
+                          const unsigned char *base, int kh)
+{
+	const unsigned char *hb = base + (size_t)kh * (size_t)ring->cap * c->fp_row;
+	int first = ring->cap - ring->head < ring->n ? ring->cap - ring->head : ring->n;
+	prefetch_bytes(hb + (size_t)ring->head * c->fp_row, (size_t)first * c->fp_row);
+	prefetch_bytes(hb, (size_t)(ring->n - first) * c->fp_row);
+}
+
+/* Prefetch of the keys (values false) or values of kv head kh: the
+ * full-precision tiers and quantized sinks (groups are long runs). */
+static void attend_prefetch(const struct sinkcache *c, const struct kv_layer *L, int kh, bool values)
+{
+	if (c->sink_quant) {
+		size_t at = (size_t)kh * (size_t)c->n_sink_cap;
+		prefetch_bytes((values ? L->sink_v : L->sink_k) + at * c->code_row,
+		               (size_t)L->n_sink * c->code_row);
+	} else {
+		struct kv_ring sinks = {0, L->n_sink, c->n_sink_cap};
+		prefetch_ring(c, &sinks, values ? L->sink_v : L->sink_k, kh);
+	}
+	prefetch_ring(c, &L->stage, values ? L->st_v : L->st_k, kh);
+	prefetch_ring(c, &L->hot, values ? L->hot_v : L->hot_k, kh);
 }
 
 /* A full-precision ring of kv head kh in at most two contiguous runs. */
@@ -183,15 +223,16 @@ static void attend_rotate_queries(struct attend_ctx *x, const float *q)
 	}
 }
 
-/* Softmax of scores[0..n) in place; returns the mass of the first n_sink. */
-static float attend_softmax(float *scores, int n, int n_sink)
+/* Softmax of scores[0..n) in place without the division: exp(score - max),
+ * and *inv = 1 / their sum (the values are mixed with these weights and the
+ * sum scaled once).  Returns the mass of the first n_sink. */
+static float attend_softmax(float *scores, int n, int n_sink, float *inv)
 {
-	float inv = 1.0f / attend_exp_sum(scores, n), sink = 0.0f;
-	for (int i = 0; i < n; i++)
-		scores[i] *= inv;
+	float sink = 0.0f;
+	*inv = 1.0f / attend_exp_sum(scores, n);
 	for (int i = 0; i < n_sink; i++)
 		sink += scores[i];
-	return sink;
+	return sink * *inv;
 }
 
 /* Query heads [h0, h0 + r) on kv head kh; q and out point at head h0. */
@@ -205,10 +246,16 @@ static void attend_head_group(struct attend_ctx *x, const float *q, float *out, 
 			sink_mass[h] = 0.0f;
 		return;
 	}
+	/* keys now (all lines requested at once), values for after the softmax,
+	 * and the next kv head's keys for the next group */
+	attend_prefetch(x->c, x->L, x->kh, false);
+	attend_prefetch(x->c, x->L, x->kh, true);
+	if (x->kh + 1 < x->c->g.n_kv_heads)
+		attend_prefetch(x->c, x->L, x->kh + 1, false);
 	attend_rotate_queries(x, q);
 	attend_tiers(x, false);
 	for (int h = 0; h < x->r; h++) {
-		float m = attend_softmax(x->scores + (size_t)h * x->ld, n, n_sink);
+		float m = attend_softmax(x->scores + (size_t)h * x->ld, n, n_sink, &x->inv[h]);
 		if (sink_mass)
 			sink_mass[h] = m;
 		x->bias[h] = 0.0f;
@@ -219,7 +266,8 @@ static void attend_head_group(struct attend_ctx *x, const float *q, float *out, 
 		const float *a = x->acc + (size_t)h * ATTEND_PARTS * d;
 		for (int j = 0; j < d; j++)
 			out[(size_t)h * d + j] =
-			    ((a[j] + a[d + j]) + (a[2 * d + j] + a[3 * d + j])) + x->bias[h];
+			    (((a[j] + a[d + j]) + (a[2 * d + j] + a[3 * d + j])) + x->bias[h]) *
+			    x->inv[h];
 	}
 }
 

@@ -463,13 +463,18 @@ float attend_exp_sum(float *scores, int n)
 	v8f sum8 = {0};
 	for (i = 0; i + 8 <= n; i += 8) {
 		v8f e = exp_neg(ld_f32(scores + i) - mx);
-		memcpy(scores + i, &e, sizeof(e));
+		st_f32(scores + i, e);
 		sum8 += e;
 	}
-	float sum = hsum(sum8);
-	for (; i < n; i++) {
-		scores[i] = expf(scores[i] - mx);
-		sum += scores[i];
+	if (i < n) { /* the last n - i < 8 in one vector; the other lanes add 0 */
+		float t[8];
+		for (int j = 0; j < 8; j++)
+			t[j] = i + j < n ? scores[i + j] - mx : -INFINITY;
+		v8f e = exp_neg(ld_f32(t));
+		for (int j = 0; i + j < n; j++)
+			scores[i + j] = e[j];
+		const v8i lane = {0, 1, 2, 3, 4, 5, 6, 7};
+		sum8 += select8(lane < n - i, e, (v8f){0});
 	}
-	return sum;
+	return hsum(sum8);
 }
