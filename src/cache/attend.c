@@ -66,7 +66,8 @@ static void prefetch_ring(const struct sinkcache *c, const struct kv_ring *ring,
 
 /* Prefetch of the keys (values false) or values of kv head kh: the
  * full-precision tiers and quantized sinks (groups are long runs). */
-static void attend_prefetch(const struct sinkcache *c, const struct kv_layer *L, int kh, bool values)
+static void attend_prefetch(const struct sinkcache *c, const struct kv_layer *L, int kh,
+                            bool values)
 {
 	if (c->sink_quant) {
 		size_t at = (size_t)kh * (size_t)c->n_sink_cap;

@@ -245,7 +245,8 @@ ATTEND_INLINE void score_rows_k(int k, const unsigned char *base, size_t row_byt
 			for (int c = 0; c < d; c += 8)
 				st_f32(tmp + (size_t)u * d + c,
 				       u < m ? ld8(k, rows + (size_t)u * row_bytes, c) : (v8f){0});
-		score8(K_F32, (const unsigned char *)tmp, 4 * (size_t)d, d, q, r, scores + i, ld, m);
+		score8(K_F32, (const unsigned char *)tmp, 4 * (size_t)d, d, q, r, scores + i, ld,
+		       m);
 	}
 }
 
@@ -268,7 +269,8 @@ ATTEND_INLINE void mix_tile(int k, const unsigned char *base, size_t row_bytes, 
 	for (int u = 0; u < U; u++)
 		for (int h = 0; h < R; h++)
 			for (int t = 0; t < T; t++)
-				a[(u * R + h) * T + t] = ld_f32(part(acc, d, h, g0 + u) + c0 + 8 * t);
+				a[(u * R + h) * T + t] =
+				    ld_f32(part(acc, d, h, g0 + u) + c0 + 8 * t);
 	int i = 0;
 	for (; i + U <= n; i += U)
 		for (int u = 0; u < U; u++) {
@@ -292,7 +294,106 @@ ATTEND_INLINE void mix_tile(int k, const unsigned char *base, size_t row_bytes, 
 	for (int u = 0; u < U; u++)
 		for (int h = 0; h < R; h++)
 			for (int t = 0; t < T; t++)
-				st_f32(part(acc, d, h, g0 + u) + c0 + 8 * t, a[(u * R + h) * T + t]);
+				st_f32(part(acc, d, h, g0 + u) + c0 + 8 * t,
+				       a[(u * R + h) * T + t]);
+}
+
+/* Even and odd elements of two bf16 rows of 8 (32 bytes): (row a | row b)
+ * each. */
+ATTEND_INLINE void split_bf16(v8u w, v8f *e, v8f *o)
+{
+	v8u lo = w << 16, hi = w & 0xffff0000u;
+	memcpy(e, &lo, sizeof(lo));
+	memcpy(o, &hi, sizeof(hi));
+}
+
+/* (a a a a | b b b b) */
+ATTEND_INLINE v8f two_weights(float a, float b)
+{
+	const v8i blend = {0, 1, 2, 3, 12, 13, 14, 15};
+	return __builtin_shuffle((v8f){a, a, a, a, a, a, a, a}, (v8f){b, b, b, b, b, b, b, b},
+	                         blend);
+}
+
+/* mix_tile for bf16 rows of 8 elements 16 bytes apart and R <= 2 heads:
+ * rows in pairs (g, g+1), g even, one 32-byte load split into even and odd
+ * elements (no conversion shuffles), the low half adding into part g % 4
+ * and the high half into the next.  Registers E/O[j][h]: pair slot j holds
+ * parts 2*((s + j) % 2) and the one after, s the slot of the first whole
+ * pair, so that the loop over two pairs indexes them at compile time. */
+ATTEND_INLINE void mix_bf16_d8(const unsigned char *base, int n, const float *p, int ld, float *acc,
+                               int g0, const int R)
+{
+	const v8i ev = {0, 2, 4, 6, 8, 10, 12, 14}, od = {1, 3, 5, 7, 9, 11, 13, 15};
+	const v8i lo = {0, 8, 1, 9, 2, 10, 3, 11}, hi = {4, 12, 5, 13, 6, 14, 7, 15};
+	int s = ((g0 + (g0 & 1)) % 4) / 2;
+	v8f E[2][2], O[2][2], e, o;
+	for (int j = 0; j < 2; j++)
+		for (int h = 0; h < R; h++) {
+			int u = 2 * ((s + j) % 2);
+			v8f a = ld_f32(part(acc, 8, h, u)), b = ld_f32(part(acc, 8, h, u + 1));
+			E[j][h] = __builtin_shuffle(a, b, ev);
+			O[j][h] = __builtin_shuffle(a, b, od);
+		}
+	int i = 0;
+	if (g0 & 1) { /* row 0 is the high half of the pair before slot s */
+		v8u w = {0};
+		memcpy((unsigned char *)&w + 16, base, 16);
+		split_bf16(w, &e, &o);
+		for (int h = 0; h < R; h++) {
+			v8f wv = two_weights(0.0f, p[(size_t)h * ld]);
+			E[1][h] += wv * e;
+			O[1][h] += wv * o;
+		}
+		i = 1;
+	}
+	for (; i + 4 <= n; i += 4)
+		for (int j = 0; j < 2; j++) {
+			v8u w;
+			memcpy(&w, base + (size_t)(i + 2 * j) * 16, sizeof(w));
+			split_bf16(w, &e, &o);
+			for (int h = 0; h < R; h++) {
+				const float *ph = p + (size_t)h * ld + i + 2 * j;
+				v8f wv = two_weights(ph[0], ph[1]);
+				E[j][h] += wv * e;
+				O[j][h] += wv * o;
+			}
+		}
+	int j1 = 0; /* slot of a last single row */
+	if (i + 2 <= n) {
+		v8u w;
+		memcpy(&w, base + (size_t)i * 16, sizeof(w));
+		split_bf16(w, &e, &o);
+		for (int h = 0; h < R; h++) {
+			const float *ph = p + (size_t)h * ld + i;
+			v8f wv = two_weights(ph[0], ph[1]);
+			E[0][h] += wv * e;
+			O[0][h] += wv * o;
+		}
+		i += 2;
+		j1 = 1;
+	}
+	if (i < n) {
+		v8u w = {0};
+		memcpy(&w, base + (size_t)i * 16, 16);
+		split_bf16(w, &e, &o);
+		for (int h = 0; h < R; h++) {
+			v8f wv = two_weights(p[(size_t)h * ld + i], 0.0f);
+			if (j1) {
+				E[1][h] += wv * e;
+				O[1][h] += wv * o;
+			} else {
+				E[0][h] += wv * e;
+				O[0][h] += wv * o;
+			}
+		}
+	}
+	for (int j = 0; j < 2; j++)
+		for (int h = 0; h < R; h++) {
+			int u = 2 * ((s + j) % 2);
+			st_f32(part(acc, 8, h, u), __builtin_shuffle(E[j][h], O[j][h], lo));
+			st_f32(part(acc, 8, h, u + 1), __builtin_shuffle(E[j][h], O[j][h], hi));
+		}
 }
 
 /* Value accumulation of r heads over n rows of kind k, d a multiple of 8:
@@ -302,6 +403,15 @@ ATTEND_INLINE void mix_rows_k(int k, const unsigned char *base, size_t row_bytes
                               const float *p, int ld, int r, float *acc, int g0)
 {
 	int h = 0;
+	if (k == K_BF16 && d == 8 && row_bytes == 16) {
+		for (; h + 2 <= r; h += 2)
+			mix_bf16_d8(base, n, p + (size_t)h * ld, ld,
+			            acc + (size_t)h * ATTEND_PARTS * d, g0, 2);
+		if (h < r)
+			mix_bf16_d8(base, n, p + (size_t)h * ld, ld,
+			            acc + (size_t)h * ATTEND_PARTS * d, g0, 1);
+		return;
+	}
 	for (; h + 2 <= r; h += 2)
 		for (int c = 0; c < d; c += 8)
 			mix_tile(k, base, row_bytes, n, d, c, p + (size_t)h * ld, ld,

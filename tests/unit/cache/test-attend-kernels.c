@@ -128,10 +128,11 @@ START_TEST(test_kernels_vs_naive)
 								s += t;
 								mag += fabs(t);
 							}
-							ck_assert_msg(fabs(scores[h * LD + i] - s) <=
-							                  1e-6 * mag + 1e-6,
-							              "score kind %d d %d n %d r %d", kind,
-							              d, n, r);
+							ck_assert_msg(
+							    fabs(scores[h * LD + i] - s) <=
+							        1e-6 * mag + 1e-6,
+							    "score kind %d d %d n %d r %d", kind, d,
+							    n, r);
 						}
 						/* each part: the rows whose index is its number
 						 * modulo ATTEND_PARTS */
@@ -139,19 +140,24 @@ START_TEST(test_kernels_vs_naive)
 							for (int j = 0; j < d; j++) {
 								double a = 0.5, mag = 0.5;
 								for (int i = 0; i < n; i++) {
-									if ((g0 + i) % ATTEND_PARTS != u)
+									if ((g0 + i) %
+									        ATTEND_PARTS !=
+									    u)
 										continue;
-									double t = p[h * LD + i] *
-									           elem(kind, rb, i, j);
+									double t =
+									    p[h * LD + i] *
+									    elem(kind, rb, i, j);
 									a += t;
 									mag += fabs(t);
 								}
 								float got =
-								    acc[(h * ATTEND_PARTS + u) * d + j];
-								ck_assert_msg(fabs(got - a) <= 1e-6 * mag,
-								              "mix kind %d d %d n %d r %d "
-								              "part %d: %g vs %g",
-								              kind, d, n, r, u, got, a);
+								    acc[(h * ATTEND_PARTS + u) * d +
+								        j];
+								ck_assert_msg(
+								    fabs(got - a) <= 1e-6 * mag,
+								    "mix kind %d d %d n %d r %d "
+								    "part %d: %g vs %g",
+								    kind, d, n, r, u, got, a);
 							}
 					}
 				}
@@ -165,43 +171,47 @@ START_TEST(test_split_invariance)
 	 * on), and r heads at once == each head alone, to the bit. */
 	static float s1[R * LD], s2[R * LD], a1[R * ATTEND_PARTS * DMAX],
 	    a2[R * ATTEND_PARTS * DMAX];
-	const int n = 45, splits[] = {1, 3, 4, 5, 8, 13, 44};
+	const int n = 45, splits[] = {1, 3, 4, 5, 8, 13, 44}, rs[] = {2, 3, 8};
 	srand(7);
 	for (int kind = 0; kind < NKIND; kind++)
-		for (size_t di = 0; di < sizeof(dims) / sizeof(dims[0]); di++) {
-			int d = dims[di], r = 1 + rand() % R, g0 = rand() % 9;
-			size_t ab = (size_t)r * ATTEND_PARTS * (size_t)d * sizeof(float);
-			if (!dim_ok(kind, d))
-				continue;
-			fill(kind, d);
-			memset(a1, 0, sizeof(a1));
-			score(kind, 0, n, d, q, r, s1);
-			mix(kind, 0, n, d, p, r, a1, g0);
-			for (size_t k = 0; k < sizeof(splits) / sizeof(splits[0]); k++) {
-				int s = splits[k];
-				memset(s2, 0, sizeof(s2));
+		for (size_t di = 0; di < sizeof(dims) / sizeof(dims[0]); di++)
+			for (size_t ri = 0; ri < sizeof(rs) / sizeof(rs[0]); ri++) {
+				int d = dims[di], r = rs[ri], g0 = rand() % 9;
+				size_t ab = (size_t)r * ATTEND_PARTS * (size_t)d * sizeof(float);
+				if (!dim_ok(kind, d))
+					continue;
+				fill(kind, d);
+				memset(a1, 0, sizeof(a1));
+				score(kind, 0, n, d, q, r, s1);
+				mix(kind, 0, n, d, p, r, a1, g0);
+				for (size_t k = 0; k < sizeof(splits) / sizeof(splits[0]); k++) {
+					int s = splits[k];
+					memset(s2, 0, sizeof(s2));
+					memset(a2, 0, sizeof(a2));
+					score(kind, 0, s, d, q, r, s2);
+					score(kind, s, n - s, d, q, r, s2 + s);
+					mix(kind, 0, s, d, p, r, a2, g0);
+					mix(kind, s, n - s, d, p + s, r, a2, g0 + s);
+					for (int h = 0; h < r; h++)
+						ck_assert_msg(memcmp(s1 + h * LD, s2 + h * LD,
+						                     n * sizeof(float)) == 0,
+						              "score split kind %d d %d at %d",
+						              kind, d, s);
+					ck_assert_msg(memcmp(a1, a2, ab) == 0,
+					              "mix split kind %d d %d at %d", kind, d, s);
+				}
 				memset(a2, 0, sizeof(a2));
-				score(kind, 0, s, d, q, r, s2);
-				score(kind, s, n - s, d, q, r, s2 + s);
-				mix(kind, 0, s, d, p, r, a2, g0);
-				mix(kind, s, n - s, d, p + s, r, a2, g0 + s);
-				for (int h = 0; h < r; h++)
+				for (int h = 0; h < r; h++) {
+					score(kind, 0, n, d, q + h * d, 1, s2 + h * LD);
+					mix(kind, 0, n, d, p + h * LD, 1, a2 + h * ATTEND_PARTS * d,
+					    g0);
 					ck_assert_msg(memcmp(s1 + h * LD, s2 + h * LD,
 					                     n * sizeof(float)) == 0,
-					              "score split kind %d d %d at %d", kind, d, s);
-				ck_assert_msg(memcmp(a1, a2, ab) == 0, "mix split kind %d d %d at %d",
-				              kind, d, s);
+					              "score heads kind %d d %d r %d", kind, d, r);
+				}
+				ck_assert_msg(memcmp(a1, a2, ab) == 0,
+				              "mix heads kind %d d %d r %d", kind, d, r);
 			}
-			memset(a2, 0, sizeof(a2));
-			for (int h = 0; h < r; h++) {
-				score(kind, 0, n, d, q + h * d, 1, s2 + h * LD);
-				mix(kind, 0, n, d, p + h * LD, 1, a2 + h * ATTEND_PARTS * d, g0);
-				ck_assert_msg(memcmp(s1 + h * LD, s2 + h * LD, n * sizeof(float)) == 0,
-				              "score heads kind %d d %d r %d", kind, d, r);
-			}
-			ck_assert_msg(memcmp(a1, a2, ab) == 0, "mix heads kind %d d %d r %d", kind, d,
-			              r);
-		}
 }
 END_TEST
 
