@@ -9,9 +9,13 @@
  *   small batches    register tiles of weight rows x batch rows, dot
  *                    products without packing (AVX-512: up to 3 x 8 or 6 x 4;
  *                    AVX2: 2 x 4);
- *   larger batches   a packed GEMM: 16 weight rows x 256 columns converted to
- *                    fp32 and transposed once into L1, then an outer-product
- *                    micro kernel (AVX2: 6 batch rows, AVX-512: 12).
+ *   larger batches   AVX-512: x transposed once per call, then tiles of up
+ *                    to 24 weight rows x 16-64 batch rows, one broadcast
+ *                    weight per row and column (no weight packing, no
+ *                    horizontal sums); AVX2 and Q8_0: a packed GEMM, 16
+ *                    weight rows x 256 columns converted to fp32 and
+ *                    transposed once into L1, then an outer-product micro
+ *                    kernel (AVX2: 6 batch rows, AVX-512: 12).
  * Weights are read in their stored type (F32, F16, BF16, Q8_0 dequantized on
  * the fly); activations stay fp32, except Q8_0 decode, which quantizes them
  * to Q8 and multiplies in integers (as llama.cpp does).  The FFN's gate and
@@ -152,7 +156,7 @@ void matmul_row_to_f32(const struct weight_matrix *w, int row, float *out)
 
 /* Rows [r0, r1) of one job for batch rows [0, B). */
 static void rows_generic(const struct matmul_job *job, const float *x, const struct block_q8_x *xq,
-                         int B, int r0, int r1)
+                         const float *xt, int B, int r0, int r1)
 {
 	const struct weight_matrix *w = job->w;
 	int cols = w->cols, rows = w->rows;
@@ -485,16 +489,21 @@ AVX512_INLINE void tile512(int type, int RB, int BB, const uint8_t *w, size_t ro
                            const float *x, int cols, float *y, int rows, const float *bias)
 {
 	__m512 acc[6][8];
+	_Pragma("GCC unroll 24")
 	for (int i = 0; i < RB; i++)
+		_Pragma("GCC unroll 24")
 		for (int j = 0; j < BB; j++)
 			acc[i][j] = _mm512_setzero_ps();
 	int k16 = cols & ~15;
 	for (int k = 0; k < k16; k += 16) {
 		__m512 wv[6];
+		_Pragma("GCC unroll 24")
 		for (int i = 0; i < RB; i++)
 			wv[i] = load16_full(type, w + (size_t)i * row_bytes, k);
+		_Pragma("GCC unroll 24")
 		for (int j = 0; j < BB; j++) {
 			__m512 xv = _mm512_loadu_ps(x + (size_t)j * cols + k);
+			_Pragma("GCC unroll 24")
 			for (int i = 0; i < RB; i++)
 				acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
 		}
@@ -502,15 +511,20 @@ AVX512_INLINE void tile512(int type, int RB, int BB, const uint8_t *w, size_t ro
 	if (k16 < cols) {
 		__mmask16 m = lanes_mask(cols - k16);
 		__m512 wv[6];
+		_Pragma("GCC unroll 24")
 		for (int i = 0; i < RB; i++)
 			wv[i] = load16(type, w + (size_t)i * row_bytes, k16, m);
+		_Pragma("GCC unroll 24")
 		for (int j = 0; j < BB; j++) {
 			__m512 xv = _mm512_maskz_loadu_ps(m, x + (size_t)j * cols + k16);
+			_Pragma("GCC unroll 24")
 			for (int i = 0; i < RB; i++)
 				acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
 		}
 	}
+	_Pragma("GCC unroll 24")
 	for (int i = 0; i < RB; i++)
+		_Pragma("GCC unroll 24")
 		for (int j = 0; j < BB; j++)
 			y[(size_t)j * rows + i] =
 			    _mm512_reduce_add_ps(acc[i][j]) + (bias ? bias[i] : 0.0f);
@@ -540,7 +554,7 @@ AVX512_INLINE void tile512(int type, int RB, int BB, const uint8_t *w, size_t ro
  * stay in L2 across the chunks. */
 #define DEFINE_ROWS_AVX512(NAME, TYPE)                                                             \
 	static AVX512_FN void NAME(const struct matmul_job *job, const float *x,                   \
-	                           const struct block_q8_x *xq, int B, int r0, int r1)             \
+	                           const struct block_q8_x *xq, const float *xt, int B, int r0, int r1)             \
 	{                                                                                          \
 		const struct weight_matrix *w = job->w;                                            \
 		int cols = w->cols, rows = w->rows;                                                \
@@ -573,6 +587,164 @@ AVX512_INLINE void tile512(int type, int RB, int BB, const uint8_t *w, size_t ro
 DEFINE_ROWS_AVX512(rows_avx512_f32, GGML_TYPE_F32)
 DEFINE_ROWS_AVX512(rows_avx512_f16, GGML_TYPE_F16)
 DEFINE_ROWS_AVX512(rows_avx512_bf16, GGML_TYPE_BF16)
+
+/* ---------------------------------- AVX-512 GEMM on transposed activations
+ * For larger batches x is transposed once per call into xt: per chunk of up
+ * to 64 batch rows, (cols, nbp) with nbp the chunk rounded up to 16, zero
+ * padded.  A tile of RB weight rows x NV vectors of 16 batch rows then
+ * needs, per column k, NV vector loads of xt and one broadcast weight per
+ * row: RB * NV = 24 fused multiply-adds per 2 + RB loads, with no packing
+ * of the weights (F16/BF16 rows are converted, untransposed, KC columns at
+ * a time into an L1 buffer).  Each output is one sum over k in column
+ * order, so no horizontal reduction either. */
+#define XT_CHUNK 64
+#define XT_KC 256
+/* Weight rows per tile for NV batch vectors. */
+#define XT_RB(NV) ((NV) == 1 ? 24 : (NV) == 2 ? 12 : (NV) == 3 ? 8 : 6)
+
+static int xt_padded(int n)
+{
+	return (n + 15) & ~15;
+}
+
+/* xt: chunks of XT_CHUNK batch rows, chunk c at c * XT_CHUNK * cols;
+ * 8 x 8 blocks go through registers (transpose8), edges one by one. */
+static AVX2_FN void transpose_x(const float *x, int B, int cols, float *xt)
+{
+	for (int c0 = 0; c0 < B; c0 += XT_CHUNK) {
+		int nb = B - c0 < XT_CHUNK ? B - c0 : XT_CHUNK, nbp = xt_padded(nb);
+		float *t = xt + (size_t)c0 * cols;
+		const float *xc = x + (size_t)c0 * cols;
+		int nb8 = nb & ~7, k8 = cols & ~7;
+		for (int b = 0; b < nb8; b += 8)
+			for (int k = 0; k < k8; k += 8) {
+				__m256 r[8];
+				for (int i = 0; i < 8; i++)
+					r[i] = _mm256_loadu_ps(xc + (size_t)(b + i) * cols + k);
+				transpose8(r);
+				for (int i = 0; i < 8; i++)
+					_mm256_storeu_ps(t + (size_t)(k + i) * nbp + b, r[i]);
+			}
+		for (int k = 0; k < cols; k++) {
+			float *tk = t + (size_t)k * nbp;
+			for (int b = k < k8 ? nb8 : 0; b < nb; b++)
+				tk[b] = xc[(size_t)b * cols + k];
+			for (int b = nb; b < nbp; b++)
+				tk[b] = 0.0f;
+		}
+	}
+}
+
+/* acc[i][v] += w[i][k] * xt[k][16v..16v+16) for k in [0, kn); w rows of
+ * stride ldw floats. */
+AVX512_INLINE void xt_tile_k(int RB, int NV, const float *w, size_t ldw, const float *xt, int nbp,
+                             int kn, __m512 acc[24][4])
+{
+	for (int k = 0; k < kn; k++) {
+		__m512 xv[4];
+		_Pragma("GCC unroll 24")
+		for (int v = 0; v < NV; v++)
+			xv[v] = _mm512_loadu_ps(xt + (size_t)k * nbp + 16 * v);
+		_Pragma("GCC unroll 24")
+		for (int i = 0; i < RB; i++) {
+			__m512 wb = _mm512_set1_ps(w[(size_t)i * ldw + k]);
+			_Pragma("GCC unroll 24")
+			for (int v = 0; v < NV; v++)
+				acc[i][v] = _mm512_fmadd_ps(wb, xv[v], acc[i][v]);
+		}
+	}
+}
+
+/* Rows [r, r + RB) for one chunk of nb batch rows: y(b, r + i). */
+AVX512_INLINE void xt_tile(int type, int RB, int NV, const uint8_t *w, size_t row_bytes,
+                           const float *xt, int nb, int cols, float *y, int rows,
+                           const float *bias, float *wbuf)
+{
+	__m512 acc[24][4];
+	int nbp = 16 * NV;
+	_Pragma("GCC unroll 24")
+	for (int i = 0; i < RB; i++)
+		_Pragma("GCC unroll 24")
+		for (int v = 0; v < NV; v++)
+			acc[i][v] = _mm512_setzero_ps();
+	if (type == GGML_TYPE_F32) {
+		xt_tile_k(RB, NV, (const float *)w, row_bytes / sizeof(float), xt, nbp, cols, acc);
+	} else {
+		for (int k0 = 0; k0 < cols; k0 += XT_KC) {
+			int kn = cols - k0 < XT_KC ? cols - k0 : XT_KC;
+			_Pragma("GCC unroll 24")
+			for (int i = 0; i < RB; i++)
+				for (int k = 0; k < kn; k += 16) {
+					__mmask16 m = lanes_mask(kn - k);
+					_mm512_storeu_ps(wbuf + (size_t)i * XT_KC + k,
+					                 load16(type, w + (size_t)i * row_bytes, k0 + k, m));
+				}
+			xt_tile_k(RB, NV, wbuf, XT_KC, xt + (size_t)k0 * nbp, nbp, kn, acc);
+		}
+	}
+	_Pragma("GCC unroll 24")
+	for (int i = 0; i < RB; i++) {
+		float out[64];
+		_Pragma("GCC unroll 24")
+		for (int v = 0; v < NV; v++)
+			_mm512_storeu_ps(out + 16 * v, acc[i][v]);
+		float add = bias ? bias[i] : 0.0f;
+		for (int b = 0; b < nb; b++)
+			y[(size_t)b * rows + i] = out[b] + add;
+	}
+}
+
+/* Rows [r0, r1) of one chunk with NV vectors: tiles of XT_RB(NV) rows, then
+ * 4, then single rows. */
+#define XT_ROWS(TYPE, NV)                                                                          \
+	do {                                                                                       \
+		int r = r0;                                                                        \
+		for (; r + XT_RB(NV) <= r1; r += XT_RB(NV))                                        \
+			xt_tile(TYPE, XT_RB(NV), NV, base + r * rb, rb, xtc, nb, cols, yc + r,     \
+			        rows, bias ? bias + r : NULL, wbuf);                               \
+		for (; r + 4 <= r1; r += 4)                                                        \
+			xt_tile(TYPE, 4, NV, base + r * rb, rb, xtc, nb, cols, yc + r, rows,       \
+			        bias ? bias + r : NULL, wbuf);                                     \
+		for (; r < r1; r++)                                                                \
+			xt_tile(TYPE, 1, NV, base + r * rb, rb, xtc, nb, cols, yc + r, rows,       \
+			        bias ? bias + r : NULL, wbuf);                                     \
+	} while (0)
+
+#define DEFINE_GEMM_XT(NAME, TYPE)                                                                 \
+	static AVX512_FN void NAME(const struct matmul_job *job, const float *x,                   \
+	                           const struct block_q8_x *xq, const float *xt, int B, int r0,    \
+	                           int r1)                                                         \
+	{                                                                                          \
+		const struct weight_matrix *w = job->w;                                            \
+		int cols = w->cols, rows = w->rows;                                                \
+		const uint8_t *base = (const uint8_t *)w->data;                                    \
+		size_t rb = w->row_bytes;                                                          \
+		const float *bias = job->bias;                                                     \
+		float wbuf[24 * XT_KC] __attribute__((aligned(64)));                               \
+		for (int c0 = 0; c0 < B; c0 += XT_CHUNK) {                                         \
+			int nb = B - c0 < XT_CHUNK ? B - c0 : XT_CHUNK;                            \
+			const float *xtc = xt + (size_t)c0 * cols;                                 \
+			float *yc = job->y + (size_t)c0 * rows;                                    \
+			switch (xt_padded(nb) / 16) {                                              \
+			case 1:                                                                    \
+				XT_ROWS(TYPE, 1);                                                  \
+				break;                                                             \
+			case 2:                                                                    \
+				XT_ROWS(TYPE, 2);                                                  \
+				break;                                                             \
+			case 3:                                                                    \
+				XT_ROWS(TYPE, 3);                                                  \
+				break;                                                             \
+			default:                                                                   \
+				XT_ROWS(TYPE, 4);                                                  \
+				break;                                                             \
+			}                                                                          \
+		}                                                                                  \
+	}
+
+DEFINE_GEMM_XT(gemm_xt_f32, GGML_TYPE_F32)
+DEFINE_GEMM_XT(gemm_xt_f16, GGML_TYPE_F16)
+DEFINE_GEMM_XT(gemm_xt_bf16, GGML_TYPE_BF16)
 
 /* Rows [r, r+nv) (nv <= 16) for batch rows x(B, cols) into y(B, rows); a
  * partial tile goes through ctile (B, 16) so y is only written in range. */
@@ -609,7 +781,7 @@ AVX2_INLINE void gemm_row_tile(int type, bool z, const struct matmul_job *job, c
 
 #define DEFINE_GEMM_AVX2(NAME, TYPE, Z)                                                            \
 	static AVX2_FN void NAME(const struct matmul_job *job, const float *x,                     \
-	                         const struct block_q8_x *xq, int B, int r0, int r1)               \
+	                         const struct block_q8_x *xq, const float *xt, int B, int r0, int r1)               \
 	{                                                                                          \
 		float panel[GEMM_KC * GEMM_NR] __attribute__((aligned(64)));                       \
 		float ctile[GEMM_BATCH * GEMM_NR];                                                 \
@@ -629,9 +801,6 @@ DEFINE_GEMM_AVX2(gemm_avx2_f32, GGML_TYPE_F32, false)
 DEFINE_GEMM_AVX2(gemm_avx2_f16, GGML_TYPE_F16, false)
 DEFINE_GEMM_AVX2(gemm_avx2_bf16, GGML_TYPE_BF16, false)
 DEFINE_GEMM_AVX2(gemm_avx2_q8_0, GGML_TYPE_Q8_0, false)
-DEFINE_GEMM_AVX2(gemm_avx512_f32, GGML_TYPE_F32, true)
-DEFINE_GEMM_AVX2(gemm_avx512_f16, GGML_TYPE_F16, true)
-DEFINE_GEMM_AVX2(gemm_avx512_bf16, GGML_TYPE_BF16, true)
 DEFINE_GEMM_AVX2(gemm_avx512_q8_0, GGML_TYPE_Q8_0, true)
 
 /* One row times one x: the whole row is read as one sequential stream (four
@@ -664,7 +833,7 @@ AVX2_INLINE float dot_row(int type, const uint8_t *row, const float *x, int cols
  * the conversion is amortised over 4 multiply-adds. */
 #define DEFINE_ROWS_AVX2(NAME, TYPE)                                                               \
 	static AVX2_FN void NAME(const struct matmul_job *job, const float *x,                     \
-	                         const struct block_q8_x *xq, int B, int r0, int r1)               \
+	                         const struct block_q8_x *xq, const float *xt, int B, int r0, int r1)               \
 	{                                                                                          \
 		const struct weight_matrix *w = job->w;                                            \
 		int cols = w->cols, rows = w->rows, k8 = cols & ~7;                                \
@@ -762,7 +931,7 @@ AVX2_INLINE float dot_row_q8(const uint8_t *row, const struct block_q8_x *xq, in
 }
 
 static AVX2_FN void rows_avx2_q8_int(const struct matmul_job *job, const float *x,
-                                     const struct block_q8_x *xq, int B, int r0, int r1)
+                                     const struct block_q8_x *xq, const float *xt, int B, int r0, int r1)
 {
 	const struct weight_matrix *w = job->w;
 	int rows = w->rows, nblk = w->cols / 32;
@@ -836,15 +1005,16 @@ bool matmul_have_avx512(void)
 /* ---------------------------------------------------------------- driver */
 
 typedef void (*rows_fn)(const struct matmul_job *job, const float *x, const struct block_q8_x *xq,
-                        int B, int r0, int r1);
+                        const float *xt, int B, int r0, int r1);
 
-/* Batches at least this large take the packed GEMM path.  AVX2: measured
- * on the 134M model, the packed kernel wins from 12 rows.  AVX-512: the
- * register tiles (no packing) win below GEMM_MIN_B_AVX512 for F32/F16/BF16;
- * Q8_0 keeps its integer decode below Q8_INT_MAX_B and the GEMM above. */
+/* Batches at least this large take a GEMM path.  AVX2: measured on the 134M
+ * model, the packed kernel wins from 12 rows.  AVX-512 (F32/F16/BF16): the
+ * dot-product register tiles win up to ~10 rows, the GEMM on transposed
+ * activations from ~12 (it fills whole 16-row vectors).  Q8_0 keeps its
+ * integer decode up to Q8_INT_MAX_B rows and the packed GEMM above. */
 #define GEMM_MIN_B_AVX2 12
 #ifndef GEMM_MIN_B_AVX512 /* overridable to compare the kernels by hand */
-#define GEMM_MIN_B_AVX512 24
+#define GEMM_MIN_B_AVX512 12
 #endif
 #define Q8_INT_MAX_B 5
 
@@ -856,13 +1026,13 @@ static rows_fn pick_rows_fn(enum matmul_isa isa, int type, int B)
 		bool gemm = B >= (z ? GEMM_MIN_B_AVX512 : GEMM_MIN_B_AVX2);
 		switch (type) {
 		case GGML_TYPE_F32:
-			return gemm ? (z ? gemm_avx512_f32 : gemm_avx2_f32)
+			return gemm ? (z ? gemm_xt_f32 : gemm_avx2_f32)
 			            : (z ? rows_avx512_f32 : rows_avx2_f32);
 		case GGML_TYPE_F16:
-			return gemm ? (z ? gemm_avx512_f16 : gemm_avx2_f16)
+			return gemm ? (z ? gemm_xt_f16 : gemm_avx2_f16)
 			            : (z ? rows_avx512_f16 : rows_avx2_f16);
 		case GGML_TYPE_BF16:
-			return gemm ? (z ? gemm_avx512_bf16 : gemm_avx2_bf16)
+			return gemm ? (z ? gemm_xt_bf16 : gemm_avx2_bf16)
 			            : (z ? rows_avx512_bf16 : rows_avx2_bf16);
 		case GGML_TYPE_Q8_0:
 			if (z)
@@ -893,6 +1063,7 @@ bool matmul_q8_rounds_activations(enum matmul_isa isa, int B)
 struct matmul_call {
 	const float *x;              /* (B, cols) */
 	const struct block_q8_x *xq; /* (B, cols/32) x quantized, for the Q8_0 integer path */
+	const float *xt;             /* x transposed in chunks, for the AVX-512 GEMM */
 	int B;
 	const struct matmul_job *jobs;
 	rows_fn fns[MATMUL_MAX_JOBS];
@@ -961,8 +1132,8 @@ static void call_rows(const struct matmul_call *c, int g0, int g1)
 {
 	if (c->swiglu) {
 		const struct matmul_job *gate = &c->jobs[0], *up = &c->jobs[1];
-		c->fns[0](gate, c->x, c->xq, c->B, g0, g1);
-		c->fns[1](up, c->x, c->xq, c->B, g0, g1);
+		c->fns[0](gate, c->x, c->xq, c->xt, c->B, g0, g1);
+		c->fns[1](up, c->x, c->xq, c->xt, c->B, g0, g1);
 #ifdef MATMUL_X86
 		if (c->swiglu_z) {
 			swiglu_avx512(gate->y, up->y, c->B, gate->w->rows, g0, g1);
@@ -979,7 +1150,7 @@ static void call_rows(const struct matmul_call *c, int g0, int g1)
 		if (r0 < rows && r1 > 0) {
 			r0 = r0 < 0 ? 0 : r0;
 			r1 = r1 > rows ? rows : r1;
-			c->fns[j](&c->jobs[j], c->x, c->xq, c->B, r0, r1);
+			c->fns[j](&c->jobs[j], c->x, c->xq, c->xt, c->B, r0, r1);
 		}
 		base += rows;
 	}
@@ -1059,6 +1230,35 @@ static struct block_q8_x *prepare_q8_x(struct matmul_call *c, int cols)
 #endif
 }
 
+/* Transposes x once for the jobs that take the AVX-512 GEMM; without
+ * memory they take the register tiles.  Returns the buffer to free. */
+static float *prepare_xt(struct matmul_call *c, int cols)
+{
+#ifdef MATMUL_X86
+	bool need = false;
+	for (int j = 0; j < c->n_jobs; j++)
+		need |= c->fns[j] == gemm_xt_f32 || c->fns[j] == gemm_xt_f16 ||
+		        c->fns[j] == gemm_xt_bf16;
+	if (!need)
+		return NULL;
+	size_t chunks = ((size_t)c->B + XT_CHUNK - 1) / XT_CHUNK;
+	float *xt = aligned_alloc(64, chunks * XT_CHUNK * (size_t)cols * sizeof(float));
+	if (!xt) {
+		for (int j = 0; j < c->n_jobs; j++)
+			c->fns[j] = c->fns[j] == gemm_xt_f32    ? rows_avx512_f32
+			            : c->fns[j] == gemm_xt_f16  ? rows_avx512_f16
+			            : c->fns[j] == gemm_xt_bf16 ? rows_avx512_bf16
+			                                        : c->fns[j];
+		return NULL;
+	}
+	transpose_x(c->x, c->B, cols, xt);
+	c->xt = xt;
+	return xt;
+#else
+	return NULL;
+#endif
+}
+
 /* Picks the kernels, quantizes x where needed and runs the rows on the pool
  * (or the calling thread, for small products). */
 static void matmul_run(struct threadpool *pool, enum matmul_isa isa, struct matmul_call *c)
@@ -1073,12 +1273,14 @@ static void matmul_run(struct threadpool *pool, enum matmul_isa isa, struct matm
 	if (c->B <= 0 || c->total_rows == 0)
 		return;
 	struct block_q8_x *xq = prepare_q8_x(c, c->jobs[0].w->cols);
+	float *xt = prepare_xt(c, c->jobs[0].w->cols);
 	int n_threads = pool ? threadpool_size(pool) : 1;
 	if (n_threads == 1 || macs < MATMUL_PARALLEL_MIN_MACS)
 		call_rows(c, 0, c->total_rows);
 	else
 		run_parallel(pool, c);
 	free(xq);
+	free(xt);
 }
 
 void matmul_many(struct threadpool *pool, enum matmul_isa isa, const float *x, int B,
