@@ -558,33 +558,46 @@ ATTEND_INLINE v8f exp_neg(v8f x)
 ATTEND_CLONES
 float attend_exp_sum(float *scores, int n)
 {
-	v8f m8 = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
-	          -INFINITY, -INFINITY, -INFINITY, -INFINITY};
-	int i = 0;
-	for (; i + 8 <= n; i += 8) {
+	const v8f ninf = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
+	                  -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+	const v8i lane = {0, 1, 2, 3, 4, 5, 6, 7};
+	int nv = n - n % 8, m = n % 8;
+	/* the last m as a vector: the 8 last scores (their first 8 - m are
+	 * also in the last whole vector), or padded with -inf when n < 8 */
+	v8f tail = ninf, m8 = ninf;
+	if (n >= 8) {
+		tail = ld_f32(scores + n - 8);
+	} else {
+		float t[8];
+		for (int j = 0; j < 8; j++)
+			t[j] = j < n ? scores[j] : -INFINITY;
+		tail = ld_f32(t);
+	}
+	m8 = tail;
+	for (int i = 0; i < nv; i += 8) {
 		v8f x = ld_f32(scores + i);
 		m8 = select8(x > m8, x, m8);
 	}
-	float mx = -INFINITY;
-	for (int j = 0; j < 8; j++)
-		mx = m8[j] > mx ? m8[j] : mx;
-	for (int j = i; j < n; j++)
-		mx = scores[j] > mx ? scores[j] : mx;
-	v8f sum8 = {0};
-	for (i = 0; i + 8 <= n; i += 8) {
-		v8f e = exp_neg(ld_f32(scores + i) - mx);
+	/* every lane to the maximum */
+	v8f t = __builtin_shuffle(m8, (v8i){4, 5, 6, 7, 0, 1, 2, 3});
+	m8 = select8(t > m8, t, m8);
+	t = __builtin_shuffle(m8, (v8i){2, 3, 0, 1, 6, 7, 4, 5});
+	m8 = select8(t > m8, t, m8);
+	t = __builtin_shuffle(m8, (v8i){1, 0, 3, 2, 5, 4, 7, 6});
+	m8 = select8(t > m8, t, m8);
+	/* the tail's exps before the whole vectors overwrite their scores; its
+	 * lanes that are also in the last whole vector get the same value */
+	v8f et = exp_neg(tail - m8);
+	v8f sum8 = select8(n >= 8 ? lane >= 8 - m : lane < n, et, (v8f){0});
+	for (int i = 0; i < nv; i += 8) {
+		v8f e = exp_neg(ld_f32(scores + i) - m8);
 		st_f32(scores + i, e);
 		sum8 += e;
 	}
-	if (i < n) { /* the last n - i < 8 in one vector; the other lanes add 0 */
-		float t[8];
-		for (int j = 0; j < 8; j++)
-			t[j] = i + j < n ? scores[i + j] - mx : -INFINITY;
-		v8f e = exp_neg(ld_f32(t));
-		for (int j = 0; i + j < n; j++)
-			scores[i + j] = e[j];
-		const v8i lane = {0, 1, 2, 3, 4, 5, 6, 7};
-		sum8 += select8(lane < n - i, e, (v8f){0});
-	}
+	if (n >= 8)
+		st_f32(scores + n - 8, et);
+	else
+		for (int j = 0; j < n; j++)
+			scores[j] = et[j];
 	return hsum(sum8);
 }
