@@ -13,7 +13,8 @@
 #define ATTEND_MAX_HEADS 8
 
 /* scores[h*ld + i] = q[h] . row_i for rows base + i*row_bytes (dtype dt,
- * d elements), i in [0, n), h in [0, r).  q: (r, d). */
+ * d elements), i in [0, n), h in [0, r).  q: (r, d).  Each score's bits
+ * depend only on q[h] and row_i, not on n, i or r. */
 void attend_score_rows(enum kv_dtype dt, const unsigned char *base, size_t row_bytes, int n, int d,
                        const float *q, int r, float *scores, int ld);
 /* Value accumulation into ATTEND_PARTS partial sums per head, so that the
