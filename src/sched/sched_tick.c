@@ -22,7 +22,7 @@
  * prefill added to the last paced batches; the cap is the number of prompt
  * tokens that fit in the allowed extra time, at most twice the chunk last
  * measured plus one, and never below one token, so a prompt always
- * advances, nor below (PACE_FACTOR - 1) / 2 prompt tokens per decode token,
+ * advances, nor below (PACE_FACTOR - 1) / 4 prompt tokens per decode token,
  * so that prompts are taken in faster than streams finish even when noise
  * makes them look expensive.  A 30k-token prompt thus streams in at a steady share of the
  * machine (1 - 1/PACE_FACTOR) while every stream keeps receiving one token
@@ -423,7 +423,7 @@ static size_t prefill_chunk_cap(const struct sched_req *r)
 #define PACE_FACTOR 1.5
 #define PACE_MIN_CAP 1.0
 #define PACE_START_CAP 4.0
-#define PACE_DECODE_SHARE ((PACE_FACTOR - 1) / 2)
+#define PACE_DECODE_SHARE ((PACE_FACTOR - 1) / 4)
 #define PACE_REMEASURE 8 /* paced batches between two decode-only ones */
 #define PACE_TOKEN_FLOOR 0.01 /* a prompt token costs at least this share of a decode batch */
 
@@ -434,10 +434,12 @@ struct batch_shape {
 };
 
 /* Prompt tokens a batch with n_decode decode tokens may carry: the measured
- * cap, but never below PACE_DECODE_SHARE of the decode tokens (a prompt
- * token costs about a decode token's matmul rows, more with a long context),
- * so that prompts keep arriving faster than streams finish even when noise
- * on a shared machine makes prompt tokens look expensive. */
+ * cap, but never below PACE_DECODE_SHARE of the decode tokens, so that
+ * prompts keep being taken in when noise on a shared machine makes prompt
+ * tokens look expensive.  A prompt token costs about a decode token's matmul
+ * rows, plus attention over its context: an eighth of the decode tokens
+ * keeps such a batch under ~2x a decode-only one even deep into a 20k-token
+ * prompt with a full (unwindowed) cache. */
 static size_t pace_cap_now(const struct scheduler *s, size_t n_decode)
 {
 	size_t floor = (size_t)(PACE_DECODE_SHARE * (double)n_decode);
