@@ -7,8 +7,8 @@
  *   decode (B = 1)   each weight row streamed once, sequentially (AVX-512:
  *                    aligned to cache lines by a masked head);
  *   small batches    register tiles of weight rows x batch rows, dot
- *                    products without packing (AVX-512: up to 3 x 8 or 6 x 4;
- *                    AVX2: 2 x 4);
+ *                    products without packing (AVX-512: up to 3 x 8 or 6 x 4,
+ *                    below 8 rows for F32, 12 for F16/BF16; AVX2: 2 x 4);
  *   larger batches   AVX-512: x transposed once per call, then tiles of up
  *                    to 24 weight rows x 16-64 batch rows, one broadcast
  *                    weight per row and column (no weight packing, no
@@ -413,6 +413,9 @@ static AVX512_FN void gemm_micro_any_512(int mb, int kn, const float *panel, con
 	}
 }
 
+/* How far ahead of the loads the batch kernels prefetch each weight row. */
+#define MATMUL_PREFETCH_BYTES 1024
+
 /* 16 weights of a row from column k as fp32; lanes outside m are zero. */
 AVX512_INLINE __m512 load16(int type, const uint8_t *row, int k, __mmask16 m)
 {
@@ -494,12 +497,18 @@ AVX512_INLINE void tile512(int type, int RB, int BB, const uint8_t *w, size_t ro
 		_Pragma("GCC unroll 24")
 		for (int j = 0; j < BB; j++)
 			acc[i][j] = _mm512_setzero_ps();
-	int k16 = cols & ~15;
+	int k16 = cols & ~15, esz = type == GGML_TYPE_F32 ? 4 : 2;
 	for (int k = 0; k < k16; k += 16) {
 		__m512 wv[6];
 		_Pragma("GCC unroll 24")
-		for (int i = 0; i < RB; i++)
+		for (int i = 0; i < RB; i++) {
+			/* the hardware prefetcher alone leaves these few streams
+			 * latency-bound when the FMAs between loads are many */
+			_mm_prefetch((const char *)w + (size_t)i * row_bytes + (size_t)k * esz +
+			                 MATMUL_PREFETCH_BYTES,
+			             _MM_HINT_T0);
 			wv[i] = load16_full(type, w + (size_t)i * row_bytes, k);
+		}
 		_Pragma("GCC unroll 24")
 		for (int j = 0; j < BB; j++) {
 			__m512 xv = _mm512_loadu_ps(x + (size_t)j * cols + k);
@@ -598,7 +607,9 @@ DEFINE_ROWS_AVX512(rows_avx512_bf16, GGML_TYPE_BF16)
  * a time into an L1 buffer).  Each output is one sum over k in column
  * order, so no horizontal reduction either. */
 #define XT_CHUNK 64
+#ifndef XT_KC /* overridable to compare by hand */
 #define XT_KC 256
+#endif
 /* Weight rows per tile for NV batch vectors. */
 #define XT_RB(NV) ((NV) == 1 ? 24 : (NV) == 2 ? 12 : (NV) == 3 ? 8 : 6)
 
@@ -642,6 +653,13 @@ AVX512_INLINE void xt_tile_k(int RB, int NV, const float *w, size_t ldw, const f
 {
 	for (int k = 0; k < kn; k++) {
 		__m512 xv[4];
+		if ((k & 15) == 0) {
+			_Pragma("GCC unroll 24")
+			for (int i = 0; i < RB; i++)
+				_mm_prefetch((const char *)(w + (size_t)i * ldw + k) +
+				                 MATMUL_PREFETCH_BYTES,
+				             _MM_HINT_T0);
+		}
 		_Pragma("GCC unroll 24")
 		for (int v = 0; v < NV; v++)
 			xv[v] = _mm512_loadu_ps(xt + (size_t)k * nbp + 16 * v);
@@ -676,6 +694,9 @@ AVX512_INLINE void xt_tile(int type, int RB, int NV, const uint8_t *w, size_t ro
 			for (int i = 0; i < RB; i++)
 				for (int k = 0; k < kn; k += 16) {
 					__mmask16 m = lanes_mask(kn - k);
+					_mm_prefetch((const char *)w + (size_t)i * row_bytes +
+					                 (size_t)(k0 + k) * 2 + MATMUL_PREFETCH_BYTES,
+					             _MM_HINT_T0);
 					_mm512_storeu_ps(wbuf + (size_t)i * XT_KC + k,
 					                 load16(type, w + (size_t)i * row_bytes, k0 + k, m));
 				}
@@ -1008,32 +1029,38 @@ typedef void (*rows_fn)(const struct matmul_job *job, const float *x, const stru
                         const float *xt, int B, int r0, int r1);
 
 /* Batches at least this large take a GEMM path.  AVX2: measured on the 134M
- * model, the packed kernel wins from 12 rows.  AVX-512 (F32/F16/BF16): the
- * dot-product register tiles win up to ~10 rows, the GEMM on transposed
- * activations from ~12 (it fills whole 16-row vectors).  Q8_0 keeps its
+ * model, the packed kernel wins from 12 rows.  AVX-512 (measured one thread,
+ * a 16384 x 768 matrix streamed from memory): the dot-product register
+ * tiles win below 8 rows for F32 and below 12 for F16/BF16 (their weight
+ * rows are half as many bytes, so the tiles stay ahead longer); the GEMM on
+ * transposed activations wins above (2-3x the tiles at 16-32 rows); the
+ * packed GEMM never won, so AVX-512 keeps it for Q8_0 only.  Q8_0 keeps its
  * integer decode up to Q8_INT_MAX_B rows and the packed GEMM above. */
 #define GEMM_MIN_B_AVX2 12
-#ifndef GEMM_MIN_B_AVX512 /* overridable to compare the kernels by hand */
-#define GEMM_MIN_B_AVX512 12
+#ifndef XT_MIN_B_F32 /* overridable, to compare the kernels by hand */
+#define XT_MIN_B_F32 8
+#endif
+#ifndef XT_MIN_B_HALF
+#define XT_MIN_B_HALF 12
 #endif
 #define Q8_INT_MAX_B 5
+
+/* The AVX-512 kernel of a float weight type for a batch of B rows. */
+#define PICK_AVX512(B, MIN_B, SUFFIX) ((B) >= (MIN_B) ? gemm_xt_##SUFFIX : rows_avx512_##SUFFIX)
 
 static rows_fn pick_rows_fn(enum matmul_isa isa, int type, int B)
 {
 #ifdef MATMUL_X86
 	if (isa != MATMUL_ISA_GENERIC && matmul_have_avx2()) {
 		bool z = isa == MATMUL_ISA_AUTO && matmul_have_avx512();
-		bool gemm = B >= (z ? GEMM_MIN_B_AVX512 : GEMM_MIN_B_AVX2);
+		bool gemm = B >= GEMM_MIN_B_AVX2;
 		switch (type) {
 		case GGML_TYPE_F32:
-			return gemm ? (z ? gemm_xt_f32 : gemm_avx2_f32)
-			            : (z ? rows_avx512_f32 : rows_avx2_f32);
+			return z ? PICK_AVX512(B, XT_MIN_B_F32, f32) : gemm ? gemm_avx2_f32 : rows_avx2_f32;
 		case GGML_TYPE_F16:
-			return gemm ? (z ? gemm_xt_f16 : gemm_avx2_f16)
-			            : (z ? rows_avx512_f16 : rows_avx2_f16);
+			return z ? PICK_AVX512(B, XT_MIN_B_HALF, f16) : gemm ? gemm_avx2_f16 : rows_avx2_f16;
 		case GGML_TYPE_BF16:
-			return gemm ? (z ? gemm_xt_bf16 : gemm_avx2_bf16)
-			            : (z ? rows_avx512_bf16 : rows_avx2_bf16);
+			return z ? PICK_AVX512(B, XT_MIN_B_HALF, bf16) : gemm ? gemm_avx2_bf16 : rows_avx2_bf16;
 		case GGML_TYPE_Q8_0:
 			if (z)
 				return B > Q8_INT_MAX_B ? gemm_avx512_q8_0 : rows_avx2_q8_int;
