@@ -28,6 +28,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 
 #include "cache/kvquant.h"
@@ -248,6 +249,19 @@ static void kv_layer_clear(struct sinkcache *c, struct kv_layer *L)
 	}
 }
 
+/* A layer's block is mapped on its own rather than taken from the heap:
+ * fresh pages read as zero without being written, so a new session costs
+ * no memset and touches (commits) only the pages its tokens reach, and the
+ * pages go back to the system when the session ends.  Heap blocks of this
+ * size (up to ~13 MB per layer) came back zeroed by calloc once glibc's
+ * mmap threshold had grown: tens of milliseconds per new session on the
+ * engine thread, a stall of every stream's tick. */
+static unsigned char *layer_block_map(size_t bytes)
+{
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+
 int sinkcache_new(const struct sinkcache_geometry *g, struct sinkcache **out, char *err,
                   size_t err_len)
 {
@@ -280,7 +294,7 @@ int sinkcache_new(const struct sinkcache_geometry *g, struct sinkcache **out, ch
 	rope_freqs_init(g->rope_theta, g->rope_dim, c->freq_hi, c->freq_lo);
 	for (int l = 0; l < g->n_layers; l++) {
 		struct kv_layer *L = &c->layers[l];
-		L->mem = calloc(1, lo.layer_bytes > 0 ? lo.layer_bytes : 1);
+		L->mem = layer_block_map(lo.layer_bytes > 0 ? lo.layer_bytes : 1);
 		L->cs_win = calloc((size_t)half * 2, sizeof(double));
 		L->cs_sink = calloc((size_t)half * 2, sizeof(double));
 		if (!L->mem || !L->cs_win || !L->cs_sink)
@@ -302,7 +316,8 @@ void sinkcache_free(struct sinkcache *c)
 	if (!c)
 		return;
 	for (int l = 0; c->layers && l < c->g.n_layers; l++) {
-		free(c->layers[l].mem);
+		if (c->layers[l].mem)
+			munmap(c->layers[l].mem, c->layer_bytes > 0 ? c->layer_bytes : 1);
 		free(c->layers[l].cs_win);
 		free(c->layers[l].cs_sink);
 	}

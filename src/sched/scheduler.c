@@ -20,7 +20,6 @@
 #include <string.h>
 #include <time.h>
 
-#include <malloc.h>
 #include <openssl/rand.h>
 
 #include "util/errbuf.h"
@@ -694,22 +693,6 @@ static void *engine_main(void *arg)
 
 /* ---- lifecycle --------------------------------------------------------- */
 
-/* Every one-shot request creates and frees a backend session whose KV cache
- * is its whole bound (151 MB on the 134M model, in per-layer callocs of
- * ~12 MB).  glibc raises its mmap threshold to the size of a freed mmap'd
- * block (dynamic threshold, up to 32 MiB), so from the second session on
- * these blocks come from the heap and calloc zeroes all of them: ~8-30 ms
- * of memset and page faults on the engine thread per new request, a stall
- * of every stream's tick.  A fixed threshold keeps large blocks in mmap,
- * where they are zero already and only the pages tokens reach get touched.
- * Process-wide, set once per scheduler; harmless to the rest of the daemon. */
-#define SCHED_MMAP_THRESHOLD (1u << 20)
-
-static void malloc_keep_large_blocks_mapped(void)
-{
-	mallopt(M_MMAP_THRESHOLD, (int)SCHED_MMAP_THRESHOLD);
-}
-
 int scheduler_new(const struct sinkd_config *cfg, struct backend *be, const struct tokenizer *tok,
                   struct sinkd_log *log, struct scheduler **out, char *err, size_t err_len)
 {
@@ -725,7 +708,6 @@ int scheduler_new(const struct sinkd_config *cfg, struct backend *be, const stru
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
 	sched_hist_init_all(s);
-	malloc_keep_large_blocks_mapped();
 	limits_from_config(s, cfg, &s->lim);
 	rc = sinkcache_geometry_check(&s->lim.geom, err, err_len);
 	if (rc) {

@@ -4,6 +4,7 @@
  * and computes attention in long double. */
 #include <check.h>
 #include <errno.h>
+#include <malloc.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -694,6 +695,29 @@ START_TEST(test_concurrent_head_ranges)
 }
 END_TEST
 
+/* Layer blocks do not come from the heap, even after a large free has
+ * raised glibc's mmap threshold (the heap would hand them out zeroed by a
+ * memset of the whole bound on every new session). */
+START_TEST(test_layer_blocks_mapped)
+{
+	struct sinkcache_geometry g = geom(4, 65536, false, 8, 0);
+	char err[SINKD_ERR_LEN];
+	char *big = malloc((size_t)30 << 20);
+	ck_assert_ptr_nonnull(big);
+	big[0] = 1;
+	free(big);
+	struct mallinfo2 m0 = mallinfo2();
+	struct sinkcache *c = NULL;
+	ck_assert_int_eq(sinkcache_new(&g, &c, err, sizeof(err)), 0);
+	struct mallinfo2 m1 = mallinfo2();
+	ck_assert_uint_gt(sinkcache_bound_bytes(&g), (size_t)16 << 20);
+	ck_assert_msg(m1.uordblks + m1.hblkhd < m0.uordblks + m0.hblkhd + ((size_t)1 << 20),
+	              "the cache took %zu heap bytes",
+	              (size_t)(m1.uordblks + m1.hblkhd - m0.uordblks - m0.hblkhd));
+	sinkcache_free(c);
+}
+END_TEST
+
 static Suite *sinkcache_suite(void)
 {
 	Suite *s = suite_create("sinkcache");
@@ -703,6 +727,7 @@ static Suite *sinkcache_suite(void)
 	tcase_add_test(tc, test_eviction_order);
 	tcase_add_test(tc, test_positions_by_rank);
 	tcase_add_test(tc, test_bound_and_accounting);
+	tcase_add_test(tc, test_layer_blocks_mapped);
 	tcase_add_test(tc, test_revise_exact);
 	tcase_add_test(tc, test_full_strategy_refuses);
 	tcase_add_test(tc, test_large_stream_index);

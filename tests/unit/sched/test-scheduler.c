@@ -7,7 +7,6 @@
 #include <check.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <malloc.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -827,30 +826,6 @@ START_TEST(test_random_walk_invariants)
 }
 END_TEST
 
-/* Every one-shot request creates and frees a KV cache of its whole bound
- * (151 MB on a 134M model).  Those blocks must stay mmap'd, zero already and
- * touched only where tokens go, rather than come back from the heap through a
- * calloc that zeroes the whole bound on the engine thread: with a scheduler
- * running, a freed large block does not send later ones to the heap. */
-START_TEST(test_large_blocks_stay_mapped)
-{
-	struct sinkd_config cfg;
-	struct scheduler *s = sched_make(&cfg, NULL, 0);
-	char *big = malloc((size_t)12 << 20);
-	ck_assert_ptr_nonnull(big);
-	big[0] = 1;
-	free(big); /* glibc's dynamic mmap threshold would now rise to 12 MiB */
-	struct mallinfo2 m0 = mallinfo2();
-	void *block = calloc(1, (size_t)4 << 20);
-	struct mallinfo2 m1 = mallinfo2();
-	ck_assert_ptr_nonnull(block);
-	ck_assert_uint_eq(m1.hblks, m0.hblks + 1);
-	free(block);
-	scheduler_free(s);
-	config_deinit(&cfg);
-}
-END_TEST
-
 int main(void)
 {
 	fixture_load();
@@ -866,7 +841,6 @@ int main(void)
 	tcase_add_test(tc, test_reconfigure);
 	tcase_add_test(tc, test_auto_budget_and_metrics);
 	tcase_add_test(tc, test_random_walk_invariants);
-	tcase_add_test(tc, test_large_blocks_stay_mapped);
 	suite_add_tcase(s, tc);
 	int failed = tu_suite_failures(s);
 	backend_free(fx.be);
