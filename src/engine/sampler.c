@@ -46,6 +46,7 @@ void sampler_params_default(struct sampler_params *p)
 	p->frequency_penalty = 0.0f;
 	p->seed = 0;
 	p->n_top_logprobs = 0;
+	p->logprobs = false;
 }
 
 int sampler_params_validate(const struct sampler_params *p, char *err, size_t err_len)
@@ -450,7 +451,8 @@ static float row_max(const float *row, size_t n, bool *has_nan)
 	return mx[0];
 }
 
-/* Checks the logits and returns their max and log-sum-exp (temperature 1). */
+/* Checks the logits and returns their max and, when lse_out is not NULL,
+ * their log-sum-exp (temperature 1). */
 static int logits_stats(const float *logits, int n, float *max_out, double *lse_out)
 {
 	bool has_nan;
@@ -458,7 +460,8 @@ static int logits_stats(const float *logits, int n, float *max_out, double *lse_
 	if (has_nan || mx == -INFINITY || mx == INFINITY)
 		return -EINVAL;
 	*max_out = mx;
-	*lse_out = (double)mx + log(sum_exp(logits, (size_t)n, mx));
+	if (lse_out)
+		*lse_out = (double)mx + log(sum_exp(logits, (size_t)n, mx));
 	return 0;
 }
 
@@ -702,24 +705,29 @@ static size_t filter_candidates(struct sampler *s, const float *logits, float mx
 int sampler_sample(struct sampler *s, float *logits, struct sampler_result *res)
 {
 	float mx;
-	double lse;
+	double lse = 0.0;
 	memset(res, 0, sizeof(*res));
 	if (s->count)
 		apply_penalties(s, logits);
-	if (logits_stats(logits, s->n_vocab, &mx, &lse))
+	bool greedy = s->p.temperature < 1e-6f; /* 0, or so small that 1/T overflows */
+	bool whole_row = (s->p.top_k <= 0 || s->p.top_k >= s->n_vocab) && s->p.top_p >= 1.0f;
+	bool report = s->p.logprobs || s->p.n_top_logprobs > 0;
+	bool need_lse = report || (!greedy && !whole_row);
+	if (logits_stats(logits, s->n_vocab, &mx, need_lse ? &lse : NULL))
 		return -EINVAL;
 	if (s->p.n_top_logprobs > 0)
 		report_top(s, logits, lse, res);
 	int32_t tok;
-	if (s->p.temperature < 1e-6f) { /* 0, or so small that 1/T overflows */
+	if (greedy) {
 		tok = argmax(logits, s->n_vocab, mx);
-	} else if ((s->p.top_k <= 0 || s->p.top_k >= s->n_vocab) && s->p.top_p >= 1.0f) {
+	} else if (whole_row) {
 		tok = draw_row(s, logits, mx);
 	} else {
 		size_t n = filter_candidates(s, logits, mx, lse);
 		tok = draw(s, s->cand, n, mx);
 	}
 	res->token = tok;
-	res->logprob = (float)((double)logits[tok] - lse);
+	if (report)
+		res->logprob = (float)((double)logits[tok] - lse);
 	return 0;
 }

@@ -20,6 +20,7 @@ struct sampler_params {
 	float frequency_penalty;  /* 0: off */
 	uint64_t seed;
 	int n_top_logprobs;	  /* 0..20 alternatives reported */
+	bool logprobs;		  /* fill res->logprob (also done when alternatives are asked for) */
 };
 
 /* Defaults follow the OpenAI API: temperature 1, top_p 1, every filter and
@@ -53,7 +54,9 @@ void sampler_free(struct sampler *s);
 /* Records a token of the context (prompt or generated) for the penalties. */
 void sampler_accept(struct sampler *s, int32_t token);
 /* Samples from logits (n_vocab floats, modified in place: the penalties are
- * applied to them).  res->logprob and res->top[] are the log-softmax of the
+ * applied to them).  res->logprob (when p.logprobs or n_top_logprobs; else 0:
+ * a log-sum-exp over the whole vocabulary costs more than a greedy pick)
+ * and res->top[] are the log-softmax of the
  * penalised logits at temperature 1 (what the model thinks after penalties,
  * independent of temperature and of the top-k/top-p/min-p filters); top[] is
  * sorted by decreasing logprob, ties by lower id.  Returns 0, or -EINVAL when

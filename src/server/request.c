@@ -179,6 +179,7 @@ static int parse_logprobs(const cJSON *o, struct gen_args *a, struct api_error *
 		a->logprobs = !rc && field(o, "logprobs") != NULL;
 	}
 	a->sampling.n_top_logprobs = (int)top;
+	a->sampling.logprobs = a->logprobs;
 	return rc;
 }
 

@@ -254,6 +254,7 @@ START_TEST(test_top_p_flat_large_vocab)
 	sampler_params_default(&p);
 	p.top_p = 0.9f;
 	p.seed = 3;
+	p.logprobs = true;
 	struct sampler *s = make(&p, V);
 	struct sampler_result res;
 	int32_t hi = 0;
@@ -510,6 +511,7 @@ START_TEST(test_bad_logits)
 {
 	struct sampler_params p;
 	sampler_params_default(&p);
+	p.logprobs = true;
 	struct sampler *s = make(&p, 3);
 	struct sampler_result res;
 	float nan_row[3] = {0.0f, NAN, 1.0f};
@@ -521,6 +523,25 @@ START_TEST(test_bad_logits)
 		ck_assert_int_eq(sample_copy(s, one, 3, &res), 1);
 	ck_assert_float_eq(res.logprob, 0.0f);
 	sampler_free(s);
+}
+END_TEST
+
+/* The log-softmax of the chosen token is computed only when asked for. */
+START_TEST(test_logprob_only_when_asked)
+{
+	struct sampler_params p;
+	sampler_params_default(&p);
+	p.temperature = 0.0f;
+	float row[4] = {0.5f, 3.0f, 1.0f, -2.0f};
+	struct sampler_result res;
+	for (int ask = 0; ask < 2; ask++) {
+		p.logprobs = ask;
+		struct sampler *s = make(&p, 4);
+		ck_assert_int_eq(sample_copy(s, row, 4, &res), 1);
+		double want = ask ? 3.0 - log(exp(0.5) + exp(3.0) + exp(1.0) + exp(-2.0)) : 0.0;
+		ck_assert_double_eq_tol(res.logprob, want, 1e-6);
+		sampler_free(s);
+	}
 }
 END_TEST
 
@@ -540,6 +561,7 @@ int main(void)
 	tcase_add_test(tc, test_penalties);
 	tcase_add_test(tc, test_penalty_changes_choice);
 	tcase_add_test(tc, test_logprobs_full_distribution);
+	tcase_add_test(tc, test_logprob_only_when_asked);
 	tcase_add_test(tc, test_invalid_params);
 	tcase_add_test(tc, test_bad_logits);
 	suite_add_tcase(s, tc);
