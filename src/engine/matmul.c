@@ -7,15 +7,15 @@
  *   decode (B = 1)   each weight row streamed once, sequentially (AVX-512:
  *                    aligned to cache lines by a masked head);
  *   small batches    register tiles of weight rows x batch rows, dot
- *                    products without packing (AVX-512: up to 3 x 8 or 6 x 4,
- *                    below 8 rows for F32, 12 for F16/BF16; AVX2: 2 x 4);
- *   larger batches   AVX-512: x transposed once per call, then tiles of up
- *                    to 24 weight rows x 16-64 batch rows, one broadcast
- *                    weight per row and column (no weight packing, no
- *                    horizontal sums); AVX2 and Q8_0: a packed GEMM, 16
- *                    weight rows x 256 columns converted to fp32 and
- *                    transposed once into L1, then an outer-product micro
- *                    kernel (AVX2: 6 batch rows, AVX-512: 12).
+ *                    products without packing (AVX-512: up to 6 x 4, below
+ *                    6 rows; AVX2: 2 x 4, below 12);
+ *   larger batches   a packed GEMM: 16 weight rows x 256 columns converted
+ *                    to fp32 and transposed once into L1, then an outer-
+ *                    product micro kernel (AVX2: 6 batch rows, AVX-512:
+ *                    12); for F32 from 12 rows, AVX-512: x transposed once
+ *                    per call, then tiles of up to 24 weight rows x 16-64
+ *                    batch rows, one broadcast weight per row and column
+ *                    (no weight packing, no horizontal sums).
  * Weights are read in their stored type (F32, F16, BF16, Q8_0 dequantized on
  * the fly); activations stay fp32, except Q8_0 decode, which quantizes them
  * to Q8 and multiplies in integers (as llama.cpp does).  The FFN's gate and
@@ -597,19 +597,17 @@ DEFINE_ROWS_AVX512(rows_avx512_f32, GGML_TYPE_F32)
 DEFINE_ROWS_AVX512(rows_avx512_f16, GGML_TYPE_F16)
 DEFINE_ROWS_AVX512(rows_avx512_bf16, GGML_TYPE_BF16)
 
-/* ---------------------------------- AVX-512 GEMM on transposed activations
+/* ------------------------- AVX-512 GEMM on transposed activations (F32)
  * For larger batches x is transposed once per call into xt: per chunk of up
  * to 64 batch rows, (cols, nbp) with nbp the chunk rounded up to 16, zero
  * padded.  A tile of RB weight rows x NV vectors of 16 batch rows then
  * needs, per column k, NV vector loads of xt and one broadcast weight per
- * row: RB * NV = 24 fused multiply-adds per 2 + RB loads, with no packing
- * of the weights (F16/BF16 rows are converted, untransposed, KC columns at
- * a time into an L1 buffer).  Each output is one sum over k in column
- * order, so no horizontal reduction either. */
+ * row: RB * NV = 24 fused multiply-adds per NV + RB loads, with no packing
+ * of the weights, and each output is one sum over k in column order, so no
+ * horizontal reduction either.  (F16/BF16 weights would need converting per
+ * tile; the packed GEMM, which converts once per 96 batch rows, measured
+ * faster for them.) */
 #define XT_CHUNK 64
-#ifndef XT_KC /* overridable to compare by hand */
-#define XT_KC 256
-#endif
 /* Weight rows per tile for NV batch vectors. */
 #define XT_RB(NV) ((NV) == 1 ? 24 : (NV) == 2 ? 12 : (NV) == 3 ? 8 : 6)
 
@@ -673,36 +671,17 @@ AVX512_INLINE void xt_tile_k(int RB, int NV, const float *w, size_t ldw, const f
 	}
 }
 
-/* Rows [r, r + RB) for one chunk of nb batch rows: y(b, r + i). */
-AVX512_INLINE void xt_tile(int type, int RB, int NV, const uint8_t *w, size_t row_bytes,
-                           const float *xt, int nb, int cols, float *y, int rows,
-                           const float *bias, float *wbuf)
+/* Rows [r, r + RB) (F32) for one chunk of nb batch rows: y(b, r + i). */
+AVX512_INLINE void xt_tile(int RB, int NV, const uint8_t *w, size_t row_bytes, const float *xt,
+                           int nb, int cols, float *y, int rows, const float *bias)
 {
 	__m512 acc[24][4];
-	int nbp = 16 * NV;
 	_Pragma("GCC unroll 24")
 	for (int i = 0; i < RB; i++)
 		_Pragma("GCC unroll 24")
 		for (int v = 0; v < NV; v++)
 			acc[i][v] = _mm512_setzero_ps();
-	if (type == GGML_TYPE_F32) {
-		xt_tile_k(RB, NV, (const float *)w, row_bytes / sizeof(float), xt, nbp, cols, acc);
-	} else {
-		for (int k0 = 0; k0 < cols; k0 += XT_KC) {
-			int kn = cols - k0 < XT_KC ? cols - k0 : XT_KC;
-			_Pragma("GCC unroll 24")
-			for (int i = 0; i < RB; i++)
-				for (int k = 0; k < kn; k += 16) {
-					__mmask16 m = lanes_mask(kn - k);
-					_mm_prefetch((const char *)w + (size_t)i * row_bytes +
-					                 (size_t)(k0 + k) * 2 + MATMUL_PREFETCH_BYTES,
-					             _MM_HINT_T0);
-					_mm512_storeu_ps(wbuf + (size_t)i * XT_KC + k,
-					                 load16(type, w + (size_t)i * row_bytes, k0 + k, m));
-				}
-			xt_tile_k(RB, NV, wbuf, XT_KC, xt + (size_t)k0 * nbp, nbp, kn, acc);
-		}
-	}
+	xt_tile_k(RB, NV, (const float *)w, row_bytes / sizeof(float), xt, 16 * NV, cols, acc);
 	_Pragma("GCC unroll 24")
 	for (int i = 0; i < RB; i++) {
 		float out[64];
@@ -717,55 +696,49 @@ AVX512_INLINE void xt_tile(int type, int RB, int NV, const uint8_t *w, size_t ro
 
 /* Rows [r0, r1) of one chunk with NV vectors: tiles of XT_RB(NV) rows, then
  * 4, then single rows. */
-#define XT_ROWS(TYPE, NV)                                                                          \
+#define XT_ROWS(NV)                                                                                \
 	do {                                                                                       \
 		int r = r0;                                                                        \
 		for (; r + XT_RB(NV) <= r1; r += XT_RB(NV))                                        \
-			xt_tile(TYPE, XT_RB(NV), NV, base + r * rb, rb, xtc, nb, cols, yc + r,     \
-			        rows, bias ? bias + r : NULL, wbuf);                               \
+			xt_tile(XT_RB(NV), NV, base + r * rb, rb, xtc, nb, cols, yc + r, rows,     \
+			        bias ? bias + r : NULL);                                           \
 		for (; r + 4 <= r1; r += 4)                                                        \
-			xt_tile(TYPE, 4, NV, base + r * rb, rb, xtc, nb, cols, yc + r, rows,       \
-			        bias ? bias + r : NULL, wbuf);                                     \
+			xt_tile(4, NV, base + r * rb, rb, xtc, nb, cols, yc + r, rows,             \
+			        bias ? bias + r : NULL);                                           \
 		for (; r < r1; r++)                                                                \
-			xt_tile(TYPE, 1, NV, base + r * rb, rb, xtc, nb, cols, yc + r, rows,       \
-			        bias ? bias + r : NULL, wbuf);                                     \
+			xt_tile(1, NV, base + r * rb, rb, xtc, nb, cols, yc + r, rows,             \
+			        bias ? bias + r : NULL);                                           \
 	} while (0)
 
-#define DEFINE_GEMM_XT(NAME, TYPE)                                                                 \
-	static AVX512_FN void NAME(const struct matmul_job *job, const float *x,                   \
-	                           const struct block_q8_x *xq, const float *xt, int B, int r0,    \
-	                           int r1)                                                         \
-	{                                                                                          \
-		const struct weight_matrix *w = job->w;                                            \
-		int cols = w->cols, rows = w->rows;                                                \
-		const uint8_t *base = (const uint8_t *)w->data;                                    \
-		size_t rb = w->row_bytes;                                                          \
-		const float *bias = job->bias;                                                     \
-		float wbuf[24 * XT_KC] __attribute__((aligned(64)));                               \
-		for (int c0 = 0; c0 < B; c0 += XT_CHUNK) {                                         \
-			int nb = B - c0 < XT_CHUNK ? B - c0 : XT_CHUNK;                            \
-			const float *xtc = xt + (size_t)c0 * cols;                                 \
-			float *yc = job->y + (size_t)c0 * rows;                                    \
-			switch (xt_padded(nb) / 16) {                                              \
-			case 1:                                                                    \
-				XT_ROWS(TYPE, 1);                                                  \
-				break;                                                             \
-			case 2:                                                                    \
-				XT_ROWS(TYPE, 2);                                                  \
-				break;                                                             \
-			case 3:                                                                    \
-				XT_ROWS(TYPE, 3);                                                  \
-				break;                                                             \
-			default:                                                                   \
-				XT_ROWS(TYPE, 4);                                                  \
-				break;                                                             \
-			}                                                                          \
-		}                                                                                  \
+static AVX512_FN void gemm_xt_f32(const struct matmul_job *job, const float *x,
+                                   const struct block_q8_x *xq, const float *xt, int B, int r0,
+                                   int r1)
+{
+	const struct weight_matrix *w = job->w;
+	int cols = w->cols, rows = w->rows;
+	const uint8_t *base = (const uint8_t *)w->data;
+	size_t rb = w->row_bytes;
+	const float *bias = job->bias;
+	for (int c0 = 0; c0 < B; c0 += XT_CHUNK) {
+		int nb = B - c0 < XT_CHUNK ? B - c0 : XT_CHUNK;
+		const float *xtc = xt + (size_t)c0 * cols;
+		float *yc = job->y + (size_t)c0 * rows;
+		switch (xt_padded(nb) / 16) {
+		case 1:
+			XT_ROWS(1);
+			break;
+		case 2:
+			XT_ROWS(2);
+			break;
+		case 3:
+			XT_ROWS(3);
+			break;
+		default:
+			XT_ROWS(4);
+			break;
+		}
 	}
-
-DEFINE_GEMM_XT(gemm_xt_f32, GGML_TYPE_F32)
-DEFINE_GEMM_XT(gemm_xt_f16, GGML_TYPE_F16)
-DEFINE_GEMM_XT(gemm_xt_bf16, GGML_TYPE_BF16)
+}
 
 /* Rows [r, r+nv) (nv <= 16) for batch rows x(B, cols) into y(B, rows); a
  * partial tile goes through ctile (B, 16) so y is only written in range. */
@@ -823,6 +796,9 @@ DEFINE_GEMM_AVX2(gemm_avx2_f16, GGML_TYPE_F16, false)
 DEFINE_GEMM_AVX2(gemm_avx2_bf16, GGML_TYPE_BF16, false)
 DEFINE_GEMM_AVX2(gemm_avx2_q8_0, GGML_TYPE_Q8_0, false)
 DEFINE_GEMM_AVX2(gemm_avx512_q8_0, GGML_TYPE_Q8_0, true)
+DEFINE_GEMM_AVX2(gemm_avx512_f32, GGML_TYPE_F32, true)
+DEFINE_GEMM_AVX2(gemm_avx512_f16, GGML_TYPE_F16, true)
+DEFINE_GEMM_AVX2(gemm_avx512_bf16, GGML_TYPE_BF16, true)
 
 /* One row times one x: the whole row is read as one sequential stream (four
  * accumulators cover the FMA latency), which the hardware prefetcher follows
@@ -1029,24 +1005,18 @@ typedef void (*rows_fn)(const struct matmul_job *job, const float *x, const stru
                         const float *xt, int B, int r0, int r1);
 
 /* Batches at least this large take a GEMM path.  AVX2: measured on the 134M
- * model, the packed kernel wins from 12 rows.  AVX-512 (measured one thread,
- * a 16384 x 768 matrix streamed from memory): the dot-product register
- * tiles win below 8 rows for F32 and below 12 for F16/BF16 (their weight
- * rows are half as many bytes, so the tiles stay ahead longer); the GEMM on
- * transposed activations wins above (2-3x the tiles at 16-32 rows); the
- * packed GEMM never won, so AVX-512 keeps it for Q8_0 only.  Q8_0 keeps its
- * integer decode up to Q8_INT_MAX_B rows and the packed GEMM above. */
+ * model, the packed kernel wins from 12 rows.  AVX-512, measured on the
+ * 134M model (2 threads, engine-driver): below PACKED_MIN_B_AVX512 rows the
+ * dot-product register tiles; above, for F16/BF16 the packed GEMM (8-11%
+ * ahead of the transposed-x GEMM at 8, 16 and 32 rows: it converts each
+ * weight once per 96 batch rows), for F32 the packed GEMM up to 11 rows
+ * (ahead at 8) and the transposed-x GEMM from XT_MIN_B_F32 (2-20% ahead at
+ * 16 and 32).  Q8_0 keeps its integer decode up to Q8_INT_MAX_B rows and
+ * the packed GEMM above. */
 #define GEMM_MIN_B_AVX2 12
-#ifndef XT_MIN_B_F32 /* overridable, to compare the kernels by hand */
-#define XT_MIN_B_F32 8
-#endif
-#ifndef XT_MIN_B_HALF
-#define XT_MIN_B_HALF 12
-#endif
+#define PACKED_MIN_B_AVX512 6
+#define XT_MIN_B_F32 12
 #define Q8_INT_MAX_B 5
-
-/* The AVX-512 kernel of a float weight type for a batch of B rows. */
-#define PICK_AVX512(B, MIN_B, SUFFIX) ((B) >= (MIN_B) ? gemm_xt_##SUFFIX : rows_avx512_##SUFFIX)
 
 static rows_fn pick_rows_fn(enum matmul_isa isa, int type, int B)
 {
@@ -1056,11 +1026,19 @@ static rows_fn pick_rows_fn(enum matmul_isa isa, int type, int B)
 		bool gemm = B >= GEMM_MIN_B_AVX2;
 		switch (type) {
 		case GGML_TYPE_F32:
-			return z ? PICK_AVX512(B, XT_MIN_B_F32, f32) : gemm ? gemm_avx2_f32 : rows_avx2_f32;
+			if (z)
+				return B >= XT_MIN_B_F32         ? gemm_xt_f32
+				       : B >= PACKED_MIN_B_AVX512 ? gemm_avx512_f32
+				                                  : rows_avx512_f32;
+			return gemm ? gemm_avx2_f32 : rows_avx2_f32;
 		case GGML_TYPE_F16:
-			return z ? PICK_AVX512(B, XT_MIN_B_HALF, f16) : gemm ? gemm_avx2_f16 : rows_avx2_f16;
+			if (z)
+				return B >= PACKED_MIN_B_AVX512 ? gemm_avx512_f16 : rows_avx512_f16;
+			return gemm ? gemm_avx2_f16 : rows_avx2_f16;
 		case GGML_TYPE_BF16:
-			return z ? PICK_AVX512(B, XT_MIN_B_HALF, bf16) : gemm ? gemm_avx2_bf16 : rows_avx2_bf16;
+			if (z)
+				return B >= PACKED_MIN_B_AVX512 ? gemm_avx512_bf16 : rows_avx512_bf16;
+			return gemm ? gemm_avx2_bf16 : rows_avx2_bf16;
 		case GGML_TYPE_Q8_0:
 			if (z)
 				return B > Q8_INT_MAX_B ? gemm_avx512_q8_0 : rows_avx2_q8_int;
@@ -1271,18 +1249,14 @@ static float *prepare_xt(struct matmul_call *c, int cols)
 #ifdef MATMUL_X86
 	bool need = false;
 	for (int j = 0; j < c->n_jobs; j++)
-		need |= c->fns[j] == gemm_xt_f32 || c->fns[j] == gemm_xt_f16 ||
-		        c->fns[j] == gemm_xt_bf16;
+		need |= c->fns[j] == gemm_xt_f32;
 	if (!need)
 		return NULL;
 	size_t chunks = ((size_t)c->B + XT_CHUNK - 1) / XT_CHUNK;
 	float *xt = aligned_alloc(64, chunks * XT_CHUNK * (size_t)cols * sizeof(float));
 	if (!xt) {
 		for (int j = 0; j < c->n_jobs; j++)
-			c->fns[j] = c->fns[j] == gemm_xt_f32    ? rows_avx512_f32
-			            : c->fns[j] == gemm_xt_f16  ? rows_avx512_f16
-			            : c->fns[j] == gemm_xt_bf16 ? rows_avx512_bf16
-			                                        : c->fns[j];
+			c->fns[j] = c->fns[j] == gemm_xt_f32 ? rows_avx512_f32 : c->fns[j];
 		return NULL;
 	}
 	transpose_x(c->x, c->B, cols, xt);
