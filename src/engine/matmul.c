@@ -1007,7 +1007,7 @@ typedef void (*rows_fn)(const struct matmul_job *job, const float *x, const stru
 /* Batches at least this large take a GEMM path.  AVX2: measured on the 134M
  * model, the packed kernel wins from 12 rows.  AVX-512, measured on the
  * 134M model (2 threads, engine-driver): below PACKED_MIN_B_AVX512 rows the
- * dot-product register tiles; above, for F16/BF16 the packed GEMM (8-11%
+ * dot-product register tiles; above, for F16/BF16 the packed GEMM (7-12%
  * ahead of the transposed-x GEMM at 8, 16 and 32 rows: it converts each
  * weight once per 96 batch rows), for F32 the packed GEMM up to 11 rows
  * (ahead at 8) and the transposed-x GEMM from XT_MIN_B_F32 (2-20% ahead at
@@ -1061,7 +1061,7 @@ bool matmul_q8_rounds_activations(enum matmul_isa isa, int B)
 /* Rows per unit of work handed to a thread: small enough to balance the
  * threads at the end of a product, large enough that each unit is one long
  * sequential read (and, for batches, a multiple of every tile height).
- * Decode, 134M model, 2 threads: 64-row blocks 4-6% (F32) and 10-25% (F16)
+ * Decode, 134M model, 2 threads: 64-row blocks 4-6% (F32) and 10-27% (F16)
  * faster than 16; 128 and 256 no better.  Batches: 96 and 192 no better
  * than 48. */
 #ifndef MATMUL_BLOCK_ROWS_DECODE /* overridable, to compare by hand */
