@@ -435,16 +435,46 @@ ATTEND_INLINE void mix_rows_k(int k, const unsigned char *base, size_t row_bytes
 		         acc + (size_t)h * ATTEND_PARTS * d, g0, 1, 1);
 }
 
-static float elem_row(enum kv_dtype dt, const unsigned char *row, int j)
+/* Element j of a row: a code of `bits` bits when bits > 0, else a value
+ * of type dt.  For the scalar paths (head dims not a multiple of 8). */
+static float elem_at(enum kv_dtype dt, int bits, const unsigned char *row, int j)
 {
 	uint16_t h;
 	float f;
+	if (bits > 0)
+		return (float)kvq_code_at(row, j, bits);
 	if (dt == KV_DTYPE_F32) {
 		memcpy(&f, row + 4 * (size_t)j, 4);
 		return f;
 	}
 	memcpy(&h, row + 2 * (size_t)j, 2);
 	return dt == KV_DTYPE_F16 ? kv_f16_to_f32(h) : kv_bf16_to_f32(h);
+}
+
+static void score_rows_scalar(enum kv_dtype dt, int bits, const unsigned char *base,
+                              size_t row_bytes, int n, int d, const float *q, int r, float *scores,
+                              int ld)
+{
+	for (int i = 0; i < n; i++)
+		for (int h = 0; h < r; h++) {
+			float s = 0.0f;
+			for (int j = 0; j < d; j++)
+				s += q[(size_t)h * d + j] *
+				     elem_at(dt, bits, base + (size_t)i * row_bytes, j);
+			scores[(size_t)h * ld + i] = s;
+		}
+}
+
+static void mix_rows_scalar(enum kv_dtype dt, int bits, const unsigned char *base, size_t row_bytes,
+                            int n, int d, const float *p, int ld, int r, float *acc, int g0)
+{
+	for (int i = 0; i < n; i++)
+		for (int h = 0; h < r; h++) {
+			float *a = part(acc, d, h, g0 + i);
+			for (int j = 0; j < d; j++)
+				a[j] += p[(size_t)h * ld + i] *
+				        elem_at(dt, bits, base + (size_t)i * row_bytes, j);
+		}
 }
 
 ATTEND_CLONES
@@ -461,14 +491,7 @@ void attend_score_rows(enum kv_dtype dt, const unsigned char *base, size_t row_b
 			score_rows_k(K_F16, base, row_bytes, n, d, q, r, scores, ld);
 		return;
 	}
-	for (int i = 0; i < n; i++)
-		for (int h = 0; h < r; h++) {
-			float s = 0.0f;
-			for (int j = 0; j < d; j++)
-				s += q[(size_t)h * d + j] *
-				     elem_row(dt, base + (size_t)i * row_bytes, j);
-			scores[(size_t)h * ld + i] = s;
-		}
+	score_rows_scalar(dt, 0, base, row_bytes, n, d, q, r, scores, ld);
 }
 
 ATTEND_CLONES
@@ -484,13 +507,7 @@ void attend_mix_rows(enum kv_dtype dt, const unsigned char *base, size_t row_byt
 			mix_rows_k(K_F16, base, row_bytes, n, d, p, ld, r, acc, g0);
 		return;
 	}
-	for (int i = 0; i < n; i++)
-		for (int h = 0; h < r; h++) {
-			float *a = part(acc, d, h, g0 + i);
-			for (int j = 0; j < d; j++)
-				a[j] += p[(size_t)h * ld + i] *
-				        elem_row(dt, base + (size_t)i * row_bytes, j);
-		}
+	mix_rows_scalar(dt, 0, base, row_bytes, n, d, p, ld, r, acc, g0);
 }
 
 ATTEND_CLONES
@@ -501,14 +518,7 @@ void attend_score_codes(int bits, const uint8_t *base, size_t row_bytes, int n, 
 		score_rows_k(bits == 8 ? K_Q8 : K_Q4, base, row_bytes, n, d, q, r, scores, ld);
 		return;
 	}
-	for (int i = 0; i < n; i++)
-		for (int h = 0; h < r; h++) {
-			float s = 0.0f;
-			for (int j = 0; j < d; j++)
-				s += q[(size_t)h * d + j] *
-				     (float)kvq_code_at(base + (size_t)i * row_bytes, j, bits);
-			scores[(size_t)h * ld + i] = s;
-		}
+	score_rows_scalar(KV_DTYPE_F32, bits, base, row_bytes, n, d, q, r, scores, ld);
 }
 
 ATTEND_CLONES
@@ -522,13 +532,7 @@ void attend_mix_codes(int bits, const uint8_t *base, size_t row_bytes, int n, in
 			mix_rows_k(K_Q4, base, row_bytes, n, d, w, ld, r, acc, g0);
 		return;
 	}
-	for (int i = 0; i < n; i++)
-		for (int h = 0; h < r; h++) {
-			float *a = part(acc, d, h, g0 + i);
-			for (int j = 0; j < d; j++)
-				a[j] += w[(size_t)h * ld + i] *
-				        (float)kvq_code_at(base + (size_t)i * row_bytes, j, bits);
-		}
+	mix_rows_scalar(KV_DTYPE_F32, bits, base, row_bytes, n, d, w, ld, r, acc, g0);
 }
 
 ATTEND_INLINE v8f select8(v8i mask, v8f a, v8f b)

@@ -437,21 +437,39 @@ void model_free(struct model *m)
 	free(m);
 }
 
-static size_t matrix_bytes(const struct weight_matrix *w)
+/* Sum of what `per_matrix` says of each matrix a decode step reads in full:
+ * every layer matrix and the output head (of token_embd it reads one row,
+ * so that is not counted unless tied). */
+static double sum_step_matrices(const struct model *m,
+                                double (*per_matrix)(const struct weight_matrix *))
 {
-	return (size_t)w->rows * w->row_bytes;
-}
-
-/* Layer matrices and the output head: a decode step reads all of them once
- * (of token_embd it reads one row, so that is not counted unless tied). */
-size_t model_weight_bytes(const struct model *m)
-{
-	size_t sum = matrix_bytes(&m->output);
+	double sum = per_matrix(&m->output);
 	for (int i = 0; i < m->hp.n_layers; i++) {
 		const struct model_layer *l = &m->layers[i];
-		sum += matrix_bytes(&l->wq) + matrix_bytes(&l->wk) + matrix_bytes(&l->wv) +
-		       matrix_bytes(&l->wo) + matrix_bytes(&l->w_gate) + matrix_bytes(&l->w_up) +
-		       matrix_bytes(&l->w_down);
+		const struct weight_matrix *ws[] = {&l->wq,     &l->wk,   &l->wv,    &l->wo,
+		                                    &l->w_gate, &l->w_up, &l->w_down};
+		for (size_t j = 0; j < sizeof(ws) / sizeof(ws[0]); j++)
+			sum += per_matrix(ws[j]);
 	}
 	return sum;
+}
+
+static double matrix_bytes(const struct weight_matrix *w)
+{
+	return (double)w->rows * (double)w->row_bytes;
+}
+
+static double matrix_params(const struct weight_matrix *w)
+{
+	return (double)w->rows * (double)w->cols;
+}
+
+size_t model_weight_bytes(const struct model *m)
+{
+	return (size_t)sum_step_matrices(m, matrix_bytes);
+}
+
+double model_weight_params(const struct model *m)
+{
+	return sum_step_matrices(m, matrix_params);
 }

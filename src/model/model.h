@@ -74,3 +74,5 @@ void model_free(struct model *m);
 
 /* Bytes of all weight matrices as stored (what one decode step reads). */
 size_t model_weight_bytes(const struct model *m);
+/* Weights of those matrices: the multiply-adds of one token's products. */
+double model_weight_params(const struct model *m);

@@ -61,23 +61,6 @@ static int parse(int argc, char **argv, struct opts *o)
 	return o->model && o->streams > 0 && o->prompt_tokens > 0 && o->gen_tokens > 0 ? 0 : -1;
 }
 
-static double matrix_macs(const struct weight_matrix *w)
-{
-	return (double)w->rows * (double)w->cols;
-}
-
-static double model_macs(const struct model *m)
-{
-	double sum = matrix_macs(&m->output);
-	for (int i = 0; i < m->hp.n_layers; i++) {
-		const struct model_layer *l = &m->layers[i];
-		sum += matrix_macs(&l->wq) + matrix_macs(&l->wk) + matrix_macs(&l->wv) +
-		       matrix_macs(&l->wo) + matrix_macs(&l->w_gate) + matrix_macs(&l->w_up) +
-		       matrix_macs(&l->w_down);
-	}
-	return sum;
-}
-
 static int32_t token_for(int n_vocab, int a, int b)
 {
 	return (int32_t)(((unsigned)a * 7919u + (unsigned)b * 104729u + 3u) % (unsigned)n_vocab);
@@ -161,7 +144,7 @@ int main(int argc, char **argv)
 	       "\"step_ms\":%.3f,\"cpu_ms_per_step\":%.3f,\"weight_bytes\":%zu,"
 	       "\"weight_macs\":%.0f,\"prefill_tok_s\":%.1f}\n",
 	       m->name, N, o.threads, steps, (double)steps * N / el, el / steps * 1e3,
-	       cpu / steps * 1e3, model_weight_bytes(m), model_macs(m), P / prefill_s);
+	       cpu / steps * 1e3, model_weight_bytes(m), model_weight_params(m), P / prefill_s);
 	return 0;
 fail:
 	fprintf(stderr, "engine-driver: %s\n", err);
