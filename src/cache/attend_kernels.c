@@ -140,6 +140,17 @@ ATTEND_INLINE v8f reduce8(const v8f *p)
 	return __builtin_shuffle(t[0], t[1], lo) + __builtin_shuffle(t[0], t[1], hi);
 }
 
+/* The first m (<= 8) of 8 scores to out. */
+ATTEND_INLINE void store_scores(float *out, v8f s, int m)
+{
+	if (m == 8) {
+		st_f32(out, s);
+		return;
+	}
+	for (int u = 0; u < m; u++)
+		out[u] = s[u];
+}
+
 /* Scores of r heads for 8 rows of kind k (rows row_bytes apart, d a
  * multiple of 8): out[h*ld + u] for u < m (the rows past m must be
  * readable and may hold anything). */
@@ -157,11 +168,7 @@ ATTEND_INLINE void score8(int k, const unsigned char *rows, size_t row_bytes, in
 				p[u] += qv * ld8(k, rows + (size_t)u * row_bytes, c);
 		}
 		v8f s = reduce8(p);
-		if (m == 8)
-			st_f32(out + (size_t)h * ld, s);
-		else
-			for (int u = 0; u < m; u++)
-				out[(size_t)h * ld + u] = s[u];
+		store_scores(out + (size_t)h * ld, s, m);
 	}
 }
 
@@ -177,11 +184,7 @@ ATTEND_INLINE void score8_d8(int k, const unsigned char *rows, size_t row_bytes,
 		for (int u = 0; u < 8; u++)
 			p[u] = qv * x[u];
 		v8f s = reduce8(p);
-		if (m == 8)
-			st_f32(out + (size_t)h * ld, s);
-		else
-			for (int u = 0; u < m; u++)
-				out[(size_t)h * ld + u] = s[u];
+		store_scores(out + (size_t)h * ld, s, m);
 	}
 }
 
@@ -211,11 +214,7 @@ ATTEND_INLINE void score8_bf16_d8(const unsigned char *rows, const v8f *qe, cons
 			p[k] = e[k] * qe[h] + o[k] * qo[h];
 		/* halves: (rows 0, 2, 4, 6 | rows 1, 3, 5, 7) */
 		v8f s = __builtin_shuffle(hadd(hadd(p[0], p[1]), hadd(p[2], p[3])), order);
-		if (m == 8)
-			st_f32(out + (size_t)h * ld, s);
-		else
-			for (int u = 0; u < m; u++)
-				out[(size_t)h * ld + u] = s[u];
+		store_scores(out + (size_t)h * ld, s, m);
 	}
 }
 
