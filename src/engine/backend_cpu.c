@@ -21,9 +21,13 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "engine/matmul.h"
+#include "engine/panels.h"
 #include "engine/threadpool.h"
+#include "model/gguf.h"
 #include "util/errbuf.h"
 
 /* A session with at least this many tokens in a batch is attended alone
@@ -64,6 +68,12 @@ struct cpu_backend {
 	/* Per thread attention scratch. */
 	size_t scratch_floats;
 	float *scratch; /* (n_threads, scratch_floats) */
+	/* The model's matrices as the kernels read them: copies of its layers
+	 * and output head with panels (panels.h) where this CPU has them. */
+	struct model_layer *layers; /* (n_layers) */
+	struct weight_matrix output;
+	void **panel_bufs; /* (n_panel_bufs) owned */
+	int n_panel_bufs;
 };
 
 static struct cpu_backend *cpu_of(struct backend *be)
@@ -363,7 +373,7 @@ static int layer_forward(struct cpu_backend *c, const struct backend_token *toke
 {
 	const struct model *m = c->base.model;
 	const struct model_hparams *hp = &m->hp;
-	const struct model_layer *L = &m->layers[layer];
+	const struct model_layer *L = &c->layers[layer];
 	rmsnorm_rows(c->xb, c->x, L->attn_norm, n, hp->dim, hp->norm_eps);
 	struct matmul_job qkv[3] = {{.w = &L->wq, .bias = L->bq, .y = c->q},
 	                            {.w = &L->wk, .bias = L->bk, .y = c->k},
@@ -394,7 +404,7 @@ static void output_logits(struct cpu_backend *c, const struct backend_token *tok
 	if (n_want == 0)
 		return;
 	rmsnorm_rows(c->xb, c->proj, m->output_norm, n_want, dim, m->hp.norm_eps);
-	matmul(c->pool, c->xb, n_want, &m->output, logits);
+	matmul(c->pool, c->xb, n_want, &c->output, logits);
 }
 
 static int cpu_forward(struct backend *be, const struct backend_token *tokens, size_t n_tokens,
@@ -484,6 +494,10 @@ static void cpu_destroy(struct backend *be)
 	threadpool_free(c->pool);
 	workspace_free(c);
 	free(c->scratch);
+	for (int i = 0; i < c->n_panel_bufs; i++)
+		free(c->panel_bufs[i]);
+	free(c->panel_bufs);
+	free(c->layers);
 	free(c);
 }
 
@@ -521,6 +535,64 @@ static int check_model(const struct model *m, char *err, size_t err_len)
 	return rc;
 }
 
+/* Gives back the resident pages of a matrix that now lives in panels, when
+ * its bytes are in the model's read-only file mapping: they are read again
+ * from the file if something (an embedding lookup) touches them, so the
+ * copy does not double the resident weights. */
+static void drop_mapped_pages(const struct model *m, const struct weight_matrix *w)
+{
+	if (!m->file)
+		return;
+	const uint8_t *map = gguf_map(m->file), *p = w->data;
+	size_t len = (size_t)w->rows * w->row_bytes, page = (size_t)sysconf(_SC_PAGESIZE);
+	if (!map || p < map || p + len > map + gguf_file_size(m->file))
+		return;
+	uintptr_t lo = ((uintptr_t)p + page - 1) & ~(uintptr_t)(page - 1);
+	uintptr_t hi = ((uintptr_t)p + len) & ~(uintptr_t)(page - 1);
+	if (hi > lo)
+		madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+/* Copies the model's matrices into c and makes panels for those the panel
+ * kernels read.  Without memory for a panel the matrix stays as stored. */
+static int make_panels(struct cpu_backend *c, const struct model *m, char *err, size_t err_len)
+{
+	int n_layers = m->hp.n_layers;
+	c->layers = calloc((size_t)n_layers, sizeof(*c->layers));
+	c->panel_bufs = calloc((size_t)n_layers * 7 + 1, sizeof(*c->panel_bufs));
+	if (!c->layers || !c->panel_bufs)
+		return err_set(err, err_len, -ENOMEM, "cpu backend: out of memory");
+	memcpy(c->layers, m->layers, (size_t)n_layers * sizeof(*c->layers));
+	c->output = m->output;
+	for (int l = 0; l <= n_layers; l++) {
+		struct model_layer *L = l < n_layers ? &c->layers[l] : NULL;
+		struct weight_matrix *ws[7] = {&c->output};
+		int n = 1;
+		if (L) {
+			struct weight_matrix *lw[7] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
+			                               &L->w_gate, &L->w_up, &L->w_down};
+			memcpy(ws, lw, sizeof(ws));
+			n = 7;
+		}
+		for (int i = 0; i < n; i++) {
+			struct weight_matrix *w = ws[i];
+			if (!panels_supported(w->type))
+				continue;
+			size_t bytes = (panels_bytes(w) + 63) & ~(size_t)63;
+			void *buf = aligned_alloc(64, bytes);
+			if (!buf)
+				continue;
+			panels_pack(c->pool, w, buf);
+			w->panels = buf;
+			c->panel_bufs[c->n_panel_bufs++] = buf;
+			/* a tied head is also the embedding table: keep it resident */
+			if (!(w == &c->output && m->output.data == m->token_embd.data))
+				drop_mapped_pages(m, w);
+		}
+	}
+	return 0;
+}
+
 int backend_cpu_new(const struct model *m, const struct backend_options *opt, struct backend **out,
                     char *err, size_t err_len)
 {
@@ -540,6 +612,11 @@ int backend_cpu_new(const struct model *m, const struct backend_options *opt, st
 		return rc;
 	}
 	c->n_threads = threadpool_size(c->pool);
+	rc = make_panels(c, m, err, err_len);
+	if (rc) {
+		cpu_destroy(&c->base);
+		return rc;
+	}
 	*out = &c->base;
 	return 0;
 }

@@ -12,10 +12,9 @@
  *   larger batches   a packed GEMM: 16 weight rows x 256 columns converted
  *                    to fp32 and transposed once into L1, then an outer-
  *                    product micro kernel (AVX2: 6 batch rows, AVX-512:
- *                    12); for F32 from 12 rows, AVX-512: x transposed once
- *                    per call, then tiles of up to 24 weight rows x 16-64
- *                    batch rows, one broadcast weight per row and column
- *                    (no weight packing, no horizontal sums).
+ *                    12);
+ *   panels           when the backend re-laid the weights (panels.h), its
+ *                    kernels, for every batch size.
  * Weights are read in their stored type (F32, F16, BF16, Q8_0 dequantized on
  * the fly); activations stay fp32, except Q8_0 decode, which quantizes them
  * to Q8 and multiplies in integers (as llama.cpp does).  The FFN's gate and
@@ -24,6 +23,8 @@
  * a plain C path runs elsewhere.  It does not own buffers or know about
  * layers: see backend_cpu.c. */
 #include "engine/matmul.h"
+
+#include "engine/panels.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -597,149 +598,6 @@ DEFINE_ROWS_AVX512(rows_avx512_f32, GGML_TYPE_F32)
 DEFINE_ROWS_AVX512(rows_avx512_f16, GGML_TYPE_F16)
 DEFINE_ROWS_AVX512(rows_avx512_bf16, GGML_TYPE_BF16)
 
-/* ------------------------- AVX-512 GEMM on transposed activations (F32)
- * For larger batches x is transposed once per call into xt: per chunk of up
- * to 64 batch rows, (cols, nbp) with nbp the chunk rounded up to 16, zero
- * padded.  A tile of RB weight rows x NV vectors of 16 batch rows then
- * needs, per column k, NV vector loads of xt and one broadcast weight per
- * row: RB * NV = 24 fused multiply-adds per NV + RB loads, with no packing
- * of the weights, and each output is one sum over k in column order, so no
- * horizontal reduction either.  (F16/BF16 weights would need converting per
- * tile; the packed GEMM, which converts once per 96 batch rows, measured
- * faster for them.) */
-#define XT_CHUNK 64
-/* Weight rows per tile for NV batch vectors. */
-#define XT_RB(NV) ((NV) == 1 ? 24 : (NV) == 2 ? 12 : (NV) == 3 ? 8 : 6)
-
-static int xt_padded(int n)
-{
-	return (n + 15) & ~15;
-}
-
-/* xt: chunks of XT_CHUNK batch rows, chunk c at c * XT_CHUNK * cols;
- * 8 x 8 blocks go through registers (transpose8), edges one by one. */
-static AVX2_FN void transpose_x(const float *x, int B, int cols, float *xt)
-{
-	for (int c0 = 0; c0 < B; c0 += XT_CHUNK) {
-		int nb = B - c0 < XT_CHUNK ? B - c0 : XT_CHUNK, nbp = xt_padded(nb);
-		float *t = xt + (size_t)c0 * cols;
-		const float *xc = x + (size_t)c0 * cols;
-		int nb8 = nb & ~7, k8 = cols & ~7;
-		for (int b = 0; b < nb8; b += 8)
-			for (int k = 0; k < k8; k += 8) {
-				__m256 r[8];
-				for (int i = 0; i < 8; i++)
-					r[i] = _mm256_loadu_ps(xc + (size_t)(b + i) * cols + k);
-				transpose8(r);
-				for (int i = 0; i < 8; i++)
-					_mm256_storeu_ps(t + (size_t)(k + i) * nbp + b, r[i]);
-			}
-		for (int k = 0; k < cols; k++) {
-			float *tk = t + (size_t)k * nbp;
-			for (int b = k < k8 ? nb8 : 0; b < nb; b++)
-				tk[b] = xc[(size_t)b * cols + k];
-			for (int b = nb; b < nbp; b++)
-				tk[b] = 0.0f;
-		}
-	}
-}
-
-/* acc[i][v] += w[i][k] * xt[k][16v..16v+16) for k in [0, kn); w rows of
- * stride ldw floats. */
-AVX512_INLINE void xt_tile_k(int RB, int NV, const float *w, size_t ldw, const float *xt, int nbp,
-                             int kn, __m512 acc[24][4])
-{
-	for (int k = 0; k < kn; k++) {
-		__m512 xv[4];
-		if ((k & 15) == 0) {
-			_Pragma("GCC unroll 24")
-			for (int i = 0; i < RB; i++)
-				_mm_prefetch((const char *)(w + (size_t)i * ldw + k) +
-				                 MATMUL_PREFETCH_BYTES,
-				             _MM_HINT_T0);
-		}
-		_Pragma("GCC unroll 24")
-		for (int v = 0; v < NV; v++)
-			xv[v] = _mm512_loadu_ps(xt + (size_t)k * nbp + 16 * v);
-		_Pragma("GCC unroll 24")
-		for (int i = 0; i < RB; i++) {
-			__m512 wb = _mm512_set1_ps(w[(size_t)i * ldw + k]);
-			_Pragma("GCC unroll 24")
-			for (int v = 0; v < NV; v++)
-				acc[i][v] = _mm512_fmadd_ps(wb, xv[v], acc[i][v]);
-		}
-	}
-}
-
-/* Rows [r, r + RB) (F32) for one chunk of nb batch rows: y(b, r + i). */
-AVX512_INLINE void xt_tile(int RB, int NV, const uint8_t *w, size_t row_bytes, const float *xt,
-                           int nb, int cols, float *y, int rows, const float *bias)
-{
-	__m512 acc[24][4];
-	_Pragma("GCC unroll 24")
-	for (int i = 0; i < RB; i++)
-		_Pragma("GCC unroll 24")
-		for (int v = 0; v < NV; v++)
-			acc[i][v] = _mm512_setzero_ps();
-	xt_tile_k(RB, NV, (const float *)w, row_bytes / sizeof(float), xt, 16 * NV, cols, acc);
-	_Pragma("GCC unroll 24")
-	for (int i = 0; i < RB; i++) {
-		float out[64];
-		_Pragma("GCC unroll 24")
-		for (int v = 0; v < NV; v++)
-			_mm512_storeu_ps(out + 16 * v, acc[i][v]);
-		float add = bias ? bias[i] : 0.0f;
-		for (int b = 0; b < nb; b++)
-			y[(size_t)b * rows + i] = out[b] + add;
-	}
-}
-
-/* Rows [r0, r1) of one chunk with NV vectors: tiles of XT_RB(NV) rows, then
- * 4, then single rows. */
-#define XT_ROWS(NV)                                                                                \
-	do {                                                                                       \
-		int r = r0;                                                                        \
-		for (; r + XT_RB(NV) <= r1; r += XT_RB(NV))                                        \
-			xt_tile(XT_RB(NV), NV, base + r * rb, rb, xtc, nb, cols, yc + r, rows,     \
-			        bias ? bias + r : NULL);                                           \
-		for (; r + 4 <= r1; r += 4)                                                        \
-			xt_tile(4, NV, base + r * rb, rb, xtc, nb, cols, yc + r, rows,             \
-			        bias ? bias + r : NULL);                                           \
-		for (; r < r1; r++)                                                                \
-			xt_tile(1, NV, base + r * rb, rb, xtc, nb, cols, yc + r, rows,             \
-			        bias ? bias + r : NULL);                                           \
-	} while (0)
-
-static AVX512_FN void gemm_xt_f32(const struct matmul_job *job, const float *x,
-                                   const struct block_q8_x *xq, const float *xt, int B, int r0,
-                                   int r1)
-{
-	const struct weight_matrix *w = job->w;
-	int cols = w->cols, rows = w->rows;
-	const uint8_t *base = (const uint8_t *)w->data;
-	size_t rb = w->row_bytes;
-	const float *bias = job->bias;
-	for (int c0 = 0; c0 < B; c0 += XT_CHUNK) {
-		int nb = B - c0 < XT_CHUNK ? B - c0 : XT_CHUNK;
-		const float *xtc = xt + (size_t)c0 * cols;
-		float *yc = job->y + (size_t)c0 * rows;
-		switch (xt_padded(nb) / 16) {
-		case 1:
-			XT_ROWS(1);
-			break;
-		case 2:
-			XT_ROWS(2);
-			break;
-		case 3:
-			XT_ROWS(3);
-			break;
-		default:
-			XT_ROWS(4);
-			break;
-		}
-	}
-}
-
 /* Rows [r, r+nv) (nv <= 16) for batch rows x(B, cols) into y(B, rows); a
  * partial tile goes through ctile (B, 16) so y is only written in range. */
 AVX2_INLINE void gemm_row_tile(int type, bool z, const struct matmul_job *job, const float *x,
@@ -1004,22 +862,29 @@ bool matmul_have_avx512(void)
 typedef void (*rows_fn)(const struct matmul_job *job, const float *x, const struct block_q8_x *xq,
                         const float *xt, int B, int r0, int r1);
 
-/* Batches at least this large take a GEMM path.  AVX2: measured on the 134M
- * model, the packed kernel wins from 12 rows.  AVX-512, measured on the
- * 134M model (2 threads, engine-driver): below PACKED_MIN_B_AVX512 rows the
- * dot-product register tiles; above, for F16/BF16 the packed GEMM (7-12%
- * ahead of the transposed-x GEMM at 8, 16 and 32 rows: it converts each
- * weight once per 96 batch rows), for F32 the packed GEMM up to 11 rows
- * (ahead at 8) and the transposed-x GEMM from XT_MIN_B_F32 (2-20% ahead at
- * 16 and 32).  Q8_0 keeps its integer decode up to Q8_INT_MAX_B rows and
- * the packed GEMM above. */
+/* Weights with panels (the CPU backend makes them for F32/F16/BF16 on
+ * AVX-512 machines) always take the panel kernels.  Otherwise, batches at
+ * least this large take a GEMM path.  AVX2: measured on the 134M model, the
+ * packed kernel wins from 12 rows.  AVX-512: below PACKED_MIN_B_AVX512 rows
+ * the dot-product register tiles, above the packed GEMM.  Q8_0 keeps its
+ * integer decode up to Q8_INT_MAX_B rows and the packed GEMM above. */
 #define GEMM_MIN_B_AVX2 12
 #define PACKED_MIN_B_AVX512 6
-#define XT_MIN_B_F32 12
 #define Q8_INT_MAX_B 5
 
-static rows_fn pick_rows_fn(enum matmul_isa isa, int type, int B)
+/* Rows from the backend's weight panels (panels.h). */
+static void rows_panels(const struct matmul_job *job, const float *x, const struct block_q8_x *xq,
+                        const float *xt, int B, int r0, int r1)
 {
+	(void)xq;
+	panels_rows(job->w, job->bias, x, xt, B, job->y, r0, r1);
+}
+
+static rows_fn pick_rows_fn(enum matmul_isa isa, const struct weight_matrix *w, int B)
+{
+	int type = w->type;
+	if (isa == MATMUL_ISA_AUTO && w->panels)
+		return rows_panels;
 #ifdef MATMUL_X86
 	if (isa != MATMUL_ISA_GENERIC && matmul_have_avx2()) {
 		bool z = isa == MATMUL_ISA_AUTO && matmul_have_avx512();
@@ -1027,9 +892,7 @@ static rows_fn pick_rows_fn(enum matmul_isa isa, int type, int B)
 		switch (type) {
 		case GGML_TYPE_F32:
 			if (z)
-				return B >= XT_MIN_B_F32         ? gemm_xt_f32
-				       : B >= PACKED_MIN_B_AVX512 ? gemm_avx512_f32
-				                                  : rows_avx512_f32;
+				return B >= PACKED_MIN_B_AVX512 ? gemm_avx512_f32 : rows_avx512_f32;
 			return gemm ? gemm_avx2_f32 : rows_avx2_f32;
 		case GGML_TYPE_F16:
 			if (z)
@@ -1242,29 +1105,29 @@ static struct block_q8_x *prepare_q8_x(struct matmul_call *c, int cols)
 #endif
 }
 
-/* Transposes x once for the jobs that take the AVX-512 GEMM; without
- * memory they take the register tiles.  Returns the buffer to free. */
-static float *prepare_xt(struct matmul_call *c, int cols)
+/* Transposes x once for the jobs that read panels; without memory they take
+ * the kernels of the stored layout.  Returns the buffer to free. */
+static float *prepare_xt(struct matmul_call *c, enum matmul_isa isa, int cols)
 {
-#ifdef MATMUL_X86
 	bool need = false;
 	for (int j = 0; j < c->n_jobs; j++)
-		need |= c->fns[j] == gemm_xt_f32;
-	if (!need)
+		need |= c->fns[j] == rows_panels;
+	if (!need || c->B == 1)
 		return NULL;
-	size_t chunks = ((size_t)c->B + XT_CHUNK - 1) / XT_CHUNK;
-	float *xt = aligned_alloc(64, chunks * XT_CHUNK * (size_t)cols * sizeof(float));
+	size_t bytes = panels_xt_floats(c->B, cols) * sizeof(float);
+	float *xt = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
 	if (!xt) {
-		for (int j = 0; j < c->n_jobs; j++)
-			c->fns[j] = c->fns[j] == gemm_xt_f32 ? rows_avx512_f32 : c->fns[j];
+		struct weight_matrix plain[MATMUL_MAX_JOBS];
+		for (int j = 0; j < c->n_jobs; j++) {
+			plain[j] = *c->jobs[j].w;
+			plain[j].panels = NULL;
+			c->fns[j] = pick_rows_fn(isa, &plain[j], c->B);
+		}
 		return NULL;
 	}
-	transpose_x(c->x, c->B, cols, xt);
+	panels_transpose_x(c->x, c->B, cols, xt);
 	c->xt = xt;
 	return xt;
-#else
-	return NULL;
-#endif
 }
 
 /* Picks the kernels, quantizes x where needed and runs the rows on the pool
@@ -1273,7 +1136,7 @@ static void matmul_run(struct threadpool *pool, enum matmul_isa isa, struct matm
 {
 	double macs = 0;
 	for (int j = 0; j < c->n_jobs; j++) {
-		c->fns[j] = pick_rows_fn(isa, c->jobs[j].w->type, c->B);
+		c->fns[j] = pick_rows_fn(isa, c->jobs[j].w, c->B);
 		macs += (double)c->jobs[j].w->rows * c->jobs[j].w->cols * c->B;
 		if (!c->swiglu)
 			c->total_rows += c->jobs[j].w->rows;
@@ -1281,7 +1144,7 @@ static void matmul_run(struct threadpool *pool, enum matmul_isa isa, struct matm
 	if (c->B <= 0 || c->total_rows == 0)
 		return;
 	struct block_q8_x *xq = prepare_q8_x(c, c->jobs[0].w->cols);
-	float *xt = prepare_xt(c, c->jobs[0].w->cols);
+	float *xt = prepare_xt(c, isa, c->jobs[0].w->cols);
 	int n_threads = pool ? threadpool_size(pool) : 1;
 	if (n_threads == 1 || macs < MATMUL_PARALLEL_MIN_MACS)
 		call_rows(c, 0, c->total_rows);

@@ -37,6 +37,9 @@ struct weight_matrix {
 	int cols;
 	const void *data;    /* into the mapping, or into model-owned memory */
 	size_t row_bytes;
+	/* The same weights re-laid for the CPU kernels (engine/panels.h), owned
+	 * by the backend that made them; NULL in the model itself. */
+	const void *panels;
 };
 
 struct model_layer {

@@ -1,5 +1,6 @@
 /* Matmul kernels against a double-precision reference: every weight type
- * (F32, F16, BF16, Q8_0), both kernel sets (AVX2 and plain C), batch sizes
+ * (F32, F16, BF16, Q8_0), every kernel set (AVX2, AVX-512, weight panels
+ * and plain C), batch sizes
  * from 1 to past a register tile and an L2 chunk, odd row and column counts,
  * bias, several jobs in one dispatch, with and without the thread pool. */
 #include <check.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #include "engine/matmul.h"
+#include "engine/panels.h"
 
 /* A weight matrix built from random values in a given type, plus the exact
  * values it holds (decoded to double) for the reference. */
@@ -17,6 +19,7 @@ struct test_matrix {
 	struct weight_matrix w;
 	void *data;
 	double *exact; /* (rows, cols) */
+	void *panels;  /* the weight panels, when attached */
 };
 
 static uint64_t rng_state = 88172645463325252ull;
@@ -56,6 +59,7 @@ static void make_matrix(struct test_matrix *m, enum ggml_type type, int rows, in
 	size_t per_row = type == GGML_TYPE_F32    ? (size_t)cols * 4
 	                 : type == GGML_TYPE_Q8_0 ? (size_t)cols / 32 * 34
 	                                          : (size_t)cols * 2;
+	m->panels = NULL;
 	m->data = calloc((size_t)rows, per_row);
 	m->exact = calloc((size_t)rows * cols, sizeof(double));
 	m->w = (struct weight_matrix){
@@ -108,6 +112,21 @@ static void free_matrix(struct test_matrix *m)
 {
 	free(m->data);
 	free(m->exact);
+	free(m->panels);
+}
+
+/* Gives m weight panels (as the CPU backend does) when this CPU and the
+ * type have them; the AUTO kernels then read the panels.  The stored rows
+ * are scrambled afterwards, so a kernel that read them would fail. */
+static void attach_panels(struct test_matrix *m, struct threadpool *pool)
+{
+	if (!panels_supported(m->w.type))
+		return;
+	m->panels = aligned_alloc(64, (panels_bytes(&m->w) + 63) & ~(size_t)63);
+	ck_assert_ptr_nonnull(m->panels);
+	panels_pack(pool, &m->w, m->panels);
+	m->w.panels = m->panels;
+	memset(m->data, 0x7f, (size_t)m->w.rows * m->w.row_bytes);
 }
 
 /* Checks y against the double reference with tol + |ref|-scaled eps. */
@@ -131,10 +150,12 @@ static void check_result(const struct test_matrix *m, const float *x, int B, con
 }
 
 static void run_case(struct threadpool *pool, enum matmul_isa isa, enum ggml_type type, int rows,
-                     int cols, int B, bool with_bias)
+                     int cols, int B, bool with_bias, bool panels)
 {
-	struct test_matrix m;
+	struct test_matrix m = {0};
 	make_matrix(&m, type, rows, cols);
+	if (panels)
+		attach_panels(&m, pool);
 	float *x = malloc((size_t)B * cols * sizeof(float));
 	float *y = malloc((size_t)B * rows * sizeof(float));
 	float *bias = malloc((size_t)rows * sizeof(float));
@@ -152,9 +173,9 @@ static void run_case(struct threadpool *pool, enum matmul_isa isa, enum ggml_typ
 			matmul_q8_activation_round(x + (size_t)b * cols, cols,
 			                           x + (size_t)b * cols);
 	char what[160];
-	snprintf(what, sizeof(what), "%s isa=%d rows=%d cols=%d B=%d pool=%d bias=%d",
+	snprintf(what, sizeof(what), "%s isa=%d rows=%d cols=%d B=%d pool=%d bias=%d panels=%d",
 	         ggml_type_name_test(type), isa, rows, cols, B, pool ? threadpool_size(pool) : 0,
-	         with_bias);
+	         with_bias, m.w.panels != NULL);
 	check_result(&m, x, B, job.bias, y, what);
 	free(x);
 	free(y);
@@ -181,7 +202,7 @@ START_TEST(test_all_types_shapes)
 				for (size_t bi = 0; bi < sizeof(b_list) / sizeof(int); bi++)
 					for (int i = 0; i < 3; i++)
 						run_case(NULL, isas[i], all_types[t], rows_list[ri],
-						         cols, b_list[bi], (bi + ri) % 2);
+						         cols, b_list[bi], (bi + ri) % 2, false);
 			}
 }
 END_TEST
@@ -194,24 +215,27 @@ START_TEST(test_threaded)
 	int b_list[] = {1, 2, 7, 16, 40};
 	for (int t = 0; t < 4; t++)
 		for (int bi = 0; bi < 5; bi++) {
-			run_case(pool, MATMUL_ISA_AUTO, all_types[t], 301, 768, b_list[bi], bi % 2);
-			run_case(pool, MATMUL_ISA_GENERIC, all_types[t], 130, 544, b_list[bi],
-			         true);
-			run_case(pool, MATMUL_ISA_AVX2_F32, all_types[t], 67, 512, b_list[bi],
+			run_case(pool, MATMUL_ISA_AUTO, all_types[t], 301, 768, b_list[bi], bi % 2,
 			         false);
+			run_case(pool, MATMUL_ISA_GENERIC, all_types[t], 130, 544, b_list[bi],
+			         true, false);
+			run_case(pool, MATMUL_ISA_AVX2_F32, all_types[t], 67, 512, b_list[bi],
+			         false, false);
 		}
 	threadpool_free(pool);
 }
 END_TEST
 
-/* Several jobs sharing one input in one dispatch (Q, K, V; gate, up). */
-static void many_jobs_case(int B)
+/* Several jobs sharing one input in one dispatch (Q, K, V; gate, up).  With
+ * panels, the F16 and F32 jobs read panels: the second job starts at global
+ * row 300, inside a 16-row group. */
+static void many_jobs_case(int B, bool panels)
 {
 	struct threadpool *pool = NULL;
 	ck_assert_int_eq(threadpool_new(2, &pool, NULL, 0), 0);
 	int cols = 256, rows[3] = {300, 61, 97};
 	enum ggml_type types[3] = {GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_F32};
-	struct test_matrix m[3];
+	struct test_matrix m[3] = {0};
 	struct matmul_job jobs[3];
 	float *x = malloc((size_t)B * cols * sizeof(float));
 	for (int i = 0; i < B * cols; i++)
@@ -220,7 +244,7 @@ static void many_jobs_case(int B)
 		make_matrix(&m[j], types[j], rows[j], cols);
 		jobs[j] = (struct matmul_job){.w = &m[j].w, .y = malloc((size_t)B * rows[j] * 4)};
 	}
-	for (int p = 0; p < 2; p++) {
+	for (int p = 0; p < 2 && !panels; p++) {
 		matmul_many(p ? pool : NULL, MATMUL_ISA_AVX2_F32, x, B, jobs, 3);
 		for (int j = 0; j < 3; j++)
 			check_result(&m[j], x, B, NULL, jobs[j].y, "many jobs");
@@ -229,6 +253,10 @@ static void many_jobs_case(int B)
 	float *xr = malloc((size_t)B * cols * sizeof(float));
 	for (int b = 0; b < B; b++)
 		matmul_q8_activation_round(x + (size_t)b * cols, cols, xr + (size_t)b * cols);
+	if (panels) {
+		attach_panels(&m[0], pool);
+		attach_panels(&m[2], NULL);
+	}
 	matmul_many(pool, MATMUL_ISA_AUTO, x, B, jobs, 3);
 	for (int j = 0; j < 3; j++)
 		check_result(&m[j],
@@ -245,8 +273,10 @@ static void many_jobs_case(int B)
 
 START_TEST(test_many_jobs)
 {
-	many_jobs_case(3);  /* dot kernels, Q8 integer path */
-	many_jobs_case(13); /* packed GEMM */
+	many_jobs_case(3, false);  /* dot kernels, Q8 integer path */
+	many_jobs_case(13, false); /* packed GEMM */
+	many_jobs_case(1, true);
+	many_jobs_case(13, true);
 }
 END_TEST
 
@@ -270,11 +300,15 @@ END_TEST
 /* Gate and up products fused with the SwiGLU activation, against
  * silu(g) * u from the double reference of both products. */
 static void swiglu_case(struct threadpool *pool, enum matmul_isa isa, enum ggml_type type,
-                        int rows, int cols, int B)
+                        int rows, int cols, int B, bool panels)
 {
-	struct test_matrix g, u;
+	struct test_matrix g = {0}, u = {0};
 	make_matrix(&g, type, rows, cols);
 	make_matrix(&u, type, rows, cols);
+	if (panels) {
+		attach_panels(&g, pool);
+		attach_panels(&u, pool);
+	}
 	float *x = malloc((size_t)B * cols * sizeof(float));
 	float *gate = malloc((size_t)B * rows * sizeof(float));
 	float *up = malloc((size_t)B * rows * sizeof(float));
@@ -317,9 +351,39 @@ START_TEST(test_swiglu)
 	for (int t = 0; t < 2; t++)
 		for (int bi = 0; bi < 5; bi++)
 			for (int i = 0; i < 2; i++) {
-				swiglu_case(pool, isas[i], all_types[t], 301, 768, b_list[bi]);
-				swiglu_case(NULL, isas[i], all_types[t], 37, 200, b_list[bi]);
+				swiglu_case(pool, isas[i], all_types[t], 301, 768, b_list[bi],
+				            false);
+				swiglu_case(NULL, isas[i], all_types[t], 37, 200, b_list[bi],
+				            false);
+				swiglu_case(pool, isas[i], all_types[t], 301, 768, b_list[bi],
+				            i == 1);
 			}
+	threadpool_free(pool);
+}
+END_TEST
+
+/* Weight panels (what the CPU backend makes on AVX-512 machines) for
+ * F32/F16/BF16: row counts around the 16-row groups and the 48-row batch
+ * tiles, odd column counts, batch sizes around the 8-row tiles, with and
+ * without threads. */
+START_TEST(test_panels)
+{
+	if (!panels_supported(GGML_TYPE_F32)) {
+		printf("panels: not on this CPU (no AVX-512), skipped\n");
+		return;
+	}
+	struct threadpool *pool = NULL;
+	ck_assert_int_eq(threadpool_new(3, &pool, NULL, 0), 0);
+	int rows_list[] = {1, 3, 16, 17, 33, 50, 301};
+	int cols_list[] = {13, 200, 768};
+	int b_list[] = {1, 2, 7, 8, 9, 16, 17, 40};
+	for (int t = 0; t < 3; t++)
+		for (size_t ri = 0; ri < sizeof(rows_list) / sizeof(int); ri++)
+			for (size_t ci = 0; ci < sizeof(cols_list) / sizeof(int); ci++)
+				for (size_t bi = 0; bi < sizeof(b_list) / sizeof(int); bi++)
+					run_case((bi + ci) % 2 ? pool : NULL, MATMUL_ISA_AUTO,
+					         all_types[t], rows_list[ri], cols_list[ci],
+					         b_list[bi], (bi + ri) % 2, true);
 	threadpool_free(pool);
 }
 END_TEST
@@ -336,6 +400,7 @@ int main(void)
 	tcase_add_test(tc, test_many_jobs);
 	tcase_add_test(tc, test_row_to_f32);
 	tcase_add_test(tc, test_swiglu);
+	tcase_add_test(tc, test_panels);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
