@@ -262,6 +262,38 @@ static unsigned char *layer_block_map(size_t bytes)
 	return p == MAP_FAILED ? NULL : p;
 }
 
+/* Pages of the rows a token writes are made resident a chunk at a time with
+ * one madvise(MADV_POPULATE_WRITE) instead of one page fault each: faults
+ * cost ~12 us per 4 KiB page on the test VM against ~0.7 us per page
+ * populated in bulk, and a decode step of 32 streams of the 134M model
+ * wrote ~290 fresh pages (each token's rows of every head land on
+ * different pages).  16 KiB keeps what a short session commits ahead small
+ * (at most one chunk per head row run).  Where the kernel lacks the advice
+ * (before Linux 5.14) the pages fault in as before. */
+#define POPULATE_CHUNK ((size_t)16384)
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+static void kv_layer_populate_chunk(const struct sinkcache *c, struct kv_layer *L, size_t chunk)
+{
+	uint64_t bit = (uint64_t)1 << (chunk % 64);
+	if (L->populated[chunk / 64] & bit)
+		return;
+	L->populated[chunk / 64] |= bit;
+	size_t start = chunk * POPULATE_CHUNK;
+	size_t len = c->layer_bytes - start < POPULATE_CHUNK ? c->layer_bytes - start : POPULATE_CHUNK;
+	madvise(L->mem + start, len, MADV_POPULATE_WRITE);
+}
+
+/* Before a write of one row (fp_row bytes) at row. */
+static void kv_layer_populate(const struct sinkcache *c, struct kv_layer *L, const void *row)
+{
+	size_t off = (size_t)((const unsigned char *)row - L->mem);
+	kv_layer_populate_chunk(c, L, off / POPULATE_CHUNK);
+	kv_layer_populate_chunk(c, L, (off + c->fp_row - 1) / POPULATE_CHUNK);
+}
+
 int sinkcache_new(const struct sinkcache_geometry *g, struct sinkcache **out, char *err,
                   size_t err_len)
 {
@@ -295,9 +327,10 @@ int sinkcache_new(const struct sinkcache_geometry *g, struct sinkcache **out, ch
 	for (int l = 0; l < g->n_layers; l++) {
 		struct kv_layer *L = &c->layers[l];
 		L->mem = layer_block_map(lo.layer_bytes > 0 ? lo.layer_bytes : 1);
+		L->populated = calloc((lo.layer_bytes / POPULATE_CHUNK + 64) / 64, sizeof(uint64_t));
 		L->cs_win = calloc((size_t)half * 2, sizeof(double));
 		L->cs_sink = calloc((size_t)half * 2, sizeof(double));
-		if (!L->mem || !L->cs_win || !L->cs_sink)
+		if (!L->mem || !L->populated || !L->cs_win || !L->cs_sink)
 			goto oom;
 		kv_layer_carve(c, &lo, L);
 		L->groups.cap = lo.n_groups;
@@ -318,6 +351,7 @@ void sinkcache_free(struct sinkcache *c)
 	for (int l = 0; c->layers && l < c->g.n_layers; l++) {
 		if (c->layers[l].mem)
 			munmap(c->layers[l].mem, c->layer_bytes > 0 ? c->layer_bytes : 1);
+		free(c->layers[l].populated);
 		free(c->layers[l].cs_win);
 		free(c->layers[l].cs_sink);
 	}
@@ -418,10 +452,12 @@ static void kv_layer_age_hot(struct sinkcache *c, struct kv_layer *L)
 	} else {
 		int ss = kv_ring_slot(&L->stage, L->stage.n);
 		for (int h = 0; h < c->g.n_kv_heads; h++) {
-			memcpy(kv_row(L->st_k, c->fp_row, L->stage.cap, h, ss),
-			       kv_row(L->hot_k, c->fp_row, L->hot.cap, h, hs), c->fp_row);
-			memcpy(kv_row(L->st_v, c->fp_row, L->stage.cap, h, ss),
-			       kv_row(L->hot_v, c->fp_row, L->hot.cap, h, hs), c->fp_row);
+			unsigned char *dk = kv_row(L->st_k, c->fp_row, L->stage.cap, h, ss);
+			unsigned char *dv = kv_row(L->st_v, c->fp_row, L->stage.cap, h, ss);
+			kv_layer_populate(c, L, dk);
+			kv_layer_populate(c, L, dv);
+			memcpy(dk, kv_row(L->hot_k, c->fp_row, L->hot.cap, h, hs), c->fp_row);
+			memcpy(dv, kv_row(L->hot_v, c->fp_row, L->hot.cap, h, hs), c->fp_row);
 		}
 		L->stage.n++;
 	}
@@ -491,10 +527,12 @@ int sinkcache_append(struct sinkcache *c, int layer, const float *k, const float
 		if (sink) {
 			kv_layer_store_sink(c, L, h, slot, krot, vh);
 		} else {
-			kv_row_store(c->g.dtype, kv_row(L->hot_k, c->fp_row, L->hot.cap, h, slot),
-			             krot, d);
-			kv_row_store(c->g.dtype, kv_row(L->hot_v, c->fp_row, L->hot.cap, h, slot),
-			             vh, d);
+			unsigned char *dk = kv_row(L->hot_k, c->fp_row, L->hot.cap, h, slot);
+			unsigned char *dv = kv_row(L->hot_v, c->fp_row, L->hot.cap, h, slot);
+			kv_layer_populate(c, L, dk);
+			kv_layer_populate(c, L, dv);
+			kv_row_store(c->g.dtype, dk, krot, d);
+			kv_row_store(c->g.dtype, dv, vh, d);
 		}
 	}
 	if (sink)

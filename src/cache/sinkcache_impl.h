@@ -38,6 +38,7 @@ struct kv_layer {
 	double *cs_win;     /* (rope_dim) cos,sin of the newest token for window keys */
 	double *cs_sink;    /* (rope_dim) same for sink keys */
 	unsigned char *mem; /* the layer's bytes */
+	uint64_t *populated; /* one bit per POPULATE_CHUNK of mem: pages made resident */
 	unsigned char *sink_k, *sink_v, *hot_k, *hot_v, *st_k, *st_v, *gk, *gv;
 	float *sink_kp, *sink_vp, *gkp, *gvp;
 };

@@ -9,9 +9,12 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "cache/kvquant.h"
 #include "cache/sinkcache.h"
+#include "cache/sinkcache_impl.h"
 #include "util/errbuf.h"
 #include "testutil.h"
 
@@ -718,6 +721,45 @@ START_TEST(test_layer_blocks_mapped)
 }
 END_TEST
 
+static size_t resident_pages(const void *p, size_t len)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), n = (len + page - 1) / page, count = 0;
+	unsigned char *vec = malloc(n);
+	ck_assert_int_eq(mincore((void *)p, len, vec), 0);
+	for (size_t i = 0; i < n; i++)
+		count += vec[i] & 1;
+	free(vec);
+	return count;
+}
+
+/* The pages a token's rows land on are made resident a chunk (16 KiB) at a
+ * time, ahead of the rows that follow, and nothing else of the block is:
+ * one window token (2 kv heads x key and value rows, each run on its own
+ * chunk) commits 4 chunks, not the 64 MiB bound. */
+START_TEST(test_rows_populated_in_chunks)
+{
+	struct sinkcache_geometry g = geom(0, 65536, false, 8, 0);
+	char err[SINKD_ERR_LEN];
+	struct sinkcache *c = NULL;
+	ck_assert_int_eq(sinkcache_new(&g, &c, err, sizeof(err)), 0);
+	float k[NKV * D], v[NKV * D];
+	for (int i = 0; i < NKV * D; i++)
+		k[i] = v[i] = 0.5f;
+	const struct kv_layer *L = &c->layers[0];
+	ck_assert_uint_eq(resident_pages(L->mem, c->layer_bytes), 0);
+	ck_assert_int_eq(sinkcache_append(c, 0, k, v, err, sizeof(err)), 0);
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), chunk_pages = 16384 / page;
+	size_t n = resident_pages(L->mem, c->layer_bytes);
+	ck_assert_msg(n >= 4 * chunk_pages && n <= 4 * chunk_pages + 8,
+	              "%zu pages resident after one token (chunks of %zu pages)", n, chunk_pages);
+	/* the next 15 tokens of each run need no new pages */
+	for (int t = 1; t < 16; t++)
+		ck_assert_int_eq(sinkcache_append(c, 0, k, v, err, sizeof(err)), 0);
+	ck_assert_uint_eq(resident_pages(L->mem, c->layer_bytes), n);
+	sinkcache_free(c);
+}
+END_TEST
+
 static Suite *sinkcache_suite(void)
 {
 	Suite *s = suite_create("sinkcache");
@@ -728,6 +770,7 @@ static Suite *sinkcache_suite(void)
 	tcase_add_test(tc, test_positions_by_rank);
 	tcase_add_test(tc, test_bound_and_accounting);
 	tcase_add_test(tc, test_layer_blocks_mapped);
+	tcase_add_test(tc, test_rows_populated_in_chunks);
 	tcase_add_test(tc, test_revise_exact);
 	tcase_add_test(tc, test_full_strategy_refuses);
 	tcase_add_test(tc, test_large_stream_index);
