@@ -8,12 +8,18 @@
 #include <math.h>
 #include <string.h>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define KVQUANT_X86 1
+#endif
+
 size_t kv_dtype_size(enum kv_dtype dt)
 {
 	return dt == KV_DTYPE_F32 ? 4 : 2;
 }
 
-void kv_row_store(enum kv_dtype dt, void *dst, const float *src, int n)
+/* The element loop: the reference for the AVX-512 rows below. */
+void kv_row_store_scalar(enum kv_dtype dt, void *dst, const float *src, int n)
 {
 	uint16_t *d16 = dst;
 	switch (dt) {
@@ -29,6 +35,51 @@ void kv_row_store(enum kv_dtype dt, void *dst, const float *src, int n)
 			d16[i] = kv_f32_to_bf16(src[i]);
 		break;
 	}
+}
+
+#ifdef KVQUANT_X86
+/* 16 values per step: a row of 64 becomes four 32-byte stores instead of 64
+ * two-byte ones (the scalar loop, one call per element, was 8% of the CPU
+ * time of a 32-stream decode step of the 134M model).  Same rounding as the
+ * scalar conversions: bf16 to nearest even with nan kept quiet, f16 by the
+ * hardware's round to nearest even (identical results except the payload
+ * bits of a nan). */
+__attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) static void
+row_store_avx512(enum kv_dtype dt, uint16_t *d, const float *s, int n)
+{
+	int i = 0;
+	if (dt == KV_DTYPE_BF16) {
+		const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7fff);
+		const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
+		const __m512i inf = _mm512_set1_epi32(0x7f800000), quiet = _mm512_set1_epi32(0x40);
+		for (; i + 16 <= n; i += 16) {
+			__m512i x = _mm512_loadu_si512(s + i), hi = _mm512_srli_epi32(x, 16);
+			__m512i r = _mm512_add_epi32(x, _mm512_add_epi32(half, _mm512_and_si512(hi, one)));
+			r = _mm512_srli_epi32(r, 16);
+			__mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, abs_mask), inf);
+			r = _mm512_mask_or_epi32(r, nan, hi, quiet);
+			_mm256_storeu_si256((__m256i *)(d + i), _mm512_cvtepi32_epi16(r));
+		}
+	} else {
+		for (; i + 16 <= n; i += 16)
+			_mm256_storeu_si256((__m256i *)(d + i),
+			                    _mm512_cvtps_ph(_mm512_loadu_ps(s + i),
+			                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+	}
+	kv_row_store_scalar(dt, d + i, s + i, n - i);
+}
+#endif
+
+void kv_row_store(enum kv_dtype dt, void *dst, const float *src, int n)
+{
+#ifdef KVQUANT_X86
+	if (dt != KV_DTYPE_F32 && __builtin_cpu_supports("avx512f") &&
+	    __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")) {
+		row_store_avx512(dt, dst, src, n);
+		return;
+	}
+#endif
+	kv_row_store_scalar(dt, dst, src, n);
 }
 
 void kv_row_load(enum kv_dtype dt, const void *src, float *dst, int n)

@@ -19,8 +19,12 @@
 
 /* Bytes of one element of a full-precision dtype. */
 size_t kv_dtype_size(enum kv_dtype dt);
-/* dst (n elements of dt) <- src (n floats), round to nearest even. */
+/* dst (n elements of dt) <- src (n floats), round to nearest even (AVX-512
+ * where the CPU has it). */
 void kv_row_store(enum kv_dtype dt, void *dst, const float *src, int n);
+/* The same one element at a time: the portable path, and the reference the
+ * vector path is tested against. */
+void kv_row_store_scalar(enum kv_dtype dt, void *dst, const float *src, int n);
 /* dst (n floats) <- src (n elements of dt). */
 void kv_row_load(enum kv_dtype dt, const void *src, float *dst, int n);
 

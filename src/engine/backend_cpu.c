@@ -553,6 +553,22 @@ static void drop_mapped_pages(const struct model *m, const struct weight_matrix 
 		madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
+/* Makes the pages of a fresh buffer resident in one call: a fault per page
+ * costs ~12 us on the test VM, ~0.7 us populated in bulk (loading the 134M
+ * F32 model took 1 s, 0.6 s of it faults).  Without the advice (Linux before
+ * 5.14) the pages fault in as they are written. */
+static void populate(void *buf, size_t bytes)
+{
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	uintptr_t lo = ((uintptr_t)buf + page - 1) & ~(uintptr_t)(page - 1);
+	uintptr_t hi = ((uintptr_t)buf + bytes) & ~(uintptr_t)(page - 1);
+	if (hi > lo)
+		madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
+}
+
 /* Copies the model's matrices into c and makes panels for those the panel
  * kernels read.  Without memory for a panel the matrix stays as stored. */
 static int make_panels(struct cpu_backend *c, const struct model *m, char *err, size_t err_len)
@@ -582,6 +598,7 @@ static int make_panels(struct cpu_backend *c, const struct model *m, char *err, 
 			void *buf = aligned_alloc(64, bytes);
 			if (!buf)
 				continue;
+			populate(buf, bytes);
 			panels_pack(c->pool, w, buf);
 			w->panels = buf;
 			c->panel_bufs[c->n_panel_bufs++] = buf;

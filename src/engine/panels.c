@@ -59,38 +59,13 @@ void panels_transpose_x(const float *x, int B, int cols, float *xt)
 	}
 }
 
-/* Groups [g0, g1) of w into out: each group written front to back while its
- * 16 source rows are read side by side. */
-static void pack_groups(const struct weight_matrix *w, uint8_t *out, int g0, int g1)
-{
-	size_t esz = elem_size(w->type), gb = group_bytes(w);
-	for (int g = g0; g < g1; g++) {
-		uint8_t *dst = out + (size_t)g * gb;
-		const uint8_t *src[GROUP_ROWS];
-		int n = w->rows - g * GROUP_ROWS < GROUP_ROWS ? w->rows - g * GROUP_ROWS : GROUP_ROWS;
-		for (int j = 0; j < n; j++)
-			src[j] = (const uint8_t *)w->data + (size_t)(g * GROUP_ROWS + j) * w->row_bytes;
-		if (n < GROUP_ROWS)
-			memset(dst, 0, gb);
-		if (esz == 4) {
-			uint32_t *d = (uint32_t *)dst;
-			for (int k = 0; k < w->cols; k++)
-				for (int j = 0; j < n; j++)
-					memcpy(&d[(size_t)k * GROUP_ROWS + j], src[j] + (size_t)k * 4, 4);
-		} else {
-			uint16_t *d = (uint16_t *)dst;
-			for (int k = 0; k < w->cols; k++)
-				for (int j = 0; j < n; j++)
-					memcpy(&d[(size_t)k * GROUP_ROWS + j], src[j] + (size_t)k * 2, 2);
-		}
-	}
-}
-
 struct pack_job {
 	const struct weight_matrix *w;
 	uint8_t *out;
 	int groups, parts;
 };
+
+static void pack_groups(const struct weight_matrix *w, uint8_t *out, int g0, int g1);
 
 static void pack_task(void *ctx, int task, int thread)
 {
@@ -125,6 +100,46 @@ bool panels_supported(int ggml_type)
 	         __builtin_cpu_supports("f16c");
 	return z && (ggml_type == GGML_TYPE_F32 || ggml_type == GGML_TYPE_F16 ||
 	             ggml_type == GGML_TYPE_BF16);
+}
+
+/* Groups [g0, g1) of w into out, one column of 16 rows per gather, F32
+ * columns written with streaming stores (the element loop and cached
+ * stores: ~1.2 s to load the 134M F32 model, this: ~0.75 s).  F16/BF16
+ * gather 32 bits and keep the low half; their last column goes element by
+ * element so no read passes the end of a row. */
+static PANELS_FN void pack_groups(const struct weight_matrix *w, uint8_t *out, int g0, int g1)
+{
+	size_t esz = elem_size(w->type), gb = group_bytes(w);
+	int cols = w->cols;
+	for (int g = g0; g < g1; g++) {
+		uint8_t *dst = out + (size_t)g * gb;
+		int n = w->rows - g * GROUP_ROWS < GROUP_ROWS ? w->rows - g * GROUP_ROWS : GROUP_ROWS;
+		const uint8_t *src = (const uint8_t *)w->data + (size_t)g * GROUP_ROWS * w->row_bytes;
+		__mmask16 m = (__mmask16)((1u << n) - 1u);
+		__m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+		                                                   12, 13, 14, 15),
+		                                 _mm512_set1_epi32((int)w->row_bytes));
+		int k = 0;
+		if (esz == 4) {
+			for (; k < cols; k++)
+				_mm512_stream_si512((__m512i *)(dst + (size_t)k * 64),
+				                    _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m,
+				                                                idx, src + (size_t)k * 4, 1));
+			continue;
+		}
+		for (; k + 1 < cols; k++) {
+			__m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, idx,
+			                                        src + (size_t)k * 2, 1);
+			_mm256_storeu_si256((__m256i *)(dst + (size_t)k * 32), _mm512_cvtepi32_epi16(v));
+		}
+		uint16_t *last = (uint16_t *)(dst + (size_t)k * 32);
+		for (int j = 0; j < GROUP_ROWS; j++)
+			if (j < n)
+				memcpy(&last[j], src + (size_t)j * w->row_bytes + (size_t)k * 2, 2);
+			else
+				last[j] = 0;
+	}
+	_mm_sfence(); /* the streaming stores, before the pool reports the task done */
 }
 
 /* Column k of a group: 16 weights as fp32. */
@@ -278,6 +293,33 @@ void panels_rows(const struct weight_matrix *w, const float *bias, const float *
 	}
 }
 #else
+/* Groups [g0, g1) of w into out: each group written front to back while its
+ * 16 source rows are read side by side. */
+static void pack_groups(const struct weight_matrix *w, uint8_t *out, int g0, int g1)
+{
+	size_t esz = elem_size(w->type), gb = group_bytes(w);
+	for (int g = g0; g < g1; g++) {
+		uint8_t *dst = out + (size_t)g * gb;
+		const uint8_t *src[GROUP_ROWS];
+		int n = w->rows - g * GROUP_ROWS < GROUP_ROWS ? w->rows - g * GROUP_ROWS : GROUP_ROWS;
+		for (int j = 0; j < n; j++)
+			src[j] = (const uint8_t *)w->data + (size_t)(g * GROUP_ROWS + j) * w->row_bytes;
+		if (n < GROUP_ROWS)
+			memset(dst, 0, gb);
+		if (esz == 4) {
+			uint32_t *d = (uint32_t *)dst;
+			for (int k = 0; k < w->cols; k++)
+				for (int j = 0; j < n; j++)
+					memcpy(&d[(size_t)k * GROUP_ROWS + j], src[j] + (size_t)k * 4, 4);
+		} else {
+			uint16_t *d = (uint16_t *)dst;
+			for (int k = 0; k < w->cols; k++)
+				for (int j = 0; j < n; j++)
+					memcpy(&d[(size_t)k * GROUP_ROWS + j], src[j] + (size_t)k * 2, 2);
+		}
+	}
+}
+
 bool panels_supported(int ggml_type)
 {
 	(void)ggml_type;

@@ -2,7 +2,9 @@
  * each weight type and batch size, y(B, rows) = x(B, cols) . W^T on a matrix
  * much larger than the caches, timed over ~1 s of wall clock.  Prints one
  * line per case with the weight bandwidth (GB/s, what decode is bound by)
- * and GFLOP/s (what batches are bound by), then a JSON line.
+ * and GFLOP/s (what batches are bound by), then a JSON line.  With
+ * MATMUL_PANELS=1 in the environment the weights get panels (as the CPU
+ * backend makes them) where the CPU and type have them.
  * usage: matmul-perf [threads (0 = cores)] [rows] [cols] [batch sizes, e.g. 1,8,32] */
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +12,7 @@
 #include <time.h>
 
 #include "engine/matmul.h"
+#include "engine/panels.h"
 
 static double now_s(void)
 {
@@ -54,6 +57,13 @@ int main(int argc, char **argv)
 			    (unsigned char)(i * 2654435761u >> 24) & 0x3f; /* small finite values */
 		struct weight_matrix m = {
 		    .type = types[t], .rows = rows, .cols = cols, .data = w, .row_bytes = rb};
+		void *panels = NULL;
+		const char *want_panels = getenv("MATMUL_PANELS");
+		if (want_panels && !strcmp(want_panels, "1") && panels_supported(m.type) &&
+		    (panels = aligned_alloc(64, (panels_bytes(&m) + 63) & ~(size_t)63))) {
+			panels_pack(pool, &m, panels);
+			m.panels = panels;
+		}
 		for (int bi = 0; bi < n_bs; bi++) {
 			int B = bs[bi];
 			float *x = calloc((size_t)B * cols, sizeof(float));
@@ -78,6 +88,7 @@ int main(int argc, char **argv)
 			free(y);
 		}
 		free(w);
+		free(panels);
 	}
 	printf("]}\n");
 	threadpool_free(pool);

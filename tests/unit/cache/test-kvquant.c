@@ -33,6 +33,44 @@ START_TEST(test_half_formats)
 }
 END_TEST
 
+/* Row stores (vector where the CPU has it) equal the element conversions
+ * for random values of every magnitude, infinities, subnormals and ties,
+ * at lengths around the 16-value steps; nan stays nan. */
+START_TEST(test_row_store_matches_scalar)
+{
+	enum kv_dtype dts[2] = {KV_DTYPE_BF16, KV_DTYPE_F16};
+	float src[100];
+	uint16_t fast[100], ref[100];
+	srand(11);
+	for (int round = 0; round < 2000; round++) {
+		for (int i = 0; i < 100; i++) {
+			uint32_t bits = (uint32_t)rand() << 16 ^ (uint32_t)rand();
+			float f;
+			memcpy(&f, &bits, 4);
+			src[i] = round % 2 ? f : ((float)rand() / RAND_MAX - 0.5f) * 1e5f;
+		}
+		src[3] = INFINITY, src[5] = -INFINITY, src[7] = 1.00390625f, src[9] = 6e-8f;
+		src[11] = 65520.0f, src[13] = NAN, src[15] = 1.01171875f, src[17] = -3.0517578e-5f;
+		int n = round % 100 + 1;
+		for (int t = 0; t < 2; t++) {
+			kv_row_store(dts[t], fast, src, n);
+			kv_row_store_scalar(dts[t], ref, src, n);
+			for (int i = 0; i < n; i++) {
+				float back = dts[t] == KV_DTYPE_BF16 ? kv_bf16_to_f32(fast[i])
+				                                     : kv_f16_to_f32(fast[i]);
+				if (isnan(src[i]))
+					ck_assert_msg(isnan(back), "dtype %d: nan became %04x", dts[t],
+					              fast[i]);
+				else
+					ck_assert_msg(fast[i] == ref[i],
+					              "dtype %d, %d of %d: %.9g -> %04x, scalar %04x",
+					              dts[t], i, n, src[i], fast[i], ref[i]);
+			}
+		}
+	}
+}
+END_TEST
+
 START_TEST(test_quant_hand)
 {
 	/* int8: min 0, max 63.75 -> scale 0.25 exactly; codes round(x*4), ties to even */
@@ -140,6 +178,7 @@ static Suite *kvquant_suite(void)
 	Suite *s = suite_create("kvquant");
 	TCase *tc = tcase_create("core");
 	tcase_add_test(tc, test_half_formats);
+	tcase_add_test(tc, test_row_store_matches_scalar);
 	tcase_add_test(tc, test_quant_hand);
 	tcase_add_test(tc, test_quant_random_bounds);
 	tcase_add_test(tc, test_rope_angles_exact);
