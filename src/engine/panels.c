@@ -207,11 +207,16 @@ PANELS_INLINE void decode_groups(int type, int R, const uint8_t *group, size_t g
 }
 
 /* Batch tile: R groups from `group` times one block of 8 transposed batch
- * rows; stores batch rows [0, nb) of the block. */
+ * rows; stores batch rows [0, nb) of the block.  Meanwhile it prefetches the
+ * n_next groups at `next`, column by column: the first batch block of a
+ * tile reads its weights from memory and the others from L2, so without
+ * this the memory stream idles during the later blocks and the first runs
+ * memory-bound (F32 at 16 batch rows: 33 GB/s while computing). */
 PANELS_INLINE void batch_tile(int type, int R, const uint8_t *group, size_t gb, const float *xtb,
                               int cols, float *y, size_t ldy, int nb, const float *bias, int g,
-                              int r0, int r1)
+                              int r0, int r1, const uint8_t *next, int n_next)
 {
+	size_t col_bytes = type == GGML_TYPE_F32 ? 64 : 32;
 	__m512 acc[TILE_GROUPS][PANELS_BATCH_ROWS];
 	_Pragma("GCC unroll 32")
 	for (int r = 0; r < R; r++)
@@ -219,6 +224,10 @@ PANELS_INLINE void batch_tile(int type, int R, const uint8_t *group, size_t gb, 
 		for (int b = 0; b < PANELS_BATCH_ROWS; b++)
 			acc[r][b] = _mm512_setzero_ps();
 	for (int k = 0; k < cols; k++) {
+		if (col_bytes == 64 || k % 2 == 0)
+			for (int r = 0; r < n_next; r++)
+				_mm_prefetch((const char *)next + (size_t)r * gb + (size_t)k * col_bytes,
+				             _MM_HINT_T0);
 		__m512 wv[TILE_GROUPS];
 		_Pragma("GCC unroll 32")
 		for (int r = 0; r < R; r++)
@@ -256,18 +265,24 @@ PANELS_INLINE void batch_tile(int type, int R, const uint8_t *group, size_t gb, 
 			return;                                                                    \
 		}                                                                                  \
 		size_t ldy = (size_t)w->rows;                                                      \
+		int n_groups = (w->rows + GROUP_ROWS - 1) / GROUP_ROWS;                            \
 		for (int g = g0; g < g1;) {                                                        \
 			int R = g + TILE_GROUPS <= g1 ? TILE_GROUPS : 1;                           \
+			int n_next = n_groups - (g + R) < TILE_GROUPS ? n_groups - (g + R)         \
+			                                              : TILE_GROUPS;               \
+			const uint8_t *next = panels + (g + R) * gb;                               \
+			int last_b0 = (B - 1) / PANELS_BATCH_ROWS * PANELS_BATCH_ROWS;             \
 			for (int b0 = 0; b0 < B; b0 += PANELS_BATCH_ROWS) {                        \
 				int nb = B - b0 < PANELS_BATCH_ROWS ? B - b0 : PANELS_BATCH_ROWS;  \
 				const float *xtb = xt + (size_t)b0 * cols;                         \
 				float *yb = y + (size_t)b0 * ldy;                                  \
+				int pf = b0 == last_b0 ? n_next : 0;                               \
 				if (R == TILE_GROUPS)                                              \
 					batch_tile(TYPE, TILE_GROUPS, panels + g * gb, gb, xtb,    \
-					           cols, yb, ldy, nb, bias, g, r0, r1);            \
+					           cols, yb, ldy, nb, bias, g, r0, r1, next, pf);  \
 				else                                                               \
 					batch_tile(TYPE, 1, panels + g * gb, gb, xtb, cols, yb,    \
-					           ldy, nb, bias, g, r0, r1);                      \
+					           ldy, nb, bias, g, r0, r1, next, pf);            \
 			}                                                                          \
 			g += R;                                                                    \
 		}                                                                                  \
