@@ -52,21 +52,24 @@ row_store_avx512(enum kv_dtype dt, uint16_t *d, const float *s, int n)
 		const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7fff);
 		const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
 		const __m512i inf = _mm512_set1_epi32(0x7f800000), quiet = _mm512_set1_epi32(0x40);
-		for (; i + 16 <= n; i += 16) {
-			__m512i x = _mm512_loadu_si512(s + i), hi = _mm512_srli_epi32(x, 16);
+		for (; i < n; i += 16) {
+			/* the last step masked: heads of 8 dims are one step */
+			__mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+			__m512i x = _mm512_maskz_loadu_epi32(m, s + i), hi = _mm512_srli_epi32(x, 16);
 			__m512i r = _mm512_add_epi32(x, _mm512_add_epi32(half, _mm512_and_si512(hi, one)));
 			r = _mm512_srli_epi32(r, 16);
 			__mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, abs_mask), inf);
 			r = _mm512_mask_or_epi32(r, nan, hi, quiet);
-			_mm256_storeu_si256((__m256i *)(d + i), _mm512_cvtepi32_epi16(r));
+			_mm512_mask_cvtepi32_storeu_epi16(d + i, m, r);
 		}
 	} else {
-		for (; i + 16 <= n; i += 16)
-			_mm256_storeu_si256((__m256i *)(d + i),
-			                    _mm512_cvtps_ph(_mm512_loadu_ps(s + i),
-			                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+		for (; i < n; i += 16) {
+			__mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+			__m256i h = _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, s + i),
+			                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+			_mm256_mask_storeu_epi16(d + i, m, h);
+		}
 	}
-	kv_row_store_scalar(dt, d + i, s + i, n - i);
 }
 #endif
 
