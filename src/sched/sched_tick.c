@@ -21,7 +21,8 @@
  * fresh as contexts grow), the cost of one prompt token from what the
  * prefill added to the last paced batches; the cap is the number of prompt
  * tokens that fit in the allowed extra time, at most twice the chunk last
- * measured plus one, and never below one token, so a prompt always
+ * measured plus one, rounded to whole blocks of 8 batch rows (a block
+ * costs about the same full or not), and never below one token, so a prompt always
  * advances, nor below (PACE_FACTOR - 1) / 4 prompt tokens per decode token,
  * so that prompts are taken in faster than streams finish even when noise
  * makes them look expensive.  A 30k-token prompt thus streams in at a steady share of the
@@ -422,6 +423,12 @@ static size_t prefill_chunk_cap(const struct sched_req *r)
 
 #define PACE_FACTOR 1.5
 #define PACE_MIN_CAP 1.0
+/* The CPU kernels multiply batch rows in blocks of 8 (engine/panels.h), so
+ * a batch's last block costs about the same full or not (134M F32 model,
+ * engine-driver, two runs: 16 tokens 19.3/23.4 ms, 17 tokens 25.2/27.8 ms,
+ * 24 tokens 30.9/30.7 ms: the 17th token cost as much as the next seven).
+ * The prompt share of a paced batch is rounded to the nearest whole block. */
+#define SCHED_BATCH_BLOCK 8
 #define PACE_START_CAP 4.0
 #define PACE_DECODE_SHARE ((PACE_FACTOR - 1) / 4)
 #define PACE_REMEASURE 8 /* paced batches between two decode-only ones */
@@ -464,8 +471,13 @@ static size_t batch_build(struct scheduler *s, struct sched_req **act, size_t n_
 	s->rr_decode++;
 	shape->n_decode = n;
 	size_t limit = max_tokens, cap = pace_cap_now(s, n);
-	if (n > 0 && n + cap < limit)
-		limit = n + cap;
+	if (n > 0 && n + cap < limit) {
+		/* to the nearest whole block of batch rows (a block costs about
+		 * the same full or not), keeping at least one prompt token */
+		limit = (n + cap + SCHED_BATCH_BLOCK / 2) / SCHED_BATCH_BLOCK * SCHED_BATCH_BLOCK;
+		limit = limit > n ? limit : n + cap;
+		limit = limit < max_tokens ? limit : max_tokens;
+	}
 	/* Measure (or re-measure, as contexts grow) what a decode-only batch
 	 * costs: the reference of the pacing. */
 	if (n > 0 && want > 0 && (s->pace_decode_s == 0 || s->pace_since_measure >= PACE_REMEASURE))
