@@ -364,7 +364,7 @@ END_TEST
 
 /* Weight panels (what the CPU backend makes on AVX-512 machines) for
  * F32/F16/BF16: row counts around the 16-row groups and the 48-row batch
- * tiles, odd column counts, batch sizes around the 8-row tiles, with and
+ * tiles, odd column counts, batch sizes around the 8-, 4- and 2-row tiles, with and
  * without threads. */
 START_TEST(test_panels)
 {
@@ -376,7 +376,7 @@ START_TEST(test_panels)
 	ck_assert_int_eq(threadpool_new(3, &pool, NULL, 0), 0);
 	int rows_list[] = {1, 3, 16, 17, 33, 50, 301};
 	int cols_list[] = {13, 200, 768};
-	int b_list[] = {1, 2, 7, 8, 9, 16, 17, 40};
+	int b_list[] = {1, 2, 3, 4, 7, 8, 9, 12, 16, 17, 19, 40};
 	for (int t = 0; t < 3; t++)
 		for (size_t ri = 0; ri < sizeof(rows_list) / sizeof(int); ri++)
 			for (size_t ci = 0; ci < sizeof(cols_list) / sizeof(int); ci++)
