@@ -535,20 +535,25 @@ static int check_model(const struct model *m, char *err, size_t err_len)
 	return rc;
 }
 
-/* Gives back the resident pages of a matrix that now lives in panels, when
- * its bytes are in the model's read-only file mapping: they are read again
- * from the file if something (an embedding lookup) touches them, so the
- * copy does not double the resident weights. */
-static void drop_mapped_pages(const struct model *m, const struct weight_matrix *w)
+/* Whether the matrix's bytes lie in the model's read-only file mapping. */
+static bool in_file_mapping(const struct model *m, const struct weight_matrix *w)
 {
 	if (!m->file)
-		return;
+		return false;
 	const uint8_t *map = gguf_map(m->file), *p = w->data;
+	size_t len = (size_t)w->rows * w->row_bytes;
+	return map && p >= map && p + len <= map + gguf_file_size(m->file);
+}
+
+/* Gives back the resident pages of a matrix of the file mapping that now
+ * lives in panels: they are read again from the file if something (an
+ * embedding lookup) touches them, so the copy does not double the resident
+ * weights. */
+static void drop_mapped_pages(const struct weight_matrix *w)
+{
 	size_t len = (size_t)w->rows * w->row_bytes, page = (size_t)sysconf(_SC_PAGESIZE);
-	if (!map || p < map || p + len > map + gguf_file_size(m->file))
-		return;
-	uintptr_t lo = ((uintptr_t)p + page - 1) & ~(uintptr_t)(page - 1);
-	uintptr_t hi = ((uintptr_t)p + len) & ~(uintptr_t)(page - 1);
+	uintptr_t lo = ((uintptr_t)w->data + page - 1) & ~(uintptr_t)(page - 1);
+	uintptr_t hi = ((uintptr_t)w->data + len) & ~(uintptr_t)(page - 1);
 	if (hi > lo)
 		madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
@@ -570,7 +575,10 @@ static void populate(void *buf, size_t bytes)
 }
 
 /* Copies the model's matrices into c and makes panels for those the panel
- * kernels read.  Without memory for a panel the matrix stays as stored. */
+ * kernels read, unless the model dequantized the matrix from its file into
+ * its own memory (it would be held twice: it is read as it is).  A model
+ * built in memory (tests) gets panels.  Without memory for a panel the
+ * matrix stays as stored. */
 static int make_panels(struct cpu_backend *c, const struct model *m, char *err, size_t err_len)
 {
 	int n_layers = m->hp.n_layers;
@@ -592,7 +600,8 @@ static int make_panels(struct cpu_backend *c, const struct model *m, char *err, 
 		}
 		for (int i = 0; i < n; i++) {
 			struct weight_matrix *w = ws[i];
-			if (!panels_supported(w->type))
+			bool mapped = in_file_mapping(m, w);
+			if (!panels_supported(w->type) || (m->file && !mapped))
 				continue;
 			size_t bytes = (panels_bytes(w) + 63) & ~(size_t)63;
 			void *buf = aligned_alloc(64, bytes);
@@ -603,8 +612,8 @@ static int make_panels(struct cpu_backend *c, const struct model *m, char *err, 
 			w->panels = buf;
 			c->panel_bufs[c->n_panel_bufs++] = buf;
 			/* a tied head is also the embedding table: keep it resident */
-			if (!(w == &c->output && m->output.data == m->token_embd.data))
-				drop_mapped_pages(m, w);
+			if (mapped && !(w == &c->output && m->output.data == m->token_embd.data))
+				drop_mapped_pages(w);
 		}
 	}
 	return 0;
