@@ -1,6 +1,7 @@
 /* Attention inner loops (see attend_kernels.h), written with GCC vector
  * extensions over 8 floats so the same source is compiled for AVX2+FMA and
- * for the baseline ISA.  Scores are made 8 rows at a time: per head, 8
+ * for the baseline ISA; on AVX-512 CPUs, f32/f16/bf16 rows of a multiple of
+ * 16 elements take 16-wide versions (below).  Scores are made 8 rows at a time: per head, 8
  * product vectors summed by one tree of pairwise adds into the 8 scores
  * (not one horizontal sum per row).  Value sums stay in registers over a
  * whole run (ATTEND_PARTS partial sums by row index, for independent FMA
@@ -476,10 +477,194 @@ static void mix_rows_scalar(enum kv_dtype dt, int bits, const unsigned char *bas
 		}
 }
 
+/* ------------------------------------------------ AVX-512 (when present)
+ * f32/f16/bf16 rows of a multiple of 16 elements (head sizes 64, 128):
+ * scores 16 rows at a time, each row's 16-lane product vector summed by one
+ * tree of shuffles and adds that treats every row alike, so a score still
+ * depends only on its row; values into the same ATTEND_PARTS partial sums
+ * in the same order as the 8-wide kernels.  Measured on the 134M model's
+ * attention (12 heads of 64, bf16, 100 rows; one token and layer): in L2
+ * 15.8 us with the 8-wide kernels, 8.4 us with these; from memory (384
+ * sessions in turn) 49 us and 37 us. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(ATTEND_NO_CLONES)
+#include <immintrin.h>
+#define ATTEND_HAVE_512 1
+#define AK512_TARGET "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"
+#define AK512_FN __attribute__((target(AK512_TARGET)))
+#define AK512_INLINE static inline __attribute__((always_inline, target(AK512_TARGET)))
+
+static bool have_avx512(void)
+{
+	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+}
+
+/* 16 elements from element c of a row of kind k (a dtype). */
+AK512_INLINE __m512 ld16(int k, const unsigned char *row, int c)
+{
+	if (k == K_BF16)
+		return _mm512_castsi512_ps(_mm512_slli_epi32(
+		    _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(row + 2 * (size_t)c))),
+		    16));
+	if (k == K_F16)
+		return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 2 * (size_t)c)));
+	return _mm512_loadu_ps((const float *)row + c);
+}
+
+/* v[j]'s 16 lanes summed into lane j, by the same tree for every j. */
+AK512_INLINE __m512 reduce16(const __m512 v[16])
+{
+	__m512 a[8], b[4], c[2];
+	for (int j = 0; j < 8; j++) /* 256-bit halves: rows 2j, 2j+1 */
+		a[j] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * j], v[2 * j + 1], 0x44),
+		                     _mm512_shuffle_f32x4(v[2 * j], v[2 * j + 1], 0xee));
+	for (int j = 0; j < 4; j++) /* 128-bit lane L: row 4j + L */
+		b[j] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * j], a[2 * j + 1], 0x88),
+		                     _mm512_shuffle_f32x4(a[2 * j], a[2 * j + 1], 0xdd));
+	for (int j = 0; j < 2; j++) /* lane L: rows 8j + L and 8j + 4 + L, two sums each */
+		c[j] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * j], b[2 * j + 1], 0x44),
+		                     _mm512_shuffle_ps(b[2 * j], b[2 * j + 1], 0xee));
+	/* element 4L + m: row L + 4m */
+	__m512 t = _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], 0x88),
+	                         _mm512_shuffle_ps(c[0], c[1], 0xdd));
+	const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+	return _mm512_permutexvar_ps(order, t);
+}
+
+AK512_INLINE void score_rows_512_k(int k, const unsigned char *base, size_t row_bytes, int n,
+                                   int d, const float *q, int r, float *scores, int ld)
+{
+	for (int i0 = 0; i0 < n; i0 += 16) {
+		int m = n - i0 < 16 ? n - i0 : 16;
+		const unsigned char *rows = base + (size_t)i0 * row_bytes;
+		for (int h = 0; h < r; h++) {
+			const float *qh = q + (size_t)h * d;
+			__m512 acc[16];
+			for (int u = 0; u < 16; u++)
+				acc[u] = _mm512_setzero_ps();
+			if (m == 16) { /* a whole block: the accumulators stay in registers */
+				for (int c = 0; c < d; c += 16) {
+					__m512 qv = _mm512_loadu_ps(qh + c);
+					_Pragma("GCC unroll 16")
+					for (int u = 0; u < 16; u++)
+						acc[u] = _mm512_fmadd_ps(
+						    qv, ld16(k, rows + (size_t)u * row_bytes, c), acc[u]);
+				}
+			} else {
+				for (int c = 0; c < d; c += 16) {
+					__m512 qv = _mm512_loadu_ps(qh + c);
+					for (int u = 0; u < m; u++)
+						acc[u] = _mm512_fmadd_ps(
+						    qv, ld16(k, rows + (size_t)u * row_bytes, c), acc[u]);
+				}
+			}
+			_mm512_mask_storeu_ps(scores + (size_t)h * ld + i0, (__mmask16)((1u << m) - 1u),
+			                      reduce16(acc));
+		}
+	}
+}
+
+static AK512_FN void score_rows_512(enum kv_dtype dt, const unsigned char *base, size_t row_bytes,
+                                    int n, int d, const float *q, int r, float *scores, int ld)
+{
+	if (dt == KV_DTYPE_BF16)
+		score_rows_512_k(K_BF16, base, row_bytes, n, d, q, r, scores, ld);
+	else if (dt == KV_DTYPE_F16)
+		score_rows_512_k(K_F16, base, row_bytes, n, d, q, r, scores, ld);
+	else
+		score_rows_512_k(K_F32, base, row_bytes, n, d, q, r, scores, ld);
+}
+
+/* Columns [c0, c0 + 16T) of one head: acc parts in registers, row i into
+ * part (g0 + i) % ATTEND_PARTS, rows in increasing order. */
+AK512_INLINE void mix_cols_512(int k, const unsigned char *base, size_t row_bytes, int n, int c0,
+                               const int T, const float *p, float *acc, int d, int g0)
+{
+	enum { U = ATTEND_PARTS };
+	__m512 a[U][4];
+	for (int u = 0; u < U; u++)
+		for (int t = 0; t < T; t++)
+			a[u][t] = _mm512_loadu_ps(acc + (size_t)u * d + c0 + 16 * t);
+#define MIX_ROW(PART, I)                                                                           \
+	do {                                                                                       \
+		const unsigned char *row_ = base + (size_t)(I) * row_bytes;                        \
+		__m512 w_ = _mm512_set1_ps(p[I]);                                                  \
+		for (int t = 0; t < T; t++)                                                        \
+			a[PART][t] = _mm512_fmadd_ps(w_, ld16(k, row_, c0 + 16 * t), a[PART][t]);  \
+	} while (0)
+	int i = 0;
+	for (; i < n && (g0 + i) % U != 0; i++)
+		switch ((g0 + i) % U) {
+		case 1:
+			MIX_ROW(1, i);
+			break;
+		case 2:
+			MIX_ROW(2, i);
+			break;
+		default:
+			MIX_ROW(3, i);
+			break;
+		}
+	for (; i + U <= n; i += U) {
+		MIX_ROW(0, i);
+		MIX_ROW(1, i + 1);
+		MIX_ROW(2, i + 2);
+		MIX_ROW(3, i + 3);
+	}
+	for (int u = 0; i < n; i++, u++)
+		switch (u) {
+		case 0:
+			MIX_ROW(0, i);
+			break;
+		case 1:
+			MIX_ROW(1, i);
+			break;
+		default:
+			MIX_ROW(2, i);
+			break;
+		}
+#undef MIX_ROW
+	for (int u = 0; u < U; u++)
+		for (int t = 0; t < T; t++)
+			_mm512_storeu_ps(acc + (size_t)u * d + c0 + 16 * t, a[u][t]);
+}
+
+AK512_INLINE void mix_rows_512_k(int k, const unsigned char *base, size_t row_bytes, int n, int d,
+                                 const float *p, int ld, int r, float *acc, int g0)
+{
+	for (int h = 0; h < r; h++) {
+		float *ah = acc + (size_t)h * ATTEND_PARTS * d;
+		const float *ph = p + (size_t)h * ld;
+		int c = 0;
+		for (; c + 64 <= d; c += 64)
+			mix_cols_512(k, base, row_bytes, n, c, 4, ph, ah, d, g0);
+		for (; c < d; c += 16)
+			mix_cols_512(k, base, row_bytes, n, c, 1, ph, ah, d, g0);
+	}
+}
+
+static AK512_FN void mix_rows_512(enum kv_dtype dt, const unsigned char *base, size_t row_bytes,
+                                  int n, int d, const float *p, int ld, int r, float *acc, int g0)
+{
+	if (dt == KV_DTYPE_BF16)
+		mix_rows_512_k(K_BF16, base, row_bytes, n, d, p, ld, r, acc, g0);
+	else if (dt == KV_DTYPE_F16)
+		mix_rows_512_k(K_F16, base, row_bytes, n, d, p, ld, r, acc, g0);
+	else
+		mix_rows_512_k(K_F32, base, row_bytes, n, d, p, ld, r, acc, g0);
+}
+#endif
+
 ATTEND_CLONES
 void attend_score_rows(enum kv_dtype dt, const unsigned char *base, size_t row_bytes, int n, int d,
                        const float *q, int r, float *scores, int ld)
 {
+#ifdef ATTEND_HAVE_512
+	if (d % 16 == 0 && have_avx512()) {
+		score_rows_512(dt, base, row_bytes, n, d, q, r, scores, ld);
+		return;
+	}
+#endif
 	if (d % 8 == 0) {
 		/* one instance per dtype so the loads are resolved at compile time */
 		if (dt == KV_DTYPE_F32)
@@ -497,6 +682,12 @@ ATTEND_CLONES
 void attend_mix_rows(enum kv_dtype dt, const unsigned char *base, size_t row_bytes, int n, int d,
                      const float *p, int ld, int r, float *acc, int g0)
 {
+#ifdef ATTEND_HAVE_512
+	if (d % 16 == 0 && have_avx512()) {
+		mix_rows_512(dt, base, row_bytes, n, d, p, ld, r, acc, g0);
+		return;
+	}
+#endif
 	if (d % 8 == 0) {
 		if (dt == KV_DTYPE_F32)
 			mix_rows_k(K_F32, base, row_bytes, n, d, p, ld, r, acc, g0);

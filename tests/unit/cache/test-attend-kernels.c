@@ -4,7 +4,8 @@
  * multiple-of-8 length (8 and 64 among them) and row counts that are and are
  * not multiples of the kernels' blocks; each partial sum of the value
  * accumulator is checked on its own.  Then the invariances attend.c relies
- * on for bit-identical outputs: splitting the rows into runs, or the heads
+ * on for bit-identical outputs (on AVX-512 CPUs the 16-wide kernels for head
+ * sizes of a multiple of 16), splitting the rows into runs, or the heads
  * into groups, changes no bit of the scores or the value parts. */
 #include <check.h>
 #include <math.h>
