@@ -504,6 +504,25 @@ static void kv_layer_set_query_pos(struct sinkcache *c, struct kv_layer *L)
 	             c->g.rope_positions == ROPE_POSITIONS_CACHE ? rank : s, L->cs_sink);
 }
 
+void sinkcache_prefetch_append(const struct sinkcache *c, int layer)
+{
+	if (layer < 0 || layer >= c->g.n_layers)
+		return;
+	const struct kv_layer *L = &c->layers[layer];
+	if (L->n_sink < c->n_sink_cap || L->hot.cap == 0)
+		return;
+	/* the slot the next window token takes: after the ageing of a full
+	 * ring it is the old head, which is where head + n points then too */
+	int slot = kv_ring_slot(&L->hot, L->hot.n);
+	for (int h = 0; h < c->g.n_kv_heads; h++) {
+		const unsigned char *rows[2] = {kv_row(L->hot_k, c->fp_row, L->hot.cap, h, slot),
+		                                kv_row(L->hot_v, c->fp_row, L->hot.cap, h, slot)};
+		for (int j = 0; j < 2; j++)
+			for (size_t o = 0; o < c->fp_row; o += 64)
+				__builtin_prefetch(rows[j] + o, 1, 3);
+	}
+}
+
 int sinkcache_append(struct sinkcache *c, int layer, const float *k, const float *v, char *err,
                      size_t err_len)
 {

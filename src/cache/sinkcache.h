@@ -85,6 +85,11 @@ const struct sinkcache_geometry *sinkcache_geometry(const struct sinkcache *c);
  * max_context_length; sliding window always can). */
 bool sinkcache_can_append(const struct sinkcache *c, size_t n_tokens);
 
+/* Prefetches, for writing, the rows the next sinkcache_append() to `layer`
+ * stores (window tokens), so that a caller that knows which session comes
+ * next can take those cache misses off the append. */
+void sinkcache_prefetch_append(const struct sinkcache *c, int layer);
+
 /* Appends one token's key and value (pre-RoPE) to `layer`.
  * k, v: (n_kv_heads, head_dim). */
 int sinkcache_append(struct sinkcache *c, int layer, const float *k, const float *v, char *err,

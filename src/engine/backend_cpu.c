@@ -230,7 +230,8 @@ struct attend_ctx {
 	struct cpu_backend *c;
 	const struct backend_token *tokens;
 	int layer;
-	int first_session; /* sessions [first, first + n) of the dispatch */
+	int first_session; /* sessions [first, end) of the dispatch */
+	int end_session;
 	int token;         /* head-parallel: the token being attended */
 	struct backend_session *session;
 };
@@ -277,6 +278,10 @@ static void attend_session_task(void *ctx, int task, int thread)
 	struct backend_session *s = c->sessions[j];
 	int n_heads = c->base.model->hp.n_heads;
 	c->sess_rc[j] = 0;
+	/* the session a thread takes after this one (tasks go in order to
+	 * whichever thread is free): its new rows' cache lines, meanwhile */
+	if (j + c->n_threads < a->end_session)
+		sinkcache_prefetch_append(c->sessions[j + c->n_threads]->cache, a->layer);
 	for (int o = c->sess_begin[j]; o < c->sess_begin[j + 1]; o++) {
 		int t = c->order[o];
 		int rc = append_token(c, s, a->layer, t, c->sess_err[j], SINKD_ERR_LEN);
@@ -349,6 +354,7 @@ static int attention_layer(struct cpu_backend *c, const struct backend_token *to
 		while (e < c->n_sessions && !attend_by_heads(c, e))
 			e++;
 		a.first_session = j;
+		a.end_session = e;
 		threadpool_run(c->pool, e - j, attend_session_task, &a);
 		for (int k = j; k < e; k++)
 			if (c->sess_rc[k])
