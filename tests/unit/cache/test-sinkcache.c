@@ -752,6 +752,12 @@ START_TEST(test_rows_populated_in_chunks)
 	size_t n = resident_pages(L->mem, c->layer_bytes);
 	ck_assert_msg(n >= 4 * chunk_pages && n <= 4 * chunk_pages + 8,
 	              "%zu pages resident after one token (chunks of %zu pages)", n, chunk_pages);
+	/* prefetching the next rows (any layer, in range or not) changes
+	 * nothing that is resident */
+	sinkcache_prefetch_append(c, -1);
+	sinkcache_prefetch_append(c, 0);
+	sinkcache_prefetch_append(c, NL);
+	ck_assert_uint_eq(resident_pages(L->mem, c->layer_bytes), n);
 	/* the next 15 tokens of each run need no new pages */
 	for (int t = 1; t < 16; t++)
 		ck_assert_int_eq(sinkcache_append(c, 0, k, v, err, sizeof(err)), 0);
