@@ -551,40 +551,48 @@ static bool in_file_mapping(const struct model *m, const struct weight_matrix *w
 	return map && p >= map && p + len <= map + gguf_file_size(m->file);
 }
 
-/* Gives back the resident pages of a matrix of the file mapping that now
- * lives in panels: they are read again from the file if something (an
- * embedding lookup) touches them, so the copy does not double the resident
- * weights. */
-static void drop_mapped_pages(const struct weight_matrix *w)
-{
-	size_t len = (size_t)w->rows * w->row_bytes, page = (size_t)sysconf(_SC_PAGESIZE);
-	uintptr_t lo = ((uintptr_t)w->data + page - 1) & ~(uintptr_t)(page - 1);
-	uintptr_t hi = ((uintptr_t)w->data + len) & ~(uintptr_t)(page - 1);
-	if (hi > lo)
-		madvise((void *)lo, hi - lo, MADV_DONTNEED);
-}
-
-/* Makes the pages of a fresh buffer resident in one call: a fault per page
- * costs ~12 us on the test VM, ~0.7 us populated in bulk (loading the 134M
- * F32 model took 1 s, 0.6 s of it faults).  Without the advice (Linux before
- * 5.14) the pages fault in as they are written. */
-static void populate(void *buf, size_t bytes)
-{
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
+
+/* madvise over the whole pages inside [p, p + bytes). */
+static void advise_pages(const void *p, size_t bytes, int advice)
+{
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
-	uintptr_t lo = ((uintptr_t)buf + page - 1) & ~(uintptr_t)(page - 1);
-	uintptr_t hi = ((uintptr_t)buf + bytes) & ~(uintptr_t)(page - 1);
+	uintptr_t lo = ((uintptr_t)p + page - 1) & ~(uintptr_t)(page - 1);
+	uintptr_t hi = ((uintptr_t)p + bytes) & ~(uintptr_t)(page - 1);
 	if (hi > lo)
-		madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
+		madvise((void *)lo, hi - lo, advice);
 }
 
-/* Copies the model's matrices into c and makes panels for those the panel
- * kernels read, unless the model dequantized the matrix from its file into
- * its own memory (it would be held twice: it is read as it is).  A model
- * built in memory (tests) gets panels.  Without memory for a panel the
- * matrix stays as stored. */
+/* Panels for w when the kernels read them, unless the model dequantized w
+ * from its file into its own memory (it would be held twice: it is read as
+ * it is; a model built in memory, as in tests, gets panels).  The buffer's
+ * pages are made resident in one call (a fault per page costs ~12 us on the
+ * test VM, ~0.7 us populated in bulk: loading the 134M F32 model took 1 s,
+ * 0.6 s of it faults; before Linux 5.14 they fault in as written).  The
+ * file pages of w are given back afterwards (read again from the file if
+ * something touches them), unless w is a tied head, which is also the
+ * embedding table.  Without memory the matrix stays as stored. */
+static void make_panel(struct cpu_backend *c, const struct model *m, struct weight_matrix *w)
+{
+	bool mapped = in_file_mapping(m, w);
+	if (!panels_supported(w->type) || (m->file && !mapped))
+		return;
+	size_t bytes = (panels_bytes(w) + 63) & ~(size_t)63;
+	void *buf = aligned_alloc(64, bytes);
+	if (!buf)
+		return;
+	advise_pages(buf, bytes, MADV_POPULATE_WRITE);
+	panels_pack(c->pool, w, buf);
+	w->panels = buf;
+	c->panel_bufs[c->n_panel_bufs++] = buf;
+	if (mapped && w->data != m->token_embd.data)
+		advise_pages(w->data, (size_t)w->rows * w->row_bytes, MADV_DONTNEED);
+}
+
+/* Copies the model's matrices into c, with panels where make_panel makes
+ * them. */
 static int make_panels(struct cpu_backend *c, const struct model *m, char *err, size_t err_len)
 {
 	int n_layers = m->hp.n_layers;
@@ -594,33 +602,13 @@ static int make_panels(struct cpu_backend *c, const struct model *m, char *err, 
 		return err_set(err, err_len, -ENOMEM, "cpu backend: out of memory");
 	memcpy(c->layers, m->layers, (size_t)n_layers * sizeof(*c->layers));
 	c->output = m->output;
-	for (int l = 0; l <= n_layers; l++) {
-		struct model_layer *L = l < n_layers ? &c->layers[l] : NULL;
-		struct weight_matrix *ws[7] = {&c->output};
-		int n = 1;
-		if (L) {
-			struct weight_matrix *lw[7] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
-			                               &L->w_gate, &L->w_up, &L->w_down};
-			memcpy(ws, lw, sizeof(ws));
-			n = 7;
-		}
-		for (int i = 0; i < n; i++) {
-			struct weight_matrix *w = ws[i];
-			bool mapped = in_file_mapping(m, w);
-			if (!panels_supported(w->type) || (m->file && !mapped))
-				continue;
-			size_t bytes = (panels_bytes(w) + 63) & ~(size_t)63;
-			void *buf = aligned_alloc(64, bytes);
-			if (!buf)
-				continue;
-			populate(buf, bytes);
-			panels_pack(c->pool, w, buf);
-			w->panels = buf;
-			c->panel_bufs[c->n_panel_bufs++] = buf;
-			/* a tied head is also the embedding table: keep it resident */
-			if (mapped && !(w == &c->output && m->output.data == m->token_embd.data))
-				drop_mapped_pages(w);
-		}
+	make_panel(c, m, &c->output);
+	for (int l = 0; l < n_layers; l++) {
+		struct model_layer *L = &c->layers[l];
+		struct weight_matrix *ws[7] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
+		                               &L->w_gate, &L->w_up, &L->w_down};
+		for (int i = 0; i < 7; i++)
+			make_panel(c, m, ws[i]);
 	}
 	return 0;
 }
