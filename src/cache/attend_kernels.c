@@ -95,6 +95,18 @@ ATTEND_INLINE float hsum(v8f v)
 /* Row formats the kernels read: the three dtypes, then int8 and int4 codes. */
 enum { K_F32 = KV_DTYPE_F32, K_F16 = KV_DTYPE_F16, K_BF16 = KV_DTYPE_BF16, K_Q8, K_Q4 };
 
+/* F(kind, args...) with the kind of dtype dt as a compile-time constant, so
+ * that each instance resolves its loads when inlined. */
+#define BY_DTYPE(dt, F, ...)                                                                       \
+	do {                                                                                       \
+		if ((dt) == KV_DTYPE_BF16)                                                         \
+			F(K_BF16, __VA_ARGS__);                                                    \
+		else if ((dt) == KV_DTYPE_F16)                                                     \
+			F(K_F16, __VA_ARGS__);                                                     \
+		else                                                                               \
+			F(K_F32, __VA_ARGS__);                                                     \
+	} while (0)
+
 /* 8 elements starting at element c (a multiple of 8) of a row of kind k. */
 ATTEND_INLINE v8f ld8(int k, const unsigned char *row, int c)
 {
@@ -567,12 +579,7 @@ AK512_INLINE void score_rows_512_k(int k, const unsigned char *base, size_t row_
 static AK512_FN void score_rows_512(enum kv_dtype dt, const unsigned char *base, size_t row_bytes,
                                     int n, int d, const float *q, int r, float *scores, int ld)
 {
-	if (dt == KV_DTYPE_BF16)
-		score_rows_512_k(K_BF16, base, row_bytes, n, d, q, r, scores, ld);
-	else if (dt == KV_DTYPE_F16)
-		score_rows_512_k(K_F16, base, row_bytes, n, d, q, r, scores, ld);
-	else
-		score_rows_512_k(K_F32, base, row_bytes, n, d, q, r, scores, ld);
+	BY_DTYPE(dt, score_rows_512_k, base, row_bytes, n, d, q, r, scores, ld);
 }
 
 /* Columns [c0, c0 + 16T) of one head: acc parts in registers, row i into
@@ -592,37 +599,36 @@ AK512_INLINE void mix_cols_512(int k, const unsigned char *base, size_t row_byte
 		for (int t = 0; t < T; t++)                                                        \
 			a[PART][t] = _mm512_fmadd_ps(w_, ld16(k, row_, c0 + 16 * t), a[PART][t]);  \
 	} while (0)
+	/* a row into the part its index picks (the unaligned head and tail) */
+#define MIX_ROW_ANY(I)                                                                             \
+	do {                                                                                       \
+		switch ((g0 + (I)) % U) {                                                          \
+		case 0:                                                                            \
+			MIX_ROW(0, I);                                                             \
+			break;                                                                     \
+		case 1:                                                                            \
+			MIX_ROW(1, I);                                                             \
+			break;                                                                     \
+		case 2:                                                                            \
+			MIX_ROW(2, I);                                                             \
+			break;                                                                     \
+		default:                                                                           \
+			MIX_ROW(3, I);                                                             \
+			break;                                                                     \
+		}                                                                                  \
+	} while (0)
 	int i = 0;
 	for (; i < n && (g0 + i) % U != 0; i++)
-		switch ((g0 + i) % U) {
-		case 1:
-			MIX_ROW(1, i);
-			break;
-		case 2:
-			MIX_ROW(2, i);
-			break;
-		default:
-			MIX_ROW(3, i);
-			break;
-		}
+		MIX_ROW_ANY(i);
 	for (; i + U <= n; i += U) {
 		MIX_ROW(0, i);
 		MIX_ROW(1, i + 1);
 		MIX_ROW(2, i + 2);
 		MIX_ROW(3, i + 3);
 	}
-	for (int u = 0; i < n; i++, u++)
-		switch (u) {
-		case 0:
-			MIX_ROW(0, i);
-			break;
-		case 1:
-			MIX_ROW(1, i);
-			break;
-		default:
-			MIX_ROW(2, i);
-			break;
-		}
+	for (; i < n; i++)
+		MIX_ROW_ANY(i);
+#undef MIX_ROW_ANY
 #undef MIX_ROW
 	for (int u = 0; u < U; u++)
 		for (int t = 0; t < T; t++)
@@ -646,12 +652,7 @@ AK512_INLINE void mix_rows_512_k(int k, const unsigned char *base, size_t row_by
 static AK512_FN void mix_rows_512(enum kv_dtype dt, const unsigned char *base, size_t row_bytes,
                                   int n, int d, const float *p, int ld, int r, float *acc, int g0)
 {
-	if (dt == KV_DTYPE_BF16)
-		mix_rows_512_k(K_BF16, base, row_bytes, n, d, p, ld, r, acc, g0);
-	else if (dt == KV_DTYPE_F16)
-		mix_rows_512_k(K_F16, base, row_bytes, n, d, p, ld, r, acc, g0);
-	else
-		mix_rows_512_k(K_F32, base, row_bytes, n, d, p, ld, r, acc, g0);
+	BY_DTYPE(dt, mix_rows_512_k, base, row_bytes, n, d, p, ld, r, acc, g0);
 }
 #endif
 
@@ -666,13 +667,7 @@ void attend_score_rows(enum kv_dtype dt, const unsigned char *base, size_t row_b
 	}
 #endif
 	if (d % 8 == 0) {
-		/* one instance per dtype so the loads are resolved at compile time */
-		if (dt == KV_DTYPE_F32)
-			score_rows_k(K_F32, base, row_bytes, n, d, q, r, scores, ld);
-		else if (dt == KV_DTYPE_BF16)
-			score_rows_k(K_BF16, base, row_bytes, n, d, q, r, scores, ld);
-		else
-			score_rows_k(K_F16, base, row_bytes, n, d, q, r, scores, ld);
+		BY_DTYPE(dt, score_rows_k, base, row_bytes, n, d, q, r, scores, ld);
 		return;
 	}
 	score_rows_scalar(dt, 0, base, row_bytes, n, d, q, r, scores, ld);
@@ -689,12 +684,7 @@ void attend_mix_rows(enum kv_dtype dt, const unsigned char *base, size_t row_byt
 	}
 #endif
 	if (d % 8 == 0) {
-		if (dt == KV_DTYPE_F32)
-			mix_rows_k(K_F32, base, row_bytes, n, d, p, ld, r, acc, g0);
-		else if (dt == KV_DTYPE_BF16)
-			mix_rows_k(K_BF16, base, row_bytes, n, d, p, ld, r, acc, g0);
-		else
-			mix_rows_k(K_F16, base, row_bytes, n, d, p, ld, r, acc, g0);
+		BY_DTYPE(dt, mix_rows_k, base, row_bytes, n, d, p, ld, r, acc, g0);
 		return;
 	}
 	mix_rows_scalar(dt, 0, base, row_bytes, n, d, p, ld, r, acc, g0);
