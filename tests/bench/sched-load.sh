@@ -14,6 +14,10 @@
 # The same load also runs in-process (tests/bench/sched-inproc.c: scheduler +
 # engine, no HTTP, same window rule; also the mean tick period and forward
 # time) so the server's share of the figures can be told apart.
+# The 16-over-1 scaling is also measured as PAIRS back-to-back pairs of a
+# 1-stream and a 16-stream window (this shared machine's speed drifts by up
+# to 2x within minutes, so windows run minutes apart make a poor ratio);
+# the report gives each pair's ratio and their min and median.
 # Models: stories260K, and with MODELS_134M=1 the synthetic 134M Llama (F32
 # and F16) made with sinkd-mkmodel.
 #
@@ -24,7 +28,7 @@
 # 0 = all cores), MODELS_134M (0), LONG (1: the long-prefill run), BATCH (512:
 # scheduler.max_batch_tokens), INPROC (1: also the in-process runs, each
 # request generating INPROC_TOKENS, default MAX_TOKENS), ONLY (a grep -E
-# pattern: only the models whose name matches).
+# pattern: only the models whose name matches), PAIRS (2).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -42,6 +46,7 @@ BATCH=${BATCH:-512}
 INPROC=${INPROC:-1}
 INPROC_TOKENS=${INPROC_TOKENS:-$MAX_TOKENS}
 ONLY=${ONLY:-.}
+PAIRS=${PAIRS:-2}
 TMP=$(mktemp -d)
 PID=
 cleanup() {
@@ -136,6 +141,14 @@ for model in "${MODELS[@]}"; do
 			log "  errors in the run: $r"
 		echo "{\"model\":\"$name\",\"mode\":\"https\",${r#\{}" >>"$TMP/results.jsonl"
 	done
+	for p in $(seq "$PAIRS"); do
+		for n in 1 16; do
+			log "  pair $p: $n streams"
+			r=$("$TMP/loadgen" "$PORT" "$KEY" "$n" "$WARMUP" "$secs" "$MAX_TOKENS" "$TMP/prompt.txt") ||
+				log "  errors in the run: $r"
+			echo "{\"model\":\"$name\",\"mode\":\"https\",\"pair\":$p,${r#\{}" >>"$TMP/results.jsonl"
+		done
+	done
 	if [ "$LONG" = 1 ]; then
 		log "  16 streams + a ~20k-token prompt alongside"
 		r=$("$TMP/loadgen" "$PORT" "$KEY" 16 "$WARMUP" "$secs" "$MAX_TOKENS" "$TMP/prompt.txt" "$TMP/long.txt") ||
@@ -159,8 +172,10 @@ for model in "${MODELS[@]}"; do
 done
 
 python3 - "$TMP/results.jsonl" <<'PY'
-import json, sys
+import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
+pair_rows = [r for r in rows if 'pair' in r]
+rows = [r for r in rows if 'pair' not in r]
 print(f"{'model':<16} {'mode':<7} {'streams':>7} {'long':>5} {'tok/s':>9} {'TTFT p50':>9} {'TTFT p99':>9} "
       f"{'ITL p50':>8} {'ITL p99':>8} {'p99/p50':>7} {'reqs':>5} {'err':>4}")
 for r in rows:
@@ -173,11 +188,25 @@ for r in rows:
     if not r['long_prefill']:
         by[(r['model'] + ' ' + r['mode'], r['streams'])] = r['tok_s']
 scal = {m: round(by[(m, 16)] / by[(m, 1)], 2) for (m, n) in by if n == 16 and (m, 1) in by and by[(m, 1)]}
-print("scaling 16 streams / 1 stream:", scal)
+print("scaling 16 streams / 1 stream (the runs above, minutes apart):", scal)
+pairs = {}
+for m in dict.fromkeys(r['model'] for r in pair_rows):
+    got = {(r['pair'], r['streams']): r['tok_s'] for r in pair_rows if r['model'] == m}
+    ratios = [got[(p, 16)] / got[(p, 1)] for p in sorted({k[0] for k in got})
+              if (p, 1) in got and (p, 16) in got and got[(p, 1)]]
+    if not ratios:
+        continue
+    pairs[m] = {"ratios": [round(x, 2) for x in ratios], "min": round(min(ratios), 2),
+                "median": round(statistics.median(ratios), 2)}
+    detail = ", ".join(f"{got[(p, 1)]:.1f} -> {got[(p, 16)]:.1f}" for p in sorted({k[0] for k in got})
+                       if (p, 1) in got and (p, 16) in got)
+    print(f"scaling 16/1 back to back, {m} https: {detail} tok/s; ratio min {min(ratios):.2f}, "
+          f"median {statistics.median(ratios):.2f}")
 for r in rows:
     if r['mode'] == 'inproc':
         print(f"inproc {r['model']} {r['streams']} streams{' +long' if r['long_prefill'] else ''}: "
               f"tick {r['tick_ms']:.2f} ms (forward {r['forward_ms']:.2f} ms), "
               f"{r['tokens_per_tick']:.1f} tokens/tick")
-print(json.dumps({"bench": "sched-load", "results": rows, "scaling_16_over_1": scal}))
+print(json.dumps({"bench": "sched-load", "results": rows, "scaling_16_over_1": scal,
+                  "pairs": pair_rows, "scaling_16_over_1_pairs": pairs}))
 PY
