@@ -39,11 +39,12 @@ void kv_row_store_scalar(enum kv_dtype dt, void *dst, const float *src, int n)
 
 #ifdef KVQUANT_X86
 /* 16 values per step: a row of 64 becomes four 32-byte stores instead of 64
- * two-byte ones (the scalar loop, one call per element, was 8% of the CPU
- * time of a 32-stream decode step of the 134M model).  Same rounding as the
- * scalar conversions: bf16 to nearest even with nan kept quiet, f16 by the
- * hardware's round to nearest even (identical results except the payload
- * bits of a nan). */
+ * two-byte ones, each from an out-of-line conversion call (row stores were
+ * 8% of the CPU time of a 32-stream decode step of the 134M model, most of
+ * it the page faults of fresh rows, since taken off by sinkcache.c).  Same
+ * rounding as the scalar conversions: bf16 to nearest even with nan kept
+ * quiet, f16 by the hardware's round to nearest even (identical results
+ * except the payload bits of a nan). */
 __attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) static void
 row_store_avx512(enum kv_dtype dt, uint16_t *d, const float *s, int n)
 {

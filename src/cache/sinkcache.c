@@ -35,6 +35,7 @@
 #include "cache/rope.h"
 #include "cache/sinkcache_impl.h"
 #include "util/errbuf.h"
+#include "util/pages.h"
 
 #define SINKCACHE_MAX_TOKENS (1 << 24)
 
@@ -262,18 +263,12 @@ static unsigned char *layer_block_map(size_t bytes)
 	return p == MAP_FAILED ? NULL : p;
 }
 
-/* Pages of the rows a token writes are made resident a chunk at a time with
- * one madvise(MADV_POPULATE_WRITE) instead of one page fault each: faults
- * cost ~12 us per 4 KiB page on the test VM against ~0.7 us per page
- * populated in bulk, and a decode step of 32 streams of the 134M model
- * wrote ~290 fresh pages (each token's rows of every head land on
- * different pages).  16 KiB keeps what a short session commits ahead small
- * (at most one chunk per head row run).  Where the kernel lacks the advice
- * (before Linux 5.14) the pages fault in as before. */
+/* Pages of the rows a token writes are made resident a chunk at a time
+ * (pages_populate) instead of one page fault each: a decode step of 32
+ * streams of the 134M model wrote ~290 fresh pages (each token's rows of
+ * every head land on different pages).  16 KiB keeps what a short session
+ * commits ahead small (at most one chunk per head row run). */
 #define POPULATE_CHUNK ((size_t)16384)
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
 
 static void kv_layer_populate_chunk(const struct sinkcache *c, struct kv_layer *L, size_t chunk)
 {
@@ -283,7 +278,7 @@ static void kv_layer_populate_chunk(const struct sinkcache *c, struct kv_layer *
 	L->populated[chunk / 64] |= bit;
 	size_t start = chunk * POPULATE_CHUNK;
 	size_t len = c->layer_bytes - start < POPULATE_CHUNK ? c->layer_bytes - start : POPULATE_CHUNK;
-	madvise(L->mem + start, len, MADV_POPULATE_WRITE);
+	pages_populate(L->mem + start, len);
 }
 
 /* Before a write of one row (fp_row bytes) at row. */

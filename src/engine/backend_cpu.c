@@ -21,14 +21,13 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "engine/matmul.h"
 #include "engine/panels.h"
 #include "engine/threadpool.h"
 #include "model/gguf.h"
 #include "util/errbuf.h"
+#include "util/pages.h"
 
 /* A session with at least this many tokens in a batch is attended alone
  * with its heads split over threads; fewer go one session per task. */
@@ -551,29 +550,13 @@ static bool in_file_mapping(const struct model *m, const struct weight_matrix *w
 	return map && p >= map && p + len <= map + gguf_file_size(m->file);
 }
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
-
-/* madvise over the whole pages inside [p, p + bytes). */
-static void advise_pages(const void *p, size_t bytes, int advice)
-{
-	size_t page = (size_t)sysconf(_SC_PAGESIZE);
-	uintptr_t lo = ((uintptr_t)p + page - 1) & ~(uintptr_t)(page - 1);
-	uintptr_t hi = ((uintptr_t)p + bytes) & ~(uintptr_t)(page - 1);
-	if (hi > lo)
-		madvise((void *)lo, hi - lo, advice);
-}
-
 /* Panels for w when the kernels read them, unless the model dequantized w
  * from its file into its own memory (it would be held twice: it is read as
  * it is; a model built in memory, as in tests, gets panels).  The buffer's
- * pages are made resident in one call (a fault per page costs ~12 us on the
- * test VM, ~0.7 us populated in bulk: loading the 134M F32 model took 1 s,
- * 0.6 s of it faults; before Linux 5.14 they fault in as written).  The
- * file pages of w are given back afterwards (read again from the file if
- * something touches them), unless w is a tied head, which is also the
- * embedding table.  Without memory the matrix stays as stored. */
+ * pages are made resident in one call (loading the 134M F32 model took 1 s,
+ * 0.6 s of it page faults).  The file pages of w are given back afterwards,
+ * unless w is a tied head, which is also the embedding table.  Without
+ * memory the matrix stays as stored. */
 static void make_panel(struct cpu_backend *c, const struct model *m, struct weight_matrix *w)
 {
 	bool mapped = in_file_mapping(m, w);
@@ -583,12 +566,12 @@ static void make_panel(struct cpu_backend *c, const struct model *m, struct weig
 	void *buf = aligned_alloc(64, bytes);
 	if (!buf)
 		return;
-	advise_pages(buf, bytes, MADV_POPULATE_WRITE);
+	pages_populate(buf, bytes);
 	panels_pack(c->pool, w, buf);
 	w->panels = buf;
 	c->panel_bufs[c->n_panel_bufs++] = buf;
 	if (mapped && w->data != m->token_embd.data)
-		advise_pages(w->data, (size_t)w->rows * w->row_bytes, MADV_DONTNEED);
+		pages_release(w->data, (size_t)w->rows * w->row_bytes);
 }
 
 /* Copies the model's matrices into c, with panels where make_panel makes

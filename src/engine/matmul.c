@@ -880,11 +880,9 @@ static void rows_panels(const struct matmul_job *job, const float *x, const stru
 	panels_rows(job->w, job->bias, x, xt, B, job->y, r0, r1);
 }
 
-static rows_fn pick_rows_fn(enum matmul_isa isa, const struct weight_matrix *w, int B)
+/* The kernel for weights in their stored layout. */
+static rows_fn pick_stored_fn(enum matmul_isa isa, int type, int B)
 {
-	int type = w->type;
-	if (isa == MATMUL_ISA_AUTO && w->panels)
-		return rows_panels;
 #ifdef MATMUL_X86
 	if (isa != MATMUL_ISA_GENERIC && matmul_have_avx2()) {
 		bool z = isa == MATMUL_ISA_AUTO && matmul_have_avx512();
@@ -914,6 +912,13 @@ static rows_fn pick_rows_fn(enum matmul_isa isa, const struct weight_matrix *w, 
 	return rows_generic;
 }
 
+static rows_fn pick_rows_fn(enum matmul_isa isa, const struct weight_matrix *w, int B)
+{
+	if (isa == MATMUL_ISA_AUTO && w->panels)
+		return rows_panels;
+	return pick_stored_fn(isa, w->type, B);
+}
+
 bool matmul_q8_rounds_activations(enum matmul_isa isa, int B)
 {
 	if (isa != MATMUL_ISA_AUTO || !matmul_have_avx2())
@@ -938,7 +943,7 @@ bool matmul_q8_rounds_activations(enum matmul_isa isa, int B)
 struct matmul_call {
 	const float *x;              /* (B, cols) */
 	const struct block_q8_x *xq; /* (B, cols/32) x quantized, for the Q8_0 integer path */
-	const float *xt;             /* x transposed in chunks, for the AVX-512 GEMM */
+	const float *xt;             /* x transposed (panels_transpose_x), for the panel kernels */
 	int B;
 	const struct matmul_job *jobs;
 	rows_fn fns[MATMUL_MAX_JOBS];
@@ -1117,12 +1122,9 @@ static float *prepare_xt(struct matmul_call *c, enum matmul_isa isa, int cols)
 	size_t bytes = panels_xt_floats(c->B, cols) * sizeof(float);
 	float *xt = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
 	if (!xt) {
-		struct weight_matrix plain[MATMUL_MAX_JOBS];
-		for (int j = 0; j < c->n_jobs; j++) {
-			plain[j] = *c->jobs[j].w;
-			plain[j].panels = NULL;
-			c->fns[j] = pick_rows_fn(isa, &plain[j], c->B);
-		}
+		for (int j = 0; j < c->n_jobs; j++)
+			if (c->fns[j] == rows_panels)
+				c->fns[j] = pick_stored_fn(isa, c->jobs[j].w->type, c->B);
 		return NULL;
 	}
 	panels_transpose_x(c->x, c->B, cols, xt);

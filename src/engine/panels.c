@@ -31,15 +31,25 @@ static size_t elem_size(int type)
 	return type == GGML_TYPE_F32 ? 4 : 2;
 }
 
+/* Bytes of one column of a group. */
+static size_t column_bytes(int type)
+{
+	return GROUP_ROWS * elem_size(type);
+}
+
 static size_t group_bytes(const struct weight_matrix *w)
 {
-	return (size_t)w->cols * GROUP_ROWS * elem_size(w->type);
+	return (size_t)w->cols * column_bytes(w->type);
+}
+
+static int n_groups(const struct weight_matrix *w)
+{
+	return (w->rows + GROUP_ROWS - 1) / GROUP_ROWS;
 }
 
 size_t panels_bytes(const struct weight_matrix *w)
 {
-	size_t groups = ((size_t)w->rows + GROUP_ROWS - 1) / GROUP_ROWS;
-	return groups * group_bytes(w);
+	return (size_t)n_groups(w) * group_bytes(w);
 }
 
 size_t panels_xt_floats(int B, int cols)
@@ -57,34 +67,6 @@ void panels_transpose_x(const float *x, int B, int cols, float *xt)
 				t[(size_t)k * PANELS_BATCH_ROWS + b] =
 				    b0 + b < B ? x[(size_t)(b0 + b) * cols + k] : 0.0f;
 	}
-}
-
-struct pack_job {
-	const struct weight_matrix *w;
-	uint8_t *out;
-	int groups, parts;
-};
-
-static void pack_groups(const struct weight_matrix *w, uint8_t *out, int g0, int g1);
-
-static void pack_task(void *ctx, int task, int thread)
-{
-	(void)thread;
-	struct pack_job *j = ctx;
-	int g0, g1;
-	threadpool_split(j->groups, j->parts, task, 1, &g0, &g1);
-	pack_groups(j->w, j->out, g0, g1);
-}
-
-void panels_pack(struct threadpool *pool, const struct weight_matrix *w, void *out)
-{
-	int groups = (w->rows + GROUP_ROWS - 1) / GROUP_ROWS;
-	if (!pool) {
-		pack_groups(w, out, 0, groups);
-		return;
-	}
-	struct pack_job j = {.w = w, .out = out, .groups = groups, .parts = 4 * threadpool_size(pool)};
-	threadpool_run(pool, j.parts, pack_task, &j);
 }
 
 #ifdef PANELS_X86
@@ -142,6 +124,32 @@ static PANELS_FN void pack_groups(const struct weight_matrix *w, uint8_t *out, i
 	_mm_sfence(); /* the streaming stores, before the pool reports the task done */
 }
 
+struct pack_job {
+	const struct weight_matrix *w;
+	uint8_t *out;
+	int groups, parts;
+};
+
+static void pack_task(void *ctx, int task, int thread)
+{
+	(void)thread;
+	struct pack_job *j = ctx;
+	int g0, g1;
+	threadpool_split(j->groups, j->parts, task, 1, &g0, &g1);
+	pack_groups(j->w, j->out, g0, g1);
+}
+
+void panels_pack(struct threadpool *pool, const struct weight_matrix *w, void *out)
+{
+	int groups = n_groups(w);
+	if (!pool) {
+		pack_groups(w, out, 0, groups);
+		return;
+	}
+	struct pack_job j = {.w = w, .out = out, .groups = groups, .parts = 4 * threadpool_size(pool)};
+	threadpool_run(pool, j.parts, pack_task, &j);
+}
+
 /* Column k of a group: 16 weights as fp32. */
 PANELS_INLINE __m512 load_column(int type, const uint8_t *group, int k)
 {
@@ -178,7 +186,7 @@ PANELS_INLINE void decode_groups(int type, int R, const uint8_t *group, size_t g
 	__m512 acc[DECODE_GROUPS][2];
 	for (int r = 0; r < R; r++)
 		acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-	size_t col_bytes = type == GGML_TYPE_F32 ? 64 : 32;
+	size_t col_bytes = column_bytes(type);
 	int k = 0;
 	for (; k + 2 <= cols; k += 2) {
 		__m512 x0 = _mm512_set1_ps(x[k]), x1 = _mm512_set1_ps(x[k + 1]);
@@ -216,7 +224,7 @@ PANELS_INLINE void batch_tile(int type, int R, const uint8_t *group, size_t gb, 
                               int cols, float *y, size_t ldy, int nb, const float *bias, int g,
                               int r0, int r1, const uint8_t *next, int n_next)
 {
-	size_t col_bytes = type == GGML_TYPE_F32 ? 64 : 32;
+	size_t col_bytes = column_bytes(type);
 	__m512 acc[TILE_GROUPS][PANELS_BATCH_ROWS];
 	_Pragma("GCC unroll 32")
 	for (int r = 0; r < R; r++)
@@ -265,11 +273,11 @@ PANELS_INLINE void batch_tile(int type, int R, const uint8_t *group, size_t gb, 
 			return;                                                                    \
 		}                                                                                  \
 		size_t ldy = (size_t)w->rows;                                                      \
-		int n_groups = (w->rows + GROUP_ROWS - 1) / GROUP_ROWS;                            \
+		int groups = n_groups(w);                                                          \
 		for (int g = g0; g < g1;) {                                                        \
 			int R = g + TILE_GROUPS <= g1 ? TILE_GROUPS : 1;                           \
-			int n_next = n_groups - (g + R) < TILE_GROUPS ? n_groups - (g + R)         \
-			                                              : TILE_GROUPS;               \
+			int n_next = groups - (g + R) < TILE_GROUPS ? groups - (g + R)             \
+			                                            : TILE_GROUPS;                 \
 			const uint8_t *next = panels + (g + R) * gb;                               \
 			int last_b0 = (B - 1) / PANELS_BATCH_ROWS * PANELS_BATCH_ROWS;             \
 			for (int b0 = 0; b0 < B; b0 += PANELS_BATCH_ROWS) {                        \
@@ -308,37 +316,16 @@ void panels_rows(const struct weight_matrix *w, const float *bias, const float *
 	}
 }
 #else
-/* Groups [g0, g1) of w into out: each group written front to back while its
- * 16 source rows are read side by side. */
-static void pack_groups(const struct weight_matrix *w, uint8_t *out, int g0, int g1)
-{
-	size_t esz = elem_size(w->type), gb = group_bytes(w);
-	for (int g = g0; g < g1; g++) {
-		uint8_t *dst = out + (size_t)g * gb;
-		const uint8_t *src[GROUP_ROWS];
-		int n = w->rows - g * GROUP_ROWS < GROUP_ROWS ? w->rows - g * GROUP_ROWS : GROUP_ROWS;
-		for (int j = 0; j < n; j++)
-			src[j] = (const uint8_t *)w->data + (size_t)(g * GROUP_ROWS + j) * w->row_bytes;
-		if (n < GROUP_ROWS)
-			memset(dst, 0, gb);
-		if (esz == 4) {
-			uint32_t *d = (uint32_t *)dst;
-			for (int k = 0; k < w->cols; k++)
-				for (int j = 0; j < n; j++)
-					memcpy(&d[(size_t)k * GROUP_ROWS + j], src[j] + (size_t)k * 4, 4);
-		} else {
-			uint16_t *d = (uint16_t *)dst;
-			for (int k = 0; k < w->cols; k++)
-				for (int j = 0; j < n; j++)
-					memcpy(&d[(size_t)k * GROUP_ROWS + j], src[j] + (size_t)k * 2, 2);
-		}
-	}
-}
-
 bool panels_supported(int ggml_type)
 {
 	(void)ggml_type;
 	return false;
+}
+
+/* Without AVX-512 no matrix has panels: neither is ever called. */
+void panels_pack(struct threadpool *pool, const struct weight_matrix *w, void *out)
+{
+	(void)pool, (void)w, (void)out;
 }
 
 void panels_rows(const struct weight_matrix *w, const float *bias, const float *x,

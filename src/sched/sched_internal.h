@@ -134,11 +134,11 @@ struct scheduler {
 	double pace_decode_s;        /* median of recent decode-only batch times; 0 unknown */
 	double pace_decode_samples[SCHED_PACE_SAMPLES]; /* ring of the last decode-only times */
 	size_t pace_decode_n;                           /* samples ever taken */
-	double pace_cap;             /* prefill tokens per batch while sessions decode */
+	double pace_cap;             /* prompt rows per batch while sessions decode */
 	unsigned pace_since_measure; /* batches since the last decode-only one */
-	double pace_token_s;         /* what one prompt token adds (pace_extra_s / pace_prefill_tokens) */
+	double pace_row_s;           /* what one paid prompt row adds (pace_extra_s / pace_paid_rows) */
 	double pace_extra_s;         /* moving average: paced batch time beyond a decode-only one */
-	double pace_prefill_tokens;  /* moving average: prompt tokens in those batches */
+	double pace_paid_rows;       /* moving average: rows those batches paid for beyond the decoders' */
 };
 
 double sched_now(void);

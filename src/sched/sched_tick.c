@@ -566,18 +566,18 @@ static void pace_update(struct scheduler *s, const struct batch_shape *b, double
 	 * so that one slow batch does not make a row look expensive); then as
 	 * many rows as fit in the time allowed beyond the decode-only batch. */
 	double extra = seconds - s->pace_decode_s;
-	if (s->pace_prefill_tokens == 0) {
+	if (s->pace_paid_rows == 0) {
 		s->pace_extra_s = extra;
-		s->pace_prefill_tokens = (double)paid;
+		s->pace_paid_rows = (double)paid;
 	} else {
 		s->pace_extra_s = 0.7 * s->pace_extra_s + 0.3 * extra;
-		s->pace_prefill_tokens = 0.7 * s->pace_prefill_tokens + 0.3 * (double)paid;
+		s->pace_paid_rows = 0.7 * s->pace_paid_rows + 0.3 * (double)paid;
 	}
 	double floor_s = PACE_TOKEN_FLOOR * s->pace_decode_s;
-	s->pace_token_s = s->pace_extra_s / s->pace_prefill_tokens;
-	if (s->pace_token_s < floor_s)
-		s->pace_token_s = floor_s;
-	double cap = (PACE_FACTOR - 1) * s->pace_decode_s / s->pace_token_s;
+	s->pace_row_s = s->pace_extra_s / s->pace_paid_rows;
+	if (s->pace_row_s < floor_s)
+		s->pace_row_s = floor_s;
+	double cap = (PACE_FACTOR - 1) * s->pace_decode_s / s->pace_row_s;
 	/* Extrapolate at most twofold from the chunk measured: costs are not
 	 * linear forever (a few rows more can look free to the matmul's tiles,
 	 * many more are not). */
