@@ -18,6 +18,7 @@
 
 #include "cache/kvquant.h"
 #include "cache/sinkcache_impl.h"
+#include "util/cpu.h"
 
 /* The helpers below are always inlined into each clone; their vector
  * arguments never cross an ABI boundary. */
@@ -501,15 +502,9 @@ static void mix_rows_scalar(enum kv_dtype dt, int bits, const unsigned char *bas
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(ATTEND_NO_CLONES)
 #include <immintrin.h>
 #define ATTEND_HAVE_512 1
-#define AK512_TARGET "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"
+#define AK512_TARGET "avx512f,avx512bw,avx512vl,avx2,fma,f16c"
 #define AK512_FN __attribute__((target(AK512_TARGET)))
 #define AK512_INLINE static inline __attribute__((always_inline, target(AK512_TARGET)))
-
-static bool have_avx512(void)
-{
-	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-	       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-}
 
 /* 16 elements from element c of a row of kind k (a dtype). */
 AK512_INLINE __m512 ld16(int k, const unsigned char *row, int c)
@@ -661,7 +656,7 @@ void attend_score_rows(enum kv_dtype dt, const unsigned char *base, size_t row_b
                        const float *q, int r, float *scores, int ld)
 {
 #ifdef ATTEND_HAVE_512
-	if (d % 16 == 0 && have_avx512()) {
+	if (d % 16 == 0 && cpu_has_avx512()) {
 		score_rows_512(dt, base, row_bytes, n, d, q, r, scores, ld);
 		return;
 	}
@@ -678,7 +673,7 @@ void attend_mix_rows(enum kv_dtype dt, const unsigned char *base, size_t row_byt
                      const float *p, int ld, int r, float *acc, int g0)
 {
 #ifdef ATTEND_HAVE_512
-	if (d % 16 == 0 && have_avx512()) {
+	if (d % 16 == 0 && cpu_has_avx512()) {
 		mix_rows_512(dt, base, row_bytes, n, d, p, ld, r, acc, g0);
 		return;
 	}

@@ -8,6 +8,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "util/cpu.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define KVQUANT_X86 1
@@ -45,7 +47,7 @@ void kv_row_store_scalar(enum kv_dtype dt, void *dst, const float *src, int n)
  * rounding as the scalar conversions: bf16 to nearest even with nan kept
  * quiet, f16 by the hardware's round to nearest even (identical results
  * except the payload bits of a nan). */
-__attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) static void
+__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"))) static void
 row_store_avx512(enum kv_dtype dt, uint16_t *d, const float *s, int n)
 {
 	int i = 0;
@@ -77,8 +79,7 @@ row_store_avx512(enum kv_dtype dt, uint16_t *d, const float *s, int n)
 void kv_row_store(enum kv_dtype dt, void *dst, const float *src, int n)
 {
 #ifdef KVQUANT_X86
-	if (dt != KV_DTYPE_F32 && __builtin_cpu_supports("avx512f") &&
-	    __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")) {
+	if (dt != KV_DTYPE_F32 && cpu_has_avx512()) {
 		row_store_avx512(dt, dst, src, n);
 		return;
 	}

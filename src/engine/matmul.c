@@ -19,12 +19,13 @@
  * the fly); activations stay fp32, except Q8_0 decode, which quantizes them
  * to Q8 and multiplies in integers (as llama.cpp does).  The FFN's gate and
  * up products can run fused with the SwiGLU activation (matmul_swiglu).
- * AVX2/FMA/F16C and AVX-512 kernels are chosen with __builtin_cpu_supports;
+ * AVX2/FMA/F16C and AVX-512 kernels are chosen at run time (util/cpu.h);
  * a plain C path runs elsewhere.  It does not own buffers or know about
  * layers: see backend_cpu.c. */
 #include "engine/matmul.h"
 
 #include "engine/panels.h"
+#include "util/cpu.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -832,30 +833,17 @@ DEFINE_ROWS_AVX2(rows_avx2_f16, GGML_TYPE_F16)
 DEFINE_ROWS_AVX2(rows_avx2_bf16, GGML_TYPE_BF16)
 DEFINE_ROWS_AVX2(rows_avx2_q8_0, GGML_TYPE_Q8_0)
 
-bool matmul_have_avx512(void)
-{
-	__builtin_cpu_init();
-	return matmul_have_avx2() && __builtin_cpu_supports("avx512f") &&
-	       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-}
-
-bool matmul_have_avx2(void)
-{
-	__builtin_cpu_init();
-	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-	       __builtin_cpu_supports("f16c");
-}
-#else
-bool matmul_have_avx2(void)
-{
-	return false;
-}
-
-bool matmul_have_avx512(void)
-{
-	return false;
-}
 #endif
+
+bool matmul_have_avx2(void)
+{
+	return cpu_has_avx2();
+}
+
+bool matmul_have_avx512(void)
+{
+	return cpu_has_avx512();
+}
 
 /* ---------------------------------------------------------------- driver */
 

@@ -14,6 +14,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "util/cpu.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define PANELS_X86 1
@@ -76,11 +78,7 @@ void panels_transpose_x(const float *x, int B, int cols, float *xt)
 
 bool panels_supported(int ggml_type)
 {
-	__builtin_cpu_init();
-	bool z = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-	         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma") &&
-	         __builtin_cpu_supports("f16c");
-	return z && (ggml_type == GGML_TYPE_F32 || ggml_type == GGML_TYPE_F16 ||
+	return cpu_has_avx512() && (ggml_type == GGML_TYPE_F32 || ggml_type == GGML_TYPE_F16 ||
 	             ggml_type == GGML_TYPE_BF16);
 }
 

@@ -1,0 +1,27 @@
+/* CPU feature levels (see cpu.h). */
+#include "util/cpu.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+bool cpu_has_avx2(void)
+{
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+	       __builtin_cpu_supports("f16c");
+}
+
+bool cpu_has_avx512(void)
+{
+	return cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
+	       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+}
+#else
+bool cpu_has_avx2(void)
+{
+	return false;
+}
+
+bool cpu_has_avx512(void)
+{
+	return false;
+}
+#endif
