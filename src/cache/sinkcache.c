@@ -28,7 +28,6 @@
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 #include <string.h>
 
 #include "cache/kvquant.h"
@@ -45,7 +44,10 @@ struct kv_layout {
 	bool sink_quant;
 	size_t fp_row, code_row;
 	size_t sink_tok, fp_tok, group_bytes; /* bytes per token / group, all kv heads, K+V */
-	size_t layer_bytes;
+	size_t layer_bytes; /* front_bytes + back_bytes: the bound per layer */
+	size_t front_bytes; /* sinks, hot and staging */
+	size_t back_bytes;  /* quantized groups */
+	size_t front_stride; /* front_bytes rounded up to 64: layer fronts' spacing */
 };
 
 /* Group size: 32 tokens, or a divisor of the compressed capacity in [16,32]
@@ -89,9 +91,10 @@ static void kv_layout_of(const struct sinkcache_geometry *g, struct kv_layout *l
 	lo->sink_tok = lo->sink_quant ? 2 * n_kv * (lo->code_row + 2 * sizeof(float)) : lo->fp_tok;
 	lo->group_bytes = n_kv * (2 * (size_t)lo->group * lo->code_row + 2 * d * sizeof(float) +
 	                          (size_t)lo->group * 2 * sizeof(float));
-	lo->layer_bytes = (size_t)lo->sink * lo->sink_tok +
-	                  (size_t)(lo->hot + lo->stage) * lo->fp_tok +
-	                  (size_t)lo->n_groups * lo->group_bytes;
+	lo->front_bytes = (size_t)lo->sink * lo->sink_tok + (size_t)(lo->hot + lo->stage) * lo->fp_tok;
+	lo->back_bytes = (size_t)lo->n_groups * lo->group_bytes;
+	lo->layer_bytes = lo->front_bytes + lo->back_bytes;
+	lo->front_stride = (lo->front_bytes + 63) & ~(size_t)63;
 }
 
 static int check_range(char *err, size_t err_len, const char *field, long long v, long long lo,
@@ -202,35 +205,34 @@ size_t sinkcache_capacity_tokens(const struct sinkcache_geometry *g)
 	return (size_t)(lo.sink + lo.window);
 }
 
-/* Carves the layer's single allocation: fp32 parameters, then dtype rows,
- * then codes (so every array is aligned to its element). */
+/* Carves a layer's front (sinks, hot, staging: fp32 parameters, then dtype
+ * rows, then codes, so every array is aligned to its element) and back
+ * (groups: parameters, then codes). */
 static void kv_layer_carve(struct sinkcache *c, const struct kv_layout *lo, struct kv_layer *L)
 {
 	size_t n_kv = (size_t)c->g.n_kv_heads, d = (size_t)c->g.head_dim;
 	size_t g = (size_t)lo->group, ng = (size_t)lo->n_groups, s = (size_t)lo->sink;
-	float *fp = (float *)L->mem;
+	size_t sink_row = lo->sink_quant ? lo->code_row : lo->fp_row;
+	float *fp = (float *)L->front;
 	if (lo->sink_quant) {
 		L->sink_kp = fp, fp += n_kv * s * 2;
 		L->sink_vp = fp, fp += n_kv * s * 2;
 	}
-	L->gkp = fp, fp += ng * n_kv * 2 * d;
-	L->gvp = fp, fp += ng * n_kv * g * 2;
 	unsigned char *p = (unsigned char *)fp;
-	size_t sink_row = lo->sink_quant ? lo->code_row : lo->fp_row;
 	L->hot_k = p, p += n_kv * (size_t)lo->hot * lo->fp_row;
 	L->hot_v = p, p += n_kv * (size_t)lo->hot * lo->fp_row;
 	L->st_k = p, p += n_kv * (size_t)lo->stage * lo->fp_row;
 	L->st_v = p, p += n_kv * (size_t)lo->stage * lo->fp_row;
-	if (!lo->sink_quant) {
-		L->sink_k = p, p += n_kv * s * sink_row;
-		L->sink_v = p, p += n_kv * s * sink_row;
-	}
+	L->sink_k = p, p += n_kv * s * sink_row;
+	L->sink_v = p, p += n_kv * s * sink_row;
+	if (!L->mem)
+		return;
+	fp = (float *)L->mem;
+	L->gkp = fp, fp += ng * n_kv * 2 * d;
+	L->gvp = fp, fp += ng * n_kv * g * 2;
+	p = (unsigned char *)fp;
 	L->gk = p, p += ng * n_kv * g * lo->code_row;
 	L->gv = p, p += ng * n_kv * g * lo->code_row;
-	if (lo->sink_quant) {
-		L->sink_k = p, p += n_kv * s * sink_row;
-		L->sink_v = p, p += n_kv * s * sink_row;
-	}
 }
 
 static void kv_layer_clear(struct sinkcache *c, struct kv_layer *L)
@@ -250,17 +252,30 @@ static void kv_layer_clear(struct sinkcache *c, struct kv_layer *L)
 	}
 }
 
-/* A layer's block is mapped on its own rather than taken from the heap:
- * fresh pages read as zero without being written, so a new session costs
- * no memset and touches (commits) only the pages its tokens reach, and the
+/* The blocks are mapped on their own rather than taken from the heap: fresh
+ * pages read as zero without being written, so a new session costs no
+ * memset and touches (commits) only the pages its tokens reach, and the
  * pages go back to the system when the session ends.  Heap blocks of this
  * size (up to ~13 MB per layer) came back zeroed by calloc once glibc's
  * mmap threshold had grown: tens of milliseconds per new session on the
- * engine thread, a stall of every stream's tick. */
-static unsigned char *layer_block_map(size_t bytes)
+ * engine thread, a stall of every stream's tick.
+ *
+ * Every decode step reads the front of every layer of every session (each
+ * head's rows a run of its own), so with small pages a step of 32 streams
+ * of the 134M model touched ~37,000 pages and attention waited on address
+ * translation.  The fronts of all layers are one block, on huge pages when
+ * it spans 2 MiB to SINKCACHE_HUGE_FRONT_MAX.  A session's first token
+ * writes a row in every layer's front, so with huge pages it commits (and
+ * the engine thread zeroes) about the whole front at once: 5.9 MiB for the
+ * 134M model with quantization on (the front is then the newest
+ * full_precision_recent tokens, filled within a few hundred tokens anyway),
+ * ~0.3 ms here.  Larger fronts (no quantization: the whole window is hot)
+ * keep small pages and commit only what the tokens reach. */
+#define SINKCACHE_HUGE_FRONT_MAX ((size_t)8 << 20)
+
+static bool front_on_huge_pages(size_t bytes)
 {
-	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	return p == MAP_FAILED ? NULL : p;
+	return bytes >= PAGES_HUGE_BYTES && bytes <= SINKCACHE_HUGE_FRONT_MAX;
 }
 
 /* Pages of the rows a token writes are made resident a chunk at a time
@@ -270,23 +285,23 @@ static unsigned char *layer_block_map(size_t bytes)
  * commits ahead small (at most one chunk per head row run). */
 #define POPULATE_CHUNK ((size_t)16384)
 
-static void kv_layer_populate_chunk(const struct sinkcache *c, struct kv_layer *L, size_t chunk)
+static void front_populate_chunk(struct sinkcache *c, size_t chunk)
 {
 	uint64_t bit = (uint64_t)1 << (chunk % 64);
-	if (L->populated[chunk / 64] & bit)
+	if (c->front_populated[chunk / 64] & bit)
 		return;
-	L->populated[chunk / 64] |= bit;
+	c->front_populated[chunk / 64] |= bit;
 	size_t start = chunk * POPULATE_CHUNK;
-	size_t len = c->layer_bytes - start < POPULATE_CHUNK ? c->layer_bytes - start : POPULATE_CHUNK;
-	pages_populate(L->mem + start, len);
+	size_t len = c->front_bytes - start < POPULATE_CHUNK ? c->front_bytes - start : POPULATE_CHUNK;
+	pages_populate(c->front + start, len);
 }
 
-/* Before a write of one row (fp_row bytes) at row. */
-static void kv_layer_populate(const struct sinkcache *c, struct kv_layer *L, const void *row)
+/* Before a write of one front row (fp_row bytes) at row. */
+static void kv_front_populate(struct sinkcache *c, const void *row)
 {
-	size_t off = (size_t)((const unsigned char *)row - L->mem);
-	kv_layer_populate_chunk(c, L, off / POPULATE_CHUNK);
-	kv_layer_populate_chunk(c, L, (off + c->fp_row - 1) / POPULATE_CHUNK);
+	size_t off = (size_t)((const unsigned char *)row - c->front);
+	front_populate_chunk(c, off / POPULATE_CHUNK);
+	front_populate_chunk(c, (off + c->fp_row - 1) / POPULATE_CHUNK);
 }
 
 int sinkcache_new(const struct sinkcache_geometry *g, struct sinkcache **out, char *err,
@@ -310,6 +325,7 @@ int sinkcache_new(const struct sinkcache_geometry *g, struct sinkcache **out, ch
 	c->fp_row = lo.fp_row;
 	c->code_row = lo.code_row;
 	c->layer_bytes = lo.layer_bytes;
+	c->back_bytes = lo.back_bytes;
 	int half = g->rope_dim / 2 > 0 ? g->rope_dim / 2 : 1;
 	c->freq_hi = calloc((size_t)half, sizeof(double));
 	c->freq_lo = calloc((size_t)half, sizeof(double));
@@ -319,13 +335,19 @@ int sinkcache_new(const struct sinkcache_geometry *g, struct sinkcache **out, ch
 	if (!c->freq_hi || !c->freq_lo || !c->layers || !c->flush_rows)
 		goto oom;
 	rope_freqs_init(g->rope_theta, g->rope_dim, c->freq_hi, c->freq_lo);
+	c->front_bytes = lo.front_stride * (size_t)g->n_layers;
+	c->front = pages_map(c->front_bytes > 0 ? c->front_bytes : 1,
+	                     front_on_huge_pages(c->front_bytes));
+	c->front_populated = calloc((c->front_bytes / POPULATE_CHUNK + 64) / 64, sizeof(uint64_t));
+	if (!c->front || !c->front_populated)
+		goto oom;
 	for (int l = 0; l < g->n_layers; l++) {
 		struct kv_layer *L = &c->layers[l];
-		L->mem = layer_block_map(lo.layer_bytes > 0 ? lo.layer_bytes : 1);
-		L->populated = calloc((lo.layer_bytes / POPULATE_CHUNK + 64) / 64, sizeof(uint64_t));
+		L->front = c->front + (size_t)l * lo.front_stride;
+		L->mem = lo.back_bytes > 0 ? pages_map(lo.back_bytes, false) : NULL;
 		L->cs_win = calloc((size_t)half * 2, sizeof(double));
 		L->cs_sink = calloc((size_t)half * 2, sizeof(double));
-		if (!L->mem || !L->populated || !L->cs_win || !L->cs_sink)
+		if ((lo.back_bytes > 0 && !L->mem) || !L->cs_win || !L->cs_sink)
 			goto oom;
 		kv_layer_carve(c, &lo, L);
 		L->groups.cap = lo.n_groups;
@@ -344,13 +366,13 @@ void sinkcache_free(struct sinkcache *c)
 	if (!c)
 		return;
 	for (int l = 0; c->layers && l < c->g.n_layers; l++) {
-		if (c->layers[l].mem)
-			munmap(c->layers[l].mem, c->layer_bytes > 0 ? c->layer_bytes : 1);
-		free(c->layers[l].populated);
+		pages_unmap(c->layers[l].mem, c->back_bytes);
 		free(c->layers[l].cs_win);
 		free(c->layers[l].cs_sink);
 	}
 	free(c->layers);
+	pages_unmap(c->front, c->front_bytes > 0 ? c->front_bytes : 1);
+	free(c->front_populated);
 	free(c->freq_hi);
 	free(c->freq_lo);
 	free(c->flush_rows);
@@ -449,8 +471,8 @@ static void kv_layer_age_hot(struct sinkcache *c, struct kv_layer *L)
 		for (int h = 0; h < c->g.n_kv_heads; h++) {
 			unsigned char *dk = kv_row(L->st_k, c->fp_row, L->stage.cap, h, ss);
 			unsigned char *dv = kv_row(L->st_v, c->fp_row, L->stage.cap, h, ss);
-			kv_layer_populate(c, L, dk);
-			kv_layer_populate(c, L, dv);
+			kv_front_populate(c, dk);
+			kv_front_populate(c, dv);
 			memcpy(dk, kv_row(L->hot_k, c->fp_row, L->hot.cap, h, hs), c->fp_row);
 			memcpy(dv, kv_row(L->hot_v, c->fp_row, L->hot.cap, h, hs), c->fp_row);
 		}
@@ -543,8 +565,8 @@ int sinkcache_append(struct sinkcache *c, int layer, const float *k, const float
 		} else {
 			unsigned char *dk = kv_row(L->hot_k, c->fp_row, L->hot.cap, h, slot);
 			unsigned char *dv = kv_row(L->hot_v, c->fp_row, L->hot.cap, h, slot);
-			kv_layer_populate(c, L, dk);
-			kv_layer_populate(c, L, dv);
+			kv_front_populate(c, dk);
+			kv_front_populate(c, dv);
 			kv_row_store(c->g.dtype, dk, krot, d);
 			kv_row_store(c->g.dtype, dv, vh, d);
 		}

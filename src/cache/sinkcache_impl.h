@@ -1,14 +1,18 @@
 /* Internal layout of the tiered sink cache, shared by sinkcache.c (state,
  * eviction, revision) and attend.c (attention).  Not for other modules.
  *
- * Per layer, one allocation of exactly the layer's share of
- * sinkcache_bound_bytes(), carved into (D = head_dim, Dc = code bytes of D,
- * S = sink slots, H = hot slots, St = staging slots, Ng = group slots,
- * G = group size, fp = dtype element):
+ * Per layer, exactly the layer's share of sinkcache_bound_bytes() in two
+ * parts (D = head_dim, Dc = code bytes of D, S = sink slots, H = hot slots,
+ * St = staging slots, Ng = group slots, G = group size, fp = dtype element).
+ * The front of every layer lies in one block per cache (front, layers 64
+ * bytes apart; on huge pages when sinkcache.c says so); the back is a block
+ * per layer (mem):
+ *   front:
  *   sink    fp: k, v (n_kv, S, D) fp       quantized: k, v (n_kv, S, Dc) codes
  *                                          + kp, vp (n_kv, S, 2) fp32 scale,min
  *   hot     k, v (n_kv, H, D) fp           ring of tokens
  *   staging k, v (n_kv, St, D) fp          ring; St = G - 1
+ *   back:
  *   groups  gk (Ng, n_kv, G, Dc) codes, gkp (Ng, n_kv, 2, D) fp32 per-channel
  *           scale (row 0) and min (row 1); gv (Ng, n_kv, G, Dc) codes,
  *           gvp (Ng, n_kv, G, 2) fp32 per-token scale,min.  Ring of groups.
@@ -37,8 +41,8 @@ struct kv_layer {
 	uint64_t evicted, moved;
 	double *cs_win;     /* (rope_dim) cos,sin of the newest token for window keys */
 	double *cs_sink;    /* (rope_dim) same for sink keys */
-	unsigned char *mem; /* the layer's bytes */
-	uint64_t *populated; /* one bit per POPULATE_CHUNK of mem: pages made resident */
+	unsigned char *front; /* the layer's sinks, hot and staging (in the cache's front) */
+	unsigned char *mem;   /* the layer's groups; NULL without quantized groups */
 	unsigned char *sink_k, *sink_v, *hot_k, *hot_v, *st_k, *st_v, *gk, *gv;
 	float *sink_kp, *sink_vp, *gkp, *gvp;
 };
@@ -53,7 +57,10 @@ struct sinkcache {
 	size_t fp_row;   /* bytes of one head row in dtype */
 	size_t code_row; /* bytes of one head row of codes */
 	size_t layer_bytes;
-	double *freq_hi, *freq_lo; /* (rope_dim/2) */
+	size_t back_bytes;         /* of each layer's mem */
+	unsigned char *front;      /* every layer's front, layers front_stride apart */
+	size_t front_bytes;        /* of front */
+	uint64_t *front_populated; /* one bit per POPULATE_CHUNK of front: pages made resident */	double *freq_hi, *freq_lo; /* (rope_dim/2) */
 	struct kv_layer *layers;   /* (n_layers) */
 	float *flush_rows;         /* (G, head_dim) keys of a group being quantized; append is
 	                            * serial per session, so one per cache */

@@ -745,11 +745,10 @@ START_TEST(test_rows_populated_in_chunks)
 	float k[NKV * D], v[NKV * D];
 	for (int i = 0; i < NKV * D; i++)
 		k[i] = v[i] = 0.5f;
-	const struct kv_layer *L = &c->layers[0];
-	ck_assert_uint_eq(resident_pages(L->mem, c->layer_bytes), 0);
+	ck_assert_uint_eq(resident_pages(c->front, c->front_bytes), 0);
 	ck_assert_int_eq(sinkcache_append(c, 0, k, v, err, sizeof(err)), 0);
 	size_t page = (size_t)sysconf(_SC_PAGESIZE), chunk_pages = 16384 / page;
-	size_t n = resident_pages(L->mem, c->layer_bytes);
+	size_t n = resident_pages(c->front, c->front_bytes);
 	ck_assert_msg(n >= 4 * chunk_pages && n <= 4 * chunk_pages + 8,
 	              "%zu pages resident after one token (chunks of %zu pages)", n, chunk_pages);
 	/* prefetching the next rows (any layer, in range or not) changes
@@ -757,11 +756,51 @@ START_TEST(test_rows_populated_in_chunks)
 	sinkcache_prefetch_append(c, -1);
 	sinkcache_prefetch_append(c, 0);
 	sinkcache_prefetch_append(c, NL);
-	ck_assert_uint_eq(resident_pages(L->mem, c->layer_bytes), n);
+	ck_assert_uint_eq(resident_pages(c->front, c->front_bytes), n);
 	/* the next 15 tokens of each run need no new pages */
 	for (int t = 1; t < 16; t++)
 		ck_assert_int_eq(sinkcache_append(c, 0, k, v, err, sizeof(err)), 0);
-	ck_assert_uint_eq(resident_pages(L->mem, c->layer_bytes), n);
+	ck_assert_uint_eq(resident_pages(c->front, c->front_bytes), n);
+	sinkcache_free(c);
+}
+END_TEST
+
+/* A front of 2..8 MiB (the hot tier of 8192 tokens) is one block on a
+ * 2 MiB boundary, for huge pages; the layers' fronts lie inside it, 64-byte
+ * aligned, and rows written through it read back. */
+START_TEST(test_front_block_for_huge_pages)
+{
+	struct sinkcache_geometry g = geom(4, 65536, true, 8, 8192);
+	char err[SINKD_ERR_LEN];
+	struct sinkcache *c = NULL;
+	ck_assert_int_eq(sinkcache_new(&g, &c, err, sizeof(err)), 0);
+	ck_assert_uint_ge(c->front_bytes, (size_t)2 << 20);
+	ck_assert_uint_le(c->front_bytes, (size_t)8 << 20);
+	ck_assert_uint_eq((uintptr_t)c->front % ((uintptr_t)2 << 20), 0);
+	for (int l = 0; l < NL; l++) {
+		const struct kv_layer *L = &c->layers[l];
+		ck_assert_uint_eq((uintptr_t)L->front % 64, 0);
+		ck_assert(L->front >= c->front);
+		ck_assert(L->st_v + (size_t)NKV * (size_t)(c->group - 1) * c->fp_row <=
+		          c->front + c->front_bytes);
+		ck_assert_ptr_nonnull(L->mem);
+	}
+	float k[NKV * D], v[NKV * D], q[NH * D], out[NH * D];
+	float *scratch = malloc(sinkcache_scratch_floats(&g) * sizeof(float));
+	ck_assert_ptr_nonnull(scratch);
+	for (int i = 0; i < NKV * D; i++)
+		k[i] = 0.0f, v[i] = (float)(i % D) * 0.25f;
+	for (int i = 0; i < NH * D; i++)
+		q[i] = 0.5f;
+	for (int t = 0; t < 8; t++)
+		for (int l = 0; l < NL; l++)
+			ck_assert_int_eq(sinkcache_append(c, l, k, v, err, sizeof(err)), 0);
+	/* equal scores: the output is the value row all tokens share */
+	sinkcache_attend(c, NL - 1, q, NH, 0, NH, out, scratch, NULL);
+	for (int h = 0; h < NH; h++)
+		for (int j = 0; j < D; j++)
+			ck_assert_float_eq_tol(out[h * D + j], (float)j * 0.25f, 1e-6f);
+	free(scratch);
 	sinkcache_free(c);
 }
 END_TEST
@@ -777,6 +816,7 @@ static Suite *sinkcache_suite(void)
 	tcase_add_test(tc, test_bound_and_accounting);
 	tcase_add_test(tc, test_layer_blocks_mapped);
 	tcase_add_test(tc, test_rows_populated_in_chunks);
+	tcase_add_test(tc, test_front_block_for_huge_pages);
 	tcase_add_test(tc, test_revise_exact);
 	tcase_add_test(tc, test_full_strategy_refuses);
 	tcase_add_test(tc, test_large_stream_index);
