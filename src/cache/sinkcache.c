@@ -332,7 +332,10 @@ int sinkcache_new(const struct sinkcache_geometry *g, struct sinkcache **out, ch
 	c->layers = calloc((size_t)g->n_layers, sizeof(*c->layers));
 	c->flush_rows =
 	    calloc((size_t)(lo.group > 0 ? lo.group : 1) * (size_t)g->head_dim, sizeof(float));
-	if (!c->freq_hi || !c->freq_lo || !c->layers || !c->flush_rows)
+	c->cs_memo[0] = calloc((size_t)half * 2, sizeof(double));
+	c->cs_memo[1] = calloc((size_t)half * 2, sizeof(double));
+	if (!c->freq_hi || !c->freq_lo || !c->layers || !c->flush_rows || !c->cs_memo[0] ||
+	    !c->cs_memo[1])
 		goto oom;
 	rope_freqs_init(g->rope_theta, g->rope_dim, c->freq_hi, c->freq_lo);
 	c->front_bytes = lo.front_stride * (size_t)g->n_layers;
@@ -376,6 +379,8 @@ void sinkcache_free(struct sinkcache *c)
 	free(c->freq_hi);
 	free(c->freq_lo);
 	free(c->flush_rows);
+	free(c->cs_memo[0]);
+	free(c->cs_memo[1]);
 	free(c);
 }
 
@@ -509,6 +514,24 @@ static int kv_layer_window_slot(struct sinkcache *c, struct kv_layer *L)
 	return kv_ring_slot(&L->hot, L->hot.n);
 }
 
+/* rope_cos_sin(pos) into cs, computed once for all layers (64 sincos per
+ * call for a 64-dim head, three calls per token and layer before). */
+static void cache_cos_sin(struct sinkcache *c, uint64_t pos, double *cs)
+{
+	size_t bytes = (size_t)c->g.rope_dim * sizeof(double);
+	for (int i = 0; i < 2; i++)
+		if (c->cs_memo_valid[i] && c->cs_memo_pos[i] == pos) {
+			memcpy(cs, c->cs_memo[i], bytes);
+			return;
+		}
+	int slot = c->cs_memo_next;
+	c->cs_memo_next = 1 - slot;
+	rope_cos_sin(c->freq_hi, c->freq_lo, c->g.rope_dim, pos, c->cs_memo[slot]);
+	c->cs_memo_pos[slot] = pos;
+	c->cs_memo_valid[slot] = true;
+	memcpy(cs, c->cs_memo[slot], bytes);
+}
+
 /* Angles for attending with the newest token (stream index n_seen - 1). */
 static void kv_layer_set_query_pos(struct sinkcache *c, struct kv_layer *L)
 {
@@ -516,9 +539,8 @@ static void kv_layer_set_query_pos(struct sinkcache *c, struct kv_layer *L)
 		return;
 	uint64_t s = L->n_seen - 1;
 	uint64_t rank = (uint64_t)kv_layer_resident(c, L) - 1;
-	rope_cos_sin(c->freq_hi, c->freq_lo, c->g.rope_dim, s, L->cs_win);
-	rope_cos_sin(c->freq_hi, c->freq_lo, c->g.rope_dim,
-	             c->g.rope_positions == ROPE_POSITIONS_CACHE ? rank : s, L->cs_sink);
+	cache_cos_sin(c, s, L->cs_win);
+	cache_cos_sin(c, c->g.rope_positions == ROPE_POSITIONS_CACHE ? rank : s, L->cs_sink);
 }
 
 void sinkcache_prefetch_append(const struct sinkcache *c, int layer)
@@ -555,7 +577,7 @@ int sinkcache_append(struct sinkcache *c, int layer, const float *k, const float
 	int n_kv = c->g.n_kv_heads, d = c->g.head_dim;
 	int slot = sink ? L->n_sink : kv_layer_window_slot(c, L);
 	float krot[SINKCACHE_MAX_HEAD_DIM];
-	rope_cos_sin(c->freq_hi, c->freq_lo, c->g.rope_dim, L->n_seen, L->cs_win);
+	cache_cos_sin(c, L->n_seen, L->cs_win);
 	for (int h = 0; h < n_kv; h++) {
 		const float *vh = v + (size_t)h * d;
 		memcpy(krot, k + (size_t)h * d, (size_t)d * sizeof(float));

@@ -64,6 +64,12 @@ struct sinkcache {
 	struct kv_layer *layers;   /* (n_layers) */
 	float *flush_rows;         /* (G, head_dim) keys of a group being quantized; append is
 	                            * serial per session, so one per cache */
+	/* The last two positions' rope_cos_sin: every layer of a token asks for
+	 * the same two (its stream index and its rank). */
+	uint64_t cs_memo_pos[2];
+	bool cs_memo_valid[2];
+	int cs_memo_next;   /* slot the next new position replaces */
+	double *cs_memo[2]; /* (rope_dim) each */
 };
 
 static inline int kv_ring_slot(const struct kv_ring *r, int i)
