@@ -6,7 +6,9 @@
  * accumulator is checked on its own.  Then the invariances attend.c relies
  * on for bit-identical outputs (on AVX-512 CPUs the 16-wide kernels for head
  * sizes of a multiple of 16), splitting the rows into runs, or the heads
- * into groups, changes no bit of the scores or the value parts. */
+ * into groups, changes no bit of the scores or the value parts.  Rows are
+ * read both packed and SPREAD apart (the cache stores a token's kv heads
+ * side by side, so one head's rows are n_kv rows apart). */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -16,9 +18,12 @@
 #include "cache/kvquant.h"
 #include "testutil.h"
 
-enum { N = 130, DMAX = 64, R = 8, LD = 133, NKIND = 5 };
+enum { N = 130, DMAX = 64, R = 8, LD = 133, NKIND = 5, SPREAD = 3 };
 
-static unsigned char rows[N * DMAX * 4];
+static unsigned char rows[N * DMAX * 4 * SPREAD];
+/* Rows are this many row sizes apart (1: packed); the bytes between them
+ * are random, so a kernel that reads past its head's part fails. */
+static int spread = 1;
 static float q[R * DMAX], p[R * LD];
 
 static float frand(void)
@@ -30,7 +35,7 @@ static float frand(void)
 static size_t row_bytes(int kind, int d)
 {
 	if (kind < 3)
-		return (size_t)d * (kind == 0 ? 4 : 2);
+		return (size_t)d * (kind == 0 ? 4 : 2) * (size_t)spread;
 	return kvq_code_bytes(d, kind == 3 ? 8 : 4);
 }
 
@@ -59,6 +64,8 @@ static double elem(int kind, size_t rb, int i, int j)
 static void fill(int kind, int d)
 {
 	size_t rb = row_bytes(kind, d);
+	for (size_t b = 0; b < sizeof(rows); b++)
+		rows[b] = (unsigned char)rand();
 	for (int i = 0; i < N; i++) {
 		float x[DMAX];
 		for (int j = 0; j < d; j++)
@@ -105,6 +112,7 @@ START_TEST(test_kernels_vs_naive)
 	static float scores[R * LD], acc[R * ATTEND_PARTS * DMAX];
 	const int ns[] = {1, 3, 4, 7, 8, 9, 13, 37, N};
 	const int rs[] = {1, 2, 3, 5, 8};
+	spread = _i ? SPREAD : 1;
 	srand(5);
 	for (int kind = 0; kind < NKIND; kind++)
 		for (size_t di = 0; di < sizeof(dims) / sizeof(dims[0]); di++) {
@@ -173,6 +181,7 @@ START_TEST(test_split_invariance)
 	static float s1[R * LD], s2[R * LD], a1[R * ATTEND_PARTS * DMAX],
 	    a2[R * ATTEND_PARTS * DMAX];
 	const int n = 45, splits[] = {1, 3, 4, 5, 8, 13, 44}, rs[] = {2, 3, 8};
+	spread = _i ? SPREAD : 1;
 	srand(7);
 	for (int kind = 0; kind < NKIND; kind++)
 		for (size_t di = 0; di < sizeof(dims) / sizeof(dims[0]); di++)
@@ -248,8 +257,8 @@ int main(void)
 	Suite *s = suite_create("attend-kernels");
 	TCase *tc = tcase_create("core");
 	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_kernels_vs_naive);
-	tcase_add_test(tc, test_split_invariance);
+	tcase_add_loop_test(tc, test_kernels_vs_naive, 0, 2);
+	tcase_add_loop_test(tc, test_split_invariance, 0, 2);
 	tcase_add_test(tc, test_exp_sum);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
