@@ -213,27 +213,39 @@ PANELS_INLINE void decode_groups(int type, int R, const uint8_t *group, size_t g
 }
 
 /* Batch tile: R groups from `group` times one block of 8 transposed batch
- * rows; stores batch rows [0, nb) of the block.  Meanwhile it prefetches the
- * n_next groups at `next`, column by column: the first batch block of a
- * tile reads its weights from memory and the others from L2, so without
- * this the memory stream idles during the later blocks and the first runs
- * memory-bound (F32 at 16 batch rows: 33 GB/s while computing). */
+ * rows; stores batch rows [0, nb) of the block.  Meanwhile it prefetches
+ * its share of the n_next groups at `next`: the tile's batch blocks split
+ * the groups' cache lines into pf_every consecutive parts and block
+ * pf_phase takes part pf_phase, evenly over its columns.
+ * The first batch block of a tile reads its weights from memory and the
+ * others from L2, so without this the memory stream idles during the later
+ * blocks and the first runs memory-bound (F32 at 16 batch rows: 33 GB/s
+ * while computing); spread over all the blocks, the stream never stops. */
 PANELS_INLINE void batch_tile(int type, int R, const uint8_t *group, size_t gb, const float *xtb,
                               int cols, float *y, size_t ldy, int nb, const float *bias, int g,
-                              int r0, int r1, const uint8_t *next, int n_next)
+                              int r0, int r1, const uint8_t *next, int n_next, int pf_phase,
+                              int pf_every)
 {
-	size_t col_bytes = column_bytes(type);
 	__m512 acc[TILE_GROUPS][PANELS_BATCH_ROWS];
 	_Pragma("GCC unroll 32")
 	for (int r = 0; r < R; r++)
 		_Pragma("GCC unroll 32")
 		for (int b = 0; b < PANELS_BATCH_ROWS; b++)
 			acc[r][b] = _mm512_setzero_ps();
+	/* lines [pf_line, pf_end) of each next group, one each time pf_acc
+	 * passes cols (pf_end - pf_line lines spread over cols columns) */
+	int lines = (int)(gb / 64);
+	int pf_line = lines * pf_phase / pf_every, pf_end = lines * (pf_phase + 1) / pf_every;
+	int pf_acc = 0, pf_step = n_next > 0 ? pf_end - pf_line : 0;
 	for (int k = 0; k < cols; k++) {
-		if (col_bytes == 64 || k % 2 == 0)
+		pf_acc += pf_step;
+		if (pf_acc >= cols) {
+			pf_acc -= cols;
 			for (int r = 0; r < n_next; r++)
-				_mm_prefetch((const char *)next + (size_t)r * gb + (size_t)k * col_bytes,
+				_mm_prefetch((const char *)next + (size_t)r * gb + (size_t)pf_line * 64,
 				             _MM_HINT_T0);
+			pf_line++;
+		}
 		__m512 wv[TILE_GROUPS];
 		_Pragma("GCC unroll 32")
 		for (int r = 0; r < R; r++)
@@ -277,18 +289,20 @@ PANELS_INLINE void batch_tile(int type, int R, const uint8_t *group, size_t gb, 
 			int n_next = groups - (g + R) < TILE_GROUPS ? groups - (g + R)             \
 			                                            : TILE_GROUPS;                 \
 			const uint8_t *next = panels + (g + R) * gb;                               \
-			int last_b0 = (B - 1) / PANELS_BATCH_ROWS * PANELS_BATCH_ROWS;             \
-			for (int b0 = 0; b0 < B; b0 += PANELS_BATCH_ROWS) {                        \
+			int n_blocks = (B + PANELS_BATCH_ROWS - 1) / PANELS_BATCH_ROWS;             \
+			for (int bi = 0; bi < n_blocks; bi++) {                                    \
+				int b0 = bi * PANELS_BATCH_ROWS;                                   \
 				int nb = B - b0 < PANELS_BATCH_ROWS ? B - b0 : PANELS_BATCH_ROWS;  \
 				const float *xtb = xt + (size_t)b0 * cols;                         \
 				float *yb = y + (size_t)b0 * ldy;                                  \
-				int pf = b0 == last_b0 ? n_next : 0;                               \
 				if (R == TILE_GROUPS)                                              \
 					batch_tile(TYPE, TILE_GROUPS, panels + g * gb, gb, xtb,    \
-					           cols, yb, ldy, nb, bias, g, r0, r1, next, pf);  \
+					           cols, yb, ldy, nb, bias, g, r0, r1, next,       \
+					           n_next, bi, n_blocks);                          \
 				else                                                               \
 					batch_tile(TYPE, 1, panels + g * gb, gb, xtb, cols, yb,    \
-					           ldy, nb, bias, g, r0, r1, next, pf);            \
+					           ldy, nb, bias, g, r0, r1, next, n_next, bi,     \
+					           n_blocks);                                      \
 			}                                                                          \
 			g += R;                                                                    \
 		}                                                                                  \
