@@ -95,7 +95,7 @@ flop_roof = fma1 if threads == 1 else fma2
 probe = {(r["model"], r["repeat"]): r for r in rows if r["kind"] == "probe"}
 bws = [p[bwkey] for p in probe.values()]
 print(f"run at {when}; 1-min load average at the end: {open('/proc/loadavg').read().split()[0]}")
-print(f"read bandwidth probe (1 GiB, {'1 thread' if threads == 1 else '2 threads'}, best of 1 and 4 streams), "
+print(f"read bandwidth probe (1 GiB, {'1 thread' if threads == 1 else '2 threads'}, best of 1 and 4 streams, small and huge pages), "
       f"one before each repeat of each model: min {min(bws):.1f}, median {statistics.median(bws):.1f}, max {max(bws):.1f} GB/s")
 print(f"fp32 FMA peak probe: 1 thread {fma1:.0f} GFLOP/s, 2 threads {fma2:.0f} GFLOP/s (median of {len(fma)})")
 dec = [r for r in rows if r["kind"] == "decode"]
