@@ -4,9 +4,9 @@
  * Per layer, exactly the layer's share of sinkcache_bound_bytes() in two
  * parts (D = head_dim, Dc = code bytes of D, S = sink slots, H = hot slots,
  * St = staging slots, Ng = group slots, G = group size, fp = dtype element).
- * The front of every layer lies in one block per cache (front, layers 64
- * bytes apart; on huge pages when sinkcache.c says so); the back is a block
- * per layer (mem):
+ * The fronts of all layers lie in one block per cache (front; each layer's
+ * 64-byte aligned; on huge pages when sinkcache.c says so); the back is a
+ * block per layer (mem):
  *   front:
  *   sink    fp: k, v (n_kv, S, D) fp       quantized: k, v (n_kv, S, Dc) codes
  *                                          + kp, vp (n_kv, S, 2) fp32 scale,min
@@ -60,7 +60,8 @@ struct sinkcache {
 	size_t back_bytes;         /* of each layer's mem */
 	unsigned char *front;      /* every layer's front, layers front_stride apart */
 	size_t front_bytes;        /* of front */
-	uint64_t *front_populated; /* one bit per POPULATE_CHUNK of front: pages made resident */	double *freq_hi, *freq_lo; /* (rope_dim/2) */
+	uint64_t *front_populated; /* one bit per POPULATE_CHUNK of front: pages made resident */
+	double *freq_hi, *freq_lo; /* (rope_dim/2) */
 	struct kv_layer *layers;   /* (n_layers) */
 	float *flush_rows;         /* (G, head_dim) keys of a group being quantized; append is
 	                            * serial per session, so one per cache */
