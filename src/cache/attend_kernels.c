@@ -545,9 +545,9 @@ AK512_INLINE void score_rows_512_k(int k, const unsigned char *base, size_t row_
 		int m = n - i0 < 16 ? n - i0 : 16;
 		const unsigned char *rows = base + (size_t)i0 * row_bytes;
 		/* two blocks ahead: one layer of the 134M geometry from memory
-		 * (80 rows) took 35-43 us with the burst prefetch of attend.c
-		 * alone, 24-26 us with this, on small pages; on huge pages both
-		 * measured 26-31 us */
+		 * (80 rows, KV on huge pages) took 27.5-28.2 us without it and
+		 * 24.0-26.2 us with it in one alternating run, 27-31 us either
+		 * way in a later one: a small gain at most */
 		if (i0 + 32 < n) {
 			int pe = n - i0 - 32 < 16 ? n - i0 - 32 : 16;
 			const unsigned char *pf = rows + 32 * row_bytes;
