@@ -328,7 +328,6 @@ int sinkcache_new(const struct sinkcache_geometry *g, struct sinkcache **out, ch
 	c->sink_quant = lo.sink_quant;
 	c->fp_row = lo.fp_row;
 	c->code_row = lo.code_row;
-	c->layer_bytes = lo.layer_bytes;
 	c->back_bytes = lo.back_bytes;
 	int half = g->rope_dim / 2 > 0 ? g->rope_dim / 2 : 1;
 	c->freq_hi = calloc((size_t)half, sizeof(double));

@@ -56,7 +56,6 @@ struct sinkcache {
 	bool sink_quant; /* sinks stored quantized per token */
 	size_t fp_row;   /* bytes of one head row in dtype */
 	size_t code_row; /* bytes of one head row of codes */
-	size_t layer_bytes;
 	size_t back_bytes;         /* of each layer's mem */
 	unsigned char *front;      /* every layer's front, layers front_stride apart */
 	size_t front_bytes;        /* of front */

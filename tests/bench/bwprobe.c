@@ -23,6 +23,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "util/pages.h"
+
 #define BUF_BYTES ((size_t)1 << 30)
 #define PASSES 5
 
@@ -164,24 +166,24 @@ static double measure_fma(int n_threads, bool avx512)
 }
 
 /* The four read rates (1 and 2 threads x 1 and 4 streams) on a fresh
- * buffer, on huge pages when huge (2 MiB aligned, MADV_HUGEPAGE before the
- * first touch).  Returns -1 without memory. */
+ * buffer, on huge pages when huge (util/pages.h; advised for small pages
+ * otherwise, which a system with transparent huge pages "always" would not
+ * give).  Returns -1 without memory. */
 static int measure_buffer(bool huge, double rates[4])
 {
-	size_t align = (size_t)2 << 20, n = BUF_BYTES / sizeof(float);
-	unsigned char *map = mmap(NULL, BUF_BYTES + align, PROT_READ | PROT_WRITE,
-	                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (map == MAP_FAILED)
+	size_t n = BUF_BYTES / sizeof(float);
+	float *buf = pages_map(BUF_BYTES, huge);
+	if (!buf)
 		return -1;
-	float *buf = (float *)(((uintptr_t)map + align - 1) & ~(uintptr_t)(align - 1));
-	madvise(buf, BUF_BYTES, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+	if (!huge)
+		madvise(buf, BUF_BYTES, MADV_NOHUGEPAGE);
 	for (size_t i = 0; i < n; i++)
 		buf[i] = (float)(i & 1023) * 1e-3f;
 	rates[0] = measure(buf, n, 1, 1);
 	rates[1] = measure(buf, n, 2, 1);
 	rates[2] = measure(buf, n, 1, 4);
 	rates[3] = measure(buf, n, 2, 4);
-	munmap(map, BUF_BYTES + align);
+	pages_unmap(buf, BUF_BYTES);
 	return 0;
 }
 

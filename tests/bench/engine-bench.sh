@@ -37,7 +37,7 @@ ninja -C "$BUILD" src/libsinkd.a src/tools/sinkd-mkmodel >/dev/null
 LIBS="$(pkg-config --libs libmicrohttpd libcrypto libcjson yaml-0.1) -lm -lpthread"
 cc -O2 -std=c11 -D_GNU_SOURCE -I"$ROOT/src" $(pkg-config --cflags libcjson) \
 	-o "$TMP/engine-driver" "$ROOT/tests/bench/engine-driver.c" "$BUILD/src/libsinkd.a" $LIBS
-cc -O3 -o "$TMP/bwprobe" "$ROOT/tests/bench/bwprobe.c" -lpthread
+cc -O3 -I"$ROOT/src" -o "$TMP/bwprobe" "$ROOT/tests/bench/bwprobe.c" "$ROOT/src/util/pages.c" -lpthread
 if [ "${MATMUL_PERF:-0}" = 1 ]; then
 	cc -O2 -std=c11 -D_GNU_SOURCE -I"$ROOT/src" -o "$TMP/matmul-perf" \
 		"$ROOT/tests/bench/matmul-perf.c" "$BUILD/src/libsinkd.a" -lm -lpthread
