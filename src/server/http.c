@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -19,6 +20,9 @@
 #include "util/errbuf.h"
 
 #define LOG_MODULE "http"
+
+/* Largest declared body that is read and dropped before a 413 (see request_begin). */
+#define HTTP_BODY_DRAIN_MAX (16LL << 20)
 
 double server_now(void)
 {
@@ -234,10 +238,22 @@ static enum MHD_Result request_begin(struct server *s, struct MHD_Connection *c,
 	pthread_mutex_lock(&s->cfg_mu);
 	int64_t limit = s->set.max_body_bytes;
 	pthread_mutex_unlock(&s->cfg_mu);
-	if (cl && strtoll(cl, NULL, 10) > limit)
-		return http_respond_error(r, 413, "invalid_request_error", NULL, "body_too_large",
-		                          0, "request body larger than %lld bytes",
-		                          (long long)limit);
+	long long declared = cl ? strtoll(cl, NULL, 10) : -1;
+	if (declared > limit) {
+		/* Answering before the body is read makes the socket close with unread
+		 * bytes, and the kernel's reset can destroy the 413 before the client
+		 * reads it.  So a body of modest size is read and dropped first; only
+		 * a client that waits for "100 Continue", or one that declares more
+		 * than HTTP_BODY_DRAIN_MAX, gets its answer at once. */
+		const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Expect");
+		if ((expect && strcasecmp(expect, "100-continue") == 0) ||
+		    declared > HTTP_BODY_DRAIN_MAX)
+			return http_respond_error(r, 413, "invalid_request_error", NULL,
+			                          "body_too_large", 0,
+			                          "request body larger than %lld bytes",
+			                          (long long)limit);
+		r->body_too_large = true;
+	}
 	return MHD_YES;
 }
 

@@ -129,6 +129,7 @@ err_case "GET on completions" 405 method_not_allowed - GET /v1/completions "${au
 check "405 says Allow: POST" [ "$(header Allow)" = POST ]
 err_case "POST on health" 405 method_not_allowed - POST /health -d '{}'
 err_case "body over limits.max_body_bytes" 413 body_too_large - POST /v1/completions "${auth[@]}" --data-binary @"$tmp/big.json"
+err_case "body over the limit, client waits for 100 Continue" 413 body_too_large - POST /v1/completions "${auth[@]}" -H 'Expect: 100-continue' --data-binary @"$tmp/big.json"
 err_case "chunked body over the limit" 413 body_too_large - POST /v1/completions "${auth[@]}" -H 'Transfer-Encoding: chunked' --data-binary @"$tmp/big.json"
 err_case "missing key" 401 invalid_api_key - POST /v1/completions -d '{"prompt":"x"}'
 err_case "invalid key" 401 invalid_api_key - POST /v1/completions -H 'Authorization: Bearer wrong' -d '{"prompt":"x"}'
