@@ -52,8 +52,12 @@ static inline size_t kvq_code_bytes(int n, int bits)
 	return bits == 4 ? (size_t)n / 2 : (size_t)n;
 }
 
-/* Quantizes one run of n values (x contiguous): codes (kvq_code_bytes(n)). */
+/* Quantizes one run of n values (x contiguous): codes (kvq_code_bytes(n)).
+ * AVX-512 where the CPU has it, with the results of the _scalar twin (the
+ * portable path and the tests' reference). */
 void kvq_quant_row(const float *x, int n, int bits, uint8_t *codes, float *scale, float *min);
+void kvq_quant_row_scalar(const float *x, int n, int bits, uint8_t *codes, float *scale,
+                          float *min);
 /* out (n floats) <- codes. */
 void kvq_dequant_row(const uint8_t *codes, int n, int bits, float scale, float min, float *out);
 
@@ -62,6 +66,8 @@ void kvq_dequant_row(const uint8_t *codes, int n, int bits, float scale, float m
  * codes: (n_rows, kvq_code_bytes(d)) row-major; scale, min: (d). */
 void kvq_quant_channels(const float *const *rows, int n_rows, int d, int bits, uint8_t *codes,
                         float *scale, float *min);
+void kvq_quant_channels_scalar(const float *const *rows, int n_rows, int d, int bits,
+                               uint8_t *codes, float *scale, float *min);
 /* Code j (0..n) of a row of codes. */
 static inline int kvq_code_at(const uint8_t *codes, int j, int bits)
 {

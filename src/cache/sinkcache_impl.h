@@ -32,6 +32,13 @@ struct kv_ring {
 	int cap;  /* slots */
 };
 
+/* Which POPULATE_CHUNK-sized chunks of a mapped block were made resident. */
+struct populate_map {
+	unsigned char *base;
+	size_t bytes;
+	uint64_t *done; /* one bit per chunk */
+};
+
 struct kv_layer {
 	uint64_t n_seen; /* stream index of the next token */
 	int n_sink;
@@ -43,6 +50,7 @@ struct kv_layer {
 	double *cs_sink;    /* (rope_dim) same for sink keys */
 	unsigned char *front; /* the layer's sinks, hot and staging (in the cache's front) */
 	unsigned char *mem;   /* the layer's groups; NULL without quantized groups */
+	struct populate_map mem_pop;
 	unsigned char *sink_k, *sink_v, *hot_k, *hot_v, *st_k, *st_v, *gk, *gv;
 	float *sink_kp, *sink_vp, *gkp, *gvp;
 };
@@ -59,7 +67,7 @@ struct sinkcache {
 	size_t back_bytes;         /* of each layer's mem */
 	unsigned char *front;      /* every layer's front, layers front_stride apart */
 	size_t front_bytes;        /* of front */
-	uint64_t *front_populated; /* one bit per POPULATE_CHUNK of front: pages made resident */
+	struct populate_map front_pop;
 	double *freq_hi, *freq_lo; /* (rope_dim/2) */
 	struct kv_layer *layers;   /* (n_layers) */
 	float *flush_rows;         /* (G, head_dim) keys of a group being quantized; append is

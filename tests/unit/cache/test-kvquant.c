@@ -3,6 +3,7 @@
  * at large stream positions against long double. */
 #include <check.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -146,6 +147,82 @@ START_TEST(test_quant_random_bounds)
 }
 END_TEST
 
+/* A random value: uniform at one of several magnitudes, or now and then a
+ * special one (zeros of both signs, a repeat, a nan or an infinity). */
+static float quant_value(int kind, float amp, float prev)
+{
+	int r = rand() % 64;
+	if (kind && r == 0)
+		return NAN;
+	if (kind > 1 && r == 1)
+		return rand() % 2 ? INFINITY : -INFINITY;
+	if (r == 2)
+		return rand() % 2 ? 0.0f : -0.0f;
+	if (r == 3)
+		return prev;
+	return ((float)rand() / RAND_MAX - 0.5f) * amp;
+}
+
+/* The quantizers (vector where the CPU has it) give the scalar code's
+ * codes, scales and mins: lengths around the 16-value steps, 4 and 8 bits,
+ * constant runs (scale 0), ranges from 1e-30 to 1e30, nan and infinities;
+ * rows load back (bf16, f16) as the element conversions give them. */
+START_TEST(test_quant_matches_scalar)
+{
+	enum { MAXR = 33, MAXD = 96 };
+	static float rows[MAXR][MAXD];
+	const float *rowp[MAXR];
+	static uint8_t fast[MAXR * MAXD], ref[MAXR * MAXD];
+	float fs[MAXD], fm[MAXD], rs[MAXD], rm[MAXD];
+	srand(23);
+	for (int round = 0; round < 3000; round++) {
+		int bits = round % 2 ? 4 : 8;
+		int d = 2 * (1 + rand() % (MAXD / 2)), n_rows = 1 + rand() % MAXR;
+		int kind = round % 7 == 0 ? 2 : round % 5 == 0 ? 1 : 0;
+		float amp = powf(10.0f, (float)(rand() % 61 - 30));
+		bool constant = round % 11 == 0;
+		for (int r = 0; r < n_rows; r++) {
+			rowp[r] = rows[r];
+			for (int j = 0; j < d; j++)
+				rows[r][j] = constant ? 1.5f
+				                      : quant_value(kind, amp, j ? rows[r][j - 1] : 0.0f);
+		}
+		memset(fast, 0xa5, sizeof(fast));
+		memset(ref, 0xa5, sizeof(ref));
+		kvq_quant_row(rows[0], d, bits, fast, &fs[0], &fm[0]);
+		kvq_quant_row_scalar(rows[0], d, bits, ref, &rs[0], &rm[0]);
+		ck_assert_msg(memcmp(fast, ref, sizeof(fast)) == 0,
+		              "row codes differ: round %d, %d values, %d bits", round, d, bits);
+		ck_assert_msg(fs[0] == rs[0] && fm[0] == rm[0],
+		              "row params differ: round %d: %g %g against %g %g", round, fs[0],
+		              fm[0], rs[0], rm[0]);
+		memset(fast, 0xa5, sizeof(fast));
+		memset(ref, 0xa5, sizeof(ref));
+		kvq_quant_channels(rowp, n_rows, d, bits, fast, fs, fm);
+		kvq_quant_channels_scalar(rowp, n_rows, d, bits, ref, rs, rm);
+		ck_assert_msg(memcmp(fast, ref, sizeof(fast)) == 0,
+		              "channel codes differ: round %d, %d rows of %d, %d bits", round,
+		              n_rows, d, bits);
+		for (int j = 0; j < d; j++)
+			ck_assert_msg((fs[j] == rs[j] || (isnan(fs[j]) && isnan(rs[j]))) &&
+			                  (fm[j] == rm[j] || (isnan(fm[j]) && isnan(rm[j]))),
+			              "channel %d params differ: round %d: %g %g against %g %g", j,
+			              round, fs[j], fm[j], rs[j], rm[j]);
+		uint16_t half[MAXD];
+		float back[MAXD];
+		enum kv_dtype dt = round % 2 ? KV_DTYPE_F16 : KV_DTYPE_BF16;
+		kv_row_store_scalar(dt, half, rows[0], d);
+		kv_row_load(dt, half, back, d);
+		for (int j = 0; j < d; j++) {
+			float want = dt == KV_DTYPE_F16 ? kv_f16_to_f32(half[j]) : kv_bf16_to_f32(half[j]);
+			ck_assert_msg(back[j] == want || (isnan(back[j]) && isnan(want)),
+			              "row load %d of %d: %g, element conversion %g", j, d, back[j],
+			              want);
+		}
+	}
+}
+END_TEST
+
 START_TEST(test_rope_angles_exact)
 {
 	enum { RD = 128 };
@@ -181,6 +258,7 @@ static Suite *kvquant_suite(void)
 	tcase_add_test(tc, test_row_store_matches_scalar);
 	tcase_add_test(tc, test_quant_hand);
 	tcase_add_test(tc, test_quant_random_bounds);
+	tcase_add_test(tc, test_quant_matches_scalar);
 	tcase_add_test(tc, test_rope_angles_exact);
 	suite_add_tcase(s, tc);
 	return s;

@@ -765,6 +765,43 @@ START_TEST(test_rows_populated_in_chunks)
 }
 END_TEST
 
+/* A new quantized group's runs (key and value codes and parameters, four
+ * runs in the layer's back block) are made resident a chunk at a time before
+ * they are written, like the front's rows: the first group of a layer
+ * commits four whole chunks, the next groups (inside them) nothing more. */
+START_TEST(test_groups_populated_in_chunks)
+{
+	struct sinkcache_geometry g = geom(0, 65536, true, 8, 4);
+	char err[SINKD_ERR_LEN];
+	struct sinkcache *c = NULL;
+	ck_assert_int_eq(sinkcache_new(&g, &c, err, sizeof(err)), 0);
+	int G = sinkcache_quant_group_size(&g);
+	ck_assert_int_gt(G, 1);
+	float k[NKV * D], v[NKV * D];
+	for (int i = 0; i < NKV * D; i++)
+		k[i] = v[i] = frand();
+	const struct kv_layer *L = &c->layers[0];
+	ck_assert_ptr_nonnull(L->mem);
+	for (int t = 0; t < 4 + G - 1; t++)
+		ck_assert_int_eq(sinkcache_append(c, 0, k, v, err, sizeof(err)), 0);
+	ck_assert_int_eq(L->groups.n, 0);
+	ck_assert_uint_eq(resident_pages(L->mem, c->back_bytes), 0);
+	ck_assert_int_eq(sinkcache_append(c, 0, k, v, err, sizeof(err)), 0);
+	ck_assert_int_eq(L->groups.n, 1);
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), chunk_pages = 16384 / page;
+	size_t n = resident_pages(L->mem, c->back_bytes);
+	ck_assert_msg(n >= 4 * chunk_pages && n <= 4 * chunk_pages + 8,
+	              "%zu pages resident after the first group (chunks of %zu pages)", n,
+	              chunk_pages);
+	for (int t = 0; t < G; t++)
+		ck_assert_int_eq(sinkcache_append(c, 0, k, v, err, sizeof(err)), 0);
+	ck_assert_int_eq(L->groups.n, 2);
+	ck_assert_uint_eq(resident_pages(L->mem, c->back_bytes), n);
+	ck_assert_uint_eq(resident_pages(c->layers[1].mem, c->back_bytes), 0);
+	sinkcache_free(c);
+}
+END_TEST
+
 /* A front of 2..8 MiB (the hot tier of 8192 tokens) is one block on a
  * 2 MiB boundary, for huge pages; the layers' fronts lie inside it, 64-byte
  * aligned, and rows written through it read back. */
@@ -818,6 +855,7 @@ static Suite *sinkcache_suite(void)
 	tcase_add_test(tc, test_rows_populated_in_chunks);
 	tcase_add_test(tc, test_front_block_for_huge_pages);
 	tcase_add_test(tc, test_revise_exact);
+	tcase_add_test(tc, test_groups_populated_in_chunks);
 	tcase_add_test(tc, test_full_strategy_refuses);
 	tcase_add_test(tc, test_large_stream_index);
 	tcase_add_test(tc, test_concurrent_head_ranges);
