@@ -701,6 +701,39 @@ void sinkcache_reset(struct sinkcache *c)
 		kv_layer_clear(c, &c->layers[l]);
 }
 
+size_t sinkcache_reset_trim(struct sinkcache *c)
+{
+	sinkcache_reset(c);
+	for (int l = 0; l < c->g.n_layers; l++) {
+		struct kv_layer *L = &c->layers[l];
+		if (!L->mem)
+			continue;
+		pages_discard(L->mem, c->back_bytes);
+		memset(L->mem_pop.done, 0,
+		       (L->mem_pop.bytes / POPULATE_CHUNK + 64) / 64 * sizeof(uint64_t));
+	}
+	size_t chunks = 0, words = (c->front_pop.bytes / POPULATE_CHUNK + 64) / 64;
+	for (size_t i = 0; i < words; i++)
+		chunks += (size_t)__builtin_popcountll(c->front_pop.done[i]);
+	size_t held = chunks * POPULATE_CHUNK;
+	return held < c->front_pop.bytes ? held : c->front_pop.bytes;
+}
+
+bool sinkcache_geometry_equal(const struct sinkcache_geometry *a,
+                              const struct sinkcache_geometry *b)
+{
+	return a->n_layers == b->n_layers && a->n_kv_heads == b->n_kv_heads &&
+	       a->head_dim == b->head_dim && a->rope_dim == b->rope_dim &&
+	       a->rope_theta == b->rope_theta && a->rope_neox == b->rope_neox &&
+	       a->strategy == b->strategy && a->sink_keep_count == b->sink_keep_count &&
+	       a->window_size == b->window_size &&
+	       a->max_context_length == b->max_context_length &&
+	       a->quant_enabled == b->quant_enabled && a->quant_bits == b->quant_bits &&
+	       a->protect_sinks == b->protect_sinks &&
+	       a->full_precision_recent == b->full_precision_recent &&
+	       a->rope_positions == b->rope_positions && a->dtype == b->dtype;
+}
+
 int sinkcache_debug_set_stream_index(struct sinkcache *c, uint64_t index, char *err, size_t err_len)
 {
 	for (int l = 0; l < c->g.n_layers; l++) {

@@ -118,6 +118,14 @@ int sinkcache_revise_range_error(char *err, size_t err_len, int most, size_t ask
                                  int quantized, uint64_t evicted);
 /* Empties the cache (a session reused for a new stream). */
 void sinkcache_reset(struct sinkcache *c);
+/* Empties the cache and gives the pages of its quantized groups back to the
+ * system; the pages its front (sinks, hot and staging rows of every layer)
+ * made resident stay.  Returns their bytes: what a cache kept for reuse
+ * holds (a huge-page front may hold up to 2 MiB more per 2 MiB touched). */
+size_t sinkcache_reset_trim(struct sinkcache *c);
+/* Whether two geometries describe the same cache. */
+bool sinkcache_geometry_equal(const struct sinkcache_geometry *a,
+                              const struct sinkcache_geometry *b);
 
 void sinkcache_get_stats(const struct sinkcache *c, struct sinkcache_stats *out);
 

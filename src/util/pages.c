@@ -57,3 +57,8 @@ void pages_release(const void *p, size_t bytes)
 {
 	advise_pages(p, bytes, MADV_DONTNEED);
 }
+
+void pages_discard(void *p, size_t bytes)
+{
+	advise_pages(p, bytes, MADV_DONTNEED);
+}

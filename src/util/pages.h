@@ -30,3 +30,6 @@ void pages_populate(void *p, size_t bytes);
  * read-only file mappings, whose pages are read again from the file when
  * touched: on anonymous memory it would zero them. */
 void pages_release(const void *p, size_t bytes);
+/* The same for anonymous memory whose contents are no longer wanted: its
+ * pages go back to the system and read as zero when touched again. */
+void pages_discard(void *p, size_t bytes);

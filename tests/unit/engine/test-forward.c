@@ -313,6 +313,45 @@ START_TEST(test_refuses_full_session)
 END_TEST
 
 /* Revising the last tokens and feeding them again gives the same logits. */
+/* A freed session's cache is emptied and kept for the next session of the
+ * same geometry: that session (after one of another geometry) gives the
+ * same logits, bit for bit, as the first, over enough tokens for quantized
+ * groups, ageing and eviction; it starts empty. */
+START_TEST(test_reused_cache_is_clean)
+{
+	int n_vocab = model->hp.n_vocab;
+	struct sinkcache_geometry q = plain_geometry(CACHE_STRATEGY_SLIDING_WINDOW, 2048);
+	q.window_size = 64;
+	q.full_precision_recent = 8;
+	q.quant_enabled = true;
+	q.dtype = KV_DTYPE_BF16;
+	enum { N = 150 };
+	int32_t ids[N];
+	for (int i = 0; i < N; i++)
+		ids[i] = 1 + (int32_t)((i * 7919u + 13u) % (unsigned)(n_vocab - 1));
+	float *a = malloc((size_t)n_vocab * 4), *b = malloc((size_t)n_vocab * 4);
+	char err[SINKD_ERR_LEN];
+	struct backend_session *s = NULL;
+	ck_assert_msg(be->ops->session_new(be, &q, &s, err, sizeof(err)) == 0, "%s", err);
+	prefill(s, ids, N, 16, a);
+	be->ops->session_free(be, s);
+	struct backend_session *other = new_session();
+	prefill(other, ids, 20, 20, b);
+	be->ops->session_free(be, other);
+	ck_assert_msg(be->ops->session_new(be, &q, &s, err, sizeof(err)) == 0, "%s", err);
+	struct sinkcache_stats st;
+	be->ops->session_stats(be, s, &st);
+	ck_assert_uint_eq(st.n_seen, 0);
+	ck_assert_uint_eq(st.bytes_resident, 0);
+	prefill(s, ids, N, 16, b);
+	ck_assert_msg(memcmp(a, b, (size_t)n_vocab * 4) == 0, "logits differ after reuse (%g)",
+	              max_abs_diff(a, b, n_vocab));
+	be->ops->session_free(be, s);
+	free(a);
+	free(b);
+}
+END_TEST
+
 START_TEST(test_revise_then_refeed)
 {
 	int n_vocab = model->hp.n_vocab;
@@ -587,6 +626,7 @@ int main(void)
 	tcase_add_test(tc, test_reference_logits_and_greedy);
 	tcase_add_test(tc, test_chunked_prefill);
 	tcase_add_test(tc, test_interleaved_sessions);
+	tcase_add_test(tc, test_reused_cache_is_clean);
 	tcase_add_test(tc, test_refuses_full_session);
 	tcase_add_test(tc, test_revise_then_refeed);
 	tcase_add_test(tc, test_sink_mass);
