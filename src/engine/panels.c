@@ -60,7 +60,7 @@ size_t panels_xt_floats(int B, int cols)
 	return blocks * PANELS_BATCH_ROWS * (size_t)cols;
 }
 
-void panels_transpose_x(const float *x, int B, int cols, float *xt)
+void panels_transpose_x_scalar(const float *x, int B, int cols, float *xt)
 {
 	for (int b0 = 0; b0 < B; b0 += PANELS_BATCH_ROWS) {
 		float *t = xt + (size_t)b0 * cols;
@@ -80,6 +80,55 @@ bool panels_supported(int ggml_type)
 {
 	return cpu_has_avx512() && (ggml_type == GGML_TYPE_F32 || ggml_type == GGML_TYPE_F16 ||
 	             ggml_type == GGML_TYPE_BF16);
+}
+
+/* Eight rows by eight columns at a time, the classic 8x8 in-register
+ * transpose: the element loop took 3 us for 16 rows of 768 on the calling
+ * thread before every batch product (the other threads waiting). */
+static PANELS_FN void transpose_x_avx(const float *x, int B, int cols, float *xt)
+{
+	for (int b0 = 0; b0 < B; b0 += PANELS_BATCH_ROWS) {
+		float *t = xt + (size_t)b0 * cols;
+		int nb = B - b0 < PANELS_BATCH_ROWS ? B - b0 : PANELS_BATCH_ROWS;
+		const float *rows[PANELS_BATCH_ROWS];
+		for (int b = 0; b < PANELS_BATCH_ROWS; b++)
+			rows[b] = b < nb ? x + (size_t)(b0 + b) * cols : NULL;
+		int k = 0;
+		for (; k + 8 <= cols; k += 8) {
+			__m256 r[8];
+			for (int b = 0; b < 8; b++)
+				r[b] = rows[b] ? _mm256_loadu_ps(rows[b] + k) : _mm256_setzero_ps();
+			__m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+			__m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+			__m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+			__m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+			__m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
+			__m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
+			__m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
+			__m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
+			float *o = t + (size_t)k * PANELS_BATCH_ROWS;
+			_mm256_storeu_ps(o + 0, _mm256_permute2f128_ps(s0, s4, 0x20));
+			_mm256_storeu_ps(o + 8, _mm256_permute2f128_ps(s1, s5, 0x20));
+			_mm256_storeu_ps(o + 16, _mm256_permute2f128_ps(s2, s6, 0x20));
+			_mm256_storeu_ps(o + 24, _mm256_permute2f128_ps(s3, s7, 0x20));
+			_mm256_storeu_ps(o + 32, _mm256_permute2f128_ps(s0, s4, 0x31));
+			_mm256_storeu_ps(o + 40, _mm256_permute2f128_ps(s1, s5, 0x31));
+			_mm256_storeu_ps(o + 48, _mm256_permute2f128_ps(s2, s6, 0x31));
+			_mm256_storeu_ps(o + 56, _mm256_permute2f128_ps(s3, s7, 0x31));
+		}
+		for (; k < cols; k++)
+			for (int b = 0; b < PANELS_BATCH_ROWS; b++)
+				t[(size_t)k * PANELS_BATCH_ROWS + b] = rows[b] ? rows[b][k] : 0.0f;
+	}
+}
+
+void panels_transpose_x(const float *x, int B, int cols, float *xt)
+{
+	if (cpu_has_avx512()) {
+		transpose_x_avx(x, B, cols, xt);
+		return;
+	}
+	panels_transpose_x_scalar(x, B, cols, xt);
 }
 
 /* Groups [g0, g1) of w into out, one column of 16 rows per gather, F32
@@ -332,6 +381,11 @@ bool panels_supported(int ggml_type)
 {
 	(void)ggml_type;
 	return false;
+}
+
+void panels_transpose_x(const float *x, int B, int cols, float *xt)
+{
+	panels_transpose_x_scalar(x, B, cols, xt);
 }
 
 /* Without AVX-512 no matrix has panels: neither is ever called. */

@@ -31,8 +31,10 @@ void panels_pack(struct threadpool *pool, const struct weight_matrix *w, void *o
 /* Floats of x transposed for a batch of B rows of `cols` columns. */
 size_t panels_xt_floats(int B, int cols);
 /* xt: blocks of PANELS_BATCH_ROWS batch rows, each (cols, PANELS_BATCH_ROWS),
- * the last zero padded. */
+ * the last zero padded.  Vector code where the panel kernels run; the
+ * _scalar twin is the portable path and the tests' reference. */
 void panels_transpose_x(const float *x, int B, int cols, float *xt);
+void panels_transpose_x_scalar(const float *x, int B, int cols, float *xt);
 
 /* y(b, r) = x(b) . w(r) (+ bias(r)) for b in [0, B), r in [r0, r1), from
  * w->panels.  B == 1 reads x; larger batches read xt (panels_transpose_x of

@@ -388,6 +388,35 @@ START_TEST(test_panels)
 }
 END_TEST
 
+/* x transposed for the panel kernels: the vector code writes exactly what
+ * the element loop writes (zero padding of the last block included) for
+ * batch sizes around the 8-row blocks and column counts around the 8-column
+ * steps; the padding is written even over stale bytes. */
+START_TEST(test_transpose_x)
+{
+	int b_list[] = {1, 2, 7, 8, 9, 15, 16, 17, 33};
+	int cols_list[] = {1, 7, 8, 9, 13, 64, 200, 768};
+	for (size_t bi = 0; bi < sizeof(b_list) / sizeof(int); bi++)
+		for (size_t ci = 0; ci < sizeof(cols_list) / sizeof(int); ci++) {
+			int B = b_list[bi], cols = cols_list[ci];
+			size_t n = panels_xt_floats(B, cols);
+			float *x = malloc((size_t)B * cols * sizeof(float));
+			float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
+			for (int i = 0; i < B * cols; i++)
+				x[i] = (float)(i * 7 % 101) - 50.0f;
+			memset(a, 0x7f, n * sizeof(float));
+			memset(b, 0x55, n * sizeof(float));
+			panels_transpose_x(x, B, cols, a);
+			panels_transpose_x_scalar(x, B, cols, b);
+			ck_assert_msg(memcmp(a, b, n * sizeof(float)) == 0,
+			              "transposes differ for %d rows of %d", B, cols);
+			free(x);
+			free(a);
+			free(b);
+		}
+}
+END_TEST
+
 int main(void)
 {
 	printf("matmul: avx2 kernels %s, avx512 GEMM %s\n", matmul_have_avx2() ? "yes" : "no",
@@ -401,6 +430,7 @@ int main(void)
 	tcase_add_test(tc, test_row_to_f32);
 	tcase_add_test(tc, test_swiglu);
 	tcase_add_test(tc, test_panels);
+	tcase_add_test(tc, test_transpose_x);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
