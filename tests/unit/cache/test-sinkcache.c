@@ -732,6 +732,17 @@ static size_t resident_pages(const void *p, size_t len)
 	return count;
 }
 
+/* Resident pages of [p, p + bytes), checked to be four whole 16 KiB chunks
+ * (give or take the pages of a chunk boundary); `after` names the writes. */
+static size_t four_chunks_resident(const void *p, size_t bytes, const char *after)
+{
+	size_t chunk_pages = 16384 / (size_t)sysconf(_SC_PAGESIZE);
+	size_t n = resident_pages(p, bytes);
+	ck_assert_msg(n >= 4 * chunk_pages && n <= 4 * chunk_pages + 8,
+	              "%zu pages resident after %s (chunks of %zu pages)", n, after, chunk_pages);
+	return n;
+}
+
 /* The pages a token's rows land on are made resident a chunk (16 KiB) at a
  * time, ahead of the rows that follow, and nothing else of the block is:
  * one window token (2 kv heads x key and value rows, each run on its own
@@ -747,10 +758,7 @@ START_TEST(test_rows_populated_in_chunks)
 		k[i] = v[i] = 0.5f;
 	ck_assert_uint_eq(resident_pages(c->front, c->front_bytes), 0);
 	ck_assert_int_eq(sinkcache_append(c, 0, k, v, err, sizeof(err)), 0);
-	size_t page = (size_t)sysconf(_SC_PAGESIZE), chunk_pages = 16384 / page;
-	size_t n = resident_pages(c->front, c->front_bytes);
-	ck_assert_msg(n >= 4 * chunk_pages && n <= 4 * chunk_pages + 8,
-	              "%zu pages resident after one token (chunks of %zu pages)", n, chunk_pages);
+	size_t n = four_chunks_resident(c->front, c->front_bytes, "one token");
 	/* prefetching the next rows (any layer, in range or not) changes
 	 * nothing that is resident */
 	sinkcache_prefetch_append(c, -1);
@@ -788,11 +796,7 @@ START_TEST(test_groups_populated_in_chunks)
 	ck_assert_uint_eq(resident_pages(L->mem, c->back_bytes), 0);
 	ck_assert_int_eq(sinkcache_append(c, 0, k, v, err, sizeof(err)), 0);
 	ck_assert_int_eq(L->groups.n, 1);
-	size_t page = (size_t)sysconf(_SC_PAGESIZE), chunk_pages = 16384 / page;
-	size_t n = resident_pages(L->mem, c->back_bytes);
-	ck_assert_msg(n >= 4 * chunk_pages && n <= 4 * chunk_pages + 8,
-	              "%zu pages resident after the first group (chunks of %zu pages)", n,
-	              chunk_pages);
+	size_t n = four_chunks_resident(L->mem, c->back_bytes, "the first group");
 	for (int t = 0; t < G; t++)
 		ck_assert_int_eq(sinkcache_append(c, 0, k, v, err, sizeof(err)), 0);
 	ck_assert_int_eq(L->groups.n, 2);
