@@ -290,14 +290,19 @@ static bool front_on_huge_pages(size_t bytes)
  * commits ahead small (at most one chunk per head row run). */
 #define POPULATE_CHUNK ((size_t)16384)
 
+/* Words of the bitmap of a block of bytes. */
+static size_t populate_words(size_t bytes)
+{
+	return (bytes / POPULATE_CHUNK + 64) / 64;
+}
+
 /* The map of a block of bytes at base (pages_map): it spans whole pages.
  * done is NULL when out of memory. */
 static struct populate_map populate_map_of(unsigned char *base, size_t bytes)
 {
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	size_t whole = (bytes + page - 1) & ~(page - 1);
-	return (struct populate_map){base, whole,
-	                             calloc((whole / POPULATE_CHUNK + 64) / 64, sizeof(uint64_t))};
+	return (struct populate_map){base, whole, calloc(populate_words(whole), sizeof(uint64_t))};
 }
 
 /* Before writes to [p, p + n) inside m's block. */
@@ -570,6 +575,22 @@ static void kv_layer_set_query_pos(struct sinkcache *c, struct kv_layer *L)
 	cache_cos_sin(c, c->g.rope_positions == ROPE_POSITIONS_CACHE ? rank : s, L->cs_sink);
 }
 
+/* Cache prefetch of the key and value rows of head h in slot `slot` of a
+ * full-precision ring (k, v its bases), to be written or read. */
+static void prefetch_kv_row(const struct sinkcache *c, const unsigned char *k,
+                            const unsigned char *v, int cap, int h, int slot, bool write)
+{
+	const unsigned char *rows[2] = {kv_row((unsigned char *)k, c->fp_row, cap, h, slot),
+	                                kv_row((unsigned char *)v, c->fp_row, cap, h, slot)};
+	for (int j = 0; j < 2; j++)
+		for (size_t o = 0; o < c->fp_row; o += 64) {
+			if (write)
+				__builtin_prefetch(rows[j] + o, 1, 3);
+			else
+				__builtin_prefetch(rows[j] + o, 0, 3);
+		}
+}
+
 void sinkcache_prefetch_append(const struct sinkcache *c, int layer)
 {
 	if (layer < 0 || layer >= c->g.n_layers)
@@ -588,27 +609,12 @@ void sinkcache_prefetch_append(const struct sinkcache *c, int layer)
 	bool flushes = ages && L->stage.n == c->group - 1;
 	int stage_slot = ages && !flushes ? kv_ring_slot(&L->stage, L->stage.n) : -1;
 	for (int h = 0; h < c->g.n_kv_heads; h++) {
-		const unsigned char *rows[2] = {kv_row(L->hot_k, c->fp_row, L->hot.cap, h, slot),
-		                                kv_row(L->hot_v, c->fp_row, L->hot.cap, h, slot)};
-		for (int j = 0; j < 2; j++)
-			for (size_t o = 0; o < c->fp_row; o += 64)
-				__builtin_prefetch(rows[j] + o, 1, 3);
-		if (stage_slot >= 0) {
-			const unsigned char *st[2] = {
-			    kv_row(L->st_k, c->fp_row, L->stage.cap, h, stage_slot),
-			    kv_row(L->st_v, c->fp_row, L->stage.cap, h, stage_slot)};
-			for (int j = 0; j < 2; j++)
-				for (size_t o = 0; o < c->fp_row; o += 64)
-					__builtin_prefetch(st[j] + o, 1, 3);
-		}
-		for (int r = 0; flushes && r < L->stage.n; r++) {
-			int ss = kv_ring_slot(&L->stage, r);
-			const unsigned char *st[2] = {kv_row(L->st_k, c->fp_row, L->stage.cap, h, ss),
-			                              kv_row(L->st_v, c->fp_row, L->stage.cap, h, ss)};
-			for (int j = 0; j < 2; j++)
-				for (size_t o = 0; o < c->fp_row; o += 64)
-					__builtin_prefetch(st[j] + o, 0, 3);
-		}
+		prefetch_kv_row(c, L->hot_k, L->hot_v, L->hot.cap, h, slot, true);
+		if (stage_slot >= 0)
+			prefetch_kv_row(c, L->st_k, L->st_v, L->stage.cap, h, stage_slot, true);
+		for (int r = 0; flushes && r < L->stage.n; r++)
+			prefetch_kv_row(c, L->st_k, L->st_v, L->stage.cap, h,
+			                kv_ring_slot(&L->stage, r), false);
 	}
 }
 
@@ -709,10 +715,9 @@ size_t sinkcache_reset_trim(struct sinkcache *c)
 		if (!L->mem)
 			continue;
 		pages_discard(L->mem, c->back_bytes);
-		memset(L->mem_pop.done, 0,
-		       (L->mem_pop.bytes / POPULATE_CHUNK + 64) / 64 * sizeof(uint64_t));
+		memset(L->mem_pop.done, 0, populate_words(L->mem_pop.bytes) * sizeof(uint64_t));
 	}
-	size_t chunks = 0, words = (c->front_pop.bytes / POPULATE_CHUNK + 64) / 64;
+	size_t chunks = 0, words = populate_words(c->front_pop.bytes);
 	for (size_t i = 0; i < words; i++)
 		chunks += (size_t)__builtin_popcountll(c->front_pop.done[i]);
 	size_t held = chunks * POPULATE_CHUNK;
