@@ -42,6 +42,16 @@ static struct sinkcache_geometry geom(int sinks, int window, bool quant, int bit
 	return g;
 }
 
+/* A new cache of geometry g (the test fails with the cache's message if it
+ * cannot be made). */
+static struct sinkcache *new_cache(const struct sinkcache_geometry *g)
+{
+	char err[SINKD_ERR_LEN];
+	struct sinkcache *c = NULL;
+	ck_assert_msg(sinkcache_new(g, &c, err, sizeof(err)) == 0, "%s", err);
+	return c;
+}
+
 static float frand(void)
 {
 	return (float)rand() / (float)RAND_MAX * 2.0f - 1.0f;
@@ -751,8 +761,7 @@ START_TEST(test_rows_populated_in_chunks)
 {
 	struct sinkcache_geometry g = geom(0, 65536, false, 8, 0);
 	char err[SINKD_ERR_LEN];
-	struct sinkcache *c = NULL;
-	ck_assert_int_eq(sinkcache_new(&g, &c, err, sizeof(err)), 0);
+	struct sinkcache *c = new_cache(&g);
 	float k[NKV * D], v[NKV * D];
 	for (int i = 0; i < NKV * D; i++)
 		k[i] = v[i] = 0.5f;
@@ -781,8 +790,7 @@ START_TEST(test_groups_populated_in_chunks)
 {
 	struct sinkcache_geometry g = geom(0, 65536, true, 8, 4);
 	char err[SINKD_ERR_LEN];
-	struct sinkcache *c = NULL;
-	ck_assert_int_eq(sinkcache_new(&g, &c, err, sizeof(err)), 0);
+	struct sinkcache *c = new_cache(&g);
 	int G = sinkcache_quant_group_size(&g);
 	ck_assert_int_gt(G, 1);
 	float k[NKV * D], v[NKV * D];
@@ -813,8 +821,7 @@ START_TEST(test_front_block_for_huge_pages)
 {
 	struct sinkcache_geometry g = geom(4, 65536, true, 8, 8192);
 	char err[SINKD_ERR_LEN];
-	struct sinkcache *c = NULL;
-	ck_assert_int_eq(sinkcache_new(&g, &c, err, sizeof(err)), 0);
+	struct sinkcache *c = new_cache(&g);
 	ck_assert_uint_ge(c->front_bytes, (size_t)2 << 20);
 	ck_assert_uint_le(c->front_bytes, (size_t)8 << 20);
 	ck_assert_uint_eq((uintptr_t)c->front % ((uintptr_t)2 << 20), 0);
