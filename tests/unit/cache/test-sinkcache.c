@@ -52,6 +52,14 @@ static struct sinkcache *new_cache(const struct sinkcache_geometry *g)
 	return c;
 }
 
+/* n tokens (all k, v) into one layer of c. */
+static void append_tokens(struct sinkcache *c, int layer, const float *k, const float *v, int n)
+{
+	char err[SINKD_ERR_LEN];
+	for (int t = 0; t < n; t++)
+		ck_assert_msg(sinkcache_append(c, layer, k, v, err, sizeof(err)) == 0, "%s", err);
+}
+
 static float frand(void)
 {
 	return (float)rand() / (float)RAND_MAX * 2.0f - 1.0f;
@@ -789,7 +797,6 @@ END_TEST
 START_TEST(test_groups_populated_in_chunks)
 {
 	struct sinkcache_geometry g = geom(0, 65536, true, 8, 4);
-	char err[SINKD_ERR_LEN];
 	struct sinkcache *c = new_cache(&g);
 	int G = sinkcache_quant_group_size(&g);
 	ck_assert_int_gt(G, 1);
@@ -798,15 +805,13 @@ START_TEST(test_groups_populated_in_chunks)
 		k[i] = v[i] = frand();
 	const struct kv_layer *L = &c->layers[0];
 	ck_assert_ptr_nonnull(L->mem);
-	for (int t = 0; t < 4 + G - 1; t++)
-		ck_assert_int_eq(sinkcache_append(c, 0, k, v, err, sizeof(err)), 0);
+	append_tokens(c, 0, k, v, 4 + G - 1);
 	ck_assert_int_eq(L->groups.n, 0);
 	ck_assert_uint_eq(resident_pages(L->mem, c->back_bytes), 0);
-	ck_assert_int_eq(sinkcache_append(c, 0, k, v, err, sizeof(err)), 0);
+	append_tokens(c, 0, k, v, 1);
 	ck_assert_int_eq(L->groups.n, 1);
 	size_t n = four_chunks_resident(L->mem, c->back_bytes, "the first group");
-	for (int t = 0; t < G; t++)
-		ck_assert_int_eq(sinkcache_append(c, 0, k, v, err, sizeof(err)), 0);
+	append_tokens(c, 0, k, v, G);
 	ck_assert_int_eq(L->groups.n, 2);
 	ck_assert_uint_eq(resident_pages(L->mem, c->back_bytes), n);
 	ck_assert_uint_eq(resident_pages(c->layers[1].mem, c->back_bytes), 0);
