@@ -150,6 +150,11 @@ void sched_ptrs_remove_at(void **arr, size_t *n, size_t i);
 /* Sets up admitted requests, runs one batch, emits events; returns the number
  * of tokens forwarded (0: nothing to do). */
 size_t sched_tick(struct scheduler *s);
+/* The rows a batch with n_decode decode tokens may fill under the prefill
+ * pacing (the top of sched_tick.c), at most max_tokens; *part_block tells
+ * prompt rows granted by the row rather than by the block of 8. */
+size_t sched_pace_limit(const struct scheduler *s, size_t n_decode, size_t max_tokens,
+                        bool *part_block);
 void sched_emit_done(struct scheduler *s, struct sched_req *r, enum gen_finish finish,
                      int http_status, const char *error);
 void sched_req_free(struct sched_req *r);

@@ -26,7 +26,10 @@
  * them look expensive.  Rows are granted in whole blocks of 8 (a block
  * costs about the same full or not): the free rows of the decoders' last
  * block, then the blocks the cap pays for, and one block when neither gives
- * a row, so a prompt always advances.  A 30k-token prompt thus streams in
+ * a row, so a prompt always advances; but when the measured rows of a block
+ * would add more than a decode-only batch (rows whose attention over a long
+ * context outweighs their matmul, on a small model), the rows the measured
+ * cap pays for, at least one, instead of that block.  A 30k-token prompt thus streams in
  * at a steady share of the machine while every stream keeps receiving one
  * token per batch, with inter-token latency at most ~PACE_FACTOR times its
  * decode-only value (or one block more).  With no session decoding,
@@ -434,12 +437,20 @@ static size_t prefill_chunk_cap(const struct sched_req *r)
 #define PACE_START_CAP 4.0
 #define PACE_DECODE_SHARE ((PACE_FACTOR - 1) / 4)
 #define PACE_REMEASURE 8 /* paced batches between two decode-only ones */
+/* A whole block beyond the cap is granted only while the measured rows of
+ * one block add at most this share of a decode-only batch; rows dearer
+ * than that (a prompt deep into a long window on a small model, where each
+ * row's attention outweighs its matmul: stories260K with a 20k-token prompt
+ * alongside 16 streams, a block of 8 such rows took ~5x a decode-only
+ * batch) are granted a few at a time instead, as their cost is linear. */
+#define PACE_BLOCK_EXTRA_MAX 1.0
 #define PACE_TOKEN_FLOOR 0.01 /* a prompt token costs at least this share of a decode batch */
 
 struct batch_shape {
 	size_t n_decode;  /* decode tokens */
 	size_t n_prefill; /* prefill tokens */
 	bool paced;       /* prefill was cut by pace_cap */
+	bool part_block;  /* prompt rows granted by the row, not the block */
 };
 
 /* Prompt tokens a batch with n_decode decode tokens may carry: the measured
@@ -462,6 +473,42 @@ static size_t round_block(size_t n)
 	return (n + SCHED_BATCH_BLOCK - 1) / SCHED_BATCH_BLOCK * SCHED_BATCH_BLOCK;
 }
 
+/* Whether one more block of prompt rows would add more than
+ * PACE_BLOCK_EXTRA_MAX of a decode-only batch, by the measured row cost. */
+static bool pace_block_too_dear(const struct scheduler *s)
+{
+	return s->pace_decode_s > 0 && s->pace_row_s * SCHED_BATCH_BLOCK >
+	                                   PACE_BLOCK_EXTRA_MAX * s->pace_decode_s;
+}
+
+size_t sched_pace_limit(const struct scheduler *s, size_t n_decode, size_t max_tokens,
+                        bool *part_block)
+{
+	size_t n = n_decode, limit = max_tokens, cap = pace_cap_now(s, n);
+	*part_block = false;
+	if (n == 0 || n + cap >= limit)
+		return limit;
+	/* Whole blocks of batch rows: the free rows of the decoders' last
+	 * block, then the blocks the cap pays for; with neither, one block
+	 * (prompts always advance; a part block costs what a whole one does),
+	 * or, when a block's rows are too dear for that, the rows the cap pays
+	 * for.  Paying a block the cap does not cover only when no row is free
+	 * keeps such batches rare while streams come and go: in a 16-stream
+	 * load, granting one on every batch with prompts waiting made a fifth
+	 * of the batches ~1.7x a decode-only one (p99/p50 of the inter-token
+	 * latency 2.3); free rows alone, 1.65, with prompts taken in a few
+	 * tokens per batch. */
+	limit = round_block(n) + cap / SCHED_BATCH_BLOCK * SCHED_BATCH_BLOCK;
+	if (limit == n && pace_block_too_dear(s)) {
+		/* the measured cap alone: the floor is for whole blocks */
+		limit = n + (s->pace_cap < PACE_MIN_CAP ? (size_t)PACE_MIN_CAP : (size_t)s->pace_cap);
+		*part_block = true;
+	} else if (limit == n) {
+		limit = round_block(n + cap);
+	}
+	return limit < max_tokens ? limit : max_tokens;
+}
+
 /* Builds the batch described at the top of this file; returns its size. */
 static size_t batch_build(struct scheduler *s, struct sched_req **act, size_t n_act,
                           size_t max_tokens, int *rows, struct batch_shape *shape)
@@ -478,22 +525,7 @@ static size_t batch_build(struct scheduler *s, struct sched_req **act, size_t n_
 	}
 	s->rr_decode++;
 	shape->n_decode = n;
-	size_t limit = max_tokens, cap = pace_cap_now(s, n);
-	if (n > 0 && n + cap < limit) {
-		/* Whole blocks of batch rows: the free rows of the decoders' last
-		 * block, then the blocks the cap pays for; with neither, one block
-		 * (prompts always advance; a part block costs what a whole one
-		 * does).  Paying a block the cap does not cover only when no row
-		 * is free keeps such batches rare while streams come and go: in a
-		 * 16-stream load, granting one on every batch with prompts waiting
-		 * made a fifth of the batches ~1.7x a decode-only one (p99/p50 of
-		 * the inter-token latency 2.3); free rows alone, 1.65, with prompts
-		 * taken in a few tokens per batch. */
-		limit = round_block(n) + cap / SCHED_BATCH_BLOCK * SCHED_BATCH_BLOCK;
-		if (limit == n)
-			limit = round_block(n + cap);
-		limit = limit < max_tokens ? limit : max_tokens;
-	}
+	size_t limit = sched_pace_limit(s, n, max_tokens, &shape->part_block);
 	/* Measure (or re-measure, as contexts grow) what a decode-only batch
 	 * costs: the reference of the pacing. */
 	if (n > 0 && want > 0 && (s->pace_decode_s == 0 || s->pace_since_measure >= PACE_REMEASURE))
@@ -557,8 +589,11 @@ static void pace_update(struct scheduler *s, const struct batch_shape *b, double
 	}
 	s->pace_since_measure++;
 	/* the rows the prompt tokens added beyond the decoders' last block: the
-	 * ones that cost time */
-	size_t paid = round_block(b->n_decode + b->n_prefill) - round_block(b->n_decode);
+	 * ones that cost time (whole blocks, but only the rows themselves when
+	 * they were granted by the row) */
+	size_t all = b->n_decode + b->n_prefill;
+	size_t paid = b->part_block ? (all > round_block(b->n_decode) ? all - round_block(b->n_decode) : 0)
+	                            : round_block(all) - round_block(b->n_decode);
 	if (!b->n_decode || !b->n_prefill || !paid || s->pace_decode_s == 0)
 		return;
 	/* What one paid row adds: the time the last paced batches took beyond

@@ -2,8 +2,9 @@
  * greedy generation equals each request run alone (and the independent
  * reference continuation), persistent sessions continue and revise exactly,
  * admission under a tiny KV budget (queue full, queue timeout with
- * Retry-After, over-budget), and a seeded random walk of a few hundred
- * operations that checks the budget invariants after every step. */
+ * Retry-After, over-budget), the prefill pacing's batch sizes, and a seeded
+ * random walk of a few hundred operations that checks the budget invariants
+ * after every step. */
 #include <check.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -19,6 +20,7 @@
 #include "config/config.h"
 #include "engine/backend.h"
 #include "model/model.h"
+#include "sched/sched_internal.h"
 #include "sched/scheduler.h"
 #include "tokenizer/tokenizer.h"
 #include "util/errbuf.h"
@@ -372,6 +374,44 @@ START_TEST(test_long_prefill_does_not_stall)
 	wait_idle(s);
 	scheduler_free(s);
 	config_deinit(&cfg);
+}
+END_TEST
+
+/* The pacing's batch sizes from given measurements (no model involved):
+ * 16 decoders fill two blocks of 8, a decode-only batch takes 20 ms. */
+static size_t pace_limit(double cap, double row_s, size_t n_decode, size_t max_tokens, bool *part)
+{
+	static struct scheduler s; /* only the pacing fields are read */
+	s.pace_cap = cap;
+	s.pace_row_s = row_s;
+	s.pace_decode_s = 0.020;
+	return sched_pace_limit(&s, n_decode, max_tokens, part);
+}
+
+START_TEST(test_pace_limit)
+{
+	bool part = true;
+	/* cheap rows (a block adds 8 ms): one whole block beyond the cap */
+	ck_assert_uint_eq(pace_limit(3, 0.001, 16, 512, &part), 24);
+	ck_assert(!part);
+	/* rows whose block would add 40 ms: the cap's rows, not a block */
+	ck_assert_uint_eq(pace_limit(3, 0.005, 16, 512, &part), 19);
+	ck_assert(part);
+	/* a cap under one row still advances the prompt by one */
+	ck_assert_uint_eq(pace_limit(0.4, 0.05, 16, 512, &part), 17);
+	ck_assert(part);
+	/* free rows of the decoders' last block come first, dear or not */
+	ck_assert_uint_eq(pace_limit(1, 0.005, 13, 512, &part), 16);
+	ck_assert(!part);
+	/* a cap that pays for whole blocks gets them */
+	ck_assert_uint_eq(pace_limit(17, 0.005, 16, 512, &part), 32);
+	ck_assert(!part);
+	/* never past max_batch_tokens; no decoders: all of it */
+	ck_assert_uint_eq(pace_limit(40, 0.001, 16, 20, &part), 20);
+	ck_assert_uint_eq(pace_limit(3, 0.001, 0, 512, &part), 512);
+	/* nothing measured yet: blocks, as before any batch was timed */
+	ck_assert_uint_eq(pace_limit(3, 0, 16, 512, &part), 24);
+	ck_assert(!part);
 }
 END_TEST
 
@@ -834,6 +874,7 @@ int main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_loop_test(tc, test_batched_equals_alone, 0, 2);
 	tcase_add_test(tc, test_long_prefill_does_not_stall);
+	tcase_add_test(tc, test_pace_limit);
 	tcase_add_test(tc, test_session_continue_and_revise);
 	tcase_add_test(tc, test_session_cancel_keeps_stream);
 	tcase_add_test(tc, test_session_revise_window);
