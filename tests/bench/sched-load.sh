@@ -3,9 +3,11 @@
 #
 # Starts the real daemon (TLS on 127.0.0.1, one API key) per model and drives
 # it with tests/bench/sched-loadgen.c: 1, 4, 16 and 64 concurrent streams,
-# each a loop of streaming completions (new HTTPS connection per request,
-# ignore_eos, MAX_TOKENS each; the first requests staggered so that prompts
-# keep arriving at a steady rate), then 16 streams again while one more
+# each a loop of streaming completions (one HTTPS connection per stream kept
+# alive across its requests, as client libraries do; FRESH_CONNECTIONS=1: a
+# new one per request), ignore_eos, MAX_TOKENS each; the first requests
+# staggered so that prompts keep arriving at a steady rate), then 16
+# streams again while one more
 # client keeps sending a ~20k-token prompt.  Each run measures a steady
 # window of SECONDS that opens once every stream has its first token (the
 # start-up burst of prompts stays out; at most WARMUP seconds).  Reports

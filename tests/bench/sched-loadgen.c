@@ -1,7 +1,10 @@
 /* Load generator for the scheduler benchmark: N concurrent client streams,
- * each a loop of streaming POST /v1/completions over HTTPS (OpenSSL, a new
- * TLS connection per request, like a fresh client) that reads the SSE
- * events as they arrive.  The first request of stream i asks for
+ * each a loop of streaming POST /v1/completions over HTTPS (OpenSSL) that
+ * reads the SSE events as they arrive.  Each stream keeps its TLS
+ * connection alive from one request to the next, as HTTP client libraries
+ * (the OpenAI SDKs' among them) do; with FRESH_CONNECTIONS=1 in the
+ * environment every request opens a new one (a TCP and TLS handshake per
+ * request, on the same two cores as the server).  The first request of stream i asks for
  * MAX_TOKENS*(i+1)/N tokens, so that request ends, and the next prompts,
  * are spread over time as in a steady load rather than all at once.
  *
@@ -49,6 +52,7 @@ struct cfg {
 	char *body;      /* request JSON */
 	char *long_body; /* long-prompt request JSON or NULL */
 	SSL_CTX *ctx;
+	bool fresh_connections; /* a new connection per request */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	int n_first;           /* [mu] streams that received a first token */
@@ -69,6 +73,7 @@ struct stream {
 	struct samples ttft, itl;
 	long tokens, requests, errors;
 	double long_prefill_s; /* long client: total request time */
+	struct conn *conn;     /* open connection, or NULL */
 	pthread_t th;
 };
 
@@ -151,6 +156,13 @@ struct reader {
 	SSL *ssl;
 	char buf[16384];
 	size_t len, pos;
+};
+
+/* A stream's connection, kept from one request to the next. */
+struct conn {
+	int fd;
+	SSL *ssl;
+	struct reader r;
 };
 
 static int rd_fill(struct reader *r)
@@ -294,60 +306,110 @@ static int long_wait(struct stream *st, int fd, SSL *ssl)
 	}
 }
 
+static void conn_close(struct conn *k)
+{
+	if (!k)
+		return;
+	if (k->ssl) {
+		SSL_shutdown(k->ssl);
+		SSL_free(k->ssl);
+	}
+	if (k->fd >= 0)
+		close(k->fd);
+	free(k);
+}
+
+static struct conn *conn_open(struct cfg *c)
+{
+	struct conn *k = calloc(1, sizeof(*k));
+	int one = 1;
+	k->fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)c->port)};
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	struct timeval tmo = {.tv_sec = 60};
+	setsockopt(k->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	setsockopt(k->fd, SOL_SOCKET, SO_RCVTIMEO, &tmo, sizeof(tmo));
+	if (connect(k->fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
+		goto fail;
+	k->ssl = SSL_new(c->ctx);
+	SSL_set_fd(k->ssl, k->fd);
+	if (SSL_connect(k->ssl) != 1)
+		goto fail;
+	k->r.ssl = k->ssl;
+	return k;
+fail:
+	conn_close(k);
+	return NULL;
+}
+
+/* Sends the request on the stream's connection (a new one when there is
+ * none, or when a kept one turns out closed) and reads the status line;
+ * returns 1 on "200", 0 on another status, -1 when nothing came back. */
+static int send_request(struct stream *st, const char *body, bool keep, char *line, size_t cap)
+{
+	struct cfg *c = st->c;
+	char hdr[1024];
+	int hl = snprintf(
+	    hdr, sizeof(hdr),
+	    "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n"
+	    "Content-Type: application/json\r\nContent-Length: %zu\r\nConnection: %s\r\n\r\n",
+	    c->key, strlen(body), keep ? "keep-alive" : "close");
+	for (int attempt = 0; attempt < 2; attempt++) {
+		bool reused = st->conn != NULL;
+		if (!st->conn)
+			st->conn = conn_open(c);
+		if (!st->conn)
+			return -1;
+		SSL *ssl = st->conn->ssl;
+		if (SSL_write(ssl, hdr, hl) == hl &&
+		    SSL_write(ssl, body, (int)strlen(body)) == (int)strlen(body) &&
+		    (st->is_long || rd_line(&st->conn->r, line, cap)))
+			return st->is_long || strncmp(line, "HTTP/1.1 200", 12) == 0 ? 1 : 0;
+		conn_close(st->conn);
+		st->conn = NULL;
+		if (!reused) /* a kept connection the server closed: once more on a new one */
+			return -1;
+	}
+	return -1;
+}
+
 static int do_request(struct stream *st, const char *body)
 {
 	struct cfg *c = st->c;
 	struct sse *e = calloc(1, sizeof(*e));
-	struct reader *r = calloc(1, sizeof(*r));
-	int fd = -1, rc = -1, one = 1;
-	SSL *ssl = NULL;
-	char hdr[1024], line[1024];
+	int rc = -1;
+	bool keep = !c->fresh_connections && !st->is_long;
+	char line[1024];
 	e->t0 = now_s();
-	fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)c->port)};
-	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-	struct timeval tmo = {.tv_sec = 60};
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tmo, sizeof(tmo));
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
+	if (send_request(st, body, keep, line, sizeof(line)) != 1)
 		goto out;
-	ssl = SSL_new(c->ctx);
-	SSL_set_fd(ssl, fd);
-	if (SSL_connect(ssl) != 1)
-		goto out;
-	int hl = snprintf(
-	    hdr, sizeof(hdr),
-	    "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n"
-	    "Content-Type: application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
-	    c->key, strlen(body));
-	if (SSL_write(ssl, hdr, hl) != hl ||
-	    SSL_write(ssl, body, (int)strlen(body)) != (int)strlen(body))
-		goto out;
-	r->ssl = ssl;
+	struct reader *r = &st->conn->r;
 	if (st->is_long) {
-		rc = long_wait(st, fd, ssl);
+		rc = long_wait(st, st->conn->fd, st->conn->ssl);
 		goto out;
 	}
-	if (!rd_line(r, line, sizeof(line)) || strncmp(line, "HTTP/1.1 200", 12) != 0)
-		goto out;
-	bool chunked = false;
-	while (rd_line(r, line, sizeof(line)) && line[0])
+	bool chunked = false, closes = !keep;
+	while (rd_line(r, line, sizeof(line)) && line[0]) {
 		if (strcasestr(line, "transfer-encoding:") && strcasestr(line, "chunked"))
 			chunked = true;
+		if (strcasestr(line, "connection:") && strcasestr(line, "close"))
+			closes = true;
+	}
 	int body_rc = read_body(st, r, e, chunked);
 	st->tokens += e->tokens;
 	if (!e->cut && (body_rc != 0 || !e->done))
 		goto out;
+	/* the empty line after the last chunk: the connection is then ready for
+	 * the next request */
+	if (!e->cut && chunked && !closes && rd_line(r, line, sizeof(line)) == 1 && !line[0]) {
+		free(e);
+		return 0;
+	}
 	rc = 0;
 out:
-	if (ssl) {
-		SSL_shutdown(ssl);
-		SSL_free(ssl);
-	}
-	if (fd >= 0)
-		close(fd);
+	conn_close(st->conn);
+	st->conn = NULL;
 	free(e);
-	free(r);
 	return rc;
 }
 
@@ -380,6 +442,8 @@ static void *stream_main(void *arg)
 		if (st->is_long)
 			st->long_prefill_s += now_s() - t0;
 	}
+	conn_close(st->conn);
+	st->conn = NULL;
 	return NULL;
 }
 
@@ -442,6 +506,8 @@ int main(int argc, char **argv)
 	c.prompt = prompt;
 	c.body = make_body(prompt, c.max_tokens);
 	c.long_body = long_prompt ? make_body(long_prompt, 1) : NULL;
+	const char *fresh = getenv("FRESH_CONNECTIONS");
+	c.fresh_connections = fresh && !strcmp(fresh, "1");
 	c.ctx = SSL_CTX_new(TLS_client_method());
 	SSL_CTX_set_verify(c.ctx, SSL_VERIFY_NONE, NULL);
 	int n = c.streams + (c.long_body ? 1 : 0);
