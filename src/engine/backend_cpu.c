@@ -390,12 +390,37 @@ static void embed_tokens(struct cpu_backend *c, const struct backend_token *toke
 		matmul_row_to_f32(&m->token_embd, tokens[i].token, c->x + i * m->hp.dim);
 }
 
-static int layer_forward(struct cpu_backend *c, const struct backend_token *tokens, int n,
+/* Moves the attention outputs and hidden states of the tokens that want
+ * logits to the front, in batch order; returns how many. */
+static int keep_logit_rows(struct cpu_backend *c, const struct backend_token *tokens, int n)
+{
+	const struct model_hparams *hp = &c->base.model->hp;
+	size_t qd = (size_t)hp->n_heads * hp->head_dim, dim = (size_t)hp->dim;
+	int kept = 0;
+	for (int i = 0; i < n; i++) {
+		if (!tokens[i].want_logits)
+			continue;
+		if (kept != i) {
+			memcpy(c->att + kept * qd, c->att + i * qd, qd * sizeof(float));
+			memcpy(c->x + kept * dim, c->x + i * dim, dim * sizeof(float));
+		}
+		kept++;
+	}
+	return kept;
+}
+
+/* One layer over the batch.  In the last layer only the rows that want
+ * logits go on past attention (their keys and values are what the cache
+ * needs from the others): a prompt chunk skips that layer's output
+ * projection and feed-forward, and *n_rows becomes the rows kept, moved to
+ * the front of c->x in batch order. */
+static int layer_forward(struct cpu_backend *c, const struct backend_token *tokens, int *n_rows,
                          int layer, char *err, size_t err_len)
 {
 	const struct model *m = c->base.model;
 	const struct model_hparams *hp = &m->hp;
 	const struct model_layer *L = &c->layers[layer];
+	int n = *n_rows;
 	rmsnorm_rows(c->xb, c->x, L->attn_norm, n, hp->dim, hp->norm_eps);
 	struct matmul_job qkv[3] = {{.w = &L->wq, .bias = L->bq, .y = c->q},
 	                            {.w = &L->wk, .bias = L->bk, .y = c->k},
@@ -404,6 +429,11 @@ static int layer_forward(struct cpu_backend *c, const struct backend_token *toke
 	int rc = attention_layer(c, tokens, layer, err, err_len);
 	if (rc)
 		return rc;
+	if (layer == hp->n_layers - 1) {
+		n = *n_rows = keep_logit_rows(c, tokens, n);
+		if (n == 0)
+			return 0;
+	}
 	matmul(c->pool, c->att, n, &L->wo, c->proj);
 	add_rows(c->x, c->proj, (size_t)n * hp->dim);
 	rmsnorm_rows(c->xb, c->x, L->ffn_norm, n, hp->dim, hp->norm_eps);
@@ -413,19 +443,14 @@ static int layer_forward(struct cpu_backend *c, const struct backend_token *toke
 	return 0;
 }
 
-/* Final norm and output head for the tokens that want logits, in batch order. */
-static void output_logits(struct cpu_backend *c, const struct backend_token *tokens, size_t n,
-                          float *logits)
+/* Final norm and output head for the first n_want rows of c->x: the tokens
+ * that want logits, in batch order (layer_forward). */
+static void output_logits(struct cpu_backend *c, int n_want, float *logits)
 {
 	const struct model *m = c->base.model;
-	int dim = m->hp.dim, n_want = 0;
-	for (size_t i = 0; i < n; i++)
-		if (tokens[i].want_logits)
-			memcpy(c->proj + (size_t)n_want++ * dim, c->x + i * dim,
-			       dim * sizeof(float));
 	if (n_want == 0)
 		return;
-	rmsnorm_rows(c->xb, c->proj, m->output_norm, n_want, dim, m->hp.norm_eps);
+	rmsnorm_rows(c->xb, c->x, m->output_norm, n_want, m->hp.dim, m->hp.norm_eps);
 	matmul(c->pool, c->xb, n_want, &c->output, logits);
 }
 
@@ -448,12 +473,13 @@ static int cpu_forward(struct backend *be, const struct backend_token *tokens, s
 			return err_set(err, err_len, -EINVAL,
 			               "token %zu wants logits but no buffer given", i);
 	embed_tokens(c, tokens, n_tokens);
+	int n_rows = (int)n_tokens;
 	for (int l = 0; l < be->model->hp.n_layers; l++) {
-		rc = layer_forward(c, tokens, (int)n_tokens, l, err, err_len);
+		rc = layer_forward(c, tokens, &n_rows, l, err, err_len);
 		if (rc)
 			return rc;
 	}
-	output_logits(c, tokens, n_tokens, logits);
+	output_logits(c, n_rows, logits);
 	return 0;
 }
 
