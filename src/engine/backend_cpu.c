@@ -220,14 +220,27 @@ static int batch_plan(struct cpu_backend *c, const struct backend_token *tokens,
 /* ============================================================ element ops */
 
 /* out(n, dim) = x / rms(x) * w, row by row. */
+/* The sum of squares in double, in 8 independent lanes (element j in lane
+ * j % 8, added in a fixed tree): one chain of dependent double adds took
+ * ~0.8 us per 768-wide row, 13 us per norm of a 16-row batch. */
+static double sum_squares(const float *x, int dim)
+{
+	double lane[8] = {0};
+	int j = 0;
+	for (; j + 8 <= dim; j += 8)
+		for (int u = 0; u < 8; u++)
+			lane[u] += (double)x[j + u] * x[j + u];
+	for (; j < dim; j++)
+		lane[j % 8] += (double)x[j] * x[j];
+	return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
 static void rmsnorm_rows(float *out, const float *x, const float *w, int n, int dim, float eps)
 {
 	for (int i = 0; i < n; i++) {
 		const float *xr = x + (size_t)i * dim;
 		float *o = out + (size_t)i * dim;
-		double ss = 0.0;
-		for (int j = 0; j < dim; j++)
-			ss += (double)xr[j] * xr[j];
+		double ss = sum_squares(xr, dim);
 		float scale = (float)(1.0 / sqrt(ss / dim + (double)eps));
 		for (int j = 0; j < dim; j++)
 			o[j] = xr[j] * scale * w[j];
