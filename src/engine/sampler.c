@@ -426,29 +426,41 @@ static inline uint32_t is_nan_bits(float v)
 	return (float_bits(v) & 0x7fffffffu) > 0x7f800000u;
 }
 
-/* Max of row and whether it holds a NaN, in eight lanes (vectorises). */
+/* Max of row and whether it holds a NaN, 16 at a time in four GCC vectors
+ * of 4 (SSE on a baseline x86-64 build): the element loop ran at about one
+ * logit per cycle, ~10 us of a greedy pick over 32,000 logits, on the
+ * engine thread between two forward passes. */
+typedef float lanes4f __attribute__((vector_size(16)));
+typedef int32_t lanes4i __attribute__((vector_size(16)));
+
 static float row_max(const float *row, size_t n, bool *has_nan)
 {
-	float mx[8];
-	uint32_t bad = 0;
-	for (size_t j = 0; j < 8; j++)
-		mx[j] = -INFINITY;
+	lanes4f m[4];
+	lanes4i b[4] = {{0}};
+	for (int u = 0; u < 4; u++)
+		m[u] = (lanes4f){-INFINITY, -INFINITY, -INFINITY, -INFINITY};
 	size_t i = 0;
-	for (; i + 8 <= n; i += 8) {
-		for (size_t j = 0; j < 8; j++) {
-			float v = row[i + j];
-			bad |= is_nan_bits(v);
-			mx[j] = v > mx[j] ? v : mx[j];
+	for (; i + 16 <= n; i += 16)
+		for (int u = 0; u < 4; u++) {
+			lanes4f v;
+			memcpy(&v, row + i + 4 * u, sizeof(v));
+			lanes4i gt = v > m[u];
+			b[u] |= v != v;
+			m[u] = (lanes4f)(((lanes4i)v & gt) | ((lanes4i)m[u] & ~gt));
 		}
-	}
+	float mx = -INFINITY;
+	int bad = 0;
+	for (int u = 0; u < 4; u++)
+		for (int j = 0; j < 4; j++) {
+			mx = m[u][j] > mx ? m[u][j] : mx;
+			bad |= b[u][j];
+		}
 	for (; i < n; i++) {
 		bad |= is_nan_bits(row[i]);
-		mx[0] = row[i] > mx[0] ? row[i] : mx[0];
+		mx = row[i] > mx ? row[i] : mx;
 	}
-	for (size_t j = 1; j < 8; j++)
-		mx[0] = mx[j] > mx[0] ? mx[j] : mx[0];
 	*has_nan = bad != 0;
-	return mx[0];
+	return mx;
 }
 
 /* Checks the logits and returns their max and, when lse_out is not NULL,
@@ -670,10 +682,19 @@ static int32_t draw_row(struct sampler *s, const float *logits, float mx)
 	return last >= 0 ? last : argmax(logits, s->n_vocab, mx); /* rounding */
 }
 
-/* The first (lowest) id holding the max. */
+/* The first (lowest) id holding the max: whole blocks of 64 are tested
+ * with a loop GCC vectorises, the block that holds it element by element. */
 static int32_t argmax(const float *logits, int n, float mx)
 {
-	for (int i = 0; i < n; i++)
+	int i = 0;
+	for (; i + 64 <= n; i += 64) {
+		int hit = 0;
+		for (int j = 0; j < 64; j++)
+			hit |= logits[i + j] == mx;
+		if (hit)
+			break;
+	}
+	for (; i < n; i++)
 		if (logits[i] == mx)
 			return i;
 	return 0;

@@ -526,6 +526,36 @@ START_TEST(test_bad_logits)
 }
 END_TEST
 
+/* Over a real vocabulary's width (the max and NaN checks work 16 logits at
+ * a time, the greedy pick 64): a NaN anywhere is refused, and greedy takes
+ * the lowest id of the max wherever it lies, ties included. */
+START_TEST(test_wide_rows)
+{
+	enum { V = 32003 };
+	struct sampler_params p;
+	sampler_params_default(&p);
+	p.temperature = 0.0f;
+	struct sampler *s = make(&p, V);
+	struct sampler_result res;
+	float *row = malloc(V * sizeof(float));
+	const int at[] = {0, 15, 16, 63, 64, 1000, 20011, V - 4, V - 1};
+	for (size_t k = 0; k < sizeof(at) / sizeof(at[0]); k++) {
+		for (int i = 0; i < V; i++)
+			row[i] = (float)((i * 7919) % 1000) / 1000.0f;
+		row[at[k]] = 2.0f;
+		ck_assert_int_eq(sample_copy(s, row, V, &res), at[k]);
+		if (at[k] + 5 < V) { /* a tie further on: still the first */
+			row[at[k] + 5] = 2.0f;
+			ck_assert_int_eq(sample_copy(s, row, V, &res), at[k]);
+		}
+		row[at[k]] = NAN;
+		ck_assert_int_eq(sampler_sample(s, row, &res), -EINVAL);
+	}
+	free(row);
+	sampler_free(s);
+}
+END_TEST
+
 /* The log-softmax of the chosen token is computed only when asked for. */
 START_TEST(test_logprob_only_when_asked)
 {
@@ -564,6 +594,7 @@ int main(void)
 	tcase_add_test(tc, test_logprob_only_when_asked);
 	tcase_add_test(tc, test_invalid_params);
 	tcase_add_test(tc, test_bad_logits);
+	tcase_add_test(tc, test_wide_rows);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }
