@@ -219,7 +219,6 @@ static int batch_plan(struct cpu_backend *c, const struct backend_token *tokens,
 
 /* ============================================================ element ops */
 
-/* out(n, dim) = x / rms(x) * w, row by row. */
 /* The sum of squares in double, in 8 independent lanes (element j in lane
  * j % 8, added in a fixed tree): one chain of dependent double adds took
  * ~0.8 us per 768-wide row, 13 us per norm of a 16-row batch. */
@@ -232,9 +231,11 @@ static double sum_squares(const float *x, int dim)
 			lane[u] += (double)x[j + u] * x[j + u];
 	for (; j < dim; j++)
 		lane[j % 8] += (double)x[j] * x[j];
-	return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+	return ((lane[0] + lane[1]) + (lane[2] + lane[3])) +
+	       ((lane[4] + lane[5]) + (lane[6] + lane[7]));
 }
 
+/* out(n, dim) = x / rms(x) * w, row by row. */
 static void rmsnorm_rows(float *out, const float *x, const float *w, int n, int dim, float eps)
 {
 	for (int i = 0; i < n; i++) {

@@ -29,11 +29,11 @@
  * a row, so a prompt always advances; but when the measured rows of a block
  * would add more than a decode-only batch (rows whose attention over a long
  * context outweighs their matmul, on a small model), the rows the measured
- * cap pays for, at least one, instead of that block.  A 30k-token prompt thus streams in
- * at a steady share of the machine while every stream keeps receiving one
- * token per batch, with inter-token latency at most ~PACE_FACTOR times its
- * decode-only value (or one block more).  With no session decoding,
- * prefill uses the whole max_batch_tokens.
+ * cap pays for, at least one, instead of that block.  A 30k-token prompt
+ * thus streams in at a steady share of the machine while every stream keeps
+ * receiving one token per batch, with inter-token latency at most
+ * ~PACE_FACTOR times its decode-only value (or one block more).  With no
+ * session decoding, prefill uses the whole max_batch_tokens.
  *
  * Persistent sessions keep the stream's last token un-fed ("pending"): a
  * later request starts by feeding it, which yields the logits to continue
@@ -477,8 +477,8 @@ static size_t round_block(size_t n)
  * PACE_BLOCK_EXTRA_MAX of a decode-only batch, by the measured row cost. */
 static bool pace_block_too_dear(const struct scheduler *s)
 {
-	return s->pace_decode_s > 0 && s->pace_row_s * SCHED_BATCH_BLOCK >
-	                                   PACE_BLOCK_EXTRA_MAX * s->pace_decode_s;
+	return s->pace_decode_s > 0 &&
+	       s->pace_row_s * SCHED_BATCH_BLOCK > PACE_BLOCK_EXTRA_MAX * s->pace_decode_s;
 }
 
 size_t sched_pace_limit(const struct scheduler *s, size_t n_decode, size_t max_tokens,
@@ -501,7 +501,7 @@ size_t sched_pace_limit(const struct scheduler *s, size_t n_decode, size_t max_t
 	limit = round_block(n) + cap / SCHED_BATCH_BLOCK * SCHED_BATCH_BLOCK;
 	if (limit == n && pace_block_too_dear(s)) {
 		/* the measured cap alone: the floor is for whole blocks */
-		limit = n + (s->pace_cap < PACE_MIN_CAP ? (size_t)PACE_MIN_CAP : (size_t)s->pace_cap);
+		limit = n + (size_t)(s->pace_cap < PACE_MIN_CAP ? PACE_MIN_CAP : s->pace_cap);
 		*part_block = true;
 	} else if (limit == n) {
 		limit = round_block(n + cap);
@@ -589,11 +589,11 @@ static void pace_update(struct scheduler *s, const struct batch_shape *b, double
 	}
 	s->pace_since_measure++;
 	/* the rows the prompt tokens added beyond the decoders' last block: the
-	 * ones that cost time (whole blocks, but only the rows themselves when
-	 * they were granted by the row) */
-	size_t all = b->n_decode + b->n_prefill;
-	size_t paid = b->part_block ? (all > round_block(b->n_decode) ? all - round_block(b->n_decode) : 0)
-	                            : round_block(all) - round_block(b->n_decode);
+	 * ones that cost time (whole blocks; the prompt rows themselves when
+	 * they were granted by the row, after a whole number of blocks) */
+	size_t paid = b->part_block
+	                  ? b->n_prefill
+	                  : round_block(b->n_decode + b->n_prefill) - round_block(b->n_decode);
 	if (!b->n_decode || !b->n_prefill || !paid || s->pace_decode_s == 0)
 		return;
 	/* What one paid row adds: the time the last paced batches took beyond

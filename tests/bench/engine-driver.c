@@ -46,9 +46,12 @@ struct opts {
 
 static int parse(int argc, char **argv, struct opts *o)
 {
-	*o = (struct opts){
-	    .streams = 1, .threads = 0, .prompt_tokens = 64, .gen_tokens = 128, .seconds = 3.0,
-	    .warmup_rounds = 1};
+	*o = (struct opts){.streams = 1,
+	                   .threads = 0,
+	                   .prompt_tokens = 64,
+	                   .gen_tokens = 128,
+	                   .seconds = 3.0,
+	                   .warmup_rounds = 1};
 	for (int i = 1; i + 1 < argc; i += 2) {
 		if (!strcmp(argv[i], "--model"))
 			o->model = argv[i + 1];
