@@ -499,6 +499,19 @@ static int cpu_forward(struct backend *be, const struct backend_token *tokens, s
 
 /* ============================================================ sessions */
 
+/* Removes kept cache i from the pool, which stays oldest first. */
+static struct sinkcache *cache_pool_take(struct cpu_backend *c, int i)
+{
+	struct sinkcache *cache = c->cache_pool[i];
+	int after = c->cache_pool_n - i - 1;
+	c->cache_pool_total -= c->cache_pool_bytes[i];
+	memmove(&c->cache_pool[i], &c->cache_pool[i + 1], (size_t)after * sizeof(c->cache_pool[0]));
+	memmove(&c->cache_pool_bytes[i], &c->cache_pool_bytes[i + 1],
+	        (size_t)after * sizeof(c->cache_pool_bytes[0]));
+	c->cache_pool_n--;
+	return cache;
+}
+
 static int cpu_session_new(struct backend *be, const struct sinkcache_geometry *g,
                            struct backend_session **out, char *err, size_t err_len)
 {
@@ -516,15 +529,9 @@ static int cpu_session_new(struct backend *be, const struct sinkcache_geometry *
 	if (!s)
 		return err_set(err, err_len, -ENOMEM, "cpu backend: out of memory for a session");
 	struct cpu_backend *c = cpu_of(be);
-	for (int i = c->cache_pool_n - 1; i >= 0 && !s->cache; i--) {
-		if (!sinkcache_geometry_equal(sinkcache_geometry(c->cache_pool[i]), g))
-			continue;
-		s->cache = c->cache_pool[i];
-		c->cache_pool_total -= c->cache_pool_bytes[i];
-		c->cache_pool_n--;
-		c->cache_pool[i] = c->cache_pool[c->cache_pool_n];
-		c->cache_pool_bytes[i] = c->cache_pool_bytes[c->cache_pool_n];
-	}
+	for (int i = c->cache_pool_n - 1; i >= 0 && !s->cache; i--)
+		if (sinkcache_geometry_equal(sinkcache_geometry(c->cache_pool[i]), g))
+			s->cache = cache_pool_take(c, i);
 	if (!s->cache) {
 		int rc = sinkcache_new(g, &s->cache, err, err_len);
 		if (rc) {
@@ -547,15 +554,8 @@ static void cache_pool_put(struct cpu_backend *c, struct sinkcache *cache)
 		return;
 	}
 	while (c->cache_pool_n > 0 && (c->cache_pool_n == CPU_CACHE_POOL_MAX ||
-	                               c->cache_pool_total + bytes > CPU_CACHE_POOL_BYTES)) {
-		sinkcache_free(c->cache_pool[0]);
-		c->cache_pool_total -= c->cache_pool_bytes[0];
-		c->cache_pool_n--;
-		memmove(&c->cache_pool[0], &c->cache_pool[1],
-		        (size_t)c->cache_pool_n * sizeof(c->cache_pool[0]));
-		memmove(&c->cache_pool_bytes[0], &c->cache_pool_bytes[1],
-		        (size_t)c->cache_pool_n * sizeof(c->cache_pool_bytes[0]));
-	}
+	                               c->cache_pool_total + bytes > CPU_CACHE_POOL_BYTES))
+		sinkcache_free(cache_pool_take(c, 0));
 	c->cache_pool[c->cache_pool_n] = cache;
 	c->cache_pool_bytes[c->cache_pool_n++] = bytes;
 	c->cache_pool_total += bytes;
