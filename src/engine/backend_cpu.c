@@ -83,7 +83,10 @@ struct cpu_backend {
 	 * and output head with panels (panels.h) where this CPU has them. */
 	struct model_layer *layers; /* (n_layers) */
 	struct weight_matrix output;
-	void *panel_block; /* every matrix's panels (pages_map) */
+	/* The token embedding table the lookups read: a copy on the block
+	 * when the table lies in the model's file mapping (make_panels). */
+	struct weight_matrix token_embd;
+	void *panel_block; /* every matrix's panels and the embedding copy (pages_map) */
 	size_t panel_block_bytes;
 	/* Caches of freed sessions (CPU_CACHE_POOL_MAX), emptied, for reuse. */
 	struct sinkcache *cache_pool[CPU_CACHE_POOL_MAX];
@@ -399,9 +402,9 @@ static int attention_layer(struct cpu_backend *c, const struct backend_token *to
 
 static void embed_tokens(struct cpu_backend *c, const struct backend_token *tokens, size_t n)
 {
-	const struct model *m = c->base.model;
+	int dim = c->base.model->hp.dim;
 	for (size_t i = 0; i < n; i++)
-		matmul_row_to_f32(&m->token_embd, tokens[i].token, c->x + i * m->hp.dim);
+		matmul_row_to_f32(&c->token_embd, tokens[i].token, c->x + i * dim);
 }
 
 /* Moves the attention outputs and hidden states of the tokens that want
@@ -656,13 +659,24 @@ static size_t panel_bytes_aligned(const struct weight_matrix *w)
 	return (panels_bytes(w) + 63) & ~(size_t)63;
 }
 
+static size_t matrix_bytes(const struct weight_matrix *w)
+{
+	return (size_t)w->rows * w->row_bytes;
+}
+
 /* Copies the model's matrices into c, with panels where wants_panel() says
  * so, all in one block on huge pages (pages.h: the weights are one 0.2-0.5
- * GB stream per token, 2 MiB a TLB entry instead of 4 KiB).  The block is
- * made resident in one call (loading the 134M F32 model took 1 s, 0.6 s of
- * it page faults).  The file pages of each packed matrix are given back,
- * unless it is a tied head, which is also the embedding table.  Without
- * memory for the block the matrices stay as stored. */
+ * GB stream per token, 2 MiB a TLB entry instead of 4 KiB).  The token
+ * embedding table joins the block as it is stored: its rows are read at
+ * random, and on the test VM a row read from the file mapping's small
+ * pages after a step had evicted their page tables cost 18-29 us (a page
+ * walk through guest and host tables), against 2-5 us on huge pages: 16
+ * such rows took 0.25-0.30 ms of a 17.5 ms step of 16 streams of the 134M
+ * F32 model.  The block is made resident in one call (loading the 134M F32
+ * model took 1 s, 0.6 s of it page faults).  The file pages of each copied
+ * matrix are given back, unless a matrix that still reads them (a tied head
+ * without panels, or the embedding table when it was not copied) shares
+ * them.  Without memory for the block the matrices stay as stored. */
 static int make_panels(struct cpu_backend *c, const struct model *m, char *err, size_t err_len)
 {
 	int n_layers = m->hp.n_layers, n = 0;
@@ -674,6 +688,7 @@ static int make_panels(struct cpu_backend *c, const struct model *m, char *err, 
 	}
 	memcpy(c->layers, m->layers, (size_t)n_layers * sizeof(*c->layers));
 	c->output = m->output;
+	c->token_embd = m->token_embd;
 	ws[n++] = &c->output;
 	for (int l = 0; l < n_layers; l++) {
 		struct model_layer *L = &c->layers[l];
@@ -682,7 +697,8 @@ static int make_panels(struct cpu_backend *c, const struct model *m, char *err, 
 		for (int i = 0; i < 7; i++)
 			ws[n++] = lw[i];
 	}
-	size_t total = 0;
+	bool copy_embd = in_file_mapping(m, &m->token_embd);
+	size_t total = copy_embd ? (matrix_bytes(&m->token_embd) + 63) & ~(size_t)63 : 0;
 	for (int i = 0; i < n; i++)
 		if (wants_panel(m, ws[i]))
 			total += panel_bytes_aligned(ws[i]);
@@ -692,17 +708,29 @@ static int make_panels(struct cpu_backend *c, const struct model *m, char *err, 
 		c->panel_block_bytes = total;
 		pages_populate(c->panel_block, total);
 		size_t at = 0;
+		if (copy_embd) {
+			memcpy(c->panel_block, m->token_embd.data, matrix_bytes(&m->token_embd));
+			c->token_embd.data = c->panel_block;
+			at = (matrix_bytes(&m->token_embd) + 63) & ~(size_t)63;
+		}
 		for (int i = 0; i < n; i++) {
 			struct weight_matrix *w = ws[i];
 			if (!wants_panel(m, w))
 				continue;
-			bool mapped = in_file_mapping(m, w);
 			w->panels = (unsigned char *)c->panel_block + at;
 			at += panel_bytes_aligned(w);
 			panels_pack(c->pool, w, (void *)w->panels);
-			if (mapped && w->data != m->token_embd.data)
-				pages_release(w->data, (size_t)w->rows * w->row_bytes);
 		}
+		/* the file pages nothing reads any more */
+		for (int i = 0; i < n; i++) {
+			const struct weight_matrix *w = ws[i];
+			bool shares_table = w->data == m->token_embd.data;
+			if (w->panels && in_file_mapping(m, w) && (!shares_table || copy_embd))
+				pages_release(w->data, matrix_bytes(w));
+		}
+		bool head_reads_table = c->output.data == m->token_embd.data && !c->output.panels;
+		if (copy_embd && !head_reads_table)
+			pages_release(m->token_embd.data, matrix_bytes(&m->token_embd));
 	}
 	free(ws);
 	return 0;
