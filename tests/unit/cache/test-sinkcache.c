@@ -793,11 +793,13 @@ END_TEST
 /* A new quantized group's runs (key and value codes and parameters, four
  * runs in the layer's back block) are made resident a chunk at a time before
  * they are written, like the front's rows: the first group of a layer
- * commits four whole chunks, the next groups (inside them) nothing more. */
+ * commits four whole chunks, the next groups (inside them) nothing more.
+ * (A back block of small pages: under 2 MiB.) */
 START_TEST(test_groups_populated_in_chunks)
 {
-	struct sinkcache_geometry g = geom(0, 65536, true, 8, 4);
+	struct sinkcache_geometry g = geom(0, 4096, true, 8, 4);
 	struct sinkcache *c = new_cache(&g);
+	ck_assert_uint_lt(c->back_bytes, (size_t)2 << 20);
 	int G = sinkcache_quant_group_size(&g);
 	ck_assert_int_gt(G, 1);
 	float k[NKV * D], v[NKV * D];
@@ -858,6 +860,40 @@ START_TEST(test_front_block_for_huge_pages)
 }
 END_TEST
 
+/* A back block of 2 MiB or more (the groups of a 65536-token window) is
+ * mapped on a 2 MiB boundary, for huge pages, in every layer; groups written
+ * through it read back. */
+START_TEST(test_back_block_for_huge_pages)
+{
+	struct sinkcache_geometry g = geom(0, 65536, true, 8, 4);
+	char err[SINKD_ERR_LEN];
+	struct sinkcache *c = new_cache(&g);
+	ck_assert_uint_ge(c->back_bytes, (size_t)2 << 20);
+	for (int l = 0; l < NL; l++)
+		ck_assert_uint_eq((uintptr_t)c->layers[l].mem % ((uintptr_t)2 << 20), 0);
+	int G = sinkcache_quant_group_size(&g);
+	float k[NKV * D], v[NKV * D], q[NH * D], out[NH * D];
+	float *scratch = malloc(sinkcache_scratch_floats(&g) * sizeof(float));
+	ck_assert_ptr_nonnull(scratch);
+	for (int i = 0; i < NKV * D; i++)
+		k[i] = 0.0f, v[i] = (float)(i % D) * 0.25f;
+	for (int i = 0; i < NH * D; i++)
+		q[i] = 0.5f;
+	for (int t = 0; t < 4 + 2 * G; t++)
+		for (int l = 0; l < NL; l++)
+			ck_assert_int_eq(sinkcache_append(c, l, k, v, err, sizeof(err)), 0);
+	ck_assert_int_eq(c->layers[NL - 1].groups.n, 2);
+	/* equal scores: the output is the value row every token shares, read
+	 * back through the 8-bit codes of two groups (step 3.75/255) */
+	sinkcache_attend(c, NL - 1, q, NH, 0, NH, out, scratch, NULL);
+	for (int h = 0; h < NH; h++)
+		for (int j = 0; j < D; j++)
+			ck_assert_float_eq_tol(out[h * D + j], (float)j * 0.25f, 0.02f);
+	free(scratch);
+	sinkcache_free(c);
+}
+END_TEST
+
 static Suite *sinkcache_suite(void)
 {
 	Suite *s = suite_create("sinkcache");
@@ -872,6 +908,7 @@ static Suite *sinkcache_suite(void)
 	tcase_add_test(tc, test_front_block_for_huge_pages);
 	tcase_add_test(tc, test_revise_exact);
 	tcase_add_test(tc, test_groups_populated_in_chunks);
+	tcase_add_test(tc, test_back_block_for_huge_pages);
 	tcase_add_test(tc, test_full_strategy_refuses);
 	tcase_add_test(tc, test_large_stream_index);
 	tcase_add_test(tc, test_concurrent_head_ranges);
