@@ -720,12 +720,9 @@ static int make_panels(struct cpu_backend *c, const struct model *m, char *err, 
 			w->panels = (unsigned char *)c->panel_block + at;
 			at += panel_bytes_aligned(w);
 			panels_pack(c->pool, w, (void *)w->panels);
-		}
-		/* the file pages nothing reads any more */
-		for (int i = 0; i < n; i++) {
-			const struct weight_matrix *w = ws[i];
-			bool shares_table = w->data == m->token_embd.data;
-			if (w->panels && in_file_mapping(m, w) && (!shares_table || copy_embd))
+			/* at once, so that a large model's file pages and panels are
+			 * not all resident together while it loads */
+			if (in_file_mapping(m, w) && (w->data != m->token_embd.data || copy_embd))
 				pages_release(w->data, matrix_bytes(w));
 		}
 		bool head_reads_table = c->output.data == m->token_embd.data && !c->output.panels;
