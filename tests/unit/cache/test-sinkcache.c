@@ -821,13 +821,36 @@ START_TEST(test_groups_populated_in_chunks)
 }
 END_TEST
 
+/* Appends n tokens to every layer, all with zero keys and one shared value
+ * row (i % D) * 0.25, then checks that attention in the last layer (equal
+ * scores) returns that row within tol. */
+static void check_shared_value_row(struct sinkcache *c, const struct sinkcache_geometry *g, int n,
+                                   float tol)
+{
+	char err[SINKD_ERR_LEN];
+	float k[NKV * D], v[NKV * D], q[NH * D], out[NH * D];
+	float *scratch = malloc(sinkcache_scratch_floats(g) * sizeof(float));
+	ck_assert_ptr_nonnull(scratch);
+	for (int i = 0; i < NKV * D; i++)
+		k[i] = 0.0f, v[i] = (float)(i % D) * 0.25f;
+	for (int i = 0; i < NH * D; i++)
+		q[i] = 0.5f;
+	for (int t = 0; t < n; t++)
+		for (int l = 0; l < NL; l++)
+			ck_assert_int_eq(sinkcache_append(c, l, k, v, err, sizeof(err)), 0);
+	sinkcache_attend(c, NL - 1, q, NH, 0, NH, out, scratch, NULL);
+	for (int h = 0; h < NH; h++)
+		for (int j = 0; j < D; j++)
+			ck_assert_float_eq_tol(out[h * D + j], (float)j * 0.25f, tol);
+	free(scratch);
+}
+
 /* A front of 2..8 MiB (the hot tier of 8192 tokens) is one block on a
  * 2 MiB boundary, for huge pages; the layers' fronts lie inside it, 64-byte
  * aligned, and rows written through it read back. */
 START_TEST(test_front_block_for_huge_pages)
 {
 	struct sinkcache_geometry g = geom(4, 65536, true, 8, 8192);
-	char err[SINKD_ERR_LEN];
 	struct sinkcache *c = new_cache(&g);
 	ck_assert_uint_ge(c->front_bytes, (size_t)2 << 20);
 	ck_assert_uint_le(c->front_bytes, (size_t)8 << 20);
@@ -840,22 +863,8 @@ START_TEST(test_front_block_for_huge_pages)
 		          c->front + c->front_bytes);
 		ck_assert_ptr_nonnull(L->mem);
 	}
-	float k[NKV * D], v[NKV * D], q[NH * D], out[NH * D];
-	float *scratch = malloc(sinkcache_scratch_floats(&g) * sizeof(float));
-	ck_assert_ptr_nonnull(scratch);
-	for (int i = 0; i < NKV * D; i++)
-		k[i] = 0.0f, v[i] = (float)(i % D) * 0.25f;
-	for (int i = 0; i < NH * D; i++)
-		q[i] = 0.5f;
-	for (int t = 0; t < 8; t++)
-		for (int l = 0; l < NL; l++)
-			ck_assert_int_eq(sinkcache_append(c, l, k, v, err, sizeof(err)), 0);
 	/* equal scores: the output is the value row all tokens share */
-	sinkcache_attend(c, NL - 1, q, NH, 0, NH, out, scratch, NULL);
-	for (int h = 0; h < NH; h++)
-		for (int j = 0; j < D; j++)
-			ck_assert_float_eq_tol(out[h * D + j], (float)j * 0.25f, 1e-6f);
-	free(scratch);
+	check_shared_value_row(c, &g, 8, 1e-6f);
 	sinkcache_free(c);
 }
 END_TEST
@@ -866,30 +875,14 @@ END_TEST
 START_TEST(test_back_block_for_huge_pages)
 {
 	struct sinkcache_geometry g = geom(0, 65536, true, 8, 4);
-	char err[SINKD_ERR_LEN];
 	struct sinkcache *c = new_cache(&g);
 	ck_assert_uint_ge(c->back_bytes, (size_t)2 << 20);
 	for (int l = 0; l < NL; l++)
 		ck_assert_uint_eq((uintptr_t)c->layers[l].mem % ((uintptr_t)2 << 20), 0);
-	int G = sinkcache_quant_group_size(&g);
-	float k[NKV * D], v[NKV * D], q[NH * D], out[NH * D];
-	float *scratch = malloc(sinkcache_scratch_floats(&g) * sizeof(float));
-	ck_assert_ptr_nonnull(scratch);
-	for (int i = 0; i < NKV * D; i++)
-		k[i] = 0.0f, v[i] = (float)(i % D) * 0.25f;
-	for (int i = 0; i < NH * D; i++)
-		q[i] = 0.5f;
-	for (int t = 0; t < 4 + 2 * G; t++)
-		for (int l = 0; l < NL; l++)
-			ck_assert_int_eq(sinkcache_append(c, l, k, v, err, sizeof(err)), 0);
+	/* the same value row read back through the 8-bit codes of two groups
+	 * (step 3.75/255) */
+	check_shared_value_row(c, &g, 4 + 2 * sinkcache_quant_group_size(&g), 0.02f);
 	ck_assert_int_eq(c->layers[NL - 1].groups.n, 2);
-	/* equal scores: the output is the value row every token shares, read
-	 * back through the 8-bit codes of two groups (step 3.75/255) */
-	sinkcache_attend(c, NL - 1, q, NH, 0, NH, out, scratch, NULL);
-	for (int h = 0; h < NH; h++)
-		for (int j = 0; j < D; j++)
-			ck_assert_float_eq_tol(out[h * D + j], (float)j * 0.25f, 0.02f);
-	free(scratch);
 	sinkcache_free(c);
 }
 END_TEST
