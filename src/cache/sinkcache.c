@@ -387,8 +387,9 @@ int sinkcache_new(const struct sinkcache_geometry *g, struct sinkcache **out, ch
 	for (int l = 0; l < g->n_layers; l++) {
 		struct kv_layer *L = &c->layers[l];
 		L->front = c->front + (size_t)l * lo.front_stride;
-		L->mem = lo.back_bytes > 0 ? pages_map(lo.back_bytes, back_on_huge_pages(lo.back_bytes))
-		                           : NULL;
+		L->mem = lo.back_bytes > 0
+		             ? pages_map(lo.back_bytes, back_on_huge_pages(lo.back_bytes))
+		             : NULL;
 		if (L->mem)
 			L->mem_pop = populate_map_of(L->mem, lo.back_bytes);
 		L->cs_win = calloc((size_t)half * 2, sizeof(double));

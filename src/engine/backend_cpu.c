@@ -636,14 +636,18 @@ static int check_model(const struct model *m, char *err, size_t err_len)
 	return rc;
 }
 
+static size_t matrix_bytes(const struct weight_matrix *w)
+{
+	return (size_t)w->rows * w->row_bytes;
+}
+
 /* Whether the matrix's bytes lie in the model's read-only file mapping. */
 static bool in_file_mapping(const struct model *m, const struct weight_matrix *w)
 {
 	if (!m->file)
 		return false;
 	const uint8_t *map = gguf_map(m->file), *p = w->data;
-	size_t len = (size_t)w->rows * w->row_bytes;
-	return map && p >= map && p + len <= map + gguf_file_size(m->file);
+	return map && p >= map && p + matrix_bytes(w) <= map + gguf_file_size(m->file);
 }
 
 /* Whether w gets panels: when the kernels read them, unless the model
@@ -654,14 +658,10 @@ static bool wants_panel(const struct model *m, const struct weight_matrix *w)
 	return panels_supported(w->type) && (!m->file || in_file_mapping(m, w));
 }
 
-static size_t panel_bytes_aligned(const struct weight_matrix *w)
+/* Bytes a piece takes in the block: each piece starts 64-byte aligned. */
+static size_t block_bytes(size_t n)
 {
-	return (panels_bytes(w) + 63) & ~(size_t)63;
-}
-
-static size_t matrix_bytes(const struct weight_matrix *w)
-{
-	return (size_t)w->rows * w->row_bytes;
+	return (n + 63) & ~(size_t)63;
 }
 
 /* Copies the model's matrices into c, with panels where wants_panel() says
@@ -698,10 +698,10 @@ static int make_panels(struct cpu_backend *c, const struct model *m, char *err, 
 			ws[n++] = lw[i];
 	}
 	bool copy_embd = in_file_mapping(m, &m->token_embd);
-	size_t total = copy_embd ? (matrix_bytes(&m->token_embd) + 63) & ~(size_t)63 : 0;
+	size_t total = copy_embd ? block_bytes(matrix_bytes(&m->token_embd)) : 0;
 	for (int i = 0; i < n; i++)
 		if (wants_panel(m, ws[i]))
-			total += panel_bytes_aligned(ws[i]);
+			total += block_bytes(panels_bytes(ws[i]));
 	if (total > 0)
 		c->panel_block = pages_map(total, true);
 	if (c->panel_block) {
@@ -711,14 +711,14 @@ static int make_panels(struct cpu_backend *c, const struct model *m, char *err, 
 		if (copy_embd) {
 			memcpy(c->panel_block, m->token_embd.data, matrix_bytes(&m->token_embd));
 			c->token_embd.data = c->panel_block;
-			at = (matrix_bytes(&m->token_embd) + 63) & ~(size_t)63;
+			at = block_bytes(matrix_bytes(&m->token_embd));
 		}
 		for (int i = 0; i < n; i++) {
 			struct weight_matrix *w = ws[i];
 			if (!wants_panel(m, w))
 				continue;
 			w->panels = (unsigned char *)c->panel_block + at;
-			at += panel_bytes_aligned(w);
+			at += block_bytes(panels_bytes(w));
 			panels_pack(c->pool, w, (void *)w->panels);
 			/* at once, so that a large model's file pages and panels are
 			 * not all resident together while it loads */
