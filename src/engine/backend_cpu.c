@@ -672,11 +672,12 @@ static size_t block_bytes(size_t n)
  * pages after a step had evicted their page tables cost 18-29 us (a page
  * walk through guest and host tables), against 2-5 us on huge pages: 16
  * such rows took 0.27-0.34 ms of a 17.5-24 ms step of 16 streams of the
- * 134M F32 model (0.03-0.04 ms from the copy).  The block is made resident in one call (loading the 134M F32
- * model took 1 s, 0.6 s of it page faults).  The file pages of each copied
- * matrix are given back, unless a matrix that still reads them (a tied head
- * without panels, or the embedding table when it was not copied) shares
- * them.  Without memory for the block the matrices stay as stored. */
+ * 134M F32 model (0.03-0.04 ms from the copy).  The block is made
+ * resident in one call (loading the 134M F32 model took 1 s, 0.6 s of it
+ * page faults).  The file pages of each copied matrix are given back,
+ * unless a matrix that still reads them (a tied head without panels, or
+ * the embedding table when it was not copied) shares them.  Without memory
+ * for the block the matrices stay as stored. */
 static int make_panels(struct cpu_backend *c, const struct model *m, char *err, size_t err_len)
 {
 	int n_layers = m->hp.n_layers, n = 0;
