@@ -42,12 +42,6 @@ void kv_row_store_scalar(enum kv_dtype dt, void *dst, const float *src, int n)
 #ifdef KVQUANT_X86
 #define KVQ_AVX512_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 
-/* Lanes of a 16-wide step with `left` values still to go. */
-static inline __mmask16 tail_mask(int left)
-{
-	return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
-}
-
 /* 16 values per step: a row of 64 becomes four 32-byte stores instead of 64
  * two-byte ones, each from an out-of-line conversion call (row stores were
  * 8% of the CPU time of a 32-stream decode step of the 134M model, most of
@@ -64,7 +58,7 @@ static KVQ_AVX512_FN void row_store_avx512(enum kv_dtype dt, uint16_t *d, const 
 		const __m512i inf = _mm512_set1_epi32(0x7f800000), quiet = _mm512_set1_epi32(0x40);
 		for (; i < n; i += 16) {
 			/* the last step masked: heads of 8 dims are one step */
-			__mmask16 m = tail_mask(n - i);
+			__mmask16 m = cpu_lanes16_mask(n - i);
 			__m512i x = _mm512_maskz_loadu_epi32(m, s + i), hi = _mm512_srli_epi32(x, 16);
 			__m512i r = _mm512_add_epi32(x, _mm512_add_epi32(half, _mm512_and_si512(hi, one)));
 			r = _mm512_srli_epi32(r, 16);
@@ -74,7 +68,7 @@ static KVQ_AVX512_FN void row_store_avx512(enum kv_dtype dt, uint16_t *d, const 
 		}
 	} else {
 		for (; i < n; i += 16) {
-			__mmask16 m = tail_mask(n - i);
+			__mmask16 m = cpu_lanes16_mask(n - i);
 			__m256i h = _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, s + i),
 			                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 			_mm256_mask_storeu_epi16(d + i, m, h);
@@ -98,7 +92,7 @@ void kv_row_store(enum kv_dtype dt, void *dst, const float *src, int n)
 static KVQ_AVX512_FN void row_load_avx512(enum kv_dtype dt, const uint16_t *s, float *d, int n)
 {
 	for (int i = 0; i < n; i += 16) {
-		__mmask16 m = tail_mask(n - i);
+		__mmask16 m = cpu_lanes16_mask(n - i);
 		__m256i h = _mm256_maskz_loadu_epi16(m, s + i);
 		__m512 v = dt == KV_DTYPE_F16
 		               ? _mm512_cvtph_ps(h)
@@ -236,7 +230,7 @@ static KVQ_AVX512_FN bool quant_row_avx512(const float *x, int n, int bits, uint
 {
 	__m512 lo = _mm512_set1_ps(INFINITY), hi = _mm512_set1_ps(-INFINITY);
 	for (int i = 0; i < n; i += 16) {
-		__mmask16 m = tail_mask(n - i);
+		__mmask16 m = cpu_lanes16_mask(n - i);
 		__m512 v = _mm512_maskz_loadu_ps(m, x + i);
 		/* min/max return their second operand when one is NaN: NaNs skipped */
 		lo = _mm512_mask_min_ps(lo, m, v, lo);
@@ -249,7 +243,7 @@ static KVQ_AVX512_FN bool quant_row_avx512(const float *x, int n, int bits, uint
 	__m512 vmin = _mm512_set1_ps(*min), vscale = _mm512_set1_ps(*scale);
 	__mmask16 valid = *scale == 0.0f ? 0 : 0xffff;
 	for (int i = 0; i < n; i += 16) {
-		__mmask16 m = tail_mask(n - i);
+		__mmask16 m = cpu_lanes16_mask(n - i);
 		put_codes(codes, i, bits, m, _mm512_maskz_loadu_ps(m, x + i), vmin, vscale, valid);
 	}
 	return true;
@@ -263,7 +257,7 @@ static KVQ_AVX512_FN bool quant_channels_avx512(const float *const *rows, int n_
 	/* all extremes first: a non-finite one anywhere sends the call to the
 	 * scalar code before any output is written */
 	for (int j = 0; j < d; j += 16) {
-		__mmask16 m = tail_mask(d - j);
+		__mmask16 m = cpu_lanes16_mask(d - j);
 		__m512 lo = _mm512_set1_ps(INFINITY), hi = _mm512_set1_ps(-INFINITY);
 		for (int r = 0; r < n_rows; r++) {
 			__m512 v = _mm512_maskz_loadu_ps(m, rows[r] + j);
@@ -285,7 +279,7 @@ static KVQ_AVX512_FN bool quant_channels_avx512(const float *const *rows, int n_
 		_mm512_mask_storeu_ps(min + j, m, lo);
 	}
 	for (int j = 0; j < d; j += 16) {
-		__mmask16 m = tail_mask(d - j);
+		__mmask16 m = cpu_lanes16_mask(d - j);
 		__m512 sc = _mm512_maskz_loadu_ps(m, scale + j), lo = _mm512_maskz_loadu_ps(m, min + j);
 		__mmask16 valid = _mm512_cmp_ps_mask(sc, _mm512_setzero_ps(), _CMP_NEQ_UQ);
 		for (int r = 0; r < n_rows; r++)

@@ -450,11 +450,6 @@ AVX512_INLINE __m512 load16_full(int type, const uint8_t *row, int k)
 	}
 }
 
-static inline __mmask16 lanes_mask(int n)
-{
-	return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
-}
-
 /* Decode: one row times one x as one sequential stream.  The first few
  * columns (masked) bring the weight pointer to a 64-byte boundary, so no
  * 512-bit load of the loop splits a cache line whatever GGUF's 32-byte
@@ -466,7 +461,7 @@ AVX512_INLINE float dot_row512(int type, const uint8_t *row, const float *x, int
 	head = head > cols ? cols : head > 15 ? 15 : head;
 	__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
 	if (head) {
-		__mmask16 m = lanes_mask(head);
+		__mmask16 m = cpu_lanes16_mask(head);
 		a0 = _mm512_mul_ps(load16(type, row, 0, m), _mm512_maskz_loadu_ps(m, x));
 	}
 	int k = head;
@@ -480,7 +475,7 @@ AVX512_INLINE float dot_row512(int type, const uint8_t *row, const float *x, int
 		                     a3);
 	}
 	for (; k < cols; k += 16) {
-		__mmask16 m = lanes_mask(cols - k);
+		__mmask16 m = cpu_lanes16_mask(cols - k);
 		a1 = _mm512_fmadd_ps(load16(type, row, k, m), _mm512_maskz_loadu_ps(m, x + k), a1);
 	}
 	return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
@@ -520,7 +515,7 @@ AVX512_INLINE void tile512(int type, int RB, int BB, const uint8_t *w, size_t ro
 		}
 	}
 	if (k16 < cols) {
-		__mmask16 m = lanes_mask(cols - k16);
+		__mmask16 m = cpu_lanes16_mask(cols - k16);
 		__m512 wv[6];
 		_Pragma("GCC unroll 24")
 		for (int i = 0; i < RB; i++)
@@ -992,7 +987,7 @@ static AVX512_FN void swiglu_avx512(float *gate, const float *up, int B, int ld,
 		float *g = gate + (size_t)b * ld;
 		const float *u = up + (size_t)b * ld;
 		for (int r = r0; r < r1; r += 16) {
-			__mmask16 m = lanes_mask(r1 - r);
+			__mmask16 m = cpu_lanes16_mask(r1 - r);
 			__m512 gv = _mm512_maskz_loadu_ps(m, g + r);
 			__m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), gv));
 			__m512 s = _mm512_div_ps(gv, _mm512_add_ps(_mm512_set1_ps(1.0f), e));

@@ -4,8 +4,16 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stdint.h>
 
 /* AVX2 with FMA and F16C. */
 bool cpu_has_avx2(void);
 /* That, and AVX-512 F/BW/VL. */
 bool cpu_has_avx512(void);
+
+/* The first min(n, 16) lanes of a 16-lane (512-bit) step: the mask of the
+ * masked loads and stores of a row's last step (an __mmask16). */
+static inline uint16_t cpu_lanes16_mask(int n)
+{
+	return n >= 16 ? (uint16_t)0xffff : (uint16_t)((1u << n) - 1u);
+}
