@@ -538,8 +538,8 @@ AK512_INLINE __m512 reduce16(const __m512 v[16])
 	return _mm512_permutexvar_ps(order, t);
 }
 
-AK512_INLINE void score_rows_512_k(int k, const unsigned char *base, size_t row_bytes, int n,
-                                   int d, const float *q, int r, float *scores, int ld)
+AK512_INLINE void score_rows_512_k(int k, const unsigned char *base, size_t row_bytes, int n, int d,
+                                   const float *q, int r, float *scores, int ld, bool prefetch)
 {
 	for (int i0 = 0; i0 < n; i0 += 16) {
 		int m = n - i0 < 16 ? n - i0 : 16;
@@ -548,7 +548,7 @@ AK512_INLINE void score_rows_512_k(int k, const unsigned char *base, size_t row_
 		 * (80 rows, KV on huge pages) took 27.5-28.2 us without it and
 		 * 24.0-26.2 us with it in one alternating run, 27-31 us either
 		 * way in a later one: a small gain at most */
-		if (i0 + 32 < n) {
+		if (prefetch && i0 + 32 < n) {
 			int pe = n - i0 - 32 < 16 ? n - i0 - 32 : 16;
 			const unsigned char *pf = rows + 32 * row_bytes;
 			for (size_t o = 0; o < (size_t)pe * row_bytes; o += 64)
@@ -582,15 +582,17 @@ AK512_INLINE void score_rows_512_k(int k, const unsigned char *base, size_t row_
 }
 
 static AK512_FN void score_rows_512(enum kv_dtype dt, const unsigned char *base, size_t row_bytes,
-                                    int n, int d, const float *q, int r, float *scores, int ld)
+                                    int n, int d, const float *q, int r, float *scores, int ld,
+                                    bool prefetch)
 {
-	BY_DTYPE(dt, score_rows_512_k, base, row_bytes, n, d, q, r, scores, ld);
+	BY_DTYPE(dt, score_rows_512_k, base, row_bytes, n, d, q, r, scores, ld, prefetch);
 }
 
 /* Columns [c0, c0 + 16T) of one head: acc parts in registers, row i into
  * part (g0 + i) % ATTEND_PARTS, rows in increasing order. */
 AK512_INLINE void mix_cols_512(int k, const unsigned char *base, size_t row_bytes, int n, int c0,
-                               const int T, const float *p, float *acc, int d, int g0)
+                               const int T, const float *p, float *acc, int d, int g0,
+                               bool prefetch)
 {
 	enum { U = ATTEND_PARTS };
 	__m512 a[U][4];
@@ -626,7 +628,7 @@ AK512_INLINE void mix_cols_512(int k, const unsigned char *base, size_t row_byte
 	for (; i < n && (g0 + i) % U != 0; i++)
 		MIX_ROW_ANY(i);
 	for (; i + U <= n; i += U) {
-		if (c0 == 0 && i + 32 < n) {
+		if (prefetch && c0 == 0 && i + 32 < n) {
 			const unsigned char *pf = base + (size_t)(i + 32) * row_bytes;
 			for (size_t o = 0; o < (size_t)U * row_bytes; o += 64)
 				__builtin_prefetch(pf + o, 0, 3);
@@ -646,36 +648,38 @@ AK512_INLINE void mix_cols_512(int k, const unsigned char *base, size_t row_byte
 }
 
 AK512_INLINE void mix_rows_512_k(int k, const unsigned char *base, size_t row_bytes, int n, int d,
-                                 const float *p, int ld, int r, float *acc, int g0)
+                                 const float *p, int ld, int r, float *acc, int g0, bool prefetch)
 {
 	for (int h = 0; h < r; h++) {
 		float *ah = acc + (size_t)h * ATTEND_PARTS * d;
 		const float *ph = p + (size_t)h * ld;
 		int c = 0;
 		for (; c + 64 <= d; c += 64)
-			mix_cols_512(k, base, row_bytes, n, c, 4, ph, ah, d, g0);
+			mix_cols_512(k, base, row_bytes, n, c, 4, ph, ah, d, g0, prefetch);
 		for (; c < d; c += 16)
-			mix_cols_512(k, base, row_bytes, n, c, 1, ph, ah, d, g0);
+			mix_cols_512(k, base, row_bytes, n, c, 1, ph, ah, d, g0, prefetch);
 	}
 }
 
 static AK512_FN void mix_rows_512(enum kv_dtype dt, const unsigned char *base, size_t row_bytes,
-                                  int n, int d, const float *p, int ld, int r, float *acc, int g0)
+                                  int n, int d, const float *p, int ld, int r, float *acc, int g0,
+                                  bool prefetch)
 {
-	BY_DTYPE(dt, mix_rows_512_k, base, row_bytes, n, d, p, ld, r, acc, g0);
+	BY_DTYPE(dt, mix_rows_512_k, base, row_bytes, n, d, p, ld, r, acc, g0, prefetch);
 }
 #endif
 
 ATTEND_CLONES
 void attend_score_rows(enum kv_dtype dt, const unsigned char *base, size_t row_bytes, int n, int d,
-                       const float *q, int r, float *scores, int ld)
+                       const float *q, int r, float *scores, int ld, bool prefetch)
 {
 #ifdef ATTEND_HAVE_512
 	if (d % 16 == 0 && cpu_has_avx512()) {
-		score_rows_512(dt, base, row_bytes, n, d, q, r, scores, ld);
+		score_rows_512(dt, base, row_bytes, n, d, q, r, scores, ld, prefetch);
 		return;
 	}
 #endif
+	(void)prefetch;
 	if (d % 8 == 0) {
 		BY_DTYPE(dt, score_rows_k, base, row_bytes, n, d, q, r, scores, ld);
 		return;
@@ -685,14 +689,15 @@ void attend_score_rows(enum kv_dtype dt, const unsigned char *base, size_t row_b
 
 ATTEND_CLONES
 void attend_mix_rows(enum kv_dtype dt, const unsigned char *base, size_t row_bytes, int n, int d,
-                     const float *p, int ld, int r, float *acc, int g0)
+                     const float *p, int ld, int r, float *acc, int g0, bool prefetch)
 {
 #ifdef ATTEND_HAVE_512
 	if (d % 16 == 0 && cpu_has_avx512()) {
-		mix_rows_512(dt, base, row_bytes, n, d, p, ld, r, acc, g0);
+		mix_rows_512(dt, base, row_bytes, n, d, p, ld, r, acc, g0, prefetch);
 		return;
 	}
 #endif
+	(void)prefetch;
 	if (d % 8 == 0) {
 		BY_DTYPE(dt, mix_rows_k, base, row_bytes, n, d, p, ld, r, acc, g0);
 		return;

@@ -5,6 +5,7 @@
  * one binary runs everywhere and uses the wide units where they exist. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -14,9 +15,11 @@
 
 /* scores[h*ld + i] = q[h] . row_i for rows base + i*row_bytes (dtype dt,
  * d elements), i in [0, n), h in [0, r).  q: (r, d).  Each score's bits
- * depend only on q[h] and row_i, not on n, i or r. */
+ * depend only on q[h] and row_i, not on n, i or r.  prefetch: the rows are
+ * not known to be in cache (the wide kernels then prefetch ahead); it
+ * never changes a result. */
 void attend_score_rows(enum kv_dtype dt, const unsigned char *base, size_t row_bytes, int n, int d,
-                       const float *q, int r, float *scores, int ld);
+                       const float *q, int r, float *scores, int ld, bool prefetch);
 /* Value accumulation into ATTEND_PARTS partial sums per head, so that the
  * result depends only on each row's index in the whole score row, never on
  * how the rows are split into runs or the heads into groups (the sum is
@@ -28,7 +31,7 @@ void attend_score_rows(enum kv_dtype dt, const unsigned char *base, size_t row_b
  * parts in order 0..ATTEND_PARTS-1 as ((0 + 1) + (2 + 3)). */
 #define ATTEND_PARTS 4
 void attend_mix_rows(enum kv_dtype dt, const unsigned char *base, size_t row_bytes, int n, int d,
-                     const float *p, int ld, int r, float *acc, int g0);
+                     const float *p, int ld, int r, float *acc, int g0, bool prefetch);
 /* Same over rows of int8/int4 codes (row_bytes apart): raw code dot products. */
 void attend_score_codes(int bits, const uint8_t *base, size_t row_bytes, int n, int d,
                         const float *q, int r, float *scores, int ld);

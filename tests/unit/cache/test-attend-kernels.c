@@ -86,7 +86,8 @@ static void score(int kind, int i0, int n, int d, const float *qh, int r, float 
 {
 	size_t rb = row_bytes(kind, d);
 	if (kind < 3)
-		attend_score_rows((enum kv_dtype)kind, rows + i0 * rb, rb, n, d, qh, r, out, LD);
+		attend_score_rows((enum kv_dtype)kind, rows + i0 * rb, rb, n, d, qh, r, out, LD,
+		                  (n & 1) != 0);
 	else
 		attend_score_codes(kind == 3 ? 8 : 4, rows + i0 * rb, rb, n, d, qh, r, out, LD);
 }
@@ -95,7 +96,8 @@ static void mix(int kind, int i0, int n, int d, const float *ph, int r, float *a
 {
 	size_t rb = row_bytes(kind, d);
 	if (kind < 3)
-		attend_mix_rows((enum kv_dtype)kind, rows + i0 * rb, rb, n, d, ph, LD, r, acc, g0);
+		attend_mix_rows((enum kv_dtype)kind, rows + i0 * rb, rb, n, d, ph, LD, r, acc, g0,
+		                (n & 1) != 0);
 	else
 		attend_mix_codes(kind == 3 ? 8 : 4, rows + i0 * rb, rb, n, d, ph, LD, r, acc, g0);
 }
