@@ -100,9 +100,12 @@ int sinkcache_append(struct sinkcache *c, int layer, const float *k, const float
  * (n_heads, head_dim) and only the given heads are written.  scratch holds
  * sinkcache_scratch_floats() floats, one buffer per concurrent caller.
  * sink_mass (optional, (n_heads)): the softmax mass that each head gave to
- * the sink tier. */
+ * the sink tier.  rows_cold: the layer's rows were not read just before
+ * (true for a decode step, false for the later tokens of a prompt chunk);
+ * it picks how they are fetched and never changes the result. */
 void sinkcache_attend(const struct sinkcache *c, int layer, const float *q, int n_heads,
-                      int head_begin, int head_end, float *out, float *scratch, float *sink_mass);
+                      int head_begin, int head_end, float *out, float *scratch, float *sink_mass,
+                      bool rows_cold);
 size_t sinkcache_scratch_floats(const struct sinkcache_geometry *g);
 
 /* Drops the newest n tokens of every layer.  Exact: the remaining tokens

@@ -266,6 +266,7 @@ struct attend_ctx {
 	int first_session; /* sessions [first, end) of the dispatch */
 	int end_session;
 	int token;         /* head-parallel: the token being attended */
+	bool rows_cold;    /* head-parallel: the session's first token here */
 	struct backend_session *session;
 };
 
@@ -288,7 +289,7 @@ static int append_token(struct cpu_backend *c, struct backend_session *s, int la
 }
 
 static void attend_heads(const struct attend_ctx *a, struct backend_session *s, int t, int h0,
-                         int h1, int thread)
+                         int h1, int thread, bool rows_cold)
 {
 	struct cpu_backend *c = a->c;
 	const struct model_hparams *hp = &c->base.model->hp;
@@ -297,7 +298,7 @@ static void attend_heads(const struct attend_ctx *a, struct backend_session *s, 
 	if (mass)
 		memset(mass + h0, 0, (size_t)(h1 - h0) * sizeof(float));
 	sinkcache_attend(s->cache, a->layer, c->q + t * qd, hp->n_heads, h0, h1, c->att + t * qd,
-	                 c->scratch + (size_t)thread * c->scratch_floats, mass);
+	                 c->scratch + (size_t)thread * c->scratch_floats, mass, rows_cold);
 	if (mass)
 		add_sink_mass(a, t, h0, h1);
 }
@@ -322,7 +323,7 @@ static void attend_session_task(void *ctx, int task, int thread)
 			c->sess_rc[j] = rc;
 			return;
 		}
-		attend_heads(a, s, t, 0, n_heads, thread);
+		attend_heads(a, s, t, 0, n_heads, thread, o == c->sess_begin[j]);
 	}
 }
 
@@ -333,7 +334,7 @@ static void attend_heads_task(void *ctx, int task, int thread)
 	int h0, h1;
 	threadpool_split(a->c->base.model->hp.n_heads, a->c->n_threads * 2, task, 1, &h0, &h1);
 	if (h0 < h1)
-		attend_heads(a, a->session, a->token, h0, h1, thread);
+		attend_heads(a, a->session, a->token, h0, h1, thread, a->rows_cold);
 }
 
 /* A session with many tokens: serial appends, head-parallel attends. */
@@ -353,10 +354,11 @@ static int attend_long_session(struct attend_ctx *a, int j, char *err, size_t er
 		if (rc)
 			return rc;
 		a->token = t;
+		a->rows_cold = o == c->sess_begin[j];
 		if (parallel)
 			threadpool_run(c->pool, c->n_threads * 2, attend_heads_task, a);
 		else
-			attend_heads(a, s, t, 0, hp->n_heads, 0);
+			attend_heads(a, s, t, 0, hp->n_heads, 0, a->rows_cold);
 	}
 	return 0;
 }
