@@ -222,6 +222,11 @@ START_TEST(test_threaded)
 			run_case(pool, MATMUL_ISA_AVX2_F32, all_types[t], 67, 512, b_list[bi],
 			         false, false);
 		}
+	/* decode over many blocks, from panels where they exist: owners claim
+	 * several blocks at once (read as four streams, and a remainder of
+	 * groups), thieves one */
+	for (int t = 0; t < 4; t++)
+		run_case(pool, MATMUL_ISA_AUTO, all_types[t], 2000 + 3 * t, 64, 1, t % 2, true);
 	threadpool_free(pool);
 }
 END_TEST
