@@ -43,13 +43,6 @@ void kv_row_store_scalar(enum kv_dtype dt, void *dst, const float *src, int n)
 #define KVQ_AVX512_TARGET "avx512f,avx512bw,avx512vl,avx2,fma,f16c"
 #define KVQ_AVX512_FN __attribute__((target(KVQ_AVX512_TARGET)))
 
-/* 16 values per step: a row of 64 becomes four 32-byte stores instead of 64
- * two-byte ones, each from an out-of-line conversion call (row stores were
- * 8% of the CPU time of a 32-stream decode step of the 134M model, most of
- * it the page faults of fresh rows, since taken off by sinkcache.c).  Same
- * rounding as the scalar conversions: bf16 to nearest even with nan kept
- * quiet, f16 by the hardware's round to nearest even (identical results
- * except the payload bits of a nan). */
 /* 16 halves, a plain store when all lanes are on: an appended row's lines
  * are cold, and masked stores to cold lines were slower (24 rows of 128
  * bytes 16 KiB apart, 32-byte stores: 350-475 ns masked, 210-240 ns plain). */
@@ -62,6 +55,13 @@ store_halves(uint16_t *d, __mmask16 m, __m256i h)
 		_mm256_mask_storeu_epi16(d, m, h);
 }
 
+/* 16 values per step: a row of 64 becomes four 32-byte stores instead of 64
+ * two-byte ones, each from an out-of-line conversion call (row stores were
+ * 8% of the CPU time of a 32-stream decode step of the 134M model, most of
+ * it the page faults of fresh rows, since taken off by sinkcache.c).  Same
+ * rounding as the scalar conversions: bf16 to nearest even with nan kept
+ * quiet, f16 by the hardware's round to nearest even (identical results
+ * except the payload bits of a nan). */
 static KVQ_AVX512_FN void row_store_avx512(enum kv_dtype dt, uint16_t *d, const float *s, int n)
 {
 	int i = 0;

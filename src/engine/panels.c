@@ -27,8 +27,8 @@
  * adjacent groups): each stream's prefetch runs on into its next group, and
  * a call of 512 rows (matmul.c) reads four long runs.  Adjacent groups
  * restarted all four streams every 64 rows, which cost F16 most (its groups
- * are half as long): 134M F16, 1 stream, 228 -> 255 tok/s (5 alternating
- * pairs, median), F32 +4%. */
+ * are half as long): 134M F16, 1 stream, 231.5 -> 255.8 tok/s (medians of
+ * 4 alternating pairs, with 8-block calls), F32 +3.5%. */
 #define TILE_GROUPS 3
 #define DECODE_GROUPS 4
 /* How far ahead decode prefetches each stream (bytes). */
