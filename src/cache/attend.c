@@ -392,8 +392,10 @@ void sinkcache_attend(const struct sinkcache *c, int layer, const float *q, int 
 	x.qs = x.qw + rd;
 	x.qsc = x.qs + rd;
 	x.acc = x.qsc + rd;
-	/* rows just read (a prompt chunk's later tokens) are in cache already:
-	 * loading them again cost prefill 5-7% (134M F32, 512 tokens) */
+	/* rows just read (a prompt chunk's later tokens) are in some core's
+	 * cache: loading them again cost prefill 5-7% (134M F32, 512 tokens);
+	 * they keep the prefetches, as the heads move between threads */
+	x.prefetch = true;
 	if (rows_cold && head_begin < head_end) {
 		int k0 = head_begin / ratio, k1 = (head_end - 1) / ratio + 1;
 		x.prefetch = attend_bytes(c, x.L, k0, k1) > ATTEND_LOAD_AHEAD_MAX;
