@@ -60,7 +60,7 @@ static void prefetch_ring(const struct sinkcache *c, const struct kv_ring *ring,
                           const unsigned char *base, int kh)
 {
 	const unsigned char *hb = base + (size_t)kh * (size_t)ring->cap * c->fp_row;
-	int first = ring->cap - ring->head < ring->n ? ring->cap - ring->head : ring->n;
+	int first = kv_ring_first_run(ring);
 	prefetch_bytes(hb + (size_t)ring->head * c->fp_row, (size_t)first * c->fp_row);
 	prefetch_bytes(hb, (size_t)(ring->n - first) * c->fp_row);
 }
@@ -133,7 +133,7 @@ static void load_head_rows(const unsigned char *kb, const unsigned char *vb, siz
 static void load_ring(const struct sinkcache *c, const struct kv_ring *ring,
                       const unsigned char *kb, const unsigned char *vb, int k0, int k1)
 {
-	int first = ring->cap - ring->head < ring->n ? ring->cap - ring->head : ring->n;
+	int first = kv_ring_first_run(ring);
 	load_head_rows(kb, vb, c->fp_row, ring->cap, ring->head, first, k0, k1);
 	load_head_rows(kb, vb, c->fp_row, ring->cap, 0, ring->n - first, k0, k1);
 }
@@ -186,7 +186,7 @@ static void attend_fp_ring(struct attend_ctx *x, const struct kv_ring *ring,
 {
 	const struct sinkcache *c = x->c;
 	const unsigned char *hb = base + (size_t)x->kh * (size_t)ring->cap * c->fp_row;
-	int first = ring->cap - ring->head < ring->n ? ring->cap - ring->head : ring->n;
+	int first = kv_ring_first_run(ring);
 	int runs[2][2] = {{ring->head, first}, {0, ring->n - first}};
 	for (int k = 0; k < 2; k++) {
 		const unsigned char *rows = hb + (size_t)runs[k][0] * c->fp_row;

@@ -86,6 +86,13 @@ static inline int kv_ring_slot(const struct kv_ring *r, int i)
 	return s >= r->cap ? s - r->cap : s;
 }
 
+/* Tokens of a ring from its head to the end of its slots: its filled slots
+ * are [head, head + first) and then [0, n - first). */
+static inline int kv_ring_first_run(const struct kv_ring *r)
+{
+	return r->cap - r->head < r->n ? r->cap - r->head : r->n;
+}
+
 /* Tokens of the window tier of a layer (compressed + hot). */
 static inline int kv_layer_window(const struct sinkcache *c, const struct kv_layer *L)
 {
