@@ -62,6 +62,7 @@ struct sinkd_config {
 		int64_t max_queue_wait_s;
 		int64_t session_ttl_s;
 		int64_t session_offload_s; /* 0 = never */
+		int64_t max_unsent_tokens; /* 0 = no flow control */
 	} scheduler;
 	struct {
 		int64_t max_body_bytes;

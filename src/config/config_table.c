@@ -107,6 +107,10 @@ const struct config_key config_keys[] = {
 	{"scheduler.session_offload_s", CONFIG_INT, OFF(scheduler.session_offload_s), NO_AUX, 0,
 	 604800, 0, 0, NULL, NULL, "0", R,
 	 "idle seconds before a session's cache moves to host memory; 0 = never"},
+	{"scheduler.max_unsent_tokens", CONFIG_INT, OFF(scheduler.max_unsent_tokens), NO_AUX, 0,
+	 65536, 0, 0, NULL, NULL, "16", R,
+	 "a stream with this many tokens its connection has not taken yet skips decode steps "
+	 "until it does; 0 = never"},
 	{"limits.max_body_bytes", CONFIG_SIZE, OFF(limits.max_body_bytes), NO_AUX, 1 * KB, 256 * MB, 0,
 	 0, NULL, NULL, "1MiB", R, "largest request body; larger gets 413"},
 	{"limits.max_tokens", CONFIG_INT, OFF(limits.max_tokens), NO_AUX, 1, 16 * MB, 0, 0, NULL, NULL,

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -23,6 +24,7 @@ struct sched_limits {
 	int64_t session_ttl_s;
 	int64_t session_offload_s; /* 0 = never */
 	int64_t max_tokens;        /* limits.max_tokens */
+	size_t max_unsent_tokens;  /* flow control; 0 = off */
 	size_t budget_bytes;
 	bool budget_auto;
 	double auto_fraction;
@@ -139,6 +141,11 @@ struct scheduler {
 	double pace_row_s;           /* what one paid prompt row adds (pace_extra_s / pace_paid_rows) */
 	double pace_extra_s;         /* moving average: paced batch time beyond a decode-only one */
 	double pace_paid_rows;       /* moving average: rows those batches paid for beyond the decoders' */
+	/* flow control (sched_tick.c) */
+	_Atomic unsigned kicks;   /* scheduler_kick() calls */
+	_Atomic bool kick_wanted; /* the engine thread waits for a kick */
+	size_t max_unsent;        /* [engine] lim.max_unsent_tokens of this tick */
+	size_t n_held;            /* [engine] decoders that sat out this tick */
 };
 
 double sched_now(void);

@@ -129,6 +129,9 @@ void scheduler_write_metrics(struct scheduler *s, FILE *out)
 	        "sinkd_scheduler_requests_finished_total{outcome=\"cancelled\"} %" PRIu64 "\n"
 	        "sinkd_scheduler_requests_finished_total{outcome=\"error\"} %" PRIu64 "\n",
 	        st.completed, st.cancelled, st.errors);
+	write_one(out, "sinkd_scheduler_flow_control_holds_total", "counter",
+	          "Decode steps a stream sat out because its client had not taken its tokens",
+	          (double)st.flow_held);
 	write_one(out, "sinkd_scheduler_ticks_total", "counter", "Engine ticks (forward passes)",
 	          (double)st.ticks);
 	write_one(out, "sinkd_tokens_prompt_total", "counter", "Prompt tokens put into caches",

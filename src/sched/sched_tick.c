@@ -35,6 +35,15 @@
  * ~PACE_FACTOR times its decode-only value (or one block more).  With no
  * session decoding, prefill uses the whole max_batch_tokens.
  *
+ * Flow control: a decoding request whose consumer reports
+ * scheduler.max_unsent_tokens or more tokens it has not taken yet (a client
+ * reading slower than we generate, or a model so small that the engine
+ * outruns the network path on shared cores) sits out the tick; the others
+ * go on.  Its tokens thus wait in the model, not in a queue per connection,
+ * and the CPU time goes to the requests whose clients keep up (and to the
+ * threads that write to the clients).  When every decoder sits out, the
+ * engine thread sleeps until a consumer takes tokens (scheduler_kick).
+ *
  * Persistent sessions keep the stream's last token un-fed ("pending"): a
  * later request starts by feeding it, which yields the logits to continue
  * from; a revise that reaches it just drops it. */
@@ -509,6 +518,13 @@ size_t sched_pace_limit(const struct scheduler *s, size_t n_decode, size_t max_t
 	return limit < max_tokens ? limit : max_tokens;
 }
 
+/* Flow control (the top of this file). */
+static bool flow_held(const struct scheduler *s, struct sched_req *r)
+{
+	return s->max_unsent && r->req.unsent_tokens &&
+	       r->req.unsent_tokens(r->req.user) >= s->max_unsent;
+}
+
 /* Builds the batch described at the top of this file; returns its size. */
 static size_t batch_build(struct scheduler *s, struct sched_req **act, size_t n_act,
                           size_t max_tokens, int *rows, struct batch_shape *shape)
@@ -516,6 +532,10 @@ static size_t batch_build(struct scheduler *s, struct sched_req **act, size_t n_
 	size_t n = 0, n_prefill = 0, want = 0;
 	for (size_t k = 0; k < n_act; k++) {
 		struct sched_req *r = act[(s->rr_decode + k) % n_act];
+		if (r->state == REQ_DECODE && flow_held(s, r)) {
+			s->n_held++;
+			continue;
+		}
 		if (r->state == REQ_DECODE && n < max_tokens)
 			batch_add(s, &n, rows, r, r->next_token, true);
 		if (r->state == REQ_PREFILL) {
@@ -525,12 +545,17 @@ static size_t batch_build(struct scheduler *s, struct sched_req **act, size_t n_
 	}
 	s->rr_decode++;
 	shape->n_decode = n;
-	size_t limit = sched_pace_limit(s, n, max_tokens, &shape->part_block);
+	/* Decoders held by flow control count as decoding: they come back any
+	 * moment, and a batch of prompt rows sized for no decoder would stall
+	 * them. */
+	size_t n_paced = n + s->n_held;
+	size_t limit = sched_pace_limit(s, n_paced, max_tokens, &shape->part_block);
 	/* Measure (or re-measure, as contexts grow) what a decode-only batch
 	 * costs: the reference of the pacing. */
 	if (n > 0 && want > 0 && (s->pace_decode_s == 0 || s->pace_since_measure >= PACE_REMEASURE))
-		limit = n;
-	shape->paced = limit < max_tokens && want > limit - n;
+		limit = n_paced;
+	shape->paced = limit < max_tokens && want + n_paced > limit;
+	limit = limit > n_paced ? limit - s->n_held : n; /* rows of this batch */
 	size_t left = n_prefill, start = s->rr_prefill++;
 	for (size_t k = 0; k < n_act && left > 0; k++) {
 		struct sched_req *r = act[(start + k) % n_act];
@@ -758,6 +783,8 @@ size_t sched_tick(struct scheduler *s)
 	pthread_mutex_lock(&s->mu);
 	size_t n_act = s->n_active;
 	size_t max_tokens = (size_t)s->lim.max_batch_tokens;
+	s->max_unsent = s->lim.max_unsent_tokens;
+	s->n_held = 0;
 	struct sched_req **act = malloc((n_act ? n_act : 1) * sizeof(*act));
 	if (act)
 		memcpy(act, s->active, n_act * sizeof(*act));
@@ -766,6 +793,11 @@ size_t sched_tick(struct scheduler *s)
 		return 0;
 	tick_prepare(s, act, n_act);
 	size_t n = tick_run(s, act, n_act, max_tokens);
+	if (s->n_held) {
+		pthread_mutex_lock(&s->mu);
+		s->st.flow_held += s->n_held;
+		pthread_mutex_unlock(&s->mu);
+	}
 	for (size_t i = 0; i < n_act; i++)
 		if (act[i]->sess)
 			session_refresh_stats(s, act[i]->sess);

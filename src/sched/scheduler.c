@@ -61,6 +61,10 @@ static void ptrs_remove(void **arr, size_t *n, const void *p)
 		}
 }
 
+/* Longest sleep of the engine thread while every decoder waits for its
+ * client; scheduler_kick() normally ends it much sooner. */
+#define FLOW_WAIT_MAX_S 0.05
+
 #define PUSH(arr, n, cap, p) sched_ptrs_push((void ***)&(arr), &(n), &(cap), (p))
 
 /* ---- budget and limits ------------------------------------------------- */
@@ -90,6 +94,7 @@ static void limits_from_config(struct scheduler *s, const struct sinkd_config *c
 	lim->session_ttl_s = cfg->scheduler.session_ttl_s;
 	lim->session_offload_s = cfg->scheduler.session_offload_s;
 	lim->max_tokens = cfg->limits.max_tokens;
+	lim->max_unsent_tokens = (size_t)cfg->scheduler.max_unsent_tokens;
 	lim->budget_auto = cfg->inference.cache.global_cache_limit_auto;
 	lim->auto_fraction = cfg->inference.cache.auto_fraction;
 	config_cache_geometry(cfg, &s->be->model->hp, &lim->geom);
@@ -664,6 +669,16 @@ static void wait_for_work_locked(struct scheduler *s, double deadline)
 	pthread_cond_timedwait(&s->cv, &s->mu, &ts);
 }
 
+void scheduler_kick(struct scheduler *s)
+{
+	atomic_fetch_add(&s->kicks, 1);
+	if (atomic_load(&s->kick_wanted)) {
+		pthread_mutex_lock(&s->mu);
+		pthread_cond_signal(&s->cv);
+		pthread_mutex_unlock(&s->mu);
+	}
+}
+
 static void *engine_main(void *arg)
 {
 	struct scheduler *s = arg;
@@ -681,8 +696,18 @@ static void *engine_main(void *arg)
 		}
 		pthread_mutex_unlock(&s->mu);
 		housekeeping_run(s, &hk);
-		sched_tick(s);
+		unsigned kicks = atomic_load(&s->kicks);
+		size_t n = sched_tick(s);
 		pthread_mutex_lock(&s->mu);
+		if (n == 0 && s->n_held) {
+			/* Every decoder waits for its client: sleep until one takes
+			 * tokens (a kick since the tick began counts), a request
+			 * arrives or is cancelled.  The timeout is a safety net. */
+			atomic_store(&s->kick_wanted, true);
+			if (atomic_load(&s->kicks) == kicks && !s->stopping)
+				wait_for_work_locked(s, sched_now() + FLOW_WAIT_MAX_S);
+			atomic_store(&s->kick_wanted, false);
+		}
 	}
 	pthread_mutex_unlock(&s->mu);
 	free(hk.leave);

@@ -66,6 +66,11 @@ struct gen_request {
 	size_t revise_last_tokens;
 	gen_event_cb on_event;
 	void *user;
+	/* Optional: how many tokens emitted to `user` its client has not taken
+	 * yet.  A request at scheduler.max_unsent_tokens or more sits out decode
+	 * steps (flow control) until the consumer takes them and calls
+	 * scheduler_kick().  Called on the engine thread; must not block. */
+	size_t (*unsent_tokens)(void *user);
 };
 
 struct scheduler;
@@ -88,6 +93,10 @@ void scheduler_free(struct scheduler *s);
  * thread before scheduler_submit returns. */
 int scheduler_submit(struct scheduler *s, struct gen_request *req, uint64_t *handle, char *err,
                      size_t err_len);
+/* A consumer took tokens: a request held by flow control may go on.  Cheap
+ * (an atomic add) unless the engine thread waits for it. */
+void scheduler_kick(struct scheduler *s);
+
 /* Cancels a request (client gone): it leaves the batch at the next tick and
  * frees its cache; a DONE event with GEN_FINISH_CANCELLED follows. */
 void scheduler_cancel(struct scheduler *s, uint64_t handle);
@@ -119,6 +128,7 @@ struct scheduler_stats {
 	uint64_t sessions_expired;
 	uint64_t evicted_window;      /* tokens dropped from sliding windows (all sessions) */
 	uint64_t moved_to_compressed; /* tokens quantized out of hot tiers */
+	uint64_t flow_held; /* decode steps a stream sat out: its client had not taken its tokens */
 };
 void scheduler_get_stats(struct scheduler *s, struct scheduler_stats *out);
 

@@ -169,6 +169,19 @@ static void gs_on_event(void *user, const struct gen_event *e)
 	}
 }
 
+/* Tokens queued for the connection (flow control counts only streams: a
+ * whole response is taken at its end). */
+static size_t gs_unsent_tokens(void *user)
+{
+	struct genstream *gs = user;
+	if (!gs->stream)
+		return 0;
+	pthread_mutex_lock(&gs->mu);
+	size_t n = gs->n_ev;
+	pthread_mutex_unlock(&gs->mu);
+	return n;
+}
+
 static void gs_link(struct server *s, struct genstream *gs)
 {
 	pthread_mutex_lock(&s->gen_mu);
@@ -239,6 +252,7 @@ int genstream_start(struct request *r, const struct gen_shape *shape, struct gen
 		return err_set(err, err_len, -ENOMEM, "out of memory");
 	}
 	req->on_event = gs_on_event;
+	req->unsent_tokens = gs_unsent_tokens;
 	req->user = gs;
 	gs->t_submit = server_now();
 	gs->last_write = gs->t_submit;
@@ -368,6 +382,8 @@ static bool gs_fill(struct genstream *gs)
 		}
 		gs->last_write = server_now();
 		pthread_mutex_unlock(&gs->mu);
+		if (n)
+			scheduler_kick(gs->srv->sched);
 		gs_format_events(gs, ev, n);
 		gs_free_events(ev, n);
 		if (done || stopping) {

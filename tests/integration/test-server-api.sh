@@ -179,6 +179,45 @@ kill "$long_pid"
 wait "$long_pid" 2>/dev/null
 check "all cache released again" wait_metric sinkd_kv_bytes_reserved == 0
 
+# Flow control: a client that stops reading holds its own generation (no
+# tokens pile up for it); when it hangs up, the generation is cancelled.
+cat >"$tmp/stall.py" <<'PY'
+import socket, ssl, sys, time
+port, key = int(sys.argv[1]), sys.argv[2]
+body = '{"prompt":"Once upon a time","max_tokens":1000000,"ignore_eos":true,"stream":true}'
+raw = socket.socket()
+raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+raw.connect(("127.0.0.1", port))
+ctx = ssl.create_default_context()
+ctx.check_hostname = False
+ctx.verify_mode = ssl.CERT_NONE
+s = ctx.wrap_socket(raw)
+s.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+           "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (key, len(body), body)).encode())
+s.recv(100)
+time.sleep(60)
+PY
+held_before=$(metric sinkd_scheduler_flow_control_holds_total)
+"$py" "$tmp/stall.py" "$port" "$api_key" &
+stall_pid=$!
+check "a stalled stream is running" wait_metric sinkd_scheduler_running == 1
+check "its decode steps are held" wait_metric sinkd_scheduler_flow_control_holds_total '>' "${held_before:-0}"
+# (once the socket buffers are full; without flow control it would run on
+# towards its million tokens)
+generation_stopped() {
+	local a
+	a=$(metric sinkd_tokens_generated_total)
+	sleep 0.3
+	[ "$(metric sinkd_tokens_generated_total)" = "$a" ]
+}
+check "then no more tokens are generated for it" wait_for generation_stopped
+check "and it is still running" [ "$(metric sinkd_scheduler_running)" = 1 ]
+cancelled_before=$(metric 'sinkd_scheduler_requests_finished_total{outcome="cancelled"}')
+kill "$stall_pid"
+wait "$stall_pid" 2>/dev/null
+check "its hang-up cancels the held generation" wait_metric 'sinkd_scheduler_requests_finished_total{outcome="cancelled"}' '>' "$cancelled_before"
+check "its cache is released" wait_metric sinkd_kv_bytes_reserved == 0
+
 # ---- metrics ----------------------------------------------------------------------------------
 curl -sk "${auth[@]}" "$base/metrics" >"$tmp/metrics.txt"
 for m in 'sinkd_http_requests_total{endpoint="/v1/completions",status="200"}' \

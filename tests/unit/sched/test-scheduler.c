@@ -151,6 +151,9 @@ struct coll {
 	bool expect_cancel;
 	struct coll *watch;       /* another request to observe */
 	int watch_at_prompt_done; /* its token count when this prompt was in */
+	bool flow;                /* reports unsent tokens: n_tokens - taken */
+	int taken;                /* tokens the "client" took */
+	int most_unsent;          /* largest n_tokens - taken seen */
 };
 
 static struct coll *coll_new(struct scheduler *s)
@@ -184,6 +187,8 @@ static void on_event(void *user, const struct gen_event *ev)
 	} else if (ev->kind == GEN_EVENT_TOKEN) {
 		if (c->n_tokens < 4096)
 			c->tokens[c->n_tokens++] = ev->token;
+		if (c->n_tokens - c->taken > c->most_unsent)
+			c->most_unsent = c->n_tokens - c->taken;
 		c->text_len += ev->text_len;
 		cancel = c->cancel_after > 0 && c->n_tokens == c->cancel_after;
 	} else {
@@ -199,6 +204,23 @@ static void on_event(void *user, const struct gen_event *ev)
 	pthread_mutex_unlock(&c->mu);
 	if (cancel)
 		scheduler_cancel(c->s, c->handle); /* from the engine thread: must not deadlock */
+}
+
+static size_t coll_unsent(void *user)
+{
+	struct coll *c = user;
+	pthread_mutex_lock(&c->mu);
+	size_t n = (size_t)(c->n_tokens - c->taken);
+	pthread_mutex_unlock(&c->mu);
+	return n;
+}
+
+static int coll_tokens(struct coll *c)
+{
+	pthread_mutex_lock(&c->mu);
+	int n = c->n_tokens;
+	pthread_mutex_unlock(&c->mu);
+	return n;
 }
 
 static void coll_wait(struct coll *c)
@@ -229,6 +251,7 @@ static int submit(struct scheduler *s, struct coll *c, const int32_t *ids, size_
 	q.revise_last_tokens = revise;
 	q.on_event = on_event;
 	q.user = c;
+	q.unsent_tokens = c->flow ? coll_unsent : NULL;
 	c->max_tokens = max_tokens;
 	int rc = scheduler_submit(s, &q, &c->handle, err, sizeof(err));
 	if (rc) {
@@ -647,6 +670,68 @@ START_TEST(test_reconfigure)
 }
 END_TEST
 
+/* Flow control: a stream whose client takes nothing stops at
+ * max_unsent_tokens tokens while another runs to its end; taking its tokens
+ * (and kicking) lets it go on, to the same greedy tokens as alone; a
+ * cancel ends it while it is held; with the limit 0 nothing is held. */
+START_TEST(test_flow_control)
+{
+	const char *ov[][1] = {{"scheduler.max_unsent_tokens=3"},
+	                       {"scheduler.max_unsent_tokens=0"}};
+	struct sinkd_config cfg;
+	struct scheduler_stats st;
+	const struct ref_prompt *r = &fx.ref[0];
+	int32_t alone[GEN];
+	struct scheduler *s = sched_make(&cfg, ov[_i], 1);
+	ck_assert_int_eq(run_one(s, r->ids, r->n, GEN, NULL, 0, alone), GEN);
+	struct coll *slow = coll_new(s), *fast = coll_new(s), *gone = coll_new(s);
+	slow->flow = gone->flow = true;
+	ck_assert_int_eq(submit(s, slow, r->ids, r->n, GEN, NULL, 0), 0);
+	ck_assert_int_eq(submit(s, gone, r->ids, r->n, GEN, NULL, 0), 0);
+	ck_assert_int_eq(submit(s, fast, fx.ref[1].ids, fx.ref[1].n, GEN, NULL, 0), 0);
+	coll_wait(fast);
+	ck_assert_int_eq(fast->n_tokens, GEN);
+	scheduler_get_stats(s, &st);
+	if (_i == 0) {
+		ck_assert_int_eq(coll_tokens(slow), 3);
+		ck_assert_int_eq(coll_tokens(gone), 3);
+		ck_assert_uint_gt(st.flow_held, 0);
+		scheduler_cancel(s, gone->handle);
+		coll_wait(gone);
+		ck_assert_int_eq(gone->finish, GEN_FINISH_CANCELLED);
+		ck_assert_int_eq(gone->n_tokens, 3);
+		for (;;) { /* the client takes one token at a time */
+			pthread_mutex_lock(&slow->mu);
+			bool done = slow->n_done > 0;
+			if (slow->taken < slow->n_tokens)
+				slow->taken++;
+			pthread_mutex_unlock(&slow->mu);
+			if (done)
+				break;
+			scheduler_kick(s);
+			usleep(200);
+		}
+		ck_assert_int_le(slow->most_unsent, 3);
+	} else {
+		coll_wait(gone);
+		coll_wait(slow);
+		ck_assert_uint_eq(st.flow_held, 0);
+		ck_assert_int_eq(gone->n_tokens, GEN);
+	}
+	coll_wait(slow);
+	ck_assert_int_eq(slow->finish, GEN_FINISH_LENGTH);
+	ck_assert_int_eq(slow->n_tokens, GEN);
+	for (int k = 0; k < GEN; k++)
+		ck_assert_int_eq(slow->tokens[k], alone[k]);
+	coll_free(slow);
+	coll_free(fast);
+	coll_free(gone);
+	wait_idle(s);
+	scheduler_free(s);
+	config_deinit(&cfg);
+}
+END_TEST
+
 START_TEST(test_auto_budget_and_metrics)
 {
 	struct sinkd_config cfg;
@@ -881,6 +966,7 @@ int main(void)
 	tcase_add_test(tc, test_admission_budget);
 	tcase_add_test(tc, test_reconfigure);
 	tcase_add_test(tc, test_auto_budget_and_metrics);
+	tcase_add_loop_test(tc, test_flow_control, 0, 2);
 	tcase_add_test(tc, test_random_walk_invariants);
 	suite_add_tcase(s, tc);
 	int failed = tu_suite_failures(s);
