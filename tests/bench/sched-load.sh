@@ -30,7 +30,8 @@
 # 0 = all cores), MODELS_134M (0), LONG (1: the long-prefill run), BATCH (512:
 # scheduler.max_batch_tokens), INPROC (1: also the in-process runs, each
 # request generating INPROC_TOKENS, default MAX_TOKENS), ONLY (a grep -E
-# pattern: only the models whose name matches), PAIRS (2).
+# pattern: only the models whose name matches), PAIRS (2), MAX_UNSENT
+# (scheduler.max_unsent_tokens; default: the daemon's).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -49,6 +50,7 @@ INPROC=${INPROC:-1}
 INPROC_TOKENS=${INPROC_TOKENS:-$MAX_TOKENS}
 ONLY=${ONLY:-.}
 PAIRS=${PAIRS:-2}
+MAX_UNSENT=${MAX_UNSENT:-}
 TMP=$(mktemp -d)
 PID=
 cleanup() {
@@ -65,7 +67,7 @@ fi
 ninja -C "$BUILD" src/sinkd src/tools/sinkd-mkmodel >/dev/null
 ninja -C "$BUILD" src/libsinkd.a >/dev/null
 cc -O2 -std=c11 -D_GNU_SOURCE -Wall -o "$TMP/loadgen" "$ROOT/tests/bench/sched-loadgen.c" \
-	-lssl -lcrypto -lpthread
+	-lssl -lcrypto
 LIBS="$(pkg-config --libs libmicrohttpd libcrypto libcjson yaml-0.1) -lm -lpthread"
 cc -O2 -std=c11 -D_GNU_SOURCE -I"$ROOT/src" $(pkg-config --cflags libcjson) -o "$TMP/inproc" \
 	"$ROOT/tests/bench/sched-inproc.c" "$BUILD/src/libsinkd.a" $LIBS
@@ -112,6 +114,7 @@ engine:
   threads: $THREADS
 scheduler:
   max_batch_tokens: $BATCH
+${MAX_UNSENT:+  max_unsent_tokens: $MAX_UNSENT}
 logging:
   level: warn
 YAML

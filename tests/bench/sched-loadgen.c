@@ -1,46 +1,51 @@
 /* Load generator for the scheduler benchmark: N concurrent client streams,
  * each a loop of streaming POST /v1/completions over HTTPS (OpenSSL) that
- * reads the SSE events as they arrive.  Each stream keeps its TLS
- * connection alive from one request to the next, as HTTP client libraries
- * (the OpenAI SDKs' among them) do; with FRESH_CONNECTIONS=1 in the
- * environment every request opens a new one (a TCP and TLS handshake per
- * request, on the same two cores as the server).  The first request of stream i asks for
- * MAX_TOKENS*(i+1)/N tokens, so that request ends, and the next prompts,
- * are spread over time as in a steady load rather than all at once.
+ * reads the SSE events as they arrive.  All streams run in one thread, an
+ * epoll loop over non-blocking TLS connections, as vLLM's benchmark_serving
+ * (asyncio) and wrk do: on the two cores the server also runs on, a thread
+ * per stream made the client's own scheduling show in the latencies.  Each
+ * stream keeps its TLS connection alive from one request to the next, as
+ * HTTP client libraries (the OpenAI SDKs' among them) do; with
+ * FRESH_CONNECTIONS=1 in the environment every request opens a new one (a
+ * TCP and TLS handshake per request).  The first request of stream i asks
+ * for MAX_TOKENS*(i+1)/N tokens, so that request ends, and the next
+ * prompts, are spread over time as in a steady load rather than all at once.
  *
  * Steady window: it opens once every stream has received its first token
  * (the start-up burst of prompts, and any wait for KV budget, stay out of
  * it; at most WARMUP seconds after the start, then it opens anyway) and
  * lasts SECONDS.  Inside it: generated tokens (text events; a request still
  * running at the end is cut there), inter-token latency (gaps between text
- * events, both ends inside), time to first token of the requests started
- * inside it (connect included, to the first event carrying text).
- * Optionally one more client keeps sending a long prompt (max_tokens 1),
- * starting LONG_LEAD_S before the window opens (once every stream decodes),
- * to measure the streams while a long prefill runs alongside.  Prints one
- * JSON line.  Not part of the test suite; run by tests/bench/sched-load.sh.
+ * events, both ends inside; an event's time is that of the read that
+ * brought it), time to first token of the requests started inside it
+ * (connect included, to the first event carrying text).  Optionally one
+ * more client keeps sending a long prompt (max_tokens 1), starting
+ * LONG_LEAD_S before the window opens (once every stream decodes), to
+ * measure the streams while a long prefill runs alongside.  Prints one JSON
+ * line; with ITL_DUMP=FILE also writes every inter-token gap (ms) there.
+ * Not part of the test suite; run by tests/bench/sched-load.sh.
  *
  * usage: sched-loadgen PORT API_KEY STREAMS WARMUP SECONDS MAX_TOKENS PROMPT_FILE
  *                      [LONG_PROMPT_FILE] */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
-#include <poll.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
 #define LONG_LEAD_S 1.0
+#define RETRY_S 0.01       /* pause after a failed request */
+#define IDLE_TIMEOUT_S 60. /* a connection silent this long is an error */
 
 struct cfg {
 	int port;
@@ -53,18 +58,28 @@ struct cfg {
 	char *long_body; /* long-prompt request JSON or NULL */
 	SSL_CTX *ctx;
 	bool fresh_connections; /* a new connection per request */
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int n_first;           /* [mu] streams that received a first token */
-	double t_open, t_end;  /* the window; set before any stream starts reading */
-	_Atomic double t_real_open; /* when the window opened (0 until then) */
-	atomic_bool stop_long;
+	int epfd;
+	int n_first;          /* streams that received a first token */
+	double t_open, t_end; /* the window; t_open 0 until it opens */
+	bool stop_long;
 };
 
 struct samples {
 	double *v;
 	size_t n, cap;
 };
+
+enum phase {
+	PH_WAIT,      /* no request in flight; next one at t_next */
+	PH_HANDSHAKE, /* TCP connected, TLS handshake running */
+	PH_SEND,      /* writing the request */
+	PH_HEAD,      /* reading the status line and headers */
+	PH_BODY,      /* reading the body */
+	PH_DONE,      /* the stream has stopped */
+};
+
+/* Body framing state (chunked transfer encoding or read-to-close). */
+enum body_state { BS_SIZE, BS_DATA, BS_DATA_END, BS_TRAILER };
 
 struct stream {
 	struct cfg *c;
@@ -73,8 +88,26 @@ struct stream {
 	struct samples ttft, itl;
 	long tokens, requests, errors;
 	double long_prefill_s; /* long client: total request time */
-	struct conn *conn;     /* open connection, or NULL */
-	pthread_t th;
+
+	enum phase phase;
+	double t_next;     /* PH_WAIT: when to send the next request */
+	double t_activity; /* last progress on the connection */
+	int fd;            /* -1: no connection */
+	SSL *ssl;
+	char *req; /* the request being sent */
+	size_t req_len, req_off;
+	bool keep;   /* the connection stays open after the response */
+	bool reused; /* the request went out on a kept connection */
+
+	/* response parsing */
+	char line[65536];
+	size_t line_n;
+	bool status_seen, chunked, closes;
+	enum body_state bs;
+	size_t chunk_left;
+	/* the request's SSE events */
+	double t0, last;
+	bool first_seen, done;
 };
 
 static double now_s(void)
@@ -131,12 +164,6 @@ static char *json_str(const char *t)
 	return o;
 }
 
-static bool in_window(struct cfg *c, double t)
-{
-	double open = atomic_load(&c->t_real_open);
-	return open > 0 && t >= open && t <= c->t_end;
-}
-
 static char *make_body(const char *prompt, int max_tokens)
 {
 	char *js = json_str(prompt);
@@ -150,301 +177,331 @@ static char *make_body(const char *prompt, int max_tokens)
 	return b;
 }
 
-/* ---- one request ------------------------------------------------------- */
-
-struct reader {
-	SSL *ssl;
-	char buf[16384];
-	size_t len, pos;
-};
-
-/* A stream's connection, kept from one request to the next. */
-struct conn {
-	int fd;
-	SSL *ssl;
-	struct reader r;
-};
-
-static int rd_fill(struct reader *r)
+static bool in_window(const struct cfg *c, double t)
 {
-	if (r->pos < r->len)
-		return 1;
-	int n = SSL_read(r->ssl, r->buf, sizeof(r->buf));
-	if (n <= 0)
-		return 0;
-	r->len = (size_t)n;
-	r->pos = 0;
-	return 1;
+	return c->t_open > 0 && t >= c->t_open && t <= c->t_end;
 }
 
-/* Reads one line (without CRLF) into out; 0 at EOF. */
-static int rd_line(struct reader *r, char *out, size_t cap)
+static bool window_over(const struct cfg *c, double t)
 {
-	size_t n = 0;
-	for (;;) {
-		if (!rd_fill(r))
-			return n > 0;
-		char ch = r->buf[r->pos++];
-		if (ch == '\n')
-			break;
-		if (n + 1 < cap)
-			out[n++] = ch;
-	}
-	if (n && out[n - 1] == '\r')
-		n--;
-	out[n] = 0;
-	return 1;
+	return c->t_open > 0 && t >= c->t_end;
 }
 
-struct sse {
-	char line[65536];
-	size_t n;
-	double t0, last;
-	bool first_seen, done, cut;
-	long tokens;
-};
+/* ---- connections ------------------------------------------------------- */
 
-static void sse_event(struct stream *st, struct sse *e, const char *data)
+static void conn_close(struct stream *st)
 {
-	double t = now_s();
-	if (strcmp(data, "[DONE]") == 0) {
-		e->done = true;
-		return;
+	if (st->ssl) {
+		SSL_shutdown(st->ssl);
+		SSL_free(st->ssl);
+		st->ssl = NULL;
 	}
-	if (!strstr(data, "\"text\":\"") || strstr(data, "\"text\":\"\""))
-		return;
-	if (st->is_long)
-		return;
-	if (t > st->c->t_end && atomic_load(&st->c->t_real_open) > 0) {
-		e->cut = true; /* past the window: stop reading */
-		return;
-	}
-	if (!st->got_first) {
-		struct cfg *c = st->c;
-		st->got_first = true;
-		pthread_mutex_lock(&c->mu);
-		if (++c->n_first == c->streams)
-			pthread_cond_broadcast(&c->cv);
-		pthread_mutex_unlock(&c->mu);
-	}
-	if (in_window(st->c, t)) {
-		e->tokens++;
-		if (!e->first_seen && in_window(st->c, e->t0))
-			push(&st->ttft, t - e->t0);
-		else if (e->first_seen && in_window(st->c, e->last))
-			push(&st->itl, t - e->last);
-	}
-	e->first_seen = true;
-	e->last = t;
-}
-
-/* Feeds body bytes to the SSE line splitter. */
-static void sse_feed(struct stream *st, struct sse *e, const char *p, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		if (p[i] != '\n') {
-			if (e->n + 1 < sizeof(e->line))
-				e->line[e->n++] = p[i];
-			continue;
-		}
-		e->line[e->n] = 0;
-		if (strncmp(e->line, "data: ", 6) == 0)
-			sse_event(st, e, e->line + 6);
-		e->n = 0;
+	if (st->fd >= 0) {
+		epoll_ctl(st->c->epfd, EPOLL_CTL_DEL, st->fd, NULL);
+		close(st->fd);
+		st->fd = -1;
 	}
 }
 
-static int read_body(struct stream *st, struct reader *r, struct sse *e, bool chunked)
+static void watch(struct stream *st, uint32_t events)
 {
-	char line[256];
-	if (!chunked) {
-		while (!e->cut && rd_fill(r)) {
-			sse_feed(st, e, r->buf + r->pos, r->len - r->pos);
-			r->pos = r->len;
-		}
-		return 0;
-	}
-	for (;;) {
-		if (!rd_line(r, line, sizeof(line)))
-			return -1;
-		size_t left = strtoul(line, NULL, 16);
-		if (left == 0)
-			return 0;
-		while (left > 0) {
-			if (e->cut)
-				return 0;
-			if (!rd_fill(r))
-				return -1;
-			size_t take = r->len - r->pos < left ? r->len - r->pos : left;
-			sse_feed(st, e, r->buf + r->pos, take);
-			r->pos += take;
-			left -= take;
-		}
-		rd_line(r, line, sizeof(line)); /* CRLF after the chunk */
-	}
+	struct epoll_event ev = {.events = events, .data.ptr = st};
+	epoll_ctl(st->c->epfd, EPOLL_CTL_MOD, st->fd, &ev);
 }
 
-/* The long-prompt client: waits for the end of its response (or the end of
- * the measurement) without blocking, so it can be stopped at any time. */
-static int long_wait(struct stream *st, int fd, SSL *ssl)
-{
-	char buf[4096];
-	for (;;) {
-		struct pollfd p = {.fd = fd, .events = POLLIN};
-		if (atomic_load(&st->c->stop_long))
-			return 0;
-		if (SSL_pending(ssl) == 0 && poll(&p, 1, 100) <= 0)
-			continue;
-		int n = SSL_read(ssl, buf, sizeof(buf) - 1);
-		if (n <= 0)
-			return 0; /* Connection: close after the response */
-		buf[n] = 0;
-		if (strstr(buf, "[DONE]"))
-			return 0;
-		if (strstr(buf, "HTTP/1.1 ") == buf && strncmp(buf, "HTTP/1.1 200", 12) != 0)
-			return -1;
-	}
-}
-
-static void conn_close(struct conn *k)
-{
-	if (!k)
-		return;
-	if (k->ssl) {
-		SSL_shutdown(k->ssl);
-		SSL_free(k->ssl);
-	}
-	if (k->fd >= 0)
-		close(k->fd);
-	free(k);
-}
-
-static struct conn *conn_open(struct cfg *c)
-{
-	struct conn *k = calloc(1, sizeof(*k));
-	int one = 1;
-	k->fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)c->port)};
-	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-	struct timeval tmo = {.tv_sec = 60};
-	setsockopt(k->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	setsockopt(k->fd, SOL_SOCKET, SO_RCVTIMEO, &tmo, sizeof(tmo));
-	if (connect(k->fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
-		goto fail;
-	k->ssl = SSL_new(c->ctx);
-	SSL_set_fd(k->ssl, k->fd);
-	if (SSL_connect(k->ssl) != 1)
-		goto fail;
-	k->r.ssl = k->ssl;
-	return k;
-fail:
-	conn_close(k);
-	return NULL;
-}
-
-/* Sends the request on the stream's connection (a new one when there is
- * none, or when a kept one turns out closed) and reads the status line;
- * returns 1 on "200", 0 on another status, -1 when nothing came back. */
-static int send_request(struct stream *st, const char *body, bool keep, char *line, size_t cap)
+static int conn_open(struct stream *st)
 {
 	struct cfg *c = st->c;
-	char hdr[1024];
-	int hl = snprintf(
-	    hdr, sizeof(hdr),
-	    "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n"
-	    "Content-Type: application/json\r\nContent-Length: %zu\r\nConnection: %s\r\n\r\n",
-	    c->key, strlen(body), keep ? "keep-alive" : "close");
-	for (int attempt = 0; attempt < 2; attempt++) {
-		bool reused = st->conn != NULL;
-		if (!st->conn)
-			st->conn = conn_open(c);
-		if (!st->conn)
-			return -1;
-		SSL *ssl = st->conn->ssl;
-		if (SSL_write(ssl, hdr, hl) == hl &&
-		    SSL_write(ssl, body, (int)strlen(body)) == (int)strlen(body) &&
-		    (st->is_long || rd_line(&st->conn->r, line, cap)))
-			return st->is_long || strncmp(line, "HTTP/1.1 200", 12) == 0 ? 1 : 0;
-		conn_close(st->conn);
-		st->conn = NULL;
-		if (!reused) /* a kept connection the server closed: once more on a new one */
-			return -1;
-	}
+	int one = 1;
+	st->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	if (st->fd < 0)
+		return -1;
+	setsockopt(st->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)c->port)};
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	if (connect(st->fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 && errno != EINPROGRESS)
+		goto fail;
+	struct epoll_event ev = {.events = EPOLLOUT, .data.ptr = st};
+	if (epoll_ctl(c->epfd, EPOLL_CTL_ADD, st->fd, &ev) != 0)
+		goto fail;
+	st->ssl = SSL_new(c->ctx);
+	SSL_set_fd(st->ssl, st->fd);
+	SSL_set_connect_state(st->ssl);
+	return 0;
+fail:
+	conn_close(st);
 	return -1;
 }
 
-static int do_request(struct stream *st, const char *body)
+/* ---- one request ------------------------------------------------------- */
+
+static void finish_request(struct stream *st, bool ok, double t);
+
+static void start_request(struct stream *st, double t)
 {
 	struct cfg *c = st->c;
-	struct sse *e = calloc(1, sizeof(*e));
-	int rc = -1;
-	bool keep = !c->fresh_connections && !st->is_long;
-	char line[1024];
-	e->t0 = now_s();
-	if (send_request(st, body, keep, line, sizeof(line)) != 1)
-		goto out;
-	struct reader *r = &st->conn->r;
-	if (st->is_long) {
-		rc = long_wait(st, st->conn->fd, st->conn->ssl);
-		goto out;
+	const char *body = st->is_long ? c->long_body : c->body;
+	char *first = NULL;
+	if (!st->is_long && st->requests == 0) { /* staggered first request */
+		int n = (int)((long)c->max_tokens * (st->index + 1) / c->streams);
+		body = first = make_body(c->prompt, n > 0 ? n : 1);
 	}
-	bool chunked = false, closes = !keep;
-	while (rd_line(r, line, sizeof(line)) && line[0]) {
+	st->keep = !c->fresh_connections && !st->is_long;
+	size_t blen = strlen(body);
+	free(st->req);
+	st->req = malloc(blen + 1024);
+	int hl = snprintf(
+	    st->req, 1024,
+	    "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n"
+	    "Content-Type: application/json\r\nContent-Length: %zu\r\nConnection: %s\r\n\r\n",
+	    c->key, blen, st->keep ? "keep-alive" : "close");
+	memcpy(st->req + hl, body, blen);
+	st->req_len = (size_t)hl + blen;
+	st->req_off = 0;
+	free(first);
+	st->line_n = 0;
+	st->status_seen = st->chunked = st->done = st->first_seen = false;
+	st->closes = !st->keep;
+	st->t0 = st->t_activity = t;
+	st->reused = st->fd >= 0;
+	if (st->fd < 0) {
+		if (conn_open(st) != 0) {
+			finish_request(st, false, t);
+			return;
+		}
+		st->phase = PH_HANDSHAKE;
+	} else {
+		st->phase = PH_SEND;
+		watch(st, EPOLLOUT);
+	}
+}
+
+/* Ends the request; the next one starts at once (after a short pause when
+ * this one failed), unless the stream is to stop. */
+static void finish_request(struct stream *st, bool ok, double t)
+{
+	struct cfg *c = st->c;
+	st->requests++;
+	if (!ok)
+		st->errors++;
+	if (st->is_long)
+		st->long_prefill_s += t - st->t0;
+	if (!ok || !st->keep || st->closes)
+		conn_close(st);
+	bool stop = st->is_long ? c->stop_long : window_over(c, t);
+	if (stop) {
+		conn_close(st);
+		st->phase = PH_DONE;
+		return;
+	}
+	st->phase = PH_WAIT;
+	st->t_next = ok ? t : t + RETRY_S;
+	if (st->fd >= 0)
+		watch(st, 0);
+}
+
+static void sse_event(struct stream *st, const char *data, double t)
+{
+	struct cfg *c = st->c;
+	if (strcmp(data, "[DONE]") == 0) {
+		st->done = true;
+		return;
+	}
+	if (st->is_long || !strstr(data, "\"text\":\"") || strstr(data, "\"text\":\"\""))
+		return;
+	if (!st->got_first) {
+		st->got_first = true;
+		c->n_first++;
+	}
+	if (in_window(c, t)) {
+		st->tokens++;
+		if (!st->first_seen && in_window(c, st->t0))
+			push(&st->ttft, t - st->t0);
+		else if (st->first_seen && in_window(c, st->last))
+			push(&st->itl, t - st->last);
+	}
+	st->first_seen = true;
+	st->last = t;
+}
+
+/* One complete line of the response (CRLF stripped).  Returns false when the
+ * response is over or broken (st->phase says which). */
+static bool head_line(struct stream *st, const char *line, double t)
+{
+	if (!st->status_seen) {
+		st->status_seen = true;
+		if (strncmp(line, "HTTP/1.1 200", 12) != 0) {
+			finish_request(st, false, t);
+			return false;
+		}
+		return true;
+	}
+	if (line[0]) {
 		if (strcasestr(line, "transfer-encoding:") && strcasestr(line, "chunked"))
-			chunked = true;
+			st->chunked = true;
 		if (strcasestr(line, "connection:") && strcasestr(line, "close"))
-			closes = true;
+			st->closes = true;
+		return true;
 	}
-	int body_rc = read_body(st, r, e, chunked);
-	st->tokens += e->tokens;
-	if (!e->cut && (body_rc != 0 || !e->done))
-		goto out;
-	/* the empty line after the last chunk: the connection is then ready for
-	 * the next request */
-	if (!e->cut && chunked && !closes && rd_line(r, line, sizeof(line)) == 1 && !line[0]) {
-		free(e);
-		return 0;
-	}
-	rc = 0;
-out:
-	conn_close(st->conn);
-	st->conn = NULL;
-	free(e);
-	return rc;
+	st->phase = PH_BODY;
+	st->bs = BS_SIZE;
+	return true;
 }
 
-static bool window_over(struct cfg *c)
+/* Body bytes of the SSE stream, split into lines. */
+static void sse_bytes(struct stream *st, const char *p, size_t n, double t)
 {
-	return atomic_load(&c->t_real_open) > 0 && now_s() >= c->t_end;
+	for (size_t i = 0; i < n; i++) {
+		if (p[i] != '\n') {
+			if (st->line_n + 1 < sizeof(st->line))
+				st->line[st->line_n++] = p[i];
+			continue;
+		}
+		st->line[st->line_n] = 0;
+		if (strncmp(st->line, "data: ", 6) == 0)
+			sse_event(st, st->line + 6, t);
+		st->line_n = 0;
+	}
 }
 
-static void *stream_main(void *arg)
+/* Takes the line that ends at p[i] ('\n') into st->line; true when complete. */
+static bool take_line(struct stream *st, char ch)
 {
-	struct stream *st = arg;
-	struct cfg *c = st->c;
-	for (;;) {
-		if (st->is_long ? atomic_load(&c->stop_long) : window_over(c))
+	if (ch != '\n') {
+		if (st->line_n + 1 < sizeof(st->line))
+			st->line[st->line_n++] = ch;
+		return false;
+	}
+	if (st->line_n && st->line[st->line_n - 1] == '\r')
+		st->line_n--;
+	st->line[st->line_n] = 0;
+	st->line_n = 0;
+	return true;
+}
+
+/* Feeds received bytes; returns false when the request ended. */
+static bool feed(struct stream *st, const char *p, size_t n, double t)
+{
+	size_t i = 0;
+	while (i < n) {
+		if (st->phase == PH_HEAD) {
+			if (take_line(st, p[i++]) && !head_line(st, st->line, t))
+				return false;
+			if (st->phase == PH_BODY)
+				st->line_n = 0;
+			continue;
+		}
+		if (!st->chunked) { /* until the server closes */
+			sse_bytes(st, p + i, n - i, t);
+			return true;
+		}
+		switch (st->bs) {
+		case BS_SIZE:
+		case BS_DATA_END:
+		case BS_TRAILER:
+			if (!take_line(st, p[i++]))
+				break;
+			if (st->bs == BS_DATA_END) {
+				st->bs = BS_SIZE;
+			} else if (st->bs == BS_SIZE) {
+				st->chunk_left = strtoul(st->line, NULL, 16);
+				st->bs = st->chunk_left ? BS_DATA : BS_TRAILER;
+			} else if (!st->line[0]) { /* the empty line after the last chunk */
+				finish_request(st, st->done, t);
+				return false;
+			}
 			break;
-		double t0 = now_s();
-		const char *body = st->is_long ? c->long_body : c->body;
-		char *first = NULL;
-		if (!st->is_long && st->requests == 0) { /* staggered first request */
-			int n = (int)((long)c->max_tokens * (st->index + 1) / c->streams);
-			body = first = make_body(c->prompt, n > 0 ? n : 1);
+		case BS_DATA: {
+			size_t take = n - i < st->chunk_left ? n - i : st->chunk_left;
+			sse_bytes(st, p + i, take, t);
+			i += take;
+			st->chunk_left -= take;
+			if (!st->chunk_left)
+				st->bs = BS_DATA_END;
+			break;
 		}
-		int rc = do_request(st, body);
-		free(first);
-		if (rc != 0) {
-			st->errors++;
-			usleep(10000);
 		}
-		st->requests++;
-		if (st->is_long)
-			st->long_prefill_s += now_s() - t0;
 	}
-	conn_close(st->conn);
-	st->conn = NULL;
-	return NULL;
+	return true;
+}
+
+/* The SSL call said it needs the socket readable or writable. */
+static bool ssl_would_block(struct stream *st, int rc)
+{
+	int e = SSL_get_error(st->ssl, rc);
+	if (e == SSL_ERROR_WANT_READ) {
+		watch(st, EPOLLIN);
+		return true;
+	}
+	if (e == SSL_ERROR_WANT_WRITE) {
+		watch(st, EPOLLOUT);
+		return true;
+	}
+	return false;
+}
+
+/* Advances the stream as far as its socket allows. */
+static void progress(struct stream *st)
+{
+	char buf[16384];
+	double t = now_s();
+	st->t_activity = t;
+	if (st->phase == PH_HANDSHAKE) {
+		int rc = SSL_do_handshake(st->ssl);
+		if (rc != 1) {
+			if (!ssl_would_block(st, rc))
+				finish_request(st, false, t);
+			return;
+		}
+		st->phase = PH_SEND;
+	}
+	while (st->phase == PH_SEND) {
+		int rc =
+		    SSL_write(st->ssl, st->req + st->req_off, (int)(st->req_len - st->req_off));
+		if (rc <= 0) {
+			if (!ssl_would_block(st, rc))
+				finish_request(st, false, t);
+			return;
+		}
+		st->req_off += (size_t)rc;
+		if (st->req_off == st->req_len) {
+			st->phase = PH_HEAD;
+			st->status_seen = false;
+			st->line_n = 0;
+			watch(st, EPOLLIN);
+		}
+	}
+	while (st->phase == PH_HEAD || st->phase == PH_BODY) {
+		int rc = SSL_read(st->ssl, buf, sizeof(buf));
+		if (rc <= 0) {
+			if (ssl_would_block(st, rc))
+				return;
+			if (st->reused && !st->status_seen) {
+				/* a kept connection the server had closed: once more on a
+				 * new one, as client libraries do */
+				conn_close(st);
+				st->t_next = st->t0;
+				st->phase = PH_WAIT;
+				return;
+			}
+			/* closed: the end of a read-to-close body, else an error */
+			bool ok = st->phase == PH_BODY && !st->chunked && st->done;
+			st->closes = true;
+			finish_request(st, ok, now_s());
+			return;
+		}
+		if (!feed(st, buf, (size_t)rc, now_s()))
+			return;
+	}
+}
+
+/* ---- the loop ---------------------------------------------------------- */
+
+/* Stops a stream in the middle of its request (the window is over). */
+static void cut(struct stream *st)
+{
+	conn_close(st);
+	st->phase = PH_DONE;
 }
 
 static int cmp_d(const void *a, const void *b)
@@ -462,22 +519,75 @@ static double pct(struct samples *s, double p)
 	return s->v[i];
 }
 
-/* Waits until every stream has received its first token, at most until
- * deadline (CLOCK_MONOTONIC seconds). */
-static void wait_first_tokens(struct cfg *c, double deadline)
+/* Runs every stream until the window is over; the long client (if any)
+ * starts once every stream has a first token (or at the warm-up deadline)
+ * and the window opens LONG_LEAD_S later. */
+static void run(struct cfg *c, struct stream *st, int n_streams, struct stream *long_st,
+                double *t_start)
 {
-	pthread_mutex_lock(&c->mu);
-	while (c->n_first < c->streams && now_s() < deadline) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 100000000L; /* re-check every 100 ms */
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
+	struct epoll_event evs[256];
+	double t0 = now_s(), t_long = 0;
+	*t_start = t0;
+	for (int i = 0; i < n_streams; i++)
+		st[i].t_next = t0;
+	for (;;) {
+		double t = now_s();
+		if (!c->t_open && !t_long && (c->n_first == c->streams || t >= t0 + c->warmup)) {
+			if (long_st) {
+				t_long = t;
+				long_st->phase = PH_WAIT;
+				long_st->t_next = t;
+			} else {
+				t_long = -1;
+			}
 		}
-		pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+		if (!c->t_open && t_long && (t_long < 0 || t >= t_long + LONG_LEAD_S)) {
+			c->t_open = t;
+			c->t_end = t + c->seconds;
+		}
+		bool running = false;
+		double wake = t + 0.1;
+		for (int i = 0; i < n_streams + (long_st ? 1 : 0); i++) {
+			struct stream *s = i < n_streams ? &st[i] : long_st;
+			if (s->phase == PH_DONE || (s == long_st && !t_long))
+				continue;
+			if (s != long_st && window_over(c, t)) {
+				cut(s);
+				continue;
+			}
+			if (s == long_st && c->stop_long) {
+				cut(s);
+				continue;
+			}
+			if (s != long_st)
+				running = true;
+			if (s->phase == PH_WAIT) {
+				if (s->t_next <= t)
+					start_request(s, t);
+				else if (s->t_next < wake)
+					wake = s->t_next;
+			} else if (t - s->t_activity > IDLE_TIMEOUT_S) {
+				finish_request(s, false, t);
+			}
+		}
+		if (!running) {
+			c->stop_long = true;
+			if (long_st && long_st->phase != PH_DONE)
+				cut(long_st);
+			return;
+		}
+		if (c->t_open && c->t_end < wake)
+			wake = c->t_end;
+		int ms = (int)((wake - now_s()) * 1e3) + 1;
+		int n = epoll_wait(c->epfd, evs, 256, ms < 0 ? 0 : ms);
+		for (int k = 0; k < n; k++) {
+			struct stream *s = evs[k].data.ptr;
+			if (s->phase != PH_WAIT && s->phase != PH_DONE)
+				progress(s);
+			else if (s->fd >= 0) /* a kept connection closed by the server */
+				conn_close(s);
+		}
 	}
-	pthread_mutex_unlock(&c->mu);
 }
 
 int main(int argc, char **argv)
@@ -494,13 +604,11 @@ int main(int argc, char **argv)
 	                .streams = atoi(argv[3]),
 	                .warmup = atof(argv[4]),
 	                .seconds = atof(argv[5]),
-	                .max_tokens = atoi(argv[6]),
-	                .mu = PTHREAD_MUTEX_INITIALIZER,
-	                .cv = PTHREAD_COND_INITIALIZER};
+	                .max_tokens = atoi(argv[6])};
 	char *prompt = read_file(argv[7]);
 	char *long_prompt = argc > 8 ? read_file(argv[8]) : NULL;
-	if (!prompt || (argc > 8 && !long_prompt)) {
-		fprintf(stderr, "cannot read prompt files\n");
+	if (!prompt || (argc > 8 && !long_prompt) || c.streams < 1) {
+		fprintf(stderr, "cannot read prompt files, or no streams\n");
 		return 2;
 	}
 	c.prompt = prompt;
@@ -510,26 +618,18 @@ int main(int argc, char **argv)
 	c.fresh_connections = fresh && !strcmp(fresh, "1");
 	c.ctx = SSL_CTX_new(TLS_client_method());
 	SSL_CTX_set_verify(c.ctx, SSL_VERIFY_NONE, NULL);
-	int n = c.streams + (c.long_body ? 1 : 0);
-	struct stream *st = calloc((size_t)n, sizeof(*st));
-	double t0 = now_s();
-	for (int i = 0; i < c.streams; i++) {
-		st[i] = (struct stream){.c = &c, .index = i};
-		pthread_create(&st[i].th, NULL, stream_main, &st[i]);
+	c.epfd = epoll_create1(0);
+	struct stream *st = calloc((size_t)c.streams + 1, sizeof(*st));
+	for (int i = 0; i <= c.streams; i++)
+		st[i] = (struct stream){.c = &c, .index = i, .fd = -1, .phase = PH_WAIT};
+	struct stream *long_st = NULL;
+	if (c.long_body) {
+		long_st = &st[c.streams];
+		long_st->is_long = true;
 	}
-	wait_first_tokens(&c, t0 + c.warmup);
-	if (c.long_body) { /* the long prefill runs alongside the whole window */
-		st[c.streams] = (struct stream){.c = &c, .is_long = true};
-		pthread_create(&st[c.streams].th, NULL, stream_main, &st[c.streams]);
-		usleep((useconds_t)(LONG_LEAD_S * 1e6));
-	}
-	double t_open = now_s();
-	c.t_end = t_open + c.seconds;
-	atomic_store(&c.t_real_open, t_open);
-	for (int i = 0; i < c.streams; i++)
-		pthread_join(st[i].th, NULL);
+	double t0;
+	run(&c, st, c.streams, long_st, &t0);
 	double wall = c.seconds; /* tokens are counted inside [t_open, t_end] */
-	atomic_store(&c.stop_long, true);
 	struct samples ttft = {0}, itl = {0};
 	long tokens = 0, reqs = 0, errs = 0;
 	for (int i = 0; i < c.streams; i++) {
@@ -541,16 +641,20 @@ int main(int argc, char **argv)
 		for (size_t k = 0; k < st[i].itl.n; k++)
 			push(&itl, st[i].itl.v[k]);
 	}
-	if (c.long_body)
-		pthread_join(st[c.streams].th, NULL);
+	const char *dump = getenv("ITL_DUMP");
+	FILE *f = dump ? fopen(dump, "w") : NULL;
+	for (size_t k = 0; f && k < itl.n; k++)
+		fprintf(f, "%.6f\n", itl.v[k] * 1e3);
+	if (f)
+		fclose(f);
 	printf(
 	    "{\"streams\":%d,\"long_prefill\":%s,\"warmup_s\":%.3f,\"seconds\":%.3f,"
 	    "\"requests\":%ld,\"errors\":%ld,\"first_tokens\":%d,"
 	    "\"tokens\":%ld,\"tok_s\":%.1f,\"ttft_p50_ms\":%.2f,\"ttft_p99_ms\":%.2f,"
 	    "\"itl_p50_ms\":%.3f,\"itl_p99_ms\":%.3f,\"long_requests\":%ld,\"long_errors\":%ld}\n",
-	    c.streams, c.long_body ? "true" : "false", t_open - t0, wall, reqs, errs, c.n_first,
+	    c.streams, c.long_body ? "true" : "false", c.t_open - t0, wall, reqs, errs, c.n_first,
 	    tokens, (double)tokens / wall, pct(&ttft, 0.5) * 1e3, pct(&ttft, 0.99) * 1e3,
-	    pct(&itl, 0.5) * 1e3, pct(&itl, 0.99) * 1e3, c.long_body ? st[c.streams].requests : 0,
-	    c.long_body ? st[c.streams].errors : 0);
+	    pct(&itl, 0.5) * 1e3, pct(&itl, 0.99) * 1e3, long_st ? long_st->requests : 0,
+	    long_st ? long_st->errors : 0);
 	return errs ? 1 : 0;
 }
