@@ -87,7 +87,6 @@ struct stream {
 	bool is_long, got_first;
 	struct samples ttft, itl;
 	long tokens, requests, errors;
-	double long_prefill_s; /* long client: total request time */
 
 	enum phase phase;
 	double t_next;     /* PH_WAIT: when to send the next request */
@@ -284,8 +283,6 @@ static void finish_request(struct stream *st, bool ok, double t)
 	st->requests++;
 	if (!ok)
 		st->errors++;
-	if (st->is_long)
-		st->long_prefill_s += t - st->t0;
 	if (!ok || !st->keep || st->closes)
 		conn_close(st);
 	bool stop = st->is_long ? c->stop_long : window_over(c, t);
@@ -572,6 +569,8 @@ static void run(struct cfg *c, struct stream *st, int n_streams, struct stream *
 		}
 		if (!running) {
 			c->stop_long = true;
+			if (long_st && long_st->phase != PH_DONE && long_st->phase != PH_WAIT)
+				long_st->requests++; /* the one still prefilling counts too */
 			if (long_st && long_st->phase != PH_DONE)
 				cut(long_st);
 			return;
