@@ -78,6 +78,12 @@ enum phase {
 	PH_DONE,      /* the stream has stopped */
 };
 
+/* A line being assembled from received bytes. */
+struct line_buf {
+	char b[65536];
+	size_t n;
+};
+
 /* Body framing state (chunked transfer encoding or read-to-close). */
 enum body_state { BS_SIZE, BS_DATA, BS_DATA_END, BS_TRAILER };
 
@@ -98,9 +104,9 @@ struct stream {
 	bool keep;   /* the connection stays open after the response */
 	bool reused; /* the request went out on a kept connection */
 
-	/* response parsing */
-	char line[65536];
-	size_t line_n;
+	/* response parsing: HTTP lines (status, headers, chunk sizes) and SSE
+	 * lines apart, since a chunk may end inside an SSE line */
+	struct line_buf http, sse;
 	bool status_seen, chunked, closes;
 	enum body_state bs;
 	size_t chunk_left;
@@ -258,7 +264,7 @@ static void start_request(struct stream *st, double t)
 	st->req_len = (size_t)hl + blen;
 	st->req_off = 0;
 	free(first);
-	st->line_n = 0;
+	st->http.n = st->sse.n = 0;
 	st->status_seen = st->chunked = st->done = st->first_seen = false;
 	st->closes = !st->keep;
 	st->t0 = st->t_activity = t;
@@ -345,35 +351,27 @@ static bool head_line(struct stream *st, const char *line, double t)
 	return true;
 }
 
-/* Body bytes of the SSE stream, split into lines. */
-static void sse_bytes(struct stream *st, const char *p, size_t n, double t)
-{
-	for (size_t i = 0; i < n; i++) {
-		if (p[i] != '\n') {
-			if (st->line_n + 1 < sizeof(st->line))
-				st->line[st->line_n++] = p[i];
-			continue;
-		}
-		st->line[st->line_n] = 0;
-		if (strncmp(st->line, "data: ", 6) == 0)
-			sse_event(st, st->line + 6, t);
-		st->line_n = 0;
-	}
-}
-
-/* Takes the line that ends at p[i] ('\n') into st->line; true when complete. */
-static bool take_line(struct stream *st, char ch)
+/* Adds ch to lb; true when it ended a line (then in lb->b, CR stripped). */
+static bool take_line(struct line_buf *lb, char ch)
 {
 	if (ch != '\n') {
-		if (st->line_n + 1 < sizeof(st->line))
-			st->line[st->line_n++] = ch;
+		if (lb->n + 1 < sizeof(lb->b))
+			lb->b[lb->n++] = ch;
 		return false;
 	}
-	if (st->line_n && st->line[st->line_n - 1] == '\r')
-		st->line_n--;
-	st->line[st->line_n] = 0;
-	st->line_n = 0;
+	if (lb->n && lb->b[lb->n - 1] == '\r')
+		lb->n--;
+	lb->b[lb->n] = 0;
+	lb->n = 0;
 	return true;
+}
+
+/* Body bytes of the SSE stream. */
+static void sse_bytes(struct stream *st, const char *p, size_t n, double t)
+{
+	for (size_t i = 0; i < n; i++)
+		if (take_line(&st->sse, p[i]) && strncmp(st->sse.b, "data: ", 6) == 0)
+			sse_event(st, st->sse.b + 6, t);
 }
 
 /* Feeds received bytes; returns false when the request ended. */
@@ -382,10 +380,8 @@ static bool feed(struct stream *st, const char *p, size_t n, double t)
 	size_t i = 0;
 	while (i < n) {
 		if (st->phase == PH_HEAD) {
-			if (take_line(st, p[i++]) && !head_line(st, st->line, t))
+			if (take_line(&st->http, p[i++]) && !head_line(st, st->http.b, t))
 				return false;
-			if (st->phase == PH_BODY)
-				st->line_n = 0;
 			continue;
 		}
 		if (!st->chunked) { /* until the server closes */
@@ -396,14 +392,14 @@ static bool feed(struct stream *st, const char *p, size_t n, double t)
 		case BS_SIZE:
 		case BS_DATA_END:
 		case BS_TRAILER:
-			if (!take_line(st, p[i++]))
+			if (!take_line(&st->http, p[i++]))
 				break;
 			if (st->bs == BS_DATA_END) {
 				st->bs = BS_SIZE;
 			} else if (st->bs == BS_SIZE) {
-				st->chunk_left = strtoul(st->line, NULL, 16);
+				st->chunk_left = strtoul(st->http.b, NULL, 16);
 				st->bs = st->chunk_left ? BS_DATA : BS_TRAILER;
-			} else if (!st->line[0]) { /* the empty line after the last chunk */
+			} else if (!st->http.b[0]) { /* the empty line after the last chunk */
 				finish_request(st, st->done, t);
 				return false;
 			}
@@ -464,7 +460,7 @@ static void progress(struct stream *st)
 		if (st->req_off == st->req_len) {
 			st->phase = PH_HEAD;
 			st->status_seen = false;
-			st->line_n = 0;
+			st->http.n = 0;
 			watch(st, EPOLLIN);
 		}
 	}
