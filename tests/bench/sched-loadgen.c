@@ -240,6 +240,13 @@ fail:
 
 /* ---- one request ------------------------------------------------------- */
 
+/* Stops a stream, in the middle of its request or between two. */
+static void cut(struct stream *st)
+{
+	conn_close(st);
+	st->phase = PH_DONE;
+}
+
 static void finish_request(struct stream *st, bool ok, double t);
 
 static void start_request(struct stream *st, double t)
@@ -293,8 +300,7 @@ static void finish_request(struct stream *st, bool ok, double t)
 		conn_close(st);
 	bool stop = st->is_long ? c->stop_long : window_over(c, t);
 	if (stop) {
-		conn_close(st);
-		st->phase = PH_DONE;
+		cut(st);
 		return;
 	}
 	st->phase = PH_WAIT;
@@ -489,13 +495,6 @@ static void progress(struct stream *st)
 }
 
 /* ---- the loop ---------------------------------------------------------- */
-
-/* Stops a stream in the middle of its request (the window is over). */
-static void cut(struct stream *st)
-{
-	conn_close(st);
-	st->phase = PH_DONE;
-}
 
 static int cmp_d(const void *a, const void *b)
 {
