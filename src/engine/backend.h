@@ -53,6 +53,10 @@ struct backend {
 
 struct backend_options {
 	int n_threads; /* cpu: 0 = one per core */
+	/* cpu: a forward of fewer multiply-adds (weights and attention) runs
+	 * on the calling thread alone; 0 = the backend's default (tests set 1
+	 * to run every forward on all threads). */
+	double parallel_min_macs;
 };
 
 int backend_cpu_new(const struct model *m, const struct backend_options *opt, struct backend **out,

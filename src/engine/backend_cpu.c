@@ -34,6 +34,16 @@
 #define HEAD_PARALLEL_MIN_TOKENS 4
 /* Attention work (multiply-adds) below which threads are not woken. */
 #define ATTEND_PARALLEL_MIN_MACS 60000
+/* A forward of less work than this (multiply-adds of its tokens' weight
+ * products and attention) runs on the calling thread alone: its steps are
+ * too short to share (a wake-up and a wait each), and the idle workers go
+ * to sleep after their spin, leaving their cores to the server's TLS
+ * threads.  stories260K (259k multiply-adds a token) on the 2-core test
+ * VM, in process, 5 alternating runs: 8 and 32 streams on 1 thread within
+ * the noise of 2 (50-76k tok/s either way) at half the CPU time; over
+ * HTTPS, 16 streams made 44-50k tok/s with 1 engine thread against 29k
+ * with 2, inter-token p99 ~1 ms against ~4. */
+#define FORWARD_PARALLEL_MIN_MACS 8e6
 
 /* Freed sessions' caches kept for the next new session of the same
  * geometry: at most this many, holding at most this many resident bytes of
@@ -58,6 +68,12 @@ struct cpu_backend {
 	struct backend base;
 	struct threadpool *pool;
 	int n_threads;
+	/* Of the forward being run: pool and n_threads, or NULL and 1 when it
+	 * is too small to share (FORWARD_PARALLEL_MIN_MACS). */
+	struct threadpool *run_pool;
+	int run_threads;
+	double token_macs; /* multiply-adds of one token's weight products */
+	double parallel_min_macs; /* backend_options.parallel_min_macs or the default */
 	/* Workspace for up to cap_tokens tokens, grown on demand. */
 	size_t cap_tokens;
 	float *x;        /* (n, dim) residual stream */
@@ -206,8 +222,13 @@ static int batch_plan(struct cpu_backend *c, const struct backend_token *tokens,
 		c->order[c->sess_begin[s->batch_slot] + s->batch_n++] = (int)i;
 	}
 	size_t scratch = 0;
+	double macs = (double)n * c->token_macs;
 	for (int j = 0; j < c->n_sessions; j++) {
 		struct backend_session *s = c->sessions[j];
+		struct sinkcache_stats st;
+		sinkcache_get_stats(s->cache, &st);
+		macs += 2.0 * s->batch_n * hp->n_layers * hp->n_heads * hp->head_dim *
+		        ((double)st.n_resident + s->batch_n);
 		if (!sinkcache_can_append(s->cache, (size_t)s->batch_n))
 			return err_set(err, err_len, -ENOSPC,
 			               "session cannot take %d more tokens: its cache is full "
@@ -217,6 +238,9 @@ static int batch_plan(struct cpu_backend *c, const struct backend_token *tokens,
 		size_t f = sinkcache_scratch_floats(sinkcache_geometry(s->cache));
 		scratch = f > scratch ? f : scratch;
 	}
+	bool parallel = c->n_threads > 1 && macs >= c->parallel_min_macs;
+	c->run_pool = parallel ? c->pool : NULL;
+	c->run_threads = parallel ? c->n_threads : 1;
 	return scratch_reserve(c, scratch, err, err_len);
 }
 
@@ -314,8 +338,8 @@ static void attend_session_task(void *ctx, int task, int thread)
 	c->sess_rc[j] = 0;
 	/* the session a thread takes after this one (tasks go in order to
 	 * whichever thread is free): its new rows' cache lines, meanwhile */
-	if (j + c->n_threads < a->end_session)
-		sinkcache_prefetch_append(c->sessions[j + c->n_threads]->cache, a->layer);
+	if (j + c->run_threads < a->end_session)
+		sinkcache_prefetch_append(c->sessions[j + c->run_threads]->cache, a->layer);
 	for (int o = c->sess_begin[j]; o < c->sess_begin[j + 1]; o++) {
 		int t = c->order[o];
 		int rc = append_token(c, s, a->layer, t, c->sess_err[j], SINKD_ERR_LEN);
@@ -332,7 +356,7 @@ static void attend_heads_task(void *ctx, int task, int thread)
 {
 	const struct attend_ctx *a = ctx;
 	int h0, h1;
-	threadpool_split(a->c->base.model->hp.n_heads, a->c->n_threads * 2, task, 1, &h0, &h1);
+	threadpool_split(a->c->base.model->hp.n_heads, a->c->run_threads * 2, task, 1, &h0, &h1);
 	if (h0 < h1)
 		attend_heads(a, a->session, a->token, h0, h1, thread, a->rows_cold);
 }
@@ -346,7 +370,7 @@ static int attend_long_session(struct attend_ctx *a, int j, char *err, size_t er
 	struct sinkcache_stats st;
 	sinkcache_get_stats(s->cache, &st);
 	double macs = 2.0 * hp->n_heads * hp->head_dim * (st.n_resident + s->batch_n);
-	bool parallel = c->n_threads > 1 && macs >= ATTEND_PARALLEL_MIN_MACS;
+	bool parallel = c->run_threads > 1 && macs >= ATTEND_PARALLEL_MIN_MACS;
 	a->session = s;
 	for (int o = c->sess_begin[j]; o < c->sess_begin[j + 1]; o++) {
 		int t = c->order[o];
@@ -356,7 +380,7 @@ static int attend_long_session(struct attend_ctx *a, int j, char *err, size_t er
 		a->token = t;
 		a->rows_cold = o == c->sess_begin[j];
 		if (parallel)
-			threadpool_run(c->pool, c->n_threads * 2, attend_heads_task, a);
+			threadpool_run(c->run_pool, c->run_threads * 2, attend_heads_task, a);
 		else
 			attend_heads(a, s, t, 0, hp->n_heads, 0, a->rows_cold);
 	}
@@ -368,7 +392,8 @@ static int attend_long_session(struct attend_ctx *a, int j, char *err, size_t er
  * keep the threads busy one session each. */
 static bool attend_by_heads(const struct cpu_backend *c, int j)
 {
-	return c->sessions[j]->batch_n >= HEAD_PARALLEL_MIN_TOKENS || c->n_sessions < c->n_threads;
+	return c->sessions[j]->batch_n >= HEAD_PARALLEL_MIN_TOKENS ||
+	       c->n_sessions < c->run_threads;
 }
 
 static int attention_layer(struct cpu_backend *c, const struct backend_token *tokens, int layer,
@@ -390,7 +415,11 @@ static int attention_layer(struct cpu_backend *c, const struct backend_token *to
 			e++;
 		a.first_session = j;
 		a.end_session = e;
-		threadpool_run(c->pool, e - j, attend_session_task, &a);
+		if (c->run_pool)
+			threadpool_run(c->run_pool, e - j, attend_session_task, &a);
+		else
+			for (int t = 0; t < e - j; t++)
+				attend_session_task(&a, t, 0);
 		for (int k = j; k < e; k++)
 			if (c->sess_rc[k])
 				return err_set(err, err_len, c->sess_rc[k], "layer %d: %s", layer,
@@ -451,7 +480,7 @@ static int layer_forward(struct cpu_backend *c, const struct backend_token *toke
 	struct matmul_job qkv[3] = {{.w = &L->wq, .bias = L->bq, .y = c->q},
 	                            {.w = &L->wk, .bias = L->bk, .y = c->k},
 	                            {.w = &L->wv, .bias = L->bv, .y = c->v}};
-	matmul_many(c->pool, MATMUL_ISA_AUTO, c->xb, n, qkv, 3);
+	matmul_many(c->run_pool, MATMUL_ISA_AUTO, c->xb, n, qkv, 3);
 	int rc = attention_layer(c, tokens, layer, err, err_len);
 	if (rc)
 		return rc;
@@ -460,11 +489,11 @@ static int layer_forward(struct cpu_backend *c, const struct backend_token *toke
 		if (n == 0)
 			return 0;
 	}
-	matmul(c->pool, c->att, n, &L->wo, c->proj);
+	matmul(c->run_pool, c->att, n, &L->wo, c->proj);
 	add_rows(c->x, c->proj, (size_t)n * hp->dim);
 	rmsnorm_rows(c->xb, c->x, L->ffn_norm, n, hp->dim, hp->norm_eps);
-	matmul_swiglu(c->pool, MATMUL_ISA_AUTO, c->xb, n, &L->w_gate, &L->w_up, c->gate, c->up);
-	matmul(c->pool, c->gate, n, &L->w_down, c->proj);
+	matmul_swiglu(c->run_pool, MATMUL_ISA_AUTO, c->xb, n, &L->w_gate, &L->w_up, c->gate, c->up);
+	matmul(c->run_pool, c->gate, n, &L->w_down, c->proj);
 	add_rows(c->x, c->proj, (size_t)n * hp->dim);
 	return 0;
 }
@@ -477,7 +506,7 @@ static void output_logits(struct cpu_backend *c, int n_want, float *logits)
 	if (n_want == 0)
 		return;
 	rmsnorm_rows(c->xb, c->x, m->output_norm, n_want, m->hp.dim, m->hp.norm_eps);
-	matmul(c->pool, c->xb, n_want, &c->output, logits);
+	matmul(c->run_pool, c->xb, n_want, &c->output, logits);
 }
 
 static int cpu_forward(struct backend *be, const struct backend_token *tokens, size_t n_tokens,
@@ -762,6 +791,9 @@ int backend_cpu_new(const struct model *m, const struct backend_options *opt, st
 		return rc;
 	}
 	c->n_threads = threadpool_size(c->pool);
+	c->token_macs = model_weight_params(m);
+	c->parallel_min_macs = opt && opt->parallel_min_macs > 0 ? opt->parallel_min_macs
+	                                                         : FORWARD_PARALLEL_MIN_MACS;
 	rc = make_panels(c, m, err, err_len);
 	if (rc) {
 		cpu_destroy(&c->base);

@@ -31,7 +31,8 @@
 # scheduler.max_batch_tokens), INPROC (1: also the in-process runs, each
 # request generating INPROC_TOKENS, default MAX_TOKENS), ONLY (a grep -E
 # pattern: only the models whose name matches), PAIRS (2), MAX_UNSENT
-# (scheduler.max_unsent_tokens; default: the daemon's).
+# (scheduler.max_unsent_tokens; default: the daemon's), SERVER_THREADS
+# (server.threads, 4).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -101,7 +102,7 @@ start_daemon() { # model → sets PID, PORT
 	cat >"$TMP/sinkd.yaml" <<YAML
 server:
   listen: "127.0.0.1:$PORT"
-  threads: 4
+  threads: ${SERVER_THREADS:-4}
   max_connections: 1024
   api_keys: ["sha256:$DIGEST"]
   tls:

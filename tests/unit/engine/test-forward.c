@@ -40,7 +40,9 @@ static void setup(void)
 	char path[1024], err[SINKD_ERR_LEN];
 	snprintf(path, sizeof(path), "%s/models/stories260K.gguf", shared);
 	ck_assert_msg(model_load(path, NULL, &model, err, sizeof(err)) == 0, "%s", err);
-	struct backend_options opt = {.n_threads = 2};
+	/* every forward on both threads, small or not (test_small_forward_serial
+	 * tests the default) */
+	struct backend_options opt = {.n_threads = 2, .parallel_min_macs = 1};
 	ck_assert_msg(backend_cpu_new(model, &opt, &be, err, sizeof(err)) == 0, "%s", err);
 	snprintf(path, sizeof(path), "%s/reference/stories260K-logits.json", shared);
 	char *text = read_file(path);
@@ -548,7 +550,7 @@ static void synth_logits(const struct model *m, int n_threads, const int32_t *id
                          float *logits)
 {
 	struct backend *b = NULL;
-	struct backend_options opt = {.n_threads = n_threads};
+	struct backend_options opt = {.n_threads = n_threads, .parallel_min_macs = 1};
 	char err[SINKD_ERR_LEN];
 	ck_assert_msg(backend_cpu_new(m, &opt, &b, err, sizeof(err)) == 0, "%s", err);
 	struct backend *saved_be = be;
@@ -617,6 +619,61 @@ START_TEST(test_threaded_prefill)
 }
 END_TEST
 
+/* Prompts of three sessions in one batch, then decode steps of all three:
+ * every logit row, on backend b. */
+static void three_session_logits(struct backend *b, float *out)
+{
+	int n_vocab = model->hp.n_vocab;
+	struct backend *saved = be;
+	be = b;
+	struct backend_session *ss[3] = {new_session(), new_session(), new_session()};
+	struct backend_token batch[48];
+	size_t n = 0;
+	for (int i = 0; i < 12; i++)
+		for (int j = 0; j < 3; j++)
+			batch[n++] = (struct backend_token){.session = ss[j],
+			                                    .token = (int32_t)((i * 31 + j * 7 + 3) % n_vocab),
+			                                    .want_logits = i == 11};
+	char err[SINKD_ERR_LEN];
+	ck_assert_msg(be->ops->forward(be, batch, n, out, err, sizeof(err)) == 0, "%s", err);
+	for (int t = 0; t < 6; t++) {
+		out += (size_t)3 * n_vocab;
+		for (int j = 0; j < 3; j++)
+			batch[j] = (struct backend_token){
+			    .session = ss[j], .token = argmax(out - (size_t)(3 - j) * n_vocab, n_vocab),
+			    .want_logits = true};
+		ck_assert_msg(be->ops->forward(be, batch, 3, out, err, sizeof(err)) == 0, "%s", err);
+	}
+	for (int j = 0; j < 3; j++)
+		be->ops->session_free(be, ss[j]);
+	be = saved;
+}
+
+/* With the default options a 2-thread backend runs stories260K's small
+ * forwards (a few tokens: well under the parallel threshold) on the
+ * calling thread: the same logits, bit for bit, as every forward spread
+ * over both threads (each output row and each session's attention is
+ * computed by one thread either way). */
+START_TEST(test_small_forward_serial)
+{
+	int n_vocab = model->hp.n_vocab;
+	size_t rows = (size_t)3 * 7 * n_vocab;
+	float *parallel = calloc(rows, sizeof(float)), *serial = calloc(rows, sizeof(float));
+	struct backend *def = NULL;
+	struct backend_options opt = {.n_threads = 2};
+	char err[SINKD_ERR_LEN];
+	ck_assert_msg(backend_cpu_new(model, &opt, &def, err, sizeof(err)) == 0, "%s", err);
+	three_session_logits(be, parallel);
+	three_session_logits(def, serial);
+	ck_assert(max_abs(parallel, (int)rows) > 0.1);
+	ck_assert_msg(memcmp(parallel, serial, rows * sizeof(float)) == 0,
+	              "serial logits differ by %g", max_abs_diff(parallel, serial, (int)rows));
+	backend_free(def);
+	free(parallel);
+	free(serial);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("forward");
@@ -632,6 +689,7 @@ int main(void)
 	tcase_add_test(tc, test_sink_mass);
 	tcase_add_test(tc, test_weight_types);
 	tcase_add_test(tc, test_threaded_prefill);
+	tcase_add_test(tc, test_small_forward_serial);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
