@@ -53,9 +53,10 @@ struct backend {
 
 struct backend_options {
 	int n_threads; /* cpu: 0 = one per core */
-	/* cpu: a forward of fewer multiply-adds (weights and attention) runs
-	 * on the calling thread alone; 0 = the backend's default (tests set 1
-	 * to run every forward on all threads). */
+	/* cpu: a forward of fewer multiply-adds (weights and attention) of a
+	 * model whose weights stay in the caches runs on the calling thread
+	 * alone; 0 = the backend's default (tests set 1 to run every forward
+	 * on all threads). */
 	double parallel_min_macs;
 };
 

@@ -35,15 +35,21 @@
 /* Attention work (multiply-adds) below which threads are not woken. */
 #define ATTEND_PARALLEL_MIN_MACS 60000
 /* A forward of less work than this (multiply-adds of its tokens' weight
- * products and attention) runs on the calling thread alone: its steps are
- * too short to share (a wake-up and a wait each), and the idle workers go
- * to sleep after their spin, leaving their cores to the server's TLS
- * threads.  stories260K (259k multiply-adds a token) on the 2-core test
- * VM, in process, 5 alternating runs: 8 and 32 streams on 1 thread within
- * the noise of 2 (50-76k tok/s either way) at half the CPU time; over
- * HTTPS, 16 streams made 44-50k tok/s with 1 engine thread against 29k
- * with 2, inter-token p99 ~1 ms against ~4. */
+ * products and attention), of a model whose weights stay in the caches,
+ * runs on the calling thread alone: its steps are too short to share (a
+ * wake-up and a wait each), and the idle workers go to sleep after their
+ * spin, leaving their cores to the server's TLS threads.  Measured on the
+ * 2-core test VM, in process: stories260K (1 MB of weights, 259k
+ * multiply-adds a token) at 8 and 16 streams on 1 thread 0.95 and 0.985x
+ * the speed of 2 (medians of 6 alternating pairs) at half the CPU time;
+ * over HTTPS, 16 streams made 44-50k tok/s with 1 engine thread against
+ * 29k with 2, inter-token p99 ~1 ms against ~4.  Models of 4 and 8.5 MB
+ * ran a single stream as fast on 1 thread as on 2; one of 21.5 MB (5.4M
+ * multiply-adds a token) 1.2-1.3x faster on 2, one of 28 MB (7.1M) 2x:
+ * their weights stream from memory, and one core's share of the bandwidth
+ * is about half. */
 #define FORWARD_PARALLEL_MIN_MACS 8e6
+#define FORWARD_SERIAL_MAX_WEIGHT_BYTES ((size_t)8 << 20)
 
 /* Freed sessions' caches kept for the next new session of the same
  * geometry: at most this many, holding at most this many resident bytes of
@@ -73,6 +79,7 @@ struct cpu_backend {
 	struct threadpool *run_pool;
 	int run_threads;
 	double token_macs; /* multiply-adds of one token's weight products */
+	bool weights_cached; /* small enough to stay in the caches (FORWARD_SERIAL_MAX_WEIGHT_BYTES) */
 	double parallel_min_macs; /* backend_options.parallel_min_macs or the default */
 	/* Workspace for up to cap_tokens tokens, grown on demand. */
 	size_t cap_tokens;
@@ -238,7 +245,7 @@ static int batch_plan(struct cpu_backend *c, const struct backend_token *tokens,
 		size_t f = sinkcache_scratch_floats(sinkcache_geometry(s->cache));
 		scratch = f > scratch ? f : scratch;
 	}
-	bool parallel = c->n_threads > 1 && macs >= c->parallel_min_macs;
+	bool parallel = c->n_threads > 1 && (macs >= c->parallel_min_macs || !c->weights_cached);
 	c->run_pool = parallel ? c->pool : NULL;
 	c->run_threads = parallel ? c->n_threads : 1;
 	return scratch_reserve(c, scratch, err, err_len);
@@ -792,6 +799,7 @@ int backend_cpu_new(const struct model *m, const struct backend_options *opt, st
 	}
 	c->n_threads = threadpool_size(c->pool);
 	c->token_macs = model_weight_params(m);
+	c->weights_cached = model_weight_bytes(m) <= FORWARD_SERIAL_MAX_WEIGHT_BYTES;
 	c->parallel_min_macs = opt && opt->parallel_min_macs > 0 ? opt->parallel_min_macs
 	                                                         : FORWARD_PARALLEL_MIN_MACS;
 	rc = make_panels(c, m, err, err_len);
