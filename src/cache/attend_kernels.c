@@ -677,8 +677,8 @@ AK512_INLINE __m512 exp_neg16(__m512 x)
 	__m512 nf = _mm512_cvtepi32_ps(n);
 	__m512 r = _mm512_fnmadd_ps(nf, _mm512_set1_ps(0.693359375f), x);
 	r = _mm512_fnmadd_ps(nf, _mm512_set1_ps(-2.12194440e-4f), r);
-	__m512 p = _mm512_fmadd_ps(r, _mm512_set1_ps(1.9875691500e-4f),
-	                           _mm512_set1_ps(1.3981999507e-3f));
+	__m512 p =
+	    _mm512_fmadd_ps(r, _mm512_set1_ps(1.9875691500e-4f), _mm512_set1_ps(1.3981999507e-3f));
 	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
 	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
 	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
@@ -706,7 +706,8 @@ static AK512_FN float exp_sum_512(float *scores, int n)
 		sum = _mm512_add_ps(sum, e);
 	}
 	if (tail) {
-		__m512 e = exp_neg16(_mm512_sub_ps(_mm512_mask_loadu_ps(mv, tail, scores + nv), mv));
+		__m512 e =
+		    exp_neg16(_mm512_sub_ps(_mm512_mask_loadu_ps(mv, tail, scores + nv), mv));
 		_mm512_mask_storeu_ps(scores + nv, tail, e);
 		sum = _mm512_mask_add_ps(sum, tail, sum, e);
 	}

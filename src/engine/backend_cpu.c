@@ -79,7 +79,8 @@ struct cpu_backend {
 	struct threadpool *run_pool;
 	int run_threads;
 	double token_macs; /* multiply-adds of one token's weight products */
-	bool weights_cached; /* small enough to stay in the caches (FORWARD_SERIAL_MAX_WEIGHT_BYTES) */
+	/* at most FORWARD_SERIAL_MAX_WEIGHT_BYTES: they stay in the caches */
+	bool weights_cached;
 	double parallel_min_macs; /* backend_options.parallel_min_macs or the default */
 	/* Workspace for up to cap_tokens tokens, grown on demand. */
 	size_t cap_tokens;
@@ -800,8 +801,8 @@ int backend_cpu_new(const struct model *m, const struct backend_options *opt, st
 	c->n_threads = threadpool_size(c->pool);
 	c->token_macs = model_weight_params(m);
 	c->weights_cached = model_weight_bytes(m) <= FORWARD_SERIAL_MAX_WEIGHT_BYTES;
-	c->parallel_min_macs = opt && opt->parallel_min_macs > 0 ? opt->parallel_min_macs
-	                                                         : FORWARD_PARALLEL_MIN_MACS;
+	c->parallel_min_macs =
+	    opt && opt->parallel_min_macs > 0 ? opt->parallel_min_macs : FORWARD_PARALLEL_MIN_MACS;
 	rc = make_panels(c, m, err, err_len);
 	if (rc) {
 		cpu_destroy(&c->base);

@@ -631,18 +631,21 @@ static void three_session_logits(struct backend *b, float *out)
 	size_t n = 0;
 	for (int i = 0; i < 12; i++)
 		for (int j = 0; j < 3; j++)
-			batch[n++] = (struct backend_token){.session = ss[j],
-			                                    .token = (int32_t)((i * 31 + j * 7 + 3) % n_vocab),
-			                                    .want_logits = i == 11};
+			batch[n++] = (struct backend_token){
+			    .session = ss[j],
+			    .token = (int32_t)((i * 31 + j * 7 + 3) % n_vocab),
+			    .want_logits = i == 11};
 	char err[SINKD_ERR_LEN];
 	ck_assert_msg(be->ops->forward(be, batch, n, out, err, sizeof(err)) == 0, "%s", err);
 	for (int t = 0; t < 6; t++) {
 		out += (size_t)3 * n_vocab;
 		for (int j = 0; j < 3; j++)
 			batch[j] = (struct backend_token){
-			    .session = ss[j], .token = argmax(out - (size_t)(3 - j) * n_vocab, n_vocab),
+			    .session = ss[j],
+			    .token = argmax(out - (size_t)(3 - j) * n_vocab, n_vocab),
 			    .want_logits = true};
-		ck_assert_msg(be->ops->forward(be, batch, 3, out, err, sizeof(err)) == 0, "%s", err);
+		ck_assert_msg(be->ops->forward(be, batch, 3, out, err, sizeof(err)) == 0, "%s",
+		              err);
 	}
 	for (int j = 0; j < 3; j++)
 		be->ops->session_free(be, ss[j]);
