@@ -1,16 +1,16 @@
 /* Attention inner loops (see attend_kernels.h), written with GCC vector
  * extensions over 8 floats so the same source is compiled for AVX2+FMA and
  * for the baseline ISA; on AVX-512 CPUs, f32/f16/bf16 rows of a multiple of
- * 16 elements take 16-wide versions (below).  Scores are made 8 rows at a time: per head, 8
- * product vectors summed by one tree of pairwise adds into the 8 scores
- * (not one horizontal sum per row).  Value sums stay in registers over a
- * whole run (ATTEND_PARTS partial sums by row index, for independent FMA
- * chains), written back once.  bf16 rows of head size 8 are read two per
- * 32-byte load and split into even and odd elements by a shift and a mask.
- * Each score and each value part depends only on its row's data and index,
- * never on how the rows are split into calls or the heads into groups.
- * Rows whose length is not a multiple of 8 take a scalar path.  They know
- * nothing about tiers or positions. */
+ * 16 elements and the softmax exps take 16-wide versions (below).  Scores
+ * are made 8 rows at a time: per head, 8 product vectors summed by one tree
+ * of pairwise adds into the 8 scores (not one horizontal sum per row).
+ * Value sums stay in registers over a whole run (ATTEND_PARTS partial sums
+ * by row index, for independent FMA chains), written back once.  bf16 rows
+ * of head size 8 are read two per 32-byte load and split into even and odd
+ * elements by a shift and a mask.  Each score and each value part depends
+ * only on its row's data and index, never on how the rows are split into
+ * calls or the heads into groups.  Rows whose length is not a multiple of 8
+ * take a scalar path.  They know nothing about tiers or positions. */
 #include "cache/attend_kernels.h"
 
 #include <math.h>
