@@ -774,6 +774,12 @@ int sinkcache_debug_set_stream_index(struct sinkcache *c, uint64_t index, char *
 	return 0;
 }
 
+int sinkcache_resident_tokens(const struct sinkcache *c)
+{
+	const struct kv_layer *L0 = &c->layers[0];
+	return L0->n_sink + kv_layer_window(c, L0);
+}
+
 void sinkcache_get_stats(const struct sinkcache *c, struct sinkcache_stats *out)
 {
 	struct kv_layout lo;
@@ -784,7 +790,7 @@ void sinkcache_get_stats(const struct sinkcache *c, struct sinkcache_stats *out)
 	out->n_sink = L0->n_sink;
 	out->n_hot = L0->hot.n;
 	out->n_compressed = kv_layer_window(c, L0) - L0->hot.n;
-	out->n_resident = out->n_sink + out->n_compressed + out->n_hot;
+	out->n_resident = sinkcache_resident_tokens(c);
 	out->evicted_compressed = L0->evicted;
 	out->moved_to_compressed = L0->moved;
 	out->bytes_bound = lo.layer_bytes * (size_t)c->g.n_layers;

@@ -131,6 +131,10 @@ bool sinkcache_geometry_equal(const struct sinkcache_geometry *a,
                               const struct sinkcache_geometry *b);
 
 void sinkcache_get_stats(const struct sinkcache *c, struct sinkcache_stats *out);
+/* Tokens resident now (sinks + window): sinkcache_stats.n_resident without
+ * summing the bytes of every layer, for the forward's per-batch work
+ * estimates. */
+int sinkcache_resident_tokens(const struct sinkcache *c);
 
 /* The most tokens resident at once: sink_keep_count + window_size, or
  * max_context_length for strategy full (0 for an invalid geometry). */

@@ -233,10 +233,8 @@ static int batch_plan(struct cpu_backend *c, const struct backend_token *tokens,
 	double macs = (double)n * c->token_macs;
 	for (int j = 0; j < c->n_sessions; j++) {
 		struct backend_session *s = c->sessions[j];
-		struct sinkcache_stats st;
-		sinkcache_get_stats(s->cache, &st);
 		macs += 2.0 * s->batch_n * hp->n_layers * hp->n_heads * hp->head_dim *
-		        ((double)st.n_resident + s->batch_n);
+		        ((double)sinkcache_resident_tokens(s->cache) + s->batch_n);
 		if (!sinkcache_can_append(s->cache, (size_t)s->batch_n))
 			return err_set(err, err_len, -ENOSPC,
 			               "session cannot take %d more tokens: its cache is full "
@@ -375,9 +373,8 @@ static int attend_long_session(struct attend_ctx *a, int j, char *err, size_t er
 	struct cpu_backend *c = a->c;
 	const struct model_hparams *hp = &c->base.model->hp;
 	struct backend_session *s = c->sessions[j];
-	struct sinkcache_stats st;
-	sinkcache_get_stats(s->cache, &st);
-	double macs = 2.0 * hp->n_heads * hp->head_dim * (st.n_resident + s->batch_n);
+	double macs = 2.0 * hp->n_heads * hp->head_dim *
+	              ((double)sinkcache_resident_tokens(s->cache) + s->batch_n);
 	bool parallel = c->run_threads > 1 && macs >= ATTEND_PARALLEL_MIN_MACS;
 	a->session = s;
 	for (int o = c->sess_begin[j]; o < c->sess_begin[j + 1]; o++) {
