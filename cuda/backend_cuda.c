@@ -180,6 +180,21 @@ static void cuda_destroy(struct backend *be)
 	free(c);
 }
 
+/* The device runs the whole forward, KV tiers included, in the dtype chosen
+ * at start (weights are converted to it at load). */
+static int cuda_geometry_check(const struct backend *be, const struct sinkcache_geometry *g,
+                               char *err, size_t err_len)
+{
+	const struct cuda_backend *c = (const struct cuda_backend *)be;
+	static const char *const names[] = {"float32", "float16", "bfloat16"};
+	if ((int)g->dtype == c->wdt)
+		return 0;
+	return err_set(err, err_len, -EINVAL,
+	               "inference.attention.dtype: the cuda backend runs in %s, chosen at start; "
+	               "restart to change it",
+	               (unsigned)c->wdt < 3 ? names[c->wdt] : "?");
+}
+
 static const struct backend_ops cuda_ops = {
     .name = "cuda",
     .session_new = cuda_session_new,
@@ -191,6 +206,7 @@ static const struct backend_ops cuda_ops = {
     .destroy = cuda_destroy,
     .session_offload = NULL,
     .kv_budget_bytes = backend_cuda_cache_bytes,
+    .geometry_check = cuda_geometry_check,
 };
 
 static int arena_create(struct cuda_backend *c, const struct backend_cuda_options *o, char *err,

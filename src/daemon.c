@@ -1,9 +1,10 @@
 /* The serve mode: config → listener (so /health answers at once) → model,
  * tokenizer, backend, scheduler → ready; then a loop that polls the stop and
- * reload flags set by main.c's signal handlers.  Reload re-reads the whole
- * file: on any error the old config stays; otherwise reloadable keys apply and
- * restart-only keys are logged as "needs restart".  It does not install
- * signal handlers or exit the process. */
+ * reload flags set by main.c's signal handlers and the config file watch,
+ * pings the systemd watchdog while the engine thread makes progress, and at
+ * the end drains.  A reload is one transaction (config_reload.h): the whole
+ * file is loaded and checked, every subsystem prepared, then all commit or
+ * none.  It does not install signal handlers or exit the process. */
 #include "daemon.h"
 
 #include <errno.h>
@@ -12,6 +13,8 @@
 #include <time.h>
 
 #include "config/config.h"
+#include "config/config_reload.h"
+#include "config/config_watch.h"
 #include "engine/backend.h"
 #ifdef SINKD_HAVE_CUDA
 #include "backend_cuda.h"
@@ -22,9 +25,13 @@
 #include "server/server.h"
 #include "tokenizer/tokenizer.h"
 #include "util/errbuf.h"
+#include "util/notify.h"
 
 #define LOG_MODULE "daemon"
-#define DRAIN_GRACE_S 10.0
+/* Quiet time after the last file event before a watched change reloads:
+ * editors and ConfigMap updates write in several steps. */
+#define WATCH_DEBOUNCE_MS 300
+#define STATUS_PERIOD_S 5.0
 
 struct daemon {
 	const char *config_path;
@@ -37,6 +44,12 @@ struct daemon {
 	struct tokenizer *tok;
 	struct backend *be;
 	struct scheduler *sched;
+	struct config_watch *watch; /* when config.watch */
+	struct server_config_status status;
+	double watchdog_period_s; /* 0: no watchdog */
+	double last_ping, last_status;
+	uint64_t last_heartbeat;
+	bool reload_due; /* the file changed before its watch began */
 };
 
 static void log_config_errors(struct sinkd_log *log, const struct config_errors *errs)
@@ -154,42 +167,213 @@ static void apply_logging(struct daemon *d)
 	log_set_format(d->log, d->cfg->logging.format);
 }
 
-static void reload(struct daemon *d)
+/* ---- appliers of a reload (config_reload.h) ---------------------------- */
+
+static int server_prep(void *ctx, const struct sinkd_config *next, void **out, char *err,
+                       size_t err_len)
+{
+	return server_prepare(((struct daemon *)ctx)->srv, next, (struct server_prepared **)out,
+	                      err, err_len);
+}
+
+static void server_com(void *ctx, const struct sinkd_config *next, void *p)
+{
+	server_commit(((struct daemon *)ctx)->srv, p);
+}
+
+static void server_drop(void *ctx, void *p)
+{
+	server_prepared_free(p);
+}
+
+static int tls_prep(void *ctx, const struct sinkd_config *next, void **out, char *err,
+                    size_t err_len)
+{
+	return server_tls_prepare(((struct daemon *)ctx)->srv, next, (struct tls_creds **)out, err,
+	                          err_len);
+}
+
+static void tls_com(void *ctx, const struct sinkd_config *next, void *p)
+{
+	server_tls_commit(((struct daemon *)ctx)->srv, next, p);
+}
+
+static void tls_drop(void *ctx, void *p)
+{
+	server_tls_discard(p);
+}
+
+static int sched_prep(void *ctx, const struct sinkd_config *next, void **out, char *err,
+                      size_t err_len)
+{
+	return scheduler_prepare(((struct daemon *)ctx)->sched, next, (struct sched_prepared **)out,
+	                         err, err_len);
+}
+
+static void sched_com(void *ctx, const struct sinkd_config *next, void *p)
+{
+	scheduler_commit(((struct daemon *)ctx)->sched, p);
+}
+
+static void sched_drop(void *ctx, void *p)
+{
+	scheduler_prepared_free(p);
+}
+
+static void logging_com(void *ctx, const struct sinkd_config *next, void *p)
+{
+	struct daemon *d = ctx;
+	log_set_level(d->log, next->logging.level);
+	log_set_format(d->log, next->logging.format);
+}
+
+/* The files a watch follows: the config and, with TLS, its two files. */
+static int watch_new(const struct daemon *d, const struct sinkd_config *c,
+                     struct config_watch **out, char *err, size_t err_len)
+{
+	const char *paths[3] = {d->config_path};
+	size_t n = 1;
+	if (c->server.tls_enabled && c->server.tls_cert_file && c->server.tls_key_file) {
+		paths[n++] = c->server.tls_cert_file;
+		paths[n++] = c->server.tls_key_file;
+	}
+	int rc = config_watch_new(paths, n, WATCH_DEBOUNCE_MS, out, err, err_len);
+	if (rc)
+		err_prefix(err, err_len, "config.watch");
+	return rc;
+}
+
+/* The daemon's own keys: a fresh watch (the TLS paths may have changed). */
+static int daemon_prep(void *ctx, const struct sinkd_config *next, void **out, char *err,
+                       size_t err_len)
+{
+	struct daemon *d = ctx;
+	*out = NULL;
+	if (!next->config.watch || !d->config_path)
+		return 0;
+	return watch_new(d, next, (struct config_watch **)out, err, err_len);
+}
+
+/* A watch reports changes after its start: if the file already differs from
+ * the bytes in force, the next tick reloads. */
+static void watch_catch_up(struct daemon *d, const struct sinkd_config *in_force)
+{
+	char now[65];
+	if (d->watch && config_file_sha256(d->config_path, now) == 0 &&
+	    strcmp(now, in_force->source_sha256) != 0)
+		d->reload_due = true;
+}
+
+static void daemon_com(void *ctx, const struct sinkd_config *next, void *p)
+{
+	struct daemon *d = ctx;
+	config_watch_free(d->watch);
+	d->watch = p;
+	watch_catch_up(d, next);
+}
+
+static void daemon_drop(void *ctx, void *p)
+{
+	config_watch_free(p);
+}
+
+/* ---- reload -------------------------------------------------------------- */
+
+static void log_changes(struct daemon *d, const struct config_reload_result *res)
+{
+	for (size_t i = 0; i < res->n_changed; i++) {
+		const struct config_change *c = &res->changed[i];
+		struct log_field f[] = {LOG_STR("key", c->key), LOG_STR("old", c->old_value),
+		                        LOG_STR("new", c->new_value), LOG_END};
+		log_event(d->log, LOG_INFO, LOG_MODULE, "config key changed", f);
+	}
+	for (size_t i = 0; i < res->n_pending; i++) {
+		const struct config_change *c = &res->pending[i];
+		struct log_field f[] = {LOG_STR("key", c->key), LOG_STR("running", c->old_value),
+		                        LOG_STR("file", c->new_value), LOG_END};
+		log_event(d->log, LOG_WARN, LOG_MODULE, "needs restart: key not applied", f);
+	}
+}
+
+static double unix_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double mono_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void reload_failed(struct daemon *d, const char *err)
+{
+	d->status.reload_failures++;
+	server_set_config_status(d->srv, &d->status);
+	struct log_field f[] = {LOG_STR("error", err),
+	                        LOG_INT("failures", (int64_t)d->status.reload_failures), LOG_END};
+	log_event(d->log, LOG_ERROR, LOG_MODULE,
+	          "reload failed; the running configuration is unchanged", f);
+}
+
+static void reload(struct daemon *d, const char *trigger)
 {
 	char err[SINKD_ERR_LEN];
 	struct sinkd_config *nc = NULL;
-	log_msg(d->log, LOG_INFO, LOG_MODULE, "reloading configuration");
+	double t0 = mono_now();
+	notify_reloading();
+	struct log_field f0[] = {LOG_STR("trigger", trigger), LOG_END};
+	log_event(d->log, LOG_INFO, LOG_MODULE, "reloading configuration", f0);
 	if (load_config(d, &nc, err, sizeof(err))) {
-		struct log_field f[] = {LOG_STR("error", err), LOG_END};
-		log_event(d->log, LOG_ERROR, LOG_MODULE,
-		          "reload failed; the running configuration is unchanged", f);
+		reload_failed(d, err);
+		notify_ready("serving (the last reload failed; see the log)");
 		return;
 	}
-	if (server_reconfigure(d->srv, nc, err, sizeof(err))) {
-		struct log_field f[] = {LOG_STR("error", err), LOG_END};
-		log_event(d->log, LOG_ERROR, LOG_MODULE,
-		          "reload failed; the running configuration is unchanged", f);
+	const struct config_applier_ops ops[CONFIG_N_APPLIERS] = {
+	    [CONFIG_APPLY_SERVER] = {"server", server_prep, server_com, server_drop, d, false},
+	    [CONFIG_APPLY_TLS] = {"tls", tls_prep, tls_com, tls_drop, d,
+	                          d->cfg->server.tls_enabled},
+	    [CONFIG_APPLY_SCHEDULER] = {"scheduler", sched_prep, sched_com, sched_drop, d, false},
+	    [CONFIG_APPLY_LOGGING] = {"logging", NULL, logging_com, NULL, d, false},
+	    [CONFIG_APPLY_DAEMON] = {"daemon", daemon_prep, daemon_com, daemon_drop, d, true},
+	};
+	const struct config_applier_ops *const op_list[CONFIG_N_APPLIERS] = {
+	    &ops[0], &ops[1], &ops[2], &ops[3], &ops[4]};
+	struct config_reload_result res;
+	int rc = config_reload_apply(d->cfg, nc, op_list, &res, err, sizeof(err));
+	if (rc) {
+		reload_failed(d, err);
+		config_reload_result_deinit(&res);
 		config_deinit(nc);
 		free(nc);
+		notify_ready("serving (the last reload failed; see the log)");
 		return;
 	}
-	char keys[1024] = "";
-	int n_restart = config_restart_only_changes(d->cfg, nc, keys, sizeof(keys));
-	if (n_restart > 0) {
-		struct log_field f[] = {LOG_STR("keys", keys), LOG_INT("count", n_restart),
-		                        LOG_END};
-		log_event(d->log, LOG_WARN, LOG_MODULE, "needs restart: changed keys not applied",
-		          f);
-	}
-	if (d->sched)
-		scheduler_reconfigure(d->sched, nc);
+	log_changes(d, &res);
 	struct sinkd_config *old = d->cfg;
 	d->cfg = nc;
-	apply_logging(d);
 	config_deinit(old);
 	free(old);
-	log_msg(d->log, LOG_INFO, LOG_MODULE, "configuration reloaded");
+	d->status.generation++;
+	snprintf(d->status.sha256, sizeof(d->status.sha256), "%s", nc->source_sha256);
+	d->status.last_success_unix = unix_now();
+	d->status.restart_pending = res.n_pending > 0;
+	server_set_config_status(d->srv, &d->status);
+	struct log_field f[] = {LOG_INT("generation", (int64_t)d->status.generation),
+	                        LOG_INT("changed", (int64_t)res.n_changed),
+	                        LOG_INT("restart_pending", (int64_t)res.n_pending),
+	                        LOG_STR("sha256", nc->source_sha256),
+	                        LOG_DBL("ms", (mono_now() - t0) * 1e3),
+	                        LOG_END};
+	log_event(d->log, LOG_INFO, LOG_MODULE, "configuration reloaded", f);
+	config_reload_result_deinit(&res);
+	notify_ready("serving (configuration reloaded)");
 }
+
+/* ---- the serve loop -------------------------------------------------------- */
 
 static void wait_tick(void)
 {
@@ -197,12 +381,120 @@ static void wait_tick(void)
 	nanosleep(&ts, NULL);
 }
 
+/* WATCHDOG=1 only while the engine thread's loop turns: a stuck engine
+ * stops the pings and systemd restarts the service. */
+static void tick_watchdog(struct daemon *d, double now)
+{
+	if (d->watchdog_period_s <= 0 || !d->sched || now - d->last_ping < d->watchdog_period_s / 3)
+		return;
+	uint64_t hb = scheduler_heartbeat(d->sched);
+	if (hb == d->last_heartbeat)
+		return;
+	d->last_heartbeat = hb;
+	d->last_ping = now;
+	notify_watchdog();
+}
+
+static void tick_status(struct daemon *d, double now, const char *state)
+{
+	if (now - d->last_status < STATUS_PERIOD_S || !d->sched)
+		return;
+	d->last_status = now;
+	struct scheduler_stats st;
+	scheduler_get_stats(d->sched, &st);
+	notify_status(
+	    "%s: %zu streams, %zu queued, %zu sessions, KV %.1f of %.1f MiB reserved "
+	    "(%.0f%%), config generation %llu%s",
+	    state, st.running, st.queue_depth, st.sessions,
+	    (double)st.kv_bytes_reserved / 1048576.0, (double)st.kv_bytes_budget / 1048576.0,
+	    st.kv_bytes_budget ? 100.0 * (double)st.kv_bytes_reserved / (double)st.kv_bytes_budget
+	                       : 0.0,
+	    (unsigned long long)d->status.generation,
+	    d->status.restart_pending ? ", restart pending" : "");
+}
+
+static void tick_watch(struct daemon *d, double now)
+{
+	if (!d->watch)
+		return;
+	char err[SINKD_ERR_LEN];
+	int rc = config_watch_poll(d->watch, now, err, sizeof(err));
+	if (rc > 0) {
+		reload(d, "file change");
+	} else if (rc < 0) {
+		struct log_field f[] = {LOG_STR("error", err), LOG_END};
+		log_event(d->log, LOG_ERROR, LOG_MODULE,
+		          "config.watch stopped; SIGHUP still reloads", f);
+		config_watch_free(d->watch);
+		d->watch = NULL;
+	}
+}
+
+/* Sleeps up to seconds while the watchdog goes on; false when forced. */
+static bool drain_sleep(struct daemon *d, double seconds, const volatile int *force_flag)
+{
+	double until = mono_now() + seconds;
+	while (mono_now() < until) {
+		if (force_flag && *force_flag)
+			return false;
+		double now = mono_now();
+		tick_watchdog(d, now);
+		tick_status(d, now, "draining");
+		wait_tick();
+	}
+	return true;
+}
+
+/* SIGTERM: /ready 503 at once; for drain_grace_s new requests get 503 (so
+ * health checks see it); the listener closes; running streams get
+ * drain_timeout_s; the rest end with a server_shutdown event.  A second
+ * signal skips the waits. */
+static void drain(struct daemon *d, const volatile int *force_flag)
+{
+	struct scheduler_stats st = {0};
+	if (d->sched)
+		scheduler_get_stats(d->sched, &st);
+	size_t n = server_active_generations(d->srv);
+	notify_stopping("draining");
+	server_drain_begin(d->srv);
+	struct log_field f[] = {LOG_INT("streams", (int64_t)n),
+	                        LOG_INT("grace_s", d->cfg->server.drain_grace_s),
+	                        LOG_INT("timeout_s", d->cfg->server.drain_timeout_s), LOG_END};
+	log_event(d->log, LOG_INFO, LOG_MODULE, "draining: /ready is 503, new requests get 503", f);
+	bool calm = drain_sleep(d, (double)d->cfg->server.drain_grace_s, force_flag);
+	server_close_listener(d->srv);
+	log_msg(d->log, LOG_INFO, LOG_MODULE, "draining: listener closed, %zu stream(s) running",
+	        server_active_generations(d->srv));
+	double until = mono_now() + (double)d->cfg->server.drain_timeout_s;
+	bool done = server_active_generations(d->srv) == 0;
+	while (calm && !done && mono_now() < until) {
+		double left = until - mono_now();
+		done = server_wait_generations(d->srv, left < 0.5 ? left : 0.5, force_flag);
+		if (force_flag && *force_flag)
+			calm = false;
+		double now = mono_now();
+		tick_watchdog(d, now);
+		tick_status(d, now, "draining");
+	}
+	size_t left = server_active_generations(d->srv);
+	if (left)
+		log_msg(d->log, LOG_WARN, LOG_MODULE,
+		        "draining: %s; %zu stream(s) end with a server_shutdown error",
+		        calm ? "drain_timeout_s reached" : "second stop signal", left);
+	if (d->sched)
+		scheduler_get_stats(d->sched, &st);
+	if (st.sessions)
+		log_msg(d->log, LOG_WARN, LOG_MODULE,
+		        "draining: %zu persistent session(s) dropped (not kept across restarts)",
+		        st.sessions);
+	server_stop(d->srv);
+}
+
 static void daemon_teardown(struct daemon *d)
 {
-	if (d->srv) {
-		server_set_draining(d->srv);
-		server_stop(d->srv, DRAIN_GRACE_S);
-	}
+	if (d->srv)
+		server_stop(d->srv);
+	config_watch_free(d->watch);
 	scheduler_free(d->sched);
 	server_free(d->srv);
 	backend_free(d->be);
@@ -214,9 +506,40 @@ static void daemon_teardown(struct daemon *d)
 	}
 }
 
+static void start_watch(struct daemon *d)
+{
+	char err[SINKD_ERR_LEN];
+	if (!d->cfg->config.watch || !d->config_path)
+		return;
+	if (watch_new(d, d->cfg, &d->watch, err, sizeof(err))) {
+		struct log_field f[] = {LOG_STR("error", err), LOG_END};
+		log_event(d->log, LOG_ERROR, LOG_MODULE, "config.watch off; SIGHUP still reloads",
+		          f);
+	}
+}
+
+static void serve_loop(struct daemon *d, const volatile int *stop_flag, volatile int *reload_flag)
+{
+	while (!*stop_flag) {
+		if (reload_flag && *reload_flag) {
+			*reload_flag = 0;
+			reload(d, "SIGHUP");
+		}
+		if (d->reload_due) {
+			d->reload_due = false;
+			reload(d, "file change");
+		}
+		double now = mono_now();
+		tick_watch(d, now);
+		tick_watchdog(d, now);
+		tick_status(d, now, "serving");
+		wait_tick();
+	}
+}
+
 int daemon_run(const char *config_path, const char *const *overrides, size_t n_overrides,
-               struct sinkd_log *log, const volatile int *stop_flag, volatile int *reload_flag,
-               char *err, size_t err_len)
+               struct sinkd_log *log, const volatile int *stop_flag, const volatile int *force_flag,
+               volatile int *reload_flag, char *err, size_t err_len)
 {
 	struct daemon d = {.config_path = config_path,
 	                   .overrides = overrides,
@@ -228,28 +551,34 @@ int daemon_run(const char *config_path, const char *const *overrides, size_t n_o
 	apply_logging(&d);
 	log_msg(log, LOG_INFO, LOG_MODULE, "sinkd %s starting", SINKD_VERSION);
 	rc = server_new(d.cfg, log, &d.srv, err, err_len);
-	if (!rc)
+	if (!rc) {
+		d.status.generation = 1;
+		snprintf(d.status.sha256, sizeof(d.status.sha256), "%s", d.cfg->source_sha256);
+		d.status.last_success_unix = unix_now();
+		server_set_config_status(d.srv, &d.status);
 		rc = load_engine(&d, err, err_len);
+	}
 	if (rc)
 		goto out;
+	const char *stall = getenv("SINKD_TEST_STALL_FILE");
+	if (stall && stall[0])
+		scheduler_set_stall_file(d.sched, stall);
 	struct server_engine eng = {.model = d.model,
 	                            .tok = d.tok,
 	                            .sched = d.sched,
 	                            .model_name = d.cfg->model.name && d.cfg->model.name[0]
 	                                              ? d.cfg->model.name
 	                                              : d.model->name};
+	d.watchdog_period_s = notify_watchdog_period_s();
 	if (!*stop_flag) {
+		start_watch(&d);
 		server_attach_engine(d.srv, &eng);
 		log_msg(log, LOG_INFO, LOG_MODULE, "ready on port %d", server_port(d.srv));
-	}
-	while (!*stop_flag) {
-		if (reload_flag && *reload_flag) {
-			*reload_flag = 0;
-			reload(&d);
-		}
-		wait_tick();
+		notify_ready("serving");
+		serve_loop(&d, stop_flag, reload_flag);
 	}
 	log_msg(log, LOG_INFO, LOG_MODULE, "stopping: draining open requests");
+	drain(&d, force_flag);
 out:
 	daemon_teardown(&d);
 	if (!rc)

@@ -17,11 +17,14 @@
 
 /* Set by signal handlers only; read by the serve loop. */
 static volatile sig_atomic_t stop_requested;
+static volatile sig_atomic_t force_stop_requested; /* a second stop signal */
 static volatile sig_atomic_t reload_requested;
 
 static void on_stop_signal(int sig)
 {
 	(void)sig;
+	if (stop_requested)
+		force_stop_requested = 1;
 	stop_requested = 1;
 }
 
@@ -129,7 +132,7 @@ static int serve(const struct serve_args *a)
 		return 1;
 	char err[SINKD_ERR_LEN] = "";
 	int rc = daemon_run(a->config_path, a->sets, a->n_sets, log, &stop_requested,
-			    &reload_requested, err, sizeof(err));
+			    &force_stop_requested, &reload_requested, err, sizeof(err));
 	if (rc != 0 && err[0])
 		log_msg(log, LOG_ERROR, "main", "%s", err);
 	log_free(log);

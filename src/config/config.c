@@ -13,6 +13,7 @@
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
+#include <openssl/sha.h>
 #include <yaml.h>
 
 #include "cache/sinkcache.h"
@@ -708,13 +709,64 @@ static int parse_document(struct loader *ld)
 	}
 }
 
-static int load_file(struct loader *ld, const char *path)
+/* Larger than any config; bounds what a reload reads into memory. */
+#define CONFIG_FILE_MAX (4 << 20)
+
+/* Reads the whole file (so the digest is of exactly the bytes parsed). */
+static int read_config_file(struct loader *ld, const char *path, unsigned char **out, size_t *len)
 {
 	FILE *fp = fopen(path, "rb");
 	if (fp == NULL) {
 		add_error(ld, path, "cannot open config file: %s", strerror(errno));
 		return -ENOENT;
 	}
+	unsigned char *buf = malloc(CONFIG_FILE_MAX + 1);
+	size_t n = buf ? fread(buf, 1, CONFIG_FILE_MAX + 1, fp) : 0;
+	int bad = ferror(fp);
+	fclose(fp);
+	if (buf == NULL || bad || n > CONFIG_FILE_MAX) {
+		add_error(ld, path, "%s", buf == NULL ? "out of memory"
+					  : bad	      ? "cannot read config file"
+						      : "config file larger than 4 MiB");
+		free(buf);
+		return -EINVAL;
+	}
+	*out = buf;
+	*len = n;
+	return 0;
+}
+
+static void digest_hex(const unsigned char *data, size_t len, char out[65])
+{
+	unsigned char md[SHA256_DIGEST_LENGTH];
+	SHA256(data, len, md);
+	for (size_t i = 0; i < SHA256_DIGEST_LENGTH; i++)
+		snprintf(out + 2 * i, 3, "%02x", md[i]);
+}
+
+int config_file_sha256(const char *path, char out[65])
+{
+	struct config_errors errs = {0};
+	struct loader ld = {.errs = &errs};
+	unsigned char *text = NULL;
+	size_t len = 0;
+	int rc = read_config_file(&ld, path, &text, &len);
+	config_errors_deinit(&errs);
+	if (rc)
+		return rc;
+	digest_hex(text, len, out);
+	free(text);
+	return 0;
+}
+
+static int load_file(struct loader *ld, const char *path)
+{
+	unsigned char *text = NULL;
+	size_t len = 0;
+	int rc = read_config_file(ld, path, &text, &len);
+	if (rc)
+		return rc;
+	digest_hex(text, len, ld->cfg->source_sha256);
 	/* Relative paths in the file are relative to its folder. */
 	snprintf(ld->base_dir, sizeof(ld->base_dir), "%s", path);
 	char *slash = strrchr(ld->base_dir, '/');
@@ -723,10 +775,10 @@ static int load_file(struct loader *ld, const char *path)
 	else
 		snprintf(ld->base_dir, sizeof(ld->base_dir), ".");
 	yaml_parser_initialize(&ld->parser);
-	yaml_parser_set_input_file(&ld->parser, fp);
-	int rc = parse_document(ld);
+	yaml_parser_set_input_string(&ld->parser, text, len);
+	rc = parse_document(ld);
 	yaml_parser_delete(&ld->parser);
-	fclose(fp);
+	free(text);
 	return rc;
 }
 
@@ -928,8 +980,7 @@ void config_cache_geometry(const struct sinkd_config *c, const struct model_hpar
 	g->dtype = c->inference.attention.dtype;
 }
 
-/* Renders the value of key k, secrets masked when mask is set. */
-static void format_value(const struct sinkd_config *c, const struct config_key *k, int mask,
+void config_format_value(const struct sinkd_config *c, const struct config_key *k, int mask,
 			 char *out, size_t len)
 {
 	switch (k->type) {
@@ -976,6 +1027,50 @@ static void format_value(const struct sinkd_config *c, const struct config_key *
 	}
 }
 
+int config_copy_value(struct sinkd_config *dst, const struct sinkd_config *src,
+		      const struct config_key *k)
+{
+	if (k->type == CONFIG_STRING || k->type == CONFIG_PATH) {
+		const char *v = *(char *const *)cfield(src, k->offset);
+		char *copy = v ? strdup(v) : NULL;
+		if (v && !copy)
+			return -ENOMEM;
+		char **slot = field(dst, k->offset);
+		free(*slot);
+		*slot = copy;
+		drop_missing_file(dst, k); /* the running value's file was readable */
+		return 0;
+	}
+	if (k->type == CONFIG_STRLIST) {
+		char *const *list = *(char **const *)cfield(src, k->offset);
+		size_t n = *(const size_t *)cfield(src, k->aux_offset);
+		char **copy = n ? calloc(n, sizeof(char *)) : NULL;
+		if (n && !copy)
+			return -ENOMEM;
+		for (size_t i = 0; i < n; i++) {
+			copy[i] = strdup(list[i]);
+			if (!copy[i]) {
+				while (i--)
+					free(copy[i]);
+				free(copy);
+				return -ENOMEM;
+			}
+		}
+		free_strlist(dst, k);
+		*(char ***)field(dst, k->offset) = copy;
+		*(size_t *)field(dst, k->aux_offset) = n;
+		return 0;
+	}
+	size_t size = k->type == CONFIG_BOOL	 ? sizeof(bool)
+		      : k->type == CONFIG_DOUBLE ? sizeof(double)
+		      : k->type == CONFIG_ENUM	 ? sizeof(int)
+						 : sizeof(int64_t);
+	memcpy(field(dst, k->offset), cfield(src, k->offset), size);
+	if (k->type == CONFIG_SIZE && k->aux_offset)
+		*(bool *)field(dst, k->aux_offset) = *(const bool *)cfield(src, k->aux_offset);
+	return 0;
+}
+
 void config_print(const struct sinkd_config *c, FILE *out)
 {
 	char prev[256] = "";
@@ -993,9 +1088,9 @@ void config_print(const struct sinkd_config *c, FILE *out)
 			p = dot + 1;
 		}
 		char value[2048];
-		format_value(c, k, 1, value, sizeof(value));
+		config_format_value(c, k, 1, value, sizeof(value));
 		fprintf(out, "%*s%s: %s%s%s\n", depth * 2, "", p, value,
-			 (k->flags & CONFIG_RESTART) ? "  # restart" : "",
+			 k->apply == 0 ? "  # restart" : "",
 			 (k->flags & CONFIG_SECRET) ? "  # secret" : "");
 		snprintf(prev, sizeof(prev), "%s", k->path);
 	}
@@ -1010,11 +1105,11 @@ int config_restart_only_changes(const struct sinkd_config *old_cfg,
 		out[0] = '\0';
 	for (size_t i = 0; i < config_n_keys; i++) {
 		const struct config_key *k = &config_keys[i];
-		if (!(k->flags & CONFIG_RESTART))
+		if (k->apply != 0)
 			continue;
 		char a[2048], b[2048];
-		format_value(old_cfg, k, 0, a, sizeof(a));
-		format_value(new_cfg, k, 0, b, sizeof(b));
+		config_format_value(old_cfg, k, 0, a, sizeof(a));
+		config_format_value(new_cfg, k, 0, b, sizeof(b));
 		if (strcmp(a, b) == 0)
 			continue;
 		if (used < out_len)

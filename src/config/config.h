@@ -25,7 +25,12 @@ struct sinkd_config {
 		int64_t max_connections;
 		int64_t sse_keepalive_s;
 		int64_t threads;	/* HTTP worker threads */
+		int64_t drain_grace_s;	/* SIGTERM: 503s before the listener closes */
+		int64_t drain_timeout_s; /* then: time running streams get */
 	} server;
+	struct {
+		bool watch; /* reload on file changes (inotify) */
+	} config;
 	struct {
 		char *path;
 		char *sha256;		/* NULL or 64 hex */
@@ -78,6 +83,8 @@ struct sinkd_config {
 	 * `eval` and `tokenize` take a config without TLS files. */
 	struct config_missing_file *missing_files;
 	size_t n_missing_files;
+	/* SHA-256 (hex) of the file's bytes as parsed; "" without a file. */
+	char source_sha256[65];
 };
 
 struct config_missing_file {
@@ -125,6 +132,10 @@ void config_cache_geometry(const struct sinkd_config *c, const struct model_hpar
  * writes their names, comma-separated, to out.  Returns how many. */
 int config_restart_only_changes(const struct sinkd_config *old_cfg,
 				const struct sinkd_config *new_cfg, char *out, size_t out_len);
+
+/* The SHA-256 (hex) of a config file's bytes, as config_load records it in
+ * source_sha256; negative errno when unreadable. */
+int config_file_sha256(const char *path, char out[65]);
 
 /* Parses "8GiB", "512 MiB", "1048576", "4k"; -EINVAL on malformed input. */
 int config_parse_size(const char *s, int64_t *bytes);

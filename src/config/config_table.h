@@ -5,6 +5,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config/config.h"
+#include "config/config_reload.h"
+
 enum config_type {
 	CONFIG_BOOL = 0,
 	CONFIG_INT,	 /* int64_t, bounds min..max */
@@ -17,10 +20,9 @@ enum config_type {
 };
 
 enum config_flags {
-	CONFIG_RELOADABLE = 1u << 0, /* applied on SIGHUP */
-	CONFIG_RESTART = 1u << 1,    /* a change needs a restart */
-	CONFIG_SECRET = 1u << 2,     /* masked when printed */
+	CONFIG_SECRET = 1u << 2, /* masked when printed and in reload logs */
 };
+
 
 struct config_key {
 	const char *path; /* "inference.cache.window_size" */
@@ -32,8 +34,9 @@ struct config_key {
 	const char *const *names; /* ENUM: NULL-terminated */
 	const int *values;	  /* ENUM: one per name */
 	const char *def;	  /* the default, written as it would be in YAML ("" = unset) */
-	unsigned flags;
+	unsigned flags;		  /* enum config_flags */
 	const char *help;	  /* one line: what it does */
+	unsigned apply;		  /* CONFIG_APPLIES() bits; 0 = restart only */
 	/* Extra check of a string value (STRING, STRLIST items); 0 or -EINVAL
 	 * with "what is allowed" in msg. */
 	int (*validate)(const char *value, char *msg, size_t msg_len);
@@ -41,3 +44,11 @@ struct config_key {
 
 extern const struct config_key config_keys[];
 extern const size_t config_n_keys;
+
+/* The value of key k in c as YAML would write it; secrets as "***" when mask. */
+void config_format_value(const struct sinkd_config *c, const struct config_key *k, int mask,
+			 char *out, size_t len);
+/* Copies key k's value from src into dst (strings and lists duplicated).
+ * 0 or -ENOMEM (dst keeps its old value then). */
+int config_copy_value(struct sinkd_config *dst, const struct sinkd_config *src,
+		      const struct config_key *k);

@@ -43,6 +43,11 @@ struct backend_ops {
 	 * "auto" (a device arena); NULL = caches live in host memory and the
 	 * scheduler sizes the budget from free host memory. */
 	size_t (*kv_budget_bytes)(const struct backend *be);
+	/* Whether this backend can hold sessions of geometry g beyond what
+	 * sinkcache_geometry_check() covers (a reload validates the geometry of
+	 * new sessions with it); NULL = any valid geometry. */
+	int (*geometry_check)(const struct backend *be, const struct sinkcache_geometry *g, char *err,
+			      size_t err_len);
 };
 
 struct backend {

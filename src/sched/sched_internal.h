@@ -108,6 +108,8 @@ struct scheduler {
 	pthread_t thread;
 	bool thread_started;
 	bool stopping; /* [mu] */
+	atomic_uint_fast64_t heartbeat; /* engine loop turns */
+	char stall_file[256];           /* [mu] test hook; "" = none */
 
 	struct sched_limits lim; /* [mu] */
 	size_t reserved;         /* [mu] bytes */

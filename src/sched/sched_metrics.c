@@ -153,4 +153,15 @@ void scheduler_write_metrics(struct scheduler *s, FILE *out)
 		scheduler_get_histogram(s, (enum sched_hist_id)i, &h);
 		write_histogram(out, &h);
 	}
+	/* The three gauges that inference gateways (Gateway API inference
+	 * extension, llm-d) read, named in the colon style of their defaults. */
+	write_one(out, "sinkd:num_requests_waiting", "gauge",
+	          "Requests waiting for admission (gateway queue length)", (double)st.queue_depth);
+	write_one(out, "sinkd:num_requests_running", "gauge",
+	          "Requests admitted and running (gateway running requests)", (double)st.running);
+	double usage =
+	    st.kv_bytes_budget ? (double)st.kv_bytes_reserved / (double)st.kv_bytes_budget : 0.0;
+	write_one(out, "sinkd:kv_cache_usage_perc", "gauge",
+	          "KV cache budget in use, 0-1: bytes reserved over the budget",
+	          usage > 1.0 ? 1.0 : usage); /* above 1 only while a smaller budget drains */
 }

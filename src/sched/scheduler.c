@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <openssl/rand.h>
 
@@ -64,6 +65,8 @@ static void ptrs_remove(void **arr, size_t *n, const void *p)
 /* Longest sleep of the engine thread while every decoder waits for its
  * client; scheduler_kick() normally ends it much sooner. */
 #define FLOW_WAIT_MAX_S 0.05
+/* Longest idle wait of the engine loop (its heartbeat's period when idle). */
+#define HEARTBEAT_IDLE_S 1.0
 
 #define PUSH(arr, n, cap, p) sched_ptrs_push((void ***)&(arr), &(n), &(cap), (p))
 
@@ -126,6 +129,7 @@ int scheduler_error_status(int rc)
 		return 404;
 	case -EBUSY:
 	case -ERANGE:
+	case -EEXIST:
 		return 409;
 	case -E2BIG:
 	case -EINVAL:
@@ -228,6 +232,16 @@ int scheduler_session_create(struct scheduler *s, const struct session_settings 
 	rc = settings_apply(&s->lim, opt, &g, err, err_len);
 	if (rc)
 		goto out;
+	const char *want_id = opt && opt->id && opt->id[0] ? opt->id : NULL;
+	if (want_id && (strlen(want_id) >= SCHED_SESSION_ID_LEN ||
+	                strspn(want_id, "0123456789abcdefABCDEF") != strlen(want_id))) {
+		rc = err_set(err, err_len, -EINVAL, "session id: 1..32 hex digits");
+		goto out;
+	}
+	if (want_id && session_find_locked(s, want_id)) {
+		rc = err_set(err, err_len, -EEXIST, "session %s exists", want_id);
+		goto out;
+	}
 	size_t bound = sinkcache_bound_bytes(&g);
 	if (bound > s->lim.budget_bytes) {
 		s->st.rejected_budget++;
@@ -250,9 +264,12 @@ int scheduler_session_create(struct scheduler *s, const struct session_settings 
 		rc = err_set(err, err_len, -ENOMEM, "out of memory");
 		goto out;
 	}
-	do
-		session_id_make(ss->id);
-	while (s->n_sessions > 1 && session_find_locked(s, ss->id) != ss);
+	if (want_id)
+		snprintf(ss->id, sizeof(ss->id), "%s", want_id);
+	else
+		do
+			session_id_make(ss->id);
+		while (s->n_sessions > 1 && session_find_locked(s, ss->id) != ss);
 	ss->bytes_reserved = bound;
 	s->reserved += bound;
 	s->st.sessions_created++;
@@ -679,19 +696,38 @@ void scheduler_kick(struct scheduler *s)
 	}
 }
 
+/* Test hook: the engine makes no progress while the stall file exists. */
+static void stall_locked(struct scheduler *s)
+{
+	pthread_mutex_unlock(&s->mu);
+	struct timespec ts = {0, 50 * 1000 * 1000};
+	nanosleep(&ts, NULL);
+	pthread_mutex_lock(&s->mu);
+}
+
 static void *engine_main(void *arg)
 {
 	struct scheduler *s = arg;
 	struct housekeeping hk = {0};
 	pthread_mutex_lock(&s->mu);
 	while (!s->stopping) {
+		if (s->stall_file[0] && access(s->stall_file, F_OK) == 0) {
+			stall_locked(s);
+			continue;
+		}
+		atomic_fetch_add(&s->heartbeat, 1);
 		double now = sched_now();
 		hk.next_deadline = 0;
 		admit_locked(s, &hk, now);
 		sessions_sweep_locked(s, &hk, now);
 		bool work = s->n_active > 0 || hk.n_leave || hk.n_free || hk.n_offload;
 		if (!work) {
-			wait_for_work_locked(s, hk.next_deadline);
+			/* Idle, the loop still turns every second so that its
+			 * heartbeat (the systemd watchdog's evidence) goes on. */
+			double beat = now + HEARTBEAT_IDLE_S;
+			wait_for_work_locked(s, hk.next_deadline && hk.next_deadline < beat
+			                            ? hk.next_deadline
+			                            : beat);
 			continue;
 		}
 		pthread_mutex_unlock(&s->mu);
@@ -803,25 +839,82 @@ void scheduler_free(struct scheduler *s)
 	free(s);
 }
 
-void scheduler_reconfigure(struct scheduler *s, const struct sinkd_config *cfg)
-{
+struct sched_prepared {
 	struct sched_limits lim;
-	char err[SINKD_ERR_LEN];
+};
+
+/* The limits a config asks for, checked against the model and the backend:
+ * the geometry of new sessions must be one the backend can hold and one
+ * session's bound must fit the budget.  A budget below what is reserved now
+ * is fine: admission waits until use falls under it. */
+int scheduler_prepare(struct scheduler *s, const struct sinkd_config *cfg,
+                      struct sched_prepared **out, char *err, size_t err_len)
+{
+	struct sched_prepared *p = calloc(1, sizeof(*p));
+	if (!p)
+		return err_set(err, err_len, -ENOMEM, "out of memory");
 	pthread_mutex_lock(&s->mu);
 	bool was_auto = s->lim.budget_auto;
 	double was_fraction = s->lim.auto_fraction;
 	size_t was_budget = s->lim.budget_bytes;
-	limits_from_config(s, cfg, &lim);
-	if (lim.budget_auto && was_auto && lim.auto_fraction == was_fraction)
-		lim.budget_bytes = was_budget; /* keep the budget measured at start */
-	if (sinkcache_geometry_check(&lim.geom, err, sizeof(err)) != 0) {
-		log_event(s->log, LOG_WARN, "sched",
-		          "reload: cache geometry rejected, kept the old one",
-		          (struct log_field[]){LOG_STR("error", err), LOG_END});
-		lim.geom = s->lim.geom;
+	limits_from_config(s, cfg, &p->lim);
+	pthread_mutex_unlock(&s->mu);
+	struct sched_limits *lim = &p->lim;
+	if (lim->budget_auto && was_auto && lim->auto_fraction == was_fraction)
+		lim->budget_bytes = was_budget; /* keep the budget measured at start */
+	int rc = sinkcache_geometry_check(&lim->geom, err, err_len);
+	if (!rc && s->be->ops->geometry_check)
+		rc = s->be->ops->geometry_check(s->be, &lim->geom, err, err_len);
+	if (rc) {
+		err_prefix(err, err_len, "cache geometry of new sessions");
+		goto fail;
 	}
-	s->lim = lim;
+	size_t arena = s->be->ops->kv_budget_bytes ? s->be->ops->kv_budget_bytes(s->be) : 0;
+	if (arena && lim->budget_bytes > arena) {
+		rc = err_set(err, err_len, -EINVAL,
+		             "inference.cache.global_cache_limit: %zu bytes exceed the device's "
+		             "cache arena (%zu bytes, sized at start); restart to grow it",
+		             lim->budget_bytes, arena);
+		goto fail;
+	}
+	size_t bound = sinkcache_bound_bytes(&lim->geom);
+	if (bound > lim->budget_bytes) {
+		rc = err_set(err, err_len, -EINVAL,
+		             "inference.cache.global_cache_limit: %zu bytes cannot hold one "
+		             "session's cache (%zu bytes for this geometry)",
+		             lim->budget_bytes, bound);
+		goto fail;
+	}
+	*out = p;
+	return 0;
+fail:
+	free(p);
+	return rc;
+}
+
+void scheduler_commit(struct scheduler *s, struct sched_prepared *p)
+{
+	pthread_mutex_lock(&s->mu);
+	s->lim = p->lim;
 	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	free(p);
+}
+
+void scheduler_prepared_free(struct sched_prepared *p)
+{
+	free(p);
+}
+
+uint64_t scheduler_heartbeat(struct scheduler *s)
+{
+	return atomic_load(&s->heartbeat);
+}
+
+void scheduler_set_stall_file(struct scheduler *s, const char *path)
+{
+	pthread_mutex_lock(&s->mu);
+	snprintf(s->stall_file, sizeof(s->stall_file), "%s", path ? path : "");
 	pthread_mutex_unlock(&s->mu);
 }
 

@@ -101,9 +101,24 @@ void scheduler_kick(struct scheduler *s);
  * frees its cache; a DONE event with GEN_FINISH_CANCELLED follows. */
 void scheduler_cancel(struct scheduler *s, uint64_t handle);
 
-/* Applies the reloadable parts of a new config (geometry for new sessions,
- * limits, queue sizes). */
-void scheduler_reconfigure(struct scheduler *s, const struct sinkd_config *cfg);
+/* A reload in two steps.  prepare computes and checks the limits of a new
+ * config (geometry of new sessions against the model and backend, the KV
+ * budget, queue sizes) and may fail with a message, changing nothing; commit
+ * installs them and cannot fail.  Running sessions keep their geometry; a
+ * smaller budget admits nothing new until use falls under it. */
+struct sched_prepared;
+int scheduler_prepare(struct scheduler *s, const struct sinkd_config *cfg,
+                      struct sched_prepared **out, char *err, size_t err_len);
+void scheduler_commit(struct scheduler *s, struct sched_prepared *p); /* frees p */
+void scheduler_prepared_free(struct sched_prepared *p);
+
+/* Turns of the engine loop: it advances at least once a second while the
+ * engine thread is healthy (idle or working), so a caller can tell a stuck
+ * engine (the systemd watchdog). */
+uint64_t scheduler_heartbeat(struct scheduler *s);
+/* Test hook: while a file exists at `path`, the engine thread makes no
+ * progress (heartbeat stops); NULL or "" turns it off. */
+void scheduler_set_stall_file(struct scheduler *s, const char *path);
 
 struct scheduler_stats {
 	size_t queue_depth;
@@ -134,7 +149,7 @@ void scheduler_get_stats(struct scheduler *s, struct scheduler_stats *out);
 
 /* The HTTP status for an error code of scheduler_submit() and the session
  * functions: -EAGAIN/-ENOSPC 503, -ENOENT 404, -EBUSY/-ERANGE 409,
- * -E2BIG/-EINVAL 400, anything else 500. */
+ * -EEXIST 409, -E2BIG/-EINVAL 400, anything else 500. */
 int scheduler_error_status(int rc);
 
 /* Retry-After hint (seconds) for a 503 from -EAGAIN / -ENOSPC. */
@@ -175,6 +190,9 @@ void scheduler_write_metrics(struct scheduler *s, FILE *out);
 struct session_settings {
 	int window_size;     /* 0: configured; else 1..inference.cache.window_size */
 	int sink_keep_count; /* -1: configured; else 0..inference.cache.sink_keep_count */
+	/* NULL or "": a random id; else the client's id (1..32 hex digits) so a
+	 * balancer can route by it, -EEXIST (409) when it is taken. */
+	const char *id;
 };
 
 /* Creates a session and reserves its cache bound at once (it stays reserved

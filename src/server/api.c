@@ -4,6 +4,7 @@
  * error as {"error":{...}} with the right status.  It does not touch sockets
  * (http.c) or stream events (genstream.c). */
 #include <errno.h>
+#include <inttypes.h>
 #include <openssl/rand.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +40,38 @@ static enum MHD_Result api_ready(struct request *r)
 	return api_status(r, 200, "ready");
 }
 
+void server_set_config_status(struct server *s, const struct server_config_status *st)
+{
+	pthread_mutex_lock(&s->cfg_mu);
+	s->cfg_status = *st;
+	pthread_mutex_unlock(&s->cfg_mu);
+}
+
+static void write_config_metrics(struct server *s, FILE *f)
+{
+	pthread_mutex_lock(&s->cfg_mu);
+	struct server_config_status st = s->cfg_status;
+	pthread_mutex_unlock(&s->cfg_mu);
+	fprintf(
+	    f,
+	    "# HELP sinkd_config_generation Configurations applied: 1 at start, +1 per reload\n"
+	    "# TYPE sinkd_config_generation gauge\nsinkd_config_generation %" PRIu64 "\n"
+	    "# HELP sinkd_config_reload_failures_total Reloads refused (the old config stayed)\n"
+	    "# TYPE sinkd_config_reload_failures_total counter\n"
+	    "sinkd_config_reload_failures_total %" PRIu64 "\n"
+	    "# HELP sinkd_config_info The configuration file in force, by SHA-256\n"
+	    "# TYPE sinkd_config_info gauge\nsinkd_config_info{sha256=\"%s\"} 1\n"
+	    "# HELP sinkd_config_last_reload_success_timestamp_seconds When the config in "
+	    "force was applied (Unix time)\n"
+	    "# TYPE sinkd_config_last_reload_success_timestamp_seconds gauge\n"
+	    "sinkd_config_last_reload_success_timestamp_seconds %.3f\n"
+	    "# HELP sinkd_config_restart_pending 1 when the file changes keys that need a "
+	    "restart\n"
+	    "# TYPE sinkd_config_restart_pending gauge\nsinkd_config_restart_pending %d\n",
+	    st.generation, st.reload_failures, st.sha256, st.last_success_unix,
+	    st.restart_pending ? 1 : 0);
+}
+
 static enum MHD_Result api_metrics(struct request *r)
 {
 	struct server *s = r->srv;
@@ -47,21 +80,21 @@ static enum MHD_Result api_metrics(struct request *r)
 	char *text = metrics_render(s->metrics, ready, &len);
 	if (!text)
 		return MHD_NO;
-	if (atomic_load(&s->ready)) {
-		char *sched_text = NULL;
-		size_t sched_len = 0;
-		FILE *f = open_memstream(&sched_text, &sched_len);
-		if (f) {
+	char *sched_text = NULL;
+	size_t sched_len = 0;
+	FILE *f = open_memstream(&sched_text, &sched_len);
+	if (f) {
+		write_config_metrics(s, f);
+		if (atomic_load(&s->ready))
 			scheduler_write_metrics(s->sched, f);
-			fclose(f);
-			char *all = realloc(text, len + sched_len + 1);
-			if (all) {
-				memcpy(all + len, sched_text, sched_len + 1);
-				text = all;
-				len += sched_len;
-			}
-			free(sched_text);
+		fclose(f);
+		char *all = realloc(text, len + sched_len + 1);
+		if (all) {
+			memcpy(all + len, sched_text, sched_len + 1);
+			text = all;
+			len += sched_len;
 		}
+		free(sched_text);
 	}
 	enum MHD_Result ret =
 	    http_respond(r, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
@@ -321,6 +354,10 @@ enum MHD_Result api_handle(struct request *r)
 	if (!atomic_load(&s->ready))
 		return http_respond_error(r, 503, "server_error", NULL, "loading", 1,
 		                          "the model is still loading");
+	/* Before any other work: a balancer retries a 503 that sent nothing. */
+	if (atomic_load(&s->draining))
+		return http_respond_error(r, 503, "server_error", NULL, "draining", 5,
+		                          "the server is shutting down; retry on another instance");
 	if (r->ep == EP_MODELS)
 		return api_models(r);
 	if (r->ep == EP_TOKENIZE)
@@ -329,9 +366,6 @@ enum MHD_Result api_handle(struct request *r)
 		return api_detokenize(r);
 	if (r->ep == EP_SESSION)
 		return api_session(r);
-	if (atomic_load(&s->draining))
-		return http_respond_error(r, 503, "server_error", NULL, "draining", 5,
-		                          "the server is shutting down");
 	if (r->ep == EP_SESSIONS)
 		return api_session_create(r);
 	if (r->ep == EP_SESSION_APPEND)

@@ -24,10 +24,15 @@ enum MHD_Result api_session_create(struct request *r)
 	struct api_error e;
 	if (session_create_args_parse(r->body, r->body_len, &a, &e))
 		return respond_api_error(r, &e);
+	/* PUT /v1/sessions/{id} names the id (routing by it), POST takes a new one. */
 	struct session_settings set = {.window_size = a.window_size,
-	                               .sink_keep_count = a.sink_keep_count};
+	                               .sink_keep_count = a.sink_keep_count,
+	                               .id = r->session_id};
 	char id[SCHED_SESSION_ID_LEN], err[SINKD_ERR_LEN];
 	int rc = scheduler_session_create(s->sched, &set, id, err, sizeof(err));
+	if (rc == -EEXIST)
+		return http_respond_error(r, 409, "invalid_request_error", "session_id",
+		                          "session_exists", 0, "%s", err);
 	if (rc == -EINVAL)
 		return http_respond_error(r, 400, "invalid_request_error",
 		                          strstr(err, "sink") ? "sink_keep_count" : "window_size",

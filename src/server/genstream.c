@@ -343,6 +343,11 @@ static void gs_format_end(struct genstream *gs)
 		sse_append(b, l, c, oa_chunk(&gs->oa, NULL, 0, role, NULL, oa_finish_reason(fin)));
 		if (gs->oa.include_usage)
 			sse_append(b, l, c, oa_usage_chunk(&gs->oa, np, ng));
+	} else if (fin == GEN_FINISH_CANCELLED && atomic_load(&gs->srv->shutting_down)) {
+		sse_append(b, l, c,
+		           oa_error("the server is shutting down; send the rest of this request to "
+		                    "another instance",
+		                    "server_shutdown", NULL, "server_shutdown"));
 	} else {
 		sse_append(
 		    b, l, c,

@@ -1,5 +1,6 @@
 /* The listener: libmicrohttpd with TLS (GnuTLS, TLS 1.2/1.3, AEAD ciphers),
- * an epoll thread pool of server.threads, suspend/resume for streams, our own
+ * an epoll thread pool of server.threads, the certificate chosen per
+ * handshake (so a reload rotates it), suspend/resume for streams, our own
  * bound socket (clear bind errors), routing with 404/405, bearer auth, the
  * body limit counted while it arrives, request ids, and one log line per
  * request (never its text).  Endpoint logic is in api.c. */
@@ -58,14 +59,15 @@ static const struct route *route_find(const char *url)
 	return NULL;
 }
 
-/* /v1/sessions/{id} (GET, DELETE) and /v1/sessions/{id}/append (POST); the
- * id (at most 64 characters of [0-9a-zA-Z_-]) goes to id_out. */
+/* /v1/sessions/{id} (GET, PUT: create with this id, DELETE) and
+ * /v1/sessions/{id}/append (POST); the id (1..32 hex digits) goes to id_out. */
 static const struct route *route_session(const char *url, const char *method,
                                          char id_out[SCHED_SESSION_ID_LEN])
 {
 	static const struct route session_get = {"", EP_SESSION, "GET", false};
 	static const struct route session_delete = {"", EP_SESSION, "DELETE", false};
 	static const struct route session_append = {"", EP_SESSION_APPEND, "POST", false};
+	static const struct route session_put = {"", EP_SESSIONS, "PUT", false};
 	const char *prefix = "/v1/sessions/";
 	if (strncmp(url, prefix, strlen(prefix)))
 		return NULL;
@@ -79,6 +81,8 @@ static const struct route *route_session(const char *url, const char *method,
 		return &session_append;
 	if (id[n])
 		return NULL;
+	if (!strcmp(method, "PUT"))
+		return &session_put;
 	return !strcmp(method, "DELETE") ? &session_delete : &session_get;
 }
 
@@ -97,6 +101,10 @@ void server_settings_get(struct server *s, int64_t *max_tokens, int64_t *keepali
 enum MHD_Result http_queue(struct request *r, int status, struct MHD_Response *resp)
 {
 	MHD_add_response_header(resp, "X-Request-Id", r->id);
+	/* A draining instance closes each connection after its answer, so a
+	 * balancer's kept-alive connection moves to another instance. */
+	if (atomic_load(&r->srv->draining))
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
 	if (status == 401)
 		MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
 	enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)status, resp);
@@ -221,7 +229,7 @@ static enum MHD_Result request_begin(struct server *s, struct MHD_Connection *c,
 		resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
 		MHD_add_response_header(resp, "Content-Type", "application/json");
 		MHD_add_response_header(resp, "Allow",
-		                        rt->ep == EP_SESSION ? "GET, DELETE" : rt->method);
+		                        rt->ep == EP_SESSION ? "GET, PUT, DELETE" : rt->method);
 		return http_queue(r, 405, resp);
 	}
 	if (!rt->open) {
@@ -347,6 +355,127 @@ static void mhd_logger(void *cls, const char *fmt, va_list ap)
 	log_event(cls, LOG_DEBUG, LOG_MODULE, "libmicrohttpd", f);
 }
 
+/* ---- TLS: a certificate per handshake --------------------------------------- */
+
+/* Per connection (libmicrohttpd's socket context): the credentials its
+ * handshake was given.  GnuTLS keeps pointing at them for the whole session,
+ * so the connection holds a reference until libmicrohttpd reports it closed,
+ * which it does after gnutls_deinit. */
+struct tls_conn {
+	struct server *srv;
+	struct tls_creds *creds; /* NULL until the handshake asks */
+};
+
+/* tls_cert_callback finds its connection through the GnuTLS session's user
+ * pointer, which libmicrohttpd sets to the connection.  A libmicrohttpd that
+ * does not would fail every handshake, and the callback cannot reach the log,
+ * so the check (and the one log line) is here. */
+static void tls_check_session_ptr(struct server *s, struct MHD_Connection *c)
+{
+	const union MHD_ConnectionInfo *ci =
+	    MHD_get_connection_info(c, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+	gnutls_session_t session = ci ? (gnutls_session_t)ci->tls_session : NULL;
+	if (session && gnutls_session_get_ptr(session) == c)
+		return;
+	if (atomic_exchange(&s->tls_ptr_warned, 1) == 0)
+		log_msg(s->log, LOG_ERROR, LOG_MODULE,
+		        "TLS handshakes fail: this libmicrohttpd does not set the GnuTLS session "
+		        "pointer to its connection, so no certificate can be chosen");
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+	struct server *s = cls;
+	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+		struct tls_conn *tc = calloc(1, sizeof(*tc));
+		if (tc)
+			tc->srv = s;
+		*socket_context = tc; /* NULL (out of memory): its handshake fails */
+		tls_check_session_ptr(s, c);
+		return;
+	}
+	struct tls_conn *tc = *socket_context;
+	if (tc) {
+		tls_creds_unref(tc->creds);
+		free(tc);
+	}
+	*socket_context = NULL;
+}
+
+/* A gnutls_certificate_retrieve_function2: libmicrohttpd passes no user
+ * pointer, so the store is reached through session -> connection -> socket
+ * context.  Returning -1 fails the handshake. */
+static int tls_cert_callback(gnutls_session_t session, const gnutls_datum_t *req_ca_rdn, int nreqs,
+                             const gnutls_pk_algorithm_t *pk_algos, int pk_algos_length,
+                             gnutls_pcert_st **pcert, unsigned int *pcert_length,
+                             gnutls_privkey_t *privkey)
+{
+	struct MHD_Connection *c = gnutls_session_get_ptr(session);
+	const union MHD_ConnectionInfo *ci =
+	    c ? MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT) : NULL;
+	struct tls_conn *tc = ci ? ci->socket_context : NULL;
+	if (!tc)
+		return -1;
+	/* A second call (TLS 1.2 renegotiation) keeps the first answer, which
+	 * GnuTLS may still point at. */
+	if (!tc->creds)
+		tc->creds = tls_store_current(tc->srv->tls_store);
+	if (!tc->creds)
+		return -1;
+	tls_creds_get(tc->creds, pcert, pcert_length, privkey);
+	return 0;
+}
+
+/* The first half of a rotation, the one that can fail: loads and checks the
+ * files of cfg.  *out stays NULL when there is nothing to rotate (no TLS, or
+ * a server.tls.enabled change, which needs a restart). */
+static int server_tls_load(const struct server *s, const struct sinkd_config *cfg,
+                           struct tls_creds **out, char *err, size_t err_len)
+{
+	*out = NULL;
+	if (!s->tls || !cfg->server.tls_enabled)
+		return 0;
+	return tls_creds_load(cfg->server.tls_cert_file, cfg->server.tls_key_file, out, err,
+	                      err_len);
+}
+
+/* The second half, which cannot fail: new handshakes get next (its reference
+ * moves to the store); connections that handshook before keep theirs. */
+static void server_tls_swap(struct server *s, struct tls_creds *next, const char *cert_file)
+{
+	if (!next)
+		return;
+	struct tls_creds *cur = tls_store_current(s->tls_store);
+	bool changed = !cur || strcmp(tls_creds_fingerprint(cur), tls_creds_fingerprint(next));
+	tls_creds_unref(cur);
+	struct log_field f[] = {LOG_STR("cert_file", cert_file),
+	                        LOG_STR("fingerprint_sha256", tls_creds_fingerprint(next)),
+	                        LOG_INT("changed", changed), LOG_END};
+	tls_store_swap(s->tls_store, next);
+	log_event(s->log, LOG_INFO, LOG_MODULE, "TLS certificate reloaded", f);
+}
+
+static int server_tls_init(struct server *s, const struct sinkd_config *cfg, char *err,
+                           size_t err_len)
+{
+	if (MHD_is_feature_supported(MHD_FEATURE_HTTPS_CERT_CALLBACK) != MHD_YES)
+		return err_set(err, err_len, -ENOTSUP,
+		               "server.tls: this libmicrohttpd cannot choose the certificate per "
+		               "handshake (MHD_FEATURE_HTTPS_CERT_CALLBACK: built without GnuTLS "
+		               "3?); rebuild it, or serve plain HTTP (server.tls.enabled: false) "
+		               "behind a TLS proxy");
+	struct tls_creds *creds = NULL;
+	int rc = server_tls_load(s, cfg, &creds, err, err_len);
+	if (rc)
+		return rc;
+	struct log_field f[] = {LOG_STR("cert_file", cfg->server.tls_cert_file),
+	                        LOG_STR("fingerprint_sha256", tls_creds_fingerprint(creds)),
+	                        LOG_END};
+	log_event(s->log, LOG_INFO, LOG_MODULE, "TLS certificate loaded", f);
+	return tls_store_new(creds, &s->tls_store, err, err_len);
+}
+
 /* ---- lifecycle -------------------------------------------------------------- */
 
 static int settings_from_config(const struct sinkd_config *cfg, struct server_settings *set,
@@ -398,10 +527,10 @@ static int start_mhd(struct server *s, const struct sinkd_config *cfg, char *err
 		opts[n++] = (struct MHD_OptionItem){MHD_OPTION_THREAD_POOL_SIZE, pool, NULL};
 	if (s->tls) {
 		flags |= MHD_USE_TLS;
-		opts[n++] =
-		    (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, s->tls_pair.cert_pem};
-		opts[n++] =
-		    (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, s->tls_pair.key_pem};
+		opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_CERT_CALLBACK, 0,
+		                                    (void *)tls_cert_callback};
+		opts[n++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_CONNECTION,
+		                                    (intptr_t)on_connection, s};
 		opts[n++] =
 		    (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)TLS_PRIORITIES};
 	}
@@ -436,8 +565,7 @@ int server_new(const struct sinkd_config *cfg, struct sinkd_log *log, struct ser
 	}
 	rc = settings_from_config(cfg, &s->set, err, err_len);
 	if (!rc && s->tls)
-		rc = tls_pair_load(cfg->server.tls_cert_file, cfg->server.tls_key_file,
-		                   &s->tls_pair, err, err_len);
+		rc = server_tls_init(s, cfg, err, err_len);
 	if (rc)
 		goto fail;
 	raise_nofile(log, cfg->server.max_connections);
@@ -482,23 +610,75 @@ void server_attach_engine(struct server *s, const struct server_engine *e)
 	atomic_store(&s->ready, 1);
 }
 
-int server_reconfigure(struct server *s, const struct sinkd_config *cfg, char *err, size_t err_len)
-{
+struct server_prepared {
 	struct server_settings set;
-	int rc = settings_from_config(cfg, &set, err, err_len);
-	if (rc)
+};
+
+int server_prepare(struct server *s, const struct sinkd_config *cfg, struct server_prepared **out,
+                   char *err, size_t err_len)
+{
+	struct server_prepared *p = calloc(1, sizeof(*p));
+	if (!p)
+		return err_set(err, err_len, -ENOMEM, "out of memory");
+	int rc = settings_from_config(cfg, &p->set, err, err_len);
+	if (rc) {
+		free(p);
 		return rc;
-	pthread_mutex_lock(&s->cfg_mu);
-	struct server_settings old = s->set;
-	s->set = set;
-	pthread_mutex_unlock(&s->cfg_mu);
-	auth_keys_deinit(&old.keys);
+	}
+	*out = p;
 	return 0;
 }
 
-void server_set_draining(struct server *s)
+void server_commit(struct server *s, struct server_prepared *p)
+{
+	pthread_mutex_lock(&s->cfg_mu);
+	struct server_settings old = s->set;
+	s->set = p->set;
+	pthread_mutex_unlock(&s->cfg_mu);
+	auth_keys_deinit(&old.keys);
+	free(p);
+}
+
+void server_prepared_free(struct server_prepared *p)
+{
+	if (!p)
+		return;
+	auth_keys_deinit(&p->set.keys);
+	free(p);
+}
+
+int server_tls_prepare(struct server *s, const struct sinkd_config *cfg, struct tls_creds **out,
+                       char *err, size_t err_len)
+{
+	return server_tls_load(s, cfg, out, err, err_len);
+}
+
+void server_tls_commit(struct server *s, const struct sinkd_config *cfg, struct tls_creds *creds)
+{
+	server_tls_swap(s, creds, cfg->server.tls_cert_file);
+}
+
+void server_tls_discard(struct tls_creds *creds)
+{
+	tls_creds_unref(creds);
+}
+
+void server_drain_begin(struct server *s)
 {
 	atomic_store(&s->draining, 1);
+}
+
+void server_close_listener(struct server *s)
+{
+	pthread_mutex_lock(&s->gen_mu);
+	if (s->mhd && s->listen_fd >= 0) {
+		int fd = MHD_quiesce_daemon(s->mhd); /* no new connections */
+		if (fd >= 0 && fd == s->listen_fd) {
+			close(fd);
+			s->listen_fd = -1;
+		}
+	}
+	pthread_mutex_unlock(&s->gen_mu);
 }
 
 size_t server_active_generations(struct server *s)
@@ -509,11 +689,11 @@ size_t server_active_generations(struct server *s)
 	return n;
 }
 
-/* Waits until no generation is bound to a connection, or `until`. */
-static void wait_generations(struct server *s, double until)
+/* Waits until no generation is bound to a connection, `until`, or *abort. */
+static bool wait_generations(struct server *s, double until, const volatile int *abort)
 {
 	pthread_mutex_lock(&s->gen_mu);
-	while (s->n_gens > 0 && server_now() < until) {
+	while (s->n_gens > 0 && server_now() < until && !(abort && *abort)) {
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);
 		ts.tv_nsec += 50 * 1000 * 1000;
@@ -523,38 +703,35 @@ static void wait_generations(struct server *s, double until)
 		}
 		pthread_cond_timedwait(&s->gen_cond, &s->gen_mu, &ts);
 	}
+	bool none = s->n_gens == 0;
 	pthread_mutex_unlock(&s->gen_mu);
+	return none;
 }
 
-/* Draining keeps the listener open while generations finish, so that load
- * balancers read /ready = 503 (and new generations get 503) rather than a
- * refused connection; then it stops accepting and ends what is left. */
-void server_stop(struct server *s, double grace_s)
+bool server_wait_generations(struct server *s, double timeout_s, const volatile int *abort)
+{
+	return wait_generations(s, server_now() + timeout_s, abort);
+}
+
+/* Ends what is left: every running stream gets a server_shutdown error event
+ * and [DONE] (genstream), then the listener stops. */
+void server_stop(struct server *s)
 {
 	if (!s || s->stopped)
 		return;
 	s->stopped = true;
 	atomic_store(&s->draining, 1);
-	size_t n = server_active_generations(s);
-	if (n)
-		log_msg(s->log, LOG_INFO, LOG_MODULE, "draining: %zu generation(s) running", n);
-	wait_generations(s, server_now() + grace_s);
-	if (s->mhd) {
-		int fd = MHD_quiesce_daemon(s->mhd); /* no new connections */
-		if (fd >= 0 && fd == s->listen_fd) {
-			close(fd);
-			s->listen_fd = -1;
-		}
-	}
+	server_close_listener(s);
+	atomic_store(&s->shutting_down, 1);
 	if (s->sched)
 		genstream_cancel_all(s);
-	wait_generations(s, server_now() + 2.0);
+	wait_generations(s, server_now() + 2.0, NULL);
 	atomic_store(&s->stopping, 1);
 	genstream_wake_all(s, false);
 	genstream_keepalive_stop(s);
 	if (s->mhd) {
 		/* Streams resumed above end at once; give them a moment to flush. */
-		wait_generations(s, server_now() + 1.0);
+		wait_generations(s, server_now() + 1.0, NULL);
 		genstream_wake_all(s, false);
 		MHD_stop_daemon(s->mhd);
 		s->mhd = NULL;
@@ -566,13 +743,13 @@ void server_free(struct server *s)
 {
 	if (!s)
 		return;
-	server_stop(s, 0);
+	server_stop(s);
 	genstream_keepalive_stop(s);
 	if (s->mhd)
 		MHD_stop_daemon(s->mhd);
 	if (s->listen_fd >= 0)
 		close(s->listen_fd);
-	tls_pair_deinit(&s->tls_pair);
+	tls_store_free(s->tls_store); /* after MHD_stop_daemon: no handshake left */
 	auth_keys_deinit(&s->set.keys);
 	metrics_free(s->metrics);
 	pthread_cond_destroy(&s->gen_cond);

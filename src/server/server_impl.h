@@ -36,11 +36,13 @@ struct server {
 	int listen_fd; /* -1 once handed back by quiesce and closed */
 	int port;
 	bool tls;
-	struct tls_pair tls_pair;
+	struct tls_store *tls_store; /* creds for new handshakes; NULL without TLS */
+	atomic_int tls_ptr_warned;   /* "no connection behind the TLS session" logged */
 
 	atomic_int ready;    /* engine attached */
 	atomic_int draining; /* no new generations */
 	atomic_int stopping; /* streams end at once */
+	atomic_int shutting_down; /* cancelled streams end with a server_shutdown error */
 	bool stopped;
 
 	/* Set once by server_attach_engine before `ready`. */
@@ -51,6 +53,7 @@ struct server {
 
 	pthread_mutex_t cfg_mu;
 	struct server_settings set;
+	struct server_config_status cfg_status; /* [cfg_mu] */
 
 	/* Generations bound to live connections (keep-alive timer, stop). */
 	pthread_mutex_t gen_mu;

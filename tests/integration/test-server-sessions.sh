@@ -79,7 +79,10 @@ check "unknown session: append 404" [ "$(http POST "/v1/sessions/$unknown/append
 check "unknown session: completions 404" [ "$(http POST /v1/completions "${auth[@]}" -d "{\"session_id\":\"$unknown\",\"prompt\":\"x\"}")" = 404 ]
 check "unknown session: DELETE 404" [ "$(http DELETE "/v1/sessions/$unknown" "${auth[@]}")" = 404 ]
 check "sessions need the key" [ "$(http POST /v1/sessions)" = 401 ]
-check "PUT on a session → 405" [ "$(http PUT "/v1/sessions/$sid" "${auth[@]}")" = 405 ]
+check "PUT on an existing session → 409" [ "$(http PUT "/v1/sessions/$sid" "${auth[@]}")" = 409 ]
+jcheck "409 names session_id" "$tmp/body" 'j["error"]["param"] == "session_id" and j["error"]["code"] == "session_exists"'
+check "PATCH on a session → 405" [ "$(http PATCH "/v1/sessions/$sid" "${auth[@]}")" = 405 ]
+check "405 lists GET, PUT, DELETE" [ "$(header Allow)" = "GET, PUT, DELETE" ]
 
 check "delete 200" [ "$(http DELETE "/v1/sessions/$sid" "${auth[@]}")" = 200 ]
 jcheck "delete: session.deleted" "$tmp/body" "j == {'id': '$sid', 'object': 'session.deleted', 'deleted': True}"

@@ -8,6 +8,7 @@
 #include <check.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -651,7 +652,11 @@ START_TEST(test_reconfigure)
 	struct scheduler *s = sched_make(&cfg, ov1, 2);
 	ck_assert_int_eq(scheduler_session_create(s, NULL, old_id, err, sizeof(err)), 0);
 	ck_assert_int_eq(config_load(&cfg2, NULL, ov2, 2, &errs), 0);
-	scheduler_reconfigure(s, &cfg2);
+	struct sched_prepared *p = NULL;
+	ck_assert_int_eq(scheduler_prepare(s, &cfg2, &p, err, sizeof(err)), 0);
+	scheduler_get_stats(s, &st);
+	ck_assert_uint_eq(st.kv_bytes_budget, 1 << 20); /* prepared, not yet applied */
+	scheduler_commit(s, p);
 	scheduler_get_stats(s, &st);
 	ck_assert_uint_eq(st.kv_bytes_budget, 2 << 20);
 	ck_assert_int_eq(scheduler_session_create(s, NULL, new_id, err, sizeof(err)), 0);
@@ -669,6 +674,101 @@ START_TEST(test_reconfigure)
 	scheduler_free(s);
 	config_deinit(&cfg);
 	config_deinit(&cfg2);
+}
+END_TEST
+
+/* A reload the scheduler cannot take changes nothing (a budget too small for
+ * one session of the new geometry); a budget below what is reserved is taken:
+ * running sessions stay, nothing new is admitted until use falls under it. */
+START_TEST(test_prepare_refuses_and_shrinks)
+{
+	const char *ov1[] = {"inference.cache.global_cache_limit=3MiB",
+	                     "inference.cache.window_size=2048"};
+	const char *too_small[] = {"inference.cache.global_cache_limit=1MiB",
+	                           "inference.cache.window_size=4000",
+	                           "inference.max_context_length=4096"};
+	struct sinkd_config cfg, cfg2, cfg3;
+	struct config_errors errs = {0};
+	struct scheduler_stats st;
+	struct sched_prepared *p = NULL;
+	char a[SCHED_SESSION_ID_LEN], b[SCHED_SESSION_ID_LEN], err[SINKD_ERR_LEN];
+	struct scheduler *s = sched_make(&cfg, ov1, 2);
+	ck_assert_int_eq(config_load(&cfg2, NULL, too_small, 3, &errs), 0);
+	ck_assert_int_eq(scheduler_prepare(s, &cfg2, &p, err, sizeof(err)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "global_cache_limit"));
+	scheduler_get_stats(s, &st);
+	ck_assert_uint_eq(st.kv_bytes_budget, 3 << 20);
+	ck_assert_int_eq(scheduler_session_create(s, NULL, a, err, sizeof(err)), 0);
+	struct sched_session_info info;
+	ck_assert_int_eq(scheduler_session_info(s, a, &info), 0);
+	ck_assert_int_eq(info.window_size, 2048);
+	ck_assert_uint_gt(info.bytes_reserved, 1 << 20);
+	/* Shrink the budget to one session's bound while two are reserved. */
+	ck_assert_int_eq(scheduler_session_create(s, NULL, b, err, sizeof(err)), 0);
+	char limit[64];
+	snprintf(limit, sizeof(limit), "inference.cache.global_cache_limit=%zu",
+	         info.bytes_reserved);
+	const char *shrink[] = {limit, "inference.cache.window_size=2048"};
+	ck_assert_int_eq(config_load(&cfg3, NULL, shrink, 2, &errs), 0);
+	ck_assert_int_eq(scheduler_prepare(s, &cfg3, &p, err, sizeof(err)), 0);
+	scheduler_commit(s, p);
+	char c[SCHED_SESSION_ID_LEN];
+	ck_assert_int_eq(scheduler_session_create(s, NULL, c, err, sizeof(err)), -EAGAIN);
+	ck_assert_int_eq(scheduler_session_info(s, a, &info), 0);
+	ck_assert_int_eq(scheduler_session_info(s, b, &info), 0);
+	ck_assert_int_eq(scheduler_session_delete(s, a), 0);
+	ck_assert_int_eq(scheduler_session_delete(s, b), 0);
+	wait_idle(s);
+	scheduler_get_stats(s, &st);
+	ck_assert_uint_eq(st.kv_bytes_reserved, 0);
+	ck_assert_int_eq(scheduler_session_create(s, NULL, c, err, sizeof(err)), 0);
+	ck_assert_int_eq(scheduler_session_delete(s, c), 0);
+	/* A client-chosen id: taken once, 409 the second time, checked. */
+	struct session_settings named = {.window_size = 0, .sink_keep_count = -1, .id = "abc123"};
+	wait_idle(s);
+	ck_assert_int_eq(scheduler_session_create(s, &named, c, err, sizeof(err)), 0);
+	ck_assert_str_eq(c, "abc123");
+	ck_assert_int_eq(scheduler_session_create(s, &named, c, err, sizeof(err)), -EEXIST);
+	ck_assert_int_eq(scheduler_error_status(-EEXIST), 409);
+	named.id = "../etc";
+	ck_assert_int_eq(scheduler_session_create(s, &named, c, err, sizeof(err)), -EINVAL);
+	ck_assert_int_eq(scheduler_session_delete(s, "abc123"), 0);
+	wait_idle(s);
+	scheduler_free(s);
+	config_deinit(&cfg);
+	config_deinit(&cfg2);
+	config_deinit(&cfg3);
+}
+END_TEST
+
+/* The engine loop's heartbeat turns while idle and stops while the stall
+ * hook's file exists (the systemd watchdog relies on both). */
+START_TEST(test_heartbeat_and_stall)
+{
+	struct sinkd_config cfg;
+	struct scheduler *s = sched_make(&cfg, NULL, 0);
+	char path[] = "/tmp/sinkd-stall-XXXXXX";
+	int fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	unlink(path);
+	scheduler_set_stall_file(s, path);
+	uint64_t h0 = scheduler_heartbeat(s);
+	usleep(2500 * 1000);
+	uint64_t h1 = scheduler_heartbeat(s);
+	ck_assert_uint_gt(h1, h0); /* idle: still at least one turn a second */
+	fd = open(path, O_CREAT | O_WRONLY, 0600);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	usleep(1500 * 1000); /* the loop notices within one idle wait */
+	uint64_t h2 = scheduler_heartbeat(s);
+	usleep(2000 * 1000);
+	ck_assert_uint_eq(scheduler_heartbeat(s), h2);
+	unlink(path);
+	usleep(1500 * 1000);
+	ck_assert_uint_gt(scheduler_heartbeat(s), h2);
+	scheduler_free(s);
+	config_deinit(&cfg);
 }
 END_TEST
 
@@ -967,6 +1067,8 @@ int main(void)
 	tcase_add_test(tc, test_session_revise_window);
 	tcase_add_test(tc, test_admission_budget);
 	tcase_add_test(tc, test_reconfigure);
+	tcase_add_test(tc, test_prepare_refuses_and_shrinks);
+	tcase_add_test(tc, test_heartbeat_and_stall);
 	tcase_add_test(tc, test_auto_budget_and_metrics);
 	tcase_add_loop_test(tc, test_flow_control, 0, 2);
 	tcase_add_test(tc, test_random_walk_invariants);

@@ -97,11 +97,11 @@ START_TEST(test_lifecycle_before_engine)
 	ck_assert_int_eq(get(port, "GET", "/v1/models", body, sizeof(body)), 503);
 	ck_assert_int_eq(get(port, "GET", "/metrics", body, sizeof(body)), 200);
 	ck_assert_int_eq(get(port, "PUT", "/ready", body, sizeof(body)), 405);
-	server_set_draining(s);
+	server_drain_begin(s);
 	ck_assert_int_eq(get(port, "GET", "/ready", body, sizeof(body)), 503);
 	ck_assert_str_eq(body, "{\"status\":\"draining\"}");
 	ck_assert_int_eq(get(port, "GET", "/health", body, sizeof(body)), 200);
-	server_stop(s, 1.0);
+	server_stop(s);
 	ck_assert_int_ne(get(port, "GET", "/health", body, sizeof(body)), 200);
 	server_free(s);
 	/* The port is free again: a new server binds it. */
