@@ -48,11 +48,13 @@ else
 	failed=$((failed + 1))
 fi
 
-# Hostile inputs under AddressSanitizer + UBSan (no CUDA: nvcc objects are not instrumented).
+# Hostile inputs, and the reload / drain paths (suite sanitize), under
+# AddressSanitizer + UBSan with leak checks (no CUDA: nvcc objects are not
+# instrumented).
 if configure build-asan -Dwerror=true -Dcuda=disabled -Db_sanitize=address,undefined \
 	--buildtype=debugoptimized; then
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-		run_suite build-asan --suite hostile
+		run_suite build-asan --suite hostile --suite sanitize
 else
 	echo "tests/run.sh: the sanitizer build failed" >&2
 	failed=$((failed + 1))

@@ -786,7 +786,7 @@ size_t sched_tick(struct scheduler *s)
 	s->max_unsent = s->lim.max_unsent_tokens;
 	s->n_held = 0;
 	struct sched_req **act = malloc((n_act ? n_act : 1) * sizeof(*act));
-	if (act)
+	if (act && n_act)
 		memcpy(act, s->active, n_act * sizeof(*act));
 	pthread_mutex_unlock(&s->mu);
 	if (!act)

@@ -422,8 +422,8 @@ END_TEST
 
 /* Collects the full key paths of a YAML file, and whether each key line is
  * commented (on the line itself or the line above). */
-static int yaml_paths(const char *file, char paths[][128], int max, int *uncommented, char *bad,
-		      size_t bad_len)
+static int yaml_paths(const char *file, char paths[][128], int *path_lines, int max,
+		      int *uncommented, char *bad, size_t bad_len)
 {
 	FILE *f = fopen(file, "rb");
 	ck_assert_ptr_nonnull(f);
@@ -462,8 +462,10 @@ static int yaml_paths(const char *file, char paths[][128], int max, int *uncomme
 			for (int d = 1; d <= depth; d++)
 				snprintf(path + strlen(path), sizeof(path) - strlen(path), "%s%s",
 					 d > 1 ? "." : "", stack[d]);
-			if (n < max)
+			if (n < max) {
+				path_lines[n] = line;
 				snprintf(paths[n++], 128, "%s", path);
+			}
 			int is_leaf = 0;
 			for (size_t i = 0; i < config_n_keys; i++)
 				is_leaf |= strcmp(config_keys[i].path, path) == 0;
@@ -499,9 +501,10 @@ START_TEST(test_example_file_matches_table)
 	char example[512];
 	snprintf(example, sizeof(example), "%s/config/sinkd.yaml", getenv("SINKD_SOURCE_ROOT"));
 	static char paths[200][128];
+	static int path_lines[200];
 	int uncommented;
 	char bad[128] = "";
-	int n = yaml_paths(example, paths, 200, &uncommented, bad, sizeof(bad));
+	int n = yaml_paths(example, paths, path_lines, 200, &uncommented, bad, sizeof(bad));
 	ck_assert_msg(uncommented == 0, "key without a comment: %s", bad);
 	/* Every table key is in the file ... */
 	for (size_t i = 0; i < config_n_keys; i++) {
@@ -519,6 +522,28 @@ START_TEST(test_example_file_matches_table)
 				 (strncmp(paths[j], config_keys[i].path, len) == 0 &&
 				  config_keys[i].path[len] == '.');
 		ck_assert_msg(known, "config/sinkd.yaml has unknown key %s", paths[j]);
+	}
+	/* ... and its comment says "reload" or "restart" as the table does. */
+	FILE *f = fopen(example, "rb");
+	static char lines[400][256];
+	int n_lines = 0;
+	while (f && n_lines < 400 && fgets(lines[n_lines], 256, f))
+		n_lines++;
+	if (f)
+		fclose(f);
+	for (int j = 0; j < n; j++) {
+		const struct config_key *k = NULL;
+		for (size_t i = 0; i < config_n_keys; i++)
+			if (strcmp(paths[j], config_keys[i].path) == 0)
+				k = &config_keys[i];
+		if (!k || path_lines[j] == 0)
+			continue;
+		const char *want = k->apply ? " reload\n" : " restart\n";
+		const char *above = lines[path_lines[j] - 1];
+		size_t la = strlen(above), lw = strlen(want);
+		ck_assert_msg(la >= lw && strcmp(above + la - lw, want) == 0,
+			      "config/sinkd.yaml: the comment above %s should end with '%.*s'",
+			      k->path, (int)lw - 1, want);
 	}
 }
 END_TEST

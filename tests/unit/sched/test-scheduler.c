@@ -244,7 +244,8 @@ static int submit(struct scheduler *s, struct coll *c, const int32_t *ids, size_
 	char err[SINKD_ERR_LEN];
 	struct gen_request q = {0};
 	q.prompt_ids = malloc((n + 1) * sizeof(int32_t));
-	memcpy(q.prompt_ids, ids, n * sizeof(int32_t));
+	if (n)
+		memcpy(q.prompt_ids, ids, n * sizeof(int32_t));
 	q.n_prompt = n;
 	sampler_params_default(&q.sampling);
 	q.sampling.temperature = 0;
