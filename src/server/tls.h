@@ -12,10 +12,11 @@
 #include <gnutls/abstract.h>
 #include <gnutls/gnutls.h>
 
-/* TLS 1.2 and 1.3 only, AEAD ciphers only (GnuTLS priority string). */
+/* TLS 1.2 and 1.3 only, AEAD ciphers only, forward-secret key exchange only
+ * (TLS 1.2: ECDHE; plain RSA key exchange is off) (GnuTLS priority string). */
 #define TLS_PRIORITIES                                                                             \
 	"NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:-CIPHER-ALL:+AES-128-GCM:+AES-256-GCM:"        \
-	"+CHACHA20-POLY1305:-MAC-ALL:+AEAD:%SERVER_PRECEDENCE"
+	"+CHACHA20-POLY1305:-MAC-ALL:+AEAD:-KX-ALL:+ECDHE-ECDSA:+ECDHE-RSA:%SERVER_PRECEDENCE"
 
 /* SHA-256 of the leaf certificate's DER as 64 lower-case hex digits. */
 #define TLS_FINGERPRINT_LEN 65
