@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(gcc pkg-config meson ninja-build libmicrohttpd-dev libssl-dev libcjson-dev
           libyaml-dev check openssl curl ca-certificates python3 libsystemd-dev systemd
-          libgnutls28-dev)
+          libgnutls28-dev nginx haproxy python3-yaml sslscan)
 # The JavaScript client test needs node + npm; keep an existing install.
 command -v node >/dev/null 2>&1 || packages+=(nodejs)
 command -v npm >/dev/null 2>&1 || packages+=(npm)
