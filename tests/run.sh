@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds sinkd and runs the whole test suite on this machine: unit and
-# integration tests (warnings as errors), then the hostile-input tests again
-# under AddressSanitizer.  Installs missing Debian packages first.  Ends with
-# a line "N passed, N failed, N skipped".  CUDA tests skip (77) without a GPU.
+# integration tests (warnings as errors), then again under AddressSanitizer +
+# UBSan, and the threaded parts under ThreadSanitizer.  Installs missing
+# Debian packages first.  Ends with a line "N passed, N failed, N skipped".
+# CUDA tests skip (77) without a GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 deploy/install-deps.sh || exit 1
@@ -48,15 +49,27 @@ else
 	failed=$((failed + 1))
 fi
 
-# Hostile inputs, and the reload / drain paths (suite sanitize), under
-# AddressSanitizer + UBSan with leak checks (no CUDA: nvcc objects are not
-# instrumented).
+# The whole suite again under AddressSanitizer + UBSan with leak checks (no
+# CUDA: nvcc objects are not instrumented), less the tests of deploy files and
+# balancers (suite no-sanitize: they exercise nginx, HAProxy and systemd, and
+# the daemon's side of them runs here in the other tests).
 if configure build-asan -Dwerror=true -Dcuda=disabled -Db_sanitize=address,undefined \
 	--buildtype=debugoptimized; then
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-		run_suite build-asan --suite hostile --suite sanitize
+		run_suite build-asan --no-suite no-sanitize
 else
 	echo "tests/run.sh: the sanitizer build failed" >&2
+	failed=$((failed + 1))
+fi
+
+# The threaded parts (scheduler, thread pool, server, reload and drain;
+# suite tsan) under ThreadSanitizer: a reported race fails the test.
+if configure build-tsan -Dwerror=true -Dcuda=disabled -Db_sanitize=thread \
+	--buildtype=debugoptimized; then
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 SINKD_TEST_TIME_SCALE=10 \
+		run_suite build-tsan --suite tsan --timeout-multiplier 3
+else
+	echo "tests/run.sh: the thread-sanitizer build failed" >&2
 	failed=$((failed + 1))
 fi
 

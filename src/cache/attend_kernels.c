@@ -27,7 +27,10 @@
 #pragma GCC optimize("fp-contract=fast")
 #define ATTEND_INLINE static inline __attribute__((always_inline))
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(ATTEND_NO_CLONES)
+/* Not under ThreadSanitizer: the clones' ifunc resolver runs before its
+ * runtime is up and crashes the program at load. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(ATTEND_NO_CLONES) && \
+    !defined(__SANITIZE_THREAD__)
 #define ATTEND_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define ATTEND_CLONES
@@ -514,7 +517,10 @@ static void mix_rows_scalar(enum kv_dtype dt, int bits, const unsigned char *bas
  * attention (12 heads of 64, bf16, 100 rows; one token and layer): in L2
  * 15.8 us with the 8-wide kernels, 8.4 us with these; from memory (384
  * sessions in turn) 49 us and 37 us. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(ATTEND_NO_CLONES)
+/* Not under ThreadSanitizer: the clones' ifunc resolver runs before its
+ * runtime is up and crashes the program at load. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(ATTEND_NO_CLONES) && \
+    !defined(__SANITIZE_THREAD__)
 #include <immintrin.h>
 #define ATTEND_HAVE_512 1
 #define AK512_TARGET "avx512f,avx512bw,avx512vl,avx2,fma,f16c"

@@ -83,7 +83,7 @@ port=$(free_port)
 write_cfg "$tmp/r.yaml" "$port" 256
 stall="$tmp/stall"
 NOTIFY_SOCKET="$notify_sock" WATCHDOG_USEC=1500000 SINKD_TEST_STALL_FILE="$stall" \
-	start_daemon reload "$tmp/r.yaml" --set server.drain_grace_s=1 --set server.drain_timeout_s=20 \
+	start_daemon reload "$tmp/r.yaml" --set server.drain_grace_s=1 --set server.drain_timeout_s=60 \
 	--set limits.max_tokens=1000000
 check "daemon ready" [ $? -eq 0 ]
 main_pid=$pid
@@ -222,7 +222,7 @@ check "pings again once the engine turns" [ "$(pings)" -gt "$p1" ]
 # ---- drain: a stream in flight completes, new requests 503, exit 0 -------------------------------
 # The stall hook holds the engine mid-stream, so the stream is still running
 # when the drain begins whatever the machine's speed.
-long='{"prompt":"Once upon a time","max_tokens":20000,"ignore_eos":true,"stream":true}'
+long='{"prompt":"Once upon a time","max_tokens":3000,"ignore_eos":true,"stream":true}'
 has_events() { grep -q '^data: {' "$1"; }
 curl -skN "${auth[@]}" -d "$long" "$base/v1/completions" >"$tmp/inflight.txt" 2>/dev/null &
 stream_pid=$!
