@@ -73,5 +73,22 @@ else
 	failed=$((failed + 1))
 fi
 
+# ---- Fuzz smoke: every libFuzzer target of tests/fuzz for a short run
+# (SINKD_FUZZ_SECONDS each, two at a time) under ASan + UBSan from its seed
+# corpus; each target counts as one check.  Longer runs are by hand:
+# tests/fuzz/run.sh SECONDS.
+fuzz_out=$(mktemp)
+tests/fuzz/run.sh -j 2 "${SINKD_FUZZ_SECONDS:-20}" 2>&1 | tee "$fuzz_out"
+fuzz_json=$(grep '^{"fuzz":' "$fuzz_out" | tail -1)
+fuzz_ok=$(grep -o '"result":"ok"' <<<"$fuzz_json" | wc -l)
+fuzz_bad=$(grep -o '"result":"failed"' <<<"$fuzz_json" | wc -l)
+if [ "$((fuzz_ok + fuzz_bad))" -eq 0 ]; then
+	echo "tests/run.sh: the fuzz smoke printed no results (build failed?)" >&2
+	fuzz_bad=1
+fi
+passed=$((passed + fuzz_ok))
+failed=$((failed + fuzz_bad))
+rm -f "$fuzz_out"
+
 echo "${passed} passed, ${failed} failed, ${skipped} skipped"
 [ "$failed" -eq 0 ]

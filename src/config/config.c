@@ -19,9 +19,17 @@
 #include "cache/sinkcache.h"
 #include "config/config_table.h"
 #include "model/model.h"
+#include "tokenizer/unicode.h"
 #include "util/errbuf.h"
 
 #define ORIGIN_LEN 192
+/* A sinkd config is at most 4 levels deep.  Deeper nesting is refused as its
+ * events arrive, so libyaml's scanner (whose cost per token grows with the
+ * flow nesting depth) never gets more than a line past this depth. */
+#define CONFIG_MAX_DEPTH 16
+/* Enough to fix a file in one pass; stopping there bounds the work a hostile
+ * file of unknown keys causes (each one gets a spelling suggestion). */
+#define CONFIG_MAX_ERRORS 100
 
 /* State of one config_load call. */
 struct loader {
@@ -32,6 +40,7 @@ struct loader {
 	char (*origin)[ORIGIN_LEN]; /* per key: "file:line:col" or "--set" or "default" */
 	char **seen;		 /* paths already set in this file (duplicates) */
 	size_t n_seen;
+	int depth; /* open YAML mappings and sequences */
 	yaml_parser_t parser;
 };
 
@@ -54,23 +63,69 @@ void config_errors_print(const struct config_errors *e, FILE *out)
 		fprintf(out, "%s\n", e->lines[i]);
 }
 
+/* A copy of s in which control characters (C0, DEL, C1, U+2028/U+2029) are
+ * written as \n, \t, \xNN or \uNNNN and bytes that are not UTF-8 as \xNN,
+ * so quoted input can never start a line of its own or drive a terminal.
+ * Backslashes stay as they are: escaping twice changes nothing. */
+static char *escape_line(const char *s)
+{
+	size_t len = strlen(s), n = 0;
+	char *out = malloc(4 * len + 1); /* the worst case: \xNN for every byte */
+	if (out == NULL)
+		return NULL;
+	for (size_t i = 0; i < len;) {
+		const unsigned char *p = (const unsigned char *)s + i;
+		size_t step;
+		uint32_t cp = utf8_decode(p, len - i, &step);
+		int invalid = cp == 0xFFFD && step == 1;
+		if (cp == '\n' || cp == '\t' || cp == '\r')
+			n += (size_t)sprintf(out + n, "\\%c",
+			                     cp == '\n'   ? 'n'
+			                     : cp == '\t' ? 't'
+			                                  : 'r');
+		else if (invalid || cp < 0x20 || cp == 0x7F)
+			n += (size_t)sprintf(out + n, "\\x%02x", *p);
+		else if ((cp >= 0x80 && cp <= 0x9F) || cp == 0x2028 || cp == 0x2029)
+			n += (size_t)sprintf(out + n, "\\u%04x", (unsigned)cp);
+		else {
+			memcpy(out + n, p, step);
+			n += step;
+		}
+		i += step;
+	}
+	out[n] = '\0';
+	return out;
+}
+
 static void add_error(struct loader *ld, const char *where, const char *fmt, ...) SINKD_PRINTF(3, 4);
 static void add_error(struct loader *ld, const char *where, const char *fmt, ...)
 {
 	char msg[1024];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
+	if (ld->errs->n > CONFIG_MAX_ERRORS)
+		return;
+	if (ld->errs->n == CONFIG_MAX_ERRORS) {
+		where = ld->file ? ld->file : "config";
+		snprintf(msg, sizeof(msg), "too many problems: stopped after the first %d",
+		         CONFIG_MAX_ERRORS);
+	} else {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(msg, sizeof(msg), fmt, ap);
+		va_end(ap);
+	}
 	char **lines = realloc(ld->errs->lines, (ld->errs->n + 1) * sizeof(char *));
 	if (lines == NULL)
 		return;
 	ld->errs->lines = lines;
 	size_t len = strlen(where) + strlen(msg) + 3;
-	char *line = malloc(len);
+	char *raw = malloc(len);
+	if (raw == NULL)
+		return;
+	snprintf(raw, len, "%s: %s", where, msg);
+	char *line = escape_line(raw);
+	free(raw);
 	if (line == NULL)
 		return;
-	snprintf(line, len, "%s: %s", where, msg);
 	lines[ld->errs->n++] = line;
 }
 
@@ -122,15 +177,18 @@ static size_t levenshtein(const char *a, const char *b)
 /* The known key or section nearest to an unknown path, or NULL. */
 static const char *suggest(const char *path, char *buf, size_t buf_len)
 {
-	size_t best = (size_t)-1;
+	size_t best = (size_t)-1, path_len = strlen(path);
+	size_t limit = path_len / 4 > 2 ? path_len / 4 : 2;
 	const char *best_path = NULL;
 	for (size_t i = 0; i < config_n_keys; i++) {
 		const char *k = config_keys[i].path;
-		/* Compare against the key and every section prefix of it. */
+		/* Compare against the key and every section prefix of it (not
+		 * those whose length alone puts them past the limit). */
 		for (const char *dot = k;; dot++) {
 			if (*dot == '.' || *dot == '\0') {
 				size_t n = (size_t)(dot - k);
-				if (n < buf_len) {
+				size_t diff = n > path_len ? n - path_len : path_len - n;
+				if (n < buf_len && diff <= limit) {
 					memcpy(buf, k, n);
 					buf[n] = '\0';
 					size_t d = levenshtein(path, buf);
@@ -144,7 +202,6 @@ static const char *suggest(const char *path, char *buf, size_t buf_len)
 				break;
 		}
 	}
-	size_t limit = strlen(path) / 4 > 2 ? strlen(path) / 4 : 2;
 	if (best_path == NULL || best > limit)
 		return NULL;
 	/* Recompute the matching prefix of best_path into buf. */
@@ -446,15 +503,37 @@ static size_t key_index(const struct config_key *k)
 	return (size_t)(k - config_keys);
 }
 
+/* The next event, or -EINVAL (with an error) on a syntax error, nesting
+ * deeper than CONFIG_MAX_DEPTH, or once too many problems were found. */
 static int next_event(struct loader *ld, yaml_event_t *ev)
 {
-	if (yaml_parser_parse(&ld->parser, ev))
-		return 0;
 	char where[ORIGIN_LEN];
-	mark_where(ld, &ld->parser.problem_mark, where, sizeof(where));
-	add_error(ld, where, "YAML syntax error: %s%s%s", ld->parser.problem ? ld->parser.problem : "?",
-		  ld->parser.context ? " " : "", ld->parser.context ? ld->parser.context : "");
-	return -EINVAL;
+	if (ld->errs->n >= CONFIG_MAX_ERRORS) {
+		add_error(ld, ld->file, "too many problems"); /* once: add_error caps */
+		return -EINVAL;
+	}
+	if (!yaml_parser_parse(&ld->parser, ev)) {
+		mark_where(ld, &ld->parser.problem_mark, where, sizeof(where));
+		add_error(ld, where, "YAML syntax error: %s%s%s",
+		          ld->parser.problem ? ld->parser.problem : "?",
+		          ld->parser.context ? " " : "",
+		          ld->parser.context ? ld->parser.context : "");
+		return -EINVAL;
+	}
+	if (ev->type == YAML_MAPPING_START_EVENT || ev->type == YAML_SEQUENCE_START_EVENT) {
+		if (++ld->depth > CONFIG_MAX_DEPTH) {
+			mark_where(ld, &ev->start_mark, where, sizeof(where));
+			add_error(ld, where,
+			          "YAML nested deeper than %d levels (a sinkd config is at most 4 "
+			          "levels deep)",
+			          CONFIG_MAX_DEPTH);
+			yaml_event_delete(ev);
+			return -EINVAL;
+		}
+	} else if (ev->type == YAML_MAPPING_END_EVENT || ev->type == YAML_SEQUENCE_END_EVENT) {
+		ld->depth--;
+	}
+	return 0;
 }
 
 /* Consumes the rest of a node whose start event was `start`. */
@@ -518,6 +597,11 @@ static void note_missing_file(struct loader *ld, const struct config_key *k, con
 	}
 	snprintf(line, len, "%s: %s: %s", where, k->path, msg);
 	c->missing_files = grown;
+	char *escaped = escape_line(line);
+	if (escaped) {
+		free(line);
+		line = escaped;
+	}
 	grown[c->n_missing_files].key = k->path;
 	grown[c->n_missing_files].message = line;
 	c->n_missing_files++;
@@ -720,14 +804,30 @@ static int read_config_file(struct loader *ld, const char *path, unsigned char *
 		add_error(ld, path, "cannot open config file: %s", strerror(errno));
 		return -ENOENT;
 	}
-	unsigned char *buf = malloc(CONFIG_FILE_MAX + 1);
-	size_t n = buf ? fread(buf, 1, CONFIG_FILE_MAX + 1, fp) : 0;
+	/* The buffer grows with the file: a small config costs a small one. */
+	unsigned char *buf = NULL;
+	size_t cap = 0, n = 0;
+	int oom = 0;
+	do {
+		size_t want = cap ? 2 * cap : 64 << 10;
+		if (want > CONFIG_FILE_MAX + 1)
+			want = CONFIG_FILE_MAX + 1;
+		unsigned char *grown = realloc(buf, want);
+		if (grown == NULL) {
+			oom = 1;
+			break;
+		}
+		buf = grown;
+		cap = want;
+		n += fread(buf + n, 1, cap - n, fp);
+	} while (n == cap && cap < CONFIG_FILE_MAX + 1);
 	int bad = ferror(fp);
 	fclose(fp);
-	if (buf == NULL || bad || n > CONFIG_FILE_MAX) {
-		add_error(ld, path, "%s", buf == NULL ? "out of memory"
-					  : bad	      ? "cannot read config file"
-						      : "config file larger than 4 MiB");
+	if (oom || bad || n > CONFIG_FILE_MAX) {
+		add_error(ld, path, "%s",
+		          oom   ? "out of memory"
+		          : bad ? "cannot read config file"
+		                : "config file larger than 4 MiB");
 		free(buf);
 		return -EINVAL;
 	}
@@ -980,6 +1080,47 @@ void config_cache_geometry(const struct sinkd_config *c, const struct model_hpar
 	g->dtype = c->inference.attention.dtype;
 }
 
+/* Appends s as a YAML double-quoted scalar to out (len bytes, used so far),
+ * whole escapes only; returns the new used.  Control characters and quotes
+ * are escaped, so a printed value is one line and reads back as the same
+ * string (bytes that are not UTF-8 print as \xNN, which reads back as
+ * U+00NN). */
+static size_t put_yaml_quoted(char *out, size_t len, size_t used, const char *s)
+{
+	size_t slen = strlen(s);
+	if (used + 3 > len) /* the quotes and NUL */
+		return used;
+	out[used++] = '"';
+	for (size_t i = 0; i < slen;) {
+		const unsigned char *p = (const unsigned char *)s + i;
+		size_t step;
+		char esc[8];
+		uint32_t cp = utf8_decode(p, slen - i, &step);
+		const char *piece = esc;
+		size_t n;
+		if (cp == '"' || cp == '\\')
+			n = (size_t)snprintf(esc, sizeof(esc), "\\%c", (char)cp);
+		else if (cp == '\n' || cp == '\t')
+			n = (size_t)snprintf(esc, sizeof(esc), "\\%c", cp == '\n' ? 'n' : 't');
+		else if ((cp == 0xFFFD && step == 1) || cp < 0x20 || cp == 0x7F)
+			n = (size_t)snprintf(esc, sizeof(esc), "\\x%02x", *p);
+		else if ((cp >= 0x80 && cp <= 0x9F) || cp == 0x2028 || cp == 0x2029 ||
+		         cp == 0xFEFF || cp == 0xFFFE ||
+		         cp == 0xFFFF) /* and what YAML calls non-printable */
+			n = (size_t)snprintf(esc, sizeof(esc), "\\u%04x", (unsigned)cp);
+		else
+			piece = (const char *)p, n = step;
+		if (used + n + 2 > len) /* room for this, the closing quote and NUL */
+			break;
+		memcpy(out + used, piece, n);
+		used += n;
+		i += step;
+	}
+	out[used++] = '"';
+	out[used] = '\0';
+	return used;
+}
+
 void config_format_value(const struct sinkd_config *c, const struct config_key *k, int mask,
 			 char *out, size_t len)
 {
@@ -1010,16 +1151,22 @@ void config_format_value(const struct sinkd_config *c, const struct config_key *
 	case CONFIG_STRING:
 	case CONFIG_PATH: {
 		const char *s = *(char *const *)cfield(c, k->offset);
-		snprintf(out, len, "\"%s\"", s ? (mask && (k->flags & CONFIG_SECRET) ? "***" : s) : "");
+		if (len > 0)
+			out[0] = '\0';
+		put_yaml_quoted(out, len, 0,
+		                s ? (mask && (k->flags & CONFIG_SECRET) ? "***" : s) : "");
 		break;
 	}
 	case CONFIG_STRLIST: {
 		char *const *list = *(char **const *)cfield(c, k->offset);
 		size_t n = *(const size_t *)cfield(c, k->aux_offset), used = 0;
 		used += (size_t)snprintf(out, len, "[");
-		for (size_t i = 0; i < n && used < len; i++)
-			used += (size_t)snprintf(out + used, len - used, "%s\"%s\"", i ? ", " : "",
-						 mask && (k->flags & CONFIG_SECRET) ? "***" : list[i]);
+		for (size_t i = 0; i < n && used + 3 < len; i++) {
+			if (i)
+				used += (size_t)snprintf(out + used, len - used, ", ");
+			used = put_yaml_quoted(
+			    out, len, used, mask && (k->flags & CONFIG_SECRET) ? "***" : list[i]);
+		}
 		if (used < len)
 			snprintf(out + used, len - used, "]");
 		break;

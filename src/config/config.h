@@ -27,6 +27,13 @@ struct sinkd_config {
 		int64_t threads;	/* HTTP worker threads */
 		int64_t drain_grace_s;	/* SIGTERM: 503s before the listener closes */
 		int64_t drain_timeout_s; /* then: time running streams get */
+		int64_t handshake_timeout_s; /* accept to the end of the TLS handshake */
+		int64_t request_timeout_s;   /* a whole request (line, headers, body) */
+		int64_t idle_timeout_s;	     /* a kept-alive connection between requests */
+		int64_t max_connections_per_address; /* 0 = no cap */
+		int64_t max_uri_bytes;	     /* request target */
+		int64_t max_header_bytes;    /* all header lines together */
+		int64_t max_headers;	     /* header lines */
 	} server;
 	struct {
 		bool watch; /* reload on file changes (inotify) */
@@ -66,12 +73,21 @@ struct sinkd_config {
 		int64_t max_queue;
 		int64_t max_queue_wait_s;
 		int64_t session_ttl_s;
+		int64_t session_empty_ttl_s; /* sessions no request ran on */
 		int64_t session_offload_s; /* 0 = never */
 		int64_t max_unsent_tokens; /* 0 = no flow control */
 	} scheduler;
 	struct {
 		int64_t max_body_bytes;
 		int64_t max_tokens;
+		int64_t max_prompt_tokens; /* one request's prompt; 0 = max_context_length */
+		int64_t max_sessions;      /* persistent sessions in total; 0 = unlimited */
+		struct {                   /* per API key, or per client address without keys */
+			int64_t max_sessions;  /* 0 = unlimited, each */
+			int64_t max_streams;
+			int64_t max_queued;
+			int64_t prompt_tokens_per_minute;
+		} per_key;
 	} limits;
 	struct {
 		enum log_level level;

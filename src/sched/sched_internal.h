@@ -22,8 +22,11 @@ struct sched_limits {
 	int64_t max_queue;
 	int64_t max_queue_wait_s;
 	int64_t session_ttl_s;
-	int64_t session_offload_s; /* 0 = never */
+	int64_t session_empty_ttl_s; /* sessions no request ever ran on */
+	int64_t max_sessions;        /* limits.max_sessions */
+	int64_t session_offload_s;   /* 0 = never */
 	int64_t max_tokens;        /* limits.max_tokens */
+	int64_t max_prompt_tokens; /* limits.max_prompt_tokens, 0 resolved to max_context_length */
 	size_t max_unsent_tokens;  /* flow control; 0 = off */
 	size_t budget_bytes;
 	bool budget_auto;
@@ -33,7 +36,9 @@ struct sched_limits {
 
 struct sched_session {
 	char id[SCHED_SESSION_ID_LEN]; /* "" for a one-shot request's session */
+	char owner[SCHED_OWNER_LEN];   /* who created it ("": nobody named) */
 	bool persistent;
+	bool used; /* [mu] a request was submitted on it (else the empty-session TTL) */
 	bool deleted;         /* [mu] out of the table, engine frees it when idle */
 	uint64_t busy_handle; /* [mu] request running on it, 0 when idle */
 	struct sinkcache_geometry geom;
@@ -83,7 +88,9 @@ struct sched_req {
 	int n_prompt; /* prompt tokens reported in events */
 	/* per tick [engine] */
 	size_t n_in_batch;
-	int logits_row; /* -1: no logits this tick */
+	int logits_row;       /* -1: no logits this tick */
+	uint64_t served_tick; /* the batch it last had a row in (0: none yet) */
+	size_t rank;          /* its place in the order candidates were listed in */
 };
 
 #define SCHED_PACE_SAMPLES 5 /* decode-only batch times the pacing reference is the median of */
@@ -134,6 +141,9 @@ struct scheduler {
 	float *logits; /* (cap_logits_rows, n_vocab) */
 	size_t cap_logits_rows;
 	size_t rr_decode, rr_prefill; /* round-robin cursors */
+	uint64_t n_batches;           /* batches built (served_tick stamps) */
+	struct sched_req **cand;      /* (cap_cand) decoders, then prompts, of one batch */
+	size_t cap_cand;
 	/* [engine] prefill pacing while sessions decode (sched_tick.c) */
 	double pace_decode_s;        /* median of recent decode-only batch times; 0 unknown */
 	double pace_decode_samples[SCHED_PACE_SAMPLES]; /* ring of the last decode-only times */

@@ -118,7 +118,9 @@ void scheduler_write_metrics(struct scheduler *s, FILE *out)
 	} rej[] = {{"queue_full", st.rejected_queue_full},
 	           {"queue_timeout", st.rejected_timeout},
 	           {"over_budget", st.rejected_budget},
-	           {"session_busy", st.rejected_busy}};
+	           {"session_busy", st.rejected_busy},
+	           {"max_sessions", st.rejected_sessions},
+	           {"per_key_max_sessions", st.rejected_owner_sessions}};
 	for (size_t i = 0; i < sizeof(rej) / sizeof(rej[0]); i++)
 		fprintf(out, "sinkd_scheduler_rejections_total{reason=\"%s\"} %" PRIu64 "\n",
 		        rej[i].reason, rej[i].v);
@@ -142,6 +144,10 @@ void scheduler_write_metrics(struct scheduler *s, FILE *out)
 	          (double)st.sessions_created);
 	write_one(out, "sinkd_sessions_expired_total", "counter",
 	          "Persistent sessions expired (TTL)", (double)st.sessions_expired);
+	write_one(out, "sinkd_sessions_expired_empty_total", "counter",
+	          "Persistent sessions expired that no request ever ran on "
+	          "(scheduler.session_empty_ttl_s)",
+	          (double)st.sessions_expired_empty);
 	fprintf(out,
 	        "# HELP sinkd_kv_evictions_total Tokens leaving a cache tier\n"
 	        "# TYPE sinkd_kv_evictions_total counter\n"

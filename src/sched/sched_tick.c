@@ -5,13 +5,25 @@
  * lock only for short bookkeeping.  Admission and the session table live in
  * scheduler.c.
  *
- * Batch policy (fairness): every decoding session first gets its one token
- * (if there are more decoders than max_batch_tokens, the ones left out go
- * first next tick: the start rotates).  The rest of max_batch_tokens is
- * shared among prefilling sessions round-robin: each gets an equal share of
- * what is left (leftovers of short prompts pass on to the next), capped at the
- * session's window so a chunk never evicts its own tokens, and the first
- * session served rotates every tick.
+ * Batch policy (fairness): every decoding session first gets its one token.
+ * The rest of max_batch_tokens is shared among prefilling sessions
+ * round-robin: each gets an equal share of what is left (leftovers of short
+ * prompts pass on to the next), capped at the session's window so a chunk
+ * never evicts its own tokens, and the first session served rotates every
+ * tick.  When rows are fewer than candidates, decoders take turns (the
+ * least recently served first: each waits at most ceil(decoders / rows)
+ * ticks) and prompts go in the order they were submitted (a prompt waits
+ * only for older ones; rows shared among all waiting prompts finish them
+ * all late, together, and leave the batches short of decoders meanwhile).
+ *
+ * Crowding: when the decoders (those held by flow control included) would
+ * leave prompts fewer than PACE_DECODE_SHARE of max_batch_tokens rows (at
+ * least one), decoders get at most max_batch_tokens minus that share and
+ * prompts the rest.  Without it, once as many streams decode as a batch has
+ * rows, a new request got no prompt row until a stream finished; with it,
+ * every admitted request reaches its first token within a bounded number
+ * of ticks, and the decoders beyond the batch take turns.  A batch of one
+ * row alternates between the two.
  *
  * Pacing: while any session decodes, the prefill share of a batch is further
  * capped by `pace_cap` so that a batch carrying prefill takes at most
@@ -398,6 +410,13 @@ static bool req_sample(struct scheduler *s, struct sched_req *r)
 
 static int batch_reserve(struct scheduler *s, size_t n_tokens, size_t n_rows)
 {
+	if (2 * n_rows > s->cap_cand) {
+		void *p = realloc(s->cand, 2 * n_rows * sizeof(*s->cand));
+		if (!p)
+			return -ENOMEM;
+		s->cand = p;
+		s->cap_cand = 2 * n_rows;
+	}
 	if (n_tokens > s->cap_batch) {
 		void *p = realloc(s->batch, n_tokens * sizeof(*s->batch));
 		if (!p)
@@ -422,6 +441,7 @@ static void batch_add(struct scheduler *s, size_t *n, int *rows, struct sched_re
 	    .session = r->sess->bs, .token = tok, .want_logits = want_logits};
 	(*n)++;
 	r->n_in_batch++;
+	r->served_tick = s->n_batches;
 	if (want_logits)
 		r->logits_row = (*rows)++;
 }
@@ -458,8 +478,8 @@ static size_t prefill_chunk_cap(const struct sched_req *r)
 struct batch_shape {
 	size_t n_decode;  /* decode tokens */
 	size_t n_prefill; /* prefill tokens */
-	bool paced;       /* prefill was cut by pace_cap */
 	bool part_block;  /* prompt rows granted by the row, not the block */
+	bool crowded;     /* decoders left prompts too few rows (the top of this file) */
 };
 
 /* Prompt tokens a batch with n_decode decode tokens may carry: the measured
@@ -525,42 +545,104 @@ static bool flow_held(const struct scheduler *s, struct sched_req *r)
 	       r->req.unsent_tokens(r->req.user) >= s->max_unsent;
 }
 
-/* Builds the batch described at the top of this file; returns its size. */
-static size_t batch_build(struct scheduler *s, struct sched_req **act, size_t n_act,
-                          size_t max_tokens, int *rows, struct batch_shape *shape)
+static int cmp_served(const void *a, const void *b)
 {
-	size_t n = 0, n_prefill = 0, want = 0;
+	const struct sched_req *x = *(struct sched_req *const *)a;
+	const struct sched_req *y = *(struct sched_req *const *)b;
+	if (x->served_tick != y->served_tick)
+		return x->served_tick < y->served_tick ? -1 : 1;
+	return x->rank < y->rank ? -1 : x->rank > y->rank;
+}
+
+/* Orders r[0..n) least recently served first; the listed order breaks ties. */
+static void order_by_service(struct sched_req **r, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		r[i]->rank = i;
+	qsort(r, n, sizeof(*r), cmp_served);
+}
+
+static int cmp_handle(const void *a, const void *b)
+{
+	uint64_t x = (*(struct sched_req *const *)a)->handle;
+	uint64_t y = (*(struct sched_req *const *)b)->handle;
+	return x < y ? -1 : x > y;
+}
+
+/* Prompt rows a crowded batch keeps for prompts (the top of this file). */
+static size_t crowd_prompt_rows(const struct scheduler *s, size_t max_tokens, size_t want)
+{
+	size_t rows = (size_t)(PACE_DECODE_SHARE * (double)max_tokens);
+	if (rows < 1)
+		rows = max_tokens > 1 || s->n_batches % 2 ? 1 : 0;
+	return rows < want ? rows : want;
+}
+
+/* Lists the ready decoders in dec and the prompts in pre, each in its
+ * rotation order; counts held decoders and the prompt tokens wanted. */
+static void batch_candidates(struct scheduler *s, struct sched_req **act, size_t n_act,
+                             struct sched_req **dec, size_t *n_dec, struct sched_req **pre,
+                             size_t *n_pre, size_t *want)
+{
+	*n_dec = *n_pre = *want = 0;
 	for (size_t k = 0; k < n_act; k++) {
 		struct sched_req *r = act[(s->rr_decode + k) % n_act];
-		if (r->state == REQ_DECODE && flow_held(s, r)) {
+		if (r->state == REQ_DECODE && flow_held(s, r))
 			s->n_held++;
-			continue;
-		}
-		if (r->state == REQ_DECODE && n < max_tokens)
-			batch_add(s, &n, rows, r, r->next_token, true);
-		if (r->state == REQ_PREFILL) {
-			n_prefill++;
-			want += r->n_feed - r->n_fed;
-		}
+		else if (r->state == REQ_DECODE)
+			dec[(*n_dec)++] = r;
 	}
 	s->rr_decode++;
-	shape->n_decode = n;
+	size_t start = s->rr_prefill++;
+	for (size_t k = 0; k < n_act; k++) {
+		struct sched_req *r = act[(start + k) % n_act];
+		if (r->state == REQ_PREFILL) {
+			pre[(*n_pre)++] = r;
+			*want += r->n_feed - r->n_fed;
+		}
+	}
+}
+
+/* The batch rows, decoders' and prompts', under the pacing (the top of this
+ * file): n decoders in the batch already. */
+static size_t batch_limit(struct scheduler *s, size_t n, size_t want, size_t max_tokens,
+                          struct batch_shape *shape)
+{
+	/* Measure (or re-measure, as contexts grow) what a decode-only batch
+	 * costs: the reference of the pacing. */
+	if (n > 0 && want > 0 && (s->pace_decode_s == 0 || s->pace_since_measure >= PACE_REMEASURE))
+		return n;
+	if (shape->crowded)
+		return max_tokens;
 	/* Decoders held by flow control count as decoding: they come back any
 	 * moment, and a batch of prompt rows sized for no decoder would stall
 	 * them. */
 	size_t n_paced = n + s->n_held;
 	size_t limit = sched_pace_limit(s, n_paced, max_tokens, &shape->part_block);
-	/* Measure (or re-measure, as contexts grow) what a decode-only batch
-	 * costs: the reference of the pacing. */
-	if (n > 0 && want > 0 && (s->pace_decode_s == 0 || s->pace_since_measure >= PACE_REMEASURE))
-		limit = n_paced;
-	shape->paced = limit < max_tokens && want + n_paced > limit;
-	limit = limit > n_paced ? limit - s->n_held : n; /* rows of this batch */
-	size_t left = n_prefill, start = s->rr_prefill++;
-	for (size_t k = 0; k < n_act && left > 0; k++) {
-		struct sched_req *r = act[(start + k) % n_act];
-		if (r->state != REQ_PREFILL)
-			continue;
+	return limit > n_paced ? limit - s->n_held : n;
+}
+
+/* Builds the batch described at the top of this file; returns its size. */
+static size_t batch_build(struct scheduler *s, struct sched_req **act, size_t n_act,
+                          size_t max_tokens, int *rows, struct batch_shape *shape)
+{
+	struct sched_req **dec = s->cand, **pre = s->cand + n_act;
+	size_t n = 0, n_dec, n_pre, want;
+	s->n_batches++;
+	batch_candidates(s, act, n_act, dec, &n_dec, pre, &n_pre, &want);
+	size_t keep = n_pre ? crowd_prompt_rows(s, max_tokens, want) : 0;
+	*shape = (struct batch_shape){.crowded = n_pre && n_dec + s->n_held + keep > max_tokens};
+	size_t dec_rows = shape->crowded ? max_tokens - keep : max_tokens;
+	if (dec_rows < n_dec)
+		order_by_service(dec, n_dec);
+	for (size_t i = 0; i < n_dec && n < dec_rows; i++)
+		batch_add(s, &n, rows, dec[i], dec[i]->next_token, true);
+	shape->n_decode = n;
+	size_t limit = batch_limit(s, n, want, max_tokens, shape);
+	if (limit - n < n_pre)
+		qsort(pre, n_pre, sizeof(*pre), cmp_handle);
+	for (size_t k = 0, left = n_pre; k < n_pre; k++, left--) {
+		struct sched_req *r = pre[k];
 		size_t room = limit - n;
 		size_t share = room / left;
 		if (share == 0 && room > 0)
@@ -575,7 +657,6 @@ static size_t batch_build(struct scheduler *s, struct sched_req **act, size_t n_
 			bool last = at + 1 == r->n_feed;
 			batch_add(s, &n, rows, r, r->feed[at], last && r->logits_at_end);
 		}
-		left--;
 	}
 	shape->n_prefill = n - shape->n_decode;
 	return n;
@@ -613,6 +694,9 @@ static void pace_update(struct scheduler *s, const struct batch_shape *b, double
 		return;
 	}
 	s->pace_since_measure++;
+	/* A crowded batch is full either way: it says nothing of a row's cost. */
+	if (b->crowded)
+		return;
 	/* the rows the prompt tokens added beyond the decoders' last block: the
 	 * ones that cost time (whole blocks; the prompt rows themselves when
 	 * they were granted by the row, after a whole number of blocks) */
@@ -683,6 +767,8 @@ static void tick_prepare(struct scheduler *s, struct sched_req **act, size_t n_a
 		}
 		if (r->state != REQ_STARTING)
 			continue;
+		if (r->req.on_start)
+			r->req.on_start(r->req.user);
 		int status;
 		if (req_start(s, r, &status, err, sizeof(err)) != 0) {
 			sched_emit_done(s, r, GEN_FINISH_ERROR, status, err);

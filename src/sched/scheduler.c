@@ -95,8 +95,13 @@ static void limits_from_config(struct scheduler *s, const struct sinkd_config *c
 	lim->max_queue = cfg->scheduler.max_queue;
 	lim->max_queue_wait_s = cfg->scheduler.max_queue_wait_s;
 	lim->session_ttl_s = cfg->scheduler.session_ttl_s;
+	lim->session_empty_ttl_s = cfg->scheduler.session_empty_ttl_s;
+	lim->max_sessions = cfg->limits.max_sessions;
 	lim->session_offload_s = cfg->scheduler.session_offload_s;
 	lim->max_tokens = cfg->limits.max_tokens;
+	lim->max_prompt_tokens = cfg->limits.max_prompt_tokens > 0
+	                             ? cfg->limits.max_prompt_tokens
+	                             : cfg->inference.max_context_length;
 	lim->max_unsent_tokens = (size_t)cfg->scheduler.max_unsent_tokens;
 	lim->budget_auto = cfg->inference.cache.global_cache_limit_auto;
 	lim->auto_fraction = cfg->inference.cache.auto_fraction;
@@ -124,7 +129,10 @@ int scheduler_error_status(int rc)
 	switch (rc) {
 	case -EAGAIN:
 	case -ENOSPC:
+	case -EMFILE:
 		return 503;
+	case -EDQUOT:
+		return 429;
 	case -ENOENT:
 		return 404;
 	case -EBUSY:
@@ -147,6 +155,14 @@ int scheduler_retry_after_s(struct scheduler *s)
 	return w < 1 ? 1 : w > 60 ? 60 : (int)w;
 }
 
+int64_t scheduler_max_prompt_tokens(struct scheduler *s)
+{
+	pthread_mutex_lock(&s->mu);
+	int64_t n = s->lim.max_prompt_tokens;
+	pthread_mutex_unlock(&s->mu);
+	return n;
+}
+
 /* ---- sessions ---------------------------------------------------------- */
 
 static struct sched_session *session_find_locked(struct scheduler *s, const char *id)
@@ -163,6 +179,63 @@ static size_t session_revisable_locked(const struct sched_session *ss)
 {
 	size_t n = (size_t)(ss->stats.n_resident - ss->stats.n_sink);
 	return n + (ss->has_pending ? 1 : 0);
+}
+
+/* When an idle session expires (the top of scheduler.h). */
+static double session_expires_locked(const struct scheduler *s, const struct sched_session *ss)
+{
+	if (ss->used || s->lim.session_empty_ttl_s >= s->lim.session_ttl_s)
+		return ss->last_used + (double)s->lim.session_ttl_s;
+	return ss->created + (double)s->lim.session_empty_ttl_s;
+}
+
+static size_t sessions_owned_locked(const struct scheduler *s, const char *owner)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < s->n_sessions; i++)
+		n += strcmp(s->sessions[i]->owner, owner) == 0;
+	return n;
+}
+
+/* limits.max_sessions and the owner's limit; -EMFILE / -EDQUOT. */
+static int session_limits_locked(struct scheduler *s, const struct session_settings *opt, char *err,
+                                 size_t err_len)
+{
+	const char *owner = opt && opt->owner ? opt->owner : "";
+	if (owner[0] && opt->owner_max > 0 &&
+	    sessions_owned_locked(s, owner) >= (size_t)opt->owner_max) {
+		s->st.rejected_owner_sessions++;
+		return err_set(err, err_len, -EDQUOT,
+		               "this client holds %" PRId64 " persistent sessions, the most "
+		               "limits.per_key.max_sessions allows; delete one (DELETE "
+		               "/v1/sessions/{id}) or let an idle one expire",
+		               opt->owner_max);
+	}
+	if (s->lim.max_sessions > 0 && (int64_t)s->n_sessions >= s->lim.max_sessions) {
+		s->st.rejected_sessions++;
+		return err_set(err, err_len, -EMFILE,
+		               "%zu persistent sessions exist, the most limits.max_sessions "
+		               "allows; retry when one is deleted or expires",
+		               s->n_sessions);
+	}
+	return 0;
+}
+
+int scheduler_session_retry_after_s(struct scheduler *s, const char *owner)
+{
+	double now = sched_now(), first = 0;
+	pthread_mutex_lock(&s->mu);
+	for (size_t i = 0; i < s->n_sessions; i++) {
+		const struct sched_session *ss = s->sessions[i];
+		if (ss->busy_handle || (owner && strcmp(ss->owner, owner)))
+			continue;
+		double t = session_expires_locked(s, ss);
+		if (first == 0 || t < first)
+			first = t;
+	}
+	double wait = first > 0 ? first - now : (double)s->lim.session_ttl_s;
+	pthread_mutex_unlock(&s->mu);
+	return wait < 1 ? 1 : wait > 3600 ? 3600 : (int)ceil(wait);
 }
 
 static int settings_apply(const struct sched_limits *lim, const struct session_settings *opt,
@@ -242,6 +315,9 @@ int scheduler_session_create(struct scheduler *s, const struct session_settings 
 		rc = err_set(err, err_len, -EEXIST, "session %s exists", want_id);
 		goto out;
 	}
+	rc = session_limits_locked(s, opt, err, err_len);
+	if (rc)
+		goto out;
 	size_t bound = sinkcache_bound_bytes(&g);
 	if (bound > s->lim.budget_bytes) {
 		s->st.rejected_budget++;
@@ -270,6 +346,8 @@ int scheduler_session_create(struct scheduler *s, const struct session_settings 
 		do
 			session_id_make(ss->id);
 		while (s->n_sessions > 1 && session_find_locked(s, ss->id) != ss);
+	if (opt && opt->owner)
+		snprintf(ss->owner, sizeof(ss->owner), "%s", opt->owner);
 	ss->bytes_reserved = bound;
 	s->reserved += bound;
 	s->st.sessions_created++;
@@ -391,6 +469,27 @@ fail:
 	return rc < 0 ? rc : -EINVAL;
 }
 
+/* The one length check of every request: what one request may send
+ * (limits.max_prompt_tokens, every strategy) and, under strategy full, what
+ * its stream may hold (kept tokens of a session + prompt + max_tokens). */
+static int req_length_check_locked(const struct scheduler *s, const struct gen_request *q,
+                                   const struct sinkcache_geometry *g, size_t kept, char *err,
+                                   size_t err_len)
+{
+	if (q->n_prompt > (uint64_t)s->lim.max_prompt_tokens)
+		return err_set(err, err_len, -E2BIG,
+		               "the prompt has %zu tokens; the context takes at most %" PRId64
+		               " from one request (limits.max_prompt_tokens)",
+		               q->n_prompt, s->lim.max_prompt_tokens);
+	if (g->strategy == CACHE_STRATEGY_FULL &&
+	    kept + q->n_prompt + (size_t)q->max_tokens > (size_t)g->max_context_length)
+		return err_set(err, err_len, -E2BIG,
+		               "%zu tokens kept + prompt (%zu tokens) + max_tokens (%d) exceed "
+		               "inference.max_context_length (%d) of strategy full",
+		               kept, q->n_prompt, q->max_tokens, g->max_context_length);
+	return 0;
+}
+
 /* Checks a request against its persistent session; marks the session busy. */
 static int submit_on_session_locked(struct scheduler *s, struct sched_req *r, char *err,
                                     size_t err_len)
@@ -412,13 +511,11 @@ static int submit_on_session_locked(struct scheduler *s, struct sched_req *r, ch
 		    q->revise_last_tokens, revisable);
 	if (q->n_prompt == 0 && q->max_tokens > 0 && revisable - q->revise_last_tokens == 0)
 		return err_set(err, err_len, -EINVAL, "the session has no token to continue from");
-	/* Strategy full: the stream after the revise plus the new tokens must fit. */
 	size_t kept =
 	    (size_t)ss->stats.n_resident + (ss->has_pending ? 1 : 0) - q->revise_last_tokens;
-	if (ss->geom.strategy == CACHE_STRATEGY_FULL &&
-	    kept + q->n_prompt + (size_t)q->max_tokens > (size_t)ss->geom.max_context_length)
-		return err_set(err, err_len, -E2BIG, "prompt + max_tokens exceed the context (%d)",
-		               ss->geom.max_context_length);
+	int rc = req_length_check_locked(s, q, &ss->geom, kept, err, err_len);
+	if (rc)
+		return rc;
 	snprintf(r->sid, sizeof(r->sid), "%s", ss->id);
 	r->sess = ss;
 	return 0;
@@ -437,11 +534,9 @@ static int submit_one_shot_locked(struct scheduler *s, struct sched_req *r, char
 		    "a session's cache bound (%zu bytes) exceeds the KV budget (%zu bytes)",
 		    r->need_bytes, s->lim.budget_bytes);
 	}
-	if (r->geom.strategy == CACHE_STRATEGY_FULL &&
-	    q->n_prompt + (size_t)q->max_tokens > (size_t)r->geom.max_context_length)
-		return err_set(err, err_len, -E2BIG,
-		               "prompt (%zu tokens) + max_tokens (%d) exceed the context (%d)",
-		               q->n_prompt, q->max_tokens, r->geom.max_context_length);
+	int rc = req_length_check_locked(s, q, &r->geom, 0, err, err_len);
+	if (rc)
+		return rc;
 	r->sess = session_alloc(&r->geom, false);
 	if (!r->sess)
 		return err_set(err, err_len, -ENOMEM, "out of memory");
@@ -491,8 +586,10 @@ static int submit_locked(struct scheduler *s, struct sched_req *r, uint64_t *han
 	r->handle = s->next_handle++;
 	r->state = REQ_QUEUED;
 	r->enqueued_at = sched_now();
-	if (r->sess->persistent)
+	if (r->sess->persistent) {
 		r->sess->busy_handle = r->handle;
+		r->sess->used = true;
+	}
 	*handle = r->handle;
 	pthread_cond_signal(&s->cv);
 	return 0;
@@ -600,13 +697,14 @@ static void sessions_sweep_locked(struct scheduler *s, struct housekeeping *hk, 
 {
 	for (size_t i = 0; i < s->n_sessions;) {
 		struct sched_session *ss = s->sessions[i];
-		double expires = ss->last_used + (double)s->lim.session_ttl_s;
+		double expires = session_expires_locked(s, ss);
 		if (!ss->busy_handle && now >= expires) {
 			s->st.sessions_expired++;
+			s->st.sessions_expired_empty += !ss->used;
 			log_event(s->log, LOG_INFO, "sched", "session expired",
 			          (struct log_field[]){LOG_STR("session", ss->id),
 			                               LOG_DBL("idle_s", now - ss->last_used),
-			                               LOG_END});
+			                               LOG_INT("never_used", !ss->used), LOG_END});
 			session_kill_locked(s, ss);
 			continue; /* the table shrank at i */
 		}
@@ -834,6 +932,7 @@ void scheduler_free(struct scheduler *s)
 	free(s->dead);
 	free(s->batch);
 	free(s->logits);
+	free(s->cand);
 	pthread_cond_destroy(&s->cv);
 	pthread_mutex_destroy(&s->mu);
 	free(s);

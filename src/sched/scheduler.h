@@ -71,6 +71,10 @@ struct gen_request {
 	 * steps (flow control) until the consumer takes them and calls
 	 * scheduler_kick().  Called on the engine thread; must not block. */
 	size_t (*unsent_tokens)(void *user);
+	/* Optional: the request left the queue and the engine starts it (not
+	 * called for one that leaves it by timeout or cancel).  Engine thread;
+	 * must not block. */
+	void (*on_start)(void *user);
 };
 
 struct scheduler;
@@ -144,16 +148,24 @@ struct scheduler_stats {
 	uint64_t evicted_window;      /* tokens dropped from sliding windows (all sessions) */
 	uint64_t moved_to_compressed; /* tokens quantized out of hot tiers */
 	uint64_t flow_held; /* decode steps a stream sat out: its client had not taken its tokens */
+	uint64_t rejected_sessions;       /* -EMFILE: limits.max_sessions reached */
+	uint64_t rejected_owner_sessions; /* -EDQUOT: the owner's limit reached */
+	uint64_t sessions_expired_empty;  /* of sessions_expired: never used */
 };
 void scheduler_get_stats(struct scheduler *s, struct scheduler_stats *out);
 
 /* The HTTP status for an error code of scheduler_submit() and the session
- * functions: -EAGAIN/-ENOSPC 503, -ENOENT 404, -EBUSY/-ERANGE 409,
- * -EEXIST 409, -E2BIG/-EINVAL 400, anything else 500. */
+ * functions: -EAGAIN/-ENOSPC/-EMFILE 503, -EDQUOT 429, -ENOENT 404,
+ * -EBUSY/-ERANGE 409, -EEXIST 409, -E2BIG/-EINVAL 400, anything else 500. */
 int scheduler_error_status(int rc);
 
 /* Retry-After hint (seconds) for a 503 from -EAGAIN / -ENOSPC. */
 int scheduler_retry_after_s(struct scheduler *s);
+
+/* Most prompt tokens one request may send (limits.max_prompt_tokens, 0 in
+ * the config resolved to inference.max_context_length); a longer prompt gets
+ * -E2BIG from scheduler_submit under every cache strategy. */
+int64_t scheduler_max_prompt_tokens(struct scheduler *s);
 
 /* Histograms kept by the engine thread.  count[i] is the number of
  * observations <= upper[i] (cumulative, Prometheus style); the last bucket is
@@ -184,6 +196,7 @@ void scheduler_write_metrics(struct scheduler *s, FILE *out);
 /* ---- Persistent sessions ----------------------------------------------- */
 
 #define SCHED_SESSION_ID_LEN 33 /* 32 hex digits + NUL */
+#define SCHED_OWNER_LEN 64      /* a session owner's name, NUL included */
 
 /* Cache settings a client may choose at creation, within the configured
  * limits (each at most the configured value, so the bound never grows). */
@@ -193,13 +206,29 @@ struct session_settings {
 	/* NULL or "": a random id; else the client's id (1..32 hex digits) so a
 	 * balancer can route by it, -EEXIST (409) when it is taken. */
 	const char *id;
+	/* Who creates it (an API key or client address, by name; NULL or "":
+	 * nobody named) and how many live sessions that owner may hold
+	 * (limits.per_key.max_sessions; 0 = any number). */
+	const char *owner;
+	int64_t owner_max;
 };
 
 /* Creates a session and reserves its cache bound at once (it stays reserved
  * while the session exists).  -EINVAL settings out of range (400), -EAGAIN
- * the budget has no room now (503), -ENOSPC the bound exceeds the budget. */
+ * the budget has no room now (503), -ENOSPC the bound exceeds the budget,
+ * -EMFILE limits.max_sessions sessions exist (503), -EDQUOT the owner holds
+ * owner_max sessions (429), each with a message.
+ *
+ * Idle reservations are reclaimed by expiry: a session expires
+ * scheduler.session_ttl_s after its last request ended, and one that no
+ * request was ever submitted on expires scheduler.session_empty_ttl_s after
+ * its creation (the smaller of the two), so that empty creates cannot hold
+ * the KV budget for long. */
 int scheduler_session_create(struct scheduler *s, const struct session_settings *opt,
                              char id_out[SCHED_SESSION_ID_LEN], char *err, size_t err_len);
+/* Retry-After hint (seconds, 1..3600) for -EMFILE / -EDQUOT: when the first
+ * idle session (of `owner`, or of anyone when owner is NULL) expires. */
+int scheduler_session_retry_after_s(struct scheduler *s, const char *owner);
 
 struct sched_session_info {
 	uint64_t n_seen; /* tokens of the stream so far (prompt + generated - revised) */

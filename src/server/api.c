@@ -12,6 +12,7 @@
 
 #include "server/chat_prompt.h"
 #include "server/genstream.h"
+#include "server/openai.h"
 #include "server/request.h"
 #include "server/server_impl.h"
 #include "tokenizer/tokenizer.h"
@@ -85,6 +86,7 @@ static enum MHD_Result api_metrics(struct request *r)
 	FILE *f = open_memstream(&sched_text, &sched_len);
 	if (f) {
 		write_config_metrics(s, f);
+		quota_write_metrics(s->quota, f);
 		if (atomic_load(&s->ready))
 			scheduler_write_metrics(s->sched, f);
 		fclose(f);
@@ -126,7 +128,7 @@ static enum MHD_Result api_tokenize(struct request *r)
 	int32_t *ids = NULL;
 	size_t n = 0;
 	char err[SINKD_ERR_LEN];
-	int rc = tokenizer_encode(r->srv->tok, a.content, strlen(a.content), a.add_special,
+	int rc = tokenizer_encode(r->srv->tok, a.content, a.content_len, a.add_special,
 	                          a.parse_special, &ids, &n, err, sizeof(err));
 	free(a.content);
 	if (rc)
@@ -157,6 +159,15 @@ static enum MHD_Result api_detokenize(struct request *r)
 	struct api_error e;
 	if (detokenize_args_parse(r->body, r->body_len, &ids, &n, &e))
 		return respond_api_error(r, &e);
+	int64_t limit = scheduler_max_prompt_tokens(r->srv->sched);
+	if (n > (uint64_t)limit) {
+		free(ids);
+		return http_respond_error(
+		    r, 400, "invalid_request_error", "tokens", "context_length_exceeded", 0,
+		    "'tokens' has %zu ids; at most %" PRId64 " are taken from one request "
+		    "(limits.max_prompt_tokens)",
+		    n, limit);
+	}
 	long bad = bad_token(r->srv->tok, ids, n);
 	if (bad >= 0) {
 		int32_t id = ids[bad];
@@ -175,9 +186,37 @@ static enum MHD_Result api_detokenize(struct request *r)
 		return http_respond_error(r, 400, "invalid_request_error", "tokens",
 		                          "invalid_value", 0, "%s", err);
 	cJSON *o = cJSON_CreateObject();
-	cJSON_AddStringToObject(o, "content", text);
+	cJSON_AddItemToObject(o, "content", oa_string_n(text, len));
 	free(text);
 	return http_respond_json(r, 200, o);
+}
+
+/* The chat template module renders C strings, so a NUL inside a message
+ * goes through it as 0xFF (never a byte of valid UTF-8, and request text is
+ * valid UTF-8) and turns back into NUL in the rendered text. */
+#define CHAT_NUL_STANDIN '\xff'
+
+static void swap_bytes(char *s, size_t len, char from, char to)
+{
+	for (size_t i = 0; i < len; i++)
+		if (s[i] == from)
+			s[i] = to;
+}
+
+static int chat_render(const struct tokenizer *tok, struct api_message *msgs, size_t n, char **text,
+                       size_t *len, char *err, size_t err_len)
+{
+	bool nul = false;
+	for (size_t i = 0; i < n; i++)
+		if (memchr(msgs[i].content, '\0', msgs[i].content_len)) {
+			swap_bytes(msgs[i].content, msgs[i].content_len, '\0', CHAT_NUL_STANDIN);
+			nul = true;
+		}
+	int rc = chat_prompt_render(tok, msgs, n, text, err, err_len);
+	*len = rc ? 0 : strlen(*text);
+	if (!rc && nul)
+		swap_bytes(*text, *len, CHAT_NUL_STANDIN, '\0');
+	return rc;
 }
 
 /* The prompt as token ids: given ids, a completion prompt, or chat messages
@@ -205,18 +244,18 @@ static int prompt_ids(struct request *r, struct gen_args *a, bool add_bos, int32
 		return 0;
 	}
 	char *text = a->prompt;
+	size_t len = a->prompt_len;
 	bool parse_special = false;
 	if (a->chat) {
 		text = NULL;
-		if (chat_prompt_render(tok, a->messages, a->n_messages, &text, err, sizeof(err))) {
+		if (chat_render(tok, a->messages, a->n_messages, &text, &len, err, sizeof(err))) {
 			snprintf(e->param, sizeof(e->param), "messages");
 			snprintf(e->message, sizeof(e->message), "%s", err);
 			return -EINVAL;
 		}
 		parse_special = true; /* the template's own control tokens */
 	}
-	int rc = tokenizer_encode(tok, text, strlen(text), add_bos, parse_special, ids, n, err,
-	                          sizeof(err));
+	int rc = tokenizer_encode(tok, text, len, add_bos, parse_special, ids, n, err, sizeof(err));
 	if (a->chat)
 		free(text);
 	if (rc) {
@@ -224,6 +263,14 @@ static int prompt_ids(struct request *r, struct gen_args *a, bool add_bos, int32
 		snprintf(e->message, sizeof(e->message), "%s", err);
 	}
 	return rc;
+}
+
+/* 429 (per key) or 503 (every client busy) from the per-key limits. */
+static enum MHD_Result respond_quota(struct request *r, const struct quota_verdict *v)
+{
+	return http_respond_error(r, v->status,
+	                          v->status == 429 ? "rate_limit_error" : "server_error", NULL,
+	                          quota_limit_code(v->limit), v->retry_after_s, "%s", v->message);
 }
 
 static void free_stops(char **stops, size_t n)
@@ -237,6 +284,11 @@ enum MHD_Result api_submit(struct request *r, struct gen_args *a, int32_t *ids, 
                            const char *session_id, size_t revise_last_tokens, bool append_only)
 {
 	struct server *s = r->srv;
+	struct quota_verdict verdict;
+	if (!quota_begin(s->quota, &r->client, n_ids, &verdict)) {
+		free(ids);
+		return respond_quota(r, &verdict);
+	}
 	struct gen_request req = {.prompt_ids = ids,
 	                          .n_prompt = n_ids,
 	                          .sampling = a->sampling,
@@ -267,13 +319,14 @@ enum MHD_Result api_submit(struct request *r, struct gen_args *a, int32_t *ids, 
 	int status = 0, retry = 0;
 	int rc = genstream_start(r, &shape, &req, &status, &retry, err, sizeof(err));
 	if (rc) {
+		quota_end(s->quota, &r->client, false);
 		free(req.prompt_ids);
 		free_stops(req.stops, req.n_stops);
 		const char *param = NULL;
 		if (rc == -E2BIG)
-			param = session_id && append_only ? "text"
-			        : a->chat                 ? "messages"
-			                                  : "prompt";
+			param = r->ep == EP_SESSION_APPEND ? "text"
+			        : a->chat                  ? "messages"
+			                                   : "prompt";
 		else if (rc == -ENOENT || rc == -EBUSY)
 			param = "session_id";
 		else if (rc == -ERANGE)

@@ -25,11 +25,26 @@ enum MHD_Result api_session_create(struct request *r)
 	if (session_create_args_parse(r->body, r->body_len, &a, &e))
 		return respond_api_error(r, &e);
 	/* PUT /v1/sessions/{id} names the id (routing by it), POST takes a new one. */
+	struct quota_limits ql;
+	char owner[QUOTA_CLIENT_NAME_LEN];
+	quota_get_limits(s->quota, &ql);
+	quota_client_name(&r->client, owner);
 	struct session_settings set = {.window_size = a.window_size,
 	                               .sink_keep_count = a.sink_keep_count,
-	                               .id = r->session_id};
+	                               .id = r->session_id,
+	                               .owner = owner,
+	                               .owner_max = ql.max_sessions};
 	char id[SCHED_SESSION_ID_LEN], err[SINKD_ERR_LEN];
 	int rc = scheduler_session_create(s->sched, &set, id, err, sizeof(err));
+	if (rc == -EDQUOT || rc == -EMFILE) { /* limits.per_key.max_sessions, limits.max_sessions */
+		bool per_key = rc == -EDQUOT;
+		enum quota_limit l = per_key ? QUOTA_MAX_SESSIONS : QUOTA_SESSIONS_TOTAL;
+		quota_count_rejection(s->quota, l);
+		int retry = scheduler_session_retry_after_s(s->sched, per_key ? owner : NULL);
+		return http_respond_error(r, per_key ? 429 : 503,
+		                          per_key ? "rate_limit_error" : "server_error", NULL,
+		                          quota_limit_code(l), retry, "%s", err);
+	}
 	if (rc == -EEXIST)
 		return http_respond_error(r, 409, "invalid_request_error", "session_id",
 		                          "session_exists", 0, "%s", err);
@@ -111,7 +126,7 @@ enum MHD_Result api_session_append(struct request *r)
 	size_t n_ids = 0;
 	char err[SINKD_ERR_LEN];
 	/* The first input of a session starts with BOS, later ones continue it. */
-	if (tokenizer_encode(s->tok, a.text, strlen(a.text), empty, false, &ids, &n_ids, err,
+	if (tokenizer_encode(s->tok, a.text, a.text_len, empty, false, &ids, &n_ids, err,
 	                     sizeof(err))) {
 		ret = http_respond_error(r, 400, "invalid_request_error", "text", "invalid_value",
 		                         0, "%s", err);

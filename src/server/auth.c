@@ -60,6 +60,13 @@ void auth_keys_deinit(struct auth_keys *k)
 
 bool auth_check(const struct auth_keys *k, const char *authorization)
 {
+	return auth_match(k, authorization, NULL);
+}
+
+bool auth_match(const struct auth_keys *k, const char *authorization, int *key_index)
+{
+	if (key_index)
+		*key_index = -1;
 	if (!k || k->n == 0)
 		return true;
 	if (!authorization || strncasecmp(authorization, "Bearer ", 7))
@@ -74,10 +81,17 @@ bool auth_check(const struct auth_keys *k, const char *authorization)
 		return false;
 	unsigned char d[32];
 	SHA256((const unsigned char *)key, len, d);
-	/* Every digest is compared, whatever matched, so timing says nothing. */
-	int found = 0;
-	for (size_t i = 0; i < k->n; i++)
-		found |= CRYPTO_memcmp(d, k->digests[i], 32) == 0;
+	/* Every digest is compared, whatever matched, so timing says nothing;
+	 * the index is picked with a mask, not a branch. */
+	int found = 0, index = -1;
+	for (size_t i = 0; i < k->n; i++) {
+		int eq = CRYPTO_memcmp(d, k->digests[i], 32) == 0;
+		int take = -(eq & !found); /* all ones at the first match */
+		index = (index & ~take) | ((int)i & take);
+		found |= eq;
+	}
 	OPENSSL_cleanse(d, sizeof(d));
+	if (key_index)
+		*key_index = found ? index : -1;
 	return found != 0;
 }

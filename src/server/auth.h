@@ -17,3 +17,7 @@ void auth_keys_deinit(struct auth_keys *k);
 /* `authorization` is the header value or NULL.  True when auth is off or the
  * bearer key's digest is one of the configured ones. */
 bool auth_check(const struct auth_keys *k, const char *authorization);
+/* auth_check, and which key matched: *key_index (when not NULL) is its
+ * index in k->digests (the per-key limits count by that digest), or -1 when
+ * auth is off or the check failed.  Equally constant-time. */
+bool auth_match(const struct auth_keys *k, const char *authorization, int *key_index);

@@ -45,6 +45,10 @@ struct genstream {
 	char model[128];
 	bool stream, logprobs, timing, append_only;
 	char session_id[SCHED_SESSION_ID_LEN];
+	/* Counted by quota_begin (api_submit) before the submit; this
+	 * generation ends it at DONE.  started: [engine] left the queue. */
+	struct quota_client client;
+	bool started;
 
 	/* Written by the engine thread, under mu. */
 	struct gs_event *ev;
@@ -165,8 +169,17 @@ static void gs_on_event(void *user, const struct gen_event *e)
 	pthread_mutex_unlock(&gs->mu);
 	if (e->kind == GEN_EVENT_DONE) {
 		metrics_tokens(m, (uint64_t)e->n_prompt_tokens, (uint64_t)e->n_generated_tokens);
+		quota_end(gs->srv->quota, &gs->client, gs->started);
 		gs_unref(gs);
 	}
+}
+
+/* The scheduler's on_start, on the engine thread: no longer waiting. */
+static void gs_on_start(void *user)
+{
+	struct genstream *gs = user;
+	gs->started = true;
+	quota_started(gs->srv->quota, &gs->client);
 }
 
 /* Tokens queued for the connection (flow control counts only streams: a
@@ -227,6 +240,7 @@ static struct genstream *gs_new(struct request *r, const struct gen_shape *shape
 	gs->logprobs = shape->logprobs;
 	gs->timing = shape->timing;
 	gs->append_only = shape->append_only;
+	gs->client = r->client;
 	snprintf(gs->session_id, sizeof(gs->session_id), "%s",
 	         shape->session_id ? shape->session_id : "");
 	snprintf(gs->id, sizeof(gs->id), "%s", shape->id);
@@ -253,6 +267,7 @@ int genstream_start(struct request *r, const struct gen_shape *shape, struct gen
 	}
 	req->on_event = gs_on_event;
 	req->unsent_tokens = gs_unsent_tokens;
+	req->on_start = gs_on_start;
 	req->user = gs;
 	gs->t_submit = server_now();
 	gs->last_write = gs->t_submit;
@@ -470,11 +485,17 @@ static enum MHD_Result gs_respond_whole(struct request *r)
 	}
 	enum gen_finish fin = gs->finish;
 	int status = gs->err_status, retry = gs->retry_after_s, np = gs->n_prompt, ng = gs->n_gen;
+	bool peer_gone = gs->cancel_sent;
 	pthread_mutex_unlock(&gs->mu);
 	gs_accumulate(gs, ev, n);
 	gs_free_events(ev, n);
 	if (!done && !stopping)
 		return MHD_YES;
+	/* Cancelled because the client hung up: no answer (a 503 written into
+	 * its half-closed socket would count as a server error); closing the
+	 * connection makes it a 499. */
+	if (fin == GEN_FINISH_CANCELLED && peer_gone && !atomic_load(&gs->srv->shutting_down))
+		return MHD_NO;
 	if (!done || fin == GEN_FINISH_CANCELLED)
 		return http_respond_error(r, 503, "server_error", NULL, "cancelled", 1,
 		                          "server shutting down");

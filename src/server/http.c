@@ -1,9 +1,16 @@
 /* The listener: libmicrohttpd with TLS (GnuTLS, TLS 1.2/1.3, AEAD ciphers),
  * an epoll thread pool of server.threads, the certificate chosen per
  * handshake (so a reload rotates it), suspend/resume for streams, our own
- * bound socket (clear bind errors), routing with 404/405, bearer auth, the
+ * bound socket (clear bind errors), deadlines per connection for the
+ * handshake, the request and keep-alive idling (a thread that shuts late
+ * sockets down), the per-address cap and a reserve of connections for
+ * /health and /ready, framing checks (smuggling-prone or oversized heads
+ * refused with our JSON error), bearer auth before routing (404/405), the
  * body limit counted while it arrives, request ids, and one log line per
- * request (never its text).  Endpoint logic is in api.c. */
+ * request (never its text).  Endpoint logic is in api.c.  What
+ * libmicrohttpd 0.9.75 refuses before any callback (a malformed or 2^64+
+ * Content-Length, an HTTP version other than 1.x, a head bigger than the
+ * connection's memory) it answers itself, in HTML. */
 #include <errno.h>
 #include <openssl/rand.h>
 #include <stdarg.h>
@@ -12,6 +19,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -103,7 +111,7 @@ enum MHD_Result http_queue(struct request *r, int status, struct MHD_Response *r
 	MHD_add_response_header(resp, "X-Request-Id", r->id);
 	/* A draining instance closes each connection after its answer, so a
 	 * balancer's kept-alive connection moves to another instance. */
-	if (atomic_load(&r->srv->draining))
+	if (atomic_load(&r->srv->draining) || r->close_after)
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
 	if (status == 401)
 		MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
@@ -176,7 +184,8 @@ enum MHD_Result http_respond_error(struct request *r, int status, const char *ty
 
 /* ---- request lifecycle ---------------------------------------------------- */
 
-/* X-Request-Id from the client when it is short and printable, else 16 random bytes. */
+/* X-Request-Id from the client when it is short and printable, else 16
+ * random bytes (drawn once: before the headers are in, then kept). */
 static void request_id_init(struct request *r)
 {
 	const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Request-Id");
@@ -189,6 +198,8 @@ static void request_id_init(struct request *r)
 		memcpy(r->id, h, n + 1);
 		return;
 	}
+	if (r->id[0])
+		return;
 	unsigned char b[16];
 	if (RAND_bytes(b, sizeof(b)) != 1)
 		memset(b, 0, sizeof(b));
@@ -196,92 +207,435 @@ static void request_id_init(struct request *r)
 		snprintf(r->id + 2 * i, 3, "%02x", b[i]);
 }
 
-static enum MHD_Result request_begin(struct server *s, struct MHD_Connection *c, const char *url,
-                                     const char *method, void **con_cls)
+/* ---- connections: deadlines and the reserve --------------------------------- */
+
+/* Where a connection is, for its deadline.  libmicrohttpd's own timeout
+ * restarts at every byte, so one byte every few seconds would hold a
+ * connection for ever; these deadlines count from the phase's start. */
+enum conn_phase {
+	CONN_HANDSHAKE, /* TLS handshake: server.handshake_timeout_s from the accept */
+	CONN_FIRST,     /* first request due: request_timeout_s from the handshake's end */
+	CONN_REQUEST,   /* a later request's line came: request_timeout_s from it */
+	CONN_ANSWER,    /* the request is in; its answer (a stream too) has no deadline */
+	CONN_IDLE,      /* kept alive: idle_timeout_s from the last answer */
+};
+
+/* Per connection (libmicrohttpd's socket context), from accept to close. */
+struct http_conn {
+	struct server *srv;
+	struct tls_creds *creds; /* NULL until the handshake asks */
+	int fd;
+	enum conn_phase phase;         /* [srv->conn_mu] */
+	double phase_t0;               /* [srv->conn_mu] */
+	bool cut;                      /* closed by its deadline [srv->conn_mu] */
+	struct http_conn *prev, *next; /* srv->conns [srv->conn_mu] */
+};
+
+enum { CUT_HANDSHAKE, CUT_REQUEST, CUT_IDLE };
+
+/* Connections beyond server.max_connections that are still accepted, so
+ * that /health and /ready answer while every other request gets a 503. */
+#define HTTP_HEALTH_RESERVE 32
+/* libmicrohttpd's inactivity timeout: a connection on which nothing moves
+ * (a client that stops reading its answer) is closed after this. */
+#define HTTP_STALL_TIMEOUT_S 120
+
+static struct http_conn *conn_of(struct MHD_Connection *c)
+{
+	const union MHD_ConnectionInfo *ci =
+	    c ? MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT) : NULL;
+	return ci ? ci->socket_context : NULL;
+}
+
+/* A phase change on the connection's own thread; `from_now` restarts the
+ * clock (CONN_REQUEST after CONN_FIRST keeps the handshake's end). */
+static void conn_phase_set(struct http_conn *hc, enum conn_phase p, bool from_now)
+{
+	if (!hc)
+		return;
+	pthread_mutex_lock(&hc->srv->conn_mu);
+	hc->phase = p;
+	if (from_now)
+		hc->phase_t0 = server_now();
+	pthread_mutex_unlock(&hc->srv->conn_mu);
+}
+
+/* A request line arrived. */
+static void conn_request_arrived(struct http_conn *hc)
+{
+	if (!hc)
+		return;
+	pthread_mutex_lock(&hc->srv->conn_mu);
+	if (hc->phase != CONN_FIRST)
+		hc->phase_t0 = server_now();
+	hc->phase = CONN_REQUEST;
+	pthread_mutex_unlock(&hc->srv->conn_mu);
+}
+
+static bool conn_over_limit(struct server *s)
+{
+	pthread_mutex_lock(&s->conn_mu);
+	bool over = (int64_t)s->n_conns > s->max_connections;
+	pthread_mutex_unlock(&s->conn_mu);
+	return over;
+}
+
+/* The deadline of a phase in seconds; 0 = none. */
+static double conn_phase_limit(const struct server_settings *set, enum conn_phase p, int *kind)
+{
+	switch (p) {
+	case CONN_HANDSHAKE:
+		*kind = CUT_HANDSHAKE;
+		return (double)set->handshake_timeout_s;
+	case CONN_FIRST:
+	case CONN_REQUEST:
+		*kind = CUT_REQUEST;
+		return (double)set->request_timeout_s;
+	case CONN_IDLE:
+		*kind = CUT_IDLE;
+		return (double)set->idle_timeout_s;
+	case CONN_ANSWER:
+		break;
+	}
+	return 0;
+}
+
+/* Closes every connection past its deadline.  shutdown() from this thread
+ * is safe where libmicrohttpd's calls are not: the socket stays open until
+ * the connection's CLOSED notice, which takes conn_mu, and libmicrohttpd's
+ * own thread then sees the end of the stream and closes it.  Holds conn_mu. */
+static void conn_cut_late(struct server *s, const struct server_settings *set, double now)
+{
+	for (struct http_conn *hc = s->conns; hc; hc = hc->next) {
+		int kind = 0;
+		double limit = conn_phase_limit(set, hc->phase, &kind);
+		if (hc->cut || limit <= 0 || now - hc->phase_t0 < limit || hc->fd < 0)
+			continue;
+		shutdown(hc->fd, SHUT_RDWR);
+		hc->cut = true;
+		s->n_cut[kind]++;
+	}
+}
+
+/* One line at most every 10 s, when slow handshakes or requests were cut
+ * since the last (idle connections are closed every day): slow clients are
+ * many when they are an attack.  Holds conn_mu. */
+static void conn_log_cuts(struct server *s, double now, uint64_t logged[3])
+{
+	if (now - s->cut_logged < 10.0 || (s->n_cut[CUT_HANDSHAKE] == logged[CUT_HANDSHAKE] &&
+	                                   s->n_cut[CUT_REQUEST] == logged[CUT_REQUEST]))
+		return;
+	s->cut_logged = now;
+	memcpy(logged, s->n_cut, sizeof(s->n_cut));
+	struct log_field f[] = {LOG_INT("handshake_total", (long long)s->n_cut[CUT_HANDSHAKE]),
+	                        LOG_INT("request_total", (long long)s->n_cut[CUT_REQUEST]),
+	                        LOG_INT("idle_total", (long long)s->n_cut[CUT_IDLE]),
+	                        LOG_INT("open", (long long)s->n_conns), LOG_END};
+	log_event(s->log, LOG_INFO, LOG_MODULE, "closed slow connections past their deadline", f);
+}
+
+static void *conn_deadline_main(void *arg)
+{
+	struct server *s = arg;
+	uint64_t logged[3] = {0, 0, 0};
+	pthread_mutex_lock(&s->conn_mu);
+	while (!s->dl_quit) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 250 * 1000 * 1000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&s->conn_cond, &s->conn_mu, &ts);
+		if (s->dl_quit)
+			break;
+		pthread_mutex_unlock(&s->conn_mu);
+		struct server_settings set;
+		pthread_mutex_lock(&s->cfg_mu);
+		set.handshake_timeout_s = s->set.handshake_timeout_s;
+		set.request_timeout_s = s->set.request_timeout_s;
+		set.idle_timeout_s = s->set.idle_timeout_s;
+		pthread_mutex_unlock(&s->cfg_mu);
+		double now = server_now();
+		pthread_mutex_lock(&s->conn_mu);
+		conn_cut_late(s, &set, now);
+		conn_log_cuts(s, now, logged);
+	}
+	pthread_mutex_unlock(&s->conn_mu);
+	return NULL;
+}
+
+static int conn_deadlines_start(struct server *s, char *err, size_t err_len)
+{
+	s->dl_quit = false;
+	int rc = pthread_create(&s->dl_thread, NULL, conn_deadline_main, s);
+	if (rc)
+		return err_set(err, err_len, -rc, "connection deadline timer: %s", strerror(rc));
+	s->dl_started = true;
+	return 0;
+}
+
+static void conn_deadlines_stop(struct server *s)
+{
+	if (!s->dl_started)
+		return;
+	pthread_mutex_lock(&s->conn_mu);
+	s->dl_quit = true;
+	pthread_cond_broadcast(&s->conn_cond);
+	pthread_mutex_unlock(&s->conn_mu);
+	pthread_join(s->dl_thread, NULL);
+	s->dl_started = false;
+}
+
+/* ---- request framing: checked before routing ---------------------------------- */
+
+/* What one pass over the request's headers found. */
+struct header_scan {
+	size_t n, bytes;
+	int n_host, n_length, n_te;
+	bool length_conflict; /* two Content-Length headers that differ */
+	bool bad_name;        /* a name with a space or another non-token byte */
+	const char *length, *te;
+};
+
+static enum MHD_Result header_scan_one(void *cls, enum MHD_ValueKind kind, const char *key,
+                                       const char *value)
+{
+	struct header_scan *h = cls;
+	(void)kind;
+	if (!key)
+		return MHD_YES;
+	h->n++;
+	h->bytes += strlen(key) + (value ? strlen(value) : 0) + 4; /* ": " and CRLF */
+	static const char tchar[] = "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyz"
+	                            "ABCDEFGHIJKLMNOPQRSTUVWXYZ";
+	if (!*key || key[strspn(key, tchar)])
+		h->bad_name = true;
+	if (!strcasecmp(key, "Host")) {
+		h->n_host++;
+	} else if (!strcasecmp(key, "Content-Length")) {
+		if (h->n_length++ && (!value || !h->length || strcmp(value, h->length)))
+			h->length_conflict = true;
+		h->length = value;
+	} else if (!strcasecmp(key, "Transfer-Encoding")) {
+		h->n_te++;
+		h->te = value;
+	}
+	return MHD_YES;
+}
+
+static enum MHD_Result refuse(struct request *r, int status, const char *code, const char *msg)
+{
+	r->close_after = true; /* how the rest of the bytes are framed is unclear */
+	return http_respond_error(r, status, "invalid_request_error", NULL, code, 0, "%s", msg);
+}
+
+/* Requests that libmicrohttpd accepts but that smuggle, hide or overflow:
+ * answers and returns true for those. */
+static bool request_refuse_malformed(struct request *r, const char *version, enum MHD_Result *ret)
+{
+	struct server *s = r->srv;
+	char msg[160];
+	if (r->uri_too_long) {
+		snprintf(msg, sizeof(msg), "request target longer than %lld bytes",
+		         (long long)s->max_uri_bytes);
+		*ret = refuse(r, 414, "uri_too_long", msg);
+		return true;
+	}
+	if (r->uri_nul) {
+		*ret = refuse(r, 400, "invalid_path", "request target contains %00 (a NUL byte)");
+		return true;
+	}
+	struct header_scan h = {0};
+	MHD_get_connection_values(r->conn, MHD_HEADER_KIND, header_scan_one, &h);
+	const char *bad = NULL;
+	if ((int64_t)h.n > s->max_headers || (int64_t)h.bytes > s->max_header_bytes) {
+		snprintf(msg, sizeof(msg),
+		         "request headers too large: %zu lines, %zu bytes (at most %lld lines, "
+		         "%lld bytes)",
+		         h.n, h.bytes, (long long)s->max_headers, (long long)s->max_header_bytes);
+		*ret = refuse(r, 431, "headers_too_large", msg);
+		return true;
+	}
+	if (version && strcmp(version, MHD_HTTP_VERSION_1_0) && h.n_host == 0)
+		bad = "HTTP/1.1 request without a Host header";
+	else if (h.n_host > 1)
+		bad = "more than one Host header";
+	else if (h.bad_name)
+		bad = "a header name with a space or a byte that is not a token character";
+	else if (h.length_conflict)
+		bad = "Content-Length headers with different values";
+	else if (h.n_te && h.n_length)
+		bad = "both Transfer-Encoding and Content-Length";
+	else if (h.n_te > 1)
+		bad = "more than one Transfer-Encoding header";
+	if (bad) {
+		*ret = refuse(r, 400, "malformed_request", bad);
+		return true;
+	}
+	if (h.n_te && (!h.te || strcasecmp(h.te, "chunked"))) {
+		*ret = refuse(r, 501, "unsupported_transfer_encoding",
+		              "Transfer-Encoding other than chunked is not supported");
+		return true;
+	}
+	r->chunked = h.n_te > 0;
+	return false;
+}
+
+/* ---- request lifecycle (continued) ----------------------------------------------- */
+
+static struct request *request_new(struct server *s, struct MHD_Connection *c)
 {
 	struct request *r = calloc(1, sizeof(*r));
 	if (!r)
-		return MHD_NO;
+		return NULL;
 	r->srv = s;
 	r->conn = c;
-	r->method = method;
+	r->ep = EP_OTHER;
+	r->hc = conn_of(c);
 	r->t_start = server_now();
-	*con_cls = r;
 	request_id_init(r);
+	conn_request_arrived(r->hc);
+	return r;
+}
+
+/* libmicrohttpd's URI log callback: the request line is in, the headers are
+ * not.  The raw target still shows "%00", which the decoded URL hides. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c)
+{
+	struct server *s = cls;
+	struct request *r = request_new(s, c);
+	if (!r)
+		return NULL; /* on_access tries again */
+	r->uri_too_long = (int64_t)strlen(uri) > s->max_uri_bytes;
+	r->uri_nul = strstr(uri, "%00") != NULL;
+	return r;
+}
+
+static enum MHD_Result respond_405(struct request *r, const struct route *rt)
+{
+	char *body = NULL;
+	cJSON *o =
+	    oa_error("method not allowed", "invalid_request_error", NULL, "method_not_allowed");
+	body = cJSON_PrintUnformatted(o);
+	cJSON_Delete(o);
+	if (!body)
+		return MHD_NO;
+	struct MHD_Response *resp =
+	    MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+	if (!resp) {
+		free(body);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, "Content-Type", "application/json");
+	MHD_add_response_header(resp, "Allow",
+	                        rt->ep == EP_SESSION ? "GET, PUT, DELETE" : rt->method);
+	return http_queue(r, 405, resp);
+}
+
+/* A declared body over limits.max_body_bytes: 413 now, or read and drop it first. */
+static enum MHD_Result request_check_length(struct request *r)
+{
+	struct MHD_Connection *c = r->conn;
+	const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+	pthread_mutex_lock(&r->srv->cfg_mu);
+	int64_t limit = r->srv->set.max_body_bytes;
+	pthread_mutex_unlock(&r->srv->cfg_mu);
+	long long declared = cl ? strtoll(cl, NULL, 10) : -1;
+	if (declared <= limit)
+		return MHD_YES;
+	/* Answering before the body is read makes the socket close with unread
+	 * bytes, and the kernel's reset can destroy the 413 before the client
+	 * reads it.  So a body of modest size is read and dropped first; only
+	 * a client that waits for "100 Continue", or one that declares more
+	 * than HTTP_BODY_DRAIN_MAX, gets its answer at once. */
+	const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Expect");
+	if ((expect && strcasecmp(expect, "100-continue") == 0) || declared > HTTP_BODY_DRAIN_MAX)
+		return http_respond_error(r, 413, "invalid_request_error", NULL, "body_too_large",
+		                          0, "request body larger than %lld bytes",
+		                          (long long)limit);
+	r->body_too_large = true;
+	return MHD_YES;
+}
+
+/* Headers are in: framing, then authentication (so that 404 and 405 tell
+ * nothing to a client without a key), then the route, then the body size. */
+static enum MHD_Result request_begin(struct server *s, struct MHD_Connection *c, const char *url,
+                                     const char *method, const char *version, void **con_cls)
+{
+	struct request *r = *con_cls;
+	if (!r && !(r = request_new(s, c)))
+		return MHD_NO;
+	*con_cls = r;
+	r->begun = true;
+	r->method = method;
+	request_id_init(r);
+	enum MHD_Result ret;
+	if (request_refuse_malformed(r, version, &ret))
+		return ret;
 	const struct route *rt = route_find(url);
 	if (!rt)
 		rt = route_session(url, method, r->session_id);
 	r->ep = rt ? rt->ep : EP_OTHER;
-	if (!rt)
-		return http_respond_error(r, 404, "invalid_request_error", NULL, "not_found", 0,
-		                          "no such endpoint: %s %.200s", method, url);
-	/* HEAD is GET without the body (libmicrohttpd drops it): probes use it. */
-	bool head_ok = !strcmp(method, "HEAD") && !strcmp(rt->method, "GET");
-	if (strcmp(method, rt->method) && !head_ok) {
-		struct MHD_Response *resp;
-		char *body = NULL;
-		cJSON *o = oa_error("method not allowed", "invalid_request_error", NULL,
-		                    "method_not_allowed");
-		body = cJSON_PrintUnformatted(o);
-		cJSON_Delete(o);
-		if (!body)
-			return MHD_NO;
-		resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
-		MHD_add_response_header(resp, "Content-Type", "application/json");
-		MHD_add_response_header(resp, "Allow",
-		                        rt->ep == EP_SESSION ? "GET, PUT, DELETE" : rt->method);
-		return http_queue(r, 405, resp);
+	bool open = rt && rt->open;
+	if (!open && conn_over_limit(s)) {
+		r->close_after = true;
+		return http_respond_error(r, 503, "server_error", NULL, "too_many_connections", 1,
+		                          "too many open connections; only /health and /ready are "
+		                          "served beyond server.max_connections");
 	}
-	if (!rt->open) {
+	if (!open) {
+		const union MHD_ConnectionInfo *ci =
+		    MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+		int key = -1;
 		pthread_mutex_lock(&s->cfg_mu);
-		bool ok = auth_check(
-		    &s->set.keys, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"));
+		bool ok = auth_match(
+		    &s->set.keys, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"),
+		    &key);
+		quota_client_of(&r->client, key >= 0 ? s->set.keys.digests[key] : NULL,
+		                ci ? ci->client_addr : NULL);
 		pthread_mutex_unlock(&s->cfg_mu);
 		if (!ok)
 			return http_respond_error(r, 401, "authentication_error", NULL,
 			                          "invalid_api_key", 0,
 			                          "missing or invalid API key");
 	}
-	const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-	pthread_mutex_lock(&s->cfg_mu);
-	int64_t limit = s->set.max_body_bytes;
-	pthread_mutex_unlock(&s->cfg_mu);
-	long long declared = cl ? strtoll(cl, NULL, 10) : -1;
-	if (declared > limit) {
-		/* Answering before the body is read makes the socket close with unread
-		 * bytes, and the kernel's reset can destroy the 413 before the client
-		 * reads it.  So a body of modest size is read and dropped first; only
-		 * a client that waits for "100 Continue", or one that declares more
-		 * than HTTP_BODY_DRAIN_MAX, gets its answer at once. */
-		const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Expect");
-		if ((expect && strcasecmp(expect, "100-continue") == 0) ||
-		    declared > HTTP_BODY_DRAIN_MAX)
-			return http_respond_error(r, 413, "invalid_request_error", NULL,
-			                          "body_too_large", 0,
-			                          "request body larger than %lld bytes",
-			                          (long long)limit);
-		r->body_too_large = true;
-	}
-	return MHD_YES;
+	if (!rt)
+		return http_respond_error(r, 404, "invalid_request_error", NULL, "not_found", 0,
+		                          "no such endpoint: %s %.200s", method, url);
+	/* HEAD is GET without the body (libmicrohttpd drops it): probes use it. */
+	bool head_ok = !strcmp(method, "HEAD") && !strcmp(rt->method, "GET");
+	if (strcmp(method, rt->method) && !head_ok)
+		return respond_405(r, rt);
+	return request_check_length(r);
 }
 
-/* Counts upload data as it arrives; keeps nothing past the limit. */
-static void request_body_add(struct request *r, const char *data, size_t n)
+/* Counts upload data as it arrives; keeps nothing past the limit.  Returns
+ * false for a chunked body past HTTP_BODY_DRAIN_MAX: nothing declared bounds
+ * what such a client may still send, so the connection is closed (a modest
+ * one is read to its end for its 413, as a declared length is). */
+static bool request_body_add(struct request *r, const char *data, size_t n)
 {
-	if (r->body_too_large)
-		return;
 	pthread_mutex_lock(&r->srv->cfg_mu);
 	int64_t limit = r->srv->set.max_body_bytes;
 	pthread_mutex_unlock(&r->srv->cfg_mu);
+	r->body_seen += n;
+	if (r->chunked && r->body_seen > (uint64_t)limit &&
+	    r->body_seen > (uint64_t)HTTP_BODY_DRAIN_MAX)
+		return false;
+	if (r->body_too_large || r->responded)
+		return true;
 	if ((int64_t)(r->body_len + n) > limit) {
 		r->body_too_large = true;
 		free(r->body);
 		r->body = NULL;
 		r->body_len = r->body_cap = 0;
-		return;
+		return true;
 	}
 	if (sse_append_raw(&r->body, &r->body_len, &r->body_cap, data, n))
 		r->body_too_large = true;
+	return true;
 }
 
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url,
@@ -289,14 +643,14 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
                                  size_t *upload_data_size, void **con_cls)
 {
 	struct request *r = *con_cls;
-	if (!r)
-		return request_begin(cls, c, url, method, con_cls);
+	if (!r || !r->begun)
+		return request_begin(cls, c, url, method, version, con_cls);
 	if (*upload_data_size) {
-		if (!r->responded)
-			request_body_add(r, upload_data, *upload_data_size);
+		size_t n = *upload_data_size;
 		*upload_data_size = 0;
-		return MHD_YES;
+		return request_body_add(r, upload_data, n) ? MHD_YES : MHD_NO;
 	}
+	conn_phase_set(r->hc, CONN_ANSWER, false); /* the whole request is in */
 	if (r->responded)
 		return MHD_YES;
 	if (r->body_too_large) {
@@ -311,6 +665,22 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 	return api_handle(r);
 }
 
+/* The status a request is logged and counted with. */
+static int request_final_status(const struct request *r, enum MHD_RequestTerminationCode toe)
+{
+	bool cut = false;
+	if (r->hc) {
+		pthread_mutex_lock(&r->srv->conn_mu);
+		cut = r->hc->cut;
+		pthread_mutex_unlock(&r->srv->conn_mu);
+	}
+	if (!r->responded)
+		return cut ? 408 : 499; /* its deadline passed, or the client went away first */
+	if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && r->gs)
+		return 499; /* a generation whose client hung up before the end */
+	return r->status;
+}
+
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
@@ -322,15 +692,19 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	double ttft = -1;
 	if (r->gs)
 		genstream_detach(r->gs, &tin, &tout, &ttft);
-	int status = r->responded ? r->status : 499; /* client went away first */
-	if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && r->gs)
-		status = 499;
+	int status = request_final_status(r, toe);
+	/* A request that libmicrohttpd answered itself (a header block past its
+	 * memory, a bad Content-Length) never reached request_begin. */
+	const union MHD_ConnectionInfo *ci =
+	    r->begun ? NULL : MHD_get_connection_info(c, MHD_CONNECTION_INFO_HTTP_STATUS);
+	if (ci && ci->http_status)
+		status = (int)ci->http_status;
 	metrics_request(s->metrics, r->ep, status);
 	double dur_ms = (server_now() - r->t_start) * 1e3;
 	enum log_level lv =
 	    r->ep == EP_HEALTH || r->ep == EP_READY || r->ep == EP_METRICS ? LOG_DEBUG : LOG_INFO;
 	struct log_field f[] = {LOG_STR("request_id", r->id),
-	                        LOG_STR("method", r->method),
+	                        LOG_STR("method", r->method ? r->method : ""),
 	                        LOG_STR("endpoint", api_endpoint_path(r->ep)),
 	                        LOG_INT("status", status),
 	                        LOG_INT("tokens_in", tin),
@@ -339,6 +713,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	                        LOG_DBL("duration_ms", dur_ms),
 	                        LOG_END};
 	log_event(s->log, lv, LOG_MODULE, "request", f);
+	conn_phase_set(r->hc, CONN_IDLE, true);
 	free(r->body);
 	free(r);
 	*con_cls = NULL;
@@ -357,15 +732,6 @@ static void mhd_logger(void *cls, const char *fmt, va_list ap)
 
 /* ---- TLS: a certificate per handshake --------------------------------------- */
 
-/* Per connection (libmicrohttpd's socket context): the credentials its
- * handshake was given.  GnuTLS keeps pointing at them for the whole session,
- * so the connection holds a reference until libmicrohttpd reports it closed,
- * which it does after gnutls_deinit. */
-struct tls_conn {
-	struct server *srv;
-	struct tls_creds *creds; /* NULL until the handshake asks */
-};
-
 /* tls_cert_callback finds its connection through the GnuTLS session's user
  * pointer, which libmicrohttpd sets to the connection.  A libmicrohttpd that
  * does not would fail every handshake, and the callback cannot reach the log,
@@ -383,24 +749,81 @@ static void tls_check_session_ptr(struct server *s, struct MHD_Connection *c)
 		        "pointer to its connection, so no certificate can be chosen");
 }
 
+/* GnuTLS calls this on the connection's thread when the client's Finished
+ * message is in: the handshake deadline gives way to the request's. */
+static int tls_handshake_hook(gnutls_session_t session, unsigned int htype, unsigned int when,
+                              unsigned int incoming, const gnutls_datum_t *msg)
+{
+	(void)when;
+	(void)msg;
+	if (htype != GNUTLS_HANDSHAKE_FINISHED || !incoming)
+		return 0;
+	struct http_conn *hc = conn_of(gnutls_session_get_ptr(session));
+	if (!hc)
+		return 0;
+	pthread_mutex_lock(&hc->srv->conn_mu);
+	if (hc->phase == CONN_HANDSHAKE) {
+		hc->phase = CONN_FIRST;
+		hc->phase_t0 = server_now();
+	}
+	pthread_mutex_unlock(&hc->srv->conn_mu);
+	return 0;
+}
+
+static void conn_started(struct server *s, struct MHD_Connection *c, void **socket_context)
+{
+	struct http_conn *hc = calloc(1, sizeof(*hc));
+	*socket_context = hc; /* NULL (out of memory): no deadline; a TLS handshake fails */
+	if (s->tls)
+		tls_check_session_ptr(s, c);
+	if (!hc)
+		return;
+	hc->srv = s;
+	const union MHD_ConnectionInfo *ci =
+	    MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+	hc->fd = ci ? ci->connect_fd : -1;
+	hc->phase = s->tls ? CONN_HANDSHAKE : CONN_FIRST;
+	hc->phase_t0 = server_now();
+	ci = s->tls ? MHD_get_connection_info(c, MHD_CONNECTION_INFO_GNUTLS_SESSION) : NULL;
+	if (ci && ci->tls_session)
+		gnutls_handshake_set_hook_function((gnutls_session_t)ci->tls_session,
+		                                   GNUTLS_HANDSHAKE_FINISHED, GNUTLS_HOOK_POST,
+		                                   tls_handshake_hook);
+	pthread_mutex_lock(&s->conn_mu);
+	hc->next = s->conns;
+	if (s->conns)
+		s->conns->prev = hc;
+	s->conns = hc;
+	s->n_conns++;
+	pthread_mutex_unlock(&s->conn_mu);
+}
+
+/* libmicrohttpd reports a connection closed after gnutls_deinit and before
+ * it closes the socket: GnuTLS no longer points at the credentials, and the
+ * deadline thread may still shut the socket down until it is unlinked here. */
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                           enum MHD_ConnectionNotificationCode code)
 {
 	struct server *s = cls;
 	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-		struct tls_conn *tc = calloc(1, sizeof(*tc));
-		if (tc)
-			tc->srv = s;
-		*socket_context = tc; /* NULL (out of memory): its handshake fails */
-		tls_check_session_ptr(s, c);
+		conn_started(s, c, socket_context);
 		return;
 	}
-	struct tls_conn *tc = *socket_context;
-	if (tc) {
-		tls_creds_unref(tc->creds);
-		free(tc);
-	}
+	struct http_conn *hc = *socket_context;
 	*socket_context = NULL;
+	if (!hc)
+		return;
+	pthread_mutex_lock(&s->conn_mu);
+	if (hc->prev)
+		hc->prev->next = hc->next;
+	else
+		s->conns = hc->next;
+	if (hc->next)
+		hc->next->prev = hc->prev;
+	s->n_conns--;
+	pthread_mutex_unlock(&s->conn_mu);
+	tls_creds_unref(hc->creds);
+	free(hc);
 }
 
 /* A gnutls_certificate_retrieve_function2: libmicrohttpd passes no user
@@ -411,10 +834,7 @@ static int tls_cert_callback(gnutls_session_t session, const gnutls_datum_t *req
                              gnutls_pcert_st **pcert, unsigned int *pcert_length,
                              gnutls_privkey_t *privkey)
 {
-	struct MHD_Connection *c = gnutls_session_get_ptr(session);
-	const union MHD_ConnectionInfo *ci =
-	    c ? MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT) : NULL;
-	struct tls_conn *tc = ci ? ci->socket_context : NULL;
+	struct http_conn *tc = conn_of(gnutls_session_get_ptr(session));
 	if (!tc)
 		return -1;
 	/* A second call (TLS 1.2 renegotiation) keeps the first answer, which
@@ -488,7 +908,22 @@ static int settings_from_config(const struct sinkd_config *cfg, struct server_se
 	set->max_body_bytes = cfg->limits.max_body_bytes;
 	set->max_tokens = cfg->limits.max_tokens;
 	set->keepalive_s = cfg->server.sse_keepalive_s;
+	quota_limits_from_config(cfg, &set->quota);
+	set->handshake_timeout_s = cfg->server.handshake_timeout_s;
+	set->request_timeout_s = cfg->server.request_timeout_s;
+	set->idle_timeout_s = cfg->server.idle_timeout_s;
 	return 0;
+}
+
+/* Memory per connection: the request line and the header block stay in it
+ * while the headers are parsed (each header costs a list entry too), and
+ * the rest of the read buffer takes the body.  Sized so that our limits,
+ * answered as JSON, are reached before libmicrohttpd's own (HTML). */
+static size_t connection_memory(const struct sinkd_config *cfg)
+{
+	return (size_t)(cfg->server.max_uri_bytes + cfg->server.max_header_bytes +
+	                cfg->server.max_headers * 96) +
+	       (size_t)(32 << 10);
 }
 
 /* 1,000 streams need 1,000+ descriptors: raise the soft limit to the hard one. */
@@ -512,15 +947,27 @@ static void raise_nofile(struct sinkd_log *log, int64_t want)
 
 static int start_mhd(struct server *s, const struct sinkd_config *cfg, char *err, size_t err_len)
 {
-	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME;
-	struct MHD_OptionItem opts[16];
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
+	                 MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+	struct MHD_OptionItem opts[24];
 	int n = 0;
 	unsigned pool = cfg->server.threads > 1 ? (unsigned)cfg->server.threads : 1;
 	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, s->listen_fd, NULL};
 	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, s};
-	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT,
-	                                    (intptr_t)cfg->server.max_connections, NULL};
-	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT, 120, NULL};
+	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)on_uri, s};
+	opts[n++] =
+	    (struct MHD_OptionItem){MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, s};
+	opts[n++] = (struct MHD_OptionItem){
+	    MHD_OPTION_CONNECTION_LIMIT,
+	    (intptr_t)(cfg->server.max_connections + HTTP_HEALTH_RESERVE), NULL};
+	if (cfg->server.max_connections_per_address > 0)
+		opts[n++] = (struct MHD_OptionItem){
+		    MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+		    (intptr_t)cfg->server.max_connections_per_address, NULL};
+	opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+	                                    (intptr_t)connection_memory(cfg), NULL};
+	opts[n++] =
+	    (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT, HTTP_STALL_TIMEOUT_S, NULL};
 	opts[n++] =
 	    (struct MHD_OptionItem){MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)mhd_logger, s->log};
 	if (pool > 1)
@@ -529,8 +976,6 @@ static int start_mhd(struct server *s, const struct sinkd_config *cfg, char *err
 		flags |= MHD_USE_TLS;
 		opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_CERT_CALLBACK, 0,
 		                                    (void *)tls_cert_callback};
-		opts[n++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_CONNECTION,
-		                                    (intptr_t)on_connection, s};
 		opts[n++] =
 		    (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)TLS_PRIORITIES};
 	}
@@ -557,21 +1002,35 @@ int server_new(const struct sinkd_config *cfg, struct sinkd_log *log, struct ser
 	pthread_mutex_init(&s->cfg_mu, NULL);
 	pthread_mutex_init(&s->gen_mu, NULL);
 	pthread_cond_init(&s->gen_cond, NULL);
+	pthread_mutex_init(&s->conn_mu, NULL);
+	pthread_cond_init(&s->conn_cond, NULL);
 	s->tls = cfg->server.tls_enabled;
+	s->max_connections = cfg->server.max_connections;
+	s->max_uri_bytes = cfg->server.max_uri_bytes;
+	s->max_header_bytes = cfg->server.max_header_bytes;
+	s->max_headers = cfg->server.max_headers;
 	int rc = metrics_new(&s->metrics);
 	if (rc) {
 		rc = err_set(err, err_len, -ENOMEM, "out of memory");
 		goto fail;
 	}
 	rc = settings_from_config(cfg, &s->set, err, err_len);
+	/* Clients with a stream each are at most the connections: room for
+	 * those, and as many idle ones again. */
+	if (!rc)
+		rc = quota_new(&(struct quota_options){.max_clients =
+		                                           2 * (size_t)cfg->server.max_connections},
+		               &s->set.quota, &s->quota, err, err_len);
 	if (!rc && s->tls)
 		rc = server_tls_init(s, cfg, err, err_len);
 	if (rc)
 		goto fail;
-	raise_nofile(log, cfg->server.max_connections);
+	raise_nofile(log, cfg->server.max_connections + HTTP_HEALTH_RESERVE);
 	rc = listen_open(cfg->server.listen, 1024, &s->listen_fd, &s->port, err, err_len);
 	if (!rc)
 		rc = genstream_keepalive_start(s, err, err_len);
+	if (!rc)
+		rc = conn_deadlines_start(s, err, err_len);
 	if (!rc)
 		rc = start_mhd(s, cfg, err, err_len);
 	if (rc)
@@ -635,6 +1094,7 @@ void server_commit(struct server *s, struct server_prepared *p)
 	struct server_settings old = s->set;
 	s->set = p->set;
 	pthread_mutex_unlock(&s->cfg_mu);
+	quota_set_limits(s->quota, &p->set.quota);
 	auth_keys_deinit(&old.keys);
 	free(p);
 }
@@ -737,6 +1197,7 @@ void server_stop(struct server *s)
 		s->mhd = NULL;
 		s->listen_fd = -1; /* closed by quiesce above or by libmicrohttpd */
 	}
+	conn_deadlines_stop(s);
 }
 
 void server_free(struct server *s)
@@ -747,13 +1208,17 @@ void server_free(struct server *s)
 	genstream_keepalive_stop(s);
 	if (s->mhd)
 		MHD_stop_daemon(s->mhd);
+	conn_deadlines_stop(s);
 	if (s->listen_fd >= 0)
 		close(s->listen_fd);
 	tls_store_free(s->tls_store); /* after MHD_stop_daemon: no handshake left */
 	auth_keys_deinit(&s->set.keys);
 	metrics_free(s->metrics);
+	quota_free(s->quota);
 	pthread_cond_destroy(&s->gen_cond);
 	pthread_mutex_destroy(&s->gen_mu);
 	pthread_mutex_destroy(&s->cfg_mu);
+	pthread_cond_destroy(&s->conn_cond);
+	pthread_mutex_destroy(&s->conn_mu);
 	free(s);
 }

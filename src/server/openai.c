@@ -20,19 +20,60 @@ const char *oa_finish_reason(enum gen_finish f)
 	}
 }
 
-/* cJSON wants NUL-terminated strings; text arrives as (ptr, len). */
-static cJSON *string_n(const char *s, size_t len)
+/* The JSON literal of len bytes, escaped as cJSON escapes (a NUL too). */
+static char *json_literal(const char *s, size_t len)
 {
-	char small[256];
-	char *tmp = len < sizeof(small) ? small : malloc(len + 1);
-	if (!tmp)
+	static const char hex[] = "0123456789abcdef";
+	char *out = malloc(len * 6 + 3), *w = out;
+	if (!out)
 		return NULL;
-	if (len)
+	*w++ = '"';
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)s[i];
+		const char *esc = c == '"'    ? "\\\""
+		                  : c == '\\' ? "\\\\"
+		                  : c == '\b' ? "\\b"
+		                  : c == '\f' ? "\\f"
+		                  : c == '\n' ? "\\n"
+		                  : c == '\r' ? "\\r"
+		                  : c == '\t' ? "\\t"
+		                              : NULL;
+		if (esc) {
+			*w++ = esc[0];
+			*w++ = esc[1];
+		} else if (c < 0x20) {
+			memcpy(w, "\\u00", 4);
+			w[4] = hex[c >> 4];
+			w[5] = hex[c & 15];
+			w += 6;
+		} else {
+			*w++ = (char)c;
+		}
+	}
+	*w++ = '"';
+	*w = '\0';
+	return out;
+}
+
+/* cJSON's strings end at the first NUL, and a NUL is text too (a byte
+ * token 0x00): such text becomes a raw item holding its own escaped literal. */
+cJSON *oa_string_n(const char *s, size_t len)
+{
+	if (!memchr(s, '\0', len)) {
+		char small[256];
+		char *tmp = len < sizeof(small) ? small : malloc(len + 1);
+		if (!tmp)
+			return NULL;
 		memcpy(tmp, s, len);
-	tmp[len] = '\0';
-	cJSON *j = cJSON_CreateString(tmp);
-	if (tmp != small)
-		free(tmp);
+		tmp[len] = '\0';
+		cJSON *j = cJSON_CreateString(tmp);
+		if (tmp != small)
+			free(tmp);
+		return j;
+	}
+	char *lit = json_literal(s, len);
+	cJSON *j = lit ? cJSON_CreateRaw(lit) : NULL;
+	free(lit);
 	return j;
 }
 
@@ -72,9 +113,9 @@ cJSON *oa_chunk(const struct oa_ctx *c, const char *text, size_t len, bool role,
 		if (role)
 			cJSON_AddStringToObject(delta, "role", "assistant");
 		if (text || role)
-			cJSON_AddItemToObject(delta, "content", string_n(text ? text : "", len));
+			cJSON_AddItemToObject(delta, "content", oa_string_n(text ? text : "", len));
 	} else {
-		cJSON_AddItemToObject(ch, "text", string_n(text ? text : "", text ? len : 0));
+		cJSON_AddItemToObject(ch, "text", oa_string_n(text ? text : "", text ? len : 0));
 	}
 	add_nullable(ch, "logprobs", logprobs);
 	add_str_or_null(ch, "finish_reason", finish_reason);
@@ -111,9 +152,9 @@ cJSON *oa_final(const struct oa_ctx *c, const char *text, size_t len, cJSON *log
 	if (c->chat) {
 		cJSON *msg = cJSON_AddObjectToObject(ch, "message");
 		cJSON_AddStringToObject(msg, "role", "assistant");
-		cJSON_AddItemToObject(msg, "content", string_n(text, len));
+		cJSON_AddItemToObject(msg, "content", oa_string_n(text, len));
 	} else {
-		cJSON_AddItemToObject(ch, "text", string_n(text, len));
+		cJSON_AddItemToObject(ch, "text", oa_string_n(text, len));
 	}
 	add_nullable(ch, "logprobs", logprobs);
 	add_str_or_null(ch, "finish_reason", finish_reason);
@@ -138,7 +179,7 @@ cJSON *oa_logprobs_new(bool chat)
 
 /* The text of one token as it reads inside a stream (a SentencePiece word
  * keeps its leading space; may be empty for control tokens). */
-static char *token_text(const struct tokenizer *tok, int32_t id)
+static char *token_text(const struct tokenizer *tok, int32_t id, size_t *len)
 {
 	char buf[256];
 	size_t n = 0;
@@ -148,25 +189,31 @@ static char *token_text(const struct tokenizer *tok, int32_t id)
 		n = detok_stream_push(&ds, id, buf, sizeof(buf));
 		n += detok_stream_flush(&ds, buf + n, sizeof(buf) - n);
 	}
-	buf[n] = '\0';
-	return strdup(buf);
+	char *t = malloc(n + 1);
+	if (t) {
+		memcpy(t, buf, n);
+		t[n] = '\0';
+	}
+	*len = t ? n : 0;
+	return t;
 }
 
-static cJSON *bytes_array(const char *s)
+static cJSON *bytes_array(const char *s, size_t len)
 {
 	cJSON *a = cJSON_CreateArray();
-	for (const unsigned char *p = (const unsigned char *)s; *p; p++)
-		cJSON_AddItemToArray(a, cJSON_CreateNumber(*p));
+	for (size_t i = 0; i < len; i++)
+		cJSON_AddItemToArray(a, cJSON_CreateNumber((unsigned char)s[i]));
 	return a;
 }
 
 static cJSON *chat_entry(const struct tokenizer *tok, int32_t id, float logprob)
 {
-	char *t = token_text(tok, id);
+	size_t n;
+	char *t = token_text(tok, id, &n);
 	cJSON *e = cJSON_CreateObject();
-	cJSON_AddStringToObject(e, "token", t ? t : "");
+	cJSON_AddItemToObject(e, "token", oa_string_n(t ? t : "", n));
 	cJSON_AddNumberToObject(e, "logprob", logprob);
-	cJSON_AddItemToObject(e, "bytes", bytes_array(t ? t : ""));
+	cJSON_AddItemToObject(e, "bytes", bytes_array(t ? t : "", n));
 	free(t);
 	return e;
 }
@@ -183,14 +230,17 @@ void oa_logprobs_add(cJSON *lp, bool chat, const struct tokenizer *tok,
 		cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "content"), e);
 		return;
 	}
-	char *t = token_text(tok, res->token);
-	cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "tokens"), cJSON_CreateString(t ? t : ""));
+	size_t n;
+	char *t = token_text(tok, res->token, &n);
+	cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "tokens"), oa_string_n(t ? t : "", n));
 	free(t);
 	cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "token_logprobs"),
 	                     cJSON_CreateNumber(res->logprob));
 	cJSON *top = cJSON_CreateObject();
 	for (int i = 0; i < res->n_top; i++) {
-		char *a = token_text(tok, res->top[i].token);
+		size_t an;
+		/* an object key is a C string: a NUL in one ends it there */
+		char *a = token_text(tok, res->top[i].token, &an);
 		if (!cJSON_GetObjectItem(top, a ? a : ""))
 			cJSON_AddNumberToObject(top, a ? a : "", res->top[i].logprob);
 		free(a);

@@ -42,6 +42,10 @@ void oa_logprobs_add(cJSON *lp, bool chat, const struct tokenizer *tok,
 
 cJSON *oa_error(const char *message, const char *type, const char *param, const char *code);
 
+/* A JSON string of exactly len bytes: a NUL in it comes out as \u0000
+ * (cJSON's own strings end at the first NUL). */
+cJSON *oa_string_n(const char *s, size_t len);
+
 /* Appends "data: <json>\n\n" (frees obj) or "data: [DONE]\n\n" (obj NULL) to
  * a growing buffer; returns 0 or -ENOMEM. */
 int sse_append(char **buf, size_t *len, size_t *cap, cJSON *obj);

@@ -1,5 +1,6 @@
-/* OpenAI request parsing: type and range checks that name the field (400),
- * defaults as OpenAI documents them, unknown fields ignored.  It does not
+/* OpenAI request parsing: strict JSON first (one linear pass), then type
+ * and range checks that name the field (400), defaults as OpenAI documents
+ * them, unknown fields ignored, every array walked once.  It does not
  * tokenize, render chat templates or check the model name (api.c does). */
 #include "server/request.h"
 
@@ -14,6 +15,9 @@
 #include "util/errbuf.h"
 
 #define COMPLETIONS_DEFAULT_MAX_TOKENS 16
+#define JSON_MAX_NUMBER_LEN 63 /* cJSON reads at most 63 characters of a number */
+#define NUL_STANDIN '\xff'     /* never a byte of valid UTF-8 */
+#define SESSION_ID_MAX_LEN 64
 
 static int fail(struct api_error *e, const char *param, const char *code, const char *fmt, ...)
     SINKD_PRINTF(4, 5);
@@ -30,22 +34,465 @@ static int fail(struct api_error *e, const char *param, const char *code, const 
 	return -EINVAL;
 }
 
+/* ---- strict JSON ------------------------------------------------------ */
+
+/* cJSON accepts what RFC 8259 forbids (leading zeros, bytes after the value,
+ * raw control characters, invalid UTF-8) and keeps its strings
+ * NUL-terminated, so a "\u0000" would silently cut a prompt.  One pass with
+ * an explicit stack (no recursion, linear in the body) checks the body
+ * first, and a second one, only when the body has a "\u0000", swaps each
+ * for NUL_STANDIN, which text fields turn back into NUL (dup_text). */
+
+struct json_frame {
+	bool object;
+	const char *key; /* object: the current member's raw key; NULL while it is read */
+	size_t key_len;
+	size_t index; /* array: the current element */
+};
+
+struct json_scan {
+	const char *body, *p, *end;
+	struct json_frame st[REQUEST_MAX_DEPTH];
+	int depth;
+	size_t n_nul;       /* "\u0000" escapes seen */
+	char *out;          /* the body with stand-ins (NULL: check only) */
+	size_t out_len;     /* bytes of out written */
+	const char *copied; /* the body before this is in out */
+	struct api_error *e;
+};
+
+enum json_state { JSON_VALUE, JSON_KEY, JSON_AFTER };
+
+static bool is_digit(char c)
+{
+	return c >= '0' && c <= '9';
+}
+
+static bool is_alnum(char c)
+{
+	return is_digit(c) || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z');
+}
+
+/* Keys quoted in errors are client text: only plain identifiers are. */
+static bool plain_key(const char *k, size_t n)
+{
+	if (!k || n == 0 || n > 40)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!is_alnum(k[i]) && k[i] != '_')
+			return false;
+	return true;
+}
+
+static void buf_add(char *buf, size_t cap, size_t *n, const char *fmt, ...) SINKD_PRINTF(4, 5);
+static void buf_add(char *buf, size_t cap, size_t *n, const char *fmt, ...)
+{
+	if (*n >= cap)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	int w = vsnprintf(buf + *n, cap - *n, fmt, ap);
+	va_end(ap);
+	*n = w < 0 ? cap : *n + (size_t)w >= cap ? cap : *n + (size_t)w;
+}
+
+/* param: the object keys down to the first array ("generate.stop", as the
+ * field checks name them); where: the whole path ("messages[2].content"). */
+static void scan_path(const struct json_scan *sc, char *param, size_t param_cap, char *where,
+                      size_t where_cap)
+{
+	size_t pn = 0, wn = 0;
+	bool in_array = false;
+	param[0] = where[0] = '\0';
+	for (int i = 0; i < sc->depth; i++) {
+		const struct json_frame *f = &sc->st[i];
+		if (!f->object) {
+			buf_add(where, where_cap, &wn, "[%zu]", f->index);
+			in_array = true;
+			continue;
+		}
+		if (!plain_key(f->key, f->key_len))
+			break;
+		buf_add(where, where_cap, &wn, "%s%.*s", wn ? "." : "", (int)f->key_len, f->key);
+		if (!in_array)
+			buf_add(param, param_cap, &pn, "%s%.*s", pn ? "." : "", (int)f->key_len,
+			        f->key);
+	}
+	if (wn >= where_cap && where_cap > 4)
+		memcpy(where + where_cap - 4, "...", 4);
+}
+
+static int scan_fail(struct json_scan *sc, const char *fmt, ...) SINKD_PRINTF(2, 3);
+static int scan_fail(struct json_scan *sc, const char *fmt, ...)
+{
+	char what[160], param[64], where[160];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	scan_path(sc, param, sizeof(param), where, sizeof(where));
+	return fail(sc->e, param[0] ? param : NULL, "invalid_json",
+	            "invalid JSON: %s at byte %zu%s%s%s", what, (size_t)(sc->p - sc->body),
+	            where[0] ? " (in '" : "", where, where[0] ? "')" : "");
+}
+
+static void skip_ws(struct json_scan *sc)
+{
+	while (sc->p < sc->end &&
+	       (*sc->p == ' ' || *sc->p == '\t' || *sc->p == '\n' || *sc->p == '\r'))
+		sc->p++;
+}
+
+/* Length of the UTF-8 character at p (RFC 3629: no overlongs, no
+ * surrogates, at most U+10FFFF), 0 when invalid. */
+static size_t utf8_len(const unsigned char *p, const unsigned char *end)
+{
+	size_t n = p[0] >= 0xF0 ? 4 : p[0] >= 0xE0 ? 3 : 2;
+	if (p[0] < 0xC2 || p[0] > 0xF4 || (size_t)(end - p) < n)
+		return 0;
+	unsigned char lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
+	if (p[0] == 0xE0)
+		lo = 0xA0;
+	else if (p[0] == 0xED)
+		hi = 0x9F;
+	else if (p[0] == 0xF0)
+		lo = 0x90;
+	else if (p[0] == 0xF4)
+		hi = 0x8F;
+	if (p[1] < lo || p[1] > hi)
+		return 0;
+	for (size_t i = 2; i < n; i++)
+		if ((p[i] & 0xC0) != 0x80)
+			return 0;
+	return n;
+}
+
+static bool hex4(const char *p, unsigned *out)
+{
+	unsigned v = 0;
+	for (int i = 0; i < 4; i++) {
+		char c = p[i];
+		unsigned d = is_digit(c) ? (unsigned)(c - '0')
+		             : (c | 0x20) >= 'a' && (c | 0x20) <= 'f'
+		                 ? (unsigned)((c | 0x20) - 'a' + 10)
+		                 : 16;
+		if (d == 16)
+			return false;
+		v = v * 16 + d;
+	}
+	*out = v;
+	return true;
+}
+
+/* A "\u0000" at p: counted, and swapped for the stand-in when rewriting. */
+static void scan_nul(struct json_scan *sc, const char *p)
+{
+	sc->n_nul++;
+	if (!sc->out)
+		return;
+	memcpy(sc->out + sc->out_len, sc->copied, (size_t)(p - sc->copied));
+	sc->out_len += (size_t)(p - sc->copied);
+	sc->out[sc->out_len++] = NUL_STANDIN;
+	sc->copied = p + 6;
+}
+
+/* A \u escape at p (end - p >= 6 checked by the caller): its length. */
+static int scan_unicode_escape(struct json_scan *sc, const char *p, size_t *len)
+{
+	unsigned cp = 0, low = 0;
+	if (!hex4(p + 2, &cp))
+		return scan_fail(sc, "\\u must be followed by 4 hex digits");
+	*len = 6;
+	if (cp >= 0xD800 && cp <= 0xDBFF) {
+		if (sc->end - p < 12 || p[6] != '\\' || p[7] != 'u' || !hex4(p + 8, &low) ||
+		    low < 0xDC00 || low > 0xDFFF)
+			return scan_fail(sc, "unpaired UTF-16 surrogate \\u%04X in a string", cp);
+		*len = 12;
+	} else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+		return scan_fail(sc, "unpaired UTF-16 surrogate \\u%04X in a string", cp);
+	} else if (cp == 0) {
+		scan_nul(sc, p);
+	}
+	return 0;
+}
+
+/* The string at sc->p (its opening quote); *s, *n: its raw bytes. */
+static int scan_string(struct json_scan *sc, const char **s, size_t *n)
+{
+	const char *start = ++sc->p;
+	while (sc->p < sc->end) {
+		unsigned char c = (unsigned char)*sc->p;
+		size_t step = 1;
+		if (c == '"') {
+			*s = start;
+			*n = (size_t)(sc->p - start);
+			sc->p++;
+			return 0;
+		}
+		if (c == '\\') {
+			char x = sc->end - sc->p >= 2 ? sc->p[1] : 0;
+			if (x == 'u' && sc->end - sc->p < 6)
+				return scan_fail(sc, "\\u must be followed by 4 hex digits");
+			else if (x == 'u' && scan_unicode_escape(sc, sc->p, &step))
+				return -EINVAL;
+			else if (x != 'u' && (!x || !strchr("\"\\/bfnrt", x)))
+				return scan_fail(sc, "invalid escape sequence in a string");
+			else if (x != 'u')
+				step = 2;
+		} else if (c < 0x20) {
+			return scan_fail(sc,
+			                 "raw control character 0x%02X in a string (write it as "
+			                 "\\u%04X)",
+			                 c, c);
+		} else if (c >= 0x80) {
+			step =
+			    utf8_len((const unsigned char *)sc->p, (const unsigned char *)sc->end);
+			if (!step)
+				return scan_fail(sc, "invalid UTF-8 in a string");
+		}
+		sc->p += step;
+	}
+	return scan_fail(sc, "unterminated string");
+}
+
+/* -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? */
+static int scan_number(struct json_scan *sc)
+{
+	const char *start = sc->p;
+	if (*sc->p == '-')
+		sc->p++;
+	if (sc->p >= sc->end || !is_digit(*sc->p))
+		return scan_fail(sc, "a number needs digits");
+	if (*sc->p == '0' && sc->end - sc->p > 1 && is_digit(sc->p[1]))
+		return scan_fail(sc, "numbers may not start with 0 (leading zero)");
+	while (sc->p < sc->end && is_digit(*sc->p))
+		sc->p++;
+	if (sc->p < sc->end && *sc->p == '.') {
+		sc->p++;
+		if (sc->p >= sc->end || !is_digit(*sc->p))
+			return scan_fail(sc, "digits must follow a decimal point");
+		while (sc->p < sc->end && is_digit(*sc->p))
+			sc->p++;
+	}
+	if (sc->p < sc->end && (*sc->p == 'e' || *sc->p == 'E')) {
+		sc->p++;
+		if (sc->p < sc->end && (*sc->p == '+' || *sc->p == '-'))
+			sc->p++;
+		if (sc->p >= sc->end || !is_digit(*sc->p))
+			return scan_fail(sc, "an exponent needs digits");
+		while (sc->p < sc->end && is_digit(*sc->p))
+			sc->p++;
+	}
+	if (sc->p < sc->end && (is_alnum(*sc->p) || *sc->p == '.'))
+		return scan_fail(sc, "invalid character in a number");
+	if (sc->p - start > JSON_MAX_NUMBER_LEN) {
+		sc->p = start;
+		return scan_fail(sc, "a number longer than %d characters", JSON_MAX_NUMBER_LEN);
+	}
+	return 0;
+}
+
+static int scan_scalar(struct json_scan *sc)
+{
+	static const char *const literals[] = {"true", "false", "null"};
+	const char *s;
+	size_t n;
+	if (*sc->p == '"')
+		return scan_string(sc, &s, &n);
+	if (*sc->p == '-' || is_digit(*sc->p))
+		return scan_number(sc);
+	for (size_t i = 0; i < sizeof(literals) / sizeof(literals[0]); i++) {
+		n = strlen(literals[i]);
+		if ((size_t)(sc->end - sc->p) >= n && !memcmp(sc->p, literals[i], n) &&
+		    ((size_t)(sc->end - sc->p) == n || !is_alnum(sc->p[n]))) {
+			sc->p += n;
+			return 0;
+		}
+	}
+	return scan_fail(sc, "expected a value");
+}
+
+/* '{' or '[' at sc->p: a new frame; the state after it. */
+static int scan_open(struct json_scan *sc, enum json_state *state)
+{
+	bool object = *sc->p == '{';
+	if (sc->depth == REQUEST_MAX_DEPTH)
+		return scan_fail(sc, "nested deeper than %d levels", REQUEST_MAX_DEPTH);
+	sc->p++;
+	sc->st[sc->depth++] = (struct json_frame){.object = object};
+	skip_ws(sc);
+	if (sc->p < sc->end && *sc->p == (object ? '}' : ']')) {
+		sc->p++;
+		sc->depth--;
+		*state = JSON_AFTER;
+	} else {
+		*state = object ? JSON_KEY : JSON_VALUE;
+	}
+	return 0;
+}
+
+/* After a value: ',' or the frame's close; at the top, the end of the body. */
+static int scan_after(struct json_scan *sc, enum json_state *state, bool *done)
+{
+	if (sc->depth == 0) {
+		if (sc->p != sc->end)
+			return scan_fail(sc, "unexpected bytes after the JSON value");
+		*done = true;
+		return 0;
+	}
+	struct json_frame *f = &sc->st[sc->depth - 1];
+	if (sc->p < sc->end && *sc->p == ',') {
+		sc->p++;
+		f->key = NULL;
+		f->index += !f->object;
+		*state = f->object ? JSON_KEY : JSON_VALUE;
+	} else if (sc->p < sc->end && *sc->p == (f->object ? '}' : ']')) {
+		sc->p++;
+		sc->depth--;
+	} else {
+		f->key = NULL; /* the object is at fault here, not its last member */
+		return scan_fail(sc, f->object ? "expected ',' or '}'" : "expected ',' or ']'");
+	}
+	return 0;
+}
+
+static int scan_key(struct json_scan *sc, enum json_state *state)
+{
+	struct json_frame *f = &sc->st[sc->depth - 1];
+	const char *k;
+	size_t n;
+	if (sc->p >= sc->end || *sc->p != '"')
+		return scan_fail(sc, "expected a string key");
+	if (scan_string(sc, &k, &n))
+		return -EINVAL;
+	skip_ws(sc);
+	if (sc->p >= sc->end || *sc->p != ':')
+		return scan_fail(sc, "expected ':' after a key");
+	sc->p++;
+	f->key = k;
+	f->key_len = n;
+	*state = JSON_VALUE;
+	return 0;
+}
+
+/* Each turn consumes at least one byte or ends: linear in the body. */
+static int json_scan_run(struct json_scan *sc)
+{
+	enum json_state state = JSON_VALUE;
+	bool done = false;
+	int rc = 0;
+	while (!rc && !done) {
+		skip_ws(sc);
+		if (state == JSON_AFTER)
+			rc = scan_after(sc, &state, &done);
+		else if (sc->p >= sc->end)
+			rc = scan_fail(sc, "the body ends early");
+		else if (state == JSON_KEY)
+			rc = scan_key(sc, &state);
+		else if (*sc->p == '{' || *sc->p == '[')
+			rc = scan_open(sc, &state);
+		else if (!(rc = scan_scalar(sc)))
+			state = JSON_AFTER;
+	}
+	return rc;
+}
+
+/* The body checked, with stand-ins for "\u0000" when it has any: *text is
+ * body itself or *copy (free it). */
+static int json_check(const char *body, size_t len, const char **text, size_t *text_len,
+                      char **copy, struct api_error *e)
+{
+	struct json_scan sc = {.body = body, .p = body, .end = body + len, .e = e};
+	*copy = NULL;
+	*text = body;
+	*text_len = len;
+	if (json_scan_run(&sc))
+		return -EINVAL;
+	if (!sc.n_nul)
+		return 0;
+	sc = (struct json_scan){
+	    .body = body, .p = body, .end = body + len, .e = e, .copied = body, .out = malloc(len)};
+	if (!sc.out)
+		return fail(e, NULL, "out_of_memory", "out of memory");
+	json_scan_run(&sc); /* cannot fail: the same bytes passed */
+	memcpy(sc.out + sc.out_len, sc.copied, (size_t)(sc.end - sc.copied));
+	*text_len = sc.out_len + (size_t)(sc.end - sc.copied);
+	*text = *copy = sc.out;
+	return 0;
+}
+
 static int parse_root(const char *body, size_t len, cJSON **root, struct api_error *e)
 {
-	const char *end = NULL;
-	*root = len ? cJSON_ParseWithLengthOpts(body, len, &end, 0) : NULL;
-	if (!*root) {
-		size_t at = end && end >= body ? (size_t)(end - body) : 0;
-		if (!len)
-			return fail(e, NULL, "invalid_json",
-			            "request body is empty (expected a JSON object)");
-		return fail(e, NULL, "invalid_json", "malformed JSON in request body near byte %zu",
-		            at);
-	}
+	const char *text;
+	size_t text_len;
+	char *copy;
+	*root = NULL;
+	if (!len)
+		return fail(e, NULL, "invalid_json",
+		            "request body is empty (expected a JSON object)");
+	if (json_check(body, len, &text, &text_len, &copy, e))
+		return -EINVAL;
+	*root = cJSON_ParseWithLengthOpts(text, text_len, NULL, 0);
+	free(copy);
+	if (!*root) /* the body is valid JSON: cJSON ran out of memory */
+		return fail(e, NULL, "out_of_memory", "out of memory parsing the request body");
 	if (!cJSON_IsObject(*root)) {
 		cJSON_Delete(*root);
 		*root = NULL;
 		return fail(e, NULL, "invalid_json", "request body must be a JSON object");
+	}
+	return 0;
+}
+
+/* ---- fields ------------------------------------------------------------- */
+
+/* The known keys of each object: one given twice is refused (cJSON would
+ * take the first, a proxy in front of us perhaps the last). */
+static const char *const gen_keys[] = {"model",
+                                       "stream",
+                                       "stream_options",
+                                       "n",
+                                       "max_tokens",
+                                       "max_completion_tokens",
+                                       "temperature",
+                                       "top_p",
+                                       "top_k",
+                                       "min_p",
+                                       "repeat_penalty",
+                                       "presence_penalty",
+                                       "frequency_penalty",
+                                       "seed",
+                                       "stop",
+                                       "logprobs",
+                                       "top_logprobs",
+                                       "ignore_eos",
+                                       "session_id",
+                                       "prompt",
+                                       "messages",
+                                       NULL};
+static const char *const stream_options_keys[] = {"include_usage", NULL};
+static const char *const message_keys[] = {"role", "content", NULL};
+static const char *const part_keys[] = {"type", "text", NULL};
+static const char *const session_keys[] = {"window_size", "sink_keep_count", NULL};
+static const char *const append_keys[] = {"text", "revise_last_tokens", "generate", NULL};
+static const char *const tokenize_keys[] = {"content", "add_special", "parse_special", NULL};
+static const char *const detokenize_keys[] = {"tokens", NULL};
+
+/* param NULL: the key itself.  One walk over the members (keys <= 32). */
+static int no_twice(const cJSON *o, const char *const *keys, const char *param, struct api_error *e)
+{
+	uint32_t seen = 0;
+	const cJSON *m;
+	cJSON_ArrayForEach(m, o)
+	{
+		for (unsigned i = 0; keys[i] && m->string; i++) {
+			if (strcmp(m->string, keys[i]))
+				continue;
+			if (seen & (1u << i))
+				return fail(e, param ? param : keys[i], "duplicate_field",
+				            "'%s' is given more than once", keys[i]);
+			seen |= 1u << i;
+		}
 	}
 	return 0;
 }
@@ -74,9 +521,9 @@ static int get_num(const cJSON *o, const char *key, double lo, double hi, double
 	cJSON *v = field(o, key);
 	if (!v)
 		return 0;
-	if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+	if (!cJSON_IsNumber(v))
 		return fail(e, key, "invalid_type", "'%s' must be a number", key);
-	if (v->valuedouble < lo || v->valuedouble > hi)
+	if (!isfinite(v->valuedouble) || v->valuedouble < lo || v->valuedouble > hi)
 		return fail(e, key, "invalid_value",
 		            "'%s' must be between %.10g and %.10g, got %.10g", key, lo, hi,
 		            v->valuedouble);
@@ -88,14 +535,53 @@ static int get_int(const cJSON *o, const char *key, double lo, double hi, double
                    struct api_error *e)
 {
 	cJSON *v = field(o, key);
-	if (v && (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble)))
+	if (v && (!cJSON_IsNumber(v) ||
+	          (isfinite(v->valuedouble) && v->valuedouble != floor(v->valuedouble))))
 		return fail(e, key, "invalid_type", "'%s' must be an integer", key);
 	return get_num(o, key, lo, hi, out, e);
 }
 
-static char *dup_string(const cJSON *v)
+/* A text field's bytes with each stand-in turned back into NUL. */
+static char *dup_text(const cJSON *v, size_t *len)
 {
-	return strdup(v->valuestring);
+	size_t n = strlen(v->valuestring);
+	char *s = malloc(n + 1);
+	if (!s)
+		return NULL;
+	for (size_t i = 0; i < n; i++)
+		s[i] = v->valuestring[i] == NUL_STANDIN ? '\0' : v->valuestring[i];
+	s[n] = '\0';
+	*len = n;
+	return s;
+}
+
+/* Name-like fields are C strings downstream: a NUL is refused, never cut. */
+static bool has_nul(const cJSON *v)
+{
+	return strchr(v->valuestring, NUL_STANDIN) != NULL;
+}
+
+static int dup_name(const cJSON *v, const char *param, const char *what, char **out,
+                    struct api_error *e)
+{
+	if (has_nul(v))
+		return fail(e, param, "invalid_value", "'%s' must not contain NUL (\\u0000)", what);
+	*out = strdup(v->valuestring);
+	return *out ? 0 : fail(e, param, "out_of_memory", "out of memory");
+}
+
+static int stop_string(const cJSON *s, size_t i, struct gen_args *a, struct api_error *e)
+{
+	if (!cJSON_IsString(s))
+		return fail(e, "stop", "invalid_type", "'stop[%zu]' must be a string", i);
+	size_t len = strlen(s->valuestring);
+	if (len == 0 || len > STOP_MAX_LEN)
+		return fail(e, "stop", "invalid_value", "'stop' strings must have 1..%d bytes",
+		            STOP_MAX_LEN);
+	if (dup_name(s, "stop", "stop", &a->stops[a->n_stops], e))
+		return -EINVAL;
+	a->n_stops++;
+	return 0;
 }
 
 static int parse_stop(const cJSON *o, struct gen_args *a, struct api_error *e)
@@ -103,25 +589,24 @@ static int parse_stop(const cJSON *o, struct gen_args *a, struct api_error *e)
 	cJSON *v = field(o, "stop");
 	if (!v)
 		return 0;
-	size_t n = cJSON_IsString(v) ? 1 : cJSON_IsArray(v) ? (size_t)cJSON_GetArraySize(v) : 0;
 	if (!cJSON_IsString(v) && !cJSON_IsArray(v))
 		return fail(e, "stop", "invalid_type",
 		            "'stop' must be a string or an array of strings");
+	size_t n = cJSON_IsString(v) ? 1 : (size_t)cJSON_GetArraySize(v);
 	if (n > STOP_MAX_STRINGS)
 		return fail(e, "stop", "invalid_value", "'stop' has more than %d strings",
 		            STOP_MAX_STRINGS);
 	a->stops = calloc(n ? n : 1, sizeof(char *));
 	if (!a->stops)
 		return fail(e, "stop", "out_of_memory", "out of memory");
-	for (size_t i = 0; i < n; i++) {
-		const cJSON *s = cJSON_IsString(v) ? v : cJSON_GetArrayItem(v, (int)i);
-		if (!cJSON_IsString(s))
-			return fail(e, "stop", "invalid_type", "'stop[%zu]' must be a string", i);
-		size_t len = strlen(s->valuestring);
-		if (len == 0 || len > STOP_MAX_LEN)
-			return fail(e, "stop", "invalid_value",
-			            "'stop' strings must have 1..%d bytes", STOP_MAX_LEN);
-		a->stops[a->n_stops++] = dup_string(s);
+	if (cJSON_IsString(v))
+		return stop_string(v, 0, a, e);
+	size_t i = 0;
+	const cJSON *s;
+	cJSON_ArrayForEach(s, v)
+	{
+		if (stop_string(s, i++, a, e))
+			return -EINVAL;
 	}
 	return 0;
 }
@@ -183,23 +668,39 @@ static int parse_logprobs(const cJSON *o, struct gen_args *a, struct api_error *
 	return rc;
 }
 
+static int parse_stream_options(const cJSON *o, struct gen_args *a, struct api_error *e)
+{
+	cJSON *so = field(o, "stream_options");
+	if (!so)
+		return 0;
+	if (!cJSON_IsObject(so))
+		return fail(e, "stream_options", "invalid_type",
+		            "'stream_options' must be an object");
+	if (no_twice(so, stream_options_keys, "stream_options.include_usage", e))
+		return -EINVAL;
+	cJSON *iu = field(so, "include_usage");
+	if (iu && !cJSON_IsBool(iu))
+		return fail(e, "stream_options.include_usage", "invalid_type",
+		            "'stream_options.include_usage' must be a boolean");
+	a->include_usage = cJSON_IsTrue(iu);
+	if (iu && !a->stream)
+		return fail(e, "stream_options", "invalid_value",
+		            "'stream_options' is only allowed with 'stream': true");
+	return 0;
+}
+
 static int parse_common(const cJSON *o, int64_t limit, struct gen_args *a, struct api_error *e)
 {
+	if (no_twice(o, gen_keys, NULL, e))
+		return -EINVAL;
 	cJSON *m = field(o, "model");
 	if (m && !cJSON_IsString(m))
 		return fail(e, "model", "invalid_type", "'model' must be a string");
-	if (m)
-		a->model = dup_string(m);
+	if (m && dup_name(m, "model", "model", &a->model, e))
+		return -EINVAL;
 	int rc = get_bool(o, "stream", &a->stream, e);
-	cJSON *so = field(o, "stream_options");
-	if (!rc && so && !cJSON_IsObject(so))
-		rc =
-		    fail(e, "stream_options", "invalid_type", "'stream_options' must be an object");
-	if (!rc && so)
-		rc = get_bool(so, "include_usage", &a->include_usage, e);
-	if (!rc && so && cJSON_IsBool(field(so, "include_usage")) && !a->stream)
-		rc = fail(e, "stream_options", "invalid_value",
-		          "'stream_options' is only allowed with 'stream': true");
+	if (!rc)
+		rc = parse_stream_options(o, a, e);
 	double n = 1;
 	if (!rc)
 		rc = get_int(o, "n", 1, 1, &n, e);
@@ -223,22 +724,32 @@ static int parse_common(const cJSON *o, int64_t limit, struct gen_args *a, struc
 	return rc;
 }
 
+/* One walk over the array (cJSON_GetArrayItem(i) walks from the head each
+ * time: quadratic).  The count is bounded by the caller (the scheduler's
+ * limits.max_prompt_tokens, /detokenize in api.c). */
 static int parse_prompt_ids(const cJSON *arr, struct gen_args *a, struct api_error *e)
 {
-	size_t n = (size_t)cJSON_GetArraySize(arr);
+	size_t n = (size_t)cJSON_GetArraySize(arr), i = 0;
 	a->prompt_ids = malloc((n ? n : 1) * sizeof(int32_t));
 	if (!a->prompt_ids)
 		return fail(e, "prompt", "out_of_memory", "out of memory");
-	for (size_t i = 0; i < n; i++) {
-		const cJSON *t = cJSON_GetArrayItem(arr, (int)i);
+	const cJSON *t;
+	cJSON_ArrayForEach(t, arr)
+	{
 		if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) ||
 		    t->valuedouble < 0 || t->valuedouble > INT32_MAX)
 			return fail(e, "prompt", "invalid_type",
 			            "'prompt[%zu]' must be a token id (non-negative integer)", i);
-		a->prompt_ids[i] = (int32_t)t->valuedouble;
+		a->prompt_ids[i++] = (int32_t)t->valuedouble;
 	}
-	a->n_prompt_ids = n;
+	a->n_prompt_ids = i;
 	return 0;
+}
+
+static int prompt_text(const cJSON *v, struct gen_args *a, struct api_error *e)
+{
+	a->prompt = dup_text(v, &a->prompt_len);
+	return a->prompt ? 0 : fail(e, "prompt", "out_of_memory", "out of memory");
 }
 
 /* A string, [string], [int...] or [[int...]] — one prompt only (n = 1). */
@@ -247,50 +758,64 @@ static int parse_prompt(const cJSON *o, struct gen_args *a, struct api_error *e)
 	cJSON *p = field(o, "prompt");
 	if (!p)
 		return fail(e, "prompt", "missing_field", "'prompt' is required");
-	if (cJSON_IsString(p)) {
-		a->prompt = dup_string(p);
-		return 0;
-	}
-	if (!cJSON_IsArray(p) || cJSON_GetArraySize(p) == 0)
+	if (cJSON_IsString(p))
+		return prompt_text(p, a, e);
+	cJSON *first = cJSON_IsArray(p) ? p->child : NULL;
+	if (!first)
 		return fail(e, "prompt", "invalid_type",
 		            "'prompt' must be a string, an array of one string or an array of "
 		            "token ids");
-	cJSON *first = cJSON_GetArrayItem(p, 0);
 	if (cJSON_IsNumber(first))
 		return parse_prompt_ids(p, a, e);
-	if (cJSON_GetArraySize(p) > 1)
+	if (first->next)
 		return fail(e, "prompt", "invalid_value",
 		            "only one prompt per request is supported");
-	if (cJSON_IsString(first)) {
-		a->prompt = dup_string(first);
-		return 0;
-	}
+	if (cJSON_IsString(first))
+		return prompt_text(first, a, e);
 	if (cJSON_IsArray(first))
 		return parse_prompt_ids(first, a, e);
 	return fail(e, "prompt", "invalid_type", "'prompt[0]' must be a string or token ids");
 }
 
-/* content: a string, or an array of {"type":"text","text":...} parts. */
-static int message_content(const cJSON *c, size_t i, char **out, struct api_error *e)
+/* Appends n bytes to a growing buffer (doubling: linear overall). */
+static int text_append(char **s, size_t *len, size_t *cap, const char *t, size_t n)
 {
-	if (!c) {
-		*out = strdup("");
-		return 0;
+	if (*len + n + 1 > *cap) {
+		size_t c = (*len + n + 1) * 2;
+		char *b = realloc(*s, c);
+		if (!b)
+			return -ENOMEM;
+		*s = b;
+		*cap = c;
 	}
-	if (cJSON_IsString(c)) {
-		*out = dup_string(c);
-		return 0;
-	}
-	if (!cJSON_IsArray(c))
-		return fail(e, "messages", "invalid_type",
-		            "'messages[%zu].content' must be a string or an array of text parts",
-		            i);
+	for (size_t i = 0; i < n; i++)
+		(*s)[*len + i] = t[i] == NUL_STANDIN ? '\0' : t[i];
+	*len += n;
+	(*s)[*len] = '\0';
+	return 0;
+}
+
+/* content: a string, or an array of {"type":"text","text":...} parts. */
+static int message_content(const cJSON *c, size_t i, struct api_message *m, struct api_error *e)
+{
 	size_t len = 0, cap = 0;
 	char *s = NULL;
 	const cJSON *part;
-	cJSON_ArrayForEach(part, c)
+	if (c && !cJSON_IsString(c) && !cJSON_IsArray(c))
+		return fail(e, "messages", "invalid_type",
+		            "'messages[%zu].content' must be a string or an array of text parts",
+		            i);
+	if (cJSON_IsString(c) &&
+	    text_append(&s, &len, &cap, c->valuestring, strlen(c->valuestring)))
+		return fail(e, "messages", "out_of_memory", "out of memory");
+	const cJSON *parts = cJSON_IsArray(c) ? c : NULL;
+	cJSON_ArrayForEach(part, parts)
 	{
 		const cJSON *type = field(part, "type"), *text = field(part, "text");
+		if (no_twice(part, part_keys, "messages", e)) {
+			free(s);
+			return -EINVAL;
+		}
 		if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") ||
 		    !cJSON_IsString(text)) {
 			free(s);
@@ -299,60 +824,65 @@ static int message_content(const cJSON *c, size_t i, char **out, struct api_erro
 			            "{\"type\":\"text\",\"text\":...}",
 			            i);
 		}
-		size_t n = strlen(text->valuestring);
-		if (len + n + 1 > cap) {
-			cap = (len + n + 1) * 2;
-			char *t = realloc(s, cap);
-			if (!t) {
-				free(s);
-				return fail(e, "messages", "out_of_memory", "out of memory");
-			}
-			s = t;
+		if (text_append(&s, &len, &cap, text->valuestring, strlen(text->valuestring))) {
+			free(s);
+			return fail(e, "messages", "out_of_memory", "out of memory");
 		}
-		memcpy(s + len, text->valuestring, n + 1);
-		len += n;
 	}
-	*out = s ? s : strdup("");
-	return 0;
+	m->content = s ? s : strdup("");
+	m->content_len = len;
+	return m->content ? 0 : fail(e, "messages", "out_of_memory", "out of memory");
+}
+
+static int parse_message(const cJSON *m, size_t i, struct api_message *out, struct api_error *e)
+{
+	static const char *const roles[] = {"system", "developer", "user", "assistant", "tool"};
+	const cJSON *role = field(m, "role");
+	if (!cJSON_IsObject(m))
+		return fail(e, "messages", "invalid_type", "'messages[%zu]' must be an object", i);
+	if (!cJSON_IsString(role))
+		return fail(e, "messages", "invalid_type", "'messages[%zu].role' must be a string",
+		            i);
+	if (no_twice(m, message_keys, "messages", e))
+		return -EINVAL;
+	bool known = false;
+	for (size_t r = 0; r < sizeof(roles) / sizeof(roles[0]); r++)
+		known |= !strcmp(role->valuestring, roles[r]);
+	if (!known)
+		return fail(e, "messages", "invalid_value",
+		            "'messages[%zu].role' must be system, developer, user, assistant "
+		            "or tool",
+		            i);
+	out->role = strdup(role->valuestring);
+	if (!out->role)
+		return fail(e, "messages", "out_of_memory", "out of memory");
+	return message_content(field(m, "content"), i, out, e);
 }
 
 static int parse_messages(const cJSON *o, struct gen_args *a, struct api_error *e)
 {
-	static const char *const roles[] = {"system", "developer", "user", "assistant", "tool"};
 	cJSON *msgs = field(o, "messages");
 	if (!msgs)
 		return fail(e, "messages", "missing_field", "'messages' is required");
-	if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0)
+	if (!cJSON_IsArray(msgs) || !msgs->child)
 		return fail(e, "messages", "invalid_type", "'messages' must be a non-empty array");
 	size_t n = (size_t)cJSON_GetArraySize(msgs);
 	a->messages = calloc(n, sizeof(*a->messages));
 	if (!a->messages)
 		return fail(e, "messages", "out_of_memory", "out of memory");
-	for (size_t i = 0; i < n; i++) {
-		const cJSON *m = cJSON_GetArrayItem(msgs, (int)i), *role = field(m, "role");
-		if (!cJSON_IsObject(m))
-			return fail(e, "messages", "invalid_type",
-			            "'messages[%zu]' must be an object", i);
-		if (!cJSON_IsString(role))
-			return fail(e, "messages", "invalid_type",
-			            "'messages[%zu].role' must be a string", i);
-		bool known = false;
-		for (size_t r = 0; r < sizeof(roles) / sizeof(roles[0]); r++)
-			known |= !strcmp(role->valuestring, roles[r]);
-		if (!known)
-			return fail(
-			    e, "messages", "invalid_value",
-			    "'messages[%zu].role' must be system, developer, user, assistant "
-			    "or tool",
-			    i);
-		a->messages[i].role = dup_string(role);
-		a->n_messages = i + 1;
-		if (message_content(field(m, "content"), i, &a->messages[i].content, e))
-			return -EINVAL;
+	const cJSON *m;
+	cJSON_ArrayForEach(m, msgs)
+	{
+		int rc = parse_message(m, a->n_messages, &a->messages[a->n_messages], e);
+		a->n_messages++; /* deinit frees what a failed message holds */
+		if (rc)
+			return rc;
 	}
 	return 0;
 }
 
+/* Session ids are 32 hex digits: anything printable up to 64 bytes may
+ * simply be unknown (404), the rest is not an id at all. */
 static int parse_session_id(const cJSON *o, struct gen_args *a, struct api_error *e)
 {
 	cJSON *v = field(o, "session_id");
@@ -361,8 +891,15 @@ static int parse_session_id(const cJSON *o, struct gen_args *a, struct api_error
 	if (!cJSON_IsString(v) || !*v->valuestring)
 		return fail(e, "session_id", "invalid_type",
 		            "'session_id' must be a session id string");
-	a->session_id = dup_string(v);
-	return 0;
+	size_t n = strlen(v->valuestring);
+	bool printable = n <= SESSION_ID_MAX_LEN;
+	for (size_t i = 0; printable && i < n; i++)
+		printable = v->valuestring[i] > ' ' && v->valuestring[i] <= '~';
+	if (!printable)
+		return fail(e, "session_id", "invalid_value",
+		            "'session_id' must be printable ASCII of at most %d bytes",
+		            SESSION_ID_MAX_LEN);
+	return dup_name(v, "session_id", "session_id", &a->session_id, e);
 }
 
 int gen_args_parse(const char *body, size_t len, bool chat, int64_t limit, struct gen_args *a,
@@ -400,12 +937,29 @@ int session_create_args_parse(const char *body, size_t len, struct session_creat
 	if (rc)
 		return rc;
 	double w = 0, k = -1;
-	rc = get_int(root, "window_size", 1, 1 << 24, &w, e);
+	rc = no_twice(root, session_keys, NULL, e);
+	if (!rc)
+		rc = get_int(root, "window_size", 1, 1 << 24, &w, e);
 	if (!rc)
 		rc = get_int(root, "sink_keep_count", 0, 1 << 20, &k, e);
 	out->window_size = (int)w;
 	out->sink_keep_count = (int)k;
 	cJSON_Delete(root);
+	return rc;
+}
+
+/* The "generate" object: completion fields, errors named "generate.<field>". */
+static int append_generate(const cJSON *g, int64_t limit, struct append_args *a,
+                           struct api_error *e)
+{
+	a->generate = true;
+	a->gen.stream = true; /* the reply streams unless asked otherwise */
+	int rc = parse_common(g, limit, &a->gen, e);
+	if (rc && e->param[0]) {
+		char p[sizeof(e->param)];
+		snprintf(p, sizeof(p), "%s", e->param);
+		snprintf(e->param, sizeof(e->param), "generate.%.48s", p);
+	}
 	return rc;
 }
 
@@ -421,7 +975,8 @@ int append_args_parse(const char *body, size_t len, int64_t limit, struct append
 		return rc;
 	cJSON *t = field(root, "text"), *g = field(root, "generate");
 	double revise = 0;
-	if (t && !cJSON_IsString(t))
+	rc = no_twice(root, append_keys, NULL, e);
+	if (!rc && t && !cJSON_IsString(t))
 		rc = fail(e, "text", "invalid_type", "'text' must be a string");
 	if (!rc)
 		rc = get_int(root, "revise_last_tokens", 0, 1 << 30, &revise, e);
@@ -430,17 +985,11 @@ int append_args_parse(const char *body, size_t len, int64_t limit, struct append
 	if (!rc && !t && !g && revise == 0)
 		rc = fail(e, "text", "missing_field", "'text' or 'generate' is required");
 	a->revise_last_tokens = (size_t)revise;
-	a->text = strdup(cJSON_IsString(t) ? t->valuestring : "");
-	if (!rc && g) {
-		a->generate = true;
-		a->gen.stream = true; /* the reply streams unless asked otherwise */
-		rc = parse_common(g, limit, &a->gen, e);
-		if (rc && e->param[0]) {
-			char p[sizeof(e->param)];
-			snprintf(p, sizeof(p), "%s", e->param);
-			snprintf(e->param, sizeof(e->param), "generate.%.48s", p);
-		}
-	}
+	a->text = cJSON_IsString(t) ? dup_text(t, &a->text_len) : strdup("");
+	if (!rc && !a->text)
+		rc = fail(e, "text", "out_of_memory", "out of memory");
+	if (!rc && g)
+		rc = append_generate(g, limit, a, e);
 	cJSON_Delete(root);
 	if (rc)
 		append_args_deinit(a);
@@ -482,7 +1031,8 @@ int tokenize_args_parse(const char *body, size_t len, struct tokenize_args *out,
 	if (rc)
 		return rc;
 	cJSON *c = field(root, "content");
-	if (!c)
+	rc = no_twice(root, tokenize_keys, NULL, e);
+	if (!rc && !c)
 		rc = fail(e, "content", "missing_field", "'content' is required");
 	else if (!cJSON_IsString(c))
 		rc = fail(e, "content", "invalid_type", "'content' must be a string");
@@ -490,8 +1040,8 @@ int tokenize_args_parse(const char *body, size_t len, struct tokenize_args *out,
 		rc = get_bool(root, "add_special", &out->add_special, e);
 	if (!rc)
 		rc = get_bool(root, "parse_special", &out->parse_special, e);
-	if (!rc)
-		out->content = dup_string(c);
+	if (!rc && !(out->content = dup_text(c, &out->content_len)))
+		rc = fail(e, "content", "out_of_memory", "out of memory");
 	cJSON_Delete(root);
 	return rc;
 }
@@ -508,7 +1058,9 @@ int detokenize_args_parse(const char *body, size_t len, int32_t **tokens, size_t
 		return rc;
 	cJSON *t = field(root, "tokens");
 	struct gen_args a = {0};
-	if (!t)
+	if (no_twice(root, detokenize_keys, NULL, e))
+		rc = -EINVAL;
+	else if (!t)
 		rc = fail(e, "tokens", "missing_field", "'tokens' is required");
 	else if (!cJSON_IsArray(t))
 		rc = fail(e, "tokens", "invalid_type", "'tokens' must be an array of token ids");

@@ -1,7 +1,15 @@
 /* Parsing and validation of OpenAI request bodies (completions, chat
  * completions, tokenize, detokenize) into plain structs, with errors that
  * name the offending field.  Needs no model: ranges that depend on the
- * vocabulary are checked by the caller. */
+ * vocabulary are checked by the caller.
+ *
+ * Bodies are strict JSON (RFC 8259: no leading zeros, nothing after the
+ * value, no raw control characters, valid UTF-8, at most REQUEST_MAX_DEPTH
+ * levels, numbers of at most 63 characters, a known field at most once),
+ * checked in one linear pass.  A number outside its field's range (1e400
+ * included) is a 400 naming the field; -0 reads as 0.  Text fields carry a
+ * length: a "\u0000" in them is a NUL byte of the text.  Name-like fields
+ * (model, role, session_id, stop strings) refuse it. */
 #pragma once
 
 #include <stdbool.h>
@@ -19,9 +27,12 @@ struct api_error {
 	char message[SINKD_ERR_LEN + 64];
 };
 
+#define REQUEST_MAX_DEPTH 64 /* nesting levels of a request body */
+
 struct api_message {
 	char *role;
-	char *content;
+	char *content; /* content_len bytes (may hold NUL) + a NUL */
+	size_t content_len;
 };
 
 struct gen_args {
@@ -38,7 +49,8 @@ struct gen_args {
 	char **stops;
 	size_t n_stops;
 	/* completions: text, or token ids when the prompt was given as ids */
-	char *prompt;
+	char *prompt; /* prompt_len bytes (may hold NUL) + a NUL */
+	size_t prompt_len;
 	int32_t *prompt_ids;
 	size_t n_prompt_ids;
 	/* chat */
@@ -63,7 +75,8 @@ int session_create_args_parse(const char *body, size_t len, struct session_creat
 /* POST /v1/sessions/{id}/append: {"text", "revise_last_tokens", "generate":
  * {completion fields; "stream" defaults to true}}. */
 struct append_args {
-	char *text;
+	char *text; /* text_len bytes (may hold NUL) + a NUL */
+	size_t text_len;
 	size_t revise_last_tokens;
 	bool generate;
 	struct gen_args gen; /* when generate: sampling, max_tokens, stream, ... */
@@ -73,7 +86,8 @@ int append_args_parse(const char *body, size_t len, int64_t max_tokens_limit,
 void append_args_deinit(struct append_args *a);
 
 struct tokenize_args {
-	char *content;
+	char *content; /* content_len bytes (may hold NUL) + a NUL */
+	size_t content_len;
 	bool add_special;
 	bool parse_special;
 };

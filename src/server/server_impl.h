@@ -14,12 +14,14 @@
 #include "sched/scheduler.h"
 #include "server/auth.h"
 #include "server/metrics.h"
+#include "server/quota.h"
 #include "server/server.h"
 #include "server/tls.h"
 
 #define REQUEST_ID_LEN 80
 
 struct genstream;
+struct http_conn;
 
 /* Settings that a reload may change, read under server.cfg_mu. */
 struct server_settings {
@@ -27,11 +29,16 @@ struct server_settings {
 	int64_t max_body_bytes;
 	int64_t max_tokens;
 	int64_t keepalive_s;
+	struct quota_limits quota;   /* limits.per_key.* */
+	int64_t handshake_timeout_s; /* deadlines of a connection (http.c) */
+	int64_t request_timeout_s;
+	int64_t idle_timeout_s;
 };
 
 struct server {
 	struct sinkd_log *log;
 	struct metrics *metrics;
+	struct quota *quota; /* per-key usage (limits.per_key.*) */
 	struct MHD_Daemon *mhd;
 	int listen_fd; /* -1 once handed back by quiesce and closed */
 	int port;
@@ -63,6 +70,21 @@ struct server {
 	pthread_t ka_thread;
 	bool ka_started;
 	bool ka_quit;
+
+	/* Open connections and their deadlines (http.c). */
+	pthread_mutex_t conn_mu;
+	pthread_cond_t conn_cond; /* wakes the deadline thread to quit */
+	struct http_conn *conns;  /* [conn_mu] */
+	size_t n_conns;           /* [conn_mu] */
+	uint64_t n_cut[3];        /* closed by a deadline: handshake, request, idle [conn_mu] */
+	double cut_logged;        /* when the last summary line was written [conn_mu] */
+	pthread_t dl_thread;
+	bool dl_started;
+	bool dl_quit; /* [conn_mu] */
+	/* Fixed at start: the connection cap (beyond it only /health and /ready
+	 * are served) and the request line and header limits. */
+	int64_t max_connections;
+	int64_t max_uri_bytes, max_header_bytes, max_headers;
 };
 
 /* Per-connection request state (MHD's con_cls). */
@@ -73,6 +95,13 @@ struct request {
 	const char *method;
 	char id[REQUEST_ID_LEN];
 	char session_id[SCHED_SESSION_ID_LEN]; /* /v1/sessions/{id}... */
+	struct quota_client client;            /* who its limits count for (request_begin) */
+	struct http_conn *hc;                  /* its connection's state; NULL when out of memory */
+	bool begun;                            /* headers seen (request_begin ran) */
+	bool uri_too_long, uri_nul;            /* found in the raw request target */
+	bool chunked;                          /* body without a declared length */
+	bool close_after;                      /* answer with Connection: close */
+	uint64_t body_seen;                    /* body bytes received, kept or not */
 	double t_start;
 	char *body;
 	size_t body_len, body_cap;

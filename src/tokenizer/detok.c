@@ -163,10 +163,13 @@ int tokenizer_decode(const struct tokenizer *tok, const int32_t *ids, size_t n_i
 		if (sb_reserve(&raw, tok->max_piece) < 0)
 			goto out;
 		size_t n = tokenizer_piece(tok, ids[i], raw.s + raw.n);
-		if (first && n > 0 && raw.s[raw.n] == ' ')
-			memmove(raw.s + raw.n, raw.s + raw.n + 1, --n);
-		if (n > 0)
+		/* Only the first piece loses its space, even when that leaves it
+		 * empty (a lone U+2581): as in detok_stream_push. */
+		if (first && n > 0) {
+			if (raw.s[raw.n] == ' ')
+				memmove(raw.s + raw.n, raw.s + raw.n + 1, --n);
 			first = false;
+		}
 		raw.n += n;
 	}
 	/* Invalid UTF-8 grows at most 3x as U+FFFD. */

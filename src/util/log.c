@@ -4,12 +4,15 @@
  * journal, which does that. */
 #include "util/log.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+
+#include "tokenizer/unicode.h"
 
 struct sinkd_log {
 	FILE *stream;
@@ -22,18 +25,37 @@ static const char *const redacted_keys[] = {"prompt",  "text",	 "content", "comp
 					    "messages", "input", "output",  "body",
 					    "delta",   "choices", NULL};
 
+/* Room kept at the end of a line for what closes it: a string's quote, the
+ * truncation mark, the JSON brace and the newline. */
+#define LINE_RESERVE 32
+
 struct line_buf {
 	char data[2048];
 	size_t len;
+	int truncated; /* something did not fit: nothing more is added */
 };
 
-static void buf_put(struct line_buf *b, const char *s, size_t n)
+/* Appends all n bytes or, when they do not fit, nothing (so an escape or a
+ * character is never cut) and marks the line truncated; returns 0 or -1. */
+static int buf_put(struct line_buf *b, const char *s, size_t n)
 {
-	size_t room = sizeof(b->data) - 2 - b->len; /* keep space for "\n\0" */
-	if (n > room)
-		n = room;
+	if (b->truncated || n > sizeof(b->data) - LINE_RESERVE - b->len) {
+		b->truncated = 1;
+		return -1;
+	}
 	memcpy(b->data + b->len, s, n);
 	b->len += n;
+	return 0;
+}
+
+/* Appends into the reserve: only for the closing bytes of a line. */
+static void buf_close(struct line_buf *b, const char *s)
+{
+	size_t n = strlen(s);
+	if (n <= sizeof(b->data) - 2 - b->len) { /* keep "\n\0" */
+		memcpy(b->data + b->len, s, n);
+		b->len += n;
+	}
 }
 
 static void buf_printf(struct line_buf *b, const char *fmt, ...) SINKD_PRINTF(2, 3);
@@ -48,21 +70,49 @@ static void buf_printf(struct line_buf *b, const char *fmt, ...)
 		buf_put(b, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
 }
 
-/* JSON string escaping; text format uses the same escaping inside quotes. */
+/* Appends s with JSON string escaping (without the quotes): control
+ * characters (C0, DEL, C1, U+2028/U+2029) escaped, bytes that are not UTF-8
+ * as \ufffd, and unless bare (text format outside quotes) quotes and
+ * backslashes.  So no value can end the line, start a forged one, drive a
+ * terminal or make the JSON invalid.  Returns -1 when the line filled up. */
+static int buf_put_escaped(struct line_buf *b, const char *s, int bare)
+{
+	size_t len = strlen(s);
+	for (size_t i = 0; i < len;) {
+		const unsigned char *p = (const unsigned char *)s + i;
+		size_t step;
+		uint32_t cp = utf8_decode(p, len - i, &step);
+		char esc[8];
+		int rc;
+		if ((cp == '"' || cp == '\\') && !bare)
+			rc = buf_put(b, cp == '"' ? "\\\"" : "\\\\", 2);
+		else if (cp == '\n')
+			rc = buf_put(b, "\\n", 2);
+		else if (cp == '\t')
+			rc = buf_put(b, "\\t", 2);
+		else if (cp == '\r')
+			rc = buf_put(b, "\\r", 2);
+		else if (cp < 0x20 || cp == 0x7F || (cp >= 0x80 && cp <= 0x9F) || cp == 0x2028 ||
+		         cp == 0x2029 || (cp == 0xFFFD && step == 1))
+			rc = buf_put(b, esc,
+			             (size_t)snprintf(esc, sizeof(esc), "\\u%04x", (unsigned)cp));
+		else
+			rc = buf_put(b, (const char *)p, step);
+		if (rc)
+			return -1;
+		i += step;
+	}
+	return 0;
+}
+
+/* A JSON string; text format quotes values the same way.  A string cut by
+ * the end of the line is still closed. */
 static void buf_put_quoted(struct line_buf *b, const char *s)
 {
-	buf_put(b, "\"", 1);
-	for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-		if (*p == '"' || *p == '\\') {
-			char esc[2] = {'\\', (char)*p};
-			buf_put(b, esc, 2);
-		} else if (*p < 0x20) {
-			buf_printf(b, "\\u%04x", *p);
-		} else {
-			buf_put(b, (const char *)p, 1);
-		}
-	}
-	buf_put(b, "\"", 1);
+	if (buf_put(b, "\"", 1))
+		return;
+	buf_put_escaped(b, s ? s : "", 0);
+	buf_close(b, "\"");
 }
 
 int log_field_is_redacted(const char *key)
@@ -165,15 +215,8 @@ static void render_time(char *out, size_t len)
 	snprintf(out + n, len - n, ".%03ldZ", ts.tv_nsec / 1000000L);
 }
 
-static void render_field(struct line_buf *b, enum log_format format, const struct log_field *f)
+static void render_value(struct line_buf *b, enum log_format format, const struct log_field *f)
 {
-	if (format == LOG_FORMAT_JSON) {
-		buf_put(b, ",", 1);
-		buf_put_quoted(b, f->key);
-		buf_put(b, ":", 1);
-	} else {
-		buf_printf(b, " %s=", f->key);
-	}
 	if (log_field_is_redacted(f->key)) {
 		buf_put_quoted(b, "[redacted]");
 		return;
@@ -186,11 +229,35 @@ static void render_field(struct line_buf *b, enum log_format format, const struc
 		buf_printf(b, "%lld", (long long)f->i);
 		break;
 	case LOG_FIELD_DBL:
-		buf_printf(b, "%.6g", f->d);
+		if (isfinite(f->d) || format != LOG_FORMAT_JSON)
+			buf_printf(b, "%.6g", f->d);
+		else
+			buf_put(b, "null", 4); /* JSON has no NaN or infinity */
 		break;
 	case LOG_FIELD_END:
 		break;
 	}
+}
+
+/* A field whose value did not start before the line filled up is left out
+ * whole, so a truncated JSON line still parses. */
+static void render_field(struct line_buf *b, enum log_format format, const struct log_field *f)
+{
+	size_t start = b->len;
+	if (format == LOG_FORMAT_JSON) {
+		buf_put(b, ",", 1);
+		buf_put_quoted(b, f->key);
+		buf_put(b, ":", 1);
+	} else {
+		buf_put(b, " ", 1);
+		buf_put_escaped(b, f->key ? f->key : "", 1);
+		buf_put(b, "=", 1);
+	}
+	size_t value_at = b->len;
+	if (!b->truncated)
+		render_value(b, format, f);
+	if (b->len == value_at)
+		b->len = start;
 }
 
 void log_event(struct sinkd_log *log, enum log_level level, const char *module, const char *msg,
@@ -210,13 +277,18 @@ void log_event(struct sinkd_log *log, enum log_level level, const char *module, 
 		buf_put(&b, ",\"msg\":", 7);
 		buf_put_quoted(&b, msg);
 	} else {
-		buf_printf(&b, "%s %-5s [%s] %s", ts, log_level_name(level), module ? module : "-",
-			   msg ? msg : "");
+		buf_printf(&b, "%s %-5s [", ts, log_level_name(level));
+		buf_put_escaped(&b, module ? module : "-", 1);
+		buf_put(&b, "] ", 2);
+		buf_put_escaped(&b, msg ? msg : "", 1);
 	}
 	for (const struct log_field *f = fields; f && f->kind != LOG_FIELD_END; f++)
 		render_field(&b, format, f);
+	if (b.truncated)
+		buf_close(&b,
+		          format == LOG_FORMAT_JSON ? ",\"truncated\":true" : " truncated=true");
 	if (format == LOG_FORMAT_JSON)
-		buf_put(&b, "}", 1);
+		buf_close(&b, "}");
 	b.data[b.len++] = '\n';
 	fwrite(b.data, 1, b.len, log->stream);
 	fflush(log->stream);

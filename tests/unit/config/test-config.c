@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <yaml.h>
 
@@ -578,6 +579,186 @@ START_TEST(test_example_file_loads)
 }
 END_TEST
 
+/* Seconds since an arbitrary start (CLOCK_MONOTONIC). */
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Text of `prefix` + n copies of open + n copies of close + "\n" (free it). */
+static char *nested_text(const char *prefix, const char *open, const char *close, int n)
+{
+	size_t lo = strlen(open), lc = strlen(close), lp = strlen(prefix);
+	char *t = malloc(lp + (size_t)n * (lo + lc) + 2);
+	ck_assert_ptr_nonnull(t);
+	char *p = t;
+	memcpy(p, prefix, lp);
+	p += lp;
+	for (int i = 0; i < n; i++, p += lo)
+		memcpy(p, open, lo);
+	for (int i = 0; i < n; i++, p += lc)
+		memcpy(p, close, lc);
+	strcpy(p, "\n");
+	return t;
+}
+
+/* libyaml's cost per token grows with the flow nesting depth: 100,000
+ * levels took 42 s before the depth cap.  Now the 17th level is refused
+ * where it opens, whatever node it is in. */
+START_TEST(test_deep_nesting_refused)
+{
+	static const struct {
+		const char *prefix, *open, *close, *where;
+	} cases[] = {
+	    {"server: ", "[", "]", "t.yaml:1:24: "},   /* a section's value */
+	    {"bogus: ", "{a: ", "}", "t.yaml:1:68: "}, /* an unknown key's, skipped */
+	    {"", "[", "]", "t.yaml:1:1: "},            /* the file is a list */
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *text = nested_text(cases[i].prefix, cases[i].open, cases[i].close, 100000);
+		struct sinkd_config c;
+		char errs[4096];
+		double t0 = now_s();
+		ck_assert_int_ne(load_text(&c, text, NULL, 0, errs, sizeof(errs)), 0);
+		double took = now_s() - t0;
+		ck_assert_msg(took < 5.0, "case %zu: %.1f s", i, took);
+		ck_assert_msg(strstr(errs, cases[i].where) != NULL, "case %zu: %s", i, errs);
+		if (cases[i].prefix[0])
+			ck_assert_msg(strstr(errs, "nested deeper than 16 levels") != NULL, "%s",
+			              errs);
+		config_deinit(&c);
+		free(text);
+	}
+	/* Block style: the 17th level of mappings, on line 17. */
+	char text[4096] = "";
+	for (int d = 0; d < 20; d++)
+		snprintf(text + strlen(text), sizeof(text) - strlen(text), "%*sk%d:\n", d, "", d);
+	struct sinkd_config c;
+	char errs[4096];
+	ck_assert_int_ne(load_text(&c, text, NULL, 0, errs, sizeof(errs)), 0);
+	ck_assert_msg(strstr(errs, "t.yaml:17:17: YAML nested deeper than 16 levels") != NULL, "%s",
+	              errs);
+	config_deinit(&c);
+	/* 16 levels are still parsed (and reported as unknown keys). */
+	char *ok = nested_text("bogus: ", "[", "]", 15);
+	ck_assert_int_ne(load_text(&c, ok, NULL, 0, errs, sizeof(errs)), 0);
+	ck_assert_msg(strstr(errs, "bogus: unknown key") != NULL && !strstr(errs, "nested"), "%s",
+	              errs);
+	config_deinit(&c);
+	free(ok);
+}
+END_TEST
+
+/* A file of 100,000 unknown keys (each gets a spelling suggestion) stops
+ * after 100 problems instead of taking minutes. */
+START_TEST(test_too_many_problems)
+{
+	size_t cap = 100000 * 24 + 16, used = 0;
+	char *text = malloc(cap);
+	ck_assert_ptr_nonnull(text);
+	used += (size_t)snprintf(text, cap, "server:\n");
+	for (int i = 0; i < 100000; i++)
+		used += (size_t)snprintf(text + used, cap - used, "  listen%06d: 1\n", i);
+	struct sinkd_config c;
+	struct config_errors errs;
+	const char *path = write_tmp("t.yaml", text);
+	double t0 = now_s();
+	ck_assert_int_ne(config_load(&c, path, NULL, 0, &errs), 0);
+	ck_assert_msg(now_s() - t0 < 5.0, "%.1f s", now_s() - t0);
+	ck_assert_uint_eq(errs.n, 101);
+	ck_assert_ptr_nonnull(
+	    strstr(errs.lines[0], "t.yaml:2:3: server.listen000000: unknown key"));
+	ck_assert_ptr_nonnull(strstr(errs.lines[100], "t.yaml: too many problems: stopped after "
+	                                              "the first 100"));
+	config_errors_deinit(&errs);
+	config_deinit(&c);
+	free(text);
+}
+END_TEST
+
+/* True when s has a byte below 0x20, DEL, C1 (U+0080..U+009F), U+2028/9, or
+ * is not valid UTF-8. */
+static int has_raw_control(const char *s)
+{
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		if (*p < 0x20 || *p == 0x7F || *p == 0xFF || *p == 0xC3)
+			return 1;
+		if (p[0] == 0xC2 && p[1] >= 0x80 && p[1] <= 0x9F)
+			return 1;
+		if (p[0] == 0xE2 && p[1] == 0x80 && (p[2] == 0xA8 || p[2] == 0xA9))
+			return 1;
+	}
+	return 0;
+}
+
+/* Quoted input (values, keys, the file name) cannot forge a line of error
+ * output: control characters and bytes that are not UTF-8 are escaped. */
+START_TEST(test_errors_escape_control_characters)
+{
+	struct sinkd_config c;
+	struct config_errors errs;
+	const char *sets[] = {"logging.level=loud\nsinkd.yaml:1:1: forged",
+	                      "logging.format=\x1b[31mred\xff\xc3", "bo\rgus\xc2\x85=1"};
+	const char *path = write_tmp("t\nx.yaml", "logging:\n  format: \"a\\nb\\u2028c\\tq\\\\n\"\n"
+	                                          "  \"lev\\x07el\": info\n");
+	ck_assert_int_ne(config_load(&c, path, sets, 3, &errs), 0);
+	ck_assert_uint_eq(errs.n, 5);
+	for (size_t i = 0; i < errs.n; i++)
+		ck_assert_msg(!has_raw_control(errs.lines[i]), "line %zu: %s", i, errs.lines[i]);
+	ck_assert_ptr_nonnull(strstr(errs.lines[0], "t\\nx.yaml:2:3: logging.format: "
+	                                            "'a\\nb\\u2028c\\tq\\n' is not allowed"));
+	ck_assert_ptr_nonnull(
+	    strstr(errs.lines[1], "t\\nx.yaml:3:3: logging.lev\\x07el: unknown key"));
+	ck_assert_ptr_nonnull(strstr(errs.lines[2], "'loud\\nsinkd.yaml:1:1: forged' is not"));
+	ck_assert_ptr_nonnull(strstr(errs.lines[3], "'\\x1b[31mred\\xff\\xc3' is not allowed"));
+	ck_assert_ptr_nonnull(strstr(errs.lines[4], "bo\\rgus\\u0085: unknown key"));
+	config_errors_deinit(&errs);
+	config_deinit(&c);
+	/* An unreadable path is kept for the serve rules; its message too. */
+	const char *file_sets[] = {"server.tls.cert_file=/nonexistent/a\nb.pem"};
+	ck_assert_int_eq(config_load(&c, NULL, file_sets, 1, &errs), 0);
+	ck_assert_int_ne(config_check_serve(&c, &errs), 0);
+	int found = 0;
+	for (size_t i = 0; i < errs.n; i++) {
+		ck_assert_msg(!has_raw_control(errs.lines[i]), "%s", errs.lines[i]);
+		found |= strstr(errs.lines[i], "'/nonexistent/a\\nb.pem'") != NULL;
+	}
+	ck_assert(found);
+	config_errors_deinit(&errs);
+	config_deinit(&c);
+}
+END_TEST
+
+/* The printed config quotes strings as YAML: one line per key, and the same
+ * value when read back. */
+START_TEST(test_print_escapes_strings)
+{
+	struct sinkd_config c, again;
+	char errs[4096];
+	const char *name = "a\"b\\c\nserver:\n  listen: \"0.0.0.0:1\"\t\xc2\x85\x7f";
+	char set[256];
+	snprintf(set, sizeof(set), "model.name=%s", name);
+	const char *sets[] = {set};
+	ck_assert_msg(load_text(&c, "", sets, 1, errs, sizeof(errs)) == 0, "%s", errs);
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *mem = open_memstream(&buf, &len);
+	config_print(&c, mem);
+	fclose(mem);
+	ck_assert_ptr_nonnull(strstr(buf, "  name: \"a\\\"b\\\\c\\nserver:\\n  listen: "
+	                                  "\\\"0.0.0.0:1\\\"\\t\\u0085\\x7f\"  # restart\n"));
+	ck_assert_ptr_null(strstr(buf, "listen: \"0.0.0.0:1\""));
+	ck_assert_msg(load_text(&again, buf, NULL, 0, errs, sizeof(errs)) == 0, "%s", errs);
+	ck_assert_str_eq(again.model.name, name);
+	ck_assert_str_eq(again.server.listen, c.server.listen);
+	config_deinit(&again);
+	config_deinit(&c);
+	free(buf);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("config");
@@ -598,6 +779,10 @@ int main(void)
 	tcase_add_test(tc, test_print_masks_secrets);
 	tcase_add_test(tc, test_example_file_matches_table);
 	tcase_add_test(tc, test_example_file_loads);
+	tcase_add_test(tc, test_deep_nesting_refused);
+	tcase_add_test(tc, test_too_many_problems);
+	tcase_add_test(tc, test_errors_escape_control_characters);
+	tcase_add_test(tc, test_print_escapes_strings);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

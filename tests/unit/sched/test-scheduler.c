@@ -157,6 +157,13 @@ struct coll {
 	bool flow;                /* reports unsent tokens: n_tokens - taken */
 	int taken;                /* tokens the "client" took */
 	int most_unsent;          /* largest n_tokens - taken seen */
+	bool ticks;               /* note the engine tick of each token: */
+	uint64_t tick_submit;     /* ticks before the submit */
+	uint64_t tick_first;      /* the tick of the first token */
+	uint64_t tick_last;       /* of the latest token */
+	uint64_t tick_gap_from;   /* gaps count only between tokens after this tick */
+	uint64_t max_tick_gap;    /* largest tick distance of consecutive tokens */
+	int n_started;            /* on_start calls */
 };
 
 static struct coll *coll_new(struct scheduler *s)
@@ -179,6 +186,9 @@ static void on_event(void *user, const struct gen_event *ev)
 {
 	struct coll *c = user;
 	bool cancel = false;
+	struct scheduler_stats st = {0};
+	if (c->ticks && ev->kind == GEN_EVENT_TOKEN)
+		scheduler_get_stats(c->s, &st); /* the tick that produced this token counted */
 	pthread_mutex_lock(&c->mu);
 	if (ev->kind == GEN_EVENT_PROMPT_DONE) {
 		c->n_prompt_done++;
@@ -194,6 +204,14 @@ static void on_event(void *user, const struct gen_event *ev)
 			c->most_unsent = c->n_tokens - c->taken;
 		c->text_len += ev->text_len;
 		cancel = c->cancel_after > 0 && c->n_tokens == c->cancel_after;
+		if (c->ticks) {
+			if (c->n_tokens == 1)
+				c->tick_first = st.ticks;
+			else if (c->tick_gap_from && c->tick_last >= c->tick_gap_from &&
+			         st.ticks - c->tick_last > c->max_tick_gap)
+				c->max_tick_gap = st.ticks - c->tick_last;
+			c->tick_last = st.ticks;
+		}
 	} else {
 		c->n_done++;
 		c->finish = ev->finish;
@@ -207,6 +225,14 @@ static void on_event(void *user, const struct gen_event *ev)
 	pthread_mutex_unlock(&c->mu);
 	if (cancel)
 		scheduler_cancel(c->s, c->handle); /* from the engine thread: must not deadlock */
+}
+
+static void coll_started(void *user)
+{
+	struct coll *c = user;
+	pthread_mutex_lock(&c->mu);
+	c->n_started++;
+	pthread_mutex_unlock(&c->mu);
 }
 
 static size_t coll_unsent(void *user)
@@ -258,6 +284,7 @@ static int submit(struct scheduler *s, struct coll *c, const int32_t *ids, size_
 	q.on_event = on_event;
 	q.user = c;
 	q.unsent_tokens = c->flow ? coll_unsent : NULL;
+	q.on_start = coll_started;
 	c->max_tokens = max_tokens;
 	int rc = scheduler_submit(s, &q, &c->handle, err, sizeof(err));
 	if (rc) {
@@ -348,6 +375,7 @@ START_TEST(test_batched_equals_alone)
 		coll_wait(c[i]);
 		ck_assert_int_eq(c[i]->finish, GEN_FINISH_LENGTH);
 		ck_assert_int_eq(c[i]->n_prompt_done, 1);
+		ck_assert_int_eq(c[i]->n_started, 1);
 		ck_assert_int_eq(c[i]->n_tokens, GEN);
 		for (int k = 0; k < GEN; k++)
 			ck_assert_msg(c[i]->tokens[k] == alone[i][k],
@@ -400,6 +428,112 @@ START_TEST(test_long_prefill_does_not_stall)
 	coll_free(a);
 	coll_free(b);
 	free(ids);
+	wait_idle(s);
+	scheduler_free(s);
+	config_deinit(&cfg);
+}
+END_TEST
+
+/* The first token of each stream in c[from..to): asserts it came within
+ * `bound` ticks of the submit; returns the latest tick of one. */
+static uint64_t first_tokens_within(struct coll **c, int from, int to, uint64_t bound,
+                                    uint64_t *most_waited)
+{
+	uint64_t last = 0;
+	for (int i = from; i < to; i++) {
+		for (int k = 0; k < 3000 && coll_tokens(c[i]) == 0; k++)
+			usleep(10000);
+		ck_assert_msg(coll_tokens(c[i]) > 0, "stream %d has no token", i);
+		pthread_mutex_lock(&c[i]->mu);
+		uint64_t waited = c[i]->tick_first - c[i]->tick_submit;
+		if (c[i]->tick_first > last)
+			last = c[i]->tick_first;
+		pthread_mutex_unlock(&c[i]->mu);
+		ck_assert_msg(waited <= bound,
+		              "stream %d: first token after %llu ticks (bound %llu)", i,
+		              (unsigned long long)waited, (unsigned long long)bound);
+		if (waited > *most_waited)
+			*most_waited = waited;
+	}
+	return last;
+}
+
+static void submit_ticked(struct scheduler *s, struct coll *c, const struct ref_prompt *p, int gen)
+{
+	struct scheduler_stats st;
+	c->ticks = true;
+	scheduler_get_stats(s, &st);
+	c->tick_submit = st.ticks;
+	ck_assert_int_eq(submit(s, c, p->ids, p->n, gen, NULL, 0), 0);
+}
+
+/* More streams than a batch has rows (40 over max_batch_tokens 32, each
+ * generating far longer than the test waits).  The defect: once as many
+ * streams decode as the batch has rows, a new request got no prompt row
+ * until a stream finished (GEN_LONG ticks here).  Now the 6 requests sent
+ * while 34 streams decode get their first token within the bound of the
+ * crowding rule, every stream's within a bounded number of ticks, and once
+ * all 40 decode each gets a token at least every other tick. */
+START_TEST(test_oversubscribed_streams_all_start)
+{
+	const char *ov[] = {"scheduler.max_batch_tokens=32", "scheduler.max_unsent_tokens=0"};
+	enum { N = 40, LATE = 6, GEN_LONG = 3000, ROWS = 32, KEEP = ROWS / 8 };
+	struct sinkd_config cfg;
+	struct scheduler_stats st;
+	struct scheduler *s = sched_make(&cfg, ov, 2);
+	const struct ref_prompt *p = &fx.ref[1]; /* the longer reference prompt */
+	struct coll *c[N];
+	uint64_t most_early = 0, most_late = 0;
+	for (int i = 0; i < N; i++)
+		c[i] = coll_new(s);
+	/* However the pacing measures, a batch takes at least one prompt row
+	 * and rows go to the oldest prompts first: a prompt waits at most for
+	 * the N - 1 before it, one row a tick. */
+	uint64_t loose = (uint64_t)(p->n + 1) * N + N;
+	for (int i = 0; i < N - LATE; i++)
+		submit_ticked(s, c[i], p, GEN_LONG);
+	first_tokens_within(c, 0, N - LATE, loose, &most_early);
+	/* 34 decode: crowded.  KEEP rows a tick go to the LATE prompts, one
+	 * each to the oldest, so each is read within ceil(LATE / KEEP) prompts'
+	 * time; one tick in PACE_REMEASURE + 1 is decode-only. */
+	uint64_t bound = ((uint64_t)(p->n + 1) * ((LATE + KEEP - 1) / KEEP) * 9 + 7) / 8 + 4;
+	ck_assert_uint_lt(bound, GEN_LONG / 10);
+	for (int i = N - LATE; i < N; i++)
+		submit_ticked(s, c[i], p, GEN_LONG);
+	uint64_t last_first = first_tokens_within(c, N - LATE, N, bound, &most_late);
+	/* All decode: gaps between consecutive tokens from here on. */
+	for (int i = 0; i < N; i++) {
+		pthread_mutex_lock(&c[i]->mu);
+		c[i]->tick_gap_from = last_first + 1;
+		pthread_mutex_unlock(&c[i]->mu);
+	}
+	scheduler_get_stats(s, &st);
+	uint64_t until = st.ticks + 40;
+	for (int k = 0; k < 3000 && st.ticks < until; k++) {
+		usleep(5000);
+		scheduler_get_stats(s, &st);
+	}
+	ck_assert_uint_ge(st.ticks, until);
+	fprintf(stderr,
+	        "oversubscribed: %d streams over %d rows: first token within %llu ticks (bound "
+	        "%llu), of the %d sent while %d decode within %llu (bound %llu)\n",
+	        N - LATE, ROWS, (unsigned long long)most_early, (unsigned long long)loose, LATE,
+	        N - LATE, (unsigned long long)most_late, (unsigned long long)bound);
+	for (int i = 0; i < N; i++) {
+		pthread_mutex_lock(&c[i]->mu);
+		uint64_t gap = c[i]->max_tick_gap;
+		int n = c[i]->n_tokens;
+		pthread_mutex_unlock(&c[i]->mu);
+		ck_assert_msg(gap >= 1 && gap <= 2, "stream %d: %llu ticks between two tokens", i,
+		              (unsigned long long)gap);
+		ck_assert_int_lt(n, GEN_LONG);
+		scheduler_cancel(s, c[i]->handle);
+	}
+	for (int i = 0; i < N; i++) {
+		coll_wait(c[i]);
+		ck_assert_int_eq(c[i]->finish, GEN_FINISH_CANCELLED);
+		coll_free(c[i]);
+	}
 	wait_idle(s);
 	scheduler_free(s);
 	config_deinit(&cfg);
@@ -609,6 +743,7 @@ START_TEST(test_admission_budget)
 	ck_assert_int_eq(waiting->http_status, 503);
 	ck_assert_int_ge(waiting->retry_after_s, 1);
 	ck_assert_int_eq(waiting->n_tokens, 0);
+	ck_assert_int_eq(waiting->n_started, 0); /* left the queue without starting */
 	scheduler_get_stats(s, &st);
 	ck_assert_uint_eq(st.rejected_timeout, 1);
 	ck_assert_uint_eq(st.rejected_queue_full, 2);
@@ -634,6 +769,68 @@ START_TEST(test_admission_budget)
 	ck_assert_int_eq(submit(s, c, a->ids, a->n, 4, NULL, 0), -ENOSPC);
 	ck_assert_int_eq(scheduler_session_create(s, NULL, id, err, sizeof(err)), -ENOSPC);
 	coll_free(c);
+	scheduler_free(s);
+	config_deinit(&cfg);
+}
+END_TEST
+
+/* Sessions are bounded in total (limits.max_sessions: -EMFILE, 503) and per
+ * owner (owner_max: -EDQUOT, 429, another owner unaffected), and a session
+ * no request ran on gives its reservation back after
+ * scheduler.session_empty_ttl_s while a used one stays (defect: empty
+ * creates held the whole KV budget for session_ttl_s). */
+START_TEST(test_session_limits_and_empty_expiry)
+{
+	const char *ov[] = {"limits.max_sessions=3", "scheduler.session_empty_ttl_s=1",
+	                    "scheduler.session_ttl_s=600", "inference.cache.window_size=64"};
+	struct sinkd_config cfg;
+	struct scheduler_stats st;
+	struct sched_session_info info;
+	char a1[SCHED_SESSION_ID_LEN], a2[SCHED_SESSION_ID_LEN], b1[SCHED_SESSION_ID_LEN];
+	char x[SCHED_SESSION_ID_LEN], err[SINKD_ERR_LEN];
+	struct scheduler *s = sched_make(&cfg, ov, 4);
+	struct session_settings a = {.sink_keep_count = -1, .owner = "key:a", .owner_max = 2};
+	struct session_settings b = {.sink_keep_count = -1, .owner = "key:b", .owner_max = 2};
+	ck_assert_int_eq(scheduler_session_create(s, &a, a1, err, sizeof(err)), 0);
+	ck_assert_int_eq(scheduler_session_create(s, &a, a2, err, sizeof(err)), 0);
+	ck_assert_int_eq(scheduler_session_create(s, &a, x, err, sizeof(err)), -EDQUOT);
+	ck_assert_ptr_nonnull(strstr(err, "limits.per_key.max_sessions"));
+	ck_assert_int_eq(scheduler_error_status(-EDQUOT), 429);
+	ck_assert_int_eq(scheduler_session_create(s, &b, b1, err, sizeof(err)), 0);
+	ck_assert_int_eq(scheduler_session_create(s, &b, x, err, sizeof(err)), -EMFILE);
+	ck_assert_ptr_nonnull(strstr(err, "limits.max_sessions"));
+	ck_assert_int_eq(scheduler_error_status(-EMFILE), 503);
+	/* The empty sessions expire within the second: that is the hint. */
+	ck_assert_int_eq(scheduler_session_retry_after_s(s, "key:a"), 1);
+	ck_assert_int_eq(scheduler_session_retry_after_s(s, NULL), 1);
+	scheduler_get_stats(s, &st);
+	ck_assert_uint_eq(st.rejected_owner_sessions, 1);
+	ck_assert_uint_eq(st.rejected_sessions, 1);
+	size_t bound = st.kv_bytes_reserved / 3;
+	/* a1 gets an append (used); a2 and b1 stay empty. */
+	ck_assert_int_eq(run_one(s, fx.ref[0].ids, fx.ref[0].n, 0, a1, 0, NULL), 0);
+	for (int i = 0; i < 300; i++) {
+		scheduler_get_stats(s, &st);
+		if (st.sessions == 1)
+			break;
+		usleep(10000);
+	}
+	ck_assert_uint_eq(st.sessions, 1);
+	ck_assert_uint_eq(st.sessions_expired_empty, 2);
+	ck_assert_uint_eq(st.kv_bytes_reserved, bound);
+	ck_assert_int_eq(scheduler_session_info(s, a1, &info), 0);
+	ck_assert_int_eq(scheduler_session_info(s, a2, &info), -ENOENT);
+	ck_assert_int_eq(scheduler_session_info(s, b1, &info), -ENOENT);
+	/* Room again, for either owner; a used session does not expire early. */
+	ck_assert_int_eq(scheduler_session_create(s, &b, b1, err, sizeof(err)), 0);
+	ck_assert_int_eq(scheduler_session_create(s, &a, a2, err, sizeof(err)), 0);
+	usleep(1200 * 1000);
+	ck_assert_int_eq(scheduler_session_info(s, a1, &info), 0);
+	ck_assert_int_eq(scheduler_session_delete(s, a1), 0);
+	/* Without an owner only the total counts. */
+	ck_assert_int_eq(scheduler_session_create(s, NULL, x, err, sizeof(err)), 0);
+	ck_assert_int_eq(scheduler_session_delete(s, x), 0);
+	wait_idle(s);
 	scheduler_free(s);
 	config_deinit(&cfg);
 }
@@ -1064,11 +1261,13 @@ int main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_loop_test(tc, test_batched_equals_alone, 0, 2);
 	tcase_add_test(tc, test_long_prefill_does_not_stall);
+	tcase_add_test(tc, test_oversubscribed_streams_all_start);
 	tcase_add_test(tc, test_pace_limit);
 	tcase_add_test(tc, test_session_continue_and_revise);
 	tcase_add_test(tc, test_session_cancel_keeps_stream);
 	tcase_add_test(tc, test_session_revise_window);
 	tcase_add_test(tc, test_admission_budget);
+	tcase_add_test(tc, test_session_limits_and_empty_expiry);
 	tcase_add_test(tc, test_reconfigure);
 	tcase_add_test(tc, test_prepare_refuses_and_shrinks);
 	tcase_add_test(tc, test_heartbeat_and_stall);

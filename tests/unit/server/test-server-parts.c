@@ -13,6 +13,7 @@
 #include "server/auth.h"
 #include "server/listen.h"
 #include "server/metrics.h"
+#include "server/openai.h"
 #include "server/request.h"
 #include "testutil.h"
 
@@ -264,6 +265,34 @@ START_TEST(test_session_args)
 }
 END_TEST
 
+/* Text with a NUL byte (a byte token 0x00) goes out whole, as \u0000. */
+START_TEST(test_output_nul)
+{
+	struct oa_ctx c = {.chat = false, .id = "cmpl-1", .model = "m", .created = 1};
+	static const char text[] = "Once\0 upon \"a\"\n\x01time";
+	cJSON *o = oa_final(&c, text, sizeof(text) - 1, NULL, "stop", 6, 1);
+	char *s = cJSON_PrintUnformatted(o);
+	ck_assert_ptr_nonnull(strstr(s, "\"text\":\"Once\\u0000 upon \\\"a\\\"\\n\\u0001time\""));
+	cJSON *back = cJSON_Parse(s);
+	ck_assert_ptr_nonnull(back); /* still valid JSON */
+	cJSON_Delete(back);
+	free(s);
+	cJSON_Delete(o);
+	c.chat = true;
+	char *buf = NULL;
+	size_t len = 0, cap = 0;
+	ck_assert_int_eq(sse_append(&buf, &len, &cap, oa_chunk(&c, "\0x", 2, true, NULL, NULL)), 0);
+	ck_assert_ptr_nonnull(strstr(buf, "\"content\":\"\\u0000x\""));
+	ck_assert_uint_eq(strlen(buf), len);
+	free(buf);
+	/* text without a NUL stays a plain cJSON string */
+	cJSON *j = oa_string_n("abc", 2);
+	ck_assert(cJSON_IsString(j));
+	ck_assert_str_eq(j->valuestring, "ab");
+	cJSON_Delete(j);
+}
+END_TEST
+
 START_TEST(test_metrics_text)
 {
 	struct metrics *m;
@@ -308,6 +337,7 @@ int main(void)
 	tcase_add_test(tc, test_request_errors);
 	tcase_add_test(tc, test_tokenize_args);
 	tcase_add_test(tc, test_session_args);
+	tcase_add_test(tc, test_output_nul);
 	tcase_add_test(tc, test_metrics_text);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);

@@ -372,6 +372,68 @@ START_TEST(test_detok_stream_utf8)
 }
 END_TEST
 
+/* A NUL is data: the text after it is encoded, and decoding (whole or
+ * streamed, parse_special or not) gives every byte back. */
+START_TEST(test_embedded_nul)
+{
+	static const char *const names[] = {"models/stories260K.gguf",
+	                                    "vocab/ggml-vocab-llama-spm.gguf",
+	                                    "vocab/ggml-vocab-gpt-2.gguf",
+	                                    "vocab/ggml-vocab-phi-3.gguf",
+	                                    "vocab/ggml-vocab-deepseek-llm.gguf",
+	                                    "vocab/ggml-vocab-falcon.gguf"};
+	static const char text[] = "Once\0 upon a time\0";
+	const size_t len = sizeof(text) - 1; /* 18 bytes, two of them NUL */
+	for (size_t v = 0; v < sizeof(names) / sizeof(names[0]); v++) {
+		struct tokenizer *tok = load_tok(names[v]);
+		for (int parse_special = 0; parse_special < 2; parse_special++) {
+			int32_t *ids, *head;
+			size_t n, n_head;
+			encode(tok, text, len, false, parse_special, &ids, &n);
+			encode(tok, "Once", 4, false, parse_special, &head, &n_head);
+			ck_assert_msg(n >= n_head + 5, "%s: %zu tokens", names[v], n);
+			char *out, err[SINKD_ERR_LEN];
+			size_t out_len;
+			ck_assert_int_eq(
+			    tokenizer_decode(tok, ids, n, &out, &out_len, err, sizeof(err)), 0);
+			ck_assert_uint_eq(out_len, len);
+			ck_assert_mem_eq(out, text, len);
+			free(out);
+			struct detok_stream ds;
+			char piece[64];
+			size_t got = 0;
+			char all[64];
+			detok_stream_init(&ds, tok, true);
+			for (size_t i = 0; i < n; i++) {
+				size_t k = detok_stream_push(&ds, ids[i], piece, sizeof(piece));
+				ck_assert_uint_le(got + k, sizeof(all));
+				memcpy(all + got, piece, k);
+				got += k;
+			}
+			got += detok_stream_flush(&ds, all + got, sizeof(all) - got);
+			ck_assert_uint_eq(got, len);
+			ck_assert_mem_eq(all, text, len);
+			free(ids);
+			free(head);
+		}
+		tokenizer_free(tok);
+	}
+	/* stories260K: "Once" <0x00> "▁upon" "▁a" "▁time" */
+	struct tokenizer *tok = load_tok("models/stories260K.gguf");
+	int32_t *ids;
+	size_t n;
+	encode(tok, text, 17, false, false, &ids, &n);
+	ck_assert_uint_eq(n, 5);
+	ck_assert_int_eq(ids[1], 3);
+	ck_assert_int_eq(ids[4], 378);
+	char piece[8];
+	ck_assert_uint_eq(tokenizer_token_piece(tok, 3, piece, sizeof(piece)), 1);
+	ck_assert_int_eq(piece[0], 0);
+	free(ids);
+	tokenizer_free(tok);
+}
+END_TEST
+
 START_TEST(test_decode_roundtrip)
 {
 	static const char *const names[] = {"vocab/ggml-vocab-llama-spm.gguf",
@@ -661,6 +723,7 @@ int main(void)
 	tcase_add_test(tc, test_stories260k_reference_ids);
 	tcase_add_test(tc, test_stories260k_dev_set_count);
 	tcase_add_test(tc, test_detok_stream_utf8);
+	tcase_add_test(tc, test_embedded_nul);
 	tcase_add_test(tc, test_decode_roundtrip);
 	tcase_add_test(tc, test_lossless);
 	tcase_add_test(tc, test_llama_bpe_ignore_merges);
