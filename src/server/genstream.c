@@ -599,14 +599,7 @@ static void *keepalive_main(void *arg)
 	struct server *s = arg;
 	pthread_mutex_lock(&s->gen_mu);
 	while (!s->ka_quit) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 250 * 1000 * 1000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
-		pthread_cond_timedwait(&s->gen_cond, &s->gen_mu, &ts);
+		server_cond_wait_ms(&s->gen_cond, &s->gen_mu, 250);
 		if (s->ka_quit)
 			break;
 		pthread_mutex_unlock(&s->gen_mu);

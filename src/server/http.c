@@ -33,6 +33,19 @@
 /* Largest declared body that is read and dropped before a 413 (see request_begin). */
 #define HTTP_BODY_DRAIN_MAX (16LL << 20)
 
+void server_cond_wait_ms(pthread_cond_t *cond, pthread_mutex_t *mu, long ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_cond_timedwait(cond, mu, &ts);
+}
+
 double server_now(void)
 {
 	struct timespec ts;
@@ -340,14 +353,7 @@ static void *conn_deadline_main(void *arg)
 	uint64_t logged[3] = {0, 0, 0};
 	pthread_mutex_lock(&s->conn_mu);
 	while (!s->dl_quit) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 250 * 1000 * 1000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
-		pthread_cond_timedwait(&s->conn_cond, &s->conn_mu, &ts);
+		server_cond_wait_ms(&s->conn_cond, &s->conn_mu, 250);
 		if (s->dl_quit)
 			break;
 		pthread_mutex_unlock(&s->conn_mu);
@@ -1154,14 +1160,7 @@ static bool wait_generations(struct server *s, double until, const volatile int 
 {
 	pthread_mutex_lock(&s->gen_mu);
 	while (s->n_gens > 0 && server_now() < until && !(abort && *abort)) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 50 * 1000 * 1000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
-		pthread_cond_timedwait(&s->gen_cond, &s->gen_mu, &ts);
+		server_cond_wait_ms(&s->gen_cond, &s->gen_mu, 50);
 	}
 	bool none = s->n_gens == 0;
 	pthread_mutex_unlock(&s->gen_mu);

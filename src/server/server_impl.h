@@ -112,6 +112,8 @@ struct request {
 };
 
 double server_now(void); /* monotonic seconds */
+/* pthread_cond_timedwait for at most ms milliseconds (mu held). */
+void server_cond_wait_ms(pthread_cond_t *cond, pthread_mutex_t *mu, long ms);
 
 /* Queues a response with the common headers (X-Request-Id, Content-Type). */
 enum MHD_Result http_respond(struct request *r, int status, const char *content_type,
