@@ -1242,27 +1242,3 @@ void config_print(const struct sinkd_config *c, FILE *out)
 		snprintf(prev, sizeof(prev), "%s", k->path);
 	}
 }
-
-int config_restart_only_changes(const struct sinkd_config *old_cfg,
-				const struct sinkd_config *new_cfg, char *out, size_t out_len)
-{
-	int n = 0;
-	size_t used = 0;
-	if (out_len)
-		out[0] = '\0';
-	for (size_t i = 0; i < config_n_keys; i++) {
-		const struct config_key *k = &config_keys[i];
-		if (k->apply != 0)
-			continue;
-		char a[2048], b[2048];
-		config_format_value(old_cfg, k, 0, a, sizeof(a));
-		config_format_value(new_cfg, k, 0, b, sizeof(b));
-		if (strcmp(a, b) == 0)
-			continue;
-		if (used < out_len)
-			used += (size_t)snprintf(out + used, out_len - used, "%s%s", n ? ", " : "",
-						 k->path);
-		n++;
-	}
-	return n;
-}

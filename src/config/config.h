@@ -144,11 +144,6 @@ void config_print(const struct sinkd_config *c, FILE *out);
 void config_cache_geometry(const struct sinkd_config *c, const struct model_hparams *hp,
 			   struct sinkcache_geometry *g);
 
-/* Keys that differ between two configs and cannot change without a restart;
- * writes their names, comma-separated, to out.  Returns how many. */
-int config_restart_only_changes(const struct sinkd_config *old_cfg,
-				const struct sinkd_config *new_cfg, char *out, size_t out_len);
-
 /* The SHA-256 (hex) of a config file's bytes, as config_load records it in
  * source_sha256; negative errno when unreadable. */
 int config_file_sha256(const char *path, char out[65]);

@@ -63,14 +63,14 @@ static void config_for(struct sinkd_config *c, int port)
 	c->server.tls_enabled = true;
 }
 
-/* curl: returns the status; body (first line) into out. */
-static int get(int port, const char *method, const char *path, char *out, size_t out_len)
+/* curl with extra arguments: returns the status; the body into out. */
+static int curl_with(int port, const char *args, const char *path, char *out, size_t out_len)
 {
-	char cmd[512];
+	static char cmd[40000];
 	snprintf(cmd, sizeof(cmd),
-	         "curl -sk --max-time 5 -X %s -D %s/hdr -o %s/body -w '%%{http_code}' "
-	         "https://127.0.0.1:%d%s",
-	         method, dir, dir, port, path);
+	         "curl -sk --max-time 5 --path-as-is -D %s/hdr -o %s/body -w '%%{http_code}' %s "
+	         "'https://127.0.0.1:%d%s'",
+	         dir, dir, args, port, path);
 	FILE *p = popen(cmd, "r");
 	int status = 0;
 	if (fscanf(p, "%d", &status) != 1)
@@ -86,6 +86,14 @@ static int get(int port, const char *method, const char *path, char *out, size_t
 		fclose(f);
 	}
 	return status;
+}
+
+/* curl: returns the status; body (first line) into out. */
+static int get(int port, const char *method, const char *path, char *out, size_t out_len)
+{
+	char args[64];
+	snprintf(args, sizeof(args), "-X %s", method);
+	return curl_with(port, args, path, out, out_len);
 }
 
 START_TEST(test_lifecycle_before_engine)
@@ -147,30 +155,6 @@ START_TEST(test_start_errors)
 }
 END_TEST
 
-/* curl with extra arguments: returns the status; the body into out. */
-static int curl_with(int port, const char *args, const char *path, char *out, size_t out_len)
-{
-	static char cmd[40000];
-	snprintf(cmd, sizeof(cmd),
-	         "curl -sk --max-time 5 --path-as-is -D %s/hdr -o %s/body -w '%%{http_code}' %s "
-	         "'https://127.0.0.1:%d%s'",
-	         dir, dir, args, port, path);
-	FILE *p = popen(cmd, "r");
-	int status = 0;
-	if (fscanf(p, "%d", &status) != 1)
-		status = -1;
-	pclose(p);
-	char path_body[300];
-	snprintf(path_body, sizeof(path_body), "%s/body", dir);
-	FILE *f = fopen(path_body, "r");
-	out[0] = '\0';
-	if (f) {
-		if (!fgets(out, (int)out_len, f))
-			out[0] = '\0';
-		fclose(f);
-	}
-	return status;
-}
 
 static bool has_code(const char *body, const char *code)
 {
