@@ -188,6 +188,27 @@ size_t sinkcache_bound_bytes(const struct sinkcache_geometry *g)
 	return lo.layer_bytes * (size_t)g->n_layers;
 }
 
+int sinkcache_tiers_of(const struct sinkcache_geometry *g, struct sinkcache_tiers *t, char *err,
+                       size_t err_len)
+{
+	struct kv_layout lo;
+	int rc = sinkcache_geometry_check(g, err, err_len);
+	memset(t, 0, sizeof(*t));
+	if (rc)
+		return rc;
+	kv_layout_of(g, &lo);
+	*t = (struct sinkcache_tiers){.sink = lo.sink,
+	                              .window = lo.window,
+	                              .hot = lo.hot,
+	                              .group = lo.group,
+	                              .stage = lo.stage,
+	                              .n_groups = lo.n_groups,
+	                              .sink_quant = lo.sink_quant,
+	                              .fp_row = lo.fp_row,
+	                              .code_row = lo.code_row};
+	return 0;
+}
+
 int sinkcache_quant_group_size(const struct sinkcache_geometry *g)
 {
 	struct kv_layout lo;
@@ -325,7 +346,7 @@ static struct populate_map populate_map_of(unsigned char *base, size_t bytes)
 }
 
 /* Before writes to [p, p + n) inside m's block. */
-static void populate_range(struct populate_map *m, const void *p, size_t n)
+void kv_populate_range(struct populate_map *m, const void *p, size_t n)
 {
 	size_t off = (size_t)((const unsigned char *)p - m->base), end = m->bytes;
 	for (size_t ch = off / POPULATE_CHUNK; ch <= (off + n - 1) / POPULATE_CHUNK; ch++) {
@@ -342,7 +363,7 @@ static void populate_range(struct populate_map *m, const void *p, size_t n)
 /* Before a write of one front row (fp_row bytes) at row. */
 static void kv_front_populate(struct sinkcache *c, const void *row)
 {
-	populate_range(&c->front_pop, row, c->fp_row);
+	kv_populate_range(&c->front_pop, row, c->fp_row);
 }
 
 int sinkcache_new(const struct sinkcache_geometry *g, struct sinkcache **out, char *err,
@@ -487,10 +508,10 @@ static void kv_layer_flush_group(struct sinkcache *c, struct kv_layer *L, int ho
 	/* the slot's four runs (~57 KB for the 134M model): a fault per fresh
 	 * page made flushing a group ~4x slower than its quantization */
 	size_t nk = (size_t)n_kv, at = (size_t)slot;
-	populate_range(&L->mem_pop, L->gkp + at * nk * 2 * d, nk * 2 * d * sizeof(float));
-	populate_range(&L->mem_pop, L->gvp + at * nk * gs * 2, nk * gs * 2 * sizeof(float));
-	populate_range(&L->mem_pop, L->gk + at * nk * gs * c->code_row, nk * gs * c->code_row);
-	populate_range(&L->mem_pop, L->gv + at * nk * gs * c->code_row, nk * gs * c->code_row);
+	kv_populate_range(&L->mem_pop, L->gkp + at * nk * 2 * d, nk * 2 * d * sizeof(float));
+	kv_populate_range(&L->mem_pop, L->gvp + at * nk * gs * 2, nk * gs * 2 * sizeof(float));
+	kv_populate_range(&L->mem_pop, L->gk + at * nk * gs * c->code_row, nk * gs * c->code_row);
+	kv_populate_range(&L->mem_pop, L->gv + at * nk * gs * c->code_row, nk * gs * c->code_row);
 	for (int h = 0; h < n_kv; h++) {
 		size_t gh = (size_t)slot * (size_t)n_kv + (size_t)h;
 		for (int r = 0; r < gs; r++) {
@@ -586,7 +607,7 @@ static void cache_cos_sin(struct sinkcache *c, uint64_t pos, double *cs)
 }
 
 /* Angles for attending with the newest token (stream index n_seen - 1). */
-static void kv_layer_set_query_pos(struct sinkcache *c, struct kv_layer *L)
+void kv_layer_set_query_pos(struct sinkcache *c, struct kv_layer *L)
 {
 	if (L->n_seen == 0)
 		return;

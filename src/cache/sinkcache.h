@@ -140,6 +140,19 @@ int sinkcache_resident_tokens(const struct sinkcache *c);
  * max_context_length for strategy full (0 for an invalid geometry). */
 size_t sinkcache_capacity_tokens(const struct sinkcache_geometry *g);
 
+/* The tier sizes a geometry gives (the one place they are decided):
+ * sink slots, window tokens at most, hot slots, group size G (0: nothing is
+ * quantized in the window), staging slots (G-1), group slots, whether sinks
+ * are stored quantized, and the bytes of a full-precision row and of a row
+ * of codes. */
+struct sinkcache_tiers {
+	int sink, window, hot, group, stage, n_groups;
+	bool sink_quant;
+	size_t fp_row, code_row;
+};
+int sinkcache_tiers_of(const struct sinkcache_geometry *g, struct sinkcache_tiers *t, char *err,
+                       size_t err_len);
+
 /* Tokens per quantization group of the compressed tier (keys share per-channel
  * scales over a group): 32, or a divisor of the compressed capacity in
  * [16, 32], or the capacity itself when below 32; 0 without quantization. */

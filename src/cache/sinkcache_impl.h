@@ -98,3 +98,9 @@ static inline int kv_layer_window(const struct sinkcache *c, const struct kv_lay
 {
 	return L->groups.n * c->group - L->grp_dropped + L->stage.n + L->hot.n;
 }
+
+/* sinkcache.c, for sinkcache_image.c: makes the pages of [p, p + n) of m's
+ * block resident before they are written; sets the angles for attending
+ * with the newest token of a layer. */
+void kv_populate_range(struct populate_map *m, const void *p, size_t n);
+void kv_layer_set_query_pos(struct sinkcache *c, struct kv_layer *L);

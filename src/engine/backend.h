@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cache/kvimage.h"
 #include "cache/sinkcache.h"
 #include "model/model.h"
 
@@ -48,6 +49,14 @@ struct backend_ops {
 	 * new sessions with it); NULL = any valid geometry. */
 	int (*geometry_check)(const struct backend *be, const struct sinkcache_geometry *g, char *err,
 			      size_t err_len);
+	/* A session's cache as a canonical image (cache/kvimage.h), for
+	 * snapshots: export copies it out (allocating out->data), import loads
+	 * one into a session that session_new just made with the image's
+	 * geometry.  Both or neither (NULL: this backend cannot snapshot). */
+	int (*session_export)(struct backend *be, const struct backend_session *s,
+			      struct kv_image *out, char *err, size_t err_len);
+	int (*session_import)(struct backend *be, struct backend_session *s,
+			      const struct kv_image *in, char *err, size_t err_len);
 };
 
 struct backend {

@@ -632,6 +632,18 @@ static bool cpu_session_can_append(struct backend *be, const struct backend_sess
 	return sinkcache_can_append(s->cache, n);
 }
 
+static int cpu_session_export(struct backend *be, const struct backend_session *s,
+                              struct kv_image *out, char *err, size_t err_len)
+{
+	return sinkcache_export(s->cache, out, err, err_len);
+}
+
+static int cpu_session_import(struct backend *be, struct backend_session *s,
+                              const struct kv_image *in, char *err, size_t err_len)
+{
+	return sinkcache_import(s->cache, in, err, err_len);
+}
+
 static void cpu_destroy(struct backend *be)
 {
 	struct cpu_backend *c = cpu_of(be);
@@ -654,7 +666,8 @@ static const struct backend_ops cpu_ops = {
     .session_can_append = cpu_session_can_append,
     .forward = cpu_forward,
     .destroy = cpu_destroy,
-    .session_offload = NULL,
+    .session_export = cpu_session_export,
+    .session_import = cpu_session_import,
 };
 
 static int check_matrix(const struct weight_matrix *w, const char *what, char *err, size_t err_len)

@@ -1,0 +1,109 @@
+/* The canonical image of a tiered cache: its layout from the geometry and
+ * the counts, and the checks that make a hostile image's counts harmless
+ * before anything is sized from them. */
+#include "cache/kvimage.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/errbuf.h"
+
+static int count_range(char *err, size_t err_len, const char *what, long long v, long long hi)
+{
+	if (v >= 0 && v <= hi)
+		return 0;
+	return err_set(err, err_len, -EINVAL, "cache image: %s: %lld is out of range (allowed 0..%lld)",
+	               what, v, hi);
+}
+
+int kv_image_counts_window(const struct sinkcache_geometry *g, const struct kv_image_counts *n)
+{
+	int group = sinkcache_quant_group_size(g);
+	return n->n_groups * group - n->grp_dropped + n->n_stage + n->n_hot;
+}
+
+int kv_image_layout_of(const struct sinkcache_geometry *g, const struct kv_image_counts *n,
+                       struct kv_image_layout *lo, char *err, size_t err_len)
+{
+	struct sinkcache_tiers t;
+	int rc = sinkcache_tiers_of(g, &t, err, err_len);
+	memset(lo, 0, sizeof(*lo));
+	if (rc)
+		return rc;
+	if ((rc = count_range(err, err_len, "n_sink", n->n_sink, t.sink)) ||
+	    (rc = count_range(err, err_len, "n_groups", n->n_groups, t.n_groups)) ||
+	    (rc = count_range(err, err_len, "grp_dropped", n->grp_dropped,
+	                      t.group > 0 && n->n_groups > 0 ? t.group - 1 : 0)) ||
+	    (rc = count_range(err, err_len, "n_stage", n->n_stage, t.stage)) ||
+	    (rc = count_range(err, err_len, "n_hot", n->n_hot, t.hot)))
+		return rc;
+	long long window = (long long)n->n_groups * t.group - n->grp_dropped + n->n_stage + n->n_hot;
+	if (window > t.window)
+		return err_set(err, err_len, -EINVAL,
+		               "cache image: %lld window tokens exceed the window of %d", window,
+		               t.window);
+	if (window > 0 && n->n_sink < t.sink)
+		return err_set(err, err_len, -EINVAL,
+		               "cache image: %lld window tokens before the %d sink slots are full "
+		               "(%d sinks)",
+		               window, t.sink, n->n_sink);
+	if (n->n_seen < (uint64_t)n->n_sink + (uint64_t)window || n->evicted > n->n_seen ||
+	    n->moved > n->n_seen)
+		return err_set(err, err_len, -EINVAL,
+		               "cache image: stream index %llu is behind its %lld resident tokens, "
+		               "or %llu evicted / %llu moved exceed it",
+		               (unsigned long long)n->n_seen, (long long)n->n_sink + window,
+		               (unsigned long long)n->evicted, (unsigned long long)n->moved);
+	size_t n_kv = (size_t)g->n_kv_heads, d = (size_t)g->head_dim, gs = (size_t)t.group;
+	size_t ns = (size_t)n->n_sink, nfp = (size_t)(n->n_stage + n->n_hot);
+	lo->fp_row = t.fp_row;
+	lo->code_row = t.code_row;
+	lo->group = t.group;
+	lo->sink_quant = t.sink_quant;
+	lo->sink_row = t.sink_quant ? t.code_row : t.fp_row;
+	size_t off = 0;
+	lo->off_sink_k = off, off += n_kv * ns * lo->sink_row;
+	lo->off_sink_v = off, off += n_kv * ns * lo->sink_row;
+	if (t.sink_quant) {
+		lo->off_sink_kp = off, off += n_kv * ns * 2 * sizeof(float);
+		lo->off_sink_vp = off, off += n_kv * ns * 2 * sizeof(float);
+	}
+	lo->grp_off_k = 0;
+	lo->grp_off_v = n_kv * gs * t.code_row;
+	lo->grp_off_kp = 2 * n_kv * gs * t.code_row;
+	lo->grp_off_vp = lo->grp_off_kp + n_kv * 2 * d * sizeof(float);
+	lo->group_bytes = t.group > 0 ? lo->grp_off_vp + n_kv * gs * 2 * sizeof(float) : 0;
+	lo->off_groups = off, off += (size_t)n->n_groups * lo->group_bytes;
+	lo->off_fp_k = off, off += n_kv * nfp * t.fp_row;
+	lo->off_fp_v = off, off += n_kv * nfp * t.fp_row;
+	lo->layer_bytes = off;
+	lo->total_bytes = off * (size_t)g->n_layers;
+	return 0;
+}
+
+size_t kv_image_max_bytes(const struct sinkcache_geometry *g)
+{
+	struct sinkcache_tiers t;
+	if (sinkcache_tiers_of(g, &t, NULL, 0))
+		return 0;
+	/* every tier at capacity at once: more than any reachable state holds */
+	size_t n_kv = (size_t)g->n_kv_heads, d = (size_t)g->head_dim, gs = (size_t)t.group;
+	size_t sink_row = t.sink_quant ? t.code_row : t.fp_row;
+	size_t sinks = 2 * n_kv * (size_t)t.sink *
+	               (sink_row + (t.sink_quant ? 2 * sizeof(float) : 0));
+	size_t group = t.group > 0 ? 2 * n_kv * gs * t.code_row + n_kv * 2 * d * sizeof(float) +
+	                                 n_kv * gs * 2 * sizeof(float)
+	                           : 0;
+	size_t fp = 2 * n_kv * (size_t)(t.stage + t.hot) * t.fp_row;
+	return (sinks + (size_t)t.n_groups * group + fp) * (size_t)g->n_layers;
+}
+
+void kv_image_free(struct kv_image *im)
+{
+	if (!im)
+		return;
+	free(im->data);
+	im->data = NULL;
+	im->bytes = 0;
+}

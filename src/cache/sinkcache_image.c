@@ -1,0 +1,143 @@
+/* The cpu cache to and from its canonical image (cache/kvimage.h): rings are
+ * unrolled into stream order on export, and an import lays the tokens out
+ * from slot 0 as a cache that had just seen them would hold them. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/kvimage.h"
+#include "cache/sinkcache_impl.h"
+#include "util/errbuf.h"
+
+static void layer_counts(const struct kv_layer *L, struct kv_image_counts *n)
+{
+	*n = (struct kv_image_counts){.n_seen = L->n_seen,
+	                              .evicted = L->evicted,
+	                              .moved = L->moved,
+	                              .n_sink = L->n_sink,
+	                              .n_groups = L->groups.n,
+	                              .grp_dropped = L->grp_dropped,
+	                              .n_stage = L->stage.n,
+	                              .n_hot = L->hot.n};
+}
+
+static unsigned char *row_at(unsigned char *base, size_t row_bytes, int cap, int head, int slot)
+{
+	return base + ((size_t)head * (size_t)cap + (size_t)slot) * row_bytes;
+}
+
+/* Copies between a layer's tiers and its part of an image: to the image
+ * when `out`, else from it.  Import writes go through the populate maps. */
+static void layer_copy(struct sinkcache *c, struct kv_layer *L, const struct kv_image_layout *lo,
+                       unsigned char *img, bool out)
+{
+	int n_kv = c->g.n_kv_heads, S = c->n_sink_cap, ns = L->n_sink;
+	size_t d = (size_t)c->g.head_dim;
+#define MOVE(pop, mem, im, bytes)                                                                \
+	do {                                                                                     \
+		if (out) {                                                                       \
+			memcpy((im), (mem), (bytes));                                            \
+		} else {                                                                         \
+			kv_populate_range((pop), (mem), (bytes));                                \
+			memcpy((mem), (im), (bytes));                                            \
+		}                                                                                \
+	} while (0)
+	for (int h = 0; h < n_kv && ns > 0; h++) {
+		size_t run = (size_t)ns * lo->sink_row, at = (size_t)h * run;
+		MOVE(&c->front_pop, row_at(L->sink_k, lo->sink_row, S, h, 0), img + lo->off_sink_k + at,
+		     run);
+		MOVE(&c->front_pop, row_at(L->sink_v, lo->sink_row, S, h, 0), img + lo->off_sink_v + at,
+		     run);
+		if (!lo->sink_quant)
+			continue;
+		size_t prun = (size_t)ns * 2 * sizeof(float), pat = (size_t)h * prun;
+		MOVE(&c->front_pop, L->sink_kp + (size_t)h * (size_t)S * 2, img + lo->off_sink_kp + pat,
+		     prun);
+		MOVE(&c->front_pop, L->sink_vp + (size_t)h * (size_t)S * 2, img + lo->off_sink_vp + pat,
+		     prun);
+	}
+	size_t gs = (size_t)c->group, nk = (size_t)n_kv;
+	for (int i = 0; i < L->groups.n; i++) {
+		size_t slot = (size_t)kv_ring_slot(&L->groups, i);
+		unsigned char *g = img + lo->off_groups + (size_t)i * lo->group_bytes;
+		size_t codes = nk * gs * c->code_row;
+		MOVE(&L->mem_pop, L->gk + slot * codes, g + lo->grp_off_k, codes);
+		MOVE(&L->mem_pop, L->gv + slot * codes, g + lo->grp_off_v, codes);
+		MOVE(&L->mem_pop, L->gkp + slot * nk * 2 * d, g + lo->grp_off_kp,
+		     nk * 2 * d * sizeof(float));
+		MOVE(&L->mem_pop, L->gvp + slot * nk * gs * 2, g + lo->grp_off_vp,
+		     nk * gs * 2 * sizeof(float));
+	}
+	size_t nfp = (size_t)(L->stage.n + L->hot.n);
+	for (int h = 0; h < n_kv; h++)
+		for (int i = 0; i < L->stage.n + L->hot.n; i++) {
+			bool staged = i < L->stage.n;
+			const struct kv_ring *r = staged ? &L->stage : &L->hot;
+			int slot = kv_ring_slot(r, staged ? i : i - L->stage.n);
+			size_t at = ((size_t)h * nfp + (size_t)i) * c->fp_row;
+			MOVE(&c->front_pop, row_at(staged ? L->st_k : L->hot_k, c->fp_row, r->cap, h, slot),
+			     img + lo->off_fp_k + at, c->fp_row);
+			MOVE(&c->front_pop, row_at(staged ? L->st_v : L->hot_v, c->fp_row, r->cap, h, slot),
+			     img + lo->off_fp_v + at, c->fp_row);
+		}
+#undef MOVE
+}
+
+int sinkcache_export(const struct sinkcache *c, struct kv_image *im, char *err, size_t err_len)
+{
+	struct kv_image_layout lo;
+	memset(im, 0, sizeof(*im));
+	layer_counts(&c->layers[0], &im->n);
+	for (int l = 1; l < c->g.n_layers; l++)
+		if (c->layers[l].n_seen != im->n.n_seen)
+			return err_set(err, err_len, -EINVAL,
+			               "sink cache: cannot export between layers (layer %d at %llu "
+			               "tokens, layer 0 at %llu)",
+			               l, (unsigned long long)c->layers[l].n_seen,
+			               (unsigned long long)im->n.n_seen);
+	int rc = kv_image_layout_of(&c->g, &im->n, &lo, err, err_len);
+	if (rc)
+		return rc;
+	im->data = malloc(lo.total_bytes > 0 ? lo.total_bytes : 1);
+	if (!im->data)
+		return err_set(err, err_len, -ENOMEM, "sink cache: out of memory for a %zu-byte image",
+		               lo.total_bytes);
+	im->bytes = lo.total_bytes;
+	for (int l = 0; l < c->g.n_layers; l++)
+		layer_copy((struct sinkcache *)c, &c->layers[l], &lo, im->data + (size_t)l * lo.layer_bytes,
+		           true);
+	return 0;
+}
+
+int sinkcache_import(struct sinkcache *c, const struct kv_image *im, char *err, size_t err_len)
+{
+	struct kv_image_layout lo;
+	int rc = kv_image_layout_of(&c->g, &im->n, &lo, err, err_len);
+	if (rc)
+		return rc;
+	if (im->bytes != lo.total_bytes)
+		return err_set(err, err_len, -EINVAL,
+		               "sink cache: image holds %zu bytes, its counts need %zu", im->bytes,
+		               lo.total_bytes);
+	for (int l = 0; l < c->g.n_layers; l++)
+		if (c->layers[l].n_seen != 0)
+			return err_set(err, err_len, -EBUSY,
+			               "sink cache: import needs an empty cache (layer %d holds %llu "
+			               "tokens)",
+			               l, (unsigned long long)c->layers[l].n_seen);
+	for (int l = 0; l < c->g.n_layers; l++) {
+		struct kv_layer *L = &c->layers[l];
+		L->n_seen = im->n.n_seen;
+		L->evicted = im->n.evicted;
+		L->moved = im->n.moved;
+		L->n_sink = im->n.n_sink;
+		L->grp_dropped = im->n.grp_dropped;
+		L->hot.head = L->stage.head = L->groups.head = 0;
+		L->hot.n = im->n.n_hot;
+		L->stage.n = im->n.n_stage;
+		L->groups.n = im->n.n_groups;
+		layer_copy(c, L, &lo, im->data + (size_t)l * lo.layer_bytes, false);
+		kv_layer_set_query_pos(c, L);
+	}
+	return 0;
+}
