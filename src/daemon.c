@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "config/config.h"
 #include "config/config_reload.h"
@@ -23,6 +24,7 @@
 #include "model/model.h"
 #include "sched/scheduler.h"
 #include "server/server.h"
+#include "session/store.h"
 #include "tokenizer/tokenizer.h"
 #include "util/errbuf.h"
 #include "util/notify.h"
@@ -44,6 +46,7 @@ struct daemon {
 	struct tokenizer *tok;
 	struct backend *be;
 	struct scheduler *sched;
+	struct session_store *store; /* when sessions.store_dir */
 	struct config_watch *watch; /* when config.watch */
 	struct server_config_status status;
 	double watchdog_period_s; /* 0: no watchdog */
@@ -124,6 +127,38 @@ static int create_backend(struct daemon *d, const char **name, char *err, size_t
 	return backend_cpu_new(d->model, &bo, &d->be, err, err_len);
 }
 
+/* sessions.store_dir: the session store, shared with other instances. */
+static int open_store(struct daemon *d, char *err, size_t err_len)
+{
+	const struct sinkd_config *c = d->cfg;
+	scheduler_set_model_file(d->sched, c->model.path);
+	if (!c->sessions.store_dir || !c->sessions.store_dir[0])
+		return 0;
+	char instance[160], host[64] = "host";
+	if (c->sessions.instance_id && c->sessions.instance_id[0]) {
+		snprintf(instance, sizeof(instance), "%s", c->sessions.instance_id);
+	} else {
+		gethostname(host, sizeof(host) - 1);
+		host[sizeof(host) - 1] = '\0';
+		snprintf(instance, sizeof(instance), "%s:%ld", host, (long)getpid());
+	}
+	struct session_store_options so = {.dir = c->sessions.store_dir,
+	                                   .max_bytes = (uint64_t)c->sessions.store_max_bytes,
+	                                   .lease_timeout_s = (double)c->sessions.lease_timeout_s,
+	                                   .ttl_s = (double)c->scheduler.session_ttl_s,
+	                                   .instance = instance};
+	int rc = session_store_open(&so, &d->store, err, err_len);
+	if (rc) {
+		err_prefix(err, err_len, "sessions.store_dir");
+		return rc;
+	}
+	scheduler_set_store(d->sched, d->store);
+	struct log_field f[] = {LOG_STR("dir", c->sessions.store_dir), LOG_STR("instance", instance),
+	                        LOG_END};
+	log_event(d->log, LOG_INFO, LOG_MODULE, "session store open", f);
+	return 0;
+}
+
 static int load_engine(struct daemon *d, char *err, size_t err_len)
 {
 	const struct sinkd_config *c = d->cfg;
@@ -149,6 +184,8 @@ static int load_engine(struct daemon *d, char *err, size_t err_len)
 	rc = create_backend(d, &backend_name, err, err_len);
 	if (!rc)
 		rc = scheduler_new(c, d->be, d->tok, d->log, &d->sched, err, err_len);
+	if (!rc)
+		rc = open_store(d, err, err_len);
 	if (rc)
 		return rc;
 	struct log_field f[] = {LOG_STR("model", d->model->name),
@@ -481,13 +518,25 @@ static void drain(struct daemon *d, const volatile int *force_flag)
 		log_msg(d->log, LOG_WARN, LOG_MODULE,
 		        "draining: %s; %zu stream(s) end with a server_shutdown error",
 		        calm ? "drain_timeout_s reached" : "second stop signal", left);
+	server_stop(d->srv);
 	if (d->sched)
 		scheduler_get_stats(d->sched, &st);
-	if (st.sessions)
+	if (st.sessions && d->store) {
+		size_t failed = 0;
+		double t0 = mono_now();
+		size_t n = scheduler_offload_all(d->sched, (double)d->cfg->server.drain_timeout_s + 5.0,
+		                                 &failed);
+		struct log_field fo[] = {LOG_INT("written", (int64_t)n),
+		                         LOG_INT("not_written", (int64_t)failed),
+		                         LOG_DBL("seconds", mono_now() - t0), LOG_END};
+		log_event(d->log, failed ? LOG_WARN : LOG_INFO, LOG_MODULE,
+		          "draining: persistent sessions written to the session store", fo);
+	} else if (st.sessions) {
 		log_msg(d->log, LOG_WARN, LOG_MODULE,
-		        "draining: %zu persistent session(s) dropped (not kept across restarts)",
+		        "draining: %zu persistent session(s) dropped (set sessions.store_dir to "
+		        "keep them across restarts)",
 		        st.sessions);
-	server_stop(d->srv);
+	}
 }
 
 static void daemon_teardown(struct daemon *d)
@@ -496,6 +545,7 @@ static void daemon_teardown(struct daemon *d)
 		server_stop(d->srv);
 	config_watch_free(d->watch);
 	scheduler_free(d->sched);
+	session_store_close(d->store);
 	server_free(d->srv);
 	backend_free(d->be);
 	tokenizer_free(d->tok);

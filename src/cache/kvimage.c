@@ -48,13 +48,15 @@ int kv_image_layout_of(const struct sinkcache_geometry *g, const struct kv_image
 		               "cache image: %lld window tokens before the %d sink slots are full "
 		               "(%d sinks)",
 		               window, t.sink, n->n_sink);
-	if (n->n_seen < (uint64_t)n->n_sink + (uint64_t)window || n->evicted > n->n_seen ||
-	    n->moved > n->n_seen)
+	/* (moved counts ageings of tokens that a revision may have dropped since,
+	 * so it is not bounded by the stream index) */
+	if (n->n_seen < (uint64_t)n->n_sink + (uint64_t)window ||
+	    n->evicted > n->n_seen - (uint64_t)n->n_sink - (uint64_t)window)
 		return err_set(err, err_len, -EINVAL,
-		               "cache image: stream index %llu is behind its %lld resident tokens, "
-		               "or %llu evicted / %llu moved exceed it",
+		               "cache image: stream index %llu is behind its %lld resident tokens "
+		               "and %llu evicted ones",
 		               (unsigned long long)n->n_seen, (long long)n->n_sink + window,
-		               (unsigned long long)n->evicted, (unsigned long long)n->moved);
+		               (unsigned long long)n->evicted);
 	size_t n_kv = (size_t)g->n_kv_heads, d = (size_t)g->head_dim, gs = (size_t)t.group;
 	size_t ns = (size_t)n->n_sink, nfp = (size_t)(n->n_stage + n->n_hot);
 	lo->fp_row = t.fp_row;

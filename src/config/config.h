@@ -78,6 +78,12 @@ struct sinkd_config {
 		int64_t max_unsent_tokens; /* 0 = no flow control */
 	} scheduler;
 	struct {
+		char *store_dir;         /* "" = no session store */
+		int64_t store_max_bytes; /* 0 = unbounded */
+		int64_t lease_timeout_s;
+		char *instance_id;       /* "" = host name and process id */
+	} sessions;
+	struct {
 		int64_t max_body_bytes;
 		int64_t max_tokens;
 		int64_t max_prompt_tokens; /* one request's prompt; 0 = max_context_length */

@@ -190,13 +190,32 @@ const struct config_key config_keys[] = {
 	 .apply = SCHED},
 	{"scheduler.session_offload_s", CONFIG_INT, OFF(scheduler.session_offload_s), NO_AUX, 0,
 	 604800, 0, 0, NULL, NULL, "0", 0,
-	 "idle seconds before a session's cache moves to host memory; 0 = never",
+	 "idle seconds before a persistent session is written to the session store "
+	 "(sessions.store_dir) and freed here; 0 = never (drain still writes them)",
 	 .apply = SCHED},
 	{"scheduler.max_unsent_tokens", CONFIG_INT, OFF(scheduler.max_unsent_tokens), NO_AUX, 0,
 	 65536, 0, 0, NULL, NULL, "16", 0,
 	 "a stream with this many tokens its connection has not taken yet skips decode steps "
 	 "until it does; 0 = never",
 	 .apply = SCHED},
+	{"sessions.store_dir", CONFIG_STRING, OFF(sessions.store_dir), NO_AUX, 0, 0, 0, 0, NULL, NULL,
+	 "", 0,
+	 "folder of session snapshots (a local one, or a volume every instance mounts): idle "
+	 "sessions are offloaded there, drain writes every session there, and a session this "
+	 "instance does not hold is looked up there; empty = none",
+	 .apply = 0 /* restart */},
+	{"sessions.store_max_bytes", CONFIG_SIZE, OFF(sessions.store_max_bytes), NO_AUX, 0, 1LL << 50,
+	 0, 0, NULL, NULL, "4GiB", 0,
+	 "bytes the store's snapshots may take; beyond, the oldest are deleted; 0 = unbounded",
+	 .apply = 0 /* restart */},
+	{"sessions.lease_timeout_s", CONFIG_INT, OFF(sessions.lease_timeout_s), NO_AUX, 1, 3600, 0, 0,
+	 NULL, NULL, "30", 0,
+	 "an instance refreshes the leases of the sessions it holds; a lease not refreshed for "
+	 "this long (its instance died) is taken over",
+	 .apply = 0 /* restart */},
+	{"sessions.instance_id", CONFIG_STRING, OFF(sessions.instance_id), NO_AUX, 0, 0, 0, 0, NULL,
+	 NULL, "", 0, "this instance's name in leases; empty = host name and process id",
+	 .apply = 0 /* restart */},
 	{"limits.max_body_bytes", CONFIG_SIZE, OFF(limits.max_body_bytes), NO_AUX, 1 * KB, 256 * MB, 0,
 	 0, NULL, NULL, "1MiB", 0, "largest request body; larger gets 413",
 	 .apply = SERVER},

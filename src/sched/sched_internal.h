@@ -15,6 +15,10 @@
 #include <stdint.h>
 
 #include "sched/scheduler.h"
+#include "session/snapshot.h"
+#include "util/errbuf.h"
+
+struct session_store;
 
 /* Settings copied from the config (reloadable). */
 struct sched_limits {
@@ -51,8 +55,53 @@ struct sched_session {
 	size_t hist_n;             /* valid entries (<= hist_cap) */
 	size_t hist_end;           /* index after the newest entry */
 	double created, last_used; /* [mu] monotonic seconds */
-	bool offloaded;            /* [mu] */
 	bool offload_tried;        /* [mu] since the last request */
+	/* Snapshots and the session store (sched_store.c). */
+	int ctl_refs;               /* [mu] snapshot jobs pending: not freed while > 0 */
+	unsigned char *restore_buf; /* [mu] restored snapshot, imported on first use */
+	struct kv_image restore_kv; /* points into restore_buf */
+	bool leased;                /* [mu] holds its lease in the store */
+	bool offloading;            /* [mu] its snapshot is being written to the store */
+	bool offload_cancel;        /* [mu] a request came while it was */
+	bool stored;                /* [mu] out of the table into the store: keep the file */
+};
+
+/* A session's state as the engine copied it out: what a snapshot holds
+ * besides the model and the geometry. */
+struct sched_export {
+	struct kv_image kv;
+	int32_t *hist; /* (n_hist) oldest first */
+	uint32_t n_hist;
+	bool has_pending;
+	uint64_t tokens_seen;
+};
+
+/* What a restored session starts from (a decoded snapshot). */
+struct sched_restore {
+	const struct sinkcache_geometry *geom;
+	const int32_t *hist; /* (n_hist) oldest first */
+	uint32_t n_hist;
+	bool has_pending;
+	struct kv_image_counts kv_counts;
+	unsigned char *kv_buf; /* the cache image; the session owns it on success */
+	size_t kv_bytes;
+	bool leased; /* its lease in the store is taken */
+};
+
+/* A snapshot job for the engine thread. */
+struct sched_ctl {
+	struct sched_session *ss;
+	struct sched_export ex;
+	int rc;
+	char err[SINKD_ERR_LEN];
+	bool done; /* [mu] */
+};
+
+/* An offloaded session on its way to the store (the writer thread). */
+struct sched_offload {
+	struct sched_session *ss;
+	struct sched_export ex;
+	double t_start;
 };
 
 enum sched_req_state {
@@ -132,6 +181,24 @@ struct scheduler {
 	struct sched_session **dead; /* [mu] deleted/expired, to free on the engine */
 	size_t n_dead, cap_dead;
 
+	/* Snapshots and the session store (sched_store.c). */
+	struct session_store *store; /* NULL: no sessions.store_dir */
+	char model_path[4096];
+	pthread_mutex_t id_mu;
+	bool have_identity; /* [id_mu] */
+	struct snapshot_expect expect; /* [id_mu] once have_identity */
+	char arch[SNAPSHOT_ARCH_LEN];
+	struct sched_ctl **ctl; /* [mu] jobs for the engine */
+	size_t n_ctl, cap_ctl;
+	pthread_cond_t ctl_cv; /* a job is done, or an offload finished */
+	struct sched_offload **wq; /* [mu] for the writer */
+	size_t n_wq, cap_wq;
+	size_t n_writing; /* [mu] the writer's job in flight (0 or 1) */
+	pthread_cond_t wq_cv;
+	pthread_t writer;
+	bool writer_started;
+	bool offload_all; /* [mu] drain: every idle session is due now */
+
 	struct scheduler_stats st;                /* [mu] counters */
 	struct sched_hist hist[SCHED_HIST_COUNT]; /* [mu] */
 
@@ -181,6 +248,31 @@ void sched_req_free(struct sched_req *r);
 void sched_session_release(struct scheduler *s, struct sched_session *ss);
 /* Makes the request leave: session unbusied (or freed when one-shot). */
 void sched_req_retire(struct scheduler *s, struct sched_req *r);
+
+/* scheduler.c, for sched_store.c */
+/* Creates a session from a snapshot (the checks of a create, the geometry
+ * as restored). */
+int sched_session_create_restored(struct scheduler *s, const struct session_settings *opt,
+                                  const struct sched_restore *rs,
+                                  char id_out[SCHED_SESSION_ID_LEN], char *err, size_t err_len);
+/* Takes a session out of the table; the engine frees it once idle. */
+void sched_session_kill_locked(struct scheduler *s, struct sched_session *ss);
+
+/* sched_store.c */
+/* The engine's part: runs the snapshot jobs taken from s->ctl (jobs[0..n)). */
+void sched_ctl_run(struct scheduler *s, struct sched_ctl **jobs, size_t n);
+/* Copies a session's state out (engine thread; the session is idle). */
+int sched_export_session(struct scheduler *s, struct sched_session *ss, struct sched_export *ex,
+                         char *err, size_t err_len);
+void sched_export_free(struct sched_export *ex);
+/* Imports a restored session's snapshot into its new backend session. */
+int sched_import_pending(struct scheduler *s, struct sched_session *ss, char *err, size_t err_len);
+/* Hands exported sessions to the writer thread. */
+void sched_offload_queue(struct scheduler *s, struct sched_offload **jobs, size_t n);
+/* A session left the table for good (deleted or expired, not offloaded):
+ * its stored file and lease go too.  Called without the lock. */
+void sched_store_forget(struct scheduler *s, const char *id);
+void sched_store_stop(struct scheduler *s);
 
 /* sched_metrics.c */
 void sched_hist_init_all(struct scheduler *s);

@@ -32,6 +32,12 @@ static const struct {
                                  tick_upper},
     [SCHED_HIST_QUEUE_WAIT_SECONDS] = {"sinkd_scheduler_queue_wait_seconds",
                                        "Time from submission to admission", wait_upper},
+    [SCHED_HIST_OFFLOAD_SECONDS] = {"sinkd_session_offload_seconds",
+                                    "An idle session's export and write to the session store",
+                                    wait_upper},
+    [SCHED_HIST_RESTORE_SECONDS] = {"sinkd_session_restore_seconds",
+                                    "A snapshot's read, checks and import (API or store)",
+                                    wait_upper},
 };
 
 void sched_hist_init_all(struct scheduler *s)
@@ -154,6 +160,26 @@ void scheduler_write_metrics(struct scheduler *s, FILE *out)
 	        "sinkd_kv_evictions_total{tier=\"window\"} %" PRIu64 "\n"
 	        "sinkd_kv_evictions_total{tier=\"hot\"} %" PRIu64 "\n",
 	        st.evicted_window, st.moved_to_compressed);
+	write_one(out, "sinkd_sessions_resident", "gauge",
+	          "Persistent sessions held by this instance", (double)st.sessions);
+	write_one(out, "sinkd_sessions_offloading", "gauge",
+	          "Persistent sessions being written to the session store",
+	          (double)st.sessions_offloading);
+	write_one(out, "sinkd_session_snapshots_total", "counter",
+	          "Session snapshots served by GET /v1/sessions/{id}/snapshot", (double)st.snapshots);
+	fprintf(out,
+	        "# HELP sinkd_session_restores_total Sessions created from a snapshot, by source\n"
+	        "# TYPE sinkd_session_restores_total counter\n"
+	        "sinkd_session_restores_total{source=\"api\"} %" PRIu64 "\n"
+	        "sinkd_session_restores_total{source=\"store\"} %" PRIu64 "\n",
+	        st.restores_api, st.restores_store);
+	write_one(out, "sinkd_session_offloads_total", "counter",
+	          "Idle sessions written to the session store and freed here", (double)st.offloads);
+	write_one(out, "sinkd_session_offload_failures_total", "counter",
+	          "Session store writes that failed (the session stayed resident)",
+	          (double)st.offload_failures);
+	write_one(out, "sinkd_session_snapshot_bytes_total", "counter",
+	          "Bytes of every session snapshot made (API and store)", (double)st.snapshot_bytes);
 	for (int i = 0; i < SCHED_HIST_COUNT; i++) {
 		struct sched_histogram h;
 		scheduler_get_histogram(s, (enum sched_hist_id)i, &h);

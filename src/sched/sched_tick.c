@@ -92,6 +92,8 @@ void sched_session_release(struct scheduler *s, struct sched_session *ss)
 	ss->bs = NULL;
 	free(ss->hist);
 	ss->hist = NULL;
+	free(ss->restore_buf);
+	ss->restore_buf = NULL;
 }
 
 void sched_req_retire(struct scheduler *s, struct sched_req *r)
@@ -287,13 +289,18 @@ static int req_start(struct scheduler *s, struct sched_req *r, int *http_status,
 	int rc;
 	*http_status = 500;
 	pthread_mutex_lock(&s->mu);
-	ss->offloaded = false; /* the backend brings an offloaded cache back on use */
 	ss->offload_tried = false;
 	pthread_mutex_unlock(&s->mu);
 	if (!ss->bs) {
 		rc = s->be->ops->session_new(s->be, &ss->geom, &ss->bs, err, err_len);
 		if (rc)
 			return rc;
+		rc = sched_import_pending(s, ss, err, err_len);
+		if (rc) { /* the snapshot was checked whole: only memory can fail here */
+			s->be->ops->session_free(s->be, ss->bs);
+			ss->bs = NULL;
+			return rc;
+		}
 	}
 	if (q->revise_last_tokens > 0) {
 		rc = session_revise(s, ss, q->revise_last_tokens, err, err_len);

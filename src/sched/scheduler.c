@@ -11,6 +11,7 @@
  * on a persistent session need no new reservation (the session holds one) and
  * are admitted at the next tick regardless of the queue's head. */
 #include "sched/sched_internal.h"
+#include "session/store.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -268,11 +269,7 @@ static struct sched_session *session_alloc(const struct sinkcache_geometry *g, b
 	ss->geom = *g;
 	ss->persistent = persistent;
 	if (persistent) {
-		/* Revisable tokens never exceed the window (or the whole context
-		 * for strategy full) plus the pending token. */
-		int most =
-		    g->strategy == CACHE_STRATEGY_FULL ? g->max_context_length : g->window_size;
-		ss->hist_cap = (size_t)most + 2;
+		ss->hist_cap = snapshot_hist_cap(g);
 		ss->hist = malloc(ss->hist_cap * sizeof(*ss->hist));
 		if (!ss->hist) {
 			free(ss);
@@ -296,21 +293,42 @@ static void session_id_make(char id[SCHED_SESSION_ID_LEN])
 		snprintf(id + 2 * i, 3, "%02x", raw[i]);
 }
 
-int scheduler_session_create(struct scheduler *s, const struct session_settings *opt,
-                             char id_out[SCHED_SESSION_ID_LEN], char *err, size_t err_len)
+/* A create (rs NULL) or a restore: the id, the limits, the budget, then the
+ * session; a restored one gets its stream history and its cache image. */
+static int session_create(struct scheduler *s, const struct session_settings *opt,
+                          const struct sched_restore *rs, char id_out[SCHED_SESSION_ID_LEN],
+                          char *err, size_t err_len)
 {
 	struct sinkcache_geometry g;
-	int rc;
-	pthread_mutex_lock(&s->mu);
-	rc = settings_apply(&s->lim, opt, &g, err, err_len);
-	if (rc)
-		goto out;
+	int rc = 0;
 	const char *want_id = opt && opt->id && opt->id[0] ? opt->id : NULL;
 	if (want_id && (strlen(want_id) >= SCHED_SESSION_ID_LEN ||
-	                strspn(want_id, "0123456789abcdefABCDEF") != strlen(want_id))) {
-		rc = err_set(err, err_len, -EINVAL, "session id: 1..32 hex digits");
-		goto out;
+	                strspn(want_id, "0123456789abcdefABCDEF") != strlen(want_id)))
+		return err_set(err, err_len, -EINVAL, "session id: 1..32 hex digits");
+	/* A named id may live in the store (offloaded here or by another
+	 * instance): it is taken then, and its lease keeps two instances from
+	 * creating it at once. */
+	bool leased = rs && rs->leased;
+	if (!rs && want_id && s->store) {
+		char holder[160] = "";
+		if (scheduler_session_stored(s, want_id))
+			return err_set(err, err_len, -EEXIST, "session %s exists (in the session store)",
+			               want_id);
+		rc = session_store_lease_take(s->store, want_id, holder, sizeof(holder), err, err_len);
+		if (rc == -EBUSY)
+			return err_set(err, err_len, -EEXIST, "session %s exists (held by instance %s)",
+			               want_id, holder);
+		if (rc)
+			return rc;
+		leased = true;
 	}
+	pthread_mutex_lock(&s->mu);
+	if (rs)
+		g = *rs->geom;
+	else
+		rc = settings_apply(&s->lim, opt, &g, err, err_len);
+	if (rc)
+		goto out;
 	if (want_id && session_find_locked(s, want_id)) {
 		rc = err_set(err, err_len, -EEXIST, "session %s exists", want_id);
 		goto out;
@@ -348,6 +366,27 @@ int scheduler_session_create(struct scheduler *s, const struct session_settings 
 		while (s->n_sessions > 1 && session_find_locked(s, ss->id) != ss);
 	if (opt && opt->owner)
 		snprintf(ss->owner, sizeof(ss->owner), "%s", opt->owner);
+	if (rs) {
+		size_t n = rs->n_hist < ss->hist_cap ? rs->n_hist : ss->hist_cap;
+		memcpy(ss->hist, rs->hist + (rs->n_hist - n), n * sizeof(int32_t));
+		ss->hist_n = n;
+		ss->hist_end = n % ss->hist_cap;
+		ss->has_pending = rs->has_pending;
+		ss->used = true;
+		ss->restore_buf = rs->kv_buf;
+		ss->restore_kv = (struct kv_image){.n = rs->kv_counts, .bytes = rs->kv_bytes};
+		const struct kv_image_counts *c = &rs->kv_counts;
+		int window = kv_image_counts_window(&g, c);
+		ss->stats = (struct sinkcache_stats){.n_seen = c->n_seen,
+		                                     .n_resident = c->n_sink + window,
+		                                     .n_sink = c->n_sink,
+		                                     .n_compressed = window - c->n_hot,
+		                                     .n_hot = c->n_hot,
+		                                     .bytes_bound = bound,
+		                                     .evicted_compressed = c->evicted,
+		                                     .moved_to_compressed = c->moved};
+	}
+	ss->leased = leased;
 	ss->bytes_reserved = bound;
 	s->reserved += bound;
 	s->st.sessions_created++;
@@ -355,7 +394,22 @@ int scheduler_session_create(struct scheduler *s, const struct session_settings 
 	pthread_cond_signal(&s->cv); /* the TTL deadline changed */
 out:
 	pthread_mutex_unlock(&s->mu);
+	if (rc && leased && !rs)
+		session_store_lease_release(s->store, want_id);
 	return rc;
+}
+
+int scheduler_session_create(struct scheduler *s, const struct session_settings *opt,
+                             char id_out[SCHED_SESSION_ID_LEN], char *err, size_t err_len)
+{
+	return session_create(s, opt, NULL, id_out, err, err_len);
+}
+
+int sched_session_create_restored(struct scheduler *s, const struct session_settings *opt,
+                                  const struct sched_restore *rs,
+                                  char id_out[SCHED_SESSION_ID_LEN], char *err, size_t err_len)
+{
+	return session_create(s, opt, rs, id_out, err, err_len);
 }
 
 int scheduler_session_info(struct scheduler *s, const char *id, struct sched_session_info *out)
@@ -375,7 +429,8 @@ int scheduler_session_info(struct scheduler *s, const char *id, struct sched_ses
 		out->age_s = now - ss->created;
 		out->busy = ss->busy_handle != 0;
 		out->idle_s = out->busy ? 0 : now - ss->last_used;
-		out->offloaded = ss->offloaded;
+		out->restored = ss->restore_buf != NULL;
+		snprintf(out->owner, sizeof(out->owner), "%s", ss->owner);
 		out->window_size = ss->geom.window_size;
 		out->sink_keep_count = ss->geom.sink_keep_count;
 	}
@@ -394,7 +449,7 @@ static void cancel_locked(struct scheduler *s, uint64_t handle)
 }
 
 /* Takes a session out of the table; the engine frees it once idle. */
-static void session_kill_locked(struct scheduler *s, struct sched_session *ss)
+void sched_session_kill_locked(struct scheduler *s, struct sched_session *ss)
 {
 	ptrs_remove((void **)s->sessions, &s->n_sessions, ss);
 	ss->deleted = true;
@@ -409,11 +464,19 @@ int scheduler_session_delete(struct scheduler *s, const char *id)
 	pthread_mutex_lock(&s->mu);
 	struct sched_session *ss = id ? session_find_locked(s, id) : NULL;
 	if (ss) {
-		session_kill_locked(s, ss);
+		sched_session_kill_locked(s, ss);
 		pthread_cond_signal(&s->cv);
 	}
 	pthread_mutex_unlock(&s->mu);
-	return ss ? 0 : -ENOENT;
+	if (ss || !scheduler_session_stored(s, id))
+		return ss ? 0 : -ENOENT;
+	/* only in the store: deleted there unless another instance holds it */
+	char holder[160], err[SINKD_ERR_LEN];
+	int rc = session_store_lease_take(s->store, id, holder, sizeof(holder), err, sizeof(err));
+	if (rc)
+		return rc;
+	sched_store_forget(s, id);
+	return 0;
 }
 
 /* ---- submission -------------------------------------------------------- */
@@ -498,6 +561,8 @@ static int submit_on_session_locked(struct scheduler *s, struct sched_req *r, ch
 	struct sched_session *ss = session_find_locked(s, q->session_id);
 	if (!ss)
 		return err_set(err, err_len, -ENOENT, "no session %.40s", q->session_id);
+	if (ss->offloading)
+		ss->offload_cancel = true; /* it stays here: the request runs on it */
 	if (ss->busy_handle) {
 		s->st.rejected_busy++;
 		return err_set(err, err_len, -EBUSY, "session %s is busy with another request",
@@ -705,25 +770,31 @@ static void sessions_sweep_locked(struct scheduler *s, struct housekeeping *hk, 
 			          (struct log_field[]){LOG_STR("session", ss->id),
 			                               LOG_DBL("idle_s", now - ss->last_used),
 			                               LOG_INT("never_used", !ss->used), LOG_END});
-			session_kill_locked(s, ss);
+			sched_session_kill_locked(s, ss);
 			continue; /* the table shrank at i */
 		}
 		if (!ss->busy_handle)
 			deadline_min(hk, expires);
-		if (!ss->busy_handle && !ss->offload_tried && ss->bs &&
-		    s->lim.session_offload_s > 0 && s->be->ops->session_offload) {
-			double when = ss->last_used + (double)s->lim.session_offload_s;
+		if (!ss->busy_handle && !ss->offload_tried && !ss->offloading && s->store &&
+		    s->be->ops->session_export &&
+		    (s->offload_all || s->lim.session_offload_s > 0)) {
+			double when = s->offload_all
+			                  ? now
+			                  : ss->last_used + (double)s->lim.session_offload_s;
 			if (now >= when &&
-			    PUSH(hk->offload, hk->n_offload, hk->cap_offload, ss) == 0)
+			    PUSH(hk->offload, hk->n_offload, hk->cap_offload, ss) == 0) {
 				ss->offload_tried = true;
-			else
+				ss->offloading = true;
+				ss->ctl_refs++; /* until the writer is done with it */
+			} else {
 				deadline_min(hk, when);
+			}
 		}
 		i++;
 	}
 	for (size_t i = 0; i < s->n_dead;) {
 		struct sched_session *ss = s->dead[i];
-		if (!ss->busy_handle &&
+		if (!ss->busy_handle && ss->ctl_refs == 0 &&
 		    PUSH(hk->free_sessions, hk->n_free, hk->cap_free, ss) == 0) {
 			sched_ptrs_remove_at((void **)s->dead, &s->n_dead, i);
 			continue;
@@ -749,6 +820,8 @@ static void housekeeping_run(struct scheduler *s, struct housekeeping *hk)
 	}
 	for (size_t i = 0; i < hk->n_free; i++) {
 		struct sched_session *ss = hk->free_sessions[i];
+		if (ss->persistent && !ss->stored)
+			sched_store_forget(s, ss->id); /* deleted or expired: its file goes too */
 		sched_session_release(s, ss);
 		pthread_mutex_lock(&s->mu);
 		s->reserved -= ss->bytes_reserved;
@@ -756,14 +829,33 @@ static void housekeeping_run(struct scheduler *s, struct housekeeping *hk)
 		pthread_mutex_unlock(&s->mu);
 		free(ss);
 	}
+	/* Idle sessions due for the store: copied out here (fast), written by
+	 * the writer thread; each stays usable until its file is in place. */
+	size_t n_jobs = 0;
+	struct sched_offload **jobs = (struct sched_offload **)hk->offload;
 	for (size_t i = 0; i < hk->n_offload; i++) {
 		struct sched_session *ss = hk->offload[i];
 		char err[SINKD_ERR_LEN];
-		int rc = s->be->ops->session_offload(s->be, ss->bs, err, sizeof(err));
-		pthread_mutex_lock(&s->mu);
-		ss->offloaded = rc == 0; /* a failed offload just stays resident */
-		pthread_mutex_unlock(&s->mu);
+		struct sched_offload *j = calloc(1, sizeof(*j));
+		int rc = j ? sched_export_session(s, ss, &j->ex, err, sizeof(err))
+		           : err_set(err, sizeof(err), -ENOMEM, "out of memory");
+		if (rc) {
+			free(j);
+			pthread_mutex_lock(&s->mu);
+			ss->offloading = false;
+			ss->ctl_refs--;
+			s->st.offload_failures++;
+			pthread_mutex_unlock(&s->mu);
+			log_event(s->log, LOG_WARN, "sched", "session offload failed (kept resident)",
+			          (struct log_field[]){LOG_STR("session", ss->id),
+			                               LOG_STR("error", err), LOG_END});
+			continue;
+		}
+		j->ss = ss;
+		j->t_start = sched_now();
+		jobs[n_jobs++] = j;
 	}
+	sched_offload_queue(s, jobs, n_jobs);
 	hk->n_leave = hk->n_free = hk->n_offload = 0;
 }
 
@@ -818,7 +910,13 @@ static void *engine_main(void *arg)
 		hk.next_deadline = 0;
 		admit_locked(s, &hk, now);
 		sessions_sweep_locked(s, &hk, now);
-		bool work = s->n_active > 0 || hk.n_leave || hk.n_free || hk.n_offload;
+		struct sched_ctl *ctl[16];
+		size_t n_ctl = 0;
+		while (s->n_ctl > 0 && n_ctl < 16) {
+			ctl[n_ctl++] = s->ctl[0];
+			sched_ptrs_remove_at((void **)s->ctl, &s->n_ctl, 0);
+		}
+		bool work = s->n_active > 0 || hk.n_leave || hk.n_free || hk.n_offload || n_ctl;
 		if (!work) {
 			/* Idle, the loop still turns every second so that its
 			 * heartbeat (the systemd watchdog's evidence) goes on. */
@@ -829,6 +927,7 @@ static void *engine_main(void *arg)
 			continue;
 		}
 		pthread_mutex_unlock(&s->mu);
+		sched_ctl_run(s, ctl, n_ctl);
 		housekeeping_run(s, &hk);
 		unsigned kicks = atomic_load(&s->kicks);
 		size_t n = sched_tick(s);
@@ -866,6 +965,9 @@ int scheduler_new(const struct sinkd_config *cfg, struct backend *be, const stru
 	s->next_handle = 1;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
+	pthread_mutex_init(&s->id_mu, NULL);
+	pthread_cond_init(&s->ctl_cv, NULL);
+	pthread_cond_init(&s->wq_cv, NULL);
 	sched_hist_init_all(s);
 	limits_from_config(s, cfg, &s->lim);
 	rc = sinkcache_geometry_check(&s->lim.geom, err, err_len);
@@ -915,6 +1017,7 @@ void scheduler_free(struct scheduler *s)
 		pthread_mutex_unlock(&s->mu);
 		pthread_join(s->thread, NULL);
 	}
+	sched_store_stop(s); /* the writer finishes what it was given */
 	/* The engine is gone: this thread owns everything now. */
 	free_all_requests(s, s->queue, s->n_queue);
 	free_all_requests(s, s->active, s->n_active);
@@ -930,10 +1033,15 @@ void scheduler_free(struct scheduler *s)
 	free(s->active);
 	free(s->sessions);
 	free(s->dead);
+	free(s->ctl);
+	free(s->wq);
 	free(s->batch);
 	free(s->logits);
 	free(s->cand);
 	pthread_cond_destroy(&s->cv);
+	pthread_cond_destroy(&s->ctl_cv);
+	pthread_cond_destroy(&s->wq_cv);
+	pthread_mutex_destroy(&s->id_mu);
 	pthread_mutex_destroy(&s->mu);
 	free(s);
 }

@@ -151,6 +151,14 @@ struct scheduler_stats {
 	uint64_t rejected_sessions;       /* -EMFILE: limits.max_sessions reached */
 	uint64_t rejected_owner_sessions; /* -EDQUOT: the owner's limit reached */
 	uint64_t sessions_expired_empty;  /* of sessions_expired: never used */
+	/* snapshots and the session store */
+	uint64_t snapshots;         /* GET .../snapshot answered */
+	uint64_t restores_api;      /* POST /v1/sessions/restore */
+	uint64_t restores_store;    /* sessions brought back from the store */
+	uint64_t offloads;          /* sessions written to the store and freed here */
+	uint64_t offload_failures;  /* writes that failed (the session stayed resident) */
+	uint64_t snapshot_bytes;    /* bytes of every snapshot made (API and store) */
+	size_t sessions_offloading; /* being written now */
 };
 void scheduler_get_stats(struct scheduler *s, struct scheduler_stats *out);
 
@@ -176,6 +184,8 @@ enum sched_hist_id {
 	SCHED_HIST_BATCH_TOKENS,        /* tokens in one forward pass */
 	SCHED_HIST_TICK_SECONDS,        /* wall time of one batch build + forward pass */
 	SCHED_HIST_QUEUE_WAIT_SECONDS,  /* submit to admission */
+	SCHED_HIST_OFFLOAD_SECONDS,     /* an idle session's export and write to the store */
+	SCHED_HIST_RESTORE_SECONDS,     /* a snapshot's read, checks and import */
 	SCHED_HIST_COUNT
 };
 struct sched_histogram {
@@ -241,7 +251,8 @@ struct sched_session_info {
 	double age_s;
 	double idle_s; /* 0 while a request runs */
 	bool busy;
-	bool offloaded; /* cache moved to host memory (never on the cpu backend) */
+	bool restored;  /* came from a snapshot and is not yet imported (no request since) */
+	char owner[SCHED_OWNER_LEN];
 	int window_size;
 	int sink_keep_count;
 };
@@ -251,3 +262,45 @@ int scheduler_session_info(struct scheduler *s, const char *id, struct sched_ses
  * GEN_FINISH_CANCELLED), its reservation is released when the engine has
  * freed the cache (next tick).  -ENOENT when unknown. */
 int scheduler_session_delete(struct scheduler *s, const char *id);
+
+/* ---- Snapshots and the session store (sched_store.c) ------------------- */
+
+struct session_store;
+/* Before any request: the model file a snapshot names (its SHA-256 is
+ * computed on first use) and the store of sessions.store_dir (NULL: none;
+ * the caller keeps it open until scheduler_free).  With a store, a session
+ * idle for scheduler.session_offload_s is written there and freed here, a
+ * deleted or expired one's file is removed, and sessions are leased. */
+void scheduler_set_model_file(struct scheduler *s, const char *path);
+void scheduler_set_store(struct scheduler *s, struct session_store *store);
+
+/* The session's snapshot (session/snapshot.h) in a malloc'd buffer.
+ * -ENOENT unknown, -EBUSY a request runs on it (409), -ENOTSUP the backend
+ * cannot export, others with a message. */
+int scheduler_session_snapshot(struct scheduler *s, const char *id, unsigned char **out,
+                               size_t *len, char *err, size_t err_len);
+
+struct session_restore_opts {
+	const char *id; /* NULL or "": the snapshot's own id */
+	const char *owner;
+	int64_t owner_max; /* limits.per_key.max_sessions */
+};
+/* Creates a session from a snapshot, reserving its bound like a create:
+ * -EINVAL/-EBADMSG a snapshot that is corrupt, truncated or hostile, -EXDEV
+ * of another model (all 400), -EEXIST the id is taken (409), -E2BIG its
+ * cache bound exceeds what this instance's configured sessions may hold,
+ * and the errors of scheduler_session_create(). */
+int scheduler_session_restore(struct scheduler *s, const unsigned char *buf, size_t len,
+                              const struct session_restore_opts *o,
+                              char id_out[SCHED_SESSION_ID_LEN], char *err, size_t err_len);
+/* The largest snapshot a restore may carry (its body limit). */
+size_t scheduler_snapshot_max_bytes(struct scheduler *s);
+/* A session this instance does not hold, from the store: 0 when it is here
+ * now (restored, or it already was), -ENOENT not in the store either (or no
+ * store), -EBUSY another instance holds its lease (409), others 500. */
+int scheduler_session_fetch(struct scheduler *s, const char *id, char *err, size_t err_len);
+/* Whether the store holds a session of that id (and this instance does not). */
+bool scheduler_session_stored(struct scheduler *s, const char *id);
+/* Drain: writes every persistent session to the store and frees it, within
+ * timeout_s; returns the number written, *failed those that could not be. */
+size_t scheduler_offload_all(struct scheduler *s, double timeout_s, size_t *failed);

@@ -345,17 +345,6 @@ enum MHD_Result api_submit(struct request *r, struct gen_args *a, int32_t *ids, 
 	return genstream_respond(r);
 }
 
-/* Whether a persistent session exists and still has no tokens (its first
- * input then starts with BOS).  -ENOENT when unknown. */
-int api_session_is_empty(struct server *s, const char *id, bool *empty)
-{
-	struct sched_session_info info;
-	int rc = scheduler_session_info(s->sched, id, &info);
-	if (!rc)
-		*empty = info.n_seen == 0;
-	return rc;
-}
-
 static enum MHD_Result api_generate(struct request *r, bool chat)
 {
 	struct server *s = r->srv;
@@ -374,9 +363,10 @@ static enum MHD_Result api_generate(struct request *r, bool chat)
 		                       a.model, s->model_name);
 		goto out;
 	}
-	if (a.session_id && api_session_is_empty(s, a.session_id, &add_bos)) {
-		ret = http_respond_error(r, 404, "invalid_request_error", "session_id",
-		                         "session_not_found", 0, "no session %.40s", a.session_id);
+	char why[SINKD_ERR_LEN];
+	int found = a.session_id ? api_session_prepare(r, a.session_id, &add_bos, why, sizeof(why)) : 0;
+	if (found) {
+		ret = api_session_unavailable(r, found, a.session_id, why);
 		goto out;
 	}
 	int32_t *ids = NULL;
@@ -423,5 +413,9 @@ enum MHD_Result api_handle(struct request *r)
 		return api_session_create(r);
 	if (r->ep == EP_SESSION_APPEND)
 		return api_session_append(r);
+	if (r->ep == EP_SESSION_SNAPSHOT)
+		return api_session_snapshot(r);
+	if (r->ep == EP_SESSION_RESTORE)
+		return api_session_restore(r);
 	return api_generate(r, r->ep == EP_CHAT);
 }

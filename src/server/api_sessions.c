@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/quota.h"
 #include "server/request.h"
+#include "session/snapshot.h"
 #include "server/server_impl.h"
 #include "tokenizer/tokenizer.h"
 #include "util/errbuf.h"
@@ -72,6 +74,7 @@ static cJSON *session_json(const char *id, const struct sched_session_info *in)
 	cJSON *o = cJSON_CreateObject();
 	cJSON_AddStringToObject(o, "id", id);
 	cJSON_AddStringToObject(o, "object", "session");
+	cJSON_AddStringToObject(o, "location", "resident");
 	cJSON_AddNumberToObject(o, "tokens_seen", (double)in->n_seen);
 	cJSON_AddNumberToObject(o, "tokens_resident", in->n_resident);
 	cJSON *t = cJSON_AddObjectToObject(o, "tiers");
@@ -83,17 +86,70 @@ static cJSON *session_json(const char *id, const struct sched_session_info *in)
 	cJSON_AddNumberToObject(o, "age_s", in->age_s);
 	cJSON_AddNumberToObject(o, "idle_s", in->idle_s);
 	cJSON_AddBoolToObject(o, "busy", in->busy);
-	cJSON_AddBoolToObject(o, "offloaded", in->offloaded);
+	cJSON_AddBoolToObject(o, "offloaded", false);
+	cJSON_AddBoolToObject(o, "restored", in->restored);
 	cJSON_AddNumberToObject(o, "window_size", in->window_size);
 	cJSON_AddNumberToObject(o, "sink_keep_count", in->sink_keep_count);
 	return o;
 }
 
+/* A session an API key created is that key's: another key is told it does
+ * not exist (so ids cannot be probed).  Sessions made without keys (named
+ * by client address) are open to every client, as before. */
+static bool owner_allows(const struct request *r, const char *owner)
+{
+	char me[QUOTA_CLIENT_NAME_LEN];
+	if (strncmp(owner, "key:", 4))
+		return true;
+	quota_client_name(&r->client, me);
+	return !strcmp(owner, me);
+}
+
+int api_session_prepare(struct request *r, const char *id, bool *empty, char *err,
+                        size_t err_len)
+{
+	struct sched_session_info info;
+	struct scheduler *sc = r->srv->sched;
+	int rc = scheduler_session_info(sc, id, &info);
+	if (rc == -ENOENT) {
+		rc = scheduler_session_fetch(sc, id, err, err_len);
+		if (!rc)
+			rc = scheduler_session_info(sc, id, &info);
+	}
+	if (rc == -ENOENT || (!rc && !owner_allows(r, info.owner)))
+		return err_set(err, err_len, -ENOENT, "no session %.40s", id);
+	if (!rc && empty)
+		*empty = info.n_seen == 0;
+	return rc;
+}
+
+enum MHD_Result api_session_unavailable(struct request *r, int rc, const char *id,
+                                        const char *err)
+{
+	if (rc == -ENOENT)
+		return http_respond_error(r, 404, "invalid_request_error", "session_id",
+		                          "session_not_found", 0, "no session %.40s", id);
+	if (rc == -EBUSY)
+		return http_respond_error(r, 409, "invalid_request_error", "session_id",
+		                          "session_elsewhere", 1, "%s", err);
+	return http_respond_error(r, 500, "server_error", NULL, "session_store_error", 0, "%s",
+	                          err);
+}
+
 enum MHD_Result api_session(struct request *r)
 {
 	struct server *s = r->srv;
+	struct sched_session_info info;
+	int rc = scheduler_session_info(s->sched, r->session_id, &info);
+	bool mine = rc == 0 && owner_allows(r, info.owner);
 	if (!strcmp(r->method, "DELETE")) {
-		if (scheduler_session_delete(s->sched, r->session_id))
+		rc = rc == 0 && !mine ? -ENOENT : scheduler_session_delete(s->sched, r->session_id);
+		if (rc == -EBUSY)
+			return http_respond_error(r, 409, "invalid_request_error", "session_id",
+			                          "session_elsewhere", 1,
+			                          "session %s is held by another instance",
+			                          r->session_id);
+		if (rc)
 			return session_not_found(r);
 		cJSON *o = cJSON_CreateObject();
 		cJSON_AddStringToObject(o, "id", r->session_id);
@@ -101,10 +157,96 @@ enum MHD_Result api_session(struct request *r)
 		cJSON_AddBoolToObject(o, "deleted", true);
 		return http_respond_json(r, 200, o);
 	}
-	struct sched_session_info info;
-	if (scheduler_session_info(s->sched, r->session_id, &info))
+	if (mine)
+		return http_respond_json(r, 200, session_json(r->session_id, &info));
+	/* Not here: inspecting does not bring it back, it says where it is. */
+	if (rc == -ENOENT && scheduler_session_stored(s->sched, r->session_id)) {
+		cJSON *o = cJSON_CreateObject();
+		cJSON_AddStringToObject(o, "id", r->session_id);
+		cJSON_AddStringToObject(o, "object", "session");
+		cJSON_AddStringToObject(o, "location", "store");
+		cJSON_AddBoolToObject(o, "offloaded", true);
+		return http_respond_json(r, 200, o);
+	}
+	return session_not_found(r);
+}
+
+enum MHD_Result api_session_snapshot(struct request *r)
+{
+	struct server *s = r->srv;
+	char err[SINKD_ERR_LEN];
+	int rc = api_session_prepare(r, r->session_id, NULL, err, sizeof(err));
+	if (rc)
+		return api_session_unavailable(r, rc, r->session_id, err);
+	unsigned char *bytes = NULL;
+	size_t len = 0;
+	rc = scheduler_session_snapshot(s->sched, r->session_id, &bytes, &len, err, sizeof(err));
+	if (rc == -ENOENT)
 		return session_not_found(r);
-	return http_respond_json(r, 200, session_json(r->session_id, &info));
+	if (rc == -EBUSY)
+		return http_respond_error(r, 409, "invalid_request_error", "session_id",
+		                          "session_busy", 1, "%s", err);
+	if (rc)
+		return http_respond_error(r, rc == -ENOTSUP ? 501 : 500, "server_error", NULL,
+		                          rc == -ENOTSUP ? "not_supported" : "snapshot_failed", 0, "%s",
+		                          err);
+	char sha[65], size[32];
+	snapshot_sha256_hex(bytes, len, sha);
+	snprintf(size, sizeof(size), "%zu", len);
+	struct MHD_Response *resp =
+	    MHD_create_response_from_buffer(len, bytes, MHD_RESPMEM_MUST_FREE);
+	if (!resp) {
+		free(bytes);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, "Content-Type", "application/octet-stream");
+	MHD_add_response_header(resp, "X-Sinkd-Snapshot-Sha256", sha);
+	MHD_add_response_header(resp, "X-Sinkd-Snapshot-Bytes", size);
+	char disp[80];
+	snprintf(disp, sizeof(disp), "attachment; filename=\"%s.snap\"", r->session_id);
+	MHD_add_response_header(resp, "Content-Disposition", disp);
+	return http_queue(r, 200, resp);
+}
+
+/* POST /v1/sessions/restore[?id=HEX]: the body is a snapshot. */
+enum MHD_Result api_session_restore(struct request *r)
+{
+	struct server *s = r->srv;
+	const char *want = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "id");
+	struct quota_limits ql;
+	char owner[QUOTA_CLIENT_NAME_LEN], id[SCHED_SESSION_ID_LEN], err[SINKD_ERR_LEN];
+	quota_get_limits(s->quota, &ql);
+	quota_client_name(&r->client, owner);
+	struct session_restore_opts o = {.id = want, .owner = owner, .owner_max = ql.max_sessions};
+	int rc = scheduler_session_restore(s->sched, (const unsigned char *)r->body, r->body_len,
+	                                   &o, id, err, sizeof(err));
+	if (rc == -EDQUOT || rc == -EMFILE) {
+		bool per_key = rc == -EDQUOT;
+		enum quota_limit l = per_key ? QUOTA_MAX_SESSIONS : QUOTA_SESSIONS_TOTAL;
+		quota_count_rejection(s->quota, l);
+		int retry = scheduler_session_retry_after_s(s->sched, per_key ? owner : NULL);
+		return http_respond_error(r, per_key ? 429 : 503,
+		                          per_key ? "rate_limit_error" : "server_error", NULL,
+		                          quota_limit_code(l), retry, "%s", err);
+	}
+	if (rc == -EEXIST)
+		return http_respond_error(r, 409, "invalid_request_error", "id", "session_exists", 0,
+		                          "%s", err);
+	if (rc == -EINVAL || rc == -EBADMSG || rc == -EXDEV || rc == -E2BIG)
+		return http_respond_error(r, 400, "invalid_request_error", NULL,
+		                          rc == -EXDEV  ? "snapshot_model_mismatch"
+		                          : rc == -E2BIG ? "snapshot_too_large"
+		                                         : "invalid_snapshot",
+		                          0, "%s", err);
+	if (rc == -ENOTSUP)
+		return http_respond_error(r, 501, "server_error", NULL, "not_supported", 0, "%s", err);
+	if (rc)
+		return http_respond_error(r, 503, "server_error", NULL, "overloaded",
+		                          scheduler_retry_after_s(s->sched), "%s", err);
+	struct sched_session_info info;
+	if (scheduler_session_info(s->sched, id, &info))
+		return session_not_found(r);
+	return http_respond_json(r, 200, session_json(id, &info));
 }
 
 enum MHD_Result api_session_append(struct request *r)
@@ -118,8 +260,10 @@ enum MHD_Result api_session_append(struct request *r)
 		return respond_api_error(r, &e);
 	enum MHD_Result ret;
 	bool empty = false;
-	if (api_session_is_empty(s, r->session_id, &empty)) {
-		ret = session_not_found(r);
+	char why[SINKD_ERR_LEN];
+	int found = api_session_prepare(r, r->session_id, &empty, why, sizeof(why));
+	if (found) {
+		ret = api_session_unavailable(r, found, r->session_id, why);
 		goto out;
 	}
 	int32_t *ids = NULL;

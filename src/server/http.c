@@ -70,6 +70,7 @@ static const struct route routes[] = {
     {"/tokenize", EP_TOKENIZE, "POST", false},
     {"/detokenize", EP_DETOKENIZE, "POST", false},
     {"/v1/sessions", EP_SESSIONS, "POST", false},
+    {"/v1/sessions/restore", EP_SESSION_RESTORE, "POST", false},
 };
 
 static const struct route *route_find(const char *url)
@@ -80,8 +81,9 @@ static const struct route *route_find(const char *url)
 	return NULL;
 }
 
-/* /v1/sessions/{id} (GET, PUT: create with this id, DELETE) and
- * /v1/sessions/{id}/append (POST); the id (1..32 hex digits) goes to id_out. */
+/* /v1/sessions/{id} (GET, PUT: create with this id, DELETE),
+ * /v1/sessions/{id}/append (POST) and /v1/sessions/{id}/snapshot (GET); the
+ * id (1..32 hex digits) goes to id_out. */
 static const struct route *route_session(const char *url, const char *method,
                                          char id_out[SCHED_SESSION_ID_LEN])
 {
@@ -89,6 +91,7 @@ static const struct route *route_session(const char *url, const char *method,
 	static const struct route session_delete = {"", EP_SESSION, "DELETE", false};
 	static const struct route session_append = {"", EP_SESSION_APPEND, "POST", false};
 	static const struct route session_put = {"", EP_SESSIONS, "PUT", false};
+	static const struct route session_snapshot = {"", EP_SESSION_SNAPSHOT, "GET", false};
 	const char *prefix = "/v1/sessions/";
 	if (strncmp(url, prefix, strlen(prefix)))
 		return NULL;
@@ -100,6 +103,8 @@ static const struct route *route_session(const char *url, const char *method,
 	id_out[n] = '\0';
 	if (!strcmp(id + n, "/append"))
 		return &session_append;
+	if (!strcmp(id + n, "/snapshot"))
+		return &session_snapshot;
 	if (id[n])
 		return NULL;
 	if (!strcmp(method, "PUT"))
@@ -540,14 +545,24 @@ static enum MHD_Result respond_405(struct request *r, const struct route *rt)
 	return http_queue(r, 405, resp);
 }
 
-/* A declared body over limits.max_body_bytes: 413 now, or read and drop it first. */
+/* limits.max_body_bytes, or for a restore what the largest snapshot this
+ * instance can take may need. */
+static int64_t request_body_limit(const struct request *r)
+{
+	if (r->ep == EP_SESSION_RESTORE)
+		return (int64_t)scheduler_snapshot_max_bytes(r->srv->sched);
+	pthread_mutex_lock(&r->srv->cfg_mu);
+	int64_t limit = r->srv->set.max_body_bytes;
+	pthread_mutex_unlock(&r->srv->cfg_mu);
+	return limit;
+}
+
+/* A declared body over the limit: 413 now, or read and drop it first. */
 static enum MHD_Result request_check_length(struct request *r)
 {
 	struct MHD_Connection *c = r->conn;
 	const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-	pthread_mutex_lock(&r->srv->cfg_mu);
-	int64_t limit = r->srv->set.max_body_bytes;
-	pthread_mutex_unlock(&r->srv->cfg_mu);
+	int64_t limit = request_body_limit(r);
 	long long declared = cl ? strtoll(cl, NULL, 10) : -1;
 	if (declared <= limit)
 		return MHD_YES;
@@ -623,9 +638,7 @@ static enum MHD_Result request_begin(struct server *s, struct MHD_Connection *c,
  * one is read to its end for its 413, as a declared length is). */
 static bool request_body_add(struct request *r, const char *data, size_t n)
 {
-	pthread_mutex_lock(&r->srv->cfg_mu);
-	int64_t limit = r->srv->set.max_body_bytes;
-	pthread_mutex_unlock(&r->srv->cfg_mu);
+	int64_t limit = request_body_limit(r);
 	r->body_seen += n;
 	if (r->chunked && r->body_seen > (uint64_t)limit &&
 	    r->body_seen > (uint64_t)HTTP_BODY_DRAIN_MAX)
@@ -659,13 +672,10 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 	conn_phase_set(r->hc, CONN_ANSWER, false); /* the whole request is in */
 	if (r->responded)
 		return MHD_YES;
-	if (r->body_too_large) {
-		pthread_mutex_lock(&r->srv->cfg_mu);
-		long long limit = (long long)r->srv->set.max_body_bytes;
-		pthread_mutex_unlock(&r->srv->cfg_mu);
+	if (r->body_too_large)
 		return http_respond_error(r, 413, "invalid_request_error", NULL, "body_too_large",
-		                          0, "request body larger than %lld bytes", limit);
-	}
+		                          0, "request body larger than %lld bytes",
+		                          (long long)request_body_limit(r));
 	if (r->gs)
 		return genstream_respond(r);
 	return api_handle(r);

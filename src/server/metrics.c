@@ -30,6 +30,8 @@ static const char *const endpoint_paths[EP_COUNT] = {"/health",
                                                      "/v1/sessions",
                                                      "/v1/sessions/{id}",
                                                      "/v1/sessions/{id}/append",
+                                                     "/v1/sessions/{id}/snapshot",
+                                                     "/v1/sessions/restore",
                                                      "other"};
 
 struct histogram {

@@ -18,6 +18,8 @@ enum api_endpoint {
 	EP_SESSIONS,       /* POST /v1/sessions */
 	EP_SESSION,        /* GET/DELETE /v1/sessions/{id} */
 	EP_SESSION_APPEND, /* POST /v1/sessions/{id}/append */
+	EP_SESSION_SNAPSHOT, /* GET /v1/sessions/{id}/snapshot */
+	EP_SESSION_RESTORE,  /* POST /v1/sessions/restore */
 	EP_OTHER,
 	EP_COUNT
 };

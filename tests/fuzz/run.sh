@@ -33,7 +33,7 @@ if ! [[ "$secs" =~ ^[0-9]+$ ]] || [ "$secs" -lt 1 ]; then
 	exit 2
 fi
 shift
-all_targets=(request config gguf tokenizer detok stopstr)
+all_targets=(request config gguf tokenizer detok stopstr snapshot)
 targets=("$@")
 [ "${#targets[@]}" -gt 0 ] || targets=("${all_targets[@]}")
 
@@ -41,7 +41,7 @@ targets=("$@")
 # one input runs in milliseconds.
 max_len() {
 	case $1 in
-	gguf) echo 65536 ;;
+	gguf | snapshot) echo 65536 ;;
 	config) echo 16384 ;;
 	request) echo 8192 ;;
 	detok) echo 6144 ;;

@@ -163,7 +163,7 @@ END_TEST
 START_TEST(test_hostile_counts)
 {
 	struct sinkcache_geometry g = geom(4, 72, true, 8, 8); /* G 32, 2 group slots */
-	struct kv_image_counts ok = {.n_seen = 1000, .evicted = 960, .moved = 100, .n_sink = 4,
+	struct kv_image_counts ok = {.n_seen = 1000, .evicted = 924, .moved = 2000, .n_sink = 4,
 	                             .n_groups = 2, .grp_dropped = 3, .n_stage = 5, .n_hot = 6};
 	struct kv_image_layout lo;
 	char err[SINKD_ERR_LEN];
@@ -174,7 +174,7 @@ START_TEST(test_hostile_counts)
 	} bad[] = {
 	    {ok, "n_sink"}, {ok, "n_groups"}, {ok, "grp_dropped"}, {ok, "n_stage"},
 	    {ok, "n_hot"},  {ok, "window"},   {ok, "sink slots"},  {ok, "stream index"},
-	    {ok, "n_sink"},
+	    {ok, "n_sink"}, {ok, "evicted"},
 	};
 	bad[0].n.n_sink = 5;
 	bad[1].n.n_groups = 3;
@@ -185,6 +185,7 @@ START_TEST(test_hostile_counts)
 	bad[6].n.n_sink = 3;
 	bad[7].n.n_seen = 10;
 	bad[8].n.n_sink = -1;
+	bad[9].n.evicted = 925;
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		err[0] = 0;
 		ck_assert_int_eq(kv_image_layout_of(&g, &bad[i].n, &lo, err, sizeof(err)), -EINVAL);

@@ -1,0 +1,549 @@
+/* Sessions beyond one process: snapshots (the engine copies a session out,
+ * an HTTP thread encodes it), restores (an HTTP thread checks a snapshot
+ * whole and creates the session; the engine imports its cache on first use),
+ * and the session store: idle sessions are exported by the engine, written
+ * by a writer thread (so that no file I/O stalls a decode step) and then
+ * leave this instance; a request for a session this instance does not hold
+ * brings it back from the store under a lease. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sched/sched_internal.h"
+#include "model/gguf.h"
+#include "session/store.h"
+#include "util/log.h"
+
+#define PUSH(arr, n, cap, p) sched_ptrs_push((void ***)&(arr), &(n), &(cap), (p))
+
+static int hex_decode32(const char *hex, unsigned char out[32])
+{
+	for (int i = 0; i < 32; i++) {
+		unsigned v = 0;
+		for (int j = 0; j < 2; j++) {
+			char c = hex[2 * i + j];
+			v = v * 16 + (unsigned)(c >= 'a' ? c - 'a' + 10 : c - '0');
+		}
+		out[i] = (unsigned char)v;
+	}
+	return 0;
+}
+
+void scheduler_set_model_file(struct scheduler *s, const char *path)
+{
+	snprintf(s->model_path, sizeof(s->model_path), "%s", path ? path : "");
+}
+
+void scheduler_set_store(struct scheduler *s, struct session_store *store)
+{
+	pthread_mutex_lock(&s->mu);
+	s->store = store;
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* The model identity snapshots carry: the file's SHA-256 is computed once. */
+static int identity(struct scheduler *s, struct snapshot_expect *out, char *err, size_t err_len)
+{
+	int rc = 0;
+	pthread_mutex_lock(&s->id_mu);
+	if (!s->have_identity) {
+		char hex[65];
+		const struct model_hparams *hp = &s->be->model->hp;
+		rc = s->model_path[0] ? sha256_file_hex(s->model_path, hex, err, err_len)
+		                      : err_set(err, err_len, -ENOTSUP,
+		                                "snapshots need the model file's path");
+		if (!rc) {
+			hex_decode32(hex, s->expect.model_sha256);
+			snprintf(s->arch, sizeof(s->arch), "%s",
+			         hp->arch == MODEL_ARCH_QWEN2 ? "qwen2" : "llama");
+			s->expect.arch = s->arch;
+			s->expect.n_vocab = (uint32_t)hp->n_vocab;
+			s->expect.n_layers = hp->n_layers;
+			s->expect.n_kv_heads = hp->n_kv_heads;
+			s->expect.head_dim = hp->head_dim;
+			s->have_identity = true;
+		}
+	}
+	*out = s->expect;
+	pthread_mutex_unlock(&s->id_mu);
+	return rc;
+}
+
+void sched_export_free(struct sched_export *ex)
+{
+	kv_image_free(&ex->kv);
+	free(ex->hist);
+	ex->hist = NULL;
+}
+
+int sched_export_session(struct scheduler *s, struct sched_session *ss, struct sched_export *ex,
+                         char *err, size_t err_len)
+{
+	memset(ex, 0, sizeof(*ex));
+	int rc = 0;
+	if (ss->bs) {
+		rc = s->be->ops->session_export(s->be, ss->bs, &ex->kv, err, err_len);
+	} else if (ss->restore_buf) { /* restored, not used since: the image as it came */
+		ex->kv.n = ss->restore_kv.n;
+		ex->kv.bytes = ss->restore_kv.bytes;
+		ex->kv.data = malloc(ex->kv.bytes ? ex->kv.bytes : 1);
+		if (!ex->kv.data)
+			rc = err_set(err, err_len, -ENOMEM, "out of memory");
+		else if (ex->kv.bytes)
+			memcpy(ex->kv.data, ss->restore_kv.data, ex->kv.bytes);
+	}
+	if (rc)
+		return rc;
+	ex->hist = malloc((ss->hist_n ? ss->hist_n : 1) * sizeof(int32_t));
+	if (!ex->hist) {
+		kv_image_free(&ex->kv);
+		return err_set(err, err_len, -ENOMEM, "out of memory");
+	}
+	for (size_t i = 0; i < ss->hist_n; i++)
+		ex->hist[i] = ss->hist[(ss->hist_end + ss->hist_cap - ss->hist_n + i) % ss->hist_cap];
+	ex->n_hist = (uint32_t)ss->hist_n;
+	pthread_mutex_lock(&s->mu);
+	ex->has_pending = ss->has_pending;
+	pthread_mutex_unlock(&s->mu);
+	ex->tokens_seen = ex->kv.n.n_seen + (ex->has_pending ? 1 : 0);
+	return 0;
+}
+
+int sched_import_pending(struct scheduler *s, struct sched_session *ss, char *err, size_t err_len)
+{
+	pthread_mutex_lock(&s->mu);
+	unsigned char *buf = ss->restore_buf;
+	struct kv_image im = ss->restore_kv;
+	ss->restore_buf = NULL;
+	pthread_mutex_unlock(&s->mu);
+	if (!buf)
+		return 0;
+	im.data = buf;
+	int rc = s->be->ops->session_import(s->be, ss->bs, &im, err, err_len);
+	free(buf);
+	return rc;
+}
+
+void sched_ctl_run(struct scheduler *s, struct sched_ctl **jobs, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct sched_ctl *c = jobs[i];
+		pthread_mutex_lock(&s->mu);
+		bool busy = c->ss->busy_handle != 0, gone = c->ss->deleted;
+		pthread_mutex_unlock(&s->mu);
+		if (gone)
+			c->rc = err_set(c->err, sizeof(c->err), -ENOENT, "no session %s", c->ss->id);
+		else if (busy)
+			c->rc = err_set(c->err, sizeof(c->err), -EBUSY,
+			                "session %s is busy with a request; snapshot it between requests",
+			                c->ss->id);
+		else
+			c->rc = sched_export_session(s, c->ss, &c->ex, c->err, sizeof(c->err));
+		pthread_mutex_lock(&s->mu);
+		c->done = true;
+		c->ss->ctl_refs--;
+		pthread_mutex_unlock(&s->mu);
+	}
+	pthread_mutex_lock(&s->mu);
+	pthread_cond_broadcast(&s->ctl_cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static int encode(struct scheduler *s, const struct sched_session *ss, const char *owner,
+                  const struct sched_export *ex, unsigned char **out, size_t *len, char *err,
+                  size_t err_len)
+{
+	struct snapshot_expect id;
+	int rc = identity(s, &id, err, err_len);
+	if (rc)
+		return rc;
+	struct snapshot sn = {.n_vocab = id.n_vocab,
+	                      .geom = ss->geom,
+	                      .tokens_seen = ex->tokens_seen,
+	                      .has_pending = ex->has_pending,
+	                      .n_hist = ex->n_hist,
+	                      .hist = ex->hist,
+	                      .kv = ex->kv};
+	memcpy(sn.model_sha256, id.model_sha256, 32);
+	snprintf(sn.arch, sizeof(sn.arch), "%s", id.arch);
+	snprintf(sn.id, sizeof(sn.id), "%s", ss->id);
+	snprintf(sn.owner, sizeof(sn.owner), "%s", owner);
+	return snapshot_encode(&sn, out, len, err, err_len);
+}
+
+int scheduler_session_snapshot(struct scheduler *s, const char *id, unsigned char **out,
+                               size_t *len, char *err, size_t err_len)
+{
+	struct sched_ctl c = {0};
+	char owner[SCHED_OWNER_LEN];
+	*out = NULL;
+	*len = 0;
+	if (!s->be->ops->session_export)
+		return err_set(err, err_len, -ENOTSUP, "the %s backend cannot snapshot sessions",
+		               s->be->ops->name);
+	pthread_mutex_lock(&s->mu);
+	struct sched_session *ss = NULL;
+	for (size_t i = 0; id && i < s->n_sessions; i++)
+		if (!strcmp(s->sessions[i]->id, id))
+			ss = s->sessions[i];
+	if (!ss) {
+		pthread_mutex_unlock(&s->mu);
+		return err_set(err, err_len, -ENOENT, "no session %.40s", id ? id : "");
+	}
+	c.ss = ss;
+	snprintf(owner, sizeof(owner), "%s", ss->owner);
+	if (PUSH(s->ctl, s->n_ctl, s->cap_ctl, &c)) {
+		pthread_mutex_unlock(&s->mu);
+		return err_set(err, err_len, -ENOMEM, "out of memory");
+	}
+	ss->ctl_refs++;
+	pthread_cond_signal(&s->cv);
+	while (!c.done)
+		pthread_cond_wait(&s->ctl_cv, &s->mu);
+	pthread_mutex_unlock(&s->mu);
+	int rc = c.rc;
+	if (rc) {
+		err_set(err, err_len, rc, "%s", c.err);
+		return rc;
+	}
+	/* ss stays valid: only the engine frees sessions, and this one had a
+	 * job pending until c.done; its geometry and id never change. */
+	rc = encode(s, ss, owner, &c.ex, out, len, err, err_len);
+	sched_export_free(&c.ex);
+	if (!rc) {
+		pthread_mutex_lock(&s->mu);
+		s->st.snapshots++;
+		s->st.snapshot_bytes += *len;
+		pthread_mutex_unlock(&s->mu);
+	}
+	return rc;
+}
+
+size_t scheduler_snapshot_max_bytes(struct scheduler *s)
+{
+	pthread_mutex_lock(&s->mu);
+	size_t most = snapshot_max_bytes(&s->lim.geom);
+	pthread_mutex_unlock(&s->mu);
+	return most;
+}
+
+/* The geometry of a snapshot against what this instance serves: the backend
+ * must hold it, and its bound may not exceed a configured session's. */
+static int restore_geometry_check(struct scheduler *s, const struct sinkcache_geometry *g,
+                                  char *err, size_t err_len)
+{
+	int rc = 0;
+	if (s->be->ops->geometry_check)
+		rc = s->be->ops->geometry_check(s->be, g, err, err_len);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&s->mu);
+	size_t most = sinkcache_bound_bytes(&s->lim.geom);
+	pthread_mutex_unlock(&s->mu);
+	size_t bound = sinkcache_bound_bytes(g);
+	if (bound > most)
+		return err_set(err, err_len, -E2BIG,
+		               "the snapshot's cache bound (%zu bytes: window_size %d, "
+		               "sink_keep_count %d) exceeds a configured session's (%zu bytes)",
+		               bound, g->window_size, g->sink_keep_count, most);
+	return 0;
+}
+
+/* Creates the session of a decoded snapshot (its id in sn->id). */
+static int restore_decoded(struct scheduler *s, const struct snapshot *sn, const char *owner,
+                           int64_t owner_max, bool leased, char id_out[SCHED_SESSION_ID_LEN],
+                           char *err, size_t err_len)
+{
+	unsigned char *kv = malloc(sn->kv.bytes ? sn->kv.bytes : 1);
+	if (!kv)
+		return err_set(err, err_len, -ENOMEM, "out of memory for a %zu-byte cache image",
+		               sn->kv.bytes);
+	if (sn->kv.bytes)
+		memcpy(kv, sn->kv.data, sn->kv.bytes);
+	struct session_settings set = {.window_size = sn->geom.window_size,
+	                               .sink_keep_count = sn->geom.sink_keep_count,
+	                               .id = sn->id,
+	                               .owner = owner,
+	                               .owner_max = owner_max};
+	struct sched_restore rs = {.geom = &sn->geom,
+	                           .hist = sn->hist,
+	                           .n_hist = sn->n_hist,
+	                           .has_pending = sn->has_pending,
+	                           .kv_counts = sn->kv.n,
+	                           .kv_buf = kv,
+	                           .kv_bytes = sn->kv.bytes,
+	                           .leased = leased};
+	int rc = sched_session_create_restored(s, &set, &rs, id_out, err, err_len);
+	if (rc)
+		free(kv);
+	return rc;
+}
+
+int scheduler_session_restore(struct scheduler *s, const unsigned char *buf, size_t len,
+                              const struct session_restore_opts *o,
+                              char id_out[SCHED_SESSION_ID_LEN], char *err, size_t err_len)
+{
+	double t0 = sched_now();
+	struct snapshot_expect ex;
+	struct snapshot sn;
+	char holder[160] = "";
+	if (!s->be->ops->session_import)
+		return err_set(err, err_len, -ENOTSUP, "the %s backend cannot restore sessions",
+		               s->be->ops->name);
+	int rc = identity(s, &ex, err, err_len);
+	if (rc)
+		return rc;
+	rc = snapshot_decode(buf, len, &ex, &sn, err, err_len);
+	if (rc)
+		return rc;
+	if (o && o->id && o->id[0]) {
+		if (!session_store_id_valid(o->id)) {
+			rc = err_set(err, err_len, -EINVAL, "session id: 1..32 hex digits");
+			goto out;
+		}
+		snprintf(sn.id, sizeof(sn.id), "%s", o->id);
+	}
+	if ((rc = restore_geometry_check(s, &sn.geom, err, err_len)))
+		goto out;
+	bool leased = false;
+	if (s->store) {
+		if (session_store_exists(s->store, sn.id)) {
+			rc = err_set(err, err_len, -EEXIST,
+			             "session %s exists (in the session store)", sn.id);
+			goto out;
+		}
+		rc = session_store_lease_take(s->store, sn.id, holder, sizeof(holder), err, err_len);
+		if (rc == -EBUSY)
+			rc = err_set(err, err_len, -EEXIST, "session %s exists (held by instance %s)",
+			             sn.id, holder);
+		if (rc)
+			goto out;
+		leased = true;
+	}
+	rc = restore_decoded(s, &sn, o ? o->owner : NULL, o ? o->owner_max : 0, leased, id_out, err,
+	                     err_len);
+	if (rc && leased)
+		session_store_lease_release(s->store, sn.id);
+	if (!rc) {
+		pthread_mutex_lock(&s->mu);
+		s->st.restores_api++;
+		sched_hist_observe(&s->hist[SCHED_HIST_RESTORE_SECONDS], sched_now() - t0);
+		pthread_mutex_unlock(&s->mu);
+	}
+out:
+	snapshot_release(&sn);
+	return rc;
+}
+
+bool scheduler_session_stored(struct scheduler *s, const char *id)
+{
+	return s->store && id && session_store_id_valid(id) && session_store_exists(s->store, id);
+}
+
+int scheduler_session_fetch(struct scheduler *s, const char *id, char *err, size_t err_len)
+{
+	double t0 = sched_now();
+	char holder[160] = "", why[SINKD_ERR_LEN];
+	struct snapshot_expect ex;
+	struct snapshot sn;
+	unsigned char *buf = NULL;
+	size_t len = 0;
+	if (!s->store || !id || !session_store_id_valid(id) || !s->be->ops->session_import)
+		return err_set(err, err_len, -ENOENT, "no session %.40s", id ? id : "");
+	/* the lease first, so that two instances never both bring it back */
+	int rc = session_store_lease_take(s->store, id, holder, sizeof(holder), why, sizeof(why));
+	if (rc == -EBUSY)
+		return err_set(err, err_len, -EBUSY,
+		               "session %s is held by instance %s; retry there or later", id, holder);
+	if (rc)
+		return err_set(err, err_len, rc, "session store: %s", why);
+	rc = session_store_get(s->store, id, scheduler_snapshot_max_bytes(s), &buf, &len, why,
+	                       sizeof(why));
+	if (rc == -ENOENT) {
+		session_store_lease_release(s->store, id);
+		pthread_mutex_lock(&s->mu);
+		bool here = false;
+		for (size_t i = 0; i < s->n_sessions && !here; i++)
+			here = !strcmp(s->sessions[i]->id, id);
+		pthread_mutex_unlock(&s->mu);
+		return here ? 0 : err_set(err, err_len, -ENOENT, "no session %s", id);
+	}
+	if (!rc)
+		rc = identity(s, &ex, why, sizeof(why));
+	if (!rc)
+		rc = snapshot_decode(buf, len, &ex, &sn, why, sizeof(why));
+	if (rc) {
+		session_store_lease_release(s->store, id);
+		free(buf);
+		log_event(s->log, LOG_ERROR, "sched", "stored session unreadable",
+		          (struct log_field[]){LOG_STR("session", id), LOG_STR("error", why),
+		                               LOG_END});
+		return err_set(err, err_len, -EIO, "stored session %s cannot be restored: %s", id,
+		               why);
+	}
+	snprintf(sn.id, sizeof(sn.id), "%s", id); /* the file's name is its id */
+	char id_out[SCHED_SESSION_ID_LEN];
+	rc = restore_decoded(s, &sn, sn.owner, 0, true, id_out, why, sizeof(why));
+	snapshot_release(&sn);
+	free(buf);
+	if (rc == -EEXIST) /* another request brought it back first */
+		return 0;
+	if (rc) {
+		session_store_lease_release(s->store, id);
+		return err_set(err, err_len, rc, "%s", why);
+	}
+	pthread_mutex_lock(&s->mu);
+	s->st.restores_store++;
+	sched_hist_observe(&s->hist[SCHED_HIST_RESTORE_SECONDS], sched_now() - t0);
+	pthread_mutex_unlock(&s->mu);
+	log_event(s->log, LOG_INFO, "sched", "session restored from the store",
+	          (struct log_field[]){LOG_STR("session", id), LOG_INT("bytes", (int64_t)len),
+	                               LOG_END});
+	return 0;
+}
+
+void sched_store_forget(struct scheduler *s, const char *id)
+{
+	char err[SINKD_ERR_LEN];
+	if (s->store && id[0] && session_store_remove(s->store, id, err, sizeof(err)))
+		log_msg(s->log, LOG_WARN, "sched", "session store: %s", err);
+}
+
+/* ---- the writer ---------------------------------------------------------- */
+
+static void offload_finish(struct scheduler *s, struct sched_offload *j, int rc, size_t bytes,
+                           const char *why)
+{
+	struct sched_session *ss = j->ss;
+	bool gone = false;
+	pthread_mutex_lock(&s->mu);
+	ss->offloading = false;
+	s->n_writing--;
+	if (rc) {
+		s->st.offload_failures++;
+	} else if (!ss->offload_cancel && !ss->busy_handle && !ss->deleted) {
+		/* written: the session leaves this instance, its file stays */
+		ss->stored = true;
+		sched_session_kill_locked(s, ss);
+		s->st.offloads++;
+		s->st.snapshot_bytes += bytes;
+		sched_hist_observe(&s->hist[SCHED_HIST_OFFLOAD_SECONDS], sched_now() - j->t_start);
+		gone = true;
+	}
+	ss->offload_cancel = false;
+	bool release = gone && ss->leased;
+	ss->leased = ss->leased && !gone;
+	char id[SCHED_SESSION_ID_LEN];
+	memcpy(id, ss->id, sizeof(id));
+	pthread_cond_broadcast(&s->ctl_cv);
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	if (release)
+		session_store_lease_release(s->store, id);
+	if (rc)
+		log_event(s->log, LOG_WARN, "sched", "session offload failed (kept resident)",
+		          (struct log_field[]){LOG_STR("session", id), LOG_STR("error", why),
+		                               LOG_END});
+	else if (gone)
+		log_event(s->log, LOG_INFO, "sched", "session offloaded to the store",
+		          (struct log_field[]){LOG_STR("session", id),
+		                               LOG_INT("bytes", (int64_t)bytes), LOG_END});
+}
+
+static void *writer_main(void *arg)
+{
+	struct scheduler *s = arg;
+	pthread_mutex_lock(&s->mu);
+	for (;;) {
+		while (s->n_wq == 0 && !s->stopping)
+			pthread_cond_wait(&s->wq_cv, &s->mu);
+		if (s->n_wq == 0)
+			break;
+		struct sched_offload *j = s->wq[0];
+		sched_ptrs_remove_at((void **)s->wq, &s->n_wq, 0);
+		s->n_writing++;
+		char owner[SCHED_OWNER_LEN];
+		snprintf(owner, sizeof(owner), "%s", j->ss->owner);
+		pthread_mutex_unlock(&s->mu);
+		unsigned char *bytes = NULL;
+		size_t len = 0;
+		char err[SINKD_ERR_LEN] = "";
+		int rc = encode(s, j->ss, owner, &j->ex, &bytes, &len, err, sizeof(err));
+		if (!rc)
+			rc = session_store_put(s->store, j->ss->id, bytes, len, err, sizeof(err));
+		free(bytes);
+		sched_export_free(&j->ex);
+		offload_finish(s, j, rc, len, err);
+		pthread_mutex_lock(&s->mu);
+		j->ss->ctl_refs--;
+		pthread_mutex_unlock(&s->mu);
+		free(j);
+		pthread_mutex_lock(&s->mu);
+	}
+	pthread_mutex_unlock(&s->mu);
+	return NULL;
+}
+
+void sched_offload_queue(struct scheduler *s, struct sched_offload **jobs, size_t n)
+{
+	pthread_mutex_lock(&s->mu);
+	if (!s->writer_started && n > 0 &&
+	    pthread_create(&s->writer, NULL, writer_main, s) == 0)
+		s->writer_started = true;
+	for (size_t i = 0; i < n; i++) {
+		struct sched_offload *j = jobs[i];
+		if (!s->writer_started || PUSH(s->wq, s->n_wq, s->cap_wq, j)) {
+			j->ss->offloading = false;
+			j->ss->ctl_refs--;
+			s->st.offload_failures++;
+			sched_export_free(&j->ex);
+			free(j);
+		}
+	}
+	pthread_cond_signal(&s->wq_cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+void sched_store_stop(struct scheduler *s)
+{
+	if (!s->writer_started)
+		return;
+	pthread_mutex_lock(&s->mu);
+	pthread_cond_broadcast(&s->wq_cv);
+	pthread_mutex_unlock(&s->mu);
+	pthread_join(s->writer, NULL);
+	s->writer_started = false;
+}
+
+size_t scheduler_offload_all(struct scheduler *s, double timeout_s, size_t *failed)
+{
+	*failed = 0;
+	if (!s->store)
+		return 0;
+	pthread_mutex_lock(&s->mu);
+	uint64_t before = s->st.offloads;
+	s->offload_all = true;
+	for (size_t i = 0; i < s->n_sessions; i++)
+		s->sessions[i]->offload_tried = false;
+	pthread_cond_signal(&s->cv);
+	double until = sched_now() + timeout_s;
+	for (;;) {
+		size_t pending = 0; /* not tried yet (busy ones too), or being written */
+		for (size_t i = 0; i < s->n_sessions; i++)
+			pending += !s->sessions[i]->offload_tried || s->sessions[i]->offloading;
+		if (pending == 0 || sched_now() >= until)
+			break;
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 50 * 1000 * 1000;
+		if (ts.tv_nsec >= 1000000000L)
+			ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+		pthread_cond_timedwait(&s->ctl_cv, &s->mu, &ts);
+	}
+	size_t done = (size_t)(s->st.offloads - before);
+	*failed = s->n_sessions;
+	s->offload_all = false;
+	pthread_mutex_unlock(&s->mu);
+	return done;
+}

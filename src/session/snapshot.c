@@ -1,0 +1,391 @@
+/* Session snapshot encoding and a reader that trusts nothing it has not
+ * checked: fields are read through explicit little-endian accessors at
+ * fixed offsets, every count is bounded by the geometry before it sizes
+ * anything, and the total length must match what the counts imply. */
+#include "session/snapshot.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <openssl/sha.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/errbuf.h"
+
+static const char MAGIC[8] = {'S', 'I', 'N', 'K', 'D', 'S', 'E', 'S'};
+
+enum {
+	OFF_VERSION = 8,
+	OFF_FLAGS = 12,
+	OFF_MODEL = 16,
+	OFF_ARCH = 48,
+	OFF_VOCAB = 80,
+	OFF_GEOM = 84,
+	OFF_ID = 132,
+	OFF_OWNER = 168,
+	OFF_SEEN = 232,
+	OFF_PENDING = 240,
+	OFF_NHIST = 244,
+	OFF_COUNTS = 248,
+	OFF_KVBYTES = 296,
+	CHECKSUM_BYTES = 32,
+};
+
+static void put32(unsigned char *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void put64(unsigned char *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint32_t get32(const unsigned char *p)
+{
+	uint32_t v = 0;
+	for (int i = 0; i < 4; i++)
+		v |= (uint32_t)p[i] << (8 * i);
+	return v;
+}
+
+static uint64_t get64(const unsigned char *p)
+{
+	uint64_t v = 0;
+	for (int i = 0; i < 8; i++)
+		v |= (uint64_t)p[i] << (8 * i);
+	return v;
+}
+
+static void put_geom(unsigned char *p, const struct sinkcache_geometry *g)
+{
+	put32(p + 0, (uint32_t)g->n_layers);
+	put32(p + 4, (uint32_t)g->n_kv_heads);
+	put32(p + 8, (uint32_t)g->head_dim);
+	put32(p + 12, (uint32_t)g->rope_dim);
+	uint64_t theta;
+	memcpy(&theta, &g->rope_theta, sizeof(theta));
+	put64(p + 16, theta);
+	unsigned char *b = p + 24;
+	b[0] = g->rope_neox, b[1] = (unsigned char)g->strategy, b[2] = g->quant_enabled;
+	b[3] = (unsigned char)g->quant_bits, b[4] = g->protect_sinks;
+	b[5] = (unsigned char)g->rope_positions, b[6] = (unsigned char)g->dtype, b[7] = 0;
+	put32(p + 32, (uint32_t)g->sink_keep_count);
+	put32(p + 36, (uint32_t)g->window_size);
+	put32(p + 40, (uint32_t)g->max_context_length);
+	put32(p + 44, (uint32_t)g->full_precision_recent);
+}
+
+/* Reads a geometry and checks it; booleans must be 0 or 1. */
+static int get_geom(const unsigned char *p, struct sinkcache_geometry *g, char *err,
+                    size_t err_len)
+{
+	const unsigned char *b = p + 24;
+	for (int i = 0; i < 8; i++)
+		if ((i == 0 || i == 2 || i == 4 || i == 7) && b[i] > (i == 7 ? 0 : 1))
+			return err_set(err, err_len, -EINVAL,
+			               "snapshot: cache geometry: byte %d is %u (allowed %s)", i, b[i],
+			               i == 7 ? "0" : "0, 1");
+	*g = (struct sinkcache_geometry){
+	    .n_layers = (int32_t)get32(p + 0),
+	    .n_kv_heads = (int32_t)get32(p + 4),
+	    .head_dim = (int32_t)get32(p + 8),
+	    .rope_dim = (int32_t)get32(p + 12),
+	    .rope_neox = b[0],
+	    .strategy = (enum cache_strategy)b[1],
+	    .quant_enabled = b[2],
+	    .quant_bits = b[3],
+	    .protect_sinks = b[4],
+	    .rope_positions = (enum rope_positions)b[5],
+	    .dtype = (enum kv_dtype)b[6],
+	    .sink_keep_count = (int32_t)get32(p + 32),
+	    .window_size = (int32_t)get32(p + 36),
+	    .max_context_length = (int32_t)get32(p + 40),
+	    .full_precision_recent = (int32_t)get32(p + 44),
+	};
+	uint64_t theta = get64(p + 16);
+	memcpy(&g->rope_theta, &theta, sizeof(theta));
+	char why[SINKD_ERR_LEN];
+	int rc = sinkcache_geometry_check(g, why, sizeof(why));
+	if (rc)
+		return err_set(err, err_len, -EINVAL, "snapshot: %s", why);
+	return 0;
+}
+
+size_t snapshot_hist_cap(const struct sinkcache_geometry *g)
+{
+	/* revisable tokens never exceed the window (the whole context for
+	 * strategy full) plus the pending token */
+	int most = g->strategy == CACHE_STRATEGY_FULL ? g->max_context_length : g->window_size;
+	return (size_t)(most > 0 ? most : 0) + 2;
+}
+
+size_t snapshot_max_bytes(const struct sinkcache_geometry *g)
+{
+	return SNAPSHOT_HEADER_BYTES + 4 * snapshot_hist_cap(g) + kv_image_max_bytes(g) +
+	       CHECKSUM_BYTES;
+}
+
+void snapshot_sha256_hex(const void *bytes, size_t n, char out[65])
+{
+	static const char digits[] = "0123456789abcdef";
+	unsigned char md[SHA256_DIGEST_LENGTH];
+	SHA256(bytes, n, md);
+	for (int i = 0; i < SHA256_DIGEST_LENGTH; i++) {
+		out[2 * i] = digits[md[i] >> 4];
+		out[2 * i + 1] = digits[md[i] & 15];
+	}
+	out[64] = '\0';
+}
+
+static void put_text(unsigned char *p, size_t cap, const char *s)
+{
+	memset(p, 0, cap);
+	size_t n = s ? strnlen(s, cap - 1) : 0;
+	memcpy(p, s, n);
+}
+
+int snapshot_encode(const struct snapshot *sn, unsigned char **out, size_t *out_len, char *err,
+                    size_t err_len)
+{
+	struct kv_image_layout lo;
+	*out = NULL;
+	*out_len = 0;
+	int rc = kv_image_layout_of(&sn->geom, &sn->kv.n, &lo, err, err_len);
+	if (rc)
+		return rc;
+	if (lo.total_bytes != sn->kv.bytes || sn->n_hist > snapshot_hist_cap(&sn->geom))
+		return err_set(err, err_len, -EINVAL,
+		               "snapshot: cache image of %zu bytes (its counts need %zu) or %u "
+		               "history tokens (at most %zu)",
+		               sn->kv.bytes, lo.total_bytes, sn->n_hist,
+		               snapshot_hist_cap(&sn->geom));
+	size_t len = SNAPSHOT_HEADER_BYTES + 4 * (size_t)sn->n_hist + sn->kv.bytes + CHECKSUM_BYTES;
+	unsigned char *b = calloc(1, len);
+	if (!b)
+		return err_set(err, err_len, -ENOMEM, "snapshot: out of memory for %zu bytes", len);
+	memcpy(b, MAGIC, sizeof(MAGIC));
+	put32(b + OFF_VERSION, SNAPSHOT_VERSION);
+	put32(b + OFF_FLAGS, 0);
+	memcpy(b + OFF_MODEL, sn->model_sha256, 32);
+	put_text(b + OFF_ARCH, SNAPSHOT_ARCH_LEN, sn->arch);
+	put32(b + OFF_VOCAB, sn->n_vocab);
+	put_geom(b + OFF_GEOM, &sn->geom);
+	put_text(b + OFF_ID, SNAPSHOT_ID_LEN, sn->id);
+	put_text(b + OFF_OWNER, SNAPSHOT_OWNER_LEN, sn->owner);
+	put64(b + OFF_SEEN, sn->tokens_seen);
+	put32(b + OFF_PENDING, sn->has_pending);
+	put32(b + OFF_NHIST, sn->n_hist);
+	const struct kv_image_counts *n = &sn->kv.n;
+	unsigned char *c = b + OFF_COUNTS;
+	put64(c + 0, n->n_seen);
+	put64(c + 8, n->evicted);
+	put64(c + 16, n->moved);
+	put32(c + 24, (uint32_t)n->n_sink);
+	put32(c + 28, (uint32_t)n->n_groups);
+	put32(c + 32, (uint32_t)n->grp_dropped);
+	put32(c + 36, (uint32_t)n->n_stage);
+	put32(c + 40, (uint32_t)n->n_hot);
+	put64(b + OFF_KVBYTES, sn->kv.bytes);
+	unsigned char *p = b + SNAPSHOT_HEADER_BYTES;
+	for (uint32_t i = 0; i < sn->n_hist; i++, p += 4)
+		put32(p, (uint32_t)sn->hist[i]);
+	if (sn->kv.bytes)
+		memcpy(p, sn->kv.data, sn->kv.bytes);
+	SHA256(b, len - CHECKSUM_BYTES, b + len - CHECKSUM_BYTES);
+	*out = b;
+	*out_len = len;
+	return 0;
+}
+
+/* A NUL-padded text field: NUL-terminated inside its cap, printable. */
+static int get_text(const unsigned char *p, size_t cap, char *out, const char *what, char *err,
+                    size_t err_len)
+{
+	size_t n = strnlen((const char *)p, cap);
+	if (n == cap)
+		return err_set(err, err_len, -EINVAL, "snapshot: %s is not NUL-terminated within %zu bytes",
+		               what, cap);
+	for (size_t i = 0; i < n; i++)
+		if (!isprint(p[i]))
+			return err_set(err, err_len, -EINVAL,
+			               "snapshot: %s has a non-printable byte 0x%02x at %zu", what, p[i],
+			               i);
+	memcpy(out, p, n + 1);
+	return 0;
+}
+
+static int hex_id_check(const char *id, char *err, size_t err_len)
+{
+	size_t n = strlen(id);
+	if (n == 0 || n > 32 || strspn(id, "0123456789abcdefABCDEF") != n)
+		return err_set(err, err_len, -EINVAL,
+		               "snapshot: session id '%s' is not 1..32 hex digits", id);
+	return 0;
+}
+
+static void hex_of(const unsigned char *md, char out[65])
+{
+	static const char digits[] = "0123456789abcdef";
+	for (int i = 0; i < 32; i++) {
+		out[2 * i] = digits[md[i] >> 4];
+		out[2 * i + 1] = digits[md[i] & 15];
+	}
+	out[64] = '\0';
+}
+
+int snapshot_peek_max_bytes(const unsigned char *head, size_t n, size_t *max_bytes, char *err,
+                            size_t err_len)
+{
+	struct sinkcache_geometry g;
+	*max_bytes = 0;
+	if (n < SNAPSHOT_HEADER_BYTES)
+		return err_set(err, err_len, -EINVAL,
+		               "snapshot: %zu bytes, shorter than its %d-byte header", n,
+		               SNAPSHOT_HEADER_BYTES);
+	if (memcmp(head, MAGIC, sizeof(MAGIC)))
+		return err_set(err, err_len, -EINVAL,
+		               "snapshot: not a sinkd session snapshot (bad magic)");
+	uint32_t version = get32(head + OFF_VERSION);
+	if (version != SNAPSHOT_VERSION)
+		return err_set(err, err_len, -EINVAL,
+		               "snapshot: format version %u; this build reads version %d", version,
+		               SNAPSHOT_VERSION);
+	int rc = get_geom(head + OFF_GEOM, &g, err, err_len);
+	if (rc)
+		return rc;
+	*max_bytes = snapshot_max_bytes(&g);
+	return 0;
+}
+
+static int check_model(const unsigned char *b, const struct snapshot *sn,
+                       const struct snapshot_expect *ex, char *err, size_t err_len)
+{
+	if (memcmp(b + OFF_MODEL, ex->model_sha256, 32)) {
+		char have[65], want[65];
+		hex_of(b + OFF_MODEL, have);
+		hex_of(ex->model_sha256, want);
+		return err_set(err, err_len, -EXDEV,
+		               "snapshot: of another model (file sha256 %.16s..., this instance "
+		               "serves %.16s...)",
+		               have, want);
+	}
+	if (ex->arch && strcmp(sn->arch, ex->arch))
+		return err_set(err, err_len, -EXDEV,
+		               "snapshot: architecture '%s', this instance serves '%s'", sn->arch,
+		               ex->arch);
+	if (sn->n_vocab != ex->n_vocab || sn->geom.n_layers != ex->n_layers ||
+	    sn->geom.n_kv_heads != ex->n_kv_heads || sn->geom.head_dim != ex->head_dim)
+		return err_set(err, err_len, -EXDEV,
+		               "snapshot: shape (vocabulary %u, %d layers, %d kv heads, head_dim %d) "
+		               "is not the model's (%u, %d, %d, %d)",
+		               sn->n_vocab, sn->geom.n_layers, sn->geom.n_kv_heads, sn->geom.head_dim,
+		               ex->n_vocab, ex->n_layers, ex->n_kv_heads, ex->head_dim);
+	return 0;
+}
+
+int snapshot_decode(const unsigned char *buf, size_t len, const struct snapshot_expect *expect,
+                    struct snapshot *out, char *err, size_t err_len)
+{
+	struct snapshot sn;
+	size_t max_len;
+	int32_t *hist = NULL;
+	memset(out, 0, sizeof(*out));
+	memset(&sn, 0, sizeof(sn));
+	int rc = snapshot_peek_max_bytes(buf, len, &max_len, err, err_len);
+	if (rc)
+		return rc;
+	if (len < SNAPSHOT_HEADER_BYTES + CHECKSUM_BYTES || len > max_len)
+		return err_set(err, err_len, -EINVAL,
+		               "snapshot: %zu bytes; its geometry allows %d..%zu", len,
+		               SNAPSHOT_HEADER_BYTES + CHECKSUM_BYTES, max_len);
+	unsigned char md[SHA256_DIGEST_LENGTH];
+	SHA256(buf, len - CHECKSUM_BYTES, md);
+	if (memcmp(md, buf + len - CHECKSUM_BYTES, CHECKSUM_BYTES))
+		return err_set(err, err_len, -EBADMSG,
+		               "snapshot: checksum mismatch (the file is corrupt or truncated)");
+	if (get32(buf + OFF_FLAGS) != 0)
+		return err_set(err, err_len, -EINVAL, "snapshot: flags 0x%x (allowed 0)",
+		               get32(buf + OFF_FLAGS));
+	memcpy(sn.model_sha256, buf + OFF_MODEL, 32);
+	sn.n_vocab = get32(buf + OFF_VOCAB);
+	if ((rc = get_text(buf + OFF_ARCH, SNAPSHOT_ARCH_LEN, sn.arch, "architecture", err,
+	                   err_len)) ||
+	    (rc = get_geom(buf + OFF_GEOM, &sn.geom, err, err_len)) ||
+	    (rc = get_text(buf + OFF_ID, SNAPSHOT_ID_LEN, sn.id, "session id", err, err_len)) ||
+	    (rc = hex_id_check(sn.id, err, err_len)) ||
+	    (rc = get_text(buf + OFF_OWNER, SNAPSHOT_OWNER_LEN, sn.owner, "owner", err, err_len)))
+		return rc;
+	if (expect && (rc = check_model(buf, &sn, expect, err, err_len)))
+		return rc;
+	sn.tokens_seen = get64(buf + OFF_SEEN);
+	uint32_t pending = get32(buf + OFF_PENDING);
+	sn.n_hist = get32(buf + OFF_NHIST);
+	const unsigned char *c = buf + OFF_COUNTS;
+	sn.kv.n = (struct kv_image_counts){.n_seen = get64(c),
+	                                   .evicted = get64(c + 8),
+	                                   .moved = get64(c + 16),
+	                                   .n_sink = (int32_t)get32(c + 24),
+	                                   .n_groups = (int32_t)get32(c + 28),
+	                                   .grp_dropped = (int32_t)get32(c + 32),
+	                                   .n_stage = (int32_t)get32(c + 36),
+	                                   .n_hot = (int32_t)get32(c + 40)};
+	if (pending > 1)
+		return err_set(err, err_len, -EINVAL, "snapshot: has_pending is %u (allowed 0, 1)",
+		               pending);
+	sn.has_pending = pending;
+	if (get32(c + 44) != 0)
+		return err_set(err, err_len, -EINVAL, "snapshot: padding after the counts is not 0");
+	struct kv_image_layout lo;
+	char why[SINKD_ERR_LEN];
+	if ((rc = kv_image_layout_of(&sn.geom, &sn.kv.n, &lo, why, sizeof(why))))
+		return err_set(err, err_len, rc, "snapshot: %s", why);
+	size_t cap = snapshot_hist_cap(&sn.geom);
+	if (sn.n_hist > cap || sn.n_hist > sn.tokens_seen || sn.n_hist < pending)
+		return err_set(err, err_len, -EINVAL,
+		               "snapshot: %u history tokens (allowed %u..%zu, at most the %llu tokens "
+		               "seen)",
+		               sn.n_hist, pending, cap, (unsigned long long)sn.tokens_seen);
+	if (sn.tokens_seen != sn.kv.n.n_seen + pending)
+		return err_set(err, err_len, -EINVAL,
+		               "snapshot: %llu tokens seen, but the cache holds %llu and %u pending",
+		               (unsigned long long)sn.tokens_seen, (unsigned long long)sn.kv.n.n_seen,
+		               pending);
+	uint64_t kv_bytes = get64(buf + OFF_KVBYTES);
+	size_t want = SNAPSHOT_HEADER_BYTES + 4 * (size_t)sn.n_hist + lo.total_bytes + CHECKSUM_BYTES;
+	if (kv_bytes != lo.total_bytes || len != want)
+		return err_set(err, err_len, -EINVAL,
+		               "snapshot: %zu bytes with a %llu-byte cache image; its counts need a "
+		               "%zu-byte image and %zu bytes in all",
+		               len, (unsigned long long)kv_bytes, lo.total_bytes, want);
+	hist = malloc(4 * (size_t)(sn.n_hist ? sn.n_hist : 1));
+	if (!hist)
+		return err_set(err, err_len, -ENOMEM, "snapshot: out of memory");
+	const unsigned char *p = buf + SNAPSHOT_HEADER_BYTES;
+	for (uint32_t i = 0; i < sn.n_hist; i++, p += 4) {
+		hist[i] = (int32_t)get32(p);
+		if (hist[i] < 0 || (uint32_t)hist[i] >= sn.n_vocab) {
+			rc = err_set(err, err_len, -EINVAL,
+			             "snapshot: history token %u is %d (allowed 0..%u)", i, hist[i],
+			             sn.n_vocab - 1);
+			free(hist);
+			return rc;
+		}
+	}
+	sn.hist = hist;
+	sn.kv.data = (unsigned char *)p;
+	sn.kv.bytes = lo.total_bytes;
+	*out = sn;
+	return 0;
+}
+
+void snapshot_release(struct snapshot *sn)
+{
+	if (!sn)
+		return;
+	free((void *)sn->hist);
+	sn->hist = NULL;
+	sn->kv.data = NULL;
+}

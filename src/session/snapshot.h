@@ -1,0 +1,85 @@
+/* The session snapshot file: one self-describing binary that carries a
+ * persistent session from one process (or instance, or backend) to another.
+ *
+ * Layout, little-endian, fixed header then variable parts:
+ *   0    "SINKDSES" magic, u32 format version, u32 flags (0)
+ *   16   model file SHA-256 (32 bytes), architecture name (32, NUL-padded),
+ *        u32 n_vocab
+ *   84   cache geometry: i32 n_layers, n_kv_heads, head_dim, rope_dim,
+ *        f64 rope_theta, u8 rope_neox, strategy, quant_enabled, quant_bits,
+ *        protect_sinks, rope_positions, dtype, pad, i32 sink_keep_count,
+ *        window_size, max_context_length, full_precision_recent
+ *   132  session id (36, NUL-padded), owner (64, NUL-padded)
+ *   232  stream: u64 tokens seen (pending token included), u32 has_pending,
+ *        u32 n_hist
+ *   248  cache counts (struct kv_image_counts): u64 n_seen, evicted, moved,
+ *        i32 n_sink, n_groups, grp_dropped, n_stage, n_hot, pad
+ *   296  u64 cache image bytes
+ *   304  i32 hist[n_hist]: the newest stream tokens, oldest first (the
+ *        revision window; the last one is the pending token when has_pending)
+ *        then the cache image (cache/kvimage.h)
+ *   end  SHA-256 of everything before it (32 bytes)
+ * A session carries no sampling or detokenizer state between requests (each
+ * request starts its own), so the stream state is the tokens above. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cache/kvimage.h"
+#include "cache/sinkcache.h"
+
+#define SNAPSHOT_VERSION 1
+#define SNAPSHOT_HEADER_BYTES 304
+#define SNAPSHOT_ARCH_LEN 32
+#define SNAPSHOT_ID_LEN 36
+#define SNAPSHOT_OWNER_LEN 64
+
+struct snapshot {
+	unsigned char model_sha256[32];
+	char arch[SNAPSHOT_ARCH_LEN];
+	uint32_t n_vocab;
+	struct sinkcache_geometry geom;
+	char id[SNAPSHOT_ID_LEN];
+	char owner[SNAPSHOT_OWNER_LEN];
+	uint64_t tokens_seen;
+	bool has_pending;
+	uint32_t n_hist;
+	const int32_t *hist; /* decode: a copy the caller frees with snapshot_release() */
+	struct kv_image kv;  /* decode: kv.data points into the decoded buffer */
+};
+
+/* What the reader serves: a snapshot of anything else is refused. */
+struct snapshot_expect {
+	unsigned char model_sha256[32];
+	const char *arch;
+	uint32_t n_vocab;
+	int n_layers, n_kv_heads, head_dim;
+};
+
+/* The most revision-window tokens a session of geometry g keeps. */
+size_t snapshot_hist_cap(const struct sinkcache_geometry *g);
+/* The largest snapshot of geometry g: what a restore body may carry. */
+size_t snapshot_max_bytes(const struct sinkcache_geometry *g);
+/* From the first SNAPSHOT_HEADER_BYTES of a snapshot (a body still
+ * arriving): the most bytes the whole file may have, from its geometry;
+ * -EINVAL with the reason when the header is already not a snapshot. */
+int snapshot_peek_max_bytes(const unsigned char *head, size_t n, size_t *max_bytes, char *err,
+                            size_t err_len);
+
+/* Writes sn (kv.data and hist as given) into a malloc'd buffer. */
+int snapshot_encode(const struct snapshot *sn, unsigned char **out, size_t *out_len, char *err,
+                    size_t err_len);
+
+/* Validates buf completely (length, magic, version, checksum, model, every
+ * field, the cache counts against the geometry, token ids against the
+ * vocabulary) before filling out; nothing is sized from an unchecked field.
+ * expect may be NULL (no model check: the inspection tool).  On success
+ * out->kv.data points into buf and out->hist is allocated. */
+int snapshot_decode(const unsigned char *buf, size_t len, const struct snapshot_expect *expect,
+                    struct snapshot *out, char *err, size_t err_len);
+void snapshot_release(struct snapshot *sn);
+
+/* SHA-256 of bytes, as 64 lowercase hex digits. */
+void snapshot_sha256_hex(const void *bytes, size_t n, char out[65]);
