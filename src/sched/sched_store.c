@@ -91,7 +91,7 @@ int sched_export_session(struct scheduler *s, struct sched_session *ss, struct s
 		if (!ex->kv.data)
 			rc = err_set(err, err_len, -ENOMEM, "out of memory");
 		else if (ex->kv.bytes)
-			memcpy(ex->kv.data, ss->restore_kv.data, ex->kv.bytes);
+			memcpy(ex->kv.data, ss->restore_buf, ex->kv.bytes);
 	}
 	if (rc)
 		return rc;
@@ -220,10 +220,13 @@ int scheduler_session_snapshot(struct scheduler *s, const char *id, unsigned cha
 	return rc;
 }
 
+/* A restored geometry's bound may not exceed a configured session's, but
+ * its window (so its history of 4 bytes a token) may be longer; every
+ * window token takes at least 2 bytes of the bound, so 3 bounds cover it. */
 size_t scheduler_snapshot_max_bytes(struct scheduler *s)
 {
 	pthread_mutex_lock(&s->mu);
-	size_t most = snapshot_max_bytes(&s->lim.geom);
+	size_t most = snapshot_max_bytes(&s->lim.geom) + 2 * sinkcache_bound_bytes(&s->lim.geom);
 	pthread_mutex_unlock(&s->mu);
 	return most;
 }

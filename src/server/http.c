@@ -580,6 +580,26 @@ static enum MHD_Result request_check_length(struct request *r)
 	return MHD_YES;
 }
 
+static enum MHD_Result respond_401(struct request *r)
+{
+	return http_respond_error(r, 401, "authentication_error", NULL, "invalid_api_key", 0,
+	                          "missing or invalid API key");
+}
+
+/* A body that will follow and that is worth reading to its end (declared
+ * up to HTTP_BODY_DRAIN_MAX, or chunked) before an early answer. */
+static bool request_body_modest(const struct request *r)
+{
+	const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length");
+	const char *expect = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Expect");
+	if (expect && strcasecmp(expect, "100-continue") == 0)
+		return false;
+	if (r->chunked)
+		return true;
+	long long declared = cl ? strtoll(cl, NULL, 10) : 0;
+	return declared > 0 && declared <= HTTP_BODY_DRAIN_MAX;
+}
+
 /* Headers are in: framing, then authentication (so that 404 and 405 tell
  * nothing to a client without a key), then the route, then the body size. */
 static enum MHD_Result request_begin(struct server *s, struct MHD_Connection *c, const char *url,
@@ -617,10 +637,14 @@ static enum MHD_Result request_begin(struct server *s, struct MHD_Connection *c,
 		quota_client_of(&r->client, key >= 0 ? s->set.keys.digests[key] : NULL,
 		                ci ? ci->client_addr : NULL);
 		pthread_mutex_unlock(&s->cfg_mu);
+		if (!ok && request_body_modest(r)) {
+			/* answered after its body is read and dropped, as a 413 is:
+			 * an answer before it can be lost to the close's reset */
+			r->unauthorized = true;
+			return MHD_YES;
+		}
 		if (!ok)
-			return http_respond_error(r, 401, "authentication_error", NULL,
-			                          "invalid_api_key", 0,
-			                          "missing or invalid API key");
+			return respond_401(r);
 	}
 	if (!rt)
 		return http_respond_error(r, 404, "invalid_request_error", NULL, "not_found", 0,
@@ -643,6 +667,8 @@ static bool request_body_add(struct request *r, const char *data, size_t n)
 	if (r->chunked && r->body_seen > (uint64_t)limit &&
 	    r->body_seen > (uint64_t)HTTP_BODY_DRAIN_MAX)
 		return false;
+	if (r->unauthorized)
+		return r->body_seen <= (uint64_t)HTTP_BODY_DRAIN_MAX;
 	if (r->body_too_large || r->responded)
 		return true;
 	if ((int64_t)(r->body_len + n) > limit) {
@@ -672,6 +698,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 	conn_phase_set(r->hc, CONN_ANSWER, false); /* the whole request is in */
 	if (r->responded)
 		return MHD_YES;
+	if (r->unauthorized)
+		return respond_401(r);
 	if (r->body_too_large)
 		return http_respond_error(r, 413, "invalid_request_error", NULL, "body_too_large",
 		                          0, "request body larger than %lld bytes",

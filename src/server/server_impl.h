@@ -106,6 +106,7 @@ struct request {
 	char *body;
 	size_t body_len, body_cap;
 	bool body_too_large;
+	bool unauthorized; /* 401 once its body (of modest size) has been read and dropped */
 	bool responded;
 	int status;
 	struct genstream *gs;

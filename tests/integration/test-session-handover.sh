@@ -1,0 +1,227 @@
+#!/usr/bin/env bash
+# Sessions beyond one process, with real daemons on one model: a session
+# snapshotted on instance A and restored on instance B continues with exactly
+# the tokens (greedy) A produces, for a float, an int8 and an int4 cache, and
+# revision still works after it; hostile snapshots are refused with clear
+# errors; with a shared session store, an idle session is offloaded and
+# comes back, a SIGTERM drain hands every session to the next instance, a
+# kill -9 after an offload loses nothing, and a dead instance's lease is
+# taken over.
+set -u
+. "$(dirname "$0")/server-lib.sh"
+
+store="$tmp/store"
+long="Once upon a time there was a little girl named Lily. She liked to play in the park with her friends. One day she saw a big dog."
+long="$long $long $long"
+
+# cfg NAME [k=v ...]: a config with a small window (evictions and quantized
+# groups within a few hundred tokens).
+cfg() {
+	local name=$1
+	shift
+	write_config "$tmp/$name.yaml" "$(free_port)"
+	cat >>"$tmp/$name.yaml" <<YAML
+inference:
+  cache: {window_size: 64, sink_keep_count: 4}
+YAML
+	args=(--set server.drain_grace_s=0)
+	for kv in "$@"; do args+=(--set "$kv"); done
+}
+
+# reply BASE ID BODY: the generated text of an append (JSON answer).
+reply() {
+	curl -sk "${auth[@]}" -d "$3" "$1/v1/sessions/$2/append" |
+		"$py" -c 'import json,sys; j=json.load(sys.stdin); print(j["choices"][0]["text"] if "choices" in j else "ERROR " + json.dumps(j))'
+}
+gen='{"text":" The dog","generate":{"max_tokens":40,"temperature":0,"stream":false}}'
+gen2='{"revise_last_tokens":3,"text":" and then","generate":{"max_tokens":20,"temperature":0,"stream":false}}'
+
+for kind in float int8 int4; do
+	case $kind in
+	float) q=(inference.quantization.enabled=false) ;;
+	int8) q=(inference.quantization.enabled=true inference.quantization.bits=8 inference.quantization.full_precision_recent=8) ;;
+	int4) q=(inference.quantization.enabled=true inference.quantization.bits=4 inference.quantization.full_precision_recent=8 inference.quantization.protect_sink_positions=false) ;;
+	esac
+	cfg "a-$kind" "${q[@]}"
+	start_daemon "a-$kind" "$tmp/a-$kind.yaml" "${args[@]}"
+	check "$kind: instance A ready" [ $? -eq 0 ]
+	a=$base
+	a_pid=$pid
+	cfg "b-$kind" "${q[@]}"
+	start_daemon "b-$kind" "$tmp/b-$kind.yaml" "${args[@]}"
+	check "$kind: instance B ready" [ $? -eq 0 ]
+	b=$base
+	b_pid=$pid
+	base=$a
+	http PUT /v1/sessions/5e55 "${auth[@]}" >/dev/null
+	http POST /v1/sessions/5e55/append "${auth[@]}" -d "{\"text\":\"$long\"}" >/dev/null
+	check "$kind: snapshot 200" [ "$(http GET /v1/sessions/5e55/snapshot "${auth[@]}")" = 200 ]
+	cp "$tmp/body" "$tmp/$kind.snap"
+	check "$kind: snapshot is application/octet-stream" [ "$(header Content-Type)" = application/octet-stream ]
+	check "$kind: X-Sinkd-Snapshot-Sha256 is the body's" [ "$(header X-Sinkd-Snapshot-Sha256)" = "$(sha256sum <"$tmp/$kind.snap" | cut -d' ' -f1)" ]
+	check "$kind: X-Sinkd-Snapshot-Bytes is the body's" [ "$(header X-Sinkd-Snapshot-Bytes)" = "$(stat -c %s "$tmp/$kind.snap")" ]
+	http GET /v1/sessions/5e55 "${auth[@]}" >/dev/null
+	cp "$tmp/body" "$tmp/$kind-a-info.json"
+	jcheck "$kind: the window evicted (a real test of the tiers)" "$tmp/$kind-a-info.json" 'j["tokens_seen"] > j["tokens_resident"] and j["tiers"]["sink"] == 4'
+	base=$b
+	check "$kind: restore on B 200" [ "$(http POST /v1/sessions/restore "${auth[@]}" --data-binary "@$tmp/$kind.snap")" = 200 ]
+	jcheck "$kind: restored with its id and stream" "$tmp/body" "j['id'] == '5e55' and j['tokens_seen'] == json.load(open('$tmp/$kind-a-info.json'))['tokens_seen'] and j['restored'] is True"
+	check "$kind: restore again → 409" [ "$(http POST /v1/sessions/restore "${auth[@]}" --data-binary "@$tmp/$kind.snap")" = 409 ]
+	jcheck "$kind: 409 session_exists" "$tmp/body" 'j["error"]["code"] == "session_exists"'
+	check "$kind: restore under a new id 200" [ "$(http POST '/v1/sessions/restore?id=5e56' "${auth[@]}" --data-binary "@$tmp/$kind.snap")" = 200 ]
+	ra=$(reply "$a" 5e55 "$gen")
+	rb=$(reply "$b" 5e55 "$gen")
+	rc=$(reply "$b" 5e56 "$gen")
+	check "$kind: A generates text" [ -n "$ra" ] && [ "${ra#ERROR}" = "$ra" ]
+	check "$kind: B continues with exactly A's tokens" [ "$ra" = "$rb" ]
+	check "$kind: and so does the copy under a new id" [ "$ra" = "$rc" ]
+	ra=$(reply "$a" 5e55 "$gen2")
+	rb=$(reply "$b" 5e55 "$gen2")
+	check "$kind: revise_last_tokens after a restore: the same on both" [ -n "$ra" ] && [ "${ra#ERROR}" = "$ra" ] && [ "$ra" = "$rb" ]
+	http GET /v1/sessions/5e55 "${auth[@]}" >/dev/null
+	cp "$tmp/body" "$tmp/$kind-b-info.json"
+	base=$a
+	http GET /v1/sessions/5e55 "${auth[@]}" >/dev/null
+	jcheck "$kind: both streams at the same token" "$tmp/body" "j['tokens_seen'] == json.load(open('$tmp/$kind-b-info.json'))['tokens_seen']"
+	# the same revision limit on both: the whole window is more than the hot tier
+	sa=$(http POST /v1/sessions/5e55/append "${auth[@]}" -d '{"revise_last_tokens":40,"text":"x"}')
+	base=$b
+	sb=$(http POST /v1/sessions/5e55/append "${auth[@]}" -d '{"revise_last_tokens":40,"text":"x"}')
+	check "$kind: the same revision limit after a restore ($sa = $sb)" [ "$sa" = "$sb" ]
+	stop_daemon "$a_pid"
+	stop_daemon "$b_pid"
+done
+
+# ---- hostile snapshots (the int8 one as a base) ----
+q8=(inference.quantization.enabled=true inference.quantization.bits=8 inference.quantization.full_precision_recent=8)
+cfg hostile "${q8[@]}"
+start_daemon hostile "$tmp/hostile.yaml" "${args[@]}"
+check "hostile: instance ready" [ $? -eq 0 ]
+snap="$tmp/int8.snap"
+mangle() { # OUT PYTHON-EXPR-ON-b (bytearray); reseal=1 recomputes the checksum
+	"$py" - "$snap" "$1" "$2" "${3:-0}" <<'PY'
+import hashlib, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+exec(sys.argv[3])
+if sys.argv[4] == "1":
+    b[-32:] = hashlib.sha256(bytes(b[:-32])).digest()
+open(sys.argv[2], "wb").write(bytes(b))
+PY
+}
+restore_case() { # desc file code message-part
+	local st
+	st=$(http POST '/v1/sessions/restore?id=bad1' "${auth[@]}" --data-binary "@$2")
+	check "hostile: $1 → $3" [ "$st" = 400 ]
+	jcheck "hostile: $1: the message says '$4'" "$tmp/body" "j['error']['code'] == '$3' and '$4' in j['error']['message']"
+	cp "$tmp/body" "$tmp/hostile-$n_checks.json"
+}
+mangle "$tmp/cut.snap" 'b = b[:len(b) // 2]'
+restore_case truncated "$tmp/cut.snap" invalid_snapshot "truncated"
+mangle "$tmp/flip.snap" 'b[len(b) // 3] ^= 0x40'
+restore_case "bit flipped" "$tmp/flip.snap" invalid_snapshot checksum
+mangle "$tmp/model.snap" 'b[16] ^= 1' 1
+restore_case "another model" "$tmp/model.snap" snapshot_model_mismatch "another model"
+mangle "$tmp/geom.snap" 'b[84:88] = (9).to_bytes(4, "little")' 1
+restore_case "other layer count" "$tmp/geom.snap" snapshot_model_mismatch shape
+mangle "$tmp/count.snap" 'b[276:280] = (1000).to_bytes(4, "little")' 1
+restore_case "hostile group count" "$tmp/count.snap" invalid_snapshot n_groups
+mangle "$tmp/window.snap" 'b[120:124] = (1 << 24).to_bytes(4, "little")' 1
+check "hostile: a window beyond the configured bound → 400" [ "$(http POST '/v1/sessions/restore?id=bad1' "${auth[@]}" --data-binary "@$tmp/window.snap")" = 400 ]
+jcheck "hostile: the bound is named" "$tmp/body" 'j["error"]["code"] in ("snapshot_too_large", "invalid_snapshot")'
+printf 'GGUF not a snapshot at all' >"$tmp/junk.snap"
+restore_case "not a snapshot" "$tmp/junk.snap" invalid_snapshot header
+check "hostile: a bad id → 400" [ "$(http POST '/v1/sessions/restore?id=../x' "${auth[@]}" --data-binary "@$snap")" = 400 ]
+st=$(http POST /v1/sessions/restore --data-binary "@$snap")
+check "hostile: without a key → 401 ($st)" [ "$st" = 401 ]
+check "hostile: snapshot without a key → 401" [ "$(http GET /v1/sessions/5e55/snapshot)" = 401 ]
+check "hostile: snapshot of an unknown session → 404" [ "$(http GET /v1/sessions/beef/snapshot "${auth[@]}")" = 404 ]
+check "hostile: nothing restored, nothing reserved" wait_metric sinkd_kv_bytes_reserved '==' 0
+check "hostile: still serving" [ "$(http GET /health)" = 200 ]
+stop_daemon "$pid" >/dev/null 2>&1
+
+# ---- the store: offload and return on one instance ----
+cfg ref "${q8[@]}"
+start_daemon ref "$tmp/ref.yaml" "${args[@]}"
+check "store: reference instance ready" [ $? -eq 0 ]
+ref=$base
+for id in 0ff1 d7a1 c1a5 1ea5; do
+	base=$ref
+	http PUT "/v1/sessions/$id" "${auth[@]}" >/dev/null
+	http POST "/v1/sessions/$id/append" "${auth[@]}" -d "{\"text\":\"$long\"}" >/dev/null
+done
+cfg off "${q8[@]}" "sessions.store_dir=$store" scheduler.session_offload_s=1
+start_daemon off "$tmp/off.yaml" "${args[@]}"
+check "store: instance with a store ready" [ $? -eq 0 ]
+off_pid=$pid
+http PUT /v1/sessions/0ff1 "${auth[@]}" >/dev/null
+http POST /v1/sessions/0ff1/append "${auth[@]}" -d "{\"text\":\"$long\"}" >/dev/null
+check "store: idle session offloaded" wait_metric sinkd_session_offloads_total '>=' 1
+check "store: its reservation is back in the budget" wait_metric sinkd_kv_bytes_reserved '==' 0
+check "store: the file is there, mode 0600" [ "$(stat -c %a "$store/0ff1.snap" 2>/dev/null)" = 600 ]
+check "store: inspect says where it is" [ "$(http GET /v1/sessions/0ff1 "${auth[@]}")" = 200 ]
+jcheck "store: location store" "$tmp/body" 'j["location"] == "store" and j["offloaded"] is True'
+r1=$(reply "$ref" 0ff1 "$gen")
+r2=$(reply "$base" 0ff1 "$gen")
+check "store: after offload and return, exactly the reference tokens" [ -n "$r1" ] && [ "$r1" = "$r2" ]
+check "store: restored from the store" wait_metric 'sinkd_session_restores_total{source="store"}' '>=' 1
+check "store: DELETE removes the file" [ "$(http DELETE /v1/sessions/0ff1 "${auth[@]}")" = 200 ]
+check "store: file gone after DELETE" wait_for [ ! -e "$store/0ff1.snap" ]
+
+# ---- drain hands every session to the next instance over the shared store ----
+stop_daemon "$off_pid"
+cfg drainer "${q8[@]}" "sessions.store_dir=$store"
+start_daemon drainer "$tmp/drainer.yaml" "${args[@]}"
+check "drain: instance without offloading ready" [ $? -eq 0 ]
+off_pid=$pid
+http PUT /v1/sessions/d7a1 "${auth[@]}" >/dev/null
+http POST /v1/sessions/d7a1/append "${auth[@]}" -d "{\"text\":\"$long\"}" >/dev/null
+check "drain: resident, not in the store yet" [ ! -e "$store/d7a1.snap" ]
+cfg next "${q8[@]}" "sessions.store_dir=$store" sessions.lease_timeout_s=5
+start_daemon next "$tmp/next.yaml" "${args[@]}"
+check "drain: second instance ready" [ $? -eq 0 ]
+next=$base
+next_pid=$pid
+kill -TERM "$off_pid"
+wait "$off_pid"
+check "drain: instance A exited 0" [ $? -eq 0 ]
+check "drain: the session is in the store" [ -s "$store/d7a1.snap" ]
+check "drain: the log says it was written" grep -q 'written to the session store' "$tmp/drainer.log"
+r1=$(reply "$ref" d7a1 "$gen")
+r2=$(reply "$next" d7a1 "$gen")
+check "drain: instance B continues with exactly the reference tokens" [ -n "$r1" ] && [ "$r1" = "$r2" ]
+
+# ---- kill -9 after an offload loses nothing; a dead instance's lease ----
+cfg k9 "${q8[@]}" "sessions.store_dir=$store" scheduler.session_offload_s=1
+start_daemon k9 "$tmp/k9.yaml" "${args[@]}"
+check "kill -9: instance ready" [ $? -eq 0 ]
+k9_pid=$pid
+for id in c1a5 1ea5; do
+	http PUT "/v1/sessions/$id" "${auth[@]}" >/dev/null
+	http POST "/v1/sessions/$id/append" "${auth[@]}" -d "{\"text\":\"$long\"}" >/dev/null
+done
+check "kill -9: both offloaded" wait_metric sinkd_session_offloads_total '>=' 2
+# another instance brings one back (reading its snapshot) and so holds its lease
+cfg holder "${q8[@]}" "sessions.store_dir=$store"
+start_daemon holder "$tmp/holder.yaml" "${args[@]}"
+check "lease: holder instance ready" [ $? -eq 0 ]
+holder_pid=$pid
+st=$(http GET /v1/sessions/1ea5/snapshot "${auth[@]}")
+check "lease: the holder restores it from the store ($st)" [ "$st" = 200 ]
+kill -9 "$k9_pid" "$holder_pid"
+wait "$k9_pid" "$holder_pid" 2>/dev/null
+base=$next
+killed_at=$(date +%s.%N)
+check "lease: the dead holder's lease holds at first → 409" [ "$(http POST /v1/sessions/1ea5/append "${auth[@]}" -d '{"text":"x"}')" = 409 ]
+jcheck "lease: 409 session_elsewhere names the holder" "$tmp/body" 'j["error"]["code"] == "session_elsewhere" and "held by instance" in j["error"]["message"]'
+r1=$(reply "$ref" c1a5 "$gen")
+r2=$(reply "$next" c1a5 "$gen")
+check "kill -9: the offloaded session continues elsewhere, exactly" [ -n "$r1" ] && [ "$r1" = "$r2" ]
+sleep "$(awk -v t="$killed_at" -v now="$(date +%s.%N)" 'BEGIN { w = t + 5.5 - now; print (w > 0 ? w : 0) }')"
+r1=$(reply "$ref" 1ea5 "$gen")
+r2=$(reply "$next" 1ea5 "$gen")
+check "lease: after lease_timeout_s it is taken over and continues exactly" [ -n "$r1" ] && [ "$r1" = "$r2" ]
+check "lease: the lease file names the new holder" grep -q ":$next_pid\$" "$store/1ea5.lease"
+kill -TERM "$next_pid"
+wait "$next_pid"
+check "second drain exits 0" [ $? -eq 0 ]
+finish
