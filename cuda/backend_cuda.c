@@ -160,6 +160,112 @@ static bool cuda_session_can_append(struct backend *be, const struct backend_ses
 	return cuda_kv_can_append(&s->sh, &s->st, n);
 }
 
+/* ============================================================ snapshots */
+
+/* A session's cache to and from its canonical image (cache/kvimage.h): one
+ * layer at a time, both of its blocks go through a host staging buffer in
+ * one copy each, and cuda_kvplan.c unrolls the rings there. */
+
+static int layer_download(struct cuda_backend *c, const struct backend_session *s, int layer,
+                          unsigned char *stage, char *err, size_t err_len)
+{
+	size_t sink_b = s->sh.sink_layer_bytes, win_b = s->sh.win_layer_bytes;
+	if (sink_b > 0)
+		CU_TRY(cudaMemcpyAsync(stage, cuda_kv_sink_layer(&s->view, layer), sink_b,
+		                       cudaMemcpyDeviceToHost, c->stream),
+		       "cache image download");
+	CU_TRY(cudaMemcpyAsync(stage + sink_b, cuda_kv_win_layer(&s->view, layer), win_b,
+	                       cudaMemcpyDeviceToHost, c->stream),
+	       "cache image download");
+	CU_TRY(cudaStreamSynchronize(c->stream), "cache image download");
+	return 0;
+}
+
+static int layer_upload(struct cuda_backend *c, struct backend_session *s, int layer,
+                        const unsigned char *stage, char *err, size_t err_len)
+{
+	size_t sink_b = s->sh.sink_layer_bytes, win_b = s->sh.win_layer_bytes;
+	if (sink_b > 0)
+		CU_TRY(cudaMemcpyAsync(cuda_kv_sink_layer(&s->view, layer), stage, sink_b,
+		                       cudaMemcpyHostToDevice, c->stream),
+		       "cache image upload");
+	CU_TRY(cudaMemcpyAsync(cuda_kv_win_layer(&s->view, layer), stage + sink_b, win_b,
+	                       cudaMemcpyHostToDevice, c->stream),
+	       "cache image upload");
+	CU_TRY(cudaStreamSynchronize(c->stream), "cache image upload");
+	return 0;
+}
+
+static int cuda_session_export(struct backend *be, const struct backend_session *s,
+                               struct kv_image *out, char *err, size_t err_len)
+{
+	struct cuda_backend *c = cuda_of(be);
+	struct kv_image_layout lo;
+	memset(out, 0, sizeof(*out));
+	cuda_kv_image_counts(&s->st, &out->n);
+	int rc = cuda_kv_image_layout(&s->sh, &out->n, &lo, err, err_len);
+	if (rc)
+		return rc;
+	size_t sink_b = s->sh.sink_layer_bytes;
+	unsigned char *stage = malloc(sink_b + s->sh.win_layer_bytes);
+	out->data = malloc(lo.total_bytes > 0 ? lo.total_bytes : 1);
+	if (!stage || !out->data) {
+		rc = err_set(err, err_len, -ENOMEM,
+		             "cuda backend: out of memory for a %zu-byte cache image",
+		             lo.total_bytes);
+		goto out;
+	}
+	out->bytes = lo.total_bytes;
+	for (int l = 0; l < s->sh.g.n_layers && !rc; l++) {
+		rc = layer_download(c, s, l, stage, err, err_len);
+		if (!rc)
+			cuda_kv_image_layer_out(&s->sh, &s->st, &lo, stage, stage + sink_b,
+			                        out->data + (size_t)l * lo.layer_bytes);
+	}
+out:
+	free(stage);
+	if (rc)
+		kv_image_free(out);
+	return rc;
+}
+
+/* Checked in full before the first byte goes up; a failed upload leaves
+ * the session empty (its state is set only at the end). */
+static int cuda_session_import(struct backend *be, struct backend_session *s,
+                               const struct kv_image *in, char *err, size_t err_len)
+{
+	struct cuda_backend *c = cuda_of(be);
+	struct kv_image_layout lo;
+	int rc = cuda_kv_image_layout(&s->sh, &in->n, &lo, err, err_len);
+	if (rc)
+		return rc;
+	if (in->bytes != lo.total_bytes || (lo.total_bytes > 0 && !in->data))
+		return err_set(err, err_len, -EINVAL,
+		               "cuda backend: cache image holds %zu bytes, its counts need %zu",
+		               in->bytes, lo.total_bytes);
+	if (s->st.n_seen != 0 || cuda_kv_resident(&s->sh, &s->st) != 0)
+		return err_set(err, err_len, -EBUSY,
+		               "cuda backend: import needs an empty session (it holds %llu tokens)",
+		               (unsigned long long)s->st.n_seen);
+	struct cuda_kv_state st;
+	cuda_kv_image_state(&in->n, &st);
+	size_t sink_b = s->sh.sink_layer_bytes;
+	/* zeroed: the slots the image does not fill go up as zeros */
+	unsigned char *stage = calloc(1, sink_b + s->sh.win_layer_bytes);
+	if (!stage)
+		return err_set(err, err_len, -ENOMEM,
+		               "cuda backend: out of memory importing a cache image");
+	for (int l = 0; l < s->sh.g.n_layers && !rc; l++) {
+		cuda_kv_image_layer_in(&s->sh, &st, &lo, stage, stage + sink_b,
+		                       in->data + (size_t)l * lo.layer_bytes);
+		rc = layer_upload(c, s, l, stage, err, err_len);
+	}
+	free(stage);
+	if (!rc)
+		s->st = st;
+	return rc;
+}
+
 /* ============================================================ lifetime */
 
 static void cuda_destroy(struct backend *be)
@@ -204,9 +310,10 @@ static const struct backend_ops cuda_ops = {
     .session_can_append = cuda_session_can_append,
     .forward = cudabe_forward,
     .destroy = cuda_destroy,
-    .session_offload = NULL,
     .kv_budget_bytes = backend_cuda_cache_bytes,
     .geometry_check = cuda_geometry_check,
+    .session_export = cuda_session_export,
+    .session_import = cuda_session_import,
 };
 
 static int arena_create(struct cuda_backend *c, const struct backend_cuda_options *o, char *err,

@@ -9,7 +9,9 @@
  *
  * One difference: full_precision_recent = 0 with quantization is served with
  * a hot tier of one token (the CPU cache has no slot to stage from then).
- * It launches nothing and touches no device memory. */
+ * It also maps a session's rings to and from the canonical image
+ * (cache/kvimage.h) on host copies of its blocks.  It launches nothing and
+ * touches no device memory. */
 #include "cuda_kvplan.h"
 
 #include <errno.h>
@@ -242,4 +244,149 @@ void cuda_kv_plan_stats(const struct cuda_kv_shape *sh, const struct cuda_kv_sta
 	    ((size_t)st->n_sink * sink_tok + (size_t)(st->hot_n + st->stage_n) * fp_tok +
 	     (size_t)st->groups_n * group_bytes) *
 	    (size_t)g->n_layers;
+}
+
+/* ---- canonical image ------------------------------------------------ */
+
+void cuda_kv_image_counts(const struct cuda_kv_state *st, struct kv_image_counts *n)
+{
+	*n = (struct kv_image_counts){.n_seen = st->n_seen,
+	                              .evicted = st->evicted,
+	                              .moved = st->moved,
+	                              .n_sink = st->n_sink,
+	                              .n_groups = st->groups_n,
+	                              .grp_dropped = st->grp_dropped,
+	                              .n_stage = st->stage_n,
+	                              .n_hot = st->hot_n};
+}
+
+int cuda_kv_image_layout(const struct cuda_kv_shape *sh, const struct kv_image_counts *n,
+                         struct kv_image_layout *lo, char *err, size_t err_len)
+{
+	int rc = kv_image_layout_of(&sh->g, n, lo, err, err_len);
+	if (rc)
+		return rc;
+	/* the CPU tiers bound the device rings; a mismatch here is a bug, not
+	 * a bad image, but it must not write past a ring */
+	if (n->n_groups > sh->n_groups || n->n_stage + n->n_hot > sh->fp_cap ||
+	    n->n_hot > sh->hot_cap || lo->group != sh->group ||
+	    lo->code_row != (size_t)sh->code_row || lo->sink_quant != (int)sh->sink_quant)
+		return err_set(err, err_len, -EINVAL,
+		               "cuda backend: cache image (%d groups, %d staged, %d hot) does not "
+		               "fit the device rings (%d groups, %d full-precision slots, %d hot)",
+		               n->n_groups, n->n_stage, n->n_hot, sh->n_groups, sh->fp_cap,
+		               sh->hot_cap);
+	return 0;
+}
+
+void cuda_kv_image_state(const struct kv_image_counts *n, struct cuda_kv_state *st)
+{
+	*st = (struct cuda_kv_state){.n_seen = n->n_seen,
+	                             .n_sink = n->n_sink,
+	                             .hot_n = n->n_hot,
+	                             .stage_n = n->n_stage,
+	                             .groups_n = n->n_groups,
+	                             .grp_dropped = n->grp_dropped,
+	                             .groups_made = n->n_groups,
+	                             .fp_start = 0,
+	                             .evicted = n->evicted,
+	                             .moved = n->moved};
+}
+
+static void move_bytes(unsigned char *block, unsigned char *img, size_t bytes, bool to_image)
+{
+	if (to_image)
+		memcpy(img, block, bytes);
+	else
+		memcpy(block, img, bytes);
+}
+
+/* Sinks: slots 0..n_sink-1 of each head's run of S slots. */
+static void image_sinks(const struct cuda_kv_shape *sh, const struct cuda_kv_state *st,
+                        const struct kv_image_layout *lo, unsigned char *sink, unsigned char *img,
+                        bool to_image)
+{
+	const struct cuda_kv_view *v = &sh->layout;
+	size_t S = (size_t)sh->sink_cap, ns = (size_t)st->n_sink, par = 2 * sizeof(float);
+	for (size_t h = 0; h < (size_t)v->n_kv && ns > 0; h++) {
+		size_t run = ns * lo->sink_row;
+		move_bytes(sink + v->off_sink_k + h * S * lo->sink_row,
+		           img + lo->off_sink_k + h * run, run, to_image);
+		move_bytes(sink + v->off_sink_v + h * S * lo->sink_row,
+		           img + lo->off_sink_v + h * run, run, to_image);
+		if (!sh->sink_quant)
+			continue;
+		move_bytes(sink + v->off_sink_kp + h * S * par,
+		           img + lo->off_sink_kp + h * ns * par, ns * par, to_image);
+		move_bytes(sink + v->off_sink_vp + h * S * par,
+		           img + lo->off_sink_vp + h * ns * par, ns * par, to_image);
+	}
+}
+
+/* Groups, oldest first: the resident ones end at slot groups_made - 1. */
+static void image_groups(const struct cuda_kv_shape *sh, const struct cuda_kv_state *st,
+                         const struct kv_image_layout *lo, unsigned char *win, unsigned char *img,
+                         bool to_image)
+{
+	const struct cuda_kv_view *v = &sh->layout;
+	size_t nk = (size_t)v->n_kv, d = (size_t)v->head_dim, gs = (size_t)sh->group;
+	size_t codes = nk * gs * (size_t)sh->code_row, kp = nk * 2 * d * sizeof(float);
+	size_t vp = nk * gs * 2 * sizeof(float);
+	for (int i = 0; i < st->groups_n; i++) {
+		size_t slot = (size_t)((st->groups_made - st->groups_n + i) % sh->n_groups);
+		unsigned char *g = img + lo->off_groups + (size_t)i * lo->group_bytes;
+		move_bytes(win + v->off_gk + slot * codes, g + lo->grp_off_k, codes, to_image);
+		move_bytes(win + v->off_gv + slot * codes, g + lo->grp_off_v, codes, to_image);
+		move_bytes(win + v->off_gkp + slot * kp, g + lo->grp_off_kp, kp, to_image);
+		move_bytes(win + v->off_gvp + slot * vp, g + lo->grp_off_vp, vp, to_image);
+	}
+}
+
+/* Full-precision window: token j (staged first) at ring slot
+ * (fp_start + j) mod F, in at most two runs per head. */
+static void image_fp(const struct cuda_kv_shape *sh, const struct cuda_kv_state *st,
+                     const struct kv_image_layout *lo, unsigned char *win, unsigned char *img,
+                     bool to_image)
+{
+	const struct cuda_kv_view *v = &sh->layout;
+	size_t F = (size_t)sh->fp_cap, nfp = (size_t)(st->stage_n + st->hot_n), row = lo->fp_row;
+	if (nfp == 0)
+		return;
+	size_t first = (size_t)(st->fp_start % sh->fp_cap);
+	size_t run0 = F - first < nfp ? F - first : nfp;
+	for (size_t h = 0; h < (size_t)v->n_kv; h++) {
+		const uint64_t off[2] = {v->off_fp_k, v->off_fp_v};
+		const size_t img_off[2] = {lo->off_fp_k, lo->off_fp_v};
+		for (int kv = 0; kv < 2; kv++) {
+			unsigned char *ring = win + off[kv] + h * F * row;
+			unsigned char *at = img + img_off[kv] + h * nfp * row;
+			move_bytes(ring + first * row, at, run0 * row, to_image);
+			if (run0 < nfp)
+				move_bytes(ring, at + run0 * row, (nfp - run0) * row, to_image);
+		}
+	}
+}
+
+/* The one walk over a layer's resident tokens for both directions. */
+static void layer_copy(const struct cuda_kv_shape *sh, const struct cuda_kv_state *st,
+                       const struct kv_image_layout *lo, unsigned char *sink, unsigned char *win,
+                       unsigned char *img, bool to_image)
+{
+	image_sinks(sh, st, lo, sink, img, to_image);
+	image_groups(sh, st, lo, win, img, to_image);
+	image_fp(sh, st, lo, win, img, to_image);
+}
+
+void cuda_kv_image_layer_out(const struct cuda_kv_shape *sh, const struct cuda_kv_state *st,
+                             const struct kv_image_layout *lo, const unsigned char *sink,
+                             const unsigned char *win, unsigned char *img)
+{
+	layer_copy(sh, st, lo, (unsigned char *)sink, (unsigned char *)win, img, true);
+}
+
+void cuda_kv_image_layer_in(const struct cuda_kv_shape *sh, const struct cuda_kv_state *st,
+                            const struct kv_image_layout *lo, unsigned char *sink,
+                            unsigned char *win, const unsigned char *img)
+{
+	layer_copy(sh, st, lo, sink, win, (unsigned char *)img, false);
 }

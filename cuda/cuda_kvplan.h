@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cache/kvimage.h"
 #include "cache/sinkcache.h"
 #include "cuda_kv.h"
 
@@ -72,3 +73,26 @@ int cuda_kv_plan_revise(const struct cuda_kv_shape *sh, struct cuda_kv_state *st
 /* Counts and bytes as sinkcache_get_stats() reports them. */
 void cuda_kv_plan_stats(const struct cuda_kv_shape *sh, const struct cuda_kv_state *st,
                         struct sinkcache_stats *out);
+
+/* ---- canonical image (cache/kvimage.h): what a snapshot carries */
+
+/* Counts of the image of a session at st. */
+void cuda_kv_image_counts(const struct cuda_kv_state *st, struct kv_image_counts *n);
+/* Checks counts n against sh (kv_image_layout_of, then the device rings) and
+ * fills lo.  err names the count. */
+int cuda_kv_image_layout(const struct cuda_kv_shape *sh, const struct kv_image_counts *n,
+                         struct kv_image_layout *lo, char *err, size_t err_len);
+/* The state of a session that had just seen exactly n's tokens: sinks from
+ * slot 0, groups from slot 0 (groups_made = n_groups), the full-precision
+ * window from ring slot 0 (fp_start = 0). */
+void cuda_kv_image_state(const struct kv_image_counts *n, struct cuda_kv_state *st);
+/* One layer between host copies of its blocks (sink: sink_layer_bytes, win:
+ * win_layer_bytes, in the device layout, rings where st places them) and
+ * its part of an image (img: lo->layer_bytes): out fills img, in fills the
+ * blocks' resident slots and leaves the other bytes as they are. */
+void cuda_kv_image_layer_out(const struct cuda_kv_shape *sh, const struct cuda_kv_state *st,
+                             const struct kv_image_layout *lo, const unsigned char *sink,
+                             const unsigned char *win, unsigned char *img);
+void cuda_kv_image_layer_in(const struct cuda_kv_shape *sh, const struct cuda_kv_state *st,
+                            const struct kv_image_layout *lo, unsigned char *sink,
+                            unsigned char *win, const unsigned char *img);

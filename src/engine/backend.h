@@ -39,7 +39,6 @@ struct backend_ops {
 		       float *logits, char *err, size_t err_len);
 	void (*destroy)(struct backend *be);
 	/* Optional (NULL when absent). */
-	int (*session_offload)(struct backend *be, struct backend_session *s, char *err, size_t err_len);
 	/* Bytes this backend set aside for KV caches when global_cache_limit is
 	 * "auto" (a device arena); NULL = caches live in host memory and the
 	 * scheduler sizes the budget from free host memory. */

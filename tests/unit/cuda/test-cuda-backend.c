@@ -13,7 +13,12 @@
  *   - the same with captured CUDA graphs (cuda_graphs option);
  *   - qwen2's rotary halves and Q/K/V biases (biases added in memory);
  *   - a KV arena too small for a session: a clear -ENOSPC, and the backend
- *     keeps serving.
+ *     keeps serving;
+ *   - snapshots: the cpu and cuda images of the same tokens agree (float,
+ *     int8 with evicted groups, int4 with quantized sinks, strategy full,
+ *     revisions); an image imported into a fresh cuda or cpu session goes
+ *     on like its source (cuda from cuda bit for bit); images that do not
+ *     fit the geometry are refused and leave the session untouched.
  * Exits 77 (skipped) without a GPU; built with -DSINKD_CUDA_EMU it runs on
  * the host emulation of CUDA (cuda/emu/) at smaller sizes. */
 #include <check.h>
@@ -26,7 +31,10 @@
 #include <unistd.h>
 
 #include "backend_cuda.h"
+#include "cache/kvimage.h"
+#include "cache/kvquant.h"
 #include "cuda_device.h"
+#include "cuda_kernels.h"
 #include "engine/backend.h"
 #include "util/errbuf.h"
 #include "testutil.h"
@@ -497,6 +505,365 @@ START_TEST(test_arena_full_is_an_error)
 }
 END_TEST
 
+/* ------------------------------------------------------ snapshots */
+
+/* Feeds ids to one session in forwards of chunk tokens; logits (n_vocab)
+ * of the last token, and of each chunk's last token in all (may be NULL:
+ * (ceil(n / chunk), n_vocab)). */
+static void feed(struct backend *be, struct backend_session *s, const int32_t *ids, int n,
+                 int chunk, float *logits, float *all)
+{
+	struct backend_token batch[64];
+	int n_vocab = be->model->hp.n_vocab, k = 0;
+	for (int i = 0; i < n; i += chunk, k++) {
+		int m = n - i < chunk ? n - i : chunk;
+		for (int j = 0; j < m; j++)
+			batch[j] = (struct backend_token){
+			    .session = s, .token = ids[i + j], .want_logits = j == m - 1};
+		forward_ok(be, batch, (size_t)m, logits);
+		if (all)
+			memcpy(all + (size_t)k * n_vocab, logits, (size_t)n_vocab * sizeof(float));
+	}
+}
+
+static void export_ok(struct backend *be, struct backend_session *s, struct kv_image *im)
+{
+	char err[SINKD_ERR_LEN];
+	ck_assert_msg(be->ops->session_export(be, s, im, err, sizeof(err)) == 0, "%s: %s",
+	              be->ops->name, err);
+}
+
+static struct backend_session *imported(struct backend *be, const struct sinkcache_geometry *g,
+                                        const struct kv_image *im)
+{
+	char err[SINKD_ERR_LEN];
+	struct backend_session *s = open_session(be, g);
+	ck_assert_msg(be->ops->session_import(be, s, im, err, sizeof(err)) == 0, "%s: %s",
+	              be->ops->name, err);
+	return s;
+}
+
+static void assert_counts_equal(const struct kv_image_counts *a, const struct kv_image_counts *b)
+{
+	ck_assert_uint_eq(a->n_seen, b->n_seen);
+	ck_assert_uint_eq(a->evicted, b->evicted);
+	ck_assert_uint_eq(a->moved, b->moved);
+	ck_assert_int_eq(a->n_sink, b->n_sink);
+	ck_assert_int_eq(a->n_groups, b->n_groups);
+	ck_assert_int_eq(a->grp_dropped, b->grp_dropped);
+	ck_assert_int_eq(a->n_stage, b->n_stage);
+	ck_assert_int_eq(a->n_hot, b->n_hot);
+}
+
+static void assert_images_identical(const struct kv_image *a, const struct kv_image *b)
+{
+	assert_counts_equal(&a->n, &b->n);
+	ck_assert_uint_eq(a->bytes, b->bytes);
+	ck_assert_msg(memcmp(a->data, b->data, a->bytes) == 0, "image bytes differ");
+}
+
+/* What a value y of the cpu image may differ by in the cuda one: 1e-3
+ * absolute and relative plus two units in the last place of the dtype (cpu
+ * and device keys come from different GEMMs and may round apart). */
+static double fp_allowed(enum kv_dtype dt, double y)
+{
+	double ulp = dt == KV_DTYPE_F32 ? 0.0 : dt == KV_DTYPE_F16 ? 0x1p-11 : 0x1p-8;
+	return 1e-3 + (1e-3 + 2 * ulp) * fabs(y);
+}
+
+/* Largest |a - b| / allowed over a run of n full-precision values. */
+static double fp_run_error(enum kv_dtype dt, const unsigned char *a, const unsigned char *b,
+                           size_t n)
+{
+	double worst = 0.0;
+	for (size_t i = 0; i < n; i++) {
+		double x = twin_dt_load(a, (int)dt, i), y = twin_dt_load(b, (int)dt, i);
+		worst = fmax(worst, fabs(x - y) / fp_allowed(dt, y));
+	}
+	return worst;
+}
+
+/* Quantized values were quantized from such rows: one quantization step
+ * of either side more. */
+struct q_run {
+	enum kv_dtype dt;
+	int d, bits;
+	size_t code_row;
+};
+
+static double q_error(const struct q_run *q, double x, double y, float sx, float sy)
+{
+	return fabs(x - y) / (fp_allowed(q->dt, y) + fabs(sx) + fabs(sy));
+}
+
+/* Value j of row r of codes, dequantized with scale, min. */
+static double dequant(const struct q_run *q, const unsigned char *codes, int r, int j, float scale,
+                      float min)
+{
+	return kvq_code_at(codes + (size_t)r * q->code_row, j, q->bits) * (double)scale + min;
+}
+
+/* n_rows rows of codes with per-row params p (n_rows, 2) f32 scale,min. */
+static double q_rows_error(const struct q_run *q, const unsigned char *ca, const unsigned char *cb,
+                           const float *pa, const float *pb, int n_rows)
+{
+	double worst = 0.0;
+	for (int r = 0; r < n_rows; r++)
+		for (int j = 0; j < q->d; j++)
+			worst =
+			    fmax(worst, q_error(q, dequant(q, ca, r, j, pa[2 * r], pa[2 * r + 1]),
+			                        dequant(q, cb, r, j, pb[2 * r], pb[2 * r + 1]),
+			                        pa[2 * r], pb[2 * r]));
+	return worst;
+}
+
+/* Group keys: params p (2, d) per-channel scale (row 0), min (row 1). */
+static double q_channels_error(const struct q_run *q, const unsigned char *ca,
+                               const unsigned char *cb, const float *pa, const float *pb,
+                               int n_rows)
+{
+	double worst = 0.0;
+	int d = q->d;
+	for (int r = 0; r < n_rows; r++)
+		for (int j = 0; j < d; j++)
+			worst = fmax(worst,
+			             q_error(q, dequant(q, ca, r, j, pa[j], pa[d + j]),
+			                     dequant(q, cb, r, j, pb[j], pb[d + j]), pa[j], pb[j]));
+	return worst;
+}
+
+/* Images of the same tokens from the cpu and the cuda backend: the same
+ * counts, and every value within fp_run_error / q_error's allowance. */
+static void assert_images_close(const struct sinkcache_geometry *g, const struct kv_image *a,
+                                const struct kv_image *b)
+{
+	struct kv_image_layout lo;
+	char err[SINKD_ERR_LEN];
+	assert_counts_equal(&a->n, &b->n);
+	ck_assert_uint_eq(a->bytes, b->bytes);
+	ck_assert_msg(kv_image_layout_of(g, &a->n, &lo, err, sizeof(err)) == 0, "%s", err);
+	int n_kv = g->n_kv_heads, d = g->head_dim;
+	int ns = a->n.n_sink, nfp = a->n.n_stage + a->n.n_hot, G = lo.group;
+	struct q_run q = {.dt = g->dtype,
+	                  .d = d,
+	                  .bits = g->quant_enabled ? g->quant_bits : 8,
+	                  .code_row = lo.code_row};
+	double worst = 0.0;
+	for (int l = 0; l < g->n_layers; l++) {
+		const unsigned char *x = a->data + (size_t)l * lo.layer_bytes;
+		const unsigned char *y = b->data + (size_t)l * lo.layer_bytes;
+#define AT(p, off) ((p) + (off))
+#define FAT(p, off) ((const float *)(const void *)((p) + (off)))
+		if (lo.sink_quant)
+			for (int h = 0; h < n_kv; h++)
+				for (int kv = 0; kv < 2; kv++) {
+					size_t c = (kv ? lo.off_sink_v : lo.off_sink_k) +
+					           (size_t)h * ns * lo.code_row;
+					size_t p = (kv ? lo.off_sink_vp : lo.off_sink_kp) +
+					           (size_t)h * ns * 2 * sizeof(float);
+					worst = fmax(worst, q_rows_error(&q, AT(x, c), AT(y, c),
+					                                 FAT(x, p), FAT(y, p), ns));
+				}
+		else
+			worst = fmax(worst,
+			             fp_run_error(g->dtype, AT(x, lo.off_sink_k),
+			                          AT(y, lo.off_sink_k), 2 * (size_t)n_kv * ns * d));
+		for (int i = 0; i < a->n.n_groups; i++) {
+			size_t gb = lo.off_groups + (size_t)i * lo.group_bytes;
+			for (int h = 0; h < n_kv; h++) {
+				size_t c = (size_t)h * G * lo.code_row;
+				size_t kp = lo.grp_off_kp + (size_t)h * 2 * d * sizeof(float);
+				size_t vp = lo.grp_off_vp + (size_t)h * G * 2 * sizeof(float);
+				worst = fmax(worst,
+				             q_channels_error(&q, AT(x, gb + lo.grp_off_k + c),
+				                              AT(y, gb + lo.grp_off_k + c),
+				                              FAT(x, gb + kp), FAT(y, gb + kp), G));
+				worst =
+				    fmax(worst, q_rows_error(&q, AT(x, gb + lo.grp_off_v + c),
+				                             AT(y, gb + lo.grp_off_v + c),
+				                             FAT(x, gb + vp), FAT(y, gb + vp), G));
+			}
+		}
+		worst = fmax(worst, fp_run_error(g->dtype, AT(x, lo.off_fp_k), AT(y, lo.off_fp_k),
+		                                 2 * (size_t)n_kv * nfp * d));
+#undef AT
+#undef FAT
+	}
+	ck_assert_msg(worst <= 1.0, "cpu and cuda images differ (%.2f x allowance)", worst);
+}
+
+/* A stream of stories260K tokens, the same for every backend. */
+static int32_t *snap_tokens(int n, int n_vocab)
+{
+	int32_t *ids = malloc((size_t)n * sizeof(int32_t));
+	for (int i = 0; i < n; i++)
+		ids[i] = (int32_t)((i * 131 + 7 + i / 5 * 3) % n_vocab);
+	return ids;
+}
+
+/* The same n tokens through the cpu and the cuda backend (a revision of 3
+ * after revise_at when >= 0): their images agree; the cuda image imported
+ * into a fresh cuda session and a fresh cpu one, and the cpu image into a
+ * fresh cuda one, all go on like the originals over the next tokens (with
+ * a revision): cuda from cuda bit for bit, across backends within tol. */
+static void snapshot_case(const struct model *m, const struct sinkcache_geometry *g, int n,
+                          int revise_at, double tol, struct kv_image_counts *seen)
+{
+	struct backend *cpu = new_cpu(m), *gpu = new_gpu(m, KV_DTYPE_F32, (size_t)64 << 20);
+	int n_vocab = m->hp.n_vocab, n_more = 13, chunk = 5,
+	    n_chunks = (n_more + chunk - 1) / chunk;
+	int32_t *ids = snap_tokens(n + 2 * n_more, n_vocab);
+	float *lg = malloc((size_t)n_vocab * sizeof(float));
+	char err[SINKD_ERR_LEN];
+	struct backend_session *sc = open_session(cpu, g), *sg = open_session(gpu, g);
+	int first = revise_at >= 0 ? revise_at : n;
+	feed(cpu, sc, ids, first, 7, lg, NULL);
+	feed(gpu, sg, ids, first, 7, lg, NULL);
+	if (revise_at >= 0) {
+		ck_assert_msg(cpu->ops->session_revise(cpu, sc, 3, err, sizeof(err)) == 0, "%s",
+		              err);
+		ck_assert_msg(gpu->ops->session_revise(gpu, sg, 3, err, sizeof(err)) == 0, "%s",
+		              err);
+		feed(cpu, sc, ids + first, n - first, 7, lg, NULL);
+		feed(gpu, sg, ids + first, n - first, 7, lg, NULL);
+	}
+	struct kv_image ic, ig;
+	export_ok(cpu, sc, &ic);
+	export_ok(gpu, sg, &ig);
+	assert_images_close(g, &ic, &ig);
+	*seen = ig.n;
+	struct backend_session *sg2 = imported(gpu, g, &ig), *sc2 = imported(cpu, g, &ig);
+	struct backend_session *sg3 = imported(gpu, g, &ic);
+	/* next tokens, a revision, more tokens: logits of every chunk */
+	struct backend_session *all[5] = {sc, sg, sg2, sc2, sg3};
+	struct backend *bes[5] = {cpu, gpu, gpu, cpu, gpu};
+	float *out[5];
+	for (int k = 0; k < 5; k++) {
+		out[k] = malloc(2 * (size_t)n_chunks * n_vocab * sizeof(float));
+		feed(bes[k], all[k], ids + n, n_more, chunk, lg, out[k]);
+		ck_assert_msg(bes[k]->ops->session_revise(bes[k], all[k], 2, err, sizeof(err)) == 0,
+		              "%s", err);
+		feed(bes[k], all[k], ids + n + n_more, n_more, chunk, lg,
+		     out[k] + (size_t)n_chunks * n_vocab);
+	}
+	size_t n_out = 2 * (size_t)n_chunks * n_vocab;
+	ck_assert_msg(memcmp(out[1], out[2], n_out * sizeof(float)) == 0,
+	              "cuda session imported from cuda: logits not bit-identical");
+	ck_assert_msg(rel_diff(out[0], out[1], n_out) <= tol, "cpu vs cuda: %g",
+	              rel_diff(out[0], out[1], n_out));
+	ck_assert_msg(rel_diff(out[3], out[1], n_out) <= tol, "cpu from cuda image: %g",
+	              rel_diff(out[3], out[1], n_out));
+	ck_assert_msg(rel_diff(out[4], out[0], n_out) <= tol, "cuda from cpu image: %g",
+	              rel_diff(out[4], out[0], n_out));
+	struct kv_image a, b;
+	export_ok(gpu, sg, &a);
+	export_ok(gpu, sg2, &b);
+	assert_images_identical(&a, &b);
+	kv_image_free(&a), kv_image_free(&b);
+	for (int k = 0; k < 5; k++) {
+		bes[k]->ops->session_free(bes[k], all[k]);
+		free(out[k]);
+	}
+	kv_image_free(&ic), kv_image_free(&ig);
+	free(ids), free(lg);
+	backend_free(cpu), backend_free(gpu);
+}
+
+START_TEST(test_snapshot_float_and_int8)
+{
+	struct model *m = load_stories();
+	struct kv_image_counts n;
+	/* full precision, window smaller than the stream: the ring wraps */
+	struct sinkcache_geometry g = geometry(m, 48, false, 8, true, KV_DTYPE_F32);
+	snapshot_case(m, &g, 90, -1, 1e-4, &n);
+	ck_assert_uint_gt(n.evicted, 0);
+	ck_assert_int_eq(n.n_hot, 48);
+	/* int8 groups of 24 (two slots), groups evicted, mid-group at export */
+	g = geometry(m, 56, true, 8, true, KV_DTYPE_BF16);
+	snapshot_case(m, &g, 120, 70, 1e-3, &n);
+	ck_assert_int_gt(n.n_groups, 0);
+	ck_assert_int_gt(n.grp_dropped, 0);
+	ck_assert_uint_gt(n.evicted, 0);
+	model_free(m);
+}
+END_TEST
+
+START_TEST(test_snapshot_int4_sinks_and_full)
+{
+	struct model *m = load_stories();
+	struct kv_image_counts n;
+	/* int4, quantized sinks, fp16 rows */
+	struct sinkcache_geometry g = geometry(m, 36, true, 4, false, KV_DTYPE_F16);
+	snapshot_case(m, &g, 75, -1, 5e-3, &n);
+	ck_assert_int_gt(n.n_groups, 0);
+	ck_assert_int_gt(n.n_stage, 0);
+	/* strategy full: nothing evicted, several groups */
+	g = geometry(m, 0, true, 8, true, KV_DTYPE_F32);
+	g.strategy = CACHE_STRATEGY_FULL;
+	g.max_context_length = 110;
+	g.full_precision_recent = 16; /* 90 compressed: three groups of 30 */
+	snapshot_case(m, &g, 85, 40, 1e-3, &n);
+	ck_assert_int_ge(n.n_groups, 2);
+	ck_assert_uint_eq(n.evicted, 0);
+	model_free(m);
+}
+END_TEST
+
+/* Images whose counts the session's geometry cannot hold are refused with
+ * -EINVAL and a message naming the count; the session stays empty and
+ * usable, and a fitting image then imports as usual. */
+START_TEST(test_snapshot_import_refused)
+{
+	struct model *m = load_stories();
+	struct backend *be = new_gpu(m, KV_DTYPE_F32, (size_t)64 << 20);
+	struct sinkcache_geometry wide = geometry(m, 200, false, 8, true, KV_DTYPE_F32);
+	struct sinkcache_geometry narrow = geometry(m, 24, false, 8, true, KV_DTYPE_F32);
+	int32_t *ids = snap_tokens(40, m->hp.n_vocab);
+	float *lg = malloc((size_t)m->hp.n_vocab * sizeof(float));
+	float *lg2 = malloc((size_t)m->hp.n_vocab * sizeof(float));
+	char err[SINKD_ERR_LEN];
+	struct backend_session *src = open_session(be, &narrow), *big = open_session(be, &wide);
+	feed(be, src, ids, 30, 7, lg, NULL);
+	feed(be, big, ids, 30, 7, lg, NULL);
+	struct kv_image im, wim;
+	export_ok(be, src, &im);
+	export_ok(be, big, &wim);
+	struct backend_session *s = open_session(be, &narrow);
+	/* 26 window tokens into a window of 24 */
+	ck_assert_int_eq(be->ops->session_import(be, s, &wim, err, sizeof(err)), -EINVAL);
+	ck_assert_msg(strstr(err, "n_hot: 26") != NULL, "%s", err);
+	struct kv_image bad = im;
+	bad.n.n_sink = 5;
+	ck_assert_int_eq(be->ops->session_import(be, s, &bad, err, sizeof(err)), -EINVAL);
+	ck_assert_msg(strstr(err, "n_sink") != NULL, "%s", err);
+	bad = im;
+	bad.n.n_stage = 1; /* no staging tier without quantization */
+	ck_assert_int_eq(be->ops->session_import(be, s, &bad, err, sizeof(err)), -EINVAL);
+	ck_assert_msg(strstr(err, "n_stage") != NULL, "%s", err);
+	bad = im;
+	bad.bytes--;
+	ck_assert_int_eq(be->ops->session_import(be, s, &bad, err, sizeof(err)), -EINVAL);
+	ck_assert_msg(strstr(err, "bytes") != NULL, "%s", err);
+	struct sinkcache_stats st;
+	be->ops->session_stats(be, s, &st);
+	ck_assert_uint_eq(st.n_seen, 0);
+	ck_assert_int_eq(st.n_resident, 0);
+	/* untouched: it imports the fitting image and goes on as the source */
+	ck_assert_msg(be->ops->session_import(be, s, &im, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(be->ops->session_import(be, s, &im, err, sizeof(err)), -EBUSY);
+	feed(be, src, ids + 30, 10, 4, lg, NULL);
+	feed(be, s, ids + 30, 10, 4, lg2, NULL);
+	ck_assert(memcmp(lg, lg2, (size_t)m->hp.n_vocab * sizeof(float)) == 0);
+	kv_image_free(&im), kv_image_free(&wim);
+	be->ops->session_free(be, s);
+	be->ops->session_free(be, src);
+	be->ops->session_free(be, big);
+	free(ids), free(lg), free(lg2);
+	backend_free(be);
+	model_free(m);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
 	if (cuda_device_count() == 0) {
@@ -518,6 +885,9 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_synthetic_bf16_and_q8_vs_cpu);
 	tcase_add_test(tc, test_qwen2_style_neox_and_bias);
 	tcase_add_test(tc, test_arena_full_is_an_error);
+	tcase_add_test(tc, test_snapshot_float_and_int8);
+	tcase_add_test(tc, test_snapshot_int4_sinks_and_full);
+	tcase_add_test(tc, test_snapshot_import_refused);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

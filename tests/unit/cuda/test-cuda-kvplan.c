@@ -6,12 +6,15 @@
  * evictions, group quantization and revisions, every attention output and
  * every stat must agree.  Needs no GPU: it proves the device layout and job
  * plan that the kernels then follow (test-cuda-kernels compares kernels
- * with these twins on a GPU). */
+ * with these twins on a GPU).  At the end of each run both caches export
+ * the same canonical image bytes, and each imports into a fresh cache of
+ * the other kind that then goes on exactly as the original. */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/kvimage.h"
 #include "cache/rope.h"
 #include "cache/sinkcache.h"
 #include "cuda_kernels.h"
@@ -122,34 +125,122 @@ static double step_both(struct sinkcache *c, struct twin_cache *t, float *scratc
 	return worst;
 }
 
+/* Tokens from..to-1 through both caches, revising now and then. */
+static void run_tokens(struct sinkcache *c, struct twin_cache *t, float *scratch, int from, int to)
+{
+	char err[SINKD_ERR_LEN], err2[SINKD_ERR_LEN];
+	for (int i = from; i < to; i++) {
+		if (!sinkcache_can_append(c, 1)) {
+			ck_assert(!cuda_kv_can_append(&t->sh, &t->st, 1));
+			return;
+		}
+		ck_assert(cuda_kv_can_append(&t->sh, &t->st, 1));
+		double worst = step_both(c, t, scratch);
+		ck_assert_msg(worst <= 1.0,
+		              "token %d: twin differs from the CPU cache (%.2f x tol)", i, worst);
+		check_stats(c, t);
+		if (i % 37 == 36) { /* revise a few, sometimes more than allowed */
+			size_t n = (size_t)(i % 5) + (i % 3 == 0 ? 400 : 1);
+			int rc1 = sinkcache_revise(c, n, err, sizeof(err));
+			int rc2 = cuda_kv_plan_revise(&t->sh, &t->st, n, err2, sizeof(err2));
+			ck_assert_int_eq(rc1, rc2);
+			if (rc1)
+				ck_assert_str_eq(err, err2);
+			check_stats(c, t);
+		}
+	}
+}
+
+/* ---- canonical image: the twin's rings unrolled as the backend does */
+
+static void twin_export(const struct twin_cache *t, struct kv_image *im)
+{
+	struct kv_image_layout lo;
+	char err[SINKD_ERR_LEN];
+	cuda_kv_image_counts(&t->st, &im->n);
+	ck_assert_msg(cuda_kv_image_layout(&t->sh, &im->n, &lo, err, sizeof(err)) == 0, "%s", err);
+	im->data = malloc(lo.total_bytes + 1);
+	im->bytes = lo.total_bytes;
+	for (int l = 0; l < t->sh.g.n_layers; l++)
+		cuda_kv_image_layer_out(&t->sh, &t->st, &lo, t->sink + l * t->sh.sink_layer_bytes,
+		                        t->win + l * t->sh.win_layer_bytes,
+		                        im->data + l * lo.layer_bytes);
+}
+
+static void twin_import(struct twin_cache *t, const struct kv_image *im)
+{
+	struct kv_image_layout lo;
+	char err[SINKD_ERR_LEN];
+	ck_assert_msg(cuda_kv_image_layout(&t->sh, &im->n, &lo, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq(im->bytes, lo.total_bytes);
+	cuda_kv_image_state(&im->n, &t->st);
+	for (int l = 0; l < t->sh.g.n_layers; l++)
+		cuda_kv_image_layer_in(&t->sh, &t->st, &lo, t->sink + l * t->sh.sink_layer_bytes,
+		                       t->win + l * t->sh.win_layer_bytes,
+		                       im->data + l * lo.layer_bytes);
+}
+
+static void assert_images_equal(const struct kv_image *a, const struct kv_image *b,
+                                const char *what)
+{
+	ck_assert_uint_eq(a->n.n_seen, b->n.n_seen);
+	ck_assert_uint_eq(a->n.evicted, b->n.evicted);
+	ck_assert_uint_eq(a->n.moved, b->n.moved);
+	ck_assert_int_eq(a->n.n_sink, b->n.n_sink);
+	ck_assert_int_eq(a->n.n_groups, b->n.n_groups);
+	ck_assert_int_eq(a->n.grp_dropped, b->n.grp_dropped);
+	ck_assert_int_eq(a->n.n_stage, b->n.n_stage);
+	ck_assert_int_eq(a->n.n_hot, b->n.n_hot);
+	ck_assert_uint_eq(a->bytes, b->bytes);
+	ck_assert_msg(memcmp(a->data, b->data, a->bytes) == 0, "%s: image bytes differ", what);
+}
+
+/* Both caches' images are the same bytes; each imports into a fresh cache
+ * of the other kind, and the four go on alike to the same images. */
+static void image_round_trip(struct sinkcache *c, struct twin_cache *t, float *scratch, int from,
+                             int to)
+{
+	const struct sinkcache_geometry *g = &t->sh.g;
+	struct kv_image ic, it, ic2, it2;
+	struct sinkcache *c2;
+	struct twin_cache t2;
+	char err[SINKD_ERR_LEN];
+	ck_assert_msg(sinkcache_export(c, &ic, err, sizeof(err)) == 0, "%s", err);
+	twin_export(t, &it);
+	assert_images_equal(&ic, &it, "cpu vs twin");
+	ck_assert_msg(sinkcache_new(g, &c2, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_msg(sinkcache_import(c2, &it, err, sizeof(err)) == 0, "%s", err);
+	twin_cache_init(&t2, g);
+	twin_import(&t2, &ic);
+	check_stats(c2, &t2);
+	check_stats(c, &t2);
+	kv_image_free(&ic), kv_image_free(&it);
+	uint64_t seed = rng;
+	run_tokens(c, t, scratch, from, to);
+	rng = seed;
+	run_tokens(c2, &t2, scratch, from, to);
+	ck_assert_msg(sinkcache_export(c, &ic, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_msg(sinkcache_export(c2, &ic2, err, sizeof(err)) == 0, "%s", err);
+	twin_export(t, &it);
+	twin_export(&t2, &it2);
+	assert_images_equal(&ic, &ic2, "cpu vs imported cpu");
+	assert_images_equal(&it, &it2, "twin vs imported twin");
+	assert_images_equal(&ic, &it2, "cpu vs imported twin");
+	kv_image_free(&ic), kv_image_free(&it), kv_image_free(&ic2), kv_image_free(&it2);
+	twin_cache_free(&t2);
+	sinkcache_free(c2);
+}
+
 static void run_geometry(const struct sinkcache_geometry *g, int n_tokens)
 {
 	struct sinkcache *c;
 	struct twin_cache t;
-	char err[SINKD_ERR_LEN], err2[SINKD_ERR_LEN];
+	char err[SINKD_ERR_LEN];
 	ck_assert_msg(sinkcache_new(g, &c, err, sizeof(err)) == 0, "%s", err);
 	twin_cache_init(&t, g);
 	float *scratch = malloc(sinkcache_scratch_floats(g) * sizeof(float));
-	for (int i = 0; i < n_tokens; i++) {
-		if (!sinkcache_can_append(c, 1)) {
-			ck_assert(!cuda_kv_can_append(&t.sh, &t.st, 1));
-			break;
-		}
-		ck_assert(cuda_kv_can_append(&t.sh, &t.st, 1));
-		double worst = step_both(c, &t, scratch);
-		ck_assert_msg(worst <= 1.0,
-		              "token %d: twin differs from the CPU cache (%.2f x tol)", i, worst);
-		check_stats(c, &t);
-		if (i % 37 == 36) { /* revise a few, sometimes more than allowed */
-			size_t n = (size_t)(i % 5) + (i % 3 == 0 ? 400 : 1);
-			int rc1 = sinkcache_revise(c, n, err, sizeof(err));
-			int rc2 = cuda_kv_plan_revise(&t.sh, &t.st, n, err2, sizeof(err2));
-			ck_assert_int_eq(rc1, rc2);
-			if (rc1)
-				ck_assert_str_eq(err, err2);
-			check_stats(c, &t);
-		}
-	}
+	run_tokens(c, &t, scratch, 0, n_tokens);
+	image_round_trip(c, &t, scratch, n_tokens, n_tokens + 80);
 	free(scratch);
 	twin_cache_free(&t);
 	sinkcache_free(c);
