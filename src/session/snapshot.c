@@ -200,7 +200,7 @@ int snapshot_encode(const struct snapshot *sn, unsigned char **out, size_t *out_
 	return 0;
 }
 
-/* A NUL-padded text field: NUL-terminated inside its cap, printable. */
+/* A NUL-padded text field: NUL-terminated inside its cap, printable, zeros after. */
 static int get_text(const unsigned char *p, size_t cap, char *out, const char *what, char *err,
                     size_t err_len)
 {
@@ -213,6 +213,10 @@ static int get_text(const unsigned char *p, size_t cap, char *out, const char *w
 			return err_set(err, err_len, -EINVAL,
 			               "snapshot: %s has a non-printable byte 0x%02x at %zu", what, p[i],
 			               i);
+	for (size_t i = n; i < cap; i++) /* one encoding per snapshot: padding is zeros */
+		if (p[i])
+			return err_set(err, err_len, -EINVAL,
+			               "snapshot: %s has a nonzero padding byte at %zu", what, i);
 	memcpy(out, p, n + 1);
 	return 0;
 }

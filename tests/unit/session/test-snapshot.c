@@ -213,10 +213,12 @@ START_TEST(test_hostile_fields)
 	    {304, VOCAB, "history token 0"},
 	    {12, 1, "flags"},
 	    {80, 1, "shape"},                  /* n_vocab */
+	    {48 + 10, 'x', "padding"},         /* after "llama\0": one encoding only */
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		unsigned char *buf = make(60, &len, &im, hist);
-		if (cases[i].off == 84 + 24 + 3 || cases[i].off == 84 + 24 + 2)
+		if (cases[i].off == 84 + 24 + 3 || cases[i].off == 84 + 24 + 2 ||
+		    cases[i].off == 48 + 10)
 			buf[cases[i].off] = (unsigned char)cases[i].value;
 		else if (cases[i].off == 168 + 63)
 			memset(buf + 168, 'x', 64);
