@@ -23,12 +23,13 @@
 #     SIGTERM (it must exit 0), then started again on the same port.  Two
 #     long streams sent straight to B just before its SIGTERM make sure the
 #     drain has streams to finish.
-# Sessions and the drain: a session lives on one instance, so B's sessions
-# are lost with B's drain (carrying sessions across instances is another
-# issue).  The session checks therefore run in phase 1, before B is
-# drained; during phase 2 only A's sessions are used (a streamed append on
-# each after every HUP, a GET at the end): they keep working throughout
-# and stay on A.
+# Sessions and the drain: both instances share a session store
+# (sessions.store_dir), so B's drain writes its sessions there; once B has
+# exited, an append on each of B's sessions through the balancer must be
+# answered (by A, which restores them from the store).  The routing checks
+# run in phase 1, before B is drained; during phase 2 A's sessions get a
+# streamed append after every HUP and a GET at the end: they keep working
+# throughout and stay on A.
 # Asserted for the load: no failed or truncated stream (HTTP 200,
 # usage.completion_tokens == max_tokens, no error event, data: [DONE] last);
 # every request id has exactly one answering (non-503) line across the
@@ -72,12 +73,14 @@ write_a_config() {
 	3) sed -i 's/sse_keepalive_s: 1/sse_keepalive_s: 3/' "$tmp/a.yaml.new" ;;
 	4) sed -i 's/sse_keepalive_s: 1/sse_keepalive_s: 0/' "$tmp/a.yaml.new" ;;
 	esac
+	printf 'sessions:\n  store_dir: "%s"\n' "$tmp/store" >>"$tmp/a.yaml.new"
 	# Edits must reach A through SIGHUP only: no file watch here.
 	[ "$watch_key" = 1 ] && printf 'config:\n  watch: false\n' >>"$tmp/a.yaml.new"
 	mv "$tmp/a.yaml.new" "$tmp/a.yaml"
 }
 write_a_config 0
 [ "$watch_key" = 1 ] && printf 'config:\n  watch: false\n' >>"$tmp/b.yaml"
+printf 'sessions:\n  store_dir: "%s"\n' "$tmp/store" >>"$tmp/b.yaml"
 
 start_daemon A "$tmp/a.yaml"
 check "instance A ready" [ $? -eq 0 ]
@@ -206,7 +209,7 @@ sse_done() { tail -c 64 "$tmp/body" | grep -q 'data: \[DONE\]' && ! grep -q '"er
 
 # ---- phase 1: persistent sessions ----------------------------------------------------
 session_phase() {
-	sids=() sids_a=()
+	sids=() sids_a=() sids_b=()
 	local k sid st n_on_b=0 bad_put=0 bad_409=0 bad_app=0 bad_sse=0 bad_cmpl=0 bad_get=0
 	# At least 8 sessions, and more (up to 16) until each instance holds two.
 	for k in $(seq 1 16); do
@@ -220,7 +223,7 @@ session_phase() {
 			grep -q "\"request_id\":\"ses-$bal-$sid-put\"" "$log_a" "$tmp"/B*.log 2>/dev/null && break
 			sleep 0.05
 		done
-		if grep -q "\"request_id\":\"ses-$bal-$sid-put\"" "$log_a"; then sids_a+=("$sid"); else n_on_b=$((n_on_b + 1)); fi
+		if grep -q "\"request_id\":\"ses-$bal-$sid-put\"" "$log_a"; then sids_a+=("$sid"); else n_on_b=$((n_on_b + 1)) sids_b+=("$sid"); fi
 		st=$(lb_req PUT "/v1/sessions/$sid" "ses-$bal-$sid-put2")
 		[ "$st" = 409 ] || { bad_409=$((bad_409 + 1)); echo "   second PUT $sid → $st"; }
 		st=$(lb_req POST "/v1/sessions/$sid/append" "ses-$bal-$sid-a1" -N \
@@ -408,6 +411,18 @@ load_phase() {
 		cp "$tmp/$bal.long$k" "$tmp/body"
 		check "$bal: long stream $k running at SIGTERM finished with [DONE]" sse_done
 	done
+
+	# B's sessions, written to the shared store by its drain, go on at A.
+	local hand_bad=0 sid
+	for sid in "${sids_b[@]}"; do
+		st=$(lb_req POST "/v1/sessions/$sid/append" "hand-$bal-$sid" \
+			-d '{"text":" the end","generate":{"max_tokens":4,"stream":false}}')
+		[ "$st" = 200 ] || { hand_bad=$((hand_bad + 1)); echo "   after B's drain: append on $sid → $st $(head -c 200 "$tmp/body")"; }
+	done
+	check "$bal: B's ${#sids_b[@]} sessions keep going after B's drain (shared store)" \
+		[ "$hand_bad" -eq 0 -a "${#sids_b[@]}" -ge 1 ]
+	grep -q "\"request_id\":\"hand-$bal-" "$log_a"
+	check "$bal: … answered by A, restored from the store" [ $? -eq 0 ]
 
 	n_b=$((n_b + 1))
 	start_daemon "B$n_b" "$tmp/b.yaml"
