@@ -3,7 +3,7 @@
 # snapshotted on instance A and restored on instance B continues with exactly
 # the tokens (greedy) A produces, for a float, an int8 and an int4 cache, and
 # revision still works after it; hostile snapshots are refused with clear
-# errors; with a shared session store, an idle session is offloaded and
+# errors; a session is its creating key's; with a shared session store, an idle session is offloaded and
 # comes back, a SIGTERM drain hands every session to the next instance, a
 # kill -9 after an offload loses nothing, and a dead instance's lease is
 # taken over.
@@ -94,9 +94,23 @@ done
 
 # ---- hostile snapshots (the int8 one as a base) ----
 q8=(inference.quantization.enabled=true inference.quantization.bits=8 inference.quantization.full_precision_recent=8)
-cfg hostile "${q8[@]}"
+key2=test-key-2
+digest2=$(printf %s "$key2" | sha256sum | cut -d' ' -f1)
+cfg hostile "${q8[@]}" "server.api_keys=sha256:$api_digest,sha256:$digest2"
 start_daemon hostile "$tmp/hostile.yaml" "${args[@]}"
 check "hostile: instance ready" [ $? -eq 0 ]
+# a session belongs to the key that created it
+other=(-H "Authorization: Bearer $key2")
+http PUT /v1/sessions/0a11 "${auth[@]}" >/dev/null
+http POST /v1/sessions/0a11/append "${auth[@]}" -d '{"text":"Once upon a time"}' >/dev/null
+check "owner: another key's GET → 404" [ "$(http GET /v1/sessions/0a11 "${other[@]}")" = 404 ]
+check "owner: another key's append → 404" [ "$(http POST /v1/sessions/0a11/append "${other[@]}" -d '{"text":"x"}')" = 404 ]
+check "owner: another key's completion on it → 404" [ "$(http POST /v1/completions "${other[@]}" -d '{"session_id":"0a11","prompt":"x","max_tokens":1}')" = 404 ]
+check "owner: another key's snapshot → 404" [ "$(http GET /v1/sessions/0a11/snapshot "${other[@]}")" = 404 ]
+check "owner: another key's DELETE → 404" [ "$(http DELETE /v1/sessions/0a11 "${other[@]}")" = 404 ]
+check "owner: the owner still sees it" [ "$(http GET /v1/sessions/0a11 "${auth[@]}")" = 200 ]
+jcheck "owner: untouched by the other key" "$tmp/body" 'j["tokens_seen"] == 5'
+check "owner: the owner deletes it" [ "$(http DELETE /v1/sessions/0a11 "${auth[@]}")" = 200 ]
 snap="$tmp/int8.snap"
 mangle() { # OUT PYTHON-EXPR-ON-b (bytearray); reseal=1 recomputes the checksum
 	"$py" - "$snap" "$1" "$2" "${3:-0}" <<'PY'
