@@ -19,6 +19,19 @@ static enum MHD_Result session_not_found(struct request *r)
 	                          "session_not_found", 0, "no session %s", r->session_id);
 }
 
+/* -EDQUOT: limits.per_key.max_sessions (429), -EMFILE: limits.max_sessions (503). */
+static enum MHD_Result respond_session_limit(struct request *r, int rc, const char *owner,
+                                             const char *err)
+{
+	struct server *s = r->srv;
+	bool per_key = rc == -EDQUOT;
+	enum quota_limit l = per_key ? QUOTA_MAX_SESSIONS : QUOTA_SESSIONS_TOTAL;
+	quota_count_rejection(s->quota, l);
+	int retry = scheduler_session_retry_after_s(s->sched, per_key ? owner : NULL);
+	return http_respond_error(r, per_key ? 429 : 503, per_key ? "rate_limit_error" : "server_error",
+	                          NULL, quota_limit_code(l), retry, "%s", err);
+}
+
 enum MHD_Result api_session_create(struct request *r)
 {
 	struct server *s = r->srv;
@@ -38,15 +51,8 @@ enum MHD_Result api_session_create(struct request *r)
 	                               .owner_max = ql.max_sessions};
 	char id[SCHED_SESSION_ID_LEN], err[SINKD_ERR_LEN];
 	int rc = scheduler_session_create(s->sched, &set, id, err, sizeof(err));
-	if (rc == -EDQUOT || rc == -EMFILE) { /* limits.per_key.max_sessions, limits.max_sessions */
-		bool per_key = rc == -EDQUOT;
-		enum quota_limit l = per_key ? QUOTA_MAX_SESSIONS : QUOTA_SESSIONS_TOTAL;
-		quota_count_rejection(s->quota, l);
-		int retry = scheduler_session_retry_after_s(s->sched, per_key ? owner : NULL);
-		return http_respond_error(r, per_key ? 429 : 503,
-		                          per_key ? "rate_limit_error" : "server_error", NULL,
-		                          quota_limit_code(l), retry, "%s", err);
-	}
+	if (rc == -EDQUOT || rc == -EMFILE)
+		return respond_session_limit(r, rc, owner, err);
 	if (rc == -EEXIST)
 		return http_respond_error(r, 409, "invalid_request_error", "session_id",
 		                          "session_exists", 0, "%s", err);
@@ -220,15 +226,8 @@ enum MHD_Result api_session_restore(struct request *r)
 	struct session_restore_opts o = {.id = want, .owner = owner, .owner_max = ql.max_sessions};
 	int rc = scheduler_session_restore(s->sched, (const unsigned char *)r->body, r->body_len,
 	                                   &o, id, err, sizeof(err));
-	if (rc == -EDQUOT || rc == -EMFILE) {
-		bool per_key = rc == -EDQUOT;
-		enum quota_limit l = per_key ? QUOTA_MAX_SESSIONS : QUOTA_SESSIONS_TOTAL;
-		quota_count_rejection(s->quota, l);
-		int retry = scheduler_session_retry_after_s(s->sched, per_key ? owner : NULL);
-		return http_respond_error(r, per_key ? 429 : 503,
-		                          per_key ? "rate_limit_error" : "server_error", NULL,
-		                          quota_limit_code(l), retry, "%s", err);
-	}
+	if (rc == -EDQUOT || rc == -EMFILE)
+		return respond_session_limit(r, rc, owner, err);
 	if (rc == -EEXIST)
 		return http_respond_error(r, 409, "invalid_request_error", "id", "session_exists", 0,
 		                          "%s", err);

@@ -148,7 +148,9 @@ check "key A: session → 200 again" [ "$(http POST /v1/sessions "${auth_a[@]}")
 a2=$(sid_of)
 check "metric: per-key session refusal counted" wait_metric 'sinkd_quota_rejections_total{limit="per_key_max_sessions"}' == 1
 check "metric: total session refusal counted" wait_metric 'sinkd_quota_rejections_total{limit="max_sessions"}' == 1
-for id in "$b2" "$a1" "$a2"; do http DELETE "/v1/sessions/$id" "${auth_a[@]}" >/dev/null; done
+check "key A cannot delete key B's session (404)" [ "$(http DELETE "/v1/sessions/$b2" "${auth_a[@]}")" = 404 ]
+http DELETE "/v1/sessions/$b2" "${auth_b[@]}" >/dev/null
+for id in "$a1" "$a2"; do http DELETE "/v1/sessions/$id" "${auth_a[@]}" >/dev/null; done
 check "sessions deleted: nothing reserved" wait_metric sinkd_kv_bytes_reserved == 0
 
 # ---- streams ----------------------------------------------------------------------------------
