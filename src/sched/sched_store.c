@@ -150,24 +150,24 @@ void sched_ctl_run(struct scheduler *s, struct sched_ctl **jobs, size_t n)
 	pthread_mutex_unlock(&s->mu);
 }
 
-static int encode(struct scheduler *s, const struct sched_session *ss, const char *owner,
-                  const struct sched_export *ex, unsigned char **out, size_t *len, char *err,
-                  size_t err_len)
+static int encode(struct scheduler *s, const struct sinkcache_geometry *geom, const char *id,
+                  const char *owner, const struct sched_export *ex, unsigned char **out,
+                  size_t *len, char *err, size_t err_len)
 {
-	struct snapshot_expect id;
-	int rc = identity(s, &id, err, err_len);
+	struct snapshot_expect ident;
+	int rc = identity(s, &ident, err, err_len);
 	if (rc)
 		return rc;
-	struct snapshot sn = {.n_vocab = id.n_vocab,
-	                      .geom = ss->geom,
+	struct snapshot sn = {.n_vocab = ident.n_vocab,
+	                      .geom = *geom,
 	                      .tokens_seen = ex->tokens_seen,
 	                      .has_pending = ex->has_pending,
 	                      .n_hist = ex->n_hist,
 	                      .hist = ex->hist,
 	                      .kv = ex->kv};
-	memcpy(sn.model_sha256, id.model_sha256, 32);
-	snprintf(sn.arch, sizeof(sn.arch), "%s", id.arch);
-	snprintf(sn.id, sizeof(sn.id), "%s", ss->id);
+	memcpy(sn.model_sha256, ident.model_sha256, 32);
+	snprintf(sn.arch, sizeof(sn.arch), "%s", ident.arch);
+	snprintf(sn.id, sizeof(sn.id), "%s", id);
 	snprintf(sn.owner, sizeof(sn.owner), "%s", owner);
 	return snapshot_encode(&sn, out, len, err, err_len);
 }
@@ -176,7 +176,8 @@ int scheduler_session_snapshot(struct scheduler *s, const char *id, unsigned cha
                                size_t *len, char *err, size_t err_len)
 {
 	struct sched_ctl c = {0};
-	char owner[SCHED_OWNER_LEN];
+	char owner[SCHED_OWNER_LEN], sid[SCHED_SESSION_ID_LEN];
+	struct sinkcache_geometry geom;
 	*out = NULL;
 	*len = 0;
 	if (!s->be->ops->session_export)
@@ -193,6 +194,8 @@ int scheduler_session_snapshot(struct scheduler *s, const char *id, unsigned cha
 	}
 	c.ss = ss;
 	snprintf(owner, sizeof(owner), "%s", ss->owner);
+	snprintf(sid, sizeof(sid), "%s", ss->id);
+	geom = ss->geom;
 	if (PUSH(s->ctl, s->n_ctl, s->cap_ctl, &c)) {
 		pthread_mutex_unlock(&s->mu);
 		return err_set(err, err_len, -ENOMEM, "out of memory");
@@ -207,9 +210,8 @@ int scheduler_session_snapshot(struct scheduler *s, const char *id, unsigned cha
 		err_set(err, err_len, rc, "%s", c.err);
 		return rc;
 	}
-	/* ss stays valid: only the engine frees sessions, and this one had a
-	 * job pending until c.done; its geometry and id never change. */
-	rc = encode(s, ss, owner, &c.ex, out, len, err, err_len);
+	/* ss may be gone by now (deleted since): only the copies are used */
+	rc = encode(s, &geom, sid, owner, &c.ex, out, len, err, err_len);
 	sched_export_free(&c.ex);
 	if (!rc) {
 		pthread_mutex_lock(&s->mu);
@@ -472,7 +474,9 @@ static void *writer_main(void *arg)
 		unsigned char *bytes = NULL;
 		size_t len = 0;
 		char err[SINKD_ERR_LEN] = "";
-		int rc = encode(s, j->ss, owner, &j->ex, &bytes, &len, err, sizeof(err));
+		/* j->ss stays valid: its ctl_refs is held until the job is done */
+		int rc = encode(s, &j->ss->geom, j->ss->id, owner, &j->ex, &bytes, &len, err,
+		                sizeof(err));
 		if (!rc)
 			rc = session_store_put(s->store, j->ss->id, bytes, len, err, sizeof(err));
 		free(bytes);
