@@ -58,6 +58,7 @@ for m in $MODELS; do
 	cat >"$tmp/sinkd.yaml" <<YAML
 server: {listen: "127.0.0.1:$port", tls: {enabled: false}, drain_grace_s: 0}
 model: {path: "$path"}
+inference: {quantization: {enabled: true, bits: 8, full_precision_recent: 128}}
 limits: {max_tokens: 16, max_sessions: 64}
 scheduler: {session_ttl_s: 3600}
 logging: {level: warn}
