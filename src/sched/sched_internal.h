@@ -255,6 +255,8 @@ void sched_req_retire(struct scheduler *s, struct sched_req *r);
 int sched_session_create_restored(struct scheduler *s, const struct session_settings *opt,
                                   const struct sched_restore *rs,
                                   char id_out[SCHED_SESSION_ID_LEN], char *err, size_t err_len);
+/* The live session of that id, or NULL; mu held. */
+struct sched_session *sched_session_find_locked(struct scheduler *s, const char *id);
 /* Takes a session out of the table; the engine frees it once idle. */
 void sched_session_kill_locked(struct scheduler *s, struct sched_session *ss);
 

@@ -184,10 +184,7 @@ int scheduler_session_snapshot(struct scheduler *s, const char *id, unsigned cha
 		return err_set(err, err_len, -ENOTSUP, "the %s backend cannot snapshot sessions",
 		               s->be->ops->name);
 	pthread_mutex_lock(&s->mu);
-	struct sched_session *ss = NULL;
-	for (size_t i = 0; id && i < s->n_sessions; i++)
-		if (!strcmp(s->sessions[i]->id, id))
-			ss = s->sessions[i];
+	struct sched_session *ss = id ? sched_session_find_locked(s, id) : NULL;
 	if (!ss) {
 		pthread_mutex_unlock(&s->mu);
 		return err_set(err, err_len, -ENOENT, "no session %.40s", id ? id : "");
@@ -368,9 +365,7 @@ int scheduler_session_fetch(struct scheduler *s, const char *id, char *err, size
 	if (rc == -ENOENT) {
 		session_store_lease_release(s->store, id);
 		pthread_mutex_lock(&s->mu);
-		bool here = false;
-		for (size_t i = 0; i < s->n_sessions && !here; i++)
-			here = !strcmp(s->sessions[i]->id, id);
+		bool here = sched_session_find_locked(s, id) != NULL;
 		pthread_mutex_unlock(&s->mu);
 		return here ? 0 : err_set(err, err_len, -ENOENT, "no session %s", id);
 	}

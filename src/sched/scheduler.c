@@ -166,7 +166,7 @@ int64_t scheduler_max_prompt_tokens(struct scheduler *s)
 
 /* ---- sessions ---------------------------------------------------------- */
 
-static struct sched_session *session_find_locked(struct scheduler *s, const char *id)
+struct sched_session *sched_session_find_locked(struct scheduler *s, const char *id)
 {
 	for (size_t i = 0; i < s->n_sessions; i++)
 		if (strcmp(s->sessions[i]->id, id) == 0)
@@ -329,7 +329,7 @@ static int session_create(struct scheduler *s, const struct session_settings *op
 		rc = settings_apply(&s->lim, opt, &g, err, err_len);
 	if (rc)
 		goto out;
-	if (want_id && session_find_locked(s, want_id)) {
+	if (want_id && sched_session_find_locked(s, want_id)) {
 		rc = err_set(err, err_len, -EEXIST, "session %s exists", want_id);
 		goto out;
 	}
@@ -363,7 +363,7 @@ static int session_create(struct scheduler *s, const struct session_settings *op
 	else
 		do
 			session_id_make(ss->id);
-		while (s->n_sessions > 1 && session_find_locked(s, ss->id) != ss);
+		while (s->n_sessions > 1 && sched_session_find_locked(s, ss->id) != ss);
 	if (opt && opt->owner)
 		snprintf(ss->owner, sizeof(ss->owner), "%s", opt->owner);
 	if (rs) {
@@ -416,7 +416,7 @@ int scheduler_session_info(struct scheduler *s, const char *id, struct sched_ses
 {
 	memset(out, 0, sizeof(*out));
 	pthread_mutex_lock(&s->mu);
-	struct sched_session *ss = id ? session_find_locked(s, id) : NULL;
+	struct sched_session *ss = id ? sched_session_find_locked(s, id) : NULL;
 	if (ss) {
 		double now = sched_now();
 		out->n_seen = ss->stats.n_seen + (ss->has_pending ? 1 : 0);
@@ -462,7 +462,7 @@ void sched_session_kill_locked(struct scheduler *s, struct sched_session *ss)
 int scheduler_session_delete(struct scheduler *s, const char *id)
 {
 	pthread_mutex_lock(&s->mu);
-	struct sched_session *ss = id ? session_find_locked(s, id) : NULL;
+	struct sched_session *ss = id ? sched_session_find_locked(s, id) : NULL;
 	if (ss) {
 		sched_session_kill_locked(s, ss);
 		pthread_cond_signal(&s->cv);
@@ -558,7 +558,7 @@ static int submit_on_session_locked(struct scheduler *s, struct sched_req *r, ch
                                     size_t err_len)
 {
 	const struct gen_request *q = &r->req;
-	struct sched_session *ss = session_find_locked(s, q->session_id);
+	struct sched_session *ss = sched_session_find_locked(s, q->session_id);
 	if (!ss)
 		return err_set(err, err_len, -ENOENT, "no session %.40s", q->session_id);
 	if (ss->offloading)

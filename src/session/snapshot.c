@@ -128,16 +128,21 @@ size_t snapshot_max_bytes(const struct sinkcache_geometry *g)
 	       CHECKSUM_BYTES;
 }
 
-void snapshot_sha256_hex(const void *bytes, size_t n, char out[65])
+static void hex_of(const unsigned char *md, char out[65])
 {
 	static const char digits[] = "0123456789abcdef";
-	unsigned char md[SHA256_DIGEST_LENGTH];
-	SHA256(bytes, n, md);
-	for (int i = 0; i < SHA256_DIGEST_LENGTH; i++) {
+	for (int i = 0; i < 32; i++) {
 		out[2 * i] = digits[md[i] >> 4];
 		out[2 * i + 1] = digits[md[i] & 15];
 	}
 	out[64] = '\0';
+}
+
+void snapshot_sha256_hex(const void *bytes, size_t n, char out[65])
+{
+	unsigned char md[SHA256_DIGEST_LENGTH];
+	SHA256(bytes, n, md);
+	hex_of(md, out);
 }
 
 static void put_text(unsigned char *p, size_t cap, const char *s)
@@ -228,16 +233,6 @@ static int hex_id_check(const char *id, char *err, size_t err_len)
 		return err_set(err, err_len, -EINVAL,
 		               "snapshot: session id '%s' is not 1..32 hex digits", id);
 	return 0;
-}
-
-static void hex_of(const unsigned char *md, char out[65])
-{
-	static const char digits[] = "0123456789abcdef";
-	for (int i = 0; i < 32; i++) {
-		out[2 * i] = digits[md[i] >> 4];
-		out[2 * i + 1] = digits[md[i] & 15];
-	}
-	out[64] = '\0';
 }
 
 int snapshot_peek_max_bytes(const unsigned char *head, size_t n, size_t *max_bytes, char *err,
