@@ -249,8 +249,6 @@ struct http_conn {
 	struct http_conn *prev, *next; /* srv->conns [srv->conn_mu] */
 };
 
-enum { CUT_HANDSHAKE, CUT_REQUEST, CUT_IDLE };
-
 /* Connections beyond server.max_connections that are still accepted, so
  * that /health and /ready answer while every other request gets a 503. */
 #define HTTP_HEALTH_RESERVE 32
@@ -299,18 +297,19 @@ static bool conn_over_limit(struct server *s)
 }
 
 /* The deadline of a phase in seconds; 0 = none. */
-static double conn_phase_limit(const struct server_settings *set, enum conn_phase p, int *kind)
+static double conn_phase_limit(const struct server_settings *set, enum conn_phase p,
+                               enum conn_deadline *kind)
 {
 	switch (p) {
 	case CONN_HANDSHAKE:
-		*kind = CUT_HANDSHAKE;
+		*kind = DEADLINE_HANDSHAKE;
 		return (double)set->handshake_timeout_s;
 	case CONN_FIRST:
 	case CONN_REQUEST:
-		*kind = CUT_REQUEST;
+		*kind = DEADLINE_REQUEST;
 		return (double)set->request_timeout_s;
 	case CONN_IDLE:
-		*kind = CUT_IDLE;
+		*kind = DEADLINE_IDLE;
 		return (double)set->idle_timeout_s;
 	case CONN_ANSWER:
 		break;
@@ -325,13 +324,14 @@ static double conn_phase_limit(const struct server_settings *set, enum conn_phas
 static void conn_cut_late(struct server *s, const struct server_settings *set, double now)
 {
 	for (struct http_conn *hc = s->conns; hc; hc = hc->next) {
-		int kind = 0;
+		enum conn_deadline kind = DEADLINE_HANDSHAKE;
 		double limit = conn_phase_limit(set, hc->phase, &kind);
 		if (hc->cut || limit <= 0 || now - hc->phase_t0 < limit || hc->fd < 0)
 			continue;
 		shutdown(hc->fd, SHUT_RDWR);
 		hc->cut = true;
 		s->n_cut[kind]++;
+		metrics_deadline_close(s->metrics, kind);
 	}
 }
 
@@ -340,14 +340,14 @@ static void conn_cut_late(struct server *s, const struct server_settings *set, d
  * many when they are an attack.  Holds conn_mu. */
 static void conn_log_cuts(struct server *s, double now, uint64_t logged[3])
 {
-	if (now - s->cut_logged < 10.0 || (s->n_cut[CUT_HANDSHAKE] == logged[CUT_HANDSHAKE] &&
-	                                   s->n_cut[CUT_REQUEST] == logged[CUT_REQUEST]))
+	if (now - s->cut_logged < 10.0 || (s->n_cut[DEADLINE_HANDSHAKE] == logged[DEADLINE_HANDSHAKE] &&
+	                                   s->n_cut[DEADLINE_REQUEST] == logged[DEADLINE_REQUEST]))
 		return;
 	s->cut_logged = now;
 	memcpy(logged, s->n_cut, sizeof(s->n_cut));
-	struct log_field f[] = {LOG_INT("handshake_total", (long long)s->n_cut[CUT_HANDSHAKE]),
-	                        LOG_INT("request_total", (long long)s->n_cut[CUT_REQUEST]),
-	                        LOG_INT("idle_total", (long long)s->n_cut[CUT_IDLE]),
+	struct log_field f[] = {LOG_INT("handshake_total", (long long)s->n_cut[DEADLINE_HANDSHAKE]),
+	                        LOG_INT("request_total", (long long)s->n_cut[DEADLINE_REQUEST]),
+	                        LOG_INT("idle_total", (long long)s->n_cut[DEADLINE_IDLE]),
 	                        LOG_INT("open", (long long)s->n_conns), LOG_END};
 	log_event(s->log, LOG_INFO, LOG_MODULE, "closed slow connections past their deadline", f);
 }

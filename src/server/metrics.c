@@ -51,7 +51,10 @@ struct metrics {
 	uint64_t tokens_in, tokens_out;
 	struct histogram ttft, itl, write_delay;
 	int64_t streams_open;
+	uint64_t deadline_closes[DEADLINE_COUNT];
 };
+
+static const char *const deadline_names[DEADLINE_COUNT] = {"handshake", "request", "idle"};
 
 const char *api_endpoint_path(enum api_endpoint ep)
 {
@@ -89,6 +92,15 @@ void metrics_request(struct metrics *m, enum api_endpoint ep, int status)
 			break;
 		}
 	}
+	pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_deadline_close(struct metrics *m, enum conn_deadline d)
+{
+	if (!m || d < 0 || d >= DEADLINE_COUNT)
+		return;
+	pthread_mutex_lock(&m->mu);
+	m->deadline_closes[d]++;
 	pthread_mutex_unlock(&m->mu);
 }
 
@@ -233,6 +245,12 @@ char *metrics_render(struct metrics *m, int ready, size_t *len)
 	render_histogram(&b, "sinkd_sse_write_delay_seconds",
 	                 "Time from token emitted by the engine to SSE event handed to the socket.",
 	                 &m->write_delay);
+	sb_printf(&b, "# HELP sinkd_http_deadline_closes_total Connections closed by their "
+	              "handshake, request or keep-alive idle deadline.\n"
+	              "# TYPE sinkd_http_deadline_closes_total counter\n");
+	for (int d = 0; d < DEADLINE_COUNT; d++)
+		sb_printf(&b, "sinkd_http_deadline_closes_total{deadline=\"%s\"} %llu\n",
+		          deadline_names[d], (unsigned long long)m->deadline_closes[d]);
 	render_gauge(&b, "sinkd_open_streams", "gauge", "Open SSE streams.",
 	             (unsigned long long)(m->streams_open > 0 ? m->streams_open : 0));
 	pthread_mutex_unlock(&m->mu);

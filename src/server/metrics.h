@@ -1,6 +1,6 @@
 /* Server metrics in Prometheus text format: requests by endpoint and status,
  * tokens in and out, time to first token, inter-token latency and SSE write
- * delay histograms, open streams. */
+ * delay histograms, open streams, connections closed by their deadlines. */
 #pragma once
 
 #include <stddef.h>
@@ -27,6 +27,10 @@ enum api_endpoint {
 /* "/v1/completions" etc.; EP_OTHER for anything unknown. */
 const char *api_endpoint_path(enum api_endpoint ep);
 
+/* The deadlines that close a slow connection (server.handshake_timeout_s,
+ * request_timeout_s, idle_timeout_s). */
+enum conn_deadline { DEADLINE_HANDSHAKE = 0, DEADLINE_REQUEST, DEADLINE_IDLE, DEADLINE_COUNT };
+
 struct metrics;
 
 int metrics_new(struct metrics **out);
@@ -39,6 +43,7 @@ void metrics_inter_token(struct metrics *m, double seconds);
 /* Delay between the engine emitting a token and the server handing its SSE
  * event to the socket. */
 void metrics_sse_write_delay(struct metrics *m, double seconds);
+void metrics_deadline_close(struct metrics *m, enum conn_deadline d);
 void metrics_streams_add(struct metrics *m, int delta);
 int64_t metrics_streams_open(struct metrics *m);
 

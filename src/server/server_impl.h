@@ -76,7 +76,7 @@ struct server {
 	pthread_cond_t conn_cond; /* wakes the deadline thread to quit */
 	struct http_conn *conns;  /* [conn_mu] */
 	size_t n_conns;           /* [conn_mu] */
-	uint64_t n_cut[3];        /* closed by a deadline: handshake, request, idle [conn_mu] */
+	uint64_t n_cut[DEADLINE_COUNT];       /* closed by a deadline: handshake, request, idle [conn_mu] */
 	double cut_logged;        /* when the last summary line was written [conn_mu] */
 	pthread_t dl_thread;
 	bool dl_started;

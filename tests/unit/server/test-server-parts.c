@@ -305,6 +305,9 @@ START_TEST(test_metrics_text)
 	metrics_inter_token(m, 0.0007);
 	metrics_streams_add(m, 2);
 	metrics_streams_add(m, -1);
+	metrics_deadline_close(m, DEADLINE_REQUEST);
+	metrics_deadline_close(m, DEADLINE_REQUEST);
+	metrics_deadline_close(m, DEADLINE_COUNT); /* not a deadline: ignored */
 	size_t len;
 	char *t = metrics_render(m, 1, &len);
 	ck_assert_ptr_nonnull(t);
@@ -321,6 +324,11 @@ START_TEST(test_metrics_text)
 	ck_assert_ptr_nonnull(strstr(t, "sinkd_inter_token_latency_seconds_count 1\n"));
 	ck_assert_ptr_nonnull(strstr(t, "sinkd_open_streams 1\n"));
 	ck_assert_ptr_nonnull(strstr(t, "# TYPE sinkd_http_requests_total counter\n"));
+	ck_assert_ptr_nonnull(
+	    strstr(t, "sinkd_http_deadline_closes_total{deadline=\"handshake\"} 0\n"));
+	ck_assert_ptr_nonnull(
+	    strstr(t, "sinkd_http_deadline_closes_total{deadline=\"request\"} 2\n"));
+	ck_assert_ptr_nonnull(strstr(t, "sinkd_http_deadline_closes_total{deadline=\"idle\"} 0\n"));
 	free(t);
 	metrics_free(m);
 }
