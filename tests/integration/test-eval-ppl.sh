@@ -3,11 +3,13 @@
 # stories260K on tinystories-dev.txt (../shared/reference/
 # stories260K-streaming-ppl.json), within 0.5%, for three geometries over the
 # whole text (window with sinks, window only, original positions: the
-# ablation that must blow up); the recompute baseline equals the stream when
+# ablation that must blow up), the same for three geometries of the sink
+# fixture stories260K-sink (../shared/reference/stories260K-sink-ppl.json),
+# whose perplexity triples without its sink, and int4 K/V with and without
+# sink protection on it; the recompute baseline equals the stream when
 # the cache holds the whole stream; usage errors exit 2.
-# The full text at every token takes ~4 s per geometry here with --chunk 16
-# (chunked prefill gives the same numbers as one token at a time: each token
-# is appended and then attends, in order).
+# --chunk 16 keeps it short (chunked prefill gives the same numbers as one
+# token at a time: each token is appended and then attends, in order).
 set -u
 base_only=1 . "$(dirname "$0")/server-lib.sh"
 model=$(realpath "$shared/models/stories260K.gguf")
@@ -45,6 +47,48 @@ sink4_window252 4 252 cache
 sink0_window128 0 128 cache
 sink4_window252_original_positions 4 252 original
 LIST
+
+# The sink fixture (../shared/models/README.md): its layers 1-4 park about
+# half of their attention on the stream's first token, so dropping, moving
+# or mis-positioning the sink shows as a perplexity far from the reference
+# (../shared/reference/stories260K-sink-ppl.json, float64, float K/V).
+sink_model=$(realpath "$shared/models/stories260K-sink.gguf")
+sink_ref=$shared/reference/stories260K-sink-ppl.json
+sed "s|^  path: .*|  path: \"$sink_model\"|" "$tmp/eval.yaml" >"$tmp/sink.yaml"
+for name in s4_w252 s0_w256 s4_w252_origpos; do
+	sinks=$(jq -r ".rows.$name.sink_keep_count" "$sink_ref")
+	window=$(jq -r ".rows.$name.window_size" "$sink_ref")
+	positions=$(jq -r ".rows.$name.rope_positions" "$sink_ref")
+	"$bin" eval --config "$tmp/sink.yaml" --text "$text" --chunk 16 --json \
+		--set inference.cache.sink_keep_count="$sinks" \
+		--set inference.cache.window_size="$window" \
+		--set inference.cache.rope_positions="$positions" >"$tmp/$name.out" 2>"$tmp/$name.err"
+	check "fixture $name: eval exits 0" [ $? -eq 0 ]
+	got=$(tail -n 1 "$tmp/$name.out" | jq -r .perplexity)
+	want=$(jq -r ".rows.$name.perplexity" "$sink_ref")
+	check "fixture $name ($(jq -r ".rows.$name.what" "$sink_ref")): perplexity $got within 0.5% of $want" \
+		awk -v g="$got" -v w="$want" 'BEGIN { d = g / w - 1; exit !(d < 0.005 && d > -0.005) }'
+done
+# int4 K/V: with the sinks kept in full precision the fixture scores as in
+# float; with them quantized the heads lose what they park there.
+for protect in true false; do
+	"$bin" eval --config "$tmp/sink.yaml" --text "$text" --chunk 16 --json \
+		--set inference.cache.sink_keep_count=4 --set inference.cache.window_size=252 \
+		--set inference.quantization.enabled=true --set inference.quantization.bits=4 \
+		--set inference.quantization.full_precision_recent=64 \
+		--set inference.quantization.protect_sink_positions=$protect >"$tmp/int4-$protect.out" 2>&1
+	check "fixture int4, protect_sink_positions $protect: eval exits 0" [ $? -eq 0 ]
+done
+p_on=$(tail -n 1 "$tmp/int4-true.out" | jq -r .perplexity)
+p_off=$(tail -n 1 "$tmp/int4-false.out" | jq -r .perplexity)
+p_float=$(tail -n 1 "$tmp/s4_w252.out" | jq -r .perplexity)
+check "fixture int4 with the sinks protected ($p_on) within 0.5% of float K/V ($p_float)" \
+	awk -v g="$p_on" -v w="$p_float" 'BEGIN { d = g / w - 1; exit !(d < 0.005 && d > -0.005) }'
+check "fixture int4 with the sinks quantized ($p_off) over 5% worse than protected" \
+	awk -v a="$p_off" -v b="$p_on" 'BEGIN { exit !(a > b * 1.05) }'
+share=$(tail -n 1 "$tmp/s4_w252.out" | jq -c '.sink_attention_share | map(. * 1000 | round / 1000)')
+check "fixture with 4 sinks: layers 1-4 give the sinks over a third of their attention $share" \
+	jq -e '.sink_attention_share | .[1:] | all(. > 0.33)' <(tail -n 1 "$tmp/s4_w252.out")
 
 # With a cache larger than the stream nothing is evicted: streaming and
 # recomputing each prediction from scratch must agree.
