@@ -82,17 +82,13 @@ static void attend_prefetch(const struct sinkcache *c, const struct kv_layer *L,
 	prefetch_ring(c, &L->hot, values ? L->hot_v : L->hot_k, kh);
 }
 
-/* Loading a query's rows ahead, when they fit in a core's L2 (1 MiB on
- * the test VM's Zen 5), with plain loads of four runs side by side.  A
- * decode step attends each session's layer once, its rows cold (the matrix
- * products ran in between), and the cache prefetches above did not overlap
- * the arithmetic: once a few dozen misses were outstanding the next
- * prefetch stalled the core.  134M geometry (12 kv heads of 64, bf16, 80
- * rows, 32 sessions), 2 threads: 24-25 us per session and layer with the
- * prefetches, 17-18 us loading ahead (20-21 us with two runs side by side);
- * engine-driver, 4 alternating pairs: 32 streams F16 +2-7% tok/s (median
- * +4%), 16 streams F32 -1..+12% (median +5%).  Larger sets (long
- * windows) keep the prefetches: their start would be evicted before use. */
+/* Loading a query's rows ahead, when they fit in a core's L2, with plain
+ * loads of four runs side by side.  A decode step attends each session's
+ * layer once, its rows cold (the matrix products ran in between), and the
+ * cache prefetches above did not overlap the arithmetic: once a few dozen
+ * misses were outstanding the next prefetch stalled the core.  Larger sets
+ * (long windows) keep the prefetches: their start would be evicted before
+ * use.  Measurements: tests/bench/results/code-notes.md. */
 #define ATTEND_LOAD_AHEAD_MAX ((size_t)768 * 1024)
 #define ATTEND_LOAD_RUNS 4
 

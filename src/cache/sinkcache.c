@@ -277,26 +277,16 @@ static void kv_layer_clear(struct sinkcache *c, struct kv_layer *L)
 /* The blocks are mapped on their own rather than taken from the heap: fresh
  * pages read as zero without being written, so a new session costs no
  * memset and touches (commits) only the pages its tokens reach, and the
- * pages go back to the system when the session ends.  Heap blocks of this
- * size (up to ~13 MB per layer) came back zeroed by calloc once glibc's
- * mmap threshold had grown: tens of milliseconds per new session on the
- * engine thread, a stall of every stream's tick.
+ * pages go back to the system when the session ends; heap blocks this large
+ * come back zeroed by calloc, a stall of every stream's tick.
  *
- * Every decode step reads the front of every layer of every session (each
- * head's rows a run of its own), so with small pages a step of 32 streams
- * of the 134M model touched ~37,000 pages and attention waited on address
- * translation.  The fronts of all layers are one block, on huge pages when
- * it spans 2 MiB to SINKCACHE_HUGE_FRONT_MAX.  A session's first token
- * writes a row in every layer's front, so with huge pages it commits (and
- * the engine thread zeroes) about the whole front at once: 5.7 MiB for the
- * 134M model with quantization on (the front is then the newest
- * full_precision_recent tokens, filled within a few hundred tokens anyway).
- * Measured there (new cache + first token in all 12 layers, 32 sessions in
- * turn): 0.6-1.0 ms, against 1.0-1.2 ms on small pages (a fault per page);
- * the first 32 sessions of a fresh process took 5-9 ms each on the test VM,
- * whose host backs guest memory on first touch.  Larger fronts (no
+ * Every decode step reads the front of every layer of every session, so on
+ * small pages attention waits on address translation: the fronts of all
+ * layers are one block, on huge pages when it spans 2 MiB to
+ * SINKCACHE_HUGE_FRONT_MAX.  A session's first token then commits about the
+ * whole front at once, which its tokens fill soon anyway; larger fronts (no
  * quantization: the whole window is hot) keep small pages and commit only
- * what the tokens reach. */
+ * what the tokens reach.  Measurements: tests/bench/results/code-notes.md. */
 #define SINKCACHE_HUGE_FRONT_MAX ((size_t)8 << 20)
 
 static bool front_on_huge_pages(size_t bytes)
@@ -306,27 +296,19 @@ static bool front_on_huge_pages(size_t bytes)
 
 /* A layer's quantized groups (four runs in its back block: key codes, value
  * codes and their parameters, each filled in token order) go on huge pages
- * when the block spans 2 MiB or more.  The first group then commits about
- * the whole block (a 2 MiB page per run: 6.9 MiB per layer of the 134M
- * model, about its share of the session's bound, which admission reserved
- * anyway) instead of four 16 KiB chunks; a session of fewer tokens than the
- * hot tier plus one group commits none of it.  On small pages a long
- * stream's attention waited on address translation: 134M F32 model at
- * position 5,000 (window 4,096, 8-bit groups), 2 threads, attention 6.4-6.5
- * ms per token against 4.7-5.1 ms on huge pages.  Appending 400 tokens to
- * all 12 layers of a reused cache took 60-63 ms on small pages against 22
- * ms (the first group flush 8-9 against 6 ms); in a fresh process, whose
- * host backs guest memory on first touch, the first flush took 143 ms
- * once. */
+ * when the block spans 2 MiB or more: a long stream's attention reads them
+ * all, and on small pages waits on address translation.  The first group
+ * then commits about the whole block (a 2 MiB page per run, about its share
+ * of the session's bound, which admission reserved anyway); a session of
+ * fewer tokens than the hot tier plus one group commits none of it. */
 static bool back_on_huge_pages(size_t bytes)
 {
 	return bytes >= PAGES_HUGE_BYTES;
 }
 
 /* Pages of the rows a token writes are made resident a chunk at a time
- * (pages_populate) instead of one page fault each: a decode step of 32
- * streams of the 134M model wrote ~290 fresh pages (each token's rows of
- * every head land on different pages).  16 KiB keeps what a short session
+ * (pages_populate) instead of one page fault each: each token's rows of
+ * every head land on different pages.  16 KiB keeps what a short session
  * commits ahead small (at most one chunk per head row run). */
 #define POPULATE_CHUNK ((size_t)16384)
 

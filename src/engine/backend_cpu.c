@@ -38,16 +38,9 @@
  * products and attention), of a model whose weights stay in the caches,
  * runs on the calling thread alone: its steps are too short to share (a
  * wake-up and a wait each), and the idle workers go to sleep after their
- * spin, leaving their cores to the server's TLS threads.  Measured on the
- * 2-core test VM, in process: stories260K (1 MB of weights, 259k
- * multiply-adds a token) at 8 and 16 streams on 1 thread 0.95 and 0.985x
- * the speed of 2 (medians of 6 alternating pairs) at half the CPU time;
- * over HTTPS, 16 streams made 44-50k tok/s with 1 engine thread against
- * 29k with 2, inter-token p99 ~1 ms against ~4.  Models of 4 and 8.5 MB
- * ran a single stream as fast on 1 thread as on 2; one of 21.5 MB (5.4M
- * multiply-adds a token) 1.2-1.3x faster on 2, one of 28 MB (7.1M) 2x:
- * their weights stream from memory, and one core's share of the bandwidth
- * is about half. */
+ * spin, leaving their cores to the server's TLS threads.  Larger models
+ * stream their weights from memory, where one core's share of the
+ * bandwidth is not enough.  Measurements: tests/bench/results/code-notes.md. */
 #define FORWARD_PARALLEL_MIN_MACS 8e6
 #define FORWARD_SERIAL_MAX_WEIGHT_BYTES ((size_t)8 << 20)
 
@@ -55,10 +48,8 @@
  * geometry: at most this many, holding at most this many resident bytes of
  * fronts (their quantized groups go back to the system;
  * sinkcache_reset_trim).  A new cache makes its pages resident as its rows
- * reach them, and on the test VM, whose host takes back the pages a process
- * frees, that cost 12-44 us per 16 KiB: 0.3-1.2 s of the 7 s of CPU of a
- * 16-stream run of the 134M model with a fresh session every 128 tokens.
- * These bytes are outside the scheduler's KV budget, which counts the
+ * reach them, which is slow where the host takes back the pages a process
+ * frees (a VM).  These bytes are outside the scheduler's KV budget, which counts the
  * caches of live sessions. */
 #define CPU_CACHE_POOL_MAX 32
 #define CPU_CACHE_POOL_BYTES ((size_t)256 << 20)
@@ -724,13 +715,10 @@ static size_t block_bytes(size_t n)
  * so, all in one block on huge pages (pages.h: the weights are one 0.2-0.5
  * GB stream per token, 2 MiB a TLB entry instead of 4 KiB).  The token
  * embedding table joins the block as it is stored: its rows are read at
- * random, and on the test VM a row read from the file mapping's small
- * pages after a step had evicted their page tables cost 18-29 us (a page
- * walk through guest and host tables), against 2-5 us on huge pages: 16
- * such rows took 0.27-0.34 ms of a 17.5-24 ms step of 16 streams of the
- * 134M F32 model (0.03-0.04 ms from the copy).  The block is made
- * resident in one call (loading the 134M F32 model took 1 s, 0.6 s of it
- * page faults).  The file pages of each copied matrix are given back,
+ * random, and a row read from the file mapping's small pages after a step
+ * had evicted their page tables costs a page walk (through guest and host
+ * tables in a VM).  The block is made resident in one call, not a fault a
+ * page.  The file pages of each copied matrix are given back,
  * unless a matrix that still reads them (a tied head without panels, or
  * the embedding table when it was not copied) shares them.  Without memory
  * for the block the matrices stay as stored. */

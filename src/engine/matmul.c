@@ -366,9 +366,9 @@ static AVX2_FN void gemm_micro_any(int mb, int kn, const float *panel, const flo
 /* --------------------------------------------------- AVX-512 (when present)
  * The packed panel holds 16 floats per column: one zmm.  The micro kernel
  * keeps 12 batch rows in 12 zmm accumulators (one load, 12 broadcast-FMAs
- * per column), twice the work per instruction of the AVX2 one.  (Decode
- * stays AVX2: 512-bit loads of 32-byte aligned GGUF rows split cache lines
- * and measured slower.) */
+ * per column), twice the work per instruction of the AVX2 one.  Decode
+ * rows (dot_row512) start with a masked head so that their 512-bit loads
+ * never split a cache line (GGUF rows are only 32-byte aligned). */
 #define AVX512_TARGET "avx512f,avx512bw,avx512vl,avx2,fma,f16c"
 #define AVX512_FN __attribute__((target(AVX512_TARGET)))
 #define AVX512_INLINE static inline __attribute__((always_inline, target(AVX512_TARGET)))
@@ -556,8 +556,8 @@ AVX512_INLINE void tile512(int type, int RB, int BB, const uint8_t *w, size_t ro
 
 /* AVX-512 rows for batches below the GEMM size: B == 1 streams each row
  * once (dot_row512); larger ones run register tiles over batch chunks of
- * TILE512_BB; the caller hands over blocks of MATMUL_BLOCK_ROWS rows, which
- * stay in L2 across the chunks. */
+ * TILE512_BB; the caller hands over blocks of MATMUL_BLOCK_ROWS_BATCH rows,
+ * which stay in L2 across the chunks. */
 #define DEFINE_ROWS_AVX512(NAME, TYPE)                                                             \
 	static AVX512_FN void NAME(const struct matmul_job *job, const float *x,                   \
 	                           const struct block_q8_x *xq, const float *xt, int B, int r0, int r1)             \
@@ -911,18 +911,13 @@ bool matmul_q8_rounds_activations(enum matmul_isa isa, int B)
 
 /* Rows per unit of work handed to a thread: small enough to balance the
  * threads at the end of a product, large enough that each unit is one long
- * sequential read (and, for batches, a multiple of every tile height).
- * Decode, 134M model, 2 threads: 64-row blocks 4-6% (F32) and 10-27% (F16)
- * faster than 16; 128 and 256 no better.  Batches: 96 and 192 no better
- * than 48. */
+ * sequential read (and, for batches, a multiple of every tile height). */
 #ifndef MATMUL_BLOCK_ROWS_DECODE /* overridable, to compare by hand */
 #define MATMUL_BLOCK_ROWS_DECODE 64
 #endif
 /* Decode blocks an owner claims at once: longer sequential runs per call
- * (the panel kernels read four streams over a call's rows; 134M F16, 1
- * stream, medians of 5 alternating pairs: 4 blocks +10% over one block read
- * as adjacent groups, 8 blocks +1% over 4), while thieves still take one
- * block, so the threads end together. */
+ * (the panel kernels read four streams over a call's rows), while thieves
+ * still take one block, so the threads end together. */
 #define MATMUL_OWNER_BLOCKS_DECODE 8
 #ifndef MATMUL_BLOCK_ROWS_BATCH
 #define MATMUL_BLOCK_ROWS_BATCH 48

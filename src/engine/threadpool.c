@@ -25,7 +25,7 @@
 
 /* Spin iterations before sleeping: long enough to bridge the gap between two
  * operations of one token, short enough not to steal a shared core for long
- * (a pause is ~60 ns here: about 120 us). */
+ * (a pause instruction each: tens of nanoseconds to about a hundred). */
 #define SPIN_ITERS 2000
 
 /* A published job; two slots so that the next job can be written while a

@@ -13,16 +13,16 @@
 /* Fresh zero-filled anonymous memory of bytes (> 0), not from the heap; NULL
  * when the system has none.  With huge, the block starts on a 2 MiB boundary
  * and is advised for transparent huge pages (MADV_HUGEPAGE): each 2 MiB of it
- * is one TLB entry instead of 512, which on the test VM (nested paging) made
- * reading attention rows 40% faster; the kernel may still use small pages.
+ * is one TLB entry instead of 512, which matters most under nested paging
+ * (a VM); the kernel may still use small pages.
  * Every 2 MiB of it that is touched is committed whole. */
 void *pages_map(size_t bytes, bool huge);
 /* Unmaps a block of pages_map (the same bytes). */
 void pages_unmap(void *p, size_t bytes);
 
 /* Makes the pages inside [p, p + bytes) resident and writable in one call
- * (MADV_POPULATE_WRITE): a fault per 4 KiB page costs ~12 us on the test
- * VM, ~0.7 us per page populated in bulk.  Before Linux 5.14 the pages fault
+ * (MADV_POPULATE_WRITE), much cheaper than a fault per 4 KiB page.  Before
+ * Linux 5.14 the pages fault
  * in when first written, as without the call. */
 void pages_populate(void *p, size_t bytes);
 
