@@ -26,19 +26,27 @@ inference:
     dtype: float32
 YAML
 
+# eval_geometry CONFIG NAME SINKS WINDOW POSITIONS: $tmp/NAME.out; exit status
+eval_geometry() {
+	"$bin" eval --config "$1" --text "$text" --chunk 16 --json \
+		--set inference.cache.sink_keep_count="$3" \
+		--set inference.cache.window_size="$4" \
+		--set inference.cache.rope_positions="$5" >"$tmp/$2.out" 2>"$tmp/$2.err"
+}
+# within_half_percent GOT WANT
+within_half_percent() {
+	awk -v g="$1" -v w="$2" 'BEGIN { d = g / w - 1; exit !(d < 0.005 && d > -0.005) }'
+}
+
 # name sinks window positions
 while read -r name sinks window positions; do
-	"$bin" eval --config "$tmp/eval.yaml" --text "$text" --chunk 16 --json \
-		--set inference.cache.sink_keep_count="$sinks" \
-		--set inference.cache.window_size="$window" \
-		--set inference.cache.rope_positions="$positions" >"$tmp/$name.out" 2>"$tmp/$name.err"
+	eval_geometry "$tmp/eval.yaml" "$name" "$sinks" "$window" "$positions"
 	check "$name: eval exits 0" [ $? -eq 0 ]
 	got=$(tail -n 1 "$tmp/$name.out" | jq -r .perplexity)
 	want=$(jq -r ".ppl.$name" "$ref")
 	tokens=$(tail -n 1 "$tmp/$name.out" | jq -r .tokens)
 	check "$name: $tokens tokens as the reference" [ "$tokens" = "$(jq -r .tokens "$ref")" ]
-	check "$name: perplexity $got within 0.5% of $want" \
-		awk -v g="$got" -v w="$want" 'BEGIN { d = g / w - 1; exit !(d < 0.005 && d > -0.005) }'
+	check "$name: perplexity $got within 0.5% of $want" within_half_percent "$got" "$want"
 	check "$name: human table shows the perplexity" grep -q '^perplexity ' "$tmp/$name.out"
 	check "$name: one sink share per layer" \
 		[ "$(tail -n 1 "$tmp/$name.out" | jq '.sink_attention_share | length')" = 5 ]
@@ -56,18 +64,13 @@ sink_model=$(realpath "$shared/models/stories260K-sink.gguf")
 sink_ref=$shared/reference/stories260K-sink-ppl.json
 sed "s|^  path: .*|  path: \"$sink_model\"|" "$tmp/eval.yaml" >"$tmp/sink.yaml"
 for name in s4_w252 s0_w256 s4_w252_origpos; do
-	sinks=$(jq -r ".rows.$name.sink_keep_count" "$sink_ref")
-	window=$(jq -r ".rows.$name.window_size" "$sink_ref")
-	positions=$(jq -r ".rows.$name.rope_positions" "$sink_ref")
-	"$bin" eval --config "$tmp/sink.yaml" --text "$text" --chunk 16 --json \
-		--set inference.cache.sink_keep_count="$sinks" \
-		--set inference.cache.window_size="$window" \
-		--set inference.cache.rope_positions="$positions" >"$tmp/$name.out" 2>"$tmp/$name.err"
+	row() { jq -r ".rows.$name.$1" "$sink_ref"; }
+	eval_geometry "$tmp/sink.yaml" "$name" "$(row sink_keep_count)" "$(row window_size)" \
+		"$(row rope_positions)"
 	check "fixture $name: eval exits 0" [ $? -eq 0 ]
 	got=$(tail -n 1 "$tmp/$name.out" | jq -r .perplexity)
-	want=$(jq -r ".rows.$name.perplexity" "$sink_ref")
-	check "fixture $name ($(jq -r ".rows.$name.what" "$sink_ref")): perplexity $got within 0.5% of $want" \
-		awk -v g="$got" -v w="$want" 'BEGIN { d = g / w - 1; exit !(d < 0.005 && d > -0.005) }'
+	check "fixture $name ($(row what)): perplexity $got within 0.5% of $(row perplexity)" \
+		within_half_percent "$got" "$(row perplexity)"
 done
 # int4 K/V: with the sinks kept in full precision the fixture scores as in
 # float; with them quantized the heads lose what they park there.
@@ -83,7 +86,7 @@ p_on=$(tail -n 1 "$tmp/int4-true.out" | jq -r .perplexity)
 p_off=$(tail -n 1 "$tmp/int4-false.out" | jq -r .perplexity)
 p_float=$(tail -n 1 "$tmp/s4_w252.out" | jq -r .perplexity)
 check "fixture int4 with the sinks protected ($p_on) within 0.5% of float K/V ($p_float)" \
-	awk -v g="$p_on" -v w="$p_float" 'BEGIN { d = g / w - 1; exit !(d < 0.005 && d > -0.005) }'
+	within_half_percent "$p_on" "$p_float"
 check "fixture int4 with the sinks quantized ($p_off) over 5% worse than protected" \
 	awk -v a="$p_off" -v b="$p_on" 'BEGIN { exit !(a > b * 1.05) }'
 share=$(tail -n 1 "$tmp/s4_w252.out" | jq -c '.sink_attention_share | map(. * 1000 | round / 1000)')
