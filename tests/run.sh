@@ -10,6 +10,7 @@ deploy/install-deps.sh || exit 1
 export PATH="/usr/local/cuda/bin:$PATH"
 
 passed=0 failed=0 skipped=0
+failed_names=""
 run_suite() { # build-dir, meson test args...
 	local dir=$1
 	shift
@@ -28,6 +29,9 @@ run_suite() { # build-dir, meson test args...
 		failed=$((failed + 1))
 		return
 	fi
+	# The names go at the end too, where a truncated CI log still shows them.
+	failed_names+=$(sed -n 's/^ *[0-9]*\/[0-9]* \(.*[^ ]\) *\(FAIL\|TIMEOUT\|UNEXPECTEDPASS\) .*/ \1/p' \
+		"$dir/test-output.txt" | tr -s ' ' | tr '\n' ',')
 	passed=$((passed + ok + ${xfail:-0}))
 	failed=$((failed + ${fail:-0} + ${tout:-0} + ${upass:-0}))
 	skipped=$((skipped + ${skip:-0}))
@@ -90,5 +94,6 @@ passed=$((passed + fuzz_ok))
 failed=$((failed + fuzz_bad))
 rm -f "$fuzz_out"
 
+[ -n "$failed_names" ] && echo "failed:${failed_names%,}"
 echo "${passed} passed, ${failed} failed, ${skipped} skipped"
 [ "$failed" -eq 0 ]
