@@ -173,6 +173,15 @@ static int check_tiers(const struct sinkcache_geometry *g, char *err, size_t err
 	                   window);
 }
 
+void sinkcache_geometry_pin(struct sinkcache_geometry *g, int pin)
+{
+	if (pin <= 0)
+		return;
+	if (pin > g->sink_keep_count)
+		g->sink_keep_count = pin;
+	g->protect_sinks = true;
+}
+
 int sinkcache_geometry_check(const struct sinkcache_geometry *g, char *err, size_t err_len)
 {
 	int rc = check_shape(g, err, err_len);

@@ -58,6 +58,10 @@ struct sinkcache_stats {
 
 struct sinkcache;
 
+/* The geometry of a stream that pins its first `pin` tokens (a system
+ * prompt): they join the sink tier (sink_keep_count becomes at least pin),
+ * which then stays full precision.  pin <= 0 changes nothing. */
+void sinkcache_geometry_pin(struct sinkcache_geometry *g, int pin);
 /* Checks a geometry; err says which field and the allowed values. */
 int sinkcache_geometry_check(const struct sinkcache_geometry *g, char *err, size_t err_len);
 /* The most bytes a cache of this geometry can ever hold; what the scheduler

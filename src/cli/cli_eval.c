@@ -36,6 +36,7 @@ struct eval_args {
 	bool recompute;
 	long chunk;    /* tokens per forward call */
 	long every;    /* score every K-th token */
+	long pin;      /* the stream's first N tokens pinned (0: none) */
 	int n_threads; /* -1: from the config */
 };
 
@@ -60,13 +61,16 @@ static void eval_usage(FILE *out)
 	fprintf(out,
 	        "usage: sinkd eval --config FILE --text FILE [--set key=value ...] [--json]\n"
 	        "                  [--chunk N] [--baseline recompute] [--every K] [--model FILE]\n"
-	        "                  [--threads N]\n"
+	        "                  [--threads N] [--pin-prefix-tokens N]\n"
 	        "Streaming perplexity: each non-empty line of the text is one document\n"
 	        "(BOS + space prefix); the stream of all documents flows through one\n"
 	        "session with the configured cache geometry; every token after the first\n"
 	        "(or every K-th) is scored.  --chunk N feeds N tokens per forward call;\n"
 	        "--baseline recompute predicts each scored token from scratch over the last\n"
-	        "sink_keep_count + window_size tokens.  --json ends stdout with one JSON line.\n");
+	        "sink_keep_count + window_size tokens.  --pin-prefix-tokens N keeps the\n"
+	        "stream's first N tokens in the sink tier, as a pinned system prompt\n"
+	        "(inference.cache.max_pinned_tokens at most).  --json ends stdout with one\n"
+	        "JSON line.\n");
 }
 
 static double now_s(void)
@@ -107,6 +111,9 @@ static int parse_valued(struct eval_args *a, const char *opt, const char *val)
 		a->chunk = v;
 	else if (!strcmp(opt, "--every") && !(rc = parse_count(opt, val, 1, 1L << 30, &v)))
 		a->every = v;
+	else if (!strcmp(opt, "--pin-prefix-tokens") &&
+	         !(rc = parse_count(opt, val, 0, 1L << 20, &v)))
+		a->pin = v;
 	else if (!strcmp(opt, "--threads") && !(rc = parse_count(opt, val, 0, 1024, &v)))
 		a->n_threads = (int)v;
 	else if (!strcmp(opt, "--baseline")) {
@@ -169,6 +176,11 @@ static int setup_engine(struct eval_state *st, const struct eval_args *a, char *
 	if (rc)
 		return rc;
 	config_cache_geometry(&st->eng.cfg, &st->eng.model->hp, &st->geom);
+	if (a->pin > st->eng.cfg.inference.cache.max_pinned_tokens)
+		return err_set(err, err_len, -EINVAL,
+		               "--pin-prefix-tokens %ld: inference.cache.max_pinned_tokens is %lld",
+		               a->pin, (long long)st->eng.cfg.inference.cache.max_pinned_tokens);
+	sinkcache_geometry_pin(&st->geom, (int)a->pin);
 	if ((rc = sinkcache_geometry_check(&st->geom, err, err_len)))
 		return rc;
 	const struct model_hparams *hp = &st->eng.model->hp;
@@ -344,13 +356,13 @@ static void print_config_json(const struct sinkcache_geometry *g, const struct e
 	        "\"max_context_length\":%d,\"rope_positions\":\"%s\",\"dtype\":\"%s\","
 	        "\"quantization\":{\"enabled\":%s,\"bits\":%d,\"protect_sinks\":%s,"
 	        "\"full_precision_recent\":%d},\"bound_bytes\":%zu,"
-	        "\"baseline\":\"%s\",\"chunk\":%ld,\"every\":%ld}",
+	        "\"baseline\":\"%s\",\"chunk\":%ld,\"every\":%ld,\"pinned_tokens\":%ld}",
 	        strategy_text[g->strategy], g->sink_keep_count, g->window_size,
 	        g->max_context_length, positions_text[g->rope_positions], dtype_text[g->dtype],
 	        g->quant_enabled ? "true" : "false", g->quant_bits,
 	        g->protect_sinks ? "true" : "false", g->full_precision_recent,
 	        sinkcache_bound_bytes(g), a->recompute ? "recompute" : "stream", a->chunk,
-	        a->every);
+	        a->every, a->pin);
 }
 
 static void print_report(const struct eval_state *st, const struct eval_args *a, double secs)
@@ -364,6 +376,8 @@ static void print_report(const struct eval_state *st, const struct eval_args *a,
 	printf("cache        %s, %d sinks, window %d, positions %s, %s", strategy_text[g->strategy],
 	       g->sink_keep_count, g->window_size, positions_text[g->rope_positions],
 	       dtype_text[g->dtype]);
+	if (a->pin > 0)
+		printf(", first %ld tokens pinned", a->pin);
 	if (g->quant_enabled)
 		printf(", int%d (%d recent full, sinks %s)", g->quant_bits,
 		       g->full_precision_recent, g->protect_sinks ? "protected" : "quantized");

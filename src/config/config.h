@@ -53,6 +53,8 @@ struct sinkd_config {
 			enum cache_strategy strategy;
 			int64_t window_size;
 			int64_t sink_keep_count;
+			bool pin_system_prompt;	    /* chat: pin the system prompt */
+			int64_t max_pinned_tokens;  /* the most tokens a stream pins */
 			int64_t global_cache_limit; /* bytes; 0 when auto */
 			bool global_cache_limit_auto;
 			double auto_fraction;	    /* share of free memory "auto" takes */

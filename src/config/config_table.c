@@ -141,6 +141,16 @@ const struct config_key config_keys[] = {
 	 0, 1024, 0, 0, NULL, NULL, "4", 0,
 	 "first tokens of a stream kept forever (attention sinks); 0 = window only",
 	 .apply = SCHED},
+	{"inference.cache.pin_system_prompt", CONFIG_BOOL, OFF(inference.cache.pin_system_prompt),
+	 NO_AUX, 0, 0, 0, 0, NULL, NULL, "false", 0,
+	 "keep a chat's system message(s) and the template text before the first user turn in "
+	 "the sink tier",
+	 .apply = SERVER},
+	{"inference.cache.max_pinned_tokens", CONFIG_INT, OFF(inference.cache.max_pinned_tokens),
+	 NO_AUX, 0, 1 * MB, 0, 0, NULL, NULL, "512", 0,
+	 "the most tokens a stream may pin (a system prompt, pin_prefix_tokens); at most "
+	 "window_size - 1",
+	 .apply = SCHED},
 	{"inference.cache.global_cache_limit", CONFIG_SIZE, OFF(inference.cache.global_cache_limit),
 	 OFF(inference.cache.global_cache_limit_auto), 1 * MB, 64 * TB, 0, 0, NULL, NULL, "auto", 0,
 	 "KV memory budget for all sessions: bytes (KiB/MiB/GiB suffixes) or auto",

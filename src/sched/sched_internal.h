@@ -36,6 +36,7 @@ struct sched_limits {
 	bool budget_auto;
 	double auto_fraction;
 	struct sinkcache_geometry geom; /* for new sessions */
+	int max_pinned_tokens;          /* inference.cache.max_pinned_tokens, < window_size */
 };
 
 struct sched_session {
@@ -46,6 +47,7 @@ struct sched_session {
 	bool deleted;         /* [mu] out of the table, engine frees it when idle */
 	uint64_t busy_handle; /* [mu] request running on it, 0 when idle */
 	struct sinkcache_geometry geom;
+	int pinned_tokens;            /* stream prefix held in the sink tier (in geom's sinks) */
 	size_t bytes_reserved;        /* the bound, counted in s->reserved */
 	struct backend_session *bs;   /* [engine] NULL until the first request */
 	struct sinkcache_stats stats; /* [mu] copy refreshed after each tick */
@@ -85,6 +87,7 @@ struct sched_restore {
 	struct kv_image_counts kv_counts;
 	unsigned char *kv_buf; /* the cache image; the session owns it on success */
 	size_t kv_bytes;
+	int pinned_tokens;
 	bool leased; /* its lease in the store is taken */
 };
 

@@ -150,9 +150,9 @@ void sched_ctl_run(struct scheduler *s, struct sched_ctl **jobs, size_t n)
 	pthread_mutex_unlock(&s->mu);
 }
 
-static int encode(struct scheduler *s, const struct sinkcache_geometry *geom, const char *id,
-                  const char *owner, const struct sched_export *ex, unsigned char **out,
-                  size_t *len, char *err, size_t err_len)
+static int encode(struct scheduler *s, const struct sinkcache_geometry *geom, int pinned,
+                  const char *id, const char *owner, const struct sched_export *ex,
+                  unsigned char **out, size_t *len, char *err, size_t err_len)
 {
 	struct snapshot_expect ident;
 	int rc = identity(s, &ident, err, err_len);
@@ -160,6 +160,7 @@ static int encode(struct scheduler *s, const struct sinkcache_geometry *geom, co
 		return rc;
 	struct snapshot sn = {.n_vocab = ident.n_vocab,
 	                      .geom = *geom,
+	                      .pinned_tokens = (uint32_t)pinned,
 	                      .tokens_seen = ex->tokens_seen,
 	                      .has_pending = ex->has_pending,
 	                      .n_hist = ex->n_hist,
@@ -178,6 +179,7 @@ int scheduler_session_snapshot(struct scheduler *s, const char *id, unsigned cha
 	struct sched_ctl c = {0};
 	char owner[SCHED_OWNER_LEN], sid[SCHED_SESSION_ID_LEN];
 	struct sinkcache_geometry geom;
+	int pinned;
 	*out = NULL;
 	*len = 0;
 	if (!s->be->ops->session_export)
@@ -193,6 +195,7 @@ int scheduler_session_snapshot(struct scheduler *s, const char *id, unsigned cha
 	snprintf(owner, sizeof(owner), "%s", ss->owner);
 	snprintf(sid, sizeof(sid), "%s", ss->id);
 	geom = ss->geom;
+	pinned = ss->pinned_tokens;
 	if (PUSH(s->ctl, s->n_ctl, s->cap_ctl, &c)) {
 		pthread_mutex_unlock(&s->mu);
 		return err_set(err, err_len, -ENOMEM, "out of memory");
@@ -208,7 +211,7 @@ int scheduler_session_snapshot(struct scheduler *s, const char *id, unsigned cha
 		return rc;
 	}
 	/* ss may be gone by now (deleted since): only the copies are used */
-	rc = encode(s, &geom, sid, owner, &c.ex, out, len, err, err_len);
+	rc = encode(s, &geom, pinned, sid, owner, &c.ex, out, len, err, err_len);
 	sched_export_free(&c.ex);
 	if (!rc) {
 		pthread_mutex_lock(&s->mu);
@@ -231,7 +234,8 @@ size_t scheduler_snapshot_max_bytes(struct scheduler *s)
 }
 
 /* The geometry of a snapshot against what this instance serves: the backend
- * must hold it, and its bound may not exceed a configured session's. */
+ * must hold it, and its bound may not exceed a configured session's with
+ * the most pinned tokens allowed. */
 static int restore_geometry_check(struct scheduler *s, const struct sinkcache_geometry *g,
                                   char *err, size_t err_len)
 {
@@ -241,7 +245,9 @@ static int restore_geometry_check(struct scheduler *s, const struct sinkcache_ge
 	if (rc)
 		return rc;
 	pthread_mutex_lock(&s->mu);
-	size_t most = sinkcache_bound_bytes(&s->lim.geom);
+	struct sinkcache_geometry widest = s->lim.geom;
+	sinkcache_geometry_pin(&widest, s->lim.max_pinned_tokens);
+	size_t most = sinkcache_bound_bytes(&widest);
 	pthread_mutex_unlock(&s->mu);
 	size_t bound = sinkcache_bound_bytes(g);
 	if (bound > most)
@@ -275,6 +281,7 @@ static int restore_decoded(struct scheduler *s, const struct snapshot *sn, const
 	                           .kv_counts = sn->kv.n,
 	                           .kv_buf = kv,
 	                           .kv_bytes = sn->kv.bytes,
+	                           .pinned_tokens = (int)sn->pinned_tokens,
 	                           .leased = leased};
 	int rc = sched_session_create_restored(s, &set, &rs, id_out, err, err_len);
 	if (rc)
@@ -470,8 +477,8 @@ static void *writer_main(void *arg)
 		size_t len = 0;
 		char err[SINKD_ERR_LEN] = "";
 		/* j->ss stays valid: its ctl_refs is held until the job is done */
-		int rc = encode(s, &j->ss->geom, j->ss->id, owner, &j->ex, &bytes, &len, err,
-		                sizeof(err));
+		int rc = encode(s, &j->ss->geom, j->ss->pinned_tokens, j->ss->id, owner, &j->ex,
+		                &bytes, &len, err, sizeof(err));
 		if (!rc)
 			rc = session_store_put(s->store, j->ss->id, bytes, len, err, sizeof(err));
 		free(bytes);

@@ -88,6 +88,32 @@ static size_t mem_available_bytes(void)
 	return (size_t)kib * 1024;
 }
 
+/* The most tokens a stream may pin: the sink tier must stay smaller than the
+ * window (sliding_window) or within the context (full). */
+static int pinned_limit(const struct sinkcache_geometry *g, int64_t configured)
+{
+	int64_t most = g->strategy == CACHE_STRATEGY_FULL ? g->max_context_length
+	                                                  : g->window_size - 1;
+	return (int)(configured < most ? configured : most);
+}
+
+
+static int pin_check_locked(const struct scheduler *s, const struct gen_request *q, char *err,
+                            size_t err_len)
+{
+	if (q->pin_prefix_tokens < 0 || q->pin_prefix_tokens > s->lim.max_pinned_tokens)
+		return err_set(err, err_len, -EDOM,
+		               "%d pinned tokens: inference.cache.max_pinned_tokens allows 0..%d "
+		               "(at most window_size - 1)",
+		               q->pin_prefix_tokens, s->lim.max_pinned_tokens);
+	if ((size_t)q->pin_prefix_tokens > q->n_prompt)
+		return err_set(err, err_len, -EDOM,
+		               "%d pinned tokens: the prompt has only %zu (only prompt tokens can be "
+		               "pinned)",
+		               q->pin_prefix_tokens, q->n_prompt);
+	return 0;
+}
+
 static void limits_from_config(struct scheduler *s, const struct sinkd_config *cfg,
                                struct sched_limits *lim)
 {
@@ -107,6 +133,7 @@ static void limits_from_config(struct scheduler *s, const struct sinkd_config *c
 	lim->budget_auto = cfg->inference.cache.global_cache_limit_auto;
 	lim->auto_fraction = cfg->inference.cache.auto_fraction;
 	config_cache_geometry(cfg, &s->be->model->hp, &lim->geom);
+	lim->max_pinned_tokens = pinned_limit(&lim->geom, cfg->inference.cache.max_pinned_tokens);
 	if (!lim->budget_auto) {
 		lim->budget_bytes = (size_t)cfg->inference.cache.global_cache_limit;
 		return;
@@ -142,6 +169,7 @@ int scheduler_error_status(int rc)
 		return 409;
 	case -E2BIG:
 	case -EINVAL:
+	case -EDOM:
 		return 400;
 	default:
 		return 500;
@@ -372,6 +400,7 @@ static int session_create(struct scheduler *s, const struct session_settings *op
 		ss->hist_n = n;
 		ss->hist_end = n % ss->hist_cap;
 		ss->has_pending = rs->has_pending;
+		ss->pinned_tokens = rs->pinned_tokens;
 		ss->used = true;
 		ss->restore_buf = rs->kv_buf;
 		ss->restore_kv = (struct kv_image){.n = rs->kv_counts, .bytes = rs->kv_bytes};
@@ -433,6 +462,7 @@ int scheduler_session_info(struct scheduler *s, const char *id, struct sched_ses
 		snprintf(out->owner, sizeof(out->owner), "%s", ss->owner);
 		out->window_size = ss->geom.window_size;
 		out->sink_keep_count = ss->geom.sink_keep_count;
+		out->pinned_tokens = ss->pinned_tokens;
 	}
 	pthread_mutex_unlock(&s->mu);
 	return ss ? 0 : -ENOENT;
@@ -553,6 +583,58 @@ static int req_length_check_locked(const struct scheduler *s, const struct gen_r
 	return 0;
 }
 
+/* A session's first request pins a prefix: the session's sink tier grows
+ * to it and its reservation with it (the cache is made at that request, so
+ * nothing is moved). */
+static int session_pin_locked(struct scheduler *s, struct sched_session *ss,
+                              const struct gen_request *q, char *err, size_t err_len)
+{
+	int rc = pin_check_locked(s, q, err, err_len);
+	if (rc)
+		return rc;
+	if (ss->used || ss->stats.n_seen > 0 || ss->has_pending)
+		return err_set(err, err_len, -EDOM,
+		               "session %s already holds tokens: a prefix is pinned by a session's "
+		               "first request",
+		               ss->id);
+	struct sinkcache_geometry g = ss->geom;
+	if (g.strategy == CACHE_STRATEGY_SLIDING_WINDOW && q->pin_prefix_tokens >= g.window_size)
+		return err_set(err, err_len, -EDOM,
+		               "%d pinned tokens: session %s has window_size %d (allowed 0..%d)",
+		               q->pin_prefix_tokens, ss->id, g.window_size, g.window_size - 1);
+	sinkcache_geometry_pin(&g, q->pin_prefix_tokens);
+	rc = sinkcache_geometry_check(&g, err, err_len);
+	if (rc)
+		return rc;
+	size_t bound = sinkcache_bound_bytes(&g);
+	size_t more = bound > ss->bytes_reserved ? bound - ss->bytes_reserved : 0;
+	if (bound > s->lim.budget_bytes) {
+		s->st.rejected_budget++;
+		return err_set(
+		    err, err_len, -ENOSPC,
+		    "a session's cache bound with %d pinned tokens (%zu bytes) exceeds the KV "
+		    "budget (%zu bytes)",
+		    q->pin_prefix_tokens, bound, s->lim.budget_bytes);
+	}
+	if (s->reserved + more > s->lim.budget_bytes) {
+		s->st.rejected_queue_full++;
+		return err_set(err, err_len, -EAGAIN, "KV cache budget exhausted; retry later");
+	}
+	size_t cap = snapshot_hist_cap(&g);
+	if (cap > ss->hist_cap) {
+		int32_t *h = realloc(ss->hist, cap * sizeof(*h));
+		if (!h)
+			return err_set(err, err_len, -ENOMEM, "out of memory");
+		ss->hist = h;
+		ss->hist_cap = cap;
+	}
+	s->reserved += more;
+	ss->bytes_reserved += more;
+	ss->geom = g;
+	ss->pinned_tokens = q->pin_prefix_tokens;
+	return 0;
+}
+
 /* Checks a request against its persistent session; marks the session busy. */
 static int submit_on_session_locked(struct scheduler *s, struct sched_req *r, char *err,
                                     size_t err_len)
@@ -579,6 +661,8 @@ static int submit_on_session_locked(struct scheduler *s, struct sched_req *r, ch
 	size_t kept =
 	    (size_t)ss->stats.n_resident + (ss->has_pending ? 1 : 0) - q->revise_last_tokens;
 	int rc = req_length_check_locked(s, q, &ss->geom, kept, err, err_len);
+	if (!rc && q->pin_prefix_tokens > 0)
+		rc = session_pin_locked(s, ss, q, err, err_len);
 	if (rc)
 		return rc;
 	snprintf(r->sid, sizeof(r->sid), "%s", ss->id);
@@ -591,6 +675,13 @@ static int submit_one_shot_locked(struct scheduler *s, struct sched_req *r, char
 {
 	const struct gen_request *q = &r->req;
 	r->geom = s->lim.geom;
+	int rc = pin_check_locked(s, q, err, err_len);
+	if (rc)
+		return rc;
+	sinkcache_geometry_pin(&r->geom, q->pin_prefix_tokens);
+	rc = sinkcache_geometry_check(&r->geom, err, err_len);
+	if (rc)
+		return rc;
 	r->need_bytes = sinkcache_bound_bytes(&r->geom);
 	if (r->need_bytes > s->lim.budget_bytes) {
 		s->st.rejected_budget++;
@@ -599,12 +690,13 @@ static int submit_one_shot_locked(struct scheduler *s, struct sched_req *r, char
 		    "a session's cache bound (%zu bytes) exceeds the KV budget (%zu bytes)",
 		    r->need_bytes, s->lim.budget_bytes);
 	}
-	int rc = req_length_check_locked(s, q, &r->geom, 0, err, err_len);
+	rc = req_length_check_locked(s, q, &r->geom, 0, err, err_len);
 	if (rc)
 		return rc;
 	r->sess = session_alloc(&r->geom, false);
 	if (!r->sess)
 		return err_set(err, err_len, -ENOMEM, "out of memory");
+	r->sess->pinned_tokens = q->pin_prefix_tokens;
 	return 0;
 }
 

@@ -64,6 +64,11 @@ struct gen_request {
 	 * GEN_FINISH_NONE).  Generated tokens stay in the session's stream. */
 	const char *session_id;
 	size_t revise_last_tokens;
+	/* The first pin_prefix_tokens tokens of the stream stay in the sink tier
+	 * (full precision, never evicted), up to inference.cache.max_pinned_tokens;
+	 * only on a stream's first request, and at most its prompt.  0: none.
+	 * Out of range: -EDOM (400) with a message. */
+	int pin_prefix_tokens;
 	gen_event_cb on_event;
 	void *user;
 	/* Optional: how many tokens emitted to `user` its client has not taken
@@ -254,7 +259,8 @@ struct sched_session_info {
 	bool restored;  /* came from a snapshot and is not yet imported (no request since) */
 	char owner[SCHED_OWNER_LEN];
 	int window_size;
-	int sink_keep_count;
+	int sink_keep_count; /* the sink tier's size (pinned tokens included) */
+	int pinned_tokens;   /* of them, the pinned prefix */
 };
 /* -ENOENT when unknown (or expired/deleted). */
 int scheduler_session_info(struct scheduler *s, const char *id, struct sched_session_info *out);

@@ -204,7 +204,7 @@ static void swap_bytes(char *s, size_t len, char from, char to)
 }
 
 static int chat_render(const struct tokenizer *tok, struct api_message *msgs, size_t n, char **text,
-                       size_t *len, char *err, size_t err_len)
+                       size_t *len, size_t *system_end, char *err, size_t err_len)
 {
 	bool nul = false;
 	for (size_t i = 0; i < n; i++)
@@ -212,11 +212,33 @@ static int chat_render(const struct tokenizer *tok, struct api_message *msgs, si
 			swap_bytes(msgs[i].content, msgs[i].content_len, '\0', CHAT_NUL_STANDIN);
 			nul = true;
 		}
-	int rc = chat_prompt_render(tok, msgs, n, text, err, err_len);
+	int rc = chat_prompt_render(tok, msgs, n, text, system_end, err, err_len);
 	*len = rc ? 0 : strlen(*text);
 	if (!rc && nul)
 		swap_bytes(*text, *len, CHAT_NUL_STANDIN, '\0');
 	return rc;
+}
+
+/* How many of a chat prompt's ids hold its first system_end bytes (the
+ * system part): the prefix's own tokens when the whole prompt starts with
+ * them, else up to and including the first token that differs (it spans
+ * the boundary). */
+static int system_prefix_tokens(const struct tokenizer *tok, const char *text, size_t system_end,
+                                const int32_t *ids, size_t n, int *pin, char *err,
+                                size_t err_len)
+{
+	int32_t *pre = NULL;
+	size_t n_pre = 0;
+	int rc = tokenizer_encode(tok, text, system_end, true, true, &pre, &n_pre, err, err_len);
+	if (rc)
+		return rc;
+	size_t same = 0;
+	while (same < n_pre && same < n && pre[same] == ids[same])
+		same++;
+	size_t k = same == n_pre ? n_pre : same + 1;
+	*pin = (int)(k < n ? k : n);
+	free(pre);
+	return 0;
 }
 
 /* The prompt as token ids: given ids, a completion prompt, or chat messages
@@ -244,11 +266,12 @@ static int prompt_ids(struct request *r, struct gen_args *a, bool add_bos, int32
 		return 0;
 	}
 	char *text = a->prompt;
-	size_t len = a->prompt_len;
+	size_t len = a->prompt_len, system_end = 0;
 	bool parse_special = false;
 	if (a->chat) {
 		text = NULL;
-		if (chat_render(tok, a->messages, a->n_messages, &text, &len, err, sizeof(err))) {
+		if (chat_render(tok, a->messages, a->n_messages, &text, &len, &system_end, err,
+		                sizeof(err))) {
 			snprintf(e->param, sizeof(e->param), "messages");
 			snprintf(e->message, sizeof(e->message), "%s", err);
 			return -EINVAL;
@@ -256,6 +279,10 @@ static int prompt_ids(struct request *r, struct gen_args *a, bool add_bos, int32
 		parse_special = true; /* the template's own control tokens */
 	}
 	int rc = tokenizer_encode(tok, text, len, add_bos, parse_special, ids, n, err, sizeof(err));
+	/* Only a stream's first request (it starts with BOS) can pin. */
+	if (!rc && a->chat && add_bos && system_end > 0 && server_pin_system_prompt(r->srv))
+		rc = system_prefix_tokens(tok, text, system_end, *ids, *n, &a->pin_prefix_tokens, err,
+		                          sizeof(err));
 	if (a->chat)
 		free(text);
 	if (rc) {
@@ -296,7 +323,8 @@ enum MHD_Result api_submit(struct request *r, struct gen_args *a, int32_t *ids, 
 	                          .want_logprobs = a->logprobs,
 	                          .ignore_eos = a->ignore_eos,
 	                          .session_id = session_id,
-	                          .revise_last_tokens = revise_last_tokens};
+	                          .revise_last_tokens = revise_last_tokens,
+	                          .pin_prefix_tokens = a->pin_prefix_tokens};
 	if (!a->seed_given && RAND_bytes((unsigned char *)&req.sampling.seed, 8) != 1)
 		req.sampling.seed = (uint64_t)(server_now() * 1e9);
 	req.stops = a->stops;
@@ -318,6 +346,14 @@ enum MHD_Result api_submit(struct request *r, struct gen_args *a, int32_t *ids, 
 	char err[SINKD_ERR_LEN];
 	int status = 0, retry = 0;
 	int rc = genstream_start(r, &shape, &req, &status, &retry, err, sizeof(err));
+	if (rc == -EDOM && a->chat) {
+		char why[SINKD_ERR_LEN];
+		snprintf(why, sizeof(why), "%s", err);
+		snprintf(err, sizeof(err),
+		         "the system prompt (with the chat template's header) cannot be pinned "
+		         "(inference.cache.pin_system_prompt): %.300s",
+		         why);
+	}
 	if (rc) {
 		quota_end(s->quota, &r->client, false);
 		free(req.prompt_ids);
@@ -331,6 +367,8 @@ enum MHD_Result api_submit(struct request *r, struct gen_args *a, int32_t *ids, 
 			param = "session_id";
 		else if (rc == -ERANGE)
 			param = "revise_last_tokens";
+		else if (rc == -EDOM)
+			param = a->chat ? "messages" : "pin_prefix_tokens";
 		else if (status == 400 && strstr(err, "max_tokens"))
 			param = "max_tokens";
 		return http_respond_error(

@@ -70,6 +70,7 @@ enum MHD_Result api_session_create(struct request *r)
 	if (!scheduler_session_info(s->sched, id, &info)) {
 		cJSON_AddNumberToObject(o, "window_size", info.window_size);
 		cJSON_AddNumberToObject(o, "sink_keep_count", info.sink_keep_count);
+		cJSON_AddNumberToObject(o, "pinned_tokens", info.pinned_tokens);
 		cJSON_AddNumberToObject(o, "bytes_reserved", (double)info.bytes_reserved);
 	}
 	return http_respond_json(r, 200, o);
@@ -96,6 +97,7 @@ static cJSON *session_json(const char *id, const struct sched_session_info *in)
 	cJSON_AddBoolToObject(o, "restored", in->restored);
 	cJSON_AddNumberToObject(o, "window_size", in->window_size);
 	cJSON_AddNumberToObject(o, "sink_keep_count", in->sink_keep_count);
+	cJSON_AddNumberToObject(o, "pinned_tokens", in->pinned_tokens);
 	return o;
 }
 

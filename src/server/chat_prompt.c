@@ -22,7 +22,7 @@ static const char *template_role(const char *role)
 }
 
 int chat_prompt_render(const struct tokenizer *tok, const struct api_message *msgs, size_t n,
-                       char **text, char *err, size_t err_len)
+                       char **text, size_t *system_end, char *err, size_t err_len)
 {
 	enum chat_family fam = chat_template_detect(tokenizer_chat_template(tok));
 	struct chat_message *cm = calloc(n ? n : 1, sizeof(*cm));
@@ -31,7 +31,7 @@ int chat_prompt_render(const struct tokenizer *tok, const struct api_message *ms
 	for (size_t i = 0; i < n; i++)
 		cm[i] = (struct chat_message){.role = template_role(msgs[i].role),
 		                              .content = msgs[i].content};
-	int rc = chat_template_apply(fam, cm, n, text, err, err_len);
+	int rc = chat_template_apply(fam, cm, n, text, system_end, err, err_len);
 	free(cm);
 	return rc;
 }

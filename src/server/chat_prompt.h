@@ -8,6 +8,6 @@
 
 struct tokenizer;
 
-/* *text is malloc'ed. */
+/* *text is malloc'ed; *system_end (may be NULL): see chat_template_apply. */
 int chat_prompt_render(const struct tokenizer *tok, const struct api_message *msgs, size_t n,
-                       char **text, char *err, size_t err_len);
+                       char **text, size_t *system_end, char *err, size_t err_len);

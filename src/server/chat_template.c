@@ -111,6 +111,7 @@ struct sbuf {
 	char *p;
 	size_t len, cap;
 	bool oom;
+	size_t mark; /* where the system part ends (0: no system part) */
 };
 
 static void sb_putn(struct sbuf *sb, const char *s, size_t n)
@@ -157,7 +158,7 @@ static void sb_put_trimmed(struct sbuf *sb, const char *s)
 }
 
 /* Appends trim(pre + sys + post + content): a system text folded into the
- * first user turn, trimmed as one string. */
+ * first user turn, trimmed as one string; the mark goes after post. */
 static void sb_put_trimmed_sys(struct sbuf *sb, const char *pre, const char *sys,
 			       const char *post, const char *content)
 {
@@ -165,8 +166,16 @@ static void sb_put_trimmed_sys(struct sbuf *sb, const char *pre, const char *sys
 	sb_put(&tmp, pre);
 	sb_put(&tmp, sys);
 	sb_put(&tmp, post);
+	size_t sys_end = tmp.len;
 	sb_put(&tmp, content);
-	sb_put_trimmed(sb, tmp.oom ? "" : tmp.p);
+	const char *t = tmp.oom ? "" : tmp.p;
+	size_t lead = 0;
+	while (t[lead] && is_space(t[lead]))
+		lead++;
+	size_t start = sb->len;
+	sb_put_trimmed(sb, t);
+	size_t at = start + (sys_end > lead ? sys_end - lead : 0);
+	sb->mark = at < sb->len ? at : sb->len;
 	sb->oom |= tmp.oom;
 	free(tmp.p);
 }
@@ -274,6 +283,7 @@ static void render_mistral(struct sbuf *sb, const struct chat_message *msgs, siz
 			if (i == first && sys) {
 				sb_put(sb, sys);
 				sb_put(sb, "\n\n");
+				sb->mark = sb->len;
 			}
 			sb_put(sb, msgs[i].content);
 			sb_put(sb, " [/INST]");
@@ -303,6 +313,16 @@ static void render_gemma(struct sbuf *sb, const struct chat_message *msgs, size_
 	sb_put(sb, "<start_of_turn>model\n");
 }
 
+/* After message i of a template with a system role: the mark follows each
+ * system message that only system messages precede. */
+static void mark_leading_system(struct sbuf *sb, const struct chat_message *msgs, size_t i)
+{
+	for (size_t j = 0; j <= i; j++)
+		if (strcmp(msgs[j].role, "system"))
+			return;
+	sb->mark = sb->len;
+}
+
 /* Meta-Llama-3-Instruct: "<|start_header_id|>" + role +
  * "<|end_header_id|>\n\n" + trim(content) + "<|eot_id|>" per message. */
 static void render_llama3(struct sbuf *sb, const struct chat_message *msgs, size_t n)
@@ -313,6 +333,7 @@ static void render_llama3(struct sbuf *sb, const struct chat_message *msgs, size
 		sb_put(sb, "<|end_header_id|>\n\n");
 		sb_put_trimmed(sb, msgs[i].content);
 		sb_put(sb, "<|eot_id|>");
+		mark_leading_system(sb, msgs, i);
 	}
 	sb_put(sb, "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
@@ -328,6 +349,7 @@ static void render_tagged(struct sbuf *sb, const struct chat_message *msgs, size
 		sb_put(sb, mid);
 		sb_put(sb, msgs[i].content);
 		sb_put(sb, close);
+		mark_leading_system(sb, msgs, i);
 	}
 	sb_put(sb, open);
 	sb_put(sb, "assistant");
@@ -337,7 +359,7 @@ static void render_tagged(struct sbuf *sb, const struct chat_message *msgs, size
 /* No template: contents only, system messages first, joined by "\n". */
 static void render_plain(struct sbuf *sb, const struct chat_message *msgs, size_t n)
 {
-	bool any = false;
+	bool any = false, has_sys = false;
 	for (int pass = 0; pass < 2; pass++) {
 		for (size_t i = 0; i < n; i++) {
 			bool sys = strcmp(msgs[i].role, "system") == 0;
@@ -345,10 +367,15 @@ static void render_plain(struct sbuf *sb, const struct chat_message *msgs, size_
 				continue;
 			if (any)
 				sb_put(sb, "\n");
+			if (pass == 1 && has_sys && !sb->mark)
+				sb->mark = sb->len; /* after the system texts and their "\n" */
 			sb_put(sb, msgs[i].content);
 			any = true;
 		}
+		has_sys = has_sys || (pass == 0 && any);
 	}
+	if (has_sys && !sb->mark)
+		sb->mark = sb->len;
 	sb_put(sb, ""); /* an empty result is still a string */
 }
 
@@ -388,9 +415,11 @@ static void render(enum chat_family fam, struct sbuf *sb, const struct chat_mess
 }
 
 int chat_template_apply(enum chat_family fam, const struct chat_message *msgs, size_t n,
-			char **out, char *err, size_t err_len)
+			char **out, size_t *system_end, char *err, size_t err_len)
 {
 	*out = NULL;
+	if (system_end)
+		*system_end = 0;
 	if (n == 0)
 		return err_set(err, err_len, -EINVAL, "the messages list is empty");
 	for (size_t i = 0; i < n; i++) {
@@ -411,5 +440,7 @@ int chat_template_apply(enum chat_family fam, const struct chat_message *msgs, s
 		return err_set(err, err_len, -ENOMEM, "out of memory rendering the chat prompt");
 	}
 	*out = sb.p;
+	if (system_end)
+		*system_end = sb.mark;
 	return 0;
 }

@@ -51,7 +51,12 @@ const char *chat_family_end_of_turn(enum chat_family fam);
  * CHAT_FAMILY_NONE and _UNKNOWN: the contents of the system messages, then
  * of the others, in order, joined by "\n", with no role markers and no
  * trailing newline, so a plain language model continues the user's text.
- * *out is malloc'ed.  Returns 0, -EINVAL (empty list, unknown role, missing
- * content, turns the family cannot express) with a message, or -ENOMEM. */
+ * *out is malloc'ed.  *system_end (may be NULL) is the length of the
+ * prefix that holds the leading system message(s) and the template text
+ * before the first user turn (folded families: the system text and its
+ * "\n\n"; plain: every system text and the "\n" after them); 0 when there
+ * is no system message.  Returns 0, -EINVAL (empty list, unknown role,
+ * missing content, turns the family cannot express) with a message, or
+ * -ENOMEM. */
 int chat_template_apply(enum chat_family fam, const struct chat_message *msgs, size_t n,
-			char **out, char *err, size_t err_len);
+			char **out, size_t *system_end, char *err, size_t err_len);

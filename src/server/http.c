@@ -122,6 +122,14 @@ void server_settings_get(struct server *s, int64_t *max_tokens, int64_t *keepali
 	pthread_mutex_unlock(&s->cfg_mu);
 }
 
+bool server_pin_system_prompt(struct server *s)
+{
+	pthread_mutex_lock(&s->cfg_mu);
+	bool pin = s->set.pin_system_prompt;
+	pthread_mutex_unlock(&s->cfg_mu);
+	return pin;
+}
+
 /* ---- responses ---------------------------------------------------------- */
 
 enum MHD_Result http_queue(struct request *r, int status, struct MHD_Response *resp)
@@ -956,6 +964,7 @@ static int settings_from_config(const struct sinkd_config *cfg, struct server_se
 	set->handshake_timeout_s = cfg->server.handshake_timeout_s;
 	set->request_timeout_s = cfg->server.request_timeout_s;
 	set->idle_timeout_s = cfg->server.idle_timeout_s;
+	set->pin_system_prompt = cfg->inference.cache.pin_system_prompt;
 	return 0;
 }
 

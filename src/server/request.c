@@ -467,6 +467,7 @@ static const char *const gen_keys[] = {"model",
                                        "top_logprobs",
                                        "ignore_eos",
                                        "session_id",
+                                       "pin_prefix_tokens",
                                        "prompt",
                                        "messages",
                                        NULL};
@@ -474,7 +475,8 @@ static const char *const stream_options_keys[] = {"include_usage", NULL};
 static const char *const message_keys[] = {"role", "content", NULL};
 static const char *const part_keys[] = {"type", "text", NULL};
 static const char *const session_keys[] = {"window_size", "sink_keep_count", NULL};
-static const char *const append_keys[] = {"text", "revise_last_tokens", "generate", NULL};
+static const char *const append_keys[] = {"text", "revise_last_tokens", "generate",
+                                          "pin_prefix_tokens", NULL};
 static const char *const tokenize_keys[] = {"content", "add_special", "parse_special", NULL};
 static const char *const detokenize_keys[] = {"tokens", NULL};
 
@@ -902,6 +904,20 @@ static int parse_session_id(const cJSON *o, struct gen_args *a, struct api_error
 	return dup_name(v, "session_id", "session_id", &a->session_id, e);
 }
 
+/* "pin_prefix_tokens": completions and session appends count the tokens
+ * themselves; a chat pins its system prompt by configuration instead. */
+static int parse_pin(const cJSON *o, bool chat, int *out, struct api_error *e)
+{
+	double pin = 0;
+	if (chat && field(o, "pin_prefix_tokens"))
+		return fail(e, "pin_prefix_tokens", "invalid_value",
+		            "'pin_prefix_tokens' is for /v1/completions and session appends; a chat "
+		            "pins its system prompt with inference.cache.pin_system_prompt");
+	int rc = get_int(o, "pin_prefix_tokens", 0, 1 << 20, &pin, e);
+	*out = (int)pin;
+	return rc;
+}
+
 int gen_args_parse(const char *body, size_t len, bool chat, int64_t limit, struct gen_args *a,
                    struct api_error *e)
 {
@@ -916,6 +932,8 @@ int gen_args_parse(const char *body, size_t len, bool chat, int64_t limit, struc
 	rc = parse_common(root, limit, a, e);
 	if (!rc)
 		rc = parse_session_id(root, a, e);
+	if (!rc)
+		rc = parse_pin(root, chat, &a->pin_prefix_tokens, e);
 	if (!rc)
 		rc = chat ? parse_messages(root, a, e) : parse_prompt(root, a, e);
 	cJSON_Delete(root);
@@ -984,6 +1002,8 @@ int append_args_parse(const char *body, size_t len, int64_t limit, struct append
 		rc = fail(e, "generate", "invalid_type", "'generate' must be an object");
 	if (!rc && !t && !g && revise == 0)
 		rc = fail(e, "text", "missing_field", "'text' or 'generate' is required");
+	if (!rc)
+		rc = parse_pin(root, false, &a->gen.pin_prefix_tokens, e);
 	a->revise_last_tokens = (size_t)revise;
 	a->text = cJSON_IsString(t) ? dup_text(t, &a->text_len) : strdup("");
 	if (!rc && !a->text)

@@ -46,6 +46,9 @@ struct gen_args {
 	bool seed_given;
 	bool ignore_eos;  /* llama.cpp extension: generate past end-of-text */
 	char *session_id; /* continue a persistent session, NULL when none */
+	/* completions: the prompt's first N tokens stay in the sink tier (chat:
+	 * set by api.c from inference.cache.pin_system_prompt); 0: none */
+	int pin_prefix_tokens;
 	char **stops;
 	size_t n_stops;
 	/* completions: text, or token ids when the prompt was given as ids */
@@ -72,7 +75,8 @@ struct session_create_args {
 int session_create_args_parse(const char *body, size_t len, struct session_create_args *out,
                               struct api_error *e);
 
-/* POST /v1/sessions/{id}/append: {"text", "revise_last_tokens", "generate":
+/* POST /v1/sessions/{id}/append: {"text", "revise_last_tokens",
+ * "pin_prefix_tokens" (into gen), "generate":
  * {completion fields; "stream" defaults to true}}. */
 struct append_args {
 	char *text; /* text_len bytes (may hold NUL) + a NUL */

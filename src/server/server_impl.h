@@ -33,6 +33,7 @@ struct server_settings {
 	int64_t handshake_timeout_s; /* deadlines of a connection (http.c) */
 	int64_t request_timeout_s;
 	int64_t idle_timeout_s;
+	bool pin_system_prompt; /* inference.cache.pin_system_prompt */
 };
 
 struct server {
@@ -128,6 +129,7 @@ enum MHD_Result http_respond_error(struct request *r, int status, const char *ty
 enum MHD_Result http_queue(struct request *r, int status, struct MHD_Response *resp);
 
 void server_settings_get(struct server *s, int64_t *max_tokens, int64_t *keepalive_s);
+bool server_pin_system_prompt(struct server *s);
 
 /* api.c: handles a complete request (body received) or a resumed one. */
 enum MHD_Result api_handle(struct request *r);

@@ -16,7 +16,7 @@ static const char MAGIC[8] = {'S', 'I', 'N', 'K', 'D', 'S', 'E', 'S'};
 
 enum {
 	OFF_VERSION = 8,
-	OFF_FLAGS = 12,
+	OFF_PINNED = 12,
 	OFF_MODEL = 16,
 	OFF_ARCH = 48,
 	OFF_VOCAB = 80,
@@ -173,7 +173,7 @@ int snapshot_encode(const struct snapshot *sn, unsigned char **out, size_t *out_
 		return err_set(err, err_len, -ENOMEM, "snapshot: out of memory for %zu bytes", len);
 	memcpy(b, MAGIC, sizeof(MAGIC));
 	put32(b + OFF_VERSION, SNAPSHOT_VERSION);
-	put32(b + OFF_FLAGS, 0);
+	put32(b + OFF_PINNED, sn->pinned_tokens);
 	memcpy(b + OFF_MODEL, sn->model_sha256, 32);
 	put_text(b + OFF_ARCH, SNAPSHOT_ARCH_LEN, sn->arch);
 	put32(b + OFF_VOCAB, sn->n_vocab);
@@ -305,9 +305,6 @@ int snapshot_decode(const unsigned char *buf, size_t len, const struct snapshot_
 	if (memcmp(md, buf + len - CHECKSUM_BYTES, CHECKSUM_BYTES))
 		return err_set(err, err_len, -EBADMSG,
 		               "snapshot: checksum mismatch (the file is corrupt or truncated)");
-	if (get32(buf + OFF_FLAGS) != 0)
-		return err_set(err, err_len, -EINVAL, "snapshot: flags 0x%x (allowed 0)",
-		               get32(buf + OFF_FLAGS));
 	memcpy(sn.model_sha256, buf + OFF_MODEL, 32);
 	sn.n_vocab = get32(buf + OFF_VOCAB);
 	if ((rc = get_text(buf + OFF_ARCH, SNAPSHOT_ARCH_LEN, sn.arch, "architecture", err,
@@ -317,6 +314,11 @@ int snapshot_decode(const unsigned char *buf, size_t len, const struct snapshot_
 	    (rc = hex_id_check(sn.id, err, err_len)) ||
 	    (rc = get_text(buf + OFF_OWNER, SNAPSHOT_OWNER_LEN, sn.owner, "owner", err, err_len)))
 		return rc;
+	sn.pinned_tokens = get32(buf + OFF_PINNED);
+	if (sn.pinned_tokens > (uint32_t)sn.geom.sink_keep_count)
+		return err_set(err, err_len, -EINVAL,
+		               "snapshot: %u pinned tokens, more than its %d sink slots",
+		               sn.pinned_tokens, sn.geom.sink_keep_count);
 	if (expect && (rc = check_model(buf, &sn, expect, err, err_len)))
 		return rc;
 	sn.tokens_seen = get64(buf + OFF_SEEN);

@@ -2,7 +2,8 @@
  * persistent session from one process (or instance, or backend) to another.
  *
  * Layout, little-endian, fixed header then variable parts:
- *   0    "SINKDSES" magic, u32 format version, u32 flags (0)
+ *   0    "SINKDSES" magic, u32 format version, u32 pinned prefix tokens (in
+ *        the sink tier; at most sink_keep_count; 0 = none)
  *   16   model file SHA-256 (32 bytes), architecture name (32, NUL-padded),
  *        u32 n_vocab
  *   84   cache geometry: i32 n_layers, n_kv_heads, head_dim, rope_dim,
@@ -41,6 +42,7 @@ struct snapshot {
 	char arch[SNAPSHOT_ARCH_LEN];
 	uint32_t n_vocab;
 	struct sinkcache_geometry geom;
+	uint32_t pinned_tokens; /* of geom's sink tier, the pinned stream prefix */
 	char id[SNAPSHOT_ID_LEN];
 	char owner[SNAPSHOT_OWNER_LEN];
 	uint64_t tokens_seen;

@@ -54,10 +54,13 @@ static void check_chat_templates(const struct gen_args *a)
 	}
 	for (int fam = CHAT_FAMILY_NONE; fam <= CHAT_FAMILY_UNKNOWN; fam++) {
 		char *text = NULL, err[SINKD_ERR_LEN] = "";
-		int rc = chat_template_apply((enum chat_family)fam, cm, a->n_messages, &text, err,
-		                             sizeof(err));
+		size_t sys_end = 0;
+		int rc = chat_template_apply((enum chat_family)fam, cm, a->n_messages, &text,
+		                             &sys_end, err, sizeof(err));
 		if ((rc == 0) != (text != NULL) || (rc != 0 && err[0] == '\0'))
 			abort();
+		if (text && sys_end > strlen(text))
+			abort(); /* the pinned prefix lies inside the prompt */
 		if (text)
 			touch(text, strlen(text));
 		free(text);

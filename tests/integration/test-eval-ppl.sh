@@ -93,6 +93,31 @@ share=$(tail -n 1 "$tmp/s4_w252.out" | jq -c '.sink_attention_share | map(. * 10
 check "fixture with 4 sinks: layers 1-4 give the sinks over a third of their attention $share" \
 	jq -e '.sink_attention_share | .[1:] | all(. > 0.33)' <(tail -n 1 "$tmp/s4_w252.out")
 
+# A pinned prefix is a sink tier of its length: 4 pinned tokens and no
+# configured sinks score as the reference's 4 sinks, and stay full precision
+# under int4 with protect_sink_positions off.
+"$bin" eval --config "$tmp/sink.yaml" --text "$text" --chunk 16 --json \
+	--set inference.cache.sink_keep_count=0 --set inference.cache.window_size=252 \
+	--pin-prefix-tokens 4 >"$tmp/pin4.out" 2>&1
+check "fixture, 4 pinned tokens: eval exits 0" [ $? -eq 0 ]
+p_pin=$(tail -n 1 "$tmp/pin4.out" | jq -r .perplexity)
+check "fixture, 4 pinned tokens, no sinks ($p_pin) within 0.5% of the reference's 4 sinks" \
+	within_half_percent "$p_pin" "$(jq -r .rows.s4_w252.perplexity "$sink_ref")"
+check "fixture, 4 pinned tokens: the report says so" grep -q 'first 4 tokens pinned' "$tmp/pin4.out"
+"$bin" eval --config "$tmp/sink.yaml" --text "$text" --chunk 16 --json \
+	--set inference.cache.sink_keep_count=0 --set inference.cache.window_size=252 \
+	--set inference.quantization.enabled=true --set inference.quantization.bits=4 \
+	--set inference.quantization.full_precision_recent=64 \
+	--set inference.quantization.protect_sink_positions=false \
+	--pin-prefix-tokens 4 >"$tmp/pin4-int4.out" 2>&1
+p_pin4=$(tail -n 1 "$tmp/pin4-int4.out" | jq -r .perplexity)
+check "fixture int4 unprotected, 4 pinned tokens ($p_pin4) as int4 protected ($p_on)" \
+	within_half_percent "$p_pin4" "$p_on"
+"$bin" eval --config "$tmp/sink.yaml" --text "$text" --set inference.cache.max_pinned_tokens=2 \
+	--pin-prefix-tokens 4 >"$tmp/out" 2>&1
+check "--pin-prefix-tokens over max_pinned_tokens exits 2" [ $? -eq 2 ]
+check "… and names the key" grep -q 'max_pinned_tokens is 2' "$tmp/out"
+
 # With a cache larger than the stream nothing is evicted: streaming and
 # recomputing each prediction from scratch must agree.
 head -n 2 "$text" >"$tmp/two.txt"

@@ -70,7 +70,7 @@ static const struct chat_message convo[] = {
 static char *apply_ok(enum chat_family fam, const struct chat_message *m, size_t n)
 {
 	char *out = NULL, err[SINKD_ERR_LEN] = "";
-	int rc = chat_template_apply(fam, m, n, &out, err, sizeof(err));
+	int rc = chat_template_apply(fam, m, n, &out, NULL, err, sizeof(err));
 	ck_assert_msg(rc == 0, "%s: %s", chat_family_name(fam), err);
 	return out;
 }
@@ -256,7 +256,7 @@ static void expect_error(enum chat_family fam, const struct chat_message *m, siz
 			 const char *needle)
 {
 	char *out = (char *)1, err[SINKD_ERR_LEN] = "";
-	ck_assert_int_eq(chat_template_apply(fam, m, n, &out, err, sizeof(err)), -EINVAL);
+	ck_assert_int_eq(chat_template_apply(fam, m, n, &out, NULL, err, sizeof(err)), -EINVAL);
 	ck_assert_ptr_null(out);
 	ck_assert_msg(strstr(err, needle) != NULL, "'%s' lacks '%s'", err, needle);
 }
@@ -281,6 +281,65 @@ START_TEST(test_errors)
 }
 END_TEST
 
+/* The pinned prefix (inference.cache.pin_system_prompt): the system part and
+ * the template text before the first user turn, per family. */
+START_TEST(test_system_end)
+{
+	static const struct {
+		enum chat_family fam;
+		const char *prefix;
+	} want[] = {
+	    {CHAT_FAMILY_LLAMA2, "[INST] <<SYS>>\nYou are a helpful storyteller.\n<</SYS>>\n\n"},
+	    {CHAT_FAMILY_LLAMA3,
+	     "<|start_header_id|>system<|end_header_id|>\n\nYou are a helpful storyteller.<|eot_id|>"},
+	    {CHAT_FAMILY_CHATML, "<|im_start|>system\nYou are a helpful storyteller.<|im_end|>\n"},
+	    {CHAT_FAMILY_MISTRAL, "[INST] You are a helpful storyteller.\n\n"},
+	    {CHAT_FAMILY_ZEPHYR, "<|system|>\nYou are a helpful storyteller.</s>\n"},
+	    {CHAT_FAMILY_GEMMA, "<start_of_turn>user\nYou are a helpful storyteller.\n\n"},
+	    {CHAT_FAMILY_PHI3, "<|system|>\nYou are a helpful storyteller.<|end|>\n"},
+	    {CHAT_FAMILY_NONE, "You are a helpful storyteller.\n"},
+	};
+	char err[SINKD_ERR_LEN];
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		char *out = NULL;
+		size_t end = 99;
+		ck_assert_int_eq(chat_template_apply(want[i].fam, convo, 4, &out, &end, err, sizeof(err)), 0);
+		ck_assert_msg(end == strlen(want[i].prefix) && !strncmp(out, want[i].prefix, end),
+		              "%s: system part ends at %zu in \"%s\"", chat_family_name(want[i].fam), end,
+		              out);
+		free(out);
+		/* without a system message nothing is pinned */
+		size_t none = 99;
+		ck_assert_int_eq(chat_template_apply(want[i].fam, convo + 1, 3, &out, &none, err, sizeof(err)), 0);
+		ck_assert_uint_eq(none, 0);
+		free(out);
+	}
+	/* two leading system messages: both; one after a user turn: not pinned */
+	const struct chat_message two[] = {{"system", "A."}, {"system", "B."}, {"user", "Hi"},
+	                                   {"system", "C."}};
+	char *out = NULL;
+	size_t end = 0;
+	ck_assert_int_eq(chat_template_apply(CHAT_FAMILY_CHATML, two, 4, &out, &end, err, sizeof(err)), 0);
+	ck_assert_str_eq(out + end, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>system\nC.<|im_end|>\n"
+	                            "<|im_start|>assistant\n");
+	free(out);
+	/* plain: every system text goes first, then the "\n" */
+	ck_assert_int_eq(chat_template_apply(CHAT_FAMILY_NONE, two, 4, &out, &end, err, sizeof(err)), 0);
+	ck_assert_str_eq(out + end, "Hi");
+	ck_assert_uint_eq(end, strlen("A.\nB.\nC.\n"));
+	free(out);
+	/* a folded system text loses its leading space to the trim, the mark follows */
+	const struct chat_message spaced[] = {{"system", "  Be brief."}, {"user", "Hi"}};
+	ck_assert_int_eq(chat_template_apply(CHAT_FAMILY_GEMMA, spaced, 2, &out, &end, err, sizeof(err)), 0);
+	ck_assert_str_eq(out + end, "Hi<end_of_turn>\n<start_of_turn>model\n");
+	free(out);
+	/* a system message alone: the whole plain prompt */
+	ck_assert_int_eq(chat_template_apply(CHAT_FAMILY_NONE, two, 1, &out, &end, err, sizeof(err)), 0);
+	ck_assert_uint_eq(end, strlen(out));
+	free(out);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("chat-template");
@@ -296,6 +355,7 @@ int main(void)
 	tcase_add_test(tc, test_trim_rules);
 	tcase_add_test(tc, test_detect);
 	tcase_add_test(tc, test_errors);
+	tcase_add_test(tc, test_system_end);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

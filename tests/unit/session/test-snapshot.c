@@ -211,7 +211,7 @@ START_TEST(test_hostile_fields)
 	    {232, 5, "tokens seen"},
 	    {296, 12345, "cache image"},
 	    {304, VOCAB, "history token 0"},
-	    {12, 1, "flags"},
+	    {12, 1000, "pinned tokens"},       /* more than the sink slots */
 	    {80, 1, "shape"},                  /* n_vocab */
 	    {48 + 10, 'x', "padding"},         /* after "llama\0": one encoding only */
 	};
