@@ -144,6 +144,7 @@ struct coll {
 	uint64_t handle;
 	int cancel_after; /* > 0: cancel from the callback after this many tokens */
 	int32_t tokens[4096];
+	float logprobs[4096]; /* when the request asked for them */
 	int n_tokens;
 	size_t text_len;
 	int n_prompt_done, n_done;
@@ -198,8 +199,10 @@ static void on_event(void *user, const struct gen_event *ev)
 			pthread_mutex_unlock(&c->watch->mu);
 		}
 	} else if (ev->kind == GEN_EVENT_TOKEN) {
-		if (c->n_tokens < 4096)
+		if (c->n_tokens < 4096) {
+			c->logprobs[c->n_tokens] = ev->logprobs ? ev->logprobs->logprob : 0.0f;
 			c->tokens[c->n_tokens++] = ev->token;
+		}
 		if (c->n_tokens - c->taken > c->most_unsent)
 			c->most_unsent = c->n_tokens - c->taken;
 		c->text_len += ev->text_len;
@@ -774,6 +777,156 @@ START_TEST(test_admission_budget)
 }
 END_TEST
 
+#define N_PIN_GEN 40
+
+static int submit_pinned(struct scheduler *s, struct coll *c, const int32_t *ids, size_t n,
+                         int max_tokens, const char *sid, int pin)
+{
+	char err[SINKD_ERR_LEN];
+	struct gen_request q = {0};
+	q.prompt_ids = malloc((n + 1) * sizeof(int32_t));
+	memcpy(q.prompt_ids, ids, n * sizeof(int32_t));
+	q.n_prompt = n;
+	sampler_params_default(&q.sampling);
+	q.sampling.temperature = 0;
+	q.max_tokens = max_tokens;
+	q.ignore_eos = true;
+	q.session_id = sid;
+	q.pin_prefix_tokens = pin;
+	q.want_logprobs = true;
+	q.sampling.logprobs = true;
+	q.on_event = on_event;
+	q.user = c;
+	c->max_tokens = max_tokens;
+	int rc = scheduler_submit(s, &q, &c->handle, err, sizeof(err));
+	if (rc) {
+		ck_assert_msg(strstr(err, "pin") || strstr(err, "budget"), "%s", err);
+		free(q.prompt_ids);
+	}
+	return rc;
+}
+
+/* Greedy tokens with their logprobs (lp: N_PIN_GEN). */
+static int pinned_run(struct scheduler *s, const int32_t *ids, size_t n, const char *sid, int pin,
+                      float *lp)
+{
+	struct coll *c = coll_new(s);
+	int rc = submit_pinned(s, c, ids, n, N_PIN_GEN, sid, pin);
+	if (!rc) {
+		coll_wait(c);
+		ck_assert_int_eq(c->n_tokens, N_PIN_GEN);
+		memcpy(lp, c->logprobs, N_PIN_GEN * sizeof(float));
+	}
+	coll_free(c);
+	return rc;
+}
+
+/* A pinned prefix is a sink tier of its length (full precision): with 2
+ * configured sinks and 6 pinned tokens a stream generates what 6 configured
+ * sinks give, on a one-shot request and on a session's first request, whose
+ * reservation grows to the pinned bound; it stays pinned after the window
+ * moved past it.  Out of range pins are -EDOM (400). */
+START_TEST(test_pinned_prefix)
+{
+	const char *ov6[] = {"inference.attention.dtype=float32", "inference.cache.window_size=16",
+	                     "inference.cache.sink_keep_count=6"};
+	const char *ov2[] = {"inference.attention.dtype=float32", "inference.cache.window_size=16",
+	                     "inference.cache.sink_keep_count=2",
+	                     "inference.cache.max_pinned_tokens=8"};
+	struct sinkd_config cfg;
+	char id[SCHED_SESSION_ID_LEN], err[SINKD_ERR_LEN];
+	struct sched_session_info info;
+	const struct ref_prompt *a = &fx.ref[0];
+	int32_t pr[12]; /* the reference prompts one after another */
+	size_t n_pr = 0;
+	for (size_t r = 0; n_pr < 12; r = (r + 1) % fx.n_ref)
+		for (size_t k = 0; k < fx.ref[r].n && n_pr < 12; k++)
+			pr[n_pr++] = fx.ref[r].ids[k];
+	float want[N_PIN_GEN];
+
+	struct scheduler *s = sched_make(&cfg, ov6, 3);
+	ck_assert_int_eq(pinned_run(s, pr, n_pr, NULL, 0, want), 0);
+	ck_assert_int_eq(scheduler_session_create(s, NULL, id, err, sizeof(err)), 0);
+	ck_assert_int_eq(scheduler_session_info(s, id, &info), 0);
+	size_t bound6 = info.bytes_reserved;
+	ck_assert_int_eq(scheduler_session_delete(s, id), 0);
+	wait_idle(s);
+	scheduler_free(s);
+	config_deinit(&cfg);
+
+	s = sched_make(&cfg, ov2, 4);
+	/* without the pin the 2 sinks score otherwise: the pin matters */
+	float got[N_PIN_GEN];
+	ck_assert_int_eq(pinned_run(s, pr, n_pr, NULL, 0, got), 0);
+	ck_assert_int_ne(memcmp(got, want, sizeof(want)), 0);
+	ck_assert_int_eq(pinned_run(s, pr, n_pr, NULL, 6, got), 0);
+	ck_assert_int_eq(memcmp(got, want, sizeof(want)), 0);
+
+	ck_assert_int_eq(scheduler_session_create(s, NULL, id, err, sizeof(err)), 0);
+	ck_assert_int_eq(scheduler_session_info(s, id, &info), 0);
+	ck_assert_int_eq(info.pinned_tokens, 0);
+	ck_assert_int_eq(info.sink_keep_count, 2);
+	ck_assert_uint_lt(info.bytes_reserved, bound6);
+	ck_assert_int_eq(pinned_run(s, pr, n_pr, id, 6, got), 0);
+	ck_assert_int_eq(memcmp(got, want, sizeof(want)), 0);
+	struct coll *c;
+	ck_assert_int_eq(scheduler_session_info(s, id, &info), 0);
+	ck_assert_int_eq(info.pinned_tokens, 6);
+	ck_assert_int_eq(info.sink_keep_count, 6);
+	ck_assert_int_eq(info.n_sink, 6);
+	ck_assert_uint_eq(info.bytes_reserved, bound6);
+	ck_assert_uint_gt(info.n_seen, 6 + 16); /* the window moved past the prefix */
+	struct scheduler_stats st;
+	scheduler_get_stats(s, &st);
+	ck_assert_uint_eq(st.kv_bytes_reserved, bound6);
+	/* a session pins with its first request only */
+	c = coll_new(s);
+	ck_assert_int_eq(submit_pinned(s, c, pr, n_pr, 1, id, 4), -EDOM);
+	coll_free(c);
+	ck_assert_int_eq(scheduler_error_status(-EDOM), 400);
+	/* over max_pinned_tokens, over the prompt */
+	c = coll_new(s);
+	ck_assert_int_eq(submit_pinned(s, c, pr, n_pr, 1, NULL, 9), -EDOM);
+	ck_assert_int_eq(submit_pinned(s, c, pr, 3, 1, NULL, 4), -EDOM);
+	coll_free(c);
+	/* a session with a smaller window than the pin */
+	char small[SCHED_SESSION_ID_LEN];
+	struct session_settings set = {.window_size = 4, .sink_keep_count = -1};
+	ck_assert_int_eq(scheduler_session_create(s, &set, small, err, sizeof(err)), 0);
+	c = coll_new(s);
+	ck_assert_int_eq(submit_pinned(s, c, pr, n_pr, 1, small, 6), -EDOM);
+	coll_free(c);
+	ck_assert_int_eq(scheduler_session_delete(s, small), 0);
+	ck_assert_int_eq(scheduler_session_delete(s, id), 0);
+	wait_idle(s);
+	scheduler_free(s);
+	config_deinit(&cfg);
+
+	/* The grown reservation is checked against the budget: f32, 1280 bytes
+	 * a token, window 600 + 4 sinks in 1 MiB (819 tokens) with 100 pinned
+	 * fits, with 300 it never can. */
+	const char *ovb[] = {"inference.attention.dtype=float32", "inference.cache.window_size=600",
+	                     "inference.cache.global_cache_limit=1MiB"};
+	s = sched_make(&cfg, ovb, 3);
+	ck_assert_int_eq(scheduler_session_create(s, NULL, id, err, sizeof(err)), 0);
+	int32_t longp[300];
+	for (int i = 0; i < 300; i++)
+		longp[i] = a->ids[i % a->n];
+	c = coll_new(s);
+	ck_assert_int_eq(submit_pinned(s, c, longp, 300, 1, id, 300), -ENOSPC);
+	ck_assert_int_eq(submit_pinned(s, c, longp, 300, 1, id, 100), 0);
+	coll_wait(c);
+	coll_free(c);
+	ck_assert_int_eq(scheduler_session_info(s, id, &info), 0);
+	ck_assert_int_eq(info.pinned_tokens, 100);
+	ck_assert_int_eq(info.n_sink, 100);
+	ck_assert_int_eq(scheduler_session_delete(s, id), 0);
+	wait_idle(s);
+	scheduler_free(s);
+	config_deinit(&cfg);
+}
+END_TEST
+
 /* Sessions are bounded in total (limits.max_sessions: -EMFILE, 503) and per
  * owner (owner_max: -EDQUOT, 429, another owner unaffected), and a session
  * no request ran on gives its reservation back after
@@ -1267,6 +1420,7 @@ int main(void)
 	tcase_add_test(tc, test_session_cancel_keeps_stream);
 	tcase_add_test(tc, test_session_revise_window);
 	tcase_add_test(tc, test_admission_budget);
+	tcase_add_test(tc, test_pinned_prefix);
 	tcase_add_test(tc, test_session_limits_and_empty_expiry);
 	tcase_add_test(tc, test_reconfigure);
 	tcase_add_test(tc, test_prepare_refuses_and_shrinks);
