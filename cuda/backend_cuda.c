@@ -243,10 +243,10 @@ static int cuda_session_import(struct backend *be, struct backend_session *s,
 		return err_set(err, err_len, -EINVAL,
 		               "cuda backend: cache image holds %zu bytes, its counts need %zu",
 		               in->bytes, lo.total_bytes);
-	if (s->st.n_seen != 0 || cuda_kv_resident(&s->sh, &s->st) != 0)
+	if (s->st.t.n_seen != 0 || cuda_kv_resident(&s->sh, &s->st) != 0)
 		return err_set(err, err_len, -EBUSY,
 		               "cuda backend: import needs an empty session (it holds %llu tokens)",
-		               (unsigned long long)s->st.n_seen);
+		               (unsigned long long)s->st.t.n_seen);
 	struct cuda_kv_state st;
 	cuda_kv_image_state(&in->n, &st);
 	size_t sink_b = s->sh.sink_layer_bytes;

@@ -257,10 +257,10 @@ static void batch_fill(struct cuda_backend *c, const struct backend_token *token
 			if (s->batch_n <= w)
 				continue;
 			int t = c->order[c->sess_begin[j] + w];
-			uint64_t evicted = s->tmp.evicted;
+			uint64_t evicted = s->tmp.t.evicted;
 			struct cuda_kv_step step;
 			cuda_kv_plan_step(&s->sh, &s->tmp, &s->view, &step);
-			joins = joins && !step.has_flush && s->tmp.evicted == evicted;
+			joins = joins && !step.has_flush && s->tmp.t.evicted == evicted;
 			step.append.token = t;
 			step.attn.token = t;
 			app[w_at] = step.append;

@@ -3,13 +3,10 @@
  * append / flush / attention jobs of the kernels.  The decisions (what is a
  * sink, when the window evicts, when a hot token ages into staging, when a
  * group is quantized, what revising may drop, which positions rotate the
- * query) are those of src/cache/sinkcache.c, step for step; only the
- * storage differs: the staging and hot rings are one ring of F slots where
- * window token i sits at slot i mod F, so ageing a token moves no data.
- *
- * One difference: full_precision_recent = 0 with quantization is served with
- * a hot tier of one token (the CPU cache has no slot to stage from then).
- * It also maps a session's rings to and from the canonical image
+ * query) are the tier policy's (src/cache/tierpolicy.c), as for the CPU
+ * cache; only the storage differs: the staging and hot rings are one ring of
+ * F slots where window token i sits at slot i mod F, so ageing a token moves
+ * no data.  It also maps a session's rings to and from the canonical image
  * (cache/kvimage.h) on host copies of its blocks.  It launches nothing and
  * touches no device memory. */
 #include "cuda_kvplan.h"
@@ -78,28 +75,21 @@ static void shape_layout(struct cuda_kv_shape *sh)
 int cuda_kv_shape_init(const struct sinkcache_geometry *g, struct cuda_kv_shape *sh, char *err,
                        size_t err_len)
 {
-	int rc = sinkcache_geometry_check(g, err, err_len);
+	struct sinkcache_tiers t;
+	int rc = sinkcache_tiers_of(g, &t, err, err_len);
 	if (rc)
 		return rc;
-	bool full = g->strategy == CACHE_STRATEGY_FULL;
 	memset(sh, 0, sizeof(*sh));
 	sh->g = *g;
-	sh->sink_cap = full && g->sink_keep_count > g->max_context_length ? g->max_context_length
-	                                                                  : g->sink_keep_count;
-	sh->window_cap = full ? g->max_context_length - sh->sink_cap : g->window_size;
-	sh->hot_cap = g->quant_enabled ? g->full_precision_recent : sh->window_cap;
-	sh->group = sinkcache_quant_group_size(g);
-	if (sh->group > 0) {
-		int comp = sh->window_cap - sh->hot_cap;
-		sh->n_groups = full ? comp / sh->group : (comp + sh->group - 1) / sh->group;
-		if (sh->hot_cap == 0)
-			sh->hot_cap = 1;
-		sh->fp_cap = sh->hot_cap + sh->group - 1;
-	} else {
-		sh->fp_cap = sh->window_cap;
-	}
-	sh->sink_quant = g->quant_enabled && !g->protect_sinks;
-	sh->code_row = (int)kvq_code_bytes(g->head_dim, g->quant_enabled ? g->quant_bits : 8);
+	tier_caps_of(g, &t, &sh->caps);
+	sh->sink_cap = t.sink;
+	sh->window_cap = t.window;
+	sh->hot_cap = t.hot;
+	sh->group = t.group;
+	sh->n_groups = t.n_groups;
+	sh->fp_cap = t.group > 0 ? t.hot + t.group - 1 : t.window;
+	sh->sink_quant = t.sink_quant;
+	sh->code_row = (int)t.code_row;
 	shape_layout(sh);
 	return 0;
 }
@@ -114,117 +104,74 @@ void cuda_kv_state_init(struct cuda_kv_state *st)
 	memset(st, 0, sizeof(*st));
 }
 
-static int window_count(const struct cuda_kv_shape *sh, const struct cuda_kv_state *st)
-{
-	return st->groups_n * sh->group - st->grp_dropped + st->stage_n + st->hot_n;
-}
-
 int cuda_kv_resident(const struct cuda_kv_shape *sh, const struct cuda_kv_state *st)
 {
-	return st->n_sink + window_count(sh, st);
+	return tier_resident(&sh->caps, &st->t);
 }
 
 bool cuda_kv_can_append(const struct cuda_kv_shape *sh, const struct cuda_kv_state *st, size_t n)
 {
-	if (sh->g.strategy != CACHE_STRATEGY_FULL)
-		return true;
-	return n <= (size_t)sh->g.max_context_length - (size_t)cuda_kv_resident(sh, st);
-}
-
-/* Oldest window token leaves: from the oldest group, else staging, else hot. */
-static void evict_oldest(const struct cuda_kv_shape *sh, struct cuda_kv_state *st)
-{
-	if (st->groups_n > 0) {
-		if (++st->grp_dropped == sh->group) {
-			st->groups_n--;
-			st->grp_dropped = 0;
-		}
-	} else if (st->stage_n > 0) {
-		st->stage_n--;
-		st->fp_start++;
-	} else {
-		st->hot_n--;
-		st->fp_start++;
-	}
-	st->evicted++;
-}
-
-/* The oldest hot token ages: into staging, or it completes a group. */
-static void age_hot(const struct cuda_kv_shape *sh, struct cuda_kv_state *st,
-                    const struct cuda_kv_view *view, struct cuda_kv_step *out)
-{
-	if (sh->group > 0 && st->stage_n == sh->group - 1) {
-		out->has_flush = true;
-		out->flush.group_slot = (int32_t)(st->groups_made % sh->n_groups);
-		out->flush.fp_first = (int32_t)(st->fp_start % sh->fp_cap);
-		out->flush.kv = *view;
-		st->groups_made++;
-		st->groups_n++;
-		st->stage_n = 0;
-		st->fp_start += sh->group;
-	} else {
-		st->stage_n++;
-	}
-	st->hot_n--;
-	st->moved++;
+	return tier_can_append(&sh->caps, &st->t, n);
 }
 
 static void fill_attn(const struct cuda_kv_shape *sh, const struct cuda_kv_state *st,
                       struct cuda_kv_attn_job *a)
 {
-	a->n_sink = st->n_sink;
-	a->n_comp = st->groups_n * sh->group - st->grp_dropped;
+	const struct tier_counts *t = &st->t;
+	a->n_sink = t->n_sink;
+	a->n_comp = t->n_groups * sh->group - t->grp_dropped;
 	a->comp_group0 =
-	    sh->n_groups > 0 ? (int32_t)((st->groups_made - st->groups_n) % sh->n_groups) : 0;
-	a->comp_row0 = st->grp_dropped;
-	a->n_fp = st->stage_n + st->hot_n;
+	    sh->n_groups > 0 ? (int32_t)((st->groups_made - t->n_groups) % sh->n_groups) : 0;
+	a->comp_row0 = t->grp_dropped;
+	a->n_fp = t->n_stage + t->n_hot;
 	a->fp_slot0 = sh->fp_cap > 0 ? (int32_t)(st->fp_start % sh->fp_cap) : 0;
 }
 
+/* The policy's step on the device rings: an evicted or grouped
+ * full-precision token moves the ring's start; a completed group is a flush
+ * job into the next group slot. */
 void cuda_kv_plan_step(const struct cuda_kv_shape *sh, struct cuda_kv_state *st,
                        const struct cuda_kv_view *view, struct cuda_kv_step *out)
 {
+	struct tier_step ts;
 	memset(out, 0, sizeof(*out));
 	out->append.kv = *view;
 	out->attn.kv = *view;
-	out->key_pos = st->n_seen;
-	bool sink = st->n_sink < sh->sink_cap && st->n_seen == (uint64_t)st->n_sink;
-	if (sink) {
-		out->append.sink_slot = st->n_sink++;
+	tier_step(&sh->caps, &st->t, &ts);
+	out->key_pos = ts.key_pos;
+	if (ts.to_sink) {
+		out->append.sink_slot = ts.sink_slot;
 	} else {
-		if (window_count(sh, st) == sh->window_cap)
-			evict_oldest(sh, st);
-		if (st->hot_n == sh->hot_cap)
-			age_hot(sh, st, view, out);
+		if (ts.evict == TIER_EVICT_STAGED || ts.evict == TIER_EVICT_HOT)
+			st->fp_start++;
+		if (ts.age == TIER_AGE_FLUSH) {
+			out->has_flush = true;
+			out->flush.group_slot = (int32_t)(st->groups_made % sh->n_groups);
+			out->flush.fp_first = (int32_t)(st->fp_start % sh->fp_cap);
+			out->flush.kv = *view;
+			st->groups_made++;
+			st->fp_start += sh->group;
+		}
 		out->append.sink_slot = -1;
+		/* the token follows the staged ones and the older hot ones */
 		out->append.fp_slot =
-		    (int32_t)((st->fp_start + st->stage_n + st->hot_n) % sh->fp_cap);
-		st->hot_n++;
+		    (int32_t)((st->fp_start + st->t.n_stage + ts.hot_index) % sh->fp_cap);
 	}
-	st->n_seen++;
 	fill_attn(sh, st, &out->attn);
-	uint64_t rank = (uint64_t)cuda_kv_resident(sh, st) - 1;
-	out->sink_pos = sh->g.rope_positions == ROPE_POSITIONS_CACHE ? rank : out->key_pos;
+	out->sink_pos = tier_sink_query_pos(&sh->g, &sh->caps, &st->t);
 }
 
 int cuda_kv_plan_revise(const struct cuda_kv_shape *sh, struct cuda_kv_state *st, size_t n,
                         char *err, size_t err_len)
 {
-	int most = st->hot_n + st->stage_n;
-	if (n > (size_t)most)
-		return sinkcache_revise_range_error(err, err_len, most, n, st->n_sink,
-		                                    window_count(sh, st) - most, st->evicted);
-	int from_hot = (int)n < st->hot_n ? (int)n : st->hot_n;
-	st->hot_n -= from_hot;
-	st->stage_n -= (int)n - from_hot;
-	st->n_seen -= n;
-	return 0;
+	return tier_revise(&sh->caps, &st->t, n, err, err_len);
 }
 
 void cuda_kv_plan_stats(const struct cuda_kv_shape *sh, const struct cuda_kv_state *st,
                         struct sinkcache_stats *out)
 {
 	const struct sinkcache_geometry *g = &sh->g;
+	const struct tier_counts *t = &st->t;
 	size_t n_kv = (size_t)g->n_kv_heads, d = (size_t)g->head_dim, gs = (size_t)sh->group;
 	size_t fp_row = d * kv_dtype_size(g->dtype), code_row = (size_t)sh->code_row;
 	size_t fp_tok = 2 * n_kv * fp_row;
@@ -232,35 +179,28 @@ void cuda_kv_plan_stats(const struct cuda_kv_shape *sh, const struct cuda_kv_sta
 	size_t group_bytes =
 	    n_kv * (2 * gs * code_row + 2 * d * sizeof(float) + gs * 2 * sizeof(float));
 	memset(out, 0, sizeof(*out));
-	out->n_seen = st->n_seen;
-	out->n_sink = st->n_sink;
-	out->n_hot = st->hot_n;
-	out->n_compressed = window_count(sh, st) - st->hot_n;
+	out->n_seen = t->n_seen;
+	out->n_sink = t->n_sink;
+	out->n_hot = t->n_hot;
+	out->n_compressed = tier_window(&sh->caps, t) - t->n_hot;
 	out->n_resident = out->n_sink + out->n_compressed + out->n_hot;
-	out->evicted_compressed = st->evicted;
-	out->moved_to_compressed = st->moved;
+	out->evicted_compressed = t->evicted;
+	out->moved_to_compressed = t->moved;
 	out->bytes_bound = sinkcache_bound_bytes(g);
 	out->bytes_resident =
-	    ((size_t)st->n_sink * sink_tok + (size_t)(st->hot_n + st->stage_n) * fp_tok +
-	     (size_t)st->groups_n * group_bytes) *
+	    ((size_t)t->n_sink * sink_tok + (size_t)(t->n_hot + t->n_stage) * fp_tok +
+	     (size_t)t->n_groups * group_bytes) *
 	    (size_t)g->n_layers;
 }
 
 /* ---- canonical image ------------------------------------------------ */
 
-void cuda_kv_image_counts(const struct cuda_kv_state *st, struct kv_image_counts *n)
+void cuda_kv_image_counts(const struct cuda_kv_state *st, struct tier_counts *n)
 {
-	*n = (struct kv_image_counts){.n_seen = st->n_seen,
-	                              .evicted = st->evicted,
-	                              .moved = st->moved,
-	                              .n_sink = st->n_sink,
-	                              .n_groups = st->groups_n,
-	                              .grp_dropped = st->grp_dropped,
-	                              .n_stage = st->stage_n,
-	                              .n_hot = st->hot_n};
+	*n = st->t;
 }
 
-int cuda_kv_image_layout(const struct cuda_kv_shape *sh, const struct kv_image_counts *n,
+int cuda_kv_image_layout(const struct cuda_kv_shape *sh, const struct tier_counts *n,
                          struct kv_image_layout *lo, char *err, size_t err_len)
 {
 	int rc = kv_image_layout_of(&sh->g, n, lo, err, err_len);
@@ -279,18 +219,9 @@ int cuda_kv_image_layout(const struct cuda_kv_shape *sh, const struct kv_image_c
 	return 0;
 }
 
-void cuda_kv_image_state(const struct kv_image_counts *n, struct cuda_kv_state *st)
+void cuda_kv_image_state(const struct tier_counts *n, struct cuda_kv_state *st)
 {
-	*st = (struct cuda_kv_state){.n_seen = n->n_seen,
-	                             .n_sink = n->n_sink,
-	                             .hot_n = n->n_hot,
-	                             .stage_n = n->n_stage,
-	                             .groups_n = n->n_groups,
-	                             .grp_dropped = n->grp_dropped,
-	                             .groups_made = n->n_groups,
-	                             .fp_start = 0,
-	                             .evicted = n->evicted,
-	                             .moved = n->moved};
+	*st = (struct cuda_kv_state){.t = *n, .groups_made = n->n_groups, .fp_start = 0};
 }
 
 static void move_bytes(unsigned char *block, unsigned char *img, size_t bytes, bool to_image)
@@ -307,7 +238,7 @@ static void image_sinks(const struct cuda_kv_shape *sh, const struct cuda_kv_sta
                         bool to_image)
 {
 	const struct cuda_kv_view *v = &sh->layout;
-	size_t S = (size_t)sh->sink_cap, ns = (size_t)st->n_sink, par = 2 * sizeof(float);
+	size_t S = (size_t)sh->sink_cap, ns = (size_t)st->t.n_sink, par = 2 * sizeof(float);
 	for (size_t h = 0; h < (size_t)v->n_kv && ns > 0; h++) {
 		size_t run = ns * lo->sink_row;
 		move_bytes(sink + v->off_sink_k + h * S * lo->sink_row,
@@ -332,8 +263,8 @@ static void image_groups(const struct cuda_kv_shape *sh, const struct cuda_kv_st
 	size_t nk = (size_t)v->n_kv, d = (size_t)v->head_dim, gs = (size_t)sh->group;
 	size_t codes = nk * gs * (size_t)sh->code_row, kp = nk * 2 * d * sizeof(float);
 	size_t vp = nk * gs * 2 * sizeof(float);
-	for (int i = 0; i < st->groups_n; i++) {
-		size_t slot = (size_t)((st->groups_made - st->groups_n + i) % sh->n_groups);
+	for (int i = 0; i < st->t.n_groups; i++) {
+		size_t slot = (size_t)((st->groups_made - st->t.n_groups + i) % sh->n_groups);
 		unsigned char *g = img + lo->off_groups + (size_t)i * lo->group_bytes;
 		move_bytes(win + v->off_gk + slot * codes, g + lo->grp_off_k, codes, to_image);
 		move_bytes(win + v->off_gv + slot * codes, g + lo->grp_off_v, codes, to_image);
@@ -349,7 +280,7 @@ static void image_fp(const struct cuda_kv_shape *sh, const struct cuda_kv_state 
                      bool to_image)
 {
 	const struct cuda_kv_view *v = &sh->layout;
-	size_t F = (size_t)sh->fp_cap, nfp = (size_t)(st->stage_n + st->hot_n), row = lo->fp_row;
+	size_t F = (size_t)sh->fp_cap, nfp = (size_t)(st->t.n_stage + st->t.n_hot), row = lo->fp_row;
 	if (nfp == 0)
 		return;
 	size_t first = (size_t)(st->fp_start % sh->fp_cap);

@@ -12,11 +12,13 @@
 
 #include "cache/kvimage.h"
 #include "cache/sinkcache.h"
+#include "cache/tierpolicy.h"
 #include "cuda_kv.h"
 
 /* Tier sizes and byte layout of a geometry. */
 struct cuda_kv_shape {
 	struct sinkcache_geometry g;
+	struct tier_caps caps; /* the tier policy's capacities (cache/tierpolicy.h) */
 	int sink_cap;   /* S */
 	int window_cap; /* W: window tokens resident at most */
 	int hot_cap;    /* H */
@@ -32,14 +34,9 @@ struct cuda_kv_shape {
 /* One session's position in its stream (identical for all layers between
  * forward passes). */
 struct cuda_kv_state {
-	uint64_t n_seen; /* stream index of the next token */
-	int n_sink;
-	int hot_n, stage_n;  /* full-precision window tokens: staging (older), hot */
-	int groups_n;        /* resident groups */
-	int grp_dropped;     /* evicted tokens at the front of the oldest group */
-	int64_t groups_made; /* groups ever made: the next one goes to slot groups_made % NG */
-	int64_t fp_start;    /* window index of the oldest full-precision token */
-	uint64_t evicted, moved;
+	struct tier_counts t; /* what each tier holds: the tier policy's state */
+	int64_t groups_made;  /* groups ever made: the next one goes to slot groups_made % NG */
+	int64_t fp_start;     /* window index of the oldest full-precision token */
 };
 
 /* What one appended token needs, for every layer. */
@@ -77,15 +74,15 @@ void cuda_kv_plan_stats(const struct cuda_kv_shape *sh, const struct cuda_kv_sta
 /* ---- canonical image (cache/kvimage.h): what a snapshot carries */
 
 /* Counts of the image of a session at st. */
-void cuda_kv_image_counts(const struct cuda_kv_state *st, struct kv_image_counts *n);
+void cuda_kv_image_counts(const struct cuda_kv_state *st, struct tier_counts *n);
 /* Checks counts n against sh (kv_image_layout_of, then the device rings) and
  * fills lo.  err names the count. */
-int cuda_kv_image_layout(const struct cuda_kv_shape *sh, const struct kv_image_counts *n,
+int cuda_kv_image_layout(const struct cuda_kv_shape *sh, const struct tier_counts *n,
                          struct kv_image_layout *lo, char *err, size_t err_len);
 /* The state of a session that had just seen exactly n's tokens: sinks from
  * slot 0, groups from slot 0 (groups_made = n_groups), the full-precision
  * window from ring slot 0 (fp_start = 0). */
-void cuda_kv_image_state(const struct kv_image_counts *n, struct cuda_kv_state *st);
+void cuda_kv_image_state(const struct tier_counts *n, struct cuda_kv_state *st);
 /* One layer between host copies of its blocks (sink: sink_layer_bytes, win:
  * win_layer_bytes, in the device layout, rings where st places them) and
  * its part of an image (img: lo->layer_bytes): out fills img, in fills the

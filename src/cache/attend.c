@@ -56,11 +56,11 @@ static void prefetch_bytes(const unsigned char *p, size_t bytes)
 		__builtin_prefetch(p + o, 0, 3);
 }
 
-static void prefetch_ring(const struct sinkcache *c, const struct kv_ring *ring,
+static void prefetch_ring(const struct sinkcache *c, const struct kv_run *ring,
                           const unsigned char *base, int kh)
 {
 	const unsigned char *hb = base + (size_t)kh * (size_t)ring->cap * c->fp_row;
-	int first = kv_ring_first_run(ring);
+	int first = kv_run_first(ring);
 	prefetch_bytes(hb + (size_t)ring->head * c->fp_row, (size_t)first * c->fp_row);
 	prefetch_bytes(hb, (size_t)(ring->n - first) * c->fp_row);
 }
@@ -73,13 +73,15 @@ static void attend_prefetch(const struct sinkcache *c, const struct kv_layer *L,
 	if (c->sink_quant) {
 		size_t at = (size_t)kh * (size_t)c->n_sink_cap;
 		prefetch_bytes((values ? L->sink_v : L->sink_k) + at * c->code_row,
-		               (size_t)L->n_sink * c->code_row);
+		               (size_t)L->t.n_sink * c->code_row);
 	} else {
-		struct kv_ring sinks = {0, L->n_sink, c->n_sink_cap};
+		struct kv_run sinks = {0, L->t.n_sink, c->n_sink_cap};
 		prefetch_ring(c, &sinks, values ? L->sink_v : L->sink_k, kh);
 	}
-	prefetch_ring(c, &L->stage, values ? L->st_v : L->st_k, kh);
-	prefetch_ring(c, &L->hot, values ? L->hot_v : L->hot_k, kh);
+	struct kv_run stage = kv_ring_run(&L->stage, L->t.n_stage);
+	struct kv_run hot = kv_ring_run(&L->hot, L->t.n_hot);
+	prefetch_ring(c, &stage, values ? L->st_v : L->st_k, kh);
+	prefetch_ring(c, &hot, values ? L->hot_v : L->hot_k, kh);
 }
 
 /* Loading a query's rows ahead, when they fit in a core's L2, with plain
@@ -126,10 +128,10 @@ static void load_head_rows(const unsigned char *kb, const unsigned char *vb, siz
 }
 
 /* A full-precision ring's filled slots, in at most two runs. */
-static void load_ring(const struct sinkcache *c, const struct kv_ring *ring,
+static void load_ring(const struct sinkcache *c, const struct kv_run *ring,
                       const unsigned char *kb, const unsigned char *vb, int k0, int k1)
 {
-	int first = kv_ring_first_run(ring);
+	int first = kv_run_first(ring);
 	load_head_rows(kb, vb, c->fp_row, ring->cap, ring->head, first, k0, k1);
 	load_head_rows(kb, vb, c->fp_row, ring->cap, 0, ring->n - first, k0, k1);
 }
@@ -140,26 +142,26 @@ static size_t attend_bytes(const struct sinkcache *c, const struct kv_layer *L, 
 {
 	size_t d = (size_t)c->g.head_dim, per_head;
 	size_t sink_row = c->sink_quant ? c->code_row + 2 * sizeof(float) : c->fp_row;
-	per_head = (size_t)L->n_sink * sink_row;
-	per_head += (size_t)L->groups.n *
+	per_head = (size_t)L->t.n_sink * sink_row;
+	per_head += (size_t)L->t.n_groups *
 	            (2 * d * sizeof(float) + (size_t)c->group * (c->code_row + 2 * sizeof(float)));
-	per_head += (size_t)(L->stage.n + L->hot.n) * c->fp_row;
+	per_head += (size_t)(L->t.n_stage + L->t.n_hot) * c->fp_row;
 	return 2 * per_head * (size_t)(k1 - k0);
 }
 
 static void load_ahead(const struct sinkcache *c, const struct kv_layer *L, int k0, int k1)
 {
 	if (c->sink_quant) {
-		load_head_rows(L->sink_k, L->sink_v, c->code_row, c->n_sink_cap, 0, L->n_sink, k0,
+		load_head_rows(L->sink_k, L->sink_v, c->code_row, c->n_sink_cap, 0, L->t.n_sink, k0,
 		               k1);
 		load_head_rows((const unsigned char *)L->sink_kp, (const unsigned char *)L->sink_vp,
-		               2 * sizeof(float), c->n_sink_cap, 0, L->n_sink, k0, k1);
+		               2 * sizeof(float), c->n_sink_cap, 0, L->t.n_sink, k0, k1);
 	} else {
-		struct kv_ring sinks = {0, L->n_sink, c->n_sink_cap};
+		struct kv_run sinks = {0, L->t.n_sink, c->n_sink_cap};
 		load_ring(c, &sinks, L->sink_k, L->sink_v, k0, k1);
 	}
 	size_t nk = (size_t)c->g.n_kv_heads, d = (size_t)c->g.head_dim, gs = (size_t)c->group;
-	for (int i = 0; i < L->groups.n; i++) {
+	for (int i = 0; i < L->t.n_groups; i++) {
 		/* a slot's heads lie side by side: one run of codes, keys and
 		 * values, and one of parameters each */
 		size_t gh = (size_t)kv_ring_slot(&L->groups, i) * nk + (size_t)k0;
@@ -172,22 +174,24 @@ static void load_ahead(const struct sinkcache *c, const struct kv_layer *L, int 
 		load_runs(runs + 2, 1, nh * 2 * d * sizeof(float));
 		load_runs(runs + 3, 1, nh * gs * 2 * sizeof(float));
 	}
-	load_ring(c, &L->stage, L->st_k, L->st_v, k0, k1);
-	load_ring(c, &L->hot, L->hot_k, L->hot_v, k0, k1);
+	struct kv_run stage = kv_ring_run(&L->stage, L->t.n_stage);
+	struct kv_run hot = kv_ring_run(&L->hot, L->t.n_hot);
+	load_ring(c, &stage, L->st_k, L->st_v, k0, k1);
+	load_ring(c, &hot, L->hot_k, L->hot_v, k0, k1);
 }
 
 /* A full-precision ring of kv head kh in at most two contiguous runs. */
-static void attend_fp_ring(struct attend_ctx *x, const struct kv_ring *ring,
+static void attend_fp_ring(struct attend_ctx *x, const struct kv_run *ring, bool window,
                            const unsigned char *base, int n0, bool mix)
 {
 	const struct sinkcache *c = x->c;
 	const unsigned char *hb = base + (size_t)x->kh * (size_t)ring->cap * c->fp_row;
-	int first = kv_ring_first_run(ring);
+	int first = kv_run_first(ring);
 	int runs[2][2] = {{ring->head, first}, {0, ring->n - first}};
 	for (int k = 0; k < 2; k++) {
 		const unsigned char *rows = hb + (size_t)runs[k][0] * c->fp_row;
 		int n = runs[k][1];
-		const float *q = ring == &x->L->hot || ring == &x->L->stage ? x->qw : x->qs;
+		const float *q = window ? x->qw : x->qs;
 		if (n == 0)
 			continue;
 		if (mix)
@@ -205,7 +209,7 @@ static void attend_quant_sinks(struct attend_ctx *x, bool mix)
 	const struct sinkcache *c = x->c;
 	const struct kv_layer *L = x->L;
 	size_t at = (size_t)x->kh * (size_t)c->n_sink_cap;
-	int n = L->n_sink, bits = c->g.quant_bits;
+	int n = L->t.n_sink, bits = c->g.quant_bits;
 	if (!mix) {
 		attend_score_codes(bits, L->sink_k + at * c->code_row, c->code_row, n, x->d, x->qs,
 		                   x->r, x->scores, x->ld);
@@ -280,24 +284,26 @@ static int attend_tiers(struct attend_ctx *x, bool mix)
 {
 	const struct sinkcache *c = x->c;
 	const struct kv_layer *L = x->L;
-	int n = L->n_sink;
+	int n = L->t.n_sink;
 	if (c->sink_quant) {
 		attend_quant_sinks(x, mix);
 	} else {
-		struct kv_ring sinks = {0, L->n_sink, c->n_sink_cap};
-		attend_fp_ring(x, &sinks, mix ? L->sink_v : L->sink_k, 0, mix);
+		struct kv_run sinks = {0, L->t.n_sink, c->n_sink_cap};
+		attend_fp_ring(x, &sinks, false, mix ? L->sink_v : L->sink_k, 0, mix);
 	}
-	for (int i = 0; i < L->groups.n; i++) {
+	for (int i = 0; i < L->t.n_groups; i++) {
 		size_t gh =
 		    (size_t)kv_ring_slot(&L->groups, i) * (size_t)c->g.n_kv_heads + (size_t)x->kh;
-		int first = i == 0 ? L->grp_dropped : 0;
+		int first = i == 0 ? L->t.grp_dropped : 0;
 		attend_group(x, gh, first, n, mix);
 		n += c->group - first;
 	}
-	attend_fp_ring(x, &L->stage, mix ? L->st_v : L->st_k, n, mix);
-	n += L->stage.n;
-	attend_fp_ring(x, &L->hot, mix ? L->hot_v : L->hot_k, n, mix);
-	return n + L->hot.n;
+	struct kv_run stage = kv_ring_run(&L->stage, L->t.n_stage);
+	struct kv_run hot = kv_ring_run(&L->hot, L->t.n_hot);
+	attend_fp_ring(x, &stage, true, mix ? L->st_v : L->st_k, n, mix);
+	n += L->t.n_stage;
+	attend_fp_ring(x, &hot, true, mix ? L->hot_v : L->hot_k, n, mix);
+	return n + L->t.n_hot;
 }
 
 static void attend_rotate_queries(struct attend_ctx *x, const float *q)
@@ -334,7 +340,7 @@ static float attend_softmax(float *scores, int n, int n_sink, float *inv)
 /* Query heads [h0, h0 + r) on kv head kh; q and out point at head h0. */
 static void attend_head_group(struct attend_ctx *x, const float *q, float *out, float *sink_mass)
 {
-	int d = x->d, n_sink = x->L->n_sink;
+	int d = x->d, n_sink = x->L->t.n_sink;
 	int n = kv_layer_window(x->c, x->L) + n_sink;
 	if (n == 0) {
 		memset(out, 0, (size_t)x->r * (size_t)d * sizeof(float));

@@ -17,13 +17,13 @@ static int count_range(char *err, size_t err_len, const char *what, long long v,
 	               what, v, hi);
 }
 
-int kv_image_counts_window(const struct sinkcache_geometry *g, const struct kv_image_counts *n)
+int kv_image_counts_window(const struct sinkcache_geometry *g, const struct tier_counts *n)
 {
 	int group = sinkcache_quant_group_size(g);
 	return n->n_groups * group - n->grp_dropped + n->n_stage + n->n_hot;
 }
 
-int kv_image_layout_of(const struct sinkcache_geometry *g, const struct kv_image_counts *n,
+int kv_image_layout_of(const struct sinkcache_geometry *g, const struct tier_counts *n,
                        struct kv_image_layout *lo, char *err, size_t err_len)
 {
 	struct sinkcache_tiers t;

@@ -24,18 +24,7 @@
 #include <stdint.h>
 
 #include "cache/sinkcache.h"
-
-/* Where a cache stands; the same for every layer between forward passes. */
-struct kv_image_counts {
-	uint64_t n_seen;  /* stream index of the next token */
-	uint64_t evicted; /* window tokens ever dropped */
-	uint64_t moved;   /* tokens ever aged out of the hot tier */
-	int32_t n_sink;
-	int32_t n_groups;    /* quantized groups resident */
-	int32_t grp_dropped; /* evicted rows at the front of the oldest group */
-	int32_t n_stage;     /* full-precision tokens waiting to complete a group */
-	int32_t n_hot;       /* newest full-precision tokens */
-};
+#include "cache/tierpolicy.h"
 
 /* Byte offsets of the tiers inside one layer of an image. */
 struct kv_image_layout {
@@ -54,7 +43,7 @@ struct kv_image_layout {
 };
 
 struct kv_image {
-	struct kv_image_counts n;
+	struct tier_counts n;
 	unsigned char *data; /* total_bytes of the layout */
 	size_t bytes;
 };
@@ -63,14 +52,14 @@ struct kv_image {
  * within its capacity, the window within window_size, no window before the
  * sinks are full, the stream index not behind what is resident) and fills
  * the layout.  err names the count, its value and its allowed range. */
-int kv_image_layout_of(const struct sinkcache_geometry *g, const struct kv_image_counts *n,
+int kv_image_layout_of(const struct sinkcache_geometry *g, const struct tier_counts *n,
                        struct kv_image_layout *lo, char *err, size_t err_len);
 
 /* The most bytes an image of geometry g can take (its counts at capacity). */
 size_t kv_image_max_bytes(const struct sinkcache_geometry *g);
 
 /* Counts as sinkcache_stats reports them. */
-int kv_image_counts_window(const struct sinkcache_geometry *g, const struct kv_image_counts *n);
+int kv_image_counts_window(const struct sinkcache_geometry *g, const struct tier_counts *n);
 
 void kv_image_free(struct kv_image *im);
 

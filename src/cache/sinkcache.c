@@ -268,15 +268,10 @@ static void kv_layer_carve(struct sinkcache *c, const struct kv_layout *lo, stru
 
 static void kv_layer_clear(struct sinkcache *c, struct kv_layer *L)
 {
-	L->n_seen = 0;
-	L->n_sink = 0;
-	L->hot = (struct kv_ring){0, 0, c->hot_cap};
-	L->stage = (struct kv_ring){0, 0, c->group > 0 ? c->group - 1 : 0};
+	memset(&L->t, 0, sizeof(L->t));
+	L->hot = (struct kv_ring){0, c->hot_cap};
+	L->stage = (struct kv_ring){0, c->group > 0 ? c->group - 1 : 0};
 	L->groups.head = 0;
-	L->groups.n = 0;
-	L->grp_dropped = 0;
-	L->evicted = 0;
-	L->moved = 0;
 	for (int i = 0; i < c->g.rope_dim; i++) {
 		L->cs_win[i] = i % 2 ? 0.0 : 1.0;
 		L->cs_sink[i] = i % 2 ? 0.0 : 1.0;
@@ -370,6 +365,11 @@ int sinkcache_new(const struct sinkcache_geometry *g, struct sinkcache **out, ch
 	if (!c)
 		return err_set(err, err_len, -ENOMEM, "sink cache: out of memory");
 	c->g = *g;
+	c->caps = (struct tier_caps){.sink = lo.sink,
+	                             .window = lo.window,
+	                             .hot = lo.hot,
+	                             .group = lo.group,
+	                             .full = g->strategy == CACHE_STRATEGY_FULL};
 	c->n_sink_cap = lo.sink;
 	c->window_cap = lo.window;
 	c->hot_cap = lo.hot;
@@ -447,41 +447,16 @@ const struct sinkcache_geometry *sinkcache_geometry(const struct sinkcache *c)
 	return &c->g;
 }
 
-static int kv_layer_resident(const struct sinkcache *c, const struct kv_layer *L)
-{
-	return L->n_sink + kv_layer_window(c, L);
-}
-
 bool sinkcache_can_append(const struct sinkcache *c, size_t n_tokens)
 {
-	if (c->g.strategy != CACHE_STRATEGY_FULL)
-		return true;
-	size_t held = (size_t)kv_layer_resident(c, &c->layers[0]);
-	return n_tokens <= (size_t)c->g.max_context_length - held;
+	return tier_can_append(&c->caps, &c->layers[0].t, n_tokens);
 }
 
-/* ---- tiers ------------------------------------------------------------ */
+/* ---- tiers: the policy's steps carried out on the rings ----------------- */
 
-static void kv_ring_pop_front(struct kv_ring *r)
+static void kv_ring_advance(struct kv_ring *r)
 {
 	r->head = r->head + 1 == r->cap ? 0 : r->head + 1;
-	r->n--;
-}
-
-/* Drops the oldest window token: from the oldest group, else staging, else hot. */
-static void kv_layer_evict_oldest(struct sinkcache *c, struct kv_layer *L)
-{
-	if (L->groups.n > 0) {
-		if (++L->grp_dropped == c->group) {
-			kv_ring_pop_front(&L->groups);
-			L->grp_dropped = 0;
-		}
-	} else if (L->stage.n > 0) {
-		kv_ring_pop_front(&L->stage);
-	} else {
-		kv_ring_pop_front(&L->hot);
-	}
-	L->evicted++;
 }
 
 static unsigned char *kv_row(unsigned char *base, size_t row_bytes, int cap, int head, int slot)
@@ -489,11 +464,12 @@ static unsigned char *kv_row(unsigned char *base, size_t row_bytes, int cap, int
 	return base + ((size_t)head * (size_t)cap + (size_t)slot) * row_bytes;
 }
 
-/* Quantizes the G-1 staged tokens plus the oldest hot token into a new group. */
+/* Quantizes the G-1 staged tokens plus the oldest hot token into the newest
+ * group (the policy counted it already). */
 static void kv_layer_flush_group(struct sinkcache *c, struct kv_layer *L, int hot_slot)
 {
 	int n_kv = c->g.n_kv_heads, d = c->g.head_dim, gs = c->group, bits = c->g.quant_bits;
-	int slot = kv_ring_slot(&L->groups, L->groups.n);
+	int slot = kv_ring_slot(&L->groups, L->t.n_groups - 1);
 	const float *rowp[SINKCACHE_MAX_GROUP];
 	float vrow[SINKCACHE_MAX_HEAD_DIM];
 	/* the slot's four runs (~57 KB for the 134M model): a fault per fresh
@@ -525,19 +501,18 @@ static void kv_layer_flush_group(struct sinkcache *c, struct kv_layer *L, int ho
 		kvq_quant_channels(rowp, gs, d, bits, L->gk + gh * (size_t)gs * c->code_row, kp,
 		                   kp + d);
 	}
-	L->groups.n++;
 	L->stage.head = 0;
-	L->stage.n = 0;
 }
 
-/* Moves the oldest hot token to staging (or, completing a group, quantizes). */
-static void kv_layer_age_hot(struct sinkcache *c, struct kv_layer *L)
+/* Moves the oldest hot token to the end of staging (or, completing a group,
+ * quantizes); the policy counted the move. */
+static void kv_layer_age_hot(struct sinkcache *c, struct kv_layer *L, enum tier_age age)
 {
 	int hs = L->hot.head;
-	if (L->stage.n == c->group - 1) {
+	if (age == TIER_AGE_FLUSH) {
 		kv_layer_flush_group(c, L, hs);
 	} else {
-		int ss = kv_ring_slot(&L->stage, L->stage.n);
+		int ss = kv_ring_slot(&L->stage, L->t.n_stage - 1);
 		for (int h = 0; h < c->g.n_kv_heads; h++) {
 			unsigned char *dk = kv_row(L->st_k, c->fp_row, L->stage.cap, h, ss);
 			unsigned char *dv = kv_row(L->st_v, c->fp_row, L->stage.cap, h, ss);
@@ -546,10 +521,8 @@ static void kv_layer_age_hot(struct sinkcache *c, struct kv_layer *L)
 			memcpy(dk, kv_row(L->hot_k, c->fp_row, L->hot.cap, h, hs), c->fp_row);
 			memcpy(dv, kv_row(L->hot_v, c->fp_row, L->hot.cap, h, hs), c->fp_row);
 		}
-		L->stage.n++;
 	}
-	kv_ring_pop_front(&L->hot);
-	L->moved++;
+	kv_ring_advance(&L->hot);
 }
 
 /* Stores head h of a sink token in sink slot s; kh is rotated. */
@@ -569,14 +542,27 @@ static void kv_layer_store_sink(struct sinkcache *c, struct kv_layer *L, int h, 
 	}
 }
 
-/* Makes room for one window token (evicting, ageing); returns its hot slot. */
-static int kv_layer_window_slot(struct sinkcache *c, struct kv_layer *L)
+/* Carries out a window token's eviction and ageing; returns its hot slot. */
+static int kv_layer_window_slot(struct sinkcache *c, struct kv_layer *L,
+                                const struct tier_step *st)
 {
-	if (kv_layer_window(c, L) == c->window_cap)
-		kv_layer_evict_oldest(c, L);
-	if (L->hot.n == L->hot.cap)
-		kv_layer_age_hot(c, L);
-	return kv_ring_slot(&L->hot, L->hot.n);
+	switch (st->evict) {
+	case TIER_EVICT_GROUP:
+		kv_ring_advance(&L->groups);
+		break;
+	case TIER_EVICT_STAGED:
+		kv_ring_advance(&L->stage);
+		break;
+	case TIER_EVICT_HOT:
+		kv_ring_advance(&L->hot);
+		break;
+	case TIER_EVICT_GROUP_ROW: /* the oldest group's dropped rows are counted */
+	case TIER_EVICT_NONE:
+		break;
+	}
+	if (st->age != TIER_AGE_NONE)
+		kv_layer_age_hot(c, L, st->age);
+	return kv_ring_slot(&L->hot, st->hot_index);
 }
 
 /* rope_cos_sin(pos) into cs, computed once for all layers (64 sincos per
@@ -600,12 +586,10 @@ static void cache_cos_sin(struct sinkcache *c, uint64_t pos, double *cs)
 /* Angles for attending with the newest token (stream index n_seen - 1). */
 void kv_layer_set_query_pos(struct sinkcache *c, struct kv_layer *L)
 {
-	if (L->n_seen == 0)
+	if (L->t.n_seen == 0)
 		return;
-	uint64_t s = L->n_seen - 1;
-	uint64_t rank = (uint64_t)kv_layer_resident(c, L) - 1;
-	cache_cos_sin(c, s, L->cs_win);
-	cache_cos_sin(c, c->g.rope_positions == ROPE_POSITIONS_CACHE ? rank : s, L->cs_sink);
+	cache_cos_sin(c, L->t.n_seen - 1, L->cs_win);
+	cache_cos_sin(c, tier_sink_query_pos(&c->g, &c->caps, &L->t), L->cs_sink);
 }
 
 /* Cache prefetch of the key and value rows of head h in slot `slot` of a
@@ -633,23 +617,23 @@ __attribute__((no_sanitize_thread)) void sinkcache_prefetch_append(const struct 
 	if (layer < 0 || layer >= c->g.n_layers)
 		return;
 	const struct kv_layer *L = &c->layers[layer];
-	if (L->n_sink < c->n_sink_cap || L->hot.cap == 0)
+	if (L->t.n_sink < c->n_sink_cap || L->hot.cap == 0)
 		return;
 	/* the slot the next window token takes: after the ageing of a full
 	 * ring it is the old head, which is where head + n points then too */
-	int slot = kv_ring_slot(&L->hot, L->hot.n);
+	int slot = kv_ring_slot(&L->hot, L->t.n_hot);
 	/* A full hot ring ages its oldest token first: into the next staging
 	 * slot, or, completing a group, with all staged rows into the quantizer.
 	 * Those rows are as cold as the new one (an append that aged measured
 	 * ~27 us against ~5 us without). */
-	bool ages = L->hot.n == L->hot.cap && c->group > 0;
-	bool flushes = ages && L->stage.n == c->group - 1;
-	int stage_slot = ages && !flushes ? kv_ring_slot(&L->stage, L->stage.n) : -1;
+	bool ages = L->t.n_hot == L->hot.cap && c->group > 0;
+	bool flushes = ages && L->t.n_stage == c->group - 1;
+	int stage_slot = ages && !flushes ? kv_ring_slot(&L->stage, L->t.n_stage) : -1;
 	for (int h = 0; h < c->g.n_kv_heads; h++) {
 		prefetch_kv_row(c, L->hot_k, L->hot_v, L->hot.cap, h, slot, true);
 		if (stage_slot >= 0)
 			prefetch_kv_row(c, L->st_k, L->st_v, L->stage.cap, h, stage_slot, true);
-		for (int r = 0; flushes && r < L->stage.n; r++)
+		for (int r = 0; flushes && r < L->t.n_stage; r++)
 			prefetch_kv_row(c, L->st_k, L->st_v, L->stage.cap, h,
 			                kv_ring_slot(&L->stage, r), false);
 	}
@@ -662,15 +646,17 @@ int sinkcache_append(struct sinkcache *c, int layer, const float *k, const float
 		return err_set(err, err_len, -EINVAL, "sink cache: layer %d out of range (0..%d)",
 		               layer, c->g.n_layers - 1);
 	struct kv_layer *L = &c->layers[layer];
-	bool sink = L->n_sink < c->n_sink_cap && L->n_seen == (uint64_t)L->n_sink;
-	if (!sink && c->g.strategy == CACHE_STRATEGY_FULL && kv_layer_window(c, L) == c->window_cap)
+	if (!tier_can_append(&c->caps, &L->t, 1))
 		return err_set(err, err_len, -ENOSPC,
 		               "sink cache: full: max_context_length %d tokens reached",
 		               c->g.max_context_length);
 	int n_kv = c->g.n_kv_heads, d = c->g.head_dim;
-	int slot = sink ? L->n_sink : kv_layer_window_slot(c, L);
+	struct tier_step st;
+	tier_step(&c->caps, &L->t, &st);
+	bool sink = st.to_sink;
+	int slot = sink ? st.sink_slot : kv_layer_window_slot(c, L, &st);
 	float krot[SINKCACHE_MAX_HEAD_DIM];
-	cache_cos_sin(c, L->n_seen, L->cs_win);
+	cache_cos_sin(c, st.key_pos, L->cs_win);
 	for (int h = 0; h < n_kv; h++) {
 		const float *vh = v + (size_t)h * d;
 		memcpy(krot, k + (size_t)h * d, (size_t)d * sizeof(float));
@@ -686,53 +672,27 @@ int sinkcache_append(struct sinkcache *c, int layer, const float *k, const float
 			kv_row_store(c->g.dtype, dv, vh, d);
 		}
 	}
-	if (sink)
-		L->n_sink++;
-	else
-		L->hot.n++;
-	L->n_seen++;
 	kv_layer_set_query_pos(c, L);
 	return 0;
-}
-
-/* Tokens that can be dropped exactly: the full-precision window tokens
- * (hot and staged).  Quantized groups were built with tokens that stay, and
- * sinks are never revised. */
-static int kv_layer_revisable(const struct kv_layer *L)
-{
-	return L->hot.n + L->stage.n;
-}
-
-int sinkcache_revise_range_error(char *err, size_t err_len, int most, size_t asked, int n_sink,
-                                 int quantized, uint64_t evicted)
-{
-	return err_set(err, err_len, -ERANGE,
-	               "sink cache: can revise at most %d tokens (asked %zu): %d sink "
-	               "tokens are never revised, "
-	               "%d older window tokens are quantized and %llu were evicted",
-	               most, asked, n_sink, quantized, (unsigned long long)evicted);
 }
 
 int sinkcache_revise(struct sinkcache *c, size_t n_tokens, char *err, size_t err_len)
 {
 	struct kv_layer *L0 = &c->layers[0];
 	for (int l = 1; l < c->g.n_layers; l++)
-		if (c->layers[l].n_seen != L0->n_seen)
+		if (c->layers[l].t.n_seen != L0->t.n_seen)
 			return err_set(err, err_len, -EINVAL,
 			               "sink cache: cannot revise between layers (layer %d at %llu "
 			               "tokens, layer 0 at %llu)",
-			               l, (unsigned long long)c->layers[l].n_seen,
-			               (unsigned long long)L0->n_seen);
-	int most = kv_layer_revisable(L0);
-	if (n_tokens > (size_t)most)
-		return sinkcache_revise_range_error(err, err_len, most, n_tokens, L0->n_sink,
-		                                    kv_layer_window(c, L0) - most, L0->evicted);
+			               l, (unsigned long long)c->layers[l].t.n_seen,
+			               (unsigned long long)L0->t.n_seen);
+	struct tier_counts probe = L0->t;
+	int rc = tier_revise(&c->caps, &probe, n_tokens, err, err_len);
+	if (rc)
+		return rc;
 	for (int l = 0; l < c->g.n_layers; l++) {
 		struct kv_layer *L = &c->layers[l];
-		int from_hot = (int)n_tokens < L->hot.n ? (int)n_tokens : L->hot.n;
-		L->hot.n -= from_hot;
-		L->stage.n -= (int)n_tokens - from_hot;
-		L->n_seen -= n_tokens;
+		tier_revise(&c->caps, &L->t, n_tokens, NULL, 0);
 		kv_layer_set_query_pos(c, L);
 	}
 	return 0;
@@ -780,20 +740,20 @@ int sinkcache_debug_set_stream_index(struct sinkcache *c, uint64_t index, char *
 {
 	for (int l = 0; l < c->g.n_layers; l++) {
 		struct kv_layer *L = &c->layers[l];
-		if (kv_layer_window(c, L) != 0 || L->n_sink != c->n_sink_cap || index < L->n_seen)
+		if (kv_layer_window(c, L) != 0 || L->t.n_sink != c->n_sink_cap || index < L->t.n_seen)
 			return err_set(err, err_len, -EINVAL,
 			               "sink cache: stream index can only jump forward with the "
 			               "sinks full and the window empty");
 	}
 	for (int l = 0; l < c->g.n_layers; l++)
-		c->layers[l].n_seen = index;
+		c->layers[l].t.n_seen = index;
 	return 0;
 }
 
 int sinkcache_resident_tokens(const struct sinkcache *c)
 {
 	const struct kv_layer *L0 = &c->layers[0];
-	return L0->n_sink + kv_layer_window(c, L0);
+	return L0->t.n_sink + kv_layer_window(c, L0);
 }
 
 void sinkcache_get_stats(const struct sinkcache *c, struct sinkcache_stats *out)
@@ -802,18 +762,18 @@ void sinkcache_get_stats(const struct sinkcache *c, struct sinkcache_stats *out)
 	const struct kv_layer *L0 = &c->layers[0];
 	kv_layout_of(&c->g, &lo);
 	memset(out, 0, sizeof(*out));
-	out->n_seen = L0->n_seen;
-	out->n_sink = L0->n_sink;
-	out->n_hot = L0->hot.n;
-	out->n_compressed = kv_layer_window(c, L0) - L0->hot.n;
+	out->n_seen = L0->t.n_seen;
+	out->n_sink = L0->t.n_sink;
+	out->n_hot = L0->t.n_hot;
+	out->n_compressed = kv_layer_window(c, L0) - L0->t.n_hot;
 	out->n_resident = sinkcache_resident_tokens(c);
-	out->evicted_compressed = L0->evicted;
-	out->moved_to_compressed = L0->moved;
+	out->evicted_compressed = L0->t.evicted;
+	out->moved_to_compressed = L0->t.moved;
 	out->bytes_bound = lo.layer_bytes * (size_t)c->g.n_layers;
 	for (int l = 0; l < c->g.n_layers; l++) {
 		const struct kv_layer *L = &c->layers[l];
-		out->bytes_resident += (size_t)L->n_sink * lo.sink_tok +
-		                       (size_t)(L->hot.n + L->stage.n) * lo.fp_tok +
-		                       (size_t)L->groups.n * lo.group_bytes;
+		out->bytes_resident += (size_t)L->t.n_sink * lo.sink_tok +
+		                       (size_t)(L->t.n_hot + L->t.n_stage) * lo.fp_tok +
+		                       (size_t)L->t.n_groups * lo.group_bytes;
 	}
 }

@@ -119,10 +119,6 @@ size_t sinkcache_scratch_floats(const struct sinkcache_geometry *g);
  * tokens" and why, when n exceeds the full-precision window tokens (all
  * window tokens without quantization); sinks are never revised. */
 int sinkcache_revise(struct sinkcache *c, size_t n_tokens, char *err, size_t err_len);
-/* sinkcache_revise's -ERANGE error (asked > most), also the CUDA plan's:
- * n_sink tokens are never revised, `quantized` older window tokens are. */
-int sinkcache_revise_range_error(char *err, size_t err_len, int most, size_t asked, int n_sink,
-                                 int quantized, uint64_t evicted);
 /* Empties the cache (a session reused for a new stream). */
 void sinkcache_reset(struct sinkcache *c);
 /* Empties the cache and gives the pages of its quantized groups back to the

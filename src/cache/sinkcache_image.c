@@ -9,18 +9,6 @@
 #include "cache/sinkcache_impl.h"
 #include "util/errbuf.h"
 
-static void layer_counts(const struct kv_layer *L, struct kv_image_counts *n)
-{
-	*n = (struct kv_image_counts){.n_seen = L->n_seen,
-	                              .evicted = L->evicted,
-	                              .moved = L->moved,
-	                              .n_sink = L->n_sink,
-	                              .n_groups = L->groups.n,
-	                              .grp_dropped = L->grp_dropped,
-	                              .n_stage = L->stage.n,
-	                              .n_hot = L->hot.n};
-}
-
 static unsigned char *row_at(unsigned char *base, size_t row_bytes, int cap, int head, int slot)
 {
 	return base + ((size_t)head * (size_t)cap + (size_t)slot) * row_bytes;
@@ -31,7 +19,7 @@ static unsigned char *row_at(unsigned char *base, size_t row_bytes, int cap, int
 static void layer_copy(struct sinkcache *c, struct kv_layer *L, const struct kv_image_layout *lo,
                        unsigned char *img, bool out)
 {
-	int n_kv = c->g.n_kv_heads, S = c->n_sink_cap, ns = L->n_sink;
+	int n_kv = c->g.n_kv_heads, S = c->n_sink_cap, ns = L->t.n_sink;
 	size_t d = (size_t)c->g.head_dim;
 #define MOVE(pop, mem, im, bytes)                                                                \
 	do {                                                                                     \
@@ -57,7 +45,7 @@ static void layer_copy(struct sinkcache *c, struct kv_layer *L, const struct kv_
 		     prun);
 	}
 	size_t gs = (size_t)c->group, nk = (size_t)n_kv;
-	for (int i = 0; i < L->groups.n; i++) {
+	for (int i = 0; i < L->t.n_groups; i++) {
 		size_t slot = (size_t)kv_ring_slot(&L->groups, i);
 		unsigned char *g = img + lo->off_groups + (size_t)i * lo->group_bytes;
 		size_t codes = nk * gs * c->code_row;
@@ -68,12 +56,12 @@ static void layer_copy(struct sinkcache *c, struct kv_layer *L, const struct kv_
 		MOVE(&L->mem_pop, L->gvp + slot * nk * gs * 2, g + lo->grp_off_vp,
 		     nk * gs * 2 * sizeof(float));
 	}
-	size_t nfp = (size_t)(L->stage.n + L->hot.n);
+	size_t nfp = (size_t)(L->t.n_stage + L->t.n_hot);
 	for (int h = 0; h < n_kv; h++)
-		for (int i = 0; i < L->stage.n + L->hot.n; i++) {
-			bool staged = i < L->stage.n;
+		for (int i = 0; i < L->t.n_stage + L->t.n_hot; i++) {
+			bool staged = i < L->t.n_stage;
 			const struct kv_ring *r = staged ? &L->stage : &L->hot;
-			int slot = kv_ring_slot(r, staged ? i : i - L->stage.n);
+			int slot = kv_ring_slot(r, staged ? i : i - L->t.n_stage);
 			size_t at = ((size_t)h * nfp + (size_t)i) * c->fp_row;
 			MOVE(&c->front_pop, row_at(staged ? L->st_k : L->hot_k, c->fp_row, r->cap, h, slot),
 			     img + lo->off_fp_k + at, c->fp_row);
@@ -87,13 +75,13 @@ int sinkcache_export(const struct sinkcache *c, struct kv_image *im, char *err, 
 {
 	struct kv_image_layout lo;
 	memset(im, 0, sizeof(*im));
-	layer_counts(&c->layers[0], &im->n);
+	im->n = c->layers[0].t;
 	for (int l = 1; l < c->g.n_layers; l++)
-		if (c->layers[l].n_seen != im->n.n_seen)
+		if (c->layers[l].t.n_seen != im->n.n_seen)
 			return err_set(err, err_len, -EINVAL,
 			               "sink cache: cannot export between layers (layer %d at %llu "
 			               "tokens, layer 0 at %llu)",
-			               l, (unsigned long long)c->layers[l].n_seen,
+			               l, (unsigned long long)c->layers[l].t.n_seen,
 			               (unsigned long long)im->n.n_seen);
 	int rc = kv_image_layout_of(&c->g, &im->n, &lo, err, err_len);
 	if (rc)
@@ -120,22 +108,15 @@ int sinkcache_import(struct sinkcache *c, const struct kv_image *im, char *err, 
 		               "sink cache: image holds %zu bytes, its counts need %zu", im->bytes,
 		               lo.total_bytes);
 	for (int l = 0; l < c->g.n_layers; l++)
-		if (c->layers[l].n_seen != 0)
+		if (c->layers[l].t.n_seen != 0)
 			return err_set(err, err_len, -EBUSY,
 			               "sink cache: import needs an empty cache (layer %d holds %llu "
 			               "tokens)",
-			               l, (unsigned long long)c->layers[l].n_seen);
+			               l, (unsigned long long)c->layers[l].t.n_seen);
 	for (int l = 0; l < c->g.n_layers; l++) {
 		struct kv_layer *L = &c->layers[l];
-		L->n_seen = im->n.n_seen;
-		L->evicted = im->n.evicted;
-		L->moved = im->n.moved;
-		L->n_sink = im->n.n_sink;
-		L->grp_dropped = im->n.grp_dropped;
+		L->t = im->n;
 		L->hot.head = L->stage.head = L->groups.head = 0;
-		L->hot.n = im->n.n_hot;
-		L->stage.n = im->n.n_stage;
-		L->groups.n = im->n.n_groups;
 		layer_copy(c, L, &lo, im->data + (size_t)l * lo.layer_bytes, false);
 		kv_layer_set_query_pos(c, L);
 	}

@@ -22,14 +22,21 @@
 #include <stdint.h>
 
 #include "cache/sinkcache.h"
+#include "cache/tierpolicy.h"
 
 #define SINKCACHE_MAX_HEAD_DIM 512
 #define SINKCACHE_MAX_GROUP 32
 
+/* Where a tier's tokens are stored: a ring of slots (how many it holds is
+ * the tier policy's count). */
 struct kv_ring {
 	int head; /* slot of the oldest token */
-	int n;    /* tokens held */
 	int cap;  /* slots */
+};
+
+/* The filled slots of a ring: n tokens from head. */
+struct kv_run {
+	int head, n, cap;
 };
 
 /* Which POPULATE_CHUNK-sized chunks of a mapped block were made resident. */
@@ -40,12 +47,9 @@ struct populate_map {
 };
 
 struct kv_layer {
-	uint64_t n_seen; /* stream index of the next token */
-	int n_sink;
+	struct tier_counts t;  /* what each tier holds (tierpolicy.h) */
 	struct kv_ring hot, stage;
 	struct kv_ring groups; /* ring of group slots */
-	int grp_dropped;       /* evicted tokens at the front of the oldest group */
-	uint64_t evicted, moved;
 	double *cs_win;     /* (rope_dim) cos,sin of the newest token for window keys */
 	double *cs_sink;    /* (rope_dim) same for sink keys */
 	unsigned char *front; /* the layer's sinks, hot and staging (in the cache's front) */
@@ -57,6 +61,7 @@ struct kv_layer {
 
 struct sinkcache {
 	struct sinkcache_geometry g;
+	struct tier_caps caps; /* the tier policy's capacities */
 	int n_sink_cap;  /* S */
 	int window_cap;  /* window slots: W (sliding) or max_context_length - S (full) */
 	int hot_cap;     /* H: full_precision_recent, or the whole window unquantized */
@@ -86,9 +91,14 @@ static inline int kv_ring_slot(const struct kv_ring *r, int i)
 	return s >= r->cap ? s - r->cap : s;
 }
 
-/* Tokens of a ring from its head to the end of its slots: its filled slots
+static inline struct kv_run kv_ring_run(const struct kv_ring *r, int n)
+{
+	return (struct kv_run){r->head, n, r->cap};
+}
+
+/* Tokens of a run from its head to the end of its slots: its filled slots
  * are [head, head + first) and then [0, n - first). */
-static inline int kv_ring_first_run(const struct kv_ring *r)
+static inline int kv_run_first(const struct kv_run *r)
 {
 	return r->cap - r->head < r->n ? r->cap - r->head : r->n;
 }
@@ -96,7 +106,7 @@ static inline int kv_ring_first_run(const struct kv_ring *r)
 /* Tokens of the window tier of a layer (compressed + hot). */
 static inline int kv_layer_window(const struct sinkcache *c, const struct kv_layer *L)
 {
-	return L->groups.n * c->group - L->grp_dropped + L->stage.n + L->hot.n;
+	return tier_window(&c->caps, &L->t);
 }
 
 /* sinkcache.c, for sinkcache_image.c: makes the pages of [p, p + n) of m's

@@ -84,7 +84,7 @@ struct sched_restore {
 	const int32_t *hist; /* (n_hist) oldest first */
 	uint32_t n_hist;
 	bool has_pending;
-	struct kv_image_counts kv_counts;
+	struct tier_counts kv_counts;
 	unsigned char *kv_buf; /* the cache image; the session owns it on success */
 	size_t kv_bytes;
 	int pinned_tokens;

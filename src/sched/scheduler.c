@@ -404,7 +404,7 @@ static int session_create(struct scheduler *s, const struct session_settings *op
 		ss->used = true;
 		ss->restore_buf = rs->kv_buf;
 		ss->restore_kv = (struct kv_image){.n = rs->kv_counts, .bytes = rs->kv_bytes};
-		const struct kv_image_counts *c = &rs->kv_counts;
+		const struct tier_counts *c = &rs->kv_counts;
 		int window = kv_image_counts_window(&g, c);
 		ss->stats = (struct sinkcache_stats){.n_seen = c->n_seen,
 		                                     .n_resident = c->n_sink + window,

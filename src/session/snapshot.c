@@ -183,7 +183,7 @@ int snapshot_encode(const struct snapshot *sn, unsigned char **out, size_t *out_
 	put64(b + OFF_SEEN, sn->tokens_seen);
 	put32(b + OFF_PENDING, sn->has_pending);
 	put32(b + OFF_NHIST, sn->n_hist);
-	const struct kv_image_counts *n = &sn->kv.n;
+	const struct tier_counts *n = &sn->kv.n;
 	unsigned char *c = b + OFF_COUNTS;
 	put64(c + 0, n->n_seen);
 	put64(c + 8, n->evicted);
@@ -325,7 +325,7 @@ int snapshot_decode(const unsigned char *buf, size_t len, const struct snapshot_
 	uint32_t pending = get32(buf + OFF_PENDING);
 	sn.n_hist = get32(buf + OFF_NHIST);
 	const unsigned char *c = buf + OFF_COUNTS;
-	sn.kv.n = (struct kv_image_counts){.n_seen = get64(c),
+	sn.kv.n = (struct tier_counts){.n_seen = get64(c),
 	                                   .evicted = get64(c + 8),
 	                                   .moved = get64(c + 16),
 	                                   .n_sink = (int32_t)get32(c + 24),

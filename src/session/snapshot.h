@@ -13,7 +13,7 @@
  *   132  session id (36, NUL-padded), owner (64, NUL-padded)
  *   232  stream: u64 tokens seen (pending token included), u32 has_pending,
  *        u32 n_hist
- *   248  cache counts (struct kv_image_counts): u64 n_seen, evicted, moved,
+ *   248  cache counts (struct tier_counts): u64 n_seen, evicted, moved,
  *        i32 n_sink, n_groups, grp_dropped, n_stage, n_hot, pad
  *   296  u64 cache image bytes
  *   304  i32 hist[n_hist]: the newest stream tokens, oldest first (the

@@ -163,13 +163,13 @@ END_TEST
 START_TEST(test_hostile_counts)
 {
 	struct sinkcache_geometry g = geom(4, 72, true, 8, 8); /* G 32, 2 group slots */
-	struct kv_image_counts ok = {.n_seen = 1000, .evicted = 924, .moved = 2000, .n_sink = 4,
+	struct tier_counts ok = {.n_seen = 1000, .evicted = 924, .moved = 2000, .n_sink = 4,
 	                             .n_groups = 2, .grp_dropped = 3, .n_stage = 5, .n_hot = 6};
 	struct kv_image_layout lo;
 	char err[SINKD_ERR_LEN];
 	ck_assert_msg(kv_image_layout_of(&g, &ok, &lo, err, sizeof(err)) == 0, "%s", err);
 	struct {
-		struct kv_image_counts n;
+		struct tier_counts n;
 		const char *says;
 	} bad[] = {
 	    {ok, "n_sink"}, {ok, "n_groups"}, {ok, "grp_dropped"}, {ok, "n_stage"},
@@ -194,7 +194,7 @@ START_TEST(test_hostile_counts)
 	}
 	/* no group slots at all without quantization */
 	struct sinkcache_geometry f = geom(4, 40, false, 8, 0);
-	struct kv_image_counts one = {.n_seen = 10, .n_sink = 4, .n_groups = 1};
+	struct tier_counts one = {.n_seen = 10, .n_sink = 4, .n_groups = 1};
 	ck_assert_int_eq(kv_image_layout_of(&f, &one, &lo, err, sizeof(err)), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err, "n_groups"));
 }

@@ -808,13 +808,13 @@ START_TEST(test_groups_populated_in_chunks)
 	const struct kv_layer *L = &c->layers[0];
 	ck_assert_ptr_nonnull(L->mem);
 	append_tokens(c, 0, k, v, 4 + G - 1);
-	ck_assert_int_eq(L->groups.n, 0);
+	ck_assert_int_eq(L->t.n_groups, 0);
 	ck_assert_uint_eq(resident_pages(L->mem, c->back_bytes), 0);
 	append_tokens(c, 0, k, v, 1);
-	ck_assert_int_eq(L->groups.n, 1);
+	ck_assert_int_eq(L->t.n_groups, 1);
 	size_t n = four_chunks_resident(L->mem, c->back_bytes, "the first group");
 	append_tokens(c, 0, k, v, G);
-	ck_assert_int_eq(L->groups.n, 2);
+	ck_assert_int_eq(L->t.n_groups, 2);
 	ck_assert_uint_eq(resident_pages(L->mem, c->back_bytes), n);
 	ck_assert_uint_eq(resident_pages(c->layers[1].mem, c->back_bytes), 0);
 	sinkcache_free(c);
@@ -882,7 +882,7 @@ START_TEST(test_back_block_for_huge_pages)
 	/* the same value row read back through the 8-bit codes of two groups
 	 * (step 3.75/255) */
 	check_shared_value_row(c, &g, 4 + 2 * sinkcache_quant_group_size(&g), 0.02f);
-	ck_assert_int_eq(c->layers[NL - 1].groups.n, 2);
+	ck_assert_int_eq(c->layers[NL - 1].t.n_groups, 2);
 	sinkcache_free(c);
 }
 END_TEST

@@ -543,7 +543,7 @@ static struct backend_session *imported(struct backend *be, const struct sinkcac
 	return s;
 }
 
-static void assert_counts_equal(const struct kv_image_counts *a, const struct kv_image_counts *b)
+static void assert_counts_equal(const struct tier_counts *a, const struct tier_counts *b)
 {
 	ck_assert_uint_eq(a->n_seen, b->n_seen);
 	ck_assert_uint_eq(a->evicted, b->evicted);
@@ -707,7 +707,7 @@ static int32_t *snap_tokens(int n, int n_vocab)
  * fresh cuda one, all go on like the originals over the next tokens (with
  * a revision): cuda from cuda bit for bit, across backends within tol. */
 static void snapshot_case(const struct model *m, const struct sinkcache_geometry *g, int n,
-                          int revise_at, double tol, struct kv_image_counts *seen)
+                          int revise_at, double tol, struct tier_counts *seen)
 {
 	struct backend *cpu = new_cpu(m), *gpu = new_gpu(m, KV_DTYPE_F32, (size_t)64 << 20);
 	int n_vocab = m->hp.n_vocab, n_more = 13, chunk = 5,
@@ -772,7 +772,7 @@ static void snapshot_case(const struct model *m, const struct sinkcache_geometry
 START_TEST(test_snapshot_float_and_int8)
 {
 	struct model *m = load_stories();
-	struct kv_image_counts n;
+	struct tier_counts n;
 	/* full precision, window smaller than the stream: the ring wraps */
 	struct sinkcache_geometry g = geometry(m, 48, false, 8, true, KV_DTYPE_F32);
 	snapshot_case(m, &g, 90, -1, 1e-4, &n);
@@ -791,7 +791,7 @@ END_TEST
 START_TEST(test_snapshot_int4_sinks_and_full)
 {
 	struct model *m = load_stories();
-	struct kv_image_counts n;
+	struct tier_counts n;
 	/* int4, quantized sinks, fp16 rows */
 	struct sinkcache_geometry g = geometry(m, 36, true, 4, false, KV_DTYPE_F16);
 	snapshot_case(m, &g, 75, -1, 5e-3, &n);

@@ -1,0 +1,123 @@
+#include "cache/tierpolicy.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "util/errbuf.h"
+
+void tier_caps_of(const struct sinkcache_geometry *g, const struct sinkcache_tiers *t,
+                  struct tier_caps *out)
+{
+	*out = (struct tier_caps){.sink = t->sink,
+	                          .window = t->window,
+	                          .hot = t->hot,
+	                          .group = t->group,
+	                          .full = g->strategy == CACHE_STRATEGY_FULL};
+}
+
+int tier_window(const struct tier_caps *c, const struct tier_counts *n)
+{
+	return n->n_groups * c->group - n->grp_dropped + n->n_stage + n->n_hot;
+}
+
+int tier_resident(const struct tier_caps *c, const struct tier_counts *n)
+{
+	return n->n_sink + tier_window(c, n);
+}
+
+bool tier_next_is_sink(const struct tier_caps *c, const struct tier_counts *n)
+{
+	return n->n_sink < c->sink && n->n_seen == (uint64_t)n->n_sink;
+}
+
+bool tier_can_append(const struct tier_caps *c, const struct tier_counts *n, size_t n_tokens)
+{
+	if (!c->full)
+		return true;
+	return n_tokens <= (size_t)(c->sink + c->window) - (size_t)tier_resident(c, n);
+}
+
+/* The oldest window token leaves: from the oldest group, else staging, else hot. */
+static enum tier_evict evict_oldest(const struct tier_caps *c, struct tier_counts *n)
+{
+	enum tier_evict e;
+	if (n->n_groups > 0) {
+		e = TIER_EVICT_GROUP_ROW;
+		if (++n->grp_dropped == c->group) {
+			n->n_groups--;
+			n->grp_dropped = 0;
+			e = TIER_EVICT_GROUP;
+		}
+	} else if (n->n_stage > 0) {
+		n->n_stage--;
+		e = TIER_EVICT_STAGED;
+	} else {
+		n->n_hot--;
+		e = TIER_EVICT_HOT;
+	}
+	n->evicted++;
+	return e;
+}
+
+/* The oldest hot token ages: into staging, or it completes a group. */
+static enum tier_age age_hot(const struct tier_caps *c, struct tier_counts *n)
+{
+	enum tier_age a = TIER_AGE_STAGE;
+	if (c->group > 0 && n->n_stage == c->group - 1) {
+		n->n_groups++;
+		n->n_stage = 0;
+		a = TIER_AGE_FLUSH;
+	} else {
+		n->n_stage++;
+	}
+	n->n_hot--;
+	n->moved++;
+	return a;
+}
+
+void tier_step(const struct tier_caps *c, struct tier_counts *n, struct tier_step *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->key_pos = n->n_seen;
+	if (tier_next_is_sink(c, n)) {
+		out->to_sink = true;
+		out->sink_slot = n->n_sink++;
+	} else {
+		if (tier_window(c, n) == c->window)
+			out->evict = evict_oldest(c, n);
+		if (n->n_hot == c->hot)
+			out->age = age_hot(c, n);
+		out->hot_index = n->n_hot++;
+	}
+	n->n_seen++;
+}
+
+int tier_revisable(const struct tier_counts *n)
+{
+	return n->n_hot + n->n_stage;
+}
+
+int tier_revise(const struct tier_caps *c, struct tier_counts *n, size_t k, char *err,
+                size_t err_len)
+{
+	int most = tier_revisable(n);
+	if (k > (size_t)most)
+		return err_set(err, err_len, -ERANGE,
+		               "sink cache: can revise at most %d tokens (asked %zu): %d sink "
+		               "tokens are never revised, "
+		               "%d older window tokens are quantized and %llu were evicted",
+		               most, k, n->n_sink, tier_window(c, n) - most,
+		               (unsigned long long)n->evicted);
+	int from_hot = (int)k < n->n_hot ? (int)k : n->n_hot;
+	n->n_hot -= from_hot;
+	n->n_stage -= (int)k - from_hot;
+	n->n_seen -= k;
+	return 0;
+}
+
+uint64_t tier_sink_query_pos(const struct sinkcache_geometry *g, const struct tier_caps *c,
+                             const struct tier_counts *n)
+{
+	uint64_t s = n->n_seen - 1;
+	return g->rope_positions == ROPE_POSITIONS_CACHE ? (uint64_t)tier_resident(c, n) - 1 : s;
+}
