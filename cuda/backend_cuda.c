@@ -129,7 +129,7 @@ static int cuda_session_new(struct backend *be, const struct sinkcache_geometry 
 	s->view = s->sh.layout;
 	s->view.sink_base = (uint64_t)(uintptr_t)(c->arena_d + (s->has_sink ? s->sink_off : 0));
 	s->view.win_base = (uint64_t)(uintptr_t)(c->arena_d + s->win_off);
-	s->batch_slot = -1;
+	s->batch.slot = -1;
 	l2_window_update(c);
 	*out = s;
 	return 0;

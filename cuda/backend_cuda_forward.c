@@ -176,47 +176,24 @@ static void batch_layout_of(size_t n, int rope_dim, struct batch_layout *bl)
 }
 
 /* Groups the tokens by session and checks that every session can take its
- * tokens; touches no cache (as the CPU backend's batch_plan). */
+ * tokens (engine/batch.c); touches no cache. */
 static int batch_group(struct cuda_backend *c, const struct backend_token *tokens, size_t n,
                        char *err, size_t err_len)
 {
 	const struct model_hparams *hp = &c->base.model->hp;
-	c->n_sessions = 0;
-	c->n_waves = 0;
-	for (size_t i = 0; i < n; i++) {
-		struct backend_session *s = tokens[i].session;
-		if (!s)
-			return err_set(err, err_len, -EINVAL, "batch token %zu has no session", i);
-		if (tokens[i].token < 0 || tokens[i].token >= hp->n_vocab)
-			return err_set(err, err_len, -EINVAL,
-			               "batch token %zu: id %d is outside the vocabulary (0..%d)",
-			               i, (int)tokens[i].token, hp->n_vocab - 1);
-		s->batch_slot = -1;
-		s->batch_n = 0;
-	}
-	for (size_t i = 0; i < n; i++) {
-		struct backend_session *s = tokens[i].session;
-		if (s->batch_slot < 0) {
-			s->batch_slot = c->n_sessions;
-			c->sessions[c->n_sessions++] = s;
-		}
-		s->batch_n++;
-	}
-	c->sess_begin[0] = 0;
+	struct batch_plan plan = {.sessions = c->sessions, .begin = c->sess_begin, .order = c->order};
+	int rc = batch_plan_make(tokens, n, hp->n_vocab, &plan, err, err_len);
+	if (rc)
+		return rc;
+	c->n_sessions = plan.n_sessions;
+	c->n_waves = plan.longest;
 	for (int j = 0; j < c->n_sessions; j++) {
 		struct backend_session *s = c->sessions[j];
-		c->sess_begin[j + 1] = c->sess_begin[j] + s->batch_n;
-		c->n_waves = s->batch_n > c->n_waves ? s->batch_n : c->n_waves;
-		if (!cuda_kv_can_append(&s->sh, &s->st, (size_t)s->batch_n))
+		if (!cuda_kv_can_append(&s->sh, &s->st, (size_t)s->batch.n))
 			return err_set(err, err_len, -ENOSPC,
 			               "session cannot take %d more tokens: its cache is full "
 			               "(strategy full, max_context_length %d reached)",
-			               s->batch_n, s->sh.g.max_context_length);
-		s->batch_n = 0; /* reused as a fill cursor */
-	}
-	for (size_t i = 0; i < n; i++) {
-		struct backend_session *s = tokens[i].session;
-		c->order[c->sess_begin[s->batch_slot] + s->batch_n++] = (int)i;
+			               s->batch.n, s->sh.g.max_context_length);
 	}
 	return 0;
 }
@@ -254,7 +231,7 @@ static void batch_fill(struct cuda_backend *c, const struct backend_token *token
 		bool joins = w > 0;
 		for (int j = 0; j < c->n_sessions; j++) {
 			struct backend_session *s = c->sessions[j];
-			if (s->batch_n <= w)
+			if (s->batch.n <= w)
 				continue;
 			int t = c->order[c->sess_begin[j] + w];
 			uint64_t evicted = s->tmp.t.evicted;

@@ -11,6 +11,7 @@
 #include "cuda_arena.h"
 #include "cuda_kernels.h"
 #include "cuda_kvplan.h"
+#include "engine/batch.h"
 #include "util/errbuf.h"
 
 /* Returns from the enclosing function (rc, err, err_len in scope) on a CUDA
@@ -43,6 +44,7 @@ struct cuda_layer_weights {
 };
 
 struct backend_session {
+	struct batch_member batch; /* first: the batch being run (engine/batch.h) */
 	struct cuda_kv_shape sh;
 	struct cuda_kv_state st;  /* committed after each forward */
 	struct cuda_kv_state tmp; /* advanced while a forward is planned */
@@ -50,7 +52,6 @@ struct backend_session {
 	uint64_t sink_off, win_off;
 	bool has_sink;
 	double *freq_hi, *freq_lo; /* (rope_dim/2) */
-	int batch_n, batch_slot;
 };
 
 #define CUDA_GRAPH_SLOTS 8

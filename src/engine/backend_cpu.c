@@ -16,6 +16,7 @@
  * It does not sample, schedule or tokenize, and one backend runs one forward
  * at a time (the engine thread owns it). */
 #include "engine/backend.h"
+#include "engine/batch.h"
 
 #include <errno.h>
 #include <math.h>
@@ -55,10 +56,8 @@
 #define CPU_CACHE_POOL_BYTES ((size_t)256 << 20)
 
 struct backend_session {
+	struct batch_member batch; /* first: the batch being run (engine/batch.h) */
 	struct sinkcache *cache;
-	/* Scratch of the batch being run. */
-	int batch_n;    /* tokens of this session in the batch */
-	int batch_slot; /* index into cpu_backend.sessions, or -1 */
 };
 
 struct cpu_backend {
@@ -185,52 +184,28 @@ static int scratch_reserve(struct cpu_backend *c, size_t floats, char *err, size
 
 /* ============================================================== batch */
 
-/* Groups the tokens by session, checks them, and checks that every session
- * can take its tokens; touches no cache. */
+/* Groups the tokens by session (engine/batch.c) and checks that every
+ * session can take its tokens; touches no cache. */
 static int batch_plan(struct cpu_backend *c, const struct backend_token *tokens, size_t n,
                       char *err, size_t err_len)
 {
 	const struct model_hparams *hp = &c->base.model->hp;
-	c->n_sessions = 0;
-	for (size_t i = 0; i < n; i++) {
-		struct backend_session *s = tokens[i].session;
-		if (!s)
-			return err_set(err, err_len, -EINVAL, "batch token %zu has no session", i);
-		if (tokens[i].token < 0 || tokens[i].token >= hp->n_vocab)
-			return err_set(err, err_len, -EINVAL,
-			               "batch token %zu: id %d is outside the vocabulary (0..%d)",
-			               i, (int)tokens[i].token, hp->n_vocab - 1);
-		s->batch_slot = -1;
-		s->batch_n = 0;
-	}
-	for (size_t i = 0; i < n; i++) {
-		struct backend_session *s = tokens[i].session;
-		if (s->batch_slot < 0) {
-			s->batch_slot = c->n_sessions;
-			c->sessions[c->n_sessions++] = s;
-		}
-		s->batch_n++;
-	}
-	c->sess_begin[0] = 0;
-	for (int j = 0; j < c->n_sessions; j++)
-		c->sess_begin[j + 1] = c->sess_begin[j] + c->sessions[j]->batch_n;
-	for (int j = 0; j < c->n_sessions; j++)
-		c->sessions[j]->batch_n = 0; /* reused as a fill cursor */
-	for (size_t i = 0; i < n; i++) {
-		struct backend_session *s = tokens[i].session;
-		c->order[c->sess_begin[s->batch_slot] + s->batch_n++] = (int)i;
-	}
+	struct batch_plan plan = {.sessions = c->sessions, .begin = c->sess_begin, .order = c->order};
+	int rc = batch_plan_make(tokens, n, hp->n_vocab, &plan, err, err_len);
+	if (rc)
+		return rc;
+	c->n_sessions = plan.n_sessions;
 	size_t scratch = 0;
 	double macs = (double)n * c->token_macs;
 	for (int j = 0; j < c->n_sessions; j++) {
 		struct backend_session *s = c->sessions[j];
-		macs += 2.0 * s->batch_n * hp->n_layers * hp->n_heads * hp->head_dim *
-		        ((double)sinkcache_resident_tokens(s->cache) + s->batch_n);
-		if (!sinkcache_can_append(s->cache, (size_t)s->batch_n))
+		macs += 2.0 * s->batch.n * hp->n_layers * hp->n_heads * hp->head_dim *
+		        ((double)sinkcache_resident_tokens(s->cache) + s->batch.n);
+		if (!sinkcache_can_append(s->cache, (size_t)s->batch.n))
 			return err_set(err, err_len, -ENOSPC,
 			               "session cannot take %d more tokens: its cache is full "
 			               "(strategy full, max_context_length %d reached)",
-			               s->batch_n,
+			               s->batch.n,
 			               sinkcache_geometry(s->cache)->max_context_length);
 		size_t f = sinkcache_scratch_floats(sinkcache_geometry(s->cache));
 		scratch = f > scratch ? f : scratch;
@@ -365,7 +340,7 @@ static int attend_long_session(struct attend_ctx *a, int j, char *err, size_t er
 	const struct model_hparams *hp = &c->base.model->hp;
 	struct backend_session *s = c->sessions[j];
 	double macs = 2.0 * hp->n_heads * hp->head_dim *
-	              ((double)sinkcache_resident_tokens(s->cache) + s->batch_n);
+	              ((double)sinkcache_resident_tokens(s->cache) + s->batch.n);
 	bool parallel = c->run_threads > 1 && macs >= ATTEND_PARALLEL_MIN_MACS;
 	a->session = s;
 	for (int o = c->sess_begin[j]; o < c->sess_begin[j + 1]; o++) {
@@ -388,7 +363,7 @@ static int attend_long_session(struct attend_ctx *a, int j, char *err, size_t er
  * keep the threads busy one session each. */
 static bool attend_by_heads(const struct cpu_backend *c, int j)
 {
-	return c->sessions[j]->batch_n >= HEAD_PARALLEL_MIN_TOKENS ||
+	return c->sessions[j]->batch.n >= HEAD_PARALLEL_MIN_TOKENS ||
 	       c->n_sessions < c->run_threads;
 }
 
@@ -576,7 +551,7 @@ static int cpu_session_new(struct backend *be, const struct sinkcache_geometry *
 			return rc;
 		}
 	}
-	s->batch_slot = -1;
+	s->batch.slot = -1;
 	*out = s;
 	return 0;
 }
