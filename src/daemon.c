@@ -610,6 +610,9 @@ int daemon_run(const char *config_path, const char *const *overrides, size_t n_o
 	}
 	if (rc)
 		goto out;
+	const char *fail_at = getenv("SINKD_TEST_FAIL_TOKEN_QUEUE");
+	if (fail_at && fail_at[0])
+		server_set_token_queue_failure(d.srv, strtoull(fail_at, NULL, 10));
 	const char *stall = getenv("SINKD_TEST_STALL_FILE");
 	if (stall && stall[0])
 		scheduler_set_stall_file(d.sched, stall);

@@ -61,6 +61,7 @@ struct genstream {
 	double t_submit, t_first, t_last;
 	bool keepalive_due;
 	bool overflow; /* the client fell GS_MAX_PENDING_EVENTS behind */
+	bool lost;     /* a token could not be queued (out of memory) */
 	double last_write;
 
 	/* The connection's thread only. */
@@ -102,17 +103,33 @@ static void gs_wake(struct genstream *gs)
 	}
 }
 
+/* Whether the test hook fails this token's queueing. */
+static bool gs_fail_injected(struct server *s)
+{
+	uint64_t at = atomic_load_explicit(&s->fail_token_at, memory_order_relaxed);
+	return at && (atomic_fetch_add(&s->tokens_queued, 1) + 1) % at == 0;
+}
+
+/* Queues a token for the connection.  Without memory for it the stream
+ * ends with an error (lost): a reply must never silently miss a token, and
+ * the engine thread must not block. */
 static void gs_push(struct genstream *gs, const struct gen_event *e, double now)
 {
 	if (gs->n_ev >= GS_MAX_PENDING_EVENTS) {
 		gs->overflow = true;
 		return;
 	}
+	if (gs->lost || gs_fail_injected(gs->srv)) {
+		gs->lost = true;
+		return;
+	}
 	if (gs->n_ev == gs->cap_ev) {
 		size_t cap = gs->cap_ev ? gs->cap_ev * 2 : 16;
 		struct gs_event *ev = realloc(gs->ev, cap * sizeof(*ev));
-		if (!ev)
-			return; /* a lost token beats blocking the engine */
+		if (!ev) {
+			gs->lost = true;
+			return;
+		}
 		gs->ev = ev;
 		gs->cap_ev = cap;
 	}
@@ -120,8 +137,10 @@ static void gs_push(struct genstream *gs, const struct gen_event *e, double now)
 	memset(q, 0, sizeof(*q));
 	if (e->text_len) {
 		q->text = malloc(e->text_len);
-		if (!q->text)
+		if (!q->text) {
+			gs->lost = true;
 			return;
+		}
 		memcpy(q->text, e->text, e->text_len);
 		q->len = e->text_len;
 	}
@@ -164,7 +183,7 @@ static void gs_on_event(void *user, const struct gen_event *e)
 	}
 	/* A stream wants every token now; a whole response only its end (and a
 	 * batch now and then, to keep the queue short). */
-	if (gs->stream || e->kind == GEN_EVENT_DONE || gs->n_ev >= 256)
+	if (gs->stream || e->kind == GEN_EVENT_DONE || gs->n_ev >= 256 || gs->lost)
 		gs_wake(gs);
 	pthread_mutex_unlock(&gs->mu);
 	if (e->kind == GEN_EVENT_DONE) {
@@ -384,7 +403,15 @@ static bool gs_fill(struct genstream *gs)
 		pthread_mutex_lock(&gs->mu);
 		struct gs_event *ev = gs_take(gs, &n, &done, &ka);
 		bool stopping = atomic_load(&gs->srv->stopping);
-		if (gs->overflow && !done) {
+		/* A lost token ends the stream after the tokens queued before it,
+		 * even when the generation ended meanwhile: never a short reply. */
+		if (gs->lost) {
+			gs->finish = GEN_FINISH_ERROR;
+			gs->err_status = 500;
+			snprintf(gs->err_msg, sizeof(gs->err_msg),
+			         "out of memory queuing a token for the client; generation stopped");
+			done = true;
+		} else if (gs->overflow && !done) {
 			gs->finish = GEN_FINISH_ERROR;
 			gs->err_status = 500;
 			snprintf(gs->err_msg, sizeof(gs->err_msg),
@@ -479,7 +506,8 @@ static enum MHD_Result gs_respond_whole(struct request *r)
 	pthread_mutex_lock(&gs->mu);
 	struct gs_event *ev = gs_take(gs, &n, &done, &ka);
 	bool stopping = atomic_load(&gs->srv->stopping);
-	if (!done && !stopping) {
+	bool lost = gs->lost || gs->overflow;
+	if (!done && !stopping && !lost) {
 		gs->suspended = true;
 		MHD_suspend_connection(gs->conn);
 	}
@@ -489,6 +517,12 @@ static enum MHD_Result gs_respond_whole(struct request *r)
 	pthread_mutex_unlock(&gs->mu);
 	gs_accumulate(gs, ev, n);
 	gs_free_events(ev, n);
+	if (lost)
+		return http_respond_error(r, 500, "server_error", NULL, "generation_failed", 0, "%s",
+		                          gs->overflow ? "the reply outgrew its queue; generation "
+		                                         "stopped"
+		                                       : "out of memory queuing a token; generation "
+		                                         "stopped");
 	if (!done && !stopping)
 		return MHD_YES;
 	/* Cancelled because the client hung up: no answer (a 503 written into

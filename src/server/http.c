@@ -122,6 +122,11 @@ void server_settings_get(struct server *s, int64_t *max_tokens, int64_t *keepali
 	pthread_mutex_unlock(&s->cfg_mu);
 }
 
+void server_set_token_queue_failure(struct server *s, uint64_t nth)
+{
+	atomic_store(&s->fail_token_at, nth);
+}
+
 bool server_pin_system_prompt(struct server *s)
 {
 	pthread_mutex_lock(&s->cfg_mu);

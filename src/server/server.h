@@ -29,6 +29,10 @@ int server_new(const struct sinkd_config *cfg, struct sinkd_log *log, struct ser
                char *err, size_t err_len);
 /* The bound port (useful with "host:0"). */
 int server_port(const struct server *s);
+/* Test hook (SINKD_TEST_FAIL_TOKEN_QUEUE): every nth token the server
+ * queues for a client (counted over all requests) fails as if memory ran
+ * out; 0 = never. */
+void server_set_token_queue_failure(struct server *s, uint64_t nth);
 /* Makes the API available; /ready turns 200. */
 void server_attach_engine(struct server *s, const struct server_engine *e);
 /* A reload in two steps (config_reload.h).  server_prepare builds the

@@ -48,6 +48,8 @@ struct server {
 	atomic_int tls_ptr_warned;   /* "no connection behind the TLS session" logged */
 
 	atomic_int ready;    /* engine attached */
+	_Atomic uint64_t tokens_queued;  /* for the test hook below */
+	_Atomic uint64_t fail_token_at;  /* server_set_token_queue_failure */
 	atomic_int draining; /* no new generations */
 	atomic_int stopping; /* streams end at once */
 	atomic_int shutting_down; /* cancelled streams end with a server_shutdown error */
