@@ -395,8 +395,8 @@ void sinkcache_attend(const struct sinkcache *c, int layer, const float *q, int 
 	x.qsc = x.qs + rd;
 	x.acc = x.qsc + rd;
 	/* rows just read (a prompt chunk's later tokens) are in some core's
-	 * cache: loading them again cost prefill 5-7% (134M F32, 512 tokens);
-	 * they keep the prefetches, as the heads move between threads */
+	 * cache, and loading them again costs prefill more than it saves; they
+	 * keep the prefetches, as the heads move between threads */
 	x.prefetch = true;
 	if (rows_cold && head_begin < head_end) {
 		int k0 = head_begin / ratio, k1 = (head_end - 1) / ratio + 1;

@@ -513,10 +513,7 @@ static void mix_rows_scalar(enum kv_dtype dt, int bits, const unsigned char *bas
  * scores 16 rows at a time, each row's 16-lane product vector summed by one
  * tree of shuffles and adds that treats every row alike, so a score still
  * depends only on its row; values into the same ATTEND_PARTS partial sums
- * in the same order as the 8-wide kernels.  Measured on the 134M model's
- * attention (12 heads of 64, bf16, 100 rows; one token and layer): in L2
- * 15.8 us with the 8-wide kernels, 8.4 us with these; from memory (384
- * sessions in turn) 49 us and 37 us. */
+ * in the same order as the 8-wide kernels. */
 /* Not under ThreadSanitizer: the clones' ifunc resolver runs before its
  * runtime is up and crashes the program at load. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(ATTEND_NO_CLONES) && \
@@ -565,10 +562,7 @@ AK512_INLINE void score_rows_512_k(int k, const unsigned char *base, size_t row_
 	for (int i0 = 0; i0 < n; i0 += 16) {
 		int m = n - i0 < 16 ? n - i0 : 16;
 		const unsigned char *rows = base + (size_t)i0 * row_bytes;
-		/* two blocks ahead: one layer of the 134M geometry from memory
-		 * (80 rows, KV on huge pages) took 27.5-28.2 us without it and
-		 * 24.0-26.2 us with it in one alternating run, 27-31 us either
-		 * way in a later one: a small gain at most */
+		/* two blocks ahead: a small gain at most on rows from memory */
 		if (prefetch && i0 + 32 < n) {
 			int pe = n - i0 - 32 < 16 ? n - i0 - 32 : 16;
 			const unsigned char *pf = rows + 32 * row_bytes;
@@ -708,9 +702,8 @@ AK512_INLINE __m512 exp_neg16(__m512 x)
 	return _mm512_mul_ps(y, _mm512_castsi512_ps(e));
 }
 
-/* attend_exp_sum on 16 lanes (the tail by masks).  With head size 8
- * (stories260K) a score costs 8 multiply-adds and its exp about 15
- * operations: the 8-lane exp was 16% of a 16-stream decode step. */
+/* attend_exp_sum on 16 lanes (the tail by masks): with small heads a
+ * score's exp costs more than its dot product. */
 static AK512_FN float exp_sum_512(float *scores, int n)
 {
 	const __m512 ninf = _mm512_set1_ps(-INFINITY);

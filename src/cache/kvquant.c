@@ -44,8 +44,7 @@ void kv_row_store_scalar(enum kv_dtype dt, void *dst, const float *src, int n)
 #define KVQ_AVX512_FN __attribute__((target(KVQ_AVX512_TARGET)))
 
 /* 16 halves, a plain store when all lanes are on: an appended row's lines
- * are cold, and masked stores to cold lines were slower (24 rows of 128
- * bytes 16 KiB apart, 32-byte stores: 350-475 ns masked, 210-240 ns plain). */
+ * are cold, and masked stores to cold lines are slower. */
 static inline __attribute__((always_inline, target(KVQ_AVX512_TARGET))) void
 store_halves(uint16_t *d, __mmask16 m, __m256i h)
 {
@@ -56,9 +55,7 @@ store_halves(uint16_t *d, __mmask16 m, __m256i h)
 }
 
 /* 16 values per step: a row of 64 becomes four 32-byte stores instead of 64
- * two-byte ones, each from an out-of-line conversion call (row stores were
- * 8% of the CPU time of a 32-stream decode step of the 134M model, most of
- * it the page faults of fresh rows, since taken off by sinkcache.c).  Same
+ * two-byte ones, each from an out-of-line conversion call.  Same
  * rounding as the scalar conversions: bf16 to nearest even with nan kept
  * quiet, f16 by the hardware's round to nearest even (identical results
  * except the payload bits of a nan). */
@@ -206,9 +203,8 @@ void kvq_quant_channels_scalar(const float *const *rows, int n_rows, int d, int 
 #ifdef KVQUANT_X86
 /* The quantizers 16 values at a time, with the scalar code's exact results
  * (min/max are exact, the code is (x - min) / scale rounded to nearest even
- * by the same IEEE division and conversion).  Flushing a group of 32 tokens
- * of the 134M model (12 heads, K per channel and V per token) took ~590 us
- * in the scalar loops, a call of fminf and a division per value.  A run
+ * by the same IEEE division and conversion): the scalar loops pay a call of
+ * fminf and a division per value.  A run
  * with an infinite or all-NaN extreme takes the scalar path. */
 
 /* 16 codes (int32 lanes, each <= 15) -> 8 bytes, lane 2j low nibble. */

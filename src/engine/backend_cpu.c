@@ -219,8 +219,8 @@ static int batch_plan(struct cpu_backend *c, const struct backend_token *tokens,
 /* ============================================================ element ops */
 
 /* The sum of squares in double, in 8 independent lanes (element j in lane
- * j % 8, added in a fixed tree): one chain of dependent double adds took
- * ~0.8 us per 768-wide row, 13 us per norm of a 16-row batch. */
+ * j % 8, added in a fixed tree): one chain of dependent double adds waits
+ * on each add's latency. */
 static double sum_squares(const float *x, int dim)
 {
 	double lane[8] = {0};
@@ -441,9 +441,7 @@ static int layer_forward(struct cpu_backend *c, const struct backend_token *toke
 	const struct model_layer *L = &c->layers[layer];
 	int n = *n_rows;
 	/* A session attended alone appends on the calling thread while the
-	 * others wait: the rows it writes, fetched during the Q/K/V product
-	 * (134M F16, 1 stream: appends 89-97 us per token before, 44-50 us
-	 * after). */
+	 * others wait: the rows it writes are fetched during the Q/K/V product. */
 	for (int j = 0; j < c->n_sessions; j++)
 		if (attend_by_heads(c, j))
 			sinkcache_prefetch_append(c->sessions[j]->cache, layer);

@@ -847,8 +847,8 @@ typedef void (*rows_fn)(const struct matmul_job *job, const float *x, const stru
 
 /* Weights with panels (the CPU backend makes them for F32/F16/BF16 on
  * AVX-512 machines) always take the panel kernels.  Otherwise, batches at
- * least this large take a GEMM path.  AVX2: measured on the 134M model, the
- * packed kernel wins from 12 rows.  AVX-512: below PACKED_MIN_B_AVX512 rows
+ * least this large take a GEMM path.  AVX2: the packed kernel wins from 12
+ * rows (the 134M model).  AVX-512: below PACKED_MIN_B_AVX512 rows
  * the dot-product register tiles, above the packed GEMM.  Q8_0 keeps its
  * integer decode up to Q8_INT_MAX_B rows and the packed GEMM above. */
 #define GEMM_MIN_B_AVX2 12

@@ -3,12 +3,10 @@
  * Why a copy of the weights: in the stored layout (one row after another) a
  * batch tile must either pack the weights per call (a transpose that costs
  * as much as the multiply-adds it feeds at 16 batch rows) or broadcast from
- * 24 row streams at once, which needs 24 pointers: GCC spills them and the
- * 134M model's batch-16 product ran at ~25% of the FMA peak.  In panels, a
- * tile reads 3 sequential streams, x is read by broadcasts from one
- * transposed block, and the same tile measured 65-75% of the peak in a
- * standalone test (2 threads, F32, 32768 x 2048, 16-32 batch rows); decode
- * reads 4 sequential streams with no horizontal sums. */
+ * 24 row streams at once, which needs 24 pointers that GCC spills.  In
+ * panels, a tile reads 3 sequential streams, x is read by broadcasts from
+ * one transposed block, and decode reads 4 sequential streams with no
+ * horizontal sums. */
 #include "engine/panels.h"
 
 #include <stdint.h>
@@ -27,8 +25,7 @@
  * adjacent groups): each stream's prefetch runs on into its next group, and
  * a call of 512 rows (matmul.c) reads four long runs.  Adjacent groups
  * restarted all four streams every 64 rows, which cost F16 most (its groups
- * are half as long): 134M F16, 1 stream, 231.5 -> 255.8 tok/s (medians of
- * 4 alternating pairs, with 8-block calls), F32 +3.5%. */
+ * are half as long). */
 #define TILE_GROUPS 3
 #define DECODE_GROUPS 4
 /* How far ahead decode prefetches each stream (bytes). */
@@ -89,8 +86,8 @@ bool panels_supported(int ggml_type)
 }
 
 /* Eight rows by eight columns at a time, the classic 8x8 in-register
- * transpose: the element loop took 3 us for 16 rows of 768 on the calling
- * thread before every batch product (the other threads waiting). */
+ * transpose: it runs on the calling thread before every batch product while
+ * the other threads wait. */
 static PANELS_FN void transpose_x_avx(const float *x, int B, int cols, float *xt)
 {
 	for (int b0 = 0; b0 < B; b0 += PANELS_BATCH_ROWS) {
@@ -138,8 +135,8 @@ void panels_transpose_x(const float *x, int B, int cols, float *xt)
 }
 
 /* Groups [g0, g1) of w into out, one column of 16 rows per gather, F32
- * columns written with streaming stores (the element loop and cached
- * stores: ~1.2 s to load the 134M F32 model, this: ~0.75 s).  F16/BF16
+ * columns written with streaming stores (the copy is written once and read
+ * later, so caching it only evicts).  F16/BF16
  * gather 32 bits and keep the low half; their last column goes element by
  * element so no read passes the end of a row. */
 static PANELS_FN void pack_groups(const struct weight_matrix *w, uint8_t *out, int g0, int g1)
@@ -275,8 +272,8 @@ PANELS_INLINE void decode_groups(int type, int R, const uint8_t *group, size_t g
  * pf_phase takes part pf_phase, evenly over its columns.
  * The first batch block of a tile reads its weights from memory and the
  * others from L2, so without this the memory stream idles during the later
- * blocks and the first runs memory-bound (F32 at 16 batch rows: 33 GB/s
- * while computing); spread over all the blocks, the stream never stops. */
+ * blocks and the first runs memory-bound; spread over all the blocks, the
+ * stream never stops. */
 PANELS_INLINE void batch_tile(int type, int R, const uint8_t *group, size_t gb, const float *xtb,
                               int cols, float *y, size_t ldy, int nb, const float *bias, int g,
                               int r0, int r1, const uint8_t *next, int n_next, int pf_phase,

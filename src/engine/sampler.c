@@ -428,8 +428,7 @@ static inline uint32_t is_nan_bits(float v)
 
 /* Max of row and whether it holds a NaN, 16 at a time in four GCC vectors
  * of 4 (SSE on a baseline x86-64 build): the element loop ran at about one
- * logit per cycle, ~10 us of a greedy pick over 32,000 logits, on the
- * engine thread between two forward passes. */
+ * logit per cycle, on the engine thread between two forward passes. */
 typedef float lanes4f __attribute__((vector_size(16)));
 typedef int32_t lanes4i __attribute__((vector_size(16)));
 

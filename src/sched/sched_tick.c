@@ -464,11 +464,8 @@ static size_t prefill_chunk_cap(const struct sched_req *r)
 #define PACE_FACTOR 1.5
 #define PACE_MIN_CAP 1.0
 /* The CPU kernels multiply batch rows in blocks of 8 (engine/panels.h), so
- * a batch's last block costs about the same full or not (134M F32 model,
- * engine-driver, two runs: 16 tokens 19.3/23.4 ms, 17 tokens 25.2/27.8 ms,
- * 24 tokens 30.9/30.7 ms: the 17th token cost as much as the next seven;
- * in a 16-stream load, 15 decode + 1 prompt token ticks took 20.2 ms against
- * 19.0 decode-only).  Pacing therefore counts and grants whole blocks. */
+ * a batch's last block costs about the same full or not.  Pacing therefore
+ * counts and grants whole blocks. */
 #define SCHED_BATCH_BLOCK 8
 #define PACE_START_CAP 4.0
 #define PACE_DECODE_SHARE ((PACE_FACTOR - 1) / 4)
