@@ -18,6 +18,7 @@
  * sized by the budget (cuda_arena.c: sink tiers low, window tiers high).
  * Every CUDA failure becomes an error message; nothing aborts.  It does not
  * sample, schedule or tokenize; one forward at a time (the engine thread). */
+#include "engine/tuning.h"
 #include "backend_cuda.h"
 
 #include <stdlib.h>
@@ -303,6 +304,7 @@ static int cuda_geometry_check(const struct backend *be, const struct sinkcache_
 
 static const struct backend_ops cuda_ops = {
     .name = "cuda",
+    .batch_rows_granule = TUNING_CUDA_BATCH_ROWS_GRANULE,
     .session_new = cuda_session_new,
     .session_free = cuda_session_free,
     .session_revise = cuda_session_revise,

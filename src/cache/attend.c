@@ -84,14 +84,14 @@ static void attend_prefetch(const struct sinkcache *c, const struct kv_layer *L,
 	prefetch_ring(c, &hot, values ? L->hot_v : L->hot_k, kh);
 }
 
-/* Loading a query's rows ahead, when they fit in a core's L2, with plain
- * loads of four runs side by side.  A decode step attends each session's
+/* Loading a query's rows ahead, when they fit in a core's L2 (three
+ * quarters of it: sinkcache.load_ahead_max), with plain loads of four runs
+ * side by side.  A decode step attends each session's
  * layer once, its rows cold (the matrix products ran in between), and the
  * cache prefetches above did not overlap the arithmetic: once a few dozen
  * misses were outstanding the next prefetch stalled the core.  Larger sets
  * (long windows) keep the prefetches: their start would be evicted before
  * use.  Measurements: tests/bench/results/code-notes.md. */
-#define ATTEND_LOAD_AHEAD_MAX ((size_t)768 * 1024)
 #define ATTEND_LOAD_RUNS 4
 
 /* Loads every cache line of n runs of `bytes` bytes, side by side so their
@@ -400,7 +400,7 @@ void sinkcache_attend(const struct sinkcache *c, int layer, const float *q, int 
 	x.prefetch = true;
 	if (rows_cold && head_begin < head_end) {
 		int k0 = head_begin / ratio, k1 = (head_end - 1) / ratio + 1;
-		x.prefetch = attend_bytes(c, x.L, k0, k1) > ATTEND_LOAD_AHEAD_MAX;
+		x.prefetch = attend_bytes(c, x.L, k0, k1) > c->load_ahead_max;
 		if (!x.prefetch)
 			load_ahead(c, x.L, k0, k1);
 	}

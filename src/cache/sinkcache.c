@@ -32,6 +32,7 @@
 #include "cache/kvquant.h"
 #include "cache/rope.h"
 #include "cache/sinkcache_impl.h"
+#include "util/cpu.h"
 #include "util/errbuf.h"
 #include "util/pages.h"
 
@@ -376,6 +377,7 @@ int sinkcache_new(const struct sinkcache_geometry *g, struct sinkcache **out, ch
 	c->fp_row = lo.fp_row;
 	c->code_row = lo.code_row;
 	c->back_bytes = lo.back_bytes;
+	c->load_ahead_max = cpu_l2_cache_bytes() / 4 * 3;
 	int half = g->rope_dim / 2 > 0 ? g->rope_dim / 2 : 1;
 	c->freq_hi = calloc((size_t)half, sizeof(double));
 	c->freq_lo = calloc((size_t)half, sizeof(double));

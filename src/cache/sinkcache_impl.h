@@ -70,6 +70,7 @@ struct sinkcache {
 	size_t fp_row;   /* bytes of one head row in dtype */
 	size_t code_row; /* bytes of one head row of codes */
 	size_t back_bytes;         /* of each layer's mem */
+	size_t load_ahead_max;     /* attention loads a query's rows ahead up to this (bytes) */
 	unsigned char *front;      /* every layer's front, layers front_stride apart */
 	size_t front_bytes;        /* of front */
 	struct populate_map front_pop;

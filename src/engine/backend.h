@@ -25,6 +25,10 @@ struct backend_token {
 
 struct backend_ops {
 	const char *name;
+	/* Batch rows the forward's products take in whole steps: a batch's
+	 * last step costs about the same full or not, so the scheduler grants
+	 * prompt rows in these steps (0 or 1: row by row). */
+	int batch_rows_granule;
 	/* Required. */
 	int (*session_new)(struct backend *be, const struct sinkcache_geometry *g,
 			   struct backend_session **out, char *err, size_t err_len);

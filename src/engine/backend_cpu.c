@@ -26,34 +26,27 @@
 #include "engine/matmul.h"
 #include "engine/panels.h"
 #include "engine/threadpool.h"
+#include "engine/tuning.h"
 #include "model/gguf.h"
 #include "util/errbuf.h"
 #include "util/pages.h"
 
-/* A session with at least this many tokens in a batch is attended alone
- * with its heads split over threads; fewer go one session per task. */
-#define HEAD_PARALLEL_MIN_TOKENS 4
-/* Attention work (multiply-adds) below which threads are not woken. */
-#define ATTEND_PARALLEL_MIN_MACS 60000
-/* A forward of less work than this (multiply-adds of its tokens' weight
- * products and attention), of a model whose weights stay in the caches,
- * runs on the calling thread alone: its steps are too short to share (a
- * wake-up and a wait each), and the idle workers go to sleep after their
- * spin, leaving their cores to the server's TLS threads.  Larger models
- * stream their weights from memory, where one core's share of the
- * bandwidth is not enough.  Measurements: tests/bench/results/code-notes.md. */
-#define FORWARD_PARALLEL_MIN_MACS 8e6
-#define FORWARD_SERIAL_MAX_WEIGHT_BYTES ((size_t)8 << 20)
+/* The thresholds below are in engine/tuning.h.  A forward of less work
+ * than TUNING_FORWARD_PARALLEL_MIN_MACS, of a model whose weights stay in
+ * the caches, runs on the calling thread alone: its steps are too short to
+ * share, and the idle workers go to sleep after their spin, leaving their
+ * cores to the server's TLS threads. */
+#define HEAD_PARALLEL_MIN_TOKENS TUNING_HEAD_PARALLEL_MIN_TOKENS
+#define ATTEND_PARALLEL_MIN_MACS TUNING_ATTEND_PARALLEL_MIN_MACS
+#define FORWARD_PARALLEL_MIN_MACS TUNING_FORWARD_PARALLEL_MIN_MACS
+#define FORWARD_SERIAL_MAX_WEIGHT_BYTES TUNING_FORWARD_SERIAL_MAX_WEIGHT_BYTES
 
 /* Freed sessions' caches kept for the next new session of the same
- * geometry: at most this many, holding at most this many resident bytes of
- * fronts (their quantized groups go back to the system;
- * sinkcache_reset_trim).  A new cache makes its pages resident as its rows
- * reach them, which is slow where the host takes back the pages a process
- * frees (a VM).  These bytes are outside the scheduler's KV budget, which counts the
- * caches of live sessions. */
-#define CPU_CACHE_POOL_MAX 32
-#define CPU_CACHE_POOL_BYTES ((size_t)256 << 20)
+ * geometry (engine/tuning.h), their quantized groups given back to the
+ * system (sinkcache_reset_trim).  These bytes are outside the scheduler's
+ * KV budget, which counts the caches of live sessions. */
+#define CPU_CACHE_POOL_MAX TUNING_CACHE_POOL_MAX
+#define CPU_CACHE_POOL_BYTES TUNING_CACHE_POOL_BYTES
 
 struct backend_session {
 	struct batch_member batch; /* first: the batch being run (engine/batch.h) */
@@ -623,6 +616,7 @@ static void cpu_destroy(struct backend *be)
 
 static const struct backend_ops cpu_ops = {
     .name = "cpu",
+    .batch_rows_granule = TUNING_CPU_BATCH_ROWS_GRANULE,
     .session_new = cpu_session_new,
     .session_free = cpu_session_free,
     .session_revise = cpu_session_revise,

@@ -23,6 +23,7 @@
  * a plain C path runs elsewhere.  It does not own buffers or know about
  * layers: see backend_cpu.c. */
 #include "engine/matmul.h"
+#include "engine/tuning.h"
 
 #include "engine/panels.h"
 #include "util/cpu.h"
@@ -38,9 +39,8 @@
 #define MATMUL_X86 1
 #endif
 
-/* Work below this many multiply-adds runs on the calling thread: waking the
- * pool costs more than it saves for tiny matrices (stories260K). */
-#define MATMUL_PARALLEL_MIN_MACS 200000
+/* Work below this many multiply-adds runs on the calling thread (engine/tuning.h). */
+#define MATMUL_PARALLEL_MIN_MACS TUNING_MATMUL_PARALLEL_MIN_MACS
 /* Batch rows per L2 chunk. */
 #define MATMUL_BATCH_CHUNK 64
 /* Columns converted per step of the portable path. */

@@ -21,12 +21,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "engine/tuning.h"
 #include "util/errbuf.h"
 
-/* Spin iterations before sleeping: long enough to bridge the gap between two
- * operations of one token, short enough not to steal a shared core for long
- * (a pause instruction each: tens of nanoseconds to about a hundred). */
-#define SPIN_ITERS 2000
+/* Spin iterations before sleeping (engine/tuning.h). */
+#define SPIN_ITERS TUNING_POOL_SPIN_ITERS
 
 /* A published job; two slots so that the next job can be written while a
  * late worker still looks at the previous one. */

@@ -158,6 +158,7 @@ struct sched_hist {
 
 struct scheduler {
 	struct backend *be;
+	size_t batch_granule; /* the backend's batch_rows_granule, at least 1 */
 	const struct tokenizer *tok;
 	struct sinkd_log *log;
 	int n_vocab;

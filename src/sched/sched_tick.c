@@ -35,7 +35,8 @@
  * in the allowed extra time, at most twice the rows last measured plus one,
  * and never below (PACE_FACTOR - 1) / 4 rows per decode token, so that
  * prompts are taken in faster than streams finish even when noise makes
- * them look expensive.  Rows are granted in whole blocks of 8 (a block
+ * them look expensive.  Rows are granted in whole blocks of the backend's
+ * batch_rows_granule (a block
  * costs about the same full or not): the free rows of the decoders' last
  * block, then the blocks the cap pays for, and one block when neither gives
  * a row, so a prompt always advances; but when the measured rows of a block
@@ -463,10 +464,6 @@ static size_t prefill_chunk_cap(const struct sched_req *r)
 
 #define PACE_FACTOR 1.5
 #define PACE_MIN_CAP 1.0
-/* The CPU kernels multiply batch rows in blocks of 8 (engine/panels.h), so
- * a batch's last block costs about the same full or not.  Pacing therefore
- * counts and grants whole blocks. */
-#define SCHED_BATCH_BLOCK 8
 #define PACE_START_CAP 4.0
 #define PACE_DECODE_SHARE ((PACE_FACTOR - 1) / 4)
 #define PACE_REMEASURE 8 /* paced batches between two decode-only ones */
@@ -501,9 +498,10 @@ static size_t pace_cap_now(const struct scheduler *s, size_t n_decode)
 }
 
 /* n rounded up to whole blocks of batch rows. */
-static size_t round_block(size_t n)
+static size_t round_block(const struct scheduler *s, size_t n)
 {
-	return (n + SCHED_BATCH_BLOCK - 1) / SCHED_BATCH_BLOCK * SCHED_BATCH_BLOCK;
+	size_t g = s->batch_granule;
+	return (n + g - 1) / g * g;
 }
 
 /* Whether one more block of prompt rows would add more than
@@ -511,7 +509,7 @@ static size_t round_block(size_t n)
 static bool pace_block_too_dear(const struct scheduler *s)
 {
 	return s->pace_decode_s > 0 &&
-	       s->pace_row_s * SCHED_BATCH_BLOCK > PACE_BLOCK_EXTRA_MAX * s->pace_decode_s;
+	       s->pace_row_s * (double)s->batch_granule > PACE_BLOCK_EXTRA_MAX * s->pace_decode_s;
 }
 
 size_t sched_pace_limit(const struct scheduler *s, size_t n_decode, size_t max_tokens,
@@ -526,18 +524,14 @@ size_t sched_pace_limit(const struct scheduler *s, size_t n_decode, size_t max_t
 	 * (prompts always advance; a part block costs what a whole one does),
 	 * or, when a block's rows are too dear for that, the rows the cap pays
 	 * for.  Paying a block the cap does not cover only when no row is free
-	 * keeps such batches rare while streams come and go: in a 16-stream
-	 * load, granting one on every batch with prompts waiting made a fifth
-	 * of the batches ~1.7x a decode-only one (p99/p50 of the inter-token
-	 * latency 2.3); free rows alone, 1.65, with prompts taken in a few
-	 * tokens per batch. */
-	limit = round_block(n) + cap / SCHED_BATCH_BLOCK * SCHED_BATCH_BLOCK;
+	 * keeps such batches rare while streams come and go. */
+	limit = round_block(s, n) + cap / s->batch_granule * s->batch_granule;
 	if (limit == n && pace_block_too_dear(s)) {
 		/* the measured cap alone: the floor is for whole blocks */
 		limit = n + (size_t)(s->pace_cap < PACE_MIN_CAP ? PACE_MIN_CAP : s->pace_cap);
 		*part_block = true;
 	} else if (limit == n) {
-		limit = round_block(n + cap);
+		limit = round_block(s, n + cap);
 	}
 	return limit < max_tokens ? limit : max_tokens;
 }
@@ -706,7 +700,7 @@ static void pace_update(struct scheduler *s, const struct batch_shape *b, double
 	 * they were granted by the row, after a whole number of blocks) */
 	size_t paid = b->part_block
 	                  ? b->n_prefill
-	                  : round_block(b->n_decode + b->n_prefill) - round_block(b->n_decode);
+	                  : round_block(s, b->n_decode + b->n_prefill) - round_block(s, b->n_decode);
 	if (!b->n_decode || !b->n_prefill || !paid || s->pace_decode_s == 0)
 		return;
 	/* What one paid row adds: the time the last paced batches took beyond

@@ -1,6 +1,8 @@
 /* CPU feature levels (see cpu.h). */
 #include "util/cpu.h"
 
+#include <unistd.h>
+
 #if defined(__x86_64__) && defined(__GNUC__)
 bool cpu_has_avx2(void)
 {
@@ -25,3 +27,13 @@ bool cpu_has_avx512(void)
 	return false;
 }
 #endif
+
+size_t cpu_l2_cache_bytes(void)
+{
+#ifdef _SC_LEVEL2_CACHE_SIZE
+	long n = sysconf(_SC_LEVEL2_CACHE_SIZE);
+	if (n > 0)
+		return (size_t)n;
+#endif
+	return (size_t)1 << 20;
+}

@@ -4,12 +4,17 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* AVX2 with FMA and F16C. */
 bool cpu_has_avx2(void);
 /* That, and AVX-512 F/BW/VL. */
 bool cpu_has_avx512(void);
+
+/* Bytes of one core's level-2 cache (sysconf), or 1 MiB when the system
+ * does not say. */
+size_t cpu_l2_cache_bytes(void);
 
 /* The first min(n, 16) lanes of a 16-lane (512-bit) step: the mask of the
  * masked loads and stores of a row's last step (an __mmask16). */

@@ -33,6 +33,15 @@ finish() {
 		n_checks=$((n_checks + n_deferred))
 	fi
 	echo "$((n_checks - fails)) passed, $fails failed"
+	# A failure shows the end of each daemon's log (a sanitizer report, a
+	# crash), which the temporary folder takes with it.
+	if [ "$fails" -ne 0 ]; then
+		for f in "$tmp"/*.log; do
+			[ -f "$f" ] || continue
+			echo "--- last lines of $(basename "$f"):"
+			tail -n 40 "$f" | cut -c1-400
+		done
+	fi
 	[ "$fails" -eq 0 ]
 	exit $?
 }

@@ -551,6 +551,7 @@ static size_t pace_limit(double cap, double row_s, size_t n_decode, size_t max_t
 	s.pace_cap = cap;
 	s.pace_row_s = row_s;
 	s.pace_decode_s = 0.020;
+	s.batch_granule = 8;
 	return sched_pace_limit(&s, n_decode, max_tokens, part);
 }
 
