@@ -165,6 +165,8 @@ struct coll {
 	uint64_t tick_gap_from;   /* gaps count only between tokens after this tick */
 	uint64_t max_tick_gap;    /* largest tick distance of consecutive tokens */
 	int n_started;            /* on_start calls */
+	int pin;                  /* the request's pin_prefix_tokens */
+	bool want_logprobs;       /* fill logprobs[] */
 };
 
 static struct coll *coll_new(struct scheduler *s)
@@ -284,6 +286,8 @@ static int submit(struct scheduler *s, struct coll *c, const int32_t *ids, size_
 	q.ignore_eos = true;
 	q.session_id = session_id;
 	q.revise_last_tokens = revise;
+	q.pin_prefix_tokens = c->pin;
+	q.want_logprobs = q.sampling.logprobs = c->want_logprobs;
 	q.on_event = on_event;
 	q.user = c;
 	q.unsent_tokens = c->flow ? coll_unsent : NULL;
@@ -783,28 +787,9 @@ END_TEST
 static int submit_pinned(struct scheduler *s, struct coll *c, const int32_t *ids, size_t n,
                          int max_tokens, const char *sid, int pin)
 {
-	char err[SINKD_ERR_LEN];
-	struct gen_request q = {0};
-	q.prompt_ids = malloc((n + 1) * sizeof(int32_t));
-	memcpy(q.prompt_ids, ids, n * sizeof(int32_t));
-	q.n_prompt = n;
-	sampler_params_default(&q.sampling);
-	q.sampling.temperature = 0;
-	q.max_tokens = max_tokens;
-	q.ignore_eos = true;
-	q.session_id = sid;
-	q.pin_prefix_tokens = pin;
-	q.want_logprobs = true;
-	q.sampling.logprobs = true;
-	q.on_event = on_event;
-	q.user = c;
-	c->max_tokens = max_tokens;
-	int rc = scheduler_submit(s, &q, &c->handle, err, sizeof(err));
-	if (rc) {
-		ck_assert_msg(strstr(err, "pin") || strstr(err, "budget"), "%s", err);
-		free(q.prompt_ids);
-	}
-	return rc;
+	c->pin = pin;
+	c->want_logprobs = true;
+	return submit(s, c, ids, n, max_tokens, sid, 0);
 }
 
 /* Greedy tokens with their logprobs (lp: N_PIN_GEN). */
