@@ -64,15 +64,10 @@ static int session_check_geometry(const struct cuda_backend *c, const struct sin
                                   char *err, size_t err_len)
 {
 	const struct model_hparams *hp = &c->base.model->hp;
-	if (g->n_layers != hp->n_layers || g->n_kv_heads != hp->n_kv_heads ||
-	    g->head_dim != hp->head_dim)
-		return err_set(
-		    err, err_len, -EINVAL,
-		    "cache geometry (%d layers, %d kv heads, head_dim %d) does not match "
-		    "the model (%d, %d, %d)",
-		    g->n_layers, g->n_kv_heads, g->head_dim, hp->n_layers, hp->n_kv_heads,
-		    hp->head_dim);
-	if (g->rope_dim != hp->rope_dim || g->rope_neox != c->neox)
+	int rc = backend_geometry_fits_model(c->base.model, g, err, err_len);
+	if (rc)
+		return rc;
+	if (g->rope_neox != c->neox)
 		return err_set(
 		    err, err_len, -EINVAL,
 		    "cache geometry: rope_dim %d / neox %d do not match the model (%d / %d)",

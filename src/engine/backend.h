@@ -62,6 +62,12 @@ struct backend_ops {
 			      const struct kv_image *in, char *err, size_t err_len);
 };
 
+/* A session geometry's shape against the model's (layers, kv heads,
+ * head_dim, rotated dims), as every backend's session_new checks it;
+ * -EINVAL naming both. */
+int backend_geometry_fits_model(const struct model *m, const struct sinkcache_geometry *g,
+                                char *err, size_t err_len);
+
 struct backend {
 	const struct backend_ops *ops;
 	const struct model *model;

@@ -518,16 +518,10 @@ static struct sinkcache *cache_pool_take(struct cpu_backend *c, int i)
 static int cpu_session_new(struct backend *be, const struct sinkcache_geometry *g,
                            struct backend_session **out, char *err, size_t err_len)
 {
-	const struct model_hparams *hp = &be->model->hp;
 	*out = NULL;
-	if (g->n_layers != hp->n_layers || g->n_kv_heads != hp->n_kv_heads ||
-	    g->head_dim != hp->head_dim)
-		return err_set(
-		    err, err_len, -EINVAL,
-		    "cache geometry (%d layers, %d kv heads, head_dim %d) does not match "
-		    "the model (%d, %d, %d)",
-		    g->n_layers, g->n_kv_heads, g->head_dim, hp->n_layers, hp->n_kv_heads,
-		    hp->head_dim);
+	int rc = backend_geometry_fits_model(be->model, g, err, err_len);
+	if (rc)
+		return rc;
 	struct backend_session *s = calloc(1, sizeof(*s));
 	if (!s)
 		return err_set(err, err_len, -ENOMEM, "cpu backend: out of memory for a session");

@@ -12,3 +12,8 @@ bool cpu_has_avx512(void)
 {
 	return false;
 }
+
+size_t cpu_l2_cache_bytes(void)
+{
+	return (size_t)1 << 20;
+}
