@@ -35,8 +35,8 @@ static void shape_layout(struct cuda_kv_shape *sh)
 	const struct sinkcache_geometry *g = &sh->g;
 	struct cuda_kv_view *v = &sh->layout;
 	uint64_t n_kv = (uint64_t)g->n_kv_heads, d = (uint64_t)g->head_dim;
-	uint64_t s = (uint64_t)sh->sink_cap, f = (uint64_t)sh->fp_cap;
-	uint64_t ng = (uint64_t)sh->n_groups, gs = (uint64_t)sh->group;
+	uint64_t s = (uint64_t)sh->caps.sink, f = (uint64_t)sh->fp_cap;
+	uint64_t ng = (uint64_t)sh->n_groups, gs = (uint64_t)sh->caps.group;
 	uint64_t fp_row = d * kv_dtype_size(g->dtype), code_row = (uint64_t)sh->code_row;
 	uint64_t at = 0;
 	memset(v, 0, sizeof(*v));
@@ -64,9 +64,9 @@ static void shape_layout(struct cuda_kv_shape *sh)
 	v->head_dim = g->head_dim;
 	v->dtype = (int32_t)g->dtype;
 	v->bits = g->quant_enabled ? g->quant_bits : 8;
-	v->sink_cap = sh->sink_cap;
+	v->sink_cap = sh->caps.sink;
 	v->fp_cap = sh->fp_cap;
-	v->group = sh->group;
+	v->group = sh->caps.group;
 	v->n_groups = sh->n_groups;
 	v->sink_quant = sh->sink_quant;
 	v->code_row = sh->code_row;
@@ -82,10 +82,6 @@ int cuda_kv_shape_init(const struct sinkcache_geometry *g, struct cuda_kv_shape 
 	memset(sh, 0, sizeof(*sh));
 	sh->g = *g;
 	tier_caps_of(g, &t, &sh->caps);
-	sh->sink_cap = t.sink;
-	sh->window_cap = t.window;
-	sh->hot_cap = t.hot;
-	sh->group = t.group;
 	sh->n_groups = t.n_groups;
 	sh->fp_cap = t.group > 0 ? t.hot + t.group - 1 : t.window;
 	sh->sink_quant = t.sink_quant;
@@ -119,7 +115,7 @@ static void fill_attn(const struct cuda_kv_shape *sh, const struct cuda_kv_state
 {
 	const struct tier_counts *t = &st->t;
 	a->n_sink = t->n_sink;
-	a->n_comp = t->n_groups * sh->group - t->grp_dropped;
+	a->n_comp = t->n_groups * sh->caps.group - t->grp_dropped;
 	a->comp_group0 =
 	    sh->n_groups > 0 ? (int32_t)((st->groups_made - t->n_groups) % sh->n_groups) : 0;
 	a->comp_row0 = t->grp_dropped;
@@ -150,7 +146,7 @@ void cuda_kv_plan_step(const struct cuda_kv_shape *sh, struct cuda_kv_state *st,
 			out->flush.fp_first = (int32_t)(st->fp_start % sh->fp_cap);
 			out->flush.kv = *view;
 			st->groups_made++;
-			st->fp_start += sh->group;
+			st->fp_start += sh->caps.group;
 		}
 		out->append.sink_slot = -1;
 		/* the token follows the staged ones and the older hot ones */
@@ -172,7 +168,7 @@ void cuda_kv_plan_stats(const struct cuda_kv_shape *sh, const struct cuda_kv_sta
 {
 	const struct sinkcache_geometry *g = &sh->g;
 	const struct tier_counts *t = &st->t;
-	size_t n_kv = (size_t)g->n_kv_heads, d = (size_t)g->head_dim, gs = (size_t)sh->group;
+	size_t n_kv = (size_t)g->n_kv_heads, d = (size_t)g->head_dim, gs = (size_t)sh->caps.group;
 	size_t fp_row = d * kv_dtype_size(g->dtype), code_row = (size_t)sh->code_row;
 	size_t fp_tok = 2 * n_kv * fp_row;
 	size_t sink_tok = sh->sink_quant ? 2 * n_kv * (code_row + 2 * sizeof(float)) : fp_tok;
@@ -209,13 +205,13 @@ int cuda_kv_image_layout(const struct cuda_kv_shape *sh, const struct tier_count
 	/* the CPU tiers bound the device rings; a mismatch here is a bug, not
 	 * a bad image, but it must not write past a ring */
 	if (n->n_groups > sh->n_groups || n->n_stage + n->n_hot > sh->fp_cap ||
-	    n->n_hot > sh->hot_cap || lo->group != sh->group ||
+	    n->n_hot > sh->caps.hot || lo->group != sh->caps.group ||
 	    lo->code_row != (size_t)sh->code_row || lo->sink_quant != (int)sh->sink_quant)
 		return err_set(err, err_len, -EINVAL,
 		               "cuda backend: cache image (%d groups, %d staged, %d hot) does not "
 		               "fit the device rings (%d groups, %d full-precision slots, %d hot)",
 		               n->n_groups, n->n_stage, n->n_hot, sh->n_groups, sh->fp_cap,
-		               sh->hot_cap);
+		               sh->caps.hot);
 	return 0;
 }
 
@@ -238,7 +234,7 @@ static void image_sinks(const struct cuda_kv_shape *sh, const struct cuda_kv_sta
                         bool to_image)
 {
 	const struct cuda_kv_view *v = &sh->layout;
-	size_t S = (size_t)sh->sink_cap, ns = (size_t)st->t.n_sink, par = 2 * sizeof(float);
+	size_t S = (size_t)sh->caps.sink, ns = (size_t)st->t.n_sink, par = 2 * sizeof(float);
 	for (size_t h = 0; h < (size_t)v->n_kv && ns > 0; h++) {
 		size_t run = ns * lo->sink_row;
 		move_bytes(sink + v->off_sink_k + h * S * lo->sink_row,
@@ -260,7 +256,7 @@ static void image_groups(const struct cuda_kv_shape *sh, const struct cuda_kv_st
                          bool to_image)
 {
 	const struct cuda_kv_view *v = &sh->layout;
-	size_t nk = (size_t)v->n_kv, d = (size_t)v->head_dim, gs = (size_t)sh->group;
+	size_t nk = (size_t)v->n_kv, d = (size_t)v->head_dim, gs = (size_t)sh->caps.group;
 	size_t codes = nk * gs * (size_t)sh->code_row, kp = nk * 2 * d * sizeof(float);
 	size_t vp = nk * gs * 2 * sizeof(float);
 	for (int i = 0; i < st->t.n_groups; i++) {
@@ -280,7 +276,8 @@ static void image_fp(const struct cuda_kv_shape *sh, const struct cuda_kv_state 
                      bool to_image)
 {
 	const struct cuda_kv_view *v = &sh->layout;
-	size_t F = (size_t)sh->fp_cap, nfp = (size_t)(st->t.n_stage + st->t.n_hot), row = lo->fp_row;
+	size_t F = (size_t)sh->fp_cap, nfp = (size_t)(st->t.n_stage + st->t.n_hot),
+	       row = lo->fp_row;
 	if (nfp == 0)
 		return;
 	size_t first = (size_t)(st->fp_start % sh->fp_cap);

@@ -19,10 +19,6 @@
 struct cuda_kv_shape {
 	struct sinkcache_geometry g;
 	struct tier_caps caps; /* the tier policy's capacities (cache/tierpolicy.h) */
-	int sink_cap;   /* S */
-	int window_cap; /* W: window tokens resident at most */
-	int hot_cap;    /* H */
-	int group;      /* G (0: no quantized window tier) */
 	int n_groups;   /* NG */
 	int fp_cap;     /* F = H + G - 1, or W without groups */
 	bool sink_quant;

@@ -71,11 +71,11 @@ static void attend_prefetch(const struct sinkcache *c, const struct kv_layer *L,
                             bool values)
 {
 	if (c->sink_quant) {
-		size_t at = (size_t)kh * (size_t)c->n_sink_cap;
+		size_t at = (size_t)kh * (size_t)c->caps.sink;
 		prefetch_bytes((values ? L->sink_v : L->sink_k) + at * c->code_row,
 		               (size_t)L->t.n_sink * c->code_row);
 	} else {
-		struct kv_run sinks = {0, L->t.n_sink, c->n_sink_cap};
+		struct kv_run sinks = {0, L->t.n_sink, c->caps.sink};
 		prefetch_ring(c, &sinks, values ? L->sink_v : L->sink_k, kh);
 	}
 	struct kv_run stage = kv_ring_run(&L->stage, L->t.n_stage);
@@ -144,7 +144,7 @@ static size_t attend_bytes(const struct sinkcache *c, const struct kv_layer *L, 
 	size_t sink_row = c->sink_quant ? c->code_row + 2 * sizeof(float) : c->fp_row;
 	per_head = (size_t)L->t.n_sink * sink_row;
 	per_head += (size_t)L->t.n_groups *
-	            (2 * d * sizeof(float) + (size_t)c->group * (c->code_row + 2 * sizeof(float)));
+	            (2 * d * sizeof(float) + (size_t)c->caps.group * (c->code_row + 2 * sizeof(float)));
 	per_head += (size_t)(L->t.n_stage + L->t.n_hot) * c->fp_row;
 	return 2 * per_head * (size_t)(k1 - k0);
 }
@@ -152,15 +152,15 @@ static size_t attend_bytes(const struct sinkcache *c, const struct kv_layer *L, 
 static void load_ahead(const struct sinkcache *c, const struct kv_layer *L, int k0, int k1)
 {
 	if (c->sink_quant) {
-		load_head_rows(L->sink_k, L->sink_v, c->code_row, c->n_sink_cap, 0, L->t.n_sink, k0,
+		load_head_rows(L->sink_k, L->sink_v, c->code_row, c->caps.sink, 0, L->t.n_sink, k0,
 		               k1);
 		load_head_rows((const unsigned char *)L->sink_kp, (const unsigned char *)L->sink_vp,
-		               2 * sizeof(float), c->n_sink_cap, 0, L->t.n_sink, k0, k1);
+		               2 * sizeof(float), c->caps.sink, 0, L->t.n_sink, k0, k1);
 	} else {
-		struct kv_run sinks = {0, L->t.n_sink, c->n_sink_cap};
+		struct kv_run sinks = {0, L->t.n_sink, c->caps.sink};
 		load_ring(c, &sinks, L->sink_k, L->sink_v, k0, k1);
 	}
-	size_t nk = (size_t)c->g.n_kv_heads, d = (size_t)c->g.head_dim, gs = (size_t)c->group;
+	size_t nk = (size_t)c->g.n_kv_heads, d = (size_t)c->g.head_dim, gs = (size_t)c->caps.group;
 	for (int i = 0; i < L->t.n_groups; i++) {
 		/* a slot's heads lie side by side: one run of codes, keys and
 		 * values, and one of parameters each */
@@ -208,7 +208,7 @@ static void attend_quant_sinks(struct attend_ctx *x, bool mix)
 {
 	const struct sinkcache *c = x->c;
 	const struct kv_layer *L = x->L;
-	size_t at = (size_t)x->kh * (size_t)c->n_sink_cap;
+	size_t at = (size_t)x->kh * (size_t)c->caps.sink;
 	int n = L->t.n_sink, bits = c->g.quant_bits;
 	if (!mix) {
 		attend_score_codes(bits, L->sink_k + at * c->code_row, c->code_row, n, x->d, x->qs,
@@ -240,7 +240,7 @@ static void attend_group(struct attend_ctx *x, size_t gh, int first, int n0, boo
 {
 	const struct sinkcache *c = x->c;
 	const struct kv_layer *L = x->L;
-	int gs = c->group, n = gs - first, d = x->d, bits = c->g.quant_bits;
+	int gs = c->caps.group, n = gs - first, d = x->d, bits = c->g.quant_bits;
 	size_t row0 = gh * (size_t)gs + (size_t)first;
 	if (!mix) {
 		const float *kp = L->gkp + gh * 2 * (size_t)d;
@@ -288,7 +288,7 @@ static int attend_tiers(struct attend_ctx *x, bool mix)
 	if (c->sink_quant) {
 		attend_quant_sinks(x, mix);
 	} else {
-		struct kv_run sinks = {0, L->t.n_sink, c->n_sink_cap};
+		struct kv_run sinks = {0, L->t.n_sink, c->caps.sink};
 		attend_fp_ring(x, &sinks, false, mix ? L->sink_v : L->sink_k, 0, mix);
 	}
 	for (int i = 0; i < L->t.n_groups; i++) {
@@ -296,7 +296,7 @@ static int attend_tiers(struct attend_ctx *x, bool mix)
 		    (size_t)kv_ring_slot(&L->groups, i) * (size_t)c->g.n_kv_heads + (size_t)x->kh;
 		int first = i == 0 ? L->t.grp_dropped : 0;
 		attend_group(x, gh, first, n, mix);
-		n += c->group - first;
+		n += c->caps.group - first;
 	}
 	struct kv_run stage = kv_ring_run(&L->stage, L->t.n_stage);
 	struct kv_run hot = kv_ring_run(&L->hot, L->t.n_hot);
@@ -380,7 +380,7 @@ void sinkcache_attend(const struct sinkcache *c, int layer, const float *q, int 
                       bool rows_cold)
 {
 	int d = c->g.head_dim, ratio = n_heads / c->g.n_kv_heads;
-	int ld = c->n_sink_cap + c->window_cap;
+	int ld = c->caps.sink + c->caps.window;
 	size_t rd = (size_t)ATTEND_MAX_HEADS * (size_t)d;
 	struct attend_ctx x = {
 	    .c = c,

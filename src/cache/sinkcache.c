@@ -196,6 +196,19 @@ size_t sinkcache_bound_bytes(const struct sinkcache_geometry *g)
 	return lo.layer_bytes * (size_t)g->n_layers;
 }
 
+static void tiers_of_layout(const struct kv_layout *lo, struct sinkcache_tiers *t)
+{
+	*t = (struct sinkcache_tiers){.sink = lo->sink,
+	                              .window = lo->window,
+	                              .hot = lo->hot,
+	                              .group = lo->group,
+	                              .stage = lo->stage,
+	                              .n_groups = lo->n_groups,
+	                              .sink_quant = lo->sink_quant,
+	                              .fp_row = lo->fp_row,
+	                              .code_row = lo->code_row};
+}
+
 int sinkcache_tiers_of(const struct sinkcache_geometry *g, struct sinkcache_tiers *t, char *err,
                        size_t err_len)
 {
@@ -205,15 +218,7 @@ int sinkcache_tiers_of(const struct sinkcache_geometry *g, struct sinkcache_tier
 	if (rc)
 		return rc;
 	kv_layout_of(g, &lo);
-	*t = (struct sinkcache_tiers){.sink = lo.sink,
-	                              .window = lo.window,
-	                              .hot = lo.hot,
-	                              .group = lo.group,
-	                              .stage = lo.stage,
-	                              .n_groups = lo.n_groups,
-	                              .sink_quant = lo.sink_quant,
-	                              .fp_row = lo.fp_row,
-	                              .code_row = lo.code_row};
+	tiers_of_layout(&lo, t);
 	return 0;
 }
 
@@ -268,8 +273,8 @@ static void kv_layer_carve(struct sinkcache *c, const struct kv_layout *lo, stru
 static void kv_layer_clear(struct sinkcache *c, struct kv_layer *L)
 {
 	memset(&L->t, 0, sizeof(L->t));
-	L->hot = (struct kv_ring){0, c->hot_cap};
-	L->stage = (struct kv_ring){0, c->group > 0 ? c->group - 1 : 0};
+	L->hot = (struct kv_ring){0, c->caps.hot};
+	L->stage = (struct kv_ring){0, c->caps.group > 0 ? c->caps.group - 1 : 0};
 	L->groups.head = 0;
 	for (int i = 0; i < c->g.rope_dim; i++) {
 		L->cs_win[i] = i % 2 ? 0.0 : 1.0;
@@ -364,15 +369,9 @@ int sinkcache_new(const struct sinkcache_geometry *g, struct sinkcache **out, ch
 	if (!c)
 		return err_set(err, err_len, -ENOMEM, "sink cache: out of memory");
 	c->g = *g;
-	c->caps = (struct tier_caps){.sink = lo.sink,
-	                             .window = lo.window,
-	                             .hot = lo.hot,
-	                             .group = lo.group,
-	                             .full = g->strategy == CACHE_STRATEGY_FULL};
-	c->n_sink_cap = lo.sink;
-	c->window_cap = lo.window;
-	c->hot_cap = lo.hot;
-	c->group = lo.group;
+	struct sinkcache_tiers tiers;
+	tiers_of_layout(&lo, &tiers);
+	tier_caps_of(g, &tiers, &c->caps);
 	c->sink_quant = lo.sink_quant;
 	c->fp_row = lo.fp_row;
 	c->code_row = lo.code_row;
@@ -468,7 +467,7 @@ static unsigned char *kv_row(unsigned char *base, size_t row_bytes, int cap, int
  * group (the policy counted it already). */
 static void kv_layer_flush_group(struct sinkcache *c, struct kv_layer *L, int hot_slot)
 {
-	int n_kv = c->g.n_kv_heads, d = c->g.head_dim, gs = c->group, bits = c->g.quant_bits;
+	int n_kv = c->g.n_kv_heads, d = c->g.head_dim, gs = c->caps.group, bits = c->g.quant_bits;
 	int slot = kv_ring_slot(&L->groups, L->t.n_groups - 1);
 	const float *rowp[SINKCACHE_MAX_GROUP];
 	float vrow[SINKCACHE_MAX_HEAD_DIM];
@@ -531,14 +530,14 @@ static void kv_layer_store_sink(struct sinkcache *c, struct kv_layer *L, int h, 
 {
 	int d = c->g.head_dim;
 	if (c->sink_quant) {
-		size_t i = (size_t)h * (size_t)c->n_sink_cap + (size_t)s;
+		size_t i = (size_t)h * (size_t)c->caps.sink + (size_t)s;
 		kvq_quant_row(kh, d, c->g.quant_bits, L->sink_k + i * c->code_row,
 		              &L->sink_kp[2 * i], &L->sink_kp[2 * i + 1]);
 		kvq_quant_row(vh, d, c->g.quant_bits, L->sink_v + i * c->code_row,
 		              &L->sink_vp[2 * i], &L->sink_vp[2 * i + 1]);
 	} else {
-		kv_row_store(c->g.dtype, kv_row(L->sink_k, c->fp_row, c->n_sink_cap, h, s), kh, d);
-		kv_row_store(c->g.dtype, kv_row(L->sink_v, c->fp_row, c->n_sink_cap, h, s), vh, d);
+		kv_row_store(c->g.dtype, kv_row(L->sink_k, c->fp_row, c->caps.sink, h, s), kh, d);
+		kv_row_store(c->g.dtype, kv_row(L->sink_v, c->fp_row, c->caps.sink, h, s), vh, d);
 	}
 }
 
@@ -617,7 +616,7 @@ __attribute__((no_sanitize_thread)) void sinkcache_prefetch_append(const struct 
 	if (layer < 0 || layer >= c->g.n_layers)
 		return;
 	const struct kv_layer *L = &c->layers[layer];
-	if (L->t.n_sink < c->n_sink_cap || L->hot.cap == 0)
+	if (L->t.n_sink < c->caps.sink || L->hot.cap == 0)
 		return;
 	/* the slot the next window token takes: after the ageing of a full
 	 * ring it is the old head, which is where head + n points then too */
@@ -625,8 +624,8 @@ __attribute__((no_sanitize_thread)) void sinkcache_prefetch_append(const struct 
 	/* A full hot ring ages its oldest token first: into the next staging
 	 * slot, or, completing a group, with all staged rows into the quantizer.
 	 * Those rows are as cold as the new one. */
-	bool ages = L->t.n_hot == L->hot.cap && c->group > 0;
-	bool flushes = ages && L->t.n_stage == c->group - 1;
+	bool ages = L->t.n_hot == L->hot.cap && c->caps.group > 0;
+	bool flushes = ages && L->t.n_stage == c->caps.group - 1;
 	int stage_slot = ages && !flushes ? kv_ring_slot(&L->stage, L->t.n_stage) : -1;
 	for (int h = 0; h < c->g.n_kv_heads; h++) {
 		prefetch_kv_row(c, L->hot_k, L->hot_v, L->hot.cap, h, slot, true);
@@ -739,7 +738,7 @@ int sinkcache_debug_set_stream_index(struct sinkcache *c, uint64_t index, char *
 {
 	for (int l = 0; l < c->g.n_layers; l++) {
 		struct kv_layer *L = &c->layers[l];
-		if (kv_layer_window(c, L) != 0 || L->t.n_sink != c->n_sink_cap || index < L->t.n_seen)
+		if (kv_layer_window(c, L) != 0 || L->t.n_sink != c->caps.sink || index < L->t.n_seen)
 			return err_set(err, err_len, -EINVAL,
 			               "sink cache: stream index can only jump forward with the "
 			               "sinks full and the window empty");

@@ -19,7 +19,7 @@ static unsigned char *row_at(unsigned char *base, size_t row_bytes, int cap, int
 static void layer_copy(struct sinkcache *c, struct kv_layer *L, const struct kv_image_layout *lo,
                        unsigned char *img, bool out)
 {
-	int n_kv = c->g.n_kv_heads, S = c->n_sink_cap, ns = L->t.n_sink;
+	int n_kv = c->g.n_kv_heads, S = c->caps.sink, ns = L->t.n_sink;
 	size_t d = (size_t)c->g.head_dim;
 #define MOVE(pop, mem, im, bytes)                                                                \
 	do {                                                                                     \
@@ -44,7 +44,7 @@ static void layer_copy(struct sinkcache *c, struct kv_layer *L, const struct kv_
 		MOVE(&c->front_pop, L->sink_vp + (size_t)h * (size_t)S * 2, img + lo->off_sink_vp + pat,
 		     prun);
 	}
-	size_t gs = (size_t)c->group, nk = (size_t)n_kv;
+	size_t gs = (size_t)c->caps.group, nk = (size_t)n_kv;
 	for (int i = 0; i < L->t.n_groups; i++) {
 		size_t slot = (size_t)kv_ring_slot(&L->groups, i);
 		unsigned char *g = img + lo->off_groups + (size_t)i * lo->group_bytes;

@@ -61,11 +61,10 @@ struct kv_layer {
 
 struct sinkcache {
 	struct sinkcache_geometry g;
-	struct tier_caps caps; /* the tier policy's capacities */
-	int n_sink_cap;  /* S */
-	int window_cap;  /* window slots: W (sliding) or max_context_length - S (full) */
-	int hot_cap;     /* H: full_precision_recent, or the whole window unquantized */
-	int group;       /* G; 0 when nothing is ever quantized in the window */
+	/* S, W (window slots: sliding, or max_context_length - S for full),
+	 * H (full_precision_recent, or the whole window unquantized) and G (0
+	 * when nothing is ever quantized in the window): the policy's caps */
+	struct tier_caps caps;
 	bool sink_quant; /* sinks stored quantized per token */
 	size_t fp_row;   /* bytes of one head row in dtype */
 	size_t code_row; /* bytes of one head row of codes */

@@ -52,7 +52,7 @@ enum tier_age {
 
 /* What appending one token does, in this order: evict, age, store. */
 struct tier_step {
-	bool to_sink;   /* the token is stored in sink slot sink_slot */
+	bool to_sink; /* the token is stored in sink slot sink_slot */
 	int sink_slot;
 	enum tier_evict evict;
 	enum tier_age age;

@@ -4,8 +4,8 @@
 
 #include "util/errbuf.h"
 
-int batch_plan_make(const struct backend_token *tokens, size_t n, int n_vocab,
-                    struct batch_plan *p, char *err, size_t err_len)
+int batch_plan_make(const struct backend_token *tokens, size_t n, int n_vocab, struct batch_plan *p,
+                    char *err, size_t err_len)
 {
 	p->n_sessions = 0;
 	p->longest = 0;

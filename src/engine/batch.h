@@ -33,5 +33,5 @@ struct batch_plan {
 
 /* -EINVAL with the token's index when a token has no session or an id
  * outside 0..n_vocab-1. */
-int batch_plan_make(const struct backend_token *tokens, size_t n, int n_vocab,
-                    struct batch_plan *p, char *err, size_t err_len);
+int batch_plan_make(const struct backend_token *tokens, size_t n, int n_vocab, struct batch_plan *p,
+                    char *err, size_t err_len);

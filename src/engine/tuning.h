@@ -17,9 +17,9 @@
 /* Work below which threads are not woken (multiply-adds): a wake-up and a
  * wait cost more than such work shared.  One limit per kind of work, as
  * their per-item cost differs. */
-#define TUNING_ATTEND_PARALLEL_MIN_MACS 60000      /* attention of one layer */
-#define TUNING_MATMUL_PARALLEL_MIN_MACS 200000     /* one matrix product */
-#define TUNING_FORWARD_PARALLEL_MIN_MACS 8e6       /* a whole forward, small models */
+#define TUNING_ATTEND_PARALLEL_MIN_MACS 60000  /* attention of one layer */
+#define TUNING_MATMUL_PARALLEL_MIN_MACS 200000 /* one matrix product */
+#define TUNING_FORWARD_PARALLEL_MIN_MACS 8e6   /* a whole forward, small models */
 /* A model of at most this many weight bytes (bytes) counts as staying in
  * the caches for the rule above: larger models stream their weights from
  * memory, where one core's share of the bandwidth is not enough.  Kept

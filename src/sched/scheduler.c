@@ -97,6 +97,16 @@ static int pinned_limit(const struct sinkcache_geometry *g, int64_t configured)
 	return (int)(configured < most ? configured : most);
 }
 
+/* -ENOSPC when a cache bound can never fit the KV budget. */
+static int bound_fits_budget_locked(struct scheduler *s, size_t bound, char *err, size_t err_len)
+{
+	if (bound <= s->lim.budget_bytes)
+		return 0;
+	s->st.rejected_budget++;
+	return err_set(err, err_len, -ENOSPC,
+	               "a session's cache bound (%zu bytes) exceeds the KV budget (%zu bytes)",
+	               bound, s->lim.budget_bytes);
+}
 
 static int pin_check_locked(const struct scheduler *s, const struct gen_request *q, char *err,
                             size_t err_len)
@@ -365,14 +375,9 @@ static int session_create(struct scheduler *s, const struct session_settings *op
 	if (rc)
 		goto out;
 	size_t bound = sinkcache_bound_bytes(&g);
-	if (bound > s->lim.budget_bytes) {
-		s->st.rejected_budget++;
-		rc =
-		    err_set(err, err_len, -ENOSPC,
-		            "a session's cache bound (%zu bytes) exceeds the KV budget (%zu bytes)",
-		            bound, s->lim.budget_bytes);
+	rc = bound_fits_budget_locked(s, bound, err, err_len);
+	if (rc)
 		goto out;
-	}
 	if (s->reserved + bound > s->lim.budget_bytes) {
 		s->st.rejected_queue_full++;
 		rc = err_set(err, err_len, -EAGAIN, "KV cache budget exhausted; retry later");
@@ -608,26 +613,14 @@ static int session_pin_locked(struct scheduler *s, struct sched_session *ss,
 		return rc;
 	size_t bound = sinkcache_bound_bytes(&g);
 	size_t more = bound > ss->bytes_reserved ? bound - ss->bytes_reserved : 0;
-	if (bound > s->lim.budget_bytes) {
-		s->st.rejected_budget++;
-		return err_set(
-		    err, err_len, -ENOSPC,
-		    "a session's cache bound with %d pinned tokens (%zu bytes) exceeds the KV "
-		    "budget (%zu bytes)",
-		    q->pin_prefix_tokens, bound, s->lim.budget_bytes);
-	}
+	rc = bound_fits_budget_locked(s, bound, err, err_len);
+	if (rc)
+		return rc;
 	if (s->reserved + more > s->lim.budget_bytes) {
 		s->st.rejected_queue_full++;
 		return err_set(err, err_len, -EAGAIN, "KV cache budget exhausted; retry later");
 	}
-	size_t cap = snapshot_hist_cap(&g);
-	if (cap > ss->hist_cap) {
-		int32_t *h = realloc(ss->hist, cap * sizeof(*h));
-		if (!h)
-			return err_set(err, err_len, -ENOMEM, "out of memory");
-		ss->hist = h;
-		ss->hist_cap = cap;
-	}
+	/* the history ring is sized by the window, which a pin leaves alone */
 	s->reserved += more;
 	ss->bytes_reserved += more;
 	ss->geom = g;
@@ -676,20 +669,16 @@ static int submit_one_shot_locked(struct scheduler *s, struct sched_req *r, char
 	const struct gen_request *q = &r->req;
 	r->geom = s->lim.geom;
 	int rc = pin_check_locked(s, q, err, err_len);
-	if (rc)
-		return rc;
-	sinkcache_geometry_pin(&r->geom, q->pin_prefix_tokens);
-	rc = sinkcache_geometry_check(&r->geom, err, err_len);
+	if (!rc && q->pin_prefix_tokens > 0) {
+		sinkcache_geometry_pin(&r->geom, q->pin_prefix_tokens);
+		rc = sinkcache_geometry_check(&r->geom, err, err_len);
+	}
 	if (rc)
 		return rc;
 	r->need_bytes = sinkcache_bound_bytes(&r->geom);
-	if (r->need_bytes > s->lim.budget_bytes) {
-		s->st.rejected_budget++;
-		return err_set(
-		    err, err_len, -ENOSPC,
-		    "a session's cache bound (%zu bytes) exceeds the KV budget (%zu bytes)",
-		    r->need_bytes, s->lim.budget_bytes);
-	}
+	rc = bound_fits_budget_locked(s, r->need_bytes, err, err_len);
+	if (rc)
+		return rc;
 	rc = req_length_check_locked(s, q, &r->geom, 0, err, err_len);
 	if (rc)
 		return rc;

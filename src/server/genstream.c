@@ -408,8 +408,9 @@ static bool gs_fill(struct genstream *gs)
 		if (gs->lost) {
 			gs->finish = GEN_FINISH_ERROR;
 			gs->err_status = 500;
-			snprintf(gs->err_msg, sizeof(gs->err_msg),
-			         "out of memory queuing a token for the client; generation stopped");
+			snprintf(
+			    gs->err_msg, sizeof(gs->err_msg),
+			    "out of memory queuing a token for the client; generation stopped");
 			done = true;
 		} else if (gs->overflow && !done) {
 			gs->finish = GEN_FINISH_ERROR;
@@ -518,11 +519,12 @@ static enum MHD_Result gs_respond_whole(struct request *r)
 	gs_accumulate(gs, ev, n);
 	gs_free_events(ev, n);
 	if (lost)
-		return http_respond_error(r, 500, "server_error", NULL, "generation_failed", 0, "%s",
-		                          gs->overflow ? "the reply outgrew its queue; generation "
-		                                         "stopped"
-		                                       : "out of memory queuing a token; generation "
-		                                         "stopped");
+		return http_respond_error(
+		    r, 500, "server_error", NULL, "generation_failed", 0, "%s",
+		    gs->overflow ? "the reply outgrew its queue; generation "
+		                   "stopped"
+		                 : "out of memory queuing a token; generation "
+		                   "stopped");
 	if (!done && !stopping)
 		return MHD_YES;
 	/* Cancelled because the client hung up: no answer (a 503 written into

@@ -859,7 +859,7 @@ START_TEST(test_front_block_for_huge_pages)
 		const struct kv_layer *L = &c->layers[l];
 		ck_assert_uint_eq((uintptr_t)L->front % 64, 0);
 		ck_assert(L->front >= c->front);
-		ck_assert(L->st_v + (size_t)NKV * (size_t)(c->group - 1) * c->fp_row <=
+		ck_assert(L->st_v + (size_t)NKV * (size_t)(c->caps.group - 1) * c->fp_row <=
 		          c->front + c->front_bytes);
 		ck_assert_ptr_nonnull(L->mem);
 	}

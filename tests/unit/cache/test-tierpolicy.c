@@ -27,13 +27,20 @@ struct ref {
 
 static struct sinkcache_geometry geometry(int sinks, int window, bool quant, int hot)
 {
-	return (struct sinkcache_geometry){.n_layers = 1, .n_kv_heads = 1, .head_dim = 8,
-	                                   .rope_dim = 8, .rope_theta = 10000.0,
+	return (struct sinkcache_geometry){.n_layers = 1,
+	                                   .n_kv_heads = 1,
+	                                   .head_dim = 8,
+	                                   .rope_dim = 8,
+	                                   .rope_theta = 10000.0,
 	                                   .strategy = CACHE_STRATEGY_SLIDING_WINDOW,
-	                                   .sink_keep_count = sinks, .window_size = window,
-	                                   .max_context_length = 64, .quant_enabled = quant,
-	                                   .quant_bits = 8, .protect_sinks = true,
-	                                   .full_precision_recent = hot, .dtype = KV_DTYPE_F32};
+	                                   .sink_keep_count = sinks,
+	                                   .window_size = window,
+	                                   .max_context_length = 64,
+	                                   .quant_enabled = quant,
+	                                   .quant_bits = 8,
+	                                   .protect_sinks = true,
+	                                   .full_precision_recent = hot,
+	                                   .dtype = KV_DTYPE_F32};
 }
 
 static void ref_check(const struct tier_caps *c, const struct ref *r, const struct tier_counts *n)
@@ -71,7 +78,8 @@ static void ref_append(const struct tier_caps *c, struct ref *r, const struct ti
 		r->n_win--;
 		if (r->n_grouped > 0) {
 			r->n_grouped--;
-			want_evict = ++r->grp_first == c->group ? TIER_EVICT_GROUP : TIER_EVICT_GROUP_ROW;
+			want_evict =
+			    ++r->grp_first == c->group ? TIER_EVICT_GROUP : TIER_EVICT_GROUP_ROW;
 			if (r->grp_first == c->group)
 				r->grp_first = 0;
 		} else if (r->n_stage > 0) {
@@ -101,7 +109,7 @@ static void ref_append(const struct tier_caps *c, struct ref *r, const struct ti
 START_TEST(test_against_reference)
 {
 	const struct sinkcache_geometry gs[] = {
-	    geometry(4, 60, true, 8),   geometry(0, 60, true, 0),  geometry(2, 17, true, 1),
+	    geometry(4, 60, true, 8),   geometry(0, 60, true, 0),   geometry(2, 17, true, 1),
 	    geometry(4, 40, false, 40), geometry(1, 100, true, 36), geometry(6, 7, true, 7),
 	};
 	srand(7);
