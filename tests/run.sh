@@ -11,6 +11,7 @@ export PATH="/usr/local/cuda/bin:$PATH"
 
 passed=0 failed=0 skipped=0
 failed_names=""
+failed_checks=""
 run_suite() { # build-dir, meson test args...
 	local dir=$1
 	shift
@@ -32,6 +33,12 @@ run_suite() { # build-dir, meson test args...
 	# The names go at the end too, where a truncated CI log still shows them.
 	failed_names+=$(sed -n 's/^ *[0-9]*\/[0-9]* \(.*[^ ]\) *\(FAIL\|TIMEOUT\|UNEXPECTEDPASS\) .*/ \1/p' \
 		"$dir/test-output.txt" | tr -s ' ' | tr '\n' ',')
+	local checks
+	# with the detail line a check prints under itself (indented or "#")
+	checks=$(awk '/^(not ok|Bail out)/ { print; d = 1; next }
+		d && /^( |\t|#)/ { print; d = 0; next } { d = 0 }' "$dir/test-output.txt" | head -n 40 |
+		cut -c1-300 | sed "s|^|  $dir: |")
+	[ -n "$checks" ] && failed_checks+="$checks"$'\n'
 	passed=$((passed + ok + ${xfail:-0}))
 	failed=$((failed + ${fail:-0} + ${tout:-0} + ${upass:-0}))
 	skipped=$((skipped + ${skip:-0}))
@@ -94,6 +101,7 @@ passed=$((passed + fuzz_ok))
 failed=$((failed + fuzz_bad))
 rm -f "$fuzz_out"
 
+[ -n "$failed_checks" ] && printf 'failed checks:\n%s' "$failed_checks"
 [ -n "$failed_names" ] && echo "failed:${failed_names%,}"
 echo "${passed} passed, ${failed} failed, ${skipped} skipped"
 [ "$failed" -eq 0 ]

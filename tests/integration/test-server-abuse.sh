@@ -233,7 +233,9 @@ async def cmd_slowloris(n_hello, n_head, n_body, n_silent, cap, hs_s, req_s):
     check("16 normal requests during the slowloris: all 200",
           all(c == 200 for c, _ in normal), normal)
     worst = max(x for _, x in normal)
-    check("... each within 3 s (slowest %.3f s)" % worst, worst < 3.0, normal)
+    # Starved by the slow connections, one would wait for their 120 s stall
+    # timeout; 5 s leaves room for a loaded machine and still catches that.
+    check("... each within 5 s (slowest %.3f s)" % worst, worst < 5.0, normal)
     print("   normal request latency during slowloris: max %.3f s, mean %.3f s"
           % (worst, sum(x for _, x in normal) / len(normal)))
 
@@ -604,8 +606,16 @@ async def cmd_sse(n_idle, n_gen, base_url):
     g0 = [c[0] for c in gcount]
     await asyncio.sleep(2.5)
     g1 = [c[0] - e0 for c, e0 in zip(gcount, g0)]
-    check("every idle stream got keep-alive comments and no token",
-          all(ka >= 1 and d == 0 for d, ka in icount), [c for c in icount if c[1] < 1][:5])
+    # A thousand streams read by one Python loop on a loaded machine: the
+    # comments (every sse_keepalive_s) may reach the last readers late, so
+    # wait for them a while; a missing keep-alive never arrives at all.
+    t_ka = time.monotonic()
+    while any(ka < 1 for _, ka in icount) and time.monotonic() - t_ka < 15:
+        await asyncio.sleep(0.25)
+    check("every idle stream got keep-alive comments and no token (last after %.1f s more)"
+          % (time.monotonic() - t_ka),
+          all(ka >= 1 and d == 0 for d, ka in icount),
+          [c for c in icount if c[1] < 1 or c[0]][:5])
     check("the %d generating streams kept streaming meanwhile (2.5 s: %d..%d events each)"
           % (n_gen, min(g1), max(g1)), all(d >= 5 for d in g1), g1)
     h = await curl(base_url + "/health")
