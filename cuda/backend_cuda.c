@@ -75,6 +75,8 @@ static int session_check_geometry(const struct cuda_backend *c, const struct sin
 	if (g->head_dim > CUDA_KV_MAX_HEAD_DIM)
 		return err_set(err, err_len, -ENOTSUP, "cuda backend: head_dim %d is above %d",
 		               g->head_dim, CUDA_KV_MAX_HEAD_DIM);
+	if (g->anchor_max > 0)
+		return err_set(err, err_len, -ENOTSUP, "cuda backend: no anchor tokens yet");
 	return 0;
 }
 
@@ -289,6 +291,10 @@ static int cuda_geometry_check(const struct backend *be, const struct sinkcache_
 {
 	const struct cuda_backend *c = (const struct cuda_backend *)be;
 	static const char *const names[] = {"float32", "float16", "bfloat16"};
+	if (g->anchor_max > 0)
+		return err_set(err, err_len, -ENOTSUP,
+		               "inference.cache.anchors.enabled: the cuda backend does not keep "
+		               "anchor tokens yet (model.backend cpu does)");
 	if ((int)g->dtype == c->wdt)
 		return 0;
 	return err_set(err, err_len, -EINVAL,

@@ -154,7 +154,7 @@ void cuda_kv_plan_step(const struct cuda_kv_shape *sh, struct cuda_kv_state *st,
 		    (int32_t)((st->fp_start + st->t.n_stage + ts.hot_index) % sh->fp_cap);
 	}
 	fill_attn(sh, st, &out->attn);
-	out->sink_pos = tier_sink_query_pos(&sh->g, &sh->caps, &st->t);
+	out->sink_pos = tier_sink_query_pos(&sh->g, &sh->caps, &st->t, 0);
 }
 
 int cuda_kv_plan_revise(const struct cuda_kv_shape *sh, struct cuda_kv_state *st, size_t n,

@@ -1,6 +1,6 @@
 /* Attention of one query over the tiered cache of one layer:
- * softmax(q.k / sqrt(head_dim)) over sink + compressed + staging + hot
- * tokens, in fp32 with a max-subtracted softmax, GQA (query head h reads kv
+ * softmax(q.k / sqrt(head_dim)) over sink + anchor + compressed + staging +
+ * hot tokens, in fp32 with a max-subtracted softmax, GQA (query head h reads kv
  * head h / (n_heads / n_kv_heads)).  Query heads that share a kv head are
  * processed together (up to ATTEND_MAX_HEADS), so each key and value row is
  * read once per group rather than once per head.  Quantized tokens are used
@@ -26,7 +26,7 @@ struct attend_ctx {
 	float *scores; /* (r, ld) scores, then exp(score - max): probabilities * sum */
 	float *w;      /* (r, ld) exp * value scale of quantized rows */
 	float *qw;     /* (r, d) queries rotated for window keys, scaled by 1/sqrt(d) */
-	float *qs;     /* (r, d) same for sink keys */
+	float *qs;     /* (r, d) same for sink and anchor keys */
 	float *qsc;    /* (r, d) qw * per-channel key scale of one group */
 	float *acc;    /* (r, ATTEND_PARTS, d) output accumulator, in parts (attend_kernels.h) */
 	bool prefetch; /* rows not loaded ahead (load_ahead): prefetch them */
@@ -78,6 +78,9 @@ static void attend_prefetch(const struct sinkcache *c, const struct kv_layer *L,
 		struct kv_run sinks = {0, L->t.n_sink, c->caps.sink};
 		prefetch_ring(c, &sinks, values ? L->sink_v : L->sink_k, kh);
 	}
+	struct kv_run anchors = {0, L->n_anchor, c->caps.anchor};
+	if (L->n_anchor > 0)
+		prefetch_ring(c, &anchors, values ? L->a_v : L->a_k, kh);
 	struct kv_run stage = kv_ring_run(&L->stage, L->t.n_stage);
 	struct kv_run hot = kv_ring_run(&L->hot, L->t.n_hot);
 	prefetch_ring(c, &stage, values ? L->st_v : L->st_k, kh);
@@ -145,7 +148,7 @@ static size_t attend_bytes(const struct sinkcache *c, const struct kv_layer *L, 
 	per_head = (size_t)L->t.n_sink * sink_row;
 	per_head += (size_t)L->t.n_groups *
 	            (2 * d * sizeof(float) + (size_t)c->caps.group * (c->code_row + 2 * sizeof(float)));
-	per_head += (size_t)(L->t.n_stage + L->t.n_hot) * c->fp_row;
+	per_head += (size_t)(L->n_anchor + L->t.n_stage + L->t.n_hot) * c->fp_row;
 	return 2 * per_head * (size_t)(k1 - k0);
 }
 
@@ -159,6 +162,10 @@ static void load_ahead(const struct sinkcache *c, const struct kv_layer *L, int 
 	} else {
 		struct kv_run sinks = {0, L->t.n_sink, c->caps.sink};
 		load_ring(c, &sinks, L->sink_k, L->sink_v, k0, k1);
+	}
+	if (L->n_anchor > 0) {
+		struct kv_run anchors = {0, L->n_anchor, c->caps.anchor};
+		load_ring(c, &anchors, L->a_k, L->a_v, k0, k1);
 	}
 	size_t nk = (size_t)c->g.n_kv_heads, d = (size_t)c->g.head_dim, gs = (size_t)c->caps.group;
 	for (int i = 0; i < L->t.n_groups; i++) {
@@ -279,7 +286,8 @@ static void attend_group(struct attend_ctx *x, size_t gh, int first, int n0, boo
 }
 
 /* Scores (mix false) or value accumulation (mix true) over all tiers, in
- * one order: sinks, groups oldest first, staging, hot.  Returns the count. */
+ * one order: sinks, anchors, groups oldest first, staging, hot.  Returns
+ * the count. */
 static int attend_tiers(struct attend_ctx *x, bool mix)
 {
 	const struct sinkcache *c = x->c;
@@ -290,6 +298,11 @@ static int attend_tiers(struct attend_ctx *x, bool mix)
 	} else {
 		struct kv_run sinks = {0, L->t.n_sink, c->caps.sink};
 		attend_fp_ring(x, &sinks, false, mix ? L->sink_v : L->sink_k, 0, mix);
+	}
+	if (L->n_anchor > 0) { /* keys by rank: the sink query */
+		struct kv_run anchors = {0, L->n_anchor, c->caps.anchor};
+		attend_fp_ring(x, &anchors, false, mix ? L->a_v : L->a_k, n, mix);
+		n += L->n_anchor;
 	}
 	for (int i = 0; i < L->t.n_groups; i++) {
 		size_t gh =
@@ -337,11 +350,13 @@ static float attend_softmax(float *scores, int n, int n_sink, float *inv)
 	return sink * *inv;
 }
 
-/* Query heads [h0, h0 + r) on kv head kh; q and out point at head h0. */
-static void attend_head_group(struct attend_ctx *x, const float *q, float *out, float *sink_mass)
+/* Query heads [h0, h0 + r) on kv head kh; q and out point at head h0
+ * (key_weight, when given, at head h0's row). */
+static void attend_head_group(struct attend_ctx *x, const float *q, float *out, float *sink_mass,
+                              float *key_weight)
 {
 	int d = x->d, n_sink = x->L->t.n_sink;
-	int n = kv_layer_window(x->c, x->L) + n_sink;
+	int n = kv_layer_window(x->c, x->L) + kv_layer_window_rank(x->L);
 	if (n == 0) {
 		memset(out, 0, (size_t)x->r * (size_t)d * sizeof(float));
 		for (int h = 0; sink_mass && h < x->r; h++)
@@ -363,6 +378,12 @@ static void attend_head_group(struct attend_ctx *x, const float *q, float *out, 
 		if (sink_mass)
 			sink_mass[h] = m;
 		x->bias[h] = 0.0f;
+		if (key_weight) {
+			const float *e = x->scores + (size_t)h * x->ld;
+			float *kw = key_weight + (size_t)h * x->ld;
+			for (int i = 0; i < n; i++)
+				kw[i] = e[i] * x->inv[h];
+		}
 	}
 	memset(x->acc, 0, (size_t)x->r * ATTEND_PARTS * (size_t)d * sizeof(float));
 	attend_tiers(x, true);
@@ -377,10 +398,10 @@ static void attend_head_group(struct attend_ctx *x, const float *q, float *out, 
 
 void sinkcache_attend(const struct sinkcache *c, int layer, const float *q, int n_heads,
                       int head_begin, int head_end, float *out, float *scratch, float *sink_mass,
-                      bool rows_cold)
+                      float *key_weight, bool rows_cold)
 {
 	int d = c->g.head_dim, ratio = n_heads / c->g.n_kv_heads;
-	int ld = c->caps.sink + c->caps.window;
+	int ld = c->caps.sink + c->caps.anchor + c->caps.window;
 	size_t rd = (size_t)ATTEND_MAX_HEADS * (size_t)d;
 	struct attend_ctx x = {
 	    .c = c,
@@ -411,6 +432,7 @@ void sinkcache_attend(const struct sinkcache *c, int layer, const float *q, int 
 		if (x.r > ATTEND_MAX_HEADS)
 			x.r = ATTEND_MAX_HEADS;
 		attend_head_group(&x, q + (size_t)h * d, out + (size_t)h * d,
-		                  sink_mass ? sink_mass + h : NULL);
+		                  sink_mass ? sink_mass + h : NULL,
+		                  key_weight ? key_weight + (size_t)h * ld : NULL);
 	}
 }

@@ -37,15 +37,17 @@
 #include "util/pages.h"
 
 #define SINKCACHE_MAX_TOKENS (1 << 24)
+#define SINKCACHE_MAX_ANCHORS 4096
 
 /* Tier sizes derived from a (valid) geometry. */
 struct kv_layout {
-	int sink, window, hot, group, stage, n_groups;
+	int sink, window, hot, group, stage, n_groups, anchor;
 	bool sink_quant;
 	size_t fp_row, code_row;
 	size_t sink_tok, fp_tok, group_bytes; /* bytes per token / group, all kv heads, K+V */
 	size_t layer_bytes; /* front_bytes + back_bytes: the bound per layer */
-	size_t front_bytes; /* sinks, hot and staging */
+	size_t front_bytes; /* sinks, hot, staging and anchors */
+	size_t anchor_bytes; /* anchors: rows and bookkeeping (sinkcache_impl.h) */
 	size_t back_bytes;  /* quantized groups */
 	size_t front_stride; /* front_bytes rounded up to 64: layer fronts' spacing */
 };
@@ -91,7 +93,14 @@ static void kv_layout_of(const struct sinkcache_geometry *g, struct kv_layout *l
 	lo->sink_tok = lo->sink_quant ? 2 * n_kv * (lo->code_row + 2 * sizeof(float)) : lo->fp_tok;
 	lo->group_bytes = n_kv * (2 * (size_t)lo->group * lo->code_row + 2 * d * sizeof(float) +
 	                          (size_t)lo->group * 2 * sizeof(float));
-	lo->front_bytes = (size_t)lo->sink * lo->sink_tok + (size_t)(lo->hot + lo->stage) * lo->fp_tok;
+	lo->anchor = full ? 0 : g->anchor_max;
+	if (lo->anchor > 0)
+		lo->anchor_bytes = (size_t)lo->anchor * (sizeof(uint64_t) + sizeof(float) +
+		                                         sizeof(int32_t) + n_kv * d * sizeof(float) +
+		                                         lo->fp_tok) +
+		                   (size_t)lo->window * sizeof(float);
+	lo->front_bytes = (size_t)lo->sink * lo->sink_tok + (size_t)(lo->hot + lo->stage) * lo->fp_tok +
+	                  lo->anchor_bytes;
 	lo->back_bytes = (size_t)lo->n_groups * lo->group_bytes;
 	lo->layer_bytes = lo->front_bytes + lo->back_bytes;
 	lo->front_stride = (lo->front_bytes + 63) & ~(size_t)63;
@@ -162,6 +171,21 @@ static int check_tiers(const struct sinkcache_geometry *g, char *err, size_t err
 		return err_set(err, err_len, -EINVAL,
 		               "cache geometry: strategy: %d (allowed: sliding_window, full)",
 		               (int)g->strategy);
+	}
+	if (g->anchor_max != 0) {
+		if (g->strategy != CACHE_STRATEGY_SLIDING_WINDOW)
+			return err_set(err, err_len, -EINVAL,
+			               "cache geometry: anchors need strategy sliding_window (a full "
+			               "cache evicts nothing)");
+		if ((rc = check_range(err, err_len, "anchor_max", g->anchor_max, 0, SINKCACHE_MAX_ANCHORS)) ||
+		    (rc = check_range(err, err_len, "anchor_demote_steps", g->anchor_demote_steps, 1,
+		                      SINKCACHE_MAX_TOKENS)))
+			return rc;
+		if (!(g->anchor_promote > 0.0f && g->anchor_promote <= 1.0f))
+			return err_set(err, err_len, -EINVAL,
+			               "cache geometry: anchor_promote: %g is out of range (allowed: "
+			               "> 0 and <= 1, a softmax weight)",
+			               (double)g->anchor_promote);
 	}
 	if (!g->quant_enabled)
 		return 0;
@@ -237,7 +261,7 @@ size_t sinkcache_capacity_tokens(const struct sinkcache_geometry *g)
 	if (sinkcache_geometry_check(g, NULL, 0))
 		return 0;
 	kv_layout_of(g, &lo);
-	return (size_t)(lo.sink + lo.window);
+	return (size_t)(lo.sink + lo.anchor + lo.window);
 }
 
 /* Carves a layer's front (sinks, hot, staging: fp32 parameters, then dtype
@@ -248,12 +272,24 @@ static void kv_layer_carve(struct sinkcache *c, const struct kv_layout *lo, stru
 	size_t n_kv = (size_t)c->g.n_kv_heads, d = (size_t)c->g.head_dim;
 	size_t g = (size_t)lo->group, ng = (size_t)lo->n_groups, s = (size_t)lo->sink;
 	size_t sink_row = lo->sink_quant ? lo->code_row : lo->fp_row;
+	size_t a = (size_t)lo->anchor;
 	float *fp = (float *)L->front;
+	if (a > 0) {
+		L->a_pos = (uint64_t *)L->front;
+		fp = (float *)(L->a_pos + a);
+		L->a_ko = fp, fp += n_kv * a * d;
+		L->a_score = fp, fp += a;
+		L->w_score = fp, fp += lo->window;
+		L->a_below = (int32_t *)fp;
+		fp = (float *)(L->a_below + a);
+	}
 	if (lo->sink_quant) {
 		L->sink_kp = fp, fp += n_kv * s * 2;
 		L->sink_vp = fp, fp += n_kv * s * 2;
 	}
 	unsigned char *p = (unsigned char *)fp;
+	L->a_k = p, p += n_kv * a * lo->fp_row;
+	L->a_v = p, p += n_kv * a * lo->fp_row;
 	L->hot_k = p, p += n_kv * (size_t)lo->hot * lo->fp_row;
 	L->hot_v = p, p += n_kv * (size_t)lo->hot * lo->fp_row;
 	L->st_k = p, p += n_kv * (size_t)lo->stage * lo->fp_row;
@@ -273,6 +309,8 @@ static void kv_layer_carve(struct sinkcache *c, const struct kv_layout *lo, stru
 static void kv_layer_clear(struct sinkcache *c, struct kv_layer *L)
 {
 	memset(&L->t, 0, sizeof(L->t));
+	L->n_anchor = 0;
+	L->promoted = L->demoted = 0;
 	L->hot = (struct kv_ring){0, c->caps.hot};
 	L->stage = (struct kv_ring){0, c->caps.group > 0 ? c->caps.group - 1 : 0};
 	L->groups.head = 0;
@@ -588,7 +626,7 @@ void kv_layer_set_query_pos(struct sinkcache *c, struct kv_layer *L)
 	if (L->t.n_seen == 0)
 		return;
 	cache_cos_sin(c, L->t.n_seen - 1, L->cs_win);
-	cache_cos_sin(c, tier_sink_query_pos(&c->g, &c->caps, &L->t), L->cs_sink);
+	cache_cos_sin(c, tier_sink_query_pos(&c->g, &c->caps, &L->t, L->n_anchor), L->cs_sink);
 }
 
 /* Cache prefetch of the key and value rows of head h in slot `slot` of a
@@ -637,6 +675,148 @@ __attribute__((no_sanitize_thread)) void sinkcache_prefetch_append(const struct 
 	}
 }
 
+/* ---- anchors: window tokens kept for the attention they receive --------- */
+
+/* Key and value of kv head h of the oldest window token (before the step
+ * that evicts it), as floats; keys rotated by its stream index. */
+static void kv_layer_oldest_row(struct sinkcache *c, struct kv_layer *L, int h, float *k, float *v)
+{
+	int d = c->g.head_dim;
+	if (L->t.n_groups > 0) {
+		int gs = c->caps.group, bits = c->g.quant_bits, r = L->t.grp_dropped;
+		size_t gh = (size_t)kv_ring_slot(&L->groups, 0) * (size_t)c->g.n_kv_heads + (size_t)h;
+		const float *kp = L->gkp + gh * 2 * (size_t)d; /* per channel: scale, then min */
+		const uint8_t *kc = L->gk + (gh * (size_t)gs + (size_t)r) * c->code_row;
+		for (int j = 0; j < d; j++)
+			k[j] = kp[j] * (float)kvq_code_at(kc, j, bits) + kp[d + j];
+		const float *vp = L->gvp + (gh * (size_t)gs + (size_t)r) * 2;
+		kvq_dequant_row(L->gv + (gh * (size_t)gs + (size_t)r) * c->code_row, d, bits, vp[0],
+		                vp[1], v);
+	} else if (L->t.n_stage > 0) {
+		int s = L->stage.head;
+		kv_row_load(c->g.dtype, kv_row(L->st_k, c->fp_row, L->stage.cap, h, s), k, d);
+		kv_row_load(c->g.dtype, kv_row(L->st_v, c->fp_row, L->stage.cap, h, s), v, d);
+	} else {
+		int s = L->hot.head;
+		kv_row_load(c->g.dtype, kv_row(L->hot_k, c->fp_row, L->hot.cap, h, s), k, d);
+		kv_row_load(c->g.dtype, kv_row(L->hot_v, c->fp_row, L->hot.cap, h, s), v, d);
+	}
+}
+
+/* Anchor j's attention keys from its stream-index keys: rotated back to its
+ * rank n_sink + j (rope_positions cache), where the sink query sees them;
+ * from the exact fp32 copy each time, so that rank changes never drift. */
+static void kv_layer_anchor_rekey(struct sinkcache *c, struct kv_layer *L, int j)
+{
+	int d = c->g.head_dim, a = c->caps.anchor;
+	uint64_t rank = (uint64_t)L->t.n_sink + (uint64_t)j;
+	double cs[SINKCACHE_MAX_HEAD_DIM];
+	bool rotate = c->g.rope_positions == ROPE_POSITIONS_CACHE && L->a_pos[j] != rank;
+	if (rotate) {
+		rope_cos_sin(c->freq_hi, c->freq_lo, c->g.rope_dim, L->a_pos[j] - rank, cs);
+		for (int i = 1; i < c->g.rope_dim; i += 2)
+			cs[i] = -cs[i]; /* by -(pos - rank) */
+	}
+	float krow[SINKCACHE_MAX_HEAD_DIM];
+	for (int h = 0; h < c->g.n_kv_heads; h++) {
+		size_t at = (size_t)h * (size_t)a + (size_t)j;
+		memcpy(krow, L->a_ko + at * (size_t)d, (size_t)d * sizeof(float));
+		if (rotate)
+			rope_apply(krow, cs, c->g.rope_dim, c->g.rope_neox);
+		kv_row_store(c->g.dtype, kv_row(L->a_k, c->fp_row, a, h, j), krow, d);
+	}
+}
+
+/* Drops anchor j; the later ones move down a rank. */
+static void kv_layer_anchor_drop(struct sinkcache *c, struct kv_layer *L, int j)
+{
+	int a = c->caps.anchor, n = L->n_anchor - j - 1;
+	size_t d = (size_t)c->g.head_dim;
+	if (n > 0) {
+		memmove(&L->a_pos[j], &L->a_pos[j + 1], (size_t)n * sizeof(*L->a_pos));
+		memmove(&L->a_score[j], &L->a_score[j + 1], (size_t)n * sizeof(*L->a_score));
+		memmove(&L->a_below[j], &L->a_below[j + 1], (size_t)n * sizeof(*L->a_below));
+		for (int h = 0; h < c->g.n_kv_heads; h++) {
+			size_t at = (size_t)h * (size_t)a + (size_t)j;
+			memmove(L->a_ko + at * d, L->a_ko + (at + 1) * d, (size_t)n * d * sizeof(float));
+			memmove(kv_row(L->a_v, c->fp_row, a, h, j), kv_row(L->a_v, c->fp_row, a, h, j + 1),
+			        (size_t)n * c->fp_row);
+		}
+	}
+	L->n_anchor--;
+	for (int i = j; i < L->n_anchor; i++)
+		kv_layer_anchor_rekey(c, L, i);
+}
+
+/* Before the step that evicts the oldest window token: keeps it as an
+ * anchor when the policy admits it. */
+static void kv_layer_keep_leaving(struct sinkcache *c, struct kv_layer *L)
+{
+	int W = c->caps.window, a = c->caps.anchor;
+	uint64_t pos = L->t.n_seen - (uint64_t)W;
+	float score = L->w_score[pos % (uint64_t)W];
+	if (score < 0.0f) /* never attended */
+		return;
+	int j = tier_anchor_admit(&c->caps, L->a_score, L->n_anchor, score);
+	if (j < 0)
+		return;
+	if (j < L->n_anchor) {
+		kv_layer_anchor_drop(c, L, j);
+		L->demoted++;
+	}
+	j = L->n_anchor++;
+	L->a_pos[j] = pos;
+	L->a_score[j] = score;
+	L->a_below[j] = 0;
+	float vrow[SINKCACHE_MAX_HEAD_DIM];
+	int d = c->g.head_dim;
+	for (int h = 0; h < c->g.n_kv_heads; h++) {
+		size_t at = (size_t)h * (size_t)a + (size_t)j;
+		kv_layer_oldest_row(c, L, h, L->a_ko + at * (size_t)d, vrow);
+		kv_row_store(c->g.dtype, kv_row(L->a_v, c->fp_row, a, h, j), vrow, d);
+	}
+	kv_layer_anchor_rekey(c, L, j);
+	L->promoted++;
+}
+
+bool sinkcache_tracks_attention(const struct sinkcache *c)
+{
+	return c->caps.anchor > 0;
+}
+
+void sinkcache_observe(struct sinkcache *c, int layer, const float *key_weight, int n_heads)
+{
+	if (c->caps.anchor <= 0 || !key_weight || layer < 0 || layer >= c->g.n_layers)
+		return;
+	struct kv_layer *L = &c->layers[layer];
+	int ld = c->caps.sink + c->caps.anchor + c->caps.window, W = c->caps.window;
+	int n_win = kv_layer_window(c, L), w0 = kv_layer_window_rank(L);
+	uint64_t first = L->t.n_seen - (uint64_t)n_win;
+	bool dropped = false;
+	for (int i = L->n_anchor - 1; i >= 0; i--) {
+		int col = L->t.n_sink + i;
+		float w = 0.0f;
+		for (int h = 0; h < n_heads; h++)
+			w = fmaxf(w, key_weight[(size_t)h * ld + col]);
+		L->a_score[i] = tier_anchor_score(L->a_score[i], w, false);
+		if (!tier_anchor_keep(&c->caps, &L->a_below[i], w)) {
+			kv_layer_anchor_drop(c, L, i);
+			L->demoted++;
+			dropped = true;
+		}
+	}
+	for (int k = 0; k < n_win; k++) {
+		int col = w0 + k;
+		float w = 0.0f;
+		for (int h = 0; h < n_heads; h++)
+			w = fmaxf(w, key_weight[(size_t)h * ld + col]);
+		float *sc = &L->w_score[(first + (uint64_t)k) % (uint64_t)W];
+		*sc = tier_anchor_score(*sc, w, *sc < 0.0f);
+	}
+	if (dropped)
+		kv_layer_set_query_pos(c, L);
+}
+
 int sinkcache_append(struct sinkcache *c, int layer, const float *k, const float *v, char *err,
                      size_t err_len)
 {
@@ -649,8 +829,13 @@ int sinkcache_append(struct sinkcache *c, int layer, const float *k, const float
 		               "sink cache: full: max_context_length %d tokens reached",
 		               c->g.max_context_length);
 	int n_kv = c->g.n_kv_heads, d = c->g.head_dim;
+	if (c->caps.anchor > 0 && !tier_next_is_sink(&c->caps, &L->t) &&
+	    kv_layer_window(c, L) == c->caps.window)
+		kv_layer_keep_leaving(c, L);
 	struct tier_step st;
 	tier_step(&c->caps, &L->t, &st);
+	if (c->caps.anchor > 0 && !st.to_sink)
+		L->w_score[st.key_pos % (uint64_t)c->caps.window] = -1.0f; /* not attended yet */
 	bool sink = st.to_sink;
 	int slot = sink ? st.sink_slot : kv_layer_window_slot(c, L, &st);
 	float krot[SINKCACHE_MAX_HEAD_DIM];
@@ -731,7 +916,9 @@ bool sinkcache_geometry_equal(const struct sinkcache_geometry *a,
 	       a->quant_enabled == b->quant_enabled && a->quant_bits == b->quant_bits &&
 	       a->protect_sinks == b->protect_sinks &&
 	       a->full_precision_recent == b->full_precision_recent &&
-	       a->rope_positions == b->rope_positions && a->dtype == b->dtype;
+	       a->rope_positions == b->rope_positions && a->dtype == b->dtype &&
+	       a->anchor_max == b->anchor_max && a->anchor_promote == b->anchor_promote &&
+	       a->anchor_demote_steps == b->anchor_demote_steps;
 }
 
 int sinkcache_debug_set_stream_index(struct sinkcache *c, uint64_t index, char *err, size_t err_len)
@@ -751,7 +938,7 @@ int sinkcache_debug_set_stream_index(struct sinkcache *c, uint64_t index, char *
 int sinkcache_resident_tokens(const struct sinkcache *c)
 {
 	const struct kv_layer *L0 = &c->layers[0];
-	return L0->t.n_sink + kv_layer_window(c, L0);
+	return L0->t.n_sink + L0->n_anchor + kv_layer_window(c, L0);
 }
 
 void sinkcache_get_stats(const struct sinkcache *c, struct sinkcache_stats *out)
@@ -764,6 +951,7 @@ void sinkcache_get_stats(const struct sinkcache *c, struct sinkcache_stats *out)
 	out->n_sink = L0->t.n_sink;
 	out->n_hot = L0->t.n_hot;
 	out->n_compressed = kv_layer_window(c, L0) - L0->t.n_hot;
+	out->n_anchor = L0->n_anchor;
 	out->n_resident = sinkcache_resident_tokens(c);
 	out->evicted_compressed = L0->t.evicted;
 	out->moved_to_compressed = L0->t.moved;
@@ -773,5 +961,10 @@ void sinkcache_get_stats(const struct sinkcache *c, struct sinkcache_stats *out)
 		out->bytes_resident += (size_t)L->t.n_sink * lo.sink_tok +
 		                       (size_t)(L->t.n_hot + L->t.n_stage) * lo.fp_tok +
 		                       (size_t)L->t.n_groups * lo.group_bytes;
+		if (lo.anchor > 0) /* the bookkeeping always, the rows in use */
+			out->bytes_resident += lo.anchor_bytes -
+			                       (size_t)(lo.anchor - L->n_anchor) * (lo.fp_tok + (size_t)c->g.n_kv_heads * (size_t)c->g.head_dim * sizeof(float));
+		out->anchors_promoted += L->promoted;
+		out->anchors_demoted += L->demoted;
 	}
 }

@@ -42,18 +42,29 @@ struct sinkcache_geometry {
 	int full_precision_recent; /* hot tier size (<= window_size) */
 	enum rope_positions rope_positions;
 	enum kv_dtype dtype; /* storage of full-precision tiers */
+	/* Anchor tier (sliding_window only): a window token that leaves with a
+	 * moving average of received attention of at least anchor_promote (its
+	 * largest over query heads, per layer) stays, in full precision, up to
+	 * anchor_max per layer; an anchor that receives less than anchor_promote
+	 * for anchor_demote_steps steps in a row leaves.  anchor_max 0: none. */
+	int anchor_max;
+	float anchor_promote;     /* (0, 1]: a softmax weight */
+	int anchor_demote_steps;  /* >= 1 */
 };
 
 struct sinkcache_stats {
 	uint64_t n_seen; /* tokens ever appended (minus revised) */
 	int n_resident;
 	int n_sink;
+	int n_anchor; /* layer 0's anchors (each layer keeps its own) */
 	int n_compressed;
 	int n_hot;
 	size_t bytes_resident;        /* bytes holding resident tokens' K/V and scales */
 	size_t bytes_bound;           /* sinkcache_bound_bytes() of the geometry */
 	uint64_t evicted_compressed;  /* tokens dropped from the window */
 	uint64_t moved_to_compressed; /* tokens quantized out of the hot tier */
+	uint64_t anchors_promoted;    /* window tokens kept as anchors, all layers */
+	uint64_t anchors_demoted;     /* anchors dropped again, all layers */
 };
 
 struct sinkcache;
@@ -106,11 +117,21 @@ int sinkcache_append(struct sinkcache *c, int layer, const float *k, const float
  * sink_mass (optional, (n_heads)): the softmax mass that each head gave to
  * the sink tier.  rows_cold: the layer's rows were not read just before
  * (true for a decode step, false for the later tokens of a prompt chunk);
- * it picks how they are fetched and never changes the result. */
+ * it picks how they are fetched and never changes the result.
+ * key_weight (optional, (n_heads, sinkcache_capacity_tokens) floats): each
+ * head's softmax weight of each resident token, in rank order (sinks,
+ * anchors, window), for sinkcache_observe(). */
 void sinkcache_attend(const struct sinkcache *c, int layer, const float *q, int n_heads,
                       int head_begin, int head_end, float *out, float *scratch, float *sink_mass,
-                      bool rows_cold);
+                      float *key_weight, bool rows_cold);
 size_t sinkcache_scratch_floats(const struct sinkcache_geometry *g);
+
+/* Whether the cache keeps anchors, so that its attention weights matter. */
+bool sinkcache_tracks_attention(const struct sinkcache *c);
+/* After every head of the newest token of `layer` was attended with
+ * key_weight: folds the weights into the layer's per-token moving averages
+ * and anchor demotion counts (serial per session, as append). */
+void sinkcache_observe(struct sinkcache *c, int layer, const float *key_weight, int n_heads);
 
 /* Drops the newest n tokens of every layer.  Exact: the remaining tokens
  * are bit-identical and the dropped ones leave no trace (they were full

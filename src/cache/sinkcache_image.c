@@ -75,6 +75,10 @@ int sinkcache_export(const struct sinkcache *c, struct kv_image *im, char *err, 
 {
 	struct kv_image_layout lo;
 	memset(im, 0, sizeof(*im));
+	if (c->caps.anchor > 0)
+		return err_set(err, err_len, -ENOTSUP,
+		               "sink cache: a snapshot does not carry anchor tokens "
+		               "(inference.cache.anchors.enabled is on for this session)");
 	im->n = c->layers[0].t;
 	for (int l = 1; l < c->g.n_layers; l++)
 		if (c->layers[l].t.n_seen != im->n.n_seen)
@@ -100,6 +104,10 @@ int sinkcache_export(const struct sinkcache *c, struct kv_image *im, char *err, 
 int sinkcache_import(struct sinkcache *c, const struct kv_image *im, char *err, size_t err_len)
 {
 	struct kv_image_layout lo;
+	if (c->caps.anchor > 0)
+		return err_set(err, err_len, -ENOTSUP,
+		               "sink cache: a snapshot cannot restore into a cache with anchor "
+		               "tokens (inference.cache.anchors.enabled)");
 	int rc = kv_image_layout_of(&c->g, &im->n, &lo, err, err_len);
 	if (rc)
 		return rc;

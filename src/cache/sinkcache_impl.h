@@ -12,6 +12,12 @@
  *                                          + kp, vp (n_kv, S, 2) fp32 scale,min
  *   hot     k, v (n_kv, H, D) fp           ring of tokens
  *   staging k, v (n_kv, St, D) fp          ring; St = G - 1
+ *   anchors (A slots, stream order, sinkcache_geometry.anchor_max):
+ *           a_pos (A) u64 stream index, a_score (A) f32, a_below (A) i32,
+ *           w_score (W) f32 window tokens' scores by stream index mod W,
+ *           a_ko (n_kv, A, D) f32 keys rotated by their stream index,
+ *           a_k, a_v (n_kv, A, D) fp   keys rotated by their rank (their
+ *           stream index in rope_positions=original)
  *   back:
  *   groups  gk (Ng, n_kv, G, Dc) codes, gkp (Ng, n_kv, 2, D) fp32 per-channel
  *           scale (row 0) and min (row 1); gv (Ng, n_kv, G, Dc) codes,
@@ -57,6 +63,12 @@ struct kv_layer {
 	struct populate_map mem_pop;
 	unsigned char *sink_k, *sink_v, *hot_k, *hot_v, *st_k, *st_v, *gk, *gv;
 	float *sink_kp, *sink_vp, *gkp, *gvp;
+	int n_anchor; /* anchors resident, slots [0, n_anchor) in stream order */
+	uint64_t *a_pos;
+	float *a_score, *w_score, *a_ko;
+	int32_t *a_below;
+	unsigned char *a_k, *a_v;
+	uint64_t promoted, demoted;
 };
 
 struct sinkcache {
@@ -107,6 +119,12 @@ static inline int kv_run_first(const struct kv_run *r)
 static inline int kv_layer_window(const struct sinkcache *c, const struct kv_layer *L)
 {
 	return tier_window(&c->caps, &L->t);
+}
+
+/* Rank of the first window token: sinks and anchors come before it. */
+static inline int kv_layer_window_rank(const struct kv_layer *L)
+{
+	return L->t.n_sink + L->n_anchor;
 }
 
 /* sinkcache.c, for sinkcache_image.c: makes the pages of [p, p + n) of m's

@@ -12,7 +12,10 @@ void tier_caps_of(const struct sinkcache_geometry *g, const struct sinkcache_tie
 	                          .window = t->window,
 	                          .hot = t->hot,
 	                          .group = t->group,
-	                          .full = g->strategy == CACHE_STRATEGY_FULL};
+	                          .full = g->strategy == CACHE_STRATEGY_FULL,
+	                          .anchor = g->strategy == CACHE_STRATEGY_FULL ? 0 : g->anchor_max,
+	                          .anchor_promote = g->anchor_promote,
+	                          .anchor_demote_steps = g->anchor_demote_steps};
 }
 
 int tier_window(const struct tier_caps *c, const struct tier_counts *n)
@@ -116,8 +119,34 @@ int tier_revise(const struct tier_caps *c, struct tier_counts *n, size_t k, char
 }
 
 uint64_t tier_sink_query_pos(const struct sinkcache_geometry *g, const struct tier_caps *c,
-                             const struct tier_counts *n)
+                             const struct tier_counts *n, int n_anchor)
 {
 	uint64_t s = n->n_seen - 1;
-	return g->rope_positions == ROPE_POSITIONS_CACHE ? (uint64_t)tier_resident(c, n) - 1 : s;
+	return g->rope_positions == ROPE_POSITIONS_CACHE
+	           ? (uint64_t)tier_resident(c, n) + (uint64_t)n_anchor - 1
+	           : s;
+}
+
+float tier_anchor_score(float score, float weight, bool first)
+{
+	return first ? weight : score + TIER_ANCHOR_EMA * (weight - score);
+}
+
+int tier_anchor_admit(const struct tier_caps *c, const float *anchor_score, int n, float score)
+{
+	if (c->anchor <= 0 || !(score >= c->anchor_promote))
+		return -1;
+	if (n < c->anchor)
+		return n;
+	int weakest = 0;
+	for (int i = 1; i < n; i++)
+		if (anchor_score[i] < anchor_score[weakest])
+			weakest = i;
+	return anchor_score[weakest] < score ? weakest : -1;
+}
+
+bool tier_anchor_keep(const struct tier_caps *c, int *below, float weight)
+{
+	*below = weight < c->anchor_promote ? *below + 1 : 0;
+	return *below < c->anchor_demote_steps;
 }

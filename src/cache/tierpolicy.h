@@ -21,6 +21,9 @@ struct tier_caps {
 	int hot;    /* H >= 1: newest window tokens in full precision */
 	int group;  /* G: tokens per quantized group; 0 when nothing is quantized */
 	bool full;  /* strategy full: a full window refuses tokens instead of evicting */
+	int anchor; /* anchor slots per layer; 0: no anchors */
+	float anchor_promote;
+	int anchor_demote_steps;
 };
 
 /* Where one cache (every layer alike between forward passes) stands; also
@@ -83,7 +86,24 @@ int tier_revisable(const struct tier_counts *n);
 int tier_revise(const struct tier_caps *c, struct tier_counts *n, size_t k, char *err,
                 size_t err_len);
 
-/* Stream position that rotates the newest token's query for sink keys: its
- * rank in the cache (rope_positions cache) or its stream index. */
+/* Stream position that rotates the newest token's query for sink and
+ * anchor keys: its rank in the cache with n_anchor anchors between sinks
+ * and window (rope_positions cache) or its stream index. */
 uint64_t tier_sink_query_pos(const struct sinkcache_geometry *g, const struct tier_caps *c,
-                             const struct tier_counts *n);
+                             const struct tier_counts *n, int n_anchor);
+
+/* ---- anchors: which leaving window tokens stay, and for how long ----------
+ * A token's score is the exponential moving average of the weight it
+ * received per step (largest over query heads), over the steps it was in
+ * the window; it starts at its first step's weight. */
+#define TIER_ANCHOR_EMA 0.125f /* about the last 15 steps weigh in */
+
+float tier_anchor_score(float score, float weight, bool first);
+/* Where a window token of score `score` leaving the window goes, among n
+ * anchors of scores anchor_score: n (a free slot), the slot of the weakest
+ * anchor it replaces (weaker than it), or -1 (it is dropped: below the
+ * threshold, or weaker than every anchor of a full tier). */
+int tier_anchor_admit(const struct tier_caps *c, const float *anchor_score, int n, float score);
+/* One step of an anchor that received `weight`: counts the steps in a row
+ * below the threshold in *below; false when it must leave now. */
+bool tier_anchor_keep(const struct tier_caps *c, int *below, float weight);

@@ -946,6 +946,10 @@ static void check_cross_keys(struct loader *ld)
 				  "inference.cache.window_size (%lld); allowed 0..window_size",
 				  (long long)c->inference.quantization.full_precision_recent,
 				  (long long)c->inference.cache.window_size);
+	} else if (c->inference.cache.anchors.enabled) {
+		add_error(ld, ld->origin[key_index(find_key("inference.cache.anchors.enabled"))],
+			  "inference.cache.anchors.enabled: needs inference.cache.strategy "
+			  "sliding_window (a full cache evicts nothing, so keeps no anchors)");
 	}
 }
 
@@ -1078,6 +1082,11 @@ void config_cache_geometry(const struct sinkd_config *c, const struct model_hpar
 		g->full_precision_recent = g->window_size;
 	g->rope_positions = c->inference.cache.rope_positions;
 	g->dtype = c->inference.attention.dtype;
+	if (c->inference.cache.anchors.enabled && g->strategy == CACHE_STRATEGY_SLIDING_WINDOW) {
+		g->anchor_max = (int)c->inference.cache.anchors.max_tokens;
+		g->anchor_promote = (float)c->inference.cache.anchors.promote_threshold;
+		g->anchor_demote_steps = (int)c->inference.cache.anchors.demote_after_steps;
+	}
 }
 
 /* Appends s as a YAML double-quoted scalar to out (len bytes, used so far),

@@ -59,6 +59,12 @@ struct sinkd_config {
 			bool global_cache_limit_auto;
 			double auto_fraction;	    /* share of free memory "auto" takes */
 			enum rope_positions rope_positions;
+			struct {
+				bool enabled;
+				int64_t max_tokens;	    /* per layer */
+				double promote_threshold;   /* a softmax weight */
+				int64_t demote_after_steps;
+			} anchors;
 		} cache;
 		struct {
 			enum kv_dtype dtype;

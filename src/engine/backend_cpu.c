@@ -86,6 +86,9 @@ struct cpu_backend {
 	/* Per thread attention scratch. */
 	size_t scratch_floats;
 	float *scratch; /* (n_threads, scratch_floats) */
+	/* Per thread attention weights of caches with anchors (sinkcache_observe). */
+	size_t weight_floats;
+	float *weights; /* (n_threads, weight_floats) */
 	/* The model's matrices as the kernels read them: copies of its layers
 	 * and output head with panels (panels.h) where this CPU has them. */
 	struct model_layer *layers; /* (n_layers) */
@@ -175,6 +178,28 @@ static int scratch_reserve(struct cpu_backend *c, size_t floats, char *err, size
 	return 0;
 }
 
+static int weights_reserve(struct cpu_backend *c, size_t floats, char *err, size_t err_len)
+{
+	if (floats <= c->weight_floats)
+		return 0;
+	float *w = malloc((size_t)c->n_threads * floats * sizeof(float));
+	if (!w)
+		return err_set(err, err_len, -ENOMEM,
+		               "cpu backend: no memory for attention weights");
+	free(c->weights);
+	c->weights = w;
+	c->weight_floats = floats;
+	return 0;
+}
+
+/* The key weights a cache with anchors needs from attention, per thread. */
+static size_t weight_floats_of(const struct sinkcache *sc, int n_heads)
+{
+	if (!sinkcache_tracks_attention(sc))
+		return 0;
+	return (size_t)n_heads * sinkcache_capacity_tokens(sinkcache_geometry(sc));
+}
+
 /* ============================================================== batch */
 
 /* Groups the tokens by session (engine/batch.c) and checks that every
@@ -188,7 +213,7 @@ static int batch_plan(struct cpu_backend *c, const struct backend_token *tokens,
 	if (rc)
 		return rc;
 	c->n_sessions = plan.n_sessions;
-	size_t scratch = 0;
+	size_t scratch = 0, weights = 0;
 	double macs = (double)n * c->token_macs;
 	for (int j = 0; j < c->n_sessions; j++) {
 		struct backend_session *s = c->sessions[j];
@@ -202,11 +227,14 @@ static int batch_plan(struct cpu_backend *c, const struct backend_token *tokens,
 			               sinkcache_geometry(s->cache)->max_context_length);
 		size_t f = sinkcache_scratch_floats(sinkcache_geometry(s->cache));
 		scratch = f > scratch ? f : scratch;
+		f = weight_floats_of(s->cache, hp->n_heads);
+		weights = f > weights ? f : weights;
 	}
 	bool parallel = c->n_threads > 1 && (macs >= c->parallel_min_macs || !c->weights_cached);
 	c->run_pool = parallel ? c->pool : NULL;
 	c->run_threads = parallel ? c->n_threads : 1;
-	return scratch_reserve(c, scratch, err, err_len);
+	int rc2 = scratch_reserve(c, scratch, err, err_len);
+	return rc2 ? rc2 : weights_reserve(c, weights, err, err_len);
 }
 
 /* ============================================================ element ops */
@@ -277,8 +305,20 @@ static int append_token(struct cpu_backend *c, struct backend_session *s, int la
 	return sinkcache_append(s->cache, layer, c->k + t * kvd, c->v + t * kvd, err, err_len);
 }
 
+/* Thread `thread`'s key weights for session s, or NULL when its cache
+ * keeps no anchors. */
+static float *session_weights(const struct cpu_backend *c, const struct backend_session *s,
+                              int thread)
+{
+	if (!sinkcache_tracks_attention(s->cache))
+		return NULL;
+	return c->weights + (size_t)thread * c->weight_floats;
+}
+
+/* Heads [h0, h1) of token t; key weights (when the cache keeps anchors)
+ * into the weights of thread `wthread`, which the caller folds in. */
 static void attend_heads(const struct attend_ctx *a, struct backend_session *s, int t, int h0,
-                         int h1, int thread, bool rows_cold)
+                         int h1, int thread, int wthread, bool rows_cold)
 {
 	struct cpu_backend *c = a->c;
 	const struct model_hparams *hp = &c->base.model->hp;
@@ -287,7 +327,8 @@ static void attend_heads(const struct attend_ctx *a, struct backend_session *s, 
 	if (mass)
 		memset(mass + h0, 0, (size_t)(h1 - h0) * sizeof(float));
 	sinkcache_attend(s->cache, a->layer, c->q + t * qd, hp->n_heads, h0, h1, c->att + t * qd,
-	                 c->scratch + (size_t)thread * c->scratch_floats, mass, rows_cold);
+	                 c->scratch + (size_t)thread * c->scratch_floats, mass,
+	                 session_weights(c, s, wthread), rows_cold);
 	if (mass)
 		add_sink_mass(a, t, h0, h1);
 }
@@ -312,7 +353,8 @@ static void attend_session_task(void *ctx, int task, int thread)
 			c->sess_rc[j] = rc;
 			return;
 		}
-		attend_heads(a, s, t, 0, n_heads, thread, o == c->sess_begin[j]);
+		attend_heads(a, s, t, 0, n_heads, thread, thread, o == c->sess_begin[j]);
+		sinkcache_observe(s->cache, a->layer, session_weights(c, s, thread), n_heads);
 	}
 }
 
@@ -323,7 +365,7 @@ static void attend_heads_task(void *ctx, int task, int thread)
 	int h0, h1;
 	threadpool_split(a->c->base.model->hp.n_heads, a->c->run_threads * 2, task, 1, &h0, &h1);
 	if (h0 < h1)
-		attend_heads(a, a->session, a->token, h0, h1, thread, a->rows_cold);
+		attend_heads(a, a->session, a->token, h0, h1, thread, 0, a->rows_cold);
 }
 
 /* A session with many tokens: serial appends, head-parallel attends. */
@@ -346,7 +388,8 @@ static int attend_long_session(struct attend_ctx *a, int j, char *err, size_t er
 		if (parallel)
 			threadpool_run(c->run_pool, c->run_threads * 2, attend_heads_task, a);
 		else
-			attend_heads(a, s, t, 0, hp->n_heads, 0, a->rows_cold);
+			attend_heads(a, s, t, 0, hp->n_heads, 0, 0, a->rows_cold);
+		sinkcache_observe(s->cache, a->layer, session_weights(c, s, 0), hp->n_heads);
 	}
 	return 0;
 }
@@ -603,6 +646,7 @@ static void cpu_destroy(struct backend *be)
 	threadpool_free(c->pool);
 	workspace_free(c);
 	free(c->scratch);
+	free(c->weights);
 	pages_unmap(c->panel_block, c->panel_block_bytes);
 	free(c->layers);
 	free(c);

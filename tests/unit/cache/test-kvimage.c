@@ -57,7 +57,7 @@ static void attend_all(struct sinkcache *c, unsigned *seed, float *out)
 	for (int l = 0; l < NL; l++) {
 		for (int j = 0; j < NH * D; j++)
 			q[j] = frand(seed);
-		sinkcache_attend(c, l, q, NH, 0, NH, out + (size_t)l * NH * D, scratch, NULL, true);
+		sinkcache_attend(c, l, q, NH, 0, NH, out + (size_t)l * NH * D, scratch, NULL, NULL, true);
 	}
 	free(scratch);
 }

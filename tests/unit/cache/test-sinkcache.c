@@ -306,8 +306,8 @@ static double compare_attend(struct sinkcache *c, struct ref *r)
 		for (int j = 0; j < NH * D; j++)
 			q[j] = frand() * 2.0f;
 		/* two callers over disjoint head ranges, as the engine does */
-		sinkcache_attend(c, l, q, NH, 0, 1, out, scratch, mass, true);
-		sinkcache_attend(c, l, q, NH, 1, NH, out, scratch + ns, mass, (l & 1) != 0);
+		sinkcache_attend(c, l, q, NH, 0, 1, out, scratch, mass, NULL, true);
+		sinkcache_attend(c, l, q, NH, 1, NH, out, scratch + ns, mass, NULL, (l & 1) != 0);
 		ref_attend(r, l, q, ro, rm);
 		double scale = 1e-3;
 		for (int j = 0; j < NH * D; j++)
@@ -413,7 +413,7 @@ static void weights_by_stream_index(struct sinkcache *c, float *p)
 	float q[NH * D] = {0}, out[NH * D];
 	for (int h = 0; h < NH; h++)
 		q[h * D] = 1.0f;
-	sinkcache_attend(c, NL - 1, q, NH, 0, NH, out, scratch, NULL, true);
+	sinkcache_attend(c, NL - 1, q, NH, 0, NH, out, scratch, NULL, NULL, true);
 	memcpy(p, out, sizeof(float) * D);
 	free(scratch);
 }
@@ -586,8 +586,8 @@ START_TEST(test_revise_exact)
 			sinkcache_append(b, l, k[t], v[t], NULL, 0);
 			for (int j = 0; j < NH * D; j++)
 				q[j] = frand();
-			sinkcache_attend(a, l, q, NH, 0, NH, oa, scratch, NULL, true);
-			sinkcache_attend(b, l, q, NH, 0, NH, ob, scratch, NULL, false);
+			sinkcache_attend(a, l, q, NH, 0, NH, oa, scratch, NULL, NULL, true);
+			sinkcache_attend(b, l, q, NH, 0, NH, ob, scratch, NULL, NULL, false);
 			ck_assert_int_eq(memcmp(oa, ob, sizeof(oa)), 0);
 		}
 	}
@@ -677,7 +677,7 @@ static void *attend_thread(void *arg)
 	size_t n = sinkcache_scratch_floats(sinkcache_geometry(j->c));
 	float *scratch = malloc(n * sizeof(float));
 	for (int rep = 0; rep < 200; rep++)
-		sinkcache_attend(j->c, 1, j->q, NH, j->h0, j->h1, j->out, scratch, j->mass, true);
+		sinkcache_attend(j->c, 1, j->q, NH, j->h0, j->h1, j->out, scratch, j->mass, NULL, true);
 	free(scratch);
 	return NULL;
 }
@@ -700,7 +700,7 @@ START_TEST(test_concurrent_head_ranges)
 	for (int j = 0; j < NH * D; j++)
 		q[j] = frand();
 	float *scratch = malloc(sinkcache_scratch_floats(&g) * sizeof(float));
-	sinkcache_attend(c, 1, q, NH, 0, NH, one, scratch, m1, true);
+	sinkcache_attend(c, 1, q, NH, 0, NH, one, scratch, m1, NULL, true);
 	free(scratch);
 	struct attend_job jobs[NH];
 	pthread_t th[NH];
@@ -838,7 +838,7 @@ static void check_shared_value_row(struct sinkcache *c, const struct sinkcache_g
 	for (int t = 0; t < n; t++)
 		for (int l = 0; l < NL; l++)
 			ck_assert_int_eq(sinkcache_append(c, l, k, v, err, sizeof(err)), 0);
-	sinkcache_attend(c, NL - 1, q, NH, 0, NH, out, scratch, NULL, true);
+	sinkcache_attend(c, NL - 1, q, NH, 0, NH, out, scratch, NULL, NULL, true);
 	for (int h = 0; h < NH; h++)
 		for (int j = 0; j < D; j++)
 			ck_assert_float_eq_tol(out[h * D + j], (float)j * 0.25f, tol);

@@ -145,7 +145,7 @@ START_TEST(test_against_reference)
 				ref_append(&c, &r, &st);
 			}
 			ref_check(&c, &r, &n);
-			ck_assert_uint_eq(tier_sink_query_pos(&gs[k], &c, &n),
+			ck_assert_uint_eq(tier_sink_query_pos(&gs[k], &c, &n, 0),
 			                  (uint64_t)(r.n_sink + r.n_win) - 1);
 		}
 	}

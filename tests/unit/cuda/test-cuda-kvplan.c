@@ -102,7 +102,7 @@ static double step_both(struct sinkcache *c, struct twin_cache *t, float *scratc
 			v[i] = frand();
 		}
 		ck_assert_msg(sinkcache_append(c, l, k, v, err, sizeof(err)) == 0, "%s", err);
-		sinkcache_attend(c, l, q, N_HEADS, 0, N_HEADS, out_c, scratch, mass_c, true);
+		sinkcache_attend(c, l, q, N_HEADS, 0, N_HEADS, out_c, scratch, mass_c, NULL, true);
 		twin_rope(k, kr, 1, n_kv, d, rd, g->rope_neox, cs_key, 0, 1.0f);
 		twin_rope(q, qw, 1, N_HEADS, d, rd, g->rope_neox, cs_key, 0, scale);
 		twin_rope(q, qs, 1, N_HEADS, d, rd, g->rope_neox, cs_sink, 0, scale);
