@@ -9,7 +9,9 @@
  * the last sink_keep_count + window_size tokens (a fresh cache per
  * prediction: dense attention, positions 0.., slow and exact).  It also
  * reports, per layer, the mean share of attention mass that queries give to
- * the sink tokens.  It does not generate, batch several streams or serve. */
+ * the sink tokens.  --probe scores only each line's answer (the text after
+ * a TAB): a retrieval probe asks for something the window has moved past.
+ * It does not generate, batch several streams or serve. */
 #include <errno.h>
 #include <math.h>
 #include <stdbool.h>
@@ -34,6 +36,7 @@ struct eval_args {
 	size_t n_sets;
 	bool json;
 	bool recompute;
+	bool probe;    /* lines are CONTEXT<TAB>ANSWER; only answers scored */
 	long chunk;    /* tokens per forward call */
 	long every;    /* score every K-th token */
 	long pin;      /* the stream's first N tokens pinned (0: none) */
@@ -54,6 +57,13 @@ struct eval_state {
 	size_t n_mass;               /* queries summed into mass_sum */
 	double nll_sum;
 	size_t n_scored;
+	/* --probe: which tokens are scored, and each answer's token range */
+	bool *scored;         /* (n_ids) */
+	double *token_nll;    /* (n_ids) NLL of each scored token */
+	bool *token_top;      /* (n_ids) scored token is the argmax */
+	size_t (*answers)[2]; /* (n_answers) [begin, end) in ids */
+	size_t n_answers;
+	struct sinkcache_stats stats; /* the stream session's, at its end */
 };
 
 static void eval_usage(FILE *out)
@@ -61,7 +71,7 @@ static void eval_usage(FILE *out)
 	fprintf(out,
 	        "usage: sinkd eval --config FILE --text FILE [--set key=value ...] [--json]\n"
 	        "                  [--chunk N] [--baseline recompute] [--every K] [--model FILE]\n"
-	        "                  [--threads N] [--pin-prefix-tokens N]\n"
+	        "                  [--threads N] [--pin-prefix-tokens N] [--probe]\n"
 	        "Streaming perplexity: each non-empty line of the text is one document\n"
 	        "(BOS + space prefix); the stream of all documents flows through one\n"
 	        "session with the configured cache geometry; every token after the first\n"
@@ -69,8 +79,10 @@ static void eval_usage(FILE *out)
 	        "--baseline recompute predicts each scored token from scratch over the last\n"
 	        "sink_keep_count + window_size tokens.  --pin-prefix-tokens N keeps the\n"
 	        "stream's first N tokens in the sink tier, as a pinned system prompt\n"
-	        "(inference.cache.max_pinned_tokens at most).  --json ends stdout with one\n"
-	        "JSON line.\n");
+	        "(inference.cache.max_pinned_tokens at most).  --probe: each line is\n"
+	        "CONTEXT<TAB>ANSWER and only the answer's tokens are scored; reports the\n"
+	        "mean probability of the whole answer and how many greedy decoding would\n"
+	        "give.  --json ends stdout with one JSON line.\n");
 }
 
 static double now_s(void)
@@ -130,9 +142,12 @@ static int parse_valued(struct eval_args *a, const char *opt, const char *val)
 static int parse_flag(void *args, const char *opt)
 {
 	struct eval_args *a = args;
-	if (strcmp(opt, "--json") != 0)
+	if (!strcmp(opt, "--json"))
+		a->json = true;
+	else if (!strcmp(opt, "--probe"))
+		a->probe = true;
+	else
 		return 0;
-	a->json = true;
 	return 1;
 }
 
@@ -166,6 +181,10 @@ static void eval_state_free(struct eval_state *st)
 	free(st->batch);
 	free(st->mass);
 	free(st->mass_sum);
+	free(st->scored);
+	free(st->token_nll);
+	free(st->token_top);
+	free(st->answers);
 	cli_engine_close(&st->eng);
 }
 
@@ -193,29 +212,87 @@ static int setup_engine(struct eval_state *st, const struct eval_args *a, char *
 	return 0;
 }
 
-/* Appends the tokens of one document (BOS + text) to the stream. */
-static int add_document(struct eval_state *st, const char *line, size_t len, char *err,
-                        size_t err_len)
+/* Marks ids[begin, end) as one answer to score (--probe). */
+static int add_answer(struct eval_state *st, size_t begin, size_t end, char *err, size_t err_len)
 {
-	int32_t *ids = NULL;
-	size_t n = 0;
-	int rc = tokenizer_encode(st->eng.tok, line, len, true, false, &ids, &n, err, err_len);
-	if (rc)
-		return rc;
+	bool *scored = realloc(st->scored, st->n_ids * sizeof(bool));
+	if (scored)
+		st->scored = scored;
+	size_t(*answers)[2] = realloc(st->answers, (st->n_answers + 1) * sizeof(*answers));
+	if (answers)
+		st->answers = answers;
+	if (!scored || !answers)
+		return err_set(err, err_len, -ENOMEM, "out of memory");
+	for (size_t t = st->n_answers ? st->answers[st->n_answers - 1][1] : 0; t < begin; t++)
+		scored[t] = false;
+	for (size_t t = begin; t < end; t++)
+		scored[t] = true;
+	answers[st->n_answers][0] = begin;
+	answers[st->n_answers][1] = end;
+	st->n_answers++;
+	return 0;
+}
+
+/* Appends the tokens of one document (BOS + text) to the stream.  With
+ * --probe the line is CONTEXT<TAB>ANSWER: the document is both joined, and
+ * the answer is the tokens past those of the context alone (which must be
+ * a prefix of the whole; an answer starting with a space ensures that). */
+static int add_document(struct eval_state *st, const struct eval_args *a, size_t line_no,
+                        const char *line, size_t len, char *err, size_t err_len)
+{
+	int32_t *ids = NULL, *ctx = NULL;
+	size_t n = 0, n_ctx = 0;
+	char *joined = NULL;
+	const char *tab = a->probe ? memchr(line, '\t', len) : NULL;
+	int rc = 0;
+	if (a->probe && (!tab || tab + 1 == line + len || tab == line)) {
+		rc = err_set(err, err_len, -EINVAL,
+		             "line %zu: --probe needs CONTEXT<TAB>ANSWER, both non-empty", line_no);
+		goto out;
+	}
+	if (tab) {
+		size_t n_head = (size_t)(tab - line);
+		if (!(joined = malloc(len))) {
+			rc = err_set(err, err_len, -ENOMEM, "out of memory");
+			goto out;
+		}
+		memcpy(joined, line, n_head);
+		memcpy(joined + n_head, tab + 1, len - n_head - 1);
+		if ((rc = tokenizer_encode(st->eng.tok, line, n_head, true, false, &ctx, &n_ctx,
+		                           err, err_len)) ||
+		    (rc = tokenizer_encode(st->eng.tok, joined, len - 1, true, false, &ids, &n, err,
+		                           err_len)))
+			goto out;
+		if (n <= n_ctx || memcmp(ids, ctx, n_ctx * sizeof(int32_t))) {
+			rc = err_set(err, err_len, -EINVAL,
+			             "line %zu: the context's tokens are not a prefix of the whole "
+			             "line's (start the answer with a space)",
+			             line_no);
+			goto out;
+		}
+	} else if ((rc = tokenizer_encode(st->eng.tok, line, len, true, false, &ids, &n, err,
+	                                  err_len)))
+		goto out;
 	int32_t *grown = realloc(st->ids, (st->n_ids + n) * sizeof(int32_t));
 	if (!grown) {
-		free(ids);
-		return err_set(err, err_len, -ENOMEM, "out of memory");
+		rc = err_set(err, err_len, -ENOMEM, "out of memory");
+		goto out;
 	}
 	memcpy(grown + st->n_ids, ids, n * sizeof(int32_t));
 	st->ids = grown;
 	st->n_ids += n;
 	st->n_docs++;
+	if (tab)
+		rc = add_answer(st, st->n_ids - n + n_ctx, st->n_ids, err, err_len);
+out:
 	free(ids);
-	return 0;
+	free(ctx);
+	free(joined);
+	return rc;
 }
 
-static int read_stream(struct eval_state *st, const char *path, char *err, size_t err_len)
+static int read_stream(struct eval_state *st, const struct eval_args *a, const char *path,
+                       char *err, size_t err_len)
 {
 	FILE *f = fopen(path, "r");
 	if (!f)
@@ -223,22 +300,39 @@ static int read_stream(struct eval_state *st, const char *path, char *err, size_
 	char *line = NULL;
 	size_t cap = 0;
 	ssize_t len;
+	size_t line_no = 0;
 	int rc = 0;
 	while (rc == 0 && (len = getline(&line, &cap, f)) >= 0) {
+		line_no++;
 		while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
 			line[--len] = '\0';
 		if (len > 0)
-			rc = add_document(st, line, (size_t)len, err, err_len);
+			rc = add_document(st, a, line_no, line, (size_t)len, err, err_len);
 	}
 	free(line);
 	fclose(f);
-	if (rc == 0 && st->n_ids < 2)
-		rc = err_set(err, err_len, -EINVAL, "%s: fewer than two tokens to score", path);
-	return rc;
+	if (rc) {
+		err_prefix(err, err_len, path);
+		return rc;
+	}
+	if (st->n_ids < 2)
+		return err_set(err, err_len, -EINVAL, "%s: fewer than two tokens to score", path);
+	if (a->probe) {
+		st->token_nll = calloc(st->n_ids, sizeof(double));
+		st->token_top = calloc(st->n_ids, sizeof(bool));
+		bool *scored = realloc(st->scored, st->n_ids * sizeof(bool));
+		if (!st->token_nll || !st->token_top || !scored)
+			return err_set(err, err_len, -ENOMEM, "out of memory");
+		st->scored = scored;
+		for (size_t t = st->answers[st->n_answers - 1][1]; t < st->n_ids; t++)
+			scored[t] = false;
+	}
+	return 0;
 }
 
-/* NLL of `target` under one row of logits (log-sum-exp in double). */
-static double token_nll(const float *logits, int n_vocab, int32_t target)
+/* NLL of `target` under one row of logits (log-sum-exp in double); *top:
+ * whether no other token scores higher. */
+static double token_nll(const float *logits, int n_vocab, int32_t target, bool *top)
 {
 	float mx = logits[0];
 	for (int i = 1; i < n_vocab; i++)
@@ -246,11 +340,14 @@ static double token_nll(const float *logits, int n_vocab, int32_t target)
 	double sum = 0.0;
 	for (int i = 0; i < n_vocab; i++)
 		sum += exp((double)logits[i] - mx);
+	*top = logits[target] >= mx;
 	return log(sum) + mx - (double)logits[target];
 }
 
-static bool eval_scored(const struct eval_args *a, size_t t)
+static bool eval_scored(const struct eval_state *st, const struct eval_args *a, size_t t)
 {
+	if (st->scored)
+		return st->scored[t] && t % (size_t)a->every == 0;
 	return t >= 1 && t % (size_t)a->every == 0;
 }
 
@@ -281,14 +378,16 @@ static int feed_range(struct eval_state *st, const struct eval_args *a, struct b
 		size_t m = end - i < chunk ? end - i : chunk;
 		for (size_t j = 0; j < m; j++) {
 			size_t next = i + j + 1; /* the token this position predicts */
-			bool want = stream ? next < st->n_ids && eval_scored(a, next) : next == end;
+			bool want =
+			    stream ? next < st->n_ids && eval_scored(st, a, next) : next == end;
 			bool mass = stream || next == end;
 			st->batch[j] = (struct backend_token){.session = s,
 			                                      .token = st->ids[i + j],
 			                                      .want_logits = want,
 			                                      .sink_mass = mass ? st->mass : NULL};
 		}
-		int rc = st->eng.be->ops->forward(st->eng.be, st->batch, m, st->logits, err, err_len);
+		int rc =
+		    st->eng.be->ops->forward(st->eng.be, st->batch, m, st->logits, err, err_len);
 		if (rc)
 			return rc;
 		take_mass(st, stream ? m : (i + m == end));
@@ -296,8 +395,14 @@ static int feed_range(struct eval_state *st, const struct eval_args *a, struct b
 			if (!st->batch[j].want_logits)
 				continue;
 			const float *lg = st->logits + row++ * (size_t)n_vocab;
-			st->nll_sum += token_nll(lg, n_vocab, st->ids[i + j + 1]);
+			bool top = false;
+			double nll = token_nll(lg, n_vocab, st->ids[i + j + 1], &top);
+			st->nll_sum += nll;
 			st->n_scored++;
+			if (st->token_nll) {
+				st->token_nll[i + j + 1] = nll;
+				st->token_top[i + j + 1] = top;
+			}
 		}
 	}
 	return 0;
@@ -317,6 +422,7 @@ static int run_stream(struct eval_state *st, const struct eval_args *a, char *er
 		    st->n_ids, st->geom.max_context_length);
 	else
 		rc = feed_range(st, a, s, 0, st->n_ids - 1, true, err, err_len);
+	st->eng.be->ops->session_stats(st->eng.be, s, &st->stats);
 	st->eng.be->ops->session_free(st->eng.be, s);
 	return rc;
 }
@@ -329,7 +435,7 @@ static int run_recompute(struct eval_state *st, const struct eval_args *a, char 
 	                  ? (size_t)st->geom.max_context_length
 	                  : (size_t)st->geom.sink_keep_count + (size_t)st->geom.window_size;
 	for (size_t t = 1; t < st->n_ids; t++) {
-		if (!eval_scored(a, t))
+		if (!eval_scored(st, a, t))
 			continue;
 		struct backend_session *s = NULL;
 		int rc = st->eng.be->ops->session_new(st->eng.be, &st->geom, &s, err, err_len);
@@ -355,14 +461,15 @@ static void print_config_json(const struct sinkcache_geometry *g, const struct e
 	        "{\"strategy\":\"%s\",\"sink_keep_count\":%d,\"window_size\":%d,"
 	        "\"max_context_length\":%d,\"rope_positions\":\"%s\",\"dtype\":\"%s\","
 	        "\"quantization\":{\"enabled\":%s,\"bits\":%d,\"protect_sinks\":%s,"
-	        "\"full_precision_recent\":%d},\"bound_bytes\":%zu,"
+	        "\"full_precision_recent\":%d},\"anchors\":{\"max_tokens\":%d,"
+	        "\"promote_threshold\":%g,\"demote_after_steps\":%d},\"bound_bytes\":%zu,"
 	        "\"baseline\":\"%s\",\"chunk\":%ld,\"every\":%ld,\"pinned_tokens\":%ld}",
 	        strategy_text[g->strategy], g->sink_keep_count, g->window_size,
 	        g->max_context_length, positions_text[g->rope_positions], dtype_text[g->dtype],
 	        g->quant_enabled ? "true" : "false", g->quant_bits,
-	        g->protect_sinks ? "true" : "false", g->full_precision_recent,
-	        sinkcache_bound_bytes(g), a->recompute ? "recompute" : "stream", a->chunk,
-	        a->every, a->pin);
+	        g->protect_sinks ? "true" : "false", g->full_precision_recent, g->anchor_max,
+	        (double)g->anchor_promote, g->anchor_demote_steps, sinkcache_bound_bytes(g),
+	        a->recompute ? "recompute" : "stream", a->chunk, a->every, a->pin);
 }
 
 static void print_report(const struct eval_state *st, const struct eval_args *a, double secs)
@@ -370,6 +477,18 @@ static void print_report(const struct eval_state *st, const struct eval_args *a,
 	const struct sinkcache_geometry *g = &st->geom;
 	int n_layers = st->eng.model->hp.n_layers;
 	double mean = st->n_scored ? st->nll_sum / (double)st->n_scored : 0.0;
+	double answer_p = 0.0;
+	size_t answer_top = 0;
+	for (size_t i = 0; i < st->n_answers; i++) {
+		double nll = 0.0;
+		bool top = true;
+		for (size_t t = st->answers[i][0]; t < st->answers[i][1]; t++) {
+			nll += st->token_nll[t];
+			top = top && st->token_top[t];
+		}
+		answer_p += exp(-nll) / (double)st->n_answers;
+		answer_top += top;
+	}
 	printf("model        %s\n", st->eng.model->name);
 	printf("stream       %zu documents, %zu tokens, %zu scored%s\n", st->n_docs, st->n_ids,
 	       st->n_scored, a->recompute ? " (recompute baseline)" : "");
@@ -381,7 +500,19 @@ static void print_report(const struct eval_state *st, const struct eval_args *a,
 	if (g->quant_enabled)
 		printf(", int%d (%d recent full, sinks %s)", g->quant_bits,
 		       g->full_precision_recent, g->protect_sinks ? "protected" : "quantized");
+	if (g->anchor_max > 0)
+		printf(", up to %d anchors (threshold %g, demoted after %d steps)", g->anchor_max,
+		       (double)g->anchor_promote, g->anchor_demote_steps);
 	printf("\nmean NLL     %.5f\nperplexity   %.5f\n", mean, exp(mean));
+	if (a->probe)
+		printf("answers      %zu, mean probability %.5f, greedy %zu (%.1f%%)\n",
+		       st->n_answers, answer_p, answer_top,
+		       100.0 * (double)answer_top / (double)st->n_answers);
+	if (g->anchor_max > 0 && !a->recompute)
+		printf("anchors      %d at the end (layer 0), %llu promoted, %llu demoted (all "
+		       "layers)\n",
+		       st->stats.n_anchor, (unsigned long long)st->stats.anchors_promoted,
+		       (unsigned long long)st->stats.anchors_demoted);
 	printf("sink share  ");
 	for (int l = 0; l < n_layers; l++)
 		printf(" L%d %.4f", l, st->n_mass ? st->mass_sum[l] / (double)st->n_mass : 0.0);
@@ -395,7 +526,15 @@ static void print_report(const struct eval_state *st, const struct eval_args *a,
 	for (int l = 0; l < n_layers; l++)
 		printf("%s%.6f", l ? "," : "",
 		       st->n_mass ? st->mass_sum[l] / (double)st->n_mass : 0.0);
-	printf("],\"seconds\":%.3f,\"config\":", secs);
+	printf("]");
+	if (a->probe)
+		printf(",\"answers\":%zu,\"answer_probability\":%.8f,\"answer_greedy\":%zu",
+		       st->n_answers, answer_p, answer_top);
+	if (g->anchor_max > 0 && !a->recompute)
+		printf(",\"anchors_promoted\":%llu,\"anchors_demoted\":%llu",
+		       (unsigned long long)st->stats.anchors_promoted,
+		       (unsigned long long)st->stats.anchors_demoted);
+	printf(",\"seconds\":%.3f,\"config\":", secs);
 	print_config_json(g, a, stdout);
 	printf("}\n");
 }
@@ -405,7 +544,7 @@ static int run_eval(struct eval_state *st, const struct eval_args *a, char *err,
 	int rc = setup_engine(st, a, err, err_len);
 	if (rc)
 		return rc;
-	if ((rc = read_stream(st, a->text_path, err, err_len)))
+	if ((rc = read_stream(st, a, a->text_path, err, err_len)))
 		return rc;
 	double t0 = now_s();
 	rc = a->recompute ? run_recompute(st, a, err, err_len) : run_stream(st, a, err, err_len);

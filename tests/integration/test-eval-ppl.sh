@@ -135,6 +135,50 @@ check "stream NLL $s == recompute NLL $r when nothing is evicted" \
 check "--every scores every 97th token" \
 	[ "$(tail -n 1 "$tmp/stream.out" | jq .scored)" = "$(tail -n 1 "$tmp/recompute.out" | jq .scored)" ]
 
+# The retrieval probe (tests/bench/anchor-texts.py): stories that name a
+# child in their first sentence and ask for the name 300 tokens later.
+# stories260K copies the name while it is in the window and has to guess
+# once a 64-token cache has moved past it; anchors (inference.cache.anchors)
+# keep the heavily attended name tokens, so it copies again.
+python3 "$(dirname "$0")/../bench/anchor-texts.py" "$tmp" 60 18
+mkdir -p "$tmp/near"
+python3 "$(dirname "$0")/../bench/anchor-texts.py" "$tmp/near" 60 0
+probe() { # NAME TEXT ARGS...
+	local name=$1 text=$2
+	shift 2
+	"$bin" eval --config "$tmp/eval.yaml" --text "$text" --probe --json --chunk 16 \
+		--set inference.cache.sink_keep_count=4 "$@" >"$tmp/$name.out" 2>&1
+	check "probe $name: eval exits 0" [ $? -eq 0 ]
+}
+probe near "$tmp/near/probe.txt" --set inference.cache.window_size=60
+probe window "$tmp/probe.txt" --set inference.cache.window_size=60
+probe anchors "$tmp/probe.txt" --set inference.cache.window_size=56 \
+	--set inference.cache.anchors.enabled=true --set inference.cache.anchors.max_tokens=4 \
+	--set inference.cache.anchors.promote_threshold=0.03 \
+	--set inference.cache.anchors.demote_after_steps=16
+answer_p() { tail -n 1 "$tmp/$1.out" | jq -r .answer_probability; }
+p_near=$(answer_p near)
+p_window=$(answer_p window)
+p_anchor=$(answer_p anchors)
+check "probe: 60 answers scored" [ "$(tail -n 1 "$tmp/window.out" | jq .answers)" = 60 ]
+check "probe: the report gives the answers' probability" grep -q '^answers *60, mean probability' "$tmp/window.out"
+check "probe: name in the window p=$p_near, over 0.3" awk -v p="$p_near" 'BEGIN { exit !(p > 0.3) }'
+check "probe: name past a 64-token window p=$p_window, under 0.1" awk -v p="$p_window" 'BEGIN { exit !(p < 0.1) }'
+check "probe: 4 anchors + window 56 ($p_anchor) over 3x the window of 60 ($p_window)" \
+	awk -v a="$p_anchor" -v w="$p_window" 'BEGIN { exit !(a > 3 * w) }'
+check "probe: anchors were promoted and demoted" \
+	jq -e '.anchors_promoted > 0 and .anchors_demoted > 0 and .config.anchors.max_tokens == 4' \
+	<(tail -n 1 "$tmp/anchors.out")
+check "probe: the report counts the anchors" grep -q '^anchors .* promoted' "$tmp/anchors.out"
+printf 'no tab on this line\n' >"$tmp/notab.txt"
+"$bin" eval --config "$tmp/eval.yaml" --text "$tmp/notab.txt" --probe >"$tmp/out" 2>&1
+check "--probe on a line without a TAB exits 2" [ $? -eq 2 ]
+check "… and names the line" grep -q 'notab.txt: line 1: --probe needs CONTEXT<TAB>ANSWER' "$tmp/out"
+"$bin" eval --config "$tmp/eval.yaml" --text "$text" --set inference.cache.strategy=full \
+	--set inference.cache.anchors.enabled=true >"$tmp/out" 2>&1
+check "anchors with strategy full exits 2" [ $? -eq 2 ]
+check "… and names the keys" grep -q 'inference.cache.anchors.enabled' "$tmp/out"
+
 "$bin" eval --config "$tmp/eval.yaml" --text "$text" --baseline bogus >"$tmp/out" 2>&1
 check "--baseline bogus exits 2" [ $? -eq 2 ]
 "$bin" eval --config "$tmp/eval.yaml" --text "$text" --set inference.cache.sink_keep_count=300 \
