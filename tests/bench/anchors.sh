@@ -30,11 +30,7 @@ OUT=$ROOT/tests/bench/results/anchors.md
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
-if [ ! -f "$BUILD/build.ninja" ]; then
-	PATH=/usr/local/cuda/bin:$PATH meson setup "$BUILD" -Dcuda=disabled -Dbuildtype=release >/dev/null
-fi
-ninja -C "$BUILD" src/sinkd >/dev/null
-BIN=$BUILD/src/sinkd
+BIN=$("$ROOT/tests/bench/release-sinkd.sh" "$BUILD")
 mkdir -p "$TMP/far" "$TMP/near"
 python3 "$ROOT/tests/bench/anchor-texts.py" "$TMP/far" 60 18
 python3 "$ROOT/tests/bench/anchor-texts.py" "$TMP/near" 60 0

@@ -29,11 +29,7 @@ OUT=$ROOT/tests/bench/results/sink-report.md
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
-if [ ! -f "$BUILD/build.ninja" ]; then
-	PATH=/usr/local/cuda/bin:$PATH meson setup "$BUILD" -Dcuda=disabled -Dbuildtype=release >/dev/null
-fi
-ninja -C "$BUILD" src/sinkd >/dev/null
-BIN=$BUILD/src/sinkd
+BIN=$("$ROOT/tests/bench/release-sinkd.sh" "$BUILD")
 TEXT=$SHARED/data/tinystories-dev.txt
 MODELS=${MODELS:-stories260K stories260K-sink}
 # name | description | extra eval arguments
