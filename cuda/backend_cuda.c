@@ -402,7 +402,6 @@ int backend_cuda_new(const struct model *m, const struct backend_options *opt,
 		return err_set(err, err_len, -ENOMEM, "cuda backend: out of memory");
 	c->base.ops = &cuda_ops;
 	c->base.model = m;
-	c->base.impl = c;
 	c->log = o->log;
 	c->device = o->device;
 	c->wdt = (int)o->dtype;

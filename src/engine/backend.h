@@ -71,7 +71,6 @@ int backend_geometry_fits_model(const struct model *m, const struct sinkcache_ge
 struct backend {
 	const struct backend_ops *ops;
 	const struct model *model;
-	void *impl;
 };
 
 struct backend_options {

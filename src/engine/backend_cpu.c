@@ -795,7 +795,6 @@ int backend_cpu_new(const struct model *m, const struct backend_options *opt, st
 		return err_set(err, err_len, -ENOMEM, "cpu backend: out of memory");
 	c->base.ops = &cpu_ops;
 	c->base.model = m;
-	c->base.impl = c;
 	rc = threadpool_new(opt ? opt->n_threads : 0, &c->pool, err, err_len);
 	if (rc) {
 		free(c);

@@ -197,7 +197,6 @@ struct scheduler {
 	pthread_cond_t ctl_cv; /* a job is done, or an offload finished */
 	struct sched_offload **wq; /* [mu] for the writer */
 	size_t n_wq, cap_wq;
-	size_t n_writing; /* [mu] the writer's job in flight (0 or 1) */
 	pthread_cond_t wq_cv;
 	pthread_t writer;
 	bool writer_started;
@@ -245,8 +244,10 @@ size_t sched_tick(struct scheduler *s);
  * prompt rows granted by the row rather than by the block of 8. */
 size_t sched_pace_limit(const struct scheduler *s, size_t n_decode, size_t max_tokens,
                         bool *part_block);
-void sched_emit_done(struct scheduler *s, struct sched_req *r, enum gen_finish finish,
-                     int http_status, const char *error);
+/* The last event of r; GEN_FINISH_ERROR carries rc, the field at fault
+ * (param, a string literal, or NULL) and the message. */
+void sched_emit_done(struct scheduler *s, struct sched_req *r, enum gen_finish finish, int rc,
+                     const char *param, const char *error);
 void sched_req_free(struct sched_req *r);
 /* Frees a session's backend state and history (engine thread or after it stopped). */
 void sched_session_release(struct scheduler *s, struct sched_session *ss);

@@ -426,7 +426,6 @@ static void offload_finish(struct scheduler *s, struct sched_offload *j, int rc,
 	bool gone = false;
 	pthread_mutex_lock(&s->mu);
 	ss->offloading = false;
-	s->n_writing--;
 	if (rc) {
 		s->st.offload_failures++;
 	} else if (!ss->offload_cancel && !ss->busy_handle && !ss->deleted) {
@@ -469,7 +468,6 @@ static void *writer_main(void *arg)
 			break;
 		struct sched_offload *j = s->wq[0];
 		sched_ptrs_remove_at((void **)s->wq, &s->n_wq, 0);
-		s->n_writing++;
 		char owner[SCHED_OWNER_LEN];
 		snprintf(owner, sizeof(owner), "%s", j->ss->owner);
 		pthread_mutex_unlock(&s->mu);

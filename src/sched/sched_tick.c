@@ -131,14 +131,15 @@ static void session_refresh_stats(struct scheduler *s, struct sched_session *ss)
 
 /* The session is free again before the client hears DONE, so that it can
  * send its next request on it at once; its info is already up to date. */
-void sched_emit_done(struct scheduler *s, struct sched_req *r, enum gen_finish finish,
-                     int http_status, const char *error)
+void sched_emit_done(struct scheduler *s, struct sched_req *r, enum gen_finish finish, int rc,
+                     const char *param, const char *error)
 {
 	struct gen_event ev = {.kind = GEN_EVENT_DONE, .token = -1, .finish = finish};
 	if (finish == GEN_FINISH_ERROR) {
-		ev.http_status = http_status;
+		ev.error_rc = rc;
+		ev.error_param = param;
 		ev.error = error;
-		if (http_status == 503)
+		if (rc == -EAGAIN)
 			ev.retry_after_s = scheduler_retry_after_s(s);
 	}
 	if (r->sess && r->sess->bs)
@@ -163,7 +164,7 @@ void sched_emit_done(struct scheduler *s, struct sched_req *r, enum gen_finish f
 		                               LOG_STR("finish", names[finish]),
 		                               LOG_INT("prompt_tokens", r->n_prompt),
 		                               LOG_INT("generated_tokens", r->n_generated),
-		                               LOG_INT("status", http_status), LOG_END});
+		                               LOG_INT("rc", rc), LOG_END});
 	}
 	emit(r, &ev);
 }
@@ -281,33 +282,35 @@ static void req_abandon_stream(struct scheduler *s, struct sched_req *r)
 
 /* ---- request start ----------------------------------------------------- */
 
-/* Backend session, revise, and the tokens to feed. */
-static int req_start(struct scheduler *s, struct sched_req *r, int *http_status, char *err,
+/* Backend session, revise, and the tokens to feed.  Errors in the codes of
+ * scheduler_submit(), *param the field at fault (or NULL). */
+static int req_start(struct scheduler *s, struct sched_req *r, const char **param, char *err,
                      size_t err_len)
 {
 	struct sched_session *ss = r->sess;
 	const struct gen_request *q = &r->req;
 	int rc;
-	*http_status = 500;
+	*param = NULL;
 	pthread_mutex_lock(&s->mu);
 	ss->offload_tried = false;
 	pthread_mutex_unlock(&s->mu);
+	/* The cache was admitted whole: failing to make it is the engine's fault. */
 	if (!ss->bs) {
 		rc = s->be->ops->session_new(s->be, &ss->geom, &ss->bs, err, err_len);
 		if (rc)
-			return rc;
+			return rc == -ENOMEM ? rc : -EIO;
 		rc = sched_import_pending(s, ss, err, err_len);
 		if (rc) { /* the snapshot was checked whole: only memory can fail here */
 			s->be->ops->session_free(s->be, ss->bs);
 			ss->bs = NULL;
-			return rc;
+			return rc == -ENOMEM ? rc : -EIO;
 		}
 	}
 	if (q->revise_last_tokens > 0) {
 		rc = session_revise(s, ss, q->revise_last_tokens, err, err_len);
-		if (rc) {
-			*http_status = 409;
-			return rc;
+		if (rc) { /* whatever the cache says, the revise reached too far back */
+			*param = "revise_last_tokens";
+			return -ERANGE;
 		}
 	}
 	r->feed = malloc((q->n_prompt + 1) * sizeof(*r->feed));
@@ -325,12 +328,10 @@ static int req_start(struct scheduler *s, struct sched_req *r, int *http_status,
 	bool keep_last = ss->persistent && !r->logits_at_end && r->n_feed > 0;
 	if (keep_last)
 		r->n_feed--; /* stays pending for the next request */
-	if (r->logits_at_end && r->n_feed == 0) {
-		*http_status = 400;
+	if (r->logits_at_end && r->n_feed == 0)
 		return err_set(err, err_len, -EINVAL, "nothing to continue from");
-	}
 	if (!s->be->ops->session_can_append(s->be, ss->bs, r->n_feed)) {
-		*http_status = 400;
+		*param = "prompt";
 		return err_set(err, err_len, -E2BIG, "prompt exceeds the context");
 	}
 	/* Checks passed: the prompt joins the session's stream. */
@@ -395,7 +396,7 @@ static bool req_on_token(struct scheduler *s, struct sched_req *r, const struct 
 		return false;
 	}
 	session_set_pending(s, ss, ss->persistent); /* t is the stream's last token, not fed */
-	sched_emit_done(s, r, eog || stopped ? GEN_FINISH_STOP : GEN_FINISH_LENGTH, 0, NULL);
+	sched_emit_done(s, r, eog || stopped ? GEN_FINISH_STOP : GEN_FINISH_LENGTH, 0, NULL, NULL);
 	return true;
 }
 
@@ -408,7 +409,7 @@ static bool req_sample(struct scheduler *s, struct sched_req *r)
 			session_set_pending(s, r->sess, false);
 			session_restore_pending(s, r->sess);
 		}
-		sched_emit_done(s, r, GEN_FINISH_ERROR, 500, "sampling failed");
+		sched_emit_done(s, r, GEN_FINISH_ERROR, -EIO, NULL, "sampling failed");
 		return true;
 	}
 	return req_on_token(s, r, &res);
@@ -741,7 +742,7 @@ static bool req_after_forward(struct scheduler *s, struct sched_req *r)
 	struct gen_event ev = {.kind = GEN_EVENT_PROMPT_DONE, .token = -1};
 	emit(r, &ev);
 	if (!r->logits_at_end) {
-		sched_emit_done(s, r, GEN_FINISH_NONE, 0, NULL);
+		sched_emit_done(s, r, GEN_FINISH_NONE, 0, NULL, NULL);
 		return true;
 	}
 	return req_sample(s, r);
@@ -760,22 +761,23 @@ static void tick_prepare(struct scheduler *s, struct sched_req **act, size_t n_a
 		pthread_mutex_unlock(&s->mu);
 		if (cancelled) {
 			req_abandon_stream(s, r);
-			sched_emit_done(s, r, GEN_FINISH_CANCELLED, 0, NULL);
+			sched_emit_done(s, r, GEN_FINISH_CANCELLED, 0, NULL, NULL);
 			continue;
 		}
 		if (r->state != REQ_STARTING)
 			continue;
 		if (r->req.on_start)
 			r->req.on_start(r->req.user);
-		int status;
-		if (req_start(s, r, &status, err, sizeof(err)) != 0) {
-			sched_emit_done(s, r, GEN_FINISH_ERROR, status, err);
+		const char *param;
+		int rc = req_start(s, r, &param, err, sizeof(err));
+		if (rc) {
+			sched_emit_done(s, r, GEN_FINISH_ERROR, rc, param, err);
 			continue;
 		}
 		if (r->n_feed == 0) { /* append-only of a single (now pending) token */
 			struct gen_event ev = {.kind = GEN_EVENT_PROMPT_DONE, .token = -1};
 			emit(r, &ev);
-			sched_emit_done(s, r, GEN_FINISH_NONE, 0, NULL);
+			sched_emit_done(s, r, GEN_FINISH_NONE, 0, NULL, NULL);
 		}
 	}
 }
@@ -789,7 +791,7 @@ static void tick_fail_batch(struct scheduler *s, struct sched_req **act, size_t 
 		struct sched_req *r = act[i];
 		if (!r->n_in_batch)
 			continue;
-		sched_emit_done(s, r, GEN_FINISH_ERROR, 500, "inference failed");
+		sched_emit_done(s, r, GEN_FINISH_ERROR, -EIO, NULL, "inference failed");
 		if (r->sess->persistent) { /* its cache state is unknown now: drop it */
 			pthread_mutex_lock(&s->mu);
 			for (size_t k = 0; k < s->n_sessions; k++)

@@ -108,20 +108,23 @@ static int bound_fits_budget_locked(struct scheduler *s, size_t bound, char *err
 	               bound, s->lim.budget_bytes);
 }
 
-static int pin_check_locked(const struct scheduler *s, const struct gen_request *q, char *err,
-                            size_t err_len)
+static int pin_check_locked(const struct scheduler *s, const struct gen_request *q,
+                            const char **param, char *err, size_t err_len)
 {
+	int rc = 0;
 	if (q->pin_prefix_tokens < 0 || q->pin_prefix_tokens > s->lim.max_pinned_tokens)
-		return err_set(err, err_len, -EDOM,
-		               "%d pinned tokens: inference.cache.max_pinned_tokens allows 0..%d "
-		               "(at most window_size - 1)",
-		               q->pin_prefix_tokens, s->lim.max_pinned_tokens);
-	if ((size_t)q->pin_prefix_tokens > q->n_prompt)
-		return err_set(err, err_len, -EDOM,
-		               "%d pinned tokens: the prompt has only %zu (only prompt tokens can be "
-		               "pinned)",
-		               q->pin_prefix_tokens, q->n_prompt);
-	return 0;
+		rc = err_set(err, err_len, -EDOM,
+		             "%d pinned tokens: inference.cache.max_pinned_tokens allows 0..%d "
+		             "(at most window_size - 1)",
+		             q->pin_prefix_tokens, s->lim.max_pinned_tokens);
+	else if ((size_t)q->pin_prefix_tokens > q->n_prompt)
+		rc = err_set(err, err_len, -EDOM,
+		             "%d pinned tokens: the prompt has only %zu (only prompt tokens can be "
+		             "pinned)",
+		             q->pin_prefix_tokens, q->n_prompt);
+	if (rc)
+		*param = "pin_prefix_tokens";
+	return rc;
 }
 
 static void limits_from_config(struct scheduler *s, const struct sinkd_config *cfg,
@@ -160,30 +163,6 @@ static void limits_from_config(struct scheduler *s, const struct sinkd_config *c
 	size_t weights = model_weight_bytes(s->be->model);
 	avail = avail > weights ? avail - weights : 0;
 	lim->budget_bytes = (size_t)((double)avail * lim->auto_fraction);
-}
-
-int scheduler_error_status(int rc)
-{
-	switch (rc) {
-	case -EAGAIN:
-	case -ENOSPC:
-	case -EMFILE:
-		return 503;
-	case -EDQUOT:
-		return 429;
-	case -ENOENT:
-		return 404;
-	case -EBUSY:
-	case -ERANGE:
-	case -EEXIST:
-		return 409;
-	case -E2BIG:
-	case -EINVAL:
-	case -EDOM:
-		return 400;
-	default:
-		return 500;
-	}
 }
 
 int scheduler_retry_after_s(struct scheduler *s)
@@ -278,14 +257,19 @@ int scheduler_session_retry_after_s(struct scheduler *s, const char *owner)
 }
 
 static int settings_apply(const struct sched_limits *lim, const struct session_settings *opt,
-                          struct sinkcache_geometry *g, char *err, size_t err_len)
+                          struct sinkcache_geometry *g, const char **param, char *err,
+                          size_t err_len)
 {
 	*g = lim->geom;
 	if (!opt)
 		return 0;
+	*param = "window_size";
 	if (opt->window_size < 0 || opt->window_size > lim->geom.window_size)
 		return err_set(err, err_len, -EINVAL, "window_size %d out of range (allowed 1..%d)",
 		               opt->window_size, lim->geom.window_size);
+	/* past the window's own range, what the geometry refuses is a sink tier
+	 * that does not fit in the window */
+	*param = "sink_keep_count";
 	if (opt->sink_keep_count < -1 || opt->sink_keep_count > lim->geom.sink_keep_count)
 		return err_set(err, err_len, -EINVAL,
 		               "sink_keep_count %d out of range (allowed 0..%d)",
@@ -296,7 +280,10 @@ static int settings_apply(const struct sched_limits *lim, const struct session_s
 		g->sink_keep_count = opt->sink_keep_count;
 	if (g->full_precision_recent > g->window_size)
 		g->full_precision_recent = g->window_size;
-	return sinkcache_geometry_check(g, err, err_len);
+	int rc = sinkcache_geometry_check(g, err, err_len);
+	if (!rc)
+		*param = NULL;
+	return rc;
 }
 
 static struct sched_session *session_alloc(const struct sinkcache_geometry *g, bool persistent)
@@ -335,11 +322,12 @@ static void session_id_make(char id[SCHED_SESSION_ID_LEN])
  * session; a restored one gets its stream history and its cache image. */
 static int session_create(struct scheduler *s, const struct session_settings *opt,
                           const struct sched_restore *rs, char id_out[SCHED_SESSION_ID_LEN],
-                          char *err, size_t err_len)
+                          const char **param, char *err, size_t err_len)
 {
 	struct sinkcache_geometry g;
 	int rc = 0;
 	const char *want_id = opt && opt->id && opt->id[0] ? opt->id : NULL;
+	*param = want_id ? "id" : NULL; /* until the id is taken */
 	if (want_id && (strlen(want_id) >= SCHED_SESSION_ID_LEN ||
 	                strspn(want_id, "0123456789abcdefABCDEF") != strlen(want_id)))
 		return err_set(err, err_len, -EINVAL, "session id: 1..32 hex digits");
@@ -356,18 +344,22 @@ static int session_create(struct scheduler *s, const struct session_settings *op
 		if (rc == -EBUSY)
 			return err_set(err, err_len, -EEXIST, "session %s exists (held by instance %s)",
 			               want_id, holder);
-		if (rc)
+		if (rc) {
+			*param = NULL; /* the store's failure, not the id's */
 			return rc;
+		}
 		leased = true;
 	}
 	pthread_mutex_lock(&s->mu);
+	*param = NULL;
 	if (rs)
 		g = *rs->geom;
 	else
-		rc = settings_apply(&s->lim, opt, &g, err, err_len);
+		rc = settings_apply(&s->lim, opt, &g, param, err, err_len);
 	if (rc)
 		goto out;
 	if (want_id && sched_session_find_locked(s, want_id)) {
+		*param = "id";
 		rc = err_set(err, err_len, -EEXIST, "session %s exists", want_id);
 		goto out;
 	}
@@ -434,16 +426,22 @@ out:
 }
 
 int scheduler_session_create(struct scheduler *s, const struct session_settings *opt,
-                             char id_out[SCHED_SESSION_ID_LEN], char *err, size_t err_len)
+                             char id_out[SCHED_SESSION_ID_LEN], const char **err_param, char *err,
+                             size_t err_len)
 {
-	return session_create(s, opt, NULL, id_out, err, err_len);
+	const char *param = NULL;
+	int rc = session_create(s, opt, NULL, id_out, &param, err, err_len);
+	if (err_param)
+		*err_param = rc ? param : NULL;
+	return rc;
 }
 
 int sched_session_create_restored(struct scheduler *s, const struct session_settings *opt,
                                   const struct sched_restore *rs,
                                   char id_out[SCHED_SESSION_ID_LEN], char *err, size_t err_len)
 {
-	return session_create(s, opt, rs, id_out, err, err_len);
+	const char *param = NULL; /* a snapshot's fields are not the client's */
+	return session_create(s, opt, rs, id_out, &param, err, err_len);
 }
 
 int scheduler_session_info(struct scheduler *s, const char *id, struct sched_session_info *out)
@@ -516,13 +514,14 @@ int scheduler_session_delete(struct scheduler *s, const char *id)
 
 /* ---- submission -------------------------------------------------------- */
 
-static int req_validate(struct scheduler *s, const struct gen_request *req, char *err,
-                        size_t err_len)
+static int req_validate(struct scheduler *s, struct gen_request *req, char *err, size_t err_len)
 {
 	if (!req->on_event)
 		return err_set(err, err_len, -EINVAL, "no event callback");
+	req->err_param = "max_tokens";
 	if (req->max_tokens < 0)
 		return err_set(err, err_len, -EINVAL, "max_tokens must be >= 0");
+	req->err_param = "prompt";
 	if (!req->session_id && req->n_prompt == 0)
 		return err_set(err, err_len, -EINVAL, "empty prompt");
 	for (size_t i = 0; i < req->n_prompt; i++)
@@ -530,6 +529,7 @@ static int req_validate(struct scheduler *s, const struct gen_request *req, char
 			return err_set(err, err_len, -EINVAL,
 			               "prompt token %zu: id %d out of range", i,
 			               (int)req->prompt_ids[i]);
+	req->err_param = NULL;
 	return 0;
 }
 
@@ -571,32 +571,37 @@ fail:
  * (limits.max_prompt_tokens, every strategy) and, under strategy full, what
  * its stream may hold (kept tokens of a session + prompt + max_tokens). */
 static int req_length_check_locked(const struct scheduler *s, const struct gen_request *q,
-                                   const struct sinkcache_geometry *g, size_t kept, char *err,
-                                   size_t err_len)
+                                   const struct sinkcache_geometry *g, size_t kept,
+                                   const char **param, char *err, size_t err_len)
 {
+	int rc = 0;
 	if (q->n_prompt > (uint64_t)s->lim.max_prompt_tokens)
-		return err_set(err, err_len, -E2BIG,
-		               "the prompt has %zu tokens; the context takes at most %" PRId64
-		               " from one request (limits.max_prompt_tokens)",
-		               q->n_prompt, s->lim.max_prompt_tokens);
-	if (g->strategy == CACHE_STRATEGY_FULL &&
-	    kept + q->n_prompt + (size_t)q->max_tokens > (size_t)g->max_context_length)
-		return err_set(err, err_len, -E2BIG,
-		               "%zu tokens kept + prompt (%zu tokens) + max_tokens (%d) exceed "
-		               "inference.max_context_length (%d) of strategy full",
-		               kept, q->n_prompt, q->max_tokens, g->max_context_length);
-	return 0;
+		rc = err_set(err, err_len, -E2BIG,
+		             "the prompt has %zu tokens; the context takes at most %" PRId64
+		             " from one request (limits.max_prompt_tokens)",
+		             q->n_prompt, s->lim.max_prompt_tokens);
+	else if (g->strategy == CACHE_STRATEGY_FULL &&
+	         kept + q->n_prompt + (size_t)q->max_tokens > (size_t)g->max_context_length)
+		rc = err_set(err, err_len, -E2BIG,
+		             "%zu tokens kept + prompt (%zu tokens) + max_tokens (%d) exceed "
+		             "inference.max_context_length (%d) of strategy full",
+		             kept, q->n_prompt, q->max_tokens, g->max_context_length);
+	if (rc)
+		*param = "prompt"; /* what the client can shorten */
+	return rc;
 }
 
 /* A session's first request pins a prefix: the session's sink tier grows
  * to it and its reservation with it (the cache is made at that request, so
  * nothing is moved). */
 static int session_pin_locked(struct scheduler *s, struct sched_session *ss,
-                              const struct gen_request *q, char *err, size_t err_len)
+                              const struct gen_request *q, const char **param, char *err,
+                              size_t err_len)
 {
-	int rc = pin_check_locked(s, q, err, err_len);
+	int rc = pin_check_locked(s, q, param, err, err_len);
 	if (rc)
 		return rc;
+	*param = "pin_prefix_tokens";
 	if (ss->used || ss->stats.n_seen > 0 || ss->has_pending)
 		return err_set(err, err_len, -EDOM,
 		               "session %s already holds tokens: a prefix is pinned by a session's "
@@ -607,6 +612,7 @@ static int session_pin_locked(struct scheduler *s, struct sched_session *ss,
 		return err_set(err, err_len, -EDOM,
 		               "%d pinned tokens: session %s has window_size %d (allowed 0..%d)",
 		               q->pin_prefix_tokens, ss->id, g.window_size, g.window_size - 1);
+	*param = NULL;
 	sinkcache_geometry_pin(&g, q->pin_prefix_tokens);
 	rc = sinkcache_geometry_check(&g, err, err_len);
 	if (rc)
@@ -632,8 +638,9 @@ static int session_pin_locked(struct scheduler *s, struct sched_session *ss,
 static int submit_on_session_locked(struct scheduler *s, struct sched_req *r, char *err,
                                     size_t err_len)
 {
-	const struct gen_request *q = &r->req;
+	struct gen_request *q = &r->req;
 	struct sched_session *ss = sched_session_find_locked(s, q->session_id);
+	q->err_param = "session_id";
 	if (!ss)
 		return err_set(err, err_len, -ENOENT, "no session %.40s", q->session_id);
 	if (ss->offloading)
@@ -644,18 +651,20 @@ static int submit_on_session_locked(struct scheduler *s, struct sched_req *r, ch
 		               ss->id);
 	}
 	size_t revisable = session_revisable_locked(ss);
+	q->err_param = "revise_last_tokens";
 	if (q->revise_last_tokens > revisable)
 		return err_set(
 		    err, err_len, -ERANGE,
 		    "cannot revise %zu tokens: only the last %zu are still in the window",
 		    q->revise_last_tokens, revisable);
+	q->err_param = NULL;
 	if (q->n_prompt == 0 && q->max_tokens > 0 && revisable - q->revise_last_tokens == 0)
 		return err_set(err, err_len, -EINVAL, "the session has no token to continue from");
 	size_t kept =
 	    (size_t)ss->stats.n_resident + (ss->has_pending ? 1 : 0) - q->revise_last_tokens;
-	int rc = req_length_check_locked(s, q, &ss->geom, kept, err, err_len);
+	int rc = req_length_check_locked(s, q, &ss->geom, kept, &q->err_param, err, err_len);
 	if (!rc && q->pin_prefix_tokens > 0)
-		rc = session_pin_locked(s, ss, q, err, err_len);
+		rc = session_pin_locked(s, ss, q, &q->err_param, err, err_len);
 	if (rc)
 		return rc;
 	snprintf(r->sid, sizeof(r->sid), "%s", ss->id);
@@ -666,9 +675,9 @@ static int submit_on_session_locked(struct scheduler *s, struct sched_req *r, ch
 static int submit_one_shot_locked(struct scheduler *s, struct sched_req *r, char *err,
                                   size_t err_len)
 {
-	const struct gen_request *q = &r->req;
+	struct gen_request *q = &r->req;
 	r->geom = s->lim.geom;
-	int rc = pin_check_locked(s, q, err, err_len);
+	int rc = pin_check_locked(s, q, &q->err_param, err, err_len);
 	if (!rc && q->pin_prefix_tokens > 0) {
 		sinkcache_geometry_pin(&r->geom, q->pin_prefix_tokens);
 		rc = sinkcache_geometry_check(&r->geom, err, err_len);
@@ -679,7 +688,7 @@ static int submit_one_shot_locked(struct scheduler *s, struct sched_req *r, char
 	rc = bound_fits_budget_locked(s, r->need_bytes, err, err_len);
 	if (rc)
 		return rc;
-	rc = req_length_check_locked(s, q, &r->geom, 0, err, err_len);
+	rc = req_length_check_locked(s, q, &r->geom, 0, &q->err_param, err, err_len);
 	if (rc)
 		return rc;
 	r->sess = session_alloc(&r->geom, false);
@@ -708,10 +717,12 @@ static int submit_locked(struct scheduler *s, struct sched_req *r, uint64_t *han
 	int rc;
 	if (s->stopping)
 		return err_set(err, err_len, -EAGAIN, "scheduler is stopping");
-	if (r->req.max_tokens > s->lim.max_tokens)
+	if (r->req.max_tokens > s->lim.max_tokens) {
+		r->req.err_param = "max_tokens";
 		return err_set(err, err_len, -EINVAL,
 		               "max_tokens %d exceeds limits.max_tokens (%" PRId64 ")",
 		               r->req.max_tokens, s->lim.max_tokens);
+	}
 	rc = r->req.session_id ? submit_on_session_locked(s, r, err, err_len)
 	                       : submit_one_shot_locked(s, r, err, err_len);
 	if (rc)
@@ -745,6 +756,7 @@ int scheduler_submit(struct scheduler *s, struct gen_request *req, uint64_t *han
                      size_t err_len)
 {
 	struct sched_req *r = NULL;
+	req->err_param = NULL;
 	int rc = req_validate(s, req, err, err_len);
 	if (rc)
 		return rc;
@@ -760,6 +772,7 @@ int scheduler_submit(struct scheduler *s, struct gen_request *req, uint64_t *han
 	rc = submit_locked(s, r, handle, err, err_len);
 	pthread_mutex_unlock(&s->mu);
 	if (rc) {
+		req->err_param = r->req.err_param;
 		/* The caller keeps its buffers: do not free them with r. */
 		r->req.prompt_ids = NULL;
 		r->req.stops = NULL;
@@ -889,12 +902,12 @@ static void housekeeping_run(struct scheduler *s, struct housekeeping *hk)
 	for (size_t i = 0; i < hk->n_leave; i++) {
 		struct sched_req *r = hk->leave[i];
 		if (r->cancelled) {
-			sched_emit_done(s, r, GEN_FINISH_CANCELLED, 0, NULL);
+			sched_emit_done(s, r, GEN_FINISH_CANCELLED, 0, NULL, NULL);
 		} else {
 			pthread_mutex_lock(&s->mu);
 			s->st.rejected_timeout++;
 			pthread_mutex_unlock(&s->mu);
-			sched_emit_done(s, r, GEN_FINISH_ERROR, 503,
+			sched_emit_done(s, r, GEN_FINISH_ERROR, -EAGAIN, NULL,
 			                "timed out waiting for KV cache budget; retry later");
 		}
 		sched_req_retire(s, r);
@@ -1079,7 +1092,7 @@ static void free_all_requests(struct scheduler *s, struct sched_req **list, size
 {
 	for (size_t i = 0; i < n; i++) {
 		struct sched_req *r = list[i];
-		sched_emit_done(s, r, GEN_FINISH_CANCELLED, 0, NULL);
+		sched_emit_done(s, r, GEN_FINISH_CANCELLED, 0, NULL, NULL);
 		if (r->sess && !r->sess->persistent) {
 			sched_session_release(s, r->sess);
 			free(r->sess);

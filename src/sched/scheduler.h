@@ -39,9 +39,13 @@ struct gen_event {
 	enum gen_finish finish;
 	int n_prompt_tokens;
 	int n_generated_tokens;
-	int http_status;   /* DONE with GEN_FINISH_ERROR: status to answer with */
-	const char *error; /* DONE with GEN_FINISH_ERROR: message */
-	int retry_after_s; /* DONE with status 503: the Retry-After hint (seconds) */
+	/* DONE with GEN_FINISH_ERROR: why, in the codes of scheduler_submit()
+	 * (-EIO: the engine failed), the request field at fault (a string
+	 * literal; NULL: none) and a message. */
+	int error_rc;
+	const char *error_param;
+	const char *error;
+	int retry_after_s; /* DONE with -EAGAIN: the Retry-After hint (seconds) */
 };
 
 /* Called on the engine thread: must not block (copy, wake the connection, return). */
@@ -80,6 +84,10 @@ struct gen_request {
 	 * called for one that leaves it by timeout or cancel).  Engine thread;
 	 * must not block. */
 	void (*on_start)(void *user);
+	/* Out: after an error of scheduler_submit, the field at fault
+	 * ("prompt", "max_tokens", "session_id", "revise_last_tokens",
+	 * "pin_prefix_tokens"; a string literal) or NULL. */
+	const char *err_param;
 };
 
 struct scheduler;
@@ -89,14 +97,15 @@ int scheduler_new(const struct sinkd_config *cfg, struct backend *be, const stru
 /* Stops the engine thread; pending requests get DONE with GEN_FINISH_CANCELLED. */
 void scheduler_free(struct scheduler *s);
 
-/* Queues a request.  Returns 0 and a handle, or: -EAGAIN queue full (503,
- * Retry-After: scheduler_retry_after_s()), -ENOENT unknown session (404),
- * -EBUSY session in use (409), -ERANGE revise_last_tokens reaches past what
- * the session can still roll back (409), -E2BIG prompt too long for the
- * strategy (400), -EINVAL bad parameters (400: max_tokens above
- * limits.max_tokens, empty prompt, bad sampling values), -ENOSPC one
- * session's cache bound exceeds the whole KV budget (503), each with a
- * message.  On success req->prompt_ids and req->stops are set to NULL (the
+/* Queues a request.  Returns 0 and a handle, or: -EAGAIN queue full
+ * (Retry-After: scheduler_retry_after_s()), -ENOENT unknown session,
+ * -EBUSY session in use, -ERANGE revise_last_tokens reaches past what the
+ * session can still roll back, -E2BIG prompt too long for the strategy,
+ * -EINVAL bad parameters (max_tokens above limits.max_tokens, empty prompt,
+ * bad sampling values), -ENOSPC one session's cache bound exceeds the whole
+ * KV budget, -ENOMEM, each with a message and, where one field is at fault,
+ * req->err_param (the server's respond.h says what each means to a
+ * client).  On success req->prompt_ids and req->stops are set to NULL (the
  * scheduler owns them); on error the caller keeps ownership.  *handle is
  * set before any event can be delivered; events may arrive on the engine
  * thread before scheduler_submit returns. */
@@ -167,11 +176,6 @@ struct scheduler_stats {
 };
 void scheduler_get_stats(struct scheduler *s, struct scheduler_stats *out);
 
-/* The HTTP status for an error code of scheduler_submit() and the session
- * functions: -EAGAIN/-ENOSPC/-EMFILE 503, -EDQUOT 429, -ENOENT 404,
- * -EBUSY/-ERANGE 409, -EEXIST 409, -E2BIG/-EINVAL 400, anything else 500. */
-int scheduler_error_status(int rc);
-
 /* Retry-After hint (seconds) for a 503 from -EAGAIN / -ENOSPC. */
 int scheduler_retry_after_s(struct scheduler *s);
 
@@ -229,10 +233,12 @@ struct session_settings {
 };
 
 /* Creates a session and reserves its cache bound at once (it stays reserved
- * while the session exists).  -EINVAL settings out of range (400), -EAGAIN
- * the budget has no room now (503), -ENOSPC the bound exceeds the budget,
- * -EMFILE limits.max_sessions sessions exist (503), -EDQUOT the owner holds
- * owner_max sessions (429), each with a message.
+ * while the session exists).  -EINVAL settings out of range, -EEXIST the id
+ * is taken, -EAGAIN the budget has no room now, -ENOSPC the bound exceeds
+ * the budget, -EMFILE limits.max_sessions sessions exist, -EDQUOT the owner
+ * holds owner_max sessions, each with a message; *err_param (may be NULL)
+ * names the setting at fault ("window_size", "sink_keep_count", "id") or
+ * is NULL.
  *
  * Idle reservations are reclaimed by expiry: a session expires
  * scheduler.session_ttl_s after its last request ended, and one that no
@@ -240,7 +246,8 @@ struct session_settings {
  * its creation (the smaller of the two), so that empty creates cannot hold
  * the KV budget for long. */
 int scheduler_session_create(struct scheduler *s, const struct session_settings *opt,
-                             char id_out[SCHED_SESSION_ID_LEN], char *err, size_t err_len);
+                             char id_out[SCHED_SESSION_ID_LEN], const char **err_param, char *err,
+                             size_t err_len);
 /* Retry-After hint (seconds, 1..3600) for -EMFILE / -EDQUOT: when the first
  * idle session (of `owner`, or of anyone when owner is NULL) expires. */
 int scheduler_session_retry_after_s(struct scheduler *s, const char *owner);

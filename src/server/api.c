@@ -1,34 +1,29 @@
 /* The endpoints: health, readiness, metrics, models, tokenize, detokenize,
- * completions and chat completions.  Turns a parsed request into a
- * gen_request for the scheduler and hands it to a genstream; answers every
- * error as {"error":{...}} with the right status.  It does not touch sockets
- * (http.c) or stream events (genstream.c). */
+ * completions and chat completions.  Turns a parsed request into prompt
+ * ids and hands them to genstream_submit; answers every error through
+ * respond.h.  It does not touch sockets (http.c) or stream events
+ * (genstream.c). */
 #include <errno.h>
 #include <inttypes.h>
-#include <openssl/rand.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/api.h"
 #include "server/chat_prompt.h"
 #include "server/genstream.h"
 #include "server/openai.h"
 #include "server/request.h"
+#include "server/respond.h"
 #include "server/server_impl.h"
 #include "tokenizer/tokenizer.h"
 #include "util/errbuf.h"
-
-enum MHD_Result respond_api_error(struct request *r, const struct api_error *e)
-{
-	return http_respond_error(r, e->status, e->type, e->param[0] ? e->param : NULL, e->code, 0,
-	                          "%s", e->message);
-}
 
 static enum MHD_Result api_status(struct request *r, int status, const char *state)
 {
 	cJSON *o = cJSON_CreateObject();
 	cJSON_AddStringToObject(o, "status", state);
-	return http_respond_json(r, status, o);
+	return respond_json(r, status, o);
 }
 
 static enum MHD_Result api_ready(struct request *r)
@@ -99,7 +94,7 @@ static enum MHD_Result api_metrics(struct request *r)
 		free(sched_text);
 	}
 	enum MHD_Result ret =
-	    http_respond(r, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
+	    respond_body(r, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
 	free(text);
 	return ret;
 }
@@ -116,7 +111,7 @@ static enum MHD_Result api_models(struct request *r)
 	cJSON_AddNumberToObject(m, "created", 0);
 	cJSON_AddStringToObject(m, "owned_by", "sinkd");
 	cJSON_AddItemToArray(data, m);
-	return http_respond_json(r, 200, o);
+	return respond_json(r, 200, o);
 }
 
 static enum MHD_Result api_tokenize(struct request *r)
@@ -132,14 +127,13 @@ static enum MHD_Result api_tokenize(struct request *r)
 	                          a.parse_special, &ids, &n, err, sizeof(err));
 	free(a.content);
 	if (rc)
-		return http_respond_error(r, 400, "invalid_request_error", "content",
-		                          "invalid_value", 0, "%s", err);
+		return respond_error(r, 400, "content", "invalid_value", 0, "%s", err);
 	cJSON *o = cJSON_CreateObject();
 	cJSON *arr = cJSON_AddArrayToObject(o, "tokens");
 	for (size_t i = 0; i < n; i++)
 		cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));
 	free(ids);
-	return http_respond_json(r, 200, o);
+	return respond_json(r, 200, o);
 }
 
 /* Token ids must be in the vocabulary; returns the bad index or -1. */
@@ -162,20 +156,19 @@ static enum MHD_Result api_detokenize(struct request *r)
 	int64_t limit = scheduler_max_prompt_tokens(r->srv->sched);
 	if (n > (uint64_t)limit) {
 		free(ids);
-		return http_respond_error(
-		    r, 400, "invalid_request_error", "tokens", "context_length_exceeded", 0,
-		    "'tokens' has %zu ids; at most %" PRId64 " are taken from one request "
-		    "(limits.max_prompt_tokens)",
-		    n, limit);
+		return respond_error(r, 400, "tokens", "context_length_exceeded", 0,
+		                     "'tokens' has %zu ids; at most %" PRId64
+		                     " are taken from one request "
+		                     "(limits.max_prompt_tokens)",
+		                     n, limit);
 	}
 	long bad = bad_token(r->srv->tok, ids, n);
 	if (bad >= 0) {
 		int32_t id = ids[bad];
 		free(ids);
-		return http_respond_error(r, 400, "invalid_request_error", "tokens",
-		                          "invalid_value", 0,
-		                          "'tokens[%ld]' = %d is not in the vocabulary (0..%d)",
-		                          bad, id, tokenizer_n_vocab(r->srv->tok) - 1);
+		return respond_error(r, 400, "tokens", "invalid_value", 0,
+		                     "'tokens[%ld]' = %d is not in the vocabulary (0..%d)", bad, id,
+		                     tokenizer_n_vocab(r->srv->tok) - 1);
 	}
 	char *text = NULL;
 	size_t len = 0;
@@ -183,12 +176,11 @@ static enum MHD_Result api_detokenize(struct request *r)
 	int rc = tokenizer_decode(r->srv->tok, ids, n, &text, &len, err, sizeof(err));
 	free(ids);
 	if (rc)
-		return http_respond_error(r, 400, "invalid_request_error", "tokens",
-		                          "invalid_value", 0, "%s", err);
+		return respond_error(r, 400, "tokens", "invalid_value", 0, "%s", err);
 	cJSON *o = cJSON_CreateObject();
 	cJSON_AddItemToObject(o, "content", oa_string_n(text, len));
 	free(text);
-	return http_respond_json(r, 200, o);
+	return respond_json(r, 200, o);
 }
 
 /* The chat template module renders C strings, so a NUL inside a message
@@ -249,7 +241,6 @@ static int prompt_ids(struct request *r, struct gen_args *a, bool add_bos, int32
 	const struct tokenizer *tok = r->srv->tok;
 	char err[SINKD_ERR_LEN];
 	e->status = 400;
-	e->type = "invalid_request_error";
 	e->code = "invalid_value";
 	if (a->prompt_ids) {
 		long bad = bad_token(tok, a->prompt_ids, a->n_prompt_ids);
@@ -292,97 +283,6 @@ static int prompt_ids(struct request *r, struct gen_args *a, bool add_bos, int32
 	return rc;
 }
 
-/* 429 (per key) or 503 (every client busy) from the per-key limits. */
-static enum MHD_Result respond_quota(struct request *r, const struct quota_verdict *v)
-{
-	return http_respond_error(r, v->status,
-	                          v->status == 429 ? "rate_limit_error" : "server_error", NULL,
-	                          quota_limit_code(v->limit), v->retry_after_s, "%s", v->message);
-}
-
-static void free_stops(char **stops, size_t n)
-{
-	for (size_t i = 0; stops && i < n; i++)
-		free(stops[i]);
-	free(stops);
-}
-
-enum MHD_Result api_submit(struct request *r, struct gen_args *a, int32_t *ids, size_t n_ids,
-                           const char *session_id, size_t revise_last_tokens, bool append_only)
-{
-	struct server *s = r->srv;
-	struct quota_verdict verdict;
-	if (!quota_begin(s->quota, &r->client, n_ids, &verdict)) {
-		free(ids);
-		return respond_quota(r, &verdict);
-	}
-	struct gen_request req = {.prompt_ids = ids,
-	                          .n_prompt = n_ids,
-	                          .sampling = a->sampling,
-	                          .max_tokens = append_only ? 0 : a->max_tokens,
-	                          .want_logprobs = a->logprobs,
-	                          .ignore_eos = a->ignore_eos,
-	                          .session_id = session_id,
-	                          .revise_last_tokens = revise_last_tokens,
-	                          .pin_prefix_tokens = a->pin_prefix_tokens};
-	if (!a->seed_given && RAND_bytes((unsigned char *)&req.sampling.seed, 8) != 1)
-		req.sampling.seed = (uint64_t)(server_now() * 1e9);
-	req.stops = a->stops;
-	req.n_stops = a->n_stops;
-	a->stops = NULL;
-	a->n_stops = 0;
-	char id[REQUEST_ID_LEN + 16];
-	snprintf(id, sizeof(id), "%s-%s", a->chat ? "chatcmpl" : "cmpl", r->id);
-	struct gen_shape shape = {.chat = a->chat,
-	                          .stream = a->stream && !append_only,
-	                          .include_usage = a->include_usage,
-	                          .logprobs = a->logprobs,
-	                          .append_only = append_only,
-	                          .session_id = session_id,
-	                          .id = id,
-	                          .model = s->model_name,
-	                          .timing = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
-	                                                                "X-Sinkd-Timing") != NULL};
-	char err[SINKD_ERR_LEN];
-	int status = 0, retry = 0;
-	int rc = genstream_start(r, &shape, &req, &status, &retry, err, sizeof(err));
-	if (rc == -EDOM && a->chat) {
-		char why[SINKD_ERR_LEN];
-		snprintf(why, sizeof(why), "%s", err);
-		snprintf(err, sizeof(err),
-		         "the system prompt (with the chat template's header) cannot be pinned "
-		         "(inference.cache.pin_system_prompt): %.300s",
-		         why);
-	}
-	if (rc) {
-		quota_end(s->quota, &r->client, false);
-		free(req.prompt_ids);
-		free_stops(req.stops, req.n_stops);
-		const char *param = NULL;
-		if (rc == -E2BIG)
-			param = r->ep == EP_SESSION_APPEND ? "text"
-			        : a->chat                  ? "messages"
-			                                   : "prompt";
-		else if (rc == -ENOENT || rc == -EBUSY)
-			param = "session_id";
-		else if (rc == -ERANGE)
-			param = "revise_last_tokens";
-		else if (rc == -EDOM)
-			param = a->chat ? "messages" : "pin_prefix_tokens";
-		else if (status == 400 && strstr(err, "max_tokens"))
-			param = "max_tokens";
-		return http_respond_error(
-		    r, status, status >= 500 ? "server_error" : "invalid_request_error", param,
-		    status == 503   ? "overloaded"
-		    : rc == -E2BIG  ? "context_length_exceeded"
-		    : rc == -ENOENT ? "session_not_found"
-		    : status == 409 ? "conflict"
-		                    : "invalid_value",
-		    retry, "%s", err);
-	}
-	return genstream_respond(r);
-}
-
 static enum MHD_Result api_generate(struct request *r, bool chat)
 {
 	struct server *s = r->srv;
@@ -395,10 +295,9 @@ static enum MHD_Result api_generate(struct request *r, bool chat)
 	enum MHD_Result ret;
 	bool add_bos = true;
 	if (a.model && strcmp(a.model, s->model_name)) {
-		ret =
-		    http_respond_error(r, 404, "invalid_request_error", "model", "model_not_found",
-		                       0, "the model '%s' does not exist (this server serves '%s')",
-		                       a.model, s->model_name);
+		ret = respond_error(r, 404, "model", "model_not_found", 0,
+		                    "the model '%s' does not exist (this server serves '%s')",
+		                    a.model, s->model_name);
 		goto out;
 	}
 	char why[SINKD_ERR_LEN];
@@ -413,7 +312,7 @@ static enum MHD_Result api_generate(struct request *r, bool chat)
 		ret = respond_api_error(r, &e);
 		goto out;
 	}
-	ret = api_submit(r, &a, ids, n_ids, a.session_id, 0, false);
+	ret = genstream_submit(r, &a, ids, n_ids, a.session_id, 0, false);
 out:
 	gen_args_deinit(&a);
 	return ret;
@@ -433,12 +332,11 @@ enum MHD_Result api_handle(struct request *r)
 		break;
 	}
 	if (!atomic_load(&s->ready))
-		return http_respond_error(r, 503, "server_error", NULL, "loading", 1,
-		                          "the model is still loading");
+		return respond_error(r, 503, NULL, "loading", 1, "the model is still loading");
 	/* Before any other work: a balancer retries a 503 that sent nothing. */
 	if (atomic_load(&s->draining))
-		return http_respond_error(r, 503, "server_error", NULL, "draining", 5,
-		                          "the server is shutting down; retry on another instance");
+		return respond_error(r, 503, NULL, "draining", 5,
+		                     "the server is shutting down; retry on another instance");
 	if (r->ep == EP_MODELS)
 		return api_models(r);
 	if (r->ep == EP_TOKENIZE)

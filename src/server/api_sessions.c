@@ -6,30 +6,41 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/api.h"
+#include "server/genstream.h"
 #include "server/quota.h"
 #include "server/request.h"
-#include "session/snapshot.h"
+#include "server/respond.h"
 #include "server/server_impl.h"
+#include "session/snapshot.h"
 #include "tokenizer/tokenizer.h"
 #include "util/errbuf.h"
 
 static enum MHD_Result session_not_found(struct request *r)
 {
-	return http_respond_error(r, 404, "invalid_request_error", "session_id",
-	                          "session_not_found", 0, "no session %s", r->session_id);
+	return respond_error(r, 404, "session_id", "session_not_found", 0, "no session %s",
+	                     r->session_id);
 }
 
-/* -EDQUOT: limits.per_key.max_sessions (429), -EMFILE: limits.max_sessions (503). */
-static enum MHD_Result respond_session_limit(struct request *r, int rc, const char *owner,
-                                             const char *err)
+/* The error of a session create or restore: -EDQUOT
+ * (limits.per_key.max_sessions) and -EMFILE (limits.max_sessions) count
+ * against the limits and wait for the first idle session to expire; a
+ * busy budget (-EAGAIN, -ENOSPC) waits like a queued request. */
+static enum MHD_Result respond_session_fault(struct request *r, struct respond_fault *f,
+                                             const char *owner)
 {
 	struct server *s = r->srv;
-	bool per_key = rc == -EDQUOT;
-	enum quota_limit l = per_key ? QUOTA_MAX_SESSIONS : QUOTA_SESSIONS_TOTAL;
-	quota_count_rejection(s->quota, l);
-	int retry = scheduler_session_retry_after_s(s->sched, per_key ? owner : NULL);
-	return http_respond_error(r, per_key ? 429 : 503, per_key ? "rate_limit_error" : "server_error",
-	                          NULL, quota_limit_code(l), retry, "%s", err);
+	if (f->rc == -EDQUOT || f->rc == -EMFILE) {
+		bool per_key = f->rc == -EDQUOT;
+		enum quota_limit l = per_key ? QUOTA_MAX_SESSIONS : QUOTA_SESSIONS_TOTAL;
+		quota_count_rejection(s->quota, l);
+		f->code = quota_limit_code(l);
+		f->retry_after_s =
+		    scheduler_session_retry_after_s(s->sched, per_key ? owner : NULL);
+	} else if (respond_kind_of(f->rc)->retry) {
+		f->retry_after_s = scheduler_retry_after_s(s->sched);
+	}
+	return respond_fault(r, f);
 }
 
 enum MHD_Result api_session_create(struct request *r)
@@ -49,20 +60,13 @@ enum MHD_Result api_session_create(struct request *r)
 	                               .id = r->session_id,
 	                               .owner = owner,
 	                               .owner_max = ql.max_sessions};
-	char id[SCHED_SESSION_ID_LEN], err[SINKD_ERR_LEN];
-	int rc = scheduler_session_create(s->sched, &set, id, err, sizeof(err));
-	if (rc == -EDQUOT || rc == -EMFILE)
-		return respond_session_limit(r, rc, owner, err);
-	if (rc == -EEXIST)
-		return http_respond_error(r, 409, "invalid_request_error", "session_id",
-		                          "session_exists", 0, "%s", err);
-	if (rc == -EINVAL)
-		return http_respond_error(r, 400, "invalid_request_error",
-		                          strstr(err, "sink") ? "sink_keep_count" : "window_size",
-		                          "invalid_value", 0, "%s", err);
-	if (rc)
-		return http_respond_error(r, 503, "server_error", NULL, "overloaded",
-		                          scheduler_retry_after_s(s->sched), "%s", err);
+	char id[SCHED_SESSION_ID_LEN];
+	struct respond_fault f = {0};
+	f.rc = scheduler_session_create(s->sched, &set, id, &f.param, f.msg, sizeof(f.msg));
+	if (f.param && !strcmp(f.param, "id"))
+		f.param = "session_id"; /* the API's name of the settings' id */
+	if (f.rc)
+		return respond_session_fault(r, &f, owner);
 	struct sched_session_info info;
 	cJSON *o = cJSON_CreateObject();
 	cJSON_AddStringToObject(o, "id", id);
@@ -73,7 +77,7 @@ enum MHD_Result api_session_create(struct request *r)
 		cJSON_AddNumberToObject(o, "pinned_tokens", info.pinned_tokens);
 		cJSON_AddNumberToObject(o, "bytes_reserved", (double)info.bytes_reserved);
 	}
-	return http_respond_json(r, 200, o);
+	return respond_json(r, 200, o);
 }
 
 static cJSON *session_json(const char *id, const struct sched_session_info *in)
@@ -134,14 +138,19 @@ int api_session_prepare(struct request *r, const char *id, bool *empty, char *er
 enum MHD_Result api_session_unavailable(struct request *r, int rc, const char *id,
                                         const char *err)
 {
-	if (rc == -ENOENT)
-		return http_respond_error(r, 404, "invalid_request_error", "session_id",
-		                          "session_not_found", 0, "no session %.40s", id);
-	if (rc == -EBUSY)
-		return http_respond_error(r, 409, "invalid_request_error", "session_id",
-		                          "session_elsewhere", 1, "%s", err);
-	return http_respond_error(r, 500, "server_error", NULL, "session_store_error", 0, "%s",
-	                          err);
+	struct respond_fault f = {.rc = rc, .param = "session_id", .code = "session_elsewhere"};
+	snprintf(f.msg, sizeof(f.msg), "%s", err);
+	if (rc == -ENOENT) {
+		f.code = "session_not_found";
+		snprintf(f.msg, sizeof(f.msg), "no session %.40s", id);
+	} else if (rc == -EBUSY) {
+		f.retry_after_s = 1; /* the other instance lets go when its request ends */
+	} else {
+		/* whatever the store's code, reading our own store failed: the server's fault */
+		f = (struct respond_fault){.rc = -EIO, .code = "session_store_error"};
+		snprintf(f.msg, sizeof(f.msg), "%s", err);
+	}
+	return respond_fault(r, &f);
 }
 
 enum MHD_Result api_session(struct request *r)
@@ -153,20 +162,19 @@ enum MHD_Result api_session(struct request *r)
 	if (!strcmp(r->method, "DELETE")) {
 		rc = rc == 0 && !mine ? -ENOENT : scheduler_session_delete(s->sched, r->session_id);
 		if (rc == -EBUSY)
-			return http_respond_error(r, 409, "invalid_request_error", "session_id",
-			                          "session_elsewhere", 1,
-			                          "session %s is held by another instance",
-			                          r->session_id);
+			return respond_error(r, 409, "session_id", "session_elsewhere", 1,
+			                     "session %s is held by another instance",
+			                     r->session_id);
 		if (rc)
 			return session_not_found(r);
 		cJSON *o = cJSON_CreateObject();
 		cJSON_AddStringToObject(o, "id", r->session_id);
 		cJSON_AddStringToObject(o, "object", "session.deleted");
 		cJSON_AddBoolToObject(o, "deleted", true);
-		return http_respond_json(r, 200, o);
+		return respond_json(r, 200, o);
 	}
 	if (mine)
-		return http_respond_json(r, 200, session_json(r->session_id, &info));
+		return respond_json(r, 200, session_json(r->session_id, &info));
 	/* Not here: inspecting does not bring it back, it says where it is. */
 	if (rc == -ENOENT && scheduler_session_stored(s->sched, r->session_id)) {
 		cJSON *o = cJSON_CreateObject();
@@ -174,7 +182,7 @@ enum MHD_Result api_session(struct request *r)
 		cJSON_AddStringToObject(o, "object", "session");
 		cJSON_AddStringToObject(o, "location", "store");
 		cJSON_AddBoolToObject(o, "offloaded", true);
-		return http_respond_json(r, 200, o);
+		return respond_json(r, 200, o);
 	}
 	return session_not_found(r);
 }
@@ -191,13 +199,17 @@ enum MHD_Result api_session_snapshot(struct request *r)
 	rc = scheduler_session_snapshot(s->sched, r->session_id, &bytes, &len, err, sizeof(err));
 	if (rc == -ENOENT)
 		return session_not_found(r);
-	if (rc == -EBUSY)
-		return http_respond_error(r, 409, "invalid_request_error", "session_id",
-		                          "session_busy", 1, "%s", err);
-	if (rc)
-		return http_respond_error(r, rc == -ENOTSUP ? 501 : 500, "server_error", NULL,
-		                          rc == -ENOTSUP ? "not_supported" : "snapshot_failed", 0, "%s",
-		                          err);
+	if (rc) {
+		/* busy or unsupported say so; any other failure to export is ours */
+		struct respond_fault f = {.rc = rc == -EBUSY || rc == -ENOTSUP ? rc : -EIO,
+		                          .param = rc == -EBUSY ? "session_id" : NULL,
+		                          .code = rc == -EBUSY     ? "session_busy"
+		                                  : rc == -ENOTSUP ? NULL
+		                                                   : "snapshot_failed",
+		                          .retry_after_s = rc == -EBUSY};
+		snprintf(f.msg, sizeof(f.msg), "%s", err);
+		return respond_fault(r, &f);
+	}
 	char sha[65], size[32];
 	snapshot_sha256_hex(bytes, len, sha);
 	snprintf(size, sizeof(size), "%zu", len);
@@ -213,7 +225,7 @@ enum MHD_Result api_session_snapshot(struct request *r)
 	char disp[80];
 	snprintf(disp, sizeof(disp), "attachment; filename=\"%s.snap\"", r->session_id);
 	MHD_add_response_header(resp, "Content-Disposition", disp);
-	return http_queue(r, 200, resp);
+	return respond_queue(r, 200, resp);
 }
 
 /* POST /v1/sessions/restore[?id=HEX]: the body is a snapshot. */
@@ -222,32 +234,23 @@ enum MHD_Result api_session_restore(struct request *r)
 	struct server *s = r->srv;
 	const char *want = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "id");
 	struct quota_limits ql;
-	char owner[QUOTA_CLIENT_NAME_LEN], id[SCHED_SESSION_ID_LEN], err[SINKD_ERR_LEN];
+	char owner[QUOTA_CLIENT_NAME_LEN], id[SCHED_SESSION_ID_LEN];
 	quota_get_limits(s->quota, &ql);
 	quota_client_name(&r->client, owner);
 	struct session_restore_opts o = {.id = want, .owner = owner, .owner_max = ql.max_sessions};
-	int rc = scheduler_session_restore(s->sched, (const unsigned char *)r->body, r->body_len,
-	                                   &o, id, err, sizeof(err));
-	if (rc == -EDQUOT || rc == -EMFILE)
-		return respond_session_limit(r, rc, owner, err);
-	if (rc == -EEXIST)
-		return http_respond_error(r, 409, "invalid_request_error", "id", "session_exists", 0,
-		                          "%s", err);
-	if (rc == -EINVAL || rc == -EBADMSG || rc == -EXDEV || rc == -E2BIG)
-		return http_respond_error(r, 400, "invalid_request_error", NULL,
-		                          rc == -EXDEV  ? "snapshot_model_mismatch"
-		                          : rc == -E2BIG ? "snapshot_too_large"
-		                                         : "invalid_snapshot",
-		                          0, "%s", err);
-	if (rc == -ENOTSUP)
-		return http_respond_error(r, 501, "server_error", NULL, "not_supported", 0, "%s", err);
-	if (rc)
-		return http_respond_error(r, 503, "server_error", NULL, "overloaded",
-		                          scheduler_retry_after_s(s->sched), "%s", err);
+	struct respond_fault f = {0};
+	f.rc = scheduler_session_restore(s->sched, (const unsigned char *)r->body, r->body_len, &o,
+	                                 id, f.msg, sizeof(f.msg));
+	if (f.rc == -EEXIST)
+		f.param = "id";                     /* the query's, or the snapshot's own */
+	else if (f.rc == -EINVAL || f.rc == -E2BIG) /* of the snapshot, not of a prompt */
+		f.code = f.rc == -E2BIG ? "snapshot_too_large" : "invalid_snapshot";
+	if (f.rc)
+		return respond_session_fault(r, &f, owner);
 	struct sched_session_info info;
 	if (scheduler_session_info(s->sched, id, &info))
 		return session_not_found(r);
-	return http_respond_json(r, 200, session_json(id, &info));
+	return respond_json(r, 200, session_json(id, &info));
 }
 
 enum MHD_Result api_session_append(struct request *r)
@@ -273,11 +276,11 @@ enum MHD_Result api_session_append(struct request *r)
 	/* The first input of a session starts with BOS, later ones continue it. */
 	if (tokenizer_encode(s->tok, a.text, a.text_len, empty, false, &ids, &n_ids, err,
 	                     sizeof(err))) {
-		ret = http_respond_error(r, 400, "invalid_request_error", "text", "invalid_value",
-		                         0, "%s", err);
+		ret = respond_error(r, 400, "text", "invalid_value", 0, "%s", err);
 		goto out;
 	}
-	ret = api_submit(r, &a.gen, ids, n_ids, r->session_id, a.revise_last_tokens, !a.generate);
+	ret = genstream_submit(r, &a.gen, ids, n_ids, r->session_id, a.revise_last_tokens,
+	                       !a.generate);
 out:
 	append_args_deinit(&a);
 	return ret;

@@ -2,19 +2,37 @@
  * of each event under the generation's mutex and resumes the connection if
  * it was suspended; all JSON is built on the connection's thread.  A
  * generation has two references, the connection's and the scheduler's (until
- * DONE), so that either side may go first.  It does not parse requests
+ * DONE), so that either side may go first.  Errors, at submit or at DONE,
+ * are answered through respond.h's one mapping.  It does not parse requests
  * (api.c) and does not own the listener (http.c). */
 #include "server/genstream.h"
 
 #include <errno.h>
 #include <math.h>
+#include <openssl/rand.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "server/request.h"
+#include "server/respond.h"
 #include "util/errbuf.h"
 #include "util/log.h"
+
+/* What the client asked a generation's answer to look like. */
+struct gen_shape {
+	bool chat;
+	bool stream;
+	bool include_usage;
+	bool logprobs;
+	bool timing;            /* X-Sinkd-Timing: chunks carry "sinkd_emit_us" (benchmarks) */
+	bool append_only;       /* session append without generation */
+	const char *session_id; /* NULL for one-shot requests */
+	const char *id;
+	const char *model;
+	const char *prompt_param; /* the request's name of its prompt (gs_param) */
+};
 
 /* Events queued for a connection that does not read them stop the stream
  * (bounded memory for a stalled client); the generation is then cancelled. */
@@ -44,8 +62,9 @@ struct genstream {
 	char id[REQUEST_ID_LEN + 16];
 	char model[128];
 	bool stream, logprobs, timing, append_only;
+	const char *prompt_param; /* gen_shape's */
 	char session_id[SCHED_SESSION_ID_LEN];
-	/* Counted by quota_begin (api_submit) before the submit; this
+	/* Counted by quota_begin (genstream_submit) before the submit; this
 	 * generation ends it at DONE.  started: [engine] left the queue. */
 	struct quota_client client;
 	bool started;
@@ -55,7 +74,9 @@ struct genstream {
 	size_t n_ev, cap_ev;
 	bool done;
 	enum gen_finish finish;
-	int err_status, retry_after_s;
+	int err_rc;            /* GEN_FINISH_ERROR: why (respond_kind_of) */
+	const char *err_param; /* the request field at fault, a string literal; NULL: none */
+	int retry_after_s;
 	char err_msg[256];
 	int n_prompt, n_gen;
 	double t_submit, t_first, t_last;
@@ -176,7 +197,11 @@ static void gs_on_event(void *user, const struct gen_event *e)
 		gs->finish = e->finish;
 		gs->n_prompt = e->n_prompt_tokens ? e->n_prompt_tokens : gs->n_prompt;
 		gs->n_gen = e->n_generated_tokens;
-		gs->err_status = e->http_status;
+		gs->err_rc = e->error_rc;
+		/* the scheduler's "prompt" is what this request called it */
+		gs->err_param = e->error_param && !strcmp(e->error_param, "prompt")
+		                    ? gs->prompt_param
+		                    : e->error_param;
 		gs->retry_after_s = e->retry_after_s;
 		if (e->error)
 			snprintf(gs->err_msg, sizeof(gs->err_msg), "%s", e->error);
@@ -259,6 +284,7 @@ static struct genstream *gs_new(struct request *r, const struct gen_shape *shape
 	gs->logprobs = shape->logprobs;
 	gs->timing = shape->timing;
 	gs->append_only = shape->append_only;
+	gs->prompt_param = shape->prompt_param;
 	gs->client = r->client;
 	snprintf(gs->session_id, sizeof(gs->session_id), "%s",
 	         shape->session_id ? shape->session_id : "");
@@ -274,16 +300,16 @@ static struct genstream *gs_new(struct request *r, const struct gen_shape *shape
 	return gs;
 }
 
-int genstream_start(struct request *r, const struct gen_shape *shape, struct gen_request *req,
-                    int *http_status, int *retry_after_s, char *err, size_t err_len)
+/* Creates the generation for request r (r->gs) and submits `req` (its
+ * callbacks are set here).  On error r->gs stays NULL, the caller keeps
+ * req's buffers and *f says why. */
+static int gs_start(struct request *r, const struct gen_shape *shape, struct gen_request *req,
+                    struct respond_fault *f)
 {
 	struct server *s = r->srv;
-	*retry_after_s = 0;
 	struct genstream *gs = gs_new(r, shape);
-	if (!gs) {
-		*http_status = 500;
-		return err_set(err, err_len, -ENOMEM, "out of memory");
-	}
+	if (!gs)
+		return f->rc = err_set(f->msg, sizeof(f->msg), -ENOMEM, "out of memory");
 	req->on_event = gs_on_event;
 	req->unsent_tokens = gs_unsent_tokens;
 	req->on_start = gs_on_start;
@@ -291,18 +317,15 @@ int genstream_start(struct request *r, const struct gen_shape *shape, struct gen
 	gs->t_submit = server_now();
 	gs->last_write = gs->t_submit;
 	gs_link(s, gs);
-	int rc = scheduler_submit(s->sched, req, &gs->handle, err, err_len);
+	int rc = scheduler_submit(s->sched, req, &gs->handle, f->msg, sizeof(f->msg));
 	if (rc) {
 		gs_unlink(s, gs);
 		gs->refs = 1;
 		gs_unref(gs);
-		*http_status = rc == -EAGAIN || rc == -ENOSPC  ? 503
-		               : rc == -ENOENT                 ? 404
-		               : rc == -EBUSY || rc == -ERANGE ? 409
-		               : rc == -ENOMEM                 ? 500
-		                                               : 400;
-		if (*http_status == 503)
-			*retry_after_s = scheduler_retry_after_s(s->sched);
+		f->rc = rc;
+		f->param = req->err_param;
+		if (respond_kind_of(rc)->retry)
+			f->retry_after_s = scheduler_retry_after_s(s->sched);
 		return rc;
 	}
 	pthread_mutex_lock(&gs->mu);
@@ -312,6 +335,96 @@ int genstream_start(struct request *r, const struct gen_shape *shape, struct gen
 	if (gs->stream)
 		metrics_streams_add(s->metrics, 1);
 	return 0;
+}
+
+/* 429 (per key) or 503 (every client busy) from the per-key limits. */
+static enum MHD_Result gs_respond_quota(struct request *r, const struct quota_verdict *v)
+{
+	return respond_error(r, v->status, NULL, quota_limit_code(v->limit), v->retry_after_s, "%s",
+	                     v->message);
+}
+
+static void gs_free_stops(char **stops, size_t n)
+{
+	for (size_t i = 0; stops && i < n; i++)
+		free(stops[i]);
+	free(stops);
+}
+
+/* The scheduler names its own fields; the client sent the prompt as one of
+ * three, and a chat request's pin is its system prompt. */
+static const char *gs_param(const struct request *r, const struct gen_args *a, const char *param)
+{
+	if (param && !strcmp(param, "prompt"))
+		return r->ep == EP_SESSION_APPEND ? "text" : a->chat ? "messages" : "prompt";
+	if (param && !strcmp(param, "pin_prefix_tokens") && a->chat)
+		return "messages";
+	return param;
+}
+
+static struct gen_request gs_request(const struct gen_args *a, int32_t *ids, size_t n_ids,
+                                     const char *session_id, size_t revise_last_tokens,
+                                     bool append_only)
+{
+	struct gen_request req = {.prompt_ids = ids,
+	                          .n_prompt = n_ids,
+	                          .sampling = a->sampling,
+	                          .max_tokens = append_only ? 0 : a->max_tokens,
+	                          .want_logprobs = a->logprobs,
+	                          .ignore_eos = a->ignore_eos,
+	                          .session_id = session_id,
+	                          .revise_last_tokens = revise_last_tokens,
+	                          .pin_prefix_tokens = a->pin_prefix_tokens};
+	if (!a->seed_given && RAND_bytes((unsigned char *)&req.sampling.seed, 8) != 1)
+		req.sampling.seed = (uint64_t)(server_now() * 1e9);
+	return req;
+}
+
+enum MHD_Result genstream_submit(struct request *r, struct gen_args *a, int32_t *ids, size_t n_ids,
+                                 const char *session_id, size_t revise_last_tokens,
+                                 bool append_only)
+{
+	struct server *s = r->srv;
+	struct quota_verdict verdict;
+	if (!quota_begin(s->quota, &r->client, n_ids, &verdict)) {
+		free(ids);
+		return gs_respond_quota(r, &verdict);
+	}
+	struct gen_request req =
+	    gs_request(a, ids, n_ids, session_id, revise_last_tokens, append_only);
+	req.stops = a->stops;
+	req.n_stops = a->n_stops;
+	a->stops = NULL;
+	a->n_stops = 0;
+	char id[REQUEST_ID_LEN + 16];
+	snprintf(id, sizeof(id), "%s-%s", a->chat ? "chatcmpl" : "cmpl", r->id);
+	struct gen_shape shape = {.chat = a->chat,
+	                          .stream = a->stream && !append_only,
+	                          .include_usage = a->include_usage,
+	                          .logprobs = a->logprobs,
+	                          .append_only = append_only,
+	                          .session_id = session_id,
+	                          .id = id,
+	                          .model = s->model_name,
+	                          .prompt_param = gs_param(r, a, "prompt"),
+	                          .timing = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+	                                                                "X-Sinkd-Timing") != NULL};
+	struct respond_fault f = {0};
+	if (!gs_start(r, &shape, &req, &f))
+		return genstream_respond(r);
+	quota_end(s->quota, &r->client, false);
+	free(req.prompt_ids);
+	gs_free_stops(req.stops, req.n_stops);
+	if (f.rc == -EDOM && a->chat) {
+		char why[sizeof(f.msg)];
+		snprintf(why, sizeof(why), "%s", f.msg);
+		snprintf(f.msg, sizeof(f.msg),
+		         "the system prompt (with the chat template's header) cannot be pinned "
+		         "(inference.cache.pin_system_prompt): %.300s",
+		         why);
+	}
+	f.param = gs_param(r, a, f.param);
+	return respond_fault(r, &f);
 }
 
 /* Takes the queued events out from under the lock. */
@@ -362,13 +475,21 @@ static void gs_format_events(struct genstream *gs, struct gs_event *ev, size_t n
 	}
 }
 
+/* A generation that failed on the server's side says so; one that failed
+ * on the request's (or the server's load) says what a submit would have. */
+static const char *gs_error_code(const struct respond_kind *k)
+{
+	return k->status == 500 ? "generation_failed" : k->code;
+}
+
 static void gs_format_end(struct genstream *gs)
 {
 	char **b = &gs->out;
 	size_t *l = &gs->out_len, *c = &gs->out_cap;
 	pthread_mutex_lock(&gs->mu);
 	enum gen_finish fin = gs->finish;
-	int status = gs->err_status, np = gs->n_prompt, ng = gs->n_gen;
+	int rc = gs->err_rc, np = gs->n_prompt, ng = gs->n_gen;
+	const char *param = gs->err_param;
 	char msg[256];
 	snprintf(msg, sizeof(msg), "%s", gs->err_msg[0] ? gs->err_msg : "generation cancelled");
 	pthread_mutex_unlock(&gs->mu);
@@ -382,12 +503,11 @@ static void gs_format_end(struct genstream *gs)
 		           oa_error("the server is shutting down; send the rest of this request to "
 		                    "another instance",
 		                    "server_shutdown", NULL, "server_shutdown"));
+	} else if (fin == GEN_FINISH_CANCELLED) {
+		sse_append(b, l, c, oa_error(msg, respond_type_of(500), NULL, "cancelled"));
 	} else {
-		sse_append(
-		    b, l, c,
-		    oa_error(
-		        msg, status >= 500 || !status ? "server_error" : "invalid_request_error",
-		        NULL, fin == GEN_FINISH_CANCELLED ? "cancelled" : "generation_failed"));
+		const struct respond_kind *k = respond_kind_of(rc);
+		sse_append(b, l, c, oa_error(msg, k->type, param, gs_error_code(k)));
 	}
 	sse_append(b, l, c, NULL);
 	gs->ended = true;
@@ -407,14 +527,16 @@ static bool gs_fill(struct genstream *gs)
 		 * even when the generation ended meanwhile: never a short reply. */
 		if (gs->lost) {
 			gs->finish = GEN_FINISH_ERROR;
-			gs->err_status = 500;
+			gs->err_rc = -ENOMEM;
+			gs->err_param = NULL;
 			snprintf(
 			    gs->err_msg, sizeof(gs->err_msg),
 			    "out of memory queuing a token for the client; generation stopped");
 			done = true;
 		} else if (gs->overflow && !done) {
 			gs->finish = GEN_FINISH_ERROR;
-			gs->err_status = 500;
+			gs->err_rc = -ENOBUFS;
+			gs->err_param = NULL;
 			snprintf(gs->err_msg, sizeof(gs->err_msg),
 			         "the client read too slowly; generation stopped");
 			done = true;
@@ -484,7 +606,7 @@ static enum MHD_Result gs_respond_stream(struct request *r)
 	MHD_add_response_header(resp, "Content-Type", "text/event-stream");
 	MHD_add_response_header(resp, "Cache-Control", "no-cache");
 	MHD_add_response_header(resp, "X-Accel-Buffering", "no");
-	return http_queue(r, 200, resp);
+	return respond_queue(r, 200, resp);
 }
 
 static void gs_accumulate(struct genstream *gs, struct gs_event *ev, size_t n)
@@ -513,18 +635,18 @@ static enum MHD_Result gs_respond_whole(struct request *r)
 		MHD_suspend_connection(gs->conn);
 	}
 	enum gen_finish fin = gs->finish;
-	int status = gs->err_status, retry = gs->retry_after_s, np = gs->n_prompt, ng = gs->n_gen;
+	int rc = gs->err_rc, retry = gs->retry_after_s, np = gs->n_prompt, ng = gs->n_gen;
+	const char *param = gs->err_param;
 	bool peer_gone = gs->cancel_sent;
 	pthread_mutex_unlock(&gs->mu);
 	gs_accumulate(gs, ev, n);
 	gs_free_events(ev, n);
 	if (lost)
-		return http_respond_error(
-		    r, 500, "server_error", NULL, "generation_failed", 0, "%s",
-		    gs->overflow ? "the reply outgrew its queue; generation "
-		                   "stopped"
-		                 : "out of memory queuing a token; generation "
-		                   "stopped");
+		return respond_error(r, 500, NULL, "generation_failed", 0, "%s",
+		                     gs->overflow ? "the reply outgrew its queue; generation "
+		                                    "stopped"
+		                                  : "out of memory queuing a token; generation "
+		                                    "stopped");
 	if (!done && !stopping)
 		return MHD_YES;
 	/* Cancelled because the client hung up: no answer (a 503 written into
@@ -533,26 +655,24 @@ static enum MHD_Result gs_respond_whole(struct request *r)
 	if (fin == GEN_FINISH_CANCELLED && peer_gone && !atomic_load(&gs->srv->shutting_down))
 		return MHD_NO;
 	if (!done || fin == GEN_FINISH_CANCELLED)
-		return http_respond_error(r, 503, "server_error", NULL, "cancelled", 1,
-		                          "server shutting down");
-	if (fin == GEN_FINISH_ERROR)
-		return http_respond_error(r, status ? status : 500,
-		                          status && status < 500 ? "invalid_request_error"
-		                                                 : "server_error",
-		                          NULL, "generation_failed", status == 503 ? retry : 0,
-		                          "%s", gs->err_msg[0] ? gs->err_msg : "generation failed");
+		return respond_error(r, 503, NULL, "cancelled", 1, "server shutting down");
+	if (fin == GEN_FINISH_ERROR) {
+		const struct respond_kind *k = respond_kind_of(rc);
+		return respond_error(r, k->status, param, gs_error_code(k), k->retry ? retry : 0,
+		                     "%s", gs->err_msg[0] ? gs->err_msg : "generation failed");
+	}
 	if (gs->append_only) {
 		cJSON *o = cJSON_CreateObject();
 		cJSON_AddStringToObject(o, "id", gs->session_id);
 		cJSON_AddStringToObject(o, "object", "session.append");
 		cJSON_AddNumberToObject(o, "tokens_appended", np);
-		return http_respond_json(r, 200, o);
+		return respond_json(r, 200, o);
 	}
 	cJSON *lp = gs->lp_acc;
 	gs->lp_acc = NULL;
-	return http_respond_json(r, 200,
-	                         oa_final(&gs->oa, gs->text ? gs->text : "", gs->text_len, lp,
-	                                  oa_finish_reason(fin), np, ng));
+	return respond_json(r, 200,
+	                    oa_final(&gs->oa, gs->text ? gs->text : "", gs->text_len, lp,
+	                             oa_finish_reason(fin), np, ng));
 }
 
 enum MHD_Result genstream_respond(struct request *r)

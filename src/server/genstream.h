@@ -9,23 +9,13 @@
 #include "server/openai.h"
 #include "server/server_impl.h"
 
-struct gen_shape {
-	bool chat;
-	bool stream;
-	bool include_usage;
-	bool logprobs;
-	bool timing;            /* X-Sinkd-Timing: chunks carry "sinkd_emit_us" (benchmarks) */
-	bool append_only;       /* session append without generation */
-	const char *session_id; /* NULL for one-shot requests */
-	const char *id;
-	const char *model;
-};
-
-/* Creates the generation for request r (r->gs) and submits `req` (its
- * callback is set here).  On error (status in *http_status, Retry-After in
- * *retry_after_s) r->gs stays NULL and the caller keeps req's buffers. */
-int genstream_start(struct request *r, const struct gen_shape *shape, struct gen_request *req,
-                    int *http_status, int *retry_after_s, char *err, size_t err_len);
+struct gen_args;
+/* Submits a generation for request r (r->gs) under the per-key limits
+ * (ids owned by the callee from here on) and answers: the stream, the
+ * whole reply when done, or the error. */
+enum MHD_Result genstream_submit(struct request *r, struct gen_args *a, int32_t *ids, size_t n_ids,
+                                 const char *session_id, size_t revise_last_tokens,
+                                 bool append_only);
 /* stream: queues the SSE response.  !stream: answers when done, else suspends. */
 enum MHD_Result genstream_respond(struct request *r);
 /* The connection is gone: cancels a running generation and drops the

@@ -7,7 +7,8 @@
  * /health and /ready, framing checks (smuggling-prone or oversized heads
  * refused with our JSON error), bearer auth before routing (404/405), the
  * body limit counted while it arrives, request ids, and one log line per
- * request (never its text).  Endpoint logic is in api.c.  What
+ * request (never its text).  Endpoint logic is in api.c, answers are built
+ * by respond.c.  What
  * libmicrohttpd 0.9.75 refuses before any callback (a malformed or 2^64+
  * Content-Length, an HTTP version other than 1.x, a head bigger than the
  * connection's memory) it answers itself, in HTML. */
@@ -23,8 +24,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "server/api.h"
 #include "server/genstream.h"
 #include "server/listen.h"
+#include "server/respond.h"
 #include "server/server_impl.h"
 #include "util/errbuf.h"
 
@@ -32,26 +35,6 @@
 
 /* Largest declared body that is read and dropped before a 413 (see request_begin). */
 #define HTTP_BODY_DRAIN_MAX (16LL << 20)
-
-void server_cond_wait_ms(pthread_cond_t *cond, pthread_mutex_t *mu, long ms)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
-	pthread_cond_timedwait(cond, mu, &ts);
-}
-
-double server_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 struct route {
 	const char *path;
@@ -112,105 +95,9 @@ static const struct route *route_session(const char *url, const char *method,
 	return !strcmp(method, "DELETE") ? &session_delete : &session_get;
 }
 
-void server_settings_get(struct server *s, int64_t *max_tokens, int64_t *keepalive_s)
-{
-	pthread_mutex_lock(&s->cfg_mu);
-	if (max_tokens)
-		*max_tokens = s->set.max_tokens;
-	if (keepalive_s)
-		*keepalive_s = s->set.keepalive_s;
-	pthread_mutex_unlock(&s->cfg_mu);
-}
-
 void server_set_token_queue_failure(struct server *s, uint64_t nth)
 {
 	atomic_store(&s->fail_token_at, nth);
-}
-
-bool server_pin_system_prompt(struct server *s)
-{
-	pthread_mutex_lock(&s->cfg_mu);
-	bool pin = s->set.pin_system_prompt;
-	pthread_mutex_unlock(&s->cfg_mu);
-	return pin;
-}
-
-/* ---- responses ---------------------------------------------------------- */
-
-enum MHD_Result http_queue(struct request *r, int status, struct MHD_Response *resp)
-{
-	MHD_add_response_header(resp, "X-Request-Id", r->id);
-	/* A draining instance closes each connection after its answer, so a
-	 * balancer's kept-alive connection moves to another instance. */
-	if (atomic_load(&r->srv->draining) || r->close_after)
-		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
-	if (status == 401)
-		MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
-	enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)status, resp);
-	MHD_destroy_response(resp);
-	r->status = status;
-	r->responded = true;
-	return ret;
-}
-
-enum MHD_Result http_respond(struct request *r, int status, const char *content_type,
-                             const char *body, size_t len)
-{
-	struct MHD_Response *resp =
-	    MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
-	if (!resp)
-		return MHD_NO;
-	MHD_add_response_header(resp, "Content-Type", content_type);
-	return http_queue(r, status, resp);
-}
-
-enum MHD_Result http_respond_json(struct request *r, int status, cJSON *obj)
-{
-	char *s = obj ? cJSON_PrintUnformatted(obj) : NULL;
-	cJSON_Delete(obj);
-	if (!s)
-		return MHD_NO;
-	enum MHD_Result ret = http_respond(r, status, "application/json", s, strlen(s));
-	free(s);
-	return ret;
-}
-
-static enum MHD_Result respond_error_v(struct request *r, int status, const char *type,
-                                       const char *param, const char *code, int retry_after_s,
-                                       const char *fmt, va_list ap)
-{
-	char msg[512];
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	char *s = NULL;
-	cJSON *o = oa_error(msg, type, param, code);
-	s = cJSON_PrintUnformatted(o);
-	cJSON_Delete(o);
-	if (!s)
-		return MHD_NO;
-	struct MHD_Response *resp =
-	    MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
-	if (!resp) {
-		free(s);
-		return MHD_NO;
-	}
-	MHD_add_response_header(resp, "Content-Type", "application/json");
-	if (retry_after_s > 0) {
-		char ra[16];
-		snprintf(ra, sizeof(ra), "%d", retry_after_s);
-		MHD_add_response_header(resp, "Retry-After", ra);
-	}
-	return http_queue(r, status, resp);
-}
-
-enum MHD_Result http_respond_error(struct request *r, int status, const char *type,
-                                   const char *param, const char *code, int retry_after_s,
-                                   const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	enum MHD_Result ret = respond_error_v(r, status, type, param, code, retry_after_s, fmt, ap);
-	va_end(ap);
-	return ret;
 }
 
 /* ---- request lifecycle ---------------------------------------------------- */
@@ -452,7 +339,7 @@ static enum MHD_Result header_scan_one(void *cls, enum MHD_ValueKind kind, const
 static enum MHD_Result refuse(struct request *r, int status, const char *code, const char *msg)
 {
 	r->close_after = true; /* how the rest of the bytes are framed is unclear */
-	return http_respond_error(r, status, "invalid_request_error", NULL, code, 0, "%s", msg);
+	return respond_error(r, status, NULL, code, 0, "%s", msg);
 }
 
 /* Requests that libmicrohttpd accepts but that smuggle, hide or overflow:
@@ -537,11 +424,10 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c)
 	return r;
 }
 
-static enum MHD_Result respond_405(struct request *r, const struct route *rt)
+static enum MHD_Result http_respond_405(struct request *r, const struct route *rt)
 {
 	char *body = NULL;
-	cJSON *o =
-	    oa_error("method not allowed", "invalid_request_error", NULL, "method_not_allowed");
+	cJSON *o = oa_error("method not allowed", respond_type_of(405), NULL, "method_not_allowed");
 	body = cJSON_PrintUnformatted(o);
 	cJSON_Delete(o);
 	if (!body)
@@ -555,7 +441,7 @@ static enum MHD_Result respond_405(struct request *r, const struct route *rt)
 	MHD_add_response_header(resp, "Content-Type", "application/json");
 	MHD_add_response_header(resp, "Allow",
 	                        rt->ep == EP_SESSION ? "GET, PUT, DELETE" : rt->method);
-	return http_queue(r, 405, resp);
+	return respond_queue(r, 405, resp);
 }
 
 /* limits.max_body_bytes, or for a restore what the largest snapshot this
@@ -586,17 +472,15 @@ static enum MHD_Result request_check_length(struct request *r)
 	 * than HTTP_BODY_DRAIN_MAX, gets its answer at once. */
 	const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Expect");
 	if ((expect && strcasecmp(expect, "100-continue") == 0) || declared > HTTP_BODY_DRAIN_MAX)
-		return http_respond_error(r, 413, "invalid_request_error", NULL, "body_too_large",
-		                          0, "request body larger than %lld bytes",
-		                          (long long)limit);
+		return respond_error(r, 413, NULL, "body_too_large", 0,
+		                     "request body larger than %lld bytes", (long long)limit);
 	r->body_too_large = true;
 	return MHD_YES;
 }
 
-static enum MHD_Result respond_401(struct request *r)
+static enum MHD_Result http_respond_401(struct request *r)
 {
-	return http_respond_error(r, 401, "authentication_error", NULL, "invalid_api_key", 0,
-	                          "missing or invalid API key");
+	return respond_error(r, 401, NULL, "invalid_api_key", 0, "missing or invalid API key");
 }
 
 /* A body that will follow and that is worth reading to its end (declared
@@ -635,9 +519,9 @@ static enum MHD_Result request_begin(struct server *s, struct MHD_Connection *c,
 	bool open = rt && rt->open;
 	if (!open && conn_over_limit(s)) {
 		r->close_after = true;
-		return http_respond_error(r, 503, "server_error", NULL, "too_many_connections", 1,
-		                          "too many open connections; only /health and /ready are "
-		                          "served beyond server.max_connections");
+		return respond_error(r, 503, NULL, "too_many_connections", 1,
+		                     "too many open connections; only /health and /ready are "
+		                     "served beyond server.max_connections");
 	}
 	if (!open) {
 		const union MHD_ConnectionInfo *ci =
@@ -657,15 +541,15 @@ static enum MHD_Result request_begin(struct server *s, struct MHD_Connection *c,
 			return MHD_YES;
 		}
 		if (!ok)
-			return respond_401(r);
+			return http_respond_401(r);
 	}
 	if (!rt)
-		return http_respond_error(r, 404, "invalid_request_error", NULL, "not_found", 0,
-		                          "no such endpoint: %s %.200s", method, url);
+		return respond_error(r, 404, NULL, "not_found", 0, "no such endpoint: %s %.200s",
+		                     method, url);
 	/* HEAD is GET without the body (libmicrohttpd drops it): probes use it. */
 	bool head_ok = !strcmp(method, "HEAD") && !strcmp(rt->method, "GET");
 	if (strcmp(method, rt->method) && !head_ok)
-		return respond_405(r, rt);
+		return http_respond_405(r, rt);
 	return request_check_length(r);
 }
 
@@ -712,11 +596,11 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 	if (r->responded)
 		return MHD_YES;
 	if (r->unauthorized)
-		return respond_401(r);
+		return http_respond_401(r);
 	if (r->body_too_large)
-		return http_respond_error(r, 413, "invalid_request_error", NULL, "body_too_large",
-		                          0, "request body larger than %lld bytes",
-		                          (long long)request_body_limit(r));
+		return respond_error(r, 413, NULL, "body_too_large", 0,
+		                     "request body larger than %lld bytes",
+		                     (long long)request_body_limit(r));
 	if (r->gs)
 		return genstream_respond(r);
 	return api_handle(r);

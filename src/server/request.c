@@ -24,7 +24,6 @@ static int fail(struct api_error *e, const char *param, const char *code, const 
 static int fail(struct api_error *e, const char *param, const char *code, const char *fmt, ...)
 {
 	e->status = 400;
-	e->type = "invalid_request_error";
 	e->code = code;
 	snprintf(e->param, sizeof(e->param), "%s", param ? param : "");
 	va_list ap;
@@ -32,6 +31,15 @@ static int fail(struct api_error *e, const char *param, const char *code, const 
 	vsnprintf(e->message, sizeof(e->message), fmt, ap);
 	va_end(ap);
 	return -EINVAL;
+}
+
+/* Out of memory is the server's fault, not the request's: a 500 (as
+ * respond.h maps -ENOMEM), still naming the field being read. */
+static int fail_oom(struct api_error *e, const char *param, const char *what)
+{
+	int rc = fail(e, param, "out_of_memory", "%s", what);
+	e->status = 500;
+	return rc;
 }
 
 /* ---- strict JSON ------------------------------------------------------ */
@@ -413,7 +421,7 @@ static int json_check(const char *body, size_t len, const char **text, size_t *t
 	sc = (struct json_scan){
 	    .body = body, .p = body, .end = body + len, .e = e, .copied = body, .out = malloc(len)};
 	if (!sc.out)
-		return fail(e, NULL, "out_of_memory", "out of memory");
+		return fail_oom(e, NULL, "out of memory");
 	json_scan_run(&sc); /* cannot fail: the same bytes passed */
 	memcpy(sc.out + sc.out_len, sc.copied, (size_t)(sc.end - sc.copied));
 	*text_len = sc.out_len + (size_t)(sc.end - sc.copied);
@@ -435,7 +443,7 @@ static int parse_root(const char *body, size_t len, cJSON **root, struct api_err
 	*root = cJSON_ParseWithLengthOpts(text, text_len, NULL, 0);
 	free(copy);
 	if (!*root) /* the body is valid JSON: cJSON ran out of memory */
-		return fail(e, NULL, "out_of_memory", "out of memory parsing the request body");
+		return fail_oom(e, NULL, "out of memory parsing the request body");
 	if (!cJSON_IsObject(*root)) {
 		cJSON_Delete(*root);
 		*root = NULL;
@@ -569,7 +577,7 @@ static int dup_name(const cJSON *v, const char *param, const char *what, char **
 	if (has_nul(v))
 		return fail(e, param, "invalid_value", "'%s' must not contain NUL (\\u0000)", what);
 	*out = strdup(v->valuestring);
-	return *out ? 0 : fail(e, param, "out_of_memory", "out of memory");
+	return *out ? 0 : fail_oom(e, param, "out of memory");
 }
 
 static int stop_string(const cJSON *s, size_t i, struct gen_args *a, struct api_error *e)
@@ -600,7 +608,7 @@ static int parse_stop(const cJSON *o, struct gen_args *a, struct api_error *e)
 		            STOP_MAX_STRINGS);
 	a->stops = calloc(n ? n : 1, sizeof(char *));
 	if (!a->stops)
-		return fail(e, "stop", "out_of_memory", "out of memory");
+		return fail_oom(e, "stop", "out of memory");
 	if (cJSON_IsString(v))
 		return stop_string(v, 0, a, e);
 	size_t i = 0;
@@ -734,7 +742,7 @@ static int parse_prompt_ids(const cJSON *arr, struct gen_args *a, struct api_err
 	size_t n = (size_t)cJSON_GetArraySize(arr), i = 0;
 	a->prompt_ids = malloc((n ? n : 1) * sizeof(int32_t));
 	if (!a->prompt_ids)
-		return fail(e, "prompt", "out_of_memory", "out of memory");
+		return fail_oom(e, "prompt", "out of memory");
 	const cJSON *t;
 	cJSON_ArrayForEach(t, arr)
 	{
@@ -751,7 +759,7 @@ static int parse_prompt_ids(const cJSON *arr, struct gen_args *a, struct api_err
 static int prompt_text(const cJSON *v, struct gen_args *a, struct api_error *e)
 {
 	a->prompt = dup_text(v, &a->prompt_len);
-	return a->prompt ? 0 : fail(e, "prompt", "out_of_memory", "out of memory");
+	return a->prompt ? 0 : fail_oom(e, "prompt", "out of memory");
 }
 
 /* A string, [string], [int...] or [[int...]] — one prompt only (n = 1). */
@@ -809,7 +817,7 @@ static int message_content(const cJSON *c, size_t i, struct api_message *m, stru
 		            i);
 	if (cJSON_IsString(c) &&
 	    text_append(&s, &len, &cap, c->valuestring, strlen(c->valuestring)))
-		return fail(e, "messages", "out_of_memory", "out of memory");
+		return fail_oom(e, "messages", "out of memory");
 	const cJSON *parts = cJSON_IsArray(c) ? c : NULL;
 	cJSON_ArrayForEach(part, parts)
 	{
@@ -828,12 +836,12 @@ static int message_content(const cJSON *c, size_t i, struct api_message *m, stru
 		}
 		if (text_append(&s, &len, &cap, text->valuestring, strlen(text->valuestring))) {
 			free(s);
-			return fail(e, "messages", "out_of_memory", "out of memory");
+			return fail_oom(e, "messages", "out of memory");
 		}
 	}
 	m->content = s ? s : strdup("");
 	m->content_len = len;
-	return m->content ? 0 : fail(e, "messages", "out_of_memory", "out of memory");
+	return m->content ? 0 : fail_oom(e, "messages", "out of memory");
 }
 
 static int parse_message(const cJSON *m, size_t i, struct api_message *out, struct api_error *e)
@@ -857,7 +865,7 @@ static int parse_message(const cJSON *m, size_t i, struct api_message *out, stru
 		            i);
 	out->role = strdup(role->valuestring);
 	if (!out->role)
-		return fail(e, "messages", "out_of_memory", "out of memory");
+		return fail_oom(e, "messages", "out of memory");
 	return message_content(field(m, "content"), i, out, e);
 }
 
@@ -871,7 +879,7 @@ static int parse_messages(const cJSON *o, struct gen_args *a, struct api_error *
 	size_t n = (size_t)cJSON_GetArraySize(msgs);
 	a->messages = calloc(n, sizeof(*a->messages));
 	if (!a->messages)
-		return fail(e, "messages", "out_of_memory", "out of memory");
+		return fail_oom(e, "messages", "out of memory");
 	const cJSON *m;
 	cJSON_ArrayForEach(m, msgs)
 	{
@@ -1007,7 +1015,7 @@ int append_args_parse(const char *body, size_t len, int64_t limit, struct append
 	a->revise_last_tokens = (size_t)revise;
 	a->text = cJSON_IsString(t) ? dup_text(t, &a->text_len) : strdup("");
 	if (!rc && !a->text)
-		rc = fail(e, "text", "out_of_memory", "out of memory");
+		rc = fail_oom(e, "text", "out of memory");
 	if (!rc && g)
 		rc = append_generate(g, limit, a, e);
 	cJSON_Delete(root);
@@ -1061,7 +1069,7 @@ int tokenize_args_parse(const char *body, size_t len, struct tokenize_args *out,
 	if (!rc)
 		rc = get_bool(root, "parse_special", &out->parse_special, e);
 	if (!rc && !(out->content = dup_text(c, &out->content_len)))
-		rc = fail(e, "content", "out_of_memory", "out of memory");
+		rc = fail_oom(e, "content", "out of memory");
 	cJSON_Delete(root);
 	return rc;
 }

@@ -20,8 +20,7 @@
 #include "util/errbuf.h"
 
 struct api_error {
-	int status;       /* 400, 404, ... */
-	const char *type; /* "invalid_request_error" */
+	int status;       /* 400, 404, ... (the OpenAI type follows from it: respond.h) */
 	const char *code; /* "invalid_value", "invalid_type", "invalid_json", ... */
 	char param[64];   /* the field, "" when none */
 	char message[SINKD_ERR_LEN + 64];

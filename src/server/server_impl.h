@@ -1,6 +1,8 @@
 /* Internals shared by the server's files (http.c: listener and routing,
- * api.c: endpoints, genstream.c: one generation bound to a connection,
- * openai.c: OpenAI JSON objects).  Not for use outside src/server. */
+ * api.c and api_sessions.c: endpoints, genstream.c: one generation bound to
+ * a connection, respond.c: answers and the error mapping, openai.c: OpenAI
+ * JSON objects).  Calls go one way: http -> api -> api_sessions ->
+ * genstream -> respond.  Not for use outside src/server. */
 #pragma once
 
 #include <microhttpd.h>
@@ -8,8 +10,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
-
-#include <cjson/cJSON.h>
+#include <time.h>
 
 #include "sched/scheduler.h"
 #include "server/auth.h"
@@ -115,44 +116,43 @@ struct request {
 	struct genstream *gs;
 };
 
-double server_now(void); /* monotonic seconds */
+/* Monotonic seconds. */
+static inline double server_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 /* pthread_cond_timedwait for at most ms milliseconds (mu held). */
-void server_cond_wait_ms(pthread_cond_t *cond, pthread_mutex_t *mu, long ms);
+static inline void server_cond_wait_ms(pthread_cond_t *cond, pthread_mutex_t *mu, long ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_cond_timedwait(cond, mu, &ts);
+}
 
-/* Queues a response with the common headers (X-Request-Id, Content-Type). */
-enum MHD_Result http_respond(struct request *r, int status, const char *content_type,
-                             const char *body, size_t len);
-enum MHD_Result http_respond_json(struct request *r, int status, cJSON *obj); /* frees obj */
-/* {"error":{"message","type","param","code"}}; retry_after_s > 0 adds Retry-After. */
-enum MHD_Result http_respond_error(struct request *r, int status, const char *type,
-                                   const char *param, const char *code, int retry_after_s,
-                                   const char *fmt, ...) SINKD_PRINTF(7, 8);
-/* Attaches common headers to a response built elsewhere and queues it. */
-enum MHD_Result http_queue(struct request *r, int status, struct MHD_Response *resp);
+/* The reloadable settings that endpoints and streams read (either may be NULL). */
+static inline void server_settings_get(struct server *s, int64_t *max_tokens, int64_t *keepalive_s)
+{
+	pthread_mutex_lock(&s->cfg_mu);
+	if (max_tokens)
+		*max_tokens = s->set.max_tokens;
+	if (keepalive_s)
+		*keepalive_s = s->set.keepalive_s;
+	pthread_mutex_unlock(&s->cfg_mu);
+}
 
-void server_settings_get(struct server *s, int64_t *max_tokens, int64_t *keepalive_s);
-bool server_pin_system_prompt(struct server *s);
-
-/* api.c: handles a complete request (body received) or a resumed one. */
-enum MHD_Result api_handle(struct request *r);
-struct api_error;
-struct gen_args;
-enum MHD_Result respond_api_error(struct request *r, const struct api_error *e);
-/* Submits a generation (ids owned by the callee from here on) and answers. */
-enum MHD_Result api_submit(struct request *r, struct gen_args *a, int32_t *ids, size_t n_ids,
-                           const char *session_id, size_t revise_last_tokens, bool append_only);
-/* api_sessions.c: makes a persistent session ready for a request: here, or
- * brought back from the session store; the requester must be its owner when
- * an API key created it.  *empty: it has no tokens yet (its first input
- * starts with BOS).  -ENOENT unknown, -EBUSY held by another instance, else
- * the store's error; api_session_unavailable() answers those. */
-int api_session_prepare(struct request *r, const char *id, bool *empty, char *err,
-                        size_t err_len);
-enum MHD_Result api_session_unavailable(struct request *r, int rc, const char *id,
-                                        const char *err);
-/* api_sessions.c: the persistent-session endpoints. */
-enum MHD_Result api_session_create(struct request *r);
-enum MHD_Result api_session(struct request *r);        /* GET, DELETE /v1/sessions/{id} */
-enum MHD_Result api_session_append(struct request *r); /* POST /v1/sessions/{id}/append */
-enum MHD_Result api_session_snapshot(struct request *r); /* GET /v1/sessions/{id}/snapshot */
-enum MHD_Result api_session_restore(struct request *r);  /* POST /v1/sessions/restore */
+static inline bool server_pin_system_prompt(struct server *s)
+{
+	pthread_mutex_lock(&s->cfg_mu);
+	bool pin = s->set.pin_system_prompt;
+	pthread_mutex_unlock(&s->cfg_mu);
+	return pin;
+}

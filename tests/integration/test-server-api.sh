@@ -148,7 +148,7 @@ check "second stream waits in the queue" wait_metric sinkd_scheduler_queue_depth
 st=$(http POST /v1/completions "${auth[@]}" -d '{"prompt":"x","max_tokens":3}')
 check "queue full → 503" [ "$st" = 503 ]
 check "503 has Retry-After" bash -c "[ -n '$(header Retry-After)' ] && [ '$(header Retry-After)' -ge 1 ]"
-jcheck "503 is an OpenAI error" "$tmp/body" 'j["error"]["type"] == "server_error" and len(j["error"]["message"]) > 0'
+jcheck "503 is an OpenAI error" "$tmp/body" 'j["error"]["type"] == "server_error" and j["error"]["code"] == "overloaded" and len(j["error"]["message"]) > 0'
 check "queued stream received ': keep-alive' comments" wait_for grep -q '^: keep-alive$' "$tmp/queued.txt"
 check "open streams gauge counts both" [ "$(metric sinkd_open_streams)" = 2 ]
 cancelled_before=$(metric 'sinkd_scheduler_requests_finished_total{outcome="cancelled"}')

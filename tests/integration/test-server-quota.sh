@@ -177,6 +177,7 @@ err_is "per-key queue" rate_limit_error per_key_max_queued
 check "  with Retry-After" retry_after_in 1 60
 wait "$c1"
 check "key C: the waiting one gets 503 after scheduler.max_queue_wait_s" [ "$(cat "$tmp/c1.code")" = 503 ]
+jcheck "  answered as a full queue is: server_error overloaded" "$tmp/c1.body" 'j["error"]["type"] == "server_error" and j["error"]["code"] == "overloaded" and "timed out" in j["error"]["message"]'
 release_holders
 check "holders gone: nothing running" wait_metric sinkd_scheduler_running == 0
 

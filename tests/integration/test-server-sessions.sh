@@ -21,6 +21,10 @@ jcheck "create: settings applied" "$tmp/body" 'j["window_size"] == 64 and j["sin
 small=$(sed 's/.*"id":"\([0-9a-f]*\)".*/\1/' "$tmp/body")
 check "create: window above the configured one → 400" [ "$(http POST /v1/sessions "${auth[@]}" -d '{"window_size":5000}')" = 400 ]
 jcheck "create: 400 names window_size" "$tmp/body" 'j["error"]["param"] == "window_size"'
+check "create: sinks above the configured ones → 400" [ "$(http POST /v1/sessions "${auth[@]}" -d '{"sink_keep_count":5}')" = 400 ]
+jcheck "create: 400 names sink_keep_count" "$tmp/body" 'j["error"]["param"] == "sink_keep_count" and j["error"]["type"] == "invalid_request_error"'
+check "create: sinks that fill the window → 400" [ "$(http POST /v1/sessions "${auth[@]}" -d '{"window_size":3,"sink_keep_count":3}')" = 400 ]
+jcheck "create: that 400 names sink_keep_count too" "$tmp/body" 'j["error"]["param"] == "sink_keep_count" and j["error"]["code"] == "invalid_value"'
 check "create: wrong type → 400" [ "$(http POST /v1/sessions "${auth[@]}" -d '{"sink_keep_count":"four"}')" = 400 ]
 
 check "append text 200" [ "$(http POST "/v1/sessions/$sid/append" "${auth[@]}" -d '{"text":"Once upon a time"}')" = 200 ]

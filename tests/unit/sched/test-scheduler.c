@@ -149,7 +149,8 @@ struct coll {
 	size_t text_len;
 	int n_prompt_done, n_done;
 	enum gen_finish finish;
-	int http_status, retry_after_s, done_generated;
+	int error_rc, retry_after_s, done_generated;
+	const char *error_param; /* DONE's, or submit's on an error */
 	char error[256];
 	int max_tokens;
 	bool expect_cancel;
@@ -220,7 +221,8 @@ static void on_event(void *user, const struct gen_event *ev)
 	} else {
 		c->n_done++;
 		c->finish = ev->finish;
-		c->http_status = ev->http_status;
+		c->error_rc = ev->error_rc;
+		c->error_param = ev->error_param;
 		c->retry_after_s = ev->retry_after_s;
 		c->done_generated = ev->n_generated_tokens;
 		if (ev->error)
@@ -294,6 +296,7 @@ static int submit(struct scheduler *s, struct coll *c, const int32_t *ids, size_
 	q.on_start = coll_started;
 	c->max_tokens = max_tokens;
 	int rc = scheduler_submit(s, &q, &c->handle, err, sizeof(err));
+	c->error_param = q.err_param;
 	if (rc) {
 		ck_assert_ptr_nonnull(q.prompt_ids); /* still ours */
 		ck_assert_int_gt((int)strlen(err), 0);
@@ -311,7 +314,7 @@ static int run_one(struct scheduler *s, const int32_t *ids, size_t n, int max_to
 	struct coll *c = coll_new(s);
 	ck_assert_int_eq(submit(s, c, ids, n, max_tokens, sid, revise), 0);
 	coll_wait(c);
-	ck_assert_msg(c->finish != GEN_FINISH_ERROR, "error %d: %s", c->http_status, c->error);
+	ck_assert_msg(c->finish != GEN_FINISH_ERROR, "error %d: %s", c->error_rc, c->error);
 	int k = c->n_tokens;
 	if (out)
 		memcpy(out, c->tokens, (size_t)k * sizeof(int32_t));
@@ -596,7 +599,7 @@ START_TEST(test_session_continue_and_revise)
 	const struct ref_prompt *a = &fx.ref[0];
 	int32_t g[8], h[8], b[5] = {300, 301, 302, 303, 304}, cids[4] = {265, 282, 295, 433};
 
-	ck_assert_int_eq(scheduler_session_create(s, NULL, id, err, sizeof(err)), 0);
+	ck_assert_int_eq(scheduler_session_create(s, NULL, id, NULL, err, sizeof(err)), 0);
 	ck_assert_int_eq((int)strlen(id), 32);
 	/* Append only, then generate from the session's end. */
 	ck_assert_int_eq(run_one(s, a->ids, a->n, 0, id, 0, NULL), 0);
@@ -635,6 +638,7 @@ START_TEST(test_session_continue_and_revise)
 	struct coll *c1 = coll_new(s), *c2 = coll_new(s);
 	ck_assert_int_eq(submit(s, c1, b, 5, 2000, id, 0), 0);
 	ck_assert_int_eq(submit(s, c2, b, 5, 5, id, 0), -EBUSY);
+	ck_assert_str_eq(c2->error_param, "session_id");
 	scheduler_cancel(s, c1->handle);
 	coll_wait(c1);
 	ck_assert(c1->finish == GEN_FINISH_CANCELLED || c1->finish == GEN_FINISH_LENGTH);
@@ -643,6 +647,7 @@ START_TEST(test_session_continue_and_revise)
 
 	c2 = coll_new(s);
 	ck_assert_int_eq(submit(s, c2, b, 5, 5, "00000000000000000000000000000000", 0), -ENOENT);
+	ck_assert_str_eq(c2->error_param, "session_id");
 	coll_free(c2);
 	ck_assert_int_eq(scheduler_session_delete(s, id), 0);
 	ck_assert_int_eq(scheduler_session_info(s, id, &info), -ENOENT);
@@ -664,7 +669,7 @@ START_TEST(test_session_cancel_keeps_stream)
 	struct sched_session_info info;
 	struct scheduler *s = sched_make(&cfg, ov, 1);
 	const struct ref_prompt *a = &fx.ref[1];
-	ck_assert_int_eq(scheduler_session_create(s, NULL, id, err, sizeof(err)), 0);
+	ck_assert_int_eq(scheduler_session_create(s, NULL, id, NULL, err, sizeof(err)), 0);
 	struct coll *c = coll_new(s);
 	c->cancel_after = 3;
 	ck_assert_int_eq(submit(s, c, a->ids, a->n, 500, id, 0), 0);
@@ -694,9 +699,14 @@ START_TEST(test_session_revise_window)
 	struct sched_session_info info;
 	struct scheduler *s = sched_make(&cfg, ov, 1);
 	struct session_settings bad = {.window_size = 1 << 30, .sink_keep_count = -1};
-	ck_assert_int_eq(scheduler_session_create(s, &bad, id, err, sizeof(err)), -EINVAL);
+	const char *param = NULL;
+	ck_assert_int_eq(scheduler_session_create(s, &bad, id, &param, err, sizeof(err)), -EINVAL);
+	ck_assert_str_eq(param, "window_size");
+	bad = (struct session_settings){.window_size = 0, .sink_keep_count = 1 << 30};
+	ck_assert_int_eq(scheduler_session_create(s, &bad, id, &param, err, sizeof(err)), -EINVAL);
+	ck_assert_str_eq(param, "sink_keep_count");
 	struct session_settings opt = {.window_size = 8, .sink_keep_count = 2};
-	ck_assert_int_eq(scheduler_session_create(s, &opt, id, err, sizeof(err)), 0);
+	ck_assert_int_eq(scheduler_session_create(s, &opt, id, NULL, err, sizeof(err)), 0);
 	int32_t ids[30];
 	for (int i = 0; i < 30; i++)
 		ids[i] = fx.ref[1].ids[i % fx.ref[1].n];
@@ -713,6 +723,7 @@ START_TEST(test_session_revise_window)
 	/* 8 window tokens + the pending one can be revised, not 10. */
 	struct coll *c = coll_new(s);
 	ck_assert_int_eq(submit(s, c, ids, 3, 4, id, 10), -ERANGE);
+	ck_assert_str_eq(c->error_param, "revise_last_tokens");
 	ck_assert_int_eq(run_one(s, ids, 3, 4, id, 9, NULL), 4);
 	ck_assert_int_eq(scheduler_session_info(s, id, &info), 0);
 	ck_assert_uint_eq(info.n_seen, 30 - 9 + 3 + 4);
@@ -735,11 +746,11 @@ START_TEST(test_admission_budget)
 	struct scheduler *s = sched_make(&cfg, ov, 5);
 	const struct ref_prompt *a = &fx.ref[0];
 
-	ck_assert_int_eq(scheduler_session_create(s, NULL, id, err, sizeof(err)), 0);
+	ck_assert_int_eq(scheduler_session_create(s, NULL, id, NULL, err, sizeof(err)), 0);
 	scheduler_get_stats(s, &st);
 	ck_assert_uint_eq(st.kv_bytes_budget, 1 << 20);
 	ck_assert_uint_gt(st.kv_bytes_reserved, (1 << 20) / 2);
-	ck_assert_int_eq(scheduler_session_create(s, NULL, id2, err, sizeof(err)), -EAGAIN);
+	ck_assert_int_eq(scheduler_session_create(s, NULL, id2, NULL, err, sizeof(err)), -EAGAIN);
 	/* The session holds the budget: a one-shot request waits, then 503. */
 	struct coll *waiting = coll_new(s), *extra = coll_new(s);
 	ck_assert_int_eq(submit(s, waiting, a->ids, a->n, 4, NULL, 0), 0);
@@ -748,7 +759,9 @@ START_TEST(test_admission_budget)
 	ck_assert_int_eq(run_one(s, a->ids, a->n, 4, id, 0, NULL), 4);
 	coll_wait(waiting);
 	ck_assert_int_eq(waiting->finish, GEN_FINISH_ERROR);
-	ck_assert_int_eq(waiting->http_status, 503);
+	ck_assert_int_eq(waiting->error_rc,
+	                 -EAGAIN); /* as a full queue: respond.h makes it a 503 */
+	ck_assert_ptr_null(waiting->error_param);
 	ck_assert_int_ge(waiting->retry_after_s, 1);
 	ck_assert_int_eq(waiting->n_tokens, 0);
 	ck_assert_int_eq(waiting->n_started, 0); /* left the queue without starting */
@@ -756,9 +769,6 @@ START_TEST(test_admission_budget)
 	ck_assert_uint_eq(st.rejected_timeout, 1);
 	ck_assert_uint_eq(st.rejected_queue_full, 2);
 	ck_assert_int_eq(scheduler_retry_after_s(s), 1);
-	ck_assert_int_eq(scheduler_error_status(-EAGAIN), 503);
-	ck_assert_int_eq(scheduler_error_status(-ERANGE), 409);
-	ck_assert_int_eq(scheduler_error_status(-ENOENT), 404);
 	/* Deleting the session frees the budget for one-shot requests. */
 	ck_assert_int_eq(scheduler_session_delete(s, id), 0);
 	ck_assert_int_eq(run_one(s, a->ids, a->n, 4, NULL, 0, NULL), 4);
@@ -775,7 +785,7 @@ START_TEST(test_admission_budget)
 	s = sched_make(&cfg, ov2, 3);
 	struct coll *c = coll_new(s);
 	ck_assert_int_eq(submit(s, c, a->ids, a->n, 4, NULL, 0), -ENOSPC);
-	ck_assert_int_eq(scheduler_session_create(s, NULL, id, err, sizeof(err)), -ENOSPC);
+	ck_assert_int_eq(scheduler_session_create(s, NULL, id, NULL, err, sizeof(err)), -ENOSPC);
 	coll_free(c);
 	scheduler_free(s);
 	config_deinit(&cfg);
@@ -832,7 +842,7 @@ START_TEST(test_pinned_prefix)
 
 	struct scheduler *s = sched_make(&cfg, ov6, 3);
 	ck_assert_int_eq(pinned_run(s, pr, n_pr, NULL, 0, want), 0);
-	ck_assert_int_eq(scheduler_session_create(s, NULL, id, err, sizeof(err)), 0);
+	ck_assert_int_eq(scheduler_session_create(s, NULL, id, NULL, err, sizeof(err)), 0);
 	ck_assert_int_eq(scheduler_session_info(s, id, &info), 0);
 	size_t bound6 = info.bytes_reserved;
 	ck_assert_int_eq(scheduler_session_delete(s, id), 0);
@@ -848,7 +858,7 @@ START_TEST(test_pinned_prefix)
 	ck_assert_int_eq(pinned_run(s, pr, n_pr, NULL, 6, got), 0);
 	ck_assert_int_eq(memcmp(got, want, sizeof(want)), 0);
 
-	ck_assert_int_eq(scheduler_session_create(s, NULL, id, err, sizeof(err)), 0);
+	ck_assert_int_eq(scheduler_session_create(s, NULL, id, NULL, err, sizeof(err)), 0);
 	ck_assert_int_eq(scheduler_session_info(s, id, &info), 0);
 	ck_assert_int_eq(info.pinned_tokens, 0);
 	ck_assert_int_eq(info.sink_keep_count, 2);
@@ -868,8 +878,8 @@ START_TEST(test_pinned_prefix)
 	/* a session pins with its first request only */
 	c = coll_new(s);
 	ck_assert_int_eq(submit_pinned(s, c, pr, n_pr, 1, id, 4), -EDOM);
+	ck_assert_str_eq(c->error_param, "pin_prefix_tokens");
 	coll_free(c);
-	ck_assert_int_eq(scheduler_error_status(-EDOM), 400);
 	/* over max_pinned_tokens, over the prompt */
 	c = coll_new(s);
 	ck_assert_int_eq(submit_pinned(s, c, pr, n_pr, 1, NULL, 9), -EDOM);
@@ -878,7 +888,7 @@ START_TEST(test_pinned_prefix)
 	/* a session with a smaller window than the pin */
 	char small[SCHED_SESSION_ID_LEN];
 	struct session_settings set = {.window_size = 4, .sink_keep_count = -1};
-	ck_assert_int_eq(scheduler_session_create(s, &set, small, err, sizeof(err)), 0);
+	ck_assert_int_eq(scheduler_session_create(s, &set, small, NULL, err, sizeof(err)), 0);
 	c = coll_new(s);
 	ck_assert_int_eq(submit_pinned(s, c, pr, n_pr, 1, small, 6), -EDOM);
 	coll_free(c);
@@ -894,7 +904,7 @@ START_TEST(test_pinned_prefix)
 	const char *ovb[] = {"inference.attention.dtype=float32", "inference.cache.window_size=600",
 	                     "inference.cache.global_cache_limit=1MiB"};
 	s = sched_make(&cfg, ovb, 3);
-	ck_assert_int_eq(scheduler_session_create(s, NULL, id, err, sizeof(err)), 0);
+	ck_assert_int_eq(scheduler_session_create(s, NULL, id, NULL, err, sizeof(err)), 0);
 	int32_t longp[300];
 	for (int i = 0; i < 300; i++)
 		longp[i] = a->ids[i % a->n];
@@ -930,15 +940,13 @@ START_TEST(test_session_limits_and_empty_expiry)
 	struct scheduler *s = sched_make(&cfg, ov, 4);
 	struct session_settings a = {.sink_keep_count = -1, .owner = "key:a", .owner_max = 2};
 	struct session_settings b = {.sink_keep_count = -1, .owner = "key:b", .owner_max = 2};
-	ck_assert_int_eq(scheduler_session_create(s, &a, a1, err, sizeof(err)), 0);
-	ck_assert_int_eq(scheduler_session_create(s, &a, a2, err, sizeof(err)), 0);
-	ck_assert_int_eq(scheduler_session_create(s, &a, x, err, sizeof(err)), -EDQUOT);
+	ck_assert_int_eq(scheduler_session_create(s, &a, a1, NULL, err, sizeof(err)), 0);
+	ck_assert_int_eq(scheduler_session_create(s, &a, a2, NULL, err, sizeof(err)), 0);
+	ck_assert_int_eq(scheduler_session_create(s, &a, x, NULL, err, sizeof(err)), -EDQUOT);
 	ck_assert_ptr_nonnull(strstr(err, "limits.per_key.max_sessions"));
-	ck_assert_int_eq(scheduler_error_status(-EDQUOT), 429);
-	ck_assert_int_eq(scheduler_session_create(s, &b, b1, err, sizeof(err)), 0);
-	ck_assert_int_eq(scheduler_session_create(s, &b, x, err, sizeof(err)), -EMFILE);
+	ck_assert_int_eq(scheduler_session_create(s, &b, b1, NULL, err, sizeof(err)), 0);
+	ck_assert_int_eq(scheduler_session_create(s, &b, x, NULL, err, sizeof(err)), -EMFILE);
 	ck_assert_ptr_nonnull(strstr(err, "limits.max_sessions"));
-	ck_assert_int_eq(scheduler_error_status(-EMFILE), 503);
 	/* The empty sessions expire within the second: that is the hint. */
 	ck_assert_int_eq(scheduler_session_retry_after_s(s, "key:a"), 1);
 	ck_assert_int_eq(scheduler_session_retry_after_s(s, NULL), 1);
@@ -961,13 +969,13 @@ START_TEST(test_session_limits_and_empty_expiry)
 	ck_assert_int_eq(scheduler_session_info(s, a2, &info), -ENOENT);
 	ck_assert_int_eq(scheduler_session_info(s, b1, &info), -ENOENT);
 	/* Room again, for either owner; a used session does not expire early. */
-	ck_assert_int_eq(scheduler_session_create(s, &b, b1, err, sizeof(err)), 0);
-	ck_assert_int_eq(scheduler_session_create(s, &a, a2, err, sizeof(err)), 0);
+	ck_assert_int_eq(scheduler_session_create(s, &b, b1, NULL, err, sizeof(err)), 0);
+	ck_assert_int_eq(scheduler_session_create(s, &a, a2, NULL, err, sizeof(err)), 0);
 	usleep(1200 * 1000);
 	ck_assert_int_eq(scheduler_session_info(s, a1, &info), 0);
 	ck_assert_int_eq(scheduler_session_delete(s, a1), 0);
 	/* Without an owner only the total counts. */
-	ck_assert_int_eq(scheduler_session_create(s, NULL, x, err, sizeof(err)), 0);
+	ck_assert_int_eq(scheduler_session_create(s, NULL, x, NULL, err, sizeof(err)), 0);
 	ck_assert_int_eq(scheduler_session_delete(s, x), 0);
 	wait_idle(s);
 	scheduler_free(s);
@@ -989,7 +997,7 @@ START_TEST(test_reconfigure)
 	struct sched_session_info info;
 	char old_id[SCHED_SESSION_ID_LEN], new_id[SCHED_SESSION_ID_LEN], err[SINKD_ERR_LEN];
 	struct scheduler *s = sched_make(&cfg, ov1, 2);
-	ck_assert_int_eq(scheduler_session_create(s, NULL, old_id, err, sizeof(err)), 0);
+	ck_assert_int_eq(scheduler_session_create(s, NULL, old_id, NULL, err, sizeof(err)), 0);
 	ck_assert_int_eq(config_load(&cfg2, NULL, ov2, 2, &errs), 0);
 	struct sched_prepared *p = NULL;
 	ck_assert_int_eq(scheduler_prepare(s, &cfg2, &p, err, sizeof(err)), 0);
@@ -998,7 +1006,7 @@ START_TEST(test_reconfigure)
 	scheduler_commit(s, p);
 	scheduler_get_stats(s, &st);
 	ck_assert_uint_eq(st.kv_bytes_budget, 2 << 20);
-	ck_assert_int_eq(scheduler_session_create(s, NULL, new_id, err, sizeof(err)), 0);
+	ck_assert_int_eq(scheduler_session_create(s, NULL, new_id, NULL, err, sizeof(err)), 0);
 	ck_assert_int_eq(scheduler_session_info(s, old_id, &info), 0);
 	ck_assert_int_eq(info.window_size, 64);
 	size_t old_bytes = info.bytes_reserved;
@@ -1037,13 +1045,13 @@ START_TEST(test_prepare_refuses_and_shrinks)
 	ck_assert_ptr_nonnull(strstr(err, "global_cache_limit"));
 	scheduler_get_stats(s, &st);
 	ck_assert_uint_eq(st.kv_bytes_budget, 3 << 20);
-	ck_assert_int_eq(scheduler_session_create(s, NULL, a, err, sizeof(err)), 0);
+	ck_assert_int_eq(scheduler_session_create(s, NULL, a, NULL, err, sizeof(err)), 0);
 	struct sched_session_info info;
 	ck_assert_int_eq(scheduler_session_info(s, a, &info), 0);
 	ck_assert_int_eq(info.window_size, 2048);
 	ck_assert_uint_gt(info.bytes_reserved, 1 << 20);
 	/* Shrink the budget to one session's bound while two are reserved. */
-	ck_assert_int_eq(scheduler_session_create(s, NULL, b, err, sizeof(err)), 0);
+	ck_assert_int_eq(scheduler_session_create(s, NULL, b, NULL, err, sizeof(err)), 0);
 	char limit[64];
 	snprintf(limit, sizeof(limit), "inference.cache.global_cache_limit=%zu",
 	         info.bytes_reserved);
@@ -1052,7 +1060,7 @@ START_TEST(test_prepare_refuses_and_shrinks)
 	ck_assert_int_eq(scheduler_prepare(s, &cfg3, &p, err, sizeof(err)), 0);
 	scheduler_commit(s, p);
 	char c[SCHED_SESSION_ID_LEN];
-	ck_assert_int_eq(scheduler_session_create(s, NULL, c, err, sizeof(err)), -EAGAIN);
+	ck_assert_int_eq(scheduler_session_create(s, NULL, c, NULL, err, sizeof(err)), -EAGAIN);
 	ck_assert_int_eq(scheduler_session_info(s, a, &info), 0);
 	ck_assert_int_eq(scheduler_session_info(s, b, &info), 0);
 	ck_assert_int_eq(scheduler_session_delete(s, a), 0);
@@ -1060,17 +1068,19 @@ START_TEST(test_prepare_refuses_and_shrinks)
 	wait_idle(s);
 	scheduler_get_stats(s, &st);
 	ck_assert_uint_eq(st.kv_bytes_reserved, 0);
-	ck_assert_int_eq(scheduler_session_create(s, NULL, c, err, sizeof(err)), 0);
+	ck_assert_int_eq(scheduler_session_create(s, NULL, c, NULL, err, sizeof(err)), 0);
 	ck_assert_int_eq(scheduler_session_delete(s, c), 0);
 	/* A client-chosen id: taken once, 409 the second time, checked. */
 	struct session_settings named = {.window_size = 0, .sink_keep_count = -1, .id = "abc123"};
 	wait_idle(s);
-	ck_assert_int_eq(scheduler_session_create(s, &named, c, err, sizeof(err)), 0);
+	ck_assert_int_eq(scheduler_session_create(s, &named, c, NULL, err, sizeof(err)), 0);
 	ck_assert_str_eq(c, "abc123");
-	ck_assert_int_eq(scheduler_session_create(s, &named, c, err, sizeof(err)), -EEXIST);
-	ck_assert_int_eq(scheduler_error_status(-EEXIST), 409);
+	const char *param = NULL;
+	ck_assert_int_eq(scheduler_session_create(s, &named, c, &param, err, sizeof(err)), -EEXIST);
+	ck_assert_str_eq(param, "id");
 	named.id = "../etc";
-	ck_assert_int_eq(scheduler_session_create(s, &named, c, err, sizeof(err)), -EINVAL);
+	ck_assert_int_eq(scheduler_session_create(s, &named, c, &param, err, sizeof(err)), -EINVAL);
+	ck_assert_str_eq(param, "id");
 	ck_assert_int_eq(scheduler_session_delete(s, "abc123"), 0);
 	wait_idle(s);
 	scheduler_free(s);
@@ -1290,7 +1300,8 @@ static void walk_step(struct walk *w)
 	int k = (int)walk_rand(w, WALK_SESSIONS);
 	if (op < 10) { /* create */
 		if (!w->live[k]) {
-			int rc = scheduler_session_create(w->s, NULL, w->ids[k], err, sizeof(err));
+			int rc =
+			    scheduler_session_create(w->s, NULL, w->ids[k], NULL, err, sizeof(err));
 			ck_assert_msg(rc == 0 || rc == -EAGAIN, "%s", err);
 			w->live[k] = rc == 0;
 		}
@@ -1324,9 +1335,10 @@ static void walk_check_done(struct coll *c)
 	ck_assert_int_eq(c->n_done, 1);
 	switch (c->finish) {
 	case GEN_FINISH_ERROR:
-		ck_assert_msg(c->http_status == 503 || c->http_status == 409 ||
-		                  c->http_status == 400,
-		              "status %d: %s", c->http_status, c->error);
+		/* a queue timeout, a revise or a prompt the session cannot take */
+		ck_assert_msg(c->error_rc == -EAGAIN || c->error_rc == -ERANGE ||
+		                  c->error_rc == -E2BIG || c->error_rc == -EINVAL,
+		              "rc %d: %s", c->error_rc, c->error);
 		ck_assert_int_gt((int)strlen(c->error), 0);
 		break;
 	case GEN_FINISH_CANCELLED:
