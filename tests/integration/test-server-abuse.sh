@@ -704,10 +704,20 @@ check "requests cut by the request deadline are logged as 408" \
 check "deadline closes are summed up in the log" \
 	wait_for grep -q 'closed slow connections past their deadline' "$log"
 read -r n_cut_hs n_cut_req <"$tmp/ncut" || { n_cut_hs=-1; n_cut_req=-1; }
-check "sinkd_http_deadline_closes_total counts each handshake closed by its deadline ($n_cut_hs)" \
-	wait_metric 'sinkd_http_deadline_closes_total{deadline="handshake"}' == "$n_cut_hs"
-check "... and each request closed by its deadline ($n_cut_req)" \
-	wait_metric 'sinkd_http_deadline_closes_total{deadline="request"}' == "$n_cut_req"
+# Each connection closed by a deadline is counted once.  Which deadline can
+# differ from the client's view by a few: on a loaded machine a handshake the
+# client saw complete may still be cut by the handshake deadline before the
+# daemon has read the client's Finished.
+deadline_closes() {
+	local hs req
+	hs=$(metric 'sinkd_http_deadline_closes_total{deadline="handshake"}')
+	req=$(metric 'sinkd_http_deadline_closes_total{deadline="request"}')
+	[ -n "$hs" ] && [ -n "$req" ] && awk -v h="$hs" -v r="$req" -v H="$n_cut_hs" -v R="$n_cut_req" \
+		'BEGIN { d = h - H; if (d < 0) d = -d; exit !(h + r == H + R && d <= 3) }'
+}
+check "sinkd_http_deadline_closes_total counts each connection closed by a deadline once ($n_cut_hs handshakes, $n_cut_req requests, give or take 3 between them)" \
+	wait_for deadline_closes
+echo "   deadline closes: handshake $(metric 'sinkd_http_deadline_closes_total{deadline="handshake"}'), request $(metric 'sinkd_http_deadline_closes_total{deadline="request"}')"
 
 pyrun items "$max_uri" "$max_hdr" "$max_headers" "$max_body"
 check "/health answers after the framing cases" [ "$(http GET /health)" = 200 ]
