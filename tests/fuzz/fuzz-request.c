@@ -32,7 +32,7 @@ static void check_error(int rc, const struct api_error *e)
 {
 	if (rc == 0)
 		return;
-	if (rc > 0 || e->status < 400 || e->status > 599 || e->code == NULL || e->type == NULL ||
+	if (rc > 0 || e->status < 400 || e->status > 599 || e->code == NULL ||
 	    memchr(e->message, '\0', sizeof(e->message)) == NULL || e->message[0] == '\0' ||
 	    memchr(e->param, '\0', sizeof(e->param)) == NULL)
 		abort();
