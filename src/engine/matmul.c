@@ -1,33 +1,34 @@
 /* Matrix products y(B, rows) = x(B, cols) · W(rows, cols)^T, the bulk of the
  * CPU forward pass.  Each thread gets one contiguous range of rows and reads
  * it front to back as one stream; a thread that finishes early takes blocks
- * from the back of another's range, so no thread waits at the end.  Each
- * weight byte is read from memory once per call for up to 96 batch rows.
- * Kernels, picked by batch size at run time:
- *   decode (B = 1)   each weight row streamed once, sequentially (AVX-512:
- *                    aligned to cache lines by a masked head);
- *   small batches    register tiles of weight rows x batch rows, dot
- *                    products without packing (AVX-512: up to 6 x 4, below
- *                    6 rows; AVX2: 2 x 4, below 12);
- *   larger batches   a packed GEMM: 16 weight rows x 256 columns converted
- *                    to fp32 and transposed once into L1, then an outer-
- *                    product micro kernel (AVX2: 6 batch rows, AVX-512:
- *                    12);
- *   panels           when the backend re-laid the weights (panels.h), its
- *                    kernels, for every batch size.
- * Weights are read in their stored type (F32, F16, BF16, Q8_0 dequantized on
- * the fly); activations stay fp32, except Q8_0 decode, which quantizes them
- * to Q8 and multiplies in integers (as llama.cpp does).  The FFN's gate and
- * up products can run fused with the SwiGLU activation (matmul_swiglu).
- * AVX2/FMA/F16C and AVX-512 kernels are chosen at run time (util/cpu.h);
- * a plain C path runs elsewhere.  It does not own buffers or know about
- * layers: see backend_cpu.c. */
+ * from the back of another's range, so no thread waits at the end.
+ *
+ * Kernel families (enum matmul_family), each with a plain-C twin that the
+ * unit test compares it with:
+ *   DOT_AVX2      decode-sized batches stream each weight row once; others
+ *                 2 x 4 dot tiles (twin: SCALAR);
+ *   Q8_AVX2       Q8_0 weights times x quantized to Q8, in integers, as
+ *                 llama.cpp does (twin: Q8_SCALAR);
+ *   GEMM_AVX2     packed GEMM: 16 weight rows x 256 columns converted and
+ *                 transposed into L1, a 6-row outer-product kernel (SCALAR);
+ *   DOT_AVX512    decode rows aligned to cache lines, register tiles up to
+ *                 6 x 8 (SCALAR);
+ *   GEMM_AVX512   the packed GEMM with a 12-row kernel (SCALAR);
+ *   PANELS        the kernels of the weight panels the backend lays out on
+ *                 AVX-512 machines, every batch size (PANELS_SCALAR);
+ *   SCALAR        plain C, the portable path.
+ * One table (kernel_table) picks the family by ISA level, weight type and
+ * batch-size class.  Weights are read in their stored type; activations
+ * stay fp32 except in the Q8 family.  The FFN's gate and up products can
+ * run fused with the SwiGLU activation (matmul_swiglu).  It does not own
+ * buffers or know about layers: see backend_cpu.c. */
 #include "engine/matmul.h"
 #include "engine/tuning.h"
 
 #include "engine/panels.h"
 #include "util/cpu.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -41,8 +42,6 @@
 
 /* Work below this many multiply-adds runs on the calling thread (engine/tuning.h). */
 #define MATMUL_PARALLEL_MIN_MACS TUNING_MATMUL_PARALLEL_MIN_MACS
-/* Batch rows per L2 chunk. */
-#define MATMUL_BATCH_CHUNK 64
 /* Columns converted per step of the portable path. */
 #define GENERIC_CHUNK 256
 
@@ -156,9 +155,15 @@ void matmul_row_to_f32(const struct weight_matrix *w, int row, float *out)
 
 /* ------------------------------------------------------------ portable C */
 
-/* Rows [r0, r1) of one job for batch rows [0, B). */
-static void rows_generic(const struct matmul_job *job, const float *x, const struct block_q8_x *xq,
-                         const float *xt, int B, int r0, int r1)
+/* The two kernel signatures: the families that read x (B, cols) as it is,
+ * and the Q8 families, which read it quantized once per call, xq (B,
+ * cols/32).  Both write rows [r0, r1) of job->y (B, rows). */
+typedef void (*rows_x_fn)(const struct matmul_job *job, const float *x, int B, int r0, int r1);
+typedef void (*rows_q8_fn)(const struct matmul_job *job, const struct block_q8_x *xq, int B, int r0,
+                           int r1);
+
+/* The portable path, and the twin of the dot and GEMM families. */
+static void rows_scalar(const struct matmul_job *job, const float *x, int B, int r0, int r1)
 {
 	const struct weight_matrix *w = job->w;
 	int cols = w->cols, rows = w->rows;
@@ -179,6 +184,57 @@ static void rows_generic(const struct matmul_job *job, const float *x, const str
 			}
 		}
 	}
+}
+
+/* Twin of the Q8 family: per block of 32, an integer dot product scaled by
+ * both block scales. */
+static void rows_q8_scalar(const struct matmul_job *job, const struct block_q8_x *xq, int B, int r0,
+                           int r1)
+{
+	const struct weight_matrix *w = job->w;
+	int rows = w->rows, nblk = w->cols / 32;
+	for (int r = r0; r < r1; r++) {
+		const struct block_q8_0 *wb = (const struct block_q8_0 *)((const uint8_t *)w->data +
+		                                                          (size_t)r * w->row_bytes);
+		for (int b = 0; b < B; b++) {
+			const struct block_q8_x *xb = xq + (size_t)b * nblk;
+			float s = 0.0f;
+			for (int k = 0; k < nblk; k++) {
+				int32_t dot = 0;
+				for (int i = 0; i < 32; i++)
+					dot += (int32_t)wb[k].qs[i] * xb[k].qs[i];
+				s += half_to_float(wb[k].d) * xb[k].d * (float)dot;
+			}
+			job->y[(size_t)b * rows + r] = s + (job->bias ? job->bias[r] : 0.0f);
+		}
+	}
+}
+
+/* Element (r, k) of w's panels as fp32. */
+static float panel_element(const struct weight_matrix *w, int r, int k)
+{
+	size_t i = panels_element_index(w, r, k);
+	switch (w->type) {
+	case GGML_TYPE_F16:
+		return half_to_float(((const uint16_t *)w->panels)[i]);
+	case GGML_TYPE_BF16:
+		return bf16_to_float(((const uint16_t *)w->panels)[i]);
+	default:
+		return ((const float *)w->panels)[i];
+	}
+}
+
+/* Twin of the panel kernels: the same panels, an element at a time. */
+static void rows_panels_scalar(const struct matmul_job *job, const float *x, int B, int r0, int r1)
+{
+	const struct weight_matrix *w = job->w;
+	for (int b = 0; b < B; b++)
+		for (int r = r0; r < r1; r++) {
+			float s = 0.0f;
+			for (int k = 0; k < w->cols; k++)
+				s += panel_element(w, r, k) * x[(size_t)b * w->cols + k];
+			job->y[(size_t)b * w->rows + r] = s + (job->bias ? job->bias[r] : 0.0f);
+		}
 }
 
 /* --------------------------------------------------------------- AVX2/FMA */
@@ -554,13 +610,13 @@ AVX512_INLINE void tile512(int type, int RB, int BB, const uint8_t *w, size_t ro
 		break;                                                                             \
 	}
 
-/* AVX-512 rows for batches below the GEMM size: B == 1 streams each row
- * once (dot_row512); larger ones run register tiles over batch chunks of
- * TILE512_BB; the caller hands over blocks of MATMUL_BLOCK_ROWS_BATCH rows,
- * which stay in L2 across the chunks. */
+/* The DOT_AVX512 family: B == 1 streams each row once (dot_row512); larger
+ * batches run register tiles over batch chunks of TILE512_BB; the caller
+ * hands over blocks of MATMUL_BLOCK_ROWS_BATCH rows, which stay in L2
+ * across the chunks. */
 #define DEFINE_ROWS_AVX512(NAME, TYPE)                                                             \
-	static AVX512_FN void NAME(const struct matmul_job *job, const float *x,                   \
-	                           const struct block_q8_x *xq, const float *xt, int B, int r0, int r1)             \
+	static AVX512_FN void NAME(const struct matmul_job *job, const float *x, int B, int r0,    \
+	                           int r1)                                                         \
 	{                                                                                          \
 		const struct weight_matrix *w = job->w;                                            \
 		int cols = w->cols, rows = w->rows;                                                \
@@ -627,9 +683,10 @@ AVX2_INLINE void gemm_row_tile(int type, bool z, const struct matmul_job *job, c
 	}
 }
 
+/* The GEMM_AVX2 (Z false) and GEMM_AVX512 (Z true) families. */
 #define DEFINE_GEMM_AVX2(NAME, TYPE, Z)                                                            \
-	static AVX2_FN void NAME(const struct matmul_job *job, const float *x,                     \
-	                         const struct block_q8_x *xq, const float *xt, int B, int r0, int r1)               \
+	static AVX2_FN void NAME(const struct matmul_job *job, const float *x, int B, int r0,      \
+	                         int r1)                                                           \
 	{                                                                                          \
 		float panel[GEMM_KC * GEMM_NR] __attribute__((aligned(64)));                       \
 		float ctile[GEMM_BATCH * GEMM_NR];                                                 \
@@ -679,48 +736,43 @@ AVX2_INLINE float dot_row(int type, const uint8_t *row, const float *x, int cols
 	return s;
 }
 
-/* Decode-sized batches (< 4 rows) stream each weight row sequentially
- * (dot_row); larger ones use 2 weight rows x 4 batch rows register tiles so
- * the conversion is amortised over 4 multiply-adds. */
+/* The DOT_AVX2 family: decode-sized batches (< 4 rows) stream each weight
+ * row sequentially (dot_row); larger ones use 2 weight rows x 4 batch rows
+ * register tiles so the conversion is amortised over 4 multiply-adds. */
 #define DEFINE_ROWS_AVX2(NAME, TYPE)                                                               \
-	static AVX2_FN void NAME(const struct matmul_job *job, const float *x,                     \
-	                         const struct block_q8_x *xq, const float *xt, int B, int r0, int r1)               \
+	static AVX2_FN void NAME(const struct matmul_job *job, const float *x, int B, int r0,      \
+	                         int r1)                                                           \
 	{                                                                                          \
 		const struct weight_matrix *w = job->w;                                            \
 		int cols = w->cols, rows = w->rows, k8 = cols & ~7;                                \
 		const uint8_t *base = (const uint8_t *)w->data;                                    \
 		size_t rb = w->row_bytes;                                                          \
 		const float *bias = job->bias;                                                     \
-		for (int c0 = 0; c0 < B; c0 += MATMUL_BATCH_CHUNK) {                               \
-			int c1 = B - c0 < MATMUL_BATCH_CHUNK ? B : c0 + MATMUL_BATCH_CHUNK;        \
-			if (c1 - c0 < 4) {                                                         \
-				for (int r = r0; r < r1; r++)                                      \
-					for (int b = c0; b < c1; b++)                              \
-						job->y[(size_t)b * rows + r] =                     \
-						    dot_row(TYPE, base + r * rb,                   \
-						            x + (size_t)b * cols, cols, k8) +      \
-						    (bias ? bias[r] : 0.0f);                       \
-				continue;                                                          \
+		if (B < 4) {                                                                       \
+			for (int r = r0; r < r1; r++)                                              \
+				for (int b = 0; b < B; b++)                                        \
+					job->y[(size_t)b * rows + r] =                             \
+					    dot_row(TYPE, base + r * rb, x + (size_t)b * cols,     \
+					            cols, k8) +                                    \
+					    (bias ? bias[r] : 0.0f);                               \
+			return;                                                                    \
+		}                                                                                  \
+		for (int r = r0; r < r1; r += 2) {                                                 \
+			int two = r + 2 <= r1;                                                     \
+			const float *br = bias ? bias + r : NULL;                                  \
+			int b = 0;                                                                 \
+			for (; b + 4 <= B; b += 4) {                                               \
+				if (two)                                                           \
+					tile(TYPE, 2, 4, base + r * rb, rb, x + (size_t)b * cols,  \
+					     cols, k8, job->y + (size_t)b * rows + r, rows, br);   \
+				else                                                               \
+					tile(TYPE, 1, 4, base + r * rb, rb, x + (size_t)b * cols,  \
+					     cols, k8, job->y + (size_t)b * rows + r, rows, br);   \
 			}                                                                          \
-			for (int r = r0; r < r1; r += 2) {                                         \
-				int two = r + 2 <= r1;                                             \
-				const float *br = bias ? bias + r : NULL;                          \
-				int b = c0;                                                        \
-				for (; b + 4 <= c1; b += 4) {                                      \
-					if (two)                                                   \
-						tile(TYPE, 2, 4, base + r * rb, rb,                \
-						     x + (size_t)b * cols, cols, k8,               \
-						     job->y + (size_t)b * rows + r, rows, br);     \
-					else                                                       \
-						tile(TYPE, 1, 4, base + r * rb, rb,                \
-						     x + (size_t)b * cols, cols, k8,               \
-						     job->y + (size_t)b * rows + r, rows, br);     \
-				}                                                                  \
-				for (; b < c1; b++)                                                \
-					tile(TYPE, two ? 2 : 1, 1, base + r * rb, rb,              \
-					     x + (size_t)b * cols, cols, k8,                       \
-					     job->y + (size_t)b * rows + r, rows, br);             \
-			}                                                                          \
+			for (; b < B; b++)                                                         \
+				tile(TYPE, two ? 2 : 1, 1, base + r * rb, rb,                      \
+				     x + (size_t)b * cols, cols, k8,                               \
+				     job->y + (size_t)b * rows + r, rows, br);                     \
 		}                                                                                  \
 	}
 
@@ -781,45 +833,44 @@ AVX2_INLINE float dot_row_q8(const uint8_t *row, const struct block_q8_x *xq, in
 	return hsum8(_mm256_add_ps(acc[0], acc[1]));
 }
 
-static AVX2_FN void rows_avx2_q8_int(const struct matmul_job *job, const float *x,
-                                     const struct block_q8_x *xq, const float *xt, int B, int r0, int r1)
+/* The Q8_AVX2 family: decode-sized batches stream each row once, larger
+ * ones run 2 x 4 tiles.  xq: (B, cols/32). */
+static AVX2_FN void rows_avx2_q8(const struct matmul_job *job, const struct block_q8_x *xq, int B,
+                                 int r0, int r1)
 {
 	const struct weight_matrix *w = job->w;
 	int rows = w->rows, nblk = w->cols / 32;
 	const uint8_t *base = (const uint8_t *)w->data;
 	size_t rb = w->row_bytes;
-	for (int c0 = 0; c0 < B; c0 += MATMUL_BATCH_CHUNK) {
-		int c1 = B - c0 < MATMUL_BATCH_CHUNK ? B : c0 + MATMUL_BATCH_CHUNK;
-		for (int r = r0; r < r1;) {
-			if (c1 - c0 < 4) { /* decode: one sequential stream per row */
-				for (int b = c0; b < c1; b++)
-					job->y[(size_t)b * rows + r] =
-					    dot_row_q8(base + r * rb, xq + (size_t)b * nblk, nblk) +
-					    (job->bias ? job->bias[r] : 0.0f);
-				r++;
-				continue;
-			}
-			int rr = r + 2 <= r1 ? 2 : 1;
-			const float *br = job->bias ? job->bias + r : NULL;
-			int b = c0;
-			for (; rr <= 2 && b + 4 <= c1; b += 4) {
-				const struct block_q8_x *xb = xq + (size_t)b * nblk;
-				float *yb = job->y + (size_t)b * rows + r;
-				if (rr == 2)
-					tile_q8(2, 4, base + r * rb, rb, xb, nblk, yb, rows, br);
-				else
-					tile_q8(1, 4, base + r * rb, rb, xb, nblk, yb, rows, br);
-			}
-			for (; b < c1; b++) {
-				const struct block_q8_x *xb = xq + (size_t)b * nblk;
-				float *yb = job->y + (size_t)b * rows + r;
-				if (rr == 2)
-					tile_q8(2, 1, base + r * rb, rb, xb, nblk, yb, rows, br);
-				else
-					tile_q8(1, 1, base + r * rb, rb, xb, nblk, yb, rows, br);
-			}
-			r += rr;
+	if (B < 4) {
+		for (int r = r0; r < r1; r++)
+			for (int b = 0; b < B; b++)
+				job->y[(size_t)b * rows + r] =
+				    dot_row_q8(base + r * rb, xq + (size_t)b * nblk, nblk) +
+				    (job->bias ? job->bias[r] : 0.0f);
+		return;
+	}
+	for (int r = r0; r < r1;) {
+		int rr = r + 2 <= r1 ? 2 : 1;
+		const float *br = job->bias ? job->bias + r : NULL;
+		int b = 0;
+		for (; b + 4 <= B; b += 4) {
+			const struct block_q8_x *xb = xq + (size_t)b * nblk;
+			float *yb = job->y + (size_t)b * rows + r;
+			if (rr == 2)
+				tile_q8(2, 4, base + r * rb, rb, xb, nblk, yb, rows, br);
+			else
+				tile_q8(1, 4, base + r * rb, rb, xb, nblk, yb, rows, br);
 		}
+		for (; b < B; b++) {
+			const struct block_q8_x *xb = xq + (size_t)b * nblk;
+			float *yb = job->y + (size_t)b * rows + r;
+			if (rr == 2)
+				tile_q8(2, 1, base + r * rb, rb, xb, nblk, yb, rows, br);
+			else
+				tile_q8(1, 1, base + r * rb, rb, xb, nblk, yb, rows, br);
+		}
+		r += rr;
 	}
 }
 
@@ -840,74 +891,227 @@ bool matmul_have_avx512(void)
 	return cpu_has_avx512();
 }
 
-/* ---------------------------------------------------------------- driver */
+/* ------------------------------------------------------- kernel families */
 
-typedef void (*rows_fn)(const struct matmul_job *job, const float *x, const struct block_q8_x *xq,
-                        const float *xt, int B, int r0, int r1);
+enum type_index { T_F32, T_F16, T_BF16, T_Q8_0, N_TYPES };
 
-/* Weights with panels (the CPU backend makes them for F32/F16/BF16 on
- * AVX-512 machines) always take the panel kernels.  Otherwise, batches at
- * least this large take a GEMM path.  AVX2: the packed kernel wins from 12
- * rows (the 134M model).  AVX-512: below PACKED_MIN_B_AVX512 rows
- * the dot-product register tiles, above the packed GEMM.  Q8_0 keeps its
- * integer decode up to Q8_INT_MAX_B rows and the packed GEMM above. */
-#define GEMM_MIN_B_AVX2 12
-#define PACKED_MIN_B_AVX512 6
-#define Q8_INT_MAX_B 5
-
-/* Rows from the backend's weight panels (panels.h). */
-static void rows_panels(const struct matmul_job *job, const float *x, const struct block_q8_x *xq,
-                        const float *xt, int B, int r0, int r1)
+static int type_index(int type)
 {
-	(void)xq;
-	panels_rows(job->w, job->bias, x, xt, B, job->y, r0, r1);
-}
-
-/* The kernel for weights in their stored layout. */
-static rows_fn pick_stored_fn(enum matmul_isa isa, int type, int B)
-{
-#ifdef MATMUL_X86
-	if (isa != MATMUL_ISA_GENERIC && matmul_have_avx2()) {
-		bool z = isa == MATMUL_ISA_AUTO && matmul_have_avx512();
-		bool gemm = B >= GEMM_MIN_B_AVX2;
-		switch (type) {
-		case GGML_TYPE_F32:
-			if (z)
-				return B >= PACKED_MIN_B_AVX512 ? gemm_avx512_f32 : rows_avx512_f32;
-			return gemm ? gemm_avx2_f32 : rows_avx2_f32;
-		case GGML_TYPE_F16:
-			if (z)
-				return B >= PACKED_MIN_B_AVX512 ? gemm_avx512_f16 : rows_avx512_f16;
-			return gemm ? gemm_avx2_f16 : rows_avx2_f16;
-		case GGML_TYPE_BF16:
-			if (z)
-				return B >= PACKED_MIN_B_AVX512 ? gemm_avx512_bf16 : rows_avx512_bf16;
-			return gemm ? gemm_avx2_bf16 : rows_avx2_bf16;
-		case GGML_TYPE_Q8_0:
-			if (z)
-				return B > Q8_INT_MAX_B ? gemm_avx512_q8_0 : rows_avx2_q8_int;
-			return gemm ? gemm_avx2_q8_0
-			       : isa == MATMUL_ISA_AVX2_F32 ? rows_avx2_q8_0
-			                                    : rows_avx2_q8_int;
-		}
+	switch (type) {
+	case GGML_TYPE_F32:
+		return T_F32;
+	case GGML_TYPE_F16:
+		return T_F16;
+	case GGML_TYPE_BF16:
+		return T_BF16;
+	case GGML_TYPE_Q8_0:
+		return T_Q8_0;
+	default:
+		return -1;
 	}
-#endif
-	return rows_generic;
 }
 
-static rows_fn pick_rows_fn(enum matmul_isa isa, const struct weight_matrix *w, int B)
+/* What a family reads of x: x itself, x quantized to Q8 (xq), or x
+ * transposed for the panel kernels (xt, which read x itself at B == 1). */
+enum family_input { INPUT_X, INPUT_Q8, INPUT_XT };
+
+#ifdef MATMUL_X86
+#define X86_FN(fn) fn
+#else
+#define X86_FN(fn) NULL
+#endif
+
+/* clang-format off */
+static const struct family {
+	const char *name;
+	enum family_input input;
+	bool (*cpu_has)(void);     /* NULL: every CPU */
+	bool reads_panels;         /* runs only on weights with panels */
+	enum matmul_family twin;   /* the plain-C family the tests compare it with */
+	rows_x_fn rows_x[N_TYPES]; /* INPUT_X, by type_index; NULL: not for that type */
+	rows_q8_fn rows_q8;        /* INPUT_Q8 (Q8_0 weights) */
+} families[MATMUL_FAMILY_COUNT] = {
+	[MATMUL_FAMILY_SCALAR] = {"scalar", INPUT_X, NULL, false, MATMUL_FAMILY_SCALAR,
+		{rows_scalar, rows_scalar, rows_scalar, rows_scalar}, NULL},
+	[MATMUL_FAMILY_Q8_SCALAR] = {"q8_scalar", INPUT_Q8, NULL, false, MATMUL_FAMILY_Q8_SCALAR,
+		{NULL}, rows_q8_scalar},
+	[MATMUL_FAMILY_PANELS_SCALAR] = {"panels_scalar", INPUT_X, NULL, true,
+		MATMUL_FAMILY_PANELS_SCALAR,
+		{rows_panels_scalar, rows_panels_scalar, rows_panels_scalar, NULL}, NULL},
+	[MATMUL_FAMILY_DOT_AVX2] = {"dot_avx2", INPUT_X, cpu_has_avx2, false, MATMUL_FAMILY_SCALAR,
+		{X86_FN(rows_avx2_f32), X86_FN(rows_avx2_f16), X86_FN(rows_avx2_bf16),
+		 X86_FN(rows_avx2_q8_0)}, NULL},
+	[MATMUL_FAMILY_Q8_AVX2] = {"q8_avx2", INPUT_Q8, cpu_has_avx2, false,
+		MATMUL_FAMILY_Q8_SCALAR, {NULL}, X86_FN(rows_avx2_q8)},
+	[MATMUL_FAMILY_GEMM_AVX2] = {"gemm_avx2", INPUT_X, cpu_has_avx2, false, MATMUL_FAMILY_SCALAR,
+		{X86_FN(gemm_avx2_f32), X86_FN(gemm_avx2_f16), X86_FN(gemm_avx2_bf16),
+		 X86_FN(gemm_avx2_q8_0)}, NULL},
+	[MATMUL_FAMILY_DOT_AVX512] = {"dot_avx512", INPUT_X, cpu_has_avx512, false,
+		MATMUL_FAMILY_SCALAR,
+		{X86_FN(rows_avx512_f32), X86_FN(rows_avx512_f16), X86_FN(rows_avx512_bf16), NULL},
+		NULL},
+	[MATMUL_FAMILY_GEMM_AVX512] = {"gemm_avx512", INPUT_X, cpu_has_avx512, false,
+		MATMUL_FAMILY_SCALAR,
+		{X86_FN(gemm_avx512_f32), X86_FN(gemm_avx512_f16), X86_FN(gemm_avx512_bf16),
+		 X86_FN(gemm_avx512_q8_0)}, NULL},
+	[MATMUL_FAMILY_PANELS] = {"panels", INPUT_XT, cpu_has_avx512, true,
+		MATMUL_FAMILY_PANELS_SCALAR, {NULL}, NULL},
+};
+/* clang-format on */
+
+/* ISA levels, the table's first index.  AVX2_EXACT is MATMUL_ISA_AVX2_F32:
+ * AVX2 with Q8_0 dequantized, so x stays exact. */
+enum level {
+	LEVEL_GENERIC,
+	LEVEL_AVX2_EXACT,
+	LEVEL_AVX2,
+	LEVEL_AVX512,
+	LEVEL_AVX512_PANELS,
+	N_LEVELS
+};
+
+/* Batch-size classes, the table's last index: their edges are the batch
+ * sizes where one family overtook another (git log of this file). */
+enum batch_class { BATCH_1, BATCH_2_5, BATCH_6_11, BATCH_12_UP, N_BATCH_CLASSES };
+
+static int batch_class(int B)
 {
-	if (isa == MATMUL_ISA_AUTO && w->panels)
-		return rows_panels;
-	return pick_stored_fn(isa, w->type, B);
+	return B <= 1 ? BATCH_1 : B < 6 ? BATCH_2_5 : B < 12 ? BATCH_6_11 : BATCH_12_UP;
+}
+
+/* clang-format off */
+#define SCALAR MATMUL_FAMILY_SCALAR
+#define DOT2 MATMUL_FAMILY_DOT_AVX2
+#define Q8INT MATMUL_FAMILY_Q8_AVX2
+#define GEMM2 MATMUL_FAMILY_GEMM_AVX2
+#define DOT512 MATMUL_FAMILY_DOT_AVX512
+#define GEMM512 MATMUL_FAMILY_GEMM_AVX512
+#define PANEL MATMUL_FAMILY_PANELS
+#define ALL4(f) {f, f, f, f}
+/* The one place a family is chosen: [level][type][batch class].
+ *   generic        plain C for everything;
+ *   AVX2 (exact)   dot tiles below 12 rows, where the packed GEMM's
+ *                  per-call packing costs more than it saves, the GEMM
+ *                  from 12; Q8_0 takes the integer kernels below 12 rows
+ *                  except in the exact level;
+ *   AVX-512        the wider GEMM already wins from 6 rows; Q8_0 keeps its
+ *                  integer kernels below that;
+ *   with panels    the panel kernels at every batch size (F32/F16/BF16;
+ *                  Q8_0 has no panels).
+ * Without panels the AVX-512 level still runs for matrices the loader
+ * dequantized to F32 (they get no panels, to avoid holding them twice). */
+static const enum matmul_family kernel_table[N_LEVELS][N_TYPES][N_BATCH_CLASSES] = {
+	/*                      B = 1    2..5    6..11    12.. */
+	[LEVEL_GENERIC] = {
+		/* every type */  ALL4(SCALAR), ALL4(SCALAR), ALL4(SCALAR), ALL4(SCALAR)},
+	[LEVEL_AVX2_EXACT] = {
+		[T_F32]  = {DOT2,   DOT2,   DOT2,    GEMM2},
+		[T_F16]  = {DOT2,   DOT2,   DOT2,    GEMM2},
+		[T_BF16] = {DOT2,   DOT2,   DOT2,    GEMM2},
+		[T_Q8_0] = {DOT2,   DOT2,   DOT2,    GEMM2}},
+	[LEVEL_AVX2] = {
+		[T_F32]  = {DOT2,   DOT2,   DOT2,    GEMM2},
+		[T_F16]  = {DOT2,   DOT2,   DOT2,    GEMM2},
+		[T_BF16] = {DOT2,   DOT2,   DOT2,    GEMM2},
+		[T_Q8_0] = {Q8INT,  Q8INT,  Q8INT,   GEMM2}},
+	[LEVEL_AVX512] = {
+		[T_F32]  = {DOT512, DOT512, GEMM512, GEMM512},
+		[T_F16]  = {DOT512, DOT512, GEMM512, GEMM512},
+		[T_BF16] = {DOT512, DOT512, GEMM512, GEMM512},
+		[T_Q8_0] = {Q8INT,  Q8INT,  GEMM512, GEMM512}},
+	[LEVEL_AVX512_PANELS] = {
+		[T_F32]  = ALL4(PANEL),
+		[T_F16]  = ALL4(PANEL),
+		[T_BF16] = ALL4(PANEL),
+		[T_Q8_0] = {Q8INT,  Q8INT,  GEMM512, GEMM512}},
+};
+/* clang-format on */
+#undef SCALAR
+#undef DOT2
+#undef Q8INT
+#undef GEMM2
+#undef DOT512
+#undef GEMM512
+#undef PANEL
+#undef ALL4
+
+static enum level table_level(enum matmul_isa isa, const struct weight_matrix *w)
+{
+	if (isa == MATMUL_ISA_GENERIC || !cpu_has_avx2())
+		return LEVEL_GENERIC;
+	if (isa == MATMUL_ISA_AVX2_F32)
+		return LEVEL_AVX2_EXACT;
+	if (!cpu_has_avx512())
+		return LEVEL_AVX2;
+	return w->panels ? LEVEL_AVX512_PANELS : LEVEL_AVX512;
+}
+
+enum matmul_family matmul_family_pick(enum matmul_isa isa, const struct weight_matrix *w, int B)
+{
+	int t = type_index(w->type);
+	return t < 0 ? MATMUL_FAMILY_SCALAR : kernel_table[table_level(isa, w)][t][batch_class(B)];
+}
+
+/* The family a job takes when the buffer its family reads (xq or xt)
+ * could not be allocated. */
+static enum matmul_family fallback_family(enum matmul_family f, const struct weight_matrix *w,
+                                          int B)
+{
+	switch (f) {
+	case MATMUL_FAMILY_Q8_AVX2:
+		return MATMUL_FAMILY_DOT_AVX2;
+	case MATMUL_FAMILY_Q8_SCALAR:
+		return MATMUL_FAMILY_SCALAR;
+	default: /* the panel kernels: what the table picks for the stored layout */
+		return kernel_table[LEVEL_AVX512][type_index(w->type)][batch_class(B)];
+	}
+}
+
+static bool family_valid(enum matmul_family f)
+{
+	return (unsigned)f < MATMUL_FAMILY_COUNT;
+}
+
+bool matmul_family_runs(enum matmul_family f, const struct weight_matrix *w)
+{
+	int t = type_index(w->type);
+	if (!family_valid(f) || t < 0)
+		return false;
+	const struct family *fam = &families[f];
+	if ((fam->cpu_has && !fam->cpu_has()) || (fam->reads_panels && !w->panels))
+		return false;
+	switch (fam->input) {
+	case INPUT_Q8:
+		return t == T_Q8_0 && fam->rows_q8;
+	case INPUT_XT:
+		return t != T_Q8_0;
+	default:
+		return fam->rows_x[t] != NULL;
+	}
+}
+
+enum matmul_family matmul_family_twin(enum matmul_family f)
+{
+	return family_valid(f) ? families[f].twin : MATMUL_FAMILY_SCALAR;
+}
+
+bool matmul_family_rounds_activations(enum matmul_family f)
+{
+	return family_valid(f) && families[f].input == INPUT_Q8;
+}
+
+const char *matmul_family_name(enum matmul_family f)
+{
+	return family_valid(f) ? families[f].name : "?";
 }
 
 bool matmul_q8_rounds_activations(enum matmul_isa isa, int B)
 {
-	if (isa != MATMUL_ISA_AUTO || !matmul_have_avx2())
-		return false;
-	return matmul_have_avx512() ? B <= Q8_INT_MAX_B : B < GEMM_MIN_B_AVX2;
+	struct weight_matrix q8 = {.type = GGML_TYPE_Q8_0};
+	return matmul_family_rounds_activations(matmul_family_pick(isa, &q8, B));
 }
+
+/* ---------------------------------------------------------------- driver */
 
 /* Rows per unit of work handed to a thread: small enough to balance the
  * threads at the end of a product, large enough that each unit is one long
@@ -931,11 +1135,11 @@ struct matmul_span {
 
 struct matmul_call {
 	const float *x;              /* (B, cols) */
-	const struct block_q8_x *xq; /* (B, cols/32) x quantized, for the Q8_0 integer path */
+	const struct block_q8_x *xq; /* (B, cols/32): x quantized, for the Q8 families */
 	const float *xt;             /* x transposed (panels_transpose_x), for the panel kernels */
 	int B;
 	const struct matmul_job *jobs;
-	rows_fn fns[MATMUL_MAX_JOBS];
+	enum matmul_family fams[MATMUL_MAX_JOBS];
 	int n_jobs;
 	bool swiglu;    /* jobs[0] gate, jobs[1] up: rows of both, then the activation */
 	bool swiglu_z;  /* the activation with AVX-512 */
@@ -999,13 +1203,31 @@ static AVX512_FN void swiglu_avx512(float *gate, const float *up, int B, int ld,
 }
 #endif
 
+/* Rows [r0, r1) of job j, its family handed only the input it reads. */
+static void job_rows(const struct matmul_call *c, int j, int r0, int r1)
+{
+	const struct matmul_job *job = &c->jobs[j];
+	const struct family *f = &families[c->fams[j]];
+	switch (f->input) {
+	case INPUT_Q8:
+		f->rows_q8(job, c->xq, c->B, r0, r1);
+		break;
+	case INPUT_XT:
+		panels_rows(job->w, job->bias, c->x, c->xt, c->B, job->y, r0, r1);
+		break;
+	default:
+		f->rows_x[type_index(job->w->type)](job, c->x, c->B, r0, r1);
+		break;
+	}
+}
+
 /* Runs global rows [g0, g1) of the concatenated jobs (swiglu: of both). */
 static void call_rows(const struct matmul_call *c, int g0, int g1)
 {
 	if (c->swiglu) {
 		const struct matmul_job *gate = &c->jobs[0], *up = &c->jobs[1];
-		c->fns[0](gate, c->x, c->xq, c->xt, c->B, g0, g1);
-		c->fns[1](up, c->x, c->xq, c->xt, c->B, g0, g1);
+		job_rows(c, 0, g0, g1);
+		job_rows(c, 1, g0, g1);
 #ifdef MATMUL_X86
 		if (c->swiglu_z) {
 			swiglu_avx512(gate->y, up->y, c->B, gate->w->rows, g0, g1);
@@ -1022,7 +1244,7 @@ static void call_rows(const struct matmul_call *c, int g0, int g1)
 		if (r0 < rows && r1 > 0) {
 			r0 = r0 < 0 ? 0 : r0;
 			r1 = r1 > rows ? rows : r1;
-			c->fns[j](&c->jobs[j], c->x, c->xq, c->xt, c->B, r0, r1);
+			job_rows(c, j, r0, r1);
 		}
 		base += rows;
 	}
@@ -1085,44 +1307,40 @@ static void run_parallel(struct threadpool *pool, struct matmul_call *c)
 	threadpool_run(pool, c->n_ranges, matmul_task, c);
 }
 
-/* Quantizes x once for the jobs that take the Q8_0 integer path; without
- * memory they fall back to the fp32 path.  Returns the buffer to free. */
+/* Quantizes x once for the jobs whose family reads it quantized; without
+ * memory they take their fallback family.  Returns the buffer to free. */
 static struct block_q8_x *prepare_q8_x(struct matmul_call *c, int cols)
 {
-#ifdef MATMUL_X86
 	bool need = false;
 	for (int j = 0; j < c->n_jobs; j++)
-		need |= c->fns[j] == rows_avx2_q8_int;
+		need |= families[c->fams[j]].input == INPUT_Q8;
 	if (!need)
 		return NULL;
 	struct block_q8_x *xq = malloc((size_t)c->B * (cols / 32) * sizeof(*xq));
 	for (int j = 0; j < c->n_jobs && !xq; j++)
-		if (c->fns[j] == rows_avx2_q8_int)
-			c->fns[j] = rows_avx2_q8_0;
+		if (families[c->fams[j]].input == INPUT_Q8)
+			c->fams[j] = fallback_family(c->fams[j], c->jobs[j].w, c->B);
 	for (int b = 0; b < c->B && xq; b++)
 		quantize_q8_x(c->x + (size_t)b * cols, cols, xq + (size_t)b * (cols / 32));
 	c->xq = xq;
 	return xq;
-#else
-	return NULL;
-#endif
 }
 
 /* Transposes x once for the jobs that read panels; without memory they take
  * the kernels of the stored layout.  Returns the buffer to free. */
-static float *prepare_xt(struct matmul_call *c, enum matmul_isa isa, int cols)
+static float *prepare_xt(struct matmul_call *c, int cols)
 {
 	bool need = false;
 	for (int j = 0; j < c->n_jobs; j++)
-		need |= c->fns[j] == rows_panels;
+		need |= families[c->fams[j]].input == INPUT_XT;
 	if (!need || c->B == 1)
 		return NULL;
 	size_t bytes = panels_xt_floats(c->B, cols) * sizeof(float);
 	float *xt = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
 	if (!xt) {
 		for (int j = 0; j < c->n_jobs; j++)
-			if (c->fns[j] == rows_panels)
-				c->fns[j] = pick_stored_fn(isa, c->jobs[j].w->type, c->B);
+			if (families[c->fams[j]].input == INPUT_XT)
+				c->fams[j] = fallback_family(c->fams[j], c->jobs[j].w, c->B);
 		return NULL;
 	}
 	panels_transpose_x(c->x, c->B, cols, xt);
@@ -1130,13 +1348,12 @@ static float *prepare_xt(struct matmul_call *c, enum matmul_isa isa, int cols)
 	return xt;
 }
 
-/* Picks the kernels, quantizes x where needed and runs the rows on the pool
- * (or the calling thread, for small products). */
-static void matmul_run(struct threadpool *pool, enum matmul_isa isa, struct matmul_call *c)
+/* Prepares what the jobs' families (c->fams) read and runs the rows on the
+ * pool (or the calling thread, for small products). */
+static void matmul_run(struct threadpool *pool, struct matmul_call *c)
 {
 	double macs = 0;
 	for (int j = 0; j < c->n_jobs; j++) {
-		c->fns[j] = pick_rows_fn(isa, c->jobs[j].w, c->B);
 		macs += (double)c->jobs[j].w->rows * c->jobs[j].w->cols * c->B;
 		if (!c->swiglu)
 			c->total_rows += c->jobs[j].w->rows;
@@ -1144,7 +1361,7 @@ static void matmul_run(struct threadpool *pool, enum matmul_isa isa, struct matm
 	if (c->B <= 0 || c->total_rows == 0)
 		return;
 	struct block_q8_x *xq = prepare_q8_x(c, c->jobs[0].w->cols);
-	float *xt = prepare_xt(c, isa, c->jobs[0].w->cols);
+	float *xt = prepare_xt(c, c->jobs[0].w->cols);
 	int n_threads = pool ? threadpool_size(pool) : 1;
 	if (n_threads == 1 || macs < MATMUL_PARALLEL_MIN_MACS)
 		call_rows(c, 0, c->total_rows);
@@ -1158,7 +1375,24 @@ void matmul_many(struct threadpool *pool, enum matmul_isa isa, const float *x, i
                  const struct matmul_job *jobs, int n_jobs)
 {
 	struct matmul_call c = {.x = x, .B = B, .jobs = jobs, .n_jobs = n_jobs};
-	matmul_run(pool, isa, &c);
+	for (int j = 0; j < n_jobs; j++)
+		c.fams[j] = matmul_family_pick(isa, jobs[j].w, B);
+	matmul_run(pool, &c);
+}
+
+int matmul_many_family(struct threadpool *pool, enum matmul_family family, const float *x, int B,
+                       const struct matmul_job *jobs, int n_jobs)
+{
+	if (n_jobs < 1 || n_jobs > MATMUL_MAX_JOBS)
+		return -EINVAL;
+	struct matmul_call c = {.x = x, .B = B, .jobs = jobs, .n_jobs = n_jobs};
+	for (int j = 0; j < n_jobs; j++) {
+		if (!matmul_family_runs(family, jobs[j].w))
+			return -EINVAL;
+		c.fams[j] = family;
+	}
+	matmul_run(pool, &c);
+	return 0;
 }
 
 void matmul_swiglu(struct threadpool *pool, enum matmul_isa isa, const float *x, int B,
@@ -1173,10 +1407,12 @@ void matmul_swiglu(struct threadpool *pool, enum matmul_isa isa, const float *x,
 	}
 	struct matmul_call c = {
 	    .x = x, .B = B, .jobs = jobs, .n_jobs = 2, .swiglu = true, .total_rows = w_gate->rows};
+	c.fams[0] = matmul_family_pick(isa, w_gate, B);
+	c.fams[1] = matmul_family_pick(isa, w_up, B);
 #ifdef MATMUL_X86
 	c.swiglu_z = isa == MATMUL_ISA_AUTO && matmul_have_avx512();
 #endif
-	matmul_run(pool, isa, &c);
+	matmul_run(pool, &c);
 }
 
 void matmul(struct threadpool *pool, const float *x, int B, const struct weight_matrix *w, float *y)

@@ -1,7 +1,7 @@
 /* Matrix products of the CPU backend: y(B, rows) = x(B, cols) · W(rows, cols)^T
- * for weights stored as F32, F16, BF16 or Q8_0, with AVX2/FMA kernels chosen
- * at run time and a portable C fallback.  Also the row conversion used for
- * embedding lookups. */
+ * for weights stored as F32, F16, BF16 or Q8_0 (or re-laid as panels), with
+ * AVX2 and AVX-512 kernels picked by one table at run time and a portable C
+ * path.  Also the row conversion used for embedding lookups. */
 #pragma once
 
 #include <stdbool.h>
@@ -10,12 +10,28 @@
 #include "engine/threadpool.h"
 #include "model/model.h"
 
-/* Which kernels run.  AUTO: the best the CPU supports (the AVX-512 GEMM for
- * batches when present, else AVX2); for Q8_0 decode it
- * quantizes the activations to Q8 (32 values per scale, as llama.cpp does)
- * and multiplies in integers.  AVX2_F32: AVX2 only, Q8_0 weights dequantized
- * to fp32 on the fly (exact activations).  GENERIC: plain C. */
+/* Which kernels run.  AUTO: the best the CPU supports; for Q8_0 at
+ * decode-sized batches it quantizes the activations to Q8 (32 values per
+ * scale, as llama.cpp does) and multiplies in integers.  AVX2_F32: AVX2
+ * only, Q8_0 weights dequantized to fp32 on the fly (exact activations).
+ * GENERIC: plain C. */
 enum matmul_isa { MATMUL_ISA_AUTO = 0, MATMUL_ISA_GENERIC, MATMUL_ISA_AVX2_F32 };
+
+/* The kernel families (matmul.c says what each is and where the table picks
+ * it).  The first three are plain C: SCALAR is the portable path and the
+ * twin of the dot and GEMM families, the other two are test twins only. */
+enum matmul_family {
+	MATMUL_FAMILY_SCALAR = 0,
+	MATMUL_FAMILY_Q8_SCALAR,     /* Q8_0 times x rounded to Q8 */
+	MATMUL_FAMILY_PANELS_SCALAR, /* reads the weight panels */
+	MATMUL_FAMILY_DOT_AVX2,
+	MATMUL_FAMILY_Q8_AVX2, /* Q8_0 times x rounded to Q8, in integers */
+	MATMUL_FAMILY_GEMM_AVX2,
+	MATMUL_FAMILY_DOT_AVX512, /* F32, F16, BF16 */
+	MATMUL_FAMILY_GEMM_AVX512,
+	MATMUL_FAMILY_PANELS, /* F32, F16, BF16 with panels */
+	MATMUL_FAMILY_COUNT
+};
 
 /* True when the weight type is one the kernels read natively. */
 bool matmul_type_supported(int ggml_type);
@@ -52,12 +68,28 @@ void matmul_swiglu(struct threadpool *pool, enum matmul_isa isa, const float *x,
 void matmul(struct threadpool *pool, const float *x, int B, const struct weight_matrix *w,
             float *y);
 
-/* What the Q8_0 integer path sees of x: x(n) rounded through Q8 blocks,
- * n a multiple of 32 (tests build their reference from it). */
+/* What the Q8 families see of x: x(n) rounded through Q8 blocks, n a
+ * multiple of 32 (tests build their reference from it). */
 void matmul_q8_activation_round(const float *x, int n, float *out);
-/* Whether Q8_0 products of a batch of B under isa take that integer path
- * (decode-sized batches; larger ones are exact). */
+/* Whether Q8_0 products of a batch of B under isa take a Q8 family. */
 bool matmul_q8_rounds_activations(enum matmul_isa isa, int B);
+
+/* The family the selection table picks for a product of w with B batch
+ * rows under isa. */
+enum matmul_family matmul_family_pick(enum matmul_isa isa, const struct weight_matrix *w, int B);
+/* Whether family f can multiply w here: the CPU runs it, it has w's type,
+ * and w has the panels it reads. */
+bool matmul_family_runs(enum matmul_family f, const struct weight_matrix *w);
+/* The plain-C family that computes what f computes (f itself if plain C). */
+enum matmul_family matmul_family_twin(enum matmul_family f);
+/* Whether f multiplies x rounded through Q8 blocks (matmul_q8_activation_round). */
+bool matmul_family_rounds_activations(enum matmul_family f);
+/* A short name ("dot_avx2"), for tests and benchmarks. */
+const char *matmul_family_name(enum matmul_family f);
+/* matmul_many with every job run by family f instead of the table's pick,
+ * for tests and benchmarks: -EINVAL unless f runs for every job's matrix. */
+int matmul_many_family(struct threadpool *pool, enum matmul_family f, const float *x, int B,
+                       const struct matmul_job *jobs, int n_jobs);
 
 /* Converts row `row` of w to float: out (w->cols). */
 void matmul_row_to_f32(const struct weight_matrix *w, int row, float *out);

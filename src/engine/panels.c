@@ -405,3 +405,9 @@ void panels_rows(const struct weight_matrix *w, const float *bias, const float *
 	(void)w, (void)bias, (void)x, (void)xt, (void)B, (void)y, (void)r0, (void)r1;
 }
 #endif
+
+size_t panels_element_index(const struct weight_matrix *w, int r, int k)
+{
+	return (size_t)(r / GROUP_ROWS) * w->cols * GROUP_ROWS + (size_t)k * GROUP_ROWS +
+	       (size_t)(r % GROUP_ROWS);
+}

@@ -41,3 +41,6 @@ void panels_transpose_x_scalar(const float *x, int B, int cols, float *xt);
  * x).  y is (B, w->rows); rows outside [r0, r1) are not written. */
 void panels_rows(const struct weight_matrix *w, const float *bias, const float *x,
                  const float *xt, int B, float *y, int r0, int r1);
+/* Where element (r, k) of w lies in w->panels, in elements of w's type
+ * (the plain-C twin of the panel kernels reads them through it). */
+size_t panels_element_index(const struct weight_matrix *w, int r, int k);

@@ -4,7 +4,10 @@
  * line per case with the weight bandwidth (GB/s, what decode is bound by)
  * and GFLOP/s (what batches are bound by), then a JSON line.  With
  * MATMUL_PANELS=1 in the environment the weights get panels (as the CPU
- * backend makes them) where the CPU and type have them.
+ * backend makes them) where the CPU and type have them.  With
+ * MATMUL_FAMILY=<name> (matmul_family_name: dot_avx2, gemm_avx512, ...)
+ * every product runs that family instead of the table's pick; types it
+ * does not run are skipped.
  * usage: matmul-perf [threads (0 = cores)] [rows] [cols] [batch sizes, e.g. 1,8,32] */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,8 +31,32 @@ static size_t row_bytes(int type, int cols)
 	                                : (size_t)cols * 2;
 }
 
+/* The family named by MATMUL_FAMILY, or -1 (the table's pick). */
+static int forced_family(void)
+{
+	const char *name = getenv("MATMUL_FAMILY");
+	for (int f = 0; name && f < MATMUL_FAMILY_COUNT; f++)
+		if (!strcmp(name, matmul_family_name(f)))
+			return f;
+	if (name)
+		fprintf(stderr, "MATMUL_FAMILY=%s: no such family, the table picks\n", name);
+	return -1;
+}
+
+/* One product, by the table or by the forced family. */
+static void product(struct threadpool *pool, int family, const float *x, int B,
+                    const struct weight_matrix *m, float *y)
+{
+	struct matmul_job job = {.w = m, .y = y};
+	if (family < 0)
+		matmul(pool, x, B, m, y);
+	else
+		matmul_many_family(pool, family, x, B, &job, 1);
+}
+
 int main(int argc, char **argv)
 {
+	int family = forced_family();
 	int n_threads = argc > 1 ? atoi(argv[1]) : 0;
 	int rows = argc > 2 ? atoi(argv[2]) : 32768, cols = argc > 3 ? atoi(argv[3]) : 2048;
 	struct threadpool *pool = NULL;
@@ -64,15 +91,20 @@ int main(int argc, char **argv)
 			panels_pack(pool, &m, panels);
 			m.panels = panels;
 		}
+		if (family >= 0 && !matmul_family_runs(family, &m)) {
+			free(w);
+			free(panels);
+			continue;
+		}
 		for (int bi = 0; bi < n_bs; bi++) {
 			int B = bs[bi];
 			float *x = calloc((size_t)B * cols, sizeof(float));
 			float *y = malloc((size_t)B * rows * sizeof(float));
-			matmul(pool, x, B, &m, y);
+			product(pool, family, x, B, &m, y);
 			int it = 0;
 			double t0 = now_s(), el;
 			do {
-				matmul(pool, x, B, &m, y);
+				product(pool, family, x, B, &m, y);
 				it++;
 			} while ((el = now_s() - t0) < 1.0);
 			el /= it;

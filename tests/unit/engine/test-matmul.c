@@ -1,8 +1,8 @@
 /* Matmul kernels against a double-precision reference: every weight type
- * (F32, F16, BF16, Q8_0), every kernel set (AVX2, AVX-512, weight panels
- * and plain C), batch sizes
- * from 1 to past a register tile and an L2 chunk, odd row and column counts,
- * bias, several jobs in one dispatch, with and without the thread pool. */
+ * (F32, F16, BF16, Q8_0), every kernel family against its plain-C twin,
+ * the selection table's picks at batch sizes in each of its classes and
+ * past a register tile, odd row and column counts, bias, several jobs in
+ * one dispatch, with and without the thread pool. */
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
@@ -186,12 +186,14 @@ static void run_case(struct threadpool *pool, enum matmul_isa isa, enum ggml_typ
 static const enum ggml_type all_types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16,
                                            GGML_TYPE_Q8_0};
 
-/* Every type, both ISAs, odd shapes, batch sizes across tile and chunk edges. */
+/* Every type, all three ISA settings, odd shapes, batch sizes across the
+ * table's class edges and the tiles' edges. */
 START_TEST(test_all_types_shapes)
 {
 	int rows_list[] = {1, 3, 4, 7, 33};
 	int cols_list[] = {32, 64, 96, 13, 8, 200};
-	int b_list[] = {1, 2, 3, 4, 5, 8, 9, 17, 23, 24, 64, 67};
+	/* the table's batch classes end at 1, 5, 11 */
+	int b_list[] = {1, 2, 3, 4, 5, 6, 8, 9, 11, 12, 13, 17, 23, 24, 64, 67};
 	enum matmul_isa isas[] = {MATMUL_ISA_GENERIC, MATMUL_ISA_AUTO, MATMUL_ISA_AVX2_F32};
 	for (int t = 0; t < 4; t++)
 		for (size_t ri = 0; ri < sizeof(rows_list) / sizeof(int); ri++)
@@ -203,6 +205,150 @@ START_TEST(test_all_types_shapes)
 					for (int i = 0; i < 3; i++)
 						run_case(NULL, isas[i], all_types[t], rows_list[ri],
 						         cols, b_list[bi], (bi + ri) % 2, false);
+			}
+}
+END_TEST
+
+/* |a - b| within tol + eps * sum |w x| of row r of batch row b. */
+static void check_close(const struct test_matrix *m, const float *x, int B, const float *a,
+                        const float *b, const char *what)
+{
+	int rows = m->w.rows, cols = m->w.cols;
+	for (int bi = 0; bi < B; bi++)
+		for (int r = 0; r < rows; r++) {
+			double mag = 0;
+			for (int c = 0; c < cols; c++)
+				mag +=
+				    fabs(m->exact[(size_t)r * cols + c] * x[(size_t)bi * cols + c]);
+			double got = a[(size_t)bi * rows + r], want = b[(size_t)bi * rows + r];
+			if (!(fabs(got - want) <= 1e-6 + 2e-6 * mag))
+				ck_abort_msg("%s: y[%d][%d] = %.9g, twin %.9g (mag %.3g)", what, bi,
+				             r, got, want, mag);
+		}
+}
+
+/* Runs family f on a fresh matrix (given panels when f reads them) and
+ * compares it with its twin, and the twin with the double reference.
+ * Returns false when f does not run here for the type. */
+static bool family_case(struct threadpool *pool, enum matmul_family f, enum ggml_type type,
+                        int rows, int cols, int B, bool with_bias)
+{
+	struct test_matrix m = {0};
+	make_matrix(&m, type, rows, cols);
+	if (!matmul_family_runs(f, &m.w))
+		attach_panels(&m, NULL);
+	if (!matmul_family_runs(f, &m.w)) {
+		free_matrix(&m);
+		return false;
+	}
+	enum matmul_family twin = matmul_family_twin(f);
+	ck_assert(matmul_family_runs(twin, &m.w));
+	ck_assert_int_eq(matmul_family_rounds_activations(f),
+	                 matmul_family_rounds_activations(twin));
+	float *x = malloc((size_t)B * cols * sizeof(float));
+	float *y = malloc((size_t)B * rows * sizeof(float));
+	float *yt = malloc((size_t)B * rows * sizeof(float));
+	float *bias = malloc((size_t)rows * sizeof(float));
+	for (int i = 0; i < B * cols; i++)
+		x[i] = frand();
+	for (int i = 0; i < rows; i++)
+		bias[i] = frand();
+	for (int i = 0; i < B * rows; i++)
+		y[i] = yt[i] = NAN;
+	struct matmul_job job = {.w = &m.w, .bias = with_bias ? bias : NULL, .y = y};
+	ck_assert_int_eq(matmul_many_family(pool, f, x, B, &job, 1), 0);
+	job.y = yt;
+	ck_assert_int_eq(matmul_many_family(NULL, twin, x, B, &job, 1), 0);
+	if (matmul_family_rounds_activations(f))
+		for (int b = 0; b < B; b++)
+			matmul_q8_activation_round(x + (size_t)b * cols, cols,
+			                           x + (size_t)b * cols);
+	char what[160];
+	snprintf(what, sizeof(what), "%s (%s) %s rows=%d cols=%d B=%d pool=%d bias=%d",
+	         matmul_family_name(f), matmul_family_name(twin), ggml_type_name_test(type), rows,
+	         cols, B, pool ? threadpool_size(pool) : 0, with_bias);
+	check_close(&m, x, B, y, yt, what);
+	check_result(&m, x, B, job.bias, yt, what);
+	free(x);
+	free(y);
+	free(yt);
+	free(bias);
+	free_matrix(&m);
+	return true;
+}
+
+/* Every family the CPU runs, every type it has, against its plain-C twin:
+ * batch sizes in each class of the selection table and past each family's
+ * tiles (4, 6, 8 and 12 batch rows, so last blocks are ragged), whether or
+ * not the table picks the family there; rows around the 16-row groups and
+ * 48-row tiles; columns around the vector widths and the GEMM's 256-column
+ * steps; threaded sizes. */
+START_TEST(test_families)
+{
+	struct threadpool *pool = NULL;
+	ck_assert_int_eq(threadpool_new(3, &pool, NULL, 0), 0);
+	int rows_list[] = {1, 17, 50};
+	int cols_list[] = {13, 300}, cols_q8[] = {64, 288};
+	int b_list[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 17, 25};
+	for (int f = 0; f < MATMUL_FAMILY_COUNT; f++) {
+		int ran = 0;
+		for (int t = 0; t < 4; t++) {
+			bool q8 = all_types[t] == GGML_TYPE_Q8_0;
+			for (size_t ri = 0; ri < sizeof(rows_list) / sizeof(int); ri++)
+				for (int ci = 0; ci < 2; ci++)
+					for (size_t bi = 0; bi < sizeof(b_list) / sizeof(int); bi++)
+						ran += family_case(NULL, f, all_types[t],
+						                   rows_list[ri],
+						                   q8 ? cols_q8[ci] : cols_list[ci],
+						                   b_list[bi], (bi + ri) % 2);
+			for (int b = 1; b <= 13; b += 6)
+				ran += family_case(pool, f, all_types[t], 301, 768, b, b % 2);
+		}
+		printf("family %-13s %4d cases\n", matmul_family_name(f), ran);
+	}
+	threadpool_free(pool);
+}
+END_TEST
+
+/* The selection table, for every type and ISA setting, with and without
+ * panels, at batch sizes in each class: it only picks families that run
+ * here for the matrix; plain C under GENERIC; the panel kernels whenever
+ * AUTO has panels; and matmul_q8_rounds_activations says what its pick
+ * does.  Prints the picks. */
+START_TEST(test_table)
+{
+	int b_list[] = {1, 2, 5, 6, 11, 12, 13, 64};
+	enum matmul_isa isas[] = {MATMUL_ISA_GENERIC, MATMUL_ISA_AVX2_F32, MATMUL_ISA_AUTO};
+	for (int t = 0; t < 4; t++)
+		for (int i = 0; i < 3; i++)
+			for (int p = 0; p < 2; p++) {
+				struct test_matrix m = {0};
+				make_matrix(&m, all_types[t], 20, 64);
+				if (p)
+					attach_panels(&m, NULL);
+				if (p && !m.w.panels) {
+					free_matrix(&m);
+					continue;
+				}
+				printf("table %-4s isa=%d panels=%d:",
+				       ggml_type_name_test(all_types[t]), isas[i], p);
+				for (size_t bi = 0; bi < sizeof(b_list) / sizeof(int); bi++) {
+					int B = b_list[bi];
+					enum matmul_family f = matmul_family_pick(isas[i], &m.w, B);
+					printf(" %d:%s", B, matmul_family_name(f));
+					ck_assert_msg(matmul_family_runs(f, &m.w), "%s cannot run",
+					              matmul_family_name(f));
+					if (isas[i] == MATMUL_ISA_GENERIC)
+						ck_assert_int_eq(f, MATMUL_FAMILY_SCALAR);
+					if (isas[i] == MATMUL_ISA_AUTO && m.w.panels)
+						ck_assert_int_eq(f, MATMUL_FAMILY_PANELS);
+					if (all_types[t] == GGML_TYPE_Q8_0)
+						ck_assert_int_eq(
+						    matmul_family_rounds_activations(f),
+						    matmul_q8_rounds_activations(isas[i], B));
+				}
+				printf("\n");
+				free_matrix(&m);
 			}
 }
 END_TEST
@@ -430,6 +576,8 @@ int main(void)
 	TCase *tc = tcase_create("core");
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_all_types_shapes);
+	tcase_add_test(tc, test_families);
+	tcase_add_test(tc, test_table);
 	tcase_add_test(tc, test_threaded);
 	tcase_add_test(tc, test_many_jobs);
 	tcase_add_test(tc, test_row_to_f32);
