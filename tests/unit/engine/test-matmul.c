@@ -149,6 +149,21 @@ static void check_result(const struct test_matrix *m, const float *x, int B, con
 		}
 }
 
+/* Random x (nx) and bias (rows); the outputs y and y2 (ny each, y2 may be
+ * NULL) poisoned with NaN so that a row no kernel wrote shows. */
+static void random_inputs(float *x, int nx, float *bias, int rows, float *y, float *y2, int ny)
+{
+	for (int i = 0; i < nx; i++)
+		x[i] = frand();
+	for (int i = 0; i < rows; i++)
+		bias[i] = frand();
+	for (int i = 0; i < ny; i++) {
+		y[i] = NAN;
+		if (y2)
+			y2[i] = NAN;
+	}
+}
+
 static void run_case(struct threadpool *pool, enum matmul_isa isa, enum ggml_type type, int rows,
                      int cols, int B, bool with_bias, bool panels)
 {
@@ -159,12 +174,7 @@ static void run_case(struct threadpool *pool, enum matmul_isa isa, enum ggml_typ
 	float *x = malloc((size_t)B * cols * sizeof(float));
 	float *y = malloc((size_t)B * rows * sizeof(float));
 	float *bias = malloc((size_t)rows * sizeof(float));
-	for (int i = 0; i < B * cols; i++)
-		x[i] = frand();
-	for (int i = 0; i < rows; i++)
-		bias[i] = frand();
-	for (int i = 0; i < B * rows; i++)
-		y[i] = NAN;
+	random_inputs(x, B * cols, bias, rows, y, NULL, B * rows);
 	struct matmul_job job = {.w = &m.w, .bias = with_bias ? bias : NULL, .y = y};
 	matmul_many(pool, isa, x, B, &job, 1);
 	/* The Q8_0 integer path multiplies x rounded through Q8 blocks. */
@@ -249,12 +259,7 @@ static bool family_case(struct threadpool *pool, enum matmul_family f, enum ggml
 	float *y = malloc((size_t)B * rows * sizeof(float));
 	float *yt = malloc((size_t)B * rows * sizeof(float));
 	float *bias = malloc((size_t)rows * sizeof(float));
-	for (int i = 0; i < B * cols; i++)
-		x[i] = frand();
-	for (int i = 0; i < rows; i++)
-		bias[i] = frand();
-	for (int i = 0; i < B * rows; i++)
-		y[i] = yt[i] = NAN;
+	random_inputs(x, B * cols, bias, rows, y, yt, B * rows);
 	struct matmul_job job = {.w = &m.w, .bias = with_bias ? bias : NULL, .y = y};
 	ck_assert_int_eq(matmul_many_family(pool, f, x, B, &job, 1), 0);
 	job.y = yt;
