@@ -320,12 +320,9 @@ static int read_stream(struct eval_state *st, const struct eval_args *a, const c
 	if (a->probe) {
 		st->token_nll = calloc(st->n_ids, sizeof(double));
 		st->token_top = calloc(st->n_ids, sizeof(bool));
-		bool *scored = realloc(st->scored, st->n_ids * sizeof(bool));
-		if (!st->token_nll || !st->token_top || !scored)
+		/* every line ends with its answer, so add_answer() sized scored */
+		if (!st->token_nll || !st->token_top)
 			return err_set(err, err_len, -ENOMEM, "out of memory");
-		st->scored = scored;
-		for (size_t t = st->answers[st->n_answers - 1][1]; t < st->n_ids; t++)
-			scored[t] = false;
 	}
 	return 0;
 }

@@ -426,19 +426,10 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c)
 
 static enum MHD_Result http_respond_405(struct request *r, const struct route *rt)
 {
-	char *body = NULL;
-	cJSON *o = oa_error("method not allowed", respond_type_of(405), NULL, "method_not_allowed");
-	body = cJSON_PrintUnformatted(o);
-	cJSON_Delete(o);
-	if (!body)
+	struct MHD_Response *resp = respond_error_response(
+	    respond_type_of(405), NULL, "method_not_allowed", 0, "method not allowed");
+	if (!resp)
 		return MHD_NO;
-	struct MHD_Response *resp =
-	    MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
-	if (!resp) {
-		free(body);
-		return MHD_NO;
-	}
-	MHD_add_response_header(resp, "Content-Type", "application/json");
 	MHD_add_response_header(resp, "Allow",
 	                        rt->ep == EP_SESSION ? "GET, PUT, DELETE" : rt->method);
 	return respond_queue(r, 405, resp);

@@ -104,9 +104,8 @@ enum MHD_Result respond_json(struct request *r, int status, cJSON *obj)
 	return ret;
 }
 
-static enum MHD_Result error_body(struct request *r, int status, const char *type,
-                                  const char *param, const char *code, int retry_after_s,
-                                  const char *msg)
+struct MHD_Response *respond_error_response(const char *type, const char *param, const char *code,
+                                            int retry_after_s, const char *msg)
 {
 	char text[512]; /* every error message is cut to the same length */
 	snprintf(text, sizeof(text), "%s", msg);
@@ -114,12 +113,12 @@ static enum MHD_Result error_body(struct request *r, int status, const char *typ
 	char *s = cJSON_PrintUnformatted(o);
 	cJSON_Delete(o);
 	if (!s)
-		return MHD_NO;
+		return NULL;
 	struct MHD_Response *resp =
 	    MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
 	if (!resp) {
 		free(s);
-		return MHD_NO;
+		return NULL;
 	}
 	MHD_add_response_header(resp, "Content-Type", "application/json");
 	if (retry_after_s > 0) {
@@ -127,7 +126,15 @@ static enum MHD_Result error_body(struct request *r, int status, const char *typ
 		snprintf(ra, sizeof(ra), "%d", retry_after_s);
 		MHD_add_response_header(resp, "Retry-After", ra);
 	}
-	return respond_queue(r, status, resp);
+	return resp;
+}
+
+static enum MHD_Result error_body(struct request *r, int status, const char *type,
+                                  const char *param, const char *code, int retry_after_s,
+                                  const char *msg)
+{
+	struct MHD_Response *resp = respond_error_response(type, param, code, retry_after_s, msg);
+	return resp ? respond_queue(r, status, resp) : MHD_NO;
 }
 
 enum MHD_Result respond_error(struct request *r, int status, const char *param, const char *code,

@@ -51,6 +51,10 @@ enum MHD_Result respond_json(struct request *r, int status, cJSON *obj); /* free
  * param NULL: none; retry_after_s > 0 adds Retry-After. */
 enum MHD_Result respond_error(struct request *r, int status, const char *param, const char *code,
                               int retry_after_s, const char *fmt, ...) SINKD_PRINTF(6, 7);
+/* The body and headers of such an error, not queued yet (for a caller
+ * that adds a header of its own); NULL when out of memory. */
+struct MHD_Response *respond_error_response(const char *type, const char *param, const char *code,
+                                            int retry_after_s, const char *msg);
 /* The error of a code: status, type and code from respond_kind_of(). */
 enum MHD_Result respond_fault(struct request *r, const struct respond_fault *f);
 /* A request body's error (request.h). */
