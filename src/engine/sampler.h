@@ -34,6 +34,14 @@ int sampler_params_validate(const struct sampler_params *p, char *err, size_t er
 
 #define SAMPLER_MAX_TOP_LOGPROBS 20
 
+/* One logit_bias entry: added to the token's logit before penalties and
+ * sampling (-100 bans the token, +100 all but forces it). */
+struct sampler_bias {
+	int32_t token;
+	float bias;
+};
+#define SAMPLER_MAX_BIAS 1024 /* entries of one request's logit_bias */
+
 struct token_logprob {
 	int32_t token;
 	float logprob; /* natural log of the probability after penalties, before temperature */

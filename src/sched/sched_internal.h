@@ -127,6 +127,7 @@ struct sched_req {
 	struct sched_session *sess;
 	struct sampler *sampler;
 	struct stop_matcher *stop;
+	struct grammar_matcher *gm; /* req.grammar's parser state, NULL when unconstrained */
 	struct detok_stream ds;
 	char *text; /* (text_cap) event text buffer */
 	size_t text_cap;
@@ -162,6 +163,7 @@ struct scheduler {
 	const struct tokenizer *tok;
 	struct sinkd_log *log;
 	int n_vocab;
+	struct vocab_trie *vocab; /* the vocabulary as bytes, for grammar masks */
 
 	pthread_mutex_t mu;
 	pthread_cond_t cv;

@@ -66,6 +66,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grammar/grammar.h"
 #include "util/errbuf.h"
 #include "util/log.h"
 
@@ -79,8 +80,11 @@ void sched_req_free(struct sched_req *r)
 	for (size_t i = 0; i < r->req.n_stops; i++)
 		free(r->req.stops[i]);
 	free(r->req.stops);
+	free(r->req.logit_bias);
+	grammar_unref(r->req.grammar);
 	sampler_free(r->sampler);
 	stop_matcher_free(r->stop);
+	grammar_matcher_free(r->gm);
 	free(r->text);
 	free(r->feed);
 	free(r);
@@ -372,10 +376,14 @@ static bool req_on_token(struct scheduler *s, struct sched_req *r, const struct 
 {
 	struct sched_session *ss = r->sess;
 	int32_t t = res->token;
-	bool eog = !r->req.ignore_eos && tokenizer_is_eog(s->tok, t);
-	bool full = !eog && r->n_generated + 1 < r->req.max_tokens &&
+	/* Under a grammar, end-of-generation is allowed only where the text is
+	 * complete, so it always ends the reply; a complete text that nothing
+	 * may follow ends it too. */
+	bool eog = (!r->req.ignore_eos || r->gm) && tokenizer_is_eog(s->tok, t);
+	bool complete = r->gm && !eog && grammar_matcher_done(r->gm);
+	bool full = !eog && !complete && r->n_generated + 1 < r->req.max_tokens &&
 	            !s->be->ops->session_can_append(s->be, ss->bs, 1);
-	bool length = r->n_generated + 1 >= r->req.max_tokens || full;
+	bool length = !complete && (r->n_generated + 1 >= r->req.max_tokens || full);
 	bool stopped = false;
 	sampler_accept(r->sampler, t);
 	r->n_generated++;
@@ -383,7 +391,8 @@ static bool req_on_token(struct scheduler *s, struct sched_req *r, const struct 
 	s->st.tokens_out++;
 	pthread_mutex_unlock(&s->mu);
 	hist_push(ss, t);
-	size_t n = req_text(r, eog ? -1 : t, eog || length, &stopped);
+	size_t n = req_text(r, eog ? -1 : t, eog || length || complete, &stopped);
+	stopped |= complete;
 	struct gen_event ev = {.kind = GEN_EVENT_TOKEN,
 	                       .token = t,
 	                       .text = r->text,
@@ -400,16 +409,37 @@ static bool req_on_token(struct scheduler *s, struct sched_req *r, const struct 
 	return true;
 }
 
+/* logit_bias, then the grammar's mask, then the sampler; the grammar
+ * takes the sampled token. */
+static int req_pick(struct scheduler *s, struct sched_req *r, float *row,
+                    struct sampler_result *res, const char **why)
+{
+	for (size_t i = 0; i < r->req.n_logit_bias; i++)
+		row[r->req.logit_bias[i].token] += r->req.logit_bias[i].bias;
+	*why = "the constraint (response_format or tool_choice) allows no token here";
+	if (r->gm && grammar_matcher_apply(r->gm, row))
+		return -EIO;
+	*why = "sampling failed";
+	if (sampler_sample(r->sampler, row, res))
+		return -EIO;
+	*why = "the sampled token breaks the constraint";
+	if (r->gm && !tokenizer_is_eog(s->tok, res->token) &&
+	    grammar_matcher_accept_token(r->gm, res->token))
+		return -EIO;
+	return 0;
+}
+
 static bool req_sample(struct scheduler *s, struct sched_req *r)
 {
 	struct sampler_result res;
 	float *row = s->logits + (size_t)r->logits_row * (size_t)s->n_vocab;
-	if (sampler_sample(r->sampler, row, &res) != 0) {
+	const char *why = NULL;
+	if (req_pick(s, r, row, &res, &why) != 0) {
 		if (r->sess->persistent) { /* everything fed is in the cache */
 			session_set_pending(s, r->sess, false);
 			session_restore_pending(s, r->sess);
 		}
-		sched_emit_done(s, r, GEN_FINISH_ERROR, -EIO, NULL, "sampling failed");
+		sched_emit_done(s, r, GEN_FINISH_ERROR, -EIO, NULL, why);
 		return true;
 	}
 	return req_on_token(s, r, &res);

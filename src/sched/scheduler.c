@@ -24,6 +24,7 @@
 
 #include <openssl/rand.h>
 
+#include "grammar/grammar.h"
 #include "util/errbuf.h"
 #include "util/log.h"
 
@@ -529,6 +530,12 @@ static int req_validate(struct scheduler *s, struct gen_request *req, char *err,
 			return err_set(err, err_len, -EINVAL,
 			               "prompt token %zu: id %d out of range", i,
 			               (int)req->prompt_ids[i]);
+	req->err_param = "logit_bias";
+	for (size_t i = 0; i < req->n_logit_bias; i++)
+		if (req->logit_bias[i].token < 0 || req->logit_bias[i].token >= s->n_vocab)
+			return err_set(err, err_len, -EINVAL,
+			               "logit_bias: token id %d is not in the vocabulary (0..%d)",
+			               (int)req->logit_bias[i].token, s->n_vocab - 1);
 	req->err_param = NULL;
 	return 0;
 }
@@ -549,6 +556,13 @@ static int req_alloc(struct scheduler *s, const struct gen_request *req, struct 
 		if (rc)
 			goto fail;
 	}
+	if (req->grammar) {
+		rc = grammar_matcher_new(req->grammar, s->vocab, &r->gm);
+		if (rc) {
+			err_set(err, err_len, rc, "out of memory");
+			goto fail;
+		}
+	}
 	r->text_cap = 1024;
 	for (size_t i = 0; i < req->n_stops; i++)
 		r->text_cap += strlen(req->stops[i]);
@@ -563,6 +577,7 @@ static int req_alloc(struct scheduler *s, const struct gen_request *req, struct 
 fail:
 	sampler_free(r->sampler);
 	stop_matcher_free(r->stop);
+	grammar_matcher_free(r->gm);
 	free(r);
 	return rc < 0 ? rc : -EINVAL;
 }
@@ -777,11 +792,15 @@ int scheduler_submit(struct scheduler *s, struct gen_request *req, uint64_t *han
 		r->req.prompt_ids = NULL;
 		r->req.stops = NULL;
 		r->req.n_stops = 0;
+		r->req.logit_bias = NULL;
+		r->req.grammar = NULL;
 		sched_req_free(r);
 		return rc;
 	}
 	req->prompt_ids = NULL;
 	req->stops = NULL;
+	req->logit_bias = NULL;
+	req->grammar = NULL;
 	return 0;
 }
 
@@ -1065,6 +1084,11 @@ int scheduler_new(const struct sinkd_config *cfg, struct backend *be, const stru
 	pthread_cond_init(&s->wq_cv, NULL);
 	sched_hist_init_all(s);
 	limits_from_config(s, cfg, &s->lim);
+	rc = vocab_trie_new(tok, &s->vocab, err, err_len);
+	if (rc) {
+		err_prefix(err, err_len, "vocabulary trie for constrained decoding");
+		goto fail;
+	}
 	rc = sinkcache_geometry_check(&s->lim.geom, err, err_len);
 	if (rc) {
 		err_prefix(err, err_len, "cache geometry");
@@ -1133,6 +1157,7 @@ void scheduler_free(struct scheduler *s)
 	free(s->batch);
 	free(s->logits);
 	free(s->cand);
+	vocab_trie_free(s->vocab);
 	pthread_cond_destroy(&s->cv);
 	pthread_cond_destroy(&s->ctl_cv);
 	pthread_cond_destroy(&s->wq_cv);

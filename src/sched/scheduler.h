@@ -16,6 +16,8 @@
 #include "engine/sampler.h"
 #include "tokenizer/tokenizer.h"
 
+struct grammar;
+
 enum gen_finish {
 	GEN_FINISH_NONE = 0,
 	GEN_FINISH_STOP,
@@ -60,6 +62,15 @@ struct gen_request {
 	size_t n_stops;
 	bool want_logprobs;
 	bool ignore_eos;
+	/* logit_bias (owned copy; passed to the scheduler on submit like stops):
+	 * added to the logits before penalties and the grammar mask. */
+	struct sampler_bias *logit_bias;
+	size_t n_logit_bias;
+	/* Constrained decoding, or NULL: every sampled token keeps the generated
+	 * text a prefix of the grammar, end-of-generation is allowed only where
+	 * it is complete, and the request ends (GEN_FINISH_STOP) when nothing
+	 * may follow.  A reference passes to the scheduler on submit. */
+	struct grammar *grammar;
 	/* Persistent session to continue, or NULL (a one-shot session).  With a
 	 * session: its last revise_last_tokens tokens are dropped first (exact;
 	 * -ERANGE / 409 when they are no longer all in the window), then

@@ -4,18 +4,23 @@
  * respond.h.  It does not touch sockets (http.c) or stream events
  * (genstream.c). */
 #include <errno.h>
+#include <stdarg.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "server/api.h"
+
+#include "grammar/grammar.h"
 #include "server/chat_prompt.h"
 #include "server/genstream.h"
 #include "server/openai.h"
 #include "server/request.h"
 #include "server/respond.h"
+#include "server/responses.h"
 #include "server/server_impl.h"
+#include "server/tools.h"
 #include "tokenizer/tokenizer.h"
 #include "util/errbuf.h"
 
@@ -195,7 +200,8 @@ static void swap_bytes(char *s, size_t len, char from, char to)
 			s[i] = to;
 }
 
-static int chat_render(const struct tokenizer *tok, struct api_message *msgs, size_t n, char **text,
+static int chat_render(const struct tokenizer *tok, struct api_message *msgs, size_t n,
+                       const struct tool_set *ts, char **text,
                        size_t *len, size_t *system_end, char *err, size_t err_len)
 {
 	bool nul = false;
@@ -204,7 +210,7 @@ static int chat_render(const struct tokenizer *tok, struct api_message *msgs, si
 			swap_bytes(msgs[i].content, msgs[i].content_len, '\0', CHAT_NUL_STANDIN);
 			nul = true;
 		}
-	int rc = chat_prompt_render(tok, msgs, n, text, system_end, err, err_len);
+	int rc = chat_prompt_render(tok, msgs, n, ts, text, system_end, err, err_len);
 	*len = rc ? 0 : strlen(*text);
 	if (!rc && nul)
 		swap_bytes(*text, *len, CHAT_NUL_STANDIN, '\0');
@@ -233,10 +239,80 @@ static int system_prefix_tokens(const struct tokenizer *tok, const char *text, s
 	return 0;
 }
 
+static int api_fail(struct api_error *e, int status, const char *code, const char *param,
+                    const char *fmt, ...) SINKD_PRINTF(5, 6);
+static int api_fail(struct api_error *e, int status, const char *code, const char *param,
+                    const char *fmt, ...)
+{
+	e->status = status;
+	e->code = code;
+	snprintf(e->param, sizeof(e->param), "%s", param ? param : "");
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(e->message, sizeof(e->message), fmt, ap);
+	va_end(ap);
+	return status == 500 ? -ENOMEM : -EINVAL;
+}
+
+/* The constraint of a forced tool call: the call's envelope in the model's
+ * tool format around the schema of {name, arguments}. */
+static int tool_grammar(struct request *r, struct gen_args *a, struct api_error *e)
+{
+	char err[SINKD_ERR_LEN], path[128] = "";
+	char *prefix = NULL, *suffix = NULL;
+	cJSON *schema = NULL;
+	enum tool_format f = chat_prompt_tool_format(r->srv->tok);
+	int rc = tool_call_constraint(f, a->tools, &prefix, &schema, &suffix, err, sizeof(err));
+	if (!rc)
+		rc = grammar_cache_get(r->srv->grammars, prefix, schema, suffix, &a->grammar, path,
+		                       sizeof(path), err, sizeof(err));
+	if (rc == -ENOMEM)
+		api_fail(e, 500, "out_of_memory", "tools", "out of memory");
+	else if (rc)
+		api_fail(e, 400, "invalid_value", "tools",
+		         "a tool's 'parameters' cannot be used to constrain the call: %s%s%s", err,
+		         path[0] ? " at " : "", path);
+	free(prefix);
+	free(suffix);
+	cJSON_Delete(schema);
+	return rc;
+}
+
+int api_prepare_generation(struct request *r, struct gen_args *a, struct api_error *e)
+{
+	const struct tokenizer *tok = r->srv->tok;
+	int n_vocab = tokenizer_n_vocab(tok);
+	for (size_t i = 0; i < a->n_logit_bias; i++)
+		if (a->logit_bias[i].token >= n_vocab)
+			return api_fail(e, 400, "invalid_value", "logit_bias",
+			                "'logit_bias' key %d is not a token id of this model (0..%d)",
+			                (int)a->logit_bias[i].token, n_vocab - 1);
+	if (a->tools && (a->tools->choice == TOOL_CHOICE_REQUIRED ||
+	                 a->tools->choice == TOOL_CHOICE_NAMED))
+		return tool_grammar(r, a, e);
+	if (a->response_format == RESPONSE_FORMAT_TEXT)
+		return 0;
+	bool responses = a->api == GEN_API_RESPONSES;
+	const char *param = responses ? "text.format" : "response_format";
+	const cJSON *schema = a->response_format == RESPONSE_FORMAT_JSON_SCHEMA ? a->response_schema
+	                                                                         : NULL;
+	char err[SINKD_ERR_LEN], path[128] = "";
+	int rc = grammar_cache_get(r->srv->grammars, NULL, schema, NULL, &a->grammar, path,
+	                           sizeof(path), err, sizeof(err));
+	if (rc == -ENOMEM)
+		return api_fail(e, 500, "out_of_memory", param, "out of memory");
+	if (rc)
+		return api_fail(e, 400, "invalid_value",
+		                responses ? "text.format.schema" : "response_format.json_schema.schema",
+		                "the JSON Schema cannot be used: %s%s%s", err,
+		                path[0] ? " at " : "", path);
+	return 0;
+}
+
 /* The prompt as token ids: given ids, a completion prompt, or chat messages
  * rendered with the model's template. */
-static int prompt_ids(struct request *r, struct gen_args *a, bool add_bos, int32_t **ids, size_t *n,
-                      struct api_error *e)
+int api_prompt_ids(struct request *r, struct gen_args *a, bool add_bos, int32_t **ids, size_t *n,
+                   struct api_error *e)
 {
 	const struct tokenizer *tok = r->srv->tok;
 	char err[SINKD_ERR_LEN];
@@ -261,7 +337,7 @@ static int prompt_ids(struct request *r, struct gen_args *a, bool add_bos, int32
 	bool parse_special = false;
 	if (a->chat) {
 		text = NULL;
-		if (chat_render(tok, a->messages, a->n_messages, &text, &len, &system_end, err,
+		if (chat_render(tok, a->messages, a->n_messages, a->tools, &text, &len, &system_end, err,
 		                sizeof(err))) {
 			snprintf(e->param, sizeof(e->param), "messages");
 			snprintf(e->message, sizeof(e->message), "%s", err);
@@ -308,7 +384,7 @@ static enum MHD_Result api_generate(struct request *r, bool chat)
 	}
 	int32_t *ids = NULL;
 	size_t n_ids = 0;
-	if (prompt_ids(r, &a, add_bos, &ids, &n_ids, &e)) {
+	if (api_prepare_generation(r, &a, &e) || api_prompt_ids(r, &a, add_bos, &ids, &n_ids, &e)) {
 		ret = respond_api_error(r, &e);
 		goto out;
 	}
@@ -353,5 +429,7 @@ enum MHD_Result api_handle(struct request *r)
 		return api_session_snapshot(r);
 	if (r->ep == EP_SESSION_RESTORE)
 		return api_session_restore(r);
+	if (r->ep == EP_RESPONSES)
+		return api_responses(r);
 	return api_generate(r, r->ep == EP_CHAT);
 }

@@ -270,6 +270,13 @@ enum MHD_Result api_session_append(struct request *r)
 		ret = api_session_unavailable(r, found, r->session_id, why);
 		goto out;
 	}
+	if (a.generate && api_prepare_generation(r, &a.gen, &e)) {
+		char p[sizeof(e.param)];
+		snprintf(p, sizeof(p), "%s", e.param);
+		snprintf(e.param, sizeof(e.param), "generate.%.48s", p);
+		ret = respond_api_error(r, &e);
+		goto out;
+	}
 	int32_t *ids = NULL;
 	size_t n_ids = 0;
 	char err[SINKD_ERR_LEN];

@@ -1,13 +1,23 @@
 /* Chat messages to prompt text, through the model's chat template family
- * (chat_template.c) or the documented plain fallback. */
+ * (chat_template.c) or the documented plain fallback, with the request's
+ * tools in the family's tool format (tools.h). */
 #pragma once
 
 #include <stddef.h>
 
 #include "server/request.h"
+#include "server/tools.h"
 
 struct tokenizer;
 
-/* *text is malloc'ed; *system_end (may be NULL): see chat_template_apply. */
+/* ts: the request's tools (NULL: none; tool_choice "none": not offered);
+ * tool messages and tool calls in msgs are written in the model's tool
+ * format either way.  *text is malloc'ed; *system_end (may be NULL): see
+ * chat_template_apply. */
 int chat_prompt_render(const struct tokenizer *tok, const struct api_message *msgs, size_t n,
-                       char **text, size_t *system_end, char *err, size_t err_len);
+                       const struct tool_set *ts, char **text, size_t *system_end, char *err,
+                       size_t err_len);
+
+/* The model's tool format: that of the chat template family the prompt is
+ * rendered in (tool_format_of). */
+enum tool_format chat_prompt_tool_format(const struct tokenizer *tok);

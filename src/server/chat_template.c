@@ -18,7 +18,12 @@
  * Without a template (a plain language model such as stories260K), the
  * prompt is the messages' contents joined by newlines, system first.
  *
- * It does not tokenize, know special-token ids, or support tools/images. */
+ * Tools (chat_template_apply_tools): the messages first become "turns" in
+ * which the tools' text, the calls and the results are already written in
+ * the family's tool format (tools.c writes the text); the family renderers
+ * then see only system, user, assistant and verbatim turns.
+ *
+ * It does not tokenize, know special-token ids, or support images. */
 #include "server/chat_template.h"
 
 #include <errno.h>
@@ -26,6 +31,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
+#include "server/tools.h"
 #include "util/errbuf.h"
 
 /* ---------------------------------------------------------------- families */
@@ -182,66 +190,295 @@ static void sb_put_trimmed_sys(struct sbuf *sb, const char *pre, const char *sys
 
 /* ---------------------------------------------------------------- checks */
 
-enum role { ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT };
+enum role { ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT, ROLE_TOOL };
 
-static int role_of(const struct chat_message *m, size_t i, enum role *r, char *err,
+static bool has_calls(const struct chat_message *m)
+{
+	return m->tool_calls && cJSON_GetArraySize(m->tool_calls) > 0;
+}
+
+/* tools: chat_template_apply_tools, which also takes "developer" (as
+ * system) and "tool". */
+static int role_of(const struct chat_message *m, size_t i, bool tools, enum role *r, char *err,
 		   size_t err_len)
 {
-	if (m->role && strcmp(m->role, "system") == 0)
+	const char *role = m->role ? m->role : "";
+	if (!strcmp(role, "system") || (tools && !strcmp(role, "developer")))
 		*r = ROLE_SYSTEM;
-	else if (m->role && strcmp(m->role, "user") == 0)
+	else if (!strcmp(role, "user"))
 		*r = ROLE_USER;
-	else if (m->role && strcmp(m->role, "assistant") == 0)
+	else if (!strcmp(role, "assistant"))
 		*r = ROLE_ASSISTANT;
+	else if (tools && !strcmp(role, "tool"))
+		*r = ROLE_TOOL;
 	else
-		return err_set(err, err_len, -EINVAL,
-			       "message %zu: unknown role '%s' (expected system, user or assistant)",
-			       i, m->role ? m->role : "(null)");
-	if (m->content == NULL)
+		return err_set(err, err_len, -EINVAL, "message %zu: unknown role '%s' (expected %s)", i,
+			       m->role ? m->role : "(null)",
+			       tools ? "system, developer, user, assistant or tool"
+				     : "system, user or assistant");
+	if (m->content == NULL && !(*r == ROLE_ASSISTANT && has_calls(m)))
 		return err_set(err, err_len, -EINVAL, "message %zu: no content", i);
 	return 0;
 }
 
-/* For templates that accept a system message only first and then strictly
- * alternating user/assistant turns starting with user. */
-static int check_alternating(enum chat_family fam, const struct chat_message *msgs, size_t n,
-			     char *err, size_t err_len)
+/* ---------------------------------------------------------------- turns */
+
+/* A message as the family renderers see it, once tools are worked in: tool
+ * results become the turns their format puts them in, calls the text the
+ * model wrote them as, and the tools' text joins the turn it belongs to. */
+struct turn {
+	enum role role;	       /* ROLE_TOOL: llama-3's ipython turns, mistral's results and tools */
+	const char *role_name; /* as the tagged and llama-3 templates write it */
+	const char *content;
+	size_t src;	/* the message it comes from, for errors */
+	bool raw;	/* llama-3: written untrimmed (its template trims neither) */
+	bool tool_part; /* mistral: outside the user/assistant alternation */
+	bool results;	/* hermes, generic: a user turn of tool results */
+	char *own;	/* content, when built here */
+};
+
+struct turns {
+	struct turn *v; /* room for the messages and two more turns */
+	size_t n;
+};
+
+static void turns_free(struct turns *t)
 {
-	size_t first = 0;
-	enum role r;
-	role_of(&msgs[0], 0, &r, NULL, 0);
-	if (r == ROLE_SYSTEM)
-		first = 1;
-	if (first == n)
-		return err_set(err, err_len, -EINVAL,
-			       "the %s chat template needs a user message after the system message",
-			       chat_family_name(fam));
+	for (size_t i = 0; t->v && i < t->n; i++)
+		free(t->v[i].own);
+	free(t->v);
+	t->v = NULL;
+	t->n = 0;
+}
+
+static struct turn *turn_insert(struct turns *t, size_t at, enum role role, const char *name,
+				size_t src)
+{
+	memmove(&t->v[at + 1], &t->v[at], (t->n - at) * sizeof(t->v[0]));
+	t->n++;
+	t->v[at] = (struct turn){.role = role, .role_name = name, .src = src};
+	return &t->v[at];
+}
+
+/* The turn takes text (malloc'ed; NULL: out of memory) as its content. */
+static int turn_own(struct turn *tu, char *text, char *err, size_t err_len)
+{
+	if (!text)
+		return err_set(err, err_len, -ENOMEM, "out of memory rendering the chat prompt");
+	free(tu->own);
+	tu->own = text;
+	tu->content = text;
+	return 0;
+}
+
+static char *concat3(const char *a, const char *b, const char *c)
+{
+	size_t na = strlen(a), nb = strlen(b), nc = strlen(c);
+	char *s = malloc(na + nb + nc + 1);
+	if (s) {
+		memcpy(s, a, na);
+		memcpy(s + na, b, nb);
+		memcpy(s + na + nb, c, nc + 1);
+	}
+	return s;
+}
+
+/* trim(s) as a malloc'ed string. */
+static char *trimmed(const char *s)
+{
+	struct sbuf b = {0};
+	sb_put_trimmed(&b, s);
+	sb_put(&b, "");
+	if (b.oom) {
+		free(b.p);
+		return NULL;
+	}
+	return b.p;
+}
+
+/* An assistant message with tool calls: its content, then the calls as
+ * the model writes them (llama-3's template writes the call alone). */
+static int assistant_calls(enum tool_format f, const struct chat_message *m, struct turn *tu,
+			   char *err, size_t err_len)
+{
+	char *calls = NULL;
+	int rc = tool_calls_text(f, m->tool_calls, &calls, err, err_len);
+	if (rc)
+		return rc;
+	const char *content = m->content ? m->content : "";
+	if (f == TOOL_FORMAT_LLAMA3 || !content[0])
+		return turn_own(tu, calls, err, err_len);
+	const char *sep = f == TOOL_FORMAT_MISTRAL ? "" : "\n";
+	rc = turn_own(tu, concat3(content, sep, calls), err, err_len);
+	free(calls);
+	return rc;
+}
+
+/* A tool message: hermes and generic gather consecutive results into one
+ * user turn (Qwen2.5's template), llama-3 gives each an ipython turn,
+ * mistral writes each as is. */
+static int tool_result(enum tool_format f, const struct chat_message *m, size_t i,
+		       struct turns *t, char *err, size_t err_len)
+{
+	char *res = NULL;
+	int rc = tool_result_text(f, m->content, &res, err, err_len);
+	if (rc)
+		return rc;
+	struct turn *prev = t->n ? &t->v[t->n - 1] : NULL;
+	if ((f == TOOL_FORMAT_HERMES || f == TOOL_FORMAT_GENERIC) && prev && prev->results) {
+		rc = turn_own(prev, concat3(prev->content, "\n", res), err, err_len);
+		free(res);
+		return rc;
+	}
+	struct turn *tu = turn_insert(t, t->n, ROLE_TOOL, NULL, i);
+	if (f == TOOL_FORMAT_HERMES || f == TOOL_FORMAT_GENERIC) {
+		tu->role = ROLE_USER;
+		tu->role_name = "user";
+		tu->results = true;
+	} else if (f == TOOL_FORMAT_LLAMA3) {
+		tu->role_name = "ipython";
+		tu->raw = true;
+	} else {
+		tu->tool_part = true;
+	}
+	return turn_own(tu, res, err, err_len);
+}
+
+static int add_message(enum tool_format f, const struct chat_message *m, size_t i, enum role r,
+		       struct turns *t, char *err, size_t err_len)
+{
+	static const char *const names[] = {"system", "user", "assistant"};
+	if (r == ROLE_TOOL)
+		return tool_result(f, m, i, t, err, err_len);
+	struct turn *tu = turn_insert(t, t->n, r, names[r], i);
+	tu->content = m->content;
+	if (r != ROLE_ASSISTANT || !has_calls(m))
+		return 0;
+	tu->tool_part = f == TOOL_FORMAT_MISTRAL;
+	return assistant_calls(f, m, tu, err, err_len);
+}
+
+/* The llama-3.1 template's system turn when tools are offered (its
+ * defaults: no builtin tools, date_string "26 Jul 2024"). */
+#define LLAMA3_TOOLS_SYSTEM                                                                        \
+	"Environment: ipython\nCutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n"
+
+/* llama-3: the system turn above, the tools in front of the first user
+ * message. */
+static int offer_llama3(struct turns *t, const char *tools, char *err, size_t err_len)
+{
+	int rc;
+	if (t->n && t->v[0].role == ROLE_SYSTEM) {
+		char *sys = trimmed(t->v[0].content);
+		rc = turn_own(&t->v[0], sys ? concat3(LLAMA3_TOOLS_SYSTEM, sys, "") : NULL, err,
+			      err_len);
+		free(sys);
+	} else {
+		rc = turn_own(turn_insert(t, 0, ROLE_SYSTEM, "system", 0),
+			      strdup(LLAMA3_TOOLS_SYSTEM), err, err_len);
+	}
+	if (rc)
+		return rc;
+	t->v[0].raw = true;
+	for (size_t i = 1; i < t->n; i++) {
+		if (t->v[i].role != ROLE_USER)
+			continue;
+		char *user = trimmed(t->v[i].content);
+		t->v[i].raw = true;
+		rc = turn_own(&t->v[i], user ? concat3(tools, user, "") : NULL, err, err_len);
+		free(user);
+		return rc;
+	}
+	return err_set(err, err_len, -EINVAL,
+		       "the llama-3 chat template offers tools in the first user message, and "
+		       "there is none");
+}
+
+/* The tools' text into the turns, where the family's template puts it. */
+static int offer_tools(enum tool_format f, const char *tools, struct turns *t, char *err,
+		       size_t err_len)
+{
+	if (f == TOOL_FORMAT_LLAMA3)
+		return offer_llama3(t, tools, err, err_len);
+	if (f == TOOL_FORMAT_MISTRAL) {
+		for (size_t i = t->n; i-- > 0;) {
+			if (t->v[i].role == ROLE_USER) {
+				struct turn *tu = turn_insert(t, i, ROLE_TOOL, NULL, t->v[i].src);
+				tu->tool_part = true;
+				return turn_own(tu, strdup(tools), err, err_len);
+			}
+		}
+		return 0; /* no user message: the alternation check says so */
+	}
+	/* hermes, generic: the system text, then "\n\n" and the tools */
+	if (t->n && t->v[0].role == ROLE_SYSTEM)
+		return turn_own(&t->v[0], concat3(t->v[0].content, "\n\n", tools), err, err_len);
+	return turn_own(turn_insert(t, 0, ROLE_SYSTEM, "system", 0), strdup(tools), err, err_len);
+}
+
+static int build_turns(enum chat_family fam, const struct tool_set *ts, bool tools,
+		       const struct chat_message *msgs, size_t n, struct turns *t, char *err,
+		       size_t err_len)
+{
+	enum tool_format f = tool_format_of(fam);
+	t->n = 0;
+	t->v = calloc(n + 2, sizeof(t->v[0]));
+	if (!t->v)
+		return err_set(err, err_len, -ENOMEM, "out of memory rendering the chat prompt");
+	int rc = 0;
+	for (size_t i = 0; i < n && !rc; i++) {
+		enum role r = ROLE_USER;
+		rc = role_of(&msgs[i], i, tools, &r, err, err_len);
+		if (!rc)
+			rc = add_message(f, &msgs[i], i, r, t, err, err_len);
+	}
+	char *text = NULL;
+	if (!rc)
+		rc = tool_prompt_text(f, ts, &text, err, err_len);
+	if (!rc && text)
+		rc = offer_tools(f, text, t, err, err_len);
+	free(text);
+	return rc;
+}
+
+/* For templates that accept a system message only first and then strictly
+ * alternating user/assistant turns starting with user (mistral's v3
+ * template leaves calls and results out of the count). */
+static int check_alternating(enum chat_family fam, const struct turn *v, size_t n, char *err,
+			     size_t err_len)
+{
+	size_t first = n && v[0].role == ROLE_SYSTEM ? 1 : 0, k = 0;
 	for (size_t i = first; i < n; i++) {
-		role_of(&msgs[i], i, &r, NULL, 0);
-		enum role want = (i - first) % 2 == 0 ? ROLE_USER : ROLE_ASSISTANT;
-		if (r == ROLE_SYSTEM)
+		if (v[i].tool_part)
+			continue;
+		enum role want = k++ % 2 == 0 ? ROLE_USER : ROLE_ASSISTANT;
+		if (v[i].role == ROLE_SYSTEM)
 			return err_set(err, err_len, -EINVAL,
 				       "message %zu: the %s chat template accepts a system message "
 				       "only as the first message",
-				       i, chat_family_name(fam));
-		if (r != want)
+				       v[i].src, chat_family_name(fam));
+		if (v[i].role != want)
 			return err_set(err, err_len, -EINVAL,
 				       "message %zu: the %s chat template needs user and assistant "
 				       "messages to alternate, starting with user",
-				       i, chat_family_name(fam));
+				       v[i].src, chat_family_name(fam));
 	}
+	if (k == 0)
+		return err_set(err, err_len, -EINVAL,
+			       "the %s chat template needs a user message after the system message",
+			       chat_family_name(fam));
 	return 0;
 }
 
 /* ---------------------------------------------------------------- renderers */
 
 /* The system content folded into the first user turn ("S\n\nU"), for
- * templates without a system role; *skip is how many messages it used. */
-static const char *leading_system(const struct chat_message *msgs, size_t *skip)
+ * templates without a system role; *skip is how many turns it used. */
+static const char *leading_system(const struct turn *v, size_t *skip)
 {
-	if (strcmp(msgs[0].role, "system") == 0) {
+	if (v[0].role == ROLE_SYSTEM) {
 		*skip = 1;
-		return msgs[0].content;
+		return v[0].content;
 	}
 	*skip = 0;
 	return NULL;
@@ -250,45 +487,50 @@ static const char *leading_system(const struct chat_message *msgs, size_t *skip)
 /* Llama-2-chat: BOS + "[INST] " + strip(content) + " [/INST]" per user turn
  * (the first one's content prefixed by the <<SYS>> block), " " +
  * strip(content) + " </s>" per assistant turn. */
-static void render_llama2(struct sbuf *sb, const struct chat_message *msgs, size_t n)
+static void render_llama2(struct sbuf *sb, const struct turn *v, size_t n)
 {
 	size_t first;
-	const char *sys = leading_system(msgs, &first);
+	const char *sys = leading_system(v, &first);
 	for (size_t i = first; i < n; i++) {
-		if (strcmp(msgs[i].role, "user") == 0) {
+		if (v[i].role == ROLE_USER) {
 			sb_put(sb, i == first ? "[INST] " : "<s>[INST] ");
 			if (i == first && sys) {
-				sb_put_trimmed_sys(sb, "<<SYS>>\n", sys, "\n<</SYS>>\n\n", msgs[i].content);
+				sb_put_trimmed_sys(sb, "<<SYS>>\n", sys, "\n<</SYS>>\n\n", v[i].content);
 			} else {
-				sb_put_trimmed(sb, msgs[i].content);
+				sb_put_trimmed(sb, v[i].content);
 			}
 			sb_put(sb, " [/INST]");
 		} else {
 			sb_put(sb, " ");
-			sb_put_trimmed(sb, msgs[i].content);
+			sb_put_trimmed(sb, v[i].content);
 			sb_put(sb, " </s>");
 		}
 	}
 }
 
 /* Mistral-7B-Instruct-v0.2: "[INST] " + content + " [/INST]" per user turn,
- * content + "</s>" per assistant turn. */
-static void render_mistral(struct sbuf *sb, const struct chat_message *msgs, size_t n)
+ * content + "</s>" per assistant turn; the system text goes in front of the
+ * first user turn.  With tools (v3): the tools, results written as they
+ * are. */
+static void render_mistral(struct sbuf *sb, const struct turn *v, size_t n)
 {
 	size_t first;
-	const char *sys = leading_system(msgs, &first);
+	const char *sys = leading_system(v, &first);
 	for (size_t i = first; i < n; i++) {
-		if (strcmp(msgs[i].role, "user") == 0) {
+		if (v[i].role == ROLE_TOOL) {
+			sb_put(sb, v[i].content);
+		} else if (v[i].role == ROLE_USER) {
 			sb_put(sb, "[INST] ");
-			if (i == first && sys) {
+			if (sys) {
 				sb_put(sb, sys);
 				sb_put(sb, "\n\n");
 				sb->mark = sb->len;
+				sys = NULL;
 			}
-			sb_put(sb, msgs[i].content);
+			sb_put(sb, v[i].content);
 			sb_put(sb, " [/INST]");
 		} else {
-			sb_put(sb, msgs[i].content);
+			sb_put(sb, v[i].content);
 			sb_put(sb, "</s>");
 		}
 	}
@@ -296,60 +538,63 @@ static void render_mistral(struct sbuf *sb, const struct chat_message *msgs, siz
 
 /* gemma-7b-it: "<start_of_turn>" + (user|model) + "\n" + trim(content) +
  * "<end_of_turn>\n", then "<start_of_turn>model\n". */
-static void render_gemma(struct sbuf *sb, const struct chat_message *msgs, size_t n)
+static void render_gemma(struct sbuf *sb, const struct turn *v, size_t n)
 {
 	size_t first;
-	const char *sys = leading_system(msgs, &first);
+	const char *sys = leading_system(v, &first);
 	for (size_t i = first; i < n; i++) {
-		bool user = strcmp(msgs[i].role, "user") == 0;
+		bool user = v[i].role == ROLE_USER;
 		sb_put(sb, user ? "<start_of_turn>user\n" : "<start_of_turn>model\n");
 		if (i == first && sys) {
-			sb_put_trimmed_sys(sb, "", sys, "\n\n", msgs[i].content);
+			sb_put_trimmed_sys(sb, "", sys, "\n\n", v[i].content);
 		} else {
-			sb_put_trimmed(sb, msgs[i].content);
+			sb_put_trimmed(sb, v[i].content);
 		}
 		sb_put(sb, "<end_of_turn>\n");
 	}
 	sb_put(sb, "<start_of_turn>model\n");
 }
 
-/* After message i of a template with a system role: the mark follows each
- * system message that only system messages precede. */
-static void mark_leading_system(struct sbuf *sb, const struct chat_message *msgs, size_t i)
+/* After turn i of a template with a system role: the mark follows each
+ * system turn that only system turns precede. */
+static void mark_leading_system(struct sbuf *sb, const struct turn *v, size_t i)
 {
 	for (size_t j = 0; j <= i; j++)
-		if (strcmp(msgs[j].role, "system"))
+		if (v[j].role != ROLE_SYSTEM)
 			return;
 	sb->mark = sb->len;
 }
 
 /* Meta-Llama-3-Instruct: "<|start_header_id|>" + role +
  * "<|end_header_id|>\n\n" + trim(content) + "<|eot_id|>" per message. */
-static void render_llama3(struct sbuf *sb, const struct chat_message *msgs, size_t n)
+static void render_llama3(struct sbuf *sb, const struct turn *v, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		sb_put(sb, "<|start_header_id|>");
-		sb_put(sb, msgs[i].role);
+		sb_put(sb, v[i].role_name);
 		sb_put(sb, "<|end_header_id|>\n\n");
-		sb_put_trimmed(sb, msgs[i].content);
+		if (v[i].raw)
+			sb_put(sb, v[i].content);
+		else
+			sb_put_trimmed(sb, v[i].content);
 		sb_put(sb, "<|eot_id|>");
-		mark_leading_system(sb, msgs, i);
+		mark_leading_system(sb, v, i);
 	}
 	sb_put(sb, "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
 /* ChatML, zephyr and phi-3 share one shape: open + role + mid + content +
  * close per message, then open + "assistant" + mid. */
-static void render_tagged(struct sbuf *sb, const struct chat_message *msgs, size_t n,
-			  const char *open, const char *mid, const char *close)
+static void render_tagged(struct sbuf *sb, const struct turn *v, size_t n, const char *open,
+			  const char *mid, const char *close)
 {
 	for (size_t i = 0; i < n; i++) {
 		sb_put(sb, open);
-		sb_put(sb, msgs[i].role);
+		sb_put(sb, v[i].role_name);
 		sb_put(sb, mid);
-		sb_put(sb, msgs[i].content);
+		sb_put(sb, v[i].content);
 		sb_put(sb, close);
-		mark_leading_system(sb, msgs, i);
+		mark_leading_system(sb, v, i);
 	}
 	sb_put(sb, open);
 	sb_put(sb, "assistant");
@@ -357,19 +602,19 @@ static void render_tagged(struct sbuf *sb, const struct chat_message *msgs, size
 }
 
 /* No template: contents only, system messages first, joined by "\n". */
-static void render_plain(struct sbuf *sb, const struct chat_message *msgs, size_t n)
+static void render_plain(struct sbuf *sb, const struct turn *v, size_t n)
 {
 	bool any = false, has_sys = false;
 	for (int pass = 0; pass < 2; pass++) {
 		for (size_t i = 0; i < n; i++) {
-			bool sys = strcmp(msgs[i].role, "system") == 0;
+			bool sys = v[i].role == ROLE_SYSTEM;
 			if (sys != (pass == 0))
 				continue;
 			if (any)
 				sb_put(sb, "\n");
 			if (pass == 1 && has_sys && !sb->mark)
 				sb->mark = sb->len; /* after the system texts and their "\n" */
-			sb_put(sb, msgs[i].content);
+			sb_put(sb, v[i].content);
 			any = true;
 		}
 		has_sys = has_sys || (pass == 0 && any);
@@ -381,66 +626,81 @@ static void render_plain(struct sbuf *sb, const struct chat_message *msgs, size_
 
 /* ---------------------------------------------------------------- apply */
 
-static void render(enum chat_family fam, struct sbuf *sb, const struct chat_message *msgs,
-		   size_t n)
+static void render(enum chat_family fam, struct sbuf *sb, const struct turn *v, size_t n)
 {
 	switch (fam) {
 	case CHAT_FAMILY_LLAMA2:
-		render_llama2(sb, msgs, n);
+		render_llama2(sb, v, n);
 		break;
 	case CHAT_FAMILY_MISTRAL:
-		render_mistral(sb, msgs, n);
+		render_mistral(sb, v, n);
 		break;
 	case CHAT_FAMILY_GEMMA:
-		render_gemma(sb, msgs, n);
+		render_gemma(sb, v, n);
 		break;
 	case CHAT_FAMILY_LLAMA3:
-		render_llama3(sb, msgs, n);
+		render_llama3(sb, v, n);
 		break;
 	case CHAT_FAMILY_CHATML:
-		render_tagged(sb, msgs, n, "<|im_start|>", "\n", "<|im_end|>\n");
+		render_tagged(sb, v, n, "<|im_start|>", "\n", "<|im_end|>\n");
 		break;
 	case CHAT_FAMILY_ZEPHYR:
-		render_tagged(sb, msgs, n, "<|", "|>\n", "</s>\n");
+		render_tagged(sb, v, n, "<|", "|>\n", "</s>\n");
 		break;
 	case CHAT_FAMILY_PHI3:
-		render_tagged(sb, msgs, n, "<|", "|>\n", "<|end|>\n");
+		render_tagged(sb, v, n, "<|", "|>\n", "<|end|>\n");
 		break;
 	case CHAT_FAMILY_NONE:
 	case CHAT_FAMILY_UNKNOWN:
 	default:
-		render_plain(sb, msgs, n);
+		render_plain(sb, v, n);
 		break;
 	}
 }
 
-int chat_template_apply(enum chat_family fam, const struct chat_message *msgs, size_t n,
-			char **out, size_t *system_end, char *err, size_t err_len)
+static int apply(enum chat_family fam, const struct tool_set *ts, bool tools,
+		 const struct chat_message *msgs, size_t n, char **out, size_t *system_end,
+		 char *err, size_t err_len)
 {
 	*out = NULL;
 	if (system_end)
 		*system_end = 0;
 	if (n == 0)
 		return err_set(err, err_len, -EINVAL, "the messages list is empty");
-	for (size_t i = 0; i < n; i++) {
-		enum role r;
-		int rc = role_of(&msgs[i], i, &r, err, err_len);
-		if (rc)
-			return rc;
-	}
-	if (fam == CHAT_FAMILY_LLAMA2 || fam == CHAT_FAMILY_MISTRAL || fam == CHAT_FAMILY_GEMMA) {
-		int rc = check_alternating(fam, msgs, n, err, err_len);
-		if (rc)
-			return rc;
-	}
+	struct turns t = {0};
 	struct sbuf sb = {0};
-	render(fam, &sb, msgs, n);
+	int rc = build_turns(fam, ts, tools, msgs, n, &t, err, err_len);
+	if (rc)
+		goto out;
+	if (fam == CHAT_FAMILY_LLAMA2 || fam == CHAT_FAMILY_MISTRAL || fam == CHAT_FAMILY_GEMMA) {
+		rc = check_alternating(fam, t.v, t.n, err, err_len);
+		if (rc)
+			goto out;
+	}
+	render(fam, &sb, t.v, t.n);
 	if (sb.oom) {
-		free(sb.p);
-		return err_set(err, err_len, -ENOMEM, "out of memory rendering the chat prompt");
+		rc = err_set(err, err_len, -ENOMEM, "out of memory rendering the chat prompt");
+		goto out;
 	}
 	*out = sb.p;
+	sb.p = NULL;
 	if (system_end)
 		*system_end = sb.mark;
-	return 0;
+out:
+	free(sb.p);
+	turns_free(&t);
+	return rc;
+}
+
+int chat_template_apply(enum chat_family fam, const struct chat_message *msgs, size_t n,
+			char **out, size_t *system_end, char *err, size_t err_len)
+{
+	return apply(fam, NULL, false, msgs, n, out, system_end, err, err_len);
+}
+
+int chat_template_apply_tools(enum chat_family fam, const struct tool_set *ts,
+			      const struct chat_message *msgs, size_t n, char **out,
+			      size_t *system_end, char *err, size_t err_len)
+{
+	return apply(fam, ts, true, msgs, n, out, system_end, err, err_len);
 }

@@ -18,9 +18,18 @@ enum chat_family {
 	CHAT_FAMILY_UNKNOWN,  /* a template we do not recognise: plain fallback */
 };
 
+struct cJSON;
+struct tool_set;
+
 struct chat_message {
-	const char *role;    /* "system", "user" or "assistant" */
-	const char *content; /* UTF-8 */
+	/* "system", "user" or "assistant"; chat_template_apply_tools also takes
+	 * "developer" (as "system") and "tool" (a tool's result) */
+	const char *role;
+	const char *content; /* UTF-8; may be NULL for an assistant message with tool_calls */
+	/* role "assistant": the calls it made, request.h's normalised
+	 * [{"id","type","function":{"name","arguments"}}] array; NULL or empty:
+	 * none */
+	const struct cJSON *tool_calls;
 };
 
 /* The family of a tokenizer.chat_template string; NULL or "" gives
@@ -57,6 +66,30 @@ const char *chat_family_end_of_turn(enum chat_family fam);
  * "\n\n"; plain: every system text and the "\n" after them); 0 when there
  * is no system message.  Returns 0, -EINVAL (empty list, unknown role,
  * missing content, turns the family cannot express) with a message, or
- * -ENOMEM. */
+ * -ENOMEM.  Assistant tool_calls are written as chat_template_apply_tools
+ * writes them; roles "developer" and "tool" are refused here. */
 int chat_template_apply(enum chat_family fam, const struct chat_message *msgs, size_t n,
 			char **out, size_t *system_end, char *err, size_t err_len);
+
+/* chat_template_apply with tools: ts's tools offered in the family's tool
+ * format (tool_format_of(fam), tools.h) where its template offers them
+ * (ts NULL or not offered: none), role "tool" messages and assistant
+ * tool_calls written in that format, "developer" read as "system".
+ *   hermes (chatml): the tools' text after the first system message's
+ *     content and "\n\n" (a system message of its own when there is none
+ *     first); the calls after the assistant's content and "\n"; a run of
+ *     tool messages is one user turn of results joined by "\n".
+ *   generic (every other family): the same, through that family's turns.
+ *   llama-3: a system turn starting "Environment: ipython\nCutting
+ *     Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n" (the
+ *     3.1 template's), the tools' text in front of the first user message,
+ *     the calls alone as the assistant's turn, each result an "ipython"
+ *     turn.
+ *   mistral: the tools' text right before the last user turn's "[INST]",
+ *     the calls after the assistant's content, each result as is; calls and
+ *     results stay out of the user/assistant alternation.
+ * *system_end also covers a system turn that the tools added.  Errors as
+ * chat_template_apply's, and llama-3 with tools needs a user message. */
+int chat_template_apply_tools(enum chat_family fam, const struct tool_set *ts,
+			      const struct chat_message *msgs, size_t n, char **out,
+			      size_t *system_end, char *err, size_t err_len);

@@ -3,8 +3,12 @@
  * it was suspended; all JSON is built on the connection's thread.  A
  * generation has two references, the connection's and the scheduler's (until
  * DONE), so that either side may go first.  Errors, at submit or at DONE,
- * are answered through respond.h's one mapping.  It does not parse requests
- * (api.c) and does not own the listener (http.c). */
+ * are answered through respond.h's one mapping.  What the answer looks like
+ * is one formatter per API (completions, chat, Responses: struct gs_format),
+ * fed the generated text, through the tool-call parser when the request
+ * offers tools; the mechanics (suspend/resume, flow control, keep-alive)
+ * do not know which API they serve.  It does not parse requests (api.c) and
+ * does not own the listener (http.c). */
 #include "server/genstream.h"
 
 #include <errno.h>
@@ -15,13 +19,18 @@
 #include <string.h>
 #include <time.h>
 
+#include "grammar/grammar.h"
+#include "server/chat_prompt.h"
 #include "server/request.h"
 #include "server/respond.h"
+#include "server/responses.h"
+#include "server/tools.h"
 #include "util/errbuf.h"
 #include "util/log.h"
 
 /* What the client asked a generation's answer to look like. */
 struct gen_shape {
+	enum gen_api api;
 	bool chat;
 	bool stream;
 	bool include_usage;
@@ -32,6 +41,30 @@ struct gen_shape {
 	const char *id;
 	const char *model;
 	const char *prompt_param; /* the request's name of its prompt (gs_param) */
+	/* Taken by gs_new, whether it succeeds or not: */
+	struct tool_set *tools; /* the request's tools, NULL when none */
+	cJSON *response;        /* Responses: responses_object_new's */
+};
+
+struct genstream;
+struct tool_event;
+
+/* One API's answer: the generated text in, its stream events (into
+ * gs->out) or its whole object out.  Runs on the connection's thread. */
+struct gs_format {
+	/* stream: the events before the first token (NULL: none) */
+	void (*open)(struct genstream *gs);
+	/* text outside tool calls (NULL when held back); lp: its token's
+	 * logprobs in a stream (taken; may be NULL) */
+	void (*content)(struct genstream *gs, const char *text, size_t len, cJSON *lp);
+	/* a tool call's begin, arguments piece or end (NULL: no tools) */
+	void (*call)(struct genstream *gs, const struct tool_event *ev);
+	/* a generation that finished (stop, length, none): stream: the closing
+	 * events, NULL; !stream: the whole object (NULL: out of memory) */
+	cJSON *(*close)(struct genstream *gs, enum gen_finish fin, int n_prompt, int n_gen);
+	/* stream: an error that ends it */
+	void (*fail)(struct genstream *gs, const char *msg, const char *type, const char *param,
+	             const char *code);
 };
 
 /* Events queued for a connection that does not read them stop the stream
@@ -93,6 +126,19 @@ struct genstream {
 	char *text; /* stream:false accumulation */
 	size_t text_len, text_cap;
 	cJSON *lp_acc;
+	const struct gs_format *fmt;
+	bool opened;               /* stream: fmt's opening events are out */
+	double t_emit;             /* stream: the engine's emit time of the token formatted */
+	struct tool_set *tool_set; /* the request's tools (owned); NULL when none */
+	struct tool_parser *tools; /* finds calls in the text; NULL when none are offered */
+	bool tools_ended;          /* tool_parser_finish ran */
+	int n_calls;               /* complete calls found: finish_reason "tool_calls" */
+	cJSON *pending_lp;         /* stream: the logprobs of the token being parsed */
+	cJSON *calls;              /* chat, !stream: message.tool_calls so far */
+	bool call_open;            /* chat, !stream: the last call's arguments still come */
+	char *call_args;           /* its arguments so far */
+	size_t call_args_len, call_args_cap;
+	struct resp_stream *resp; /* Responses: its items and events */
 
 	struct genstream *prev, *next; /* server.gens, while the connection lives */
 	bool linked;
@@ -111,6 +157,14 @@ static void gs_unref(struct genstream *gs)
 	free(gs->out);
 	free(gs->text);
 	cJSON_Delete(gs->lp_acc);
+	tool_parser_free(gs->tools);
+	if (gs->tool_set)
+		tool_set_deinit(gs->tool_set);
+	free(gs->tool_set);
+	cJSON_Delete(gs->pending_lp);
+	cJSON_Delete(gs->calls);
+	free(gs->call_args);
+	resp_stream_free(gs->resp);
 	pthread_mutex_destroy(&gs->mu);
 	free(gs);
 }
@@ -268,11 +322,230 @@ static void gs_unlink(struct server *s, struct genstream *gs)
 	pthread_mutex_unlock(&s->gen_mu);
 }
 
+/* ---- formats: one per API ------------------------------------------------- */
+
+static void gs_emit_chunk(struct genstream *gs, cJSON *chunk)
+{
+	if (gs->timing) /* the engine's emit time, CLOCK_MONOTONIC µs */
+		cJSON_AddNumberToObject(chunk, "sinkd_emit_us", floor(gs->t_emit * 1e6));
+	sse_append(&gs->out, &gs->out_len, &gs->out_cap, chunk);
+}
+
+/* Completions and chat: a chunk per piece, or the text added up. */
+static void oa_content(struct genstream *gs, const char *text, size_t len, cJSON *lp)
+{
+	if (!gs->stream) {
+		if (len)
+			sse_append_raw(&gs->text, &gs->text_len, &gs->text_cap, text, len);
+		cJSON_Delete(lp);
+		return;
+	}
+	if (!len && !lp)
+		return; /* held back (stop-string prefix, partial UTF-8, a possible call) */
+	bool role = gs->oa.chat && !gs->sent_role;
+	gs->sent_role = true;
+	gs_emit_chunk(gs, oa_chunk(&gs->oa, text, len, role, lp, NULL));
+}
+
+/* chat, !stream: the open call's arguments are complete. */
+static void chat_call_done(struct genstream *gs)
+{
+	cJSON *last =
+	    gs->calls ? cJSON_GetArrayItem(gs->calls, cJSON_GetArraySize(gs->calls) - 1) : NULL;
+	cJSON *fn = last ? cJSON_GetObjectItem(last, "function") : NULL;
+	if (gs->call_open && fn)
+		cJSON_ReplaceItemInObject(
+		    fn, "arguments",
+		    oa_string_n(gs->call_args ? gs->call_args : "", gs->call_args_len));
+	gs->call_open = false;
+	gs->call_args_len = 0;
+}
+
+/* Chat tool calls: delta.tool_calls chunks, or message.tool_calls. */
+static void chat_call(struct genstream *gs, const struct tool_event *ev)
+{
+	bool begin = ev->kind == TOOL_EV_CALL_BEGIN;
+	if (gs->stream) {
+		if (!begin && (ev->kind != TOOL_EV_ARGS || !ev->len))
+			return;
+		bool role = !gs->sent_role;
+		gs->sent_role = true;
+		gs_emit_chunk(gs, oa_tool_call_chunk(&gs->oa, role, ev->index,
+		                                     begin ? ev->id : NULL, begin ? ev->name : NULL,
+		                                     begin ? NULL : ev->text, begin ? 0 : ev->len));
+		return;
+	}
+	if (begin) {
+		chat_call_done(gs);
+		if (!gs->calls)
+			gs->calls = cJSON_CreateArray();
+		cJSON_AddItemToArray(gs->calls, oa_tool_call(ev->id, ev->name, "", 0));
+		gs->call_open = true;
+	} else if (ev->kind == TOOL_EV_ARGS && gs->call_open) {
+		sse_append_raw(&gs->call_args, &gs->call_args_len, &gs->call_args_cap, ev->text,
+		               ev->len);
+	} else if (ev->kind == TOOL_EV_CALL_END) {
+		chat_call_done(gs);
+	}
+}
+
+static const char *gs_finish_reason(const struct genstream *gs, enum gen_finish fin)
+{
+	return gs->n_calls > 0 ? "tool_calls" : oa_finish_reason(fin);
+}
+
+static cJSON *oa_close(struct genstream *gs, enum gen_finish fin, int np, int ng)
+{
+	if (!gs->stream) {
+		cJSON *lp = gs->lp_acc;
+		gs->lp_acc = NULL;
+		cJSON *o = oa_final(&gs->oa, gs->text ? gs->text : "", gs->text_len, lp,
+		                    gs_finish_reason(gs, fin), np, ng);
+		if (o && gs->calls) {
+			chat_call_done(gs);
+			oa_final_set_tool_calls(o, gs->calls);
+			gs->calls = NULL;
+		}
+		return o;
+	}
+	char **b = &gs->out;
+	size_t *l = &gs->out_len, *c = &gs->out_cap;
+	bool role = gs->oa.chat && !gs->sent_role;
+	sse_append(b, l, c, oa_chunk(&gs->oa, NULL, 0, role, NULL, gs_finish_reason(gs, fin)));
+	if (gs->oa.include_usage)
+		sse_append(b, l, c, oa_usage_chunk(&gs->oa, np, ng));
+	sse_append(b, l, c, NULL);
+	return NULL;
+}
+
+static void oa_fail(struct genstream *gs, const char *msg, const char *type, const char *param,
+                    const char *code)
+{
+	sse_append(&gs->out, &gs->out_len, &gs->out_cap, oa_error(msg, type, param, code));
+	sse_append(&gs->out, &gs->out_len, &gs->out_cap, NULL);
+}
+
+/* The Responses API: responses.c's typed events (no [DONE]). */
+static void rs_emit(void *user, const char *type, cJSON *ev)
+{
+	struct genstream *gs = user;
+	sse_append_event(&gs->out, &gs->out_len, &gs->out_cap, type, ev);
+}
+
+static void rs_open(struct genstream *gs)
+{
+	resp_stream_open(gs->resp);
+}
+
+static void rs_content(struct genstream *gs, const char *text, size_t len, cJSON *lp)
+{
+	cJSON_Delete(lp); /* the Responses API here has no logprobs */
+	if (len)
+		resp_stream_text(gs->resp, text, len);
+}
+
+static void rs_call(struct genstream *gs, const struct tool_event *ev)
+{
+	resp_stream_call(gs->resp, ev);
+}
+
+static cJSON *rs_close(struct genstream *gs, enum gen_finish fin, int np, int ng)
+{
+	cJSON *o = resp_stream_finish(gs->resp, fin, np, ng);
+	if (!gs->stream)
+		return o;
+	cJSON_Delete(o); /* response.completed carried it */
+	return NULL;
+}
+
+static void rs_fail(struct genstream *gs, const char *msg, const char *type, const char *param,
+                    const char *code)
+{
+	(void)type;
+	resp_stream_fail(gs->resp, msg, code, param);
+}
+
+static const struct gs_format gs_format_completions = {NULL, oa_content, NULL, oa_close, oa_fail};
+static const struct gs_format gs_format_chat = {NULL, oa_content, chat_call, oa_close, oa_fail};
+static const struct gs_format gs_format_responses = {rs_open, rs_content, rs_call, rs_close,
+                                                     rs_fail};
+
+/* The parser's events: text to content, calls to the format's call. */
+static void gs_on_tool_event(void *user, const struct tool_event *ev)
+{
+	struct genstream *gs = user;
+	if (ev->kind != TOOL_EV_CONTENT) {
+		if (gs->fmt->call)
+			gs->fmt->call(gs, ev);
+		return;
+	}
+	cJSON *lp = gs->pending_lp; /* the first text of the token carries them */
+	gs->pending_lp = NULL;
+	gs->fmt->content(gs, ev->text, ev->len, lp);
+}
+
+/* A piece of generated text (NULL when held back) and its token's
+ * logprobs (taken, may be NULL), through the tool-call parser when the
+ * request offers tools. */
+static void gs_feed(struct genstream *gs, const char *text, size_t len, cJSON *lp)
+{
+	if (!gs->tools) {
+		gs->fmt->content(gs, text, len, lp);
+		return;
+	}
+	gs->pending_lp = lp;
+	if (len)
+		tool_parser_feed(gs->tools, text, len, gs_on_tool_event, gs);
+	lp = gs->pending_lp;
+	gs->pending_lp = NULL;
+	if (lp) /* the token's text went into a call, or is held */
+		gs->fmt->content(gs, NULL, 0, lp);
+}
+
+/* The text has ended: what the parser held comes out, and the count of
+ * complete calls decides finish_reason. */
+static void gs_feed_end(struct genstream *gs)
+{
+	if (!gs->tools || gs->tools_ended)
+		return;
+	gs->tools_ended = true;
+	int n = tool_parser_finish(gs->tools, gs_on_tool_event, gs);
+	gs->n_calls = n > 0 ? n : 0;
+}
+
+static void gs_shape_drop(const struct gen_shape *shape)
+{
+	if (shape->tools)
+		tool_set_deinit(shape->tools);
+	free(shape->tools);
+	cJSON_Delete(shape->response);
+}
+
+/* The answer's format and its state (takes shape's tools and response). */
+static int gs_format_init(struct genstream *gs, struct request *r, const struct gen_shape *shape)
+{
+	gs->tool_set = shape->tools;
+	gs->fmt = shape->api == GEN_API_RESPONSES ? &gs_format_responses
+	          : shape->chat                   ? &gs_format_chat
+	                                          : &gs_format_completions;
+	if (shape->api == GEN_API_RESPONSES &&
+	    (!shape->response ||
+	     resp_stream_new(shape->response, shape->stream ? rs_emit : NULL, gs, &gs->resp)))
+		return -ENOMEM;
+	if (shape->chat && gs->tool_set && gs->tool_set->n_tools &&
+	    gs->tool_set->choice != TOOL_CHOICE_NONE)
+		return tool_parser_new(chat_prompt_tool_format(r->srv->tok), gs->tool_set,
+		                       &gs->tools);
+	return 0;
+}
+
 static struct genstream *gs_new(struct request *r, const struct gen_shape *shape)
 {
 	struct genstream *gs = calloc(1, sizeof(*gs));
-	if (!gs)
+	if (!gs) {
+		gs_shape_drop(shape);
 		return NULL;
+	}
 	pthread_mutex_init(&gs->mu, NULL);
 	gs->refs = 2; /* the connection's and the scheduler's */
 	gs->srv = r->srv;
@@ -297,6 +570,11 @@ static struct genstream *gs_new(struct request *r, const struct gen_shape *shape
 	                         .include_usage = shape->include_usage};
 	if (gs->logprobs && !gs->stream)
 		gs->lp_acc = oa_logprobs_new(shape->chat);
+	if (gs_format_init(gs, r, shape)) {
+		gs->refs = 1;
+		gs_unref(gs);
+		return NULL;
+	}
 	return gs;
 }
 
@@ -352,13 +630,21 @@ static void gs_free_stops(char **stops, size_t n)
 }
 
 /* The scheduler names its own fields; the client sent the prompt as one of
- * three, and a chat request's pin is its system prompt. */
+ * four, and a chat request's pin is its system prompt. */
 static const char *gs_param(const struct request *r, const struct gen_args *a, const char *param)
 {
+	bool responses = a->api == GEN_API_RESPONSES;
 	if (param && !strcmp(param, "prompt"))
-		return r->ep == EP_SESSION_APPEND ? "text" : a->chat ? "messages" : "prompt";
+		return r->ep == EP_SESSION_APPEND ? "text"
+		       : responses                ? "input"
+		       : a->chat                  ? "messages"
+		                                  : "prompt";
 	if (param && !strcmp(param, "pin_prefix_tokens") && a->chat)
-		return "messages";
+		return responses ? "instructions" : "messages";
+	if (param && responses && !strcmp(param, "max_tokens"))
+		return "max_output_tokens";
+	if (param && responses && !strcmp(param, "session_id"))
+		return "previous_response_id";
 	return param;
 }
 
@@ -380,9 +666,37 @@ static struct gen_request gs_request(const struct gen_args *a, int32_t *ids, siz
 	return req;
 }
 
-enum MHD_Result genstream_submit(struct request *r, struct gen_args *a, int32_t *ids, size_t n_ids,
+/* What the request hands to the scheduler: its stops, logit_bias and
+ * constraint move into req (the gen_args fields are cleared, so
+ * gen_args_deinit leaves them); gs_request_drop frees them when the submit
+ * fails. */
+static void gs_request_take(struct gen_request *req, struct gen_args *a)
+{
+	req->stops = a->stops;
+	req->n_stops = a->n_stops;
+	req->logit_bias = a->logit_bias;
+	req->n_logit_bias = a->n_logit_bias;
+	req->grammar = a->grammar;
+	a->stops = NULL;
+	a->n_stops = 0;
+	a->logit_bias = NULL;
+	a->n_logit_bias = 0;
+	a->grammar = NULL;
+}
+
+static void gs_request_drop(struct gen_request *req)
+{
+	free(req->prompt_ids);
+	gs_free_stops(req->stops, req->n_stops);
+	free(req->logit_bias);
+	grammar_unref(req->grammar);
+}
+
+/* response_id: the Responses API's answer is that response; NULL: a
+ * completion or chat completion named after the request. */
+static enum MHD_Result gs_submit(struct request *r, struct gen_args *a, int32_t *ids, size_t n_ids,
                                  const char *session_id, size_t revise_last_tokens,
-                                 bool append_only)
+                                 bool append_only, const char *response_id)
 {
 	struct server *s = r->srv;
 	struct quota_verdict verdict;
@@ -392,29 +706,37 @@ enum MHD_Result genstream_submit(struct request *r, struct gen_args *a, int32_t 
 	}
 	struct gen_request req =
 	    gs_request(a, ids, n_ids, session_id, revise_last_tokens, append_only);
-	req.stops = a->stops;
-	req.n_stops = a->n_stops;
-	a->stops = NULL;
-	a->n_stops = 0;
+	gs_request_take(&req, a);
 	char id[REQUEST_ID_LEN + 16];
-	snprintf(id, sizeof(id), "%s-%s", a->chat ? "chatcmpl" : "cmpl", r->id);
-	struct gen_shape shape = {.chat = a->chat,
-	                          .stream = a->stream && !append_only,
-	                          .include_usage = a->include_usage,
-	                          .logprobs = a->logprobs,
-	                          .append_only = append_only,
-	                          .session_id = session_id,
-	                          .id = id,
-	                          .model = s->model_name,
-	                          .prompt_param = gs_param(r, a, "prompt"),
-	                          .timing = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
-	                                                                "X-Sinkd-Timing") != NULL};
+	if (response_id)
+		snprintf(id, sizeof(id), "%s", response_id);
+	else
+		snprintf(id, sizeof(id), "%s-%s", a->chat ? "chatcmpl" : "cmpl", r->id);
+	bool responses = a->api == GEN_API_RESPONSES && response_id;
+	struct gen_shape shape = {
+	    .api = responses ? GEN_API_RESPONSES
+	           : a->chat ? GEN_API_CHAT
+	                     : GEN_API_COMPLETIONS,
+	    .chat = a->chat,
+	    .stream = a->stream && !append_only,
+	    .include_usage = a->include_usage,
+	    .logprobs = a->logprobs,
+	    .append_only = append_only,
+	    .session_id = session_id,
+	    .id = id,
+	    .model = s->model_name,
+	    .prompt_param = gs_param(r, a, "prompt"),
+	    .timing =
+	        MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Sinkd-Timing") != NULL,
+	    .tools = a->tools,
+	    .response =
+	        responses ? responses_object_new(a, id, s->model_name, (long)time(NULL)) : NULL};
+	a->tools = NULL; /* the generation's from here (its parser reads them) */
 	struct respond_fault f = {0};
 	if (!gs_start(r, &shape, &req, &f))
 		return genstream_respond(r);
 	quota_end(s->quota, &r->client, false);
-	free(req.prompt_ids);
-	gs_free_stops(req.stops, req.n_stops);
+	gs_request_drop(&req);
 	if (f.rc == -EDOM && a->chat) {
 		char why[sizeof(f.msg)];
 		snprintf(why, sizeof(why), "%s", f.msg);
@@ -425,6 +747,20 @@ enum MHD_Result genstream_submit(struct request *r, struct gen_args *a, int32_t 
 	}
 	f.param = gs_param(r, a, f.param);
 	return respond_fault(r, &f);
+}
+
+enum MHD_Result genstream_submit(struct request *r, struct gen_args *a, int32_t *ids, size_t n_ids,
+                                 const char *session_id, size_t revise_last_tokens,
+                                 bool append_only)
+{
+	return gs_submit(r, a, ids, n_ids, session_id, revise_last_tokens, append_only, NULL);
+}
+
+enum MHD_Result genstream_submit_response(struct request *r, struct gen_args *a, int32_t *ids,
+                                          size_t n_ids, const char *session_id,
+                                          const char *response_id)
+{
+	return gs_submit(r, a, ids, n_ids, session_id, 0, false, response_id);
 }
 
 /* Takes the queued events out from under the lock. */
@@ -452,7 +788,7 @@ static const struct tokenizer *gs_tok(struct genstream *gs)
 	return gs->srv->tok;
 }
 
-/* Formats events as SSE chunks into gs->out. */
+/* Formats events as stream events into gs->out. */
 static void gs_format_events(struct genstream *gs, struct gs_event *ev, size_t n)
 {
 	double now = server_now();
@@ -464,12 +800,8 @@ static void gs_format_events(struct genstream *gs, struct gs_event *ev, size_t n
 		}
 		if (!ev[i].len && !lp)
 			continue; /* held back (stop-string prefix, partial UTF-8) */
-		bool role = gs->oa.chat && !gs->sent_role;
-		gs->sent_role = true;
-		cJSON *chunk = oa_chunk(&gs->oa, ev[i].text, ev[i].len, role, lp, NULL);
-		if (gs->timing) /* the engine's emit time, CLOCK_MONOTONIC µs */
-			cJSON_AddNumberToObject(chunk, "sinkd_emit_us", floor(ev[i].t_emit * 1e6));
-		sse_append(&gs->out, &gs->out_len, &gs->out_cap, chunk);
+		gs->t_emit = ev[i].t_emit;
+		gs_feed(gs, ev[i].text, ev[i].len, lp);
 		gs->text_offset += ev[i].len;
 		metrics_sse_write_delay(gs->srv->metrics, now - ev[i].t_emit);
 	}
@@ -484,8 +816,6 @@ static const char *gs_error_code(const struct respond_kind *k)
 
 static void gs_format_end(struct genstream *gs)
 {
-	char **b = &gs->out;
-	size_t *l = &gs->out_len, *c = &gs->out_cap;
 	pthread_mutex_lock(&gs->mu);
 	enum gen_finish fin = gs->finish;
 	int rc = gs->err_rc, np = gs->n_prompt, ng = gs->n_gen;
@@ -494,22 +824,20 @@ static void gs_format_end(struct genstream *gs)
 	snprintf(msg, sizeof(msg), "%s", gs->err_msg[0] ? gs->err_msg : "generation cancelled");
 	pthread_mutex_unlock(&gs->mu);
 	if (fin == GEN_FINISH_STOP || fin == GEN_FINISH_LENGTH || fin == GEN_FINISH_NONE) {
-		bool role = gs->oa.chat && !gs->sent_role;
-		sse_append(b, l, c, oa_chunk(&gs->oa, NULL, 0, role, NULL, oa_finish_reason(fin)));
-		if (gs->oa.include_usage)
-			sse_append(b, l, c, oa_usage_chunk(&gs->oa, np, ng));
+		gs_feed_end(gs);
+		gs->fmt->close(gs, fin, np, ng);
 	} else if (fin == GEN_FINISH_CANCELLED && atomic_load(&gs->srv->shutting_down)) {
-		sse_append(b, l, c,
-		           oa_error("the server is shutting down; send the rest of this request to "
-		                    "another instance",
-		                    "server_shutdown", NULL, "server_shutdown"));
+		gs->fmt->fail(
+		    gs,
+		    "the server is shutting down; send the rest of this request to another "
+		    "instance",
+		    "server_shutdown", NULL, "server_shutdown");
 	} else if (fin == GEN_FINISH_CANCELLED) {
-		sse_append(b, l, c, oa_error(msg, respond_type_of(500), NULL, "cancelled"));
+		gs->fmt->fail(gs, msg, respond_type_of(500), NULL, "cancelled");
 	} else {
 		const struct respond_kind *k = respond_kind_of(rc);
-		sse_append(b, l, c, oa_error(msg, k->type, param, gs_error_code(k)));
+		gs->fmt->fail(gs, msg, k->type, param, gs_error_code(k));
 	}
-	sse_append(b, l, c, NULL);
 	gs->ended = true;
 }
 
@@ -517,6 +845,13 @@ static void gs_format_end(struct genstream *gs)
  * is nothing to send.  Returns false when it suspended. */
 static bool gs_fill(struct genstream *gs)
 {
+	if (!gs->opened) { /* the format's first events go out before any token */
+		gs->opened = true;
+		if (gs->fmt->open)
+			gs->fmt->open(gs);
+		if (gs->out_len > gs->out_pos)
+			return true;
+	}
 	for (;;) {
 		size_t n;
 		bool done, ka;
@@ -616,8 +951,7 @@ static void gs_accumulate(struct genstream *gs, struct gs_event *ev, size_t n)
 			oa_logprobs_add(gs->lp_acc, gs->oa.chat, gs_tok(gs), &ev[i].lp,
 			                gs->text_len);
 		if (ev[i].len)
-			sse_append_raw(&gs->text, &gs->text_len, &gs->text_cap, ev[i].text,
-			               ev[i].len);
+			gs_feed(gs, ev[i].text, ev[i].len, NULL);
 	}
 }
 
@@ -668,11 +1002,12 @@ static enum MHD_Result gs_respond_whole(struct request *r)
 		cJSON_AddNumberToObject(o, "tokens_appended", np);
 		return respond_json(r, 200, o);
 	}
-	cJSON *lp = gs->lp_acc;
-	gs->lp_acc = NULL;
-	return respond_json(r, 200,
-	                    oa_final(&gs->oa, gs->text ? gs->text : "", gs->text_len, lp,
-	                             oa_finish_reason(fin), np, ng));
+	gs_feed_end(gs);
+	cJSON *o = gs->fmt->close(gs, fin, np, ng);
+	if (!o)
+		return respond_error(r, 500, NULL, "out_of_memory", 0,
+		                     "out of memory building the reply");
+	return respond_json(r, 200, o);
 }
 
 enum MHD_Result genstream_respond(struct request *r)

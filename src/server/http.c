@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "grammar/grammar.h"
 #include "server/api.h"
 #include "server/genstream.h"
 #include "server/listen.h"
@@ -50,6 +51,7 @@ static const struct route routes[] = {
     {"/v1/models", EP_MODELS, "GET", false},
     {"/v1/completions", EP_COMPLETIONS, "POST", false},
     {"/v1/chat/completions", EP_CHAT, "POST", false},
+    {"/v1/responses", EP_RESPONSES, "POST", false},
     {"/tokenize", EP_TOKENIZE, "POST", false},
     {"/detokenize", EP_DETOKENIZE, "POST", false},
     {"/v1/sessions", EP_SESSIONS, "POST", false},
@@ -954,6 +956,8 @@ int server_new(const struct sinkd_config *cfg, struct sinkd_log *log, struct ser
 		rc = quota_new(&(struct quota_options){.max_clients =
 		                                           2 * (size_t)cfg->server.max_connections},
 		               &s->set.quota, &s->quota, err, err_len);
+	if (!rc && grammar_cache_new(SERVER_GRAMMAR_CACHE, &s->grammars))
+		rc = err_set(err, err_len, -ENOMEM, "out of memory");
 	if (!rc && s->tls)
 		rc = server_tls_init(s, cfg, err, err_len);
 	if (rc)
@@ -1141,6 +1145,7 @@ void server_free(struct server *s)
 	auth_keys_deinit(&s->set.keys);
 	metrics_free(s->metrics);
 	quota_free(s->quota);
+	grammar_cache_free(s->grammars);
 	pthread_cond_destroy(&s->gen_cond);
 	pthread_mutex_destroy(&s->gen_mu);
 	pthread_mutex_destroy(&s->cfg_mu);

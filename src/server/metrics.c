@@ -32,6 +32,7 @@ static const char *const endpoint_paths[EP_COUNT] = {"/health",
                                                      "/v1/sessions/{id}/append",
                                                      "/v1/sessions/{id}/snapshot",
                                                      "/v1/sessions/restore",
+                                                     "/v1/responses",
                                                      "other"};
 
 struct histogram {

@@ -20,6 +20,7 @@ enum api_endpoint {
 	EP_SESSION_APPEND, /* POST /v1/sessions/{id}/append */
 	EP_SESSION_SNAPSHOT, /* GET /v1/sessions/{id}/snapshot */
 	EP_SESSION_RESTORE,  /* POST /v1/sessions/restore */
+	EP_RESPONSES,        /* POST /v1/responses */
 	EP_OTHER,
 	EP_COUNT
 };

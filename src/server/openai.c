@@ -1,5 +1,6 @@
-/* Builders for the OpenAI objects sinkd returns.  Parsing requests lives in
- * api.c; nothing here touches connections or the scheduler. */
+/* Builders for the OpenAI objects sinkd returns (completions and chat; the
+ * Responses API's are in responses.c).  Parsing requests lives in
+ * request.c; nothing here touches connections or the scheduler. */
 #include "server/openai.h"
 
 #include <errno.h>
@@ -163,6 +164,62 @@ cJSON *oa_final(const struct oa_ctx *c, const char *text, size_t len, cJSON *log
 	return o;
 }
 
+cJSON *oa_tool_call_chunk(const struct oa_ctx *c, bool role, int index, const char *id,
+                          const char *name, const char *args, size_t args_len)
+{
+	cJSON *o = head(c, "chat.completion.chunk");
+	cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+	cJSON *ch = cJSON_CreateObject();
+	cJSON_AddNumberToObject(ch, "index", 0);
+	cJSON *delta = cJSON_AddObjectToObject(ch, "delta");
+	if (role) {
+		cJSON_AddStringToObject(delta, "role", "assistant");
+		cJSON_AddNullToObject(delta, "content");
+	}
+	cJSON *call = cJSON_CreateObject();
+	cJSON_AddNumberToObject(call, "index", index);
+	if (id) {
+		cJSON_AddStringToObject(call, "id", id);
+		cJSON_AddStringToObject(call, "type", "function");
+	}
+	cJSON *fn = cJSON_AddObjectToObject(call, "function");
+	if (id)
+		cJSON_AddStringToObject(fn, "name", name ? name : "");
+	cJSON_AddItemToObject(fn, "arguments", oa_string_n(args ? args : "", args ? args_len : 0));
+	cJSON_AddItemToArray(cJSON_AddArrayToObject(delta, "tool_calls"), call);
+	cJSON_AddNullToObject(ch, "logprobs");
+	cJSON_AddNullToObject(ch, "finish_reason");
+	cJSON_AddItemToArray(choices, ch);
+	if (c->include_usage)
+		cJSON_AddNullToObject(o, "usage");
+	return o;
+}
+
+cJSON *oa_tool_call(const char *id, const char *name, const char *args, size_t args_len)
+{
+	cJSON *call = cJSON_CreateObject();
+	cJSON_AddStringToObject(call, "id", id);
+	cJSON_AddStringToObject(call, "type", "function");
+	cJSON *fn = cJSON_AddObjectToObject(call, "function");
+	cJSON_AddStringToObject(fn, "name", name);
+	cJSON_AddItemToObject(fn, "arguments", oa_string_n(args ? args : "", args ? args_len : 0));
+	return call;
+}
+
+void oa_final_set_tool_calls(cJSON *final, cJSON *tool_calls)
+{
+	cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(final, "choices"), 0);
+	cJSON *msg = cJSON_GetObjectItem(ch, "message");
+	if (!msg) {
+		cJSON_Delete(tool_calls);
+		return;
+	}
+	cJSON *content = cJSON_GetObjectItem(msg, "content");
+	if (cJSON_IsString(content) && !content->valuestring[0])
+		cJSON_ReplaceItemInObject(msg, "content", cJSON_CreateNull());
+	cJSON_AddItemToObject(msg, "tool_calls", tool_calls);
+}
+
 cJSON *oa_logprobs_new(bool chat)
 {
 	cJSON *lp = cJSON_CreateObject();
@@ -279,19 +336,37 @@ int sse_append_raw(char **buf, size_t *len, size_t *cap, const char *s, size_t n
 	return 0;
 }
 
-int sse_append(char **buf, size_t *len, size_t *cap, cJSON *obj)
+/* The JSON text of obj (freed) behind prefix, then a blank line. */
+static int sse_append_json(char **buf, size_t *len, size_t *cap, const char *prefix,
+                           size_t prefix_len, cJSON *obj)
 {
-	if (!obj)
-		return sse_append_raw(buf, len, cap, "data: [DONE]\n\n", 14);
 	char *s = cJSON_PrintUnformatted(obj);
 	cJSON_Delete(obj);
 	if (!s)
 		return -ENOMEM;
-	int rc = sse_append_raw(buf, len, cap, "data: ", 6);
+	int rc = sse_append_raw(buf, len, cap, prefix, prefix_len);
 	if (!rc)
 		rc = sse_append_raw(buf, len, cap, s, strlen(s));
 	if (!rc)
 		rc = sse_append_raw(buf, len, cap, "\n\n", 2);
 	free(s);
 	return rc;
+}
+
+int sse_append_event(char **buf, size_t *len, size_t *cap, const char *event, cJSON *obj)
+{
+	char prefix[128];
+	int n = snprintf(prefix, sizeof(prefix), "event: %s\ndata: ", event);
+	if (n < 0 || (size_t)n >= sizeof(prefix)) {
+		cJSON_Delete(obj);
+		return -EINVAL;
+	}
+	return sse_append_json(buf, len, cap, prefix, (size_t)n, obj);
+}
+
+int sse_append(char **buf, size_t *len, size_t *cap, cJSON *obj)
+{
+	if (!obj)
+		return sse_append_raw(buf, len, cap, "data: [DONE]\n\n", 14);
+	return sse_append_json(buf, len, cap, "data: ", 6, obj);
 }

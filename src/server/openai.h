@@ -1,5 +1,6 @@
 /* OpenAI response objects: completion and chat completion, whole or as
- * stream chunks, usage, logprobs (both formats), SSE framing. */
+ * stream chunks (tool calls included), usage, logprobs (both formats), SSE
+ * framing (data-only, and with an event type for the Responses API). */
 #pragma once
 
 #include <stdbool.h>
@@ -34,6 +35,20 @@ cJSON *oa_final(const struct oa_ctx *c, const char *text, size_t len, cJSON *log
                 const char *finish_reason, int n_prompt, int n_generated);
 cJSON *oa_usage(int n_prompt, int n_generated);
 
+/* Chat tool calls.  A stream chunk of one call: its start (id and name
+ * set) {"index","id","type":"function","function":{"name","arguments":""}},
+ * or a piece of its arguments (id NULL) {"index","function":{"arguments"}},
+ * in "delta":{"tool_calls":[...]}.  role: the first delta of the stream,
+ * which also says "role":"assistant" and "content":null. */
+cJSON *oa_tool_call_chunk(const struct oa_ctx *c, bool role, int index, const char *id,
+                          const char *name, const char *args, size_t args_len);
+/* One entry of message.tool_calls:
+ * {"id","type":"function","function":{"name","arguments"}}. */
+cJSON *oa_tool_call(const char *id, const char *name, const char *args, size_t args_len);
+/* Gives the whole chat object (oa_final) its message.tool_calls (taken);
+ * a message without text then has "content": null, as OpenAI's. */
+void oa_final_set_tool_calls(cJSON *final, cJSON *tool_calls);
+
 /* Logprobs containers: completions {"tokens","token_logprobs","top_logprobs",
  * "text_offset"}, chat {"content":[...]}. */
 cJSON *oa_logprobs_new(bool chat);
@@ -50,3 +65,6 @@ cJSON *oa_string_n(const char *s, size_t len);
  * a growing buffer; returns 0 or -ENOMEM. */
 int sse_append(char **buf, size_t *len, size_t *cap, cJSON *obj);
 int sse_append_raw(char **buf, size_t *len, size_t *cap, const char *s, size_t n);
+/* "event: <event>\ndata: <json>\n\n" (frees obj): the Responses API's
+ * typed events. */
+int sse_append_event(char **buf, size_t *len, size_t *cap, const char *event, cJSON *obj);

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grammar/grammar.h"
+#include "server/tools.h"
 #include "util/errbuf.h"
 
 #define COMPLETIONS_DEFAULT_MAX_TOKENS 16
@@ -478,9 +480,25 @@ static const char *const gen_keys[] = {"model",
                                        "pin_prefix_tokens",
                                        "prompt",
                                        "messages",
+                                       "response_format",
+                                       "tools",
+                                       "tool_choice",
+                                       "parallel_tool_calls",
+                                       "logit_bias",
+                                       "echo",
+                                       "suffix",
+                                       "best_of",
+                                       "functions",
+                                       "function_call",
+                                       "audio",
+                                       "modalities",
+                                       "prediction",
+                                       "web_search_options",
+                                       "reasoning_effort",
                                        NULL};
 static const char *const stream_options_keys[] = {"include_usage", NULL};
-static const char *const message_keys[] = {"role", "content", NULL};
+static const char *const message_keys[] = {"role", "content", "name", "tool_calls",
+                                           "tool_call_id", NULL};
 static const char *const part_keys[] = {"type", "text", NULL};
 static const char *const session_keys[] = {"window_size", "sink_keep_count", NULL};
 static const char *const append_keys[] = {"text", "revise_last_tokens", "generate",
@@ -488,20 +506,20 @@ static const char *const append_keys[] = {"text", "revise_last_tokens", "generat
 static const char *const tokenize_keys[] = {"content", "add_special", "parse_special", NULL};
 static const char *const detokenize_keys[] = {"tokens", NULL};
 
-/* param NULL: the key itself.  One walk over the members (keys <= 32). */
+/* param NULL: the key itself.  One walk over the members (keys <= 64). */
 static int no_twice(const cJSON *o, const char *const *keys, const char *param, struct api_error *e)
 {
-	uint32_t seen = 0;
+	uint64_t seen = 0;
 	const cJSON *m;
 	cJSON_ArrayForEach(m, o)
 	{
 		for (unsigned i = 0; keys[i] && m->string; i++) {
 			if (strcmp(m->string, keys[i]))
 				continue;
-			if (seen & (1u << i))
+			if (seen & (UINT64_C(1) << i))
 				return fail(e, param ? param : keys[i], "duplicate_field",
 				            "'%s' is given more than once", keys[i]);
-			seen |= 1u << i;
+			seen |= UINT64_C(1) << i;
 		}
 	}
 	return 0;
@@ -699,6 +717,134 @@ static int parse_stream_options(const cJSON *o, struct gen_args *a, struct api_e
 	return 0;
 }
 
+int request_response_format(const cJSON *fmt, const char *param, bool responses_api,
+                            struct gen_args *a, struct api_error *e)
+{
+	char p[64];
+	if (!cJSON_IsObject(fmt))
+		return fail(e, param, "invalid_type", "'%s' must be an object", param);
+	const cJSON *type = field(fmt, "type");
+	snprintf(p, sizeof(p), "%.48s.type", param);
+	if (!cJSON_IsString(type))
+		return fail(e, p, "missing_required_parameter",
+		            "'%s' must be \"text\", \"json_object\" or \"json_schema\"", p);
+	if (!strcmp(type->valuestring, "text")) {
+		a->response_format = RESPONSE_FORMAT_TEXT;
+		return 0;
+	}
+	if (!strcmp(type->valuestring, "json_object")) {
+		a->response_format = RESPONSE_FORMAT_JSON_OBJECT;
+		return 0;
+	}
+	if (strcmp(type->valuestring, "json_schema"))
+		return fail(e, p, "invalid_value",
+		            "'%s' is \"%.40s\"; it must be \"text\", \"json_object\" or "
+		            "\"json_schema\"",
+		            p, type->valuestring);
+	/* Chat nests the schema in "json_schema"; the Responses API does not. */
+	const cJSON *js = responses_api ? fmt : field(fmt, "json_schema");
+	char where[48];
+	snprintf(where, sizeof(where), "%.32s%s", param, responses_api ? "" : ".json_schema");
+	if (!cJSON_IsObject(js))
+		return fail(e, where, "missing_required_parameter",
+		            "'%s' (an object with \"name\" and \"schema\") is required with type "
+		            "json_schema",
+		            where);
+	const cJSON *name = field(js, "name"), *schema = field(js, "schema");
+	const cJSON *strict = field(js, "strict");
+	snprintf(p, sizeof(p), "%.48s.name", where);
+	if (name && !cJSON_IsString(name))
+		return fail(e, p, "invalid_type", "'%s' must be a string", p);
+	snprintf(p, sizeof(p), "%.48s.strict", where);
+	if (strict && !cJSON_IsBool(strict))
+		return fail(e, p, "invalid_type", "'%s' must be a boolean", p);
+	snprintf(p, sizeof(p), "%.48s.schema", where);
+	if (schema && !cJSON_IsObject(schema))
+		return fail(e, p, "invalid_type", "'%s' must be a JSON Schema object", p);
+	a->response_format = RESPONSE_FORMAT_JSON_SCHEMA;
+	a->response_strict = strict && cJSON_IsTrue(strict);
+	if (name && !(a->response_schema_name = strdup(name->valuestring)))
+		return fail_oom(e, param, "out of memory");
+	/* No schema: any JSON value that is an object, as json_object. */
+	a->response_schema = schema ? cJSON_Duplicate(schema, true) : cJSON_CreateObject();
+	return a->response_schema ? 0 : fail_oom(e, param, "out of memory");
+}
+
+/* "logit_bias": {"<token id>": bias in -100..100, ...}; ids are checked
+ * against the vocabulary by the caller (api.c), which knows the model. */
+static int parse_logit_bias(const cJSON *o, struct gen_args *a, struct api_error *e)
+{
+	const cJSON *lb = field(o, "logit_bias"), *m;
+	if (!lb)
+		return 0;
+	if (!cJSON_IsObject(lb))
+		return fail(e, "logit_bias", "invalid_type",
+		            "'logit_bias' must be an object of token id strings to numbers");
+	int n = cJSON_GetArraySize(lb);
+	if (n > SAMPLER_MAX_BIAS)
+		return fail(e, "logit_bias", "invalid_value",
+		            "'logit_bias' has %d entries; at most %d are taken", n, SAMPLER_MAX_BIAS);
+	if (n == 0)
+		return 0;
+	a->logit_bias = calloc((size_t)n, sizeof(*a->logit_bias));
+	if (!a->logit_bias)
+		return fail_oom(e, "logit_bias", "out of memory");
+	cJSON_ArrayForEach(m, lb)
+	{
+		const char *k = m->string;
+		char *end = NULL;
+		long id = -1;
+		if (k && *k >= '0' && *k <= '9' && strlen(k) <= 10)
+			id = strtol(k, &end, 10);
+		if (id < 0 || id > INT32_MAX || !end || *end)
+			return fail(e, "logit_bias", "invalid_value",
+			            "'logit_bias' key \"%.32s\" is not a token id (a decimal integer)",
+			            k ? k : "");
+		if (!cJSON_IsNumber(m) || !isfinite(m->valuedouble) || m->valuedouble < -100 ||
+		    m->valuedouble > 100)
+			return fail(e, "logit_bias", "invalid_value",
+			            "'logit_bias[\"%s\"]' must be a number from -100 to 100", k);
+		a->logit_bias[a->n_logit_bias++] =
+		    (struct sampler_bias){.token = (int32_t)id, .bias = (float)m->valuedouble};
+	}
+	return 0;
+}
+
+/* OpenAI fields we do not implement: a 400 that names them, never silently
+ * ignored (a client relying on one would get a different answer).  A value
+ * that asks for the default (echo false, best_of 1, ...) is fine. */
+static int refuse_unimplemented(const cJSON *o, const struct gen_args *a, struct api_error *e)
+{
+	static const char *const always[] = {"functions", "function_call", "audio", "prediction",
+	                                     "web_search_options", "reasoning_effort"};
+	for (size_t i = 0; i < sizeof(always) / sizeof(always[0]); i++)
+		if (field(o, always[i]))
+			return fail(e, always[i], "unsupported_parameter",
+			            "'%s' is not supported by this server%s", always[i],
+			            !strncmp(always[i], "function", 8)
+			                ? " (deprecated by OpenAI: use 'tools' and 'tool_choice')"
+			                : "");
+	const cJSON *echo = field(o, "echo"), *suffix = field(o, "suffix");
+	const cJSON *best_of = field(o, "best_of"), *mod = field(o, "modalities");
+	if (echo && !cJSON_IsFalse(echo))
+		return fail(e, "echo", "unsupported_parameter",
+		            "'echo' is not supported: the reply holds only the generated text");
+	if (suffix && !(cJSON_IsString(suffix) && !*suffix->valuestring))
+		return fail(e, "suffix", "unsupported_parameter",
+		            "'suffix' (insertion) is not supported by this server");
+	if (best_of && !(cJSON_IsNumber(best_of) && best_of->valuedouble == 1))
+		return fail(e, "best_of", "unsupported_parameter",
+		            "'best_of' other than 1 is not supported by this server");
+	if (mod && !(cJSON_IsArray(mod) && cJSON_GetArraySize(mod) == 1 &&
+	             cJSON_IsString(mod->child) && !strcmp(mod->child->valuestring, "text")))
+		return fail(e, "modalities", "unsupported_parameter",
+		            "'modalities' other than [\"text\"] is not supported by this server");
+	if (!a->chat && (field(o, "tools") || field(o, "tool_choice")))
+		return fail(e, field(o, "tools") ? "tools" : "tool_choice", "invalid_value",
+		            "tools are for /v1/chat/completions and /v1/responses");
+	return 0;
+}
+
 static int parse_common(const cJSON *o, int64_t limit, struct gen_args *a, struct api_error *e)
 {
 	if (no_twice(o, gen_keys, NULL, e))
@@ -713,7 +859,17 @@ static int parse_common(const cJSON *o, int64_t limit, struct gen_args *a, struc
 		rc = parse_stream_options(o, a, e);
 	double n = 1;
 	if (!rc)
-		rc = get_int(o, "n", 1, 1, &n, e);
+		rc = get_int(o, "n", 1, 128, &n, e);
+	if (!rc && n != 1)
+		rc = fail(e, "n", "unsupported_parameter",
+		          "'n' must be 1: one choice per request (send several requests instead)");
+	if (!rc)
+		rc = refuse_unimplemented(o, a, e);
+	const cJSON *rf = field(o, "response_format");
+	if (!rc && rf)
+		rc = request_response_format(rf, "response_format", false, a, e);
+	if (!rc)
+		rc = parse_logit_bias(o, a, e);
 	double mt = a->chat ? (double)limit
 	                    : (double)(limit < COMPLETIONS_DEFAULT_MAX_TOKENS
 	                                   ? limit
@@ -844,6 +1000,74 @@ static int message_content(const cJSON *c, size_t i, struct api_message *m, stru
 	return m->content ? 0 : fail_oom(e, "messages", "out of memory");
 }
 
+/* An assistant message's tool_calls, normalised to
+ * [{"id","type":"function","function":{"name","arguments"}}]. */
+static int message_tool_calls(const cJSON *calls, size_t i, struct api_message *out,
+                              struct api_error *e)
+{
+	if (!cJSON_IsArray(calls))
+		return fail(e, "messages", "invalid_type",
+		            "'messages[%zu].tool_calls' must be an array", i);
+	out->tool_calls = cJSON_CreateArray();
+	if (!out->tool_calls)
+		return fail_oom(e, "messages", "out of memory");
+	size_t k = 0;
+	const cJSON *c;
+	cJSON_ArrayForEach(c, calls)
+	{
+		const cJSON *id = field(c, "id"), *type = field(c, "type"), *fn = field(c, "function");
+		const cJSON *name = fn ? field(fn, "name") : NULL;
+		const cJSON *args = fn ? field(fn, "arguments") : NULL;
+		if (!cJSON_IsObject(c) || !cJSON_IsString(id) ||
+		    (type && (!cJSON_IsString(type) || strcmp(type->valuestring, "function"))) ||
+		    !cJSON_IsObject(fn) || !cJSON_IsString(name) || !*name->valuestring ||
+		    (args && !cJSON_IsString(args)))
+			return fail(e, "messages", "invalid_value",
+			            "'messages[%zu].tool_calls[%zu]' must be {\"id\": string, "
+			            "\"type\": \"function\", \"function\": {\"name\": string, "
+			            "\"arguments\": JSON text}}",
+			            i, k);
+		cJSON *n = cJSON_CreateObject(), *f = NULL;
+		if (!n || !cJSON_AddItemToArray(out->tool_calls, n)) {
+			cJSON_Delete(n);
+			return fail_oom(e, "messages", "out of memory");
+		}
+		if (!cJSON_AddStringToObject(n, "id", id->valuestring) ||
+		    !cJSON_AddStringToObject(n, "type", "function") ||
+		    !(f = cJSON_AddObjectToObject(n, "function")) ||
+		    !cJSON_AddStringToObject(f, "name", name->valuestring) ||
+		    !cJSON_AddStringToObject(f, "arguments", args ? args->valuestring : "{}"))
+			return fail_oom(e, "messages", "out of memory");
+		k++;
+	}
+	return 0;
+}
+
+/* name, tool_call_id (role tool) and tool_calls (role assistant). */
+static int message_tool_fields(const cJSON *m, size_t i, struct api_message *out,
+                               struct api_error *e)
+{
+	const cJSON *name = field(m, "name"), *call_id = field(m, "tool_call_id");
+	const cJSON *calls = field(m, "tool_calls");
+	bool tool = !strcmp(out->role, "tool");
+	if (name && !cJSON_IsString(name))
+		return fail(e, "messages", "invalid_type", "'messages[%zu].name' must be a string", i);
+	if (name && dup_name(name, "messages", "name", &out->name, e))
+		return -EINVAL;
+	if (tool && !cJSON_IsString(call_id))
+		return fail(e, "messages", "missing_required_parameter",
+		            "'messages[%zu]' has role tool: 'tool_call_id' (a string) is required", i);
+	if (!tool && call_id)
+		return fail(e, "messages", "invalid_value",
+		            "'messages[%zu].tool_call_id' belongs to role tool messages only", i);
+	if (tool && dup_name(call_id, "messages", "tool_call_id", &out->tool_call_id, e))
+		return -EINVAL;
+	if (calls && strcmp(out->role, "assistant"))
+		return fail(e, "messages", "invalid_value",
+		            "'messages[%zu].tool_calls' belongs to role assistant messages only", i);
+	return calls ? message_tool_calls(calls, i, out, e) : 0;
+}
+
 static int parse_message(const cJSON *m, size_t i, struct api_message *out, struct api_error *e)
 {
 	static const char *const roles[] = {"system", "developer", "user", "assistant", "tool"};
@@ -866,7 +1090,10 @@ static int parse_message(const cJSON *m, size_t i, struct api_message *out, stru
 	out->role = strdup(role->valuestring);
 	if (!out->role)
 		return fail_oom(e, "messages", "out of memory");
-	return message_content(field(m, "content"), i, out, e);
+	int rc = message_content(field(m, "content"), i, out, e);
+	if (!rc)
+		rc = message_tool_fields(m, i, out, e);
+	return rc;
 }
 
 static int parse_messages(const cJSON *o, struct gen_args *a, struct api_error *e)
@@ -926,12 +1153,22 @@ static int parse_pin(const cJSON *o, bool chat, int *out, struct api_error *e)
 	return rc;
 }
 
+int request_parse_tools(const cJSON *root, bool responses_api, struct gen_args *a, struct api_error *e)
+{
+	a->tools = calloc(1, sizeof(*a->tools));
+	if (!a->tools)
+		return fail_oom(e, "tools", "out of memory");
+	return tool_set_parse(root, responses_api, a->tools, e);
+}
+
 int gen_args_parse(const char *body, size_t len, bool chat, int64_t limit, struct gen_args *a,
                    struct api_error *e)
 {
 	memset(a, 0, sizeof(*a));
 	memset(e, 0, sizeof(*e));
 	a->chat = chat;
+	a->api = chat ? GEN_API_CHAT : GEN_API_COMPLETIONS;
+	a->store = true;
 	sampler_params_default(&a->sampling);
 	cJSON *root = NULL;
 	int rc = parse_root(body, len, &root, e);
@@ -944,6 +1181,8 @@ int gen_args_parse(const char *body, size_t len, bool chat, int64_t limit, struc
 		rc = parse_pin(root, chat, &a->pin_prefix_tokens, e);
 	if (!rc)
 		rc = chat ? parse_messages(root, a, e) : parse_prompt(root, a, e);
+	if (!rc && chat && (field(root, "tools") || field(root, "tool_choice")))
+		rc = request_parse_tools(root, false, a, e);
 	cJSON_Delete(root);
 	if (rc)
 		gen_args_deinit(a);
@@ -1043,8 +1282,21 @@ void gen_args_deinit(struct gen_args *a)
 	for (size_t i = 0; i < a->n_messages; i++) {
 		free(a->messages[i].role);
 		free(a->messages[i].content);
+		free(a->messages[i].name);
+		free(a->messages[i].tool_call_id);
+		cJSON_Delete(a->messages[i].tool_calls);
 	}
 	free(a->messages);
+	cJSON_Delete(a->response_schema);
+	free(a->response_schema_name);
+	if (a->tools) {
+		tool_set_deinit(a->tools);
+		free(a->tools);
+	}
+	free(a->logit_bias);
+	grammar_unref(a->grammar);
+	free(a->instructions);
+	free(a->previous_response_id);
 	memset(a, 0, sizeof(*a));
 }
 

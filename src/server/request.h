@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <cjson/cJSON.h>
+
 #include "engine/sampler.h"
 #include "util/errbuf.h"
 
@@ -29,13 +31,31 @@ struct api_error {
 #define REQUEST_MAX_DEPTH 64 /* nesting levels of a request body */
 
 struct api_message {
-	char *role;
-	char *content; /* content_len bytes (may hold NUL) + a NUL */
+	char *role;    /* "system", "developer" (as system), "user", "assistant", "tool" */
+	char *content; /* content_len bytes (may hold NUL) + a NUL; "" for null content */
 	size_t content_len;
+	char *name;         /* optional "name"; NULL when absent */
+	char *tool_call_id; /* role "tool": the call this is the result of; else NULL */
+	/* role "assistant": the calls it made, normalised to
+	 * [{"id","type":"function","function":{"name","arguments"}}]; NULL when none */
+	cJSON *tool_calls;
 };
 
+/* Which API a generation answers in. */
+enum gen_api { GEN_API_COMPLETIONS = 0, GEN_API_CHAT, GEN_API_RESPONSES };
+
+enum response_format_kind {
+	RESPONSE_FORMAT_TEXT = 0,
+	RESPONSE_FORMAT_JSON_OBJECT, /* any JSON object */
+	RESPONSE_FORMAT_JSON_SCHEMA, /* a value of response_schema */
+};
+
+struct tool_set;
+struct grammar;
+
 struct gen_args {
-	bool chat;
+	bool chat; /* chat completions or the Responses API: messages, not a prompt */
+	enum gen_api api;
 	bool stream;
 	bool include_usage;
 	bool logprobs;
@@ -58,7 +78,34 @@ struct gen_args {
 	/* chat */
 	struct api_message *messages;
 	size_t n_messages;
+	/* response_format (chat, completions) or text.format (Responses) */
+	enum response_format_kind response_format;
+	cJSON *response_schema;     /* JSON_SCHEMA: json_schema.schema (owned) */
+	char *response_schema_name; /* json_schema.name, NULL when absent */
+	bool response_strict;       /* json_schema.strict */
+	/* tools, tool_choice, parallel_tool_calls; NULL when no tools were sent */
+	struct tool_set *tools;
+	/* logit_bias: token ids checked against the vocabulary by api.c */
+	struct sampler_bias *logit_bias;
+	size_t n_logit_bias;
+	/* Set by api.c from response_format / tool_choice: the constraint the
+	 * generation decodes under (a reference, handed to the scheduler). */
+	struct grammar *grammar;
+	/* Responses API */
+	char *instructions;         /* NULL when absent */
+	char *previous_response_id; /* NULL when absent */
+	bool store;                 /* default true */
 };
+
+/* Shared with the Responses API parser (responses.c): a response_format
+ * object at `param` (chat and completions: {"type", "json_schema": {"name",
+ * "schema", "strict"}}; responses_api: text.format's flat {"type", "name",
+ * "schema", "strict"}) into a's response_format fields; and `tools`,
+ * `tool_choice`, `parallel_tool_calls` of root into a->tools. */
+int request_response_format(const cJSON *fmt, const char *param, bool responses_api,
+                            struct gen_args *a, struct api_error *e);
+int request_parse_tools(const cJSON *root, bool responses_api, struct gen_args *a,
+                        struct api_error *e);
 
 /* max_tokens_limit: limits.max_tokens.  Returns 0 or -EINVAL with *e set. */
 int gen_args_parse(const char *body, size_t len, bool chat, int64_t max_tokens_limit,

@@ -37,10 +37,16 @@ struct server_settings {
 	bool pin_system_prompt; /* inference.cache.pin_system_prompt */
 };
 
+/* Compiled constraints kept: a client sends the same schema with each request. */
+#define SERVER_GRAMMAR_CACHE 64
+
+struct grammar_cache;
+
 struct server {
 	struct sinkd_log *log;
 	struct metrics *metrics;
 	struct quota *quota; /* per-key usage (limits.per_key.*) */
+	struct grammar_cache *grammars; /* compiled response_format / tool_choice constraints */
 	struct MHD_Daemon *mhd;
 	int listen_fd; /* -1 once handed back by quiesce and closed */
 	int port;

@@ -20,6 +20,7 @@
 
 #include "config/config.h"
 #include "engine/backend.h"
+#include "grammar/grammar.h"
 #include "model/model.h"
 #include "sched/sched_internal.h"
 #include "sched/scheduler.h"
@@ -168,6 +169,12 @@ struct coll {
 	int n_started;            /* on_start calls */
 	int pin;                  /* the request's pin_prefix_tokens */
 	bool want_logprobs;       /* fill logprobs[] */
+	/* the next submit only: a grammar (reference taken), logit_bias, seed */
+	struct grammar *grammar;
+	struct sampler_bias bias[4];
+	size_t n_bias;
+	float temperature;
+	uint64_t seed;
 };
 
 static struct coll *coll_new(struct scheduler *s)
@@ -283,7 +290,15 @@ static int submit(struct scheduler *s, struct coll *c, const int32_t *ids, size_
 		memcpy(q.prompt_ids, ids, n * sizeof(int32_t));
 	q.n_prompt = n;
 	sampler_params_default(&q.sampling);
-	q.sampling.temperature = 0;
+	q.sampling.temperature = c->temperature;
+	q.sampling.seed = c->seed;
+	if (c->grammar)
+		q.grammar = grammar_ref(c->grammar);
+	if (c->n_bias) {
+		q.logit_bias = malloc(c->n_bias * sizeof(*q.logit_bias));
+		memcpy(q.logit_bias, c->bias, c->n_bias * sizeof(*q.logit_bias));
+		q.n_logit_bias = c->n_bias;
+	}
 	q.max_tokens = max_tokens;
 	q.ignore_eos = true;
 	q.session_id = session_id;
@@ -301,8 +316,12 @@ static int submit(struct scheduler *s, struct coll *c, const int32_t *ids, size_
 		ck_assert_ptr_nonnull(q.prompt_ids); /* still ours */
 		ck_assert_int_gt((int)strlen(err), 0);
 		free(q.prompt_ids);
+		free(q.logit_bias);
+		grammar_unref(q.grammar);
 	} else {
 		ck_assert_ptr_null(q.prompt_ids);
+		ck_assert_ptr_null(q.grammar);
+		ck_assert_ptr_null(q.logit_bias);
 	}
 	return rc;
 }
@@ -1404,6 +1423,114 @@ START_TEST(test_random_walk_invariants)
 }
 END_TEST
 
+/* ---- constrained decoding and logit_bias ----------------------------- */
+
+/* The text of a request's tokens. */
+static char *coll_text(const struct coll *c)
+{
+	char *text = NULL;
+	size_t len = 0;
+	char err[SINKD_ERR_LEN];
+	ck_assert_int_eq(tokenizer_decode(fx.tok, c->tokens, (size_t)c->n_tokens, &text, &len, err,
+	                                  sizeof(err)),
+	                 0);
+	return text;
+}
+
+/* Sampled constrained requests batched with an unconstrained one: every
+ * constrained reply ends by itself (STOP) as JSON of the schema, and the
+ * unconstrained one is the same as when it runs alone. */
+START_TEST(test_grammar_constrains_batch)
+{
+	struct sinkd_config cfg;
+	struct scheduler *s = sched_make(&cfg, NULL, 0);
+	cJSON *schema = cJSON_Parse("{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\"},"
+	                            "\"ok\":{\"type\":\"boolean\"},\"k\":{\"enum\":[\"a\",\"b\"]}},"
+	                            "\"required\":[\"n\",\"ok\",\"k\"],\"additionalProperties\":false}");
+	struct grammar *g = NULL;
+	char path[64], err[SINKD_ERR_LEN];
+	ck_assert_msg(grammar_from_json_schema(schema, &g, path, sizeof(path), err, sizeof(err)) == 0,
+	              "%s at %s", err, path);
+	const struct ref_prompt *p = &fx.ref[0];
+	int32_t alone[64];
+	int n_alone = run_one(s, p->ids, p->n, 24, NULL, 0, alone);
+	enum { N = 6 };
+	struct coll *c[N + 1];
+	for (int i = 0; i < N; i++) {
+		c[i] = coll_new(s);
+		c[i]->grammar = g;
+		c[i]->temperature = 1.0f;
+		c[i]->seed = 100 + (uint64_t)i;
+		ck_assert_int_eq(submit(s, c[i], p->ids, p->n, 400, NULL, 0), 0);
+	}
+	c[N] = coll_new(s);
+	ck_assert_int_eq(submit(s, c[N], p->ids, p->n, 24, NULL, 0), 0);
+	for (int i = 0; i <= N; i++)
+		coll_wait(c[i]);
+	ck_assert_int_eq(c[N]->n_tokens, n_alone);
+	ck_assert_mem_eq(c[N]->tokens, alone, (size_t)n_alone * sizeof(int32_t));
+	for (int i = 0; i < N; i++) {
+		ck_assert_msg(c[i]->finish == GEN_FINISH_STOP, "request %d: finish %d (%s)", i,
+		              c[i]->finish, c[i]->error);
+		char *text = coll_text(c[i]);
+		cJSON *v = cJSON_Parse(text);
+		ck_assert_msg(v, "request %d: not JSON: %s", i, text);
+		ck_assert(cJSON_IsNumber(cJSON_GetObjectItem(v, "n")));
+		ck_assert(cJSON_IsBool(cJSON_GetObjectItem(v, "ok")));
+		const cJSON *k = cJSON_GetObjectItem(v, "k");
+		ck_assert(cJSON_IsString(k) && (!strcmp(k->valuestring, "a") || !strcmp(k->valuestring, "b")));
+		ck_assert_int_eq(cJSON_GetArraySize(v), 3);
+		cJSON_Delete(v);
+		free(text);
+		coll_free(c[i]);
+	}
+	coll_free(c[N]);
+	grammar_unref(g);
+	cJSON_Delete(schema);
+	scheduler_free(s);
+	config_deinit(&cfg);
+}
+END_TEST
+
+START_TEST(test_logit_bias)
+{
+	struct sinkd_config cfg;
+	struct scheduler *s = sched_make(&cfg, NULL, 0);
+	const struct ref_prompt *p = &fx.ref[0];
+	int32_t greedy[64];
+	int n = run_one(s, p->ids, p->n, 8, NULL, 0, greedy);
+	ck_assert_int_eq(n, 8);
+	/* -100 on the greedy first token: another one comes first */
+	struct coll *c = coll_new(s);
+	c->bias[0] = (struct sampler_bias){.token = greedy[0], .bias = -100};
+	c->n_bias = 1;
+	ck_assert_int_eq(submit(s, c, p->ids, p->n, 8, NULL, 0), 0);
+	coll_wait(c);
+	ck_assert_int_ne(c->tokens[0], greedy[0]);
+	coll_free(c);
+	/* +100 on one token: greedy picks it every step */
+	int32_t forced = greedy[3] == 100 ? 101 : 100;
+	c = coll_new(s);
+	c->bias[0] = (struct sampler_bias){.token = forced, .bias = 100};
+	c->n_bias = 1;
+	ck_assert_int_eq(submit(s, c, p->ids, p->n, 8, NULL, 0), 0);
+	coll_wait(c);
+	ck_assert_int_eq(c->n_tokens, 8);
+	for (int i = 0; i < 8; i++)
+		ck_assert_int_eq(c->tokens[i], forced);
+	coll_free(c);
+	/* an id outside the vocabulary is refused at submit, naming the field */
+	c = coll_new(s);
+	c->bias[0] = (struct sampler_bias){.token = 1 << 20, .bias = 1};
+	c->n_bias = 1;
+	ck_assert_int_eq(submit(s, c, p->ids, p->n, 8, NULL, 0), -EINVAL);
+	ck_assert_str_eq(c->error_param, "logit_bias");
+	coll_free(c);
+	scheduler_free(s);
+	config_deinit(&cfg);
+}
+END_TEST
+
 int main(void)
 {
 	fixture_load();
@@ -1426,6 +1553,8 @@ int main(void)
 	tcase_add_test(tc, test_auto_budget_and_metrics);
 	tcase_add_loop_test(tc, test_flow_control, 0, 2);
 	tcase_add_test(tc, test_random_walk_invariants);
+	tcase_add_test(tc, test_grammar_constrains_batch);
+	tcase_add_test(tc, test_logit_bias);
 	suite_add_tcase(s, tc);
 	int failed = tu_suite_failures(s);
 	backend_free(fx.be);

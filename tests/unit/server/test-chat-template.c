@@ -340,6 +340,45 @@ START_TEST(test_system_end)
 }
 END_TEST
 
+/* Without tools, chat_template_apply_tools renders what chat_template_apply
+ * does, in every family; it also takes "developer" (as system) and "tool",
+ * which chat_template_apply still refuses. */
+START_TEST(test_apply_tools_without_tools)
+{
+	char err[SINKD_ERR_LEN];
+	for (int fam = CHAT_FAMILY_NONE; fam <= CHAT_FAMILY_UNKNOWN; fam++) {
+		char *a = NULL, *b = NULL;
+		size_t end_a = 1, end_b = 2;
+		ck_assert_int_eq(chat_template_apply(fam, convo, 4, &a, &end_a, err, sizeof(err)), 0);
+		ck_assert_int_eq(chat_template_apply_tools(fam, NULL, convo, 4, &b, &end_b, err,
+		                                           sizeof(err)),
+		                 0);
+		ck_assert_str_eq(a, b);
+		ck_assert_uint_eq(end_a, end_b);
+		free(b);
+		struct chat_message dev[4];
+		memcpy(dev, convo, sizeof(dev));
+		dev[0].role = "developer";
+		ck_assert_int_eq(chat_template_apply_tools(fam, NULL, dev, 4, &b, NULL, err,
+		                                           sizeof(err)),
+		                 0);
+		ck_assert_str_eq(a, b);
+		free(a);
+		free(b);
+	}
+	const struct chat_message dev[] = {{"developer", "x"}, {"user", "hi"}};
+	expect_error(CHAT_FAMILY_CHATML, dev, 2, "unknown role 'developer'");
+	const struct chat_message tool[] = {{"user", "hi"}, {"tool", "42"}};
+	char *out = NULL;
+	ck_assert_int_eq(chat_template_apply_tools(CHAT_FAMILY_CHATML, NULL, tool, 2, &out, NULL, err,
+	                                           sizeof(err)),
+	                 0);
+	ck_assert_str_eq(out, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>user\n<tool_response>\n42"
+	                      "\n</tool_response><|im_end|>\n<|im_start|>assistant\n");
+	free(out);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("chat-template");
@@ -356,6 +395,7 @@ int main(void)
 	tcase_add_test(tc, test_detect);
 	tcase_add_test(tc, test_errors);
 	tcase_add_test(tc, test_system_end);
+	tcase_add_test(tc, test_apply_tools_without_tools);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

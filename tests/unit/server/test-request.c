@@ -356,6 +356,22 @@ static const struct field_case field_cases[] = {
      "messages"},
     {P_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":%s}]}]}",
      K_STR, "messages"},
+    {P_CHAT, CHAT_BASE "\"response_format\":%s}", K_OBJ | K_NULL, "response_format"},
+    {P_CHAT, CHAT_BASE "\"response_format\":{\"type\":%s}}", K_STR, "response_format.type"},
+    {P_CHAT, CHAT_BASE "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":%s}}", K_OBJ,
+     "response_format.json_schema"},
+    {P_CHAT, CHAT_BASE "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":%s}}}",
+     K_OBJ | K_NULL, "response_format.json_schema.schema"},
+    {P_CHAT, CHAT_BASE "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"strict\":%s}}}",
+     K_BOOL | K_NULL, "response_format.json_schema.strict"},
+    {P_CMPL, CMPL_BASE "\"logit_bias\":%s}", K_OBJ | K_NULL, "logit_bias"},
+    {P_CMPL, CMPL_BASE "\"logit_bias\":{\"1\":%s}}", K_NUM, "logit_bias"},
+    {P_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"name\":%s}]}", K_STR | K_NULL,
+     "messages"},
+    {P_CHAT, "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":%s}]}", K_ARR | K_NULL,
+     "messages"},
+    {P_CHAT, "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\",\"tool_call_id\":%s}]}", K_STR,
+     "messages"},
     {P_SESSION, "{\"window_size\":%s}", K_INT | K_NULL, "window_size"},
     {P_SESSION, "{\"sink_keep_count\":%s}", K_INT | K_NULL, "sink_keep_count"},
     {P_APPEND, "{\"generate\":{},\"text\":%s}", K_STR | K_NULL, "text"},
@@ -401,6 +417,95 @@ START_TEST(test_wrong_types)
 		}
 	}
 	ck_assert_uint_gt(n_wrong, 300);
+}
+END_TEST
+
+/* ---- structured output, logit_bias, refused fields ------------------------------ */
+
+START_TEST(test_structured_fields)
+{
+	struct gen_args a;
+	struct api_error e;
+	const char *js = CHAT_BASE "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":"
+	                           "{\"name\":\"trip\",\"strict\":true,\"schema\":{\"type\":\"object\"}}}}";
+	ck_assert_int_eq(gen_args_parse(js, strlen(js), true, 64, &a, &e), 0);
+	ck_assert_int_eq(a.response_format, RESPONSE_FORMAT_JSON_SCHEMA);
+	ck_assert_str_eq(a.response_schema_name, "trip");
+	ck_assert(a.response_strict);
+	ck_assert_str_eq(cJSON_GetObjectItem(a.response_schema, "type")->valuestring, "object");
+	gen_args_deinit(&a);
+	const char *jo = CMPL_BASE "\"response_format\":{\"type\":\"json_object\"}}";
+	ck_assert_int_eq(gen_args_parse(jo, strlen(jo), false, 64, &a, &e), 0);
+	ck_assert_int_eq(a.response_format, RESPONSE_FORMAT_JSON_OBJECT);
+	ck_assert_ptr_null(a.response_schema);
+	gen_args_deinit(&a);
+
+	const char *lb = CMPL_BASE "\"logit_bias\":{\"5\":-100,\"7\":3.5}}";
+	ck_assert_int_eq(gen_args_parse(lb, strlen(lb), false, 64, &a, &e), 0);
+	ck_assert_uint_eq(a.n_logit_bias, 2);
+	ck_assert_int_eq(a.logit_bias[0].token, 5);
+	ck_assert(a.logit_bias[0].bias == -100.0f);
+	ck_assert_int_eq(a.logit_bias[1].token, 7);
+	ck_assert(a.logit_bias[1].bias == 3.5f);
+	gen_args_deinit(&a);
+
+	const char *calls = "{\"messages\":[{\"role\":\"user\",\"content\":\"w?\"},"
+	                    "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"call_1\","
+	                    "\"type\":\"function\",\"function\":{\"name\":\"get\",\"arguments\":\"{\\\"a\\\":1}\"}},"
+	                    "{\"id\":\"call_2\",\"function\":{\"name\":\"put\"}}]},"
+	                    "{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":\"ok\"}]}";
+	ck_assert_int_eq(gen_args_parse(calls, strlen(calls), true, 64, &a, &e), 0);
+	ck_assert_uint_eq(a.n_messages, 3);
+	ck_assert_str_eq(a.messages[1].content, "");
+	cJSON *c0 = cJSON_GetArrayItem(a.messages[1].tool_calls, 0);
+	cJSON *c1 = cJSON_GetArrayItem(a.messages[1].tool_calls, 1);
+	ck_assert_str_eq(cJSON_GetObjectItem(c0, "id")->valuestring, "call_1");
+	ck_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "function"), "arguments")->valuestring,
+	                 "{\"a\":1}");
+	ck_assert_str_eq(cJSON_GetObjectItem(c1, "type")->valuestring, "function");
+	ck_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(c1, "function"), "arguments")->valuestring,
+	                 "{}");
+	ck_assert_str_eq(a.messages[2].tool_call_id, "call_1");
+	gen_args_deinit(&a);
+
+	static const struct {
+		enum parser p;
+		const char *body;
+		const char *param;
+	} bad[] = {
+	    {P_CMPL, CMPL_BASE "\"echo\":true}", "echo"},
+	    {P_CMPL, CMPL_BASE "\"suffix\":\"end\"}", "suffix"},
+	    {P_CMPL, CMPL_BASE "\"best_of\":2}", "best_of"},
+	    {P_CMPL, CMPL_BASE "\"n\":2}", "n"},
+	    {P_CHAT, CHAT_BASE "\"functions\":[]}", "functions"},
+	    {P_CHAT, CHAT_BASE "\"function_call\":\"auto\"}", "function_call"},
+	    {P_CHAT, CHAT_BASE "\"modalities\":[\"text\",\"audio\"]}", "modalities"},
+	    {P_CHAT, CHAT_BASE "\"audio\":{}}", "audio"},
+	    {P_CHAT, CHAT_BASE "\"reasoning_effort\":\"low\"}", "reasoning_effort"},
+	    {P_CMPL, CMPL_BASE "\"tools\":[]}", "tools"},
+	    {P_CMPL, CMPL_BASE "\"logit_bias\":{\"-1\":1}}", "logit_bias"},
+	    {P_CMPL, CMPL_BASE "\"logit_bias\":{\"x\":1}}", "logit_bias"},
+	    {P_CMPL, CMPL_BASE "\"logit_bias\":{\"1\":100.5}}", "logit_bias"},
+	    {P_CMPL, CMPL_BASE "\"response_format\":{\"type\":\"yaml\"}}", "response_format.type"},
+	    {P_CHAT, "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "messages"},
+	    {P_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"tool_call_id\":\"c\"}]}", "messages"},
+	    {P_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"tool_calls\":[]}]}", "messages"},
+	    {P_CHAT, "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c\"}]}]}", "messages"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		ck_assert_msg(run(bad[i].p, bad[i].body, strlen(bad[i].body), &e) == -EINVAL,
+		              "%s: accepted", bad[i].body);
+		ck_assert_int_eq(e.status, 400);
+		ck_assert_msg(!strcmp(e.param, bad[i].param), "%s: param '%s'", bad[i].body, e.param);
+	}
+	/* what asks for the default is fine */
+	static const char *const fine[] = {
+	    CMPL_BASE "\"echo\":false,\"best_of\":1,\"suffix\":\"\",\"n\":1}",
+	    CHAT_BASE "\"modalities\":[\"text\"],\"user\":\"u\",\"metadata\":{},\"store\":false}",
+	};
+	for (size_t i = 0; i < sizeof(fine) / sizeof(fine[0]); i++)
+		ck_assert_msg(run(i ? P_CHAT : P_CMPL, fine[i], strlen(fine[i]), &e) == 0, "%s: %s",
+		              fine[i], e.message);
 }
 END_TEST
 
@@ -470,6 +575,7 @@ int main(void)
 	tcase_add_test(tc, test_nul_in_names);
 	tcase_add_test(tc, test_wrong_types);
 	tcase_add_test(tc, test_ids_linear);
+	tcase_add_test(tc, test_structured_fields);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

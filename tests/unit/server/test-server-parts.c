@@ -164,7 +164,7 @@ START_TEST(test_request_errors)
 	    {"{\"prompt\":\"x\",\"stream\":1}", false, "stream", "invalid_type"},
 	    {"{\"prompt\":\"x\",\"stop\":7}", false, "stop", "invalid_type"},
 	    {"{\"prompt\":\"x\",\"stop\":[\"\"]}", false, "stop", "invalid_value"},
-	    {"{\"prompt\":\"x\",\"n\":2}", false, "n", "invalid_value"},
+	    {"{\"prompt\":\"x\",\"n\":2}", false, "n", "unsupported_parameter"},
 	    {"{\"prompt\":\"x\",\"model\":3}", false, "model", "invalid_type"},
 	    {"{\"prompt\":\"x\",\"logprobs\":21}", false, "logprobs", "invalid_value"},
 	    {"{\"prompt\":\"x\",\"stream_options\":{\"include_usage\":true}}", false,

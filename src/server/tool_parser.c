@@ -1,0 +1,606 @@
+/* The streaming tool-call parser: generated text in, content and tool-call
+ * events out, as the text arrives in pieces of any size.
+ *
+ * Every byte goes through one state machine, so the events do not depend on
+ * how the text was split (only how text is cut into CONTENT and ARGS pieces
+ * does).  Text that may open an envelope ("<tool_call>", "[TOOL_CALLS]",
+ * "<|python_tag|>", and for llama-3 a '{' that starts the reply or follows a
+ * call) is held, as is the whole envelope until its call object has shown
+ * both a known tool name and the start of its arguments object: then
+ * CALL_BEGIN goes out, the arguments stream as ARGS exactly as written, and
+ * CALL_END follows when the call object closes.  An envelope that turns out
+ * not to be a call (malformed JSON, an unknown name, no arguments, the text
+ * ending first) comes out as CONTENT, byte for byte, and scanning goes on
+ * after it.  A call whose JSON breaks after CALL_BEGIN, or that the text
+ * ends inside, gets CALL_END but does not count as complete; scanning goes
+ * on from the offending byte.
+ *
+ * Whitespace next to a call (between content and a call, between calls,
+ * after the last) is not content.  Without parallel_tool_calls, calls after
+ * the first are read and dropped.
+ *
+ * It does not check the arguments against the tool's schema (constrained
+ * decoding does that for forced calls) and does not parse them into cJSON. */
+#include "server/tools.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/rand.h>
+
+#include "server/tool_json.h"
+
+#define CALL_ID_HEX 24  /* "call_" + 24 hex digits */
+#define KEY_MAX 16      /* longer keys are none of ours */
+#define NAME_MAX_LEN 64 /* tool names (tools.c checks them) */
+
+enum pstate {
+	P_TEXT,   /* content */
+	P_MARKER, /* part of the envelope marker matched (in env) */
+	P_OPEN,   /* after the marker: the call object (mistral: or '[') */
+	P_OBJECT, /* inside a call object */
+	P_CLOSE,  /* hermes: after the object, "</tool_call>" is expected */
+	P_LIST,   /* mistral: after an object in [...], ',' or ']' */
+};
+
+enum ostate {
+	O_FIRST,     /* after '{': a key or '}' */
+	O_KEY_START, /* after ',': a key */
+	O_KEY,       /* inside a key */
+	O_COLON,
+	O_VALUE, /* a member's value is expected */
+	O_NAME,  /* inside the name string */
+	O_ARGS,  /* inside the arguments object */
+	O_SKIP,  /* inside a value we ignore */
+	O_AFTER, /* after a member: ',' or '}' */
+};
+
+enum key_kind { KEY_OTHER, KEY_NAME, KEY_ARGS };
+
+struct tool_parser {
+	enum tool_format fmt;
+	const struct tool_set *ts; /* borrowed; may be NULL (no call is a call) */
+	const char *marker;        /* the envelope's opening text */
+	enum pstate st;
+	/* text */
+	struct tbuf held; /* whitespace (llama-3 after a call: and ';') not yet content */
+	bool after_call;  /* held text follows a call: dropped, never content */
+	bool at_start;    /* llama-3: a '{' here opens a call (reply start, after a call) */
+	struct tbuf env;  /* the envelope so far: content again if it is not a call */
+	struct tbuf tail; /* hermes: text after the object, matched against the close */
+	bool list;        /* mistral: the calls are in [...] */
+	/* the call object */
+	enum ostate ost;
+	enum key_kind key;
+	char keybuf[KEY_MAX + 1];
+	size_t key_len;
+	char name[NAME_MAX_LEN + 1];
+	size_t name_len;
+	const struct tool_def *tool; /* the named tool, once the name is read */
+	bool args_seen, args_done;
+	size_t args_start, args_end; /* the arguments' bytes in env */
+	struct jscan js;
+	bool begun;  /* CALL_BEGIN is out (or, muted, would be) */
+	bool muted;  /* a call past the first without parallel_tool_calls */
+	int index;   /* the open call's index */
+	int n_calls; /* calls begun (and reported) */
+	int n_complete;
+	char id[5 + CALL_ID_HEX + 1];
+	/* output */
+	tool_event_cb cb;
+	void *user;
+	struct tbuf batch; /* CONTENT or ARGS bytes not yet handed out */
+	enum tool_event_kind batch_kind;
+	int batch_index;
+	int err; /* -EIO: no random bytes for an id */
+};
+
+static void text_byte(struct tool_parser *p, unsigned char c);
+static void parser_byte(struct tool_parser *p, unsigned char c);
+static void object_byte(struct tool_parser *p, unsigned char c);
+
+/* ---------------------------------------------------------------- events */
+
+static void flush(struct tool_parser *p)
+{
+	if (p->batch.len == 0 || p->batch.oom)
+		return;
+	struct tool_event ev = {.kind = p->batch_kind,
+	                        .index = p->batch_index,
+	                        .text = p->batch.p,
+	                        .len = p->batch.len};
+	p->cb(p->user, &ev);
+	tbuf_reset(&p->batch);
+}
+
+static void emit_text(struct tool_parser *p, enum tool_event_kind kind, const char *s, size_t n)
+{
+	int index = kind == TOOL_EV_ARGS ? p->index : -1;
+	if (n == 0)
+		return;
+	if (p->batch.len && (p->batch_kind != kind || p->batch_index != index))
+		flush(p);
+	p->batch_kind = kind;
+	p->batch_index = index;
+	tbuf_putn(&p->batch, s, n);
+}
+
+static void emit_args(struct tool_parser *p, const char *s, size_t n)
+{
+	if (!p->muted)
+		emit_text(p, TOOL_EV_ARGS, s, n);
+}
+
+/* Text that is content: the held whitespace first, unless it follows a
+ * call. */
+static void content(struct tool_parser *p, const char *s, size_t n)
+{
+	if (!p->after_call)
+		emit_text(p, TOOL_EV_CONTENT, p->held.p, p->held.len);
+	tbuf_reset(&p->held);
+	p->after_call = false;
+	p->at_start = false;
+	emit_text(p, TOOL_EV_CONTENT, s, n);
+}
+
+static void make_id(struct tool_parser *p)
+{
+	static const char hex[] = "0123456789abcdef";
+	unsigned char r[CALL_ID_HEX / 2];
+	if (RAND_bytes(r, sizeof(r)) != 1) {
+		p->err = -EIO;
+		memset(r, 0, sizeof(r));
+	}
+	memcpy(p->id, "call_", 5);
+	for (size_t i = 0; i < sizeof(r); i++) {
+		p->id[5 + 2 * i] = hex[r[i] >> 4];
+		p->id[6 + 2 * i] = hex[r[i] & 15];
+	}
+	p->id[5 + CALL_ID_HEX] = '\0';
+}
+
+/* The name is known and the arguments have started: the call is on. */
+static void call_begin(struct tool_parser *p)
+{
+	p->begun = true;
+	p->muted = !p->ts->parallel && p->n_calls > 0;
+	tbuf_reset(&p->held); /* whitespace before a call is not content */
+	p->after_call = false;
+	if (p->muted)
+		return;
+	flush(p);
+	make_id(p);
+	p->index = p->n_calls++;
+	struct tool_event ev = {
+	    .kind = TOOL_EV_CALL_BEGIN, .index = p->index, .id = p->id, .name = p->tool->name};
+	p->cb(p->user, &ev);
+}
+
+static void call_end(struct tool_parser *p, bool complete)
+{
+	if (!p->muted) {
+		flush(p);
+		struct tool_event ev = {.kind = TOOL_EV_CALL_END, .index = p->index};
+		p->cb(p->user, &ev);
+		p->n_complete += complete;
+	}
+	p->begun = p->muted = false;
+	p->after_call = true;
+	p->at_start = true;
+	tbuf_reset(&p->env);
+}
+
+/* ---------------------------------------------------------------- envelope */
+
+static void object_init(struct tool_parser *p, enum ostate ost)
+{
+	p->st = P_OBJECT;
+	p->ost = ost;
+	p->tool = NULL;
+	p->name_len = 0;
+	p->args_seen = p->args_done = false;
+	p->begun = p->muted = false;
+}
+
+/* Not a call after all: env[0..keep) is content, scanning goes on in text. */
+static void give_up(struct tool_parser *p, size_t keep)
+{
+	p->st = P_TEXT;
+	content(p, p->env.p, keep);
+	tbuf_reset(&p->env);
+}
+
+/* Byte c (the last byte of env) breaks the envelope: what came before it is
+ * content, or ends the begun call, and c is read again as text. */
+static void broken(struct tool_parser *p, unsigned char c)
+{
+	if (p->begun) {
+		call_end(p, false);
+		p->st = P_TEXT;
+	} else {
+		give_up(p, p->env.len - 1);
+	}
+	text_byte(p, c);
+}
+
+static const struct tool_def *tool_find(const struct tool_set *ts, const char *name)
+{
+	for (size_t i = 0; ts && i < ts->n_tools; i++)
+		if (!strcmp(ts->tools[i].name, name))
+			return &ts->tools[i];
+	return NULL;
+}
+
+/* The name string closed. */
+static void name_done(struct tool_parser *p)
+{
+	p->name[p->name_len <= NAME_MAX_LEN ? p->name_len : 0] = '\0';
+	p->tool = p->name_len <= NAME_MAX_LEN ? tool_find(p->ts, p->name) : NULL;
+	if (!p->tool) {
+		give_up(p, p->env.len); /* an unknown tool: the text is content */
+		return;
+	}
+	p->ost = O_AFTER;
+	if (p->args_seen) {
+		/* the arguments came first: out in one piece (or, if still open,
+		 * the rest streams) */
+		call_begin(p);
+		size_t end = p->args_done ? p->args_end : p->env.len;
+		emit_args(p, p->env.p + p->args_start, end - p->args_start);
+	}
+}
+
+/* The call object closed. */
+static void object_done(struct tool_parser *p)
+{
+	if (!p->begun) {
+		give_up(p, p->env.len); /* no name or no arguments */
+		return;
+	}
+	call_end(p, true);
+	if (p->fmt == TOOL_FORMAT_HERMES || p->fmt == TOOL_FORMAT_GENERIC) {
+		p->st = P_CLOSE;
+		tbuf_reset(&p->tail);
+	} else {
+		p->st = p->fmt == TOOL_FORMAT_MISTRAL && p->list ? P_LIST : P_TEXT;
+	}
+}
+
+static void key_done(struct tool_parser *p)
+{
+	p->keybuf[p->key_len <= KEY_MAX ? p->key_len : 0] = '\0';
+	p->key = KEY_OTHER;
+	if (p->key_len <= KEY_MAX && !strcmp(p->keybuf, "name") && !p->tool && p->name_len == 0)
+		p->key = KEY_NAME;
+	else if (p->key_len <= KEY_MAX && !p->args_seen &&
+	         (!strcmp(p->keybuf, "arguments") || !strcmp(p->keybuf, "parameters")))
+		p->key = KEY_ARGS;
+	p->ost = O_COLON;
+}
+
+static bool blank(unsigned char c)
+{
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+static void value_start(struct tool_parser *p, unsigned char c)
+{
+	jscan_init(&p->js);
+	if (p->key == KEY_NAME) {
+		if (c != '"')
+			broken(p, c);
+		else
+			p->ost = O_NAME;
+		return;
+	}
+	if (p->key == KEY_ARGS) {
+		if (c != '{') {
+			broken(p, c); /* arguments must be an object */
+			return;
+		}
+		p->args_seen = true;
+		p->args_start = p->env.len - 1;
+		p->ost = O_ARGS;
+		jscan_byte(&p->js, c);
+		if (p->tool)
+			call_begin(p);
+		if (p->begun)
+			emit_args(p, "{", 1);
+		return;
+	}
+	p->ost = O_SKIP;
+	if (jscan_byte(&p->js, c) == JSCAN_ERROR)
+		broken(p, c);
+}
+
+static void args_byte(struct tool_parser *p, unsigned char c)
+{
+	enum jscan_rc rc = jscan_byte(&p->js, c);
+	if (rc == JSCAN_ERROR) {
+		broken(p, c);
+		return;
+	}
+	if (p->begun)
+		emit_args(p, (const char *)&c, 1);
+	if (rc == JSCAN_DONE) {
+		p->args_done = true;
+		p->args_end = p->env.len;
+		p->ost = O_AFTER;
+	}
+}
+
+static void skip_byte(struct tool_parser *p, unsigned char c)
+{
+	enum jscan_rc rc = jscan_byte(&p->js, c);
+	if (rc == JSCAN_ERROR) {
+		broken(p, c);
+	} else if (rc == JSCAN_DONE) {
+		p->ost = O_AFTER;
+	} else if (rc == JSCAN_DONE_UNREAD) {
+		p->ost = O_AFTER; /* a number ended at c, which is the object's */
+		object_byte(p, c);
+	}
+}
+
+/* A byte of a string: key or name.  Escapes never occur in the names we
+ * look for, so a backslash (or a control byte) makes the envelope not a
+ * call. */
+static void string_byte(struct tool_parser *p, unsigned char c, char *buf, size_t cap, size_t *len)
+{
+	if (c == '\\' || c < 0x20) {
+		broken(p, c);
+		return;
+	}
+	if (c == '"') {
+		if (p->ost == O_KEY)
+			key_done(p);
+		else
+			name_done(p);
+		return;
+	}
+	if (*len < cap)
+		buf[*len] = (char)c;
+	(*len)++;
+}
+
+static void object_byte(struct tool_parser *p, unsigned char c)
+{
+	switch (p->ost) {
+	case O_FIRST:
+	case O_KEY_START:
+		if (blank(c))
+			return;
+		if (p->ost == O_FIRST && c == '}') {
+			object_done(p);
+		} else if (c == '"') {
+			p->ost = O_KEY;
+			p->key_len = 0;
+		} else {
+			broken(p, c);
+		}
+		return;
+	case O_KEY:
+		string_byte(p, c, p->keybuf, KEY_MAX, &p->key_len);
+		return;
+	case O_NAME:
+		string_byte(p, c, p->name, NAME_MAX_LEN, &p->name_len);
+		return;
+	case O_COLON:
+		if (c == ':')
+			p->ost = O_VALUE;
+		else if (!blank(c))
+			broken(p, c);
+		return;
+	case O_VALUE:
+		if (!blank(c))
+			value_start(p, c);
+		return;
+	case O_ARGS:
+		args_byte(p, c);
+		return;
+	case O_SKIP:
+		skip_byte(p, c);
+		return;
+	case O_AFTER:
+		if (c == ',')
+			p->ost = O_KEY_START;
+		else if (c == '}')
+			object_done(p);
+		else if (!blank(c))
+			broken(p, c);
+		return;
+	}
+}
+
+/* ---------------------------------------------------------------- states */
+
+static void marker_byte(struct tool_parser *p, unsigned char c)
+{
+	size_t k = p->env.len - 1; /* c is env's last byte */
+	if (c != (unsigned char)p->marker[k]) {
+		/* No marker repeats its first byte, so no later start can
+		 * overlap this one: the bytes before c are content. */
+		give_up(p, k);
+		text_byte(p, c);
+		return;
+	}
+	if (p->marker[k + 1] == '\0') {
+		p->st = P_OPEN;
+		p->list = false;
+	}
+}
+
+static void open_byte(struct tool_parser *p, unsigned char c)
+{
+	if (blank(c))
+		return;
+	if (c == '[' && p->fmt == TOOL_FORMAT_MISTRAL && !p->list) {
+		p->list = true;
+		return;
+	}
+	if (c == '{') {
+		object_init(p, O_FIRST);
+		return;
+	}
+	broken(p, c);
+}
+
+/* hermes: "</tool_call>" after the object; anything else is text. */
+static void close_byte(struct tool_parser *p, unsigned char c)
+{
+	static const char close[] = "</tool_call>";
+	tbuf_putc(&p->tail, (char)c);
+	size_t lead = 0;
+	while (lead < p->tail.len && blank((unsigned char)p->tail.p[lead]))
+		lead++;
+	size_t k = p->tail.len - lead; /* bytes of the close matched, c included */
+	if (k == 0)
+		return;
+	if (k <= sizeof(close) - 1 && !memcmp(p->tail.p + lead, close, k)) {
+		if (k == sizeof(close) - 1)
+			p->st = P_TEXT; /* after_call: the blanks are dropped */
+		return;
+	}
+	/* Not the close: read the held bytes again as text. */
+	struct tbuf again = p->tail;
+	p->tail = (struct tbuf){0};
+	p->st = P_TEXT;
+	for (size_t i = 0; i < again.len; i++)
+		parser_byte(p, (unsigned char)again.p[i]);
+	tbuf_deinit(&again);
+}
+
+/* mistral: after a call in [...]. */
+static void list_byte(struct tool_parser *p, unsigned char c)
+{
+	if (blank(c))
+		return;
+	if (c == ',') {
+		p->st = P_OPEN; /* list is set: '{' expected */
+		tbuf_reset(&p->env);
+		return;
+	}
+	p->st = P_TEXT;
+	if (c != ']')
+		text_byte(p, c);
+}
+
+static void text_byte(struct tool_parser *p, unsigned char c)
+{
+	if (c == (unsigned char)p->marker[0]) {
+		tbuf_reset(&p->env);
+		tbuf_putc(&p->env, (char)c);
+		p->st = P_MARKER;
+		return;
+	}
+	bool llama3 = p->fmt == TOOL_FORMAT_LLAMA3;
+	if (blank(c) || (llama3 && p->after_call && c == ';')) {
+		tbuf_putc(&p->held, (char)c);
+		return;
+	}
+	if (llama3 && p->at_start && c == '{') {
+		tbuf_reset(&p->env);
+		tbuf_putc(&p->env, (char)c);
+		object_init(p, O_FIRST);
+		return;
+	}
+	content(p, (const char *)&c, 1);
+}
+
+static void parser_byte(struct tool_parser *p, unsigned char c)
+{
+	if (p->st == P_TEXT) {
+		text_byte(p, c);
+		return;
+	}
+	if (p->st == P_CLOSE) {
+		close_byte(p, c);
+		return;
+	}
+	if (p->st == P_LIST) {
+		list_byte(p, c);
+		return;
+	}
+	tbuf_putc(&p->env, (char)c);
+	if (p->st == P_MARKER)
+		marker_byte(p, c);
+	else if (p->st == P_OPEN)
+		open_byte(p, c);
+	else
+		object_byte(p, c);
+}
+
+/* ---------------------------------------------------------------- api */
+
+static const char *marker_of(enum tool_format f)
+{
+	switch (f) {
+	case TOOL_FORMAT_LLAMA3:
+		return "<|python_tag|>";
+	case TOOL_FORMAT_MISTRAL:
+		return "[TOOL_CALLS]";
+	default:
+		return "<tool_call>";
+	}
+}
+
+int tool_parser_new(enum tool_format f, const struct tool_set *ts, struct tool_parser **out)
+{
+	struct tool_parser *p = calloc(1, sizeof(*p));
+	*out = p;
+	if (!p)
+		return -ENOMEM;
+	p->fmt = f;
+	p->ts = ts;
+	p->marker = marker_of(f);
+	p->st = P_TEXT;
+	p->at_start = true;
+	return 0;
+}
+
+void tool_parser_free(struct tool_parser *p)
+{
+	if (!p)
+		return;
+	tbuf_deinit(&p->held);
+	tbuf_deinit(&p->env);
+	tbuf_deinit(&p->tail);
+	tbuf_deinit(&p->batch);
+	free(p);
+}
+
+static int parser_status(const struct tool_parser *p)
+{
+	if (p->held.oom || p->env.oom || p->tail.oom || p->batch.oom)
+		return -ENOMEM;
+	return p->err;
+}
+
+int tool_parser_feed(struct tool_parser *p, const char *text, size_t len, tool_event_cb cb,
+                     void *user)
+{
+	p->cb = cb;
+	p->user = user;
+	for (size_t i = 0; i < len; i++)
+		parser_byte(p, (unsigned char)text[i]);
+	flush(p);
+	return parser_status(p);
+}
+
+int tool_parser_finish(struct tool_parser *p, tool_event_cb cb, void *user)
+{
+	p->cb = cb;
+	p->user = user;
+	if (p->st == P_MARKER || p->st == P_OPEN || (p->st == P_OBJECT && !p->begun))
+		give_up(p, p->env.len); /* a partial envelope is content */
+	else if (p->st == P_OBJECT)
+		call_end(p, false); /* the text ended inside the call */
+	if (!p->after_call)
+		emit_text(p, TOOL_EV_CONTENT, p->held.p, p->held.len);
+	tbuf_reset(&p->held);
+	p->st = P_TEXT;
+	flush(p);
+	int rc = parser_status(p);
+	return rc ? rc : p->n_complete;
+}
