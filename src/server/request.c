@@ -23,16 +23,23 @@
 
 static int fail(struct api_error *e, const char *param, const char *code, const char *fmt, ...)
     SINKD_PRINTF(4, 5);
-static int fail(struct api_error *e, const char *param, const char *code, const char *fmt, ...)
+static int vfail(struct api_error *e, const char *param, const char *code, const char *fmt,
+                 va_list ap)
 {
 	e->status = 400;
 	e->code = code;
 	snprintf(e->param, sizeof(e->param), "%s", param ? param : "");
+	vsnprintf(e->message, sizeof(e->message), fmt, ap);
+	return -EINVAL;
+}
+
+static int fail(struct api_error *e, const char *param, const char *code, const char *fmt, ...)
+{
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(e->message, sizeof(e->message), fmt, ap);
+	int rc = vfail(e, param, code, fmt, ap);
 	va_end(ap);
-	return -EINVAL;
+	return rc;
 }
 
 /* Out of memory is the server's fault, not the request's: a 500 (as
@@ -752,19 +759,23 @@ int request_response_format(const cJSON *fmt, const char *param, bool responses_
 		            where);
 	const cJSON *name = field(js, "name"), *schema = field(js, "schema");
 	const cJSON *strict = field(js, "strict");
-	snprintf(p, sizeof(p), "%.48s.name", where);
-	if (name && !cJSON_IsString(name))
-		return fail(e, p, "invalid_type", "'%s' must be a string", p);
-	snprintf(p, sizeof(p), "%.48s.strict", where);
-	if (strict && !cJSON_IsBool(strict))
-		return fail(e, p, "invalid_type", "'%s' must be a boolean", p);
 	snprintf(p, sizeof(p), "%.48s.schema", where);
 	if (schema && !cJSON_IsObject(schema))
 		return fail(e, p, "invalid_type", "'%s' must be a JSON Schema object", p);
+	if (!schema && responses_api) /* chat's json_schema.schema is optional, this one not */
+		return fail(e, p, "missing_required_parameter",
+		            "'%s' (a JSON Schema object) is required with type json_schema", p);
+	snprintf(p, sizeof(p), "%.48s.strict", where);
+	if (strict && !cJSON_IsBool(strict))
+		return fail(e, p, "invalid_type", "'%s' must be a boolean", p);
+	snprintf(p, sizeof(p), "%.48s.name", where);
+	if (!cJSON_IsString(name))
+		return fail(e, p, name ? "invalid_type" : "missing_required_parameter",
+		            "'%s' (a string) is required with type json_schema", p);
 	a->response_format = RESPONSE_FORMAT_JSON_SCHEMA;
 	a->response_strict = strict && cJSON_IsTrue(strict);
-	if (name && !(a->response_schema_name = strdup(name->valuestring)))
-		return fail_oom(e, param, "out of memory");
+	if (dup_name(name, p, p, &a->response_schema_name, e))
+		return -EINVAL;
 	/* No schema: any JSON value that is an object, as json_object. */
 	a->response_schema = schema ? cJSON_Duplicate(schema, true) : cJSON_CreateObject();
 	return a->response_schema ? 0 : fail_oom(e, param, "out of memory");
@@ -1359,4 +1370,51 @@ int detokenize_args_parse(const char *body, size_t len, int32_t **tokens, size_t
 	*tokens = a.prompt_ids;
 	*n_tokens = a.n_prompt_ids;
 	return 0;
+}
+
+/* ---- shared with the Responses API parser ------------------------------ */
+
+int request_parse_body(const char *body, size_t len, cJSON **root, struct api_error *e)
+{
+	return parse_root(body, len, root, e);
+}
+
+int request_fail(struct api_error *e, const char *param, const char *code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int rc = vfail(e, param, code, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+int request_fail_oom(struct api_error *e, const char *param)
+{
+	return fail_oom(e, param, "out of memory");
+}
+
+cJSON *request_field(const cJSON *o, const char *key)
+{
+	return field(o, key);
+}
+
+int request_get_bool(const cJSON *o, const char *key, bool *out, struct api_error *e)
+{
+	return get_bool(o, key, out, e);
+}
+
+int request_get_num(const cJSON *o, const char *key, double lo, double hi, bool integer,
+                    double *out, struct api_error *e)
+{
+	return integer ? get_int(o, key, lo, hi, out, e) : get_num(o, key, lo, hi, out, e);
+}
+
+char *request_text_dup(const cJSON *v, size_t *len)
+{
+	return dup_text(v, len);
+}
+
+int request_name_dup(const cJSON *v, const char *param, char **out, struct api_error *e)
+{
+	return dup_name(v, param, param, out, e);
 }

@@ -107,6 +107,23 @@ int request_response_format(const cJSON *fmt, const char *param, bool responses_
 int request_parse_tools(const cJSON *root, bool responses_api, struct gen_args *a,
                         struct api_error *e);
 
+/* The parsing rules above, for the Responses API parser (responses.c):
+ * the body checked and parsed into an object; a 400 (code, param, message);
+ * a 500 for out of memory naming the field; a present non-null field;
+ * typed fields with range checks (a wrong type names the field); text with
+ * each "\u0000" back as NUL (len set), and a name-like string that refuses
+ * NUL.  Each returns 0 or -EINVAL / -ENOMEM with e set. */
+int request_parse_body(const char *body, size_t len, cJSON **root, struct api_error *e);
+int request_fail(struct api_error *e, const char *param, const char *code, const char *fmt, ...)
+    SINKD_PRINTF(4, 5);
+int request_fail_oom(struct api_error *e, const char *param);
+cJSON *request_field(const cJSON *o, const char *key);
+int request_get_bool(const cJSON *o, const char *key, bool *out, struct api_error *e);
+int request_get_num(const cJSON *o, const char *key, double lo, double hi, bool integer,
+                    double *out, struct api_error *e);
+char *request_text_dup(const cJSON *v, size_t *len);
+int request_name_dup(const cJSON *v, const char *param, char **out, struct api_error *e);
+
 /* max_tokens_limit: limits.max_tokens.  Returns 0 or -EINVAL with *e set. */
 int gen_args_parse(const char *body, size_t len, bool chat, int64_t max_tokens_limit,
                    struct gen_args *out, struct api_error *e);

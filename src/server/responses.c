@@ -19,327 +19,9 @@
 #include "server/openai.h"
 #include "util/errbuf.h"
 
-#define JSON_MAX_NUMBER_LEN 63 /* cJSON reads at most 63 characters of a number */
-#define NUL_STANDIN '\xff'     /* never a byte of valid UTF-8 */
+#define NUL_STANDIN '\xff' /* never a byte of valid UTF-8 */
 #define RESPONSE_ID_ARG_MAX 128
 #define RESP_RANDOM_HEX 24
-
-static int fail(struct api_error *e, const char *param, const char *code, const char *fmt, ...)
-    SINKD_PRINTF(4, 5);
-static int fail(struct api_error *e, const char *param, const char *code, const char *fmt, ...)
-{
-	e->status = 400;
-	e->code = code;
-	snprintf(e->param, sizeof(e->param), "%s", param ? param : "");
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(e->message, sizeof(e->message), fmt, ap);
-	va_end(ap);
-	return -EINVAL;
-}
-
-/* The server's fault, not the request's: a 500 naming the field being read. */
-static int fail_oom(struct api_error *e, const char *param)
-{
-	int rc = fail(e, param, "out_of_memory", "out of memory");
-	e->status = 500;
-	return rc;
-}
-
-/* ---- strict JSON ----------------------------------------------------------- */
-
-/* The rules of request.h (RFC 8259 only, valid UTF-8, no raw control
- * characters, REQUEST_MAX_DEPTH levels, numbers of at most 63 characters),
- * by recursive descent bounded by that depth.  A "\u0000" is swapped for
- * NUL_STANDIN on a second pass, which text fields turn back into NUL:
- * cJSON's strings end at the first NUL. */
-struct jscan {
-	const char *body, *p, *end;
-	int depth;
-	size_t n_nul;
-	char *out; /* the body with stand-ins (second pass), else NULL */
-	size_t out_len;
-	const char *copied; /* the body before this is in out */
-	struct api_error *e;
-};
-
-static int js_fail(struct jscan *s, const char *what)
-{
-	return fail(s->e, NULL, "invalid_json", "invalid JSON: %s at byte %zu", what,
-	            (size_t)(s->p - s->body));
-}
-
-static bool js_digit(char c)
-{
-	return c >= '0' && c <= '9';
-}
-
-static bool js_alnum(char c)
-{
-	return js_digit(c) || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z');
-}
-
-static void js_ws(struct jscan *s)
-{
-	while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r'))
-		s->p++;
-}
-
-/* Length of the UTF-8 character at p (RFC 3629), 0 when invalid. */
-static size_t js_utf8_len(const unsigned char *p, const unsigned char *end)
-{
-	size_t n = p[0] >= 0xF0 ? 4 : p[0] >= 0xE0 ? 3 : 2;
-	if (p[0] < 0xC2 || p[0] > 0xF4 || (size_t)(end - p) < n)
-		return 0;
-	unsigned char lo = 0x80, hi = 0xBF;
-	if (p[0] == 0xE0)
-		lo = 0xA0;
-	else if (p[0] == 0xED)
-		hi = 0x9F; /* no surrogates */
-	else if (p[0] == 0xF0)
-		lo = 0x90;
-	else if (p[0] == 0xF4)
-		hi = 0x8F;
-	if (p[1] < lo || p[1] > hi)
-		return 0;
-	for (size_t i = 2; i < n; i++)
-		if ((p[i] & 0xC0) != 0x80)
-			return 0;
-	return n;
-}
-
-static bool js_hex4(const char *p, unsigned *out)
-{
-	unsigned v = 0;
-	for (int i = 0; i < 4; i++) {
-		char c = (char)(p[i] | 0x20);
-		unsigned d = js_digit(p[i])         ? (unsigned)(p[i] - '0')
-		             : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
-		                                    : 16;
-		if (d == 16)
-			return false;
-		v = v * 16 + d;
-	}
-	*out = v;
-	return true;
-}
-
-/* The \u escape at s->p: its length in *step. */
-static int js_unicode(struct jscan *s, size_t *step)
-{
-	unsigned cp, low;
-	if (s->end - s->p < 6 || !js_hex4(s->p + 2, &cp))
-		return js_fail(s, "\\u must be followed by 4 hex digits");
-	*step = 6;
-	if (cp >= 0xD800 && cp <= 0xDBFF) {
-		if (s->end - s->p < 12 || s->p[6] != '\\' || s->p[7] != 'u' ||
-		    !js_hex4(s->p + 8, &low) || low < 0xDC00 || low > 0xDFFF)
-			return js_fail(s, "unpaired UTF-16 surrogate in a string");
-		*step = 12;
-	} else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-		return js_fail(s, "unpaired UTF-16 surrogate in a string");
-	} else if (cp == 0) {
-		s->n_nul++;
-		if (s->out) {
-			memcpy(s->out + s->out_len, s->copied, (size_t)(s->p - s->copied));
-			s->out_len += (size_t)(s->p - s->copied);
-			s->out[s->out_len++] = NUL_STANDIN;
-			s->copied = s->p + 6;
-		}
-	}
-	return 0;
-}
-
-static int js_string(struct jscan *s)
-{
-	s->p++;
-	while (s->p < s->end) {
-		unsigned char c = (unsigned char)*s->p;
-		size_t step = 1;
-		if (c == '"') {
-			s->p++;
-			return 0;
-		}
-		if (c == '\\') {
-			char x = s->end - s->p >= 2 ? s->p[1] : 0;
-			if (x == 'u' && js_unicode(s, &step))
-				return -EINVAL;
-			if (x != 'u' && (!x || !strchr("\"\\/bfnrt", x)))
-				return js_fail(s, "invalid escape sequence in a string");
-			if (x != 'u')
-				step = 2;
-		} else if (c < 0x20) {
-			return js_fail(s, "raw control character in a string");
-		} else if (c >= 0x80) {
-			step =
-			    js_utf8_len((const unsigned char *)s->p, (const unsigned char *)s->end);
-			if (!step)
-				return js_fail(s, "invalid UTF-8 in a string");
-		}
-		s->p += step;
-	}
-	return js_fail(s, "unterminated string");
-}
-
-static void js_digits(struct jscan *s)
-{
-	while (s->p < s->end && js_digit(*s->p))
-		s->p++;
-}
-
-/* -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? */
-static int js_number(struct jscan *s)
-{
-	const char *start = s->p;
-	if (*s->p == '-')
-		s->p++;
-	if (s->p >= s->end || !js_digit(*s->p))
-		return js_fail(s, "a number needs digits");
-	if (*s->p == '0' && s->end - s->p > 1 && js_digit(s->p[1]))
-		return js_fail(s, "numbers may not start with 0 (leading zero)");
-	js_digits(s);
-	if (s->p < s->end && *s->p == '.') {
-		s->p++;
-		if (s->p >= s->end || !js_digit(*s->p))
-			return js_fail(s, "digits must follow a decimal point");
-		js_digits(s);
-	}
-	if (s->p < s->end && (*s->p == 'e' || *s->p == 'E')) {
-		s->p++;
-		if (s->p < s->end && (*s->p == '+' || *s->p == '-'))
-			s->p++;
-		if (s->p >= s->end || !js_digit(*s->p))
-			return js_fail(s, "an exponent needs digits");
-		js_digits(s);
-	}
-	if (s->p < s->end && (js_alnum(*s->p) || *s->p == '.'))
-		return js_fail(s, "invalid character in a number");
-	if (s->p - start > JSON_MAX_NUMBER_LEN) {
-		s->p = start;
-		return js_fail(s, "a number longer than 63 characters");
-	}
-	return 0;
-}
-
-static int js_literal(struct jscan *s)
-{
-	static const char *const lit[] = {"true", "false", "null"};
-	for (size_t i = 0; i < sizeof(lit) / sizeof(lit[0]); i++) {
-		size_t n = strlen(lit[i]);
-		if ((size_t)(s->end - s->p) >= n && !memcmp(s->p, lit[i], n) &&
-		    ((size_t)(s->end - s->p) == n || !js_alnum(s->p[n]))) {
-			s->p += n;
-			return 0;
-		}
-	}
-	return js_fail(s, "expected a value");
-}
-
-static int js_value(struct jscan *s);
-
-/* An object or array at s->p. */
-static int js_container(struct jscan *s)
-{
-	bool object = *s->p == '{';
-	char close = object ? '}' : ']';
-	if (s->depth == REQUEST_MAX_DEPTH)
-		return js_fail(s, "nested deeper than 64 levels");
-	s->depth++;
-	s->p++;
-	js_ws(s);
-	if (s->p < s->end && *s->p == close) {
-		s->p++;
-		s->depth--;
-		return 0;
-	}
-	for (;;) {
-		js_ws(s);
-		if (object) {
-			if (s->p >= s->end || *s->p != '"')
-				return js_fail(s, "expected a string key");
-			if (js_string(s))
-				return -EINVAL;
-			js_ws(s);
-			if (s->p >= s->end || *s->p != ':')
-				return js_fail(s, "expected ':' after a key");
-			s->p++;
-		}
-		if (js_value(s))
-			return -EINVAL;
-		js_ws(s);
-		if (s->p < s->end && *s->p == ',') {
-			s->p++;
-			continue;
-		}
-		if (s->p < s->end && *s->p == close) {
-			s->p++;
-			s->depth--;
-			return 0;
-		}
-		return js_fail(s, object ? "expected ',' or '}'" : "expected ',' or ']'");
-	}
-}
-
-static int js_value(struct jscan *s)
-{
-	js_ws(s);
-	if (s->p >= s->end)
-		return js_fail(s, "the body ends early");
-	if (*s->p == '{' || *s->p == '[')
-		return js_container(s);
-	if (*s->p == '"')
-		return js_string(s);
-	if (*s->p == '-' || js_digit(*s->p))
-		return js_number(s);
-	return js_literal(s);
-}
-
-static int js_run(struct jscan *s)
-{
-	if (js_value(s))
-		return -EINVAL;
-	js_ws(s);
-	return s->p == s->end ? 0 : js_fail(s, "unexpected bytes after the JSON value");
-}
-
-/* The body checked and parsed; a JSON object. */
-static int parse_root(const char *body, size_t len, cJSON **root, struct api_error *e)
-{
-	*root = NULL;
-	if (!len)
-		return fail(e, NULL, "invalid_json",
-		            "request body is empty (expected a JSON object)");
-	struct jscan s = {.body = body, .p = body, .end = body + len, .e = e};
-	if (js_run(&s))
-		return -EINVAL;
-	const char *text = body;
-	size_t text_len = len;
-	char *copy = NULL;
-	if (s.n_nul) {
-		s = (struct jscan){.body = body,
-		                   .p = body,
-		                   .end = body + len,
-		                   .e = e,
-		                   .copied = body,
-		                   .out = malloc(len)};
-		if (!s.out)
-			return fail_oom(e, NULL);
-		js_run(&s); /* cannot fail: the same bytes passed */
-		memcpy(s.out + s.out_len, s.copied, (size_t)(s.end - s.copied));
-		text = copy = s.out;
-		text_len = s.out_len + (size_t)(s.end - s.copied);
-	}
-	*root = cJSON_ParseWithLengthOpts(text, text_len, NULL, 0);
-	free(copy);
-	if (!*root) /* valid JSON: cJSON ran out of memory */
-		return fail_oom(e, NULL);
-	if (!cJSON_IsObject(*root)) {
-		cJSON_Delete(*root);
-		*root = NULL;
-		return fail(e, NULL, "invalid_json", "request body must be a JSON object");
-	}
-	return 0;
-}
 
 /* ---- fields ------------------------------------------------------------------- */
 
@@ -389,8 +71,8 @@ static int no_twice(const cJSON *o, const char *const *keys, const char *param, 
 				char p[64];
 				snprintf(p, sizeof(p), "%s%s%s", param ? param : "",
 				         param ? "." : "", keys[i]);
-				return fail(e, p, "duplicate_field", "'%s' is given more than once",
-				            p);
+				return request_fail(e, p, "duplicate_field",
+				                    "'%s' is given more than once", p);
 			}
 			seen |= UINT64_C(1) << i;
 		}
@@ -398,78 +80,18 @@ static int no_twice(const cJSON *o, const char *const *keys, const char *param, 
 	return 0;
 }
 
-/* A present, non-null field. */
-static cJSON *field(const cJSON *o, const char *key)
-{
-	cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-	return v && !cJSON_IsNull(v) ? v : NULL;
-}
-
-static int get_bool(const cJSON *o, const char *key, bool *out, struct api_error *e)
-{
-	cJSON *v = field(o, key);
-	if (!v)
-		return 0;
-	if (!cJSON_IsBool(v))
-		return fail(e, key, "invalid_type", "'%s' must be a boolean", key);
-	*out = cJSON_IsTrue(v);
-	return 0;
-}
-
-static int get_num(const cJSON *o, const char *key, double lo, double hi, bool integer, double *out,
-                   struct api_error *e)
-{
-	cJSON *v = field(o, key);
-	if (!v)
-		return 0;
-	if (!cJSON_IsNumber(v) ||
-	    (integer && isfinite(v->valuedouble) && v->valuedouble != floor(v->valuedouble)))
-		return fail(e, key, "invalid_type", "'%s' must be %s", key,
-		            integer ? "an integer" : "a number");
-	if (!isfinite(v->valuedouble) || v->valuedouble < lo || v->valuedouble > hi)
-		return fail(e, key, "invalid_value",
-		            "'%s' must be between %.10g and %.10g, got %.10g", key, lo, hi,
-		            v->valuedouble);
-	*out = v->valuedouble;
-	return 0;
-}
-
-/* A text field's bytes with each stand-in turned back into NUL. */
-static char *dup_text(const char *s, size_t *len)
-{
-	size_t n = strlen(s);
-	char *t = malloc(n + 1);
-	if (!t)
-		return NULL;
-	for (size_t i = 0; i < n; i++)
-		t[i] = s[i] == NUL_STANDIN ? '\0' : s[i];
-	t[n] = '\0';
-	*len = n;
-	return t;
-}
-
-/* Name-like fields are C strings downstream: a NUL is refused, never cut. */
-static int dup_name(const cJSON *v, const char *param, char **out, struct api_error *e)
-{
-	if (strchr(v->valuestring, NUL_STANDIN))
-		return fail(e, param, "invalid_value", "'%s' must not contain NUL (\\u0000)",
-		            param);
-	*out = strdup(v->valuestring);
-	return *out ? 0 : fail_oom(e, param);
-}
-
 /* A required string field of an input item; param gets its path. */
 static const cJSON *item_string(const cJSON *it, const char *key, const char *where, char *param,
                                 size_t cap, struct api_error *e)
 {
-	const cJSON *v = field(it, key);
+	const cJSON *v = request_field(it, key);
 	snprintf(param, cap, "%s.%s", where, key);
 	if (!v) {
-		fail(e, param, "missing_required_parameter", "'%s' is required", param);
+		request_fail(e, param, "missing_required_parameter", "'%s' is required", param);
 		return NULL;
 	}
 	if (!cJSON_IsString(v)) {
-		fail(e, param, "invalid_type", "'%s' must be a string", param);
+		request_fail(e, param, "invalid_type", "'%s' must be a string", param);
 		return NULL;
 	}
 	return v;
@@ -484,7 +106,7 @@ static struct api_message *msg_next(struct gen_args *a, const char *role, struct
 	struct api_message *m = &a->messages[a->n_messages++];
 	m->role = strdup(role);
 	if (!m->role) {
-		fail_oom(e, param);
+		request_fail_oom(e, param);
 		return NULL;
 	}
 	return m;
@@ -518,8 +140,8 @@ static int content_text(const cJSON *c, const char *where, char **out, size_t *o
 	size_t len = 0, cap = 0, k = 0;
 	snprintf(param, sizeof(param), "%s", where);
 	if (!c || (!cJSON_IsString(c) && !cJSON_IsArray(c)))
-		return fail(e, param, c ? "invalid_type" : "missing_required_parameter",
-		            "'%s' must be a string or an array of input_text parts", param);
+		return request_fail(e, param, c ? "invalid_type" : "missing_required_parameter",
+		                    "'%s' must be a string or an array of input_text parts", param);
 	int rc = cJSON_IsString(c) && text_add(&s, &len, &cap, c->valuestring) ? -ENOMEM : 0;
 	const cJSON *part, *parts = cJSON_IsArray(c) ? c : NULL;
 	cJSON_ArrayForEach(part, parts)
@@ -527,21 +149,23 @@ static int content_text(const cJSON *c, const char *where, char **out, size_t *o
 		if (rc)
 			break;
 		snprintf(param, sizeof(param), "%s[%zu]", where, k++);
-		const cJSON *type = cJSON_IsObject(part) ? field(part, "type") : NULL;
-		const cJSON *text = cJSON_IsObject(part) ? field(part, "text") : NULL;
+		const cJSON *type = cJSON_IsObject(part) ? request_field(part, "type") : NULL;
+		const cJSON *text = cJSON_IsObject(part) ? request_field(part, "text") : NULL;
 		if (!cJSON_IsString(type)) {
-			rc = fail(e, param, "invalid_type",
-			          "'%s' must be {\"type\":\"input_text\",\"text\":...}", param);
+			rc = request_fail(e, param, "invalid_type",
+			                  "'%s' must be {\"type\":\"input_text\",\"text\":...}",
+			                  param);
 		} else if (strcmp(type->valuestring, "input_text") &&
 		           strcmp(type->valuestring, "output_text")) {
 			snprintf(param, sizeof(param), "%s[%zu].type", where, k - 1);
-			rc = fail(e, param, "unsupported_value",
-			          "'%s' is '%.40s': only text parts (input_text, output_text) are "
-			          "supported",
-			          param, type->valuestring);
+			rc = request_fail(
+			    e, param, "unsupported_value",
+			    "'%s' is '%.40s': only text parts (input_text, output_text) are "
+			    "supported",
+			    param, type->valuestring);
 		} else if (!cJSON_IsString(text)) {
 			snprintf(param, sizeof(param), "%s[%zu].text", where, k - 1);
-			rc = fail(e, param, "invalid_type", "'%s' must be a string", param);
+			rc = request_fail(e, param, "invalid_type", "'%s' must be a string", param);
 		} else if (!(rc = no_twice(part, part_keys, param, e))) {
 			rc = text_add(&s, &len, &cap, text->valuestring) ? -ENOMEM : 0;
 		}
@@ -549,7 +173,7 @@ static int content_text(const cJSON *c, const char *where, char **out, size_t *o
 	if (!rc && !s && !(s = strdup("")))
 		rc = -ENOMEM;
 	if (rc == -ENOMEM)
-		rc = fail_oom(e, where);
+		rc = request_fail_oom(e, where);
 	if (rc) {
 		free(s);
 		return rc;
@@ -573,13 +197,13 @@ static int item_message(const cJSON *it, const char *where, struct gen_args *a, 
 	for (size_t i = 0; i < sizeof(roles) / sizeof(roles[0]); i++)
 		known |= !strcmp(role->valuestring, roles[i]);
 	if (!known)
-		return fail(e, param, "invalid_value",
-		            "'%s' must be user, system, developer or assistant", param);
+		return request_fail(e, param, "invalid_value",
+		                    "'%s' must be user, system, developer or assistant", param);
 	struct api_message *m = msg_next(a, role->valuestring, e, param);
 	if (!m)
 		return -EINVAL;
 	snprintf(param, sizeof(param), "%s.content", where);
-	return content_text(field(it, "content"), param, &m->content, &m->content_len, e);
+	return content_text(request_field(it, "content"), param, &m->content, &m->content_len, e);
 }
 
 /* The assistant message a function_call item belongs to: the one just
@@ -591,7 +215,7 @@ static struct api_message *call_message(struct gen_args *a, struct api_error *e,
 		return last;
 	struct api_message *m = msg_next(a, "assistant", e, param);
 	if (m && !(m->content = strdup(""))) {
-		fail_oom(e, param);
+		request_fail_oom(e, param);
 		return NULL;
 	}
 	return m;
@@ -610,18 +234,18 @@ static int item_call(const cJSON *it, const char *where, struct gen_args *a, str
 		return -EINVAL;
 	if (strchr(call_id->valuestring, NUL_STANDIN) || strchr(name->valuestring, NUL_STANDIN) ||
 	    strchr(args->valuestring, NUL_STANDIN) || !*name->valuestring)
-		return fail(e, where, "invalid_value",
-		            "'%s' must have a non-empty name and no NUL (\\u0000)", where);
+		return request_fail(e, where, "invalid_value",
+		                    "'%s' must have a non-empty name and no NUL (\\u0000)", where);
 	struct api_message *m = call_message(a, e, where);
 	if (!m)
 		return -EINVAL;
 	if (!m->tool_calls && !(m->tool_calls = cJSON_CreateArray()))
-		return fail_oom(e, where);
+		return request_fail_oom(e, where);
 	cJSON *call = oa_tool_call(call_id->valuestring, name->valuestring, args->valuestring,
 	                           strlen(args->valuestring));
 	if (!call || !cJSON_AddItemToArray(m->tool_calls, call)) {
 		cJSON_Delete(call);
-		return fail_oom(e, where);
+		return request_fail_oom(e, where);
 	}
 	return 0;
 }
@@ -636,10 +260,10 @@ static int item_call_output(const cJSON *it, const char *where, struct gen_args 
 	    !(call_id = item_string(it, "call_id", where, param, sizeof(param), e)))
 		return -EINVAL;
 	struct api_message *m = msg_next(a, "tool", e, param);
-	if (!m || dup_name(call_id, param, &m->tool_call_id, e))
+	if (!m || request_name_dup(call_id, param, &m->tool_call_id, e))
 		return -EINVAL;
 	snprintf(param, sizeof(param), "%s.output", where);
-	return content_text(field(it, "output"), param, &m->content, &m->content_len, e);
+	return content_text(request_field(it, "output"), param, &m->content, &m->content_len, e);
 }
 
 static int input_item(const cJSON *it, size_t i, struct gen_args *a, struct api_error *e)
@@ -647,12 +271,12 @@ static int input_item(const cJSON *it, size_t i, struct gen_args *a, struct api_
 	char where[32], param[64];
 	snprintf(where, sizeof(where), "input[%zu]", i);
 	if (!cJSON_IsObject(it))
-		return fail(e, where, "invalid_type", "'%s' must be an object (an input item)",
-		            where);
-	const cJSON *type = field(it, "type");
+		return request_fail(e, where, "invalid_type",
+		                    "'%s' must be an object (an input item)", where);
+	const cJSON *type = request_field(it, "type");
 	snprintf(param, sizeof(param), "%s.type", where);
 	if (type && !cJSON_IsString(type))
-		return fail(e, param, "invalid_type", "'%s' must be a string", param);
+		return request_fail(e, param, "invalid_type", "'%s' must be a string", param);
 	const char *t = type ? type->valuestring : "message";
 	if (!strcmp(t, "message"))
 		return item_message(it, where, a, e);
@@ -661,39 +285,41 @@ static int input_item(const cJSON *it, size_t i, struct gen_args *a, struct api_
 	if (!strcmp(t, "function_call_output"))
 		return item_call_output(it, where, a, e);
 	/* item_reference, reasoning, built-in tool calls: items kept by OpenAI */
-	return fail(e, param, "unsupported_value",
-	            "'%s' is '%.40s': supported input items are message, function_call and "
-	            "function_call_output (continue a stored conversation with "
-	            "previous_response_id)",
-	            param, t);
+	return request_fail(e, param, "unsupported_value",
+	                    "'%s' is '%.40s': supported input items are message, function_call and "
+	                    "function_call_output (continue a stored conversation with "
+	                    "previous_response_id)",
+	                    param, t);
 }
 
 /* instructions (a system message first), then input: a string (one user
  * message) or an array of items. */
 static int parse_input(const cJSON *o, struct gen_args *a, struct api_error *e)
 {
-	const cJSON *in = field(o, "input"), *ins = field(o, "instructions");
+	const cJSON *in = request_field(o, "input"), *ins = request_field(o, "instructions");
 	if (!in)
-		return fail(e, "input", "missing_required_parameter", "'input' is required");
+		return request_fail(e, "input", "missing_required_parameter",
+		                    "'input' is required");
 	if (!cJSON_IsString(in) && (!cJSON_IsArray(in) || !in->child))
-		return fail(e, "input", "invalid_type",
-		            "'input' must be a string or a non-empty array of input items");
+		return request_fail(e, "input", "invalid_type",
+		                    "'input' must be a string or a non-empty array of input items");
 	if (ins && !cJSON_IsString(ins))
-		return fail(e, "instructions", "invalid_type", "'instructions' must be a string");
+		return request_fail(e, "instructions", "invalid_type",
+		                    "'instructions' must be a string");
 	size_t n = (cJSON_IsArray(in) ? (size_t)cJSON_GetArraySize(in) : 1) + (ins ? 1 : 0);
 	if (!(a->messages = calloc(n, sizeof(*a->messages))))
-		return fail_oom(e, "input");
+		return request_fail_oom(e, "input");
 	if (ins) {
 		struct api_message *m = msg_next(a, "system", e, "instructions");
-		if (!m || dup_name(ins, "instructions", &a->instructions, e))
+		if (!m || request_name_dup(ins, "instructions", &a->instructions, e))
 			return -EINVAL;
-		if (!(m->content = dup_text(ins->valuestring, &m->content_len)))
-			return fail_oom(e, "instructions");
+		if (!(m->content = request_text_dup(ins, &m->content_len)))
+			return request_fail_oom(e, "instructions");
 	}
 	if (cJSON_IsString(in)) {
 		struct api_message *m = msg_next(a, "user", e, "input");
-		if (!m || !(m->content = dup_text(in->valuestring, &m->content_len)))
-			return fail_oom(e, "input");
+		if (!m || !(m->content = request_text_dup(in, &m->content_len)))
+			return request_fail_oom(e, "input");
 		return 0;
 	}
 	size_t i = 0;
@@ -712,69 +338,40 @@ static int parse_input(const cJSON *o, struct gen_args *a, struct api_error *e)
  * {"type":"json_schema","name","schema","strict"}}. */
 static int parse_text(const cJSON *o, struct gen_args *a, struct api_error *e)
 {
-	const cJSON *text = field(o, "text"), *f, *type;
+	const cJSON *text = request_field(o, "text"), *f;
 	if (!text)
 		return 0;
 	if (!cJSON_IsObject(text))
-		return fail(e, "text", "invalid_type", "'text' must be an object");
+		return request_fail(e, "text", "invalid_type", "'text' must be an object");
 	if (no_twice(text, text_keys, "text", e))
 		return -EINVAL;
-	if (!(f = field(text, "format")))
+	if (!(f = request_field(text, "format")))
 		return 0;
 	if (!cJSON_IsObject(f))
-		return fail(e, "text.format", "invalid_type", "'text.format' must be an object");
+		return request_fail(e, "text.format", "invalid_type",
+		                    "'text.format' must be an object");
 	if (no_twice(f, format_keys, "text.format", e))
 		return -EINVAL;
-	if (!cJSON_IsString(type = field(f, "type")))
-		return fail(e, "text.format.type",
-		            type ? "invalid_type" : "missing_required_parameter",
-		            "'text.format.type' must be text, json_object or json_schema");
-	if (!strcmp(type->valuestring, "text"))
-		return 0;
-	if (!strcmp(type->valuestring, "json_object")) {
-		a->response_format = RESPONSE_FORMAT_JSON_OBJECT;
-		return 0;
-	}
-	if (strcmp(type->valuestring, "json_schema"))
-		return fail(e, "text.format.type", "invalid_value",
-		            "'text.format.type' must be text, json_object or json_schema");
-	const cJSON *name = field(f, "name"), *schema = field(f, "schema");
-	if (!cJSON_IsString(name))
-		return fail(e, "text.format.name",
-		            name ? "invalid_type" : "missing_required_parameter",
-		            "'text.format.name' (a string) is required for json_schema");
-	if (!cJSON_IsObject(schema))
-		return fail(
-		    e, "text.format.schema", schema ? "invalid_type" : "missing_required_parameter",
-		    "'text.format.schema' (a JSON Schema object) is required for json_schema");
-	const cJSON *strict = field(f, "strict");
-	if (strict && !cJSON_IsBool(strict))
-		return fail(e, "text.format.strict", "invalid_type",
-		            "'text.format.strict' must be a boolean");
-	a->response_format = RESPONSE_FORMAT_JSON_SCHEMA;
-	a->response_strict = cJSON_IsTrue(strict);
-	if (dup_name(name, "text.format.name", &a->response_schema_name, e))
-		return -EINVAL;
-	a->response_schema = cJSON_Duplicate(schema, true);
-	return a->response_schema ? 0 : fail_oom(e, "text.format.schema");
+	return request_response_format(f, "text.format", true, a, e);
 }
 
 /* Function tools only: the built-in ones run at OpenAI. */
 static int check_tool_types(const cJSON *o, struct api_error *e)
 {
-	const cJSON *tools = field(o, "tools"), *t;
+	const cJSON *tools = request_field(o, "tools"), *t;
 	const cJSON *list = cJSON_IsArray(tools) ? tools : NULL;
 	size_t i = 0;
 	cJSON_ArrayForEach(t, list)
 	{
-		const cJSON *type = cJSON_IsObject(t) ? field(t, "type") : NULL;
+		const cJSON *type = cJSON_IsObject(t) ? request_field(t, "type") : NULL;
 		if (cJSON_IsString(type) && strcmp(type->valuestring, "function")) {
 			char param[32];
 			snprintf(param, sizeof(param), "tools[%zu].type", i);
-			return fail(e, param, "unsupported_value",
-			            "'%s' is '%.40s': only function tools are supported (built-in "
-			            "tools run on OpenAI's servers)",
-			            param, type->valuestring);
+			return request_fail(
+			    e, param, "unsupported_value",
+			    "'%s' is '%.40s': only function tools are supported (built-in "
+			    "tools run on OpenAI's servers)",
+			    param, type->valuestring);
 		}
 		i++;
 	}
@@ -787,7 +384,7 @@ static int parse_tools(const cJSON *o, struct gen_args *a, struct api_error *e)
 		return -EINVAL;
 	struct tool_set *ts = calloc(1, sizeof(*ts));
 	if (!ts)
-		return fail_oom(e, "tools");
+		return request_fail_oom(e, "tools");
 	int rc = tool_set_parse(o, true, ts, e);
 	if (rc || ts->n_tools == 0) {
 		tool_set_deinit(ts);
@@ -803,17 +400,17 @@ static int parse_tools(const cJSON *o, struct gen_args *a, struct api_error *e)
 static int check_unsupported(const cJSON *o, struct api_error *e)
 {
 	static const char *const refused[] = {"reasoning", "prompt", "conversation"};
-	const cJSON *bg = field(o, "background"), *inc = field(o, "include");
+	const cJSON *bg = request_field(o, "background"), *inc = request_field(o, "include");
 	if (bg && !cJSON_IsFalse(bg))
-		return fail(e, "background", "unsupported_parameter",
-		            "'background' responses are not supported (stream instead)");
+		return request_fail(e, "background", "unsupported_parameter",
+		                    "'background' responses are not supported (stream instead)");
 	if (inc && (!cJSON_IsArray(inc) || inc->child))
-		return fail(e, "include", "unsupported_parameter",
-		            "'include' is not supported (no extra output data is kept)");
+		return request_fail(e, "include", "unsupported_parameter",
+		                    "'include' is not supported (no extra output data is kept)");
 	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
-		if (field(o, refused[i]))
-			return fail(e, refused[i], "unsupported_parameter",
-			            "'%s' is not supported by this server", refused[i]);
+		if (request_field(o, refused[i]))
+			return request_fail(e, refused[i], "unsupported_parameter",
+			                    "'%s' is not supported by this server", refused[i]);
 	return 0;
 }
 
@@ -821,7 +418,7 @@ static int check_unsupported(const cJSON *o, struct api_error *e)
  * response of ours is the endpoint's question (404). */
 static int parse_previous(const cJSON *o, struct gen_args *a, struct api_error *e)
 {
-	const cJSON *v = field(o, "previous_response_id");
+	const cJSON *v = request_field(o, "previous_response_id");
 	if (!v)
 		return 0;
 	size_t n = cJSON_IsString(v) ? strlen(v->valuestring) : 0;
@@ -829,33 +426,33 @@ static int parse_previous(const cJSON *o, struct gen_args *a, struct api_error *
 	for (size_t i = 0; ok && i < n; i++)
 		ok = v->valuestring[i] > ' ' && v->valuestring[i] <= '~';
 	if (!ok)
-		return fail(
+		return request_fail(
 		    e, "previous_response_id", cJSON_IsString(v) ? "invalid_value" : "invalid_type",
 		    "'previous_response_id' must be a response id (printable ASCII, at most "
 		    "%d bytes)",
 		    RESPONSE_ID_ARG_MAX);
-	return dup_name(v, "previous_response_id", &a->previous_response_id, e);
+	return request_name_dup(v, "previous_response_id", &a->previous_response_id, e);
 }
 
 static int parse_settings(const cJSON *o, int64_t limit, struct gen_args *a, struct api_error *e)
 {
-	const cJSON *m = field(o, "model");
+	const cJSON *m = request_field(o, "model");
 	if (m && !cJSON_IsString(m))
-		return fail(e, "model", "invalid_type", "'model' must be a string");
-	if (m && dup_name(m, "model", &a->model, e))
+		return request_fail(e, "model", "invalid_type", "'model' must be a string");
+	if (m && request_name_dup(m, "model", &a->model, e))
 		return -EINVAL;
 	double mt = (double)limit, t = a->sampling.temperature, tp = a->sampling.top_p;
-	int rc = get_num(o, "max_output_tokens", 1, (double)limit, true, &mt, e);
+	int rc = request_get_num(o, "max_output_tokens", 1, (double)limit, true, &mt, e);
 	if (!rc)
-		rc = get_num(o, "temperature", 0, 2, false, &t, e);
+		rc = request_get_num(o, "temperature", 0, 2, false, &t, e);
 	if (!rc)
-		rc = get_num(o, "top_p", 0, 1, false, &tp, e);
+		rc = request_get_num(o, "top_p", 0, 1, false, &tp, e);
 	if (!rc && tp <= 0)
-		rc = fail(e, "top_p", "invalid_value", "'top_p' must be greater than 0");
+		rc = request_fail(e, "top_p", "invalid_value", "'top_p' must be greater than 0");
 	if (!rc)
-		rc = get_bool(o, "stream", &a->stream, e);
+		rc = request_get_bool(o, "stream", &a->stream, e);
 	if (!rc)
-		rc = get_bool(o, "store", &a->store, e);
+		rc = request_get_bool(o, "store", &a->store, e);
 	a->max_tokens = (int)mt;
 	a->sampling.temperature = (float)t;
 	a->sampling.top_p = (float)tp;
@@ -872,7 +469,7 @@ int responses_args_parse(const char *body, size_t len, int64_t limit, struct gen
 	a->store = true;
 	sampler_params_default(&a->sampling);
 	cJSON *root = NULL;
-	int rc = parse_root(body, len, &root, e);
+	int rc = request_parse_body(body, len, &root, e);
 	if (rc)
 		return rc;
 	rc = no_twice(root, body_keys, NULL, e);
