@@ -158,4 +158,29 @@ jcheck "responses: a function_call item with JSON arguments" "$tmp/body" '(fc :=
 http POST /v1/responses "${auth[@]}" -N -d "{\"input\":\"What is the weather in Paris?\",\"tools\":[$rtool],\"tool_choice\":{\"type\":\"function\",\"name\":\"get_weather\"},\"max_output_tokens\":300,\"temperature\":0,\"store\":false,\"stream\":true}" >/dev/null
 scheck "responses stream: function_call_arguments deltas add up to .done" "$tmp/body" '(ds := "".join(e["delta"] for e in ev if e["type"] == "response.function_call_arguments.delta")) is not None and (done := [e for e in ev if e["type"] == "response.function_call_arguments.done"]) and (c := {"function": {"arguments": ds}}) and len(done) == 1 and done[0]["arguments"] == ds and done[0]["name"] == "get_weather" and ev[-1]["type"] == "response.completed" and '"$args_ok"
 
+# ---- response_format, logit_bias and refused fields on chat and completions ----------
+schema='{"type":"object","properties":{"n":{"type":"integer","minimum":0,"maximum":999},"tag":{"enum":["a","b"]},"when":{"type":"string","format":"date"}},"required":["n","tag","when"],"additionalProperties":false}'
+for seed in 1 2 3; do
+	http POST /v1/completions "${auth[@]}" -d "{\"prompt\":\"$prompt\",\"max_tokens\":200,\"seed\":$seed,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"s\",\"schema\":$schema}}}" >/dev/null
+	jcheck "completions json_schema (seed $seed): stop and a value of the schema" "$tmp/body" '(ch := j["choices"][0])["finish_reason"] == "stop" and (v := json.loads(ch["text"])) and set(v) == {"n", "tag", "when"} and type(v["n"]) is int and 0 <= v["n"] <= 999 and v["tag"] in ("a", "b") and __import__("re").fullmatch(r"\d{4}-\d{2}-\d{2}", v["when"])'
+done
+http POST /v1/completions "${auth[@]}" -N -d "{\"prompt\":\"$prompt\",\"max_tokens\":200,\"seed\":4,\"stream\":true,\"response_format\":{\"type\":\"json_object\"}}" >/dev/null
+scheck "completions json_object streamed: the pieces join to a JSON object (or length)" "$tmp/body" '(t := "".join(e["choices"][0]["text"] for e in ev[:-1] if e["choices"])) is not None and (ev[-2]["choices"][0]["finish_reason"] == "length" or isinstance(json.loads(t), dict))'
+err_case "a schema keyword we do not support" 400 invalid_value response_format.json_schema.schema POST /v1/chat/completions "${auth[@]}" \
+	-d '{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"s","schema":{"type":"object","properties":{"n":{"type":"integer","multipleOf":2}}}}}}'
+check "… the message names the keyword and its path" grep -q 'multipleOf.*\$\.properties\.n\.multipleOf' "$tmp/body"
+err_case "json_schema without a name" 400 missing_required_parameter response_format.json_schema.name POST /v1/chat/completions "${auth[@]}" \
+	-d '{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"schema":{}}}}'
+err_case "logit_bias id outside the vocabulary" 400 invalid_value logit_bias POST /v1/completions "${auth[@]}" -d '{"prompt":"x","logit_bias":{"512":5}}'
+err_case "logit_bias above 100" 400 invalid_value logit_bias POST /v1/completions "${auth[@]}" -d '{"prompt":"x","logit_bias":{"5":101}}'
+http POST /tokenize "${auth[@]}" -d '{"content":" the","add_special":false}' >/dev/null
+the=$(jget "$tmp/body" 'j["tokens"][-1]')
+http POST /v1/completions "${auth[@]}" -d "{\"prompt\":\"$prompt\",\"max_tokens\":6,\"temperature\":0,\"ignore_eos\":true,\"logit_bias\":{\"$the\":100}}" >/dev/null
+jcheck "logit_bias +100 on one token: greedy writes only it" "$tmp/body" 'j["choices"][0]["text"] == " the" * 6 or j["choices"][0]["text"] == "the" + " the" * 5'
+err_case "echo" 400 unsupported_parameter echo POST /v1/completions "${auth[@]}" -d '{"prompt":"x","echo":true}'
+err_case "suffix" 400 unsupported_parameter suffix POST /v1/completions "${auth[@]}" -d '{"prompt":"x","suffix":"y"}'
+err_case "n 2" 400 unsupported_parameter n POST /v1/chat/completions "${auth[@]}" -d '{"messages":[{"role":"user","content":"x"}],"n":2}'
+err_case "functions (deprecated)" 400 unsupported_parameter functions POST /v1/chat/completions "${auth[@]}" -d '{"messages":[{"role":"user","content":"x"}],"functions":[{"name":"f"}]}'
+err_case "tools on completions" 400 invalid_value tools POST /v1/completions "${auth[@]}" -d '{"prompt":"x","tools":[]}'
+
 finish
