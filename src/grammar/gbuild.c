@@ -112,7 +112,8 @@ int gb_lit(struct gbuild *b, const char *s, size_t n)
 		b->failed = true;
 		return -1;
 	}
-	memcpy(b->lits + b->n_lits, s, n);
+	if (n)
+		memcpy(b->lits + b->n_lits, s, n);
 	b->n_lits += n;
 	return gx_add(b, GX_LIT, (int32_t)(b->n_lits - n), (int32_t)n, 0);
 }
@@ -409,7 +410,8 @@ static int32_t dfa_intern(struct dfa *d, const int32_t *s, size_t len)
 	}
 	if (d->n == 0)
 		d->set_off[0] = 0;
-	memcpy(d->pool + d->n_pool, s, len * sizeof(*s));
+	if (len)
+		memcpy(d->pool + d->n_pool, s, len * sizeof(*s));
 	d->n_pool += len;
 	d->set_off[d->n + 1] = (uint32_t)d->n_pool;
 	d->hash[k] = (int32_t)d->n;
@@ -502,7 +504,8 @@ static int dfa_bytes(struct dfa *d, struct gout *o, size_t base, const int32_t *
 				}
 				cur[n_cur++] = t->e[k].to;
 			}
-		if (c > 0 && n_cur == n_prev && !memcmp(cur, prev, n_cur * sizeof(*cur)))
+		if (c > 0 && n_cur == n_prev &&
+		    (n_cur == 0 || !memcmp(cur, prev, n_cur * sizeof(*cur))))
 			tg[c] = tg[c - 1];
 		else
 			tg[c] = n_cur ? dfa_close(d, cur, n_cur) : -1;

@@ -343,7 +343,8 @@ static int gwalk_compute(struct grammar_matcher *m, int32_t s, struct gwalk **ou
 	int32_t *tail = (int32_t *)(gw + 1);
 	*gw = (struct gwalk){.n_esc = w.esc.n, .bytes = bytes};
 	gw->esc = tail;
-	memcpy(gw->esc, w.esc.v, w.esc.n * sizeof(int32_t));
+	if (w.esc.n) /* an empty list may have no buffer */
+		memcpy(gw->esc, w.esc.v, w.esc.n * sizeof(int32_t));
 	tail += w.esc.n;
 	if (dense) {
 		gw->bits = (uint32_t *)tail;
@@ -353,7 +354,8 @@ static int gwalk_compute(struct grammar_matcher *m, int32_t s, struct gwalk **ou
 	} else {
 		gw->acc = tail;
 		gw->n_acc = w.acc.n;
-		memcpy(gw->acc, w.acc.v, w.acc.n * sizeof(int32_t));
+		if (w.acc.n)
+			memcpy(gw->acc, w.acc.v, w.acc.n * sizeof(int32_t));
 	}
 	*out = gw;
 out:

@@ -291,7 +291,8 @@ static int copy_items(struct gitems *dst, const struct gitems *src)
 	dst->n = 0;
 	if (gitems_reserve(dst, src->n))
 		return -ENOMEM;
-	memcpy(dst->v, src->v, src->n * sizeof(*src->v));
+	if (src->n)
+		memcpy(dst->v, src->v, src->n * sizeof(*src->v));
 	dst->n = src->n;
 	return 0;
 }

@@ -311,8 +311,8 @@ static int submit(struct scheduler *s, struct coll *c, const int32_t *ids, size_
 	q.on_start = coll_started;
 	c->max_tokens = max_tokens;
 	int rc = scheduler_submit(s, &q, &c->handle, err, sizeof(err));
-	c->error_param = q.err_param;
 	if (rc) {
+		c->error_param = q.err_param; /* no events come: DONE cannot write it meanwhile */
 		ck_assert_ptr_nonnull(q.prompt_ids); /* still ours */
 		ck_assert_int_gt((int)strlen(err), 0);
 		free(q.prompt_ids);
