@@ -6,14 +6,19 @@
  * 4xx or 5xx status, a code and a message; a success has every length consistent
  * with its NUL-terminated buffer, ids that are not negative, stop strings
  * the stop matcher accepts, and chat messages that every chat template
- * family renders or refuses with a message. */
+ * family renders or refuses with a message.  Chat bodies also go through
+ * the Responses API parser (server/responses.h), and a response_format
+ * that parses is compiled (grammar/grammar.h): it compiles or is refused
+ * with a message. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/sampler.h"
+#include "grammar/grammar.h"
 #include "server/chat_template.h"
 #include "server/request.h"
+#include "server/responses.h"
 #include "util/errbuf.h"
 
 #define LIMIT_MAX_TOKENS 4096
@@ -68,6 +73,22 @@ static void check_chat_templates(const struct gen_args *a)
 	free(cm);
 }
 
+/* A response_format compiles or is refused with a message. */
+static void check_constraint(const struct gen_args *a)
+{
+	if (a->response_format == RESPONSE_FORMAT_TEXT)
+		return;
+	struct grammar *g = NULL;
+	char path[128] = "", err[SINKD_ERR_LEN] = "";
+	int rc = a->response_format == RESPONSE_FORMAT_JSON_SCHEMA
+	             ? grammar_from_json_schema(a->response_schema, &g, path, sizeof(path), err,
+	                                        sizeof(err))
+	             : grammar_json_object(&g, err, sizeof(err));
+	if ((rc == 0) != (g != NULL) || (rc != 0 && err[0] == '\0'))
+		abort();
+	grammar_unref(g);
+}
+
 static void check_gen(const struct gen_args *a)
 {
 	if (a->model)
@@ -116,7 +137,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			check_gen(&a);
 		if (rc == 0 && a.chat)
 			check_chat_templates(&a);
+		if (rc == 0)
+			check_constraint(&a);
 		gen_args_deinit(&a);
+		if (endpoint == 1) {
+			rc = responses_args_parse(body, len, LIMIT_MAX_TOKENS, &a, &e);
+			check_error(rc, &e);
+			if (rc == 0) {
+				check_gen(&a);
+				check_constraint(&a);
+			}
+			gen_args_deinit(&a);
+		}
 		break;
 	}
 	case 2: {
