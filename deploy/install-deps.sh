@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(gcc pkg-config meson ninja-build libmicrohttpd-dev libssl-dev libcjson-dev
           libyaml-dev check openssl curl ca-certificates python3 libsystemd-dev systemd
-          libgnutls28-dev nginx haproxy python3-yaml sslscan)
+          libgnutls28-dev nginx haproxy python3-yaml sslscan libpng-dev)
 # The fuzz smoke (tests/fuzz): clang and its sanitizer + libFuzzer runtimes
 # (only recommended by clang-14, so named here).
 packages+=(clang-14 libclang-rt-14-dev)

@@ -41,7 +41,7 @@ def check(desc, ok):
 docs = {}
 parsed = True
 files = sorted(glob.glob(os.path.join(deploy, "k8s", "*.yaml")) +
-               glob.glob(os.path.join(deploy, "prometheus", "*.yaml")))
+               [os.path.join(deploy, "prometheus", "alerts.yml")])
 for f in files:
     try:
         docs[f] = [d for d in yaml.safe_load_all(open(f)) if d is not None]
@@ -207,7 +207,7 @@ check("alerts: reload failures rising", has(r"(increase|rate|delta)\(sinkd_confi
 check("alerts: restart pending for long", any("sinkd_config_restart_pending == 1" in str(r.get("expr"))
                                                and r.get("for") for r in alerts))
 check("alerts: instance not ready", has(r"sinkd_ready\s*==\s*0"))
-check("alerts: KV budget nearly full", has(r"sinkd:kv_cache_usage_perc"))
+check("alerts: KV budget nearly full", has(r"sinkd:kv_cache_usage_perc|sinkd_kv_bytes_reserved"))
 check("alerts: 5xx rate", has(r'status=~"5\.\."'))
 names = set()
 for e in exprs:
@@ -247,7 +247,7 @@ check "every sinkd metric in the alerts and the three gateway gauges are in /met
 	[ -z "$missing" ]
 stop_daemon "$pid" >/dev/null
 if command -v promtool >/dev/null 2>&1; then
-	check "promtool check rules" promtool check rules "$deploy/prometheus/sinkd-alerts.yaml"
+	check "promtool check rules" promtool check rules "$deploy/prometheus/alerts.yml"
 fi
 
 # ---- nginx ---------------------------------------------------------------------------
