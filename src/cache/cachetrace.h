@@ -1,0 +1,71 @@
+/* The trace of one step of one session's KV cache: per layer, every
+ * resident slot with its stream index, tier, RoPE position and the attention
+ * it received in that step.  What `sinkd eval --heatmap` renders
+ * (cli/heatmap.h) and what the API will return.
+ *
+ * Plain structs over caller-owned arrays: the engine allocates, once per
+ * session, cache_trace_slots_per_layer() slots for each layer and refills
+ * them every step; nothing here allocates.  Per-layer slot counts may
+ * differ, because each layer keeps its own anchors. */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cache/sinkcache.h"
+
+enum cache_tier {
+	CACHE_TIER_SINK = 0,   /* the first sink_keep_count tokens, never evicted */
+	CACHE_TIER_ANCHOR,     /* a window token kept for the attention it received */
+	CACHE_TIER_COMPRESSED, /* older window tokens, quantized */
+	CACHE_TIER_HOT,        /* the newest window tokens, full precision */
+	CACHE_TIER_COUNT
+};
+
+/* "sink", "anchor", "compressed", "hot"; "?" for anything else. */
+const char *cache_tier_name(enum cache_tier tier);
+
+struct cache_trace_slot {
+	int64_t stream_index; /* the token's index in the session's stream, >= 0 */
+	enum cache_tier tier;
+	int64_t rope_pos; /* the position its key was rotated by: cache rank or stream index */
+	/* Softmax weight this token received from the step's query, in [0, 1]: */
+	float mass_max;  /* the largest over query heads */
+	float mass_mean; /* the mean over query heads */
+	/* Moving average of mass_max over the steps the token was resident
+	 * (tier_anchor_score: weight TIER_ANCHOR_EMA on the newest step). */
+	float mass_ema;
+};
+
+struct cache_trace_layer {
+	int n_slots;                    /* resident slots of this layer */
+	struct cache_trace_slot *slots; /* (n_slots), strictly increasing stream_index */
+};
+
+/* What the titles print about the session's cache. */
+struct cache_trace_geometry {
+	int sink_keep_count;
+	int window_size;
+	int quant_bits; /* 8 or 4; 0: the window is not quantized */
+	int full_precision_recent;
+	int anchor_max; /* anchor slots per layer; 0: none */
+};
+
+struct cache_trace_step {
+	uint64_t step;      /* the step's number in the session (decode steps from 0) */
+	int64_t stream_pos; /* stream index of the token whose query this is */
+	struct cache_trace_geometry geometry;
+	int n_layers;
+	struct cache_trace_layer *layers; /* (n_layers), caller-owned */
+};
+
+/* The titles' geometry of a cache geometry. */
+void cache_trace_geometry_of(const struct sinkcache_geometry *g, struct cache_trace_geometry *out);
+/* Slots a layer can hold at most (sinks + anchors + window, or
+ * max_context_length): what the engine allocates per layer once.  0 for an
+ * invalid geometry. */
+size_t cache_trace_slots_per_layer(const struct sinkcache_geometry *g);
+/* Checks a trace before use: at least one layer, slot arrays present,
+ * stream indices non-negative and strictly increasing per layer, tiers
+ * known, masses finite and non-negative; err names the layer and slot. */
+int cache_trace_step_check(const struct cache_trace_step *t, char *err, size_t err_len);
