@@ -22,7 +22,10 @@
 #include "tokenizer/tokenizer.h"
 #include "util/errbuf.h"
 
-#define GMASK_CACHE_BYTES (64u << 20) /* per grammar and vocabulary; beyond, walks are redone */
+/* Per grammar and vocabulary; beyond it walks are redone.  With the
+ * server's SERVER_GRAMMAR_CACHE grammars kept, this bounds what clients
+ * sending many schemas can make the masks hold. */
+#define GMASK_CACHE_BYTES (16u << 20)
 
 /* ==== the vocabulary trie ==== */
 

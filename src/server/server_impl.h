@@ -38,7 +38,7 @@ struct server_settings {
 };
 
 /* Compiled constraints kept: a client sends the same schema with each request. */
-#define SERVER_GRAMMAR_CACHE 64
+#define SERVER_GRAMMAR_CACHE 32
 
 struct grammar_cache;
 
