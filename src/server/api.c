@@ -4,7 +4,6 @@
  * respond.h.  It does not touch sockets (http.c) or stream events
  * (genstream.c). */
 #include <errno.h>
-#include <stdarg.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -201,8 +200,8 @@ static void swap_bytes(char *s, size_t len, char from, char to)
 }
 
 static int chat_render(const struct tokenizer *tok, struct api_message *msgs, size_t n,
-                       const struct tool_set *ts, char **text,
-                       size_t *len, size_t *system_end, char *err, size_t err_len)
+                       const struct tool_set *ts, char **text, size_t *len, size_t *system_end,
+                       char *err, size_t err_len)
 {
 	bool nul = false;
 	for (size_t i = 0; i < n; i++)
@@ -222,8 +221,7 @@ static int chat_render(const struct tokenizer *tok, struct api_message *msgs, si
  * them, else up to and including the first token that differs (it spans
  * the boundary). */
 static int system_prefix_tokens(const struct tokenizer *tok, const char *text, size_t system_end,
-                                const int32_t *ids, size_t n, int *pin, char *err,
-                                size_t err_len)
+                                const int32_t *ids, size_t n, int *pin, char *err, size_t err_len)
 {
 	int32_t *pre = NULL;
 	size_t n_pre = 0;
@@ -239,21 +237,6 @@ static int system_prefix_tokens(const struct tokenizer *tok, const char *text, s
 	return 0;
 }
 
-static int api_fail(struct api_error *e, int status, const char *code, const char *param,
-                    const char *fmt, ...) SINKD_PRINTF(5, 6);
-static int api_fail(struct api_error *e, int status, const char *code, const char *param,
-                    const char *fmt, ...)
-{
-	e->status = status;
-	e->code = code;
-	snprintf(e->param, sizeof(e->param), "%s", param ? param : "");
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(e->message, sizeof(e->message), fmt, ap);
-	va_end(ap);
-	return status == 500 ? -ENOMEM : -EINVAL;
-}
-
 /* The constraint of a forced tool call: the call's envelope in the model's
  * tool format around the schema of {name, arguments}. */
 static int tool_grammar(struct request *r, struct gen_args *a, struct api_error *e)
@@ -267,11 +250,11 @@ static int tool_grammar(struct request *r, struct gen_args *a, struct api_error 
 		rc = grammar_cache_get(r->srv->grammars, prefix, schema, suffix, &a->grammar, path,
 		                       sizeof(path), err, sizeof(err));
 	if (rc == -ENOMEM)
-		api_fail(e, 500, "out_of_memory", "tools", "out of memory");
+		request_fail_oom(e, "tools");
 	else if (rc)
-		api_fail(e, 400, "invalid_value", "tools",
-		         "a tool's 'parameters' cannot be used to constrain the call: %s%s%s", err,
-		         path[0] ? " at " : "", path);
+		request_fail(e, "tools", "invalid_value",
+		             "a tool's 'parameters' cannot be used to constrain the call: %s%s%s",
+		             err, path[0] ? " at " : "", path);
 	free(prefix);
 	free(suffix);
 	cJSON_Delete(schema);
@@ -284,28 +267,29 @@ int api_prepare_generation(struct request *r, struct gen_args *a, struct api_err
 	int n_vocab = tokenizer_n_vocab(tok);
 	for (size_t i = 0; i < a->n_logit_bias; i++)
 		if (a->logit_bias[i].token >= n_vocab)
-			return api_fail(e, 400, "invalid_value", "logit_bias",
-			                "'logit_bias' key %d is not a token id of this model (0..%d)",
-			                (int)a->logit_bias[i].token, n_vocab - 1);
-	if (a->tools && (a->tools->choice == TOOL_CHOICE_REQUIRED ||
-	                 a->tools->choice == TOOL_CHOICE_NAMED))
+			return request_fail(
+			    e, "logit_bias", "invalid_value",
+			    "'logit_bias' key %d is not a token id of this model (0..%d)",
+			    (int)a->logit_bias[i].token, n_vocab - 1);
+	if (a->tools &&
+	    (a->tools->choice == TOOL_CHOICE_REQUIRED || a->tools->choice == TOOL_CHOICE_NAMED))
 		return tool_grammar(r, a, e);
 	if (a->response_format == RESPONSE_FORMAT_TEXT)
 		return 0;
 	bool responses = a->api == GEN_API_RESPONSES;
 	const char *param = responses ? "text.format" : "response_format";
-	const cJSON *schema = a->response_format == RESPONSE_FORMAT_JSON_SCHEMA ? a->response_schema
-	                                                                         : NULL;
+	const cJSON *schema =
+	    a->response_format == RESPONSE_FORMAT_JSON_SCHEMA ? a->response_schema : NULL;
 	char err[SINKD_ERR_LEN], path[128] = "";
 	int rc = grammar_cache_get(r->srv->grammars, NULL, schema, NULL, &a->grammar, path,
 	                           sizeof(path), err, sizeof(err));
 	if (rc == -ENOMEM)
-		return api_fail(e, 500, "out_of_memory", param, "out of memory");
+		return request_fail_oom(e, param);
 	if (rc)
-		return api_fail(e, 400, "invalid_value",
-		                responses ? "text.format.schema" : "response_format.json_schema.schema",
-		                "the JSON Schema cannot be used: %s%s%s", err,
-		                path[0] ? " at " : "", path);
+		return request_fail(
+		    e, responses ? "text.format.schema" : "response_format.json_schema.schema",
+		    "invalid_value", "the JSON Schema cannot be used: %s%s%s", err,
+		    path[0] ? " at " : "", path);
 	return 0;
 }
 
@@ -337,8 +321,8 @@ int api_prompt_ids(struct request *r, struct gen_args *a, bool add_bos, int32_t 
 	bool parse_special = false;
 	if (a->chat) {
 		text = NULL;
-		if (chat_render(tok, a->messages, a->n_messages, a->tools, &text, &len, &system_end, err,
-		                sizeof(err))) {
+		if (chat_render(tok, a->messages, a->n_messages, a->tools, &text, &len, &system_end,
+		                err, sizeof(err))) {
 			snprintf(e->param, sizeof(e->param), "messages");
 			snprintf(e->message, sizeof(e->message), "%s", err);
 			return -EINVAL;
@@ -348,8 +332,8 @@ int api_prompt_ids(struct request *r, struct gen_args *a, bool add_bos, int32_t 
 	int rc = tokenizer_encode(tok, text, len, add_bos, parse_special, ids, n, err, sizeof(err));
 	/* Only a stream's first request (it starts with BOS) can pin. */
 	if (!rc && a->chat && add_bos && system_end > 0 && server_pin_system_prompt(r->srv))
-		rc = system_prefix_tokens(tok, text, system_end, *ids, *n, &a->pin_prefix_tokens, err,
-		                          sizeof(err));
+		rc = system_prefix_tokens(tok, text, system_end, *ids, *n, &a->pin_prefix_tokens,
+		                          err, sizeof(err));
 	if (a->chat)
 		free(text);
 	if (rc) {
@@ -377,7 +361,8 @@ static enum MHD_Result api_generate(struct request *r, bool chat)
 		goto out;
 	}
 	char why[SINKD_ERR_LEN];
-	int found = a.session_id ? api_session_prepare(r, a.session_id, &add_bos, why, sizeof(why)) : 0;
+	int found =
+	    a.session_id ? api_session_prepare(r, a.session_id, &add_bos, why, sizeof(why)) : 0;
 	if (found) {
 		ret = api_session_unavailable(r, found, a.session_id, why);
 		goto out;

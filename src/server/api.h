@@ -31,6 +31,12 @@ int api_prompt_ids(struct request *r, struct gen_args *a, bool add_bos, int32_t 
  * the store's error; api_session_unavailable() answers those. */
 int api_session_prepare(struct request *r, const char *id, bool *empty, char *err, size_t err_len);
 enum MHD_Result api_session_unavailable(struct request *r, int rc, const char *id, const char *err);
+/* api_sessions.c: answers a failed session create or restore: -EDQUOT
+ * (limits.per_key.max_sessions) and -EMFILE (limits.max_sessions) count
+ * against the limits with the Retry-After of the first idle session to
+ * expire; a busy budget waits like a queued request. */
+struct respond_fault;
+enum MHD_Result api_session_fault(struct request *r, struct respond_fault *f, const char *owner);
 /* api_sessions.c: the persistent-session endpoints. */
 enum MHD_Result api_session_create(struct request *r);
 enum MHD_Result api_session(struct request *r);          /* GET, DELETE /v1/sessions/{id} */

@@ -78,16 +78,7 @@ static int resp_session_create(struct request *r, struct resp_session *ss, enum 
 	         "store: true keeps the response in a persistent session, and none can be made "
 	         "now (send store: false for a one-shot response): %.300s",
 	         why);
-	if (f.rc == -EDQUOT || f.rc == -EMFILE) {
-		bool per_key = f.rc == -EDQUOT;
-		enum quota_limit l = per_key ? QUOTA_MAX_SESSIONS : QUOTA_SESSIONS_TOTAL;
-		quota_count_rejection(s->quota, l);
-		f.code = quota_limit_code(l);
-		f.retry_after_s = scheduler_session_retry_after_s(s->sched, per_key ? owner : NULL);
-	} else if (respond_kind_of(f.rc)->retry) {
-		f.retry_after_s = scheduler_retry_after_s(s->sched);
-	}
-	*ret = respond_fault(r, &f);
+	*ret = api_session_fault(r, &f, owner);
 	return f.rc;
 }
 

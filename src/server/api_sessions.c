@@ -26,8 +26,7 @@ static enum MHD_Result session_not_found(struct request *r)
  * (limits.per_key.max_sessions) and -EMFILE (limits.max_sessions) count
  * against the limits and wait for the first idle session to expire; a
  * busy budget (-EAGAIN, -ENOSPC) waits like a queued request. */
-static enum MHD_Result respond_session_fault(struct request *r, struct respond_fault *f,
-                                             const char *owner)
+enum MHD_Result api_session_fault(struct request *r, struct respond_fault *f, const char *owner)
 {
 	struct server *s = r->srv;
 	if (f->rc == -EDQUOT || f->rc == -EMFILE) {
@@ -66,7 +65,7 @@ enum MHD_Result api_session_create(struct request *r)
 	if (f.param && !strcmp(f.param, "id"))
 		f.param = "session_id"; /* the API's name of the settings' id */
 	if (f.rc)
-		return respond_session_fault(r, &f, owner);
+		return api_session_fault(r, &f, owner);
 	struct sched_session_info info;
 	cJSON *o = cJSON_CreateObject();
 	cJSON_AddStringToObject(o, "id", id);
@@ -117,8 +116,7 @@ static bool owner_allows(const struct request *r, const char *owner)
 	return !strcmp(owner, me);
 }
 
-int api_session_prepare(struct request *r, const char *id, bool *empty, char *err,
-                        size_t err_len)
+int api_session_prepare(struct request *r, const char *id, bool *empty, char *err, size_t err_len)
 {
 	struct sched_session_info info;
 	struct scheduler *sc = r->srv->sched;
@@ -135,8 +133,7 @@ int api_session_prepare(struct request *r, const char *id, bool *empty, char *er
 	return rc;
 }
 
-enum MHD_Result api_session_unavailable(struct request *r, int rc, const char *id,
-                                        const char *err)
+enum MHD_Result api_session_unavailable(struct request *r, int rc, const char *id, const char *err)
 {
 	struct respond_fault f = {.rc = rc, .param = "session_id", .code = "session_elsewhere"};
 	snprintf(f.msg, sizeof(f.msg), "%s", err);
@@ -246,7 +243,7 @@ enum MHD_Result api_session_restore(struct request *r)
 	else if (f.rc == -EINVAL || f.rc == -E2BIG) /* of the snapshot, not of a prompt */
 		f.code = f.rc == -E2BIG ? "snapshot_too_large" : "invalid_snapshot";
 	if (f.rc)
-		return respond_session_fault(r, &f, owner);
+		return api_session_fault(r, &f, owner);
 	struct sched_session_info info;
 	if (scheduler_session_info(s->sched, id, &info))
 		return session_not_found(r);

@@ -13,12 +13,13 @@
 #include <string.h>
 
 #include "grammar/grammar.h"
+#include "server/openai.h"
 #include "server/tools.h"
 #include "util/errbuf.h"
 
 #define COMPLETIONS_DEFAULT_MAX_TOKENS 16
 #define JSON_MAX_NUMBER_LEN 63 /* cJSON reads at most 63 characters of a number */
-#define NUL_STANDIN '\xff'     /* never a byte of valid UTF-8 */
+#define NUL_STANDIN REQUEST_NUL_STANDIN
 #define SESSION_ID_MAX_LEN 64
 
 static int fail(struct api_error *e, const char *param, const char *code, const char *fmt, ...)
@@ -504,8 +505,8 @@ static const char *const gen_keys[] = {"model",
                                        "reasoning_effort",
                                        NULL};
 static const char *const stream_options_keys[] = {"include_usage", NULL};
-static const char *const message_keys[] = {"role", "content", "name", "tool_calls",
-                                           "tool_call_id", NULL};
+static const char *const message_keys[] = {"role",       "content",      "name",
+                                           "tool_calls", "tool_call_id", NULL};
 static const char *const part_keys[] = {"type", "text", NULL};
 static const char *const session_keys[] = {"window_size", "sink_keep_count", NULL};
 static const char *const append_keys[] = {"text", "revise_last_tokens", "generate",
@@ -794,7 +795,8 @@ static int parse_logit_bias(const cJSON *o, struct gen_args *a, struct api_error
 	int n = cJSON_GetArraySize(lb);
 	if (n > SAMPLER_MAX_BIAS)
 		return fail(e, "logit_bias", "invalid_value",
-		            "'logit_bias' has %d entries; at most %d are taken", n, SAMPLER_MAX_BIAS);
+		            "'logit_bias' has %d entries; at most %d are taken", n,
+		            SAMPLER_MAX_BIAS);
 	if (n == 0)
 		return 0;
 	a->logit_bias = calloc((size_t)n, sizeof(*a->logit_bias));
@@ -808,9 +810,10 @@ static int parse_logit_bias(const cJSON *o, struct gen_args *a, struct api_error
 		if (k && *k >= '0' && *k <= '9' && strlen(k) <= 10)
 			id = strtol(k, &end, 10);
 		if (id < 0 || id > INT32_MAX || !end || *end)
-			return fail(e, "logit_bias", "invalid_value",
-			            "'logit_bias' key \"%.32s\" is not a token id (a decimal integer)",
-			            k ? k : "");
+			return fail(
+			    e, "logit_bias", "invalid_value",
+			    "'logit_bias' key \"%.32s\" is not a token id (a decimal integer)",
+			    k ? k : "");
 		if (!cJSON_IsNumber(m) || !isfinite(m->valuedouble) || m->valuedouble < -100 ||
 		    m->valuedouble > 100)
 			return fail(e, "logit_bias", "invalid_value",
@@ -824,10 +827,11 @@ static int parse_logit_bias(const cJSON *o, struct gen_args *a, struct api_error
 /* OpenAI fields we do not implement: a 400 that names them, never silently
  * ignored (a client relying on one would get a different answer).  A value
  * that asks for the default (echo false, best_of 1, ...) is fine. */
-static int refuse_unimplemented(const cJSON *o, const struct gen_args *a, struct api_error *e)
+static int refuse_unsupported(const cJSON *o, const struct gen_args *a, struct api_error *e)
 {
-	static const char *const always[] = {"functions", "function_call", "audio", "prediction",
-	                                     "web_search_options", "reasoning_effort"};
+	static const char *const always[] = {
+	    "functions",  "function_call",      "audio",
+	    "prediction", "web_search_options", "reasoning_effort"};
 	for (size_t i = 0; i < sizeof(always) / sizeof(always[0]); i++)
 		if (field(o, always[i]))
 			return fail(e, always[i], "unsupported_parameter",
@@ -875,7 +879,7 @@ static int parse_common(const cJSON *o, int64_t limit, struct gen_args *a, struc
 		rc = fail(e, "n", "unsupported_parameter",
 		          "'n' must be 1: one choice per request (send several requests instead)");
 	if (!rc)
-		rc = refuse_unimplemented(o, a, e);
+		rc = refuse_unsupported(o, a, e);
 	const cJSON *rf = field(o, "response_format");
 	if (!rc && rf)
 		rc = request_response_format(rf, "response_format", false, a, e);
@@ -955,7 +959,7 @@ static int parse_prompt(const cJSON *o, struct gen_args *a, struct api_error *e)
 }
 
 /* Appends n bytes to a growing buffer (doubling: linear overall). */
-static int text_append(char **s, size_t *len, size_t *cap, const char *t, size_t n)
+int request_text_append(char **s, size_t *len, size_t *cap, const char *t, size_t n)
 {
 	if (*len + n + 1 > *cap) {
 		size_t c = (*len + n + 1) * 2;
@@ -983,7 +987,7 @@ static int message_content(const cJSON *c, size_t i, struct api_message *m, stru
 		            "'messages[%zu].content' must be a string or an array of text parts",
 		            i);
 	if (cJSON_IsString(c) &&
-	    text_append(&s, &len, &cap, c->valuestring, strlen(c->valuestring)))
+	    request_text_append(&s, &len, &cap, c->valuestring, strlen(c->valuestring)))
 		return fail_oom(e, "messages", "out of memory");
 	const cJSON *parts = cJSON_IsArray(c) ? c : NULL;
 	cJSON_ArrayForEach(part, parts)
@@ -1001,7 +1005,8 @@ static int message_content(const cJSON *c, size_t i, struct api_message *m, stru
 			            "{\"type\":\"text\",\"text\":...}",
 			            i);
 		}
-		if (text_append(&s, &len, &cap, text->valuestring, strlen(text->valuestring))) {
+		if (request_text_append(&s, &len, &cap, text->valuestring,
+		                        strlen(text->valuestring))) {
 			free(s);
 			return fail_oom(e, "messages", "out of memory");
 		}
@@ -1026,7 +1031,8 @@ static int message_tool_calls(const cJSON *calls, size_t i, struct api_message *
 	const cJSON *c;
 	cJSON_ArrayForEach(c, calls)
 	{
-		const cJSON *id = field(c, "id"), *type = field(c, "type"), *fn = field(c, "function");
+		const cJSON *id = field(c, "id"), *type = field(c, "type"),
+		            *fn = field(c, "function");
 		const cJSON *name = fn ? field(fn, "name") : NULL;
 		const cJSON *args = fn ? field(fn, "arguments") : NULL;
 		if (!cJSON_IsObject(c) || !cJSON_IsString(id) ||
@@ -1038,17 +1044,13 @@ static int message_tool_calls(const cJSON *calls, size_t i, struct api_message *
 			            "\"type\": \"function\", \"function\": {\"name\": string, "
 			            "\"arguments\": JSON text}}",
 			            i, k);
-		cJSON *n = cJSON_CreateObject(), *f = NULL;
+		cJSON *n = oa_tool_call(id->valuestring, name->valuestring,
+		                        args ? args->valuestring : "{}",
+		                        strlen(args ? args->valuestring : "{}"));
 		if (!n || !cJSON_AddItemToArray(out->tool_calls, n)) {
 			cJSON_Delete(n);
 			return fail_oom(e, "messages", "out of memory");
 		}
-		if (!cJSON_AddStringToObject(n, "id", id->valuestring) ||
-		    !cJSON_AddStringToObject(n, "type", "function") ||
-		    !(f = cJSON_AddObjectToObject(n, "function")) ||
-		    !cJSON_AddStringToObject(f, "name", name->valuestring) ||
-		    !cJSON_AddStringToObject(f, "arguments", args ? args->valuestring : "{}"))
-			return fail_oom(e, "messages", "out of memory");
 		k++;
 	}
 	return 0;
@@ -1062,12 +1064,14 @@ static int message_tool_fields(const cJSON *m, size_t i, struct api_message *out
 	const cJSON *calls = field(m, "tool_calls");
 	bool tool = !strcmp(out->role, "tool");
 	if (name && !cJSON_IsString(name))
-		return fail(e, "messages", "invalid_type", "'messages[%zu].name' must be a string", i);
+		return fail(e, "messages", "invalid_type", "'messages[%zu].name' must be a string",
+		            i);
 	if (name && dup_name(name, "messages", "name", &out->name, e))
 		return -EINVAL;
 	if (tool && !cJSON_IsString(call_id))
 		return fail(e, "messages", "missing_required_parameter",
-		            "'messages[%zu]' has role tool: 'tool_call_id' (a string) is required", i);
+		            "'messages[%zu]' has role tool: 'tool_call_id' (a string) is required",
+		            i);
 	if (!tool && call_id)
 		return fail(e, "messages", "invalid_value",
 		            "'messages[%zu].tool_call_id' belongs to role tool messages only", i);
@@ -1075,7 +1079,8 @@ static int message_tool_fields(const cJSON *m, size_t i, struct api_message *out
 		return -EINVAL;
 	if (calls && strcmp(out->role, "assistant"))
 		return fail(e, "messages", "invalid_value",
-		            "'messages[%zu].tool_calls' belongs to role assistant messages only", i);
+		            "'messages[%zu].tool_calls' belongs to role assistant messages only",
+		            i);
 	return calls ? message_tool_calls(calls, i, out, e) : 0;
 }
 
@@ -1156,15 +1161,17 @@ static int parse_pin(const cJSON *o, bool chat, int *out, struct api_error *e)
 {
 	double pin = 0;
 	if (chat && field(o, "pin_prefix_tokens"))
-		return fail(e, "pin_prefix_tokens", "invalid_value",
-		            "'pin_prefix_tokens' is for /v1/completions and session appends; a chat "
-		            "pins its system prompt with inference.cache.pin_system_prompt");
+		return fail(
+		    e, "pin_prefix_tokens", "invalid_value",
+		    "'pin_prefix_tokens' is for /v1/completions and session appends; a chat "
+		    "pins its system prompt with inference.cache.pin_system_prompt");
 	int rc = get_int(o, "pin_prefix_tokens", 0, 1 << 20, &pin, e);
 	*out = (int)pin;
 	return rc;
 }
 
-int request_parse_tools(const cJSON *root, bool responses_api, struct gen_args *a, struct api_error *e)
+int request_parse_tools(const cJSON *root, bool responses_api, struct gen_args *a,
+                        struct api_error *e)
 {
 	a->tools = calloc(1, sizeof(*a->tools));
 	if (!a->tools)

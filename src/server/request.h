@@ -29,6 +29,9 @@ struct api_error {
 };
 
 #define REQUEST_MAX_DEPTH 64 /* nesting levels of a request body */
+/* What a "\u0000" of a parsed body's text is until request.c's text
+ * helpers turn it back into NUL (never a byte of valid UTF-8). */
+#define REQUEST_NUL_STANDIN '\xff'
 
 struct api_message {
 	char *role;    /* "system", "developer" (as system), "user", "assistant", "tool" */
@@ -122,6 +125,9 @@ int request_get_bool(const cJSON *o, const char *key, bool *out, struct api_erro
 int request_get_num(const cJSON *o, const char *key, double lo, double hi, bool integer,
                     double *out, struct api_error *e);
 char *request_text_dup(const cJSON *v, size_t *len);
+/* Appends n bytes of a parsed text to a growing buffer (NUL-terminated),
+ * stand-ins back as NUL; 0 or -ENOMEM. */
+int request_text_append(char **s, size_t *len, size_t *cap, const char *t, size_t n);
 int request_name_dup(const cJSON *v, const char *param, char **out, struct api_error *e);
 
 /* max_tokens_limit: limits.max_tokens.  Returns 0 or -EINVAL with *e set. */

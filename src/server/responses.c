@@ -19,7 +19,6 @@
 #include "server/openai.h"
 #include "util/errbuf.h"
 
-#define NUL_STANDIN '\xff' /* never a byte of valid UTF-8 */
 #define RESPONSE_ID_ARG_MAX 128
 #define RESP_RANDOM_HEX 24
 
@@ -112,25 +111,6 @@ static struct api_message *msg_next(struct gen_args *a, const char *role, struct
 	return m;
 }
 
-/* Appends a C string (stand-ins turned back into NUL) to a growing text. */
-static int text_add(char **s, size_t *len, size_t *cap, const char *t)
-{
-	size_t n = strlen(t);
-	if (*len + n + 1 > *cap) {
-		size_t c = (*len + n + 1) * 2;
-		char *b = realloc(*s, c);
-		if (!b)
-			return -ENOMEM;
-		*s = b;
-		*cap = c;
-	}
-	for (size_t i = 0; i < n; i++)
-		(*s)[*len + i] = t[i] == NUL_STANDIN ? '\0' : t[i];
-	*len += n;
-	(*s)[*len] = '\0';
-	return 0;
-}
-
 /* content: a string, or text parts [{"type":"input_text"|"output_text","text"}]
  * joined (as chat's parts are).  Images, files and audio are refused. */
 static int content_text(const cJSON *c, const char *where, char **out, size_t *out_len,
@@ -142,7 +122,10 @@ static int content_text(const cJSON *c, const char *where, char **out, size_t *o
 	if (!c || (!cJSON_IsString(c) && !cJSON_IsArray(c)))
 		return request_fail(e, param, c ? "invalid_type" : "missing_required_parameter",
 		                    "'%s' must be a string or an array of input_text parts", param);
-	int rc = cJSON_IsString(c) && text_add(&s, &len, &cap, c->valuestring) ? -ENOMEM : 0;
+	int rc = cJSON_IsString(c) &&
+	                 request_text_append(&s, &len, &cap, c->valuestring, strlen(c->valuestring))
+	             ? -ENOMEM
+	             : 0;
 	const cJSON *part, *parts = cJSON_IsArray(c) ? c : NULL;
 	cJSON_ArrayForEach(part, parts)
 	{
@@ -167,7 +150,10 @@ static int content_text(const cJSON *c, const char *where, char **out, size_t *o
 			snprintf(param, sizeof(param), "%s[%zu].text", where, k - 1);
 			rc = request_fail(e, param, "invalid_type", "'%s' must be a string", param);
 		} else if (!(rc = no_twice(part, part_keys, param, e))) {
-			rc = text_add(&s, &len, &cap, text->valuestring) ? -ENOMEM : 0;
+			rc = request_text_append(&s, &len, &cap, text->valuestring,
+			                         strlen(text->valuestring))
+			         ? -ENOMEM
+			         : 0;
 		}
 	}
 	if (!rc && !s && !(s = strdup("")))
@@ -232,8 +218,9 @@ static int item_call(const cJSON *it, const char *where, struct gen_args *a, str
 	    !(name = item_string(it, "name", where, param, sizeof(param), e)) ||
 	    !(args = item_string(it, "arguments", where, param, sizeof(param), e)))
 		return -EINVAL;
-	if (strchr(call_id->valuestring, NUL_STANDIN) || strchr(name->valuestring, NUL_STANDIN) ||
-	    strchr(args->valuestring, NUL_STANDIN) || !*name->valuestring)
+	if (strchr(call_id->valuestring, REQUEST_NUL_STANDIN) ||
+	    strchr(name->valuestring, REQUEST_NUL_STANDIN) ||
+	    strchr(args->valuestring, REQUEST_NUL_STANDIN) || !*name->valuestring)
 		return request_fail(e, where, "invalid_value",
 		                    "'%s' must have a non-empty name and no NUL (\\u0000)", where);
 	struct api_message *m = call_message(a, e, where);
