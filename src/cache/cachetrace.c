@@ -4,8 +4,12 @@
  * of the program filled.  Collecting the trace is the engine's job. */
 #include "cache/cachetrace.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "util/errbuf.h"
 
@@ -84,5 +88,135 @@ int cache_trace_step_check(const struct cache_trace_step *t, char *err, size_t e
 				return rc;
 		}
 	}
+	return 0;
+}
+
+/* 6 significant digits: the masses' precision that a picture or a test
+ * needs, without cJSON's 17. */
+static double digits6(float x)
+{
+	char b[32];
+	snprintf(b, sizeof(b), "%.6g", (double)x);
+	return strtod(b, NULL);
+}
+
+static cJSON *slot_array(const struct cache_trace_layer *ly, int field)
+{
+	cJSON *a = cJSON_CreateArray();
+	for (int i = 0; a && i < ly->n_slots; i++) {
+		const struct cache_trace_slot *s = &ly->slots[i];
+		double v = 0.0;
+		switch (field) {
+		case 0:
+			v = (double)s->stream_index;
+			break;
+		case 1:
+			v = (double)s->tier;
+			break;
+		case 2:
+			v = (double)s->rope_pos;
+			break;
+		case 3:
+			v = digits6(s->mass_max);
+			break;
+		case 4:
+			v = digits6(s->mass_mean);
+			break;
+		default:
+			v = digits6(s->mass_ema);
+			break;
+		}
+		cJSON *n = cJSON_CreateNumber(v);
+		if (!n || !cJSON_AddItemToArray(a, n)) {
+			cJSON_Delete(n);
+			cJSON_Delete(a);
+			return NULL;
+		}
+	}
+	return a;
+}
+
+static bool add_field(cJSON *o, const char *name, cJSON *v)
+{
+	if (!v)
+		return false;
+	if (!cJSON_AddItemToObject(o, name, v)) {
+		cJSON_Delete(v);
+		return false;
+	}
+	return true;
+}
+
+cJSON *cache_trace_json(const struct cache_trace_step *t, const bool *layer_wanted)
+{
+	static const char *const fields[] = {"stream_index", "tier",      "rope_position",
+	                                     "mass_max",     "mass_mean", "mass_ema"};
+	cJSON *o = cJSON_CreateObject();
+	if (!o)
+		return NULL;
+	bool ok = cJSON_AddNumberToObject(o, "step", (double)t->step) &&
+	          cJSON_AddNumberToObject(o, "stream_position", (double)t->stream_pos) &&
+	          cJSON_AddBoolToObject(o, "tracing", t->attention);
+	cJSON *g = ok ? cJSON_AddObjectToObject(o, "geometry") : NULL;
+	ok = g && cJSON_AddNumberToObject(g, "sink_keep_count", t->geometry.sink_keep_count) &&
+	     cJSON_AddNumberToObject(g, "window_size", t->geometry.window_size) &&
+	     cJSON_AddNumberToObject(g, "quant_bits", t->geometry.quant_bits) &&
+	     cJSON_AddNumberToObject(g, "full_precision_recent",
+	                             t->geometry.full_precision_recent) &&
+	     cJSON_AddNumberToObject(g, "anchor_max", t->geometry.anchor_max);
+	const char *names[CACHE_TIER_COUNT];
+	for (int i = 0; i < CACHE_TIER_COUNT; i++)
+		names[i] = cache_tier_name((enum cache_tier)i);
+	ok = ok && add_field(o, "tier_names", cJSON_CreateStringArray(names, CACHE_TIER_COUNT));
+	cJSON *layers = ok ? cJSON_AddArrayToObject(o, "layers") : NULL;
+	ok = layers != NULL;
+	for (int l = 0; ok && l < t->n_layers; l++) {
+		if (layer_wanted && !layer_wanted[l])
+			continue;
+		const struct cache_trace_layer *ly = &t->layers[l];
+		cJSON *lo = cJSON_CreateObject();
+		ok = lo && cJSON_AddItemToArray(layers, lo);
+		if (!ok) {
+			cJSON_Delete(lo);
+			break;
+		}
+		ok = cJSON_AddNumberToObject(lo, "layer", l) &&
+		     cJSON_AddNumberToObject(lo, "n_slots", ly->n_slots);
+		for (int f = 0; ok && f < 6; f++)
+			ok = f >= 3 && !t->attention ? cJSON_AddNullToObject(lo, fields[f]) != NULL
+			                             : add_field(lo, fields[f], slot_array(ly, f));
+	}
+	if (!ok) {
+		cJSON_Delete(o);
+		return NULL;
+	}
+	return o;
+}
+
+int cache_trace_parse_layers(const char *spec, int n_layers, bool *wanted, char *err,
+                             size_t err_len)
+{
+	for (int l = 0; l < n_layers; l++)
+		wanted[l] = false;
+	const char *p = spec;
+	do {
+		char *end;
+		long a = strtol(p, &end, 10), b = a;
+		bool ok = end != p && *p >= '0' && *p <= '9';
+		if (ok && *end == '-') {
+			const char *q = end + 1;
+			b = strtol(q, &end, 10);
+			ok = end != q && *q >= '0' && *q <= '9' && b >= a;
+		}
+		ok = ok && (*end == ',' || *end == '\0');
+		if (!ok || b >= n_layers)
+			return err_set(err, err_len, -EINVAL,
+			               "layers: bad part \"%.*s\": want a list of layers and ranges "
+			               "such as 0,2-3, each in 0..%d",
+			               (int)strcspn(p, ","), p, n_layers - 1);
+		for (long l = a; l <= b; l++)
+			wanted[l] = true;
+		p = *end == ',' ? end + 1 : end;
+	} while (*p);
 	return 0;
 }

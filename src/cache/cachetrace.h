@@ -9,6 +9,7 @@
  * differ, because each layer keeps its own anchors. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -52,8 +53,9 @@ struct cache_trace_geometry {
 };
 
 struct cache_trace_step {
-	uint64_t step;      /* the step's number in the session (decode steps from 0) */
+	uint64_t step;      /* steps (tokens) observed since tracing began */
 	int64_t stream_pos; /* stream index of the token whose query this is */
+	bool attention;     /* the masses are a step's; false: nothing observed yet (zeros) */
 	struct cache_trace_geometry geometry;
 	int n_layers;
 	struct cache_trace_layer *layers; /* (n_layers), caller-owned */
@@ -69,3 +71,24 @@ size_t cache_trace_slots_per_layer(const struct sinkcache_geometry *g);
  * stream indices non-negative and strictly increasing per layer, tiers
  * known, masses finite and non-negative; err names the layer and slot. */
 int cache_trace_step_check(const struct cache_trace_step *t, char *err, size_t err_len);
+
+/* A trace as the API and `sinkd eval --trace` write it: {"step",
+ * "stream_position", "tracing", "geometry", "tier_names", "layers": [{"layer",
+ * "n_slots", "stream_index", "tier" (indices into tier_names),
+ * "rope_position", "mass_max", "mass_mean", "mass_ema" (null without
+ * masses)}]}, masses to 6 significant digits.  layer_wanted (n_layers
+ * flags) or NULL for all.  NULL when out of memory. */
+struct cJSON;
+struct cJSON *cache_trace_json(const struct cache_trace_step *t, const bool *layer_wanted);
+/* Parses a layer list as "0,2-3" into wanted (n_layers flags): -EINVAL
+ * naming the part at fault and the layers that exist. */
+int cache_trace_parse_layers(const char *spec, int n_layers, bool *wanted, char *err,
+                             size_t err_len);
+
+/* The trace of a CPU sink cache now (sinkcache_trace.c): out->n_layers and
+ * every layer's slot array (cache_trace_slots_per_layer()) are the
+ * caller's; masses are those of the last step observed while tracing
+ * (sinkcache_trace_enable), of the tokens still resident.  Between forward
+ * passes, on the thread that runs them. */
+int sinkcache_trace_fill(const struct sinkcache *c, struct cache_trace_step *out, char *err,
+                         size_t err_len);

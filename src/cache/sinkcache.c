@@ -476,6 +476,7 @@ void sinkcache_free(struct sinkcache *c)
 	free(c->flush_rows);
 	free(c->cs_memo[0]);
 	free(c->cs_memo[1]);
+	kv_trace_free(c->trace, c->g.n_layers);
 	free(c);
 }
 
@@ -781,11 +782,12 @@ static void kv_layer_keep_leaving(struct sinkcache *c, struct kv_layer *L)
 
 bool sinkcache_tracks_attention(const struct sinkcache *c)
 {
-	return c->caps.anchor > 0;
+	return c->caps.anchor > 0 || c->trace;
 }
 
 void sinkcache_observe(struct sinkcache *c, int layer, const float *key_weight, int n_heads)
 {
+	kv_trace_observe(c, layer, key_weight, n_heads);
 	if (c->caps.anchor <= 0 || !key_weight || layer < 0 || layer >= c->g.n_layers)
 		return;
 	struct kv_layer *L = &c->layers[layer];
@@ -878,6 +880,7 @@ int sinkcache_revise(struct sinkcache *c, size_t n_tokens, char *err, size_t err
 		tier_revise(&c->caps, &L->t, n_tokens, NULL, 0);
 		kv_layer_set_query_pos(c, L);
 	}
+	kv_trace_revised(c);
 	return 0;
 }
 
@@ -885,11 +888,13 @@ void sinkcache_reset(struct sinkcache *c)
 {
 	for (int l = 0; l < c->g.n_layers; l++)
 		kv_layer_clear(c, &c->layers[l]);
+	kv_trace_clear(c);
 }
 
 size_t sinkcache_reset_trim(struct sinkcache *c)
 {
 	sinkcache_reset(c);
+	sinkcache_trace_enable(c, false, NULL, 0); /* the next stream did not ask */
 	for (int l = 0; l < c->g.n_layers; l++) {
 		struct kv_layer *L = &c->layers[l];
 		if (!L->mem)

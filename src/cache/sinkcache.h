@@ -126,11 +126,18 @@ void sinkcache_attend(const struct sinkcache *c, int layer, const float *q, int 
                       float *key_weight, bool rows_cold);
 size_t sinkcache_scratch_floats(const struct sinkcache_geometry *g);
 
-/* Whether the cache keeps anchors, so that its attention weights matter. */
+/* Whether the cache keeps anchors or is traced, so that its attention
+ * weights matter. */
 bool sinkcache_tracks_attention(const struct sinkcache *c);
+/* Turns the collection of a cache trace (cache/cachetrace.h) on or off;
+ * on costs a reduction over heads x resident tokens per layer and token,
+ * and a few floats per slot.  -ENOMEM with a message. */
+int sinkcache_trace_enable(struct sinkcache *c, bool on, char *err, size_t err_len);
+bool sinkcache_tracing(const struct sinkcache *c);
 /* After every head of the newest token of `layer` was attended with
  * key_weight: folds the weights into the layer's per-token moving averages
- * and anchor demotion counts (serial per session, as append). */
+ * and anchor demotion counts, and into the trace (serial per session, as
+ * append). */
 void sinkcache_observe(struct sinkcache *c, int layer, const float *key_weight, int n_heads);
 
 /* Drops the newest n tokens of every layer.  Exact: the remaining tokens

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cache/cachetrace.h"
 #include "cache/kvimage.h"
 #include "cache/sinkcache.h"
 #include "model/model.h"
@@ -60,6 +61,16 @@ struct backend_ops {
 			      struct kv_image *out, char *err, size_t err_len);
 	int (*session_import)(struct backend *be, struct backend_session *s,
 			      const struct kv_image *in, char *err, size_t err_len);
+	/* Cache traces (cache/cachetrace.h): trace_enable turns the collection
+	 * of a session's attention masses on or off (off when it is made: it
+	 * costs a reduction per layer and token); session_trace fills out
+	 * (caller-owned slots, cache_trace_slots_per_layer() per layer) with
+	 * the session's cache now.  Between forward passes.  Both or neither
+	 * (NULL: this backend gives no traces). */
+	int (*session_trace_enable)(struct backend *be, struct backend_session *s, bool on,
+				    char *err, size_t err_len);
+	int (*session_trace)(struct backend *be, const struct backend_session *s,
+			     struct cache_trace_step *out, char *err, size_t err_len);
 };
 
 /* A session geometry's shape against the model's (layers, kv heads,

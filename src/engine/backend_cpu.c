@@ -638,6 +638,18 @@ static int cpu_session_import(struct backend *be, struct backend_session *s,
 	return sinkcache_import(s->cache, in, err, err_len);
 }
 
+static int cpu_session_trace_enable(struct backend *be, struct backend_session *s, bool on,
+                                    char *err, size_t err_len)
+{
+	return sinkcache_trace_enable(s->cache, on, err, err_len);
+}
+
+static int cpu_session_trace(struct backend *be, const struct backend_session *s,
+                             struct cache_trace_step *out, char *err, size_t err_len)
+{
+	return sinkcache_trace_fill(s->cache, out, err, err_len);
+}
+
 static void cpu_destroy(struct backend *be)
 {
 	struct cpu_backend *c = cpu_of(be);
@@ -664,6 +676,8 @@ static const struct backend_ops cpu_ops = {
     .destroy = cpu_destroy,
     .session_export = cpu_session_export,
     .session_import = cpu_session_import,
+    .session_trace_enable = cpu_session_trace_enable,
+    .session_trace = cpu_session_trace,
 };
 
 static int check_matrix(const struct weight_matrix *w, const char *what, char *err, size_t err_len)

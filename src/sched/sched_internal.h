@@ -66,6 +66,7 @@ struct sched_session {
 	bool offloading;            /* [mu] its snapshot is being written to the store */
 	bool offload_cancel;        /* [mu] a request came while it was */
 	bool stored;                /* [mu] out of the table into the store: keep the file */
+	bool trace_wanted; /* [engine] a cache trace was asked for: collect from its first request */
 };
 
 /* A session's state as the engine copied it out: what a snapshot holds
@@ -91,9 +92,15 @@ struct sched_restore {
 	bool leased; /* its lease in the store is taken */
 };
 
-/* A snapshot job for the engine thread. */
+/* A job for the engine thread: a snapshot's export, or a cache trace
+ * (sched_views.c) of a session (ss) or of a running stream (request_id,
+ * looked up when the job runs). */
+enum sched_ctl_kind { SCHED_CTL_EXPORT = 0, SCHED_CTL_TRACE };
 struct sched_ctl {
+	enum sched_ctl_kind kind;
 	struct sched_session *ss;
+	const char *request_id;
+	struct cache_trace_step *trace; /* TRACE: the result */
 	struct sched_export ex;
 	int rc;
 	char err[SINKD_ERR_LEN];
@@ -119,7 +126,12 @@ struct sched_req {
 	uint64_t handle;
 	struct gen_request req; /* owns prompt_ids and stops; session_id points to sid */
 	char sid[SCHED_SESSION_ID_LEN];
+	char rid[SCHED_REQUEST_ID_LEN];  /* req.request_id points here ("": none) */
+	char owner[SCHED_OWNER_LEN];     /* req.owner points here */
 	enum sched_req_state state; /* [mu] for QUEUED, else [engine] */
+	/* [mu] state and n_generated as of the last tick, for the views */
+	enum sched_req_state pub_state;
+	int pub_generated;
 	bool cancelled;             /* [mu] */
 	double enqueued_at;
 	size_t need_bytes;              /* reservation to take at admission (0 on a session) */
@@ -264,12 +276,19 @@ int sched_session_create_restored(struct scheduler *s, const struct session_sett
                                   char id_out[SCHED_SESSION_ID_LEN], char *err, size_t err_len);
 /* The live session of that id, or NULL; mu held. */
 struct sched_session *sched_session_find_locked(struct scheduler *s, const char *id);
+/* What scheduler_session_info() reports of ss. */
+void sched_session_info_locked(const struct sched_session *ss, double now,
+                               struct sched_session_info *out);
 /* Takes a session out of the table; the engine frees it once idle. */
 void sched_session_kill_locked(struct scheduler *s, struct sched_session *ss);
 
 /* sched_store.c */
 /* The engine's part: runs the snapshot jobs taken from s->ctl (jobs[0..n)). */
 void sched_ctl_run(struct scheduler *s, struct sched_ctl **jobs, size_t n);
+/* sched_views.c: runs a TRACE job (engine thread, lock not held). */
+void sched_trace_run(struct scheduler *s, struct sched_ctl *c);
+/* After the engine made a session's backend session: collection as asked. */
+void sched_trace_session_started(struct scheduler *s, struct sched_session *ss);
 /* Copies a session's state out (engine thread; the session is idle). */
 int sched_export_session(struct scheduler *s, struct sched_session *ss, struct sched_export *ex,
                          char *err, size_t err_len);

@@ -129,6 +129,10 @@ void sched_ctl_run(struct scheduler *s, struct sched_ctl **jobs, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		struct sched_ctl *c = jobs[i];
+		if (c->kind == SCHED_CTL_TRACE) {
+			sched_trace_run(s, c);
+			continue;
+		}
 		pthread_mutex_lock(&s->mu);
 		bool busy = c->ss->busy_handle != 0, gone = c->ss->deleted;
 		pthread_mutex_unlock(&s->mu);

@@ -309,6 +309,7 @@ static int req_start(struct scheduler *s, struct sched_req *r, const char **para
 			ss->bs = NULL;
 			return rc == -ENOMEM ? rc : -EIO;
 		}
+		sched_trace_session_started(s, ss);
 	}
 	if (q->revise_last_tokens > 0) {
 		rc = session_revise(s, ss, q->revise_last_tokens, err, err_len);
@@ -917,6 +918,12 @@ size_t sched_tick(struct scheduler *s)
 	for (size_t i = 0; i < n_act; i++)
 		if (act[i]->sess)
 			session_refresh_stats(s, act[i]->sess);
+	pthread_mutex_lock(&s->mu);
+	for (size_t i = 0; i < n_act; i++) {
+		act[i]->pub_state = act[i]->state;
+		act[i]->pub_generated = act[i]->n_generated;
+	}
+	pthread_mutex_unlock(&s->mu);
 	for (size_t i = 0; i < n_act; i++)
 		if (act[i]->state == REQ_FINISHED)
 			sched_req_retire(s, act[i]);

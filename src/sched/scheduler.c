@@ -445,29 +445,34 @@ int sched_session_create_restored(struct scheduler *s, const struct session_sett
 	return session_create(s, opt, rs, id_out, &param, err, err_len);
 }
 
+void sched_session_info_locked(const struct sched_session *ss, double now,
+                               struct sched_session_info *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->n_seen = ss->stats.n_seen + (ss->has_pending ? 1 : 0);
+	out->n_resident = ss->stats.n_resident;
+	out->n_sink = ss->stats.n_sink;
+	out->n_compressed = ss->stats.n_compressed;
+	out->n_hot = ss->stats.n_hot;
+	out->bytes_resident = ss->stats.bytes_resident;
+	out->bytes_reserved = ss->bytes_reserved;
+	out->age_s = now - ss->created;
+	out->busy = ss->busy_handle != 0;
+	out->idle_s = out->busy ? 0 : now - ss->last_used;
+	out->restored = ss->restore_buf != NULL;
+	snprintf(out->owner, sizeof(out->owner), "%s", ss->owner);
+	out->window_size = ss->geom.window_size;
+	out->sink_keep_count = ss->geom.sink_keep_count;
+	out->pinned_tokens = ss->pinned_tokens;
+}
+
 int scheduler_session_info(struct scheduler *s, const char *id, struct sched_session_info *out)
 {
 	memset(out, 0, sizeof(*out));
 	pthread_mutex_lock(&s->mu);
 	struct sched_session *ss = id ? sched_session_find_locked(s, id) : NULL;
-	if (ss) {
-		double now = sched_now();
-		out->n_seen = ss->stats.n_seen + (ss->has_pending ? 1 : 0);
-		out->n_resident = ss->stats.n_resident;
-		out->n_sink = ss->stats.n_sink;
-		out->n_compressed = ss->stats.n_compressed;
-		out->n_hot = ss->stats.n_hot;
-		out->bytes_resident = ss->stats.bytes_resident;
-		out->bytes_reserved = ss->bytes_reserved;
-		out->age_s = now - ss->created;
-		out->busy = ss->busy_handle != 0;
-		out->idle_s = out->busy ? 0 : now - ss->last_used;
-		out->restored = ss->restore_buf != NULL;
-		snprintf(out->owner, sizeof(out->owner), "%s", ss->owner);
-		out->window_size = ss->geom.window_size;
-		out->sink_keep_count = ss->geom.sink_keep_count;
-		out->pinned_tokens = ss->pinned_tokens;
-	}
+	if (ss)
+		sched_session_info_locked(ss, sched_now(), out);
 	pthread_mutex_unlock(&s->mu);
 	return ss ? 0 : -ENOENT;
 }
@@ -783,6 +788,10 @@ int scheduler_submit(struct scheduler *s, struct gen_request *req, uint64_t *han
 		snprintf(r->sid, sizeof(r->sid), "%s", req->session_id);
 		r->req.session_id = r->sid;
 	}
+	snprintf(r->rid, sizeof(r->rid), "%s", req->request_id ? req->request_id : "");
+	snprintf(r->owner, sizeof(r->owner), "%s", req->owner ? req->owner : "");
+	r->req.request_id = r->rid;
+	r->req.owner = r->owner;
 	pthread_mutex_lock(&s->mu);
 	rc = submit_locked(s, r, handle, err, err_len);
 	pthread_mutex_unlock(&s->mu);
@@ -855,7 +864,7 @@ static void admit_locked(struct scheduler *s, struct housekeeping *hk, double no
 			if (!r->sess->persistent)
 				r->sess->bytes_reserved = r->need_bytes;
 			s->reserved += r->need_bytes;
-			r->state = REQ_STARTING;
+			r->state = r->pub_state = REQ_STARTING;
 			s->st.admitted++;
 			sched_hist_observe(&s->hist[SCHED_HIST_QUEUE_WAIT_SECONDS],
 			                   now - r->enqueued_at);

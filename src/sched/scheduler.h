@@ -95,6 +95,11 @@ struct gen_request {
 	 * called for one that leaves it by timeout or cancel).  Engine thread;
 	 * must not block. */
 	void (*on_start)(void *user);
+	/* Optional, copied at submit: the API's request id (X-Request-Id), by
+	 * which scheduler_list_streams() and scheduler_cache_trace() name a
+	 * running stream, and who submitted it (as a session owner). */
+	const char *request_id;
+	const char *owner;
 	/* Out: after an error of scheduler_submit, the field at fault
 	 * ("prompt", "max_tokens", "session_id", "revise_last_tokens",
 	 * "pin_prefix_tokens"; a string literal) or NULL. */
@@ -286,6 +291,46 @@ int scheduler_session_info(struct scheduler *s, const char *id, struct sched_ses
  * GEN_FINISH_CANCELLED), its reservation is released when the engine has
  * freed the cache (next tick).  -ENOENT when unknown. */
 int scheduler_session_delete(struct scheduler *s, const char *id);
+
+/* ---- Views for the API and the console (sched_views.c) ------------------ */
+
+#define SCHED_REQUEST_ID_LEN 80 /* the server's request ids, NUL included */
+
+/* The persistent sessions here (ids and owners), for GET /v1/sessions: a
+ * malloc'd array the caller frees.  -ENOMEM. */
+struct sched_session_ref {
+	char id[SCHED_SESSION_ID_LEN];
+	char owner[SCHED_OWNER_LEN];
+};
+int scheduler_list_sessions(struct scheduler *s, struct sched_session_ref **out, size_t *n);
+
+/* A stream (a request queued or running), for GET /v1/streams. */
+struct sched_stream_info {
+	char id[SCHED_REQUEST_ID_LEN];          /* "" when submitted without one */
+	char session_id[SCHED_SESSION_ID_LEN]; /* "" for a one-shot request */
+	char owner[SCHED_OWNER_LEN];
+	const char *state; /* "queued", "prefill", "decode" */
+	int prompt_tokens, generated_tokens;
+	double age_s; /* since submit */
+	struct sched_session_info cache; /* its session's cache (zeros while queued) */
+};
+/* Every stream with a request id, oldest first: a malloc'd array.  -ENOMEM. */
+int scheduler_list_streams(struct scheduler *s, struct sched_stream_info **out, size_t *n);
+/* One stream by its request id: -ENOENT when none runs or waits. */
+int scheduler_stream_info(struct scheduler *s, const char *request_id,
+                          struct sched_stream_info *out);
+
+/* The cache trace (cache/cachetrace.h) of a persistent session (session_id)
+ * or of a running stream (request_id), taken by the engine between two
+ * forward passes; the first one turns the collection of attention masses
+ * on for that session (until it ends), so its masses come from the next
+ * step on (trace->attention false until then).  *out is the caller's
+ * (scheduler_cache_trace_free).  -ENOENT unknown (or a stream not started
+ * yet), -ENOTSUP the backend gives no traces, -ENOMEM, with a message.  A
+ * session that no request ran on yet has no slots. */
+int scheduler_cache_trace(struct scheduler *s, const char *session_id, const char *request_id,
+                          struct cache_trace_step **out, char *err, size_t err_len);
+void scheduler_cache_trace_free(struct cache_trace_step *t);
 
 /* ---- Snapshots and the session store (sched_store.c) ------------------- */
 

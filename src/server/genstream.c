@@ -21,6 +21,7 @@
 
 #include "grammar/grammar.h"
 #include "server/chat_prompt.h"
+#include "server/quota.h"
 #include "server/request.h"
 #include "server/respond.h"
 #include "server/responses.h"
@@ -588,6 +589,10 @@ static int gs_start(struct request *r, const struct gen_shape *shape, struct gen
 	struct genstream *gs = gs_new(r, shape);
 	if (!gs)
 		return f->rc = err_set(f->msg, sizeof(f->msg), -ENOMEM, "out of memory");
+	char owner[QUOTA_CLIENT_NAME_LEN];
+	quota_client_name(&r->client, owner);
+	req->request_id = r->id; /* both copied by the scheduler */
+	req->owner = owner;
 	req->on_event = gs_on_event;
 	req->unsent_tokens = gs_unsent_tokens;
 	req->on_start = gs_on_start;
