@@ -3,8 +3,8 @@
  * accepts (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K).  Block layouts
  * are ggml's; all reads go through memcpy so blocks need no alignment.  This
  * is the reference (scalar) path used at load time and by tests; fast
- * compute kernels live in the engine, not here.  It quantizes only Q8_0
- * (what the synthetic-model tool writes). */
+ * compute kernels live in the engine, not here; quantizing is quantize.c's
+ * job. */
 #include "model/dequant.h"
 
 #include <errno.h>
@@ -302,28 +302,5 @@ int dequantize_row(enum ggml_type type, const void *src, float *dst, uint64_t n)
 	size_t block_bytes = ggml_row_bytes(type, bs);
 	for (uint64_t i = 0; i < n / bs; i++)
 		fn(s + i * block_bytes, dst + i * bs);
-	return 0;
-}
-
-int quantize_row_q8_0(const float *src, void *dst, uint64_t n)
-{
-	if (n % 32 != 0)
-		return -EINVAL;
-	uint8_t *out = dst;
-	for (uint64_t i = 0; i < n / 32; i++, src += 32, out += 34) {
-		float amax = 0.0f;
-		for (int j = 0; j < 32; j++)
-			amax = fmaxf(amax, fabsf(src[j]));
-		float d = amax / 127.0f;
-		uint16_t dh = f32_to_fp16(d);
-		float dq = fp16_to_f32(dh); /* quantize against the scale as stored */
-		float inv = dq != 0.0f ? 1.0f / dq : 0.0f;
-		memcpy(out, &dh, 2);
-		for (int j = 0; j < 32; j++) {
-			float v = roundf(src[j] * inv);
-			v = fminf(127.0f, fmaxf(-127.0f, v));
-			out[2 + j] = (uint8_t)(int8_t)v;
-		}
-	}
 	return 0;
 }

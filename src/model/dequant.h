@@ -18,7 +18,3 @@ bool dequant_supported(enum ggml_type type);
 
 /* Converts n elements (a multiple of the type's block size) to float. */
 int dequantize_row(enum ggml_type type, const void *src, float *dst, uint64_t n);
-
-/* Quantizes n floats (a multiple of 32) to Q8_0 blocks (34 bytes each):
- * scale = max|x| / 127 stored as fp16, q = round(x / scale). */
-int quantize_row_q8_0(const float *src, void *dst, uint64_t n);

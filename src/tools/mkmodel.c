@@ -6,7 +6,9 @@
  * SentencePiece-style vocabulary is made up.  Tensor data is generated one
  * row at a time and streamed to disk, so multi-GB files need little memory.
  * The model it writes produces meaningless text: it is for speed and
- * plumbing, not quality. */
+ * plumbing, not quality.  With --from it instead converts an existing GGUF
+ * model to --type, keeping every metadata key (the tokenizer included) and
+ * re-encoding each matrix one row at a time. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -18,16 +20,48 @@
 #include "model/dequant.h"
 #include "model/gguf.h"
 #include "model/gguf_write.h"
+#include "model/quantize.h"
 #include "util/errbuf.h"
 
 struct mk_options {
 	const char *out;
 	const char *vocab;
+	const char *from; /* --from: convert this model instead of making one */
 	int dim, layers, heads, kv_heads, ffn, vocab_size, context;
 	enum ggml_type type;
 	int tied;
 	uint64_t seed;
 };
+
+/* ------------------------------------------------------------------------
+ * Tensor types, by their command-line names. */
+
+static const struct {
+	const char *name;
+	enum ggml_type type;
+} type_names[] = {{"f32", GGML_TYPE_F32},   {"f16", GGML_TYPE_F16},   {"bf16", GGML_TYPE_BF16},
+                  {"q8_0", GGML_TYPE_Q8_0}, {"q4_0", GGML_TYPE_Q4_0}, {"q4_1", GGML_TYPE_Q4_1},
+                  {"q5_0", GGML_TYPE_Q5_0}, {"q5_1", GGML_TYPE_Q5_1}, {"q4_k", GGML_TYPE_Q4_K},
+                  {"q5_k", GGML_TYPE_Q5_K}, {"q6_k", GGML_TYPE_Q6_K}};
+#define N_TYPE_NAMES (sizeof(type_names) / sizeof(type_names[0]))
+
+static int parse_type(const char *s, enum ggml_type *t)
+{
+	for (size_t i = 0; i < N_TYPE_NAMES; i++)
+		if (strcmp(s, type_names[i].name) == 0) {
+			*t = type_names[i].type;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+static const char *type_cli_name(enum ggml_type t)
+{
+	for (size_t i = 0; i < N_TYPE_NAMES; i++)
+		if (type_names[i].type == t)
+			return type_names[i].name;
+	return ggml_type_name(t);
+}
 
 /* ------------------------------------------------------------------------
  * Random numbers: splitmix64, and a fast approximately normal variate (sum
@@ -197,28 +231,6 @@ static int tensor_list(const struct mk_options *o, struct mk_tensor *t, int cap)
 	return n;
 }
 
-/* Converts a row of floats into the tensor type (out holds row_bytes). */
-static void encode_row(enum ggml_type type, const float *row, uint64_t n, void *out)
-{
-	uint16_t *h = out;
-	switch (type) {
-	case GGML_TYPE_F16:
-		for (uint64_t i = 0; i < n; i++)
-			h[i] = f32_to_fp16(row[i]);
-		break;
-	case GGML_TYPE_BF16:
-		for (uint64_t i = 0; i < n; i++)
-			h[i] = f32_to_bf16(row[i]);
-		break;
-	case GGML_TYPE_Q8_0:
-		quantize_row_q8_0(row, out, n);
-		break;
-	default:
-		memcpy(out, row, n * sizeof(float));
-		break;
-	}
-}
-
 static int write_tensor_data(struct gguf_writer *w, const struct mk_options *o,
                              const struct mk_tensor *t, uint64_t *rng, char *err, size_t err_len)
 {
@@ -233,8 +245,9 @@ static int write_tensor_data(struct gguf_writer *w, const struct mk_options *o,
 	for (uint64_t r = 0; rc == 0 && r < rows; r++) {
 		for (uint64_t i = 0; i < t->cols; i++)
 			row[i] = t->rows ? 0.02f * rng_normalish(rng) : 1.0f;
-		encode_row(type, row, t->cols, enc);
-		rc = gguf_writer_write_data(w, enc, row_bytes, err, err_len);
+		rc = quantize_row(type, row, enc, t->cols, err, err_len);
+		if (rc == 0)
+			rc = gguf_writer_write_data(w, enc, row_bytes, err, err_len);
 	}
 	free(row);
 	free(enc);
@@ -301,35 +314,151 @@ static int write_model(struct mk_options *o, uint64_t *n_params, char *err, size
 }
 
 /* ------------------------------------------------------------------------
+ * Conversion of an existing model (--from). */
+
+/* For a matrix whose rows do not split into the type's blocks: what
+ * llama.cpp's quantizer falls back to for a K type when the rows split into
+ * 32-element blocks, else F16 (lossless enough, any row length). */
+static enum ggml_type fallback_type(enum ggml_type type, uint64_t cols)
+{
+	enum ggml_type alt = type == GGML_TYPE_Q4_K   ? GGML_TYPE_Q5_0
+	                     : type == GGML_TYPE_Q5_K ? GGML_TYPE_Q5_1
+	                     : type == GGML_TYPE_Q6_K ? GGML_TYPE_Q8_0
+	                                              : type;
+	return alt != type && cols % ggml_block_size(alt) == 0 ? alt : GGML_TYPE_F16;
+}
+
+/* The type a source tensor is written as: vectors (norms, biases) F32,
+ * matrices --type unless their rows do not split into its blocks. */
+static enum ggml_type converted_type(const struct gguf_tensor *t, enum ggml_type want)
+{
+	if (t->n_dims < 2)
+		return GGML_TYPE_F32;
+	if (t->dims[0] % ggml_block_size(want) == 0)
+		return want;
+	enum ggml_type alt = fallback_type(want, t->dims[0]);
+	printf("note: %s: rows of %" PRIu64 " are not a multiple of %" PRIu32
+	       " (the %s block size): written as %s\n",
+	       t->name, t->dims[0], ggml_block_size(want), type_cli_name(want), type_cli_name(alt));
+	return alt;
+}
+
+/* Every key but general.alignment (the writer lays the data out at its
+ * own) and general.file_type (it describes the source's tensor types). */
+static int copy_metadata(struct gguf_writer *w, const struct gguf_file *src)
+{
+	int rc = 0;
+	for (size_t i = 0; rc == 0 && i < gguf_n_kv(src); i++) {
+		const char *key = gguf_kv_key(src, i);
+		enum gguf_value_type type;
+		const void *data;
+		size_t len;
+		if (strcmp(key, "general.alignment") == 0 || strcmp(key, "general.file_type") == 0)
+			continue;
+		gguf_kv_raw(src, i, &type, &data, &len);
+		rc = gguf_writer_add_raw(w, key, type, data, len);
+	}
+	return rc;
+}
+
+/* One tensor's data: copied as is when the type does not change, else
+ * decoded and re-encoded one row at a time. */
+static int convert_tensor_data(struct gguf_writer *w, const struct gguf_tensor *t,
+                               enum ggml_type type, char *err, size_t err_len)
+{
+	if (type == t->type)
+		return gguf_writer_write_data(w, t->data, t->n_bytes, err, err_len);
+	uint64_t cols = t->dims[0], rows = t->n_elements / cols;
+	size_t in_bytes = ggml_row_bytes(t->type, cols), out_bytes = ggml_row_bytes(type, cols);
+	float *row = malloc(cols * sizeof(float));
+	void *enc = malloc(out_bytes);
+	int rc = 0;
+	if (!row || !enc)
+		rc = err_set(err, err_len, -ENOMEM, "out of memory");
+	for (uint64_t r = 0; rc == 0 && r < rows; r++) {
+		rc = dequantize_row(t->type, (const uint8_t *)t->data + r * in_bytes, row, cols);
+		rc = rc ? err_set(err, err_len, rc, "tensor '%s': cannot decode %s", t->name,
+		                  ggml_type_name(t->type))
+		        : quantize_row(type, row, enc, cols, err, err_len);
+		if (rc == 0)
+			rc = gguf_writer_write_data(w, enc, out_bytes, err, err_len);
+	}
+	free(row);
+	free(enc);
+	return rc;
+}
+
+/* The header: metadata, then every tensor with its new type (in types). */
+static int convert_header(struct gguf_writer *w, const struct gguf_file *src, enum ggml_type want,
+                          enum ggml_type *types, char *err, size_t err_len)
+{
+	int rc = copy_metadata(w, src);
+	for (size_t i = 0; rc == 0 && i < gguf_n_tensors(src); i++) {
+		const struct gguf_tensor *t = gguf_tensor_at(src, i);
+		if (!dequant_supported(t->type))
+			return err_set(err, err_len, -ENOTSUP,
+			               "%s: tensor '%s' has type %s, which "
+			               "cannot be converted",
+			               gguf_path(src), t->name, ggml_type_name(t->type));
+		types[i] = converted_type(t, want);
+		rc = gguf_writer_add_tensor(w, t->name, types[i], t->n_dims, t->dims);
+	}
+	if (rc && err && !err[0])
+		err_set(err, err_len, rc, "cannot build the header: %s", strerror(-rc));
+	return rc ? rc : gguf_writer_write_header(w, err, err_len);
+}
+
+static int convert_model(const struct mk_options *o, uint64_t *n_params, char *err, size_t err_len)
+{
+	struct gguf_file *src = NULL;
+	struct gguf_writer *w = NULL;
+	enum ggml_type *types = NULL;
+	int rc = gguf_open(o->from, &src, err, err_len);
+	if (rc)
+		return rc;
+	rc = gguf_writer_new(o->out, &w, err, err_len);
+	if (rc)
+		goto out;
+	types = calloc(gguf_n_tensors(src) + 1, sizeof(*types));
+	if (types == NULL) {
+		rc = err_set(err, err_len, -ENOMEM, "out of memory");
+		goto out;
+	}
+	rc = convert_header(w, src, o->type, types, err, err_len);
+	for (size_t i = 0; rc == 0 && i < gguf_n_tensors(src); i++) {
+		const struct gguf_tensor *t = gguf_tensor_at(src, i);
+		rc = convert_tensor_data(w, t, types[i], err, err_len);
+		*n_params += t->n_elements;
+	}
+	if (rc == 0)
+		rc = gguf_writer_finish(w, err, err_len);
+out:
+	free(types);
+	gguf_writer_free(w);
+	gguf_close(src);
+	return rc;
+}
+
+/* ------------------------------------------------------------------------
  * Command line. */
 
 static void usage(FILE *fp)
 {
-	fprintf(
-	    fp,
-	    "usage: sinkd-mkmodel --out FILE [--vocab VOCAB.gguf | --vocab-size N]\n"
-	    "                     --dim D --layers L --heads H [--kv-heads K] --ffn F\n"
-	    "                     [--type f32|f16|bf16|q8_0] [--tied] [--seed S] [--context C]\n"
-	    "Writes a GGUF v3 llama model with random weights (N(0, 0.02), norms 1).\n"
-	    "The vocabulary and every tokenizer.* key come from --vocab; without it a\n"
-	    "byte-level vocabulary of --vocab-size (>= 259, default 512) tokens is made.\n");
-}
-
-static int parse_type(const char *s, enum ggml_type *t)
-{
-	static const struct {
-		const char *name;
-		enum ggml_type type;
-	} types[] = {{"f32", GGML_TYPE_F32},
-	             {"f16", GGML_TYPE_F16},
-	             {"bf16", GGML_TYPE_BF16},
-	             {"q8_0", GGML_TYPE_Q8_0}};
-	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
-		if (strcmp(s, types[i].name) == 0) {
-			*t = types[i].type;
-			return 0;
-		}
-	return -EINVAL;
+	fprintf(fp, "usage: sinkd-mkmodel --out FILE [--vocab VOCAB.gguf | --vocab-size N]\n"
+	            "                     --dim D --layers L --heads H [--kv-heads K] --ffn F\n"
+	            "                     [--type TYPE] [--tied] [--seed S] [--context C]\n"
+	            "       sinkd-mkmodel --from MODEL.gguf --out FILE [--type TYPE]\n"
+	            "TYPE: f32 (default) f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k; every\n"
+	            "2-D weight gets it, the token embedding and output matrix included (like\n"
+	            "llama.cpp's pure types); norm vectors and biases stay F32.  The q*_0/q*_1\n"
+	            "types need rows that are multiples of 32 elements, the *_k types of 256.\n"
+	            "Writes a GGUF v3 llama model with random weights (N(0, 0.02), norms 1).\n"
+	            "The vocabulary and every tokenizer.* key come from --vocab; without it a\n"
+	            "byte-level vocabulary of --vocab-size (>= 259, default 512) tokens is made.\n"
+	            "With --from it converts MODEL.gguf to TYPE, copying all its metadata; a\n"
+	            "matrix whose rows do not split into TYPE's blocks is written, with a note,\n"
+	            "as llama.cpp does: q4_k -> q5_0, q5_k -> q5_1, q6_k -> q8_0 when rows are\n"
+	            "multiples of 32, else f16.\n");
 }
 
 static int parse_int(const char *s, int lo, int hi, int *out)
@@ -343,8 +472,30 @@ static int parse_int(const char *s, int lo, int hi, int *out)
 	return 0;
 }
 
+/* Every matrix row is --dim or --ffn long (ffn_down's), so both must split
+ * into the type's blocks. */
+static int check_block_size(const struct mk_options *o, char *err, size_t err_len)
+{
+	uint32_t bs = ggml_block_size(o->type);
+	const char *name = o->dim % (int)bs ? "--dim" : o->ffn % (int)bs ? "--ffn" : NULL;
+	if (name == NULL)
+		return 0;
+	return err_set(err, err_len, -EINVAL,
+	               "--type %s needs %s to be a multiple of its block size %" PRIu32 ", not %d",
+	               type_cli_name(o->type), name, bs, o->dim % (int)bs ? o->dim : o->ffn);
+}
+
 static int check_options(const struct mk_options *o, char *err, size_t err_len)
 {
+	if (o->from && !o->out)
+		return err_set(err, err_len, -EINVAL, "--from needs --out");
+	if (o->from &&
+	    (o->vocab || o->dim || o->layers || o->heads || o->kv_heads || o->ffn || o->tied))
+		return err_set(err, err_len, -EINVAL,
+		               "--from takes the shapes and vocabulary from the model: drop "
+		               "--vocab, --dim, --layers, --heads, --kv-heads, --ffn and --tied");
+	if (o->from)
+		return 0;
 	if (!o->out || !o->dim || !o->layers || !o->heads || !o->ffn)
 		return err_set(err, err_len, -EINVAL,
 		               "--out, --dim, --layers, --heads and --ffn are required");
@@ -352,8 +503,8 @@ static int check_options(const struct mk_options *o, char *err, size_t err_len)
 		return err_set(err, err_len, -EINVAL,
 		               "--dim must split into --heads of even width, and --heads into "
 		               "--kv-heads groups");
-	if (o->type == GGML_TYPE_Q8_0 && (o->dim % 32 || o->ffn % 32))
-		return err_set(err, err_len, -EINVAL, "q8_0 needs --dim and --ffn multiples of 32");
+	if (check_block_size(o, err, err_len))
+		return -EINVAL;
 	if (!o->vocab && o->vocab_size < 259)
 		return err_set(err, err_len, -EINVAL, "--vocab-size must be at least 259");
 	return 0;
@@ -361,13 +512,12 @@ static int check_options(const struct mk_options *o, char *err, size_t err_len)
 
 static int parse_args(int argc, char **argv, struct mk_options *o, char *err, size_t err_len)
 {
-	static const struct option longs[] = {{"out", 1, 0, 'o'},   {"vocab", 1, 0, 'v'},
-	                                      {"dim", 1, 0, 'd'},   {"layers", 1, 0, 'l'},
-	                                      {"heads", 1, 0, 'h'}, {"kv-heads", 1, 0, 'k'},
-	                                      {"ffn", 1, 0, 'f'},   {"vocab-size", 1, 0, 'n'},
-	                                      {"type", 1, 0, 't'},  {"tied", 0, 0, 'T'},
-	                                      {"seed", 1, 0, 's'},  {"context", 1, 0, 'c'},
-	                                      {"help", 0, 0, 'H'},  {0, 0, 0, 0}};
+	static const struct option longs[] = {
+	    {"out", 1, 0, 'o'},      {"vocab", 1, 0, 'v'},  {"from", 1, 0, 'F'},
+	    {"dim", 1, 0, 'd'},      {"layers", 1, 0, 'l'}, {"heads", 1, 0, 'h'},
+	    {"kv-heads", 1, 0, 'k'}, {"ffn", 1, 0, 'f'},    {"vocab-size", 1, 0, 'n'},
+	    {"type", 1, 0, 't'},     {"tied", 0, 0, 'T'},   {"seed", 1, 0, 's'},
+	    {"context", 1, 0, 'c'},  {"help", 0, 0, 'H'},   {0, 0, 0, 0}};
 	int c, rc = 0, idx = 0;
 	while (rc == 0 && (c = getopt_long(argc, argv, "", longs, &idx)) != -1) {
 		switch (c) {
@@ -376,6 +526,9 @@ static int parse_args(int argc, char **argv, struct mk_options *o, char *err, si
 			break;
 		case 'v':
 			o->vocab = optarg;
+			break;
+		case 'F':
+			o->from = optarg;
 			break;
 		case 'd':
 			rc = parse_int(optarg, 2, 1 << 16, &o->dim);
@@ -420,7 +573,7 @@ static int parse_args(int argc, char **argv, struct mk_options *o, char *err, si
 	if (optind < argc)
 		return err_set(err, err_len, -EINVAL, "unexpected argument '%s'", argv[optind]);
 	if (o->kv_heads == 0)
-		o->kv_heads = o->heads;
+		o->kv_heads = o->heads; /* stays 0 with --from, which gives no --heads */
 	return check_options(o, err, err_len);
 }
 
@@ -440,13 +593,19 @@ int main(int argc, char **argv)
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	uint64_t n_params = 0;
-	rc = write_model(&o, &n_params, err, sizeof(err));
+	rc = o.from ? convert_model(&o, &n_params, err, sizeof(err))
+	            : write_model(&o, &n_params, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "sinkd-mkmodel: %s\n", err);
 		return 1;
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+	if (o.from) {
+		printf("%s: %" PRIu64 " parameters of %s converted to %s; %.1f s\n", o.out,
+		       n_params, o.from, type_cli_name(o.type), s);
+		return 0;
+	}
 	printf("%s: llama, %" PRIu64
 	       " parameters (%s), vocab %d, dim %d, %d layers, %d/%d heads, ffn %d%s; %.1f s\n",
 	       o.out, n_params, ggml_type_name(o.type), o.vocab_size, o.dim, o.layers, o.heads,

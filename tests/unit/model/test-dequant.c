@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "model/dequant.h"
+#include "model/quantize.h"
 #include "testutil.h"
 
 static void put_half(uint8_t *p, float v)
