@@ -46,6 +46,40 @@ size_t cache_trace_slots_per_layer(const struct sinkcache_geometry *g)
 	return sinkcache_capacity_tokens(g);
 }
 
+void cache_trace_step_free(struct cache_trace_step *t)
+{
+	if (!t)
+		return;
+	for (int l = 0; t->layers && l < t->n_layers; l++)
+		free(t->layers[l].slots);
+	free(t->layers);
+	free(t);
+}
+
+struct cache_trace_step *cache_trace_step_new(const struct sinkcache_geometry *g)
+{
+	size_t slots = cache_trace_slots_per_layer(g);
+	if (g->n_layers <= 0)
+		return NULL;
+	struct cache_trace_step *t = calloc(1, sizeof(*t));
+	if (!t)
+		return NULL;
+	t->n_layers = g->n_layers;
+	t->layers = calloc((size_t)g->n_layers, sizeof(*t->layers));
+	for (int l = 0; t->layers && l < g->n_layers; l++) {
+		t->layers[l].slots = calloc(slots ? slots : 1, sizeof(*t->layers[l].slots));
+		if (!t->layers[l].slots) {
+			cache_trace_step_free(t);
+			return NULL;
+		}
+	}
+	if (!t->layers) {
+		free(t);
+		return NULL;
+	}
+	return t;
+}
+
 static int check_slot(const struct cache_trace_slot *s, const struct cache_trace_slot *prev,
                       int layer, int i, char *err, size_t err_len)
 {

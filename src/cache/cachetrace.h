@@ -67,6 +67,10 @@ void cache_trace_geometry_of(const struct sinkcache_geometry *g, struct cache_tr
  * max_context_length): what the engine allocates per layer once.  0 for an
  * invalid geometry. */
 size_t cache_trace_slots_per_layer(const struct sinkcache_geometry *g);
+/* A step with the slot arrays for a cache of geometry g (every field
+ * zero); NULL when out of memory.  cache_trace_step_free(NULL) is a no-op. */
+struct cache_trace_step *cache_trace_step_new(const struct sinkcache_geometry *g);
+void cache_trace_step_free(struct cache_trace_step *t);
 /* Checks a trace before use: at least one layer, slot arrays present,
  * stream indices non-negative and strictly increasing per layer, tiers
  * known, masses finite and non-negative; err names the layer and slot. */

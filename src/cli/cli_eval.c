@@ -22,6 +22,7 @@
 
 #include "cli/cli.h"
 #include "cli/cli_common.h"
+#include "cli/eval_trace.h"
 #include "config/config.h"
 #include "engine/backend.h"
 #include "model/model.h"
@@ -40,6 +41,7 @@ struct eval_args {
 	long chunk;    /* tokens per forward call */
 	long every;    /* score every K-th token */
 	long pin;      /* the stream's first N tokens pinned (0: none) */
+	struct eval_trace_opts trace; /* --trace, --heatmap */
 	int n_threads; /* -1: from the config */
 };
 
@@ -64,6 +66,7 @@ struct eval_state {
 	size_t (*answers)[2]; /* (n_answers) [begin, end) in ids */
 	size_t n_answers;
 	struct sinkcache_stats stats; /* the stream session's, at its end */
+	struct eval_trace *trace;     /* --trace / --heatmap, else NULL */
 };
 
 static void eval_usage(FILE *out)
@@ -72,6 +75,8 @@ static void eval_usage(FILE *out)
 	        "usage: sinkd eval --config FILE --text FILE [--set key=value ...] [--json]\n"
 	        "                  [--chunk N] [--baseline recompute] [--every K] [--model FILE]\n"
 	        "                  [--threads N] [--pin-prefix-tokens N] [--probe]\n"
+	        "                  [--trace FILE.jsonl [--trace-every K]]\n"
+	        "                  [--heatmap DIR [--heatmap-every N] [--heatmap-layer L]]\n"
 	        "Streaming perplexity: each non-empty line of the text is one document\n"
 	        "(BOS + space prefix); the stream of all documents flows through one\n"
 	        "session with the configured cache geometry; every token after the first\n"
@@ -82,7 +87,13 @@ static void eval_usage(FILE *out)
 	        "(inference.cache.max_pinned_tokens at most).  --probe: each line is\n"
 	        "CONTEXT<TAB>ANSWER and only the answer's tokens are scored; reports the\n"
 	        "mean probability of the whole answer and how many greedy decoding would\n"
-	        "give.  --json ends stdout with one JSON line.\n");
+	        "give.  --json ends stdout with one JSON line.\n"
+	        "--trace writes the cache trace of every scored step (every K-th) as a JSON\n"
+	        "line: per layer each slot's stream index, tier, RoPE position and the\n"
+	        "attention it received.  --heatmap writes PNG heatmaps to DIR: a step image\n"
+	        "every N-th scored step (default 256), lifecycle.png (tiers over the steps;\n"
+	        "layer L, default all) and summary.png (the moving-average attention at the\n"
+	        "end).  Both need the cpu backend and score one token per forward pass.\n");
 }
 
 static double now_s(void)
@@ -128,6 +139,17 @@ static int parse_valued(struct eval_args *a, const char *opt, const char *val)
 		a->pin = v;
 	else if (!strcmp(opt, "--threads") && !(rc = parse_count(opt, val, 0, 1024, &v)))
 		a->n_threads = (int)v;
+	else if (!strcmp(opt, "--trace"))
+		a->trace.jsonl_path = val;
+	else if (!strcmp(opt, "--trace-every") && !(rc = parse_count(opt, val, 1, 1L << 30, &v)))
+		a->trace.trace_every = v;
+	else if (!strcmp(opt, "--heatmap"))
+		a->trace.heatmap_dir = val;
+	else if (!strcmp(opt, "--heatmap-every") &&
+	         !(rc = parse_count(opt, val, 1, 1L << 30, &v)))
+		a->trace.heatmap_every = v;
+	else if (!strcmp(opt, "--heatmap-layer") && !(rc = parse_count(opt, val, -1, 4095, &v)))
+		a->trace.heatmap_layer = (int)v;
 	else if (!strcmp(opt, "--baseline")) {
 		if (strcmp(val, "recompute")) {
 			fprintf(stderr, "sinkd eval: --baseline: '%s' (allowed: recompute)\n", val);
@@ -161,6 +183,9 @@ static int parse_eval_args(int argc, char **argv, struct eval_args *a)
 	a->chunk = 1;
 	a->every = 1;
 	a->n_threads = -1;
+	a->trace.trace_every = 1;
+	a->trace.heatmap_every = 256;
+	a->trace.heatmap_layer = -1;
 	a->sets = calloc((size_t)argc + 1, sizeof(char *));
 	if (!a->sets)
 		return -ENOMEM;
@@ -169,6 +194,11 @@ static int parse_eval_args(int argc, char **argv, struct eval_args *a)
 		return rc;
 	if (!a->text_path) {
 		fprintf(stderr, "sinkd eval: --text FILE is required\n");
+		return -EINVAL;
+	}
+	if ((a->trace.jsonl_path || a->trace.heatmap_dir) && a->recompute) {
+		fprintf(stderr, "sinkd eval: --trace and --heatmap trace the stream's cache; "
+		                "--baseline recompute has none\n");
 		return -EINVAL;
 	}
 	return 0;
@@ -185,6 +215,7 @@ static void eval_state_free(struct eval_state *st)
 	free(st->token_nll);
 	free(st->token_top);
 	free(st->answers);
+	eval_trace_free(st->trace);
 	cli_engine_close(&st->eng);
 }
 
@@ -209,6 +240,11 @@ static int setup_engine(struct eval_state *st, const struct eval_args *a, char *
 	st->mass_sum = calloc((size_t)hp->n_layers, sizeof(double));
 	if (!st->logits || !st->batch || !st->mass || !st->mass_sum)
 		return err_set(err, err_len, -ENOMEM, "out of memory");
+	if (a->trace.heatmap_layer >= hp->n_layers)
+		return err_set(err, err_len, -EINVAL, "--heatmap-layer %d: the model has layers 0..%d",
+		               a->trace.heatmap_layer, hp->n_layers - 1);
+	if (a->trace.jsonl_path || a->trace.heatmap_dir)
+		return eval_trace_new(&a->trace, st->eng.be, &st->geom, &st->trace, err, err_len);
 	return 0;
 }
 
@@ -371,17 +407,21 @@ static int feed_range(struct eval_state *st, const struct eval_args *a, struct b
 {
 	int n_vocab = st->eng.model->hp.n_vocab;
 	size_t chunk = (size_t)a->chunk;
-	for (size_t i = begin; i < end; i += chunk) {
-		size_t m = end - i < chunk ? end - i : chunk;
-		for (size_t j = 0; j < m; j++) {
-			size_t next = i + j + 1; /* the token this position predicts */
+	for (size_t i = begin, m = 0; i < end; i += m) {
+		size_t limit = end - i < chunk ? end - i : chunk, wants = 0;
+		bool traced = false;
+		for (m = 0; m < limit && !traced; m++) {
+			size_t next = i + m + 1; /* the token this position predicts */
 			bool want =
 			    stream ? next < st->n_ids && eval_scored(st, a, next) : next == end;
 			bool mass = stream || next == end;
-			st->batch[j] = (struct backend_token){.session = s,
-			                                      .token = st->ids[i + j],
+			st->batch[m] = (struct backend_token){.session = s,
+			                                      .token = st->ids[i + m],
 			                                      .want_logits = want,
 			                                      .sink_mass = mass ? st->mass : NULL};
+			/* a traced step ends its forward pass, so the trace is its own */
+			traced = want && st->trace && eval_trace_wants(st->trace, st->n_scored + wants);
+			wants += want;
 		}
 		int rc =
 		    st->eng.be->ops->forward(st->eng.be, st->batch, m, st->logits, err, err_len);
@@ -400,6 +440,10 @@ static int feed_range(struct eval_state *st, const struct eval_args *a, struct b
 				st->token_nll[i + j + 1] = nll;
 				st->token_top[i + j + 1] = top;
 			}
+			if (traced && j == m - 1 &&
+			    (rc = eval_trace_step(st->trace, s, st->n_scored - 1, (int64_t)(i + j), nll,
+			                          err, err_len)))
+				return rc;
 		}
 	}
 	return 0;
@@ -411,6 +455,8 @@ static int run_stream(struct eval_state *st, const struct eval_args *a, char *er
 	int rc = st->eng.be->ops->session_new(st->eng.be, &st->geom, &s, err, err_len);
 	if (rc)
 		return rc;
+	if (st->trace && (rc = eval_trace_start(st->trace, s, err, err_len)))
+		goto out;
 	if (st->geom.strategy == CACHE_STRATEGY_FULL &&
 	    st->n_ids > (size_t)st->geom.max_context_length)
 		rc = err_set(
@@ -419,6 +465,9 @@ static int run_stream(struct eval_state *st, const struct eval_args *a, char *er
 		    st->n_ids, st->geom.max_context_length);
 	else
 		rc = feed_range(st, a, s, 0, st->n_ids - 1, true, err, err_len);
+	if (!rc && st->trace)
+		rc = eval_trace_finish(st->trace, s, err, err_len);
+out:
 	st->eng.be->ops->session_stats(st->eng.be, s, &st->stats);
 	st->eng.be->ops->session_free(st->eng.be, s);
 	return rc;

@@ -109,32 +109,7 @@ int scheduler_stream_info(struct scheduler *s, const char *request_id,
 
 void scheduler_cache_trace_free(struct cache_trace_step *t)
 {
-	if (!t)
-		return;
-	for (int l = 0; t->layers && l < t->n_layers; l++)
-		free(t->layers[l].slots);
-	free(t->layers);
-	free(t);
-}
-
-static struct cache_trace_step *trace_alloc(const struct sinkcache_geometry *g)
-{
-	struct cache_trace_step *t = calloc(1, sizeof(*t));
-	size_t slots = cache_trace_slots_per_layer(g);
-	if (!t)
-		return NULL;
-	t->n_layers = g->n_layers;
-	t->layers = calloc((size_t)g->n_layers, sizeof(*t->layers));
-	for (int l = 0; t->layers && l < g->n_layers; l++) {
-		t->layers[l].slots = calloc(slots ? slots : 1, sizeof(*t->layers[l].slots));
-		if (!t->layers[l].slots)
-			break;
-	}
-	if (!t->layers || !t->layers[g->n_layers - 1].slots) {
-		scheduler_cache_trace_free(t);
-		return NULL;
-	}
-	return t;
+	cache_trace_step_free(t);
 }
 
 /* The engine's side: the session (by job or by the stream found now), its
@@ -157,7 +132,7 @@ void sched_trace_run(struct scheduler *s, struct sched_ctl *c)
 		goto done;
 	}
 	ss->trace_wanted = true;
-	c->trace = trace_alloc(&ss->geom);
+	c->trace = cache_trace_step_new(&ss->geom);
 	if (!c->trace) {
 		c->rc = err_set(c->err, sizeof(c->err), -ENOMEM, "out of memory for a cache trace");
 		goto done;
