@@ -12,6 +12,9 @@ packages+=(clang-14 libclang-rt-14-dev)
 # The JavaScript client test needs node + npm; keep an existing install.
 command -v node >/dev/null 2>&1 || packages+=(nodejs)
 command -v npm >/dev/null 2>&1 || packages+=(npm)
+# The web console's browser test (tests/integration/test-console.sh) drives
+# Debian's Chromium with puppeteer-core; it downloads no browser of its own.
+packages+=(chromium)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -407,7 +407,12 @@ enum MHD_Result api_handle(struct request *r)
 	if (r->ep == EP_SESSION)
 		return api_session(r);
 	if (r->ep == EP_SESSIONS)
-		return api_session_create(r);
+		return strcmp(r->method, "GET") && strcmp(r->method, "HEAD") ? api_session_create(r)
+		                                                             : api_session_list(r);
+	if (r->ep == EP_STREAMS)
+		return api_streams(r);
+	if (r->ep == EP_SESSION_CACHE || r->ep == EP_STREAM_CACHE)
+		return api_cache_trace(r);
 	if (r->ep == EP_SESSION_APPEND)
 		return api_session_append(r);
 	if (r->ep == EP_SESSION_SNAPSHOT)

@@ -2,6 +2,7 @@
  * (api_sessions.c), for the listener that routes to them (http.c). */
 #pragma once
 
+#include <cjson/cJSON.h>
 #include <microhttpd.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -43,3 +44,12 @@ enum MHD_Result api_session(struct request *r);          /* GET, DELETE /v1/sess
 enum MHD_Result api_session_append(struct request *r);   /* POST /v1/sessions/{id}/append */
 enum MHD_Result api_session_snapshot(struct request *r); /* GET /v1/sessions/{id}/snapshot */
 enum MHD_Result api_session_restore(struct request *r);  /* POST /v1/sessions/restore */
+/* api_sessions.c: whether the caller may see a session (or stream) of that
+ * owner, and the JSON of GET /v1/sessions/{id}. */
+bool api_session_owner_allows(const struct request *r, const char *owner);
+struct sched_session_info;
+cJSON *api_session_json(const char *id, const struct sched_session_info *in);
+/* api_views.c: GET /v1/sessions, GET /v1/streams, and the cache traces. */
+enum MHD_Result api_session_list(struct request *r);
+enum MHD_Result api_streams(struct request *r);
+enum MHD_Result api_cache_trace(struct request *r);

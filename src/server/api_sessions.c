@@ -79,7 +79,7 @@ enum MHD_Result api_session_create(struct request *r)
 	return respond_json(r, 200, o);
 }
 
-static cJSON *session_json(const char *id, const struct sched_session_info *in)
+cJSON *api_session_json(const char *id, const struct sched_session_info *in)
 {
 	cJSON *o = cJSON_CreateObject();
 	cJSON_AddStringToObject(o, "id", id);
@@ -107,7 +107,7 @@ static cJSON *session_json(const char *id, const struct sched_session_info *in)
 /* A session an API key created is that key's: another key is told it does
  * not exist (so ids cannot be probed).  Sessions made without keys (named
  * by client address) are open to every client, as before. */
-static bool owner_allows(const struct request *r, const char *owner)
+bool api_session_owner_allows(const struct request *r, const char *owner)
 {
 	char me[QUOTA_CLIENT_NAME_LEN];
 	if (strncmp(owner, "key:", 4))
@@ -126,7 +126,7 @@ int api_session_prepare(struct request *r, const char *id, bool *empty, char *er
 		if (!rc)
 			rc = scheduler_session_info(sc, id, &info);
 	}
-	if (rc == -ENOENT || (!rc && !owner_allows(r, info.owner)))
+	if (rc == -ENOENT || (!rc && !api_session_owner_allows(r, info.owner)))
 		return err_set(err, err_len, -ENOENT, "no session %.40s", id);
 	if (!rc && empty)
 		*empty = info.n_seen == 0;
@@ -155,7 +155,7 @@ enum MHD_Result api_session(struct request *r)
 	struct server *s = r->srv;
 	struct sched_session_info info;
 	int rc = scheduler_session_info(s->sched, r->session_id, &info);
-	bool mine = rc == 0 && owner_allows(r, info.owner);
+	bool mine = rc == 0 && api_session_owner_allows(r, info.owner);
 	if (!strcmp(r->method, "DELETE")) {
 		rc = rc == 0 && !mine ? -ENOENT : scheduler_session_delete(s->sched, r->session_id);
 		if (rc == -EBUSY)
@@ -171,7 +171,7 @@ enum MHD_Result api_session(struct request *r)
 		return respond_json(r, 200, o);
 	}
 	if (mine)
-		return respond_json(r, 200, session_json(r->session_id, &info));
+		return respond_json(r, 200, api_session_json(r->session_id, &info));
 	/* Not here: inspecting does not bring it back, it says where it is. */
 	if (rc == -ENOENT && scheduler_session_stored(s->sched, r->session_id)) {
 		cJSON *o = cJSON_CreateObject();
@@ -247,7 +247,7 @@ enum MHD_Result api_session_restore(struct request *r)
 	struct sched_session_info info;
 	if (scheduler_session_info(s->sched, id, &info))
 		return session_not_found(r);
-	return respond_json(r, 200, session_json(id, &info));
+	return respond_json(r, 200, api_session_json(id, &info));
 }
 
 enum MHD_Result api_session_append(struct request *r)

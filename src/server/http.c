@@ -26,6 +26,7 @@
 
 #include "grammar/grammar.h"
 #include "server/api.h"
+#include "server/console.h"
 #include "server/genstream.h"
 #include "server/listen.h"
 #include "server/respond.h"
@@ -56,14 +57,42 @@ static const struct route routes[] = {
     {"/detokenize", EP_DETOKENIZE, "POST", false},
     {"/v1/sessions", EP_SESSIONS, "POST", false},
     {"/v1/sessions/restore", EP_SESSION_RESTORE, "POST", false},
+    /* the web console (console.c): behind the key like the API */
+    {"/", EP_CONSOLE, "GET", false},
+    {"/console.js", EP_CONSOLE, "GET", false},
+    {"/console.css", EP_CONSOLE, "GET", false},
 };
 
-static const struct route *route_find(const char *url)
+static const struct route *route_find(const char *url, const char *method)
 {
+	/* the one path with two methods: the list, and a create */
+	static const struct route session_list = {"/v1/sessions", EP_SESSIONS, "GET", false};
+	static const struct route streams = {"/v1/streams", EP_STREAMS, "GET", false};
+	if (!strcmp(url, "/v1/sessions") && (!strcmp(method, "GET") || !strcmp(method, "HEAD")))
+		return &session_list;
+	if (!strcmp(url, "/v1/streams"))
+		return &streams;
 	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
 		if (!strcmp(url, routes[i].path))
 			return &routes[i];
 	return NULL;
+}
+
+/* /v1/streams/{request_id}/cache (GET): a request id is what
+ * request_id_init() accepts; it goes to id_out. */
+static const struct route *route_stream(const char *url, char id_out[REQUEST_ID_LEN])
+{
+	static const struct route stream_cache = {"", EP_STREAM_CACHE, "GET", false};
+	const char *prefix = "/v1/streams/", *suffix = "/cache";
+	if (strncmp(url, prefix, strlen(prefix)))
+		return NULL;
+	const char *id = url + strlen(prefix);
+	size_t n = strspn(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:");
+	if (n == 0 || n >= REQUEST_ID_LEN || strcmp(id + n, suffix))
+		return NULL;
+	memcpy(id_out, id, n);
+	id_out[n] = '\0';
+	return &stream_cache;
 }
 
 /* /v1/sessions/{id} (GET, PUT: create with this id, DELETE),
@@ -77,6 +106,7 @@ static const struct route *route_session(const char *url, const char *method,
 	static const struct route session_append = {"", EP_SESSION_APPEND, "POST", false};
 	static const struct route session_put = {"", EP_SESSIONS, "PUT", false};
 	static const struct route session_snapshot = {"", EP_SESSION_SNAPSHOT, "GET", false};
+	static const struct route session_cache = {"", EP_SESSION_CACHE, "GET", false};
 	const char *prefix = "/v1/sessions/";
 	if (strncmp(url, prefix, strlen(prefix)))
 		return NULL;
@@ -90,6 +120,8 @@ static const struct route *route_session(const char *url, const char *method,
 		return &session_append;
 	if (!strcmp(id + n, "/snapshot"))
 		return &session_snapshot;
+	if (!strcmp(id + n, "/cache"))
+		return &session_cache;
 	if (id[n])
 		return NULL;
 	if (!strcmp(method, "PUT"))
@@ -432,8 +464,12 @@ static enum MHD_Result http_respond_405(struct request *r, const struct route *r
 	    respond_type_of(405), NULL, "method_not_allowed", 0, "method not allowed");
 	if (!resp)
 		return MHD_NO;
-	MHD_add_response_header(resp, "Allow",
-	                        rt->ep == EP_SESSION ? "GET, PUT, DELETE" : rt->method);
+	const char *allow = rt->method;
+	if (rt->ep == EP_SESSION)
+		allow = "GET, PUT, DELETE";
+	else if (rt->ep == EP_SESSIONS && !strcmp(rt->path, "/v1/sessions"))
+		allow = "GET, POST";
+	MHD_add_response_header(resp, "Allow", allow);
 	return respond_queue(r, 405, resp);
 }
 
@@ -471,9 +507,19 @@ static enum MHD_Result request_check_length(struct request *r)
 	return MHD_YES;
 }
 
+/* respond_queue adds the Bearer challenge; Basic is offered too (auth.c
+ * takes its password as the key) because it is the only one a browser
+ * answers, with a prompt: opening the console, or the console's own fetch
+ * calls when their credentials went stale. */
 static enum MHD_Result http_respond_401(struct request *r)
 {
-	return respond_error(r, 401, NULL, "invalid_api_key", 0, "missing or invalid API key");
+	struct MHD_Response *resp = respond_error_response(
+	    respond_type_of(401), NULL, "invalid_api_key", 0, "missing or invalid API key");
+	if (!resp)
+		return MHD_NO;
+	MHD_add_response_header(resp, "WWW-Authenticate",
+	                        "Basic realm=\"sinkd\", charset=\"UTF-8\"");
+	return respond_queue(r, 401, resp);
 }
 
 /* A body that will follow and that is worth reading to its end (declared
@@ -505,9 +551,11 @@ static enum MHD_Result request_begin(struct server *s, struct MHD_Connection *c,
 	enum MHD_Result ret;
 	if (request_refuse_malformed(r, version, &ret))
 		return ret;
-	const struct route *rt = route_find(url);
+	const struct route *rt = route_find(url, method);
 	if (!rt)
 		rt = route_session(url, method, r->session_id);
+	if (!rt)
+		rt = route_stream(url, r->stream_id);
 	r->ep = rt ? rt->ep : EP_OTHER;
 	bool open = rt && rt->open;
 	if (!open && conn_over_limit(s)) {
@@ -596,6 +644,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 		                     (long long)request_body_limit(r));
 	if (r->gs)
 		return genstream_respond(r);
+	if (r->ep == EP_CONSOLE)
+		return console_respond(r, url); /* static: served while loading too */
 	return api_handle(r);
 }
 

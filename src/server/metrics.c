@@ -33,6 +33,10 @@ static const char *const endpoint_paths[EP_COUNT] = {"/health",
                                                      "/v1/sessions/{id}/snapshot",
                                                      "/v1/sessions/restore",
                                                      "/v1/responses",
+                                                     "/",
+                                                     "/v1/sessions/{id}/cache",
+                                                     "/v1/streams",
+                                                     "/v1/streams/{id}/cache",
                                                      "other"};
 
 struct histogram {

@@ -15,12 +15,16 @@ enum api_endpoint {
 	EP_CHAT,
 	EP_TOKENIZE,
 	EP_DETOKENIZE,
-	EP_SESSIONS,       /* POST /v1/sessions */
+	EP_SESSIONS,       /* GET (list), POST /v1/sessions */
 	EP_SESSION,        /* GET/DELETE /v1/sessions/{id} */
 	EP_SESSION_APPEND, /* POST /v1/sessions/{id}/append */
 	EP_SESSION_SNAPSHOT, /* GET /v1/sessions/{id}/snapshot */
 	EP_SESSION_RESTORE,  /* POST /v1/sessions/restore */
 	EP_RESPONSES,        /* POST /v1/responses */
+	EP_CONSOLE,          /* GET / and its files (console.c) */
+	EP_SESSION_CACHE,    /* GET /v1/sessions/{id}/cache */
+	EP_STREAMS,          /* GET /v1/streams */
+	EP_STREAM_CACHE,     /* GET /v1/streams/{request_id}/cache */
 	EP_OTHER,
 	EP_COUNT
 };

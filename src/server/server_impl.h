@@ -105,6 +105,7 @@ struct request {
 	const char *method;
 	char id[REQUEST_ID_LEN];
 	char session_id[SCHED_SESSION_ID_LEN]; /* /v1/sessions/{id}... */
+	char stream_id[REQUEST_ID_LEN];        /* /v1/streams/{request_id}/cache */
 	struct quota_client client;            /* who its limits count for (request_begin) */
 	struct http_conn *hc;                  /* its connection's state; NULL when out of memory */
 	bool begun;                            /* headers seen (request_begin ran) */

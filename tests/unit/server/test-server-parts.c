@@ -79,8 +79,23 @@ START_TEST(test_auth)
 	ck_assert(auth_check(&k, "bearer secret-two"));
 	ck_assert(!auth_check(&k, "Bearer secret-three"));
 	ck_assert(!auth_check(&k, "Bearer "));
-	ck_assert(!auth_check(&k, "Basic c2VjcmV0LW9uZQ=="));
+	ck_assert(!auth_check(&k, "Basic c2VjcmV0LW9uZQ==")); /* "secret-one": no colon */
 	ck_assert(!auth_check(&k, NULL));
+	/* Basic (the web console's browser): the password is the key, any user. */
+	ck_assert(auth_check(&k, "Basic c2lua2Q6c2VjcmV0LW9uZQ=="));  /* sinkd:secret-one */
+	ck_assert(auth_check(&k, "basic  OnNlY3JldC10d28=  "));       /* :secret-two */
+	ck_assert(auth_check(&k, "Basic dTpzZWNyZXQtdHdv"));          /* u:secret-two */
+	ck_assert(!auth_check(&k, "Basic c2lua2Q6c2VjcmV0LXRocmVl")); /* bad key */
+	ck_assert(!auth_check(&k, "Basic c2VjcmV0LW9uZTo="));         /* empty password */
+	ck_assert(!auth_check(&k, "Basic c2lua2Q6c2VjcmV0LW9uZQ="));  /* cut: not base64 */
+	ck_assert(!auth_check(&k, "Basic c2lua2Q6c2Vj*mV0LW9uZQ==")); /* bad character */
+	ck_assert(!auth_check(&k, "Basic c2lu=2Q6c2VjcmV0LW9uZQ==")); /* padding inside */
+	ck_assert(!auth_check(&k, "Basic "));
+	/* a scheme is what it says: base64 of user:key is no bearer key */
+	ck_assert(!auth_check(&k, "Bearer c2lua2Q6c2VjcmV0LW9uZQ=="));
+	int idx = -7;
+	ck_assert(auth_match(&k, "Basic eDpzZWNyZXQtdHdv", &idx));
+	ck_assert_int_eq(idx, 1);
 	auth_keys_deinit(&k);
 	ck_assert_int_eq(auth_keys_parse(NULL, 0, &k, err, sizeof(err)), 0);
 	ck_assert(auth_check(&k, NULL)); /* no keys: auth off */
