@@ -1,0 +1,42 @@
+/* The 512-bit qdot kernels (see qdot.h): AVX-512BW and AVX-512 VNNI builds
+ * of the same code (qdot_avx512_kernels.h), compiled with target attributes
+ * as matmul.c's ISA code is; qdot.c calls them only where the CPU has the
+ * features.  Nothing here off x86. */
+#include "engine/qdot_impl.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#include <string.h>
+
+/* How far ahead of its loads each weight row is prefetched. */
+#define QDOT_PREFETCH_BYTES 1024
+
+#define QX_CAT2(a, b) a##_##b
+#define QX_CAT(a, b) QX_CAT2(a, b)
+
+#define QX_TARGET "avx512f,avx512bw,avx512vl,avx2,fma,f16c"
+#define QX_VNNI 0
+#define QX(name) QX_CAT(name, avx512bw)
+#include "engine/qdot_avx512_kernels.h"
+#undef QX_TARGET
+#undef QX_VNNI
+#undef QX
+
+#define QX_TARGET "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"
+#define QX_VNNI 1
+#define QX(name) QX_CAT(name, avx512vnni)
+#include "engine/qdot_avx512_kernels.h"
+#undef QX_TARGET
+#undef QX_VNNI
+#undef QX
+
+const struct qdot_kernels *qdot_avx512_kernels(enum ggml_type wtype, bool vnni)
+{
+	return vnni ? kernels_avx512vnni(wtype) : kernels_avx512bw(wtype);
+}
+#else
+const struct qdot_kernels *qdot_avx512_kernels(enum ggml_type wtype, bool vnni)
+{
+	return NULL;
+}
+#endif
