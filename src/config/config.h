@@ -14,6 +14,10 @@
 
 enum model_backend_kind { MODEL_BACKEND_AUTO = 0, MODEL_BACKEND_CPU, MODEL_BACKEND_CUDA };
 
+/* monitoring.input_perplexity: which input (prompt and appended) tokens
+ * the model scores as it reads them. */
+enum monitor_input { MONITOR_INPUT_OFF = 0, MONITOR_INPUT_SAMPLE, MONITOR_INPUT_ALL };
+
 struct sinkd_config {
 	struct {
 		char *listen;		/* "host:port", "[v6]:port" */
@@ -107,6 +111,11 @@ struct sinkd_config {
 		enum log_level level;
 		enum log_format format;
 	} logging;
+	struct {
+		int input_perplexity;          /* enum monitor_input: off, sample, all */
+		int64_t input_perplexity_every; /* sample: every K-th input token */
+		double perplexity_alert_ratio;
+	} monitoring;
 	/* Files named by path keys that could not be read when loaded, each a
 	 * located message ("file:line:col: key: cannot read file ...").  Only
 	 * serving needs them (config_check_serve reports them); `generate`,

@@ -23,6 +23,8 @@ static const char *const level_names[] = {"debug", "info", "warn", "error", NULL
 static const int level_values[] = {LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR};
 static const char *const format_names[] = {"json", "text", NULL};
 static const int format_values[] = {LOG_FORMAT_JSON, LOG_FORMAT_TEXT};
+static const char *const monitor_names[] = {"off", "sample", "all", NULL};
+static const int monitor_values[] = {MONITOR_INPUT_OFF, MONITOR_INPUT_SAMPLE, MONITOR_INPUT_ALL};
 static const char *const bits_names[] = {"8", "4", NULL};
 static const int bits_values[] = {8, 4};
 
@@ -281,6 +283,22 @@ const struct config_key config_keys[] = {
 	 "prompt tokens one API key (or client address) may send per minute (a bucket that "
 	 "refills continuously); beyond: 429; 0 = unlimited",
 	 .apply = SERVER},
+	{"monitoring.input_perplexity", CONFIG_ENUM, OFF(monitoring.input_perplexity), NO_AUX, 0, 0,
+	 0, 0, monitor_names, monitor_values, "off", 0,
+	 "off | sample | all: score the input tokens (prompt and appended text) as the model "
+	 "reads them, for the streaming-perplexity monitor; costs an output projection per "
+	 "scored token (generated tokens are always scored)",
+	 .apply = SCHED},
+	{"monitoring.input_perplexity_every", CONFIG_INT, OFF(monitoring.input_perplexity_every),
+	 NO_AUX, 1, 1000000, 0, 0, NULL, NULL, "16", 0,
+	 "with input_perplexity sample: score every K-th input token",
+	 .apply = SCHED},
+	{"monitoring.perplexity_alert_ratio", CONFIG_DOUBLE, OFF(monitoring.perplexity_alert_ratio),
+	 NO_AUX, 0, 0, 1.0, 1000.0, NULL, NULL, "1.05", 0,
+	 "a session whose running perplexity (every scored token after its first full window) "
+	 "rises more than this factor above its first full window gets a warning log line and "
+	 "counts in sinkd_perplexity_alerts_total",
+	 .apply = SCHED},
 	{"logging.level", CONFIG_ENUM, OFF(logging.level), NO_AUX, 0, 0, 0, 0, level_names,
 	 level_values, "info", 0, "debug | info | warn | error",
 	 .apply = LOGGING},

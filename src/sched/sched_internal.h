@@ -37,6 +37,9 @@ struct sched_limits {
 	double auto_fraction;
 	struct sinkcache_geometry geom; /* for new sessions */
 	int max_pinned_tokens;          /* inference.cache.max_pinned_tokens, < window_size */
+	int monitor_input;              /* enum monitor_input */
+	int64_t monitor_every;
+	double alert_ratio;
 };
 
 struct sched_session {
@@ -67,6 +70,9 @@ struct sched_session {
 	bool offload_cancel;        /* [mu] a request came while it was */
 	bool stored;                /* [mu] out of the table into the store: keep the file */
 	bool trace_wanted; /* [engine] a cache trace was asked for: collect from its first request */
+	struct sched_perplexity ppl;     /* [engine] the monitor (sched_monitor.c) */
+	struct sched_perplexity ppl_pub; /* [mu] its copy as of the last tick */
+	uint64_t ppl_inputs_seen;        /* [engine] input tokens offered (sample: every K-th) */
 };
 
 /* A session's state as the engine copied it out: what a snapshot holds
@@ -151,6 +157,8 @@ struct sched_req {
 	int32_t next_token; /* DECODE: the sampled token to feed next */
 	int n_generated;
 	int n_prompt; /* prompt tokens reported in events */
+	uint64_t feed_base; /* [engine] stream index of feed[0] */
+	struct sched_perplexity ppl_start; /* [engine] the session's monitor when it started */
 	/* per tick [engine] */
 	size_t n_in_batch;
 	int logits_row;       /* -1: no logits this tick */
@@ -159,6 +167,13 @@ struct sched_req {
 };
 
 #define SCHED_PACE_SAMPLES 5 /* decode-only batch times the pacing reference is the median of */
+
+/* Monitor settings of this tick ([engine] copies, taken with the lock). */
+struct sched_monitor_settings {
+	int input; /* enum monitor_input */
+	int64_t every;
+	double alert_ratio;
+};
 
 struct sched_hist {
 	int n_buckets;
@@ -219,6 +234,23 @@ struct scheduler {
 	struct scheduler_stats st;                /* [mu] counters */
 	struct sched_hist hist[SCHED_HIST_COUNT]; /* [mu] */
 
+	/* [engine] the monitor: settings of this tick, the input rows of the
+	 * batch to score, NLLs waiting for the histograms, a raw logits copy */
+	struct sched_monitor_settings mon;
+	struct sched_score_row {
+		struct sched_req *r;
+		int row;
+		int32_t target;
+		uint64_t pos;
+	} *score_rows;
+	size_t n_score_rows, cap_score_rows;
+	struct sched_nll {
+		double nll;
+		bool input;
+	} *nll_queue;
+	size_t n_nll_queue, cap_nll_queue;
+	float *raw_row; /* (n_vocab) */
+	uint64_t perplexity_alerts; /* [engine] published into st at the flush */
 	/* [engine] batch buffers */
 	struct backend_token *batch;
 	size_t cap_batch;
@@ -285,6 +317,22 @@ void sched_session_kill_locked(struct scheduler *s, struct sched_session *ss);
 /* sched_store.c */
 /* The engine's part: runs the snapshot jobs taken from s->ctl (jobs[0..n)). */
 void sched_ctl_run(struct scheduler *s, struct sched_ctl **jobs, size_t n);
+
+/* sched_monitor.c, the streaming-perplexity monitor (engine thread). */
+/* Whether the input token at stream index `target_pos` of session ss is
+ * scored (counts the offer for sampling). */
+bool sched_monitor_wants_input(struct sched_session *ss, const struct sched_monitor_settings *m);
+/* The NLL of `target` under the raw logits row. */
+double sched_monitor_nll(const float *row, int n_vocab, int32_t target);
+/* One scored token of r's session at stream index pos: into the session's
+ * sums and the histogram queue; checks the alert (logged with the word
+ * perplexity). */
+void sched_monitor_add(struct scheduler *s, struct sched_req *r, double nll, bool input,
+                       uint64_t pos);
+/* Under the lock at the end of a tick: the queued NLLs into the histograms. */
+void sched_monitor_flush_locked(struct scheduler *s);
+/* The log line of a stream that ended: its tokens' perplexities. */
+void sched_monitor_stream_done(struct scheduler *s, struct sched_req *r);
 /* sched_views.c: runs a TRACE job (engine thread, lock not held). */
 void sched_trace_run(struct scheduler *s, struct sched_ctl *c);
 /* After the engine made a session's backend session: collection as asked. */

@@ -18,6 +18,11 @@ static const double tick_upper[SCHED_HIST_BUCKETS] = {
 static const double wait_upper[SCHED_HIST_BUCKETS] = {
     0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, INFINITY};
 
+/* Nats: a token the model was sure of is near 0, the uniform guess over a
+ * 32k vocabulary is 10.4. */
+static const double nll_upper[SCHED_HIST_BUCKETS] = {0.1, 0.25, 0.5, 0.75, 1, 1.5, 2,
+                                                     3,   4,    5,   6,    8, 12, INFINITY};
+
 static const struct {
 	const char *name;
 	const char *help;
@@ -35,6 +40,14 @@ static const struct {
     [SCHED_HIST_OFFLOAD_SECONDS] = {"sinkd_session_offload_seconds",
                                     "An idle session's export and write to the session store",
                                     wait_upper},
+    [SCHED_HIST_INPUT_NLL] = {"sinkd_input_token_nll",
+                              "Negative log-likelihood (nats) of scored input tokens "
+                              "(monitoring.input_perplexity)",
+                              nll_upper},
+    [SCHED_HIST_GENERATED_NLL] = {"sinkd_generated_token_nll",
+                                  "Negative log-likelihood (nats) of generated tokens under the "
+                                  "model's own distribution",
+                                  nll_upper},
     [SCHED_HIST_RESTORE_SECONDS] = {"sinkd_session_restore_seconds",
                                     "A snapshot's read, checks and import (API or store)",
                                     wait_upper},
@@ -178,6 +191,10 @@ void scheduler_write_metrics(struct scheduler *s, FILE *out)
 	write_one(out, "sinkd_session_offload_failures_total", "counter",
 	          "Session store writes that failed (the session stayed resident)",
 	          (double)st.offload_failures);
+	write_one(out, "sinkd_perplexity_alerts_total", "counter",
+	          "Sessions whose running perplexity rose more than "
+	          "monitoring.perplexity_alert_ratio above their first full window",
+	          (double)st.perplexity_alerts);
 	write_one(out, "sinkd_session_snapshot_bytes_total", "counter",
 	          "Bytes of every session snapshot made (API and store)", (double)st.snapshot_bytes);
 	for (int i = 0; i < SCHED_HIST_COUNT; i++) {

@@ -161,6 +161,8 @@ void sched_emit_done(struct scheduler *s, struct sched_req *r, enum gen_finish f
 		s->st.completed++;
 	pthread_mutex_unlock(&s->mu);
 	r->state = REQ_FINISHED;
+	if (r->feed) /* it started: its tokens went through the monitor */
+		sched_monitor_stream_done(s, r);
 	if (log_enabled(s->log, LOG_DEBUG)) {
 		static const char *const names[] = {"none", "stop", "length", "cancelled", "error"};
 		log_event(s->log, LOG_DEBUG, "sched", "request done",
@@ -211,6 +213,7 @@ static void session_refresh_stats(struct scheduler *s, struct sched_session *ss)
 	if (st.moved_to_compressed > ss->stats.moved_to_compressed)
 		s->st.moved_to_compressed += st.moved_to_compressed - ss->stats.moved_to_compressed;
 	ss->stats = st;
+	ss->ppl_pub = ss->ppl;
 	pthread_mutex_unlock(&s->mu);
 }
 
@@ -321,6 +324,10 @@ static int req_start(struct scheduler *s, struct sched_req *r, const char **para
 	r->feed = malloc((q->n_prompt + 1) * sizeof(*r->feed));
 	if (!r->feed)
 		return err_set(err, err_len, -ENOMEM, "out of memory");
+	struct sinkcache_stats cs;
+	s->be->ops->session_stats(s->be, ss->bs, &cs);
+	r->feed_base = cs.n_seen; /* the pending token, or the first prompt token, goes there */
+	r->ppl_start = ss->ppl;
 	r->had_pending = ss->has_pending;
 	if (ss->has_pending)
 		r->feed[r->n_feed++] = hist_last(ss);
@@ -435,6 +442,12 @@ static bool req_sample(struct scheduler *s, struct sched_req *r)
 	struct sampler_result res;
 	float *row = s->logits + (size_t)r->logits_row * (size_t)s->n_vocab;
 	const char *why = NULL;
+	/* the monitor scores the model's own distribution: the row before
+	 * logit_bias, penalties and the grammar change it in place */
+	if (!s->raw_row)
+		s->raw_row = malloc((size_t)s->n_vocab * sizeof(float));
+	if (s->raw_row)
+		memcpy(s->raw_row, row, (size_t)s->n_vocab * sizeof(float));
 	if (req_pick(s, r, row, &res, &why) != 0) {
 		if (r->sess->persistent) { /* everything fed is in the cache */
 			session_set_pending(s, r->sess, false);
@@ -443,6 +456,9 @@ static bool req_sample(struct scheduler *s, struct sched_req *r)
 		sched_emit_done(s, r, GEN_FINISH_ERROR, -EIO, NULL, why);
 		return true;
 	}
+	if (s->raw_row)
+		sched_monitor_add(s, r, sched_monitor_nll(s->raw_row, s->n_vocab, res.token), false,
+		                  r->feed_base + r->n_feed + (uint64_t)r->n_generated);
 	return req_on_token(s, r, &res);
 }
 
@@ -484,6 +500,29 @@ static void batch_add(struct scheduler *s, size_t *n, int *rows, struct sched_re
 	r->served_tick = s->n_batches;
 	if (want_logits)
 		r->logits_row = (*rows)++;
+}
+
+/* A prompt token whose logits row the input monitor scores against the
+ * next input token (at stream index pos); without memory for the list it
+ * goes in unscored. */
+static void batch_add_scored(struct scheduler *s, size_t *n, int *rows, struct sched_req *r,
+                             int32_t tok, int32_t target, uint64_t pos)
+{
+	if (s->n_score_rows == s->cap_score_rows) {
+		size_t cap = s->cap_score_rows ? 2 * s->cap_score_rows : 64;
+		void *p = realloc(s->score_rows, cap * sizeof(*s->score_rows));
+		if (!p) {
+			batch_add(s, n, rows, r, tok, false);
+			return;
+		}
+		s->score_rows = p;
+		s->cap_score_rows = cap;
+	}
+	int row = r->logits_row;
+	batch_add(s, n, rows, r, tok, true);
+	s->score_rows[s->n_score_rows++] =
+	    (struct sched_score_row){.r = r, .row = r->logits_row, .target = target, .pos = pos};
+	r->logits_row = row; /* the sampling row stays the request's own */
 }
 
 static size_t prefill_chunk_cap(const struct sched_req *r)
@@ -684,8 +723,14 @@ static size_t batch_build(struct scheduler *s, struct sched_req **act, size_t n_
 			take = prefill_chunk_cap(r);
 		for (size_t i = 0; i < take; i++) {
 			size_t at = r->n_fed + i;
-			bool last = at + 1 == r->n_feed;
-			batch_add(s, &n, rows, r, r->feed[at], last && r->logits_at_end);
+			bool sample = at + 1 == r->n_feed && r->logits_at_end;
+			/* the monitor scores the next input token where it is asked to */
+			if (!sample && at + 1 < r->n_feed_all &&
+			    sched_monitor_wants_input(r->sess, &s->mon))
+				batch_add_scored(s, &n, rows, r, r->feed[at], r->feed[at + 1],
+				                 r->feed_base + at + 1);
+			else
+				batch_add(s, &n, rows, r, r->feed[at], sample);
 		}
 	}
 	shape->n_prefill = n - shape->n_decode;
@@ -858,10 +903,14 @@ static size_t tick_run(struct scheduler *s, struct sched_req **act, size_t n_act
 	int rows = 0;
 	size_t n_seqs = 0, tokens_in = 0;
 	double t0 = sched_now();
-	if (batch_reserve(s, max_tokens, n_act) != 0) {
+	/* rows of logits: one per request to sample, and with the input
+	 * monitor on, one per prompt token it may score */
+	size_t n_rows = n_act + (s->mon.input != MONITOR_INPUT_OFF ? max_tokens : 0);
+	if (batch_reserve(s, max_tokens, n_rows) != 0) {
 		tick_fail_batch(s, act, 0, "out of memory");
 		return 0;
 	}
+	s->n_score_rows = 0;
 	for (size_t i = 0; i < n_act; i++) {
 		act[i]->n_in_batch = 0;
 		act[i]->logits_row = -1;
@@ -885,6 +934,12 @@ static size_t tick_run(struct scheduler *s, struct sched_req **act, size_t n_act
 			tokens_in += act[i]->n_in_batch;
 	}
 	tick_account(s, n, n_seqs, sched_now() - t0, tokens_in);
+	for (size_t i = 0; i < s->n_score_rows; i++) {
+		const struct sched_score_row *sr = &s->score_rows[i];
+		const float *row = s->logits + (size_t)sr->row * (size_t)s->n_vocab;
+		sched_monitor_add(s, sr->r, sched_monitor_nll(row, s->n_vocab, sr->target), true,
+		                  sr->pos);
+	}
 	for (size_t i = 0; i < n_act; i++) {
 		struct sched_req *r = act[i];
 		if (r->n_in_batch && req_after_forward(s, r))
@@ -901,6 +956,11 @@ size_t sched_tick(struct scheduler *s)
 	size_t n_act = s->n_active;
 	size_t max_tokens = (size_t)s->lim.max_batch_tokens;
 	s->max_unsent = s->lim.max_unsent_tokens;
+	s->mon = (struct sched_monitor_settings){
+	    .input = s->lim.monitor_input,
+	    .every = s->lim.monitor_every,
+	    .alert_ratio = s->lim.alert_ratio,
+	};
 	s->n_held = 0;
 	struct sched_req **act = malloc((n_act ? n_act : 1) * sizeof(*act));
 	if (act && n_act)
@@ -923,6 +983,7 @@ size_t sched_tick(struct scheduler *s)
 		act[i]->pub_state = act[i]->state;
 		act[i]->pub_generated = act[i]->n_generated;
 	}
+	sched_monitor_flush_locked(s);
 	pthread_mutex_unlock(&s->mu);
 	for (size_t i = 0; i < n_act; i++)
 		if (act[i]->state == REQ_FINISHED)

@@ -144,6 +144,9 @@ static void limits_from_config(struct scheduler *s, const struct sinkd_config *c
 	                             ? cfg->limits.max_prompt_tokens
 	                             : cfg->inference.max_context_length;
 	lim->max_unsent_tokens = (size_t)cfg->scheduler.max_unsent_tokens;
+	lim->monitor_input = cfg->monitoring.input_perplexity;
+	lim->monitor_every = cfg->monitoring.input_perplexity_every;
+	lim->alert_ratio = cfg->monitoring.perplexity_alert_ratio;
 	lim->budget_auto = cfg->inference.cache.global_cache_limit_auto;
 	lim->auto_fraction = cfg->inference.cache.auto_fraction;
 	config_cache_geometry(cfg, &s->be->model->hp, &lim->geom);
@@ -464,6 +467,7 @@ void sched_session_info_locked(const struct sched_session *ss, double now,
 	out->window_size = ss->geom.window_size;
 	out->sink_keep_count = ss->geom.sink_keep_count;
 	out->pinned_tokens = ss->pinned_tokens;
+	out->perplexity = ss->ppl_pub;
 }
 
 int scheduler_session_info(struct scheduler *s, const char *id, struct sched_session_info *out)
@@ -1165,6 +1169,9 @@ void scheduler_free(struct scheduler *s)
 	free(s->wq);
 	free(s->batch);
 	free(s->logits);
+	free(s->score_rows);
+	free(s->nll_queue);
+	free(s->raw_row);
 	free(s->cand);
 	vocab_trie_free(s->vocab);
 	pthread_cond_destroy(&s->cv);

@@ -189,6 +189,7 @@ struct scheduler_stats {
 	uint64_t offload_failures;  /* writes that failed (the session stayed resident) */
 	uint64_t snapshot_bytes;    /* bytes of every snapshot made (API and store) */
 	size_t sessions_offloading; /* being written now */
+	uint64_t perplexity_alerts; /* sessions whose running perplexity rose past the alert ratio */
 };
 void scheduler_get_stats(struct scheduler *s, struct scheduler_stats *out);
 
@@ -211,6 +212,8 @@ enum sched_hist_id {
 	SCHED_HIST_QUEUE_WAIT_SECONDS,  /* submit to admission */
 	SCHED_HIST_OFFLOAD_SECONDS,     /* an idle session's export and write to the store */
 	SCHED_HIST_RESTORE_SECONDS,     /* a snapshot's read, checks and import */
+	SCHED_HIST_INPUT_NLL,           /* NLL of a scored input token (monitoring.input_perplexity) */
+	SCHED_HIST_GENERATED_NLL,       /* NLL of a generated token under the model's distribution */
 	SCHED_HIST_COUNT
 };
 struct sched_histogram {
@@ -268,6 +271,23 @@ int scheduler_session_create(struct scheduler *s, const struct session_settings 
  * idle session (of `owner`, or of anyone when owner is NULL) expires. */
 int scheduler_session_retry_after_s(struct scheduler *s, const char *owner);
 
+/* The streaming-perplexity monitor of one session (sched_monitor.c): the
+ * NLL of every scored token under the model's own distribution (raw
+ * logits: before logit_bias, penalties, constraints and temperature), input
+ * tokens (monitoring.input_perplexity) and generated ones apart; the first
+ * full window (scored tokens predicted while the cache had not yet
+ * evicted: stream index below sinks + window) and the running mean of every
+ * scored token after it. */
+struct sched_perplexity {
+	uint64_t input_tokens, generated_tokens;
+	double input_nll, generated_nll; /* sums */
+	uint64_t first_tokens, running_tokens;
+	double first_nll, running_nll; /* sums */
+	double ratio;    /* exp(running mean - first mean) at the last check; 0 before one */
+	uint64_t alerts; /* times the ratio rose past monitoring.perplexity_alert_ratio */
+	bool alerting;   /* above it now (an alert is logged again only after it fell below) */
+};
+
 struct sched_session_info {
 	uint64_t n_seen; /* tokens of the stream so far (prompt + generated - revised) */
 	int n_resident;  /* tokens in the cache */
@@ -284,6 +304,7 @@ struct sched_session_info {
 	int window_size;
 	int sink_keep_count; /* the sink tier's size (pinned tokens included) */
 	int pinned_tokens;   /* of them, the pinned prefix */
+	struct sched_perplexity perplexity;
 };
 /* -ENOENT when unknown (or expired/deleted). */
 int scheduler_session_info(struct scheduler *s, const char *id, struct sched_session_info *out);

@@ -3,6 +3,7 @@
  * an optional generated reply streamed like /v1/completions.  The sessions
  * themselves (caches, expiry, reservations) belong to the scheduler. */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,6 +80,34 @@ enum MHD_Result api_session_create(struct request *r)
 	return respond_json(r, 200, o);
 }
 
+/* exp of a mean NLL, or null before any token was scored */
+static void add_ppl(cJSON *o, const char *name, double nll_sum, uint64_t n)
+{
+	if (n)
+		cJSON_AddNumberToObject(o, name, exp(nll_sum / (double)n));
+	else
+		cJSON_AddNullToObject(o, name);
+}
+
+/* The streaming-perplexity monitor's view of the session (scheduler.h). */
+static void add_perplexity(cJSON *o, const struct sched_perplexity *p)
+{
+	cJSON *m = cJSON_AddObjectToObject(o, "perplexity");
+	if (!m)
+		return;
+	cJSON_AddNumberToObject(m, "input_tokens", (double)p->input_tokens);
+	add_ppl(m, "input", p->input_nll, p->input_tokens);
+	cJSON_AddNumberToObject(m, "generated_tokens", (double)p->generated_tokens);
+	add_ppl(m, "generated", p->generated_nll, p->generated_tokens);
+	add_ppl(m, "first_window", p->first_nll, p->first_tokens);
+	add_ppl(m, "running", p->running_nll, p->running_tokens);
+	if (p->ratio > 0)
+		cJSON_AddNumberToObject(m, "ratio", p->ratio);
+	else
+		cJSON_AddNullToObject(m, "ratio");
+	cJSON_AddNumberToObject(m, "alerts", (double)p->alerts);
+}
+
 cJSON *api_session_json(const char *id, const struct sched_session_info *in)
 {
 	cJSON *o = cJSON_CreateObject();
@@ -101,6 +130,7 @@ cJSON *api_session_json(const char *id, const struct sched_session_info *in)
 	cJSON_AddNumberToObject(o, "window_size", in->window_size);
 	cJSON_AddNumberToObject(o, "sink_keep_count", in->sink_keep_count);
 	cJSON_AddNumberToObject(o, "pinned_tokens", in->pinned_tokens);
+	add_perplexity(o, &in->perplexity);
 	return o;
 }
 

@@ -1,0 +1,132 @@
+/* The streaming-perplexity monitor: the negative log-likelihood of the
+ * tokens flowing through each session under the model's own distribution,
+ * input tokens (when monitoring.input_perplexity asks: their logits rows
+ * cost an output projection each) and generated ones apart.  A session's
+ * first full window (the tokens predicted before its cache evicted
+ * anything) is its baseline; the running perplexity of everything scored
+ * after it is checked against monitoring.perplexity_alert_ratio once per
+ * baseline's worth of scored tokens, and a rise past it is logged with the
+ * word "perplexity" and counted (sinkd_perplexity_alerts_total): a cache
+ * that lost what the model needs (its sinks, say) shows there first. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sched/sched_internal.h"
+#include "util/log.h"
+
+bool sched_monitor_wants_input(struct sched_session *ss, const struct sched_monitor_settings *m)
+{
+	if (m->input == MONITOR_INPUT_OFF)
+		return false;
+	if (m->input == MONITOR_INPUT_ALL)
+		return true;
+	return ss->ppl_inputs_seen++ % (uint64_t)m->every == 0;
+}
+
+double sched_monitor_nll(const float *row, int n_vocab, int32_t target)
+{
+	float mx = row[0];
+	for (int i = 1; i < n_vocab; i++)
+		mx = row[i] > mx ? row[i] : mx;
+	double sum = 0.0;
+	for (int i = 0; i < n_vocab; i++)
+		sum += exp((double)(row[i] - mx));
+	return log(sum) + (double)mx - (double)row[target];
+}
+
+static double ppl_of(double nll_sum, uint64_t n)
+{
+	return n ? exp(nll_sum / (double)n) : 0.0;
+}
+
+static void check_alert(struct scheduler *s, struct sched_req *r, struct sched_perplexity *p)
+{
+	double first = p->first_nll / (double)p->first_tokens;
+	double running = p->running_nll / (double)p->running_tokens;
+	p->ratio = exp(running - first);
+	if (p->ratio <= s->mon.alert_ratio) {
+		p->alerting = false;
+		return;
+	}
+	if (p->alerting)
+		return;
+	p->alerting = true;
+	p->alerts++;
+	s->perplexity_alerts++;
+	log_event(s->log, LOG_WARN, "sched",
+	          "perplexity rose above the session's first window",
+	          (struct log_field[]){LOG_STR("session", r->sess->id[0] ? r->sess->id : "-"),
+	                               LOG_STR("request_id", r->rid[0] ? r->rid : "-"),
+	                               LOG_DBL("ratio", p->ratio),
+	                               LOG_DBL("alert_ratio", s->mon.alert_ratio),
+	                               LOG_DBL("first_window_perplexity", exp(first)),
+	                               LOG_DBL("running_perplexity", exp(running)),
+	                               LOG_INT("scored_tokens", p->first_tokens + p->running_tokens),
+	                               LOG_END});
+}
+
+void sched_monitor_add(struct scheduler *s, struct sched_req *r, double nll, bool input,
+                       uint64_t pos)
+{
+	struct sched_session *ss = r->sess;
+	struct sched_perplexity *p = &ss->ppl;
+	if (!isfinite(nll)) /* a -inf logit of the token itself: nothing to learn from it */
+		return;
+	if (input) {
+		p->input_tokens++;
+		p->input_nll += nll;
+	} else {
+		p->generated_tokens++;
+		p->generated_nll += nll;
+	}
+	if (pos < sinkcache_capacity_tokens(&ss->geom)) {
+		p->first_tokens++;
+		p->first_nll += nll;
+	} else {
+		p->running_tokens++;
+		p->running_nll += nll;
+		if (p->first_tokens && p->running_tokens % p->first_tokens == 0)
+			check_alert(s, r, p);
+	}
+	if (s->n_nll_queue == s->cap_nll_queue) {
+		size_t cap = s->cap_nll_queue ? 2 * s->cap_nll_queue : 256;
+		void *q = realloc(s->nll_queue, cap * sizeof(*s->nll_queue));
+		if (!q)
+			return; /* the histograms miss it; the session's sums have it */
+		s->nll_queue = q;
+		s->cap_nll_queue = cap;
+	}
+	s->nll_queue[s->n_nll_queue++] = (struct sched_nll){nll, input};
+}
+
+void sched_monitor_flush_locked(struct scheduler *s)
+{
+	for (size_t i = 0; i < s->n_nll_queue; i++)
+		sched_hist_observe(&s->hist[s->nll_queue[i].input ? SCHED_HIST_INPUT_NLL
+		                                                  : SCHED_HIST_GENERATED_NLL],
+		                   s->nll_queue[i].nll);
+	s->n_nll_queue = 0;
+	s->st.perplexity_alerts = s->perplexity_alerts;
+}
+
+void sched_monitor_stream_done(struct scheduler *s, struct sched_req *r)
+{
+	if (!r->sess)
+		return;
+	const struct sched_perplexity *p = &r->sess->ppl, *a = &r->ppl_start;
+	uint64_t n_in = p->input_tokens - a->input_tokens;
+	uint64_t n_gen = p->generated_tokens - a->generated_tokens;
+	if (!n_in && !n_gen)
+		return;
+	log_event(s->log, LOG_INFO, "sched", "stream perplexity",
+	          (struct log_field[]){
+	              LOG_STR("session", r->sess->id[0] ? r->sess->id : "-"),
+	              LOG_STR("request_id", r->rid[0] ? r->rid : "-"),
+	              LOG_INT("input_tokens_scored", n_in),
+	              LOG_DBL("input_perplexity", ppl_of(p->input_nll - a->input_nll, n_in)),
+	              LOG_INT("generated_tokens_scored", n_gen),
+	              LOG_DBL("generated_perplexity",
+	                      ppl_of(p->generated_nll - a->generated_nll, n_gen)),
+	              LOG_DBL("session_ratio", p->ratio), LOG_END});
+}
