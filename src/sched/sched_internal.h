@@ -322,8 +322,8 @@ void sched_ctl_run(struct scheduler *s, struct sched_ctl **jobs, size_t n);
 /* Whether the input token at stream index `target_pos` of session ss is
  * scored (counts the offer for sampling). */
 bool sched_monitor_wants_input(struct sched_session *ss, const struct sched_monitor_settings *m);
-/* The NLL of `target` under the raw logits row. */
-double sched_monitor_nll(const float *row, int n_vocab, int32_t target);
+/* The NLL of `target` under the raw logits row, which it overwrites. */
+double sched_monitor_nll(float *row, int n_vocab, int32_t target);
 /* One scored token of r's session at stream index pos: into the session's
  * sums and the histogram queue; checks the alert (logged with the word
  * perplexity). */

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/attend_kernels.h"
 #include "sched/sched_internal.h"
 #include "util/log.h"
 
@@ -24,15 +25,14 @@ bool sched_monitor_wants_input(struct sched_session *ss, const struct sched_moni
 	return ss->ppl_inputs_seen++ % (uint64_t)m->every == 0;
 }
 
-double sched_monitor_nll(const float *row, int n_vocab, int32_t target)
+double sched_monitor_nll(float *row, int n_vocab, int32_t target)
 {
-	float mx = row[0];
+	float raw = row[target], mx = row[0];
 	for (int i = 1; i < n_vocab; i++)
 		mx = row[i] > mx ? row[i] : mx;
-	double sum = 0.0;
-	for (int i = 0; i < n_vocab; i++)
-		sum += exp((double)(row[i] - mx));
-	return log(sum) + (double)mx - (double)row[target];
+	/* the attention's vector exp (row[i] <- exp(row[i] - max), the sum) */
+	double sum = (double)attend_exp_sum(row, n_vocab);
+	return log(sum) + (double)mx - (double)raw;
 }
 
 static double ppl_of(double nll_sum, uint64_t n)

@@ -936,7 +936,7 @@ static size_t tick_run(struct scheduler *s, struct sched_req **act, size_t n_act
 	tick_account(s, n, n_seqs, sched_now() - t0, tokens_in);
 	for (size_t i = 0; i < s->n_score_rows; i++) {
 		const struct sched_score_row *sr = &s->score_rows[i];
-		const float *row = s->logits + (size_t)sr->row * (size_t)s->n_vocab;
+		float *row = s->logits + (size_t)sr->row * (size_t)s->n_vocab; /* not sampled */
 		sched_monitor_add(s, sr->r, sched_monitor_nll(row, s->n_vocab, sr->target), true,
 		                  sr->pos);
 	}
