@@ -15,6 +15,8 @@
  * cpu_ms_per_step: CPU time of all threads per step (spinning included),
  * which tells a busy machine (step_ms >> cpu/threads) from a slow kernel.
  * prefill_tok_s: one session's prompt of --prompt-tokens fed as one batch.
+ * --trace 1 turns on the collection of cache traces (attention masses) in
+ * every session, as GET /v1/sessions/{id}/cache does: what it costs.
  * Linked against the sinkd library; run by engine-bench.sh.  Not a test. */
 #include <stdbool.h>
 #include <stdio.h>
@@ -40,7 +42,7 @@ static double now_s(void)
 
 struct opts {
 	const char *model;
-	int streams, threads, prompt_tokens, gen_tokens, warmup_rounds;
+	int streams, threads, prompt_tokens, gen_tokens, warmup_rounds, trace;
 	double seconds;
 };
 
@@ -67,6 +69,8 @@ static int parse(int argc, char **argv, struct opts *o)
 			o->seconds = atof(argv[i + 1]);
 		else if (!strcmp(argv[i], "--warmup-rounds"))
 			o->warmup_rounds = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--trace"))
+			o->trace = atoi(argv[i + 1]);
 		else
 			return -1;
 	}
@@ -85,7 +89,7 @@ int main(int argc, char **argv)
 	if (parse(argc, argv, &o)) {
 		fprintf(stderr, "usage: engine-driver --model FILE [--streams N] [--threads T] "
 		                "[--prompt-tokens P] [--gen-tokens G] [--seconds S] "
-		                "[--warmup-rounds W]\n");
+		                "[--warmup-rounds W] [--trace 0|1]\n");
 		return 2;
 	}
 	struct model *m = NULL;
@@ -126,6 +130,9 @@ int main(int argc, char **argv)
 		bool timed = round >= o.warmup_rounds;
 		for (int s = 0; s < N; s++) {
 			if (be->ops->session_new(be, &g, &ss[s], err, sizeof(err)))
+				goto fail;
+			if (o.trace &&
+			    be->ops->session_trace_enable(be, ss[s], true, err, sizeof(err)))
 				goto fail;
 			for (int i = 0; i < P; i++)
 				batch[i] = (struct backend_token){.session = ss[s],
