@@ -56,6 +56,8 @@ static const struct route routes[] = {
     {"/tokenize", EP_TOKENIZE, "POST", false},
     {"/detokenize", EP_DETOKENIZE, "POST", false},
     {"/v1/sessions", EP_SESSIONS, "POST", false},
+    {"/v1/sessions", EP_SESSIONS, "GET", false}, /* the list */
+    {"/v1/streams", EP_STREAMS, "GET", false},
     {"/v1/sessions/restore", EP_SESSION_RESTORE, "POST", false},
     /* the web console (console.c): behind the key like the API */
     {"/", EP_CONSOLE, "GET", false},
@@ -63,19 +65,21 @@ static const struct route routes[] = {
     {"/console.css", EP_CONSOLE, "GET", false},
 };
 
+/* The route of a path: the one of its method when the path has several
+ * (HEAD as GET), else its first (whose method then answers 405). */
 static const struct route *route_find(const char *url, const char *method)
 {
-	/* the one path with two methods: the list, and a create */
-	static const struct route session_list = {"/v1/sessions", EP_SESSIONS, "GET", false};
-	static const struct route streams = {"/v1/streams", EP_STREAMS, "GET", false};
-	if (!strcmp(url, "/v1/sessions") && (!strcmp(method, "GET") || !strcmp(method, "HEAD")))
-		return &session_list;
-	if (!strcmp(url, "/v1/streams"))
-		return &streams;
-	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
-		if (!strcmp(url, routes[i].path))
+	const struct route *first = NULL;
+	const char *m = strcmp(method, "HEAD") ? method : "GET";
+	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+		if (strcmp(url, routes[i].path))
+			continue;
+		if (!strcmp(m, routes[i].method))
 			return &routes[i];
-	return NULL;
+		if (!first)
+			first = &routes[i];
+	}
+	return first;
 }
 
 /* /v1/streams/{request_id}/cache (GET): a request id is what

@@ -233,8 +233,10 @@ done
 check "metrics have HELP/TYPE" grep -q '^# TYPE sinkd_time_to_first_token_seconds histogram' "$tmp/metrics.txt"
 
 # ---- logs -----------------------------------------------------------------------------------
-grep '"request_id":"itest-1"' "$log" >"$tmp/itest1.log"
-check "one log line for request itest-1" [ "$(wc -l <"$tmp/itest1.log")" = 1 ]
+# the request's own line (the scheduler's "stream perplexity" line names it too)
+grep '"request_id":"itest-1"' "$log" | grep '"module":"http"' >"$tmp/itest1.log"
+check "one request log line for request itest-1" [ "$(wc -l <"$tmp/itest1.log")" = 1 ]
+check "the stream's perplexity line names it" grep -q '"msg":"stream perplexity".*"request_id":"itest-1".*"generated_tokens_scored":20' "$log"
 jcheck "request log line has endpoint, status, tokens, ttft, duration" "$tmp/itest1.log" "j['msg'] == 'request' and j['endpoint'] == '/v1/completions' and j['status'] == 200 and j['tokens_in'] == 5 and j['tokens_out'] == 20 and j['ttft_ms'] >= 0 and j['duration_ms'] > 0"
 check "no prompt or completion text in the log" bash -c "! grep -q -e 'Once upon' -e 'Lily' -e 'Tell a story' '$log'"
 
