@@ -8,6 +8,7 @@
 #include "engine/qdot_impl.h"
 
 #include "model/dequant.h"
+#include "util/cpu.h"
 
 #include <math.h>
 #include <string.h>
@@ -285,26 +286,17 @@ static const struct qdot_kernels *scalar_kernels(enum ggml_type t)
 /* --------------------------------------------------------------- variants */
 
 #if defined(__x86_64__) && defined(__GNUC__)
-static bool cpu_feature_avx2(void)
-{
-	__builtin_cpu_init();
-	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-	       __builtin_cpu_supports("f16c");
-}
-
 static bool cpu_feature(enum qdot_variant v)
 {
-	bool avx512 = cpu_feature_avx2() && __builtin_cpu_supports("avx512f") &&
-	              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
 	switch (v) {
 	case QDOT_VARIANT_AVX2:
-		return cpu_feature_avx2();
+		return cpu_has_avx2();
 	case QDOT_VARIANT_AVXVNNI:
-		return cpu_feature_avx2() && __builtin_cpu_supports("avxvnni");
+		return cpu_has_avx2() && cpu_has_avx_vnni();
 	case QDOT_VARIANT_AVX512BW:
-		return avx512;
+		return cpu_has_avx512();
 	case QDOT_VARIANT_AVX512VNNI:
-		return avx512 && __builtin_cpu_supports("avx512vnni");
+		return cpu_has_avx512() && cpu_has_avx512_vnni();
 	default:
 		return false;
 	}

@@ -16,6 +16,18 @@ bool cpu_has_avx512(void)
 	return cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
 	       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
 }
+
+bool cpu_has_avx_vnni(void)
+{
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avxvnni");
+}
+
+bool cpu_has_avx512_vnni(void)
+{
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx512vnni");
+}
 #else
 bool cpu_has_avx2(void)
 {
@@ -23,6 +35,16 @@ bool cpu_has_avx2(void)
 }
 
 bool cpu_has_avx512(void)
+{
+	return false;
+}
+
+bool cpu_has_avx_vnni(void)
+{
+	return false;
+}
+
+bool cpu_has_avx512_vnni(void)
 {
 	return false;
 }

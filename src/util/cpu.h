@@ -11,6 +11,10 @@
 bool cpu_has_avx2(void);
 /* That, and AVX-512 F/BW/VL. */
 bool cpu_has_avx512(void);
+/* The 8-bit dot-product instructions: AVX-VNNI (256-bit, with AVX2) and
+ * AVX-512 VNNI (with the AVX-512 level). */
+bool cpu_has_avx_vnni(void);
+bool cpu_has_avx512_vnni(void);
 
 /* Bytes of one core's level-2 cache (sysconf), or 1 MiB when the system
  * does not say. */

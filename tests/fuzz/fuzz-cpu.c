@@ -13,6 +13,16 @@ bool cpu_has_avx512(void)
 	return false;
 }
 
+bool cpu_has_avx_vnni(void)
+{
+	return false;
+}
+
+bool cpu_has_avx512_vnni(void)
+{
+	return false;
+}
+
 size_t cpu_l2_cache_bytes(void)
 {
 	return (size_t)1 << 20;
