@@ -16,16 +16,23 @@
  *   GEMM_AVX512   the packed GEMM with a 12-row kernel (SCALAR);
  *   PANELS        the kernels of the weight panels the backend lays out on
  *                 AVX-512 machines, every batch size (PANELS_SCALAR);
- *   SCALAR        plain C, the portable path.
+ *   QDOT          Q8_0, Q4_0, Q4_K, Q5_K, Q6_K weights as stored in GGUF
+ *                 times x quantized to int8 blocks, through engine/qdot.h's
+ *                 R x B register tiles, the best variant this CPU runs
+ *                 (QDOT_SCALAR);
+ *   SCALAR        plain C, the portable path (every type).
  * One table (kernel_table) picks the family by ISA level, weight type and
  * batch-size class.  Weights are read in their stored type; activations
- * stay fp32 except in the Q8 family.  The FFN's gate and up products can
+ * stay fp32 except in the Q8 and QDOT families, which quantize x once per
+ * dispatch before the threads start.  The FFN's gate and up products can
  * run fused with the SwiGLU activation (matmul_swiglu).  It does not own
  * buffers or know about layers: see backend_cpu.c. */
 #include "engine/matmul.h"
 #include "engine/tuning.h"
 
 #include "engine/panels.h"
+#include "engine/qdot.h"
+#include "model/dequant.h"
 #include "util/cpu.h"
 
 #include <errno.h>
@@ -115,7 +122,8 @@ static float bf16_to_float(uint16_t b)
 	return f;
 }
 
-/* Converts elements [k0, k0+n) of a row; for Q8_0, k0 and n are multiples of 32. */
+/* Converts elements [k0, k0+n) of a row; for the block types, k0 and n are
+ * multiples of the block (32 values, 256 for the K-quants). */
 static void row_chunk_to_f32(int type, const uint8_t *row, int k0, int n, float *out)
 {
 	switch (type) {
@@ -138,13 +146,18 @@ static void row_chunk_to_f32(int type, const uint8_t *row, int k0, int n, float 
 				out[i + j] = d * (float)b->qs[j];
 		}
 		break;
+	default: /* the qdot types: k0 and n are multiples of their block */
+		dequantize_row((enum ggml_type)type,
+		               row + ggml_row_bytes((enum ggml_type)type, (uint64_t)k0), out,
+		               (uint64_t)n);
+		break;
 	}
 }
 
 bool matmul_type_supported(int type)
 {
 	return type == GGML_TYPE_F32 || type == GGML_TYPE_F16 || type == GGML_TYPE_BF16 ||
-	       type == GGML_TYPE_Q8_0;
+	       qdot_type_supported((enum ggml_type)type);
 }
 
 void matmul_row_to_f32(const struct weight_matrix *w, int row, float *out)
@@ -157,10 +170,35 @@ void matmul_row_to_f32(const struct weight_matrix *w, int row, float *out)
 
 /* The two kernel signatures: the families that read x (B, cols) as it is,
  * and the Q8 families, which read it quantized once per call, xq (B,
- * cols/32).  Both write rows [r0, r1) of job->y (B, rows). */
+ * cols/32).  Both write rows [r0, r1) of job->y (B, rows).  The qdot
+ * families have their own (rows_qdot). */
 typedef void (*rows_x_fn)(const struct matmul_job *job, const float *x, int B, int r0, int r1);
 typedef void (*rows_q8_fn)(const struct matmul_job *job, const struct block_q8_x *xq, int B, int r0,
                            int r1);
+
+/* The QDOT families: rows [r0, r1) of job->y (B, rows) through the qdot
+ * kernels k, whose R x B tiles read each weight block once for up to
+ * QDOT_TILE_VECS batch rows; a single x takes the row kernel, whose fixed
+ * shape decoded faster than a tile of one vector.  xq: B activation
+ * vectors (qdot_act_quantize for w's type), xq_bytes apart. */
+static void rows_qdot(const struct matmul_job *job, const struct qdot_kernels *k, const void *xq,
+                      size_t xq_bytes, int B, int r0, int r1)
+{
+	const struct weight_matrix *w = job->w;
+	int rows = w->rows;
+	const uint8_t *base = (const uint8_t *)w->data;
+	if (B == 1)
+		for (int r = r0; r < r1; r++)
+			job->y[r] = k->dot_row(base + (size_t)r * w->row_bytes, xq, w->cols);
+	else
+		qdot_rows(k, base + (size_t)r0 * w->row_bytes, w->row_bytes, r1 - r0, xq, xq_bytes,
+		          B, w->cols, job->y + r0, (size_t)rows);
+	if (!job->bias)
+		return;
+	for (int b = 0; b < B; b++)
+		for (int r = r0; r < r1; r++)
+			job->y[(size_t)b * rows + r] += job->bias[r];
+}
 
 /* The portable path, and the twin of the dot and GEMM families. */
 static void rows_scalar(const struct matmul_job *job, const float *x, int B, int r0, int r1)
@@ -893,7 +931,7 @@ bool matmul_have_avx512(void)
 
 /* ------------------------------------------------------- kernel families */
 
-enum type_index { T_F32, T_F16, T_BF16, T_Q8_0, N_TYPES };
+enum type_index { T_F32, T_F16, T_BF16, T_Q8_0, T_Q4_0, T_Q4_K, T_Q5_K, T_Q6_K, N_TYPES };
 
 static int type_index(int type)
 {
@@ -906,14 +944,39 @@ static int type_index(int type)
 		return T_BF16;
 	case GGML_TYPE_Q8_0:
 		return T_Q8_0;
+	case GGML_TYPE_Q4_0:
+		return T_Q4_0;
+	case GGML_TYPE_Q4_K:
+		return T_Q4_K;
+	case GGML_TYPE_Q5_K:
+		return T_Q5_K;
+	case GGML_TYPE_Q6_K:
+		return T_Q6_K;
 	default:
 		return -1;
 	}
 }
 
-/* What a family reads of x: x itself, x quantized to Q8 (xq), or x
- * transposed for the panel kernels (xt, which read x itself at B == 1). */
-enum family_input { INPUT_X, INPUT_Q8, INPUT_XT };
+/* What a family reads of x: x itself, x quantized to Q8 (xq), x
+ * transposed for the panel kernels (xt, which read x itself at B == 1), or
+ * x quantized for the qdot kernels (one copy per activation format). */
+enum family_input { INPUT_X, INPUT_Q8, INPUT_XT, INPUT_QDOT };
+
+/* The qdot activation formats: 32-value blocks (Q8_0, Q4_0 weights) and
+ * 256-value blocks (the K-quants); a dispatch quantizes x once per format
+ * its jobs read. */
+enum qdot_format { QDOT_FORMAT_32, QDOT_FORMAT_256, N_QDOT_FORMATS };
+
+static enum qdot_format qdot_format_of(int type)
+{
+	return qdot_block_values((enum ggml_type)type) == 256 ? QDOT_FORMAT_256 : QDOT_FORMAT_32;
+}
+
+/* A weight type that reads the format, to quantize x with. */
+static enum ggml_type qdot_format_type(enum qdot_format f)
+{
+	return f == QDOT_FORMAT_256 ? GGML_TYPE_Q4_K : GGML_TYPE_Q8_0;
+}
 
 #ifdef MATMUL_X86
 #define X86_FN(fn) fn
@@ -930,9 +993,11 @@ static const struct family {
 	enum matmul_family twin;   /* the plain-C family the tests compare it with */
 	rows_x_fn rows_x[N_TYPES]; /* INPUT_X, by type_index; NULL: not for that type */
 	rows_q8_fn rows_q8;        /* INPUT_Q8 (Q8_0 weights) */
+	bool qdot_best;            /* INPUT_QDOT: the best qdot variant, else its twin */
 } families[MATMUL_FAMILY_COUNT] = {
 	[MATMUL_FAMILY_SCALAR] = {"scalar", INPUT_X, NULL, false, MATMUL_FAMILY_SCALAR,
-		{rows_scalar, rows_scalar, rows_scalar, rows_scalar}, NULL},
+		{rows_scalar, rows_scalar, rows_scalar, rows_scalar, rows_scalar, rows_scalar,
+		 rows_scalar, rows_scalar}, NULL},
 	[MATMUL_FAMILY_Q8_SCALAR] = {"q8_scalar", INPUT_Q8, NULL, false, MATMUL_FAMILY_Q8_SCALAR,
 		{NULL}, rows_q8_scalar},
 	[MATMUL_FAMILY_PANELS_SCALAR] = {"panels_scalar", INPUT_X, NULL, true,
@@ -956,6 +1021,10 @@ static const struct family {
 		 X86_FN(gemm_avx512_q8_0)}, NULL},
 	[MATMUL_FAMILY_PANELS] = {"panels", INPUT_XT, cpu_has_avx512, true,
 		MATMUL_FAMILY_PANELS_SCALAR, {NULL}, NULL},
+	[MATMUL_FAMILY_QDOT_SCALAR] = {"qdot_scalar", INPUT_QDOT, NULL, false,
+		MATMUL_FAMILY_QDOT_SCALAR, {NULL}, NULL, false},
+	[MATMUL_FAMILY_QDOT] = {"qdot", INPUT_QDOT, cpu_has_avx2, false,
+		MATMUL_FAMILY_QDOT_SCALAR, {NULL}, NULL, true},
 };
 /* clang-format on */
 
@@ -987,43 +1056,58 @@ static int batch_class(int B)
 #define DOT512 MATMUL_FAMILY_DOT_AVX512
 #define GEMM512 MATMUL_FAMILY_GEMM_AVX512
 #define PANEL MATMUL_FAMILY_PANELS
+#define QDOT MATMUL_FAMILY_QDOT
 #define ALL4(f) {f, f, f, f}
+/* The qdot types (Q4_0, Q4_K, Q5_K, Q6_K) at every level but the exact
+ * ones: only the qdot kernels read them, at every batch size. */
+#define QDOT_TYPES \
+		[T_Q4_0] = ALL4(QDOT), [T_Q4_K] = ALL4(QDOT), [T_Q5_K] = ALL4(QDOT), \
+		[T_Q6_K] = ALL4(QDOT)
 /* The one place a family is chosen: [level][type][batch class].
  *   generic        plain C for everything;
  *   AVX2 (exact)   dot tiles below 12 rows, where the packed GEMM's
  *                  per-call packing costs more than it saves, the GEMM
  *                  from 12; Q8_0 takes the integer kernels below 12 rows
- *                  except in the exact level;
- *   AVX-512        the wider GEMM already wins from 6 rows; Q8_0 keeps its
- *                  integer kernels below that;
+ *                  except in the exact level, which leaves the other
+ *                  block types to plain C (they have no float kernels);
+ *   AVX-512        the wider GEMM already wins from 6 rows; Q8_0 takes
+ *                  qdot at every batch size, which beat both the Q8 family
+ *                  and the GEMM there (matmul-perf with MATMUL_FAMILY; not
+ *                  measured on an AVX2-only CPU, so that level keeps Q8);
  *   with panels    the panel kernels at every batch size (F32/F16/BF16;
- *                  Q8_0 has no panels).
+ *                  the block types have no panels).
  * Without panels the AVX-512 level still runs for matrices the loader
- * dequantized to F32 (they get no panels, to avoid holding them twice). */
+ * dequantized to F16 (they get no panels, to avoid holding them twice). */
 static const enum matmul_family kernel_table[N_LEVELS][N_TYPES][N_BATCH_CLASSES] = {
 	/*                      B = 1    2..5    6..11    12.. */
 	[LEVEL_GENERIC] = {
-		/* every type */  ALL4(SCALAR), ALL4(SCALAR), ALL4(SCALAR), ALL4(SCALAR)},
+		/* every type */  ALL4(SCALAR), ALL4(SCALAR), ALL4(SCALAR), ALL4(SCALAR),
+		ALL4(SCALAR), ALL4(SCALAR), ALL4(SCALAR), ALL4(SCALAR)},
 	[LEVEL_AVX2_EXACT] = {
 		[T_F32]  = {DOT2,   DOT2,   DOT2,    GEMM2},
 		[T_F16]  = {DOT2,   DOT2,   DOT2,    GEMM2},
 		[T_BF16] = {DOT2,   DOT2,   DOT2,    GEMM2},
-		[T_Q8_0] = {DOT2,   DOT2,   DOT2,    GEMM2}},
+		[T_Q8_0] = {DOT2,   DOT2,   DOT2,    GEMM2},
+		[T_Q4_0] = ALL4(SCALAR), [T_Q4_K] = ALL4(SCALAR), [T_Q5_K] = ALL4(SCALAR),
+		[T_Q6_K] = ALL4(SCALAR)},
 	[LEVEL_AVX2] = {
 		[T_F32]  = {DOT2,   DOT2,   DOT2,    GEMM2},
 		[T_F16]  = {DOT2,   DOT2,   DOT2,    GEMM2},
 		[T_BF16] = {DOT2,   DOT2,   DOT2,    GEMM2},
-		[T_Q8_0] = {Q8INT,  Q8INT,  Q8INT,   GEMM2}},
+		[T_Q8_0] = {Q8INT,  Q8INT,  Q8INT,   GEMM2},
+		QDOT_TYPES},
 	[LEVEL_AVX512] = {
 		[T_F32]  = {DOT512, DOT512, GEMM512, GEMM512},
 		[T_F16]  = {DOT512, DOT512, GEMM512, GEMM512},
 		[T_BF16] = {DOT512, DOT512, GEMM512, GEMM512},
-		[T_Q8_0] = {Q8INT,  Q8INT,  GEMM512, GEMM512}},
+		[T_Q8_0] = ALL4(QDOT),
+		QDOT_TYPES},
 	[LEVEL_AVX512_PANELS] = {
 		[T_F32]  = ALL4(PANEL),
 		[T_F16]  = ALL4(PANEL),
 		[T_BF16] = ALL4(PANEL),
-		[T_Q8_0] = {Q8INT,  Q8INT,  GEMM512, GEMM512}},
+		[T_Q8_0] = ALL4(QDOT),
+		QDOT_TYPES},
 };
 /* clang-format on */
 #undef SCALAR
@@ -1033,6 +1117,8 @@ static const enum matmul_family kernel_table[N_LEVELS][N_TYPES][N_BATCH_CLASSES]
 #undef DOT512
 #undef GEMM512
 #undef PANEL
+#undef QDOT
+#undef QDOT_TYPES
 #undef ALL4
 
 static enum level table_level(enum matmul_isa isa, const struct weight_matrix *w)
@@ -1061,6 +1147,8 @@ static enum matmul_family fallback_family(enum matmul_family f, const struct wei
 	case MATMUL_FAMILY_Q8_AVX2:
 		return MATMUL_FAMILY_DOT_AVX2;
 	case MATMUL_FAMILY_Q8_SCALAR:
+	case MATMUL_FAMILY_QDOT:
+	case MATMUL_FAMILY_QDOT_SCALAR:
 		return MATMUL_FAMILY_SCALAR;
 	default: /* the panel kernels: what the table picks for the stored layout */
 		return kernel_table[LEVEL_AVX512][type_index(w->type)][batch_class(B)];
@@ -1084,7 +1172,9 @@ bool matmul_family_runs(enum matmul_family f, const struct weight_matrix *w)
 	case INPUT_Q8:
 		return t == T_Q8_0 && fam->rows_q8;
 	case INPUT_XT:
-		return t != T_Q8_0;
+		return t == T_F32 || t == T_F16 || t == T_BF16;
+	case INPUT_QDOT:
+		return qdot_type_supported(w->type) && w->cols % qdot_block_values(w->type) == 0;
 	default:
 		return fam->rows_x[t] != NULL;
 	}
@@ -1097,7 +1187,7 @@ enum matmul_family matmul_family_twin(enum matmul_family f)
 
 bool matmul_family_rounds_activations(enum matmul_family f)
 {
-	return family_valid(f) && families[f].input == INPUT_Q8;
+	return family_valid(f) && (families[f].input == INPUT_Q8 || families[f].input == INPUT_QDOT);
 }
 
 const char *matmul_family_name(enum matmul_family f)
@@ -1109,6 +1199,24 @@ bool matmul_q8_rounds_activations(enum matmul_isa isa, int B)
 {
 	struct weight_matrix q8 = {.type = GGML_TYPE_Q8_0};
 	return matmul_family_rounds_activations(matmul_family_pick(isa, &q8, B));
+}
+
+void matmul_activation_round(int ggml_type, const float *x, int n, float *out)
+{
+	enum ggml_type t = (enum ggml_type)ggml_type;
+	if (!qdot_type_supported(t)) {
+		memmove(out, x, (size_t)n * sizeof(float));
+		return;
+	}
+	/* a block at a time: its scale depends only on its own values */
+	int bv = qdot_block_values(t);
+	_Alignas(64) unsigned char xq[512];
+	if (qdot_act_bytes(t, bv) > sizeof(xq))
+		return;
+	for (int k = 0; k + bv <= n; k += bv) {
+		qdot_act_quantize(t, x + k, bv, xq);
+		qdot_act_dequantize(t, xq, bv, out + k);
+	}
 }
 
 /* ---------------------------------------------------------------- driver */
@@ -1137,6 +1245,11 @@ struct matmul_call {
 	const float *x;              /* (B, cols) */
 	const struct block_q8_x *xq; /* (B, cols/32): x quantized, for the Q8 families */
 	const float *xt;             /* x transposed (panels_transpose_x), for the panel kernels */
+	/* x quantized for the qdot kernels, per activation format: B vectors
+	 * of qdot_xq_bytes bytes each, and the kernels each such job runs. */
+	const void *qdot_xq[N_QDOT_FORMATS];
+	size_t qdot_xq_bytes[N_QDOT_FORMATS];
+	const struct qdot_kernels *qdot_k[MATMUL_MAX_JOBS];
 	int B;
 	const struct matmul_job *jobs;
 	enum matmul_family fams[MATMUL_MAX_JOBS];
@@ -1215,6 +1328,11 @@ static void job_rows(const struct matmul_call *c, int j, int r0, int r1)
 	case INPUT_XT:
 		panels_rows(job->w, job->bias, c->x, c->xt, c->B, job->y, r0, r1);
 		break;
+	case INPUT_QDOT: {
+		enum qdot_format q = qdot_format_of(job->w->type);
+		rows_qdot(job, c->qdot_k[j], c->qdot_xq[q], c->qdot_xq_bytes[q], c->B, r0, r1);
+		break;
+	}
 	default:
 		f->rows_x[type_index(job->w->type)](job, c->x, c->B, r0, r1);
 		break;
@@ -1326,6 +1444,41 @@ static struct block_q8_x *prepare_q8_x(struct matmul_call *c, int cols)
 	return xq;
 }
 
+/* Quantizes x once per activation format that the jobs whose family is a
+ * qdot one read (all threads then share the copy), and picks each such
+ * job's kernels; without memory they take their fallback family.  The
+ * buffers to free go to bufs. */
+static void prepare_qdot_x(struct matmul_call *c, int cols, void *bufs[N_QDOT_FORMATS])
+{
+	bool need[N_QDOT_FORMATS] = {false};
+	for (int j = 0; j < c->n_jobs; j++)
+		if (families[c->fams[j]].input == INPUT_QDOT)
+			need[qdot_format_of(c->jobs[j].w->type)] = true;
+	for (int q = 0; q < N_QDOT_FORMATS; q++) {
+		bufs[q] = NULL;
+		if (!need[q])
+			continue;
+		enum ggml_type t = qdot_format_type((enum qdot_format)q);
+		size_t bytes = qdot_act_bytes(t, cols);
+		bufs[q] = aligned_alloc(64, ((size_t)c->B * bytes + 63) & ~(size_t)63);
+		for (int b = 0; b < c->B && bufs[q]; b++)
+			qdot_act_quantize(t, c->x + (size_t)b * cols, cols,
+			                  (unsigned char *)bufs[q] + (size_t)b * bytes);
+		c->qdot_xq[q] = bufs[q];
+		c->qdot_xq_bytes[q] = bytes;
+	}
+	enum qdot_variant best = qdot_variant_best();
+	for (int j = 0; j < c->n_jobs; j++) {
+		const struct family *f = &families[c->fams[j]];
+		if (f->input != INPUT_QDOT)
+			continue;
+		enum ggml_type t = c->jobs[j].w->type;
+		c->qdot_k[j] = qdot_kernels_get(t, f->qdot_best ? best : QDOT_VARIANT_SCALAR);
+		if (!c->qdot_xq[qdot_format_of(t)] || !c->qdot_k[j])
+			c->fams[j] = fallback_family(c->fams[j], c->jobs[j].w, c->B);
+	}
+}
+
 /* Transposes x once for the jobs that read panels; without memory they take
  * the kernels of the stored layout.  Returns the buffer to free. */
 static float *prepare_xt(struct matmul_call *c, int cols)
@@ -1362,6 +1515,8 @@ static void matmul_run(struct threadpool *pool, struct matmul_call *c)
 		return;
 	struct block_q8_x *xq = prepare_q8_x(c, c->jobs[0].w->cols);
 	float *xt = prepare_xt(c, c->jobs[0].w->cols);
+	void *qdot_xq[N_QDOT_FORMATS];
+	prepare_qdot_x(c, c->jobs[0].w->cols, qdot_xq);
 	int n_threads = pool ? threadpool_size(pool) : 1;
 	if (n_threads == 1 || macs < MATMUL_PARALLEL_MIN_MACS)
 		call_rows(c, 0, c->total_rows);
@@ -1369,6 +1524,8 @@ static void matmul_run(struct threadpool *pool, struct matmul_call *c)
 		run_parallel(pool, c);
 	free(xq);
 	free(xt);
+	for (int q = 0; q < N_QDOT_FORMATS; q++)
+		free(qdot_xq[q]);
 }
 
 void matmul_many(struct threadpool *pool, enum matmul_isa isa, const float *x, int B,

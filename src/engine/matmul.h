@@ -1,7 +1,8 @@
 /* Matrix products of the CPU backend: y(B, rows) = x(B, cols) · W(rows, cols)^T
- * for weights stored as F32, F16, BF16 or Q8_0 (or re-laid as panels), with
- * AVX2 and AVX-512 kernels picked by one table at run time and a portable C
- * path.  Also the row conversion used for embedding lookups. */
+ * for weights stored as F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K or Q6_K (or
+ * re-laid as panels), with AVX2 and AVX-512 kernels picked by one table at
+ * run time and a portable C path.  Also the row conversion used for
+ * embedding lookups. */
 #pragma once
 
 #include <stdbool.h>
@@ -11,9 +12,10 @@
 #include "model/model.h"
 
 /* Which kernels run.  AUTO: the best the CPU supports; for Q8_0 at
- * decode-sized batches it quantizes the activations to Q8 (32 values per
- * scale, as llama.cpp does) and multiplies in integers.  AVX2_F32: AVX2
- * only, Q8_0 weights dequantized to fp32 on the fly (exact activations).
+ * decode-sized batches and for Q4_0/Q4_K/Q5_K/Q6_K at every batch size it
+ * quantizes the activations to int8 blocks (as llama.cpp does) and
+ * multiplies in integers.  AVX2_F32: AVX2 only, Q8_0 weights dequantized to
+ * fp32 on the fly, the other block types in plain C (exact activations).
  * GENERIC: plain C. */
 enum matmul_isa { MATMUL_ISA_AUTO = 0, MATMUL_ISA_GENERIC, MATMUL_ISA_AVX2_F32 };
 
@@ -29,7 +31,9 @@ enum matmul_family {
 	MATMUL_FAMILY_GEMM_AVX2,
 	MATMUL_FAMILY_DOT_AVX512, /* F32, F16, BF16 */
 	MATMUL_FAMILY_GEMM_AVX512,
-	MATMUL_FAMILY_PANELS, /* F32, F16, BF16 with panels */
+	MATMUL_FAMILY_PANELS,      /* F32, F16, BF16 with panels */
+	MATMUL_FAMILY_QDOT_SCALAR, /* plain C: the qdot types times x quantized (engine/qdot.h) */
+	MATMUL_FAMILY_QDOT,        /* the same with the best qdot variant this CPU runs */
 	MATMUL_FAMILY_COUNT
 };
 
@@ -71,6 +75,11 @@ void matmul(struct threadpool *pool, const float *x, int B, const struct weight_
 /* What the Q8 families see of x: x(n) rounded through Q8 blocks, n a
  * multiple of 32 (tests build their reference from it). */
 void matmul_q8_activation_round(const float *x, int n, float *out);
+/* What the rounding families (matmul_family_rounds_activations) see of x
+ * for weights of ggml_type: x(n) rounded through int8 blocks of 32 values
+ * (Q8_0, Q4_0) or 256 (the K-quants), n a multiple of the block; other
+ * types see x itself.  out may be x. */
+void matmul_activation_round(int ggml_type, const float *x, int n, float *out);
 /* Whether Q8_0 products of a batch of B under isa take a Q8 family. */
 bool matmul_q8_rounds_activations(enum matmul_isa isa, int B);
 
@@ -82,7 +91,7 @@ enum matmul_family matmul_family_pick(enum matmul_isa isa, const struct weight_m
 bool matmul_family_runs(enum matmul_family f, const struct weight_matrix *w);
 /* The plain-C family that computes what f computes (f itself if plain C). */
 enum matmul_family matmul_family_twin(enum matmul_family f);
-/* Whether f multiplies x rounded through Q8 blocks (matmul_q8_activation_round). */
+/* Whether f multiplies x rounded through int8 blocks (matmul_activation_round). */
 bool matmul_family_rounds_activations(enum matmul_family f);
 /* A short name ("dot_avx2"), for tests and benchmarks. */
 const char *matmul_family_name(enum matmul_family f);

@@ -2,10 +2,11 @@
  * (architectures llama and qwen2).  It reads the hyper-parameters from
  * metadata, finds every weight tensor, checks its shape against them, and
  * decides where each one lives: matrices the engine computes with natively
- * (F32, F16, BF16, Q8_0) point into the read-only mapping; other supported
- * types are dequantized once to F32; norm vectors and biases always end up
- * F32.  It does not run the network (engine/) nor read the vocabulary
- * (tokenizer/). */
+ * (F32, F16, BF16 and the block types Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) point
+ * into the read-only mapping; the other block types (Q4_1, Q5_0, Q5_1) are
+ * dequantized once to F16, near their file size, and their file pages given
+ * back; norm vectors and biases always end up F32.  It does not run the
+ * network (engine/) nor read the vocabulary (tokenizer/). */
 #include "model/model.h"
 
 #include <errno.h>
@@ -18,6 +19,7 @@
 
 #include "model/dequant.h"
 #include "util/errbuf.h"
+#include "util/pages.h"
 
 #define MODEL_MAX_DIM (1 << 20)
 #define MODEL_MAX_LAYERS 4096
@@ -260,13 +262,68 @@ static int load_vector(struct load_ctx *c, const char *name, uint64_t n, const f
 	return rc;
 }
 
+/* The types the engine's kernels read as stored (engine/matmul.h's
+ * matmul_type_supported; the model does not depend on the engine). */
 static bool natively_computed(enum ggml_type type)
 {
-	return type == GGML_TYPE_F32 || type == GGML_TYPE_F16 || type == GGML_TYPE_BF16 ||
-	       type == GGML_TYPE_Q8_0;
+	switch (type) {
+	case GGML_TYPE_F32:
+	case GGML_TYPE_F16:
+	case GGML_TYPE_BF16:
+	case GGML_TYPE_Q8_0:
+	case GGML_TYPE_Q4_0:
+	case GGML_TYPE_Q4_K:
+	case GGML_TYPE_Q5_K:
+	case GGML_TYPE_Q6_K:
+		return true;
+	default:
+		return false;
+	}
 }
 
-/* A (rows, cols) matrix: kept as stored, or dequantized to F32. */
+/* The largest finite F16. */
+#define F16_MAX 65504.0f
+
+/* An F16 copy of tensor t in model-owned memory, `rows` rows of `cols`:
+ * *out stays NULL (and 0 is returned) when a value is beyond F16's range,
+ * for the caller to take F32 instead. */
+static int to_f16(struct load_ctx *c, const struct gguf_tensor *t, uint64_t rows, uint64_t cols,
+                  uint16_t **out)
+{
+	*out = NULL;
+	if (!dequant_supported(t->type))
+		return unsupported(c, t);
+	size_t bytes = (size_t)(rows * cols * sizeof(uint16_t));
+	uint16_t *buf = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+	float *row = malloc((size_t)cols * sizeof(float));
+	int rc = 0;
+	if (buf == NULL || row == NULL) {
+		rc = err_set(c->err, c->err_len, -ENOMEM,
+		             "%s: tensor '%s': cannot allocate %zu bytes", c->path, t->name, bytes);
+		goto out;
+	}
+	size_t row_bytes = ggml_row_bytes(t->type, cols);
+	for (uint64_t r = 0; r < rows; r++) {
+		dequantize_row(t->type, (const uint8_t *)t->data + r * row_bytes, row, cols);
+		for (uint64_t i = 0; i < cols; i++) {
+			if (!(fabsf(row[i]) <= F16_MAX))
+				goto out; /* rc 0, *out NULL: F32 it is */
+			buf[r * cols + i] = f32_to_fp16(row[i]);
+		}
+	}
+	rc = own(c->m, buf);
+	*out = rc ? NULL : buf;
+	buf = NULL; /* own() frees it on failure */
+out:
+	free(buf);
+	free(row);
+	return rc;
+}
+
+/* A (rows, cols) matrix: kept as stored; or copied, from a block type the
+ * kernels do not read to F16 (F32 where F16 cannot hold it), from a
+ * misaligned float type to F32.  A copied tensor's file pages are given
+ * back: the model never reads them again. */
 static int load_matrix(struct load_ctx *c, const char *name, int rows, int cols,
                        struct weight_matrix *w)
 {
@@ -283,11 +340,22 @@ static int load_matrix(struct load_ctx *c, const char *name, int rows, int cols,
 		w->row_bytes = ggml_row_bytes(t->type, (uint64_t)cols);
 		return 0;
 	}
-	float *buf = NULL;
-	rc = to_f32(c, t, (uint64_t)rows, (uint64_t)cols, &buf);
-	w->type = GGML_TYPE_F32;
-	w->data = buf;
-	w->row_bytes = (size_t)cols * sizeof(float);
+	uint16_t *half = NULL;
+	if (!natively_computed(t->type))
+		rc = to_f16(c, t, (uint64_t)rows, (uint64_t)cols, &half);
+	if (rc == 0 && half) {
+		w->type = GGML_TYPE_F16;
+		w->data = half;
+		w->row_bytes = (size_t)cols * sizeof(uint16_t);
+	} else if (rc == 0) {
+		float *buf = NULL;
+		rc = to_f32(c, t, (uint64_t)rows, (uint64_t)cols, &buf);
+		w->type = GGML_TYPE_F32;
+		w->data = buf;
+		w->row_bytes = (size_t)cols * sizeof(float);
+	}
+	if (rc == 0)
+		pages_release(t->data, ggml_row_bytes(t->type, (uint64_t)cols) * (size_t)rows);
 	return rc;
 }
 

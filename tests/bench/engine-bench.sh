@@ -3,18 +3,21 @@
 #
 # Builds the library, the benchmark driver and the read-bandwidth probe;
 # makes the synthetic 134M Llama (dim 768, 12 layers, 12 heads, ffn 2048,
-# vocab 32000 from ggml-vocab-llama-spm, separate output head) in F32 and F16
-# with sinkd-mkmodel in a temporary directory; then measures, REPEATS times
-# each, decode tok/s of 1 stream and batched throughput of 8 and 32 streams
-# on stories260K and both 134M models, and the weight bandwidth a single
-# stream achieves (weight bytes x tok/s) against the read-bandwidth probe run
-# just before it, and the fp32 FMA rate the batches achieve (weight
-# multiply-adds x 2 x tok/s) against the probe's FMA peak.  Prints min and
+# vocab 32000 from ggml-vocab-llama-spm, separate output head) in F32, F16,
+# Q8_0, Q4_K and Q4_0 with sinkd-mkmodel in a temporary directory; then
+# measures, REPEATS times each, decode tok/s of 1 stream and batched
+# throughput of 8 and 32 streams on stories260K and the 134M models, and the
+# weight bandwidth a single stream achieves (the file's weight bytes x tok/s)
+# against the read-bandwidth probe run just before it, and the fp32 FMA rate
+# the batches achieve (weight multiply-adds x 2 x tok/s) against the probe's
+# FMA peak; and once per model the resident memory (rss-probe.c) after the
+# load and after one token, against the file's size.  Prints min and
 # median, a table, the targets of the issue, and one JSON line.
 #
 # Environment: BUILD (build dir, default build-bench), REPEATS (3),
 # RUN_SECONDS (3 per measurement), THREADS (0 = one per core),
-# STREAMS ("1 8 32"), MATMUL_PERF=1 (also print kernel GB/s and GFLOP/s).
+# STREAMS ("1 8 32"), TYPES ("f32 f16 q8_0 q4_k q4_0": the 134M models),
+# MATMUL_PERF=1 (also print kernel GB/s and GFLOP/s).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -24,6 +27,7 @@ REPEATS=${REPEATS:-3}
 RUN_SECONDS=${RUN_SECONDS:-3}
 THREADS=${THREADS:-0}
 STREAMS=${STREAMS:-"1 8 32"}
+TYPES=${TYPES:-"f32 f16 q8_0 q4_k q4_0"}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
@@ -37,17 +41,19 @@ ninja -C "$BUILD" src/libsinkd.a src/tools/sinkd-mkmodel >/dev/null
 LIBS="$(pkg-config --libs libmicrohttpd libcrypto libcjson yaml-0.1) -lm -lpthread"
 cc -O2 -std=c11 -D_GNU_SOURCE -I"$ROOT/src" $(pkg-config --cflags libcjson) \
 	-o "$TMP/engine-driver" "$ROOT/tests/bench/engine-driver.c" "$BUILD/src/libsinkd.a" $LIBS
+cc -O2 -std=c11 -D_GNU_SOURCE -I"$ROOT/src" $(pkg-config --cflags libcjson) \
+	-o "$TMP/rss-probe" "$ROOT/tests/bench/rss-probe.c" "$BUILD/src/libsinkd.a" $LIBS
 cc -O3 -I"$ROOT/src" -o "$TMP/bwprobe" "$ROOT/tests/bench/bwprobe.c" "$ROOT/src/util/pages.c" -lpthread
 if [ "${MATMUL_PERF:-0}" = 1 ]; then
 	cc -O2 -std=c11 -D_GNU_SOURCE -I"$ROOT/src" -o "$TMP/matmul-perf" \
-		"$ROOT/tests/bench/matmul-perf.c" "$BUILD/src/libsinkd.a" -lm -lpthread
+		"$ROOT/tests/bench/matmul-perf.c" "$BUILD/src/libsinkd.a" $LIBS
 	log "matmul kernels (threads=$THREADS)"
 	"$TMP/matmul-perf" "$THREADS" >/dev/null
 fi
 
 # ---- models
 MODELS=("$SHARED/models/stories260K.gguf")
-for type in f32 f16; do
+for type in $TYPES; do
 	out="$TMP/synth134M-$type.gguf"
 	log "making $out"
 	"$BUILD/src/tools/sinkd-mkmodel" --out "$out" --vocab "$SHARED/vocab/ggml-vocab-llama-spm.gguf" \
@@ -68,6 +74,8 @@ for r in $(seq "$REPEATS"); do
 done
 for model in "${MODELS[@]}"; do
 	name=$(basename "$model" .gguf)
+	log "$name: resident memory"
+	"$TMP/rss-probe" "$model" | sed 's/^{/{"kind":"rss",/' >>"$RESULTS"
 	for r in $(seq "$REPEATS"); do
 		log "$name repeat $r: bandwidth probe, then streams $STREAMS"
 		"$TMP/bwprobe" --bandwidth |
@@ -132,6 +140,13 @@ for m in models:
         print(f"{m:<16}{n:>8}{min(toks):>11.1f}{med:>11.1f}{gbs:>7.1f}{min(roof):>8.1f}/{statistics.median(roof):<7.1f}"
               f"{gflops:>9.1f}{e['fma_pct']:>7.1f}{sp:>20}{e['prefill_tok_s']:>9.0f}{e['step_ms']:>13.3f}")
     summary["models"][m] = ms
+rss = {r["model"]: r for r in rows if r["kind"] == "rss"}
+print(f"{'model':<16}{'file MB':>9}{'weights MB':>11}{'RSS load MB':>12}{'RSS 1 token MB':>15}{'x file':>8}{'of it file-backed':>18}")
+for m, r in rss.items():
+    mb = 1 / (1 << 20)
+    print(f"{m:<16}{r['file_bytes'] * mb:>9.1f}{r['weight_bytes'] * mb:>11.1f}{r['load_rss'] * mb:>12.1f}"
+          f"{r['step_rss'] * mb:>15.1f}{r['step_rss'] / r['file_bytes']:>8.2f}{r['step_rss_file'] * mb:>15.1f} MB")
+    summary["models"].setdefault(m, {})["rss"] = r
 print("targets:")
 for m, ms in summary["models"].items():
     if "1" not in ms:

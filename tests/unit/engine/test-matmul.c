@@ -1,8 +1,11 @@
 /* Matmul kernels against a double-precision reference: every weight type
- * (F32, F16, BF16, Q8_0), every kernel family against its plain-C twin,
- * the selection table's picks at batch sizes in each of its classes and
- * past a register tile, odd row and column counts, bias, several jobs in
- * one dispatch, with and without the thread pool. */
+ * (F32, F16, BF16 and the block types Q8_0, Q4_0, Q4_K, Q5_K, Q6_K), every
+ * kernel family against its plain-C twin, the selection table's picks at
+ * batch sizes in each of its classes and past a register tile, odd row and
+ * column counts, bias, several jobs in one dispatch, with and without the
+ * thread pool.  Families that quantize x are checked on the x they see
+ * (matmul_activation_round) and, for the qdot types, against exact x within
+ * the bound that rounding allows. */
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
@@ -12,6 +15,8 @@
 
 #include "engine/matmul.h"
 #include "engine/panels.h"
+#include "model/dequant.h"
+#include "model/quantize.h"
 
 /* A weight matrix built from random values in a given type, plus the exact
  * values it holds (decoded to double) for the reference. */
@@ -54,16 +59,49 @@ static uint16_t to_f16(float f, double *exact)
 	return bits;
 }
 
+/* Values per block of a block type, 1 for the float types. */
+static int block_values(enum ggml_type type)
+{
+	return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0                             ? 32
+	       : type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K ? 256
+	                                                                                    : 1;
+}
+
+/* The qdot types other than Q8_0: rows written by the model's quantizer
+ * (what sinkd-mkmodel writes) from random values whose scale changes per
+ * 32 values, so the K-quants' sub-block scales and mins differ. */
+static void make_quantized(struct test_matrix *m, enum ggml_type type, int rows, int cols)
+{
+	float *v = malloc((size_t)cols * sizeof(float));
+	float *back = malloc((size_t)cols * sizeof(float));
+	for (int r = 0; r < rows; r++) {
+		uint8_t *row = (uint8_t *)m->data + (size_t)r * m->w.row_bytes;
+		for (int c = 0; c < cols; c++)
+			v[c] =
+			    frand() * (float)(1 + (c / 32 + r) % 5) + 0.3f * (float)((c / 32) % 3);
+		char err[128];
+		ck_assert_msg(quantize_row(type, v, row, (uint64_t)cols, err, sizeof(err)) == 0,
+		              "%s", err);
+		dequantize_row(type, row, back, (uint64_t)cols);
+		for (int c = 0; c < cols; c++)
+			m->exact[(size_t)r * cols + c] = back[c];
+	}
+	free(v);
+	free(back);
+}
+
 static void make_matrix(struct test_matrix *m, enum ggml_type type, int rows, int cols)
 {
-	size_t per_row = type == GGML_TYPE_F32    ? (size_t)cols * 4
-	                 : type == GGML_TYPE_Q8_0 ? (size_t)cols / 32 * 34
-	                                          : (size_t)cols * 2;
+	size_t per_row = ggml_row_bytes(type, (uint64_t)cols);
 	m->panels = NULL;
 	m->data = calloc((size_t)rows, per_row);
 	m->exact = calloc((size_t)rows * cols, sizeof(double));
 	m->w = (struct weight_matrix){
 	    .type = type, .rows = rows, .cols = cols, .data = m->data, .row_bytes = per_row};
+	if (block_values(type) > 1 && type != GGML_TYPE_Q8_0) {
+		make_quantized(m, type, rows, cols);
+		return;
+	}
 	for (int r = 0; r < rows; r++) {
 		uint8_t *row = (uint8_t *)m->data + (size_t)r * per_row;
 		double *ex = m->exact + (size_t)r * cols;
@@ -102,10 +140,7 @@ static void make_matrix(struct test_matrix *m, enum ggml_type type, int rows, in
 
 static const char *ggml_type_name_test(enum ggml_type t)
 {
-	return t == GGML_TYPE_F32    ? "f32"
-	       : t == GGML_TYPE_F16  ? "f16"
-	       : t == GGML_TYPE_BF16 ? "bf16"
-	                             : "q8_0";
+	return ggml_type_name(t);
 }
 
 static void free_matrix(struct test_matrix *m)
@@ -129,10 +164,19 @@ static void attach_panels(struct test_matrix *m, struct threadpool *pool)
 	memset(m->data, 0x7f, (size_t)m->w.rows * m->w.row_bytes);
 }
 
+/* Relative tolerance (of the sum of |w x| terms) of a product against the
+ * double reference on the same x: float summation order, and for the qdot
+ * types the float products of their block scales (test-qdot.c's bound). */
+static double type_eps(enum ggml_type type)
+{
+	return block_values(type) > 1 && type != GGML_TYPE_Q8_0 ? 1e-4 : 2e-6;
+}
+
 /* Checks y against the double reference with tol + |ref|-scaled eps. */
 static void check_result(const struct test_matrix *m, const float *x, int B, const float *bias,
                          const float *y, const char *what)
 {
+	double eps = type_eps(m->w.type);
 	int rows = m->w.rows, cols = m->w.cols;
 	for (int b = 0; b < B; b++)
 		for (int r = 0; r < rows; r++) {
@@ -143,7 +187,7 @@ static void check_result(const struct test_matrix *m, const float *x, int B, con
 				mag += fabs(t);
 			}
 			double got = y[(size_t)b * rows + r];
-			if (fabs(got - ref) > 1e-6 + 2e-6 * mag)
+			if (!(fabs(got - ref) <= 1e-6 + eps * mag))
 				ck_abort_msg("%s: y[%d][%d] = %.9g, reference %.9g (mag %.3g)",
 				             what, b, r, got, ref, mag);
 		}
@@ -177,11 +221,11 @@ static void run_case(struct threadpool *pool, enum matmul_isa isa, enum ggml_typ
 	random_inputs(x, B * cols, bias, rows, y, NULL, B * rows);
 	struct matmul_job job = {.w = &m.w, .bias = with_bias ? bias : NULL, .y = y};
 	matmul_many(pool, isa, x, B, &job, 1);
-	/* The Q8_0 integer path multiplies x rounded through Q8 blocks. */
-	if (type == GGML_TYPE_Q8_0 && matmul_q8_rounds_activations(isa, B))
+	/* The integer paths multiply x rounded through int8 blocks. */
+	if (matmul_family_rounds_activations(matmul_family_pick(isa, &m.w, B)))
 		for (int b = 0; b < B; b++)
-			matmul_q8_activation_round(x + (size_t)b * cols, cols,
-			                           x + (size_t)b * cols);
+			matmul_activation_round(type, x + (size_t)b * cols, cols,
+			                        x + (size_t)b * cols);
 	char what[160];
 	snprintf(what, sizeof(what), "%s isa=%d rows=%d cols=%d B=%d pool=%d bias=%d panels=%d",
 	         ggml_type_name_test(type), isa, rows, cols, B, pool ? threadpool_size(pool) : 0,
@@ -193,8 +237,19 @@ static void run_case(struct threadpool *pool, enum matmul_isa isa, enum ggml_typ
 	free_matrix(&m);
 }
 
-static const enum ggml_type all_types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16,
-                                           GGML_TYPE_Q8_0};
+static const enum ggml_type all_types[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16,
+                                           GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K,
+                                           GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+#define N_ALL_TYPES (int)(sizeof(all_types) / sizeof(all_types[0]))
+
+/* Column counts for a type: cols_32 for the float types and 32-value
+ * blocks (entries that are no multiple of the block skipped), cols_256 for
+ * the K-quants. */
+static int pick_cols(enum ggml_type type, int cols_32, int cols_256)
+{
+	int bv = block_values(type);
+	return bv == 256 ? cols_256 : cols_32 % bv ? 0 : cols_32;
+}
 
 /* Every type, all three ISA settings, odd shapes, batch sizes across the
  * table's class edges and the tiles' edges. */
@@ -205,11 +260,12 @@ START_TEST(test_all_types_shapes)
 	/* the table's batch classes end at 1, 5, 11 */
 	int b_list[] = {1, 2, 3, 4, 5, 6, 8, 9, 11, 12, 13, 17, 23, 24, 64, 67};
 	enum matmul_isa isas[] = {MATMUL_ISA_GENERIC, MATMUL_ISA_AUTO, MATMUL_ISA_AVX2_F32};
-	for (int t = 0; t < 4; t++)
+	int cols_k[] = {256, 512, 256, 768, 512, 256};
+	for (int t = 0; t < N_ALL_TYPES; t++)
 		for (size_t ri = 0; ri < sizeof(rows_list) / sizeof(int); ri++)
 			for (size_t ci = 0; ci < sizeof(cols_list) / sizeof(int); ci++) {
-				int cols = cols_list[ci];
-				if (all_types[t] == GGML_TYPE_Q8_0 && cols % 32)
+				int cols = pick_cols(all_types[t], cols_list[ci], cols_k[ci]);
+				if (!cols || (block_values(all_types[t]) == 256 && ci >= 2))
 					continue;
 				for (size_t bi = 0; bi < sizeof(b_list) / sizeof(int); bi++)
 					for (int i = 0; i < 3; i++)
@@ -219,11 +275,13 @@ START_TEST(test_all_types_shapes)
 }
 END_TEST
 
-/* |a - b| within tol + eps * sum |w x| of row r of batch row b. */
+/* |a - b| within tol + eps * sum |w x| of row r of batch row b: float
+ * summation order only (test-qdot.c's variant bound for the qdot types). */
 static void check_close(const struct test_matrix *m, const float *x, int B, const float *a,
                         const float *b, const char *what)
 {
 	int rows = m->w.rows, cols = m->w.cols;
+	double eps = type_eps(m->w.type) > 2e-6 ? 1e-5 : 2e-6;
 	for (int bi = 0; bi < B; bi++)
 		for (int r = 0; r < rows; r++) {
 			double mag = 0;
@@ -231,9 +289,43 @@ static void check_close(const struct test_matrix *m, const float *x, int B, cons
 				mag +=
 				    fabs(m->exact[(size_t)r * cols + c] * x[(size_t)bi * cols + c]);
 			double got = a[(size_t)bi * rows + r], want = b[(size_t)bi * rows + r];
-			if (!(fabs(got - want) <= 1e-6 + 2e-6 * mag))
+			if (!(fabs(got - want) <= 1e-6 + eps * mag))
 				ck_abort_msg("%s: y[%d][%d] = %.9g, twin %.9g (mag %.3g)", what, bi,
 				             r, got, want, mag);
+		}
+}
+
+/* A rounding family's y against the product with exact x: rounding to
+ * int8 blocks moves each x by at most half its block's step, amax / 254,
+ * so |error| <= sum over blocks of (sum |w| in the block) * amax / 254,
+ * plus the float tolerance of check_result. */
+static void check_rounding_bound(const struct test_matrix *m, const float *x, int B,
+                                 const float *bias, const float *y, const char *what)
+{
+	int rows = m->w.rows, cols = m->w.cols, bv = block_values(m->w.type);
+	bv = bv == 1 ? 32 : bv;
+	for (int b = 0; b < B; b++)
+		for (int r = 0; r < rows; r++) {
+			const float *xb = x + (size_t)b * cols;
+			const double *wr = m->exact + (size_t)r * cols;
+			double ref = bias ? bias[r] : 0.0, mag = fabs(ref), bound = 0;
+			for (int k = 0; k < cols; k += bv) {
+				double amax = 0, wsum = 0;
+				for (int i = k; i < k + bv; i++) {
+					amax = fmax(amax, fabs(xb[i]));
+					wsum += fabs(wr[i]);
+					ref += wr[i] * xb[i];
+					mag += fabs(wr[i] * xb[i]);
+				}
+				bound += wsum * amax / 254.0;
+			}
+			double got = y[(size_t)b * rows + r];
+			if (!(fabs(got - ref) <=
+			      bound * (1 + 1e-6) + 1e-6 + type_eps(m->w.type) * mag))
+				ck_abort_msg(
+				    "%s: y[%d][%d] = %.9g, exact-x reference %.9g, rounding "
+				    "bound %.3g",
+				    what, b, r, got, ref, bound);
 		}
 }
 
@@ -264,14 +356,16 @@ static bool family_case(struct threadpool *pool, enum matmul_family f, enum ggml
 	ck_assert_int_eq(matmul_many_family(pool, f, x, B, &job, 1), 0);
 	job.y = yt;
 	ck_assert_int_eq(matmul_many_family(NULL, twin, x, B, &job, 1), 0);
-	if (matmul_family_rounds_activations(f))
-		for (int b = 0; b < B; b++)
-			matmul_q8_activation_round(x + (size_t)b * cols, cols,
-			                           x + (size_t)b * cols);
 	char what[160];
 	snprintf(what, sizeof(what), "%s (%s) %s rows=%d cols=%d B=%d pool=%d bias=%d",
 	         matmul_family_name(f), matmul_family_name(twin), ggml_type_name_test(type), rows,
 	         cols, B, pool ? threadpool_size(pool) : 0, with_bias);
+	if (matmul_family_rounds_activations(f)) {
+		check_rounding_bound(&m, x, B, job.bias, y, what);
+		for (int b = 0; b < B; b++)
+			matmul_activation_round(type, x + (size_t)b * cols, cols,
+			                        x + (size_t)b * cols);
+	}
 	check_close(&m, x, B, y, yt, what);
 	check_result(&m, x, B, job.bias, yt, what);
 	free(x);
@@ -293,18 +387,20 @@ START_TEST(test_families)
 	struct threadpool *pool = NULL;
 	ck_assert_int_eq(threadpool_new(3, &pool, NULL, 0), 0);
 	int rows_list[] = {1, 17, 50};
-	int cols_list[] = {13, 300}, cols_q8[] = {64, 288};
+	int cols_list[] = {13, 300}, cols_q8[] = {64, 288}, cols_k[] = {256, 512};
 	int b_list[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 17, 25};
 	for (int f = 0; f < MATMUL_FAMILY_COUNT; f++) {
 		int ran = 0;
-		for (int t = 0; t < 4; t++) {
-			bool q8 = all_types[t] == GGML_TYPE_Q8_0;
+		for (int t = 0; t < N_ALL_TYPES; t++) {
+			int bv = block_values(all_types[t]);
 			for (size_t ri = 0; ri < sizeof(rows_list) / sizeof(int); ri++)
 				for (int ci = 0; ci < 2; ci++)
 					for (size_t bi = 0; bi < sizeof(b_list) / sizeof(int); bi++)
 						ran += family_case(NULL, f, all_types[t],
 						                   rows_list[ri],
-						                   q8 ? cols_q8[ci] : cols_list[ci],
+						                   bv == 256  ? cols_k[ci]
+						                   : bv == 32 ? cols_q8[ci]
+						                              : cols_list[ci],
 						                   b_list[bi], (bi + ri) % 2);
 			for (int b = 1; b <= 13; b += 6)
 				ran += family_case(pool, f, all_types[t], 301, 768, b, b % 2);
@@ -324,11 +420,11 @@ START_TEST(test_table)
 {
 	int b_list[] = {1, 2, 5, 6, 11, 12, 13, 64};
 	enum matmul_isa isas[] = {MATMUL_ISA_GENERIC, MATMUL_ISA_AVX2_F32, MATMUL_ISA_AUTO};
-	for (int t = 0; t < 4; t++)
+	for (int t = 0; t < N_ALL_TYPES; t++)
 		for (int i = 0; i < 3; i++)
 			for (int p = 0; p < 2; p++) {
 				struct test_matrix m = {0};
-				make_matrix(&m, all_types[t], 20, 64);
+				make_matrix(&m, all_types[t], 20, 256);
 				if (p)
 					attach_panels(&m, NULL);
 				if (p && !m.w.panels) {
@@ -351,6 +447,11 @@ START_TEST(test_table)
 						ck_assert_int_eq(
 						    matmul_family_rounds_activations(f),
 						    matmul_q8_rounds_activations(isas[i], B));
+					/* the other block types: only qdot reads them fast */
+					if (block_values(all_types[t]) > 1 &&
+					    all_types[t] != GGML_TYPE_Q8_0 &&
+					    isas[i] == MATMUL_ISA_AUTO && matmul_have_avx2())
+						ck_assert_int_eq(f, MATMUL_FAMILY_QDOT);
 				}
 				printf("\n");
 				free_matrix(&m);
@@ -364,20 +465,21 @@ START_TEST(test_threaded)
 	struct threadpool *pool = NULL;
 	ck_assert_int_eq(threadpool_new(3, &pool, NULL, 0), 0);
 	int b_list[] = {1, 2, 7, 16, 40};
-	for (int t = 0; t < 4; t++)
+	for (int t = 0; t < N_ALL_TYPES; t++)
 		for (int bi = 0; bi < 5; bi++) {
 			run_case(pool, MATMUL_ISA_AUTO, all_types[t], 301, 768, b_list[bi], bi % 2,
 			         false);
-			run_case(pool, MATMUL_ISA_GENERIC, all_types[t], 130, 544, b_list[bi],
-			         true, false);
+			run_case(pool, MATMUL_ISA_GENERIC, all_types[t], 130,
+			         pick_cols(all_types[t], 544, 512), b_list[bi], true, false);
 			run_case(pool, MATMUL_ISA_AVX2_F32, all_types[t], 67, 512, b_list[bi],
 			         false, false);
 		}
 	/* decode over many blocks, from panels where they exist: owners claim
 	 * several blocks at once (read as four streams, and a remainder of
 	 * groups), thieves one */
-	for (int t = 0; t < 4; t++)
-		run_case(pool, MATMUL_ISA_AUTO, all_types[t], 2000 + 3 * t, 64, 1, t % 2, true);
+	for (int t = 0; t < N_ALL_TYPES; t++)
+		run_case(pool, MATMUL_ISA_AUTO, all_types[t], 2000 + 3 * t,
+		         pick_cols(all_types[t], 64, 256), 1, t % 2, true);
 	threadpool_free(pool);
 }
 END_TEST
@@ -438,25 +540,93 @@ END_TEST
 
 START_TEST(test_row_to_f32)
 {
-	for (int t = 0; t < 4; t++) {
+	for (int t = 0; t < N_ALL_TYPES; t++) {
 		struct test_matrix m;
-		make_matrix(&m, all_types[t], 5, 64);
-		float out[64];
+		make_matrix(&m, all_types[t], 5, 512);
+		float out[512];
 		matmul_row_to_f32(&m.w, 3, out);
-		for (int c = 0; c < 64; c++)
-			ck_assert_double_eq_tol(out[c], m.exact[3 * 64 + c],
-			                        1e-12 + 1e-6 * fabs(m.exact[3 * 64 + c]));
+		for (int c = 0; c < 512; c++)
+			ck_assert_double_eq_tol(out[c], m.exact[3 * 512 + c],
+			                        1e-12 + 1e-6 * fabs(m.exact[3 * 512 + c]));
+		ck_assert(matmul_type_supported(all_types[t]));
 		free_matrix(&m);
 	}
-	ck_assert(matmul_type_supported(GGML_TYPE_Q8_0));
-	ck_assert(!matmul_type_supported(GGML_TYPE_Q4_K));
+	/* the loader converts these to F16 */
+	ck_assert(!matmul_type_supported(GGML_TYPE_Q4_1));
+	ck_assert(!matmul_type_supported(GGML_TYPE_Q5_1));
+}
+END_TEST
+
+/* The qdot types at every batch size from 1 to 40 (the 8-vector tiles'
+ * remainders, and the 4-row tiles' with 37 rows), every family that runs
+ * here for the type against its twin and the references, with and without
+ * threads. */
+START_TEST(test_qdot_batches)
+{
+	struct threadpool *pool = NULL;
+	ck_assert_int_eq(threadpool_new(2, &pool, NULL, 0), 0);
+	const enum ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K,
+	                                GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+	for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++)
+		for (int f = 0; f < MATMUL_FAMILY_COUNT; f++) {
+			int ran = 0;
+			for (int B = 1; B <= 40; B++)
+				ran += family_case(B % 3 ? NULL : pool, (enum matmul_family)f,
+				                   types[t], B % 2 ? 37 : 130, 512, B, B % 2);
+			if (ran)
+				printf("batches 1..40 %-5s %-12s\n", ggml_type_name(types[t]),
+				       matmul_family_name(f));
+		}
+	threadpool_free(pool);
+}
+END_TEST
+
+/* One dispatch whose jobs read x in both qdot activation formats (Q4_K:
+ * 256-value blocks, Q4_0: 32) and as it is (F16), as the Q, K and V
+ * products of a mixed-type file do, threaded and not, decode and batch. */
+START_TEST(test_mixed_formats)
+{
+	struct threadpool *pool = NULL;
+	ck_assert_int_eq(threadpool_new(2, &pool, NULL, 0), 0);
+	int cols = 512, rows[3] = {300, 61, 97};
+	enum ggml_type types[3] = {GGML_TYPE_Q4_K, GGML_TYPE_Q4_0, GGML_TYPE_F16};
+	int b_list[] = {1, 3, 13, 33};
+	for (int bi = 0; bi < 4; bi++) {
+		int B = b_list[bi];
+		struct test_matrix m[3] = {0};
+		struct matmul_job jobs[3];
+		float *x = malloc((size_t)B * cols * sizeof(float));
+		float *xr = malloc((size_t)B * cols * sizeof(float));
+		for (int i = 0; i < B * cols; i++)
+			x[i] = frand();
+		for (int j = 0; j < 3; j++) {
+			make_matrix(&m[j], types[j], rows[j], cols);
+			jobs[j] =
+			    (struct matmul_job){.w = &m[j].w, .y = malloc((size_t)B * rows[j] * 4)};
+		}
+		matmul_many(bi % 2 ? pool : NULL, MATMUL_ISA_AUTO, x, B, jobs, 3);
+		for (int j = 0; j < 3; j++) {
+			bool rounds = matmul_family_rounds_activations(
+			    matmul_family_pick(MATMUL_ISA_AUTO, &m[j].w, B));
+			for (int b = 0; b < B; b++)
+				matmul_activation_round(rounds ? types[j] : GGML_TYPE_F32,
+				                        x + (size_t)b * cols, cols,
+				                        xr + (size_t)b * cols);
+			check_result(&m[j], xr, B, NULL, jobs[j].y, "mixed formats");
+			free(jobs[j].y);
+			free_matrix(&m[j]);
+		}
+		free(x);
+		free(xr);
+	}
+	threadpool_free(pool);
 }
 END_TEST
 
 /* Gate and up products fused with the SwiGLU activation, against
  * silu(g) * u from the double reference of both products. */
-static void swiglu_case(struct threadpool *pool, enum matmul_isa isa, enum ggml_type type,
-                        int rows, int cols, int B, bool panels)
+static void swiglu_case(struct threadpool *pool, enum matmul_isa isa, enum ggml_type type, int rows,
+                        int cols, int B, bool panels)
 {
 	struct test_matrix g = {0}, u = {0};
 	make_matrix(&g, type, rows, cols);
@@ -473,6 +643,10 @@ static void swiglu_case(struct threadpool *pool, enum matmul_isa isa, enum ggml_
 	for (int i = 0; i < B * rows; i++)
 		gate[i] = up[i] = NAN;
 	matmul_swiglu(pool, isa, x, B, &g.w, &u.w, gate, up);
+	if (matmul_family_rounds_activations(matmul_family_pick(isa, &g.w, B)))
+		for (int b = 0; b < B; b++)
+			matmul_activation_round(type, x + (size_t)b * cols, cols,
+			                        x + (size_t)b * cols);
 	for (int b = 0; b < B; b++)
 		for (int r = 0; r < rows; r++) {
 			double gs = 0, us = 0, mag = 0;
@@ -486,10 +660,10 @@ static void swiglu_case(struct threadpool *pool, enum matmul_isa isa, enum ggml_
 			double ref = gs / (1.0 + exp(-gs)) * us;
 			double got = gate[(size_t)b * rows + r];
 			if (!(fabs(got - ref) <= 1e-5 + 1e-5 * mag * (1.0 + fabs(gs) + fabs(us))))
-				ck_abort_msg("swiglu %s isa=%d rows=%d cols=%d B=%d: [%d][%d] = %.9g, "
-				             "reference %.9g",
-				             ggml_type_name_test(type), isa, rows, cols, B, b, r, got,
-				             ref);
+				ck_abort_msg(
+				    "swiglu %s isa=%d rows=%d cols=%d B=%d: [%d][%d] = %.9g, "
+				    "reference %.9g",
+				    ggml_type_name_test(type), isa, rows, cols, B, b, r, got, ref);
 		}
 	free(x);
 	free(gate);
@@ -514,6 +688,11 @@ START_TEST(test_swiglu)
 				swiglu_case(pool, isas[i], all_types[t], 301, 768, b_list[bi],
 				            i == 1);
 			}
+	enum ggml_type block_types[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q4_0};
+	for (int t = 0; t < 3; t++)
+		for (int bi = 0; bi < 5; bi++)
+			swiglu_case(bi % 2 ? pool : NULL, MATMUL_ISA_AUTO, block_types[t], 301, 768,
+			            b_list[bi], false);
 	threadpool_free(pool);
 }
 END_TEST
@@ -586,6 +765,8 @@ int main(void)
 	tcase_add_test(tc, test_threaded);
 	tcase_add_test(tc, test_many_jobs);
 	tcase_add_test(tc, test_row_to_f32);
+	tcase_add_test(tc, test_qdot_batches);
+	tcase_add_test(tc, test_mixed_formats);
 	tcase_add_test(tc, test_swiglu);
 	tcase_add_test(tc, test_panels);
 	tcase_add_test(tc, test_transpose_x);
