@@ -27,12 +27,11 @@ bool sched_monitor_wants_input(struct sched_session *ss, const struct sched_moni
 
 double sched_monitor_nll(float *row, int n_vocab, int32_t target)
 {
-	float raw = row[target], mx = row[0];
-	for (int i = 1; i < n_vocab; i++)
-		mx = row[i] > mx ? row[i] : mx;
-	/* the attention's vector exp (row[i] <- exp(row[i] - max), the sum) */
-	double sum = (double)attend_exp_sum(row, n_vocab);
-	return log(sum) + (double)mx - (double)raw;
+	/* the attention's vector exp: row[i] <- exp(row[i] - max), the sum */
+	double sum = (double)attend_exp_sum(row, n_vocab), e = (double)row[target];
+	/* below float's least (p < 1e-45, only where a bias or a constraint
+	 * forced the token): counted as that floor, 104 nats */
+	return e > 0.0 ? log(sum / e) : log(sum) + 104.0;
 }
 
 static double ppl_of(double nll_sum, uint64_t n)
