@@ -12,6 +12,7 @@
  * libmicrohttpd 0.9.75 refuses before any callback (a malformed or 2^64+
  * Content-Length, an HTTP version other than 1.x, a head bigger than the
  * connection's memory) it answers itself, in HTML. */
+#include <ctype.h>
 #include <errno.h>
 #include <openssl/rand.h>
 #include <stdarg.h>
@@ -82,6 +83,12 @@ static const struct route *route_find(const char *url, const char *method)
 	return first;
 }
 
+/* What a request id may hold (X-Request-Id, and so a stream's name). */
+static bool request_id_char(char c)
+{
+	return c && (isalnum((unsigned char)c) || strchr("-_.:", c));
+}
+
 /* /v1/streams/{request_id}/cache (GET): a request id is what
  * request_id_init() accepts; it goes to id_out. */
 static const struct route *route_stream(const char *url, char id_out[REQUEST_ID_LEN])
@@ -91,7 +98,9 @@ static const struct route *route_stream(const char *url, char id_out[REQUEST_ID_
 	if (strncmp(url, prefix, strlen(prefix)))
 		return NULL;
 	const char *id = url + strlen(prefix);
-	size_t n = strspn(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:");
+	size_t n = 0;
+	while (n < REQUEST_ID_LEN && request_id_char(id[n]))
+		n++;
 	if (n == 0 || n >= REQUEST_ID_LEN || strcmp(id + n, suffix))
 		return NULL;
 	memcpy(id_out, id, n);
@@ -115,7 +124,9 @@ static const struct route *route_session(const char *url, const char *method,
 	if (strncmp(url, prefix, strlen(prefix)))
 		return NULL;
 	const char *id = url + strlen(prefix);
-	size_t n = strspn(id, "0123456789abcdefABCDEF");
+	size_t n = 0;
+	while (n < SCHED_SESSION_ID_LEN && isxdigit((unsigned char)id[n]))
+		n++;
 	if (n == 0 || n >= SCHED_SESSION_ID_LEN)
 		return NULL;
 	memcpy(id_out, id, n);
@@ -148,8 +159,7 @@ static void request_id_init(struct request *r)
 	size_t n = h ? strlen(h) : 0;
 	bool ok = n > 0 && n < REQUEST_ID_LEN;
 	for (size_t i = 0; ok && i < n; i++)
-		ok = (h[i] >= 'a' && h[i] <= 'z') || (h[i] >= 'A' && h[i] <= 'Z') ||
-		     (h[i] >= '0' && h[i] <= '9') || strchr("-_.:", h[i]);
+		ok = request_id_char(h[i]);
 	if (ok) {
 		memcpy(r->id, h, n + 1);
 		return;
