@@ -156,8 +156,7 @@ static void row_chunk_to_f32(int type, const uint8_t *row, int k0, int n, float 
 
 bool matmul_type_supported(int type)
 {
-	return type == GGML_TYPE_F32 || type == GGML_TYPE_F16 || type == GGML_TYPE_BF16 ||
-	       qdot_type_supported((enum ggml_type)type);
+	return model_type_kept_as_stored((enum ggml_type)type);
 }
 
 void matmul_row_to_f32(const struct weight_matrix *w, int row, float *out)

@@ -262,9 +262,7 @@ static int load_vector(struct load_ctx *c, const char *name, uint64_t n, const f
 	return rc;
 }
 
-/* The types the engine's kernels read as stored (engine/matmul.h's
- * matmul_type_supported; the model does not depend on the engine). */
-static bool natively_computed(enum ggml_type type)
+bool model_type_kept_as_stored(enum ggml_type type)
 {
 	switch (type) {
 	case GGML_TYPE_F32:
@@ -334,14 +332,14 @@ static int load_matrix(struct load_ctx *c, const char *name, int rows, int cols,
 	w->rows = rows;
 	w->cols = cols;
 	size_t align = t->type == GGML_TYPE_F32 ? 4 : 2;
-	if (natively_computed(t->type) && (uintptr_t)t->data % align == 0) {
+	if (model_type_kept_as_stored(t->type) && (uintptr_t)t->data % align == 0) {
 		w->type = t->type;
 		w->data = t->data;
 		w->row_bytes = ggml_row_bytes(t->type, (uint64_t)cols);
 		return 0;
 	}
 	uint16_t *half = NULL;
-	if (!natively_computed(t->type))
+	if (!model_type_kept_as_stored(t->type))
 		rc = to_f16(c, t, (uint64_t)rows, (uint64_t)cols, &half);
 	if (rc == 0 && half) {
 		w->type = GGML_TYPE_F16;
