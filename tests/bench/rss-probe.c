@@ -17,7 +17,8 @@
 #include "engine/backend.h"
 #include "util/errbuf.h"
 
-/* RssFile and RssAnon of this process, bytes. */
+/* RssFile (+ RssShmem: a model on tmpfs maps as shared memory) and
+ * RssAnon of this process, bytes. */
 static void rss(size_t *file, size_t *anon)
 {
 	FILE *f = fopen("/proc/self/status", "r");
@@ -25,8 +26,9 @@ static void rss(size_t *file, size_t *anon)
 	unsigned long kb;
 	*file = *anon = 0;
 	while (f && fgets(line, sizeof(line), f)) {
-		if (sscanf(line, "RssFile: %lu kB", &kb) == 1)
-			*file = (size_t)kb << 10;
+		if (sscanf(line, "RssFile: %lu kB", &kb) == 1 ||
+		    sscanf(line, "RssShmem: %lu kB", &kb) == 1)
+			*file += (size_t)kb << 10;
 		else if (sscanf(line, "RssAnon: %lu kB", &kb) == 1)
 			*anon = (size_t)kb << 10;
 	}

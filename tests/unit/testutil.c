@@ -40,7 +40,10 @@ char *tu_slurp(const char *path, size_t *len)
 
 void tu_temp_file(char *path, size_t len, const char *prefix, const void *data, size_t n)
 {
-	ck_assert_int_lt(snprintf(path, len, "/tmp/%s-XXXXXX", prefix), (int)len);
+	const char *dir = getenv("TMPDIR");
+	if (dir == NULL || dir[0] == '\0')
+		dir = "/tmp";
+	ck_assert_int_lt(snprintf(path, len, "%s/%s-XXXXXX", dir, prefix), (int)len);
 	int fd = mkstemp(path);
 	ck_assert_int_ge(fd, 0);
 	if (n)
