@@ -1,5 +1,5 @@
 /* The listener: libmicrohttpd with TLS (GnuTLS, TLS 1.2/1.3, AEAD ciphers),
- * an epoll thread pool of server.threads, the certificate chosen per
+ * a poll() thread pool of server.threads, the certificate chosen per
  * handshake (so a reload rotates it), suspend/resume for streams, our own
  * bound socket (clear bind errors), deadlines per connection for the
  * handshake, the request and keep-alive idling (a thread that shuts late
@@ -946,7 +946,10 @@ static void raise_nofile(struct sinkd_log *log, int64_t want)
 
 static int start_mhd(struct server *s, const struct sinkd_config *cfg, char *err, size_t err_len)
 {
-	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
+	/* poll(), not epoll: libmicrohttpd 0.9.75's epoll loop aborts the
+	 * process when MHD_quiesce_daemon (drain) races its own removal of the
+	 * listen socket from the epoll set ("Failed to remove listen FD"). */
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
 	                 MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
 	struct MHD_OptionItem opts[24];
 	int n = 0;
