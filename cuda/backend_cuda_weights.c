@@ -1,16 +1,17 @@
 /* Weights of the CUDA backend: every matrix goes to the device once, at
- * start, in the backend's dtype (bf16, f16 or f32): rows are converted on
- * the host with the CPU backend's own row reader (matmul_row_to_f32, which
- * also dequantizes Q8_0) and the cache's rounding (kv_row_store, round to
- * nearest even), in chunks of a few MiB; a matrix already in the dtype is
- * copied as it is.  Norm vectors and biases stay f32.  It does not run
- * anything on the device. */
+ * start, in the backend's dtype (bf16, f16 or f32).  A matrix already in the
+ * dtype is copied as it is; any other (a block type: Q8_0, Q4_0, Q4_K, Q5_K,
+ * Q6_K, Q4_1, Q5_0, Q5_1; or F32, F16, BF16) goes up as stored, in chunks of
+ * rows of a few MiB, to a device staging buffer, from which
+ * cuda_dequant_rows (dequant_kernels.cu) writes it in the dtype with
+ * dequant.c's arithmetic and kv_row_store's rounding: no F32 copy of a row
+ * is made on the host.  Norm vectors and biases stay f32.  It does not run
+ * the forward pass. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend_cuda_impl.h"
-#include "cache/kvquant.h"
-#include "engine/matmul.h"
+#include "model/gguf.h"
 
 #define UPLOAD_CHUNK_BYTES ((size_t)8 << 20)
 
@@ -36,31 +37,55 @@ static bool same_type(int ggml_type, int dt)
 	       (ggml_type == GGML_TYPE_BF16 && dt == CUDA_DT_BF16);
 }
 
-static int convert_rows(struct cuda_backend *c, const struct weight_matrix *w, unsigned char *dst,
-                        char *err, size_t err_len)
+static const char *dt_name(int dt)
 {
-	size_t row_b = (size_t)w->cols * dt_size(c->wdt);
-	size_t per = UPLOAD_CHUNK_BYTES / row_b > 0 ? UPLOAD_CHUNK_BYTES / row_b : 1;
-	unsigned char *buf = malloc(per * row_b);
-	float *frow = malloc((size_t)w->cols * sizeof(float));
-	int rc = 0;
-	if (!buf || !frow)
-		rc = err_set(err, err_len, -ENOMEM,
-		             "cuda backend: no host memory to convert weights");
-	for (size_t r0 = 0; !rc && r0 < (size_t)w->rows; r0 += per) {
+	return dt == CUDA_DT_F32 ? "f32" : dt == CUDA_DT_F16 ? "f16" : "bf16";
+}
+
+/* Chunks of w's rows as stored -> staging -> dst (rows, cols) in the dtype. */
+static int dequant_chunks(struct cuda_backend *c, const struct weight_matrix *w, void *stage,
+                          size_t per, unsigned char *dst, const char *what, char *err,
+                          size_t err_len)
+{
+	size_t src_b = w->row_bytes, dst_b = (size_t)w->cols * dt_size(c->wdt);
+	for (size_t r0 = 0; r0 < (size_t)w->rows; r0 += per) {
 		size_t n = (size_t)w->rows - r0 < per ? (size_t)w->rows - r0 : per;
-		for (size_t r = 0; r < n; r++) {
-			matmul_row_to_f32(w, (int)(r0 + r), frow);
-			kv_row_store((enum kv_dtype)c->wdt, buf + r * row_b, frow, w->cols);
-		}
-		cudaError_t e =
-		    cudaMemcpy(dst + r0 * row_b, buf, n * row_b, cudaMemcpyHostToDevice);
-		if (e != cudaSuccess)
-			rc = err_set(err, err_len, -EIO, "cuda backend: weight upload: %s",
-			             cudaGetErrorString(e));
+		int e = (int)cudaMemcpy(stage, (const unsigned char *)w->data + r0 * src_b,
+		                        n * src_b, cudaMemcpyHostToDevice);
+		if (!e)
+			e = cuda_dequant_rows(w->type, stage, src_b, (int)n, w->cols,
+			                      dst + r0 * dst_b, c->wdt, NULL);
+		if (e)
+			return err_set(err, err_len, -EIO,
+			               "cuda backend: uploading %s (%s to %s, rows %zu..%zu): %s",
+			               what, ggml_type_name(w->type), dt_name(c->wdt), r0,
+			               r0 + n - 1, cuda_error_string(e));
 	}
-	free(buf);
-	free(frow);
+	/* the forward pass runs on a non-blocking stream: the last chunk must be done */
+	CU_TRY(cudaDeviceSynchronize(), "weight dequantization");
+	return 0;
+}
+
+static int dequant_upload(struct cuda_backend *c, const struct weight_matrix *w, unsigned char *dst,
+                          const char *what, char *err, size_t err_len)
+{
+	if (!cuda_dequant_supported(w->type))
+		return err_set(err, err_len, -ENOTSUP,
+		               "cuda backend: %s: weights of type %s cannot be uploaded", what,
+		               ggml_type_name(w->type));
+	size_t per = UPLOAD_CHUNK_BYTES / w->row_bytes > 0 ? UPLOAD_CHUNK_BYTES / w->row_bytes : 1;
+	if (per > (size_t)w->rows)
+		per = w->rows > 0 ? (size_t)w->rows : 1;
+	void *stage = NULL;
+	if (cudaMalloc(&stage, per * w->row_bytes) != cudaSuccess) {
+		cudaGetLastError();
+		return err_set(err, err_len, -ENOMEM,
+		               "cuda backend: out of device memory for the staging buffer of %s "
+		               "(%zu KiB; %zu MiB of weights so far)",
+		               what, per * w->row_bytes >> 10, c->weight_bytes >> 20);
+	}
+	int rc = dequant_chunks(c, w, stage, per, dst, what, err, err_len);
+	cudaFree(stage);
 	return rc;
 }
 
@@ -77,7 +102,7 @@ static int matrix_upload(struct cuda_backend *c, const struct weight_matrix *w,
 		CU_TRY(cudaMemcpy(out->d, w->data, total, cudaMemcpyHostToDevice), "weight upload");
 		return 0;
 	}
-	return convert_rows(c, w, out->d, err, err_len);
+	return dequant_upload(c, w, out->d, what, err, err_len);
 }
 
 static int vec_upload(struct cuda_backend *c, const float *src, size_t n, float **out, char *err,

@@ -1,7 +1,7 @@
-/* C launchers of the CUDA backend's kernels (cuda/kernels.cu, kv_kernels.cu)
- * and their plain-C twins (cuda/twins.c).  A twin computes the same thing on
- * host memory with the same arguments; tests run both and compare.  The
- * backend calls exactly these launchers.
+/* C launchers of the CUDA backend's kernels (cuda/kernels.cu, kv_kernels.cu,
+ * dequant_kernels.cu) and their plain-C twins (cuda/twins.c).  A twin
+ * computes the same thing on host memory with the same arguments; tests run
+ * both and compare.  The backend calls exactly these launchers.
  *
  * All pointers of a launcher are device pointers (job arrays included);
  * stream is a cudaStream_t or NULL.  Launchers return 0 or a cudaError_t
@@ -67,6 +67,16 @@ int cuda_attention(const struct cuda_kv_attn_job *jobs, int n_jobs, int max_resi
                    int n_heads, const float *qw, const float *qs, int split_len, float *partial,
                    void *out, int out_dtype, float *sink_mass, void *stream);
 
+/* True when cuda_dequant_rows reads the ggml type: F32, F16, BF16, Q4_0,
+ * Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K. */
+bool cuda_dequant_supported(int ggml_type);
+/* dst (rows, cols) in dst_dtype <- src (rows, src_row_bytes): rows of a GGUF
+ * tensor of ggml_type as stored, cols a multiple of its block size;
+ * dequant.c's values rounded as kv_row_store rounds them.  An unsupported
+ * type or cols is cudaErrorInvalidValue. */
+int cuda_dequant_rows(int ggml_type, const void *src, size_t src_row_bytes, int rows, int cols,
+                      void *dst, int dst_dtype, void *stream);
+
 /* Device-to-device copy bandwidth of a bytes-sized buffer (read + write
  * bytes per second, best of iters). */
 int cuda_bandwidth_probe(size_t bytes, int iters, double *bytes_per_s, char *err, size_t err_len);
@@ -85,6 +95,8 @@ void twin_kv_flush(const struct cuda_kv_flush_job *jobs, int n_jobs, int n_kv, i
 /* out (f32 only here), sink_mass as cuda_attention. */
 void twin_attention(const struct cuda_kv_attn_job *jobs, int n_jobs, int layer, int n_heads,
                     const float *qw, const float *qs, float *out, float *sink_mass);
+void twin_dequant_rows(int ggml_type, const void *src, size_t src_row_bytes, int rows, int cols,
+                       void *dst, int dst_dtype);
 /* Element i of a row of dtype as float, and the rounding store. */
 float twin_dt_load(const void *row, int dtype, size_t i);
 void twin_dt_store(void *row, int dtype, size_t i, float x);

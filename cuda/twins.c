@@ -1,9 +1,9 @@
 /* Plain-C twins of the CUDA backend's kernels: the same arguments and the
  * same arithmetic on host memory, written to be obviously right rather than
  * fast.  Wherever production CPU code computes the same thing, the twin
- * calls it (rope_apply, kv_row_store/load, kvq_quant_row/channels), so a
- * kernel that matches its twin matches the CPU backend.  Tests only; the
- * backend never runs these. */
+ * calls it (rope_apply, dequantize_row, kv_row_store/load,
+ * kvq_quant_row/channels), so a kernel that matches its twin matches the
+ * CPU backend.  Tests only; the backend never runs these. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +11,7 @@
 #include "cache/kvquant.h"
 #include "cache/rope.h"
 #include "cuda_kernels.h"
+#include "model/dequant.h"
 
 float twin_dt_load(const void *row, int dtype, size_t i)
 {
@@ -69,6 +70,20 @@ void twin_swiglu(const float *gate, const float *up, size_t n, void *out, int ou
 {
 	for (size_t i = 0; i < n; i++)
 		twin_dt_store(out, out_dtype, i, gate[i] / (1.0f + expf(-gate[i])) * up[i]);
+}
+
+/* The host upload path: dequant.c's row, then the cache's rounding. */
+void twin_dequant_rows(int ggml_type, const void *src, size_t src_row_bytes, int rows, int cols,
+                       void *dst, int dst_dtype)
+{
+	float *row = malloc((size_t)cols * sizeof(float));
+	size_t out_b = (size_t)cols * cuda_kv_dt_size(dst_dtype);
+	for (int r = 0; row && r < rows; r++) {
+		dequantize_row((enum ggml_type)ggml_type, (const uint8_t *)src + r * src_row_bytes,
+		               row, (uint64_t)cols);
+		kv_row_store((enum kv_dtype)dst_dtype, (unsigned char *)dst + r * out_b, row, cols);
+	}
+	free(row);
 }
 
 /* ------------------------------------------------------------ KV cache */

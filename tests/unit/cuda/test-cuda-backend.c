@@ -11,6 +11,10 @@
  *     fp32 device compute gives the CPU's greedy tokens; bf16 compute stays
  *     within bf16 tolerance;
  *   - the same with captured CUDA graphs (cuda_graphs option);
+ *   - small synthetic models in q8_0, q4_0, q4_k, q5_k, q6_k and q5_1
+ *     (weights dequantized on the device): fp32 logits within 1e-3 of the
+ *     CPU backend on the same weights widened to F32 on the host, greedy
+ *     tokens identical; within 5e-2 of the CPU on the blocks themselves;
  *   - qwen2's rotary halves and Q/K/V biases (biases added in memory);
  *   - a KV arena too small for a session: a clear -ENOSPC, and the backend
  *     keeps serving;
@@ -36,6 +40,7 @@
 #include "cuda_device.h"
 #include "cuda_kernels.h"
 #include "engine/backend.h"
+#include "model/dequant.h"
 #include "util/errbuf.h"
 #include "testutil.h"
 
@@ -246,16 +251,23 @@ static void run_decode(struct twin_run *r, int32_t next_a, int32_t next_b, int n
 		free(lg[k]), free(mass[k]);
 }
 
-static void twin_run_open(struct twin_run *r, const struct model *m, enum kv_dtype dt,
-                          const struct sinkcache_geometry *g, bool graphs)
+/* The cpu backend on m_cpu, the gpu one on m_gpu (the same network). */
+static void twin_run_open2(struct twin_run *r, const struct model *m_cpu, const struct model *m_gpu,
+                           enum kv_dtype dt, const struct sinkcache_geometry *g, bool graphs)
 {
 	memset(r, 0, sizeof(*r));
-	r->be[0] = new_cpu(m);
-	r->be[1] = new_gpu_opt(m, dt, (size_t)64 << 20, graphs);
-	r->n_vocab = m->hp.n_vocab;
+	r->be[0] = new_cpu(m_cpu);
+	r->be[1] = new_gpu_opt(m_gpu, dt, (size_t)64 << 20, graphs);
+	r->n_vocab = m_gpu->hp.n_vocab;
 	for (int k = 0; k < 2; k++)
 		for (int j = 0; j < 2; j++)
 			r->s[k][j] = open_session(r->be[k], g);
+}
+
+static void twin_run_open(struct twin_run *r, const struct model *m, enum kv_dtype dt,
+                          const struct sinkcache_geometry *g, bool graphs)
+{
+	twin_run_open2(r, m, m, dt, g, graphs);
 }
 
 static void twin_run_close(struct twin_run *r)
@@ -430,6 +442,91 @@ START_TEST(test_synthetic_bf16_and_q8_vs_cpu)
 	synthetic_vs_cpu("bf16");
 	if (SIZE(1, 0))
 		synthetic_vs_cpu("q8_0");
+}
+END_TEST
+
+/* Every matrix of m widened in memory to F32 by dequant.c (the host's
+ * reading of the blocks); the buffers go to *owned (n_matrices of them). */
+static void widen_to_f32(struct model *m, float **owned, int *n_owned)
+{
+	struct weight_matrix *ws[2 + 7 * 64];
+	int n = 0;
+	ws[n++] = &m->token_embd;
+	bool tied = m->output.data == m->token_embd.data;
+	if (!tied)
+		ws[n++] = &m->output;
+	ck_assert_int_le(m->hp.n_layers, 64);
+	for (int l = 0; l < m->hp.n_layers; l++) {
+		struct model_layer *L = &m->layers[l];
+		struct weight_matrix *lw[] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
+		                              &L->w_gate, &L->w_up, &L->w_down};
+		for (int i = 0; i < 7; i++)
+			ws[n++] = lw[i];
+	}
+	for (int i = 0; i < n; i++) {
+		struct weight_matrix *w = ws[i];
+		float *f = malloc((size_t)w->rows * w->cols * sizeof(float));
+		for (int r = 0; r < w->rows; r++)
+			ck_assert_int_eq(dequantize_row(w->type,
+			                                (const uint8_t *)w->data + r * w->row_bytes,
+			                                f + (size_t)r * w->cols, (uint64_t)w->cols),
+			                 0);
+		w->type = GGML_TYPE_F32;
+		w->data = f;
+		w->row_bytes = (size_t)w->cols * sizeof(float);
+		owned[(*n_owned)++] = f;
+	}
+	if (tied)
+		m->output = m->token_embd;
+}
+
+/* A small synthetic model in each block type (q5_1 reaches the device as the
+ * F16 the loader widens it to): the device dequantizes the blocks as they are
+ * stored, and its fp32 logits match the cpu backend's on the same weights
+ * widened on the host; the cpu backend on the blocks themselves (int8
+ * activations for the qdot types) stays within bf16 tolerance. */
+START_TEST(test_synthetic_block_types_vs_cpu)
+{
+	const char *types[] = {"q8_0", "q4_0", "q4_k", "q5_k", "q6_k", "q5_1"};
+	for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+		char path[512], cmd[2048];
+		snprintf(path, sizeof(path), "/tmp/sinkd-cuda-test-%d-small-%s.gguf", (int)getpid(),
+		         types[ti]);
+		snprintf(cmd, sizeof(cmd),
+		         "'%s' --out '%s' --dim 256 --layers 2 --heads 4 --kv-heads 2 --ffn 256 "
+		         "--vocab-size 300 --type %s --seed 5 >/dev/null",
+		         mkmodel_path, path, types[ti]);
+		ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
+		struct model *mq = load_model(path), *mf = load_model(path);
+		float *owned[2 + 7 * 64];
+		int n_owned = 0;
+		widen_to_f32(mf, owned, &n_owned);
+		int32_t a[24], b[13];
+		for (int i = 0; i < 24; i++)
+			a[i] = (int32_t)((i * 37 + 5) % mq->hp.n_vocab);
+		for (int i = 0; i < 13; i++)
+			b[i] = (int32_t)((i * 101 + 9) % mq->hp.n_vocab);
+		struct sinkcache_geometry g = geometry(mq, 48, true, 8, true, KV_DTYPE_BF16);
+		struct twin_run r;
+		twin_run_open2(&r, mf, mq, KV_DTYPE_F32, &g, false);
+		run_prefill(&r, a, 24, b, 13, 8);
+		run_decode(&r, 3, 4, SIZE(20, 4), 2);
+		ck_assert_msg(r.worst <= 1e-3, "%s fp32: logits differ by %g (relative)", types[ti],
+		              r.worst);
+		ck_assert_int_eq(r.token_flips, 0);
+		twin_run_close(&r);
+		twin_run_open2(&r, mq, mq, KV_DTYPE_F32, &g, false);
+		run_prefill(&r, a, 24, b, 13, 8);
+		run_decode(&r, 3, 4, SIZE(20, 4), 2);
+		ck_assert_msg(r.worst <= 5e-2, "%s vs the cpu's block kernels: logits differ by %g",
+		              types[ti], r.worst);
+		twin_run_close(&r);
+		model_free(mq);
+		model_free(mf);
+		for (int i = 0; i < n_owned; i++)
+			free(owned[i]);
+		unlink(path);
+	}
 }
 END_TEST
 
@@ -883,6 +980,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_stories_reference);
 	tcase_add_test(tc, test_stories_tiered_cache_vs_cpu);
 	tcase_add_test(tc, test_synthetic_bf16_and_q8_vs_cpu);
+	tcase_add_test(tc, test_synthetic_block_types_vs_cpu);
 	tcase_add_test(tc, test_qwen2_style_neox_and_bias);
 	tcase_add_test(tc, test_arena_full_is_an_error);
 	tcase_add_test(tc, test_snapshot_float_and_int8);

@@ -4,6 +4,8 @@
  * append / flush / attention (evictions, int8 and int4 groups, quantized
  * sinks) and must leave the device cache byte-identical to the twin's and
  * attend within tolerance.  RoPE is checked at positions up to 10^7.
+ * Weight dequantization (every GGUF block type, F32/F16/BF16 sources, into
+ * each dtype) must give the host path's bytes exactly.
  * Exits 77 (skipped) without a GPU; built with -DSINKD_CUDA_EMU it runs the
  * same kernels on the host emulation (cuda/emu/) at smaller sizes. */
 #include <check.h>
@@ -17,6 +19,8 @@
 #include "cuda_device.h"
 #include "cuda_kernels.h"
 #include "cuda_kvplan.h"
+#include "model/gguf.h"
+#include "model/quantize.h"
 #include "util/errbuf.h"
 #include "testutil.h"
 
@@ -200,6 +204,68 @@ START_TEST(test_swiglu_bias_gather)
 	for (int r = 0; r < 3; r++)
 		ck_assert(memcmp(got + r * cols, want + rows[r] * cols, cols * 4) == 0);
 	cudaFree(dy), cudaFree(db), cudaFree(dg), cudaFree(dr);
+}
+END_TEST
+
+/* --------------------------------------------------- weight dequantization */
+
+static const enum ggml_type weight_types[] = {
+    GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q4_K,
+    GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16};
+
+/* rows (rows, cols) of random floats, row r at one of several magnitudes
+ * (f16's range included), some blocks zero, encoded as type by quantize.c. */
+static unsigned char *random_weights(enum ggml_type type, int rows, int cols, size_t *row_bytes)
+{
+	static const float amp[] = {0.02f, 1.0f, 300.0f, 1e-3f};
+	char err[SINKD_ERR_LEN];
+	*row_bytes = ggml_row_bytes(type, (uint64_t)cols);
+	unsigned char *q = malloc((size_t)rows * *row_bytes);
+	float *x = malloc((size_t)cols * sizeof(float));
+	for (int r = 0; r < rows; r++) {
+		for (int j = 0; j < cols; j++)
+			x[j] = (r % 5 == 4 && j < 256) ? 0.0f : amp[r % 4] * frand();
+		ck_assert_msg(quantize_row(type, x, q + (size_t)r * *row_bytes, (uint64_t)cols, err,
+		                           sizeof(err)) == 0,
+		              "%s", err);
+	}
+	free(x);
+	return q;
+}
+
+START_TEST(test_dequant_rows)
+{
+	/* every source type, every dtype: the device's rows are the host path's
+	 * (dequantize_row + kv_row_store) byte for byte */
+	int rows = SIZE(37, 6), cols = SIZE(2048, 512);
+	for (size_t ti = 0; ti < sizeof(weight_types) / sizeof(weight_types[0]); ti++)
+		for (int t = 0; t < 3; t++) {
+			enum ggml_type type = weight_types[ti];
+			int dt = dtypes[t];
+			size_t rb, ob = (size_t)rows * cols * cuda_kv_dt_size(dt);
+			unsigned char *q = random_weights(type, rows, cols, &rb);
+			unsigned char *ref = malloc(ob), *got = malloc(ob);
+			twin_dequant_rows(type, q, rb, rows, cols, ref, dt);
+			void *dq = dev_from(q, (size_t)rows * rb), *dout = dev_from(NULL, ob);
+			ck_assert(cuda_dequant_supported(type));
+			ck_assert_int_eq(
+			    cuda_dequant_rows(type, dq, rb, rows, cols, dout, dt, NULL), 0);
+			to_host(got, dout, ob);
+			size_t bad = 0;
+			while (bad < ob && got[bad] == ref[bad])
+				bad++;
+			ck_assert_msg(bad == ob,
+			              "dequant %s to dtype %d: first difference at byte %zu",
+			              ggml_type_name(type), dt, bad);
+			cudaFree(dq), cudaFree(dout);
+			free(q), free(ref), free(got);
+		}
+	/* what the kernel does not read is refused, not guessed */
+	ck_assert(!cuda_dequant_supported(GGML_TYPE_Q2_K));
+	ck_assert_int_ne(
+	    cuda_dequant_rows(GGML_TYPE_Q2_K, NULL, 84, 1, 256, NULL, CUDA_DT_F32, NULL), 0);
+	ck_assert_int_ne(
+	    cuda_dequant_rows(GGML_TYPE_Q4_K, NULL, 144, 1, 100, NULL, CUDA_DT_F32, NULL), 0);
 }
 END_TEST
 
@@ -428,6 +494,7 @@ int main(void)
 	tcase_add_test(tc, test_rmsnorm);
 	tcase_add_test(tc, test_rope_far_positions);
 	tcase_add_test(tc, test_swiglu_bias_gather);
+	tcase_add_test(tc, test_dequant_rows);
 	tcase_add_test(tc, test_kv_one_session_tiers);
 	tcase_add_test(tc, test_kv_many_sessions_one_launch);
 	tcase_add_test(tc, test_kv_long_window_splits);
