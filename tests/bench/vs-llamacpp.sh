@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# sinkd's CPU engine side by side with llama.cpp on the same GGUF files (run
+# by hand, never part of the test suite; nothing in CI builds llama.cpp).
+#
+#   tests/bench/vs-llamacpp.sh LLAMA_CPP_BUILD [MODEL.gguf ...]
+#
+# LLAMA_CPP_BUILD: a llama.cpp build made by hand from source, holding
+# llama-bench (as bin/llama-bench or llama-bench).  MODEL.gguf: the files to
+# compare (a Q4_K_M made by llama-quantize, say); without any, the synthetic
+# 134M Llama of engine-bench.sh is made in Q8_0 and Q4_K with sinkd-mkmodel.
+#
+# For each model, REPEATS times, at each thread count of THREADS, in
+# alternating order (llama.cpp first in odd repeats, sinkd first in even
+# ones): decode of one stream (llama-bench tg of GEN tokens against the
+# engine driver's GEN decode steps after a 1-token prompt) and prefill of a
+# PROMPT-token prompt as one batch (llama-bench pp against the driver's
+# prefill).  Ratios sinkd / llama.cpp are taken within a repeat, then min and
+# median.  Resident memory once per model: sinkd's after the load and one
+# token (rss-probe) and llama-bench's peak (its tg run), each over the file.
+# Prints a table and one JSON line.
+#
+# Environment: BUILD (sinkd build dir, default build-bench), REPEATS (3),
+# THREADS ("1 2"), PROMPT (512), GEN (128).
+set -euo pipefail
+
+usage() {
+	echo "usage: $0 LLAMA_CPP_BUILD [MODEL.gguf ...]" >&2
+	echo "  LLAMA_CPP_BUILD holds llama-bench (bin/llama-bench or llama-bench)" >&2
+	exit 2
+}
+[ $# -ge 1 ] || usage
+LLAMA_DIR=$1
+shift
+BENCH=""
+for c in "$LLAMA_DIR/bin/llama-bench" "$LLAMA_DIR/llama-bench"; do
+	[ -x "$c" ] && BENCH=$c && break
+done
+if [ -z "$BENCH" ]; then
+	echo "vs-llamacpp: no executable llama-bench in $LLAMA_DIR or $LLAMA_DIR/bin" >&2
+	usage
+fi
+for f in "$@"; do
+	[ -r "$f" ] || { echo "vs-llamacpp: cannot read model $f" >&2; exit 2; }
+done
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+SHARED=${SINKD_SHARED:-$ROOT/../shared}
+BUILD=${BUILD:-$ROOT/build-bench}
+REPEATS=${REPEATS:-3}
+THREADS=${THREADS:-"1 2"}
+PROMPT=${PROMPT:-512}
+GEN=${GEN:-128}
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+log() { echo "vs-llamacpp: $*" >&2; }
+
+# ---- build sinkd's drivers
+if [ ! -f "$BUILD/build.ninja" ]; then
+	PATH=/usr/local/cuda/bin:$PATH meson setup "$BUILD" -Dcuda=disabled -Dbuildtype=release >/dev/null
+fi
+ninja -C "$BUILD" src/libsinkd.a src/tools/sinkd-mkmodel >/dev/null
+LIBS="$(pkg-config --libs libmicrohttpd libcrypto libcjson yaml-0.1) -lm -lpthread"
+for d in engine-driver rss-probe; do
+	cc -O2 -std=c11 -D_GNU_SOURCE -I"$ROOT/src" $(pkg-config --cflags libcjson) \
+		-o "$TMP/$d" "$ROOT/tests/bench/$d.c" "$BUILD/src/libsinkd.a" $LIBS
+done
+
+MODELS=("$@")
+if [ ${#MODELS[@]} -eq 0 ]; then
+	for type in q8_0 q4_k; do
+		out="$TMP/synth134M-$type.gguf"
+		log "making $out"
+		"$BUILD/src/tools/sinkd-mkmodel" --out "$out" \
+			--vocab "$SHARED/vocab/ggml-vocab-llama-spm.gguf" \
+			--dim 768 --layers 12 --heads 12 --ffn 2048 --type "$type" >/dev/null
+		MODELS+=("$out")
+	done
+fi
+
+# ---- measurements, one JSON object per line
+RESULTS="$TMP/results.jsonl"
+: >"$RESULTS"
+# kind model threads repeat -> appends {"kind","model","threads","repeat","tok_s"}
+llama_run() {
+	local kind=$1 model=$2 t=$3 r=$4 args
+	if [ "$kind" = decode ]; then args=(-p 0 -n "$GEN"); else args=(-p "$PROMPT" -n 0); fi
+	"$BENCH" -m "$model" -t "$t" "${args[@]}" -r 1 -o json 2>"$TMP/llama.err" >"$TMP/llama.json" ||
+		{ cat "$TMP/llama.err" >&2; log "llama-bench failed on $model"; exit 1; }
+	python3 - "$TMP/llama.json" "$kind" "$(basename "$model")" "$t" "$r" >>"$RESULTS" <<'EOF'
+import json, sys
+runs = json.load(open(sys.argv[1]))
+print(json.dumps({"engine": "llama.cpp", "kind": sys.argv[2], "model": sys.argv[3],
+                  "threads": int(sys.argv[4]), "repeat": int(sys.argv[5]),
+                  "tok_s": runs[-1]["avg_ts"]}))
+EOF
+}
+sinkd_run() {
+	local kind=$1 model=$2 t=$3 r=$4 out
+	if [ "$kind" = decode ]; then
+		out=$("$TMP/engine-driver" --model "$model" --threads "$t" --prompt-tokens 1 \
+			--gen-tokens "$GEN" --seconds 2)
+	else
+		out=$("$TMP/engine-driver" --model "$model" --threads "$t" --prompt-tokens "$PROMPT" \
+			--gen-tokens 1 --seconds 0)
+	fi
+	python3 -c '
+import json, sys
+d = json.loads(sys.argv[1])
+kind = sys.argv[2]
+print(json.dumps({"engine": "sinkd", "kind": kind, "model": sys.argv[3],
+                  "threads": int(sys.argv[4]), "repeat": int(sys.argv[5]),
+                  "tok_s": d["tok_s"] if kind == "decode" else d["prefill_tok_s"]}))
+' "$out" "$kind" "$(basename "$model")" "$t" "$r" >>"$RESULTS"
+}
+
+for model in "${MODELS[@]}"; do
+	name=$(basename "$model")
+	log "$name: resident memory"
+	"$TMP/rss-probe" "$model" |
+		python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); d.update(engine="sinkd", kind="rss", model=sys.argv[1]); print(json.dumps(d))' \
+			"$name" >>"$RESULTS"
+	python3 - "$BENCH" "$model" "$name" "$GEN" >>"$RESULTS" <<'EOF'
+import json, os, resource, subprocess, sys
+bench, model, name, gen = sys.argv[1:]
+subprocess.run([bench, "-m", model, "-t", "1", "-p", "0", "-n", gen, "-r", "1", "-o", "json"],
+               check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+print(json.dumps({"engine": "llama.cpp", "kind": "rss", "model": name,
+                  "file_bytes": os.path.getsize(model), "step_rss": peak}))
+EOF
+	for r in $(seq "$REPEATS"); do
+		for t in $THREADS; do
+			for kind in decode prefill; do
+				log "$name repeat $r threads $t $kind"
+				if [ $((r % 2)) = 1 ]; then
+					llama_run "$kind" "$model" "$t" "$r"
+					sinkd_run "$kind" "$model" "$t" "$r"
+				else
+					sinkd_run "$kind" "$model" "$t" "$r"
+					llama_run "$kind" "$model" "$t" "$r"
+				fi
+			done
+		done
+	done
+done
+
+# ---- report
+python3 - "$RESULTS" "$("$BENCH" --version 2>/dev/null | head -1 || true)" \
+	"$(date -u +%Y-%m-%dT%H:%M:%SZ)" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+version, when = sys.argv[2], sys.argv[3]
+print(f"run at {when}; llama-bench {version or '(no --version)'}; "
+      f"1-min load average at the end: {open('/proc/loadavg').read().split()[0]}")
+print(f"{'model':<26}{'threads':>8}{'what':>9}{'llama.cpp tok/s':>17}{'sinkd tok/s':>13}"
+      f"{'sinkd/llama min':>17}{'median':>8}")
+summary = {"time": when, "llama_bench": version, "models": {}}
+tok = {(r["engine"], r["kind"], r["model"], r["threads"], r["repeat"]): r["tok_s"]
+       for r in rows if r["kind"] in ("decode", "prefill")}
+models = list(dict.fromkeys(r["model"] for r in rows))
+for m in models:
+    ms = summary["models"].setdefault(m, {})
+    for t in sorted({k[3] for k in tok if k[2] == m}):
+        for kind in ("decode", "prefill"):
+            reps = sorted(k[4] for k in tok if k[:4] == ("sinkd", kind, m, t))
+            pairs = [(tok[("llama.cpp", kind, m, t, r)], tok[("sinkd", kind, m, t, r)])
+                     for r in reps if ("llama.cpp", kind, m, t, r) in tok]
+            if not pairs:
+                continue
+            ratio = [s / l for l, s in pairs]
+            e = {"llama_tok_s_median": statistics.median(l for l, _ in pairs),
+                 "sinkd_tok_s_median": statistics.median(s for _, s in pairs),
+                 "ratio_min": min(ratio), "ratio_median": statistics.median(ratio)}
+            ms[f"{kind}_t{t}"] = e
+            print(f"{m:<26}{t:>8}{kind:>9}{e['llama_tok_s_median']:>17.1f}{e['sinkd_tok_s_median']:>13.1f}"
+                  f"{e['ratio_min']:>17.2f}{e['ratio_median']:>8.2f}")
+print(f"{'model':<26}{'file MB':>9}{'sinkd RSS MB':>14}{'x file':>8}{'llama.cpp peak MB':>19}{'x file':>8}")
+for m in models:
+    rs = {r["engine"]: r for r in rows if r["kind"] == "rss" and r["model"] == m}
+    if "sinkd" not in rs:
+        continue
+    fb = rs["sinkd"]["file_bytes"]
+    s, l = rs["sinkd"]["step_rss"], rs.get("llama.cpp", {}).get("step_rss")
+    summary["models"][m]["rss"] = {"file_bytes": fb, "sinkd_rss": s, "llama_peak_rss": l}
+    lt = f"{l / 2**20:>19.1f}{l / fb:>8.2f}" if l else f"{'-':>19}{'-':>8}"
+    print(f"{m:<26}{fb / 2**20:>9.1f}{s / 2**20:>14.1f}{s / fb:>8.2f}{lt}")
+print("targets: decode and prefill >= 1.0x llama.cpp at 1 and 2 threads; sinkd resident <= 1.1x the file")
+print(json.dumps(summary, separators=(",", ":")))
+EOF
