@@ -91,7 +91,8 @@ import json, sys
 runs = json.load(open(sys.argv[1]))
 print(json.dumps({"engine": "llama.cpp", "kind": sys.argv[2], "model": sys.argv[3],
                   "threads": int(sys.argv[4]), "repeat": int(sys.argv[5]),
-                  "tok_s": runs[-1]["avg_ts"]}))
+                  "tok_s": runs[-1]["avg_ts"],
+                  "build": f"{runs[-1].get('build_number', '?')} ({runs[-1].get('build_commit', '?')})"}))
 EOF
 }
 sinkd_run() {
@@ -145,12 +146,12 @@ EOF
 done
 
 # ---- report
-python3 - "$RESULTS" "$("$BENCH" --version 2>/dev/null | head -1 || true)" \
-	"$(date -u +%Y-%m-%dT%H:%M:%SZ)" <<'EOF'
+python3 - "$RESULTS" "$BENCH" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-version, when = sys.argv[2], sys.argv[3]
-print(f"run at {when}; llama-bench {version or '(no --version)'}; "
+bench, when = sys.argv[2], sys.argv[3]
+version = next((r["build"] for r in rows if "build" in r), "?")
+print(f"run at {when}; {bench}, llama.cpp build {version}; "
       f"1-min load average at the end: {open('/proc/loadavg').read().split()[0]}")
 print(f"{'model':<26}{'threads':>8}{'what':>9}{'llama.cpp tok/s':>17}{'sinkd tok/s':>13}"
       f"{'sinkd/llama min':>17}{'median':>8}")
