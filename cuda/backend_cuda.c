@@ -55,6 +55,7 @@ static void session_release(struct cuda_backend *c, struct backend_session *s)
 	if (s->has_sink)
 		cuda_arena_free(&c->arena, s->sink_off);
 	cuda_arena_free(&c->arena, s->win_off);
+	cuda_kv_anchors_free(&s->anc);
 	free(s->freq_hi);
 	free(s->freq_lo);
 	free(s);
@@ -75,8 +76,6 @@ static int session_check_geometry(const struct cuda_backend *c, const struct sin
 	if (g->head_dim > CUDA_KV_MAX_HEAD_DIM)
 		return err_set(err, err_len, -ENOTSUP, "cuda backend: head_dim %d is above %d",
 		               g->head_dim, CUDA_KV_MAX_HEAD_DIM);
-	if (g->anchor_max > 0)
-		return err_set(err, err_len, -ENOTSUP, "cuda backend: no anchor tokens yet");
 	return 0;
 }
 
@@ -102,6 +101,8 @@ static int cuda_session_new(struct backend *be, const struct sinkcache_geometry 
 	uint64_t sink_b = s->sh.sink_layer_bytes * (uint64_t)g->n_layers;
 	uint64_t win_b = s->sh.win_layer_bytes * (uint64_t)g->n_layers;
 	rc = !s->freq_hi || !s->freq_lo ? -ENOMEM : 0;
+	if (!rc)
+		rc = cuda_kv_anchors_init(&s->sh, &s->anc, NULL, 0);
 	if (!rc && sink_b > 0) {
 		rc = cuda_arena_alloc(&c->arena, sink_b, true, &s->sink_off);
 		s->has_sink = rc == 0;
@@ -111,6 +112,7 @@ static int cuda_session_new(struct backend *be, const struct sinkcache_geometry 
 	if (rc) {
 		if (s->has_sink)
 			cuda_arena_free(&c->arena, s->sink_off);
+		cuda_kv_anchors_free(&s->anc);
 		free(s->freq_hi);
 		free(s->freq_lo);
 		free(s);
@@ -151,6 +153,7 @@ static void cuda_session_stats(struct backend *be, const struct backend_session 
                                struct sinkcache_stats *out)
 {
 	cuda_kv_plan_stats(&s->sh, &s->st, out);
+	cuda_kv_anchors_stats(&s->sh, &s->anc, out);
 }
 
 static bool cuda_session_can_append(struct backend *be, const struct backend_session *s, size_t n)
@@ -200,6 +203,10 @@ static int cuda_session_export(struct backend *be, const struct backend_session 
 	struct cuda_backend *c = cuda_of(be);
 	struct kv_image_layout lo;
 	memset(out, 0, sizeof(*out));
+	if (s->sh.caps.anchor > 0) /* as the CPU cache says it */
+		return err_set(err, err_len, -ENOTSUP,
+		               "sink cache: a snapshot does not carry anchor tokens "
+		               "(inference.cache.anchors.enabled is on for this session)");
 	cuda_kv_image_counts(&s->st, &out->n);
 	int rc = cuda_kv_image_layout(&s->sh, &out->n, &lo, err, err_len);
 	if (rc)
@@ -234,6 +241,10 @@ static int cuda_session_import(struct backend *be, struct backend_session *s,
 {
 	struct cuda_backend *c = cuda_of(be);
 	struct kv_image_layout lo;
+	if (s->sh.caps.anchor > 0)
+		return err_set(err, err_len, -ENOTSUP,
+		               "sink cache: a snapshot cannot restore into a cache with anchor "
+		               "tokens (inference.cache.anchors.enabled)");
 	int rc = cuda_kv_image_layout(&s->sh, &in->n, &lo, err, err_len);
 	if (rc)
 		return rc;
@@ -291,10 +302,6 @@ static int cuda_geometry_check(const struct backend *be, const struct sinkcache_
 {
 	const struct cuda_backend *c = (const struct cuda_backend *)be;
 	static const char *const names[] = {"float32", "float16", "bfloat16"};
-	if (g->anchor_max > 0)
-		return err_set(err, err_len, -ENOTSUP,
-		               "inference.cache.anchors.enabled: the cuda backend does not keep "
-		               "anchor tokens yet (model.backend cpu does)");
 	if ((int)g->dtype == c->wdt)
 		return 0;
 	return err_set(err, err_len, -EINVAL,

@@ -51,6 +51,18 @@ void cudabe_workspace_free(struct cuda_backend *c)
 	c->mass_h = NULL;
 	host_plan_free(c);
 	c->cap = c->partial_cap = c->batch_cap = 0;
+	free(c->a_ops);
+	free(c->a_begin);
+	free(c->a_angles);
+	c->a_ops = NULL;
+	c->a_begin = NULL;
+	c->a_angles = NULL;
+	c->a_ops_cap = c->a_begin_cap = c->a_angles_cap = 0;
+	cudaFree(c->kw);
+	cudaFree(c->kwmax);
+	cudaFreeHost(c->kwmax_h);
+	c->kw = c->kwmax = c->kwmax_h = NULL;
+	c->kw_cap = c->kwmax_cap = 0;
 }
 
 static int dev_buf(void **p, size_t bytes, char *err, size_t err_len)
@@ -163,15 +175,23 @@ static size_t align_up(size_t x)
 	return (x + BATCH_ALIGN - 1) / BATCH_ALIGN * BATCH_ALIGN;
 }
 
-static void batch_layout_of(size_t n, int rope_dim, struct batch_layout *bl)
+/* Angles and attention jobs are per layer (n_layers copies) in a forward
+ * with anchors, where the sink query's rank and the anchor count differ by
+ * layer; once otherwise. */
+static void batch_layout_of(const struct cuda_backend *c, size_t n, struct batch_layout *bl)
 {
+	int rope_dim = c->base.model->hp.rope_dim;
 	size_t at = 0, rd = (size_t)(rope_dim > 0 ? rope_dim : 1);
+	size_t per = c->per_layer ? (size_t)c->base.model->hp.n_layers : 1;
 	bl->tok = at, at = align_up(at + n * sizeof(int32_t));
 	bl->rows = at, at = align_up(at + n * sizeof(int32_t));
-	bl->cs = at, at = align_up(at + n * 2 * rd * sizeof(double));
+	bl->cs = at, at = align_up(at + per * n * 2 * rd * sizeof(double));
 	bl->append = at, at = align_up(at + n * sizeof(struct cuda_kv_append_job));
 	bl->flush = at, at = align_up(at + n * sizeof(struct cuda_kv_flush_job));
-	bl->attn = at, at = align_up(at + n * sizeof(struct cuda_kv_attn_job));
+	bl->attn = at, at = align_up(at + per * n * sizeof(struct cuda_kv_attn_job));
+	bl->a_ops = at, at = align_up(at + (size_t)c->n_a_ops * sizeof(struct cuda_kv_anchor_op));
+	bl->a_begin = at, at = align_up(at + (size_t)(c->n_a_lists + 1) * sizeof(int32_t));
+	bl->a_angles = at, at = align_up(at + (size_t)c->n_a_angles * rd * sizeof(double));
 	bl->bytes = at;
 }
 
@@ -210,6 +230,7 @@ static void batch_fill(struct cuda_backend *c, const struct backend_token *token
                        const struct batch_layout *bl, int *n_want)
 {
 	int rd = c->base.model->hp.rope_dim, cs_stride = 2 * (rd > 0 ? rd : 1);
+	int n_layers = c->per_layer ? c->base.model->hp.n_layers : 1;
 	unsigned char *h = c->batch_h;
 	int32_t *tok = (int32_t *)(h + bl->tok), *rows = (int32_t *)(h + bl->rows);
 	double *cs = (double *)(h + bl->cs);
@@ -241,15 +262,26 @@ static void batch_fill(struct cuda_backend *c, const struct backend_token *token
 			step.append.token = t;
 			step.attn.token = t;
 			app[w_at] = step.append;
-			att[w_at++] = step.attn;
 			if (step.has_flush)
 				fl[f_at++] = step.flush;
-			rope_cos_sin(s->freq_hi, s->freq_lo, rd, step.key_pos,
-			             cs + (size_t)t * cs_stride);
-			rope_cos_sin(s->freq_hi, s->freq_lo, rd, step.sink_pos,
-			             cs + (size_t)t * cs_stride + cs_stride / 2);
-			int res = step.attn.n_sink + step.attn.n_comp + step.attn.n_fp;
-			max_res = res > max_res ? res : max_res;
+			s->step = step;
+			double *cs_t = cs + (size_t)t * cs_stride;
+			rope_cos_sin(s->freq_hi, s->freq_lo, rd, step.key_pos, cs_t);
+			for (int l = 0; l < n_layers; l++) {
+				struct cuda_kv_attn_job a = step.attn;
+				double *cs_l = cs_t + (size_t)l * n * cs_stride;
+				a.n_anchor = s->anc.cap > 0 ? s->anc.plan[l].n : 0;
+				att[(size_t)l * n + w_at] = a;
+				if (l > 0)
+					memcpy(cs_l, cs_t, (size_t)(cs_stride / 2) * sizeof(double));
+				rope_cos_sin(s->freq_hi, s->freq_lo, rd,
+				             tier_sink_query_pos(&s->sh.g, &s->sh.caps, &s->tmp.t,
+				                                 a.n_anchor),
+				             cs_l + cs_stride / 2);
+				int res = a.n_sink + a.n_anchor + a.n_comp + a.n_fp;
+				max_res = res > max_res ? res : max_res;
+			}
+			w_at++;
 		}
 		if (!joins) {
 			c->wave_begin[n_groups] = w0;
@@ -262,6 +294,125 @@ static void batch_fill(struct cuda_backend *c, const struct backend_token *token
 	c->n_waves = n_groups;
 	c->wave_begin[n_groups] = w_at;
 	c->flush_begin[n_groups] = f_at;
+}
+
+/* Host arrays for the anchor ops of a forward, at most what the sessions'
+ * plans can write. */
+static int anchor_plan_reserve(struct cuda_backend *c, char *err, size_t err_len)
+{
+	int L = c->base.model->hp.n_layers, rd = c->base.model->hp.rope_dim;
+	size_t ops = 0, lists = 1, angles = 0;
+	for (int j = 0; j < c->n_sessions; j++) {
+		int a = c->sessions[j]->anc.cap;
+		if (a <= 0)
+			continue;
+		ops += (size_t)L * CUDA_KV_ANCHOR_OPS(a);
+		angles += (size_t)L * CUDA_KV_ANCHOR_ANGLES(a) * (size_t)(rd > 0 ? rd : 1);
+		lists += (size_t)L;
+	}
+	if (ops > c->a_ops_cap) {
+		free(c->a_ops);
+		c->a_ops = malloc(ops * sizeof(*c->a_ops));
+		c->a_ops_cap = c->a_ops ? ops : 0;
+	}
+	if (lists > c->a_begin_cap) {
+		free(c->a_begin);
+		c->a_begin = malloc(lists * sizeof(*c->a_begin));
+		c->a_begin_cap = c->a_begin ? lists : 0;
+	}
+	if (angles > c->a_angles_cap) {
+		free(c->a_angles);
+		c->a_angles = malloc(angles * sizeof(*c->a_angles));
+		c->a_angles_cap = c->a_angles ? angles : 0;
+	}
+	if ((ops && !c->a_ops) || !c->a_begin || (angles && !c->a_angles))
+		return err_set(err, err_len, -ENOMEM,
+		               "cuda backend: no memory to plan the anchor tiers of a batch");
+	return 0;
+}
+
+/* The anchor upkeep of every session that keeps anchors, one list per
+ * (session, layer) with work, planned on the sessions' plan copies before
+ * batch_fill advances their states (a forward with anchors carries one
+ * token per session). */
+static int anchor_plan(struct cuda_backend *c, char *err, size_t err_len)
+{
+	int L = c->base.model->hp.n_layers, rd = c->base.model->hp.rope_dim;
+	c->n_a_ops = c->n_a_lists = c->n_a_angles = 0;
+	if (!c->per_layer)
+		return 0;
+	int rc = anchor_plan_reserve(c, err, err_len);
+	if (rc)
+		return rc;
+	c->a_begin[0] = 0;
+	for (int j = 0; j < c->n_sessions; j++) {
+		struct backend_session *s = c->sessions[j];
+		if (s->anc.cap <= 0)
+			continue;
+		cuda_kv_anchors_begin(&s->anc);
+		for (int l = 0; l < L; l++) {
+			int n_ops = 0, n_angles = 0;
+			cuda_kv_anchors_plan(&s->sh, &s->anc, l, &s->st, &s->view, s->freq_hi,
+			                     s->freq_lo, c->a_ops + c->n_a_ops, &n_ops,
+			                     c->a_angles + (size_t)c->n_a_angles * (size_t)rd,
+			                     c->n_a_angles, &n_angles);
+			c->n_a_angles += n_angles;
+			if (n_ops == 0)
+				continue;
+			c->n_a_ops += n_ops;
+			c->a_begin[++c->n_a_lists] = c->n_a_ops;
+		}
+	}
+	return 0;
+}
+
+/* Copies the planned anchor ops into the batch buffer. */
+static void anchor_fill(struct cuda_backend *c, const struct batch_layout *bl)
+{
+	size_t rd = (size_t)(c->base.model->hp.rope_dim > 0 ? c->base.model->hp.rope_dim : 1);
+	if (c->n_a_lists == 0)
+		return;
+	memcpy(c->batch_h + bl->a_ops, c->a_ops, (size_t)c->n_a_ops * sizeof(*c->a_ops));
+	memcpy(c->batch_h + bl->a_begin, c->a_begin,
+	       (size_t)(c->n_a_lists + 1) * sizeof(*c->a_begin));
+	memcpy(c->batch_h + bl->a_angles, c->a_angles,
+	       (size_t)c->n_a_angles * rd * sizeof(double));
+}
+
+/* Device buffers for the key weights of n tokens over ld columns. */
+static int key_weight_reserve(struct cuda_backend *c, size_t n, int ld, char *err,
+                              size_t err_len)
+{
+	const struct model_hparams *hp = &c->base.model->hp;
+	size_t kw = n * (size_t)hp->n_heads * (size_t)ld, kmax = (size_t)hp->n_layers * n * ld;
+	c->key_ld = ld;
+	if (kw > c->kw_cap) {
+		cudabe_graphs_clear(c);
+		cudaFree(c->kw);
+		c->kw = NULL;
+		c->kw_cap = 0;
+		int rc = dev_buf((void **)&c->kw, kw * sizeof(float), err, err_len);
+		if (rc)
+			return rc;
+		c->kw_cap = kw;
+	}
+	if (kmax > c->kwmax_cap) {
+		cudaFree(c->kwmax);
+		cudaFreeHost(c->kwmax_h);
+		c->kwmax = c->kwmax_h = NULL;
+		c->kwmax_cap = 0;
+		int rc = dev_buf((void **)&c->kwmax, kmax * sizeof(float), err, err_len);
+		if (rc)
+			return rc;
+		if (cudaMallocHost((void **)&c->kwmax_h, kmax * sizeof(float)) != cudaSuccess) {
+			cudaGetLastError();
+			c->kwmax_h = NULL;
+			return err_set(err, err_len, -ENOMEM,
+			               "cuda backend: out of pinned host memory");
+		}
+		c->kwmax_cap = kmax;
+	}
+	return 0;
 }
 
 static size_t batch_partial_floats(const struct cuda_backend *c)
@@ -301,6 +452,8 @@ static int attention_waves(struct cuda_backend *c, const struct batch_layout *bl
 	const struct cuda_kv_flush_job *fl = (const void *)(c->batch_d + bl->flush);
 	const struct cuda_kv_attn_job *att = (const void *)(c->batch_d + bl->attn);
 	float *mass = c->mass + (size_t)layer * c->cap * hp->n_heads;
+	if (c->per_layer)
+		att += (size_t)layer * (size_t)c->wave_begin[c->n_waves];
 	for (int w = 0; w < c->n_waves; w++) {
 		int a0 = c->wave_begin[w], na = c->wave_begin[w + 1] - a0;
 		int f0 = c->flush_begin[w], nf = c->flush_begin[w + 1] - f0;
@@ -309,9 +462,16 @@ static int attention_waves(struct cuda_backend *c, const struct batch_layout *bl
 		       "kv append");
 		CU_TRY(cuda_attention(att + a0, na, c->wave_max_res[w], layer, hp->n_heads, c->qw,
 		                      c->qs, CUDA_ATTN_DEFAULT_SPLIT, c->partial, c->att_h, c->wdt,
-		                      mass, c->stream),
+		                      mass, c->per_layer ? c->kw : NULL, c->key_ld, c->stream),
 		       "attention");
 	}
+	if (c->per_layer) /* one wave: its tokens are rows 0..n-1 */
+		CU_TRY(cuda_key_weight_max(c->kw, c->wave_begin[c->n_waves], hp->n_heads, c->key_ld,
+		                           c->key_ld,
+		                           c->kwmax + (size_t)layer * c->wave_begin[c->n_waves] *
+		                                          (size_t)c->key_ld,
+		                           c->stream),
+		       "key weights");
 	return 0;
 }
 
@@ -322,6 +482,8 @@ static int layer_attention(struct cuda_backend *c, const struct batch_layout *bl
 	const struct cuda_layer_weights *L = &c->layers[l];
 	const double *cs = (const double *)(c->batch_d + bl->cs);
 	int rd = hp->rope_dim, cs_stride = 2 * (rd > 0 ? rd : 1);
+	if (c->per_layer)
+		cs += (size_t)l * (size_t)n * (size_t)cs_stride;
 	float scale = 1.0f / sqrtf((float)hp->head_dim);
 	int rc;
 	CU_TRY(
@@ -410,6 +572,12 @@ static int enqueue_forward(struct cuda_backend *c, size_t n, const struct batch_
 	CU_TRY(
 	    cudaMemcpyAsync(c->batch_d, c->batch_h, bl->bytes, cudaMemcpyHostToDevice, c->stream),
 	    "batch upload");
+	if (c->n_a_lists > 0) /* before any layer's flush moves what a promotion copies */
+		CU_TRY(cuda_kv_anchor_ops((const void *)(c->batch_d + bl->a_ops),
+		                          (const int32_t *)(c->batch_d + bl->a_begin), c->n_a_lists,
+		                          hp->n_kv_heads, (const double *)(c->batch_d + bl->a_angles),
+		                          hp->rope_dim, c->neox, c->stream),
+		       "anchor upkeep");
 	CU_TRY(cuda_embed(c->embd.d, c->wdt, hp->dim, (const int32_t *)(c->batch_d + bl->tok),
 	                  (int)n, c->x, c->stream),
 	       "embed");
@@ -423,6 +591,11 @@ static int enqueue_forward(struct cuda_backend *c, size_t n, const struct batch_
 		                       (size_t)hp->n_layers * c->cap * hp->n_heads * sizeof(float),
 		                       cudaMemcpyDeviceToHost, c->stream),
 		       "sink mass copy");
+	if (!rc && c->per_layer)
+		CU_TRY(cudaMemcpyAsync(c->kwmax_h, c->kwmax,
+		                       (size_t)hp->n_layers * n * (size_t)c->key_ld * sizeof(float),
+		                       cudaMemcpyDeviceToHost, c->stream),
+		       "key weights copy");
 	return rc;
 }
 
@@ -516,7 +689,9 @@ static int run_graph(struct cuda_backend *c, size_t n, const struct batch_layout
                      bool want_mass, float *logits, char *err, size_t err_len)
 {
 	const struct model_hparams *hp = &c->base.model->hp;
-	if (!c->use_graphs || n > CUDA_GRAPH_MAX_TOKENS || (size_t)n_want > CUDA_GRAPH_MAX_TOKENS)
+	/* anchor upkeep varies from step to step: not a fixed launch shape */
+	if (!c->use_graphs || c->per_layer || n > CUDA_GRAPH_MAX_TOKENS ||
+	    (size_t)n_want > CUDA_GRAPH_MAX_TOKENS)
 		return 1;
 	int *key = malloc((4 + 3 * (size_t)c->n_waves) * sizeof(int));
 	if (!key)
@@ -563,12 +738,110 @@ static int run_layers(struct cuda_backend *c, const struct backend_token *tokens
 	return 0;
 }
 
+/* After a forward with anchors: the planned tiers become the sessions',
+ * and each token's key weights feed its session's anchor scores. */
+static void anchors_after(struct cuda_backend *c, size_t n)
+{
+	int L = c->base.model->hp.n_layers;
+	for (int j = 0; j < c->n_sessions; j++) {
+		struct backend_session *s = c->sessions[j];
+		if (s->anc.cap <= 0)
+			continue;
+		cuda_kv_anchors_commit(&s->sh, &s->anc, &s->step);
+		int t = s->step.attn.token;
+		for (int l = 0; l < L; l++)
+			cuda_kv_anchors_observe(&s->sh, &s->anc, l, &s->st,
+			                        c->kwmax_h + ((size_t)l * n + (size_t)t) *
+			                                         (size_t)c->key_ld,
+			                        (size_t)c->key_ld);
+	}
+}
+
+static int forward_once(struct cuda_backend *c, const struct backend_token *tokens, size_t n,
+                        float *logits, char *err, size_t err_len)
+{
+	struct batch_layout bl;
+	int n_want = 0;
+	int rc = anchor_plan(c, err, err_len);
+	if (rc)
+		return rc;
+	batch_layout_of(c, n, &bl);
+	rc = batch_reserve(c, bl.bytes, err, err_len);
+	if (rc)
+		return rc;
+	batch_fill(c, tokens, n, &bl, &n_want);
+	anchor_fill(c, &bl);
+	rc = partial_reserve(c, batch_partial_floats(c), err, err_len);
+	if (!rc && c->per_layer)
+		rc = key_weight_reserve(c, n, c->wave_max_res[0] > 0 ? c->wave_max_res[0] : 1, err,
+		                        err_len);
+	rc = rc ? rc : run_layers(c, tokens, n, &bl, n_want, logits, err, err_len);
+	if (rc)
+		return rc;
+	for (int j = 0; j < c->n_sessions; j++)
+		c->sessions[j]->st = c->sessions[j]->tmp;
+	if (c->per_layer)
+		anchors_after(c, n);
+	return 0;
+}
+
+/* A batch with anchors runs one wave per forward: which window token a
+ * layer promotes depends on the attention of the step before. */
+static int forward_by_waves(struct cuda_backend *c, const struct backend_token *tokens, size_t n,
+                            float *logits, char *err, size_t err_len)
+{
+	size_t n_vocab = (size_t)c->base.model->hp.n_vocab;
+	int n_waves = c->n_waves, rc = 0;
+	int *wave_of = malloc(n * sizeof(int)), *out_row = malloc(n * sizeof(int));
+	struct backend_token *sub = malloc(n * sizeof(*sub));
+	float *sub_logits = NULL;
+	if (!wave_of || !out_row || !sub) {
+		rc = err_set(err, err_len, -ENOMEM, "cuda backend: out of memory");
+		goto out;
+	}
+	size_t most = 0;
+	for (int j = 0; j < c->n_sessions; j++)
+		for (int w = 0; w < c->sessions[j]->batch.n; w++)
+			wave_of[c->order[c->sess_begin[j] + w]] = w;
+	for (size_t i = 0, r = 0; i < n; i++)
+		out_row[i] = tokens[i].want_logits ? (int)r++ : -1;
+	for (int w = 0; w < n_waves; w++) {
+		size_t k = 0;
+		for (size_t i = 0; i < n; i++)
+			k += wave_of[i] == w;
+		most = k > most ? k : most;
+	}
+	if (logits && !(sub_logits = malloc(most * n_vocab * sizeof(float)))) {
+		rc = err_set(err, err_len, -ENOMEM, "cuda backend: out of memory");
+		goto out;
+	}
+	for (int w = 0; w < n_waves && !rc; w++) {
+		size_t k = 0;
+		for (size_t i = 0; i < n; i++)
+			if (wave_of[i] == w)
+				sub[k++] = tokens[i];
+		rc = batch_group(c, sub, k, err, err_len);
+		rc = rc ? rc : forward_once(c, sub, k, sub_logits, err, err_len);
+		for (size_t i = 0, q = 0, r = 0; !rc && i < n; i++) {
+			if (wave_of[i] != w)
+				continue;
+			if (sub[q++].want_logits)
+				memcpy(logits + (size_t)out_row[i] * n_vocab, sub_logits + r++ * n_vocab,
+				       n_vocab * sizeof(float));
+		}
+	}
+out:
+	free(wave_of);
+	free(out_row);
+	free(sub);
+	free(sub_logits);
+	return rc;
+}
+
 int cudabe_forward(struct backend *be, const struct backend_token *tokens, size_t n_tokens,
                    float *logits, char *err, size_t err_len)
 {
 	struct cuda_backend *c = cuda_of(be);
-	struct batch_layout bl;
-	int n_want = 0;
 	if (n_tokens == 0)
 		return 0;
 	if (n_tokens > (size_t)1 << 20)
@@ -582,16 +855,10 @@ int cudabe_forward(struct backend *be, const struct backend_token *tokens, size_
 	rc = rc ? rc : batch_group(c, tokens, n_tokens, err, err_len);
 	if (rc)
 		return rc;
-	batch_layout_of(n_tokens, be->model->hp.rope_dim, &bl);
-	rc = batch_reserve(c, bl.bytes, err, err_len);
-	if (rc)
-		return rc;
-	batch_fill(c, tokens, n_tokens, &bl, &n_want);
-	rc = partial_reserve(c, batch_partial_floats(c), err, err_len);
-	rc = rc ? rc : run_layers(c, tokens, n_tokens, &bl, n_want, logits, err, err_len);
-	if (rc)
-		return rc;
+	c->per_layer = false;
 	for (int j = 0; j < c->n_sessions; j++)
-		c->sessions[j]->st = c->sessions[j]->tmp;
-	return 0;
+		c->per_layer = c->per_layer || c->sessions[j]->anc.cap > 0;
+	if (c->per_layer && c->n_waves > 1)
+		return forward_by_waves(c, tokens, n_tokens, logits, err, err_len);
+	return forward_once(c, tokens, n_tokens, logits, err, err_len);
 }

@@ -49,6 +49,8 @@ struct backend_session {
 	struct cuda_kv_state st;  /* committed after each forward */
 	struct cuda_kv_state tmp; /* advanced while a forward is planned */
 	struct cuda_kv_view view; /* layout with device bases */
+	struct cuda_kv_anchors anc; /* each layer's anchor tier; empty without anchors */
+	struct cuda_kv_step step;   /* the last planned token's (a forward with anchors: its only) */
 	uint64_t sink_off, win_off;
 	bool has_sink;
 	double *freq_hi, *freq_lo; /* (rope_dim/2) */
@@ -68,7 +70,7 @@ struct cuda_graph_entry {
 /* Everything one forward uploads, packed in one buffer (host and device
  * copies laid out alike). */
 struct batch_layout {
-	size_t tok, rows, cs, append, flush, attn, bytes;
+	size_t tok, rows, cs, append, flush, attn, a_ops, a_begin, a_angles, bytes;
 };
 
 struct cuda_backend {
@@ -104,6 +106,19 @@ struct cuda_backend {
 	int *order, *sess_begin, *wave_begin, *flush_begin, *wave_max_res;
 	struct backend_session **sessions;
 	int n_sessions, n_waves;
+	/* a forward with sessions that keep anchors: attention jobs and sink
+	 * angles per layer, the anchor upkeep ops planned before it, and the
+	 * key weights its attention gives back */
+	bool per_layer;
+	struct cuda_kv_anchor_op *a_ops;
+	int32_t *a_begin;
+	double *a_angles;
+	size_t a_ops_cap, a_begin_cap, a_angles_cap; /* elements */
+	int n_a_ops, n_a_lists, n_a_angles;
+	int key_ld;                 /* columns of the key weights: the most resident keys */
+	float *kw;                  /* (cap, n_heads, key_ld) one layer's weights per head */
+	float *kwmax, *kwmax_h;     /* (n_layers, cap, key_ld) largest over heads; host copy pinned */
+	size_t kw_cap, kwmax_cap;   /* floats */
 	/* captured forwards, keyed by the batch's launch shape */
 	bool use_graphs;
 	struct cuda_graph_entry graphs[CUDA_GRAPH_SLOTS];

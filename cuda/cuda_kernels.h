@@ -51,6 +51,12 @@ int cuda_kv_append(const struct cuda_kv_append_job *jobs, int n_jobs, int n_kv, 
 int cuda_kv_flush(const struct cuda_kv_flush_job *jobs, int n_jobs, int n_kv, int layer,
                   void *stream);
 
+/* Anchor upkeep (cuda_kv.h): list i is ops [begin[i], begin[i+1]), one
+ * session's layer, run in order; lists touch disjoint rows.  angles: the
+ * REKEY ops' rotations, rope_dim doubles each. */
+int cuda_kv_anchor_ops(const struct cuda_kv_anchor_op *ops, const int32_t *begin, int n_lists,
+                       int n_kv, const double *angles, int rope_dim, bool neox, void *stream);
+
 /* Floats of the attention's partial buffer. */
 size_t cuda_attention_partial_floats(int n_jobs, int n_heads, int head_dim, int max_resident,
                                      int split_len);
@@ -61,11 +67,19 @@ size_t cuda_attention_partial_floats(int n_jobs, int n_heads, int head_dim, int 
  * CUDA_ATTN_MAX_SPLIT) scored by separate blocks, then combined
  * (flash-decoding).  max_resident: the most resident tokens of any job.
  * out (n_tokens, n_heads, D) in out_dtype; sink_mass (n_tokens, n_heads) or
- * NULL: softmax share of the sink tier.  partial: scratch of
- * cuda_attention_partial_floats(). */
+ * NULL: softmax share of the sink tier.  key_weight (n_tokens, n_heads,
+ * key_ld) or NULL: every resident key's softmax weight, in rank order
+ * (columns past a job's resident tokens are left as they are); key_ld >=
+ * max_resident.  partial: scratch of cuda_attention_partial_floats(). */
 int cuda_attention(const struct cuda_kv_attn_job *jobs, int n_jobs, int max_resident, int layer,
                    int n_heads, const float *qw, const float *qs, int split_len, float *partial,
-                   void *out, int out_dtype, float *sink_mass, void *stream);
+                   void *out, int out_dtype, float *sink_mass, float *key_weight, int key_ld,
+                   void *stream);
+
+/* out (n, ld) <- the largest over heads of w (n, n_heads, ld), first cols
+ * columns of each row (the others are left as they are). */
+int cuda_key_weight_max(const float *w, int n, int n_heads, int ld, int cols, float *out,
+                        void *stream);
 
 /* True when cuda_dequant_rows reads the ggml type: F32, F16, BF16, Q4_0,
  * Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K. */
@@ -88,13 +102,17 @@ void twin_rmsnorm(const float *x, const float *w, int n, int dim, float eps, voi
                   int out_dtype);
 void twin_rope(const float *x, float *out, int n, int n_heads, int head_dim, int rope_dim,
                bool neox, const double *cs, int cs_stride, float scale);
+void twin_key_weight_max(const float *w, int n, int n_heads, int ld, int cols, float *out);
 void twin_swiglu(const float *gate, const float *up, size_t n, void *out, int out_dtype);
 void twin_kv_append(const struct cuda_kv_append_job *jobs, int n_jobs, int n_kv, int layer,
                     const float *k, const float *v);
 void twin_kv_flush(const struct cuda_kv_flush_job *jobs, int n_jobs, int n_kv, int layer);
-/* out (f32 only here), sink_mass as cuda_attention. */
+void twin_kv_anchor_ops(const struct cuda_kv_anchor_op *ops, const int32_t *begin, int n_lists,
+                        int n_kv, const double *angles, int rope_dim, bool neox);
+/* out (f32 only here), sink_mass, key_weight as cuda_attention. */
 void twin_attention(const struct cuda_kv_attn_job *jobs, int n_jobs, int layer, int n_heads,
-                    const float *qw, const float *qs, float *out, float *sink_mass);
+                    const float *qw, const float *qs, float *out, float *sink_mass,
+                    float *key_weight, int key_ld);
 void twin_dequant_rows(int ggml_type, const void *src, size_t src_row_bytes, int rows, int cols,
                        void *dst, int dst_dtype);
 /* Element i of a row of dtype as float, and the rounding store. */

@@ -10,6 +10,11 @@
  *   window block  fp_k, fp_v (n_kv, F, D) dtype: ring of the full-precision
  *                            window tokens (staging + hot), window token i at
  *                            slot i mod F
+ *                 ak, av (n_kv, A, D) dtype: anchor tokens (A = anchor slots,
+ *                            0 without anchors), slots [0, n_anchor) in
+ *                            stream order; keys rotated by their rank
+ *                 ako (n_kv, A, D) f32: the anchors' keys rotated by their
+ *                            stream index (rank changes re-rotate from it)
  *                 gkp (NG, n_kv, 2, D) f32 per-channel key scale (row 0) and
  *                            min (row 1); gvp (NG, n_kv, G, 2) f32 per-token
  *                            value scale,min; gk, gv (NG, n_kv, G, Dc) codes:
@@ -46,6 +51,7 @@ struct cuda_kv_view {
 	/* byte offsets inside one layer block */
 	uint64_t off_sink_k, off_sink_v, off_sink_kp, off_sink_vp;
 	uint64_t off_fp_k, off_fp_v, off_gk, off_gv, off_gkp, off_gvp;
+	uint64_t off_ak, off_av, off_ako; /* anchors, in the window block */
 	int32_t n_kv;
 	int32_t head_dim;   /* D */
 	int32_t dtype;      /* CUDA_DT_* of fp rows */
@@ -56,6 +62,8 @@ struct cuda_kv_view {
 	int32_t n_groups;   /* NG */
 	int32_t sink_quant; /* sinks stored as codes */
 	int32_t code_row;   /* Dc */
+	int32_t anchor_cap; /* A, 0 without anchors */
+	int32_t pad_view;
 };
 
 /* Store one token's K (rotated) and V rows for all kv heads. */
@@ -76,7 +84,8 @@ struct cuda_kv_flush_job {
 };
 
 /* Attention of one token's query over its session's resident tokens, in
- * order: sinks, compressed (oldest group first), full-precision window. */
+ * rank order: sinks, anchors, compressed (oldest group first),
+ * full-precision window.  Sink and anchor keys meet the sink query. */
 struct cuda_kv_attn_job {
 	int32_t token; /* row of qw, qs, out: (n_tokens, n_heads, D) */
 	int32_t n_sink;
@@ -85,6 +94,33 @@ struct cuda_kv_attn_job {
 	int32_t comp_row0;   /* its row in that group */
 	int32_t n_fp;        /* full-precision window tokens */
 	int32_t fp_slot0;    /* fp ring slot of the oldest one */
+	int32_t n_anchor;    /* anchors of this layer: slots [0, n_anchor) */
+	struct cuda_kv_view kv;
+};
+
+/* Anchor tier upkeep of one layer of one session (kv.layer rows), run in
+ * list order before anything else of a forward:
+ *   MOVE   slot src -> slot dst (ako and av rows), dst < src
+ *   KEEP   the oldest window token (quantized: group slot group_slot, row
+ *          group_row; else fp ring slot fp_slot) -> slot dst: its key
+ *          dequantized to f32 into ako, its value in dtype into av
+ *   REKEY  ak[dst] <- ako[dst] rotated by angles cs_at (rope_dim doubles,
+ *          as rope_cos_sin() writes them, sines already negated), or
+ *          stored as is when cs_at < 0; rounded to dtype once */
+#define CUDA_ANCHOR_MOVE 0
+#define CUDA_ANCHOR_KEEP 1
+#define CUDA_ANCHOR_REKEY 2
+
+struct cuda_kv_anchor_op {
+	int32_t kind;
+	int32_t layer;
+	int32_t dst;
+	int32_t src;        /* MOVE */
+	int32_t from_group; /* KEEP: 1 when the token is quantized */
+	int32_t group_slot; /* KEEP from a group */
+	int32_t group_row;
+	int32_t fp_slot;    /* KEEP from the fp ring */
+	int32_t cs_at;      /* REKEY */
 	int32_t pad;
 	struct cuda_kv_view kv;
 };

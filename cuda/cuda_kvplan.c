@@ -12,9 +12,11 @@
 #include "cuda_kvplan.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cache/kvquant.h"
+#include "cache/rope.h"
 #include "util/errbuf.h"
 
 _Static_assert(KV_DTYPE_F32 == CUDA_DT_F32 && KV_DTYPE_F16 == CUDA_DT_F16 &&
@@ -57,6 +59,10 @@ static void shape_layout(struct cuda_kv_shape *sh)
 	v->off_gvp = carve(&at, ng * n_kv * gs * 2 * sizeof(float));
 	v->off_gk = carve(&at, ng * n_kv * gs * code_row);
 	v->off_gv = carve(&at, ng * n_kv * gs * code_row);
+	uint64_t a = (uint64_t)sh->caps.anchor;
+	v->off_ak = carve(&at, n_kv * a * fp_row);
+	v->off_av = carve(&at, n_kv * a * fp_row);
+	v->off_ako = carve(&at, n_kv * a * d * sizeof(float));
 	sh->win_layer_bytes = at;
 	v->sink_layer_bytes = sh->sink_layer_bytes;
 	v->win_layer_bytes = sh->win_layer_bytes;
@@ -70,6 +76,7 @@ static void shape_layout(struct cuda_kv_shape *sh)
 	v->n_groups = sh->n_groups;
 	v->sink_quant = sh->sink_quant;
 	v->code_row = sh->code_row;
+	v->anchor_cap = sh->caps.anchor;
 }
 
 int cuda_kv_shape_init(const struct sinkcache_geometry *g, struct cuda_kv_shape *sh, char *err,
@@ -187,6 +194,172 @@ void cuda_kv_plan_stats(const struct cuda_kv_shape *sh, const struct cuda_kv_sta
 	    ((size_t)t->n_sink * sink_tok + (size_t)(t->n_hot + t->n_stage) * fp_tok +
 	     (size_t)t->n_groups * group_bytes) *
 	    (size_t)g->n_layers;
+}
+
+/* ---- anchors ---------------------------------------------------------- */
+
+int cuda_kv_anchors_init(const struct cuda_kv_shape *sh, struct cuda_kv_anchors *a, char *err,
+                         size_t err_len)
+{
+	memset(a, 0, sizeof(*a));
+	int L = sh->g.n_layers, A = sh->caps.anchor, W = sh->caps.window;
+	if (A <= 0)
+		return 0;
+	/* per layer: two tiers' pos, score, below; window scores; pending */
+	size_t per = 2 * (size_t)A * (sizeof(uint64_t) + sizeof(float) + sizeof(int32_t)) +
+	             (size_t)W * sizeof(float) + (size_t)A * sizeof(int);
+	size_t heads = 2 * (size_t)L * sizeof(struct tier_anchors) + (size_t)L * sizeof(int);
+	unsigned char *p = calloc(1, heads + (size_t)L * per);
+	if (!p)
+		return err_set(err, err_len, -ENOMEM,
+		               "cuda backend: no memory for the anchor tiers of %d layers", L);
+	a->mem = p;
+	a->n_layers = L;
+	a->cap = A;
+	a->layer = (struct tier_anchors *)p, p += (size_t)L * sizeof(struct tier_anchors);
+	a->plan = (struct tier_anchors *)p, p += (size_t)L * sizeof(struct tier_anchors);
+	a->pend_first = (int *)p, p += (size_t)L * sizeof(int);
+	for (int l = 0; l < L; l++) {
+		struct tier_anchors *t[2] = {&a->layer[l], &a->plan[l]};
+		for (int k = 0; k < 2; k++) {
+			t[k]->pos = (uint64_t *)p, p += (size_t)A * sizeof(uint64_t);
+			t[k]->score = (float *)p, p += (size_t)A * sizeof(float);
+			t[k]->below = (int32_t *)p, p += (size_t)A * sizeof(int32_t);
+		}
+		a->layer[l].w_score = a->plan[l].w_score = (float *)p;
+		p += (size_t)W * sizeof(float);
+		tier_anchors_reset(&sh->caps, &a->layer[l]);
+		a->pend_first[l] = A;
+	}
+	a->pend_src = (int *)p;
+	return 0;
+}
+
+void cuda_kv_anchors_free(struct cuda_kv_anchors *a)
+{
+	free(a->mem);
+	memset(a, 0, sizeof(*a));
+}
+
+static void anchors_copy(struct tier_anchors *dst, const struct tier_anchors *src, int cap)
+{
+	dst->n = src->n;
+	dst->promoted = src->promoted;
+	dst->demoted = src->demoted;
+	memcpy(dst->pos, src->pos, (size_t)cap * sizeof(*dst->pos));
+	memcpy(dst->score, src->score, (size_t)cap * sizeof(*dst->score));
+	memcpy(dst->below, src->below, (size_t)cap * sizeof(*dst->below));
+}
+
+void cuda_kv_anchors_begin(struct cuda_kv_anchors *a)
+{
+	for (int l = 0; l < a->n_layers; l++)
+		anchors_copy(&a->plan[l], &a->layer[l], a->cap);
+}
+
+/* Where the oldest window token is before the step (its promotion's
+ * source): the oldest group's front row, or the fp ring's oldest slot. */
+static void oldest_window_row(const struct cuda_kv_shape *sh, const struct cuda_kv_state *st,
+                              struct cuda_kv_anchor_op *op)
+{
+	if (st->t.n_groups > 0) {
+		op->from_group = 1;
+		op->group_slot = (int32_t)((st->groups_made - st->t.n_groups) % sh->n_groups);
+		op->group_row = st->t.grp_dropped;
+	} else {
+		op->fp_slot = (int32_t)(st->fp_start % sh->fp_cap);
+	}
+}
+
+void cuda_kv_anchors_plan(const struct cuda_kv_shape *sh, struct cuda_kv_anchors *a, int l,
+                          const struct cuda_kv_state *st, const struct cuda_kv_view *view,
+                          const double *freq_hi, const double *freq_lo,
+                          struct cuda_kv_anchor_op *ops, int *n_ops, double *angles,
+                          int angle0, int *n_angles)
+{
+	struct tier_anchors *t = &a->plan[l];
+	const int *pend = a->pend_src + (size_t)l * (size_t)a->cap;
+	int pend_first = a->pend_first[l], src[SINKCACHE_MAX_ANCHORS];
+	int first = tier_anchors_leaving(&sh->caps, &st->t, t, src);
+	int rd = sh->g.rope_dim;
+	*n_ops = *n_angles = 0;
+	/* the pending moves first, then the promotion's: slot i holds what the
+	 * promotion took from slot s, which held what the pending move says */
+	int from = first < pend_first ? first : pend_first;
+	for (int i = from; i < t->n; i++) {
+		int s = i < first ? i : src[i];
+		if (s >= pend_first)
+			s = pend[s];
+		struct cuda_kv_anchor_op op = {.layer = l, .dst = i, .kv = *view};
+		if (s < 0) {
+			op.kind = CUDA_ANCHOR_KEEP;
+			oldest_window_row(sh, st, &op);
+			ops[(*n_ops)++] = op;
+		} else if (s != i) {
+			op.kind = CUDA_ANCHOR_MOVE;
+			op.src = s;
+			ops[(*n_ops)++] = op;
+		}
+	}
+	for (int i = from; i < t->n; i++) {
+		uint64_t rank = (uint64_t)sh->caps.sink + (uint64_t)i;
+		struct cuda_kv_anchor_op op = {
+		    .kind = CUDA_ANCHOR_REKEY, .layer = l, .dst = i, .cs_at = -1, .kv = *view};
+		if (sh->g.rope_positions == ROPE_POSITIONS_CACHE && t->pos[i] != rank) {
+			double *cs = angles + (size_t)*n_angles * (size_t)rd;
+			/* the CPU cache's rekey: by -(pos - rank) */
+			rope_cos_sin(freq_hi, freq_lo, rd, t->pos[i] - rank, cs);
+			for (int j = 1; j < rd; j += 2)
+				cs[j] = -cs[j];
+			op.cs_at = angle0 + (*n_angles)++;
+		}
+		ops[(*n_ops)++] = op;
+	}
+}
+
+void cuda_kv_anchors_commit(const struct cuda_kv_shape *sh, struct cuda_kv_anchors *a,
+                            const struct cuda_kv_step *step)
+{
+	struct tier_step ts = {.to_sink = step->append.sink_slot >= 0, .key_pos = step->key_pos};
+	for (int l = 0; l < a->n_layers; l++) {
+		struct tier_anchors keep = a->layer[l];
+		a->layer[l] = a->plan[l];
+		a->plan[l] = keep;
+		a->pend_first[l] = a->cap;
+		tier_anchors_entered(&sh->caps, &a->layer[l], &ts);
+	}
+}
+
+void cuda_kv_anchors_observe(const struct cuda_kv_shape *sh, struct cuda_kv_anchors *a, int l,
+                             const struct cuda_kv_state *st, const float *key_weight, size_t ld)
+{
+	struct tier_anchors *t = &a->layer[l];
+	int *pend = a->pend_src + (size_t)l * (size_t)a->cap, src[SINKCACHE_MAX_ANCHORS];
+	int first = tier_anchors_observe(&sh->caps, &st->t, t, key_weight, 1, ld, src);
+	if (first >= t->n)
+		return;
+	/* composed with moves still pending (observations without a forward
+	 * between them do not happen, but the composition costs nothing) */
+	int pf = a->pend_first[l];
+	for (int i = first; i < t->n; i++) {
+		int s = src[i];
+		pend[i] = s >= pf ? pend[s] : s;
+	}
+	a->pend_first[l] = first < pf ? first : pf;
+}
+
+void cuda_kv_anchors_stats(const struct cuda_kv_shape *sh, const struct cuda_kv_anchors *a,
+                           struct sinkcache_stats *out)
+{
+	if (a->cap <= 0)
+		return;
+	out->n_anchor = a->layer[0].n;
+	out->n_resident += out->n_anchor;
+	for (int l = 0; l < a->n_layers; l++) {
+		out->bytes_resident += sinkcache_anchor_bytes(&sh->g, a->layer[l].n);
+		out->anchors_promoted += a->layer[l].promoted;
+		out->anchors_demoted += a->layer[l].demoted;
+	}
 }
 
 /* ---- canonical image ------------------------------------------------ */

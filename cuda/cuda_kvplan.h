@@ -67,6 +67,55 @@ int cuda_kv_plan_revise(const struct cuda_kv_shape *sh, struct cuda_kv_state *st
 void cuda_kv_plan_stats(const struct cuda_kv_shape *sh, const struct cuda_kv_state *st,
                         struct sinkcache_stats *out);
 
+/* ---- anchors: each layer's anchor tier (tierpolicy.h) on the device ---- */
+
+/* One session's anchor bookkeeping: the committed tiers, the copy a
+ * forward plans on (both share the window scores), and per layer the slot
+ * moves of the last observation that the device has not carried out yet
+ * (they run at the start of the next forward). */
+struct cuda_kv_anchors {
+	int n_layers, cap;
+	struct tier_anchors *layer; /* (n_layers) committed */
+	struct tier_anchors *plan;  /* (n_layers) while a forward is planned */
+	int *pend_first;            /* (n_layers) first slot still to move; >= cap: none */
+	int *pend_src;              /* (n_layers, cap) the moves, as tierpolicy.h describes */
+	void *mem;
+};
+
+/* Ops and angles the plan of one layer writes at most. */
+#define CUDA_KV_ANCHOR_OPS(cap) (2 * (cap) + 1)
+#define CUDA_KV_ANCHOR_ANGLES(cap) (cap)
+
+/* No anchors (and nothing allocated) unless sh keeps them. */
+int cuda_kv_anchors_init(const struct cuda_kv_shape *sh, struct cuda_kv_anchors *a, char *err,
+                         size_t err_len);
+void cuda_kv_anchors_free(struct cuda_kv_anchors *a);
+/* Starts planning a forward: the plan copy from the committed tiers. */
+void cuda_kv_anchors_begin(struct cuda_kv_anchors *a);
+/* The anchor ops of layer l for the next token, planned on the plan copy:
+ * the pending moves, then the leaving window token's promotion, each moved
+ * slot re-rotated.  st: the session before the token's step.  Writes
+ * *n_ops ops (at most CUDA_KV_ANCHOR_OPS) and *n_angles angle rows of
+ * rope_dim doubles (at most CUDA_KV_ANCHOR_ANGLES), the ops' cs_at counted
+ * from angle0. */
+void cuda_kv_anchors_plan(const struct cuda_kv_shape *sh, struct cuda_kv_anchors *a, int l,
+                          const struct cuda_kv_state *st, const struct cuda_kv_view *view,
+                          const double *freq_hi, const double *freq_lo,
+                          struct cuda_kv_anchor_op *ops, int *n_ops, double *angles,
+                          int angle0, int *n_angles);
+/* The forward ran: the plan copy becomes the tiers, the pending moves are
+ * done, and the token of step (a window token) starts unscored. */
+void cuda_kv_anchors_commit(const struct cuda_kv_shape *sh, struct cuda_kv_anchors *a,
+                            const struct cuda_kv_step *step);
+/* The token's attention at layer l: key_weight (ld floats, rank order)
+ * holds each resident key's weight, largest over heads; st: the session
+ * after the step.  Demotions become pending moves. */
+void cuda_kv_anchors_observe(const struct cuda_kv_shape *sh, struct cuda_kv_anchors *a, int l,
+                             const struct cuda_kv_state *st, const float *key_weight, size_t ld);
+/* Anchor counts and bytes into stats (after cuda_kv_plan_stats). */
+void cuda_kv_anchors_stats(const struct cuda_kv_shape *sh, const struct cuda_kv_anchors *a,
+                           struct sinkcache_stats *out);
+
 /* ---- canonical image (cache/kvimage.h): what a snapshot carries */
 
 /* Counts of the image of a session at st. */

@@ -136,6 +136,30 @@ extern "C" int cuda_swiglu(const float *gate, const float *up, size_t n, void *o
 	return CUDA_LAUNCH_RC();
 }
 
+// ------------------------------------------------------- key weights
+
+// grid n, block threads over columns: the anchor policy scores a key by the
+// largest weight any head gave it.
+__global__ void key_weight_max_kernel(const float *w, int n_heads, int ld, int cols, float *out)
+{
+	const float *row = w + (size_t)blockIdx.x * n_heads * ld;
+	for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+		float m = 0.0f;
+		for (int h = 0; h < n_heads; h++)
+			m = fmaxf(m, row[(size_t)h * ld + j]);
+		out[(size_t)blockIdx.x * ld + j] = m;
+	}
+}
+
+extern "C" int cuda_key_weight_max(const float *w, int n, int n_heads, int ld, int cols,
+                                   float *out, void *stream)
+{
+	if (n <= 0 || cols <= 0)
+		return 0;
+	CUDA_LAUNCH(key_weight_max_kernel, n, 256, st(stream), w, n_heads, ld, cols, out);
+	return CUDA_LAUNCH_RC();
+}
+
 // ----------------------------------------------------------- bias, gather
 
 __global__ void add_bias_kernel(float *y, const float *bias, int cols)

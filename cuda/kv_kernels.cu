@@ -6,11 +6,16 @@
 //               keys per channel, values per token (KIVI, kvquant.c's rule)
 //   attention   one launch for all tokens of a wave (one per session): each
 //               block scores one run of keys of one (token, head) over sink +
-//               compressed (dequantized on the fly) + full-precision tiers,
-//               softmax in fp32, and writes a partial (max, sum, sink sum,
-//               weighted values); a combine kernel merges the runs
-//               (flash-decoding), so long windows spread over many blocks.
-// Twins: twin_kv_append, twin_kv_flush, twin_attention (twins.c).
+//               anchor + compressed (dequantized on the fly) + full-precision
+//               tiers, softmax in fp32, and writes a partial (max, sum, sink
+//               sum, weighted values); a combine kernel merges the runs
+//               (flash-decoding), so long windows spread over many blocks;
+//               optionally it leaves every key's softmax weight behind
+//   kv_anchor   anchor tier upkeep: moves anchor rows down, keeps the oldest
+//               window token's rows as an anchor (dequantized), re-rotates
+//               anchor keys to their ranks; bit-identical to sinkcache.c
+// Twins: twin_kv_append, twin_kv_flush, twin_kv_anchor_ops, twin_attention
+// (twins.c).
 // What is stored where and when is decided on the host (cuda_kvplan.c).
 #include <cmath>
 
@@ -197,6 +202,94 @@ extern "C" int cuda_kv_flush(const struct cuda_kv_flush_job *jobs, int n_jobs, i
 	return CUDA_LAUNCH_RC();
 }
 
+// ------------------------------------------------------------- anchors
+
+// One op for kv head h.  Explicitly rounded arithmetic: no fused
+// multiply-add, so that the rows are the CPU cache's bits.
+__device__ void anchor_op_run(const cuda_kv_anchor_op &op, int h, const double *angles,
+                              int rope_dim, bool neox)
+{
+	const cuda_kv_view &kv = op.kv;
+	int d = kv.head_dim, a_cap = kv.anchor_cap;
+	size_t fp_row = (size_t)d * cuda_kv_dt_size(kv.dtype), ko_row = (size_t)d * sizeof(float);
+	unsigned char *L = cuda_kv_win_layer(&kv, op.layer);
+	float *ko = (float *)cuda_kv_row(L, kv.off_ako, h, a_cap, op.dst, ko_row);
+	unsigned char *av = cuda_kv_row(L, kv.off_av, h, a_cap, op.dst, fp_row);
+	if (op.kind == CUDA_ANCHOR_MOVE) {
+		const float *ko_src =
+		    (const float *)cuda_kv_row(L, kv.off_ako, h, a_cap, op.src, ko_row);
+		const uint16_t *av_src =
+		    (const uint16_t *)cuda_kv_row(L, kv.off_av, h, a_cap, op.src, fp_row);
+		for (int j = threadIdx.x; j < d; j += blockDim.x)
+			ko[j] = ko_src[j];
+		for (size_t j = threadIdx.x; j < fp_row / 2; j += blockDim.x)
+			((uint16_t *)av)[j] = av_src[j];
+	} else if (op.kind == CUDA_ANCHOR_KEEP && op.from_group) {
+		size_t gh = cuda_kv_gh(&kv, op.group_slot, h),
+		       gr = gh * (size_t)kv.group + op.group_row;
+		const float *kp = (const float *)(L + kv.off_gkp) + gh * 2 * (size_t)d;
+		const float *vp = (const float *)(L + kv.off_gvp) + gr * 2;
+		const unsigned char *kc = L + kv.off_gk + gr * kv.code_row;
+		const unsigned char *vc = L + kv.off_gv + gr * kv.code_row;
+		for (int j = threadIdx.x; j < d; j += blockDim.x) {
+			ko[j] = __fadd_rn(__fmul_rn(kp[j], (float)cuda_kv_code(kc, j, kv.bits)),
+			                  kp[d + j]);
+			float x =
+			    __fadd_rn(__fmul_rn((float)cuda_kv_code(vc, j, kv.bits), vp[0]), vp[1]);
+			dt_store(av, kv.dtype, j, x);
+		}
+	} else if (op.kind == CUDA_ANCHOR_KEEP) {
+		const unsigned char *fk =
+		    cuda_kv_row(L, kv.off_fp_k, h, kv.fp_cap, op.fp_slot, fp_row);
+		const uint16_t *fv =
+		    (const uint16_t *)cuda_kv_row(L, kv.off_fp_v, h, kv.fp_cap, op.fp_slot, fp_row);
+		for (int j = threadIdx.x; j < d; j += blockDim.x)
+			ko[j] = dt_load(fk, kv.dtype, j);
+		for (size_t j = threadIdx.x; j < fp_row / 2; j += blockDim.x)
+			((uint16_t *)av)[j] = fv[j];
+	} else if (op.kind == CUDA_ANCHOR_REKEY) {
+		unsigned char *ak = cuda_kv_row(L, kv.off_ak, h, a_cap, op.dst, fp_row);
+		int rot = op.cs_at >= 0 ? rope_dim : 0, half = rot / 2;
+		const double *c = angles + (op.cs_at >= 0 ? (size_t)op.cs_at * rope_dim : 0);
+		for (int i = threadIdx.x; i < half; i += blockDim.x) {
+			int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
+			double x0 = ko[ia], x1 = ko[ib], co = c[2 * i], si = c[2 * i + 1];
+			// rope_apply(): double products and sums, rounded to float once
+			dt_store(ak, kv.dtype, ia,
+			         (float)__dsub_rn(__dmul_rn(x0, co), __dmul_rn(x1, si)));
+			dt_store(ak, kv.dtype, ib,
+			         (float)__dadd_rn(__dmul_rn(x0, si), __dmul_rn(x1, co)));
+		}
+		for (int j = rot + threadIdx.x; j < d; j += blockDim.x)
+			dt_store(ak, kv.dtype, j, ko[j]);
+	}
+}
+
+// grid (n_lists, n_kv), block KV_THREADS: list blockIdx.x for kv head
+// blockIdx.y, its ops in order (a later op may read what an earlier wrote).
+__global__ void kv_anchor_kernel(const cuda_kv_anchor_op *ops, const int32_t *begin,
+                                 const double *angles, int rope_dim, bool neox)
+{
+	int first = begin[blockIdx.x], end = begin[blockIdx.x + 1];
+	for (int i = first; i < end; i++) {
+		const cuda_kv_anchor_op op = ops[i];
+		anchor_op_run(op, blockIdx.y, angles, rope_dim, neox);
+		__syncthreads();
+	}
+}
+
+extern "C" int cuda_kv_anchor_ops(const struct cuda_kv_anchor_op *ops, const int32_t *begin,
+                                  int n_lists, int n_kv, const double *angles, int rope_dim,
+                                  bool neox, void *stream)
+{
+	if (n_lists <= 0 || n_kv <= 0)
+		return 0;
+	dim3 grid(n_lists, n_kv);
+	CUDA_LAUNCH(kv_anchor_kernel, grid, KV_THREADS, st(stream), ops, begin, angles, rope_dim,
+	            neox);
+	return CUDA_LAUNCH_RC();
+}
+
 // ---------------------------------------------------------- attention
 
 // One resident token's key or value row, wherever it lives.
@@ -229,6 +322,13 @@ __device__ tok_ref locate(const cuda_kv_attn_job &a, int layer, int h, int r, bo
 	}
 	unsigned char *L = cuda_kv_win_layer(&kv, layer);
 	int w = r - a.n_sink;
+	if (w < a.n_anchor) {
+		t.data = cuda_kv_row(L, value ? kv.off_av : kv.off_ak, h, kv.anchor_cap, w, fp_row);
+		t.p = NULL;
+		t.kind = 0;
+		return t;
+	}
+	w -= a.n_anchor;
 	if (w < a.n_comp) {
 		int tt = a.comp_row0 + w;
 		int g = (a.comp_group0 + tt / kv.group) % kv.n_groups, row = tt % kv.group;
@@ -268,17 +368,27 @@ __device__ __forceinline__ float *partial_at(float *partial, int job, int n_head
 	return partial + (((size_t)job * n_heads + h) * n_splits + split) * (size_t)(d + 4);
 }
 
-// grid (n_splits, n_heads, n_jobs), block KV_THREADS.
-__global__ void attn_partial_kernel(const cuda_kv_attn_job *jobs, int layer, int n_heads,
-                                    const float *qw, const float *qs, int split_len, int n_splits,
-                                    float *partial)
+// Resident tokens of a job: sinks, anchors, compressed, full precision.
+__device__ __forceinline__ int attn_resident(const cuda_kv_attn_job &a)
+{
+	return a.n_sink + a.n_anchor + a.n_comp + a.n_fp;
+}
+
+// grid (n_splits, n_heads, n_jobs), block KV_THREADS.  key_weight (n_tokens,
+// n_heads, key_ld) or NULL: gets each key's raw score (combine normalizes).
+// The bound keeps the register count where five blocks fit an SM (ptxas
+// spills nothing at it for sm_80 and sm_90).
+__global__ void __launch_bounds__(KV_THREADS, 5)
+    attn_partial_kernel(const cuda_kv_attn_job *jobs, int layer, int n_heads, const float *qw,
+                        const float *qs, int split_len, int n_splits, float *partial,
+                        float *key_weight, int key_ld)
 {
 	__shared__ float s_qw[CUDA_KV_MAX_HEAD_DIM], s_qs[CUDA_KV_MAX_HEAD_DIM];
 	__shared__ float scores[CUDA_ATTN_MAX_SPLIT];
 	__shared__ tok_ref vref[CUDA_ATTN_MAX_SPLIT]; // where each key's value row is
 	const cuda_kv_attn_job a = jobs[blockIdx.z];
 	int h = blockIdx.y, d = a.kv.head_dim, kh = h / (n_heads / a.kv.n_kv);
-	int n_res = a.n_sink + a.n_comp + a.n_fp;
+	int n_res = attn_resident(a);
 	int begin = blockIdx.x * split_len, end = min(begin + split_len, n_res), n = end - begin;
 	float *part = partial_at(partial, blockIdx.z, n_heads, h, n_splits, blockIdx.x, d);
 	if (n <= 0) {
@@ -300,7 +410,7 @@ __global__ void attn_partial_kernel(const cuda_kv_attn_job *jobs, int layer, int
 	for (int i = threadIdx.x >> 5; i < n; i += KV_WARPS) { // one warp per key
 		int r = begin + i;
 		tok_ref t = locate(a, layer, kh, r, false);
-		const float *q = r < a.n_sink ? s_qs : s_qw;
+		const float *q = r < a.n_sink + a.n_anchor ? s_qs : s_qw; // keys by rank
 		float s = 0.0f;
 		for (int j = lane; j < d; j += 32)
 			s += q[j] * tok_elem(t, a.kv, j);
@@ -314,6 +424,11 @@ __global__ void attn_partial_kernel(const cuda_kv_attn_job *jobs, int layer, int
 	float m = -INFINITY;
 	for (int i = threadIdx.x; i < n; i += blockDim.x)
 		m = fmaxf(m, scores[i]);
+	if (key_weight) { // raw scores of this run, in rank order
+		float *kw = key_weight + ((size_t)a.token * n_heads + h) * key_ld + begin;
+		for (int i = threadIdx.x; i < n; i += blockDim.x)
+			kw[i] = scores[i];
+	}
 	m = block_reduce(m, 1);
 	float l = 0.0f, ls = 0.0f;
 	for (int i = threadIdx.x; i < n; i += blockDim.x) {
@@ -356,14 +471,15 @@ __global__ void attn_partial_kernel(const cuda_kv_attn_job *jobs, int layer, int
 	}
 }
 
-// grid (n_heads, n_jobs), block KV_THREADS: merges the splits of a (job, head).
+// grid (n_heads, n_jobs), block KV_THREADS: merges the splits of a (job, head),
+// and turns the raw scores in key_weight (when not NULL) into softmax weights.
 __global__ void attn_combine_kernel(const cuda_kv_attn_job *jobs, int n_heads, int n_splits,
                                     const float *partial, void *out, int out_dtype,
-                                    float *sink_mass)
+                                    float *sink_mass, float *key_weight, int key_ld)
 {
 	const cuda_kv_attn_job a = jobs[blockIdx.y];
 	int h = blockIdx.x, d = a.kv.head_dim;
-	int n_res = a.n_sink + a.n_comp + a.n_fp;
+	int n_res = attn_resident(a);
 	size_t oat = ((size_t)a.token * n_heads + h) * d;
 	float mx = -INFINITY, l = 0.0f, ls = 0.0f;
 	for (int s = 0; s < n_splits; s++)
@@ -390,6 +506,11 @@ __global__ void attn_combine_kernel(const cuda_kv_attn_job *jobs, int n_heads, i
 	}
 	if (sink_mass && threadIdx.x == 0)
 		sink_mass[(size_t)a.token * n_heads + h] = n_res > 0 ? ls / l : 0.0f;
+	if (key_weight) {
+		float *kw = key_weight + ((size_t)a.token * n_heads + h) * key_ld;
+		for (int r = threadIdx.x; r < n_res; r += blockDim.x)
+			kw[r] = expf(kw[r] - mx) / l;
+	}
 }
 
 static int attn_splits(int max_resident, int split_len)
@@ -417,7 +538,7 @@ extern "C" size_t cuda_attention_partial_floats(int n_jobs, int n_heads, int hea
 extern "C" int cuda_attention(const struct cuda_kv_attn_job *jobs, int n_jobs, int max_resident,
                               int layer, int n_heads, const float *qw, const float *qs,
                               int split_len, float *partial, void *out, int out_dtype,
-                              float *sink_mass, void *stream)
+                              float *sink_mass, float *key_weight, int key_ld, void *stream)
 {
 	if (n_jobs <= 0)
 		return 0;
@@ -425,12 +546,12 @@ extern "C" int cuda_attention(const struct cuda_kv_attn_job *jobs, int n_jobs, i
 	int n_splits = attn_splits(max_resident, split_len);
 	dim3 grid(n_splits, n_heads, n_jobs);
 	CUDA_LAUNCH(attn_partial_kernel, grid, KV_THREADS, st(stream), jobs, layer, n_heads, qw, qs,
-	            split_len, n_splits, partial);
+	            split_len, n_splits, partial, key_weight, key_ld);
 	int rc = CUDA_LAUNCH_RC();
 	if (rc)
 		return rc;
 	dim3 grid2(n_heads, n_jobs);
 	CUDA_LAUNCH(attn_combine_kernel, grid2, KV_THREADS, st(stream), jobs, n_heads, n_splits,
-	            partial, out, out_dtype, sink_mass);
+	            partial, out, out_dtype, sink_mass, key_weight, key_ld);
 	return CUDA_LAUNCH_RC();
 }

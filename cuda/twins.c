@@ -2,8 +2,8 @@
  * same arithmetic on host memory, written to be obviously right rather than
  * fast.  Wherever production CPU code computes the same thing, the twin
  * calls it (rope_apply, dequantize_row, kv_row_store/load,
- * kvq_quant_row/channels), so a kernel that matches its twin matches the
- * CPU backend.  Tests only; the backend never runs these. */
+ * kvq_quant_row/channels, kvq_dequant_row), so a kernel that matches its
+ * twin matches the CPU backend.  Tests only; the backend never runs these. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,6 +171,57 @@ void twin_kv_flush(const struct cuda_kv_flush_job *jobs, int n_jobs, int n_kv, i
 	}
 }
 
+/* One anchor op for kv head h, as sinkcache.c's kv_layer_anchors_moved,
+ * kv_layer_oldest_row and kv_layer_anchor_rekey compute it. */
+static void twin_anchor_op(const struct cuda_kv_anchor_op *op, int h, const double *angles,
+                           int rope_dim, bool neox)
+{
+	const struct cuda_kv_view *kv = &op->kv;
+	int d = kv->head_dim, a_cap = kv->anchor_cap;
+	size_t fp_row = (size_t)d * cuda_kv_dt_size(kv->dtype), ko_row = (size_t)d * sizeof(float);
+	unsigned char *L = cuda_kv_win_layer(kv, op->layer);
+	float *ko = (float *)cuda_kv_row(L, kv->off_ako, h, a_cap, op->dst, ko_row);
+	unsigned char *av = cuda_kv_row(L, kv->off_av, h, a_cap, op->dst, fp_row);
+	if (op->kind == CUDA_ANCHOR_MOVE) {
+		memcpy(ko, cuda_kv_row(L, kv->off_ako, h, a_cap, op->src, ko_row), ko_row);
+		memcpy(av, cuda_kv_row(L, kv->off_av, h, a_cap, op->src, fp_row), fp_row);
+	} else if (op->kind == CUDA_ANCHOR_KEEP && op->from_group) {
+		size_t gh = cuda_kv_gh(kv, op->group_slot, h);
+		size_t gr = gh * (size_t)kv->group + (size_t)op->group_row;
+		const float *kp = (const float *)(L + kv->off_gkp) + gh * 2 * (size_t)d;
+		const float *vp = (const float *)(L + kv->off_gvp) + gr * 2;
+		const uint8_t *kc = L + kv->off_gk + gr * kv->code_row;
+		float vrow[CUDA_KV_MAX_HEAD_DIM];
+		for (int j = 0; j < d; j++)
+			ko[j] = kp[j] * (float)kvq_code_at(kc, j, kv->bits) + kp[d + j];
+		kvq_dequant_row(L + kv->off_gv + gr * kv->code_row, d, kv->bits, vp[0], vp[1],
+		                vrow);
+		store_row(av, kv->dtype, vrow, d);
+	} else if (op->kind == CUDA_ANCHOR_KEEP) {
+		kv_row_load((enum kv_dtype)kv->dtype,
+		            cuda_kv_row(L, kv->off_fp_k, h, kv->fp_cap, op->fp_slot, fp_row), ko,
+		            d);
+		memcpy(av, cuda_kv_row(L, kv->off_fp_v, h, kv->fp_cap, op->fp_slot, fp_row),
+		       fp_row);
+	} else if (op->kind == CUDA_ANCHOR_REKEY) {
+		float krow[CUDA_KV_MAX_HEAD_DIM];
+		memcpy(krow, ko, ko_row);
+		if (op->cs_at >= 0)
+			rope_apply(krow, angles + (size_t)op->cs_at * rope_dim, rope_dim, neox);
+		store_row(cuda_kv_row(L, kv->off_ak, h, a_cap, op->dst, fp_row), kv->dtype, krow,
+		          d);
+	}
+}
+
+void twin_kv_anchor_ops(const struct cuda_kv_anchor_op *ops, const int32_t *begin, int n_lists,
+                        int n_kv, const double *angles, int rope_dim, bool neox)
+{
+	for (int l = 0; l < n_lists; l++)
+		for (int i = begin[l]; i < begin[l + 1]; i++)
+			for (int h = 0; h < n_kv; h++)
+				twin_anchor_op(&ops[i], h, angles, rope_dim, neox);
+}
+
 /* Resident token r of a job as floats (key or value), dequantized. */
 static void twin_token_row(const struct cuda_kv_attn_job *a, int layer, int h, int r, bool value,
                            float *out)
@@ -198,6 +249,14 @@ static void twin_token_row(const struct cuda_kv_attn_job *a, int layer, int h, i
 	}
 	unsigned char *L = cuda_kv_win_layer(kv, layer);
 	int w = r - a->n_sink;
+	if (w < a->n_anchor) {
+		kv_row_load(
+		    (enum kv_dtype)kv->dtype,
+		    cuda_kv_row(L, value ? kv->off_av : kv->off_ak, h, kv->anchor_cap, w, fp_row),
+		    out, d);
+		return;
+	}
+	w -= a->n_anchor;
 	if (w < a->n_comp) {
 		int t = a->comp_row0 + w;
 		int g = (a->comp_group0 + t / kv->group) % kv->n_groups, row = t % kv->group;
@@ -222,10 +281,12 @@ static void twin_token_row(const struct cuda_kv_attn_job *a, int layer, int h, i
 	    d);
 }
 
+/* One query head; weights (n resident) or NULL gets each key's softmax weight. */
 static void twin_attend_head(const struct cuda_kv_attn_job *a, int layer, int h, int kh,
-                             const float *qw, const float *qs, float *out, float *mass)
+                             const float *qw, const float *qs, float *out, float *mass,
+                             float *weights)
 {
-	int d = a->kv.head_dim, n = a->n_sink + a->n_comp + a->n_fp;
+	int d = a->kv.head_dim, n = a->n_sink + a->n_anchor + a->n_comp + a->n_fp;
 	float row[CUDA_KV_MAX_HEAD_DIM], mx = -INFINITY, sum = 0.0f, sink = 0.0f;
 	memset(out, 0, (size_t)d * sizeof(float));
 	if (mass)
@@ -236,7 +297,7 @@ static void twin_attend_head(const struct cuda_kv_attn_job *a, int layer, int h,
 	if (!scores)
 		return; /* tests only: the comparison then fails visibly */
 	for (int r = 0; r < n; r++) {
-		const float *q = r < a->n_sink ? qs : qw;
+		const float *q = r < a->n_sink + a->n_anchor ? qs : qw; /* keys by rank */
 		twin_token_row(a, layer, kh, r, false, row);
 		float s = 0.0f;
 		for (int j = 0; j < d; j++)
@@ -250,6 +311,8 @@ static void twin_attend_head(const struct cuda_kv_attn_job *a, int layer, int h,
 		if (r < a->n_sink)
 			sink += scores[r];
 	}
+	for (int r = 0; weights && r < n; r++)
+		weights[r] = scores[r] / sum;
 	for (int r = 0; r < n; r++) {
 		twin_token_row(a, layer, kh, r, true, row);
 		for (int j = 0; j < d; j++)
@@ -261,16 +324,29 @@ static void twin_attend_head(const struct cuda_kv_attn_job *a, int layer, int h,
 }
 
 void twin_attention(const struct cuda_kv_attn_job *jobs, int n_jobs, int layer, int n_heads,
-                    const float *qw, const float *qs, float *out, float *sink_mass)
+                    const float *qw, const float *qs, float *out, float *sink_mass,
+                    float *key_weight, int key_ld)
 {
 	for (int j = 0; j < n_jobs; j++) {
 		const struct cuda_kv_attn_job *a = &jobs[j];
 		int d = a->kv.head_dim, ratio = n_heads / a->kv.n_kv;
 		for (int h = 0; h < n_heads; h++) {
 			size_t at = ((size_t)a->token * n_heads + h) * d;
+			size_t th = (size_t)a->token * n_heads + h;
 			twin_attend_head(a, layer, h, h / ratio, qw + at, qs + at, out + at,
-			                 sink_mass ? &sink_mass[(size_t)a->token * n_heads + h]
-			                           : NULL);
+			                 sink_mass ? &sink_mass[th] : NULL,
+			                 key_weight ? key_weight + th * (size_t)key_ld : NULL);
 		}
 	}
+}
+
+void twin_key_weight_max(const float *w, int n, int n_heads, int ld, int cols, float *out)
+{
+	for (int t = 0; t < n; t++)
+		for (int j = 0; j < cols; j++) {
+			float m = 0.0f;
+			for (int h = 0; h < n_heads; h++)
+				m = fmaxf(m, w[((size_t)t * n_heads + h) * ld + j]);
+			out[(size_t)t * ld + j] = m;
+		}
 }

@@ -32,6 +32,7 @@ extern emu_thread_ctx emu_ctx; /* of the thread (coroutine) running now */
 #define __device__
 #undef __host__
 #define __host__
+#define __launch_bounds__(...)
 #define threadIdx (emu_ctx.tid)
 #define blockIdx (emu_ctx.bid)
 #define blockDim (emu_ctx.bdim)
@@ -45,6 +46,7 @@ void emu_launch(dim3 grid, dim3 block, const std::function<void()> &body);
 #define __shfl_xor_sync(m, v, o) emu_shfl_xor((v), (o))
 #define __fdiv_rn(a, b) ((float)(a) / (float)(b))
 #define __fmul_rn(a, b) ((float)(a) * (float)(b))
+#define __fadd_rn(a, b) ((float)(a) + (float)(b))
 #define __dmul_rn(a, b) ((double)(a) * (double)(b))
 #define __dadd_rn(a, b) ((double)(a) + (double)(b))
 #define __dsub_rn(a, b) ((double)(a) - (double)(b))

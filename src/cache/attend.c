@@ -78,8 +78,8 @@ static void attend_prefetch(const struct sinkcache *c, const struct kv_layer *L,
 		struct kv_run sinks = {0, L->t.n_sink, c->caps.sink};
 		prefetch_ring(c, &sinks, values ? L->sink_v : L->sink_k, kh);
 	}
-	struct kv_run anchors = {0, L->n_anchor, c->caps.anchor};
-	if (L->n_anchor > 0)
+	struct kv_run anchors = {0, L->anc.n, c->caps.anchor};
+	if (L->anc.n > 0)
 		prefetch_ring(c, &anchors, values ? L->a_v : L->a_k, kh);
 	struct kv_run stage = kv_ring_run(&L->stage, L->t.n_stage);
 	struct kv_run hot = kv_ring_run(&L->hot, L->t.n_hot);
@@ -148,7 +148,7 @@ static size_t attend_bytes(const struct sinkcache *c, const struct kv_layer *L, 
 	per_head = (size_t)L->t.n_sink * sink_row;
 	per_head += (size_t)L->t.n_groups *
 	            (2 * d * sizeof(float) + (size_t)c->caps.group * (c->code_row + 2 * sizeof(float)));
-	per_head += (size_t)(L->n_anchor + L->t.n_stage + L->t.n_hot) * c->fp_row;
+	per_head += (size_t)(L->anc.n + L->t.n_stage + L->t.n_hot) * c->fp_row;
 	return 2 * per_head * (size_t)(k1 - k0);
 }
 
@@ -163,8 +163,8 @@ static void load_ahead(const struct sinkcache *c, const struct kv_layer *L, int 
 		struct kv_run sinks = {0, L->t.n_sink, c->caps.sink};
 		load_ring(c, &sinks, L->sink_k, L->sink_v, k0, k1);
 	}
-	if (L->n_anchor > 0) {
-		struct kv_run anchors = {0, L->n_anchor, c->caps.anchor};
+	if (L->anc.n > 0) {
+		struct kv_run anchors = {0, L->anc.n, c->caps.anchor};
 		load_ring(c, &anchors, L->a_k, L->a_v, k0, k1);
 	}
 	size_t nk = (size_t)c->g.n_kv_heads, d = (size_t)c->g.head_dim, gs = (size_t)c->caps.group;
@@ -299,10 +299,10 @@ static int attend_tiers(struct attend_ctx *x, bool mix)
 		struct kv_run sinks = {0, L->t.n_sink, c->caps.sink};
 		attend_fp_ring(x, &sinks, false, mix ? L->sink_v : L->sink_k, 0, mix);
 	}
-	if (L->n_anchor > 0) { /* keys by rank: the sink query */
-		struct kv_run anchors = {0, L->n_anchor, c->caps.anchor};
+	if (L->anc.n > 0) { /* keys by rank: the sink query */
+		struct kv_run anchors = {0, L->anc.n, c->caps.anchor};
 		attend_fp_ring(x, &anchors, false, mix ? L->a_v : L->a_k, n, mix);
-		n += L->n_anchor;
+		n += L->anc.n;
 	}
 	for (int i = 0; i < L->t.n_groups; i++) {
 		size_t gh =

@@ -37,7 +37,6 @@
 #include "util/pages.h"
 
 #define SINKCACHE_MAX_TOKENS (1 << 24)
-#define SINKCACHE_MAX_ANCHORS 4096
 
 /* Tier sizes derived from a (valid) geometry. */
 struct kv_layout {
@@ -275,13 +274,13 @@ static void kv_layer_carve(struct sinkcache *c, const struct kv_layout *lo, stru
 	size_t a = (size_t)lo->anchor;
 	float *fp = (float *)L->front;
 	if (a > 0) {
-		L->a_pos = (uint64_t *)L->front;
-		fp = (float *)(L->a_pos + a);
+		L->anc.pos = (uint64_t *)L->front;
+		fp = (float *)(L->anc.pos + a);
 		L->a_ko = fp, fp += n_kv * a * d;
-		L->a_score = fp, fp += a;
-		L->w_score = fp, fp += lo->window;
-		L->a_below = (int32_t *)fp;
-		fp = (float *)(L->a_below + a);
+		L->anc.score = fp, fp += a;
+		L->anc.w_score = fp, fp += lo->window;
+		L->anc.below = (int32_t *)fp;
+		fp = (float *)(L->anc.below + a);
 	}
 	if (lo->sink_quant) {
 		L->sink_kp = fp, fp += n_kv * s * 2;
@@ -309,8 +308,7 @@ static void kv_layer_carve(struct sinkcache *c, const struct kv_layout *lo, stru
 static void kv_layer_clear(struct sinkcache *c, struct kv_layer *L)
 {
 	memset(&L->t, 0, sizeof(L->t));
-	L->n_anchor = 0;
-	L->promoted = L->demoted = 0;
+	tier_anchors_reset(&c->caps, &L->anc);
 	L->hot = (struct kv_ring){0, c->caps.hot};
 	L->stage = (struct kv_ring){0, c->caps.group > 0 ? c->caps.group - 1 : 0};
 	L->groups.head = 0;
@@ -627,7 +625,7 @@ void kv_layer_set_query_pos(struct sinkcache *c, struct kv_layer *L)
 	if (L->t.n_seen == 0)
 		return;
 	cache_cos_sin(c, L->t.n_seen - 1, L->cs_win);
-	cache_cos_sin(c, tier_sink_query_pos(&c->g, &c->caps, &L->t, L->n_anchor), L->cs_sink);
+	cache_cos_sin(c, tier_sink_query_pos(&c->g, &c->caps, &L->t, L->anc.n), L->cs_sink);
 }
 
 /* Cache prefetch of the key and value rows of head h in slot `slot` of a
@@ -712,9 +710,9 @@ static void kv_layer_anchor_rekey(struct sinkcache *c, struct kv_layer *L, int j
 	int d = c->g.head_dim, a = c->caps.anchor;
 	uint64_t rank = (uint64_t)L->t.n_sink + (uint64_t)j;
 	double cs[SINKCACHE_MAX_HEAD_DIM];
-	bool rotate = c->g.rope_positions == ROPE_POSITIONS_CACHE && L->a_pos[j] != rank;
+	bool rotate = c->g.rope_positions == ROPE_POSITIONS_CACHE && L->anc.pos[j] != rank;
 	if (rotate) {
-		rope_cos_sin(c->freq_hi, c->freq_lo, c->g.rope_dim, L->a_pos[j] - rank, cs);
+		rope_cos_sin(c->freq_hi, c->freq_lo, c->g.rope_dim, L->anc.pos[j] - rank, cs);
 		for (int i = 1; i < c->g.rope_dim; i += 2)
 			cs[i] = -cs[i]; /* by -(pos - rank) */
 	}
@@ -728,56 +726,31 @@ static void kv_layer_anchor_rekey(struct sinkcache *c, struct kv_layer *L, int j
 	}
 }
 
-/* Drops anchor j; the later ones move down a rank. */
-static void kv_layer_anchor_drop(struct sinkcache *c, struct kv_layer *L, int j)
+/* Carries out a change of the anchor slots (tierpolicy.h: src from first
+ * on): rows move down to their new slots, the leaving window token's rows
+ * (before the step that evicts it) fill its slot, and every slot from first
+ * is rotated to its new rank. */
+static void kv_layer_anchors_moved(struct sinkcache *c, struct kv_layer *L, int first,
+                                   const int *src)
 {
-	int a = c->caps.anchor, n = L->n_anchor - j - 1;
-	size_t d = (size_t)c->g.head_dim;
-	if (n > 0) {
-		memmove(&L->a_pos[j], &L->a_pos[j + 1], (size_t)n * sizeof(*L->a_pos));
-		memmove(&L->a_score[j], &L->a_score[j + 1], (size_t)n * sizeof(*L->a_score));
-		memmove(&L->a_below[j], &L->a_below[j + 1], (size_t)n * sizeof(*L->a_below));
+	int a = c->caps.anchor, d = c->g.head_dim;
+	for (int i = first; i < L->anc.n; i++) {
 		for (int h = 0; h < c->g.n_kv_heads; h++) {
-			size_t at = (size_t)h * (size_t)a + (size_t)j;
-			memmove(L->a_ko + at * d, L->a_ko + (at + 1) * d, (size_t)n * d * sizeof(float));
-			memmove(kv_row(L->a_v, c->fp_row, a, h, j), kv_row(L->a_v, c->fp_row, a, h, j + 1),
-			        (size_t)n * c->fp_row);
+			size_t at = (size_t)h * (size_t)a + (size_t)i;
+			if (src[i] < 0) {
+				float vrow[SINKCACHE_MAX_HEAD_DIM];
+				kv_layer_oldest_row(c, L, h, L->a_ko + at * (size_t)d, vrow);
+				kv_row_store(c->g.dtype, kv_row(L->a_v, c->fp_row, a, h, i), vrow, d);
+			} else if (src[i] != i) {
+				size_t from = (size_t)h * (size_t)a + (size_t)src[i];
+				memcpy(L->a_ko + at * (size_t)d, L->a_ko + from * (size_t)d,
+				       (size_t)d * sizeof(float));
+				memcpy(kv_row(L->a_v, c->fp_row, a, h, i),
+				       kv_row(L->a_v, c->fp_row, a, h, src[i]), c->fp_row);
+			}
 		}
-	}
-	L->n_anchor--;
-	for (int i = j; i < L->n_anchor; i++)
 		kv_layer_anchor_rekey(c, L, i);
-}
-
-/* Before the step that evicts the oldest window token: keeps it as an
- * anchor when the policy admits it. */
-static void kv_layer_keep_leaving(struct sinkcache *c, struct kv_layer *L)
-{
-	int W = c->caps.window, a = c->caps.anchor;
-	uint64_t pos = L->t.n_seen - (uint64_t)W;
-	float score = L->w_score[pos % (uint64_t)W];
-	if (score < 0.0f) /* never attended */
-		return;
-	int j = tier_anchor_admit(&c->caps, L->a_score, L->n_anchor, score);
-	if (j < 0)
-		return;
-	if (j < L->n_anchor) {
-		kv_layer_anchor_drop(c, L, j);
-		L->demoted++;
 	}
-	j = L->n_anchor++;
-	L->a_pos[j] = pos;
-	L->a_score[j] = score;
-	L->a_below[j] = 0;
-	float vrow[SINKCACHE_MAX_HEAD_DIM];
-	int d = c->g.head_dim;
-	for (int h = 0; h < c->g.n_kv_heads; h++) {
-		size_t at = (size_t)h * (size_t)a + (size_t)j;
-		kv_layer_oldest_row(c, L, h, L->a_ko + at * (size_t)d, vrow);
-		kv_row_store(c->g.dtype, kv_row(L->a_v, c->fp_row, a, h, j), vrow, d);
-	}
-	kv_layer_anchor_rekey(c, L, j);
-	L->promoted++;
 }
 
 bool sinkcache_tracks_attention(const struct sinkcache *c)
@@ -791,31 +764,11 @@ void sinkcache_observe(struct sinkcache *c, int layer, const float *key_weight, 
 	if (c->caps.anchor <= 0 || !key_weight || layer < 0 || layer >= c->g.n_layers)
 		return;
 	struct kv_layer *L = &c->layers[layer];
-	int ld = c->caps.sink + c->caps.anchor + c->caps.window, W = c->caps.window;
-	int n_win = kv_layer_window(c, L), w0 = kv_layer_window_rank(L);
-	uint64_t first = L->t.n_seen - (uint64_t)n_win;
-	bool dropped = false;
-	for (int i = L->n_anchor - 1; i >= 0; i--) {
-		int col = L->t.n_sink + i;
-		float w = 0.0f;
-		for (int h = 0; h < n_heads; h++)
-			w = fmaxf(w, key_weight[(size_t)h * ld + col]);
-		L->a_score[i] = tier_anchor_score(L->a_score[i], w, false);
-		if (!tier_anchor_keep(&c->caps, &L->a_below[i], w)) {
-			kv_layer_anchor_drop(c, L, i);
-			L->demoted++;
-			dropped = true;
-		}
-	}
-	for (int k = 0; k < n_win; k++) {
-		int col = w0 + k;
-		float w = 0.0f;
-		for (int h = 0; h < n_heads; h++)
-			w = fmaxf(w, key_weight[(size_t)h * ld + col]);
-		float *sc = &L->w_score[(first + (uint64_t)k) % (uint64_t)W];
-		*sc = tier_anchor_score(*sc, w, *sc < 0.0f);
-	}
-	if (dropped)
+	size_t ld = (size_t)(c->caps.sink + c->caps.anchor + c->caps.window);
+	int src[SINKCACHE_MAX_ANCHORS], before = L->anc.n;
+	int first = tier_anchors_observe(&c->caps, &L->t, &L->anc, key_weight, n_heads, ld, src);
+	kv_layer_anchors_moved(c, L, first, src);
+	if (L->anc.n != before)
 		kv_layer_set_query_pos(c, L);
 }
 
@@ -831,13 +784,14 @@ int sinkcache_append(struct sinkcache *c, int layer, const float *k, const float
 		               "sink cache: full: max_context_length %d tokens reached",
 		               c->g.max_context_length);
 	int n_kv = c->g.n_kv_heads, d = c->g.head_dim;
-	if (c->caps.anchor > 0 && !tier_next_is_sink(&c->caps, &L->t) &&
-	    kv_layer_window(c, L) == c->caps.window)
-		kv_layer_keep_leaving(c, L);
+	if (c->caps.anchor > 0) {
+		int src[SINKCACHE_MAX_ANCHORS];
+		kv_layer_anchors_moved(c, L, tier_anchors_leaving(&c->caps, &L->t, &L->anc, src),
+		                       src);
+	}
 	struct tier_step st;
 	tier_step(&c->caps, &L->t, &st);
-	if (c->caps.anchor > 0 && !st.to_sink)
-		L->w_score[st.key_pos % (uint64_t)c->caps.window] = -1.0f; /* not attended yet */
+	tier_anchors_entered(&c->caps, &L->anc, &st);
 	bool sink = st.to_sink;
 	int slot = sink ? st.sink_slot : kv_layer_window_slot(c, L, &st);
 	float krot[SINKCACHE_MAX_HEAD_DIM];
@@ -943,7 +897,17 @@ int sinkcache_debug_set_stream_index(struct sinkcache *c, uint64_t index, char *
 int sinkcache_resident_tokens(const struct sinkcache *c)
 {
 	const struct kv_layer *L0 = &c->layers[0];
-	return L0->t.n_sink + L0->n_anchor + kv_layer_window(c, L0);
+	return L0->t.n_sink + L0->anc.n + kv_layer_window(c, L0);
+}
+
+size_t sinkcache_anchor_bytes(const struct sinkcache_geometry *g, int n_anchor)
+{
+	struct kv_layout lo;
+	kv_layout_of(g, &lo);
+	if (lo.anchor <= 0)
+		return 0;
+	size_t row = lo.fp_tok + (size_t)g->n_kv_heads * (size_t)g->head_dim * sizeof(float);
+	return lo.anchor_bytes - (size_t)(lo.anchor - n_anchor) * row;
 }
 
 void sinkcache_get_stats(const struct sinkcache *c, struct sinkcache_stats *out)
@@ -956,7 +920,7 @@ void sinkcache_get_stats(const struct sinkcache *c, struct sinkcache_stats *out)
 	out->n_sink = L0->t.n_sink;
 	out->n_hot = L0->t.n_hot;
 	out->n_compressed = kv_layer_window(c, L0) - L0->t.n_hot;
-	out->n_anchor = L0->n_anchor;
+	out->n_anchor = L0->anc.n;
 	out->n_resident = sinkcache_resident_tokens(c);
 	out->evicted_compressed = L0->t.evicted;
 	out->moved_to_compressed = L0->t.moved;
@@ -966,10 +930,8 @@ void sinkcache_get_stats(const struct sinkcache *c, struct sinkcache_stats *out)
 		out->bytes_resident += (size_t)L->t.n_sink * lo.sink_tok +
 		                       (size_t)(L->t.n_hot + L->t.n_stage) * lo.fp_tok +
 		                       (size_t)L->t.n_groups * lo.group_bytes;
-		if (lo.anchor > 0) /* the bookkeeping always, the rows in use */
-			out->bytes_resident += lo.anchor_bytes -
-			                       (size_t)(lo.anchor - L->n_anchor) * (lo.fp_tok + (size_t)c->g.n_kv_heads * (size_t)c->g.head_dim * sizeof(float));
-		out->anchors_promoted += L->promoted;
-		out->anchors_demoted += L->demoted;
+		out->bytes_resident += sinkcache_anchor_bytes(&c->g, L->anc.n);
+		out->anchors_promoted += L->anc.promoted;
+		out->anchors_demoted += L->anc.demoted;
 	}
 }

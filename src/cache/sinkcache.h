@@ -25,6 +25,9 @@ enum cache_strategy { CACHE_STRATEGY_SLIDING_WINDOW = 0, CACHE_STRATEGY_FULL };
 enum rope_positions { ROPE_POSITIONS_CACHE = 0, ROPE_POSITIONS_ORIGINAL };
 enum kv_dtype { KV_DTYPE_F32 = 0, KV_DTYPE_F16, KV_DTYPE_BF16 };
 
+/* Largest anchor tier a layer may keep (sinkcache_geometry.anchor_max). */
+#define SINKCACHE_MAX_ANCHORS 4096
+
 struct sinkcache_geometry {
 	int n_layers;
 	int n_kv_heads;
@@ -90,6 +93,9 @@ int sinkcache_geometry_check(const struct sinkcache_geometry *g, char *err, size
  * stats.bytes_resident counts the slots in use and reaches this bound once
  * the window is full whenever G divides C (G is chosen so when it can). */
 size_t sinkcache_bound_bytes(const struct sinkcache_geometry *g);
+/* What stats.bytes_resident counts of one layer's anchor tier holding
+ * n_anchor tokens: its bookkeeping always, the rows in use. */
+size_t sinkcache_anchor_bytes(const struct sinkcache_geometry *g, int n_anchor);
 
 int sinkcache_new(const struct sinkcache_geometry *g, struct sinkcache **out, char *err,
                   size_t err_len);

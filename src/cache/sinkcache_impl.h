@@ -63,12 +63,9 @@ struct kv_layer {
 	struct populate_map mem_pop;
 	unsigned char *sink_k, *sink_v, *hot_k, *hot_v, *st_k, *st_v, *gk, *gv;
 	float *sink_kp, *sink_vp, *gkp, *gvp;
-	int n_anchor; /* anchors resident, slots [0, n_anchor) in stream order */
-	uint64_t *a_pos;
-	float *a_score, *w_score, *a_ko;
-	int32_t *a_below;
+	struct tier_anchors anc; /* anchors resident: slots [0, anc.n) in stream order */
+	float *a_ko;
 	unsigned char *a_k, *a_v;
-	uint64_t promoted, demoted;
 };
 
 /* What a traced cache keeps of one layer between steps (sinkcache_trace.c):
@@ -145,7 +142,7 @@ static inline int kv_layer_window(const struct sinkcache *c, const struct kv_lay
 /* Rank of the first window token: sinks and anchors come before it. */
 static inline int kv_layer_window_rank(const struct kv_layer *L)
 {
-	return L->t.n_sink + L->n_anchor;
+	return L->t.n_sink + L->anc.n;
 }
 
 /* sinkcache.c, for sinkcache_image.c: makes the pages of [p, p + n) of m's

@@ -105,8 +105,8 @@ static int64_t rank_index(const struct kv_layer *L, int n_win, int r)
 {
 	if (r < L->t.n_sink)
 		return r;
-	if (r < L->t.n_sink + L->n_anchor)
-		return (int64_t)L->a_pos[r - L->t.n_sink];
+	if (r < L->t.n_sink + L->anc.n)
+		return (int64_t)L->anc.pos[r - L->t.n_sink];
 	return (int64_t)(L->t.n_seen - (uint64_t)n_win) + (r - kv_layer_window_rank(L));
 }
 
@@ -192,7 +192,7 @@ int sinkcache_trace_fill(const struct sinkcache *c, struct cache_trace_step *out
 			if (s->tier == CACHE_TIER_SINK)
 				ema = T->sink_ema[r];
 			else if (s->tier == CACHE_TIER_ANCHOR)
-				ema = L->a_score[r - L->t.n_sink];
+				ema = L->anc.score[r - L->t.n_sink];
 			else
 				ema = T->win_ema[(uint64_t)s->stream_index % (uint64_t)c->caps.window];
 			/* a token not attended since tracing began has no average yet */

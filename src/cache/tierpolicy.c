@@ -1,6 +1,7 @@
 #include "cache/tierpolicy.h"
 
 #include <errno.h>
+#include <math.h>
 #include <string.h>
 
 #include "util/errbuf.h"
@@ -149,4 +150,94 @@ bool tier_anchor_keep(const struct tier_caps *c, int *below, float weight)
 {
 	*below = weight < c->anchor_promote ? *below + 1 : 0;
 	return *below < c->anchor_demote_steps;
+}
+
+void tier_anchors_reset(const struct tier_caps *c, struct tier_anchors *a)
+{
+	(void)c; /* window scores start at each token's entry */
+	a->n = 0;
+	a->promoted = a->demoted = 0;
+}
+
+/* Removes slot j from the bookkeeping (later slots move down one). */
+static void anchors_remove(struct tier_anchors *a, int j, int *src)
+{
+	int rest = a->n - j - 1;
+	if (rest > 0) {
+		memmove(&a->pos[j], &a->pos[j + 1], (size_t)rest * sizeof(*a->pos));
+		memmove(&a->score[j], &a->score[j + 1], (size_t)rest * sizeof(*a->score));
+		memmove(&a->below[j], &a->below[j + 1], (size_t)rest * sizeof(*a->below));
+		memmove(&src[j], &src[j + 1], (size_t)rest * sizeof(*src));
+	}
+	a->n--;
+	a->demoted++;
+}
+
+int tier_anchors_leaving(const struct tier_caps *c, const struct tier_counts *n,
+                         struct tier_anchors *a, int *src)
+{
+	if (c->anchor <= 0 || tier_next_is_sink(c, n) || tier_window(c, n) != c->window)
+		return a->n;
+	uint64_t pos = n->n_seen - (uint64_t)c->window;
+	float score = a->w_score[pos % (uint64_t)c->window];
+	if (score < 0.0f) /* never attended */
+		return a->n;
+	int j = tier_anchor_admit(c, a->score, a->n, score);
+	if (j < 0)
+		return a->n;
+	for (int i = 0; i < a->n; i++)
+		src[i] = i;
+	int first = j;
+	if (j < a->n)
+		anchors_remove(a, j, src);
+	j = a->n++;
+	a->pos[j] = pos;
+	a->score[j] = score;
+	a->below[j] = 0;
+	src[j] = -1;
+	a->promoted++;
+	return first;
+}
+
+void tier_anchors_entered(const struct tier_caps *c, struct tier_anchors *a,
+                          const struct tier_step *st)
+{
+	if (c->anchor > 0 && !st->to_sink)
+		a->w_score[st->key_pos % (uint64_t)c->window] = -1.0f;
+}
+
+/* Largest weight over the heads of key column col. */
+static float column_max(const float *key_weight, int n_heads, size_t ld, int col)
+{
+	float w = 0.0f;
+	for (int h = 0; h < n_heads; h++)
+		w = fmaxf(w, key_weight[(size_t)h * ld + (size_t)col]);
+	return w;
+}
+
+int tier_anchors_observe(const struct tier_caps *c, const struct tier_counts *n,
+                         struct tier_anchors *a, const float *key_weight, int n_heads, size_t ld,
+                         int *src)
+{
+	if (c->anchor <= 0 || !key_weight)
+		return a->n;
+	int n_win = tier_window(c, n), w0 = n->n_sink + a->n, first = a->n;
+	uint64_t oldest = n->n_seen - (uint64_t)n_win;
+	for (int i = 0; i < a->n; i++)
+		src[i] = i;
+	/* from the end, so that the columns of the slots still to visit stay */
+	for (int i = a->n - 1; i >= 0; i--) {
+		float w = column_max(key_weight, n_heads, ld, n->n_sink + i);
+		a->score[i] = tier_anchor_score(a->score[i], w, false);
+		if (!tier_anchor_keep(c, &a->below[i], w)) {
+			anchors_remove(a, i, src);
+			first = i;
+		}
+	}
+	for (int k = 0; k < n_win; k++) {
+		float w = column_max(key_weight, n_heads, ld, w0 + k);
+		float *sc = &a->w_score[(oldest + (uint64_t)k) % (uint64_t)c->window];
+		*sc = tier_anchor_score(*sc, w, *sc < 0.0f);
+	}
+	return first > a->n ? a->n : first;
 }

@@ -107,3 +107,40 @@ int tier_anchor_admit(const struct tier_caps *c, const float *anchor_score, int 
 /* One step of an anchor that received `weight`: counts the steps in a row
  * below the threshold in *below; false when it must leave now. */
 bool tier_anchor_keep(const struct tier_caps *c, int *below, float weight);
+
+/* One layer's anchor tier as the policy sees it (each layer keeps its
+ * own).  The caller owns the arrays and keeps the anchors' rows in slots
+ * [0, n), in stream order, moving them as the calls below say. */
+struct tier_anchors {
+	int n;
+	uint64_t *pos;  /* (anchor) stream index */
+	float *score;   /* (anchor) moving average of received weight */
+	int32_t *below; /* (anchor) steps in a row below the threshold */
+	float *w_score; /* (window) window tokens' scores by stream index mod
+	                 * window; < 0: not attended yet */
+	uint64_t promoted, demoted;
+};
+
+void tier_anchors_reset(const struct tier_caps *c, struct tier_anchors *a);
+
+/* How the slots changed in a call: new slot i in [first, a->n) holds what
+ * slot src[i] held before (src[i] >= i), or, where src[i] < 0, the window
+ * token that was leaving; the ranks of those slots changed, so their keys
+ * must be rotated again.  Slots below first are untouched; first == a->n:
+ * nothing changed.  src has room for c->anchor entries. */
+
+/* Before appending a token to counts n: when it makes the oldest window
+ * token leave, keeps that token if the policy admits it (replacing the
+ * weakest anchor of a full tier).  Returns first. */
+int tier_anchors_leaving(const struct tier_caps *c, const struct tier_counts *n,
+                         struct tier_anchors *a, int *src);
+/* After tier_step() placed a token (st): a window token starts unscored. */
+void tier_anchors_entered(const struct tier_caps *c, struct tier_anchors *a,
+                          const struct tier_step *st);
+/* Folds one step's key weights (n_heads rows of ld floats in rank order:
+ * sinks, anchors, window, as attention saw them at counts n) into the
+ * scores and drops the anchors that stayed below the threshold for
+ * anchor_demote_steps steps.  Returns first. */
+int tier_anchors_observe(const struct tier_caps *c, const struct tier_counts *n,
+                         struct tier_anchors *a, const float *key_weight, int n_heads, size_t ld,
+                         int *src);

@@ -222,7 +222,7 @@ static int attention_point(const struct model_hparams *hp, int W, int B, bool qu
 		if (it == 0)
 			cudaEventRecord(e0, NULL);
 		if (cuda_attention(djobs, B, res, 0, hp->n_heads, qw, qs, CUDA_ATTN_DEFAULT_SPLIT,
-		                   part, out, CUDA_DT_BF16, NULL, NULL))
+		                   part, out, CUDA_DT_BF16, NULL, NULL, 0, NULL))
 			goto out;
 	}
 	cudaEventRecord(e1, NULL);

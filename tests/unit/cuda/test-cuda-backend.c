@@ -154,6 +154,7 @@ struct twin_run {
 	int n_vocab;
 	double worst;    /* largest relative logits difference */
 	int token_flips; /* greedy steps where the argmax differed */
+	uint64_t anchors_promoted, anchors_demoted; /* the gpu sessions', at the end */
 };
 
 /* Feeds prompts a and b interleaved, chunk tokens of each per forward. */
@@ -246,6 +247,11 @@ static void run_decode(struct twin_run *r, int32_t next_a, int32_t next_b, int n
 		ck_assert_int_eq(a.n_compressed, b.n_compressed);
 		ck_assert_uint_eq(a.bytes_resident, b.bytes_resident);
 		ck_assert_uint_eq(a.evicted_compressed, b.evicted_compressed);
+		ck_assert_int_eq(a.n_anchor, b.n_anchor);
+		ck_assert_uint_eq(a.anchors_promoted, b.anchors_promoted);
+		ck_assert_uint_eq(a.anchors_demoted, b.anchors_demoted);
+		r->anchors_promoted += b.anchors_promoted;
+		r->anchors_demoted += b.anchors_demoted;
 	}
 	for (int k = 0; k < 2; k++)
 		free(lg[k]), free(mass[k]);
@@ -354,7 +360,8 @@ static int32_t *story_tokens(const cJSON *ref, int i, int *n)
 	return a;
 }
 
-static void stories_vs_cpu(const struct sinkcache_geometry *gg, double tol, bool graphs)
+static void stories_vs_cpu_run(const struct sinkcache_geometry *gg, double tol, bool graphs,
+                               struct twin_run *out)
 {
 	struct model *m = load_stories();
 	cJSON *ref = tu_load_reference();
@@ -371,9 +378,16 @@ static void stories_vs_cpu(const struct sinkcache_geometry *gg, double tol, bool
 	              r.worst);
 	ck_assert_int_eq(r.token_flips, 0);
 	twin_run_close(&r);
+	if (out)
+		*out = r;
 	free(a), free(b);
 	cJSON_Delete(ref);
 	model_free(m);
+}
+
+static void stories_vs_cpu(const struct sinkcache_geometry *gg, double tol, bool graphs)
+{
+	stories_vs_cpu_run(gg, tol, graphs, NULL);
 }
 
 START_TEST(test_stories_tiered_cache_vs_cpu)
@@ -392,6 +406,34 @@ START_TEST(test_stories_tiered_cache_vs_cpu)
 	stories_vs_cpu(&int4, 5e-3, false);
 	/* captured CUDA graphs replay the same forwards */
 	stories_vs_cpu(&int8, 1e-3, true);
+}
+END_TEST
+
+/* Anchors: prompts in chunks (the backend then runs one wave per forward)
+ * and decode; promotions and demotions, per layer, as the CPU backend's. */
+START_TEST(test_stories_anchors_vs_cpu)
+{
+	struct model *m = load_stories();
+	struct sinkcache_geometry g = geometry(m, 24, false, 8, true, KV_DTYPE_F32);
+	model_free(m);
+	g.anchor_max = 6;
+	g.anchor_promote = 0.1f;
+	g.anchor_demote_steps = 6;
+	struct twin_run r;
+	stories_vs_cpu_run(&g, 1e-4, false, &r);
+	printf("anchors float32: %llu promoted, %llu demoted\n",
+	       (unsigned long long)r.anchors_promoted, (unsigned long long)r.anchors_demoted);
+	ck_assert_uint_gt(r.anchors_promoted, 0);
+	ck_assert_uint_gt(r.anchors_demoted, 0);
+	/* promotions out of int8 groups, bf16 rows */
+	g.quant_enabled = true;
+	g.full_precision_recent = 8;
+	g.window_size = 40;
+	g.dtype = KV_DTYPE_BF16;
+	stories_vs_cpu_run(&g, 1e-3, false, &r);
+	printf("anchors int8: %llu promoted, %llu demoted\n",
+	       (unsigned long long)r.anchors_promoted, (unsigned long long)r.anchors_demoted);
+	ck_assert_uint_gt(r.anchors_promoted, 0);
 }
 END_TEST
 
@@ -979,6 +1021,7 @@ int main(int argc, char **argv)
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_stories_reference);
 	tcase_add_test(tc, test_stories_tiered_cache_vs_cpu);
+	tcase_add_test(tc, test_stories_anchors_vs_cpu);
 	tcase_add_test(tc, test_synthetic_bf16_and_q8_vs_cpu);
 	tcase_add_test(tc, test_synthetic_block_types_vs_cpu);
 	tcase_add_test(tc, test_qwen2_style_neox_and_bias);

@@ -3,7 +3,10 @@
  * The KV cache kernels run a few hundred tokens of several sessions through
  * append / flush / attention (evictions, int8 and int4 groups, quantized
  * sinks) and must leave the device cache byte-identical to the twin's and
- * attend within tolerance.  RoPE is checked at positions up to 10^7.
+ * attend within tolerance.  The anchor tier's upkeep (moves, kept window
+ * tokens, re-rotated keys) must give the twin's bytes exactly, and the
+ * attention's key weights (anchors included) the twin's softmax weights.
+ * RoPE is checked at positions up to 10^7.
  * Weight dequantization (every GGUF block type, F32/F16/BF16 sources, into
  * each dtype) must give the host path's bytes exactly.
  * Exits 77 (skipped) without a GPU; built with -DSINKD_CUDA_EMU it runs the
@@ -69,6 +72,13 @@ static double worst_err(const void *a, const void *b, int dtype, size_t n, doubl
 }
 
 static const int dtypes[] = {CUDA_DT_F32, CUDA_DT_F16, CUDA_DT_BF16};
+
+/* Uniform integer in [0, n). */
+static int irand(int n)
+{
+	rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+	return (int)((rng >> 33) % (uint64_t)n);
+}
 
 START_TEST(test_embed)
 {
@@ -322,6 +332,51 @@ static void dual_free(struct dual_session *s)
 	cudaFree(s->d_sink), cudaFree(s->d_win);
 }
 
+/* What the kernels must leave alone in key_weight. */
+static const float kw_sentinel = -12345.0f;
+/* Key weight columns of the run_sessions buffer: more than any window + sinks there. */
+#define KW_LD 2048
+
+static void fill_sentinel(float *w, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		w[i] = kw_sentinel;
+}
+
+/* The kernel's key weights (got) against the twin's (ref): within 1e-6,
+ * each head's row summing to 1, the columns past its resident tokens
+ * untouched. */
+static void check_key_weights(const float *got, const float *ref,
+                              const struct cuda_kv_attn_job *jobs, int n_jobs, int n_heads, int ld,
+                              const char *what)
+{
+	for (int j = 0; j < n_jobs; j++) {
+		const struct cuda_kv_attn_job *a = &jobs[j];
+		int n_res = a->n_sink + a->n_anchor + a->n_comp + a->n_fp;
+		for (int h = 0; h < n_heads; h++) {
+			const float *g = got + ((size_t)a->token * n_heads + h) * ld;
+			const float *r = ref + ((size_t)a->token * n_heads + h) * ld;
+			double sum = 0.0, worst = 0.0;
+			for (int i = 0; i < n_res; i++) {
+				double e = fabs((double)g[i] - r[i]);
+				if (!(e <= worst))
+					worst = isnan(e) ? INFINITY : e;
+				sum += g[i];
+			}
+			ck_assert_msg(worst <= 1e-6, "%s: job %d head %d: key weight off by %g",
+			              what, j, h, worst);
+			ck_assert_msg(n_res == 0 || fabs(sum - 1.0) <= 1e-5,
+			              "%s: job %d head %d: key weights sum to %.8f", what, j, h,
+			              sum);
+			for (int i = n_res; i < ld; i++)
+				ck_assert_msg(
+				    memcmp(&g[i], &kw_sentinel, sizeof(float)) == 0,
+				    "%s: job %d head %d: column %d of %d resident written", what, j,
+				    h, i, n_res);
+		}
+	}
+}
+
 /* n_sess sessions (one token each per wave) for n_waves waves through the
  * device kernels and the twins; split_len varies per wave. */
 static void run_sessions(const struct sinkcache_geometry *gs, int n_sess, int n_waves)
@@ -333,6 +388,8 @@ static void run_sessions(const struct sinkcache_geometry *gs, int n_sess, int n_
 	float *qw = malloc(qn * 4), *qs = malloc(qn * 4), *out_t = malloc(qn * 4),
 	      *out_d = malloc(qn * 4);
 	float mass_t[MAX_SESS * N_HEADS], mass_d[MAX_SESS * N_HEADS];
+	size_t kwn = (size_t)n_sess * N_HEADS * KW_LD;
+	float *kw_t = malloc(kwn * 4), *kw_d = malloc(kwn * 4);
 	double *cs = malloc((size_t)n_sess * 2 * rd * sizeof(double));
 	struct cuda_kv_append_job app[MAX_SESS];
 	struct cuda_kv_flush_job fl[MAX_SESS], fl_d[MAX_SESS];
@@ -342,7 +399,8 @@ static void run_sessions(const struct sinkcache_geometry *gs, int n_sess, int n_
 		dual_init(&ss[s], &gs[s]);
 	float *dk = dev_from(NULL, kvn * 4), *dv = dev_from(NULL, kvn * 4),
 	      *dqw = dev_from(NULL, qn * 4), *dqs = dev_from(NULL, qn * 4),
-	      *dout = dev_from(NULL, qn * 4), *dmass = dev_from(NULL, sizeof(mass_d));
+	      *dout = dev_from(NULL, qn * 4), *dmass = dev_from(NULL, sizeof(mass_d)),
+	      *dkw = dev_from(NULL, kwn * 4);
 	void *djobs = dev_from(NULL, sizeof(att_d) + sizeof(app_d) + sizeof(fl_d));
 	size_t pcap = cuda_attention_partial_floats(n_sess, N_HEADS, d, 1 << 16, 32);
 	float *dpart = dev_from(NULL, pcap * 4);
@@ -365,7 +423,7 @@ static void run_sessions(const struct sinkcache_geometry *gs, int n_sess, int n_
 			rope_cos_sin(ss[s].hi, ss[s].lo, rd, step.key_pos, cs + (size_t)s * 2 * rd);
 			rope_cos_sin(ss[s].hi, ss[s].lo, rd, step.sink_pos,
 			             cs + (size_t)s * 2 * rd + rd);
-			int res = att[s].n_sink + att[s].n_comp + att[s].n_fp;
+			int res = att[s].n_sink + att[s].n_anchor + att[s].n_comp + att[s].n_fp;
 			max_res = res > max_res ? res : max_res;
 		}
 		for (int l = 0; l < N_LAYERS; l++) {
@@ -381,7 +439,11 @@ static void run_sessions(const struct sinkcache_geometry *gs, int n_sess, int n_
 			          scale);
 			twin_kv_flush(fl, n_fl, n_kv, l);
 			twin_kv_append(app, n_sess, n_kv, l, k, v);
-			twin_attention(att, n_sess, l, N_HEADS, qw, qs, out_t, mass_t);
+			/* key weights in every other run of four waves (so at every split
+			 * length); without them is the common case */
+			bool want_kw = w % 8 >= 4;
+			ck_assert_int_le(max_res, KW_LD);
+			twin_attention(att, n_sess, l, N_HEADS, qw, qs, out_t, mass_t, kw_t, KW_LD);
 			unsigned char *jb = djobs;
 			ck_assert_int_eq(
 			    cudaMemcpy(jb, att_d, sizeof(att_d), cudaMemcpyHostToDevice), 0);
@@ -395,6 +457,11 @@ static void run_sessions(const struct sinkcache_geometry *gs, int n_sess, int n_
 			ck_assert_int_eq(cudaMemcpy(dv, v, kvn * 4, cudaMemcpyHostToDevice), 0);
 			ck_assert_int_eq(cudaMemcpy(dqw, qw, qn * 4, cudaMemcpyHostToDevice), 0);
 			ck_assert_int_eq(cudaMemcpy(dqs, qs, qn * 4, cudaMemcpyHostToDevice), 0);
+			if (want_kw) {
+				fill_sentinel(kw_d, kwn);
+				ck_assert_int_eq(
+				    cudaMemcpy(dkw, kw_d, kwn * 4, cudaMemcpyHostToDevice), 0);
+			}
 			ck_assert_int_eq(cuda_kv_flush((void *)(jb + sizeof(att_d) + sizeof(app_d)),
 			                               n_fl, n_kv, l, NULL),
 			                 0);
@@ -403,7 +470,8 @@ static void run_sessions(const struct sinkcache_geometry *gs, int n_sess, int n_
 			                 0);
 			ck_assert_int_eq(cuda_attention((void *)jb, n_sess, max_res, l, N_HEADS,
 			                                dqw, dqs, splits[w % 4], dpart, dout,
-			                                CUDA_DT_F32, dmass, NULL),
+			                                CUDA_DT_F32, dmass, want_kw ? dkw : NULL,
+			                                KW_LD, NULL),
 			                 0);
 			to_host(out_d, dout, qn * 4);
 			to_host(mass_d, dmass, (size_t)n_sess * N_HEADS * 4);
@@ -412,6 +480,11 @@ static void run_sessions(const struct sinkcache_geometry *gs, int n_sess, int n_
 			e = worst_err(mass_d, mass_t, CUDA_DT_F32, (size_t)n_sess * N_HEADS, 2e-5,
 			              2e-4);
 			ck_assert_msg(e <= 1.0, "wave %d layer %d: sink mass %.2f x tol", w, l, e);
+			if (want_kw) {
+				to_host(kw_d, dkw, kwn * 4);
+				check_key_weights(kw_d, kw_t, att, n_sess, N_HEADS, KW_LD,
+				                  "sessions");
+			}
 		}
 		if (w % 25 == 24 || w == n_waves - 1)
 			for (int s = 0; s < n_sess; s++)
@@ -420,8 +493,9 @@ static void run_sessions(const struct sinkcache_geometry *gs, int n_sess, int n_
 	for (int s = 0; s < n_sess; s++)
 		dual_free(&ss[s]);
 	cudaFree(dk), cudaFree(dv), cudaFree(dqw), cudaFree(dqs), cudaFree(dout), cudaFree(dmass);
-	cudaFree(djobs), cudaFree(dpart);
+	cudaFree(dkw), cudaFree(djobs), cudaFree(dpart);
 	free(k), free(v), free(q), free(qw), free(qs), free(out_t), free(out_d), free(cs);
+	free(kw_t), free(kw_d);
 }
 
 static struct sinkcache_geometry geom(int head_dim, int window, int sinks, bool quant, int bits,
@@ -481,6 +555,350 @@ START_TEST(test_kv_long_window_splits)
 }
 END_TEST
 
+/* ---------------------------------------------------- anchor tier, by hand */
+
+/* Hand-made blocks of one session (no planner): sinks, fp ring, anchors and
+ * groups at 64-byte aligned offsets, every byte random and every number in
+ * it finite. */
+struct hand_caps {
+	int sinks, fp, anchors, group, n_groups;
+};
+
+struct hand_session {
+	struct cuda_kv_view hv, dv; /* host and device views of the same layout */
+	unsigned char *h_sink, *h_win, *d_sink, *d_win;
+	size_t sink_bytes, win_bytes; /* all N_LAYERS layers */
+};
+
+static uint64_t carve(uint64_t *at, size_t bytes)
+{
+	uint64_t off = *at;
+	*at += (bytes + 63) & ~(size_t)63;
+	return off;
+}
+
+static struct cuda_kv_view hand_layout(int d, int dtype, int bits, bool sink_quant,
+                                       struct hand_caps c)
+{
+	struct cuda_kv_view v;
+	memset(&v, 0, sizeof(v));
+	v.n_kv = 2, v.head_dim = d, v.dtype = dtype, v.bits = bits;
+	v.sink_cap = c.sinks, v.fp_cap = c.fp, v.group = c.group, v.n_groups = c.n_groups;
+	v.sink_quant = sink_quant, v.code_row = bits == 8 ? d : d / 2, v.anchor_cap = c.anchors;
+	size_t fp_row = (size_t)d * cuda_kv_dt_size(dtype), nk = 2, ng = (size_t)c.n_groups * nk;
+	uint64_t at = 0;
+	size_t sink_row = sink_quant ? (size_t)v.code_row : fp_row;
+	v.off_sink_k = carve(&at, nk * c.sinks * sink_row);
+	v.off_sink_v = carve(&at, nk * c.sinks * sink_row);
+	v.off_sink_kp = carve(&at, nk * c.sinks * 2 * sizeof(float));
+	v.off_sink_vp = carve(&at, nk * c.sinks * 2 * sizeof(float));
+	v.sink_layer_bytes = at;
+	at = 0;
+	v.off_fp_k = carve(&at, nk * c.fp * fp_row);
+	v.off_fp_v = carve(&at, nk * c.fp * fp_row);
+	v.off_ak = carve(&at, nk * c.anchors * fp_row);
+	v.off_av = carve(&at, nk * c.anchors * fp_row);
+	v.off_ako = carve(&at, nk * c.anchors * d * sizeof(float));
+	v.off_gkp = carve(&at, ng * 2 * d * sizeof(float));
+	v.off_gvp = carve(&at, ng * c.group * 2 * sizeof(float));
+	v.off_gk = carve(&at, ng * c.group * v.code_row);
+	v.off_gv = carve(&at, ng * c.group * v.code_row);
+	v.win_layer_bytes = at;
+	return v;
+}
+
+static void fill_f32(unsigned char *p, size_t n, float amp)
+{
+	for (size_t i = 0; i < n; i++)
+		((float *)p)[i] = amp * frand();
+}
+
+static void fill_dt(unsigned char *p, int dtype, size_t n, float amp)
+{
+	for (size_t i = 0; i < n; i++)
+		twin_dt_store(p, dtype, i, amp * frand());
+}
+
+/* A scale and min of codes of `bits` spanning about [-1, 1], as kvq_params makes them. */
+static void quant_pair(int bits, float *scale, float *min)
+{
+	*scale = (2.0f + 0.5f * frand()) / (float)((1 << bits) - 1);
+	*min = -1.0f + 0.25f * frand();
+}
+
+/* n (scale, min) pairs: per-token params. */
+static void fill_pairs(unsigned char *p, size_t n, int bits)
+{
+	for (size_t i = 0; i < n; i++)
+		quant_pair(bits, &((float *)p)[2 * i], &((float *)p)[2 * i + 1]);
+}
+
+/* n blocks of d scales then d mins: per-channel params of groups. */
+static void fill_channels(unsigned char *p, size_t n, int d, int bits)
+{
+	float *f = (float *)p;
+	for (size_t i = 0; i < n; i++)
+		for (int j = 0; j < d; j++)
+			quant_pair(bits, &f[2 * d * i + j], &f[2 * d * i + d + j]);
+}
+
+/* Random contents of both blocks; the device gets the same bytes. */
+static void hand_session_init(struct hand_session *s, struct cuda_kv_view v)
+{
+	int d = v.head_dim, nk = v.n_kv;
+	size_t nrow = (size_t)nk * d;
+	s->sink_bytes = v.sink_layer_bytes * N_LAYERS;
+	s->win_bytes = v.win_layer_bytes * N_LAYERS;
+	s->h_sink = malloc(s->sink_bytes);
+	s->h_win = malloc(s->win_bytes);
+	for (size_t i = 0; i < s->sink_bytes; i++)
+		s->h_sink[i] = (unsigned char)irand(256);
+	for (size_t i = 0; i < s->win_bytes; i++)
+		s->h_win[i] = (unsigned char)irand(256);
+	for (int l = 0; l < N_LAYERS; l++) {
+		unsigned char *S = s->h_sink + l * v.sink_layer_bytes;
+		unsigned char *W = s->h_win + l * v.win_layer_bytes;
+		if (v.sink_quant) {
+			fill_pairs(S + v.off_sink_kp, (size_t)nk * v.sink_cap, v.bits);
+			fill_pairs(S + v.off_sink_vp, (size_t)nk * v.sink_cap, v.bits);
+		} else {
+			fill_dt(S + v.off_sink_k, v.dtype, nrow * v.sink_cap, 2.0f);
+			fill_dt(S + v.off_sink_v, v.dtype, nrow * v.sink_cap, 1.0f);
+		}
+		fill_dt(W + v.off_fp_k, v.dtype, nrow * v.fp_cap, 2.0f);
+		fill_dt(W + v.off_fp_v, v.dtype, nrow * v.fp_cap, 1.0f);
+		fill_dt(W + v.off_ak, v.dtype, nrow * v.anchor_cap, 2.0f);
+		fill_dt(W + v.off_av, v.dtype, nrow * v.anchor_cap, 1.0f);
+		fill_f32(W + v.off_ako, nrow * v.anchor_cap, 2.0f);
+		fill_channels(W + v.off_gkp, (size_t)v.n_groups * nk, d, v.bits);
+		fill_pairs(W + v.off_gvp, (size_t)v.n_groups * nk * v.group, v.bits);
+	}
+	s->d_sink = dev_from(s->h_sink, s->sink_bytes);
+	s->d_win = dev_from(s->h_win, s->win_bytes);
+	s->hv = s->dv = v;
+	s->hv.sink_base = (uint64_t)(uintptr_t)s->h_sink;
+	s->hv.win_base = (uint64_t)(uintptr_t)s->h_win;
+	s->dv.sink_base = (uint64_t)(uintptr_t)s->d_sink;
+	s->dv.win_base = (uint64_t)(uintptr_t)s->d_win;
+}
+
+static void hand_session_free(struct hand_session *s)
+{
+	free(s->h_sink), free(s->h_win);
+	cudaFree(s->d_sink), cudaFree(s->d_win);
+}
+
+/* Kinds of anchor ops a test ran: MOVE, KEEP fp, KEEP group, REKEY rotated, REKEY as is. */
+struct op_mix {
+	int n[5];
+};
+
+/* n random ops on one layer: later ones often read what earlier ones wrote
+ * (few slots), which the kernel's barriers must order. */
+static void random_anchor_ops(struct cuda_kv_anchor_op *ops, int n, const struct cuda_kv_view *v,
+                              int layer, int n_angles, struct op_mix *mix)
+{
+	int a = v->anchor_cap;
+	for (int i = 0; i < n; i++) {
+		struct cuda_kv_anchor_op *op = &ops[i];
+		memset(op, 0, sizeof(*op));
+		op->kv = *v, op->layer = layer, op->kind = irand(3), op->dst = irand(a);
+		if (op->kind == CUDA_ANCHOR_MOVE) {
+			op->dst = irand(a - 1);
+			op->src = op->dst + 1 + irand(a - 1 - op->dst);
+			mix->n[0]++;
+		} else if (op->kind == CUDA_ANCHOR_KEEP) {
+			op->from_group = irand(2);
+			op->group_slot = irand(v->n_groups);
+			op->group_row = irand(v->group);
+			op->fp_slot = irand(v->fp_cap);
+			mix->n[op->from_group ? 2 : 1]++;
+		} else {
+			op->cs_at = irand(n_angles + 1) - 1;
+			mix->n[op->cs_at >= 0 ? 3 : 4]++;
+		}
+	}
+}
+
+#define ANC_OPS 12
+#define ANC_LISTS 5
+#define ANC_ANGLES 6
+
+/* One configuration: lists of two sessions on both layers (one list empty)
+ * in one launch; both window blocks must end byte-identical to the twin's. */
+static void anchor_ops_case(int d, int rope_dim, int dtype, int bits, bool neox, struct op_mix *mix)
+{
+	struct hand_caps caps = {.sinks = 2, .fp = 10, .anchors = 6, .group = 4, .n_groups = 3};
+	struct cuda_kv_view v = hand_layout(d, dtype, bits, false, caps);
+	struct hand_session ss[2];
+	hand_session_init(&ss[0], v);
+	hand_session_init(&ss[1], v);
+	unsigned char *before = malloc(ss[0].win_bytes), *got = malloc(ss[0].win_bytes);
+	memcpy(before, ss[0].h_win, ss[0].win_bytes);
+	/* rotations as kv_layer_anchor_rekey makes them: by -(pos - rank) */
+	static const uint64_t pos[ANC_ANGLES] = {1, 3, 17, 900, 123457, 10000000};
+	double hi[CUDA_KV_MAX_HEAD_DIM / 2], lo[CUDA_KV_MAX_HEAD_DIM / 2];
+	double angles[ANC_ANGLES * CUDA_KV_MAX_HEAD_DIM];
+	rope_freqs_init(10000.0, rope_dim, hi, lo);
+	for (int i = 0; i < ANC_ANGLES; i++) {
+		double *cs = angles + (size_t)i * rope_dim;
+		rope_cos_sin(hi, lo, rope_dim, pos[i], cs);
+		for (int j = 1; j < rope_dim; j += 2)
+			cs[j] = -cs[j];
+	}
+	/* lists: (session, layer) or -1 for an empty one */
+	static const int list_sess[ANC_LISTS] = {0, 1, -1, 0, 1},
+	                 list_layer[ANC_LISTS] = {0, 1, 0, 1, 0};
+	struct cuda_kv_anchor_op ops[ANC_LISTS * ANC_OPS], ops_d[ANC_LISTS * ANC_OPS];
+	int32_t begin[ANC_LISTS + 1];
+	int n_ops = 0;
+	for (int i = 0; i < ANC_LISTS; i++) {
+		begin[i] = n_ops;
+		if (list_sess[i] < 0)
+			continue;
+		struct hand_session *s = &ss[list_sess[i]];
+		random_anchor_ops(ops + n_ops, ANC_OPS, &s->hv, list_layer[i], ANC_ANGLES, mix);
+		for (int j = 0; j < ANC_OPS; j++) {
+			ops_d[n_ops + j] = ops[n_ops + j];
+			ops_d[n_ops + j].kv = s->dv;
+		}
+		n_ops += ANC_OPS;
+	}
+	begin[ANC_LISTS] = n_ops;
+	twin_kv_anchor_ops(ops, begin, ANC_LISTS, v.n_kv, angles, rope_dim, neox);
+	void *dops = dev_from(ops_d, sizeof(ops_d)), *dbegin = dev_from(begin, sizeof(begin));
+	double *dang = dev_from(angles, sizeof(angles));
+	ck_assert_int_eq(
+	    cuda_kv_anchor_ops(dops, dbegin, ANC_LISTS, v.n_kv, dang, rope_dim, neox, NULL), 0);
+	ck_assert_msg(memcmp(before, ss[0].h_win, ss[0].win_bytes) != 0, "the twin did nothing");
+	for (int s = 0; s < 2; s++) {
+		to_host(got, ss[s].d_win, ss[s].win_bytes);
+		size_t bad = 0;
+		while (bad < ss[s].win_bytes && got[bad] == ss[s].h_win[bad])
+			bad++;
+		ck_assert_msg(
+		    bad == ss[s].win_bytes,
+		    "anchor ops head_dim %d rope_dim %d dtype %d bits %d neox %d: session "
+		    "%d: first difference at byte %zu of the window block",
+		    d, rope_dim, dtype, bits, neox, s, bad);
+	}
+	cudaFree(dops), cudaFree(dbegin), cudaFree(dang);
+	hand_session_free(&ss[0]), hand_session_free(&ss[1]);
+	free(before), free(got);
+}
+
+START_TEST(test_kv_anchor_ops)
+{
+	/* rope_dim below and at head_dim, both pairings, every dtype, int8 and int4 groups */
+	static const int shapes[][2] = {{64, 64}, {64, 32}, {128, 128}, {80, 48}};
+	struct op_mix mix = {{0}};
+	for (int si = 0; si < 4; si++)
+		for (int t = 0; t < 3; t++)
+			for (int bits = 8; bits >= 4; bits -= 4)
+				for (int neox = 0; neox < 2; neox++)
+					anchor_ops_case(shapes[si][0], shapes[si][1], dtypes[t],
+					                bits, neox, &mix);
+	for (int k = 0; k < 5; k++)
+		ck_assert_msg(mix.n[k] > 0, "anchor op kind %d never ran", k);
+}
+END_TEST
+
+#define ANC_JOBS 4
+
+/* Attention over hand-made tiers with anchors: the jobs cover every tier,
+ * ring wrap-arounds and a job without anchors. */
+static void anchor_attention_case(int d, int dtype, int bits, bool sink_quant)
+{
+	struct hand_caps caps = {.sinks = 4, .fp = 40, .anchors = 6, .group = 16, .n_groups = 4};
+	struct cuda_kv_view v = hand_layout(d, dtype, bits, sink_quant, caps);
+	struct hand_session s;
+	hand_session_init(&s, v);
+	/* n_sink, n_anchor, n_comp, comp_group0, comp_row0, n_fp, fp_slot0 */
+	static const int shape[ANC_JOBS][7] = {{4, 6, 40, 3, 5, 30, 25},
+	                                       {2, 0, 0, 0, 0, 12, 37},
+	                                       {4, 3, 16, 1, 0, 40, 0},
+	                                       {1, 1, 0, 0, 0, 0, 0}};
+	struct cuda_kv_attn_job jobs[ANC_JOBS], jobs_d[ANC_JOBS];
+	int max_res = 0;
+	for (int j = 0; j < ANC_JOBS; j++) {
+		memset(&jobs[j], 0, sizeof(jobs[j]));
+		jobs[j].token = (j + 1) % ANC_JOBS; /* tokens out of job order */
+		jobs[j].n_sink = shape[j][0], jobs[j].n_anchor = shape[j][1];
+		jobs[j].n_comp = shape[j][2], jobs[j].comp_group0 = shape[j][3];
+		jobs[j].comp_row0 = shape[j][4], jobs[j].n_fp = shape[j][5];
+		jobs[j].fp_slot0 = shape[j][6];
+		jobs[j].kv = s.hv;
+		jobs_d[j] = jobs[j];
+		jobs_d[j].kv = s.dv;
+		int res = shape[j][0] + shape[j][1] + shape[j][2] + shape[j][5];
+		max_res = res > max_res ? res : max_res;
+	}
+	int ld = max_res + 5;
+	size_t qn = (size_t)ANC_JOBS * N_HEADS * d, kwn = (size_t)ANC_JOBS * N_HEADS * ld;
+	float *qw = malloc(qn * 4), *qs = malloc(qn * 4), *out_t = malloc(qn * 4),
+	      *out_d = malloc(qn * 4), *out_n = malloc(qn * 4), *kw_t = malloc(kwn * 4),
+	      *kw_d = malloc(kwn * 4);
+	float mass_t[ANC_JOBS * N_HEADS], mass_d[ANC_JOBS * N_HEADS];
+	float scale = 4.0f / sqrtf((float)d); /* peaked enough that weights differ */
+	for (size_t i = 0; i < qn; i++)
+		qw[i] = scale * frand(), qs[i] = scale * frand();
+	float *dqw = dev_from(qw, qn * 4), *dqs = dev_from(qs, qn * 4);
+	float *dout = dev_from(NULL, qn * 4), *dmass = dev_from(NULL, sizeof(mass_d));
+	float *dkw = dev_from(NULL, kwn * 4);
+	void *djobs = dev_from(jobs_d, sizeof(jobs_d));
+	static const int splits[] = {32, 64, 1024};
+	for (int l = 0; l < N_LAYERS; l++)
+		for (int si = 0; si < 3; si++) {
+			char what[96];
+			snprintf(what, sizeof(what),
+			         "head_dim %d dtype %d bits %d sink_quant %d layer %d split %d", d,
+			         dtype, bits, sink_quant, l, splits[si]);
+			size_t pf = cuda_attention_partial_floats(ANC_JOBS, N_HEADS, d, max_res,
+			                                          splits[si]);
+			float *dpart = dev_from(NULL, pf * 4);
+			fill_sentinel(kw_t, kwn);
+			fill_sentinel(kw_d, kwn);
+			ck_assert_int_eq(cudaMemcpy(dkw, kw_d, kwn * 4, cudaMemcpyHostToDevice), 0);
+			twin_attention(jobs, ANC_JOBS, l, N_HEADS, qw, qs, out_t, mass_t, kw_t, ld);
+			ck_assert_int_eq(cuda_attention(djobs, ANC_JOBS, max_res, l, N_HEADS, dqw,
+			                                dqs, splits[si], dpart, dout, CUDA_DT_F32,
+			                                dmass, dkw, ld, NULL),
+			                 0);
+			to_host(out_d, dout, qn * 4);
+			to_host(mass_d, dmass, sizeof(mass_d));
+			to_host(kw_d, dkw, kwn * 4);
+			double e = worst_err(out_d, out_t, CUDA_DT_F32, qn, 2e-5, 2e-4);
+			ck_assert_msg(e <= 1.0, "%s: attention %.2f x tol", what, e);
+			e = worst_err(mass_d, mass_t, CUDA_DT_F32, ANC_JOBS * N_HEADS, 2e-5, 2e-4);
+			ck_assert_msg(e <= 1.0, "%s: sink mass %.2f x tol", what, e);
+			check_key_weights(kw_d, kw_t, jobs, ANC_JOBS, N_HEADS, ld, what);
+			/* without key weights: the same outputs, bit for bit */
+			ck_assert_int_eq(cuda_attention(djobs, ANC_JOBS, max_res, l, N_HEADS, dqw,
+			                                dqs, splits[si], dpart, dout, CUDA_DT_F32,
+			                                dmass, NULL, 0, NULL),
+			                 0);
+			to_host(out_n, dout, qn * 4);
+			ck_assert_msg(memcmp(out_n, out_d, qn * 4) == 0,
+			              "%s: key weights changed the output", what);
+			cudaFree(dpart);
+		}
+	cudaFree(dqw), cudaFree(dqs), cudaFree(dout), cudaFree(dmass), cudaFree(dkw);
+	cudaFree(djobs);
+	hand_session_free(&s);
+	free(qw), free(qs), free(out_t), free(out_d), free(out_n), free(kw_t), free(kw_d);
+}
+
+START_TEST(test_attention_anchors_key_weight)
+{
+	static const int dims[] = {64, 128};
+	for (int di = 0; di < 2; di++)
+		for (int t = 0; t < 3; t++)
+			for (int bits = 8; bits >= 4; bits -= 4)
+				for (int sq = 0; sq < 2; sq++)
+					anchor_attention_case(dims[di], dtypes[t], bits, sq);
+}
+END_TEST
+
 int main(void)
 {
 	if (cuda_device_count() == 0) { /* never with the emulation: it has one */
@@ -498,6 +916,8 @@ int main(void)
 	tcase_add_test(tc, test_kv_one_session_tiers);
 	tcase_add_test(tc, test_kv_many_sessions_one_launch);
 	tcase_add_test(tc, test_kv_long_window_splits);
+	tcase_add_test(tc, test_kv_anchor_ops);
+	tcase_add_test(tc, test_attention_anchors_key_weight);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

@@ -11,6 +11,7 @@
  * the other kind that then goes on exactly as the original. */
 #include <check.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +29,7 @@
 struct twin_cache {
 	struct cuda_kv_shape sh;
 	struct cuda_kv_state st;
+	struct cuda_kv_anchors anc;
 	unsigned char *sink, *win;
 	struct cuda_kv_view view;
 	double *hi, *lo;
@@ -45,6 +47,7 @@ static void twin_cache_init(struct twin_cache *t, const struct sinkcache_geometr
 	char err[SINKD_ERR_LEN];
 	ck_assert_msg(cuda_kv_shape_init(g, &t->sh, err, sizeof(err)) == 0, "%s", err);
 	cuda_kv_state_init(&t->st);
+	ck_assert_msg(cuda_kv_anchors_init(&t->sh, &t->anc, err, sizeof(err)) == 0, "%s", err);
 	t->sink = calloc(1, t->sh.sink_layer_bytes * g->n_layers + 1);
 	t->win = calloc(1, t->sh.win_layer_bytes * g->n_layers + 1);
 	t->view = t->sh.layout;
@@ -62,6 +65,7 @@ static void twin_cache_free(struct twin_cache *t)
 	free(t->win);
 	free(t->hi);
 	free(t->lo);
+	cuda_kv_anchors_free(&t->anc);
 }
 
 static void check_stats(struct sinkcache *c, struct twin_cache *t)
@@ -69,6 +73,10 @@ static void check_stats(struct sinkcache *c, struct twin_cache *t)
 	struct sinkcache_stats a, b;
 	sinkcache_get_stats(c, &a);
 	cuda_kv_plan_stats(&t->sh, &t->st, &b);
+	cuda_kv_anchors_stats(&t->sh, &t->anc, &b);
+	ck_assert_int_eq(a.n_anchor, b.n_anchor);
+	ck_assert_uint_eq(a.anchors_promoted, b.anchors_promoted);
+	ck_assert_uint_eq(a.anchors_demoted, b.anchors_demoted);
 	ck_assert_uint_eq(a.n_seen, b.n_seen);
 	ck_assert_int_eq(a.n_resident, b.n_resident);
 	ck_assert_int_eq(a.n_sink, b.n_sink);
@@ -80,19 +88,42 @@ static void check_stats(struct sinkcache *c, struct twin_cache *t)
 	ck_assert_uint_eq(a.moved_to_compressed, b.moved_to_compressed);
 }
 
-/* One token through both caches, every layer; returns the largest error. */
+#define MAX_LD 160 /* sinks + anchors + window of the geometries here */
+#define MAX_ANCHOR_OPS (N_LAYERS * CUDA_KV_ANCHOR_OPS(16))
+
+/* One token through both caches, every layer; returns the largest error.
+ * With anchors the twin runs the backend's order: each layer's upkeep ops
+ * planned before the step, and the scores fed after it. */
 static double step_both(struct sinkcache *c, struct twin_cache *t, float *scratch)
 {
 	const struct sinkcache_geometry *g = &t->sh.g;
 	int d = g->head_dim, n_kv = g->n_kv_heads, rd = g->rope_dim;
 	float q[N_HEADS * 64], k[8 * 64], v[8 * 64], kr[8 * 64], qw[N_HEADS * 64], qs[N_HEADS * 64];
 	float out_c[N_HEADS * 64], out_t[N_HEADS * 64], mass_c[N_HEADS], mass_t[N_HEADS];
+	static float kw_c[N_HEADS * MAX_LD], kw_t[N_HEADS * MAX_LD], kmax[N_LAYERS][MAX_LD];
+	static struct cuda_kv_anchor_op ops[MAX_ANCHOR_OPS];
+	static double angles[N_LAYERS * 16 * 64];
+	int begin[N_LAYERS + 1] = {0};
 	double cs_key[64], cs_sink[64], worst = 0.0;
 	char err[SINKD_ERR_LEN];
+	bool anchors = t->anc.cap > 0;
+	size_t ld = (size_t)(t->sh.caps.sink + t->sh.caps.anchor + t->sh.caps.window);
+	ck_assert(!anchors || ld <= MAX_LD);
+	int n_angles = 0;
+	if (anchors) {
+		cuda_kv_anchors_begin(&t->anc);
+		for (int l = 0; l < g->n_layers; l++) {
+			int n_ops = 0, na = 0;
+			cuda_kv_anchors_plan(&t->sh, &t->anc, l, &t->st, &t->view, t->hi, t->lo,
+			                     ops + begin[l], &n_ops, angles + (size_t)n_angles * rd,
+			                     n_angles, &na);
+			begin[l + 1] = begin[l] + n_ops;
+			n_angles += na;
+		}
+	}
 	struct cuda_kv_step step;
 	cuda_kv_plan_step(&t->sh, &t->st, &t->view, &step);
 	rope_cos_sin(t->hi, t->lo, rd, step.key_pos, cs_key);
-	rope_cos_sin(t->hi, t->lo, rd, step.sink_pos, cs_sink);
 	float scale = 1.0f / sqrtf((float)d);
 	for (int l = 0; l < g->n_layers; l++) {
 		for (int i = 0; i < N_HEADS * d; i++)
@@ -102,16 +133,28 @@ static double step_both(struct sinkcache *c, struct twin_cache *t, float *scratc
 			v[i] = frand();
 		}
 		ck_assert_msg(sinkcache_append(c, l, k, v, err, sizeof(err)) == 0, "%s", err);
-		sinkcache_attend(c, l, q, N_HEADS, 0, N_HEADS, out_c, scratch, mass_c, NULL, true);
+		sinkcache_attend(c, l, q, N_HEADS, 0, N_HEADS, out_c, scratch, mass_c,
+		                 anchors ? kw_c : NULL, true);
+		if (anchors)
+			sinkcache_observe(c, l, kw_c, N_HEADS);
+		struct cuda_kv_attn_job attn = step.attn;
+		attn.n_anchor = anchors ? t->anc.plan[l].n : 0;
+		rope_cos_sin(t->hi, t->lo, rd,
+		             tier_sink_query_pos(g, &t->sh.caps, &t->st.t, attn.n_anchor), cs_sink);
 		twin_rope(k, kr, 1, n_kv, d, rd, g->rope_neox, cs_key, 0, 1.0f);
 		twin_rope(q, qw, 1, N_HEADS, d, rd, g->rope_neox, cs_key, 0, scale);
 		twin_rope(q, qs, 1, N_HEADS, d, rd, g->rope_neox, cs_sink, 0, scale);
+		if (anchors) {
+			int32_t list[2] = {begin[l], begin[l + 1]};
+			twin_kv_anchor_ops(ops, list, 1, n_kv, angles, rd, g->rope_neox);
+		}
 		if (step.has_flush)
 			twin_kv_flush(&step.flush, 1, n_kv, l);
 		step.append.token = 0;
 		twin_kv_append(&step.append, 1, n_kv, l, kr, v);
-		step.attn.token = 0;
-		twin_attention(&step.attn, 1, l, N_HEADS, qw, qs, out_t, mass_t);
+		attn.token = 0;
+		twin_attention(&attn, 1, l, N_HEADS, qw, qs, out_t, mass_t, anchors ? kw_t : NULL,
+		               (int)ld);
 		for (int i = 0; i < N_HEADS * d; i++) {
 			double e =
 			    fabs((double)out_c[i] - out_t[i]) / (1e-5 + 1e-4 * fabs(out_c[i]));
@@ -121,6 +164,20 @@ static double step_both(struct sinkcache *c, struct twin_cache *t, float *scratc
 			double e = fabs((double)mass_c[h] - mass_t[h]) / 1e-5;
 			worst = e > worst ? e : worst;
 		}
+		if (!anchors)
+			continue;
+		int n_res = attn.n_sink + attn.n_anchor + attn.n_comp + attn.n_fp;
+		for (int h = 0; h < N_HEADS; h++)
+			for (int j = 0; j < n_res; j++) {
+				double e = fabs((double)kw_c[h * ld + j] - kw_t[h * ld + j]) / 1e-5;
+				worst = e > worst ? e : worst;
+			}
+		twin_key_weight_max(kw_t, 1, N_HEADS, (int)ld, n_res, kmax[l]);
+	}
+	if (anchors) {
+		cuda_kv_anchors_commit(&t->sh, &t->anc, &step);
+		for (int l = 0; l < g->n_layers; l++)
+			cuda_kv_anchors_observe(&t->sh, &t->anc, l, &t->st, kmax[l], ld);
 	}
 	return worst;
 }
@@ -240,7 +297,17 @@ static void run_geometry(const struct sinkcache_geometry *g, int n_tokens)
 	twin_cache_init(&t, g);
 	float *scratch = malloc(sinkcache_scratch_floats(g) * sizeof(float));
 	run_tokens(c, &t, scratch, 0, n_tokens);
-	image_round_trip(c, &t, scratch, n_tokens, n_tokens + 80);
+	if (g->anchor_max == 0) { /* snapshots do not carry anchors */
+		image_round_trip(c, &t, scratch, n_tokens, n_tokens + 80);
+	} else { /* the run went through both moves */
+		struct sinkcache_stats st;
+		sinkcache_get_stats(c, &st);
+		ck_assert_uint_gt(st.anchors_promoted, 10);
+		ck_assert_uint_gt(st.anchors_demoted, 5);
+		printf("anchors: %llu promoted, %llu demoted, %d resident\n",
+		       (unsigned long long)st.anchors_promoted,
+		       (unsigned long long)st.anchors_demoted, st.n_anchor);
+	}
 	free(scratch);
 	twin_cache_free(&t);
 	sinkcache_free(c);
@@ -324,6 +391,31 @@ START_TEST(test_strategy_full_and_original_positions)
 }
 END_TEST
 
+/* Anchors: every layer promotes and demotes on its own; the twin's tiers,
+ * rows and rotations follow the CPU cache's step for step. */
+START_TEST(test_anchors)
+{
+	struct sinkcache_geometry g = base_geometry();
+	g.anchor_max = 6;
+	g.anchor_promote = 0.05f;
+	g.anchor_demote_steps = 12;
+	run_geometry(&g, 400);
+	g.quant_enabled = true; /* promotions out of quantized groups */
+	g.quant_bits = 4;
+	g.window_size = 64;
+	g.full_precision_recent = 8;
+	g.dtype = KV_DTYPE_BF16;
+	g.anchor_max = 16;
+	g.anchor_promote = 0.04f;
+	g.anchor_demote_steps = 5;
+	run_geometry(&g, 400);
+	g.rope_positions = ROPE_POSITIONS_ORIGINAL;
+	g.rope_neox = true;
+	g.rope_dim = 8;
+	run_geometry(&g, 200);
+}
+END_TEST
+
 START_TEST(test_shape_bytes_cover_bound)
 {
 	/* The device layout is the CPU bound plus alignment, never less. */
@@ -350,6 +442,7 @@ int main(void)
 	tcase_add_test(tc, test_int8_window);
 	tcase_add_test(tc, test_int4_quantized_sinks_neox);
 	tcase_add_test(tc, test_strategy_full_and_original_positions);
+	tcase_add_test(tc, test_anchors);
 	tcase_add_test(tc, test_shape_bytes_cover_bound);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
