@@ -217,6 +217,38 @@ START_TEST(test_swiglu_bias_gather)
 }
 END_TEST
 
+/* The anchor scores' reduction: exact, and columns past cols untouched. */
+START_TEST(test_key_weight_max)
+{
+	enum { N = 3, H = 5, LD = 301, COLS = 290 };
+	float *w = malloc(N * H * LD * sizeof(float)), ref[N * LD], got[N * LD];
+	for (int i = 0; i < N * H * LD; i++)
+		w[i] = 0.5f + 0.5f * frand();
+	for (int i = 0; i < N * LD; i++)
+		ref[i] = -7.0f;
+	twin_key_weight_max(w, N, H, LD, COLS, ref);
+	float *dw = dev_from(w, N * H * LD * sizeof(float)), *dout = dev_from(ref, sizeof(ref));
+	ck_assert_int_eq(cudaMemset(dout, 0, sizeof(ref)), cudaSuccess);
+	float sentinel[N * LD];
+	for (int i = 0; i < N * LD; i++)
+		sentinel[i] = -7.0f;
+	ck_assert_int_eq(cudaMemcpy(dout, sentinel, sizeof(sentinel), cudaMemcpyHostToDevice),
+	                 cudaSuccess);
+	ck_assert_int_eq(cuda_key_weight_max(dw, N, H, LD, COLS, dout, NULL), 0);
+	to_host(got, dout, sizeof(got));
+	ck_assert(memcmp(got, ref, sizeof(ref)) == 0);
+	for (int t = 0; t < N; t++) {
+		ck_assert(got[t * LD + COLS] == -7.0f);
+		float m = 0.0f;
+		for (int h = 0; h < H; h++)
+			m = fmaxf(m, w[(t * H + h) * LD + 7]);
+		ck_assert(got[t * LD + 7] == m);
+	}
+	cudaFree(dw), cudaFree(dout);
+	free(w);
+}
+END_TEST
+
 /* --------------------------------------------------- weight dequantization */
 
 static const enum ggml_type weight_types[] = {
@@ -912,6 +944,7 @@ int main(void)
 	tcase_add_test(tc, test_rmsnorm);
 	tcase_add_test(tc, test_rope_far_positions);
 	tcase_add_test(tc, test_swiglu_bias_gather);
+	tcase_add_test(tc, test_key_weight_max);
 	tcase_add_test(tc, test_dequant_rows);
 	tcase_add_test(tc, test_kv_one_session_tiers);
 	tcase_add_test(tc, test_kv_many_sessions_one_launch);
