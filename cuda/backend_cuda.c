@@ -56,6 +56,7 @@ static void session_release(struct cuda_backend *c, struct backend_session *s)
 		cuda_arena_free(&c->arena, s->sink_off);
 	cuda_arena_free(&c->arena, s->win_off);
 	cuda_kv_anchors_free(&s->anc);
+	tier_trace_free(s->trace);
 	free(s->freq_hi);
 	free(s->freq_lo);
 	free(s);
@@ -146,7 +147,10 @@ static void cuda_session_free(struct backend *be, struct backend_session *s)
 static int cuda_session_revise(struct backend *be, struct backend_session *s, size_t n_tokens,
                                char *err, size_t err_len)
 {
-	return cuda_kv_plan_revise(&s->sh, &s->st, n_tokens, err, err_len);
+	int rc = cuda_kv_plan_revise(&s->sh, &s->st, n_tokens, err, err_len);
+	for (int l = 0; !rc && s->trace && l < s->sh.g.n_layers; l++)
+		tier_trace_revised(s->trace, l, s->st.t.n_seen);
+	return rc;
 }
 
 static void cuda_session_stats(struct backend *be, const struct backend_session *s,
@@ -159,6 +163,43 @@ static void cuda_session_stats(struct backend *be, const struct backend_session 
 static bool cuda_session_can_append(struct backend *be, const struct backend_session *s, size_t n)
 {
 	return cuda_kv_can_append(&s->sh, &s->st, n);
+}
+
+/* ============================================================ traces */
+
+/* A traced session's forwards run layer by layer and bring back each key's
+ * weight, largest and mean over heads (backend_cuda_forward.c). */
+static int cuda_session_trace_enable(struct backend *be, struct backend_session *s, bool on,
+                                     char *err, size_t err_len)
+{
+	if (!on) {
+		tier_trace_free(s->trace);
+		s->trace = NULL;
+		return 0;
+	}
+	if (s->trace)
+		return 0;
+	s->trace = tier_trace_new(&s->sh.caps, s->sh.g.n_layers);
+	if (!s->trace)
+		return err_set(err, err_len, -ENOMEM,
+		               "cuda backend: out of memory for a cache trace");
+	return 0;
+}
+
+static int cuda_session_trace(struct backend *be, const struct backend_session *s,
+                              struct cache_trace_step *out, char *err, size_t err_len)
+{
+	const struct sinkcache_geometry *g = &s->sh.g;
+	if (out->n_layers != g->n_layers || !out->layers)
+		return err_set(err, err_len, -EINVAL,
+		               "cache trace: %d layers given for a cache of %d", out->n_layers,
+		               g->n_layers);
+	tier_trace_fill_step(s->trace, g, s->st.t.n_seen, out);
+	for (int l = 0; l < g->n_layers; l++)
+		tier_trace_fill_layer(s->trace, g, &s->sh.caps, l, &s->st.t,
+		                      s->anc.cap > 0 ? &s->anc.layer[l] : NULL, out->attention,
+		                      &out->layers[l]);
+	return 0;
 }
 
 /* ============================================================ snapshots */
@@ -324,6 +365,8 @@ static const struct backend_ops cuda_ops = {
     .geometry_check = cuda_geometry_check,
     .session_export = cuda_session_export,
     .session_import = cuda_session_import,
+    .session_trace_enable = cuda_session_trace_enable,
+    .session_trace = cuda_session_trace,
 };
 
 static int arena_create(struct cuda_backend *c, const struct backend_cuda_options *o, char *err,

@@ -61,8 +61,10 @@ void cudabe_workspace_free(struct cuda_backend *c)
 	cudaFree(c->kw);
 	cudaFree(c->kwmax);
 	cudaFreeHost(c->kwmax_h);
-	c->kw = c->kwmax = c->kwmax_h = NULL;
-	c->kw_cap = c->kwmax_cap = 0;
+	cudaFree(c->kwmean);
+	cudaFreeHost(c->kwmean_h);
+	c->kw = c->kwmax = c->kwmax_h = c->kwmean = c->kwmean_h = NULL;
+	c->kw_cap = c->kwmax_cap = c->kwmean_cap = 0;
 }
 
 static int dev_buf(void **p, size_t bytes, char *err, size_t err_len)
@@ -379,7 +381,31 @@ static void anchor_fill(struct cuda_backend *c, const struct batch_layout *bl)
 	       (size_t)c->n_a_angles * rd * sizeof(double));
 }
 
-/* Device buffers for the key weights of n tokens over ld columns. */
+/* A device buffer of floats that comes back to a pinned host copy, grown
+ * to at least want floats. */
+static int reduced_reserve(float **dev, float **host, size_t *cap, size_t want, char *err,
+                           size_t err_len)
+{
+	if (want <= *cap)
+		return 0;
+	cudaFree(*dev);
+	cudaFreeHost(*host);
+	*dev = *host = NULL;
+	*cap = 0;
+	int rc = dev_buf((void **)dev, want * sizeof(float), err, err_len);
+	if (rc)
+		return rc;
+	if (cudaMallocHost((void **)host, want * sizeof(float)) != cudaSuccess) {
+		cudaGetLastError();
+		*host = NULL;
+		return err_set(err, err_len, -ENOMEM, "cuda backend: out of pinned host memory");
+	}
+	*cap = want;
+	return 0;
+}
+
+/* Device buffers for the key weights of n tokens over ld columns (and
+ * their means when kw_mean). */
 static int key_weight_reserve(struct cuda_backend *c, size_t n, int ld, char *err,
                               size_t err_len)
 {
@@ -396,23 +422,10 @@ static int key_weight_reserve(struct cuda_backend *c, size_t n, int ld, char *er
 			return rc;
 		c->kw_cap = kw;
 	}
-	if (kmax > c->kwmax_cap) {
-		cudaFree(c->kwmax);
-		cudaFreeHost(c->kwmax_h);
-		c->kwmax = c->kwmax_h = NULL;
-		c->kwmax_cap = 0;
-		int rc = dev_buf((void **)&c->kwmax, kmax * sizeof(float), err, err_len);
-		if (rc)
-			return rc;
-		if (cudaMallocHost((void **)&c->kwmax_h, kmax * sizeof(float)) != cudaSuccess) {
-			cudaGetLastError();
-			c->kwmax_h = NULL;
-			return err_set(err, err_len, -ENOMEM,
-			               "cuda backend: out of pinned host memory");
-		}
-		c->kwmax_cap = kmax;
-	}
-	return 0;
+	int rc = reduced_reserve(&c->kwmax, &c->kwmax_h, &c->kwmax_cap, kmax, err, err_len);
+	if (!rc && c->kw_mean)
+		rc = reduced_reserve(&c->kwmean, &c->kwmean_h, &c->kwmean_cap, kmax, err, err_len);
+	return rc;
 }
 
 static size_t batch_partial_floats(const struct cuda_backend *c)
@@ -466,12 +479,13 @@ static int attention_waves(struct cuda_backend *c, const struct batch_layout *bl
 		       "attention");
 	}
 	if (c->per_layer) /* one wave: its tokens are rows 0..n-1 */
-		CU_TRY(cuda_key_weight_max(c->kw, c->wave_begin[c->n_waves], hp->n_heads, c->key_ld,
-		                           c->key_ld,
-		                           c->kwmax + (size_t)layer * c->wave_begin[c->n_waves] *
-		                                          (size_t)c->key_ld,
-		                           c->stream),
+	{
+		size_t at = (size_t)layer * c->wave_begin[c->n_waves] * (size_t)c->key_ld;
+		CU_TRY(cuda_key_weight_reduce(c->kw, c->wave_begin[c->n_waves], hp->n_heads,
+		                              c->key_ld, c->key_ld, c->kwmax + at,
+		                              c->kw_mean ? c->kwmean + at : NULL, c->stream),
 		       "key weights");
+	}
 	return 0;
 }
 
@@ -591,10 +605,14 @@ static int enqueue_forward(struct cuda_backend *c, size_t n, const struct batch_
 		                       (size_t)hp->n_layers * c->cap * hp->n_heads * sizeof(float),
 		                       cudaMemcpyDeviceToHost, c->stream),
 		       "sink mass copy");
+	size_t kw_bytes = (size_t)hp->n_layers * n * (size_t)c->key_ld * sizeof(float);
 	if (!rc && c->per_layer)
-		CU_TRY(cudaMemcpyAsync(c->kwmax_h, c->kwmax,
-		                       (size_t)hp->n_layers * n * (size_t)c->key_ld * sizeof(float),
-		                       cudaMemcpyDeviceToHost, c->stream),
+		CU_TRY(cudaMemcpyAsync(c->kwmax_h, c->kwmax, kw_bytes, cudaMemcpyDeviceToHost,
+		                       c->stream),
+		       "key weights copy");
+	if (!rc && c->per_layer && c->kw_mean)
+		CU_TRY(cudaMemcpyAsync(c->kwmean_h, c->kwmean, kw_bytes, cudaMemcpyDeviceToHost,
+		                       c->stream),
 		       "key weights copy");
 	return rc;
 }
@@ -738,22 +756,30 @@ static int run_layers(struct cuda_backend *c, const struct backend_token *tokens
 	return 0;
 }
 
-/* After a forward with anchors: the planned tiers become the sessions',
- * and each token's key weights feed its session's anchor scores. */
-static void anchors_after(struct cuda_backend *c, size_t n)
+/* After a forward with anchors or traces: the planned tiers become the
+ * sessions', and each token's key weights feed its session's trace (as
+ * attention saw the ranks, before anchors move) and anchor scores. */
+static void attention_after(struct cuda_backend *c, size_t n)
 {
 	int L = c->base.model->hp.n_layers;
 	for (int j = 0; j < c->n_sessions; j++) {
 		struct backend_session *s = c->sessions[j];
-		if (s->anc.cap <= 0)
+		bool anchors = s->anc.cap > 0;
+		if (!anchors && !s->trace)
 			continue;
-		cuda_kv_anchors_commit(&s->sh, &s->anc, &s->step);
+		if (anchors)
+			cuda_kv_anchors_commit(&s->sh, &s->anc, &s->step);
 		int t = s->step.attn.token;
-		for (int l = 0; l < L; l++)
-			cuda_kv_anchors_observe(&s->sh, &s->anc, l, &s->st,
-			                        c->kwmax_h + ((size_t)l * n + (size_t)t) *
-			                                         (size_t)c->key_ld,
-			                        (size_t)c->key_ld);
+		for (int l = 0; l < L; l++) {
+			size_t at = ((size_t)l * n + (size_t)t) * (size_t)c->key_ld;
+			if (s->trace && c->kw_mean)
+				tier_trace_observe(s->trace, &s->sh.caps, l, &s->st.t,
+				                   anchors ? &s->anc.layer[l] : NULL, c->kwmax_h + at,
+				                   c->kwmean_h + at);
+			if (anchors)
+				cuda_kv_anchors_observe(&s->sh, &s->anc, l, &s->st, c->kwmax_h + at,
+				                        (size_t)c->key_ld);
+		}
 	}
 }
 
@@ -781,7 +807,7 @@ static int forward_once(struct cuda_backend *c, const struct backend_token *toke
 	for (int j = 0; j < c->n_sessions; j++)
 		c->sessions[j]->st = c->sessions[j]->tmp;
 	if (c->per_layer)
-		anchors_after(c, n);
+		attention_after(c, n);
 	return 0;
 }
 
@@ -855,9 +881,11 @@ int cudabe_forward(struct backend *be, const struct backend_token *tokens, size_
 	rc = rc ? rc : batch_group(c, tokens, n_tokens, err, err_len);
 	if (rc)
 		return rc;
-	c->per_layer = false;
-	for (int j = 0; j < c->n_sessions; j++)
-		c->per_layer = c->per_layer || c->sessions[j]->anc.cap > 0;
+	c->per_layer = c->kw_mean = false;
+	for (int j = 0; j < c->n_sessions; j++) {
+		c->kw_mean = c->kw_mean || c->sessions[j]->trace;
+		c->per_layer = c->per_layer || c->sessions[j]->anc.cap > 0 || c->sessions[j]->trace;
+	}
 	if (c->per_layer && c->n_waves > 1)
 		return forward_by_waves(c, tokens, n_tokens, logits, err, err_len);
 	return forward_once(c, tokens, n_tokens, logits, err, err_len);

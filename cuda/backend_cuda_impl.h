@@ -11,6 +11,7 @@
 #include "cuda_arena.h"
 #include "cuda_kernels.h"
 #include "cuda_kvplan.h"
+#include "cache/tiertrace.h"
 #include "engine/batch.h"
 #include "util/errbuf.h"
 
@@ -51,6 +52,7 @@ struct backend_session {
 	struct cuda_kv_view view; /* layout with device bases */
 	struct cuda_kv_anchors anc; /* each layer's anchor tier; empty without anchors */
 	struct cuda_kv_step step;   /* the last planned token's (a forward with anchors: its only) */
+	struct tier_trace *trace;   /* NULL unless its cache is traced (cache/tiertrace.h) */
 	uint64_t sink_off, win_off;
 	bool has_sink;
 	double *freq_hi, *freq_lo; /* (rope_dim/2) */
@@ -106,10 +108,11 @@ struct cuda_backend {
 	int *order, *sess_begin, *wave_begin, *flush_begin, *wave_max_res;
 	struct backend_session **sessions;
 	int n_sessions, n_waves;
-	/* a forward with sessions that keep anchors: attention jobs and sink
-	 * angles per layer, the anchor upkeep ops planned before it, and the
-	 * key weights its attention gives back */
-	bool per_layer;
+	/* a forward with sessions that keep anchors or are traced: attention
+	 * jobs and sink angles per layer, the anchor upkeep ops planned before
+	 * it, and the key weights its attention gives back (their mean over
+	 * heads too when a session is traced) */
+	bool per_layer, kw_mean;
 	struct cuda_kv_anchor_op *a_ops;
 	int32_t *a_begin;
 	double *a_angles;
@@ -118,7 +121,8 @@ struct cuda_backend {
 	int key_ld;                 /* columns of the key weights: the most resident keys */
 	float *kw;                  /* (cap, n_heads, key_ld) one layer's weights per head */
 	float *kwmax, *kwmax_h;     /* (n_layers, cap, key_ld) largest over heads; host copy pinned */
-	size_t kw_cap, kwmax_cap;   /* floats */
+	float *kwmean, *kwmean_h;   /* (n_layers, cap, key_ld) mean over heads; host copy pinned */
+	size_t kw_cap, kwmax_cap, kwmean_cap; /* floats */
 	/* captured forwards, keyed by the batch's launch shape */
 	bool use_graphs;
 	struct cuda_graph_entry graphs[CUDA_GRAPH_SLOTS];

@@ -76,10 +76,11 @@ int cuda_attention(const struct cuda_kv_attn_job *jobs, int n_jobs, int max_resi
                    void *out, int out_dtype, float *sink_mass, float *key_weight, int key_ld,
                    void *stream);
 
-/* out (n, ld) <- the largest over heads of w (n, n_heads, ld), first cols
- * columns of each row (the others are left as they are). */
-int cuda_key_weight_max(const float *w, int n, int n_heads, int ld, int cols, float *out,
-                        void *stream);
+/* out_max (n, ld) <- the largest over heads of w (n, n_heads, ld), and
+ * out_mean (n, ld; NULL: not wanted) <- the mean over heads (summed in head
+ * order), first cols columns of each row (the others are left as they are). */
+int cuda_key_weight_reduce(const float *w, int n, int n_heads, int ld, int cols, float *out_max,
+                           float *out_mean, void *stream);
 
 /* True when cuda_dequant_rows reads the ggml type: F32, F16, BF16, Q4_0,
  * Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K. */
@@ -102,7 +103,8 @@ void twin_rmsnorm(const float *x, const float *w, int n, int dim, float eps, voi
                   int out_dtype);
 void twin_rope(const float *x, float *out, int n, int n_heads, int head_dim, int rope_dim,
                bool neox, const double *cs, int cs_stride, float scale);
-void twin_key_weight_max(const float *w, int n, int n_heads, int ld, int cols, float *out);
+void twin_key_weight_reduce(const float *w, int n, int n_heads, int ld, int cols, float *out_max,
+                            float *out_mean);
 void twin_swiglu(const float *gate, const float *up, size_t n, void *out, int out_dtype);
 void twin_kv_append(const struct cuda_kv_append_job *jobs, int n_jobs, int n_kv, int layer,
                     const float *k, const float *v);

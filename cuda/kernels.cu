@@ -139,24 +139,31 @@ extern "C" int cuda_swiglu(const float *gate, const float *up, size_t n, void *o
 // ------------------------------------------------------- key weights
 
 // grid n, block threads over columns: the anchor policy scores a key by the
-// largest weight any head gave it.
-__global__ void key_weight_max_kernel(const float *w, int n_heads, int ld, int cols, float *out)
+// largest weight any head gave it; a cache trace also shows the mean.
+__global__ void key_weight_reduce_kernel(const float *w, int n_heads, int ld, int cols,
+                                         float *out_max, float *out_mean)
 {
 	const float *row = w + (size_t)blockIdx.x * n_heads * ld;
 	for (int j = threadIdx.x; j < cols; j += blockDim.x) {
-		float m = 0.0f;
-		for (int h = 0; h < n_heads; h++)
-			m = fmaxf(m, row[(size_t)h * ld + j]);
-		out[(size_t)blockIdx.x * ld + j] = m;
+		float m = 0.0f, sum = 0.0f;
+		for (int h = 0; h < n_heads; h++) {
+			float x = row[(size_t)h * ld + j];
+			m = fmaxf(m, x);
+			sum = __fadd_rn(sum, x);
+		}
+		out_max[(size_t)blockIdx.x * ld + j] = m;
+		if (out_mean)
+			out_mean[(size_t)blockIdx.x * ld + j] = __fdiv_rn(sum, (float)n_heads);
 	}
 }
 
-extern "C" int cuda_key_weight_max(const float *w, int n, int n_heads, int ld, int cols,
-                                   float *out, void *stream)
+extern "C" int cuda_key_weight_reduce(const float *w, int n, int n_heads, int ld, int cols,
+                                      float *out_max, float *out_mean, void *stream)
 {
 	if (n <= 0 || cols <= 0)
 		return 0;
-	CUDA_LAUNCH(key_weight_max_kernel, n, 256, st(stream), w, n_heads, ld, cols, out);
+	CUDA_LAUNCH(key_weight_reduce_kernel, n, 256, st(stream), w, n_heads, ld, cols, out_max,
+	            out_mean);
 	return CUDA_LAUNCH_RC();
 }
 

@@ -340,13 +340,19 @@ void twin_attention(const struct cuda_kv_attn_job *jobs, int n_jobs, int layer, 
 	}
 }
 
-void twin_key_weight_max(const float *w, int n, int n_heads, int ld, int cols, float *out)
+void twin_key_weight_reduce(const float *w, int n, int n_heads, int ld, int cols, float *out_max,
+                            float *out_mean)
 {
 	for (int t = 0; t < n; t++)
 		for (int j = 0; j < cols; j++) {
-			float m = 0.0f;
-			for (int h = 0; h < n_heads; h++)
-				m = fmaxf(m, w[((size_t)t * n_heads + h) * ld + j]);
-			out[(size_t)t * ld + j] = m;
+			float m = 0.0f, sum = 0.0f;
+			for (int h = 0; h < n_heads; h++) {
+				float x = w[((size_t)t * n_heads + h) * ld + j];
+				m = fmaxf(m, x);
+				sum += x;
+			}
+			out_max[(size_t)t * ld + j] = m;
+			if (out_mean)
+				out_mean[(size_t)t * ld + j] = sum / (float)n_heads;
 		}
 }

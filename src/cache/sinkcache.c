@@ -474,7 +474,7 @@ void sinkcache_free(struct sinkcache *c)
 	free(c->flush_rows);
 	free(c->cs_memo[0]);
 	free(c->cs_memo[1]);
-	kv_trace_free(c->trace, c->g.n_layers);
+	tier_trace_free(c->trace);
 	free(c);
 }
 

@@ -29,6 +29,7 @@
 
 #include "cache/sinkcache.h"
 #include "cache/tierpolicy.h"
+#include "cache/tiertrace.h"
 
 #define SINKCACHE_MAX_HEAD_DIM 512
 #define SINKCACHE_MAX_GROUP 32
@@ -68,26 +69,6 @@ struct kv_layer {
 	unsigned char *a_k, *a_v;
 };
 
-/* What a traced cache keeps of one layer between steps (sinkcache_trace.c):
- * the last observed step's weights by rank with the stream index of each
- * rank then (ranks shift when anchors come and go, stream indices do not),
- * and each resident token's moving average (tier_anchor_score), sinks by
- * slot and window tokens by stream index mod W; anchors' averages are the
- * anchor tier's own scores (a_score). */
-struct kv_trace_layer {
-	int n_last;
-	int64_t *last_index;         /* (capacity) */
-	float *last_max, *last_mean; /* (capacity) over query heads */
-	float *sink_ema;             /* (S) */
-	float *win_ema;              /* (W) */
-	uint64_t observed_upto; /* tokens below this stream index were resident at the last step */
-};
-
-struct kv_trace {
-	uint64_t steps; /* layer 0's observed steps since tracing began */
-	struct kv_trace_layer *layers; /* (n_layers) */
-};
-
 struct sinkcache {
 	struct sinkcache_geometry g;
 	/* S, W (window slots: sliding, or max_context_length - S for full),
@@ -112,7 +93,7 @@ struct sinkcache {
 	bool cs_memo_valid[2];
 	int cs_memo_next;   /* slot the next new position replaces */
 	double *cs_memo[2]; /* (rope_dim) each */
-	struct kv_trace *trace; /* NULL unless tracing (sinkcache_trace_enable) */
+	struct tier_trace *trace; /* NULL unless tracing (sinkcache_trace_enable, tiertrace.h) */
 };
 
 static inline int kv_ring_slot(const struct kv_ring *r, int i)
@@ -151,9 +132,8 @@ static inline int kv_layer_window_rank(const struct kv_layer *L)
 void kv_populate_range(struct populate_map *m, const void *p, size_t n);
 /* sinkcache_trace.c, for sinkcache.c: folds a step's key weights (rank
  * order, before anchors move) into the trace; forgets what was observed
- * (a reset) or the tokens a revision dropped; frees it. */
+ * (a reset) or the tokens a revision dropped. */
 void kv_trace_observe(struct sinkcache *c, int layer, const float *key_weight, int n_heads);
 void kv_trace_clear(struct sinkcache *c);
 void kv_trace_revised(struct sinkcache *c);
-void kv_trace_free(struct kv_trace *t, int n_layers);
 void kv_layer_set_query_pos(struct sinkcache *c, struct kv_layer *L);

@@ -15,6 +15,8 @@
  *     (weights dequantized on the device): fp32 logits within 1e-3 of the
  *     CPU backend on the same weights widened to F32 on the host, greedy
  *     tokens identical; within 5e-2 of the CPU on the blocks themselves;
+ *   - cache traces: a traced session's trace (slots, tiers, positions,
+ *     masses, moving averages) as the CPU backend's, beside an untraced one;
  *   - qwen2's rotary halves and Q/K/V biases (biases added in memory);
  *   - a KV arena too small for a session: a clear -ENOSPC, and the backend
  *     keeps serving;
@@ -35,6 +37,7 @@
 #include <unistd.h>
 
 #include "backend_cuda.h"
+#include "cache/cachetrace.h"
 #include "cache/kvimage.h"
 #include "cache/kvquant.h"
 #include "cuda_device.h"
@@ -155,7 +158,62 @@ struct twin_run {
 	double worst;    /* largest relative logits difference */
 	int token_flips; /* greedy steps where the argmax differed */
 	uint64_t anchors_promoted, anchors_demoted; /* the gpu sessions', at the end */
+	struct sinkcache_geometry geometry;
+	bool traced;          /* session 0 of each backend traces its cache, session 1 not */
+	uint64_t trace_steps; /* the gpu trace's steps, at the end */
 };
+
+static struct cache_trace_step *trace_of(struct backend *be, struct backend_session *s,
+                                         const struct sinkcache_geometry *g)
+{
+	char err[SINKD_ERR_LEN];
+	struct cache_trace_step *t = cache_trace_step_new(g);
+	ck_assert_ptr_nonnull(t);
+	ck_assert_msg(be->ops->session_trace(be, s, t, err, sizeof(err)) == 0, "%s: %s",
+	              be->ops->name, err);
+	ck_assert_msg(cache_trace_step_check(t, err, sizeof(err)) == 0, "%s: %s", be->ops->name,
+	              err);
+	return t;
+}
+
+/* The gpu session's trace is the cpu one's: the same slots in the same
+ * tiers at the same positions, masses within tol, and each layer's mean
+ * masses summing to 1 (every head's softmax sums to 1). */
+static void assert_traces_alike(struct twin_run *r, int j, const struct sinkcache_geometry *g,
+                                double tol)
+{
+	struct cache_trace_step *a = trace_of(r->be[0], r->s[0][j], g);
+	struct cache_trace_step *b = trace_of(r->be[1], r->s[1][j], g);
+	ck_assert_int_eq(a->attention, j == 0);
+	ck_assert_int_eq(b->attention, j == 0);
+	ck_assert_uint_eq(a->step, b->step);
+	ck_assert_int_eq(a->stream_pos, b->stream_pos);
+	ck_assert_int_eq(a->geometry.anchor_max, b->geometry.anchor_max);
+	for (int l = 0; l < a->n_layers; l++) {
+		const struct cache_trace_layer *la = &a->layers[l], *lb = &b->layers[l];
+		ck_assert_int_eq(la->n_slots, lb->n_slots);
+		double sum = 0.0;
+		for (int i = 0; i < la->n_slots; i++) {
+			const struct cache_trace_slot *x = &la->slots[i], *y = &lb->slots[i];
+			ck_assert_int_eq(x->stream_index, y->stream_index);
+			ck_assert_int_eq(x->tier, y->tier);
+			ck_assert_int_eq(x->rope_pos, y->rope_pos);
+			ck_assert_msg(fabs(x->mass_max - y->mass_max) <= tol &&
+			                  fabs(x->mass_mean - y->mass_mean) <= tol &&
+			                  fabs(x->mass_ema - y->mass_ema) <= tol,
+			              "layer %d slot %d (stream %lld): cpu %g/%g/%g gpu %g/%g/%g", l,
+			              i, (long long)x->stream_index, x->mass_max, x->mass_mean,
+			              x->mass_ema, y->mass_max, y->mass_mean, y->mass_ema);
+			sum += y->mass_mean;
+		}
+		if (j == 0)
+			ck_assert_msg(fabs(sum - 1.0) <= 1e-5, "layer %d: masses sum to %.8f", l, sum);
+	}
+	if (j == 0)
+		r->trace_steps = b->step;
+	cache_trace_step_free(a);
+	cache_trace_step_free(b);
+}
 
 /* Feeds prompts a and b interleaved, chunk tokens of each per forward. */
 static void run_prefill(struct twin_run *r, const int32_t *a, int na, const int32_t *b, int nb,
@@ -253,6 +311,9 @@ static void run_decode(struct twin_run *r, int32_t next_a, int32_t next_b, int n
 		r->anchors_promoted += b.anchors_promoted;
 		r->anchors_demoted += b.anchors_demoted;
 	}
+	const struct sinkcache_geometry *g = &r->geometry;
+	for (int j = 0; r->traced && j < 2; j++)
+		assert_traces_alike(r, j, g, 1e-4 + 1e-2 * (g->dtype != KV_DTYPE_F32));
 	for (int k = 0; k < 2; k++)
 		free(lg[k]), free(mass[k]);
 }
@@ -265,9 +326,21 @@ static void twin_run_open2(struct twin_run *r, const struct model *m_cpu, const 
 	r->be[0] = new_cpu(m_cpu);
 	r->be[1] = new_gpu_opt(m_gpu, dt, (size_t)64 << 20, graphs);
 	r->n_vocab = m_gpu->hp.n_vocab;
+	r->geometry = *g;
 	for (int k = 0; k < 2; k++)
 		for (int j = 0; j < 2; j++)
 			r->s[k][j] = open_session(r->be[k], g);
+}
+
+/* Session 0 of both backends traces its cache from now on. */
+static void twin_run_trace(struct twin_run *r)
+{
+	char err[SINKD_ERR_LEN];
+	r->traced = true;
+	for (int k = 0; k < 2; k++)
+		ck_assert_msg(r->be[k]->ops->session_trace_enable(r->be[k], r->s[k][0], true, err,
+		                                                  sizeof(err)) == 0,
+		              "%s: %s", r->be[k]->ops->name, err);
 }
 
 static void twin_run_open(struct twin_run *r, const struct model *m, enum kv_dtype dt,
@@ -361,7 +434,7 @@ static int32_t *story_tokens(const cJSON *ref, int i, int *n)
 }
 
 static void stories_vs_cpu_run(const struct sinkcache_geometry *gg, double tol, bool graphs,
-                               struct twin_run *out)
+                               bool trace, struct twin_run *out)
 {
 	struct model *m = load_stories();
 	cJSON *ref = tu_load_reference();
@@ -372,6 +445,8 @@ static void stories_vs_cpu_run(const struct sinkcache_geometry *gg, double tol, 
 	g.rope_dim = m->hp.rope_dim, g.rope_theta = m->hp.rope_theta;
 	struct twin_run r;
 	twin_run_open(&r, m, KV_DTYPE_F32, &g, graphs);
+	if (trace)
+		twin_run_trace(&r);
 	run_prefill(&r, a, na, b, nb, 7);
 	run_decode(&r, 1, 2, SIZE(60, 10), SIZE(20, 5));
 	ck_assert_msg(r.worst <= tol, "logits differ from the cpu backend by %g (relative)",
@@ -387,7 +462,7 @@ static void stories_vs_cpu_run(const struct sinkcache_geometry *gg, double tol, 
 
 static void stories_vs_cpu(const struct sinkcache_geometry *gg, double tol, bool graphs)
 {
-	stories_vs_cpu_run(gg, tol, graphs, NULL);
+	stories_vs_cpu_run(gg, tol, graphs, false, NULL);
 }
 
 START_TEST(test_stories_tiered_cache_vs_cpu)
@@ -420,7 +495,7 @@ START_TEST(test_stories_anchors_vs_cpu)
 	g.anchor_promote = 0.1f;
 	g.anchor_demote_steps = 6;
 	struct twin_run r;
-	stories_vs_cpu_run(&g, 1e-4, false, &r);
+	stories_vs_cpu_run(&g, 1e-4, false, false, &r);
 	printf("anchors float32: %llu promoted, %llu demoted\n",
 	       (unsigned long long)r.anchors_promoted, (unsigned long long)r.anchors_demoted);
 	ck_assert_uint_gt(r.anchors_promoted, 0);
@@ -430,10 +505,35 @@ START_TEST(test_stories_anchors_vs_cpu)
 	g.full_precision_recent = 8;
 	g.window_size = 40;
 	g.dtype = KV_DTYPE_BF16;
-	stories_vs_cpu_run(&g, 1e-3, false, &r);
+	stories_vs_cpu_run(&g, 1e-3, false, false, &r);
 	printf("anchors int8: %llu promoted, %llu demoted\n",
 	       (unsigned long long)r.anchors_promoted, (unsigned long long)r.anchors_demoted);
 	ck_assert_uint_gt(r.anchors_promoted, 0);
+}
+END_TEST
+
+/* Cache traces: the cuda backend's trace of a session is the cpu backend's
+ * (slots, tiers, positions, masses and their averages), over a prompt in
+ * chunks, decode and a revision, with a session in the same batches that is
+ * not traced; with and without anchors, float32 and int8 windows. */
+START_TEST(test_stories_trace_vs_cpu)
+{
+	struct model *m = load_stories();
+	struct sinkcache_geometry plain = geometry(m, 24, false, 8, true, KV_DTYPE_F32);
+	struct sinkcache_geometry int8 = geometry(m, 40, true, 8, true, KV_DTYPE_F32);
+	model_free(m);
+	struct twin_run r;
+	stories_vs_cpu_run(&plain, 1e-4, false, true, &r);
+	ck_assert_uint_gt(r.trace_steps, 24);
+	stories_vs_cpu_run(&int8, 1e-3, true, true, &r);
+	struct sinkcache_geometry anchors = plain;
+	anchors.anchor_max = 6;
+	anchors.anchor_promote = 0.1f;
+	anchors.anchor_demote_steps = 6;
+	stories_vs_cpu_run(&anchors, 1e-4, false, true, &r);
+	ck_assert_uint_gt(r.anchors_promoted, 0);
+	printf("trace: %llu steps traced, %llu anchors promoted\n",
+	       (unsigned long long)r.trace_steps, (unsigned long long)r.anchors_promoted);
 }
 END_TEST
 
@@ -1022,6 +1122,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_stories_reference);
 	tcase_add_test(tc, test_stories_tiered_cache_vs_cpu);
 	tcase_add_test(tc, test_stories_anchors_vs_cpu);
+	tcase_add_test(tc, test_stories_trace_vs_cpu);
 	tcase_add_test(tc, test_synthetic_bf16_and_q8_vs_cpu);
 	tcase_add_test(tc, test_synthetic_block_types_vs_cpu);
 	tcase_add_test(tc, test_qwen2_style_neox_and_bias);

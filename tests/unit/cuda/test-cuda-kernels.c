@@ -217,34 +217,49 @@ START_TEST(test_swiglu_bias_gather)
 }
 END_TEST
 
-/* The anchor scores' reduction: exact, and columns past cols untouched. */
-START_TEST(test_key_weight_max)
+/* The anchor scores' and the trace's reduction over heads: bit-identical
+ * to the twin, columns past cols untouched, the mean optional. */
+START_TEST(test_key_weight_reduce)
 {
 	enum { N = 3, H = 5, LD = 301, COLS = 290 };
-	float *w = malloc(N * H * LD * sizeof(float)), ref[N * LD], got[N * LD];
+	float *w = malloc(N * H * LD * sizeof(float));
+	float ref_max[N * LD], ref_mean[N * LD], got_max[N * LD], got_mean[N * LD];
 	for (int i = 0; i < N * H * LD; i++)
 		w[i] = 0.5f + 0.5f * frand();
 	for (int i = 0; i < N * LD; i++)
-		ref[i] = -7.0f;
-	twin_key_weight_max(w, N, H, LD, COLS, ref);
-	float *dw = dev_from(w, N * H * LD * sizeof(float)), *dout = dev_from(ref, sizeof(ref));
-	ck_assert_int_eq(cudaMemset(dout, 0, sizeof(ref)), cudaSuccess);
-	float sentinel[N * LD];
-	for (int i = 0; i < N * LD; i++)
-		sentinel[i] = -7.0f;
-	ck_assert_int_eq(cudaMemcpy(dout, sentinel, sizeof(sentinel), cudaMemcpyHostToDevice),
-	                 cudaSuccess);
-	ck_assert_int_eq(cuda_key_weight_max(dw, N, H, LD, COLS, dout, NULL), 0);
-	to_host(got, dout, sizeof(got));
-	ck_assert(memcmp(got, ref, sizeof(ref)) == 0);
-	for (int t = 0; t < N; t++) {
-		ck_assert(got[t * LD + COLS] == -7.0f);
-		float m = 0.0f;
-		for (int h = 0; h < H; h++)
-			m = fmaxf(m, w[(t * H + h) * LD + 7]);
-		ck_assert(got[t * LD + 7] == m);
+		ref_max[i] = ref_mean[i] = -7.0f;
+	twin_key_weight_reduce(w, N, H, LD, COLS, ref_max, ref_mean);
+	float *dw = dev_from(w, N * H * LD * sizeof(float));
+	for (int with_mean = 0; with_mean < 2; with_mean++) {
+		float sentinel[N * LD];
+		for (int i = 0; i < N * LD; i++)
+			sentinel[i] = -7.0f;
+		float *dmax = dev_from(sentinel, sizeof(sentinel));
+		float *dmean = dev_from(sentinel, sizeof(sentinel));
+		ck_assert_int_eq(cuda_key_weight_reduce(dw, N, H, LD, COLS, dmax,
+		                                        with_mean ? dmean : NULL, NULL),
+		                 0);
+		to_host(got_max, dmax, sizeof(got_max));
+		to_host(got_mean, dmean, sizeof(got_mean));
+		ck_assert(memcmp(got_max, ref_max, sizeof(ref_max)) == 0);
+		if (with_mean)
+			ck_assert(memcmp(got_mean, ref_mean, sizeof(ref_mean)) == 0);
+		else
+			ck_assert(memcmp(got_mean, sentinel, sizeof(sentinel)) == 0);
+		cudaFree(dmax), cudaFree(dmean);
 	}
-	cudaFree(dw), cudaFree(dout);
+	for (int t = 0; t < N; t++) {
+		ck_assert(ref_max[t * LD + COLS] == -7.0f && ref_mean[t * LD + COLS] == -7.0f);
+		float m = 0.0f, sum = 0.0f;
+		for (int h = 0; h < H; h++) {
+			m = fmaxf(m, w[(t * H + h) * LD + 7]);
+			sum += w[(t * H + h) * LD + 7];
+		}
+		ck_assert(ref_max[t * LD + 7] == m);
+		ck_assert(fabsf(ref_mean[t * LD + 7] - sum / H) <= 1e-7f);
+		ck_assert(ref_mean[t * LD + 7] < m || H == 1);
+	}
+	cudaFree(dw);
 	free(w);
 }
 END_TEST
@@ -944,7 +959,7 @@ int main(void)
 	tcase_add_test(tc, test_rmsnorm);
 	tcase_add_test(tc, test_rope_far_positions);
 	tcase_add_test(tc, test_swiglu_bias_gather);
-	tcase_add_test(tc, test_key_weight_max);
+	tcase_add_test(tc, test_key_weight_reduce);
 	tcase_add_test(tc, test_dequant_rows);
 	tcase_add_test(tc, test_kv_one_session_tiers);
 	tcase_add_test(tc, test_kv_many_sessions_one_launch);

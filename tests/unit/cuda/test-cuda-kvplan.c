@@ -172,7 +172,7 @@ static double step_both(struct sinkcache *c, struct twin_cache *t, float *scratc
 				double e = fabs((double)kw_c[h * ld + j] - kw_t[h * ld + j]) / 1e-5;
 				worst = e > worst ? e : worst;
 			}
-		twin_key_weight_max(kw_t, 1, N_HEADS, (int)ld, n_res, kmax[l]);
+		twin_key_weight_reduce(kw_t, 1, N_HEADS, (int)ld, n_res, kmax[l], NULL);
 	}
 	if (anchors) {
 		cuda_kv_anchors_commit(&t->sh, &t->anc, &step);
