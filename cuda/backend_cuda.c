@@ -172,18 +172,7 @@ static bool cuda_session_can_append(struct backend *be, const struct backend_ses
 static int cuda_session_trace_enable(struct backend *be, struct backend_session *s, bool on,
                                      char *err, size_t err_len)
 {
-	if (!on) {
-		tier_trace_free(s->trace);
-		s->trace = NULL;
-		return 0;
-	}
-	if (s->trace)
-		return 0;
-	s->trace = tier_trace_new(&s->sh.caps, s->sh.g.n_layers);
-	if (!s->trace)
-		return err_set(err, err_len, -ENOMEM,
-		               "cuda backend: out of memory for a cache trace");
-	return 0;
+	return tier_trace_switch(&s->trace, &s->sh.caps, s->sh.g.n_layers, on, err, err_len);
 }
 
 static int cuda_session_trace(struct backend *be, const struct backend_session *s,

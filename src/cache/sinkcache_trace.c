@@ -14,18 +14,7 @@
 
 int sinkcache_trace_enable(struct sinkcache *c, bool on, char *err, size_t err_len)
 {
-	if (!on) {
-		tier_trace_free(c->trace);
-		c->trace = NULL;
-		return 0;
-	}
-	if (c->trace)
-		return 0;
-	c->trace = tier_trace_new(&c->caps, c->g.n_layers);
-	if (!c->trace)
-		return err_set(err, err_len, -ENOMEM,
-		               "sink cache: out of memory for a cache trace");
-	return 0;
+	return tier_trace_switch(&c->trace, &c->caps, c->g.n_layers, on, err, err_len);
 }
 
 bool sinkcache_tracing(const struct sinkcache *c)

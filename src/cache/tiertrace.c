@@ -3,7 +3,10 @@
  * key or value; the caller hands it the weights attention gave each rank. */
 #include "cache/tiertrace.h"
 
+#include <errno.h>
 #include <stdlib.h>
+
+#include "util/errbuf.h"
 
 struct tier_trace_layer {
 	int n_last;
@@ -70,6 +73,20 @@ struct tier_trace *tier_trace_new(const struct tier_caps *c, int n_layers)
 oom:
 	tier_trace_free(t);
 	return NULL;
+}
+
+int tier_trace_switch(struct tier_trace **t, const struct tier_caps *c, int n_layers, bool on,
+                      char *err, size_t err_len)
+{
+	if (!on) {
+		tier_trace_free(*t);
+		*t = NULL;
+		return 0;
+	}
+	if (!*t && !(*t = tier_trace_new(c, n_layers)))
+		return err_set(err, err_len, -ENOMEM, "out of memory for a cache trace of %d layers",
+		               n_layers);
+	return 0;
 }
 
 uint64_t tier_trace_steps(const struct tier_trace *t)

@@ -22,6 +22,10 @@ struct tier_trace;
  * memory.  tier_trace_free(NULL) is a no-op. */
 struct tier_trace *tier_trace_new(const struct tier_caps *c, int n_layers);
 void tier_trace_free(struct tier_trace *t);
+/* Turns a cache's trace *t on (made if NULL) or off (freed, NULL): what
+ * both backends' session_trace_enable do.  -ENOMEM with a message. */
+int tier_trace_switch(struct tier_trace **t, const struct tier_caps *c, int n_layers, bool on,
+                      char *err, size_t err_len);
 
 /* Steps layer 0 observed since tracing began (or the last clear). */
 uint64_t tier_trace_steps(const struct tier_trace *t);
