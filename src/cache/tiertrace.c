@@ -20,7 +20,6 @@ struct tier_trace_layer {
 struct tier_trace {
 	int n_layers, capacity, window;
 	uint64_t steps;
-	float *scratch_max, *scratch_mean; /* (capacity) observe_heads' reductions */
 	struct tier_trace_layer *layers;   /* (n_layers) */
 };
 
@@ -37,8 +36,6 @@ void tier_trace_free(struct tier_trace *t)
 		free(T->win_ema);
 	}
 	free(t->layers);
-	free(t->scratch_max);
-	free(t->scratch_mean);
 	free(t);
 }
 
@@ -55,9 +52,7 @@ struct tier_trace *tier_trace_new(const struct tier_caps *c, int n_layers)
 	t->capacity = (int)cap;
 	t->window = c->window;
 	t->layers = calloc((size_t)n_layers, sizeof(*t->layers));
-	t->scratch_max = calloc(cap, sizeof(float));
-	t->scratch_mean = calloc(cap, sizeof(float));
-	if (!t->layers || !t->scratch_max || !t->scratch_mean)
+	if (!t->layers)
 		goto oom;
 	for (int l = 0; l < n_layers; l++) {
 		struct tier_trace_layer *T = &t->layers[l];
@@ -122,16 +117,71 @@ static int window_rank(const struct tier_counts *n, const struct tier_anchors *a
 	return n->n_sink + (a ? a->n : 0);
 }
 
-/* The stream index of the token at rank r. */
-static int64_t rank_index(const struct tier_caps *c, const struct tier_counts *n,
-                          const struct tier_anchors *a, int r)
+/* Where the ranks of a layer's resident tokens come from, worked out once
+ * per step so that the per-slot loops below do no calls. */
+struct rank_map {
+	int n_sink, w0, count;
+	const uint64_t *anchor_pos;
+	int64_t window_first; /* stream index of the window's first token */
+};
+
+static struct rank_map rank_map_of(const struct tier_caps *c, const struct tier_counts *n,
+                                   const struct tier_anchors *a)
 {
-	if (r < n->n_sink)
+	int n_win = tier_window(c, n);
+	struct rank_map m = {.n_sink = n->n_sink,
+	                     .w0 = window_rank(n, a),
+	                     .anchor_pos = a ? a->pos : NULL,
+	                     .window_first = (int64_t)(n->n_seen - (uint64_t)n_win)};
+	m.count = m.w0 + n_win;
+	return m;
+}
+
+/* The same, for recording into t: never past its capacity. */
+static struct rank_map observed_ranks(const struct tier_trace *t, const struct tier_caps *c,
+                                      const struct tier_counts *n, const struct tier_anchors *a)
+{
+	struct rank_map m = rank_map_of(c, n, a);
+	if (m.count > t->capacity)
+		m.count = t->capacity;
+	return m;
+}
+
+/* The stream index of the token at rank r. */
+static inline int64_t rank_index(const struct rank_map *m, int r)
+{
+	if (r < m->n_sink)
 		return r;
-	int w0 = window_rank(n, a);
-	if (r < w0)
-		return (int64_t)a->pos[r - n->n_sink];
-	return (int64_t)(n->n_seen - (uint64_t)tier_window(c, n)) + (r - w0);
+	if (r < m->w0)
+		return (int64_t)m->anchor_pos[r - m->n_sink];
+	return m->window_first + (r - m->w0);
+}
+
+/* Records rank r's masses of this step and folds its maximum into the
+ * moving average of its tier (sinks by rank, the window by stream index). */
+static inline void observe_slot(struct tier_trace *t, struct tier_trace_layer *T,
+                                const struct rank_map *m, int r, float mx, float mean)
+{
+	int64_t idx = rank_index(m, r);
+	T->last_index[r] = idx;
+	T->last_max[r] = mx;
+	T->last_mean[r] = mean;
+	bool first = (uint64_t)idx >= T->observed_upto;
+	if (r < m->n_sink) {
+		T->sink_ema[r] = tier_anchor_score(T->sink_ema[r], mx, first);
+	} else if (r >= m->w0 && t->window > 0) {
+		float *e = &T->win_ema[(uint64_t)idx % (uint64_t)t->window];
+		*e = tier_anchor_score(*e, mx, first);
+	}
+}
+
+static void observe_done(struct tier_trace *t, struct tier_trace_layer *T, int layer,
+                         const struct tier_counts *n, int count)
+{
+	T->n_last = count;
+	T->observed_upto = n->n_seen;
+	if (layer == 0)
+		t->steps++;
 }
 
 void tier_trace_observe(struct tier_trace *t, const struct tier_caps *c, int layer,
@@ -141,48 +191,30 @@ void tier_trace_observe(struct tier_trace *t, const struct tier_caps *c, int lay
 	if (!t || !w_max || !w_mean || layer < 0 || layer >= t->n_layers)
 		return;
 	struct tier_trace_layer *T = &t->layers[layer];
-	int w0 = window_rank(n, a), count = w0 + tier_window(c, n);
-	if (count > t->capacity)
-		count = t->capacity;
-	for (int r = 0; r < count; r++) {
-		int64_t idx = rank_index(c, n, a, r);
-		T->last_index[r] = idx;
-		T->last_max[r] = w_max[r];
-		T->last_mean[r] = w_mean[r];
-		bool first = (uint64_t)idx >= T->observed_upto;
-		if (r < n->n_sink) {
-			T->sink_ema[r] = tier_anchor_score(T->sink_ema[r], w_max[r], first);
-		} else if (r >= w0 && t->window > 0) {
-			float *e = &T->win_ema[(uint64_t)idx % (uint64_t)t->window];
-			*e = tier_anchor_score(*e, w_max[r], first);
-		}
-	}
-	T->n_last = count;
-	T->observed_upto = n->n_seen;
-	if (layer == 0)
-		t->steps++;
+	struct rank_map m = observed_ranks(t, c, n, a);
+	for (int r = 0; r < m.count; r++)
+		observe_slot(t, T, &m, r, w_max[r], w_mean[r]);
+	observe_done(t, T, layer, n, m.count);
 }
 
 void tier_trace_observe_heads(struct tier_trace *t, const struct tier_caps *c, int layer,
                               const struct tier_counts *n, const struct tier_anchors *a,
                               const float *key_weight, int n_heads, size_t ld)
 {
-	if (!t || !key_weight || n_heads <= 0)
+	if (!t || !key_weight || n_heads <= 0 || layer < 0 || layer >= t->n_layers)
 		return;
-	int count = window_rank(n, a) + tier_window(c, n);
-	if (count > t->capacity)
-		count = t->capacity;
-	for (int r = 0; r < count; r++) {
+	struct tier_trace_layer *T = &t->layers[layer];
+	struct rank_map m = observed_ranks(t, c, n, a);
+	for (int r = 0; r < m.count; r++) {
 		float mx = 0.0f, sum = 0.0f;
 		for (int h = 0; h < n_heads; h++) {
 			float w = key_weight[(size_t)h * ld + (size_t)r];
 			mx = w > mx ? w : mx;
 			sum += w;
 		}
-		t->scratch_max[r] = mx;
-		t->scratch_mean[r] = sum / (float)n_heads;
+		observe_slot(t, T, &m, r, mx, sum / (float)n_heads);
 	}
-	tier_trace_observe(t, c, layer, n, a, t->scratch_max, t->scratch_mean);
+	observe_done(t, T, layer, n, m.count);
 }
 
 void tier_trace_fill_step(const struct tier_trace *t, const struct sinkcache_geometry *g,
@@ -231,11 +263,11 @@ void tier_trace_fill_layer(const struct tier_trace *t, const struct sinkcache_ge
 	bool by_rank = g->rope_positions == ROPE_POSITIONS_CACHE;
 	const struct tier_trace_layer *T =
 	    t && attention && layer >= 0 && layer < t->n_layers ? &t->layers[layer] : NULL;
-	int w0 = window_rank(n, a), n_win = tier_window(c, n);
-	int count = w0 + n_win, n_comp = n_win - n->n_hot, cursor = 0;
+	struct rank_map m = rank_map_of(c, n, a);
+	int w0 = m.w0, count = m.count, n_comp = count - w0 - n->n_hot, cursor = 0;
 	for (int r = 0; r < count; r++) {
 		struct cache_trace_slot *s = &out->slots[r];
-		s->stream_index = rank_index(c, n, a, r);
+		s->stream_index = rank_index(&m, r);
 		s->rope_pos = by_rank ? r : s->stream_index;
 		if (r < n->n_sink)
 			s->tier = CACHE_TIER_SINK;
