@@ -4,6 +4,7 @@
 #include "cache/tiertrace.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 
 #include "util/errbuf.h"
@@ -111,39 +112,25 @@ void tier_trace_revised(struct tier_trace *t, int layer, uint64_t n_seen)
 		T->n_last--;
 }
 
-/* Rank of the first window token: sinks and anchors come before it. */
-static int window_rank(const struct tier_counts *n, const struct tier_anchors *a)
-{
-	return n->n_sink + (a ? a->n : 0);
-}
-
 /* Where the ranks of a layer's resident tokens come from, worked out once
- * per step so that the per-slot loops below do no calls. */
+ * per step so that the per-slot loops below do no calls.  Sinks and anchors
+ * come before the window's first rank w0. */
 struct rank_map {
 	int n_sink, w0, count;
 	const uint64_t *anchor_pos;
 	int64_t window_first; /* stream index of the window's first token */
 };
 
+/* The map of n's resident tokens, at most max_count of them. */
 static struct rank_map rank_map_of(const struct tier_caps *c, const struct tier_counts *n,
-                                   const struct tier_anchors *a)
+                                   const struct tier_anchors *a, int max_count)
 {
 	int n_win = tier_window(c, n);
 	struct rank_map m = {.n_sink = n->n_sink,
-	                     .w0 = window_rank(n, a),
+	                     .w0 = n->n_sink + (a ? a->n : 0),
 	                     .anchor_pos = a ? a->pos : NULL,
 	                     .window_first = (int64_t)(n->n_seen - (uint64_t)n_win)};
-	m.count = m.w0 + n_win;
-	return m;
-}
-
-/* The same, for recording into t: never past its capacity. */
-static struct rank_map observed_ranks(const struct tier_trace *t, const struct tier_caps *c,
-                                      const struct tier_counts *n, const struct tier_anchors *a)
-{
-	struct rank_map m = rank_map_of(c, n, a);
-	if (m.count > t->capacity)
-		m.count = t->capacity;
+	m.count = m.w0 + n_win < max_count ? m.w0 + n_win : max_count;
 	return m;
 }
 
@@ -191,7 +178,7 @@ void tier_trace_observe(struct tier_trace *t, const struct tier_caps *c, int lay
 	if (!t || !w_max || !w_mean || layer < 0 || layer >= t->n_layers)
 		return;
 	struct tier_trace_layer *T = &t->layers[layer];
-	struct rank_map m = observed_ranks(t, c, n, a);
+	struct rank_map m = rank_map_of(c, n, a, t->capacity);
 	for (int r = 0; r < m.count; r++)
 		observe_slot(t, T, &m, r, w_max[r], w_mean[r]);
 	observe_done(t, T, layer, n, m.count);
@@ -204,7 +191,7 @@ void tier_trace_observe_heads(struct tier_trace *t, const struct tier_caps *c, i
 	if (!t || !key_weight || n_heads <= 0 || layer < 0 || layer >= t->n_layers)
 		return;
 	struct tier_trace_layer *T = &t->layers[layer];
-	struct rank_map m = observed_ranks(t, c, n, a);
+	struct rank_map m = rank_map_of(c, n, a, t->capacity);
 	for (int r = 0; r < m.count; r++) {
 		float mx = 0.0f, sum = 0.0f;
 		for (int h = 0; h < n_heads; h++) {
@@ -263,7 +250,7 @@ void tier_trace_fill_layer(const struct tier_trace *t, const struct sinkcache_ge
 	bool by_rank = g->rope_positions == ROPE_POSITIONS_CACHE;
 	const struct tier_trace_layer *T =
 	    t && attention && layer >= 0 && layer < t->n_layers ? &t->layers[layer] : NULL;
-	struct rank_map m = rank_map_of(c, n, a);
+	struct rank_map m = rank_map_of(c, n, a, INT_MAX);
 	int w0 = m.w0, count = m.count, n_comp = count - w0 - n->n_hot, cursor = 0;
 	for (int r = 0; r < count; r++) {
 		struct cache_trace_slot *s = &out->slots[r];

@@ -877,16 +877,16 @@ START_TEST(test_block_type_logits)
 	static const char *const small_shape[] = {"--dim", "256", "--layers",     "2",   "--heads",
 	                                          "4",     "--ffn", "512", "--vocab-size", "512",
 	                                          NULL};
-	const char *shape[24];
+	const char *parsed[24];
 	char shape_buf[256];
-	if (!logit_shape(shape, 24, shape_buf, sizeof(shape_buf)))
-		memcpy(shape, small_shape, sizeof(small_shape));
+	const char *const *shape =
+	    logit_shape(parsed, 24, shape_buf, sizeof(shape_buf)) ? parsed : small_shape;
 	char qpath[64], fpath[64], err[SINKD_ERR_LEN];
 	{
 		int t = _i;
 		tu_temp_file(qpath, sizeof(qpath), "sinkd-test-model", NULL, 0);
 		tu_temp_file(fpath, sizeof(fpath), "sinkd-test-model", NULL, 0);
-		mkmodel(qpath, block_types[t], NULL, (const char *const *)shape);
+		mkmodel(qpath, block_types[t], NULL, shape);
 		mkmodel(fpath, "f32", qpath, NULL);
 		struct model *q = load(qpath, err);
 		ck_assert_msg(q != NULL, "%s", err);
