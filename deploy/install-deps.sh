@@ -15,6 +15,8 @@ command -v npm >/dev/null 2>&1 || packages+=(npm)
 # The web console's browser test (tests/integration/test-console.sh) drives
 # Debian's Chromium with puppeteer-core; it downloads no browser of its own.
 packages+=(chromium)
+# The session store's Redis/Valkey backend (hiredis for RESP) and its test's server.
+packages+=(libhiredis-dev redis-server)
 
 missing=()
 for p in "${packages[@]}"; do
