@@ -127,12 +127,15 @@ static int create_backend(struct daemon *d, const char **name, char *err, size_t
 	return backend_cpu_new(d->model, &bo, &d->be, err, err_len);
 }
 
-/* sessions.store_dir: the session store, shared with other instances. */
+/* sessions.store_dir or sessions.store: the session store, shared with
+ * other instances. */
 static int open_store(struct daemon *d, char *err, size_t err_len)
 {
 	const struct sinkd_config *c = d->cfg;
 	scheduler_set_model_file(d->sched, c->model.path);
-	if (!c->sessions.store_dir || !c->sessions.store_dir[0])
+	bool dir = c->sessions.store_dir && c->sessions.store_dir[0];
+	bool url = c->sessions.store && c->sessions.store[0];
+	if (!dir && !url)
 		return 0;
 	char instance[160], host[64] = "host";
 	if (c->sessions.instance_id && c->sessions.instance_id[0]) {
@@ -142,19 +145,31 @@ static int open_store(struct daemon *d, char *err, size_t err_len)
 		host[sizeof(host) - 1] = '\0';
 		snprintf(instance, sizeof(instance), "%s:%ld", host, (long)getpid());
 	}
-	struct session_store_options so = {.dir = c->sessions.store_dir,
-	                                   .max_bytes = (uint64_t)c->sessions.store_max_bytes,
+	struct session_store_options so = {
+	    .dir = dir ? c->sessions.store_dir : NULL,
+	    .url = dir ? NULL : c->sessions.store,
+	    .auth_file = c->sessions.store_auth_file && c->sessions.store_auth_file[0]
+	                     ? c->sessions.store_auth_file
+	                     : NULL,
+	    .tls_ca_file = c->sessions.store_tls_ca_file && c->sessions.store_tls_ca_file[0]
+	                       ? c->sessions.store_tls_ca_file
+	                       : NULL,
+	    .per_key_bytes = (uint64_t)c->sessions.per_key_store_bytes,
+	    .log = d->log,
+	    .max_bytes = (uint64_t)c->sessions.store_max_bytes,
 	                                   .lease_timeout_s = (double)c->sessions.lease_timeout_s,
 	                                   .ttl_s = (double)c->scheduler.session_ttl_s,
 	                                   .instance = instance};
 	int rc = session_store_open(&so, &d->store, err, err_len);
 	if (rc) {
-		err_prefix(err, err_len, "sessions.store_dir");
+		err_prefix(err, err_len, dir ? "sessions.store_dir" : "sessions.store");
 		return rc;
 	}
 	scheduler_set_store(d->sched, d->store);
-	struct log_field f[] = {LOG_STR("dir", c->sessions.store_dir), LOG_STR("instance", instance),
-	                        LOG_END};
+	struct log_field f[] = {LOG_STR("backend", session_store_backend(d->store)),
+	                        LOG_STR(dir ? "dir" : "url", dir ? c->sessions.store_dir
+	                                                         : c->sessions.store),
+	                        LOG_STR("instance", instance), LOG_END};
 	log_event(d->log, LOG_INFO, LOG_MODULE, "session store open", f);
 	return 0;
 }
@@ -485,9 +500,11 @@ static bool drain_sleep(struct daemon *d, double seconds, const volatile int *fo
 /* SIGTERM: /ready 503 at once; for drain_grace_s new requests get 503 (so
  * health checks see it); the listener closes; running streams get
  * drain_timeout_s; the rest end with a server_shutdown event.  A second
- * signal skips the waits. */
-static void drain(struct daemon *d, const volatile int *force_flag)
+ * signal skips the waits.  How many persistent sessions could not be
+ * written to the store (each logged as an error by the scheduler). */
+static size_t drain(struct daemon *d, const volatile int *force_flag)
 {
+	size_t lost = 0;
 	struct scheduler_stats st = {0};
 	if (d->sched)
 		scheduler_get_stats(d->sched, &st);
@@ -529,14 +546,16 @@ static void drain(struct daemon *d, const volatile int *force_flag)
 		struct log_field fo[] = {LOG_INT("written", (int64_t)n),
 		                         LOG_INT("not_written", (int64_t)failed),
 		                         LOG_DBL("seconds", mono_now() - t0), LOG_END};
-		log_event(d->log, failed ? LOG_WARN : LOG_INFO, LOG_MODULE,
+		log_event(d->log, failed ? LOG_ERROR : LOG_INFO, LOG_MODULE,
 		          "draining: persistent sessions written to the session store", fo);
+		lost = failed;
 	} else if (st.sessions) {
 		log_msg(d->log, LOG_WARN, LOG_MODULE,
 		        "draining: %zu persistent session(s) dropped (set sessions.store_dir to "
 		        "keep them across restarts)",
 		        st.sessions);
 	}
+	return lost;
 }
 
 static void daemon_teardown(struct daemon *d)
@@ -631,7 +650,12 @@ int daemon_run(const char *config_path, const char *const *overrides, size_t n_o
 		serve_loop(&d, stop_flag, reload_flag);
 	}
 	log_msg(log, LOG_INFO, LOG_MODULE, "stopping: draining open requests");
-	drain(&d, force_flag);
+	size_t lost = drain(&d, force_flag);
+	if (lost)
+		rc = err_set(err, err_len, -EIO,
+		             "draining: %zu persistent session(s) could not be written to the "
+		             "session store and are lost (each named in the log)",
+		             lost);
 out:
 	daemon_teardown(&d);
 	if (!rc)

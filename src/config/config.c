@@ -7,11 +7,13 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <openssl/sha.h>
 #include <yaml.h>
@@ -793,42 +795,103 @@ static int parse_document(struct loader *ld)
 	}
 }
 
-/* Larger than any config; bounds what a reload reads into memory. */
-#define CONFIG_FILE_MAX (4 << 20)
+/* What a path that is not a regular file is, for the message refusing it. */
+static const char *file_kind(mode_t mode)
+{
+	return S_ISDIR(mode)    ? "a folder"
+	       : S_ISFIFO(mode) ? "a FIFO"
+	       : S_ISSOCK(mode) ? "a socket"
+	       : S_ISCHR(mode)  ? "a character device"
+	       : S_ISBLK(mode)  ? "a block device"
+	                        : "not a file";
+}
 
-/* Reads the whole file (so the digest is of exactly the bytes parsed). */
+/* Opens path to read it, never blocking: O_NONBLOCK so that a FIFO moved
+ * into the config's place cannot hang a reload (the serve loop) in open(),
+ * and anything but a regular file is refused before a byte is read (a FIFO
+ * would block or read as empty, a device might never end). */
+static int config_file_open(struct loader *ld, const char *path)
+{
+	struct stat st;
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	if (fd < 0) {
+		int e = errno;
+		add_error(ld, path, "cannot open config file: %s", strerror(e));
+		return -e;
+	}
+	if (fstat(fd, &st) != 0) {
+		int e = errno;
+		add_error(ld, path, "cannot read config file: %s", strerror(e));
+		close(fd);
+		return -e;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		add_error(ld, path, "cannot read config file: not a regular file (%s)",
+		          file_kind(st.st_mode));
+		close(fd);
+		return -EINVAL;
+	}
+	return fd;
+}
+
+/* Reads up to cap bytes of fd, growing buf with what it finds: a small
+ * config costs a small buffer.  Returns 0 or a negative errno. */
+static int config_file_slurp(int fd, size_t cap, unsigned char **out, size_t *len)
+{
+	unsigned char *buf = NULL;
+	size_t size = 0, n = 0;
+	for (;;) {
+		if (n == size) {
+			if (size == cap)
+				break;
+			size_t want = size ? 2 * size : 64 << 10;
+			want = want > cap ? cap : want;
+			unsigned char *grown = realloc(buf, want);
+			if (grown == NULL) {
+				free(buf);
+				return -ENOMEM;
+			}
+			buf = grown;
+			size = want;
+		}
+		ssize_t got = read(fd, buf + n, size - n);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0) {
+			int e = errno;
+			free(buf);
+			return -e;
+		}
+		if (got == 0)
+			break;
+		n += (size_t)got;
+	}
+	*out = buf;
+	*len = n;
+	return 0;
+}
+
+/* Reads the whole file (so the digest is of exactly the bytes parsed), at
+ * most CONFIG_FILE_MAX of it: one byte more tells that it is too large. */
 static int read_config_file(struct loader *ld, const char *path, unsigned char **out, size_t *len)
 {
-	FILE *fp = fopen(path, "rb");
-	if (fp == NULL) {
-		add_error(ld, path, "cannot open config file: %s", strerror(errno));
-		return -ENOENT;
-	}
-	/* The buffer grows with the file: a small config costs a small one. */
 	unsigned char *buf = NULL;
-	size_t cap = 0, n = 0;
-	int oom = 0;
-	do {
-		size_t want = cap ? 2 * cap : 64 << 10;
-		if (want > CONFIG_FILE_MAX + 1)
-			want = CONFIG_FILE_MAX + 1;
-		unsigned char *grown = realloc(buf, want);
-		if (grown == NULL) {
-			oom = 1;
-			break;
-		}
-		buf = grown;
-		cap = want;
-		n += fread(buf + n, 1, cap - n, fp);
-	} while (n == cap && cap < CONFIG_FILE_MAX + 1);
-	int bad = ferror(fp);
-	fclose(fp);
-	if (oom || bad || n > CONFIG_FILE_MAX) {
-		add_error(ld, path, "%s",
-		          oom   ? "out of memory"
-		          : bad ? "cannot read config file"
-		                : "config file larger than 4 MiB");
+	size_t n = 0;
+	int fd = config_file_open(ld, path);
+	if (fd < 0)
+		return fd;
+	int rc = config_file_slurp(fd, CONFIG_FILE_MAX + 1, &buf, &n);
+	close(fd);
+	if (rc == 0 && n > CONFIG_FILE_MAX) {
 		free(buf);
+		rc = -EFBIG;
+	}
+	if (rc < 0) {
+		if (rc == -ENOMEM || rc == -EFBIG)
+			add_error(ld, path, "%s",
+			          rc == -ENOMEM ? "out of memory" : "config file larger than 4 MiB");
+		else
+			add_error(ld, path, "cannot read config file: %s", strerror(-rc));
 		return -EINVAL;
 	}
 	*out = buf;
@@ -919,9 +982,28 @@ static void apply_override(struct loader *ld, const char *spec)
 
 /* ---------------------------------------------------------------- rules */
 
+/* One session store: a folder or a Redis URL. */
+static void check_store_keys(struct loader *ld)
+{
+	const struct sinkd_config *c = ld->cfg;
+	const char *url = c->sessions.store, *dir = c->sessions.store_dir;
+	const char *url_at = ld->origin[key_index(find_key("sessions.store"))];
+	if (url && url[0] && dir && dir[0])
+		add_error(ld, url_at,
+		          "sessions.store: set either sessions.store (a Redis URL) or "
+		          "sessions.store_dir (a folder, set at %s), not both",
+		          ld->origin[key_index(find_key("sessions.store_dir"))]);
+	if (url && url[0] && strncmp(url, "redis://", 8) && strncmp(url, "rediss://", 9))
+		add_error(ld, url_at,
+		          "sessions.store: '%.200s' is not a redis:// or rediss:// URL (a folder "
+		          "goes in sessions.store_dir)",
+		          url);
+}
+
 static void check_cross_keys(struct loader *ld)
 {
 	const struct sinkd_config *c = ld->cfg;
+	check_store_keys(ld);
 	const char *sink_at = ld->origin[key_index(find_key("inference.cache.sink_keep_count"))];
 	const char *win_at = ld->origin[key_index(find_key("inference.cache.window_size"))];
 	const char *hot_at =

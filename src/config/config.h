@@ -90,8 +90,12 @@ struct sinkd_config {
 		int64_t max_unsent_tokens; /* 0 = no flow control */
 	} scheduler;
 	struct {
-		char *store_dir;         /* "" = no session store */
+		char *store_dir;         /* "" = no session store (or store is set) */
+		char *store;             /* "redis://..." / "rediss://...": the Redis store */
+		char *store_auth_file;   /* its AUTH password ("" = none) */
+		char *store_tls_ca_file; /* rediss: CA bundle ("" = the system's) */
 		int64_t store_max_bytes; /* 0 = unbounded */
+		int64_t per_key_store_bytes; /* 0 = store_max_bytes / 8 */
 		int64_t lease_timeout_s;
 		char *instance_id;       /* "" = host name and process id */
 	} sessions;
@@ -166,6 +170,11 @@ void config_print(const struct sinkd_config *c, FILE *out);
 /* Cache geometry for a model under this config. */
 void config_cache_geometry(const struct sinkd_config *c, const struct model_hparams *hp,
 			   struct sinkcache_geometry *g);
+
+/* The largest config file a load or reload reads, in bytes.  config_watch
+ * hashes no more than this + 1 bytes of a watched file, so a watch never
+ * reads more than the reload it triggers. */
+#define CONFIG_FILE_MAX ((size_t)4 << 20)
 
 /* The SHA-256 (hex) of a config file's bytes, as config_load records it in
  * source_sha256; negative errno when unreadable. */

@@ -236,6 +236,23 @@ const struct config_key config_keys[] = {
 	 "sessions are offloaded there, drain writes every session there, and a session this "
 	 "instance does not hold is looked up there; empty = none",
 	 .apply = 0 /* restart */},
+	{"sessions.store", CONFIG_STRING, OFF(sessions.store), NO_AUX, 0, 0, 0, 0, NULL, NULL, "", 0,
+	 "the session store as a Redis or Valkey server: redis://host[:port][/db] or "
+	 "rediss://host[:port][/db] (TLS); instead of sessions.store_dir; empty = none",
+	 .apply = 0 /* restart */},
+	{"sessions.store_auth_file", CONFIG_STRING, OFF(sessions.store_auth_file), NO_AUX, 0, 0, 0,
+	 0, NULL, NULL, "", 0,
+	 "file holding the Redis AUTH password (\"password\" or \"user password\"); empty = no AUTH",
+	 .apply = 0 /* restart */},
+	{"sessions.store_tls_ca_file", CONFIG_STRING, OFF(sessions.store_tls_ca_file), NO_AUX, 0, 0,
+	 0, 0, NULL, NULL, "", 0,
+	 "CA bundle that signs the rediss:// server's certificate; empty = the system's",
+	 .apply = 0 /* restart */},
+	{"sessions.per_key_store_bytes", CONFIG_SIZE, OFF(sessions.per_key_store_bytes), NO_AUX, 0,
+	 1LL << 50, 0, 0, NULL, NULL, "0", 0,
+	 "bytes of the store one API key's sessions may take before its own oldest are evicted "
+	 "(never another key's while it is over); 0 = store_max_bytes / 8",
+	 .apply = 0 /* restart */},
 	{"sessions.store_max_bytes", CONFIG_SIZE, OFF(sessions.store_max_bytes), NO_AUX, 0, 1LL << 50,
 	 0, 0, NULL, NULL, "4GiB", 0,
 	 "bytes the store's snapshots may take; beyond, the oldest are deleted; 0 = unbounded",

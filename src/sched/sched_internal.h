@@ -66,6 +66,9 @@ struct sched_session {
 	unsigned char *restore_buf; /* [mu] restored snapshot, imported on first use */
 	struct kv_image restore_kv; /* points into restore_buf */
 	bool leased;                /* [mu] holds its lease in the store */
+	uint64_t generation;        /* [mu] of its state: above its stored record's */
+	bool has_record;            /* [mu] a record of it is in the store */
+	bool gen_marked;            /* [mu] its lease carries generation (it may diverge) */
 	bool offloading;            /* [mu] its snapshot is being written to the store */
 	bool offload_cancel;        /* [mu] a request came while it was */
 	bool stored;                /* [mu] out of the table into the store: keep the file */
@@ -96,6 +99,7 @@ struct sched_restore {
 	size_t kv_bytes;
 	int pinned_tokens;
 	bool leased; /* its lease in the store is taken */
+	uint64_t generation;
 };
 
 /* A job for the engine thread: a snapshot's export, or a cache trace
@@ -106,6 +110,7 @@ struct sched_ctl {
 	enum sched_ctl_kind kind;
 	struct sched_session *ss;
 	const char *request_id;
+	const char *owner;              /* TRACE of a stream: whose (NULL: anyone's) */
 	struct cache_trace_step *trace; /* TRACE: the result */
 	struct sched_export ex;
 	int rc;

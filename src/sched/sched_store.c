@@ -62,6 +62,12 @@ static int identity(struct scheduler *s, struct snapshot_expect *out, char *err,
 			s->expect.n_layers = hp->n_layers;
 			s->expect.n_kv_heads = hp->n_kv_heads;
 			s->expect.head_dim = hp->head_dim;
+			/* the RoPE every session's geometry gets from this model
+			 * (config_cache_geometry), so a restore can be refused
+			 * before a session is built with anything else */
+			s->expect.rope_dim = hp->rope_dim;
+			s->expect.rope_theta = hp->rope_theta;
+			s->expect.rope_neox = hp->arch == MODEL_ARCH_QWEN2;
 			s->have_identity = true;
 		}
 	}
@@ -137,11 +143,12 @@ void sched_ctl_run(struct scheduler *s, struct sched_ctl **jobs, size_t n)
 		bool busy = c->ss->busy_handle != 0, gone = c->ss->deleted;
 		pthread_mutex_unlock(&s->mu);
 		if (gone)
-			c->rc = err_set(c->err, sizeof(c->err), -ENOENT, "no session %s", c->ss->id);
+			c->rc = err_set(c->err, sizeof(c->err), -ENOENT, "no session %s",
+			                   session_key_id(c->ss->id));
 		else if (busy)
 			c->rc = err_set(c->err, sizeof(c->err), -EBUSY,
 			                "session %s is busy with a request; snapshot it between requests",
-			                c->ss->id);
+			                session_key_id(c->ss->id));
 		else
 			c->rc = sched_export_session(s, c->ss, &c->ex, c->err, sizeof(c->err));
 		pthread_mutex_lock(&s->mu);
@@ -172,7 +179,7 @@ static int encode(struct scheduler *s, const struct sinkcache_geometry *geom, in
 	                      .kv = ex->kv};
 	memcpy(sn.model_sha256, ident.model_sha256, 32);
 	snprintf(sn.arch, sizeof(sn.arch), "%s", ident.arch);
-	snprintf(sn.id, sizeof(sn.id), "%s", id);
+	snprintf(sn.id, sizeof(sn.id), "%s", session_key_id(id)); /* the client's id */
 	snprintf(sn.owner, sizeof(sn.owner), "%s", owner);
 	return snapshot_encode(&sn, out, len, err, err_len);
 }
@@ -193,7 +200,8 @@ int scheduler_session_snapshot(struct scheduler *s, const char *id, unsigned cha
 	struct sched_session *ss = id ? sched_session_find_locked(s, id) : NULL;
 	if (!ss) {
 		pthread_mutex_unlock(&s->mu);
-		return err_set(err, err_len, -ENOENT, "no session %.40s", id ? id : "");
+		return err_set(err, err_len, -ENOENT, "no session %.40s",
+		               id ? session_key_id(id) : "");
 	}
 	c.ss = ss;
 	snprintf(owner, sizeof(owner), "%s", ss->owner);
@@ -262,10 +270,11 @@ static int restore_geometry_check(struct scheduler *s, const struct sinkcache_ge
 	return 0;
 }
 
-/* Creates the session of a decoded snapshot (its id in sn->id). */
-static int restore_decoded(struct scheduler *s, const struct snapshot *sn, const char *owner,
-                           int64_t owner_max, bool leased, char id_out[SCHED_SESSION_ID_LEN],
-                           char *err, size_t err_len)
+/* Creates the session of a decoded snapshot under key, as generation. */
+static int restore_decoded(struct scheduler *s, const struct snapshot *sn, const char *key,
+                           const char *owner, int64_t owner_max, bool leased,
+                           uint64_t generation, char id_out[SCHED_SESSION_ID_LEN], char *err,
+                           size_t err_len)
 {
 	unsigned char *kv = malloc(sn->kv.bytes ? sn->kv.bytes : 1);
 	if (!kv)
@@ -275,7 +284,7 @@ static int restore_decoded(struct scheduler *s, const struct snapshot *sn, const
 		memcpy(kv, sn->kv.data, sn->kv.bytes);
 	struct session_settings set = {.window_size = sn->geom.window_size,
 	                               .sink_keep_count = sn->geom.sink_keep_count,
-	                               .id = sn->id,
+	                               .id = key,
 	                               .owner = owner,
 	                               .owner_max = owner_max};
 	struct sched_restore rs = {.geom = &sn->geom,
@@ -286,7 +295,8 @@ static int restore_decoded(struct scheduler *s, const struct snapshot *sn, const
 	                           .kv_buf = kv,
 	                           .kv_bytes = sn->kv.bytes,
 	                           .pinned_tokens = (int)sn->pinned_tokens,
-	                           .leased = leased};
+	                           .leased = leased,
+	                           .generation = generation};
 	int rc = sched_session_create_restored(s, &set, &rs, id_out, err, err_len);
 	if (rc)
 		free(kv);
@@ -310,34 +320,37 @@ int scheduler_session_restore(struct scheduler *s, const unsigned char *buf, siz
 	rc = snapshot_decode(buf, len, &ex, &sn, err, err_len);
 	if (rc)
 		return rc;
-	if (o && o->id && o->id[0]) {
-		if (!session_store_id_valid(o->id)) {
-			rc = err_set(err, err_len, -EINVAL, "session id: 1..32 hex digits");
-			goto out;
-		}
-		snprintf(sn.id, sizeof(sn.id), "%s", o->id);
+	/* the id the caller asked for, or the snapshot's own, in the caller's namespace */
+	const char *want = o && o->id && o->id[0] ? o->id : sn.id;
+	char key[SCHED_SESSION_ID_LEN];
+	if (session_key_make(o ? o->owner : NULL, want, key)) {
+		rc = err_set(err, err_len, -EINVAL, want == sn.id
+		                                        ? "snapshot field id: not 1..32 hex digits"
+		                                        : "session id: 1..32 hex digits");
+		goto out;
 	}
 	if ((rc = restore_geometry_check(s, &sn.geom, err, err_len)))
 		goto out;
 	bool leased = false;
+	uint64_t generation = 0;
 	if (s->store) {
-		if (session_store_exists(s->store, sn.id)) {
-			rc = err_set(err, err_len, -EEXIST,
-			             "session %s exists (in the session store)", sn.id);
+		if (session_store_exists(s->store, key)) {
+			rc = err_set(err, err_len, -EEXIST, "session %s exists", want);
 			goto out;
 		}
-		rc = session_store_lease_take(s->store, sn.id, holder, sizeof(holder), err, err_len);
+		rc = session_store_lease_take(s->store, key, &generation, holder, sizeof(holder), err,
+		                              err_len);
 		if (rc == -EBUSY)
 			rc = err_set(err, err_len, -EEXIST, "session %s exists (held by instance %s)",
-			             sn.id, holder);
+			             want, holder);
 		if (rc)
 			goto out;
 		leased = true;
 	}
-	rc = restore_decoded(s, &sn, o ? o->owner : NULL, o ? o->owner_max : 0, leased, id_out, err,
-	                     err_len);
+	rc = restore_decoded(s, &sn, key, o ? o->owner : NULL, o ? o->owner_max : 0, leased,
+	                     generation + 1, id_out, err, err_len);
 	if (rc && leased)
-		session_store_lease_release(s->store, sn.id);
+		session_store_lease_release(s->store, key);
 	if (!rc) {
 		pthread_mutex_lock(&s->mu);
 		s->st.restores_api++;
@@ -351,51 +364,90 @@ out:
 
 bool scheduler_session_stored(struct scheduler *s, const char *id)
 {
-	return s->store && id && session_store_id_valid(id) && session_store_exists(s->store, id);
+	return s->store && id && session_key_valid(id) && session_store_exists(s->store, id);
+}
+
+/* The lease of a session to bring back: -EBUSY (held live elsewhere) or
+ * the store's failure, with the client's message. */
+static int fetch_lease(struct scheduler *s, const char *id, uint64_t *generation, char *err,
+                       size_t err_len)
+{
+	char holder[160] = "", why[SINKD_ERR_LEN];
+	int rc = session_store_lease_take(s->store, id, generation, holder, sizeof(holder), why,
+	                                  sizeof(why));
+	if (rc == -EBUSY)
+		return err_set(err, err_len, -EBUSY,
+		               "session %s is held by instance %s; retry there or later",
+		               session_key_id(id), holder);
+	if (rc)
+		return err_set(err, err_len, rc, "session store: %s", why);
+	return 0;
+}
+
+/* A stored record that cannot come back: logged, the lease let go (kept
+ * with its generation when the record is stale, so no one resumes it). */
+static int fetch_refused(struct scheduler *s, const char *id, int rc, const char *why, char *err,
+                         size_t err_len)
+{
+	session_store_lease_release(s->store, id);
+	log_event(s->log, LOG_ERROR, "sched",
+	          rc == -ESTALE ? "stored session is stale (refused)" : "stored session unreadable",
+	          (struct log_field[]){LOG_STR("session", id), LOG_STR("error", why), LOG_END});
+	if (rc == -ESTALE)
+		return err_set(err, err_len, -ESTALE, "%s", why);
+	return err_set(err, err_len, -EIO, "stored session %s cannot be restored: %s",
+	               session_key_id(id), why);
 }
 
 int scheduler_session_fetch(struct scheduler *s, const char *id, char *err, size_t err_len)
 {
 	double t0 = sched_now();
-	char holder[160] = "", why[SINKD_ERR_LEN];
+	char why[SINKD_ERR_LEN];
 	struct snapshot_expect ex;
 	struct snapshot sn;
 	unsigned char *buf = NULL;
 	size_t len = 0;
-	if (!s->store || !id || !session_store_id_valid(id) || !s->be->ops->session_import)
-		return err_set(err, err_len, -ENOENT, "no session %.40s", id ? id : "");
+	uint64_t lease_gen = 0, rec_gen = 0;
+	if (!s->store || !id || !session_key_valid(id) || !s->be->ops->session_import)
+		return err_set(err, err_len, -ENOENT, "no session %.40s",
+		               id ? session_key_id(id) : "");
 	/* the lease first, so that two instances never both bring it back */
-	int rc = session_store_lease_take(s->store, id, holder, sizeof(holder), why, sizeof(why));
-	if (rc == -EBUSY)
-		return err_set(err, err_len, -EBUSY,
-		               "session %s is held by instance %s; retry there or later", id, holder);
+	int rc = fetch_lease(s, id, &lease_gen, err, err_len);
 	if (rc)
-		return err_set(err, err_len, rc, "session store: %s", why);
-	rc = session_store_get(s->store, id, scheduler_snapshot_max_bytes(s), &buf, &len, why,
-	                       sizeof(why));
+		return rc;
+	rc = session_store_get(s->store, id, scheduler_snapshot_max_bytes(s), &buf, &len, &rec_gen,
+	                       why, sizeof(why));
 	if (rc == -ENOENT) {
 		session_store_lease_release(s->store, id);
 		pthread_mutex_lock(&s->mu);
 		bool here = sched_session_find_locked(s, id) != NULL;
 		pthread_mutex_unlock(&s->mu);
-		return here ? 0 : err_set(err, err_len, -ENOENT, "no session %s", id);
+		return here ? 0 : err_set(err, err_len, -ENOENT, "no session %s", session_key_id(id));
 	}
 	if (!rc)
 		rc = identity(s, &ex, why, sizeof(why));
 	if (!rc)
 		rc = snapshot_decode(buf, len, &ex, &sn, why, sizeof(why));
-	if (rc) {
-		session_store_lease_release(s->store, id);
-		free(buf);
-		log_event(s->log, LOG_ERROR, "sched", "stored session unreadable",
-		          (struct log_field[]){LOG_STR("session", id), LOG_STR("error", why),
-		                               LOG_END});
-		return err_set(err, err_len, -EIO, "stored session %s cannot be restored: %s", id,
-		               why);
+	if (!rc && !session_key_owned_by(id, sn.owner)) {
+		snapshot_release(&sn);
+		rc = err_set(why, sizeof(why), -EINVAL, "its owner is not the one its key names");
 	}
-	snprintf(sn.id, sizeof(sn.id), "%s", id); /* the file's name is its id */
+	if (rc) {
+		free(buf);
+		return fetch_refused(s, id, rc, why, err, err_len);
+	}
+	/* its state is the record's until a request changes it
+	 * (scheduler_session_will_change marks the lease then) */
+	uint64_t gen = (rec_gen > lease_gen ? rec_gen : lease_gen) + 1;
 	char id_out[SCHED_SESSION_ID_LEN];
-	rc = restore_decoded(s, &sn, sn.owner, 0, true, id_out, why, sizeof(why));
+	rc = restore_decoded(s, &sn, id, sn.owner, 0, true, gen, id_out, why, sizeof(why));
+	if (!rc) {
+		pthread_mutex_lock(&s->mu);
+		struct sched_session *ss = sched_session_find_locked(s, id);
+		if (ss)
+			ss->has_record = true;
+		pthread_mutex_unlock(&s->mu);
+	}
 	snapshot_release(&sn);
 	free(buf);
 	if (rc == -EEXIST) /* another request brought it back first */
@@ -410,7 +462,40 @@ int scheduler_session_fetch(struct scheduler *s, const char *id, char *err, size
 	pthread_mutex_unlock(&s->mu);
 	log_event(s->log, LOG_INFO, "sched", "session restored from the store",
 	          (struct log_field[]){LOG_STR("session", id), LOG_INT("bytes", (int64_t)len),
-	                               LOG_END});
+	                               LOG_INT("generation", (int64_t)gen), LOG_END});
+	return 0;
+}
+
+int scheduler_session_will_change(struct scheduler *s, const char *id, char *err,
+                                  size_t err_len)
+{
+	if (!s->store)
+		return 0;
+	pthread_mutex_lock(&s->mu);
+	struct sched_session *ss = sched_session_find_locked(s, id);
+	bool need = ss && ss->has_record && !ss->gen_marked;
+	uint64_t gen = ss ? ss->generation : 0;
+	pthread_mutex_unlock(&s->mu);
+	if (!need)
+		return 0;
+	char holder[160] = "", why[SINKD_ERR_LEN];
+	int rc = session_store_lease_take(s->store, id, NULL, holder, sizeof(holder), why,
+	                                  sizeof(why));
+	if (!rc)
+		rc = session_store_lease_set_generation(s->store, id, gen, why, sizeof(why));
+	if (rc == -EBUSY || rc == -ESTALE)
+		return err_set(err, err_len, -EBUSY,
+		               "session %s is held by instance %s; retry there or later",
+		               session_key_id(id), holder[0] ? holder : "another");
+	if (rc)
+		return err_set(err, err_len, rc, "session store: %s", why);
+	pthread_mutex_lock(&s->mu);
+	ss = sched_session_find_locked(s, id);
+	if (ss && ss->generation == gen) {
+		ss->gen_marked = true;
+		ss->leased = true;
+	}
+	pthread_mutex_unlock(&s->mu);
 	return 0;
 }
 
@@ -435,14 +520,22 @@ static void offload_finish(struct scheduler *s, struct sched_offload *j, int rc,
 	} else if (!ss->offload_cancel && !ss->busy_handle && !ss->deleted) {
 		/* written: the session leaves this instance, its file stays */
 		ss->stored = true;
+		ss->has_record = true;
 		sched_session_kill_locked(s, ss);
 		s->st.offloads++;
 		s->st.snapshot_bytes += bytes;
 		sched_hist_observe(&s->hist[SCHED_HIST_OFFLOAD_SECONDS], sched_now() - j->t_start);
 		gone = true;
 	}
+	if (!rc && !gone) {
+		/* written, but a request came: what it changes is newer than the record */
+		ss->has_record = true;
+		ss->generation++;
+		ss->gen_marked = false;
+	}
 	ss->offload_cancel = false;
-	bool release = gone && ss->leased;
+	/* the write took the lease when the session held none */
+	bool release = gone;
 	ss->leased = ss->leased && !gone;
 	char id[SCHED_SESSION_ID_LEN];
 	memcpy(id, ss->id, sizeof(id));
@@ -452,7 +545,7 @@ static void offload_finish(struct scheduler *s, struct sched_offload *j, int rc,
 	if (release)
 		session_store_lease_release(s->store, id);
 	if (rc)
-		log_event(s->log, LOG_WARN, "sched", "session offload failed (kept resident)",
+		log_event(s->log, LOG_ERROR, "sched", "session offload failed (kept resident)",
 		          (struct log_field[]){LOG_STR("session", id), LOG_STR("error", why),
 		                               LOG_END});
 	else if (gone)
@@ -474,6 +567,7 @@ static void *writer_main(void *arg)
 		sched_ptrs_remove_at((void **)s->wq, &s->n_wq, 0);
 		char owner[SCHED_OWNER_LEN];
 		snprintf(owner, sizeof(owner), "%s", j->ss->owner);
+		uint64_t generation = j->ss->generation;
 		pthread_mutex_unlock(&s->mu);
 		unsigned char *bytes = NULL;
 		size_t len = 0;
@@ -482,7 +576,8 @@ static void *writer_main(void *arg)
 		int rc = encode(s, &j->ss->geom, j->ss->pinned_tokens, j->ss->id, owner, &j->ex,
 		                &bytes, &len, err, sizeof(err));
 		if (!rc)
-			rc = session_store_put(s->store, j->ss->id, bytes, len, err, sizeof(err));
+			rc = session_store_put(s->store, j->ss->id, generation, bytes, len, err,
+			                       sizeof(err));
 		free(bytes);
 		sched_export_free(&j->ex);
 		offload_finish(s, j, rc, len, err);

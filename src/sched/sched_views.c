@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "sched/sched_internal.h"
+#include "session/session_key.h"
 
 #define PUSH(arr, n, cap, p) sched_ptrs_push((void ***)&(arr), &(n), &(cap), (p))
 
@@ -50,7 +51,7 @@ static void stream_info_locked(const struct sched_req *r, double now, struct sch
 	snprintf(o->id, sizeof(o->id), "%s", r->rid);
 	snprintf(o->owner, sizeof(o->owner), "%s", r->owner);
 	if (r->sess && r->sess->persistent)
-		snprintf(o->session_id, sizeof(o->session_id), "%s", r->sess->id);
+		snprintf(o->session_id, sizeof(o->session_id), "%s", session_key_id(r->sess->id));
 	o->state = state_name(r->pub_state);
 	o->prompt_tokens = (int)r->req.n_prompt;
 	o->generated_tokens = r->pub_generated;
@@ -82,25 +83,37 @@ int scheduler_list_streams(struct scheduler *s, struct sched_stream_info **out, 
 	return 0;
 }
 
-static struct sched_req *stream_find_locked(struct scheduler *s, const char *request_id)
+/* Request ids are scoped per API key: a keyed owner finds only its own
+ * streams; clients without keys share one namespace (as for sessions). */
+static bool stream_owner_matches(const struct sched_req *r, const char *owner)
+{
+	if (!owner)
+		return true;
+	bool keyed = !strncmp(owner, "key:", 4), r_keyed = !strncmp(r->owner, "key:", 4);
+	return keyed || r_keyed ? !strcmp(r->owner, owner) : true;
+}
+
+static struct sched_req *stream_find_locked(struct scheduler *s, const char *owner,
+                                            const char *request_id)
 {
 	for (size_t i = 0; i < s->n_active; i++)
-		if (!strcmp(s->active[i]->rid, request_id))
+		if (!strcmp(s->active[i]->rid, request_id) &&
+		    stream_owner_matches(s->active[i], owner))
 			return s->active[i];
 	for (size_t i = 0; i < s->n_queue; i++)
-		if (!strcmp(s->queue[i]->rid, request_id))
+		if (!strcmp(s->queue[i]->rid, request_id) && stream_owner_matches(s->queue[i], owner))
 			return s->queue[i];
 	return NULL;
 }
 
-int scheduler_stream_info(struct scheduler *s, const char *request_id,
+int scheduler_stream_info(struct scheduler *s, const char *owner, const char *request_id,
                           struct sched_stream_info *out)
 {
 	memset(out, 0, sizeof(*out));
 	if (!request_id || !request_id[0])
 		return -ENOENT;
 	pthread_mutex_lock(&s->mu);
-	struct sched_req *r = stream_find_locked(s, request_id);
+	struct sched_req *r = stream_find_locked(s, owner, request_id);
 	if (r)
 		stream_info_locked(r, sched_now(), out);
 	pthread_mutex_unlock(&s->mu);
@@ -119,7 +132,7 @@ void sched_trace_run(struct scheduler *s, struct sched_ctl *c)
 	struct sched_session *ss = c->ss;
 	pthread_mutex_lock(&s->mu);
 	if (!ss) {
-		struct sched_req *r = stream_find_locked(s, c->request_id);
+		struct sched_req *r = stream_find_locked(s, c->owner, c->request_id);
 		ss = r && r->state != REQ_QUEUED && r->state != REQ_FINISHED ? r->sess : NULL;
 	}
 	bool gone = !ss || ss->deleted;
@@ -128,7 +141,7 @@ void sched_trace_run(struct scheduler *s, struct sched_ctl *c)
 	if (gone) {
 		c->rc = err_set(c->err, sizeof(c->err), -ENOENT, "no %s %.80s",
 		                c->ss ? "session" : "running stream",
-		                c->ss ? c->ss->id : c->request_id);
+		                c->ss ? session_key_id(c->ss->id) : c->request_id);
 		goto done;
 	}
 	ss->trace_wanted = true;
@@ -167,10 +180,11 @@ void sched_trace_session_started(struct scheduler *s, struct sched_session *ss)
 	(void)s->be->ops->session_trace_enable(s->be, ss->bs, true, err, sizeof(err));
 }
 
-int scheduler_cache_trace(struct scheduler *s, const char *session_id, const char *request_id,
-                          struct cache_trace_step **out, char *err, size_t err_len)
+int scheduler_cache_trace(struct scheduler *s, const char *session_id, const char *owner,
+                          const char *request_id, struct cache_trace_step **out, char *err,
+                          size_t err_len)
 {
-	struct sched_ctl c = {.kind = SCHED_CTL_TRACE, .request_id = request_id};
+	struct sched_ctl c = {.kind = SCHED_CTL_TRACE, .request_id = request_id, .owner = owner};
 	*out = NULL;
 	if (!s->be->ops->session_trace)
 		return err_set(err, err_len, -ENOTSUP, "the %s backend does not trace its caches",
@@ -180,9 +194,10 @@ int scheduler_cache_trace(struct scheduler *s, const char *session_id, const cha
 		c.ss = sched_session_find_locked(s, session_id);
 		if (!c.ss) {
 			pthread_mutex_unlock(&s->mu);
-			return err_set(err, err_len, -ENOENT, "no session %.40s", session_id);
+			return err_set(err, err_len, -ENOENT, "no session %.40s",
+			               session_key_id(session_id));
 		}
-	} else if (!request_id || !stream_find_locked(s, request_id)) {
+	} else if (!request_id || !stream_find_locked(s, owner, request_id)) {
 		pthread_mutex_unlock(&s->mu);
 		return err_set(err, err_len, -ENOENT, "no running stream %.80s",
 		               request_id ? request_id : "");

@@ -219,18 +219,33 @@ static size_t sessions_owned_locked(const struct scheduler *s, const char *owner
 	return n;
 }
 
-/* limits.max_sessions and the owner's limit; -EMFILE / -EDQUOT. */
-static int session_limits_locked(struct scheduler *s, const struct session_settings *opt, char *err,
+/* Of the owner's sessions in the store (keys), those not resident here. */
+static size_t stored_elsewhere_locked(struct scheduler *s, char (*keys)[SESSION_KEY_LEN],
+                                      size_t n)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		k += sched_session_find_locked(s, keys[i]) == NULL;
+	return k;
+}
+
+/* limits.max_sessions and the owner's limit, which counts the owner's
+ * sessions wherever they are (here, or offloaded to the store: stored, of
+ * them the keys in the store); -EMFILE / -EDQUOT. */
+static int session_limits_locked(struct scheduler *s, const struct session_settings *opt,
+                                 char (*stored)[SESSION_KEY_LEN], size_t n_stored, char *err,
                                  size_t err_len)
 {
 	const char *owner = opt && opt->owner ? opt->owner : "";
 	if (owner[0] && opt->owner_max > 0 &&
-	    sessions_owned_locked(s, owner) >= (size_t)opt->owner_max) {
+	    sessions_owned_locked(s, owner) + stored_elsewhere_locked(s, stored, n_stored) >=
+	        (size_t)opt->owner_max) {
 		s->st.rejected_owner_sessions++;
 		return err_set(err, err_len, -EDQUOT,
 		               "this client holds %" PRId64 " persistent sessions, the most "
-		               "limits.per_key.max_sessions allows; delete one (DELETE "
-		               "/v1/sessions/{id}) or let an idle one expire",
+		               "limits.per_key.max_sessions allows (here and in the session "
+		               "store); delete one (DELETE /v1/sessions/{id}) or let an idle "
+		               "one expire",
 		               opt->owner_max);
 	}
 	if (s->lim.max_sessions > 0 && (int64_t)s->n_sessions >= s->lim.max_sessions) {
@@ -309,8 +324,10 @@ static struct sched_session *session_alloc(const struct sinkcache_geometry *g, b
 	return ss;
 }
 
-static void session_id_make(char id[SCHED_SESSION_ID_LEN])
+/* A random key in owner's namespace. */
+static void session_id_make(const char *owner, char key[SCHED_SESSION_ID_LEN])
 {
+	char id[SESSION_ID_MAX + 1];
 	unsigned char raw[16];
 	if (RAND_bytes(raw, sizeof(raw)) != 1) {
 		/* Never expected; fall back to a clock-derived id rather than fail. */
@@ -320,40 +337,91 @@ static void session_id_make(char id[SCHED_SESSION_ID_LEN])
 	}
 	for (size_t i = 0; i < sizeof(raw); i++)
 		snprintf(id + 2 * i, 3, "%02x", raw[i]);
+	session_key_make(owner, id, key);
 }
 
-/* A create (rs NULL) or a restore: the id, the limits, the budget, then the
- * session; a restored one gets its stream history and its cache image. */
+/* A named key may live in the store (offloaded here or by another
+ * instance): it is taken then, and its lease keeps two instances from
+ * creating it at once.  *generation: the newest the lease knew of. */
+static int create_lease(struct scheduler *s, const char *key, uint64_t *generation,
+                        const char **param, char *err, size_t err_len)
+{
+	char holder[160] = "";
+	if (scheduler_session_stored(s, key))
+		return err_set(err, err_len, -EEXIST, "session %s exists", session_key_id(key));
+	int rc = session_store_lease_take(s->store, key, generation, holder, sizeof(holder), err,
+	                                  err_len);
+	if (rc == -EBUSY)
+		return err_set(err, err_len, -EEXIST, "session %s exists (held by instance %s)",
+		               session_key_id(key), holder);
+	if (rc)
+		*param = NULL; /* the store's failure, not the id's */
+	return rc;
+}
+
+/* The owner's keys in the store, for its session limit (none without a
+ * store, a limit or an owner with a namespace of its own). */
+static void create_stored_keys(struct scheduler *s, const struct session_settings *opt,
+                               char (**keys)[SESSION_KEY_LEN], size_t *n)
+{
+	char tag[SESSION_OWNER_TAG_LEN + 1], err[SINKD_ERR_LEN];
+	*keys = NULL;
+	*n = 0;
+	if (!s->store || !opt || !opt->owner || opt->owner_max <= 0)
+		return;
+	session_owner_tag(opt->owner, tag);
+	if (tag[0] && session_store_list(s->store, opt->owner, keys, n, err, sizeof(err)))
+		log_msg(s->log, LOG_WARN, "sched", "session store: listing sessions: %s", err);
+}
+
+/* A restored session's stream history and cache image. */
+static void session_fill_restored(struct sched_session *ss, const struct sched_restore *rs,
+                                  const struct sinkcache_geometry *g, size_t bound)
+{
+	size_t n = rs->n_hist < ss->hist_cap ? rs->n_hist : ss->hist_cap;
+	memcpy(ss->hist, rs->hist + (rs->n_hist - n), n * sizeof(int32_t));
+	ss->hist_n = n;
+	ss->hist_end = n % ss->hist_cap;
+	ss->has_pending = rs->has_pending;
+	ss->pinned_tokens = rs->pinned_tokens;
+	ss->used = true;
+	ss->restore_buf = rs->kv_buf;
+	ss->restore_kv = (struct kv_image){.n = rs->kv_counts, .bytes = rs->kv_bytes};
+	const struct tier_counts *c = &rs->kv_counts;
+	int window = kv_image_counts_window(g, c);
+	ss->stats = (struct sinkcache_stats){.n_seen = c->n_seen,
+	                                     .n_resident = c->n_sink + window,
+	                                     .n_sink = c->n_sink,
+	                                     .n_compressed = window - c->n_hot,
+	                                     .n_hot = c->n_hot,
+	                                     .bytes_bound = bound,
+	                                     .evicted_compressed = c->evicted,
+	                                     .moved_to_compressed = c->moved};
+}
+
+/* A create (rs NULL) or a restore: the key, the limits, the budget, then
+ * the session; a restored one gets its stream history and its cache image. */
 static int session_create(struct scheduler *s, const struct session_settings *opt,
                           const struct sched_restore *rs, char id_out[SCHED_SESSION_ID_LEN],
                           const char **param, char *err, size_t err_len)
 {
 	struct sinkcache_geometry g;
 	int rc = 0;
+	uint64_t generation = 0;
 	const char *want_id = opt && opt->id && opt->id[0] ? opt->id : NULL;
+	char(*stored)[SESSION_KEY_LEN] = NULL;
+	size_t n_stored = 0;
 	*param = want_id ? "id" : NULL; /* until the id is taken */
-	if (want_id && (strlen(want_id) >= SCHED_SESSION_ID_LEN ||
-	                strspn(want_id, "0123456789abcdefABCDEF") != strlen(want_id)))
+	if (want_id && !session_key_valid(want_id))
 		return err_set(err, err_len, -EINVAL, "session id: 1..32 hex digits");
-	/* A named id may live in the store (offloaded here or by another
-	 * instance): it is taken then, and its lease keeps two instances from
-	 * creating it at once. */
 	bool leased = rs && rs->leased;
 	if (!rs && want_id && s->store) {
-		char holder[160] = "";
-		if (scheduler_session_stored(s, want_id))
-			return err_set(err, err_len, -EEXIST, "session %s exists (in the session store)",
-			               want_id);
-		rc = session_store_lease_take(s->store, want_id, holder, sizeof(holder), err, err_len);
-		if (rc == -EBUSY)
-			return err_set(err, err_len, -EEXIST, "session %s exists (held by instance %s)",
-			               want_id, holder);
-		if (rc) {
-			*param = NULL; /* the store's failure, not the id's */
+		rc = create_lease(s, want_id, &generation, param, err, err_len);
+		if (rc)
 			return rc;
-		}
 		leased = true;
 	}
+	create_stored_keys(s, opt, &stored, &n_stored);
 	pthread_mutex_lock(&s->mu);
 	*param = NULL;
 	if (rs)
@@ -364,10 +432,10 @@ static int session_create(struct scheduler *s, const struct session_settings *op
 		goto out;
 	if (want_id && sched_session_find_locked(s, want_id)) {
 		*param = "id";
-		rc = err_set(err, err_len, -EEXIST, "session %s exists", want_id);
+		rc = err_set(err, err_len, -EEXIST, "session %s exists", session_key_id(want_id));
 		goto out;
 	}
-	rc = session_limits_locked(s, opt, err, err_len);
+	rc = session_limits_locked(s, opt, stored, n_stored, err, err_len);
 	if (rc)
 		goto out;
 	size_t bound = sinkcache_bound_bytes(&g);
@@ -391,31 +459,14 @@ static int session_create(struct scheduler *s, const struct session_settings *op
 		snprintf(ss->id, sizeof(ss->id), "%s", want_id);
 	else
 		do
-			session_id_make(ss->id);
+			session_id_make(opt ? opt->owner : NULL, ss->id);
 		while (s->n_sessions > 1 && sched_session_find_locked(s, ss->id) != ss);
 	if (opt && opt->owner)
 		snprintf(ss->owner, sizeof(ss->owner), "%s", opt->owner);
-	if (rs) {
-		size_t n = rs->n_hist < ss->hist_cap ? rs->n_hist : ss->hist_cap;
-		memcpy(ss->hist, rs->hist + (rs->n_hist - n), n * sizeof(int32_t));
-		ss->hist_n = n;
-		ss->hist_end = n % ss->hist_cap;
-		ss->has_pending = rs->has_pending;
-		ss->pinned_tokens = rs->pinned_tokens;
-		ss->used = true;
-		ss->restore_buf = rs->kv_buf;
-		ss->restore_kv = (struct kv_image){.n = rs->kv_counts, .bytes = rs->kv_bytes};
-		const struct tier_counts *c = &rs->kv_counts;
-		int window = kv_image_counts_window(&g, c);
-		ss->stats = (struct sinkcache_stats){.n_seen = c->n_seen,
-		                                     .n_resident = c->n_sink + window,
-		                                     .n_sink = c->n_sink,
-		                                     .n_compressed = window - c->n_hot,
-		                                     .n_hot = c->n_hot,
-		                                     .bytes_bound = bound,
-		                                     .evicted_compressed = c->evicted,
-		                                     .moved_to_compressed = c->moved};
-	}
+	if (rs)
+		session_fill_restored(ss, rs, &g, bound);
+	/* a state of its own from here: above anything its lease knew of */
+	ss->generation = rs ? rs->generation : generation + 1;
 	ss->leased = leased;
 	ss->bytes_reserved = bound;
 	s->reserved += bound;
@@ -424,6 +475,7 @@ static int session_create(struct scheduler *s, const struct session_settings *op
 	pthread_cond_signal(&s->cv); /* the TTL deadline changed */
 out:
 	pthread_mutex_unlock(&s->mu);
+	free(stored);
 	if (rc && leased && !rs)
 		session_store_lease_release(s->store, want_id);
 	return rc;
@@ -515,7 +567,8 @@ int scheduler_session_delete(struct scheduler *s, const char *id)
 		return ss ? 0 : -ENOENT;
 	/* only in the store: deleted there unless another instance holds it */
 	char holder[160], err[SINKD_ERR_LEN];
-	int rc = session_store_lease_take(s->store, id, holder, sizeof(holder), err, sizeof(err));
+	int rc = session_store_lease_take(s->store, id, NULL, holder, sizeof(holder), err,
+	                                  sizeof(err));
 	if (rc)
 		return rc;
 	sched_store_forget(s, id);
@@ -630,12 +683,12 @@ static int session_pin_locked(struct scheduler *s, struct sched_session *ss,
 		return err_set(err, err_len, -EDOM,
 		               "session %s already holds tokens: a prefix is pinned by a session's "
 		               "first request",
-		               ss->id);
+		               session_key_id(ss->id));
 	struct sinkcache_geometry g = ss->geom;
 	if (g.strategy == CACHE_STRATEGY_SLIDING_WINDOW && q->pin_prefix_tokens >= g.window_size)
 		return err_set(err, err_len, -EDOM,
 		               "%d pinned tokens: session %s has window_size %d (allowed 0..%d)",
-		               q->pin_prefix_tokens, ss->id, g.window_size, g.window_size - 1);
+		               q->pin_prefix_tokens, session_key_id(ss->id), g.window_size, g.window_size - 1);
 	*param = NULL;
 	sinkcache_geometry_pin(&g, q->pin_prefix_tokens);
 	rc = sinkcache_geometry_check(&g, err, err_len);
@@ -666,13 +719,14 @@ static int submit_on_session_locked(struct scheduler *s, struct sched_req *r, ch
 	struct sched_session *ss = sched_session_find_locked(s, q->session_id);
 	q->err_param = "session_id";
 	if (!ss)
-		return err_set(err, err_len, -ENOENT, "no session %.40s", q->session_id);
+		return err_set(err, err_len, -ENOENT, "no session %.40s",
+		               session_key_id(q->session_id));
 	if (ss->offloading)
 		ss->offload_cancel = true; /* it stays here: the request runs on it */
 	if (ss->busy_handle) {
 		s->st.rejected_busy++;
 		return err_set(err, err_len, -EBUSY, "session %s is busy with another request",
-		               ss->id);
+		               session_key_id(ss->id));
 	}
 	size_t revisable = session_revisable_locked(ss);
 	q->err_param = "revise_last_tokens";
@@ -972,7 +1026,7 @@ static void housekeeping_run(struct scheduler *s, struct housekeeping *hk)
 			ss->ctl_refs--;
 			s->st.offload_failures++;
 			pthread_mutex_unlock(&s->mu);
-			log_event(s->log, LOG_WARN, "sched", "session offload failed (kept resident)",
+			log_event(s->log, LOG_ERROR, "sched", "session offload failed (kept resident)",
 			          (struct log_field[]){LOG_STR("session", ss->id),
 			                               LOG_STR("error", err), LOG_END});
 			continue;

@@ -233,7 +233,10 @@ void scheduler_write_metrics(struct scheduler *s, FILE *out);
 
 /* ---- Persistent sessions ----------------------------------------------- */
 
-#define SCHED_SESSION_ID_LEN 33 /* 32 hex digits + NUL */
+/* Sessions are named by their keys here (session/session_key.h: the
+ * owner's tag and the client's id), never by the client's id alone: the
+ * same id under two API keys is two sessions. */
+#define SCHED_SESSION_ID_LEN 50 /* SESSION_KEY_LEN */
 #define SCHED_OWNER_LEN 64      /* a session owner's name, NUL included */
 
 /* Cache settings a client may choose at creation, within the configured
@@ -241,8 +244,9 @@ void scheduler_write_metrics(struct scheduler *s, FILE *out);
 struct session_settings {
 	int window_size;     /* 0: configured; else 1..inference.cache.window_size */
 	int sink_keep_count; /* -1: configured; else 0..inference.cache.sink_keep_count */
-	/* NULL or "": a random id; else the client's id (1..32 hex digits) so a
-	 * balancer can route by it, -EEXIST (409) when it is taken. */
+	/* NULL or "": a random id in owner's namespace; else the session's key
+	 * (session_key_make of the owner and the client's id, so a balancer
+	 * can route by the id), -EEXIST (409) when it is taken. */
 	const char *id;
 	/* Who creates it (an API key or client address, by name; NULL or "":
 	 * nobody named) and how many live sessions that owner may hold
@@ -337,8 +341,9 @@ struct sched_stream_info {
 };
 /* Every stream with a request id, oldest first: a malloc'd array.  -ENOMEM. */
 int scheduler_list_streams(struct scheduler *s, struct sched_stream_info **out, size_t *n);
-/* One stream by its request id: -ENOENT when none runs or waits. */
-int scheduler_stream_info(struct scheduler *s, const char *request_id,
+/* One stream by its request id among owner's (request ids are scoped per
+ * API key; NULL: anyone's): -ENOENT when none runs or waits. */
+int scheduler_stream_info(struct scheduler *s, const char *owner, const char *request_id,
                           struct sched_stream_info *out);
 
 /* The cache trace (cache/cachetrace.h) of a persistent session (session_id)
@@ -349,8 +354,9 @@ int scheduler_stream_info(struct scheduler *s, const char *request_id,
  * (scheduler_cache_trace_free).  -ENOENT unknown (or a stream not started
  * yet), -ENOTSUP the backend gives no traces, -ENOMEM, with a message.  A
  * session that no request ran on yet has no slots. */
-int scheduler_cache_trace(struct scheduler *s, const char *session_id, const char *request_id,
-                          struct cache_trace_step **out, char *err, size_t err_len);
+int scheduler_cache_trace(struct scheduler *s, const char *session_id, const char *owner,
+                          const char *request_id, struct cache_trace_step **out, char *err,
+                          size_t err_len);
 void scheduler_cache_trace_free(struct cache_trace_step *t);
 
 /* ---- Snapshots and the session store (sched_store.c) ------------------- */
@@ -387,10 +393,20 @@ int scheduler_session_restore(struct scheduler *s, const unsigned char *buf, siz
 size_t scheduler_snapshot_max_bytes(struct scheduler *s);
 /* A session this instance does not hold, from the store: 0 when it is here
  * now (restored, or it already was), -ENOENT not in the store either (or no
- * store), -EBUSY another instance holds its lease (409), others 500. */
+ * store), -EBUSY another instance holds its lease (409), -ESTALE its stored
+ * snapshot is older than a state that was never written (409; never
+ * resumed), others 500.  Brought back for use, its generation grows past
+ * the record's (the lease says so before the session runs). */
 int scheduler_session_fetch(struct scheduler *s, const char *id, char *err, size_t err_len);
+/* Before a request changes a session whose record is in the store: its
+ * lease says that a newer generation exists, so that if this instance
+ * stops before writing it back, the older record is never resumed.  0, or
+ * -EBUSY (another instance holds the lease) or the store's error. */
+int scheduler_session_will_change(struct scheduler *s, const char *id, char *err,
+                                  size_t err_len);
 /* Whether the store holds a session of that id (and this instance does not). */
 bool scheduler_session_stored(struct scheduler *s, const char *id);
 /* Drain: writes every persistent session to the store and frees it, within
- * timeout_s; returns the number written, *failed those that could not be. */
+ * timeout_s; returns the number written, *failed those that could not be
+ * (each logged as an error naming the session). */
 size_t scheduler_offload_all(struct scheduler *s, double timeout_s, size_t *failed);

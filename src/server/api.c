@@ -237,6 +237,32 @@ static int system_prefix_tokens(const struct tokenizer *tok, const char *text, s
 	return 0;
 }
 
+/* A constraint through the server's grammar cache, a compile that misses
+ * it counted for the request's client (its API key, else its address).
+ * -EAGAIN: that client is over its compile rate; e says so with a 429. */
+static int constraint_get(struct request *r, const char *prefix, const cJSON *schema,
+                          const char *suffix, struct grammar **out, const char *param,
+                          char *path, size_t path_cap, char *err, size_t err_len,
+                          struct api_error *e)
+{
+	unsigned char who[1 + sizeof(r->client.id)];
+	size_t n_who = 0;
+	if (r->client.kind && r->client.len <= sizeof(r->client.id)) {
+		who[0] = r->client.kind;
+		memcpy(who + 1, r->client.id, r->client.len);
+		n_who = 1 + (size_t)r->client.len;
+	}
+	int retry_s = 0;
+	int rc = grammar_cache_get(r->srv->grammars, n_who ? who : NULL, n_who, prefix, schema,
+	                           suffix, out, &retry_s, path, path_cap, err, err_len);
+	if (rc == -EAGAIN) {
+		/* the retry time is in the message: api_error carries no Retry-After */
+		request_fail(e, param, "schema_compile_rate", "%s", err);
+		e->status = 429;
+	}
+	return rc;
+}
+
 /* The constraint of a forced tool call: the call's envelope in the model's
  * tool format around the schema of {name, arguments}. */
 static int tool_grammar(struct request *r, struct gen_args *a, struct api_error *e)
@@ -247,10 +273,12 @@ static int tool_grammar(struct request *r, struct gen_args *a, struct api_error 
 	enum tool_format f = chat_prompt_tool_format(r->srv->tok);
 	int rc = tool_call_constraint(f, a->tools, &prefix, &schema, &suffix, err, sizeof(err));
 	if (!rc)
-		rc = grammar_cache_get(r->srv->grammars, prefix, schema, suffix, &a->grammar, path,
-		                       sizeof(path), err, sizeof(err));
+		rc = constraint_get(r, prefix, schema, suffix, &a->grammar, "tools", path,
+		                    sizeof(path), err, sizeof(err), e);
 	if (rc == -ENOMEM)
 		request_fail_oom(e, "tools");
+	else if (rc == -EAGAIN)
+		; /* e is set */
 	else if (rc)
 		request_fail(e, "tools", "invalid_value",
 		             "a tool's 'parameters' cannot be used to constrain the call: %s%s%s",
@@ -281,10 +309,12 @@ int api_prepare_generation(struct request *r, struct gen_args *a, struct api_err
 	const cJSON *schema =
 	    a->response_format == RESPONSE_FORMAT_JSON_SCHEMA ? a->response_schema : NULL;
 	char err[SINKD_ERR_LEN], path[128] = "";
-	int rc = grammar_cache_get(r->srv->grammars, NULL, schema, NULL, &a->grammar, path,
-	                           sizeof(path), err, sizeof(err));
+	int rc = constraint_get(r, NULL, schema, NULL, &a->grammar, param, path, sizeof(path), err,
+	                        sizeof(err), e);
 	if (rc == -ENOMEM)
 		return request_fail_oom(e, param);
+	if (rc == -EAGAIN)
+		return rc;
 	if (rc)
 		return request_fail(
 		    e, responses ? "text.format.schema" : "response_format.json_schema.schema",
@@ -360,9 +390,11 @@ static enum MHD_Result api_generate(struct request *r, bool chat)
 		                    a.model, s->model_name);
 		goto out;
 	}
-	char why[SINKD_ERR_LEN];
-	int found =
-	    a.session_id ? api_session_prepare(r, a.session_id, &add_bos, why, sizeof(why)) : 0;
+	char why[SINKD_ERR_LEN], key[SCHED_SESSION_ID_LEN] = "";
+	int found = a.session_id
+	                ? api_session_prepare_change(r, a.session_id, key, &add_bos, why,
+	                                             sizeof(why))
+	                : 0;
 	if (found) {
 		ret = api_session_unavailable(r, found, a.session_id, why);
 		goto out;
@@ -373,7 +405,7 @@ static enum MHD_Result api_generate(struct request *r, bool chat)
 		ret = respond_api_error(r, &e);
 		goto out;
 	}
-	ret = genstream_submit(r, &a, ids, n_ids, a.session_id, 0, false);
+	ret = genstream_submit(r, &a, ids, n_ids, a.session_id ? key : NULL, 0, false);
 out:
 	gen_args_deinit(&a);
 	return ret;

@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "server/server_impl.h"
+#include "session/session_key.h"
 
 /* api.c: handles a complete request (body received) or a resumed one. */
 enum MHD_Result api_handle(struct request *r);
@@ -30,7 +31,15 @@ int api_prompt_ids(struct request *r, struct gen_args *a, bool add_bos, int32_t 
  * an API key created it.  *empty: it has no tokens yet (its first input
  * starts with BOS).  -ENOENT unknown, -EBUSY held by another instance, else
  * the store's error; api_session_unavailable() answers those. */
-int api_session_prepare(struct request *r, const char *id, bool *empty, char *err, size_t err_len);
+int api_session_prepare(struct request *r, const char *id, char key[SCHED_SESSION_ID_LEN],
+                        bool *empty, char *err, size_t err_len);
+/* The same for a request that will change the session (its lease is
+ * marked first: scheduler_session_will_change). */
+int api_session_prepare_change(struct request *r, const char *id, char key[SCHED_SESSION_ID_LEN],
+                               bool *empty, char *err, size_t err_len);
+/* api_sessions.c: the key (session/session_key.h) of the caller's session
+ * id: -EINVAL when id is not 1..32 hex digits. */
+int api_session_key(const struct request *r, const char *id, char key[SCHED_SESSION_ID_LEN]);
 enum MHD_Result api_session_unavailable(struct request *r, int rc, const char *id, const char *err);
 /* api_sessions.c: answers a failed session create or restore: -EDQUOT
  * (limits.per_key.max_sessions) and -EMFILE (limits.max_sessions) count
@@ -48,7 +57,7 @@ enum MHD_Result api_session_restore(struct request *r);  /* POST /v1/sessions/re
  * owner, and the JSON of GET /v1/sessions/{id}. */
 bool api_session_owner_allows(const struct request *r, const char *owner);
 struct sched_session_info;
-cJSON *api_session_json(const char *id, const struct sched_session_info *in);
+cJSON *api_session_json(const char *key, const struct sched_session_info *in);
 /* api_views.c: GET /v1/sessions, GET /v1/streams, and the cache traces. */
 enum MHD_Result api_session_list(struct request *r);
 enum MHD_Result api_streams(struct request *r);

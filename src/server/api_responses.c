@@ -26,7 +26,8 @@
 
 /* The session a response runs in. */
 struct resp_session {
-	char id[SCHED_SESSION_ID_LEN];
+	char id[SCHED_SESSION_ID_LEN]; /* the client's id */
+	char key[SCHED_SESSION_ID_LEN];
 	bool used;    /* in a session at all (else one-shot) */
 	bool created; /* by this request: deleted again if it never generates */
 	bool empty;   /* no tokens yet: the prompt starts with BOS */
@@ -46,7 +47,7 @@ static int resp_session_continue(struct request *r, const char *prev, struct res
 	char why[SINKD_ERR_LEN];
 	int rc = responses_id_session(prev, ss->id);
 	if (!rc)
-		rc = api_session_prepare(r, ss->id, &ss->empty, why, sizeof(why));
+		rc = api_session_prepare_change(r, ss->id, ss->key, &ss->empty, why, sizeof(why));
 	if (rc == -ENOENT)
 		*ret = resp_not_found(r, prev);
 	else if (rc)
@@ -68,8 +69,9 @@ static int resp_session_create(struct request *r, struct resp_session *ss, enum 
 	    .window_size = 0, .sink_keep_count = -1, .owner = owner, .owner_max = ql.max_sessions};
 	struct respond_fault f = {0};
 	char why[SINKD_ERR_LEN];
-	f.rc = scheduler_session_create(s->sched, &set, ss->id, &f.param, why, sizeof(why));
+	f.rc = scheduler_session_create(s->sched, &set, ss->key, &f.param, why, sizeof(why));
 	if (!f.rc) {
+		snprintf(ss->id, sizeof(ss->id), "%s", session_key_id(ss->key));
 		ss->used = ss->created = ss->empty = true;
 		return 0;
 	}
@@ -119,10 +121,10 @@ static enum MHD_Result resp_generate(struct request *r, struct gen_args *a)
 		free(ids);
 		ret = respond_error(r, 500, NULL, "internal_error", 0, "no random bytes for an id");
 	} else {
-		ret = genstream_submit_response(r, a, ids, n_ids, ss.used ? ss.id : NULL, id);
+		ret = genstream_submit_response(r, a, ids, n_ids, ss.used ? ss.key : NULL, id);
 	}
 	if (!r->gs && ss.created)
-		scheduler_session_delete(s->sched, ss.id);
+		scheduler_session_delete(s->sched, ss.key);
 	return ret;
 }
 

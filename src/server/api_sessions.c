@@ -17,6 +17,13 @@
 #include "tokenizer/tokenizer.h"
 #include "util/errbuf.h"
 
+int api_session_key(const struct request *r, const char *id, char key[SCHED_SESSION_ID_LEN])
+{
+	char owner[QUOTA_CLIENT_NAME_LEN];
+	quota_client_name(&r->client, owner);
+	return session_key_make(owner, id, key);
+}
+
 static enum MHD_Result session_not_found(struct request *r)
 {
 	return respond_error(r, 404, "session_id", "session_not_found", 0, "no session %s",
@@ -52,12 +59,15 @@ enum MHD_Result api_session_create(struct request *r)
 		return respond_api_error(r, &e);
 	/* PUT /v1/sessions/{id} names the id (routing by it), POST takes a new one. */
 	struct quota_limits ql;
-	char owner[QUOTA_CLIENT_NAME_LEN];
+	char owner[QUOTA_CLIENT_NAME_LEN], want[SCHED_SESSION_ID_LEN] = "";
 	quota_get_limits(s->quota, &ql);
 	quota_client_name(&r->client, owner);
+	if (r->session_id[0] && session_key_make(owner, r->session_id, want))
+		return respond_error(r, 400, "session_id", "invalid_value",
+		                     0, "session id: 1..32 hex digits");
 	struct session_settings set = {.window_size = a.window_size,
 	                               .sink_keep_count = a.sink_keep_count,
-	                               .id = r->session_id,
+	                               .id = want,
 	                               .owner = owner,
 	                               .owner_max = ql.max_sessions};
 	char id[SCHED_SESSION_ID_LEN];
@@ -69,7 +79,7 @@ enum MHD_Result api_session_create(struct request *r)
 		return api_session_fault(r, &f, owner);
 	struct sched_session_info info;
 	cJSON *o = cJSON_CreateObject();
-	cJSON_AddStringToObject(o, "id", id);
+	cJSON_AddStringToObject(o, "id", session_key_id(id));
 	cJSON_AddStringToObject(o, "object", "session");
 	if (!scheduler_session_info(s->sched, id, &info)) {
 		cJSON_AddNumberToObject(o, "window_size", info.window_size);
@@ -108,10 +118,10 @@ static void add_perplexity(cJSON *o, const struct sched_perplexity *p)
 	cJSON_AddNumberToObject(m, "alerts", (double)p->alerts);
 }
 
-cJSON *api_session_json(const char *id, const struct sched_session_info *in)
+cJSON *api_session_json(const char *key, const struct sched_session_info *in)
 {
 	cJSON *o = cJSON_CreateObject();
-	cJSON_AddStringToObject(o, "id", id);
+	cJSON_AddStringToObject(o, "id", session_key_id(key));
 	cJSON_AddStringToObject(o, "object", "session");
 	cJSON_AddStringToObject(o, "location", "resident");
 	cJSON_AddNumberToObject(o, "tokens_seen", (double)in->n_seen);
@@ -146,21 +156,32 @@ bool api_session_owner_allows(const struct request *r, const char *owner)
 	return !strcmp(owner, me);
 }
 
-int api_session_prepare(struct request *r, const char *id, bool *empty, char *err, size_t err_len)
+int api_session_prepare(struct request *r, const char *id, char key[SCHED_SESSION_ID_LEN],
+                        bool *empty, char *err, size_t err_len)
 {
 	struct sched_session_info info;
 	struct scheduler *sc = r->srv->sched;
-	int rc = scheduler_session_info(sc, id, &info);
+	/* the caller's namespace only: another key's session is never looked at */
+	if (api_session_key(r, id, key))
+		return err_set(err, err_len, -ENOENT, "no session %.40s", id);
+	int rc = scheduler_session_info(sc, key, &info);
 	if (rc == -ENOENT) {
-		rc = scheduler_session_fetch(sc, id, err, err_len);
+		rc = scheduler_session_fetch(sc, key, err, err_len);
 		if (!rc)
-			rc = scheduler_session_info(sc, id, &info);
+			rc = scheduler_session_info(sc, key, &info);
 	}
 	if (rc == -ENOENT || (!rc && !api_session_owner_allows(r, info.owner)))
 		return err_set(err, err_len, -ENOENT, "no session %.40s", id);
 	if (!rc && empty)
 		*empty = info.n_seen == 0;
 	return rc;
+}
+
+int api_session_prepare_change(struct request *r, const char *id, char key[SCHED_SESSION_ID_LEN],
+                               bool *empty, char *err, size_t err_len)
+{
+	int rc = api_session_prepare(r, id, key, empty, err, err_len);
+	return rc ? rc : scheduler_session_will_change(r->srv->sched, key, err, err_len);
 }
 
 enum MHD_Result api_session_unavailable(struct request *r, int rc, const char *id, const char *err)
@@ -173,9 +194,15 @@ enum MHD_Result api_session_unavailable(struct request *r, int rc, const char *i
 	} else if (rc == -EBUSY) {
 		f.retry_after_s = 1; /* the other instance lets go when its request ends */
 	} else {
-		/* whatever the store's code, reading our own store failed: the server's fault */
+		/* whatever the store's code, reading our own store failed: the
+		 * server's fault.  The store's message names its folder (a path
+		 * of this host), so it goes to the log and the client gets the
+		 * request id to find it there. */
+		struct log_field lf[] = {LOG_STR("request_id", r->id), LOG_STR("session_id", id),
+		                         LOG_STR("detail", err), LOG_END};
+		log_event(r->srv->log, LOG_ERROR, "http", "session store failed", lf);
 		f = (struct respond_fault){.rc = -EIO, .code = "session_store_error"};
-		snprintf(f.msg, sizeof(f.msg), "%s", err);
+		snprintf(f.msg, sizeof(f.msg), "the session store failed (see the server log)");
 	}
 	return respond_fault(r, &f);
 }
@@ -184,10 +211,13 @@ enum MHD_Result api_session(struct request *r)
 {
 	struct server *s = r->srv;
 	struct sched_session_info info;
-	int rc = scheduler_session_info(s->sched, r->session_id, &info);
+	char key[SCHED_SESSION_ID_LEN];
+	if (api_session_key(r, r->session_id, key))
+		return session_not_found(r);
+	int rc = scheduler_session_info(s->sched, key, &info);
 	bool mine = rc == 0 && api_session_owner_allows(r, info.owner);
 	if (!strcmp(r->method, "DELETE")) {
-		rc = rc == 0 && !mine ? -ENOENT : scheduler_session_delete(s->sched, r->session_id);
+		rc = rc == 0 && !mine ? -ENOENT : scheduler_session_delete(s->sched, key);
 		if (rc == -EBUSY)
 			return respond_error(r, 409, "session_id", "session_elsewhere", 1,
 			                     "session %s is held by another instance",
@@ -201,9 +231,9 @@ enum MHD_Result api_session(struct request *r)
 		return respond_json(r, 200, o);
 	}
 	if (mine)
-		return respond_json(r, 200, api_session_json(r->session_id, &info));
+		return respond_json(r, 200, api_session_json(key, &info));
 	/* Not here: inspecting does not bring it back, it says where it is. */
-	if (rc == -ENOENT && scheduler_session_stored(s->sched, r->session_id)) {
+	if (rc == -ENOENT && scheduler_session_stored(s->sched, key)) {
 		cJSON *o = cJSON_CreateObject();
 		cJSON_AddStringToObject(o, "id", r->session_id);
 		cJSON_AddStringToObject(o, "object", "session");
@@ -217,13 +247,13 @@ enum MHD_Result api_session(struct request *r)
 enum MHD_Result api_session_snapshot(struct request *r)
 {
 	struct server *s = r->srv;
-	char err[SINKD_ERR_LEN];
-	int rc = api_session_prepare(r, r->session_id, NULL, err, sizeof(err));
+	char err[SINKD_ERR_LEN], key[SCHED_SESSION_ID_LEN];
+	int rc = api_session_prepare(r, r->session_id, key, NULL, err, sizeof(err));
 	if (rc)
 		return api_session_unavailable(r, rc, r->session_id, err);
 	unsigned char *bytes = NULL;
 	size_t len = 0;
-	rc = scheduler_session_snapshot(s->sched, r->session_id, &bytes, &len, err, sizeof(err));
+	rc = scheduler_session_snapshot(s->sched, key, &bytes, &len, err, sizeof(err));
 	if (rc == -ENOENT)
 		return session_not_found(r);
 	if (rc) {
@@ -276,7 +306,8 @@ enum MHD_Result api_session_restore(struct request *r)
 		return api_session_fault(r, &f, owner);
 	struct sched_session_info info;
 	if (scheduler_session_info(s->sched, id, &info))
-		return session_not_found(r);
+		return respond_error(r, 404, "session_id", "session_not_found", 0, "no session %s",
+		                     session_key_id(id));
 	return respond_json(r, 200, api_session_json(id, &info));
 }
 
@@ -291,8 +322,8 @@ enum MHD_Result api_session_append(struct request *r)
 		return respond_api_error(r, &e);
 	enum MHD_Result ret;
 	bool empty = false;
-	char why[SINKD_ERR_LEN];
-	int found = api_session_prepare(r, r->session_id, &empty, why, sizeof(why));
+	char why[SINKD_ERR_LEN], key[SCHED_SESSION_ID_LEN];
+	int found = api_session_prepare_change(r, r->session_id, key, &empty, why, sizeof(why));
 	if (found) {
 		ret = api_session_unavailable(r, found, r->session_id, why);
 		goto out;
@@ -313,8 +344,7 @@ enum MHD_Result api_session_append(struct request *r)
 		ret = respond_error(r, 400, "text", "invalid_value", 0, "%s", err);
 		goto out;
 	}
-	ret = genstream_submit(r, &a.gen, ids, n_ids, r->session_id, a.revise_last_tokens,
-	                       !a.generate);
+	ret = genstream_submit(r, &a.gen, ids, n_ids, key, a.revise_last_tokens, !a.generate);
 out:
 	append_args_deinit(&a);
 	return ret;

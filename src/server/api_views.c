@@ -103,11 +103,13 @@ static void stream_resolve(struct request *r, const char *asked, char out[REQUES
 {
 	static const char *const prefixes[] = {"", "chatcmpl-", "cmpl-"};
 	struct sched_stream_info info;
+	char owner[QUOTA_CLIENT_NAME_LEN];
+	quota_client_name(&r->client, owner);
 	out[0] = '\0';
 	for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++) {
 		size_t n = strlen(prefixes[i]);
 		if (strncmp(asked, prefixes[i], n) ||
-		    scheduler_stream_info(r->srv->sched, asked + n, &info) ||
+		    scheduler_stream_info(r->srv->sched, owner, asked + n, &info) ||
 		    !api_session_owner_allows(r, info.owner))
 			continue;
 		snprintf(out, REQUEST_ID_LEN, "%s", asked + n);
@@ -121,7 +123,9 @@ enum MHD_Result api_cache_trace(struct request *r)
 	struct scheduler *sc = r->srv->sched;
 	bool stream = r->ep == EP_STREAM_CACHE;
 	const char *name = stream ? r->stream_id : r->session_id;
-	char rid[REQUEST_ID_LEN], err[SINKD_ERR_LEN];
+	char rid[REQUEST_ID_LEN], err[SINKD_ERR_LEN], key[SCHED_SESSION_ID_LEN] = "";
+	char owner[QUOTA_CLIENT_NAME_LEN];
+	quota_client_name(&r->client, owner);
 	if (stream) {
 		stream_resolve(r, r->stream_id, rid);
 		if (!rid[0])
@@ -129,8 +133,9 @@ enum MHD_Result api_cache_trace(struct request *r)
 			                     "no running stream %s", r->stream_id);
 	} else {
 		struct sched_session_info info;
-		int rc = scheduler_session_info(sc, r->session_id, &info);
-		if (rc == -ENOENT && scheduler_session_stored(sc, r->session_id))
+		int rc = api_session_key(r, r->session_id, key) ? -ENOENT
+		                                                : scheduler_session_info(sc, key, &info);
+		if (rc == -ENOENT && key[0] && scheduler_session_stored(sc, key))
 			return respond_error(r, 409, "session_id", "session_offloaded", 0,
 			                     "session %s is in the session store; its cache is "
 			                     "loaded again by its next request",
@@ -140,8 +145,8 @@ enum MHD_Result api_cache_trace(struct request *r)
 			                     "no session %s", r->session_id);
 	}
 	struct cache_trace_step *t = NULL;
-	int rc = scheduler_cache_trace(sc, stream ? NULL : r->session_id, stream ? rid : NULL, &t,
-	                               err, sizeof(err));
+	int rc = scheduler_cache_trace(sc, stream ? NULL : key, owner, stream ? rid : NULL, &t, err,
+	                               sizeof(err));
 	if (rc == -ENOENT)
 		return stream ? respond_error(r, 404, "request_id", "stream_not_found", 0,
 		                              "no running stream %s", name)

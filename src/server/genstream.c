@@ -9,6 +9,7 @@
  * offers tools; the mechanics (suspend/resume, flow control, keep-alive)
  * do not know which API they serve.  It does not parse requests (api.c) and
  * does not own the listener (http.c). */
+#include "session/session_key.h"
 #include "server/genstream.h"
 
 #include <errno.h>
@@ -1002,7 +1003,7 @@ static enum MHD_Result gs_respond_whole(struct request *r)
 	}
 	if (gs->append_only) {
 		cJSON *o = cJSON_CreateObject();
-		cJSON_AddStringToObject(o, "id", gs->session_id);
+		cJSON_AddStringToObject(o, "id", session_key_id(gs->session_id));
 		cJSON_AddStringToObject(o, "object", "session.append");
 		cJSON_AddNumberToObject(o, "tokens_appended", np);
 		return respond_json(r, 200, o);

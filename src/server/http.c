@@ -8,12 +8,16 @@
  * refused with our JSON error), bearer auth before routing (404/405), the
  * body limit counted while it arrives, request ids, and one log line per
  * request (never its text).  Endpoint logic is in api.c, answers are built
- * by respond.c.  What
- * libmicrohttpd 0.9.75 refuses before any callback (a malformed or 2^64+
- * Content-Length, an HTTP version other than 1.x, a head bigger than the
- * connection's memory) it answers itself, in HTML. */
+ * by respond.c.  A request head is also looked at as it arrives (see
+ * gnutls_record_recv below) for what libmicrohttpd 0.9.75 would hide or
+ * answer twice: a malformed Content-Length, a NUL, an obs-folded line.
+ * What it still refuses before any callback (an HTTP version other than
+ * 1.x, a head bigger than the connection's memory) it answers itself, in
+ * HTML. */
 #include <ctype.h>
+#include <dlfcn.h>
 #include <errno.h>
+#include <gnutls/gnutls.h>
 #include <openssl/rand.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -26,6 +30,7 @@
 #include <unistd.h>
 
 #include "grammar/grammar.h"
+#include "session/session_key.h"
 #include "server/api.h"
 #include "server/console.h"
 #include "server/genstream.h"
@@ -125,9 +130,9 @@ static const struct route *route_session(const char *url, const char *method,
 		return NULL;
 	const char *id = url + strlen(prefix);
 	size_t n = 0;
-	while (n < SCHED_SESSION_ID_LEN && isxdigit((unsigned char)id[n]))
+	while (n <= SESSION_ID_MAX && isxdigit((unsigned char)id[n]))
 		n++;
-	if (n == 0 || n >= SCHED_SESSION_ID_LEN)
+	if (n == 0 || n > SESSION_ID_MAX)
 		return NULL;
 	memcpy(id_out, id, n);
 	id_out[n] = '\0';
@@ -186,6 +191,27 @@ enum conn_phase {
 	CONN_IDLE,      /* kept alive: idle_timeout_s from the last answer */
 };
 
+/* What the scan of a request head found so far (head_scan_chunk): the
+ * plaintext on its way to libmicrohttpd, which the connection's own thread
+ * reads, so no lock. */
+struct head_scan_state {
+	bool active;        /* a head is arriving; off from its end to the request's */
+	bool past_request_line;
+	bool at_line_start;
+	bool after_cr;
+	bool in_name;       /* before the line's first ':' */
+	bool is_length;     /* the line is a Content-Length header */
+	bool length_bad;    /* its value is not OWS digits OWS */
+	bool length_ows_after;
+	int n_length_digits;
+	size_t name_len;
+	char name[16];      /* the line's name, first 15 bytes */
+	long line_off;      /* where the line starts in this chunk; -1: an earlier one */
+	long value_off;     /* where its value starts in this chunk; -1: unknown */
+	long cr_off;        /* where the CR that may end it is; -1: an earlier chunk */
+	const char *bad;    /* what is wrong with the head (static text); NULL: nothing */
+};
+
 /* Per connection (libmicrohttpd's socket context), from accept to close. */
 struct http_conn {
 	struct server *srv;
@@ -195,7 +221,11 @@ struct http_conn {
 	double phase_t0;               /* [srv->conn_mu] */
 	bool cut;                      /* closed by its deadline [srv->conn_mu] */
 	struct http_conn *prev, *next; /* srv->conns [srv->conn_mu] */
+	struct head_scan_state scan;   /* the request head as it arrives [its thread] */
+	unsigned magic;                /* HTTP_CONN_MAGIC: gnutls_record_recv's check */
 };
+
+#define HTTP_CONN_MAGIC 0x68747470u
 
 /* Connections beyond server.max_connections that are still accepted, so
  * that /health and /ready answer while every other request gets a 503. */
@@ -347,15 +377,175 @@ static void conn_deadlines_stop(struct server *s)
 	s->dl_started = false;
 }
 
+/* ---- request heads as they arrive: what libmicrohttpd hides or answers twice ---- */
+
+/* libmicrohttpd 0.9.75 handles a few things in a request head before any
+ * callback of ours, and wrongly: it answers a malformed Content-Length (-1,
+ * +5, 20 digits) itself with its status line and headers twice (its error
+ * path builds the header block, then its state machine builds it again),
+ * cuts a header value at a NUL, and glues an obs-folded line onto the
+ * previous header's name.  MHD_get_connection_values shows none of it.  So
+ * the plaintext is looked at on its way in: this file defines
+ * gnutls_record_recv, which libmicrohttpd's TLS reader calls through the
+ * dynamic linker and so reaches here first; it calls GnuTLS's and scans
+ * what a session of this listener (marked with gnutls_db_set_ptr in
+ * conn_started) returned, from a request's first byte to its head's empty
+ * line.  A NUL becomes a space and a bad Content-Length line is renamed
+ * ("Xontent-Length"), so that libmicrohttpd passes the request on and
+ * request_refuse_malformed answers it once, with our JSON (a line whose
+ * name came in an earlier TLS record gets its value zeroed instead).
+ * Limits: a Content-Length value split across two records, pipelined heads
+ * and plain HTTP (no TLS) are not fixed up: libmicrohttpd answers those as
+ * before. */
+
+static void head_scan_reset(struct head_scan_state *hs)
+{
+	*hs = (struct head_scan_state){.active = true, .at_line_start = true,
+	                                .line_off = -1, .value_off = -1, .cr_off = -1};
+}
+
+static void head_scan_flag(struct head_scan_state *hs, const char *what)
+{
+	if (!hs->bad)
+		hs->bad = what;
+}
+
+/* A Content-Length value byte: OWS, 1 to 19 digits (below 2^64), OWS. */
+static void head_scan_length_byte(struct head_scan_state *hs, char c)
+{
+	if (c == ' ' || c == '\t')
+		hs->length_ows_after = hs->n_length_digits > 0;
+	else if (c >= '0' && c <= '9' && !hs->length_ows_after)
+		hs->n_length_digits++;
+	else
+		hs->length_bad = true;
+}
+
+/* The line that ends at end (its CR or LF; -1: in an earlier chunk). */
+static void head_scan_line_end(struct head_scan_state *hs, char *buf, long end)
+{
+	bool bad = hs->length_bad || hs->n_length_digits < 1 || hs->n_length_digits > 19;
+	if (hs->is_length && bad) {
+		head_scan_flag(hs, "a malformed Content-Length (it must be 1 to 19 digits)");
+		if (hs->line_off >= 0)
+			buf[hs->line_off] = 'X'; /* libmicrohttpd no longer sees it */
+		else if (hs->value_off >= 0 && end > hs->value_off)
+			memset(buf + hs->value_off, '0', (size_t)(end - hs->value_off)); /* 0 */
+	} else if (hs->is_length && hs->length_ows_after && hs->value_off >= 0 && end >= 0) {
+		/* "5 " is allowed, but libmicrohttpd refuses the space (twice):
+		 * the same number, zero-padded, takes the value's place. */
+		char digits[20];
+		int n = 0;
+		for (long i = hs->value_off; i < end; i++)
+			if (buf[i] >= '0' && buf[i] <= '9')
+				digits[n++] = buf[i];
+		memset(buf + hs->value_off, '0', (size_t)(end - hs->value_off));
+		memcpy(buf + end - n, digits, (size_t)n);
+	}
+	hs->past_request_line = true;
+	hs->at_line_start = true;
+}
+
+/* A line's first byte, at off in the chunk. */
+static void head_scan_line_start(struct head_scan_state *hs, char c, long off)
+{
+	hs->at_line_start = false;
+	hs->line_off = off;
+	hs->value_off = -1;
+	hs->in_name = hs->past_request_line;
+	hs->is_length = hs->length_bad = hs->length_ows_after = false;
+	hs->n_length_digits = 0;
+	hs->name_len = 0;
+	if (hs->past_request_line && (c == ' ' || c == '\t'))
+		head_scan_flag(hs, "a folded header line (a line that starts with a space or tab)");
+}
+
+static void head_scan_name_byte(struct head_scan_state *hs, char c, long off)
+{
+	if (c != ':') {
+		if (hs->name_len < sizeof(hs->name) - 1)
+			hs->name[hs->name_len] = c;
+		hs->name_len++;
+		return;
+	}
+	hs->in_name = false;
+	hs->is_length = hs->name_len == 14 && !strncasecmp(hs->name, "content-length", 14);
+	hs->value_off = off + 1;
+}
+
+/* LF or CR at i; returns false at the head's empty line (the scan ends). */
+static bool head_scan_terminator(struct head_scan_state *hs, char *buf, long i, char c)
+{
+	if (c == '\r') {
+		hs->after_cr = true;
+		hs->cr_off = i;
+		return true;
+	}
+	long end = hs->after_cr ? hs->cr_off : i;
+	hs->after_cr = false;
+	if (hs->at_line_start)
+		return !hs->past_request_line; /* empty lines before a request are skipped */
+	head_scan_line_end(hs, buf, end);
+	return true;
+}
+
+static void head_scan_chunk(struct head_scan_state *hs, char *buf, long n)
+{
+	hs->line_off = hs->value_off = hs->cr_off = -1; /* offsets are per chunk */
+	for (long i = 0; i < n && hs->active; i++) {
+		char c = buf[i];
+		if (hs->after_cr && c != '\n') {
+			head_scan_flag(hs, "a bare CR in a header (a CR not followed by LF)");
+			hs->after_cr = false;
+		}
+		if (c == '\r' || c == '\n') {
+			hs->active = head_scan_terminator(hs, buf, i, c);
+			continue;
+		}
+		if (c == '\0') {
+			head_scan_flag(hs, "a NUL byte in the request head");
+			buf[i] = c = ' ';
+		}
+		if (hs->at_line_start)
+			head_scan_line_start(hs, c, i);
+		if (hs->in_name)
+			head_scan_name_byte(hs, c, i);
+		else if (hs->is_length)
+			head_scan_length_byte(hs, c);
+	}
+}
+
+typedef ssize_t (*record_recv_fn)(gnutls_session_t, void *, size_t);
+
+/* See the section's comment.  The pointer to GnuTLS's own function is looked
+ * up once and cached: the one piece of static state here, and it never
+ * changes once set. */
+ssize_t gnutls_record_recv(gnutls_session_t session, void *data, size_t data_size)
+{
+	static _Atomic(record_recv_fn) real;
+	record_recv_fn fn = atomic_load(&real);
+	if (!fn) {
+		fn = (record_recv_fn)dlsym(RTLD_NEXT, "gnutls_record_recv");
+		if (!fn)
+			return GNUTLS_E_INTERNAL_ERROR;
+		atomic_store(&real, fn);
+	}
+	ssize_t n = fn(session, data, data_size);
+	struct http_conn *hc = n > 0 ? gnutls_db_get_ptr(session) : NULL;
+	if (hc && hc->magic == HTTP_CONN_MAGIC && hc->scan.active)
+		head_scan_chunk(&hc->scan, data, (long)n);
+	return n;
+}
+
 /* ---- request framing: checked before routing ---------------------------------- */
 
 /* What one pass over the request's headers found. */
 struct header_scan {
 	size_t n, bytes;
-	int n_host, n_length, n_te;
-	bool length_conflict; /* two Content-Length headers that differ */
-	bool bad_name;        /* a name with a space or another non-token byte */
-	const char *length, *te;
+	int n_host, n_length, n_te, n_auth;
+	bool bad_name; /* a name with a space or another non-token byte */
+	bool bare_cr;  /* a CR left in a value (libmicrohttpd splits lines at LF) */
+	const char *te;
 };
 
 static enum MHD_Result header_scan_one(void *cls, enum MHD_ValueKind kind, const char *key,
@@ -371,12 +561,16 @@ static enum MHD_Result header_scan_one(void *cls, enum MHD_ValueKind kind, const
 	                            "ABCDEFGHIJKLMNOPQRSTUVWXYZ";
 	if (!*key || key[strspn(key, tchar)])
 		h->bad_name = true;
+	if (value && strchr(value, '\r'))
+		h->bare_cr = true;
+	/* Repeated even with equal values: which one counts differs between
+	 * a proxy and us, and that difference is how requests get smuggled. */
 	if (!strcasecmp(key, "Host")) {
 		h->n_host++;
 	} else if (!strcasecmp(key, "Content-Length")) {
-		if (h->n_length++ && (!value || !h->length || strcmp(value, h->length)))
-			h->length_conflict = true;
-		h->length = value;
+		h->n_length++;
+	} else if (!strcasecmp(key, "Authorization")) {
+		h->n_auth++;
 	} else if (!strcasecmp(key, "Transfer-Encoding")) {
 		h->n_te++;
 		h->te = value;
@@ -417,14 +611,20 @@ static bool request_refuse_malformed(struct request *r, const char *version, enu
 		*ret = refuse(r, 431, "headers_too_large", msg);
 		return true;
 	}
-	if (version && strcmp(version, MHD_HTTP_VERSION_1_0) && h.n_host == 0)
+	if (r->hc && r->hc->scan.bad)
+		bad = r->hc->scan.bad;
+	else if (version && strcmp(version, MHD_HTTP_VERSION_1_0) && h.n_host == 0)
 		bad = "HTTP/1.1 request without a Host header";
 	else if (h.n_host > 1)
 		bad = "more than one Host header";
 	else if (h.bad_name)
 		bad = "a header name with a space or a byte that is not a token character";
-	else if (h.length_conflict)
-		bad = "Content-Length headers with different values";
+	else if (h.bare_cr)
+		bad = "a bare CR in a header (a CR not followed by LF)";
+	else if (h.n_length > 1)
+		bad = "more than one Content-Length header";
+	else if (h.n_auth > 1)
+		bad = "more than one Authorization header";
 	else if (h.n_te && h.n_length)
 		bad = "both Transfer-Encoding and Content-Length";
 	else if (h.n_te > 1)
@@ -712,6 +912,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	                        LOG_END};
 	log_event(s->log, lv, LOG_MODULE, "request", f);
 	conn_phase_set(r->hc, CONN_IDLE, true);
+	if (r->hc)
+		head_scan_reset(&r->hc->scan); /* the next request's head is next */
 	free(r->body);
 	free(r);
 	*con_cls = NULL;
@@ -777,16 +979,22 @@ static void conn_started(struct server *s, struct MHD_Connection *c, void **sock
 	if (!hc)
 		return;
 	hc->srv = s;
+	hc->magic = HTTP_CONN_MAGIC;
+	head_scan_reset(&hc->scan);
 	const union MHD_ConnectionInfo *ci =
 	    MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
 	hc->fd = ci ? ci->connect_fd : -1;
 	hc->phase = s->tls ? CONN_HANDSHAKE : CONN_FIRST;
 	hc->phase_t0 = server_now();
 	ci = s->tls ? MHD_get_connection_info(c, MHD_CONNECTION_INFO_GNUTLS_SESSION) : NULL;
-	if (ci && ci->tls_session)
+	if (ci && ci->tls_session) {
 		gnutls_handshake_set_hook_function((gnutls_session_t)ci->tls_session,
 		                                   GNUTLS_HANDSHAKE_FINISHED, GNUTLS_HOOK_POST,
 		                                   tls_handshake_hook);
+		/* marks the session for gnutls_record_recv's head scan (no
+		 * session cache callbacks are set: nothing else reads it) */
+		gnutls_db_set_ptr((gnutls_session_t)ci->tls_session, hc);
+	}
 	pthread_mutex_lock(&s->conn_mu);
 	hc->next = s->conns;
 	if (s->conns)

@@ -6,6 +6,7 @@
  * streaming client adds up is what stream:false returns.  It does not
  * tokenize or render prompts (api_responses.c) and does not own
  * connections (genstream.c). */
+#include "session/session_key.h"
 #include "server/responses.h"
 
 #include <errno.h>
@@ -503,7 +504,7 @@ int responses_id_session(const char *id, char session_id[SCHED_SESSION_ID_LEN])
 		return -ENOENT;
 	const char *sid = id + 5;
 	size_t n = strspn(sid, hex_digits);
-	if (n == 0 || n >= SCHED_SESSION_ID_LEN || sid[n] != '_')
+	if (n == 0 || n > SESSION_ID_MAX || sid[n] != '_')
 		return -ENOENT;
 	const char *tail = sid + n + 1;
 	if (strlen(tail) != RESP_RANDOM_HEX || strspn(tail, hex_digits) != RESP_RANDOM_HEX)

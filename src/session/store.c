@@ -1,250 +1,109 @@
-/* The session snapshot store: files in one directory that several daemon
- * instances share, with leases that say which instance owns a session and a
- * background thread that keeps this instance's leases fresh and sweeps out
- * expired snapshots, stale temp files and stale leases.
+/* The session store's generic layer (store.h): records with generations,
+ * the leases this instance holds (refreshed by a thread, their fences used
+ * on every write), the instance name's claim, expiry and the size bounds
+ * with per-owner shares.  Both backends (store_backend.h) get the same
+ * policy from here; they only keep bytes and leases.
  *
- * It does not look inside snapshots, does not serialise sessions, and does
- * not release leases on close: drain code decides which sessions to hand
- * over.  Every path is built from an id that passed session_store_id_valid()
- * and opened relative to the directory's descriptor, never following a
- * symlink at the last component. */
+ * It does not look inside snapshots beyond the record header, and it does
+ * not release leases on close: drain code decides what to hand over. */
 #include "session/store.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
+#include <inttypes.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
+#include "session/store_backend.h"
 #include "util/errbuf.h"
+#include "util/log.h"
 
 #define STORE_DEFAULT_SWEEP_S 10.0
-#define STORE_TEMP_STALE_S 60.0
-#define STORE_INSTANCE_MAX 128
-#define STORE_NAME_MAX 96 /* ".<id>.lease.tmp.<16 hex>" and shorter */
-#define STORE_TAKE_TRIES 4
+#define STORE_RECORD_MAGIC "SKDREC01"
+#define STORE_RECORD_HEADER 16 /* magic, u64 generation (little-endian) */
+#define STORE_LEGACY_MAGIC "SINKDSES" /* a snapshot written before records had headers */
+#define STORE_OWNER_COUNTS_MAX 1024
+
+struct held_lease {
+	char key[SESSION_KEY_LEN];
+	uint64_t fence;
+	uint64_t generation; /* the newest the lease knows of */
+};
 
 struct session_store {
-	char *dir;
-	int dir_fd;
-	char *instance;
-	uint64_t max_bytes;
-	double lease_timeout_s;
-	double ttl_s;
-	double sweep_interval_s;
-	atomic_uint temp_seq; /* mixed into temp names in case getrandom fails */
+	const struct store_backend_ops *ops;
+	struct store_backend *be;
+	uint64_t max_bytes, per_key_bytes;
+	double lease_timeout_s, ttl_s, sweep_interval_s;
+	struct sinkd_log *log;
+	char nonce[33]; /* this process's claim of the instance name */
 
-	pthread_mutex_t lock;                   /* guards everything below */
-	char (*held)[SESSION_STORE_ID_MAX + 1]; /* (n_held) ids whose leases we hold */
+	pthread_mutex_t lock; /* guards everything below */
+	struct held_lease *held; /* (n_held) */
 	size_t n_held, cap_held;
-	uint64_t evicted, expired, takeovers;
+	struct session_store_usage counts; /* files and bytes unused here */
+	struct session_store_owner_count *owners; /* (n_owners) eviction counts */
+	size_t n_owners;
 	bool stop;
 	pthread_cond_t wake;
 
-	/* Serialises scans that delete files, so that a put and the thread's
-	 * sweep do not both evict for the same excess. */
-	pthread_mutex_t scan_lock;
+	/* Serialises the passes that delete records, so that a put and the
+	 * thread's sweep do not both evict for the same excess. */
+	pthread_mutex_t policy_lock;
 	pthread_t thread;
 	bool thread_started;
 };
 
-/* ---------------------------------------------------------------- names */
-
-bool session_store_id_valid(const char *id)
-{
-	if (!id)
-		return false;
-	size_t i = 0;
-	for (; id[i]; i++) {
-		char c = id[i];
-		bool hex =
-		    (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-		if (!hex || i >= SESSION_STORE_ID_MAX)
-			return false;
-	}
-	return i > 0;
-}
-
-static int check_id(const char *id, char *err, size_t err_len)
-{
-	if (session_store_id_valid(id))
-		return 0;
-	return err_set(err, err_len, -EINVAL, "invalid session id (want 1..%d hex digits)",
-	               SESSION_STORE_ID_MAX);
-}
-
-static void snap_name(char *buf, const char *id)
-{
-	snprintf(buf, STORE_NAME_MAX, "%s.snap", id);
-}
-
-static void lease_name(char *buf, const char *id)
-{
-	snprintf(buf, STORE_NAME_MAX, "%s.lease", id);
-}
-
-/* ".<base>.tmp.<16 hex>": the leading dot and ".tmp." are what the sweep
- * recognises as a temp file. */
-static void temp_name(struct session_store *st, char *buf, const char *base)
-{
-	uint64_t r = 0;
-	if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r)) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		r = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 40);
-	}
-	r ^= (uint64_t)atomic_fetch_add(&st->temp_seq, 1) * 0x9e3779b97f4a7c15ULL;
-	snprintf(buf, STORE_NAME_MAX, ".%s.tmp.%016llx", base, (unsigned long long)r);
-}
-
-enum name_kind { NAME_OTHER = 0, NAME_SNAP, NAME_LEASE, NAME_TEMP };
-
-/* What a directory entry is; the id of a snapshot or lease goes to id. */
-static enum name_kind name_classify(const char *name, char id[SESSION_STORE_ID_MAX + 1])
-{
-	if (name[0] == '.')
-		return strstr(name, ".tmp.") ? NAME_TEMP : NAME_OTHER;
-	const char *dot = strchr(name, '.');
-	size_t len = dot ? (size_t)(dot - name) : 0;
-	if (len == 0 || len > SESSION_STORE_ID_MAX)
-		return NAME_OTHER;
-	memcpy(id, name, len);
-	id[len] = '\0';
-	if (!session_store_id_valid(id))
-		return NAME_OTHER;
-	if (strcmp(dot, ".snap") == 0)
-		return NAME_SNAP;
-	if (strcmp(dot, ".lease") == 0)
-		return NAME_LEASE;
-	return NAME_OTHER;
-}
-
-/* ---------------------------------------------------------------- small io */
-
-/* Seconds since mtime by this host's clock. */
-static double age_of(const struct timespec *mtime)
-{
-	struct timespec now;
-	clock_gettime(CLOCK_REALTIME, &now);
-	return (double)(now.tv_sec - mtime->tv_sec) + (double)(now.tv_nsec - mtime->tv_nsec) * 1e-9;
-}
-
-static double age_s(const struct stat *sb)
-{
-	return age_of(&sb->st_mtim);
-}
-
-static int write_all(int fd, const void *bytes, size_t n)
-{
-	const unsigned char *p = bytes;
-	while (n > 0) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0)
-			return -errno;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
-/* Creates name exclusively (0600 whatever the umask) holding bytes; on
- * failure nothing is left behind except when the failure is -EEXIST. */
-static int create_file(struct session_store *st, const char *name, const void *bytes, size_t n,
-                       bool sync)
-{
-	int fd =
-	    openat(st->dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return -errno;
-	int rc = 0;
-	if (fchmod(fd, 0600) < 0)
-		rc = -errno;
-	if (rc == 0)
-		rc = write_all(fd, bytes, n);
-	if (rc == 0 && sync && fsync(fd) < 0)
-		rc = -errno;
-	if (close(fd) < 0 && rc == 0)
-		rc = -errno;
-	if (rc < 0)
-		unlinkat(st->dir_fd, name, 0);
-	return rc;
-}
-
-/* Opens a regular file for reading without following a symlink and without
- * blocking on a FIFO someone put in its place. */
-static int open_regular(struct session_store *st, const char *name, struct stat *sb)
-{
-	int fd = openat(st->dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	if (fstat(fd, sb) < 0) {
-		int rc = -errno;
-		close(fd);
-		return rc;
-	}
-	if (!S_ISREG(sb->st_mode)) {
-		close(fd);
-		return -EINVAL;
-	}
-	return fd;
-}
-
 /* ---------------------------------------------------------------- held set */
 
-static ssize_t held_find(const struct session_store *st, const char *id)
+static ssize_t held_find(const struct session_store *st, const char *key)
 {
 	for (size_t i = 0; i < st->n_held; i++)
-		if (strcmp(st->held[i], id) == 0)
+		if (strcmp(st->held[i].key, key) == 0)
 			return (ssize_t)i;
 	return -1;
 }
 
-static int held_add(struct session_store *st, const char *id)
+static int held_set_locked(struct session_store *st, const char *key, uint64_t fence,
+                           uint64_t generation)
 {
-	int rc = 0;
-	pthread_mutex_lock(&st->lock);
-	if (held_find(st, id) >= 0)
-		goto out;
-	if (st->n_held == st->cap_held) {
-		size_t cap = st->cap_held ? st->cap_held * 2 : 16;
-		void *grown = realloc(st->held, cap * sizeof(*st->held));
-		if (!grown) {
-			rc = -ENOMEM;
-			goto out;
+	ssize_t i = held_find(st, key);
+	if (i < 0) {
+		if (st->n_held == st->cap_held) {
+			size_t cap = st->cap_held ? st->cap_held * 2 : 16;
+			void *grown = realloc(st->held, cap * sizeof(*st->held));
+			if (!grown)
+				return -ENOMEM;
+			st->held = grown;
+			st->cap_held = cap;
 		}
-		st->held = grown;
-		st->cap_held = cap;
+		i = (ssize_t)st->n_held++;
+		snprintf(st->held[i].key, sizeof(st->held[i].key), "%s", key);
 	}
-	snprintf(st->held[st->n_held++], SESSION_STORE_ID_MAX + 1, "%s", id);
-out:
-	pthread_mutex_unlock(&st->lock);
-	return rc;
+	st->held[i].fence = fence;
+	st->held[i].generation = generation;
+	return 0;
 }
 
-static void held_remove(struct session_store *st, const char *id)
+static void held_remove_locked(struct session_store *st, const char *key)
 {
-	pthread_mutex_lock(&st->lock);
-	ssize_t i = held_find(st, id);
+	ssize_t i = held_find(st, key);
 	if (i >= 0)
-		memmove(st->held[i], st->held[--st->n_held], sizeof(*st->held));
-	pthread_mutex_unlock(&st->lock);
+		st->held[i] = st->held[--st->n_held];
 }
 
-static bool held_contains(struct session_store *st, const char *id)
+/* Our lease of key: true with its fence and generation, false when none. */
+static bool held_get(struct session_store *st, const char *key, struct held_lease *out)
 {
 	pthread_mutex_lock(&st->lock);
-	bool found = held_find(st, id) >= 0;
+	ssize_t i = held_find(st, key);
+	if (i >= 0)
+		*out = st->held[i];
 	pthread_mutex_unlock(&st->lock);
-	return found;
+	return i >= 0;
 }
 
 static void count(struct session_store *st, uint64_t *counter)
@@ -254,66 +113,11 @@ static void count(struct session_store *st, uint64_t *counter)
 	pthread_mutex_unlock(&st->lock);
 }
 
-/* ---------------------------------------------------------------- leases */
-
-/* The holder named in lease file `name` (up to the first newline, at most
- * who_len - 1 bytes) and the file's stat. */
-static int lease_read(struct session_store *st, const char *name, char *who, size_t who_len,
-                      struct stat *sb)
+static int check_key(const char *key, char *err, size_t err_len)
 {
-	int fd = open_regular(st, name, sb);
-	if (fd < 0)
-		return fd;
-	size_t got = 0;
-	while (got + 1 < who_len) {
-		ssize_t r = read(fd, who + got, who_len - 1 - got);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0) {
-			int rc = -errno;
-			close(fd);
-			return rc;
-		}
-		if (r == 0)
-			break;
-		got += (size_t)r;
-	}
-	close(fd);
-	who[got] = '\0';
-	char *nl = strchr(who, '\n');
-	if (nl)
-		*nl = '\0';
-	return 0;
-}
-
-static bool names_us(const struct session_store *st, const char *who)
-{
-	return strcmp(who, st->instance) == 0;
-}
-
-/* Whether the lease of id belongs to another instance that refreshed it
- * within lease_timeout_s. */
-static bool lease_live_other(struct session_store *st, const char *id)
-{
-	char name[STORE_NAME_MAX], who[STORE_INSTANCE_MAX + 2];
-	struct stat sb;
-	lease_name(name, id);
-	if (lease_read(st, name, who, sizeof(who), &sb) < 0)
-		return false;
-	return !names_us(st, who) && age_s(&sb) <= st->lease_timeout_s;
-}
-
-/* Held by us, or refreshed by anyone within lease_timeout_s. */
-static bool lease_live(struct session_store *st, const char *id)
-{
-	if (held_contains(st, id))
-		return true;
-	char name[STORE_NAME_MAX];
-	struct stat sb;
-	lease_name(name, id);
-	if (fstatat(st->dir_fd, name, &sb, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(sb.st_mode))
-		return false;
-	return age_s(&sb) <= st->lease_timeout_s;
+	if (session_key_valid(key))
+		return 0;
+	return err_set(err, err_len, -EINVAL, "invalid session key");
 }
 
 static void sanitise(char *out, size_t out_len, const char *in)
@@ -326,453 +130,496 @@ static void sanitise(char *out, size_t out_len, const char *in)
 	out[i] = '\0';
 }
 
-/* Replaces the stale lease (as seen in `seen`) by one naming us.  -EAGAIN
- * when the lease changed since it was judged stale. */
-static int lease_takeover(struct session_store *st, const char *id, const struct stat *seen,
-                          char *who, size_t who_len)
-{
-	char name[STORE_NAME_MAX], tmp[STORE_NAME_MAX], line[STORE_INSTANCE_MAX + 2];
-	lease_name(name, id);
-	temp_name(st, tmp, name);
-	int n = snprintf(line, sizeof(line), "%s\n", st->instance);
-	int rc = create_file(st, tmp, line, (size_t)n, false);
-	if (rc < 0)
-		return rc;
-	/* Checked again right before the rename, so that we do not replace a
-	 * lease another instance has just taken over or refreshed. */
-	struct stat now;
-	if (fstatat(st->dir_fd, name, &now, AT_SYMLINK_NOFOLLOW) < 0 ||
-	    now.st_ino != seen->st_ino || now.st_mtim.tv_sec != seen->st_mtim.tv_sec ||
-	    now.st_mtim.tv_nsec != seen->st_mtim.tv_nsec) {
-		unlinkat(st->dir_fd, tmp, 0);
-		return -EAGAIN;
-	}
-	if (renameat(st->dir_fd, tmp, st->dir_fd, name) < 0) {
-		rc = -errno;
-		unlinkat(st->dir_fd, tmp, 0);
-		return rc;
-	}
-	struct stat sb;
-	rc = lease_read(st, name, who, who_len, &sb);
-	if (rc == -ENOENT)
-		return -EAGAIN;
-	if (rc < 0)
-		return rc;
-	if (!names_us(st, who))
-		return -EBUSY; /* another instance's rename landed after ours */
-	count(st, &st->takeovers);
-	return held_add(st, id);
-}
+/* ---------------------------------------------------------------- leases */
 
-static int lease_busy(struct session_store *st, const char *id, const char *who, char *holder,
-                      size_t holder_len, char *err, size_t err_len)
-{
-	char clean[STORE_INSTANCE_MAX + 2];
-	sanitise(clean, sizeof(clean), who);
-	sanitise(holder, holder_len, clean);
-	held_remove(st, id);
-	return err_set(err, err_len, -EBUSY, "session %s is leased by instance '%s'", id, clean);
-}
-
-/* One attempt of lease_take: -EAGAIN when the lease changed under us. */
-static int lease_take_once(struct session_store *st, const char *id, char *holder,
-                           size_t holder_len, char *err, size_t err_len)
-{
-	char name[STORE_NAME_MAX], line[STORE_INSTANCE_MAX + 2], who[STORE_INSTANCE_MAX + 2];
-	lease_name(name, id);
-	int n = snprintf(line, sizeof(line), "%s\n", st->instance);
-	int rc = create_file(st, name, line, (size_t)n, false);
-	if (rc == 0)
-		return held_add(st, id);
-	if (rc != -EEXIST)
-		return err_set(err, err_len, rc, "%s/%s: %s", st->dir, name, strerror(-rc));
-	struct stat sb;
-	rc = lease_read(st, name, who, sizeof(who), &sb);
-	if (rc == -ENOENT)
-		return -EAGAIN;
-	if (rc < 0)
-		return err_set(err, err_len, rc, "%s/%s: %s", st->dir, name,
-		               rc == -EINVAL ? "not a regular file" : strerror(-rc));
-	if (names_us(st, who)) {
-		if (utimensat(st->dir_fd, name, NULL, AT_SYMLINK_NOFOLLOW) < 0)
-			return err_set(err, err_len, -errno, "%s/%s: %s", st->dir, name,
-			               strerror(errno));
-		return held_add(st, id);
-	}
-	if (age_s(&sb) <= st->lease_timeout_s)
-		return lease_busy(st, id, who, holder, holder_len, err, err_len);
-	rc = lease_takeover(st, id, &sb, who, sizeof(who));
-	if (rc == -EBUSY)
-		return lease_busy(st, id, who, holder, holder_len, err, err_len);
-	if (rc < 0 && rc != -EAGAIN)
-		return err_set(err, err_len, rc, "%s/%s: taking over: %s", st->dir, name,
-		               strerror(-rc));
-	return rc;
-}
-
-int session_store_lease_take(struct session_store *st, const char *id, char *holder,
-                             size_t holder_len, char *err, size_t err_len)
+int session_store_lease_take(struct session_store *st, const char *key, uint64_t *generation,
+                             char *holder, size_t holder_len, char *err, size_t err_len)
 {
 	if (holder_len > 0)
 		holder[0] = '\0';
-	int rc = check_id(id, err, err_len);
-	if (rc < 0)
+	int rc = check_key(key, err, err_len);
+	if (rc)
 		return rc;
-	for (int attempt = 0; attempt < STORE_TAKE_TRIES; attempt++) {
-		rc = lease_take_once(st, id, holder, holder_len, err, err_len);
-		if (rc != -EAGAIN)
-			return rc;
+	struct store_lease l;
+	memset(&l, 0, sizeof(l));
+	rc = st->ops->lease_take(st->be, key, &l, err, err_len);
+	if (rc == -EBUSY) {
+		char clean[STORE_INSTANCE_MAX + 1];
+		sanitise(clean, sizeof(clean), l.instance);
+		sanitise(holder, holder_len, clean);
+		pthread_mutex_lock(&st->lock);
+		held_remove_locked(st, key);
+		pthread_mutex_unlock(&st->lock);
+		return err_set(err, err_len, -EBUSY, "session %s is leased by instance '%s'", key,
+		               clean);
 	}
-	return err_set(err, err_len, -EBUSY, "session %s: its lease keeps changing", id);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&st->lock);
+	ssize_t i = held_find(st, key);
+	/* our own lease taken again keeps the generation we set on it */
+	uint64_t gen = i >= 0 && st->held[i].fence == l.fence && st->held[i].generation > l.generation
+	                   ? st->held[i].generation
+	                   : l.generation;
+	rc = held_set_locked(st, key, l.fence, gen);
+	if (l.taken_over)
+		st->counts.takeovers++;
+	pthread_mutex_unlock(&st->lock);
+	if (rc)
+		return err_set(err, err_len, rc, "session store: out of memory");
+	if (generation)
+		*generation = gen;
+	return 0;
 }
 
-int session_store_lease_release(struct session_store *st, const char *id)
+static int lost_lease(struct session_store *st, const char *key, char *err, size_t err_len)
 {
-	if (!session_store_id_valid(id))
+	pthread_mutex_lock(&st->lock);
+	held_remove_locked(st, key);
+	pthread_mutex_unlock(&st->lock);
+	return err_set(err, err_len, -ESTALE,
+	               "session %s: its lease was taken over by another instance", key);
+}
+
+int session_store_lease_set_generation(struct session_store *st, const char *key,
+                                       uint64_t generation, char *err, size_t err_len)
+{
+	struct held_lease h;
+	if (!held_get(st, key, &h))
+		return err_set(err, err_len, -ESTALE, "session %s: this instance holds no lease",
+		               key);
+	int rc = st->ops->lease_set_generation(st->be, key, h.fence, generation);
+	if (rc == -ESTALE)
+		return lost_lease(st, key, err, err_len);
+	if (rc)
+		return err_set(err, err_len, rc, "session %s: setting the lease's generation: %s",
+		               key, strerror(-rc));
+	pthread_mutex_lock(&st->lock);
+	held_set_locked(st, key, h.fence, generation);
+	pthread_mutex_unlock(&st->lock);
+	return 0;
+}
+
+int session_store_lease_release(struct session_store *st, const char *key)
+{
+	struct held_lease h;
+	if (!session_key_valid(key))
 		return -EINVAL;
-	char name[STORE_NAME_MAX], who[STORE_INSTANCE_MAX + 2];
-	struct stat sb;
-	lease_name(name, id);
-	int rc = lease_read(st, name, who, sizeof(who), &sb);
-	if (rc == 0 && !names_us(st, who))
-		rc = -EPERM;
-	if (rc == 0 && unlinkat(st->dir_fd, name, 0) < 0)
-		rc = -errno;
-	held_remove(st, id);
+	if (!held_get(st, key, &h))
+		return -ENOENT;
+	int rc = st->ops->lease_release(st->be, key, h.fence);
+	pthread_mutex_lock(&st->lock);
+	held_remove_locked(st, key);
+	pthread_mutex_unlock(&st->lock);
 	return rc;
 }
 
-/* Touches every lease we hold; forgets those that vanished or that another
- * instance took over meanwhile. */
+/* Refreshes every lease we hold; forgets (and logs) those we lost. */
 static void leases_refresh(struct session_store *st)
 {
 	pthread_mutex_lock(&st->lock);
 	size_t n = st->n_held;
-	char(*ids)[SESSION_STORE_ID_MAX + 1] = n ? malloc(n * sizeof(*ids)) : NULL;
-	if (ids)
-		memcpy(ids, st->held, n * sizeof(*ids));
+	struct held_lease *copy = n ? malloc(n * sizeof(*copy)) : NULL;
+	if (copy)
+		memcpy(copy, st->held, n * sizeof(*copy));
 	pthread_mutex_unlock(&st->lock);
-	if (!ids)
+	if (!copy)
 		return;
 	for (size_t i = 0; i < n; i++) {
-		char name[STORE_NAME_MAX], who[STORE_INSTANCE_MAX + 2];
-		struct stat sb;
-		lease_name(name, ids[i]);
-		int rc = lease_read(st, name, who, sizeof(who), &sb);
-		if (rc == 0 && names_us(st, who))
-			utimensat(st->dir_fd, name, NULL, AT_SYMLINK_NOFOLLOW);
-		else if (rc == 0 || rc == -ENOENT || rc == -EINVAL)
-			held_remove(st, ids[i]);
-	}
-	free(ids);
-}
-
-/* ---------------------------------------------------------------- scans */
-
-struct snap_entry {
-	char id[SESSION_STORE_ID_MAX + 1];
-	uint64_t size;
-	struct timespec mtime;
-};
-
-struct snap_list {
-	struct snap_entry *items; /* (n) */
-	size_t n, cap;
-	uint64_t bytes; /* sum of items' sizes */
-};
-
-static int snap_list_push(struct snap_list *l, const char *id, const struct stat *sb)
-{
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 64;
-		void *grown = realloc(l->items, cap * sizeof(*l->items));
-		if (!grown)
-			return -ENOMEM;
-		l->items = grown;
-		l->cap = cap;
-	}
-	struct snap_entry *e = &l->items[l->n++];
-	snprintf(e->id, sizeof(e->id), "%s", id);
-	e->size = (uint64_t)sb->st_size;
-	e->mtime = sb->st_mtim;
-	l->bytes += e->size;
-	return 0;
-}
-
-/* Deletes what the sweep deletes on sight: temp files older than a minute,
- * and leases nobody holds that are older than ttl_s.  How many it deleted. */
-static int sweep_entry(struct session_store *st, enum name_kind kind, const char *name,
-                       const char *id, const struct stat *sb)
-{
-	if (kind == NAME_TEMP && age_s(sb) > STORE_TEMP_STALE_S)
-		return unlinkat(st->dir_fd, name, 0) == 0;
-	if (kind != NAME_LEASE || st->ttl_s <= 0 || age_s(sb) <= st->ttl_s || held_contains(st, id))
-		return 0;
-	return unlinkat(st->dir_fd, name, 0) == 0;
-}
-
-/* Lists the regular .snap files; with sweep, also deletes stale temp files
- * and leases (adding how many to *removed). */
-static int store_scan(struct session_store *st, struct snap_list *l, bool sweep, int *removed)
-{
-	int fd = openat(st->dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	DIR *d = fdopendir(fd);
-	if (!d) {
-		int rc = -errno;
-		close(fd);
-		return rc;
-	}
-	int rc = 0;
-	struct dirent *de;
-	while (rc == 0 && (de = readdir(d)) != NULL) {
-		char id[SESSION_STORE_ID_MAX + 1];
-		enum name_kind kind = name_classify(de->d_name, id);
-		struct stat sb;
-		if (kind == NAME_OTHER || (kind != NAME_SNAP && !sweep))
+		int rc = st->ops->lease_refresh(st->be, copy[i].key, copy[i].fence);
+		if (rc != -ESTALE)
 			continue;
-		if (fstatat(st->dir_fd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0 ||
-		    !S_ISREG(sb.st_mode))
-			continue;
-		if (kind == NAME_SNAP)
-			rc = snap_list_push(l, id, &sb);
-		else
-			*removed += sweep_entry(st, kind, de->d_name, id, &sb);
+		pthread_mutex_lock(&st->lock);
+		ssize_t j = held_find(st, copy[i].key);
+		if (j >= 0 && st->held[j].fence == copy[i].fence)
+			held_remove_locked(st, copy[i].key);
+		pthread_mutex_unlock(&st->lock);
+		log_event(st->log, LOG_WARN, "store", "session lease lost to another instance",
+		          (struct log_field[]){LOG_STR("session", copy[i].key), LOG_END});
 	}
-	closedir(d);
-	return rc;
+	free(copy);
 }
 
-static int snap_older(const void *a, const void *b)
+/* ---------------------------------------------------------------- policy */
+
+static void owner_tag_of(const char *key, char tag[SESSION_OWNER_TAG_LEN + 1])
 {
-	const struct snap_entry *x = a, *y = b;
-	if (x->mtime.tv_sec != y->mtime.tv_sec)
-		return x->mtime.tv_sec < y->mtime.tv_sec ? -1 : 1;
-	if (x->mtime.tv_nsec != y->mtime.tv_nsec)
-		return x->mtime.tv_nsec < y->mtime.tv_nsec ? -1 : 1;
-	return strcmp(x->id, y->id);
+	const char *dash = strchr(key, '-');
+	size_t n = dash ? (size_t)(dash - key) : 0;
+	memcpy(tag, key, n);
+	tag[n] = '\0';
 }
 
-/* 1 deleted, 0 already gone (another instance got there first), -1 failed. */
-static int snap_unlink(struct session_store *st, const char *id)
+static void count_eviction(struct session_store *st, const char *key, uint64_t bytes,
+                           const char *why)
 {
-	char name[STORE_NAME_MAX];
-	snap_name(name, id);
-	if (unlinkat(st->dir_fd, name, 0) == 0)
-		return 1;
-	return errno == ENOENT ? 0 : -1;
-}
-
-/* Deletes the oldest snapshots (not keep_id, not leased live by another
- * instance) while the list exceeds max_bytes.  How many it deleted. */
-static int enforce_bound(struct session_store *st, struct snap_list *l, const char *keep_id)
-{
-	if (st->max_bytes == 0 || l->bytes <= st->max_bytes)
-		return 0;
-	qsort(l->items, l->n, sizeof(*l->items), snap_older);
-	int removed = 0;
-	for (size_t i = 0; i < l->n && l->bytes > st->max_bytes; i++) {
-		struct snap_entry *e = &l->items[i];
-		if ((keep_id && strcmp(e->id, keep_id) == 0) || lease_live_other(st, e->id))
-			continue;
-		int rc = snap_unlink(st, e->id);
-		if (rc > 0) {
-			count(st, &st->evicted);
-			removed++;
+	char tag[SESSION_OWNER_TAG_LEN + 1];
+	owner_tag_of(key, tag);
+	pthread_mutex_lock(&st->lock);
+	st->counts.evicted++;
+	size_t i = 0;
+	while (i < st->n_owners && strcmp(st->owners[i].tag, tag))
+		i++;
+	if (i == st->n_owners && st->n_owners < STORE_OWNER_COUNTS_MAX) {
+		void *grown = realloc(st->owners, (st->n_owners + 1) * sizeof(*st->owners));
+		if (grown) {
+			st->owners = grown;
+			memset(&st->owners[i], 0, sizeof(st->owners[i]));
+			snprintf(st->owners[i].tag, sizeof(st->owners[i].tag), "%s", tag);
+			st->n_owners++;
 		}
-		if (rc >= 0)
-			l->bytes -= e->size;
+	}
+	if (i < st->n_owners)
+		st->owners[i].evicted++;
+	pthread_mutex_unlock(&st->lock);
+	log_event(st->log, LOG_WARN, "store", "session evicted from the store",
+	          (struct log_field[]){LOG_STR("session", key), LOG_STR("owner", tag[0] ? tag : "-"),
+	                               LOG_INT("bytes", (int64_t)bytes), LOG_STR("reason", why),
+	                               LOG_END});
+}
+
+static int entry_older(const void *a, const void *b)
+{
+	const struct store_entry *x = a, *y = b;
+	if (x->age_s != y->age_s)
+		return x->age_s > y->age_s ? -1 : 1;
+	return strcmp(x->key, y->key);
+}
+
+struct owner_use {
+	char tag[SESSION_OWNER_TAG_LEN + 1];
+	uint64_t bytes;
+};
+
+/* Bytes per owner of the entries still listed (bytes != UINT64_MAX). */
+static uint64_t owner_bytes(const struct store_entry *e, size_t n, const char *tag)
+{
+	uint64_t sum = 0;
+	char t[SESSION_OWNER_TAG_LEN + 1];
+	for (size_t i = 0; i < n; i++) {
+		if (e[i].bytes == UINT64_MAX)
+			continue;
+		owner_tag_of(e[i].key, t);
+		if (!strcmp(t, tag))
+			sum += e[i].bytes;
+	}
+	return sum;
+}
+
+/* Deletes entry i (marks it gone); false when it could not be deleted. */
+static bool evict(struct session_store *st, struct store_entry *e, uint64_t *total,
+                  const char *why)
+{
+	char err[SINKD_ERR_LEN];
+	if (st->ops->remove(st->be, e->key, err, sizeof(err)))
+		return false;
+	count_eviction(st, e->key, e->bytes, why);
+	*total -= e->bytes;
+	e->bytes = UINT64_MAX;
+	return true;
+}
+
+/* The shared namespace is one tenant (every client without a key), held
+ * to the total bound only. */
+static uint64_t share_of(const struct session_store *st, const char *tag)
+{
+	return tag[0] ? st->per_key_bytes : UINT64_MAX;
+}
+
+/* The bounds over a list sorted oldest first: the writer's own share first
+ * (its oldest, never another's while it is over), then owners over their
+ * share, then the oldest of all.  keep (may be NULL) is never evicted, nor
+ * is a record leased live by another instance.  How many it deleted. */
+static int enforce_bounds(struct session_store *st, struct store_entry *e, size_t n,
+                          const char *keep)
+{
+	uint64_t total = 0;
+	int removed = 0;
+	for (size_t i = 0; i < n; i++)
+		total += e[i].bytes;
+	char wtag[SESSION_OWNER_TAG_LEN + 1] = "", t[SESSION_OWNER_TAG_LEN + 1];
+	if (keep)
+		owner_tag_of(keep, wtag);
+	for (int pass = 0; pass < 3; pass++) {
+		for (size_t i = 0; i < n; i++) {
+			if (e[i].bytes == UINT64_MAX || (keep && !strcmp(e[i].key, keep)) ||
+			    (e[i].leased_live && !e[i].leased_us))
+				continue;
+			owner_tag_of(e[i].key, t);
+			uint64_t share = share_of(st, t);
+			bool over = owner_bytes(e, n, t) > share;
+			if (pass == 0 && (!keep || strcmp(t, wtag) || !over))
+				continue;
+			if (pass == 1 && (!over || (st->max_bytes && total <= st->max_bytes)))
+				continue;
+			if (pass == 2 && (!st->max_bytes || total <= st->max_bytes))
+				break;
+			removed += evict(st, &e[i], &total,
+			                 pass == 2 ? "store_max_bytes" : "per_key_store_bytes");
+		}
 	}
 	return removed;
 }
 
-/* Deletes the snapshots older than ttl_s whose lease is not live, and drops
- * them from the list.  How many it deleted. */
-static int expire_old(struct session_store *st, struct snap_list *l)
+/* Expires records older than ttl_s whose lease is not live. */
+static int expire_old(struct session_store *st, struct store_entry *e, size_t n)
 {
 	if (st->ttl_s <= 0)
 		return 0;
 	int removed = 0;
-	size_t kept = 0;
-	for (size_t i = 0; i < l->n; i++) {
-		struct snap_entry *e = &l->items[i];
-		if (age_of(&e->mtime) > st->ttl_s && !lease_live(st, e->id)) {
-			int rc = snap_unlink(st, e->id);
-			if (rc > 0) {
-				count(st, &st->expired);
-				removed++;
-			}
-			if (rc >= 0) {
-				l->bytes -= e->size;
-				continue;
-			}
+	char err[SINKD_ERR_LEN];
+	for (size_t i = 0; i < n; i++) {
+		if (e[i].age_s <= st->ttl_s || e[i].leased_live)
+			continue;
+		if (st->ops->remove(st->be, e[i].key, err, sizeof(err)) == 0) {
+			count(st, &st->counts.expired);
+			e[i].bytes = UINT64_MAX;
+			removed++;
 		}
-		l->items[kept++] = *e;
 	}
-	l->n = kept;
+	size_t kept = 0;
+	for (size_t i = 0; i < n; i++)
+		if (e[i].bytes != UINT64_MAX)
+			e[kept++] = e[i];
 	return removed;
+}
+
+static int policy_pass(struct session_store *st, const char *keep, bool expire)
+{
+	struct store_entry *e = NULL;
+	size_t n = 0;
+	char err[SINKD_ERR_LEN];
+	int removed = 0;
+	pthread_mutex_lock(&st->policy_lock);
+	int rc = st->ops->list(st->be, NULL, &e, &n, err, sizeof(err));
+	if (rc == 0) {
+		if (expire) {
+			removed += expire_old(st, e, n);
+			size_t kept = 0;
+			for (size_t i = 0; i < n; i++)
+				if (e[i].bytes != UINT64_MAX)
+					e[kept++] = e[i];
+			n = kept;
+		}
+		qsort(e, n, sizeof(*e), entry_older);
+		removed += enforce_bounds(st, e, n, keep);
+	}
+	pthread_mutex_unlock(&st->policy_lock);
+	free(e);
+	return rc < 0 ? rc : removed;
 }
 
 int session_store_sweep(struct session_store *st)
 {
-	struct snap_list l = {0};
 	int removed = 0;
-	pthread_mutex_lock(&st->scan_lock);
-	int rc = store_scan(st, &l, true, &removed);
-	if (rc == 0) {
-		removed += expire_old(st, &l);
-		removed += enforce_bound(st, &l, NULL);
+	if (st->ops->maintain) {
+		int rc = st->ops->maintain(st->be);
+		removed += rc > 0 ? rc : 0;
 	}
-	pthread_mutex_unlock(&st->scan_lock);
-	free(l.items);
-	return rc < 0 ? rc : removed;
+	int rc = policy_pass(st, NULL, true);
+	return rc < 0 ? rc : removed + rc;
 }
 
-void session_store_get_usage(struct session_store *st, struct session_store_usage *out)
+/* ---------------------------------------------------------------- records */
+
+static void put_u64le(unsigned char *p, uint64_t v)
 {
-	struct snap_list l = {0};
-	int removed = 0;
-	memset(out, 0, sizeof(*out));
-	if (store_scan(st, &l, false, &removed) == 0) {
-		out->files = l.n;
-		out->bytes = l.bytes;
-	}
-	free(l.items);
-	pthread_mutex_lock(&st->lock);
-	out->evicted = st->evicted;
-	out->expired = st->expired;
-	out->takeovers = st->takeovers;
-	pthread_mutex_unlock(&st->lock);
+	for (int i = 0; i < 8; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
 }
 
-/* ---------------------------------------------------------------- snapshots */
-
-int session_store_put(struct session_store *st, const char *id, const void *bytes, size_t n,
-                      char *err, size_t err_len)
+static uint64_t get_u64le(const unsigned char *p)
 {
-	int rc = check_id(id, err, err_len);
-	if (rc < 0)
+	uint64_t v = 0;
+	for (int i = 7; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+int session_store_put(struct session_store *st, const char *key, uint64_t generation,
+                      const void *bytes, size_t n, char *err, size_t err_len)
+{
+	int rc = check_key(key, err, err_len);
+	if (rc)
 		return rc;
-	char name[STORE_NAME_MAX], tmp[STORE_NAME_MAX];
-	snap_name(name, id);
-	for (int attempt = 0; attempt < STORE_TAKE_TRIES; attempt++) {
-		temp_name(st, tmp, name);
-		rc = create_file(st, tmp, bytes, n, true);
-		if (rc != -EEXIST)
-			break;
+	struct held_lease h;
+	bool borrowed = false; /* a lease taken for this write alone, let go after it */
+	if (!held_get(st, key, &h)) {
+		char holder[STORE_INSTANCE_MAX + 1];
+		rc = session_store_lease_take(st, key, NULL, holder, sizeof(holder), err, err_len);
+		if (rc)
+			return rc;
+		held_get(st, key, &h);
+		borrowed = true;
 	}
-	if (rc < 0)
-		return err_set(err, err_len, rc, "%s/%s: %s", st->dir, tmp, strerror(-rc));
-	if (renameat(st->dir_fd, tmp, st->dir_fd, name) < 0) {
-		rc = err_set(err, err_len, -errno, "%s/%s: rename: %s", st->dir, name,
-		             strerror(errno));
-		unlinkat(st->dir_fd, tmp, 0);
+	unsigned char *rec = malloc(STORE_RECORD_HEADER + n);
+	if (!rec)
+		return err_set(err, err_len, -ENOMEM, "session store: no memory for %zu bytes", n);
+	memcpy(rec, STORE_RECORD_MAGIC, 8);
+	put_u64le(rec + 8, generation);
+	memcpy(rec + STORE_RECORD_HEADER, bytes, n);
+	rc = st->ops->put(st->be, key, h.fence, rec, STORE_RECORD_HEADER + n, err, err_len);
+	free(rec);
+	if (rc == -ESTALE) {
+		count(st, &st->counts.fenced);
+		char why[SINKD_ERR_LEN];
+		snprintf(why, sizeof(why), "%s", err);
+		lost_lease(st, key, err, err_len);
+		return err_set(err, err_len, -ESTALE, "%s", why);
+	}
+	if (rc) {
+		if (borrowed)
+			session_store_lease_release(st, key);
 		return rc;
 	}
-	if (fsync(st->dir_fd) < 0)
-		return err_set(err, err_len, -errno, "%s: fsync: %s", st->dir, strerror(errno));
-	if (st->max_bytes == 0)
-		return 0;
-	struct snap_list l = {0};
-	int removed = 0;
-	pthread_mutex_lock(&st->scan_lock);
-	rc = store_scan(st, &l, false, &removed);
-	if (rc == 0)
-		enforce_bound(st, &l, id);
-	pthread_mutex_unlock(&st->scan_lock);
-	free(l.items);
-	if (rc < 0)
-		return err_set(err, err_len, rc, "%s: listing: %s", st->dir, strerror(-rc));
+	/* the record now holds the newest state: the lease says so too */
+	if (generation > h.generation)
+		session_store_lease_set_generation(st, key, generation, NULL, 0);
+	if (borrowed)
+		session_store_lease_release(st, key);
+	if (st->max_bytes || st->per_key_bytes)
+		policy_pass(st, key, false);
 	return 0;
 }
 
-static int read_whole(int fd, unsigned char *buf, size_t n)
-{
-	size_t got = 0;
-	while (got < n) {
-		ssize_t r = read(fd, buf + got, n - got);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		if (r == 0)
-			return -EIO; /* shorter than fstat said: someone truncated it in place */
-		got += (size_t)r;
-	}
-	return 0;
-}
-
-int session_store_get(struct session_store *st, const char *id, size_t max_bytes,
-                      unsigned char **out, size_t *n, char *err, size_t err_len)
+int session_store_get(struct session_store *st, const char *key, size_t max_bytes,
+                      unsigned char **out, size_t *n, uint64_t *generation, char *err,
+                      size_t err_len)
 {
 	*out = NULL;
 	*n = 0;
-	int rc = check_id(id, err, err_len);
-	if (rc < 0)
+	int rc = check_key(key, err, err_len);
+	if (rc)
 		return rc;
-	char name[STORE_NAME_MAX];
-	snap_name(name, id);
-	struct stat sb;
-	int fd = open_regular(st, name, &sb);
-	if (fd == -ENOENT)
-		return err_set(err, err_len, fd, "no snapshot of session %s in %s", id, st->dir);
-	if (fd == -ELOOP)
-		return err_set(err, err_len, fd, "%s/%s: is a symlink", st->dir, name);
-	if (fd == -EINVAL)
-		return err_set(err, err_len, fd, "%s/%s: not a regular file", st->dir, name);
-	if (fd < 0)
-		return err_set(err, err_len, fd, "%s/%s: %s", st->dir, name, strerror(-fd));
-	if ((uint64_t)sb.st_size > (uint64_t)max_bytes) {
-		rc = err_set(err, err_len, -EFBIG, "%s/%s: %lld bytes, more than the %zu allowed",
-		             st->dir, name, (long long)sb.st_size, max_bytes);
-		goto out;
-	}
-	size_t size = (size_t)sb.st_size;
-	unsigned char *buf = malloc(size ? size : 1);
-	if (!buf) {
-		rc = err_set(err, err_len, -ENOMEM, "%s/%s: no memory for %zu bytes", st->dir, name,
-		             size);
-		goto out;
-	}
-	rc = read_whole(fd, buf, size);
-	if (rc < 0) {
-		free(buf);
-		rc = err_set(err, err_len, rc, "%s/%s: read: %s", st->dir, name, strerror(-rc));
-		goto out;
-	}
-	*out = buf;
-	*n = size;
-out:
-	close(fd);
-	return rc;
-}
-
-int session_store_remove(struct session_store *st, const char *id, char *err, size_t err_len)
-{
-	int rc = check_id(id, err, err_len);
-	if (rc < 0)
+	unsigned char *rec = NULL;
+	size_t len = 0;
+	rc = st->ops->get(st->be, key, max_bytes + STORE_RECORD_HEADER, &rec, &len, err, err_len);
+	if (rc)
 		return rc;
-	char name[STORE_NAME_MAX];
-	snap_name(name, id);
-	if (unlinkat(st->dir_fd, name, 0) < 0 && errno != ENOENT)
-		return err_set(err, err_len, -errno, "%s/%s: %s", st->dir, name, strerror(errno));
-	rc = session_store_lease_release(st, id);
-	if (rc < 0 && rc != -ENOENT && rc != -EPERM) {
-		lease_name(name, id);
-		return err_set(err, err_len, rc, "%s/%s: %s", st->dir, name, strerror(-rc));
+	uint64_t gen = 0;
+	size_t skip = 0;
+	if (len >= STORE_RECORD_HEADER && !memcmp(rec, STORE_RECORD_MAGIC, 8)) {
+		gen = get_u64le(rec + 8);
+		skip = STORE_RECORD_HEADER;
+	} else if (len < 8 || memcmp(rec, STORE_LEGACY_MAGIC, 8)) {
+		free(rec);
+		return err_set(err, err_len, -EINVAL, "session %s: the stored record is not a "
+		               "session snapshot", key);
 	}
+	if (len - skip > max_bytes) {
+		free(rec);
+		return err_set(err, err_len, -EFBIG, "session %s: %zu bytes, more than the %zu allowed",
+		               key, len - skip, max_bytes);
+	}
+	struct held_lease h;
+	if (held_get(st, key, &h) && h.generation > gen) {
+		free(rec);
+		count(st, &st->counts.stale);
+		return err_set(err, err_len, -ESTALE,
+		               "session %s: the stored snapshot is generation %" PRIu64
+		               ", but generation %" PRIu64 " existed and was never written "
+		               "(an instance stopped or failed before it could store it); "
+		               "resuming would lose its newest state",
+		               session_key_id(key), gen, h.generation);
+	}
+	if (skip)
+		memmove(rec, rec + skip, len - skip);
+	*out = rec;
+	*n = len - skip;
+	if (generation)
+		*generation = gen;
 	return 0;
 }
 
-bool session_store_exists(struct session_store *st, const char *id)
+int session_store_remove(struct session_store *st, const char *key, char *err, size_t err_len)
 {
-	if (!session_store_id_valid(id))
-		return false;
-	char name[STORE_NAME_MAX];
-	struct stat sb;
-	snap_name(name, id);
-	return fstatat(st->dir_fd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode);
+	int rc = check_key(key, err, err_len);
+	if (rc)
+		return rc;
+	rc = st->ops->remove(st->be, key, err, err_len);
+	pthread_mutex_lock(&st->lock);
+	held_remove_locked(st, key);
+	pthread_mutex_unlock(&st->lock);
+	return rc;
+}
+
+bool session_store_exists(struct session_store *st, const char *key)
+{
+	return session_key_valid(key) && st->ops->exists(st->be, key) == 1;
+}
+
+int session_store_list(struct session_store *st, const char *owner, char (**keys)[SESSION_KEY_LEN],
+                       size_t *n, char *err, size_t err_len)
+{
+	char tag[SESSION_OWNER_TAG_LEN + 1], prefix[SESSION_OWNER_TAG_LEN + 2] = "";
+	session_owner_tag(owner, tag);
+	if (tag[0])
+		snprintf(prefix, sizeof(prefix), "%s-", tag);
+	struct store_entry *e = NULL;
+	size_t m = 0;
+	*keys = NULL;
+	*n = 0;
+	int rc = st->ops->list(st->be, prefix, &e, &m, err, err_len);
+	if (rc)
+		return rc;
+	char(*out)[SESSION_KEY_LEN] = malloc((m ? m : 1) * sizeof(*out));
+	if (!out) {
+		free(e);
+		return err_set(err, err_len, -ENOMEM, "session store: out of memory");
+	}
+	size_t k = 0;
+	for (size_t i = 0; i < m; i++)
+		if (session_key_owned_by(e[i].key, owner))
+			snprintf(out[k++], SESSION_KEY_LEN, "%s", e[i].key);
+	free(e);
+	*keys = out;
+	*n = k;
+	return 0;
+}
+
+/* ---------------------------------------------------------------- usage */
+
+void session_store_get_usage(struct session_store *st, struct session_store_usage *out)
+{
+	struct store_entry *e = NULL;
+	size_t n = 0;
+	char err[SINKD_ERR_LEN];
+	pthread_mutex_lock(&st->lock);
+	*out = st->counts;
+	pthread_mutex_unlock(&st->lock);
+	out->files = out->bytes = 0;
+	if (st->ops->list(st->be, NULL, &e, &n, err, sizeof(err)) == 0) {
+		out->files = n;
+		for (size_t i = 0; i < n; i++)
+			out->bytes += e[i].bytes;
+	}
+	free(e);
+}
+
+size_t session_store_evictions_by_owner(struct session_store *st,
+                                        struct session_store_owner_count *out, size_t cap)
+{
+	pthread_mutex_lock(&st->lock);
+	size_t n = st->n_owners < cap ? st->n_owners : cap;
+	/* the most evicted first: a partial selection sort is enough for cap */
+	struct session_store_owner_count *all = st->owners;
+	for (size_t k = 0; k < n; k++) {
+		size_t best = k;
+		for (size_t i = k + 1; i < st->n_owners; i++)
+			if (all[i].evicted > all[best].evicted)
+				best = i;
+		struct session_store_owner_count t = all[k];
+		all[k] = all[best];
+		all[best] = t;
+		out[k] = all[k];
+	}
+	pthread_mutex_unlock(&st->lock);
+	return n;
+}
+
+const char *session_store_backend(const struct session_store *st)
+{
+	return st->ops->name;
 }
 
 /* ---------------------------------------------------------------- thread */
@@ -808,6 +655,11 @@ static void *store_thread(void *arg)
 		if (now >= next_refresh) {
 			pthread_mutex_unlock(&st->lock);
 			leases_refresh(st);
+			if (st->ops->instance_refresh(st->be, st->nonce) == -ESTALE)
+				log_event(st->log, LOG_ERROR, "store",
+				          "another process claimed this instance's name in the "
+				          "session store",
+				          (struct log_field[]){LOG_END});
 			pthread_mutex_lock(&st->lock);
 			next_refresh = now + refresh_every;
 			continue;
@@ -831,8 +683,10 @@ static void *store_thread(void *arg)
 
 static int check_options(const struct session_store_options *o, char *err, size_t err_len)
 {
-	if (!o->dir || !o->dir[0])
-		return err_set(err, err_len, -EINVAL, "session store: no directory given");
+	bool dir = o->dir && o->dir[0], url = o->url && o->url[0];
+	if (dir == url)
+		return err_set(err, err_len, -EINVAL,
+		               "session store: give either a directory or a redis:// URL");
 	if (!(o->lease_timeout_s > 0))
 		return err_set(err, err_len, -EINVAL, "session store: lease_timeout_s must be > 0");
 	if (!(o->ttl_s >= 0) || !(o->sweep_interval_s >= 0))
@@ -850,27 +704,17 @@ static int check_options(const struct session_store_options *o, char *err, size_
 	return 0;
 }
 
-/* Creates the directory when missing and opens it; proves it writable with
- * a probe file named like a temp file, so a crash leaves only sweepable junk. */
-static int open_dir(struct session_store *st, char *err, size_t err_len)
+static void make_nonce(char out[33])
 {
-	if (mkdir(st->dir, 0700) < 0 && errno != EEXIST)
-		return err_set(err, err_len, -errno, "session store %s: cannot create: %s", st->dir,
-		               strerror(errno));
-	st->dir_fd = open(st->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (st->dir_fd < 0)
-		return err_set(err, err_len, -errno, "session store %s: %s", st->dir,
-		               errno == ENOTDIR ? "not a directory" : strerror(errno));
-	char probe[STORE_NAME_MAX];
-	temp_name(st, probe, "probe");
-	int rc = create_file(st, probe, "", 0, false);
-	if (rc < 0)
-		return err_set(err, err_len, rc, "session store %s: not writable: %s", st->dir,
-		               strerror(-rc));
-	if (unlinkat(st->dir_fd, probe, 0) < 0)
-		return err_set(err, err_len, -errno, "session store %s: cannot delete files: %s",
-		               st->dir, strerror(errno));
-	return 0;
+	unsigned char raw[16] = {0};
+	if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		for (size_t i = 0; i < sizeof(raw); i++)
+			raw[i] = (unsigned char)((uint64_t)ts.tv_nsec >> (i % 4 * 8)) ^ (unsigned char)i;
+	}
+	for (size_t i = 0; i < sizeof(raw); i++)
+		snprintf(out + 2 * i, 3, "%02x", raw[i]);
 }
 
 static int init_sync(struct session_store *st)
@@ -884,8 +728,27 @@ static int init_sync(struct session_store *st)
 	if (rc != 0)
 		return -rc;
 	pthread_mutex_init(&st->lock, NULL);
-	pthread_mutex_init(&st->scan_lock, NULL);
+	pthread_mutex_init(&st->policy_lock, NULL);
 	return 0;
+}
+
+static int open_backend(struct session_store *st, const struct session_store_options *o,
+                        char *err, size_t err_len)
+{
+	struct store_backend_options bo = {.dir = o->dir,
+	                                   .url = o->url,
+	                                   .auth_file = o->auth_file,
+	                                   .tls_ca_file = o->tls_ca_file,
+	                                   .instance = o->instance,
+	                                   .lease_timeout_s = o->lease_timeout_s,
+	                                   .ttl_s = o->ttl_s};
+	st->ops = o->dir && o->dir[0] ? &store_folder_ops : &store_redis_ops;
+	int rc = st->ops->open(&bo, &st->be, err, err_len);
+	if (rc)
+		return rc;
+	char holder[STORE_INSTANCE_MAX + 64] = "";
+	make_nonce(st->nonce);
+	return st->ops->instance_claim(st->be, st->nonce, holder, sizeof(holder), err, err_len);
 }
 
 int session_store_open(const struct session_store_options *o, struct session_store **out, char *err,
@@ -898,28 +761,20 @@ int session_store_open(const struct session_store_options *o, struct session_sto
 	struct session_store *st = calloc(1, sizeof(*st));
 	if (!st)
 		return err_set(err, err_len, -ENOMEM, "session store: out of memory");
-	st->dir_fd = -1;
-	st->dir = strdup(o->dir);
-	st->instance = strdup(o->instance);
 	st->max_bytes = o->max_bytes;
+	st->per_key_bytes = o->per_key_bytes ? o->per_key_bytes : o->max_bytes / 8;
+	if (!st->per_key_bytes)
+		st->per_key_bytes = UINT64_MAX;
 	st->lease_timeout_s = o->lease_timeout_s;
 	st->ttl_s = o->ttl_s;
-	st->sweep_interval_s =
-	    o->sweep_interval_s > 0 ? o->sweep_interval_s : STORE_DEFAULT_SWEEP_S;
-	if (!st->dir || !st->instance) {
-		free(st->dir);
-		free(st->instance);
-		free(st);
-		return err_set(err, err_len, -ENOMEM, "session store: out of memory");
-	}
+	st->sweep_interval_s = o->sweep_interval_s > 0 ? o->sweep_interval_s : STORE_DEFAULT_SWEEP_S;
+	st->log = o->log;
 	rc = init_sync(st);
 	if (rc < 0) {
-		free(st->dir);
-		free(st->instance);
 		free(st);
 		return err_set(err, err_len, rc, "session store: %s", strerror(-rc));
 	}
-	rc = open_dir(st, err, err_len);
+	rc = open_backend(st, o, err, err_len);
 	if (rc == 0) {
 		rc = -pthread_create(&st->thread, NULL, store_thread, st);
 		st->thread_started = rc == 0;
@@ -928,6 +783,9 @@ int session_store_open(const struct session_store_options *o, struct session_sto
 			        strerror(-rc));
 	}
 	if (rc < 0) {
+		/* a claim held by another process is not ours to drop */
+		if (rc == -EADDRINUSE)
+			st->nonce[0] = '\0';
 		session_store_close(st);
 		return rc;
 	}
@@ -946,13 +804,15 @@ void session_store_close(struct session_store *st)
 		pthread_mutex_unlock(&st->lock);
 		pthread_join(st->thread, NULL);
 	}
-	if (st->dir_fd >= 0)
-		close(st->dir_fd);
+	if (st->be) {
+		if (st->nonce[0])
+			st->ops->instance_release(st->be, st->nonce);
+		st->ops->close(st->be);
+	}
 	pthread_cond_destroy(&st->wake);
 	pthread_mutex_destroy(&st->lock);
-	pthread_mutex_destroy(&st->scan_lock);
+	pthread_mutex_destroy(&st->policy_lock);
 	free(st->held);
-	free(st->dir);
-	free(st->instance);
+	free(st->owners);
 	free(st);
 }

@@ -1,86 +1,122 @@
-/* A directory of session snapshots shared by several daemon instances (a
- * local folder, or a shared volume every instance mounts):
- *   <dir>/<id>.snap   a snapshot: opaque bytes, replaced atomically by put
- *   <dir>/<id>.lease  "<instance>\n": which instance owns the session now
- * Ids are 1..32 hex digits, checked before any path is built.
+/* The session store: snapshots of persistent sessions that several daemon
+ * instances share, behind one table of operations (store_backend.h) with two
+ * implementations: a folder (a local directory or a shared volume; leases
+ * are files kept live by their mtimes) and Redis/Valkey (`redis://` or
+ * `rediss://`; leases with fencing tokens, TTLs as Redis expiries).
  *
- * A lease is live while its holder refreshes its mtime: a background thread
- * of the store that holds it touches it every lease_timeout_s / 3.  Another
- * instance may take over a lease that has not been refreshed for
- * lease_timeout_s.  The same thread sweeps every sweep_interval_s: it
- * expires snapshots older than ttl_s whose lease is not live, removes stale
- * temp files and stale leases, and enforces max_bytes.
- *
- * Ages are judged against this host's clock, so instances sharing a volume
- * need clocks synchronised well within lease_timeout_s.  Every function is
- * safe to call from several threads at once. */
+ * Everything here is keyed by session keys (session_key.h: owner tag + id),
+ * so a store never answers one tenant about another's session.  This layer
+ * owns what both backends share, once:
+ *   - the record: a header (magic, generation) in front of the snapshot;
+ *   - generations: a session brought back for use gets a generation above
+ *     its record's, carried by its lease; a record older than its lease's
+ *     generation was superseded by a state that was never written (an
+ *     instance died or its store was full) and is refused (-ESTALE), never
+ *     resumed;
+ *   - the leases this instance holds, refreshed by a background thread every
+ *     lease_timeout_s / 3, with their fencing tokens: a write after the lease
+ *     was taken over is refused (-ESTALE);
+ *   - the instance name's claim: a second live instance with the same name
+ *     cannot open the store;
+ *   - the policy: records older than ttl_s whose lease is not live expire;
+ *     the total stays within max_bytes and each owner within its share
+ *     (per_key_bytes): a put by an owner over its share evicts that owner's
+ *     own oldest records first, never another's while it is over; past that,
+ *     the oldest records of owners over their share go first, then the
+ *     oldest of all.  Records leased live elsewhere are never evicted.
+ * Every function is safe to call from several threads at once. */
 #pragma once
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#define SESSION_STORE_ID_MAX 32
+#include "session/session_key.h"
 
+struct sinkd_log;
 struct session_store;
 
 struct session_store_options {
-	const char *dir;         /* created (0700) when missing; its parent must exist */
-	uint64_t max_bytes;      /* sessions.store_max_bytes: bound on all .snap bytes; 0 = none */
+	const char *dir;         /* the folder backend: created (0700) when missing */
+	const char *url;         /* or Redis: redis://host[:port][/db], rediss://... */
+	const char *auth_file;   /* Redis AUTH: a file with "password" or "user password" */
+	const char *tls_ca_file; /* rediss: CA bundle (NULL: the system's) */
+	uint64_t max_bytes;      /* sessions.store_max_bytes: all records; 0 = none */
+	uint64_t per_key_bytes;  /* sessions.per_key_store_bytes; 0 = max_bytes / 8 */
 	double lease_timeout_s;  /* sessions.lease_timeout_s; > 0 */
 	double ttl_s;            /* scheduler.session_ttl_s; 0 = never expire */
 	double sweep_interval_s; /* 0 = 10 s */
 	const char *instance;    /* this instance's name: 1..128 printable characters */
+	struct sinkd_log *log;     /* evictions and lost leases are logged here (may be NULL) */
 };
 
 struct session_store_usage {
-	uint64_t files;     /* .snap files in the directory now */
-	uint64_t bytes;     /* their total size */
-	uint64_t evicted;   /* snapshots this store deleted to keep within max_bytes */
-	uint64_t expired;   /* snapshots this store deleted for being older than ttl_s */
-	uint64_t takeovers; /* stale leases of other instances this store took over */
+	uint64_t files;        /* records in the store now */
+	uint64_t bytes;        /* their total size */
+	uint64_t evicted;      /* records this store deleted to keep within the bounds */
+	uint64_t expired;      /* records this store deleted for being older than ttl_s */
+	uint64_t takeovers;    /* stale leases of other instances this store took over */
+	uint64_t stale;        /* records refused for being older than their lease's generation */
+	uint64_t fenced;       /* writes refused because the lease had changed hands */
 };
 
-/* 1..32 characters of [0-9a-fA-F], nothing else. */
-bool session_store_id_valid(const char *id);
+/* Evictions of one owner (its tag; "" for the shared namespace). */
+struct session_store_owner_count {
+	char tag[SESSION_OWNER_TAG_LEN + 1];
+	uint64_t evicted;
+};
 
-/* Opens (creating if needed) the directory, checks it is writable, and
- * starts the refresh/sweep thread. */
+/* Opens the backend (dir or url, exactly one), claims the instance name
+ * (-EADDRINUSE when another live process holds it: the message names it),
+ * and starts the refresh/sweep thread. */
 int session_store_open(const struct session_store_options *o, struct session_store **out, char *err,
                        size_t err_len);
-/* Stops the thread and frees the store; leases stay on disk (release them
- * first when draining).  NULL is fine. */
+/* Stops the thread, drops the instance claim and frees the store; leases
+ * stay (release them first when draining).  NULL is fine. */
 void session_store_close(struct session_store *st);
+/* "folder" or "redis". */
+const char *session_store_backend(const struct session_store *st);
 
-/* Writes the snapshot atomically (temp file, fsync, rename, fsync of the
- * directory), then deletes the oldest other snapshots while the directory
- * holds more than max_bytes, sparing those leased live by another instance. */
-int session_store_put(struct session_store *st, const char *id, const void *bytes, size_t n,
-                      char *err, size_t err_len);
-/* The whole snapshot in a malloc'd buffer (*out, free it; *n its size).
- * -ENOENT when absent, -EFBIG when larger than max_bytes (nothing is
- * allocated then), -ELOOP for a symlink, -EINVAL for another non-regular file. */
-int session_store_get(struct session_store *st, const char *id, size_t max_bytes,
-                      unsigned char **out, size_t *n, char *err, size_t err_len);
-/* Deletes the snapshot (absent is fine) and the lease if this instance holds it. */
-int session_store_remove(struct session_store *st, const char *id, char *err, size_t err_len);
-/* Whether <id>.snap exists as a regular file (false for a bad id). */
-bool session_store_exists(struct session_store *st, const char *id);
+/* Takes the lease of key for this instance (see store_backend.h), and
+ * remembers it for refreshes and writes.  -EBUSY when another instance
+ * holds it live (its name, sanitised, in holder).  *generation (may be
+ * NULL) gets the newest generation the lease knows of. */
+int session_store_lease_take(struct session_store *st, const char *key, uint64_t *generation,
+                             char *holder, size_t holder_len, char *err, size_t err_len);
+/* Says that the session's newest state is generation (it is about to
+ * diverge from its record).  -ESTALE when our lease was lost. */
+int session_store_lease_set_generation(struct session_store *st, const char *key,
+                                       uint64_t generation, char *err, size_t err_len);
+/* Frees our lease: 0, -ENOENT when we held none, -ESTALE when it had
+ * changed hands (left alone). */
+int session_store_lease_release(struct session_store *st, const char *key);
 
-/* Takes the session's lease: creates it, refreshes it when it is already
- * ours, or takes it over when another instance let it go stale.  -EBUSY
- * when another instance holds it live; its name (non-printable characters
- * replaced by '?') then goes into holder when holder_len > 0. */
-int session_store_lease_take(struct session_store *st, const char *id, char *holder,
-                             size_t holder_len, char *err, size_t err_len);
-/* Deletes the lease if it names this instance and stops refreshing it:
- * 0 when released, -ENOENT when there was none, -EPERM when another
- * instance holds it (it is left alone), -EINVAL for a bad id. */
-int session_store_lease_release(struct session_store *st, const char *id);
+/* Writes the snapshot as generation `generation` under our lease (taken
+ * for this write and let go after it when we held none), then applies the
+ * size bounds.  -ESTALE when
+ * the lease changed hands: the write is refused. */
+int session_store_put(struct session_store *st, const char *key, uint64_t generation,
+                      const void *bytes, size_t n, char *err, size_t err_len);
+/* The snapshot of key (malloc'd, *out) and its generation.  -ENOENT when
+ * absent, -EFBIG when larger than max_bytes, -ESTALE when our lease knows
+ * of a newer generation than the record's (the message says so). */
+int session_store_get(struct session_store *st, const char *key, size_t max_bytes,
+                      unsigned char **out, size_t *n, uint64_t *generation, char *err,
+                      size_t err_len);
+/* Deletes the record and its lease entry (absent is fine). */
+int session_store_remove(struct session_store *st, const char *key, char *err, size_t err_len);
+/* Whether a record of key exists (false for a bad key or a failure). */
+bool session_store_exists(struct session_store *st, const char *key);
+/* The keys of owner's records (malloc'd array of SESSION_KEY_LEN strings,
+ * *keys; free it). */
+int session_store_list(struct session_store *st, const char *owner, char (**keys)[SESSION_KEY_LEN],
+                       size_t *n, char *err, size_t err_len);
 
-/* One sweep as the thread runs it (see the top of this file): how many
- * files it deleted, or a negative errno when the directory could not be read. */
+/* One sweep as the thread runs it: expiry and the bounds.  How many records
+ * it deleted, or a negative errno. */
 int session_store_sweep(struct session_store *st);
-
-/* Current directory usage (scanned now) and this store's counters. */
+/* Usage now and this store's counters. */
 void session_store_get_usage(struct session_store *st, struct session_store_usage *out);
+/* Evictions per owner (at most cap owners, the ones with most first). */
+size_t session_store_evictions_by_owner(struct session_store *st,
+                                        struct session_store_owner_count *out, size_t cap);

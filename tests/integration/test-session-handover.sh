@@ -142,6 +142,25 @@ restore_case "hostile group count" "$tmp/count.snap" invalid_snapshot n_groups
 mangle "$tmp/window.snap" 'b[120:124] = (1 << 24).to_bytes(4, "little")' 1
 check "hostile: a window beyond the configured bound → 400" [ "$(http POST '/v1/sessions/restore?id=bad1' "${auth[@]}" --data-binary "@$tmp/window.snap")" = 400 ]
 jcheck "hostile: the bound is named" "$tmp/body" 'j["error"]["code"] in ("snapshot_too_large", "invalid_snapshot")'
+# crafted to pass every check before part 4's: counters that wrap after one
+# append, RoPE that is not the model's, a K value that is NaN (each would
+# restore, then fail every step); refused whole, naming the field
+mangle "$tmp/nseen.snap" 'b[248:256] = (2**64 - 2).to_bytes(8, "little"); b[232:240] = (2**64 - 1).to_bytes(8, "little")' 1
+restore_case "n_seen 2^64-2" "$tmp/nseen.snap" invalid_snapshot "snapshot field n_seen"
+mangle "$tmp/ropedim.snap" 'b[96:100] = (0).to_bytes(4, "little")' 1
+restore_case "rope_dim 0" "$tmp/ropedim.snap" invalid_snapshot "snapshot field rope_dim: 0, this model"
+mangle "$tmp/nan.snap" '
+import struct
+assert b[112] == 1, "the int8 base keeps its sinks in full precision"
+kv = 304 + 4 * int.from_bytes(b[244:248], "little")  # layer 0, first sink, k
+b[kv:kv + (4 if b[114] == 0 else 2)] = [struct.pack("<f", float("nan")), b"\x00\x7e", b"\xc0\x7f"][b[114]]' 1
+restore_case "a NaN K value" "$tmp/nan.snap" invalid_snapshot "snapshot field sink k"
+mangle "$tmp/theta.snap" '
+import struct
+b[100:108] = struct.pack("<d", struct.unpack("<d", b[100:108])[0] * 2)' 1
+restore_case "another rope_theta" "$tmp/theta.snap" invalid_snapshot "snapshot field rope_theta"
+mangle "$tmp/neox.snap" 'b[108] ^= 1' 1
+restore_case "another RoPE style" "$tmp/neox.snap" invalid_snapshot "snapshot field rope_neox"
 printf 'GGUF not a snapshot at all' >"$tmp/junk.snap"
 restore_case "not a snapshot" "$tmp/junk.snap" invalid_snapshot header
 check "hostile: a bad id → 400" [ "$(http POST '/v1/sessions/restore?id=../x' "${auth[@]}" --data-binary "@$snap")" = 400 ]
@@ -171,7 +190,8 @@ http PUT /v1/sessions/0ff1 "${auth[@]}" >/dev/null
 http POST /v1/sessions/0ff1/append "${auth[@]}" -d "{\"text\":\"$long\"}" >/dev/null
 check "store: idle session offloaded" wait_metric sinkd_session_offloads_total '>=' 1
 check "store: its reservation is back in the budget" wait_metric sinkd_kv_bytes_reserved '==' 0
-check "store: the file is there, mode 0600" [ "$(stat -c %a "$store/0ff1.snap" 2>/dev/null)" = 600 ]
+# a key's sessions are stored under its owner tag: <16 hex>-<id>.snap
+check "store: the file is there under the key's tag, mode 0600" [ "$(stat -c %a "$store"/????????????????-0ff1.snap 2>/dev/null)" = 600 ]
 check "store: inspect says where it is" [ "$(http GET /v1/sessions/0ff1 "${auth[@]}")" = 200 ]
 jcheck "store: location store" "$tmp/body" 'j["location"] == "store" and j["offloaded"] is True'
 r1=$(reply "$ref" 0ff1 "$gen")
@@ -179,7 +199,7 @@ r2=$(reply "$base" 0ff1 "$gen")
 check "store: after offload and return, exactly the reference tokens" [ -n "$r1" ] && [ "$r1" = "$r2" ]
 check "store: restored from the store" wait_metric 'sinkd_session_restores_total{source="store"}' '>=' 1
 check "store: DELETE removes the file" [ "$(http DELETE /v1/sessions/0ff1 "${auth[@]}")" = 200 ]
-check "store: file gone after DELETE" wait_for [ ! -e "$store/0ff1.snap" ]
+check "store: file gone after DELETE" wait_for [ -z "$(ls "$store" | grep -- '-0ff1\.snap$')" ]
 
 # ---- drain hands every session to the next instance over the shared store ----
 stop_daemon "$off_pid"
@@ -189,7 +209,7 @@ check "drain: instance without offloading ready" [ $? -eq 0 ]
 off_pid=$pid
 http PUT /v1/sessions/d7a1 "${auth[@]}" >/dev/null
 http POST /v1/sessions/d7a1/append "${auth[@]}" -d "{\"text\":\"$long\"}" >/dev/null
-check "drain: resident, not in the store yet" [ ! -e "$store/d7a1.snap" ]
+check "drain: resident, not in the store yet" [ -z "$(ls "$store" | grep -- '-d7a1\.snap$')" ]
 cfg next "${q8[@]}" "sessions.store_dir=$store" sessions.lease_timeout_s=5
 start_daemon next "$tmp/next.yaml" "${args[@]}"
 check "drain: second instance ready" [ $? -eq 0 ]
@@ -198,7 +218,7 @@ next_pid=$pid
 kill -TERM "$off_pid"
 wait "$off_pid"
 check "drain: instance A exited 0" [ $? -eq 0 ]
-check "drain: the session is in the store" [ -s "$store/d7a1.snap" ]
+check "drain: the session is in the store" [ -n "$(find "$store" -name '*-d7a1.snap' -size +0)" ]
 check "drain: the log says it was written" grep -q 'written to the session store' "$tmp/drainer.log"
 r1=$(reply "$ref" d7a1 "$gen")
 r2=$(reply "$next" d7a1 "$gen")
@@ -234,7 +254,7 @@ sleep "$(awk -v t="$killed_at" -v now="$(date +%s.%N)" 'BEGIN { w = t + 5.5 - no
 r1=$(reply "$ref" 1ea5 "$gen")
 r2=$(reply "$next" 1ea5 "$gen")
 check "lease: after lease_timeout_s it is taken over and continues exactly" [ -n "$r1" ] && [ "$r1" = "$r2" ]
-check "lease: the lease file names the new holder" grep -q ":$next_pid\$" "$store/1ea5.lease"
+check "lease: the lease file names the new holder" grep -q ":$next_pid\$" "$store"/????????????????-1ea5.lease
 kill -TERM "$next_pid"
 wait "$next_pid"
 check "second drain exits 0" [ $? -eq 0 ]

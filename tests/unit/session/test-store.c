@@ -61,7 +61,7 @@ static struct session_store *store_open(const char *dir, const char *instance, u
 static void put_ok(struct session_store *st, const char *id, const void *bytes, size_t n)
 {
 	char err[SINKD_ERR_LEN] = "";
-	int rc = session_store_put(st, id, bytes, n, err, sizeof(err));
+	int rc = session_store_put(st, id, 1, bytes, n, err, sizeof(err));
 	ck_assert_msg(rc == 0, "put %s: %d %s", id, rc, err);
 }
 
@@ -146,7 +146,7 @@ START_TEST(test_round_trip_and_mode)
 	unsigned char *got = NULL;
 	size_t n = 0;
 	char err[SINKD_ERR_LEN] = "";
-	ck_assert_int_eq(session_store_get(st, "00ff", 1024, &got, &n, err, sizeof(err)), 0);
+	ck_assert_int_eq(session_store_get(st, "00ff", 1024, &got, &n, NULL, err, sizeof(err)), 0);
 	ck_assert_uint_eq(n, sizeof(snapshot));
 	ck_assert_mem_eq(got, snapshot, n);
 	free(got);
@@ -158,21 +158,22 @@ START_TEST(test_round_trip_and_mode)
 	umask(0);
 
 	put_ok(st, "e", "", 0); /* an empty snapshot is still a snapshot */
-	ck_assert_int_eq(session_store_get(st, "e", 16, &got, &n, err, sizeof(err)), 0);
+	ck_assert_int_eq(session_store_get(st, "e", 16, &got, &n, NULL, err, sizeof(err)), 0);
 	ck_assert_uint_eq(n, 0);
 	free(got);
 
-	ck_assert_int_eq(session_store_lease_take(st, "00ff", NULL, 0, err, sizeof(err)), 0);
+	ck_assert_int_eq(session_store_lease_take(st, "00ff", NULL, NULL, 0, err, sizeof(err)), 0);
 	ck_assert_int_eq(stat(path_in(&f, "00ff.lease"), &sb), 0);
 	ck_assert_int_eq(sb.st_mode & 07777, 0600);
 	char *lease = tu_slurp(path_in(&f, "00ff.lease"), NULL);
-	ck_assert_str_eq(lease, "node-a\n");
+	/* instance, fence (the put borrowed fence 1), generation (the put's) */
+	ck_assert_str_eq(lease, "node-a\n2\n1\n");
 	free(lease);
 
 	ck_assert_int_eq(session_store_remove(st, "00ff", err, sizeof(err)), 0);
 	ck_assert(!session_store_exists(st, "00ff"));
 	ck_assert(!file_exists(&f, "00ff.lease"));
-	int rc = session_store_get(st, "00ff", 1024, &got, &n, err, sizeof(err));
+	int rc = session_store_get(st, "00ff", 1024, &got, &n, NULL, err, sizeof(err));
 	ck_assert_int_eq(rc, -ENOENT);
 	ck_assert_ptr_null(got);
 	ck_assert_ptr_nonnull(strstr(err, "00ff"));
@@ -192,7 +193,7 @@ START_TEST(test_put_replaces_whole)
 	unsigned char *got = NULL;
 	size_t n = 0;
 	char err[SINKD_ERR_LEN] = "";
-	ck_assert_int_eq(session_store_get(st, "abc", 1 << 20, &got, &n, err, sizeof(err)), 0);
+	ck_assert_int_eq(session_store_get(st, "abc", 1 << 20, &got, &n, NULL, err, sizeof(err)), 0);
 	ck_assert_uint_eq(n, 5);
 	ck_assert_mem_eq(got, "short", 5);
 	free(got);
@@ -200,7 +201,7 @@ START_TEST(test_put_replaces_whole)
 	struct session_store_usage u;
 	session_store_get_usage(st, &u);
 	ck_assert_uint_eq(u.files, 1);
-	ck_assert_uint_eq(u.bytes, 5);
+	ck_assert_uint_eq(u.bytes, 5 + 16); /* a record: a 16-byte header, then the bytes */
 	session_store_close(st);
 	fixture_deinit(&f);
 }
@@ -218,26 +219,26 @@ START_TEST(test_bad_ids_refused)
 		char err[SINKD_ERR_LEN] = "";
 		unsigned char *got = NULL;
 		size_t n = 0;
-		ck_assert_msg(!session_store_id_valid(bad[i]), "'%s' accepted", bad[i]);
-		ck_assert_int_eq(session_store_put(st, bad[i], "x", 1, err, sizeof(err)), -EINVAL);
+		ck_assert_msg(!session_key_valid(bad[i]), "'%s' accepted", bad[i]);
+		ck_assert_int_eq(session_store_put(st, bad[i], 1, "x", 1, err, sizeof(err)), -EINVAL);
 		ck_assert_str_ne(err, "");
 		err[0] = '\0';
-		ck_assert_int_eq(session_store_get(st, bad[i], 16, &got, &n, err, sizeof(err)),
+		ck_assert_int_eq(session_store_get(st, bad[i], 16, &got, &n, NULL, err, sizeof(err)),
 		                 -EINVAL);
 		ck_assert_str_ne(err, "");
 		err[0] = '\0';
 		ck_assert_int_eq(session_store_remove(st, bad[i], err, sizeof(err)), -EINVAL);
 		ck_assert_str_ne(err, "");
 		err[0] = '\0';
-		ck_assert_int_eq(session_store_lease_take(st, bad[i], NULL, 0, err, sizeof(err)),
+		ck_assert_int_eq(session_store_lease_take(st, bad[i], NULL, NULL, 0, err, sizeof(err)),
 		                 -EINVAL);
 		ck_assert_str_ne(err, "");
 		ck_assert_int_eq(session_store_lease_release(st, bad[i]), -EINVAL);
 		ck_assert(!session_store_exists(st, bad[i]));
 	}
-	ck_assert(!session_store_id_valid(NULL));
-	ck_assert(session_store_id_valid("0123456789abcdefABCDEF0123456789"));
-	ck_assert(session_store_id_valid("a"));
+	ck_assert(!session_key_valid(NULL));
+	ck_assert(session_key_valid("0123456789abcdefABCDEF0123456789"));
+	ck_assert(session_key_valid("a"));
 	/* nothing escaped into the parent, nothing was created in the store */
 	char path[160];
 	snprintf(path, sizeof(path), "%s/x.snap", f.root);
@@ -268,12 +269,12 @@ START_TEST(test_get_refuses_links_and_specials)
 	unsigned char *got = NULL;
 	size_t n = 0;
 	char err[SINKD_ERR_LEN] = "";
-	ck_assert_int_eq(session_store_get(st, "abcd", 1024, &got, &n, err, sizeof(err)), -ELOOP);
+	ck_assert_int_eq(session_store_get(st, "abcd", 1024, &got, &n, NULL, err, sizeof(err)), -ELOOP);
 	ck_assert_ptr_null(got);
 	ck_assert_ptr_nonnull(strstr(err, "symlink"));
 	ck_assert(!session_store_exists(st, "abcd"));
-	ck_assert_int_eq(session_store_get(st, "beef", 1024, &got, &n, err, sizeof(err)), -EINVAL);
-	ck_assert_int_eq(session_store_get(st, "cafe", 1024, &got, &n, err, sizeof(err)), -EINVAL);
+	ck_assert_int_eq(session_store_get(st, "beef", 1024, &got, &n, NULL, err, sizeof(err)), -EINVAL);
+	ck_assert_int_eq(session_store_get(st, "cafe", 1024, &got, &n, NULL, err, sizeof(err)), -EINVAL);
 	ck_assert_ptr_null(got);
 	/* a put replaces the link itself, never writing through it */
 	put_ok(st, "abcd", "mine", 4);
@@ -300,14 +301,14 @@ START_TEST(test_get_too_large_before_allocating)
 	unsigned char *got = NULL;
 	size_t n = 0;
 	char err[SINKD_ERR_LEN] = "";
-	int rc = session_store_get(st, "b16", (size_t)big - 1, &got, &n, err, sizeof(err));
+	int rc = session_store_get(st, "b16", (size_t)big - 17, &got, &n, NULL, err, sizeof(err));
 	ck_assert_msg(rc == -EFBIG, "rc %d: %s", rc, err);
 	ck_assert_ptr_null(got);
 	ck_assert_uint_eq(n, 0);
 
 	put_ok(st, "5a", "four", 4);
-	ck_assert_int_eq(session_store_get(st, "5a", 3, &got, &n, err, sizeof(err)), -EFBIG);
-	ck_assert_int_eq(session_store_get(st, "5a", 4, &got, &n, err, sizeof(err)), 0);
+	ck_assert_int_eq(session_store_get(st, "5a", 3, &got, &n, NULL, err, sizeof(err)), -EFBIG);
+	ck_assert_int_eq(session_store_get(st, "5a", 4, &got, &n, NULL, err, sizeof(err)), 0);
 	ck_assert_uint_eq(n, 4);
 	free(got);
 	session_store_close(st);
@@ -319,14 +320,15 @@ START_TEST(test_size_bound_evicts_oldest)
 {
 	struct fixture f;
 	fixture_init(&f);
-	struct session_store *a = store_open(f.dir, "node-a", 300, 30, 0, 0);
+	/* records of 100 bytes take 116 with their header: room for three */
+	struct session_store *a = store_open(f.dir, "node-a", 348, 30, 0, 0);
 	struct session_store *b = store_open(f.dir, "node-b", 0, 30, 0, 0);
 	char err[SINKD_ERR_LEN] = "";
 	put_fill(a, "a1", 100);
 	set_age(&f, "a1.snap", 30);
 	put_fill(a, "b2", 100);
 	set_age(&f, "b2.snap", 20);
-	ck_assert_int_eq(session_store_lease_take(b, "b2", NULL, 0, err, sizeof(err)), 0);
+	ck_assert_int_eq(session_store_lease_take(b, "b2", NULL, NULL, 0, err, sizeof(err)), 0);
 	put_fill(a, "c3", 100);
 	set_age(&f, "c3.snap", 10);
 
@@ -340,7 +342,7 @@ START_TEST(test_size_bound_evicts_oldest)
 	struct session_store_usage u;
 	session_store_get_usage(a, &u);
 	ck_assert_uint_eq(u.files, 3);
-	ck_assert_uint_eq(u.bytes, 300);
+	ck_assert_uint_eq(u.bytes, 348);
 	ck_assert_uint_eq(u.evicted, 2);
 
 	put_fill(a, "f6", 400); /* larger than the bound alone: kept, as is b2 */
@@ -348,7 +350,7 @@ START_TEST(test_size_bound_evicts_oldest)
 	ck_assert(!session_store_exists(a, "d4") && !session_store_exists(a, "e5"));
 	session_store_get_usage(a, &u);
 	ck_assert_uint_eq(u.evicted, 4);
-	ck_assert_uint_eq(u.bytes, 500);
+	ck_assert_uint_eq(u.bytes, 532);
 	session_store_close(b);
 	session_store_close(a);
 	fixture_deinit(&f);
@@ -364,30 +366,30 @@ START_TEST(test_lease_busy_then_takeover)
 	struct session_store *a = store_open(f.dir, "alpha", 0, 0.5, 0, 0);
 	struct session_store *b = store_open(f.dir, "beta", 0, 0.5, 0, 0);
 	char err[SINKD_ERR_LEN] = "", holder[64] = "";
-	ck_assert_int_eq(session_store_lease_take(a, "5e55", NULL, 0, err, sizeof(err)), 0);
-	ck_assert_int_eq(session_store_lease_take(a, "5e55", NULL, 0, err, sizeof(err)), 0);
-	int rc = session_store_lease_take(b, "5e55", holder, sizeof(holder), err, sizeof(err));
+	ck_assert_int_eq(session_store_lease_take(a, "5e55", NULL, NULL, 0, err, sizeof(err)), 0);
+	ck_assert_int_eq(session_store_lease_take(a, "5e55", NULL, NULL, 0, err, sizeof(err)), 0);
+	int rc = session_store_lease_take(b, "5e55", NULL, holder, sizeof(holder), err, sizeof(err));
 	ck_assert_int_eq(rc, -EBUSY);
 	ck_assert_str_eq(holder, "alpha");
 	ck_assert_ptr_nonnull(strstr(err, "alpha"));
 
 	/* a non-holder's release leaves the lease alone */
-	ck_assert_int_eq(session_store_lease_release(b, "5e55"), -EPERM);
+	ck_assert_int_eq(session_store_lease_release(b, "5e55"), -ENOENT);
 	ck_assert(file_exists(&f, "5e55.lease"));
 
 	/* alpha's thread keeps it fresh well past the timeout */
 	sleep_s(1.2);
-	rc = session_store_lease_take(b, "5e55", holder, sizeof(holder), err, sizeof(err));
+	rc = session_store_lease_take(b, "5e55", NULL, holder, sizeof(holder), err, sizeof(err));
 	ck_assert_int_eq(rc, -EBUSY);
 
 	/* alpha stops refreshing (close keeps the lease on disk): beta takes over */
 	session_store_close(a);
 	ck_assert(file_exists(&f, "5e55.lease"));
 	sleep_s(0.8);
-	rc = session_store_lease_take(b, "5e55", holder, sizeof(holder), err, sizeof(err));
+	rc = session_store_lease_take(b, "5e55", NULL, holder, sizeof(holder), err, sizeof(err));
 	ck_assert_msg(rc == 0, "takeover: %d %s", rc, err);
 	char *lease = tu_slurp(path_in(&f, "5e55.lease"), NULL);
-	ck_assert_str_eq(lease, "beta\n");
+	ck_assert_str_eq(lease, "beta\n2\n0\n"); /* the fence grew with the take-over */
 	free(lease);
 	struct session_store_usage u;
 	session_store_get_usage(b, &u);
@@ -396,11 +398,13 @@ START_TEST(test_lease_busy_then_takeover)
 
 	/* alpha, back, now finds beta there */
 	a = store_open(f.dir, "alpha", 0, 0.5, 0, 0);
-	rc = session_store_lease_take(a, "5e55", holder, sizeof(holder), err, sizeof(err));
+	rc = session_store_lease_take(a, "5e55", NULL, holder, sizeof(holder), err, sizeof(err));
 	ck_assert_int_eq(rc, -EBUSY);
 	ck_assert_str_eq(holder, "beta");
 	ck_assert_int_eq(session_store_lease_release(b, "5e55"), 0);
-	ck_assert(!file_exists(&f, "5e55.lease"));
+	lease = tu_slurp(path_in(&f, "5e55.lease"), NULL);
+	ck_assert_str_eq(lease, "\n2\n0\n"); /* free, its fence and generation kept */
+	free(lease);
 	ck_assert_int_eq(session_store_lease_release(b, "5e55"), -ENOENT);
 	session_store_close(a);
 	session_store_close(b);
@@ -415,15 +419,166 @@ START_TEST(test_lease_holder_sanitised)
 	struct session_store *st = store_open(f.dir, "node-a", 0, 30, 0, 0);
 	write_file(&f, "77.lease", "ev\x1bil\x01\n");
 	char err[SINKD_ERR_LEN] = "", holder[64] = "";
-	int rc = session_store_lease_take(st, "77", holder, sizeof(holder), err, sizeof(err));
+	int rc = session_store_lease_take(st, "77", NULL, holder, sizeof(holder), err, sizeof(err));
 	ck_assert_int_eq(rc, -EBUSY);
 	ck_assert_str_eq(holder, "ev?il?");
 	ck_assert_ptr_null(strchr(err, '\x1b'));
 	char small[4] = "";
-	rc = session_store_lease_take(st, "77", small, sizeof(small), err, sizeof(err));
+	rc = session_store_lease_take(st, "77", NULL, small, sizeof(small), err, sizeof(err));
 	ck_assert_int_eq(rc, -EBUSY);
 	ck_assert_str_eq(small, "ev?");
 	session_store_close(st);
+	fixture_deinit(&f);
+}
+END_TEST
+
+
+/* ---------------------------------------------------------------- owners, fences */
+
+START_TEST(test_fenced_write_after_takeover)
+{
+	struct fixture f;
+	fixture_init(&f);
+	struct session_store *a = store_open(f.dir, "alpha", 0, 0.5, 0, 0);
+	struct session_store *b = store_open(f.dir, "beta", 0, 0.5, 0, 0);
+	char err[SINKD_ERR_LEN] = "";
+	ck_assert_int_eq(session_store_lease_take(a, "f00d", NULL, NULL, 0, err, sizeof(err)), 0);
+	/* alpha stalls (its lease goes stale: written back as it was a second ago) */
+	write_file(&f, "f00d.lease", "alpha\n1\n0\n");
+	set_age(&f, "f00d.lease", 5);
+	ck_assert_int_eq(session_store_lease_take(b, "f00d", NULL, NULL, 0, err, sizeof(err)), 0);
+	put_ok(b, "f00d", "beta's", 6);
+	/* alpha wakes up and writes with its old fence: refused, beta's stays */
+	int rc = session_store_put(a, "f00d", 9, "alpha's", 7, err, sizeof(err));
+	ck_assert_int_eq(rc, -ESTALE);
+	ck_assert_ptr_nonnull(strstr(err, "changed hands"));
+	unsigned char *got = NULL;
+	size_t n = 0;
+	ck_assert_int_eq(session_store_get(b, "f00d", 64, &got, &n, NULL, err, sizeof(err)), 0);
+	ck_assert_uint_eq(n, 6);
+	ck_assert_int_eq(memcmp(got, "beta's", 6), 0);
+	free(got);
+	struct session_store_usage u;
+	session_store_get_usage(a, &u);
+	ck_assert_uint_eq(u.fenced, 1);
+	session_store_close(a);
+	session_store_close(b);
+	fixture_deinit(&f);
+}
+END_TEST
+
+START_TEST(test_stale_record_refused)
+{
+	struct fixture f;
+	fixture_init(&f);
+	struct session_store *a = store_open(f.dir, "alpha", 0, 0.5, 0, 0);
+	char err[SINKD_ERR_LEN] = "";
+	uint64_t gen = 99;
+	put_ok(a, "5a1e", "gen1", 4); /* generation 1, its lease let go */
+	/* brought back for use: generation 2 from here, then alpha dies unwritten */
+	ck_assert_int_eq(session_store_lease_take(a, "5a1e", &gen, NULL, 0, err, sizeof(err)), 0);
+	ck_assert_uint_eq(gen, 1);
+	ck_assert_int_eq(session_store_lease_set_generation(a, "5a1e", 2, err, sizeof(err)), 0);
+	session_store_close(a);
+	struct session_store *b = store_open(f.dir, "beta", 0, 0.5, 0, 0);
+	sleep_s(0.8);
+	ck_assert_int_eq(session_store_lease_take(b, "5a1e", &gen, NULL, 0, err, sizeof(err)), 0);
+	ck_assert_uint_eq(gen, 2);
+	unsigned char *got = NULL;
+	size_t n = 0;
+	int rc = session_store_get(b, "5a1e", 64, &got, &n, NULL, err, sizeof(err));
+	ck_assert_int_eq(rc, -ESTALE);
+	ck_assert_ptr_null(got);
+	ck_assert_ptr_nonnull(strstr(err, "generation 1"));
+	/* and a record that is current comes back with its generation */
+	ck_assert_int_eq(session_store_put(b, "5a1e", 3, "gen3", 4, err, sizeof(err)), 0);
+	ck_assert_int_eq(session_store_get(b, "5a1e", 64, &got, &n, &gen, err, sizeof(err)), 0);
+	ck_assert_uint_eq(n, 4);
+	ck_assert_uint_eq(gen, 3);
+	free(got);
+	session_store_close(b);
+	fixture_deinit(&f);
+}
+END_TEST
+
+START_TEST(test_per_key_share_evicts_own_first)
+{
+	struct fixture f;
+	fixture_init(&f);
+	/* 10 records of 116 bytes fit; each key's share is 3 */
+	struct session_store_options o = {.dir = f.dir,
+	                                  .max_bytes = 1160,
+	                                  .per_key_bytes = 348,
+	                                  .lease_timeout_s = 30,
+	                                  .instance = "node-q"};
+	struct session_store *st = NULL;
+	char err[SINKD_ERR_LEN] = "", key[SESSION_KEY_LEN];
+	ck_assert_int_eq(session_store_open(&o, &st, err, sizeof(err)), 0);
+	const char *a = "key:aaaaaaaaaaaaaaaa", *b = "key:bbbbbbbbbbbbbbbb";
+	ck_assert_int_eq(session_key_make(a, "a1", key), 0);
+	ck_assert_str_eq(key, "aaaaaaaaaaaaaaaa-a1");
+	put_fill(st, key, 100);
+	char name[64];
+	snprintf(name, sizeof(name), "%s.snap", key);
+	set_age(&f, name, 100); /* A's session is the oldest in the store */
+	for (int i = 0; i < 12; i++) {
+		char id[8], k[SESSION_KEY_LEN];
+		snprintf(id, sizeof(id), "b%d", i);
+		ck_assert_int_eq(session_key_make(b, id, k), 0);
+		put_fill(st, k, 100);
+		snprintf(name, sizeof(name), "%s.snap", k);
+		set_age(&f, name, 50 - i);
+	}
+	ck_assert(session_store_exists(st, key)); /* B's churn evicted only B's own */
+	char(*keys)[SESSION_KEY_LEN] = NULL;
+	size_t n = 0;
+	ck_assert_int_eq(session_store_list(st, b, &keys, &n, err, sizeof(err)), 0);
+	ck_assert_uint_eq(n, 3);
+	free(keys);
+	ck_assert_int_eq(session_store_list(st, a, &keys, &n, err, sizeof(err)), 0);
+	ck_assert_uint_eq(n, 1);
+	ck_assert_str_eq(keys[0], key);
+	free(keys);
+	struct session_store_owner_count oc[4];
+	ck_assert_uint_eq(session_store_evictions_by_owner(st, oc, 4), 1);
+	ck_assert_str_eq(oc[0].tag, "bbbbbbbbbbbbbbbb");
+	ck_assert_uint_eq(oc[0].evicted, 9);
+	session_store_close(st);
+	fixture_deinit(&f);
+}
+END_TEST
+
+START_TEST(test_instance_name_claimed_once)
+{
+	struct fixture f;
+	fixture_init(&f);
+	struct session_store *a = store_open(f.dir, "same-name", 0, 30, 0, 0);
+	struct session_store_options o = {.dir = f.dir, .lease_timeout_s = 30, .instance = "same-name"};
+	struct session_store *b = NULL;
+	char err[SINKD_ERR_LEN] = "", host[64] = "";
+	gethostname(host, sizeof(host) - 1);
+	/* a second live process under the same name is refused, naming the holder */
+	int rc = session_store_open(&o, &b, err, sizeof(err));
+	ck_assert_int_eq(rc, -EADDRINUSE);
+	ck_assert_ptr_null(b);
+	ck_assert_ptr_nonnull(strstr(err, "same-name"));
+	ck_assert_ptr_nonnull(strstr(err, host));
+	/* a claim not refreshed for lease_timeout_s (its process hung or died) is taken */
+	DIR *d = opendir(f.dir);
+	struct dirent *de;
+	char claim[300] = "";
+	while ((de = readdir(d)))
+		if (strstr(de->d_name, ".instance"))
+			snprintf(claim, sizeof(claim), "%s", de->d_name);
+	closedir(d);
+	ck_assert(claim[0]);
+	set_age(&f, claim, 60);
+	rc = session_store_open(&o, &b, err, sizeof(err));
+	ck_assert_msg(rc == 0, "%d %s", rc, err);
+	session_store_close(a); /* not its claim any more: b's stays */
+	ck_assert(file_exists(&f, claim));
+	session_store_close(b);
+	ck_assert(!file_exists(&f, claim));
 	fixture_deinit(&f);
 }
 END_TEST
@@ -441,8 +596,8 @@ START_TEST(test_sweep_expires_unleased)
 	put_fill(st, "b2", 10); /* old, leased live by node-o */
 	put_fill(st, "c3", 10); /* old, leased by us */
 	put_fill(st, "d4", 10); /* fresh */
-	ck_assert_int_eq(session_store_lease_take(other, "b2", NULL, 0, err, sizeof(err)), 0);
-	ck_assert_int_eq(session_store_lease_take(st, "c3", NULL, 0, err, sizeof(err)), 0);
+	ck_assert_int_eq(session_store_lease_take(other, "b2", NULL, NULL, 0, err, sizeof(err)), 0);
+	ck_assert_int_eq(session_store_lease_take(st, "c3", NULL, NULL, 0, err, sizeof(err)), 0);
 	set_age(&f, "a1.snap", 100);
 	set_age(&f, "b2.snap", 100);
 	set_age(&f, "c3.snap", 100);
@@ -554,6 +709,10 @@ int main(void)
 	tcase_add_test(tc, test_size_bound_evicts_oldest);
 	tcase_add_test(tc, test_lease_busy_then_takeover);
 	tcase_add_test(tc, test_lease_holder_sanitised);
+	tcase_add_test(tc, test_fenced_write_after_takeover);
+	tcase_add_test(tc, test_stale_record_refused);
+	tcase_add_test(tc, test_per_key_share_evicts_own_first);
+	tcase_add_test(tc, test_instance_name_claimed_once);
 	tcase_add_test(tc, test_sweep_expires_unleased);
 	tcase_add_test(tc, test_thread_sweeps_and_closes_promptly);
 	tcase_add_test(tc, test_open_errors_name_the_path);
