@@ -193,6 +193,8 @@ enum MHD_Result api_session_unavailable(struct request *r, int rc, const char *i
 		snprintf(f.msg, sizeof(f.msg), "no session %.40s", id);
 	} else if (rc == -EBUSY) {
 		f.retry_after_s = 1; /* the other instance lets go when its request ends */
+	} else if (rc == -ESTALE) {
+		f.code = "session_stale"; /* the message says which generations: no path in it */
 	} else {
 		/* whatever the store's code, reading our own store failed: the
 		 * server's fault.  The store's message names its folder (a path

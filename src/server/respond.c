@@ -37,6 +37,8 @@ static const struct respond_entry table[] = {
     {-EBUSY, {409, BAD_REQUEST, "conflict", false}},
     {-ERANGE, {409, BAD_REQUEST, "conflict", false}},
     {-EEXIST, {409, BAD_REQUEST, "session_exists", false}},
+    /* a stored session older than a state that was never written */
+    {-ESTALE, {409, BAD_REQUEST, "session_stale", false}},
     {-EDQUOT, {429, "rate_limit_error", "per_key_max_sessions", true}},
     {-ENOMEM, {500, SERVER, "out_of_memory", false}},
     {-ENOTSUP, {501, SERVER, "not_supported", false}},
