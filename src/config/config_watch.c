@@ -26,6 +26,7 @@
 #include <unistd.h>
 #include <openssl/evp.h>
 
+#include "config/config.h"
 #include "util/errbuf.h"
 
 /* Symlinks followed per path before it counts as unreadable (the kernel's
@@ -326,8 +327,8 @@ static int watch_drain(struct config_watch *w, bool *relevant, char *err, size_t
 
 /* ---- content ------------------------------------------------------------ */
 
-/* Hashes path into *st.  A file that cannot be read is a state, not an
- * error (read_errno); only a failing digest is. */
+/* Hashes path into *st.  A file that cannot be read, or is not a regular
+ * file, is a state, not an error (read_errno); only a failing digest is. */
 static int file_hash(const char *path, struct cw_state *st, char *err, size_t err_len)
 {
 	unsigned char buf[16384];
@@ -336,7 +337,8 @@ static int file_hash(const char *path, struct cw_state *st, char *err, size_t er
 	unsigned int dlen = 0;
 	int rc = 0;
 	memset(st, 0, sizeof(*st));
-	/* O_NONBLOCK so that a FIFO put in the file's place cannot hang us. */
+	/* O_NONBLOCK so that a FIFO put in the file's place cannot hang the
+	 * serve loop in open(); it is then refused by its type, unread. */
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0) {
 		st->read_errno = errno;
@@ -356,8 +358,11 @@ static int file_hash(const char *path, struct cw_state *st, char *err, size_t er
 		             path);
 		goto out;
 	}
-	for (;;) {
-		ssize_t n = read(fd, buf, sizeof(buf));
+	/* No more than a reload reads (one byte over its cap still changes the
+	 * digest, and the reload then says the file is too large): a huge or
+	 * sparse file must not keep the serve loop hashing for seconds. */
+	for (size_t left = CONFIG_FILE_MAX + 1; left > 0;) {
+		ssize_t n = read(fd, buf, left < sizeof(buf) ? left : sizeof(buf));
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
@@ -366,6 +371,7 @@ static int file_hash(const char *path, struct cw_state *st, char *err, size_t er
 		}
 		if (n == 0)
 			break;
+		left -= (size_t)n;
 		if (EVP_DigestUpdate(ctx, buf, (size_t)n) != 1) {
 			rc = err_set(err, err_len, -EIO, "sha-256 of %s: OpenSSL digest failed",
 			             path);

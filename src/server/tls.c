@@ -6,6 +6,7 @@
 #include "server/tls.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <gnutls/x509.h>
 #include <openssl/bio.h>
 #include <openssl/crypto.h>
@@ -17,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "util/errbuf.h"
 
@@ -41,26 +44,65 @@ struct tls_store {
 
 #define TLS_MAX_FILE (1 << 20)
 
+/* Opens path to read it, never blocking: O_NONBLOCK so that a FIFO put in
+ * the cert's or key's place cannot hang a reload (the serve loop) in open(),
+ * and anything but a regular file is refused before a byte is read. */
+static int tls_file_open(const char *what, const char *path, char *err, size_t err_len)
+{
+	struct stat st;
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	if (fd < 0) {
+		int e = errno;
+		return err_set(err, err_len, -e, "%s: cannot open %s: %s", what, path, strerror(e));
+	}
+	int e = fstat(fd, &st) != 0 ? errno : 0;
+	if (e != 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		if (e != 0)
+			return err_set(err, err_len, -e, "%s: cannot read %s: %s", what, path,
+			               strerror(e));
+		return err_set(err, err_len, -EINVAL, "%s: %s is not a regular file", what, path);
+	}
+	return fd;
+}
+
+/* Reads at most cap bytes of fd into buf; the count, or a negative errno. */
+static ssize_t tls_file_read(int fd, char *buf, size_t cap)
+{
+	size_t n = 0;
+	while (n < cap) {
+		ssize_t got = read(fd, buf + n, cap - n);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0)
+			return -errno;
+		if (got == 0)
+			break;
+		n += (size_t)got;
+	}
+	return (ssize_t)n;
+}
+
 static int read_file(const char *what, const char *path, char **out, char *err, size_t err_len)
 {
 	if (!path || !*path)
 		return err_set(err, err_len, -EINVAL, "%s: no file configured", what);
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return err_set(err, err_len, -errno, "%s: cannot open %s: %s", what, path,
-		               strerror(errno));
+	int fd = tls_file_open(what, path, err, err_len);
+	if (fd < 0)
+		return fd;
+	/* One byte over the cap tells a file that is too large. */
 	char *buf = malloc(TLS_MAX_FILE + 1);
-	size_t n = buf ? fread(buf, 1, TLS_MAX_FILE + 1, f) : 0;
-	int bad = ferror(f);
-	fclose(f);
+	ssize_t n = buf ? tls_file_read(fd, buf, TLS_MAX_FILE + 1) : 0;
+	close(fd);
 	if (!buf)
 		return err_set(err, err_len, -ENOMEM, "%s: out of memory", what);
-	if (bad || n == 0 || n > TLS_MAX_FILE) {
+	if (n <= 0 || n > TLS_MAX_FILE) {
 		free(buf);
-		return err_set(err, err_len, -EINVAL, "%s: %s is %s", what, path,
-		               bad      ? "unreadable"
+		return err_set(err, err_len, -EINVAL, "%s: %s is %s%s", what, path,
+		               n < 0    ? "unreadable: "
 		               : n == 0 ? "empty"
-		                        : "larger than 1 MiB");
+		                        : "larger than 1 MiB",
+		               n < 0 ? strerror((int)-n) : "");
 	}
 	buf[n] = '\0';
 	*out = buf;

@@ -1,6 +1,7 @@
 /* config_watch on real files in a temporary folder with real inotify: every
  * way a config file gets replaced is reported once, after the debounce, and
- * changes that leave the content as it was are not reported. */
+ * changes that leave the content as it was are not reported; what is not a
+ * regular file (a FIFO) or is huge never holds up a poll. */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -10,9 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "config/config.h"
 #include "config/config_watch.h"
 #include "util/errbuf.h"
 #include "testutil.h"
@@ -346,6 +349,102 @@ START_TEST(test_second_file)
 }
 END_TEST
 
+/* What a reload of path says: config_load's first error line, "" when it
+ * loads.  The loader is what the daemon runs when the watch reports. */
+static void reload_error(const char *path, char *out, size_t len)
+{
+	struct sinkd_config c;
+	struct config_errors errs = {0};
+	int rc = config_load(&c, path, NULL, 0, &errs);
+	snprintf(out, len, "%s", rc == 0 || errs.n == 0 ? "" : errs.lines[0]);
+	config_errors_deinit(&errs);
+	config_deinit(&c);
+}
+
+/* A FIFO moved into the config's place: open() on it would block the serve
+ * loop until some writer came.  The watch reports it (unreadable is a
+ * change) without blocking, and the reload refuses it by name. */
+START_TEST(test_fifo_replaces_config)
+{
+	const char *cfg = tp("sinkd.yaml");
+	write_file(cfg, "server:\n  threads: 2\n");
+	struct config_watch *w = watch_one(cfg);
+	ck_assert_int_eq(mkfifo(tp("fifo"), 0644), 0);
+	ck_assert_int_eq(rename(tp("fifo"), cfg), 0);
+	double t0 = mono_s();
+	ck_assert_int_eq(count_reports(w, SETTLE_MS, NULL), 1);
+	double took = mono_s() - t0;
+	ck_assert_msg(took < SETTLE_MS / 1000.0 + 0.5, "polls took %.3f s", took);
+
+	char msg[1024];
+	t0 = mono_s();
+	reload_error(cfg, msg, sizeof(msg));
+	ck_assert_double_lt(mono_s() - t0, 0.5);
+	ck_assert_msg(strstr(msg, cfg) && strstr(msg, "not a regular file"), "reload said: %s",
+	              msg);
+	/* A file again: reported, and it loads. */
+	ck_assert_int_eq(unlink(cfg), 0);
+	write_file(cfg, "server:\n  threads: 2\n");
+	ck_assert_int_eq(count_reports(w, SETTLE_MS, NULL), 1);
+	reload_error(cfg, msg, sizeof(msg));
+	ck_assert_msg(msg[0] == '\0', "reload said: %s", msg);
+	config_watch_free(w);
+}
+END_TEST
+
+/* A 1 GB sparse file (and a folder) in the config's place: the watch
+ * hashes no more than a reload reads, so it settles at once. */
+START_TEST(test_huge_file_hashed_quickly)
+{
+	const char *cfg = tp("sinkd.yaml");
+	write_file(cfg, "a: 1\n");
+	struct config_watch *w = watch_one(cfg);
+	int fd = open(tp("big~"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(ftruncate(fd, (off_t)1 << 30), 0);
+	ck_assert_int_eq(close(fd), 0);
+	ck_assert_int_eq(rename(tp("big~"), cfg), 0);
+	double t0 = mono_s();
+	ck_assert_int_eq(count_reports(w, SETTLE_MS, NULL), 1);
+	double took = mono_s() - t0;
+	ck_assert_msg(took < SETTLE_MS / 1000.0 + 0.5, "polls took %.3f s", took);
+	t0 = mono_s();
+	struct config_watch *w2 = watch_one(cfg); /* the baseline hash, timed alone */
+	ck_assert_msg(mono_s() - t0 < 0.5, "hashing 1 GB took %.3f s", mono_s() - t0);
+	config_watch_free(w2);
+	char msg[1024];
+	reload_error(cfg, msg, sizeof(msg));
+	ck_assert_msg(strstr(msg, "larger than 4 MiB"), "reload said: %s", msg);
+	config_watch_free(w);
+}
+END_TEST
+
+/* The hash covers one byte past the reload's cap: a file that grows over
+ * it is a change, and the reload then says why it refuses it. */
+START_TEST(test_growth_over_the_cap)
+{
+	const char *cfg = tp("sinkd.yaml");
+	char *text = malloc(CONFIG_FILE_MAX + 1);
+	ck_assert_ptr_nonnull(text);
+	memset(text, '#', CONFIG_FILE_MAX);
+	text[CONFIG_FILE_MAX] = '\0';
+	write_file(cfg, text);
+	struct config_watch *w = watch_one(cfg);
+	char msg[1024];
+	reload_error(cfg, msg, sizeof(msg));
+	ck_assert_msg(msg[0] == '\0', "a file of exactly the cap: %s", msg);
+	int fd = open(cfg, O_WRONLY | O_APPEND);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, "#", 1), 1);
+	ck_assert_int_eq(close(fd), 0);
+	ck_assert_int_eq(count_reports(w, SETTLE_MS, NULL), 1);
+	reload_error(cfg, msg, sizeof(msg));
+	ck_assert_msg(strstr(msg, cfg) && strstr(msg, "larger than 4 MiB"), "reload said: %s", msg);
+	free(text);
+	config_watch_free(w);
+}
+END_TEST
+
 START_TEST(test_errors)
 {
 	struct config_watch *w = (struct config_watch *)&w;
@@ -384,6 +483,9 @@ int main(void)
 	tcase_add_test(tc, test_delete_and_recreate);
 	tcase_add_test(tc, test_missing_at_start);
 	tcase_add_test(tc, test_second_file);
+	tcase_add_test(tc, test_fifo_replaces_config);
+	tcase_add_test(tc, test_huge_file_hashed_quickly);
+	tcase_add_test(tc, test_growth_over_the_cap);
 	tcase_add_test(tc, test_errors);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -186,6 +187,28 @@ START_TEST(test_load_refused)
 	expect_refused(in_dir("old.pem"), in_dir("old.key"), in_dir("old.pem"), "expired");
 	expect_refused(in_dir("nope.pem"), in_dir("a.key"), "server.tls.cert_file", "No such file");
 	expect_refused(NULL, in_dir("a.key"), "server.tls.cert_file", "no file configured");
+}
+END_TEST
+
+/* A FIFO or a folder in the cert's or key's place: refused at once by its
+ * type (a FIFO without a writer would block a plain open()), naming it. */
+START_TEST(test_load_not_a_file)
+{
+	ck_assert_int_eq(mkfifo(in_dir("fifo.pem"), 0600), 0);
+	ck_assert_int_eq(mkdir(in_dir("dir.key"), 0700), 0);
+	struct timeval t0, t1;
+	gettimeofday(&t0, NULL);
+	expect_refused(in_dir("fifo.pem"), in_dir("a.key"), "server.tls.cert_file",
+	               "not a regular file");
+	expect_refused(in_dir("fifo.pem"), in_dir("a.key"), in_dir("fifo.pem"), "cert_file");
+	expect_refused(in_dir("a.pem"), in_dir("fifo.pem"), "server.tls.key_file",
+	               in_dir("fifo.pem"));
+	expect_refused(in_dir("a.pem"), in_dir("dir.key"), "server.tls.key_file",
+	               "not a regular file");
+	gettimeofday(&t1, NULL);
+	ck_assert_int_lt(t1.tv_sec - t0.tv_sec, 2);
+	ck_assert_int_eq(unlink(in_dir("fifo.pem")), 0);
+	ck_assert_int_eq(rmdir(in_dir("dir.key")), 0);
 }
 END_TEST
 
@@ -502,6 +525,7 @@ int main(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_load_good_and_chain);
 	tcase_add_test(tc, test_load_refused);
+	tcase_add_test(tc, test_load_not_a_file);
 	tcase_add_test(tc, test_store_refcounts);
 	tcase_add_test(tc, test_store_threads);
 	tcase_add_test(tc, test_rotation_on_listener);
