@@ -1,15 +1,23 @@
 /* Session snapshot encoding and a reader that trusts nothing it has not
  * checked: fields are read through explicit little-endian accessors at
  * fixed offsets, every count is bounded by the geometry before it sizes
- * anything, and the total length must match what the counts imply. */
+ * anything, and the total length must match what the counts imply.  A
+ * snapshot that decodes is one this model could have written: its RoPE is
+ * the model's, its counters hold the relations the tier policy keeps and
+ * have room to grow, and its K/V values are finite, so a restored session
+ * does not fail later, one step at a time, on what the reader let through.
+ * It does not judge whether the values are the model's own (a client may
+ * restore any cache it likes into its own session). */
 #include "session/snapshot.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <openssl/sha.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/kvquant.h"
 #include "util/errbuf.h"
 
 static const char MAGIC[8] = {'S', 'I', 'N', 'K', 'D', 'S', 'E', 'S'};
@@ -259,6 +267,34 @@ int snapshot_peek_max_bytes(const unsigned char *head, size_t n, size_t *max_byt
 	return 0;
 }
 
+static const char *rope_style(bool neox)
+{
+	return neox ? "halves, qwen2" : "adjacent pairs, llama";
+}
+
+/* The same model file with other RoPE parameters is not another model but a
+ * crafted file (-EINVAL): a restored session would rotate its keys with
+ * angles the model was not trained with, or (rope_dim 0) fail every append. */
+static int check_rope(const struct sinkcache_geometry *g, const struct snapshot_expect *ex,
+                      char *err, size_t err_len)
+{
+	if (g->rope_dim != ex->rope_dim)
+		return err_set(err, err_len, -EINVAL,
+		               "snapshot field rope_dim: %d, this model's is %d", g->rope_dim,
+		               ex->rope_dim);
+	if (g->rope_theta != ex->rope_theta)
+		return err_set(err, err_len, -EINVAL,
+		               "snapshot field rope_theta: %.17g, this model's is %.17g",
+		               g->rope_theta, ex->rope_theta);
+	if (g->rope_neox != ex->rope_neox)
+		return err_set(
+		    err, err_len, -EINVAL,
+		    "snapshot field rope_neox (RoPE style): %d (%s), this model's is %d (%s)",
+		    g->rope_neox, rope_style(g->rope_neox), ex->rope_neox,
+		    rope_style(ex->rope_neox));
+	return 0;
+}
+
 static int check_model(const unsigned char *b, const struct snapshot *sn,
                        const struct snapshot_expect *ex, char *err, size_t err_len)
 {
@@ -282,6 +318,189 @@ static int check_model(const unsigned char *b, const struct snapshot *sn,
 		               "is not the model's (%u, %d, %d, %d)",
 		               sn->n_vocab, sn->geom.n_layers, sn->geom.n_kv_heads, sn->geom.head_dim,
 		               ex->n_vocab, ex->n_layers, ex->n_kv_heads, ex->head_dim);
+	return check_rope(&sn->geom, ex, err, err_len);
+}
+
+/* ---- the counters: bounded, and related as the tier policy keeps them ---- */
+
+static int counter_bounded(uint64_t v, const char *field, char *err, size_t err_len)
+{
+	if (v < SNAPSHOT_MAX_STREAM_TOKENS)
+		return 0;
+	return err_set(err, err_len, -EINVAL,
+	               "snapshot field %s: %llu, not below 2^53 (no stream gets that far; the "
+	               "counter would overflow)",
+	               field, (unsigned long long)v);
+}
+
+/* Every token appended went to a sink or the window and left the window only
+ * by eviction (a revision takes n_seen back with the tokens), and a token
+ * reaches staging or a group only by ageing out of the hot tier, so after
+ * kv_image_layout_of() bounded each tier these hold exactly.  (moved has no
+ * upper bound but the counter's: a revision drops staged tokens that were
+ * counted.) */
+static int check_counts(const struct sinkcache_geometry *g, const struct tier_counts *n,
+                        uint64_t tokens_seen, uint32_t pending, char *err, size_t err_len)
+{
+	struct sinkcache_tiers t;
+	int rc = sinkcache_tiers_of(g, &t, err, err_len);
+	if (rc)
+		return rc;
+	uint64_t window = (uint64_t)kv_image_counts_window(g, n);
+	uint64_t resident = (uint64_t)n->n_sink + window;
+	if (n->n_seen != resident + n->evicted)
+		return err_set(
+		    err, err_len, -EINVAL,
+		    "snapshot field evicted: %llu, but n_seen %llu is not its %llu resident "
+		    "tokens plus the evicted ones",
+		    (unsigned long long)n->evicted, (unsigned long long)n->n_seen,
+		    (unsigned long long)resident);
+	if (n->n_sink < t.sink && (n->evicted || n->moved))
+		return err_set(
+		    err, err_len, -EINVAL,
+		    "snapshot field %s: %llu, but with %d of %d sink slots filled no token "
+		    "entered the window yet",
+		    n->evicted ? "evicted" : "moved",
+		    (unsigned long long)(n->evicted ? n->evicted : n->moved), n->n_sink, t.sink);
+	uint64_t aged = window - (uint64_t)n->n_hot + (t.group > 0 ? n->evicted : 0);
+	if (n->moved < aged)
+		return err_set(
+		    err, err_len, -EINVAL,
+		    "snapshot field moved: %llu, fewer than the %llu tokens that left the hot "
+		    "tier (quantized, staged, or evicted from there)",
+		    (unsigned long long)n->moved, (unsigned long long)aged);
+	if (tokens_seen != n->n_seen + pending)
+		return err_set(
+		    err, err_len, -EINVAL,
+		    "snapshot field tokens_seen: %llu, but the cache holds %llu (n_seen) "
+		    "and %u pending",
+		    (unsigned long long)tokens_seen, (unsigned long long)n->n_seen, pending);
+	return 0;
+}
+
+/* ---- the cache image: every K/V value finite ------------------------------ */
+
+/* The layer of the image being scanned, for the scan and its message. */
+struct kv_scan {
+	const unsigned char *layer; /* the layer's first byte */
+	int layer_index;
+	char *err;
+	size_t err_len;
+};
+
+static float get_f32(const unsigned char *p)
+{
+	uint32_t u = get32(p);
+	float f;
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
+
+/* Whether the element is inf or NaN: an all-ones exponent, in each dtype. */
+static bool fp_bad(const unsigned char *p, enum kv_dtype dt)
+{
+	if (dt == KV_DTYPE_F32)
+		return (get32(p) & 0x7f800000u) == 0x7f800000u;
+	uint16_t h = (uint16_t)(p[0] | p[1] << 8);
+	return dt == KV_DTYPE_F16 ? (h & 0x7c00u) == 0x7c00u : (h & 0x7f80u) == 0x7f80u;
+}
+
+static float fp_value(const unsigned char *p, enum kv_dtype dt)
+{
+	if (dt == KV_DTYPE_F32)
+		return get_f32(p);
+	uint16_t h = (uint16_t)(p[0] | p[1] << 8);
+	return dt == KV_DTYPE_F16 ? kv_f16_to_f32(h) : kv_bf16_to_f32(h);
+}
+
+/* n full-precision elements at off. */
+static int scan_fp(const struct kv_scan *x, size_t off, size_t n, enum kv_dtype dt,
+                   const char *what)
+{
+	size_t e = kv_dtype_size(dt);
+	const unsigned char *p = x->layer + off;
+	for (size_t i = 0; i < n; i++, p += e)
+		if (fp_bad(p, dt))
+			return err_set(
+			    x->err, x->err_len, -EINVAL,
+			    "snapshot field %s: layer %d, element %zu is %g (K/V values must "
+			    "be finite)",
+			    what, x->layer_index, i, (double)fp_value(p, dt));
+	return 0;
+}
+
+/* n (scale, min) pairs, pair i at off + i*pair_stride, min min_gap bytes
+ * after its scale.  A row dequantizes to codes*scale + min (kvquant.h):
+ * finite for every code when both ends of the code range are. */
+static int scan_params(const struct kv_scan *x, size_t off, size_t n, size_t pair_stride,
+                       size_t min_gap, int bits, const char *what)
+{
+	int top = (1 << bits) - 1;
+	for (size_t i = 0; i < n; i++) {
+		const unsigned char *p = x->layer + off + i * pair_stride;
+		float scale = get_f32(p), min = get_f32(p + min_gap);
+		const char *why = !isfinite(scale) || !isfinite(min) ? "not finite"
+		                  : scale < 0                        ? "a negative scale"
+		                  : !isfinite((float)top * scale + min)
+		                      ? "code 2^bits-1 dequantizes to inf"
+		                      : NULL;
+		if (why)
+			return err_set(
+			    x->err, x->err_len, -EINVAL,
+			    "snapshot field %s: layer %d, pair %zu is scale %g, min %g (%s; "
+			    "K/V values must be finite)",
+			    what, x->layer_index, i, (double)scale, (double)min, why);
+	}
+	return 0;
+}
+
+/* One layer's tiers in the order of the image (kvimage.h). */
+static int scan_layer(const struct kv_scan *x, const struct sinkcache_geometry *g,
+                      const struct kv_image_layout *lo, const struct tier_counts *n)
+{
+	size_t n_kv = (size_t)g->n_kv_heads, d = (size_t)g->head_dim, gs = (size_t)lo->group;
+	size_t ns = (size_t)n->n_sink, nfp = (size_t)(n->n_stage + n->n_hot);
+	int bits = g->quant_bits, rc;
+	if (lo->sink_quant) {
+		if ((rc = scan_params(x, lo->off_sink_kp, n_kv * ns, 8, 4, bits,
+		                      "sink k scale/min")) ||
+		    (rc = scan_params(x, lo->off_sink_vp, n_kv * ns, 8, 4, bits,
+		                      "sink v scale/min")))
+			return rc;
+	} else if ((rc = scan_fp(x, lo->off_sink_k, n_kv * ns * d, g->dtype, "sink k")) ||
+	           (rc = scan_fp(x, lo->off_sink_v, n_kv * ns * d, g->dtype, "sink v"))) {
+		return rc;
+	}
+	for (int i = 0; i < n->n_groups; i++) {
+		size_t grp = lo->off_groups + (size_t)i * lo->group_bytes;
+		/* keys: per kv head a row of d scales, then a row of d mins */
+		for (size_t h = 0; h < n_kv; h++)
+			if ((rc = scan_params(x, grp + lo->grp_off_kp + h * 2 * d * 4, d, 4, d * 4,
+			                      bits, "group k scale/min")))
+				return rc;
+		if ((rc = scan_params(x, grp + lo->grp_off_vp, n_kv * gs, 8, 4, bits,
+		                      "group v scale/min")))
+			return rc;
+	}
+	if ((rc = scan_fp(x, lo->off_fp_k, n_kv * nfp * d, g->dtype, "window k")) ||
+	    (rc = scan_fp(x, lo->off_fp_v, n_kv * nfp * d, g->dtype, "window v")))
+		return rc;
+	return 0;
+}
+
+static int check_kv_finite(const struct sinkcache_geometry *g, const struct kv_image_layout *lo,
+                           const struct tier_counts *n, const unsigned char *data, char *err,
+                           size_t err_len)
+{
+	for (int l = 0; l < g->n_layers; l++) {
+		struct kv_scan x = {.layer = data + (size_t)l * lo->layer_bytes,
+		                    .layer_index = l,
+		                    .err = err,
+		                    .err_len = err_len};
+		int rc = scan_layer(&x, g, lo, n);
+		if (rc)
+			return rc;
+	}
 	return 0;
 }
 
@@ -339,21 +558,23 @@ int snapshot_decode(const unsigned char *buf, size_t len, const struct snapshot_
 	sn.has_pending = pending;
 	if (get32(c + 44) != 0)
 		return err_set(err, err_len, -EINVAL, "snapshot: padding after the counts is not 0");
+	if ((rc = counter_bounded(sn.kv.n.n_seen, "n_seen", err, err_len)) ||
+	    (rc = counter_bounded(sn.kv.n.evicted, "evicted", err, err_len)) ||
+	    (rc = counter_bounded(sn.kv.n.moved, "moved", err, err_len)))
+		return rc;
 	struct kv_image_layout lo;
 	char why[SINKD_ERR_LEN];
 	if ((rc = kv_image_layout_of(&sn.geom, &sn.kv.n, &lo, why, sizeof(why))))
 		return err_set(err, err_len, rc, "snapshot: %s", why);
+	if ((rc = check_counts(&sn.geom, &sn.kv.n, sn.tokens_seen, pending, err, err_len)))
+		return rc;
 	size_t cap = snapshot_hist_cap(&sn.geom);
 	if (sn.n_hist > cap || sn.n_hist > sn.tokens_seen || sn.n_hist < pending)
-		return err_set(err, err_len, -EINVAL,
-		               "snapshot: %u history tokens (allowed %u..%zu, at most the %llu tokens "
-		               "seen)",
-		               sn.n_hist, pending, cap, (unsigned long long)sn.tokens_seen);
-	if (sn.tokens_seen != sn.kv.n.n_seen + pending)
-		return err_set(err, err_len, -EINVAL,
-		               "snapshot: %llu tokens seen, but the cache holds %llu and %u pending",
-		               (unsigned long long)sn.tokens_seen, (unsigned long long)sn.kv.n.n_seen,
-		               pending);
+		return err_set(
+		    err, err_len, -EINVAL,
+		    "snapshot field n_hist: %u history tokens (allowed %u..%zu, at most the "
+		    "%llu tokens seen)",
+		    sn.n_hist, pending, cap, (unsigned long long)sn.tokens_seen);
 	uint64_t kv_bytes = get64(buf + OFF_KVBYTES);
 	size_t want = SNAPSHOT_HEADER_BYTES + 4 * (size_t)sn.n_hist + lo.total_bytes + CHECKSUM_BYTES;
 	if (kv_bytes != lo.total_bytes || len != want)
@@ -361,6 +582,9 @@ int snapshot_decode(const unsigned char *buf, size_t len, const struct snapshot_
 		               "snapshot: %zu bytes with a %llu-byte cache image; its counts need a "
 		               "%zu-byte image and %zu bytes in all",
 		               len, (unsigned long long)kv_bytes, lo.total_bytes, want);
+	const unsigned char *kv = buf + SNAPSHOT_HEADER_BYTES + 4 * (size_t)sn.n_hist;
+	if ((rc = check_kv_finite(&sn.geom, &lo, &sn.kv.n, kv, err, err_len)))
+		return rc;
 	hist = malloc(4 * (size_t)(sn.n_hist ? sn.n_hist : 1));
 	if (!hist)
 		return err_set(err, err_len, -ENOMEM, "snapshot: out of memory");

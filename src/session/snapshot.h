@@ -52,12 +52,23 @@ struct snapshot {
 	struct kv_image kv;  /* decode: kv.data points into the decoded buffer */
 };
 
-/* What the reader serves: a snapshot of anything else is refused. */
+/* Stream counters (tokens seen, the cache's n_seen, evicted, moved) stay
+ * below this: a stream at 10^5 tokens/s takes millennia to reach it, and
+ * every position below it is exact in a double, so a snapshot's counters
+ * can always take more tokens without wrapping. */
+#define SNAPSHOT_MAX_STREAM_TOKENS ((uint64_t)1 << 53)
+
+/* What the reader serves: a snapshot of anything else is refused.  The
+ * model fixes the cache's shape and its rotary embedding (what the session
+ * of a restore is built with); the rest of the geometry is the session's. */
 struct snapshot_expect {
 	unsigned char model_sha256[32];
 	const char *arch;
 	uint32_t n_vocab;
 	int n_layers, n_kv_heads, head_dim;
+	int rope_dim;      /* rotated dims per head */
+	double rope_theta; /* compared bit for bit: both come from the model file */
+	bool rope_neox;    /* RoPE style: halves (qwen2) or adjacent pairs (llama) */
 };
 
 /* The most revision-window tokens a session of geometry g keeps. */
@@ -75,10 +86,15 @@ int snapshot_encode(const struct snapshot *sn, unsigned char **out, size_t *out_
                     size_t err_len);
 
 /* Validates buf completely (length, magic, version, checksum, model, every
- * field, the cache counts against the geometry, token ids against the
- * vocabulary) before filling out; nothing is sized from an unchecked field.
- * expect may be NULL (no model check: the inspection tool).  On success
- * out->kv.data points into buf and out->hist is allocated. */
+ * field, the cache counts against the geometry and against each other, the
+ * stream counters below SNAPSHOT_MAX_STREAM_TOKENS, token ids against the
+ * vocabulary, every K/V value of the cache image finite) before filling
+ * out; nothing is sized from an unchecked field.  Another model's snapshot
+ * is -EXDEV; one that claims this model but not its RoPE (rope_dim,
+ * rope_theta, rope_neox) is -EINVAL, like any other crafted field, and err
+ * names the field.  expect may be NULL (no model check: the inspection
+ * tool).  On success out->kv.data points into buf and out->hist is
+ * allocated. */
 int snapshot_decode(const unsigned char *buf, size_t len, const struct snapshot_expect *expect,
                     struct snapshot *out, char *err, size_t err_len);
 void snapshot_release(struct snapshot *sn);

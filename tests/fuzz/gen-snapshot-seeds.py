@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """Writes the seed snapshots of the snapshot fuzz target into
 tests/fuzz/corpus/snapshot/: small valid files (the layout of
-src/session/snapshot.h, the tier sizes of src/cache/sinkcache.c) for a
-float, an int8 and an int4-with-quantized-sinks cache, cache bytes random."""
+src/session/snapshot.h, the tier sizes of src/cache/sinkcache.c, the image
+of src/cache/kvimage.h) for a float, an int8 and an int4-with-quantized-sinks
+cache, with random finite K/V values, codes and quantization parameters; and
+hostile-* files, the int8 one crafted as an attacker would (resealed, so
+that only the field checks refuse them): counters that wrap after one
+append, RoPE parameters that are not the model's, non-finite K/V values."""
 import hashlib, os, random, struct, sys
 
 def group_size(comp):
@@ -14,6 +18,40 @@ def group_size(comp):
         if comp % gs == 0:
             return gs
     return 32
+
+def fp_values(count, dtype):
+    """count random finite K/V elements of dtype (0 f32, 1 f16, 2 bf16)."""
+    vals = [random.uniform(-2.0, 2.0) for _ in range(count)]
+    if dtype == 0:
+        return struct.pack("<%df" % count, *vals)
+    if dtype == 1:
+        return struct.pack("<%de" % count, *vals)
+    return b"".join(struct.pack("<f", v)[2:] for v in vals)  # bf16: the high half
+
+def codes(count):
+    return bytes(random.getrandbits(8) for _ in range(count))
+
+def params(pairs):
+    """pairs (scale, min) f32: what quantizing values in [-2, 2] gives."""
+    return b"".join(struct.pack("<ff", random.uniform(0.0, 4.0 / 255), random.uniform(-2.0, 0.0))
+                    for _ in range(pairs))
+
+def layer_image(n_kv, d, dtype, n_sink, sink_quant, code_row, g, n_groups, n_fp):
+    """One layer of a cache image, tier by tier as src/cache/kvimage.h lays it out."""
+    out = b""
+    if sink_quant:
+        out += codes(2 * n_kv * n_sink * code_row) + params(2 * n_kv * n_sink)
+    else:
+        out += fp_values(2 * n_kv * n_sink * d, dtype)
+    for _ in range(n_groups):
+        # key and value codes; per kv head a row of d key scales, then of d
+        # mins; then a (scale, min) per value row
+        out += codes(2 * n_kv * g * code_row)
+        for _ in range(n_kv):
+            out += b"".join(struct.pack("<f", random.uniform(0.0, 4.0 / 255)) for _ in range(d))
+            out += b"".join(struct.pack("<f", random.uniform(-2.0, 0.0)) for _ in range(d))
+        out += params(n_kv * g)
+    return out + fp_values(2 * n_kv * n_fp * d, dtype)
 
 def snapshot(n_layers, n_kv, d, dtype, sinks, window, quant, bits, protect, hot_cfg, n):
     """n tokens through a sliding window cache (the last pending)."""
@@ -42,7 +80,9 @@ def snapshot(n_layers, n_kv, d, dtype, sinks, window, quant, bits, protect, hot_
         layer += 2 * n_kv * n_sink * 8
     layer += n_groups * (2 * n_kv * g * code_row + n_kv * 2 * d * 4 + n_kv * g * 8)
     layer += 2 * n_kv * (n_stage + n_hot) * d * e
-    kv = bytes(random.getrandbits(8) for _ in range(layer * n_layers))
+    kv = b"".join(layer_image(n_kv, d, dtype, n_sink, sink_quant, code_row, g, n_groups,
+                              n_stage + n_hot) for _ in range(n_layers))
+    assert len(kv) == layer * n_layers
     hist = list(range(min(n, window + 2)))
     head = b"SINKDSES" + struct.pack("<II", 1, 0) + hashlib.sha256(b"model").digest()
     head += b"llama".ljust(32, b"\0") + struct.pack("<I", 300)
@@ -57,6 +97,44 @@ def snapshot(n_layers, n_kv, d, dtype, sinks, window, quant, bits, protect, hot_
     body = head + b"".join(struct.pack("<i", t) for t in hist) + kv
     return body + hashlib.sha256(body).digest()
 
+def reseal(b):
+    return bytes(b[:-32]) + hashlib.sha256(bytes(b[:-32])).digest()
+
+def crafted(base):
+    """Hostile variants of a valid snapshot (f16 sinks in full precision, one
+    quantized group): each passes the checks the reader had before it
+    compared RoPE with the model, bounded the counters and scanned the K/V
+    values."""
+    assert base[112] == 1 and base[114] == 1 and base[110] == 1
+    kv = 304 + 4 * struct.unpack_from("<I", base, 244)[0]  # layer 0's first sink key
+    n_sink = struct.unpack_from("<i", base, 272)[0]
+    n_kv, d = struct.unpack_from("<ii", base, 88)
+    bits = base[111]
+    code_row = d if bits == 8 else d // 2
+    grp = kv + 2 * n_kv * n_sink * d * 2  # the first group, after the f16 sinks
+    g = 18  # the int8 seed's group size (a divisor of its 36 compressed slots)
+    vp = grp + 2 * n_kv * g * code_row + n_kv * 2 * d * 4  # its value scales
+
+    def edit(f):
+        b = bytearray(base)
+        f(b)
+        return reseal(b)
+
+    def n_seen(b):  # wraps after one append
+        b[248:256] = struct.pack("<Q", 2**64 - 2)
+        b[232:240] = struct.pack("<Q", 2**64 - 1)
+    return {
+        "hostile-n-seen": edit(n_seen),
+        "hostile-rope-dim-0": edit(lambda b: b.__setitem__(slice(96, 100), bytes(4))),
+        "hostile-rope-theta": edit(lambda b: b.__setitem__(slice(100, 108),
+                                                           struct.pack("<d", 500000.0))),
+        "hostile-rope-neox": edit(lambda b: b.__setitem__(108, 1)),
+        "hostile-nan-k": edit(lambda b: b.__setitem__(slice(kv, kv + 2), b"\x00\x7e")),
+        # finite, but code 255 times it is not
+        "hostile-scale-overflow": edit(lambda b: b.__setitem__(slice(vp, vp + 4),
+                                                               struct.pack("<f", 3e38))),
+    }
+
 def main():
     random.seed(1)
     out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "snapshot")
@@ -68,6 +146,7 @@ def main():
         "int4-sinks": snapshot(1, 1, 8, 2, 2, 40, True, 4, False, 4, 41),
         "sinks-only": snapshot(1, 1, 4, 0, 4, 8, False, 8, True, 0, 3),
     }
+    seeds.update(crafted(seeds["int8"]))
     for name, b in seeds.items():
         with open(os.path.join(out, name), "wb") as f:
             f.write(b)
