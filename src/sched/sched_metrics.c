@@ -4,6 +4,7 @@
  * so the server's /metrics handler only has to append our text to its own.
  * It does not serve HTTP and knows nothing about the server's metrics. */
 #include "sched/sched_internal.h"
+#include "session/store.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -99,6 +100,43 @@ static void write_one(FILE *out, const char *name, const char *type, const char 
 	fprintf(out, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
 }
 
+/* The session store's usage (as its last sweep saw it) and what its policy
+ * did, evictions by owner tag ("shared": clients without API keys). */
+static void sched_write_store_metrics(struct scheduler *s, FILE *out)
+{
+	pthread_mutex_lock(&s->mu);
+	struct session_store *store = s->store;
+	pthread_mutex_unlock(&s->mu);
+	if (!store)
+		return;
+	struct session_store_usage u;
+	session_store_get_usage_cached(store, &u);
+	write_one(out, "sinkd_session_store_records", "gauge",
+	          "Session records in the store (as the last sweep saw it)", (double)u.files);
+	write_one(out, "sinkd_session_store_bytes", "gauge",
+	          "Bytes of the session records in the store (as the last sweep saw it)",
+	          (double)u.bytes);
+	write_one(out, "sinkd_session_store_expired_total", "counter",
+	          "Stored sessions this instance deleted for being older than session_ttl_s",
+	          (double)u.expired);
+	write_one(out, "sinkd_session_store_takeovers_total", "counter",
+	          "Stale leases of other instances this instance took over", (double)u.takeovers);
+	write_one(out, "sinkd_session_store_stale_total", "counter",
+	          "Stored sessions refused for being older than a state that was never written",
+	          (double)u.stale);
+	write_one(out, "sinkd_session_store_fenced_total", "counter",
+	          "Store writes refused because the session's lease had changed hands",
+	          (double)u.fenced);
+	struct session_store_owner_count oc[64];
+	size_t n = session_store_evictions_by_owner(store, oc, 64);
+	fprintf(out, "# HELP sinkd_session_store_evictions_total Stored sessions evicted to keep "
+	             "within store_max_bytes and per_key_store_bytes, by API key tag\n"
+	             "# TYPE sinkd_session_store_evictions_total counter\n");
+	for (size_t i = 0; i < n; i++)
+		fprintf(out, "sinkd_session_store_evictions_total{owner=\"%s\"} %" PRIu64 "\n",
+		        oc[i].tag[0] ? oc[i].tag : "shared", oc[i].evicted);
+}
+
 static void write_histogram(FILE *out, const struct sched_histogram *h)
 {
 	fprintf(out, "# HELP %s %s\n# TYPE %s histogram\n", h->name, h->help, h->name);
@@ -191,6 +229,7 @@ void scheduler_write_metrics(struct scheduler *s, FILE *out)
 	write_one(out, "sinkd_session_offload_failures_total", "counter",
 	          "Session store writes that failed (the session stayed resident)",
 	          (double)st.offload_failures);
+	sched_write_store_metrics(s, out);
 	write_one(out, "sinkd_perplexity_alerts_total", "counter",
 	          "Sessions whose running perplexity rose more than "
 	          "monitoring.perplexity_alert_ratio above their first full window",

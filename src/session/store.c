@@ -44,7 +44,7 @@ struct session_store {
 	pthread_mutex_t lock; /* guards everything below */
 	struct held_lease *held; /* (n_held) */
 	size_t n_held, cap_held;
-	struct session_store_usage counts; /* files and bytes unused here */
+	struct session_store_usage counts; /* files and bytes: as the last pass saw them */
 	struct session_store_owner_count *owners; /* (n_owners) eviction counts */
 	size_t n_owners;
 	bool stop;
@@ -352,7 +352,10 @@ static int enforce_bounds(struct session_store *st, struct store_entry *e, size_
 				continue;
 			if (pass == 1 && (!over || (st->max_bytes && total <= st->max_bytes)))
 				continue;
-			if (pass == 2 && (!st->max_bytes || total <= st->max_bytes))
+			/* a writer still over its share (its one record is larger)
+			 * takes no room from keys within theirs */
+			if (pass == 2 && (!st->max_bytes || total <= st->max_bytes ||
+			                  (keep && owner_bytes(e, n, wtag) > share_of(st, wtag))))
 				break;
 			removed += evict(st, &e[i], &total,
 			                 pass == 2 ? "store_max_bytes" : "per_key_store_bytes");
@@ -403,6 +406,16 @@ static int policy_pass(struct session_store *st, const char *keep, bool expire)
 		}
 		qsort(e, n, sizeof(*e), entry_older);
 		removed += enforce_bounds(st, e, n, keep);
+		uint64_t files = 0, bytes = 0;
+		for (size_t i = 0; i < n; i++)
+			if (e[i].bytes != UINT64_MAX) {
+				files++;
+				bytes += e[i].bytes;
+			}
+		pthread_mutex_lock(&st->lock);
+		st->counts.files = files;
+		st->counts.bytes = bytes;
+		pthread_mutex_unlock(&st->lock);
 	}
 	pthread_mutex_unlock(&st->policy_lock);
 	free(e);
@@ -596,6 +609,13 @@ void session_store_get_usage(struct session_store *st, struct session_store_usag
 	free(e);
 }
 
+void session_store_get_usage_cached(struct session_store *st, struct session_store_usage *out)
+{
+	pthread_mutex_lock(&st->lock);
+	*out = st->counts;
+	pthread_mutex_unlock(&st->lock);
+}
+
 size_t session_store_evictions_by_owner(struct session_store *st,
                                         struct session_store_owner_count *out, size_t cap)
 {
@@ -775,6 +795,8 @@ int session_store_open(const struct session_store_options *o, struct session_sto
 		return err_set(err, err_len, rc, "session store: %s", strerror(-rc));
 	}
 	rc = open_backend(st, o, err, err_len);
+	if (rc == 0)
+		policy_pass(st, NULL, false); /* the usage /metrics shows until the first sweep */
 	if (rc == 0) {
 		rc = -pthread_create(&st->thread, NULL, store_thread, st);
 		st->thread_started = rc == 0;

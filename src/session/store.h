@@ -115,8 +115,11 @@ int session_store_list(struct session_store *st, const char *owner, char (**keys
 /* One sweep as the thread runs it: expiry and the bounds.  How many records
  * it deleted, or a negative errno. */
 int session_store_sweep(struct session_store *st);
-/* Usage now and this store's counters. */
+/* Usage now (the store is listed) and this store's counters. */
 void session_store_get_usage(struct session_store *st, struct session_store_usage *out);
+/* The same without listing: files and bytes as the last sweep or bounded
+ * put saw them (for /metrics, which must not scan a large store). */
+void session_store_get_usage_cached(struct session_store *st, struct session_store_usage *out);
 /* Evictions per owner (at most cap owners, the ones with most first). */
 size_t session_store_evictions_by_owner(struct session_store *st,
                                         struct session_store_owner_count *out, size_t cap);

@@ -225,6 +225,40 @@ for backend in folder redis; do
 	check "$b: A, below its own limit again, creates" [ "$(http PUT /v1/sessions/a9 "${auth[@]}")" = 200 ]
 	stop_daemon "$q_pid"
 	check "$b: quota instance drains, exit 0" [ $? -eq 0 ]
+
+	# ---- the store's bound is shared fairly: B's churn evicts B's own ----
+	size=$(($(stat -c %s "$tmp/$b-a.snap") + 16)) # a record: the snapshot and its header
+	if [ "$backend" = folder ]; then
+		share_store=("sessions.store_dir=$tmp/share-store")
+	else
+		share_store=("sessions.store=redis://127.0.0.1:$redis_port/1")
+	fi
+	cfg "$b-share" "${share_store[@]}" scheduler.session_offload_s=1 \
+		"sessions.store_max_bytes=$((size * 6))" "sessions.per_key_store_bytes=$((size * 5 / 2))"
+	start_daemon "$b-share" "$tmp/$b-share.yaml" "${args[@]}"
+	check "$b: share instance ready" [ $? -eq 0 ]
+	share_pid=$pid
+	http PUT /v1/sessions/aaa1 "${auth[@]}" >/dev/null
+	append_as "$base" "$api_key" aaa1 >/dev/null
+	check "$b: A's session offloaded" wait_metric sinkd_session_offloads_total '>=' 1
+	for i in $(seq 10 21); do
+		http PUT "/v1/sessions/b$i" "${auth_b[@]}" >/dev/null
+		append_as "$base" "$key_b" "b$i" >/dev/null
+	done
+	check "$b: B's 12 sessions offloaded" wait_metric sinkd_session_offloads_total '>=' 13
+	kept=0
+	for i in $(seq 10 21); do
+		[ "$(http GET "/v1/sessions/b$i" "${auth_b[@]}")" = 200 ] && kept=$((kept + 1))
+	done
+	check "$b: B keeps at most its share (2 of 12 kept: $kept)" [ "$kept" -le 2 ] && [ "$kept" -ge 1 ]
+	check "$b: A's stored session survives B's churn" [ "$(http GET /v1/sessions/aaa1 "${auth[@]}")" = 200 ]
+	check "$b: A continues it" [ "$(append_as "$base" "$api_key" aaa1)" = 200 ]
+	n_ev=$(grep -c '"msg":"session evicted from the store"' "$tmp/$b-share.log")
+	check "$b: each eviction is logged ($n_ev)" [ "$n_ev" -ge 10 ]
+	ev=$(curl -sk "${auth[@]}" "$base/metrics" | grep '^sinkd_session_store_evictions_total{' | awk '{s += $NF} END {print s + 0}')
+	check "$b: and counted per key in /metrics ($ev)" [ "$ev" -ge 10 ]
+	stop_daemon "$share_pid"
+	check "$b: share instance drains, exit 0" [ $? -eq 0 ]
 done
 
 # ---- drain onto a full store (folder on a small tmpfs) ----
