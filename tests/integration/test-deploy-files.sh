@@ -214,6 +214,34 @@ for e in exprs:
     names |= set(re.findall(r"\bsinkd[_:][a-zA-Z0-9_:]*", e))
 open(os.path.join(tmp, "alert-metrics"), "w").write("\n".join(sorted(names)) + "\n")
 
+# The Redis variant: a Redis Deployment, Service and auth Secret, and a patch
+# that points sinkd's session store at it with the password as a file.
+rdocs = {}
+for f in sorted(glob.glob(os.path.join(deploy, "k8s", "redis", "*.yaml"))):
+    try:
+        rdocs[os.path.basename(f)] = [d for d in yaml.safe_load_all(open(f)) if d is not None]
+    except yaml.YAMLError as e:
+        print("   %s: %s" % (f, e))
+rk = rdocs.get("redis.yaml", [])
+check("k8s/redis/redis.yaml: Secret, Deployment and Service of the store",
+      {"Secret", "Deployment", "Service"} <= {d.get("kind") for d in rk if isinstance(d, dict)})
+rsecret = [d for d in rk if isinstance(d, dict) and d.get("kind") == "Secret"]
+rsvc = [d for d in rk if isinstance(d, dict) and d.get("kind") == "Service"]
+patch = (rdocs.get("sinkd-patch.yaml") or [{}])[0]
+pc = (dig(patch, "spec", "template", "spec", "containers") or [{}])[0]
+pargs = [str(a) for a in pc.get("args") or []]
+svc_name = dig(rsvc[0], "metadata", "name") if rsvc else None
+check("k8s/redis/sinkd-patch.yaml: sessions.store names the Redis Service",
+      any(a == "sessions.store=redis://%s:6379/0" % svc_name for a in pargs))
+vols = dig(patch, "spec", "template", "spec", "volumes") or []
+check("k8s/redis/sinkd-patch.yaml: the auth file comes from the Redis Secret",
+      rsecret and any(dig(v, "secret", "secretName") == dig(rsecret[0], "metadata", "name") for v in vols)
+      and any(a.startswith("sessions.store_auth_file=") for a in pargs))
+check("k8s/redis/sinkd-patch.yaml: keeps the base Deployment's arguments",
+      all(a in pargs for a in [str(x) for x in (c.get("args") or [])]))
+open(os.path.join(tmp, "redis-sets"), "w").write(
+    "\n".join(a for a in pargs if a.startswith("sessions.")) + "\n")
+
 with open(os.path.join(tmp, "yaml-checks"), "w") as f:
     for desc, ok in checks:
         f.write("%d\t%s\n" % (ok, desc))
@@ -229,6 +257,22 @@ digests=$(cat "$tmp/digests" 2>/dev/null)
 rc=$?
 check "ConfigMap's sinkd YAML passes sinkd --check-config" [ "$rc" -eq 0 ]
 [ "$rc" -eq 0 ] || sed 's/^/   /' "$tmp/cm-check.out" | head -20
+# ... and with the Redis variant's store settings (a folder store would be
+# refused beside them, and a bad URL too)
+rset=()
+while IFS= read -r kv; do [ -n "$kv" ] && rset+=(--set "$kv"); done <"$tmp/redis-sets"
+printf 'x\n' >"$tmp/redis-password" && chmod 600 "$tmp/redis-password"
+"$bin" --check-config "$tmp/cm-sinkd.yaml" --set "model.path=$model" \
+	--set "server.tls.cert_file=$tmp/cert.pem" --set "server.tls.key_file=$tmp/key.pem" \
+	--set "server.api_keys=$digests" "${rset[@]}" \
+	--set "sessions.store_auth_file=$tmp/redis-password" >"$tmp/cm-check-redis.out" 2>&1
+check "the Redis variant's settings pass sinkd --check-config" [ $? -eq 0 ]
+check "… and the effective config names the Redis store" grep -q 'redis://sinkd-redis:6379/0' "$tmp/cm-check-redis.out"
+"$bin" --check-config "$tmp/cm-sinkd.yaml" --set "model.path=$model" \
+	--set "server.tls.cert_file=$tmp/cert.pem" --set "server.tls.key_file=$tmp/key.pem" \
+	--set "sessions.store=redis://x:1/0" --set "sessions.store_dir=/tmp" >"$tmp/cm-both.out" 2>&1
+check "a folder and a Redis store at once are refused" [ $? -ne 0 ]
+check "… naming both keys" grep -q "sessions.store_dir" "$tmp/cm-both.out"
 check "… and the effective config has config.watch true" \
 	bash -c "sed -n '/^config:/,/^[a-z]/p' '$tmp/cm-check.out' | grep -q 'watch: true'"
 
