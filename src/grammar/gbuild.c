@@ -6,8 +6,17 @@
  * and call that can never complete, so a matcher that is alive can always
  * still finish.  Nondeterminism is left only where a rule calls rules whose
  * texts start alike; the matcher follows those paths side by side.  It does
- * not know JSON; it does not match text (matcher.c does). */
+ * not know JSON; it does not match text (matcher.c does).
+ *
+ * Every step of the work (expressions made, NFA states and edges, subset
+ * members and edges looked at, trimming passes) is counted against the
+ * builder's work budget, and a build that runs past it fails with "too
+ * complex to compile": a compile must never hold a server thread for long,
+ * whatever the schema.  The budget counts steps, not time, so one schema
+ * always compiles or fails the same way on a given build, and a failure
+ * can be cached like a success (gcache.c). */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +25,13 @@
 
 #define GB_MAX_NFA_STATES 1000000 /* per rule, while compiling */
 #define GB_MAX_DFA_STATES 200000  /* in the whole grammar */
+/* Steps are weighted so that one costs about the same time anywhere (the
+ * budget, GB_WORK_BUDGET, is in grammar_internal.h): making an expression
+ * or an NFA state or edge allocates and touches fresh memory, so it counts
+ * as GB_COST_ALLOC steps, where looking at an edge during subset
+ * construction counts as one. */
+#define GB_COST_ALLOC 8
+#define GB_OVER_BUDGET (-ECANCELED) /* internal; reported as -EINVAL */
 
 enum gx_kind { GX_SET, GX_LIT, GX_SEQ, GX_ALT, GX_REP, GX_CALL };
 
@@ -35,8 +51,10 @@ struct gbuild {
 	int32_t *kids;
 	size_t n_kids, cap_kids;
 	int32_t *rules; /* rule -> expression, -1 until set */
+	char **labels;  /* rule -> JSON path it stands for, or NULL (cap_rules of them) */
 	size_t n_rules, cap_rules;
-	bool failed;
+	uint64_t work, work_limit; /* steps taken and allowed (GB_WORK_BUDGET) */
+	bool failed, over_budget;
 };
 
 static int grow(void *pp, size_t *cap, size_t need, size_t elem)
@@ -58,7 +76,40 @@ static int grow(void *pp, size_t *cap, size_t need, size_t elem)
 int gb_new(struct gbuild **out)
 {
 	*out = calloc(1, sizeof(**out));
-	return *out ? 0 : -ENOMEM;
+	if (!*out)
+		return -ENOMEM;
+	(*out)->work_limit = GB_WORK_BUDGET;
+	return 0;
+}
+
+uint64_t gb_work(const struct gbuild *b)
+{
+	return b->work;
+}
+
+bool gb_spend(struct gbuild *b, uint64_t n)
+{
+	b->work += n;
+	if (b->work <= b->work_limit)
+		return false;
+	b->over_budget = b->failed = true;
+	return true;
+}
+
+bool gb_over_budget(const struct gbuild *b)
+{
+	return b->over_budget;
+}
+
+int gb_error(const struct gbuild *b, char *err, size_t err_len)
+{
+	if (b->over_budget)
+		return err_set(err, err_len, -EINVAL,
+		               "the schema is too large or complex to compile within the "
+		               "compile budget of %llu steps (simplify the pattern, or lower "
+		               "minItems/maxItems/maxLength or the number of properties)",
+		               (unsigned long long)b->work_limit);
+	return err_set(err, err_len, -ENOMEM, "out of memory");
 }
 
 void gb_free(struct gbuild *b)
@@ -69,6 +120,9 @@ void gb_free(struct gbuild *b)
 	free(b->sets);
 	free(b->lits);
 	free(b->kids);
+	for (size_t i = 0; i < b->n_rules; i++)
+		free(b->labels[i]);
+	free(b->labels);
 	free(b->rules);
 	free(b);
 }
@@ -80,7 +134,8 @@ bool gb_failed(const struct gbuild *b)
 
 static int gx_add(struct gbuild *b, uint8_t kind, int32_t a, int32_t bb, int32_t c)
 {
-	if (b->failed || grow(&b->x, &b->cap_x, b->n_x + 1, sizeof(*b->x))) {
+	if (b->failed || gb_spend(b, GB_COST_ALLOC) ||
+	    grow(&b->x, &b->cap_x, b->n_x + 1, sizeof(*b->x))) {
 		b->failed = true;
 		return -1;
 	}
@@ -108,7 +163,7 @@ int gb_range(struct gbuild *b, uint8_t lo, uint8_t hi)
 
 int gb_lit(struct gbuild *b, const char *s, size_t n)
 {
-	if (b->failed || grow(&b->lits, &b->cap_lits, b->n_lits + n, 1)) {
+	if (b->failed || gb_spend(b, n) || grow(&b->lits, &b->cap_lits, b->n_lits + n, 1)) {
 		b->failed = true;
 		return -1;
 	}
@@ -128,7 +183,8 @@ static int gx_list(struct gbuild *b, uint8_t kind, const int *xs, size_t n)
 	for (size_t i = 0; i < n; i++)
 		if (xs[i] < 0)
 			b->failed = true;
-	if (b->failed || grow(&b->kids, &b->cap_kids, b->n_kids + n, sizeof(*b->kids))) {
+	if (b->failed || gb_spend(b, n) ||
+	    grow(&b->kids, &b->cap_kids, b->n_kids + n, sizeof(*b->kids))) {
 		b->failed = true;
 		return -1;
 	}
@@ -185,12 +241,31 @@ int gb_empty(struct gbuild *b)
 
 int gb_rule_new(struct gbuild *b)
 {
-	if (b->failed || grow(&b->rules, &b->cap_rules, b->n_rules + 1, sizeof(*b->rules))) {
+	size_t cap = b->cap_rules;
+	if (b->failed || gb_spend(b, GB_COST_ALLOC) ||
+	    grow(&b->rules, &b->cap_rules, b->n_rules + 1, sizeof(*b->rules))) {
 		b->failed = true;
 		return -1;
 	}
+	if (cap != b->cap_rules) {
+		char **l = realloc(b->labels, b->cap_rules * sizeof(*l));
+		if (!l) {
+			b->cap_rules = cap; /* the labels still have the old room */
+			b->failed = true;
+			return -1;
+		}
+		memset(l + cap, 0, (b->cap_rules - cap) * sizeof(*l));
+		b->labels = l;
+	}
 	b->rules[b->n_rules] = -1;
 	return (int)b->n_rules++;
+}
+
+void gb_rule_label(struct gbuild *b, int rule, const char *path)
+{
+	if (rule < 0 || b->labels[rule])
+		return;
+	b->labels[rule] = strdup(path); /* NULL on failure: only the path is lost */
 }
 
 void gb_rule_set(struct gbuild *b, int rule, int x)
@@ -223,7 +298,7 @@ struct tedge {
 };
 
 struct tnfa {
-	const struct gbuild *b;
+	struct gbuild *b;   /* read, and charged for the work */
 	const uint8_t *cls; /* byte -> class: bytes no edge tells apart share one */
 	const uint8_t *rep; /* class -> its first byte */
 	int n_cls;
@@ -242,6 +317,10 @@ static int32_t tn_state(struct tnfa *t)
 		t->rc = -E2BIG;
 		return 0;
 	}
+	if (gb_spend(t->b, GB_COST_ALLOC)) {
+		t->rc = GB_OVER_BUDGET;
+		return 0;
+	}
 	if (grow(&t->head, &t->cap, t->n + 1, sizeof(*t->head))) {
 		t->rc = -ENOMEM;
 		return 0;
@@ -254,6 +333,10 @@ static void tn_edge(struct tnfa *t, int32_t from, uint8_t kind, int32_t arg, int
 {
 	if (t->rc)
 		return;
+	if (gb_spend(t->b, GB_COST_ALLOC)) {
+		t->rc = GB_OVER_BUDGET;
+		return;
+	}
 	if (grow(&t->e, &t->cap_e, t->n_e + 1, sizeof(*t->e))) {
 		t->rc = -ENOMEM;
 		return;
@@ -434,7 +517,7 @@ static int32_t dfa_close(struct dfa *d, const int32_t *seeds, size_t n)
 		memset(d->stamp, 0, t->n * sizeof(*d->stamp));
 		d->gen = 1;
 	}
-	size_t n_stk = 0, n_buf = 0;
+	size_t n_stk = 0, n_buf = 0, steps = n;
 	for (size_t i = 0; i < n; i++) {
 		if (d->stamp[seeds[i]] == d->gen)
 			continue;
@@ -450,6 +533,7 @@ static int32_t dfa_close(struct dfa *d, const int32_t *seeds, size_t n)
 		d->buf[n_buf++] = s;
 		for (int32_t k = t->head[s]; k >= 0; k = t->e[k].next) {
 			int32_t to = t->e[k].to;
+			steps++;
 			if (t->e[k].kind != TE_EPS || d->stamp[to] == d->gen)
 				continue;
 			d->stamp[to] = d->gen;
@@ -457,6 +541,10 @@ static int32_t dfa_close(struct dfa *d, const int32_t *seeds, size_t n)
 				goto oom;
 			d->stk[n_stk++] = to;
 		}
+	}
+	if (gb_spend(t->b, steps + n_buf)) { /* + the sort and the interning */
+		d->rc = GB_OVER_BUDGET;
+		return -1;
 	}
 	qsort(d->buf, n_buf, sizeof(*d->buf), cmp_i32);
 	return dfa_intern(d, d->buf, n_buf);
@@ -493,9 +581,11 @@ static int dfa_bytes(struct dfa *d, struct gout *o, size_t base, const int32_t *
 	int rc = 0;
 	for (int c = 0; c < t->n_cls; c++) {
 		unsigned byte = t->rep[c];
+		size_t steps = len;
 		n_cur = 0;
 		for (size_t i = 0; i < len; i++)
 			for (int32_t k = t->head[set[i]]; k >= 0; k = t->e[k].next) {
+				steps++;
 				if (!edge_has(t->b, &t->e[k], byte))
 					continue;
 				if (grow(&cur, &cap_cur, n_cur + 1, sizeof(*cur))) {
@@ -504,6 +594,10 @@ static int dfa_bytes(struct dfa *d, struct gout *o, size_t base, const int32_t *
 				}
 				cur[n_cur++] = t->e[k].to;
 			}
+		if (gb_spend(t->b, steps)) {
+			rc = GB_OVER_BUDGET;
+			goto out;
+		}
 		if (c > 0 && n_cur == n_prev &&
 		    (n_cur == 0 || !memcmp(cur, prev, n_cur * sizeof(*cur))))
 			tg[c] = tg[c - 1];
@@ -551,6 +645,10 @@ static int dfa_calls(struct dfa *d, struct gout *o, size_t base, const int32_t *
 	int rc = 0;
 	for (size_t i = 0; i < len; i++)
 		for (int32_t k = t->head[set[i]]; k >= 0; k = t->e[k].next) {
+			if (gb_spend(t->b, 1)) {
+				rc = GB_OVER_BUDGET;
+				goto out;
+			}
 			if (t->e[k].kind != TE_CALL)
 				continue;
 			int32_t rule = t->e[k].arg;
@@ -559,9 +657,10 @@ static int dfa_calls(struct dfa *d, struct gout *o, size_t base, const int32_t *
 				seen |= o->ca[c].start == rule;
 			if (seen)
 				continue;
-			size_t n = 0;
+			size_t n = 0, steps = o->n_ca - (o->n_st ? o->st[o->n_st - 1].call_off : 0);
 			for (size_t j = 0; j < len; j++)
 				for (int32_t q = t->head[set[j]]; q >= 0; q = t->e[q].next) {
+					steps++;
 					if (t->e[q].kind != TE_CALL || t->e[q].arg != rule)
 						continue;
 					if (grow(&rets, &cap, n + 1, sizeof(*rets))) {
@@ -570,6 +669,10 @@ static int dfa_calls(struct dfa *d, struct gout *o, size_t base, const int32_t *
 					}
 					rets[n++] = t->e[q].to;
 				}
+			if (gb_spend(t->b, steps)) {
+				rc = GB_OVER_BUDGET;
+				goto out;
+			}
 			int32_t to = dfa_close(d, rets, n);
 			if (d->rc || grow(&o->ca, &o->cap_ca, o->n_ca + 1, sizeof(*o->ca))) {
 				rc = d->rc ? d->rc : -ENOMEM;
@@ -659,7 +762,7 @@ static void classes_build(const struct gbuild *b, struct bclasses *c)
 	}
 }
 
-static int rule_compile(const struct gbuild *b, const struct bclasses *bc, int x, struct gout *o,
+static int rule_compile(struct gbuild *b, const struct bclasses *bc, int x, struct gout *o,
                         char *err, size_t err_len)
 {
 	struct tnfa t = {.b = b, .cls = bc->cls, .rep = bc->rep, .n_cls = bc->n};
@@ -687,6 +790,8 @@ out:
 		rc = err_set(err, err_len, -EINVAL,
 		             "the schema is too large to compile (a pattern, maxLength or "
 		             "maxItems expands to too many states)");
+	else if (rc == GB_OVER_BUDGET)
+		rc = gb_error(b, err, err_len);
 	else if (rc)
 		err_set(err, err_len, rc, "out of memory");
 	free(t.head);
@@ -702,29 +807,92 @@ out:
 
 /* ==== trimming ==== */
 
-/* Marks the states from which the rule can still return (calls count only
- * into rules that can themselves complete), then drops every edge and call
- * that leads elsewhere.  Fails when the root cannot complete at all. */
-static int trim(struct gout *o, int32_t root, char *err, size_t err_len)
+/* Who depends on each state: its predecessors by edge (entry s << 1) and
+ * the calls that need it as their start or return (entry call << 1 | 1). */
+struct deps {
+	uint32_t *off;   /* (n_st + 2): state s's entries are ent[off[s]..off[s + 1]) */
+	uint32_t *ent;   /* (n_ed + 2 * n_ca) */
+	int32_t *caller; /* (n_ca) the state each call leaves from */
+};
+
+static int deps_build(const struct gout *o, struct deps *d)
 {
-	bool *co = calloc(o->n_st ? o->n_st : 1, sizeof(*co));
-	if (!co)
-		return err_set(err, err_len, -ENOMEM, "out of memory");
-	for (bool changed = true; changed;) {
-		changed = false;
-		for (size_t s = o->n_st; s-- > 0;) {
-			if (co[s])
-				continue;
-			const struct gstate *st = &o->st[s];
-			bool ok = st->final;
-			for (uint32_t k = 0; !ok && k < st->n_edges; k++)
-				ok = co[o->ed[st->edge_off + k].to];
-			for (uint32_t k = 0; !ok && k < st->n_calls; k++)
-				ok = co[o->ca[st->call_off + k].start] &&
-				     co[o->ca[st->call_off + k].ret];
-			if (ok)
-				co[s] = changed = true;
+	d->off = calloc(o->n_st + 2, sizeof(*d->off));
+	d->ent = malloc((o->n_ed + 2 * o->n_ca + 1) * sizeof(*d->ent));
+	d->caller = malloc((o->n_ca + 1) * sizeof(*d->caller));
+	if (!d->off || !d->ent || !d->caller)
+		return -ENOMEM;
+	uint32_t *cnt = d->off + 2; /* counted at off[to + 2], summed into off[to + 1] */
+	for (size_t e = 0; e < o->n_ed; e++)
+		cnt[o->ed[e].to]++;
+	for (size_t c = 0; c < o->n_ca; c++) {
+		cnt[o->ca[c].start]++;
+		cnt[o->ca[c].ret]++;
+	}
+	for (size_t s = 1; s <= o->n_st; s++)
+		d->off[s + 1] += d->off[s];
+	for (size_t s = 0; s < o->n_st; s++) {
+		const struct gstate *st = &o->st[s];
+		for (uint32_t k = 0; k < st->n_edges; k++)
+			d->ent[d->off[o->ed[st->edge_off + k].to + 1]++] = (uint32_t)s << 1;
+		for (uint32_t k = 0; k < st->n_calls; k++) {
+			uint32_t c = st->call_off + k;
+			d->caller[c] = (int32_t)s;
+			d->ent[d->off[o->ca[c].start + 1]++] = c << 1 | 1;
+			d->ent[d->off[o->ca[c].ret + 1]++] = c << 1 | 1;
 		}
+	}
+	return 0;
+}
+
+/* Marks the states from which the rule can still return (a call counts
+ * once both the callee can complete and its return state can), by a
+ * worklist from the final states: linear, where sweeping until nothing
+ * changes took a sweep per rule of a chain.  co: (n_st), zeroed. */
+static int mark_live(const struct gout *o, bool *co)
+{
+	struct deps d = {0};
+	int32_t *queue = malloc((o->n_st + 1) * sizeof(*queue));
+	size_t head = 0, tail = 0;
+	int rc = deps_build(o, &d);
+	if (rc || !queue) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t s = 0; s < o->n_st; s++)
+		if (o->st[s].final) {
+			co[s] = true;
+			queue[tail++] = (int32_t)s;
+		}
+	while (head < tail) {
+		int32_t x = queue[head++];
+		for (uint32_t k = d.off[x]; k < d.off[x + 1]; k++) {
+			uint32_t v = d.ent[k] >> 1;
+			int32_t s = d.ent[k] & 1 ? d.caller[v] : (int32_t)v;
+			if (co[s] || (d.ent[k] & 1 && !(co[o->ca[v].start] && co[o->ca[v].ret])))
+				continue;
+			co[s] = true;
+			queue[tail++] = s;
+		}
+	}
+out:
+	free(d.off);
+	free(d.ent);
+	free(d.caller);
+	free(queue);
+	return rc;
+}
+
+/* Drops every edge and call that leads where the rule can no longer
+ * return (mark_live).  Fails when the root cannot complete at all. */
+static int trim(struct gbuild *b, struct gout *o, int32_t root, char *err, size_t err_len)
+{
+	if (gb_spend(b, 4 * (o->n_st + o->n_ed + 2 * o->n_ca)))
+		return gb_error(b, err, err_len);
+	bool *co = calloc(o->n_st ? o->n_st : 1, sizeof(*co));
+	if (!co || mark_live(o, co)) {
+		free(co);
+		return err_set(err, err_len, -ENOMEM, "out of memory");
 	}
 	size_t ne = 0, nc = 0;
 	for (size_t s = 0; s < o->n_st; s++) {
@@ -759,6 +927,7 @@ static int trim(struct gout *o, int32_t root, char *err, size_t err_len)
  * empty (nullable) are skipped over; "r calls q first" follows calls made
  * from the states r reaches without a byte. */
 struct lr {
+	struct gbuild *b; /* charged for the work */
 	const struct gout *o;
 	const int32_t *rule_start;
 	size_t n_rules;
@@ -785,6 +954,7 @@ static void lr_reach(struct lr *l, size_t r)
 	l->seen[from] = l->gen;
 	while (top) {
 		const struct gstate *st = &l->o->st[l->stack[--top]];
+		gb_spend(l->b, 1 + st->n_calls); /* checked by the callers, once per walk */
 		for (uint32_t k = 0; k < st->n_calls; k++) {
 			const struct gcall *c = &l->o->ca[st->call_off + k];
 			if (l->nullable[l->rule_of[c->start]] && l->seen[c->ret] != l->gen) {
@@ -799,7 +969,7 @@ static void lr_nullable(struct lr *l)
 {
 	for (bool changed = true; changed;) {
 		changed = false;
-		for (size_t r = 0; r < l->n_rules; r++) {
+		for (size_t r = 0; r < l->n_rules && !gb_over_budget(l->b); r++) {
 			if (l->nullable[r])
 				continue;
 			lr_reach(l, r);
@@ -817,6 +987,8 @@ static void lr_nullable(struct lr *l)
 static bool lr_cycle(struct lr *l, size_t r)
 {
 	l->color[r] = 1;
+	if (gb_over_budget(l->b))
+		return false; /* the caller reports it */
 	lr_reach(l, r);
 	uint32_t gen = l->gen;
 	for (size_t s = (size_t)l->rule_start[r]; s < lr_end(l, r); s++) {
@@ -827,6 +999,8 @@ static bool lr_cycle(struct lr *l, size_t r)
 			size_t q = (size_t)l->rule_of[l->o->ca[st->call_off + k].start];
 			if (l->color[q] == 1 || (!l->color[q] && lr_cycle(l, q)))
 				return true;
+			if (gb_over_budget(l->b))
+				return false;
 			lr_reach(l, r); /* the callee's walk used the stamps */
 			gen = l->gen;
 		}
@@ -835,11 +1009,11 @@ static bool lr_cycle(struct lr *l, size_t r)
 	return false;
 }
 
-static int check_left_recursion(const struct gout *o, const int32_t *rule_start, size_t n_rules,
-                                char *err, size_t err_len)
+static int check_left_recursion(struct gbuild *b, const struct gout *o, const int32_t *rule_start,
+                                size_t n_rules, char *err, size_t err_len)
 {
 	size_t n = o->n_st ? o->n_st : 1;
-	struct lr l = {.o = o, .rule_start = rule_start, .n_rules = n_rules};
+	struct lr l = {.b = b, .o = o, .rule_start = rule_start, .n_rules = n_rules};
 	l.rule_of = malloc(n * sizeof(*l.rule_of));
 	l.stack = malloc(n * sizeof(*l.stack));
 	l.seen = calloc(n, sizeof(*l.seen));
@@ -858,6 +1032,8 @@ static int check_left_recursion(const struct gout *o, const int32_t *rule_start,
 		if (!l.color[r] && lr_cycle(&l, r))
 			rc = err_set(err, err_len, -EINVAL,
 			             "a $ref recursion can recur without any text in between");
+	if (!rc && gb_over_budget(b))
+		rc = gb_error(b, err, err_len);
 out:
 	free(l.rule_of);
 	free(l.stack);
@@ -867,7 +1043,8 @@ out:
 	return rc;
 }
 
-int gb_finish(struct gbuild *b, int root_rule, struct grammar **out, char *err, size_t err_len)
+int gb_finish(struct gbuild *b, int root_rule, struct grammar **out, char *path, size_t path_cap,
+              char *err, size_t err_len)
 {
 	struct gout o = {0};
 	int32_t *rule_start = NULL;
@@ -875,7 +1052,7 @@ int gb_finish(struct gbuild *b, int root_rule, struct grammar **out, char *err, 
 	int rc = 0;
 	*out = NULL;
 	if (b->failed || root_rule < 0) {
-		rc = err_set(err, err_len, -ENOMEM, "out of memory");
+		rc = gb_error(b, err, err_len);
 		goto out;
 	}
 	rule_start = malloc((b->n_rules ? b->n_rules : 1) * sizeof(*rule_start));
@@ -892,13 +1069,17 @@ int gb_finish(struct gbuild *b, int root_rule, struct grammar **out, char *err, 
 			goto out;
 		}
 		rule_start[r] = (int32_t)o.n_st;
-		if ((rc = rule_compile(b, &bc, b->rules[r], &o, err, err_len)))
+		if ((rc = rule_compile(b, &bc, b->rules[r], &o, err, err_len))) {
+			/* where in the schema the rule that blew up comes from */
+			if (rc == -EINVAL && b->labels[r] && path && path_cap)
+				snprintf(path, path_cap, "%s", b->labels[r]);
 			goto out;
+		}
 	}
 	for (size_t c = 0; c < o.n_ca; c++)
 		o.ca[c].start = rule_start[o.ca[c].start];
-	if ((rc = trim(&o, rule_start[root_rule], err, err_len)) ||
-	    (rc = check_left_recursion(&o, rule_start, b->n_rules, err, err_len)))
+	if ((rc = trim(b, &o, rule_start[root_rule], err, err_len)) ||
+	    (rc = check_left_recursion(b, &o, rule_start, b->n_rules, err, err_len)))
 		goto out;
 	g = calloc(1, sizeof(*g));
 	if (!g || pthread_mutex_init(&g->lock, NULL)) {

@@ -28,12 +28,14 @@ void grammar_unref(struct grammar *g)
 	free(g);
 }
 
-static int build(const char *prefix, const cJSON *schema, const char *suffix, struct grammar **out,
-                 char *path, size_t path_cap, char *err, size_t err_len)
+int grammar_build(const char *prefix, const cJSON *schema, const char *suffix, struct grammar **out,
+                  uint64_t *work, char *path, size_t path_cap, char *err, size_t err_len)
 {
 	struct gbuild *b = NULL;
 	int root = -1;
 	*out = NULL;
+	if (work)
+		*work = 0;
 	if (path && path_cap)
 		path[0] = '\0';
 	int rc = gb_new(&b);
@@ -41,7 +43,9 @@ static int build(const char *prefix, const cJSON *schema, const char *suffix, st
 		return err_set(err, err_len, rc, "out of memory");
 	rc = schema_compile(b, prefix, schema, suffix, &root, path, path_cap, err, err_len);
 	if (!rc)
-		rc = gb_finish(b, root, out, err, err_len);
+		rc = gb_finish(b, root, out, path, path_cap, err, err_len);
+	if (work)
+		*work = gb_work(b);
 	gb_free(b);
 	return rc;
 }
@@ -53,12 +57,12 @@ int grammar_from_json_schema(const cJSON *schema, struct grammar **out, char *pa
 		*out = NULL;
 		return err_set(err, err_len, -EINVAL, "no schema");
 	}
-	return build(NULL, schema, NULL, out, path, path_cap, err, err_len);
+	return grammar_build(NULL, schema, NULL, out, NULL, path, path_cap, err, err_len);
 }
 
 int grammar_json_object(struct grammar **out, char *err, size_t err_len)
 {
-	return build(NULL, NULL, NULL, out, NULL, 0, err, err_len);
+	return grammar_build(NULL, NULL, NULL, out, NULL, NULL, 0, err, err_len);
 }
 
 int grammar_from_json_schema_wrapped(const char *prefix, const cJSON *schema, const char *suffix,
@@ -69,5 +73,5 @@ int grammar_from_json_schema_wrapped(const char *prefix, const cJSON *schema, co
 		*out = NULL;
 		return err_set(err, err_len, -EINVAL, "no schema");
 	}
-	return build(prefix, schema, suffix, out, path, path_cap, err, err_len);
+	return grammar_build(prefix, schema, suffix, out, NULL, path, path_cap, err, err_len);
 }

@@ -55,6 +55,10 @@
  *   strings; control tokens never; end-of-generation tokens only at the end.
  * - Nesting: paths deeper than 2048 rule calls (about 1000 levels of JSON
  *   nesting) are not followed.
+ * - Size: compiling counts its work against a budget (gbuild.c, about 30 ms
+ *   of one core); a schema that needs more is refused as too large or
+ *   complex to compile, with the path of the pattern, minItems/maxItems,
+ *   maxLength or properties at fault where it is known.
  *
  * Thread safety: a grammar and a vocab trie may be used by any number of
  * threads at once; a matcher by one thread at a time. */
@@ -129,14 +133,30 @@ void grammar_matcher_reset(struct grammar_matcher *m);
 int grammar_matcher_copy_state(struct grammar_matcher *dst, const struct grammar_matcher *src);
 
 /* Compiled grammars by the SHA-256 of their schema's canonical text, so a
- * schema sent with every request is compiled once.  At most `capacity`
- * entries, least recently used dropped.  Thread-safe. */
+ * schema sent with every request is compiled once; a schema that fails to
+ * compile (a bad keyword, or too large or complex to compile within the
+ * compile budget) is kept too, with its message and path, so resending it
+ * costs no compile either.  At most `capacity` entries, successes and
+ * failures alike, least recently used dropped.  Compiling what misses the
+ * cache is limited per client: a bucket of compile work in whole compile
+ * budgets (about 30 ms each), GRAMMAR_CACHE_BURST at once, then
+ * GRAMMAR_CACHE_PER_S per second; a compile may start while the bucket
+ * is not empty and takes what it used (a schema too large to compile a
+ * whole budget, a small one a hundredth), so a client gets at most about
+ * two blow-ups in a row, then one a second.  Thread-safe. */
+#define GRAMMAR_CACHE_BURST 1
+#define GRAMMAR_CACHE_PER_S 1
 struct grammar_cache;
 int grammar_cache_new(size_t capacity, struct grammar_cache **out);
 void grammar_cache_free(struct grammar_cache *c);
+/* Another rate, in compile budgets (tests; every bucket starts full again). */
+void grammar_cache_set_rate(struct grammar_cache *c, double burst, double per_s);
 /* Like grammar_from_json_schema_wrapped (prefix, suffix: NULL or "" for
  * none; schema NULL: grammar_json_object), through the cache; *out is a new
- * reference. */
-int grammar_cache_get(struct grammar_cache *c, const char *prefix, const cJSON *schema,
-                      const char *suffix, struct grammar **out, char *path, size_t path_cap,
+ * reference.  client (client_len bytes; NULL: not limited) is who a compile
+ * that misses the cache counts for; -EAGAIN when that client is over its
+ * rate, with *retry_after_s (may be NULL) the seconds until it is not. */
+int grammar_cache_get(struct grammar_cache *c, const void *client, size_t client_len,
+                      const char *prefix, const cJSON *schema, const char *suffix,
+                      struct grammar **out, int *retry_after_s, char *path, size_t path_cap,
                       char *err, size_t err_len);

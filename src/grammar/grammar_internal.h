@@ -37,10 +37,34 @@ int gb_empty(struct gbuild *b);
 int gb_rule_new(struct gbuild *b);
 void gb_rule_set(struct gbuild *b, int rule, int x);
 int gb_call(struct gbuild *b, int rule);
+/* The JSON path a rule stands for (copied; the first label sticks): an
+ * error while compiling that rule names it. */
+void gb_rule_label(struct gbuild *b, int rule, const char *path);
 bool gb_failed(const struct gbuild *b);
+/* The work budget (gbuild.c): every step of building and compiling counts;
+ * past the limit the build fails (gb_failed) and gb_over_budget says so.
+ * GB_WORK_BUDGET steps, a new builder's limit, are 25 to 35 ms on one core
+ * of the 2-core test machine (debugoptimized) whatever the schema. */
+#define GB_WORK_BUDGET 12000000ull
+uint64_t gb_work(const struct gbuild *b); /* steps taken so far */
+/* Counts n steps of a compiler's own work (the schema compiler's lookups);
+ * true, and the build failed, once past the budget. */
+bool gb_spend(struct gbuild *b, uint64_t n);
+bool gb_over_budget(const struct gbuild *b);
+/* The error of a failed build: over the budget (-EINVAL, "too large or
+ * complex to compile within the compile budget") or out of memory. */
+int gb_error(const struct gbuild *b, char *err, size_t err_len);
 /* Compiles every rule to a DFA, drops what can never complete, and makes
- * the grammar whose text is one match of root_rule. */
-int gb_finish(struct gbuild *b, int root_rule, struct grammar **out, char *err, size_t err_len);
+ * the grammar whose text is one match of root_rule.  On a schema's error
+ * (-EINVAL) path (may be NULL) gets the label of the rule at fault, if any. */
+int gb_finish(struct gbuild *b, int root_rule, struct grammar **out, char *path, size_t path_cap,
+              char *err, size_t err_len);
+
+/* ---- building a grammar (grammar.c) ---- */
+/* prefix, a value of schema (NULL: any JSON object), suffix; *work gets
+ * the steps it took (may be NULL), failed or not. */
+int grammar_build(const char *prefix, const cJSON *schema, const char *suffix, struct grammar **out,
+                  uint64_t *work, char *path, size_t path_cap, char *err, size_t err_len);
 
 /* ---- the pattern subset (pattern.c) ---- */
 /* The JSON-string body (between the quotes, as JSON text) whose decoded

@@ -64,6 +64,18 @@ static int sc_fail(struct sc *sc, int code, const char *key, const char *fmt, ..
 	return -1;
 }
 
+/* Counts n steps of work against the build's budget; true (and the error
+ * recorded at path + ".key") once past it. */
+static bool sc_spend(struct sc *sc, uint64_t n, const char *key)
+{
+	if (!gb_spend(sc->b, n))
+		return false;
+	char err[SINKD_ERR_LEN];
+	gb_error(sc->b, err, sizeof(err));
+	sc_fail(sc, -EINVAL, key, "%s", err);
+	return true;
+}
+
 static size_t path_push(struct sc *sc, const char *seg)
 {
 	size_t old = sc->path_len;
@@ -84,6 +96,15 @@ static void path_pop(struct sc *sc, size_t old)
 {
 	sc->path_len = old;
 	sc->path[old] = '\0';
+}
+
+/* Labels rule with the current path (+ ".key"), so a rule too large to
+ * compile is reported where the schema asked for it. */
+static void rule_label(struct sc *sc, int rule, const char *key)
+{
+	size_t old = key ? path_push(sc, key) : sc->path_len;
+	gb_rule_label(sc->b, rule, sc->path);
+	path_pop(sc, old);
 }
 
 /* ---- JSON primitives ---- */
@@ -351,6 +372,8 @@ static int call_value(struct sc *sc)
 static int named_rule(struct sc *sc, const char *key, bool *fresh)
 {
 	*fresh = false;
+	if (sc_spend(sc, sc->n_named, NULL))
+		return -1;
 	for (size_t i = 0; i < sc->n_named; i++)
 		if (!strcmp(sc->named[i].key, key))
 			return sc->named[i].rule;
@@ -428,6 +451,7 @@ static int compile_ref(struct sc *sc, const cJSON *ref)
 		memcpy(saved, sc->path, sizeof(saved));
 		snprintf(sc->path, sizeof(sc->path), "%s", target_path);
 		sc->path_len = strlen(sc->path);
+		rule_label(sc, rule, NULL);
 		gb_rule_set(sc->b, rule, compile(sc, target));
 		memcpy(sc->path, saved, sizeof(saved));
 		sc->path_len = saved_len;
@@ -623,6 +647,7 @@ static int string_rule(struct sc *sc, const char *key, const char *regex, long m
 	if (rule < 0 || !fresh)
 		return rule < 0 ? -1 : gb_call(sc->b, rule);
 	int body;
+	rule_label(sc, rule, kw ? kw : max >= 0 ? "maxLength" : "minLength");
 	if (regex) {
 		char err[SINKD_ERR_LEN] = "";
 		int rc = pattern_compile(sc->b, regex, &body, err, sizeof(err));
@@ -703,6 +728,7 @@ static int props_tails(struct sc *sc, const struct prop *p, int n, int *after)
 		int x = gb_seq2(sc->b, p[i].required ? item : gb_opt(sc->b, item), after[i + 1]);
 		if (chain) {
 			int rule = gb_rule_new(sc->b);
+			rule_label(sc, rule, "properties");
 			gb_rule_set(sc->b, rule, x);
 			x = gb_call(sc->b, rule);
 		}
@@ -760,6 +786,8 @@ static int compile_listed(struct sc *sc, const cJSON *props, const cJSON *req)
 {
 	int n = cJSON_GetArraySize(props), i = 0;
 	bool any_required = false;
+	if (sc_spend(sc, (uint64_t)n * (uint64_t)(req ? cJSON_GetArraySize(req) : 0), "properties"))
+		return -1; /* name_in below */
 	struct prop *p = calloc((size_t)n + 1, sizeof(*p));
 	if (!p)
 		return sc_fail(sc, -ENOMEM, NULL, "out of memory");
@@ -772,7 +800,15 @@ static int compile_listed(struct sc *sc, const cJSON *props, const cJSON *req)
 	if (!any_required)
 		body = gb_opt(sc->b, body);
 	free(p);
-	return SEQ(sc, sc_lit(sc, "{"), sc->ws, body, sc_lit(sc, "}"));
+	int x = SEQ(sc, sc_lit(sc, "{"), sc->ws, body, sc_lit(sc, "}"));
+	if (x >= 0 && n > SC_INLINE_PROPS) {
+		/* a rule of its own, so an object too large to compile is named */
+		int rule = gb_rule_new(sc->b);
+		rule_label(sc, rule, "properties");
+		gb_rule_set(sc->b, rule, x);
+		x = gb_call(sc->b, rule);
+	}
+	return x;
 }
 
 static int compile_object(struct sc *sc, const cJSON *s)
@@ -785,6 +821,10 @@ static int compile_object(struct sc *sc, const cJSON *s)
 	if (req && !cJSON_IsArray(req))
 		return sc_fail(sc, -EINVAL, "required", "'required' must be an array");
 	int i = 0;
+	if (req && props &&
+	    sc_spend(sc, (uint64_t)cJSON_GetArraySize(req) * (uint64_t)cJSON_GetArraySize(props),
+	             "required"))
+		return -1;
 	for (const cJSON *r = req ? req->child : NULL; r; r = r->next, i++)
 		if (!cJSON_IsString(r) || !props ||
 		    !cJSON_GetObjectItemCaseSensitive(props, r->valuestring)) {
@@ -865,6 +905,7 @@ static int compile_array(struct sc *sc, const cJSON *s)
 	if (rest >= 0 && (min > 2 || max > 2)) {
 		/* copied once per bounded position: as a rule, each copy is one call */
 		int rule = gb_rule_new(sc->b);
+		rule_label(sc, rule, "items");
 		gb_rule_set(sc->b, rule, rest);
 		rest = gb_call(sc->b, rule);
 	}
@@ -878,6 +919,13 @@ static int compile_array(struct sc *sc, const cJSON *s)
 		int body = SEQ(sc, first, array_tail(sc, prefix, k, rest, min, max, 1), sc->ws);
 		x = SEQ(sc, sc_lit(sc, "["), sc->ws, min > 0 ? body : gb_opt(sc->b, body),
 		        sc_lit(sc, "]"));
+	}
+	if (x >= 0 && (min > 2 || max > 2)) {
+		/* a rule of its own, so a count too large to compile is named */
+		int rule = gb_rule_new(sc->b);
+		rule_label(sc, rule, min >= max - min ? "minItems" : "maxItems");
+		gb_rule_set(sc->b, rule, x);
+		x = gb_call(sc->b, rule);
 	}
 	free(prefix);
 	return x;
@@ -984,6 +1032,10 @@ static int compile(struct sc *sc, const cJSON *s)
 		sc->depth--;
 		return sc_fail(sc, -EINVAL, NULL, "the schema is nested too deeply");
 	}
+	if (sc_spend(sc, 1, NULL)) { /* e.g. thousands of properties */
+		sc->depth--;
+		return -1;
+	}
 	int x = -1;
 	const cJSON *v;
 	if (check_keywords(sc, s))
@@ -1031,6 +1083,7 @@ int schema_compile(struct gbuild *b, const char *prefix, const cJSON *schema, co
 	                      4),
 	               0, GRAMMAR_MAX_WS);
 	int root = gb_rule_new(b);
+	gb_rule_label(b, root, "$");
 	int value = schema ? compile(&sc, schema) : call_object(&sc);
 	int parts[3] = {gb_str(b, prefix ? prefix : ""), value, gb_str(b, suffix ? suffix : "")};
 	gb_rule_set(b, root, gb_seq(b, parts, 3));
@@ -1040,7 +1093,7 @@ int schema_compile(struct gbuild *b, const char *prefix, const cJSON *schema, co
 	if (sc.rc)
 		return sc.rc;
 	if (gb_failed(b))
-		return err_set(err, err_len, -ENOMEM, "out of memory");
+		return gb_error(b, err, err_len);
 	*root_rule = root;
 	return 0;
 }

@@ -241,9 +241,8 @@ static int system_prefix_tokens(const struct tokenizer *tok, const char *text, s
  * it counted for the request's client (its API key, else its address).
  * -EAGAIN: that client is over its compile rate; e says so with a 429. */
 static int constraint_get(struct request *r, const char *prefix, const cJSON *schema,
-                          const char *suffix, struct grammar **out, const char *param,
-                          char *path, size_t path_cap, char *err, size_t err_len,
-                          struct api_error *e)
+                          const char *suffix, struct grammar **out, const char *param, char *path,
+                          size_t path_cap, char *err, size_t err_len, struct api_error *e)
 {
 	unsigned char who[1 + sizeof(r->client.id)];
 	size_t n_who = 0;
