@@ -11,7 +11,9 @@
 #include <ftw.h>
 #include <inttypes.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -314,6 +316,62 @@ START_TEST(test_records_chunked_round_trip)
 	ck_assert_int_eq(count_keys(&f, "sinkd:chunk:bbbb-1:*"), 0);
 	store_redis_ops.close(b);
 	free(data);
+	fixture_deinit(&f);
+}
+END_TEST
+
+/* A writer replaces a chunked record while a reader reads it through
+ * another connection: every read is one whole record, never a mix, even
+ * when the chunks it was reading are dropped under it. */
+struct writer {
+	struct store_backend *b;
+	atomic_bool stop;
+	int puts;
+};
+
+static void *writer_run(void *arg)
+{
+	struct writer *w = arg;
+	const size_t n = (2u << 20) + 100;
+	unsigned char *buf = malloc(n);
+	char err[SINKD_ERR_LEN];
+	for (unsigned v = 1; !atomic_load(&w->stop); v++) {
+		memset(buf, (int)(v & 0xff), n);
+		if (store_redis_ops.put(w->b, "abab", 0, buf, n, err, sizeof(err)) == 0)
+			w->puts++;
+		sleep_s(0.002);
+	}
+	free(buf);
+	return NULL;
+}
+
+START_TEST(test_get_while_replaced)
+{
+	struct fixture f;
+	fixture_init(&f, NULL);
+	struct store_backend *reader = backend(&f, "node-a", 30);
+	struct writer w = {.b = backend(&f, "node-a", 30)};
+	put_ok(reader, "abab", 0, "x", 1);
+	pthread_t t;
+	ck_assert_int_eq(pthread_create(&t, NULL, writer_run, &w), 0);
+	int whole = 0;
+	for (double t0 = now_s(); now_s() - t0 < 1.5;) {
+		char err[SINKD_ERR_LEN];
+		unsigned char *out = NULL;
+		size_t n = 0;
+		int rc = store_redis_ops.get(reader, "abab", 1u << 30, &out, &n, err, sizeof(err));
+		ck_assert_msg(rc == 0 || rc == -EAGAIN, "%d %s", rc, err);
+		for (size_t i = 1; rc == 0 && i < n; i++)
+			ck_assert_msg(out[i] == out[0], "torn record at %zu", i);
+		whole += rc == 0;
+		free(out);
+	}
+	atomic_store(&w.stop, true);
+	pthread_join(t, NULL);
+	ck_assert_int_gt(whole, 10);
+	ck_assert_int_gt(w.puts, 10);
+	store_redis_ops.close(reader);
+	store_redis_ops.close(w.b);
 	fixture_deinit(&f);
 }
 END_TEST
@@ -710,6 +768,7 @@ int main(void)
 	TCase *tc = tcase_create("core");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_records_chunked_round_trip);
+	tcase_add_test(tc, test_get_while_replaced);
 	tcase_add_test(tc, test_ttl_is_a_redis_expiry);
 	tcase_add_test(tc, test_lease_fencing_between_instances);
 	tcase_add_test(tc, test_instance_registry);
