@@ -28,6 +28,9 @@ YAML
 	for kv in "$@"; do args+=(--set "$kv"); done
 }
 
+# same A B: a generated text (not an error) and equal (one command, so that
+# check tests all of it).
+same() { [ -n "$1" ] && [ "${1#ERROR}" = "$1" ] && [ "$1" = "$2" ]; }
 # reply BASE ID BODY: the generated text of an append (JSON answer).
 reply() {
 	curl -sk "${auth[@]}" -d "$3" "$1/v1/sessions/$2/append" |
@@ -72,12 +75,12 @@ for kind in float int8 int4; do
 	ra=$(reply "$a" 5e55 "$gen")
 	rb=$(reply "$b" 5e55 "$gen")
 	rc=$(reply "$b" 5e56 "$gen")
-	check "$kind: A generates text" [ -n "$ra" ] && [ "${ra#ERROR}" = "$ra" ]
+	check "$kind: A generates text" same "$ra" "$ra"
 	check "$kind: B continues with exactly A's tokens" [ "$ra" = "$rb" ]
 	check "$kind: and so does the copy under a new id" [ "$ra" = "$rc" ]
 	ra=$(reply "$a" 5e55 "$gen2")
 	rb=$(reply "$b" 5e55 "$gen2")
-	check "$kind: revise_last_tokens after a restore: the same on both" [ -n "$ra" ] && [ "${ra#ERROR}" = "$ra" ] && [ "$ra" = "$rb" ]
+	check "$kind: revise_last_tokens after a restore: the same on both" same "$ra" "$rb"
 	http GET /v1/sessions/5e55 "${auth[@]}" >/dev/null
 	cp "$tmp/body" "$tmp/$kind-b-info.json"
 	base=$a
@@ -172,90 +175,135 @@ check "hostile: nothing restored, nothing reserved" wait_metric sinkd_kv_bytes_r
 check "hostile: still serving" [ "$(http GET /health)" = 200 ]
 stop_daemon "$pid" >/dev/null 2>&1
 
-# ---- the store: offload and return on one instance ----
+# ---- the store, for the folder and for Redis (a real redis-server) ----
+# stored NAME ID: whether the store holds ID's record (under the key's tag:
+# <16 hex>-<id>); lease_names NAME ID PID: whether its lease names PID.
+stored() {
+	if [ "$1" = folder ]; then
+		[ -n "$(find "$store" -name "????????????????-$2.snap" -size +0)" ]
+	else
+		[ -n "$(redis-cli -p "$rport" -n 0 --scan --pattern "sinkd:rec:????????????????-$2")" ]
+	fi
+}
+not_stored() { ! stored "$@"; }
+lease_names() {
+	if [ "$1" = folder ]; then
+		grep -q ":$3\$" "$store"/????????????????-"$2".lease
+	else
+		local k
+		k=$(redis-cli -p "$rport" -n 0 --scan --pattern "sinkd:lease:????????????????-$2")
+		[ -n "$k" ] && redis-cli -p "$rport" -n 0 GET "$k" | grep -q ":$3\$"
+	fi
+}
+
 cfg ref "${q8[@]}"
 start_daemon ref "$tmp/ref.yaml" "${args[@]}"
 check "store: reference instance ready" [ $? -eq 0 ]
 ref=$base
-for id in 0ff1 d7a1 c1a5 1ea5; do
-	base=$ref
-	http PUT "/v1/sessions/$id" "${auth[@]}" >/dev/null
-	http POST "/v1/sessions/$id/append" "${auth[@]}" -d "{\"text\":\"$long\"}" >/dev/null
-done
-cfg off "${q8[@]}" "sessions.store_dir=$store" scheduler.session_offload_s=1
-start_daemon off "$tmp/off.yaml" "${args[@]}"
-check "store: instance with a store ready" [ $? -eq 0 ]
-off_pid=$pid
-http PUT /v1/sessions/0ff1 "${auth[@]}" >/dev/null
-http POST /v1/sessions/0ff1/append "${auth[@]}" -d "{\"text\":\"$long\"}" >/dev/null
-check "store: idle session offloaded" wait_metric sinkd_session_offloads_total '>=' 1
-check "store: its reservation is back in the budget" wait_metric sinkd_kv_bytes_reserved '==' 0
-# a key's sessions are stored under its owner tag: <16 hex>-<id>.snap
-check "store: the file is there under the key's tag, mode 0600" [ "$(stat -c %a "$store"/????????????????-0ff1.snap 2>/dev/null)" = 600 ]
-check "store: inspect says where it is" [ "$(http GET /v1/sessions/0ff1 "${auth[@]}")" = 200 ]
-jcheck "store: location store" "$tmp/body" 'j["location"] == "store" and j["offloaded"] is True'
-r1=$(reply "$ref" 0ff1 "$gen")
-r2=$(reply "$base" 0ff1 "$gen")
-check "store: after offload and return, exactly the reference tokens" [ -n "$r1" ] && [ "$r1" = "$r2" ]
-check "store: restored from the store" wait_metric 'sinkd_session_restores_total{source="store"}' '>=' 1
-check "store: DELETE removes the file" [ "$(http DELETE /v1/sessions/0ff1 "${auth[@]}")" = 200 ]
-check "store: file gone after DELETE" wait_for [ -z "$(ls "$store" | grep -- '-0ff1\.snap$')" ]
+rport=""
+if command -v redis-server >/dev/null 2>&1; then
+	rport=$(free_port)
+	mkdir -p "$tmp/redis"
+	redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --dir "$tmp/redis" \
+		>"$tmp/redis.log" 2>&1 &
+	daemon_pids+=("$!")
+	wait_for bash -c "redis-cli -p $rport ping 2>/dev/null | grep -q PONG"
+	check "redis: redis-server up" [ $? -eq 0 ]
+else
+	echo "ok - redis: SKIP (no redis-server): the store tests run on the folder only"
+fi
 
-# ---- drain hands every session to the next instance over the shared store ----
-stop_daemon "$off_pid"
-cfg drainer "${q8[@]}" "sessions.store_dir=$store"
-start_daemon drainer "$tmp/drainer.yaml" "${args[@]}"
-check "drain: instance without offloading ready" [ $? -eq 0 ]
-off_pid=$pid
-http PUT /v1/sessions/d7a1 "${auth[@]}" >/dev/null
-http POST /v1/sessions/d7a1/append "${auth[@]}" -d "{\"text\":\"$long\"}" >/dev/null
-check "drain: resident, not in the store yet" [ -z "$(ls "$store" | grep -- '-d7a1\.snap$')" ]
-cfg next "${q8[@]}" "sessions.store_dir=$store" sessions.lease_timeout_s=5
-start_daemon next "$tmp/next.yaml" "${args[@]}"
-check "drain: second instance ready" [ $? -eq 0 ]
-next=$base
-next_pid=$pid
-kill -TERM "$off_pid"
-wait "$off_pid"
-check "drain: instance A exited 0" [ $? -eq 0 ]
-check "drain: the session is in the store" [ -n "$(find "$store" -name '*-d7a1.snap' -size +0)" ]
-check "drain: the log says it was written" grep -q 'written to the session store' "$tmp/drainer.log"
-r1=$(reply "$ref" d7a1 "$gen")
-r2=$(reply "$next" d7a1 "$gen")
-check "drain: instance B continues with exactly the reference tokens" [ -n "$r1" ] && [ "$r1" = "$r2" ]
+# store_suite NAME N: offload and return, drain hand-over, kill -9, lease
+# take-over, on the folder (NAME folder) or Redis; N makes the ids its own.
+store_suite() {
+	local sb=$1 n=$2 sc
+	local s_off=0ff$n s_drain=d7a$n s_k9=c1a$n s_lease=1ea$n
+	if [ "$sb" = folder ]; then sc="sessions.store_dir=$store"; else sc="sessions.store=redis://127.0.0.1:$rport/0"; fi
+	for id in $s_off $s_drain $s_k9 $s_lease; do
+		base=$ref
+		http PUT "/v1/sessions/$id" "${auth[@]}" >/dev/null
+		http POST "/v1/sessions/$id/append" "${auth[@]}" -d "{\"text\":\"$long\"}" >/dev/null
+	done
+	# ---- offload and return on one instance ----
+	cfg "off$n" "${q8[@]}" "$sc" scheduler.session_offload_s=1
+	start_daemon "off$n" "$tmp/off$n.yaml" "${args[@]}"
+	check "$sb store: instance with a store ready" [ $? -eq 0 ]
+	off_pid=$pid
+	http PUT "/v1/sessions/$s_off" "${auth[@]}" >/dev/null
+	http POST "/v1/sessions/$s_off/append" "${auth[@]}" -d "{\"text\":\"$long\"}" >/dev/null
+	check "$sb store: idle session offloaded" wait_metric sinkd_session_offloads_total '>=' 1
+	check "$sb store: its reservation is back in the budget" wait_metric sinkd_kv_bytes_reserved '==' 0
+	check "$sb store: the record is there under the key's tag" stored "$sb" "$s_off"
+	[ "$sb" = folder ] && check "folder store: the file is mode 0600" \
+		[ "$(stat -c %a "$store"/????????????????-$s_off.snap 2>/dev/null)" = 600 ]
+	check "$sb store: inspect says where it is" [ "$(http GET "/v1/sessions/$s_off" "${auth[@]}")" = 200 ]
+	jcheck "$sb store: location store" "$tmp/body" 'j["location"] == "store" and j["offloaded"] is True'
+	r1=$(reply "$ref" "$s_off" "$gen")
+	r2=$(reply "$base" "$s_off" "$gen")
+	check "$sb store: after offload and return, exactly the reference tokens" same "$r1" "$r2"
+	check "$sb store: restored from the store" wait_metric 'sinkd_session_restores_total{source="store"}' '>=' 1
+	check "$sb store: DELETE removes it" [ "$(http DELETE "/v1/sessions/$s_off" "${auth[@]}")" = 200 ]
+	check "$sb store: gone from the store after DELETE" wait_for not_stored "$sb" "$s_off"
 
-# ---- kill -9 after an offload loses nothing; a dead instance's lease ----
-cfg k9 "${q8[@]}" "sessions.store_dir=$store" scheduler.session_offload_s=1
-start_daemon k9 "$tmp/k9.yaml" "${args[@]}"
-check "kill -9: instance ready" [ $? -eq 0 ]
-k9_pid=$pid
-for id in c1a5 1ea5; do
-	http PUT "/v1/sessions/$id" "${auth[@]}" >/dev/null
-	http POST "/v1/sessions/$id/append" "${auth[@]}" -d "{\"text\":\"$long\"}" >/dev/null
-done
-check "kill -9: both offloaded" wait_metric sinkd_session_offloads_total '>=' 2
-# another instance brings one back (reading its snapshot) and so holds its lease
-cfg holder "${q8[@]}" "sessions.store_dir=$store"
-start_daemon holder "$tmp/holder.yaml" "${args[@]}"
-check "lease: holder instance ready" [ $? -eq 0 ]
-holder_pid=$pid
-st=$(http GET /v1/sessions/1ea5/snapshot "${auth[@]}")
-check "lease: the holder restores it from the store ($st)" [ "$st" = 200 ]
-kill -9 "$k9_pid" "$holder_pid"
-wait "$k9_pid" "$holder_pid" 2>/dev/null
-base=$next
-killed_at=$(date +%s.%N)
-check "lease: the dead holder's lease holds at first → 409" [ "$(http POST /v1/sessions/1ea5/append "${auth[@]}" -d '{"text":"x"}')" = 409 ]
-jcheck "lease: 409 session_elsewhere names the holder" "$tmp/body" 'j["error"]["code"] == "session_elsewhere" and "held by instance" in j["error"]["message"]'
-r1=$(reply "$ref" c1a5 "$gen")
-r2=$(reply "$next" c1a5 "$gen")
-check "kill -9: the offloaded session continues elsewhere, exactly" [ -n "$r1" ] && [ "$r1" = "$r2" ]
-sleep "$(awk -v t="$killed_at" -v now="$(date +%s.%N)" 'BEGIN { w = t + 5.5 - now; print (w > 0 ? w : 0) }')"
-r1=$(reply "$ref" 1ea5 "$gen")
-r2=$(reply "$next" 1ea5 "$gen")
-check "lease: after lease_timeout_s it is taken over and continues exactly" [ -n "$r1" ] && [ "$r1" = "$r2" ]
-check "lease: the lease file names the new holder" grep -q ":$next_pid\$" "$store"/????????????????-1ea5.lease
-kill -TERM "$next_pid"
-wait "$next_pid"
-check "second drain exits 0" [ $? -eq 0 ]
+	# ---- drain hands every session to the next instance over the shared store ----
+	stop_daemon "$off_pid"
+	cfg "drainer$n" "${q8[@]}" "$sc"
+	start_daemon "drainer$n" "$tmp/drainer$n.yaml" "${args[@]}"
+	check "$sb drain: instance without offloading ready" [ $? -eq 0 ]
+	off_pid=$pid
+	http PUT "/v1/sessions/$s_drain" "${auth[@]}" >/dev/null
+	http POST "/v1/sessions/$s_drain/append" "${auth[@]}" -d "{\"text\":\"$long\"}" >/dev/null
+	check "$sb drain: resident, not in the store yet" not_stored "$sb" "$s_drain"
+	cfg "next$n" "${q8[@]}" "$sc" sessions.lease_timeout_s=5
+	start_daemon "next$n" "$tmp/next$n.yaml" "${args[@]}"
+	check "$sb drain: second instance ready" [ $? -eq 0 ]
+	next=$base
+	next_pid=$pid
+	kill -TERM "$off_pid"
+	wait "$off_pid"
+	check "$sb drain: instance A exited 0" [ $? -eq 0 ]
+	check "$sb drain: the session is in the store" stored "$sb" "$s_drain"
+	check "$sb drain: the log says it was written" grep -q 'written to the session store' "$tmp/drainer$n.log"
+	r1=$(reply "$ref" "$s_drain" "$gen")
+	r2=$(reply "$next" "$s_drain" "$gen")
+	check "$sb drain: instance B continues with exactly the reference tokens" same "$r1" "$r2"
+
+	# ---- kill -9 after an offload loses nothing; a dead instance's lease ----
+	cfg "k9$n" "${q8[@]}" "$sc" scheduler.session_offload_s=1
+	start_daemon "k9$n" "$tmp/k9$n.yaml" "${args[@]}"
+	check "$sb kill -9: instance ready" [ $? -eq 0 ]
+	k9_pid=$pid
+	for id in $s_k9 $s_lease; do
+		http PUT "/v1/sessions/$id" "${auth[@]}" >/dev/null
+		http POST "/v1/sessions/$id/append" "${auth[@]}" -d "{\"text\":\"$long\"}" >/dev/null
+	done
+	check "$sb kill -9: both offloaded" wait_metric sinkd_session_offloads_total '>=' 2
+	# another instance brings one back (reading its snapshot) and so holds its lease
+	# (with Redis the holder's lease_timeout_s decides when its lease lapses)
+	cfg "holder$n" "${q8[@]}" "$sc" sessions.lease_timeout_s=5
+	start_daemon "holder$n" "$tmp/holder$n.yaml" "${args[@]}"
+	check "$sb lease: holder instance ready" [ $? -eq 0 ]
+	holder_pid=$pid
+	st=$(http GET "/v1/sessions/$s_lease/snapshot" "${auth[@]}")
+	check "$sb lease: the holder restores it from the store ($st)" [ "$st" = 200 ]
+	kill -9 "$k9_pid" "$holder_pid"
+	wait "$k9_pid" "$holder_pid" 2>/dev/null
+	base=$next
+	killed_at=$(date +%s.%N)
+	check "$sb lease: the dead holder's lease holds at first → 409" [ "$(http POST "/v1/sessions/$s_lease/append" "${auth[@]}" -d '{"text":"x"}')" = 409 ]
+	jcheck "$sb lease: 409 session_elsewhere names the holder" "$tmp/body" 'j["error"]["code"] == "session_elsewhere" and "held by instance" in j["error"]["message"]'
+	r1=$(reply "$ref" "$s_k9" "$gen")
+	r2=$(reply "$next" "$s_k9" "$gen")
+	check "$sb kill -9: the offloaded session continues elsewhere, exactly" same "$r1" "$r2"
+	sleep "$(awk -v t="$killed_at" -v now="$(date +%s.%N)" 'BEGIN { w = t + 5.5 - now; print (w > 0 ? w : 0) }')"
+	r1=$(reply "$ref" "$s_lease" "$gen")
+	r2=$(reply "$next" "$s_lease" "$gen")
+	check "$sb lease: after lease_timeout_s it is taken over and continues exactly" same "$r1" "$r2"
+	check "$sb lease: the lease names the new holder" lease_names "$sb" "$s_lease" "$next_pid"
+	kill -TERM "$next_pid"
+	wait "$next_pid"
+	check "$sb: second drain exits 0" [ $? -eq 0 ]
+}
+[ "${SKIP_FOLDER:-0}" = 1 ] || store_suite folder 1
+[ -n "$rport" ] && store_suite redis 2
 finish
