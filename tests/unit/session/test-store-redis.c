@@ -715,6 +715,9 @@ START_TEST(test_tls)
 	                             path_in(&f, "ca.pem"),
 	                             "--tls-auth-clients",
 	                             "no",
+	                             "--bind",
+	                             "127.0.0.1",
+	                             "127.0.0.2",
 	                             NULL};
 	f.tls = true;
 	if (!redis_start(&f, extra)) {
@@ -747,6 +750,15 @@ START_TEST(test_tls)
 	p.ca_file = path_in(&f, "other.pem");
 	ck_assert_int_eq(backend_try(&p, &b, err, sizeof(err)), -EPROTO);
 	ck_assert_msg(strstr(err, "not trusted") != NULL, "%s", err);
+	p.ca_file = NULL; /* the system's CAs do not know ours */
+	ck_assert_int_eq(backend_try(&p, &b, err, sizeof(err)), -EPROTO);
+	ck_assert_msg(strstr(err, "not trusted") != NULL, "%s", err);
+
+	/* The right CA but another name: 127.0.0.2 is not in the certificate. */
+	snprintf(url, sizeof(url), "rediss://127.0.0.2:%d", f.port);
+	p.ca_file = path_in(&f, "ca.pem");
+	ck_assert_int_eq(backend_try(&p, &b, err, sizeof(err)), -EPROTO);
+	ck_assert_msg(strstr(err, "not trusted") && strstr(err, "name"), "%s", err);
 
 	/* Plain RESP to a TLS port fails within the timeout, not a hang. */
 	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", f.port);
