@@ -343,6 +343,12 @@ int scheduler_session_restore(struct scheduler *s, const unsigned char *buf, siz
 		if (rc == -EBUSY)
 			rc = err_set(err, err_len, -EEXIST, "session %s exists (held by instance %s)",
 			             want, holder);
+		else if (rc) {
+			log_event(s->log, LOG_ERROR, "sched", "session store failed",
+			          (struct log_field[]){LOG_STR("session", key), LOG_STR("error", err),
+			                               LOG_END});
+			rc = err_set(err, err_len, -EIO, "the session store failed (see the server log)");
+		}
 		if (rc)
 			goto out;
 		leased = true;

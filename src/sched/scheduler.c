@@ -354,8 +354,15 @@ static int create_lease(struct scheduler *s, const char *key, uint64_t *generati
 	if (rc == -EBUSY)
 		return err_set(err, err_len, -EEXIST, "session %s exists (held by instance %s)",
 		               session_key_id(key), holder);
-	if (rc)
-		*param = NULL; /* the store's failure, not the id's */
+	if (rc) {
+		/* the store's failure, not the id's; its detail (a path, a host)
+		 * goes to the log, not to the client */
+		*param = NULL;
+		log_event(s->log, LOG_ERROR, "sched", "session store failed",
+		          (struct log_field[]){LOG_STR("session", key), LOG_STR("error", err),
+		                               LOG_END});
+		return err_set(err, err_len, -EIO, "the session store failed (see the server log)");
+	}
 	return rc;
 }
 

@@ -46,6 +46,8 @@ enum MHD_Result api_session_fault(struct request *r, struct respond_fault *f, co
 		    scheduler_session_retry_after_s(s->sched, per_key ? owner : NULL);
 	} else if (respond_kind_of(f->rc)->retry) {
 		f->retry_after_s = scheduler_retry_after_s(s->sched);
+	} else if (f->rc == -EIO && !f->code) {
+		f->code = "session_store_error"; /* the scheduler logged the detail */
 	}
 	return respond_fault(r, f);
 }

@@ -472,6 +472,21 @@ int session_store_put(struct session_store *st, const char *key, uint64_t genera
 	put_u64le(rec + 8, generation);
 	memcpy(rec + STORE_RECORD_HEADER, bytes, n);
 	rc = st->ops->put(st->be, key, h.fence, rec, STORE_RECORD_HEADER + n, err, err_len);
+	struct store_lease now;
+	if (rc == -ESTALE && st->ops->lease_peek(st->be, key, &now) == -ENOENT) {
+		/* the entry itself is gone (a Redis restarted empty): nobody holds
+		 * it, so it is taken anew and the write tried once more */
+		char holder[STORE_INSTANCE_MAX + 1];
+		pthread_mutex_lock(&st->lock);
+		held_remove_locked(st, key);
+		pthread_mutex_unlock(&st->lock);
+		rc = session_store_lease_take(st, key, NULL, holder, sizeof(holder), err, err_len);
+		if (!rc && held_get(st, key, &h))
+			rc = st->ops->put(st->be, key, h.fence, rec, STORE_RECORD_HEADER + n, err,
+			                  err_len);
+		if (rc == -EBUSY)
+			rc = -ESTALE;
+	}
 	free(rec);
 	if (rc == -ESTALE) {
 		count(st, &st->counts.fenced);

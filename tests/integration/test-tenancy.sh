@@ -261,6 +261,44 @@ for backend in folder redis; do
 	check "$b: share instance drains, exit 0" [ $? -eq 0 ]
 done
 
+# ---- Redis restarted under a running instance: clear errors, nothing lost ----
+if [ -n "$redis_pid" ]; then
+	cfg rr "sessions.store=redis://127.0.0.1:$redis_port/2" scheduler.session_offload_s=1
+	start_daemon rr "$tmp/rr.yaml" "${args[@]}"
+	check "redis restart: instance ready" [ $? -eq 0 ]
+	rr_pid=$pid
+	http PUT /v1/sessions/ee01 "${auth[@]}" >/dev/null
+	check "redis restart: a session gets its tokens" [ "$(append_as "$base" "$api_key" ee01)" = 200 ]
+	kill "$redis_pid" # before its offload, a second from now
+	wait "$redis_pid" 2>/dev/null
+	st=$(http PUT /v1/sessions/ee02 "${auth[@]}")
+	check "redis restart: a create that needs the store meanwhile: a clear 500 ($st)" [ "$st" = 500 ]
+	jcheck "redis restart: ... session_store_error, the detail in the log only" "$tmp/body" 'j["error"]["code"] == "session_store_error" and "127.0.0.1" not in j["error"]["message"]'
+	check "redis restart: its offload fails and is counted" wait_metric sinkd_session_offload_failures_total '>=' 1
+	check "redis restart: ... logged as an error naming it" \
+		grep -q '"level":"error".*"msg":"session offload failed (kept resident)".*ee01' "$tmp/rr.log"
+	check "redis restart: the session stays resident and usable" [ "$(append_as "$base" "$api_key" ee01)" = 200 ]
+	st=$(http GET /v1/sessions/ee99/snapshot "${auth[@]}")
+	check "redis restart: a session only the store could have: a clear 500 ($st)" [ "$st" = 500 ]
+	jcheck "redis restart: ... session_store_error, no host path" "$tmp/body" \
+		'j["error"]["code"] == "session_store_error" and "/" not in j["error"]["message"]'
+	redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
+		--dir "$tmp/redis" >>"$tmp/redis.log" 2>&1 &
+	redis_pid=$!
+	daemon_pids+=("$redis_pid")
+	wait_for bash -c "redis-cli -p $redis_port ping 2>/dev/null | grep -q PONG"
+	check "redis restart: Redis is back" [ $? -eq 0 ]
+	kill -TERM "$rr_pid"
+	wait "$rr_pid"
+	check "redis restart: the drain writes the session, exit 0" [ $? -eq 0 ]
+	cfg rr2 "sessions.store=redis://127.0.0.1:$redis_port/2"
+	start_daemon rr2 "$tmp/rr2.yaml" "${args[@]}"
+	check "redis restart: the next instance ready" [ $? -eq 0 ]
+	check "redis restart: it continues the session" [ "$(append_as "$base" "$api_key" ee01)" = 200 ]
+	jcheck "redis restart: ... with every token kept" "$tmp/body" 'j["tokens_appended"] > 10'
+	stop_daemon "$pid"
+fi
+
 # ---- drain onto a full store (folder on a small tmpfs) ----
 mkdir -p "$tmp/small"
 if mount -t tmpfs -o size=128k tmpfs "$tmp/small" 2>/dev/null; then
