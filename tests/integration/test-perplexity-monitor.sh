@@ -81,7 +81,7 @@ jcheck "removed: the running perplexity rose past the alert ratio" "$tmp/removed
 check "removed: sinkd_perplexity_alerts_total counted it" \
 	awk '$1 == "sinkd_perplexity_alerts_total" && $2 >= 1 { f = 1 } END { exit !f }' "$tmp/removed-metrics.txt"
 check "removed: a warning log line says perplexity and names the session" \
-	grep -q '"level":"warn".*"msg":"perplexity rose above the session.s first window".*"session":"5eed"' "$log"
+	grep -q '"level":"warn".*"msg":"perplexity rose above the session.s first window".*"session":"[0-9a-f]*-\?5eed"' "$log"
 
 start_monitored sampled 4 256 sample
 check "sampled: daemon ready" [ $? -eq 0 ]
