@@ -88,7 +88,7 @@ YAML
 	"$BUILD/src/sinkd" --config "$tmp/sinkd.yaml" >"$log" 2>&1 &
 	pid=$!
 	for _ in $(seq 1 600); do
-		curl -s -o /dev/null "http://127.0.0.1:$port/ready" && break
+		curl -sf -o /dev/null "http://127.0.0.1:$port/ready" && break
 		sleep 0.1
 	done
 }
