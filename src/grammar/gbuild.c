@@ -25,12 +25,14 @@
 
 #define GB_MAX_NFA_STATES 1000000 /* per rule, while compiling */
 #define GB_MAX_DFA_STATES 200000  /* in the whole grammar */
-/* Steps are weighted so that one costs about the same time anywhere (the
- * budget, GB_WORK_BUDGET, is in grammar_internal.h): making an expression
- * or an NFA state or edge allocates and touches fresh memory, so it counts
- * as GB_COST_ALLOC steps, where looking at an edge during subset
- * construction counts as one. */
+/* Steps are weighted so that one costs about the same time anywhere, some
+ * 2 ns (the budget, GB_WORK_BUDGET, is in grammar_internal.h): looking at
+ * an edge during subset construction counts as one, an NFA state in a
+ * closure as 8 (sorted, hashed and interned), making an expression or an
+ * NFA state or edge (fresh memory) as GB_COST_ALLOC, and each DFA state
+ * as GB_COST_STATE on top. */
 #define GB_COST_ALLOC 8
+#define GB_COST_STATE 96 /* a DFA state: its set copied, its 256 bytes turned into edges */
 #define GB_OVER_BUDGET (-ECANCELED) /* internal; reported as -EINVAL */
 
 enum gx_kind { GX_SET, GX_LIT, GX_SEQ, GX_ALT, GX_REP, GX_CALL };
@@ -302,6 +304,8 @@ struct tnfa {
 	const uint8_t *cls; /* byte -> class: bytes no edge tells apart share one */
 	const uint8_t *rep; /* class -> its first byte */
 	int n_cls;
+	const uint32_t *set_off; /* set i's classes: set_cls[set_off[i]..set_off[i + 1]) */
+	const uint8_t *set_cls;
 	int32_t *head; /* state -> first edge */
 	size_t n, cap;
 	struct tedge *e;
@@ -439,6 +443,8 @@ struct dfa {
 	uint32_t gen;
 	int32_t *stk, *buf;
 	size_t cap_stk, cap_buf;
+	int32_t *tgt; /* dfa_bytes scratch: the targets of each class, back to back */
+	size_t cap_tgt;
 	int32_t exit; /* the NFA state where the rule ends */
 	int rc;
 };
@@ -542,7 +548,7 @@ static int32_t dfa_close(struct dfa *d, const int32_t *seeds, size_t n)
 			d->stk[n_stk++] = to;
 		}
 	}
-	if (gb_spend(t->b, steps + n_buf)) { /* + the sort and the interning */
+	if (gb_spend(t->b, steps + 8 * n_buf)) { /* + the sort, hash and interning */
 		d->rc = GB_OVER_BUDGET;
 		return -1;
 	}
@@ -563,57 +569,69 @@ struct gout {
 	size_t n_ca, cap_ca;
 };
 
-static bool edge_has(const struct gbuild *b, const struct tedge *e, unsigned byte)
+/* The byte edges of a DFA state's members, by the classes they cover:
+ * without tgt, counts them (pos[c + 1] += the edges into class c); with
+ * it, stores each edge's target at tgt[pos[c]++].  Returns how many. */
+static size_t dfa_class_edges(const struct tnfa *t, const int32_t *set, size_t len, uint32_t *pos,
+                              int32_t *tgt)
 {
-	if (e->kind == TE_BYTE)
-		return (unsigned)e->arg == byte;
-	return e->kind == TE_SET && (b->sets[e->arg][byte / 32] >> (byte % 32) & 1);
+	size_t n = 0;
+	for (size_t i = 0; i < len; i++)
+		for (int32_t k = t->head[set[i]]; k >= 0; k = t->e[k].next) {
+			const struct tedge *e = &t->e[k];
+			uint8_t one;
+			const uint8_t *cs = &one;
+			uint32_t n_cs = 1;
+			if (e->kind == TE_BYTE) {
+				one = t->cls[(uint8_t)e->arg];
+			} else if (e->kind == TE_SET) {
+				cs = t->set_cls + t->set_off[e->arg];
+				n_cs = t->set_off[e->arg + 1] - t->set_off[e->arg];
+			} else {
+				continue;
+			}
+			for (uint32_t j = 0; j < n_cs; j++) {
+				if (tgt)
+					tgt[pos[cs[j]]++] = e->to;
+				else
+					pos[cs[j] + 1]++;
+			}
+			n += n_cs;
+		}
+	return n;
 }
 
-/* Byte transitions of a DFA state, one byte class at a time: classes with
- * equal target sets share one target, and runs of bytes with one target
- * become one edge. */
+/* Byte transitions of a DFA state: each member's edges are put under the
+ * byte classes they cover (so a state costs its edges, not edges times
+ * classes: most states have a few literal bytes out of dozens of classes);
+ * classes with equal target lists share one target, and runs of bytes with
+ * one target become one edge. */
 static int dfa_bytes(struct dfa *d, struct gout *o, size_t base, const int32_t *set, size_t len)
 {
 	const struct tnfa *t = d->t;
-	int32_t tg[256], *cur = NULL, *prev = NULL;
-	size_t n_cur = 0, n_prev = 0, cap_cur = 0, cap_prev = 0;
-	int rc = 0;
+	uint32_t off[257] = {0}; /* class c's targets: d->tgt[off[c]..off[c + 1]) */
+	uint32_t fill[256];
+	int32_t tg[256];
+	size_t n = dfa_class_edges(t, set, len, off, NULL);
+	if (gb_spend(t->b, len + 2 * n + (size_t)t->n_cls))
+		return GB_OVER_BUDGET;
+	if (grow(&d->tgt, &d->cap_tgt, n + 1, sizeof(*d->tgt)))
+		return -ENOMEM;
 	for (int c = 0; c < t->n_cls; c++) {
-		unsigned byte = t->rep[c];
-		size_t steps = len;
-		n_cur = 0;
-		for (size_t i = 0; i < len; i++)
-			for (int32_t k = t->head[set[i]]; k >= 0; k = t->e[k].next) {
-				steps++;
-				if (!edge_has(t->b, &t->e[k], byte))
-					continue;
-				if (grow(&cur, &cap_cur, n_cur + 1, sizeof(*cur))) {
-					rc = -ENOMEM;
-					goto out;
-				}
-				cur[n_cur++] = t->e[k].to;
-			}
-		if (gb_spend(t->b, steps)) {
-			rc = GB_OVER_BUDGET;
-			goto out;
-		}
-		if (c > 0 && n_cur == n_prev &&
-		    (n_cur == 0 || !memcmp(cur, prev, n_cur * sizeof(*cur))))
+		off[c + 1] += off[c];
+		fill[c] = off[c];
+	}
+	dfa_class_edges(t, set, len, fill, d->tgt);
+	for (int c = 0; c < t->n_cls; c++) {
+		uint32_t n_cur = off[c + 1] - off[c];
+		if (c > 0 && n_cur == off[c] - off[c - 1] &&
+		    (n_cur == 0 ||
+		     !memcmp(d->tgt + off[c], d->tgt + off[c - 1], n_cur * sizeof(*d->tgt))))
 			tg[c] = tg[c - 1];
 		else
-			tg[c] = n_cur ? dfa_close(d, cur, n_cur) : -1;
-		if (d->rc) {
-			rc = d->rc;
-			goto out;
-		}
-		int32_t *sw = prev;
-		size_t cap_sw = cap_prev;
-		prev = cur;
-		cap_prev = cap_cur;
-		n_prev = n_cur;
-		cur = sw;
-		cap_cur = cap_sw;
+			tg[c] = n_cur ? dfa_close(d, d->tgt + off[c], n_cur) : -1;
+		if (d->rc)
+			return d->rc;
 	}
 	for (unsigned lo = 0; lo < 256;) {
 		unsigned hi = lo;
@@ -621,19 +639,14 @@ static int dfa_bytes(struct dfa *d, struct gout *o, size_t base, const int32_t *
 		while (hi + 1 < 256 && tg[t->cls[hi + 1]] == to)
 			hi++;
 		if (to >= 0) {
-			if (grow(&o->ed, &o->cap_ed, o->n_ed + 1, sizeof(*o->ed))) {
-				rc = -ENOMEM;
-				goto out;
-			}
+			if (grow(&o->ed, &o->cap_ed, o->n_ed + 1, sizeof(*o->ed)))
+				return -ENOMEM;
 			o->ed[o->n_ed++] = (struct gedge){
 			    .lo = (uint8_t)lo, .hi = (uint8_t)hi, .to = (int32_t)base + to};
 		}
 		lo = hi + 1;
 	}
-out:
-	free(cur);
-	free(prev);
-	return rc;
+	return 0;
 }
 
 /* Call transitions: one per called rule, to the closure of all its returns. */
@@ -691,6 +704,8 @@ static int dfa_state(struct dfa *d, struct gout *o, size_t base, size_t id)
 {
 	if (base + d->n > GB_MAX_DFA_STATES)
 		return -E2BIG;
+	if (gb_spend(d->t->b, GB_COST_STATE))
+		return GB_OVER_BUDGET;
 	if (grow(&o->st, &o->cap_st, o->n_st + 1, sizeof(*o->st)))
 		return -ENOMEM;
 	/* a copy: interning new sets may move the pool */
@@ -715,6 +730,9 @@ static int dfa_state(struct dfa *d, struct gout *o, size_t base, size_t id)
 struct bclasses {
 	uint8_t cls[256], rep[256];
 	int n;
+	uint32_t
+	    *set_off; /* (n_sets + 1): set i's classes are set_cls[set_off[i]..set_off[i + 1]) */
+	uint8_t *set_cls;
 };
 
 /* Splits every class by membership in `in`. */
@@ -762,10 +780,37 @@ static void classes_build(const struct gbuild *b, struct bclasses *c)
 	}
 }
 
+/* Which classes each byte set covers: the classes respect every set, so a
+ * class is in a set exactly when its first byte is. */
+static int classes_of_sets(const struct gbuild *b, struct bclasses *c)
+{
+	c->set_off = calloc(b->n_sets + 1, sizeof(*c->set_off));
+	if (!c->set_off)
+		return -ENOMEM;
+	for (size_t i = 0; i < b->n_sets; i++)
+		for (int k = 0; k < c->n; k++)
+			c->set_off[i + 1] += b->sets[i][c->rep[k] / 32] >> (c->rep[k] % 32) & 1;
+	for (size_t i = 0; i < b->n_sets; i++)
+		c->set_off[i + 1] += c->set_off[i];
+	c->set_cls = malloc(c->set_off[b->n_sets] + 1);
+	if (!c->set_cls)
+		return -ENOMEM;
+	for (size_t i = 0, j = 0; i < b->n_sets; i++)
+		for (int k = 0; k < c->n; k++)
+			if (b->sets[i][c->rep[k] / 32] >> (c->rep[k] % 32) & 1)
+				c->set_cls[j++] = (uint8_t)k;
+	return 0;
+}
+
 static int rule_compile(struct gbuild *b, const struct bclasses *bc, int x, struct gout *o,
                         char *err, size_t err_len)
 {
-	struct tnfa t = {.b = b, .cls = bc->cls, .rep = bc->rep, .n_cls = bc->n};
+	struct tnfa t = {.b = b,
+	                 .cls = bc->cls,
+	                 .rep = bc->rep,
+	                 .n_cls = bc->n,
+	                 .set_off = bc->set_off,
+	                 .set_cls = bc->set_cls};
 	struct dfa d = {.t = &t};
 	int rc;
 	int32_t entry = tn_state(&t), exit = tn_state(&t);
@@ -802,6 +847,7 @@ out:
 	free(d.stamp);
 	free(d.stk);
 	free(d.buf);
+	free(d.tgt);
 	return rc;
 }
 
@@ -1047,6 +1093,7 @@ int gb_finish(struct gbuild *b, int root_rule, struct grammar **out, char *path,
               char *err, size_t err_len)
 {
 	struct gout o = {0};
+	struct bclasses bc = {0};
 	int32_t *rule_start = NULL;
 	struct grammar *g = NULL;
 	int rc = 0;
@@ -1060,8 +1107,15 @@ int gb_finish(struct gbuild *b, int root_rule, struct grammar **out, char *path,
 		rc = err_set(err, err_len, -ENOMEM, "out of memory");
 		goto out;
 	}
-	struct bclasses bc;
+	if (gb_spend(b, 256 * (b->n_sets + 1))) { /* classes_build looks at every byte per set */
+		rc = gb_error(b, err, err_len);
+		goto out;
+	}
 	classes_build(b, &bc);
+	if (classes_of_sets(b, &bc)) {
+		rc = err_set(err, err_len, -ENOMEM, "out of memory");
+		goto out;
+	}
 	for (size_t r = 0; r < b->n_rules; r++) {
 		if (b->rules[r] < 0) {
 			rc = err_set(err, err_len, -EINVAL, "internal: rule %zu is never defined",
@@ -1103,5 +1157,7 @@ out:
 	free(o.ed);
 	free(o.ca);
 	free(rule_start);
+	free(bc.set_off);
+	free(bc.set_cls);
 	return rc;
 }

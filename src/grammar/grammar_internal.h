@@ -43,7 +43,7 @@ void gb_rule_label(struct gbuild *b, int rule, const char *path);
 bool gb_failed(const struct gbuild *b);
 /* The work budget (gbuild.c): every step of building and compiling counts;
  * past the limit the build fails (gb_failed) and gb_over_budget says so.
- * GB_WORK_BUDGET steps, a new builder's limit, are 25 to 35 ms on one core
+ * GB_WORK_BUDGET steps, a new builder's limit, are 20 to 30 ms on one core
  * of the 2-core test machine (debugoptimized) whatever the schema. */
 #define GB_WORK_BUDGET 12000000ull
 uint64_t gb_work(const struct gbuild *b); /* steps taken so far */
