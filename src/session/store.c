@@ -380,10 +380,6 @@ static int expire_old(struct session_store *st, struct store_entry *e, size_t n)
 			removed++;
 		}
 	}
-	size_t kept = 0;
-	for (size_t i = 0; i < n; i++)
-		if (e[i].bytes != UINT64_MAX)
-			e[kept++] = e[i];
 	return removed;
 }
 
@@ -404,7 +400,8 @@ static int policy_pass(struct session_store *st, const char *keep, bool expire)
 					e[kept++] = e[i];
 			n = kept;
 		}
-		qsort(e, n, sizeof(*e), entry_older);
+		if (n)
+			qsort(e, n, sizeof(*e), entry_older);
 		removed += enforce_bounds(st, e, n, keep);
 		uint64_t files = 0, bytes = 0;
 		for (size_t i = 0; i < n; i++)

@@ -628,7 +628,8 @@ static int list_scan(struct store_backend *b, const char *prefix, struct sr_keys
 		if (rc < 0)
 			return err_set(err, err_len, rc, "redis store: out of memory");
 	} while (strcmp(cursor, "0") != 0);
-	qsort(k->keys, k->n, sizeof(*k->keys), key_cmp);
+	if (k->n) /* qsort of no keys: k->keys may be NULL */
+		qsort(k->keys, k->n, sizeof(*k->keys), key_cmp);
 	size_t kept = 0;
 	for (size_t i = 0; i < k->n; i++)
 		if (kept == 0 || strcmp(k->keys[kept - 1], k->keys[i]) != 0)
