@@ -255,9 +255,9 @@ static int constraint_get(struct request *r, const char *prefix, const cJSON *sc
 	int rc = grammar_cache_get(r->srv->grammars, n_who ? who : NULL, n_who, prefix, schema,
 	                           suffix, out, &retry_s, path, path_cap, err, err_len);
 	if (rc == -EAGAIN) {
-		/* the retry time is in the message: api_error carries no Retry-After */
 		request_fail(e, param, "schema_compile_rate", "%s", err);
 		e->status = 429;
+		e->retry_after_s = retry_s > 0 ? retry_s : 1;
 	}
 	return rc;
 }

@@ -29,6 +29,7 @@ static int vfail(struct api_error *e, const char *param, const char *code, const
 {
 	e->status = 400;
 	e->code = code;
+	e->retry_after_s = 0;
 	snprintf(e->param, sizeof(e->param), "%s", param ? param : "");
 	vsnprintf(e->message, sizeof(e->message), fmt, ap);
 	return -EINVAL;

@@ -26,6 +26,7 @@ struct api_error {
 	const char *code; /* "invalid_value", "invalid_type", "invalid_json", ... */
 	char param[64];   /* the field, "" when none */
 	char message[SINKD_ERR_LEN + 64];
+	int retry_after_s; /* > 0: a Retry-After header (a 429 or 503) */
 };
 
 #define REQUEST_MAX_DEPTH 64 /* nesting levels of a request body */

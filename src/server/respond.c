@@ -160,5 +160,5 @@ enum MHD_Result respond_fault(struct request *r, const struct respond_fault *f)
 enum MHD_Result respond_api_error(struct request *r, const struct api_error *e)
 {
 	return error_body(r, e->status, respond_type_of(e->status), e->param[0] ? e->param : NULL,
-	                  e->code, 0, e->message);
+	                  e->code, e->retry_after_s > 0 ? e->retry_after_s : 0, e->message);
 }

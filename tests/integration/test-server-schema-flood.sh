@@ -290,6 +290,8 @@ jcheck "a key sending new schemas past its compile rate gets 429s after a burst"
 jcheck "the 429 says the key is over its schema compile rate and when to retry" \
 	"$tmp/new-test-key-2.json" \
 	'"too many new JSON schemas" in j[-1]["body"] and "retry in" in j[-1]["body"] and "schema_compile_rate" in j[-1]["body"]'
+jcheck "... with a Retry-After header" "$tmp/new-test-key-2.json" \
+	'j[-1]["retry"] is not None and int(j[-1]["retry"]) >= 1'
 jcheck "another key's new schemas still compile" "$tmp/new-test-key-1.json" \
 	'all(r["status"] == 200 for r in j)'
 
