@@ -367,21 +367,99 @@ static char *resolve_path(const char *base_dir, const char *value)
 	return out;
 }
 
-static int strlist_append(struct sinkd_config *cfg, const struct config_key *k, const char *item,
-			  char *msg, size_t msg_len)
+/* Drops blanks at both ends of the span [*s, *s + *n). */
+static void trim_blanks(const char **s, size_t *n)
+{
+	while (*n && isspace((unsigned char)**s)) {
+		(*s)++;
+		(*n)--;
+	}
+	while (*n && isspace((unsigned char)(*s)[*n - 1]))
+		(*n)--;
+}
+
+/* Adds item number `index` (1-based, for the message), the span [s, s + n)
+ * less blanks and one pair of matching quotes around it.  A wrong item's
+ * message names its number; the validator shows no more of it than a
+ * secret may show. */
+static int strlist_append(struct sinkd_config *cfg, const struct config_key *k, const char *s,
+			  size_t n, size_t index, char *msg, size_t msg_len)
 {
 	char ***list = field(cfg, k->offset);
 	size_t *count = field(cfg, k->aux_offset);
-	if (k->validate && k->validate(item, msg, msg_len))
-		return -EINVAL;
+	trim_blanks(&s, &n);
+	if (n >= 2 && (s[0] == '"' || s[0] == '\'') && s[n - 1] == s[0]) {
+		s++;
+		n -= 2;
+		trim_blanks(&s, &n);
+	}
+	char *item = strndup(s, n);
+	if (item == NULL)
+		return err_set(msg, msg_len, -ENOMEM, "out of memory");
+	char why[480];
+	if (k->validate && k->validate(item, why, sizeof(why))) {
+		free(item);
+		return err_set(msg, msg_len, -EINVAL, "item %zu: %s", index, why);
+	}
 	char **grown = realloc(*list, (*count + 1) * sizeof(char *));
-	if (grown == NULL)
+	if (grown == NULL) {
+		free(item);
 		return err_set(msg, msg_len, -ENOMEM, "out of memory");
+	}
 	*list = grown;
-	grown[*count] = strdup(item);
-	if (grown[*count] == NULL)
-		return err_set(msg, msg_len, -ENOMEM, "out of memory");
-	(*count)++;
+	grown[(*count)++] = item;
+	return 0;
+}
+
+/* A list written as one string, as --set (or a YAML scalar) gives it:
+ * `a,b`, `[a, b]`, `["a","b"]` or `['a']`, blanks around items allowed, an
+ * empty item (a trailing comma, `[]`, "") skipped.  A comma inside quotes
+ * belongs to its item. */
+static int strlist_set_text(struct sinkd_config *cfg, const struct config_key *k,
+			    const char *text, char *msg, size_t msg_len)
+{
+	free_strlist(cfg, k);
+	const char *s = text;
+	size_t n = strlen(text), index = 0;
+	trim_blanks(&s, &n);
+	if (n && s[0] == '[') {
+		if (n < 2 || s[n - 1] != ']')
+			return err_set(msg, msg_len, -EINVAL,
+				       "a list that opens with '[' must close with ']' (allowed: "
+				       "[\"a\", \"b\"], or a,b)");
+		s++;
+		n -= 2;
+	}
+	const char *item = s;
+	char quote = 0;
+	for (size_t i = 0; i <= n; i++) {
+		char c = i < n ? s[i] : ',';
+		if (quote && i < n) {
+			quote = c == quote ? 0 : quote;
+			continue;
+		}
+		if (quote)
+			return err_set(msg, msg_len, -EINVAL, "item %zu: a quote is not closed",
+				       index + 1);
+		const char *lead = item;
+		while (lead < s + i && isspace((unsigned char)*lead))
+			lead++;
+		if ((c == '"' || c == '\'') && lead == s + i) {
+			quote = c; /* only at an item's start: an apostrophe inside is a letter */
+			continue;
+		}
+		if (c != ',')
+			continue;
+		size_t len = (size_t)(s + i - item);
+		const char *t = item;
+		trim_blanks(&t, &len);
+		if (len > 0) {
+			int rc = strlist_append(cfg, k, t, len, ++index, msg, msg_len);
+			if (rc)
+				return rc;
+		}
+		item = s + i + 1;
+	}
 	return 0;
 }
 
@@ -472,23 +550,8 @@ static int set_scalar(struct sinkd_config *cfg, const struct config_key *k, cons
 		*slot = v;
 		return 0;
 	}
-	case CONFIG_STRLIST: {
-		/* A scalar for a list: comma-separated (how --set writes lists). */
-		free_strlist(cfg, k);
-		char *copy = strdup(text);
-		if (copy == NULL)
-			return err_set(msg, msg_len, -ENOMEM, "out of memory");
-		char *save = NULL;
-		int rc = 0;
-		for (char *item = strtok_r(copy, ",", &save); item && rc == 0;
-		     item = strtok_r(NULL, ",", &save)) {
-			while (isspace((unsigned char)*item))
-				item++;
-			rc = strlist_append(cfg, k, item, msg, msg_len);
-		}
-		free(copy);
-		return rc;
-	}
+	case CONFIG_STRLIST:
+		return strlist_set_text(cfg, k, text, msg, msg_len);
 	}
 	return -EINVAL;
 }
@@ -650,10 +713,7 @@ static void apply_yaml_scalar(struct loader *ld, const struct config_key *k, con
 	}
 	if (is_null_scalar(ev))
 		text = "";
-	if (k->type == CONFIG_STRLIST && text[0] != '\0') {
-		add_error(ld, where, "%s: wrong type: expected a list, e.g. [\"sha256:...\"]", k->path);
-		return;
-	}
+	/* a list as one string (a,b) is read as --set reads it */
 	apply_value(ld, k, text, ld->base_dir, where);
 }
 
@@ -661,7 +721,7 @@ static int parse_list(struct loader *ld, const struct config_key *k, const char 
 {
 	free_strlist(ld->cfg, k);
 	snprintf(ld->origin[key_index(k)], ORIGIN_LEN, "%s", where);
-	for (;;) {
+	for (size_t n_items = 1;; n_items++) {
 		yaml_event_t ev;
 		if (next_event(ld, &ev))
 			return -EINVAL;
@@ -679,7 +739,8 @@ static int parse_list(struct loader *ld, const struct config_key *k, const char 
 				return -EINVAL;
 			continue;
 		}
-		if (strlist_append(ld->cfg, k, (const char *)ev.data.scalar.value, msg, sizeof(msg)))
+		const char *item = (const char *)ev.data.scalar.value;
+		if (strlist_append(ld->cfg, k, item, strlen(item), n_items, msg, sizeof(msg)))
 			add_error(ld, item_where, "%s: %s", k->path, msg);
 		yaml_event_delete(&ev);
 	}
@@ -965,9 +1026,12 @@ static void apply_override(struct loader *ld, const char *spec)
 	memcpy(path, spec, n);
 	path[n] = '\0';
 	const struct config_key *k = find_key(path);
+	char buf[256];
+	const char *near = k ? NULL : suggest(path, buf, sizeof(buf));
+	const struct config_key *meant = k ? k : near ? find_key(near) : NULL;
+	if (meant && (meant->flags & CONFIG_SECRET)) /* a raw key is never echoed */
+		snprintf(where, sizeof(where), "--set %.160s=(a secret: not shown)", path);
 	if (k == NULL) {
-		char buf[256];
-		const char *near = suggest(path, buf, sizeof(buf));
 		if (is_section(path))
 			add_error(ld, where, "%s: is a section; set one of its keys", path);
 		else if (near)

@@ -75,12 +75,32 @@ int config_validate_sha256(const char *value, char *msg, size_t msg_len)
 	return 0;
 }
 
+/* What is wrong with a digest entry that starts with "sha256:", told
+ * without showing it: only counts. */
+static void key_digest_detail(const char *hex, char *out, size_t len)
+{
+	size_t n = strlen(hex), n_hex = 0;
+	while (n_hex < n && isxdigit((unsigned char)hex[n_hex]))
+		n_hex++;
+	if (n_hex == 64 && strspn(hex + 64, " \t-") == n - 64)
+		snprintf(out, len, "; drop the '  -' that sha256sum prints after the digest");
+	else
+		snprintf(out, len, "; after 'sha256:' come %zu characters, %zu of them hex digits", n,
+			 n_hex);
+}
+
+/* A wrong entry may be the raw key itself: its first 4 characters and its
+ * length are all that the message shows of it. */
 int config_validate_key_digest(const char *value, char *msg, size_t msg_len)
 {
-	if (strncmp(value, "sha256:", 7) != 0 || !is_hex64(value + 7))
-		return err_set(msg, msg_len, -EINVAL,
-			       "an API key entry must be 'sha256:' followed by 64 hex digits (the "
-			       "SHA-256 of the key, e.g. from `printf %%s KEY | sha256sum`), never "
-			       "the key itself");
-	return 0;
+	if (strncmp(value, "sha256:", 7) == 0 && is_hex64(value + 7))
+		return 0;
+	char detail[96] = "";
+	if (strncmp(value, "sha256:", 7) == 0)
+		key_digest_detail(value + 7, detail, sizeof(detail));
+	return err_set(msg, msg_len, -EINVAL,
+		       "'%.4s...' (%zu characters) is not an API key digest%s (allowed: "
+		       "'sha256:' followed by 64 hex digits, the SHA-256 of the key from "
+		       "`printf %%s \"$KEY\" | sha256sum`; never the key itself)",
+		       value, strlen(value), detail);
 }

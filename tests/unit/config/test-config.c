@@ -397,6 +397,97 @@ START_TEST(test_restart_only_changes)
 }
 END_TEST
 
+#define DIGEST_A "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define DIGEST_B "sha256:0123456789abcdef0123456789ABCDEF0123456789abcdef0123456789abcdef"
+
+/* Every way a user writes two API key digests: YAML lists, and what --set
+ * gets from a shell (a flow list, quoted or not, or a comma-separated string). */
+static const struct {
+	const char *yaml, *set;
+} key_forms[] = {
+    {"server:\n  api_keys: [\"" DIGEST_A "\", \"" DIGEST_B "\"]\n", NULL},
+    {"server:\n  api_keys:\n    - " DIGEST_A "\n    - ' " DIGEST_B " '\n", NULL},
+    {"server:\n  api_keys: \"" DIGEST_A ", " DIGEST_B "\"\n", NULL},
+    {"", "server.api_keys=[\"" DIGEST_A "\",\"" DIGEST_B "\"]"},
+    {"", "server.api_keys=[ '" DIGEST_A "' , '" DIGEST_B "' ]"},
+    {"", "server.api_keys=[" DIGEST_A ", " DIGEST_B "]"},
+    {"", "server.api_keys=[" DIGEST_A "," DIGEST_B ",]"},
+    {"", "server.api_keys=" DIGEST_A "," DIGEST_B},
+    {"", "server.api_keys= " DIGEST_A " ,\t" DIGEST_B " "},
+    {"", "server.api_keys=\"" DIGEST_A "\",\"" DIGEST_B "\""},
+};
+
+START_TEST(test_api_key_forms)
+{
+	struct sinkd_config c;
+	char errs[4096];
+	const char *sets[] = {key_forms[_i].set};
+	int rc = load_text(&c, key_forms[_i].yaml, sets, sets[0] ? 1 : 0, errs, sizeof(errs));
+	ck_assert_msg(rc == 0, "form %d: %s", _i, errs);
+	ck_assert_uint_eq(c.server.n_api_keys, 2);
+	ck_assert_str_eq(c.server.api_keys[0], DIGEST_A);
+	ck_assert_str_eq(c.server.api_keys[1], DIGEST_B);
+	config_deinit(&c);
+
+	/* An empty list turns authentication off, as no key does. */
+	const char *empty[] = {"server.api_keys=[]"};
+	ck_assert_int_eq(load_text(&c, key_forms[_i].yaml, empty, 1, errs, sizeof(errs)), 0);
+	ck_assert_uint_eq(c.server.n_api_keys, 0);
+	config_deinit(&c);
+}
+END_TEST
+
+/* A wrong item is named by its number and what is allowed; a raw key is
+ * never echoed: its first 4 characters and its length only. */
+START_TEST(test_api_key_errors)
+{
+	struct sinkd_config c;
+	char errs[4096];
+	const char *raw = "s3cr3tK3yThatMustNotLeak0123456789";
+	char set[256];
+	snprintf(set, sizeof(set), "server.api_keys=[\"%s\", \"%s\"]", DIGEST_A, raw);
+	const char *sets[] = {set};
+	ck_assert_int_ne(load_text(&c, "", sets, 1, errs, sizeof(errs)), 0);
+	ck_assert_ptr_null(strstr(errs, "K3yThat"));
+	ck_assert_msg(strstr(errs, "server.api_keys: item 2: 's3cr...' (34 characters) is not an "
+				   "API key digest") != NULL, "%s", errs);
+	ck_assert_ptr_nonnull(strstr(errs, "'sha256:' followed by 64 hex digits"));
+	ck_assert_ptr_nonnull(strstr(errs, "--set server.api_keys=(a secret: not shown)"));
+	config_deinit(&c);
+
+	/* The same in a YAML file: the item's line and column too. */
+	char yaml[256];
+	snprintf(yaml, sizeof(yaml), "server:\n  api_keys:\n    - %s\n    - %s\n", DIGEST_A, raw);
+	ck_assert_int_ne(load_text(&c, yaml, NULL, 0, errs, sizeof(errs)), 0);
+	ck_assert_ptr_null(strstr(errs, "K3yThat"));
+	ck_assert_msg(strstr(errs, "t.yaml:4:7: server.api_keys: item 2: 's3cr...' (34 characters)") !=
+		      NULL, "%s", errs);
+	config_deinit(&c);
+
+	/* A digest cut short, and one pasted with sha256sum's "  -". */
+	const char *short_set[] = {"server.api_keys=sha256:abcdef"};
+	ck_assert_int_ne(load_text(&c, "", short_set, 1, errs, sizeof(errs)), 0);
+	ck_assert_msg(strstr(errs, "after 'sha256:' come 6 characters, 6 of them hex digits"), "%s",
+		      errs);
+	config_deinit(&c);
+	const char *dash_set[] = {"server.api_keys=\"" DIGEST_A "  -\""};
+	ck_assert_int_ne(load_text(&c, "", dash_set, 1, errs, sizeof(errs)), 0);
+	ck_assert_msg(strstr(errs, "drop the '  -' that sha256sum prints"), "%s", errs);
+	config_deinit(&c);
+
+	/* A misspelt secret key is not echoed either; broken list syntax. */
+	char near[128];
+	snprintf(near, sizeof(near), "server.api_key=%s", raw);
+	const char *bad[] = {near, "server.api_keys=[" DIGEST_A, "server.api_keys=\"" DIGEST_A};
+	ck_assert_int_ne(load_text(&c, "", bad, 3, errs, sizeof(errs)), 0);
+	ck_assert_ptr_null(strstr(errs, "K3yThat"));
+	ck_assert_ptr_nonnull(strstr(errs, "did you mean 'server.api_keys'"));
+	ck_assert_ptr_nonnull(strstr(errs, "must close with ']'"));
+	ck_assert_ptr_nonnull(strstr(errs, "item 1: a quote is not closed"));
+	config_deinit(&c);
+}
+END_TEST
+
 START_TEST(test_print_masks_secrets)
 {
 	struct sinkd_config c;
@@ -783,6 +874,8 @@ int main(void)
 	tcase_add_test(tc, test_serve_rules_and_budget);
 	tcase_add_test(tc, test_missing_files);
 	tcase_add_test(tc, test_restart_only_changes);
+	tcase_add_loop_test(tc, test_api_key_forms, 0, sizeof(key_forms) / sizeof(key_forms[0]));
+	tcase_add_test(tc, test_api_key_errors);
 	tcase_add_test(tc, test_print_masks_secrets);
 	tcase_add_test(tc, test_example_file_matches_table);
 	tcase_add_test(tc, test_example_file_loads);
