@@ -100,6 +100,10 @@ struct sinkd_config {
 		char *instance_id;       /* "" = host name and process id */
 	} sessions;
 	struct {
+		int64_t store_ttl_s;     /* an idle stored response is kept this long */
+		int64_t store_max_bytes; /* the park's bound without a session store */
+	} responses;
+	struct {
 		int64_t max_body_bytes;
 		int64_t max_tokens;
 		int64_t max_prompt_tokens; /* one request's prompt; 0 = max_context_length */

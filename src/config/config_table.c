@@ -265,6 +265,17 @@ const struct config_key config_keys[] = {
 	{"sessions.instance_id", CONFIG_STRING, OFF(sessions.instance_id), NO_AUX, 0, 0, 0, 0, NULL,
 	 NULL, "", 0, "this instance's name in leases; empty = host name and process id",
 	 .apply = 0 /* restart */},
+	{"responses.store_ttl_s", CONFIG_INT, OFF(responses.store_ttl_s), NO_AUX, 1, 604800, 0, 0,
+	 NULL, NULL, "600", 0,
+	 "seconds an idle stored response (store: true) can be continued with "
+	 "previous_response_id; it holds no KV reservation while idle (parked as bytes, or in "
+	 "the session store when one is set, where the store's expiry applies)",
+	 .apply = 0 /* restart */},
+	{"responses.store_max_bytes", CONFIG_SIZE, OFF(responses.store_max_bytes), NO_AUX, 0,
+	 1LL << 40, 0, 0, NULL, NULL, "256MiB", 0,
+	 "memory the parked stored responses may take without a session store; beyond, the "
+	 "oldest are dropped; 0 = unbounded",
+	 .apply = 0 /* restart */},
 	{"limits.max_body_bytes", CONFIG_SIZE, OFF(limits.max_body_bytes), NO_AUX, 1 * KB, 256 * MB, 0,
 	 0, NULL, NULL, "1MiB", 0, "largest request body; larger gets 413",
 	 .apply = SERVER},

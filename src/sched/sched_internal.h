@@ -42,6 +42,14 @@ struct sched_limits {
 	double alert_ratio;
 };
 
+#define SCHED_LEFT_MAX 4096
+
+/* A session that left for the store or the park, as it was then. */
+struct sched_left {
+	char id[SCHED_SESSION_ID_LEN];
+	struct sched_left_info info;
+};
+
 struct sched_session {
 	char id[SCHED_SESSION_ID_LEN]; /* "" for a one-shot request's session */
 	char owner[SCHED_OWNER_LEN];   /* who created it ("": nobody named) */
@@ -68,6 +76,7 @@ struct sched_session {
 	bool leased;                /* [mu] holds its lease in the store */
 	uint64_t generation;        /* [mu] of its state: above its stored record's */
 	bool has_record;            /* [mu] a record of it is in the store */
+	bool parkable; /* a stored response's: leaves for the store or the park once idle */
 	bool gen_marked;            /* [mu] its lease carries generation (it may diverge) */
 	bool offloading;            /* [mu] its snapshot is being written to the store */
 	bool offload_cancel;        /* [mu] a request came while it was */
@@ -221,6 +230,14 @@ struct scheduler {
 
 	/* Snapshots and the session store (sched_store.c). */
 	struct session_store *store; /* NULL: no sessions.store_dir */
+	/* Idle stored responses (parkable sessions) without a store: parked
+	 * here as bytes, holding no reservation (store_memory.c). */
+	struct session_store *park;
+	/* What sessions that left from here looked like ([mu], oldest first,
+	 * at most SCHED_LEFT_MAX): GET /v1/sessions/{id} shows it while they
+	 * are in the store, without bringing them back. */
+	struct sched_left *left;
+	size_t n_left;
 	char model_path[4096];
 	pthread_mutex_t id_mu;
 	bool have_identity; /* [id_mu] */
@@ -313,6 +330,9 @@ int sched_session_create_restored(struct scheduler *s, const struct session_sett
                                   char id_out[SCHED_SESSION_ID_LEN], char *err, size_t err_len);
 /* The live session of that id, or NULL; mu held. */
 struct sched_session *sched_session_find_locked(struct scheduler *s, const char *id);
+/* Where sessions leave for and come back from (sched_store.c): the session
+ * store, or without one the park of stored responses. */
+struct session_store *sched_leave_store(const struct scheduler *s);
 /* What scheduler_session_info() reports of ss. */
 void sched_session_info_locked(const struct sched_session *ss, double now,
                                struct sched_session_info *out);

@@ -107,9 +107,21 @@ static void sched_write_store_metrics(struct scheduler *s, FILE *out)
 	pthread_mutex_lock(&s->mu);
 	struct session_store *store = s->store;
 	pthread_mutex_unlock(&s->mu);
+	struct session_store_usage u;
+	if (!store && s->park) {
+		session_store_get_usage_cached(s->park, &u);
+		write_one(out, "sinkd_responses_parked", "gauge",
+		          "Idle stored responses parked in memory (no KV reservation; as the last "
+		          "sweep saw them)",
+		          (double)u.files);
+		write_one(out, "sinkd_responses_parked_bytes", "gauge",
+		          "Bytes of the parked stored responses", (double)u.bytes);
+		write_one(out, "sinkd_responses_parked_dropped_total", "counter",
+		          "Parked responses dropped for responses.store_max_bytes or store_ttl_s",
+		          (double)(u.evicted + u.expired));
+	}
 	if (!store)
 		return;
-	struct session_store_usage u;
 	session_store_get_usage_cached(store, &u);
 	write_one(out, "sinkd_session_store_records", "gauge",
 	          "Session records in the store (as the last sweep saw it)", (double)u.files);

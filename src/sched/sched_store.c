@@ -35,6 +35,15 @@ void scheduler_set_model_file(struct scheduler *s, const char *path)
 	snprintf(s->model_path, sizeof(s->model_path), "%s", path ? path : "");
 }
 
+/* Where sessions leave for and come back from: the session store, or
+ * without one the park of stored responses. */
+static void left_forget_locked(struct scheduler *s, const char *id);
+
+struct session_store *sched_leave_store(const struct scheduler *s)
+{
+	return s->store ? s->store : s->park;
+}
+
 void scheduler_set_store(struct scheduler *s, struct session_store *store)
 {
 	pthread_mutex_lock(&s->mu);
@@ -370,7 +379,8 @@ out:
 
 bool scheduler_session_stored(struct scheduler *s, const char *id)
 {
-	return s->store && id && session_key_valid(id) && session_store_exists(s->store, id);
+	struct session_store *st = sched_leave_store(s);
+	return st && id && session_key_valid(id) && session_store_exists(st, id);
 }
 
 /* The lease of a session to bring back: -EBUSY (held live elsewhere) or
@@ -379,8 +389,8 @@ static int fetch_lease(struct scheduler *s, const char *id, uint64_t *generation
                        size_t err_len)
 {
 	char holder[160] = "", why[SINKD_ERR_LEN];
-	int rc = session_store_lease_take(s->store, id, generation, holder, sizeof(holder), why,
-	                                  sizeof(why));
+	int rc = session_store_lease_take(sched_leave_store(s), id, generation, holder, sizeof(holder),
+	                                  why, sizeof(why));
 	if (rc == -EBUSY)
 		return err_set(err, err_len, -EBUSY,
 		               "session %s is held by instance %s; retry there or later",
@@ -395,7 +405,7 @@ static int fetch_lease(struct scheduler *s, const char *id, uint64_t *generation
 static int fetch_refused(struct scheduler *s, const char *id, int rc, const char *why, char *err,
                          size_t err_len)
 {
-	session_store_lease_release(s->store, id);
+	session_store_lease_release(sched_leave_store(s), id);
 	log_event(s->log, LOG_ERROR, "sched",
 	          rc == -ESTALE ? "stored session is stale (refused)" : "stored session unreadable",
 	          (struct log_field[]){LOG_STR("session", id), LOG_STR("error", why), LOG_END});
@@ -414,17 +424,18 @@ int scheduler_session_fetch(struct scheduler *s, const char *id, char *err, size
 	unsigned char *buf = NULL;
 	size_t len = 0;
 	uint64_t lease_gen = 0, rec_gen = 0;
-	if (!s->store || !id || !session_key_valid(id) || !s->be->ops->session_import)
+	struct session_store *st = sched_leave_store(s);
+	if (!st || !id || !session_key_valid(id) || !s->be->ops->session_import)
 		return err_set(err, err_len, -ENOENT, "no session %.40s",
 		               id ? session_key_id(id) : "");
 	/* the lease first, so that two instances never both bring it back */
 	int rc = fetch_lease(s, id, &lease_gen, err, err_len);
 	if (rc)
 		return rc;
-	rc = session_store_get(s->store, id, scheduler_snapshot_max_bytes(s), &buf, &len, &rec_gen,
+	rc = session_store_get(st, id, scheduler_snapshot_max_bytes(s), &buf, &len, &rec_gen,
 	                       why, sizeof(why));
 	if (rc == -ENOENT) {
-		session_store_lease_release(s->store, id);
+		session_store_lease_release(st, id);
 		pthread_mutex_lock(&s->mu);
 		bool here = sched_session_find_locked(s, id) != NULL;
 		pthread_mutex_unlock(&s->mu);
@@ -456,10 +467,13 @@ int scheduler_session_fetch(struct scheduler *s, const char *id, char *err, size
 	}
 	snapshot_release(&sn);
 	free(buf);
+	pthread_mutex_lock(&s->mu);
+	left_forget_locked(s, id);
+	pthread_mutex_unlock(&s->mu);
 	if (rc == -EEXIST) /* another request brought it back first */
 		return 0;
 	if (rc) {
-		session_store_lease_release(s->store, id);
+		session_store_lease_release(st, id);
 		return err_set(err, err_len, rc, "%s", why);
 	}
 	pthread_mutex_lock(&s->mu);
@@ -510,9 +524,66 @@ void sched_store_forget(struct scheduler *s, const char *id)
 	char err[SINKD_ERR_LEN];
 	if (s->store && id[0] && session_store_remove(s->store, id, err, sizeof(err)))
 		log_msg(s->log, LOG_WARN, "sched", "session store: %s", err);
+	if (s->park && id[0])
+		session_store_remove(s->park, id, err, sizeof(err));
+	pthread_mutex_lock(&s->mu);
+	left_forget_locked(s, id);
+	pthread_mutex_unlock(&s->mu);
 }
 
 /* ---- the writer ---------------------------------------------------------- */
+
+/* Forgets what a session looked like when it left ([mu]). */
+static void left_forget_locked(struct scheduler *s, const char *id)
+{
+	for (size_t i = 0; i < s->n_left; i++)
+		if (!strcmp(s->left[i].id, id)) {
+			memmove(&s->left[i], &s->left[i + 1], (s->n_left - i - 1) * sizeof(*s->left));
+			s->n_left--;
+			return;
+		}
+}
+
+/* Remembers what a session looked like when it left ([mu]); the oldest
+ * go first past SCHED_LEFT_MAX. */
+static void left_remember_locked(struct scheduler *s, const struct sched_session *ss,
+                                 size_t bytes)
+{
+	left_forget_locked(s, ss->id);
+	if (!s->left && !(s->left = malloc(SCHED_LEFT_MAX * sizeof(*s->left))))
+		return;
+	if (s->n_left == SCHED_LEFT_MAX)
+		left_forget_locked(s, s->left[0].id);
+	struct sched_left *l = &s->left[s->n_left++];
+	memcpy(l->id, ss->id, sizeof(l->id));
+	l->info = (struct sched_left_info){.n_seen = ss->stats.n_seen + (ss->has_pending ? 1 : 0),
+	                                   .n_resident = ss->stats.n_resident,
+	                                   .window_size = ss->geom.window_size,
+	                                   .sink_keep_count = ss->geom.sink_keep_count,
+	                                   .pinned_tokens = ss->pinned_tokens,
+	                                   .bytes = bytes,
+	                                   .parked = !s->store};
+}
+
+int scheduler_session_left_info(struct scheduler *s, const char *id, struct sched_left_info *out)
+{
+	int rc = -ENOENT;
+	pthread_mutex_lock(&s->mu);
+	for (size_t i = 0; i < s->n_left; i++)
+		if (!strcmp(s->left[i].id, id)) {
+			*out = s->left[i].info;
+			rc = 0;
+		}
+	pthread_mutex_unlock(&s->mu);
+	if (rc == 0 && !scheduler_session_stored(s, id)) {
+		/* evicted or expired there since */
+		pthread_mutex_lock(&s->mu);
+		left_forget_locked(s, id);
+		pthread_mutex_unlock(&s->mu);
+		rc = -ENOENT;
+	}
+	return rc;
+}
 
 static void offload_finish(struct scheduler *s, struct sched_offload *j, int rc, size_t bytes,
                            const char *why)
@@ -527,6 +598,7 @@ static void offload_finish(struct scheduler *s, struct sched_offload *j, int rc,
 		/* written: the session leaves this instance, its file stays */
 		ss->stored = true;
 		ss->has_record = true;
+		left_remember_locked(s, ss, bytes);
 		sched_session_kill_locked(s, ss);
 		s->st.offloads++;
 		s->st.snapshot_bytes += bytes;
@@ -549,7 +621,7 @@ static void offload_finish(struct scheduler *s, struct sched_offload *j, int rc,
 	pthread_cond_signal(&s->cv);
 	pthread_mutex_unlock(&s->mu);
 	if (release)
-		session_store_lease_release(s->store, id);
+		session_store_lease_release(sched_leave_store(s), id);
 	if (rc)
 		log_event(s->log, LOG_ERROR, "sched", "session offload failed (kept resident)",
 		          (struct log_field[]){LOG_STR("session", id), LOG_STR("error", why),
@@ -582,8 +654,8 @@ static void *writer_main(void *arg)
 		int rc = encode(s, &j->ss->geom, j->ss->pinned_tokens, j->ss->id, owner, &j->ex,
 		                &bytes, &len, err, sizeof(err));
 		if (!rc)
-			rc = session_store_put(s->store, j->ss->id, generation, bytes, len, err,
-			                       sizeof(err));
+			rc = session_store_put(sched_leave_store(s), j->ss->id, generation, bytes, len,
+			                       err, sizeof(err));
 		free(bytes);
 		sched_export_free(&j->ex);
 		offload_finish(s, j, rc, len, err);

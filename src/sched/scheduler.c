@@ -340,6 +340,38 @@ static void session_id_make(const char *owner, char key[SCHED_SESSION_ID_LEN])
 	session_key_make(owner, id, key);
 }
 
+/* Stored responses whose request has ended and that are on their way to
+ * the park or the store ([mu]). */
+static bool parking_pending_locked(const struct scheduler *s)
+{
+	for (size_t i = 0; i < s->n_sessions; i++) {
+		const struct sched_session *ss = s->sessions[i];
+		if (ss->parkable && ss->used && !ss->busy_handle && !ss->deleted &&
+		    (ss->offloading || !ss->offload_tried))
+			return true;
+	}
+	return false;
+}
+
+/* Admission never refuses a session because of stored responses: while
+ * the budget lacks room and some are leaving (a tick away), it waits for
+ * them (at most SCHED_PARK_WAIT_S; [mu], released while waiting). */
+#define SCHED_PARK_WAIT_S 5.0
+static void wait_for_parking_locked(struct scheduler *s, size_t bound)
+{
+	double until = sched_now() + SCHED_PARK_WAIT_S;
+	while (s->reserved + bound > s->lim.budget_bytes && parking_pending_locked(s) &&
+	       sched_now() < until) {
+		pthread_cond_signal(&s->cv); /* the engine's sweep sends them off */
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 20 * 1000 * 1000;
+		if (ts.tv_nsec >= 1000000000L)
+			ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+		pthread_cond_timedwait(&s->ctl_cv, &s->mu, &ts);
+	}
+}
+
 /* A named key may live in the store (offloaded here or by another
  * instance): it is taken then, and its lease keeps two instances from
  * creating it at once.  *generation: the newest the lease knew of. */
@@ -449,6 +481,7 @@ static int session_create(struct scheduler *s, const struct session_settings *op
 	rc = bound_fits_budget_locked(s, bound, err, err_len);
 	if (rc)
 		goto out;
+	wait_for_parking_locked(s, bound);
 	if (s->reserved + bound > s->lim.budget_bytes) {
 		s->st.rejected_queue_full++;
 		rc = err_set(err, err_len, -EAGAIN, "KV cache budget exhausted; retry later");
@@ -470,6 +503,7 @@ static int session_create(struct scheduler *s, const struct session_settings *op
 		while (s->n_sessions > 1 && sched_session_find_locked(s, ss->id) != ss);
 	if (opt && opt->owner)
 		snprintf(ss->owner, sizeof(ss->owner), "%s", opt->owner);
+	ss->parkable = opt && opt->park_when_idle;
 	if (rs)
 		session_fill_restored(ss, rs, &g, bound);
 	/* a state of its own from here: above anything its lease knew of */
@@ -561,6 +595,15 @@ void sched_session_kill_locked(struct scheduler *s, struct sched_session *ss)
 		ss->deleted = true; /* no memory for the list: leaks the session, keeps running */
 }
 
+void scheduler_session_park_when_idle(struct scheduler *s, const char *id)
+{
+	pthread_mutex_lock(&s->mu);
+	struct sched_session *ss = id ? sched_session_find_locked(s, id) : NULL;
+	if (ss)
+		ss->parkable = true;
+	pthread_mutex_unlock(&s->mu);
+}
+
 int scheduler_session_delete(struct scheduler *s, const char *id)
 {
 	pthread_mutex_lock(&s->mu);
@@ -574,8 +617,8 @@ int scheduler_session_delete(struct scheduler *s, const char *id)
 		return ss ? 0 : -ENOENT;
 	/* only in the store: deleted there unless another instance holds it */
 	char holder[160], err[SINKD_ERR_LEN];
-	int rc = session_store_lease_take(s->store, id, NULL, holder, sizeof(holder), err,
-	                                  sizeof(err));
+	int rc = session_store_lease_take(sched_leave_store(s), id, NULL, holder, sizeof(holder),
+	                                  err, sizeof(err));
 	if (rc)
 		return rc;
 	sched_store_forget(s, id);
@@ -740,8 +783,12 @@ static int submit_on_session_locked(struct scheduler *s, struct sched_req *r, ch
 	if (q->revise_last_tokens > revisable)
 		return err_set(
 		    err, err_len, -ERANGE,
-		    "cannot revise %zu tokens: only the last %zu are still in the window",
-		    q->revise_last_tokens, revisable);
+		    "cannot revise %zu tokens: this session can revise its last %zu (its %d "
+		    "cached tokens past the %d sink tokens, plus %d pending not yet fed): sink "
+		    "tokens and tokens evicted from the window (up to %d tokens) are kept as "
+		    "they are",
+		    q->revise_last_tokens, revisable, ss->stats.n_resident - ss->stats.n_sink,
+		    ss->stats.n_sink, ss->has_pending ? 1 : 0, ss->geom.window_size);
 	q->err_param = NULL;
 	if (q->n_prompt == 0 && q->max_tokens > 0 && revisable - q->revise_last_tokens == 0)
 		return err_set(err, err_len, -EINVAL, "the session has no token to continue from");
@@ -962,10 +1009,12 @@ static void sessions_sweep_locked(struct scheduler *s, struct housekeeping *hk, 
 		}
 		if (!ss->busy_handle)
 			deadline_min(hk, expires);
-		if (!ss->busy_handle && !ss->offload_tried && !ss->offloading && s->store &&
-		    s->be->ops->session_export &&
-		    (s->offload_all || s->lim.session_offload_s > 0)) {
-			double when = s->offload_all
+		/* a stored response leaves as soon as its request has ended */
+		bool park = ss->parkable && ss->used && !s->offload_all;
+		if (!ss->busy_handle && !ss->offload_tried && !ss->offloading &&
+		    (s->store || park) && s->be->ops->session_export &&
+		    (s->offload_all || s->lim.session_offload_s > 0 || park)) {
+			double when = s->offload_all || park
 			                  ? now
 			                  : ss->last_used + (double)s->lim.session_offload_s;
 			if (now >= when &&
@@ -1168,6 +1217,19 @@ int scheduler_new(const struct sinkd_config *cfg, struct backend *be, const stru
 		err_prefix(err, err_len, "cache geometry");
 		goto fail;
 	}
+	struct session_store_options po = {.memory = true,
+	                                   .max_bytes = (uint64_t)cfg->responses.store_max_bytes,
+	                                   .per_key_bytes = UINT64_MAX,
+	                                   .lease_timeout_s = 30,
+	                                   .ttl_s = (double)cfg->responses.store_ttl_s,
+	                                   .sweep_interval_s = 5,
+	                                   .instance = "park",
+	                                   .log = log};
+	rc = session_store_open(&po, &s->park, err, err_len);
+	if (rc) {
+		err_prefix(err, err_len, "stored responses");
+		goto fail;
+	}
 	rc = -pthread_create(&s->thread, NULL, engine_main, s);
 	if (rc) {
 		err_set(err, err_len, rc, "cannot start the engine thread");
@@ -1229,6 +1291,8 @@ void scheduler_free(struct scheduler *s)
 	free(s->ctl);
 	free(s->wq);
 	free(s->batch);
+	session_store_close(s->park);
+	free(s->left);
 	free(s->logits);
 	free(s->score_rows);
 	free(s->nll_queue);

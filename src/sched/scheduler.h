@@ -253,6 +253,11 @@ struct session_settings {
 	 * (limits.per_key.max_sessions; 0 = any number). */
 	const char *owner;
 	int64_t owner_max;
+	/* A stored response's session: once a request on it ends it leaves
+	 * (holding no KV reservation) for the session store, or without one for
+	 * the in-memory park (responses.store_ttl_s, responses.store_max_bytes),
+	 * and is brought back by its next request. */
+	bool park_when_idle;
 };
 
 /* Creates a session and reserves its cache bound at once (it stays reserved
@@ -312,6 +317,21 @@ struct sched_session_info {
 };
 /* -ENOENT when unknown (or expired/deleted). */
 int scheduler_session_info(struct scheduler *s, const char *id, struct sched_session_info *out);
+/* A session that left this instance for the store (or the park of stored
+ * responses), as it was when it left. */
+struct sched_left_info {
+	uint64_t n_seen;
+	int n_resident;
+	int window_size, sink_keep_count, pinned_tokens;
+	size_t bytes; /* its record */
+	bool parked;  /* in this process's park, not a shared store */
+};
+/* -ENOENT when it did not leave from here or is no longer stored. */
+int scheduler_session_left_info(struct scheduler *s, const char *id, struct sched_left_info *out);
+/* Makes a session a stored response's (session_settings.park_when_idle):
+ * one brought back from the store by previous_response_id leaves again
+ * once its request ends.  Unknown ids are ignored. */
+void scheduler_session_park_when_idle(struct scheduler *s, const char *id);
 /* Deletes a session: a request running on it is cancelled (DONE with
  * GEN_FINISH_CANCELLED), its reservation is released when the engine has
  * freed the cache (next tick).  -ENOENT when unknown. */

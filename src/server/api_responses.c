@@ -53,6 +53,8 @@ static int resp_session_continue(struct request *r, const char *prev, struct res
 	else if (rc)
 		*ret = api_session_unavailable(r, rc, ss->id, why);
 	ss->used = !rc;
+	if (!rc) /* brought back from the park or the store: it leaves again once idle */
+		scheduler_session_park_when_idle(r->srv->sched, ss->key);
 	return rc;
 }
 
@@ -65,8 +67,11 @@ static int resp_session_create(struct request *r, struct resp_session *ss, enum 
 	char owner[QUOTA_CLIENT_NAME_LEN];
 	quota_get_limits(s->quota, &ql);
 	quota_client_name(&r->client, owner);
-	struct session_settings set = {
-	    .window_size = 0, .sink_keep_count = -1, .owner = owner, .owner_max = ql.max_sessions};
+	struct session_settings set = {.window_size = 0,
+	                               .sink_keep_count = -1,
+	                               .owner = owner,
+	                               .owner_max = ql.max_sessions,
+	                               .park_when_idle = true};
 	struct respond_fault f = {0};
 	char why[SINKD_ERR_LEN];
 	f.rc = scheduler_session_create(s->sched, &set, ss->key, &f.param, why, sizeof(why));

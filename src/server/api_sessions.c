@@ -243,6 +243,17 @@ enum MHD_Result api_session(struct request *r)
 		cJSON_AddStringToObject(o, "object", "session");
 		cJSON_AddStringToObject(o, "location", "store");
 		cJSON_AddBoolToObject(o, "offloaded", true);
+		/* as it left, when it left from here (its next request brings it back) */
+		struct sched_left_info li;
+		if (!scheduler_session_left_info(s->sched, key, &li)) {
+			cJSON_AddBoolToObject(o, "parked", li.parked);
+			cJSON_AddNumberToObject(o, "tokens_seen", (double)li.n_seen);
+			cJSON_AddNumberToObject(o, "tokens_resident", li.n_resident);
+			cJSON_AddNumberToObject(o, "bytes_stored", (double)li.bytes);
+			cJSON_AddNumberToObject(o, "window_size", li.window_size);
+			cJSON_AddNumberToObject(o, "sink_keep_count", li.sink_keep_count);
+			cJSON_AddNumberToObject(o, "pinned_tokens", li.pinned_tokens);
+		}
 		return respond_json(r, 200, o);
 	}
 	return session_not_found(r);

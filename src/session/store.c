@@ -716,9 +716,9 @@ static void *store_thread(void *arg)
 static int check_options(const struct session_store_options *o, char *err, size_t err_len)
 {
 	bool dir = o->dir && o->dir[0], url = o->url && o->url[0];
-	if (dir == url)
+	if ((int)dir + (int)url + (int)o->memory != 1)
 		return err_set(err, err_len, -EINVAL,
-		               "session store: give either a directory or a redis:// URL");
+		               "session store: give either a directory, a redis:// URL or memory");
 	if (!(o->lease_timeout_s > 0))
 		return err_set(err, err_len, -EINVAL, "session store: lease_timeout_s must be > 0");
 	if (!(o->ttl_s >= 0) || !(o->sweep_interval_s >= 0))
@@ -774,7 +774,9 @@ static int open_backend(struct session_store *st, const struct session_store_opt
 	                                   .instance = o->instance,
 	                                   .lease_timeout_s = o->lease_timeout_s,
 	                                   .ttl_s = o->ttl_s};
-	st->ops = o->dir && o->dir[0] ? &store_folder_ops : &store_redis_ops;
+	st->ops = o->memory                ? &store_memory_ops
+	          : o->dir && o->dir[0] ? &store_folder_ops
+	                                : &store_redis_ops;
 	int rc = st->ops->open(&bo, &st->be, err, err_len);
 	if (rc)
 		return rc;

@@ -39,6 +39,7 @@ struct session_store;
 struct session_store_options {
 	const char *dir;         /* the folder backend: created (0700) when missing */
 	const char *url;         /* or Redis: redis://host[:port][/db], rediss://... */
+	bool memory;             /* or this process's memory (store_memory.c: parked responses) */
 	const char *auth_file;   /* Redis AUTH: a file with "password" or "user password" */
 	const char *tls_ca_file; /* rediss: CA bundle (NULL: the system's) */
 	uint64_t max_bytes;      /* sessions.store_max_bytes: all records; 0 = none */

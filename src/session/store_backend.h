@@ -123,3 +123,4 @@ struct store_backend_ops {
 
 extern const struct store_backend_ops store_folder_ops;
 extern const struct store_backend_ops store_redis_ops;
+extern const struct store_backend_ops store_memory_ops;
