@@ -2,12 +2,17 @@
 # The web console (GET /): its headers and auth with curl (401 with a Basic
 # challenge without a key, the key as Bearer or as a Basic password), then
 # the page in headless Chromium (js/console.test.mjs, puppeteer-core):
-# a session and a streamed reply made through the UI, the heatmap redrawn,
-# the keyboard path, and no console error, page error or failed request.
+# a session and a streamed reply made through the UI, the heatmap redrawn
+# with its legend and a log scale that keeps small masses visible, the
+# keyboard path, "revise last N" back to 0 after a send, the system
+# message marked as not sent with a session, and at a 1,366x768 viewport
+# the output box in view without scrolling and no sideways scroll (a long
+# streams row included); no console error, page error or failed request.
 # Chromium is Debian's /usr/bin/chromium (installed here when missing and
 # running as root); skips (77) without node, npm or a Chromium.
-# The screenshot goes to $OUT_DIR (else the temp folder) and, when set, to
-# $CONSOLE_SCREENSHOT.
+# The screenshot (1,366 px wide, the whole page) goes to $OUT_DIR (else the
+# temp folder) and, when set, to $CONSOLE_SCREENSHOT: the README's is made
+# with CONSOLE_SCREENSHOT=$PWD/tests/bench/results/console.png.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 for tool in node npm; do

@@ -16,6 +16,14 @@ const TIER_RGB = {
   hot: [0x00, 0x9e, 0x73],
 };
 const UNKNOWN_RGB = [0x99, 0x99, 0x99];
+// Brightness (a factor on the tier's colour) of the smallest non-zero mass
+// in view: dim but plainly visible, the hue still told apart; the ramp in
+// console.css starts here.  Zero mass is nearly black.
+const SHADE_FLOOR = 0.38;
+const SHADE_ZERO = 0.08;
+// Masses below this show at the floor, so that one stray 1e-30 does not
+// squash the rest of the scale.
+const MASS_FLOOR_MIN = 1e-6;
 
 const state = {
   busy: false,       // a request of the playground is running
@@ -24,7 +32,7 @@ const state = {
   cacheInFlight: false,
   liveInFlight: false,
   pollTimer: null,
-  selectedAt: 0,     // performance.now() of the last selection   // the heatmap's fast poll while a reply streams
+  selectedAt: 0,     // performance.now() of the last selection
 };
 
 // ---- API ------------------------------------------------------------------
@@ -75,7 +83,9 @@ function fmtBytes(n) {
 const fmtNum = (v, digits = 0) =>
   typeof v === 'number' && isFinite(v) ? v.toFixed(digits) : v === null || v === undefined ? '–' : String(v);
 
-const shortId = (id) => (id && id.length > 10 ? `${id.slice(0, 8)}…` : id || '–');
+// Long ids keep their start and end (request ids share a "console-"
+// prefix); the cell's title holds the whole id.
+const shortId = (id) => (id && id.length > 14 ? `${id.slice(0, 8)}…${id.slice(-4)}` : id || '–');
 
 function randomId() {
   const b = new Uint8Array(8);
@@ -207,6 +217,8 @@ async function send() {
       signal: state.abort.signal,
     });
     if (!res.ok) throw await apiFailure(res);
+    // The server took the revision: the next send appends without one.
+    $('revise').value = '0';
     // The heatmap follows a session only: a one-off stream's cache is gone
     // (404) once it ends, which on a small model is before a poll reaches it.
     if (session) startCachePolling(session);
@@ -284,11 +296,31 @@ async function newSession() {
 function onSessionChange() {
   const id = $('session').value;
   $('revise').disabled = !id;
+  onModeChange();
   selectCache(id || null);
 }
 
+// An append (the session path) is plain text: the server applies no chat
+// template and takes no messages, so the system message is not sent; the
+// field stays in view, disabled, with a note that says so.
 function onModeChange() {
-  $('system-wrap').hidden = mode() !== 'chat' || !!$('session').value;
+  const session = !!$('session').value;
+  $('system-wrap').hidden = !session && mode() !== 'chat';
+  $('system').disabled = session;
+  setText('system-note', session
+    ? 'Not sent with a session: an append is plain text, with no chat template and no system message.'
+    : 'Sent first in each chat request without a session.');
+}
+
+function onSamplingChange() {
+  const parts = [];
+  for (const [id, name] of [['temperature', 'temperature'], ['top_p', 'top_p']]) {
+    const v = $(id).value.trim();
+    parts.push(`${name} ${v === '' ? 'default' : v}`);
+  }
+  const stops = $('stop').value.split('|').filter((x) => x.length);
+  if (stops.length) parts.push(`${stops.length} stop string${stops.length > 1 ? 's' : ''}`);
+  setText('sampling-summary', parts.join(', '));
 }
 
 // ---- live view ------------------------------------------------------------
@@ -343,7 +375,6 @@ function cacheButton(tr, id) {
   b.addEventListener('click', () => {
     $('session').value = id;
     onSessionChange();
-    onModeChange();
   });
   td.append(b);
   tr.append(td);
@@ -379,14 +410,13 @@ function showSessions(list, asked) {
   if (id && !state.busy && asked > state.selectedAt && !list.some((s) => s.id === id)) {
     $('session').value = '';
     onSessionChange();
-    onModeChange();
     setText('status', `Session ${id} is gone (expired or deleted).`);
   }
   setText('n-sessions', String(list.length));
   const target = state.cacheTarget;
   fillTable('sessions-table', list, 11, (tr, s) => {
     if (target === s.id) tr.className = 'selected';
-    cell(tr, shortId(s.id)).title = s.id;
+    cell(tr, shortId(s.id), 'id').title = s.id;
     cell(tr, fmtNum(s.tokens_seen));
     cell(tr, fmtNum(s.tokens_resident));
     tierCells(tr, s);
@@ -400,8 +430,9 @@ function showSessions(list, asked) {
 function showStreams(list) {
   setText('n-streams', String(list.length));
   fillTable('streams-table', list, 13, (tr, s) => {
-    cell(tr, shortId(s.id)).title = s.id;
-    cell(tr, s.session_id ? shortId(s.session_id) : '–');
+    cell(tr, shortId(s.id), 'id').title = s.id;
+    if (s.session_id) cell(tr, shortId(s.session_id), 'id').title = s.session_id;
+    else cell(tr, '–');
     cell(tr, s.state || '–');
     cell(tr, fmtNum(s.prompt_tokens));
     cell(tr, fmtNum(s.generated_tokens));
@@ -450,6 +481,7 @@ function selectCache(id) {
     canvas.getContext('2d').clearRect(0, 0, canvas.width, canvas.height);
     delete canvas.dataset.step;
     canvas.setAttribute('aria-label', 'KV cache heatmap: no session selected');
+    setText('mass-lo', 'min');
     setText('heatmap-title', 'Cache of the selected session: no session selected.');
     return;
   }
@@ -498,20 +530,24 @@ function drawHeatmap(c, target) {
   const layers = Array.isArray(c.layers) ? c.layers : [];
   const names = Array.isArray(c.tier_names) ? c.tier_names : ['sink', 'anchor', 'compressed', 'hot'];
   const nSlots = Math.max(1, ...layers.map((l) => l.n_slots || (l.tier ? l.tier.length : 0)));
-  const left = 58, right = 10, top = 10, bottom = 40;
-  const rowH = Math.max(3, Math.min(28, Math.floor(220 / Math.max(1, layers.length))));
-  canvas.height = top + bottom + rowH * Math.max(1, layers.length);
+  const left = 44, right = 10, top = 8, bottom = 36;
+  const rowH = Math.max(3, Math.min(28, Math.floor(200 / Math.max(1, layers.length))));
+  // Drawn at the size it is shown (CSS pixels times the device's), so that
+  // the labels are not scaled down to a blur.
+  const dpr = window.devicePixelRatio || 1;
+  const cssW = Math.max(320, canvas.clientWidth || 960);
+  const cssH = top + bottom + rowH * Math.max(1, layers.length);
+  canvas.width = Math.round(cssW * dpr);
+  canvas.height = Math.round(cssH * dpr);
   const ctx = canvas.getContext('2d');
-  const W = canvas.width - left - right;
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  const W = cssW - left - right;
   const cellW = W / nSlots;
   ctx.fillStyle = '#000';
-  ctx.fillRect(0, 0, canvas.width, canvas.height);
+  ctx.fillRect(0, 0, cssW, cssH);
 
-  // Brightness relative to the largest mass in view, square root so that
-  // the long tail of small masses stays visible.
-  let maxMass = 0;
   const traced = c.tracing === true;
-  if (traced) for (const l of layers) for (const m of l.mass_max || []) if (m > maxMass) maxMass = m;
+  const scale = massScale(traced ? layers : []);
   const counts = {};
   layers.forEach((l, row) => {
     const y = top + row * rowH;
@@ -519,8 +555,7 @@ function drawHeatmap(c, target) {
       const name = names[l.tier ? l.tier[slot] : -1] || 'unknown';
       counts[name] = (counts[name] || 0) + 1;
       const rgb = TIER_RGB[name] || UNKNOWN_RGB;
-      const m = traced && l.mass_max ? l.mass_max[slot] : null;
-      const v = m === null || m === undefined || maxMass <= 0 ? 1 : 0.12 + 0.88 * Math.sqrt(Math.max(0, m) / maxMass);
+      const v = scale.shade(traced && l.mass_max ? l.mass_max[slot] : null);
       ctx.fillStyle = `rgb(${Math.round(rgb[0] * v)},${Math.round(rgb[1] * v)},${Math.round(rgb[2] * v)})`;
       ctx.fillRect(left + k * cellW, y, Math.max(1, Math.ceil(cellW)), Math.max(1, rowH - 1));
     });
@@ -528,13 +563,41 @@ function drawHeatmap(c, target) {
   drawAxes(ctx, canvas, layers, { left, top, bottom, rowH, W });
 
   canvas.dataset.step = String(c.step);
+  setText('mass-lo', scale.lo ? fmtMass(scale.lo) : 'min');
   const tiers = Object.entries(counts).map(([k, v]) => `${k} ${v}`).join(', ');
   const summary =
     `Cache of session ${target} at step ${c.step}, stream position ${c.stream_position}: ` +
     `${layers.length} layers, up to ${nSlots} slots; slots per tier over all layers: ${tiers || 'none'}; ` +
-    (traced ? 'brightness shows attention mass.' : 'attention tracing starts with the next step.');
+    (!traced ? 'attention tracing starts with the next step (full brightness until then).'
+      : scale.lo ? `brightness shows attention mass, log scale from ${fmtMass(scale.lo)} to 1.`
+        : 'no attention mass yet.');
   canvas.setAttribute('aria-label', summary);
   setText('heatmap-title', summary);
+}
+
+// Brightness of a mass: log scale from the smallest non-zero mass in view
+// (SHADE_FLOOR) to 1 (full), zero SHADE_ZERO, unknown (not traced) full.
+// Attention piles onto the sinks, so a linear or square-root scale leaves
+// every other slot nearly black.  lo: the scale's low end (null: no mass
+// in view).
+function massScale(layers) {
+  let lo = Infinity;
+  for (const l of layers) for (const m of l.mass_max || []) if (m > 0 && m < lo) lo = m;
+  lo = isFinite(lo) ? Math.min(Math.max(lo, MASS_FLOOR_MIN), 1) : null;
+  const span = lo ? -Math.log(lo) : 0; // 0 when every mass is 1
+  const shade = (m) => {
+    if (m === null || m === undefined || !isFinite(m)) return 1;
+    if (m <= 0) return SHADE_ZERO;
+    if (span <= 0) return 1;
+    const t = 1 - Math.log(Math.min(m, 1)) / -span;
+    return SHADE_FLOOR + (1 - SHADE_FLOOR) * Math.min(1, Math.max(0, t));
+  };
+  return { lo, shade };
+}
+
+function fmtMass(m) {
+  return m >= 0.01 ? m.toFixed(2) : m.toExponential(1).replace('e-', '·10⁻').replace(/\d+$/, (d) =>
+    [...d].map((x) => '⁰¹²³⁴⁵⁶⁷⁸⁹'[x]).join(''));
 }
 
 function drawAxes(ctx, canvas, layers, g) {
@@ -582,11 +645,10 @@ function init() {
   $('abort').addEventListener('click', () => state.abort && state.abort.abort());
   $('new-session').addEventListener('click', newSession);
   $('refresh-sessions').addEventListener('click', refreshLive);
-  $('session').addEventListener('change', () => {
-    onSessionChange();
-    onModeChange();
-  });
+  $('session').addEventListener('change', onSessionChange);
   for (const r of document.querySelectorAll('input[name="mode"]')) r.addEventListener('change', onModeChange);
+  for (const id of ['temperature', 'top_p', 'stop']) $(id).addEventListener('input', onSamplingChange);
+  onSamplingChange();
   onModeChange();
   api('/v1/models')
     .then((m) => setText('model-name', (m.data && m.data[0] && m.data[0].id) || '?'))
