@@ -13,7 +13,8 @@
  * answer twice: a malformed Content-Length, a NUL, an obs-folded line.
  * What it still refuses before any callback (an HTTP version other than
  * 1.x, a head bigger than the connection's memory) it answers itself, in
- * HTML. */
+ * HTML.  Plain HTTP sent to the TLS port gets a plain-HTTP 400 naming https
+ * (see gnutls_handshake below) instead of a silent close. */
 #include <ctype.h>
 #include <dlfcn.h>
 #include <errno.h>
@@ -114,10 +115,13 @@ static const struct route *route_stream(const char *url, char id_out[REQUEST_ID_
 }
 
 /* /v1/sessions/{id} (GET, PUT: create with this id, DELETE),
- * /v1/sessions/{id}/append (POST) and /v1/sessions/{id}/snapshot (GET); the
- * id (1..32 hex digits) goes to id_out. */
+ * /v1/sessions/{id}/append (POST), /v1/sessions/{id}/snapshot (GET) and
+ * /v1/sessions/{id}/cache (GET); the id (1..32 hex digits) goes to id_out.
+ * A path of that shape whose id breaks the rule still gets its route, with
+ * *bad_id set, so that it is answered with the rule (a 400) after the key
+ * and the method are checked, not with "no such endpoint". */
 static const struct route *route_session(const char *url, const char *method,
-                                         char id_out[SCHED_SESSION_ID_LEN])
+                                         char id_out[SCHED_SESSION_ID_LEN], bool *bad_id)
 {
 	static const struct route session_get = {"", EP_SESSION, "GET", false};
 	static const struct route session_delete = {"", EP_SESSION, "DELETE", false};
@@ -126,27 +130,33 @@ static const struct route *route_session(const char *url, const char *method,
 	static const struct route session_snapshot = {"", EP_SESSION_SNAPSHOT, "GET", false};
 	static const struct route session_cache = {"", EP_SESSION_CACHE, "GET", false};
 	const char *prefix = "/v1/sessions/";
+	*bad_id = false;
 	if (strncmp(url, prefix, strlen(prefix)))
 		return NULL;
 	const char *id = url + strlen(prefix);
-	size_t n = 0;
-	while (n <= SESSION_ID_MAX && isxdigit((unsigned char)id[n]))
-		n++;
-	if (n == 0 || n > SESSION_ID_MAX)
+	size_t n = strcspn(id, "/"), n_hex = 0;
+	while (n_hex < n && isxdigit((unsigned char)id[n_hex]))
+		n_hex++;
+	const char *rest = id + n;
+	const struct route *rt = NULL;
+	if (!strcmp(rest, "/append"))
+		rt = &session_append;
+	else if (!strcmp(rest, "/snapshot"))
+		rt = &session_snapshot;
+	else if (!strcmp(rest, "/cache"))
+		rt = &session_cache;
+	else if (*rest)
 		return NULL;
+	else if (!strcmp(method, "PUT"))
+		rt = &session_put;
+	else
+		rt = !strcmp(method, "DELETE") ? &session_delete : &session_get;
+	*bad_id = n == 0 || n_hex != n || n > SESSION_ID_MAX;
+	if (*bad_id)
+		n = 0;
 	memcpy(id_out, id, n);
 	id_out[n] = '\0';
-	if (!strcmp(id + n, "/append"))
-		return &session_append;
-	if (!strcmp(id + n, "/snapshot"))
-		return &session_snapshot;
-	if (!strcmp(id + n, "/cache"))
-		return &session_cache;
-	if (id[n])
-		return NULL;
-	if (!strcmp(method, "PUT"))
-		return &session_put;
-	return !strcmp(method, "DELETE") ? &session_delete : &session_get;
+	return rt;
 }
 
 void server_set_token_queue_failure(struct server *s, uint64_t nth)
@@ -223,6 +233,7 @@ struct http_conn {
 	struct http_conn *prev, *next; /* srv->conns [srv->conn_mu] */
 	struct head_scan_state scan;   /* the request head as it arrives [its thread] */
 	unsigned magic;                /* HTTP_CONN_MAGIC: gnutls_record_recv's check */
+	bool first_byte_seen;          /* gnutls_handshake looked for plain HTTP [its thread] */
 };
 
 #define HTTP_CONN_MAGIC 0x68747470u
@@ -537,6 +548,69 @@ ssize_t gnutls_record_recv(gnutls_session_t session, void *data, size_t data_siz
 	return n;
 }
 
+/* ---- plain HTTP on the TLS port ---------------------------------------------- */
+
+/* A client that speaks plain HTTP to the TLS port would get its connection
+ * closed and nothing else (GnuTLS fails the handshake on its first byte).
+ * libmicrohttpd 0.9.75 gives no hook before its handshake, so, as for
+ * gnutls_record_recv above, this file defines gnutls_handshake: before a
+ * session of this listener starts its handshake it peeks at the first byte
+ * on the socket.  A TLS record starts with its type (0x14..0x18, 0x80 for an
+ * SSLv2 hello), a request line with a method in capitals: for that one a
+ * short plain-HTTP 400 naming https is written on the raw socket (as nginx
+ * does), what the client sent so far is read and dropped (a close with
+ * unread bytes would reset the connection and lose the answer), and the
+ * handshake fails, so libmicrohttpd closes the connection. */
+
+#define PLAIN_HTTP_BODY                                                                        \
+	"400 The plain HTTP request was sent to HTTPS port: use https:// for this server.\n"
+_Static_assert(sizeof(PLAIN_HTTP_BODY) - 1 == 81, "the Content-Length below");
+static const char plain_http_answer[] = "HTTP/1.1 400 Bad Request\r\n"
+                                        "Content-Type: text/plain; charset=utf-8\r\n"
+                                        "Content-Length: 81\r\n"
+                                        "Connection: close\r\n"
+                                        "\r\n" PLAIN_HTTP_BODY;
+
+/* True when the connection spoke plain HTTP and was answered. */
+static bool conn_refuse_plain_http(struct http_conn *hc)
+{
+	unsigned char first;
+	ssize_t n = recv(hc->fd, &first, 1, MSG_PEEK | MSG_DONTWAIT);
+	if (n <= 0)
+		return false; /* nothing yet (looked at again next time), or gone */
+	hc->first_byte_seen = true;
+	if (first < 'A' || first > 'Z')
+		return false;
+	char drop[4096];
+	for (int i = 0; i < 16 && recv(hc->fd, drop, sizeof(drop), MSG_DONTWAIT) > 0; i++)
+		;
+	ssize_t sent = send(hc->fd, plain_http_answer, sizeof(plain_http_answer) - 1,
+	                    MSG_DONTWAIT | MSG_NOSIGNAL);
+	(void)sent; /* a client that cannot take 250 bytes gets the close alone */
+	shutdown(hc->fd, SHUT_WR);
+	return true;
+}
+
+typedef int (*handshake_fn)(gnutls_session_t);
+
+/* See the section's comment; the pointer is cached as gnutls_record_recv's. */
+int gnutls_handshake(gnutls_session_t session)
+{
+	static _Atomic(handshake_fn) real;
+	handshake_fn fn = atomic_load(&real);
+	if (!fn) {
+		fn = (handshake_fn)dlsym(RTLD_NEXT, "gnutls_handshake");
+		if (!fn)
+			return GNUTLS_E_INTERNAL_ERROR;
+		atomic_store(&real, fn);
+	}
+	struct http_conn *hc = gnutls_db_get_ptr(session);
+	if (hc && hc->magic == HTTP_CONN_MAGIC && !hc->first_byte_seen && hc->fd >= 0 &&
+	    conn_refuse_plain_http(hc))
+		return GNUTLS_E_UNEXPECTED_PACKET;
+	return fn(session);
+}
+
 /* ---- request framing: checked before routing ---------------------------------- */
 
 /* What one pass over the request's headers found. */
@@ -765,9 +839,10 @@ static enum MHD_Result request_begin(struct server *s, struct MHD_Connection *c,
 	enum MHD_Result ret;
 	if (request_refuse_malformed(r, version, &ret))
 		return ret;
+	bool bad_session_id = false;
 	const struct route *rt = route_find(url, method);
 	if (!rt)
-		rt = route_session(url, method, r->session_id);
+		rt = route_session(url, method, r->session_id, &bad_session_id);
 	if (!rt)
 		rt = route_stream(url, r->stream_id);
 	r->ep = rt ? rt->ep : EP_OTHER;
@@ -805,6 +880,10 @@ static enum MHD_Result request_begin(struct server *s, struct MHD_Connection *c,
 	bool head_ok = !strcmp(method, "HEAD") && !strcmp(rt->method, "GET");
 	if (strcmp(method, rt->method) && !head_ok)
 		return http_respond_405(r, rt);
+	if (bad_session_id)
+		return respond_error(r, 400, "session_id", "invalid_value", 0,
+		                     "not a session id: session ids are 1 to %d hex digits",
+		                     SESSION_ID_MAX);
 	return request_check_length(r);
 }
 

@@ -20,7 +20,8 @@
 #  - clients that vanish mid-stream, mid-body, mid-handshake and while a
 #    whole (non-streamed) answer is computed: logged as 499, never 503, and
 #    the KV reservations go back to 0;
-#  - plain HTTP and TLS 1.0/1.1 on the TLS port are refused;
+#  - plain HTTP on the TLS port gets a plain-HTTP 400 naming https (as nginx
+#    answers), TLS 1.0/1.1 are refused;
 #  - a failing session store: the client's error names no path of the host
 #    (the log has the store's message);
 #  - the keep-alive idle timeout, and a reload that shortens a deadline;
@@ -339,6 +340,12 @@ async def cmd_items(max_uri, max_header_bytes, max_headers, max_body):
          False),
         ("wrong method with the key: 405", req("DELETE", "/v1/completions", []), 405,
          "method_not_allowed", False),
+        ("a bad session id without a key: 401, not 400",
+         req("PUT", "/v1/sessions/not-hex", [], auth=False), 401, "invalid_api_key", False),
+        ("PUT /v1/sessions/not-hex with the key: 400 naming the id's rule",
+         req("PUT", "/v1/sessions/not-hex", []), 400, "invalid_value", False),
+        ("GET a 33-digit session id's snapshot: 400",
+         req("GET", "/v1/sessions/" + "a" * 33 + "/snapshot", []), 400, "invalid_value", False),
         ("POST /health without a key: 405 (open route)",
          req("POST", "/health", cl(b"{}"), b"{}", auth=False), 405, "method_not_allowed", False),
         ("the same Content-Length twice", req("POST", "/tokenize", cl(tok) + cl(tok), tok), 400,
@@ -515,8 +522,24 @@ async def cmd_tls_port():
     except (OSError, asyncio.TimeoutError):
         pass
     s.close()
-    check("plain HTTP on the TLS port: closed within 1 s, no HTTP answer",
-          time.monotonic() - t0 < 1.0 and not raw.startswith(b"HTTP/"), raw)
+    check("plain HTTP on the TLS port: a plain 400 naming https, closed within 1 s",
+          time.monotonic() - t0 < 1.0 and raw.startswith(b"HTTP/1.1 400 ")
+          and b"https" in raw.split(b"\r\n\r\n", 1)[-1] and raw.count(b"HTTP/1.1") == 1, raw)
+    s = await tcp()  # a POST with a body: its answer is not lost to a reset
+    await loop.sock_sendall(s, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                               b"Content-Length: 13\r\n\r\n{\"prompt\":\"x\"}")
+    raw = b""
+    try:
+        while True:
+            b = await asyncio.wait_for(loop.sock_recv(s, 4096), 5)
+            if not b:
+                break
+            raw += b
+    except (OSError, asyncio.TimeoutError):
+        pass
+    s.close()
+    check("plain HTTP POST on the TLS port: the same 400", raw.startswith(b"HTTP/1.1 400 ")
+          and b"plain HTTP request was sent to HTTPS port" in raw, raw)
     V = ssl.TLSVersion
     for name, lo, hi, want in (("TLS 1.0", V.TLSv1, V.TLSv1, False),
                                ("TLS 1.1", V.TLSv1_1, V.TLSv1_1, False),

@@ -102,7 +102,8 @@ check "gateway gauge: running" grep -q '^sinkd:num_requests_running 0' "$tmp/m.t
 check "PUT a session with a chosen id" [ "$(http PUT /v1/sessions/01d5e55 "${auth[@]}")" = 200 ]
 jcheck "old session: window 256, the id asked for" "$tmp/body" 'j["id"] == "01d5e55" and j["window_size"] == 256'
 check "PUT the same id again: 409" [ "$(http PUT /v1/sessions/01d5e55 "${auth[@]}")" = 409 ]
-check "PUT a bad id: 404 (no such route)" [ "$(http PUT /v1/sessions/not-hex "${auth[@]}")" = 404 ]
+check "PUT a bad id: 400 naming the rule" [ "$(http PUT /v1/sessions/not-hex "${auth[@]}")" = 400 ]
+jcheck "400 says what a session id is" "$tmp/body" 'j["error"]["param"] == "session_id" and "1 to 32 hex digits" in j["error"]["message"]'
 http POST /v1/sessions/01d5e55/append "${auth[@]}" -d '{"text":"Once upon a time"}' >/dev/null
 t_before=$(metric sinkd_config_last_reload_success_timestamp_seconds)
 write_cfg "$tmp/r.yaml" "$port" 128
