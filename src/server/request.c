@@ -1237,7 +1237,7 @@ static int append_generate(const cJSON *g, int64_t limit, struct append_args *a,
                            struct api_error *e)
 {
 	a->generate = true;
-	a->gen.stream = true; /* the reply streams unless asked otherwise */
+	a->gen.stream = false; /* whole JSON unless "stream": true, as for /v1/completions */
 	int rc = parse_common(g, limit, &a->gen, e);
 	if (rc && e->param[0]) {
 		char p[sizeof(e->param)];

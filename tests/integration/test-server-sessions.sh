@@ -34,7 +34,7 @@ jcheck "inspect: tokens and tiers" "$tmp/body" 'j["tokens_seen"] == 5 and j["tie
 
 http POST /v1/completions "${auth[@]}" -d '{"prompt":"Once upon a time there","max_tokens":8,"temperature":0}' >/dev/null
 cp "$tmp/body" "$tmp/oneshot.json"
-http POST "/v1/sessions/$sid/append" "${auth[@]}" -N -d '{"text":" there","generate":{"max_tokens":8,"temperature":0}}' >/dev/null
+http POST "/v1/sessions/$sid/append" "${auth[@]}" -N -d '{"text":" there","generate":{"max_tokens":8,"temperature":0,"stream":true}}' >/dev/null
 check "append + generate streams SSE" [ "$(header Content-Type)" = text/event-stream ]
 scheck "append + generate: text_completion chunks, [DONE]" "$tmp/body" 'ev[-1] == "[DONE]" and ev[-2]["choices"][0]["finish_reason"] == "length" and all(e["object"] == "text_completion" for e in ev[:-1])'
 scheck "session reply == one-shot completion of the same text (greedy)" "$tmp/body" "''.join(e['choices'][0]['text'] for e in ev[:-1]) == json.load(open(tmp + '/oneshot.keep'))['choices'][0]['text']"
@@ -43,12 +43,13 @@ http GET "/v1/sessions/$sid" "${auth[@]}" >/dev/null
 jcheck "generated tokens stay in the session" "$tmp/body" 'j["tokens_seen"] >= 5 + 1 + 8'
 cp "$tmp/body" "$tmp/before_revise.json"
 
-check "revise + generate (JSON) 200" [ "$(http POST "/v1/sessions/$sid/append" "${auth[@]}" -d '{"revise_last_tokens":2,"generate":{"max_tokens":2,"temperature":0,"stream":false}}')" = 200 ]
+check "revise + generate without \"stream\": 200" [ "$(http POST "/v1/sessions/$sid/append" "${auth[@]}" -d '{"revise_last_tokens":2,"generate":{"max_tokens":2,"temperature":0}}')" = 200 ]
+check "generate without \"stream\" answers whole JSON, as /v1/completions does" [ "$(header Content-Type)" = application/json ]
 jcheck "revise: a completion object" "$tmp/body" 'j["object"] == "text_completion" and j["usage"]["completion_tokens"] == 2'
 http GET "/v1/sessions/$sid" "${auth[@]}" >/dev/null
 jcheck "revise: the stream lost 2 and gained 2" "$tmp/body" 'j["tokens_seen"] == json.load(open(tmp + "/before_revise.json"))["tokens_seen"]'
 check "revise beyond the window → 409" [ "$(http POST "/v1/sessions/$sid/append" "${auth[@]}" -d '{"revise_last_tokens":100000,"text":"x"}')" = 409 ]
-jcheck "409 names revise_last_tokens" "$tmp/body" 'j["error"]["param"] == "revise_last_tokens"'
+jcheck "409 names revise_last_tokens and how many can be revised" "$tmp/body" 'j["error"]["param"] == "revise_last_tokens" and "this session can revise its last" in j["error"]["message"] and "still in the window" not in j["error"]["message"]'
 check "append: generate wrong type → 400" [ "$(http POST "/v1/sessions/$sid/append" "${auth[@]}" -d '{"text":"x","generate":{"max_tokens":"many"}}')" = 400 ]
 jcheck "400 names generate.max_tokens" "$tmp/body" 'j["error"]["param"] == "generate.max_tokens"'
 
@@ -57,7 +58,7 @@ http GET "/v1/sessions/$sid" "${auth[@]}" >/dev/null
 jcheck "session_id: tokens added to the session" "$tmp/body" 'j["tokens_seen"] > json.load(open(tmp + "/before_revise.json"))["tokens_seen"]'
 
 # Two requests on one session never interleave: the second gets 409.
-curl -skN "${auth[@]}" -d '{"text":" x","generate":{"max_tokens":1000000,"ignore_eos":true}}' \
+curl -skN "${auth[@]}" -d '{"text":" x","generate":{"max_tokens":1000000,"ignore_eos":true,"stream":true}}' \
 	"$base/v1/sessions/$small/append" >/dev/null 2>&1 &
 busy_pid=$!
 for _ in $(seq 1 200); do

@@ -260,7 +260,7 @@ START_TEST(test_session_args)
 	append_args_deinit(&a);
 	b = "{\"text\":\"x\",\"generate\":{\"max_tokens\":7,\"temperature\":0}}";
 	ck_assert_int_eq(append_args_parse(b, strlen(b), 100, &a, &e), 0);
-	ck_assert(a.generate && a.gen.stream); /* a reply streams by default */
+	ck_assert(a.generate && !a.gen.stream); /* whole JSON by default, as completions */
 	ck_assert_int_eq(a.gen.max_tokens, 7);
 	append_args_deinit(&a);
 	b = "{\"text\":\"x\",\"generate\":{\"max_tokens\":700}}";
