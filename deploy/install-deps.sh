@@ -1,22 +1,45 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages sinkd needs to build and test, only those
-# that are missing.  Run as root (or with sudo available).
+# Installs the Debian 12 packages that are missing, as root (or with sudo):
+#   deploy/install-deps.sh          what the daemon needs to build and run
+#                                   (deploy/quickstart.sh runs this)
+#   deploy/install-deps.sh --tests  that plus the test tools: nginx, HAProxy,
+#                                   sslscan, clang, node, Chromium, Redis...
+#                                   (tests/run.sh runs this)
 set -euo pipefail
 
-packages=(gcc pkg-config meson ninja-build libmicrohttpd-dev libssl-dev libcjson-dev
-          libyaml-dev check openssl curl ca-certificates python3 libsystemd-dev systemd
-          libgnutls28-dev nginx haproxy python3-yaml sslscan libpng-dev)
-# The fuzz smoke (tests/fuzz): clang and its sanitizer + libFuzzer runtimes
-# (only recommended by clang-14, so named here).
-packages+=(clang-14 libclang-rt-14-dev)
-# The JavaScript client test needs node + npm; keep an existing install.
-command -v node >/dev/null 2>&1 || packages+=(nodejs)
-command -v npm >/dev/null 2>&1 || packages+=(npm)
-# The web console's browser test (tests/integration/test-console.sh) drives
-# Debian's Chromium with puppeteer-core; it downloads no browser of its own.
-packages+=(chromium)
-# The session store's Redis/Valkey backend (hiredis for RESP) and its test's server.
-packages+=(libhiredis-dev redis-server)
+tests=0
+case "${1:-}" in
+"") ;;
+--tests) tests=1 ;;
+*)
+	echo "usage: deploy/install-deps.sh [--tests]" >&2
+	exit 2
+	;;
+esac
+
+# The daemon: compiler, build tools, the libraries src/ links, python3 (the
+# console page is embedded at build time), openssl and curl (quickstart.sh's
+# certificate and health check).  `check` too: meson setup reads
+# tests/meson.build, which needs it even when only src/sinkd is built.
+packages=(gcc pkg-config meson ninja-build python3 check openssl curl ca-certificates
+          libmicrohttpd-dev libgnutls28-dev libssl-dev libcjson-dev libyaml-dev libsystemd-dev libpng-dev)
+# libc6-dev is only recommended by gcc; hiredis: the session store's Redis backend.
+packages+=(libc6-dev libhiredis-dev)
+
+if [ "$tests" -eq 1 ]; then
+	# The deploy and balancer tests: nginx, HAProxy, sslscan, systemd-analyze,
+	# python3-yaml; the session store's test server.
+	packages+=(nginx haproxy sslscan systemd python3-yaml redis-server)
+	# The fuzz smoke (tests/fuzz): clang and its sanitizer + libFuzzer runtimes
+	# (only recommended by clang-14, so named here).
+	packages+=(clang-14 libclang-rt-14-dev)
+	# The JavaScript client test needs node + npm; keep an existing install.
+	command -v node >/dev/null 2>&1 || packages+=(nodejs)
+	command -v npm >/dev/null 2>&1 || packages+=(npm)
+	# The web console's browser test (tests/integration/test-console.sh) drives
+	# Debian's Chromium with puppeteer-core; it downloads no browser of its own.
+	packages+=(chromium)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Quick start on a fresh machine: install what is missing, build, create a
+# Quick start on a fresh machine: install what the daemon needs (only that:
+# the test tools are tests/run.sh's), build the daemon alone, create a
 # development TLS certificate, verify the bundled model and start sinkd with
 # config/sinkd.yaml in the background.  Prints a curl line to paste.
 #   deploy/quickstart.sh              start in the background (logs: build/sinkd.log)
@@ -13,10 +14,22 @@ foreground=0
 deploy/install-deps.sh
 export PATH="/usr/local/cuda/bin:$PATH"
 
+# The daemon alone (no test binaries).  The CUDA backend only where it can
+# run (nvcc and a GPU), and then for that GPU's architecture only.
 if [ ! -f build/build.ninja ]; then
-	meson setup build --buildtype=release >/dev/null
+	cuda=(-Dcuda=disabled)
+	if command -v nvcc >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+		cuda=(-Dcuda=enabled)
+		sm=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
+		[[ "$sm" =~ ^[0-9]+$ ]] && cuda+=("-Dgpu_sm=$sm")
+	fi
+	setup_log=$(mktemp)
+	meson setup build --buildtype=release "${cuda[@]}" >"$setup_log" 2>&1 ||
+		{ cat "$setup_log" >&2; rm -f "$setup_log"; exit 1; }
+	mv "$setup_log" build/setup.log
 fi
-ninja -C build >/dev/null
+echo "sinkd: building build/src/sinkd"
+ninja -C build src/sinkd >build/build.log 2>&1 || { tail -40 build/build.log >&2; exit 1; }
 
 # The bundled model, checked against its published digest.
 models="$root/../shared/models"
