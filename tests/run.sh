@@ -1,12 +1,46 @@
 #!/usr/bin/env bash
-# Builds sinkd and runs the whole test suite on this machine: unit and
-# integration tests (warnings as errors), then again under AddressSanitizer +
-# UBSan, and the threaded parts under ThreadSanitizer.  Installs missing
-# Debian packages first.  Ends with a line "N passed, N failed, N skipped".
-# CUDA tests skip (77) without a GPU.
+# Builds sinkd and runs its tests on this machine.  Installs the missing
+# Debian packages first (deploy/install-deps.sh --tests: the test tools too).
+#   tests/run.sh                  the whole suite, what CI runs: unit and
+#                                 integration tests (warnings as errors), then
+#                                 again under AddressSanitizer + UBSan, the
+#                                 threaded parts under ThreadSanitizer, and a
+#                                 fuzz smoke
+#   tests/run.sh --quick          unit and integration tests in build-test
+#                                 less the suite slow; no sanitizers, no fuzz
+#   tests/run.sh --quick WORD...  only the tests whose name or a suite contains
+#                                 a WORD (slow ones included), e.g. session
+#   tests/run.sh --quick --suite NAME ...  meson test's --suite/--no-suite
+# Ends with a line "N passed, N failed, N skipped".  CUDA tests skip (77)
+# without a GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-deploy/install-deps.sh || exit 1
+
+quick=0
+words=()
+suite_args=()
+while [ "$#" -gt 0 ]; do
+	case $1 in
+	--quick) quick=1 ;;
+	--suite | --no-suite)
+		[ "$#" -ge 2 ] || { echo "tests/run.sh: $1 needs a suite name" >&2; exit 2; }
+		suite_args+=("$1" "$2")
+		shift
+		;;
+	-*)
+		echo "usage: tests/run.sh [--quick [WORD...] [--suite NAME] [--no-suite NAME]]" >&2
+		exit 2
+		;;
+	*) words+=("$1") ;;
+	esac
+	shift
+done
+if [ "$quick" -eq 0 ] && [ "$((${#words[@]} + ${#suite_args[@]}))" -gt 0 ]; then
+	echo "tests/run.sh: a filter needs --quick (the full run is always the whole suite)" >&2
+	exit 2
+fi
+
+deploy/install-deps.sh --tests || exit 1
 export PATH="/usr/local/cuda/bin:$PATH"
 
 passed=0 failed=0 skipped=0
@@ -48,16 +82,51 @@ configure() { # build-dir, meson options...
 	local dir=$1
 	shift
 	if [ ! -f "$dir/build.ninja" ]; then
-		meson setup "$dir" "$@" >"$dir.setup.log" 2>&1 || { cat "$dir.setup.log"; return 1; }
+		mkdir -p "$dir"
+		meson setup "$dir" "$@" >"$dir/setup.log" 2>&1 || { cat "$dir/setup.log"; return 1; }
 	fi
 	ninja -C "$dir" || return 1
 }
 
+# --quick's selection: meson test's arguments for the tests of build-test
+# whose name or one of whose suites contains one of the words (names from
+# `meson test --list`: "sinkd:unit+tsan / session-store"), or, without words,
+# the --suite/--no-suite given, less the suite slow unless a --suite names
+# what to run.
+quick_args() {
+	if [ "${#words[@]}" -eq 0 ]; then
+		[ "${#suite_args[@]}" -eq 0 ] || printf '%s\n' "${suite_args[@]}"
+		[[ " ${suite_args[*]} " == *" --suite "* ]] || printf '%s\n' --no-suite slow
+		return
+	fi
+	meson test -C build-test --list "${suite_args[@]}" 2>/dev/null |
+		awk -v words="${words[*]}" '
+			/ \/ / { split($0, f, " / "); name = f[2]; n = split(words, w, " ")
+				for (i = 1; i <= n; i++) if (index(f[1], w[i]) || index(name, w[i])) { print name; next } }'
+}
+
 if configure build-test -Dwerror=true --buildtype=debugoptimized; then
-	run_suite build-test
+	if [ "$quick" -eq 1 ]; then
+		mapfile -t selection < <(quick_args)
+		if [ "${#selection[@]}" -eq 0 ]; then
+			echo "tests/run.sh: no test's name or suite contains: ${words[*]}" >&2
+			exit 2
+		fi
+		run_suite build-test "${selection[@]}"
+	else
+		run_suite build-test
+	fi
 else
 	echo "tests/run.sh: the build failed" >&2
 	failed=$((failed + 1))
+fi
+
+if [ "$quick" -eq 1 ]; then
+	[ -n "$failed_checks" ] && printf 'failed checks:\n%s' "$failed_checks"
+	[ -n "$failed_names" ] && echo "failed:${failed_names%,}"
+	echo "${passed} passed, ${failed} failed, ${skipped} skipped"
+	[ "$failed" -eq 0 ]
+	exit
 fi
 
 # The whole suite again under AddressSanitizer + UBSan with leak checks (no

@@ -52,10 +52,11 @@ max_len() {
 build=${FUZZ_BUILD_DIR:-build-fuzz}
 export SINKD_SHARED=${SINKD_SHARED:-$root/../shared}
 if [ ! -f "$build/build.ninja" ]; then
+	mkdir -p "$build"
 	CC=clang-14 meson setup "$build" -Dfuzz=true -Dcuda=disabled -Dwerror=true \
 		-Db_sanitize=address,undefined -Db_lundef=false --buildtype=debugoptimized \
-		>"$build.setup.log" 2>&1 || {
-		cat "$build.setup.log" >&2
+		>"$build/setup.log" 2>&1 || {
+		cat "$build/setup.log" >&2
 		exit 1
 	}
 fi
