@@ -22,9 +22,10 @@ esac
 # certificate and health check).  `check` too: meson setup reads
 # tests/meson.build, which needs it even when only src/sinkd is built.
 packages=(gcc pkg-config meson ninja-build python3 check openssl curl ca-certificates
-          libmicrohttpd-dev libgnutls28-dev libssl-dev libcjson-dev libyaml-dev libsystemd-dev libpng-dev)
-# libc6-dev is only recommended by gcc; hiredis: the session store's Redis backend.
-packages+=(libc6-dev libhiredis-dev)
+          libmicrohttpd-dev libgnutls28-dev libssl-dev libcjson-dev libyaml-dev libsystemd-dev libpng-dev
+          libhiredis-dev)
+# libc6-dev is only recommended by gcc.
+packages+=(libc6-dev)
 
 if [ "$tests" -eq 1 ]; then
 	# The deploy and balancer tests: nginx, HAProxy, sslscan, systemd-analyze,
