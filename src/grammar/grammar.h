@@ -15,13 +15,19 @@
  * ends), format date, time, date-time, uuid, email; integer and number.
  * Annotations (title, description, $schema, $id, default, examples,
  * $comment, deprecated, readOnly, writeOnly) are ignored.  Anything else is
- * an error naming the keyword and its JSON path.  Whitespace between JSON
- * tokens is allowed up to GRAMMAR_MAX_WS bytes in a row, so a decode cannot
- * spin on blanks; object properties come out in the schema's order.
+ * an error naming the keyword and its JSON path.  The text is compact JSON
+ * (no whitespace outside strings) unless the schema's root asks for
+ * whitespace with GRAMMAR_WS_KEYWORD; object properties come out in the
+ * schema's order.
  *
  * What the generated text looks like, in detail:
- * - No whitespace before or after the value; between tokens (after { [ , :
- *   and before } ] , :) 0 to GRAMMAR_MAX_WS of space, tab, CR, LF.
+ * - No whitespace before or after the value, nor between tokens.  With
+ *   GRAMMAR_WS_KEYWORD "pretty" at the schema's root: between tokens
+ *   (after { [ , : and before } ] , :) 0 to GRAMMAR_MAX_WS of space, tab,
+ *   CR, LF, where the model puts them ("compact", the default: none).  The
+ *   keyword is read at the root only (elsewhere it is an unsupported
+ *   keyword); being part of the schema's text it is part of the grammar
+ *   cache's key.  json_object (no schema) is compact.
  * - Objects with "properties": only those properties, each at most once, in
  *   schema order; required ones always, optional ones may be left out.
  *   additionalProperties absent or true does not add others (the text is
@@ -72,7 +78,10 @@
 
 struct tokenizer;
 
-#define GRAMMAR_MAX_WS 4 /* whitespace bytes in a row between JSON tokens */
+#define GRAMMAR_MAX_WS 4 /* "pretty": whitespace bytes in a row between JSON tokens */
+/* A root schema keyword: "compact" (default) or "pretty"; any other value
+ * is an error.  The server sets it from response_format.x_sinkd_whitespace. */
+#define GRAMMAR_WS_KEYWORD "x_sinkd_whitespace"
 
 struct grammar;
 struct grammar_matcher;

@@ -726,13 +726,27 @@ static int parse_stream_options(const cJSON *o, struct gen_args *a, struct api_e
 	return 0;
 }
 
+/* The format's x_sinkd_whitespace ("compact", the default, or "pretty":
+ * blanks allowed between JSON tokens) travels to the grammar as the
+ * schema's root keyword GRAMMAR_WS_KEYWORD, so the grammar cache keys on
+ * it; pretty json_object becomes the schema {"type": "object"}, which is
+ * the same grammar. */
 int request_response_format(const cJSON *fmt, const char *param, bool responses_api,
                             struct gen_args *a, struct api_error *e)
 {
 	char p[64];
 	if (!cJSON_IsObject(fmt))
 		return fail(e, param, "invalid_type", "'%s' must be an object", param);
-	const cJSON *type = field(fmt, "type");
+	const cJSON *type = field(fmt, "type"), *ws = field(fmt, GRAMMAR_WS_KEYWORD);
+	snprintf(p, sizeof(p), "%.40s." GRAMMAR_WS_KEYWORD, param);
+	if (ws && !cJSON_IsString(ws))
+		return fail(e, p, "invalid_type", "'%s' must be \"compact\" or \"pretty\"", p);
+	if (ws && strcmp(ws->valuestring, "compact") && strcmp(ws->valuestring, "pretty"))
+		return fail(e, p, "invalid_value",
+		            "'%s' is \"%.40s\"; it must be \"compact\" (no whitespace between JSON "
+		            "tokens, the default) or \"pretty\"",
+		            p, ws->valuestring);
+	bool pretty = ws && !strcmp(ws->valuestring, "pretty");
 	snprintf(p, sizeof(p), "%.48s.type", param);
 	if (!cJSON_IsString(type))
 		return fail(e, p, "missing_required_parameter",
@@ -741,9 +755,15 @@ int request_response_format(const cJSON *fmt, const char *param, bool responses_
 		a->response_format = RESPONSE_FORMAT_TEXT;
 		return 0;
 	}
-	if (!strcmp(type->valuestring, "json_object")) {
+	if (!strcmp(type->valuestring, "json_object") && !pretty) {
 		a->response_format = RESPONSE_FORMAT_JSON_OBJECT;
 		return 0;
+	}
+	if (!strcmp(type->valuestring, "json_object")) {
+		a->response_format = RESPONSE_FORMAT_JSON_SCHEMA;
+		a->response_schema =
+		    cJSON_Parse("{\"type\":\"object\",\"" GRAMMAR_WS_KEYWORD "\":\"pretty\"}");
+		return a->response_schema ? 0 : fail_oom(e, param, "out of memory");
 	}
 	if (strcmp(type->valuestring, "json_schema"))
 		return fail(e, p, "invalid_value",
@@ -780,6 +800,14 @@ int request_response_format(const cJSON *fmt, const char *param, bool responses_
 		return -EINVAL;
 	/* No schema: any JSON value that is an object, as json_object. */
 	a->response_schema = schema ? cJSON_Duplicate(schema, true) : cJSON_CreateObject();
+	if (a->response_schema && ws) { /* the format's word over the schema's own */
+		cJSON_DeleteItemFromObjectCaseSensitive(a->response_schema, GRAMMAR_WS_KEYWORD);
+		if (pretty &&
+		    !cJSON_AddStringToObject(a->response_schema, GRAMMAR_WS_KEYWORD, "pretty")) {
+			cJSON_Delete(a->response_schema);
+			a->response_schema = NULL;
+		}
+	}
 	return a->response_schema ? 0 : fail_oom(e, param, "out of memory");
 }
 

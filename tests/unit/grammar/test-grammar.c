@@ -112,21 +112,40 @@ static void check_doc(struct grammar_matcher *m, const char *schema, const struc
 }
 
 static const struct schema_case cases[] = {
-    {NULL,
+    {NULL, /* compact: no whitespace outside strings */
      {{"{}", OK},
-      {"{\"a\": [1, -2.5e3, true, null, \"x\\u00e9\"], \"b\": {\"c\": {}}}", OK},
-      {"{ \"a\" : 1 }", OK},
+      {"{\"a\":[1,-2.5e3,true,null,\"x \\u00e9\"],\"b\":{\"c\":{}}}", OK},
+      {"{\"a b\":\" \\n \"}", OK}, /* strings keep their spaces */
+      {"{ \"a\":1}", 1},
+      {"{\"a\" :1}", 4},
+      {"{\"a\": 1}", 5},
+      {"{\"a\":1 }", 6},
+      {"{\"a\":1, \"b\":2}", 7},
+      {"{\"a\":[1, 2]}", 8},
+      {"{\"a\":{\n}}", 6},
+      {"{\"a\":[\t]}", 6},
+      {"{\r}", 1},
       {"[]", 0},
       {"{\"a\":}", 5},
       {"{\"a\":1,}", 7},
-      {"{\"a\" 1}", 5},
+      {"{\"a\" 1}", 4},
       {"{\"a\":01}", 6},
       {"{\"a\":1", PREFIX},
-      {"{     }", 5}, /* at most GRAMMAR_MAX_WS blanks in a row */
-      {"{    }", OK},
       {" {}", 0},
       {"{}x", 2},
-      {"{\"a\":[1 2]}", 8}}},
+      {"{}\n", 2}}},
+    {"{\"type\":\"object\",\"x_sinkd_whitespace\":\"pretty\"}", /* json_object, pretty */
+     {{"{}", OK},
+      {"{\"a\": [1, -2.5e3, true, null, \"x\\u00e9\"], \"b\": {\"c\": {}}}", OK},
+      {"{ \"a\" : 1 }", OK},
+      {"{\n\t\"a\":\r\n1}", OK},
+      {"{\"a\":[1 2]}", 8},
+      {"{     }", 5}, /* at most GRAMMAR_MAX_WS blanks in a row */
+      {"{    }", OK},
+      {" {}", 0}, /* none around the value */
+      {"{} ", 2}}},
+    {"{\"type\":\"object\",\"x_sinkd_whitespace\":\"compact\"}", /* as the default */
+     {{"{\"a\":[1]}", OK}, {"{ }", 1}, {"{\"a\": 1}", 5}}},
     {"{\"type\":\"string\"}",
      {{"\"\"", OK},
       {"\"hello world\"", OK},
@@ -171,7 +190,9 @@ static const struct schema_case cases[] = {
      "\"string\"}},\"required\":[\"a\"]}",
      {{"{\"a\":1}", OK},
       {"{\"a\":1,\"b\":\"x\"}", OK},
-      {"{ \"a\" : 1 , \"b\" : \"x\" }", OK},
+      {"{\"a\":1,\"b\":\"x y \"}", OK},
+      {"{ \"a\" : 1 , \"b\" : \"x\" }", 1},
+      {"{\"a\":1 ,\"b\":\"x\"}", 6},
       {"{\"b\":\"x\"}", 2}, /* a is required and comes first */
       {"{\"b\":\"x\",\"a\":1}", 2},
       {"{\"a\":1,\"a\":2}", 8}, /* at most once */
@@ -208,7 +229,15 @@ static const struct schema_case cases[] = {
     {"{\"type\":\"string\",\"enum\":[\"a\",1,\"b\"]}", {{"\"a\"", OK}, {"1", 0}}},
     {"{\"const\":\"fixed\"}", {{"\"fixed\"", OK}, {"\"fix\"", 4}}},
     {"{\"type\":\"array\",\"items\":{\"type\":\"integer\"}}",
-     {{"[]", OK}, {"[1]", OK}, {"[1, 2 ,3]", OK}, {"[1,]", 3}, {"[\"a\"]", 1}, {"[1", PREFIX}}},
+     {{"[]", OK},
+      {"[1]", OK},
+      {"[1,2,3]", OK},
+      {"[1, 2 ,3]", 3},
+      {"[1,]", 3},
+      {"[\"a\"]", 1},
+      {"[1", PREFIX}}},
+    {"{\"x_sinkd_whitespace\":\"pretty\",\"type\":\"array\",\"items\":{\"type\":\"integer\"}}",
+     {{"[1, 2 ,3]", OK}, {"[ ]", OK}, {"[\n1\n]", OK}, {"[1 , ]", 5}}},
     {"{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":2,\"maxItems\":3}",
      {{"[1,2]", OK}, {"[1,2,3]", OK}, {"[1]", 2}, {"[]", 1}, {"[1,2,3,4]", 6}}},
     {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"string\"},{\"type\":\"integer\"}],"
@@ -217,7 +246,7 @@ static const struct schema_case cases[] = {
     {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"string\"}],\"items\":{\"type\":\"boolean\"},"
      "\"minItems\":2}",
      {{"[\"a\",true]", OK}, {"[\"a\",true,false]", OK}, {"[\"a\"]", 4}, {"[true]", 1}}},
-    {"{\"type\":\"array\",\"maxItems\":0}", {{"[]", OK}, {"[ ]", OK}, {"[1]", 1}}},
+    {"{\"type\":\"array\",\"maxItems\":0}", {{"[]", OK}, {"[ ]", 1}, {"[1]", 1}}},
     {"{\"type\":\"array\"}", {{"[1,\"a\",{},[]]", OK}}},
     {"{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"object\",\"properties\":{\"k\":{\"type\":"
      "\"boolean\"}},\"required\":[\"k\"]}]}",
@@ -225,6 +254,13 @@ static const struct schema_case cases[] = {
     {"{\"oneOf\":[{\"type\":\"string\",\"maxLength\":1},{\"type\":\"string\",\"minLength\":3}]}",
      {{"\"a\"", OK}, {"\"abc\"", OK}, {"\"\"", OK}, {"\"ab\"", 3}}},
     {"{\"allOf\":[{\"type\":\"boolean\"}]}", {{"true", OK}, {"1", 0}}},
+    /* beside anyOf / $ref at the root, the option is no keyword of the value */
+    {"{\"x_sinkd_whitespace\":\"pretty\",\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"array\","
+     "\"items\":{\"type\":\"integer\"}}]}",
+     {{"[1, 2]", OK}, {"7", OK}, {" 7", 0}}},
+    {"{\"$defs\":{\"p\":{\"type\":\"array\"}},\"$ref\":\"#/$defs/p\",\"x_sinkd_whitespace\":"
+     "\"compact\"}",
+     {{"[1,{}]", OK}, {"[1, {}]", 3}}},
     {"{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}",
      {{"\"ab\"", OK},
       {"\"abc\"", OK},
@@ -301,7 +337,8 @@ static const struct schema_case cases[] = {
      "\"f\"]}",
      {{"{\"c\":1,\"f\":2}", OK},
       {"{\"a\":1,\"b\":2,\"c\":3,\"d\":4,\"e\":5,\"f\":6,\"g\":7,\"h\":8}", OK},
-      {"{\"b\":0, \"c\":1 ,\"e\":0,\"f\":2,\"h\":9}", OK},
+      {"{\"b\":0,\"c\":1,\"e\":0,\"f\":2,\"h\":9}", OK},
+      {"{\"b\":0, \"c\":1}", 7},
       {"{\"a\":1}", 6},
       {"{\"f\":1}", 2},
       {"{\"c\":1,\"f\":2,\"d\":3}", 14}}},
@@ -424,6 +461,10 @@ START_TEST(test_done_and_can_end)
 	ck_assert(grammar_matcher_done(m));
 	ck_assert_int_eq(grammar_matcher_accept_bytes(m, " ", 1), -EINVAL);
 	grammar_matcher_reset(m);
+	ck_assert_int_eq(grammar_matcher_accept_bytes(m, "{\"a\":[", 6), 0);
+	ck_assert(!grammar_matcher_can_end(m));
+	ck_assert_int_eq(grammar_matcher_accept_bytes(m, " ", 1), -EINVAL); /* compact */
+	grammar_matcher_reset(m);
 	ck_assert(!grammar_matcher_can_end(m));
 	ck_assert_int_eq(grammar_matcher_accept_bytes(m, "{", 1), 0);
 	grammar_matcher_free(m);
@@ -445,6 +486,8 @@ START_TEST(test_wrapped)
 	ck_assert_int_eq(grammar_matcher_new(g, small_trie, &m), 0);
 	const struct doc_case docs[] = {{"<tool_call>\n{\"n\":3}\n</tool_call>", OK},
 	                                {"<tool_call>\n{\"n\":3}", PREFIX},
+	                                {"<tool_call>\n{\"n\": 3}\n</tool_call>", 17},
+	                                {"<tool_call>\n{\"n\":3}\n </tool_call>", 20},
 	                                {"<tool_call>{", 11},
 	                                {"{\"n\":3}", 0}};
 	for (size_t i = 0; i < sizeof(docs) / sizeof(docs[0]); i++)
@@ -501,6 +544,13 @@ static const struct error_case errors[] = {
      "\"#/$defs/a\"}",
      "", "without any text"},
     {"{\"type\":\"string\",\"pattern\":\"^(a|b)*a(a|b){20}$\"}", "$.pattern", "too large"},
+    {"{\"type\":\"object\",\"x_sinkd_whitespace\":\"loose\"}", "$.x_sinkd_whitespace",
+     "\"compact\" or \"pretty\""},
+    {"{\"x_sinkd_whitespace\":true}", "$.x_sinkd_whitespace", "\"compact\" or \"pretty\""},
+    /* only at the root */
+    {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"x_sinkd_whitespace\":"
+     "\"pretty\"}}}",
+     "$.properties.a.x_sinkd_whitespace", "unsupported keyword"},
 };
 
 START_TEST(test_compile_errors)
@@ -518,6 +568,94 @@ START_TEST(test_compile_errors)
 	              c->path, err);
 	ck_assert_msg(strstr(err, c->message), "%s: message '%s' lacks '%s'", c->schema, err,
 	              c->message);
+}
+END_TEST
+
+/* ---- whitespace: compact by default, "pretty" on request ---- */
+
+/* Whether the mask after text allows some token whose piece starts with
+ * whitespace (stories260K has " ", "\n" and many " word" pieces). */
+static bool blank_token_allowed(struct grammar *g, const char *text)
+{
+	struct grammar_matcher *m = NULL;
+	ck_assert_int_eq(grammar_matcher_new(g, small_trie, &m), 0);
+	ck_assert_int_eq(grammar_matcher_accept_bytes(m, text, strlen(text)), 0);
+	int n = vocab_trie_n_vocab(small_trie);
+	uint32_t *mask = malloc(((size_t)n + 31) / 32 * 4);
+	ck_assert_int_eq(grammar_matcher_fill_mask(m, mask), 0);
+	bool any = false;
+	char piece[256];
+	for (int32_t id = 0; id < n && !any; id++)
+		if (mask[id / 32] >> (id % 32) & 1 &&
+		    tokenizer_token_piece(small_tok, id, piece, sizeof(piece)) > 0)
+			any = strchr(" \n\t\r", piece[0]) != NULL;
+	free(mask);
+	grammar_matcher_free(m);
+	return any;
+}
+
+/* The masks a decode sees: after every structural token of an object the
+ * compact grammar offers no token that starts with a blank, the pretty one
+ * does; inside a string both do. */
+START_TEST(test_whitespace_masks)
+{
+	static const char body[] = "\"type\":\"object\",\"properties\":{\"name\":{\"type\":"
+	                           "\"string\"},\"age\":{\"type\":\"integer\"}},\"required\":"
+	                           "[\"name\",\"age\"]}";
+	char compact[256], pretty[256];
+	snprintf(compact, sizeof(compact), "{%s", body);
+	snprintf(pretty, sizeof(pretty), "{\"x_sinkd_whitespace\":\"pretty\",%s", body);
+	struct grammar *gc = compile_text(compact), *gp = compile_text(pretty);
+	static const char *const between[] = {"{",
+	                                      "{\"name\"",
+	                                      "{\"name\":",
+	                                      "{\"name\":\"x\"",
+	                                      "{\"name\":\"x\",",
+	                                      "{\"name\":\"x\",\"age\":"};
+	for (size_t i = 0; i < sizeof(between) / sizeof(between[0]); i++) {
+		ck_assert_msg(!blank_token_allowed(gc, between[i]), "compact: a blank after %s",
+		              between[i]);
+		ck_assert_msg(blank_token_allowed(gp, between[i]), "pretty: no blank after %s",
+		              between[i]);
+	}
+	ck_assert(blank_token_allowed(gc, "{\"name\":\"x"));
+	ck_assert(blank_token_allowed(gp, "{\"name\":\"x"));
+	grammar_unref(gc);
+	grammar_unref(gp);
+}
+END_TEST
+
+/* The option is part of the cache's key: the same schema with and without
+ * it are two grammars, each found again. */
+START_TEST(test_whitespace_cache_key)
+{
+	struct grammar_cache *c = NULL;
+	char err[SINKD_ERR_LEN], path[128];
+	ck_assert_int_eq(grammar_cache_new(8, &c), 0);
+	cJSON *plain = cJSON_Parse("{\"type\":\"object\"}");
+	cJSON *pretty = cJSON_Parse("{\"type\":\"object\",\"x_sinkd_whitespace\":\"pretty\"}");
+	struct grammar *g[4];
+	const cJSON *schemas[4] = {plain, pretty, plain, pretty};
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(grammar_cache_get(c, NULL, 0, NULL, schemas[i], NULL, &g[i], NULL,
+		                                   path, sizeof(path), err, sizeof(err)),
+		                 0);
+	ck_assert_ptr_ne(g[0], g[1]);
+	ck_assert_ptr_eq(g[0], g[2]);
+	ck_assert_ptr_eq(g[1], g[3]);
+	struct grammar_matcher *m = NULL;
+	ck_assert_int_eq(grammar_matcher_new(g[0], small_trie, &m), 0);
+	ck_assert_int_eq(grammar_matcher_accept_bytes(m, "{ ", 2), -EINVAL);
+	grammar_matcher_free(m);
+	ck_assert_int_eq(grammar_matcher_new(g[1], small_trie, &m), 0);
+	ck_assert_int_eq(grammar_matcher_accept_bytes(m, "{ }", 3), 0);
+	ck_assert(grammar_matcher_done(m));
+	grammar_matcher_free(m);
+	for (int i = 0; i < 4; i++)
+		grammar_unref(g[i]);
+	grammar_cache_free(c);
+	cJSON_Delete(plain);
+	cJSON_Delete(pretty);
 }
 END_TEST
 
@@ -662,20 +800,28 @@ static int walk_doc_checked(struct grammar *g, const struct tokenizer *tok,
 	return steps;
 }
 
-static const char nested_schema[] =
-    "{\"type\":\"object\",\"properties\":{"
-    "\"name\":{\"type\":\"string\"},"
-    "\"age\":{\"type\":\"integer\"},"
-    "\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"red\",\"green\",\"blue\"]}},"
-    "\"orders\":{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{"
-    "\"id\":{\"type\":\"integer\"},\"item\":{\"type\":\"string\",\"maxLength\":12},"
-    "\"price\":{\"type\":\"number\"},\"when\":{\"type\":\"string\",\"format\":\"date\"}},"
-    "\"required\":[\"id\",\"item\"]}},"
-    "\"note\":{\"type\":[\"string\",\"null\"]},"
-    "\"code\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-[0-9]+$\"}},"
-    "\"required\":[\"name\",\"age\",\"orders\"]}";
+#define NESTED_SCHEMA_BODY                                                                         \
+	"\"type\":\"object\",\"properties\":{"                                                     \
+	"\"name\":{\"type\":\"string\"},"                                                          \
+	"\"age\":{\"type\":\"integer\"},"                                                          \
+	"\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"red\",\"green\",\"blue\"]}},"         \
+	"\"orders\":{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{"           \
+	"\"id\":{\"type\":\"integer\"},\"item\":{\"type\":\"string\",\"maxLength\":12},"           \
+	"\"price\":{\"type\":\"number\"},\"when\":{\"type\":\"string\",\"format\":\"date\"}},"     \
+	"\"required\":[\"id\",\"item\"]}},"                                                        \
+	"\"note\":{\"type\":[\"string\",\"null\"]},"                                               \
+	"\"code\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-[0-9]+$\"}},"                       \
+	"\"required\":[\"name\",\"age\",\"orders\"]}"
 
-static const char *const nested_docs[] = {
+static const char nested_schema[] = "{" NESTED_SCHEMA_BODY;
+static const char nested_schema_pretty[] = "{\"x_sinkd_whitespace\":\"pretty\"," NESTED_SCHEMA_BODY;
+
+static const char nested_doc_compact[] =
+    "{\"name\":\"Ada Lovelace\",\"age\":36,\"tags\":[\"red\",\"blue\"],\"orders\":[{\"id\":1,"
+    "\"item\":\"pen\\n\\u00e9\",\"price\":2.5,\"when\":\"2024-01-31\"},{\"id\":22,\"item\":"
+    "\"ink\"}],\"note\":null,\"code\":\"AB-12\"}";
+
+static const char *const nested_docs_pretty[] = {
     "{\"name\": \"Ada Lovelace\", \"age\": 36, \"tags\": [\"red\", \"blue\"], \"orders\": "
     "[{\"id\": 1, \"item\": \"pen\\n\\u00e9\", \"price\": 2.5, \"when\": \"2024-01-31\"}, "
     "{\"id\": 22, \"item\": \"ink\"}], \"note\": null, \"code\": \"AB-12\"}",
@@ -691,12 +837,15 @@ static void mask_vocab_test(const char *vocab)
 	ck_assert_msg(vocab_trie_new(tok, &t, err, sizeof(err)) == 0, "%s", err);
 	ck_assert_int_eq(vocab_trie_n_vocab(t), tokenizer_n_vocab(tok));
 	struct grammar *g = compile_text(nested_schema);
-	for (size_t i = 0; i < sizeof(nested_docs) / sizeof(nested_docs[0]); i++)
-		walk_doc_checked(g, tok, t, nested_docs[i]);
+	walk_doc_checked(g, tok, t, nested_doc_compact);
+	grammar_unref(g);
+	g = compile_text(nested_schema_pretty);
+	for (size_t i = 0; i < sizeof(nested_docs_pretty) / sizeof(nested_docs_pretty[0]); i++)
+		walk_doc_checked(g, tok, t, nested_docs_pretty[i]);
 	grammar_unref(g);
 	g = compile_text(NULL);
 	walk_doc_checked(g, tok, t,
-	                 "{\"a\": [1, -2.5e+3, {\"b\": true}, null], \"c\": \"\\ud83d\\ude00\"}");
+	                 "{\"a\":[1,-2.5e+3,{\"b\":true},null],\"c\":\"\\ud83d\\ude00 x\"}");
 	grammar_unref(g);
 	vocab_trie_free(t);
 	tokenizer_free(tok);
@@ -876,6 +1025,8 @@ static Suite *grammar_suite(void)
 	tcase_add_test(tc, test_wrapped);
 	tcase_add_loop_test(tc, test_compile_errors, 0, sizeof(errors) / sizeof(errors[0]));
 	tcase_add_test(tc, test_cache);
+	tcase_add_test(tc, test_whitespace_masks);
+	tcase_add_test(tc, test_whitespace_cache_key);
 	tcase_add_test(tc, test_integer_bounds);
 	tcase_add_test(tc, test_apply);
 	suite_add_tcase(s, tc);
