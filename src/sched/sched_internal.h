@@ -77,6 +77,11 @@ struct sched_session {
 	uint64_t generation;        /* [mu] of its state: above its stored record's */
 	bool has_record;            /* [mu] a record of it is in the store */
 	bool parkable; /* a stored response's: leaves for the store or the park once idle */
+	/* [mu] chat messages it holds, in order (chat with session_id): what
+	 * a client re-sending the whole conversation already sent.  Kept in
+	 * memory only: a session back from the store has none. */
+	struct sched_chat_mark *chat_marks;
+	size_t n_chat_marks;
 	bool gen_marked;            /* [mu] its lease carries generation (it may diverge) */
 	bool offloading;            /* [mu] its snapshot is being written to the store */
 	bool offload_cancel;        /* [mu] a request came while it was */

@@ -96,6 +96,9 @@ void sched_session_release(struct scheduler *s, struct sched_session *ss)
 		s->be->ops->session_free(s->be, ss->bs);
 	ss->bs = NULL;
 	free(ss->hist);
+	free(ss->chat_marks);
+	ss->chat_marks = NULL;
+	ss->n_chat_marks = 0;
 	ss->hist = NULL;
 	free(ss->restore_buf);
 	ss->restore_buf = NULL;

@@ -595,6 +595,52 @@ void sched_session_kill_locked(struct scheduler *s, struct sched_session *ss)
 		ss->deleted = true; /* no memory for the list: leaks the session, keeps running */
 }
 
+int scheduler_chat_marks(struct scheduler *s, const char *id, struct sched_chat_mark **out,
+                         size_t *n, uint64_t *n_seen, size_t *revisable)
+{
+	*out = NULL;
+	*n = 0;
+	pthread_mutex_lock(&s->mu);
+	struct sched_session *ss = id ? sched_session_find_locked(s, id) : NULL;
+	int rc = ss ? 0 : -ENOENT;
+	if (ss) {
+		*n_seen = ss->stats.n_seen + (ss->has_pending ? 1 : 0);
+		*revisable = session_revisable_locked(ss);
+		if (ss->n_chat_marks) {
+			*out = malloc(ss->n_chat_marks * sizeof(**out));
+			if (*out) {
+				memcpy(*out, ss->chat_marks, ss->n_chat_marks * sizeof(**out));
+				*n = ss->n_chat_marks;
+			} else {
+				rc = -ENOMEM;
+			}
+		}
+	}
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+int scheduler_chat_marks_set(struct scheduler *s, const char *id, const struct sched_chat_mark *m,
+                             size_t n)
+{
+	struct sched_chat_mark *copy = n ? malloc(n * sizeof(*copy)) : NULL;
+	if (n && !copy)
+		return -ENOMEM;
+	if (n)
+		memcpy(copy, m, n * sizeof(*copy));
+	pthread_mutex_lock(&s->mu);
+	struct sched_session *ss = id ? sched_session_find_locked(s, id) : NULL;
+	if (ss) {
+		free(ss->chat_marks);
+		ss->chat_marks = copy;
+		ss->n_chat_marks = n;
+		copy = NULL;
+	}
+	pthread_mutex_unlock(&s->mu);
+	free(copy);
+	return ss ? 0 : -ENOENT;
+}
+
 void scheduler_session_park_when_idle(struct scheduler *s, const char *id)
 {
 	pthread_mutex_lock(&s->mu);

@@ -328,6 +328,22 @@ struct sched_left_info {
 };
 /* -ENOENT when it did not leave from here or is no longer stored. */
 int scheduler_session_left_info(struct scheduler *s, const char *id, struct sched_left_info *out);
+/* A chat message a session holds (chat completions with session_id): its
+ * digest (api_message_digest), the stream position where the request that
+ * sent it began, and that request's first message (its group). */
+struct sched_chat_mark {
+	unsigned char digest[32];
+	uint64_t pos;
+	uint32_t group;
+};
+/* A copy of the session's chat marks (*out malloc'd, NULL when none), its
+ * stream position (tokens seen, the pending one included) and how many of
+ * its last tokens can still be revised.  -ENOENT unknown. */
+int scheduler_chat_marks(struct scheduler *s, const char *id, struct sched_chat_mark **out,
+                         size_t *n, uint64_t *n_seen, size_t *revisable);
+/* Replaces the session's chat marks (copied).  -ENOENT unknown, -ENOMEM. */
+int scheduler_chat_marks_set(struct scheduler *s, const char *id, const struct sched_chat_mark *m,
+                             size_t n);
 /* Makes a session a stored response's (session_settings.park_when_idle):
  * one brought back from the store by previous_response_id leaves again
  * once its request ends.  Unknown ids are ignored. */

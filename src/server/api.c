@@ -372,6 +372,109 @@ int api_prompt_ids(struct request *r, struct gen_args *a, bool add_bos, int32_t 
 	return rc;
 }
 
+/* Chat with session_id where the session knows the messages it holds:
+ * those a client sends again (OpenAI clients re-send the whole
+ * conversation every turn) are left out, so each message is in the stream
+ * once.  Where the messages sent diverge from the held ones after a common
+ * start, the stream is revised back to the request that sent the first
+ * differing one, when it can still be; else 409 naming the message.  A
+ * request whose first message is not the session's first is new messages
+ * only (as before).  *first_new: the first message to render;
+ * a->chat_marks: the marks to keep once they are in. */
+static int chat_session_plan(struct request *r, struct gen_args *a, const char *key,
+                             size_t *first_new, size_t *revise, struct api_error *e)
+{
+	size_t n = a->n_messages, nm = 0, revisable = 0;
+	uint64_t seen = 0;
+	struct sched_chat_mark *m = NULL;
+	*first_new = 0;
+	*revise = 0;
+	if (scheduler_chat_marks(r->srv->sched, key, &m, &nm, &seen, &revisable))
+		return 0; /* gone since prepared: the submit says so */
+	while (nm && m[nm - 1].pos > seen) /* revised by an append since */
+		nm--;
+	unsigned char(*d)[32] = malloc((n ? n : 1) * sizeof(*d));
+	if (!d) {
+		free(m);
+		return request_fail_oom(e, "messages");
+	}
+	for (size_t i = 0; i < n; i++)
+		api_message_digest(&a->messages[i], d[i]);
+	size_t k = 0;
+	while (k < nm && k < n && !memcmp(m[k].digest, d[k], 32))
+		k++;
+	/* kept: the held messages that stay; f: the first message of the
+	 * request to render (the conversation's message `kept`) */
+	size_t kept = k, f = k;
+	uint64_t pos = seen;
+	int rc = 0;
+	if (nm > 0 && k == 0) {
+		kept = nm; /* not the conversation from its start: new messages only */
+		f = 0;
+	} else if (k < nm) { /* diverged: back to the start of that message's request */
+		kept = f = m[k].group;
+		pos = m[k].pos;
+		if (seen - pos > revisable) {
+			rc = request_fail(e, "messages", "conflict",
+			                  k < n ? "messages[%zu] (%s) differs from the message this "
+			                          "session holds there, and the session can no longer "
+			                          "go back to it (%llu tokens since; it can revise its "
+			                          "last %zu): send only the new messages, or start a "
+			                          "new session"
+			                        : "%zu messages were sent but this session holds more "
+			                          "(%s; %llu tokens, it can revise its last %zu): send "
+			                          "the whole conversation or only the new messages",
+			                  k, k < n ? a->messages[k].role : "and cannot drop them",
+			                  (unsigned long long)(seen - pos), revisable);
+			e->status = 409;
+			goto out;
+		}
+		*revise = (size_t)(seen - pos);
+	}
+	if (f >= n) {
+		rc = request_fail(e, "messages", "invalid_value",
+		                  "all %zu messages are already in session %s: send at least one "
+		                  "new message",
+		                  n, a->session_id);
+		goto out;
+	}
+	size_t total = kept + (n - f);
+	a->chat_marks = malloc(total * sizeof(*a->chat_marks));
+	if (!a->chat_marks) {
+		rc = request_fail_oom(e, "messages");
+		goto out;
+	}
+	memcpy(a->chat_marks, m, kept * sizeof(*m));
+	for (size_t i = f; i < n; i++) {
+		struct sched_chat_mark *c = &a->chat_marks[kept + (i - f)];
+		memcpy(c->digest, d[i], 32);
+		c->pos = pos;
+		c->group = (uint32_t)kept;
+	}
+	a->n_chat_marks = total;
+	a->chat_group_pos = pos;
+	a->chat_group = (uint32_t)kept;
+	*first_new = f;
+out:
+	free(d);
+	free(m);
+	return rc;
+}
+
+/* The prompt of the messages from `first` on (a session's new ones). */
+static int prompt_ids_from(struct request *r, struct gen_args *a, size_t first, bool add_bos,
+                           int32_t **ids, size_t *n, struct api_error *e)
+{
+	struct api_message *all = a->messages;
+	size_t n_all = a->n_messages;
+	a->messages += first;
+	a->n_messages -= first;
+	int rc = api_prompt_ids(r, a, add_bos, ids, n, e);
+	a->messages = all;
+	a->n_messages = n_all;
+	return rc;
+}
+
 static enum MHD_Result api_generate(struct request *r, bool chat)
 {
 	struct server *s = r->srv;
@@ -399,12 +502,18 @@ static enum MHD_Result api_generate(struct request *r, bool chat)
 		goto out;
 	}
 	int32_t *ids = NULL;
-	size_t n_ids = 0;
-	if (api_prepare_generation(r, &a, &e) || api_prompt_ids(r, &a, add_bos, &ids, &n_ids, &e)) {
+	size_t n_ids = 0, first_new = 0, revise = 0;
+	/* a completion's text is no chat message: what the session held as a
+	 * conversation ends there (its next chat appends all it is sent) */
+	if (!a.chat && a.session_id)
+		scheduler_chat_marks_set(s->sched, key, NULL, 0);
+	if ((a.chat && a.session_id && chat_session_plan(r, &a, key, &first_new, &revise, &e)) ||
+	    api_prepare_generation(r, &a, &e) ||
+	    prompt_ids_from(r, &a, first_new, add_bos, &ids, &n_ids, &e)) {
 		ret = respond_api_error(r, &e);
 		goto out;
 	}
-	ret = genstream_submit(r, &a, ids, n_ids, a.session_id ? key : NULL, 0, false);
+	ret = genstream_submit(r, &a, ids, n_ids, a.session_id ? key : NULL, revise, false);
 out:
 	gen_args_deinit(&a);
 	return ret;

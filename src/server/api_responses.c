@@ -53,8 +53,10 @@ static int resp_session_continue(struct request *r, const char *prev, struct res
 	else if (rc)
 		*ret = api_session_unavailable(r, rc, ss->id, why);
 	ss->used = !rc;
-	if (!rc) /* brought back from the park or the store: it leaves again once idle */
+	if (!rc) { /* brought back from the park or the store: it leaves again once idle */
 		scheduler_session_park_when_idle(r->srv->sched, ss->key);
+		scheduler_chat_marks_set(r->srv->sched, ss->key, NULL, 0);
+	}
 	return rc;
 }
 

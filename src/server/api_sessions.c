@@ -359,6 +359,8 @@ enum MHD_Result api_session_append(struct request *r)
 		ret = respond_error(r, 400, "text", "invalid_value", 0, "%s", err);
 		goto out;
 	}
+	/* appended text is no chat message: the session's conversation ends here */
+	scheduler_chat_marks_set(s->sched, key, NULL, 0);
 	ret = genstream_submit(r, &a.gen, ids, n_ids, key, a.revise_last_tokens, !a.generate);
 out:
 	append_args_deinit(&a);

@@ -6,7 +6,11 @@
 #include "server/chat_prompt.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include <openssl/evp.h>
 
 #include "server/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -39,4 +43,36 @@ int chat_prompt_render(const struct tokenizer *tok, const struct api_message *ms
 	                                   err_len);
 	free(cm);
 	return rc;
+}
+
+/* Each part with its length first, so that no two messages hash alike by
+ * moving bytes between fields; "developer" hashes as "system" (it renders
+ * as one). */
+static void digest_part(EVP_MD_CTX *ctx, const char *s, size_t n)
+{
+	uint64_t len = s ? (uint64_t)n : UINT64_MAX;
+	EVP_DigestUpdate(ctx, &len, sizeof(len));
+	if (s && n)
+		EVP_DigestUpdate(ctx, s, n);
+}
+
+void api_message_digest(const struct api_message *m, unsigned char out[32])
+{
+	memset(out, 0, 32);
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+		EVP_MD_CTX_free(ctx);
+		return;
+	}
+	const char *role = m->role && !strcmp(m->role, "developer") ? "system" : m->role;
+	digest_part(ctx, role, role ? strlen(role) : 0);
+	digest_part(ctx, m->content, m->content ? m->content_len : 0);
+	digest_part(ctx, m->name, m->name ? strlen(m->name) : 0);
+	digest_part(ctx, m->tool_call_id, m->tool_call_id ? strlen(m->tool_call_id) : 0);
+	char *calls = m->tool_calls ? cJSON_PrintUnformatted(m->tool_calls) : NULL;
+	digest_part(ctx, calls, calls ? strlen(calls) : 0);
+	free(calls);
+	unsigned int n = 0;
+	EVP_DigestFinal_ex(ctx, out, &n);
+	EVP_MD_CTX_free(ctx);
 }

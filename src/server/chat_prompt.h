@@ -18,6 +18,10 @@ int chat_prompt_render(const struct tokenizer *tok, const struct api_message *ms
                        const struct tool_set *ts, char **text, size_t *system_end, char *err,
                        size_t err_len);
 
+/* SHA-256 of what a message says (role, content, name, tool_call_id, tool
+ * calls): what a session's chat marks compare a re-sent message by. */
+void api_message_digest(const struct api_message *m, unsigned char out[32]);
+
 /* The model's tool format: that of the chat template family the prompt is
  * rendered in (tool_format_of). */
 enum tool_format chat_prompt_tool_format(const struct tokenizer *tok);

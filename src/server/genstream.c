@@ -45,6 +45,10 @@ struct gen_shape {
 	const char *prompt_param; /* the request's name of its prompt (gs_param) */
 	/* Taken by gs_new, whether it succeeds or not: */
 	struct tool_set *tools; /* the request's tools, NULL when none */
+	struct sched_chat_mark *chat_marks; /* gen_args' (chat with session_id) */
+	size_t n_chat_marks;
+	uint64_t chat_group_pos;
+	uint32_t chat_group;
 	cJSON *response;        /* Responses: responses_object_new's */
 };
 
@@ -125,8 +129,13 @@ struct genstream {
 	size_t out_len, out_pos, out_cap;
 	bool sent_role, ended;
 	size_t text_offset;
-	char *text; /* stream:false accumulation */
+	char *text; /* stream:false accumulation (and a tracked chat's reply when streamed) */
 	size_t text_len, text_cap;
+	/* chat with session_id: the session's chat marks, set when it ends */
+	struct sched_chat_mark *chat_marks;
+	size_t n_chat_marks;
+	uint64_t chat_group_pos;
+	uint32_t chat_group;
 	cJSON *lp_acc;
 	const struct gs_format *fmt;
 	bool opened;               /* stream: fmt's opening events are out */
@@ -158,6 +167,7 @@ static void gs_unref(struct genstream *gs)
 	free(gs->ev);
 	free(gs->out);
 	free(gs->text);
+	free(gs->chat_marks);
 	cJSON_Delete(gs->lp_acc);
 	tool_parser_free(gs->tools);
 	if (gs->tool_set)
@@ -336,6 +346,8 @@ static void gs_emit_chunk(struct genstream *gs, cJSON *chunk)
 /* Completions and chat: a chunk per piece, or the text added up. */
 static void oa_content(struct genstream *gs, const char *text, size_t len, cJSON *lp)
 {
+	if (gs->stream && gs->chat_marks && len) /* the reply's mark needs its text */
+		sse_append_raw(&gs->text, &gs->text_len, &gs->text_cap, text, len);
 	if (!gs->stream) {
 		if (len)
 			sse_append_raw(&gs->text, &gs->text_len, &gs->text_cap, text, len);
@@ -527,6 +539,10 @@ static void gs_shape_drop(const struct gen_shape *shape)
 static int gs_format_init(struct genstream *gs, struct request *r, const struct gen_shape *shape)
 {
 	gs->tool_set = shape->tools;
+	gs->chat_marks = shape->chat_marks;
+	gs->n_chat_marks = shape->n_chat_marks;
+	gs->chat_group_pos = shape->chat_group_pos;
+	gs->chat_group = shape->chat_group;
 	gs->fmt = shape->api == GEN_API_RESPONSES ? &gs_format_responses
 	          : shape->chat                   ? &gs_format_chat
 	                                          : &gs_format_completions;
@@ -546,6 +562,7 @@ static struct genstream *gs_new(struct request *r, const struct gen_shape *shape
 	struct genstream *gs = calloc(1, sizeof(*gs));
 	if (!gs) {
 		gs_shape_drop(shape);
+		free(shape->chat_marks);
 		return NULL;
 	}
 	pthread_mutex_init(&gs->mu, NULL);
@@ -735,9 +752,15 @@ static enum MHD_Result gs_submit(struct request *r, struct gen_args *a, int32_t 
 	    .timing =
 	        MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Sinkd-Timing") != NULL,
 	    .tools = a->tools,
+	    .chat_marks = a->chat_marks,
+	    .n_chat_marks = a->n_chat_marks,
+	    .chat_group_pos = a->chat_group_pos,
+	    .chat_group = a->chat_group,
 	    .response =
 	        responses ? responses_object_new(a, id, s->model_name, (long)time(NULL)) : NULL};
 	a->tools = NULL; /* the generation's from here (its parser reads them) */
+	a->chat_marks = NULL;
+	a->n_chat_marks = 0;
 	struct respond_fault f = {0};
 	if (!gs_start(r, &shape, &req, &f))
 		return genstream_respond(r);
@@ -820,6 +843,31 @@ static const char *gs_error_code(const struct respond_kind *k)
 	return k->status == 500 ? "generation_failed" : k->code;
 }
 
+/* A tracked chat's end: the session now holds the request's messages (when
+ * its prompt went in) and, after a reply of plain text, that reply as the
+ * assistant message a client will send back. */
+static void gs_chat_marks_commit(struct genstream *gs, enum gen_finish fin, int np, int ng)
+{
+	if (!gs->chat_marks || np <= 0)
+		return;
+	size_t n = gs->n_chat_marks;
+	struct sched_chat_mark *m = realloc(gs->chat_marks, (n + 1) * sizeof(*m));
+	if (!m)
+		return;
+	gs->chat_marks = m;
+	bool ok = fin == GEN_FINISH_STOP || fin == GEN_FINISH_LENGTH;
+	if (ok && ng > 0 && gs->n_calls == 0) {
+		struct api_message reply = {.role = "assistant",
+		                            .content = gs->text ? gs->text : "",
+		                            .content_len = gs->text_len};
+		api_message_digest(&reply, m[n].digest);
+		m[n].pos = gs->chat_group_pos;
+		m[n].group = gs->chat_group;
+		n++;
+	}
+	scheduler_chat_marks_set(gs->srv->sched, gs->session_id, m, n);
+}
+
 static void gs_format_end(struct genstream *gs)
 {
 	pthread_mutex_lock(&gs->mu);
@@ -829,8 +877,10 @@ static void gs_format_end(struct genstream *gs)
 	char msg[256];
 	snprintf(msg, sizeof(msg), "%s", gs->err_msg[0] ? gs->err_msg : "generation cancelled");
 	pthread_mutex_unlock(&gs->mu);
+	if (fin == GEN_FINISH_STOP || fin == GEN_FINISH_LENGTH || fin == GEN_FINISH_NONE)
+		gs_feed_end(gs); /* the whole reply, for its mark */
+	gs_chat_marks_commit(gs, fin, np, ng);
 	if (fin == GEN_FINISH_STOP || fin == GEN_FINISH_LENGTH || fin == GEN_FINISH_NONE) {
-		gs_feed_end(gs);
 		gs->fmt->close(gs, fin, np, ng);
 	} else if (fin == GEN_FINISH_CANCELLED && atomic_load(&gs->srv->shutting_down)) {
 		gs->fmt->fail(
@@ -989,6 +1039,9 @@ static enum MHD_Result gs_respond_whole(struct request *r)
 		                                    "stopped");
 	if (!done && !stopping)
 		return MHD_YES;
+	if (done && fin != GEN_FINISH_ERROR && fin != GEN_FINISH_CANCELLED && !gs->append_only)
+		gs_feed_end(gs); /* the whole reply (and so its mark) */
+	gs_chat_marks_commit(gs, done ? fin : GEN_FINISH_CANCELLED, np, ng);
 	/* Cancelled because the client hung up: no answer (a 503 written into
 	 * its half-closed socket would count as a server error); closing the
 	 * connection makes it a 499. */
@@ -1008,7 +1061,6 @@ static enum MHD_Result gs_respond_whole(struct request *r)
 		cJSON_AddNumberToObject(o, "tokens_appended", np);
 		return respond_json(r, 200, o);
 	}
-	gs_feed_end(gs);
 	cJSON *o = gs->fmt->close(gs, fin, np, ng);
 	if (!o)
 		return respond_error(r, 500, NULL, "out_of_memory", 0,

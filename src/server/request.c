@@ -1319,6 +1319,7 @@ void append_args_deinit(struct append_args *a)
 
 void gen_args_deinit(struct gen_args *a)
 {
+	free(a->chat_marks);
 	free(a->model);
 	free(a->session_id);
 	for (size_t i = 0; i < a->n_stops; i++)

@@ -56,6 +56,7 @@ enum response_format_kind {
 
 struct tool_set;
 struct grammar;
+struct sched_chat_mark;
 
 struct gen_args {
 	bool chat; /* chat completions or the Responses API: messages, not a prompt */
@@ -95,6 +96,13 @@ struct gen_args {
 	/* Set by api.c from response_format / tool_choice: the constraint the
 	 * generation decodes under (a reference, handed to the scheduler). */
 	struct grammar *grammar;
+	/* Chat with session_id (api.c): the session's chat marks once this
+	 * request's messages are in; its reply's mark (group chat_group, at
+	 * chat_group_pos) is added when it ends (genstream).  NULL: untracked. */
+	struct sched_chat_mark *chat_marks;
+	size_t n_chat_marks;
+	uint64_t chat_group_pos;
+	uint32_t chat_group;
 	/* Responses API */
 	char *instructions;         /* NULL when absent */
 	char *previous_response_id; /* NULL when absent */
