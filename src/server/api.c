@@ -444,7 +444,8 @@ static int chat_session_plan(struct request *r, struct gen_args *a, const char *
 		rc = request_fail_oom(e, "messages");
 		goto out;
 	}
-	memcpy(a->chat_marks, m, kept * sizeof(*m));
+	if (kept) /* m is NULL when the session held none */
+		memcpy(a->chat_marks, m, kept * sizeof(*m));
 	for (size_t i = f; i < n; i++) {
 		struct sched_chat_mark *c = &a->chat_marks[kept + (i - f)];
 		memcpy(c->digest, d[i], 32);
