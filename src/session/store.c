@@ -286,37 +286,47 @@ static int entry_older(const void *a, const void *b)
 	return strcmp(x->key, y->key);
 }
 
+/* Each listed entry's owner, and each owner's bytes, worked out once per
+ * pass and kept current as entries are evicted. */
 struct owner_use {
 	char tag[SESSION_OWNER_TAG_LEN + 1];
 	uint64_t bytes;
 };
 
-/* Bytes per owner of the entries still listed (bytes != UINT64_MAX). */
-static uint64_t owner_bytes(const struct store_entry *e, size_t n, const char *tag)
+struct owners {
+	struct owner_use *use; /* (n_use) */
+	size_t n_use;
+	size_t *of; /* (entries) index into use */
+};
+
+static int owners_build(const struct store_entry *e, size_t n, struct owners *o)
 {
-	uint64_t sum = 0;
-	char t[SESSION_OWNER_TAG_LEN + 1];
+	o->use = malloc((n ? n : 1) * sizeof(*o->use));
+	o->of = malloc((n ? n : 1) * sizeof(*o->of));
+	o->n_use = 0;
+	if (!o->use || !o->of)
+		return -ENOMEM;
 	for (size_t i = 0; i < n; i++) {
-		if (e[i].bytes == UINT64_MAX)
-			continue;
+		char t[SESSION_OWNER_TAG_LEN + 1];
 		owner_tag_of(e[i].key, t);
-		if (!strcmp(t, tag))
-			sum += e[i].bytes;
+		size_t u = 0;
+		while (u < o->n_use && strcmp(o->use[u].tag, t))
+			u++;
+		if (u == o->n_use) {
+			snprintf(o->use[u].tag, sizeof(o->use[u].tag), "%s", t);
+			o->use[u].bytes = 0;
+			o->n_use++;
+		}
+		o->use[u].bytes += e[i].bytes;
+		o->of[i] = u;
 	}
-	return sum;
+	return 0;
 }
 
-/* Deletes entry i (marks it gone); false when it could not be deleted. */
-static bool evict(struct session_store *st, struct store_entry *e, uint64_t *total,
-                  const char *why)
+static void owners_free(struct owners *o)
 {
-	char err[SINKD_ERR_LEN];
-	if (st->ops->remove(st->be, e->key, err, sizeof(err)))
-		return false;
-	count_eviction(st, e->key, e->bytes, why);
-	*total -= e->bytes;
-	e->bytes = UINT64_MAX;
-	return true;
+	free(o->use);
+	free(o->of);
 }
 
 /* The shared namespace is one tenant (every client without a key), held
@@ -326,6 +336,26 @@ static uint64_t share_of(const struct session_store *st, const char *tag)
 	return tag[0] ? st->per_key_bytes : UINT64_MAX;
 }
 
+static bool owner_over(const struct session_store *st, const struct owner_use *u)
+{
+	return u->bytes > share_of(st, u->tag);
+}
+
+/* Deletes entry i (marks it gone, its bytes off its owner's and the
+ * total); false when it could not be deleted. */
+static bool evict(struct session_store *st, struct store_entry *e, struct owner_use *u,
+                  uint64_t *total, const char *why)
+{
+	char err[SINKD_ERR_LEN];
+	if (st->ops->remove(st->be, e->key, err, sizeof(err)))
+		return false;
+	count_eviction(st, e->key, e->bytes, why);
+	*total -= e->bytes;
+	u->bytes -= e->bytes;
+	e->bytes = UINT64_MAX;
+	return true;
+}
+
 /* The bounds over a list sorted oldest first: the writer's own share first
  * (its oldest, never another's while it is over), then owners over their
  * share, then the oldest of all.  keep (may be NULL) is never evicted, nor
@@ -333,34 +363,40 @@ static uint64_t share_of(const struct session_store *st, const char *tag)
 static int enforce_bounds(struct session_store *st, struct store_entry *e, size_t n,
                           const char *keep)
 {
+	struct owners o;
+	if (owners_build(e, n, &o)) {
+		owners_free(&o);
+		return 0; /* out of memory: the next sweep tries again */
+	}
 	uint64_t total = 0;
 	int removed = 0;
-	for (size_t i = 0; i < n; i++)
+	struct owner_use *writer = NULL;
+	for (size_t i = 0; i < n; i++) {
 		total += e[i].bytes;
-	char wtag[SESSION_OWNER_TAG_LEN + 1] = "", t[SESSION_OWNER_TAG_LEN + 1];
-	if (keep)
-		owner_tag_of(keep, wtag);
+		if (keep && !strcmp(e[i].key, keep))
+			writer = &o.use[o.of[i]];
+	}
 	for (int pass = 0; pass < 3; pass++) {
 		for (size_t i = 0; i < n; i++) {
 			if (e[i].bytes == UINT64_MAX || (keep && !strcmp(e[i].key, keep)) ||
 			    (e[i].leased_live && !e[i].leased_us))
 				continue;
-			owner_tag_of(e[i].key, t);
-			uint64_t share = share_of(st, t);
-			bool over = owner_bytes(e, n, t) > share;
-			if (pass == 0 && (!keep || strcmp(t, wtag) || !over))
+			struct owner_use *u = &o.use[o.of[i]];
+			bool over = owner_over(st, u);
+			if (pass == 0 && (u != writer || !over))
 				continue;
 			if (pass == 1 && (!over || (st->max_bytes && total <= st->max_bytes)))
 				continue;
 			/* a writer still over its share (its one record is larger)
 			 * takes no room from keys within theirs */
 			if (pass == 2 && (!st->max_bytes || total <= st->max_bytes ||
-			                  (keep && owner_bytes(e, n, wtag) > share_of(st, wtag))))
+			                  (writer && owner_over(st, writer))))
 				break;
-			removed += evict(st, &e[i], &total,
+			removed += evict(st, &e[i], u, &total,
 			                 pass == 2 ? "store_max_bytes" : "per_key_store_bytes");
 		}
 	}
+	owners_free(&o);
 	return removed;
 }
 

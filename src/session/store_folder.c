@@ -546,7 +546,11 @@ static int list_one(struct store_backend *b, enum name_kind kind, const char *na
 	snprintf(e.key, sizeof(e.key), "%s", key);
 	struct store_lease l;
 	struct stat lsb;
-	if (lease_read(b, key, &l, &lsb) == 0) {
+	char lname[FOLDER_NAME_MAX];
+	lease_name(lname, key);
+	/* a lease untouched for lease_timeout_s is not live: read only the others */
+	if (fstatat(b->dir_fd, lname, &lsb, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    age_s(&lsb) <= b->lease_timeout_s && lease_read(b, key, &l, &lsb) == 0) {
 		e.leased_live = l.live;
 		e.leased_us = l.live && strcmp(l.instance, b->instance) == 0;
 	}

@@ -52,6 +52,8 @@ for tool in curl openssl python3; do
 done
 # The system python starts far faster than a version-manager shim.
 py=$(command -v /usr/bin/python3 || command -v python3)
+# https_json.py (HTTPS calls to the daemon) for the tests' Python parts
+export PYTHONPATH="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)${PYTHONPATH:+:$PYTHONPATH}"
 
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=localhost \
 	-addext "subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1" \

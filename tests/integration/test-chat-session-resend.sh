@@ -14,30 +14,18 @@ start_daemon chat "$tmp/chat.yaml" --set server.drain_grace_s=0
 check "daemon ready" [ $? -eq 0 ]
 
 "$py" - "$base" "$api_key" >"$tmp/resend.json" <<'PY'
-import json, ssl, sys, urllib.request
+import json, sys
+import https_json
 base, key = sys.argv[1], sys.argv[2]
-ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
 def call(method, path, body=None):
-    req = urllib.request.Request(base + path, method=method,
-                                 data=json.dumps(body).encode() if body is not None else None,
-                                 headers={"Authorization": "Bearer " + key,
-                                          "Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, context=ctx, timeout=60) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}")
+    return https_json.call(base, key, method, path, body)
 def chat(sid, messages, stream=False):
     body = {"session_id": sid, "messages": messages, "max_tokens": 6, "temperature": 0}
     if not stream:
         return call("POST", "/v1/chat/completions", body)
     body["stream"] = True
-    req = urllib.request.Request(base + "/v1/chat/completions", method="POST",
-                                 data=json.dumps(body).encode(),
-                                 headers={"Authorization": "Bearer " + key,
-                                          "Content-Type": "application/json"})
     text = ""
-    with urllib.request.urlopen(req, context=ctx, timeout=60) as r:
+    with https_json.open_stream(base, key, "/v1/chat/completions", body) as r:
         for line in r.read().decode().split("\n"):
             if line.startswith("data: {"):
                 d = json.loads(line[6:])

@@ -26,18 +26,11 @@ start_daemon park "$tmp/park.yaml" --set server.drain_grace_s=0
 check "instance with a budget of 10 sessions ready" [ $? -eq 0 ]
 
 "$py" - "$base" "$api_key" >"$tmp/calls.json" <<'PY'
-import json, ssl, sys, urllib.request
+import json, sys
+from https_json import call
 base, key = sys.argv[1], sys.argv[2]
-ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
 def post(path, body):
-    req = urllib.request.Request(base + path, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Authorization": "Bearer " + key,
-                                          "Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, context=ctx, timeout=60) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}")
+    return call(base, key, "POST", path, body)
 statuses, ids = {}, []
 for i in range(200):
     st, j = post("/v1/responses", {"input": f"Once upon a time {i}", "max_output_tokens": 3})

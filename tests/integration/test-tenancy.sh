@@ -33,22 +33,8 @@ YAML
 
 # walk.py: B's answers about A's ids against answers about fresh ids.
 cat >"$tmp/walk.py" <<'PY'
-import json, re, ssl, sys, urllib.request
-ctx = ssl.create_default_context()
-ctx.check_hostname = False
-ctx.verify_mode = ssl.CERT_NONE
-
-def call(base, key, method, path, body=None, raw=None):
-    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-    req = urllib.request.Request(base + path, data=data, method=method)
-    req.add_header("Authorization", "Bearer " + key)
-    if data is not None:
-        req.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(req, context=ctx, timeout=30) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
+import json, re, sys
+from https_json import call_raw as call
 
 def norm(body, ids):
     text = body.decode("utf-8", "replace")
