@@ -174,12 +174,10 @@ const char *model_arch_layer_tensor(const struct model_arch *a, enum model_layer
 	return (unsigned)t < MODEL_LT_COUNT ? row(a)->layer_tensor[t] : NULL;
 }
 
-int model_arch_layer_required(const struct model_arch *a)
+int model_arch_layer_weights(const struct model_arch *a)
 {
 	int n = 0;
-	for (int t = 0; t < MODEL_LT_COUNT; t++)
-		if (row(a)->layer_tensor[t] &&
-		    (t < MODEL_LT_BQ || row(a)->qkv_bias == MODEL_BIAS_REQUIRED))
-			n++;
+	for (int t = 0; t < MODEL_LT_BQ; t++)
+		n += row(a)->layer_tensor[t] != NULL;
 	return n;
 }

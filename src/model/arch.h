@@ -94,5 +94,5 @@ enum model_layer_kind model_arch_layer_kind(const struct model_arch *a);
  * where model_arch_qkv_bias is NONE: the loader refuses a file that has
  * them. */
 const char *model_arch_layer_tensor(const struct model_arch *a, enum model_layer_tensor t);
-/* How many tensors every layer must have (the biases when required). */
-int model_arch_layer_required(const struct model_arch *a);
+/* How many weight tensors (those before the biases) every layer has. */
+int model_arch_layer_weights(const struct model_arch *a);

@@ -420,7 +420,7 @@ static int load_tensors(struct load_ctx *c)
 	struct model *m = c->m;
 	struct model_hparams *hp = &m->hp;
 	size_t n_tensors = gguf_n_tensors(m->file);
-	size_t per_layer = (size_t)model_arch_layer_required(hp->arch);
+	size_t per_layer = (size_t)model_arch_layer_weights(hp->arch);
 	if ((size_t)hp->n_layers > n_tensors / per_layer)
 		return err_set(c->err, c->err_len, -EINVAL,
 		               "%s: block_count %d needs at least %zu tensors, the file has %zu",
