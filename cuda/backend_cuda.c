@@ -1,4 +1,4 @@
-/* The CUDA backend: the Llama forward pass (llama, qwen2) over one batch of
+/* The CUDA backend: the Llama forward pass (model/arch.h) over one batch of
  * tokens from many sessions, with weights, activations and every session's
  * tiered KV cache in device memory.
  *
@@ -436,6 +436,11 @@ int backend_cuda_new(const struct model *m, const struct backend_options *opt,
 	if ((unsigned)o->dtype > KV_DTYPE_BF16)
 		return err_set(err, err_len, -EINVAL, "cuda backend: dtype %d unknown",
 		               (int)o->dtype);
+	cuda_layer_fn layer = cudabe_layer_fn_of(m->hp.arch);
+	if (!layer)
+		return err_set(err, err_len, -ENOTSUP,
+		               "cuda backend: architecture '%s' has no layer function",
+		               model_arch_name(m->hp.arch));
 	struct cuda_backend *c = calloc(1, sizeof(*c));
 	if (!c)
 		return err_set(err, err_len, -ENOMEM, "cuda backend: out of memory");
@@ -444,7 +449,8 @@ int backend_cuda_new(const struct model *m, const struct backend_options *opt,
 	c->log = o->log;
 	c->device = o->device;
 	c->wdt = (int)o->dtype;
-	c->neox = m->hp.arch == MODEL_ARCH_QWEN2;
+	c->neox = model_arch_rope_neox(m->hp.arch);
+	c->layer_forward = layer;
 	c->l2_sinks = o->l2_sink_window;
 	c->use_graphs = o->cuda_graphs;
 	int rc = backend_init(c, o, err, err_len);

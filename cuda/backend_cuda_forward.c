@@ -541,6 +541,27 @@ static int layer_mlp(struct cuda_backend *c, int n, int l, char *err, size_t err
 	return gemm(c, &L->down, c->hb_h, n, c->x, 1.0f, err, err_len);
 }
 
+/* One layer of the Llama shape (MODEL_LAYER_LLAMA), enqueued: attention
+ * (with the Q/K/V biases where the model has them) then the SwiGLU MLP. */
+static int layer_llama(struct cuda_backend *c, const struct batch_layout *bl, int n, int l,
+                       char *err, size_t err_len)
+{
+	int rc = layer_attention(c, bl, n, l, err, err_len);
+	return rc ? rc : layer_mlp(c, n, l, err, err_len);
+}
+
+/* The layer function of each layer shape (model/arch.h): a new shape adds
+ * a row and a function here. */
+static const cuda_layer_fn layer_fns[MODEL_LAYER_KINDS] = {
+    [MODEL_LAYER_LLAMA] = layer_llama,
+};
+
+cuda_layer_fn cudabe_layer_fn_of(const struct model_arch *a)
+{
+	enum model_layer_kind kind = model_arch_layer_kind(a);
+	return (unsigned)kind < MODEL_LAYER_KINDS ? layer_fns[kind] : NULL;
+}
+
 static int output_logits(struct cuda_backend *c, const struct batch_layout *bl, int n_want,
                          float *logits, char *err, size_t err_len)
 {
@@ -595,10 +616,8 @@ static int enqueue_forward(struct cuda_backend *c, size_t n, const struct batch_
 	CU_TRY(cuda_embed(c->embd.d, c->wdt, hp->dim, (const int32_t *)(c->batch_d + bl->tok),
 	                  (int)n, c->x, c->stream),
 	       "embed");
-	for (int l = 0; l < hp->n_layers && !rc; l++) {
-		rc = layer_attention(c, bl, (int)n, l, err, err_len);
-		rc = rc ? rc : layer_mlp(c, (int)n, l, err, err_len);
-	}
+	for (int l = 0; l < hp->n_layers && !rc; l++)
+		rc = c->layer_forward(c, bl, (int)n, l, err, err_len);
 	rc = rc ? rc : output_logits(c, bl, n_want, logits_dst, err, err_len);
 	if (!rc && want_mass)
 		CU_TRY(cudaMemcpyAsync(c->mass_h, c->mass,

@@ -40,7 +40,7 @@ struct cuda_weight {
 
 struct cuda_layer_weights {
 	float *attn_norm, *ffn_norm; /* (dim) */
-	float *bq, *bk, *bv;         /* qwen2: (q_dim), (kv_dim) x2; else NULL */
+	float *bq, *bk, *bv;         /* with Q/K/V biases: (q_dim), (kv_dim) x2; else NULL */
 	struct cuda_weight wq, wk, wv, wo, gate, up, down;
 };
 
@@ -75,8 +75,15 @@ struct batch_layout {
 	size_t tok, rows, cs, append, flush, attn, a_ops, a_begin, a_angles, bytes;
 };
 
+struct cuda_backend;
+
+/* One layer over the batch, enqueued on the backend's stream. */
+typedef int (*cuda_layer_fn)(struct cuda_backend *c, const struct batch_layout *bl, int n,
+                             int layer, char *err, size_t err_len);
+
 struct cuda_backend {
 	struct backend base;
+	cuda_layer_fn layer_forward; /* the model architecture's (cudabe_layer_fn_of) */
 	struct sinkd_log *log;
 	int device;
 	int wdt; /* CUDA_DT_* of weights and GEMM inputs */
@@ -154,3 +161,5 @@ int cudabe_forward(struct backend *be, const struct backend_token *tokens, size_
                    float *logits, char *err, size_t err_len);
 void cudabe_workspace_free(struct cuda_backend *c);
 void cudabe_graphs_clear(struct cuda_backend *c);
+/* The layer function of architecture a's layer shape, or NULL. */
+cuda_layer_fn cudabe_layer_fn_of(const struct model_arch *a);

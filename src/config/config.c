@@ -1215,7 +1215,7 @@ void config_cache_geometry(const struct sinkd_config *c, const struct model_hpar
 	g->head_dim = hp->head_dim;
 	g->rope_dim = hp->rope_dim;
 	g->rope_theta = hp->rope_theta;
-	g->rope_neox = hp->arch == MODEL_ARCH_QWEN2;
+	g->rope_neox = model_arch_rope_neox(hp->arch);
 	g->strategy = c->inference.cache.strategy;
 	g->sink_keep_count = (int)c->inference.cache.sink_keep_count;
 	g->window_size = (int)c->inference.cache.window_size;

@@ -1,4 +1,4 @@
-/* The CPU backend: the Llama forward pass (llama, qwen2) over one batch of
+/* The CPU backend: the Llama forward pass (model/arch.h) over one batch of
  * tokens from many sessions, in host memory with one thread pool.
  *
  * All projections of a layer run for the whole batch at once (matmul.c: one
@@ -53,8 +53,15 @@ struct backend_session {
 	struct sinkcache *cache;
 };
 
+struct cpu_backend;
+
+/* One layer over the batch (layer_llama says what it must do). */
+typedef int (*cpu_layer_fn)(struct cpu_backend *c, const struct backend_token *tokens, int *n_rows,
+                            int layer, char *err, size_t err_len);
+
 struct cpu_backend {
 	struct backend base;
+	cpu_layer_fn layer_forward; /* the model architecture's (layer_fns) */
 	struct threadpool *pool;
 	int n_threads;
 	/* Of the forward being run: pool and n_threads, or NULL and 1 when it
@@ -464,13 +471,14 @@ static int keep_logit_rows(struct cpu_backend *c, const struct backend_token *to
 	return kept;
 }
 
-/* One layer over the batch.  In the last layer only the rows that want
- * logits go on past attention (their keys and values are what the cache
- * needs from the others): a prompt chunk skips that layer's output
- * projection and feed-forward, and *n_rows becomes the rows kept, moved to
- * the front of c->x in batch order. */
-static int layer_forward(struct cpu_backend *c, const struct backend_token *tokens, int *n_rows,
-                         int layer, char *err, size_t err_len)
+/* One layer of the Llama shape (MODEL_LAYER_LLAMA) over the batch.  In the
+ * last layer only the rows that want logits go on past attention (their
+ * keys and values are what the cache needs from the others): a prompt chunk
+ * skips that layer's output projection and feed-forward, and *n_rows
+ * becomes the rows kept, moved to the front of c->x in batch order.  The
+ * Q/K/V biases are added where the model has them (NULL otherwise). */
+static int layer_llama(struct cpu_backend *c, const struct backend_token *tokens, int *n_rows,
+                       int layer, char *err, size_t err_len)
 {
 	const struct model *m = c->base.model;
 	const struct model_hparams *hp = &m->hp;
@@ -503,8 +511,14 @@ static int layer_forward(struct cpu_backend *c, const struct backend_token *toke
 	return 0;
 }
 
+/* The layer function of each layer shape (model/arch.h): a new shape adds
+ * a row and a function here. */
+static const cpu_layer_fn layer_fns[MODEL_LAYER_KINDS] = {
+    [MODEL_LAYER_LLAMA] = layer_llama,
+};
+
 /* Final norm and output head for the first n_want rows of c->x: the tokens
- * that want logits, in batch order (layer_forward). */
+ * that want logits, in batch order (the layer function). */
 static void output_logits(struct cpu_backend *c, int n_want, float *logits)
 {
 	const struct model *m = c->base.model;
@@ -535,7 +549,7 @@ static int cpu_forward(struct backend *be, const struct backend_token *tokens, s
 	embed_tokens(c, tokens, n_tokens);
 	int n_rows = (int)n_tokens;
 	for (int l = 0; l < be->model->hp.n_layers; l++) {
-		rc = layer_forward(c, tokens, &n_rows, l, err, err_len);
+		rc = c->layer_forward(c, tokens, &n_rows, l, err, err_len);
 		if (rc)
 			return rc;
 	}
@@ -690,6 +704,11 @@ static int check_matrix(const struct weight_matrix *w, const char *what, char *e
 
 static int check_model(const struct model *m, char *err, size_t err_len)
 {
+	enum model_layer_kind kind = model_arch_layer_kind(m->hp.arch);
+	if ((unsigned)kind >= MODEL_LAYER_KINDS || !layer_fns[kind])
+		return err_set(err, err_len, -ENOTSUP,
+		               "cpu backend: architecture '%s' has no layer function",
+		               model_arch_name(m->hp.arch));
 	int rc = check_matrix(&m->token_embd, "token_embd", err, err_len);
 	rc = rc ? rc : check_matrix(&m->output, "output", err, err_len);
 	for (int l = 0; l < m->hp.n_layers && !rc; l++) {
@@ -809,6 +828,7 @@ int backend_cpu_new(const struct model *m, const struct backend_options *opt, st
 		return err_set(err, err_len, -ENOMEM, "cpu backend: out of memory");
 	c->base.ops = &cpu_ops;
 	c->base.model = m;
+	c->layer_forward = layer_fns[model_arch_layer_kind(m->hp.arch)];
 	rc = threadpool_new(opt ? opt->n_threads : 0, &c->pool, err, err_len);
 	if (rc) {
 		free(c);

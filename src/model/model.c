@@ -1,6 +1,7 @@
-/* Model loader: turns a validated GGUF file into a Llama-family model
- * (architectures llama and qwen2).  It reads the hyper-parameters from
- * metadata, finds every weight tensor, checks its shape against them, and
+/* Model loader: turns a validated GGUF file into a Llama-family model (an
+ * architecture of model/arch.h, whose row names the keys and tensors read).
+ * It reads the hyper-parameters from metadata, finds every weight tensor,
+ * checks its shape against them, and
  * decides where each one lives: matrices the engine computes with natively
  * (F32, F16, BF16 and the block types Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) point
  * into the read-only mapping; the other block types (Q4_1, Q5_0, Q5_1) are
@@ -32,7 +33,7 @@
 struct load_ctx {
 	struct model *m;
 	const char *path;
-	char prefix[32]; /* "llama." or "qwen2." */
+	char prefix[32]; /* "<architecture>." */
 	char *err;
 	size_t err_len;
 };
@@ -79,45 +80,34 @@ static int hp_float(struct load_ctx *c, const char *suffix, double def, double l
 	return 0;
 }
 
-/* A file string made safe for a message: at most out_len-1 bytes, and
- * control characters replaced by '?'. */
-static const char *printable(const char *s, size_t len, char *out, size_t out_len)
-{
-	size_t n = len < out_len - 1 ? len : out_len - 1;
-	for (size_t i = 0; i < n; i++)
-		out[i] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i];
-	out[n] = '\0';
-	return out;
-}
-
 static int read_arch(struct load_ctx *c)
 {
 	const char *s;
 	size_t len;
-	char name[64];
 	if (gguf_get_string(c->m->file, "general.architecture", &s, &len) != 0)
 		return err_set(c->err, c->err_len, -EINVAL,
 		               "%s: 'general.architecture' is missing or not a string", c->path);
-	if (len == 5 && memcmp(s, "llama", 5) == 0)
-		c->m->hp.arch = MODEL_ARCH_LLAMA;
-	else if (len == 5 && memcmp(s, "qwen2", 5) == 0)
-		c->m->hp.arch = MODEL_ARCH_QWEN2;
-	else
-		return err_set(c->err, c->err_len, -EINVAL,
-		               "%s: architecture '%s' is not supported (supported: llama, qwen2)",
-		               c->path, printable(s, len, name, sizeof(name)));
-	snprintf(c->prefix, sizeof(c->prefix), "%.5s.", s);
+	char why[SINKD_ERR_LEN];
+	int rc = model_arch_lookup(s, len, &c->m->hp.arch, why, sizeof(why));
+	if (rc)
+		return err_set(c->err, c->err_len, rc, "%s: %s", c->path, why);
+	snprintf(c->prefix, sizeof(c->prefix), "%s.", model_arch_name(c->m->hp.arch));
 	return 0;
 }
 
-/* Llama-architecture files that need more than this loader does: mixture of
+/* Files that need more than their architecture's row says: mixture of
  * experts, and heads whose width is not embedding_length / head_count. */
 static int check_unsupported_variants(struct load_ctx *c)
 {
 	const struct model_hparams *hp = &c->m->hp;
 	int experts = 0, key_len = 0, value_len = 0;
+	if (model_arch_head_width(hp->arch) != MODEL_HEAD_WIDTH_SPLIT)
+		return err_set(c->err, c->err_len, -ENOTSUP,
+		               "%s: architecture '%s': heads as wide as key_length / value_length "
+		               "are not implemented",
+		               c->path, model_arch_name(hp->arch));
 	int rc = hp_int(c, "expert_count", 0, 0, INT32_MAX, &experts);
-	if (rc == 0 && experts > 0)
+	if (rc == 0 && experts > 0 && !model_arch_experts(hp->arch))
 		return err_set(
 		    c->err, c->err_len, -ENOTSUP,
 		    "%s: mixture-of-experts models (%sexpert_count %d) are not supported", c->path,
@@ -168,7 +158,7 @@ static int read_hparams(struct load_ctx *c)
 		rc = hp_float(c, "rope.freq_base", 10000.0, 1e-3, 1e12, &hp->rope_theta);
 	double eps = 0;
 	if (rc == 0)
-		rc = hp_float(c, "attention.layer_norm_rms_epsilon", 1e-5, 1e-12, 1.0, &eps);
+		rc = hp_float(c, model_arch_norm_eps_key(hp->arch), 1e-5, 1e-12, 1.0, &eps);
 	hp->norm_eps = (float)eps;
 	return rc ? rc : check_unsupported_variants(c);
 }
@@ -357,44 +347,72 @@ static int load_matrix(struct load_ctx *c, const char *name, int rows, int cols,
 	return rc;
 }
 
+/* blk.<i>.<the architecture's name of tensor t>. */
+static void layer_tensor_name(const struct load_ctx *c, int i, enum model_layer_tensor t, char *out,
+                              size_t out_len)
+{
+	snprintf(out, out_len, "blk.%d.%s", i, model_arch_layer_tensor(c->m->hp.arch, t));
+}
+
 static int load_layer(struct load_ctx *c, int i, struct model_layer *l)
 {
 	const struct model_hparams *hp = &c->m->hp;
 	int q_dim = hp->n_heads * hp->head_dim, kv_dim = hp->n_kv_heads * hp->head_dim;
-	char n[9][64];
-	static const char *const parts[9] = {"attn_norm", "attn_q",      "attn_k",
-	                                     "attn_v",    "attn_output", "ffn_norm",
-	                                     "ffn_gate",  "ffn_up",      "ffn_down"};
-	for (int k = 0; k < 9; k++)
-		snprintf(n[k], sizeof(n[k]), "blk.%d.%s.weight", i, parts[k]);
-	int rc = load_vector(c, n[0], (uint64_t)hp->dim, &l->attn_norm);
+	char n[MODEL_LT_COUNT][64];
+	for (int k = 0; k < MODEL_LT_COUNT; k++)
+		layer_tensor_name(c, i, (enum model_layer_tensor)k, n[k], sizeof(n[k]));
+	int rc = load_vector(c, n[MODEL_LT_ATTN_NORM], (uint64_t)hp->dim, &l->attn_norm);
 	if (rc == 0)
-		rc = load_matrix(c, n[1], q_dim, hp->dim, &l->wq);
+		rc = load_matrix(c, n[MODEL_LT_Q], q_dim, hp->dim, &l->wq);
 	if (rc == 0)
-		rc = load_matrix(c, n[2], kv_dim, hp->dim, &l->wk);
+		rc = load_matrix(c, n[MODEL_LT_K], kv_dim, hp->dim, &l->wk);
 	if (rc == 0)
-		rc = load_matrix(c, n[3], kv_dim, hp->dim, &l->wv);
+		rc = load_matrix(c, n[MODEL_LT_V], kv_dim, hp->dim, &l->wv);
 	if (rc == 0)
-		rc = load_matrix(c, n[4], hp->dim, q_dim, &l->wo);
+		rc = load_matrix(c, n[MODEL_LT_O], hp->dim, q_dim, &l->wo);
 	if (rc == 0)
-		rc = load_vector(c, n[5], (uint64_t)hp->dim, &l->ffn_norm);
+		rc = load_vector(c, n[MODEL_LT_FFN_NORM], (uint64_t)hp->dim, &l->ffn_norm);
 	if (rc == 0)
-		rc = load_matrix(c, n[6], hp->ffn_dim, hp->dim, &l->w_gate);
+		rc = load_matrix(c, n[MODEL_LT_GATE], hp->ffn_dim, hp->dim, &l->w_gate);
 	if (rc == 0)
-		rc = load_matrix(c, n[7], hp->ffn_dim, hp->dim, &l->w_up);
+		rc = load_matrix(c, n[MODEL_LT_UP], hp->ffn_dim, hp->dim, &l->w_up);
 	if (rc == 0)
-		rc = load_matrix(c, n[8], hp->dim, hp->ffn_dim, &l->w_down);
+		rc = load_matrix(c, n[MODEL_LT_DOWN], hp->dim, hp->ffn_dim, &l->w_down);
 	if (rc || !hp->has_qkv_bias)
 		return rc;
-	snprintf(n[0], sizeof(n[0]), "blk.%d.attn_q.bias", i);
-	snprintf(n[1], sizeof(n[1]), "blk.%d.attn_k.bias", i);
-	snprintf(n[2], sizeof(n[2]), "blk.%d.attn_v.bias", i);
-	rc = load_vector(c, n[0], (uint64_t)q_dim, &l->bq);
+	rc = load_vector(c, n[MODEL_LT_BQ], (uint64_t)q_dim, &l->bq);
 	if (rc == 0)
-		rc = load_vector(c, n[1], (uint64_t)kv_dim, &l->bk);
+		rc = load_vector(c, n[MODEL_LT_BK], (uint64_t)kv_dim, &l->bk);
 	if (rc == 0)
-		rc = load_vector(c, n[2], (uint64_t)kv_dim, &l->bv);
+		rc = load_vector(c, n[MODEL_LT_BV], (uint64_t)kv_dim, &l->bv);
 	return rc;
+}
+
+/* Whether the layers have Q/K/V biases, as the architecture's row allows:
+ * a file with biases its row does not know is refused, since they would
+ * change the forward pass. */
+static int read_qkv_bias(struct load_ctx *c)
+{
+	struct model_hparams *hp = &c->m->hp;
+	char name[64];
+	layer_tensor_name(c, 0, MODEL_LT_BQ, name, sizeof(name));
+	bool present = gguf_find_tensor(c->m->file, name) != NULL;
+	switch (model_arch_qkv_bias(hp->arch)) {
+	case MODEL_BIAS_REQUIRED:
+		hp->has_qkv_bias = true;
+		return 0;
+	case MODEL_BIAS_OPTIONAL:
+		hp->has_qkv_bias = present;
+		return 0;
+	case MODEL_BIAS_NONE:
+		break;
+	}
+	hp->has_qkv_bias = false;
+	if (present)
+		return err_set(c->err, c->err_len, -ENOTSUP,
+		               "%s: tensor '%s': architecture '%s' has no attention biases",
+		               c->path, name, model_arch_name(hp->arch));
+	return 0;
 }
 
 static int load_tensors(struct load_ctx *c)
@@ -402,10 +420,11 @@ static int load_tensors(struct load_ctx *c)
 	struct model *m = c->m;
 	struct model_hparams *hp = &m->hp;
 	size_t n_tensors = gguf_n_tensors(m->file);
-	if ((size_t)hp->n_layers > n_tensors / 9)
+	size_t per_layer = (size_t)model_arch_layer_weights(hp->arch);
+	if ((size_t)hp->n_layers > n_tensors / per_layer)
 		return err_set(c->err, c->err_len, -EINVAL,
-		               "%s: block_count %d needs at least %d tensors, the file has %zu",
-		               c->path, hp->n_layers, 9 * hp->n_layers, n_tensors);
+		               "%s: block_count %d needs at least %zu tensors, the file has %zu",
+		               c->path, hp->n_layers, per_layer * (size_t)hp->n_layers, n_tensors);
 	const struct gguf_tensor *emb = gguf_find_tensor(m->file, "token_embd.weight");
 	if (emb == NULL)
 		return err_set(c->err, c->err_len, -EINVAL,
@@ -415,10 +434,11 @@ static int load_tensors(struct load_ctx *c)
 		               "%s: tensor 'token_embd.weight' must have dims [%d, n_vocab <= %d]",
 		               c->path, hp->dim, MODEL_MAX_VOCAB);
 	hp->n_vocab = (int)emb->dims[1];
-	hp->has_qkv_bias =
-	    hp->arch == MODEL_ARCH_QWEN2 || gguf_find_tensor(m->file, "blk.0.attn_q.bias") != NULL;
-	hp->tied_output = gguf_find_tensor(m->file, "output.weight") == NULL;
-	int rc = load_matrix(c, "token_embd.weight", hp->n_vocab, hp->dim, &m->token_embd);
+	hp->tied_output =
+	    model_arch_tied_output(hp->arch) && gguf_find_tensor(m->file, "output.weight") == NULL;
+	int rc = read_qkv_bias(c);
+	if (rc == 0)
+		rc = load_matrix(c, "token_embd.weight", hp->n_vocab, hp->dim, &m->token_embd);
 	if (rc == 0)
 		rc = load_vector(c, "output_norm.weight", (uint64_t)hp->dim, &m->output_norm);
 	if (rc == 0 && hp->tied_output)

@@ -1,4 +1,5 @@
-/* A Llama-family model (llama, qwen2) built from a validated GGUF file:
+/* A Llama-family model (an architecture of model/arch.h) built from a
+ * validated GGUF file:
  * hyper-parameters from metadata, weight matrices checked against them.
  * Matrices keep their file type when the engine computes with it natively
  * (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K); the other block types
@@ -10,12 +11,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model/arch.h"
 #include "model/gguf.h"
 
-enum model_arch { MODEL_ARCH_LLAMA = 0, MODEL_ARCH_QWEN2 };
-
 struct model_hparams {
-	enum model_arch arch;
+	const struct model_arch *arch; /* its row of the architecture table */
 	int n_vocab;
 	int dim;	     /* embedding width */
 	int n_layers;
@@ -27,7 +27,7 @@ struct model_hparams {
 	double rope_theta;   /* rope.freq_base, 10000 by default */
 	float norm_eps;	     /* RMSNorm epsilon */
 	int context_length;  /* trained context, informative only */
-	bool has_qkv_bias;   /* qwen2 */
+	bool has_qkv_bias;   /* model_arch_qkv_bias: required, or optional and present */
 	bool tied_output;    /* output head shares token_embd */
 };
 
@@ -50,7 +50,8 @@ struct model_layer {
 	struct weight_matrix wk;	/* (n_kv_heads*head_dim, dim) */
 	struct weight_matrix wv;	/* (n_kv_heads*head_dim, dim) */
 	struct weight_matrix wo;	/* (dim, n_heads*head_dim) */
-	const float *bq, *bk, *bv;	/* qwen2 only: (n_heads*head_dim), (n_kv_heads*head_dim) x2 */
+	/* NULL unless has_qkv_bias: (n_heads*head_dim), (n_kv_heads*head_dim) x2 */
+	const float *bq, *bk, *bv;
 	const float *ffn_norm;		/* (dim) */
 	struct weight_matrix w_gate;	/* (ffn_dim, dim) */
 	struct weight_matrix w_up;	/* (ffn_dim, dim) */

@@ -64,9 +64,7 @@ static int identity(struct scheduler *s, struct snapshot_expect *out, char *err,
 		                                "snapshots need the model file's path");
 		if (!rc) {
 			hex_decode32(hex, s->expect.model_sha256);
-			snprintf(s->arch, sizeof(s->arch), "%s",
-			         hp->arch == MODEL_ARCH_QWEN2 ? "qwen2" : "llama");
-			s->expect.arch = s->arch;
+			s->expect.arch = hp->arch;
 			s->expect.n_vocab = (uint32_t)hp->n_vocab;
 			s->expect.n_layers = hp->n_layers;
 			s->expect.n_kv_heads = hp->n_kv_heads;
@@ -76,7 +74,7 @@ static int identity(struct scheduler *s, struct snapshot_expect *out, char *err,
 			 * before a session is built with anything else */
 			s->expect.rope_dim = hp->rope_dim;
 			s->expect.rope_theta = hp->rope_theta;
-			s->expect.rope_neox = hp->arch == MODEL_ARCH_QWEN2;
+			s->expect.rope_neox = model_arch_rope_neox(hp->arch);
 			s->have_identity = true;
 		}
 	}
@@ -187,7 +185,7 @@ static int encode(struct scheduler *s, const struct sinkcache_geometry *geom, in
 	                      .hist = ex->hist,
 	                      .kv = ex->kv};
 	memcpy(sn.model_sha256, ident.model_sha256, 32);
-	snprintf(sn.arch, sizeof(sn.arch), "%s", ident.arch);
+	snprintf(sn.arch, sizeof(sn.arch), "%s", model_arch_snapshot_name(ident.arch));
 	snprintf(sn.id, sizeof(sn.id), "%s", session_key_id(id)); /* the client's id */
 	snprintf(sn.owner, sizeof(sn.owner), "%s", owner);
 	return snapshot_encode(&sn, out, len, err, err_len);

@@ -307,10 +307,10 @@ static int check_model(const unsigned char *b, const struct snapshot *sn,
 		               "serves %.16s...)",
 		               have, want);
 	}
-	if (ex->arch && strcmp(sn->arch, ex->arch))
+	if (ex->arch && strcmp(sn->arch, model_arch_snapshot_name(ex->arch)))
 		return err_set(err, err_len, -EXDEV,
 		               "snapshot: architecture '%s', this instance serves '%s'", sn->arch,
-		               ex->arch);
+		               model_arch_snapshot_name(ex->arch));
 	if (sn->n_vocab != ex->n_vocab || sn->geom.n_layers != ex->n_layers ||
 	    sn->geom.n_kv_heads != ex->n_kv_heads || sn->geom.head_dim != ex->head_dim)
 		return err_set(err, err_len, -EXDEV,

@@ -4,7 +4,8 @@
  * Layout, little-endian, fixed header then variable parts:
  *   0    "SINKDSES" magic, u32 format version, u32 pinned prefix tokens (in
  *        the sink tier; at most sink_keep_count; 0 = none)
- *   16   model file SHA-256 (32 bytes), architecture name (32, NUL-padded),
+ *   16   model file SHA-256 (32 bytes), architecture name (32, NUL-padded:
+ *        model_arch_snapshot_name),
  *        u32 n_vocab
  *   84   cache geometry: i32 n_layers, n_kv_heads, head_dim, rope_dim,
  *        f64 rope_theta, u8 rope_neox, strategy, quant_enabled, quant_bits,
@@ -30,6 +31,7 @@
 
 #include "cache/kvimage.h"
 #include "cache/sinkcache.h"
+#include "model/arch.h"
 
 #define SNAPSHOT_VERSION 1
 #define SNAPSHOT_HEADER_BYTES 304
@@ -63,12 +65,12 @@ struct snapshot {
  * of a restore is built with); the rest of the geometry is the session's. */
 struct snapshot_expect {
 	unsigned char model_sha256[32];
-	const char *arch;
+	const struct model_arch *arch; /* NULL: any */
 	uint32_t n_vocab;
 	int n_layers, n_kv_heads, head_dim;
 	int rope_dim;      /* rotated dims per head */
 	double rope_theta; /* compared bit for bit: both come from the model file */
-	bool rope_neox;    /* RoPE style: halves (qwen2) or adjacent pairs (llama) */
+	bool rope_neox;    /* RoPE style: halves or adjacent pairs (model_arch_rope_neox) */
 };
 
 /* The most revision-window tokens a session of geometry g keeps. */

@@ -102,7 +102,7 @@ static struct sinkcache_geometry geometry(const struct model *m, int window, boo
 	                                   .head_dim = hp->head_dim,
 	                                   .rope_dim = hp->rope_dim,
 	                                   .rope_theta = hp->rope_theta,
-	                                   .rope_neox = hp->arch == MODEL_ARCH_QWEN2,
+	                                   .rope_neox = model_arch_rope_neox(hp->arch),
 	                                   .strategy = CACHE_STRATEGY_SLIDING_WINDOW,
 	                                   .sink_keep_count = 4,
 	                                   .window_size = window,
@@ -678,7 +678,7 @@ START_TEST(test_qwen2_style_neox_and_bias)
 {
 	char path[512];
 	struct model *m = make_synthetic("bf16", path, sizeof(path));
-	m->hp.arch = MODEL_ARCH_QWEN2;
+	m->hp.arch = model_arch_find("qwen2");
 	int L = m->hp.n_layers, qd = m->hp.n_heads * m->hp.head_dim;
 	int kvd = m->hp.n_kv_heads * m->hp.head_dim;
 	float *bias = malloc((size_t)L * (qd + 2 * kvd) * sizeof(float));

@@ -68,7 +68,7 @@ static struct sinkcache_geometry plain_geometry(enum cache_strategy strategy, in
 	                                   .head_dim = hp->head_dim,
 	                                   .rope_dim = hp->rope_dim,
 	                                   .rope_theta = hp->rope_theta,
-	                                   .rope_neox = hp->arch == MODEL_ARCH_QWEN2,
+	                                   .rope_neox = model_arch_rope_neox(hp->arch),
 	                                   .strategy = strategy,
 	                                   .sink_keep_count = 4,
 	                                   .window_size = 1024,
@@ -481,7 +481,7 @@ static void synth_encode(struct synth_model *s, struct weight_matrix *w, enum gg
 /* The same random model twice: weights in `type` and in F32. */
 static void synth_build(struct synth_model *typed, struct synth_model *f32, enum ggml_type type)
 {
-	struct model_hparams hp = {.arch = MODEL_ARCH_QWEN2,
+	struct model_hparams hp = {.arch = model_arch_find("qwen2"),
 	                           .n_vocab = 300,
 	                           .dim = 256,
 	                           .n_layers = 2,

@@ -29,7 +29,7 @@ START_TEST(test_stories_hparams)
 	int rc = model_load(tu_shared_path("models/stories260K.gguf"), NULL, &m, err, sizeof(err));
 	ck_assert_msg(rc == 0, "%s", err);
 	const struct model_hparams *hp = &m->hp;
-	ck_assert_int_eq(hp->arch, MODEL_ARCH_LLAMA);
+	ck_assert_ptr_eq(hp->arch, model_arch_find("llama"));
 	ck_assert_int_eq(hp->n_vocab, 512);
 	ck_assert_int_eq(hp->dim, 64);
 	ck_assert_int_eq(hp->n_layers, 5);
@@ -364,7 +364,7 @@ START_TEST(test_qwen2_biases)
 	write_model(path, &s);
 	struct model *m = load(path, err);
 	ck_assert_msg(m != NULL, "%s", err);
-	ck_assert_int_eq(m->hp.arch, MODEL_ARCH_QWEN2);
+	ck_assert_ptr_eq(m->hp.arch, model_arch_find("qwen2"));
 	ck_assert(m->hp.has_qkv_bias);
 	ck_assert(!m->hp.tied_output);
 	const struct gguf_tensor *bk = gguf_find_tensor(m->file, "blk.1.attn_k.bias");
@@ -786,7 +786,7 @@ static struct sinkcache_geometry plain_geometry(const struct model_hparams *hp)
 	                                   .head_dim = hp->head_dim,
 	                                   .rope_dim = hp->rope_dim,
 	                                   .rope_theta = hp->rope_theta,
-	                                   .rope_neox = hp->arch == MODEL_ARCH_QWEN2,
+	                                   .rope_neox = model_arch_rope_neox(hp->arch),
 	                                   .strategy = CACHE_STRATEGY_SLIDING_WINDOW,
 	                                   .sink_keep_count = 4,
 	                                   .window_size = 1024,

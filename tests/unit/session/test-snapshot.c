@@ -41,8 +41,7 @@ static struct sinkcache_geometry geom(void)
 
 static const struct snapshot_expect *expect(void)
 {
-	static struct snapshot_expect ex = {.arch = "llama",
-	                                    .n_vocab = VOCAB,
+	static struct snapshot_expect ex = {.n_vocab = VOCAB,
 	                                    .n_layers = NL,
 	                                    .n_kv_heads = NKV,
 	                                    .head_dim = D,
@@ -50,6 +49,7 @@ static const struct snapshot_expect *expect(void)
 	                                    .rope_theta = 10000.0,
 	                                    .rope_neox = false};
 	memset(ex.model_sha256, 0xab, 32);
+	ex.arch = model_arch_find("llama");
 	return &ex;
 }
 
@@ -190,7 +190,7 @@ START_TEST(test_foreign)
 	other.model_sha256[5] ^= 1;
 	refused(buf, len, &other, -EXDEV, "another model");
 	other = *expect();
-	other.arch = "qwen2";
+	other.arch = model_arch_find("qwen2");
 	refused(buf, len, &other, -EXDEV, "architecture");
 	other = *expect();
 	other.head_dim = 16;

@@ -1,0 +1,183 @@
+/* The architecture table: one row per architecture sinkd loads, with what
+ * sets it apart, and the accessors the loader, config, backends and
+ * snapshots read it through.  It holds facts only: reading a file is the
+ * loader's job (model.c), computing a layer the backends'. */
+#include "model/arch.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "util/errbuf.h"
+
+struct model_arch {
+	const char *name;          /* general.architecture and key prefix */
+	const char *snapshot_name; /* what session snapshots record */
+	bool rope_neox;            /* RoPE over halves (NeoX) rather than adjacent pairs */
+	enum model_bias qkv_bias;
+	enum model_head_width head_width;
+	enum model_norm norm;
+	const char *norm_eps_key; /* after "<name>." */
+	enum model_ffn ffn;
+	bool tied_output; /* no output.weight: the head is token_embd */
+	bool experts;     /* expert_count > 0 loaded (else refused) */
+	enum model_layer_kind layer;
+	const char *layer_tensor[MODEL_LT_COUNT]; /* after "blk.N."; NULL: none */
+};
+
+/* What the Llama family shares: heads split from the embedding width,
+ * RMSNorm, SwiGLU, a head tied to the embedding when the file has no
+ * output.weight, no experts, one layer shape and one set of tensor names. */
+#define LLAMA_FAMILY                                                                               \
+	.head_width = MODEL_HEAD_WIDTH_SPLIT, .norm = MODEL_NORM_RMS,                              \
+	.norm_eps_key = "attention.layer_norm_rms_epsilon", .ffn = MODEL_FFN_SWIGLU,               \
+	.tied_output = true, .experts = false, .layer = MODEL_LAYER_LLAMA,                         \
+	.layer_tensor = {                                                                          \
+	    [MODEL_LT_ATTN_NORM] = "attn_norm.weight",                                             \
+	    [MODEL_LT_Q] = "attn_q.weight",                                                        \
+	    [MODEL_LT_K] = "attn_k.weight",                                                        \
+	    [MODEL_LT_V] = "attn_v.weight",                                                        \
+	    [MODEL_LT_O] = "attn_output.weight",                                                   \
+	    [MODEL_LT_FFN_NORM] = "ffn_norm.weight",                                               \
+	    [MODEL_LT_GATE] = "ffn_gate.weight",                                                   \
+	    [MODEL_LT_UP] = "ffn_up.weight",                                                       \
+	    [MODEL_LT_DOWN] = "ffn_down.weight",                                                   \
+	    [MODEL_LT_BQ] = "attn_q.bias",                                                         \
+	    [MODEL_LT_BK] = "attn_k.bias",                                                         \
+	    [MODEL_LT_BV] = "attn_v.bias",                                                         \
+	}
+
+/* One row per architecture: what sets it apart, then its family. */
+static const struct model_arch arch_table[] = {
+    {.name = "llama",
+     .snapshot_name = "llama",
+     .rope_neox = false,
+     .qkv_bias = MODEL_BIAS_OPTIONAL,
+     LLAMA_FAMILY},
+    {.name = "qwen2",
+     .snapshot_name = "qwen2",
+     .rope_neox = true,
+     .qkv_bias = MODEL_BIAS_REQUIRED,
+     LLAMA_FAMILY},
+};
+
+#define N_ARCH ((int)(sizeof(arch_table) / sizeof(arch_table[0])))
+
+int model_arch_count(void)
+{
+	return N_ARCH;
+}
+
+const struct model_arch *model_arch_at(int i)
+{
+	return i >= 0 && i < N_ARCH ? &arch_table[i] : NULL;
+}
+
+static const struct model_arch *find_len(const char *name, size_t len)
+{
+	for (int i = 0; i < N_ARCH; i++)
+		if (strlen(arch_table[i].name) == len && memcmp(arch_table[i].name, name, len) == 0)
+			return &arch_table[i];
+	return NULL;
+}
+
+const struct model_arch *model_arch_find(const char *name)
+{
+	return name ? find_len(name, strlen(name)) : NULL;
+}
+
+int model_arch_lookup(const char *name, size_t len, const struct model_arch **out, char *err,
+                      size_t err_len)
+{
+	*out = find_len(name, len);
+	if (*out)
+		return 0;
+	/* the file's string, at most 63 bytes and control characters as '?' */
+	char shown[64];
+	size_t n = len < sizeof(shown) - 1 ? len : sizeof(shown) - 1;
+	for (size_t i = 0; i < n; i++)
+		shown[i] = (unsigned char)name[i] < 0x20 || name[i] == 0x7f ? '?' : name[i];
+	shown[n] = '\0';
+	char names[128] = "";
+	size_t used = 0;
+	for (int i = 0; i < N_ARCH && used < sizeof(names); i++)
+		used += (size_t)snprintf(names + used, sizeof(names) - used, "%s%s", i ? ", " : "",
+		                         arch_table[i].name);
+	return err_set(err, err_len, -EINVAL, "architecture '%s' is not supported (supported: %s)",
+	               shown, names);
+}
+
+/* NULL reads as the first row: a zeroed struct model_hparams (as tests
+ * build by hand) keeps meaning llama, as it did when the field was an enum. */
+static const struct model_arch *row(const struct model_arch *a)
+{
+	return a ? a : &arch_table[0];
+}
+
+const char *model_arch_name(const struct model_arch *a)
+{
+	return row(a)->name;
+}
+
+const char *model_arch_snapshot_name(const struct model_arch *a)
+{
+	return row(a)->snapshot_name;
+}
+
+bool model_arch_rope_neox(const struct model_arch *a)
+{
+	return row(a)->rope_neox;
+}
+
+enum model_bias model_arch_qkv_bias(const struct model_arch *a)
+{
+	return row(a)->qkv_bias;
+}
+
+enum model_head_width model_arch_head_width(const struct model_arch *a)
+{
+	return row(a)->head_width;
+}
+
+enum model_norm model_arch_norm(const struct model_arch *a)
+{
+	return row(a)->norm;
+}
+
+const char *model_arch_norm_eps_key(const struct model_arch *a)
+{
+	return row(a)->norm_eps_key;
+}
+
+enum model_ffn model_arch_ffn(const struct model_arch *a)
+{
+	return row(a)->ffn;
+}
+
+bool model_arch_tied_output(const struct model_arch *a)
+{
+	return row(a)->tied_output;
+}
+
+bool model_arch_experts(const struct model_arch *a)
+{
+	return row(a)->experts;
+}
+
+enum model_layer_kind model_arch_layer_kind(const struct model_arch *a)
+{
+	return row(a)->layer;
+}
+
+const char *model_arch_layer_tensor(const struct model_arch *a, enum model_layer_tensor t)
+{
+	return (unsigned)t < MODEL_LT_COUNT ? row(a)->layer_tensor[t] : NULL;
+}
+
+int model_arch_layer_weights(const struct model_arch *a)
+{
+	int n = 0;
+	for (int t = 0; t < MODEL_LT_BQ; t++)
+		n += row(a)->layer_tensor[t] != NULL;
+	return n;
+}

@@ -1,0 +1,220 @@
+/* The architecture table (model/arch.h): every row is consistent (unique
+ * names that fit a snapshot, every layer tensor named, the layer shape its
+ * norm and feed-forward imply), lookups of unknown names fail naming the
+ * name and the supported ones, and real GGUF files (written here with the
+ * GGUF writer, tensors named from each row) load as their row says: RoPE
+ * style and biases carried into the model, missing required biases and
+ * unknown architectures refused. */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "model/arch.h"
+#include "model/gguf_write.h"
+#include "model/model.h"
+#include "session/snapshot.h"
+#include "util/errbuf.h"
+#include "testutil.h"
+
+#define DIM 64
+#define HEADS 2
+#define KV_HEADS 1
+#define FFN 96
+#define VOCAB 16
+
+START_TEST(test_rows_consistent)
+{
+	int n = model_arch_count();
+	ck_assert_int_ge(n, 2);
+	ck_assert_ptr_null(model_arch_at(n));
+	ck_assert_ptr_null(model_arch_at(-1));
+	for (int i = 0; i < n; i++) {
+		const struct model_arch *a = model_arch_at(i);
+		ck_assert_ptr_nonnull(a);
+		const char *name = model_arch_name(a);
+		ck_assert_int_gt((int)strlen(name), 0);
+		ck_assert_ptr_eq(model_arch_find(name), a);
+		ck_assert_int_lt((int)strlen(model_arch_snapshot_name(a)), SNAPSHOT_ARCH_LEN);
+		for (int j = 0; j < i; j++) {
+			ck_assert_str_ne(model_arch_name(model_arch_at(j)), name);
+			ck_assert_str_ne(model_arch_snapshot_name(model_arch_at(j)),
+			                 model_arch_snapshot_name(a));
+		}
+		ck_assert_int_lt((int)model_arch_layer_kind(a), MODEL_LAYER_KINDS);
+		/* the one layer shape there is computes RMSNorm and SwiGLU */
+		ck_assert_int_eq(model_arch_norm(a), MODEL_NORM_RMS);
+		ck_assert_int_eq(model_arch_ffn(a), MODEL_FFN_SWIGLU);
+		ck_assert_int_gt((int)strlen(model_arch_norm_eps_key(a)), 0);
+		int weights = 0;
+		for (int t = 0; t < MODEL_LT_COUNT; t++) {
+			const char *tn = model_arch_layer_tensor(a, (enum model_layer_tensor)t);
+			ck_assert_msg(tn && *tn, "%s: layer tensor %d unnamed", name, t);
+			for (int u = 0; u < t; u++)
+				ck_assert_str_ne(
+				    model_arch_layer_tensor(a, (enum model_layer_tensor)u), tn);
+			weights += t < MODEL_LT_BQ;
+		}
+		ck_assert_int_eq(model_arch_layer_weights(a), weights);
+		ck_assert_ptr_null(model_arch_layer_tensor(a, MODEL_LT_COUNT));
+	}
+	/* what sets today's two apart */
+	const struct model_arch *llama = model_arch_find("llama"),
+	                        *qwen2 = model_arch_find("qwen2");
+	ck_assert(!model_arch_rope_neox(llama));
+	ck_assert(model_arch_rope_neox(qwen2));
+	ck_assert_int_eq(model_arch_qkv_bias(llama), MODEL_BIAS_OPTIONAL);
+	ck_assert_int_eq(model_arch_qkv_bias(qwen2), MODEL_BIAS_REQUIRED);
+	/* a zeroed model_hparams reads as llama, as it always did */
+	ck_assert_str_eq(model_arch_name(NULL), "llama");
+}
+END_TEST
+
+START_TEST(test_unknown_names)
+{
+	char err[SINKD_ERR_LEN] = "";
+	const struct model_arch *a = (const struct model_arch *)1;
+	ck_assert_ptr_null(model_arch_find("mamba"));
+	ck_assert_ptr_null(model_arch_find("llam"));
+	ck_assert_ptr_null(model_arch_find("llama2"));
+	ck_assert_ptr_null(model_arch_find(NULL));
+	ck_assert_int_eq(model_arch_lookup("mamba", 5, &a, err, sizeof(err)), -EINVAL);
+	ck_assert_ptr_null(a);
+	ck_assert_str_eq(err, "architecture 'mamba' is not supported (supported: llama, qwen2)");
+	/* a prefix of a known name is not that name; control bytes are shown as '?' */
+	ck_assert_int_eq(model_arch_lookup("llama\n", 6, &a, err, sizeof(err)), -EINVAL);
+	ck_assert_msg(strstr(err, "architecture 'llama?' is not supported"), "%s", err);
+	ck_assert_int_eq(model_arch_lookup("qwen2xyz", 5, &a, err, sizeof(err)), 0);
+	ck_assert_ptr_eq(a, model_arch_find("qwen2"));
+}
+END_TEST
+
+/* ------------------------------------------------------------------------
+ * Files named from the table. */
+
+struct file_spec {
+	const char *arch;               /* general.architecture */
+	const char *key_arch;           /* the prefix of the hyper-parameter keys */
+	const struct model_arch *names; /* whose tensor names */
+	bool bias;
+};
+
+/* The bytes of each tensor added, for writing their data in order. */
+struct added {
+	size_t bytes[MODEL_LT_COUNT + 2];
+	int n;
+};
+
+static void add_tensor(struct gguf_writer *w, const char *name, uint64_t cols, uint64_t rows,
+                       struct added *added)
+{
+	uint64_t dims[2] = {cols, rows};
+	ck_assert_int_eq(gguf_writer_add_tensor(w, name, GGML_TYPE_F32, rows ? 2 : 1, dims), 0);
+	added->bytes[added->n++] = (size_t)(cols * (rows ? rows : 1) * sizeof(float));
+}
+
+static void write_file(const char *path, const struct file_spec *s)
+{
+	char err[SINKD_ERR_LEN], key[96], n[96];
+	struct gguf_writer *w;
+	ck_assert_int_eq(gguf_writer_new(path, &w, err, sizeof(err)), 0);
+	ck_assert_int_eq(gguf_writer_add_string(w, "general.architecture", s->arch), 0);
+	static const char *const keys[5] = {"embedding_length", "block_count",
+	                                    "feed_forward_length", "attention.head_count",
+	                                    "attention.head_count_kv"};
+	int vals[5] = {DIM, 1, FFN, HEADS, KV_HEADS};
+	for (int i = 0; i < 5; i++) {
+		snprintf(key, sizeof(key), "%s.%s", s->key_arch, keys[i]);
+		ck_assert_int_eq(gguf_writer_add_u32(w, key, (uint32_t)vals[i]), 0);
+	}
+	struct added added = {.n = 0};
+	uint64_t d = DIM, kv = DIM / HEADS * KV_HEADS, f = FFN;
+	add_tensor(w, "token_embd.weight", d, VOCAB, &added);
+	add_tensor(w, "output_norm.weight", d, 0, &added);
+	/* cols, rows of each layer tensor, in enum order */
+	uint64_t shape[MODEL_LT_COUNT][2] = {{d, 0}, {d, d}, {d, kv}, {d, kv}, {d, d},  {d, 0},
+	                                     {d, f}, {d, f}, {f, d},  {d, 0},  {kv, 0}, {kv, 0}};
+	int last = s->bias ? MODEL_LT_COUNT : MODEL_LT_BQ;
+	for (int t = 0; t < last; t++) {
+		snprintf(n, sizeof(n), "blk.0.%s",
+		         model_arch_layer_tensor(s->names, (enum model_layer_tensor)t));
+		add_tensor(w, n, shape[t][0], shape[t][1], &added);
+	}
+	ck_assert_int_eq(gguf_writer_write_header(w, err, sizeof(err)), 0);
+	static const float zeros[DIM * FFN];
+	for (int i = 0; i < added.n; i++)
+		ck_assert_int_eq(gguf_writer_write_data(w, zeros, added.bytes[i], err, sizeof(err)),
+		                 0);
+	ck_assert_int_eq(gguf_writer_finish(w, err, sizeof(err)), 0);
+	gguf_writer_free(w);
+}
+
+static int load_spec(const struct file_spec *s, struct model **m, char *err, size_t err_len)
+{
+	char path[64];
+	tu_temp_file(path, sizeof(path), "sinkd-arch", NULL, 0);
+	write_file(path, s);
+	int rc = model_load(path, NULL, m, err, err_len);
+	unlink(path);
+	return rc;
+}
+
+START_TEST(test_files_load_as_their_row)
+{
+	const struct model_arch *a = model_arch_at(_i);
+	char err[SINKD_ERR_LEN];
+	struct model *m = NULL;
+	bool bias = model_arch_qkv_bias(a) != MODEL_BIAS_NONE;
+	struct file_spec s = {model_arch_name(a), model_arch_name(a), a, bias};
+	ck_assert_msg(load_spec(&s, &m, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_ptr_eq(m->hp.arch, a);
+	ck_assert_int_eq(m->hp.head_dim, DIM / HEADS);
+	ck_assert(m->hp.has_qkv_bias == bias);
+	ck_assert(bias ? m->layers[0].bq != NULL : m->layers[0].bq == NULL);
+	ck_assert(m->hp.tied_output == model_arch_tied_output(a));
+	model_free(m);
+
+	/* without biases: loaded where they are optional, refused where required */
+	s.bias = false;
+	int rc = load_spec(&s, &m, err, sizeof(err));
+	if (model_arch_qkv_bias(a) == MODEL_BIAS_REQUIRED) {
+		ck_assert_int_ne(rc, 0);
+		ck_assert_msg(strstr(err, "tensor 'blk.0.attn_q.bias' is missing"), "%s", err);
+	} else {
+		ck_assert_msg(rc == 0, "%s", err);
+		ck_assert(!m->hp.has_qkv_bias);
+		model_free(m);
+	}
+}
+END_TEST
+
+START_TEST(test_unknown_architecture_file_refused)
+{
+	char err[SINKD_ERR_LEN];
+	struct model *m = NULL;
+	struct file_spec s = {"mamba", "mamba", model_arch_find("llama"), false};
+	ck_assert_int_eq(load_spec(&s, &m, err, sizeof(err)), -EINVAL);
+	ck_assert_ptr_null(m);
+	ck_assert_msg(
+	    strstr(err, "architecture 'mamba' is not supported (supported: llama, qwen2)"), "%s",
+	    err);
+	/* keys under another architecture's prefix are not this one's */
+	struct file_spec other = {"qwen2", "llama", model_arch_find("qwen2"), true};
+	ck_assert_int_eq(load_spec(&other, &m, err, sizeof(err)), -EINVAL);
+	ck_assert_msg(strstr(err, "required key 'qwen2.embedding_length' is missing"), "%s", err);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("arch");
+	TCase *tc = tcase_create("core");
+	tcase_add_test(tc, test_rows_consistent);
+	tcase_add_test(tc, test_unknown_names);
+	tcase_add_loop_test(tc, test_files_load_as_their_row, 0, model_arch_count());
+	tcase_add_test(tc, test_unknown_architecture_file_refused);
+	suite_add_tcase(s, tc);
+	return tu_run_suite(s);
+}
