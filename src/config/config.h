@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "cache/sinkcache.h"
+#include "cache/geometry.h"
 #include "util/log.h"
 
 enum model_backend_kind { MODEL_BACKEND_AUTO = 0, MODEL_BACKEND_CPU, MODEL_BACKEND_CUDA };
@@ -171,7 +171,9 @@ int config_check_budget(const struct sinkd_config *c, const struct model_hparams
 /* Prints the effective config as YAML; secret values are masked. */
 void config_print(const struct sinkd_config *c, FILE *out);
 
-/* Cache geometry for a model under this config. */
+/* The config's cache settings (cache/geometry.h), and the cache geometry
+ * they give a model. */
+void config_cache_settings(const struct sinkd_config *c, struct cache_settings *s);
 void config_cache_geometry(const struct sinkd_config *c, const struct model_hparams *hp,
 			   struct sinkcache_geometry *g);
 
