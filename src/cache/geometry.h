@@ -110,6 +110,22 @@ struct sinkcache_layout {
 	size_t front_stride; /* front_bytes rounded up to 64: layer fronts' spacing */
 };
 
+/* What a cache of a geometry holds now, as both backends report it. */
+struct sinkcache_stats {
+	uint64_t n_seen; /* tokens ever appended (minus revised) */
+	int n_resident;
+	int n_sink;
+	int n_anchor; /* layer 0's anchors (each layer keeps its own) */
+	int n_compressed;
+	int n_hot;
+	size_t bytes_resident;        /* bytes holding resident tokens' K/V and scales */
+	size_t bytes_bound;           /* sinkcache_bound_bytes() of the geometry */
+	uint64_t evicted_compressed;  /* tokens dropped from the window */
+	uint64_t moved_to_compressed; /* tokens quantized out of the hot tier */
+	uint64_t anchors_promoted;    /* window tokens kept as anchors, all layers */
+	uint64_t anchors_demoted;     /* anchors dropped again, all layers */
+};
+
 /* Bytes of one element of a full-precision tier. */
 size_t kv_dtype_size(enum kv_dtype dt);
 

@@ -23,21 +23,6 @@
 
 #include "cache/geometry.h"
 
-struct sinkcache_stats {
-	uint64_t n_seen; /* tokens ever appended (minus revised) */
-	int n_resident;
-	int n_sink;
-	int n_anchor; /* layer 0's anchors (each layer keeps its own) */
-	int n_compressed;
-	int n_hot;
-	size_t bytes_resident;        /* bytes holding resident tokens' K/V and scales */
-	size_t bytes_bound;           /* sinkcache_bound_bytes() of the geometry */
-	uint64_t evicted_compressed;  /* tokens dropped from the window */
-	uint64_t moved_to_compressed; /* tokens quantized out of the hot tier */
-	uint64_t anchors_promoted;    /* window tokens kept as anchors, all layers */
-	uint64_t anchors_demoted;     /* anchors dropped again, all layers */
-};
-
 struct sinkcache;
 
 int sinkcache_new(const struct sinkcache_geometry *g, struct sinkcache **out, char *err,

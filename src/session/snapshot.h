@@ -29,7 +29,7 @@
 #include <stdint.h>
 
 #include "cache/kvimage.h"
-#include "cache/sinkcache.h"
+#include "cache/geometry.h"
 
 #define SNAPSHOT_VERSION 1
 #define SNAPSHOT_HEADER_BYTES 304
