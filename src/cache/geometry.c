@@ -248,8 +248,10 @@ static int check_layers(const struct sinkcache_geometry *g, char *err, size_t er
 		char why[SINKD_ERR_LEN];
 		int rc = check_span(g, (enum cache_strategy)sp->strategy, sp->window_size, why,
 		                    sizeof(why));
+		const char *pre = "cache geometry: ";
 		if (rc)
-			return err_set(err, err_len, rc, "layer %d: %s", l, why);
+			return err_set(err, err_len, rc, "%slayer %d: %s", pre, l,
+			               strncmp(why, pre, strlen(pre)) ? why : why + strlen(pre));
 		if (sp->strategy == CACHE_STRATEGY_FULL && g->anchor_max != 0)
 			return err_set(err, err_len, -EINVAL,
 			               "cache geometry: layer %d: anchors need strategy "
