@@ -346,16 +346,28 @@ static const struct sinkcache_layout *layout_at(const struct sinkcache_geometry 
 	return own;
 }
 
-size_t sinkcache_bound_bytes(const struct sinkcache_geometry *g)
+/* Over the layers of a geometry: the sum of their bytes and the most tokens
+ * one holds; both 0 for an invalid geometry. */
+static void layer_totals(const struct sinkcache_geometry *g, size_t *bytes, size_t *most)
 {
 	struct sinkcache_layout dflt, own;
-	size_t sum = 0;
+	*bytes = *most = 0;
 	if (sinkcache_geometry_check(g, NULL, 0))
-		return 0;
+		return;
 	default_layout(g, &dflt);
-	for (int l = 0; l < g->n_layers; l++)
-		sum += layout_at(g, l, &dflt, &own)->layer_bytes;
-	return sum;
+	for (int l = 0; l < g->n_layers; l++) {
+		const struct sinkcache_layout *lo = layout_at(g, l, &dflt, &own);
+		size_t n = (size_t)(lo->t.sink + lo->t.anchor + lo->t.window);
+		*bytes += lo->layer_bytes;
+		*most = n > *most ? n : *most;
+	}
+}
+
+size_t sinkcache_bound_bytes(const struct sinkcache_geometry *g)
+{
+	size_t bytes, most;
+	layer_totals(g, &bytes, &most);
+	return bytes;
 }
 
 size_t sinkcache_anchor_bytes(const struct sinkcache_geometry *g, int n_anchor)
@@ -410,15 +422,7 @@ int sinkcache_quant_group_size(const struct sinkcache_geometry *g)
 
 size_t sinkcache_capacity_tokens(const struct sinkcache_geometry *g)
 {
-	struct sinkcache_layout dflt, own;
-	size_t most = 0;
-	if (sinkcache_geometry_check(g, NULL, 0))
-		return 0;
-	default_layout(g, &dflt);
-	for (int l = 0; l < g->n_layers; l++) {
-		const struct sinkcache_tiers *t = &layout_at(g, l, &dflt, &own)->t;
-		size_t n = (size_t)(t->sink + t->anchor + t->window);
-		most = n > most ? n : most;
-	}
+	size_t bytes, most;
+	layer_totals(g, &bytes, &most);
 	return most;
 }
