@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "cache/sinkcache.h"
+#include "cache/geometry.h"
 #include "engine/backend.h"
 
 struct sinkd_log;

@@ -10,8 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cache/geometry.h"
 #include "cache/kvimage.h"
-#include "cache/sinkcache.h"
 #include "cache/tierpolicy.h"
 #include "cuda_kv.h"
 

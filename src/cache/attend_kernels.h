@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cache/sinkcache.h"
+#include "cache/geometry.h"
 
 #define ATTEND_MAX_HEADS 8
 

@@ -13,7 +13,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cache/sinkcache.h"
+#include "cache/geometry.h"
+
+struct sinkcache;
 
 enum cache_tier {
 	CACHE_TIER_SINK = 0,   /* the first sink_keep_count tokens, never evicted */

@@ -23,8 +23,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cache/sinkcache.h"
+#include "cache/geometry.h"
 #include "cache/tierpolicy.h"
+
+struct sinkcache;
 
 /* Byte offsets of the tiers inside one layer of an image. */
 struct kv_image_layout {

@@ -15,11 +15,6 @@
 #define KVQUANT_X86 1
 #endif
 
-size_t kv_dtype_size(enum kv_dtype dt)
-{
-	return dt == KV_DTYPE_F32 ? 4 : 2;
-}
-
 /* The element loop: the reference for the AVX-512 rows below. */
 void kv_row_store_scalar(enum kv_dtype dt, void *dst, const float *src, int n)
 {

@@ -14,11 +14,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cache/sinkcache.h"
+#include "cache/geometry.h"
 #include "model/dequant.h"
 
-/* Bytes of one element of a full-precision dtype. */
-size_t kv_dtype_size(enum kv_dtype dt);
 /* dst (n elements of dt) <- src (n floats), round to nearest even (AVX-512
  * where the CPU has it). */
 void kv_row_store(enum kv_dtype dt, void *dst, const float *src, int n);
@@ -44,12 +42,6 @@ static inline uint16_t kv_f32_to_bf16(float f)
 static inline float kv_bf16_to_f32(uint16_t h)
 {
 	return bf16_to_f32(h);
-}
-
-/* Bytes of n codes of `bits` (8 or 4). */
-static inline size_t kvq_code_bytes(int n, int bits)
-{
-	return bits == 4 ? (size_t)n / 2 : (size_t)n;
 }
 
 /* Quantizes one run of n values (x contiguous): codes (kvq_code_bytes(n)).

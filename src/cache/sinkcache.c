@@ -36,238 +36,13 @@
 #include "util/errbuf.h"
 #include "util/pages.h"
 
-#define SINKCACHE_MAX_TOKENS (1 << 24)
-
-/* Tier sizes derived from a (valid) geometry. */
-struct kv_layout {
-	int sink, window, hot, group, stage, n_groups, anchor;
-	bool sink_quant;
-	size_t fp_row, code_row;
-	size_t sink_tok, fp_tok, group_bytes; /* bytes per token / group, all kv heads, K+V */
-	size_t layer_bytes; /* front_bytes + back_bytes: the bound per layer */
-	size_t front_bytes; /* sinks, hot, staging and anchors */
-	size_t anchor_bytes; /* anchors: rows and bookkeeping (sinkcache_impl.h) */
-	size_t back_bytes;  /* quantized groups */
-	size_t front_stride; /* front_bytes rounded up to 64: layer fronts' spacing */
-};
-
-/* Group size: 32 tokens, or a divisor of the compressed capacity in [16,32]
- * so that a full cache reaches the bound exactly, or the whole compressed
- * tier when it is smaller than 32. */
-static int kv_group_size(int compressed)
-{
-	if (compressed <= 0)
-		return 0;
-	if (compressed <= SINKCACHE_MAX_GROUP)
-		return compressed;
-	for (int gs = SINKCACHE_MAX_GROUP; gs >= 16; gs--)
-		if (compressed % gs == 0)
-			return gs;
-	return SINKCACHE_MAX_GROUP;
-}
-
-static void kv_layout_of(const struct sinkcache_geometry *g, struct kv_layout *lo)
-{
-	bool full = g->strategy == CACHE_STRATEGY_FULL;
-	size_t n_kv = (size_t)g->n_kv_heads, d = (size_t)g->head_dim;
-	memset(lo, 0, sizeof(*lo));
-	lo->sink = full && g->sink_keep_count > g->max_context_length ? g->max_context_length
-	                                                              : g->sink_keep_count;
-	lo->window = full ? g->max_context_length - lo->sink : g->window_size;
-	/* the newest token stays full precision at least until the next one
-	 * arrives, so full_precision_recent 0 behaves as 1 */
-	lo->hot = g->quant_enabled ? g->full_precision_recent : lo->window;
-	if (lo->hot < 1 && lo->window > 0)
-		lo->hot = 1;
-	lo->group = g->quant_enabled ? kv_group_size(lo->window - lo->hot) : 0;
-	lo->stage = lo->group > 0 ? lo->group - 1 : 0;
-	if (lo->group > 0) {
-		int comp = lo->window - lo->hot;
-		lo->n_groups = full ? comp / lo->group : (comp + lo->group - 1) / lo->group;
-	}
-	lo->sink_quant = g->quant_enabled && !g->protect_sinks;
-	lo->fp_row = d * kv_dtype_size(g->dtype);
-	lo->code_row = kvq_code_bytes((int)d, g->quant_enabled ? g->quant_bits : 8);
-	lo->fp_tok = 2 * n_kv * lo->fp_row;
-	lo->sink_tok = lo->sink_quant ? 2 * n_kv * (lo->code_row + 2 * sizeof(float)) : lo->fp_tok;
-	lo->group_bytes = n_kv * (2 * (size_t)lo->group * lo->code_row + 2 * d * sizeof(float) +
-	                          (size_t)lo->group * 2 * sizeof(float));
-	lo->anchor = full ? 0 : g->anchor_max;
-	if (lo->anchor > 0)
-		lo->anchor_bytes = (size_t)lo->anchor * (sizeof(uint64_t) + sizeof(float) +
-		                                         sizeof(int32_t) + n_kv * d * sizeof(float) +
-		                                         lo->fp_tok) +
-		                   (size_t)lo->window * sizeof(float);
-	lo->front_bytes = (size_t)lo->sink * lo->sink_tok + (size_t)(lo->hot + lo->stage) * lo->fp_tok +
-	                  lo->anchor_bytes;
-	lo->back_bytes = (size_t)lo->n_groups * lo->group_bytes;
-	lo->layer_bytes = lo->front_bytes + lo->back_bytes;
-	lo->front_stride = (lo->front_bytes + 63) & ~(size_t)63;
-}
-
-static int check_range(char *err, size_t err_len, const char *field, long long v, long long lo,
-                       long long hi)
-{
-	if (v >= lo && v <= hi)
-		return 0;
-	return err_set(err, err_len, -EINVAL,
-	               "cache geometry: %s: %lld is out of range (allowed %lld..%lld)", field, v,
-	               lo, hi);
-}
-
-static int check_shape(const struct sinkcache_geometry *g, char *err, size_t err_len)
-{
-	int rc;
-	if ((rc = check_range(err, err_len, "n_layers", g->n_layers, 1, 4096)) ||
-	    (rc = check_range(err, err_len, "n_kv_heads", g->n_kv_heads, 1, 4096)) ||
-	    (rc = check_range(err, err_len, "head_dim", g->head_dim, 2, SINKCACHE_MAX_HEAD_DIM)) ||
-	    (rc = check_range(err, err_len, "rope_dim", g->rope_dim, 0, g->head_dim)))
-		return rc;
-	if (g->head_dim % 2)
-		return err_set(err, err_len, -EINVAL,
-		               "cache geometry: head_dim: %d is odd (allowed: even)", g->head_dim);
-	if (g->rope_dim % 2)
-		return err_set(err, err_len, -EINVAL,
-		               "cache geometry: rope_dim: %d is odd (allowed: even, <= head_dim)",
-		               g->rope_dim);
-	if (!(g->rope_theta > 0.0) || !isfinite(g->rope_theta))
-		return err_set(err, err_len, -EINVAL,
-		               "cache geometry: rope_theta: %g (allowed: > 0)", g->rope_theta);
-	if ((unsigned)g->dtype > KV_DTYPE_BF16)
-		return err_set(err, err_len, -EINVAL,
-		               "cache geometry: dtype: %d (allowed: f32, f16, bf16)",
-		               (int)g->dtype);
-	if ((unsigned)g->rope_positions > ROPE_POSITIONS_ORIGINAL)
-		return err_set(err, err_len, -EINVAL,
-		               "cache geometry: rope_positions: %d (allowed: cache, original)",
-		               (int)g->rope_positions);
-	return 0;
-}
-
-static int check_tiers(const struct sinkcache_geometry *g, char *err, size_t err_len)
-{
-	int rc, window;
-	if (g->strategy == CACHE_STRATEGY_SLIDING_WINDOW) {
-		if ((rc = check_range(err, err_len, "window_size", g->window_size, 1,
-		                      SINKCACHE_MAX_TOKENS)) ||
-		    (rc = check_range(err, err_len, "sink_keep_count", g->sink_keep_count, 0,
-		                      SINKCACHE_MAX_TOKENS)))
-			return rc;
-		if (g->sink_keep_count >= g->window_size)
-			return err_set(err, err_len, -EINVAL,
-			               "cache geometry: sink_keep_count: %d must be smaller than "
-			               "window_size %d (allowed 0..%d)",
-			               g->sink_keep_count, g->window_size, g->window_size - 1);
-		window = g->window_size;
-	} else if (g->strategy == CACHE_STRATEGY_FULL) {
-		if ((rc = check_range(err, err_len, "max_context_length", g->max_context_length, 1,
-		                      SINKCACHE_MAX_TOKENS)) ||
-		    (rc = check_range(err, err_len, "sink_keep_count", g->sink_keep_count, 0,
-		                      g->max_context_length)))
-			return rc;
-		window = g->max_context_length - g->sink_keep_count;
-	} else {
-		return err_set(err, err_len, -EINVAL,
-		               "cache geometry: strategy: %d (allowed: sliding_window, full)",
-		               (int)g->strategy);
-	}
-	if (g->anchor_max != 0) {
-		if (g->strategy != CACHE_STRATEGY_SLIDING_WINDOW)
-			return err_set(err, err_len, -EINVAL,
-			               "cache geometry: anchors need strategy sliding_window (a full "
-			               "cache evicts nothing)");
-		if ((rc = check_range(err, err_len, "anchor_max", g->anchor_max, 0, SINKCACHE_MAX_ANCHORS)) ||
-		    (rc = check_range(err, err_len, "anchor_demote_steps", g->anchor_demote_steps, 1,
-		                      SINKCACHE_MAX_TOKENS)))
-			return rc;
-		if (!(g->anchor_promote > 0.0f && g->anchor_promote <= 1.0f))
-			return err_set(err, err_len, -EINVAL,
-			               "cache geometry: anchor_promote: %g is out of range (allowed: "
-			               "> 0 and <= 1, a softmax weight)",
-			               (double)g->anchor_promote);
-	}
-	if (!g->quant_enabled)
-		return 0;
-	if (g->quant_bits != 8 && g->quant_bits != 4)
-		return err_set(err, err_len, -EINVAL,
-		               "cache geometry: quant_bits: %d (allowed: 8, 4)", g->quant_bits);
-	return check_range(err, err_len, "full_precision_recent", g->full_precision_recent, 0,
-	                   window);
-}
-
-void sinkcache_geometry_pin(struct sinkcache_geometry *g, int pin)
-{
-	if (pin <= 0)
-		return;
-	if (pin > g->sink_keep_count)
-		g->sink_keep_count = pin;
-	g->protect_sinks = true;
-}
-
-int sinkcache_geometry_check(const struct sinkcache_geometry *g, char *err, size_t err_len)
-{
-	int rc = check_shape(g, err, err_len);
-	return rc ? rc : check_tiers(g, err, err_len);
-}
-
-size_t sinkcache_bound_bytes(const struct sinkcache_geometry *g)
-{
-	struct kv_layout lo;
-	if (sinkcache_geometry_check(g, NULL, 0))
-		return 0;
-	kv_layout_of(g, &lo);
-	return lo.layer_bytes * (size_t)g->n_layers;
-}
-
-static void tiers_of_layout(const struct kv_layout *lo, struct sinkcache_tiers *t)
-{
-	*t = (struct sinkcache_tiers){.sink = lo->sink,
-	                              .window = lo->window,
-	                              .hot = lo->hot,
-	                              .group = lo->group,
-	                              .stage = lo->stage,
-	                              .n_groups = lo->n_groups,
-	                              .sink_quant = lo->sink_quant,
-	                              .fp_row = lo->fp_row,
-	                              .code_row = lo->code_row};
-}
-
-int sinkcache_tiers_of(const struct sinkcache_geometry *g, struct sinkcache_tiers *t, char *err,
-                       size_t err_len)
-{
-	struct kv_layout lo;
-	int rc = sinkcache_geometry_check(g, err, err_len);
-	memset(t, 0, sizeof(*t));
-	if (rc)
-		return rc;
-	kv_layout_of(g, &lo);
-	tiers_of_layout(&lo, t);
-	return 0;
-}
-
-int sinkcache_quant_group_size(const struct sinkcache_geometry *g)
-{
-	struct kv_layout lo;
-	if (sinkcache_geometry_check(g, NULL, 0))
-		return 0;
-	kv_layout_of(g, &lo);
-	return lo.group;
-}
-
-size_t sinkcache_capacity_tokens(const struct sinkcache_geometry *g)
-{
-	struct kv_layout lo;
-	if (sinkcache_geometry_check(g, NULL, 0))
-		return 0;
-	kv_layout_of(g, &lo);
-	return (size_t)(lo.sink + lo.anchor + lo.window);
-}
-
 /* Carves a layer's front (sinks, hot, staging: fp32 parameters, then dtype
  * rows, then codes, so every array is aligned to its element) and back
  * (groups: parameters, then codes). */
-static void kv_layer_carve(struct sinkcache *c, const struct kv_layout *lo, struct kv_layer *L)
+static void kv_layer_carve(struct sinkcache *c, const struct sinkcache_layout *lay,
+                           struct kv_layer *L)
 {
+	const struct sinkcache_tiers *lo = &lay->t;
 	size_t n_kv = (size_t)c->g.n_kv_heads, d = (size_t)c->g.head_dim;
 	size_t g = (size_t)lo->group, ng = (size_t)lo->n_groups, s = (size_t)lo->sink;
 	size_t sink_row = lo->sink_quant ? lo->code_row : lo->fp_row;
@@ -395,22 +170,23 @@ static void kv_front_populate(struct sinkcache *c, const void *row)
 int sinkcache_new(const struct sinkcache_geometry *g, struct sinkcache **out, char *err,
                   size_t err_len)
 {
-	struct kv_layout lo;
-	int rc = sinkcache_geometry_check(g, err, err_len);
+	struct sinkcache_layout lo;
+	struct sinkcache_tiers tiers;
+	/* the rings and caps below are one per cache: every layer's span must
+	 * give the same tiers (tiers_of refuses a geometry whose do not) */
+	int rc = sinkcache_tiers_of(g, &tiers, err, err_len);
 	*out = NULL;
 	if (rc)
 		return rc;
-	kv_layout_of(g, &lo);
+	sinkcache_geometry_layer_layout(g, 0, &lo);
 	struct sinkcache *c = calloc(1, sizeof(*c));
 	if (!c)
 		return err_set(err, err_len, -ENOMEM, "sink cache: out of memory");
 	c->g = *g;
-	struct sinkcache_tiers tiers;
-	tiers_of_layout(&lo, &tiers);
 	tier_caps_of(g, &tiers, &c->caps);
-	c->sink_quant = lo.sink_quant;
-	c->fp_row = lo.fp_row;
-	c->code_row = lo.code_row;
+	c->sink_quant = tiers.sink_quant;
+	c->fp_row = tiers.fp_row;
+	c->code_row = tiers.code_row;
 	c->back_bytes = lo.back_bytes;
 	c->load_ahead_max = cpu_l2_cache_bytes() / 4 * 3;
 	int half = g->rope_dim / 2 > 0 ? g->rope_dim / 2 : 1;
@@ -418,22 +194,28 @@ int sinkcache_new(const struct sinkcache_geometry *g, struct sinkcache **out, ch
 	c->freq_lo = calloc((size_t)half, sizeof(double));
 	c->layers = calloc((size_t)g->n_layers, sizeof(*c->layers));
 	c->flush_rows =
-	    calloc((size_t)(lo.group > 0 ? lo.group : 1) * (size_t)g->head_dim, sizeof(float));
+	    calloc((size_t)(tiers.group > 0 ? tiers.group : 1) * (size_t)g->head_dim, sizeof(float));
 	c->cs_memo[0] = calloc((size_t)half * 2, sizeof(double));
 	c->cs_memo[1] = calloc((size_t)half * 2, sizeof(double));
 	if (!c->freq_hi || !c->freq_lo || !c->layers || !c->flush_rows || !c->cs_memo[0] ||
 	    !c->cs_memo[1])
 		goto oom;
 	rope_freqs_init(g->rope_theta, g->rope_dim, c->freq_hi, c->freq_lo);
-	c->front_bytes = lo.front_stride * (size_t)g->n_layers;
+	for (int l = 0; l < g->n_layers; l++) {
+		sinkcache_geometry_layer_layout(g, l, &lo);
+		c->front_bytes += lo.front_stride;
+	}
 	c->front = pages_map(c->front_bytes > 0 ? c->front_bytes : 1,
 	                     front_on_huge_pages(c->front_bytes));
 	c->front_pop = populate_map_of(c->front, c->front_bytes);
 	if (!c->front || !c->front_pop.done)
 		goto oom;
+	size_t front_at = 0;
 	for (int l = 0; l < g->n_layers; l++) {
 		struct kv_layer *L = &c->layers[l];
-		L->front = c->front + (size_t)l * lo.front_stride;
+		sinkcache_geometry_layer_layout(g, l, &lo);
+		L->front = c->front + front_at;
+		front_at += lo.front_stride;
 		L->mem = lo.back_bytes > 0
 		             ? pages_map(lo.back_bytes, back_on_huge_pages(lo.back_bytes))
 		             : NULL;
@@ -445,7 +227,7 @@ int sinkcache_new(const struct sinkcache_geometry *g, struct sinkcache **out, ch
 		    !L->cs_sink)
 			goto oom;
 		kv_layer_carve(c, &lo, L);
-		L->groups.cap = lo.n_groups;
+		L->groups.cap = lo.t.n_groups;
 		kv_layer_clear(c, L);
 	}
 	*out = c;
@@ -863,23 +645,6 @@ size_t sinkcache_reset_trim(struct sinkcache *c)
 	return held < c->front_pop.bytes ? held : c->front_pop.bytes;
 }
 
-bool sinkcache_geometry_equal(const struct sinkcache_geometry *a,
-                              const struct sinkcache_geometry *b)
-{
-	return a->n_layers == b->n_layers && a->n_kv_heads == b->n_kv_heads &&
-	       a->head_dim == b->head_dim && a->rope_dim == b->rope_dim &&
-	       a->rope_theta == b->rope_theta && a->rope_neox == b->rope_neox &&
-	       a->strategy == b->strategy && a->sink_keep_count == b->sink_keep_count &&
-	       a->window_size == b->window_size &&
-	       a->max_context_length == b->max_context_length &&
-	       a->quant_enabled == b->quant_enabled && a->quant_bits == b->quant_bits &&
-	       a->protect_sinks == b->protect_sinks &&
-	       a->full_precision_recent == b->full_precision_recent &&
-	       a->rope_positions == b->rope_positions && a->dtype == b->dtype &&
-	       a->anchor_max == b->anchor_max && a->anchor_promote == b->anchor_promote &&
-	       a->anchor_demote_steps == b->anchor_demote_steps;
-}
-
 int sinkcache_debug_set_stream_index(struct sinkcache *c, uint64_t index, char *err, size_t err_len)
 {
 	for (int l = 0; l < c->g.n_layers; l++) {
@@ -900,21 +665,11 @@ int sinkcache_resident_tokens(const struct sinkcache *c)
 	return L0->t.n_sink + L0->anc.n + kv_layer_window(c, L0);
 }
 
-size_t sinkcache_anchor_bytes(const struct sinkcache_geometry *g, int n_anchor)
-{
-	struct kv_layout lo;
-	kv_layout_of(g, &lo);
-	if (lo.anchor <= 0)
-		return 0;
-	size_t row = lo.fp_tok + (size_t)g->n_kv_heads * (size_t)g->head_dim * sizeof(float);
-	return lo.anchor_bytes - (size_t)(lo.anchor - n_anchor) * row;
-}
-
 void sinkcache_get_stats(const struct sinkcache *c, struct sinkcache_stats *out)
 {
-	struct kv_layout lo;
+	struct sinkcache_layout lo; /* every layer's (sinkcache_new) */
 	const struct kv_layer *L0 = &c->layers[0];
-	kv_layout_of(&c->g, &lo);
+	sinkcache_geometry_layer_layout(&c->g, 0, &lo);
 	memset(out, 0, sizeof(*out));
 	out->n_seen = L0->t.n_seen;
 	out->n_sink = L0->t.n_sink;

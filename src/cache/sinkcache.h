@@ -21,81 +21,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum cache_strategy { CACHE_STRATEGY_SLIDING_WINDOW = 0, CACHE_STRATEGY_FULL };
-enum rope_positions { ROPE_POSITIONS_CACHE = 0, ROPE_POSITIONS_ORIGINAL };
-enum kv_dtype { KV_DTYPE_F32 = 0, KV_DTYPE_F16, KV_DTYPE_BF16 };
-
-/* Largest anchor tier a layer may keep (sinkcache_geometry.anchor_max). */
-#define SINKCACHE_MAX_ANCHORS 4096
-
-struct sinkcache_geometry {
-	int n_layers;
-	int n_kv_heads;
-	int head_dim;
-	int rope_dim; /* rotated dims per head */
-	double rope_theta;
-	bool rope_neox; /* false: adjacent pairs (llama); true: halves (qwen2) */
-	enum cache_strategy strategy;
-	int sink_keep_count;    /* >= 0 */
-	int window_size;        /* sliding_window: compressed + hot */
-	int max_context_length; /* strategy full: the most tokens ever resident */
-	bool quant_enabled;
-	int quant_bits;            /* 8 or 4 */
-	bool protect_sinks;        /* sink tier stays full precision */
-	int full_precision_recent; /* hot tier size (<= window_size) */
-	enum rope_positions rope_positions;
-	enum kv_dtype dtype; /* storage of full-precision tiers */
-	/* Anchor tier (sliding_window only): a window token that leaves with a
-	 * moving average of received attention of at least anchor_promote (its
-	 * largest over query heads, per layer) stays, in full precision, up to
-	 * anchor_max per layer; an anchor that receives less than anchor_promote
-	 * for anchor_demote_steps steps in a row leaves.  anchor_max 0: none. */
-	int anchor_max;
-	float anchor_promote;     /* (0, 1]: a softmax weight */
-	int anchor_demote_steps;  /* >= 1 */
-};
-
-struct sinkcache_stats {
-	uint64_t n_seen; /* tokens ever appended (minus revised) */
-	int n_resident;
-	int n_sink;
-	int n_anchor; /* layer 0's anchors (each layer keeps its own) */
-	int n_compressed;
-	int n_hot;
-	size_t bytes_resident;        /* bytes holding resident tokens' K/V and scales */
-	size_t bytes_bound;           /* sinkcache_bound_bytes() of the geometry */
-	uint64_t evicted_compressed;  /* tokens dropped from the window */
-	uint64_t moved_to_compressed; /* tokens quantized out of the hot tier */
-	uint64_t anchors_promoted;    /* window tokens kept as anchors, all layers */
-	uint64_t anchors_demoted;     /* anchors dropped again, all layers */
-};
+#include "cache/geometry.h"
 
 struct sinkcache;
-
-/* The geometry of a stream that pins its first `pin` tokens (a system
- * prompt): they join the sink tier (sink_keep_count becomes at least pin),
- * which then stays full precision.  pin <= 0 changes nothing. */
-void sinkcache_geometry_pin(struct sinkcache_geometry *g, int pin);
-/* Checks a geometry; err says which field and the allowed values. */
-int sinkcache_geometry_check(const struct sinkcache_geometry *g, char *err, size_t err_len);
-/* The most bytes a cache of this geometry can ever hold; what the scheduler
- * reserves.  sinkcache_new() allocates exactly this (plus a few hundred bytes
- * of bookkeeping), never more, never again.  Per layer (kv = n_kv_heads,
- * D = head_dim, e = dtype bytes, Dc = D or D/2 code bytes, G = group size):
- *   sinks   S * 2*kv*D*e            (protected or unquantized)
- *           S * 2*kv*(Dc + 8)       (quantized per token: codes + fp32 scale,min)
- *   hot     H * 2*kv*D*e            (H = full_precision_recent >= 1, or the
- *                                    whole window without quantization)
- *   staging (G-1) * 2*kv*D*e
- *   groups  ceil(C/G) * kv*(2*G*Dc + 2*D*4 + G*2*4),  C = window - H
- *           (keys: codes + per-channel fp32 scale,min; values: codes +
- *            per-token fp32 scale,min; strategy full: floor(C/G) groups)
- * stats.bytes_resident counts the slots in use and reaches this bound once
- * the window is full whenever G divides C (G is chosen so when it can). */
-size_t sinkcache_bound_bytes(const struct sinkcache_geometry *g);
-/* What stats.bytes_resident counts of one layer's anchor tier holding
- * n_anchor tokens: its bookkeeping always, the rows in use. */
-size_t sinkcache_anchor_bytes(const struct sinkcache_geometry *g, int n_anchor);
 
 int sinkcache_new(const struct sinkcache_geometry *g, struct sinkcache **out, char *err,
                   size_t err_len);
@@ -160,37 +88,11 @@ void sinkcache_reset(struct sinkcache *c);
  * made resident stay.  Returns their bytes: what a cache kept for reuse
  * holds (a huge-page front may hold up to 2 MiB more per 2 MiB touched). */
 size_t sinkcache_reset_trim(struct sinkcache *c);
-/* Whether two geometries describe the same cache. */
-bool sinkcache_geometry_equal(const struct sinkcache_geometry *a,
-                              const struct sinkcache_geometry *b);
-
 void sinkcache_get_stats(const struct sinkcache *c, struct sinkcache_stats *out);
 /* Tokens resident now (sinks + window): sinkcache_stats.n_resident without
  * summing the bytes of every layer, for the forward's per-batch work
  * estimates. */
 int sinkcache_resident_tokens(const struct sinkcache *c);
-
-/* The most tokens resident at once: sink_keep_count + window_size, or
- * max_context_length for strategy full (0 for an invalid geometry). */
-size_t sinkcache_capacity_tokens(const struct sinkcache_geometry *g);
-
-/* The tier sizes a geometry gives (the one place they are decided):
- * sink slots, window tokens at most, hot slots, group size G (0: nothing is
- * quantized in the window), staging slots (G-1), group slots, whether sinks
- * are stored quantized, and the bytes of a full-precision row and of a row
- * of codes. */
-struct sinkcache_tiers {
-	int sink, window, hot, group, stage, n_groups;
-	bool sink_quant;
-	size_t fp_row, code_row;
-};
-int sinkcache_tiers_of(const struct sinkcache_geometry *g, struct sinkcache_tiers *t, char *err,
-                       size_t err_len);
-
-/* Tokens per quantization group of the compressed tier (keys share per-channel
- * scales over a group): 32, or a divisor of the compressed capacity in
- * [16, 32], or the capacity itself when below 32; 0 without quantization. */
-int sinkcache_quant_group_size(const struct sinkcache_geometry *g);
 
 /* TEST ONLY: makes the next appended token have stream index `index`, as if
  * the tokens in between had streamed through and been evicted.  Allowed when

@@ -31,9 +31,6 @@
 #include "cache/tierpolicy.h"
 #include "cache/tiertrace.h"
 
-#define SINKCACHE_MAX_HEAD_DIM 512
-#define SINKCACHE_MAX_GROUP 32
-
 /* Where a tier's tokens are stored: a ring of slots (how many it holds is
  * the tier policy's count). */
 struct kv_ring {

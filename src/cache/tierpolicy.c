@@ -13,8 +13,8 @@ void tier_caps_of(const struct sinkcache_geometry *g, const struct sinkcache_tie
 	                          .window = t->window,
 	                          .hot = t->hot,
 	                          .group = t->group,
-	                          .full = g->strategy == CACHE_STRATEGY_FULL,
-	                          .anchor = g->strategy == CACHE_STRATEGY_FULL ? 0 : g->anchor_max,
+	                          .full = t->full,
+	                          .anchor = t->anchor,
 	                          .anchor_promote = g->anchor_promote,
 	                          .anchor_demote_steps = g->anchor_demote_steps};
 }

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cache/sinkcache.h"
+#include "cache/geometry.h"
 
 /* Tier capacities of a geometry (sinkcache_tiers_of decides them). */
 struct tier_caps {

@@ -18,7 +18,7 @@
 #include <openssl/sha.h>
 #include <yaml.h>
 
-#include "cache/sinkcache.h"
+#include "cache/geometry.h"
 #include "config/config_table.h"
 #include "model/model.h"
 #include "tokenizer/unicode.h"
@@ -1206,33 +1206,32 @@ int config_check_budget(const struct sinkd_config *c, const struct model_hparams
 	return 0;
 }
 
+void config_cache_settings(const struct sinkd_config *c, struct cache_settings *s)
+{
+	*s = (struct cache_settings){
+	    .strategy = c->inference.cache.strategy,
+	    .sink_keep_count = (int)c->inference.cache.sink_keep_count,
+	    .window_size = (int)c->inference.cache.window_size,
+	    .max_context_length = (int)c->inference.max_context_length,
+	    .quant_enabled = c->inference.quantization.enabled,
+	    .quant_bits = (int)c->inference.quantization.bits,
+	    .protect_sinks = c->inference.quantization.protect_sink_positions,
+	    .full_precision_recent = (int)c->inference.quantization.full_precision_recent,
+	    .rope_positions = c->inference.cache.rope_positions,
+	    .dtype = c->inference.attention.dtype,
+	    .anchors_enabled = c->inference.cache.anchors.enabled,
+	    .anchor_max = (int)c->inference.cache.anchors.max_tokens,
+	    .anchor_promote = c->inference.cache.anchors.promote_threshold,
+	    .anchor_demote_steps = (int)c->inference.cache.anchors.demote_after_steps,
+	};
+}
+
 void config_cache_geometry(const struct sinkd_config *c, const struct model_hparams *hp,
 			   struct sinkcache_geometry *g)
 {
-	memset(g, 0, sizeof(*g));
-	g->n_layers = hp->n_layers;
-	g->n_kv_heads = hp->n_kv_heads;
-	g->head_dim = hp->head_dim;
-	g->rope_dim = hp->rope_dim;
-	g->rope_theta = hp->rope_theta;
-	g->rope_neox = model_arch_rope_neox(hp->arch);
-	g->strategy = c->inference.cache.strategy;
-	g->sink_keep_count = (int)c->inference.cache.sink_keep_count;
-	g->window_size = (int)c->inference.cache.window_size;
-	g->max_context_length = (int)c->inference.max_context_length;
-	g->quant_enabled = c->inference.quantization.enabled;
-	g->quant_bits = (int)c->inference.quantization.bits;
-	g->protect_sinks = c->inference.quantization.protect_sink_positions;
-	g->full_precision_recent = (int)c->inference.quantization.full_precision_recent;
-	if (g->full_precision_recent > g->window_size)
-		g->full_precision_recent = g->window_size;
-	g->rope_positions = c->inference.cache.rope_positions;
-	g->dtype = c->inference.attention.dtype;
-	if (c->inference.cache.anchors.enabled && g->strategy == CACHE_STRATEGY_SLIDING_WINDOW) {
-		g->anchor_max = (int)c->inference.cache.anchors.max_tokens;
-		g->anchor_promote = (float)c->inference.cache.anchors.promote_threshold;
-		g->anchor_demote_steps = (int)c->inference.cache.anchors.demote_after_steps;
-	}
+	struct cache_settings s;
+	config_cache_settings(c, &s);
+	sinkcache_geometry_build(&s, hp, g);
 }
 
 /* Appends s as a YAML double-quoted scalar to out (len bytes, used so far),

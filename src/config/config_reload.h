@@ -11,17 +11,6 @@
 
 #include "config/config.h"
 
-/* The subsystems a key can be applied by (a bit each in config_key.apply). */
-enum config_applier {
-	CONFIG_APPLY_SERVER = 0, /* HTTP layer: keys, body and token limits, keep-alive */
-	CONFIG_APPLY_TLS,        /* certificate and key (files re-read at every reload) */
-	CONFIG_APPLY_SCHEDULER,  /* geometry of new sessions, KV budget, queue, TTL */
-	CONFIG_APPLY_LOGGING,    /* level and format */
-	CONFIG_APPLY_DAEMON,     /* the serve loop: file watch, drain timings */
-	CONFIG_N_APPLIERS
-};
-#define CONFIG_APPLIES(a) (1u << (a))
-
 struct config_applier_ops {
 	const char *name; /* for messages: "tls", "scheduler", ... */
 	/* Builds what commit installs from the complete next config; on error

@@ -5,7 +5,6 @@
 
 #include <stddef.h>
 
-#include "config/config.h"
 #include "config/config_validate.h"
 
 #define OFF(field) offsetof(struct sinkd_config, field)

@@ -5,8 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config/config.h"
-#include "config/config_reload.h"
+#include "config/config_types.h"
 
 enum config_type {
 	CONFIG_BOOL = 0,

@@ -9,8 +9,8 @@
 #include <stdint.h>
 
 #include "cache/cachetrace.h"
+#include "cache/geometry.h"
 #include "cache/kvimage.h"
-#include "cache/sinkcache.h"
 #include "model/model.h"
 
 struct backend;

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/sinkcache.h"
 #include "engine/matmul.h"
 #include "engine/panels.h"
 #include "engine/threadpool.h"

@@ -30,7 +30,7 @@
 #include <stdint.h>
 
 #include "cache/kvimage.h"
-#include "cache/sinkcache.h"
+#include "cache/geometry.h"
 #include "model/arch.h"
 
 #define SNAPSHOT_VERSION 1

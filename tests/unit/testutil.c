@@ -7,6 +7,9 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "model/arch.h"
+#include "model/model.h"
+
 const char *tu_shared_dir(void)
 {
 	const char *root = getenv("SINKD_SHARED");
@@ -72,4 +75,33 @@ int tu_suite_failures(Suite *s)
 int tu_run_suite(Suite *s)
 {
 	return tu_suite_failures(s) ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+struct sinkcache_geometry tu_geometry(int n_layers, int n_kv_heads, int head_dim, int sinks,
+                                      int window, bool quant, int bits, int hot)
+{
+	return (struct sinkcache_geometry){.n_layers = n_layers,
+	                                   .n_kv_heads = n_kv_heads,
+	                                   .head_dim = head_dim,
+	                                   .rope_dim = head_dim,
+	                                   .rope_theta = 10000.0,
+	                                   .strategy = CACHE_STRATEGY_SLIDING_WINDOW,
+	                                   .sink_keep_count = sinks,
+	                                   .window_size = window,
+	                                   .quant_enabled = quant,
+	                                   .quant_bits = bits,
+	                                   .protect_sinks = true,
+	                                   .full_precision_recent = hot,
+	                                   .rope_positions = ROPE_POSITIONS_CACHE,
+	                                   .dtype = KV_DTYPE_F32};
+}
+
+struct sinkcache_geometry tu_model_geometry(const struct model_hparams *hp, int window)
+{
+	struct sinkcache_geometry g =
+	    tu_geometry(hp->n_layers, hp->n_kv_heads, hp->head_dim, 4, window, false, 8, window);
+	g.rope_dim = hp->rope_dim;
+	g.rope_theta = hp->rope_theta;
+	g.rope_neox = model_arch_rope_neox(hp->arch);
+	return g;
 }

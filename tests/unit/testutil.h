@@ -1,12 +1,17 @@
 /* Helpers shared by the unit tests: where the reference data is
  * ($SINKD_SHARED), whole-file reads, the stories260K reference logits, and
- * running a Check suite.  They fail the current test (ck_assert) instead of
+ * running a Check suite, the cache geometries the tests build.  They fail the current test (ck_assert) instead of
  * returning errors.  Not for library code. */
 #pragma once
 
 #include <check.h>
 #include <cjson/cJSON.h>
+#include <stdbool.h>
 #include <stddef.h>
+
+#include "cache/geometry.h"
+
+struct model_hparams;
 
 /* The shared data folder ($SINKD_SHARED, set by tests/meson.build). */
 const char *tu_shared_dir(void);
@@ -25,3 +30,13 @@ cJSON *tu_load_reference(void);
 int tu_suite_failures(Suite *s);
 /* tu_suite_failures as an exit status: EXIT_SUCCESS when none failed. */
 int tu_run_suite(Suite *s);
+
+/* A sliding-window cache geometry of n_layers x n_kv_heads x head_dim (RoPE
+ * over the whole head, theta 10000, by cache rank), protected f32 sinks:
+ * sinks, window, quantization on or off with `bits`, `hot` full-precision
+ * recent tokens.  Tests change the other fields on the copy. */
+struct sinkcache_geometry tu_geometry(int n_layers, int n_kv_heads, int head_dim, int sinks,
+                                      int window, bool quant, int bits, int hot);
+/* The geometry of a model's shape and RoPE with 4 sinks and an unquantized
+ * window of `window` tokens. */
+struct sinkcache_geometry tu_model_geometry(const struct model_hparams *hp, int window);

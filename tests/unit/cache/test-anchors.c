@@ -19,23 +19,11 @@ enum { NL = 2, NKV = 2, NH = 4, D = 8, MAXT = 400, MAXA = 8 };
 static struct sinkcache_geometry geom(int sinks, int window, int anchors, float promote,
                                       int demote)
 {
-	return (struct sinkcache_geometry){
-	    .n_layers = NL,
-	    .n_kv_heads = NKV,
-	    .head_dim = D,
-	    .rope_dim = D,
-	    .rope_theta = 10000.0,
-	    .strategy = CACHE_STRATEGY_SLIDING_WINDOW,
-	    .sink_keep_count = sinks,
-	    .window_size = window,
-	    .protect_sinks = true,
-	    .full_precision_recent = window,
-	    .rope_positions = ROPE_POSITIONS_CACHE,
-	    .dtype = KV_DTYPE_F32,
-	    .anchor_max = anchors,
-	    .anchor_promote = promote,
-	    .anchor_demote_steps = demote,
-	};
+	struct sinkcache_geometry g = tu_geometry(NL, NKV, D, sinks, window, false, 0, window);
+	g.anchor_max = anchors;
+	g.anchor_promote = promote;
+	g.anchor_demote_steps = demote;
+	return g;
 }
 
 /* Deterministic data: most keys random, every 5th token of a layer (offset

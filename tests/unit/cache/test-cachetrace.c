@@ -24,24 +24,11 @@ static float frand(void)
 
 static struct sinkcache_geometry geom(int sinks, int window, int bits, int hot)
 {
-	return (struct sinkcache_geometry){
-	    .n_layers = NL,
-	    .n_kv_heads = NKV,
-	    .head_dim = D,
-	    .rope_dim = D,
-	    .rope_theta = 10000.0,
-	    .strategy = CACHE_STRATEGY_SLIDING_WINDOW,
-	    .sink_keep_count = sinks,
-	    .window_size = window,
-	    .quant_enabled = bits > 0,
-	    .quant_bits = bits > 0 ? bits : 8,
-	    .protect_sinks = true,
-	    .full_precision_recent = hot,
-	    .rope_positions = ROPE_POSITIONS_CACHE,
-	    .dtype = KV_DTYPE_F32,
-	    .anchor_promote = 0.05f,
-	    .anchor_demote_steps = 8,
-	};
+	struct sinkcache_geometry g =
+	    tu_geometry(NL, NKV, D, sinks, window, bits > 0, bits > 0 ? bits : 8, hot);
+	g.anchor_promote = 0.05f;
+	g.anchor_demote_steps = 8;
+	return g;
 }
 
 struct rig {

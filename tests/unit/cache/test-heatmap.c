@@ -202,23 +202,11 @@ START_TEST(test_tier_names)
 	ck_assert(rgb_eq(top, c));
 	ck_assert_int_eq(hue_of(lo), CACHE_TIER_HOT); /* the floor keeps its hue */
 
-	struct sinkcache_geometry g = {.n_layers = N_LAYERS,
-	                               .n_kv_heads = 1,
-	                               .head_dim = 8,
-	                               .rope_dim = 8,
-	                               .rope_theta = 10000.0,
-	                               .strategy = CACHE_STRATEGY_SLIDING_WINDOW,
-	                               .sink_keep_count = SINKS,
-	                               .window_size = WINDOW,
-	                               .max_context_length = 64,
-	                               .quant_enabled = true,
-	                               .quant_bits = 8,
-	                               .protect_sinks = true,
-	                               .full_precision_recent = HOT,
-	                               .dtype = KV_DTYPE_F32,
-	                               .anchor_max = 2,
-	                               .anchor_promote = 0.1f,
-	                               .anchor_demote_steps = 4};
+	struct sinkcache_geometry g = tu_geometry(N_LAYERS, 1, 8, SINKS, WINDOW, true, 8, HOT);
+	g.max_context_length = 64;
+	g.anchor_max = 2;
+	g.anchor_promote = 0.1f;
+	g.anchor_demote_steps = 4;
 	ck_assert_uint_eq(cache_trace_slots_per_layer(&g), SINKS + WINDOW + 2);
 	struct cache_trace_geometry tg;
 	cache_trace_geometry_of(&g, &tg);

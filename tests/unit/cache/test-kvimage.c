@@ -16,22 +16,7 @@ enum { NL = 3, NKV = 2, NH = 4, D = 16 };
 
 static struct sinkcache_geometry geom(int sinks, int window, bool quant, int bits, int hot)
 {
-	return (struct sinkcache_geometry){
-	    .n_layers = NL,
-	    .n_kv_heads = NKV,
-	    .head_dim = D,
-	    .rope_dim = D,
-	    .rope_theta = 10000.0,
-	    .strategy = CACHE_STRATEGY_SLIDING_WINDOW,
-	    .sink_keep_count = sinks,
-	    .window_size = window,
-	    .quant_enabled = quant,
-	    .quant_bits = bits,
-	    .protect_sinks = true,
-	    .full_precision_recent = hot,
-	    .rope_positions = ROPE_POSITIONS_CACHE,
-	    .dtype = KV_DTYPE_F32,
-	};
+	return tu_geometry(NL, NKV, D, sinks, window, quant, bits, hot);
 }
 
 static float frand(unsigned *seed)

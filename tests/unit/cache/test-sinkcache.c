@@ -22,24 +22,7 @@ enum { NL = 2, NKV = 2, NH = 4, D = 16, MAXTOK = 400 };
 
 static struct sinkcache_geometry geom(int sinks, int window, bool quant, int bits, int hot)
 {
-	struct sinkcache_geometry g = {
-	    .n_layers = NL,
-	    .n_kv_heads = NKV,
-	    .head_dim = D,
-	    .rope_dim = D,
-	    .rope_theta = 10000.0,
-	    .strategy = CACHE_STRATEGY_SLIDING_WINDOW,
-	    .sink_keep_count = sinks,
-	    .window_size = window,
-	    .max_context_length = 0,
-	    .quant_enabled = quant,
-	    .quant_bits = bits,
-	    .protect_sinks = true,
-	    .full_precision_recent = hot,
-	    .rope_positions = ROPE_POSITIONS_CACHE,
-	    .dtype = KV_DTYPE_F32,
-	};
-	return g;
+	return tu_geometry(NL, NKV, D, sinks, window, quant, bits, hot);
 }
 
 /* A new cache of geometry g (the test fails with the cache's message if it

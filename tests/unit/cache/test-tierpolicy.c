@@ -27,20 +27,9 @@ struct ref {
 
 static struct sinkcache_geometry geometry(int sinks, int window, bool quant, int hot)
 {
-	return (struct sinkcache_geometry){.n_layers = 1,
-	                                   .n_kv_heads = 1,
-	                                   .head_dim = 8,
-	                                   .rope_dim = 8,
-	                                   .rope_theta = 10000.0,
-	                                   .strategy = CACHE_STRATEGY_SLIDING_WINDOW,
-	                                   .sink_keep_count = sinks,
-	                                   .window_size = window,
-	                                   .max_context_length = 64,
-	                                   .quant_enabled = quant,
-	                                   .quant_bits = 8,
-	                                   .protect_sinks = true,
-	                                   .full_precision_recent = hot,
-	                                   .dtype = KV_DTYPE_F32};
+	struct sinkcache_geometry g = tu_geometry(1, 1, 8, sinks, window, quant, 8, hot);
+	g.max_context_length = 64;
+	return g;
 }
 
 static void ref_check(const struct tier_caps *c, const struct ref *r, const struct tier_counts *n)

@@ -96,22 +96,13 @@ static struct backend *new_cpu(const struct model *m)
 static struct sinkcache_geometry geometry(const struct model *m, int window, bool quant, int bits,
                                           bool protect, enum kv_dtype dt)
 {
-	const struct model_hparams *hp = &m->hp;
-	return (struct sinkcache_geometry){.n_layers = hp->n_layers,
-	                                   .n_kv_heads = hp->n_kv_heads,
-	                                   .head_dim = hp->head_dim,
-	                                   .rope_dim = hp->rope_dim,
-	                                   .rope_theta = hp->rope_theta,
-	                                   .rope_neox = model_arch_rope_neox(hp->arch),
-	                                   .strategy = CACHE_STRATEGY_SLIDING_WINDOW,
-	                                   .sink_keep_count = 4,
-	                                   .window_size = window,
-	                                   .quant_enabled = quant,
-	                                   .quant_bits = bits,
-	                                   .protect_sinks = protect,
-	                                   .full_precision_recent = quant ? 8 : window,
-	                                   .rope_positions = ROPE_POSITIONS_CACHE,
-	                                   .dtype = dt};
+	struct sinkcache_geometry g = tu_model_geometry(&m->hp, window);
+	g.quant_enabled = quant;
+	g.quant_bits = bits;
+	g.protect_sinks = protect;
+	g.full_precision_recent = quant ? 8 : window;
+	g.dtype = dt;
+	return g;
 }
 
 static struct backend_session *open_session(struct backend *be, const struct sinkcache_geometry *g)

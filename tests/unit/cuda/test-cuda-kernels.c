@@ -548,22 +548,10 @@ static void run_sessions(const struct sinkcache_geometry *gs, int n_sess, int n_
 static struct sinkcache_geometry geom(int head_dim, int window, int sinks, bool quant, int bits,
                                       bool protect, int recent, enum kv_dtype dt)
 {
-	struct sinkcache_geometry g = {
-	    .n_layers = N_LAYERS,
-	    .n_kv_heads = 2,
-	    .head_dim = head_dim,
-	    .rope_dim = head_dim,
-	    .rope_theta = 10000.0,
-	    .strategy = CACHE_STRATEGY_SLIDING_WINDOW,
-	    .sink_keep_count = sinks,
-	    .window_size = window,
-	    .quant_enabled = quant,
-	    .quant_bits = bits,
-	    .protect_sinks = protect,
-	    .full_precision_recent = recent,
-	    .rope_positions = ROPE_POSITIONS_CACHE,
-	    .dtype = dt,
-	};
+	struct sinkcache_geometry g =
+	    tu_geometry(N_LAYERS, 2, head_dim, sinks, window, quant, bits, recent);
+	g.protect_sinks = protect;
+	g.dtype = dt;
 	return g;
 }
 

@@ -315,24 +315,7 @@ static void run_geometry(const struct sinkcache_geometry *g, int n_tokens)
 
 static struct sinkcache_geometry base_geometry(void)
 {
-	struct sinkcache_geometry g = {
-	    .n_layers = N_LAYERS,
-	    .n_kv_heads = 2,
-	    .head_dim = 16,
-	    .rope_dim = 16,
-	    .rope_theta = 10000.0,
-	    .strategy = CACHE_STRATEGY_SLIDING_WINDOW,
-	    .sink_keep_count = 4,
-	    .window_size = 40,
-	    .max_context_length = 0,
-	    .quant_enabled = false,
-	    .quant_bits = 8,
-	    .protect_sinks = true,
-	    .full_precision_recent = 16,
-	    .rope_positions = ROPE_POSITIONS_CACHE,
-	    .dtype = KV_DTYPE_F32,
-	};
-	return g;
+	return tu_geometry(N_LAYERS, 2, 16, 4, 40, false, 8, 16);
 }
 
 START_TEST(test_plain_window)

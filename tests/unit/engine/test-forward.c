@@ -14,6 +14,7 @@
 
 #include "engine/backend.h"
 #include "util/errbuf.h"
+#include "testutil.h"
 
 static struct model *model;
 static struct backend *be;
@@ -62,23 +63,10 @@ static void teardown(void)
  * plain causal attention. */
 static struct sinkcache_geometry plain_geometry(enum cache_strategy strategy, int max_ctx)
 {
-	const struct model_hparams *hp = &model->hp;
-	return (struct sinkcache_geometry){.n_layers = hp->n_layers,
-	                                   .n_kv_heads = hp->n_kv_heads,
-	                                   .head_dim = hp->head_dim,
-	                                   .rope_dim = hp->rope_dim,
-	                                   .rope_theta = hp->rope_theta,
-	                                   .rope_neox = model_arch_rope_neox(hp->arch),
-	                                   .strategy = strategy,
-	                                   .sink_keep_count = 4,
-	                                   .window_size = 1024,
-	                                   .max_context_length = max_ctx,
-	                                   .quant_enabled = false,
-	                                   .quant_bits = 8,
-	                                   .protect_sinks = true,
-	                                   .full_precision_recent = 1024,
-	                                   .rope_positions = ROPE_POSITIONS_CACHE,
-	                                   .dtype = KV_DTYPE_F32};
+	struct sinkcache_geometry g = tu_model_geometry(&model->hp, 1024);
+	g.strategy = strategy;
+	g.max_context_length = max_ctx;
+	return g;
 }
 
 static struct backend_session *new_session(void)

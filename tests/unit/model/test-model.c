@@ -781,22 +781,9 @@ END_TEST
 /* Full-precision cache large enough that nothing is evicted. */
 static struct sinkcache_geometry plain_geometry(const struct model_hparams *hp)
 {
-	return (struct sinkcache_geometry){.n_layers = hp->n_layers,
-	                                   .n_kv_heads = hp->n_kv_heads,
-	                                   .head_dim = hp->head_dim,
-	                                   .rope_dim = hp->rope_dim,
-	                                   .rope_theta = hp->rope_theta,
-	                                   .rope_neox = model_arch_rope_neox(hp->arch),
-	                                   .strategy = CACHE_STRATEGY_SLIDING_WINDOW,
-	                                   .sink_keep_count = 4,
-	                                   .window_size = 1024,
-	                                   .max_context_length = 2048,
-	                                   .quant_enabled = false,
-	                                   .quant_bits = 8,
-	                                   .protect_sinks = true,
-	                                   .full_precision_recent = 1024,
-	                                   .rope_positions = ROPE_POSITIONS_CACHE,
-	                                   .dtype = KV_DTYPE_F32};
+	struct sinkcache_geometry g = tu_model_geometry(hp, 1024);
+	g.max_context_length = 2048;
+	return g;
 }
 
 #define LOGIT_PROMPT 16 /* tokens fed as one batch */

@@ -21,22 +21,9 @@ enum { NL = 2, NKV = 2, D = 8, VOCAB = 300 };
 
 static struct sinkcache_geometry geom(void)
 {
-	return (struct sinkcache_geometry){
-	    .n_layers = NL,
-	    .n_kv_heads = NKV,
-	    .head_dim = D,
-	    .rope_dim = D,
-	    .rope_theta = 10000.0,
-	    .strategy = CACHE_STRATEGY_SLIDING_WINDOW,
-	    .sink_keep_count = 2,
-	    .window_size = 40,
-	    .quant_enabled = true,
-	    .quant_bits = 8,
-	    .protect_sinks = true,
-	    .full_precision_recent = 8,
-	    .rope_positions = ROPE_POSITIONS_CACHE,
-	    .dtype = KV_DTYPE_F16,
-	};
+	struct sinkcache_geometry g = tu_geometry(NL, NKV, D, 2, 40, true, 8, 8);
+	g.dtype = KV_DTYPE_F16;
+	return g;
 }
 
 static const struct snapshot_expect *expect(void)

@@ -1,0 +1,429 @@
+/* Cache geometry: building one from the cache settings and a model's shape,
+ * checking it (each layer's span included), and what follows from it: each
+ * layer's tier sizes and bytes and the byte bound of a whole cache.  It
+ * holds no cache; sinkcache.c and the CUDA plan carry the tiers out.  The
+ * builder takes a plain settings struct, not the config, so that config/
+ * can include this header without cache/ including config/. */
+#include "cache/geometry.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "model/arch.h"
+#include "model/model.h"
+#include "util/errbuf.h"
+
+#define SINKCACHE_MAX_TOKENS (1 << 24)
+
+size_t kv_dtype_size(enum kv_dtype dt)
+{
+	return dt == KV_DTYPE_F32 ? 4 : 2;
+}
+
+void sinkcache_geometry_build(const struct cache_settings *s, const struct model_hparams *hp,
+                              struct sinkcache_geometry *g)
+{
+	memset(g, 0, sizeof(*g));
+	g->n_layers = hp->n_layers;
+	g->n_kv_heads = hp->n_kv_heads;
+	g->head_dim = hp->head_dim;
+	g->rope_dim = hp->rope_dim;
+	g->rope_theta = hp->rope_theta;
+	g->rope_neox = model_arch_rope_neox(hp->arch);
+	g->strategy = s->strategy;
+	g->sink_keep_count = s->sink_keep_count;
+	g->window_size = s->window_size;
+	g->max_context_length = s->max_context_length;
+	g->quant_enabled = s->quant_enabled;
+	g->quant_bits = s->quant_bits;
+	g->protect_sinks = s->protect_sinks;
+	g->full_precision_recent = s->full_precision_recent;
+	if (g->full_precision_recent > g->window_size)
+		g->full_precision_recent = g->window_size;
+	g->rope_positions = s->rope_positions;
+	g->dtype = s->dtype;
+	if (s->anchors_enabled && g->strategy == CACHE_STRATEGY_SLIDING_WINDOW) {
+		g->anchor_max = s->anchor_max;
+		g->anchor_promote = (float)s->anchor_promote;
+		g->anchor_demote_steps = s->anchor_demote_steps;
+	}
+}
+
+int sinkcache_geometry_fits_model(const struct sinkcache_geometry *g,
+                                  const struct model_hparams *hp, char *err, size_t err_len)
+{
+	if (g->n_layers != hp->n_layers || g->n_kv_heads != hp->n_kv_heads ||
+	    g->head_dim != hp->head_dim)
+		return err_set(
+		    err, err_len, -EINVAL,
+		    "cache geometry (%d layers, %d kv heads, head_dim %d) does not match "
+		    "the model (%d, %d, %d)",
+		    g->n_layers, g->n_kv_heads, g->head_dim, hp->n_layers, hp->n_kv_heads,
+		    hp->head_dim);
+	if (g->rope_dim != hp->rope_dim)
+		return err_set(err, err_len, -EINVAL,
+		               "cache geometry: rope_dim %d does not match the model (%d)",
+		               g->rope_dim, hp->rope_dim);
+	return 0;
+}
+
+struct cache_layer_span sinkcache_geometry_layer_span(const struct sinkcache_geometry *g, int l)
+{
+	if (g->layer[l].own)
+		return g->layer[l];
+	return (struct cache_layer_span){.own = false,
+	                                 .strategy = (uint8_t)g->strategy,
+	                                 .window_size = g->window_size};
+}
+
+void sinkcache_geometry_set_layer(struct sinkcache_geometry *g, int l,
+                                  enum cache_strategy strategy, int window_size)
+{
+	g->layer[l] = (struct cache_layer_span){
+	    .own = true, .strategy = (uint8_t)strategy, .window_size = window_size};
+}
+
+/* ---- tier sizes ----------------------------------------------------------- */
+
+/* Group size: 32 tokens, or a divisor of the compressed capacity in [16,32]
+ * so that a full cache reaches the bound exactly, or the whole compressed
+ * tier when it is smaller than 32. */
+static int kv_group_size(int compressed)
+{
+	if (compressed <= 0)
+		return 0;
+	if (compressed <= SINKCACHE_MAX_GROUP)
+		return compressed;
+	for (int gs = SINKCACHE_MAX_GROUP; gs >= 16; gs--)
+		if (compressed % gs == 0)
+			return gs;
+	return SINKCACHE_MAX_GROUP;
+}
+
+static void layer_tiers(const struct sinkcache_geometry *g, const struct cache_layer_span *sp,
+                        struct sinkcache_tiers *t)
+{
+	bool full = sp->strategy == CACHE_STRATEGY_FULL;
+	memset(t, 0, sizeof(*t));
+	t->full = full;
+	t->sink = full && g->sink_keep_count > g->max_context_length ? g->max_context_length
+	                                                             : g->sink_keep_count;
+	t->window = full ? g->max_context_length - t->sink : sp->window_size;
+	/* the newest token stays full precision at least until the next one
+	 * arrives, so full_precision_recent 0 behaves as 1; a layer's hot tier
+	 * is never wider than its window */
+	t->hot = g->quant_enabled ? g->full_precision_recent : t->window;
+	if (t->hot > t->window)
+		t->hot = t->window;
+	if (t->hot < 1 && t->window > 0)
+		t->hot = 1;
+	t->group = g->quant_enabled ? kv_group_size(t->window - t->hot) : 0;
+	t->stage = t->group > 0 ? t->group - 1 : 0;
+	if (t->group > 0) {
+		int comp = t->window - t->hot;
+		t->n_groups = full ? comp / t->group : (comp + t->group - 1) / t->group;
+	}
+	t->anchor = full ? 0 : g->anchor_max;
+	t->sink_quant = g->quant_enabled && !g->protect_sinks;
+	t->fp_row = (size_t)g->head_dim * kv_dtype_size(g->dtype);
+	t->code_row = kvq_code_bytes(g->head_dim, g->quant_enabled ? g->quant_bits : 8);
+}
+
+static void layout_of_span(const struct sinkcache_geometry *g, const struct cache_layer_span *sp,
+                           struct sinkcache_layout *lo)
+{
+	size_t n_kv = (size_t)g->n_kv_heads, d = (size_t)g->head_dim;
+	memset(lo, 0, sizeof(*lo));
+	layer_tiers(g, sp, &lo->t);
+	const struct sinkcache_tiers *t = &lo->t;
+	lo->fp_tok = 2 * n_kv * t->fp_row;
+	lo->sink_tok = t->sink_quant ? 2 * n_kv * (t->code_row + 2 * sizeof(float)) : lo->fp_tok;
+	lo->group_bytes = n_kv * (2 * (size_t)t->group * t->code_row + 2 * d * sizeof(float) +
+	                          (size_t)t->group * 2 * sizeof(float));
+	if (t->anchor > 0)
+		lo->anchor_bytes = (size_t)t->anchor * (sizeof(uint64_t) + sizeof(float) +
+		                                        sizeof(int32_t) + n_kv * d * sizeof(float) +
+		                                        lo->fp_tok) +
+		                   (size_t)t->window * sizeof(float);
+	lo->front_bytes = (size_t)t->sink * lo->sink_tok + (size_t)(t->hot + t->stage) * lo->fp_tok +
+	                  lo->anchor_bytes;
+	lo->back_bytes = (size_t)t->n_groups * lo->group_bytes;
+	lo->layer_bytes = lo->front_bytes + lo->back_bytes;
+	lo->front_stride = (lo->front_bytes + 63) & ~(size_t)63;
+}
+
+void sinkcache_geometry_layer_layout(const struct sinkcache_geometry *g, int l,
+                                     struct sinkcache_layout *lo)
+{
+	struct cache_layer_span sp = sinkcache_geometry_layer_span(g, l);
+	layout_of_span(g, &sp, lo);
+}
+
+/* The layout of a layer that takes the geometry's span. */
+static void default_layout(const struct sinkcache_geometry *g, struct sinkcache_layout *lo)
+{
+	struct cache_layer_span sp = {.strategy = (uint8_t)g->strategy,
+	                              .window_size = g->window_size};
+	layout_of_span(g, &sp, lo);
+}
+
+/* ---- the check ------------------------------------------------------------ */
+
+static int check_range(char *err, size_t err_len, const char *field, long long v, long long lo,
+                       long long hi)
+{
+	if (v >= lo && v <= hi)
+		return 0;
+	return err_set(err, err_len, -EINVAL,
+	               "cache geometry: %s: %lld is out of range (allowed %lld..%lld)", field, v,
+	               lo, hi);
+}
+
+static int check_shape(const struct sinkcache_geometry *g, char *err, size_t err_len)
+{
+	int rc;
+	if ((rc = check_range(err, err_len, "n_layers", g->n_layers, 1,
+	                      CACHE_GEOMETRY_MAX_LAYERS)) ||
+	    (rc = check_range(err, err_len, "n_kv_heads", g->n_kv_heads, 1, 4096)) ||
+	    (rc = check_range(err, err_len, "head_dim", g->head_dim, 2, SINKCACHE_MAX_HEAD_DIM)) ||
+	    (rc = check_range(err, err_len, "rope_dim", g->rope_dim, 0, g->head_dim)))
+		return rc;
+	if (g->head_dim % 2)
+		return err_set(err, err_len, -EINVAL,
+		               "cache geometry: head_dim: %d is odd (allowed: even)", g->head_dim);
+	if (g->rope_dim % 2)
+		return err_set(err, err_len, -EINVAL,
+		               "cache geometry: rope_dim: %d is odd (allowed: even, <= head_dim)",
+		               g->rope_dim);
+	if (!(g->rope_theta > 0.0) || !isfinite(g->rope_theta))
+		return err_set(err, err_len, -EINVAL,
+		               "cache geometry: rope_theta: %g (allowed: > 0)", g->rope_theta);
+	if ((unsigned)g->dtype > KV_DTYPE_BF16)
+		return err_set(err, err_len, -EINVAL,
+		               "cache geometry: dtype: %d (allowed: f32, f16, bf16)",
+		               (int)g->dtype);
+	if ((unsigned)g->rope_positions > ROPE_POSITIONS_ORIGINAL)
+		return err_set(err, err_len, -EINVAL,
+		               "cache geometry: rope_positions: %d (allowed: cache, original)",
+		               (int)g->rope_positions);
+	return 0;
+}
+
+/* A span's window (what the hot tier may fill), or -1 with err set. */
+static int check_span(const struct sinkcache_geometry *g, enum cache_strategy strategy,
+                      int window_size, char *err, size_t err_len)
+{
+	int rc;
+	if (strategy == CACHE_STRATEGY_SLIDING_WINDOW) {
+		if ((rc = check_range(err, err_len, "window_size", window_size, 1,
+		                      SINKCACHE_MAX_TOKENS)) ||
+		    (rc = check_range(err, err_len, "sink_keep_count", g->sink_keep_count, 0,
+		                      SINKCACHE_MAX_TOKENS)))
+			return rc;
+		if (g->sink_keep_count >= window_size)
+			return err_set(err, err_len, -EINVAL,
+			               "cache geometry: sink_keep_count: %d must be smaller than "
+			               "window_size %d (allowed 0..%d)",
+			               g->sink_keep_count, window_size, window_size - 1);
+		return 0;
+	}
+	if (strategy == CACHE_STRATEGY_FULL)
+		return (rc = check_range(err, err_len, "max_context_length", g->max_context_length, 1,
+		                         SINKCACHE_MAX_TOKENS))
+		           ? rc
+		           : check_range(err, err_len, "sink_keep_count", g->sink_keep_count, 0,
+		                         g->max_context_length);
+	return err_set(err, err_len, -EINVAL,
+	               "cache geometry: strategy: %d (allowed: sliding_window, full)",
+	               (int)strategy);
+}
+
+/* Layers with spans of their own: each checked as the geometry's own is. */
+static int check_layers(const struct sinkcache_geometry *g, char *err, size_t err_len)
+{
+	for (int l = 0; l < g->n_layers; l++) {
+		const struct cache_layer_span *sp = &g->layer[l];
+		if (!sp->own)
+			continue;
+		char why[SINKD_ERR_LEN];
+		int rc = check_span(g, (enum cache_strategy)sp->strategy, sp->window_size, why,
+		                    sizeof(why));
+		const char *pre = "cache geometry: ";
+		if (rc)
+			return err_set(err, err_len, rc, "%slayer %d: %s", pre, l,
+			               strncmp(why, pre, strlen(pre)) ? why : why + strlen(pre));
+		if (sp->strategy == CACHE_STRATEGY_FULL && g->anchor_max != 0)
+			return err_set(err, err_len, -EINVAL,
+			               "cache geometry: layer %d: anchors need strategy "
+			               "sliding_window in every layer (a full cache evicts nothing)",
+			               l);
+	}
+	return 0;
+}
+
+static int check_tiers(const struct sinkcache_geometry *g, char *err, size_t err_len)
+{
+	int rc = check_span(g, g->strategy, g->window_size, err, err_len);
+	if (rc || (rc = check_layers(g, err, err_len)))
+		return rc;
+	int window = g->strategy == CACHE_STRATEGY_FULL ? g->max_context_length - g->sink_keep_count
+	                                                : g->window_size;
+	if (g->anchor_max != 0) {
+		if (g->strategy != CACHE_STRATEGY_SLIDING_WINDOW)
+			return err_set(err, err_len, -EINVAL,
+			               "cache geometry: anchors need strategy sliding_window (a full "
+			               "cache evicts nothing)");
+		if ((rc = check_range(err, err_len, "anchor_max", g->anchor_max, 0, SINKCACHE_MAX_ANCHORS)) ||
+		    (rc = check_range(err, err_len, "anchor_demote_steps", g->anchor_demote_steps, 1,
+		                      SINKCACHE_MAX_TOKENS)))
+			return rc;
+		if (!(g->anchor_promote > 0.0f && g->anchor_promote <= 1.0f))
+			return err_set(err, err_len, -EINVAL,
+			               "cache geometry: anchor_promote: %g is out of range (allowed: "
+			               "> 0 and <= 1, a softmax weight)",
+			               (double)g->anchor_promote);
+	}
+	if (!g->quant_enabled)
+		return 0;
+	if (g->quant_bits != 8 && g->quant_bits != 4)
+		return err_set(err, err_len, -EINVAL,
+		               "cache geometry: quant_bits: %d (allowed: 8, 4)", g->quant_bits);
+	return check_range(err, err_len, "full_precision_recent", g->full_precision_recent, 0,
+	                   window);
+}
+
+void sinkcache_geometry_pin(struct sinkcache_geometry *g, int pin)
+{
+	if (pin <= 0)
+		return;
+	if (pin > g->sink_keep_count)
+		g->sink_keep_count = pin;
+	g->protect_sinks = true;
+}
+
+int sinkcache_geometry_check(const struct sinkcache_geometry *g, char *err, size_t err_len)
+{
+	int rc = check_shape(g, err, err_len);
+	return rc ? rc : check_tiers(g, err, err_len);
+}
+
+bool sinkcache_geometry_equal(const struct sinkcache_geometry *a,
+                              const struct sinkcache_geometry *b)
+{
+	bool same = a->n_layers == b->n_layers && a->n_kv_heads == b->n_kv_heads &&
+	            a->head_dim == b->head_dim && a->rope_dim == b->rope_dim &&
+	            a->rope_theta == b->rope_theta && a->rope_neox == b->rope_neox &&
+	            a->strategy == b->strategy && a->sink_keep_count == b->sink_keep_count &&
+	            a->window_size == b->window_size &&
+	            a->max_context_length == b->max_context_length &&
+	            a->quant_enabled == b->quant_enabled && a->quant_bits == b->quant_bits &&
+	            a->protect_sinks == b->protect_sinks &&
+	            a->full_precision_recent == b->full_precision_recent &&
+	            a->rope_positions == b->rope_positions && a->dtype == b->dtype &&
+	            a->anchor_max == b->anchor_max && a->anchor_promote == b->anchor_promote &&
+	            a->anchor_demote_steps == b->anchor_demote_steps;
+	int n = a->n_layers > 0 && a->n_layers <= CACHE_GEOMETRY_MAX_LAYERS ? a->n_layers : 0;
+	for (int l = 0; same && l < n; l++) {
+		struct cache_layer_span x = sinkcache_geometry_layer_span(a, l);
+		struct cache_layer_span y = sinkcache_geometry_layer_span(b, l);
+		same = x.strategy == y.strategy && x.window_size == y.window_size;
+	}
+	return same;
+}
+
+/* ---- bytes and tokens ------------------------------------------------------ */
+
+/* Layer l's layout: the geometry's own (dflt, computed once by the caller)
+ * for a layer without a span of its own, so that a uniform geometry costs
+ * one layout whatever its depth. */
+static const struct sinkcache_layout *layout_at(const struct sinkcache_geometry *g, int l,
+                                                const struct sinkcache_layout *dflt,
+                                                struct sinkcache_layout *own)
+{
+	if (!g->layer[l].own)
+		return dflt;
+	sinkcache_geometry_layer_layout(g, l, own);
+	return own;
+}
+
+/* Over the layers of a geometry: the sum of their bytes and the most tokens
+ * one holds; both 0 for an invalid geometry. */
+static void layer_totals(const struct sinkcache_geometry *g, size_t *bytes, size_t *most)
+{
+	struct sinkcache_layout dflt, own;
+	*bytes = *most = 0;
+	if (sinkcache_geometry_check(g, NULL, 0))
+		return;
+	default_layout(g, &dflt);
+	for (int l = 0; l < g->n_layers; l++) {
+		const struct sinkcache_layout *lo = layout_at(g, l, &dflt, &own);
+		size_t n = (size_t)(lo->t.sink + lo->t.anchor + lo->t.window);
+		*bytes += lo->layer_bytes;
+		*most = n > *most ? n : *most;
+	}
+}
+
+size_t sinkcache_bound_bytes(const struct sinkcache_geometry *g)
+{
+	size_t bytes, most;
+	layer_totals(g, &bytes, &most);
+	return bytes;
+}
+
+size_t sinkcache_anchor_bytes(const struct sinkcache_geometry *g, int n_anchor)
+{
+	struct sinkcache_layout lo;
+	sinkcache_geometry_layer_layout(g, 0, &lo);
+	if (lo.t.anchor <= 0)
+		return 0;
+	size_t row = lo.fp_tok + (size_t)g->n_kv_heads * (size_t)g->head_dim * sizeof(float);
+	return lo.anchor_bytes - (size_t)(lo.t.anchor - n_anchor) * row;
+}
+
+static bool tiers_equal(const struct sinkcache_tiers *a, const struct sinkcache_tiers *b)
+{
+	return a->sink == b->sink && a->window == b->window && a->hot == b->hot &&
+	       a->group == b->group && a->stage == b->stage && a->n_groups == b->n_groups &&
+	       a->anchor == b->anchor && a->full == b->full && a->sink_quant == b->sink_quant &&
+	       a->fp_row == b->fp_row && a->code_row == b->code_row;
+}
+
+int sinkcache_tiers_of(const struct sinkcache_geometry *g, struct sinkcache_tiers *t, char *err,
+                       size_t err_len)
+{
+	struct sinkcache_layout l0, dflt, own;
+	int rc = sinkcache_geometry_check(g, err, err_len);
+	memset(t, 0, sizeof(*t));
+	if (rc)
+		return rc;
+	default_layout(g, &dflt);
+	sinkcache_geometry_layer_layout(g, 0, &l0);
+	for (int l = 1; l < g->n_layers; l++) {
+		const struct sinkcache_layout *ll = layout_at(g, l, &dflt, &own);
+		if (!tiers_equal(&ll->t, &l0.t))
+			return err_set(err, err_len, -ENOTSUP,
+			               "cache geometry: layer %d's span (window %d) gives other tiers "
+			               "than layer 0's (window %d); this cache keeps one tier layout "
+			               "for all layers",
+			               l, ll->t.window, l0.t.window);
+	}
+	*t = l0.t;
+	return 0;
+}
+
+int sinkcache_quant_group_size(const struct sinkcache_geometry *g)
+{
+	struct sinkcache_layout lo;
+	if (sinkcache_geometry_check(g, NULL, 0))
+		return 0;
+	sinkcache_geometry_layer_layout(g, 0, &lo);
+	return lo.t.group;
+}
+
+size_t sinkcache_capacity_tokens(const struct sinkcache_geometry *g)
+{
+	size_t bytes, most;
+	layer_totals(g, &bytes, &most);
+	return most;
+}

@@ -1,0 +1,206 @@
+/* The geometry of a session's KV cache: the model's shape as the cache sees
+ * it (layers, kv heads, head width, RoPE), the cache settings (strategy,
+ * sinks, window, quantization, anchors) and, per layer, its attention span.
+ * From it follow the tier sizes of each layer and the byte bound that the
+ * scheduler reserves; both backends, the config, snapshots and the scheduler
+ * read them here.  A geometry is a plain value (copied by value). */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct model_hparams;
+
+enum cache_strategy { CACHE_STRATEGY_SLIDING_WINDOW = 0, CACHE_STRATEGY_FULL };
+enum rope_positions { ROPE_POSITIONS_CACHE = 0, ROPE_POSITIONS_ORIGINAL };
+enum kv_dtype { KV_DTYPE_F32 = 0, KV_DTYPE_F16, KV_DTYPE_BF16 };
+
+/* Largest anchor tier a layer may keep (sinkcache_geometry.anchor_max). */
+#define SINKCACHE_MAX_ANCHORS 4096
+/* Widest head the cache stores (its rows are staged on the stack). */
+#define SINKCACHE_MAX_HEAD_DIM 512
+/* Largest quantization group (tokens). */
+#define SINKCACHE_MAX_GROUP 32
+/* Most layers a geometry describes: the model loader's layer limit
+ * (MODEL_MAX_LAYERS in model/model.c), so every model it loads fits. */
+#define CACHE_GEOMETRY_MAX_LAYERS 4096
+
+/* One layer's attention span.  own false (a zero entry): the layer takes the
+ * geometry's strategy and window_size, so a geometry written as a literal,
+ * read from a snapshot or narrowed by a session's window_size stays uniform;
+ * own true: the layer's own strategy and window (a sliding-window layer
+ * beside global ones). */
+struct cache_layer_span {
+	bool own;
+	uint8_t strategy; /* enum cache_strategy, when own */
+	int32_t window_size; /* sliding_window: compressed + hot, when own */
+};
+
+struct sinkcache_geometry {
+	int n_layers;
+	int n_kv_heads;
+	int head_dim;
+	int rope_dim; /* rotated dims per head */
+	double rope_theta;
+	bool rope_neox; /* false: adjacent pairs (llama); true: halves (qwen2) */
+	enum cache_strategy strategy;
+	int sink_keep_count;    /* >= 0 */
+	int window_size;        /* sliding_window: compressed + hot */
+	int max_context_length; /* strategy full: the most tokens ever resident */
+	bool quant_enabled;
+	int quant_bits;            /* 8 or 4 */
+	bool protect_sinks;        /* sink tier stays full precision */
+	int full_precision_recent; /* hot tier size (<= window_size) */
+	enum rope_positions rope_positions;
+	enum kv_dtype dtype; /* storage of full-precision tiers */
+	/* Anchor tier (sliding_window only): a window token that leaves with a
+	 * moving average of received attention of at least anchor_promote (its
+	 * largest over query heads, per layer) stays, in full precision, up to
+	 * anchor_max per layer; an anchor that receives less than anchor_promote
+	 * for anchor_demote_steps steps in a row leaves.  anchor_max 0: none. */
+	int anchor_max;
+	float anchor_promote;     /* (0, 1]: a softmax weight */
+	int anchor_demote_steps;  /* >= 1 */
+	struct cache_layer_span layer[CACHE_GEOMETRY_MAX_LAYERS]; /* (n_layers) used */
+};
+
+/* The cache settings of a config (inference.cache, .quantization,
+ * .attention and max_context_length), what a geometry is built from beside
+ * the model's shape. */
+struct cache_settings {
+	enum cache_strategy strategy;
+	int sink_keep_count;
+	int window_size;
+	int max_context_length;
+	bool quant_enabled;
+	int quant_bits;
+	bool protect_sinks;
+	int full_precision_recent;
+	enum rope_positions rope_positions;
+	enum kv_dtype dtype;
+	bool anchors_enabled;
+	int anchor_max;
+	double anchor_promote;
+	int anchor_demote_steps;
+};
+
+/* The tier sizes a geometry gives a layer (the one place they are decided):
+ * sink slots, window tokens at most, hot slots, group size G (0: nothing is
+ * quantized in the window), staging slots (G-1), group slots, anchor slots,
+ * whether the layer keeps everything (strategy full), whether sinks are
+ * stored quantized, and the bytes of a full-precision row and of a row of
+ * codes. */
+struct sinkcache_tiers {
+	int sink, window, hot, group, stage, n_groups, anchor;
+	bool full;
+	bool sink_quant;
+	size_t fp_row, code_row;
+};
+
+/* One layer's tiers with their bytes, as the CPU cache lays them out
+ * (sinkcache_impl.h): what the byte bound counts. */
+struct sinkcache_layout {
+	struct sinkcache_tiers t;
+	size_t sink_tok, fp_tok, group_bytes; /* bytes per token / group, all kv heads, K+V */
+	size_t layer_bytes;  /* front_bytes + back_bytes: the bound of the layer */
+	size_t front_bytes;  /* sinks, hot, staging and anchors */
+	size_t anchor_bytes; /* anchors: rows and bookkeeping */
+	size_t back_bytes;   /* quantized groups */
+	size_t front_stride; /* front_bytes rounded up to 64: layer fronts' spacing */
+};
+
+/* What a cache of a geometry holds now, as both backends report it. */
+struct sinkcache_stats {
+	uint64_t n_seen; /* tokens ever appended (minus revised) */
+	int n_resident;
+	int n_sink;
+	int n_anchor; /* layer 0's anchors (each layer keeps its own) */
+	int n_compressed;
+	int n_hot;
+	size_t bytes_resident;        /* bytes holding resident tokens' K/V and scales */
+	size_t bytes_bound;           /* sinkcache_bound_bytes() of the geometry */
+	uint64_t evicted_compressed;  /* tokens dropped from the window */
+	uint64_t moved_to_compressed; /* tokens quantized out of the hot tier */
+	uint64_t anchors_promoted;    /* window tokens kept as anchors, all layers */
+	uint64_t anchors_demoted;     /* anchors dropped again, all layers */
+};
+
+/* Bytes of one element of a full-precision tier. */
+size_t kv_dtype_size(enum kv_dtype dt);
+
+/* Bytes of n codes of `bits` (8 or 4). */
+static inline size_t kvq_code_bytes(int n, int bits)
+{
+	return bits == 4 ? (size_t)n / 2 : (size_t)n;
+}
+
+/* The geometry of a model under cache settings s: every layer gets the
+ * settings' strategy and window (the model-families issue gives layers
+ * their own spans). */
+void sinkcache_geometry_build(const struct cache_settings *s, const struct model_hparams *hp,
+                              struct sinkcache_geometry *g);
+/* Whether a geometry is the shape of a model (layers, kv heads, head_dim,
+ * rope_dim); -EINVAL with both shapes in err. */
+int sinkcache_geometry_fits_model(const struct sinkcache_geometry *g,
+                                  const struct model_hparams *hp, char *err, size_t err_len);
+
+/* Layer l's span with the geometry's values filled in where it has none of
+ * its own; set_layer gives layer l its own span. */
+struct cache_layer_span sinkcache_geometry_layer_span(const struct sinkcache_geometry *g, int l);
+void sinkcache_geometry_set_layer(struct sinkcache_geometry *g, int l,
+                                  enum cache_strategy strategy, int window_size);
+
+/* The geometry of a stream that pins its first `pin` tokens (a system
+ * prompt): they join the sink tier (sink_keep_count becomes at least pin),
+ * which then stays full precision.  pin <= 0 changes nothing. */
+void sinkcache_geometry_pin(struct sinkcache_geometry *g, int pin);
+/* Checks a geometry, each layer's span included; err says which field and
+ * the allowed values. */
+int sinkcache_geometry_check(const struct sinkcache_geometry *g, char *err, size_t err_len);
+/* Whether two geometries describe the same cache (layer spans compared as
+ * they take effect). */
+bool sinkcache_geometry_equal(const struct sinkcache_geometry *a,
+                              const struct sinkcache_geometry *b);
+
+/* The most bytes a cache of this geometry can ever hold; what the scheduler
+ * reserves.  sinkcache_new() allocates exactly this (plus a few hundred bytes
+ * of bookkeeping), never more, never again.  The sum over layers of (kv =
+ * n_kv_heads, D = head_dim, e = dtype bytes, Dc = D or D/2 code bytes, G =
+ * group size, the window the layer's):
+ *   sinks   S * 2*kv*D*e            (protected or unquantized)
+ *           S * 2*kv*(Dc + 8)       (quantized per token: codes + fp32 scale,min)
+ *   hot     H * 2*kv*D*e            (H = full_precision_recent >= 1, or the
+ *                                    whole window without quantization)
+ *   staging (G-1) * 2*kv*D*e
+ *   groups  ceil(C/G) * kv*(2*G*Dc + 2*D*4 + G*2*4),  C = window - H
+ *           (keys: codes + per-channel fp32 scale,min; values: codes +
+ *            per-token fp32 scale,min; strategy full: floor(C/G) groups)
+ *   anchors A * (8 + 4 + 4 + kv*D*4 + 2*kv*D*e) + window*4
+ * stats.bytes_resident counts the slots in use and reaches this bound once
+ * the window is full whenever G divides C (G is chosen so when it can).
+ * 0 for an invalid geometry. */
+size_t sinkcache_bound_bytes(const struct sinkcache_geometry *g);
+/* What stats.bytes_resident counts of layer 0's anchor tier holding
+ * n_anchor tokens: its bookkeeping always, the rows in use. */
+size_t sinkcache_anchor_bytes(const struct sinkcache_geometry *g, int n_anchor);
+
+/* Layer l's tiers and bytes; g must be valid (sinkcache_geometry_check). */
+void sinkcache_geometry_layer_layout(const struct sinkcache_geometry *g, int l,
+                                     struct sinkcache_layout *lo);
+/* The tiers of every layer of a geometry, which must be the same for all:
+ * -EINVAL for an invalid geometry, -ENOTSUP when layers' spans give
+ * different tiers (a cache with one tier layout cannot hold it). */
+int sinkcache_tiers_of(const struct sinkcache_geometry *g, struct sinkcache_tiers *t, char *err,
+                       size_t err_len);
+
+/* Tokens per quantization group of the compressed tier (keys share per-channel
+ * scales over a group): 32, or a divisor of the compressed capacity in
+ * [16, 32], or the capacity itself when below 32; 0 without quantization.
+ * Layer 0's. */
+int sinkcache_quant_group_size(const struct sinkcache_geometry *g);
+
+/* The most tokens resident at once in any layer: sink_keep_count + anchors
+ * + window_size, or max_context_length for strategy full (0 for an invalid
+ * geometry). */
+size_t sinkcache_capacity_tokens(const struct sinkcache_geometry *g);
