@@ -21,8 +21,8 @@ size_t kv_dtype_size(enum kv_dtype dt)
 	return dt == KV_DTYPE_F32 ? 4 : 2;
 }
 
-void sinkcache_geometry_build(const struct cache_settings *s, const struct model_hparams *hp,
-                              struct sinkcache_geometry *g)
+void cache_geometry_build(const struct cache_settings *s, const struct model_hparams *hp,
+                              struct cache_geometry *g)
 {
 	memset(g, 0, sizeof(*g));
 	g->n_layers = hp->n_layers;
@@ -50,7 +50,7 @@ void sinkcache_geometry_build(const struct cache_settings *s, const struct model
 	}
 }
 
-int sinkcache_geometry_fits_model(const struct sinkcache_geometry *g,
+int cache_geometry_fits_model(const struct cache_geometry *g,
                                   const struct model_hparams *hp, char *err, size_t err_len)
 {
 	if (g->n_layers != hp->n_layers || g->n_kv_heads != hp->n_kv_heads ||
@@ -68,7 +68,7 @@ int sinkcache_geometry_fits_model(const struct sinkcache_geometry *g,
 	return 0;
 }
 
-struct cache_layer_span sinkcache_geometry_layer_span(const struct sinkcache_geometry *g, int l)
+struct cache_layer_span cache_geometry_layer_span(const struct cache_geometry *g, int l)
 {
 	if (g->layer[l].own)
 		return g->layer[l];
@@ -77,7 +77,7 @@ struct cache_layer_span sinkcache_geometry_layer_span(const struct sinkcache_geo
 	                                 .window_size = g->window_size};
 }
 
-void sinkcache_geometry_set_layer(struct sinkcache_geometry *g, int l,
+void cache_geometry_set_layer(struct cache_geometry *g, int l,
                                   enum cache_strategy strategy, int window_size)
 {
 	g->layer[l] = (struct cache_layer_span){
@@ -101,8 +101,8 @@ static int kv_group_size(int compressed)
 	return SINKCACHE_MAX_GROUP;
 }
 
-static void layer_tiers(const struct sinkcache_geometry *g, const struct cache_layer_span *sp,
-                        struct sinkcache_tiers *t)
+static void layer_tiers(const struct cache_geometry *g, const struct cache_layer_span *sp,
+                        struct cache_tiers *t)
 {
 	bool full = sp->strategy == CACHE_STRATEGY_FULL;
 	memset(t, 0, sizeof(*t));
@@ -130,13 +130,13 @@ static void layer_tiers(const struct sinkcache_geometry *g, const struct cache_l
 	t->code_row = kvq_code_bytes(g->head_dim, g->quant_enabled ? g->quant_bits : 8);
 }
 
-static void layout_of_span(const struct sinkcache_geometry *g, const struct cache_layer_span *sp,
-                           struct sinkcache_layout *lo)
+static void layout_of_span(const struct cache_geometry *g, const struct cache_layer_span *sp,
+                           struct cache_layout *lo)
 {
 	size_t n_kv = (size_t)g->n_kv_heads, d = (size_t)g->head_dim;
 	memset(lo, 0, sizeof(*lo));
 	layer_tiers(g, sp, &lo->t);
-	const struct sinkcache_tiers *t = &lo->t;
+	const struct cache_tiers *t = &lo->t;
 	lo->fp_tok = 2 * n_kv * t->fp_row;
 	lo->sink_tok = t->sink_quant ? 2 * n_kv * (t->code_row + 2 * sizeof(float)) : lo->fp_tok;
 	lo->group_bytes = n_kv * (2 * (size_t)t->group * t->code_row + 2 * d * sizeof(float) +
@@ -153,15 +153,15 @@ static void layout_of_span(const struct sinkcache_geometry *g, const struct cach
 	lo->front_stride = (lo->front_bytes + 63) & ~(size_t)63;
 }
 
-void sinkcache_geometry_layer_layout(const struct sinkcache_geometry *g, int l,
-                                     struct sinkcache_layout *lo)
+void cache_geometry_layer_layout(const struct cache_geometry *g, int l,
+                                     struct cache_layout *lo)
 {
-	struct cache_layer_span sp = sinkcache_geometry_layer_span(g, l);
+	struct cache_layer_span sp = cache_geometry_layer_span(g, l);
 	layout_of_span(g, &sp, lo);
 }
 
 /* The layout of a layer that takes the geometry's span. */
-static void default_layout(const struct sinkcache_geometry *g, struct sinkcache_layout *lo)
+static void default_layout(const struct cache_geometry *g, struct cache_layout *lo)
 {
 	struct cache_layer_span sp = {.strategy = (uint8_t)g->strategy,
 	                              .window_size = g->window_size};
@@ -180,7 +180,7 @@ static int check_range(char *err, size_t err_len, const char *field, long long v
 	               lo, hi);
 }
 
-static int check_shape(const struct sinkcache_geometry *g, char *err, size_t err_len)
+static int check_shape(const struct cache_geometry *g, char *err, size_t err_len)
 {
 	int rc;
 	if ((rc = check_range(err, err_len, "n_layers", g->n_layers, 1,
@@ -211,7 +211,7 @@ static int check_shape(const struct sinkcache_geometry *g, char *err, size_t err
 }
 
 /* A span's window (what the hot tier may fill), or -1 with err set. */
-static int check_span(const struct sinkcache_geometry *g, enum cache_strategy strategy,
+static int check_span(const struct cache_geometry *g, enum cache_strategy strategy,
                       int window_size, char *err, size_t err_len)
 {
 	int rc;
@@ -240,7 +240,7 @@ static int check_span(const struct sinkcache_geometry *g, enum cache_strategy st
 }
 
 /* Layers with spans of their own: each checked as the geometry's own is. */
-static int check_layers(const struct sinkcache_geometry *g, char *err, size_t err_len)
+static int check_layers(const struct cache_geometry *g, char *err, size_t err_len)
 {
 	for (int l = 0; l < g->n_layers; l++) {
 		const struct cache_layer_span *sp = &g->layer[l];
@@ -262,7 +262,7 @@ static int check_layers(const struct sinkcache_geometry *g, char *err, size_t er
 	return 0;
 }
 
-static int check_tiers(const struct sinkcache_geometry *g, char *err, size_t err_len)
+static int check_tiers(const struct cache_geometry *g, char *err, size_t err_len)
 {
 	int rc = check_span(g, g->strategy, g->window_size, err, err_len);
 	if (rc || (rc = check_layers(g, err, err_len)))
@@ -293,7 +293,7 @@ static int check_tiers(const struct sinkcache_geometry *g, char *err, size_t err
 	                   window);
 }
 
-void sinkcache_geometry_pin(struct sinkcache_geometry *g, int pin)
+void cache_geometry_pin(struct cache_geometry *g, int pin)
 {
 	if (pin <= 0)
 		return;
@@ -302,14 +302,14 @@ void sinkcache_geometry_pin(struct sinkcache_geometry *g, int pin)
 	g->protect_sinks = true;
 }
 
-int sinkcache_geometry_check(const struct sinkcache_geometry *g, char *err, size_t err_len)
+int cache_geometry_check(const struct cache_geometry *g, char *err, size_t err_len)
 {
 	int rc = check_shape(g, err, err_len);
 	return rc ? rc : check_tiers(g, err, err_len);
 }
 
-bool sinkcache_geometry_equal(const struct sinkcache_geometry *a,
-                              const struct sinkcache_geometry *b)
+bool cache_geometry_equal(const struct cache_geometry *a,
+                              const struct cache_geometry *b)
 {
 	bool same = a->n_layers == b->n_layers && a->n_kv_heads == b->n_kv_heads &&
 	            a->head_dim == b->head_dim && a->rope_dim == b->rope_dim &&
@@ -325,8 +325,8 @@ bool sinkcache_geometry_equal(const struct sinkcache_geometry *a,
 	            a->anchor_demote_steps == b->anchor_demote_steps;
 	int n = a->n_layers > 0 && a->n_layers <= CACHE_GEOMETRY_MAX_LAYERS ? a->n_layers : 0;
 	for (int l = 0; same && l < n; l++) {
-		struct cache_layer_span x = sinkcache_geometry_layer_span(a, l);
-		struct cache_layer_span y = sinkcache_geometry_layer_span(b, l);
+		struct cache_layer_span x = cache_geometry_layer_span(a, l);
+		struct cache_layer_span y = cache_geometry_layer_span(b, l);
 		same = x.strategy == y.strategy && x.window_size == y.window_size;
 	}
 	return same;
@@ -337,51 +337,51 @@ bool sinkcache_geometry_equal(const struct sinkcache_geometry *a,
 /* Layer l's layout: the geometry's own (dflt, computed once by the caller)
  * for a layer without a span of its own, so that a uniform geometry costs
  * one layout whatever its depth. */
-static const struct sinkcache_layout *layout_at(const struct sinkcache_geometry *g, int l,
-                                                const struct sinkcache_layout *dflt,
-                                                struct sinkcache_layout *own)
+static const struct cache_layout *layout_at(const struct cache_geometry *g, int l,
+                                                const struct cache_layout *dflt,
+                                                struct cache_layout *own)
 {
 	if (!g->layer[l].own)
 		return dflt;
-	sinkcache_geometry_layer_layout(g, l, own);
+	cache_geometry_layer_layout(g, l, own);
 	return own;
 }
 
 /* Over the layers of a geometry: the sum of their bytes and the most tokens
  * one holds; both 0 for an invalid geometry. */
-static void layer_totals(const struct sinkcache_geometry *g, size_t *bytes, size_t *most)
+static void layer_totals(const struct cache_geometry *g, size_t *bytes, size_t *most)
 {
-	struct sinkcache_layout dflt, own;
+	struct cache_layout dflt, own;
 	*bytes = *most = 0;
-	if (sinkcache_geometry_check(g, NULL, 0))
+	if (cache_geometry_check(g, NULL, 0))
 		return;
 	default_layout(g, &dflt);
 	for (int l = 0; l < g->n_layers; l++) {
-		const struct sinkcache_layout *lo = layout_at(g, l, &dflt, &own);
+		const struct cache_layout *lo = layout_at(g, l, &dflt, &own);
 		size_t n = (size_t)(lo->t.sink + lo->t.anchor + lo->t.window);
 		*bytes += lo->layer_bytes;
 		*most = n > *most ? n : *most;
 	}
 }
 
-size_t sinkcache_bound_bytes(const struct sinkcache_geometry *g)
+size_t cache_geometry_bound_bytes(const struct cache_geometry *g)
 {
 	size_t bytes, most;
 	layer_totals(g, &bytes, &most);
 	return bytes;
 }
 
-size_t sinkcache_anchor_bytes(const struct sinkcache_geometry *g, int n_anchor)
+size_t cache_geometry_anchor_bytes(const struct cache_geometry *g, int n_anchor)
 {
-	struct sinkcache_layout lo;
-	sinkcache_geometry_layer_layout(g, 0, &lo);
+	struct cache_layout lo;
+	cache_geometry_layer_layout(g, 0, &lo);
 	if (lo.t.anchor <= 0)
 		return 0;
 	size_t row = lo.fp_tok + (size_t)g->n_kv_heads * (size_t)g->head_dim * sizeof(float);
 	return lo.anchor_bytes - (size_t)(lo.t.anchor - n_anchor) * row;
 }
 
-static bool tiers_equal(const struct sinkcache_tiers *a, const struct sinkcache_tiers *b)
+static bool tiers_equal(const struct cache_tiers *a, const struct cache_tiers *b)
 {
 	return a->sink == b->sink && a->window == b->window && a->hot == b->hot &&
 	       a->group == b->group && a->stage == b->stage && a->n_groups == b->n_groups &&
@@ -389,18 +389,18 @@ static bool tiers_equal(const struct sinkcache_tiers *a, const struct sinkcache_
 	       a->fp_row == b->fp_row && a->code_row == b->code_row;
 }
 
-int sinkcache_tiers_of(const struct sinkcache_geometry *g, struct sinkcache_tiers *t, char *err,
+int cache_geometry_tiers_of(const struct cache_geometry *g, struct cache_tiers *t, char *err,
                        size_t err_len)
 {
-	struct sinkcache_layout l0, dflt, own;
-	int rc = sinkcache_geometry_check(g, err, err_len);
+	struct cache_layout l0, dflt, own;
+	int rc = cache_geometry_check(g, err, err_len);
 	memset(t, 0, sizeof(*t));
 	if (rc)
 		return rc;
 	default_layout(g, &dflt);
-	sinkcache_geometry_layer_layout(g, 0, &l0);
+	cache_geometry_layer_layout(g, 0, &l0);
 	for (int l = 1; l < g->n_layers; l++) {
-		const struct sinkcache_layout *ll = layout_at(g, l, &dflt, &own);
+		const struct cache_layout *ll = layout_at(g, l, &dflt, &own);
 		if (!tiers_equal(&ll->t, &l0.t))
 			return err_set(err, err_len, -ENOTSUP,
 			               "cache geometry: layer %d's span (window %d) gives other tiers "
@@ -412,16 +412,16 @@ int sinkcache_tiers_of(const struct sinkcache_geometry *g, struct sinkcache_tier
 	return 0;
 }
 
-int sinkcache_quant_group_size(const struct sinkcache_geometry *g)
+int cache_geometry_quant_group_size(const struct cache_geometry *g)
 {
-	struct sinkcache_layout lo;
-	if (sinkcache_geometry_check(g, NULL, 0))
+	struct cache_layout lo;
+	if (cache_geometry_check(g, NULL, 0))
 		return 0;
-	sinkcache_geometry_layer_layout(g, 0, &lo);
+	cache_geometry_layer_layout(g, 0, &lo);
 	return lo.t.group;
 }
 
-size_t sinkcache_capacity_tokens(const struct sinkcache_geometry *g)
+size_t cache_geometry_capacity_tokens(const struct cache_geometry *g)
 {
 	size_t bytes, most;
 	layer_totals(g, &bytes, &most);

@@ -16,7 +16,7 @@ enum cache_strategy { CACHE_STRATEGY_SLIDING_WINDOW = 0, CACHE_STRATEGY_FULL };
 enum rope_positions { ROPE_POSITIONS_CACHE = 0, ROPE_POSITIONS_ORIGINAL };
 enum kv_dtype { KV_DTYPE_F32 = 0, KV_DTYPE_F16, KV_DTYPE_BF16 };
 
-/* Largest anchor tier a layer may keep (sinkcache_geometry.anchor_max). */
+/* Largest anchor tier a layer may keep (cache_geometry.anchor_max). */
 #define SINKCACHE_MAX_ANCHORS 4096
 /* Widest head the cache stores (its rows are staged on the stack). */
 #define SINKCACHE_MAX_HEAD_DIM 512
@@ -37,7 +37,7 @@ struct cache_layer_span {
 	int32_t window_size; /* sliding_window: compressed + hot, when own */
 };
 
-struct sinkcache_geometry {
+struct cache_geometry {
 	int n_layers;
 	int n_kv_heads;
 	int head_dim;
@@ -91,7 +91,7 @@ struct cache_settings {
  * whether the layer keeps everything (strategy full), whether sinks are
  * stored quantized, and the bytes of a full-precision row and of a row of
  * codes. */
-struct sinkcache_tiers {
+struct cache_tiers {
 	int sink, window, hot, group, stage, n_groups, anchor;
 	bool full;
 	bool sink_quant;
@@ -100,8 +100,8 @@ struct sinkcache_tiers {
 
 /* One layer's tiers with their bytes, as the CPU cache lays them out
  * (sinkcache_impl.h): what the byte bound counts. */
-struct sinkcache_layout {
-	struct sinkcache_tiers t;
+struct cache_layout {
+	struct cache_tiers t;
 	size_t sink_tok, fp_tok, group_bytes; /* bytes per token / group, all kv heads, K+V */
 	size_t layer_bytes;  /* front_bytes + back_bytes: the bound of the layer */
 	size_t front_bytes;  /* sinks, hot, staging and anchors */
@@ -119,7 +119,7 @@ struct sinkcache_stats {
 	int n_compressed;
 	int n_hot;
 	size_t bytes_resident;        /* bytes holding resident tokens' K/V and scales */
-	size_t bytes_bound;           /* sinkcache_bound_bytes() of the geometry */
+	size_t bytes_bound;           /* cache_geometry_bound_bytes() of the geometry */
 	uint64_t evicted_compressed;  /* tokens dropped from the window */
 	uint64_t moved_to_compressed; /* tokens quantized out of the hot tier */
 	uint64_t anchors_promoted;    /* window tokens kept as anchors, all layers */
@@ -138,30 +138,30 @@ static inline size_t kvq_code_bytes(int n, int bits)
 /* The geometry of a model under cache settings s: every layer gets the
  * settings' strategy and window (the model-families issue gives layers
  * their own spans). */
-void sinkcache_geometry_build(const struct cache_settings *s, const struct model_hparams *hp,
-                              struct sinkcache_geometry *g);
+void cache_geometry_build(const struct cache_settings *s, const struct model_hparams *hp,
+                              struct cache_geometry *g);
 /* Whether a geometry is the shape of a model (layers, kv heads, head_dim,
  * rope_dim); -EINVAL with both shapes in err. */
-int sinkcache_geometry_fits_model(const struct sinkcache_geometry *g,
+int cache_geometry_fits_model(const struct cache_geometry *g,
                                   const struct model_hparams *hp, char *err, size_t err_len);
 
 /* Layer l's span with the geometry's values filled in where it has none of
  * its own; set_layer gives layer l its own span. */
-struct cache_layer_span sinkcache_geometry_layer_span(const struct sinkcache_geometry *g, int l);
-void sinkcache_geometry_set_layer(struct sinkcache_geometry *g, int l,
+struct cache_layer_span cache_geometry_layer_span(const struct cache_geometry *g, int l);
+void cache_geometry_set_layer(struct cache_geometry *g, int l,
                                   enum cache_strategy strategy, int window_size);
 
 /* The geometry of a stream that pins its first `pin` tokens (a system
  * prompt): they join the sink tier (sink_keep_count becomes at least pin),
  * which then stays full precision.  pin <= 0 changes nothing. */
-void sinkcache_geometry_pin(struct sinkcache_geometry *g, int pin);
+void cache_geometry_pin(struct cache_geometry *g, int pin);
 /* Checks a geometry, each layer's span included; err says which field and
  * the allowed values. */
-int sinkcache_geometry_check(const struct sinkcache_geometry *g, char *err, size_t err_len);
+int cache_geometry_check(const struct cache_geometry *g, char *err, size_t err_len);
 /* Whether two geometries describe the same cache (layer spans compared as
  * they take effect). */
-bool sinkcache_geometry_equal(const struct sinkcache_geometry *a,
-                              const struct sinkcache_geometry *b);
+bool cache_geometry_equal(const struct cache_geometry *a,
+                              const struct cache_geometry *b);
 
 /* The most bytes a cache of this geometry can ever hold; what the scheduler
  * reserves.  sinkcache_new() allocates exactly this (plus a few hundred bytes
@@ -180,27 +180,27 @@ bool sinkcache_geometry_equal(const struct sinkcache_geometry *a,
  * stats.bytes_resident counts the slots in use and reaches this bound once
  * the window is full whenever G divides C (G is chosen so when it can).
  * 0 for an invalid geometry. */
-size_t sinkcache_bound_bytes(const struct sinkcache_geometry *g);
+size_t cache_geometry_bound_bytes(const struct cache_geometry *g);
 /* What stats.bytes_resident counts of layer 0's anchor tier holding
  * n_anchor tokens: its bookkeeping always, the rows in use. */
-size_t sinkcache_anchor_bytes(const struct sinkcache_geometry *g, int n_anchor);
+size_t cache_geometry_anchor_bytes(const struct cache_geometry *g, int n_anchor);
 
-/* Layer l's tiers and bytes; g must be valid (sinkcache_geometry_check). */
-void sinkcache_geometry_layer_layout(const struct sinkcache_geometry *g, int l,
-                                     struct sinkcache_layout *lo);
+/* Layer l's tiers and bytes; g must be valid (cache_geometry_check). */
+void cache_geometry_layer_layout(const struct cache_geometry *g, int l,
+                                     struct cache_layout *lo);
 /* The tiers of every layer of a geometry, which must be the same for all:
  * -EINVAL for an invalid geometry, -ENOTSUP when layers' spans give
  * different tiers (a cache with one tier layout cannot hold it). */
-int sinkcache_tiers_of(const struct sinkcache_geometry *g, struct sinkcache_tiers *t, char *err,
+int cache_geometry_tiers_of(const struct cache_geometry *g, struct cache_tiers *t, char *err,
                        size_t err_len);
 
 /* Tokens per quantization group of the compressed tier (keys share per-channel
  * scales over a group): 32, or a divisor of the compressed capacity in
  * [16, 32], or the capacity itself when below 32; 0 without quantization.
  * Layer 0's. */
-int sinkcache_quant_group_size(const struct sinkcache_geometry *g);
+int cache_geometry_quant_group_size(const struct cache_geometry *g);
 
 /* The most tokens resident at once in any layer: sink_keep_count + anchors
  * + window_size, or max_context_length for strategy full (0 for an invalid
  * geometry). */
-size_t sinkcache_capacity_tokens(const struct sinkcache_geometry *g);
+size_t cache_geometry_capacity_tokens(const struct cache_geometry *g);

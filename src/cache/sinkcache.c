@@ -3,7 +3,7 @@
  * int4 when quantization is on, KIVI: keys per channel in groups of G tokens,
  * values per token) and a hot tier (newest tokens, full precision).  Each
  * tier is a ring: appending a token never moves the window.  All memory is
- * reserved at creation; sinkcache_bound_bytes() is exactly what is reserved.
+ * reserved at creation; cache_geometry_bound_bytes() is exactly what is reserved.
  *
  * Positions: keys are stored rotated by their stream index.  Window tokens
  * are a contiguous run of the stream, so query-to-window distances are the
@@ -20,7 +20,7 @@
  * newest tokens) is exact as long as it only drops hot or staged tokens.
  *
  * Attention itself is in attend.c.  This module does not know about models,
- * sessions or memory budgets (the scheduler reserves sinkcache_bound_bytes). */
+ * sessions or memory budgets (the scheduler reserves cache_geometry_bound_bytes). */
 #include "cache/sinkcache.h"
 
 #include <errno.h>
@@ -39,10 +39,10 @@
 /* Carves a layer's front (sinks, hot, staging: fp32 parameters, then dtype
  * rows, then codes, so every array is aligned to its element) and back
  * (groups: parameters, then codes). */
-static void kv_layer_carve(struct sinkcache *c, const struct sinkcache_layout *lay,
+static void kv_layer_carve(struct sinkcache *c, const struct cache_layout *lay,
                            struct kv_layer *L)
 {
-	const struct sinkcache_tiers *lo = &lay->t;
+	const struct cache_tiers *lo = &lay->t;
 	size_t n_kv = (size_t)c->g.n_kv_heads, d = (size_t)c->g.head_dim;
 	size_t g = (size_t)lo->group, ng = (size_t)lo->n_groups, s = (size_t)lo->sink;
 	size_t sink_row = lo->sink_quant ? lo->code_row : lo->fp_row;
@@ -167,18 +167,18 @@ static void kv_front_populate(struct sinkcache *c, const void *row)
 	kv_populate_range(&c->front_pop, row, c->fp_row);
 }
 
-int sinkcache_new(const struct sinkcache_geometry *g, struct sinkcache **out, char *err,
+int sinkcache_new(const struct cache_geometry *g, struct sinkcache **out, char *err,
                   size_t err_len)
 {
-	struct sinkcache_layout lo;
-	struct sinkcache_tiers tiers;
+	struct cache_layout lo;
+	struct cache_tiers tiers;
 	/* the rings and caps below are one per cache: every layer's span must
 	 * give the same tiers (tiers_of refuses a geometry whose do not) */
-	int rc = sinkcache_tiers_of(g, &tiers, err, err_len);
+	int rc = cache_geometry_tiers_of(g, &tiers, err, err_len);
 	*out = NULL;
 	if (rc)
 		return rc;
-	sinkcache_geometry_layer_layout(g, 0, &lo);
+	cache_geometry_layer_layout(g, 0, &lo);
 	struct sinkcache *c = calloc(1, sizeof(*c));
 	if (!c)
 		return err_set(err, err_len, -ENOMEM, "sink cache: out of memory");
@@ -202,7 +202,7 @@ int sinkcache_new(const struct sinkcache_geometry *g, struct sinkcache **out, ch
 		goto oom;
 	rope_freqs_init(g->rope_theta, g->rope_dim, c->freq_hi, c->freq_lo);
 	for (int l = 0; l < g->n_layers; l++) {
-		sinkcache_geometry_layer_layout(g, l, &lo);
+		cache_geometry_layer_layout(g, l, &lo);
 		c->front_bytes += lo.front_stride;
 	}
 	c->front = pages_map(c->front_bytes > 0 ? c->front_bytes : 1,
@@ -213,7 +213,7 @@ int sinkcache_new(const struct sinkcache_geometry *g, struct sinkcache **out, ch
 	size_t front_at = 0;
 	for (int l = 0; l < g->n_layers; l++) {
 		struct kv_layer *L = &c->layers[l];
-		sinkcache_geometry_layer_layout(g, l, &lo);
+		cache_geometry_layer_layout(g, l, &lo);
 		L->front = c->front + front_at;
 		front_at += lo.front_stride;
 		L->mem = lo.back_bytes > 0
@@ -260,7 +260,7 @@ void sinkcache_free(struct sinkcache *c)
 	free(c);
 }
 
-const struct sinkcache_geometry *sinkcache_geometry(const struct sinkcache *c)
+const struct cache_geometry *sinkcache_geometry(const struct sinkcache *c)
 {
 	return &c->g;
 }
@@ -667,9 +667,9 @@ int sinkcache_resident_tokens(const struct sinkcache *c)
 
 void sinkcache_get_stats(const struct sinkcache *c, struct sinkcache_stats *out)
 {
-	struct sinkcache_layout lo; /* every layer's (sinkcache_new) */
+	struct cache_layout lo; /* every layer's (sinkcache_new) */
 	const struct kv_layer *L0 = &c->layers[0];
-	sinkcache_geometry_layer_layout(&c->g, 0, &lo);
+	cache_geometry_layer_layout(&c->g, 0, &lo);
 	memset(out, 0, sizeof(*out));
 	out->n_seen = L0->t.n_seen;
 	out->n_sink = L0->t.n_sink;
@@ -685,7 +685,7 @@ void sinkcache_get_stats(const struct sinkcache *c, struct sinkcache_stats *out)
 		out->bytes_resident += (size_t)L->t.n_sink * lo.sink_tok +
 		                       (size_t)(L->t.n_hot + L->t.n_stage) * lo.fp_tok +
 		                       (size_t)L->t.n_groups * lo.group_bytes;
-		out->bytes_resident += sinkcache_anchor_bytes(&c->g, L->anc.n);
+		out->bytes_resident += cache_geometry_anchor_bytes(&c->g, L->anc.n);
 		out->anchors_promoted += L->anc.promoted;
 		out->anchors_demoted += L->anc.demoted;
 	}

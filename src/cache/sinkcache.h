@@ -25,10 +25,10 @@
 
 struct sinkcache;
 
-int sinkcache_new(const struct sinkcache_geometry *g, struct sinkcache **out, char *err,
+int sinkcache_new(const struct cache_geometry *g, struct sinkcache **out, char *err,
                   size_t err_len);
 void sinkcache_free(struct sinkcache *c);
-const struct sinkcache_geometry *sinkcache_geometry(const struct sinkcache *c);
+const struct cache_geometry *sinkcache_geometry(const struct sinkcache *c);
 
 /* Whether n more tokens can be appended (strategy full refuses past
  * max_context_length; sliding window always can). */
@@ -52,13 +52,13 @@ int sinkcache_append(struct sinkcache *c, int layer, const float *k, const float
  * the sink tier.  rows_cold: the layer's rows were not read just before
  * (true for a decode step, false for the later tokens of a prompt chunk);
  * it picks how they are fetched and never changes the result.
- * key_weight (optional, (n_heads, sinkcache_capacity_tokens) floats): each
+ * key_weight (optional, (n_heads, cache_geometry_capacity_tokens) floats): each
  * head's softmax weight of each resident token, in rank order (sinks,
  * anchors, window), for sinkcache_observe(). */
 void sinkcache_attend(const struct sinkcache *c, int layer, const float *q, int n_heads,
                       int head_begin, int head_end, float *out, float *scratch, float *sink_mass,
                       float *key_weight, bool rows_cold);
-size_t sinkcache_scratch_floats(const struct sinkcache_geometry *g);
+size_t sinkcache_scratch_floats(const struct cache_geometry *g);
 
 /* Whether the cache keeps anchors or is traced, so that its attention
  * weights matter. */

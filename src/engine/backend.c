@@ -3,8 +3,8 @@
 
 #include "model/model.h"
 
-int backend_geometry_fits_model(const struct model *m, const struct sinkcache_geometry *g,
+int backend_geometry_fits_model(const struct model *m, const struct cache_geometry *g,
                                 char *err, size_t err_len)
 {
-	return sinkcache_geometry_fits_model(g, &m->hp, err, err_len);
+	return cache_geometry_fits_model(g, &m->hp, err, err_len);
 }

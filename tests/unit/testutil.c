@@ -77,10 +77,10 @@ int tu_run_suite(Suite *s)
 	return tu_suite_failures(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
-struct sinkcache_geometry tu_geometry(int n_layers, int n_kv_heads, int head_dim, int sinks,
+struct cache_geometry tu_geometry(int n_layers, int n_kv_heads, int head_dim, int sinks,
                                       int window, bool quant, int bits, int hot)
 {
-	return (struct sinkcache_geometry){.n_layers = n_layers,
+	return (struct cache_geometry){.n_layers = n_layers,
 	                                   .n_kv_heads = n_kv_heads,
 	                                   .head_dim = head_dim,
 	                                   .rope_dim = head_dim,
@@ -96,9 +96,9 @@ struct sinkcache_geometry tu_geometry(int n_layers, int n_kv_heads, int head_dim
 	                                   .dtype = KV_DTYPE_F32};
 }
 
-struct sinkcache_geometry tu_model_geometry(const struct model_hparams *hp, int window)
+struct cache_geometry tu_model_geometry(const struct model_hparams *hp, int window)
 {
-	struct sinkcache_geometry g =
+	struct cache_geometry g =
 	    tu_geometry(hp->n_layers, hp->n_kv_heads, hp->head_dim, 4, window, false, 8, window);
 	g.rope_dim = hp->rope_dim;
 	g.rope_theta = hp->rope_theta;

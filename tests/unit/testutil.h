@@ -35,8 +35,8 @@ int tu_run_suite(Suite *s);
  * over the whole head, theta 10000, by cache rank), protected f32 sinks:
  * sinks, window, quantization on or off with `bits`, `hot` full-precision
  * recent tokens.  Tests change the other fields on the copy. */
-struct sinkcache_geometry tu_geometry(int n_layers, int n_kv_heads, int head_dim, int sinks,
+struct cache_geometry tu_geometry(int n_layers, int n_kv_heads, int head_dim, int sinks,
                                       int window, bool quant, int bits, int hot);
 /* The geometry of a model's shape and RoPE with 4 sinks and an unquantized
  * window of `window` tokens. */
-struct sinkcache_geometry tu_model_geometry(const struct model_hparams *hp, int window);
+struct cache_geometry tu_model_geometry(const struct model_hparams *hp, int window);

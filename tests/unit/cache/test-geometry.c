@@ -17,24 +17,24 @@
 enum { NL = 2, NKV = 2, D = 8 };
 
 /* 4 protected f32 sinks, a window of 40 with 8 hot tokens, int8 groups. */
-static struct sinkcache_geometry base(void)
+static struct cache_geometry base(void)
 {
 	return tu_geometry(NL, NKV, D, 4, 40, true, 8, 8);
 }
 
-static void refused(const struct sinkcache_geometry *g, const char *says)
+static void refused(const struct cache_geometry *g, const char *says)
 {
 	char err[SINKD_ERR_LEN] = "";
-	ck_assert_int_eq(sinkcache_geometry_check(g, err, sizeof(err)), -EINVAL);
+	ck_assert_int_eq(cache_geometry_check(g, err, sizeof(err)), -EINVAL);
 	ck_assert_msg(strstr(err, says), "'%s' does not say '%s'", err, says);
-	ck_assert_uint_eq(sinkcache_bound_bytes(g), 0);
+	ck_assert_uint_eq(cache_geometry_bound_bytes(g), 0);
 }
 
 START_TEST(test_check)
 {
-	struct sinkcache_geometry g = base();
+	struct cache_geometry g = base();
 	char err[SINKD_ERR_LEN];
-	ck_assert_msg(sinkcache_geometry_check(&g, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_msg(cache_geometry_check(&g, err, sizeof(err)) == 0, "%s", err);
 	g.window_size = 0;
 	refused(&g, "window_size");
 	g = base();
@@ -48,33 +48,33 @@ START_TEST(test_check)
 	refused(&g, "n_layers");
 	g = base();
 	g.anchor_max = 4, g.anchor_promote = 0.1f, g.anchor_demote_steps = 2;
-	ck_assert_int_eq(sinkcache_geometry_check(&g, NULL, 0), 0);
-	sinkcache_geometry_set_layer(&g, 1, CACHE_STRATEGY_FULL, 0);
+	ck_assert_int_eq(cache_geometry_check(&g, NULL, 0), 0);
+	cache_geometry_set_layer(&g, 1, CACHE_STRATEGY_FULL, 0);
 	refused(&g, "layer 1: max_context_length");
 	g.max_context_length = 100;
 	refused(&g, "layer 1: anchors");
 	g = base();
-	sinkcache_geometry_set_layer(&g, 1, CACHE_STRATEGY_SLIDING_WINDOW, 4);
+	cache_geometry_set_layer(&g, 1, CACHE_STRATEGY_SLIDING_WINDOW, 4);
 	refused(&g, "cache geometry: layer 1: sink_keep_count: 4 must be smaller than window_size 4");
 }
 END_TEST
 
 START_TEST(test_pin)
 {
-	struct sinkcache_geometry g = base();
+	struct cache_geometry g = base();
 	g.protect_sinks = false;
-	sinkcache_geometry_pin(&g, 0);
+	cache_geometry_pin(&g, 0);
 	ck_assert_int_eq(g.sink_keep_count, 4);
 	ck_assert(!g.protect_sinks);
-	sinkcache_geometry_pin(&g, 2); /* fewer than the sinks: only protects */
+	cache_geometry_pin(&g, 2); /* fewer than the sinks: only protects */
 	ck_assert_int_eq(g.sink_keep_count, 4);
 	ck_assert(g.protect_sinks);
-	sinkcache_geometry_pin(&g, 12);
+	cache_geometry_pin(&g, 12);
 	ck_assert_int_eq(g.sink_keep_count, 12);
 }
 END_TEST
 
-/* One layer by hand (sinkcache_bound_bytes' formula): f32 rows of D = 8 are
+/* One layer by hand (cache_geometry_bound_bytes' formula): f32 rows of D = 8 are
  * 32 bytes, a token of 2 kv heads K+V is 128 bytes; window W with 8 hot
  * tokens leaves C = W - 8 compressed tokens in groups of G = C (C <= 32),
  * staged in G - 1 slots; a group is kv * (2*G*D codes + 2*D*4 channel
@@ -89,31 +89,31 @@ static size_t layer_bytes_by_hand(int window)
 
 START_TEST(test_bound_bytes_per_layer)
 {
-	struct sinkcache_geometry g = base();
+	struct cache_geometry g = base();
 	ck_assert_uint_eq(layer_bytes_by_hand(40), 7168);
-	ck_assert_uint_eq(sinkcache_bound_bytes(&g), 2 * 7168);
-	struct sinkcache_tiers t;
-	ck_assert_int_eq(sinkcache_tiers_of(&g, &t, NULL, 0), 0);
+	ck_assert_uint_eq(cache_geometry_bound_bytes(&g), 2 * 7168);
+	struct cache_tiers t;
+	ck_assert_int_eq(cache_geometry_tiers_of(&g, &t, NULL, 0), 0);
 	ck_assert_int_eq(t.group, 32);
 	ck_assert_int_eq(t.stage, 31);
 	ck_assert_int_eq(t.n_groups, 1);
 
 	/* layer 1 slides over 24 tokens: groups of 16 */
-	sinkcache_geometry_set_layer(&g, 1, CACHE_STRATEGY_SLIDING_WINDOW, 24);
+	cache_geometry_set_layer(&g, 1, CACHE_STRATEGY_SLIDING_WINDOW, 24);
 	ck_assert_uint_eq(layer_bytes_by_hand(24), 4352);
-	ck_assert_uint_eq(sinkcache_bound_bytes(&g), 7168 + 4352);
-	struct sinkcache_layout lo;
-	sinkcache_geometry_layer_layout(&g, 1, &lo);
+	ck_assert_uint_eq(cache_geometry_bound_bytes(&g), 7168 + 4352);
+	struct cache_layout lo;
+	cache_geometry_layer_layout(&g, 1, &lo);
 	ck_assert_int_eq(lo.t.window, 24);
 	ck_assert_int_eq(lo.t.group, 16);
 	ck_assert_uint_eq(lo.layer_bytes, 4352);
-	sinkcache_geometry_layer_layout(&g, 0, &lo);
+	cache_geometry_layer_layout(&g, 0, &lo);
 	ck_assert_int_eq(lo.t.window, 40);
-	ck_assert_uint_eq(sinkcache_capacity_tokens(&g), 4 + 40);
+	ck_assert_uint_eq(cache_geometry_capacity_tokens(&g), 4 + 40);
 
 	/* a cache with one tier layout refuses it, by name */
 	char err[SINKD_ERR_LEN];
-	ck_assert_int_eq(sinkcache_tiers_of(&g, &t, err, sizeof(err)), -ENOTSUP);
+	ck_assert_int_eq(cache_geometry_tiers_of(&g, &t, err, sizeof(err)), -ENOTSUP);
 	ck_assert_ptr_nonnull(strstr(err, "layer 1"));
 	struct sinkcache *c = NULL;
 	ck_assert_int_eq(sinkcache_new(&g, &c, err, sizeof(err)), -ENOTSUP);
@@ -123,32 +123,32 @@ END_TEST
 
 START_TEST(test_layer_spans)
 {
-	struct sinkcache_geometry a = base(), b = base();
-	struct cache_layer_span sp = sinkcache_geometry_layer_span(&a, 1);
+	struct cache_geometry a = base(), b = base();
+	struct cache_layer_span sp = cache_geometry_layer_span(&a, 1);
 	ck_assert(!sp.own);
 	ck_assert_int_eq(sp.strategy, CACHE_STRATEGY_SLIDING_WINDOW);
 	ck_assert_int_eq(sp.window_size, 40);
 	/* a span of its own equal to the geometry's is the same cache */
-	sinkcache_geometry_set_layer(&b, 1, CACHE_STRATEGY_SLIDING_WINDOW, 40);
-	ck_assert(sinkcache_geometry_equal(&a, &b));
-	ck_assert_uint_eq(sinkcache_bound_bytes(&a), sinkcache_bound_bytes(&b));
-	sinkcache_geometry_set_layer(&b, 1, CACHE_STRATEGY_SLIDING_WINDOW, 24);
-	ck_assert(!sinkcache_geometry_equal(&a, &b));
+	cache_geometry_set_layer(&b, 1, CACHE_STRATEGY_SLIDING_WINDOW, 40);
+	ck_assert(cache_geometry_equal(&a, &b));
+	ck_assert_uint_eq(cache_geometry_bound_bytes(&a), cache_geometry_bound_bytes(&b));
+	cache_geometry_set_layer(&b, 1, CACHE_STRATEGY_SLIDING_WINDOW, 24);
+	ck_assert(!cache_geometry_equal(&a, &b));
 	/* a layer without a span follows the geometry's window (a session's
 	 * narrower window) */
 	a.window_size = 30;
-	ck_assert_int_eq(sinkcache_geometry_layer_span(&a, 0).window_size, 30);
-	ck_assert_int_eq(sinkcache_geometry_layer_span(&b, 1).window_size, 24);
+	ck_assert_int_eq(cache_geometry_layer_span(&a, 0).window_size, 30);
+	ck_assert_int_eq(cache_geometry_layer_span(&b, 1).window_size, 24);
 	/* strategy full in one layer: it keeps max_context_length tokens */
-	struct sinkcache_geometry f = base();
+	struct cache_geometry f = base();
 	f.max_context_length = 100;
-	sinkcache_geometry_set_layer(&f, 0, CACHE_STRATEGY_FULL, 0);
-	ck_assert_int_eq(sinkcache_geometry_check(&f, NULL, 0), 0);
-	struct sinkcache_layout lo;
-	sinkcache_geometry_layer_layout(&f, 0, &lo);
+	cache_geometry_set_layer(&f, 0, CACHE_STRATEGY_FULL, 0);
+	ck_assert_int_eq(cache_geometry_check(&f, NULL, 0), 0);
+	struct cache_layout lo;
+	cache_geometry_layer_layout(&f, 0, &lo);
 	ck_assert(lo.t.full);
 	ck_assert_int_eq(lo.t.window, 96);
-	ck_assert_uint_eq(sinkcache_capacity_tokens(&f), 100);
+	ck_assert_uint_eq(cache_geometry_capacity_tokens(&f), 100);
 }
 END_TEST
 
@@ -171,8 +171,8 @@ START_TEST(test_build_from_settings)
 	                           .anchor_max = 6,
 	                           .anchor_promote = 0.25,
 	                           .anchor_demote_steps = 3};
-	struct sinkcache_geometry g;
-	sinkcache_geometry_build(&s, &hp, &g);
+	struct cache_geometry g;
+	cache_geometry_build(&s, &hp, &g);
 	ck_assert_int_eq(g.n_layers, 5);
 	ck_assert_int_eq(g.n_kv_heads, 3);
 	ck_assert_int_eq(g.head_dim, 16);
@@ -188,20 +188,20 @@ START_TEST(test_build_from_settings)
 	ck_assert(g.anchor_promote == 0.25f);
 	ck_assert_int_eq(g.anchor_demote_steps, 3);
 	for (int l = 0; l < g.n_layers; l++) {
-		struct cache_layer_span sp = sinkcache_geometry_layer_span(&g, l);
+		struct cache_layer_span sp = cache_geometry_layer_span(&g, l);
 		ck_assert_int_eq(sp.strategy, CACHE_STRATEGY_SLIDING_WINDOW);
 		ck_assert_int_eq(sp.window_size, 64);
 	}
 	char err[SINKD_ERR_LEN];
-	ck_assert_msg(sinkcache_geometry_check(&g, err, sizeof(err)) == 0, "%s", err);
-	ck_assert_int_eq(sinkcache_geometry_fits_model(&g, &hp, err, sizeof(err)), 0);
+	ck_assert_msg(cache_geometry_check(&g, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(cache_geometry_fits_model(&g, &hp, err, sizeof(err)), 0);
 	hp.n_kv_heads = 4;
-	ck_assert_int_eq(sinkcache_geometry_fits_model(&g, &hp, err, sizeof(err)), -EINVAL);
+	ck_assert_int_eq(cache_geometry_fits_model(&g, &hp, err, sizeof(err)), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err, "3 kv heads"));
 
 	/* anchors only slide: strategy full builds none */
 	s.strategy = CACHE_STRATEGY_FULL;
-	sinkcache_geometry_build(&s, &hp, &g);
+	cache_geometry_build(&s, &hp, &g);
 	ck_assert_int_eq(g.anchor_max, 0);
 	ck_assert_int_eq(g.max_context_length, 4096);
 }

@@ -202,7 +202,7 @@ START_TEST(test_tier_names)
 	ck_assert(rgb_eq(top, c));
 	ck_assert_int_eq(hue_of(lo), CACHE_TIER_HOT); /* the floor keeps its hue */
 
-	struct sinkcache_geometry g = tu_geometry(N_LAYERS, 1, 8, SINKS, WINDOW, true, 8, HOT);
+	struct cache_geometry g = tu_geometry(N_LAYERS, 1, 8, SINKS, WINDOW, true, 8, HOT);
 	g.max_context_length = 64;
 	g.anchor_max = 2;
 	g.anchor_promote = 0.1f;

@@ -61,9 +61,9 @@ static void teardown(void)
 
 /* Full-precision cache large enough that nothing is evicted: the reference's
  * plain causal attention. */
-static struct sinkcache_geometry plain_geometry(enum cache_strategy strategy, int max_ctx)
+static struct cache_geometry plain_geometry(enum cache_strategy strategy, int max_ctx)
 {
-	struct sinkcache_geometry g = tu_model_geometry(&model->hp, 1024);
+	struct cache_geometry g = tu_model_geometry(&model->hp, 1024);
 	g.strategy = strategy;
 	g.max_context_length = max_ctx;
 	return g;
@@ -71,7 +71,7 @@ static struct sinkcache_geometry plain_geometry(enum cache_strategy strategy, in
 
 static struct backend_session *new_session(void)
 {
-	struct sinkcache_geometry g = plain_geometry(CACHE_STRATEGY_SLIDING_WINDOW, 2048);
+	struct cache_geometry g = plain_geometry(CACHE_STRATEGY_SLIDING_WINDOW, 2048);
 	struct backend_session *s = NULL;
 	char err[SINKD_ERR_LEN];
 	ck_assert_msg(be->ops->session_new(be, &g, &s, err, sizeof(err)) == 0, "%s", err);
@@ -265,7 +265,7 @@ END_TEST
  * any cache changes: the other session of the batch is untouched. */
 START_TEST(test_refuses_full_session)
 {
-	struct sinkcache_geometry g = plain_geometry(CACHE_STRATEGY_FULL, 8);
+	struct cache_geometry g = plain_geometry(CACHE_STRATEGY_FULL, 8);
 	struct backend_session *full = NULL, *other = new_session();
 	char err[SINKD_ERR_LEN];
 	ck_assert_msg(be->ops->session_new(be, &g, &full, err, sizeof(err)) == 0, "%s", err);
@@ -310,7 +310,7 @@ END_TEST
 START_TEST(test_reused_cache_is_clean)
 {
 	int n_vocab = model->hp.n_vocab;
-	struct sinkcache_geometry q = plain_geometry(CACHE_STRATEGY_SLIDING_WINDOW, 2048);
+	struct cache_geometry q = plain_geometry(CACHE_STRATEGY_SLIDING_WINDOW, 2048);
 	q.window_size = 64;
 	q.full_precision_recent = 8;
 	q.quant_enabled = true;
