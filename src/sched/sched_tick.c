@@ -69,6 +69,7 @@
 #include "grammar/grammar.h"
 #include "util/errbuf.h"
 #include "util/log.h"
+#include "util/sderr.h"
 
 /* ---- request and session lifetime ------------------------------------- */
 
@@ -251,7 +252,7 @@ static int session_revise(struct scheduler *s, struct sched_session *ss, size_t 
 	s->be->ops->session_stats(s->be, ss->bs, &st);
 	if (n > (size_t)(st.n_resident - st.n_sink) + (ss->has_pending ? 1 : 0))
 		return err_set(
-		    err, err_len, -ERANGE,
+		    err, err_len, SDERR_CONFLICT,
 		    "cannot revise %zu tokens: only the last %zu are still in the window", n,
 		    (size_t)(st.n_resident - st.n_sink) + (ss->has_pending ? 1 : 0));
 	if (ss->has_pending && from_cache > 0) {
@@ -321,7 +322,7 @@ static int req_start(struct scheduler *s, struct sched_req *r, const char **para
 		rc = session_revise(s, ss, q->revise_last_tokens, err, err_len);
 		if (rc) { /* whatever the cache says, the revise reached too far back */
 			*param = "revise_last_tokens";
-			return -ERANGE;
+			return SDERR_CONFLICT;
 		}
 	}
 	r->feed = malloc((q->n_prompt + 1) * sizeof(*r->feed));

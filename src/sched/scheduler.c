@@ -27,6 +27,7 @@
 #include "grammar/grammar.h"
 #include "util/errbuf.h"
 #include "util/log.h"
+#include "util/sderr.h"
 
 double sched_now(void)
 {
@@ -114,12 +115,12 @@ static int pin_check_locked(const struct scheduler *s, const struct gen_request 
 {
 	int rc = 0;
 	if (q->pin_prefix_tokens < 0 || q->pin_prefix_tokens > s->lim.max_pinned_tokens)
-		rc = err_set(err, err_len, -EDOM,
+		rc = err_set(err, err_len, SDERR_OUT_OF_RANGE,
 		             "%d pinned tokens: inference.cache.max_pinned_tokens allows 0..%d "
 		             "(at most window_size - 1)",
 		             q->pin_prefix_tokens, s->lim.max_pinned_tokens);
 	else if ((size_t)q->pin_prefix_tokens > q->n_prompt)
-		rc = err_set(err, err_len, -EDOM,
+		rc = err_set(err, err_len, SDERR_OUT_OF_RANGE,
 		             "%d pinned tokens: the prompt has only %zu (only prompt tokens can be "
 		             "pinned)",
 		             q->pin_prefix_tokens, q->n_prompt);
@@ -231,7 +232,7 @@ static size_t stored_elsewhere_locked(struct scheduler *s, char (*keys)[SESSION_
 
 /* limits.max_sessions and the owner's limit, which counts the owner's
  * sessions wherever they are (here, or offloaded to the store: stored, of
- * them the keys in the store); -EMFILE / -EDQUOT. */
+ * them the keys in the store); SDERR_MAX_SESSIONS / SDERR_OWNER_SESSIONS. */
 static int session_limits_locked(struct scheduler *s, const struct session_settings *opt,
                                  char (*stored)[SESSION_KEY_LEN], size_t n_stored, char *err,
                                  size_t err_len)
@@ -241,7 +242,7 @@ static int session_limits_locked(struct scheduler *s, const struct session_setti
 	    sessions_owned_locked(s, owner) + stored_elsewhere_locked(s, stored, n_stored) >=
 	        (size_t)opt->owner_max) {
 		s->st.rejected_owner_sessions++;
-		return err_set(err, err_len, -EDQUOT,
+		return err_set(err, err_len, SDERR_OWNER_SESSIONS,
 		               "this client holds %" PRId64 " persistent sessions, the most "
 		               "limits.per_key.max_sessions allows (here and in the session "
 		               "store); delete one (DELETE /v1/sessions/{id}) or let an idle "
@@ -250,7 +251,7 @@ static int session_limits_locked(struct scheduler *s, const struct session_setti
 	}
 	if (s->lim.max_sessions > 0 && (int64_t)s->n_sessions >= s->lim.max_sessions) {
 		s->st.rejected_sessions++;
-		return err_set(err, err_len, -EMFILE,
+		return err_set(err, err_len, SDERR_MAX_SESSIONS,
 		               "%zu persistent sessions exist, the most limits.max_sessions "
 		               "allows; retry when one is deleted or expires",
 		               s->n_sessions);
@@ -776,13 +777,13 @@ static int session_pin_locked(struct scheduler *s, struct sched_session *ss,
 		return rc;
 	*param = "pin_prefix_tokens";
 	if (ss->used || ss->stats.n_seen > 0 || ss->has_pending)
-		return err_set(err, err_len, -EDOM,
+		return err_set(err, err_len, SDERR_OUT_OF_RANGE,
 		               "session %s already holds tokens: a prefix is pinned by a session's "
 		               "first request",
 		               session_key_id(ss->id));
 	struct sinkcache_geometry g = ss->geom;
 	if (g.strategy == CACHE_STRATEGY_SLIDING_WINDOW && q->pin_prefix_tokens >= g.window_size)
-		return err_set(err, err_len, -EDOM,
+		return err_set(err, err_len, SDERR_OUT_OF_RANGE,
 		               "%d pinned tokens: session %s has window_size %d (allowed 0..%d)",
 		               q->pin_prefix_tokens, session_key_id(ss->id), g.window_size, g.window_size - 1);
 	*param = NULL;
@@ -828,7 +829,7 @@ static int submit_on_session_locked(struct scheduler *s, struct sched_req *r, ch
 	q->err_param = "revise_last_tokens";
 	if (q->revise_last_tokens > revisable)
 		return err_set(
-		    err, err_len, -ERANGE,
+		    err, err_len, SDERR_CONFLICT,
 		    "cannot revise %zu tokens: this session can revise its last %zu (its %d "
 		    "cached tokens past the %d sink tokens, plus %d pending not yet fed): sink "
 		    "tokens and tokens evicted from the window (up to %d tokens) are kept as "

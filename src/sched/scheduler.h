@@ -73,7 +73,7 @@ struct gen_request {
 	struct grammar *grammar;
 	/* Persistent session to continue, or NULL (a one-shot session).  With a
 	 * session: its last revise_last_tokens tokens are dropped first (exact;
-	 * -ERANGE / 409 when they are no longer all in the window), then
+	 * SDERR_CONFLICT / 409 when they are no longer all in the window), then
 	 * prompt_ids are appended (may be empty if the session has tokens),
 	 * then max_tokens are generated (0: append only; DONE has
 	 * GEN_FINISH_NONE).  Generated tokens stay in the session's stream. */
@@ -82,7 +82,7 @@ struct gen_request {
 	/* The first pin_prefix_tokens tokens of the stream stay in the sink tier
 	 * (full precision, never evicted), up to inference.cache.max_pinned_tokens;
 	 * only on a stream's first request, and at most its prompt.  0: none.
-	 * Out of range: -EDOM (400) with a message. */
+	 * Out of range: SDERR_OUT_OF_RANGE (400) with a message. */
 	int pin_prefix_tokens;
 	gen_event_cb on_event;
 	void *user;
@@ -115,8 +115,8 @@ void scheduler_free(struct scheduler *s);
 
 /* Queues a request.  Returns 0 and a handle, or: -EAGAIN queue full
  * (Retry-After: scheduler_retry_after_s()), -ENOENT unknown session,
- * -EBUSY session in use, -ERANGE revise_last_tokens reaches past what the
- * session can still roll back, -E2BIG prompt too long for the strategy,
+ * -EBUSY session in use, SDERR_CONFLICT revise_last_tokens reaches past
+ * what the session can still roll back, -E2BIG prompt too long for the strategy,
  * -EINVAL bad parameters (max_tokens above limits.max_tokens, empty prompt,
  * bad sampling values), -ENOSPC one session's cache bound exceeds the whole
  * KV budget, -ENOMEM, each with a message and, where one field is at fault,
@@ -178,8 +178,8 @@ struct scheduler_stats {
 	uint64_t evicted_window;      /* tokens dropped from sliding windows (all sessions) */
 	uint64_t moved_to_compressed; /* tokens quantized out of hot tiers */
 	uint64_t flow_held; /* decode steps a stream sat out: its client had not taken its tokens */
-	uint64_t rejected_sessions;       /* -EMFILE: limits.max_sessions reached */
-	uint64_t rejected_owner_sessions; /* -EDQUOT: the owner's limit reached */
+	uint64_t rejected_sessions;       /* SDERR_MAX_SESSIONS: limits.max_sessions reached */
+	uint64_t rejected_owner_sessions; /* SDERR_OWNER_SESSIONS: the owner's limit reached */
 	uint64_t sessions_expired_empty;  /* of sessions_expired: never used */
 	/* snapshots and the session store */
 	uint64_t snapshots;         /* GET .../snapshot answered */
@@ -263,8 +263,9 @@ struct session_settings {
 /* Creates a session and reserves its cache bound at once (it stays reserved
  * while the session exists).  -EINVAL settings out of range, -EEXIST the id
  * is taken, -EAGAIN the budget has no room now, -ENOSPC the bound exceeds
- * the budget, -EMFILE limits.max_sessions sessions exist, -EDQUOT the owner
- * holds owner_max sessions, each with a message; *err_param (may be NULL)
+ * the budget, SDERR_MAX_SESSIONS limits.max_sessions sessions exist,
+ * SDERR_OWNER_SESSIONS the owner holds owner_max sessions, each with a
+ * message; *err_param (may be NULL)
  * names the setting at fault ("window_size", "sink_keep_count", "id") or
  * is NULL.
  *
@@ -276,8 +277,9 @@ struct session_settings {
 int scheduler_session_create(struct scheduler *s, const struct session_settings *opt,
                              char id_out[SCHED_SESSION_ID_LEN], const char **err_param, char *err,
                              size_t err_len);
-/* Retry-After hint (seconds, 1..3600) for -EMFILE / -EDQUOT: when the first
- * idle session (of `owner`, or of anyone when owner is NULL) expires. */
+/* Retry-After hint (seconds, 1..3600) for SDERR_MAX_SESSIONS /
+ * SDERR_OWNER_SESSIONS: when the first idle session (of `owner`, or of
+ * anyone when owner is NULL) expires. */
 int scheduler_session_retry_after_s(struct scheduler *s, const char *owner);
 
 /* The streaming-perplexity monitor of one session (sched_monitor.c): the
@@ -418,9 +420,10 @@ struct session_restore_opts {
 	int64_t owner_max; /* limits.per_key.max_sessions */
 };
 /* Creates a session from a snapshot, reserving its bound like a create:
- * -EINVAL/-EBADMSG a snapshot that is corrupt, truncated or hostile, -EXDEV
- * of another model (all 400), -EEXIST the id is taken (409), -E2BIG its
- * cache bound exceeds what this instance's configured sessions may hold,
+ * -EINVAL/-EBADMSG a snapshot that is corrupt, truncated or hostile,
+ * SDERR_MODEL_MISMATCH of another model (all 400), -EEXIST the id is taken
+ * (409), -E2BIG its cache bound exceeds what this instance's configured
+ * sessions may hold,
  * and the errors of scheduler_session_create(). */
 int scheduler_session_restore(struct scheduler *s, const unsigned char *buf, size_t len,
                               const struct session_restore_opts *o,

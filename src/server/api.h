@@ -41,8 +41,9 @@ int api_session_prepare_change(struct request *r, const char *id, char key[SCHED
  * id: -EINVAL when id is not 1..32 hex digits. */
 int api_session_key(const struct request *r, const char *id, char key[SCHED_SESSION_ID_LEN]);
 enum MHD_Result api_session_unavailable(struct request *r, int rc, const char *id, const char *err);
-/* api_sessions.c: answers a failed session create or restore: -EDQUOT
- * (limits.per_key.max_sessions) and -EMFILE (limits.max_sessions) count
+/* api_sessions.c: answers a failed session create or restore:
+ * SDERR_OWNER_SESSIONS (limits.per_key.max_sessions) and SDERR_MAX_SESSIONS
+ * (limits.max_sessions) count
  * against the limits with the Retry-After of the first idle session to
  * expire; a busy budget waits like a queued request. */
 struct respond_fault;

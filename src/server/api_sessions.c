@@ -16,6 +16,7 @@
 #include "session/snapshot.h"
 #include "tokenizer/tokenizer.h"
 #include "util/errbuf.h"
+#include "util/sderr.h"
 
 int api_session_key(const struct request *r, const char *id, char key[SCHED_SESSION_ID_LEN])
 {
@@ -30,15 +31,16 @@ static enum MHD_Result session_not_found(struct request *r)
 	                     r->session_id);
 }
 
-/* The error of a session create or restore: -EDQUOT
- * (limits.per_key.max_sessions) and -EMFILE (limits.max_sessions) count
+/* The error of a session create or restore:
+ * SDERR_OWNER_SESSIONS (limits.per_key.max_sessions) and SDERR_MAX_SESSIONS
+ * (limits.max_sessions) count
  * against the limits and wait for the first idle session to expire; a
  * busy budget (-EAGAIN, -ENOSPC) waits like a queued request. */
 enum MHD_Result api_session_fault(struct request *r, struct respond_fault *f, const char *owner)
 {
 	struct server *s = r->srv;
-	if (f->rc == -EDQUOT || f->rc == -EMFILE) {
-		bool per_key = f->rc == -EDQUOT;
+	if (f->rc == SDERR_OWNER_SESSIONS || f->rc == SDERR_MAX_SESSIONS) {
+		bool per_key = f->rc == SDERR_OWNER_SESSIONS;
 		enum quota_limit l = per_key ? QUOTA_MAX_SESSIONS : QUOTA_SESSIONS_TOTAL;
 		quota_count_rejection(s->quota, l);
 		f->code = quota_limit_code(l);

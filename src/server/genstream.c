@@ -29,6 +29,7 @@
 #include "server/tools.h"
 #include "util/errbuf.h"
 #include "util/log.h"
+#include "util/sderr.h"
 
 /* What the client asked a generation's answer to look like. */
 struct gen_shape {
@@ -766,7 +767,7 @@ static enum MHD_Result gs_submit(struct request *r, struct gen_args *a, int32_t 
 		return genstream_respond(r);
 	quota_end(s->quota, &r->client, false);
 	gs_request_drop(&req);
-	if (f.rc == -EDOM && a->chat) {
+	if (f.rc == SDERR_OUT_OF_RANGE && a->chat) {
 		char why[sizeof(f.msg)];
 		snprintf(why, sizeof(why), "%s", f.msg);
 		snprintf(f.msg, sizeof(f.msg),

@@ -27,6 +27,7 @@
 #include "tokenizer/tokenizer.h"
 #include "util/errbuf.h"
 #include "testutil.h"
+#include "util/sderr.h"
 
 /* ---- fixture: the model, backend and tokenizer, loaded once ----------- */
 
@@ -741,7 +742,7 @@ START_TEST(test_session_revise_window)
 	ck_assert_int_eq(info.window_size, 8);
 	/* 8 window tokens + the pending one can be revised, not 10. */
 	struct coll *c = coll_new(s);
-	ck_assert_int_eq(submit(s, c, ids, 3, 4, id, 10), -ERANGE);
+	ck_assert_int_eq(submit(s, c, ids, 3, 4, id, 10), SDERR_CONFLICT);
 	ck_assert_str_eq(c->error_param, "revise_last_tokens");
 	ck_assert_int_eq(run_one(s, ids, 3, 4, id, 9, NULL), 4);
 	ck_assert_int_eq(scheduler_session_info(s, id, &info), 0);
@@ -840,7 +841,7 @@ static int pinned_run(struct scheduler *s, const int32_t *ids, size_t n, const c
  * configured sinks and 6 pinned tokens a stream generates what 6 configured
  * sinks give, on a one-shot request and on a session's first request, whose
  * reservation grows to the pinned bound; it stays pinned after the window
- * moved past it.  Out of range pins are -EDOM (400). */
+ * moved past it.  Out of range pins are SDERR_OUT_OF_RANGE (400). */
 START_TEST(test_pinned_prefix)
 {
 	const char *ov6[] = {"inference.attention.dtype=float32", "inference.cache.window_size=16",
@@ -896,20 +897,20 @@ START_TEST(test_pinned_prefix)
 	ck_assert_uint_eq(st.kv_bytes_reserved, bound6);
 	/* a session pins with its first request only */
 	c = coll_new(s);
-	ck_assert_int_eq(submit_pinned(s, c, pr, n_pr, 1, id, 4), -EDOM);
+	ck_assert_int_eq(submit_pinned(s, c, pr, n_pr, 1, id, 4), SDERR_OUT_OF_RANGE);
 	ck_assert_str_eq(c->error_param, "pin_prefix_tokens");
 	coll_free(c);
 	/* over max_pinned_tokens, over the prompt */
 	c = coll_new(s);
-	ck_assert_int_eq(submit_pinned(s, c, pr, n_pr, 1, NULL, 9), -EDOM);
-	ck_assert_int_eq(submit_pinned(s, c, pr, 3, 1, NULL, 4), -EDOM);
+	ck_assert_int_eq(submit_pinned(s, c, pr, n_pr, 1, NULL, 9), SDERR_OUT_OF_RANGE);
+	ck_assert_int_eq(submit_pinned(s, c, pr, 3, 1, NULL, 4), SDERR_OUT_OF_RANGE);
 	coll_free(c);
 	/* a session with a smaller window than the pin */
 	char small[SCHED_SESSION_ID_LEN];
 	struct session_settings set = {.window_size = 4, .sink_keep_count = -1};
 	ck_assert_int_eq(scheduler_session_create(s, &set, small, NULL, err, sizeof(err)), 0);
 	c = coll_new(s);
-	ck_assert_int_eq(submit_pinned(s, c, pr, n_pr, 1, small, 6), -EDOM);
+	ck_assert_int_eq(submit_pinned(s, c, pr, n_pr, 1, small, 6), SDERR_OUT_OF_RANGE);
 	coll_free(c);
 	ck_assert_int_eq(scheduler_session_delete(s, small), 0);
 	ck_assert_int_eq(scheduler_session_delete(s, id), 0);
@@ -942,8 +943,9 @@ START_TEST(test_pinned_prefix)
 }
 END_TEST
 
-/* Sessions are bounded in total (limits.max_sessions: -EMFILE, 503) and per
- * owner (owner_max: -EDQUOT, 429, another owner unaffected), and a session
+/* Sessions are bounded in total (limits.max_sessions: SDERR_MAX_SESSIONS,
+ * 503) and per owner (owner_max: SDERR_OWNER_SESSIONS, 429, another owner
+ * unaffected), and a session
  * no request ran on gives its reservation back after
  * scheduler.session_empty_ttl_s while a used one stays (defect: empty
  * creates held the whole KV budget for session_ttl_s). */
@@ -961,10 +963,12 @@ START_TEST(test_session_limits_and_empty_expiry)
 	struct session_settings b = {.sink_keep_count = -1, .owner = "key:b", .owner_max = 2};
 	ck_assert_int_eq(scheduler_session_create(s, &a, a1, NULL, err, sizeof(err)), 0);
 	ck_assert_int_eq(scheduler_session_create(s, &a, a2, NULL, err, sizeof(err)), 0);
-	ck_assert_int_eq(scheduler_session_create(s, &a, x, NULL, err, sizeof(err)), -EDQUOT);
+	ck_assert_int_eq(scheduler_session_create(s, &a, x, NULL, err, sizeof(err)),
+	                 SDERR_OWNER_SESSIONS);
 	ck_assert_ptr_nonnull(strstr(err, "limits.per_key.max_sessions"));
 	ck_assert_int_eq(scheduler_session_create(s, &b, b1, NULL, err, sizeof(err)), 0);
-	ck_assert_int_eq(scheduler_session_create(s, &b, x, NULL, err, sizeof(err)), -EMFILE);
+	ck_assert_int_eq(scheduler_session_create(s, &b, x, NULL, err, sizeof(err)),
+	                 SDERR_MAX_SESSIONS);
 	ck_assert_ptr_nonnull(strstr(err, "limits.max_sessions"));
 	/* The empty sessions expire within the second: that is the hint. */
 	ck_assert_int_eq(scheduler_session_retry_after_s(s, "key:a"), 1);
@@ -1304,7 +1308,7 @@ static void walk_submit(struct walk *w, int sess)
 		return;
 	}
 	/* Clear refusals only: unknown (expired) session, busy, revise too far, full. */
-	ck_assert_msg(rc == -ENOENT || rc == -EBUSY || rc == -ERANGE || rc == -EAGAIN ||
+	ck_assert_msg(rc == -ENOENT || rc == -EBUSY || rc == SDERR_CONFLICT || rc == -EAGAIN ||
 	                  rc == -EINVAL,
 	              "submit: %d", rc);
 	if (rc == -ENOENT)
@@ -1355,7 +1359,7 @@ static void walk_check_done(struct coll *c)
 	switch (c->finish) {
 	case GEN_FINISH_ERROR:
 		/* a queue timeout, a revise or a prompt the session cannot take */
-		ck_assert_msg(c->error_rc == -EAGAIN || c->error_rc == -ERANGE ||
+		ck_assert_msg(c->error_rc == -EAGAIN || c->error_rc == SDERR_CONFLICT ||
 		                  c->error_rc == -E2BIG || c->error_rc == -EINVAL,
 		              "rc %d: %s", c->error_rc, c->error);
 		ck_assert_int_gt((int)strlen(c->error), 0);
