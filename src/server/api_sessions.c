@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "server/api.h"
+#include "server/gen_prepare.h"
 #include "server/genstream.h"
 #include "server/quota.h"
 #include "server/request.h"
@@ -76,9 +77,9 @@ enum MHD_Result api_session_create(struct request *r)
 	                               .owner_max = ql.max_sessions};
 	char id[SCHED_SESSION_ID_LEN];
 	struct respond_fault f = {0};
-	f.rc = scheduler_session_create(s->sched, &set, id, &f.param, f.msg, sizeof(f.msg));
-	if (f.param && !strcmp(f.param, "id"))
-		f.param = "session_id"; /* the API's name of the settings' id */
+	enum sched_field field;
+	f.rc = scheduler_session_create(s->sched, &set, id, &field, f.msg, sizeof(f.msg));
+	f.param = request_field_name(&(struct request_field_names){0}, field);
 	if (f.rc)
 		return api_session_fault(r, &f, owner);
 	struct sched_session_info info;
@@ -345,7 +346,7 @@ enum MHD_Result api_session_append(struct request *r)
 		ret = api_session_unavailable(r, found, r->session_id, why);
 		goto out;
 	}
-	if (a.generate && api_prepare_generation(r, &a.gen, &e)) {
+	if (a.generate && gen_prepare_constraint(r, &a.gen, &e)) {
 		char p[sizeof(e.param)];
 		snprintf(p, sizeof(p), "%s", e.param);
 		snprintf(e.param, sizeof(e.param), "generate.%.48s", p);
@@ -363,7 +364,15 @@ enum MHD_Result api_session_append(struct request *r)
 	}
 	/* appended text is no chat message: the session's conversation ends here */
 	scheduler_chat_marks_set(s->sched, key, NULL, 0);
-	ret = genstream_submit(r, &a.gen, ids, n_ids, key, a.revise_last_tokens, !a.generate);
+	struct gen_target t = {.session_key = key,
+	                       .revise_last_tokens = a.revise_last_tokens,
+	                       .append_only = !a.generate};
+	struct gen_request req;
+	if (gen_prepare(r, &a.gen, ids, n_ids, &t, &req, &e)) {
+		ret = respond_api_error(r, &e);
+		goto out;
+	}
+	ret = genstream_submit(r, &a.gen, &req, !a.generate);
 out:
 	append_args_deinit(&a);
 	return ret;

@@ -24,22 +24,11 @@
 
 static int fail(struct api_error *e, const char *param, const char *code, const char *fmt, ...)
     SINKD_PRINTF(4, 5);
-static int vfail(struct api_error *e, const char *param, const char *code, const char *fmt,
-                 va_list ap)
-{
-	e->status = 400;
-	e->code = code;
-	e->retry_after_s = 0;
-	snprintf(e->param, sizeof(e->param), "%s", param ? param : "");
-	vsnprintf(e->message, sizeof(e->message), fmt, ap);
-	return -EINVAL;
-}
-
 static int fail(struct api_error *e, const char *param, const char *code, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	int rc = vfail(e, param, code, fmt, ap);
+	int rc = request_vfail(e, param, code, fmt, ap);
 	va_end(ap);
 	return rc;
 }
@@ -515,23 +504,10 @@ static const char *const append_keys[] = {"text", "revise_last_tokens", "generat
 static const char *const tokenize_keys[] = {"content", "add_special", "parse_special", NULL};
 static const char *const detokenize_keys[] = {"tokens", NULL};
 
-/* param NULL: the key itself.  One walk over the members (keys <= 64). */
+/* param NULL: the key itself. */
 static int no_twice(const cJSON *o, const char *const *keys, const char *param, struct api_error *e)
 {
-	uint64_t seen = 0;
-	const cJSON *m;
-	cJSON_ArrayForEach(m, o)
-	{
-		for (unsigned i = 0; keys[i] && m->string; i++) {
-			if (strcmp(m->string, keys[i]))
-				continue;
-			if (seen & (UINT64_C(1) << i))
-				return fail(e, param ? param : keys[i], "duplicate_field",
-				            "'%s' is given more than once", keys[i]);
-			seen |= UINT64_C(1) << i;
-		}
-	}
-	return 0;
+	return request_fields_no_twice(o, keys, param, REQUEST_DUP_AT_WHERE, e);
 }
 
 /* A present, non-null field. */
@@ -1414,20 +1390,6 @@ int detokenize_args_parse(const char *body, size_t len, int32_t **tokens, size_t
 int request_parse_body(const char *body, size_t len, cJSON **root, struct api_error *e)
 {
 	return parse_root(body, len, root, e);
-}
-
-int request_fail(struct api_error *e, const char *param, const char *code, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	int rc = vfail(e, param, code, fmt, ap);
-	va_end(ap);
-	return rc;
-}
-
-int request_fail_oom(struct api_error *e, const char *param)
-{
-	return fail_oom(e, param, "out of memory");
 }
 
 cJSON *request_field(const cJSON *o, const char *key)

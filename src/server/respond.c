@@ -47,6 +47,7 @@ static const struct respond_entry table[] = {
     {SDERR_CONFLICT, {409, BAD_REQUEST, "conflict", false}},
     {SDERR_OWNER_SESSIONS, {429, "rate_limit_error", "per_key_max_sessions", true}},
     {SDERR_MAX_SESSIONS, {503, SERVER, "max_sessions", true}},
+    {SDERR_UNCHECKED, {500, SERVER, "internal_error", false}},
 };
 
 static const struct respond_kind internal = {500, SERVER, "internal_error", false};

@@ -56,28 +56,10 @@ static const char *const part_keys[] = {"type", "text", NULL};
 static const char *const text_keys[] = {"format", "verbosity", NULL};
 static const char *const format_keys[] = {"type", "name", "schema", "strict", "description", NULL};
 
-/* A known key given twice is refused (cJSON takes the first, a proxy in
- * front of us perhaps the last). */
+/* A known key given twice: param and message name its path. */
 static int no_twice(const cJSON *o, const char *const *keys, const char *param, struct api_error *e)
 {
-	uint64_t seen = 0;
-	const cJSON *m;
-	cJSON_ArrayForEach(m, o)
-	{
-		for (unsigned i = 0; keys[i] && m->string; i++) {
-			if (strcmp(m->string, keys[i]))
-				continue;
-			if (seen & (UINT64_C(1) << i)) {
-				char p[64];
-				snprintf(p, sizeof(p), "%s%s%s", param ? param : "",
-				         param ? "." : "", keys[i]);
-				return request_fail(e, p, "duplicate_field",
-				                    "'%s' is given more than once", p);
-			}
-			seen |= UINT64_C(1) << i;
-		}
-	}
-	return 0;
+	return request_fields_no_twice(o, keys, param, REQUEST_DUP_AS_PATH, e);
 }
 
 /* A required string field of an input item; param gets its path. */

@@ -20,13 +20,14 @@ START_TEST(test_each_code_has_a_distinct_name)
 	ck_assert_str_eq(sderr_name(SDERR_OWNER_SESSIONS), "owner_sessions");
 	ck_assert_str_eq(sderr_name(SDERR_OUT_OF_RANGE), "out_of_range");
 	ck_assert_str_eq(sderr_name(SDERR_CONFLICT), "conflict");
+	ck_assert_str_eq(sderr_name(SDERR_UNCHECKED), "unchecked");
 }
 END_TEST
 
 START_TEST(test_other_codes_have_no_name)
 {
-	const int other[] = {0, -1, -EINVAL, -ERANGE, -EXDEV, -EMFILE, SDERR_BASE + 1,
-	                     SDERR_LAST - 1};
+	const int other[] = {0,      -1,      -EINVAL,        -ERANGE,
+	                     -EXDEV, -EMFILE, SDERR_BASE + 1, SDERR_LAST - 1};
 	for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++)
 		ck_assert_ptr_null(sderr_name(other[i]));
 	/* below every errno value (the kernel keeps them under 4096) */
