@@ -92,18 +92,6 @@ static int resp_session_create(struct request *r, struct resp_session *ss, enum 
 	return f.rc;
 }
 
-/* api.c names chat's fields; the Responses API has its own. */
-static void resp_param_rename(struct api_error *e)
-{
-	char rest[sizeof(e->param)];
-	if (!strcmp(e->param, "messages")) {
-		snprintf(e->param, sizeof(e->param), "input");
-	} else if (!strncmp(e->param, "response_format", 15)) {
-		snprintf(rest, sizeof(rest), "%s", e->param + 15);
-		snprintf(e->param, sizeof(e->param), "text.format%.40s", rest);
-	}
-}
-
 /* The prompt, then the session, then the generation: a request that fails
  * before it generates leaves no session behind. */
 static enum MHD_Result resp_generate(struct request *r, struct gen_args *a)
@@ -116,10 +104,8 @@ static enum MHD_Result resp_generate(struct request *r, struct gen_args *a)
 		return ret;
 	int32_t *ids = NULL;
 	size_t n_ids = 0;
-	if (gen_prepare_prompt(r, a, ss.empty, &ids, &n_ids, &e)) {
-		resp_param_rename(&e);
+	if (gen_prepare_prompt(r, a, ss.empty, &ids, &n_ids, &e))
 		return respond_api_error(r, &e);
-	}
 	if (!ss.used && a->store && resp_session_create(r, &ss, &ret)) {
 		free(ids);
 		return ret;
@@ -155,7 +141,6 @@ enum MHD_Result api_responses(struct request *r)
 		                    "the model '%s' does not exist (this server serves '%s')",
 		                    a.model, s->model_name);
 	} else if (gen_prepare_constraint(r, &a, &e)) {
-		resp_param_rename(&e);
 		ret = respond_api_error(r, &e);
 	} else {
 		ret = resp_generate(r, &a);

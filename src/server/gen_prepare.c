@@ -161,6 +161,14 @@ int gen_prepare_constraint(struct request *r, struct gen_args *a, struct api_err
 	return 0;
 }
 
+/* The client's name of a's prompt: "messages", the Responses API's "input",
+ * or a completion's "prompt". */
+static const char *prompt_name(const struct gen_args *a)
+{
+	struct request_field_names names = gen_prepare_names(a, false);
+	return request_field_name(&names, SCHED_FIELD_PROMPT);
+}
+
 /* The prompt as token ids: given ids, a completion prompt, or chat messages
  * rendered with the model's template. */
 int gen_prepare_prompt(struct request *r, struct gen_args *a, bool add_bos, int32_t **ids,
@@ -191,7 +199,7 @@ int gen_prepare_prompt(struct request *r, struct gen_args *a, bool add_bos, int3
 		text = NULL;
 		if (chat_render(tok, a->messages, a->n_messages, a->tools, &text, &len, &system_end,
 		                err, sizeof(err))) {
-			snprintf(e->param, sizeof(e->param), "messages");
+			snprintf(e->param, sizeof(e->param), "%s", prompt_name(a));
 			snprintf(e->message, sizeof(e->message), "%s", err);
 			return -EINVAL;
 		}
@@ -205,7 +213,7 @@ int gen_prepare_prompt(struct request *r, struct gen_args *a, bool add_bos, int3
 	if (a->chat)
 		free(text);
 	if (rc) {
-		snprintf(e->param, sizeof(e->param), a->chat ? "messages" : "prompt");
+		snprintf(e->param, sizeof(e->param), "%s", prompt_name(a));
 		snprintf(e->message, sizeof(e->message), "%s", err);
 	}
 	return rc;
