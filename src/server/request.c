@@ -15,12 +15,12 @@
 #include "grammar/grammar.h"
 #include "server/openai.h"
 #include "server/tools.h"
+#include "session/session_key.h"
 #include "util/errbuf.h"
 
 #define COMPLETIONS_DEFAULT_MAX_TOKENS 16
 #define JSON_MAX_NUMBER_LEN 63 /* cJSON reads at most 63 characters of a number */
 #define NUL_STANDIN REQUEST_NUL_STANDIN
-#define SESSION_ID_MAX_LEN 64
 
 static int fail(struct api_error *e, const char *param, const char *code, const char *fmt, ...)
     SINKD_PRINTF(4, 5);
@@ -1139,8 +1139,8 @@ static int parse_messages(const cJSON *o, struct gen_args *a, struct api_error *
 	return 0;
 }
 
-/* Session ids are 32 hex digits: anything printable up to 64 bytes may
- * simply be unknown (404), the rest is not an id at all. */
+/* A session id (session_key.h): anything nameable may simply be unknown
+ * (404), the rest is not an id at all. */
 static int parse_session_id(const cJSON *o, struct gen_args *a, struct api_error *e)
 {
 	cJSON *v = field(o, "session_id");
@@ -1149,14 +1149,10 @@ static int parse_session_id(const cJSON *o, struct gen_args *a, struct api_error
 	if (!cJSON_IsString(v) || !*v->valuestring)
 		return fail(e, "session_id", "invalid_type",
 		            "'session_id' must be a session id string");
-	size_t n = strlen(v->valuestring);
-	bool printable = n <= SESSION_ID_MAX_LEN;
-	for (size_t i = 0; printable && i < n; i++)
-		printable = v->valuestring[i] > ' ' && v->valuestring[i] <= '~';
-	if (!printable)
+	if (!session_id_nameable(v->valuestring))
 		return fail(e, "session_id", "invalid_value",
 		            "'session_id' must be printable ASCII of at most %d bytes",
-		            SESSION_ID_MAX_LEN);
+		            SESSION_ID_NAME_MAX);
 	return dup_name(v, "session_id", "session_id", &a->session_id, e);
 }
 

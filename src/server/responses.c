@@ -484,9 +484,9 @@ int responses_id_session(const char *id, char session_id[SCHED_SESSION_ID_LEN])
 {
 	if (strncmp(id, "resp_", 5))
 		return -ENOENT;
-	const char *sid = id + 5;
-	size_t n = strspn(sid, hex_digits);
-	if (n == 0 || n > SESSION_ID_MAX || sid[n] != '_')
+	const char *sid = id + 5, *end = strchr(sid, '_');
+	size_t n = end ? (size_t)(end - sid) : 0;
+	if (!end || !session_id_valid_n(sid, n))
 		return -ENOENT;
 	const char *tail = sid + n + 1;
 	if (strlen(tail) != RESP_RANDOM_HEX || strspn(tail, hex_digits) != RESP_RANDOM_HEX)

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "cache/kvquant.h"
+#include "session/session_key.h"
 #include "util/errbuf.h"
 #include "util/sderr.h"
 
@@ -237,8 +238,7 @@ static int get_text(const unsigned char *p, size_t cap, char *out, const char *w
 
 static int hex_id_check(const char *id, char *err, size_t err_len)
 {
-	size_t n = strlen(id);
-	if (n == 0 || n > 32 || strspn(id, "0123456789abcdefABCDEF") != n)
+	if (!session_id_valid(id))
 		return err_set(err, err_len, -EINVAL,
 		               "snapshot: session id '%s' is not 1..32 hex digits", id);
 	return 0;
