@@ -15,12 +15,17 @@ START_TEST(test_each_code_has_a_distinct_name)
 		for (int other = SDERR_BASE; other > rc; other--)
 			ck_assert_str_ne(name, sderr_name(other));
 	}
-	ck_assert_str_eq(sderr_name(SDERR_MODEL_MISMATCH), "model_mismatch");
-	ck_assert_str_eq(sderr_name(SDERR_MAX_SESSIONS), "max_sessions");
-	ck_assert_str_eq(sderr_name(SDERR_OWNER_SESSIONS), "owner_sessions");
-	ck_assert_str_eq(sderr_name(SDERR_OUT_OF_RANGE), "out_of_range");
-	ck_assert_str_eq(sderr_name(SDERR_CONFLICT), "conflict");
-	ck_assert_str_eq(sderr_name(SDERR_UNCHECKED), "unchecked");
+	static const struct {
+		int rc;
+		const char *name;
+	} want[] = {{SDERR_MODEL_MISMATCH, "model_mismatch"},
+	            {SDERR_MAX_SESSIONS, "max_sessions"},
+	            {SDERR_OWNER_SESSIONS, "owner_sessions"},
+	            {SDERR_OUT_OF_RANGE, "out_of_range"},
+	            {SDERR_CONFLICT, "conflict"},
+	            {SDERR_UNCHECKED, "unchecked"}};
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+		ck_assert_str_eq(sderr_name(want[i].rc), want[i].name);
 }
 END_TEST
 
