@@ -510,77 +510,38 @@ static int no_twice(const cJSON *o, const char *const *keys, const char *param, 
 	return request_fields_no_twice(o, keys, param, REQUEST_DUP_AT_WHERE, e);
 }
 
-/* A present, non-null field. */
+/* The shared field readers (request_fields.c) under this file's short names. */
 static cJSON *field(const cJSON *o, const char *key)
 {
-	cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-	return v && !cJSON_IsNull(v) ? v : NULL;
+	return request_field(o, key);
 }
 
 static int get_bool(const cJSON *o, const char *key, bool *out, struct api_error *e)
 {
-	cJSON *v = field(o, key);
-	if (!v)
-		return 0;
-	if (!cJSON_IsBool(v))
-		return fail(e, key, "invalid_type", "'%s' must be a boolean", key);
-	*out = cJSON_IsTrue(v);
-	return 0;
+	return request_get_bool(o, key, out, e);
 }
 
 static int get_num(const cJSON *o, const char *key, double lo, double hi, double *out,
                    struct api_error *e)
 {
-	cJSON *v = field(o, key);
-	if (!v)
-		return 0;
-	if (!cJSON_IsNumber(v))
-		return fail(e, key, "invalid_type", "'%s' must be a number", key);
-	if (!isfinite(v->valuedouble) || v->valuedouble < lo || v->valuedouble > hi)
-		return fail(e, key, "invalid_value",
-		            "'%s' must be between %.10g and %.10g, got %.10g", key, lo, hi,
-		            v->valuedouble);
-	*out = v->valuedouble;
-	return 0;
+	return request_get_num(o, key, lo, hi, false, out, e);
 }
 
 static int get_int(const cJSON *o, const char *key, double lo, double hi, double *out,
                    struct api_error *e)
 {
-	cJSON *v = field(o, key);
-	if (v && (!cJSON_IsNumber(v) ||
-	          (isfinite(v->valuedouble) && v->valuedouble != floor(v->valuedouble))))
-		return fail(e, key, "invalid_type", "'%s' must be an integer", key);
-	return get_num(o, key, lo, hi, out, e);
+	return request_get_num(o, key, lo, hi, true, out, e);
 }
 
-/* A text field's bytes with each stand-in turned back into NUL. */
 static char *dup_text(const cJSON *v, size_t *len)
 {
-	size_t n = strlen(v->valuestring);
-	char *s = malloc(n + 1);
-	if (!s)
-		return NULL;
-	for (size_t i = 0; i < n; i++)
-		s[i] = v->valuestring[i] == NUL_STANDIN ? '\0' : v->valuestring[i];
-	s[n] = '\0';
-	*len = n;
-	return s;
-}
-
-/* Name-like fields are C strings downstream: a NUL is refused, never cut. */
-static bool has_nul(const cJSON *v)
-{
-	return strchr(v->valuestring, NUL_STANDIN) != NULL;
+	return request_text_dup(v, len);
 }
 
 static int dup_name(const cJSON *v, const char *param, const char *what, char **out,
                     struct api_error *e)
 {
-	if (has_nul(v))
-		return fail(e, param, "invalid_value", "'%s' must not contain NUL (\\u0000)", what);
-	*out = strdup(v->valuestring);
-	return *out ? 0 : fail_oom(e, param, "out of memory");
+	return request_name_dup(v, param, what, out, e);
 }
 
 static int stop_string(const cJSON *s, size_t i, struct gen_args *a, struct api_error *e)
@@ -1386,30 +1347,4 @@ int detokenize_args_parse(const char *body, size_t len, int32_t **tokens, size_t
 int request_parse_body(const char *body, size_t len, cJSON **root, struct api_error *e)
 {
 	return parse_root(body, len, root, e);
-}
-
-cJSON *request_field(const cJSON *o, const char *key)
-{
-	return field(o, key);
-}
-
-int request_get_bool(const cJSON *o, const char *key, bool *out, struct api_error *e)
-{
-	return get_bool(o, key, out, e);
-}
-
-int request_get_num(const cJSON *o, const char *key, double lo, double hi, bool integer,
-                    double *out, struct api_error *e)
-{
-	return integer ? get_int(o, key, lo, hi, out, e) : get_num(o, key, lo, hi, out, e);
-}
-
-char *request_text_dup(const cJSON *v, size_t *len)
-{
-	return dup_text(v, len);
-}
-
-int request_name_dup(const cJSON *v, const char *param, char **out, struct api_error *e)
-{
-	return dup_name(v, param, param, out, e);
 }

@@ -14,6 +14,10 @@
 #include "sched/scheduler.h"
 #include "util/errbuf.h"
 
+/* What a "\u0000" of a parsed body's text is until the text helpers turn
+ * it back into NUL (never a byte of valid UTF-8). */
+#define REQUEST_NUL_STANDIN '\xff'
+
 /* A refused request: status, code, field and message for respond.h. */
 struct api_error {
 	int status;       /* 400, 404, ... (the OpenAI type follows from it: respond.h) */
@@ -32,6 +36,21 @@ int request_vfail(struct api_error *e, const char *param, const char *code, cons
  * "out_of_memory" (as respond.h maps -ENOMEM), still naming the field being
  * read; returns -EINVAL like request_fail. */
 int request_fail_oom(struct api_error *e, const char *param);
+
+/* Typed readers of a request object's fields; each returns 0 (absent or
+ * null fields included: *out keeps its default) or -EINVAL / -ENOMEM with
+ * e naming the field.  request_field: a present, non-null field.
+ * request_get_num: a finite number in lo..hi (integer: a whole one).
+ * request_text_dup: a text field's bytes (len set) with each stand-in back
+ * as NUL.  request_name_dup: a name-like string, which is a C string
+ * downstream: a NUL in it is refused (naming `what`), never cut. */
+cJSON *request_field(const cJSON *o, const char *key);
+int request_get_bool(const cJSON *o, const char *key, bool *out, struct api_error *e);
+int request_get_num(const cJSON *o, const char *key, double lo, double hi, bool integer,
+                    double *out, struct api_error *e);
+char *request_text_dup(const cJSON *v, size_t *len);
+int request_name_dup(const cJSON *v, const char *param, const char *what, char **out,
+                     struct api_error *e);
 
 /* How a duplicate key inside an object at `where` is named. */
 enum request_dup_naming {

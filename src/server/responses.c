@@ -230,7 +230,7 @@ static int item_call_output(const cJSON *it, const char *where, struct gen_args 
 	    !(call_id = item_string(it, "call_id", where, param, sizeof(param), e)))
 		return -EINVAL;
 	struct api_message *m = msg_next(a, "tool", e, param);
-	if (!m || request_name_dup(call_id, param, &m->tool_call_id, e))
+	if (!m || request_name_dup(call_id, param, param, &m->tool_call_id, e))
 		return -EINVAL;
 	snprintf(param, sizeof(param), "%s.output", where);
 	return content_text(request_field(it, "output"), param, &m->content, &m->content_len, e);
@@ -281,7 +281,8 @@ static int parse_input(const cJSON *o, struct gen_args *a, struct api_error *e)
 		return request_fail_oom(e, "input");
 	if (ins) {
 		struct api_message *m = msg_next(a, "system", e, "instructions");
-		if (!m || request_name_dup(ins, "instructions", &a->instructions, e))
+		if (!m ||
+		    request_name_dup(ins, "instructions", "instructions", &a->instructions, e))
 			return -EINVAL;
 		if (!(m->content = request_text_dup(ins, &m->content_len)))
 			return request_fail_oom(e, "instructions");
@@ -401,7 +402,8 @@ static int parse_previous(const cJSON *o, struct gen_args *a, struct api_error *
 		    "'previous_response_id' must be a response id (printable ASCII, at most "
 		    "%d bytes)",
 		    RESPONSE_ID_ARG_MAX);
-	return request_name_dup(v, "previous_response_id", &a->previous_response_id, e);
+	return request_name_dup(v, "previous_response_id", "previous_response_id",
+	                        &a->previous_response_id, e);
 }
 
 static int parse_settings(const cJSON *o, int64_t limit, struct gen_args *a, struct api_error *e)
@@ -409,7 +411,7 @@ static int parse_settings(const cJSON *o, int64_t limit, struct gen_args *a, str
 	const cJSON *m = request_field(o, "model");
 	if (m && !cJSON_IsString(m))
 		return request_fail(e, "model", "invalid_type", "'model' must be a string");
-	if (m && request_name_dup(m, "model", &a->model, e))
+	if (m && request_name_dup(m, "model", "model", &a->model, e))
 		return -EINVAL;
 	double mt = (double)limit, t = a->sampling.temperature, tp = a->sampling.top_p;
 	int rc = request_get_num(o, "max_output_tokens", 1, (double)limit, true, &mt, e);

@@ -111,6 +111,30 @@ START_TEST(test_fail_and_oom)
 }
 END_TEST
 
+START_TEST(test_readers_name_the_field)
+{
+	struct api_error e;
+	cJSON *o = cJSON_Parse("{\"n\":2.5,\"b\":1,\"z\":null,\"s\":\"a\\u0000b\"}");
+	ck_assert_ptr_nonnull(o);
+	ck_assert_ptr_null(request_field(o, "z")); /* null is absent */
+	ck_assert_ptr_null(request_field(o, "missing"));
+	double d = 7;
+	ck_assert_int_eq(request_get_num(o, "z", 0, 10, true, &d, &e), 0);
+	ck_assert(d == 7); /* the default stays */
+	ck_assert_int_eq(request_get_num(o, "n", 0, 10, false, &d, &e), 0);
+	ck_assert(d == 2.5);
+	ck_assert_int_eq(request_get_num(o, "n", 0, 10, true, &d, &e), -EINVAL);
+	ck_assert_str_eq(e.param, "n");
+	ck_assert_str_eq(e.code, "invalid_type");
+	ck_assert_int_eq(request_get_num(o, "n", 0, 2, false, &d, &e), -EINVAL);
+	ck_assert_str_eq(e.code, "invalid_value");
+	bool flag = false;
+	ck_assert_int_eq(request_get_bool(o, "b", &flag, &e), -EINVAL);
+	ck_assert_str_eq(e.message, "'b' must be a boolean");
+	cJSON_Delete(o);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("request-fields");
@@ -120,6 +144,7 @@ int main(void)
 	tcase_add_test(tc, test_no_twice_names_the_path);
 	tcase_add_test(tc, test_field_names_per_api);
 	tcase_add_test(tc, test_fail_and_oom);
+	tcase_add_test(tc, test_readers_name_the_field);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }
