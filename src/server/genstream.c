@@ -29,7 +29,6 @@
 #include "server/tools.h"
 #include "util/errbuf.h"
 #include "util/log.h"
-#include "util/sderr.h"
 
 /* What the client asked a generation's answer to look like. */
 struct gen_shape {
