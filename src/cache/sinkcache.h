@@ -77,7 +77,7 @@ void sinkcache_observe(struct sinkcache *c, int layer, const float *key_weight, 
 /* Drops the newest n tokens of every layer.  Exact: the remaining tokens
  * are bit-identical and the dropped ones leave no trace (they were full
  * precision: hot or staged, never part of a quantized group's scales).
- * Evicted tokens do not come back.  -ERANGE, with "can revise at most N
+ * Evicted tokens do not come back.  SDERR_CONFLICT, with "can revise at most N
  * tokens" and why, when n exceeds the full-precision window tokens (all
  * window tokens without quantization); sinks are never revised. */
 int sinkcache_revise(struct sinkcache *c, size_t n_tokens, char *err, size_t err_len);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "util/errbuf.h"
+#include "util/sderr.h"
 
 void tier_caps_of(const struct cache_geometry *g, const struct cache_tiers *t,
                   struct tier_caps *out)
@@ -106,7 +107,7 @@ int tier_revise(const struct tier_caps *c, struct tier_counts *n, size_t k, char
 {
 	int most = tier_revisable(n);
 	if (k > (size_t)most)
-		return err_set(err, err_len, -ERANGE,
+		return err_set(err, err_len, SDERR_CONFLICT,
 		               "sink cache: can revise at most %d tokens (asked %zu): %d sink "
 		               "tokens are never revised, "
 		               "%d older window tokens are quantized and %llu were evicted",

@@ -81,8 +81,8 @@ void tier_step(const struct tier_caps *c, struct tier_counts *n, struct tier_ste
 /* Tokens a revision can drop exactly: the full-precision window tokens
  * (quantized groups were built with tokens that stay; sinks never go). */
 int tier_revisable(const struct tier_counts *n);
-/* Drops the newest k tokens (hot first, then staged); -ERANGE with the
- * reason when k > tier_revisable(). */
+/* Drops the newest k tokens (hot first, then staged); SDERR_CONFLICT
+ * (util/sderr.h) with the reason when k > tier_revisable(). */
 int tier_revise(const struct tier_caps *c, struct tier_counts *n, size_t k, char *err,
                 size_t err_len);
 

@@ -1,12 +1,12 @@
 /* The grammar object: reference counting and the public ways to make one
- * (schema.c compiles, gbuild.c builds).  A grammar never changes after it is
- * made, except for the mask caches that mask.c keeps inside it under its
- * lock, so any number of threads may share it. */
+ * (schema.c's grammar_build compiles a schema with gbuild.c's builder).  A
+ * grammar never changes after it is made, except for the mask caches that
+ * mask.c keeps inside it under its lock, so any number of threads may
+ * share it. */
 #include <errno.h>
 #include <stdlib.h>
 
 #include "grammar/grammar_internal.h"
-#include "grammar/schema.h"
 #include "util/errbuf.h"
 
 struct grammar *grammar_ref(struct grammar *g)
@@ -26,28 +26,6 @@ void grammar_unref(struct grammar *g)
 	free(g->edges);
 	free(g->calls);
 	free(g);
-}
-
-int grammar_build(const char *prefix, const cJSON *schema, const char *suffix, struct grammar **out,
-                  uint64_t *work, char *path, size_t path_cap, char *err, size_t err_len)
-{
-	struct gbuild *b = NULL;
-	int root = -1;
-	*out = NULL;
-	if (work)
-		*work = 0;
-	if (path && path_cap)
-		path[0] = '\0';
-	int rc = gb_new(&b);
-	if (rc)
-		return err_set(err, err_len, rc, "out of memory");
-	rc = schema_compile(b, prefix, schema, suffix, &root, path, path_cap, err, err_len);
-	if (!rc)
-		rc = gb_finish(b, root, out, path, path_cap, err, err_len);
-	if (work)
-		*work = gb_work(b);
-	gb_free(b);
-	return rc;
 }
 
 int grammar_from_json_schema(const cJSON *schema, struct grammar **out, char *path, size_t path_cap,

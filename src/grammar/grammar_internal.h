@@ -60,7 +60,7 @@ int gb_error(const struct gbuild *b, char *err, size_t err_len);
 int gb_finish(struct gbuild *b, int root_rule, struct grammar **out, char *path, size_t path_cap,
               char *err, size_t err_len);
 
-/* ---- building a grammar (grammar.c) ---- */
+/* ---- building a grammar (schema.c) ---- */
 /* prefix, a value of schema (NULL: any JSON object), suffix; *work gets
  * the steps it took (may be NULL), failed or not. */
 int grammar_build(const char *prefix, const cJSON *schema, const char *suffix, struct grammar **out,

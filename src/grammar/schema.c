@@ -1123,3 +1123,27 @@ int schema_compile(struct gbuild *b, const char *prefix, const cJSON *schema, co
 	*root_rule = root;
 	return 0;
 }
+
+/* A schema between an envelope, compiled and built: the one way a grammar
+ * is made from a schema (grammar.c and gcache.c call it). */
+int grammar_build(const char *prefix, const cJSON *schema, const char *suffix, struct grammar **out,
+                  uint64_t *work, char *path, size_t path_cap, char *err, size_t err_len)
+{
+	struct gbuild *b = NULL;
+	int root = -1;
+	*out = NULL;
+	if (work)
+		*work = 0;
+	if (path && path_cap)
+		path[0] = '\0';
+	int rc = gb_new(&b);
+	if (rc)
+		return err_set(err, err_len, rc, "out of memory");
+	rc = schema_compile(b, prefix, schema, suffix, &root, path, path_cap, err, err_len);
+	if (!rc)
+		rc = gb_finish(b, root, out, path, path_cap, err, err_len);
+	if (work)
+		*work = gb_work(b);
+	gb_free(b);
+	return rc;
+}

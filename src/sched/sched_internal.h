@@ -29,7 +29,6 @@ struct sched_limits {
 	int64_t session_empty_ttl_s; /* sessions no request ever ran on */
 	int64_t max_sessions;        /* limits.max_sessions */
 	int64_t session_offload_s;   /* 0 = never */
-	int64_t max_tokens;        /* limits.max_tokens */
 	int64_t max_prompt_tokens; /* limits.max_prompt_tokens, 0 resolved to max_context_length */
 	size_t max_unsent_tokens;  /* flow control; 0 = off */
 	size_t budget_bytes;
@@ -318,9 +317,9 @@ size_t sched_tick(struct scheduler *s);
 size_t sched_pace_limit(const struct scheduler *s, size_t n_decode, size_t max_tokens,
                         bool *part_block);
 /* The last event of r; GEN_FINISH_ERROR carries rc, the field at fault
- * (param, a string literal, or NULL) and the message. */
+ * (or SCHED_FIELD_NONE) and the message. */
 void sched_emit_done(struct scheduler *s, struct sched_req *r, enum gen_finish finish, int rc,
-                     const char *param, const char *error);
+                     enum sched_field field, const char *error);
 void sched_req_free(struct sched_req *r);
 /* Frees a session's backend state and history (engine thread or after it stopped). */
 void sched_session_release(struct scheduler *s, struct sched_session *ss);

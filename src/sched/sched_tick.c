@@ -69,6 +69,7 @@
 #include "grammar/grammar.h"
 #include "util/errbuf.h"
 #include "util/log.h"
+#include "util/sderr.h"
 
 /* ---- request and session lifetime ------------------------------------- */
 
@@ -139,12 +140,12 @@ static void session_refresh_stats(struct scheduler *s, struct sched_session *ss)
 /* The session is free again before the client hears DONE, so that it can
  * send its next request on it at once; its info is already up to date. */
 void sched_emit_done(struct scheduler *s, struct sched_req *r, enum gen_finish finish, int rc,
-                     const char *param, const char *error)
+                     enum sched_field field, const char *error)
 {
 	struct gen_event ev = {.kind = GEN_EVENT_DONE, .token = -1, .finish = finish};
 	if (finish == GEN_FINISH_ERROR) {
 		ev.error_rc = rc;
-		ev.error_param = param;
+		ev.error_field = field;
 		ev.error = error;
 		if (rc == -EAGAIN)
 			ev.retry_after_s = scheduler_retry_after_s(s);
@@ -251,7 +252,7 @@ static int session_revise(struct scheduler *s, struct sched_session *ss, size_t 
 	s->be->ops->session_stats(s->be, ss->bs, &st);
 	if (n > (size_t)(st.n_resident - st.n_sink) + (ss->has_pending ? 1 : 0))
 		return err_set(
-		    err, err_len, -ERANGE,
+		    err, err_len, SDERR_CONFLICT,
 		    "cannot revise %zu tokens: only the last %zu are still in the window", n,
 		    (size_t)(st.n_resident - st.n_sink) + (ss->has_pending ? 1 : 0));
 	if (ss->has_pending && from_cache > 0) {
@@ -293,14 +294,14 @@ static void req_abandon_stream(struct scheduler *s, struct sched_req *r)
 /* ---- request start ----------------------------------------------------- */
 
 /* Backend session, revise, and the tokens to feed.  Errors in the codes of
- * scheduler_submit(), *param the field at fault (or NULL). */
-static int req_start(struct scheduler *s, struct sched_req *r, const char **param, char *err,
+ * scheduler_submit(), *field the field at fault (or NULL). */
+static int req_start(struct scheduler *s, struct sched_req *r, enum sched_field *field, char *err,
                      size_t err_len)
 {
 	struct sched_session *ss = r->sess;
 	const struct gen_request *q = &r->req;
 	int rc;
-	*param = NULL;
+	*field = SCHED_FIELD_NONE;
 	pthread_mutex_lock(&s->mu);
 	ss->offload_tried = false;
 	pthread_mutex_unlock(&s->mu);
@@ -320,8 +321,8 @@ static int req_start(struct scheduler *s, struct sched_req *r, const char **para
 	if (q->revise_last_tokens > 0) {
 		rc = session_revise(s, ss, q->revise_last_tokens, err, err_len);
 		if (rc) { /* whatever the cache says, the revise reached too far back */
-			*param = "revise_last_tokens";
-			return -ERANGE;
+			*field = SCHED_FIELD_REVISE_LAST_TOKENS;
+			return SDERR_CONFLICT;
 		}
 	}
 	r->feed = malloc((q->n_prompt + 1) * sizeof(*r->feed));
@@ -346,7 +347,7 @@ static int req_start(struct scheduler *s, struct sched_req *r, const char **para
 	if (r->logits_at_end && r->n_feed == 0)
 		return err_set(err, err_len, -EINVAL, "nothing to continue from");
 	if (!s->be->ops->session_can_append(s->be, ss->bs, r->n_feed)) {
-		*param = "prompt";
+		*field = SCHED_FIELD_PROMPT;
 		return err_set(err, err_len, -E2BIG, "prompt exceeds the context");
 	}
 	/* Checks passed: the prompt joins the session's stream. */
@@ -416,7 +417,8 @@ static bool req_on_token(struct scheduler *s, struct sched_req *r, const struct 
 		return false;
 	}
 	session_set_pending(s, ss, ss->persistent); /* t is the stream's last token, not fed */
-	sched_emit_done(s, r, eog || stopped ? GEN_FINISH_STOP : GEN_FINISH_LENGTH, 0, NULL, NULL);
+	sched_emit_done(s, r, eog || stopped ? GEN_FINISH_STOP : GEN_FINISH_LENGTH, 0,
+	                SCHED_FIELD_NONE, NULL);
 	return true;
 }
 
@@ -456,7 +458,7 @@ static bool req_sample(struct scheduler *s, struct sched_req *r)
 			session_set_pending(s, r->sess, false);
 			session_restore_pending(s, r->sess);
 		}
-		sched_emit_done(s, r, GEN_FINISH_ERROR, -EIO, NULL, why);
+		sched_emit_done(s, r, GEN_FINISH_ERROR, -EIO, SCHED_FIELD_NONE, why);
 		return true;
 	}
 	if (s->raw_row)
@@ -821,7 +823,7 @@ static bool req_after_forward(struct scheduler *s, struct sched_req *r)
 	struct gen_event ev = {.kind = GEN_EVENT_PROMPT_DONE, .token = -1};
 	emit(r, &ev);
 	if (!r->logits_at_end) {
-		sched_emit_done(s, r, GEN_FINISH_NONE, 0, NULL, NULL);
+		sched_emit_done(s, r, GEN_FINISH_NONE, 0, SCHED_FIELD_NONE, NULL);
 		return true;
 	}
 	return req_sample(s, r);
@@ -840,23 +842,23 @@ static void tick_prepare(struct scheduler *s, struct sched_req **act, size_t n_a
 		pthread_mutex_unlock(&s->mu);
 		if (cancelled) {
 			req_abandon_stream(s, r);
-			sched_emit_done(s, r, GEN_FINISH_CANCELLED, 0, NULL, NULL);
+			sched_emit_done(s, r, GEN_FINISH_CANCELLED, 0, SCHED_FIELD_NONE, NULL);
 			continue;
 		}
 		if (r->state != REQ_STARTING)
 			continue;
 		if (r->req.on_start)
 			r->req.on_start(r->req.user);
-		const char *param;
-		int rc = req_start(s, r, &param, err, sizeof(err));
+		enum sched_field field;
+		int rc = req_start(s, r, &field, err, sizeof(err));
 		if (rc) {
-			sched_emit_done(s, r, GEN_FINISH_ERROR, rc, param, err);
+			sched_emit_done(s, r, GEN_FINISH_ERROR, rc, field, err);
 			continue;
 		}
 		if (r->n_feed == 0) { /* append-only of a single (now pending) token */
 			struct gen_event ev = {.kind = GEN_EVENT_PROMPT_DONE, .token = -1};
 			emit(r, &ev);
-			sched_emit_done(s, r, GEN_FINISH_NONE, 0, NULL, NULL);
+			sched_emit_done(s, r, GEN_FINISH_NONE, 0, SCHED_FIELD_NONE, NULL);
 		}
 	}
 }
@@ -870,7 +872,7 @@ static void tick_fail_batch(struct scheduler *s, struct sched_req **act, size_t 
 		struct sched_req *r = act[i];
 		if (!r->n_in_batch)
 			continue;
-		sched_emit_done(s, r, GEN_FINISH_ERROR, -EIO, NULL, "inference failed");
+		sched_emit_done(s, r, GEN_FINISH_ERROR, -EIO, SCHED_FIELD_NONE, "inference failed");
 		if (r->sess->persistent) { /* its cache state is unknown now: drop it */
 			pthread_mutex_lock(&s->mu);
 			for (size_t k = 0; k < s->n_sessions; k++)

@@ -27,6 +27,7 @@
 #include "grammar/grammar.h"
 #include "util/errbuf.h"
 #include "util/log.h"
+#include "util/sderr.h"
 
 double sched_now(void)
 {
@@ -110,21 +111,21 @@ static int bound_fits_budget_locked(struct scheduler *s, size_t bound, char *err
 }
 
 static int pin_check_locked(const struct scheduler *s, const struct gen_request *q,
-                            const char **param, char *err, size_t err_len)
+                            enum sched_field *field, char *err, size_t err_len)
 {
 	int rc = 0;
 	if (q->pin_prefix_tokens < 0 || q->pin_prefix_tokens > s->lim.max_pinned_tokens)
-		rc = err_set(err, err_len, -EDOM,
+		rc = err_set(err, err_len, SDERR_OUT_OF_RANGE,
 		             "%d pinned tokens: inference.cache.max_pinned_tokens allows 0..%d "
 		             "(at most window_size - 1)",
 		             q->pin_prefix_tokens, s->lim.max_pinned_tokens);
 	else if ((size_t)q->pin_prefix_tokens > q->n_prompt)
-		rc = err_set(err, err_len, -EDOM,
+		rc = err_set(err, err_len, SDERR_OUT_OF_RANGE,
 		             "%d pinned tokens: the prompt has only %zu (only prompt tokens can be "
 		             "pinned)",
 		             q->pin_prefix_tokens, q->n_prompt);
 	if (rc)
-		*param = "pin_prefix_tokens";
+		*field = SCHED_FIELD_PIN_PREFIX_TOKENS;
 	return rc;
 }
 
@@ -139,7 +140,6 @@ static void limits_from_config(struct scheduler *s, const struct sinkd_config *c
 	lim->session_empty_ttl_s = cfg->scheduler.session_empty_ttl_s;
 	lim->max_sessions = cfg->limits.max_sessions;
 	lim->session_offload_s = cfg->scheduler.session_offload_s;
-	lim->max_tokens = cfg->limits.max_tokens;
 	lim->max_prompt_tokens = cfg->limits.max_prompt_tokens > 0
 	                             ? cfg->limits.max_prompt_tokens
 	                             : cfg->inference.max_context_length;
@@ -231,7 +231,7 @@ static size_t stored_elsewhere_locked(struct scheduler *s, char (*keys)[SESSION_
 
 /* limits.max_sessions and the owner's limit, which counts the owner's
  * sessions wherever they are (here, or offloaded to the store: stored, of
- * them the keys in the store); -EMFILE / -EDQUOT. */
+ * them the keys in the store); SDERR_MAX_SESSIONS / SDERR_OWNER_SESSIONS. */
 static int session_limits_locked(struct scheduler *s, const struct session_settings *opt,
                                  char (*stored)[SESSION_KEY_LEN], size_t n_stored, char *err,
                                  size_t err_len)
@@ -241,7 +241,7 @@ static int session_limits_locked(struct scheduler *s, const struct session_setti
 	    sessions_owned_locked(s, owner) + stored_elsewhere_locked(s, stored, n_stored) >=
 	        (size_t)opt->owner_max) {
 		s->st.rejected_owner_sessions++;
-		return err_set(err, err_len, -EDQUOT,
+		return err_set(err, err_len, SDERR_OWNER_SESSIONS,
 		               "this client holds %" PRId64 " persistent sessions, the most "
 		               "limits.per_key.max_sessions allows (here and in the session "
 		               "store); delete one (DELETE /v1/sessions/{id}) or let an idle "
@@ -250,7 +250,7 @@ static int session_limits_locked(struct scheduler *s, const struct session_setti
 	}
 	if (s->lim.max_sessions > 0 && (int64_t)s->n_sessions >= s->lim.max_sessions) {
 		s->st.rejected_sessions++;
-		return err_set(err, err_len, -EMFILE,
+		return err_set(err, err_len, SDERR_MAX_SESSIONS,
 		               "%zu persistent sessions exist, the most limits.max_sessions "
 		               "allows; retry when one is deleted or expires",
 		               s->n_sessions);
@@ -276,19 +276,19 @@ int scheduler_session_retry_after_s(struct scheduler *s, const char *owner)
 }
 
 static int settings_apply(const struct sched_limits *lim, const struct session_settings *opt,
-                          struct cache_geometry *g, const char **param, char *err,
+                          struct cache_geometry *g, enum sched_field *field, char *err,
                           size_t err_len)
 {
 	*g = lim->geom;
 	if (!opt)
 		return 0;
-	*param = "window_size";
+	*field = SCHED_FIELD_WINDOW_SIZE;
 	if (opt->window_size < 0 || opt->window_size > lim->geom.window_size)
 		return err_set(err, err_len, -EINVAL, "window_size %d out of range (allowed 1..%d)",
 		               opt->window_size, lim->geom.window_size);
 	/* past the window's own range, what the geometry refuses is a sink tier
 	 * that does not fit in the window */
-	*param = "sink_keep_count";
+	*field = SCHED_FIELD_SINK_KEEP_COUNT;
 	if (opt->sink_keep_count < -1 || opt->sink_keep_count > lim->geom.sink_keep_count)
 		return err_set(err, err_len, -EINVAL,
 		               "sink_keep_count %d out of range (allowed 0..%d)",
@@ -301,7 +301,7 @@ static int settings_apply(const struct sched_limits *lim, const struct session_s
 		g->full_precision_recent = g->window_size;
 	int rc = cache_geometry_check(g, err, err_len);
 	if (!rc)
-		*param = NULL;
+		*field = SCHED_FIELD_NONE;
 	return rc;
 }
 
@@ -376,7 +376,7 @@ static void wait_for_parking_locked(struct scheduler *s, size_t bound)
  * instance): it is taken then, and its lease keeps two instances from
  * creating it at once.  *generation: the newest the lease knew of. */
 static int create_lease(struct scheduler *s, const char *key, uint64_t *generation,
-                        const char **param, char *err, size_t err_len)
+                        enum sched_field *field, char *err, size_t err_len)
 {
 	char holder[160] = "";
 	if (scheduler_session_stored(s, key))
@@ -389,7 +389,7 @@ static int create_lease(struct scheduler *s, const char *key, uint64_t *generati
 	if (rc) {
 		/* the store's failure, not the id's; its detail (a path, a host)
 		 * goes to the log, not to the client */
-		*param = NULL;
+		*field = SCHED_FIELD_NONE;
 		log_event(s->log, LOG_ERROR, "sched", "session store failed",
 		          (struct log_field[]){LOG_STR("session", key), LOG_STR("error", err),
 		                               LOG_END});
@@ -442,7 +442,7 @@ static void session_fill_restored(struct sched_session *ss, const struct sched_r
  * the session; a restored one gets its stream history and its cache image. */
 static int session_create(struct scheduler *s, const struct session_settings *opt,
                           const struct sched_restore *rs, char id_out[SCHED_SESSION_ID_LEN],
-                          const char **param, char *err, size_t err_len)
+                          enum sched_field *field, char *err, size_t err_len)
 {
 	struct cache_geometry g;
 	int rc = 0;
@@ -450,27 +450,27 @@ static int session_create(struct scheduler *s, const struct session_settings *op
 	const char *want_id = opt && opt->id && opt->id[0] ? opt->id : NULL;
 	char(*stored)[SESSION_KEY_LEN] = NULL;
 	size_t n_stored = 0;
-	*param = want_id ? "id" : NULL; /* until the id is taken */
+	*field = want_id ? SCHED_FIELD_SESSION_ID : SCHED_FIELD_NONE; /* until the id is taken */
 	if (want_id && !session_key_valid(want_id))
 		return err_set(err, err_len, -EINVAL, "session id: 1..32 hex digits");
 	bool leased = rs && rs->leased;
 	if (!rs && want_id && s->store) {
-		rc = create_lease(s, want_id, &generation, param, err, err_len);
+		rc = create_lease(s, want_id, &generation, field, err, err_len);
 		if (rc)
 			return rc;
 		leased = true;
 	}
 	create_stored_keys(s, opt, &stored, &n_stored);
 	pthread_mutex_lock(&s->mu);
-	*param = NULL;
+	*field = SCHED_FIELD_NONE;
 	if (rs)
 		g = *rs->geom;
 	else
-		rc = settings_apply(&s->lim, opt, &g, param, err, err_len);
+		rc = settings_apply(&s->lim, opt, &g, field, err, err_len);
 	if (rc)
 		goto out;
 	if (want_id && sched_session_find_locked(s, want_id)) {
-		*param = "id";
+		*field = SCHED_FIELD_SESSION_ID;
 		rc = err_set(err, err_len, -EEXIST, "session %s exists", session_key_id(want_id));
 		goto out;
 	}
@@ -523,13 +523,13 @@ out:
 }
 
 int scheduler_session_create(struct scheduler *s, const struct session_settings *opt,
-                             char id_out[SCHED_SESSION_ID_LEN], const char **err_param, char *err,
-                             size_t err_len)
+                             char id_out[SCHED_SESSION_ID_LEN], enum sched_field *err_field,
+                             char *err, size_t err_len)
 {
-	const char *param = NULL;
-	int rc = session_create(s, opt, NULL, id_out, &param, err, err_len);
-	if (err_param)
-		*err_param = rc ? param : NULL;
+	enum sched_field field = SCHED_FIELD_NONE;
+	int rc = session_create(s, opt, NULL, id_out, &field, err, err_len);
+	if (err_field)
+		*err_field = rc ? field : SCHED_FIELD_NONE;
 	return rc;
 }
 
@@ -537,8 +537,8 @@ int sched_session_create_restored(struct scheduler *s, const struct session_sett
                                   const struct sched_restore *rs,
                                   char id_out[SCHED_SESSION_ID_LEN], char *err, size_t err_len)
 {
-	const char *param = NULL; /* a snapshot's fields are not the client's */
-	return session_create(s, opt, rs, id_out, &param, err, err_len);
+	enum sched_field field; /* a snapshot's fields are not the client's */
+	return session_create(s, opt, rs, id_out, &field, err, err_len);
 }
 
 void sched_session_info_locked(const struct sched_session *ss, double now,
@@ -673,29 +673,24 @@ int scheduler_session_delete(struct scheduler *s, const char *id)
 
 /* ---- submission -------------------------------------------------------- */
 
-static int req_validate(struct scheduler *s, struct gen_request *req, char *err, size_t err_len)
+/* What the server checked before submitting (server/gen_prepare.c: the
+ * prompt, max_tokens within limits.max_tokens, token ids in the vocabulary).
+ * A request that fails here is its caller's bug, not the client's fault:
+ * SDERR_UNCHECKED, with no field to blame. */
+static int req_check_given(const struct scheduler *s, const struct gen_request *req, char *err,
+                           size_t err_len)
 {
-	if (!req->on_event)
-		return err_set(err, err_len, -EINVAL, "no event callback");
-	req->err_param = "max_tokens";
-	if (req->max_tokens < 0)
-		return err_set(err, err_len, -EINVAL, "max_tokens must be >= 0");
-	req->err_param = "prompt";
-	if (!req->session_id && req->n_prompt == 0)
-		return err_set(err, err_len, -EINVAL, "empty prompt");
-	for (size_t i = 0; i < req->n_prompt; i++)
+	const char *why = !req->on_event                           ? "no event callback"
+	                  : req->max_tokens < 0                    ? "max_tokens < 0"
+	                  : !req->session_id && req->n_prompt == 0 ? "an empty prompt"
+	                                                           : NULL;
+	for (size_t i = 0; !why && i < req->n_prompt; i++)
 		if (req->prompt_ids[i] < 0 || req->prompt_ids[i] >= s->n_vocab)
-			return err_set(err, err_len, -EINVAL,
-			               "prompt token %zu: id %d out of range", i,
-			               (int)req->prompt_ids[i]);
-	req->err_param = "logit_bias";
-	for (size_t i = 0; i < req->n_logit_bias; i++)
+			why = "a prompt token id outside the vocabulary";
+	for (size_t i = 0; !why && i < req->n_logit_bias; i++)
 		if (req->logit_bias[i].token < 0 || req->logit_bias[i].token >= s->n_vocab)
-			return err_set(err, err_len, -EINVAL,
-			               "logit_bias: token id %d is not in the vocabulary (0..%d)",
-			               (int)req->logit_bias[i].token, s->n_vocab - 1);
-	req->err_param = NULL;
-	return 0;
+			why = "a logit_bias token id outside the vocabulary";
+	return why ? err_set(err, err_len, SDERR_UNCHECKED, "unchecked request: %s", why) : 0;
 }
 
 static int req_alloc(struct scheduler *s, const struct gen_request *req, struct sched_req **out,
@@ -745,7 +740,7 @@ fail:
  * its stream may hold (kept tokens of a session + prompt + max_tokens). */
 static int req_length_check_locked(const struct scheduler *s, const struct gen_request *q,
                                    const struct cache_geometry *g, size_t kept,
-                                   const char **param, char *err, size_t err_len)
+                                   enum sched_field *field, char *err, size_t err_len)
 {
 	int rc = 0;
 	if (q->n_prompt > (uint64_t)s->lim.max_prompt_tokens)
@@ -760,7 +755,7 @@ static int req_length_check_locked(const struct scheduler *s, const struct gen_r
 		             "inference.max_context_length (%d) of strategy full",
 		             kept, q->n_prompt, q->max_tokens, g->max_context_length);
 	if (rc)
-		*param = "prompt"; /* what the client can shorten */
+		*field = SCHED_FIELD_PROMPT; /* what the client can shorten */
 	return rc;
 }
 
@@ -768,24 +763,24 @@ static int req_length_check_locked(const struct scheduler *s, const struct gen_r
  * to it and its reservation with it (the cache is made at that request, so
  * nothing is moved). */
 static int session_pin_locked(struct scheduler *s, struct sched_session *ss,
-                              const struct gen_request *q, const char **param, char *err,
+                              const struct gen_request *q, enum sched_field *field, char *err,
                               size_t err_len)
 {
-	int rc = pin_check_locked(s, q, param, err, err_len);
+	int rc = pin_check_locked(s, q, field, err, err_len);
 	if (rc)
 		return rc;
-	*param = "pin_prefix_tokens";
+	*field = SCHED_FIELD_PIN_PREFIX_TOKENS;
 	if (ss->used || ss->stats.n_seen > 0 || ss->has_pending)
-		return err_set(err, err_len, -EDOM,
+		return err_set(err, err_len, SDERR_OUT_OF_RANGE,
 		               "session %s already holds tokens: a prefix is pinned by a session's "
 		               "first request",
 		               session_key_id(ss->id));
 	struct cache_geometry g = ss->geom;
 	if (g.strategy == CACHE_STRATEGY_SLIDING_WINDOW && q->pin_prefix_tokens >= g.window_size)
-		return err_set(err, err_len, -EDOM,
+		return err_set(err, err_len, SDERR_OUT_OF_RANGE,
 		               "%d pinned tokens: session %s has window_size %d (allowed 0..%d)",
 		               q->pin_prefix_tokens, session_key_id(ss->id), g.window_size, g.window_size - 1);
-	*param = NULL;
+	*field = SCHED_FIELD_NONE;
 	cache_geometry_pin(&g, q->pin_prefix_tokens);
 	rc = cache_geometry_check(&g, err, err_len);
 	if (rc)
@@ -813,7 +808,7 @@ static int submit_on_session_locked(struct scheduler *s, struct sched_req *r, ch
 {
 	struct gen_request *q = &r->req;
 	struct sched_session *ss = sched_session_find_locked(s, q->session_id);
-	q->err_param = "session_id";
+	q->err_field = SCHED_FIELD_SESSION_ID;
 	if (!ss)
 		return err_set(err, err_len, -ENOENT, "no session %.40s",
 		               session_key_id(q->session_id));
@@ -825,24 +820,24 @@ static int submit_on_session_locked(struct scheduler *s, struct sched_req *r, ch
 		               session_key_id(ss->id));
 	}
 	size_t revisable = session_revisable_locked(ss);
-	q->err_param = "revise_last_tokens";
+	q->err_field = SCHED_FIELD_REVISE_LAST_TOKENS;
 	if (q->revise_last_tokens > revisable)
 		return err_set(
-		    err, err_len, -ERANGE,
+		    err, err_len, SDERR_CONFLICT,
 		    "cannot revise %zu tokens: this session can revise its last %zu (its %d "
 		    "cached tokens past the %d sink tokens, plus %d pending not yet fed): sink "
 		    "tokens and tokens evicted from the window (up to %d tokens) are kept as "
 		    "they are",
 		    q->revise_last_tokens, revisable, ss->stats.n_resident - ss->stats.n_sink,
 		    ss->stats.n_sink, ss->has_pending ? 1 : 0, ss->geom.window_size);
-	q->err_param = NULL;
+	q->err_field = SCHED_FIELD_NONE;
 	if (q->n_prompt == 0 && q->max_tokens > 0 && revisable - q->revise_last_tokens == 0)
 		return err_set(err, err_len, -EINVAL, "the session has no token to continue from");
 	size_t kept =
 	    (size_t)ss->stats.n_resident + (ss->has_pending ? 1 : 0) - q->revise_last_tokens;
-	int rc = req_length_check_locked(s, q, &ss->geom, kept, &q->err_param, err, err_len);
+	int rc = req_length_check_locked(s, q, &ss->geom, kept, &q->err_field, err, err_len);
 	if (!rc && q->pin_prefix_tokens > 0)
-		rc = session_pin_locked(s, ss, q, &q->err_param, err, err_len);
+		rc = session_pin_locked(s, ss, q, &q->err_field, err, err_len);
 	if (rc)
 		return rc;
 	snprintf(r->sid, sizeof(r->sid), "%s", ss->id);
@@ -855,7 +850,7 @@ static int submit_one_shot_locked(struct scheduler *s, struct sched_req *r, char
 {
 	struct gen_request *q = &r->req;
 	r->geom = s->lim.geom;
-	int rc = pin_check_locked(s, q, &q->err_param, err, err_len);
+	int rc = pin_check_locked(s, q, &q->err_field, err, err_len);
 	if (!rc && q->pin_prefix_tokens > 0) {
 		cache_geometry_pin(&r->geom, q->pin_prefix_tokens);
 		rc = cache_geometry_check(&r->geom, err, err_len);
@@ -866,7 +861,7 @@ static int submit_one_shot_locked(struct scheduler *s, struct sched_req *r, char
 	rc = bound_fits_budget_locked(s, r->need_bytes, err, err_len);
 	if (rc)
 		return rc;
-	rc = req_length_check_locked(s, q, &r->geom, 0, &q->err_param, err, err_len);
+	rc = req_length_check_locked(s, q, &r->geom, 0, &q->err_field, err, err_len);
 	if (rc)
 		return rc;
 	r->sess = session_alloc(&r->geom, false);
@@ -895,12 +890,6 @@ static int submit_locked(struct scheduler *s, struct sched_req *r, uint64_t *han
 	int rc;
 	if (s->stopping)
 		return err_set(err, err_len, -EAGAIN, "scheduler is stopping");
-	if (r->req.max_tokens > s->lim.max_tokens) {
-		r->req.err_param = "max_tokens";
-		return err_set(err, err_len, -EINVAL,
-		               "max_tokens %d exceeds limits.max_tokens (%" PRId64 ")",
-		               r->req.max_tokens, s->lim.max_tokens);
-	}
 	rc = r->req.session_id ? submit_on_session_locked(s, r, err, err_len)
 	                       : submit_one_shot_locked(s, r, err, err_len);
 	if (rc)
@@ -934,8 +923,8 @@ int scheduler_submit(struct scheduler *s, struct gen_request *req, uint64_t *han
                      size_t err_len)
 {
 	struct sched_req *r = NULL;
-	req->err_param = NULL;
-	int rc = req_validate(s, req, err, err_len);
+	req->err_field = SCHED_FIELD_NONE;
+	int rc = req_check_given(s, req, err, err_len);
 	if (rc)
 		return rc;
 	rc = req_alloc(s, req, &r, err, err_len);
@@ -954,7 +943,7 @@ int scheduler_submit(struct scheduler *s, struct gen_request *req, uint64_t *han
 	rc = submit_locked(s, r, handle, err, err_len);
 	pthread_mutex_unlock(&s->mu);
 	if (rc) {
-		req->err_param = r->req.err_param;
+		req->err_field = r->req.err_field;
 		/* The caller keeps its buffers: do not free them with r. */
 		r->req.prompt_ids = NULL;
 		r->req.stops = NULL;
@@ -1090,12 +1079,12 @@ static void housekeeping_run(struct scheduler *s, struct housekeeping *hk)
 	for (size_t i = 0; i < hk->n_leave; i++) {
 		struct sched_req *r = hk->leave[i];
 		if (r->cancelled) {
-			sched_emit_done(s, r, GEN_FINISH_CANCELLED, 0, NULL, NULL);
+			sched_emit_done(s, r, GEN_FINISH_CANCELLED, 0, SCHED_FIELD_NONE, NULL);
 		} else {
 			pthread_mutex_lock(&s->mu);
 			s->st.rejected_timeout++;
 			pthread_mutex_unlock(&s->mu);
-			sched_emit_done(s, r, GEN_FINISH_ERROR, -EAGAIN, NULL,
+			sched_emit_done(s, r, GEN_FINISH_ERROR, -EAGAIN, SCHED_FIELD_NONE,
 			                "timed out waiting for KV cache budget; retry later");
 		}
 		sched_req_retire(s, r);
@@ -1298,7 +1287,7 @@ static void free_all_requests(struct scheduler *s, struct sched_req **list, size
 {
 	for (size_t i = 0; i < n; i++) {
 		struct sched_req *r = list[i];
-		sched_emit_done(s, r, GEN_FINISH_CANCELLED, 0, NULL, NULL);
+		sched_emit_done(s, r, GEN_FINISH_CANCELLED, 0, SCHED_FIELD_NONE, NULL);
 		if (r->sess && !r->sess->persistent) {
 			sched_session_release(s, r->sess);
 			free(r->sess);

@@ -26,6 +26,22 @@ enum gen_finish {
 	GEN_FINISH_ERROR
 };
 
+/* The field of a request or of session settings that a refusal is about.
+ * The server names it in its answer with the client's own name for it
+ * (server/request_fields.h: "messages", "input" or "text" for the prompt,
+ * ...), so the scheduler speaks of fields, never of field names. */
+enum sched_field {
+	SCHED_FIELD_NONE = 0,
+	SCHED_FIELD_PROMPT,
+	SCHED_FIELD_MAX_TOKENS,
+	SCHED_FIELD_LOGIT_BIAS,
+	SCHED_FIELD_SESSION_ID,
+	SCHED_FIELD_REVISE_LAST_TOKENS,
+	SCHED_FIELD_PIN_PREFIX_TOKENS,
+	SCHED_FIELD_WINDOW_SIZE,
+	SCHED_FIELD_SINK_KEEP_COUNT,
+};
+
 enum gen_event_kind {
 	GEN_EVENT_PROMPT_DONE = 0, /* prompt fully in the cache */
 	GEN_EVENT_TOKEN,           /* one sampled token; text may be empty (held back) */
@@ -42,10 +58,10 @@ struct gen_event {
 	int n_prompt_tokens;
 	int n_generated_tokens;
 	/* DONE with GEN_FINISH_ERROR: why, in the codes of scheduler_submit()
-	 * (-EIO: the engine failed), the request field at fault (a string
-	 * literal; NULL: none) and a message. */
+	 * (-EIO: the engine failed), the request field at fault (or
+	 * SCHED_FIELD_NONE) and a message. */
 	int error_rc;
-	const char *error_param;
+	enum sched_field error_field;
 	const char *error;
 	int retry_after_s; /* DONE with -EAGAIN: the Retry-After hint (seconds) */
 };
@@ -73,7 +89,7 @@ struct gen_request {
 	struct grammar *grammar;
 	/* Persistent session to continue, or NULL (a one-shot session).  With a
 	 * session: its last revise_last_tokens tokens are dropped first (exact;
-	 * -ERANGE / 409 when they are no longer all in the window), then
+	 * SDERR_CONFLICT / 409 when they are no longer all in the window), then
 	 * prompt_ids are appended (may be empty if the session has tokens),
 	 * then max_tokens are generated (0: append only; DONE has
 	 * GEN_FINISH_NONE).  Generated tokens stay in the session's stream. */
@@ -82,7 +98,7 @@ struct gen_request {
 	/* The first pin_prefix_tokens tokens of the stream stay in the sink tier
 	 * (full precision, never evicted), up to inference.cache.max_pinned_tokens;
 	 * only on a stream's first request, and at most its prompt.  0: none.
-	 * Out of range: -EDOM (400) with a message. */
+	 * Out of range: SDERR_OUT_OF_RANGE (400) with a message. */
 	int pin_prefix_tokens;
 	gen_event_cb on_event;
 	void *user;
@@ -100,10 +116,9 @@ struct gen_request {
 	 * running stream, and who submitted it (as a session owner). */
 	const char *request_id;
 	const char *owner;
-	/* Out: after an error of scheduler_submit, the field at fault
-	 * ("prompt", "max_tokens", "session_id", "revise_last_tokens",
-	 * "pin_prefix_tokens"; a string literal) or NULL. */
-	const char *err_param;
+	/* Out: after an error of scheduler_submit, the field at fault or
+	 * SCHED_FIELD_NONE. */
+	enum sched_field err_field;
 };
 
 struct scheduler;
@@ -115,13 +130,16 @@ void scheduler_free(struct scheduler *s);
 
 /* Queues a request.  Returns 0 and a handle, or: -EAGAIN queue full
  * (Retry-After: scheduler_retry_after_s()), -ENOENT unknown session,
- * -EBUSY session in use, -ERANGE revise_last_tokens reaches past what the
- * session can still roll back, -E2BIG prompt too long for the strategy,
- * -EINVAL bad parameters (max_tokens above limits.max_tokens, empty prompt,
- * bad sampling values), -ENOSPC one session's cache bound exceeds the whole
- * KV budget, -ENOMEM, each with a message and, where one field is at fault,
- * req->err_param (the server's respond.h says what each means to a
- * client).  On success req->prompt_ids and req->stops are set to NULL (the
+ * -EBUSY session in use, SDERR_CONFLICT revise_last_tokens reaches past
+ * what the session can still roll back, -E2BIG prompt too long for the strategy,
+ * -EINVAL bad sampling values, SDERR_OUT_OF_RANGE a pin out of range,
+ * -ENOSPC one session's cache bound exceeds the whole KV budget, -ENOMEM,
+ * each with a message and, where one field is at fault, req->err_field
+ * (the server's respond.h says what each means to a client).  What the
+ * server checks before it submits (server/gen_prepare.h: max_tokens >= 0
+ * and within limits.max_tokens, a prompt unless on a session, token ids in
+ * the vocabulary) is not checked again: a request that breaks it is its
+ * caller's bug, SDERR_UNCHECKED.  On success req->prompt_ids and req->stops are set to NULL (the
  * scheduler owns them); on error the caller keeps ownership.  *handle is
  * set before any event can be delivered; events may arrive on the engine
  * thread before scheduler_submit returns. */
@@ -178,8 +196,8 @@ struct scheduler_stats {
 	uint64_t evicted_window;      /* tokens dropped from sliding windows (all sessions) */
 	uint64_t moved_to_compressed; /* tokens quantized out of hot tiers */
 	uint64_t flow_held; /* decode steps a stream sat out: its client had not taken its tokens */
-	uint64_t rejected_sessions;       /* -EMFILE: limits.max_sessions reached */
-	uint64_t rejected_owner_sessions; /* -EDQUOT: the owner's limit reached */
+	uint64_t rejected_sessions;       /* SDERR_MAX_SESSIONS: limits.max_sessions reached */
+	uint64_t rejected_owner_sessions; /* SDERR_OWNER_SESSIONS: the owner's limit reached */
 	uint64_t sessions_expired_empty;  /* of sessions_expired: never used */
 	/* snapshots and the session store */
 	uint64_t snapshots;         /* GET .../snapshot answered */
@@ -263,10 +281,11 @@ struct session_settings {
 /* Creates a session and reserves its cache bound at once (it stays reserved
  * while the session exists).  -EINVAL settings out of range, -EEXIST the id
  * is taken, -EAGAIN the budget has no room now, -ENOSPC the bound exceeds
- * the budget, -EMFILE limits.max_sessions sessions exist, -EDQUOT the owner
- * holds owner_max sessions, each with a message; *err_param (may be NULL)
- * names the setting at fault ("window_size", "sink_keep_count", "id") or
- * is NULL.
+ * the budget, SDERR_MAX_SESSIONS limits.max_sessions sessions exist,
+ * SDERR_OWNER_SESSIONS the owner holds owner_max sessions, each with a
+ * message; *err_field (err_field may be NULL) the setting at fault
+ * (SCHED_FIELD_WINDOW_SIZE, _SINK_KEEP_COUNT, _SESSION_ID) or
+ * SCHED_FIELD_NONE.
  *
  * Idle reservations are reclaimed by expiry: a session expires
  * scheduler.session_ttl_s after its last request ended, and one that no
@@ -274,10 +293,11 @@ struct session_settings {
  * its creation (the smaller of the two), so that empty creates cannot hold
  * the KV budget for long. */
 int scheduler_session_create(struct scheduler *s, const struct session_settings *opt,
-                             char id_out[SCHED_SESSION_ID_LEN], const char **err_param, char *err,
-                             size_t err_len);
-/* Retry-After hint (seconds, 1..3600) for -EMFILE / -EDQUOT: when the first
- * idle session (of `owner`, or of anyone when owner is NULL) expires. */
+                             char id_out[SCHED_SESSION_ID_LEN], enum sched_field *err_field,
+                             char *err, size_t err_len);
+/* Retry-After hint (seconds, 1..3600) for SDERR_MAX_SESSIONS /
+ * SDERR_OWNER_SESSIONS: when the first idle session (of `owner`, or of
+ * anyone when owner is NULL) expires. */
 int scheduler_session_retry_after_s(struct scheduler *s, const char *owner);
 
 /* The streaming-perplexity monitor of one session (sched_monitor.c): the
@@ -418,9 +438,10 @@ struct session_restore_opts {
 	int64_t owner_max; /* limits.per_key.max_sessions */
 };
 /* Creates a session from a snapshot, reserving its bound like a create:
- * -EINVAL/-EBADMSG a snapshot that is corrupt, truncated or hostile, -EXDEV
- * of another model (all 400), -EEXIST the id is taken (409), -E2BIG its
- * cache bound exceeds what this instance's configured sessions may hold,
+ * -EINVAL/-EBADMSG a snapshot that is corrupt, truncated or hostile,
+ * SDERR_MODEL_MISMATCH of another model (all 400), -EEXIST the id is taken
+ * (409), -E2BIG its cache bound exceeds what this instance's configured
+ * sessions may hold,
  * and the errors of scheduler_session_create(). */
 int scheduler_session_restore(struct scheduler *s, const unsigned char *buf, size_t len,
                               const struct session_restore_opts *o,

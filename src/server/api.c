@@ -1,8 +1,8 @@
 /* The endpoints: health, readiness, metrics, models, tokenize, detokenize,
- * completions and chat completions.  Turns a parsed request into prompt
- * ids and hands them to genstream_submit; answers every error through
- * respond.h.  It does not touch sockets (http.c) or stream events
- * (genstream.c). */
+ * completions and chat completions.  Turns a parsed request into the
+ * checked generation request (gen_prepare.h) and hands it to
+ * genstream_submit; answers every error through respond.h.  It does not
+ * touch sockets (http.c) or stream events (genstream.c). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -13,6 +13,7 @@
 
 #include "grammar/grammar.h"
 #include "server/chat_prompt.h"
+#include "server/gen_prepare.h"
 #include "server/genstream.h"
 #include "server/openai.h"
 #include "server/request.h"
@@ -140,16 +141,6 @@ static enum MHD_Result api_tokenize(struct request *r)
 	return respond_json(r, 200, o);
 }
 
-/* Token ids must be in the vocabulary; returns the bad index or -1. */
-static long bad_token(const struct tokenizer *tok, const int32_t *ids, size_t n)
-{
-	int n_vocab = tokenizer_n_vocab(tok);
-	for (size_t i = 0; i < n; i++)
-		if (ids[i] < 0 || ids[i] >= n_vocab)
-			return (long)i;
-	return -1;
-}
-
 static enum MHD_Result api_detokenize(struct request *r)
 {
 	int32_t *ids = NULL;
@@ -166,7 +157,7 @@ static enum MHD_Result api_detokenize(struct request *r)
 		                     "(limits.max_prompt_tokens)",
 		                     n, limit);
 	}
-	long bad = bad_token(r->srv->tok, ids, n);
+	long bad = gen_prepare_bad_token(r->srv->tok, ids, n);
 	if (bad >= 0) {
 		int32_t id = ids[bad];
 		free(ids);
@@ -185,191 +176,6 @@ static enum MHD_Result api_detokenize(struct request *r)
 	cJSON_AddItemToObject(o, "content", oa_string_n(text, len));
 	free(text);
 	return respond_json(r, 200, o);
-}
-
-/* The chat template module renders C strings, so a NUL inside a message
- * goes through it as 0xFF (never a byte of valid UTF-8, and request text is
- * valid UTF-8) and turns back into NUL in the rendered text. */
-#define CHAT_NUL_STANDIN '\xff'
-
-static void swap_bytes(char *s, size_t len, char from, char to)
-{
-	for (size_t i = 0; i < len; i++)
-		if (s[i] == from)
-			s[i] = to;
-}
-
-static int chat_render(const struct tokenizer *tok, struct api_message *msgs, size_t n,
-                       const struct tool_set *ts, char **text, size_t *len, size_t *system_end,
-                       char *err, size_t err_len)
-{
-	bool nul = false;
-	for (size_t i = 0; i < n; i++)
-		if (memchr(msgs[i].content, '\0', msgs[i].content_len)) {
-			swap_bytes(msgs[i].content, msgs[i].content_len, '\0', CHAT_NUL_STANDIN);
-			nul = true;
-		}
-	int rc = chat_prompt_render(tok, msgs, n, ts, text, system_end, err, err_len);
-	*len = rc ? 0 : strlen(*text);
-	if (!rc && nul)
-		swap_bytes(*text, *len, CHAT_NUL_STANDIN, '\0');
-	return rc;
-}
-
-/* How many of a chat prompt's ids hold its first system_end bytes (the
- * system part): the prefix's own tokens when the whole prompt starts with
- * them, else up to and including the first token that differs (it spans
- * the boundary). */
-static int system_prefix_tokens(const struct tokenizer *tok, const char *text, size_t system_end,
-                                const int32_t *ids, size_t n, int *pin, char *err, size_t err_len)
-{
-	int32_t *pre = NULL;
-	size_t n_pre = 0;
-	int rc = tokenizer_encode(tok, text, system_end, true, true, &pre, &n_pre, err, err_len);
-	if (rc)
-		return rc;
-	size_t same = 0;
-	while (same < n_pre && same < n && pre[same] == ids[same])
-		same++;
-	size_t k = same == n_pre ? n_pre : same + 1;
-	*pin = (int)(k < n ? k : n);
-	free(pre);
-	return 0;
-}
-
-/* A constraint through the server's grammar cache, a compile that misses
- * it counted for the request's client (its API key, else its address).
- * -EAGAIN: that client is over its compile rate; e says so with a 429. */
-static int constraint_get(struct request *r, const char *prefix, const cJSON *schema,
-                          const char *suffix, struct grammar **out, const char *param, char *path,
-                          size_t path_cap, char *err, size_t err_len, struct api_error *e)
-{
-	unsigned char who[1 + sizeof(r->client.id)];
-	size_t n_who = 0;
-	if (r->client.kind && r->client.len <= sizeof(r->client.id)) {
-		who[0] = r->client.kind;
-		memcpy(who + 1, r->client.id, r->client.len);
-		n_who = 1 + (size_t)r->client.len;
-	}
-	int retry_s = 0;
-	int rc = grammar_cache_get(r->srv->grammars, n_who ? who : NULL, n_who, prefix, schema,
-	                           suffix, out, &retry_s, path, path_cap, err, err_len);
-	if (rc == -EAGAIN) {
-		request_fail(e, param, "schema_compile_rate", "%s", err);
-		e->status = 429;
-		e->retry_after_s = retry_s > 0 ? retry_s : 1;
-	}
-	return rc;
-}
-
-/* The constraint of a forced tool call: the call's envelope in the model's
- * tool format around the schema of {name, arguments}. */
-static int tool_grammar(struct request *r, struct gen_args *a, struct api_error *e)
-{
-	char err[SINKD_ERR_LEN], path[128] = "";
-	char *prefix = NULL, *suffix = NULL;
-	cJSON *schema = NULL;
-	enum tool_format f = chat_prompt_tool_format(r->srv->tok);
-	int rc = tool_call_constraint(f, a->tools, &prefix, &schema, &suffix, err, sizeof(err));
-	if (!rc)
-		rc = constraint_get(r, prefix, schema, suffix, &a->grammar, "tools", path,
-		                    sizeof(path), err, sizeof(err), e);
-	if (rc == -ENOMEM)
-		request_fail_oom(e, "tools");
-	else if (rc == -EAGAIN)
-		; /* e is set */
-	else if (rc)
-		request_fail(e, "tools", "invalid_value",
-		             "a tool's 'parameters' cannot be used to constrain the call: %s%s%s",
-		             err, path[0] ? " at " : "", path);
-	free(prefix);
-	free(suffix);
-	cJSON_Delete(schema);
-	return rc;
-}
-
-int api_prepare_generation(struct request *r, struct gen_args *a, struct api_error *e)
-{
-	const struct tokenizer *tok = r->srv->tok;
-	int n_vocab = tokenizer_n_vocab(tok);
-	for (size_t i = 0; i < a->n_logit_bias; i++)
-		if (a->logit_bias[i].token >= n_vocab)
-			return request_fail(
-			    e, "logit_bias", "invalid_value",
-			    "'logit_bias' key %d is not a token id of this model (0..%d)",
-			    (int)a->logit_bias[i].token, n_vocab - 1);
-	if (a->tools &&
-	    (a->tools->choice == TOOL_CHOICE_REQUIRED || a->tools->choice == TOOL_CHOICE_NAMED))
-		return tool_grammar(r, a, e);
-	if (a->response_format == RESPONSE_FORMAT_TEXT)
-		return 0;
-	bool responses = a->api == GEN_API_RESPONSES;
-	const char *param = responses ? "text.format" : "response_format";
-	const cJSON *schema =
-	    a->response_format == RESPONSE_FORMAT_JSON_SCHEMA ? a->response_schema : NULL;
-	char err[SINKD_ERR_LEN], path[128] = "";
-	int rc = constraint_get(r, NULL, schema, NULL, &a->grammar, param, path, sizeof(path), err,
-	                        sizeof(err), e);
-	if (rc == -ENOMEM)
-		return request_fail_oom(e, param);
-	if (rc == -EAGAIN)
-		return rc;
-	if (rc)
-		return request_fail(
-		    e, responses ? "text.format.schema" : "response_format.json_schema.schema",
-		    "invalid_value", "the JSON Schema cannot be used: %s%s%s", err,
-		    path[0] ? " at " : "", path);
-	return 0;
-}
-
-/* The prompt as token ids: given ids, a completion prompt, or chat messages
- * rendered with the model's template. */
-int api_prompt_ids(struct request *r, struct gen_args *a, bool add_bos, int32_t **ids, size_t *n,
-                   struct api_error *e)
-{
-	const struct tokenizer *tok = r->srv->tok;
-	char err[SINKD_ERR_LEN];
-	e->status = 400;
-	e->code = "invalid_value";
-	if (a->prompt_ids) {
-		long bad = bad_token(tok, a->prompt_ids, a->n_prompt_ids);
-		if (bad >= 0) {
-			snprintf(e->param, sizeof(e->param), "prompt");
-			snprintf(e->message, sizeof(e->message),
-			         "'prompt[%ld]' is not a token id of this model (0..%d)", bad,
-			         tokenizer_n_vocab(tok) - 1);
-			return -EINVAL;
-		}
-		*ids = a->prompt_ids;
-		*n = a->n_prompt_ids;
-		a->prompt_ids = NULL;
-		return 0;
-	}
-	char *text = a->prompt;
-	size_t len = a->prompt_len, system_end = 0;
-	bool parse_special = false;
-	if (a->chat) {
-		text = NULL;
-		if (chat_render(tok, a->messages, a->n_messages, a->tools, &text, &len, &system_end,
-		                err, sizeof(err))) {
-			snprintf(e->param, sizeof(e->param), "messages");
-			snprintf(e->message, sizeof(e->message), "%s", err);
-			return -EINVAL;
-		}
-		parse_special = true; /* the template's own control tokens */
-	}
-	int rc = tokenizer_encode(tok, text, len, add_bos, parse_special, ids, n, err, sizeof(err));
-	/* Only a stream's first request (it starts with BOS) can pin. */
-	if (!rc && a->chat && add_bos && system_end > 0 && server_pin_system_prompt(r->srv))
-		rc = system_prefix_tokens(tok, text, system_end, *ids, *n, &a->pin_prefix_tokens,
-		                          err, sizeof(err));
-	if (a->chat)
-		free(text);
-	if (rc) {
-		snprintf(e->param, sizeof(e->param), a->chat ? "messages" : "prompt");
-		snprintf(e->message, sizeof(e->message), "%s", err);
-	}
-	return rc;
 }
 
 /* Chat with session_id where the session knows the messages it holds:
@@ -470,7 +276,7 @@ static int prompt_ids_from(struct request *r, struct gen_args *a, size_t first, 
 	size_t n_all = a->n_messages;
 	a->messages += first;
 	a->n_messages -= first;
-	int rc = api_prompt_ids(r, a, add_bos, ids, n, e);
+	int rc = gen_prepare_prompt(r, a, add_bos, ids, n, e);
 	a->messages = all;
 	a->n_messages = n_all;
 	return rc;
@@ -509,12 +315,19 @@ static enum MHD_Result api_generate(struct request *r, bool chat)
 	if (!a.chat && a.session_id)
 		scheduler_chat_marks_set(s->sched, key, NULL, 0);
 	if ((a.chat && a.session_id && chat_session_plan(r, &a, key, &first_new, &revise, &e)) ||
-	    api_prepare_generation(r, &a, &e) ||
+	    gen_prepare_constraint(r, &a, &e) ||
 	    prompt_ids_from(r, &a, first_new, add_bos, &ids, &n_ids, &e)) {
 		ret = respond_api_error(r, &e);
 		goto out;
 	}
-	ret = genstream_submit(r, &a, ids, n_ids, a.session_id ? key : NULL, revise, false);
+	struct gen_target t = {.session_key = a.session_id ? key : NULL,
+	                       .revise_last_tokens = revise};
+	struct gen_request req;
+	if (gen_prepare(r, &a, ids, n_ids, &t, &req, &e)) {
+		ret = respond_api_error(r, &e);
+		goto out;
+	}
+	ret = genstream_submit(r, &a, &req, false);
 out:
 	gen_args_deinit(&a);
 	return ret;

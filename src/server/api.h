@@ -12,20 +12,6 @@
 
 /* api.c: handles a complete request (body received) or a resumed one. */
 enum MHD_Result api_handle(struct request *r);
-/* api.c, shared by every generating endpoint: checks a's logit_bias
- * against the vocabulary and compiles the constraint the generation decodes
- * under (response_format json_object / json_schema, or a required / named
- * tool_choice in the model's tool format) into a->grammar, through the
- * server's grammar cache.  Returns 0, or -EINVAL / -ENOMEM with e set (a bad
- * schema names the keyword and its JSON path). */
-struct gen_args;
-struct api_error;
-int api_prepare_generation(struct request *r, struct gen_args *a, struct api_error *e);
-/* api.c: a's prompt as token ids: given ids, a completion prompt, or chat
- * messages (with a->tools offered) rendered with the model's template.
- * add_bos: a stream's first request.  Returns 0 or -EINVAL with e set. */
-int api_prompt_ids(struct request *r, struct gen_args *a, bool add_bos, int32_t **ids, size_t *n,
-                   struct api_error *e);
 /* api_sessions.c: makes a persistent session ready for a request: here, or
  * brought back from the session store; the requester must be its owner when
  * an API key created it.  *empty: it has no tokens yet (its first input
@@ -41,8 +27,9 @@ int api_session_prepare_change(struct request *r, const char *id, char key[SCHED
  * id: -EINVAL when id is not 1..32 hex digits. */
 int api_session_key(const struct request *r, const char *id, char key[SCHED_SESSION_ID_LEN]);
 enum MHD_Result api_session_unavailable(struct request *r, int rc, const char *id, const char *err);
-/* api_sessions.c: answers a failed session create or restore: -EDQUOT
- * (limits.per_key.max_sessions) and -EMFILE (limits.max_sessions) count
+/* api_sessions.c: answers a failed session create or restore:
+ * SDERR_OWNER_SESSIONS (limits.per_key.max_sessions) and SDERR_MAX_SESSIONS
+ * (limits.max_sessions) count
  * against the limits with the Retry-After of the first idle session to
  * expire; a busy budget waits like a queued request. */
 struct respond_fault;

@@ -4,9 +4,9 @@
  * (responses_id_new), so a later request with previous_response_id
  * continues the session with only its new input items: the earlier turns
  * are neither sent again nor prefilled again.  store:false is a one-shot
- * generation whose id names nothing.  Prompt rendering and the constraint
- * are api.c's (api_prompt_ids, api_prepare_generation), the answer
- * genstream's; this file only decides which session a response runs in.
+ * generation whose id names nothing.  Prompt rendering, the constraint and
+ * the checked request are gen_prepare.c's, the answer genstream's; this
+ * file only decides which session a response runs in.
  *
  * Not done: continuing from a response that is not the session's latest
  * continues from the latest (the session holds one line of turns). */
@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "server/api.h"
+#include "server/gen_prepare.h"
 #include "server/genstream.h"
 #include "server/quota.h"
 #include "server/request.h"
@@ -76,31 +77,19 @@ static int resp_session_create(struct request *r, struct resp_session *ss, enum 
 	                               .park_when_idle = true};
 	struct respond_fault f = {0};
 	char why[SINKD_ERR_LEN];
-	f.rc = scheduler_session_create(s->sched, &set, ss->key, &f.param, why, sizeof(why));
+	f.rc = scheduler_session_create(s->sched, &set, ss->key, NULL, why, sizeof(why));
 	if (!f.rc) {
 		snprintf(ss->id, sizeof(ss->id), "%s", session_key_id(ss->key));
 		ss->used = ss->created = ss->empty = true;
 		return 0;
 	}
-	f.param = NULL; /* no setting of the request's is at fault */
+	/* no setting of the request's is at fault: f.param stays NULL */
 	snprintf(f.msg, sizeof(f.msg),
 	         "store: true keeps the response in a persistent session, and none can be made "
 	         "now (send store: false for a one-shot response): %.300s",
 	         why);
 	*ret = api_session_fault(r, &f, owner);
 	return f.rc;
-}
-
-/* api.c names chat's fields; the Responses API has its own. */
-static void resp_param_rename(struct api_error *e)
-{
-	char rest[sizeof(e->param)];
-	if (!strcmp(e->param, "messages")) {
-		snprintf(e->param, sizeof(e->param), "input");
-	} else if (!strncmp(e->param, "response_format", 15)) {
-		snprintf(rest, sizeof(rest), "%s", e->param + 15);
-		snprintf(e->param, sizeof(e->param), "text.format%.40s", rest);
-	}
 }
 
 /* The prompt, then the session, then the generation: a request that fails
@@ -115,20 +104,22 @@ static enum MHD_Result resp_generate(struct request *r, struct gen_args *a)
 		return ret;
 	int32_t *ids = NULL;
 	size_t n_ids = 0;
-	if (api_prompt_ids(r, a, ss.empty, &ids, &n_ids, &e)) {
-		resp_param_rename(&e);
+	if (gen_prepare_prompt(r, a, ss.empty, &ids, &n_ids, &e))
 		return respond_api_error(r, &e);
-	}
 	if (!ss.used && a->store && resp_session_create(r, &ss, &ret)) {
 		free(ids);
 		return ret;
 	}
 	char id[RESPONSES_ID_LEN];
+	struct gen_target t = {.session_key = ss.used ? ss.key : NULL};
+	struct gen_request req;
 	if (responses_id_new(ss.used ? ss.id : NULL, id)) {
 		free(ids);
 		ret = respond_error(r, 500, NULL, "internal_error", 0, "no random bytes for an id");
+	} else if (gen_prepare(r, a, ids, n_ids, &t, &req, &e)) {
+		ret = respond_api_error(r, &e);
 	} else {
-		ret = genstream_submit_response(r, a, ids, n_ids, ss.used ? ss.key : NULL, id);
+		ret = genstream_submit_response(r, a, &req, id);
 	}
 	if (!r->gs && ss.created)
 		scheduler_session_delete(s->sched, ss.key);
@@ -149,8 +140,7 @@ enum MHD_Result api_responses(struct request *r)
 		ret = respond_error(r, 404, "model", "model_not_found", 0,
 		                    "the model '%s' does not exist (this server serves '%s')",
 		                    a.model, s->model_name);
-	} else if (api_prepare_generation(r, &a, &e)) {
-		resp_param_rename(&e);
+	} else if (gen_prepare_constraint(r, &a, &e)) {
 		ret = respond_api_error(r, &e);
 	} else {
 		ret = resp_generate(r, &a);

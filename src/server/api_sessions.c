@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "server/api.h"
+#include "server/gen_prepare.h"
 #include "server/genstream.h"
 #include "server/quota.h"
 #include "server/request.h"
@@ -16,6 +17,7 @@
 #include "session/snapshot.h"
 #include "tokenizer/tokenizer.h"
 #include "util/errbuf.h"
+#include "util/sderr.h"
 
 int api_session_key(const struct request *r, const char *id, char key[SCHED_SESSION_ID_LEN])
 {
@@ -30,15 +32,16 @@ static enum MHD_Result session_not_found(struct request *r)
 	                     r->session_id);
 }
 
-/* The error of a session create or restore: -EDQUOT
- * (limits.per_key.max_sessions) and -EMFILE (limits.max_sessions) count
+/* The error of a session create or restore:
+ * SDERR_OWNER_SESSIONS (limits.per_key.max_sessions) and SDERR_MAX_SESSIONS
+ * (limits.max_sessions) count
  * against the limits and wait for the first idle session to expire; a
  * busy budget (-EAGAIN, -ENOSPC) waits like a queued request. */
 enum MHD_Result api_session_fault(struct request *r, struct respond_fault *f, const char *owner)
 {
 	struct server *s = r->srv;
-	if (f->rc == -EDQUOT || f->rc == -EMFILE) {
-		bool per_key = f->rc == -EDQUOT;
+	if (f->rc == SDERR_OWNER_SESSIONS || f->rc == SDERR_MAX_SESSIONS) {
+		bool per_key = f->rc == SDERR_OWNER_SESSIONS;
 		enum quota_limit l = per_key ? QUOTA_MAX_SESSIONS : QUOTA_SESSIONS_TOTAL;
 		quota_count_rejection(s->quota, l);
 		f->code = quota_limit_code(l);
@@ -74,9 +77,9 @@ enum MHD_Result api_session_create(struct request *r)
 	                               .owner_max = ql.max_sessions};
 	char id[SCHED_SESSION_ID_LEN];
 	struct respond_fault f = {0};
-	f.rc = scheduler_session_create(s->sched, &set, id, &f.param, f.msg, sizeof(f.msg));
-	if (f.param && !strcmp(f.param, "id"))
-		f.param = "session_id"; /* the API's name of the settings' id */
+	enum sched_field field;
+	f.rc = scheduler_session_create(s->sched, &set, id, &field, f.msg, sizeof(f.msg));
+	f.param = request_field_name(&(struct request_field_names){0}, field);
 	if (f.rc)
 		return api_session_fault(r, &f, owner);
 	struct sched_session_info info;
@@ -343,7 +346,7 @@ enum MHD_Result api_session_append(struct request *r)
 		ret = api_session_unavailable(r, found, r->session_id, why);
 		goto out;
 	}
-	if (a.generate && api_prepare_generation(r, &a.gen, &e)) {
+	if (a.generate && gen_prepare_constraint(r, &a.gen, &e)) {
 		char p[sizeof(e.param)];
 		snprintf(p, sizeof(p), "%s", e.param);
 		snprintf(e.param, sizeof(e.param), "generate.%.48s", p);
@@ -361,7 +364,15 @@ enum MHD_Result api_session_append(struct request *r)
 	}
 	/* appended text is no chat message: the session's conversation ends here */
 	scheduler_chat_marks_set(s->sched, key, NULL, 0);
-	ret = genstream_submit(r, &a.gen, ids, n_ids, key, a.revise_last_tokens, !a.generate);
+	struct gen_target t = {.session_key = key,
+	                       .revise_last_tokens = a.revise_last_tokens,
+	                       .append_only = !a.generate};
+	struct gen_request req;
+	if (gen_prepare(r, &a.gen, ids, n_ids, &t, &req, &e)) {
+		ret = respond_api_error(r, &e);
+		goto out;
+	}
+	ret = genstream_submit(r, &a.gen, &req, !a.generate);
 out:
 	append_args_deinit(&a);
 	return ret;

@@ -6,17 +6,7 @@
 
 #include <stddef.h>
 
-enum chat_family {
-	CHAT_FAMILY_NONE = 0, /* no template: plain fallback */
-	CHAT_FAMILY_LLAMA2,   /* [INST] <<SYS>> ... */
-	CHAT_FAMILY_LLAMA3,   /* <|start_header_id|> ... <|eot_id|> */
-	CHAT_FAMILY_CHATML,   /* <|im_start|> ... <|im_end|> */
-	CHAT_FAMILY_MISTRAL,  /* [INST] ... [/INST] without system support */
-	CHAT_FAMILY_ZEPHYR,   /* <|user|>\n ... </s> */
-	CHAT_FAMILY_GEMMA,    /* <start_of_turn> ... <end_of_turn> */
-	CHAT_FAMILY_PHI3,     /* <|user|>\n ... <|end|> */
-	CHAT_FAMILY_UNKNOWN,  /* a template we do not recognise: plain fallback */
-};
+#include "server/chat_family.h"
 
 struct cJSON;
 struct tool_set;

@@ -14,7 +14,6 @@
 
 #include <errno.h>
 #include <math.h>
-#include <openssl/rand.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +21,7 @@
 
 #include "grammar/grammar.h"
 #include "server/chat_prompt.h"
+#include "server/gen_prepare.h"
 #include "server/quota.h"
 #include "server/request.h"
 #include "server/respond.h"
@@ -42,7 +42,7 @@ struct gen_shape {
 	const char *session_id; /* NULL for one-shot requests */
 	const char *id;
 	const char *model;
-	const char *prompt_param; /* the request's name of its prompt (gs_param) */
+	struct request_field_names names; /* the client's names of its fields */
 	/* Taken by gs_new, whether it succeeds or not: */
 	struct tool_set *tools; /* the request's tools, NULL when none */
 	struct sched_chat_mark *chat_marks; /* gen_args' (chat with session_id) */
@@ -101,7 +101,7 @@ struct genstream {
 	char id[REQUEST_ID_LEN + 16];
 	char model[128];
 	bool stream, logprobs, timing, append_only;
-	const char *prompt_param; /* gen_shape's */
+	struct request_field_names names; /* gen_shape's */
 	char session_id[SCHED_SESSION_ID_LEN];
 	/* Counted by quota_begin (genstream_submit) before the submit; this
 	 * generation ends it at DONE.  started: [engine] left the queue. */
@@ -114,7 +114,7 @@ struct genstream {
 	bool done;
 	enum gen_finish finish;
 	int err_rc;            /* GEN_FINISH_ERROR: why (respond_kind_of) */
-	const char *err_param; /* the request field at fault, a string literal; NULL: none */
+	const char *err_param; /* the client's name of the field at fault; NULL: none */
 	int retry_after_s;
 	char err_msg[256];
 	int n_prompt, n_gen;
@@ -264,10 +264,7 @@ static void gs_on_event(void *user, const struct gen_event *e)
 		gs->n_prompt = e->n_prompt_tokens ? e->n_prompt_tokens : gs->n_prompt;
 		gs->n_gen = e->n_generated_tokens;
 		gs->err_rc = e->error_rc;
-		/* the scheduler's "prompt" is what this request called it */
-		gs->err_param = e->error_param && !strcmp(e->error_param, "prompt")
-		                    ? gs->prompt_param
-		                    : e->error_param;
+		gs->err_param = request_field_name(&gs->names, e->error_field);
 		gs->retry_after_s = e->retry_after_s;
 		if (e->error)
 			snprintf(gs->err_msg, sizeof(gs->err_msg), "%s", e->error);
@@ -576,7 +573,7 @@ static struct genstream *gs_new(struct request *r, const struct gen_shape *shape
 	gs->logprobs = shape->logprobs;
 	gs->timing = shape->timing;
 	gs->append_only = shape->append_only;
-	gs->prompt_param = shape->prompt_param;
+	gs->names = shape->names;
 	gs->client = r->client;
 	snprintf(gs->session_id, sizeof(gs->session_id), "%s",
 	         shape->session_id ? shape->session_id : "");
@@ -624,7 +621,7 @@ static int gs_start(struct request *r, const struct gen_shape *shape, struct gen
 		gs->refs = 1;
 		gs_unref(gs);
 		f->rc = rc;
-		f->param = req->err_param;
+		f->param = request_field_name(&shape->names, req->err_field);
 		if (respond_kind_of(rc)->retry)
 			f->retry_after_s = scheduler_retry_after_s(s->sched);
 		return rc;
@@ -645,91 +642,17 @@ static enum MHD_Result gs_respond_quota(struct request *r, const struct quota_ve
 	                     v->message);
 }
 
-static void gs_free_stops(char **stops, size_t n)
-{
-	for (size_t i = 0; stops && i < n; i++)
-		free(stops[i]);
-	free(stops);
-}
-
-/* The scheduler names its own fields; the client sent the prompt as one of
- * four, and a chat request's pin is its system prompt. */
-static const char *gs_param(const struct request *r, const struct gen_args *a, const char *param)
-{
-	bool responses = a->api == GEN_API_RESPONSES;
-	if (param && !strcmp(param, "prompt"))
-		return r->ep == EP_SESSION_APPEND ? "text"
-		       : responses                ? "input"
-		       : a->chat                  ? "messages"
-		                                  : "prompt";
-	if (param && !strcmp(param, "pin_prefix_tokens") && a->chat)
-		return responses ? "instructions" : "messages";
-	if (param && responses && !strcmp(param, "max_tokens"))
-		return "max_output_tokens";
-	if (param && responses && !strcmp(param, "session_id"))
-		return "previous_response_id";
-	return param;
-}
-
-static struct gen_request gs_request(const struct gen_args *a, int32_t *ids, size_t n_ids,
-                                     const char *session_id, size_t revise_last_tokens,
-                                     bool append_only)
-{
-	struct gen_request req = {.prompt_ids = ids,
-	                          .n_prompt = n_ids,
-	                          .sampling = a->sampling,
-	                          .max_tokens = append_only ? 0 : a->max_tokens,
-	                          .want_logprobs = a->logprobs,
-	                          .ignore_eos = a->ignore_eos,
-	                          .session_id = session_id,
-	                          .revise_last_tokens = revise_last_tokens,
-	                          .pin_prefix_tokens = a->pin_prefix_tokens};
-	if (!a->seed_given && RAND_bytes((unsigned char *)&req.sampling.seed, 8) != 1)
-		req.sampling.seed = (uint64_t)(server_now() * 1e9);
-	return req;
-}
-
-/* What the request hands to the scheduler: its stops, logit_bias and
- * constraint move into req (the gen_args fields are cleared, so
- * gen_args_deinit leaves them); gs_request_drop frees them when the submit
- * fails. */
-static void gs_request_take(struct gen_request *req, struct gen_args *a)
-{
-	req->stops = a->stops;
-	req->n_stops = a->n_stops;
-	req->logit_bias = a->logit_bias;
-	req->n_logit_bias = a->n_logit_bias;
-	req->grammar = a->grammar;
-	a->stops = NULL;
-	a->n_stops = 0;
-	a->logit_bias = NULL;
-	a->n_logit_bias = 0;
-	a->grammar = NULL;
-}
-
-static void gs_request_drop(struct gen_request *req)
-{
-	free(req->prompt_ids);
-	gs_free_stops(req->stops, req->n_stops);
-	free(req->logit_bias);
-	grammar_unref(req->grammar);
-}
-
 /* response_id: the Responses API's answer is that response; NULL: a
  * completion or chat completion named after the request. */
-static enum MHD_Result gs_submit(struct request *r, struct gen_args *a, int32_t *ids, size_t n_ids,
-                                 const char *session_id, size_t revise_last_tokens,
+static enum MHD_Result gs_submit(struct request *r, struct gen_args *a, struct gen_request *req,
                                  bool append_only, const char *response_id)
 {
 	struct server *s = r->srv;
 	struct quota_verdict verdict;
-	if (!quota_begin(s->quota, &r->client, n_ids, &verdict)) {
-		free(ids);
+	if (!quota_begin(s->quota, &r->client, req->n_prompt, &verdict)) {
+		gen_prepare_drop(req);
 		return gs_respond_quota(r, &verdict);
 	}
-	struct gen_request req =
-	    gs_request(a, ids, n_ids, session_id, revise_last_tokens, append_only);
-	gs_request_take(&req, a);
 	char id[REQUEST_ID_LEN + 16];
 	if (response_id)
 		snprintf(id, sizeof(id), "%s", response_id);
@@ -745,10 +668,10 @@ static enum MHD_Result gs_submit(struct request *r, struct gen_args *a, int32_t 
 	    .include_usage = a->include_usage,
 	    .logprobs = a->logprobs,
 	    .append_only = append_only,
-	    .session_id = session_id,
+	    .session_id = req->session_id,
 	    .id = id,
 	    .model = s->model_name,
-	    .prompt_param = gs_param(r, a, "prompt"),
+	    .names = gen_prepare_names(a, r->ep == EP_SESSION_APPEND),
 	    .timing =
 	        MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Sinkd-Timing") != NULL,
 	    .tools = a->tools,
@@ -762,11 +685,11 @@ static enum MHD_Result gs_submit(struct request *r, struct gen_args *a, int32_t 
 	a->chat_marks = NULL;
 	a->n_chat_marks = 0;
 	struct respond_fault f = {0};
-	if (!gs_start(r, &shape, &req, &f))
+	if (!gs_start(r, &shape, req, &f))
 		return genstream_respond(r);
 	quota_end(s->quota, &r->client, false);
-	gs_request_drop(&req);
-	if (f.rc == -EDOM && a->chat) {
+	gen_prepare_drop(req);
+	if (req->err_field == SCHED_FIELD_PIN_PREFIX_TOKENS && a->chat) {
 		char why[sizeof(f.msg)];
 		snprintf(why, sizeof(why), "%s", f.msg);
 		snprintf(f.msg, sizeof(f.msg),
@@ -774,22 +697,19 @@ static enum MHD_Result gs_submit(struct request *r, struct gen_args *a, int32_t 
 		         "(inference.cache.pin_system_prompt): %.300s",
 		         why);
 	}
-	f.param = gs_param(r, a, f.param);
 	return respond_fault(r, &f);
 }
 
-enum MHD_Result genstream_submit(struct request *r, struct gen_args *a, int32_t *ids, size_t n_ids,
-                                 const char *session_id, size_t revise_last_tokens,
+enum MHD_Result genstream_submit(struct request *r, struct gen_args *a, struct gen_request *req,
                                  bool append_only)
 {
-	return gs_submit(r, a, ids, n_ids, session_id, revise_last_tokens, append_only, NULL);
+	return gs_submit(r, a, req, append_only, NULL);
 }
 
-enum MHD_Result genstream_submit_response(struct request *r, struct gen_args *a, int32_t *ids,
-                                          size_t n_ids, const char *session_id,
-                                          const char *response_id)
+enum MHD_Result genstream_submit_response(struct request *r, struct gen_args *a,
+                                          struct gen_request *req, const char *response_id)
 {
-	return gs_submit(r, a, ids, n_ids, session_id, 0, false, response_id);
+	return gs_submit(r, a, req, false, response_id);
 }
 
 /* Takes the queued events out from under the lock. */

@@ -10,22 +10,20 @@
 #include "server/server_impl.h"
 
 struct gen_args;
-/* Submits a generation for request r (r->gs) under the per-key limits
- * (ids owned by the callee from here on) and answers: the stream, the
- * whole reply when done, or the error.  a->stops, a->logit_bias,
- * a->grammar and a->tools move to the generation (the fields are left
- * NULL); a chat request whose tools are offered gets its calls parsed out
+struct gen_request;
+/* Submits req (gen_prepare's, owned by the callee from here on) for
+ * request r (r->gs) under the per-key limits and answers: the stream, the
+ * whole reply when done, or the error.  a->tools moves to the generation
+ * (the field is left NULL); a chat request whose tools are offered gets its calls parsed out
  * of the text (delta.tool_calls / message.tool_calls, finish_reason
  * "tool_calls"). */
-enum MHD_Result genstream_submit(struct request *r, struct gen_args *a, int32_t *ids, size_t n_ids,
-                                 const char *session_id, size_t revise_last_tokens,
+enum MHD_Result genstream_submit(struct request *r, struct gen_args *a, struct gen_request *req,
                                  bool append_only);
 /* genstream_submit for the Responses API: the answer is the response
  * response_id (responses.h), as typed events or the whole object.  Takes
- * a->tools, a->logit_bias and a->grammar like genstream_submit. */
-enum MHD_Result genstream_submit_response(struct request *r, struct gen_args *a, int32_t *ids,
-                                          size_t n_ids, const char *session_id,
-                                          const char *response_id);
+ * req and a->tools like genstream_submit. */
+enum MHD_Result genstream_submit_response(struct request *r, struct gen_args *a,
+                                          struct gen_request *req, const char *response_id);
 /* stream: queues the SSE response.  !stream: answers when done, else suspends. */
 enum MHD_Result genstream_respond(struct request *r);
 /* The connection is gone: cancels a running generation and drops the

@@ -134,9 +134,7 @@ static const struct route *route_session(const char *url, const char *method,
 	if (strncmp(url, prefix, strlen(prefix)))
 		return NULL;
 	const char *id = url + strlen(prefix);
-	size_t n = strcspn(id, "/"), n_hex = 0;
-	while (n_hex < n && isxdigit((unsigned char)id[n_hex]))
-		n_hex++;
+	size_t n = strcspn(id, "/");
 	const char *rest = id + n;
 	const struct route *rt = NULL;
 	if (!strcmp(rest, "/append"))
@@ -151,7 +149,7 @@ static const struct route *route_session(const char *url, const char *method,
 		rt = &session_put;
 	else
 		rt = !strcmp(method, "DELETE") ? &session_delete : &session_get;
-	*bad_id = n == 0 || n_hex != n || n > SESSION_ID_MAX;
+	*bad_id = !session_id_valid_n(id, n);
 	if (*bad_id)
 		n = 0;
 	memcpy(id_out, id, n);

@@ -15,31 +15,20 @@
 #include "grammar/grammar.h"
 #include "server/openai.h"
 #include "server/tools.h"
+#include "session/session_key.h"
 #include "util/errbuf.h"
 
 #define COMPLETIONS_DEFAULT_MAX_TOKENS 16
 #define JSON_MAX_NUMBER_LEN 63 /* cJSON reads at most 63 characters of a number */
 #define NUL_STANDIN REQUEST_NUL_STANDIN
-#define SESSION_ID_MAX_LEN 64
 
 static int fail(struct api_error *e, const char *param, const char *code, const char *fmt, ...)
     SINKD_PRINTF(4, 5);
-static int vfail(struct api_error *e, const char *param, const char *code, const char *fmt,
-                 va_list ap)
-{
-	e->status = 400;
-	e->code = code;
-	e->retry_after_s = 0;
-	snprintf(e->param, sizeof(e->param), "%s", param ? param : "");
-	vsnprintf(e->message, sizeof(e->message), fmt, ap);
-	return -EINVAL;
-}
-
 static int fail(struct api_error *e, const char *param, const char *code, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	int rc = vfail(e, param, code, fmt, ap);
+	int rc = request_vfail(e, param, code, fmt, ap);
 	va_end(ap);
 	return rc;
 }
@@ -515,96 +504,44 @@ static const char *const append_keys[] = {"text", "revise_last_tokens", "generat
 static const char *const tokenize_keys[] = {"content", "add_special", "parse_special", NULL};
 static const char *const detokenize_keys[] = {"tokens", NULL};
 
-/* param NULL: the key itself.  One walk over the members (keys <= 64). */
+/* param NULL: the key itself. */
 static int no_twice(const cJSON *o, const char *const *keys, const char *param, struct api_error *e)
 {
-	uint64_t seen = 0;
-	const cJSON *m;
-	cJSON_ArrayForEach(m, o)
-	{
-		for (unsigned i = 0; keys[i] && m->string; i++) {
-			if (strcmp(m->string, keys[i]))
-				continue;
-			if (seen & (UINT64_C(1) << i))
-				return fail(e, param ? param : keys[i], "duplicate_field",
-				            "'%s' is given more than once", keys[i]);
-			seen |= UINT64_C(1) << i;
-		}
-	}
-	return 0;
+	return request_fields_no_twice(o, keys, param, REQUEST_DUP_AT_WHERE, e);
 }
 
-/* A present, non-null field. */
+/* The shared field readers (request_fields.c) under this file's short names. */
 static cJSON *field(const cJSON *o, const char *key)
 {
-	cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-	return v && !cJSON_IsNull(v) ? v : NULL;
+	return request_field(o, key);
 }
 
 static int get_bool(const cJSON *o, const char *key, bool *out, struct api_error *e)
 {
-	cJSON *v = field(o, key);
-	if (!v)
-		return 0;
-	if (!cJSON_IsBool(v))
-		return fail(e, key, "invalid_type", "'%s' must be a boolean", key);
-	*out = cJSON_IsTrue(v);
-	return 0;
+	return request_get_bool(o, key, out, e);
 }
 
 static int get_num(const cJSON *o, const char *key, double lo, double hi, double *out,
                    struct api_error *e)
 {
-	cJSON *v = field(o, key);
-	if (!v)
-		return 0;
-	if (!cJSON_IsNumber(v))
-		return fail(e, key, "invalid_type", "'%s' must be a number", key);
-	if (!isfinite(v->valuedouble) || v->valuedouble < lo || v->valuedouble > hi)
-		return fail(e, key, "invalid_value",
-		            "'%s' must be between %.10g and %.10g, got %.10g", key, lo, hi,
-		            v->valuedouble);
-	*out = v->valuedouble;
-	return 0;
+	return request_get_num(o, key, lo, hi, false, out, e);
 }
 
 static int get_int(const cJSON *o, const char *key, double lo, double hi, double *out,
                    struct api_error *e)
 {
-	cJSON *v = field(o, key);
-	if (v && (!cJSON_IsNumber(v) ||
-	          (isfinite(v->valuedouble) && v->valuedouble != floor(v->valuedouble))))
-		return fail(e, key, "invalid_type", "'%s' must be an integer", key);
-	return get_num(o, key, lo, hi, out, e);
+	return request_get_num(o, key, lo, hi, true, out, e);
 }
 
-/* A text field's bytes with each stand-in turned back into NUL. */
 static char *dup_text(const cJSON *v, size_t *len)
 {
-	size_t n = strlen(v->valuestring);
-	char *s = malloc(n + 1);
-	if (!s)
-		return NULL;
-	for (size_t i = 0; i < n; i++)
-		s[i] = v->valuestring[i] == NUL_STANDIN ? '\0' : v->valuestring[i];
-	s[n] = '\0';
-	*len = n;
-	return s;
-}
-
-/* Name-like fields are C strings downstream: a NUL is refused, never cut. */
-static bool has_nul(const cJSON *v)
-{
-	return strchr(v->valuestring, NUL_STANDIN) != NULL;
+	return request_text_dup(v, len);
 }
 
 static int dup_name(const cJSON *v, const char *param, const char *what, char **out,
                     struct api_error *e)
 {
-	if (has_nul(v))
-		return fail(e, param, "invalid_value", "'%s' must not contain NUL (\\u0000)", what);
-	*out = strdup(v->valuestring);
-	return *out ? 0 : fail_oom(e, param, "out of memory");
+	return request_name_dup(v, param, what, out, e);
 }
 
 static int stop_string(const cJSON *s, size_t i, struct gen_args *a, struct api_error *e)
@@ -1163,8 +1100,8 @@ static int parse_messages(const cJSON *o, struct gen_args *a, struct api_error *
 	return 0;
 }
 
-/* Session ids are 32 hex digits: anything printable up to 64 bytes may
- * simply be unknown (404), the rest is not an id at all. */
+/* A session id (session_key.h): anything nameable may simply be unknown
+ * (404), the rest is not an id at all. */
 static int parse_session_id(const cJSON *o, struct gen_args *a, struct api_error *e)
 {
 	cJSON *v = field(o, "session_id");
@@ -1173,14 +1110,10 @@ static int parse_session_id(const cJSON *o, struct gen_args *a, struct api_error
 	if (!cJSON_IsString(v) || !*v->valuestring)
 		return fail(e, "session_id", "invalid_type",
 		            "'session_id' must be a session id string");
-	size_t n = strlen(v->valuestring);
-	bool printable = n <= SESSION_ID_MAX_LEN;
-	for (size_t i = 0; printable && i < n; i++)
-		printable = v->valuestring[i] > ' ' && v->valuestring[i] <= '~';
-	if (!printable)
+	if (!session_id_nameable(v->valuestring))
 		return fail(e, "session_id", "invalid_value",
 		            "'session_id' must be printable ASCII of at most %d bytes",
-		            SESSION_ID_MAX_LEN);
+		            SESSION_ID_NAME_MAX);
 	return dup_name(v, "session_id", "session_id", &a->session_id, e);
 }
 
@@ -1414,44 +1347,4 @@ int detokenize_args_parse(const char *body, size_t len, int32_t **tokens, size_t
 int request_parse_body(const char *body, size_t len, cJSON **root, struct api_error *e)
 {
 	return parse_root(body, len, root, e);
-}
-
-int request_fail(struct api_error *e, const char *param, const char *code, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	int rc = vfail(e, param, code, fmt, ap);
-	va_end(ap);
-	return rc;
-}
-
-int request_fail_oom(struct api_error *e, const char *param)
-{
-	return fail_oom(e, param, "out of memory");
-}
-
-cJSON *request_field(const cJSON *o, const char *key)
-{
-	return field(o, key);
-}
-
-int request_get_bool(const cJSON *o, const char *key, bool *out, struct api_error *e)
-{
-	return get_bool(o, key, out, e);
-}
-
-int request_get_num(const cJSON *o, const char *key, double lo, double hi, bool integer,
-                    double *out, struct api_error *e)
-{
-	return integer ? get_int(o, key, lo, hi, out, e) : get_num(o, key, lo, hi, out, e);
-}
-
-char *request_text_dup(const cJSON *v, size_t *len)
-{
-	return dup_text(v, len);
-}
-
-int request_name_dup(const cJSON *v, const char *param, char **out, struct api_error *e)
-{
-	return dup_name(v, param, param, out, e);
 }

@@ -19,20 +19,10 @@
 #include <cjson/cJSON.h>
 
 #include "engine/sampler.h"
+#include "server/request_fields.h"
 #include "util/errbuf.h"
 
-struct api_error {
-	int status;       /* 400, 404, ... (the OpenAI type follows from it: respond.h) */
-	const char *code; /* "invalid_value", "invalid_type", "invalid_json", ... */
-	char param[64];   /* the field, "" when none */
-	char message[SINKD_ERR_LEN + 64];
-	int retry_after_s; /* > 0: a Retry-After header (a 429 or 503) */
-};
-
 #define REQUEST_MAX_DEPTH 64 /* nesting levels of a request body */
-/* What a "\u0000" of a parsed body's text is until request.c's text
- * helpers turn it back into NUL (never a byte of valid UTF-8). */
-#define REQUEST_NUL_STANDIN '\xff'
 
 struct api_message {
 	char *role;    /* "system", "developer" (as system), "user", "assistant", "tool" */
@@ -119,25 +109,14 @@ int request_response_format(const cJSON *fmt, const char *param, bool responses_
 int request_parse_tools(const cJSON *root, bool responses_api, struct gen_args *a,
                         struct api_error *e);
 
-/* The parsing rules above, for the Responses API parser (responses.c):
- * the body checked and parsed into an object; a 400 (code, param, message);
- * a 500 for out of memory naming the field; a present non-null field;
- * typed fields with range checks (a wrong type names the field); text with
- * each "\u0000" back as NUL (len set), and a name-like string that refuses
- * NUL.  Each returns 0 or -EINVAL / -ENOMEM with e set. */
+/* The parsing rules above, for the Responses API parser (responses.c; the
+ * field readers, refusals and the duplicate-key check are
+ * request_fields.h's): the body checked and parsed into an object; 0 or
+ * -EINVAL / -ENOMEM with e set. */
 int request_parse_body(const char *body, size_t len, cJSON **root, struct api_error *e);
-int request_fail(struct api_error *e, const char *param, const char *code, const char *fmt, ...)
-    SINKD_PRINTF(4, 5);
-int request_fail_oom(struct api_error *e, const char *param);
-cJSON *request_field(const cJSON *o, const char *key);
-int request_get_bool(const cJSON *o, const char *key, bool *out, struct api_error *e);
-int request_get_num(const cJSON *o, const char *key, double lo, double hi, bool integer,
-                    double *out, struct api_error *e);
-char *request_text_dup(const cJSON *v, size_t *len);
 /* Appends n bytes of a parsed text to a growing buffer (NUL-terminated),
  * stand-ins back as NUL; 0 or -ENOMEM. */
 int request_text_append(char **s, size_t *len, size_t *cap, const char *t, size_t n);
-int request_name_dup(const cJSON *v, const char *param, char **out, struct api_error *e);
 
 /* max_tokens_limit: limits.max_tokens.  Returns 0 or -EINVAL with *e set. */
 int gen_args_parse(const char *body, size_t len, bool chat, int64_t max_tokens_limit,

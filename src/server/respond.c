@@ -13,6 +13,7 @@
 #include "server/openai.h"
 #include "server/request.h"
 #include "server/server_impl.h"
+#include "util/sderr.h"
 
 /* ---- the mapping --------------------------------------------------------- */
 
@@ -28,23 +29,25 @@ struct respond_entry {
  * expects them: the request's fault 4xx, the server's state 5xx. */
 static const struct respond_entry table[] = {
     {-EINVAL, {400, BAD_REQUEST, "invalid_value", false}},
-    {-EDOM, {400, BAD_REQUEST, "invalid_value", false}},
     {-E2BIG, {400, BAD_REQUEST, "context_length_exceeded", false}},
     {-EBADMSG, {400, BAD_REQUEST, "invalid_snapshot", false}},
-    {-EXDEV, {400, BAD_REQUEST, "snapshot_model_mismatch", false}},
     /* the scheduler looks up nothing by name but sessions */
     {-ENOENT, {404, BAD_REQUEST, "session_not_found", false}},
     {-EBUSY, {409, BAD_REQUEST, "conflict", false}},
-    {-ERANGE, {409, BAD_REQUEST, "conflict", false}},
     {-EEXIST, {409, BAD_REQUEST, "session_exists", false}},
     /* a stored session older than a state that was never written */
     {-ESTALE, {409, BAD_REQUEST, "session_stale", false}},
-    {-EDQUOT, {429, "rate_limit_error", "per_key_max_sessions", true}},
     {-ENOMEM, {500, SERVER, "out_of_memory", false}},
     {-ENOTSUP, {501, SERVER, "not_supported", false}},
     {-EAGAIN, {503, SERVER, "overloaded", true}},
     {-ENOSPC, {503, SERVER, "overloaded", true}},
-    {-EMFILE, {503, SERVER, "max_sessions", true}},
+    /* sinkd's own codes (util/sderr.h) */
+    {SDERR_MODEL_MISMATCH, {400, BAD_REQUEST, "snapshot_model_mismatch", false}},
+    {SDERR_OUT_OF_RANGE, {400, BAD_REQUEST, "invalid_value", false}},
+    {SDERR_CONFLICT, {409, BAD_REQUEST, "conflict", false}},
+    {SDERR_OWNER_SESSIONS, {429, "rate_limit_error", "per_key_max_sessions", true}},
+    {SDERR_MAX_SESSIONS, {503, SERVER, "max_sessions", true}},
+    {SDERR_UNCHECKED, {500, SERVER, "internal_error", false}},
 };
 
 static const struct respond_kind internal = {500, SERVER, "internal_error", false};

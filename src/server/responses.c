@@ -56,28 +56,10 @@ static const char *const part_keys[] = {"type", "text", NULL};
 static const char *const text_keys[] = {"format", "verbosity", NULL};
 static const char *const format_keys[] = {"type", "name", "schema", "strict", "description", NULL};
 
-/* A known key given twice is refused (cJSON takes the first, a proxy in
- * front of us perhaps the last). */
+/* A known key given twice: param and message name its path. */
 static int no_twice(const cJSON *o, const char *const *keys, const char *param, struct api_error *e)
 {
-	uint64_t seen = 0;
-	const cJSON *m;
-	cJSON_ArrayForEach(m, o)
-	{
-		for (unsigned i = 0; keys[i] && m->string; i++) {
-			if (strcmp(m->string, keys[i]))
-				continue;
-			if (seen & (UINT64_C(1) << i)) {
-				char p[64];
-				snprintf(p, sizeof(p), "%s%s%s", param ? param : "",
-				         param ? "." : "", keys[i]);
-				return request_fail(e, p, "duplicate_field",
-				                    "'%s' is given more than once", p);
-			}
-			seen |= UINT64_C(1) << i;
-		}
-	}
-	return 0;
+	return request_fields_no_twice(o, keys, param, REQUEST_DUP_AS_PATH, e);
 }
 
 /* A required string field of an input item; param gets its path. */
@@ -248,7 +230,7 @@ static int item_call_output(const cJSON *it, const char *where, struct gen_args 
 	    !(call_id = item_string(it, "call_id", where, param, sizeof(param), e)))
 		return -EINVAL;
 	struct api_message *m = msg_next(a, "tool", e, param);
-	if (!m || request_name_dup(call_id, param, &m->tool_call_id, e))
+	if (!m || request_name_dup(call_id, param, param, &m->tool_call_id, e))
 		return -EINVAL;
 	snprintf(param, sizeof(param), "%s.output", where);
 	return content_text(request_field(it, "output"), param, &m->content, &m->content_len, e);
@@ -299,7 +281,8 @@ static int parse_input(const cJSON *o, struct gen_args *a, struct api_error *e)
 		return request_fail_oom(e, "input");
 	if (ins) {
 		struct api_message *m = msg_next(a, "system", e, "instructions");
-		if (!m || request_name_dup(ins, "instructions", &a->instructions, e))
+		if (!m ||
+		    request_name_dup(ins, "instructions", "instructions", &a->instructions, e))
 			return -EINVAL;
 		if (!(m->content = request_text_dup(ins, &m->content_len)))
 			return request_fail_oom(e, "instructions");
@@ -419,7 +402,8 @@ static int parse_previous(const cJSON *o, struct gen_args *a, struct api_error *
 		    "'previous_response_id' must be a response id (printable ASCII, at most "
 		    "%d bytes)",
 		    RESPONSE_ID_ARG_MAX);
-	return request_name_dup(v, "previous_response_id", &a->previous_response_id, e);
+	return request_name_dup(v, "previous_response_id", "previous_response_id",
+	                        &a->previous_response_id, e);
 }
 
 static int parse_settings(const cJSON *o, int64_t limit, struct gen_args *a, struct api_error *e)
@@ -427,7 +411,7 @@ static int parse_settings(const cJSON *o, int64_t limit, struct gen_args *a, str
 	const cJSON *m = request_field(o, "model");
 	if (m && !cJSON_IsString(m))
 		return request_fail(e, "model", "invalid_type", "'model' must be a string");
-	if (m && request_name_dup(m, "model", &a->model, e))
+	if (m && request_name_dup(m, "model", "model", &a->model, e))
 		return -EINVAL;
 	double mt = (double)limit, t = a->sampling.temperature, tp = a->sampling.top_p;
 	int rc = request_get_num(o, "max_output_tokens", 1, (double)limit, true, &mt, e);
@@ -502,9 +486,9 @@ int responses_id_session(const char *id, char session_id[SCHED_SESSION_ID_LEN])
 {
 	if (strncmp(id, "resp_", 5))
 		return -ENOENT;
-	const char *sid = id + 5;
-	size_t n = strspn(sid, hex_digits);
-	if (n == 0 || n > SESSION_ID_MAX || sid[n] != '_')
+	const char *sid = id + 5, *end = strchr(sid, '_');
+	size_t n = end ? (size_t)(end - sid) : 0;
+	if (!end || !session_id_valid_n(sid, n))
 		return -ENOENT;
 	const char *tail = sid + n + 1;
 	if (strlen(tail) != RESP_RANDOM_HEX || strspn(tail, hex_digits) != RESP_RANDOM_HEX)

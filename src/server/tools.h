@@ -14,8 +14,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "server/chat_template.h"
-#include "server/request.h"
+#include "server/chat_family.h"
+#include "server/request_fields.h"
 
 enum tool_choice_kind {
 	TOOL_CHOICE_AUTO = 0, /* the model decides; calls are parsed from the text */

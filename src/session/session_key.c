@@ -11,15 +11,30 @@ static bool is_hex(char c)
 	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
 
+bool session_id_valid_n(const char *s, size_t n)
+{
+	if (n == 0 || n > SESSION_ID_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!is_hex(s[i]))
+			return false;
+	return true;
+}
+
 bool session_id_valid(const char *id)
 {
-	if (!id)
+	return id && session_id_valid_n(id, strnlen(id, SESSION_ID_MAX + 1));
+}
+
+bool session_id_nameable(const char *s)
+{
+	size_t n = strnlen(s, SESSION_ID_NAME_MAX + 1);
+	if (n == 0 || n > SESSION_ID_NAME_MAX)
 		return false;
-	size_t i = 0;
-	for (; id[i]; i++)
-		if (!is_hex(id[i]) || i >= SESSION_ID_MAX)
+	for (size_t i = 0; i < n; i++)
+		if (s[i] <= ' ' || s[i] > '~')
 			return false;
-	return i > 0;
+	return true;
 }
 
 void session_owner_tag(const char *owner, char tag[SESSION_OWNER_TAG_LEN + 1])

@@ -18,7 +18,9 @@
 #include <string.h>
 
 #include "cache/kvquant.h"
+#include "session/session_key.h"
 #include "util/errbuf.h"
+#include "util/sderr.h"
 
 static const char MAGIC[8] = {'S', 'I', 'N', 'K', 'D', 'S', 'E', 'S'};
 
@@ -236,8 +238,7 @@ static int get_text(const unsigned char *p, size_t cap, char *out, const char *w
 
 static int hex_id_check(const char *id, char *err, size_t err_len)
 {
-	size_t n = strlen(id);
-	if (n == 0 || n > 32 || strspn(id, "0123456789abcdefABCDEF") != n)
+	if (!session_id_valid(id))
 		return err_set(err, err_len, -EINVAL,
 		               "snapshot: session id '%s' is not 1..32 hex digits", id);
 	return 0;
@@ -302,18 +303,18 @@ static int check_model(const unsigned char *b, const struct snapshot *sn,
 		char have[65], want[65];
 		hex_of(b + OFF_MODEL, have);
 		hex_of(ex->model_sha256, want);
-		return err_set(err, err_len, -EXDEV,
+		return err_set(err, err_len, SDERR_MODEL_MISMATCH,
 		               "snapshot: of another model (file sha256 %.16s..., this instance "
 		               "serves %.16s...)",
 		               have, want);
 	}
 	if (ex->arch && strcmp(sn->arch, model_arch_snapshot_name(ex->arch)))
-		return err_set(err, err_len, -EXDEV,
+		return err_set(err, err_len, SDERR_MODEL_MISMATCH,
 		               "snapshot: architecture '%s', this instance serves '%s'", sn->arch,
 		               model_arch_snapshot_name(ex->arch));
 	if (sn->n_vocab != ex->n_vocab || sn->geom.n_layers != ex->n_layers ||
 	    sn->geom.n_kv_heads != ex->n_kv_heads || sn->geom.head_dim != ex->head_dim)
-		return err_set(err, err_len, -EXDEV,
+		return err_set(err, err_len, SDERR_MODEL_MISMATCH,
 		               "snapshot: shape (vocabulary %u, %d layers, %d kv heads, head_dim %d) "
 		               "is not the model's (%u, %d, %d, %d)",
 		               sn->n_vocab, sn->geom.n_layers, sn->geom.n_kv_heads, sn->geom.head_dim,

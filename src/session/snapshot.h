@@ -92,9 +92,9 @@ int snapshot_encode(const struct snapshot *sn, unsigned char **out, size_t *out_
  * stream counters below SNAPSHOT_MAX_STREAM_TOKENS, token ids against the
  * vocabulary, every K/V value of the cache image finite) before filling
  * out; nothing is sized from an unchecked field.  Another model's snapshot
- * is -EXDEV; one that claims this model but not its RoPE (rope_dim,
- * rope_theta, rope_neox) is -EINVAL, like any other crafted field, and err
- * names the field.  expect may be NULL (no model check: the inspection
+ * is SDERR_MODEL_MISMATCH (util/sderr.h); one that claims this model but
+ * not its RoPE (rope_dim, rope_theta, rope_neox) is -EINVAL, like any
+ * other crafted field, and err names the field.  expect may be NULL (no model check: the inspection
  * tool).  On success out->kv.data points into buf and out->hist is
  * allocated. */
 int snapshot_decode(const unsigned char *buf, size_t len, const struct snapshot_expect *expect,

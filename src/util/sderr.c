@@ -10,7 +10,7 @@ static const struct {
 } names[] = {
     {SDERR_MODEL_MISMATCH, "model_mismatch"}, {SDERR_MAX_SESSIONS, "max_sessions"},
     {SDERR_OWNER_SESSIONS, "owner_sessions"}, {SDERR_OUT_OF_RANGE, "out_of_range"},
-    {SDERR_CONFLICT, "conflict"},
+    {SDERR_CONFLICT, "conflict"},             {SDERR_UNCHECKED, "unchecked"},
 };
 
 const char *sderr_name(int rc)

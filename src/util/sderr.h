@@ -24,7 +24,11 @@ enum sderr {
 	/* the request contradicts the session's state: revise_last_tokens
 	 * reaches past what the window still holds */
 	SDERR_CONFLICT = SDERR_BASE - 4,
-	SDERR_LAST = SDERR_BASE - 4,
+	/* a module was handed input its caller promised to have checked (the
+	 * server's gen_prepare checks every request before the scheduler sees
+	 * it): the caller's bug, never the client's fault */
+	SDERR_UNCHECKED = SDERR_BASE - 5,
+	SDERR_LAST = SDERR_BASE - 5,
 };
 
 /* "model_mismatch", ...; NULL for a code that is not one of these. */

@@ -13,6 +13,7 @@
 #include "cache/sinkcache.h"
 #include "util/errbuf.h"
 #include "testutil.h"
+#include "util/sderr.h"
 
 enum { NL = 2, NKV = 2, NH = 4, D = 8, MAXT = 400, MAXA = 8 };
 
@@ -308,7 +309,7 @@ START_TEST(revise_keeps_anchors)
 	sinkcache_get_stats(c, &st);
 	ck_assert_int_eq(st.n_anchor, before);
 	ck_assert_int_eq(st.n_resident, res - 5);
-	ck_assert_int_eq(sinkcache_revise(c, 6, err, sizeof(err)), -ERANGE);
+	ck_assert_int_eq(sinkcache_revise(c, 6, err, sizeof(err)), SDERR_CONFLICT);
 	sinkcache_reset(c);
 	sinkcache_get_stats(c, &st);
 	ck_assert_int_eq(st.n_anchor, 0);

@@ -17,6 +17,7 @@
 #include "cache/sinkcache_impl.h"
 #include "util/errbuf.h"
 #include "testutil.h"
+#include "util/sderr.h"
 
 enum { NL = 2, NKV = 2, NH = 4, D = 16, MAXTOK = 400 };
 
@@ -335,7 +336,7 @@ static void run_against_ref(const struct cache_geometry *g, int n_steps, double 
 				ck_assert_msg(rc == 0, "revise %d: %s", n, err);
 				ref_revise(&r, n);
 			} else {
-				ck_assert_int_eq(rc, -ERANGE);
+				ck_assert_int_eq(rc, SDERR_CONFLICT);
 				ck_assert_ptr_nonnull(strstr(err, "can revise at most"));
 			}
 		}
@@ -558,7 +559,7 @@ START_TEST(test_revise_exact)
 		for (int l = 0; l < NL; l++)
 			sinkcache_append(b, l, k[t], v[t], NULL, 0);
 	/* 7 window tokens: hot 4, staged 3 -> at most 7 */
-	ck_assert_int_eq(sinkcache_revise(a, 8, err, sizeof(err)), -ERANGE);
+	ck_assert_int_eq(sinkcache_revise(a, 8, err, sizeof(err)), SDERR_CONFLICT);
 	ck_assert_ptr_nonnull(strstr(err, "can revise at most 7 tokens"));
 	ck_assert_int_eq(sinkcache_revise(a, 3, err, sizeof(err)), 0);
 	float *scratch = malloc(sinkcache_scratch_floats(&g) * sizeof(float));
@@ -577,7 +578,7 @@ START_TEST(test_revise_exact)
 	/* after groups formed: only hot + staged tokens can go */
 	struct sinkcache_stats st;
 	sinkcache_get_stats(a, &st);
-	ck_assert_int_eq(sinkcache_revise(a, (size_t)st.n_resident, err, sizeof(err)), -ERANGE);
+	ck_assert_int_eq(sinkcache_revise(a, (size_t)st.n_resident, err, sizeof(err)), SDERR_CONFLICT);
 	ck_assert_ptr_nonnull(strstr(err, "sink tokens are never revised"));
 	free(scratch);
 	sinkcache_free(a);

@@ -12,6 +12,7 @@
 
 #include "cache/tierpolicy.h"
 #include "testutil.h"
+#include "util/sderr.h"
 
 #define MAXT 4096
 
@@ -116,7 +117,7 @@ START_TEST(test_against_reference)
 				size_t drop = (size_t)(rand() % 6);
 				int most = tier_revisable(&n);
 				int rc = tier_revise(&c, &n, drop, err, sizeof(err));
-				ck_assert_int_eq(rc, drop > (size_t)most ? -ERANGE : 0);
+				ck_assert_int_eq(rc, drop > (size_t)most ? SDERR_CONFLICT : 0);
 				if (rc == 0) {
 					int hot = r.n_win - r.n_grouped - r.n_stage;
 					int from_hot = (int)drop < hot ? (int)drop : hot;

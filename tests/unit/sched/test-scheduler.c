@@ -27,6 +27,7 @@
 #include "tokenizer/tokenizer.h"
 #include "util/errbuf.h"
 #include "testutil.h"
+#include "util/sderr.h"
 
 /* ---- fixture: the model, backend and tokenizer, loaded once ----------- */
 
@@ -151,7 +152,7 @@ struct coll {
 	int n_prompt_done, n_done;
 	enum gen_finish finish;
 	int error_rc, retry_after_s, done_generated;
-	const char *error_param; /* DONE's, or submit's on an error */
+	enum sched_field error_field; /* DONE's, or submit's on an error */
 	char error[256];
 	int max_tokens;
 	bool expect_cancel;
@@ -229,7 +230,7 @@ static void on_event(void *user, const struct gen_event *ev)
 		c->n_done++;
 		c->finish = ev->finish;
 		c->error_rc = ev->error_rc;
-		c->error_param = ev->error_param;
+		c->error_field = ev->error_field;
 		c->retry_after_s = ev->retry_after_s;
 		c->done_generated = ev->n_generated_tokens;
 		if (ev->error)
@@ -312,7 +313,7 @@ static int submit(struct scheduler *s, struct coll *c, const int32_t *ids, size_
 	c->max_tokens = max_tokens;
 	int rc = scheduler_submit(s, &q, &c->handle, err, sizeof(err));
 	if (rc) {
-		c->error_param = q.err_param; /* no events come: DONE cannot write it meanwhile */
+		c->error_field = q.err_field; /* no events come: DONE cannot write it meanwhile */
 		ck_assert_ptr_nonnull(q.prompt_ids); /* still ours */
 		ck_assert_int_gt((int)strlen(err), 0);
 		free(q.prompt_ids);
@@ -657,7 +658,7 @@ START_TEST(test_session_continue_and_revise)
 	struct coll *c1 = coll_new(s), *c2 = coll_new(s);
 	ck_assert_int_eq(submit(s, c1, b, 5, 2000, id, 0), 0);
 	ck_assert_int_eq(submit(s, c2, b, 5, 5, id, 0), -EBUSY);
-	ck_assert_str_eq(c2->error_param, "session_id");
+	ck_assert_int_eq(c2->error_field, SCHED_FIELD_SESSION_ID);
 	scheduler_cancel(s, c1->handle);
 	coll_wait(c1);
 	ck_assert(c1->finish == GEN_FINISH_CANCELLED || c1->finish == GEN_FINISH_LENGTH);
@@ -666,7 +667,7 @@ START_TEST(test_session_continue_and_revise)
 
 	c2 = coll_new(s);
 	ck_assert_int_eq(submit(s, c2, b, 5, 5, "00000000000000000000000000000000", 0), -ENOENT);
-	ck_assert_str_eq(c2->error_param, "session_id");
+	ck_assert_int_eq(c2->error_field, SCHED_FIELD_SESSION_ID);
 	coll_free(c2);
 	ck_assert_int_eq(scheduler_session_delete(s, id), 0);
 	ck_assert_int_eq(scheduler_session_info(s, id, &info), -ENOENT);
@@ -718,12 +719,12 @@ START_TEST(test_session_revise_window)
 	struct sched_session_info info;
 	struct scheduler *s = sched_make(&cfg, ov, 1);
 	struct session_settings bad = {.window_size = 1 << 30, .sink_keep_count = -1};
-	const char *param = NULL;
-	ck_assert_int_eq(scheduler_session_create(s, &bad, id, &param, err, sizeof(err)), -EINVAL);
-	ck_assert_str_eq(param, "window_size");
+	enum sched_field field = SCHED_FIELD_NONE;
+	ck_assert_int_eq(scheduler_session_create(s, &bad, id, &field, err, sizeof(err)), -EINVAL);
+	ck_assert_int_eq(field, SCHED_FIELD_WINDOW_SIZE);
 	bad = (struct session_settings){.window_size = 0, .sink_keep_count = 1 << 30};
-	ck_assert_int_eq(scheduler_session_create(s, &bad, id, &param, err, sizeof(err)), -EINVAL);
-	ck_assert_str_eq(param, "sink_keep_count");
+	ck_assert_int_eq(scheduler_session_create(s, &bad, id, &field, err, sizeof(err)), -EINVAL);
+	ck_assert_int_eq(field, SCHED_FIELD_SINK_KEEP_COUNT);
 	struct session_settings opt = {.window_size = 8, .sink_keep_count = 2};
 	ck_assert_int_eq(scheduler_session_create(s, &opt, id, NULL, err, sizeof(err)), 0);
 	int32_t ids[30];
@@ -741,8 +742,8 @@ START_TEST(test_session_revise_window)
 	ck_assert_int_eq(info.window_size, 8);
 	/* 8 window tokens + the pending one can be revised, not 10. */
 	struct coll *c = coll_new(s);
-	ck_assert_int_eq(submit(s, c, ids, 3, 4, id, 10), -ERANGE);
-	ck_assert_str_eq(c->error_param, "revise_last_tokens");
+	ck_assert_int_eq(submit(s, c, ids, 3, 4, id, 10), SDERR_CONFLICT);
+	ck_assert_int_eq(c->error_field, SCHED_FIELD_REVISE_LAST_TOKENS);
 	ck_assert_int_eq(run_one(s, ids, 3, 4, id, 9, NULL), 4);
 	ck_assert_int_eq(scheduler_session_info(s, id, &info), 0);
 	ck_assert_uint_eq(info.n_seen, 30 - 9 + 3 + 4);
@@ -780,7 +781,7 @@ START_TEST(test_admission_budget)
 	ck_assert_int_eq(waiting->finish, GEN_FINISH_ERROR);
 	ck_assert_int_eq(waiting->error_rc,
 	                 -EAGAIN); /* as a full queue: respond.h makes it a 503 */
-	ck_assert_ptr_null(waiting->error_param);
+	ck_assert_int_eq(waiting->error_field, SCHED_FIELD_NONE);
 	ck_assert_int_ge(waiting->retry_after_s, 1);
 	ck_assert_int_eq(waiting->n_tokens, 0);
 	ck_assert_int_eq(waiting->n_started, 0); /* left the queue without starting */
@@ -840,7 +841,7 @@ static int pinned_run(struct scheduler *s, const int32_t *ids, size_t n, const c
  * configured sinks and 6 pinned tokens a stream generates what 6 configured
  * sinks give, on a one-shot request and on a session's first request, whose
  * reservation grows to the pinned bound; it stays pinned after the window
- * moved past it.  Out of range pins are -EDOM (400). */
+ * moved past it.  Out of range pins are SDERR_OUT_OF_RANGE (400). */
 START_TEST(test_pinned_prefix)
 {
 	const char *ov6[] = {"inference.attention.dtype=float32", "inference.cache.window_size=16",
@@ -896,20 +897,20 @@ START_TEST(test_pinned_prefix)
 	ck_assert_uint_eq(st.kv_bytes_reserved, bound6);
 	/* a session pins with its first request only */
 	c = coll_new(s);
-	ck_assert_int_eq(submit_pinned(s, c, pr, n_pr, 1, id, 4), -EDOM);
-	ck_assert_str_eq(c->error_param, "pin_prefix_tokens");
+	ck_assert_int_eq(submit_pinned(s, c, pr, n_pr, 1, id, 4), SDERR_OUT_OF_RANGE);
+	ck_assert_int_eq(c->error_field, SCHED_FIELD_PIN_PREFIX_TOKENS);
 	coll_free(c);
 	/* over max_pinned_tokens, over the prompt */
 	c = coll_new(s);
-	ck_assert_int_eq(submit_pinned(s, c, pr, n_pr, 1, NULL, 9), -EDOM);
-	ck_assert_int_eq(submit_pinned(s, c, pr, 3, 1, NULL, 4), -EDOM);
+	ck_assert_int_eq(submit_pinned(s, c, pr, n_pr, 1, NULL, 9), SDERR_OUT_OF_RANGE);
+	ck_assert_int_eq(submit_pinned(s, c, pr, 3, 1, NULL, 4), SDERR_OUT_OF_RANGE);
 	coll_free(c);
 	/* a session with a smaller window than the pin */
 	char small[SCHED_SESSION_ID_LEN];
 	struct session_settings set = {.window_size = 4, .sink_keep_count = -1};
 	ck_assert_int_eq(scheduler_session_create(s, &set, small, NULL, err, sizeof(err)), 0);
 	c = coll_new(s);
-	ck_assert_int_eq(submit_pinned(s, c, pr, n_pr, 1, small, 6), -EDOM);
+	ck_assert_int_eq(submit_pinned(s, c, pr, n_pr, 1, small, 6), SDERR_OUT_OF_RANGE);
 	coll_free(c);
 	ck_assert_int_eq(scheduler_session_delete(s, small), 0);
 	ck_assert_int_eq(scheduler_session_delete(s, id), 0);
@@ -942,8 +943,9 @@ START_TEST(test_pinned_prefix)
 }
 END_TEST
 
-/* Sessions are bounded in total (limits.max_sessions: -EMFILE, 503) and per
- * owner (owner_max: -EDQUOT, 429, another owner unaffected), and a session
+/* Sessions are bounded in total (limits.max_sessions: SDERR_MAX_SESSIONS,
+ * 503) and per owner (owner_max: SDERR_OWNER_SESSIONS, 429, another owner
+ * unaffected), and a session
  * no request ran on gives its reservation back after
  * scheduler.session_empty_ttl_s while a used one stays (defect: empty
  * creates held the whole KV budget for session_ttl_s). */
@@ -961,10 +963,12 @@ START_TEST(test_session_limits_and_empty_expiry)
 	struct session_settings b = {.sink_keep_count = -1, .owner = "key:b", .owner_max = 2};
 	ck_assert_int_eq(scheduler_session_create(s, &a, a1, NULL, err, sizeof(err)), 0);
 	ck_assert_int_eq(scheduler_session_create(s, &a, a2, NULL, err, sizeof(err)), 0);
-	ck_assert_int_eq(scheduler_session_create(s, &a, x, NULL, err, sizeof(err)), -EDQUOT);
+	ck_assert_int_eq(scheduler_session_create(s, &a, x, NULL, err, sizeof(err)),
+	                 SDERR_OWNER_SESSIONS);
 	ck_assert_ptr_nonnull(strstr(err, "limits.per_key.max_sessions"));
 	ck_assert_int_eq(scheduler_session_create(s, &b, b1, NULL, err, sizeof(err)), 0);
-	ck_assert_int_eq(scheduler_session_create(s, &b, x, NULL, err, sizeof(err)), -EMFILE);
+	ck_assert_int_eq(scheduler_session_create(s, &b, x, NULL, err, sizeof(err)),
+	                 SDERR_MAX_SESSIONS);
 	ck_assert_ptr_nonnull(strstr(err, "limits.max_sessions"));
 	/* The empty sessions expire within the second: that is the hint. */
 	ck_assert_int_eq(scheduler_session_retry_after_s(s, "key:a"), 1);
@@ -1094,12 +1098,12 @@ START_TEST(test_prepare_refuses_and_shrinks)
 	wait_idle(s);
 	ck_assert_int_eq(scheduler_session_create(s, &named, c, NULL, err, sizeof(err)), 0);
 	ck_assert_str_eq(c, "abc123");
-	const char *param = NULL;
-	ck_assert_int_eq(scheduler_session_create(s, &named, c, &param, err, sizeof(err)), -EEXIST);
-	ck_assert_str_eq(param, "id");
+	enum sched_field field = SCHED_FIELD_NONE;
+	ck_assert_int_eq(scheduler_session_create(s, &named, c, &field, err, sizeof(err)), -EEXIST);
+	ck_assert_int_eq(field, SCHED_FIELD_SESSION_ID);
 	named.id = "../etc";
-	ck_assert_int_eq(scheduler_session_create(s, &named, c, &param, err, sizeof(err)), -EINVAL);
-	ck_assert_str_eq(param, "id");
+	ck_assert_int_eq(scheduler_session_create(s, &named, c, &field, err, sizeof(err)), -EINVAL);
+	ck_assert_int_eq(field, SCHED_FIELD_SESSION_ID);
 	ck_assert_int_eq(scheduler_session_delete(s, "abc123"), 0);
 	wait_idle(s);
 	scheduler_free(s);
@@ -1304,7 +1308,7 @@ static void walk_submit(struct walk *w, int sess)
 		return;
 	}
 	/* Clear refusals only: unknown (expired) session, busy, revise too far, full. */
-	ck_assert_msg(rc == -ENOENT || rc == -EBUSY || rc == -ERANGE || rc == -EAGAIN ||
+	ck_assert_msg(rc == -ENOENT || rc == -EBUSY || rc == SDERR_CONFLICT || rc == -EAGAIN ||
 	                  rc == -EINVAL,
 	              "submit: %d", rc);
 	if (rc == -ENOENT)
@@ -1355,7 +1359,7 @@ static void walk_check_done(struct coll *c)
 	switch (c->finish) {
 	case GEN_FINISH_ERROR:
 		/* a queue timeout, a revise or a prompt the session cannot take */
-		ck_assert_msg(c->error_rc == -EAGAIN || c->error_rc == -ERANGE ||
+		ck_assert_msg(c->error_rc == -EAGAIN || c->error_rc == SDERR_CONFLICT ||
 		                  c->error_rc == -E2BIG || c->error_rc == -EINVAL,
 		              "rc %d: %s", c->error_rc, c->error);
 		ck_assert_int_gt((int)strlen(c->error), 0);
@@ -1519,12 +1523,13 @@ START_TEST(test_logit_bias)
 	for (int i = 0; i < 8; i++)
 		ck_assert_int_eq(c->tokens[i], forced);
 	coll_free(c);
-	/* an id outside the vocabulary is refused at submit, naming the field */
+	/* an id outside the vocabulary is the server's to refuse (gen_prepare):
+	 * one that reaches the scheduler is a caller's bug, blaming no field */
 	c = coll_new(s);
 	c->bias[0] = (struct sampler_bias){.token = 1 << 20, .bias = 1};
 	c->n_bias = 1;
-	ck_assert_int_eq(submit(s, c, p->ids, p->n, 8, NULL, 0), -EINVAL);
-	ck_assert_str_eq(c->error_param, "logit_bias");
+	ck_assert_int_eq(submit(s, c, p->ids, p->n, 8, NULL, 0), SDERR_UNCHECKED);
+	ck_assert_int_eq(c->error_field, SCHED_FIELD_NONE);
 	coll_free(c);
 	scheduler_free(s);
 	config_deinit(&cfg);

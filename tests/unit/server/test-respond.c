@@ -8,6 +8,7 @@
 
 #include "server/respond.h"
 #include "testutil.h"
+#include "util/sderr.h"
 
 struct want {
 	int rc;
@@ -20,20 +21,21 @@ struct want {
 /* What scheduler.h promises its callers and what an OpenAI client expects. */
 static const struct want table[] = {
     {-EINVAL, 400, "invalid_request_error", "invalid_value", false},
-    {-EDOM, 400, "invalid_request_error", "invalid_value", false},
     {-E2BIG, 400, "invalid_request_error", "context_length_exceeded", false},
     {-EBADMSG, 400, "invalid_request_error", "invalid_snapshot", false},
-    {-EXDEV, 400, "invalid_request_error", "snapshot_model_mismatch", false},
     {-ENOENT, 404, "invalid_request_error", "session_not_found", false},
     {-EBUSY, 409, "invalid_request_error", "conflict", false},
-    {-ERANGE, 409, "invalid_request_error", "conflict", false},
     {-EEXIST, 409, "invalid_request_error", "session_exists", false},
-    {-EDQUOT, 429, "rate_limit_error", "per_key_max_sessions", true},
     {-ENOMEM, 500, "server_error", "out_of_memory", false},
     {-ENOTSUP, 501, "server_error", "not_supported", false},
     {-EAGAIN, 503, "server_error", "overloaded", true},
     {-ENOSPC, 503, "server_error", "overloaded", true},
-    {-EMFILE, 503, "server_error", "max_sessions", true},
+    {SDERR_MODEL_MISMATCH, 400, "invalid_request_error", "snapshot_model_mismatch", false},
+    {SDERR_OUT_OF_RANGE, 400, "invalid_request_error", "invalid_value", false},
+    {SDERR_CONFLICT, 409, "invalid_request_error", "conflict", false},
+    {SDERR_OWNER_SESSIONS, 429, "rate_limit_error", "per_key_max_sessions", true},
+    {SDERR_MAX_SESSIONS, 503, "server_error", "max_sessions", true},
+    {SDERR_UNCHECKED, 500, "server_error", "internal_error", false},
 };
 
 START_TEST(test_kind_of_each_code)
@@ -81,6 +83,22 @@ START_TEST(test_type_of_status)
 }
 END_TEST
 
+/* Every sinkd code is in the table above (so its answer is tested), and
+ * only the caller's-bug code is the server's internal error. */
+START_TEST(test_every_sderr_code_is_mapped)
+{
+	for (int rc = SDERR_BASE; rc >= SDERR_LAST; rc--) {
+		bool listed = false;
+		for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
+			listed = listed || table[i].rc == rc;
+		ck_assert_msg(listed, "%s (%d) is not in the table", sderr_name(rc), rc);
+		const struct respond_kind *k = respond_kind_of(rc);
+		ck_assert_msg(rc == SDERR_UNCHECKED || strcmp(k->code, "internal_error") != 0,
+		              "%s (%d) has no mapping", sderr_name(rc), rc);
+	}
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("respond");
@@ -88,6 +106,7 @@ int main(void)
 	tcase_add_test(tc, test_kind_of_each_code);
 	tcase_add_test(tc, test_unknown_codes_are_the_servers);
 	tcase_add_test(tc, test_type_of_status);
+	tcase_add_test(tc, test_every_sderr_code_is_mapped);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

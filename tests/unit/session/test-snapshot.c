@@ -16,6 +16,7 @@
 #include "session/snapshot.h"
 #include "util/errbuf.h"
 #include "testutil.h"
+#include "util/sderr.h"
 
 enum { NL = 2, NKV = 2, D = 8, VOCAB = 300 };
 
@@ -175,13 +176,13 @@ START_TEST(test_foreign)
 	unsigned char *buf = make(30, &len, &im, hist);
 	struct snapshot_expect other = *expect();
 	other.model_sha256[5] ^= 1;
-	refused(buf, len, &other, -EXDEV, "another model");
+	refused(buf, len, &other, SDERR_MODEL_MISMATCH, "another model");
 	other = *expect();
 	other.arch = model_arch_find("qwen2");
-	refused(buf, len, &other, -EXDEV, "architecture");
+	refused(buf, len, &other, SDERR_MODEL_MISMATCH, "architecture");
 	other = *expect();
 	other.head_dim = 16;
-	refused(buf, len, &other, -EXDEV, "shape");
+	refused(buf, len, &other, SDERR_MODEL_MISMATCH, "shape");
 	memcpy(buf, "GGUF", 4);
 	refused(buf, len, expect(), -EINVAL, "magic");
 	memcpy(buf, "SINK", 4);
@@ -233,7 +234,7 @@ START_TEST(test_hostile_fields)
 		else
 			memcpy(buf + cases[i].off, &cases[i].value, 4);
 		reseal(buf, len);
-		refused(buf, len, expect(), cases[i].off == 80 ? -EXDEV : -EINVAL, cases[i].says);
+		refused(buf, len, expect(), cases[i].off == 80 ? SDERR_MODEL_MISMATCH : -EINVAL, cases[i].says);
 		kv_image_free(&im);
 		free(buf);
 	}
