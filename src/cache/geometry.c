@@ -22,7 +22,7 @@ size_t kv_dtype_size(enum kv_dtype dt)
 }
 
 void cache_geometry_build(const struct cache_settings *s, const struct model_hparams *hp,
-                              struct cache_geometry *g)
+                          struct cache_geometry *g)
 {
 	memset(g, 0, sizeof(*g));
 	g->n_layers = hp->n_layers;
@@ -50,8 +50,8 @@ void cache_geometry_build(const struct cache_settings *s, const struct model_hpa
 	}
 }
 
-int cache_geometry_fits_model(const struct cache_geometry *g,
-                                  const struct model_hparams *hp, char *err, size_t err_len)
+int cache_geometry_fits_model(const struct cache_geometry *g, const struct model_hparams *hp,
+                              char *err, size_t err_len)
 {
 	if (g->n_layers != hp->n_layers || g->n_kv_heads != hp->n_kv_heads ||
 	    g->head_dim != hp->head_dim)
@@ -72,13 +72,12 @@ struct cache_layer_span cache_geometry_layer_span(const struct cache_geometry *g
 {
 	if (g->layer[l].own)
 		return g->layer[l];
-	return (struct cache_layer_span){.own = false,
-	                                 .strategy = (uint8_t)g->strategy,
-	                                 .window_size = g->window_size};
+	return (struct cache_layer_span){
+	    .own = false, .strategy = (uint8_t)g->strategy, .window_size = g->window_size};
 }
 
-void cache_geometry_set_layer(struct cache_geometry *g, int l,
-                                  enum cache_strategy strategy, int window_size)
+void cache_geometry_set_layer(struct cache_geometry *g, int l, enum cache_strategy strategy,
+                              int window_size)
 {
 	g->layer[l] = (struct cache_layer_span){
 	    .own = true, .strategy = (uint8_t)strategy, .window_size = window_size};
@@ -142,19 +141,18 @@ static void layout_of_span(const struct cache_geometry *g, const struct cache_la
 	lo->group_bytes = n_kv * (2 * (size_t)t->group * t->code_row + 2 * d * sizeof(float) +
 	                          (size_t)t->group * 2 * sizeof(float));
 	if (t->anchor > 0)
-		lo->anchor_bytes = (size_t)t->anchor * (sizeof(uint64_t) + sizeof(float) +
-		                                        sizeof(int32_t) + n_kv * d * sizeof(float) +
-		                                        lo->fp_tok) +
-		                   (size_t)t->window * sizeof(float);
-	lo->front_bytes = (size_t)t->sink * lo->sink_tok + (size_t)(t->hot + t->stage) * lo->fp_tok +
-	                  lo->anchor_bytes;
+		lo->anchor_bytes =
+		    (size_t)t->anchor * (sizeof(uint64_t) + sizeof(float) + sizeof(int32_t) +
+		                         n_kv * d * sizeof(float) + lo->fp_tok) +
+		    (size_t)t->window * sizeof(float);
+	lo->front_bytes = (size_t)t->sink * lo->sink_tok +
+	                  (size_t)(t->hot + t->stage) * lo->fp_tok + lo->anchor_bytes;
 	lo->back_bytes = (size_t)t->n_groups * lo->group_bytes;
 	lo->layer_bytes = lo->front_bytes + lo->back_bytes;
 	lo->front_stride = (lo->front_bytes + 63) & ~(size_t)63;
 }
 
-void cache_geometry_layer_layout(const struct cache_geometry *g, int l,
-                                     struct cache_layout *lo)
+void cache_geometry_layer_layout(const struct cache_geometry *g, int l, struct cache_layout *lo)
 {
 	struct cache_layer_span sp = cache_geometry_layer_span(g, l);
 	layout_of_span(g, &sp, lo);
@@ -211,8 +209,8 @@ static int check_shape(const struct cache_geometry *g, char *err, size_t err_len
 }
 
 /* A span's window (what the hot tier may fill), or -1 with err set. */
-static int check_span(const struct cache_geometry *g, enum cache_strategy strategy,
-                      int window_size, char *err, size_t err_len)
+static int check_span(const struct cache_geometry *g, enum cache_strategy strategy, int window_size,
+                      char *err, size_t err_len)
 {
 	int rc;
 	if (strategy == CACHE_STRATEGY_SLIDING_WINDOW) {
@@ -229,8 +227,8 @@ static int check_span(const struct cache_geometry *g, enum cache_strategy strate
 		return 0;
 	}
 	if (strategy == CACHE_STRATEGY_FULL)
-		return (rc = check_range(err, err_len, "max_context_length", g->max_context_length, 1,
-		                         SINKCACHE_MAX_TOKENS))
+		return (rc = check_range(err, err_len, "max_context_length", g->max_context_length,
+		                         1, SINKCACHE_MAX_TOKENS))
 		           ? rc
 		           : check_range(err, err_len, "sink_keep_count", g->sink_keep_count, 0,
 		                         g->max_context_length);
@@ -254,10 +252,11 @@ static int check_layers(const struct cache_geometry *g, char *err, size_t err_le
 			return err_set(err, err_len, rc, "%slayer %d: %s", pre, l,
 			               strncmp(why, pre, strlen(pre)) ? why : why + strlen(pre));
 		if (sp->strategy == CACHE_STRATEGY_FULL && g->anchor_max != 0)
-			return err_set(err, err_len, -EINVAL,
-			               "cache geometry: layer %d: anchors need strategy "
-			               "sliding_window in every layer (a full cache evicts nothing)",
-			               l);
+			return err_set(
+			    err, err_len, -EINVAL,
+			    "cache geometry: layer %d: anchors need strategy "
+			    "sliding_window in every layer (a full cache evicts nothing)",
+			    l);
 	}
 	return 0;
 }
@@ -271,18 +270,21 @@ static int check_tiers(const struct cache_geometry *g, char *err, size_t err_len
 	                                                : g->window_size;
 	if (g->anchor_max != 0) {
 		if (g->strategy != CACHE_STRATEGY_SLIDING_WINDOW)
-			return err_set(err, err_len, -EINVAL,
-			               "cache geometry: anchors need strategy sliding_window (a full "
-			               "cache evicts nothing)");
-		if ((rc = check_range(err, err_len, "anchor_max", g->anchor_max, 0, SINKCACHE_MAX_ANCHORS)) ||
-		    (rc = check_range(err, err_len, "anchor_demote_steps", g->anchor_demote_steps, 1,
-		                      SINKCACHE_MAX_TOKENS)))
+			return err_set(
+			    err, err_len, -EINVAL,
+			    "cache geometry: anchors need strategy sliding_window (a full "
+			    "cache evicts nothing)");
+		if ((rc = check_range(err, err_len, "anchor_max", g->anchor_max, 0,
+		                      SINKCACHE_MAX_ANCHORS)) ||
+		    (rc = check_range(err, err_len, "anchor_demote_steps", g->anchor_demote_steps,
+		                      1, SINKCACHE_MAX_TOKENS)))
 			return rc;
 		if (!(g->anchor_promote > 0.0f && g->anchor_promote <= 1.0f))
-			return err_set(err, err_len, -EINVAL,
-			               "cache geometry: anchor_promote: %g is out of range (allowed: "
-			               "> 0 and <= 1, a softmax weight)",
-			               (double)g->anchor_promote);
+			return err_set(
+			    err, err_len, -EINVAL,
+			    "cache geometry: anchor_promote: %g is out of range (allowed: "
+			    "> 0 and <= 1, a softmax weight)",
+			    (double)g->anchor_promote);
 	}
 	if (!g->quant_enabled)
 		return 0;
@@ -308,8 +310,7 @@ int cache_geometry_check(const struct cache_geometry *g, char *err, size_t err_l
 	return rc ? rc : check_tiers(g, err, err_len);
 }
 
-bool cache_geometry_equal(const struct cache_geometry *a,
-                              const struct cache_geometry *b)
+bool cache_geometry_equal(const struct cache_geometry *a, const struct cache_geometry *b)
 {
 	bool same = a->n_layers == b->n_layers && a->n_kv_heads == b->n_kv_heads &&
 	            a->head_dim == b->head_dim && a->rope_dim == b->rope_dim &&
@@ -338,8 +339,8 @@ bool cache_geometry_equal(const struct cache_geometry *a,
  * for a layer without a span of its own, so that a uniform geometry costs
  * one layout whatever its depth. */
 static const struct cache_layout *layout_at(const struct cache_geometry *g, int l,
-                                                const struct cache_layout *dflt,
-                                                struct cache_layout *own)
+                                            const struct cache_layout *dflt,
+                                            struct cache_layout *own)
 {
 	if (!g->layer[l].own)
 		return dflt;
@@ -390,7 +391,7 @@ static bool tiers_equal(const struct cache_tiers *a, const struct cache_tiers *b
 }
 
 int cache_geometry_tiers_of(const struct cache_geometry *g, struct cache_tiers *t, char *err,
-                       size_t err_len)
+                            size_t err_len)
 {
 	struct cache_layout l0, dflt, own;
 	int rc = cache_geometry_check(g, err, err_len);
@@ -402,11 +403,12 @@ int cache_geometry_tiers_of(const struct cache_geometry *g, struct cache_tiers *
 	for (int l = 1; l < g->n_layers; l++) {
 		const struct cache_layout *ll = layout_at(g, l, &dflt, &own);
 		if (!tiers_equal(&ll->t, &l0.t))
-			return err_set(err, err_len, -ENOTSUP,
-			               "cache geometry: layer %d's span (window %d) gives other tiers "
-			               "than layer 0's (window %d); this cache keeps one tier layout "
-			               "for all layers",
-			               l, ll->t.window, l0.t.window);
+			return err_set(
+			    err, err_len, -ENOTSUP,
+			    "cache geometry: layer %d's span (window %d) gives other tiers "
+			    "than layer 0's (window %d); this cache keeps one tier layout "
+			    "for all layers",
+			    l, ll->t.window, l0.t.window);
 	}
 	*t = l0.t;
 	return 0;

@@ -33,7 +33,7 @@ enum kv_dtype { KV_DTYPE_F32 = 0, KV_DTYPE_F16, KV_DTYPE_BF16 };
  * beside global ones). */
 struct cache_layer_span {
 	bool own;
-	uint8_t strategy; /* enum cache_strategy, when own */
+	uint8_t strategy;    /* enum cache_strategy, when own */
 	int32_t window_size; /* sliding_window: compressed + hot, when own */
 };
 
@@ -60,8 +60,8 @@ struct cache_geometry {
 	 * anchor_max per layer; an anchor that receives less than anchor_promote
 	 * for anchor_demote_steps steps in a row leaves.  anchor_max 0: none. */
 	int anchor_max;
-	float anchor_promote;     /* (0, 1]: a softmax weight */
-	int anchor_demote_steps;  /* >= 1 */
+	float anchor_promote;                                     /* (0, 1]: a softmax weight */
+	int anchor_demote_steps;                                  /* >= 1 */
 	struct cache_layer_span layer[CACHE_GEOMETRY_MAX_LAYERS]; /* (n_layers) used */
 };
 
@@ -103,10 +103,10 @@ struct cache_tiers {
 struct cache_layout {
 	struct cache_tiers t;
 	size_t sink_tok, fp_tok, group_bytes; /* bytes per token / group, all kv heads, K+V */
-	size_t layer_bytes;  /* front_bytes + back_bytes: the bound of the layer */
-	size_t front_bytes;  /* sinks, hot, staging and anchors */
-	size_t anchor_bytes; /* anchors: rows and bookkeeping */
-	size_t back_bytes;   /* quantized groups */
+	size_t layer_bytes;                   /* front_bytes + back_bytes: the bound of the layer */
+	size_t front_bytes;                   /* sinks, hot, staging and anchors */
+	size_t anchor_bytes;                  /* anchors: rows and bookkeeping */
+	size_t back_bytes;                    /* quantized groups */
 	size_t front_stride; /* front_bytes rounded up to 64: layer fronts' spacing */
 };
 
@@ -139,17 +139,17 @@ static inline size_t kvq_code_bytes(int n, int bits)
  * settings' strategy and window (the model-families issue gives layers
  * their own spans). */
 void cache_geometry_build(const struct cache_settings *s, const struct model_hparams *hp,
-                              struct cache_geometry *g);
+                          struct cache_geometry *g);
 /* Whether a geometry is the shape of a model (layers, kv heads, head_dim,
  * rope_dim); -EINVAL with both shapes in err. */
-int cache_geometry_fits_model(const struct cache_geometry *g,
-                                  const struct model_hparams *hp, char *err, size_t err_len);
+int cache_geometry_fits_model(const struct cache_geometry *g, const struct model_hparams *hp,
+                              char *err, size_t err_len);
 
 /* Layer l's span with the geometry's values filled in where it has none of
  * its own; set_layer gives layer l its own span. */
 struct cache_layer_span cache_geometry_layer_span(const struct cache_geometry *g, int l);
-void cache_geometry_set_layer(struct cache_geometry *g, int l,
-                                  enum cache_strategy strategy, int window_size);
+void cache_geometry_set_layer(struct cache_geometry *g, int l, enum cache_strategy strategy,
+                              int window_size);
 
 /* The geometry of a stream that pins its first `pin` tokens (a system
  * prompt): they join the sink tier (sink_keep_count becomes at least pin),
@@ -160,8 +160,7 @@ void cache_geometry_pin(struct cache_geometry *g, int pin);
 int cache_geometry_check(const struct cache_geometry *g, char *err, size_t err_len);
 /* Whether two geometries describe the same cache (layer spans compared as
  * they take effect). */
-bool cache_geometry_equal(const struct cache_geometry *a,
-                              const struct cache_geometry *b);
+bool cache_geometry_equal(const struct cache_geometry *a, const struct cache_geometry *b);
 
 /* The most bytes a cache of this geometry can ever hold; what the scheduler
  * reserves.  sinkcache_new() allocates exactly this (plus a few hundred bytes
@@ -186,13 +185,12 @@ size_t cache_geometry_bound_bytes(const struct cache_geometry *g);
 size_t cache_geometry_anchor_bytes(const struct cache_geometry *g, int n_anchor);
 
 /* Layer l's tiers and bytes; g must be valid (cache_geometry_check). */
-void cache_geometry_layer_layout(const struct cache_geometry *g, int l,
-                                     struct cache_layout *lo);
+void cache_geometry_layer_layout(const struct cache_geometry *g, int l, struct cache_layout *lo);
 /* The tiers of every layer of a geometry, which must be the same for all:
  * -EINVAL for an invalid geometry, -ENOTSUP when layers' spans give
  * different tiers (a cache with one tier layout cannot hold it). */
 int cache_geometry_tiers_of(const struct cache_geometry *g, struct cache_tiers *t, char *err,
-                       size_t err_len);
+                            size_t err_len);
 
 /* Tokens per quantization group of the compressed tier (keys share per-channel
  * scales over a group): 32, or a divisor of the compressed capacity in

@@ -55,7 +55,8 @@ START_TEST(test_check)
 	refused(&g, "layer 1: anchors");
 	g = base();
 	cache_geometry_set_layer(&g, 1, CACHE_STRATEGY_SLIDING_WINDOW, 4);
-	refused(&g, "cache geometry: layer 1: sink_keep_count: 4 must be smaller than window_size 4");
+	refused(&g,
+	        "cache geometry: layer 1: sink_keep_count: 4 must be smaller than window_size 4");
 }
 END_TEST
 
@@ -154,8 +155,8 @@ END_TEST
 
 START_TEST(test_build_from_settings)
 {
-	struct model_hparams hp = {.n_layers = 5, .n_kv_heads = 3, .head_dim = 16,
-	                           .rope_dim = 8, .rope_theta = 500000.0};
+	struct model_hparams hp = {
+	    .n_layers = 5, .n_kv_heads = 3, .head_dim = 16, .rope_dim = 8, .rope_theta = 500000.0};
 	hp.arch = model_arch_find("llama");
 	struct cache_settings s = {.strategy = CACHE_STRATEGY_SLIDING_WINDOW,
 	                           .sink_keep_count = 4,
