@@ -18,6 +18,7 @@
 #include <strings.h>
 
 #include "model/dequant.h"
+#include "util/digest.h"
 #include "util/errbuf.h"
 #include "util/pages.h"
 
@@ -438,7 +439,7 @@ static int load_tensors(struct load_ctx *c)
 static int check_sha256(const char *path, const char *expected, char *err, size_t err_len)
 {
 	char hex[65];
-	int rc = sha256_file_hex(path, hex, err, err_len);
+	int rc = digest_file_sha256_hex(path, hex, err, err_len);
 	if (rc)
 		return rc;
 	if (strlen(expected) != 64 || strcasecmp(hex, expected) != 0)

@@ -18,6 +18,7 @@
 #include "model/dequant.h"
 #include "model/gguf_write.h"
 #include "model/model.h"
+#include "util/digest.h"
 #include "util/errbuf.h"
 #include "testutil.h"
 
@@ -602,9 +603,9 @@ START_TEST(test_mkmodel)
 	ck_assert_int_eq(m->hp.n_kv_heads, 2);
 	model_free(m);
 	char h1[65], h2[65];
-	ck_assert_int_eq(sha256_file_hex(p2, h1, err, sizeof(err)), 0);
+	ck_assert_int_eq(digest_file_sha256_hex(p2, h1, err, sizeof(err)), 0);
 	ck_assert_int_eq(run_tool(argv2), 0);
-	ck_assert_int_eq(sha256_file_hex(p2, h2, err, sizeof(err)), 0);
+	ck_assert_int_eq(digest_file_sha256_hex(p2, h2, err, sizeof(err)), 0);
 	ck_assert_str_eq(h1, h2);
 
 	char *bad[] = {(char *)mkmodel_path,
