@@ -20,9 +20,9 @@
 #include "cache/sinkcache.h"
 #include "config/config_table.h"
 #include "model/model.h"
-#include "tokenizer/unicode.h"
 #include "util/digest.h"
 #include "util/errbuf.h"
+#include "util/utf8.h"
 
 #define ORIGIN_LEN 192
 /* A sinkd config is at most 4 levels deep.  Deeper nesting is refused as its

@@ -3,6 +3,7 @@
  * interleave.  It does not rotate files or buffer events: stderr goes to the
  * journal, which does that. */
 #include "util/log.h"
+#include "util/utf8.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -12,7 +13,6 @@
 #include <strings.h>
 #include <time.h>
 
-#include "tokenizer/unicode.h"
 
 struct sinkd_log {
 	FILE *stream;
