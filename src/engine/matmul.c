@@ -34,6 +34,8 @@
 #include "engine/qdot.h"
 #include "model/dequant.h"
 #include "util/cpu.h"
+#include "util/fastexp.h"
+#include "util/half.h"
 
 #include <errno.h>
 #include <math.h>
@@ -91,37 +93,6 @@ void matmul_q8_activation_round(const float *x, int n, float *out)
 
 /* ---------------------------------------------------------------- scalars */
 
-static float half_to_float(uint16_t h)
-{
-	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-	uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
-	if (exp == 0x1f) {
-		bits = sign | 0x7f800000u | (mant << 13);
-	} else if (exp != 0) {
-		bits = sign | ((exp + 112) << 23) | (mant << 13);
-	} else if (mant == 0) {
-		bits = sign;
-	} else { /* subnormal: normalise */
-		int e = -1;
-		do {
-			mant <<= 1;
-			e++;
-		} while (!(mant & 0x400));
-		bits = sign | ((uint32_t)(112 - e) << 23) | ((mant & 0x3ff) << 13);
-	}
-	float f;
-	memcpy(&f, &bits, sizeof(f));
-	return f;
-}
-
-static float bf16_to_float(uint16_t b)
-{
-	uint32_t bits = (uint32_t)b << 16;
-	float f;
-	memcpy(&f, &bits, sizeof(f));
-	return f;
-}
-
 /* Converts elements [k0, k0+n) of a row; for the block types, k0 and n are
  * multiples of the block (32 values, 256 for the K-quants). */
 static void row_chunk_to_f32(int type, const uint8_t *row, int k0, int n, float *out)
@@ -132,21 +103,13 @@ static void row_chunk_to_f32(int type, const uint8_t *row, int k0, int n, float 
 		break;
 	case GGML_TYPE_F16:
 		for (int i = 0; i < n; i++)
-			out[i] = half_to_float(((const uint16_t *)row)[k0 + i]);
+			out[i] = fp16_to_f32(((const uint16_t *)row)[k0 + i]);
 		break;
 	case GGML_TYPE_BF16:
 		for (int i = 0; i < n; i++)
-			out[i] = bf16_to_float(((const uint16_t *)row)[k0 + i]);
+			out[i] = bf16_to_f32(((const uint16_t *)row)[k0 + i]);
 		break;
-	case GGML_TYPE_Q8_0:
-		for (int i = 0; i < n; i += 32) {
-			const struct block_q8_0 *b = (const struct block_q8_0 *)row + (k0 + i) / 32;
-			float d = half_to_float(b->d);
-			for (int j = 0; j < 32 && i + j < n; j++)
-				out[i + j] = d * (float)b->qs[j];
-		}
-		break;
-	default: /* the qdot types: k0 and n are multiples of their block */
+	default: /* the block types: k0 and n are multiples of their block */
 		dequantize_row((enum ggml_type)type,
 		               row + ggml_row_bytes((enum ggml_type)type, (uint64_t)k0), out,
 		               (uint64_t)n);
@@ -240,7 +203,7 @@ static void rows_q8_scalar(const struct matmul_job *job, const struct block_q8_x
 				int32_t dot = 0;
 				for (int i = 0; i < 32; i++)
 					dot += (int32_t)wb[k].qs[i] * xb[k].qs[i];
-				s += half_to_float(wb[k].d) * xb[k].d * (float)dot;
+				s += fp16_to_f32(wb[k].d) * xb[k].d * (float)dot;
 			}
 			job->y[(size_t)b * rows + r] = s + (job->bias ? job->bias[r] : 0.0f);
 		}
@@ -253,9 +216,9 @@ static float panel_element(const struct weight_matrix *w, int r, int k)
 	size_t i = panels_element_index(w, r, k);
 	switch (w->type) {
 	case GGML_TYPE_F16:
-		return half_to_float(((const uint16_t *)w->panels)[i]);
+		return fp16_to_f32(((const uint16_t *)w->panels)[i]);
 	case GGML_TYPE_BF16:
-		return bf16_to_float(((const uint16_t *)w->panels)[i]);
+		return bf16_to_f32(((const uint16_t *)w->panels)[i]);
 	default:
 		return ((const float *)w->panels)[i];
 	}
@@ -1279,21 +1242,22 @@ static void swiglu_scalar(float *gate, const float *up, int B, int ld, int r0, i
 }
 
 #ifdef MATMUL_X86
-/* exp(x), Cephes' expf polynomial (relative error ~2e-7), inputs clamped to
- * the range where the result is a finite float. */
+/* exp(x), Cephes' expf polynomial (relative error ~2e-7, constants
+ * util/fastexp.h), inputs clamped to the range where the result is a finite
+ * float. */
 AVX512_INLINE __m512 exp512(__m512 x)
 {
 	x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));
-	__m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+	__m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(FASTEXP_LOG2E)),
 	                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-	__m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-	__m512 p = _mm512_set1_ps(1.9875691500e-4f);
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+	__m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(FASTEXP_LN2_HI), x);
+	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(FASTEXP_LN2_LO), r);
+	__m512 p = _mm512_set1_ps(FASTEXP_P0);
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FASTEXP_P1));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FASTEXP_P2));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FASTEXP_P3));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FASTEXP_P4));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FASTEXP_P5));
 	__m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
 	return _mm512_scalef_ps(y, n);
 }
