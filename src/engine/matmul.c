@@ -33,6 +33,7 @@
 #include "engine/panels.h"
 #include "engine/qdot.h"
 #include "model/dequant.h"
+#include "model/wtype.h"
 #include "util/cpu.h"
 #include "util/fastexp.h"
 #include "util/half.h"
@@ -119,7 +120,7 @@ static void row_chunk_to_f32(int type, const uint8_t *row, int k0, int n, float 
 
 bool matmul_type_supported(int type)
 {
-	return model_type_kept_as_stored((enum ggml_type)type);
+	return wtype_kept_as_stored((enum ggml_type)type);
 }
 
 void matmul_row_to_f32(const struct weight_matrix *w, int row, float *out)
@@ -893,32 +894,6 @@ bool matmul_have_avx512(void)
 
 /* ------------------------------------------------------- kernel families */
 
-enum type_index { T_F32, T_F16, T_BF16, T_Q8_0, T_Q4_0, T_Q4_K, T_Q5_K, T_Q6_K, N_TYPES };
-
-static int type_index(int type)
-{
-	switch (type) {
-	case GGML_TYPE_F32:
-		return T_F32;
-	case GGML_TYPE_F16:
-		return T_F16;
-	case GGML_TYPE_BF16:
-		return T_BF16;
-	case GGML_TYPE_Q8_0:
-		return T_Q8_0;
-	case GGML_TYPE_Q4_0:
-		return T_Q4_0;
-	case GGML_TYPE_Q4_K:
-		return T_Q4_K;
-	case GGML_TYPE_Q5_K:
-		return T_Q5_K;
-	case GGML_TYPE_Q6_K:
-		return T_Q6_K;
-	default:
-		return -1;
-	}
-}
-
 /* What a family reads of x: x itself, x quantized to Q8 (xq), x
  * transposed for the panel kernels (xt, which read x itself at B == 1), or
  * x quantized for the qdot kernels (one copy per activation format). */
@@ -953,7 +928,7 @@ static const struct family {
 	bool (*cpu_has)(void);     /* NULL: every CPU */
 	bool reads_panels;         /* runs only on weights with panels */
 	enum matmul_family twin;   /* the plain-C family the tests compare it with */
-	rows_x_fn rows_x[N_TYPES]; /* INPUT_X, by type_index; NULL: not for that type */
+	rows_x_fn rows_x[WTYPE_N_STORED]; /* INPUT_X, by enum wtype_stored; NULL: not for that type */
 	rows_q8_fn rows_q8;        /* INPUT_Q8 (Q8_0 weights) */
 	bool qdot_best;            /* INPUT_QDOT: the best qdot variant, else its twin */
 } families[MATMUL_FAMILY_COUNT] = {
@@ -1023,8 +998,8 @@ static int batch_class(int B)
 /* The qdot types (Q4_0, Q4_K, Q5_K, Q6_K) at every level but the exact
  * ones: only the qdot kernels read them, at every batch size. */
 #define QDOT_TYPES \
-		[T_Q4_0] = ALL4(QDOT), [T_Q4_K] = ALL4(QDOT), [T_Q5_K] = ALL4(QDOT), \
-		[T_Q6_K] = ALL4(QDOT)
+		[WTYPE_Q4_0] = ALL4(QDOT), [WTYPE_Q4_K] = ALL4(QDOT), [WTYPE_Q5_K] = ALL4(QDOT), \
+		[WTYPE_Q6_K] = ALL4(QDOT)
 /* The one place a family is chosen: [level][type][batch class].
  *   generic        plain C for everything;
  *   AVX2 (exact)   dot tiles below 12 rows, where the packed GEMM's
@@ -1040,35 +1015,35 @@ static int batch_class(int B)
  *                  the block types have no panels).
  * Without panels the AVX-512 level still runs for matrices the loader
  * dequantized to F16 (they get no panels, to avoid holding them twice). */
-static const enum matmul_family kernel_table[N_LEVELS][N_TYPES][N_BATCH_CLASSES] = {
+static const enum matmul_family kernel_table[N_LEVELS][WTYPE_N_STORED][N_BATCH_CLASSES] = {
 	/*                      B = 1    2..5    6..11    12.. */
 	[LEVEL_GENERIC] = {
 		/* every type */  ALL4(SCALAR), ALL4(SCALAR), ALL4(SCALAR), ALL4(SCALAR),
 		ALL4(SCALAR), ALL4(SCALAR), ALL4(SCALAR), ALL4(SCALAR)},
 	[LEVEL_AVX2_EXACT] = {
-		[T_F32]  = {DOT2,   DOT2,   DOT2,    GEMM2},
-		[T_F16]  = {DOT2,   DOT2,   DOT2,    GEMM2},
-		[T_BF16] = {DOT2,   DOT2,   DOT2,    GEMM2},
-		[T_Q8_0] = {DOT2,   DOT2,   DOT2,    GEMM2},
-		[T_Q4_0] = ALL4(SCALAR), [T_Q4_K] = ALL4(SCALAR), [T_Q5_K] = ALL4(SCALAR),
-		[T_Q6_K] = ALL4(SCALAR)},
+		[WTYPE_F32]  = {DOT2,   DOT2,   DOT2,    GEMM2},
+		[WTYPE_F16]  = {DOT2,   DOT2,   DOT2,    GEMM2},
+		[WTYPE_BF16] = {DOT2,   DOT2,   DOT2,    GEMM2},
+		[WTYPE_Q8_0] = {DOT2,   DOT2,   DOT2,    GEMM2},
+		[WTYPE_Q4_0] = ALL4(SCALAR), [WTYPE_Q4_K] = ALL4(SCALAR), [WTYPE_Q5_K] = ALL4(SCALAR),
+		[WTYPE_Q6_K] = ALL4(SCALAR)},
 	[LEVEL_AVX2] = {
-		[T_F32]  = {DOT2,   DOT2,   DOT2,    GEMM2},
-		[T_F16]  = {DOT2,   DOT2,   DOT2,    GEMM2},
-		[T_BF16] = {DOT2,   DOT2,   DOT2,    GEMM2},
-		[T_Q8_0] = {Q8INT,  Q8INT,  Q8INT,   GEMM2},
+		[WTYPE_F32]  = {DOT2,   DOT2,   DOT2,    GEMM2},
+		[WTYPE_F16]  = {DOT2,   DOT2,   DOT2,    GEMM2},
+		[WTYPE_BF16] = {DOT2,   DOT2,   DOT2,    GEMM2},
+		[WTYPE_Q8_0] = {Q8INT,  Q8INT,  Q8INT,   GEMM2},
 		QDOT_TYPES},
 	[LEVEL_AVX512] = {
-		[T_F32]  = {DOT512, DOT512, GEMM512, GEMM512},
-		[T_F16]  = {DOT512, DOT512, GEMM512, GEMM512},
-		[T_BF16] = {DOT512, DOT512, GEMM512, GEMM512},
-		[T_Q8_0] = ALL4(QDOT),
+		[WTYPE_F32]  = {DOT512, DOT512, GEMM512, GEMM512},
+		[WTYPE_F16]  = {DOT512, DOT512, GEMM512, GEMM512},
+		[WTYPE_BF16] = {DOT512, DOT512, GEMM512, GEMM512},
+		[WTYPE_Q8_0] = ALL4(QDOT),
 		QDOT_TYPES},
 	[LEVEL_AVX512_PANELS] = {
-		[T_F32]  = ALL4(PANEL),
-		[T_F16]  = ALL4(PANEL),
-		[T_BF16] = ALL4(PANEL),
-		[T_Q8_0] = ALL4(QDOT),
+		[WTYPE_F32]  = ALL4(PANEL),
+		[WTYPE_F16]  = ALL4(PANEL),
+		[WTYPE_BF16] = ALL4(PANEL),
+		[WTYPE_Q8_0] = ALL4(QDOT),
 		QDOT_TYPES},
 };
 /* clang-format on */
@@ -1096,7 +1071,7 @@ static enum level table_level(enum matmul_isa isa, const struct weight_matrix *w
 
 enum matmul_family matmul_family_pick(enum matmul_isa isa, const struct weight_matrix *w, int B)
 {
-	int t = type_index(w->type);
+	int t = wtype_stored_index(w->type);
 	return t < 0 ? MATMUL_FAMILY_SCALAR : kernel_table[table_level(isa, w)][t][batch_class(B)];
 }
 
@@ -1113,7 +1088,7 @@ static enum matmul_family fallback_family(enum matmul_family f, const struct wei
 	case MATMUL_FAMILY_QDOT_SCALAR:
 		return MATMUL_FAMILY_SCALAR;
 	default: /* the panel kernels: what the table picks for the stored layout */
-		return kernel_table[LEVEL_AVX512][type_index(w->type)][batch_class(B)];
+		return kernel_table[LEVEL_AVX512][wtype_stored_index(w->type)][batch_class(B)];
 	}
 }
 
@@ -1124,7 +1099,7 @@ static bool family_valid(enum matmul_family f)
 
 bool matmul_family_runs(enum matmul_family f, const struct weight_matrix *w)
 {
-	int t = type_index(w->type);
+	int t = wtype_stored_index(w->type);
 	if (!family_valid(f) || t < 0)
 		return false;
 	const struct family *fam = &families[f];
@@ -1132,9 +1107,9 @@ bool matmul_family_runs(enum matmul_family f, const struct weight_matrix *w)
 		return false;
 	switch (fam->input) {
 	case INPUT_Q8:
-		return t == T_Q8_0 && fam->rows_q8;
+		return t == WTYPE_Q8_0 && fam->rows_q8;
 	case INPUT_XT:
-		return t == T_F32 || t == T_F16 || t == T_BF16;
+		return t == WTYPE_F32 || t == WTYPE_F16 || t == WTYPE_BF16;
 	case INPUT_QDOT:
 		return qdot_type_supported(w->type) && w->cols % qdot_block_values(w->type) == 0;
 	default:
@@ -1297,7 +1272,7 @@ static void job_rows(const struct matmul_call *c, int j, int r0, int r1)
 		break;
 	}
 	default:
-		f->rows_x[type_index(job->w->type)](job, c->x, c->B, r0, r1);
+		f->rows_x[wtype_stored_index(job->w->type)](job, c->x, c->B, r0, r1);
 		break;
 	}
 }

@@ -8,6 +8,7 @@
 #include "engine/qdot_impl.h"
 
 #include "model/dequant.h"
+#include "model/wtype.h"
 #include "util/cpu.h"
 #include "util/half.h"
 
@@ -18,16 +19,7 @@
 
 bool qdot_type_supported(enum ggml_type wtype)
 {
-	switch (wtype) {
-	case GGML_TYPE_Q8_0:
-	case GGML_TYPE_Q4_0:
-	case GGML_TYPE_Q4_K:
-	case GGML_TYPE_Q5_K:
-	case GGML_TYPE_Q6_K:
-		return true;
-	default:
-		return false;
-	}
+	return wtype_integer_dot(wtype);
 }
 
 static bool is_k_quant(enum ggml_type wtype)
