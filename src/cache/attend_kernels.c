@@ -17,9 +17,9 @@
 #include <string.h>
 
 #include "cache/kvquant.h"
-#include "util/fastexp.h"
 #include "cache/sinkcache_impl.h"
 #include "util/cpu.h"
+#include "util/fastexp.h"
 
 /* The helpers below are always inlined into each clone; their vector
  * arguments never cross an ABI boundary. */

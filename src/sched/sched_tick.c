@@ -66,6 +66,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/stopstr.h"
 #include "grammar/grammar.h"
 #include "util/errbuf.h"
 #include "util/log.h"

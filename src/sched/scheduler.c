@@ -24,11 +24,12 @@
 
 #include <openssl/rand.h>
 
+#include "engine/stopstr.h"
 #include "grammar/grammar.h"
 #include "util/digest.h"
 #include "util/errbuf.h"
-#include "util/monotime.h"
 #include "util/log.h"
+#include "util/monotime.h"
 
 double sched_now(void)
 {

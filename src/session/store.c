@@ -20,8 +20,8 @@
 #include "session/store_backend.h"
 #include "util/digest.h"
 #include "util/errbuf.h"
-#include "util/monotime.h"
 #include "util/log.h"
+#include "util/monotime.h"
 
 #define STORE_DEFAULT_SWEEP_S 10.0
 #define STORE_RECORD_MAGIC "SKDREC01"

@@ -3,7 +3,6 @@
  * interleave.  It does not rotate files or buffer events: stderr goes to the
  * journal, which does that. */
 #include "util/log.h"
-#include "util/utf8.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -13,6 +12,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "util/utf8.h"
 
 struct sinkd_log {
 	FILE *stream;

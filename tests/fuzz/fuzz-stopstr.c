@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/sampler.h"
+#include "engine/stopstr.h"
 #include "util/errbuf.h"
 
 #define MAX_STOPS 5
