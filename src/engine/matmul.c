@@ -28,7 +28,7 @@
  * run fused with the SwiGLU activation (matmul_swiglu).  It does not own
  * buffers or know about layers: see backend_cpu.c. */
 #include "engine/matmul.h"
-#include "engine/tuning.h"
+#include "util/tuning.h"
 
 #include "engine/panels.h"
 #include "engine/qdot.h"
@@ -50,10 +50,10 @@
 #define MATMUL_X86 1
 #endif
 
-/* Work below this many multiply-adds runs on the calling thread (engine/tuning.h). */
+/* Work below this many multiply-adds runs on the calling thread (util/tuning.h). */
 #define MATMUL_PARALLEL_MIN_MACS TUNING_MATMUL_PARALLEL_MIN_MACS
-/* Columns converted per step of the portable path. */
-#define GENERIC_CHUNK 256
+/* Columns converted per step of the portable path (util/tuning.h). */
+#define GENERIC_CHUNK TUNING_MATMUL_GENERIC_CHUNK
 
 struct block_q8_0 {
 	uint16_t d; /* fp16 scale */
@@ -313,11 +313,11 @@ AVX2_INLINE void tile(int type, int RB, int BB, const uint8_t *w, size_t row_byt
  * transposed (k-major) once, in L1, then every group of 6 batch rows runs an
  * outer-product kernel over it: per column, 2 weight vectors, 6 broadcasts of
  * x, 12 FMAs into 12 accumulators.  Partial sums go through y between panels. */
-#define GEMM_KC 256
+#define GEMM_KC TUNING_MATMUL_GEMM_KC
 #define GEMM_NR 16
 #define GEMM_MR 6
-/* Batch rows per pass over the weights (x chunk of 96 x 256 floats in L2). */
-#define GEMM_BATCH 96
+/* Batch rows per pass over the weights (an x chunk that stays in L2). */
+#define GEMM_BATCH TUNING_MATMUL_GEMM_BATCH
 
 AVX2_INLINE void transpose8(__m256 r[8])
 {
@@ -472,8 +472,6 @@ static AVX512_FN void gemm_micro_any_512(int mb, int kn, const float *panel, con
 	}
 }
 
-/* How far ahead of the loads the batch kernels prefetch each weight row. */
-#define MATMUL_PREFETCH_BYTES 1024
 
 /* 16 weights of a row from column k as fp32; lanes outside m are zero. */
 AVX512_INLINE __m512 load16(int type, const uint8_t *row, int k, __mmask16 m)
@@ -559,7 +557,7 @@ AVX512_INLINE void tile512(int type, int RB, int BB, const uint8_t *w, size_t ro
 			/* the hardware prefetcher alone leaves these few streams
 			 * latency-bound when the FMAs between loads are many */
 			_mm_prefetch((const char *)w + (size_t)i * row_bytes + (size_t)k * esz +
-			                 MATMUL_PREFETCH_BYTES,
+			                 TUNING_PREFETCH_BYTES,
 			             _MM_HINT_T0);
 			wv[i] = load16_full(type, w + (size_t)i * row_bytes, k);
 		}
@@ -977,7 +975,7 @@ enum level {
 };
 
 /* Batch-size classes, the table's last index: their edges are the batch
- * sizes where one family overtook another (git log of this file). */
+ * sizes at which the table below switches family. */
 enum batch_class { BATCH_1, BATCH_2_5, BATCH_6_11, BATCH_12_UP, N_BATCH_CLASSES };
 
 static int batch_class(int B)
@@ -1007,10 +1005,11 @@ static int batch_class(int B)
  *                  from 12; Q8_0 takes the integer kernels below 12 rows
  *                  except in the exact level, which leaves the other
  *                  block types to plain C (they have no float kernels);
- *   AVX-512        the wider GEMM already wins from 6 rows; Q8_0 takes
- *                  qdot at every batch size, which beat both the Q8 family
- *                  and the GEMM there (matmul-perf with MATMUL_FAMILY; not
- *                  measured on an AVX2-only CPU, so that level keeps Q8);
+ *   AVX-512        the GEMM from 6 rows (its 12-row micro-kernel repays
+ *                  the packing sooner); Q8_0 takes qdot at every batch
+ *                  size, ahead of both the Q8 family and the GEMM there
+ *                  (compare with matmul-perf and MATMUL_FAMILY; the AVX2
+ *                  level keeps Q8 until qdot is compared on such a CPU);
  *   with panels    the panel kernels at every batch size (F32/F16/BF16;
  *                  the block types have no panels).
  * Without panels the AVX-512 level still runs for matrices the loader
@@ -1158,18 +1157,14 @@ void matmul_activation_round(int ggml_type, const float *x, int n, float *out)
 
 /* ---------------------------------------------------------------- driver */
 
-/* Rows per unit of work handed to a thread: small enough to balance the
- * threads at the end of a product, large enough that each unit is one long
- * sequential read (and, for batches, a multiple of every tile height). */
+/* Rows per unit of work handed to a thread, and decode blocks an owner
+ * claims at once (util/tuning.h says why). */
 #ifndef MATMUL_BLOCK_ROWS_DECODE /* overridable, to compare by hand */
-#define MATMUL_BLOCK_ROWS_DECODE 64
+#define MATMUL_BLOCK_ROWS_DECODE TUNING_MATMUL_BLOCK_ROWS_DECODE
 #endif
-/* Decode blocks an owner claims at once: longer sequential runs per call
- * (the panel kernels read four streams over a call's rows), while thieves
- * still take one block, so the threads end together. */
-#define MATMUL_OWNER_BLOCKS_DECODE 8
+#define MATMUL_OWNER_BLOCKS_DECODE TUNING_MATMUL_OWNER_BLOCKS_DECODE
 #ifndef MATMUL_BLOCK_ROWS_BATCH
-#define MATMUL_BLOCK_ROWS_BATCH 48
+#define MATMUL_BLOCK_ROWS_BATCH TUNING_MATMUL_BLOCK_ROWS_BATCH
 #endif
 #define MATMUL_MAX_RANGES 64
 
