@@ -23,5 +23,12 @@ cJSON *tu_load_reference(void);
 /* Runs the suite (forking, normal output) and frees it: how many tests
  * failed. */
 int tu_suite_failures(Suite *s);
-/* tu_suite_failures as an exit status: EXIT_SUCCESS when none failed. */
+/* tu_suite_failures as an exit status: EXIT_FAILURE when any failed, else
+ * 77 (what meson reports as SKIP) when a test called tu_skip, else
+ * EXIT_SUCCESS. */
 int tu_run_suite(Suite *s);
+/* Marks the run as skipped: a test whose prerequisite is missing (a tool,
+ * a CPU feature, a server option) calls this and returns, and
+ * tu_run_suite then exits 77 instead of passing.  Works from Check's
+ * forked test processes.  The reason goes to stderr. */
+void tu_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -511,7 +511,7 @@ static int run_tool(char *const argv[])
 START_TEST(test_mkmodel)
 {
 	if (mkmodel_path == NULL) {
-		fprintf(stderr, "test_mkmodel: no sinkd-mkmodel path given, skipped\n");
+		tu_skip("test_mkmodel: no sinkd-mkmodel path given");
 		return;
 	}
 	char p1[64], p2[64], err[SINKD_ERR_LEN];
@@ -722,8 +722,10 @@ static int model_matrices(const struct model *m, const struct weight_matrix **ou
  * type per run (_i indexes block_types). */
 START_TEST(test_block_type_memory)
 {
-	if (mkmodel_path == NULL)
+	if (mkmodel_path == NULL) {
+		tu_skip("test_block_type_memory: no sinkd-mkmodel path given");
 		return;
+	}
 	static const char *const shape[] = {"--dim", "512",  "--layers",     "2",    "--heads", "4",
 	                                    "--ffn", "1024", "--vocab-size", "2048", NULL};
 	char path[64], err[SINKD_ERR_LEN];
@@ -873,8 +875,10 @@ static bool logit_shape(const char **argv, int max, char *buf, size_t buf_len)
  * One type per run (_i indexes block_types). */
 START_TEST(test_block_type_logits)
 {
-	if (mkmodel_path == NULL)
+	if (mkmodel_path == NULL) {
+		tu_skip("test_block_type_logits: no sinkd-mkmodel path given");
 		return;
+	}
 	static const char *const small_shape[] = {"--dim", "256", "--layers",     "2",   "--heads",
 	                                          "4",     "--ffn", "512", "--vocab-size", "512",
 	                                          NULL};
