@@ -117,20 +117,6 @@ static double xoshiro_uniform(uint64_t st[4])
 
 /* ---------------------------------------------------------------- exp */
 
-static inline uint32_t float_bits(float x)
-{
-	uint32_t b;
-	memcpy(&b, &x, sizeof(b));
-	return b;
-}
-
-static inline float bits_float(uint32_t b)
-{
-	float x;
-	memcpy(&x, &b, sizeof(x));
-	return x;
-}
-
 /* Sum of exp(row[i] - shift): exps a block at a time (a plain map that the
  * compiler vectorises), then adds in eight double lanes in a fixed order, so
  * the result does not depend on the compiler. */
@@ -396,7 +382,7 @@ static size_t select_top(const float *logits, size_t n, size_t k, struct cand *o
 
 static inline uint32_t is_nan_bits(float v)
 {
-	return (float_bits(v) & 0x7fffffffu) > 0x7f800000u;
+	return (fastexp_bits(v) & 0x7fffffffu) > 0x7f800000u;
 }
 
 /* Max of row and whether it holds a NaN, 16 at a time in four GCC vectors
@@ -609,7 +595,7 @@ static double block_weights(const float *l, float *w, size_t m, float mx, float 
 {
 	for (size_t i = 0; i < m; i++) {
 		uint32_t keep = -(uint32_t)(l[i] >= cut);
-		w[i] = bits_float(float_bits(fastexp_f32((l[i] - mx) * inv_t)) & keep);
+		w[i] = fastexp_from_bits(fastexp_bits(fastexp_f32((l[i] - mx) * inv_t)) & keep);
 	}
 	float acc[8] = {0};
 	size_t i = 0;

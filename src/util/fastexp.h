@@ -19,14 +19,16 @@
 #define FASTEXP_P4 1.6666665459e-1f
 #define FASTEXP_P5 5.0000001201e-1f
 
-static inline uint32_t fastexp_bits_(float x)
+/* The bits of a float and the float of some bits (memcpy: no aliasing
+ * trouble, compiled to a register move). */
+static inline uint32_t fastexp_bits(float x)
 {
 	uint32_t b;
 	memcpy(&b, &x, sizeof(b));
 	return b;
 }
 
-static inline float fastexp_float_(uint32_t b)
+static inline float fastexp_from_bits(uint32_t b)
 {
 	float x;
 	memcpy(&x, &b, sizeof(x));
@@ -43,10 +45,10 @@ static inline float fastexp_f32(float x)
 	const float magic = 12582912.0f; /* 1.5 * 2^23: rounds to an integer */
 	uint32_t lo = -(uint32_t)(x < -87.0f);
 	uint32_t hi = -(uint32_t)(x > 88.0f);
-	uint32_t xb = fastexp_bits_(x);
-	xb = (xb & ~lo) | (fastexp_bits_(-87.0f) & lo);
-	xb = (xb & ~hi) | (fastexp_bits_(88.0f) & hi);
-	float xc = fastexp_float_(xb);
+	uint32_t xb = fastexp_bits(x);
+	xb = (xb & ~lo) | (fastexp_bits(-87.0f) & lo);
+	xb = (xb & ~hi) | (fastexp_bits(88.0f) & hi);
+	float xc = fastexp_from_bits(xb);
 	float t = xc * FASTEXP_LOG2E + magic;
 	float n = t - magic;
 	float r = xc - n * FASTEXP_LN2_HI - n * FASTEXP_LN2_LO;
@@ -57,6 +59,6 @@ static inline float fastexp_f32(float x)
 	p = p * r + FASTEXP_P4;
 	p = p * r + FASTEXP_P5;
 	p = p * r * r + r + 1.0f;
-	uint32_t scale = (fastexp_bits_(t) - fastexp_bits_(magic) + 127u) << 23; /* 2^n */
-	return fastexp_float_(fastexp_bits_(p * fastexp_float_(scale)) & ~lo);
+	uint32_t scale = (fastexp_bits(t) - fastexp_bits(magic) + 127u) << 23; /* 2^n */
+	return fastexp_from_bits(fastexp_bits(p * fastexp_from_bits(scale)) & ~lo);
 }
