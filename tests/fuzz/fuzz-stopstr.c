@@ -8,6 +8,7 @@
  * one that starts first), or all of it; *stopped agrees; nothing is
  * released past a stop, whatever the pieces or the buffer size. */
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
