@@ -18,7 +18,7 @@
  * sized by the budget (cuda_arena.c: sink tiers low, window tiers high).
  * Every CUDA failure becomes an error message; nothing aborts.  It does not
  * sample, schedule or tokenize; one forward at a time (the engine thread). */
-#include "engine/tuning.h"
+#include "util/tuning.h"
 #include "backend_cuda.h"
 
 #include <stdlib.h>

@@ -27,6 +27,7 @@
 #include "session/store.h"
 #include "tokenizer/tokenizer.h"
 #include "util/errbuf.h"
+#include "util/monotime.h"
 #include "util/notify.h"
 
 #define LOG_MODULE "daemon"
@@ -354,13 +355,6 @@ static double unix_now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static double mono_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void reload_failed(struct daemon *d, const char *err)
 {
 	d->status.reload_failures++;
@@ -375,7 +369,7 @@ static void reload(struct daemon *d, const char *trigger)
 {
 	char err[SINKD_ERR_LEN];
 	struct sinkd_config *nc = NULL;
-	double t0 = mono_now();
+	double t0 = monotime_s();
 	notify_reloading();
 	struct log_field f0[] = {LOG_STR("trigger", trigger), LOG_END};
 	log_event(d->log, LOG_INFO, LOG_MODULE, "reloading configuration", f0);
@@ -418,7 +412,7 @@ static void reload(struct daemon *d, const char *trigger)
 	                        LOG_INT("changed", (int64_t)res.n_changed),
 	                        LOG_INT("restart_pending", (int64_t)res.n_pending),
 	                        LOG_STR("sha256", nc->source_sha256),
-	                        LOG_DBL("ms", (mono_now() - t0) * 1e3),
+	                        LOG_DBL("ms", (monotime_s() - t0) * 1e3),
 	                        LOG_END};
 	log_event(d->log, LOG_INFO, LOG_MODULE, "configuration reloaded", f);
 	config_reload_result_deinit(&res);
@@ -485,11 +479,11 @@ static void tick_watch(struct daemon *d, double now)
 /* Sleeps up to seconds while the watchdog goes on; false when forced. */
 static bool drain_sleep(struct daemon *d, double seconds, const volatile int *force_flag)
 {
-	double until = mono_now() + seconds;
-	while (mono_now() < until) {
+	double until = monotime_s() + seconds;
+	while (monotime_s() < until) {
 		if (force_flag && *force_flag)
 			return false;
-		double now = mono_now();
+		double now = monotime_s();
 		tick_watchdog(d, now);
 		tick_status(d, now, "draining");
 		wait_tick();
@@ -519,14 +513,14 @@ static size_t drain(struct daemon *d, const volatile int *force_flag)
 	server_close_listener(d->srv);
 	log_msg(d->log, LOG_INFO, LOG_MODULE, "draining: listener closed, %zu stream(s) running",
 	        server_active_generations(d->srv));
-	double until = mono_now() + (double)d->cfg->server.drain_timeout_s;
+	double until = monotime_s() + (double)d->cfg->server.drain_timeout_s;
 	bool done = server_active_generations(d->srv) == 0;
-	while (calm && !done && mono_now() < until) {
-		double left = until - mono_now();
+	while (calm && !done && monotime_s() < until) {
+		double left = until - monotime_s();
 		done = server_wait_generations(d->srv, left < 0.5 ? left : 0.5, force_flag);
 		if (force_flag && *force_flag)
 			calm = false;
-		double now = mono_now();
+		double now = monotime_s();
 		tick_watchdog(d, now);
 		tick_status(d, now, "draining");
 	}
@@ -540,12 +534,12 @@ static size_t drain(struct daemon *d, const volatile int *force_flag)
 		scheduler_get_stats(d->sched, &st);
 	if (st.sessions && d->store) {
 		size_t failed = 0;
-		double t0 = mono_now();
+		double t0 = monotime_s();
 		size_t n = scheduler_offload_all(d->sched, (double)d->cfg->server.drain_timeout_s + 5.0,
 		                                 &failed);
 		struct log_field fo[] = {LOG_INT("written", (int64_t)n),
 		                         LOG_INT("not_written", (int64_t)failed),
-		                         LOG_DBL("seconds", mono_now() - t0), LOG_END};
+		                         LOG_DBL("seconds", monotime_s() - t0), LOG_END};
 		log_event(d->log, failed ? LOG_ERROR : LOG_INFO, LOG_MODULE,
 		          "draining: persistent sessions written to the session store", fo);
 		lost = failed;
@@ -598,7 +592,7 @@ static void serve_loop(struct daemon *d, const volatile int *stop_flag, volatile
 			d->reload_due = false;
 			reload(d, "file change");
 		}
-		double now = mono_now();
+		double now = monotime_s();
 		tick_watch(d, now);
 		tick_watchdog(d, now);
 		tick_status(d, now, "serving");

@@ -17,6 +17,7 @@
 #include "cache/attend_kernels.h"
 #include "cache/rope.h"
 #include "cache/sinkcache_impl.h"
+#include "util/tuning.h"
 
 /* One group of r query heads on kv head kh, and its scratch. */
 struct attend_ctx {
@@ -43,10 +44,9 @@ size_t sinkcache_scratch_floats(const struct cache_geometry *g)
 }
 
 /* Cache prefetch of the rows a head group reads, when they are too many to
- * load ahead (load_ahead below): the runs are too short for the hardware
- * prefetcher to ramp up.  Long runs (more than this many bytes) are left to
- * the hardware. */
-#define ATTEND_PREFETCH_MAX 8192
+ * load ahead (load_ahead below), up to TUNING_ATTEND_PREFETCH_MAX bytes a
+ * run (util/tuning.h says why). */
+#define ATTEND_PREFETCH_MAX TUNING_ATTEND_PREFETCH_MAX
 
 static void prefetch_bytes(const unsigned char *p, size_t bytes)
 {
@@ -95,7 +95,7 @@ static void attend_prefetch(const struct sinkcache *c, const struct kv_layer *L,
  * misses were outstanding the next prefetch stalled the core.  Larger sets
  * (long windows) keep the prefetches: their start would be evicted before
  * use.  Measurements: tests/bench/results/code-notes.md. */
-#define ATTEND_LOAD_RUNS 4
+#define ATTEND_LOAD_RUNS TUNING_ATTEND_LOAD_RUNS
 
 /* Loads every cache line of n runs of `bytes` bytes, side by side so their
  * misses overlap. */

@@ -19,6 +19,7 @@
 #include "cache/kvquant.h"
 #include "cache/sinkcache_impl.h"
 #include "util/cpu.h"
+#include "util/fastexp.h"
 
 /* The helpers below are always inlined into each clone; their vector
  * arguments never cross an ABI boundary. */
@@ -495,18 +496,9 @@ static void mix_rows_scalar(enum kv_dtype dt, int bits, const unsigned char *bas
 
 /* exp(x) for x <= 0 (scores minus their maximum), Cephes' expf: x = n ln2
  * + r with ln2 in two parts, exp(r) by a degree-5 polynomial (relative
- * error ~2e-7); below EXP_MIN it gives 2^-126 (no weight).  exp_neg and
- * exp_neg16 below, on 8 and 16 lanes. */
+ * error ~2e-7, constants util/fastexp.h); below EXP_MIN it gives 2^-126
+ * (no weight).  exp_neg and exp_neg16 below, on 8 and 16 lanes. */
 #define EXP_MIN -87.0f
-#define EXP_LOG2E 1.44269504088896341f
-#define EXP_LN2_HI 0.693359375f
-#define EXP_LN2_LO -2.12194440e-4f
-#define EXP_P0 1.9875691500e-4f
-#define EXP_P1 1.3981999507e-3f
-#define EXP_P2 8.3334519073e-3f
-#define EXP_P3 4.1665795894e-2f
-#define EXP_P4 1.6666665459e-1f
-#define EXP_P5 5.0000001201e-1f
 
 /* ------------------------------------------------ AVX-512 (when present)
  * f32/f16/bf16 rows of a multiple of 16 elements (head sizes 64, 128):
@@ -688,15 +680,15 @@ AK512_INLINE __m512 exp_neg16(__m512 x)
 {
 	x = _mm512_max_ps(x, _mm512_set1_ps(EXP_MIN));
 	__m512i n = _mm512_cvttps_epi32(
-	    _mm512_fmsub_ps(x, _mm512_set1_ps(EXP_LOG2E), _mm512_set1_ps(0.5f)));
+	    _mm512_fmsub_ps(x, _mm512_set1_ps(FASTEXP_LOG2E), _mm512_set1_ps(0.5f)));
 	__m512 nf = _mm512_cvtepi32_ps(n);
-	__m512 r = _mm512_fnmadd_ps(nf, _mm512_set1_ps(EXP_LN2_HI), x);
-	r = _mm512_fnmadd_ps(nf, _mm512_set1_ps(EXP_LN2_LO), r);
-	__m512 p = _mm512_fmadd_ps(r, _mm512_set1_ps(EXP_P0), _mm512_set1_ps(EXP_P1));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P2));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P3));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P4));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P5));
+	__m512 r = _mm512_fnmadd_ps(nf, _mm512_set1_ps(FASTEXP_LN2_HI), x);
+	r = _mm512_fnmadd_ps(nf, _mm512_set1_ps(FASTEXP_LN2_LO), r);
+	__m512 p = _mm512_fmadd_ps(r, _mm512_set1_ps(FASTEXP_P0), _mm512_set1_ps(FASTEXP_P1));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FASTEXP_P2));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FASTEXP_P3));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FASTEXP_P4));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FASTEXP_P5));
 	__m512 y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
 	__m512i e = _mm512_slli_epi32(_mm512_add_epi32(n, _mm512_set1_epi32(127)), 23);
 	return _mm512_mul_ps(y, _mm512_castsi512_ps(e));
@@ -805,14 +797,14 @@ ATTEND_INLINE v8f exp_neg(v8f x)
 	const v8f lo = {EXP_MIN, EXP_MIN, EXP_MIN, EXP_MIN, EXP_MIN, EXP_MIN, EXP_MIN, EXP_MIN};
 	x = select8(x < lo, lo, x);
 	/* n = round(x / ln2): x <= 0, so truncating x/ln2 - 0.5 rounds */
-	v8i n = __builtin_convertvector(x * EXP_LOG2E - 0.5f, v8i);
+	v8i n = __builtin_convertvector(x * FASTEXP_LOG2E - 0.5f, v8i);
 	v8f nf = __builtin_convertvector(n, v8f);
-	v8f r = x - nf * EXP_LN2_HI - nf * EXP_LN2_LO;
-	v8f p = r * EXP_P0 + EXP_P1;
-	p = p * r + EXP_P2;
-	p = p * r + EXP_P3;
-	p = p * r + EXP_P4;
-	p = p * r + EXP_P5;
+	v8f r = x - nf * FASTEXP_LN2_HI - nf * FASTEXP_LN2_LO;
+	v8f p = r * FASTEXP_P0 + FASTEXP_P1;
+	p = p * r + FASTEXP_P2;
+	p = p * r + FASTEXP_P3;
+	p = p * r + FASTEXP_P4;
+	p = p * r + FASTEXP_P5;
 	v8f y = p * r * r + r + 1.0f;
 	v8i e = (n + 127) << 23;
 	v8f scale;

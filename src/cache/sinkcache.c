@@ -35,6 +35,7 @@
 #include "util/cpu.h"
 #include "util/errbuf.h"
 #include "util/pages.h"
+#include "util/tuning.h"
 
 /* Carves a layer's front (sinks, hot, staging: fp32 parameters, then dtype
  * rows, then codes, so every array is aligned to its element) and back
@@ -106,7 +107,7 @@ static void kv_layer_clear(struct sinkcache *c, struct kv_layer *L)
  * whole front at once, which its tokens fill soon anyway; larger fronts (no
  * quantization: the whole window is hot) keep small pages and commit only
  * what the tokens reach.  Measurements: tests/bench/results/code-notes.md. */
-#define SINKCACHE_HUGE_FRONT_MAX ((size_t)8 << 20)
+#define SINKCACHE_HUGE_FRONT_MAX TUNING_CACHE_HUGE_FRONT_MAX /* util/tuning.h */
 
 static bool front_on_huge_pages(size_t bytes)
 {
@@ -127,9 +128,10 @@ static bool back_on_huge_pages(size_t bytes)
 
 /* Pages of the rows a token writes are made resident a chunk at a time
  * (pages_populate) instead of one page fault each: each token's rows of
- * every head land on different pages.  16 KiB keeps what a short session
- * commits ahead small (at most one chunk per head row run). */
-#define POPULATE_CHUNK ((size_t)16384)
+ * every head land on different pages.  The chunk (util/tuning.h) keeps what
+ * a short session commits ahead small (at most one chunk per head row
+ * run). */
+#define POPULATE_CHUNK TUNING_CACHE_POPULATE_CHUNK
 
 /* Words of the bitmap of a block of bytes. */
 static size_t populate_words(size_t bytes)

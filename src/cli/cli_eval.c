@@ -28,6 +28,7 @@
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "util/errbuf.h"
+#include "util/monotime.h"
 
 struct eval_args {
 	const char *config_path;
@@ -94,13 +95,6 @@ static void eval_usage(FILE *out)
 	        "every N-th scored step (default 256), lifecycle.png (tiers over the steps;\n"
 	        "layer L, default all) and summary.png (the moving-average attention at the\n"
 	        "end).  Both need the cpu backend and score one token per forward pass.\n");
-}
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static int parse_count(const char *opt, const char *s, long lo, long hi, long *out)
@@ -592,11 +586,11 @@ static int run_eval(struct eval_state *st, const struct eval_args *a, char *err,
 		return rc;
 	if ((rc = read_stream(st, a, a->text_path, err, err_len)))
 		return rc;
-	double t0 = now_s();
+	double t0 = monotime_s();
 	rc = a->recompute ? run_recompute(st, a, err, err_len) : run_stream(st, a, err, err_len);
 	if (rc)
 		return rc;
-	print_report(st, a, now_s() - t0);
+	print_report(st, a, monotime_s() - t0);
 	return 0;
 }
 

@@ -19,6 +19,7 @@
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "util/errbuf.h"
+#include "util/monotime.h"
 
 struct generate_args {
 	const char *model_path;
@@ -41,13 +42,6 @@ static void generate_usage(FILE *out)
 	    "                      [--set key=value ...] [--stats-json] [--threads N]\n"
 	    "Streams the continuation to stdout; tokens/s to stderr.  --stats-json ends\n"
 	    "stderr with one JSON line of prompt and decode throughput.\n");
-}
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static int parse_number(const char *opt, const char *s, double lo, double hi, double *out)
@@ -271,13 +265,13 @@ static int run_generate(struct generate_state *st, const struct generate_args *a
 	for (size_t i = 0; i < st->n_prompt; i++)
 		sampler_accept(st->sampler, st->prompt_ids[i]);
 	struct generate_counts cnt = {0};
-	double t0 = now_s();
+	double t0 = monotime_s();
 	if ((rc = feed_tokens(st, st->prompt_ids, st->n_prompt, err, err_len)))
 		return rc;
-	double t1 = now_s();
+	double t1 = monotime_s();
 	cnt.prompt_s = t1 - t0;
 	rc = decode_loop(st, a->max_tokens, &cnt, err, err_len);
-	cnt.decode_s = now_s() - t1;
+	cnt.decode_s = monotime_s() - t1;
 	print_stats(st, &cnt, a->stats_json);
 	return rc;
 }

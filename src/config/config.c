@@ -15,14 +15,14 @@
 #include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <openssl/sha.h>
 #include <yaml.h>
 
 #include "cache/geometry.h"
 #include "config/config_table.h"
 #include "model/model.h"
-#include "tokenizer/unicode.h"
+#include "util/digest.h"
 #include "util/errbuf.h"
+#include "util/utf8.h"
 
 #define ORIGIN_LEN 192
 /* A sinkd config is at most 4 levels deep.  Deeper nesting is refused as its
@@ -960,14 +960,6 @@ static int read_config_file(struct loader *ld, const char *path, unsigned char *
 	return 0;
 }
 
-static void digest_hex(const unsigned char *data, size_t len, char out[65])
-{
-	unsigned char md[SHA256_DIGEST_LENGTH];
-	SHA256(data, len, md);
-	for (size_t i = 0; i < SHA256_DIGEST_LENGTH; i++)
-		snprintf(out + 2 * i, 3, "%02x", md[i]);
-}
-
 int config_file_sha256(const char *path, char out[65])
 {
 	struct config_errors errs = {0};
@@ -978,7 +970,7 @@ int config_file_sha256(const char *path, char out[65])
 	config_errors_deinit(&errs);
 	if (rc)
 		return rc;
-	digest_hex(text, len, out);
+	digest_sha256_hex(text, len, out);
 	free(text);
 	return 0;
 }
@@ -990,7 +982,7 @@ static int load_file(struct loader *ld, const char *path)
 	int rc = read_config_file(ld, path, &text, &len);
 	if (rc)
 		return rc;
-	digest_hex(text, len, ld->cfg->source_sha256);
+	digest_sha256_hex(text, len, ld->cfg->source_sha256);
 	/* Relative paths in the file are relative to its folder. */
 	snprintf(ld->base_dir, sizeof(ld->base_dir), "%s", path);
 	char *slash = strrchr(ld->base_dir, '/');

@@ -24,9 +24,9 @@
 #include <sys/inotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <openssl/evp.h>
 
 #include "config/config.h"
+#include "util/digest.h"
 #include "util/errbuf.h"
 
 /* Symlinks followed per path before it counts as unreadable (the kernel's
@@ -331,10 +331,7 @@ static int watch_drain(struct config_watch *w, bool *relevant, char *err, size_t
  * file, is a state, not an error (read_errno); only a failing digest is. */
 static int file_hash(const char *path, struct cw_state *st, char *err, size_t err_len)
 {
-	unsigned char buf[16384];
-	EVP_MD_CTX *ctx = NULL;
 	struct stat sb;
-	unsigned int dlen = 0;
 	int rc = 0;
 	memset(st, 0, sizeof(*st));
 	/* O_NONBLOCK so that a FIFO put in the file's place cannot hang the
@@ -352,36 +349,13 @@ static int file_hash(const char *path, struct cw_state *st, char *err, size_t er
 		st->read_errno = EINVAL;
 		goto out;
 	}
-	ctx = EVP_MD_CTX_new();
-	if (ctx == NULL || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
-		rc = err_set(err, err_len, -ENOMEM, "sha-256 of %s: OpenSSL digest setup failed",
-		             path);
-		goto out;
-	}
 	/* No more than a reload reads (one byte over its cap still changes the
 	 * digest, and the reload then says the file is too large): a huge or
 	 * sparse file must not keep the serve loop hashing for seconds. */
-	for (size_t left = CONFIG_FILE_MAX + 1; left > 0;) {
-		ssize_t n = read(fd, buf, left < sizeof(buf) ? left : sizeof(buf));
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			st->read_errno = errno;
-			goto out;
-		}
-		if (n == 0)
-			break;
-		left -= (size_t)n;
-		if (EVP_DigestUpdate(ctx, buf, (size_t)n) != 1) {
-			rc = err_set(err, err_len, -EIO, "sha-256 of %s: OpenSSL digest failed",
-			             path);
-			goto out;
-		}
-	}
-	if (EVP_DigestFinal_ex(ctx, st->digest, &dlen) != 1 || dlen != sizeof(st->digest))
-		rc = err_set(err, err_len, -EIO, "sha-256 of %s: OpenSSL digest failed", path);
+	rc = digest_sha256_fd(fd, CONFIG_FILE_MAX + 1, st->digest, &st->read_errno, err, err_len);
+	if (rc < 0)
+		err_prefix(err, err_len, path);
 out:
-	EVP_MD_CTX_free(ctx);
 	close(fd);
 	return rc;
 }

@@ -27,12 +27,12 @@
 #include "engine/matmul.h"
 #include "engine/panels.h"
 #include "engine/threadpool.h"
-#include "engine/tuning.h"
+#include "util/tuning.h"
 #include "model/gguf.h"
 #include "util/errbuf.h"
 #include "util/pages.h"
 
-/* The thresholds below are in engine/tuning.h.  A forward of less work
+/* The thresholds below are in util/tuning.h.  A forward of less work
  * than TUNING_FORWARD_PARALLEL_MIN_MACS, of a model whose weights stay in
  * the caches, runs on the calling thread alone: its steps are too short to
  * share, and the idle workers go to sleep after their spin, leaving their
@@ -43,7 +43,7 @@
 #define FORWARD_SERIAL_MAX_WEIGHT_BYTES TUNING_FORWARD_SERIAL_MAX_WEIGHT_BYTES
 
 /* Freed sessions' caches kept for the next new session of the same
- * geometry (engine/tuning.h), their quantized groups given back to the
+ * geometry (util/tuning.h), their quantized groups given back to the
  * system (sinkcache_reset_trim).  These bytes are outside the scheduler's
  * KV budget, which counts the caches of live sessions. */
 #define CPU_CACHE_POOL_MAX TUNING_CACHE_POOL_MAX

@@ -28,12 +28,15 @@
  * run fused with the SwiGLU activation (matmul_swiglu).  It does not own
  * buffers or know about layers: see backend_cpu.c. */
 #include "engine/matmul.h"
-#include "engine/tuning.h"
+#include "util/tuning.h"
 
 #include "engine/panels.h"
 #include "engine/qdot.h"
 #include "model/dequant.h"
+#include "model/wtype.h"
 #include "util/cpu.h"
+#include "util/fastexp.h"
+#include "util/half.h"
 
 #include <errno.h>
 #include <math.h>
@@ -47,10 +50,10 @@
 #define MATMUL_X86 1
 #endif
 
-/* Work below this many multiply-adds runs on the calling thread (engine/tuning.h). */
+/* Work below this many multiply-adds runs on the calling thread (util/tuning.h). */
 #define MATMUL_PARALLEL_MIN_MACS TUNING_MATMUL_PARALLEL_MIN_MACS
-/* Columns converted per step of the portable path. */
-#define GENERIC_CHUNK 256
+/* Columns converted per step of the portable path (util/tuning.h). */
+#define GENERIC_CHUNK TUNING_MATMUL_GENERIC_CHUNK
 
 struct block_q8_0 {
 	uint16_t d; /* fp16 scale */
@@ -91,37 +94,6 @@ void matmul_q8_activation_round(const float *x, int n, float *out)
 
 /* ---------------------------------------------------------------- scalars */
 
-static float half_to_float(uint16_t h)
-{
-	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-	uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
-	if (exp == 0x1f) {
-		bits = sign | 0x7f800000u | (mant << 13);
-	} else if (exp != 0) {
-		bits = sign | ((exp + 112) << 23) | (mant << 13);
-	} else if (mant == 0) {
-		bits = sign;
-	} else { /* subnormal: normalise */
-		int e = -1;
-		do {
-			mant <<= 1;
-			e++;
-		} while (!(mant & 0x400));
-		bits = sign | ((uint32_t)(112 - e) << 23) | ((mant & 0x3ff) << 13);
-	}
-	float f;
-	memcpy(&f, &bits, sizeof(f));
-	return f;
-}
-
-static float bf16_to_float(uint16_t b)
-{
-	uint32_t bits = (uint32_t)b << 16;
-	float f;
-	memcpy(&f, &bits, sizeof(f));
-	return f;
-}
-
 /* Converts elements [k0, k0+n) of a row; for the block types, k0 and n are
  * multiples of the block (32 values, 256 for the K-quants). */
 static void row_chunk_to_f32(int type, const uint8_t *row, int k0, int n, float *out)
@@ -132,21 +104,13 @@ static void row_chunk_to_f32(int type, const uint8_t *row, int k0, int n, float 
 		break;
 	case GGML_TYPE_F16:
 		for (int i = 0; i < n; i++)
-			out[i] = half_to_float(((const uint16_t *)row)[k0 + i]);
+			out[i] = fp16_to_f32(((const uint16_t *)row)[k0 + i]);
 		break;
 	case GGML_TYPE_BF16:
 		for (int i = 0; i < n; i++)
-			out[i] = bf16_to_float(((const uint16_t *)row)[k0 + i]);
+			out[i] = bf16_to_f32(((const uint16_t *)row)[k0 + i]);
 		break;
-	case GGML_TYPE_Q8_0:
-		for (int i = 0; i < n; i += 32) {
-			const struct block_q8_0 *b = (const struct block_q8_0 *)row + (k0 + i) / 32;
-			float d = half_to_float(b->d);
-			for (int j = 0; j < 32 && i + j < n; j++)
-				out[i + j] = d * (float)b->qs[j];
-		}
-		break;
-	default: /* the qdot types: k0 and n are multiples of their block */
+	default: /* the block types: k0 and n are multiples of their block */
 		dequantize_row((enum ggml_type)type,
 		               row + ggml_row_bytes((enum ggml_type)type, (uint64_t)k0), out,
 		               (uint64_t)n);
@@ -156,7 +120,7 @@ static void row_chunk_to_f32(int type, const uint8_t *row, int k0, int n, float 
 
 bool matmul_type_supported(int type)
 {
-	return model_type_kept_as_stored((enum ggml_type)type);
+	return wtype_kept_as_stored((enum ggml_type)type);
 }
 
 void matmul_row_to_f32(const struct weight_matrix *w, int row, float *out)
@@ -240,7 +204,7 @@ static void rows_q8_scalar(const struct matmul_job *job, const struct block_q8_x
 				int32_t dot = 0;
 				for (int i = 0; i < 32; i++)
 					dot += (int32_t)wb[k].qs[i] * xb[k].qs[i];
-				s += half_to_float(wb[k].d) * xb[k].d * (float)dot;
+				s += fp16_to_f32(wb[k].d) * xb[k].d * (float)dot;
 			}
 			job->y[(size_t)b * rows + r] = s + (job->bias ? job->bias[r] : 0.0f);
 		}
@@ -253,9 +217,9 @@ static float panel_element(const struct weight_matrix *w, int r, int k)
 	size_t i = panels_element_index(w, r, k);
 	switch (w->type) {
 	case GGML_TYPE_F16:
-		return half_to_float(((const uint16_t *)w->panels)[i]);
+		return fp16_to_f32(((const uint16_t *)w->panels)[i]);
 	case GGML_TYPE_BF16:
-		return bf16_to_float(((const uint16_t *)w->panels)[i]);
+		return bf16_to_f32(((const uint16_t *)w->panels)[i]);
 	default:
 		return ((const float *)w->panels)[i];
 	}
@@ -349,11 +313,11 @@ AVX2_INLINE void tile(int type, int RB, int BB, const uint8_t *w, size_t row_byt
  * transposed (k-major) once, in L1, then every group of 6 batch rows runs an
  * outer-product kernel over it: per column, 2 weight vectors, 6 broadcasts of
  * x, 12 FMAs into 12 accumulators.  Partial sums go through y between panels. */
-#define GEMM_KC 256
+#define GEMM_KC TUNING_MATMUL_GEMM_KC
 #define GEMM_NR 16
 #define GEMM_MR 6
-/* Batch rows per pass over the weights (x chunk of 96 x 256 floats in L2). */
-#define GEMM_BATCH 96
+/* Batch rows per pass over the weights (an x chunk that stays in L2). */
+#define GEMM_BATCH TUNING_MATMUL_GEMM_BATCH
 
 AVX2_INLINE void transpose8(__m256 r[8])
 {
@@ -508,8 +472,6 @@ static AVX512_FN void gemm_micro_any_512(int mb, int kn, const float *panel, con
 	}
 }
 
-/* How far ahead of the loads the batch kernels prefetch each weight row. */
-#define MATMUL_PREFETCH_BYTES 1024
 
 /* 16 weights of a row from column k as fp32; lanes outside m are zero. */
 AVX512_INLINE __m512 load16(int type, const uint8_t *row, int k, __mmask16 m)
@@ -595,7 +557,7 @@ AVX512_INLINE void tile512(int type, int RB, int BB, const uint8_t *w, size_t ro
 			/* the hardware prefetcher alone leaves these few streams
 			 * latency-bound when the FMAs between loads are many */
 			_mm_prefetch((const char *)w + (size_t)i * row_bytes + (size_t)k * esz +
-			                 MATMUL_PREFETCH_BYTES,
+			                 TUNING_PREFETCH_BYTES,
 			             _MM_HINT_T0);
 			wv[i] = load16_full(type, w + (size_t)i * row_bytes, k);
 		}
@@ -930,32 +892,6 @@ bool matmul_have_avx512(void)
 
 /* ------------------------------------------------------- kernel families */
 
-enum type_index { T_F32, T_F16, T_BF16, T_Q8_0, T_Q4_0, T_Q4_K, T_Q5_K, T_Q6_K, N_TYPES };
-
-static int type_index(int type)
-{
-	switch (type) {
-	case GGML_TYPE_F32:
-		return T_F32;
-	case GGML_TYPE_F16:
-		return T_F16;
-	case GGML_TYPE_BF16:
-		return T_BF16;
-	case GGML_TYPE_Q8_0:
-		return T_Q8_0;
-	case GGML_TYPE_Q4_0:
-		return T_Q4_0;
-	case GGML_TYPE_Q4_K:
-		return T_Q4_K;
-	case GGML_TYPE_Q5_K:
-		return T_Q5_K;
-	case GGML_TYPE_Q6_K:
-		return T_Q6_K;
-	default:
-		return -1;
-	}
-}
-
 /* What a family reads of x: x itself, x quantized to Q8 (xq), x
  * transposed for the panel kernels (xt, which read x itself at B == 1), or
  * x quantized for the qdot kernels (one copy per activation format). */
@@ -990,7 +926,7 @@ static const struct family {
 	bool (*cpu_has)(void);     /* NULL: every CPU */
 	bool reads_panels;         /* runs only on weights with panels */
 	enum matmul_family twin;   /* the plain-C family the tests compare it with */
-	rows_x_fn rows_x[N_TYPES]; /* INPUT_X, by type_index; NULL: not for that type */
+	rows_x_fn rows_x[WTYPE_N_STORED]; /* INPUT_X, by enum wtype_stored; NULL: not for that type */
 	rows_q8_fn rows_q8;        /* INPUT_Q8 (Q8_0 weights) */
 	bool qdot_best;            /* INPUT_QDOT: the best qdot variant, else its twin */
 } families[MATMUL_FAMILY_COUNT] = {
@@ -1039,7 +975,7 @@ enum level {
 };
 
 /* Batch-size classes, the table's last index: their edges are the batch
- * sizes where one family overtook another (git log of this file). */
+ * sizes at which the table below switches family. */
 enum batch_class { BATCH_1, BATCH_2_5, BATCH_6_11, BATCH_12_UP, N_BATCH_CLASSES };
 
 static int batch_class(int B)
@@ -1060,8 +996,8 @@ static int batch_class(int B)
 /* The qdot types (Q4_0, Q4_K, Q5_K, Q6_K) at every level but the exact
  * ones: only the qdot kernels read them, at every batch size. */
 #define QDOT_TYPES \
-		[T_Q4_0] = ALL4(QDOT), [T_Q4_K] = ALL4(QDOT), [T_Q5_K] = ALL4(QDOT), \
-		[T_Q6_K] = ALL4(QDOT)
+		[WTYPE_Q4_0] = ALL4(QDOT), [WTYPE_Q4_K] = ALL4(QDOT), [WTYPE_Q5_K] = ALL4(QDOT), \
+		[WTYPE_Q6_K] = ALL4(QDOT)
 /* The one place a family is chosen: [level][type][batch class].
  *   generic        plain C for everything;
  *   AVX2 (exact)   dot tiles below 12 rows, where the packed GEMM's
@@ -1069,43 +1005,44 @@ static int batch_class(int B)
  *                  from 12; Q8_0 takes the integer kernels below 12 rows
  *                  except in the exact level, which leaves the other
  *                  block types to plain C (they have no float kernels);
- *   AVX-512        the wider GEMM already wins from 6 rows; Q8_0 takes
- *                  qdot at every batch size, which beat both the Q8 family
- *                  and the GEMM there (matmul-perf with MATMUL_FAMILY; not
- *                  measured on an AVX2-only CPU, so that level keeps Q8);
+ *   AVX-512        the GEMM from 6 rows (its 12-row micro-kernel repays
+ *                  the packing sooner); Q8_0 takes qdot at every batch
+ *                  size, ahead of both the Q8 family and the GEMM there
+ *                  (compare with matmul-perf and MATMUL_FAMILY; the AVX2
+ *                  level keeps Q8 until qdot is compared on such a CPU);
  *   with panels    the panel kernels at every batch size (F32/F16/BF16;
  *                  the block types have no panels).
  * Without panels the AVX-512 level still runs for matrices the loader
  * dequantized to F16 (they get no panels, to avoid holding them twice). */
-static const enum matmul_family kernel_table[N_LEVELS][N_TYPES][N_BATCH_CLASSES] = {
+static const enum matmul_family kernel_table[N_LEVELS][WTYPE_N_STORED][N_BATCH_CLASSES] = {
 	/*                      B = 1    2..5    6..11    12.. */
 	[LEVEL_GENERIC] = {
 		/* every type */  ALL4(SCALAR), ALL4(SCALAR), ALL4(SCALAR), ALL4(SCALAR),
 		ALL4(SCALAR), ALL4(SCALAR), ALL4(SCALAR), ALL4(SCALAR)},
 	[LEVEL_AVX2_EXACT] = {
-		[T_F32]  = {DOT2,   DOT2,   DOT2,    GEMM2},
-		[T_F16]  = {DOT2,   DOT2,   DOT2,    GEMM2},
-		[T_BF16] = {DOT2,   DOT2,   DOT2,    GEMM2},
-		[T_Q8_0] = {DOT2,   DOT2,   DOT2,    GEMM2},
-		[T_Q4_0] = ALL4(SCALAR), [T_Q4_K] = ALL4(SCALAR), [T_Q5_K] = ALL4(SCALAR),
-		[T_Q6_K] = ALL4(SCALAR)},
+		[WTYPE_F32]  = {DOT2,   DOT2,   DOT2,    GEMM2},
+		[WTYPE_F16]  = {DOT2,   DOT2,   DOT2,    GEMM2},
+		[WTYPE_BF16] = {DOT2,   DOT2,   DOT2,    GEMM2},
+		[WTYPE_Q8_0] = {DOT2,   DOT2,   DOT2,    GEMM2},
+		[WTYPE_Q4_0] = ALL4(SCALAR), [WTYPE_Q4_K] = ALL4(SCALAR), [WTYPE_Q5_K] = ALL4(SCALAR),
+		[WTYPE_Q6_K] = ALL4(SCALAR)},
 	[LEVEL_AVX2] = {
-		[T_F32]  = {DOT2,   DOT2,   DOT2,    GEMM2},
-		[T_F16]  = {DOT2,   DOT2,   DOT2,    GEMM2},
-		[T_BF16] = {DOT2,   DOT2,   DOT2,    GEMM2},
-		[T_Q8_0] = {Q8INT,  Q8INT,  Q8INT,   GEMM2},
+		[WTYPE_F32]  = {DOT2,   DOT2,   DOT2,    GEMM2},
+		[WTYPE_F16]  = {DOT2,   DOT2,   DOT2,    GEMM2},
+		[WTYPE_BF16] = {DOT2,   DOT2,   DOT2,    GEMM2},
+		[WTYPE_Q8_0] = {Q8INT,  Q8INT,  Q8INT,   GEMM2},
 		QDOT_TYPES},
 	[LEVEL_AVX512] = {
-		[T_F32]  = {DOT512, DOT512, GEMM512, GEMM512},
-		[T_F16]  = {DOT512, DOT512, GEMM512, GEMM512},
-		[T_BF16] = {DOT512, DOT512, GEMM512, GEMM512},
-		[T_Q8_0] = ALL4(QDOT),
+		[WTYPE_F32]  = {DOT512, DOT512, GEMM512, GEMM512},
+		[WTYPE_F16]  = {DOT512, DOT512, GEMM512, GEMM512},
+		[WTYPE_BF16] = {DOT512, DOT512, GEMM512, GEMM512},
+		[WTYPE_Q8_0] = ALL4(QDOT),
 		QDOT_TYPES},
 	[LEVEL_AVX512_PANELS] = {
-		[T_F32]  = ALL4(PANEL),
-		[T_F16]  = ALL4(PANEL),
-		[T_BF16] = ALL4(PANEL),
-		[T_Q8_0] = ALL4(QDOT),
+		[WTYPE_F32]  = ALL4(PANEL),
+		[WTYPE_F16]  = ALL4(PANEL),
+		[WTYPE_BF16] = ALL4(PANEL),
+		[WTYPE_Q8_0] = ALL4(QDOT),
 		QDOT_TYPES},
 };
 /* clang-format on */
@@ -1133,7 +1070,7 @@ static enum level table_level(enum matmul_isa isa, const struct weight_matrix *w
 
 enum matmul_family matmul_family_pick(enum matmul_isa isa, const struct weight_matrix *w, int B)
 {
-	int t = type_index(w->type);
+	int t = wtype_stored_index(w->type);
 	return t < 0 ? MATMUL_FAMILY_SCALAR : kernel_table[table_level(isa, w)][t][batch_class(B)];
 }
 
@@ -1150,7 +1087,7 @@ static enum matmul_family fallback_family(enum matmul_family f, const struct wei
 	case MATMUL_FAMILY_QDOT_SCALAR:
 		return MATMUL_FAMILY_SCALAR;
 	default: /* the panel kernels: what the table picks for the stored layout */
-		return kernel_table[LEVEL_AVX512][type_index(w->type)][batch_class(B)];
+		return kernel_table[LEVEL_AVX512][wtype_stored_index(w->type)][batch_class(B)];
 	}
 }
 
@@ -1161,7 +1098,7 @@ static bool family_valid(enum matmul_family f)
 
 bool matmul_family_runs(enum matmul_family f, const struct weight_matrix *w)
 {
-	int t = type_index(w->type);
+	int t = wtype_stored_index(w->type);
 	if (!family_valid(f) || t < 0)
 		return false;
 	const struct family *fam = &families[f];
@@ -1169,9 +1106,9 @@ bool matmul_family_runs(enum matmul_family f, const struct weight_matrix *w)
 		return false;
 	switch (fam->input) {
 	case INPUT_Q8:
-		return t == T_Q8_0 && fam->rows_q8;
+		return t == WTYPE_Q8_0 && fam->rows_q8;
 	case INPUT_XT:
-		return t == T_F32 || t == T_F16 || t == T_BF16;
+		return t == WTYPE_F32 || t == WTYPE_F16 || t == WTYPE_BF16;
 	case INPUT_QDOT:
 		return qdot_type_supported(w->type) && w->cols % qdot_block_values(w->type) == 0;
 	default:
@@ -1220,18 +1157,14 @@ void matmul_activation_round(int ggml_type, const float *x, int n, float *out)
 
 /* ---------------------------------------------------------------- driver */
 
-/* Rows per unit of work handed to a thread: small enough to balance the
- * threads at the end of a product, large enough that each unit is one long
- * sequential read (and, for batches, a multiple of every tile height). */
+/* Rows per unit of work handed to a thread, and decode blocks an owner
+ * claims at once (util/tuning.h says why). */
 #ifndef MATMUL_BLOCK_ROWS_DECODE /* overridable, to compare by hand */
-#define MATMUL_BLOCK_ROWS_DECODE 64
+#define MATMUL_BLOCK_ROWS_DECODE TUNING_MATMUL_BLOCK_ROWS_DECODE
 #endif
-/* Decode blocks an owner claims at once: longer sequential runs per call
- * (the panel kernels read four streams over a call's rows), while thieves
- * still take one block, so the threads end together. */
-#define MATMUL_OWNER_BLOCKS_DECODE 8
+#define MATMUL_OWNER_BLOCKS_DECODE TUNING_MATMUL_OWNER_BLOCKS_DECODE
 #ifndef MATMUL_BLOCK_ROWS_BATCH
-#define MATMUL_BLOCK_ROWS_BATCH 48
+#define MATMUL_BLOCK_ROWS_BATCH TUNING_MATMUL_BLOCK_ROWS_BATCH
 #endif
 #define MATMUL_MAX_RANGES 64
 
@@ -1279,21 +1212,22 @@ static void swiglu_scalar(float *gate, const float *up, int B, int ld, int r0, i
 }
 
 #ifdef MATMUL_X86
-/* exp(x), Cephes' expf polynomial (relative error ~2e-7), inputs clamped to
- * the range where the result is a finite float. */
+/* exp(x), Cephes' expf polynomial (relative error ~2e-7, constants
+ * util/fastexp.h), inputs clamped to the range where the result is a finite
+ * float. */
 AVX512_INLINE __m512 exp512(__m512 x)
 {
 	x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));
-	__m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+	__m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(FASTEXP_LOG2E)),
 	                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-	__m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-	__m512 p = _mm512_set1_ps(1.9875691500e-4f);
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+	__m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(FASTEXP_LN2_HI), x);
+	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(FASTEXP_LN2_LO), r);
+	__m512 p = _mm512_set1_ps(FASTEXP_P0);
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FASTEXP_P1));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FASTEXP_P2));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FASTEXP_P3));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FASTEXP_P4));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FASTEXP_P5));
 	__m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
 	return _mm512_scalef_ps(y, n);
 }
@@ -1333,7 +1267,7 @@ static void job_rows(const struct matmul_call *c, int j, int r0, int r1)
 		break;
 	}
 	default:
-		f->rows_x[type_index(job->w->type)](job, c->x, c->B, r0, r1);
+		f->rows_x[wtype_stored_index(job->w->type)](job, c->x, c->B, r0, r1);
 		break;
 	}
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "util/cpu.h"
+#include "util/tuning.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -20,16 +21,11 @@
 #endif
 
 #define GROUP_ROWS 16
-/* Groups per batch tile and per decode step.  A decode step reads
- * DECODE_GROUPS streams, each its own quarter of the rows a call gets (not
- * adjacent groups): each stream's prefetch runs on into its next group, and
- * a call of 512 rows (matmul.c) reads four long runs.  Adjacent groups
- * restarted all four streams every 64 rows, which cost F16 most (its groups
- * are half as long). */
-#define TILE_GROUPS 3
-#define DECODE_GROUPS 4
-/* How far ahead decode prefetches each stream (bytes). */
-#define DECODE_PREFETCH_BYTES 1024
+/* Groups per batch tile and per decode step; a decode step reads
+ * DECODE_GROUPS streams, each its own share of the rows a call gets, and
+ * prefetches each TUNING_PREFETCH_BYTES ahead (util/tuning.h says why). */
+#define TILE_GROUPS TUNING_PANELS_TILE_GROUPS
+#define DECODE_GROUPS TUNING_PANELS_DECODE_GROUPS
 
 static size_t elem_size(int type)
 {
@@ -245,11 +241,11 @@ PANELS_INLINE void decode_groups(int type, int R, const uint8_t *group, size_t g
 		for (int r = 0; r < R; r++) {
 			const uint8_t *p = group + (size_t)r * gstep * gb;
 			/* one line per step for F16/BF16, one per column for F32 */
-			_mm_prefetch((const char *)p + (size_t)k * col_bytes + DECODE_PREFETCH_BYTES,
+			_mm_prefetch((const char *)p + (size_t)k * col_bytes + TUNING_PREFETCH_BYTES,
 			             _MM_HINT_T0);
 			if (col_bytes == 64)
 				_mm_prefetch((const char *)p + (size_t)(k + 1) * col_bytes +
-				                 DECODE_PREFETCH_BYTES,
+				                 TUNING_PREFETCH_BYTES,
 				             _MM_HINT_T0);
 			acc[r][0] = _mm512_fmadd_ps(load_column(type, p, k), x0, acc[r][0]);
 			acc[r][1] = _mm512_fmadd_ps(load_column(type, p, k + 1), x1, acc[r][1]);

@@ -8,7 +8,9 @@
 #include "engine/qdot_impl.h"
 
 #include "model/dequant.h"
+#include "model/wtype.h"
 #include "util/cpu.h"
+#include "util/half.h"
 
 #include <math.h>
 #include <string.h>
@@ -17,16 +19,7 @@
 
 bool qdot_type_supported(enum ggml_type wtype)
 {
-	switch (wtype) {
-	case GGML_TYPE_Q8_0:
-	case GGML_TYPE_Q4_0:
-	case GGML_TYPE_Q4_K:
-	case GGML_TYPE_Q5_K:
-	case GGML_TYPE_Q6_K:
-		return true;
-	default:
-		return false;
-	}
+	return wtype_integer_dot(wtype);
 }
 
 static bool is_k_quant(enum ggml_type wtype)
@@ -103,13 +96,6 @@ void qdot_act_dequantize(enum ggml_type wtype, const void *xq, int n, float *out
 /* ------------------------------------------------ the plain-C twin, by block
  * Each returns one weight block times one activation block as float. */
 
-static float half_at(const uint8_t *p)
-{
-	uint16_t h;
-	memcpy(&h, p, 2);
-	return fp16_to_f32(h);
-}
-
 /* Q8_0: fp16 d, 32 int8. */
 static float block_q8_0(const uint8_t *w, const void *xv)
 {
@@ -118,7 +104,7 @@ static float block_q8_0(const uint8_t *w, const void *xv)
 	int32_t sum = 0;
 	for (int i = 0; i < 32; i++)
 		sum += q[i] * x->qs[i];
-	return half_at(w) * x->d * (float)sum;
+	return fp16_load_f32(w) * x->d * (float)sum;
 }
 
 /* Q4_0: fp16 d, 16 bytes: value i is nibble (i % 16) of byte, low first, - 8. */
@@ -129,7 +115,7 @@ static float block_q4_0(const uint8_t *w, const void *xv)
 	int32_t sum = 0;
 	for (int i = 0; i < 16; i++)
 		sum += ((q[i] & 0xf) - 8) * x->qs[i] + ((q[i] >> 4) - 8) * x->qs[i + 16];
-	return half_at(w) * x->d * (float)sum;
+	return fp16_load_f32(w) * x->d * (float)sum;
 }
 
 /* Q4_K / Q5_K share the scales and mins: d * sum_j sc_j * (q . x)_j and
@@ -143,7 +129,7 @@ static float k4_combine(const uint8_t *w, const struct qdot_q8k_block *x, const 
 		sumi += sc * dots[j];
 		summ += mn * (x->bsums[2 * j] + x->bsums[2 * j + 1]);
 	}
-	return x->d * half_at(w) * (float)sumi - x->d * half_at(w + 2) * (float)summ;
+	return x->d * fp16_load_f32(w) * (float)sumi - x->d * fp16_load_f32(w + 2) * (float)summ;
 }
 
 /* Q4_K: fp16 d, dmin, 12 bytes scales, 128 bytes: sub-block 2k is the low
@@ -199,7 +185,7 @@ static float block_q6_k(const uint8_t *w, const void *xv)
 			dot += (q6_k_value(w, 16 * g + i) - 32) * x->qs[16 * g + i];
 		sum += sc[g] * dot;
 	}
-	return x->d * half_at(w + 208) * (float)sum;
+	return x->d * fp16_load_f32(w + 208) * (float)sum;
 }
 
 /* ------------------------------------------------------- the twin's table */

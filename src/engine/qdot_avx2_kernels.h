@@ -239,7 +239,7 @@ QX_INLINE __m256 QX(dot_q6_k)(const struct QX(u_q6_k) *u, const void *xv, __m256
 			struct QX(U) u[QDOT_TILE_ROWS];                                            \
 			for (int i = 0; i < R; i++) {                                              \
 				const uint8_t *b = w + i * ws + (size_t)k * (W_BYTES);             \
-				_mm_prefetch((const char *)b + QDOT_PREFETCH_BYTES, _MM_HINT_T0);  \
+				_mm_prefetch((const char *)b + TUNING_PREFETCH_BYTES, _MM_HINT_T0);\
 				QX(unpack_##T)(b, &u[i]);                                          \
 			}                                                                          \
 			for (int j = 0; j < B; j++) {                                              \

@@ -3,13 +3,11 @@
  * as matmul.c's ISA code is; qdot.c calls them only where the CPU has the
  * features.  Nothing here off x86. */
 #include "engine/qdot_impl.h"
+#include "util/tuning.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #include <string.h>
-
-/* How far ahead of its loads each weight row is prefetched. */
-#define QDOT_PREFETCH_BYTES 1024
 
 #define QX_CAT2(a, b) a##_##b
 #define QX_CAT(a, b) QX_CAT2(a, b)

@@ -301,7 +301,7 @@ QX_INLINE __m512 QX(dot_q6_k)(const struct QX(u_q6_k) *u, const struct QX(p_k) *
 			struct QX(U) u[QDOT_TILE_ROWS];                                            \
 			for (int i = 0; i < R; i++) {                                              \
 				const uint8_t *b = w + i * ws + (size_t)k * (W_BYTES);             \
-				_mm_prefetch((const char *)b + QDOT_PREFETCH_BYTES, _MM_HINT_T0);  \
+				_mm_prefetch((const char *)b + TUNING_PREFETCH_BYTES, _MM_HINT_T0);\
 				QX(unpack_##T)(b, two, &u[i]);                                     \
 			}                                                                          \
 			for (int j = 0; j < B; j++) {                                              \

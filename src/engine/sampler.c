@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "util/errbuf.h"
+#include "util/fastexp.h"
 
 /* ---------------------------------------------------------------- params */
 
@@ -116,48 +117,6 @@ static double xoshiro_uniform(uint64_t st[4])
 
 /* ---------------------------------------------------------------- exp */
 
-static inline uint32_t float_bits(float x)
-{
-	uint32_t b;
-	memcpy(&b, &x, sizeof(b));
-	return b;
-}
-
-static inline float bits_float(uint32_t b)
-{
-	float x;
-	memcpy(&x, &b, sizeof(x));
-	return x;
-}
-
-/* exp(x) for float, written without branches (the clamps are bit blends) so
- * loops over a vocabulary vectorise, and giving the same bits on every
- * machine (no libm): Cephes' range reduction and degree-6 polynomial, at
- * most 8.1e-8 relative error on [-87, 88] (measured against exp() in
- * double); exactly 0 below -87 and for -inf. */
-static inline float fast_expf(float x)
-{
-	const float magic = 12582912.0f; /* 1.5 * 2^23: rounds to an integer */
-	uint32_t lo = -(uint32_t)(x < -87.0f);
-	uint32_t hi = -(uint32_t)(x > 88.0f);
-	uint32_t xb = float_bits(x);
-	xb = (xb & ~lo) | (float_bits(-87.0f) & lo);
-	xb = (xb & ~hi) | (float_bits(88.0f) & hi);
-	float xc = bits_float(xb);
-	float t = xc * 1.44269504088896341f + magic;
-	float n = t - magic;
-	float r = xc - n * 0.693359375f - n * -2.12194440e-4f;
-	float p = 1.9875691500e-4f;
-	p = p * r + 1.3981999507e-3f;
-	p = p * r + 8.3334519073e-3f;
-	p = p * r + 4.1665795894e-2f;
-	p = p * r + 1.6666665459e-1f;
-	p = p * r + 5.0000001201e-1f;
-	p = p * r * r + r + 1.0f;
-	uint32_t scale = (float_bits(t) - float_bits(magic) + 127u) << 23; /* 2^n */
-	return bits_float(float_bits(p * bits_float(scale)) & ~lo);
-}
-
 /* Sum of exp(row[i] - shift): exps a block at a time (a plain map that the
  * compiler vectorises), then adds in eight double lanes in a fixed order, so
  * the result does not depend on the compiler. */
@@ -169,7 +128,7 @@ static double sum_exp(const float *row, size_t n, float shift)
 	for (size_t base = 0; base < n; base += BLOCK) {
 		size_t m = n - base < BLOCK ? n - base : BLOCK;
 		for (size_t i = 0; i < m; i++)
-			e[i] = fast_expf(row[base + i] - shift);
+			e[i] = fastexp_f32(row[base + i] - shift);
 		float acc[8] = {0}; /* float within a block, double across */
 		size_t i = 0;
 		for (; i + 8 <= m; i += 8)
@@ -423,7 +382,7 @@ static size_t select_top(const float *logits, size_t n, size_t k, struct cand *o
 
 static inline uint32_t is_nan_bits(float v)
 {
-	return (float_bits(v) & 0x7fffffffu) > 0x7f800000u;
+	return (fastexp_bits(v) & 0x7fffffffu) > 0x7f800000u;
 }
 
 /* Max of row and whether it holds a NaN, 16 at a time in four GCC vectors
@@ -569,7 +528,7 @@ static size_t nucleus_from_logits(const struct sampler *s, const float *logits, 
 	float *prob = s->weight, shift = (float)lse;
 	double mass[NUCLEUS_BUCKETS] = {0};
 	for (size_t i = 0; i < n; i++)
-		prob[i] = fast_expf(logits[i] - shift);
+		prob[i] = fastexp_f32(logits[i] - shift);
 	for (size_t i = 0; i < n; i++)
 		mass[nucleus_bucket(mx, logits[i])] += prob[i];
 	int last = NUCLEUS_BUCKETS - 1;
@@ -617,7 +576,7 @@ static int32_t draw(struct sampler *s, struct cand *c, size_t n, float mx)
 	float inv_t = 1.0f / s->p.temperature;
 	double total = 0.0;
 	for (size_t i = 0; i < n; i++) {
-		c[i].prob = fast_expf((c[i].logit - mx) * inv_t);
+		c[i].prob = fastexp_f32((c[i].logit - mx) * inv_t);
 		total += c[i].prob;
 	}
 	double r = xoshiro_uniform(s->rng) * total, acc = 0.0;
@@ -636,7 +595,7 @@ static double block_weights(const float *l, float *w, size_t m, float mx, float 
 {
 	for (size_t i = 0; i < m; i++) {
 		uint32_t keep = -(uint32_t)(l[i] >= cut);
-		w[i] = bits_float(float_bits(fast_expf((l[i] - mx) * inv_t)) & keep);
+		w[i] = fastexp_from_bits(fastexp_bits(fastexp_f32((l[i] - mx) * inv_t)) & keep);
 	}
 	float acc[8] = {0};
 	size_t i = 0;
@@ -711,7 +670,7 @@ static size_t filter_candidates(struct sampler *s, const float *logits, float mx
 		if (p->top_p < 1.0f) { /* renormalised over the k, as llama.cpp */
 			double mass = 0.0;
 			for (size_t i = 0; i < n; i++) {
-				c[i].prob = fast_expf((float)((double)c[i].logit - lse));
+				c[i].prob = fastexp_f32((float)((double)c[i].logit - lse));
 				mass += c[i].prob;
 			}
 			n = nucleus_select(c, n, (double)p->top_p * mass);

@@ -12,7 +12,7 @@
  * how the text was split into pieces.
  *
  * It compares bytes; it knows nothing of tokens, UTF-8 or the tokenizer. */
-#include "engine/sampler.h"
+#include "engine/stopstr.h"
 
 #include <errno.h>
 #include <stdlib.h>

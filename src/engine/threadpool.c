@@ -21,10 +21,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "engine/tuning.h"
+#include "util/tuning.h"
 #include "util/errbuf.h"
 
-/* Spin iterations before sleeping (engine/tuning.h). */
+/* Spin iterations before sleeping (util/tuning.h). */
 #define SPIN_ITERS TUNING_POOL_SPIN_ITERS
 
 /* A published job; two slots so that the next job can be written while a

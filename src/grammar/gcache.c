@@ -32,6 +32,7 @@
 
 #include "grammar/grammar_internal.h"
 #include "util/errbuf.h"
+#include "util/monotime.h"
 
 struct gc_entry {
 	unsigned char key[32];
@@ -58,13 +59,6 @@ struct grammar_cache {
 	double burst, per_s; /* a client's bucket, in compile budgets (GB_WORK_BUDGET) */
 	struct gc_client clients[GC_CLIENTS];
 };
-
-static double gc_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void gc_entry_free(struct gc_entry *e)
 {
@@ -252,7 +246,7 @@ static int gc_rate_check(struct grammar_cache *c, const void *client, size_t cli
 	if (!client || !client_len)
 		return 0;
 	pthread_mutex_lock(&c->lock);
-	struct gc_client *k = gc_client_of(c, client, client_len, gc_now());
+	struct gc_client *k = gc_client_of(c, client, client_len, monotime_s());
 	double wait = k->tokens > 0 ? 0 : -k->tokens / (c->per_s > 0 ? c->per_s : 1e-9);
 	double burst = c->burst, per_s = c->per_s;
 	pthread_mutex_unlock(&c->lock);
@@ -278,7 +272,7 @@ static void gc_rate_charge(struct grammar_cache *c, const void *client, size_t c
 		return;
 	double cost = fmax(GC_MIN_COST, (double)work / (double)GB_WORK_BUDGET);
 	pthread_mutex_lock(&c->lock);
-	gc_client_of(c, client, client_len, gc_now())->tokens -= cost;
+	gc_client_of(c, client, client_len, monotime_s())->tokens -= cost;
 	pthread_mutex_unlock(&c->lock);
 }
 

@@ -1,10 +1,10 @@
-/* Element conversions between ggml storage types and float: IEEE half and
- * bfloat16 scalars, and whole rows of the block-quantized formats the loader
- * accepts (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K).  Block layouts
- * are ggml's; all reads go through memcpy so blocks need no alignment.  This
- * is the reference (scalar) path used at load time and by tests; fast
- * compute kernels live in the engine, not here; quantizing is quantize.c's
- * job. */
+/* Element conversions between ggml storage types and float: whole rows of
+ * the block-quantized formats the loader accepts (Q4_0, Q4_1, Q5_0, Q5_1,
+ * Q8_0, Q4_K, Q5_K, Q6_K; the half and bfloat16 scalars are util/half.c).
+ * Block layouts are ggml's; all reads go through memcpy so blocks need no
+ * alignment.  This is the reference (scalar) path used at load time and by
+ * tests; fast compute kernels live in the engine, not here; quantizing is
+ * quantize.c's job. */
 #include "model/dequant.h"
 
 #include <errno.h>
@@ -12,87 +12,12 @@
 #include <string.h>
 
 /* ------------------------------------------------------------------------
- * Scalars. */
-
-float fp16_to_f32(uint16_t h)
-{
-	uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-	uint32_t exp = (h >> 10) & 0x1fu;
-	uint32_t mant = h & 0x3ffu;
-	uint32_t bits;
-	if (exp == 0x1f) {
-		bits = sign | 0x7f800000u | (mant << 13); /* inf / nan */
-	} else if (exp != 0) {
-		bits = sign | ((exp + 112) << 23) | (mant << 13);
-	} else if (mant == 0) {
-		bits = sign;
-	} else { /* subnormal: value = mant * 2^-24 */
-		float v = (float)mant * 0x1p-24f;
-		memcpy(&bits, &v, 4);
-		bits |= sign;
-	}
-	float f;
-	memcpy(&f, &bits, 4);
-	return f;
-}
-
-uint16_t f32_to_fp16(float f)
-{
-	uint32_t x;
-	memcpy(&x, &f, 4);
-	uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-	uint32_t ax = x & 0x7fffffffu;
-	if (ax >= 0x7f800000u) /* inf or nan (keep nan quiet) */
-		return sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0);
-	if (ax >= 0x477ff000u) /* rounds to >= 65520: overflow */
-		return sign | 0x7c00u;
-	if (ax < 0x38800000u) { /* below the smallest normal half: subnormal or 0 */
-		float a;
-		memcpy(&a, &ax, 4);
-		/* a * 2^24 is the subnormal mantissa; rintf rounds to nearest even. */
-		return sign | (uint16_t)rintf(a * 0x1p24f);
-	}
-	uint32_t mant = ax & 0x7fffffu;
-	uint32_t exp = (ax >> 23) - 112;
-	uint32_t h = (exp << 10) | (mant >> 13);
-	uint32_t rest = mant & 0x1fffu;
-	if (rest > 0x1000u || (rest == 0x1000u && (h & 1)))
-		h++; /* may carry into the exponent, which is still correct */
-	return sign | (uint16_t)h;
-}
-
-float bf16_to_f32(uint16_t b)
-{
-	uint32_t bits = (uint32_t)b << 16;
-	float f;
-	memcpy(&f, &bits, 4);
-	return f;
-}
-
-uint16_t f32_to_bf16(float f)
-{
-	uint32_t x;
-	memcpy(&x, &f, 4);
-	if ((x & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((x >> 16) | 0x40u); /* quiet nan */
-	x += 0x7fffu + ((x >> 16) & 1u);
-	return (uint16_t)(x >> 16);
-}
-
-static float half_at(const uint8_t *p)
-{
-	uint16_t h;
-	memcpy(&h, p, 2);
-	return fp16_to_f32(h);
-}
-
-/* ------------------------------------------------------------------------
  * 32-element blocks. */
 
 /* Q4_0: fp16 d, 16 bytes of nibbles; x = (q - 8) * d.  18 bytes. */
 static void deq_q4_0(const uint8_t *b, float *y)
 {
-	float d = half_at(b);
+	float d = fp16_load_f32(b);
 	const uint8_t *qs = b + 2;
 	for (int j = 0; j < 16; j++) {
 		y[j] = (float)((qs[j] & 0xf) - 8) * d;
@@ -103,7 +28,7 @@ static void deq_q4_0(const uint8_t *b, float *y)
 /* Q4_1: fp16 d, fp16 m, 16 bytes of nibbles; x = q * d + m.  20 bytes. */
 static void deq_q4_1(const uint8_t *b, float *y)
 {
-	float d = half_at(b), m = half_at(b + 2);
+	float d = fp16_load_f32(b), m = fp16_load_f32(b + 2);
 	const uint8_t *qs = b + 4;
 	for (int j = 0; j < 16; j++) {
 		y[j] = (float)(qs[j] & 0xf) * d + m;
@@ -114,7 +39,7 @@ static void deq_q4_1(const uint8_t *b, float *y)
 /* Q5_0: fp16 d, u32 high bits, 16 bytes of nibbles; x = (q - 16) * d.  22 bytes. */
 static void deq_q5_0(const uint8_t *b, float *y)
 {
-	float d = half_at(b);
+	float d = fp16_load_f32(b);
 	uint32_t qh;
 	memcpy(&qh, b + 2, 4);
 	const uint8_t *qs = b + 6;
@@ -129,7 +54,7 @@ static void deq_q5_0(const uint8_t *b, float *y)
 /* Q5_1: fp16 d, fp16 m, u32 high bits, 16 bytes of nibbles; x = q * d + m.  24 bytes. */
 static void deq_q5_1(const uint8_t *b, float *y)
 {
-	float d = half_at(b), m = half_at(b + 2);
+	float d = fp16_load_f32(b), m = fp16_load_f32(b + 2);
 	uint32_t qh;
 	memcpy(&qh, b + 4, 4);
 	const uint8_t *qs = b + 8;
@@ -144,7 +69,7 @@ static void deq_q5_1(const uint8_t *b, float *y)
 /* Q8_0: fp16 d, 32 int8; x = q * d.  34 bytes. */
 static void deq_q8_0(const uint8_t *b, float *y)
 {
-	float d = half_at(b);
+	float d = fp16_load_f32(b);
 	const int8_t *qs = (const int8_t *)(b + 2);
 	for (int j = 0; j < 32; j++)
 		y[j] = (float)qs[j] * d;
@@ -168,7 +93,7 @@ static void scale_min_k4(int j, const uint8_t *q, int *sc, int *mn)
 /* Q4_K: fp16 d, fp16 dmin, 12 bytes scales, 128 bytes nibbles.  144 bytes. */
 static void deq_q4_k(const uint8_t *b, float *y)
 {
-	float d = half_at(b), dmin = half_at(b + 2);
+	float d = fp16_load_f32(b), dmin = fp16_load_f32(b + 2);
 	const uint8_t *scales = b + 4, *q = b + 16;
 	for (int j = 0; j < 8; j += 2) {
 		int sc0, m0, sc1, m1;
@@ -187,7 +112,7 @@ static void deq_q4_k(const uint8_t *b, float *y)
  * nibbles.  176 bytes. */
 static void deq_q5_k(const uint8_t *b, float *y)
 {
-	float d = half_at(b), dmin = half_at(b + 2);
+	float d = fp16_load_f32(b), dmin = fp16_load_f32(b + 2);
 	const uint8_t *scales = b + 4, *qh = b + 16, *ql = b + 48;
 	unsigned u1 = 1, u2 = 2;
 	for (int j = 0; j < 8; j += 2) {
@@ -213,7 +138,7 @@ static void deq_q6_k(const uint8_t *b, float *y)
 {
 	const uint8_t *ql = b, *qh = b + 128;
 	const int8_t *sc = (const int8_t *)(b + 192);
-	float d = half_at(b + 208);
+	float d = fp16_load_f32(b + 208);
 	for (int half = 0; half < 2; half++) {
 		for (int l = 0; l < 32; l++) {
 			int is = l / 16;

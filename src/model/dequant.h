@@ -1,17 +1,13 @@
-/* Conversions between ggml element types and float: half/bfloat scalars and
- * whole rows of every type the loader accepts (F32, F16, BF16, Q8_0 and the
- * dequantize-at-load types Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K). */
+/* Conversions between ggml element types and float: whole rows of every
+ * type the loader accepts (F32, F16, BF16, Q8_0 and the dequantize-at-load
+ * types Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K). */
 #pragma once
 
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "model/gguf.h"
-
-float fp16_to_f32(uint16_t h);
-uint16_t f32_to_fp16(float f);
-float bf16_to_f32(uint16_t b);
-uint16_t f32_to_bf16(float f); /* round to nearest even */
+#include "util/half.h" /* the scalars, for the users of the row conversions */
 
 /* True when dequantize_row supports the type. */
 bool dequant_supported(enum ggml_type type);

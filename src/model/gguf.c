@@ -17,7 +17,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <openssl/evp.h>
 
 #include "util/errbuf.h"
 
@@ -965,57 +964,4 @@ const struct gguf_tensor *gguf_find_tensor(const struct gguf_file *f, const char
 		return NULL;
 	size_t *slot = name_index_slot(&f->tensor_index, name, tensor_name_of, f);
 	return *slot ? &f->tensors[*slot - 1] : NULL;
-}
-
-/* ------------------------------------------------------------------------
- * SHA-256 of a whole file, streamed in 1 MiB reads. */
-
-static void to_hex(const unsigned char *md, unsigned n, char *hex)
-{
-	static const char digits[] = "0123456789abcdef";
-	for (unsigned i = 0; i < n; i++) {
-		hex[2 * i] = digits[md[i] >> 4];
-		hex[2 * i + 1] = digits[md[i] & 15];
-	}
-	hex[2 * n] = '\0';
-}
-
-int sha256_file_hex(const char *path, char hex_out[65], char *err, size_t err_len)
-{
-	enum { CHUNK = 1 << 20 };
-	int rc = 0;
-	FILE *fp = fopen(path, "rb");
-	unsigned char *buf = malloc(CHUNK);
-	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-	if (fp == NULL) {
-		rc = err_set(err, err_len, -errno, "%s: cannot open: %s", path, strerror(errno));
-		goto out;
-	}
-	if (buf == NULL || ctx == NULL || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
-		rc = err_set(err, err_len, -ENOMEM, "%s: cannot start SHA-256", path);
-		goto out;
-	}
-	size_t n;
-	while ((n = fread(buf, 1, CHUNK, fp)) > 0)
-		if (EVP_DigestUpdate(ctx, buf, n) != 1) {
-			rc = err_set(err, err_len, -EIO, "%s: SHA-256 update failed", path);
-			goto out;
-		}
-	if (ferror(fp)) {
-		rc = err_set(err, err_len, -EIO, "%s: read error", path);
-		goto out;
-	}
-	unsigned char md[EVP_MAX_MD_SIZE];
-	unsigned md_len = 0;
-	if (EVP_DigestFinal_ex(ctx, md, &md_len) != 1 || md_len != 32) {
-		rc = err_set(err, err_len, -EIO, "%s: SHA-256 final failed", path);
-		goto out;
-	}
-	to_hex(md, md_len, hex_out);
-out:
-	EVP_MD_CTX_free(ctx);
-	free(buf);
-	if (fp)
-		fclose(fp);
-	return rc;
 }

@@ -120,6 +120,3 @@ size_t gguf_n_kv(const struct gguf_file *f);
 const char *gguf_kv_key(const struct gguf_file *f, size_t index);
 int gguf_kv_raw(const struct gguf_file *f, size_t index, enum gguf_value_type *type,
 		const void **data, size_t *len);
-
-/* SHA-256 of a file as 64 lowercase hex chars + NUL, via OpenSSL. */
-int sha256_file_hex(const char *path, char hex_out[65], char *err, size_t err_len);

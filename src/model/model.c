@@ -19,13 +19,14 @@
 #include <strings.h>
 
 #include "model/dequant.h"
+#include "model/wtype.h"
+#include "util/digest.h"
 #include "util/errbuf.h"
 #include "util/pages.h"
 
 #define MODEL_MAX_DIM (1 << 20)
 #define MODEL_MAX_LAYERS 4096
 #define MODEL_MAX_VOCAB (1 << 24)
-#define MODEL_SUPPORTED_TYPES "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K"
 
 /* ------------------------------------------------------------------------
  * Hyper-parameters. */
@@ -208,9 +209,11 @@ static int find_shaped(struct load_ctx *c, const char *name, uint64_t d0, uint64
 
 static int unsupported(struct load_ctx *c, const struct gguf_tensor *t)
 {
+	char names[160];
+	wtype_names(names, sizeof(names));
 	return err_set(c->err, c->err_len, -ENOTSUP,
 	               "%s: tensor '%s' has type %s, which sinkd does not support; supported: %s",
-	               c->path, t->name, ggml_type_name(t->type), MODEL_SUPPORTED_TYPES);
+	               c->path, t->name, ggml_type_name(t->type), names);
 }
 
 /* An F32 copy of tensor t in model-owned memory, `rows` rows of `cols`. */
@@ -218,7 +221,7 @@ static int to_f32(struct load_ctx *c, const struct gguf_tensor *t, uint64_t rows
                   float **out)
 {
 	*out = NULL;
-	if (!dequant_supported(t->type))
+	if (!wtype_loadable(t->type))
 		return unsupported(c, t);
 	size_t bytes = (size_t)(rows * cols * sizeof(float));
 	float *buf = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
@@ -252,23 +255,6 @@ static int load_vector(struct load_ctx *c, const char *name, uint64_t n, const f
 	return rc;
 }
 
-bool model_type_kept_as_stored(enum ggml_type type)
-{
-	switch (type) {
-	case GGML_TYPE_F32:
-	case GGML_TYPE_F16:
-	case GGML_TYPE_BF16:
-	case GGML_TYPE_Q8_0:
-	case GGML_TYPE_Q4_0:
-	case GGML_TYPE_Q4_K:
-	case GGML_TYPE_Q5_K:
-	case GGML_TYPE_Q6_K:
-		return true;
-	default:
-		return false;
-	}
-}
-
 /* The largest finite F16. */
 #define F16_MAX 65504.0f
 
@@ -279,7 +265,7 @@ static int to_f16(struct load_ctx *c, const struct gguf_tensor *t, uint64_t rows
                   uint16_t **out)
 {
 	*out = NULL;
-	if (!dequant_supported(t->type))
+	if (!wtype_loadable(t->type))
 		return unsupported(c, t);
 	size_t bytes = (size_t)(rows * cols * sizeof(uint16_t));
 	uint16_t *buf = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
@@ -322,14 +308,14 @@ static int load_matrix(struct load_ctx *c, const char *name, int rows, int cols,
 	w->rows = rows;
 	w->cols = cols;
 	size_t align = t->type == GGML_TYPE_F32 ? 4 : 2;
-	if (model_type_kept_as_stored(t->type) && (uintptr_t)t->data % align == 0) {
+	if (wtype_kept_as_stored(t->type) && (uintptr_t)t->data % align == 0) {
 		w->type = t->type;
 		w->data = t->data;
 		w->row_bytes = ggml_row_bytes(t->type, (uint64_t)cols);
 		return 0;
 	}
 	uint16_t *half = NULL;
-	if (!model_type_kept_as_stored(t->type))
+	if (!wtype_kept_as_stored(t->type))
 		rc = to_f16(c, t, (uint64_t)rows, (uint64_t)cols, &half);
 	if (rc == 0 && half) {
 		w->type = GGML_TYPE_F16;
@@ -458,7 +444,7 @@ static int load_tensors(struct load_ctx *c)
 static int check_sha256(const char *path, const char *expected, char *err, size_t err_len)
 {
 	char hex[65];
-	int rc = sha256_file_hex(path, hex, err, err_len);
+	int rc = digest_file_sha256_hex(path, hex, err, err_len);
 	if (rc)
 		return rc;
 	if (strlen(expected) != 64 || strcasecmp(hex, expected) != 0)

@@ -70,10 +70,6 @@ struct model {
 	size_t n_owned;
 };
 
-/* The weight types kept as stored at load (the engine multiplies them as
- * they are: matmul_type_supported); the others are widened to F16. */
-bool model_type_kept_as_stored(enum ggml_type type);
-
 struct model_load_options {
 	const char *expected_sha256; /* 64 hex chars or NULL to skip the check */
 };

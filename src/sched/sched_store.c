@@ -13,6 +13,7 @@
 #include "sched/sched_internal.h"
 #include "model/gguf.h"
 #include "session/store.h"
+#include "util/digest.h"
 #include "util/log.h"
 
 #define PUSH(arr, n, cap, p) sched_ptrs_push((void ***)&(arr), &(n), &(cap), (p))
@@ -59,7 +60,7 @@ static int identity(struct scheduler *s, struct snapshot_expect *out, char *err,
 	if (!s->have_identity) {
 		char hex[65];
 		const struct model_hparams *hp = &s->be->model->hp;
-		rc = s->model_path[0] ? sha256_file_hex(s->model_path, hex, err, err_len)
+		rc = s->model_path[0] ? digest_file_sha256_hex(s->model_path, hex, err, err_len)
 		                      : err_set(err, err_len, -ENOTSUP,
 		                                "snapshots need the model file's path");
 		if (!rc) {

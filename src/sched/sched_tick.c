@@ -66,10 +66,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/stopstr.h"
 #include "grammar/grammar.h"
 #include "util/errbuf.h"
 #include "util/log.h"
 #include "util/sderr.h"
+#include "util/tuning.h"
 
 /* ---- request and session lifetime ------------------------------------- */
 
@@ -538,19 +540,13 @@ static size_t prefill_chunk_cap(const struct sched_req *r)
 	           : (size_t)-1;
 }
 
-#define PACE_FACTOR 1.5
-#define PACE_MIN_CAP 1.0
-#define PACE_START_CAP 4.0
+#define PACE_FACTOR TUNING_PACE_FACTOR /* these in util/tuning.h */
+#define PACE_MIN_CAP TUNING_PACE_MIN_CAP
+#define PACE_START_CAP TUNING_PACE_START_CAP
 #define PACE_DECODE_SHARE ((PACE_FACTOR - 1) / 4)
-#define PACE_REMEASURE 8 /* paced batches between two decode-only ones */
-/* A whole block beyond the cap is granted only while the measured rows of
- * one block add at most this share of a decode-only batch; rows dearer
- * than that (a prompt deep into a long window on a small model, where each
- * row's attention outweighs its matmul: stories260K with a 20k-token prompt
- * alongside 16 streams, a block of 8 such rows took ~5x a decode-only
- * batch) are granted a few at a time instead, as their cost is linear. */
-#define PACE_BLOCK_EXTRA_MAX 1.0
-#define PACE_TOKEN_FLOOR 0.01 /* a prompt token costs at least this share of a decode batch */
+#define PACE_REMEASURE TUNING_PACE_REMEASURE
+#define PACE_BLOCK_EXTRA_MAX TUNING_PACE_BLOCK_EXTRA_MAX
+#define PACE_TOKEN_FLOOR TUNING_PACE_TOKEN_FLOOR
 
 struct batch_shape {
 	size_t n_decode;  /* decode tokens */
@@ -564,8 +560,8 @@ struct batch_shape {
  * prompts keep being taken in when noise on a shared machine makes prompt
  * tokens look expensive.  A prompt token costs about a decode token's matmul
  * rows, plus attention over its context: an eighth of the decode tokens
- * keeps such a batch under ~2x a decode-only one even deep into a 20k-token
- * prompt with a full (unwindowed) cache. */
+ * keeps such a batch within a small multiple of a decode-only one even deep
+ * into a long prompt with a full (unwindowed) cache. */
 static size_t pace_cap_now(const struct scheduler *s, size_t n_decode)
 {
 	size_t floor = (size_t)(PACE_DECODE_SHARE * (double)n_decode);

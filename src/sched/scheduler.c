@@ -24,16 +24,17 @@
 
 #include <openssl/rand.h>
 
+#include "engine/stopstr.h"
 #include "grammar/grammar.h"
+#include "util/digest.h"
 #include "util/errbuf.h"
 #include "util/log.h"
 #include "util/sderr.h"
+#include "util/monotime.h"
 
 double sched_now(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+	return monotime_s();
 }
 
 int sched_ptrs_push(void ***arr, size_t *n, size_t *cap, void *p)
@@ -335,8 +336,7 @@ static void session_id_make(const char *owner, char key[SCHED_SESSION_ID_LEN])
 		for (size_t i = 0; i < sizeof(raw); i++)
 			raw[i] = (unsigned char)(t >> (8 * (i % 8))) ^ (unsigned char)(i * 37);
 	}
-	for (size_t i = 0; i < sizeof(raw); i++)
-		snprintf(id + 2 * i, 3, "%02x", raw[i]);
+	digest_hex(raw, sizeof(raw), id);
 	session_key_make(owner, id, key);
 }
 

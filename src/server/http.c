@@ -38,6 +38,7 @@
 #include "server/listen.h"
 #include "server/respond.h"
 #include "server/server_impl.h"
+#include "util/digest.h"
 #include "util/errbuf.h"
 
 #define LOG_MODULE "http"
@@ -182,8 +183,7 @@ static void request_id_init(struct request *r)
 	unsigned char b[16];
 	if (RAND_bytes(b, sizeof(b)) != 1)
 		memset(b, 0, sizeof(b));
-	for (int i = 0; i < 16; i++)
-		snprintf(r->id + 2 * i, 3, "%02x", b[i]);
+	digest_hex(b, sizeof(b), r->id);
 }
 
 /* ---- connections: deadlines and the reserve --------------------------------- */

@@ -20,7 +20,9 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "util/digest.h"
 #include "util/errbuf.h"
+#include "util/monotime.h"
 
 /* Seconds of idleness after which an entry holds no state: a bucket
  * refills completely within a minute. */
@@ -105,10 +107,8 @@ void quota_client_name(const struct quota_client *c, char out[QUOTA_CLIENT_NAME_
 	char ip[INET6_ADDRSTRLEN] = "";
 	out[0] = '\0';
 	if (c->kind == QUOTA_CLIENT_KEY) {
-		int n = snprintf(out, QUOTA_CLIENT_NAME_LEN, "key:");
-		for (int i = 0; i < 8; i++)
-			n += snprintf(out + n, (size_t)(QUOTA_CLIENT_NAME_LEN - n), "%02x",
-			              c->id[i]);
+		memcpy(out, "key:", 4);
+		digest_hex(c->id, 8, out + 4);
 	} else if (c->kind == QUOTA_CLIENT_ADDR && c->len == 4) {
 		inet_ntop(AF_INET, c->id, ip, sizeof(ip));
 		snprintf(out, QUOTA_CLIENT_NAME_LEN, "addr:%s", ip);
@@ -132,9 +132,8 @@ void quota_limits_from_config(const struct sinkd_config *cfg, struct quota_limit
 
 static double default_clock(void *ctx)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+	(void)ctx;
+	return monotime_s();
 }
 
 static uint64_t client_hash(const struct quota_client *c)

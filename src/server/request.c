@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/stopstr.h"
 #include "grammar/grammar.h"
 #include "server/openai.h"
 #include "server/tools.h"

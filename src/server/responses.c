@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "server/openai.h"
+#include "util/digest.h"
 #include "util/errbuf.h"
 
 #define RESPONSE_ID_ARG_MAX 128
@@ -473,8 +474,7 @@ int responses_id_new(const char *session_id, char out[RESPONSES_ID_LEN])
 	char hex[RESP_RANDOM_HEX + 1];
 	if (RAND_bytes(b, (int)sizeof(b)) != 1)
 		return -EIO;
-	for (size_t i = 0; i < sizeof(b); i++)
-		snprintf(hex + 2 * i, 3, "%02x", b[i]);
+	digest_hex(b, sizeof(b), hex);
 	if (session_id && *session_id)
 		snprintf(out, RESPONSES_ID_LEN, "resp_%.32s_%s", session_id, hex);
 	else

@@ -18,6 +18,7 @@
 #include "server/quota.h"
 #include "server/server.h"
 #include "server/tls.h"
+#include "util/monotime.h"
 
 #define REQUEST_ID_LEN 80
 
@@ -126,9 +127,7 @@ struct request {
 /* Monotonic seconds. */
 static inline double server_now(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+	return monotime_s();
 }
 
 /* pthread_cond_timedwait for at most ms milliseconds (mu held). */

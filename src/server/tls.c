@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/digest.h"
 #include "util/errbuf.h"
 
 /* The two PEM files as read, NUL-terminated; key_pem is wiped when freed. */
@@ -272,8 +273,7 @@ static int leaf_fingerprint(struct tls_creds *c, const char *cert_file, char *er
 		return err_set(err, err_len, -EINVAL,
 		               "server.tls.cert_file: cannot hash the certificate in %s (%s)",
 		               cert_file, g < 0 ? gnutls_strerror(g) : "short digest");
-	for (size_t i = 0; i < md_len; i++)
-		snprintf(c->fingerprint + 2 * i, 3, "%02x", md[i]);
+	digest_hex(md, md_len, c->fingerprint);
 	return 0;
 }
 

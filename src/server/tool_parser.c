@@ -30,6 +30,7 @@
 #include <openssl/rand.h>
 
 #include "server/tool_json.h"
+#include "util/digest.h"
 
 #define CALL_ID_HEX 24  /* "call_" + 24 hex digits */
 #define KEY_MAX 16      /* longer keys are none of ours */
@@ -146,18 +147,13 @@ static void content(struct tool_parser *p, const char *s, size_t n)
 
 static void make_id(struct tool_parser *p)
 {
-	static const char hex[] = "0123456789abcdef";
 	unsigned char r[CALL_ID_HEX / 2];
 	if (RAND_bytes(r, sizeof(r)) != 1) {
 		p->err = -EIO;
 		memset(r, 0, sizeof(r));
 	}
 	memcpy(p->id, "call_", 5);
-	for (size_t i = 0; i < sizeof(r); i++) {
-		p->id[5 + 2 * i] = hex[r[i] >> 4];
-		p->id[6 + 2 * i] = hex[r[i] & 15];
-	}
-	p->id[5 + CALL_ID_HEX] = '\0';
+	digest_hex(r, sizeof(r), p->id + 5);
 }
 
 /* The name is known and the arguments have started: the call is on. */

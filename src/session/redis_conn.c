@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "util/errbuf.h"
+#include "util/monotime.h"
 
 #define REDIS_DEFAULT_PORT 6379
 #define REDIS_AUTH_FILE_MAX 4096
@@ -232,19 +233,12 @@ out:
 
 /* ---------------------------------------------------------------- waits */
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Waits until fd is ready for events, at most until deadline (ms,
  * monotonic): 0, or -ETIMEDOUT. */
 static int wait_fd(int fd, short events, int64_t deadline)
 {
 	for (;;) {
-		int64_t left = deadline - now_ms();
+		int64_t left = deadline - monotime_ms();
 		if (left <= 0)
 			return -ETIMEDOUT;
 		struct pollfd p = {.fd = fd, .events = events};
@@ -414,7 +408,7 @@ static int conn_send(struct redis_conn *c, const char *buf, size_t len, char *er
 		if (n < 0 && errno != EAGAIN && errno != EINTR)
 			return err_set(err, err_len, -errno, "redis %s: write: %s", c->where,
 			               strerror(errno));
-		if (n < 0 && wait_fd(c->fd, ev, now_ms() + c->timeout_ms) < 0)
+		if (n < 0 && wait_fd(c->fd, ev, monotime_ms() + c->timeout_ms) < 0)
 			return err_set(err, err_len, -ETIMEDOUT,
 			               "redis %s: the server took no data for %.1f s", c->where,
 			               c->timeout_ms / 1000.0);
@@ -470,7 +464,7 @@ static int conn_read_reply(struct redis_conn *c, redisReply **reply, char *err, 
 		ssize_t n = conn_recv_some(c, &ev, err, err_len);
 		if (n < 0)
 			return (int)n;
-		if (n == 0 && wait_fd(c->fd, ev, now_ms() + c->timeout_ms) < 0)
+		if (n == 0 && wait_fd(c->fd, ev, monotime_ms() + c->timeout_ms) < 0)
 			return err_set(err, err_len, -ETIMEDOUT, "redis %s: no reply within %.1f s",
 			               c->where, c->timeout_ms / 1000.0);
 		if (n > 0 && redisReaderFeed(c->reader, c->rbuf, (size_t)n) != REDIS_OK)
@@ -516,7 +510,7 @@ static int conn_setup_call(struct redis_conn *c, const char *what, int argc, con
 
 static int conn_open(struct redis_conn *c, char *err, size_t err_len)
 {
-	int64_t deadline = now_ms() + c->timeout_ms;
+	int64_t deadline = monotime_ms() + c->timeout_ms;
 	int rc = tcp_connect(c, deadline, err, err_len);
 	if (rc == 0 && c->ep.tls)
 		rc = tls_start(c, deadline, err, err_len);

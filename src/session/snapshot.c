@@ -13,12 +13,12 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
-#include <openssl/sha.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cache/kvquant.h"
 #include "session/session_key.h"
+#include "util/digest.h"
 #include "util/errbuf.h"
 #include "util/sderr.h"
 
@@ -138,21 +138,9 @@ size_t snapshot_max_bytes(const struct cache_geometry *g)
 	       CHECKSUM_BYTES;
 }
 
-static void hex_of(const unsigned char *md, char out[65])
-{
-	static const char digits[] = "0123456789abcdef";
-	for (int i = 0; i < 32; i++) {
-		out[2 * i] = digits[md[i] >> 4];
-		out[2 * i + 1] = digits[md[i] & 15];
-	}
-	out[64] = '\0';
-}
-
 void snapshot_sha256_hex(const void *bytes, size_t n, char out[65])
 {
-	unsigned char md[SHA256_DIGEST_LENGTH];
-	SHA256(bytes, n, md);
-	hex_of(md, out);
+	digest_sha256_hex(bytes, n, out);
 }
 
 static void put_text(unsigned char *p, size_t cap, const char *s)
@@ -209,7 +197,7 @@ int snapshot_encode(const struct snapshot *sn, unsigned char **out, size_t *out_
 		put32(p, (uint32_t)sn->hist[i]);
 	if (sn->kv.bytes)
 		memcpy(p, sn->kv.data, sn->kv.bytes);
-	SHA256(b, len - CHECKSUM_BYTES, b + len - CHECKSUM_BYTES);
+	digest_sha256(b, len - CHECKSUM_BYTES, b + len - CHECKSUM_BYTES);
 	*out = b;
 	*out_len = len;
 	return 0;
@@ -301,8 +289,8 @@ static int check_model(const unsigned char *b, const struct snapshot *sn,
 {
 	if (memcmp(b + OFF_MODEL, ex->model_sha256, 32)) {
 		char have[65], want[65];
-		hex_of(b + OFF_MODEL, have);
-		hex_of(ex->model_sha256, want);
+		digest_hex(b + OFF_MODEL, DIGEST_SHA256_BYTES, have);
+		digest_hex(ex->model_sha256, DIGEST_SHA256_BYTES, want);
 		return err_set(err, err_len, SDERR_MODEL_MISMATCH,
 		               "snapshot: of another model (file sha256 %.16s..., this instance "
 		               "serves %.16s...)",
@@ -520,8 +508,8 @@ int snapshot_decode(const unsigned char *buf, size_t len, const struct snapshot_
 		return err_set(err, err_len, -EINVAL,
 		               "snapshot: %zu bytes; its geometry allows %d..%zu", len,
 		               SNAPSHOT_HEADER_BYTES + CHECKSUM_BYTES, max_len);
-	unsigned char md[SHA256_DIGEST_LENGTH];
-	SHA256(buf, len - CHECKSUM_BYTES, md);
+	unsigned char md[DIGEST_SHA256_BYTES];
+	digest_sha256(buf, len - CHECKSUM_BYTES, md);
 	if (memcmp(md, buf + len - CHECKSUM_BYTES, CHECKSUM_BYTES))
 		return err_set(err, err_len, -EBADMSG,
 		               "snapshot: checksum mismatch (the file is corrupt or truncated)");

@@ -18,8 +18,10 @@
 #include <time.h>
 
 #include "session/store_backend.h"
+#include "util/digest.h"
 #include "util/errbuf.h"
 #include "util/log.h"
+#include "util/monotime.h"
 
 #define STORE_DEFAULT_SWEEP_S 10.0
 #define STORE_RECORD_MAGIC "SKDREC01"
@@ -692,13 +694,6 @@ const char *session_store_backend(const struct session_store *st)
 
 /* ---------------------------------------------------------------- thread */
 
-static double mono_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static struct timespec mono_deadline(double at)
 {
 	struct timespec ts;
@@ -715,11 +710,11 @@ static void *store_thread(void *arg)
 {
 	struct session_store *st = arg;
 	double refresh_every = st->lease_timeout_s / 3.0;
-	double next_refresh = mono_s() + refresh_every;
-	double next_sweep = mono_s() + st->sweep_interval_s;
+	double next_refresh = monotime_s() + refresh_every;
+	double next_sweep = monotime_s() + st->sweep_interval_s;
 	pthread_mutex_lock(&st->lock);
 	while (!st->stop) {
-		double now = mono_s();
+		double now = monotime_s();
 		if (now >= next_refresh) {
 			pthread_mutex_unlock(&st->lock);
 			leases_refresh(st);
@@ -736,7 +731,7 @@ static void *store_thread(void *arg)
 			pthread_mutex_unlock(&st->lock);
 			session_store_sweep(st);
 			pthread_mutex_lock(&st->lock);
-			next_sweep = mono_s() + st->sweep_interval_s;
+			next_sweep = monotime_s() + st->sweep_interval_s;
 			continue;
 		}
 		struct timespec until =
@@ -781,8 +776,7 @@ static void make_nonce(char out[33])
 		for (size_t i = 0; i < sizeof(raw); i++)
 			raw[i] = (unsigned char)((uint64_t)ts.tv_nsec >> (i % 4 * 8)) ^ (unsigned char)i;
 	}
-	for (size_t i = 0; i < sizeof(raw); i++)
-		snprintf(out + 2 * i, 3, "%02x", raw[i]);
+	digest_hex(raw, sizeof(raw), out);
 }
 
 static int init_sync(struct session_store *st)

@@ -14,6 +14,7 @@
 
 #include "session/store_backend.h"
 #include "util/errbuf.h"
+#include "util/monotime.h"
 
 struct mem_entry {
 	char key[SESSION_STORE_KEY_MAX + 1];
@@ -30,13 +31,6 @@ struct store_backend {
 	size_t n_e, cap_e;
 	char instance[STORE_INSTANCE_MAX + 1];
 };
-
-static double mono_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static struct mem_entry *find(struct store_backend *b, const char *key)
 {
@@ -89,7 +83,7 @@ static int mem_put(struct store_backend *b, const char *key, uint64_t fence, con
 		free(m->bytes);
 		m->bytes = copy;
 		m->n = n;
-		m->written = mono_now();
+		m->written = monotime_s();
 		copy = NULL;
 	}
 	pthread_mutex_unlock(&b->mu);
@@ -146,7 +140,7 @@ static int mem_list(struct store_backend *b, const char *prefix, struct store_en
 	pthread_mutex_lock(&b->mu);
 	struct store_entry *l = malloc((b->n_e ? b->n_e : 1) * sizeof(*l));
 	size_t k = 0;
-	double now = mono_now();
+	double now = monotime_s();
 	for (size_t i = 0; l && i < b->n_e; i++) {
 		const struct mem_entry *m = &b->e[i];
 		if (!m->bytes || (plen && strncmp(m->key, prefix, plen)))

@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "tokenizer/tokenizer_internal.h"
-#include "tokenizer/unicode.h"
 #include "util/errbuf.h"
+#include "util/utf8.h"
 
 #define REPLACEMENT "\xef\xbf\xbd" /* U+FFFD */
 

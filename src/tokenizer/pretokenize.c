@@ -12,6 +12,7 @@
 
 #include "tokenizer/unicode.h"
 #include "util/errbuf.h"
+#include "util/utf8.h"
 
 #define GPT2_RE "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
 #define LLAMA3_RE                                                                                  \

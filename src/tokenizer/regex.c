@@ -13,6 +13,7 @@
 
 #include "tokenizer/unicode.h"
 #include "util/errbuf.h"
+#include "util/utf8.h"
 
 #define REP_INF UINT32_MAX
 

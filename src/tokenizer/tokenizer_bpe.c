@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "tokenizer/tokenizer_internal.h"
-#include "tokenizer/unicode.h"
+#include "util/utf8.h"
 
 static bool byte_is_printable(int b)
 {

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "tokenizer/tokenizer_internal.h"
-#include "tokenizer/unicode.h"
+#include "util/utf8.h"
 
 static uint64_t hash_bytes(const char *s, size_t len)
 {

@@ -1,6 +1,6 @@
 /* Small Unicode helpers for the tokenizers: general categories (from the
- * generated table in unicode_table.c), White_Space, and UTF-8 coding that
- * never fails (an invalid byte decodes as U+FFFD of length 1). */
+ * generated table in unicode_table.c) and White_Space.  UTF-8 coding is
+ * util/utf8.h. */
 #pragma once
 
 #include <stdbool.h>
@@ -69,13 +69,3 @@ extern const size_t ucat_n_runs;
 enum ucat unicode_category(uint32_t cp);
 /* The Unicode White_Space property (what \s matches). */
 bool unicode_is_whitespace(uint32_t cp);
-
-/* Decodes one code point at s (len > 0 bytes left); *n gets its length.
- * Invalid or truncated sequences give U+FFFD with *n = 1. */
-uint32_t utf8_decode(const unsigned char *s, size_t len, size_t *n);
-/* Writes cp as UTF-8 into out (4 bytes room); returns the length. */
-size_t utf8_encode(uint32_t cp, char *out);
-/* Length of a valid sequence starting at s, 0 when the bytes so far are a
- * valid but incomplete prefix, -1 when s starts with an invalid byte
- * sequence. */
-int utf8_sequence_status(const unsigned char *s, size_t len);

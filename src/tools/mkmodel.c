@@ -22,6 +22,7 @@
 #include "model/gguf_write.h"
 #include "model/quantize.h"
 #include "util/errbuf.h"
+#include "util/monotime.h"
 
 struct mk_options {
 	const char *out;
@@ -590,8 +591,7 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	struct timespec t0, t1;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	double t0 = monotime_s();
 	uint64_t n_params = 0;
 	rc = o.from ? convert_model(&o, &n_params, err, sizeof(err))
 	            : write_model(&o, &n_params, err, sizeof(err));
@@ -599,8 +599,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "sinkd-mkmodel: %s\n", err);
 		return 1;
 	}
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+	double s = monotime_s() - t0;
 	if (o.from) {
 		printf("%s: %" PRIu64 " parameters of %s converted to %s; %.1f s\n", o.out,
 		       n_params, o.from, type_cli_name(o.type), s);

@@ -12,7 +12,7 @@
 #include <strings.h>
 #include <time.h>
 
-#include "tokenizer/unicode.h"
+#include "util/utf8.h"
 
 struct sinkd_log {
 	FILE *stream;

@@ -2,6 +2,7 @@
  * one place.  libsystemd does the socket work (and nothing when the daemon
  * was not started by a service manager).  No state is kept here. */
 #include "util/notify.h"
+#include "util/monotime.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -24,10 +25,7 @@ void notify_ready(const char *status)
 
 void notify_reloading(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	unsigned long long usec =
-	    (unsigned long long)ts.tv_sec * 1000000ULL + (unsigned long long)ts.tv_nsec / 1000ULL;
+	unsigned long long usec = (unsigned long long)monotime_us();
 	sd_notifyf(0, "RELOADING=1\nSTATUS=reloading the configuration\nMONOTONIC_USEC=%llu", usec);
 }
 

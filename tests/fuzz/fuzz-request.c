@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "engine/sampler.h"
+#include "engine/stopstr.h"
 #include "grammar/grammar.h"
 #include "server/chat_template.h"
 #include "server/request.h"

@@ -8,11 +8,12 @@
  * one that starts first), or all of it; *stopped agrees; nothing is
  * released past a stop, whatever the pieces or the buffer size. */
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/sampler.h"
+#include "engine/stopstr.h"
 #include "util/errbuf.h"
 
 #define MAX_STOPS 5

@@ -28,7 +28,9 @@ cJSON *tu_load_reference(void);
 /* Runs the suite (forking, normal output) and frees it: how many tests
  * failed. */
 int tu_suite_failures(Suite *s);
-/* tu_suite_failures as an exit status: EXIT_SUCCESS when none failed. */
+/* tu_suite_failures as an exit status: EXIT_FAILURE when any failed, else
+ * 77 (what meson reports as SKIP) when a test called tu_skip, else
+ * EXIT_SUCCESS. */
 int tu_run_suite(Suite *s);
 
 /* A sliding-window cache geometry of n_layers x n_kv_heads x head_dim (RoPE
@@ -40,3 +42,8 @@ struct cache_geometry tu_geometry(int n_layers, int n_kv_heads, int head_dim, in
 /* The geometry of a model's shape and RoPE with 4 sinks and an unquantized
  * window of `window` tokens. */
 struct cache_geometry tu_model_geometry(const struct model_hparams *hp, int window);
+/* Marks the run as skipped: a test whose prerequisite is missing (a tool,
+ * a CPU feature, a server option) calls this and returns, and
+ * tu_run_suite then exits 77 instead of passing.  Works from Check's
+ * forked test processes.  The reason goes to stderr. */
+void tu_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

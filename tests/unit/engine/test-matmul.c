@@ -17,6 +17,7 @@
 #include "engine/panels.h"
 #include "model/dequant.h"
 #include "model/quantize.h"
+#include "testutil.h"
 
 /* A weight matrix built from random values in a given type, plus the exact
  * values it holds (decoded to double) for the reference. */
@@ -704,7 +705,7 @@ END_TEST
 START_TEST(test_panels)
 {
 	if (!panels_supported(GGML_TYPE_F32)) {
-		printf("panels: not on this CPU (no AVX-512), skipped\n");
+		tu_skip("test_panels: no weight panels on this CPU (no AVX-512)");
 		return;
 	}
 	struct threadpool *pool = NULL;
@@ -771,9 +772,5 @@ int main(void)
 	tcase_add_test(tc, test_panels);
 	tcase_add_test(tc, test_transpose_x);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

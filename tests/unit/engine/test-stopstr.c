@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/sampler.h"
+#include "engine/stopstr.h"
 #include "util/errbuf.h"
 #include "testutil.h"
 

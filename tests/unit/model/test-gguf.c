@@ -10,6 +10,7 @@
 
 #include "model/gguf.h"
 #include "model/gguf_write.h"
+#include "util/digest.h"
 #include "util/errbuf.h"
 #include "testutil.h"
 
@@ -124,7 +125,7 @@ END_TEST
 START_TEST(test_sha256)
 {
 	char hex[65], err[SINKD_ERR_LEN];
-	ck_assert_int_eq(sha256_file_hex(tu_shared_path("models/stories260K.gguf"), hex, err, sizeof(err)),
+	ck_assert_int_eq(digest_file_sha256_hex(tu_shared_path("models/stories260K.gguf"), hex, err, sizeof(err)),
 	                 0);
 	FILE *fp = fopen(tu_shared_path("models/SHA256SUMS"), "r");
 	ck_assert_ptr_nonnull(fp);
@@ -132,7 +133,7 @@ START_TEST(test_sha256)
 	ck_assert_int_eq(fscanf(fp, "%64s", want), 1);
 	fclose(fp);
 	ck_assert_str_eq(hex, want);
-	ck_assert_int_eq(sha256_file_hex("/nonexistent/x.gguf", hex, err, sizeof(err)), -ENOENT);
+	ck_assert_int_eq(digest_file_sha256_hex("/nonexistent/x.gguf", hex, err, sizeof(err)), -ENOENT);
 	ck_assert_ptr_nonnull(strstr(err, "/nonexistent/x.gguf"));
 }
 END_TEST

@@ -18,6 +18,7 @@
 #include "model/dequant.h"
 #include "model/gguf_write.h"
 #include "model/model.h"
+#include "util/digest.h"
 #include "util/errbuf.h"
 #include "testutil.h"
 
@@ -510,7 +511,7 @@ static int run_tool(char *const argv[])
 START_TEST(test_mkmodel)
 {
 	if (mkmodel_path == NULL) {
-		fprintf(stderr, "test_mkmodel: no sinkd-mkmodel path given, skipped\n");
+		tu_skip("test_mkmodel: no sinkd-mkmodel path given");
 		return;
 	}
 	char p1[64], p2[64], err[SINKD_ERR_LEN];
@@ -602,9 +603,9 @@ START_TEST(test_mkmodel)
 	ck_assert_int_eq(m->hp.n_kv_heads, 2);
 	model_free(m);
 	char h1[65], h2[65];
-	ck_assert_int_eq(sha256_file_hex(p2, h1, err, sizeof(err)), 0);
+	ck_assert_int_eq(digest_file_sha256_hex(p2, h1, err, sizeof(err)), 0);
 	ck_assert_int_eq(run_tool(argv2), 0);
-	ck_assert_int_eq(sha256_file_hex(p2, h2, err, sizeof(err)), 0);
+	ck_assert_int_eq(digest_file_sha256_hex(p2, h2, err, sizeof(err)), 0);
 	ck_assert_str_eq(h1, h2);
 
 	char *bad[] = {(char *)mkmodel_path,
@@ -721,8 +722,10 @@ static int model_matrices(const struct model *m, const struct weight_matrix **ou
  * type per run (_i indexes block_types). */
 START_TEST(test_block_type_memory)
 {
-	if (mkmodel_path == NULL)
+	if (mkmodel_path == NULL) {
+		tu_skip("test_block_type_memory: no sinkd-mkmodel path given");
 		return;
+	}
 	static const char *const shape[] = {"--dim", "512",  "--layers",     "2",    "--heads", "4",
 	                                    "--ffn", "1024", "--vocab-size", "2048", NULL};
 	char path[64], err[SINKD_ERR_LEN];
@@ -859,8 +862,10 @@ static bool logit_shape(const char **argv, int max, char *buf, size_t buf_len)
  * One type per run (_i indexes block_types). */
 START_TEST(test_block_type_logits)
 {
-	if (mkmodel_path == NULL)
+	if (mkmodel_path == NULL) {
+		tu_skip("test_block_type_logits: no sinkd-mkmodel path given");
 		return;
+	}
 	static const char *const small_shape[] = {"--dim", "256", "--layers",     "2",   "--heads",
 	                                          "4",     "--ffn", "512", "--vocab-size", "512",
 	                                          NULL};

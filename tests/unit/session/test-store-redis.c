@@ -721,7 +721,7 @@ START_TEST(test_tls)
 	                             NULL};
 	f.tls = true;
 	if (!redis_start(&f, extra)) {
-		fprintf(stderr, "test_tls: skipped, redis-server does not start with TLS\n");
+		tu_skip("test_tls: redis-server does not start with TLS");
 		fixture_deinit(&f);
 		return;
 	}

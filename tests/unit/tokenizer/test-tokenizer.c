@@ -16,8 +16,8 @@
 #include "model/gguf_write.h"
 #include "tokenizer/pretokenize.h"
 #include "tokenizer/tokenizer.h"
-#include "tokenizer/unicode.h"
 #include "util/errbuf.h"
+#include "util/utf8.h"
 #include "testutil.h"
 
 static double now_ms(void)
