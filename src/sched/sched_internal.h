@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sched/sched_pace.h"
 #include "sched/scheduler.h"
 #include "session/snapshot.h"
 #include "util/errbuf.h"
@@ -185,8 +186,6 @@ struct sched_req {
 	size_t rank;          /* its place in the order candidates were listed in */
 };
 
-#define SCHED_PACE_SAMPLES 5 /* decode-only batch times the pacing reference is the median of */
-
 /* Monitor settings of this tick ([engine] copies, taken with the lock). */
 struct sched_monitor_settings {
 	int input; /* enum monitor_input */
@@ -205,7 +204,6 @@ struct sched_hist {
 
 struct scheduler {
 	struct backend *be;
-	size_t batch_granule; /* the backend's batch_rows_granule, at least 1 */
 	const struct tokenizer *tok;
 	struct sinkd_log *log;
 	int n_vocab;
@@ -287,15 +285,7 @@ struct scheduler {
 	uint64_t n_batches;           /* batches built (served_tick stamps) */
 	struct sched_req **cand;      /* (cap_cand) decoders, then prompts, of one batch */
 	size_t cap_cand;
-	/* [engine] prefill pacing while sessions decode (sched_tick.c) */
-	double pace_decode_s;        /* median of recent decode-only batch times; 0 unknown */
-	double pace_decode_samples[SCHED_PACE_SAMPLES]; /* ring of the last decode-only times */
-	size_t pace_decode_n;                           /* samples ever taken */
-	double pace_cap;             /* prompt rows per batch while sessions decode */
-	unsigned pace_since_measure; /* batches since the last decode-only one */
-	double pace_row_s;           /* what one paid prompt row adds (pace_extra_s / pace_paid_rows) */
-	double pace_extra_s;         /* moving average: paced batch time beyond a decode-only one */
-	double pace_paid_rows;       /* moving average: rows those batches paid for beyond the decoders' */
+	struct sched_pace pace; /* [engine] prefill pacing while sessions decode (sched_pace.h) */
 	/* flow control (sched_tick.c) */
 	_Atomic unsigned kicks;   /* scheduler_kick() calls */
 	_Atomic bool kick_wanted; /* the engine thread waits for a kick */
@@ -312,11 +302,6 @@ void sched_ptrs_remove_at(void **arr, size_t *n, size_t i);
 /* Sets up admitted requests, runs one batch, emits events; returns the number
  * of tokens forwarded (0: nothing to do). */
 size_t sched_tick(struct scheduler *s);
-/* The rows a batch with n_decode decode tokens may fill under the prefill
- * pacing (the top of sched_tick.c), at most max_tokens; *part_block tells
- * prompt rows granted by the row rather than by the block of 8. */
-size_t sched_pace_limit(const struct scheduler *s, size_t n_decode, size_t max_tokens,
-                        bool *part_block);
 /* The last event of r; GEN_FINISH_ERROR carries rc, the field at fault
  * (param, a string literal, or NULL) and the message. */
 void sched_emit_done(struct scheduler *s, struct sched_req *r, enum gen_finish finish, int rc,

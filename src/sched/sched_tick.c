@@ -17,7 +17,7 @@
  * all late, together, and leave the batches short of decoders meanwhile).
  *
  * Crowding: when the decoders (those held by flow control included) would
- * leave prompts fewer than PACE_DECODE_SHARE of max_batch_tokens rows (at
+ * leave prompts fewer than the pacing's share of max_batch_tokens rows (at
  * least one), decoders get at most max_batch_tokens minus that share and
  * prompts the rest.  Without it, once as many streams decode as a batch has
  * rows, a new request got no prompt row until a stream finished; with it,
@@ -25,28 +25,8 @@
  * of ticks, and the decoders beyond the batch take turns.  A batch of one
  * row alternates between the two.
  *
- * Pacing: while any session decodes, the prefill share of a batch is further
- * capped by `pace_cap` so that a batch carrying prefill takes at most
- * PACE_FACTOR times as long as a decode-only batch.  Both costs are
- * measured: the decode-only batch time as the median of the last few (while
- * prompts wait, every PACE_REMEASURE-th batch is decode-only to keep it
- * fresh as contexts grow), the cost of one prompt row from what the prefill
- * added to the last paced batches; the cap is the number of rows that fit
- * in the allowed extra time, at most twice the rows last measured plus one,
- * and never below (PACE_FACTOR - 1) / 4 rows per decode token, so that
- * prompts are taken in faster than streams finish even when noise makes
- * them look expensive.  Rows are granted in whole blocks of the backend's
- * batch_rows_granule (a block
- * costs about the same full or not): the free rows of the decoders' last
- * block, then the blocks the cap pays for, and one block when neither gives
- * a row, so a prompt always advances; but when the measured rows of a block
- * would add more than a decode-only batch (rows whose attention over a long
- * context outweighs their matmul, on a small model), the rows the measured
- * cap pays for, at least one, instead of that block.  A 30k-token prompt
- * thus streams in at a steady share of the machine while every stream keeps
- * receiving one token per batch, with inter-token latency at most
- * ~PACE_FACTOR times its decode-only value (or one block more).  With no
- * session decoding, prefill uses the whole max_batch_tokens.
+ * Pacing: while any session decodes, sched_pace.c caps the prefill share
+ * of a batch (the top of that file).
  *
  * Flow control: a decoding request whose consumer reports
  * scheduler.max_unsent_tokens or more tokens it has not taken yet (a client
@@ -536,80 +516,6 @@ static size_t prefill_chunk_cap(const struct sched_req *r)
 	           : (size_t)-1;
 }
 
-#define PACE_FACTOR 1.5
-#define PACE_MIN_CAP 1.0
-#define PACE_START_CAP 4.0
-#define PACE_DECODE_SHARE ((PACE_FACTOR - 1) / 4)
-#define PACE_REMEASURE 8 /* paced batches between two decode-only ones */
-/* A whole block beyond the cap is granted only while the measured rows of
- * one block add at most this share of a decode-only batch; rows dearer
- * than that (a prompt deep into a long window on a small model, where each
- * row's attention outweighs its matmul: stories260K with a 20k-token prompt
- * alongside 16 streams, a block of 8 such rows took ~5x a decode-only
- * batch) are granted a few at a time instead, as their cost is linear. */
-#define PACE_BLOCK_EXTRA_MAX 1.0
-#define PACE_TOKEN_FLOOR 0.01 /* a prompt token costs at least this share of a decode batch */
-
-struct batch_shape {
-	size_t n_decode;  /* decode tokens */
-	size_t n_prefill; /* prefill tokens */
-	bool part_block;  /* prompt rows granted by the row, not the block */
-	bool crowded;     /* decoders left prompts too few rows (the top of this file) */
-};
-
-/* Prompt tokens a batch with n_decode decode tokens may carry: the measured
- * cap, but never below PACE_DECODE_SHARE of the decode tokens, so that
- * prompts keep being taken in when noise on a shared machine makes prompt
- * tokens look expensive.  A prompt token costs about a decode token's matmul
- * rows, plus attention over its context: an eighth of the decode tokens
- * keeps such a batch under ~2x a decode-only one even deep into a 20k-token
- * prompt with a full (unwindowed) cache. */
-static size_t pace_cap_now(const struct scheduler *s, size_t n_decode)
-{
-	size_t floor = (size_t)(PACE_DECODE_SHARE * (double)n_decode);
-	size_t cap = (size_t)s->pace_cap;
-	return cap > floor ? cap : floor;
-}
-
-/* n rounded up to whole blocks of batch rows. */
-static size_t round_block(const struct scheduler *s, size_t n)
-{
-	size_t g = s->batch_granule;
-	return (n + g - 1) / g * g;
-}
-
-/* Whether one more block of prompt rows would add more than
- * PACE_BLOCK_EXTRA_MAX of a decode-only batch, by the measured row cost. */
-static bool pace_block_too_dear(const struct scheduler *s)
-{
-	return s->pace_decode_s > 0 &&
-	       s->pace_row_s * (double)s->batch_granule > PACE_BLOCK_EXTRA_MAX * s->pace_decode_s;
-}
-
-size_t sched_pace_limit(const struct scheduler *s, size_t n_decode, size_t max_tokens,
-                        bool *part_block)
-{
-	size_t n = n_decode, limit = max_tokens, cap = pace_cap_now(s, n);
-	*part_block = false;
-	if (n == 0 || n + cap >= limit)
-		return limit;
-	/* Whole blocks of batch rows: the free rows of the decoders' last
-	 * block, then the blocks the cap pays for; with neither, one block
-	 * (prompts always advance; a part block costs what a whole one does),
-	 * or, when a block's rows are too dear for that, the rows the cap pays
-	 * for.  Paying a block the cap does not cover only when no row is free
-	 * keeps such batches rare while streams come and go. */
-	limit = round_block(s, n) + cap / s->batch_granule * s->batch_granule;
-	if (limit == n && pace_block_too_dear(s)) {
-		/* the measured cap alone: the floor is for whole blocks */
-		limit = n + (size_t)(s->pace_cap < PACE_MIN_CAP ? PACE_MIN_CAP : s->pace_cap);
-		*part_block = true;
-	} else if (limit == n) {
-		limit = round_block(s, n + cap);
-	}
-	return limit < max_tokens ? limit : max_tokens;
-}
-
 /* Flow control (the top of this file). */
 static bool flow_held(const struct scheduler *s, struct sched_req *r)
 {
@@ -644,7 +550,7 @@ static int cmp_handle(const void *a, const void *b)
 /* Prompt rows a crowded batch keeps for prompts (the top of this file). */
 static size_t crowd_prompt_rows(const struct scheduler *s, size_t max_tokens, size_t want)
 {
-	size_t rows = (size_t)(PACE_DECODE_SHARE * (double)max_tokens);
+	size_t rows = sched_pace_share(max_tokens);
 	if (rows < 1)
 		rows = max_tokens > 1 || s->n_batches % 2 ? 1 : 0;
 	return rows < want ? rows : want;
@@ -678,11 +584,11 @@ static void batch_candidates(struct scheduler *s, struct sched_req **act, size_t
 /* The batch rows, decoders' and prompts', under the pacing (the top of this
  * file): n decoders in the batch already. */
 static size_t batch_limit(struct scheduler *s, size_t n, size_t want, size_t max_tokens,
-                          struct batch_shape *shape)
+                          struct sched_pace_batch *shape)
 {
 	/* Measure (or re-measure, as contexts grow) what a decode-only batch
 	 * costs: the reference of the pacing. */
-	if (n > 0 && want > 0 && (s->pace_decode_s == 0 || s->pace_since_measure >= PACE_REMEASURE))
+	if (n > 0 && want > 0 && sched_pace_wants_decode_only(&s->pace))
 		return n;
 	if (shape->crowded)
 		return max_tokens;
@@ -690,20 +596,20 @@ static size_t batch_limit(struct scheduler *s, size_t n, size_t want, size_t max
 	 * moment, and a batch of prompt rows sized for no decoder would stall
 	 * them. */
 	size_t n_paced = n + s->n_held;
-	size_t limit = sched_pace_limit(s, n_paced, max_tokens, &shape->part_block);
+	size_t limit = sched_pace_limit(&s->pace, n_paced, max_tokens, &shape->part_block);
 	return limit > n_paced ? limit - s->n_held : n;
 }
 
 /* Builds the batch described at the top of this file; returns its size. */
 static size_t batch_build(struct scheduler *s, struct sched_req **act, size_t n_act,
-                          size_t max_tokens, int *rows, struct batch_shape *shape)
+                          size_t max_tokens, int *rows, struct sched_pace_batch *shape)
 {
 	struct sched_req **dec = s->cand, **pre = s->cand + n_act;
 	size_t n = 0, n_dec, n_pre, want;
 	s->n_batches++;
 	batch_candidates(s, act, n_act, dec, &n_dec, pre, &n_pre, &want);
 	size_t keep = n_pre ? crowd_prompt_rows(s, max_tokens, want) : 0;
-	*shape = (struct batch_shape){.crowded = n_pre && n_dec + s->n_held + keep > max_tokens};
+	*shape = (struct sched_pace_batch){.crowded = n_pre && n_dec + s->n_held + keep > max_tokens};
 	size_t dec_rows = shape->crowded ? max_tokens - keep : max_tokens;
 	if (dec_rows < n_dec)
 		order_by_service(dec, n_dec);
@@ -738,76 +644,6 @@ static size_t batch_build(struct scheduler *s, struct sched_req **act, size_t n_
 	}
 	shape->n_prefill = n - shape->n_decode;
 	return n;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-/* A decode-only batch time joins the reference: the median of the last
- * SCHED_PACE_SAMPLES, so that one slow tick (preemption on a shared machine,
- * page faults) neither licenses slower paced batches nor starves prompts,
- * while a lasting change (longer contexts, a busier machine) is followed
- * within a few samples. */
-static void pace_observe_decode(struct scheduler *s, double seconds)
-{
-	double v[SCHED_PACE_SAMPLES];
-	size_t n = s->pace_decode_n < SCHED_PACE_SAMPLES ? s->pace_decode_n : SCHED_PACE_SAMPLES;
-	s->pace_since_measure = 0;
-	s->pace_decode_samples[s->pace_decode_n++ % SCHED_PACE_SAMPLES] = seconds;
-	n = n < SCHED_PACE_SAMPLES ? n + 1 : n;
-	memcpy(v, s->pace_decode_samples, n * sizeof(double));
-	qsort(v, n, sizeof(double), cmp_double);
-	s->pace_decode_s = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/* Adapts pace_cap from the time the last batch took (see the top). */
-static void pace_update(struct scheduler *s, const struct batch_shape *b, double seconds,
-                        size_t max_tokens)
-{
-	if (b->n_decode && !b->n_prefill) {
-		pace_observe_decode(s, seconds);
-		return;
-	}
-	s->pace_since_measure++;
-	/* A crowded batch is full either way: it says nothing of a row's cost. */
-	if (b->crowded)
-		return;
-	/* the rows the prompt tokens added beyond the decoders' last block: the
-	 * ones that cost time (whole blocks; the prompt rows themselves when
-	 * they were granted by the row, after a whole number of blocks) */
-	size_t paid = b->part_block
-	                  ? b->n_prefill
-	                  : round_block(s, b->n_decode + b->n_prefill) - round_block(s, b->n_decode);
-	if (!b->n_decode || !b->n_prefill || !paid || s->pace_decode_s == 0)
-		return;
-	/* What one paid row adds: the time the last paced batches took beyond
-	 * the decode-only one over the rows they paid for (a ratio of averages,
-	 * so that one slow batch does not make a row look expensive); then as
-	 * many rows as fit in the time allowed beyond the decode-only batch. */
-	double extra = seconds - s->pace_decode_s;
-	if (s->pace_paid_rows == 0) {
-		s->pace_extra_s = extra;
-		s->pace_paid_rows = (double)paid;
-	} else {
-		s->pace_extra_s = 0.7 * s->pace_extra_s + 0.3 * extra;
-		s->pace_paid_rows = 0.7 * s->pace_paid_rows + 0.3 * (double)paid;
-	}
-	double floor_s = PACE_TOKEN_FLOOR * s->pace_decode_s;
-	s->pace_row_s = s->pace_extra_s / s->pace_paid_rows;
-	if (s->pace_row_s < floor_s)
-		s->pace_row_s = floor_s;
-	double cap = (PACE_FACTOR - 1) * s->pace_decode_s / s->pace_row_s;
-	/* Extrapolate at most twofold from the chunk measured: costs are not
-	 * linear forever (a few rows more can look free to the matmul's tiles,
-	 * many more are not). */
-	if (cap > 2 * (double)paid + 1)
-		cap = 2 * (double)paid + 1;
-	s->pace_cap = cap < PACE_MIN_CAP         ? PACE_MIN_CAP
-	              : cap > (double)max_tokens ? (double)max_tokens
-	                                         : cap;
 }
 
 /* Advances one request after the forward pass; returns true when finished. */
@@ -918,9 +754,7 @@ static size_t tick_run(struct scheduler *s, struct sched_req **act, size_t n_act
 		act[i]->n_in_batch = 0;
 		act[i]->logits_row = -1;
 	}
-	struct batch_shape shape;
-	if (s->pace_cap == 0)
-		s->pace_cap = PACE_START_CAP;
+	struct sched_pace_batch shape;
 	size_t n = batch_build(s, act, n_act, max_tokens, &rows, &shape);
 	if (n == 0)
 		return 0;
@@ -928,7 +762,7 @@ static size_t tick_run(struct scheduler *s, struct sched_req **act, size_t n_act
 		tick_fail_batch(s, act, n_act, err);
 		return n;
 	}
-	pace_update(s, &shape, sched_now() - t0, max_tokens);
+	sched_pace_update(&s->pace, &shape, sched_now() - t0, max_tokens);
 	/* Accounted before any event, so that a client that saw DONE reads
 	 * counters that include its last tick. */
 	for (size_t i = 0; i < n_act; i++) {

@@ -1241,7 +1241,8 @@ int scheduler_new(const struct sinkd_config *cfg, struct backend *be, const stru
 	if (!s)
 		return err_set(err, err_len, -ENOMEM, "out of memory");
 	s->be = be;
-	s->batch_granule = be->ops->batch_rows_granule > 1 ? (size_t)be->ops->batch_rows_granule : 1;
+	sched_pace_init(&s->pace,
+	                be->ops->batch_rows_granule > 1 ? (size_t)be->ops->batch_rows_granule : 1);
 	s->tok = tok;
 	s->log = log;
 	s->n_vocab = be->model->hp.n_vocab;

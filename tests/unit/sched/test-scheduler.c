@@ -573,12 +573,12 @@ END_TEST
  * 16 decoders fill two blocks of 8, a decode-only batch takes 20 ms. */
 static size_t pace_limit(double cap, double row_s, size_t n_decode, size_t max_tokens, bool *part)
 {
-	static struct scheduler s; /* only the pacing fields are read */
-	s.pace_cap = cap;
-	s.pace_row_s = row_s;
-	s.pace_decode_s = 0.020;
-	s.batch_granule = 8;
-	return sched_pace_limit(&s, n_decode, max_tokens, part);
+	struct sched_pace p;
+	sched_pace_init(&p, 8);
+	p.cap = cap;
+	p.row_s = row_s;
+	p.decode_s = 0.020;
+	return sched_pace_limit(&p, n_decode, max_tokens, part);
 }
 
 START_TEST(test_pace_limit)
