@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sched/sched_monitor.h"
 #include "sched/sched_pace.h"
 #include "sched/scheduler.h"
 #include "session/snapshot.h"
@@ -186,13 +187,6 @@ struct sched_req {
 	size_t rank;          /* its place in the order candidates were listed in */
 };
 
-/* Monitor settings of this tick ([engine] copies, taken with the lock). */
-struct sched_monitor_settings {
-	int input; /* enum monitor_input */
-	int64_t every;
-	double alert_ratio;
-};
-
 struct sched_hist {
 	int n_buckets;
 	const double *upper;
@@ -259,23 +253,7 @@ struct scheduler {
 	struct scheduler_stats st;                /* [mu] counters */
 	struct sched_hist hist[SCHED_HIST_COUNT]; /* [mu] */
 
-	/* [engine] the monitor: settings of this tick, the input rows of the
-	 * batch to score, NLLs waiting for the histograms, a raw logits copy */
-	struct sched_monitor_settings mon;
-	struct sched_score_row {
-		struct sched_req *r;
-		int row;
-		int32_t target;
-		uint64_t pos;
-	} *score_rows;
-	size_t n_score_rows, cap_score_rows;
-	struct sched_nll {
-		double nll;
-		bool input;
-	} *nll_queue;
-	size_t n_nll_queue, cap_nll_queue;
-	float *raw_row; /* (n_vocab) */
-	uint64_t perplexity_alerts; /* [engine] published into st at the flush */
+	struct sched_monitor monitor; /* [engine] the perplexity monitor (sched_monitor.h) */
 	/* [engine] batch buffers */
 	struct backend_token *batch;
 	size_t cap_batch;
@@ -333,21 +311,6 @@ void sched_session_kill_locked(struct scheduler *s, struct sched_session *ss);
 /* The engine's part: runs the snapshot jobs taken from s->ctl (jobs[0..n)). */
 void sched_ctl_run(struct scheduler *s, struct sched_ctl **jobs, size_t n);
 
-/* sched_monitor.c, the streaming-perplexity monitor (engine thread). */
-/* Whether the input token at stream index `target_pos` of session ss is
- * scored (counts the offer for sampling). */
-bool sched_monitor_wants_input(struct sched_session *ss, const struct sched_monitor_settings *m);
-/* The NLL of `target` under the raw logits row, which it overwrites. */
-double sched_monitor_nll(float *row, int n_vocab, int32_t target);
-/* One scored token of r's session at stream index pos: into the session's
- * sums and the histogram queue; checks the alert (logged with the word
- * perplexity). */
-void sched_monitor_add(struct scheduler *s, struct sched_req *r, double nll, bool input,
-                       uint64_t pos);
-/* Under the lock at the end of a tick: the queued NLLs into the histograms. */
-void sched_monitor_flush_locked(struct scheduler *s);
-/* The log line of a stream that ended: its tokens' perplexities. */
-void sched_monitor_stream_done(struct scheduler *s, struct sched_req *r);
 /* sched_views.c: runs a TRACE job (engine thread, lock not held). */
 void sched_trace_run(struct scheduler *s, struct sched_ctl *c);
 /* After the engine made a session's backend session: collection as asked. */

@@ -145,7 +145,7 @@ void sched_emit_done(struct scheduler *s, struct sched_req *r, enum gen_finish f
 	pthread_mutex_unlock(&s->mu);
 	r->state = REQ_FINISHED;
 	if (r->feed) /* it started: its tokens went through the monitor */
-		sched_monitor_stream_done(s, r);
+		sched_monitor_stream_done(&s->monitor, r);
 	if (log_enabled(s->log, LOG_DEBUG)) {
 		static const char *const names[] = {"none", "stop", "length", "cancelled", "error"};
 		log_event(s->log, LOG_DEBUG, "sched", "request done",
@@ -427,10 +427,7 @@ static bool req_sample(struct scheduler *s, struct sched_req *r)
 	const char *why = NULL;
 	/* the monitor scores the model's own distribution: the row before
 	 * logit_bias, penalties and the grammar change it in place */
-	if (!s->raw_row)
-		s->raw_row = malloc((size_t)s->n_vocab * sizeof(float));
-	if (s->raw_row)
-		memcpy(s->raw_row, row, (size_t)s->n_vocab * sizeof(float));
+	sched_monitor_keep_raw(&s->monitor, row);
 	if (req_pick(s, r, row, &res, &why) != 0) {
 		if (r->sess->persistent) { /* everything fed is in the cache */
 			session_set_pending(s, r->sess, false);
@@ -439,9 +436,8 @@ static bool req_sample(struct scheduler *s, struct sched_req *r)
 		sched_emit_done(s, r, GEN_FINISH_ERROR, -EIO, NULL, why);
 		return true;
 	}
-	if (s->raw_row)
-		sched_monitor_add(s, r, sched_monitor_nll(s->raw_row, s->n_vocab, res.token), false,
-		                  r->feed_base + r->n_feed + (uint64_t)r->n_generated);
+	sched_monitor_add_generated(&s->monitor, r, res.token,
+	                            r->feed_base + r->n_feed + (uint64_t)r->n_generated);
 	return req_on_token(s, r, &res);
 }
 
@@ -491,20 +487,13 @@ static void batch_add(struct scheduler *s, size_t *n, int *rows, struct sched_re
 static void batch_add_scored(struct scheduler *s, size_t *n, int *rows, struct sched_req *r,
                              int32_t tok, int32_t target, uint64_t pos)
 {
-	if (s->n_score_rows == s->cap_score_rows) {
-		size_t cap = s->cap_score_rows ? 2 * s->cap_score_rows : 64;
-		void *p = realloc(s->score_rows, cap * sizeof(*s->score_rows));
-		if (!p) {
-			batch_add(s, n, rows, r, tok, false);
-			return;
-		}
-		s->score_rows = p;
-		s->cap_score_rows = cap;
+	if (!sched_monitor_score_room(&s->monitor)) {
+		batch_add(s, n, rows, r, tok, false);
+		return;
 	}
 	int row = r->logits_row;
 	batch_add(s, n, rows, r, tok, true);
-	s->score_rows[s->n_score_rows++] =
-	    (struct sched_score_row){.r = r, .row = r->logits_row, .target = target, .pos = pos};
+	sched_monitor_score_row(&s->monitor, r, r->logits_row, target, pos);
 	r->logits_row = row; /* the sampling row stays the request's own */
 }
 
@@ -635,7 +624,7 @@ static size_t batch_build(struct scheduler *s, struct sched_req **act, size_t n_
 			bool sample = at + 1 == r->n_feed && r->logits_at_end;
 			/* the monitor scores the next input token where it is asked to */
 			if (!sample && at + 1 < r->n_feed_all &&
-			    sched_monitor_wants_input(r->sess, &s->mon))
+			    sched_monitor_wants_input(r->sess, &s->monitor.set))
 				batch_add_scored(s, &n, rows, r, r->feed[at], r->feed[at + 1],
 				                 r->feed_base + at + 1);
 			else
@@ -744,12 +733,12 @@ static size_t tick_run(struct scheduler *s, struct sched_req **act, size_t n_act
 	double t0 = sched_now();
 	/* rows of logits: one per request to sample, and with the input
 	 * monitor on, one per prompt token it may score */
-	size_t n_rows = n_act + (s->mon.input != MONITOR_INPUT_OFF ? max_tokens : 0);
+	size_t n_rows = n_act + (s->monitor.set.input != MONITOR_INPUT_OFF ? max_tokens : 0);
 	if (batch_reserve(s, max_tokens, n_rows) != 0) {
 		tick_fail_batch(s, act, 0, "out of memory");
 		return 0;
 	}
-	s->n_score_rows = 0;
+	sched_monitor_batch_begin(&s->monitor);
 	for (size_t i = 0; i < n_act; i++) {
 		act[i]->n_in_batch = 0;
 		act[i]->logits_row = -1;
@@ -771,12 +760,7 @@ static size_t tick_run(struct scheduler *s, struct sched_req **act, size_t n_act
 			tokens_in += act[i]->n_in_batch;
 	}
 	tick_account(s, n, n_seqs, sched_now() - t0, tokens_in);
-	for (size_t i = 0; i < s->n_score_rows; i++) {
-		const struct sched_score_row *sr = &s->score_rows[i];
-		float *row = s->logits + (size_t)sr->row * (size_t)s->n_vocab; /* not sampled */
-		sched_monitor_add(s, sr->r, sched_monitor_nll(row, s->n_vocab, sr->target), true,
-		                  sr->pos);
-	}
+	sched_monitor_score_batch(&s->monitor, s->logits);
 	for (size_t i = 0; i < n_act; i++) {
 		struct sched_req *r = act[i];
 		if (r->n_in_batch && req_after_forward(s, r))
@@ -793,7 +777,7 @@ size_t sched_tick(struct scheduler *s)
 	size_t n_act = s->n_active;
 	size_t max_tokens = (size_t)s->lim.max_batch_tokens;
 	s->max_unsent = s->lim.max_unsent_tokens;
-	s->mon = (struct sched_monitor_settings){
+	s->monitor.set = (struct sched_monitor_settings){
 	    .input = s->lim.monitor_input,
 	    .every = s->lim.monitor_every,
 	    .alert_ratio = s->lim.alert_ratio,
@@ -820,7 +804,8 @@ size_t sched_tick(struct scheduler *s)
 		act[i]->pub_state = act[i]->state;
 		act[i]->pub_generated = act[i]->n_generated;
 	}
-	sched_monitor_flush_locked(s);
+	sched_monitor_flush_locked(&s->monitor, &s->hist[SCHED_HIST_INPUT_NLL],
+	                           &s->hist[SCHED_HIST_GENERATED_NLL], &s->st.perplexity_alerts);
 	pthread_mutex_unlock(&s->mu);
 	for (size_t i = 0; i < n_act; i++)
 		if (act[i]->state == REQ_FINISHED)

@@ -1246,6 +1246,7 @@ int scheduler_new(const struct sinkd_config *cfg, struct backend *be, const stru
 	s->tok = tok;
 	s->log = log;
 	s->n_vocab = be->model->hp.n_vocab;
+	sched_monitor_init(&s->monitor, log, s->n_vocab);
 	s->next_handle = 1;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
@@ -1341,9 +1342,7 @@ void scheduler_free(struct scheduler *s)
 	session_store_close(s->park);
 	free(s->left);
 	free(s->logits);
-	free(s->score_rows);
-	free(s->nll_queue);
-	free(s->raw_row);
+	sched_monitor_deinit(&s->monitor);
 	free(s->cand);
 	vocab_trie_free(s->vocab);
 	pthread_cond_destroy(&s->cv);
