@@ -16,6 +16,7 @@
 
 #include "sched/sched_monitor.h"
 #include "sched/sched_pace.h"
+#include "sched/sched_store.h"
 #include "sched/scheduler.h"
 #include "session/snapshot.h"
 #include "util/errbuf.h"
@@ -42,14 +43,6 @@ struct sched_limits {
 	int monitor_input;              /* enum monitor_input */
 	int64_t monitor_every;
 	double alert_ratio;
-};
-
-#define SCHED_LEFT_MAX 4096
-
-/* A session that left for the store or the park, as it was then. */
-struct sched_left {
-	char id[SCHED_SESSION_ID_LEN];
-	struct sched_left_info info;
 };
 
 struct sched_session {
@@ -225,29 +218,10 @@ struct scheduler {
 	struct sched_session **dead; /* [mu] deleted/expired, to free on the engine */
 	size_t n_dead, cap_dead;
 
-	/* Snapshots and the session store (sched_store.c). */
-	struct session_store *store; /* NULL: no sessions.store_dir */
-	/* Idle stored responses (parkable sessions) without a store: parked
-	 * here as bytes, holding no reservation (store_memory.c). */
-	struct session_store *park;
-	/* What sessions that left from here looked like ([mu], oldest first,
-	 * at most SCHED_LEFT_MAX): GET /v1/sessions/{id} shows it while they
-	 * are in the store, without bringing them back. */
-	struct sched_left *left;
-	size_t n_left;
-	char model_path[4096];
-	pthread_mutex_t id_mu;
-	bool have_identity; /* [id_mu] */
-	struct snapshot_expect expect; /* [id_mu] once have_identity */
-	char arch[SNAPSHOT_ARCH_LEN];
+	struct sched_store store; /* the store hand-over (sched_store.h says what locks what) */
 	struct sched_ctl **ctl; /* [mu] jobs for the engine */
 	size_t n_ctl, cap_ctl;
 	pthread_cond_t ctl_cv; /* a job is done, or an offload finished */
-	struct sched_offload **wq; /* [mu] for the writer */
-	size_t n_wq, cap_wq;
-	pthread_cond_t wq_cv;
-	pthread_t writer;
-	bool writer_started;
 	bool offload_all; /* [mu] drain: every idle session is due now */
 
 	struct scheduler_stats st;                /* [mu] counters */
@@ -290,44 +264,10 @@ void sched_session_release(struct scheduler *s, struct sched_session *ss);
 /* Makes the request leave: session unbusied (or freed when one-shot). */
 void sched_req_retire(struct scheduler *s, struct sched_req *r);
 
-/* scheduler.c, for sched_store.c */
-/* Creates a session from a snapshot (the checks of a create, the geometry
- * as restored). */
-int sched_session_create_restored(struct scheduler *s, const struct session_settings *opt,
-                                  const struct sched_restore *rs,
-                                  char id_out[SCHED_SESSION_ID_LEN], char *err, size_t err_len);
-/* The live session of that id, or NULL; mu held. */
-struct sched_session *sched_session_find_locked(struct scheduler *s, const char *id);
-/* Where sessions leave for and come back from (sched_store.c): the session
- * store, or without one the park of stored responses. */
-struct session_store *sched_leave_store(const struct scheduler *s);
-/* What scheduler_session_info() reports of ss. */
-void sched_session_info_locked(const struct sched_session *ss, double now,
-                               struct sched_session_info *out);
-/* Takes a session out of the table; the engine frees it once idle. */
-void sched_session_kill_locked(struct scheduler *s, struct sched_session *ss);
-
-/* sched_store.c */
-/* The engine's part: runs the snapshot jobs taken from s->ctl (jobs[0..n)). */
-void sched_ctl_run(struct scheduler *s, struct sched_ctl **jobs, size_t n);
-
 /* sched_views.c: runs a TRACE job (engine thread, lock not held). */
 void sched_trace_run(struct scheduler *s, struct sched_ctl *c);
 /* After the engine made a session's backend session: collection as asked. */
 void sched_trace_session_started(struct scheduler *s, struct sched_session *ss);
-/* Copies a session's state out (engine thread; the session is idle). */
-int sched_export_session(struct scheduler *s, struct sched_session *ss, struct sched_export *ex,
-                         char *err, size_t err_len);
-void sched_export_free(struct sched_export *ex);
-/* Imports a restored session's snapshot into its new backend session. */
-int sched_import_pending(struct scheduler *s, struct sched_session *ss, char *err, size_t err_len);
-/* Hands exported sessions to the writer thread. */
-void sched_offload_queue(struct scheduler *s, struct sched_offload **jobs, size_t n);
-/* A session left the table for good (deleted or expired, not offloaded):
- * its stored file and lease go too.  Called without the lock. */
-void sched_store_forget(struct scheduler *s, const char *id);
-void sched_store_stop(struct scheduler *s);
-
 /* sched_metrics.c */
 void sched_hist_init_all(struct scheduler *s);
 void sched_hist_observe(struct sched_hist *h, double v);

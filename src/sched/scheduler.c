@@ -381,7 +381,7 @@ static int create_lease(struct scheduler *s, const char *key, uint64_t *generati
 	char holder[160] = "";
 	if (scheduler_session_stored(s, key))
 		return err_set(err, err_len, -EEXIST, "session %s exists", session_key_id(key));
-	int rc = session_store_lease_take(s->store, key, generation, holder, sizeof(holder), err,
+	int rc = session_store_lease_take(s->store.shared, key, generation, holder, sizeof(holder), err,
 	                                  err_len);
 	if (rc == -EBUSY)
 		return err_set(err, err_len, -EEXIST, "session %s exists (held by instance %s)",
@@ -406,10 +406,10 @@ static void create_stored_keys(struct scheduler *s, const struct session_setting
 	char tag[SESSION_OWNER_TAG_LEN + 1], err[SINKD_ERR_LEN];
 	*keys = NULL;
 	*n = 0;
-	if (!s->store || !opt || !opt->owner || opt->owner_max <= 0)
+	if (!s->store.shared || !opt || !opt->owner || opt->owner_max <= 0)
 		return;
 	session_owner_tag(opt->owner, tag);
-	if (tag[0] && session_store_list(s->store, opt->owner, keys, n, err, sizeof(err)))
+	if (tag[0] && session_store_list(s->store.shared, opt->owner, keys, n, err, sizeof(err)))
 		log_msg(s->log, LOG_WARN, "sched", "session store: listing sessions: %s", err);
 }
 
@@ -454,7 +454,7 @@ static int session_create(struct scheduler *s, const struct session_settings *op
 	if (want_id && !session_key_valid(want_id))
 		return err_set(err, err_len, -EINVAL, "session id: 1..32 hex digits");
 	bool leased = rs && rs->leased;
-	if (!rs && want_id && s->store) {
+	if (!rs && want_id && s->store.shared) {
 		rc = create_lease(s, want_id, &generation, param, err, err_len);
 		if (rc)
 			return rc;
@@ -518,7 +518,7 @@ out:
 	pthread_mutex_unlock(&s->mu);
 	free(stored);
 	if (rc && leased && !rs)
-		session_store_lease_release(s->store, want_id);
+		session_store_lease_release(s->store.shared, want_id);
 	return rc;
 }
 
@@ -1058,7 +1058,7 @@ static void sessions_sweep_locked(struct scheduler *s, struct housekeeping *hk, 
 		/* a stored response leaves as soon as its request has ended */
 		bool park = ss->parkable && ss->used && !s->offload_all;
 		if (!ss->busy_handle && !ss->offload_tried && !ss->offloading &&
-		    (s->store || park) && s->be->ops->session_export &&
+		    (s->store.shared || park) && s->be->ops->session_export &&
 		    (s->offload_all || s->lim.session_offload_s > 0 || park)) {
 			double when = s->offload_all || park
 			                  ? now
@@ -1250,10 +1250,11 @@ int scheduler_new(const struct sinkd_config *cfg, struct backend *be, const stru
 	s->next_handle = 1;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
-	pthread_mutex_init(&s->id_mu, NULL);
 	pthread_cond_init(&s->ctl_cv, NULL);
-	pthread_cond_init(&s->wq_cv, NULL);
 	sched_hist_init_all(s);
+	rc = sched_store_init(&s->store, cfg, log, err, err_len);
+	if (rc)
+		goto fail;
 	limits_from_config(s, cfg, &s->lim);
 	rc = vocab_trie_new(tok, &s->vocab, err, err_len);
 	if (rc) {
@@ -1263,19 +1264,6 @@ int scheduler_new(const struct sinkd_config *cfg, struct backend *be, const stru
 	rc = sinkcache_geometry_check(&s->lim.geom, err, err_len);
 	if (rc) {
 		err_prefix(err, err_len, "cache geometry");
-		goto fail;
-	}
-	struct session_store_options po = {.memory = true,
-	                                   .max_bytes = (uint64_t)cfg->responses.store_max_bytes,
-	                                   .per_key_bytes = UINT64_MAX,
-	                                   .lease_timeout_s = 30,
-	                                   .ttl_s = (double)cfg->responses.store_ttl_s,
-	                                   .sweep_interval_s = 5,
-	                                   .instance = "park",
-	                                   .log = log};
-	rc = session_store_open(&po, &s->park, err, err_len);
-	if (rc) {
-		err_prefix(err, err_len, "stored responses");
 		goto fail;
 	}
 	rc = -pthread_create(&s->thread, NULL, engine_main, s);
@@ -1337,18 +1325,14 @@ void scheduler_free(struct scheduler *s)
 	free(s->sessions);
 	free(s->dead);
 	free(s->ctl);
-	free(s->wq);
 	free(s->batch);
-	session_store_close(s->park);
-	free(s->left);
+	sched_store_deinit(&s->store);
 	free(s->logits);
 	sched_monitor_deinit(&s->monitor);
 	free(s->cand);
 	vocab_trie_free(s->vocab);
 	pthread_cond_destroy(&s->cv);
 	pthread_cond_destroy(&s->ctl_cv);
-	pthread_cond_destroy(&s->wq_cv);
-	pthread_mutex_destroy(&s->id_mu);
 	pthread_mutex_destroy(&s->mu);
 	free(s);
 }
