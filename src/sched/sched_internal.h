@@ -1,6 +1,11 @@
 /* Internal state of the scheduler, shared by scheduler.c (API, queue,
  * admission, session table, engine loop), sched_tick.c (one batch: build,
  * forward, sample, emit) and sched_metrics.c (histograms, Prometheus text).
+ * The parts with an owner of their own keep their state in their own
+ * struct, embedded here, and say in their header what locks what:
+ * sched_pace.h (prefill pacing), sched_monitor.h (the perplexity monitor),
+ * and sched_store.h (the hand-over to and from the session store);
+ * sched_views.h (lists and cache traces) has no state of its own.
  *
  * Locking: `mu` guards the queue, the session table, the counters and every
  * field marked [mu].  Fields marked [engine] are touched only by the engine
@@ -264,10 +269,6 @@ void sched_session_release(struct scheduler *s, struct sched_session *ss);
 /* Makes the request leave: session unbusied (or freed when one-shot). */
 void sched_req_retire(struct scheduler *s, struct sched_req *r);
 
-/* sched_views.c: runs a TRACE job (engine thread, lock not held). */
-void sched_trace_run(struct scheduler *s, struct sched_ctl *c);
-/* After the engine made a session's backend session: collection as asked. */
-void sched_trace_session_started(struct scheduler *s, struct sched_session *ss);
 /* sched_metrics.c */
 void sched_hist_init_all(struct scheduler *s);
 void sched_hist_observe(struct sched_hist *h, double v);

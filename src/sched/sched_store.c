@@ -12,6 +12,7 @@
 
 #include "sched/sched_internal.h"
 #include "sched/sched_store.h"
+#include "sched/sched_views.h"
 #include "config/config.h"
 #include "model/gguf.h"
 #include "session/store.h"

@@ -41,6 +41,7 @@
  * later request starts by feeding it, which yields the logits to continue
  * from; a revise that reaches it just drops it. */
 #include "sched/sched_internal.h"
+#include "sched/sched_views.h"
 
 #include <errno.h>
 #include <stdlib.h>
