@@ -40,8 +40,8 @@ void scheduler_set_model_file(struct scheduler *s, const char *path)
 
 static void left_forget_locked(struct scheduler *s, const char *id);
 
-int sched_store_init(struct sched_store *st, const struct sinkd_config *cfg,
-                     struct sinkd_log *log, char *err, size_t err_len)
+int sched_store_init(struct sched_store *st, const struct sinkd_config *cfg, struct sinkd_log *log,
+                     char *err, size_t err_len)
 {
 	pthread_mutex_init(&st->id_mu, NULL);
 	pthread_cond_init(&st->wq_cv, NULL);
@@ -410,6 +410,67 @@ bool scheduler_session_stored(struct scheduler *s, const char *id)
 {
 	struct session_store *st = sched_leave_store(s);
 	return st && id && session_key_valid(id) && session_store_exists(st, id);
+}
+
+/* A named key may live in the store (offloaded here or by another
+ * instance): it is taken then, and its lease keeps two instances from
+ * creating it at once.  *generation: the newest the lease knew of. */
+static int create_lease(struct scheduler *s, const char *key, uint64_t *generation,
+                        const char **param, char *err, size_t err_len)
+{
+	char holder[160] = "";
+	if (scheduler_session_stored(s, key))
+		return err_set(err, err_len, -EEXIST, "session %s exists", session_key_id(key));
+	int rc = session_store_lease_take(s->store.shared, key, generation, holder, sizeof(holder),
+	                                  err, err_len);
+	if (rc == -EBUSY)
+		return err_set(err, err_len, -EEXIST, "session %s exists (held by instance %s)",
+		               session_key_id(key), holder);
+	if (rc) {
+		/* the store's failure, not the id's; its detail (a path, a host)
+		 * goes to the log, not to the client */
+		*param = NULL;
+		log_event(s->log, LOG_ERROR, "sched", "session store failed",
+		          (struct log_field[]){LOG_STR("session", key), LOG_STR("error", err),
+		                               LOG_END});
+		return err_set(err, err_len, -EIO, "the session store failed (see the server log)");
+	}
+	return rc;
+}
+
+/* The owner's keys in the store, for its session limit (none without a
+ * store, a limit or an owner with a namespace of its own). */
+static void create_stored_keys(struct scheduler *s, const struct session_settings *opt,
+                               char (**keys)[SESSION_KEY_LEN], size_t *n)
+{
+	char tag[SESSION_OWNER_TAG_LEN + 1], err[SINKD_ERR_LEN];
+	*keys = NULL;
+	*n = 0;
+	if (!s->store.shared || !opt || !opt->owner || opt->owner_max <= 0)
+		return;
+	session_owner_tag(opt->owner, tag);
+	if (tag[0] && session_store_list(s->store.shared, opt->owner, keys, n, err, sizeof(err)))
+		log_msg(s->log, LOG_WARN, "sched", "session store: listing sessions: %s", err);
+}
+
+int sched_store_create(struct scheduler *s, const struct session_settings *opt, const char *want_id,
+                       enum sched_lease lease, sched_store_admit_fn admit, void *arg,
+                       const char **param, char *err, size_t err_len)
+{
+	struct sched_store_claim claim = {.id = want_id, .leased = lease == SCHED_LEASE_HELD};
+	bool took = false;
+	if (lease == SCHED_LEASE_TAKE && want_id && s->store.shared) {
+		int rc = create_lease(s, want_id, &claim.generation, param, err, err_len);
+		if (rc)
+			return rc;
+		claim.leased = took = true;
+	}
+	create_stored_keys(s, opt, &claim.stored, &claim.n_stored);
+	int rc = admit(s, arg, &claim, param, err, err_len);
+	free(claim.stored);
+	if (rc && took)
+		session_store_lease_release(s->store.shared, want_id);
+	return rc;
 }
 
 /* The lease of a session to bring back: -EBUSY (held live elsewhere) or

@@ -20,8 +20,10 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "sched/scheduler.h"
+#include "session/session_key.h"
 #include "session/snapshot.h"
 
 struct scheduler;
@@ -65,13 +67,41 @@ struct sched_store {
 
 /* Opens the park (responses.store_max_bytes, responses.store_ttl_s);
  * deinit is safe after a failed init. */
-int sched_store_init(struct sched_store *st, const struct sinkd_config *cfg,
-                     struct sinkd_log *log, char *err, size_t err_len);
+int sched_store_init(struct sched_store *st, const struct sinkd_config *cfg, struct sinkd_log *log,
+                     char *err, size_t err_len);
 /* After sched_store_stop(): frees what is left. */
 void sched_store_deinit(struct sched_store *st);
 /* Where sessions leave for and come back from: the shared store, or
  * without one the park of stored responses. */
 struct session_store *sched_leave_store(const struct scheduler *s);
+
+/* A new session's lease in the store: taken by the create (a named key,
+ * with a store), already held (a restore that took it), or none. */
+enum sched_lease { SCHED_LEASE_NONE = 0, SCHED_LEASE_HELD, SCHED_LEASE_TAKE };
+
+/* What a create got from the store before the scheduler's checks. */
+struct sched_store_claim {
+	const char *id;                  /* the client's key; NULL: a new one is made */
+	uint64_t generation;             /* the newest its lease knew of (0: none) */
+	bool leased;                     /* the session holds its lease in the store */
+	char (*stored)[SESSION_KEY_LEN]; /* (n_stored) the owner's keys in the store */
+	size_t n_stored;
+};
+
+/* The scheduler's checks and the insert of a create (takes `mu` itself). */
+typedef int (*sched_store_admit_fn)(struct scheduler *s, void *arg,
+                                    const struct sched_store_claim *claim, const char **param,
+                                    char *err, size_t err_len);
+
+/* A create's hand-over with the store, in one place: a named key that may
+ * live in the store is leased first (so that two instances cannot create it
+ * at once; -EEXIST when stored or held elsewhere, -EIO when the store
+ * fails), the owner's stored keys are listed for its session limit, then
+ * admit runs; when admit fails, a lease taken here goes back.  Called
+ * without `mu`.  *param: the field at fault ("id", or what admit says). */
+int sched_store_create(struct scheduler *s, const struct session_settings *opt, const char *want_id,
+                       enum sched_lease lease, sched_store_admit_fn admit, void *arg,
+                       const char **param, char *err, size_t err_len);
 
 /* The engine's part: runs the snapshot jobs taken from s->ctl (jobs[0..n)). */
 void sched_ctl_run(struct scheduler *s, struct sched_ctl **jobs, size_t n);
@@ -92,8 +122,8 @@ void sched_store_stop(struct scheduler *s);
 /* Creates a session from a snapshot (the checks of a create, the geometry
  * as restored). */
 int sched_session_create_restored(struct scheduler *s, const struct session_settings *opt,
-                                  const struct sched_restore *rs,
-                                  char id_out[SCHED_SESSION_ID_LEN], char *err, size_t err_len);
+                                  const struct sched_restore *rs, char id_out[SCHED_SESSION_ID_LEN],
+                                  char *err, size_t err_len);
 /* The live session of that id, or NULL; mu held. */
 struct sched_session *sched_session_find_locked(struct scheduler *s, const char *id);
 /* What scheduler_session_info() reports of ss. */

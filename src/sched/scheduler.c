@@ -372,47 +372,6 @@ static void wait_for_parking_locked(struct scheduler *s, size_t bound)
 	}
 }
 
-/* A named key may live in the store (offloaded here or by another
- * instance): it is taken then, and its lease keeps two instances from
- * creating it at once.  *generation: the newest the lease knew of. */
-static int create_lease(struct scheduler *s, const char *key, uint64_t *generation,
-                        const char **param, char *err, size_t err_len)
-{
-	char holder[160] = "";
-	if (scheduler_session_stored(s, key))
-		return err_set(err, err_len, -EEXIST, "session %s exists", session_key_id(key));
-	int rc = session_store_lease_take(s->store.shared, key, generation, holder, sizeof(holder), err,
-	                                  err_len);
-	if (rc == -EBUSY)
-		return err_set(err, err_len, -EEXIST, "session %s exists (held by instance %s)",
-		               session_key_id(key), holder);
-	if (rc) {
-		/* the store's failure, not the id's; its detail (a path, a host)
-		 * goes to the log, not to the client */
-		*param = NULL;
-		log_event(s->log, LOG_ERROR, "sched", "session store failed",
-		          (struct log_field[]){LOG_STR("session", key), LOG_STR("error", err),
-		                               LOG_END});
-		return err_set(err, err_len, -EIO, "the session store failed (see the server log)");
-	}
-	return rc;
-}
-
-/* The owner's keys in the store, for its session limit (none without a
- * store, a limit or an owner with a namespace of its own). */
-static void create_stored_keys(struct scheduler *s, const struct session_settings *opt,
-                               char (**keys)[SESSION_KEY_LEN], size_t *n)
-{
-	char tag[SESSION_OWNER_TAG_LEN + 1], err[SINKD_ERR_LEN];
-	*keys = NULL;
-	*n = 0;
-	if (!s->store.shared || !opt || !opt->owner || opt->owner_max <= 0)
-		return;
-	session_owner_tag(opt->owner, tag);
-	if (tag[0] && session_store_list(s->store.shared, opt->owner, keys, n, err, sizeof(err)))
-		log_msg(s->log, LOG_WARN, "sched", "session store: listing sessions: %s", err);
-}
-
 /* A restored session's stream history and cache image. */
 static void session_fill_restored(struct sched_session *ss, const struct sched_restore *rs,
                                   const struct sinkcache_geometry *g, size_t bound)
@@ -438,29 +397,25 @@ static void session_fill_restored(struct sched_session *ss, const struct sched_r
 	                                     .moved_to_compressed = c->moved};
 }
 
-/* A create (rs NULL) or a restore: the key, the limits, the budget, then
- * the session; a restored one gets its stream history and its cache image. */
-static int session_create(struct scheduler *s, const struct session_settings *opt,
-                          const struct sched_restore *rs, char id_out[SCHED_SESSION_ID_LEN],
-                          const char **param, char *err, size_t err_len)
+/* The scheduler's part of a create (rs NULL) or a restore, called by
+ * sched_store_create() once the store had its say: the limits, the budget,
+ * then the session; a restored one gets its stream history and its cache
+ * image. */
+struct create_args {
+	const struct session_settings *opt;
+	const struct sched_restore *rs;
+	char *id_out; /* [SCHED_SESSION_ID_LEN] */
+};
+
+static int session_admit(struct scheduler *s, void *arg, const struct sched_store_claim *claim,
+                         const char **param, char *err, size_t err_len)
 {
+	const struct create_args *a = arg;
+	const struct session_settings *opt = a->opt;
+	const struct sched_restore *rs = a->rs;
+	const char *want_id = claim->id;
 	struct sinkcache_geometry g;
 	int rc = 0;
-	uint64_t generation = 0;
-	const char *want_id = opt && opt->id && opt->id[0] ? opt->id : NULL;
-	char(*stored)[SESSION_KEY_LEN] = NULL;
-	size_t n_stored = 0;
-	*param = want_id ? "id" : NULL; /* until the id is taken */
-	if (want_id && !session_key_valid(want_id))
-		return err_set(err, err_len, -EINVAL, "session id: 1..32 hex digits");
-	bool leased = rs && rs->leased;
-	if (!rs && want_id && s->store.shared) {
-		rc = create_lease(s, want_id, &generation, param, err, err_len);
-		if (rc)
-			return rc;
-		leased = true;
-	}
-	create_stored_keys(s, opt, &stored, &n_stored);
 	pthread_mutex_lock(&s->mu);
 	*param = NULL;
 	if (rs)
@@ -474,7 +429,7 @@ static int session_create(struct scheduler *s, const struct session_settings *op
 		rc = err_set(err, err_len, -EEXIST, "session %s exists", session_key_id(want_id));
 		goto out;
 	}
-	rc = session_limits_locked(s, opt, stored, n_stored, err, err_len);
+	rc = session_limits_locked(s, opt, claim->stored, claim->n_stored, err, err_len);
 	if (rc)
 		goto out;
 	size_t bound = sinkcache_bound_bytes(&g);
@@ -507,19 +462,32 @@ static int session_create(struct scheduler *s, const struct session_settings *op
 	if (rs)
 		session_fill_restored(ss, rs, &g, bound);
 	/* a state of its own from here: above anything its lease knew of */
-	ss->generation = rs ? rs->generation : generation + 1;
-	ss->leased = leased;
+	ss->generation = rs ? rs->generation : claim->generation + 1;
+	ss->leased = claim->leased;
 	ss->bytes_reserved = bound;
 	s->reserved += bound;
 	s->st.sessions_created++;
-	memcpy(id_out, ss->id, SCHED_SESSION_ID_LEN);
+	memcpy(a->id_out, ss->id, SCHED_SESSION_ID_LEN);
 	pthread_cond_signal(&s->cv); /* the TTL deadline changed */
 out:
 	pthread_mutex_unlock(&s->mu);
-	free(stored);
-	if (rc && leased && !rs)
-		session_store_lease_release(s->store.shared, want_id);
 	return rc;
+}
+
+/* A create (rs NULL) or a restore: the key, then the store's lease and the
+ * scheduler's checks (sched_store_create). */
+static int session_create(struct scheduler *s, const struct session_settings *opt,
+                          const struct sched_restore *rs, char id_out[SCHED_SESSION_ID_LEN],
+                          const char **param, char *err, size_t err_len)
+{
+	const char *want_id = opt && opt->id && opt->id[0] ? opt->id : NULL;
+	*param = want_id ? "id" : NULL; /* until the id is taken */
+	if (want_id && !session_key_valid(want_id))
+		return err_set(err, err_len, -EINVAL, "session id: 1..32 hex digits");
+	struct create_args a = {.opt = opt, .rs = rs, .id_out = id_out};
+	enum sched_lease lease = !rs ? SCHED_LEASE_TAKE : rs->leased ? SCHED_LEASE_HELD
+	                                                             : SCHED_LEASE_NONE;
+	return sched_store_create(s, opt, want_id, lease, session_admit, &a, param, err, err_len);
 }
 
 int scheduler_session_create(struct scheduler *s, const struct session_settings *opt,
