@@ -224,6 +224,7 @@ struct scheduler {
 	size_t n_dead, cap_dead;
 
 	struct sched_store store; /* the store hand-over (sched_store.h says what locks what) */
+	char model_path[4096];    /* the model file, whose SHA-256 snapshots carry (set at start) */
 	struct sched_ctl **ctl; /* [mu] jobs for the engine */
 	size_t n_ctl, cap_ctl;
 	pthread_cond_t ctl_cv; /* a job is done, or an offload finished */

@@ -35,7 +35,7 @@ static int hex_decode32(const char *hex, unsigned char out[32])
 
 void scheduler_set_model_file(struct scheduler *s, const char *path)
 {
-	snprintf(s->store.model_path, sizeof(s->store.model_path), "%s", path ? path : "");
+	snprintf(s->model_path, sizeof(s->model_path), "%s", path ? path : "");
 }
 
 static void left_forget_locked(struct scheduler *s, const char *id);
@@ -88,7 +88,7 @@ static int identity(struct scheduler *s, struct snapshot_expect *out, char *err,
 	if (!s->store.have_identity) {
 		char hex[65];
 		const struct model_hparams *hp = &s->be->model->hp;
-		rc = s->store.model_path[0] ? sha256_file_hex(s->store.model_path, hex, err, err_len)
+		rc = s->model_path[0] ? sha256_file_hex(s->model_path, hex, err, err_len)
 		                      : err_set(err, err_len, -ENOTSUP,
 		                                "snapshots need the model file's path");
 		if (!rc) {

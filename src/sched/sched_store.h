@@ -11,8 +11,7 @@
  *   wq_cv        waited on with `mu` (the writer sleeps there)
  *   have_identity, expect, arch             id_mu (hashing the model file
  *                happens under it, never under `mu`)
- *   park, model_path  set before the engine starts, read-only after (the
- *                park locks itself)
+ *   park         opened with the scheduler (it locks itself)
  *   writer, writer_started                  the thread that starts and
  *                stops the scheduler */
 #pragma once
@@ -53,7 +52,6 @@ struct sched_store {
 	 * in the store, without bringing them back. */
 	struct sched_left *left;
 	size_t n_left;
-	char model_path[4096];
 	pthread_mutex_t id_mu;
 	bool have_identity;
 	struct snapshot_expect expect; /* once have_identity */

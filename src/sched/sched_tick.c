@@ -599,7 +599,8 @@ static size_t batch_build(struct scheduler *s, struct sched_req **act, size_t n_
 	s->n_batches++;
 	batch_candidates(s, act, n_act, dec, &n_dec, pre, &n_pre, &want);
 	size_t keep = n_pre ? crowd_prompt_rows(s, max_tokens, want) : 0;
-	*shape = (struct sched_pace_batch){.crowded = n_pre && n_dec + s->n_held + keep > max_tokens};
+	*shape =
+	    (struct sched_pace_batch){.crowded = n_pre && n_dec + s->n_held + keep > max_tokens};
 	size_t dec_rows = shape->crowded ? max_tokens - keep : max_tokens;
 	if (dec_rows < n_dec)
 		order_by_service(dec, n_dec);

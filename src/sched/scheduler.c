@@ -485,8 +485,9 @@ static int session_create(struct scheduler *s, const struct session_settings *op
 	if (want_id && !session_key_valid(want_id))
 		return err_set(err, err_len, -EINVAL, "session id: 1..32 hex digits");
 	struct create_args a = {.opt = opt, .rs = rs, .id_out = id_out};
-	enum sched_lease lease = !rs ? SCHED_LEASE_TAKE : rs->leased ? SCHED_LEASE_HELD
-	                                                             : SCHED_LEASE_NONE;
+	enum sched_lease lease = !rs          ? SCHED_LEASE_TAKE
+	                         : rs->leased ? SCHED_LEASE_HELD
+	                                      : SCHED_LEASE_NONE;
 	return sched_store_create(s, opt, want_id, lease, session_admit, &a, param, err, err_len);
 }
 
