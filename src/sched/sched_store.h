@@ -12,8 +12,9 @@
  *   have_identity, expect, arch             id_mu (hashing the model file
  *                happens under it, never under `mu`)
  *   park         opened with the scheduler (it locks itself)
- *   writer, writer_started                  the thread that starts and
- *                stops the scheduler */
+ *   writer, writer_started                  started under `mu` with the
+ *                first offload; joined by scheduler_free once the engine
+ *                thread is gone */
 #pragma once
 
 #include <pthread.h>
