@@ -269,6 +269,10 @@ void sched_req_free(struct sched_req *r);
 void sched_session_release(struct scheduler *s, struct sched_session *ss);
 /* Makes the request leave: session unbusied (or freed when one-shot). */
 void sched_req_retire(struct scheduler *s, struct sched_req *r);
+/* The engine's part of the jobs taken from s->ctl (jobs[0..n)): snapshot
+ * exports (sched_store.c) and cache traces (sched_views.c); then wakes the
+ * threads waiting for them. */
+void sched_ctl_run(struct scheduler *s, struct sched_ctl **jobs, size_t n);
 
 /* sched_metrics.c */
 void sched_hist_init_all(struct scheduler *s);

@@ -12,7 +12,6 @@
 
 #include "sched/sched_internal.h"
 #include "sched/sched_store.h"
-#include "sched/sched_views.h"
 #include "config/config.h"
 #include "model/gguf.h"
 #include "session/store.h"
@@ -169,33 +168,23 @@ int sched_import_pending(struct scheduler *s, struct sched_session *ss, char *er
 	return rc;
 }
 
-void sched_ctl_run(struct scheduler *s, struct sched_ctl **jobs, size_t n)
+void sched_export_run(struct scheduler *s, struct sched_ctl *c)
 {
-	for (size_t i = 0; i < n; i++) {
-		struct sched_ctl *c = jobs[i];
-		if (c->kind == SCHED_CTL_TRACE) {
-			sched_trace_run(s, c);
-			continue;
-		}
-		pthread_mutex_lock(&s->mu);
-		bool busy = c->ss->busy_handle != 0, gone = c->ss->deleted;
-		pthread_mutex_unlock(&s->mu);
-		if (gone)
-			c->rc = err_set(c->err, sizeof(c->err), -ENOENT, "no session %s",
-			                   session_key_id(c->ss->id));
-		else if (busy)
-			c->rc = err_set(c->err, sizeof(c->err), -EBUSY,
-			                "session %s is busy with a request; snapshot it between requests",
-			                session_key_id(c->ss->id));
-		else
-			c->rc = sched_export_session(s, c->ss, &c->ex, c->err, sizeof(c->err));
-		pthread_mutex_lock(&s->mu);
-		c->done = true;
-		c->ss->ctl_refs--;
-		pthread_mutex_unlock(&s->mu);
-	}
 	pthread_mutex_lock(&s->mu);
-	pthread_cond_broadcast(&s->ctl_cv);
+	bool busy = c->ss->busy_handle != 0, gone = c->ss->deleted;
+	pthread_mutex_unlock(&s->mu);
+	if (gone)
+		c->rc = err_set(c->err, sizeof(c->err), -ENOENT, "no session %s",
+		                session_key_id(c->ss->id));
+	else if (busy)
+		c->rc = err_set(c->err, sizeof(c->err), -EBUSY,
+		                "session %s is busy with a request; snapshot it between requests",
+		                session_key_id(c->ss->id));
+	else
+		c->rc = sched_export_session(s, c->ss, &c->ex, c->err, sizeof(c->err));
+	pthread_mutex_lock(&s->mu);
+	c->done = true;
+	c->ss->ctl_refs--;
 	pthread_mutex_unlock(&s->mu);
 }
 

@@ -102,8 +102,9 @@ int sched_store_create(struct scheduler *s, const struct session_settings *opt, 
                        enum sched_lease lease, sched_store_admit_fn admit, void *arg,
                        const char **param, char *err, size_t err_len);
 
-/* The engine's part: runs the snapshot jobs taken from s->ctl (jobs[0..n)). */
-void sched_ctl_run(struct scheduler *s, struct sched_ctl **jobs, size_t n);
+/* Runs an EXPORT job taken from s->ctl (engine thread, lock not held):
+ * the session copied out for its snapshot, or why not; marks it done. */
+void sched_export_run(struct scheduler *s, struct sched_ctl *c);
 /* Copies a session's state out (engine thread; the session is idle). */
 int sched_export_session(struct scheduler *s, struct sched_session *ss, struct sched_export *ex,
                          char *err, size_t err_len);

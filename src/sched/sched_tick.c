@@ -3,7 +3,8 @@
  * session's next token, run the streaming detokenizer and the stop matcher,
  * and deliver events.  Runs on the engine thread only; takes the scheduler
  * lock only for short bookkeeping.  Admission and the session table live in
- * scheduler.c.
+ * scheduler.c.  The engine's other jobs between two ticks (snapshot
+ * exports, cache traces) are handed from here to their parts.
  *
  * Batch policy (fairness): every decoding session first gets its one token.
  * The rest of max_batch_tokens is shared among prefilling sessions
@@ -655,6 +656,19 @@ static bool req_after_forward(struct scheduler *s, struct sched_req *r)
 }
 
 /* ---- the tick ---------------------------------------------------------- */
+
+void sched_ctl_run(struct scheduler *s, struct sched_ctl **jobs, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (jobs[i]->kind == SCHED_CTL_TRACE)
+			sched_trace_run(s, jobs[i]);
+		else
+			sched_export_run(s, jobs[i]);
+	}
+	pthread_mutex_lock(&s->mu);
+	pthread_cond_broadcast(&s->ctl_cv);
+	pthread_mutex_unlock(&s->mu);
+}
 
 /* Cancellations and setup of admitted requests; drops finished ones. */
 static void tick_prepare(struct scheduler *s, struct sched_req **act, size_t n_act)
