@@ -62,7 +62,7 @@ static void session_release(struct cuda_backend *c, struct backend_session *s)
 	free(s);
 }
 
-static int session_check_geometry(const struct cuda_backend *c, const struct sinkcache_geometry *g,
+static int session_check_geometry(const struct cuda_backend *c, const struct cache_geometry *g,
                                   char *err, size_t err_len)
 {
 	const struct model_hparams *hp = &c->base.model->hp;
@@ -80,7 +80,7 @@ static int session_check_geometry(const struct cuda_backend *c, const struct sin
 	return 0;
 }
 
-static int cuda_session_new(struct backend *be, const struct sinkcache_geometry *g,
+static int cuda_session_new(struct backend *be, const struct cache_geometry *g,
                             struct backend_session **out, char *err, size_t err_len)
 {
 	struct cuda_backend *c = cuda_of(be);
@@ -178,7 +178,7 @@ static int cuda_session_trace_enable(struct backend *be, struct backend_session 
 static int cuda_session_trace(struct backend *be, const struct backend_session *s,
                               struct cache_trace_step *out, char *err, size_t err_len)
 {
-	const struct sinkcache_geometry *g = &s->sh.g;
+	const struct cache_geometry *g = &s->sh.g;
 	if (out->n_layers != g->n_layers || !out->layers)
 		return err_set(err, err_len, -EINVAL,
 		               "cache trace: %d layers given for a cache of %d", out->n_layers,
@@ -327,7 +327,7 @@ static void cuda_destroy(struct backend *be)
 
 /* The device runs the whole forward, KV tiers included, in the dtype chosen
  * at start (weights are converted to it at load). */
-static int cuda_geometry_check(const struct backend *be, const struct sinkcache_geometry *g,
+static int cuda_geometry_check(const struct backend *be, const struct cache_geometry *g,
                                char *err, size_t err_len)
 {
 	const struct cuda_backend *c = (const struct cuda_backend *)be;
@@ -472,7 +472,7 @@ size_t backend_cuda_weight_bytes(const struct backend *be)
 	return ((const struct cuda_backend *)be)->weight_bytes;
 }
 
-size_t backend_cuda_session_bytes(const struct sinkcache_geometry *g)
+size_t backend_cuda_session_bytes(const struct cache_geometry *g)
 {
 	struct cuda_kv_shape sh;
 	if (cuda_kv_shape_init(g, &sh, NULL, 0))

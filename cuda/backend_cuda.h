@@ -38,9 +38,9 @@ int backend_cuda_new(const struct model *m, const struct backend_options *opt,
 
 /* The KV budget in bytes (global_cache_limit, or what "auto" resolved to):
  * the scheduler's budget.  The arena itself is a little larger, so that
- * sessions whose sinkcache_bound_bytes() fit the budget always fit it. */
+ * sessions whose cache_geometry_bound_bytes() fit the budget always fit it. */
 size_t backend_cuda_cache_bytes(const struct backend *be);
 /* Bytes of the weights on the device. */
 size_t backend_cuda_weight_bytes(const struct backend *be);
 /* Device bytes one session of geometry g takes from the arena. */
-size_t backend_cuda_session_bytes(const struct sinkcache_geometry *g);
+size_t backend_cuda_session_bytes(const struct cache_geometry *g);

@@ -34,7 +34,7 @@ static uint64_t carve(uint64_t *at, uint64_t bytes)
 
 static void shape_layout(struct cuda_kv_shape *sh)
 {
-	const struct sinkcache_geometry *g = &sh->g;
+	const struct cache_geometry *g = &sh->g;
 	struct cuda_kv_view *v = &sh->layout;
 	uint64_t n_kv = (uint64_t)g->n_kv_heads, d = (uint64_t)g->head_dim;
 	uint64_t s = (uint64_t)sh->caps.sink, f = (uint64_t)sh->fp_cap;
@@ -79,11 +79,11 @@ static void shape_layout(struct cuda_kv_shape *sh)
 	v->anchor_cap = sh->caps.anchor;
 }
 
-int cuda_kv_shape_init(const struct sinkcache_geometry *g, struct cuda_kv_shape *sh, char *err,
+int cuda_kv_shape_init(const struct cache_geometry *g, struct cuda_kv_shape *sh, char *err,
                        size_t err_len)
 {
-	struct sinkcache_tiers t;
-	int rc = sinkcache_tiers_of(g, &t, err, err_len);
+	struct cache_tiers t;
+	int rc = cache_geometry_tiers_of(g, &t, err, err_len);
 	if (rc)
 		return rc;
 	memset(sh, 0, sizeof(*sh));
@@ -173,7 +173,7 @@ int cuda_kv_plan_revise(const struct cuda_kv_shape *sh, struct cuda_kv_state *st
 void cuda_kv_plan_stats(const struct cuda_kv_shape *sh, const struct cuda_kv_state *st,
                         struct sinkcache_stats *out)
 {
-	const struct sinkcache_geometry *g = &sh->g;
+	const struct cache_geometry *g = &sh->g;
 	const struct tier_counts *t = &st->t;
 	size_t n_kv = (size_t)g->n_kv_heads, d = (size_t)g->head_dim, gs = (size_t)sh->caps.group;
 	size_t fp_row = d * kv_dtype_size(g->dtype), code_row = (size_t)sh->code_row;
@@ -189,7 +189,7 @@ void cuda_kv_plan_stats(const struct cuda_kv_shape *sh, const struct cuda_kv_sta
 	out->n_resident = out->n_sink + out->n_compressed + out->n_hot;
 	out->evicted_compressed = t->evicted;
 	out->moved_to_compressed = t->moved;
-	out->bytes_bound = sinkcache_bound_bytes(g);
+	out->bytes_bound = cache_geometry_bound_bytes(g);
 	out->bytes_resident =
 	    ((size_t)t->n_sink * sink_tok + (size_t)(t->n_hot + t->n_stage) * fp_tok +
 	     (size_t)t->n_groups * group_bytes) *
@@ -356,7 +356,7 @@ void cuda_kv_anchors_stats(const struct cuda_kv_shape *sh, const struct cuda_kv_
 	out->n_anchor = a->layer[0].n;
 	out->n_resident += out->n_anchor;
 	for (int l = 0; l < a->n_layers; l++) {
-		out->bytes_resident += sinkcache_anchor_bytes(&sh->g, a->layer[l].n);
+		out->bytes_resident += cache_geometry_anchor_bytes(&sh->g, a->layer[l].n);
 		out->anchors_promoted += a->layer[l].promoted;
 		out->anchors_demoted += a->layer[l].demoted;
 	}

@@ -17,7 +17,7 @@
 
 /* Tier sizes and byte layout of a geometry. */
 struct cuda_kv_shape {
-	struct sinkcache_geometry g;
+	struct cache_geometry g;
 	struct tier_caps caps; /* the tier policy's capacities (cache/tierpolicy.h) */
 	int n_groups;   /* NG */
 	int fp_cap;     /* F = H + G - 1, or W without groups */
@@ -45,7 +45,7 @@ struct cuda_kv_step {
 	uint64_t sink_pos; /* rotation of the query for sink keys */
 };
 
-int cuda_kv_shape_init(const struct sinkcache_geometry *g, struct cuda_kv_shape *sh, char *err,
+int cuda_kv_shape_init(const struct cache_geometry *g, struct cuda_kv_shape *sh, char *err,
                        size_t err_len);
 /* Bytes of both blocks, all layers. */
 size_t cuda_kv_session_bytes(const struct cuda_kv_shape *sh);

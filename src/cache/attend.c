@@ -34,9 +34,9 @@ struct attend_ctx {
 	float inv[ATTEND_MAX_HEADS]; /* 1 / sum of the exps: the output's scale */
 };
 
-size_t sinkcache_scratch_floats(const struct sinkcache_geometry *g)
+size_t sinkcache_scratch_floats(const struct cache_geometry *g)
 {
-	size_t cap = sinkcache_capacity_tokens(g), d = (size_t)g->head_dim;
+	size_t cap = cache_geometry_capacity_tokens(g), d = (size_t)g->head_dim;
 	if (cap == 0)
 		return 0;
 	return ATTEND_MAX_HEADS * (2 * cap + (3 + ATTEND_PARTS) * d) + 16;

@@ -29,7 +29,7 @@ const char *cache_tier_name(enum cache_tier tier)
 	}
 }
 
-void cache_trace_geometry_of(const struct sinkcache_geometry *g, struct cache_trace_geometry *out)
+void cache_trace_geometry_of(const struct cache_geometry *g, struct cache_trace_geometry *out)
 {
 	*out = (struct cache_trace_geometry){
 	    .sink_keep_count = g->sink_keep_count,
@@ -40,10 +40,10 @@ void cache_trace_geometry_of(const struct sinkcache_geometry *g, struct cache_tr
 	};
 }
 
-size_t cache_trace_slots_per_layer(const struct sinkcache_geometry *g)
+size_t cache_trace_slots_per_layer(const struct cache_geometry *g)
 {
 	/* the capacity counts the anchor slots too (kv_layout_of in sinkcache.c) */
-	return sinkcache_capacity_tokens(g);
+	return cache_geometry_capacity_tokens(g);
 }
 
 void cache_trace_step_free(struct cache_trace_step *t)
@@ -56,7 +56,7 @@ void cache_trace_step_free(struct cache_trace_step *t)
 	free(t);
 }
 
-struct cache_trace_step *cache_trace_step_new(const struct sinkcache_geometry *g)
+struct cache_trace_step *cache_trace_step_new(const struct cache_geometry *g)
 {
 	size_t slots = cache_trace_slots_per_layer(g);
 	if (g->n_layers <= 0)

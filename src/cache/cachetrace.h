@@ -62,14 +62,14 @@ struct cache_trace_step {
 };
 
 /* The titles' geometry of a cache geometry. */
-void cache_trace_geometry_of(const struct sinkcache_geometry *g, struct cache_trace_geometry *out);
+void cache_trace_geometry_of(const struct cache_geometry *g, struct cache_trace_geometry *out);
 /* Slots a layer can hold at most (sinks + anchors + window, or
  * max_context_length): what the engine allocates per layer once.  0 for an
  * invalid geometry. */
-size_t cache_trace_slots_per_layer(const struct sinkcache_geometry *g);
+size_t cache_trace_slots_per_layer(const struct cache_geometry *g);
 /* A step with the slot arrays for a cache of geometry g (every field
  * zero); NULL when out of memory.  cache_trace_step_free(NULL) is a no-op. */
-struct cache_trace_step *cache_trace_step_new(const struct sinkcache_geometry *g);
+struct cache_trace_step *cache_trace_step_new(const struct cache_geometry *g);
 void cache_trace_step_free(struct cache_trace_step *t);
 /* Checks a trace before use: at least one layer, slot arrays present,
  * stream indices non-negative and strictly increasing per layer, tiers

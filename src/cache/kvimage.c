@@ -17,17 +17,17 @@ static int count_range(char *err, size_t err_len, const char *what, long long v,
 	               what, v, hi);
 }
 
-int kv_image_counts_window(const struct sinkcache_geometry *g, const struct tier_counts *n)
+int kv_image_counts_window(const struct cache_geometry *g, const struct tier_counts *n)
 {
-	int group = sinkcache_quant_group_size(g);
+	int group = cache_geometry_quant_group_size(g);
 	return n->n_groups * group - n->grp_dropped + n->n_stage + n->n_hot;
 }
 
-int kv_image_layout_of(const struct sinkcache_geometry *g, const struct tier_counts *n,
+int kv_image_layout_of(const struct cache_geometry *g, const struct tier_counts *n,
                        struct kv_image_layout *lo, char *err, size_t err_len)
 {
-	struct sinkcache_tiers t;
-	int rc = sinkcache_tiers_of(g, &t, err, err_len);
+	struct cache_tiers t;
+	int rc = cache_geometry_tiers_of(g, &t, err, err_len);
 	memset(lo, 0, sizeof(*lo));
 	if (rc)
 		return rc;
@@ -84,10 +84,10 @@ int kv_image_layout_of(const struct sinkcache_geometry *g, const struct tier_cou
 	return 0;
 }
 
-size_t kv_image_max_bytes(const struct sinkcache_geometry *g)
+size_t kv_image_max_bytes(const struct cache_geometry *g)
 {
-	struct sinkcache_tiers t;
-	if (sinkcache_tiers_of(g, &t, NULL, 0))
+	struct cache_tiers t;
+	if (cache_geometry_tiers_of(g, &t, NULL, 0))
 		return 0;
 	/* every tier at capacity at once: more than any reachable state holds */
 	size_t n_kv = (size_t)g->n_kv_heads, d = (size_t)g->head_dim, gs = (size_t)t.group;

@@ -52,14 +52,14 @@ struct kv_image {
  * within its capacity, the window within window_size, no window before the
  * sinks are full, the stream index not behind what is resident) and fills
  * the layout.  err names the count, its value and its allowed range. */
-int kv_image_layout_of(const struct sinkcache_geometry *g, const struct tier_counts *n,
+int kv_image_layout_of(const struct cache_geometry *g, const struct tier_counts *n,
                        struct kv_image_layout *lo, char *err, size_t err_len);
 
 /* The most bytes an image of geometry g can take (its counts at capacity). */
-size_t kv_image_max_bytes(const struct sinkcache_geometry *g);
+size_t kv_image_max_bytes(const struct cache_geometry *g);
 
 /* Counts as sinkcache_stats reports them. */
-int kv_image_counts_window(const struct sinkcache_geometry *g, const struct tier_counts *n);
+int kv_image_counts_window(const struct cache_geometry *g, const struct tier_counts *n);
 
 void kv_image_free(struct kv_image *im);
 

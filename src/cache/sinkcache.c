@@ -3,7 +3,7 @@
  * int4 when quantization is on, KIVI: keys per channel in groups of G tokens,
  * values per token) and a hot tier (newest tokens, full precision).  Each
  * tier is a ring: appending a token never moves the window.  All memory is
- * reserved at creation; sinkcache_bound_bytes() is exactly what is reserved.
+ * reserved at creation; cache_geometry_bound_bytes() is exactly what is reserved.
  *
  * Positions: keys are stored rotated by their stream index.  Window tokens
  * are a contiguous run of the stream, so query-to-window distances are the
@@ -20,7 +20,7 @@
  * newest tokens) is exact as long as it only drops hot or staged tokens.
  *
  * Attention itself is in attend.c.  This module does not know about models,
- * sessions or memory budgets (the scheduler reserves sinkcache_bound_bytes). */
+ * sessions or memory budgets (the scheduler reserves cache_geometry_bound_bytes). */
 #include "cache/sinkcache.h"
 
 #include <errno.h>
@@ -66,7 +66,7 @@ static int kv_group_size(int compressed)
 	return SINKCACHE_MAX_GROUP;
 }
 
-static void kv_layout_of(const struct sinkcache_geometry *g, struct kv_layout *lo)
+static void kv_layout_of(const struct cache_geometry *g, struct kv_layout *lo)
 {
 	bool full = g->strategy == CACHE_STRATEGY_FULL;
 	size_t n_kv = (size_t)g->n_kv_heads, d = (size_t)g->head_dim;
@@ -115,7 +115,7 @@ static int check_range(char *err, size_t err_len, const char *field, long long v
 	               lo, hi);
 }
 
-static int check_shape(const struct sinkcache_geometry *g, char *err, size_t err_len)
+static int check_shape(const struct cache_geometry *g, char *err, size_t err_len)
 {
 	int rc;
 	if ((rc = check_range(err, err_len, "n_layers", g->n_layers, 1, 4096)) ||
@@ -144,7 +144,7 @@ static int check_shape(const struct sinkcache_geometry *g, char *err, size_t err
 	return 0;
 }
 
-static int check_tiers(const struct sinkcache_geometry *g, char *err, size_t err_len)
+static int check_tiers(const struct cache_geometry *g, char *err, size_t err_len)
 {
 	int rc, window;
 	if (g->strategy == CACHE_STRATEGY_SLIDING_WINDOW) {
@@ -195,7 +195,7 @@ static int check_tiers(const struct sinkcache_geometry *g, char *err, size_t err
 	                   window);
 }
 
-void sinkcache_geometry_pin(struct sinkcache_geometry *g, int pin)
+void cache_geometry_pin(struct cache_geometry *g, int pin)
 {
 	if (pin <= 0)
 		return;
@@ -204,24 +204,24 @@ void sinkcache_geometry_pin(struct sinkcache_geometry *g, int pin)
 	g->protect_sinks = true;
 }
 
-int sinkcache_geometry_check(const struct sinkcache_geometry *g, char *err, size_t err_len)
+int cache_geometry_check(const struct cache_geometry *g, char *err, size_t err_len)
 {
 	int rc = check_shape(g, err, err_len);
 	return rc ? rc : check_tiers(g, err, err_len);
 }
 
-size_t sinkcache_bound_bytes(const struct sinkcache_geometry *g)
+size_t cache_geometry_bound_bytes(const struct cache_geometry *g)
 {
 	struct kv_layout lo;
-	if (sinkcache_geometry_check(g, NULL, 0))
+	if (cache_geometry_check(g, NULL, 0))
 		return 0;
 	kv_layout_of(g, &lo);
 	return lo.layer_bytes * (size_t)g->n_layers;
 }
 
-static void tiers_of_layout(const struct kv_layout *lo, struct sinkcache_tiers *t)
+static void tiers_of_layout(const struct kv_layout *lo, struct cache_tiers *t)
 {
-	*t = (struct sinkcache_tiers){.sink = lo->sink,
+	*t = (struct cache_tiers){.sink = lo->sink,
 	                              .window = lo->window,
 	                              .hot = lo->hot,
 	                              .group = lo->group,
@@ -232,11 +232,11 @@ static void tiers_of_layout(const struct kv_layout *lo, struct sinkcache_tiers *
 	                              .code_row = lo->code_row};
 }
 
-int sinkcache_tiers_of(const struct sinkcache_geometry *g, struct sinkcache_tiers *t, char *err,
+int cache_geometry_tiers_of(const struct cache_geometry *g, struct cache_tiers *t, char *err,
                        size_t err_len)
 {
 	struct kv_layout lo;
-	int rc = sinkcache_geometry_check(g, err, err_len);
+	int rc = cache_geometry_check(g, err, err_len);
 	memset(t, 0, sizeof(*t));
 	if (rc)
 		return rc;
@@ -245,19 +245,19 @@ int sinkcache_tiers_of(const struct sinkcache_geometry *g, struct sinkcache_tier
 	return 0;
 }
 
-int sinkcache_quant_group_size(const struct sinkcache_geometry *g)
+int cache_geometry_quant_group_size(const struct cache_geometry *g)
 {
 	struct kv_layout lo;
-	if (sinkcache_geometry_check(g, NULL, 0))
+	if (cache_geometry_check(g, NULL, 0))
 		return 0;
 	kv_layout_of(g, &lo);
 	return lo.group;
 }
 
-size_t sinkcache_capacity_tokens(const struct sinkcache_geometry *g)
+size_t cache_geometry_capacity_tokens(const struct cache_geometry *g)
 {
 	struct kv_layout lo;
-	if (sinkcache_geometry_check(g, NULL, 0))
+	if (cache_geometry_check(g, NULL, 0))
 		return 0;
 	kv_layout_of(g, &lo);
 	return (size_t)(lo.sink + lo.anchor + lo.window);
@@ -392,11 +392,11 @@ static void kv_front_populate(struct sinkcache *c, const void *row)
 	kv_populate_range(&c->front_pop, row, c->fp_row);
 }
 
-int sinkcache_new(const struct sinkcache_geometry *g, struct sinkcache **out, char *err,
+int sinkcache_new(const struct cache_geometry *g, struct sinkcache **out, char *err,
                   size_t err_len)
 {
 	struct kv_layout lo;
-	int rc = sinkcache_geometry_check(g, err, err_len);
+	int rc = cache_geometry_check(g, err, err_len);
 	*out = NULL;
 	if (rc)
 		return rc;
@@ -405,7 +405,7 @@ int sinkcache_new(const struct sinkcache_geometry *g, struct sinkcache **out, ch
 	if (!c)
 		return err_set(err, err_len, -ENOMEM, "sink cache: out of memory");
 	c->g = *g;
-	struct sinkcache_tiers tiers;
+	struct cache_tiers tiers;
 	tiers_of_layout(&lo, &tiers);
 	tier_caps_of(g, &tiers, &c->caps);
 	c->sink_quant = lo.sink_quant;
@@ -478,7 +478,7 @@ void sinkcache_free(struct sinkcache *c)
 	free(c);
 }
 
-const struct sinkcache_geometry *sinkcache_geometry(const struct sinkcache *c)
+const struct cache_geometry *sinkcache_geometry(const struct sinkcache *c)
 {
 	return &c->g;
 }
@@ -863,8 +863,8 @@ size_t sinkcache_reset_trim(struct sinkcache *c)
 	return held < c->front_pop.bytes ? held : c->front_pop.bytes;
 }
 
-bool sinkcache_geometry_equal(const struct sinkcache_geometry *a,
-                              const struct sinkcache_geometry *b)
+bool cache_geometry_equal(const struct cache_geometry *a,
+                              const struct cache_geometry *b)
 {
 	return a->n_layers == b->n_layers && a->n_kv_heads == b->n_kv_heads &&
 	       a->head_dim == b->head_dim && a->rope_dim == b->rope_dim &&
@@ -900,7 +900,7 @@ int sinkcache_resident_tokens(const struct sinkcache *c)
 	return L0->t.n_sink + L0->anc.n + kv_layer_window(c, L0);
 }
 
-size_t sinkcache_anchor_bytes(const struct sinkcache_geometry *g, int n_anchor)
+size_t cache_geometry_anchor_bytes(const struct cache_geometry *g, int n_anchor)
 {
 	struct kv_layout lo;
 	kv_layout_of(g, &lo);
@@ -930,7 +930,7 @@ void sinkcache_get_stats(const struct sinkcache *c, struct sinkcache_stats *out)
 		out->bytes_resident += (size_t)L->t.n_sink * lo.sink_tok +
 		                       (size_t)(L->t.n_hot + L->t.n_stage) * lo.fp_tok +
 		                       (size_t)L->t.n_groups * lo.group_bytes;
-		out->bytes_resident += sinkcache_anchor_bytes(&c->g, L->anc.n);
+		out->bytes_resident += cache_geometry_anchor_bytes(&c->g, L->anc.n);
 		out->anchors_promoted += L->anc.promoted;
 		out->anchors_demoted += L->anc.demoted;
 	}

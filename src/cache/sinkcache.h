@@ -25,10 +25,10 @@ enum cache_strategy { CACHE_STRATEGY_SLIDING_WINDOW = 0, CACHE_STRATEGY_FULL };
 enum rope_positions { ROPE_POSITIONS_CACHE = 0, ROPE_POSITIONS_ORIGINAL };
 enum kv_dtype { KV_DTYPE_F32 = 0, KV_DTYPE_F16, KV_DTYPE_BF16 };
 
-/* Largest anchor tier a layer may keep (sinkcache_geometry.anchor_max). */
+/* Largest anchor tier a layer may keep (cache_geometry.anchor_max). */
 #define SINKCACHE_MAX_ANCHORS 4096
 
-struct sinkcache_geometry {
+struct cache_geometry {
 	int n_layers;
 	int n_kv_heads;
 	int head_dim;
@@ -63,7 +63,7 @@ struct sinkcache_stats {
 	int n_compressed;
 	int n_hot;
 	size_t bytes_resident;        /* bytes holding resident tokens' K/V and scales */
-	size_t bytes_bound;           /* sinkcache_bound_bytes() of the geometry */
+	size_t bytes_bound;           /* cache_geometry_bound_bytes() of the geometry */
 	uint64_t evicted_compressed;  /* tokens dropped from the window */
 	uint64_t moved_to_compressed; /* tokens quantized out of the hot tier */
 	uint64_t anchors_promoted;    /* window tokens kept as anchors, all layers */
@@ -75,9 +75,9 @@ struct sinkcache;
 /* The geometry of a stream that pins its first `pin` tokens (a system
  * prompt): they join the sink tier (sink_keep_count becomes at least pin),
  * which then stays full precision.  pin <= 0 changes nothing. */
-void sinkcache_geometry_pin(struct sinkcache_geometry *g, int pin);
+void cache_geometry_pin(struct cache_geometry *g, int pin);
 /* Checks a geometry; err says which field and the allowed values. */
-int sinkcache_geometry_check(const struct sinkcache_geometry *g, char *err, size_t err_len);
+int cache_geometry_check(const struct cache_geometry *g, char *err, size_t err_len);
 /* The most bytes a cache of this geometry can ever hold; what the scheduler
  * reserves.  sinkcache_new() allocates exactly this (plus a few hundred bytes
  * of bookkeeping), never more, never again.  Per layer (kv = n_kv_heads,
@@ -92,15 +92,15 @@ int sinkcache_geometry_check(const struct sinkcache_geometry *g, char *err, size
  *            per-token fp32 scale,min; strategy full: floor(C/G) groups)
  * stats.bytes_resident counts the slots in use and reaches this bound once
  * the window is full whenever G divides C (G is chosen so when it can). */
-size_t sinkcache_bound_bytes(const struct sinkcache_geometry *g);
+size_t cache_geometry_bound_bytes(const struct cache_geometry *g);
 /* What stats.bytes_resident counts of one layer's anchor tier holding
  * n_anchor tokens: its bookkeeping always, the rows in use. */
-size_t sinkcache_anchor_bytes(const struct sinkcache_geometry *g, int n_anchor);
+size_t cache_geometry_anchor_bytes(const struct cache_geometry *g, int n_anchor);
 
-int sinkcache_new(const struct sinkcache_geometry *g, struct sinkcache **out, char *err,
+int sinkcache_new(const struct cache_geometry *g, struct sinkcache **out, char *err,
                   size_t err_len);
 void sinkcache_free(struct sinkcache *c);
-const struct sinkcache_geometry *sinkcache_geometry(const struct sinkcache *c);
+const struct cache_geometry *sinkcache_geometry(const struct sinkcache *c);
 
 /* Whether n more tokens can be appended (strategy full refuses past
  * max_context_length; sliding window always can). */
@@ -124,13 +124,13 @@ int sinkcache_append(struct sinkcache *c, int layer, const float *k, const float
  * the sink tier.  rows_cold: the layer's rows were not read just before
  * (true for a decode step, false for the later tokens of a prompt chunk);
  * it picks how they are fetched and never changes the result.
- * key_weight (optional, (n_heads, sinkcache_capacity_tokens) floats): each
+ * key_weight (optional, (n_heads, cache_geometry_capacity_tokens) floats): each
  * head's softmax weight of each resident token, in rank order (sinks,
  * anchors, window), for sinkcache_observe(). */
 void sinkcache_attend(const struct sinkcache *c, int layer, const float *q, int n_heads,
                       int head_begin, int head_end, float *out, float *scratch, float *sink_mass,
                       float *key_weight, bool rows_cold);
-size_t sinkcache_scratch_floats(const struct sinkcache_geometry *g);
+size_t sinkcache_scratch_floats(const struct cache_geometry *g);
 
 /* Whether the cache keeps anchors or is traced, so that its attention
  * weights matter. */
@@ -161,8 +161,8 @@ void sinkcache_reset(struct sinkcache *c);
  * holds (a huge-page front may hold up to 2 MiB more per 2 MiB touched). */
 size_t sinkcache_reset_trim(struct sinkcache *c);
 /* Whether two geometries describe the same cache. */
-bool sinkcache_geometry_equal(const struct sinkcache_geometry *a,
-                              const struct sinkcache_geometry *b);
+bool cache_geometry_equal(const struct cache_geometry *a,
+                              const struct cache_geometry *b);
 
 void sinkcache_get_stats(const struct sinkcache *c, struct sinkcache_stats *out);
 /* Tokens resident now (sinks + window): sinkcache_stats.n_resident without
@@ -172,25 +172,25 @@ int sinkcache_resident_tokens(const struct sinkcache *c);
 
 /* The most tokens resident at once: sink_keep_count + window_size, or
  * max_context_length for strategy full (0 for an invalid geometry). */
-size_t sinkcache_capacity_tokens(const struct sinkcache_geometry *g);
+size_t cache_geometry_capacity_tokens(const struct cache_geometry *g);
 
 /* The tier sizes a geometry gives (the one place they are decided):
  * sink slots, window tokens at most, hot slots, group size G (0: nothing is
  * quantized in the window), staging slots (G-1), group slots, whether sinks
  * are stored quantized, and the bytes of a full-precision row and of a row
  * of codes. */
-struct sinkcache_tiers {
+struct cache_tiers {
 	int sink, window, hot, group, stage, n_groups;
 	bool sink_quant;
 	size_t fp_row, code_row;
 };
-int sinkcache_tiers_of(const struct sinkcache_geometry *g, struct sinkcache_tiers *t, char *err,
+int cache_geometry_tiers_of(const struct cache_geometry *g, struct cache_tiers *t, char *err,
                        size_t err_len);
 
 /* Tokens per quantization group of the compressed tier (keys share per-channel
  * scales over a group): 32, or a divisor of the compressed capacity in
  * [16, 32], or the capacity itself when below 32; 0 without quantization. */
-int sinkcache_quant_group_size(const struct sinkcache_geometry *g);
+int cache_geometry_quant_group_size(const struct cache_geometry *g);
 
 /* TEST ONLY: makes the next appended token have stream index `index`, as if
  * the tokens in between had streamed through and been evicted.  Allowed when

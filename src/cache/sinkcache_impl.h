@@ -1,7 +1,7 @@
 /* Internal layout of the tiered sink cache, shared by sinkcache.c (state,
  * eviction, revision) and attend.c (attention).  Not for other modules.
  *
- * Per layer, exactly the layer's share of sinkcache_bound_bytes() in two
+ * Per layer, exactly the layer's share of cache_geometry_bound_bytes() in two
  * parts (D = head_dim, Dc = code bytes of D, S = sink slots, H = hot slots,
  * St = staging slots, Ng = group slots, G = group size, fp = dtype element).
  * The fronts of all layers lie in one block per cache (front; each layer's
@@ -12,7 +12,7 @@
  *                                          + kp, vp (n_kv, S, 2) fp32 scale,min
  *   hot     k, v (n_kv, H, D) fp           ring of tokens
  *   staging k, v (n_kv, St, D) fp          ring; St = G - 1
- *   anchors (A slots, stream order, sinkcache_geometry.anchor_max):
+ *   anchors (A slots, stream order, cache_geometry.anchor_max):
  *           a_pos (A) u64 stream index, a_score (A) f32, a_below (A) i32,
  *           w_score (W) f32 window tokens' scores by stream index mod W,
  *           a_ko (n_kv, A, D) f32 keys rotated by their stream index,
@@ -70,7 +70,7 @@ struct kv_layer {
 };
 
 struct sinkcache {
-	struct sinkcache_geometry g;
+	struct cache_geometry g;
 	/* S, W (window slots: sliding, or max_context_length - S for full),
 	 * H (full_precision_recent, or the whole window unquantized) and G (0
 	 * when nothing is ever quantized in the window): the policy's caps */

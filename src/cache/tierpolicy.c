@@ -6,7 +6,7 @@
 
 #include "util/errbuf.h"
 
-void tier_caps_of(const struct sinkcache_geometry *g, const struct sinkcache_tiers *t,
+void tier_caps_of(const struct cache_geometry *g, const struct cache_tiers *t,
                   struct tier_caps *out)
 {
 	*out = (struct tier_caps){.sink = t->sink,
@@ -119,7 +119,7 @@ int tier_revise(const struct tier_caps *c, struct tier_counts *n, size_t k, char
 	return 0;
 }
 
-uint64_t tier_sink_query_pos(const struct sinkcache_geometry *g, const struct tier_caps *c,
+uint64_t tier_sink_query_pos(const struct cache_geometry *g, const struct tier_caps *c,
                              const struct tier_counts *n, int n_anchor)
 {
 	uint64_t s = n->n_seen - 1;

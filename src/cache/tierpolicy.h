@@ -14,7 +14,7 @@
 
 #include "cache/sinkcache.h"
 
-/* Tier capacities of a geometry (sinkcache_tiers_of decides them). */
+/* Tier capacities of a geometry (cache_geometry_tiers_of decides them). */
 struct tier_caps {
 	int sink;   /* S: the first S tokens of the stream */
 	int window; /* W: window tokens resident at most (compressed + hot) */
@@ -63,7 +63,7 @@ struct tier_step {
 	uint64_t key_pos; /* its stream index (keys rotate by it) */
 };
 
-void tier_caps_of(const struct sinkcache_geometry *g, const struct sinkcache_tiers *t,
+void tier_caps_of(const struct cache_geometry *g, const struct cache_tiers *t,
                   struct tier_caps *out);
 
 /* Window tokens (compressed + hot) and all resident tokens. */
@@ -89,7 +89,7 @@ int tier_revise(const struct tier_caps *c, struct tier_counts *n, size_t k, char
 /* Stream position that rotates the newest token's query for sink and
  * anchor keys: its rank in the cache with n_anchor anchors between sinks
  * and window (rope_positions cache) or its stream index. */
-uint64_t tier_sink_query_pos(const struct sinkcache_geometry *g, const struct tier_caps *c,
+uint64_t tier_sink_query_pos(const struct cache_geometry *g, const struct tier_caps *c,
                              const struct tier_counts *n, int n_anchor);
 
 /* ---- anchors: which leaving window tokens stay, and for how long ----------

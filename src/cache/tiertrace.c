@@ -204,7 +204,7 @@ void tier_trace_observe_heads(struct tier_trace *t, const struct tier_caps *c, i
 	observe_done(t, T, layer, n, m.count);
 }
 
-void tier_trace_fill_step(const struct tier_trace *t, const struct sinkcache_geometry *g,
+void tier_trace_fill_step(const struct tier_trace *t, const struct cache_geometry *g,
                           uint64_t n_seen, struct cache_trace_step *out)
 {
 	cache_trace_geometry_of(g, &out->geometry);
@@ -242,7 +242,7 @@ static void slot_masses(const struct tier_trace *t, const struct tier_trace_laye
 	s->mass_ema = (uint64_t)s->stream_index < T->observed_upto && ema > 0.0f ? ema : 0.0f;
 }
 
-void tier_trace_fill_layer(const struct tier_trace *t, const struct sinkcache_geometry *g,
+void tier_trace_fill_layer(const struct tier_trace *t, const struct cache_geometry *g,
                            const struct tier_caps *c, int layer, const struct tier_counts *n,
                            const struct tier_anchors *a, bool attention,
                            struct cache_trace_layer *out)

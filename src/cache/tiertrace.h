@@ -49,13 +49,13 @@ void tier_trace_observe_heads(struct tier_trace *t, const struct tier_caps *c, i
 
 /* The step fields of out (geometry, step, stream_pos, attention) for a cache
  * of geometry g that has seen n_seen tokens; t NULL: not traced. */
-void tier_trace_fill_step(const struct tier_trace *t, const struct sinkcache_geometry *g,
+void tier_trace_fill_step(const struct tier_trace *t, const struct cache_geometry *g,
                           uint64_t n_seen, struct cache_trace_step *out);
 /* Layer `layer` of out at counts n with anchors a (NULL: none): every
  * resident slot in stream order with its tier and RoPE position, and the
  * masses when out->attention (tier_trace_fill_step first).  out->slots has
  * room for tier_resident() + anchors. */
-void tier_trace_fill_layer(const struct tier_trace *t, const struct sinkcache_geometry *g,
+void tier_trace_fill_layer(const struct tier_trace *t, const struct cache_geometry *g,
                            const struct tier_caps *c, int layer, const struct tier_counts *n,
                            const struct tier_anchors *a, bool attention,
                            struct cache_trace_layer *out);

@@ -48,7 +48,7 @@ struct eval_args {
 /* Everything one run owns; eval_state_free() releases what was made. */
 struct eval_state {
 	struct cli_engine eng; /* config, model, tokenizer, backend */
-	struct sinkcache_geometry geom;
+	struct cache_geometry geom;
 	int32_t *ids; /* (n_ids) the whole stream */
 	size_t n_ids;
 	size_t n_docs;
@@ -230,8 +230,8 @@ static int setup_engine(struct eval_state *st, const struct eval_args *a, char *
 		return err_set(err, err_len, -EINVAL,
 		               "--pin-prefix-tokens %ld: inference.cache.max_pinned_tokens is %lld",
 		               a->pin, (long long)st->eng.cfg.inference.cache.max_pinned_tokens);
-	sinkcache_geometry_pin(&st->geom, (int)a->pin);
-	if ((rc = sinkcache_geometry_check(&st->geom, err, err_len)))
+	cache_geometry_pin(&st->geom, (int)a->pin);
+	if ((rc = cache_geometry_check(&st->geom, err, err_len)))
 		return rc;
 	const struct model_hparams *hp = &st->eng.model->hp;
 	st->logits = malloc((size_t)a->chunk * (size_t)hp->n_vocab * sizeof(float));
@@ -500,7 +500,7 @@ static const char *const strategy_text[] = {"sliding_window", "full"};
 static const char *const positions_text[] = {"cache", "original"};
 static const char *const dtype_text[] = {"float32", "float16", "bfloat16"};
 
-static void print_config_json(const struct sinkcache_geometry *g, const struct eval_args *a,
+static void print_config_json(const struct cache_geometry *g, const struct eval_args *a,
                               FILE *out)
 {
 	fprintf(out,
@@ -514,13 +514,13 @@ static void print_config_json(const struct sinkcache_geometry *g, const struct e
 	        g->max_context_length, positions_text[g->rope_positions], dtype_text[g->dtype],
 	        g->quant_enabled ? "true" : "false", g->quant_bits,
 	        g->protect_sinks ? "true" : "false", g->full_precision_recent, g->anchor_max,
-	        (double)g->anchor_promote, g->anchor_demote_steps, sinkcache_bound_bytes(g),
+	        (double)g->anchor_promote, g->anchor_demote_steps, cache_geometry_bound_bytes(g),
 	        a->recompute ? "recompute" : "stream", a->chunk, a->every, a->pin);
 }
 
 static void print_report(const struct eval_state *st, const struct eval_args *a, double secs)
 {
-	const struct sinkcache_geometry *g = &st->geom;
+	const struct cache_geometry *g = &st->geom;
 	int n_layers = st->eng.model->hp.n_layers;
 	double mean = st->n_scored ? st->nll_sum / (double)st->n_scored : 0.0;
 	double answer_p = 0.0;

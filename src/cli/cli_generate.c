@@ -158,7 +158,7 @@ static int setup_engine(struct generate_state *st, const struct generate_args *a
 	                         a->n_threads, err, err_len);
 	if (rc)
 		return rc;
-	struct sinkcache_geometry g;
+	struct cache_geometry g;
 	config_cache_geometry(&st->eng.cfg, &st->eng.model->hp, &g);
 	if ((rc = st->eng.be->ops->session_new(st->eng.be, &g, &st->session, err, err_len)))
 		return rc;

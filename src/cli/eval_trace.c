@@ -35,7 +35,7 @@ void eval_trace_free(struct eval_trace *t)
 }
 
 int eval_trace_new(const struct eval_trace_opts *o, struct backend *be,
-                   const struct sinkcache_geometry *g, struct eval_trace **out, char *err,
+                   const struct cache_geometry *g, struct eval_trace **out, char *err,
                    size_t err_len)
 {
 	int rc = 0;

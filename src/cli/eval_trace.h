@@ -25,7 +25,7 @@ struct eval_trace;
 /* Opens the outputs; -EINVAL/-EIO naming the file or folder at fault.
  * -ENOTSUP when the backend gives no traces. */
 int eval_trace_new(const struct eval_trace_opts *o, struct backend *be,
-                   const struct sinkcache_geometry *g, struct eval_trace **out, char *err,
+                   const struct cache_geometry *g, struct eval_trace **out, char *err,
                    size_t err_len);
 void eval_trace_free(struct eval_trace *t);
 /* Turns collection on for the session the stream is scored in. */

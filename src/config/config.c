@@ -1193,9 +1193,9 @@ int config_check_budget(const struct sinkd_config *c, const struct model_hparams
 	struct loader ld = {.cfg = (struct sinkd_config *)c, .errs = errs};
 	if (c->inference.cache.global_cache_limit_auto)
 		return 0;
-	struct sinkcache_geometry g;
+	struct cache_geometry g;
 	config_cache_geometry(c, hp, &g);
-	size_t one = sinkcache_bound_bytes(&g);
+	size_t one = cache_geometry_bound_bytes(&g);
 	if ((size_t)c->inference.cache.global_cache_limit < one) {
 		add_error(&ld, "inference.cache.global_cache_limit",
 			  "%lld bytes is smaller than one session's cache (%zu bytes for this model "
@@ -1207,7 +1207,7 @@ int config_check_budget(const struct sinkd_config *c, const struct model_hparams
 }
 
 void config_cache_geometry(const struct sinkd_config *c, const struct model_hparams *hp,
-			   struct sinkcache_geometry *g)
+			   struct cache_geometry *g)
 {
 	memset(g, 0, sizeof(*g));
 	g->n_layers = hp->n_layers;

@@ -173,7 +173,7 @@ void config_print(const struct sinkd_config *c, FILE *out);
 
 /* Cache geometry for a model under this config. */
 void config_cache_geometry(const struct sinkd_config *c, const struct model_hparams *hp,
-			   struct sinkcache_geometry *g);
+			   struct cache_geometry *g);
 
 /* The largest config file a load or reload reads, in bytes.  config_watch
  * hashes no more than this + 1 bytes of a watched file, so a watch never

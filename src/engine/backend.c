@@ -6,7 +6,7 @@
 #include "model/model.h"
 #include "util/errbuf.h"
 
-int backend_geometry_fits_model(const struct model *m, const struct sinkcache_geometry *g,
+int backend_geometry_fits_model(const struct model *m, const struct cache_geometry *g,
                                 char *err, size_t err_len)
 {
 	const struct model_hparams *hp = &m->hp;

@@ -31,7 +31,7 @@ struct backend_ops {
 	 * prompt rows in these steps (0 or 1: row by row). */
 	int batch_rows_granule;
 	/* Required. */
-	int (*session_new)(struct backend *be, const struct sinkcache_geometry *g,
+	int (*session_new)(struct backend *be, const struct cache_geometry *g,
 			   struct backend_session **out, char *err, size_t err_len);
 	void (*session_free)(struct backend *be, struct backend_session *s);
 	int (*session_revise)(struct backend *be, struct backend_session *s, size_t n_tokens,
@@ -49,9 +49,9 @@ struct backend_ops {
 	 * scheduler sizes the budget from free host memory. */
 	size_t (*kv_budget_bytes)(const struct backend *be);
 	/* Whether this backend can hold sessions of geometry g beyond what
-	 * sinkcache_geometry_check() covers (a reload validates the geometry of
+	 * cache_geometry_check() covers (a reload validates the geometry of
 	 * new sessions with it); NULL = any valid geometry. */
-	int (*geometry_check)(const struct backend *be, const struct sinkcache_geometry *g, char *err,
+	int (*geometry_check)(const struct backend *be, const struct cache_geometry *g, char *err,
 			      size_t err_len);
 	/* A session's cache as a canonical image (cache/kvimage.h), for
 	 * snapshots: export copies it out (allocating out->data), import loads
@@ -76,7 +76,7 @@ struct backend_ops {
 /* A session geometry's shape against the model's (layers, kv heads,
  * head_dim, rotated dims), as every backend's session_new checks it;
  * -EINVAL naming both. */
-int backend_geometry_fits_model(const struct model *m, const struct sinkcache_geometry *g,
+int backend_geometry_fits_model(const struct model *m, const struct cache_geometry *g,
                                 char *err, size_t err_len);
 
 struct backend {

@@ -197,7 +197,7 @@ static size_t weight_floats_of(const struct sinkcache *sc, int n_heads)
 {
 	if (!sinkcache_tracks_attention(sc))
 		return 0;
-	return (size_t)n_heads * sinkcache_capacity_tokens(sinkcache_geometry(sc));
+	return (size_t)n_heads * cache_geometry_capacity_tokens(sinkcache_geometry(sc));
 }
 
 /* ============================================================== batch */
@@ -558,7 +558,7 @@ static struct sinkcache *cache_pool_take(struct cpu_backend *c, int i)
 	return cache;
 }
 
-static int cpu_session_new(struct backend *be, const struct sinkcache_geometry *g,
+static int cpu_session_new(struct backend *be, const struct cache_geometry *g,
                            struct backend_session **out, char *err, size_t err_len)
 {
 	*out = NULL;
@@ -570,7 +570,7 @@ static int cpu_session_new(struct backend *be, const struct sinkcache_geometry *
 		return err_set(err, err_len, -ENOMEM, "cpu backend: out of memory for a session");
 	struct cpu_backend *c = cpu_of(be);
 	for (int i = c->cache_pool_n - 1; i >= 0 && !s->cache; i--)
-		if (sinkcache_geometry_equal(sinkcache_geometry(c->cache_pool[i]), g))
+		if (cache_geometry_equal(sinkcache_geometry(c->cache_pool[i]), g))
 			s->cache = cache_pool_take(c, i);
 	if (!s->cache) {
 		int rc = sinkcache_new(g, &s->cache, err, err_len);

@@ -43,7 +43,7 @@ struct sched_limits {
 	size_t budget_bytes;
 	bool budget_auto;
 	double auto_fraction;
-	struct sinkcache_geometry geom; /* for new sessions */
+	struct cache_geometry geom; /* for new sessions */
 	int max_pinned_tokens;          /* inference.cache.max_pinned_tokens, < window_size */
 	int monitor_input;              /* enum monitor_input */
 	int64_t monitor_every;
@@ -57,7 +57,7 @@ struct sched_session {
 	bool used; /* [mu] a request was submitted on it (else the empty-session TTL) */
 	bool deleted;         /* [mu] out of the table, engine frees it when idle */
 	uint64_t busy_handle; /* [mu] request running on it, 0 when idle */
-	struct sinkcache_geometry geom;
+	struct cache_geometry geom;
 	int pinned_tokens;            /* stream prefix held in the sink tier (in geom's sinks) */
 	size_t bytes_reserved;        /* the bound, counted in s->reserved */
 	struct backend_session *bs;   /* [engine] NULL until the first request */
@@ -104,7 +104,7 @@ struct sched_export {
 
 /* What a restored session starts from (a decoded snapshot). */
 struct sched_restore {
-	const struct sinkcache_geometry *geom;
+	const struct cache_geometry *geom;
 	const int32_t *hist; /* (n_hist) oldest first */
 	uint32_t n_hist;
 	bool has_pending;
@@ -160,7 +160,7 @@ struct sched_req {
 	bool cancelled;             /* [mu] */
 	double enqueued_at;
 	size_t need_bytes;              /* reservation to take at admission (0 on a session) */
-	struct sinkcache_geometry geom; /* one-shot: the geometry at submit */
+	struct cache_geometry geom; /* one-shot: the geometry at submit */
 	struct sched_session *sess;
 	struct sampler *sampler;
 	struct stop_matcher *stop;

@@ -93,7 +93,7 @@ void sched_monitor_add(struct sched_monitor *m, struct sched_req *r, double nll,
 		p->generated_tokens++;
 		p->generated_nll += nll;
 	}
-	if (pos < sinkcache_capacity_tokens(&ss->geom)) {
+	if (pos < cache_geometry_capacity_tokens(&ss->geom)) {
 		p->first_tokens++;
 		p->first_nll += nll;
 	} else {

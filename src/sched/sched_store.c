@@ -188,7 +188,7 @@ void sched_export_run(struct scheduler *s, struct sched_ctl *c)
 	pthread_mutex_unlock(&s->mu);
 }
 
-static int encode(struct scheduler *s, const struct sinkcache_geometry *geom, int pinned,
+static int encode(struct scheduler *s, const struct cache_geometry *geom, int pinned,
                   const char *id, const char *owner, const struct sched_export *ex,
                   unsigned char **out, size_t *len, char *err, size_t err_len)
 {
@@ -216,7 +216,7 @@ int scheduler_session_snapshot(struct scheduler *s, const char *id, unsigned cha
 {
 	struct sched_ctl c = {0};
 	char owner[SCHED_OWNER_LEN], sid[SCHED_SESSION_ID_LEN];
-	struct sinkcache_geometry geom;
+	struct cache_geometry geom;
 	int pinned;
 	*out = NULL;
 	*len = 0;
@@ -267,7 +267,7 @@ int scheduler_session_snapshot(struct scheduler *s, const char *id, unsigned cha
 size_t scheduler_snapshot_max_bytes(struct scheduler *s)
 {
 	pthread_mutex_lock(&s->mu);
-	size_t most = snapshot_max_bytes(&s->lim.geom) + 2 * sinkcache_bound_bytes(&s->lim.geom);
+	size_t most = snapshot_max_bytes(&s->lim.geom) + 2 * cache_geometry_bound_bytes(&s->lim.geom);
 	pthread_mutex_unlock(&s->mu);
 	return most;
 }
@@ -275,7 +275,7 @@ size_t scheduler_snapshot_max_bytes(struct scheduler *s)
 /* The geometry of a snapshot against what this instance serves: the backend
  * must hold it, and its bound may not exceed a configured session's with
  * the most pinned tokens allowed. */
-static int restore_geometry_check(struct scheduler *s, const struct sinkcache_geometry *g,
+static int restore_geometry_check(struct scheduler *s, const struct cache_geometry *g,
                                   char *err, size_t err_len)
 {
 	int rc = 0;
@@ -284,11 +284,11 @@ static int restore_geometry_check(struct scheduler *s, const struct sinkcache_ge
 	if (rc)
 		return rc;
 	pthread_mutex_lock(&s->mu);
-	struct sinkcache_geometry widest = s->lim.geom;
-	sinkcache_geometry_pin(&widest, s->lim.max_pinned_tokens);
-	size_t most = sinkcache_bound_bytes(&widest);
+	struct cache_geometry widest = s->lim.geom;
+	cache_geometry_pin(&widest, s->lim.max_pinned_tokens);
+	size_t most = cache_geometry_bound_bytes(&widest);
 	pthread_mutex_unlock(&s->mu);
-	size_t bound = sinkcache_bound_bytes(g);
+	size_t bound = cache_geometry_bound_bytes(g);
 	if (bound > most)
 		return err_set(err, err_len, -E2BIG,
 		               "the snapshot's cache bound (%zu bytes: window_size %d, "

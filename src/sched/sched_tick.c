@@ -501,7 +501,7 @@ static void batch_add_scored(struct scheduler *s, size_t *n, int *rows, struct s
 
 static size_t prefill_chunk_cap(const struct sched_req *r)
 {
-	const struct sinkcache_geometry *g = &r->sess->geom;
+	const struct cache_geometry *g = &r->sess->geom;
 	return g->strategy == CACHE_STRATEGY_SLIDING_WINDOW && g->window_size > 0
 	           ? (size_t)g->window_size
 	           : (size_t)-1;

@@ -91,7 +91,7 @@ static size_t mem_available_bytes(void)
 
 /* The most tokens a stream may pin: the sink tier must stay smaller than the
  * window (sliding_window) or within the context (full). */
-static int pinned_limit(const struct sinkcache_geometry *g, int64_t configured)
+static int pinned_limit(const struct cache_geometry *g, int64_t configured)
 {
 	int64_t most = g->strategy == CACHE_STRATEGY_FULL ? g->max_context_length
 	                                                  : g->window_size - 1;
@@ -276,7 +276,7 @@ int scheduler_session_retry_after_s(struct scheduler *s, const char *owner)
 }
 
 static int settings_apply(const struct sched_limits *lim, const struct session_settings *opt,
-                          struct sinkcache_geometry *g, const char **param, char *err,
+                          struct cache_geometry *g, const char **param, char *err,
                           size_t err_len)
 {
 	*g = lim->geom;
@@ -299,13 +299,13 @@ static int settings_apply(const struct sched_limits *lim, const struct session_s
 		g->sink_keep_count = opt->sink_keep_count;
 	if (g->full_precision_recent > g->window_size)
 		g->full_precision_recent = g->window_size;
-	int rc = sinkcache_geometry_check(g, err, err_len);
+	int rc = cache_geometry_check(g, err, err_len);
 	if (!rc)
 		*param = NULL;
 	return rc;
 }
 
-static struct sched_session *session_alloc(const struct sinkcache_geometry *g, bool persistent)
+static struct sched_session *session_alloc(const struct cache_geometry *g, bool persistent)
 {
 	struct sched_session *ss = calloc(1, sizeof(*ss));
 	if (!ss)
@@ -374,7 +374,7 @@ static void wait_for_parking_locked(struct scheduler *s, size_t bound)
 
 /* A restored session's stream history and cache image. */
 static void session_fill_restored(struct sched_session *ss, const struct sched_restore *rs,
-                                  const struct sinkcache_geometry *g, size_t bound)
+                                  const struct cache_geometry *g, size_t bound)
 {
 	size_t n = rs->n_hist < ss->hist_cap ? rs->n_hist : ss->hist_cap;
 	memcpy(ss->hist, rs->hist + (rs->n_hist - n), n * sizeof(int32_t));
@@ -414,7 +414,7 @@ static int session_admit(struct scheduler *s, void *arg, const struct sched_stor
 	const struct session_settings *opt = a->opt;
 	const struct sched_restore *rs = a->rs;
 	const char *want_id = claim->id;
-	struct sinkcache_geometry g;
+	struct cache_geometry g;
 	int rc = 0;
 	pthread_mutex_lock(&s->mu);
 	*param = NULL;
@@ -432,7 +432,7 @@ static int session_admit(struct scheduler *s, void *arg, const struct sched_stor
 	rc = session_limits_locked(s, opt, claim->stored, claim->n_stored, err, err_len);
 	if (rc)
 		goto out;
-	size_t bound = sinkcache_bound_bytes(&g);
+	size_t bound = cache_geometry_bound_bytes(&g);
 	rc = bound_fits_budget_locked(s, bound, err, err_len);
 	if (rc)
 		goto out;
@@ -713,7 +713,7 @@ fail:
  * (limits.max_prompt_tokens, every strategy) and, under strategy full, what
  * its stream may hold (kept tokens of a session + prompt + max_tokens). */
 static int req_length_check_locked(const struct scheduler *s, const struct gen_request *q,
-                                   const struct sinkcache_geometry *g, size_t kept,
+                                   const struct cache_geometry *g, size_t kept,
                                    const char **param, char *err, size_t err_len)
 {
 	int rc = 0;
@@ -749,17 +749,17 @@ static int session_pin_locked(struct scheduler *s, struct sched_session *ss,
 		               "session %s already holds tokens: a prefix is pinned by a session's "
 		               "first request",
 		               session_key_id(ss->id));
-	struct sinkcache_geometry g = ss->geom;
+	struct cache_geometry g = ss->geom;
 	if (g.strategy == CACHE_STRATEGY_SLIDING_WINDOW && q->pin_prefix_tokens >= g.window_size)
 		return err_set(err, err_len, -EDOM,
 		               "%d pinned tokens: session %s has window_size %d (allowed 0..%d)",
 		               q->pin_prefix_tokens, session_key_id(ss->id), g.window_size, g.window_size - 1);
 	*param = NULL;
-	sinkcache_geometry_pin(&g, q->pin_prefix_tokens);
-	rc = sinkcache_geometry_check(&g, err, err_len);
+	cache_geometry_pin(&g, q->pin_prefix_tokens);
+	rc = cache_geometry_check(&g, err, err_len);
 	if (rc)
 		return rc;
-	size_t bound = sinkcache_bound_bytes(&g);
+	size_t bound = cache_geometry_bound_bytes(&g);
 	size_t more = bound > ss->bytes_reserved ? bound - ss->bytes_reserved : 0;
 	rc = bound_fits_budget_locked(s, bound, err, err_len);
 	if (rc)
@@ -826,12 +826,12 @@ static int submit_one_shot_locked(struct scheduler *s, struct sched_req *r, char
 	r->geom = s->lim.geom;
 	int rc = pin_check_locked(s, q, &q->err_param, err, err_len);
 	if (!rc && q->pin_prefix_tokens > 0) {
-		sinkcache_geometry_pin(&r->geom, q->pin_prefix_tokens);
-		rc = sinkcache_geometry_check(&r->geom, err, err_len);
+		cache_geometry_pin(&r->geom, q->pin_prefix_tokens);
+		rc = cache_geometry_check(&r->geom, err, err_len);
 	}
 	if (rc)
 		return rc;
-	r->need_bytes = sinkcache_bound_bytes(&r->geom);
+	r->need_bytes = cache_geometry_bound_bytes(&r->geom);
 	rc = bound_fits_budget_locked(s, r->need_bytes, err, err_len);
 	if (rc)
 		return rc;
@@ -1230,7 +1230,7 @@ int scheduler_new(const struct sinkd_config *cfg, struct backend *be, const stru
 		err_prefix(err, err_len, "vocabulary trie for constrained decoding");
 		goto fail;
 	}
-	rc = sinkcache_geometry_check(&s->lim.geom, err, err_len);
+	rc = cache_geometry_check(&s->lim.geom, err, err_len);
 	if (rc) {
 		err_prefix(err, err_len, "cache geometry");
 		goto fail;
@@ -1244,7 +1244,7 @@ int scheduler_new(const struct sinkd_config *cfg, struct backend *be, const stru
 	log_event(log, LOG_INFO, "sched", "scheduler started",
 	          (struct log_field[]){
 	              LOG_INT("kv_budget_bytes", s->lim.budget_bytes),
-	              LOG_INT("session_bound_bytes", sinkcache_bound_bytes(&s->lim.geom)),
+	              LOG_INT("session_bound_bytes", cache_geometry_bound_bytes(&s->lim.geom)),
 	              LOG_INT("max_batch_tokens", s->lim.max_batch_tokens), LOG_END});
 	*out = s;
 	return 0;
@@ -1329,7 +1329,7 @@ int scheduler_prepare(struct scheduler *s, const struct sinkd_config *cfg,
 	struct sched_limits *lim = &p->lim;
 	if (lim->budget_auto && was_auto && lim->auto_fraction == was_fraction)
 		lim->budget_bytes = was_budget; /* keep the budget measured at start */
-	int rc = sinkcache_geometry_check(&lim->geom, err, err_len);
+	int rc = cache_geometry_check(&lim->geom, err, err_len);
 	if (!rc && s->be->ops->geometry_check)
 		rc = s->be->ops->geometry_check(s->be, &lim->geom, err, err_len);
 	if (rc) {
@@ -1344,7 +1344,7 @@ int scheduler_prepare(struct scheduler *s, const struct sinkd_config *cfg,
 		             lim->budget_bytes, arena);
 		goto fail;
 	}
-	size_t bound = sinkcache_bound_bytes(&lim->geom);
+	size_t bound = cache_geometry_bound_bytes(&lim->geom);
 	if (bound > lim->budget_bytes) {
 		rc = err_set(err, err_len, -EINVAL,
 		             "inference.cache.global_cache_limit: %zu bytes cannot hold one "

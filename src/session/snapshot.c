@@ -67,7 +67,7 @@ static uint64_t get64(const unsigned char *p)
 	return v;
 }
 
-static void put_geom(unsigned char *p, const struct sinkcache_geometry *g)
+static void put_geom(unsigned char *p, const struct cache_geometry *g)
 {
 	put32(p + 0, (uint32_t)g->n_layers);
 	put32(p + 4, (uint32_t)g->n_kv_heads);
@@ -87,7 +87,7 @@ static void put_geom(unsigned char *p, const struct sinkcache_geometry *g)
 }
 
 /* Reads a geometry and checks it; booleans must be 0 or 1. */
-static int get_geom(const unsigned char *p, struct sinkcache_geometry *g, char *err,
+static int get_geom(const unsigned char *p, struct cache_geometry *g, char *err,
                     size_t err_len)
 {
 	const unsigned char *b = p + 24;
@@ -96,7 +96,7 @@ static int get_geom(const unsigned char *p, struct sinkcache_geometry *g, char *
 			return err_set(err, err_len, -EINVAL,
 			               "snapshot: cache geometry: byte %d is %u (allowed %s)", i, b[i],
 			               i == 7 ? "0" : "0, 1");
-	*g = (struct sinkcache_geometry){
+	*g = (struct cache_geometry){
 	    .n_layers = (int32_t)get32(p + 0),
 	    .n_kv_heads = (int32_t)get32(p + 4),
 	    .head_dim = (int32_t)get32(p + 8),
@@ -116,13 +116,13 @@ static int get_geom(const unsigned char *p, struct sinkcache_geometry *g, char *
 	uint64_t theta = get64(p + 16);
 	memcpy(&g->rope_theta, &theta, sizeof(theta));
 	char why[SINKD_ERR_LEN];
-	int rc = sinkcache_geometry_check(g, why, sizeof(why));
+	int rc = cache_geometry_check(g, why, sizeof(why));
 	if (rc)
 		return err_set(err, err_len, -EINVAL, "snapshot: %s", why);
 	return 0;
 }
 
-size_t snapshot_hist_cap(const struct sinkcache_geometry *g)
+size_t snapshot_hist_cap(const struct cache_geometry *g)
 {
 	/* revisable tokens never exceed the window (the whole context for
 	 * strategy full) plus the pending token */
@@ -130,7 +130,7 @@ size_t snapshot_hist_cap(const struct sinkcache_geometry *g)
 	return (size_t)(most > 0 ? most : 0) + 2;
 }
 
-size_t snapshot_max_bytes(const struct sinkcache_geometry *g)
+size_t snapshot_max_bytes(const struct cache_geometry *g)
 {
 	return SNAPSHOT_HEADER_BYTES + 4 * snapshot_hist_cap(g) + kv_image_max_bytes(g) +
 	       CHECKSUM_BYTES;
@@ -246,7 +246,7 @@ static int hex_id_check(const char *id, char *err, size_t err_len)
 int snapshot_peek_max_bytes(const unsigned char *head, size_t n, size_t *max_bytes, char *err,
                             size_t err_len)
 {
-	struct sinkcache_geometry g;
+	struct cache_geometry g;
 	*max_bytes = 0;
 	if (n < SNAPSHOT_HEADER_BYTES)
 		return err_set(err, err_len, -EINVAL,
@@ -275,7 +275,7 @@ static const char *rope_style(bool neox)
 /* The same model file with other RoPE parameters is not another model but a
  * crafted file (-EINVAL): a restored session would rotate its keys with
  * angles the model was not trained with, or (rope_dim 0) fail every append. */
-static int check_rope(const struct sinkcache_geometry *g, const struct snapshot_expect *ex,
+static int check_rope(const struct cache_geometry *g, const struct snapshot_expect *ex,
                       char *err, size_t err_len)
 {
 	if (g->rope_dim != ex->rope_dim)
@@ -339,11 +339,11 @@ static int counter_bounded(uint64_t v, const char *field, char *err, size_t err_
  * kv_image_layout_of() bounded each tier these hold exactly.  (moved has no
  * upper bound but the counter's: a revision drops staged tokens that were
  * counted.) */
-static int check_counts(const struct sinkcache_geometry *g, const struct tier_counts *n,
+static int check_counts(const struct cache_geometry *g, const struct tier_counts *n,
                         uint64_t tokens_seen, uint32_t pending, char *err, size_t err_len)
 {
-	struct sinkcache_tiers t;
-	int rc = sinkcache_tiers_of(g, &t, err, err_len);
+	struct cache_tiers t;
+	int rc = cache_geometry_tiers_of(g, &t, err, err_len);
 	if (rc)
 		return rc;
 	uint64_t window = (uint64_t)kv_image_counts_window(g, n);
@@ -455,7 +455,7 @@ static int scan_params(const struct kv_scan *x, size_t off, size_t n, size_t pai
 }
 
 /* One layer's tiers in the order of the image (kvimage.h). */
-static int scan_layer(const struct kv_scan *x, const struct sinkcache_geometry *g,
+static int scan_layer(const struct kv_scan *x, const struct cache_geometry *g,
                       const struct kv_image_layout *lo, const struct tier_counts *n)
 {
 	size_t n_kv = (size_t)g->n_kv_heads, d = (size_t)g->head_dim, gs = (size_t)lo->group;
@@ -488,7 +488,7 @@ static int scan_layer(const struct kv_scan *x, const struct sinkcache_geometry *
 	return 0;
 }
 
-static int check_kv_finite(const struct sinkcache_geometry *g, const struct kv_image_layout *lo,
+static int check_kv_finite(const struct cache_geometry *g, const struct kv_image_layout *lo,
                            const struct tier_counts *n, const unsigned char *data, char *err,
                            size_t err_len)
 {

@@ -41,7 +41,7 @@ struct snapshot {
 	unsigned char model_sha256[32];
 	char arch[SNAPSHOT_ARCH_LEN];
 	uint32_t n_vocab;
-	struct sinkcache_geometry geom;
+	struct cache_geometry geom;
 	uint32_t pinned_tokens; /* of geom's sink tier, the pinned stream prefix */
 	char id[SNAPSHOT_ID_LEN];
 	char owner[SNAPSHOT_OWNER_LEN];
@@ -72,9 +72,9 @@ struct snapshot_expect {
 };
 
 /* The most revision-window tokens a session of geometry g keeps. */
-size_t snapshot_hist_cap(const struct sinkcache_geometry *g);
+size_t snapshot_hist_cap(const struct cache_geometry *g);
 /* The largest snapshot of geometry g: what a restore body may carry. */
-size_t snapshot_max_bytes(const struct sinkcache_geometry *g);
+size_t snapshot_max_bytes(const struct cache_geometry *g);
 /* From the first SNAPSHOT_HEADER_BYTES of a snapshot (a body still
  * arriving): the most bytes the whole file may have, from its geometry;
  * -EINVAL with the reason when the header is already not a snapshot. */

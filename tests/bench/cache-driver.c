@@ -70,7 +70,7 @@ static int run_model(int argc, char **argv)
 	struct backend_options opt = {.n_threads = atoi(argv[5])};
 	if (!rc)
 		rc = backend_cpu_new(m, &opt, &be, err, sizeof(err));
-	struct sinkcache_geometry g = {.n_layers = m ? m->hp.n_layers : 0,
+	struct cache_geometry g = {.n_layers = m ? m->hp.n_layers : 0,
 	                               .n_kv_heads = m ? m->hp.n_kv_heads : 0,
 	                               .head_dim = m ? m->hp.head_dim : 0,
 	                               .rope_dim = m ? m->hp.rope_dim : 0,
@@ -111,7 +111,7 @@ static int run_model(int argc, char **argv)
 static int run_cache(int argc, char **argv)
 {
 	int n_heads = atoi(argv[2]), bits = atoi(argv[8]);
-	struct sinkcache_geometry g = {.n_layers = 1,
+	struct cache_geometry g = {.n_layers = 1,
 	                               .n_kv_heads = atoi(argv[3]),
 	                               .head_dim = atoi(argv[4]),
 	                               .rope_dim = atoi(argv[4]),

@@ -85,10 +85,10 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	return o->model && o->steps > 0 && o->prompt > 0 ? 0 : -1;
 }
 
-static struct sinkcache_geometry bench_geometry(const struct model_hparams *hp, int window,
+static struct cache_geometry bench_geometry(const struct model_hparams *hp, int window,
                                                 bool quant, int n_layers)
 {
-	return (struct sinkcache_geometry){.n_layers = n_layers,
+	return (struct cache_geometry){.n_layers = n_layers,
 	                                   .n_kv_heads = hp->n_kv_heads,
 	                                   .head_dim = hp->head_dim,
 	                                   .rope_dim = hp->rope_dim,
@@ -139,7 +139,7 @@ static int prefill(struct backend *be, struct backend_session **s, int B, int pr
 static int decode_point(struct backend *be, const struct opts *o, int B, struct decode_point *p)
 {
 	const struct model_hparams *hp = &be->model->hp;
-	struct sinkcache_geometry g = bench_geometry(hp, 1024, false, hp->n_layers);
+	struct cache_geometry g = bench_geometry(hp, 1024, false, hp->n_layers);
 	struct backend_session **s = calloc((size_t)B, sizeof(*s));
 	size_t max_tok = (size_t)(2048 > B ? 2048 + o->prompt : B + o->prompt);
 	struct backend_token *t = calloc(max_tok, sizeof(*t));
@@ -184,7 +184,7 @@ struct attn_point {
 static int attention_point(const struct model_hparams *hp, int W, int B, bool quant,
                            struct attn_point *p)
 {
-	struct sinkcache_geometry g = bench_geometry(hp, W, quant, 1);
+	struct cache_geometry g = bench_geometry(hp, W, quant, 1);
 	struct cuda_kv_shape sh;
 	struct cuda_kv_state st;
 	struct cuda_kv_step step;
@@ -343,7 +343,7 @@ int main(int argc, char **argv)
 	size_t sess_bytes[3][2];
 	for (int i = 0; i < 3; i++)
 		for (int q = 0; q < 2; q++) {
-			struct sinkcache_geometry g =
+			struct cache_geometry g =
 			    bench_geometry(&m->hp, sess_windows[i], q, m->hp.n_layers);
 			sess_bytes[i][q] = backend_cuda_session_bytes(&g);
 			printf("session window %d %s: %.1f MiB\n", sess_windows[i],

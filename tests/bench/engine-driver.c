@@ -107,7 +107,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	int n_vocab = m->hp.n_vocab, P = o.prompt_tokens, N = o.streams, G = o.gen_tokens;
-	struct sinkcache_geometry g;
+	struct cache_geometry g;
 	config_cache_geometry(&cfg, &m->hp, &g);
 	struct backend_session **ss = calloc((size_t)N, sizeof(*ss));
 	size_t cap = (size_t)(N > P ? N : P);

@@ -59,7 +59,7 @@ int main(int argc, char **argv)
 		goto fail;
 	size_t f0, a0, f1, a1;
 	rss(&f0, &a0);
-	struct sinkcache_geometry g;
+	struct cache_geometry g;
 	config_cache_geometry(&cfg, &m->hp, &g);
 	if (be->ops->session_new(be, &g, &s, err, sizeof(err)))
 		goto fail;

@@ -25,7 +25,7 @@ static void exercise(const unsigned char *buf, size_t len)
 		return;
 	}
 	struct sinkcache *c = NULL;
-	if (sinkcache_bound_bytes(&sn.geom) <= FUZZ_CACHE_MAX &&
+	if (cache_geometry_bound_bytes(&sn.geom) <= FUZZ_CACHE_MAX &&
 	    sinkcache_new(&sn.geom, &c, err, sizeof(err)) == 0) {
 		if (sinkcache_import(c, &sn.kv, err, sizeof(err)) != 0)
 			abort(); /* decode checked everything import checks */

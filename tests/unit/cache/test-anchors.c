@@ -16,10 +16,10 @@
 
 enum { NL = 2, NKV = 2, NH = 4, D = 8, MAXT = 400, MAXA = 8 };
 
-static struct sinkcache_geometry geom(int sinks, int window, int anchors, float promote,
+static struct cache_geometry geom(int sinks, int window, int anchors, float promote,
                                       int demote)
 {
-	return (struct sinkcache_geometry){
+	return (struct cache_geometry){
 	    .n_layers = NL,
 	    .n_kv_heads = NKV,
 	    .head_dim = D,
@@ -76,7 +76,7 @@ struct ref_layer {
 };
 
 struct ref {
-	struct sinkcache_geometry g;
+	struct cache_geometry g;
 	int T; /* tokens appended */
 	struct ref_layer L[NL];
 	long promoted, demoted;
@@ -210,13 +210,13 @@ static void ref_observe(struct ref *r, int l, double w[NH][MAXT])
 
 static void run_against_reference(enum rope_positions pos, int n_tok)
 {
-	struct sinkcache_geometry g = geom(2, 10, 4, 0.12f, 6);
+	struct cache_geometry g = geom(2, 10, 4, 0.12f, 6);
 	g.rope_positions = pos;
 	char err[SINKD_ERR_LEN];
 	struct sinkcache *c = NULL;
 	ck_assert_msg(sinkcache_new(&g, &c, err, sizeof(err)) == 0, "%s", err);
 	ck_assert(sinkcache_tracks_attention(c));
-	size_t cap = sinkcache_capacity_tokens(&g);
+	size_t cap = cache_geometry_capacity_tokens(&g);
 	ck_assert_uint_eq(cap, 2 + 4 + 10);
 	float *scratch = malloc(sinkcache_scratch_floats(&g) * sizeof(float));
 	float *kw = malloc((size_t)NH * cap * sizeof(float));
@@ -294,11 +294,11 @@ END_TEST
  * come instead start their scores anew. */
 START_TEST(revise_keeps_anchors)
 {
-	struct sinkcache_geometry g = geom(2, 10, 4, 0.12f, 1000);
+	struct cache_geometry g = geom(2, 10, 4, 0.12f, 1000);
 	char err[SINKD_ERR_LEN];
 	struct sinkcache *c = NULL;
 	ck_assert_msg(sinkcache_new(&g, &c, err, sizeof(err)) == 0, "%s", err);
-	size_t cap = sinkcache_capacity_tokens(&g);
+	size_t cap = cache_geometry_capacity_tokens(&g);
 	float *scratch = malloc(sinkcache_scratch_floats(&g) * sizeof(float));
 	float *kw = malloc((size_t)NH * cap * sizeof(float)), out[NH * D];
 	make_data(200);
@@ -336,7 +336,7 @@ END_TEST
  * anchors than the tier holds, and the anchors keep turning over. */
 START_TEST(long_stream_stays_in_bound)
 {
-	struct sinkcache_geometry g = geom(4, 40, 6, 0.08f, 30);
+	struct cache_geometry g = geom(4, 40, 6, 0.08f, 30);
 	g.n_layers = 1;
 	g.quant_enabled = true;
 	g.quant_bits = 4;
@@ -345,7 +345,7 @@ START_TEST(long_stream_stays_in_bound)
 	char err[SINKD_ERR_LEN];
 	struct sinkcache *c = NULL;
 	ck_assert_msg(sinkcache_new(&g, &c, err, sizeof(err)) == 0, "%s", err);
-	size_t cap = sinkcache_capacity_tokens(&g), bound = sinkcache_bound_bytes(&g);
+	size_t cap = cache_geometry_capacity_tokens(&g), bound = cache_geometry_bound_bytes(&g);
 	float *scratch = malloc(sinkcache_scratch_floats(&g) * sizeof(float));
 	float *kw = malloc((size_t)NH * cap * sizeof(float)), out[NH * D];
 	make_data(MAXT);
@@ -382,25 +382,25 @@ END_TEST
 START_TEST(geometry_checks_name_the_field)
 {
 	char err[SINKD_ERR_LEN];
-	struct sinkcache_geometry g = geom(2, 10, 4, 0.1f, 5);
-	ck_assert_int_eq(sinkcache_geometry_check(&g, err, sizeof(err)), 0);
+	struct cache_geometry g = geom(2, 10, 4, 0.1f, 5);
+	ck_assert_int_eq(cache_geometry_check(&g, err, sizeof(err)), 0);
 	g.anchor_promote = 0.0f;
-	ck_assert_int_eq(sinkcache_geometry_check(&g, err, sizeof(err)), -EINVAL);
+	ck_assert_int_eq(cache_geometry_check(&g, err, sizeof(err)), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err, "anchor_promote"));
 	g.anchor_promote = 1.5f;
-	ck_assert_int_eq(sinkcache_geometry_check(&g, err, sizeof(err)), -EINVAL);
+	ck_assert_int_eq(cache_geometry_check(&g, err, sizeof(err)), -EINVAL);
 	g = geom(2, 10, 4, 0.1f, 0);
-	ck_assert_int_eq(sinkcache_geometry_check(&g, err, sizeof(err)), -EINVAL);
+	ck_assert_int_eq(cache_geometry_check(&g, err, sizeof(err)), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err, "anchor_demote_steps"));
 	g = geom(2, 10, 4, 0.1f, 5);
 	g.strategy = CACHE_STRATEGY_FULL;
 	g.max_context_length = 64;
-	ck_assert_int_eq(sinkcache_geometry_check(&g, err, sizeof(err)), -EINVAL);
+	ck_assert_int_eq(cache_geometry_check(&g, err, sizeof(err)), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err, "sliding_window"));
 	/* the anchor tier is part of the bound */
-	struct sinkcache_geometry a = geom(2, 10, 4, 0.1f, 5), b = geom(2, 10, 0, 0.1f, 5);
-	ck_assert_uint_gt(sinkcache_bound_bytes(&a), sinkcache_bound_bytes(&b));
-	ck_assert(!sinkcache_geometry_equal(&a, &b));
+	struct cache_geometry a = geom(2, 10, 4, 0.1f, 5), b = geom(2, 10, 0, 0.1f, 5);
+	ck_assert_uint_gt(cache_geometry_bound_bytes(&a), cache_geometry_bound_bytes(&b));
+	ck_assert(!cache_geometry_equal(&a, &b));
 }
 END_TEST
 

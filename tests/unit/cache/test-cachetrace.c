@@ -22,9 +22,9 @@ static float frand(void)
 	return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
 }
 
-static struct sinkcache_geometry geom(int sinks, int window, int bits, int hot)
+static struct cache_geometry geom(int sinks, int window, int bits, int hot)
 {
-	return (struct sinkcache_geometry){
+	return (struct cache_geometry){
 	    .n_layers = NL,
 	    .n_kv_heads = NKV,
 	    .head_dim = D,
@@ -54,13 +54,13 @@ struct rig {
 	double worst_head_sum;
 };
 
-static void rig_init(struct rig *r, const struct sinkcache_geometry *g)
+static void rig_init(struct rig *r, const struct cache_geometry *g)
 {
 	memset(r, 0, sizeof(*r));
 	char err[256];
 	ck_assert_msg(sinkcache_new(g, &r->c, err, sizeof(err)) == 0, "%s", err);
 	r->scratch = malloc(sinkcache_scratch_floats(g) * sizeof(float));
-	r->ld = sinkcache_capacity_tokens(g);
+	r->ld = cache_geometry_capacity_tokens(g);
 	r->weights = malloc((size_t)NH * r->ld * sizeof(float));
 	size_t slots = cache_trace_slots_per_layer(g);
 	for (int l = 0; l < NL; l++)
@@ -120,7 +120,7 @@ START_TEST(tiers_follow_the_geometry)
 {
 	/* 4 sinks, a window of 32 with the newest 8 in full precision and the
 	 * older 24 in int8 groups */
-	struct sinkcache_geometry g = geom(4, 32, 8, 8);
+	struct cache_geometry g = geom(4, 32, 8, 8);
 	struct rig r;
 	rig_init(&r, &g);
 	ck_assert(!sinkcache_tracing(r.c));
@@ -170,7 +170,7 @@ END_TEST
 
 START_TEST(window_only_and_original_positions)
 {
-	struct sinkcache_geometry g = geom(0, 16, 0, 16);
+	struct cache_geometry g = geom(0, 16, 0, 16);
 	g.rope_positions = ROPE_POSITIONS_ORIGINAL;
 	struct rig r;
 	rig_init(&r, &g);
@@ -194,7 +194,7 @@ END_TEST
 
 START_TEST(off_until_asked_and_after_reuse)
 {
-	struct sinkcache_geometry g = geom(4, 32, 4, 8);
+	struct cache_geometry g = geom(4, 32, 4, 8);
 	struct rig r;
 	rig_init(&r, &g);
 	for (int t = 0; t < 20; t++)
@@ -234,7 +234,7 @@ END_TEST
 
 START_TEST(anchors_between_sinks_and_window)
 {
-	struct sinkcache_geometry g = geom(2, 16, 0, 16);
+	struct cache_geometry g = geom(2, 16, 0, 16);
 	g.anchor_max = 4;
 	struct rig r;
 	rig_init(&r, &g);
@@ -272,7 +272,7 @@ END_TEST
 
 START_TEST(fill_checks_its_arguments)
 {
-	struct sinkcache_geometry g = geom(4, 32, 0, 32);
+	struct cache_geometry g = geom(4, 32, 0, 32);
 	struct rig r;
 	rig_init(&r, &g);
 	char err[256];

@@ -202,7 +202,7 @@ START_TEST(test_tier_names)
 	ck_assert(rgb_eq(top, c));
 	ck_assert_int_eq(hue_of(lo), CACHE_TIER_HOT); /* the floor keeps its hue */
 
-	struct sinkcache_geometry g = {.n_layers = N_LAYERS,
+	struct cache_geometry g = {.n_layers = N_LAYERS,
 	                               .n_kv_heads = 1,
 	                               .head_dim = 8,
 	                               .rope_dim = 8,

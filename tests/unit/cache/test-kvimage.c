@@ -14,9 +14,9 @@
 
 enum { NL = 3, NKV = 2, NH = 4, D = 16 };
 
-static struct sinkcache_geometry geom(int sinks, int window, bool quant, int bits, int hot)
+static struct cache_geometry geom(int sinks, int window, bool quant, int bits, int hot)
 {
-	return (struct sinkcache_geometry){
+	return (struct cache_geometry){
 	    .n_layers = NL,
 	    .n_kv_heads = NKV,
 	    .head_dim = D,
@@ -65,7 +65,7 @@ static void attend_all(struct sinkcache *c, unsigned *seed, float *out)
 /* n tokens into a cache of g, a revision of `revise` tokens, then a round
  * trip: the copy's image, stats, next attention outputs and revision limits
  * equal the original's over `more` further tokens. */
-static void round_trip(const struct sinkcache_geometry *g, int n, int revise, int more)
+static void round_trip(const struct cache_geometry *g, int n, int revise, int more)
 {
 	char err[SINKD_ERR_LEN];
 	struct sinkcache *a, *b;
@@ -118,7 +118,7 @@ static void round_trip(const struct sinkcache_geometry *g, int n, int revise, in
 
 START_TEST(test_round_trip_float)
 {
-	struct sinkcache_geometry g = geom(4, 24, false, 8, 0);
+	struct cache_geometry g = geom(4, 24, false, 8, 0);
 	round_trip(&g, 2, 0, 10);  /* sinks only, not even full */
 	round_trip(&g, 20, 3, 40); /* window filling */
 	round_trip(&g, 90, 5, 40); /* evicting */
@@ -133,7 +133,7 @@ END_TEST
 START_TEST(test_round_trip_quantized)
 {
 	/* window 72, hot 8: compressed 64 in groups of 32 (two group slots) */
-	struct sinkcache_geometry g = geom(4, 72, true, 8, 8);
+	struct cache_geometry g = geom(4, 72, true, 8, 8);
 	round_trip(&g, 30, 0, 40);  /* staged tokens, one group */
 	round_trip(&g, 101, 4, 60); /* groups evicting row by row (grp_dropped > 0) */
 	round_trip(&g, 150, 0, 80);
@@ -150,7 +150,7 @@ END_TEST
 
 START_TEST(test_round_trip_full_strategy)
 {
-	struct sinkcache_geometry g = geom(4, 0, true, 8, 8);
+	struct cache_geometry g = geom(4, 0, true, 8, 8);
 	g.strategy = CACHE_STRATEGY_FULL;
 	g.max_context_length = 120;
 	round_trip(&g, 60, 2, 40);
@@ -162,7 +162,7 @@ END_TEST
 /* Each count one past what the geometry allows is refused by name. */
 START_TEST(test_hostile_counts)
 {
-	struct sinkcache_geometry g = geom(4, 72, true, 8, 8); /* G 32, 2 group slots */
+	struct cache_geometry g = geom(4, 72, true, 8, 8); /* G 32, 2 group slots */
 	struct tier_counts ok = {.n_seen = 1000, .evicted = 924, .moved = 2000, .n_sink = 4,
 	                             .n_groups = 2, .grp_dropped = 3, .n_stage = 5, .n_hot = 6};
 	struct kv_image_layout lo;
@@ -193,7 +193,7 @@ START_TEST(test_hostile_counts)
 		              bad[i].says);
 	}
 	/* no group slots at all without quantization */
-	struct sinkcache_geometry f = geom(4, 40, false, 8, 0);
+	struct cache_geometry f = geom(4, 40, false, 8, 0);
 	struct tier_counts one = {.n_seen = 10, .n_sink = 4, .n_groups = 1};
 	ck_assert_int_eq(kv_image_layout_of(&f, &one, &lo, err, sizeof(err)), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err, "n_groups"));
@@ -203,7 +203,7 @@ END_TEST
 /* An import checks the image against its cache: size, emptiness. */
 START_TEST(test_import_refusals)
 {
-	struct sinkcache_geometry g = geom(4, 24, false, 8, 0);
+	struct cache_geometry g = geom(4, 24, false, 8, 0);
 	struct sinkcache *a, *b;
 	char err[SINKD_ERR_LEN];
 	ck_assert_int_eq(sinkcache_new(&g, &a, NULL, 0), 0);

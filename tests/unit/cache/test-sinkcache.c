@@ -20,9 +20,9 @@
 
 enum { NL = 2, NKV = 2, NH = 4, D = 16, MAXTOK = 400 };
 
-static struct sinkcache_geometry geom(int sinks, int window, bool quant, int bits, int hot)
+static struct cache_geometry geom(int sinks, int window, bool quant, int bits, int hot)
 {
-	struct sinkcache_geometry g = {
+	struct cache_geometry g = {
 	    .n_layers = NL,
 	    .n_kv_heads = NKV,
 	    .head_dim = D,
@@ -44,7 +44,7 @@ static struct sinkcache_geometry geom(int sinks, int window, bool quant, int bit
 
 /* A new cache of geometry g (the test fails with the cache's message if it
  * cannot be made). */
-static struct sinkcache *new_cache(const struct sinkcache_geometry *g)
+static struct sinkcache *new_cache(const struct cache_geometry *g)
 {
 	char err[SINKD_ERR_LEN];
 	struct sinkcache *c = NULL;
@@ -74,7 +74,7 @@ struct rtok {
 };
 
 struct ref {
-	struct sinkcache_geometry g;
+	struct cache_geometry g;
 	int S, W, H, G;
 	float k[MAXTOK][NL][NKV * D], v[MAXTOK][NL][NKV * D];   /* pre-RoPE inputs */
 	float kq[MAXTOK][NL][NKV * D], vq[MAXTOK][NL][NKV * D]; /* dequantized (rotated k) */
@@ -87,7 +87,7 @@ struct ref {
 	int n_seq;
 };
 
-static void ref_rotate(const struct sinkcache_geometry *g, const float *x, long double pos,
+static void ref_rotate(const struct cache_geometry *g, const float *x, long double pos,
                        long double *y)
 {
 	int half = g->rope_dim / 2;
@@ -110,7 +110,7 @@ static void ref_rotated_key(struct ref *r, int seq, int l, int h, uint64_t s, fl
 		out[j] = (float)y[j];
 }
 
-static void ref_init(struct ref *r, const struct sinkcache_geometry *g)
+static void ref_init(struct ref *r, const struct cache_geometry *g)
 {
 	memset(r, 0, sizeof(*r));
 	r->g = *g;
@@ -118,7 +118,7 @@ static void ref_init(struct ref *r, const struct sinkcache_geometry *g)
 	r->W = g->strategy == CACHE_STRATEGY_FULL ? g->max_context_length - r->S : g->window_size;
 	r->H = g->quant_enabled ? g->full_precision_recent : r->W;
 	r->H = r->H < 1 ? 1 : r->H; /* the newest token is always full precision */
-	r->G = sinkcache_quant_group_size(g);
+	r->G = cache_geometry_quant_group_size(g);
 }
 
 static void ref_quant_sink(struct ref *r, int seq, uint64_t s)
@@ -334,7 +334,7 @@ static void check_stats(struct sinkcache *c, const struct ref *r)
 }
 
 /* Streams n_steps tokens with occasional revisions, comparing every step. */
-static void run_against_ref(const struct sinkcache_geometry *g, int n_steps, double tol,
+static void run_against_ref(const struct cache_geometry *g, int n_steps, double tol,
                             unsigned seed)
 {
 	static struct ref r;
@@ -368,7 +368,7 @@ static void run_against_ref(const struct sinkcache_geometry *g, int n_steps, dou
 
 START_TEST(test_attend_modes_vs_reference)
 {
-	struct sinkcache_geometry g;
+	struct cache_geometry g;
 	for (int pos = 0; pos < 2; pos++) {
 		enum rope_positions rp = pos ? ROPE_POSITIONS_ORIGINAL : ROPE_POSITIONS_CACHE;
 		g = geom(2, 8, false, 8, 0), g.rope_positions = rp;
@@ -423,7 +423,7 @@ START_TEST(test_eviction_order)
 	/* 2 sinks, window 4: after N appends the resident stream indices are
 	 * {0, 1} and the last min(N-2, 4) of 2..N-1; zero keys -> uniform weights. */
 	for (int quant = 0; quant < 2; quant++) {
-		struct sinkcache_geometry g = geom(2, 4, quant, 8, 1); /* quant: C 3 -> G 3 */
+		struct cache_geometry g = geom(2, 4, quant, 8, 1); /* quant: C 3 -> G 3 */
 		struct sinkcache *c;
 		float zero[D] = {0}, p[D];
 		ck_assert_int_eq(sinkcache_new(&g, &c, NULL, 0), 0);
@@ -452,7 +452,7 @@ START_TEST(test_positions_by_rank)
 	/* rope_dim 2: one frequency, theta^0 = 1 rad per position.  Keys and
 	 * query are (1, 0, ...), so score_j = cos(pos_q - pos_j) / sqrt(16). */
 	for (int orig = 0; orig < 2; orig++) {
-		struct sinkcache_geometry g = geom(2, 4, false, 8, 0);
+		struct cache_geometry g = geom(2, 4, false, 8, 0);
 		g.rope_dim = 2;
 		g.rope_positions = orig ? ROPE_POSITIONS_ORIGINAL : ROPE_POSITIONS_CACHE;
 		struct sinkcache *c;
@@ -483,7 +483,7 @@ START_TEST(test_large_stream_index)
 	/* 4 sinks, then the stream jumps to 10^7: positions must stay exact. */
 	for (int mode = 0; mode < 3; mode++) {
 		static struct ref r;
-		struct sinkcache_geometry g = geom(4, 16, mode == 2, 8, 4);
+		struct cache_geometry g = geom(4, 16, mode == 2, 8, 4);
 		g.rope_positions = mode == 1 ? ROPE_POSITIONS_ORIGINAL : ROPE_POSITIONS_CACHE;
 		struct sinkcache *c;
 		char err[SINKD_ERR_LEN];
@@ -508,7 +508,7 @@ END_TEST
 
 START_TEST(test_bound_and_accounting)
 {
-	struct sinkcache_geometry gs[5];
+	struct cache_geometry gs[5];
 	bool reaches[5] = {true, true, true, false, false};
 	gs[0] = geom(4, 12, false, 8, 0);
 	gs[1] = geom(4, 72, true, 8, 8);                              /* C 64, G 32 */
@@ -516,13 +516,13 @@ START_TEST(test_bound_and_accounting)
 	gs[3] = geom(0, 45, true, 8, 8); /* C 37, G 32: one staging token short */
 	gs[4] = geom(4, 0, true, 8, 4), gs[4].strategy = CACHE_STRATEGY_FULL,
 	gs[4].max_context_length = 40;
-	ck_assert_int_eq(sinkcache_quant_group_size(&gs[1]), 32);
-	ck_assert_int_eq(sinkcache_quant_group_size(&gs[2]), 23);
+	ck_assert_int_eq(cache_geometry_quant_group_size(&gs[1]), 32);
+	ck_assert_int_eq(cache_geometry_quant_group_size(&gs[2]), 23);
 	/* by hand: fp token 2 kv * 2 (K,V) * 16 * 4 B = 256 B */
-	ck_assert_uint_eq(sinkcache_bound_bytes(&gs[0]), NL * 16 * 256);
+	ck_assert_uint_eq(cache_geometry_bound_bytes(&gs[0]), NL * 16 * 256);
 	/* sinks 4*256 + hot 8*256 + staging 31*256 + 2 groups of
 	 * 2 kv * (2*32*16 codes + 2*16*4 key params + 32*2*4 value params) */
-	ck_assert_uint_eq(sinkcache_bound_bytes(&gs[1]),
+	ck_assert_uint_eq(cache_geometry_bound_bytes(&gs[1]),
 	                  NL * (4 * 256 + 8 * 256 + 31 * 256 + 2 * 2816));
 	for (int i = 0; i < 5; i++) {
 		struct sinkcache *c;
@@ -539,7 +539,7 @@ START_TEST(test_bound_and_accounting)
 			for (int l = 0; l < NL; l++)
 				ck_assert_int_eq(sinkcache_append(c, l, k, v, NULL, 0), 0);
 			sinkcache_get_stats(c, &st);
-			ck_assert_uint_eq(st.bytes_bound, sinkcache_bound_bytes(&gs[i]));
+			ck_assert_uint_eq(st.bytes_bound, cache_geometry_bound_bytes(&gs[i]));
 			ck_assert_uint_le(st.bytes_resident, st.bytes_bound);
 			ck_assert_int_le(st.n_resident, cap);
 			peak = st.bytes_resident > peak ? st.bytes_resident : peak;
@@ -558,7 +558,7 @@ START_TEST(test_revise_exact)
 {
 	/* Appending 9 tokens and revising 3 == appending the first 6: outputs of
 	 * the next tokens are bit-identical. */
-	struct sinkcache_geometry g = geom(2, 8, true, 8, 4); /* C 4, G 4 */
+	struct cache_geometry g = geom(2, 8, true, 8, 4); /* C 4, G 4 */
 	struct sinkcache *a, *b;
 	char err[SINKD_ERR_LEN];
 	static float k[20][NKV * D], v[20][NKV * D];
@@ -604,7 +604,7 @@ END_TEST
 
 START_TEST(test_full_strategy_refuses)
 {
-	struct sinkcache_geometry g = geom(2, 0, false, 8, 0);
+	struct cache_geometry g = geom(2, 0, false, 8, 0);
 	g.strategy = CACHE_STRATEGY_FULL;
 	g.max_context_length = 6;
 	struct sinkcache *c;
@@ -631,7 +631,7 @@ END_TEST
 START_TEST(test_geometry_errors)
 {
 	struct {
-		struct sinkcache_geometry g;
+		struct cache_geometry g;
 		const char *msg;
 	} bad[9];
 	for (int i = 0; i < 9; i++)
@@ -650,17 +650,17 @@ START_TEST(test_geometry_errors)
 	bad[8].g.rope_theta = -1, bad[8].msg = "rope_theta";
 	char err[SINKD_ERR_LEN];
 	for (int i = 0; i < 9; i++) {
-		ck_assert_int_eq(sinkcache_geometry_check(&bad[i].g, err, sizeof(err)), -EINVAL);
+		ck_assert_int_eq(cache_geometry_check(&bad[i].g, err, sizeof(err)), -EINVAL);
 		ck_assert_msg(strstr(err, bad[i].msg), "case %d: %s", i, err);
-		ck_assert_uint_eq(sinkcache_bound_bytes(&bad[i].g), 0);
+		ck_assert_uint_eq(cache_geometry_bound_bytes(&bad[i].g), 0);
 		struct sinkcache *c = (void *)1;
 		ck_assert_int_eq(sinkcache_new(&bad[i].g, &c, NULL, 0), -EINVAL);
 		ck_assert_ptr_null(c);
 	}
-	struct sinkcache_geometry ok = geom(0, 16, false, 8, 0);
-	ck_assert_int_eq(sinkcache_geometry_check(&ok, err, sizeof(err)), 0);
+	struct cache_geometry ok = geom(0, 16, false, 8, 0);
+	ck_assert_int_eq(cache_geometry_check(&ok, err, sizeof(err)), 0);
 	ok.quant_bits = 5; /* ignored while quantization is off */
-	ck_assert_int_eq(sinkcache_geometry_check(&ok, err, sizeof(err)), 0);
+	ck_assert_int_eq(cache_geometry_check(&ok, err, sizeof(err)), 0);
 }
 END_TEST
 
@@ -686,7 +686,7 @@ START_TEST(test_concurrent_head_ranges)
 {
 	/* Threads attending disjoint head ranges of one cache give exactly the
 	 * single-caller result: no shared mutable state. */
-	struct sinkcache_geometry g = geom(2, 40, true, 4, 8);
+	struct cache_geometry g = geom(2, 40, true, 4, 8);
 	struct sinkcache *c;
 	float k[NKV * D], v[NKV * D], q[NH * D], one[NH * D], many[NH * D], m1[NH], m2[NH];
 	srand(3);
@@ -721,7 +721,7 @@ END_TEST
  * memset of the whole bound on every new session). */
 START_TEST(test_layer_blocks_mapped)
 {
-	struct sinkcache_geometry g = geom(4, 65536, false, 8, 0);
+	struct cache_geometry g = geom(4, 65536, false, 8, 0);
 	char err[SINKD_ERR_LEN];
 	char *big = malloc((size_t)30 << 20);
 	ck_assert_ptr_nonnull(big);
@@ -731,7 +731,7 @@ START_TEST(test_layer_blocks_mapped)
 	struct sinkcache *c = NULL;
 	ck_assert_int_eq(sinkcache_new(&g, &c, err, sizeof(err)), 0);
 	struct mallinfo2 m1 = mallinfo2();
-	ck_assert_uint_gt(sinkcache_bound_bytes(&g), (size_t)16 << 20);
+	ck_assert_uint_gt(cache_geometry_bound_bytes(&g), (size_t)16 << 20);
 	ck_assert_msg(m1.uordblks + m1.hblkhd < m0.uordblks + m0.hblkhd + ((size_t)1 << 20),
 	              "the cache took %zu heap bytes",
 	              (size_t)(m1.uordblks + m1.hblkhd - m0.uordblks - m0.hblkhd));
@@ -767,7 +767,7 @@ static size_t four_chunks_resident(const void *p, size_t bytes, const char *afte
  * chunk) commits 4 chunks, not the 64 MiB bound. */
 START_TEST(test_rows_populated_in_chunks)
 {
-	struct sinkcache_geometry g = geom(0, 65536, false, 8, 0);
+	struct cache_geometry g = geom(0, 65536, false, 8, 0);
 	char err[SINKD_ERR_LEN];
 	struct sinkcache *c = new_cache(&g);
 	float k[NKV * D], v[NKV * D];
@@ -797,10 +797,10 @@ END_TEST
  * (A back block of small pages: under 2 MiB.) */
 START_TEST(test_groups_populated_in_chunks)
 {
-	struct sinkcache_geometry g = geom(0, 4096, true, 8, 4);
+	struct cache_geometry g = geom(0, 4096, true, 8, 4);
 	struct sinkcache *c = new_cache(&g);
 	ck_assert_uint_lt(c->back_bytes, (size_t)2 << 20);
-	int G = sinkcache_quant_group_size(&g);
+	int G = cache_geometry_quant_group_size(&g);
 	ck_assert_int_gt(G, 1);
 	float k[NKV * D], v[NKV * D];
 	for (int i = 0; i < NKV * D; i++)
@@ -824,7 +824,7 @@ END_TEST
 /* Appends n tokens to every layer, all with zero keys and one shared value
  * row (i % D) * 0.25, then checks that attention in the last layer (equal
  * scores) returns that row within tol. */
-static void check_shared_value_row(struct sinkcache *c, const struct sinkcache_geometry *g, int n,
+static void check_shared_value_row(struct sinkcache *c, const struct cache_geometry *g, int n,
                                    float tol)
 {
 	char err[SINKD_ERR_LEN];
@@ -850,7 +850,7 @@ static void check_shared_value_row(struct sinkcache *c, const struct sinkcache_g
  * aligned, and rows written through it read back. */
 START_TEST(test_front_block_for_huge_pages)
 {
-	struct sinkcache_geometry g = geom(4, 65536, true, 8, 8192);
+	struct cache_geometry g = geom(4, 65536, true, 8, 8192);
 	struct sinkcache *c = new_cache(&g);
 	ck_assert_uint_ge(c->front_bytes, (size_t)2 << 20);
 	ck_assert_uint_le(c->front_bytes, (size_t)8 << 20);
@@ -874,14 +874,14 @@ END_TEST
  * through it read back. */
 START_TEST(test_back_block_for_huge_pages)
 {
-	struct sinkcache_geometry g = geom(0, 65536, true, 8, 4);
+	struct cache_geometry g = geom(0, 65536, true, 8, 4);
 	struct sinkcache *c = new_cache(&g);
 	ck_assert_uint_ge(c->back_bytes, (size_t)2 << 20);
 	for (int l = 0; l < NL; l++)
 		ck_assert_uint_eq((uintptr_t)c->layers[l].mem % ((uintptr_t)2 << 20), 0);
 	/* the same value row read back through the 8-bit codes of two groups
 	 * (step 3.75/255) */
-	check_shared_value_row(c, &g, 4 + 2 * sinkcache_quant_group_size(&g), 0.02f);
+	check_shared_value_row(c, &g, 4 + 2 * cache_geometry_quant_group_size(&g), 0.02f);
 	ck_assert_int_eq(c->layers[NL - 1].t.n_groups, 2);
 	sinkcache_free(c);
 }

@@ -25,9 +25,9 @@ struct ref {
 	int n_stage;
 };
 
-static struct sinkcache_geometry geometry(int sinks, int window, bool quant, int hot)
+static struct cache_geometry geometry(int sinks, int window, bool quant, int hot)
 {
-	return (struct sinkcache_geometry){.n_layers = 1,
+	return (struct cache_geometry){.n_layers = 1,
 	                                   .n_kv_heads = 1,
 	                                   .head_dim = 8,
 	                                   .rope_dim = 8,
@@ -108,16 +108,16 @@ static void ref_append(const struct tier_caps *c, struct ref *r, const struct ti
 
 START_TEST(test_against_reference)
 {
-	const struct sinkcache_geometry gs[] = {
+	const struct cache_geometry gs[] = {
 	    geometry(4, 60, true, 8),   geometry(0, 60, true, 0),   geometry(2, 17, true, 1),
 	    geometry(4, 40, false, 40), geometry(1, 100, true, 36), geometry(6, 7, true, 7),
 	};
 	srand(7);
 	for (size_t k = 0; k < sizeof(gs) / sizeof(gs[0]); k++) {
-		struct sinkcache_tiers t;
+		struct cache_tiers t;
 		struct tier_caps c;
 		char err[256];
-		ck_assert_int_eq(sinkcache_tiers_of(&gs[k], &t, err, sizeof(err)), 0);
+		ck_assert_int_eq(cache_geometry_tiers_of(&gs[k], &t, err, sizeof(err)), 0);
 		tier_caps_of(&gs[k], &t, &c);
 		struct tier_counts n = {0};
 		static struct ref r;
@@ -154,12 +154,12 @@ END_TEST
 
 START_TEST(test_full_refuses)
 {
-	struct sinkcache_geometry g = geometry(2, 60, false, 0);
+	struct cache_geometry g = geometry(2, 60, false, 0);
 	g.strategy = CACHE_STRATEGY_FULL;
 	g.max_context_length = 10;
-	struct sinkcache_tiers t;
+	struct cache_tiers t;
 	struct tier_caps c;
-	ck_assert_int_eq(sinkcache_tiers_of(&g, &t, NULL, 0), 0);
+	ck_assert_int_eq(cache_geometry_tiers_of(&g, &t, NULL, 0), 0);
 	tier_caps_of(&g, &t, &c);
 	struct tier_counts n = {0};
 	ck_assert(tier_can_append(&c, &n, 10));

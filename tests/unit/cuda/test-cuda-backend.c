@@ -93,11 +93,11 @@ static struct backend *new_cpu(const struct model *m)
 	return be;
 }
 
-static struct sinkcache_geometry geometry(const struct model *m, int window, bool quant, int bits,
+static struct cache_geometry geometry(const struct model *m, int window, bool quant, int bits,
                                           bool protect, enum kv_dtype dt)
 {
 	const struct model_hparams *hp = &m->hp;
-	return (struct sinkcache_geometry){.n_layers = hp->n_layers,
+	return (struct cache_geometry){.n_layers = hp->n_layers,
 	                                   .n_kv_heads = hp->n_kv_heads,
 	                                   .head_dim = hp->head_dim,
 	                                   .rope_dim = hp->rope_dim,
@@ -114,7 +114,7 @@ static struct sinkcache_geometry geometry(const struct model *m, int window, boo
 	                                   .dtype = dt};
 }
 
-static struct backend_session *open_session(struct backend *be, const struct sinkcache_geometry *g)
+static struct backend_session *open_session(struct backend *be, const struct cache_geometry *g)
 {
 	struct backend_session *s = NULL;
 	char err[SINKD_ERR_LEN];
@@ -158,13 +158,13 @@ struct twin_run {
 	double worst;    /* largest relative logits difference */
 	int token_flips; /* greedy steps where the argmax differed */
 	uint64_t anchors_promoted, anchors_demoted; /* the gpu sessions', at the end */
-	struct sinkcache_geometry geometry;
+	struct cache_geometry geometry;
 	bool traced;          /* session 0 of each backend traces its cache, session 1 not */
 	uint64_t trace_steps; /* the gpu trace's steps, at the end */
 };
 
 static struct cache_trace_step *trace_of(struct backend *be, struct backend_session *s,
-                                         const struct sinkcache_geometry *g)
+                                         const struct cache_geometry *g)
 {
 	char err[SINKD_ERR_LEN];
 	struct cache_trace_step *t = cache_trace_step_new(g);
@@ -179,7 +179,7 @@ static struct cache_trace_step *trace_of(struct backend *be, struct backend_sess
 /* The gpu session's trace is the cpu one's: the same slots in the same
  * tiers at the same positions, masses within tol, and each layer's mean
  * masses summing to 1 (every head's softmax sums to 1). */
-static void assert_traces_alike(struct twin_run *r, int j, const struct sinkcache_geometry *g,
+static void assert_traces_alike(struct twin_run *r, int j, const struct cache_geometry *g,
                                 double tol)
 {
 	struct cache_trace_step *a = trace_of(r->be[0], r->s[0][j], g);
@@ -311,7 +311,7 @@ static void run_decode(struct twin_run *r, int32_t next_a, int32_t next_b, int n
 		r->anchors_promoted += b.anchors_promoted;
 		r->anchors_demoted += b.anchors_demoted;
 	}
-	const struct sinkcache_geometry *g = &r->geometry;
+	const struct cache_geometry *g = &r->geometry;
 	for (int j = 0; r->traced && j < 2; j++)
 		assert_traces_alike(r, j, g, 1e-4 + 1e-2 * (g->dtype != KV_DTYPE_F32));
 	for (int k = 0; k < 2; k++)
@@ -320,7 +320,7 @@ static void run_decode(struct twin_run *r, int32_t next_a, int32_t next_b, int n
 
 /* The cpu backend on m_cpu, the gpu one on m_gpu (the same network). */
 static void twin_run_open2(struct twin_run *r, const struct model *m_cpu, const struct model *m_gpu,
-                           enum kv_dtype dt, const struct sinkcache_geometry *g, bool graphs)
+                           enum kv_dtype dt, const struct cache_geometry *g, bool graphs)
 {
 	memset(r, 0, sizeof(*r));
 	r->be[0] = new_cpu(m_cpu);
@@ -344,7 +344,7 @@ static void twin_run_trace(struct twin_run *r)
 }
 
 static void twin_run_open(struct twin_run *r, const struct model *m, enum kv_dtype dt,
-                          const struct sinkcache_geometry *g, bool graphs)
+                          const struct cache_geometry *g, bool graphs)
 {
 	twin_run_open2(r, m, m, dt, g, graphs);
 }
@@ -390,7 +390,7 @@ START_TEST(test_stories_reference)
 		int np, nc;
 		int32_t *ids = ids_of(p, "prompt_ids", &np),
 		        *cont = ids_of(p, "greedy_continuation_ids", &nc);
-		struct sinkcache_geometry g = geometry(m, 1024, false, 8, true, KV_DTYPE_F32);
+		struct cache_geometry g = geometry(m, 1024, false, 8, true, KV_DTYPE_F32);
 		struct backend_session *s = open_session(be, &g);
 		struct backend_token batch[64];
 		for (int i = 0; i < np; i++)
@@ -433,14 +433,14 @@ static int32_t *story_tokens(const cJSON *ref, int i, int *n)
 	return a;
 }
 
-static void stories_vs_cpu_run(const struct sinkcache_geometry *gg, double tol, bool graphs,
+static void stories_vs_cpu_run(const struct cache_geometry *gg, double tol, bool graphs,
                                bool trace, struct twin_run *out)
 {
 	struct model *m = load_stories();
 	cJSON *ref = tu_load_reference();
 	int na, nb;
 	int32_t *a = story_tokens(ref, 0, &na), *b = story_tokens(ref, 1, &nb);
-	struct sinkcache_geometry g = *gg;
+	struct cache_geometry g = *gg;
 	g.n_layers = m->hp.n_layers, g.n_kv_heads = m->hp.n_kv_heads, g.head_dim = m->hp.head_dim;
 	g.rope_dim = m->hp.rope_dim, g.rope_theta = m->hp.rope_theta;
 	struct twin_run r;
@@ -460,7 +460,7 @@ static void stories_vs_cpu_run(const struct sinkcache_geometry *gg, double tol, 
 	model_free(m);
 }
 
-static void stories_vs_cpu(const struct sinkcache_geometry *gg, double tol, bool graphs)
+static void stories_vs_cpu(const struct cache_geometry *gg, double tol, bool graphs)
 {
 	stories_vs_cpu_run(gg, tol, graphs, false, NULL);
 }
@@ -468,13 +468,13 @@ static void stories_vs_cpu(const struct sinkcache_geometry *gg, double tol, bool
 START_TEST(test_stories_tiered_cache_vs_cpu)
 {
 	struct model *m = load_stories();
-	struct sinkcache_geometry plain = geometry(m, 1024, false, 8, true, KV_DTYPE_F32);
-	struct sinkcache_geometry int8 = geometry(m, 40, true, 8, true, KV_DTYPE_BF16);
-	struct sinkcache_geometry int4 = geometry(m, 36, true, 4, false, KV_DTYPE_F16);
+	struct cache_geometry plain = geometry(m, 1024, false, 8, true, KV_DTYPE_F32);
+	struct cache_geometry int8 = geometry(m, 40, true, 8, true, KV_DTYPE_BF16);
+	struct cache_geometry int4 = geometry(m, 36, true, 4, false, KV_DTYPE_F16);
 	model_free(m);
 	stories_vs_cpu(&plain, 1e-4, false);
 	/* a full-precision window smaller than the prompts: every token evicts */
-	struct sinkcache_geometry small = plain;
+	struct cache_geometry small = plain;
 	small.window_size = small.full_precision_recent = 24;
 	stories_vs_cpu(&small, 1e-4, false);
 	stories_vs_cpu(&int8, 1e-3, false);
@@ -489,7 +489,7 @@ END_TEST
 START_TEST(test_stories_anchors_vs_cpu)
 {
 	struct model *m = load_stories();
-	struct sinkcache_geometry g = geometry(m, 24, false, 8, true, KV_DTYPE_F32);
+	struct cache_geometry g = geometry(m, 24, false, 8, true, KV_DTYPE_F32);
 	model_free(m);
 	g.anchor_max = 6;
 	g.anchor_promote = 0.1f;
@@ -519,14 +519,14 @@ END_TEST
 START_TEST(test_stories_trace_vs_cpu)
 {
 	struct model *m = load_stories();
-	struct sinkcache_geometry plain = geometry(m, 24, false, 8, true, KV_DTYPE_F32);
-	struct sinkcache_geometry int8 = geometry(m, 40, true, 8, true, KV_DTYPE_F32);
+	struct cache_geometry plain = geometry(m, 24, false, 8, true, KV_DTYPE_F32);
+	struct cache_geometry int8 = geometry(m, 40, true, 8, true, KV_DTYPE_F32);
 	model_free(m);
 	struct twin_run r;
 	stories_vs_cpu_run(&plain, 1e-4, false, true, &r);
 	ck_assert_uint_gt(r.trace_steps, 24);
 	stories_vs_cpu_run(&int8, 1e-3, true, true, &r);
-	struct sinkcache_geometry anchors = plain;
+	struct cache_geometry anchors = plain;
 	anchors.anchor_max = 6;
 	anchors.anchor_promote = 0.1f;
 	anchors.anchor_demote_steps = 6;
@@ -560,7 +560,7 @@ static void synthetic_vs_cpu(const char *type)
 		a[i] = (int32_t)((i * 37 + 5) % m->hp.n_vocab);
 	for (int i = 0; i < 23; i++)
 		b[i] = (int32_t)((i * 101 + 9) % m->hp.n_vocab);
-	struct sinkcache_geometry g = geometry(m, 48, true, 8, true, KV_DTYPE_BF16);
+	struct cache_geometry g = geometry(m, 48, true, 8, true, KV_DTYPE_BF16);
 	/* fp32 on the device: the CPU's greedy tokens */
 	struct twin_run r;
 	twin_run_open(&r, m, KV_DTYPE_F32, &g, false);
@@ -648,7 +648,7 @@ START_TEST(test_synthetic_block_types_vs_cpu)
 			a[i] = (int32_t)((i * 37 + 5) % mq->hp.n_vocab);
 		for (int i = 0; i < 13; i++)
 			b[i] = (int32_t)((i * 101 + 9) % mq->hp.n_vocab);
-		struct sinkcache_geometry g = geometry(mq, 48, true, 8, true, KV_DTYPE_BF16);
+		struct cache_geometry g = geometry(mq, 48, true, 8, true, KV_DTYPE_BF16);
 		struct twin_run r;
 		twin_run_open2(&r, mf, mq, KV_DTYPE_F32, &g, false);
 		run_prefill(&r, a, 24, b, 13, 8);
@@ -695,7 +695,7 @@ START_TEST(test_qwen2_style_neox_and_bias)
 		a[i] = (int32_t)((i * 53 + 1) % m->hp.n_vocab);
 	for (int i = 0; i < 17; i++)
 		b[i] = (int32_t)((i * 29 + 7) % m->hp.n_vocab);
-	struct sinkcache_geometry g = geometry(m, 40, true, 8, true, KV_DTYPE_F32);
+	struct cache_geometry g = geometry(m, 40, true, 8, true, KV_DTYPE_F32);
 	ck_assert(g.rope_neox);
 	struct twin_run r;
 	twin_run_open(&r, m, KV_DTYPE_F32, &g, false);
@@ -714,8 +714,8 @@ START_TEST(test_arena_full_is_an_error)
 {
 	struct model *m = load_stories();
 	struct backend *be = new_gpu(m, KV_DTYPE_F32, (size_t)1 << 20);
-	struct sinkcache_geometry big = geometry(m, 20000, false, 8, true, KV_DTYPE_F32);
-	struct sinkcache_geometry small = geometry(m, 64, false, 8, true, KV_DTYPE_F32);
+	struct cache_geometry big = geometry(m, 20000, false, 8, true, KV_DTYPE_F32);
+	struct cache_geometry small = geometry(m, 64, false, 8, true, KV_DTYPE_F32);
 	struct backend_session *s = NULL, *t = NULL;
 	char err[SINKD_ERR_LEN];
 	ck_assert_uint_gt(backend_cuda_session_bytes(&big), backend_cuda_cache_bytes(be));
@@ -772,7 +772,7 @@ static void export_ok(struct backend *be, struct backend_session *s, struct kv_i
 	              be->ops->name, err);
 }
 
-static struct backend_session *imported(struct backend *be, const struct sinkcache_geometry *g,
+static struct backend_session *imported(struct backend *be, const struct cache_geometry *g,
                                         const struct kv_image *im)
 {
 	char err[SINKD_ERR_LEN];
@@ -873,7 +873,7 @@ static double q_channels_error(const struct q_run *q, const unsigned char *ca,
 
 /* Images of the same tokens from the cpu and the cuda backend: the same
  * counts, and every value within fp_run_error / q_error's allowance. */
-static void assert_images_close(const struct sinkcache_geometry *g, const struct kv_image *a,
+static void assert_images_close(const struct cache_geometry *g, const struct kv_image *a,
                                 const struct kv_image *b)
 {
 	struct kv_image_layout lo;
@@ -945,7 +945,7 @@ static int32_t *snap_tokens(int n, int n_vocab)
  * into a fresh cuda session and a fresh cpu one, and the cpu image into a
  * fresh cuda one, all go on like the originals over the next tokens (with
  * a revision): cuda from cuda bit for bit, across backends within tol. */
-static void snapshot_case(const struct model *m, const struct sinkcache_geometry *g, int n,
+static void snapshot_case(const struct model *m, const struct cache_geometry *g, int n,
                           int revise_at, double tol, struct tier_counts *seen)
 {
 	struct backend *cpu = new_cpu(m), *gpu = new_gpu(m, KV_DTYPE_F32, (size_t)64 << 20);
@@ -1013,7 +1013,7 @@ START_TEST(test_snapshot_float_and_int8)
 	struct model *m = load_stories();
 	struct tier_counts n;
 	/* full precision, window smaller than the stream: the ring wraps */
-	struct sinkcache_geometry g = geometry(m, 48, false, 8, true, KV_DTYPE_F32);
+	struct cache_geometry g = geometry(m, 48, false, 8, true, KV_DTYPE_F32);
 	snapshot_case(m, &g, 90, -1, 1e-4, &n);
 	ck_assert_uint_gt(n.evicted, 0);
 	ck_assert_int_eq(n.n_hot, 48);
@@ -1032,7 +1032,7 @@ START_TEST(test_snapshot_int4_sinks_and_full)
 	struct model *m = load_stories();
 	struct tier_counts n;
 	/* int4, quantized sinks, fp16 rows */
-	struct sinkcache_geometry g = geometry(m, 36, true, 4, false, KV_DTYPE_F16);
+	struct cache_geometry g = geometry(m, 36, true, 4, false, KV_DTYPE_F16);
 	snapshot_case(m, &g, 75, -1, 5e-3, &n);
 	ck_assert_int_gt(n.n_groups, 0);
 	ck_assert_int_gt(n.n_stage, 0);
@@ -1055,8 +1055,8 @@ START_TEST(test_snapshot_import_refused)
 {
 	struct model *m = load_stories();
 	struct backend *be = new_gpu(m, KV_DTYPE_F32, (size_t)64 << 20);
-	struct sinkcache_geometry wide = geometry(m, 200, false, 8, true, KV_DTYPE_F32);
-	struct sinkcache_geometry narrow = geometry(m, 24, false, 8, true, KV_DTYPE_F32);
+	struct cache_geometry wide = geometry(m, 200, false, 8, true, KV_DTYPE_F32);
+	struct cache_geometry narrow = geometry(m, 24, false, 8, true, KV_DTYPE_F32);
 	int32_t *ids = snap_tokens(40, m->hp.n_vocab);
 	float *lg = malloc((size_t)m->hp.n_vocab * sizeof(float));
 	float *lg2 = malloc((size_t)m->hp.n_vocab * sizeof(float));

@@ -342,7 +342,7 @@ struct dual_session {
 	double hi[256], lo[256];
 };
 
-static void dual_init(struct dual_session *s, const struct sinkcache_geometry *g)
+static void dual_init(struct dual_session *s, const struct cache_geometry *g)
 {
 	char err[SINKD_ERR_LEN];
 	ck_assert_msg(cuda_kv_shape_init(g, &s->sh, err, sizeof(err)) == 0, "%s", err);
@@ -426,7 +426,7 @@ static void check_key_weights(const float *got, const float *ref,
 
 /* n_sess sessions (one token each per wave) for n_waves waves through the
  * device kernels and the twins; split_len varies per wave. */
-static void run_sessions(const struct sinkcache_geometry *gs, int n_sess, int n_waves)
+static void run_sessions(const struct cache_geometry *gs, int n_sess, int n_waves)
 {
 	struct dual_session ss[MAX_SESS];
 	int d = gs[0].head_dim, n_kv = gs[0].n_kv_heads, rd = gs[0].rope_dim;
@@ -545,10 +545,10 @@ static void run_sessions(const struct sinkcache_geometry *gs, int n_sess, int n_
 	free(kw_t), free(kw_d);
 }
 
-static struct sinkcache_geometry geom(int head_dim, int window, int sinks, bool quant, int bits,
+static struct cache_geometry geom(int head_dim, int window, int sinks, bool quant, int bits,
                                       bool protect, int recent, enum kv_dtype dt)
 {
-	struct sinkcache_geometry g = {
+	struct cache_geometry g = {
 	    .n_layers = N_LAYERS,
 	    .n_kv_heads = 2,
 	    .head_dim = head_dim,
@@ -569,7 +569,7 @@ static struct sinkcache_geometry geom(int head_dim, int window, int sinks, bool 
 
 START_TEST(test_kv_one_session_tiers)
 {
-	struct sinkcache_geometry g[4] = {
+	struct cache_geometry g[4] = {
 	    geom(64, 48, 4, false, 8, true, 16, KV_DTYPE_F32),
 	    geom(64, 70, 4, true, 8, true, 16, KV_DTYPE_BF16),
 	    geom(128, 64, 3, true, 4, false, 8, KV_DTYPE_F16),
@@ -583,7 +583,7 @@ END_TEST
 START_TEST(test_kv_many_sessions_one_launch)
 {
 	/* different tiers and fill levels in the same launches */
-	struct sinkcache_geometry g[4] = {
+	struct cache_geometry g[4] = {
 	    geom(64, 40, 4, false, 8, true, 16, KV_DTYPE_BF16),
 	    geom(64, 70, 4, true, 8, true, 16, KV_DTYPE_BF16),
 	    geom(64, 64, 2, true, 4, false, 8, KV_DTYPE_BF16),
@@ -596,7 +596,7 @@ END_TEST
 START_TEST(test_kv_long_window_splits)
 {
 	/* a window long enough for many splits of every length */
-	struct sinkcache_geometry g =
+	struct cache_geometry g =
 	    geom(128, SIZE(1100, 150), 4, true, 8, true, 128, KV_DTYPE_F16);
 	run_sessions(&g, 1, SIZE(1150, 165));
 }

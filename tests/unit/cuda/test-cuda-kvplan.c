@@ -42,7 +42,7 @@ static float frand(void)
 	return (float)((rng >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
 }
 
-static void twin_cache_init(struct twin_cache *t, const struct sinkcache_geometry *g)
+static void twin_cache_init(struct twin_cache *t, const struct cache_geometry *g)
 {
 	char err[SINKD_ERR_LEN];
 	ck_assert_msg(cuda_kv_shape_init(g, &t->sh, err, sizeof(err)) == 0, "%s", err);
@@ -96,7 +96,7 @@ static void check_stats(struct sinkcache *c, struct twin_cache *t)
  * planned before the step, and the scores fed after it. */
 static double step_both(struct sinkcache *c, struct twin_cache *t, float *scratch)
 {
-	const struct sinkcache_geometry *g = &t->sh.g;
+	const struct cache_geometry *g = &t->sh.g;
 	int d = g->head_dim, n_kv = g->n_kv_heads, rd = g->rope_dim;
 	float q[N_HEADS * 64], k[8 * 64], v[8 * 64], kr[8 * 64], qw[N_HEADS * 64], qs[N_HEADS * 64];
 	float out_c[N_HEADS * 64], out_t[N_HEADS * 64], mass_c[N_HEADS], mass_t[N_HEADS];
@@ -257,7 +257,7 @@ static void assert_images_equal(const struct kv_image *a, const struct kv_image 
 static void image_round_trip(struct sinkcache *c, struct twin_cache *t, float *scratch, int from,
                              int to)
 {
-	const struct sinkcache_geometry *g = &t->sh.g;
+	const struct cache_geometry *g = &t->sh.g;
 	struct kv_image ic, it, ic2, it2;
 	struct sinkcache *c2;
 	struct twin_cache t2;
@@ -288,7 +288,7 @@ static void image_round_trip(struct sinkcache *c, struct twin_cache *t, float *s
 	sinkcache_free(c2);
 }
 
-static void run_geometry(const struct sinkcache_geometry *g, int n_tokens)
+static void run_geometry(const struct cache_geometry *g, int n_tokens)
 {
 	struct sinkcache *c;
 	struct twin_cache t;
@@ -313,9 +313,9 @@ static void run_geometry(const struct sinkcache_geometry *g, int n_tokens)
 	sinkcache_free(c);
 }
 
-static struct sinkcache_geometry base_geometry(void)
+static struct cache_geometry base_geometry(void)
 {
-	struct sinkcache_geometry g = {
+	struct cache_geometry g = {
 	    .n_layers = N_LAYERS,
 	    .n_kv_heads = 2,
 	    .head_dim = 16,
@@ -337,7 +337,7 @@ static struct sinkcache_geometry base_geometry(void)
 
 START_TEST(test_plain_window)
 {
-	struct sinkcache_geometry g = base_geometry();
+	struct cache_geometry g = base_geometry();
 	run_geometry(&g, 200);
 	g.dtype = KV_DTYPE_BF16;
 	g.sink_keep_count = 0;
@@ -347,7 +347,7 @@ END_TEST
 
 START_TEST(test_int8_window)
 {
-	struct sinkcache_geometry g = base_geometry();
+	struct cache_geometry g = base_geometry();
 	g.quant_enabled = true;
 	g.window_size = 70; /* 54 compressed: groups of 27 */
 	g.dtype = KV_DTYPE_BF16;
@@ -360,7 +360,7 @@ END_TEST
 
 START_TEST(test_int4_quantized_sinks_neox)
 {
-	struct sinkcache_geometry g = base_geometry();
+	struct cache_geometry g = base_geometry();
 	g.quant_enabled = true;
 	g.quant_bits = 4;
 	g.protect_sinks = false;
@@ -376,7 +376,7 @@ END_TEST
 
 START_TEST(test_strategy_full_and_original_positions)
 {
-	struct sinkcache_geometry g = base_geometry();
+	struct cache_geometry g = base_geometry();
 	g.strategy = CACHE_STRATEGY_FULL;
 	g.max_context_length = 200;
 	g.quant_enabled = true;
@@ -395,7 +395,7 @@ END_TEST
  * rows and rotations follow the CPU cache's step for step. */
 START_TEST(test_anchors)
 {
-	struct sinkcache_geometry g = base_geometry();
+	struct cache_geometry g = base_geometry();
 	g.anchor_max = 6;
 	g.anchor_promote = 0.05f;
 	g.anchor_demote_steps = 12;
@@ -419,13 +419,13 @@ END_TEST
 START_TEST(test_shape_bytes_cover_bound)
 {
 	/* The device layout is the CPU bound plus alignment, never less. */
-	struct sinkcache_geometry g = base_geometry();
+	struct cache_geometry g = base_geometry();
 	struct cuda_kv_shape sh;
 	g.quant_enabled = true;
 	g.window_size = 1024;
 	g.full_precision_recent = 128;
 	ck_assert_int_eq(cuda_kv_shape_init(&g, &sh, NULL, 0), 0);
-	size_t bound = sinkcache_bound_bytes(&g);
+	size_t bound = cache_geometry_bound_bytes(&g);
 	ck_assert_uint_ge(cuda_kv_session_bytes(&sh), bound);
 	ck_assert_uint_le(cuda_kv_session_bytes(&sh), bound + 20 * 256 * (size_t)g.n_layers);
 	g.window_size = 0;

@@ -60,10 +60,10 @@ static void teardown(void)
 
 /* Full-precision cache large enough that nothing is evicted: the reference's
  * plain causal attention. */
-static struct sinkcache_geometry plain_geometry(enum cache_strategy strategy, int max_ctx)
+static struct cache_geometry plain_geometry(enum cache_strategy strategy, int max_ctx)
 {
 	const struct model_hparams *hp = &model->hp;
-	return (struct sinkcache_geometry){.n_layers = hp->n_layers,
+	return (struct cache_geometry){.n_layers = hp->n_layers,
 	                                   .n_kv_heads = hp->n_kv_heads,
 	                                   .head_dim = hp->head_dim,
 	                                   .rope_dim = hp->rope_dim,
@@ -83,7 +83,7 @@ static struct sinkcache_geometry plain_geometry(enum cache_strategy strategy, in
 
 static struct backend_session *new_session(void)
 {
-	struct sinkcache_geometry g = plain_geometry(CACHE_STRATEGY_SLIDING_WINDOW, 2048);
+	struct cache_geometry g = plain_geometry(CACHE_STRATEGY_SLIDING_WINDOW, 2048);
 	struct backend_session *s = NULL;
 	char err[SINKD_ERR_LEN];
 	ck_assert_msg(be->ops->session_new(be, &g, &s, err, sizeof(err)) == 0, "%s", err);
@@ -277,7 +277,7 @@ END_TEST
  * any cache changes: the other session of the batch is untouched. */
 START_TEST(test_refuses_full_session)
 {
-	struct sinkcache_geometry g = plain_geometry(CACHE_STRATEGY_FULL, 8);
+	struct cache_geometry g = plain_geometry(CACHE_STRATEGY_FULL, 8);
 	struct backend_session *full = NULL, *other = new_session();
 	char err[SINKD_ERR_LEN];
 	ck_assert_msg(be->ops->session_new(be, &g, &full, err, sizeof(err)) == 0, "%s", err);
@@ -322,7 +322,7 @@ END_TEST
 START_TEST(test_reused_cache_is_clean)
 {
 	int n_vocab = model->hp.n_vocab;
-	struct sinkcache_geometry q = plain_geometry(CACHE_STRATEGY_SLIDING_WINDOW, 2048);
+	struct cache_geometry q = plain_geometry(CACHE_STRATEGY_SLIDING_WINDOW, 2048);
 	q.window_size = 64;
 	q.full_precision_recent = 8;
 	q.quant_enabled = true;

@@ -779,9 +779,9 @@ START_TEST(test_block_type_memory)
 END_TEST
 
 /* Full-precision cache large enough that nothing is evicted. */
-static struct sinkcache_geometry plain_geometry(const struct model_hparams *hp)
+static struct cache_geometry plain_geometry(const struct model_hparams *hp)
 {
-	return (struct sinkcache_geometry){.n_layers = hp->n_layers,
+	return (struct cache_geometry){.n_layers = hp->n_layers,
 	                                   .n_kv_heads = hp->n_kv_heads,
 	                                   .head_dim = hp->head_dim,
 	                                   .rope_dim = hp->rope_dim,
@@ -811,7 +811,7 @@ static void model_logits(const struct model *m, float *logits)
 	struct backend_options opt = {.n_threads = 2, .parallel_min_macs = 1};
 	char err[SINKD_ERR_LEN];
 	ck_assert_msg(backend_cpu_new(m, &opt, &be, err, sizeof(err)) == 0, "%s", err);
-	struct sinkcache_geometry g = plain_geometry(&m->hp);
+	struct cache_geometry g = plain_geometry(&m->hp);
 	ck_assert_msg(be->ops->session_new(be, &g, &s, err, sizeof(err)) == 0, "%s", err);
 	struct backend_token batch[LOGIT_PROMPT];
 	int n_vocab = m->hp.n_vocab;

@@ -26,7 +26,7 @@ struct stream {
 static void stream_init(struct stream *t)
 {
 	memset(t, 0, sizeof(*t));
-	t->ss.geom = (struct sinkcache_geometry){.n_layers = 1,
+	t->ss.geom = (struct cache_geometry){.n_layers = 1,
 	                                         .n_kv_heads = 1,
 	                                         .head_dim = 8,
 	                                         .rope_dim = 8,
@@ -40,7 +40,7 @@ static void stream_init(struct stream *t)
 	snprintf(t->ss.id, sizeof(t->ss.id), "%s", "t-0123abcd");
 	snprintf(t->r.rid, sizeof(t->r.rid), "%s", "req-1");
 	t->r.sess = &t->ss;
-	ck_assert_uint_eq(sinkcache_capacity_tokens(&t->ss.geom), 16);
+	ck_assert_uint_eq(cache_geometry_capacity_tokens(&t->ss.geom), 16);
 }
 
 /* Scores n tokens of NLL nll from stream index *pos on. */

@@ -19,9 +19,9 @@
 
 enum { NL = 2, NKV = 2, D = 8, VOCAB = 300 };
 
-static struct sinkcache_geometry geom(void)
+static struct cache_geometry geom(void)
 {
-	return (struct sinkcache_geometry){
+	return (struct cache_geometry){
 	    .n_layers = NL,
 	    .n_kv_heads = NKV,
 	    .head_dim = D,
@@ -57,7 +57,7 @@ static const struct snapshot_expect *expect(void)
  * pending).  revise > 0: every tenth token, the newest `revise` tokens are
  * revised and appended again, as revise_last_tokens does (where the cache
  * can revise that many). */
-static unsigned char *make_of(struct sinkcache_geometry g, int n, int revise, size_t *len,
+static unsigned char *make_of(struct cache_geometry g, int n, int revise, size_t *len,
                               struct kv_image *im, int32_t *hist)
 {
 	struct sinkcache *c;
@@ -119,13 +119,13 @@ START_TEST(test_round_trip)
 	int32_t hist[64];
 	size_t len;
 	unsigned char *buf = make(100, &len, &im, hist);
-	ck_assert_uint_le(len, snapshot_max_bytes(&(struct sinkcache_geometry){0}) + len);
-	struct sinkcache_geometry g = geom();
+	ck_assert_uint_le(len, snapshot_max_bytes(&(struct cache_geometry){0}) + len);
+	struct cache_geometry g = geom();
 	ck_assert_uint_le(len, snapshot_max_bytes(&g));
 	struct snapshot sn;
 	char err[SINKD_ERR_LEN];
 	ck_assert_msg(snapshot_decode(buf, len, expect(), &sn, err, sizeof(err)) == 0, "%s", err);
-	ck_assert(sinkcache_geometry_equal(&sn.geom, &g));
+	ck_assert(cache_geometry_equal(&sn.geom, &g));
 	ck_assert_str_eq(sn.id, "00ff00ff");
 	ck_assert_str_eq(sn.owner, "key:1234abcd");
 	ck_assert_str_eq(sn.arch, "llama");
@@ -259,7 +259,7 @@ END_TEST
  * scan refuse only what no cache writes. */
 START_TEST(test_real_caches_accepted)
 {
-	struct sinkcache_geometry gs[6];
+	struct cache_geometry gs[6];
 	for (int i = 0; i < 6; i++)
 		gs[i] = geom();
 	gs[0].dtype = KV_DTYPE_F32;
@@ -423,7 +423,7 @@ END_TEST
 /* Where a non-finite value goes, in the image of geometry g. */
 enum kv_spot { SPOT_SINK_K, SPOT_SINK_PARAM, SPOT_GROUP_KP, SPOT_GROUP_VP, SPOT_WINDOW_V };
 
-static void poison(unsigned char *buf, size_t len, const struct sinkcache_geometry *g,
+static void poison(unsigned char *buf, size_t len, const struct cache_geometry *g,
                    const struct kv_image *im, enum kv_spot spot, int layer, float value)
 {
 	struct kv_image_layout lo;
@@ -488,7 +488,7 @@ START_TEST(test_nonfinite_kv)
 	    {KV_DTYPE_F16, true, true, SPOT_GROUP_VP, 0, -1.0f, "scale -1"},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		struct sinkcache_geometry g = geom();
+		struct cache_geometry g = geom();
 		g.dtype = cases[i].dtype, g.protect_sinks = cases[i].protect;
 		g.quant_enabled = cases[i].quant;
 		struct kv_image im;
