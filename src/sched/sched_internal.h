@@ -1,6 +1,11 @@
 /* Internal state of the scheduler, shared by scheduler.c (API, queue,
  * admission, session table, engine loop), sched_tick.c (one batch: build,
  * forward, sample, emit) and sched_metrics.c (histograms, Prometheus text).
+ * The parts with an owner of their own keep their state in their own
+ * struct, embedded here, and say in their header what locks what:
+ * sched_pace.h (prefill pacing), sched_monitor.h (the perplexity monitor),
+ * and sched_store.h (the hand-over to and from the session store);
+ * sched_views.h (lists and cache traces) has no state of its own.
  *
  * Locking: `mu` guards the queue, the session table, the counters and every
  * field marked [mu].  Fields marked [engine] are touched only by the engine
@@ -14,6 +19,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sched/sched_monitor.h"
+#include "sched/sched_pace.h"
+#include "sched/sched_store.h"
 #include "sched/scheduler.h"
 #include "session/snapshot.h"
 #include "util/errbuf.h"
@@ -39,14 +47,6 @@ struct sched_limits {
 	int monitor_input;              /* enum monitor_input */
 	int64_t monitor_every;
 	double alert_ratio;
-};
-
-#define SCHED_LEFT_MAX 4096
-
-/* A session that left for the store or the park, as it was then. */
-struct sched_left {
-	char id[SCHED_SESSION_ID_LEN];
-	struct sched_left_info info;
 };
 
 struct sched_session {
@@ -184,15 +184,6 @@ struct sched_req {
 	size_t rank;          /* its place in the order candidates were listed in */
 };
 
-#define SCHED_PACE_SAMPLES 5 /* decode-only batch times the pacing reference is the median of */
-
-/* Monitor settings of this tick ([engine] copies, taken with the lock). */
-struct sched_monitor_settings {
-	int input; /* enum monitor_input */
-	int64_t every;
-	double alert_ratio;
-};
-
 struct sched_hist {
 	int n_buckets;
 	const double *upper;
@@ -204,7 +195,6 @@ struct sched_hist {
 
 struct scheduler {
 	struct backend *be;
-	size_t batch_granule; /* the backend's batch_rows_granule, at least 1 */
 	const struct tokenizer *tok;
 	struct sinkd_log *log;
 	int n_vocab;
@@ -232,51 +222,17 @@ struct scheduler {
 	struct sched_session **dead; /* [mu] deleted/expired, to free on the engine */
 	size_t n_dead, cap_dead;
 
-	/* Snapshots and the session store (sched_store.c). */
-	struct session_store *store; /* NULL: no sessions.store_dir */
-	/* Idle stored responses (parkable sessions) without a store: parked
-	 * here as bytes, holding no reservation (store_memory.c). */
-	struct session_store *park;
-	/* What sessions that left from here looked like ([mu], oldest first,
-	 * at most SCHED_LEFT_MAX): GET /v1/sessions/{id} shows it while they
-	 * are in the store, without bringing them back. */
-	struct sched_left *left;
-	size_t n_left;
-	char model_path[4096];
-	pthread_mutex_t id_mu;
-	bool have_identity; /* [id_mu] */
-	struct snapshot_expect expect; /* [id_mu] once have_identity */
-	char arch[SNAPSHOT_ARCH_LEN];
+	struct sched_store store; /* the store hand-over (sched_store.h says what locks what) */
+	char model_path[4096];    /* the model file, whose SHA-256 snapshots carry (set at start) */
 	struct sched_ctl **ctl; /* [mu] jobs for the engine */
 	size_t n_ctl, cap_ctl;
 	pthread_cond_t ctl_cv; /* a job is done, or an offload finished */
-	struct sched_offload **wq; /* [mu] for the writer */
-	size_t n_wq, cap_wq;
-	pthread_cond_t wq_cv;
-	pthread_t writer;
-	bool writer_started;
 	bool offload_all; /* [mu] drain: every idle session is due now */
 
 	struct scheduler_stats st;                /* [mu] counters */
 	struct sched_hist hist[SCHED_HIST_COUNT]; /* [mu] */
 
-	/* [engine] the monitor: settings of this tick, the input rows of the
-	 * batch to score, NLLs waiting for the histograms, a raw logits copy */
-	struct sched_monitor_settings mon;
-	struct sched_score_row {
-		struct sched_req *r;
-		int row;
-		int32_t target;
-		uint64_t pos;
-	} *score_rows;
-	size_t n_score_rows, cap_score_rows;
-	struct sched_nll {
-		double nll;
-		bool input;
-	} *nll_queue;
-	size_t n_nll_queue, cap_nll_queue;
-	float *raw_row; /* (n_vocab) */
-	uint64_t perplexity_alerts; /* [engine] published into st at the flush */
+	struct sched_monitor monitor; /* [engine] the perplexity monitor (sched_monitor.h) */
 	/* [engine] batch buffers */
 	struct backend_token *batch;
 	size_t cap_batch;
@@ -286,15 +242,7 @@ struct scheduler {
 	uint64_t n_batches;           /* batches built (served_tick stamps) */
 	struct sched_req **cand;      /* (cap_cand) decoders, then prompts, of one batch */
 	size_t cap_cand;
-	/* [engine] prefill pacing while sessions decode (sched_tick.c) */
-	double pace_decode_s;        /* median of recent decode-only batch times; 0 unknown */
-	double pace_decode_samples[SCHED_PACE_SAMPLES]; /* ring of the last decode-only times */
-	size_t pace_decode_n;                           /* samples ever taken */
-	double pace_cap;             /* prompt rows per batch while sessions decode */
-	unsigned pace_since_measure; /* batches since the last decode-only one */
-	double pace_row_s;           /* what one paid prompt row adds (pace_extra_s / pace_paid_rows) */
-	double pace_extra_s;         /* moving average: paced batch time beyond a decode-only one */
-	double pace_paid_rows;       /* moving average: rows those batches paid for beyond the decoders' */
+	struct sched_pace pace; /* [engine] prefill pacing while sessions decode (sched_pace.h) */
 	/* flow control (sched_tick.c) */
 	_Atomic unsigned kicks;   /* scheduler_kick() calls */
 	_Atomic bool kick_wanted; /* the engine thread waits for a kick */
@@ -311,11 +259,6 @@ void sched_ptrs_remove_at(void **arr, size_t *n, size_t i);
 /* Sets up admitted requests, runs one batch, emits events; returns the number
  * of tokens forwarded (0: nothing to do). */
 size_t sched_tick(struct scheduler *s);
-/* The rows a batch with n_decode decode tokens may fill under the prefill
- * pacing (the top of sched_tick.c), at most max_tokens; *part_block tells
- * prompt rows granted by the row rather than by the block of 8. */
-size_t sched_pace_limit(const struct scheduler *s, size_t n_decode, size_t max_tokens,
-                        bool *part_block);
 /* The last event of r; GEN_FINISH_ERROR carries rc, the field at fault
  * (or SCHED_FIELD_NONE) and the message. */
 void sched_emit_done(struct scheduler *s, struct sched_req *r, enum gen_finish finish, int rc,
@@ -325,59 +268,10 @@ void sched_req_free(struct sched_req *r);
 void sched_session_release(struct scheduler *s, struct sched_session *ss);
 /* Makes the request leave: session unbusied (or freed when one-shot). */
 void sched_req_retire(struct scheduler *s, struct sched_req *r);
-
-/* scheduler.c, for sched_store.c */
-/* Creates a session from a snapshot (the checks of a create, the geometry
- * as restored). */
-int sched_session_create_restored(struct scheduler *s, const struct session_settings *opt,
-                                  const struct sched_restore *rs,
-                                  char id_out[SCHED_SESSION_ID_LEN], char *err, size_t err_len);
-/* The live session of that id, or NULL; mu held. */
-struct sched_session *sched_session_find_locked(struct scheduler *s, const char *id);
-/* Where sessions leave for and come back from (sched_store.c): the session
- * store, or without one the park of stored responses. */
-struct session_store *sched_leave_store(const struct scheduler *s);
-/* What scheduler_session_info() reports of ss. */
-void sched_session_info_locked(const struct sched_session *ss, double now,
-                               struct sched_session_info *out);
-/* Takes a session out of the table; the engine frees it once idle. */
-void sched_session_kill_locked(struct scheduler *s, struct sched_session *ss);
-
-/* sched_store.c */
-/* The engine's part: runs the snapshot jobs taken from s->ctl (jobs[0..n)). */
+/* The engine's part of the jobs taken from s->ctl (jobs[0..n)): snapshot
+ * exports (sched_store.c) and cache traces (sched_views.c); then wakes the
+ * threads waiting for them. */
 void sched_ctl_run(struct scheduler *s, struct sched_ctl **jobs, size_t n);
-
-/* sched_monitor.c, the streaming-perplexity monitor (engine thread). */
-/* Whether the input token at stream index `target_pos` of session ss is
- * scored (counts the offer for sampling). */
-bool sched_monitor_wants_input(struct sched_session *ss, const struct sched_monitor_settings *m);
-/* The NLL of `target` under the raw logits row, which it overwrites. */
-double sched_monitor_nll(float *row, int n_vocab, int32_t target);
-/* One scored token of r's session at stream index pos: into the session's
- * sums and the histogram queue; checks the alert (logged with the word
- * perplexity). */
-void sched_monitor_add(struct scheduler *s, struct sched_req *r, double nll, bool input,
-                       uint64_t pos);
-/* Under the lock at the end of a tick: the queued NLLs into the histograms. */
-void sched_monitor_flush_locked(struct scheduler *s);
-/* The log line of a stream that ended: its tokens' perplexities. */
-void sched_monitor_stream_done(struct scheduler *s, struct sched_req *r);
-/* sched_views.c: runs a TRACE job (engine thread, lock not held). */
-void sched_trace_run(struct scheduler *s, struct sched_ctl *c);
-/* After the engine made a session's backend session: collection as asked. */
-void sched_trace_session_started(struct scheduler *s, struct sched_session *ss);
-/* Copies a session's state out (engine thread; the session is idle). */
-int sched_export_session(struct scheduler *s, struct sched_session *ss, struct sched_export *ex,
-                         char *err, size_t err_len);
-void sched_export_free(struct sched_export *ex);
-/* Imports a restored session's snapshot into its new backend session. */
-int sched_import_pending(struct scheduler *s, struct sched_session *ss, char *err, size_t err_len);
-/* Hands exported sessions to the writer thread. */
-void sched_offload_queue(struct scheduler *s, struct sched_offload **jobs, size_t n);
-/* A session left the table for good (deleted or expired, not offloaded):
- * its stored file and lease go too.  Called without the lock. */
-void sched_store_forget(struct scheduler *s, const char *id);
-void sched_store_stop(struct scheduler *s);
 
 /* sched_metrics.c */
 void sched_hist_init_all(struct scheduler *s);

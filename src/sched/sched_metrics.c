@@ -105,11 +105,11 @@ static void write_one(FILE *out, const char *name, const char *type, const char 
 static void sched_write_store_metrics(struct scheduler *s, FILE *out)
 {
 	pthread_mutex_lock(&s->mu);
-	struct session_store *store = s->store;
+	struct session_store *store = s->store.shared;
 	pthread_mutex_unlock(&s->mu);
 	struct session_store_usage u;
-	if (!store && s->park) {
-		session_store_get_usage_cached(s->park, &u);
+	if (!store && s->store.park) {
+		session_store_get_usage_cached(s->store.park, &u);
 		write_one(out, "sinkd_responses_parked", "gauge",
 		          "Idle stored responses parked in memory (no KV reservation; as the last "
 		          "sweep saw them)",

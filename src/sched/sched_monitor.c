@@ -14,7 +14,21 @@
 
 #include "cache/attend_kernels.h"
 #include "sched/sched_internal.h"
+#include "sched/sched_monitor.h"
 #include "util/log.h"
+
+void sched_monitor_init(struct sched_monitor *m, struct sinkd_log *log, int n_vocab)
+{
+	*m = (struct sched_monitor){.log = log, .n_vocab = n_vocab};
+}
+
+void sched_monitor_deinit(struct sched_monitor *m)
+{
+	free(m->score_rows);
+	free(m->nll_queue);
+	free(m->raw_row);
+	*m = (struct sched_monitor){0};
+}
 
 bool sched_monitor_wants_input(struct sched_session *ss, const struct sched_monitor_settings *m)
 {
@@ -39,12 +53,12 @@ static double ppl_of(double nll_sum, uint64_t n)
 	return n ? exp(nll_sum / (double)n) : 0.0;
 }
 
-static void check_alert(struct scheduler *s, struct sched_req *r, struct sched_perplexity *p)
+static void check_alert(struct sched_monitor *m, struct sched_req *r, struct sched_perplexity *p)
 {
 	double first = p->first_nll / (double)p->first_tokens;
 	double running = p->running_nll / (double)p->running_tokens;
 	p->ratio = exp(running - first);
-	if (p->ratio <= s->mon.alert_ratio) {
+	if (p->ratio <= m->set.alert_ratio) {
 		p->alerting = false;
 		return;
 	}
@@ -52,20 +66,20 @@ static void check_alert(struct scheduler *s, struct sched_req *r, struct sched_p
 		return;
 	p->alerting = true;
 	p->alerts++;
-	s->perplexity_alerts++;
-	log_event(s->log, LOG_WARN, "sched",
+	m->alerts++;
+	log_event(m->log, LOG_WARN, "sched",
 	          "perplexity rose above the session's first window",
 	          (struct log_field[]){LOG_STR("session", r->sess->id[0] ? r->sess->id : "-"),
 	                               LOG_STR("request_id", r->rid[0] ? r->rid : "-"),
 	                               LOG_DBL("ratio", p->ratio),
-	                               LOG_DBL("alert_ratio", s->mon.alert_ratio),
+	                               LOG_DBL("alert_ratio", m->set.alert_ratio),
 	                               LOG_DBL("first_window_perplexity", exp(first)),
 	                               LOG_DBL("running_perplexity", exp(running)),
 	                               LOG_INT("scored_tokens", p->first_tokens + p->running_tokens),
 	                               LOG_END});
 }
 
-void sched_monitor_add(struct scheduler *s, struct sched_req *r, double nll, bool input,
+void sched_monitor_add(struct sched_monitor *m, struct sched_req *r, double nll, bool input,
                        uint64_t pos)
 {
 	struct sched_session *ss = r->sess;
@@ -86,30 +100,80 @@ void sched_monitor_add(struct scheduler *s, struct sched_req *r, double nll, boo
 		p->running_tokens++;
 		p->running_nll += nll;
 		if (p->first_tokens && p->running_tokens % p->first_tokens == 0)
-			check_alert(s, r, p);
+			check_alert(m, r, p);
 	}
-	if (s->n_nll_queue == s->cap_nll_queue) {
-		size_t cap = s->cap_nll_queue ? 2 * s->cap_nll_queue : 256;
-		void *q = realloc(s->nll_queue, cap * sizeof(*s->nll_queue));
+	if (m->n_nll_queue == m->cap_nll_queue) {
+		size_t cap = m->cap_nll_queue ? 2 * m->cap_nll_queue : 256;
+		void *q = realloc(m->nll_queue, cap * sizeof(*m->nll_queue));
 		if (!q)
 			return; /* the histograms miss it; the session's sums have it */
-		s->nll_queue = q;
-		s->cap_nll_queue = cap;
+		m->nll_queue = q;
+		m->cap_nll_queue = cap;
 	}
-	s->nll_queue[s->n_nll_queue++] = (struct sched_nll){nll, input};
+	m->nll_queue[m->n_nll_queue++] = (struct sched_nll){nll, input};
 }
 
-void sched_monitor_flush_locked(struct scheduler *s)
+void sched_monitor_batch_begin(struct sched_monitor *m)
 {
-	for (size_t i = 0; i < s->n_nll_queue; i++)
-		sched_hist_observe(&s->hist[s->nll_queue[i].input ? SCHED_HIST_INPUT_NLL
-		                                                  : SCHED_HIST_GENERATED_NLL],
-		                   s->nll_queue[i].nll);
-	s->n_nll_queue = 0;
-	s->st.perplexity_alerts = s->perplexity_alerts;
+	m->n_score_rows = 0;
 }
 
-void sched_monitor_stream_done(struct scheduler *s, struct sched_req *r)
+bool sched_monitor_score_room(struct sched_monitor *m)
+{
+	if (m->n_score_rows < m->cap_score_rows)
+		return true;
+	size_t cap = m->cap_score_rows ? 2 * m->cap_score_rows : 64;
+	void *p = realloc(m->score_rows, cap * sizeof(*m->score_rows));
+	if (!p)
+		return false;
+	m->score_rows = p;
+	m->cap_score_rows = cap;
+	return true;
+}
+
+void sched_monitor_score_row(struct sched_monitor *m, struct sched_req *r, int row, int32_t target,
+                             uint64_t pos)
+{
+	m->score_rows[m->n_score_rows++] =
+	    (struct sched_score_row){.r = r, .row = row, .target = target, .pos = pos};
+}
+
+void sched_monitor_score_batch(struct sched_monitor *m, float *logits)
+{
+	for (size_t i = 0; i < m->n_score_rows; i++) {
+		const struct sched_score_row *sr = &m->score_rows[i];
+		float *row = logits + (size_t)sr->row * (size_t)m->n_vocab; /* not sampled */
+		sched_monitor_add(m, sr->r, sched_monitor_nll(row, m->n_vocab, sr->target), true,
+		                  sr->pos);
+	}
+}
+
+void sched_monitor_keep_raw(struct sched_monitor *m, const float *row)
+{
+	if (!m->raw_row)
+		m->raw_row = malloc((size_t)m->n_vocab * sizeof(float));
+	if (m->raw_row)
+		memcpy(m->raw_row, row, (size_t)m->n_vocab * sizeof(float));
+}
+
+void sched_monitor_add_generated(struct sched_monitor *m, struct sched_req *r, int32_t token,
+                                 uint64_t pos)
+{
+	if (m->raw_row)
+		sched_monitor_add(m, r, sched_monitor_nll(m->raw_row, m->n_vocab, token), false,
+		                  pos);
+}
+
+void sched_monitor_flush_locked(struct sched_monitor *m, struct sched_hist *input,
+                                struct sched_hist *generated, uint64_t *alerts)
+{
+	for (size_t i = 0; i < m->n_nll_queue; i++)
+		sched_hist_observe(m->nll_queue[i].input ? input : generated, m->nll_queue[i].nll);
+	m->n_nll_queue = 0;
+	*alerts = m->alerts;
+}
+
+void sched_monitor_stream_done(struct sched_monitor *m, struct sched_req *r)
 {
 	if (!r->sess)
 		return;
@@ -118,7 +182,7 @@ void sched_monitor_stream_done(struct scheduler *s, struct sched_req *r)
 	uint64_t n_gen = p->generated_tokens - a->generated_tokens;
 	if (!n_in && !n_gen)
 		return;
-	log_event(s->log, LOG_INFO, "sched", "stream perplexity",
+	log_event(m->log, LOG_INFO, "sched", "stream perplexity",
 	          (struct log_field[]){
 	              LOG_STR("session", r->sess->id[0] ? r->sess->id : "-"),
 	              LOG_STR("request_id", r->rid[0] ? r->rid : "-"),

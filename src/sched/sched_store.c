@@ -11,6 +11,8 @@
 #include <string.h>
 
 #include "sched/sched_internal.h"
+#include "sched/sched_store.h"
+#include "config/config.h"
 #include "model/gguf.h"
 #include "session/store.h"
 #include "util/digest.h"
@@ -36,19 +38,45 @@ void scheduler_set_model_file(struct scheduler *s, const char *path)
 	snprintf(s->model_path, sizeof(s->model_path), "%s", path ? path : "");
 }
 
-/* Where sessions leave for and come back from: the session store, or
- * without one the park of stored responses. */
 static void left_forget_locked(struct scheduler *s, const char *id);
+
+int sched_store_init(struct sched_store *st, const struct sinkd_config *cfg, struct sinkd_log *log,
+                     char *err, size_t err_len)
+{
+	pthread_mutex_init(&st->id_mu, NULL);
+	pthread_cond_init(&st->wq_cv, NULL);
+	struct session_store_options po = {.memory = true,
+	                                   .max_bytes = (uint64_t)cfg->responses.store_max_bytes,
+	                                   .per_key_bytes = UINT64_MAX,
+	                                   .lease_timeout_s = 30,
+	                                   .ttl_s = (double)cfg->responses.store_ttl_s,
+	                                   .sweep_interval_s = 5,
+	                                   .instance = "park",
+	                                   .log = log};
+	int rc = session_store_open(&po, &st->park, err, err_len);
+	if (rc)
+		err_prefix(err, err_len, "stored responses");
+	return rc;
+}
+
+void sched_store_deinit(struct sched_store *st)
+{
+	free(st->wq);
+	session_store_close(st->park);
+	free(st->left);
+	pthread_cond_destroy(&st->wq_cv);
+	pthread_mutex_destroy(&st->id_mu);
+}
 
 struct session_store *sched_leave_store(const struct scheduler *s)
 {
-	return s->store ? s->store : s->park;
+	return s->store.shared ? s->store.shared : s->store.park;
 }
 
 void scheduler_set_store(struct scheduler *s, struct session_store *store)
 {
 	pthread_mutex_lock(&s->mu);
-	s->store = store;
+	s->store.shared = store;
 	pthread_mutex_unlock(&s->mu);
 }
 
@@ -56,31 +84,31 @@ void scheduler_set_store(struct scheduler *s, struct session_store *store)
 static int identity(struct scheduler *s, struct snapshot_expect *out, char *err, size_t err_len)
 {
 	int rc = 0;
-	pthread_mutex_lock(&s->id_mu);
-	if (!s->have_identity) {
+	pthread_mutex_lock(&s->store.id_mu);
+	if (!s->store.have_identity) {
 		char hex[65];
 		const struct model_hparams *hp = &s->be->model->hp;
 		rc = s->model_path[0] ? digest_file_sha256_hex(s->model_path, hex, err, err_len)
 		                      : err_set(err, err_len, -ENOTSUP,
 		                                "snapshots need the model file's path");
 		if (!rc) {
-			hex_decode32(hex, s->expect.model_sha256);
-			s->expect.arch = hp->arch;
-			s->expect.n_vocab = (uint32_t)hp->n_vocab;
-			s->expect.n_layers = hp->n_layers;
-			s->expect.n_kv_heads = hp->n_kv_heads;
-			s->expect.head_dim = hp->head_dim;
+			hex_decode32(hex, s->store.expect.model_sha256);
+			s->store.expect.arch = hp->arch;
+			s->store.expect.n_vocab = (uint32_t)hp->n_vocab;
+			s->store.expect.n_layers = hp->n_layers;
+			s->store.expect.n_kv_heads = hp->n_kv_heads;
+			s->store.expect.head_dim = hp->head_dim;
 			/* the RoPE every session's geometry gets from this model
 			 * (config_cache_geometry), so a restore can be refused
 			 * before a session is built with anything else */
-			s->expect.rope_dim = hp->rope_dim;
-			s->expect.rope_theta = hp->rope_theta;
-			s->expect.rope_neox = model_arch_rope_neox(hp->arch);
-			s->have_identity = true;
+			s->store.expect.rope_dim = hp->rope_dim;
+			s->store.expect.rope_theta = hp->rope_theta;
+			s->store.expect.rope_neox = model_arch_rope_neox(hp->arch);
+			s->store.have_identity = true;
 		}
 	}
-	*out = s->expect;
-	pthread_mutex_unlock(&s->id_mu);
+	*out = s->store.expect;
+	pthread_mutex_unlock(&s->store.id_mu);
 	return rc;
 }
 
@@ -139,33 +167,23 @@ int sched_import_pending(struct scheduler *s, struct sched_session *ss, char *er
 	return rc;
 }
 
-void sched_ctl_run(struct scheduler *s, struct sched_ctl **jobs, size_t n)
+void sched_export_run(struct scheduler *s, struct sched_ctl *c)
 {
-	for (size_t i = 0; i < n; i++) {
-		struct sched_ctl *c = jobs[i];
-		if (c->kind == SCHED_CTL_TRACE) {
-			sched_trace_run(s, c);
-			continue;
-		}
-		pthread_mutex_lock(&s->mu);
-		bool busy = c->ss->busy_handle != 0, gone = c->ss->deleted;
-		pthread_mutex_unlock(&s->mu);
-		if (gone)
-			c->rc = err_set(c->err, sizeof(c->err), -ENOENT, "no session %s",
-			                   session_key_id(c->ss->id));
-		else if (busy)
-			c->rc = err_set(c->err, sizeof(c->err), -EBUSY,
-			                "session %s is busy with a request; snapshot it between requests",
-			                session_key_id(c->ss->id));
-		else
-			c->rc = sched_export_session(s, c->ss, &c->ex, c->err, sizeof(c->err));
-		pthread_mutex_lock(&s->mu);
-		c->done = true;
-		c->ss->ctl_refs--;
-		pthread_mutex_unlock(&s->mu);
-	}
 	pthread_mutex_lock(&s->mu);
-	pthread_cond_broadcast(&s->ctl_cv);
+	bool busy = c->ss->busy_handle != 0, gone = c->ss->deleted;
+	pthread_mutex_unlock(&s->mu);
+	if (gone)
+		c->rc = err_set(c->err, sizeof(c->err), -ENOENT, "no session %s",
+		                session_key_id(c->ss->id));
+	else if (busy)
+		c->rc = err_set(c->err, sizeof(c->err), -EBUSY,
+		                "session %s is busy with a request; snapshot it between requests",
+		                session_key_id(c->ss->id));
+	else
+		c->rc = sched_export_session(s, c->ss, &c->ex, c->err, sizeof(c->err));
+	pthread_mutex_lock(&s->mu);
+	c->done = true;
+	c->ss->ctl_refs--;
 	pthread_mutex_unlock(&s->mu);
 }
 
@@ -341,12 +359,12 @@ int scheduler_session_restore(struct scheduler *s, const unsigned char *buf, siz
 		goto out;
 	bool leased = false;
 	uint64_t generation = 0;
-	if (s->store) {
-		if (session_store_exists(s->store, key)) {
+	if (s->store.shared) {
+		if (session_store_exists(s->store.shared, key)) {
 			rc = err_set(err, err_len, -EEXIST, "session %s exists", want);
 			goto out;
 		}
-		rc = session_store_lease_take(s->store, key, &generation, holder, sizeof(holder), err,
+		rc = session_store_lease_take(s->store.shared, key, &generation, holder, sizeof(holder), err,
 		                              err_len);
 		if (rc == -EBUSY)
 			rc = err_set(err, err_len, -EEXIST, "session %s exists (held by instance %s)",
@@ -364,7 +382,7 @@ int scheduler_session_restore(struct scheduler *s, const unsigned char *buf, siz
 	rc = restore_decoded(s, &sn, key, o ? o->owner : NULL, o ? o->owner_max : 0, leased,
 	                     generation + 1, id_out, err, err_len);
 	if (rc && leased)
-		session_store_lease_release(s->store, key);
+		session_store_lease_release(s->store.shared, key);
 	if (!rc) {
 		pthread_mutex_lock(&s->mu);
 		s->st.restores_api++;
@@ -380,6 +398,67 @@ bool scheduler_session_stored(struct scheduler *s, const char *id)
 {
 	struct session_store *st = sched_leave_store(s);
 	return st && id && session_key_valid(id) && session_store_exists(st, id);
+}
+
+/* A named key may live in the store (offloaded here or by another
+ * instance): it is taken then, and its lease keeps two instances from
+ * creating it at once.  *generation: the newest the lease knew of. */
+static int create_lease(struct scheduler *s, const char *key, uint64_t *generation,
+                        enum sched_field *field, char *err, size_t err_len)
+{
+	char holder[160] = "";
+	if (scheduler_session_stored(s, key))
+		return err_set(err, err_len, -EEXIST, "session %s exists", session_key_id(key));
+	int rc = session_store_lease_take(s->store.shared, key, generation, holder, sizeof(holder),
+	                                  err, err_len);
+	if (rc == -EBUSY)
+		return err_set(err, err_len, -EEXIST, "session %s exists (held by instance %s)",
+		               session_key_id(key), holder);
+	if (rc) {
+		/* the store's failure, not the id's; its detail (a path, a host)
+		 * goes to the log, not to the client */
+		*field = SCHED_FIELD_NONE;
+		log_event(s->log, LOG_ERROR, "sched", "session store failed",
+		          (struct log_field[]){LOG_STR("session", key), LOG_STR("error", err),
+		                               LOG_END});
+		return err_set(err, err_len, -EIO, "the session store failed (see the server log)");
+	}
+	return rc;
+}
+
+/* The owner's keys in the store, for its session limit (none without a
+ * store, a limit or an owner with a namespace of its own). */
+static void create_stored_keys(struct scheduler *s, const struct session_settings *opt,
+                               char (**keys)[SESSION_KEY_LEN], size_t *n)
+{
+	char tag[SESSION_OWNER_TAG_LEN + 1], err[SINKD_ERR_LEN];
+	*keys = NULL;
+	*n = 0;
+	if (!s->store.shared || !opt || !opt->owner || opt->owner_max <= 0)
+		return;
+	session_owner_tag(opt->owner, tag);
+	if (tag[0] && session_store_list(s->store.shared, opt->owner, keys, n, err, sizeof(err)))
+		log_msg(s->log, LOG_WARN, "sched", "session store: listing sessions: %s", err);
+}
+
+int sched_store_create(struct scheduler *s, const struct session_settings *opt, const char *want_id,
+                       enum sched_lease lease, sched_store_admit_fn admit, void *arg,
+                       enum sched_field *field, char *err, size_t err_len)
+{
+	struct sched_store_claim claim = {.id = want_id, .leased = lease == SCHED_LEASE_HELD};
+	bool took = false;
+	if (lease == SCHED_LEASE_TAKE && want_id && s->store.shared) {
+		int rc = create_lease(s, want_id, &claim.generation, field, err, err_len);
+		if (rc)
+			return rc;
+		claim.leased = took = true;
+	}
+	create_stored_keys(s, opt, &claim.stored, &claim.n_stored);
+	int rc = admit(s, arg, &claim, field, err, err_len);
+	free(claim.stored);
+	if (rc && took)
+		session_store_lease_release(s->store.shared, want_id);
+	return rc;
 }
 
 /* The lease of a session to bring back: -EBUSY (held live elsewhere) or
@@ -488,7 +567,7 @@ int scheduler_session_fetch(struct scheduler *s, const char *id, char *err, size
 int scheduler_session_will_change(struct scheduler *s, const char *id, char *err,
                                   size_t err_len)
 {
-	if (!s->store)
+	if (!s->store.shared)
 		return 0;
 	pthread_mutex_lock(&s->mu);
 	struct sched_session *ss = sched_session_find_locked(s, id);
@@ -498,10 +577,10 @@ int scheduler_session_will_change(struct scheduler *s, const char *id, char *err
 	if (!need)
 		return 0;
 	char holder[160] = "", why[SINKD_ERR_LEN];
-	int rc = session_store_lease_take(s->store, id, NULL, holder, sizeof(holder), why,
+	int rc = session_store_lease_take(s->store.shared, id, NULL, holder, sizeof(holder), why,
 	                                  sizeof(why));
 	if (!rc)
-		rc = session_store_lease_set_generation(s->store, id, gen, why, sizeof(why));
+		rc = session_store_lease_set_generation(s->store.shared, id, gen, why, sizeof(why));
 	if (rc == -EBUSY || rc == -ESTALE)
 		return err_set(err, err_len, -EBUSY,
 		               "session %s is held by instance %s; retry there or later",
@@ -521,10 +600,10 @@ int scheduler_session_will_change(struct scheduler *s, const char *id, char *err
 void sched_store_forget(struct scheduler *s, const char *id)
 {
 	char err[SINKD_ERR_LEN];
-	if (s->store && id[0] && session_store_remove(s->store, id, err, sizeof(err)))
+	if (s->store.shared && id[0] && session_store_remove(s->store.shared, id, err, sizeof(err)))
 		log_msg(s->log, LOG_WARN, "sched", "session store: %s", err);
-	if (s->park && id[0])
-		session_store_remove(s->park, id, err, sizeof(err));
+	if (s->store.park && id[0])
+		session_store_remove(s->store.park, id, err, sizeof(err));
 	pthread_mutex_lock(&s->mu);
 	left_forget_locked(s, id);
 	pthread_mutex_unlock(&s->mu);
@@ -535,10 +614,10 @@ void sched_store_forget(struct scheduler *s, const char *id)
 /* Forgets what a session looked like when it left ([mu]). */
 static void left_forget_locked(struct scheduler *s, const char *id)
 {
-	for (size_t i = 0; i < s->n_left; i++)
-		if (!strcmp(s->left[i].id, id)) {
-			memmove(&s->left[i], &s->left[i + 1], (s->n_left - i - 1) * sizeof(*s->left));
-			s->n_left--;
+	for (size_t i = 0; i < s->store.n_left; i++)
+		if (!strcmp(s->store.left[i].id, id)) {
+			memmove(&s->store.left[i], &s->store.left[i + 1], (s->store.n_left - i - 1) * sizeof(*s->store.left));
+			s->store.n_left--;
 			return;
 		}
 }
@@ -549,11 +628,11 @@ static void left_remember_locked(struct scheduler *s, const struct sched_session
                                  size_t bytes)
 {
 	left_forget_locked(s, ss->id);
-	if (!s->left && !(s->left = malloc(SCHED_LEFT_MAX * sizeof(*s->left))))
+	if (!s->store.left && !(s->store.left = malloc(SCHED_LEFT_MAX * sizeof(*s->store.left))))
 		return;
-	if (s->n_left == SCHED_LEFT_MAX)
-		left_forget_locked(s, s->left[0].id);
-	struct sched_left *l = &s->left[s->n_left++];
+	if (s->store.n_left == SCHED_LEFT_MAX)
+		left_forget_locked(s, s->store.left[0].id);
+	struct sched_left *l = &s->store.left[s->store.n_left++];
 	memcpy(l->id, ss->id, sizeof(l->id));
 	l->info = (struct sched_left_info){.n_seen = ss->stats.n_seen + (ss->has_pending ? 1 : 0),
 	                                   .n_resident = ss->stats.n_resident,
@@ -561,16 +640,16 @@ static void left_remember_locked(struct scheduler *s, const struct sched_session
 	                                   .sink_keep_count = ss->geom.sink_keep_count,
 	                                   .pinned_tokens = ss->pinned_tokens,
 	                                   .bytes = bytes,
-	                                   .parked = !s->store};
+	                                   .parked = !s->store.shared};
 }
 
 int scheduler_session_left_info(struct scheduler *s, const char *id, struct sched_left_info *out)
 {
 	int rc = -ENOENT;
 	pthread_mutex_lock(&s->mu);
-	for (size_t i = 0; i < s->n_left; i++)
-		if (!strcmp(s->left[i].id, id)) {
-			*out = s->left[i].info;
+	for (size_t i = 0; i < s->store.n_left; i++)
+		if (!strcmp(s->store.left[i].id, id)) {
+			*out = s->store.left[i].info;
 			rc = 0;
 		}
 	pthread_mutex_unlock(&s->mu);
@@ -636,12 +715,12 @@ static void *writer_main(void *arg)
 	struct scheduler *s = arg;
 	pthread_mutex_lock(&s->mu);
 	for (;;) {
-		while (s->n_wq == 0 && !s->stopping)
-			pthread_cond_wait(&s->wq_cv, &s->mu);
-		if (s->n_wq == 0)
+		while (s->store.n_wq == 0 && !s->stopping)
+			pthread_cond_wait(&s->store.wq_cv, &s->mu);
+		if (s->store.n_wq == 0)
 			break;
-		struct sched_offload *j = s->wq[0];
-		sched_ptrs_remove_at((void **)s->wq, &s->n_wq, 0);
+		struct sched_offload *j = s->store.wq[0];
+		sched_ptrs_remove_at((void **)s->store.wq, &s->store.n_wq, 0);
 		char owner[SCHED_OWNER_LEN];
 		snprintf(owner, sizeof(owner), "%s", j->ss->owner);
 		uint64_t generation = j->ss->generation;
@@ -671,12 +750,12 @@ static void *writer_main(void *arg)
 void sched_offload_queue(struct scheduler *s, struct sched_offload **jobs, size_t n)
 {
 	pthread_mutex_lock(&s->mu);
-	if (!s->writer_started && n > 0 &&
-	    pthread_create(&s->writer, NULL, writer_main, s) == 0)
-		s->writer_started = true;
+	if (!s->store.writer_started && n > 0 &&
+	    pthread_create(&s->store.writer, NULL, writer_main, s) == 0)
+		s->store.writer_started = true;
 	for (size_t i = 0; i < n; i++) {
 		struct sched_offload *j = jobs[i];
-		if (!s->writer_started || PUSH(s->wq, s->n_wq, s->cap_wq, j)) {
+		if (!s->store.writer_started || PUSH(s->store.wq, s->store.n_wq, s->store.cap_wq, j)) {
 			j->ss->offloading = false;
 			j->ss->ctl_refs--;
 			s->st.offload_failures++;
@@ -684,25 +763,25 @@ void sched_offload_queue(struct scheduler *s, struct sched_offload **jobs, size_
 			free(j);
 		}
 	}
-	pthread_cond_signal(&s->wq_cv);
+	pthread_cond_signal(&s->store.wq_cv);
 	pthread_mutex_unlock(&s->mu);
 }
 
 void sched_store_stop(struct scheduler *s)
 {
-	if (!s->writer_started)
+	if (!s->store.writer_started)
 		return;
 	pthread_mutex_lock(&s->mu);
-	pthread_cond_broadcast(&s->wq_cv);
+	pthread_cond_broadcast(&s->store.wq_cv);
 	pthread_mutex_unlock(&s->mu);
-	pthread_join(s->writer, NULL);
-	s->writer_started = false;
+	pthread_join(s->store.writer, NULL);
+	s->store.writer_started = false;
 }
 
 size_t scheduler_offload_all(struct scheduler *s, double timeout_s, size_t *failed)
 {
 	*failed = 0;
-	if (!s->store)
+	if (!s->store.shared)
 		return 0;
 	pthread_mutex_lock(&s->mu);
 	uint64_t before = s->st.offloads;

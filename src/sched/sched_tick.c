@@ -3,7 +3,8 @@
  * session's next token, run the streaming detokenizer and the stop matcher,
  * and deliver events.  Runs on the engine thread only; takes the scheduler
  * lock only for short bookkeeping.  Admission and the session table live in
- * scheduler.c.
+ * scheduler.c.  The engine's other jobs between two ticks (snapshot
+ * exports, cache traces) are handed from here to their parts.
  *
  * Batch policy (fairness): every decoding session first gets its one token.
  * The rest of max_batch_tokens is shared among prefilling sessions
@@ -17,7 +18,7 @@
  * all late, together, and leave the batches short of decoders meanwhile).
  *
  * Crowding: when the decoders (those held by flow control included) would
- * leave prompts fewer than PACE_DECODE_SHARE of max_batch_tokens rows (at
+ * leave prompts fewer than the pacing's share of max_batch_tokens rows (at
  * least one), decoders get at most max_batch_tokens minus that share and
  * prompts the rest.  Without it, once as many streams decode as a batch has
  * rows, a new request got no prompt row until a stream finished; with it,
@@ -25,28 +26,8 @@
  * of ticks, and the decoders beyond the batch take turns.  A batch of one
  * row alternates between the two.
  *
- * Pacing: while any session decodes, the prefill share of a batch is further
- * capped by `pace_cap` so that a batch carrying prefill takes at most
- * PACE_FACTOR times as long as a decode-only batch.  Both costs are
- * measured: the decode-only batch time as the median of the last few (while
- * prompts wait, every PACE_REMEASURE-th batch is decode-only to keep it
- * fresh as contexts grow), the cost of one prompt row from what the prefill
- * added to the last paced batches; the cap is the number of rows that fit
- * in the allowed extra time, at most twice the rows last measured plus one,
- * and never below (PACE_FACTOR - 1) / 4 rows per decode token, so that
- * prompts are taken in faster than streams finish even when noise makes
- * them look expensive.  Rows are granted in whole blocks of the backend's
- * batch_rows_granule (a block
- * costs about the same full or not): the free rows of the decoders' last
- * block, then the blocks the cap pays for, and one block when neither gives
- * a row, so a prompt always advances; but when the measured rows of a block
- * would add more than a decode-only batch (rows whose attention over a long
- * context outweighs their matmul, on a small model), the rows the measured
- * cap pays for, at least one, instead of that block.  A 30k-token prompt
- * thus streams in at a steady share of the machine while every stream keeps
- * receiving one token per batch, with inter-token latency at most
- * ~PACE_FACTOR times its decode-only value (or one block more).  With no
- * session decoding, prefill uses the whole max_batch_tokens.
+ * Pacing: while any session decodes, sched_pace.c caps the prefill share
+ * of a batch (the top of that file).
  *
  * Flow control: a decoding request whose consumer reports
  * scheduler.max_unsent_tokens or more tokens it has not taken yet (a client
@@ -61,6 +42,7 @@
  * later request starts by feeding it, which yields the logits to continue
  * from; a revise that reaches it just drops it. */
 #include "sched/sched_internal.h"
+#include "sched/sched_views.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -168,7 +150,7 @@ void sched_emit_done(struct scheduler *s, struct sched_req *r, enum gen_finish f
 	pthread_mutex_unlock(&s->mu);
 	r->state = REQ_FINISHED;
 	if (r->feed) /* it started: its tokens went through the monitor */
-		sched_monitor_stream_done(s, r);
+		sched_monitor_stream_done(&s->monitor, r);
 	if (log_enabled(s->log, LOG_DEBUG)) {
 		static const char *const names[] = {"none", "stop", "length", "cancelled", "error"};
 		log_event(s->log, LOG_DEBUG, "sched", "request done",
@@ -451,10 +433,7 @@ static bool req_sample(struct scheduler *s, struct sched_req *r)
 	const char *why = NULL;
 	/* the monitor scores the model's own distribution: the row before
 	 * logit_bias, penalties and the grammar change it in place */
-	if (!s->raw_row)
-		s->raw_row = malloc((size_t)s->n_vocab * sizeof(float));
-	if (s->raw_row)
-		memcpy(s->raw_row, row, (size_t)s->n_vocab * sizeof(float));
+	sched_monitor_keep_raw(&s->monitor, row);
 	if (req_pick(s, r, row, &res, &why) != 0) {
 		if (r->sess->persistent) { /* everything fed is in the cache */
 			session_set_pending(s, r->sess, false);
@@ -463,9 +442,8 @@ static bool req_sample(struct scheduler *s, struct sched_req *r)
 		sched_emit_done(s, r, GEN_FINISH_ERROR, -EIO, SCHED_FIELD_NONE, why);
 		return true;
 	}
-	if (s->raw_row)
-		sched_monitor_add(s, r, sched_monitor_nll(s->raw_row, s->n_vocab, res.token), false,
-		                  r->feed_base + r->n_feed + (uint64_t)r->n_generated);
+	sched_monitor_add_generated(&s->monitor, r, res.token,
+	                            r->feed_base + r->n_feed + (uint64_t)r->n_generated);
 	return req_on_token(s, r, &res);
 }
 
@@ -515,20 +493,13 @@ static void batch_add(struct scheduler *s, size_t *n, int *rows, struct sched_re
 static void batch_add_scored(struct scheduler *s, size_t *n, int *rows, struct sched_req *r,
                              int32_t tok, int32_t target, uint64_t pos)
 {
-	if (s->n_score_rows == s->cap_score_rows) {
-		size_t cap = s->cap_score_rows ? 2 * s->cap_score_rows : 64;
-		void *p = realloc(s->score_rows, cap * sizeof(*s->score_rows));
-		if (!p) {
-			batch_add(s, n, rows, r, tok, false);
-			return;
-		}
-		s->score_rows = p;
-		s->cap_score_rows = cap;
+	if (!sched_monitor_score_room(&s->monitor)) {
+		batch_add(s, n, rows, r, tok, false);
+		return;
 	}
 	int row = r->logits_row;
 	batch_add(s, n, rows, r, tok, true);
-	s->score_rows[s->n_score_rows++] =
-	    (struct sched_score_row){.r = r, .row = r->logits_row, .target = target, .pos = pos};
+	sched_monitor_score_row(&s->monitor, r, r->logits_row, target, pos);
 	r->logits_row = row; /* the sampling row stays the request's own */
 }
 
@@ -538,74 +509,6 @@ static size_t prefill_chunk_cap(const struct sched_req *r)
 	return g->strategy == CACHE_STRATEGY_SLIDING_WINDOW && g->window_size > 0
 	           ? (size_t)g->window_size
 	           : (size_t)-1;
-}
-
-#define PACE_FACTOR TUNING_PACE_FACTOR /* these in util/tuning.h */
-#define PACE_MIN_CAP TUNING_PACE_MIN_CAP
-#define PACE_START_CAP TUNING_PACE_START_CAP
-#define PACE_DECODE_SHARE ((PACE_FACTOR - 1) / 4)
-#define PACE_REMEASURE TUNING_PACE_REMEASURE
-#define PACE_BLOCK_EXTRA_MAX TUNING_PACE_BLOCK_EXTRA_MAX
-#define PACE_TOKEN_FLOOR TUNING_PACE_TOKEN_FLOOR
-
-struct batch_shape {
-	size_t n_decode;  /* decode tokens */
-	size_t n_prefill; /* prefill tokens */
-	bool part_block;  /* prompt rows granted by the row, not the block */
-	bool crowded;     /* decoders left prompts too few rows (the top of this file) */
-};
-
-/* Prompt tokens a batch with n_decode decode tokens may carry: the measured
- * cap, but never below PACE_DECODE_SHARE of the decode tokens, so that
- * prompts keep being taken in when noise on a shared machine makes prompt
- * tokens look expensive.  A prompt token costs about a decode token's matmul
- * rows, plus attention over its context: an eighth of the decode tokens
- * keeps such a batch within a small multiple of a decode-only one even deep
- * into a long prompt with a full (unwindowed) cache. */
-static size_t pace_cap_now(const struct scheduler *s, size_t n_decode)
-{
-	size_t floor = (size_t)(PACE_DECODE_SHARE * (double)n_decode);
-	size_t cap = (size_t)s->pace_cap;
-	return cap > floor ? cap : floor;
-}
-
-/* n rounded up to whole blocks of batch rows. */
-static size_t round_block(const struct scheduler *s, size_t n)
-{
-	size_t g = s->batch_granule;
-	return (n + g - 1) / g * g;
-}
-
-/* Whether one more block of prompt rows would add more than
- * PACE_BLOCK_EXTRA_MAX of a decode-only batch, by the measured row cost. */
-static bool pace_block_too_dear(const struct scheduler *s)
-{
-	return s->pace_decode_s > 0 &&
-	       s->pace_row_s * (double)s->batch_granule > PACE_BLOCK_EXTRA_MAX * s->pace_decode_s;
-}
-
-size_t sched_pace_limit(const struct scheduler *s, size_t n_decode, size_t max_tokens,
-                        bool *part_block)
-{
-	size_t n = n_decode, limit = max_tokens, cap = pace_cap_now(s, n);
-	*part_block = false;
-	if (n == 0 || n + cap >= limit)
-		return limit;
-	/* Whole blocks of batch rows: the free rows of the decoders' last
-	 * block, then the blocks the cap pays for; with neither, one block
-	 * (prompts always advance; a part block costs what a whole one does),
-	 * or, when a block's rows are too dear for that, the rows the cap pays
-	 * for.  Paying a block the cap does not cover only when no row is free
-	 * keeps such batches rare while streams come and go. */
-	limit = round_block(s, n) + cap / s->batch_granule * s->batch_granule;
-	if (limit == n && pace_block_too_dear(s)) {
-		/* the measured cap alone: the floor is for whole blocks */
-		limit = n + (size_t)(s->pace_cap < PACE_MIN_CAP ? PACE_MIN_CAP : s->pace_cap);
-		*part_block = true;
-	} else if (limit == n) {
-		limit = round_block(s, n + cap);
-	}
-	return limit < max_tokens ? limit : max_tokens;
 }
 
 /* Flow control (the top of this file). */
@@ -642,7 +545,7 @@ static int cmp_handle(const void *a, const void *b)
 /* Prompt rows a crowded batch keeps for prompts (the top of this file). */
 static size_t crowd_prompt_rows(const struct scheduler *s, size_t max_tokens, size_t want)
 {
-	size_t rows = (size_t)(PACE_DECODE_SHARE * (double)max_tokens);
+	size_t rows = sched_pace_share(max_tokens);
 	if (rows < 1)
 		rows = max_tokens > 1 || s->n_batches % 2 ? 1 : 0;
 	return rows < want ? rows : want;
@@ -676,11 +579,11 @@ static void batch_candidates(struct scheduler *s, struct sched_req **act, size_t
 /* The batch rows, decoders' and prompts', under the pacing (the top of this
  * file): n decoders in the batch already. */
 static size_t batch_limit(struct scheduler *s, size_t n, size_t want, size_t max_tokens,
-                          struct batch_shape *shape)
+                          struct sched_pace_batch *shape)
 {
 	/* Measure (or re-measure, as contexts grow) what a decode-only batch
 	 * costs: the reference of the pacing. */
-	if (n > 0 && want > 0 && (s->pace_decode_s == 0 || s->pace_since_measure >= PACE_REMEASURE))
+	if (n > 0 && want > 0 && sched_pace_wants_decode_only(&s->pace))
 		return n;
 	if (shape->crowded)
 		return max_tokens;
@@ -688,20 +591,21 @@ static size_t batch_limit(struct scheduler *s, size_t n, size_t want, size_t max
 	 * moment, and a batch of prompt rows sized for no decoder would stall
 	 * them. */
 	size_t n_paced = n + s->n_held;
-	size_t limit = sched_pace_limit(s, n_paced, max_tokens, &shape->part_block);
+	size_t limit = sched_pace_limit(&s->pace, n_paced, max_tokens, &shape->part_block);
 	return limit > n_paced ? limit - s->n_held : n;
 }
 
 /* Builds the batch described at the top of this file; returns its size. */
 static size_t batch_build(struct scheduler *s, struct sched_req **act, size_t n_act,
-                          size_t max_tokens, int *rows, struct batch_shape *shape)
+                          size_t max_tokens, int *rows, struct sched_pace_batch *shape)
 {
 	struct sched_req **dec = s->cand, **pre = s->cand + n_act;
 	size_t n = 0, n_dec, n_pre, want;
 	s->n_batches++;
 	batch_candidates(s, act, n_act, dec, &n_dec, pre, &n_pre, &want);
 	size_t keep = n_pre ? crowd_prompt_rows(s, max_tokens, want) : 0;
-	*shape = (struct batch_shape){.crowded = n_pre && n_dec + s->n_held + keep > max_tokens};
+	*shape =
+	    (struct sched_pace_batch){.crowded = n_pre && n_dec + s->n_held + keep > max_tokens};
 	size_t dec_rows = shape->crowded ? max_tokens - keep : max_tokens;
 	if (dec_rows < n_dec)
 		order_by_service(dec, n_dec);
@@ -727,7 +631,7 @@ static size_t batch_build(struct scheduler *s, struct sched_req **act, size_t n_
 			bool sample = at + 1 == r->n_feed && r->logits_at_end;
 			/* the monitor scores the next input token where it is asked to */
 			if (!sample && at + 1 < r->n_feed_all &&
-			    sched_monitor_wants_input(r->sess, &s->mon))
+			    sched_monitor_wants_input(r->sess, &s->monitor.set))
 				batch_add_scored(s, &n, rows, r, r->feed[at], r->feed[at + 1],
 				                 r->feed_base + at + 1);
 			else
@@ -736,76 +640,6 @@ static size_t batch_build(struct scheduler *s, struct sched_req **act, size_t n_
 	}
 	shape->n_prefill = n - shape->n_decode;
 	return n;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-/* A decode-only batch time joins the reference: the median of the last
- * SCHED_PACE_SAMPLES, so that one slow tick (preemption on a shared machine,
- * page faults) neither licenses slower paced batches nor starves prompts,
- * while a lasting change (longer contexts, a busier machine) is followed
- * within a few samples. */
-static void pace_observe_decode(struct scheduler *s, double seconds)
-{
-	double v[SCHED_PACE_SAMPLES];
-	size_t n = s->pace_decode_n < SCHED_PACE_SAMPLES ? s->pace_decode_n : SCHED_PACE_SAMPLES;
-	s->pace_since_measure = 0;
-	s->pace_decode_samples[s->pace_decode_n++ % SCHED_PACE_SAMPLES] = seconds;
-	n = n < SCHED_PACE_SAMPLES ? n + 1 : n;
-	memcpy(v, s->pace_decode_samples, n * sizeof(double));
-	qsort(v, n, sizeof(double), cmp_double);
-	s->pace_decode_s = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/* Adapts pace_cap from the time the last batch took (see the top). */
-static void pace_update(struct scheduler *s, const struct batch_shape *b, double seconds,
-                        size_t max_tokens)
-{
-	if (b->n_decode && !b->n_prefill) {
-		pace_observe_decode(s, seconds);
-		return;
-	}
-	s->pace_since_measure++;
-	/* A crowded batch is full either way: it says nothing of a row's cost. */
-	if (b->crowded)
-		return;
-	/* the rows the prompt tokens added beyond the decoders' last block: the
-	 * ones that cost time (whole blocks; the prompt rows themselves when
-	 * they were granted by the row, after a whole number of blocks) */
-	size_t paid = b->part_block
-	                  ? b->n_prefill
-	                  : round_block(s, b->n_decode + b->n_prefill) - round_block(s, b->n_decode);
-	if (!b->n_decode || !b->n_prefill || !paid || s->pace_decode_s == 0)
-		return;
-	/* What one paid row adds: the time the last paced batches took beyond
-	 * the decode-only one over the rows they paid for (a ratio of averages,
-	 * so that one slow batch does not make a row look expensive); then as
-	 * many rows as fit in the time allowed beyond the decode-only batch. */
-	double extra = seconds - s->pace_decode_s;
-	if (s->pace_paid_rows == 0) {
-		s->pace_extra_s = extra;
-		s->pace_paid_rows = (double)paid;
-	} else {
-		s->pace_extra_s = 0.7 * s->pace_extra_s + 0.3 * extra;
-		s->pace_paid_rows = 0.7 * s->pace_paid_rows + 0.3 * (double)paid;
-	}
-	double floor_s = PACE_TOKEN_FLOOR * s->pace_decode_s;
-	s->pace_row_s = s->pace_extra_s / s->pace_paid_rows;
-	if (s->pace_row_s < floor_s)
-		s->pace_row_s = floor_s;
-	double cap = (PACE_FACTOR - 1) * s->pace_decode_s / s->pace_row_s;
-	/* Extrapolate at most twofold from the chunk measured: costs are not
-	 * linear forever (a few rows more can look free to the matmul's tiles,
-	 * many more are not). */
-	if (cap > 2 * (double)paid + 1)
-		cap = 2 * (double)paid + 1;
-	s->pace_cap = cap < PACE_MIN_CAP         ? PACE_MIN_CAP
-	              : cap > (double)max_tokens ? (double)max_tokens
-	                                         : cap;
 }
 
 /* Advances one request after the forward pass; returns true when finished. */
@@ -826,6 +660,19 @@ static bool req_after_forward(struct scheduler *s, struct sched_req *r)
 }
 
 /* ---- the tick ---------------------------------------------------------- */
+
+void sched_ctl_run(struct scheduler *s, struct sched_ctl **jobs, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (jobs[i]->kind == SCHED_CTL_TRACE)
+			sched_trace_run(s, jobs[i]);
+		else
+			sched_export_run(s, jobs[i]);
+	}
+	pthread_mutex_lock(&s->mu);
+	pthread_cond_broadcast(&s->ctl_cv);
+	pthread_mutex_unlock(&s->mu);
+}
 
 /* Cancellations and setup of admitted requests; drops finished ones. */
 static void tick_prepare(struct scheduler *s, struct sched_req **act, size_t n_act)
@@ -906,19 +753,17 @@ static size_t tick_run(struct scheduler *s, struct sched_req **act, size_t n_act
 	double t0 = sched_now();
 	/* rows of logits: one per request to sample, and with the input
 	 * monitor on, one per prompt token it may score */
-	size_t n_rows = n_act + (s->mon.input != MONITOR_INPUT_OFF ? max_tokens : 0);
+	size_t n_rows = n_act + (s->monitor.set.input != MONITOR_INPUT_OFF ? max_tokens : 0);
 	if (batch_reserve(s, max_tokens, n_rows) != 0) {
 		tick_fail_batch(s, act, 0, "out of memory");
 		return 0;
 	}
-	s->n_score_rows = 0;
+	sched_monitor_batch_begin(&s->monitor);
 	for (size_t i = 0; i < n_act; i++) {
 		act[i]->n_in_batch = 0;
 		act[i]->logits_row = -1;
 	}
-	struct batch_shape shape;
-	if (s->pace_cap == 0)
-		s->pace_cap = PACE_START_CAP;
+	struct sched_pace_batch shape;
 	size_t n = batch_build(s, act, n_act, max_tokens, &rows, &shape);
 	if (n == 0)
 		return 0;
@@ -926,7 +771,7 @@ static size_t tick_run(struct scheduler *s, struct sched_req **act, size_t n_act
 		tick_fail_batch(s, act, n_act, err);
 		return n;
 	}
-	pace_update(s, &shape, sched_now() - t0, max_tokens);
+	sched_pace_update(&s->pace, &shape, sched_now() - t0, max_tokens);
 	/* Accounted before any event, so that a client that saw DONE reads
 	 * counters that include its last tick. */
 	for (size_t i = 0; i < n_act; i++) {
@@ -935,12 +780,7 @@ static size_t tick_run(struct scheduler *s, struct sched_req **act, size_t n_act
 			tokens_in += act[i]->n_in_batch;
 	}
 	tick_account(s, n, n_seqs, sched_now() - t0, tokens_in);
-	for (size_t i = 0; i < s->n_score_rows; i++) {
-		const struct sched_score_row *sr = &s->score_rows[i];
-		float *row = s->logits + (size_t)sr->row * (size_t)s->n_vocab; /* not sampled */
-		sched_monitor_add(s, sr->r, sched_monitor_nll(row, s->n_vocab, sr->target), true,
-		                  sr->pos);
-	}
+	sched_monitor_score_batch(&s->monitor, s->logits);
 	for (size_t i = 0; i < n_act; i++) {
 		struct sched_req *r = act[i];
 		if (r->n_in_batch && req_after_forward(s, r))
@@ -957,7 +797,7 @@ size_t sched_tick(struct scheduler *s)
 	size_t n_act = s->n_active;
 	size_t max_tokens = (size_t)s->lim.max_batch_tokens;
 	s->max_unsent = s->lim.max_unsent_tokens;
-	s->mon = (struct sched_monitor_settings){
+	s->monitor.set = (struct sched_monitor_settings){
 	    .input = s->lim.monitor_input,
 	    .every = s->lim.monitor_every,
 	    .alert_ratio = s->lim.alert_ratio,
@@ -984,7 +824,8 @@ size_t sched_tick(struct scheduler *s)
 		act[i]->pub_state = act[i]->state;
 		act[i]->pub_generated = act[i]->n_generated;
 	}
-	sched_monitor_flush_locked(s);
+	sched_monitor_flush_locked(&s->monitor, &s->hist[SCHED_HIST_INPUT_NLL],
+	                           &s->hist[SCHED_HIST_GENERATED_NLL], &s->st.perplexity_alerts);
 	pthread_mutex_unlock(&s->mu);
 	for (size_t i = 0; i < n_act; i++)
 		if (act[i]->state == REQ_FINISHED)

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "sched/sched_internal.h"
+#include "sched/sched_views.h"
 #include "session/session_key.h"
 
 #define PUSH(arr, n, cap, p) sched_ptrs_push((void ***)&(arr), &(n), &(cap), (p))

@@ -372,47 +372,6 @@ static void wait_for_parking_locked(struct scheduler *s, size_t bound)
 	}
 }
 
-/* A named key may live in the store (offloaded here or by another
- * instance): it is taken then, and its lease keeps two instances from
- * creating it at once.  *generation: the newest the lease knew of. */
-static int create_lease(struct scheduler *s, const char *key, uint64_t *generation,
-                        enum sched_field *field, char *err, size_t err_len)
-{
-	char holder[160] = "";
-	if (scheduler_session_stored(s, key))
-		return err_set(err, err_len, -EEXIST, "session %s exists", session_key_id(key));
-	int rc = session_store_lease_take(s->store, key, generation, holder, sizeof(holder), err,
-	                                  err_len);
-	if (rc == -EBUSY)
-		return err_set(err, err_len, -EEXIST, "session %s exists (held by instance %s)",
-		               session_key_id(key), holder);
-	if (rc) {
-		/* the store's failure, not the id's; its detail (a path, a host)
-		 * goes to the log, not to the client */
-		*field = SCHED_FIELD_NONE;
-		log_event(s->log, LOG_ERROR, "sched", "session store failed",
-		          (struct log_field[]){LOG_STR("session", key), LOG_STR("error", err),
-		                               LOG_END});
-		return err_set(err, err_len, -EIO, "the session store failed (see the server log)");
-	}
-	return rc;
-}
-
-/* The owner's keys in the store, for its session limit (none without a
- * store, a limit or an owner with a namespace of its own). */
-static void create_stored_keys(struct scheduler *s, const struct session_settings *opt,
-                               char (**keys)[SESSION_KEY_LEN], size_t *n)
-{
-	char tag[SESSION_OWNER_TAG_LEN + 1], err[SINKD_ERR_LEN];
-	*keys = NULL;
-	*n = 0;
-	if (!s->store || !opt || !opt->owner || opt->owner_max <= 0)
-		return;
-	session_owner_tag(opt->owner, tag);
-	if (tag[0] && session_store_list(s->store, opt->owner, keys, n, err, sizeof(err)))
-		log_msg(s->log, LOG_WARN, "sched", "session store: listing sessions: %s", err);
-}
-
 /* A restored session's stream history and cache image. */
 static void session_fill_restored(struct sched_session *ss, const struct sched_restore *rs,
                                   const struct cache_geometry *g, size_t bound)
@@ -438,29 +397,25 @@ static void session_fill_restored(struct sched_session *ss, const struct sched_r
 	                                     .moved_to_compressed = c->moved};
 }
 
-/* A create (rs NULL) or a restore: the key, the limits, the budget, then
- * the session; a restored one gets its stream history and its cache image. */
-static int session_create(struct scheduler *s, const struct session_settings *opt,
-                          const struct sched_restore *rs, char id_out[SCHED_SESSION_ID_LEN],
-                          enum sched_field *field, char *err, size_t err_len)
+/* The scheduler's part of a create (rs NULL) or a restore, called by
+ * sched_store_create() once the store had its say: the limits, the budget,
+ * then the session; a restored one gets its stream history and its cache
+ * image. */
+struct create_args {
+	const struct session_settings *opt;
+	const struct sched_restore *rs;
+	char *id_out; /* [SCHED_SESSION_ID_LEN] */
+};
+
+static int session_admit(struct scheduler *s, void *arg, const struct sched_store_claim *claim,
+                         enum sched_field *field, char *err, size_t err_len)
 {
+	const struct create_args *a = arg;
+	const struct session_settings *opt = a->opt;
+	const struct sched_restore *rs = a->rs;
+	const char *want_id = claim->id;
 	struct cache_geometry g;
 	int rc = 0;
-	uint64_t generation = 0;
-	const char *want_id = opt && opt->id && opt->id[0] ? opt->id : NULL;
-	char(*stored)[SESSION_KEY_LEN] = NULL;
-	size_t n_stored = 0;
-	*field = want_id ? SCHED_FIELD_SESSION_ID : SCHED_FIELD_NONE; /* until the id is taken */
-	if (want_id && !session_key_valid(want_id))
-		return err_set(err, err_len, -EINVAL, "session id: 1..32 hex digits");
-	bool leased = rs && rs->leased;
-	if (!rs && want_id && s->store) {
-		rc = create_lease(s, want_id, &generation, field, err, err_len);
-		if (rc)
-			return rc;
-		leased = true;
-	}
-	create_stored_keys(s, opt, &stored, &n_stored);
 	pthread_mutex_lock(&s->mu);
 	*field = SCHED_FIELD_NONE;
 	if (rs)
@@ -474,7 +429,7 @@ static int session_create(struct scheduler *s, const struct session_settings *op
 		rc = err_set(err, err_len, -EEXIST, "session %s exists", session_key_id(want_id));
 		goto out;
 	}
-	rc = session_limits_locked(s, opt, stored, n_stored, err, err_len);
+	rc = session_limits_locked(s, opt, claim->stored, claim->n_stored, err, err_len);
 	if (rc)
 		goto out;
 	size_t bound = cache_geometry_bound_bytes(&g);
@@ -507,19 +462,33 @@ static int session_create(struct scheduler *s, const struct session_settings *op
 	if (rs)
 		session_fill_restored(ss, rs, &g, bound);
 	/* a state of its own from here: above anything its lease knew of */
-	ss->generation = rs ? rs->generation : generation + 1;
-	ss->leased = leased;
+	ss->generation = rs ? rs->generation : claim->generation + 1;
+	ss->leased = claim->leased;
 	ss->bytes_reserved = bound;
 	s->reserved += bound;
 	s->st.sessions_created++;
-	memcpy(id_out, ss->id, SCHED_SESSION_ID_LEN);
+	memcpy(a->id_out, ss->id, SCHED_SESSION_ID_LEN);
 	pthread_cond_signal(&s->cv); /* the TTL deadline changed */
 out:
 	pthread_mutex_unlock(&s->mu);
-	free(stored);
-	if (rc && leased && !rs)
-		session_store_lease_release(s->store, want_id);
 	return rc;
+}
+
+/* A create (rs NULL) or a restore: the key, then the store's lease and the
+ * scheduler's checks (sched_store_create). */
+static int session_create(struct scheduler *s, const struct session_settings *opt,
+                          const struct sched_restore *rs, char id_out[SCHED_SESSION_ID_LEN],
+                          enum sched_field *field, char *err, size_t err_len)
+{
+	const char *want_id = opt && opt->id && opt->id[0] ? opt->id : NULL;
+	*field = want_id ? SCHED_FIELD_SESSION_ID : SCHED_FIELD_NONE; /* until the id is taken */
+	if (want_id && !session_key_valid(want_id))
+		return err_set(err, err_len, -EINVAL, "session id: 1..32 hex digits");
+	struct create_args a = {.opt = opt, .rs = rs, .id_out = id_out};
+	enum sched_lease lease = !rs          ? SCHED_LEASE_TAKE
+	                         : rs->leased ? SCHED_LEASE_HELD
+	                                      : SCHED_LEASE_NONE;
+	return sched_store_create(s, opt, want_id, lease, session_admit, &a, field, err, err_len);
 }
 
 int scheduler_session_create(struct scheduler *s, const struct session_settings *opt,
@@ -1047,7 +1016,7 @@ static void sessions_sweep_locked(struct scheduler *s, struct housekeeping *hk, 
 		/* a stored response leaves as soon as its request has ended */
 		bool park = ss->parkable && ss->used && !s->offload_all;
 		if (!ss->busy_handle && !ss->offload_tried && !ss->offloading &&
-		    (s->store || park) && s->be->ops->session_export &&
+		    (s->store.shared || park) && s->be->ops->session_export &&
 		    (s->offload_all || s->lim.session_offload_s > 0 || park)) {
 			double when = s->offload_all || park
 			                  ? now
@@ -1230,17 +1199,20 @@ int scheduler_new(const struct sinkd_config *cfg, struct backend *be, const stru
 	if (!s)
 		return err_set(err, err_len, -ENOMEM, "out of memory");
 	s->be = be;
-	s->batch_granule = be->ops->batch_rows_granule > 1 ? (size_t)be->ops->batch_rows_granule : 1;
+	sched_pace_init(&s->pace,
+	                be->ops->batch_rows_granule > 1 ? (size_t)be->ops->batch_rows_granule : 1);
 	s->tok = tok;
 	s->log = log;
 	s->n_vocab = be->model->hp.n_vocab;
+	sched_monitor_init(&s->monitor, log, s->n_vocab);
 	s->next_handle = 1;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
-	pthread_mutex_init(&s->id_mu, NULL);
 	pthread_cond_init(&s->ctl_cv, NULL);
-	pthread_cond_init(&s->wq_cv, NULL);
 	sched_hist_init_all(s);
+	rc = sched_store_init(&s->store, cfg, log, err, err_len);
+	if (rc)
+		goto fail;
 	limits_from_config(s, cfg, &s->lim);
 	rc = vocab_trie_new(tok, &s->vocab, err, err_len);
 	if (rc) {
@@ -1250,19 +1222,6 @@ int scheduler_new(const struct sinkd_config *cfg, struct backend *be, const stru
 	rc = cache_geometry_check(&s->lim.geom, err, err_len);
 	if (rc) {
 		err_prefix(err, err_len, "cache geometry");
-		goto fail;
-	}
-	struct session_store_options po = {.memory = true,
-	                                   .max_bytes = (uint64_t)cfg->responses.store_max_bytes,
-	                                   .per_key_bytes = UINT64_MAX,
-	                                   .lease_timeout_s = 30,
-	                                   .ttl_s = (double)cfg->responses.store_ttl_s,
-	                                   .sweep_interval_s = 5,
-	                                   .instance = "park",
-	                                   .log = log};
-	rc = session_store_open(&po, &s->park, err, err_len);
-	if (rc) {
-		err_prefix(err, err_len, "stored responses");
 		goto fail;
 	}
 	rc = -pthread_create(&s->thread, NULL, engine_main, s);
@@ -1324,20 +1283,14 @@ void scheduler_free(struct scheduler *s)
 	free(s->sessions);
 	free(s->dead);
 	free(s->ctl);
-	free(s->wq);
 	free(s->batch);
-	session_store_close(s->park);
-	free(s->left);
+	sched_store_deinit(&s->store);
 	free(s->logits);
-	free(s->score_rows);
-	free(s->nll_queue);
-	free(s->raw_row);
+	sched_monitor_deinit(&s->monitor);
 	free(s->cand);
 	vocab_trie_free(s->vocab);
 	pthread_cond_destroy(&s->cv);
 	pthread_cond_destroy(&s->ctl_cv);
-	pthread_cond_destroy(&s->wq_cv);
-	pthread_mutex_destroy(&s->id_mu);
 	pthread_mutex_destroy(&s->mu);
 	free(s);
 }

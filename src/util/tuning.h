@@ -97,10 +97,10 @@
  * short session commits ahead stays small. */
 #define TUNING_CACHE_POPULATE_CHUNK ((size_t)16384)
 
-/* ---- batch pacing (sched/sched_tick.c) */
+/* ---- batch pacing (sched/sched_pace.c) */
 
 /* The pacing of prompt rows beside decoding streams (the rule: the top of
- * sched_tick.c).  A batch carrying prompt rows may take PACE_FACTOR times
+ * sched/sched_pace.c).  A batch carrying prompt rows may take PACE_FACTOR times
  * as long as a decode-only one: the room prompts get against the latency
  * streams see.  The cap on prompt rows starts at PACE_START_CAP (nothing
  * measured yet) and never goes below PACE_MIN_CAP, so a prompt always
