@@ -27,7 +27,7 @@ for top in ('src', 'cuda'):
             area = rel_dir + '/'
         for f in sorted(fn):
             stem, ext = os.path.splitext(f)
-            if ext not in ('.c', '.h', '.cu', '.cuh', '.py', '.js', '.html'):
+            if ext not in ('.c', '.h', '.cu', '.cuh', '.cpp', '.py', '.js', '.html'):
                 continue
             for suf in ('_impl', '_internal'):
                 if stem.endswith(suf):
