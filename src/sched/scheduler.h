@@ -14,6 +14,7 @@
 #include "config/config.h"
 #include "engine/backend.h"
 #include "engine/sampler.h"
+#include "sched/sched_types.h"
 #include "tokenizer/tokenizer.h"
 
 struct grammar;
@@ -299,23 +300,6 @@ int scheduler_session_create(struct scheduler *s, const struct session_settings 
  * SDERR_OWNER_SESSIONS: when the first idle session (of `owner`, or of
  * anyone when owner is NULL) expires. */
 int scheduler_session_retry_after_s(struct scheduler *s, const char *owner);
-
-/* The streaming-perplexity monitor of one session (sched_monitor.c): the
- * NLL of every scored token under the model's own distribution (raw
- * logits: before logit_bias, penalties, constraints and temperature), input
- * tokens (monitoring.input_perplexity) and generated ones apart; the first
- * full window (scored tokens predicted while the cache had not yet
- * evicted: stream index below sinks + window) and the running mean of every
- * scored token after it. */
-struct sched_perplexity {
-	uint64_t input_tokens, generated_tokens;
-	double input_nll, generated_nll; /* sums */
-	uint64_t first_tokens, running_tokens;
-	double first_nll, running_nll; /* sums */
-	double ratio;    /* exp(running mean - first mean) at the last check; 0 before one */
-	uint64_t alerts; /* times the ratio rose past monitoring.perplexity_alert_ratio */
-	bool alerting;   /* above it now (an alert is logged again only after it fell below) */
-};
 
 struct sched_session_info {
 	uint64_t n_seen; /* tokens of the stream so far (prompt + generated - revised) */
