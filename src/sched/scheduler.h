@@ -27,22 +27,6 @@ enum gen_finish {
 	GEN_FINISH_ERROR
 };
 
-/* The field of a request or of session settings that a refusal is about.
- * The server names it in its answer with the client's own name for it
- * (server/request_fields.h: "messages", "input" or "text" for the prompt,
- * ...), so the scheduler speaks of fields, never of field names. */
-enum sched_field {
-	SCHED_FIELD_NONE = 0,
-	SCHED_FIELD_PROMPT,
-	SCHED_FIELD_MAX_TOKENS,
-	SCHED_FIELD_LOGIT_BIAS,
-	SCHED_FIELD_SESSION_ID,
-	SCHED_FIELD_REVISE_LAST_TOKENS,
-	SCHED_FIELD_PIN_PREFIX_TOKENS,
-	SCHED_FIELD_WINDOW_SIZE,
-	SCHED_FIELD_SINK_KEEP_COUNT,
-};
-
 enum gen_event_kind {
 	GEN_EVENT_PROMPT_DONE = 0, /* prompt fully in the cache */
 	GEN_EVENT_TOKEN,           /* one sampled token; text may be empty (held back) */
@@ -254,9 +238,9 @@ void scheduler_write_metrics(struct scheduler *s, FILE *out);
 
 /* Sessions are named by their keys here (session/session_key.h: the
  * owner's tag and the client's id), never by the client's id alone: the
- * same id under two API keys is two sessions. */
-#define SCHED_SESSION_ID_LEN 50 /* SESSION_KEY_LEN */
-#define SCHED_OWNER_LEN 64      /* a session owner's name, NUL included */
+ * same id under two API keys is two sessions (SCHED_SESSION_ID_LEN:
+ * sched_types.h). */
+#define SCHED_OWNER_LEN 64 /* a session owner's name, NUL included */
 
 /* Cache settings a client may choose at creation, within the configured
  * limits (each at most the configured value, so the bound never grows). */
@@ -322,15 +306,9 @@ struct sched_session_info {
 /* -ENOENT when unknown (or expired/deleted). */
 int scheduler_session_info(struct scheduler *s, const char *id, struct sched_session_info *out);
 /* A session that left this instance for the store (or the park of stored
- * responses), as it was when it left. */
-struct sched_left_info {
-	uint64_t n_seen;
-	int n_resident;
-	int window_size, sink_keep_count, pinned_tokens;
-	size_t bytes; /* its record */
-	bool parked;  /* in this process's park, not a shared store */
-};
-/* -ENOENT when it did not leave from here or is no longer stored. */
+ * responses), as it was when it left (struct sched_left_info:
+ * sched_types.h).  -ENOENT when it did not leave from here or is no longer
+ * stored. */
 int scheduler_session_left_info(struct scheduler *s, const char *id, struct sched_left_info *out);
 /* A chat message a session holds (chat completions with session_id): its
  * digest (api_message_digest), the stream position where the request that

@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #include "config/config.h"
-#include "sched/sched_internal.h"
 #include "sched/sched_store.h"
 #include "session/store.h"
 #include "testutil.h"
@@ -25,7 +24,8 @@
 struct fx {
 	char dir[64];
 	struct sinkd_config cfg;
-	struct scheduler *s;         /* only its lock and its store part are used */
+	pthread_mutex_t mu; /* the scheduler's lock, as the store is given it */
+	struct sched_store st;
 	struct session_store *other; /* instance "b" on the same folder */
 	/* what the admit callback saw and says */
 	int n_admit;
@@ -58,12 +58,11 @@ static void fx_init(struct fx *f, bool with_store)
 	config_errors_deinit(&errs);
 	snprintf(f->dir, sizeof(f->dir), "/tmp/sinkd-sched-store-XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(f->dir));
-	f->s = calloc(1, sizeof(*f->s));
-	pthread_mutex_init(&f->s->mu, NULL);
-	ck_assert_msg(sched_store_init(&f->s->store, &f->cfg, NULL, err, sizeof(err)) == 0, "%s",
+	pthread_mutex_init(&f->mu, NULL);
+	ck_assert_msg(sched_store_init(&f->st, &f->cfg, NULL, &f->mu, err, sizeof(err)) == 0, "%s",
 	              err);
 	if (with_store)
-		f->s->store.shared = open_folder(f->dir, "a");
+		f->st.shared = open_folder(f->dir, "a");
 	f->other = open_folder(f->dir, "b");
 }
 
@@ -75,20 +74,18 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
 
 static void fx_deinit(struct fx *f)
 {
-	session_store_close(f->s->store.shared);
+	session_store_close(f->st.shared);
 	session_store_close(f->other);
-	sched_store_deinit(&f->s->store);
-	pthread_mutex_destroy(&f->s->mu);
-	free(f->s);
+	sched_store_deinit(&f->st);
+	pthread_mutex_destroy(&f->mu);
 	config_deinit(&f->cfg);
 	nftw(f->dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
 }
 
-static int admit(struct scheduler *s, void *arg, const struct sched_store_claim *claim,
-                 enum sched_field *field, char *err, size_t err_len)
+static int admit(void *arg, const struct sched_store_claim *claim, enum sched_field *field,
+                 char *err, size_t err_len)
 {
 	struct fx *f = arg;
-	(void)s;
 	f->n_admit++;
 	f->claim = *claim;
 	if (claim->n_stored)
@@ -100,9 +97,8 @@ static int admit(struct scheduler *s, void *arg, const struct sched_store_claim 
 static int create(struct fx *f, const char *key, enum sched_lease lease, enum sched_field *field,
                   char *err, size_t err_len)
 {
-	struct session_settings opt = {.id = key, .owner = OWNER, .owner_max = 4};
 	*field = SCHED_FIELD_SESSION_ID;
-	return sched_store_create(f->s, &opt, key, lease, admit, f, field, err, err_len);
+	return sched_store_create(&f->st, OWNER, 4, key, lease, admit, f, field, err, err_len);
 }
 
 static void key_of(const char *id, char key[SESSION_KEY_LEN])
@@ -194,7 +190,7 @@ START_TEST(test_without_store)
 	enum sched_field field;
 	fx_init(&f, false);
 	key_of("0123abcd", key);
-	ck_assert_ptr_eq(sched_leave_store(f.s), f.s->store.park); /* stored responses park */
+	ck_assert_ptr_eq(sched_leave_store(&f.st), f.st.park); /* stored responses park */
 	ck_assert_int_eq(create(&f, key, SCHED_LEASE_TAKE, &field, err, sizeof(err)), 0);
 	ck_assert(!f.claim.leased);
 	ck_assert_uint_eq(f.claim.n_stored, 0);
