@@ -15,7 +15,7 @@
 
 #include "config/config.h"
 #include "model/model.h"
-#include "sched/sched_internal.h"
+#include "sched/scheduler_impl.h"
 #include "sched/sched_store.h"
 #include "session/store.h"
 #include "util/log.h"

@@ -41,7 +41,7 @@
  * Persistent sessions keep the stream's last token un-fed ("pending"): a
  * later request starts by feeding it, which yields the logits to continue
  * from; a revise that reaches it just drops it. */
-#include "sched/sched_internal.h"
+#include "sched/scheduler_impl.h"
 #include "sched/sched_views.h"
 
 #include <errno.h>

@@ -10,7 +10,7 @@
  * ones behind it, so a large request is not starved by small ones).  Requests
  * on a persistent session need no new reservation (the session holds one) and
  * are admitted at the next tick regardless of the queue's head. */
-#include "sched/sched_internal.h"
+#include "sched/scheduler_impl.h"
 #include "session/store.h"
 
 #include <errno.h>
