@@ -509,12 +509,7 @@ size_t scheduler_offload_all(struct scheduler *s, double timeout_s, size_t *fail
 			pending += !s->sessions[i]->offload_tried || s->sessions[i]->offloading;
 		if (pending == 0 || sched_now() >= until)
 			break;
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 50 * 1000 * 1000;
-		if (ts.tv_nsec >= 1000000000L)
-			ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-		pthread_cond_timedwait(&s->ctl_cv, &s->mu, &ts);
+		sched_ctl_wait_locked(s, 50);
 	}
 	size_t done = (size_t)(s->st.offloads - before);
 	*failed = s->n_sessions;

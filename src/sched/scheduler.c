@@ -353,6 +353,16 @@ static bool parking_pending_locked(const struct scheduler *s)
 	return false;
 }
 
+void sched_ctl_wait_locked(struct scheduler *s, long ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += ms * 1000 * 1000;
+	if (ts.tv_nsec >= 1000000000L)
+		ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+	pthread_cond_timedwait(&s->ctl_cv, &s->mu, &ts);
+}
+
 /* Admission never refuses a session because of stored responses: while
  * the budget lacks room and some are leaving (a tick away), it waits for
  * them (at most SCHED_PARK_WAIT_S; [mu], released while waiting). */
@@ -363,12 +373,7 @@ static void wait_for_parking_locked(struct scheduler *s, size_t bound)
 	while (s->reserved + bound > s->lim.budget_bytes && parking_pending_locked(s) &&
 	       sched_now() < until) {
 		pthread_cond_signal(&s->cv); /* the engine's sweep sends them off */
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 20 * 1000 * 1000;
-		if (ts.tv_nsec >= 1000000000L)
-			ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-		pthread_cond_timedwait(&s->ctl_cv, &s->mu, &ts);
+		sched_ctl_wait_locked(s, 20);
 	}
 }
 

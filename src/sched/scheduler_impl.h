@@ -250,6 +250,9 @@ double sched_now(void);
 /* Appends p to a growable array of pointers; -ENOMEM. */
 int sched_ptrs_push(void ***arr, size_t *n, size_t *cap, void *p);
 void sched_ptrs_remove_at(void **arr, size_t *n, size_t i);
+/* Waits on ctl_cv (a job done, an offload finished) for at most ms
+ * milliseconds (under a second); mu held. */
+void sched_ctl_wait_locked(struct scheduler *s, long ms);
 
 /* sched_tick.c */
 /* Sets up admitted requests, runs one batch, emits events; returns the number
