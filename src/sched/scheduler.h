@@ -377,7 +377,7 @@ int scheduler_cache_trace(struct scheduler *s, const char *session_id, const cha
                           size_t err_len);
 void scheduler_cache_trace_free(struct cache_trace_step *t);
 
-/* ---- Snapshots and the session store (sched_store.c) ------------------- */
+/* ---- Snapshots and the session store (sched_offload.c) ----------------- */
 
 struct session_store;
 /* Before any request: the model file a snapshot names (its SHA-256 is

@@ -71,7 +71,7 @@ struct sched_session {
 	size_t hist_end;           /* index after the newest entry */
 	double created, last_used; /* [mu] monotonic seconds */
 	bool offload_tried;        /* [mu] since the last request */
-	/* Snapshots and the session store (sched_store.c). */
+	/* Snapshots and the session store (sched_offload.c). */
 	int ctl_refs;               /* [mu] snapshot jobs pending: not freed while > 0 */
 	unsigned char *restore_buf; /* [mu] restored snapshot, imported on first use */
 	struct kv_image restore_kv; /* points into restore_buf */
