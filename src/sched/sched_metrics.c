@@ -3,7 +3,7 @@
  * every scheduler gauge, counter and histogram in the Prometheus text format,
  * so the server's /metrics handler only has to append our text to its own.
  * It does not serve HTTP and knows nothing about the server's metrics. */
-#include "sched/sched_internal.h"
+#include "sched/scheduler_impl.h"
 #include "session/store.h"
 
 #include <inttypes.h>

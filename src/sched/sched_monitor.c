@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "cache/attend_kernels.h"
-#include "sched/sched_internal.h"
+#include "config/config_types.h"
 #include "sched/sched_monitor.h"
 #include "util/log.h"
 
@@ -30,13 +30,13 @@ void sched_monitor_deinit(struct sched_monitor *m)
 	*m = (struct sched_monitor){0};
 }
 
-bool sched_monitor_wants_input(struct sched_session *ss, const struct sched_monitor_settings *m)
+bool sched_monitor_wants_input(uint64_t *offered, const struct sched_monitor_settings *m)
 {
 	if (m->input == MONITOR_INPUT_OFF)
 		return false;
 	if (m->input == MONITOR_INPUT_ALL)
 		return true;
-	return ss->ppl_inputs_seen++ % (uint64_t)m->every == 0;
+	return (*offered)++ % (uint64_t)m->every == 0;
 }
 
 double sched_monitor_nll(float *row, int n_vocab, int32_t target)
@@ -53,7 +53,8 @@ static double ppl_of(double nll_sum, uint64_t n)
 	return n ? exp(nll_sum / (double)n) : 0.0;
 }
 
-static void check_alert(struct sched_monitor *m, struct sched_req *r, struct sched_perplexity *p)
+static void check_alert(struct sched_monitor *m, const struct sched_monitor_stream *st,
+                        struct sched_perplexity *p)
 {
 	double first = p->first_nll / (double)p->first_tokens;
 	double running = p->running_nll / (double)p->running_tokens;
@@ -67,23 +68,20 @@ static void check_alert(struct sched_monitor *m, struct sched_req *r, struct sch
 	p->alerting = true;
 	p->alerts++;
 	m->alerts++;
-	log_event(m->log, LOG_WARN, "sched",
-	          "perplexity rose above the session's first window",
-	          (struct log_field[]){LOG_STR("session", r->sess->id[0] ? r->sess->id : "-"),
-	                               LOG_STR("request_id", r->rid[0] ? r->rid : "-"),
-	                               LOG_DBL("ratio", p->ratio),
-	                               LOG_DBL("alert_ratio", m->set.alert_ratio),
-	                               LOG_DBL("first_window_perplexity", exp(first)),
-	                               LOG_DBL("running_perplexity", exp(running)),
-	                               LOG_INT("scored_tokens", p->first_tokens + p->running_tokens),
-	                               LOG_END});
+	log_event(m->log, LOG_WARN, "sched", "perplexity rose above the session's first window",
+	          (struct log_field[]){
+	              LOG_STR("session", st->session_id[0] ? st->session_id : "-"),
+	              LOG_STR("request_id", st->request_id[0] ? st->request_id : "-"),
+	              LOG_DBL("ratio", p->ratio), LOG_DBL("alert_ratio", m->set.alert_ratio),
+	              LOG_DBL("first_window_perplexity", exp(first)),
+	              LOG_DBL("running_perplexity", exp(running)),
+	              LOG_INT("scored_tokens", p->first_tokens + p->running_tokens), LOG_END});
 }
 
-void sched_monitor_add(struct sched_monitor *m, struct sched_req *r, double nll, bool input,
-                       uint64_t pos)
+void sched_monitor_add(struct sched_monitor *m, const struct sched_monitor_stream *st, double nll,
+                       bool input, uint64_t pos)
 {
-	struct sched_session *ss = r->sess;
-	struct sched_perplexity *p = &ss->ppl;
+	struct sched_perplexity *p = st->ppl;
 	if (!isfinite(nll)) /* a -inf logit of the token itself: nothing to learn from it */
 		return;
 	if (input) {
@@ -93,14 +91,14 @@ void sched_monitor_add(struct sched_monitor *m, struct sched_req *r, double nll,
 		p->generated_tokens++;
 		p->generated_nll += nll;
 	}
-	if (pos < cache_geometry_capacity_tokens(&ss->geom)) {
+	if (pos < st->first_window) {
 		p->first_tokens++;
 		p->first_nll += nll;
 	} else {
 		p->running_tokens++;
 		p->running_nll += nll;
 		if (p->first_tokens && p->running_tokens % p->first_tokens == 0)
-			check_alert(m, r, p);
+			check_alert(m, st, p);
 	}
 	if (m->n_nll_queue == m->cap_nll_queue) {
 		size_t cap = m->cap_nll_queue ? 2 * m->cap_nll_queue : 256;
@@ -131,11 +129,11 @@ bool sched_monitor_score_room(struct sched_monitor *m)
 	return true;
 }
 
-void sched_monitor_score_row(struct sched_monitor *m, struct sched_req *r, int row, int32_t target,
-                             uint64_t pos)
+void sched_monitor_score_row(struct sched_monitor *m, const struct sched_monitor_stream *st,
+                             int row, int32_t target, uint64_t pos)
 {
 	m->score_rows[m->n_score_rows++] =
-	    (struct sched_score_row){.r = r, .row = row, .target = target, .pos = pos};
+	    (struct sched_score_row){.st = *st, .row = row, .target = target, .pos = pos};
 }
 
 void sched_monitor_score_batch(struct sched_monitor *m, float *logits)
@@ -143,7 +141,7 @@ void sched_monitor_score_batch(struct sched_monitor *m, float *logits)
 	for (size_t i = 0; i < m->n_score_rows; i++) {
 		const struct sched_score_row *sr = &m->score_rows[i];
 		float *row = logits + (size_t)sr->row * (size_t)m->n_vocab; /* not sampled */
-		sched_monitor_add(m, sr->r, sched_monitor_nll(row, m->n_vocab, sr->target), true,
+		sched_monitor_add(m, &sr->st, sched_monitor_nll(row, m->n_vocab, sr->target), true,
 		                  sr->pos);
 	}
 }
@@ -156,40 +154,39 @@ void sched_monitor_keep_raw(struct sched_monitor *m, const float *row)
 		memcpy(m->raw_row, row, (size_t)m->n_vocab * sizeof(float));
 }
 
-void sched_monitor_add_generated(struct sched_monitor *m, struct sched_req *r, int32_t token,
-                                 uint64_t pos)
+void sched_monitor_add_generated(struct sched_monitor *m, const struct sched_monitor_stream *st,
+                                 int32_t token, uint64_t pos)
 {
 	if (m->raw_row)
-		sched_monitor_add(m, r, sched_monitor_nll(m->raw_row, m->n_vocab, token), false,
+		sched_monitor_add(m, st, sched_monitor_nll(m->raw_row, m->n_vocab, token), false,
 		                  pos);
 }
 
-void sched_monitor_flush_locked(struct sched_monitor *m, struct sched_hist *input,
-                                struct sched_hist *generated, uint64_t *alerts)
+void sched_monitor_flush_locked(struct sched_monitor *m, sched_monitor_observe_fn observe,
+                                void *arg, uint64_t *alerts)
 {
 	for (size_t i = 0; i < m->n_nll_queue; i++)
-		sched_hist_observe(m->nll_queue[i].input ? input : generated, m->nll_queue[i].nll);
+		observe(arg, m->nll_queue[i].nll, m->nll_queue[i].input);
 	m->n_nll_queue = 0;
 	*alerts = m->alerts;
 }
 
-void sched_monitor_stream_done(struct sched_monitor *m, struct sched_req *r)
+void sched_monitor_stream_done(struct sched_monitor *m, const struct sched_monitor_stream *st,
+                               const struct sched_perplexity *start)
 {
-	if (!r->sess)
-		return;
-	const struct sched_perplexity *p = &r->sess->ppl, *a = &r->ppl_start;
+	const struct sched_perplexity *p = st->ppl, *a = start;
 	uint64_t n_in = p->input_tokens - a->input_tokens;
 	uint64_t n_gen = p->generated_tokens - a->generated_tokens;
 	if (!n_in && !n_gen)
 		return;
-	log_event(m->log, LOG_INFO, "sched", "stream perplexity",
-	          (struct log_field[]){
-	              LOG_STR("session", r->sess->id[0] ? r->sess->id : "-"),
-	              LOG_STR("request_id", r->rid[0] ? r->rid : "-"),
-	              LOG_INT("input_tokens_scored", n_in),
-	              LOG_DBL("input_perplexity", ppl_of(p->input_nll - a->input_nll, n_in)),
-	              LOG_INT("generated_tokens_scored", n_gen),
-	              LOG_DBL("generated_perplexity",
-	                      ppl_of(p->generated_nll - a->generated_nll, n_gen)),
-	              LOG_DBL("session_ratio", p->ratio), LOG_END});
+	log_event(
+	    m->log, LOG_INFO, "sched", "stream perplexity",
+	    (struct log_field[]){
+	        LOG_STR("session", st->session_id[0] ? st->session_id : "-"),
+	        LOG_STR("request_id", st->request_id[0] ? st->request_id : "-"),
+	        LOG_INT("input_tokens_scored", n_in),
+	        LOG_DBL("input_perplexity", ppl_of(p->input_nll - a->input_nll, n_in)),
+	        LOG_INT("generated_tokens_scored", n_gen),
+	        LOG_DBL("generated_perplexity", ppl_of(p->generated_nll - a->generated_nll, n_gen)),
+	        LOG_DBL("session_ratio", p->ratio), LOG_END});
 }

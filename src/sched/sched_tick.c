@@ -41,7 +41,7 @@
  * Persistent sessions keep the stream's last token un-fed ("pending"): a
  * later request starts by feeding it, which yields the logits to continue
  * from; a revise that reaches it just drops it. */
-#include "sched/sched_internal.h"
+#include "sched/scheduler_impl.h"
 #include "sched/sched_views.h"
 
 #include <errno.h>
@@ -54,6 +54,16 @@
 #include "util/log.h"
 #include "util/sderr.h"
 #include "util/tuning.h"
+
+/* r's stream as the perplexity monitor sees it (r has a session). */
+static struct sched_monitor_stream req_monitor_stream(struct sched_req *r)
+{
+	return (struct sched_monitor_stream){
+	    .ppl = &r->sess->ppl,
+	    .first_window = cache_geometry_capacity_tokens(&r->sess->geom),
+	    .session_id = r->sess->id,
+	    .request_id = r->rid};
+}
 
 /* ---- request and session lifetime ------------------------------------- */
 
@@ -149,8 +159,10 @@ void sched_emit_done(struct scheduler *s, struct sched_req *r, enum gen_finish f
 		s->st.completed++;
 	pthread_mutex_unlock(&s->mu);
 	r->state = REQ_FINISHED;
-	if (r->feed) /* it started: its tokens went through the monitor */
-		sched_monitor_stream_done(&s->monitor, r);
+	if (r->feed && r->sess) { /* it started: its tokens went through the monitor */
+		struct sched_monitor_stream ms = req_monitor_stream(r);
+		sched_monitor_stream_done(&s->monitor, &ms, &r->ppl_start);
+	}
 	if (log_enabled(s->log, LOG_DEBUG)) {
 		static const char *const names[] = {"none", "stop", "length", "cancelled", "error"};
 		log_event(s->log, LOG_DEBUG, "sched", "request done",
@@ -442,7 +454,8 @@ static bool req_sample(struct scheduler *s, struct sched_req *r)
 		sched_emit_done(s, r, GEN_FINISH_ERROR, -EIO, SCHED_FIELD_NONE, why);
 		return true;
 	}
-	sched_monitor_add_generated(&s->monitor, r, res.token,
+	struct sched_monitor_stream ms = req_monitor_stream(r);
+	sched_monitor_add_generated(&s->monitor, &ms, res.token,
 	                            r->feed_base + r->n_feed + (uint64_t)r->n_generated);
 	return req_on_token(s, r, &res);
 }
@@ -499,7 +512,8 @@ static void batch_add_scored(struct scheduler *s, size_t *n, int *rows, struct s
 	}
 	int row = r->logits_row;
 	batch_add(s, n, rows, r, tok, true);
-	sched_monitor_score_row(&s->monitor, r, r->logits_row, target, pos);
+	struct sched_monitor_stream ms = req_monitor_stream(r);
+	sched_monitor_score_row(&s->monitor, &ms, r->logits_row, target, pos);
 	r->logits_row = row; /* the sampling row stays the request's own */
 }
 
@@ -631,7 +645,7 @@ static size_t batch_build(struct scheduler *s, struct sched_req **act, size_t n_
 			bool sample = at + 1 == r->n_feed && r->logits_at_end;
 			/* the monitor scores the next input token where it is asked to */
 			if (!sample && at + 1 < r->n_feed_all &&
-			    sched_monitor_wants_input(r->sess, &s->monitor.set))
+			    sched_monitor_wants_input(&r->sess->ppl_inputs_seen, &s->monitor.set))
 				batch_add_scored(s, &n, rows, r, r->feed[at], r->feed[at + 1],
 				                 r->feed_base + at + 1);
 			else
@@ -789,6 +803,13 @@ static size_t tick_run(struct scheduler *s, struct sched_req **act, size_t n_act
 	return n;
 }
 
+/* The monitor's NLLs into their histograms ([mu] held). */
+static void monitor_observe(void *arg, double nll, bool input)
+{
+	struct scheduler *s = arg;
+	sched_hist_observe(&s->hist[input ? SCHED_HIST_INPUT_NLL : SCHED_HIST_GENERATED_NLL], nll);
+}
+
 size_t sched_tick(struct scheduler *s)
 {
 	/* Snapshot of the active list: only this thread adds (at admission,
@@ -824,8 +845,7 @@ size_t sched_tick(struct scheduler *s)
 		act[i]->pub_state = act[i]->state;
 		act[i]->pub_generated = act[i]->n_generated;
 	}
-	sched_monitor_flush_locked(&s->monitor, &s->hist[SCHED_HIST_INPUT_NLL],
-	                           &s->hist[SCHED_HIST_GENERATED_NLL], &s->st.perplexity_alerts);
+	sched_monitor_flush_locked(&s->monitor, monitor_observe, s, &s->st.perplexity_alerts);
 	pthread_mutex_unlock(&s->mu);
 	for (size_t i = 0; i < n_act; i++)
 		if (act[i]->state == REQ_FINISHED)

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sched/sched_internal.h"
+#include "sched/scheduler_impl.h"
 #include "sched/sched_views.h"
 #include "session/session_key.h"
 

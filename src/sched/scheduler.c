@@ -10,7 +10,7 @@
  * ones behind it, so a large request is not starved by small ones).  Requests
  * on a persistent session need no new reservation (the session holds one) and
  * are admitted at the next tick regardless of the queue's head. */
-#include "sched/sched_internal.h"
+#include "sched/scheduler_impl.h"
 #include "session/store.h"
 
 #include <errno.h>
@@ -353,6 +353,16 @@ static bool parking_pending_locked(const struct scheduler *s)
 	return false;
 }
 
+void sched_ctl_wait_locked(struct scheduler *s, long ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += ms * 1000 * 1000;
+	if (ts.tv_nsec >= 1000000000L)
+		ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+	pthread_cond_timedwait(&s->ctl_cv, &s->mu, &ts);
+}
+
 /* Admission never refuses a session because of stored responses: while
  * the budget lacks room and some are leaving (a tick away), it waits for
  * them (at most SCHED_PARK_WAIT_S; [mu], released while waiting). */
@@ -363,12 +373,7 @@ static void wait_for_parking_locked(struct scheduler *s, size_t bound)
 	while (s->reserved + bound > s->lim.budget_bytes && parking_pending_locked(s) &&
 	       sched_now() < until) {
 		pthread_cond_signal(&s->cv); /* the engine's sweep sends them off */
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 20 * 1000 * 1000;
-		if (ts.tv_nsec >= 1000000000L)
-			ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-		pthread_cond_timedwait(&s->ctl_cv, &s->mu, &ts);
+		sched_ctl_wait_locked(s, 20);
 	}
 }
 
@@ -402,15 +407,17 @@ static void session_fill_restored(struct sched_session *ss, const struct sched_r
  * then the session; a restored one gets its stream history and its cache
  * image. */
 struct create_args {
+	struct scheduler *s;
 	const struct session_settings *opt;
 	const struct sched_restore *rs;
 	char *id_out; /* [SCHED_SESSION_ID_LEN] */
 };
 
-static int session_admit(struct scheduler *s, void *arg, const struct sched_store_claim *claim,
-                         enum sched_field *field, char *err, size_t err_len)
+static int session_admit(void *arg, const struct sched_store_claim *claim, enum sched_field *field,
+                         char *err, size_t err_len)
 {
 	const struct create_args *a = arg;
+	struct scheduler *s = a->s;
 	const struct session_settings *opt = a->opt;
 	const struct sched_restore *rs = a->rs;
 	const char *want_id = claim->id;
@@ -484,11 +491,12 @@ static int session_create(struct scheduler *s, const struct session_settings *op
 	*field = want_id ? SCHED_FIELD_SESSION_ID : SCHED_FIELD_NONE; /* until the id is taken */
 	if (want_id && !session_key_valid(want_id))
 		return err_set(err, err_len, -EINVAL, "session id: 1..32 hex digits");
-	struct create_args a = {.opt = opt, .rs = rs, .id_out = id_out};
+	struct create_args a = {.s = s, .opt = opt, .rs = rs, .id_out = id_out};
 	enum sched_lease lease = !rs          ? SCHED_LEASE_TAKE
 	                         : rs->leased ? SCHED_LEASE_HELD
 	                                      : SCHED_LEASE_NONE;
-	return sched_store_create(s, opt, want_id, lease, session_admit, &a, field, err, err_len);
+	return sched_store_create(&s->store, opt ? opt->owner : NULL, opt ? opt->owner_max : 0,
+	                          want_id, lease, session_admit, &a, field, err, err_len);
 }
 
 int scheduler_session_create(struct scheduler *s, const struct session_settings *opt,
@@ -632,11 +640,11 @@ int scheduler_session_delete(struct scheduler *s, const char *id)
 		return ss ? 0 : -ENOENT;
 	/* only in the store: deleted there unless another instance holds it */
 	char holder[160], err[SINKD_ERR_LEN];
-	int rc = session_store_lease_take(sched_leave_store(s), id, NULL, holder, sizeof(holder),
-	                                  err, sizeof(err));
+	int rc = session_store_lease_take(sched_leave_store(&s->store), id, NULL, holder,
+	                                  sizeof(holder), err, sizeof(err));
 	if (rc)
 		return rc;
-	sched_store_forget(s, id);
+	sched_forget_stored(s, id);
 	return 0;
 }
 
@@ -1061,7 +1069,7 @@ static void housekeeping_run(struct scheduler *s, struct housekeeping *hk)
 	for (size_t i = 0; i < hk->n_free; i++) {
 		struct sched_session *ss = hk->free_sessions[i];
 		if (ss->persistent && !ss->stored)
-			sched_store_forget(s, ss->id); /* deleted or expired: its file goes too */
+			sched_forget_stored(s, ss->id); /* deleted or expired: its file goes too */
 		sched_session_release(s, ss);
 		pthread_mutex_lock(&s->mu);
 		s->reserved -= ss->bytes_reserved;
@@ -1210,7 +1218,7 @@ int scheduler_new(const struct sinkd_config *cfg, struct backend *be, const stru
 	pthread_cond_init(&s->cv, NULL);
 	pthread_cond_init(&s->ctl_cv, NULL);
 	sched_hist_init_all(s);
-	rc = sched_store_init(&s->store, cfg, log, err, err_len);
+	rc = sched_store_init(&s->store, cfg, log, &s->mu, err, err_len);
 	if (rc)
 		goto fail;
 	limits_from_config(s, cfg, &s->lim);
@@ -1266,7 +1274,7 @@ void scheduler_free(struct scheduler *s)
 		pthread_mutex_unlock(&s->mu);
 		pthread_join(s->thread, NULL);
 	}
-	sched_store_stop(s); /* the writer finishes what it was given */
+	sched_store_writer_stop(&s->store); /* the writer finishes what it was given */
 	/* The engine is gone: this thread owns everything now. */
 	free_all_requests(s, s->queue, s->n_queue);
 	free_all_requests(s, s->active, s->n_active);

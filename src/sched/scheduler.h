@@ -14,6 +14,7 @@
 #include "config/config.h"
 #include "engine/backend.h"
 #include "engine/sampler.h"
+#include "sched/sched_types.h"
 #include "tokenizer/tokenizer.h"
 
 struct grammar;
@@ -24,22 +25,6 @@ enum gen_finish {
 	GEN_FINISH_LENGTH,
 	GEN_FINISH_CANCELLED,
 	GEN_FINISH_ERROR
-};
-
-/* The field of a request or of session settings that a refusal is about.
- * The server names it in its answer with the client's own name for it
- * (server/request_fields.h: "messages", "input" or "text" for the prompt,
- * ...), so the scheduler speaks of fields, never of field names. */
-enum sched_field {
-	SCHED_FIELD_NONE = 0,
-	SCHED_FIELD_PROMPT,
-	SCHED_FIELD_MAX_TOKENS,
-	SCHED_FIELD_LOGIT_BIAS,
-	SCHED_FIELD_SESSION_ID,
-	SCHED_FIELD_REVISE_LAST_TOKENS,
-	SCHED_FIELD_PIN_PREFIX_TOKENS,
-	SCHED_FIELD_WINDOW_SIZE,
-	SCHED_FIELD_SINK_KEEP_COUNT,
 };
 
 enum gen_event_kind {
@@ -253,9 +238,9 @@ void scheduler_write_metrics(struct scheduler *s, FILE *out);
 
 /* Sessions are named by their keys here (session/session_key.h: the
  * owner's tag and the client's id), never by the client's id alone: the
- * same id under two API keys is two sessions. */
-#define SCHED_SESSION_ID_LEN 50 /* SESSION_KEY_LEN */
-#define SCHED_OWNER_LEN 64      /* a session owner's name, NUL included */
+ * same id under two API keys is two sessions (SCHED_SESSION_ID_LEN:
+ * sched_types.h). */
+#define SCHED_OWNER_LEN 64 /* a session owner's name, NUL included */
 
 /* Cache settings a client may choose at creation, within the configured
  * limits (each at most the configured value, so the bound never grows). */
@@ -300,23 +285,6 @@ int scheduler_session_create(struct scheduler *s, const struct session_settings 
  * anyone when owner is NULL) expires. */
 int scheduler_session_retry_after_s(struct scheduler *s, const char *owner);
 
-/* The streaming-perplexity monitor of one session (sched_monitor.c): the
- * NLL of every scored token under the model's own distribution (raw
- * logits: before logit_bias, penalties, constraints and temperature), input
- * tokens (monitoring.input_perplexity) and generated ones apart; the first
- * full window (scored tokens predicted while the cache had not yet
- * evicted: stream index below sinks + window) and the running mean of every
- * scored token after it. */
-struct sched_perplexity {
-	uint64_t input_tokens, generated_tokens;
-	double input_nll, generated_nll; /* sums */
-	uint64_t first_tokens, running_tokens;
-	double first_nll, running_nll; /* sums */
-	double ratio;    /* exp(running mean - first mean) at the last check; 0 before one */
-	uint64_t alerts; /* times the ratio rose past monitoring.perplexity_alert_ratio */
-	bool alerting;   /* above it now (an alert is logged again only after it fell below) */
-};
-
 struct sched_session_info {
 	uint64_t n_seen; /* tokens of the stream so far (prompt + generated - revised) */
 	int n_resident;  /* tokens in the cache */
@@ -338,15 +306,9 @@ struct sched_session_info {
 /* -ENOENT when unknown (or expired/deleted). */
 int scheduler_session_info(struct scheduler *s, const char *id, struct sched_session_info *out);
 /* A session that left this instance for the store (or the park of stored
- * responses), as it was when it left. */
-struct sched_left_info {
-	uint64_t n_seen;
-	int n_resident;
-	int window_size, sink_keep_count, pinned_tokens;
-	size_t bytes; /* its record */
-	bool parked;  /* in this process's park, not a shared store */
-};
-/* -ENOENT when it did not leave from here or is no longer stored. */
+ * responses), as it was when it left (struct sched_left_info:
+ * sched_types.h).  -ENOENT when it did not leave from here or is no longer
+ * stored. */
 int scheduler_session_left_info(struct scheduler *s, const char *id, struct sched_left_info *out);
 /* A chat message a session holds (chat completions with session_id): its
  * digest (api_message_digest), the stream position where the request that
@@ -415,7 +377,7 @@ int scheduler_cache_trace(struct scheduler *s, const char *session_id, const cha
                           size_t err_len);
 void scheduler_cache_trace_free(struct cache_trace_step *t);
 
-/* ---- Snapshots and the session store (sched_store.c) ------------------- */
+/* ---- Snapshots and the session store (sched_offload.c) ----------------- */
 
 struct session_store;
 /* Before any request: the model file a snapshot names (its SHA-256 is

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/geometry.h"
 #include "config/config.h"
-#include "sched/sched_internal.h"
 #include "sched/sched_monitor.h"
 #include "util/log.h"
 #include "testutil.h"
@@ -19,28 +19,30 @@
 /* A session of 4 sinks and a window of 12: the first window is the tokens
  * predicted at stream indexes 0..15. */
 struct stream {
-	struct sched_session ss;
-	struct sched_req r;
+	struct sched_perplexity ppl;
+	uint64_t offered;
+	struct sched_monitor_stream ms;
 };
 
 static void stream_init(struct stream *t)
 {
 	memset(t, 0, sizeof(*t));
-	t->ss.geom = (struct cache_geometry){.n_layers = 1,
-	                                         .n_kv_heads = 1,
-	                                         .head_dim = 8,
-	                                         .rope_dim = 8,
-	                                         .rope_theta = 10000.0,
-	                                         .strategy = CACHE_STRATEGY_SLIDING_WINDOW,
-	                                         .sink_keep_count = 4,
-	                                         .window_size = 12,
-	                                         .full_precision_recent = 12,
-	                                         .anchor_promote = 0.5f,
-	                                         .anchor_demote_steps = 1};
-	snprintf(t->ss.id, sizeof(t->ss.id), "%s", "t-0123abcd");
-	snprintf(t->r.rid, sizeof(t->r.rid), "%s", "req-1");
-	t->r.sess = &t->ss;
-	ck_assert_uint_eq(cache_geometry_capacity_tokens(&t->ss.geom), 16);
+	struct cache_geometry geom = {.n_layers = 1,
+	                              .n_kv_heads = 1,
+	                              .head_dim = 8,
+	                              .rope_dim = 8,
+	                              .rope_theta = 10000.0,
+	                              .strategy = CACHE_STRATEGY_SLIDING_WINDOW,
+	                              .sink_keep_count = 4,
+	                              .window_size = 12,
+	                              .full_precision_recent = 12,
+	                              .anchor_promote = 0.5f,
+	                              .anchor_demote_steps = 1};
+	ck_assert_uint_eq(cache_geometry_capacity_tokens(&geom), 16);
+	t->ms = (struct sched_monitor_stream){.ppl = &t->ppl,
+	                                      .first_window = cache_geometry_capacity_tokens(&geom),
+	                                      .session_id = "t-0123abcd",
+	                                      .request_id = "req-1"};
 }
 
 /* Scores n tokens of NLL nll from stream index *pos on. */
@@ -48,7 +50,7 @@ static void feed(struct sched_monitor *m, struct stream *t, uint64_t *pos, int n
                  bool input)
 {
 	for (int i = 0; i < n; i++)
-		sched_monitor_add(m, &t->r, nll, input, (*pos)++);
+		sched_monitor_add(m, &t->ms, nll, input, (*pos)++);
 }
 
 START_TEST(test_alert_once_per_rise)
@@ -63,7 +65,7 @@ START_TEST(test_alert_once_per_rise)
 	sched_monitor_init(&m, log, 4);
 	m.set = (struct sched_monitor_settings){.alert_ratio = 2.0};
 	stream_init(&t);
-	const struct sched_perplexity *p = &t.ss.ppl;
+	const struct sched_perplexity *p = &t.ppl;
 
 	feed(&m, &t, &pos, 16, 1.0, false); /* the first window: the baseline */
 	ck_assert_uint_eq(p->first_tokens, 16);
@@ -83,7 +85,7 @@ START_TEST(test_alert_once_per_rise)
 	ck_assert_uint_eq(p->alerts, 2);
 	/* a token the model gave -inf teaches nothing */
 	uint64_t n = p->generated_tokens;
-	sched_monitor_add(&m, &t.r, INFINITY, false, pos++);
+	sched_monitor_add(&m, &t.ms, INFINITY, false, pos++);
 	ck_assert_uint_eq(p->generated_tokens, n);
 
 	fflush(mem);
@@ -99,35 +101,44 @@ START_TEST(test_alert_once_per_rise)
 }
 END_TEST
 
+/* What the flush hands over, per kind: count and sum. */
+struct observed {
+	uint64_t n[2];
+	double sum[2];
+};
+
+static void observe(void *arg, double nll, bool input)
+{
+	struct observed *o = arg;
+	o->n[input]++;
+	o->sum[input] += nll;
+}
+
 START_TEST(test_histograms_at_flush)
 {
-	struct scheduler *s = calloc(1, sizeof(*s)); /* for its histograms only */
+	struct observed o = {0};
 	struct sched_monitor m;
 	struct stream t;
 	uint64_t pos = 0, alerts = 99;
-	sched_hist_init_all(s);
 	sched_monitor_init(&m, NULL, 4);
 	m.set = (struct sched_monitor_settings){.alert_ratio = 2.0};
 	stream_init(&t);
 	feed(&m, &t, &pos, 5, 0.5, true);
 	feed(&m, &t, &pos, 3, 2.0, false);
-	/* nothing in the histograms before the flush (they are [mu]) */
-	ck_assert_uint_eq(s->hist[SCHED_HIST_INPUT_NLL].total, 0);
-	sched_monitor_flush_locked(&m, &s->hist[SCHED_HIST_INPUT_NLL],
-	                           &s->hist[SCHED_HIST_GENERATED_NLL], &alerts);
+	/* nothing handed over before the flush (the histograms are [mu]) */
+	ck_assert_uint_eq(o.n[1], 0);
+	sched_monitor_flush_locked(&m, observe, &o, &alerts);
 	ck_assert_uint_eq(alerts, 0);
-	ck_assert_uint_eq(s->hist[SCHED_HIST_INPUT_NLL].total, 5);
-	ck_assert(fabs(s->hist[SCHED_HIST_INPUT_NLL].sum - 2.5) < 1e-9);
-	ck_assert_uint_eq(s->hist[SCHED_HIST_GENERATED_NLL].total, 3);
-	ck_assert(fabs(s->hist[SCHED_HIST_GENERATED_NLL].sum - 6.0) < 1e-9);
-	ck_assert_uint_eq(t.ss.ppl.input_tokens, 5);
-	ck_assert_uint_eq(t.ss.ppl.generated_tokens, 3);
+	ck_assert_uint_eq(o.n[1], 5);
+	ck_assert(fabs(o.sum[1] - 2.5) < 1e-9);
+	ck_assert_uint_eq(o.n[0], 3);
+	ck_assert(fabs(o.sum[0] - 6.0) < 1e-9);
+	ck_assert_uint_eq(t.ppl.input_tokens, 5);
+	ck_assert_uint_eq(t.ppl.generated_tokens, 3);
 	/* flushed once: a second flush adds nothing */
-	sched_monitor_flush_locked(&m, &s->hist[SCHED_HIST_INPUT_NLL],
-	                           &s->hist[SCHED_HIST_GENERATED_NLL], &alerts);
-	ck_assert_uint_eq(s->hist[SCHED_HIST_INPUT_NLL].total, 5);
+	sched_monitor_flush_locked(&m, observe, &o, &alerts);
+	ck_assert_uint_eq(o.n[1], 5);
 	sched_monitor_deinit(&m);
-	free(s);
 }
 END_TEST
 
@@ -144,19 +155,19 @@ START_TEST(test_rows_scored_against_targets)
 	float logits[2 * 4] = {0, 0, 0, 0, /* uniform */ 10, 0, 0, 0 /* token 0 sure */};
 	sched_monitor_batch_begin(&m);
 	ck_assert(sched_monitor_score_room(&m));
-	sched_monitor_score_row(&m, &t.r, 0, 3, 1);
+	sched_monitor_score_row(&m, &t.ms, 0, 3, 1);
 	ck_assert(sched_monitor_score_room(&m));
-	sched_monitor_score_row(&m, &t.r, 1, 0, 2);
+	sched_monitor_score_row(&m, &t.ms, 1, 0, 2);
 	sched_monitor_score_batch(&m, logits);
-	ck_assert_uint_eq(t.ss.ppl.input_tokens, 2);
-	ck_assert(t.ss.ppl.input_nll > log(4.0) && t.ss.ppl.input_nll < log(4.0) + 0.01);
+	ck_assert_uint_eq(t.ppl.input_tokens, 2);
+	ck_assert(t.ppl.input_nll > log(4.0) && t.ppl.input_nll < log(4.0) + 0.01);
 	/* a sampled token: scored on the row as it was before sampling */
 	float sampled[4] = {0, 0, 5, 0};
 	sched_monitor_keep_raw(&m, sampled);
 	sampled[2] = -INFINITY; /* what a grammar or a bias may do to the row */
-	sched_monitor_add_generated(&m, &t.r, 2, 3);
-	ck_assert_uint_eq(t.ss.ppl.generated_tokens, 1);
-	ck_assert(t.ss.ppl.generated_nll < 0.03);
+	sched_monitor_add_generated(&m, &t.ms, 2, 3);
+	ck_assert_uint_eq(t.ppl.generated_tokens, 1);
+	ck_assert(t.ppl.generated_nll < 0.03);
 	sched_monitor_deinit(&m);
 }
 END_TEST
@@ -170,9 +181,9 @@ START_TEST(test_input_sampling)
 	struct sched_monitor_settings some = {.input = MONITOR_INPUT_SAMPLE, .every = 4};
 	int n_off = 0, n_all = 0, n_some = 0;
 	for (int i = 0; i < 40; i++) {
-		n_off += sched_monitor_wants_input(&t.ss, &off);
-		n_all += sched_monitor_wants_input(&t.ss, &all);
-		n_some += sched_monitor_wants_input(&t.ss, &some);
+		n_off += sched_monitor_wants_input(&t.offered, &off);
+		n_all += sched_monitor_wants_input(&t.offered, &all);
+		n_some += sched_monitor_wants_input(&t.offered, &some);
 	}
 	ck_assert_int_eq(n_off, 0);
 	ck_assert_int_eq(n_all, 40);

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sched/sched_internal.h"
+#include "sched/scheduler_impl.h"
 #include "session/session_key.h"
 #include "testutil.h"
 

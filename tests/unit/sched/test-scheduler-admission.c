@@ -16,7 +16,7 @@
 #include "config/config.h"
 #include "engine/backend.h"
 #include "grammar/grammar.h"
-#include "sched/sched_internal.h"
+#include "sched/scheduler_impl.h"
 #include "util/sderr.h"
 #include "sched/scheduler.h"
 #include "util/errbuf.h"

@@ -20,7 +20,7 @@
 #include "config/config.h"
 #include "engine/backend.h"
 #include "grammar/grammar.h"
-#include "sched/sched_internal.h"
+#include "sched/scheduler_impl.h"
 #include "sched/scheduler.h"
 #include "util/errbuf.h"
 #include "sched_fixture.h"

@@ -4,8 +4,11 @@
  * The parts with an owner of their own keep their state in their own
  * struct, embedded here, and say in their header what locks what:
  * sched_pace.h (prefill pacing), sched_monitor.h (the perplexity monitor),
- * and sched_store.h (the hand-over to and from the session store);
- * sched_views.h (lists and cache traces) has no state of its own.
+ * and sched_store.h (the store's side of the hand-over to and from the
+ * session store: leases, park, what left, identity, the writer queue);
+ * none of them knows struct scheduler.  sched_offload.c (the scheduler's
+ * sessions to and from the store) and sched_views.c (lists and cache
+ * traces) are core files with no state of their own.
  *
  * Locking: `mu` guards the queue, the session table, the counters and every
  * field marked [mu].  Fields marked [engine] are touched only by the engine
@@ -68,7 +71,7 @@ struct sched_session {
 	size_t hist_end;           /* index after the newest entry */
 	double created, last_used; /* [mu] monotonic seconds */
 	bool offload_tried;        /* [mu] since the last request */
-	/* Snapshots and the session store (sched_store.c). */
+	/* Snapshots and the session store (sched_offload.c). */
 	int ctl_refs;               /* [mu] snapshot jobs pending: not freed while > 0 */
 	unsigned char *restore_buf; /* [mu] restored snapshot, imported on first use */
 	struct kv_image restore_kv; /* points into restore_buf */
@@ -89,16 +92,6 @@ struct sched_session {
 	struct sched_perplexity ppl;     /* [engine] the monitor (sched_monitor.c) */
 	struct sched_perplexity ppl_pub; /* [mu] its copy as of the last tick */
 	uint64_t ppl_inputs_seen;        /* [engine] input tokens offered (sample: every K-th) */
-};
-
-/* A session's state as the engine copied it out: what a snapshot holds
- * besides the model and the geometry. */
-struct sched_export {
-	struct kv_image kv;
-	int32_t *hist; /* (n_hist) oldest first */
-	uint32_t n_hist;
-	bool has_pending;
-	uint64_t tokens_seen;
 };
 
 /* What a restored session starts from (a decoded snapshot). */
@@ -131,11 +124,14 @@ struct sched_ctl {
 	bool done; /* [mu] */
 };
 
-/* An offloaded session on its way to the store (the writer thread). */
+/* An offloaded session on its way to the store (the store's writer
+ * thread; sched_offload.c). */
 struct sched_offload {
 	struct sched_session *ss;
 	struct sched_export ex;
 	double t_start;
+	char owner[SCHED_OWNER_LEN]; /* ss's, copied when the writer takes it ([mu]) */
+	uint64_t generation;         /* likewise */
 };
 
 enum sched_req_state {
@@ -222,8 +218,8 @@ struct scheduler {
 	struct sched_session **dead; /* [mu] deleted/expired, to free on the engine */
 	size_t n_dead, cap_dead;
 
-	struct sched_store store; /* the store hand-over (sched_store.h says what locks what) */
-	char model_path[4096];    /* the model file, whose SHA-256 snapshots carry (set at start) */
+	/* the store's side of the hand-over (sched_store.h says what locks what) */
+	struct sched_store store;
 	struct sched_ctl **ctl; /* [mu] jobs for the engine */
 	size_t n_ctl, cap_ctl;
 	pthread_cond_t ctl_cv; /* a job is done, or an offload finished */
@@ -254,6 +250,9 @@ double sched_now(void);
 /* Appends p to a growable array of pointers; -ENOMEM. */
 int sched_ptrs_push(void ***arr, size_t *n, size_t *cap, void *p);
 void sched_ptrs_remove_at(void **arr, size_t *n, size_t i);
+/* Waits on ctl_cv (a job done, an offload finished) for at most ms
+ * milliseconds (under a second); mu held. */
+void sched_ctl_wait_locked(struct scheduler *s, long ms);
 
 /* sched_tick.c */
 /* Sets up admitted requests, runs one batch, emits events; returns the number
@@ -269,9 +268,40 @@ void sched_session_release(struct scheduler *s, struct sched_session *ss);
 /* Makes the request leave: session unbusied (or freed when one-shot). */
 void sched_req_retire(struct scheduler *s, struct sched_req *r);
 /* The engine's part of the jobs taken from s->ctl (jobs[0..n)): snapshot
- * exports (sched_store.c) and cache traces (sched_views.c); then wakes the
+ * exports (sched_offload.c) and cache traces (sched_views.c); then wakes the
  * threads waiting for them. */
 void sched_ctl_run(struct scheduler *s, struct sched_ctl **jobs, size_t n);
+
+/* sched_offload.c: the scheduler's sessions to and from the store */
+/* Runs an EXPORT job taken from s->ctl (engine thread, lock not held):
+ * the session copied out for its snapshot, or why not; marks it done. */
+void sched_export_run(struct scheduler *s, struct sched_ctl *c);
+/* Copies a session's state out (engine thread; the session is idle). */
+int sched_export_session(struct scheduler *s, struct sched_session *ss, struct sched_export *ex,
+                         char *err, size_t err_len);
+/* Imports a restored session's snapshot into its new backend session. */
+int sched_import_pending(struct scheduler *s, struct sched_session *ss, char *err, size_t err_len);
+/* Hands exported sessions to the store's writer thread (started with the
+ * first); those it cannot take count as failed offloads. */
+void sched_offload_queue(struct scheduler *s, struct sched_offload **jobs, size_t n);
+/* A session left the table for good (deleted or expired, not offloaded):
+ * its stored file, its lease and its record of leaving go too.  Called
+ * without the lock. */
+void sched_forget_stored(struct scheduler *s, const char *id);
+
+/* scheduler.c, for sched_offload.c */
+/* Creates a session from a snapshot (the checks of a create, the geometry
+ * as restored). */
+int sched_session_create_restored(struct scheduler *s, const struct session_settings *opt,
+                                  const struct sched_restore *rs, char id_out[SCHED_SESSION_ID_LEN],
+                                  char *err, size_t err_len);
+/* The live session of that id, or NULL; mu held. */
+struct sched_session *sched_session_find_locked(struct scheduler *s, const char *id);
+/* What scheduler_session_info() reports of ss. */
+void sched_session_info_locked(const struct sched_session *ss, double now,
+                               struct sched_session_info *out);
+/* Takes a session out of the table; the engine frees it once idle. */
+void sched_session_kill_locked(struct scheduler *s, struct sched_session *ss);
 
 /* sched_metrics.c */
 void sched_hist_init_all(struct scheduler *s);
