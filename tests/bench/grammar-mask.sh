@@ -38,7 +38,7 @@ if [ ! -f "$BUILD/build.ninja" ]; then
 	meson setup "$BUILD" -Dcuda=disabled -Dbuildtype=release >/dev/null
 fi
 ninja -C "$BUILD" src/libsinkd.a src/tools/sinkd-mkmodel >/dev/null
-LIBS="$(pkg-config --libs libmicrohttpd libcrypto libcjson yaml-0.1) -lm -lpthread"
+LIBS="$(pkg-config --libs libmicrohttpd libcrypto libcjson yaml-0.1 hiredis gnutls libsystemd) -lm -lpthread"
 CFLAGS="-O2 -std=c11 -D_GNU_SOURCE -I$ROOT/src $(pkg-config --cflags libcjson)"
 cc $CFLAGS -o "$TMP/engine-driver" "$ROOT/tests/bench/engine-driver.c" "$BUILD/src/libsinkd.a" $LIBS
 cc $CFLAGS -o "$TMP/grammar-mask" "$ROOT/tests/bench/grammar-mask.c" "$BUILD/src/libsinkd.a" $LIBS

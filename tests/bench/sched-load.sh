@@ -69,7 +69,7 @@ ninja -C "$BUILD" src/sinkd src/tools/sinkd-mkmodel >/dev/null
 ninja -C "$BUILD" src/libsinkd.a >/dev/null
 cc -O2 -std=c11 -D_GNU_SOURCE -Wall -o "$TMP/loadgen" "$ROOT/tests/bench/sched-loadgen.c" \
 	-lssl -lcrypto
-LIBS="$(pkg-config --libs libmicrohttpd libcrypto libcjson yaml-0.1) -lm -lpthread"
+LIBS="$(pkg-config --libs libmicrohttpd libcrypto libcjson yaml-0.1 hiredis gnutls libsystemd) -lm -lpthread"
 cc -O2 -std=c11 -D_GNU_SOURCE -I"$ROOT/src" $(pkg-config --cflags libcjson) -o "$TMP/inproc" \
 	"$ROOT/tests/bench/sched-inproc.c" "$BUILD/src/libsinkd.a" $LIBS
 

@@ -59,7 +59,7 @@ if [ ! -f "$BUILD/build.ninja" ]; then
 	PATH=/usr/local/cuda/bin:$PATH meson setup "$BUILD" -Dcuda=disabled -Dbuildtype=release >/dev/null
 fi
 ninja -C "$BUILD" src/libsinkd.a src/tools/sinkd-mkmodel >/dev/null
-LIBS="$(pkg-config --libs libmicrohttpd libcrypto libcjson yaml-0.1) -lm -lpthread"
+LIBS="$(pkg-config --libs libmicrohttpd libcrypto libcjson yaml-0.1 hiredis gnutls libsystemd) -lm -lpthread"
 for d in engine-driver rss-probe; do
 	cc -O2 -std=c11 -D_GNU_SOURCE -I"$ROOT/src" $(pkg-config --cflags libcjson) \
 		-o "$TMP/$d" "$ROOT/tests/bench/$d.c" "$BUILD/src/libsinkd.a" $LIBS
