@@ -31,6 +31,7 @@ void cache_geometry_build(const struct cache_settings *s, const struct model_hpa
 	g->rope_dim = hp->rope_dim;
 	g->rope_theta = hp->rope_theta;
 	g->rope_neox = model_arch_rope_neox(hp->arch);
+	cache_geometry_set_rope_scaling(g, hp);
 	g->strategy = s->strategy;
 	g->sink_keep_count = s->sink_keep_count;
 	g->window_size = s->window_size;
@@ -50,6 +51,41 @@ void cache_geometry_build(const struct cache_settings *s, const struct model_hpa
 	}
 }
 
+void cache_geometry_set_rope_scaling(struct cache_geometry *g, const struct model_hparams *hp)
+{
+	g->rope_freq_scale = hp->rope_freq_scale > 0.0 ? hp->rope_freq_scale : 1.0;
+	g->n_rope_factors = 0;
+	memset(g->rope_factors, 0, sizeof(g->rope_factors));
+	int n = hp->rope_dim / 2;
+	if (hp->rope_factors && n > 0 && n <= SINKCACHE_MAX_HEAD_DIM / 2) {
+		g->n_rope_factors = n;
+		memcpy(g->rope_factors, hp->rope_factors, (size_t)n * sizeof(float));
+	}
+}
+
+const float *cache_geometry_rope_factors(const struct cache_geometry *g)
+{
+	return g->n_rope_factors > 0 ? g->rope_factors : NULL;
+}
+
+double cache_geometry_rope_freq_scale(const struct cache_geometry *g)
+{
+	return g->rope_freq_scale > 0.0 ? g->rope_freq_scale : 1.0;
+}
+
+/* Whether two geometries turn their keys by the same frequencies (beyond
+ * theta, rope_dim and style, which callers compare). */
+static bool rope_scaling_equal(const struct cache_geometry *a, const struct cache_geometry *b)
+{
+	if (cache_geometry_rope_freq_scale(a) != cache_geometry_rope_freq_scale(b) ||
+	    a->n_rope_factors != b->n_rope_factors)
+		return false;
+	int n = a->n_rope_factors > 0 && a->n_rope_factors <= SINKCACHE_MAX_HEAD_DIM / 2
+	            ? a->n_rope_factors
+	            : 0;
+	return memcmp(a->rope_factors, b->rope_factors, (size_t)n * sizeof(float)) == 0;
+}
+
 int cache_geometry_fits_model(const struct cache_geometry *g, const struct model_hparams *hp,
                               char *err, size_t err_len)
 {
@@ -65,6 +101,17 @@ int cache_geometry_fits_model(const struct cache_geometry *g, const struct model
 		return err_set(err, err_len, -EINVAL,
 		               "cache geometry: rope_dim %d does not match the model (%d)",
 		               g->rope_dim, hp->rope_dim);
+	double scale = hp->rope_freq_scale > 0.0 ? hp->rope_freq_scale : 1.0;
+	int n = hp->rope_factors ? hp->rope_dim / 2 : 0;
+	bool same =
+	    cache_geometry_rope_freq_scale(g) == scale && g->n_rope_factors == n &&
+	    (n == 0 || memcmp(g->rope_factors, hp->rope_factors, (size_t)n * sizeof(float)) == 0);
+	if (!same)
+		return err_set(err, err_len, -EINVAL,
+		               "cache geometry: RoPE scaling (freq scale %g, %d frequency factors) "
+		               "does not match the model's (%g, %s)",
+		               cache_geometry_rope_freq_scale(g), g->n_rope_factors, scale,
+		               hp->rope_factors ? "rope_freqs.weight" : "none");
 	return 0;
 }
 
@@ -197,6 +244,20 @@ static int check_shape(const struct cache_geometry *g, char *err, size_t err_len
 	if (!(g->rope_theta > 0.0) || !isfinite(g->rope_theta))
 		return err_set(err, err_len, -EINVAL,
 		               "cache geometry: rope_theta: %g (allowed: > 0)", g->rope_theta);
+	if (!(g->rope_freq_scale >= 0.0) || !isfinite(g->rope_freq_scale))
+		return err_set(err, err_len, -EINVAL,
+		               "cache geometry: rope_freq_scale: %g (allowed: > 0, 0: none)",
+		               g->rope_freq_scale);
+	if (g->n_rope_factors != 0 && (g->n_rope_factors != g->rope_dim / 2 ||
+	                               g->n_rope_factors > SINKCACHE_MAX_HEAD_DIM / 2))
+		return err_set(err, err_len, -EINVAL,
+		               "cache geometry: n_rope_factors: %d (allowed: 0, rope_dim/2 = %d)",
+		               g->n_rope_factors, g->rope_dim / 2);
+	for (int i = 0; i < g->n_rope_factors; i++)
+		if (!(g->rope_factors[i] > 0.0f) || !isfinite(g->rope_factors[i]))
+			return err_set(err, err_len, -EINVAL,
+			               "cache geometry: rope_factors[%d]: %g (allowed: > 0)", i,
+			               (double)g->rope_factors[i]);
 	if ((unsigned)g->dtype > KV_DTYPE_BF16)
 		return err_set(err, err_len, -EINVAL,
 		               "cache geometry: dtype: %d (allowed: f32, f16, bf16)",
@@ -315,8 +376,8 @@ bool cache_geometry_equal(const struct cache_geometry *a, const struct cache_geo
 	bool same = a->n_layers == b->n_layers && a->n_kv_heads == b->n_kv_heads &&
 	            a->head_dim == b->head_dim && a->rope_dim == b->rope_dim &&
 	            a->rope_theta == b->rope_theta && a->rope_neox == b->rope_neox &&
-	            a->strategy == b->strategy && a->sink_keep_count == b->sink_keep_count &&
-	            a->window_size == b->window_size &&
+	            rope_scaling_equal(a, b) && a->strategy == b->strategy &&
+	            a->sink_keep_count == b->sink_keep_count && a->window_size == b->window_size &&
 	            a->max_context_length == b->max_context_length &&
 	            a->quant_enabled == b->quant_enabled && a->quant_bits == b->quant_bits &&
 	            a->protect_sinks == b->protect_sinks &&

@@ -44,6 +44,14 @@ struct cache_geometry {
 	int rope_dim; /* rotated dims per head */
 	double rope_theta;
 	bool rope_neox; /* false: adjacent pairs (llama); true: halves (qwen2) */
+	/* Pair i turns at freq_scale * theta^(-2i/rope_dim) / rope_factors[i]:
+	 * linear RoPE scaling (0 reads as 1: none) and llama3's per-pair
+	 * factors (rope_freqs.weight; n_rope_factors 0: none, else rope_dim/2).
+	 * Both come from the model file, whose SHA-256 a snapshot carries, so
+	 * snapshots do not store them: a restore takes the model's. */
+	double rope_freq_scale;
+	int n_rope_factors;
+	float rope_factors[SINKCACHE_MAX_HEAD_DIM / 2]; /* (n_rope_factors) */
 	enum cache_strategy strategy;
 	int sink_keep_count;    /* >= 0 */
 	int window_size;        /* sliding_window: compressed + hot */
@@ -141,9 +149,16 @@ static inline size_t kvq_code_bytes(int n, int bits)
 void cache_geometry_build(const struct cache_settings *s, const struct model_hparams *hp,
                           struct cache_geometry *g);
 /* Whether a geometry is the shape of a model (layers, kv heads, head_dim,
- * rope_dim); -EINVAL with both shapes in err. */
+ * rope_dim, RoPE scale and factors); -EINVAL with both shapes in err. */
 int cache_geometry_fits_model(const struct cache_geometry *g, const struct model_hparams *hp,
                               char *err, size_t err_len);
+
+/* The model's RoPE frequency scale and per-pair factors into g (what
+ * cache_geometry_build copies; a snapshot's geometry gets them on restore). */
+void cache_geometry_set_rope_scaling(struct cache_geometry *g, const struct model_hparams *hp);
+/* The factors for rope_freqs_init (NULL: none) and the scale (1: none). */
+const float *cache_geometry_rope_factors(const struct cache_geometry *g);
+double cache_geometry_rope_freq_scale(const struct cache_geometry *g);
 
 /* Layer l's span with the geometry's values filled in where it has none of
  * its own; set_layer gives layer l its own span. */

@@ -10,15 +10,22 @@
  * as a first-order rotation (cos(p+d) = cos p - d sin p, error d^2/2 < 1e-12).
  * The angle is then good to about pos*freq*2^-64, i.e. 1e-12 rad at 10^7,
  * far below the fp32 rounding of the rotated values (6e-8 relative).
+ * Per-pair frequency factors (llama3) and linear scaling enter the frequency
+ * once, when a cache is made; the per-token work does not change.
  * It does not know about tiers or ranks; the cache picks the positions. */
 #include "cache/rope.h"
 
 #include <math.h>
 
-void rope_freqs_init(double theta, int rope_dim, double *hi, double *lo)
+void rope_freqs_init(double theta, int rope_dim, const float *factors, double freq_scale,
+                     double *hi, double *lo)
 {
 	for (int i = 0; i < rope_dim / 2; i++) {
 		long double f = powl((long double)theta, -2.0L * i / (long double)rope_dim);
+		/* as ggml's rope: p * freq_scale * theta^(-2i/d) / freq_factor[i] */
+		if (factors)
+			f /= (long double)factors[i];
+		f *= (long double)freq_scale;
 		hi[i] = (double)f;
 		lo[i] = (double)(f - (long double)hi[i]);
 	}

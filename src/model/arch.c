@@ -22,6 +22,7 @@ struct model_arch {
 	bool tied_output; /* no output.weight: the head is token_embd */
 	bool experts;     /* expert_count > 0 loaded (else refused) */
 	enum model_layer_kind layer;
+	const char *rope_factors_tensor;          /* model-level, optional; NULL: none */
 	const char *layer_tensor[MODEL_LT_COUNT]; /* after "blk.N."; NULL: none */
 };
 
@@ -53,6 +54,7 @@ static const struct model_arch arch_table[] = {
      .snapshot_name = "llama",
      .rope_neox = false,
      .qkv_bias = MODEL_BIAS_OPTIONAL,
+     .rope_factors_tensor = "rope_freqs.weight",
      LLAMA_FAMILY},
     {.name = "qwen2",
      .snapshot_name = "qwen2",
@@ -172,6 +174,11 @@ enum model_layer_kind model_arch_layer_kind(const struct model_arch *a)
 const char *model_arch_layer_tensor(const struct model_arch *a, enum model_layer_tensor t)
 {
 	return (unsigned)t < MODEL_LT_COUNT ? row(a)->layer_tensor[t] : NULL;
+}
+
+const char *model_arch_rope_factors_tensor(const struct model_arch *a)
+{
+	return row(a)->rope_factors_tensor;
 }
 
 int model_arch_layer_weights(const struct model_arch *a)

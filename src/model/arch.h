@@ -1,6 +1,7 @@
 /* The architectures sinkd loads, one descriptor each: everything that
  * differs between them (GGUF name and key prefix, RoPE style, biases, head
  * widths, norm, feed-forward, tied output head, per-layer tensor names, the
+ * optional RoPE frequency-factor tensor, the
  * name snapshots carry, the shape of a layer that the backends compute).
  * The loader, the config's cache geometry, both backends and the session
  * snapshots read these through the accessors below; no other file names an
@@ -94,5 +95,9 @@ enum model_layer_kind model_arch_layer_kind(const struct model_arch *a);
  * where model_arch_qkv_bias is NONE: the loader refuses a file that has
  * them. */
 const char *model_arch_layer_tensor(const struct model_arch *a, enum model_layer_tensor t);
+/* The optional model-level tensor of per-pair RoPE frequency factors
+ * (llama3's "rope_freqs.weight": F32, rope_dim/2 values), or NULL when the
+ * architecture has none (a file that has it anyway is refused). */
+const char *model_arch_rope_factors_tensor(const struct model_arch *a);
 /* How many weight tensors (those before the biases) every layer has. */
 int model_arch_layer_weights(const struct model_arch *a);

@@ -126,6 +126,57 @@ static int check_unsupported_variants(struct load_ctx *c)
 	return rc;
 }
 
+/* A file's string for a message: at most 47 bytes, control characters as '?'. */
+static void printable(const char *s, size_t len, char out[48])
+{
+	size_t n = len < 47 ? len : 47;
+	for (size_t i = 0; i < n; i++)
+		out[i] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i];
+	out[n] = '\0';
+}
+
+/* <arch>.rope.scaling.* as llama.cpp reads them: no type means linear, and
+ * linear turns every pair 1/factor as fast (factor from rope.scaling.factor,
+ * else the older rope.scale_linear; 0: none); none ignores the factor.  The
+ * other types (yarn, longrope, ...) change the math in ways sinkd does not
+ * compute, so they are refused rather than skipped. */
+static int read_rope_scaling(struct load_ctx *c)
+{
+	struct model_hparams *hp = &c->m->hp;
+	hp->rope_freq_scale = 1.0;
+	char key[128];
+	snprintf(key, sizeof(key), "%srope.scaling.type", c->prefix);
+	const char *type = "linear";
+	size_t len = 6;
+	if (gguf_has_key(c->m->file, key) && gguf_get_string(c->m->file, key, &type, &len))
+		return err_set(c->err, c->err_len, -EINVAL, "%s: key '%s' is not a string", c->path,
+		               key);
+	bool none = len == 4 && memcmp(type, "none", 4) == 0;
+	if (!none && !(len == 6 && memcmp(type, "linear", 6) == 0)) {
+		char shown[48];
+		printable(type, len, shown);
+		return err_set(c->err, c->err_len, -ENOTSUP,
+		               "%s: key '%s' is '%s', which sinkd does not implement (allowed: "
+		               "none, linear)",
+		               c->path, key, shown);
+	}
+	double factor = 0.0, attn = 1.0;
+	snprintf(key, sizeof(key), "%srope.scaling.factor", c->prefix);
+	bool has_factor = gguf_has_key(c->m->file, key);
+	int rc = hp_float(c, has_factor ? "rope.scaling.factor" : "rope.scale_linear", 0.0, 0.0,
+	                  1e6, &factor);
+	if (rc == 0)
+		rc = hp_float(c, "rope.scaling.attn_factor", 1.0, 0.0, 1e6, &attn);
+	if (rc == 0 && attn != 1.0)
+		return err_set(c->err, c->err_len, -ENOTSUP,
+		               "%s: key '%srope.scaling.attn_factor' is %g, which sinkd does not "
+		               "implement (allowed: 1)",
+		               c->path, c->prefix, attn);
+	if (rc == 0 && !none && factor != 0.0)
+		hp->rope_freq_scale = 1.0 / factor;
+	return rc;
+}
+
 static int read_hparams(struct load_ctx *c)
 {
 	struct model_hparams *hp = &c->m->hp;
@@ -157,6 +208,8 @@ static int read_hparams(struct load_ctx *c)
 		             c->path, hp->rope_dim);
 	if (rc == 0)
 		rc = hp_float(c, "rope.freq_base", 10000.0, 1e-3, 1e12, &hp->rope_theta);
+	if (rc == 0)
+		rc = read_rope_scaling(c);
 	double eps = 0;
 	if (rc == 0)
 		rc = hp_float(c, model_arch_norm_eps_key(hp->arch), 1e-5, 1e-12, 1.0, &eps);
@@ -401,6 +454,42 @@ static int read_qkv_bias(struct load_ctx *c)
 	return 0;
 }
 
+/* The architecture's optional tensor of per-pair RoPE frequency factors
+ * (llama3): F32, rope_dim/2 positive values.  A file that has
+ * rope_freqs.weight where the row knows none is refused: computing without
+ * it would give other logits without a word. */
+static int read_rope_factors(struct load_ctx *c)
+{
+	struct model_hparams *hp = &c->m->hp;
+	const char *name = model_arch_rope_factors_tensor(hp->arch);
+	hp->rope_factors = NULL;
+	if (name == NULL) {
+		if (gguf_find_tensor(c->m->file, "rope_freqs.weight") == NULL)
+			return 0;
+		return err_set(c->err, c->err_len, -ENOTSUP,
+		               "%s: tensor 'rope_freqs.weight' (RoPE frequency factors): "
+		               "architecture '%s' does not use it",
+		               c->path, model_arch_name(hp->arch));
+	}
+	const struct gguf_tensor *t = gguf_find_tensor(c->m->file, name);
+	if (t == NULL)
+		return 0;
+	int rc = find_shaped(c, name, (uint64_t)hp->rope_dim / 2, 0, &t);
+	if (rc)
+		return rc;
+	if (t->type != GGML_TYPE_F32)
+		return err_set(c->err, c->err_len, -EINVAL,
+		               "%s: tensor '%s' has type %s, expected F32", c->path, name,
+		               ggml_type_name(t->type));
+	rc = load_vector(c, name, (uint64_t)hp->rope_dim / 2, &hp->rope_factors);
+	for (int i = 0; rc == 0 && i < hp->rope_dim / 2; i++)
+		if (!(hp->rope_factors[i] > 0.0f) || !isfinite(hp->rope_factors[i]))
+			rc = err_set(c->err, c->err_len, -EINVAL,
+			             "%s: tensor '%s': value %d is %g (must be > 0)", c->path, name,
+			             i, (double)hp->rope_factors[i]);
+	return rc;
+}
+
 static int load_tensors(struct load_ctx *c)
 {
 	struct model *m = c->m;
@@ -423,6 +512,8 @@ static int load_tensors(struct load_ctx *c)
 	hp->tied_output =
 	    model_arch_tied_output(hp->arch) && gguf_find_tensor(m->file, "output.weight") == NULL;
 	int rc = read_qkv_bias(c);
+	if (rc == 0)
+		rc = read_rope_factors(c);
 	if (rc == 0)
 		rc = load_matrix(c, "token_embd.weight", hp->n_vocab, hp->dim, &m->token_embd);
 	if (rc == 0)

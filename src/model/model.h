@@ -25,6 +25,11 @@ struct model_hparams {
 	int ffn_dim;	     /* hidden width of the SwiGLU MLP */
 	int rope_dim;	     /* rotated dims per head (<= head_dim) */
 	double rope_theta;   /* rope.freq_base, 10000 by default */
+	/* linear RoPE scaling: 1 / rope.scaling.factor (0 or 1: none) */
+	double rope_freq_scale;
+	/* (rope_dim/2) llama3 per-pair frequency factors (rope_freqs.weight:
+	 * in the mapping, or a model-owned copy when unaligned), or NULL */
+	const float *rope_factors;
 	float norm_eps;	     /* RMSNorm epsilon */
 	int context_length;  /* trained context, informative only */
 	bool has_qkv_bias;   /* model_arch_qkv_bias: required, or optional and present */

@@ -103,6 +103,8 @@ int sched_store_identity(struct sched_store *st, const struct model_hparams *hp,
 			st->expect.rope_dim = hp->rope_dim;
 			st->expect.rope_theta = hp->rope_theta;
 			st->expect.rope_neox = model_arch_rope_neox(hp->arch);
+			st->expect.rope_freq_scale = hp->rope_freq_scale;
+			st->expect.rope_factors = hp->rope_factors;
 			st->have_identity = true;
 		}
 	}

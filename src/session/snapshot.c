@@ -284,6 +284,19 @@ static int check_rope(const struct cache_geometry *g, const struct snapshot_expe
 	return 0;
 }
 
+/* A snapshot of this model file (its SHA-256 checked) was turning its keys
+ * with this model's RoPE scale and factors, which the format leaves out. */
+static void take_model_rope(struct cache_geometry *g, const struct snapshot_expect *ex)
+{
+	g->rope_freq_scale = ex->rope_freq_scale > 0.0 ? ex->rope_freq_scale : 1.0;
+	g->n_rope_factors = 0;
+	int n = ex->rope_dim / 2;
+	if (ex->rope_factors && n > 0 && n <= SINKCACHE_MAX_HEAD_DIM / 2) {
+		g->n_rope_factors = n;
+		memcpy(g->rope_factors, ex->rope_factors, (size_t)n * sizeof(float));
+	}
+}
+
 static int check_model(const unsigned char *b, const struct snapshot *sn,
                        const struct snapshot_expect *ex, char *err, size_t err_len)
 {
@@ -529,6 +542,8 @@ int snapshot_decode(const unsigned char *buf, size_t len, const struct snapshot_
 		               sn.pinned_tokens, sn.geom.sink_keep_count);
 	if (expect && (rc = check_model(buf, &sn, expect, err, err_len)))
 		return rc;
+	if (expect)
+		take_model_rope(&sn.geom, expect);
 	sn.tokens_seen = get64(buf + OFF_SEEN);
 	uint32_t pending = get32(buf + OFF_PENDING);
 	sn.n_hist = get32(buf + OFF_NHIST);

@@ -71,6 +71,10 @@ struct snapshot_expect {
 	int rope_dim;      /* rotated dims per head */
 	double rope_theta; /* compared bit for bit: both come from the model file */
 	bool rope_neox;    /* RoPE style: halves or adjacent pairs (model_arch_rope_neox) */
+	/* The model's RoPE scaling (model_hparams): not in the file, whose
+	 * model SHA-256 fixes it; a decoded geometry gets these. */
+	double rope_freq_scale;    /* 0 or 1: none */
+	const float *rope_factors; /* (rope_dim/2) or NULL */
 };
 
 /* The most revision-window tokens a session of geometry g keeps. */

@@ -6,10 +6,13 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "model/arch.h"
+#include "model/gguf_write.h"
 #include "model/model.h"
+#include "util/errbuf.h"
 
 const char *tu_shared_dir(void)
 {
@@ -142,5 +145,48 @@ struct cache_geometry tu_model_geometry(const struct model_hparams *hp, int wind
 	g.rope_dim = hp->rope_dim;
 	g.rope_theta = hp->rope_theta;
 	g.rope_neox = model_arch_rope_neox(hp->arch);
+	cache_geometry_set_rope_scaling(&g, hp);
 	return g;
+}
+
+void tu_gguf_with(const char *src, const char *dst, const char *tensor, const float *values,
+                  uint64_t n, const char *key, const char *value)
+{
+	char err[SINKD_ERR_LEN];
+	struct gguf_file *f = NULL;
+	struct gguf_writer *w = NULL;
+	ck_assert_msg(gguf_open(src, &f, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_msg(gguf_writer_new(dst, &w, err, sizeof(err)) == 0, "%s", err);
+	for (size_t i = 0; i < gguf_n_kv(f); i++) {
+		const char *k = gguf_kv_key(f, i);
+		enum gguf_value_type type;
+		const void *data;
+		size_t len;
+		if (strcmp(k, "general.alignment") == 0 || (key && strcmp(k, key) == 0))
+			continue;
+		ck_assert_int_eq(gguf_kv_raw(f, i, &type, &data, &len), 0);
+		ck_assert_int_eq(gguf_writer_add_raw(w, k, type, data, len), 0);
+	}
+	if (key)
+		ck_assert_int_eq(gguf_writer_add_string(w, key, value), 0);
+	for (size_t i = 0; i < gguf_n_tensors(f); i++) {
+		const struct gguf_tensor *t = gguf_tensor_at(f, i);
+		ck_assert_int_eq(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->dims),
+		                 0);
+	}
+	if (tensor)
+		ck_assert_int_eq(gguf_writer_add_tensor(w, tensor, GGML_TYPE_F32, 1, &n), 0);
+	ck_assert_msg(gguf_writer_write_header(w, err, sizeof(err)) == 0, "%s", err);
+	for (size_t i = 0; i < gguf_n_tensors(f); i++) {
+		const struct gguf_tensor *t = gguf_tensor_at(f, i);
+		ck_assert_msg(gguf_writer_write_data(w, t->data, t->n_bytes, err, sizeof(err)) == 0,
+		              "%s", err);
+	}
+	if (tensor)
+		ck_assert_msg(
+		    gguf_writer_write_data(w, values, n * sizeof(float), err, sizeof(err)) == 0,
+		    "%s", err);
+	ck_assert_msg(gguf_writer_finish(w, err, sizeof(err)) == 0, "%s", err);
+	gguf_writer_free(w);
+	gguf_close(f);
 }

@@ -8,6 +8,7 @@
 #include <cjson/cJSON.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "cache/geometry.h"
 
@@ -42,6 +43,14 @@ struct cache_geometry tu_geometry(int n_layers, int n_kv_heads, int head_dim, in
 /* The geometry of a model's shape and RoPE with 4 sinks and an unquantized
  * window of `window` tokens. */
 struct cache_geometry tu_model_geometry(const struct model_hparams *hp, int window);
+/* Writes dst: a copy of the GGUF model src (every key and tensor) with a
+ * model-level F32 tensor `tensor` of n values appended (tensor NULL: none)
+ * and, when key is not NULL, the string key=value added (a key src has is
+ * replaced).  For files a converter would write beside the ones we have:
+ * stories260K with llama3's rope_freqs.weight, a rope.scaling.type. */
+void tu_gguf_with(const char *src, const char *dst, const char *tensor, const float *values,
+                  uint64_t n, const char *key, const char *value);
+
 /* Marks the run as skipped: a test whose prerequisite is missing (a tool,
  * a CPU feature, a server option) calls this and returns, and
  * tu_run_suite then exits 77 instead of passing.  Works from Check's

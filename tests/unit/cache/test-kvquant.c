@@ -228,7 +228,7 @@ START_TEST(test_rope_angles_exact)
 	enum { RD = 128 };
 	double hi[RD / 2], lo[RD / 2], cs[RD];
 	const double theta = 10000.0;
-	rope_freqs_init(theta, RD, hi, lo);
+	rope_freqs_init(theta, RD, NULL, 1.0, hi, lo);
 	uint64_t positions[] = {0, 1, 4097, 1000003, 10000000, 10000000 + 777, 1000000000};
 	for (size_t p = 0; p < sizeof(positions) / sizeof(positions[0]); p++) {
 		rope_cos_sin(hi, lo, RD, positions[p], cs);

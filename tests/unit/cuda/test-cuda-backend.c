@@ -424,16 +424,18 @@ static int32_t *story_tokens(const cJSON *ref, int i, int *n)
 	return a;
 }
 
-static void stories_vs_cpu_run(const struct cache_geometry *gg, double tol, bool graphs,
-                               bool trace, struct twin_run *out)
+/* model_path NULL: stories260K itself. */
+static void stories_vs_cpu_run(const char *model_path, const struct cache_geometry *gg, double tol,
+                               bool graphs, bool trace, struct twin_run *out)
 {
-	struct model *m = load_stories();
+	struct model *m = model_path ? load_model(model_path) : load_stories();
 	cJSON *ref = tu_load_reference();
 	int na, nb;
 	int32_t *a = story_tokens(ref, 0, &na), *b = story_tokens(ref, 1, &nb);
 	struct cache_geometry g = *gg;
 	g.n_layers = m->hp.n_layers, g.n_kv_heads = m->hp.n_kv_heads, g.head_dim = m->hp.head_dim;
 	g.rope_dim = m->hp.rope_dim, g.rope_theta = m->hp.rope_theta;
+	cache_geometry_set_rope_scaling(&g, &m->hp);
 	struct twin_run r;
 	twin_run_open(&r, m, KV_DTYPE_F32, &g, graphs);
 	if (trace)
@@ -453,8 +455,30 @@ static void stories_vs_cpu_run(const struct cache_geometry *gg, double tol, bool
 
 static void stories_vs_cpu(const struct cache_geometry *gg, double tol, bool graphs)
 {
-	stories_vs_cpu_run(gg, tol, graphs, false, NULL);
+	stories_vs_cpu_run(NULL, gg, tol, graphs, false, NULL);
 }
+
+/* stories260K with llama3's rope_freqs.weight (factors 1, 2, 4, 8): both
+ * backends turn keys and queries by the factors and agree. */
+START_TEST(test_stories_rope_freqs_vs_cpu)
+{
+	char path[64];
+	float f[4] = {1.0f, 2.0f, 4.0f, 8.0f};
+	tu_temp_file(path, sizeof(path), "sinkd-test-rope", NULL, 0);
+	char src[1200];
+	snprintf(src, sizeof(src), "%s/models/stories260K.gguf", shared_dir);
+	tu_gguf_with(src, path, "rope_freqs.weight", f, 4, NULL, NULL);
+	struct model *m = load_model(path);
+	ck_assert_ptr_nonnull(m->hp.rope_factors);
+	struct cache_geometry plain = geometry(m, 1024, false, 8, true, KV_DTYPE_F32);
+	/* a quantized window that evicts: keys turned again by cache rank */
+	struct cache_geometry int8 = geometry(m, 40, true, 8, true, KV_DTYPE_BF16);
+	model_free(m);
+	stories_vs_cpu_run(path, &plain, 1e-4, false, false, NULL);
+	stories_vs_cpu_run(path, &int8, 1e-3, false, false, NULL);
+	unlink(path);
+}
+END_TEST
 
 START_TEST(test_stories_tiered_cache_vs_cpu)
 {
@@ -486,7 +510,7 @@ START_TEST(test_stories_anchors_vs_cpu)
 	g.anchor_promote = 0.1f;
 	g.anchor_demote_steps = 6;
 	struct twin_run r;
-	stories_vs_cpu_run(&g, 1e-4, false, false, &r);
+	stories_vs_cpu_run(NULL, &g, 1e-4, false, false, &r);
 	printf("anchors float32: %llu promoted, %llu demoted\n",
 	       (unsigned long long)r.anchors_promoted, (unsigned long long)r.anchors_demoted);
 	ck_assert_uint_gt(r.anchors_promoted, 0);
@@ -496,7 +520,7 @@ START_TEST(test_stories_anchors_vs_cpu)
 	g.full_precision_recent = 8;
 	g.window_size = 40;
 	g.dtype = KV_DTYPE_BF16;
-	stories_vs_cpu_run(&g, 1e-3, false, false, &r);
+	stories_vs_cpu_run(NULL, &g, 1e-3, false, false, &r);
 	printf("anchors int8: %llu promoted, %llu demoted\n",
 	       (unsigned long long)r.anchors_promoted, (unsigned long long)r.anchors_demoted);
 	ck_assert_uint_gt(r.anchors_promoted, 0);
@@ -514,14 +538,14 @@ START_TEST(test_stories_trace_vs_cpu)
 	struct cache_geometry int8 = geometry(m, 40, true, 8, true, KV_DTYPE_F32);
 	model_free(m);
 	struct twin_run r;
-	stories_vs_cpu_run(&plain, 1e-4, false, true, &r);
+	stories_vs_cpu_run(NULL, &plain, 1e-4, false, true, &r);
 	ck_assert_uint_gt(r.trace_steps, 24);
-	stories_vs_cpu_run(&int8, 1e-3, true, true, &r);
+	stories_vs_cpu_run(NULL, &int8, 1e-3, true, true, &r);
 	struct cache_geometry anchors = plain;
 	anchors.anchor_max = 6;
 	anchors.anchor_promote = 0.1f;
 	anchors.anchor_demote_steps = 6;
-	stories_vs_cpu_run(&anchors, 1e-4, false, true, &r);
+	stories_vs_cpu_run(NULL, &anchors, 1e-4, false, true, &r);
 	ck_assert_uint_gt(r.anchors_promoted, 0);
 	printf("trace: %llu steps traced, %llu anchors promoted\n",
 	       (unsigned long long)r.trace_steps, (unsigned long long)r.anchors_promoted);
@@ -1112,6 +1136,7 @@ int main(int argc, char **argv)
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_stories_reference);
 	tcase_add_test(tc, test_stories_tiered_cache_vs_cpu);
+	tcase_add_test(tc, test_stories_rope_freqs_vs_cpu);
 	tcase_add_test(tc, test_stories_anchors_vs_cpu);
 	tcase_add_test(tc, test_stories_trace_vs_cpu);
 	tcase_add_test(tc, test_synthetic_bf16_and_q8_vs_cpu);

@@ -148,7 +148,7 @@ START_TEST(test_rope_far_positions)
 		for (int neox = 0; neox < 2; neox++) {
 			int hd = shapes[si][0], rd = shapes[si][1];
 			double hi[64], lo[64], *cs = malloc((size_t)n * rd * sizeof(double));
-			rope_freqs_init(500000.0, rd, hi, lo);
+			rope_freqs_init(500000.0, rd, NULL, 1.0, hi, lo);
 			for (int i = 0; i < n; i++)
 				rope_cos_sin(hi, lo, rd, pos[i], cs + (size_t)i * rd);
 			size_t nx = (size_t)n * n_heads * hd;
@@ -358,7 +358,7 @@ static void dual_init(struct dual_session *s, const struct cache_geometry *g)
 	s->hv.win_base = (uint64_t)(uintptr_t)s->h_win;
 	s->dv.sink_base = (uint64_t)(uintptr_t)s->d_sink;
 	s->dv.win_base = (uint64_t)(uintptr_t)s->d_win;
-	rope_freqs_init(g->rope_theta, g->rope_dim, s->hi, s->lo);
+	rope_freqs_init(g->rope_theta, g->rope_dim, NULL, 1.0, s->hi, s->lo);
 }
 
 static void dual_compare_bytes(struct dual_session *s)
@@ -774,7 +774,7 @@ static void anchor_ops_case(int d, int rope_dim, int dtype, int bits, bool neox,
 	static const uint64_t pos[ANC_ANGLES] = {1, 3, 17, 900, 123457, 10000000};
 	double hi[CUDA_KV_MAX_HEAD_DIM / 2], lo[CUDA_KV_MAX_HEAD_DIM / 2];
 	double angles[ANC_ANGLES * CUDA_KV_MAX_HEAD_DIM];
-	rope_freqs_init(10000.0, rope_dim, hi, lo);
+	rope_freqs_init(10000.0, rope_dim, NULL, 1.0, hi, lo);
 	for (int i = 0; i < ANC_ANGLES; i++) {
 		double *cs = angles + (size_t)i * rope_dim;
 		rope_cos_sin(hi, lo, rope_dim, pos[i], cs);

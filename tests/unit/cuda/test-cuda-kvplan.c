@@ -56,7 +56,7 @@ static void twin_cache_init(struct twin_cache *t, const struct cache_geometry *g
 	int half = g->rope_dim / 2 > 0 ? g->rope_dim / 2 : 1;
 	t->hi = calloc((size_t)half, sizeof(double));
 	t->lo = calloc((size_t)half, sizeof(double));
-	rope_freqs_init(g->rope_theta, g->rope_dim, t->hi, t->lo);
+	rope_freqs_init(g->rope_theta, g->rope_dim, NULL, 1.0, t->hi, t->lo);
 }
 
 static void twin_cache_free(struct twin_cache *t)

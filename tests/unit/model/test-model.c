@@ -908,6 +908,70 @@ START_TEST(test_block_type_logits)
 }
 END_TEST
 
+/* stories260K rewritten as a Llama 3.1 converter would write it, with
+ * rope_freqs.weight (llama3's per-pair RoPE frequency factors): factors of
+ * 1 change no logit bit, factors 1, 2, 4, 8 change the logits; a tensor of
+ * the wrong shape and a RoPE scaling type sinkd does not compute are
+ * refused with their names. */
+static void stories_with(char *path, size_t len, const float *f, uint64_t n, const char *key,
+                         const char *value)
+{
+	tu_temp_file(path, len, "sinkd-test-rope", NULL, 0);
+	tu_gguf_with(tu_shared_path("models/stories260K.gguf"), path,
+	             f ? "rope_freqs.weight" : NULL, f, n, key, value);
+}
+
+START_TEST(test_rope_freqs)
+{
+	char err[SINKD_ERR_LEN], path[64];
+	struct model *base = load(tu_shared_path("models/stories260K.gguf"), err);
+	ck_assert_msg(base != NULL, "%s", err);
+	int n_vocab = base->hp.n_vocab, half = base->hp.rope_dim / 2;
+	size_t n = (size_t)(1 + LOGIT_STEPS) * n_vocab;
+	float *want = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float));
+	model_logits(base, want);
+	float f[64];
+	ck_assert_int_le(half, 64);
+	for (int pass = 0; pass < 2; pass++) {
+		for (int i = 0; i < half; i++)
+			f[i] = pass ? (float)(1 << (i % 8)) : 1.0f;
+		stories_with(path, sizeof(path), f, (uint64_t)half, NULL, NULL);
+		struct model *m = load(path, err);
+		ck_assert_msg(m != NULL, "%s", err);
+		ck_assert_ptr_nonnull(m->hp.rope_factors);
+		ck_assert(m->hp.rope_factors[half - 1] == f[half - 1]);
+		model_logits(m, got);
+		if (pass == 0)
+			ck_assert_int_eq(memcmp(got, want, n * sizeof(float)), 0);
+		else
+			ck_assert_msg(relative_diff(got, want, n_vocab) > 1e-3,
+			              "factors 1, 2, 4, ... left the logits as they were");
+		model_free(m);
+		unlink(path);
+	}
+	/* one value too many */
+	stories_with(path, sizeof(path), f, (uint64_t)half + 1, NULL, NULL);
+	ck_assert_ptr_null(load(path, err));
+	ck_assert_msg(strstr(err, "rope_freqs.weight") != NULL, "%s", err);
+	unlink(path);
+	/* scaling types: none and linear load, yarn is refused by name */
+	stories_with(path, sizeof(path), NULL, 0, "llama.rope.scaling.type", "none");
+	struct model *m = load(path, err);
+	ck_assert_msg(m != NULL, "%s", err);
+	model_free(m);
+	unlink(path);
+	stories_with(path, sizeof(path), NULL, 0, "llama.rope.scaling.type", "yarn");
+	ck_assert_ptr_null(load(path, err));
+	ck_assert_msg(strstr(err, "llama.rope.scaling.type") && strstr(err, "'yarn'") &&
+	                  strstr(err, "linear"),
+	              "%s", err);
+	unlink(path);
+	free(want);
+	free(got);
+	model_free(base);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
 	mkmodel_path = argc > 1 ? argv[1] : NULL;
@@ -920,6 +984,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_shape_and_type_errors);
 	tcase_add_test(tc, test_unaligned_data);
 	tcase_add_test(tc, test_mkmodel);
+	tcase_add_test(tc, test_rope_freqs);
 	tcase_add_loop_test(tc, test_block_type_memory, 0, N_BLOCK_TYPES);
 	suite_add_tcase(s, tc);
 	TCase *logits = tcase_create("logits"); /* CK_RUN_CASE=logits: these alone */

@@ -135,6 +135,40 @@ START_TEST(test_round_trip)
 }
 END_TEST
 
+/* A snapshot does not carry the model's RoPE scale and frequency factors
+ * (its model SHA-256 fixes them): the decoded geometry takes this model's,
+ * so a restored session turns keys as the one exported did. */
+START_TEST(test_rope_factors_from_model)
+{
+	float f[D / 2];
+	for (int i = 0; i < D / 2; i++)
+		f[i] = (float)(1 << (i % 4));
+	struct cache_geometry g = geom();
+	g.n_rope_factors = D / 2;
+	memcpy(g.rope_factors, f, sizeof(f));
+	g.rope_freq_scale = 0.5;
+	struct kv_image im;
+	int32_t hist[64];
+	size_t len;
+	unsigned char *buf = make_of(g, 60, 0, &len, &im, hist);
+	struct snapshot_expect ex = *expect();
+	ex.rope_factors = f;
+	ex.rope_freq_scale = 0.5;
+	struct snapshot sn;
+	char err[SINKD_ERR_LEN];
+	ck_assert_msg(snapshot_decode(buf, len, &ex, &sn, err, sizeof(err)) == 0, "%s", err);
+	ck_assert(cache_geometry_equal(&sn.geom, &g));
+	snapshot_release(&sn);
+	/* read by a model without them, the geometry has none */
+	ck_assert_msg(snapshot_decode(buf, len, expect(), &sn, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(sn.geom.n_rope_factors, 0);
+	ck_assert(!cache_geometry_equal(&sn.geom, &g));
+	snapshot_release(&sn);
+	kv_image_free(&im);
+	free(buf);
+}
+END_TEST
+
 START_TEST(test_truncated_and_flipped)
 {
 	struct kv_image im;
@@ -497,6 +531,7 @@ static Suite *snapshot_suite(void)
 	Suite *s = suite_create("snapshot");
 	TCase *tc = tcase_create("core");
 	tcase_add_test(tc, test_round_trip);
+	tcase_add_test(tc, test_rope_factors_from_model);
 	tcase_add_test(tc, test_truncated_and_flipped);
 	tcase_add_test(tc, test_foreign);
 	tcase_add_test(tc, test_hostile_fields);
