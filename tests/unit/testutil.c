@@ -149,8 +149,10 @@ struct cache_geometry tu_model_geometry(const struct model_hparams *hp, int wind
 	return g;
 }
 
-void tu_gguf_with(const char *src, const char *dst, const char *tensor, const float *values,
-                  uint64_t n, const char *key, const char *value)
+/* tu_gguf_with whose key takes str_value, else *f32_value. */
+static void gguf_copy_with(const char *src, const char *dst, const char *tensor,
+                           const float *values, uint64_t n, const char *key, const char *str_value,
+                           const float *f32_value)
 {
 	char err[SINKD_ERR_LEN];
 	struct gguf_file *f = NULL;
@@ -167,8 +169,10 @@ void tu_gguf_with(const char *src, const char *dst, const char *tensor, const fl
 		ck_assert_int_eq(gguf_kv_raw(f, i, &type, &data, &len), 0);
 		ck_assert_int_eq(gguf_writer_add_raw(w, k, type, data, len), 0);
 	}
-	if (key)
-		ck_assert_int_eq(gguf_writer_add_string(w, key, value), 0);
+	if (key && str_value)
+		ck_assert_int_eq(gguf_writer_add_string(w, key, str_value), 0);
+	else if (key)
+		ck_assert_int_eq(gguf_writer_add_f32(w, key, *f32_value), 0);
 	for (size_t i = 0; i < gguf_n_tensors(f); i++) {
 		const struct gguf_tensor *t = gguf_tensor_at(f, i);
 		ck_assert_int_eq(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->dims),
@@ -189,4 +193,15 @@ void tu_gguf_with(const char *src, const char *dst, const char *tensor, const fl
 	ck_assert_msg(gguf_writer_finish(w, err, sizeof(err)) == 0, "%s", err);
 	gguf_writer_free(w);
 	gguf_close(f);
+}
+
+void tu_gguf_with(const char *src, const char *dst, const char *tensor, const float *values,
+                  uint64_t n, const char *key, const char *value)
+{
+	gguf_copy_with(src, dst, tensor, values, n, key, value, NULL);
+}
+
+void tu_gguf_with_f32(const char *src, const char *dst, const char *key, float value)
+{
+	gguf_copy_with(src, dst, NULL, NULL, 0, key, NULL, &value);
 }

@@ -50,6 +50,8 @@ struct cache_geometry tu_model_geometry(const struct model_hparams *hp, int wind
  * stories260K with llama3's rope_freqs.weight, a rope.scaling.type. */
 void tu_gguf_with(const char *src, const char *dst, const char *tensor, const float *values,
                   uint64_t n, const char *key, const char *value);
+/* The same with a float key (no tensor added). */
+void tu_gguf_with_f32(const char *src, const char *dst, const char *key, float value);
 
 /* Marks the run as skipped: a test whose prerequisite is missing (a tool,
  * a CPU feature, a server option) calls this and returns, and

@@ -910,9 +910,10 @@ END_TEST
 
 /* stories260K rewritten as a Llama 3.1 converter would write it, with
  * rope_freqs.weight (llama3's per-pair RoPE frequency factors): factors of
- * 1 change no logit bit, factors 1, 2, 4, 8 change the logits; a tensor of
- * the wrong shape and a RoPE scaling type sinkd does not compute are
- * refused with their names. */
+ * 1 change no logit bit, factors 1, 2, 4, 8 change the logits, linear
+ * scaling by 2 equals factors of 2; a tensor of the wrong shape, a RoPE
+ * scaling type and an attention factor sinkd does not compute are refused
+ * with their names. */
 static void stories_with(char *path, size_t len, const float *f, uint64_t n, const char *key,
                          const char *value)
 {
@@ -949,6 +950,33 @@ START_TEST(test_rope_freqs)
 		model_free(m);
 		unlink(path);
 	}
+	/* linear scaling by 2 (no type: linear, as llama.cpp reads it) turns
+	 * every pair as factors of 2 do, to the bit */
+	for (int i = 0; i < half; i++)
+		f[i] = 2.0f;
+	stories_with(path, sizeof(path), f, (uint64_t)half, NULL, NULL);
+	struct model *m2 = load(path, err);
+	ck_assert_msg(m2 != NULL, "%s", err);
+	model_logits(m2, want);
+	model_free(m2);
+	unlink(path);
+	tu_temp_file(path, sizeof(path), "sinkd-test-rope", NULL, 0);
+	tu_gguf_with_f32(tu_shared_path("models/stories260K.gguf"), path,
+	                 "llama.rope.scaling.factor", 2.0f);
+	m2 = load(path, err);
+	ck_assert_msg(m2 != NULL, "%s", err);
+	ck_assert(m2->hp.rope_freq_scale == 0.5);
+	model_logits(m2, got);
+	ck_assert_int_eq(memcmp(got, want, n * sizeof(float)), 0);
+	model_free(m2);
+	unlink(path);
+	/* an attention factor sinkd does not apply */
+	tu_temp_file(path, sizeof(path), "sinkd-test-rope", NULL, 0);
+	tu_gguf_with_f32(tu_shared_path("models/stories260K.gguf"), path,
+	                 "llama.rope.scaling.attn_factor", 1.5f);
+	ck_assert_ptr_null(load(path, err));
+	ck_assert_msg(strstr(err, "llama.rope.scaling.attn_factor") != NULL, "%s", err);
+	unlink(path);
 	/* one value too many */
 	stories_with(path, sizeof(path), f, (uint64_t)half + 1, NULL, NULL);
 	ck_assert_ptr_null(load(path, err));
