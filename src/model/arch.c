@@ -19,20 +19,32 @@ struct model_arch {
 	enum model_norm norm;
 	const char *norm_eps_key; /* after "<name>." */
 	enum model_ffn ffn;
-	bool tied_output; /* no output.weight: the head is token_embd */
-	bool experts;     /* expert_count > 0 loaded (else refused) */
+	bool experts; /* expert_count > 0 loaded (else refused) */
 	enum model_layer_kind layer;
-	const char *rope_factors_tensor;          /* model-level, optional; NULL: none */
+	/* the model-level tensors a file must or may have (name NULL: none);
+	 * an optional output.weight means a tied head when it is absent */
+	struct {
+		const char *name;
+		enum model_tensor_need need;
+	} model_tensor[MODEL_T_COUNT];
 	const char *layer_tensor[MODEL_LT_COUNT]; /* after "blk.N."; NULL: none */
 };
 
 /* What the Llama family shares: heads split from the embedding width,
  * RMSNorm, SwiGLU, a head tied to the embedding when the file has no
- * output.weight, no experts, one layer shape and one set of tensor names. */
-#define LLAMA_FAMILY                                                                               \
+ * output.weight, no experts, one layer shape and one set of tensor names;
+ * rope_factors: the frequency-factor tensor's name and need (NULL, NONE: none). */
+#define LLAMA_FAMILY(rope_factors, rope_need)                                                      \
 	.head_width = MODEL_HEAD_WIDTH_SPLIT, .norm = MODEL_NORM_RMS,                              \
 	.norm_eps_key = "attention.layer_norm_rms_epsilon", .ffn = MODEL_FFN_SWIGLU,               \
-	.tied_output = true, .experts = false, .layer = MODEL_LAYER_LLAMA,                         \
+	.experts = false, .layer = MODEL_LAYER_LLAMA,                                              \
+	.model_tensor =                                                                            \
+	    {                                                                                      \
+	        [MODEL_T_TOKEN_EMBD] = {"token_embd.weight", MODEL_TENSOR_REQUIRED},               \
+	        [MODEL_T_OUTPUT_NORM] = {"output_norm.weight", MODEL_TENSOR_REQUIRED},             \
+	        [MODEL_T_OUTPUT] = {"output.weight", MODEL_TENSOR_OPTIONAL},                       \
+	        [MODEL_T_ROPE_FACTORS] = {rope_factors, rope_need},                                \
+	},                                                                                         \
 	.layer_tensor = {                                                                          \
 	    [MODEL_LT_ATTN_NORM] = "attn_norm.weight",                                             \
 	    [MODEL_LT_Q] = "attn_q.weight",                                                        \
@@ -54,13 +66,12 @@ static const struct model_arch arch_table[] = {
      .snapshot_name = "llama",
      .rope_neox = false,
      .qkv_bias = MODEL_BIAS_OPTIONAL,
-     .rope_factors_tensor = "rope_freqs.weight",
-     LLAMA_FAMILY},
+     LLAMA_FAMILY("rope_freqs.weight", MODEL_TENSOR_OPTIONAL)},
     {.name = "qwen2",
      .snapshot_name = "qwen2",
      .rope_neox = true,
      .qkv_bias = MODEL_BIAS_REQUIRED,
-     LLAMA_FAMILY},
+     LLAMA_FAMILY(NULL, MODEL_TENSOR_NONE)},
 };
 
 #define N_ARCH ((int)(sizeof(arch_table) / sizeof(arch_table[0])))
@@ -158,7 +169,7 @@ enum model_ffn model_arch_ffn(const struct model_arch *a)
 
 bool model_arch_tied_output(const struct model_arch *a)
 {
-	return row(a)->tied_output;
+	return row(a)->model_tensor[MODEL_T_OUTPUT].need == MODEL_TENSOR_OPTIONAL;
 }
 
 bool model_arch_experts(const struct model_arch *a)
@@ -178,7 +189,7 @@ const char *model_arch_layer_tensor(const struct model_arch *a, enum model_layer
 
 const char *model_arch_rope_factors_tensor(const struct model_arch *a)
 {
-	return row(a)->rope_factors_tensor;
+	return row(a)->model_tensor[MODEL_T_ROPE_FACTORS].name;
 }
 
 int model_arch_layer_weights(const struct model_arch *a)
@@ -187,4 +198,91 @@ int model_arch_layer_weights(const struct model_arch *a)
 	for (int t = 0; t < MODEL_LT_BQ; t++)
 		n += row(a)->layer_tensor[t] != NULL;
 	return n;
+}
+
+const char *model_arch_model_tensor(const struct model_arch *a, enum model_tensor t)
+{
+	return (unsigned)t < MODEL_T_COUNT ? row(a)->model_tensor[t].name : NULL;
+}
+
+enum model_tensor_need model_arch_model_tensor_need(const struct model_arch *a, enum model_tensor t)
+{
+	return model_arch_model_tensor(a, t) ? row(a)->model_tensor[t].need : MODEL_TENSOR_NONE;
+}
+
+enum model_tensor_need model_arch_layer_tensor_need(const struct model_arch *a,
+                                                    enum model_layer_tensor t)
+{
+	if (model_arch_layer_tensor(a, t) == NULL)
+		return MODEL_TENSOR_NONE;
+	if (t < MODEL_LT_BQ)
+		return MODEL_TENSOR_REQUIRED;
+	switch (row(a)->qkv_bias) {
+	case MODEL_BIAS_REQUIRED:
+		return MODEL_TENSOR_REQUIRED;
+	case MODEL_BIAS_OPTIONAL:
+		return MODEL_TENSOR_OPTIONAL;
+	case MODEL_BIAS_NONE:
+		break;
+	}
+	return MODEL_TENSOR_NONE;
+}
+
+/* "blk.<decimal without leading zeros>.", the layer in *layer; the rest
+ * after it, or NULL. */
+static const char *parse_layer(const char *name, int *layer)
+{
+	if (strncmp(name, "blk.", 4) != 0)
+		return NULL;
+	const char *p = name + 4;
+	long v = 0;
+	int digits = 0;
+	for (; *p >= '0' && *p <= '9' && digits < 9; p++, digits++)
+		v = v * 10 + (*p - '0');
+	if (digits == 0 || *p != '.' || (digits > 1 && name[4] == '0'))
+		return NULL;
+	*layer = (int)v;
+	return p + 1;
+}
+
+bool model_arch_tensor_parse(const struct model_arch *a, const char *name, int *layer, int *t)
+{
+	const char *rest = parse_layer(name, layer);
+	if (rest) {
+		for (int k = 0; k < MODEL_LT_COUNT; k++)
+			if (row(a)->layer_tensor[k] && strcmp(rest, row(a)->layer_tensor[k]) == 0) {
+				*t = k;
+				return true;
+			}
+		return false;
+	}
+	*layer = -1;
+	for (int k = 0; k < MODEL_T_COUNT; k++)
+		if (row(a)->model_tensor[k].name &&
+		    strcmp(name, row(a)->model_tensor[k].name) == 0) {
+			*t = k;
+			return true;
+		}
+	return false;
+}
+
+void model_arch_tensor_names(const struct model_arch *a, char *out, size_t out_len)
+{
+	size_t used = 0;
+	const char *sep = "";
+	out[0] = '\0';
+	for (int k = 0; k < MODEL_T_COUNT && used < out_len; k++)
+		if (model_arch_model_tensor_need(a, (enum model_tensor)k) != MODEL_TENSOR_NONE) {
+			used += (size_t)snprintf(out + used, out_len - used, "%s%s", sep,
+			                         row(a)->model_tensor[k].name);
+			sep = ", ";
+		}
+	sep = "; per layer blk.N.: ";
+	for (int k = 0; k < MODEL_LT_COUNT && used < out_len; k++)
+		if (model_arch_layer_tensor_need(a, (enum model_layer_tensor)k) !=
+		    MODEL_TENSOR_NONE) {
+			used += (size_t)snprintf(out + used, out_len - used, "%s%s", sep,
+			                         row(a)->layer_tensor[k]);
+			sep = ", ";
+		}
 }

@@ -56,6 +56,23 @@ enum model_head_width {
 	MODEL_HEAD_WIDTH_KEYS,
 };
 
+/* The tensors outside the layers. */
+enum model_tensor {
+	MODEL_T_TOKEN_EMBD = 0,
+	MODEL_T_OUTPUT_NORM,
+	MODEL_T_OUTPUT,       /* optional: without it the head is token_embd */
+	MODEL_T_ROPE_FACTORS, /* per-pair RoPE frequency factors (llama3) */
+	MODEL_T_COUNT
+};
+
+/* What a row says of a tensor: a file must have it, may have it, or has
+ * no business having it (refused by name, never skipped). */
+enum model_tensor_need {
+	MODEL_TENSOR_NONE = 0,
+	MODEL_TENSOR_REQUIRED,
+	MODEL_TENSOR_OPTIONAL,
+};
+
 enum model_norm { MODEL_NORM_RMS };
 enum model_ffn { MODEL_FFN_SWIGLU };
 
@@ -101,3 +118,22 @@ const char *model_arch_layer_tensor(const struct model_arch *a, enum model_layer
 const char *model_arch_rope_factors_tensor(const struct model_arch *a);
 /* How many weight tensors (those before the biases) every layer has. */
 int model_arch_layer_weights(const struct model_arch *a);
+/* The name of model-level tensor t ("token_embd.weight"), or NULL when the
+ * architecture has none. */
+const char *model_arch_model_tensor(const struct model_arch *a, enum model_tensor t);
+enum model_tensor_need model_arch_model_tensor_need(const struct model_arch *a,
+                                                    enum model_tensor t);
+/* What the row says of layer tensor t: the weights are required, the
+ * biases as model_arch_qkv_bias says (NONE: not part of the model). */
+enum model_tensor_need model_arch_layer_tensor_need(const struct model_arch *a,
+                                                    enum model_layer_tensor t);
+/* Which tensor of the row a file's tensor name is: a model-level one
+ * (*layer -1, *t its enum model_tensor) or blk.<layer>.<layer tensor>
+ * (*t its enum model_layer_tensor; <layer> decimal without leading zeros,
+ * unchecked against block_count); false for a name the row does not know,
+ * whatever its need. */
+bool model_arch_tensor_parse(const struct model_arch *a, const char *name, int *layer, int *t);
+/* The tensors a file of the row may hold, for an error message:
+ * "token_embd.weight, ...; per layer blk.N.: attn_norm.weight, ...",
+ * truncated to out_len. */
+void model_arch_tensor_names(const struct model_arch *a, char *out, size_t out_len);

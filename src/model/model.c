@@ -1,7 +1,8 @@
 /* Model loader: turns a validated GGUF file into a Llama-family model (an
  * architecture of model/arch.h, whose row names the keys and tensors read).
- * It reads the hyper-parameters from metadata, finds every weight tensor,
- * checks its shape against them, and
+ * It reads the hyper-parameters from metadata, refuses a file holding a
+ * tensor the row does not name (it would be skipped), finds every weight
+ * tensor, checks its shape against them, and
  * decides where each one lives: matrices the engine computes with natively
  * (F32, F16, BF16 and the block types Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) point
  * into the read-only mapping; the other block types (Q4_1, Q5_0, Q5_1) are
@@ -490,6 +491,62 @@ static int read_rope_factors(struct load_ctx *c)
 	return rc;
 }
 
+/* What the model does with a tensor of the file its row knows: read it,
+ * or not (its need is NONE, or it is an optional bias where blk.0 has none
+ * and so no layer's is read). */
+static bool tensor_is_read(const struct model_hparams *hp, int layer, int t)
+{
+	if (layer < 0)
+		return model_arch_model_tensor_need(hp->arch, (enum model_tensor)t) !=
+		       MODEL_TENSOR_NONE;
+	if (t >= MODEL_LT_BQ && !hp->has_qkv_bias)
+		return false;
+	return model_arch_layer_tensor_need(hp->arch, (enum model_layer_tensor)t) !=
+	       MODEL_TENSOR_NONE;
+}
+
+static int not_part(struct load_ctx *c, const char *shown)
+{
+	const struct model_hparams *hp = &c->m->hp;
+	char names[320];
+	model_arch_tensor_names(hp->arch, names, sizeof(names));
+	return err_set(c->err, c->err_len, -ENOTSUP,
+	               "%s: tensor '%s' is not part of a %s model (sinkd reads: %s)", c->path,
+	               shown, model_arch_name(hp->arch), names);
+}
+
+/* Every tensor of the file must be one the model reads: one it would skip
+ * (another architecture's, a layer beyond block_count, a bias of a model
+ * without biases) could change the forward pass, so the file is refused
+ * naming the first such tensor.  The required ones are checked as they are
+ * loaded. */
+static int check_tensor_names(struct load_ctx *c)
+{
+	const struct model_hparams *hp = &c->m->hp;
+	size_t n = gguf_n_tensors(c->m->file);
+	for (size_t i = 0; i < n; i++) {
+		const char *name = gguf_tensor_at(c->m->file, i)->name;
+		int layer = -1, t = 0;
+		bool known = model_arch_tensor_parse(hp->arch, name, &layer, &t);
+		if (known && layer < hp->n_layers && tensor_is_read(hp, layer, t))
+			continue;
+		char shown[48];
+		printable(name, strlen(name), shown);
+		if (!known || !tensor_is_read(hp, layer, t)) {
+			if (known && layer >= 0 && t >= MODEL_LT_BQ && !hp->has_qkv_bias)
+				return err_set(c->err, c->err_len, -EINVAL,
+				               "%s: tensor '%s': blk.0 has no attention biases, "
+				               "so no layer may have them",
+				               c->path, shown);
+			return not_part(c, shown);
+		}
+		return err_set(c->err, c->err_len, -EINVAL,
+		               "%s: tensor '%s' is beyond the model's %d layers (%sblock_count)",
+		               c->path, shown, hp->n_layers, c->prefix);
+	}
+	return 0;
+}
+
 static int load_tensors(struct load_ctx *c)
 {
 	struct model *m = c->m;
@@ -514,6 +571,8 @@ static int load_tensors(struct load_ctx *c)
 	int rc = read_qkv_bias(c);
 	if (rc == 0)
 		rc = read_rope_factors(c);
+	if (rc == 0)
+		rc = check_tensor_names(c);
 	if (rc == 0)
 		rc = load_matrix(c, "token_embd.weight", hp->n_vocab, hp->dim, &m->token_embd);
 	if (rc == 0)

@@ -58,6 +58,19 @@ START_TEST(test_rows_consistent)
 			weights += t < MODEL_LT_BQ;
 		}
 		ck_assert_int_eq(model_arch_layer_weights(a), weights);
+		/* every row reads an embedding and a final norm; an optional
+		 * output head is a tied one */
+		ck_assert_int_eq(model_arch_model_tensor_need(a, MODEL_T_TOKEN_EMBD),
+		                 MODEL_TENSOR_REQUIRED);
+		ck_assert_int_eq(model_arch_model_tensor_need(a, MODEL_T_OUTPUT_NORM),
+		                 MODEL_TENSOR_REQUIRED);
+		ck_assert(
+		    model_arch_tied_output(a) ==
+		    (model_arch_model_tensor_need(a, MODEL_T_OUTPUT) == MODEL_TENSOR_OPTIONAL));
+		for (int t = 0; t < MODEL_LT_BQ; t++)
+			ck_assert_int_eq(
+			    model_arch_layer_tensor_need(a, (enum model_layer_tensor)t),
+			    MODEL_TENSOR_REQUIRED);
 		ck_assert_ptr_null(model_arch_layer_tensor(a, MODEL_LT_COUNT));
 	}
 	/* what sets today's two apart */

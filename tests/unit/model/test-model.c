@@ -102,7 +102,7 @@ struct spec {
 	const char *bad_dims;  /* tensor written with rows and cols swapped */
 	const char *odd_type;  /* tensor written as IQ2_XS */
 	uint32_t alignment;    /* general.alignment, 0 = default */
-	int pad_bytes;         /* an I8 tensor of this many bytes first, to shift the rest */
+	int pad_bytes;         /* general.name this long, to shift the data */
 	const char *extra_key; /* an extra u32 metadata key (full name) ... */
 	uint32_t extra_value;  /* ... and its value */
 };
@@ -139,8 +139,6 @@ static void fill(enum ggml_type type, uint8_t *p, size_t n_bytes)
 		}
 		case GGML_TYPE_Q6_K:
 			memcpy(p + b + 208, &h, 2);
-			break;
-		case 24: /* I8 */
 			break;
 		case GGML_TYPE_Q4_K:
 		case GGML_TYPE_Q5_K:
@@ -186,8 +184,6 @@ static void add_all(struct gguf_writer *w, const struct spec *s)
 	uint64_t d = (uint64_t)s->dim, kv = d / (uint64_t)s->heads * (uint64_t)s->kv_heads;
 	uint64_t f = (uint64_t)s->ffn;
 	char n[64];
-	if (s->pad_bytes)
-		add(w, s, "extra.pad", (enum ggml_type)24, (uint64_t)s->pad_bytes, 0);
 	add(w, s, "token_embd.weight", s->embd_type, d, (uint64_t)s->vocab);
 	add(w, s, "output_norm.weight", s->norm_type, d, 0);
 	if (!s->tied)
@@ -234,6 +230,11 @@ static void write_model(const char *path, const struct spec *s)
 		ck_assert_int_eq(gguf_writer_set_alignment(w, s->alignment), 0);
 	if (s->extra_key)
 		ck_assert_int_eq(gguf_writer_add_u32(w, s->extra_key, s->extra_value), 0);
+	/* a longer header moves every tensor's data: with alignment 1 the data
+	 * section starts right after it (a padding tensor would be refused) */
+	if (s->pad_bytes)
+		ck_assert_int_eq(
+		    gguf_writer_add_string(w, "general.name", &"xxxx"[4 - s->pad_bytes]), 0);
 	n_added = 0;
 	add_all(w, s);
 	ck_assert_int_eq(gguf_writer_write_header(w, err, sizeof(err)), 0);
@@ -1000,6 +1001,55 @@ START_TEST(test_rope_freqs)
 }
 END_TEST
 
+/* A tensor the loader would skip is refused, naming it: another
+ * architecture's (Qwen3's QK-norm) and a layer beyond block_count; the
+ * file without them loads, and an optional tensor the row knows
+ * (rope_freqs.weight above) is read. */
+START_TEST(test_unknown_tensors)
+{
+	char err[SINKD_ERR_LEN], path[64];
+	const char *stories = tu_shared_path("models/stories260K.gguf");
+	struct model *m = load(stories, err);
+	ck_assert_msg(m != NULL, "%s", err);
+	ck_assert_int_lt(m->hp.n_layers, 99);
+	float f[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+	model_free(m);
+	tu_temp_file(path, sizeof(path), "sinkd-test-tensor", NULL, 0);
+	tu_gguf_with(stories, path, "blk.0.attn_q_norm.weight", f, 8, NULL, NULL);
+	ck_assert_ptr_null(load(path, err));
+	ck_assert_msg(strstr(err, "tensor 'blk.0.attn_q_norm.weight' is not part of a llama "
+	                          "model (sinkd reads: token_embd.weight") &&
+	                  strstr(err, "attn_q.weight"),
+	              "%s", err);
+	unlink(path);
+	tu_temp_file(path, sizeof(path), "sinkd-test-tensor", NULL, 0);
+	tu_gguf_with(stories, path, "blk.99.attn_q.weight", f, 8, NULL, NULL);
+	ck_assert_ptr_null(load(path, err));
+	ck_assert_msg(strstr(err, "tensor 'blk.99.attn_q.weight' is beyond the model's") &&
+	                  strstr(err, "llama.block_count"),
+	              "%s", err);
+	unlink(path);
+	/* a layer written with a leading zero is not layer 1 */
+	tu_temp_file(path, sizeof(path), "sinkd-test-tensor", NULL, 0);
+	tu_gguf_with(stories, path, "blk.01.attn_q.weight", f, 8, NULL, NULL);
+	ck_assert_ptr_null(load(path, err));
+	ck_assert_msg(strstr(err, "tensor 'blk.01.attn_q.weight' is not part"), "%s", err);
+	unlink(path);
+	/* blk.0 has no biases, so a later layer's bias would be skipped */
+	tu_temp_file(path, sizeof(path), "sinkd-test-tensor", NULL, 0);
+	tu_gguf_with(stories, path, "blk.1.attn_q.bias", f, 8, NULL, NULL);
+	ck_assert_ptr_null(load(path, err));
+	ck_assert_msg(strstr(err, "tensor 'blk.1.attn_q.bias'"), "%s", err);
+	unlink(path);
+	/* a model-level tensor no row knows */
+	tu_temp_file(path, sizeof(path), "sinkd-test-tensor", NULL, 0);
+	tu_gguf_with(stories, path, "rope_factors_long.weight", f, 8, NULL, NULL);
+	ck_assert_ptr_null(load(path, err));
+	ck_assert_msg(strstr(err, "tensor 'rope_factors_long.weight' is not part"), "%s", err);
+	unlink(path);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
 	mkmodel_path = argc > 1 ? argv[1] : NULL;
@@ -1013,6 +1063,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_unaligned_data);
 	tcase_add_test(tc, test_mkmodel);
 	tcase_add_test(tc, test_rope_freqs);
+	tcase_add_test(tc, test_unknown_tensors);
 	tcase_add_loop_test(tc, test_block_type_memory, 0, N_BLOCK_TYPES);
 	suite_add_tcase(s, tc);
 	TCase *logits = tcase_create("logits"); /* CK_RUN_CASE=logits: these alone */
