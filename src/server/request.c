@@ -18,6 +18,7 @@
 #include "server/tools.h"
 #include "session/session_key.h"
 #include "util/errbuf.h"
+#include "util/utf8.h"
 
 #define COMPLETIONS_DEFAULT_MAX_TOKENS 16
 #define JSON_MAX_NUMBER_LEN 63 /* cJSON reads at most 63 characters of a number */
@@ -154,28 +155,6 @@ static void skip_ws(struct json_scan *sc)
 
 /* Length of the UTF-8 character at p (RFC 3629: no overlongs, no
  * surrogates, at most U+10FFFF), 0 when invalid. */
-static size_t utf8_len(const unsigned char *p, const unsigned char *end)
-{
-	size_t n = p[0] >= 0xF0 ? 4 : p[0] >= 0xE0 ? 3 : 2;
-	if (p[0] < 0xC2 || p[0] > 0xF4 || (size_t)(end - p) < n)
-		return 0;
-	unsigned char lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-	if (p[0] == 0xE0)
-		lo = 0xA0;
-	else if (p[0] == 0xED)
-		hi = 0x9F;
-	else if (p[0] == 0xF0)
-		lo = 0x90;
-	else if (p[0] == 0xF4)
-		hi = 0x8F;
-	if (p[1] < lo || p[1] > hi)
-		return 0;
-	for (size_t i = 2; i < n; i++)
-		if ((p[i] & 0xC0) != 0x80)
-			return 0;
-	return n;
-}
-
 static bool hex4(const char *p, unsigned *out)
 {
 	unsigned v = 0;
@@ -254,10 +233,11 @@ static int scan_string(struct json_scan *sc, const char **s, size_t *n)
 			                 "\\u%04X)",
 			                 c, c);
 		} else if (c >= 0x80) {
-			step =
-			    utf8_len((const unsigned char *)sc->p, (const unsigned char *)sc->end);
-			if (!step)
+			int len = utf8_sequence_status((const unsigned char *)sc->p,
+			                               (size_t)(sc->end - sc->p));
+			if (len < 2) /* invalid, or cut off by the end of the body */
 				return scan_fail(sc, "invalid UTF-8 in a string");
+			step = (size_t)len;
 		}
 		sc->p += step;
 	}
