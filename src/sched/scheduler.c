@@ -618,12 +618,23 @@ int scheduler_chat_marks_set(struct scheduler *s, const char *id, const struct s
 	return ss ? 0 : -ENOENT;
 }
 
-void scheduler_session_park_when_idle(struct scheduler *s, const char *id)
+void scheduler_session_park_when_idle(struct scheduler *s, const char *id, bool held)
 {
 	pthread_mutex_lock(&s->mu);
 	struct sched_session *ss = id ? sched_session_find_locked(s, id) : NULL;
-	if (ss)
+	if (ss) {
 		ss->parkable = true;
+		/* the sweep skips a session whose leaving was tried, and one
+		 * being written stays when cancelled; a request's start clears
+		 * both, so it leaves once that request has ended */
+		if (!ss->busy_handle) {
+			if (ss->offloading)
+				ss->offload_cancel = held;
+			else
+				ss->offload_tried = held;
+			pthread_cond_signal(&s->cv);
+		}
+	}
 	pthread_mutex_unlock(&s->mu);
 }
 

@@ -328,8 +328,12 @@ int scheduler_chat_marks_set(struct scheduler *s, const char *id, const struct s
                              size_t n);
 /* Makes a session a stored response's (session_settings.park_when_idle):
  * one brought back from the store by previous_response_id leaves again
- * once its request ends.  Unknown ids are ignored. */
-void scheduler_session_park_when_idle(struct scheduler *s, const char *id);
+ * once its request ends.  held: not before the caller's next request on it
+ * has run (it is about to submit one; without the hold the idle session
+ * could leave between the bringing back and the submit); a caller that
+ * then does not submit calls again with held false.  Unknown ids are
+ * ignored. */
+void scheduler_session_park_when_idle(struct scheduler *s, const char *id, bool held);
 /* Deletes a session: a request running on it is cancelled (DONE with
  * GEN_FINISH_CANCELLED), its reservation is released when the engine has
  * freed the cache (next tick).  -ENOENT when unknown. */

@@ -55,7 +55,7 @@ static int resp_session_continue(struct request *r, const char *prev, struct res
 		*ret = api_session_unavailable(r, rc, ss->id, why);
 	ss->used = !rc;
 	if (!rc) { /* brought back from the park or the store: it leaves again once idle */
-		scheduler_session_park_when_idle(r->srv->sched, ss->key);
+		scheduler_session_park_when_idle(r->srv->sched, ss->key, true);
 		scheduler_chat_marks_set(r->srv->sched, ss->key, NULL, 0);
 	}
 	return rc;
@@ -104,8 +104,11 @@ static enum MHD_Result resp_generate(struct request *r, struct gen_args *a)
 		return ret;
 	int32_t *ids = NULL;
 	size_t n_ids = 0;
-	if (gen_prepare_prompt(r, a, ss.empty, &ids, &n_ids, &e))
+	if (gen_prepare_prompt(r, a, ss.empty, &ids, &n_ids, &e)) {
+		if (ss.used) /* brought back, and no request of ours will run */
+			scheduler_session_park_when_idle(s->sched, ss.key, false);
 		return respond_api_error(r, &e);
+	}
 	if (!ss.used && a->store && resp_session_create(r, &ss, &ret)) {
 		free(ids);
 		return ret;
@@ -123,6 +126,8 @@ static enum MHD_Result resp_generate(struct request *r, struct gen_args *a)
 	}
 	if (!r->gs && ss.created)
 		scheduler_session_delete(s->sched, ss.key);
+	else if (!r->gs && ss.used) /* brought back, and no request of ours will run */
+		scheduler_session_park_when_idle(s->sched, ss.key, false);
 	return ret;
 }
 

@@ -72,7 +72,8 @@ void fixture_load(void)
 	const char *shared = getenv("SINKD_SHARED");
 	if (!shared)
 		fixture_fail("SINKD_SHARED is not set");
-	snprintf(path, sizeof(path), "%s/models/stories260K.gguf", shared);
+	snprintf(fx.model_path, sizeof(fx.model_path), "%s/models/stories260K.gguf", shared);
+	snprintf(path, sizeof(path), "%s", fx.model_path);
 	if (model_load(path, NULL, &fx.model, err, sizeof(err)) != 0)
 		fixture_fail("%s", err);
 	if (tokenizer_new_from_gguf(fx.model->file, &fx.tok, err, sizeof(err)) != 0)
@@ -104,6 +105,7 @@ struct scheduler *sched_make(struct sinkd_config *cfg, const char *const *ov, si
 	}
 	ck_assert_msg(scheduler_new(cfg, fx.be, fx.tok, NULL, &s, err, sizeof(err)) == 0, "%s",
 	              err);
+	scheduler_set_model_file(s, fx.model_path); /* as main does: snapshots name it */
 	return s;
 }
 

@@ -24,6 +24,7 @@ struct ref_prompt {
 
 struct sched_fixture {
 	struct model *model;
+	char model_path[1024];
 	struct backend *be;
 	struct tokenizer *tok;
 	struct ref_prompt ref[4];

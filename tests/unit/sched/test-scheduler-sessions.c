@@ -2,7 +2,8 @@
  * they continue and revise exactly, a cancelled request keeps the stream,
  * a revise within the window, a pinned prefix that stays in the sink tier
  * (the same logprobs as without eviction), and the session limits with the
- * expiry of sessions no request ever ran on. */
+ * expiry of sessions no request ever ran on; a stored response's session
+ * brought back for its continuation stays until that request has run. */
 #include <check.h>
 #include <errno.h>
 #include <pthread.h>
@@ -359,6 +360,57 @@ START_TEST(test_session_limits_and_empty_expiry)
 }
 END_TEST
 
+/* Polls until the session has left for the park (5 s); returns whether it did. */
+static bool left_for_park(struct scheduler *s, const char *id)
+{
+	struct sched_session_info info;
+	for (int i = 0; i < 500; i++) {
+		if (scheduler_session_info(s, id, &info) == -ENOENT)
+			return true;
+		usleep(10000);
+	}
+	return false;
+}
+
+/* A stored response's session leaves once its request ends; brought back
+ * for a continuation and held, it stays until that request has run, however
+ * long the caller takes to submit it; released unused, it leaves again. */
+START_TEST(test_parked_session_held_until_its_request)
+{
+	struct sinkd_config cfg;
+	char id[SCHED_SESSION_ID_LEN], err[SINKD_ERR_LEN];
+	struct sched_session_info info;
+	struct scheduler *s = sched_make(&cfg, NULL, 0);
+	const struct ref_prompt *a = &fx.ref[0];
+	struct session_settings set = {
+	    .window_size = 0, .sink_keep_count = -1, .owner = "k1", .owner_max = 4, .park_when_idle = true};
+	ck_assert_int_eq(scheduler_session_create(s, &set, id, NULL, err, sizeof(err)), 0);
+	ck_assert_int_eq(run_one(s, a->ids, a->n, 4, id, 0, NULL), 4);
+	ck_assert_msg(left_for_park(s, id), "the ended response's session stayed");
+	ck_assert_int_eq(scheduler_session_fetch(s, id, err, sizeof(err)), 0);
+	scheduler_session_park_when_idle(s, id, true);
+	usleep(300 * 1000); /* many engine wake-ups: the sweep must leave it here */
+	ck_assert_int_eq(scheduler_session_info(s, id, &info), 0);
+	ck_assert_uint_eq(info.n_seen, a->n + 4);
+	ck_assert_int_eq(run_one(s, NULL, 0, 2, id, 0, NULL), 2);
+	ck_assert_msg(left_for_park(s, id), "the continued session stayed after its request");
+	/* held, then released without a request: it leaves again */
+	ck_assert_int_eq(scheduler_session_fetch(s, id, err, sizeof(err)), 0);
+	scheduler_session_park_when_idle(s, id, true);
+	usleep(100 * 1000);
+	ck_assert_int_eq(scheduler_session_info(s, id, &info), 0);
+	scheduler_session_park_when_idle(s, id, false);
+	ck_assert_msg(left_for_park(s, id), "the released session stayed");
+	ck_assert_int_eq(scheduler_session_fetch(s, id, err, sizeof(err)), 0);
+	ck_assert_int_eq(scheduler_session_info(s, id, &info), 0);
+	ck_assert_uint_eq(info.n_seen, a->n + 6);
+	ck_assert_int_eq(scheduler_session_delete(s, id), 0);
+	wait_idle(s);
+	scheduler_free(s);
+	config_deinit(&cfg);
+}
+END_TEST
+
 int main(void)
 {
 	fixture_load();
@@ -370,6 +422,7 @@ int main(void)
 	tcase_add_test(tc, test_session_revise_window);
 	tcase_add_test(tc, test_pinned_prefix);
 	tcase_add_test(tc, test_session_limits_and_empty_expiry);
+	tcase_add_test(tc, test_parked_session_held_until_its_request);
 	suite_add_tcase(s, tc);
 	int failed = tu_suite_failures(s);
 	fixture_free();
