@@ -30,6 +30,13 @@ struct model_hparams {
 	/* (rope_dim/2) llama3 per-pair frequency factors (rope_freqs.weight:
 	 * in the mapping, or a model-owned copy when unaligned), or NULL */
 	const float *rope_factors;
+	/* Model sliding-window layers (gemma2/3): a layer l with layer_swa[l]
+	 * set attends over its last swa_window positions only, as the model
+	 * was trained, with RoPE base rope_theta_swa (0: rope_theta); layer_swa
+	 * is model-owned (n_layers), NULL when no layer slides. */
+	int swa_window;
+	const uint8_t *layer_swa;
+	double rope_theta_swa;
 	float norm_eps;	     /* RMSNorm epsilon */
 	int context_length;  /* trained context, informative only */
 	bool has_qkv_bias;   /* model_arch_qkv_bias: required, or optional and present */
