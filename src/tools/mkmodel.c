@@ -1,5 +1,8 @@
-/* sinkd-mkmodel: writes a synthetic Llama model as GGUF v3 with random
+/* sinkd-mkmodel: writes a synthetic model of any architecture in the
+ * architecture table (--arch, llama by default) as GGUF v3 with random
  * weights, for tests and benchmarks of models larger than stories260K.
+ * Its keys and tensor names are the row's, as llama.cpp's converter writes
+ * them, so llama.cpp loads the same file.
  * Weights are deterministic in --seed, approximately N(0, 0.02) so
  * activations stay in a sane range, norms are 1; the vocabulary (every
  * tokenizer.* key) is copied from a vocabulary GGUF, or a small byte-level
@@ -17,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "model/arch.h"
 #include "model/dequant.h"
 #include "model/gguf.h"
 #include "model/gguf_write.h"
@@ -24,11 +28,17 @@
 #include "util/errbuf.h"
 #include "util/monotime.h"
 
+/* The widest head the cache stores (SINKCACHE_MAX_HEAD_DIM). */
+#define SINKD_MKMODEL_MAX_HEAD_DIM 512
+
 struct mk_options {
 	const char *out;
 	const char *vocab;
 	const char *from; /* --from: convert this model instead of making one */
+	const struct model_arch *arch;
 	int dim, layers, heads, kv_heads, ffn, vocab_size, context;
+	int head_dim; /* --head-dim: 0 = dim / heads */
+	int bias;     /* --bias: the optional Q/K/V biases too */
 	enum ggml_type type;
 	int tied;
 	uint64_t seed;
@@ -195,39 +205,125 @@ out:
 
 struct mk_tensor {
 	char name[64];
-	uint64_t cols, rows; /* rows == 0: a norm vector of cols elements */
+	uint64_t cols, rows; /* rows == 0: a vector of cols elements */
+	bool random;         /* a vector of random values (a bias), not ones (a norm) */
 };
 
-/* The tensor list in file order; returns the count (<= cap). */
+static int head_dim_of(const struct mk_options *o)
+{
+	return o->head_dim ? o->head_dim : o->dim / o->heads;
+}
+
+/* The shape of model-level tensor t: cols and rows (0: a vector). */
+static void model_tensor_shape(const struct mk_options *o, enum model_tensor t, uint64_t *cols,
+                               uint64_t *rows)
+{
+	uint64_t dim = (uint64_t)o->dim, vocab = (uint64_t)o->vocab_size;
+	*cols = dim;
+	*rows = 0;
+	switch (t) {
+	case MODEL_T_TOKEN_EMBD:
+	case MODEL_T_OUTPUT:
+		*rows = vocab;
+		break;
+	case MODEL_T_OUTPUT_NORM:
+		break;
+	case MODEL_T_ROPE_FACTORS:
+	case MODEL_T_COUNT:
+		*cols = (uint64_t)head_dim_of(o) / 2;
+		break;
+	}
+}
+
+/* The shape of layer tensor t, as llama.cpp's converter writes it. */
+static void layer_tensor_shape(const struct mk_options *o, enum model_layer_tensor t,
+                               uint64_t *cols, uint64_t *rows)
+{
+	uint64_t dim = (uint64_t)o->dim, hd = (uint64_t)head_dim_of(o);
+	uint64_t q = hd * (uint64_t)o->heads, kv = hd * (uint64_t)o->kv_heads;
+	uint64_t ffn = (uint64_t)o->ffn;
+	*cols = dim;
+	*rows = 0;
+	switch (t) {
+	case MODEL_LT_ATTN_NORM:
+	case MODEL_LT_FFN_NORM:
+		break;
+	case MODEL_LT_Q:
+		*rows = q;
+		break;
+	case MODEL_LT_K:
+	case MODEL_LT_V:
+		*rows = kv;
+		break;
+	case MODEL_LT_O:
+		*cols = q;
+		*rows = dim;
+		break;
+	case MODEL_LT_GATE:
+	case MODEL_LT_UP:
+		*rows = ffn;
+		break;
+	case MODEL_LT_DOWN:
+		*cols = ffn;
+		*rows = dim;
+		break;
+	case MODEL_LT_BQ:
+		*cols = q;
+		break;
+	case MODEL_LT_BK:
+	case MODEL_LT_BV:
+	case MODEL_LT_COUNT:
+		*cols = kv;
+		break;
+	}
+}
+
+/* Whether the file gets a tensor the row may hold: required ones always,
+ * optional ones when asked (the output head unless --tied, biases with
+ * --bias); the rest never. */
+static bool wanted(const struct mk_options *o, enum model_tensor_need need, bool is_output,
+                   bool is_bias)
+{
+	if (need == MODEL_TENSOR_REQUIRED)
+		return true;
+	if (need != MODEL_TENSOR_OPTIONAL)
+		return false;
+	return is_output ? !o->tied : is_bias && o->bias;
+}
+
+/* The tensor list in file order (the model-level ones, then each layer's
+ * in the row's order); returns the count (<= cap). */
 static int tensor_list(const struct mk_options *o, struct mk_tensor *t, int cap)
 {
 	int n = 0;
-	uint64_t dim = (uint64_t)o->dim, kv = dim / (uint64_t)o->heads * (uint64_t)o->kv_heads;
-	uint64_t ffn = (uint64_t)o->ffn, vocab = (uint64_t)o->vocab_size;
-#define ADD(c, r, ...)                                                                             \
+	uint64_t cols, rows;
+#define ADD(c, r, rnd, ...)                                                                        \
 	do {                                                                                       \
 		if (n < cap) {                                                                     \
 			snprintf(t[n].name, sizeof(t[n].name), __VA_ARGS__);                       \
 			t[n].cols = (c);                                                           \
 			t[n].rows = (r);                                                           \
+			t[n].random = (rnd);                                                       \
 		}                                                                                  \
 		n++;                                                                               \
 	} while (0)
-	ADD(dim, vocab, "token_embd.weight");
-	ADD(dim, 0, "output_norm.weight");
-	if (!o->tied)
-		ADD(dim, vocab, "output.weight");
-	for (int l = 0; l < o->layers; l++) {
-		ADD(dim, 0, "blk.%d.attn_norm.weight", l);
-		ADD(dim, dim, "blk.%d.attn_q.weight", l);
-		ADD(dim, kv, "blk.%d.attn_k.weight", l);
-		ADD(dim, kv, "blk.%d.attn_v.weight", l);
-		ADD(dim, dim, "blk.%d.attn_output.weight", l);
-		ADD(dim, 0, "blk.%d.ffn_norm.weight", l);
-		ADD(dim, ffn, "blk.%d.ffn_gate.weight", l);
-		ADD(dim, ffn, "blk.%d.ffn_up.weight", l);
-		ADD(ffn, dim, "blk.%d.ffn_down.weight", l);
+	for (int k = 0; k < MODEL_T_COUNT; k++) {
+		enum model_tensor mt = (enum model_tensor)k;
+		if (!wanted(o, model_arch_model_tensor_need(o->arch, mt), mt == MODEL_T_OUTPUT,
+		            false))
+			continue;
+		model_tensor_shape(o, mt, &cols, &rows);
+		ADD(cols, rows, false, "%s", model_arch_model_tensor(o->arch, mt));
 	}
+	for (int l = 0; l < o->layers; l++)
+		for (int k = 0; k < MODEL_LT_COUNT; k++) {
+			enum model_layer_tensor lt = (enum model_layer_tensor)k;
+			bool bias = lt == MODEL_LT_BQ || lt == MODEL_LT_BK || lt == MODEL_LT_BV;
+			if (!wanted(o, model_arch_layer_tensor_need(o->arch, lt), false, bias))
+				continue;
+			layer_tensor_shape(o, lt, &cols, &rows);
+			ADD(cols, rows, bias, "blk.%d.%s", l, model_arch_layer_tensor(o->arch, lt));
+		}
 #undef ADD
 	return n;
 }
@@ -245,7 +341,7 @@ static int write_tensor_data(struct gguf_writer *w, const struct mk_options *o,
 		rc = err_set(err, err_len, -ENOMEM, "out of memory");
 	for (uint64_t r = 0; rc == 0 && r < rows; r++) {
 		for (uint64_t i = 0; i < t->cols; i++)
-			row[i] = t->rows ? 0.02f * rng_normalish(rng) : 1.0f;
+			row[i] = t->rows || t->random ? 0.02f * rng_normalish(rng) : 1.0f;
 		rc = quantize_row(type, row, enc, t->cols, err, err_len);
 		if (rc == 0)
 			rc = gguf_writer_write_data(w, enc, row_bytes, err, err_len);
@@ -258,22 +354,39 @@ static int write_tensor_data(struct gguf_writer *w, const struct mk_options *o,
 /* ------------------------------------------------------------------------
  * The file. */
 
+/* "<arch>.<key>", the row's prefix before the key. */
+static int add_arch_u32(struct gguf_writer *w, const struct mk_options *o, const char *key,
+                        uint32_t v)
+{
+	char name[128];
+	snprintf(name, sizeof(name), "%s.%s", model_arch_name(o->arch), key);
+	return gguf_writer_add_u32(w, name, v);
+}
+
+static int add_arch_f32(struct gguf_writer *w, const struct mk_options *o, const char *key, float v)
+{
+	char name[128];
+	snprintf(name, sizeof(name), "%s.%s", model_arch_name(o->arch), key);
+	return gguf_writer_add_f32(w, name, v);
+}
+
 static int add_hparams(struct gguf_writer *w, const struct mk_options *o)
 {
-	int rc = gguf_writer_add_string(w, "general.architecture", "llama");
+	int rc = gguf_writer_add_string(w, "general.architecture", model_arch_name(o->arch));
 	rc = rc ? rc : gguf_writer_add_string(w, "general.name", "sinkd-mkmodel");
-	rc = rc ? rc : gguf_writer_add_u32(w, "llama.context_length", (uint32_t)o->context);
-	rc = rc ? rc : gguf_writer_add_u32(w, "llama.embedding_length", (uint32_t)o->dim);
-	rc = rc ? rc : gguf_writer_add_u32(w, "llama.block_count", (uint32_t)o->layers);
-	rc = rc ? rc : gguf_writer_add_u32(w, "llama.feed_forward_length", (uint32_t)o->ffn);
-	rc = rc ? rc : gguf_writer_add_u32(w, "llama.attention.head_count", (uint32_t)o->heads);
-	rc = rc ? rc
-	        : gguf_writer_add_u32(w, "llama.attention.head_count_kv", (uint32_t)o->kv_heads);
-	rc = rc ? rc
-	        : gguf_writer_add_u32(w, "llama.rope.dimension_count",
-	                              (uint32_t)(o->dim / o->heads));
-	rc = rc ? rc : gguf_writer_add_f32(w, "llama.rope.freq_base", 10000.0f);
-	rc = rc ? rc : gguf_writer_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+	rc = rc ? rc : add_arch_u32(w, o, "context_length", (uint32_t)o->context);
+	rc = rc ? rc : add_arch_u32(w, o, "embedding_length", (uint32_t)o->dim);
+	rc = rc ? rc : add_arch_u32(w, o, "block_count", (uint32_t)o->layers);
+	rc = rc ? rc : add_arch_u32(w, o, "feed_forward_length", (uint32_t)o->ffn);
+	rc = rc ? rc : add_arch_u32(w, o, "attention.head_count", (uint32_t)o->heads);
+	rc = rc ? rc : add_arch_u32(w, o, "attention.head_count_kv", (uint32_t)o->kv_heads);
+	if (o->head_dim) { /* as the converter writes head_dim when the config has one */
+		rc = rc ? rc : add_arch_u32(w, o, "attention.key_length", (uint32_t)o->head_dim);
+		rc = rc ? rc : add_arch_u32(w, o, "attention.value_length", (uint32_t)o->head_dim);
+	}
+	rc = rc ? rc : add_arch_u32(w, o, "rope.dimension_count", (uint32_t)head_dim_of(o));
+	rc = rc ? rc : add_arch_f32(w, o, "rope.freq_base", 10000.0f);
+	rc = rc ? rc : add_arch_f32(w, o, model_arch_norm_eps_key(o->arch), 1e-5f);
 	return rc;
 }
 
@@ -445,21 +558,29 @@ out:
 
 static void usage(FILE *fp)
 {
-	fprintf(fp, "usage: sinkd-mkmodel --out FILE [--vocab VOCAB.gguf | --vocab-size N]\n"
-	            "                     --dim D --layers L --heads H [--kv-heads K] --ffn F\n"
-	            "                     [--type TYPE] [--tied] [--seed S] [--context C]\n"
-	            "       sinkd-mkmodel --from MODEL.gguf --out FILE [--type TYPE]\n"
-	            "TYPE: f32 (default) f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k; every\n"
-	            "2-D weight gets it, the token embedding and output matrix included (like\n"
-	            "llama.cpp's pure types); norm vectors and biases stay F32.  The q*_0/q*_1\n"
-	            "types need rows that are multiples of 32 elements, the *_k types of 256.\n"
-	            "Writes a GGUF v3 llama model with random weights (N(0, 0.02), norms 1).\n"
-	            "The vocabulary and every tokenizer.* key come from --vocab; without it a\n"
-	            "byte-level vocabulary of --vocab-size (>= 259, default 512) tokens is made.\n"
-	            "With --from it converts MODEL.gguf to TYPE, copying all its metadata; a\n"
-	            "matrix whose rows do not split into TYPE's blocks is written, with a note,\n"
-	            "as llama.cpp does: q4_k -> q5_0, q5_k -> q5_1, q6_k -> q8_0 when rows are\n"
-	            "multiples of 32, else f16.\n");
+	fprintf(
+	    fp,
+	    "usage: sinkd-mkmodel --out FILE [--arch NAME] [--vocab VOCAB.gguf | --vocab-size N]\n"
+	    "                     --dim D --layers L --heads H [--kv-heads K] --ffn F\n"
+	    "                     [--head-dim HD] [--bias] [--type TYPE] [--tied]\n"
+	    "                     [--seed S] [--context C]\n"
+	    "       sinkd-mkmodel --from MODEL.gguf --out FILE [--type TYPE]\n"
+	    "       sinkd-mkmodel --list-archs\n"
+	    "NAME: a row of the architecture table (--list-archs prints them; llama by\n"
+	    "default); keys and tensor names are as llama.cpp's converter writes them.\n"
+	    "--head-dim writes attention.key_length/value_length (default dim / heads);\n"
+	    "--bias adds the Q/K/V biases where the architecture has them optional.\n"
+	    "TYPE: f32 (default) f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k; every\n"
+	    "2-D weight gets it, the token embedding and output matrix included (like\n"
+	    "llama.cpp's pure types); norm vectors and biases stay F32.  The q*_0/q*_1\n"
+	    "types need rows that are multiples of 32 elements, the *_k types of 256.\n"
+	    "Writes a GGUF v3 model with random weights (N(0, 0.02), norms 1).\n"
+	    "The vocabulary and every tokenizer.* key come from --vocab; without it a\n"
+	    "byte-level vocabulary of --vocab-size (>= 259, default 512) tokens is made.\n"
+	    "With --from it converts MODEL.gguf to TYPE, copying all its metadata; a\n"
+	    "matrix whose rows do not split into TYPE's blocks is written, with a note,\n"
+	    "as llama.cpp does: q4_k -> q5_0, q5_k -> q5_1, q6_k -> q8_0 when rows are\n"
+	    "multiples of 32, else f16.\n");
 }
 
 static int parse_int(const char *s, int lo, int hi, int *out)
@@ -473,39 +594,73 @@ static int parse_int(const char *s, int lo, int hi, int *out)
 	return 0;
 }
 
-/* Every matrix row is --dim or --ffn long (ffn_down's), so both must split
- * into the type's blocks. */
+/* Every matrix row is --dim, --ffn (ffn_down's) or heads x head width
+ * (attn_output's) long, so each must split into the type's blocks. */
 static int check_block_size(const struct mk_options *o, char *err, size_t err_len)
 {
-	uint32_t bs = ggml_block_size(o->type);
-	const char *name = o->dim % (int)bs ? "--dim" : o->ffn % (int)bs ? "--ffn" : NULL;
+	int bs = (int)ggml_block_size(o->type), q = o->heads * head_dim_of(o);
+	const char *name = o->dim % bs   ? "--dim"
+	                   : o->ffn % bs ? "--ffn"
+	                   : q % bs      ? "--heads x --head-dim"
+	                                 : NULL;
 	if (name == NULL)
 		return 0;
 	return err_set(err, err_len, -EINVAL,
-	               "--type %s needs %s to be a multiple of its block size %" PRIu32 ", not %d",
-	               type_cli_name(o->type), name, bs, o->dim % (int)bs ? o->dim : o->ffn);
+	               "--type %s needs %s to be a multiple of its block size %d, not %d",
+	               type_cli_name(o->type), name, bs,
+	               o->dim % bs   ? o->dim
+	               : o->ffn % bs ? o->ffn
+	                             : q);
+}
+
+/* The head width a row allows: its own key_length, or dim / heads. */
+static int check_head_dim(const struct mk_options *o, char *err, size_t err_len)
+{
+	if (o->head_dim == 0)
+		return o->dim % o->heads || (o->dim / o->heads) % 2
+		           ? err_set(
+		                 err, err_len, -EINVAL,
+		                 "--dim must split into --heads of even width (or give --head-dim)")
+		           : 0;
+	if (o->head_dim % 2)
+		return err_set(err, err_len, -EINVAL, "--head-dim must be even, not %d",
+		               o->head_dim);
+	if (model_arch_head_width(o->arch) == MODEL_HEAD_WIDTH_SPLIT &&
+	    (o->dim % o->heads || o->head_dim != o->dim / o->heads))
+		return err_set(err, err_len, -EINVAL,
+		               "architecture %s takes its head width from --dim / --heads; "
+		               "--head-dim must be %d or absent",
+		               model_arch_name(o->arch), o->dim / o->heads);
+	return 0;
 }
 
 static int check_options(const struct mk_options *o, char *err, size_t err_len)
 {
 	if (o->from && !o->out)
 		return err_set(err, err_len, -EINVAL, "--from needs --out");
-	if (o->from &&
-	    (o->vocab || o->dim || o->layers || o->heads || o->kv_heads || o->ffn || o->tied))
-		return err_set(err, err_len, -EINVAL,
-		               "--from takes the shapes and vocabulary from the model: drop "
-		               "--vocab, --dim, --layers, --heads, --kv-heads, --ffn and --tied");
+	if (o->from && (o->vocab || o->dim || o->layers || o->heads || o->kv_heads || o->ffn ||
+	                o->tied || o->head_dim || o->bias || o->arch))
+		return err_set(
+		    err, err_len, -EINVAL,
+		    "--from takes the architecture, shapes and vocabulary from the model: "
+		    "drop --arch, --vocab, --dim, --layers, --heads, --kv-heads, --ffn, "
+		    "--head-dim, --bias and --tied");
 	if (o->from)
 		return 0;
 	if (!o->out || !o->dim || !o->layers || !o->heads || !o->ffn)
 		return err_set(err, err_len, -EINVAL,
 		               "--out, --dim, --layers, --heads and --ffn are required");
-	if (o->dim % o->heads || (o->dim / o->heads) % 2 || o->heads % o->kv_heads)
-		return err_set(err, err_len, -EINVAL,
-		               "--dim must split into --heads of even width, and --heads into "
-		               "--kv-heads groups");
+	if (check_head_dim(o, err, err_len))
+		return -EINVAL;
+	if (o->heads % o->kv_heads)
+		return err_set(err, err_len, -EINVAL, "--heads must split into --kv-heads groups");
 	if (check_block_size(o, err, err_len))
 		return -EINVAL;
+	if (o->bias && model_arch_qkv_bias(o->arch) != MODEL_BIAS_OPTIONAL)
+		return err_set(err, err_len, -EINVAL, "--bias: architecture %s %s Q/K/V biases",
+		               model_arch_name(o->arch),
+		               model_arch_qkv_bias(o->arch) == MODEL_BIAS_NONE ? "has no"
+		                                                               : "always has");
 	if (!o->vocab && o->vocab_size < 259)
 		return err_set(err, err_len, -EINVAL, "--vocab-size must be at least 259");
 	return 0;
@@ -513,12 +668,25 @@ static int check_options(const struct mk_options *o, char *err, size_t err_len)
 
 static int parse_args(int argc, char **argv, struct mk_options *o, char *err, size_t err_len)
 {
-	static const struct option longs[] = {
-	    {"out", 1, 0, 'o'},      {"vocab", 1, 0, 'v'},  {"from", 1, 0, 'F'},
-	    {"dim", 1, 0, 'd'},      {"layers", 1, 0, 'l'}, {"heads", 1, 0, 'h'},
-	    {"kv-heads", 1, 0, 'k'}, {"ffn", 1, 0, 'f'},    {"vocab-size", 1, 0, 'n'},
-	    {"type", 1, 0, 't'},     {"tied", 0, 0, 'T'},   {"seed", 1, 0, 's'},
-	    {"context", 1, 0, 'c'},  {"help", 0, 0, 'H'},   {0, 0, 0, 0}};
+	static const struct option longs[] = {{"out", 1, 0, 'o'},
+	                                      {"vocab", 1, 0, 'v'},
+	                                      {"from", 1, 0, 'F'},
+	                                      {"dim", 1, 0, 'd'},
+	                                      {"layers", 1, 0, 'l'},
+	                                      {"heads", 1, 0, 'h'},
+	                                      {"kv-heads", 1, 0, 'k'},
+	                                      {"ffn", 1, 0, 'f'},
+	                                      {"vocab-size", 1, 0, 'n'},
+	                                      {"type", 1, 0, 't'},
+	                                      {"tied", 0, 0, 'T'},
+	                                      {"seed", 1, 0, 's'},
+	                                      {"context", 1, 0, 'c'},
+	                                      {"help", 0, 0, 'H'},
+	                                      {"arch", 1, 0, 'a'},
+	                                      {"head-dim", 1, 0, 'D'},
+	                                      {"bias", 0, 0, 'B'},
+	                                      {"list-archs", 0, 0, 'L'},
+	                                      {0, 0, 0, 0}};
 	int c, rc = 0, idx = 0;
 	while (rc == 0 && (c = getopt_long(argc, argv, "", longs, &idx)) != -1) {
 		switch (c) {
@@ -564,6 +732,21 @@ static int parse_args(int argc, char **argv, struct mk_options *o, char *err, si
 		case 'H':
 			usage(stdout);
 			return 1;
+		case 'a':
+			rc = model_arch_lookup(optarg, strlen(optarg), &o->arch, err, err_len);
+			if (rc)
+				return rc;
+			break;
+		case 'D':
+			rc = parse_int(optarg, 2, SINKD_MKMODEL_MAX_HEAD_DIM, &o->head_dim);
+			break;
+		case 'B':
+			o->bias = 1;
+			break;
+		case 'L':
+			for (int i = 0; i < model_arch_count(); i++)
+				printf("%s\n", model_arch_name(model_arch_at(i)));
+			return 1;
 		default:
 			return err_set(err, err_len, -EINVAL, "unknown option (see --help)");
 		}
@@ -575,7 +758,10 @@ static int parse_args(int argc, char **argv, struct mk_options *o, char *err, si
 		return err_set(err, err_len, -EINVAL, "unexpected argument '%s'", argv[optind]);
 	if (o->kv_heads == 0)
 		o->kv_heads = o->heads; /* stays 0 with --from, which gives no --heads */
-	return check_options(o, err, err_len);
+	rc = check_options(o, err, err_len);
+	if (!o->arch)
+		o->arch = model_arch_find("llama");
+	return rc;
 }
 
 int main(int argc, char **argv)
@@ -605,9 +791,11 @@ int main(int argc, char **argv)
 		       n_params, o.from, type_cli_name(o.type), s);
 		return 0;
 	}
-	printf("%s: llama, %" PRIu64
-	       " parameters (%s), vocab %d, dim %d, %d layers, %d/%d heads, ffn %d%s; %.1f s\n",
-	       o.out, n_params, ggml_type_name(o.type), o.vocab_size, o.dim, o.layers, o.heads,
-	       o.kv_heads, o.ffn, o.tied ? ", tied output" : "", s);
+	printf("%s: %s, %" PRIu64
+	       " parameters (%s), vocab %d, dim %d, %d layers, %d/%d heads of %d, ffn %d%s; %.1f "
+	       "s\n",
+	       o.out, model_arch_name(o.arch), n_params, ggml_type_name(o.type), o.vocab_size,
+	       o.dim, o.layers, o.heads, o.kv_heads, head_dim_of(&o), o.ffn,
+	       o.tied ? ", tied output" : "", s);
 	return 0;
 }

@@ -11,7 +11,10 @@
 #     Q8_0 (written F16), and its 64 greedy tokens equal the original's;
 #     q4_k falls back to q5_0 on the 64-wide rows and still runs;
 #   - converting a quantized model again works, and --from refuses shape
-#     options.
+#     options;
+#   - --arch NAME for every row of --list-archs writes a model with the
+#     row's keys and tensors that sinkd loads; --bias, --head-dim and an
+#     unknown architecture are refused where the row says so.
 set -u
 base_only=1 . "$(dirname "$0")/server-lib.sh"
 mkmodel=${1:?usage: $0 MKMODEL GGUF_DUMP}
@@ -142,5 +145,40 @@ check "  it loads and runs" "$bin" generate --model "$tmp/re.gguf" --prompt "Onc
 "$mkmodel" --from "$model" --out "$tmp/bad.gguf" --dim 64 >/dev/null 2>"$tmp/bad.err"
 check "--from with --dim: exit 2" [ $? -eq 2 ]
 check "  the message says --from takes the shapes from the model" \
-	grep -q 'takes the shapes and vocabulary from the model' "$tmp/bad.err"
+	grep -q 'takes the architecture, shapes and vocabulary from the model' "$tmp/bad.err"
+
+# --arch: every row of the architecture table, its keys and tensors.
+"$mkmodel" --list-archs >"$tmp/archs.txt"
+check "--list-archs names llama and qwen2" grep -qx qwen2 "$tmp/archs.txt"
+while read -r arch; do
+	"$mkmodel" --out "$tmp/a-$arch.gguf" --arch "$arch" --dim 64 --layers 2 --heads 4 \
+		--kv-heads 2 --ffn 128 --seed 5 >/dev/null 2>"$tmp/a.err"
+	check "--arch $arch: exit 0" [ $? -eq 0 ]
+	"$dump" "$tmp/a-$arch.gguf" >"$tmp/dump-a-$arch.txt"
+	check "  general.architecture is $arch" \
+		grep -q "general.architecture  *\"$arch\"" "$tmp/dump-a-$arch.txt"
+	check "  its keys carry the prefix $arch." grep -q "^  $arch.block_count " "$tmp/dump-a-$arch.txt"
+	check "  sinkd generate loads and runs it" "$bin" generate --model "$tmp/a-$arch.gguf" \
+		--prompt "Once" --max-tokens 4 --temperature 0
+done <"$tmp/archs.txt"
+check "qwen2 has its Q/K/V biases" tensor_is "$tmp/dump-a-qwen2.txt" blk.1.attn_k.bias \
+	"F32 [32] 128 bytes"
+check "llama has none without --bias" bash -c "! grep -q attn_q.bias '$tmp/dump-a-llama.txt'"
+"$mkmodel" --out "$tmp/lb.gguf" --dim 64 --layers 1 --heads 4 --ffn 128 --bias >/dev/null
+check "llama --bias: its optional biases, and sinkd runs it" "$bin" generate --model \
+	"$tmp/lb.gguf" --prompt "Once" --max-tokens 4 --temperature 0
+"$mkmodel" --out "$tmp/bad.gguf" --arch mamba --dim 64 --layers 1 --heads 4 --ffn 128 \
+	>/dev/null 2>"$tmp/bad.err"
+check "--arch mamba: exit 2" [ $? -eq 2 ]
+check "  the message lists the supported ones" \
+	grep -q "architecture 'mamba' is not supported (supported: llama, qwen2" "$tmp/bad.err"
+"$mkmodel" --out "$tmp/bad.gguf" --dim 64 --layers 1 --heads 4 --ffn 128 --head-dim 32 \
+	>/dev/null 2>"$tmp/bad.err"
+check "llama --head-dim 32 against 64/4: exit 2 naming the width it takes" \
+	grep -q 'architecture llama takes its head width from --dim / --heads; --head-dim must be 16' \
+	"$tmp/bad.err"
+"$mkmodel" --out "$tmp/bad.gguf" --arch qwen2 --dim 64 --layers 1 --heads 4 --ffn 128 --bias \
+	>/dev/null 2>"$tmp/bad.err"
+check "qwen2 --bias: exit 2 (it always has them)" grep -q 'qwen2 always has Q/K/V biases' \
+	"$tmp/bad.err"
 finish
