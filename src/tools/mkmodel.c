@@ -42,6 +42,11 @@ struct mk_options {
 	enum ggml_type type;
 	int tied;
 	uint64_t seed;
+	/* --rope-freqs: rope_freqs.weight's values (a shorter list repeats its
+	 * last); --rope-scaling linear:F: the rope.scaling keys (0: none). */
+	int n_rope_freqs;
+	float rope_freqs[SINKD_MKMODEL_MAX_HEAD_DIM / 2];
+	float rope_linear;
 };
 
 /* ------------------------------------------------------------------------
@@ -207,6 +212,7 @@ struct mk_tensor {
 	char name[64];
 	uint64_t cols, rows; /* rows == 0: a vector of cols elements */
 	bool random;         /* a vector of random values (a bias), not ones (a norm) */
+	bool rope_freqs;     /* the --rope-freqs values */
 };
 
 static int head_dim_of(const struct mk_options *o)
@@ -309,11 +315,14 @@ static int tensor_list(const struct mk_options *o, struct mk_tensor *t, int cap)
 	} while (0)
 	for (int k = 0; k < MODEL_T_COUNT; k++) {
 		enum model_tensor mt = (enum model_tensor)k;
-		if (!wanted(o, model_arch_model_tensor_need(o->arch, mt), mt == MODEL_T_OUTPUT,
-		            false))
+		bool factors = mt == MODEL_T_ROPE_FACTORS && o->n_rope_freqs;
+		if (!factors && !wanted(o, model_arch_model_tensor_need(o->arch, mt),
+		                        mt == MODEL_T_OUTPUT, false))
 			continue;
 		model_tensor_shape(o, mt, &cols, &rows);
 		ADD(cols, rows, false, "%s", model_arch_model_tensor(o->arch, mt));
+		if (n <= cap)
+			t[n - 1].rope_freqs = factors;
 	}
 	for (int l = 0; l < o->layers; l++)
 		for (int k = 0; k < MODEL_LT_COUNT; k++) {
@@ -342,6 +351,8 @@ static int write_tensor_data(struct gguf_writer *w, const struct mk_options *o,
 	for (uint64_t r = 0; rc == 0 && r < rows; r++) {
 		for (uint64_t i = 0; i < t->cols; i++)
 			row[i] = t->rows || t->random ? 0.02f * rng_normalish(rng) : 1.0f;
+		for (int i = 0; t->rope_freqs && i < (int)t->cols; i++)
+			row[i] = o->rope_freqs[i < o->n_rope_freqs ? i : o->n_rope_freqs - 1];
 		rc = quantize_row(type, row, enc, t->cols, err, err_len);
 		if (rc == 0)
 			rc = gguf_writer_write_data(w, enc, row_bytes, err, err_len);
@@ -386,6 +397,12 @@ static int add_hparams(struct gguf_writer *w, const struct mk_options *o)
 	}
 	rc = rc ? rc : add_arch_u32(w, o, "rope.dimension_count", (uint32_t)head_dim_of(o));
 	rc = rc ? rc : add_arch_f32(w, o, "rope.freq_base", 10000.0f);
+	if (o->rope_linear > 0) {
+		char key[128];
+		snprintf(key, sizeof(key), "%s.rope.scaling.type", model_arch_name(o->arch));
+		rc = rc ? rc : gguf_writer_add_string(w, key, "linear");
+		rc = rc ? rc : add_arch_f32(w, o, "rope.scaling.factor", o->rope_linear);
+	}
 	rc = rc ? rc : add_arch_f32(w, o, model_arch_norm_eps_key(o->arch), 1e-5f);
 	return rc;
 }
@@ -564,12 +581,16 @@ static void usage(FILE *fp)
 	    "                     --dim D --layers L --heads H [--kv-heads K] --ffn F\n"
 	    "                     [--head-dim HD] [--bias] [--type TYPE] [--tied]\n"
 	    "                     [--seed S] [--context C]\n"
+	    "                     [--rope-freqs F1,F2,...] [--rope-scaling linear:F]\n"
 	    "       sinkd-mkmodel --from MODEL.gguf --out FILE [--type TYPE]\n"
 	    "       sinkd-mkmodel --list-archs\n"
 	    "NAME: a row of the architecture table (--list-archs prints them; llama by\n"
 	    "default); keys and tensor names are as llama.cpp's converter writes them.\n"
 	    "--head-dim writes attention.key_length/value_length (default dim / heads);\n"
 	    "--bias adds the Q/K/V biases where the architecture has them optional.\n"
+	    "--rope-freqs writes rope_freqs.weight (llama3's per-pair RoPE factors; a\n"
+	    "list shorter than head width / 2 repeats its last value); --rope-scaling\n"
+	    "writes rope.scaling.type linear and rope.scaling.factor F.\n"
 	    "TYPE: f32 (default) f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k; every\n"
 	    "2-D weight gets it, the token embedding and output matrix included (like\n"
 	    "llama.cpp's pure types); norm vectors and biases stay F32.  The q*_0/q*_1\n"
@@ -634,8 +655,49 @@ static int check_head_dim(const struct mk_options *o, char *err, size_t err_len)
 	return 0;
 }
 
+/* --rope-freqs needs a row with a factors tensor and at most head width / 2
+ * values. */
+static int check_rope_options(const struct mk_options *o, char *err, size_t err_len)
+{
+	const struct model_arch *arch = o->arch ? o->arch : model_arch_find("llama");
+	if (o->from && (o->n_rope_freqs || o->rope_linear > 0))
+		return err_set(err, err_len, -EINVAL,
+		               "--from keeps the model's RoPE: drop --rope-freqs, --rope-scaling");
+	if (o->from)
+		return 0;
+	if (o->n_rope_freqs &&
+	    model_arch_model_tensor_need(arch, MODEL_T_ROPE_FACTORS) == MODEL_TENSOR_NONE)
+		return err_set(err, err_len, -EINVAL,
+		               "--rope-freqs: architecture %s has no RoPE factors tensor",
+		               model_arch_name(arch));
+	if (o->n_rope_freqs && o->heads && o->n_rope_freqs > head_dim_of(o) / 2)
+		return err_set(err, err_len, -EINVAL,
+		               "--rope-freqs: %d values, more than head width / 2 = %d",
+		               o->n_rope_freqs, head_dim_of(o) / 2);
+	return 0;
+}
+
+/* "F1,F2,...": positive factors into o->rope_freqs. */
+static int parse_rope_freqs(const char *s, struct mk_options *o)
+{
+	o->n_rope_freqs = 0;
+	while (*s) {
+		char *end;
+		float v = strtof(s, &end);
+		if (end == s || !(v > 0) || o->n_rope_freqs == SINKD_MKMODEL_MAX_HEAD_DIM / 2)
+			return -EINVAL;
+		o->rope_freqs[o->n_rope_freqs++] = v;
+		s = *end == ',' && end[1] ? end + 1 : end;
+		if (*s && s == end)
+			return -EINVAL;
+	}
+	return o->n_rope_freqs ? 0 : -EINVAL;
+}
+
 static int check_options(const struct mk_options *o, char *err, size_t err_len)
 {
+	if (check_rope_options(o, err, err_len))
+		return -EINVAL;
 	if (o->from && !o->out)
 		return err_set(err, err_len, -EINVAL, "--from needs --out");
 	if (o->from && (o->vocab || o->dim || o->layers || o->heads || o->kv_heads || o->ffn ||
@@ -686,6 +748,8 @@ static int parse_args(int argc, char **argv, struct mk_options *o, char *err, si
 	                                      {"head-dim", 1, 0, 'D'},
 	                                      {"bias", 0, 0, 'B'},
 	                                      {"list-archs", 0, 0, 'L'},
+	                                      {"rope-freqs", 1, 0, 'R'},
+	                                      {"rope-scaling", 1, 0, 'S'},
 	                                      {0, 0, 0, 0}};
 	int c, rc = 0, idx = 0;
 	while (rc == 0 && (c = getopt_long(argc, argv, "", longs, &idx)) != -1) {
@@ -743,6 +807,16 @@ static int parse_args(int argc, char **argv, struct mk_options *o, char *err, si
 		case 'B':
 			o->bias = 1;
 			break;
+		case 'R':
+			rc = parse_rope_freqs(optarg, o);
+			break;
+		case 'S': {
+			char *end;
+			bool linear = strncmp(optarg, "linear:", 7) == 0;
+			o->rope_linear = linear ? strtof(optarg + 7, &end) : 0;
+			rc = linear && o->rope_linear > 0 && !*end ? 0 : -EINVAL;
+			break;
+		}
 		case 'L':
 			for (int i = 0; i < model_arch_count(); i++)
 				printf("%s\n", model_arch_name(model_arch_at(i)));

@@ -83,22 +83,25 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
 			threads = atoi(argv[++i]);
 		else {
-			fprintf(stderr, "usage: %s -m FILE --tokens 1,2,3 [--greedy N] [--threads T]\n", argv[0]);
+			fprintf(stderr,
+			        "usage: %s -m FILE --tokens 1,2,3 [--greedy N] [--threads T]\n",
+			        argv[0]);
 			return 2;
 		}
 	}
 	llama_token *toks = NULL;
 	int n_toks = 0;
-	if (!model_path || !tokens_arg || parse_tokens(tokens_arg, &toks, &n_toks) < 0 || greedy < 0 ||
-	    threads < 1) {
-		fprintf(stderr, "usage: %s -m FILE --tokens 1,2,3 [--greedy N] [--threads T]\n", argv[0]);
+	if (!model_path || !tokens_arg || parse_tokens(tokens_arg, &toks, &n_toks) < 0 ||
+	    greedy < 0 || threads < 1) {
+		fprintf(stderr, "usage: %s -m FILE --tokens 1,2,3 [--greedy N] [--threads T]\n",
+		        argv[0]);
 		return 2;
 	}
 
 	int rc = 1;
 	struct llama_model *model = NULL;
 	struct llama_context *ctx = NULL;
-	struct llama_batch batch = { 0 };
+	struct llama_batch batch = {0};
 	int have_batch = 0;
 	float *last = NULL;
 
@@ -106,7 +109,7 @@ int main(int argc, char **argv)
 	llama_backend_init();
 	struct llama_model_params mp = llama_model_default_params();
 	mp.n_gpu_layers = 0;
-	mp.use_mmap = 0;
+	mp.use_extra_bufts = 0; /* plain CPU buffers: no repacked weight layouts */
 	model = llama_model_load_from_file(model_path, mp);
 	if (!model) {
 		fprintf(stderr, "llamacpp-logits: cannot load %s\n", model_path);
@@ -116,7 +119,8 @@ int main(int argc, char **argv)
 	int n_vocab = llama_vocab_n_tokens(vocab);
 	for (int i = 0; i < n_toks; i++)
 		if (toks[i] >= n_vocab) {
-			fprintf(stderr, "llamacpp-logits: token %d out of the vocabulary (%d)\n", toks[i], n_vocab);
+			fprintf(stderr, "llamacpp-logits: token %d out of the vocabulary (%d)\n",
+			        toks[i], n_vocab);
 			goto cleanup;
 		}
 
