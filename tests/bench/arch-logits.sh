@@ -53,7 +53,7 @@ GREEDY=8
 ninja -C "$BUILD" src/tools/sinkd-mkmodel tests/sinkd-logits >/dev/null
 MK=$BUILD/src/tools/sinkd-mkmodel
 BACKENDS=("cpu:$BUILD/tests/sinkd-logits")
-if [ "$EMU" = 1 ] && ninja -C "$BUILD" -t targets all 2>/dev/null | grep -q '^tests/sinkd-logits-emu:'; then
+if [ "$EMU" = 1 ] && ninja -C "$BUILD" -t targets all 2>/dev/null | grep '^tests/sinkd-logits-emu:' >/dev/null; then
 	ninja -C "$BUILD" tests/sinkd-logits-emu >/dev/null
 	BACKENDS+=("cuda-emu:$BUILD/tests/sinkd-logits-emu")
 fi

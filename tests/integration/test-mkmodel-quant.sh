@@ -14,7 +14,9 @@
 #     options;
 #   - --arch NAME for every row of --list-archs writes a model with the
 #     row's keys and tensors that sinkd loads; --bias, --head-dim and an
-#     unknown architecture are refused where the row says so.
+#     unknown architecture are refused where the row says so;
+#   - --rope-freqs and --rope-scaling linear:F write llama3's factors tensor
+#     and the linear scaling keys; a row without the tensor refuses them.
 set -u
 base_only=1 . "$(dirname "$0")/server-lib.sh"
 mkmodel=${1:?usage: $0 MKMODEL GGUF_DUMP}
@@ -181,4 +183,19 @@ check "llama --head-dim 32 against 64/4: exit 2 naming the width it takes" \
 	>/dev/null 2>"$tmp/bad.err"
 check "qwen2 --bias: exit 2 (it always has them)" grep -q 'qwen2 always has Q/K/V biases' \
 	"$tmp/bad.err"
+
+# --rope-freqs and --rope-scaling: llama3's factors tensor and the linear keys.
+"$mkmodel" --out "$tmp/rf.gguf" --dim 64 --layers 1 --heads 4 --ffn 128 --rope-freqs 1,2,4,8 \
+	--rope-scaling linear:2 >/dev/null
+"$dump" "$tmp/rf.gguf" >"$tmp/dump-rf.txt"
+check "--rope-freqs: rope_freqs.weight, head width / 2 values" \
+	tensor_is "$tmp/dump-rf.txt" rope_freqs.weight "F32 [8] 32 bytes"
+check "--rope-scaling linear:2: rope.scaling.type and .factor" \
+	grep -q 'llama.rope.scaling.type  *"linear"' "$tmp/dump-rf.txt"
+check "  sinkd generate loads and runs it" "$bin" generate --model "$tmp/rf.gguf" \
+	--prompt "Once" --max-tokens 4 --temperature 0
+"$mkmodel" --out "$tmp/bad.gguf" --arch qwen2 --dim 64 --layers 1 --heads 4 --ffn 128 \
+	--rope-freqs 1 >/dev/null 2>"$tmp/bad.err"
+check "qwen2 --rope-freqs: exit 2 naming the row" \
+	grep -q 'architecture qwen2 has no RoPE factors tensor' "$tmp/bad.err"
 finish
