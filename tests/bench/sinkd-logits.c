@@ -104,10 +104,14 @@ int main(int argc, char **argv)
 	float *logits = NULL;
 	struct sinkd_config cfg;
 	struct config_errors errs;
+	struct cache_settings cs;
 	if (config_load(&cfg, NULL, NULL, 0, &errs)) {
 		config_errors_print(&errs, stderr);
+		config_errors_deinit(&errs);
 		goto cleanup;
 	}
+	config_cache_settings(&cfg, &cs); /* the defaults, changed below */
+	config_deinit(&cfg);
 	if (model_load(path, NULL, &m, err, sizeof(err)))
 		goto fail;
 	int n_vocab = m->hp.n_vocab;
@@ -117,8 +121,6 @@ int main(int argc, char **argv)
 			        ids[i], n_vocab);
 			goto fail;
 		}
-	struct cache_settings cs;
-	config_cache_settings(&cfg, &cs);
 	cs.strategy = CACHE_STRATEGY_FULL;
 	cs.max_context_length = n + greedy + 16;
 	cs.quant_enabled = false;
