@@ -247,6 +247,12 @@ static void layer_tensor_shape(const struct mk_options *o, enum model_layer_tens
 	switch (t) {
 	case MODEL_LT_ATTN_NORM:
 	case MODEL_LT_FFN_NORM:
+	case MODEL_LT_POST_ATTN_NORM:
+	case MODEL_LT_POST_FFW_NORM:
+		break;
+	case MODEL_LT_Q_NORM:
+	case MODEL_LT_K_NORM:
+		*cols = hd;
 		break;
 	case MODEL_LT_Q:
 		*rows = q;
