@@ -4,7 +4,9 @@
  * Its keys and tensor names are the row's, as llama.cpp's converter writes
  * them, so llama.cpp loads the same file.
  * Weights are deterministic in --seed, approximately N(0, 0.02) so
- * activations stay in a sane range, norms are 1; the vocabulary (every
+ * activations stay in a sane range, norms are 1 (random around 1 where the
+ * row has Gemma's post-norms, so that a norm applied wrongly shows in the
+ * logits); the vocabulary (every
  * tokenizer.* key) is copied from a vocabulary GGUF, or a small byte-level
  * SentencePiece-style vocabulary is made up.  Tensor data is generated one
  * row at a time and streamed to disk, so multi-GB files need little memory.
@@ -42,6 +44,11 @@ struct mk_options {
 	enum ggml_type type;
 	int tied;
 	uint64_t seed;
+	/* the keys of rows with sliding layers and soft-caps (model_arch_attn),
+	 * RoPE bases: -1 (0 for the bases) when not given */
+	int sliding_window, swa_pattern;
+	double attn_softcap, final_softcap;
+	double rope_base, rope_base_swa;
 };
 
 /* ------------------------------------------------------------------------
@@ -345,9 +352,13 @@ static int write_tensor_data(struct gguf_writer *w, const struct mk_options *o,
 	int rc = 0;
 	if (!row || !enc)
 		rc = err_set(err, err_len, -ENOMEM, "out of memory");
+	/* Gemma's norms: random around 1 (its converter stores 1 + w) */
+	float spread = model_arch_layer_tensor(o->arch, MODEL_LT_POST_ATTN_NORM) ? 0.1f : 0.0f;
 	for (uint64_t r = 0; rc == 0 && r < rows; r++) {
 		for (uint64_t i = 0; i < t->cols; i++)
-			row[i] = t->rows || t->random ? 0.02f * rng_normalish(rng) : 1.0f;
+			row[i] = t->rows || t->random ? 0.02f * rng_normalish(rng)
+			         : spread > 0.0f      ? 1.0f + spread * rng_normalish(rng)
+			                              : 1.0f;
 		rc = quantize_row(type, row, enc, t->cols, err, err_len);
 		if (rc == 0)
 			rc = gguf_writer_write_data(w, enc, row_bytes, err, err_len);
@@ -376,6 +387,34 @@ static int add_arch_f32(struct gguf_writer *w, const struct mk_options *o, const
 	return gguf_writer_add_f32(w, name, v);
 }
 
+/* The keys of model_arch_attn (sliding layers, soft-caps) the row reads,
+ * as its converter writes them. */
+static int add_attn_keys(struct gguf_writer *w, const struct mk_options *o)
+{
+	const struct model_arch_attn *fa = model_arch_attn(o->arch);
+	int rc = 0;
+	if (fa->sliding) {
+		int window = o->sliding_window >= 0        ? o->sliding_window
+		             : fa->swa_window_default > 0 ? fa->swa_window_default
+		                                          : 1024;
+		if (window > 0)
+			rc = add_arch_u32(w, o, "attention.sliding_window", (uint32_t)window);
+		if (rc == 0 && o->swa_pattern >= 0)
+			rc = add_arch_u32(w, o, "attention.sliding_window_pattern",
+			                  (uint32_t)o->swa_pattern);
+		if (rc == 0 && o->rope_base_swa > 0)
+			rc = add_arch_f32(w, o, "rope.freq_base_swa", (float)o->rope_base_swa);
+	}
+	if (rc == 0 && fa->attn_softcap)
+		rc = add_arch_f32(w, o, "attn_logit_softcapping",
+		                  (float)(o->attn_softcap >= 0 ? o->attn_softcap
+		                                               : fa->attn_softcap_default));
+	double final = o->final_softcap >= 0 ? o->final_softcap : fa->final_softcap_default;
+	if (rc == 0 && fa->final_softcap && final > 0)
+		rc = add_arch_f32(w, o, "final_logit_softcapping", (float)final);
+	return rc;
+}
+
 static int add_hparams(struct gguf_writer *w, const struct mk_options *o)
 {
 	int rc = gguf_writer_add_string(w, "general.architecture", model_arch_name(o->arch));
@@ -386,14 +425,19 @@ static int add_hparams(struct gguf_writer *w, const struct mk_options *o)
 	rc = rc ? rc : add_arch_u32(w, o, "feed_forward_length", (uint32_t)o->ffn);
 	rc = rc ? rc : add_arch_u32(w, o, "attention.head_count", (uint32_t)o->heads);
 	rc = rc ? rc : add_arch_u32(w, o, "attention.head_count_kv", (uint32_t)o->kv_heads);
-	if (o->head_dim) { /* as the converter writes head_dim when the config has one */
-		rc = rc ? rc : add_arch_u32(w, o, "attention.key_length", (uint32_t)o->head_dim);
-		rc = rc ? rc : add_arch_u32(w, o, "attention.value_length", (uint32_t)o->head_dim);
+	/* as the converter writes head_dim when the config has one (always
+	 * for the rows that read it) */
+	if (o->head_dim || model_arch_head_width(o->arch) == MODEL_HEAD_WIDTH_KEYS) {
+		uint32_t hd = (uint32_t)head_dim_of(o);
+		rc = rc ? rc : add_arch_u32(w, o, "attention.key_length", hd);
+		rc = rc ? rc : add_arch_u32(w, o, "attention.value_length", hd);
 	}
 	rc = rc ? rc : add_arch_u32(w, o, "rope.dimension_count", (uint32_t)head_dim_of(o));
-	rc = rc ? rc : add_arch_f32(w, o, "rope.freq_base", 10000.0f);
+	rc = rc ? rc
+	        : add_arch_f32(w, o, "rope.freq_base", o->rope_base > 0 ? (float)o->rope_base
+	                                                                  : 10000.0f);
 	rc = rc ? rc : add_arch_f32(w, o, model_arch_norm_eps_key(o->arch), 1e-5f);
-	return rc;
+	return rc ? rc : add_attn_keys(w, o);
 }
 
 static int write_model(struct mk_options *o, uint64_t *n_params, char *err, size_t err_len)
@@ -569,13 +613,21 @@ static void usage(FILE *fp)
 	    "usage: sinkd-mkmodel --out FILE [--arch NAME] [--vocab VOCAB.gguf | --vocab-size N]\n"
 	    "                     --dim D --layers L --heads H [--kv-heads K] --ffn F\n"
 	    "                     [--head-dim HD] [--bias] [--type TYPE] [--tied]\n"
-	    "                     [--seed S] [--context C]\n"
+	    "                     [--seed S] [--context C] [--rope-base B]\n"
+	    "                     [--sliding-window N] [--swa-pattern P] [--rope-base-swa B]\n"
+	    "                     [--attn-softcap X] [--final-softcap X]\n"
 	    "       sinkd-mkmodel --from MODEL.gguf --out FILE [--type TYPE]\n"
 	    "       sinkd-mkmodel --list-archs\n"
 	    "NAME: a row of the architecture table (--list-archs prints them; llama by\n"
 	    "default); keys and tensor names are as llama.cpp's converter writes them.\n"
 	    "--head-dim writes attention.key_length/value_length (default dim / heads);\n"
 	    "--bias adds the Q/K/V biases where the architecture has them optional.\n"
+	    "--rope-base: rope.freq_base (10000).\n"
+	    "Rows with sliding-window layers (gemma2, gemma3): --sliding-window (the\n"
+	    "row's default, else 1024; 0: none, all layers global), --swa-pattern\n"
+	    "(sliding_window_pattern, written only when given), --rope-base-swa\n"
+	    "(rope.freq_base_swa); --attn-softcap / --final-softcap where the row has\n"
+	    "them (default the row's).  Their norms are random around 1.\n"
 	    "TYPE: f32 (default) f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k; every\n"
 	    "2-D weight gets it, the token embedding and output matrix included (like\n"
 	    "llama.cpp's pure types); norm vectors and biases stay F32.  The q*_0/q*_1\n"
@@ -597,6 +649,17 @@ static int parse_int(const char *s, int lo, int hi, int *out)
 	if (errno || *end || end == s || v < lo || v > hi)
 		return -EINVAL;
 	*out = (int)v;
+	return 0;
+}
+
+static int parse_double(const char *s, double lo, double hi, double *out)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || *end || end == s || !(v >= lo && v <= hi))
+		return -EINVAL;
+	*out = v;
 	return 0;
 }
 
@@ -640,6 +703,31 @@ static int check_head_dim(const struct mk_options *o, char *err, size_t err_len)
 	return 0;
 }
 
+/* The sliding-window and soft-cap options only where the row reads them. */
+static int check_attn_options(const struct mk_options *o, char *err, size_t err_len)
+{
+	const struct model_arch_attn *fa = model_arch_attn(o->arch);
+	const char *name = model_arch_name(o->arch);
+	if (!fa->sliding && (o->sliding_window >= 0 || o->swa_pattern >= 0 || o->rope_base_swa > 0))
+		return err_set(err, err_len, -EINVAL,
+		               "--sliding-window, --swa-pattern, --rope-base-swa: architecture %s "
+		               "has no sliding-window layers",
+		               name);
+	if (o->sliding_window == 0 && fa->swa_window_default > 0)
+		return err_set(err, err_len, -EINVAL,
+		               "--sliding-window 0: architecture %s always has sliding layers", name);
+	if (o->attn_softcap >= 0 && !fa->attn_softcap)
+		return err_set(err, err_len, -EINVAL,
+		               "--attn-softcap: architecture %s has no attention soft-cap", name);
+	if (o->final_softcap >= 0 && !fa->final_softcap)
+		return err_set(err, err_len, -EINVAL,
+		               "--final-softcap: architecture %s has no final logit soft-cap", name);
+	if ((o->attn_softcap >= 0 && o->attn_softcap < 1e-3) ||
+	    (o->final_softcap >= 0 && o->final_softcap < 1e-3 && fa->final_softcap_default > 0))
+		return err_set(err, err_len, -EINVAL, "a soft-cap must be at least 0.001");
+	return 0;
+}
+
 static int check_options(const struct mk_options *o, char *err, size_t err_len)
 {
 	if (o->from && !o->out)
@@ -669,7 +757,7 @@ static int check_options(const struct mk_options *o, char *err, size_t err_len)
 		                                                               : "always has");
 	if (!o->vocab && o->vocab_size < 259)
 		return err_set(err, err_len, -EINVAL, "--vocab-size must be at least 259");
-	return 0;
+	return check_attn_options(o, err, err_len);
 }
 
 static int parse_args(int argc, char **argv, struct mk_options *o, char *err, size_t err_len)
@@ -692,6 +780,12 @@ static int parse_args(int argc, char **argv, struct mk_options *o, char *err, si
 	                                      {"head-dim", 1, 0, 'D'},
 	                                      {"bias", 0, 0, 'B'},
 	                                      {"list-archs", 0, 0, 'L'},
+	                                      {"sliding-window", 1, 0, 'W'},
+	                                      {"swa-pattern", 1, 0, 'P'},
+	                                      {"rope-base", 1, 0, 'e'},
+	                                      {"rope-base-swa", 1, 0, 'E'},
+	                                      {"attn-softcap", 1, 0, 'A'},
+	                                      {"final-softcap", 1, 0, 'Z'},
 	                                      {0, 0, 0, 0}};
 	int c, rc = 0, idx = 0;
 	while (rc == 0 && (c = getopt_long(argc, argv, "", longs, &idx)) != -1) {
@@ -749,6 +843,24 @@ static int parse_args(int argc, char **argv, struct mk_options *o, char *err, si
 		case 'B':
 			o->bias = 1;
 			break;
+		case 'W':
+			rc = parse_int(optarg, 0, 1 << 24, &o->sliding_window);
+			break;
+		case 'P':
+			rc = parse_int(optarg, 0, 1024, &o->swa_pattern);
+			break;
+		case 'e':
+			rc = parse_double(optarg, 1e-3, 1e12, &o->rope_base);
+			break;
+		case 'E':
+			rc = parse_double(optarg, 1e-3, 1e12, &o->rope_base_swa);
+			break;
+		case 'A':
+			rc = parse_double(optarg, 0, 1e6, &o->attn_softcap);
+			break;
+		case 'Z':
+			rc = parse_double(optarg, 0, 1e6, &o->final_softcap);
+			break;
 		case 'L':
 			for (int i = 0; i < model_arch_count(); i++)
 				printf("%s\n", model_arch_name(model_arch_at(i)));
@@ -772,8 +884,14 @@ static int parse_args(int argc, char **argv, struct mk_options *o, char *err, si
 
 int main(int argc, char **argv)
 {
-	struct mk_options o = {
-	    .type = GGML_TYPE_F32, .vocab_size = 512, .context = 2048, .seed = 1};
+	struct mk_options o = {.type = GGML_TYPE_F32,
+	                       .vocab_size = 512,
+	                       .context = 2048,
+	                       .seed = 1,
+	                       .sliding_window = -1,
+	                       .swa_pattern = -1,
+	                       .attn_softcap = -1,
+	                       .final_softcap = -1};
 	char err[SINKD_ERR_LEN] = "";
 	int rc = parse_args(argc, argv, &o, err, sizeof(err));
 	if (rc > 0)

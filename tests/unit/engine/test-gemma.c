@@ -251,8 +251,73 @@ START_TEST(test_refusals)
 }
 END_TEST
 
-int main(void)
+static const char *mkmodel_path;
+
+/* Runs sinkd-mkmodel with args into a temporary file (path), which must
+ * load; the model. */
+static struct model *mkmodel(const char *args, char *path, size_t len)
 {
+	char cmd[1024], err[SINKD_ERR_LEN];
+	temp_path(path, len);
+	snprintf(cmd, sizeof(cmd), "%s --out %s %s >/dev/null", mkmodel_path, path, args);
+	ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
+	struct model *m = NULL;
+	ck_assert_msg(model_load(path, NULL, &m, err, sizeof(err)) == 0, "%s", err);
+	return m;
+}
+
+START_TEST(test_mkmodel_rows)
+{
+	char path[64];
+	float *logits = malloc(512 * sizeof(float));
+	struct model *m = mkmodel("--arch gemma2 --dim 64 --layers 3 --heads 2 --kv-heads 1 "
+	                          "--head-dim 48 --ffn 96 --attn-softcap 20",
+	                          path, sizeof(path));
+	ck_assert_int_eq(m->hp.head_dim, 48);
+	ck_assert_float_eq(m->hp.attn_softcap, 20.0f);
+	ck_assert_float_eq(m->hp.final_softcap, 30.0f);
+	ck_assert_int_eq(m->hp.swa_window, 4096);
+	ck_assert(m->hp.tied_output);
+	/* norms random around 1, so that a norm applied wrongly shows */
+	const float *pn = m->layers[1].post_ffw_norm;
+	ck_assert(pn[0] != 1.0f && pn[0] != pn[1] && fabsf(pn[0] - 1.0f) < 0.5f);
+	cpu_logits(m, PROMPT, 5, logits);
+	for (int i = 0; i < m->hp.n_vocab; i++)
+		ck_assert(isfinite(logits[i]) && fabsf(logits[i]) < 30.0f);
+	model_free(m);
+	unlink(path);
+	m = mkmodel("--arch gemma3 --dim 64 --layers 6 --heads 2 --kv-heads 1 --head-dim 32 "
+	            "--ffn 96 --rope-base 1000000 --tied",
+	            path, sizeof(path));
+	ck_assert_ptr_nonnull(m->layers[0].q_norm);
+	ck_assert_int_eq(m->hp.swa_window, 1024);
+	ck_assert(m->hp.rope_theta == 1e6 && m->hp.rope_theta_swa == 10000.0);
+	ck_assert(m->hp.layer_swa[4] && !m->hp.layer_swa[5]);
+	ck_assert_float_eq(m->hp.final_softcap, 0.0f);
+	model_free(m);
+	unlink(path);
+	m = mkmodel("--arch gemma3 --dim 64 --layers 2 --heads 2 --head-dim 32 --ffn 96 "
+	            "--sliding-window 0 --final-softcap 5",
+	            path, sizeof(path));
+	ck_assert_ptr_null(m->hp.layer_swa);
+	ck_assert_float_eq(m->hp.final_softcap, 5.0f);
+	ck_assert(!m->hp.tied_output);
+	cpu_logits(m, PROMPT, PROMPT, logits);
+	for (int i = 0; i < m->hp.n_vocab; i++)
+		ck_assert(fabsf(logits[i]) < 5.0f);
+	model_free(m);
+	unlink(path);
+	free(logits);
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		fprintf(stderr, "usage: %s path/to/sinkd-mkmodel\n", argv[0]);
+		return 1;
+	}
+	mkmodel_path = argv[1];
 	Suite *s = suite_create("gemma");
 	TCase *tc = tcase_create("cpu");
 	tcase_set_timeout(tc, 120);
@@ -260,6 +325,7 @@ int main(void)
 	tcase_add_test(tc, test_gemma3_logits);
 	tcase_add_test(tc, test_hparams_as_llama_cpp);
 	tcase_add_test(tc, test_refusals);
+	tcase_add_test(tc, test_mkmodel_rows);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }
