@@ -208,6 +208,28 @@ static int read_rope_scaling(struct load_ctx *c)
 	return rc;
 }
 
+/* llama.cpp reads a head width and rotated dims of their own for sliding
+ * layers (key_length_swa, value_length_swa, rope.dimension_count_swa);
+ * sinkd's layers share one, so a file whose differ is refused. */
+static int check_swa_widths(struct load_ctx *c)
+{
+	const struct model_hparams *hp = &c->m->hp;
+	static const char *const keys[] = {"attention.key_length_swa", "attention.value_length_swa",
+	                                   "rope.dimension_count_swa"};
+	for (int i = 0; i < 3; i++) {
+		int full = i < 2 ? hp->head_dim : hp->rope_dim, v = 0;
+		int rc = hp_int(c, keys[i], full, 1, INT32_MAX, &v);
+		if (rc)
+			return rc;
+		if (v != full)
+			return err_set(c->err, c->err_len, -ENOTSUP,
+			               "%s: key '%s%s' is %d, which differs from the global layers' "
+			               "%d: sliding layers of another width are not implemented",
+			               c->path, c->prefix, keys[i], v, full);
+	}
+	return 0;
+}
+
 /* Which layers slide (model_arch_attn): sliding_window and its pattern,
  * into a model-owned layer_swa (NULL when none does), and their RoPE base. */
 static int read_sliding_layers(struct load_ctx *c, const struct model_arch_attn *fa)
@@ -216,6 +238,8 @@ static int read_sliding_layers(struct load_ctx *c, const struct model_arch_attn 
 	int window = 0, period = 0;
 	int rc = hp_int(c, "attention.sliding_window", fa->swa_window_default,
 	                fa->swa_window_default > 0 ? 1 : 0, INT32_MAX, &window);
+	if (rc == 0)
+		rc = check_swa_widths(c);
 	if (rc || window == 0)
 		return rc;
 	rc = hp_int(c, "attention.sliding_window_pattern", fa->swa_period_default, 0,
@@ -630,11 +654,15 @@ static bool tensor_is_read(const struct model_hparams *hp, int layer, int t)
 static int not_part(struct load_ctx *c, const char *shown)
 {
 	const struct model_hparams *hp = &c->m->hp;
-	char names[320];
+	char names[480];
 	model_arch_tensor_names(hp->arch, names, sizeof(names));
+	/* llama.cpp's converter names a vision tower's tensors v.* and its
+	 * projector's mm.*: sinkd runs the language model alone */
+	bool vision = strncmp(shown, "v.", 2) == 0 || strncmp(shown, "mm.", 3) == 0;
 	return err_set(c->err, c->err_len, -ENOTSUP,
-	               "%s: tensor '%s' is not part of a %s model (sinkd reads: %s)", c->path,
-	               shown, model_arch_name(hp->arch), names);
+	               "%s: tensor '%s' is not part of a %s model%s (sinkd reads: %s)", c->path,
+	               shown, model_arch_name(hp->arch),
+	               vision ? "; vision towers are not supported" : "", names);
 }
 
 /* Every tensor of the file must be one the model reads: one it would skip

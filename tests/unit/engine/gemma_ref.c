@@ -45,6 +45,7 @@ struct gemma_spec gemma_spec_default(const char *arch)
 	                           .rope_theta = 10000.0f,
 	                           .rope_factor = 0,
 	                           .wscale = 0.35f,
+	                           .key_length_swa = -1,
 	                           .seed = 1};
 }
 
@@ -144,6 +145,15 @@ static void add_keys(struct gguf_writer *w, const struct gemma_spec *sp)
 		U32("attention.sliding_window", sp->sliding_window);
 	if (sp->swa_pattern >= 0)
 		U32("attention.sliding_window_pattern", sp->swa_pattern);
+	if (sp->key_length_swa >= 0)
+		U32("attention.key_length_swa", sp->key_length_swa);
+	if (sp->pattern_array) { /* as some converters write it: a bool per layer */
+		uint8_t swa[64] = {0};
+		snprintf(k, sizeof(k), "%s.attention.sliding_window_pattern", a);
+		ck_assert_int_eq(gguf_writer_add_array(w, k, GGUF_VALUE_BOOL,
+		                                       (uint64_t)sp->layers, swa),
+		                 0);
+	}
 	if (sp->rope_theta_swa >= 0)
 		F32("rope.freq_base_swa", sp->rope_theta_swa);
 	if (sp->rope_factor > 0) {

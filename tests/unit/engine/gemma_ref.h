@@ -7,6 +7,7 @@
  * and, on sliding layers, only the last sliding_window positions. */
 #pragma once
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct gemma_spec {
@@ -21,6 +22,8 @@ struct gemma_spec {
 	float rope_theta;    /* rope.freq_base (always written) */
 	float rope_factor;   /* > 0: rope.scaling.type linear, rope.scaling.factor */
 	float wscale;        /* weights uniform in [-wscale, wscale] */
+	int key_length_swa;  /* attention.key_length_swa, written when >= 0 */
+	bool pattern_array;  /* sliding_window_pattern as a per-layer array */
 	uint64_t seed;
 };
 

@@ -240,6 +240,16 @@ START_TEST(test_refusals)
 	assert_refused(&sp, "v.blk.0.attn_q.weight", NULL, "v.blk.0.attn_q.weight");
 	/* embeddinggemma's dense projection */
 	assert_refused(&sp, "dense_2.weight", NULL, "dense_2.weight");
+	assert_refused(&sp, "v.blk.0.attn_q.weight", NULL, "vision towers are not supported");
+	/* sliding layers of their own head width */
+	sp.sliding_window = 64;
+	sp.key_length_swa = 8;
+	assert_refused(&sp, NULL, NULL, "attention.key_length_swa' is 8");
+	/* a per-layer pattern llama.cpp does not read for these rows */
+	sp.key_length_swa = -1;
+	sp.pattern_array = true;
+	assert_refused(&sp, NULL, NULL, "sliding_window_pattern' is not an integer");
+	sp = gemma_spec_default("gemma3");
 	/* gemma3n is another architecture */
 	assert_refused(&sp, NULL, "gemma3n", "gemma3n");
 	/* gemma2's head is always token_embd: an output.weight is not read */
