@@ -380,3 +380,11 @@ void gemma_reference(const struct gemma_model *g, const int32_t *ids, int n, dou
 		logits[i] = f.final_cap * tanh(logits[i] / f.final_cap);
 	free(x), free(xb), free(K), free(V), free(Q), free(att), free(o), free(gt), free(up);
 }
+
+void gemma_reference_all_global(const struct gemma_model *g, const int32_t *ids, int n,
+                                double *logits)
+{
+	struct gemma_model global = *g;
+	global.sp.sliding_window = 0;
+	gemma_reference(&global, ids, n, logits);
+}

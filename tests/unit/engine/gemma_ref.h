@@ -39,3 +39,8 @@ void gemma_model_free(struct gemma_model *g);
 
 /* Last-position logits (vocab) of ids[0..n) by brute force. */
 void gemma_reference(const struct gemma_model *g, const int32_t *ids, int n, double *logits);
+/* The same with every layer global (no sliding window, every layer at the
+ * global RoPE base and scaling): what a backend that ignores the model's
+ * sliding layers computes. */
+void gemma_reference_all_global(const struct gemma_model *g, const int32_t *ids, int n,
+                                double *logits);
