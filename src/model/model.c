@@ -244,11 +244,12 @@ static int read_sliding_layers(struct load_ctx *c, const struct model_arch_attn 
 		return rc;
 	rc = hp_int(c, "attention.sliding_window_pattern", fa->swa_period_default, 0,
 	            MODEL_MAX_LAYERS, &period);
+	double theta_swa = 0.0;
 	if (rc == 0)
 		rc = hp_float(c, "rope.freq_base_swa",
 		              fa->rope_theta_swa_default > 0 ? fa->rope_theta_swa_default
 		                                             : hp->rope_theta,
-		              1e-3, 1e12, &hp->rope_theta_swa);
+		              1e-3, 1e12, &theta_swa);
 	if (rc)
 		return rc;
 	uint8_t *swa = calloc((size_t)hp->n_layers, 1);
@@ -268,6 +269,7 @@ static int read_sliding_layers(struct load_ctx *c, const struct model_arch_attn 
 		               c->path, c->prefix);
 	hp->swa_window = window;
 	hp->layer_swa = swa;
+	hp->rope_theta_swa = theta_swa;
 	return 0;
 }
 

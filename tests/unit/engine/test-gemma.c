@@ -31,7 +31,7 @@ static void temp_path(char *path, size_t len)
 }
 
 /* The CPU logits of the first n prompt tokens, fed in chunks of `chunk`,
- * in a session of geometry g (NULL: tu_model_geometry, strategy full). */
+ * in a session of geometry gg (NULL: strategy full, 256 tokens). */
 static void cpu_logits_in(struct model *m, const struct cache_geometry *gg, int n, int chunk,
                           float *logits)
 {
@@ -39,9 +39,15 @@ static void cpu_logits_in(struct model *m, const struct cache_geometry *gg, int 
 	struct backend *be;
 	struct backend_options opt = {.n_threads = 2, .parallel_min_macs = 1};
 	ck_assert_msg(backend_cpu_new(m, &opt, &be, err, sizeof(err)) == 0, "%s", err);
-	struct cache_geometry g = tu_model_geometry(&m->hp, 256);
-	g.strategy = CACHE_STRATEGY_FULL;
-	g.max_context_length = 256;
+	/* as the daemon builds it (its sliding layers their own spans, where
+	 * the cache has them) */
+	struct cache_settings cs = {.strategy = CACHE_STRATEGY_FULL,
+	                            .sink_keep_count = 4,
+	                            .window_size = 256,
+	                            .max_context_length = 256,
+	                            .full_precision_recent = 256};
+	struct cache_geometry g;
+	cache_geometry_build(&cs, &m->hp, &g);
 	if (gg)
 		g = *gg;
 	struct backend_session *s = NULL;
