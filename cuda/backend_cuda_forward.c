@@ -543,7 +543,8 @@ static int layer_attention(struct cuda_backend *c, const struct batch_layout *bl
 	return rc ? rc : gemm(c, &c->layers[l].wo, c->att_h, n, c->x, 1.0f, err, err_len);
 }
 
-static int layer_mlp(struct cuda_backend *c, int n, int l, char *err, size_t err_len)
+/* The MLP's input, both shapes: RMSNorm, then the gate and up products. */
+static int mlp_gate_up(struct cuda_backend *c, int n, int l, char *err, size_t err_len)
 {
 	const struct model_hparams *hp = &c->base.model->hp;
 	const struct cuda_layer_weights *L = &c->layers[l];
@@ -553,6 +554,16 @@ static int layer_mlp(struct cuda_backend *c, int n, int l, char *err, size_t err
 	    "rmsnorm");
 	if ((rc = gemm(c, &L->gate, c->xb_h, n, c->gate, 0.0f, err, err_len)) ||
 	    (rc = gemm(c, &L->up, c->xb_h, n, c->up, 0.0f, err, err_len)))
+		return rc;
+	return 0;
+}
+
+static int layer_mlp(struct cuda_backend *c, int n, int l, char *err, size_t err_len)
+{
+	const struct model_hparams *hp = &c->base.model->hp;
+	const struct cuda_layer_weights *L = &c->layers[l];
+	int rc = mlp_gate_up(c, n, l, err, err_len);
+	if (rc)
 		return rc;
 	CU_TRY(cuda_swiglu(c->gate, c->up, (size_t)n * hp->ffn_dim, c->hb_h, c->wdt, c->stream),
 	       "swiglu");
@@ -583,11 +594,7 @@ static int layer_gemma(struct cuda_backend *c, const struct batch_layout *bl, in
 	CU_TRY(cuda_rmsnorm_add(c->x, c->proj, L->post_attn_norm, n, hp->dim, hp->norm_eps,
 	                        c->stream),
 	       "post-attention norm");
-	CU_TRY(
-	    cuda_rmsnorm(c->x, L->ffn_norm, n, hp->dim, hp->norm_eps, c->xb_h, c->wdt, c->stream),
-	    "rmsnorm");
-	if ((rc = gemm(c, &L->gate, c->xb_h, n, c->gate, 0.0f, err, err_len)) ||
-	    (rc = gemm(c, &L->up, c->xb_h, n, c->up, 0.0f, err, err_len)))
+	if ((rc = mlp_gate_up(c, n, l, err, err_len)))
 		return rc;
 	CU_TRY(cuda_geglu(c->gate, c->up, (size_t)n * hp->ffn_dim, c->hb_h, c->wdt, c->stream),
 	       "geglu");

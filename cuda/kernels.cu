@@ -45,12 +45,11 @@ extern "C" int cuda_embed(const void *table, int dtype, int dim, const int32_t *
 
 #define RMS_THREADS 256
 
-// grid (n), block RMS_THREADS: out row = x row * (1/rms) * w.
-__global__ void rmsnorm_kernel(const float *x, const float *w, int dim, float eps, void *out,
-                               int out_dtype)
+// 1 / rms of row xr (dim), summed in double over the block (RMS_THREADS);
+// every thread of the block gets it.
+static __device__ float row_rms_scale(const float *xr, int dim, float eps)
 {
 	__shared__ double part[RMS_THREADS];
-	const float *xr = x + (size_t)blockIdx.x * dim;
 	double ss = 0.0;
 	for (int j = threadIdx.x; j < dim; j += blockDim.x)
 		ss += (double)xr[j] * xr[j];
@@ -61,7 +60,15 @@ __global__ void rmsnorm_kernel(const float *x, const float *w, int dim, float ep
 			part[threadIdx.x] += part[threadIdx.x + s];
 		__syncthreads();
 	}
-	float scale = (float)(1.0 / sqrt(part[0] / dim + (double)eps));
+	return (float)(1.0 / sqrt(part[0] / dim + (double)eps));
+}
+
+// grid (n), block RMS_THREADS: out row = x row * (1/rms) * w.
+__global__ void rmsnorm_kernel(const float *x, const float *w, int dim, float eps, void *out,
+                               int out_dtype)
+{
+	const float *xr = x + (size_t)blockIdx.x * dim;
+	float scale = row_rms_scale(xr, dim, eps);
 	for (int j = threadIdx.x; j < dim; j += blockDim.x)
 		dt_store(out, out_dtype, (size_t)blockIdx.x * dim + j,
 		         __fmul_rn(__fmul_rn(xr[j], scale), w[j]));
@@ -165,20 +172,9 @@ extern "C" int cuda_geglu(const float *gate, const float *up, size_t n, void *ou
 // grid (n), block RMS_THREADS: x row += y row * (1/rms(y row)) * w.
 __global__ void rmsnorm_add_kernel(float *x, const float *y, const float *w, int dim, float eps)
 {
-	__shared__ double part[RMS_THREADS];
 	const float *yr = y + (size_t)blockIdx.x * dim;
 	float *xr = x + (size_t)blockIdx.x * dim;
-	double ss = 0.0;
-	for (int j = threadIdx.x; j < dim; j += blockDim.x)
-		ss += (double)yr[j] * yr[j];
-	part[threadIdx.x] = ss;
-	__syncthreads();
-	for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-		if ((int)threadIdx.x < s)
-			part[threadIdx.x] += part[threadIdx.x + s];
-		__syncthreads();
-	}
-	float scale = (float)(1.0 / sqrt(part[0] / dim + (double)eps));
+	float scale = row_rms_scale(yr, dim, eps);
 	for (int j = threadIdx.x; j < dim; j += blockDim.x)
 		xr[j] = __fadd_rn(xr[j], __fmul_rn(__fmul_rn(yr[j], scale), w[j]));
 }

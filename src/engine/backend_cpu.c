@@ -480,17 +480,35 @@ static int keep_logit_rows(struct cpu_backend *c, const struct backend_token *to
 	return kept;
 }
 
-/* One layer of the Llama shape (MODEL_LAYER_LLAMA) over the batch.  In the
- * last layer only the rows that want logits go on past attention (their
- * keys and values are what the cache needs from the others): a prompt chunk
- * skips that layer's output projection and feed-forward, and *n_rows
- * becomes the rows kept, moved to the front of c->x in batch order.  The
- * Q/K/V biases are added where the model has them (NULL otherwise). */
-static int layer_llama(struct cpu_backend *c, const struct backend_token *tokens, int *n_rows,
-                       int layer, char *err, size_t err_len)
+/* Gemma's queries and keys before the cache turns them: RMSNorm of each
+ * head where the model has QK-norm, then the queries scaled from the
+ * cache's 1/sqrt(head_dim) to the model's attn_scale (0: that one).  For
+ * the Llama shape (no norms, attn_scale 0) it does nothing. */
+static void gemma_qk(struct cpu_backend *c, const struct model_layer *L, int n)
 {
-	const struct model *m = c->base.model;
-	const struct model_hparams *hp = &m->hp;
+	const struct model_hparams *hp = &c->base.model->hp;
+	if (L->q_norm) {
+		rmsnorm_rows(c->q, c->q, L->q_norm, n * hp->n_heads, hp->head_dim, hp->norm_eps);
+		rmsnorm_rows(c->k, c->k, L->k_norm, n * hp->n_kv_heads, hp->head_dim,
+		             hp->norm_eps);
+	}
+	float usual = 1.0f / sqrtf((float)hp->head_dim);
+	if (hp->attn_scale > 0.0f && hp->attn_scale != usual)
+		scale_rows(c->q, (size_t)n * hp->n_heads * hp->head_dim,
+		           hp->attn_scale / usual);
+}
+
+/* The attention half of a layer, both shapes: norm, Q/K/V (the biases
+ * added where the model has them, NULL otherwise; Gemma's QK step),
+ * attention, output projection into c->proj.  In the last layer only the
+ * rows that want logits go on past attention (their keys and values are
+ * what the cache needs from the others): a prompt chunk skips that layer's
+ * output projection and feed-forward, and *n_rows becomes the rows kept,
+ * moved to the front of c->x in batch order (0: nothing more to do). */
+static int attention_block(struct cpu_backend *c, const struct backend_token *tokens, int *n_rows,
+                           int layer, char *err, size_t err_len)
+{
+	const struct model_hparams *hp = &c->base.model->hp;
 	const struct model_layer *L = &c->layers[layer];
 	int n = *n_rows;
 	/* A session attended alone appends on the calling thread while the
@@ -503,6 +521,7 @@ static int layer_llama(struct cpu_backend *c, const struct backend_token *tokens
 	                            {.w = &L->wk, .bias = L->bk, .y = c->k},
 	                            {.w = &L->wv, .bias = L->bv, .y = c->v}};
 	matmul_many(c->run_pool, MATMUL_ISA_AUTO, c->xb, n, qkv, 3);
+	gemma_qk(c, L, n);
 	int rc = attention_layer(c, tokens, layer, err, err_len);
 	if (rc)
 		return rc;
@@ -512,6 +531,20 @@ static int layer_llama(struct cpu_backend *c, const struct backend_token *tokens
 			return 0;
 	}
 	matmul(c->run_pool, c->att, n, &L->wo, c->proj);
+	return 0;
+}
+
+/* One layer of the Llama shape (MODEL_LAYER_LLAMA) over the batch:
+ * attention_block, residual add, RMSNorm, SwiGLU, residual add. */
+static int layer_llama(struct cpu_backend *c, const struct backend_token *tokens, int *n_rows,
+                       int layer, char *err, size_t err_len)
+{
+	const struct model_hparams *hp = &c->base.model->hp;
+	const struct model_layer *L = &c->layers[layer];
+	int rc = attention_block(c, tokens, n_rows, layer, err, err_len);
+	int n = *n_rows;
+	if (rc || n == 0)
+		return rc;
 	add_rows(c->x, c->proj, (size_t)n * hp->dim);
 	rmsnorm_rows(c->xb, c->x, L->ffn_norm, n, hp->dim, hp->norm_eps);
 	matmul_swiglu(c->run_pool, MATMUL_ISA_AUTO, c->xb, n, &L->w_gate, &L->w_up, c->gate, c->up);
@@ -532,50 +565,19 @@ static void geglu_rows(float *gate, const float *up, size_t n)
 	}
 }
 
-/* Gemma's queries and keys before the cache turns them: RMSNorm of each
- * head where the model has QK-norm, then the queries scaled from the
- * cache's 1/sqrt(head_dim) to the model's attn_scale. */
-static void gemma_qk(struct cpu_backend *c, const struct model_layer *L, int n)
-{
-	const struct model_hparams *hp = &c->base.model->hp;
-	if (L->q_norm) {
-		rmsnorm_rows(c->q, c->q, L->q_norm, n * hp->n_heads, hp->head_dim, hp->norm_eps);
-		rmsnorm_rows(c->k, c->k, L->k_norm, n * hp->n_kv_heads, hp->head_dim,
-		             hp->norm_eps);
-	}
-	float usual = 1.0f / sqrtf((float)hp->head_dim);
-	if (hp->attn_scale > 0.0f && hp->attn_scale != usual)
-		scale_rows(c->q, (size_t)n * hp->n_heads * hp->head_dim,
-		           hp->attn_scale / usual);
-}
-
-/* One layer of the Gemma shape (MODEL_LAYER_GEMMA) over the batch: as
- * layer_llama, with QK-norm and the query scale before attention, RMSNorm
- * of the attention and feed-forward outputs before their residual adds,
- * and GeGLU.  The attention soft-cap is the cache's (cpu_session_new). */
+/* One layer of the Gemma shape (MODEL_LAYER_GEMMA) over the batch:
+ * attention_block (with QK-norm and the query scale), RMSNorm of its output
+ * before the residual add, RMSNorm, GeGLU, RMSNorm of its output before the
+ * residual add.  The attention soft-cap is the cache's (cpu_session_new). */
 static int layer_gemma(struct cpu_backend *c, const struct backend_token *tokens, int *n_rows,
                        int layer, char *err, size_t err_len)
 {
 	const struct model_hparams *hp = &c->base.model->hp;
 	const struct model_layer *L = &c->layers[layer];
+	int rc = attention_block(c, tokens, n_rows, layer, err, err_len);
 	int n = *n_rows;
-	for (int j = 0; j < c->n_sessions; j++)
-		if (attend_by_heads(c, j))
-			sinkcache_prefetch_append(c->sessions[j]->cache, layer);
-	rmsnorm_rows(c->xb, c->x, L->attn_norm, n, hp->dim, hp->norm_eps);
-	struct matmul_job qkv[3] = {
-	    {.w = &L->wq, .y = c->q}, {.w = &L->wk, .y = c->k}, {.w = &L->wv, .y = c->v}};
-	matmul_many(c->run_pool, MATMUL_ISA_AUTO, c->xb, n, qkv, 3);
-	gemma_qk(c, L, n);
-	int rc = attention_layer(c, tokens, layer, err, err_len);
-	if (rc)
+	if (rc || n == 0)
 		return rc;
-	if (layer == hp->n_layers - 1) {
-		n = *n_rows = keep_logit_rows(c, tokens, n);
-		if (n == 0)
-			return 0;
-	}
-	matmul(c->run_pool, c->att, n, &L->wo, c->proj);
 	rmsnorm_rows(c->proj, c->proj, L->post_attn_norm, n, hp->dim, hp->norm_eps);
 	add_rows(c->x, c->proj, (size_t)n * hp->dim);
 	rmsnorm_rows(c->xb, c->x, L->ffn_norm, n, hp->dim, hp->norm_eps);

@@ -61,6 +61,15 @@ struct model_arch {
 	    [MODEL_LT_BV] = "attn_v.bias",                                                         \
 	}
 
+/* The Llama shape's layer tensor names, which the Gemma shape shares. */
+#define LLAMA_LAYER_TENSORS                                                                        \
+	[MODEL_LT_ATTN_NORM] = "attn_norm.weight", [MODEL_LT_Q] = "attn_q.weight",                 \
+	[MODEL_LT_K] = "attn_k.weight", [MODEL_LT_V] = "attn_v.weight",                            \
+	[MODEL_LT_O] = "attn_output.weight", [MODEL_LT_FFN_NORM] = "ffn_norm.weight",              \
+	[MODEL_LT_GATE] = "ffn_gate.weight", [MODEL_LT_UP] = "ffn_up.weight",                      \
+	[MODEL_LT_DOWN] = "ffn_down.weight", [MODEL_LT_BQ] = "attn_q.bias",                        \
+	[MODEL_LT_BK] = "attn_k.bias", [MODEL_LT_BV] = "attn_v.bias"
+
 /* What Gemma 2 and 3 share: NeoX RoPE, no biases, heads as wide as
  * key_length, RMSNorm (the converter stores Gemma's 1 + w, so the weights
  * are used as they are), GeGLU, norms after attention and feed-forward, the
@@ -77,18 +86,7 @@ struct model_arch {
 	        [MODEL_T_OUTPUT] = {"output.weight", output_need},                                 \
 	},                                                                                         \
 	.layer_tensor = {                                                                          \
-	    [MODEL_LT_ATTN_NORM] = "attn_norm.weight",                                             \
-	    [MODEL_LT_Q] = "attn_q.weight",                                                        \
-	    [MODEL_LT_K] = "attn_k.weight",                                                        \
-	    [MODEL_LT_V] = "attn_v.weight",                                                        \
-	    [MODEL_LT_O] = "attn_output.weight",                                                   \
-	    [MODEL_LT_FFN_NORM] = "ffn_norm.weight",                                               \
-	    [MODEL_LT_GATE] = "ffn_gate.weight",                                                   \
-	    [MODEL_LT_UP] = "ffn_up.weight",                                                       \
-	    [MODEL_LT_DOWN] = "ffn_down.weight",                                                   \
-	    [MODEL_LT_BQ] = "attn_q.bias",                                                         \
-	    [MODEL_LT_BK] = "attn_k.bias",                                                         \
-	    [MODEL_LT_BV] = "attn_v.bias",                                                         \
+	    LLAMA_LAYER_TENSORS,                                                                   \
 	    [MODEL_LT_POST_ATTN_NORM] = "post_attention_norm.weight",                              \
 	    [MODEL_LT_POST_FFW_NORM] = "post_ffw_norm.weight",                                     \
 	    [MODEL_LT_Q_NORM] = q_norm,                                                            \
