@@ -268,7 +268,10 @@ static struct facts facts_of(const struct gemma_spec *sp)
 	f.theta_swa = sp->rope_theta_swa >= 0 ? sp->rope_theta_swa
 	              : f.gemma2              ? sp->rope_theta
 	                                      : 10000.0;
-	f.scale = 1.0 / sqrt((double)sp->head_dim);
+	/* llama.cpp's 27B rule: 46 layers (gemma2), 62 (gemma3) scale by the
+	 * split width, as integers divided */
+	bool big = sp->layers == (f.gemma2 ? 46 : 62);
+	f.scale = 1.0 / sqrt((double)(big ? sp->dim / sp->heads : sp->head_dim));
 	return f;
 }
 

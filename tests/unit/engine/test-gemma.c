@@ -138,6 +138,11 @@ START_TEST(test_gemma2_logits)
 	sp.final_softcap = 2.0f;
 	check_against_reference(&sp, base);
 	ck_assert(max_abs_diff(base, other, 64) > 1e-3);
+	/* 46 layers: llama.cpp's query scale of the 27B, 1/sqrt(dim / heads) */
+	sp = gemma_spec_default("gemma2");
+	sp.layers = 46;
+	sp.wscale = 0.2f;
+	check_against_reference(&sp, base);
 	/* four layers, explicit window and pattern (all sliding) */
 	sp = gemma_spec_default("gemma2");
 	sp.layers = 4;
@@ -197,7 +202,7 @@ START_TEST(test_hparams_as_llama_cpp)
 	ck_assert_float_eq(hp->attn_softcap, 50.0f);
 	ck_assert_float_eq(hp->final_softcap, 30.0f);
 	ck_assert_float_eq(hp->embed_scale, sqrtf(32.0f));
-	ck_assert_float_eq(hp->attn_scale, 1.0f / sqrtf(16.0f));
+	ck_assert_float_eq(hp->attn_scale, 1.0f / sqrtf(16.0f)); /* head_dim's */
 	ck_assert_int_eq(hp->swa_window, 4096);
 	ck_assert_ptr_nonnull(hp->layer_swa);
 	for (int l = 0; l < 5; l++) /* llama.cpp's set_swa_pattern(2): from layer 0 */
