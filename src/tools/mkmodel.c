@@ -732,13 +732,16 @@ static int check_options(const struct mk_options *o, char *err, size_t err_len)
 {
 	if (o->from && !o->out)
 		return err_set(err, err_len, -EINVAL, "--from needs --out");
+	bool attn_opts = o->sliding_window >= 0 || o->swa_pattern >= 0 || o->attn_softcap >= 0 ||
+	                 o->final_softcap >= 0 || o->rope_base > 0 || o->rope_base_swa > 0;
 	if (o->from && (o->vocab || o->dim || o->layers || o->heads || o->kv_heads || o->ffn ||
-	                o->tied || o->head_dim || o->bias || o->arch))
+	                o->tied || o->head_dim || o->bias || o->arch || attn_opts))
 		return err_set(
 		    err, err_len, -EINVAL,
 		    "--from takes the architecture, shapes and vocabulary from the model: "
 		    "drop --arch, --vocab, --dim, --layers, --heads, --kv-heads, --ffn, "
-		    "--head-dim, --bias and --tied");
+		    "--head-dim, --bias, --tied and the RoPE, sliding-window and soft-cap "
+		    "options");
 	if (o->from)
 		return 0;
 	if (!o->out || !o->dim || !o->layers || !o->heads || !o->ffn)
