@@ -473,9 +473,10 @@ static int attention_waves(struct cuda_backend *c, const struct batch_layout *bl
 		CU_TRY(cuda_kv_flush(fl + f0, nf, hp->n_kv_heads, layer, c->stream), "kv flush");
 		CU_TRY(cuda_kv_append(app + a0, na, hp->n_kv_heads, layer, c->k, c->v, c->stream),
 		       "kv append");
-		CU_TRY(cuda_attention(att + a0, na, c->wave_max_res[w], layer, hp->n_heads, c->qw,
-		                      c->qs, CUDA_ATTN_DEFAULT_SPLIT, c->partial, c->att_h, c->wdt,
-		                      mass, c->per_layer ? c->kw : NULL, c->key_ld, c->stream),
+		CU_TRY(cuda_attention_capped(att + a0, na, c->wave_max_res[w], layer, hp->n_heads,
+		                             c->qw, c->qs, CUDA_ATTN_DEFAULT_SPLIT, c->partial,
+		                             c->att_h, c->wdt, mass, c->per_layer ? c->kw : NULL,
+		                             c->key_ld, hp->attn_softcap, c->stream),
 		       "attention");
 	}
 	if (c->per_layer) /* one wave: its tokens are rows 0..n-1 */
@@ -489,8 +490,11 @@ static int attention_waves(struct cuda_backend *c, const struct batch_layout *bl
 	return 0;
 }
 
-static int layer_attention(struct cuda_backend *c, const struct batch_layout *bl, int n, int l,
-                           char *err, size_t err_len)
+/* Attention of layer l into c->att_h: norm, Q/K/V (biases where the model
+ * has them, then the Gemma shape's QK-norm), RoPE with the queries scaled
+ * by the model's attn_scale (0: 1/sqrt(head_dim)), the cache. */
+static int attention_core(struct cuda_backend *c, const struct batch_layout *bl, int n, int l,
+                          char *err, size_t err_len)
 {
 	const struct model_hparams *hp = &c->base.model->hp;
 	const struct cuda_layer_weights *L = &c->layers[l];
@@ -498,7 +502,7 @@ static int layer_attention(struct cuda_backend *c, const struct batch_layout *bl
 	int rd = hp->rope_dim, cs_stride = 2 * (rd > 0 ? rd : 1);
 	if (c->per_layer)
 		cs += (size_t)l * (size_t)n * (size_t)cs_stride;
-	float scale = 1.0f / sqrtf((float)hp->head_dim);
+	float scale = hp->attn_scale > 0.0f ? hp->attn_scale : 1.0f / sqrtf((float)hp->head_dim);
 	int rc;
 	CU_TRY(
 	    cuda_rmsnorm(c->x, L->attn_norm, n, hp->dim, hp->norm_eps, c->xb_h, c->wdt, c->stream),
@@ -512,6 +516,14 @@ static int layer_attention(struct cuda_backend *c, const struct batch_layout *bl
 		CU_TRY(cuda_add_bias(c->k, L->bk, n, L->wk.rows, c->stream), "bias");
 		CU_TRY(cuda_add_bias(c->v, L->bv, n, L->wv.rows, c->stream), "bias");
 	}
+	if (L->q_norm) {
+		CU_TRY(cuda_rmsnorm(c->q, L->q_norm, n * hp->n_heads, hp->head_dim, hp->norm_eps,
+		                    c->q, CUDA_DT_F32, c->stream),
+		       "q norm");
+		CU_TRY(cuda_rmsnorm(c->k, L->k_norm, n * hp->n_kv_heads, hp->head_dim,
+		                    hp->norm_eps, c->k, CUDA_DT_F32, c->stream),
+		       "k norm");
+	}
 	CU_TRY(cuda_rope(c->k, c->k, n, hp->n_kv_heads, hp->head_dim, rd, c->neox, cs, cs_stride,
 	                 1.0f, c->stream),
 	       "rope k");
@@ -521,11 +533,18 @@ static int layer_attention(struct cuda_backend *c, const struct batch_layout *bl
 	CU_TRY(cuda_rope(c->q, c->qs, n, hp->n_heads, hp->head_dim, rd, c->neox, cs + cs_stride / 2,
 	                 cs_stride, scale, c->stream),
 	       "rope q sink");
-	rc = attention_waves(c, bl, l, err, err_len);
-	return rc ? rc : gemm(c, &L->wo, c->att_h, n, c->x, 1.0f, err, err_len);
+	return attention_waves(c, bl, l, err, err_len);
 }
 
-static int layer_mlp(struct cuda_backend *c, int n, int l, char *err, size_t err_len)
+static int layer_attention(struct cuda_backend *c, const struct batch_layout *bl, int n, int l,
+                           char *err, size_t err_len)
+{
+	int rc = attention_core(c, bl, n, l, err, err_len);
+	return rc ? rc : gemm(c, &c->layers[l].wo, c->att_h, n, c->x, 1.0f, err, err_len);
+}
+
+/* The MLP's input, both shapes: RMSNorm, then the gate and up products. */
+static int mlp_gate_up(struct cuda_backend *c, int n, int l, char *err, size_t err_len)
 {
 	const struct model_hparams *hp = &c->base.model->hp;
 	const struct cuda_layer_weights *L = &c->layers[l];
@@ -535,6 +554,16 @@ static int layer_mlp(struct cuda_backend *c, int n, int l, char *err, size_t err
 	    "rmsnorm");
 	if ((rc = gemm(c, &L->gate, c->xb_h, n, c->gate, 0.0f, err, err_len)) ||
 	    (rc = gemm(c, &L->up, c->xb_h, n, c->up, 0.0f, err, err_len)))
+		return rc;
+	return 0;
+}
+
+static int layer_mlp(struct cuda_backend *c, int n, int l, char *err, size_t err_len)
+{
+	const struct model_hparams *hp = &c->base.model->hp;
+	const struct cuda_layer_weights *L = &c->layers[l];
+	int rc = mlp_gate_up(c, n, l, err, err_len);
+	if (rc)
 		return rc;
 	CU_TRY(cuda_swiglu(c->gate, c->up, (size_t)n * hp->ffn_dim, c->hb_h, c->wdt, c->stream),
 	       "swiglu");
@@ -550,10 +579,38 @@ static int layer_llama(struct cuda_backend *c, const struct batch_layout *bl, in
 	return rc ? rc : layer_mlp(c, n, l, err, err_len);
 }
 
+/* One layer of the Gemma shape (MODEL_LAYER_GEMMA), enqueued: attention
+ * (QK-norm, query scale and score soft-cap as the model says), RMSNorm of
+ * its output before the residual add, then the GeGLU MLP with RMSNorm of
+ * its output before the residual add. */
+static int layer_gemma(struct cuda_backend *c, const struct batch_layout *bl, int n, int l,
+                       char *err, size_t err_len)
+{
+	const struct model_hparams *hp = &c->base.model->hp;
+	const struct cuda_layer_weights *L = &c->layers[l];
+	int rc = attention_core(c, bl, n, l, err, err_len);
+	if (rc || (rc = gemm(c, &L->wo, c->att_h, n, c->proj, 0.0f, err, err_len)))
+		return rc;
+	CU_TRY(cuda_rmsnorm_add(c->x, c->proj, L->post_attn_norm, n, hp->dim, hp->norm_eps,
+	                        c->stream),
+	       "post-attention norm");
+	if ((rc = mlp_gate_up(c, n, l, err, err_len)))
+		return rc;
+	CU_TRY(cuda_geglu(c->gate, c->up, (size_t)n * hp->ffn_dim, c->hb_h, c->wdt, c->stream),
+	       "geglu");
+	if ((rc = gemm(c, &L->down, c->hb_h, n, c->proj, 0.0f, err, err_len)))
+		return rc;
+	CU_TRY(cuda_rmsnorm_add(c->x, c->proj, L->post_ffw_norm, n, hp->dim, hp->norm_eps,
+	                        c->stream),
+	       "post-feed-forward norm");
+	return 0;
+}
+
 /* The layer function of each layer shape (model/arch.h): a new shape adds
  * a row and a function here. */
 static const cuda_layer_fn layer_fns[MODEL_LAYER_KINDS] = {
     [MODEL_LAYER_LLAMA] = layer_llama,
+    [MODEL_LAYER_GEMMA] = layer_gemma,
 };
 
 cuda_layer_fn cudabe_layer_fn_of(const struct model_arch *a)
@@ -577,6 +634,10 @@ static int output_logits(struct cuda_backend *c, const struct batch_layout *bl, 
 	int rc = gemm(c, &c->out, c->xb_h, n_want, c->logits, 0.0f, err, err_len);
 	if (rc)
 		return rc;
+	if (hp->final_softcap > 0.0f)
+		CU_TRY(cuda_softcap(c->logits, (size_t)n_want * hp->n_vocab, hp->final_softcap,
+		                    c->stream),
+		       "logit soft-cap");
 	CU_TRY(cudaMemcpyAsync(logits, c->logits, (size_t)n_want * hp->n_vocab * sizeof(float),
 	                       cudaMemcpyDeviceToHost, c->stream),
 	       "logits copy");
@@ -616,6 +677,8 @@ static int enqueue_forward(struct cuda_backend *c, size_t n, const struct batch_
 	CU_TRY(cuda_embed(c->embd.d, c->wdt, hp->dim, (const int32_t *)(c->batch_d + bl->tok),
 	                  (int)n, c->x, c->stream),
 	       "embed");
+	if (hp->embed_scale > 0.0f)
+		CU_TRY(cuda_scale(c->x, n * hp->dim, hp->embed_scale, c->stream), "embedding scale");
 	for (int l = 0; l < hp->n_layers && !rc; l++)
 		rc = c->layer_forward(c, bl, (int)n, l, err, err_len);
 	rc = rc ? rc : output_logits(c, bl, n_want, logits_dst, err, err_len);

@@ -42,6 +42,8 @@ struct cuda_layer_weights {
 	float *attn_norm, *ffn_norm; /* (dim) */
 	float *bq, *bk, *bv;         /* with Q/K/V biases: (q_dim), (kv_dim) x2; else NULL */
 	struct cuda_weight wq, wk, wv, wo, gate, up, down;
+	/* the Gemma shape's norms: (dim) x2, (head_dim) x2; else NULL */
+	float *post_attn_norm, *post_ffw_norm, *q_norm, *k_norm;
 };
 
 struct backend_session {

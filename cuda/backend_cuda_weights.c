@@ -135,6 +135,14 @@ static int layer_upload(struct cuda_backend *c, const struct model_layer *L,
 	rc = rc ? rc : matrix_upload(c, &L->w_gate, &d->gate, "w_gate", err, err_len);
 	rc = rc ? rc : matrix_upload(c, &L->w_up, &d->up, "w_up", err, err_len);
 	rc = rc ? rc : matrix_upload(c, &L->w_down, &d->down, "w_down", err, err_len);
+	/* the Gemma shape's norms, where the model has them */
+	size_t hd = (size_t)hp->head_dim;
+	rc = rc ? rc : vec_upload(c, L->post_attn_norm, (size_t)hp->dim, &d->post_attn_norm, err,
+	                          err_len);
+	rc = rc ? rc : vec_upload(c, L->post_ffw_norm, (size_t)hp->dim, &d->post_ffw_norm, err,
+	                          err_len);
+	rc = rc ? rc : vec_upload(c, L->q_norm, hd, &d->q_norm, err, err_len);
+	rc = rc ? rc : vec_upload(c, L->k_norm, hd, &d->k_norm, err, err_len);
 	return rc;
 }
 
@@ -168,6 +176,9 @@ void cudabe_weights_free(struct cuda_backend *c)
 		                d->wk.d,      d->wv.d,     d->wo.d, d->gate.d, d->up.d, d->down.d};
 		for (size_t i = 0; i < sizeof(ptrs) / sizeof(ptrs[0]); i++)
 			cudaFree(ptrs[i]);
+		void *norms[] = {d->post_attn_norm, d->post_ffw_norm, d->q_norm, d->k_norm};
+		for (size_t i = 0; i < sizeof(norms) / sizeof(norms[0]); i++)
+			cudaFree(norms[i]);
 	}
 	free(c->layers);
 	c->layers = NULL;

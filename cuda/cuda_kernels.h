@@ -76,6 +76,26 @@ int cuda_attention(const struct cuda_kv_attn_job *jobs, int n_jobs, int max_resi
                    void *out, int out_dtype, float *sink_mass, float *key_weight, int key_ld,
                    void *stream);
 
+/* cuda_attention with each score q.k soft-capped before the softmax:
+ * cap * tanh(score / cap) (gemma2's attn_logit_softcapping; 0: none). */
+int cuda_attention_capped(const struct cuda_kv_attn_job *jobs, int n_jobs, int max_resident,
+                          int layer, int n_heads, const float *qw, const float *qs, int split_len,
+                          float *partial, void *out, int out_dtype, float *sink_mass,
+                          float *key_weight, int key_ld, float softcap, void *stream);
+
+/* Gemma's element-wise steps.  out (n) in out_dtype <- gelu(gate) * up,
+ * GELU in llama.cpp's tanh approximation (GeGLU). */
+int cuda_geglu(const float *gate, const float *up, size_t n, void *out, int out_dtype,
+               void *stream);
+/* x (n, dim) += y / rms(y) * w row by row (a norm after attention or
+ * feed-forward, then the residual add); y (n, dim), w (dim). */
+int cuda_rmsnorm_add(float *x, const float *y, const float *w, int n, int dim, float eps,
+                     void *stream);
+/* x (n) *= scale. */
+int cuda_scale(float *x, size_t n, float scale, void *stream);
+/* x (n) <- cap * tanh(x / cap) (a logit soft-cap). */
+int cuda_softcap(float *x, size_t n, float cap, void *stream);
+
 /* out_max (n, ld) <- the largest over heads of w (n, n_heads, ld), and
  * out_mean (n, ld; NULL: not wanted) <- the mean over heads (summed in head
  * order), first cols columns of each row (the others are left as they are). */
@@ -115,6 +135,14 @@ void twin_kv_anchor_ops(const struct cuda_kv_anchor_op *ops, const int32_t *begi
 void twin_attention(const struct cuda_kv_attn_job *jobs, int n_jobs, int layer, int n_heads,
                     const float *qw, const float *qs, float *out, float *sink_mass,
                     float *key_weight, int key_ld);
+/* twin_attention with cuda_attention_capped's soft-cap. */
+void twin_attention_capped(const struct cuda_kv_attn_job *jobs, int n_jobs, int layer, int n_heads,
+                           const float *qw, const float *qs, float *out, float *sink_mass,
+                           float *key_weight, int key_ld, float softcap);
+void twin_geglu(const float *gate, const float *up, size_t n, void *out, int out_dtype);
+void twin_rmsnorm_add(float *x, const float *y, const float *w, int n, int dim, float eps);
+void twin_scale(float *x, size_t n, float scale);
+void twin_softcap(float *x, size_t n, float cap);
 void twin_dequant_rows(int ggml_type, const void *src, size_t src_row_bytes, int rows, int cols,
                        void *dst, int dst_dtype);
 /* Element i of a row of dtype as float, and the rounding store. */

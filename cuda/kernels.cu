@@ -1,5 +1,6 @@
 // Element-wise and row kernels of the CUDA forward pass: embedding gather,
-// RMSNorm, RoPE, SwiGLU, bias, row gather, and a copy-bandwidth probe.
+// RMSNorm, RoPE, SwiGLU, bias, row gather, Gemma's GeGLU, post-norm with
+// residual add, scale and soft-cap, and a copy-bandwidth probe.
 // Each mirrors a twin in twins.c (same arguments, host memory) and the CPU
 // backend's arithmetic: RMSNorm sums squares in double, RoPE rotates in
 // double with cos/sin computed on the host by rope_cos_sin() (exact angles at
@@ -44,12 +45,11 @@ extern "C" int cuda_embed(const void *table, int dtype, int dim, const int32_t *
 
 #define RMS_THREADS 256
 
-// grid (n), block RMS_THREADS: out row = x row * (1/rms) * w.
-__global__ void rmsnorm_kernel(const float *x, const float *w, int dim, float eps, void *out,
-                               int out_dtype)
+// 1 / rms of row xr (dim), summed in double over the block (RMS_THREADS);
+// every thread of the block gets it.
+static __device__ float row_rms_scale(const float *xr, int dim, float eps)
 {
 	__shared__ double part[RMS_THREADS];
-	const float *xr = x + (size_t)blockIdx.x * dim;
 	double ss = 0.0;
 	for (int j = threadIdx.x; j < dim; j += blockDim.x)
 		ss += (double)xr[j] * xr[j];
@@ -60,7 +60,15 @@ __global__ void rmsnorm_kernel(const float *x, const float *w, int dim, float ep
 			part[threadIdx.x] += part[threadIdx.x + s];
 		__syncthreads();
 	}
-	float scale = (float)(1.0 / sqrt(part[0] / dim + (double)eps));
+	return (float)(1.0 / sqrt(part[0] / dim + (double)eps));
+}
+
+// grid (n), block RMS_THREADS: out row = x row * (1/rms) * w.
+__global__ void rmsnorm_kernel(const float *x, const float *w, int dim, float eps, void *out,
+                               int out_dtype)
+{
+	const float *xr = x + (size_t)blockIdx.x * dim;
+	float scale = row_rms_scale(xr, dim, eps);
 	for (int j = threadIdx.x; j < dim; j += blockDim.x)
 		dt_store(out, out_dtype, (size_t)blockIdx.x * dim + j,
 		         __fmul_rn(__fmul_rn(xr[j], scale), w[j]));
@@ -133,6 +141,75 @@ extern "C" int cuda_swiglu(const float *gate, const float *up, size_t n, void *o
 	if (n == 0)
 		return 0;
 	CUDA_LAUNCH(swiglu_kernel, grid_for(n, 256), 256, st(stream), gate, up, n, out, out_dtype);
+	return CUDA_LAUNCH_RC();
+}
+
+// ---------------------------------------------------------------- gemma
+
+// GeGLU: gelu(gate) * up, GELU in llama.cpp's tanh approximation.
+__global__ void geglu_kernel(const float *gate, const float *up, size_t n, void *out, int dtype)
+{
+	const float sqrt_2_over_pi = 0.79788456080286535587989211986876f, coef_a = 0.044715f;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		float x = gate[i];
+		float inner = __fmul_rn(__fmul_rn(sqrt_2_over_pi, x),
+		                        __fadd_rn(1.0f, __fmul_rn(__fmul_rn(coef_a, x), x)));
+		float g = __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, tanhf(inner)));
+		dt_store(out, dtype, i, __fmul_rn(g, up[i]));
+	}
+}
+
+extern "C" int cuda_geglu(const float *gate, const float *up, size_t n, void *out, int out_dtype,
+                          void *stream)
+{
+	if (n == 0)
+		return 0;
+	CUDA_LAUNCH(geglu_kernel, grid_for(n, 256), 256, st(stream), gate, up, n, out, out_dtype);
+	return CUDA_LAUNCH_RC();
+}
+
+// grid (n), block RMS_THREADS: x row += y row * (1/rms(y row)) * w.
+__global__ void rmsnorm_add_kernel(float *x, const float *y, const float *w, int dim, float eps)
+{
+	const float *yr = y + (size_t)blockIdx.x * dim;
+	float *xr = x + (size_t)blockIdx.x * dim;
+	float scale = row_rms_scale(yr, dim, eps);
+	for (int j = threadIdx.x; j < dim; j += blockDim.x)
+		xr[j] = __fadd_rn(xr[j], __fmul_rn(__fmul_rn(yr[j], scale), w[j]));
+}
+
+extern "C" int cuda_rmsnorm_add(float *x, const float *y, const float *w, int n, int dim,
+                                float eps, void *stream)
+{
+	if (n <= 0)
+		return 0;
+	CUDA_LAUNCH(rmsnorm_add_kernel, n, RMS_THREADS, st(stream), x, y, w, dim, eps);
+	return CUDA_LAUNCH_RC();
+}
+
+// x = x * scale (cap 0), or cap * tanh(x / cap) as llama.cpp computes it.
+__global__ void scale_cap_kernel(float *x, size_t n, float scale, float cap)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x)
+		x[i] = cap > 0.0f ? __fmul_rn(tanhf(__fmul_rn(x[i], 1.0f / cap)), cap)
+		                  : __fmul_rn(x[i], scale);
+}
+
+extern "C" int cuda_scale(float *x, size_t n, float scale, void *stream)
+{
+	if (n == 0)
+		return 0;
+	CUDA_LAUNCH(scale_cap_kernel, grid_for(n, 256), 256, st(stream), x, n, scale, 0.0f);
+	return CUDA_LAUNCH_RC();
+}
+
+extern "C" int cuda_softcap(float *x, size_t n, float cap, void *stream)
+{
+	if (n == 0)
+		return 0;
+	CUDA_LAUNCH(scale_cap_kernel, grid_for(n, 256), 256, st(stream), x, n, 1.0f, cap);
 	return CUDA_LAUNCH_RC();
 }
 

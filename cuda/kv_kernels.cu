@@ -381,7 +381,7 @@ __device__ __forceinline__ int attn_resident(const cuda_kv_attn_job &a)
 __global__ void __launch_bounds__(KV_THREADS, 5)
     attn_partial_kernel(const cuda_kv_attn_job *jobs, int layer, int n_heads, const float *qw,
                         const float *qs, int split_len, int n_splits, float *partial,
-                        float *key_weight, int key_ld)
+                        float *key_weight, int key_ld, float softcap)
 {
 	__shared__ float s_qw[CUDA_KV_MAX_HEAD_DIM], s_qs[CUDA_KV_MAX_HEAD_DIM];
 	__shared__ float scores[CUDA_ATTN_MAX_SPLIT];
@@ -415,6 +415,8 @@ __global__ void __launch_bounds__(KV_THREADS, 5)
 		for (int j = lane; j < d; j += 32)
 			s += q[j] * tok_elem(t, a.kv, j);
 		s = warp_sum(s);
+		if (softcap > 0.0f) // as the CPU's attend_softcap
+			s = __fmul_rn(tanhf(__fmul_rn(s, 1.0f / softcap)), softcap);
 		if (lane == 0) {
 			scores[i] = s;
 			vref[i] = locate(a, layer, kh, r, true);
@@ -540,13 +542,24 @@ extern "C" int cuda_attention(const struct cuda_kv_attn_job *jobs, int n_jobs, i
                               int split_len, float *partial, void *out, int out_dtype,
                               float *sink_mass, float *key_weight, int key_ld, void *stream)
 {
+	return cuda_attention_capped(jobs, n_jobs, max_resident, layer, n_heads, qw, qs, split_len,
+	                             partial, out, out_dtype, sink_mass, key_weight, key_ld, 0.0f,
+	                             stream);
+}
+
+extern "C" int cuda_attention_capped(const struct cuda_kv_attn_job *jobs, int n_jobs,
+                                     int max_resident, int layer, int n_heads, const float *qw,
+                                     const float *qs, int split_len, float *partial, void *out,
+                                     int out_dtype, float *sink_mass, float *key_weight,
+                                     int key_ld, float softcap, void *stream)
+{
 	if (n_jobs <= 0)
 		return 0;
 	split_len = attn_split_len(split_len);
 	int n_splits = attn_splits(max_resident, split_len);
 	dim3 grid(n_splits, n_heads, n_jobs);
 	CUDA_LAUNCH(attn_partial_kernel, grid, KV_THREADS, st(stream), jobs, layer, n_heads, qw, qs,
-	            split_len, n_splits, partial, key_weight, key_ld);
+	            split_len, n_splits, partial, key_weight, key_ld, softcap);
 	int rc = CUDA_LAUNCH_RC();
 	if (rc)
 		return rc;

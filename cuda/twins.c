@@ -52,6 +52,41 @@ void twin_rmsnorm(const float *x, const float *w, int n, int dim, float eps, voi
 	}
 }
 
+void twin_geglu(const float *gate, const float *up, size_t n, void *out, int out_dtype)
+{
+	const float sqrt_2_over_pi = 0.79788456080286535587989211986876f, coef_a = 0.044715f;
+	for (size_t i = 0; i < n; i++) {
+		float x = gate[i];
+		float g = 0.5f * x * (1.0f + tanhf(sqrt_2_over_pi * x * (1.0f + coef_a * x * x)));
+		twin_dt_store(out, out_dtype, i, g * up[i]);
+	}
+}
+
+void twin_rmsnorm_add(float *x, const float *y, const float *w, int n, int dim, float eps)
+{
+	for (int i = 0; i < n; i++) {
+		const float *yr = y + (size_t)i * dim;
+		double ss = 0.0;
+		for (int j = 0; j < dim; j++)
+			ss += (double)yr[j] * yr[j];
+		float scale = (float)(1.0 / sqrt(ss / dim + (double)eps));
+		for (int j = 0; j < dim; j++)
+			x[(size_t)i * dim + j] += yr[j] * scale * w[j];
+	}
+}
+
+void twin_scale(float *x, size_t n, float scale)
+{
+	for (size_t i = 0; i < n; i++)
+		x[i] *= scale;
+}
+
+void twin_softcap(float *x, size_t n, float cap)
+{
+	for (size_t i = 0; i < n; i++)
+		x[i] = tanhf(x[i] * (1.0f / cap)) * cap;
+}
+
 void twin_rope(const float *x, float *out, int n, int n_heads, int head_dim, int rope_dim,
                bool neox, const double *cs, int cs_stride, float scale)
 {
@@ -284,7 +319,7 @@ static void twin_token_row(const struct cuda_kv_attn_job *a, int layer, int h, i
 /* One query head; weights (n resident) or NULL gets each key's softmax weight. */
 static void twin_attend_head(const struct cuda_kv_attn_job *a, int layer, int h, int kh,
                              const float *qw, const float *qs, float *out, float *mass,
-                             float *weights)
+                             float *weights, float softcap)
 {
 	int d = a->kv.head_dim, n = a->n_sink + a->n_anchor + a->n_comp + a->n_fp;
 	float row[CUDA_KV_MAX_HEAD_DIM], mx = -INFINITY, sum = 0.0f, sink = 0.0f;
@@ -302,6 +337,8 @@ static void twin_attend_head(const struct cuda_kv_attn_job *a, int layer, int h,
 		float s = 0.0f;
 		for (int j = 0; j < d; j++)
 			s += q[j] * row[j];
+		if (softcap > 0.0f)
+			s = tanhf(s * (1.0f / softcap)) * softcap;
 		scores[r] = s;
 		mx = fmaxf(mx, s);
 	}
@@ -327,6 +364,14 @@ void twin_attention(const struct cuda_kv_attn_job *jobs, int n_jobs, int layer, 
                     const float *qw, const float *qs, float *out, float *sink_mass,
                     float *key_weight, int key_ld)
 {
+	twin_attention_capped(jobs, n_jobs, layer, n_heads, qw, qs, out, sink_mass, key_weight,
+	                      key_ld, 0.0f);
+}
+
+void twin_attention_capped(const struct cuda_kv_attn_job *jobs, int n_jobs, int layer, int n_heads,
+                           const float *qw, const float *qs, float *out, float *sink_mass,
+                           float *key_weight, int key_ld, float softcap)
+{
 	for (int j = 0; j < n_jobs; j++) {
 		const struct cuda_kv_attn_job *a = &jobs[j];
 		int d = a->kv.head_dim, ratio = n_heads / a->kv.n_kv;
@@ -335,7 +380,7 @@ void twin_attention(const struct cuda_kv_attn_job *jobs, int n_jobs, int layer, 
 			size_t th = (size_t)a->token * n_heads + h;
 			twin_attend_head(a, layer, h, h / ratio, qw + at, qs + at, out + at,
 			                 sink_mass ? &sink_mass[th] : NULL,
-			                 key_weight ? key_weight + th * (size_t)key_ld : NULL);
+			                 key_weight ? key_weight + th * (size_t)key_ld : NULL, softcap);
 		}
 	}
 }

@@ -350,6 +350,18 @@ static float attend_softmax(float *scores, int n, int n_sink, float *inv)
 	return sink * *inv;
 }
 
+/* The model's soft-cap of the scores (sinkcache_set_softcap), as llama.cpp
+ * computes it: scaled by 1/cap, tanh, scaled by cap. */
+static void attend_softcap(struct attend_ctx *x, int n)
+{
+	float cap = x->c->softcap, inv = 1.0f / cap;
+	for (int h = 0; h < x->r; h++) {
+		float *s = x->scores + (size_t)h * x->ld;
+		for (int i = 0; i < n; i++)
+			s[i] = tanhf(s[i] * inv) * cap;
+	}
+}
+
 /* Query heads [h0, h0 + r) on kv head kh; q and out point at head h0
  * (key_weight, when given, at head h0's row). */
 static void attend_head_group(struct attend_ctx *x, const float *q, float *out, float *sink_mass,
@@ -373,6 +385,8 @@ static void attend_head_group(struct attend_ctx *x, const float *q, float *out, 
 	}
 	attend_rotate_queries(x, q);
 	attend_tiers(x, false);
+	if (x->c->softcap > 0.0f)
+		attend_softcap(x, n);
 	for (int h = 0; h < x->r; h++) {
 		float m = attend_softmax(x->scores + (size_t)h * x->ld, n, n_sink, &x->inv[h]);
 		if (sink_mass)

@@ -538,6 +538,11 @@ static void kv_layer_anchors_moved(struct sinkcache *c, struct kv_layer *L, int 
 	}
 }
 
+void sinkcache_set_softcap(struct sinkcache *c, float cap)
+{
+	c->softcap = cap > 0.0f ? cap : 0.0f;
+}
+
 bool sinkcache_tracks_attention(const struct sinkcache *c)
 {
 	return c->caps.anchor > 0 || c->trace;

@@ -59,6 +59,11 @@ void sinkcache_attend(const struct sinkcache *c, int layer, const float *q, int 
                       int head_begin, int head_end, float *out, float *scratch, float *sink_mass,
                       float *key_weight, bool rows_cold);
 size_t sinkcache_scratch_floats(const struct cache_geometry *g);
+/* Soft-caps the attention scores of every layer: each q.k/sqrt(head_dim)
+ * becomes cap * tanh(score / cap) before the softmax (gemma2's
+ * attn_logit_softcapping, a fact of the model the backend sets on each
+ * cache); cap 0: none, the default. */
+void sinkcache_set_softcap(struct sinkcache *c, float cap);
 
 /* Whether the cache keeps anchors or is traced, so that its attention
  * weights matter. */

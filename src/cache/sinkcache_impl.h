@@ -91,6 +91,7 @@ struct sinkcache {
 	int cs_memo_next;   /* slot the next new position replaces */
 	double *cs_memo[2]; /* (rope_dim) each */
 	struct tier_trace *trace; /* NULL unless tracing (sinkcache_trace_enable, tiertrace.h) */
+	float softcap;            /* of the attention scores (sinkcache_set_softcap); 0: none */
 };
 
 static inline int kv_ring_slot(const struct kv_ring *r, int i)

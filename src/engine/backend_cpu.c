@@ -282,6 +282,12 @@ static void add_rows(float *x, const float *y, size_t n)
 		x[i] += y[i];
 }
 
+static void scale_rows(float *x, size_t n, float scale)
+{
+	for (size_t i = 0; i < n; i++)
+		x[i] *= scale;
+}
+
 /* ============================================================ attention */
 
 struct attend_ctx {
@@ -451,6 +457,8 @@ static void embed_tokens(struct cpu_backend *c, const struct backend_token *toke
 	int dim = c->base.model->hp.dim;
 	for (size_t i = 0; i < n; i++)
 		matmul_row_to_f32(&c->token_embd, tokens[i].token, c->x + i * dim);
+	if (c->base.model->hp.embed_scale > 0.0f)
+		scale_rows(c->x, n * dim, c->base.model->hp.embed_scale);
 }
 
 /* Moves the attention outputs and hidden states of the tokens that want
@@ -472,17 +480,35 @@ static int keep_logit_rows(struct cpu_backend *c, const struct backend_token *to
 	return kept;
 }
 
-/* One layer of the Llama shape (MODEL_LAYER_LLAMA) over the batch.  In the
- * last layer only the rows that want logits go on past attention (their
- * keys and values are what the cache needs from the others): a prompt chunk
- * skips that layer's output projection and feed-forward, and *n_rows
- * becomes the rows kept, moved to the front of c->x in batch order.  The
- * Q/K/V biases are added where the model has them (NULL otherwise). */
-static int layer_llama(struct cpu_backend *c, const struct backend_token *tokens, int *n_rows,
-                       int layer, char *err, size_t err_len)
+/* Gemma's queries and keys before the cache turns them: RMSNorm of each
+ * head where the model has QK-norm, then the queries scaled from the
+ * cache's 1/sqrt(head_dim) to the model's attn_scale (0: that one).  For
+ * the Llama shape (no norms, attn_scale 0) it does nothing. */
+static void gemma_qk(struct cpu_backend *c, const struct model_layer *L, int n)
 {
-	const struct model *m = c->base.model;
-	const struct model_hparams *hp = &m->hp;
+	const struct model_hparams *hp = &c->base.model->hp;
+	if (L->q_norm) {
+		rmsnorm_rows(c->q, c->q, L->q_norm, n * hp->n_heads, hp->head_dim, hp->norm_eps);
+		rmsnorm_rows(c->k, c->k, L->k_norm, n * hp->n_kv_heads, hp->head_dim,
+		             hp->norm_eps);
+	}
+	float usual = 1.0f / sqrtf((float)hp->head_dim);
+	if (hp->attn_scale > 0.0f && hp->attn_scale != usual)
+		scale_rows(c->q, (size_t)n * hp->n_heads * hp->head_dim,
+		           hp->attn_scale / usual);
+}
+
+/* The attention half of a layer, both shapes: norm, Q/K/V (the biases
+ * added where the model has them, NULL otherwise; Gemma's QK step),
+ * attention, output projection into c->proj.  In the last layer only the
+ * rows that want logits go on past attention (their keys and values are
+ * what the cache needs from the others): a prompt chunk skips that layer's
+ * output projection and feed-forward, and *n_rows becomes the rows kept,
+ * moved to the front of c->x in batch order (0: nothing more to do). */
+static int attention_block(struct cpu_backend *c, const struct backend_token *tokens, int *n_rows,
+                           int layer, char *err, size_t err_len)
+{
+	const struct model_hparams *hp = &c->base.model->hp;
 	const struct model_layer *L = &c->layers[layer];
 	int n = *n_rows;
 	/* A session attended alone appends on the calling thread while the
@@ -495,6 +521,7 @@ static int layer_llama(struct cpu_backend *c, const struct backend_token *tokens
 	                            {.w = &L->wk, .bias = L->bk, .y = c->k},
 	                            {.w = &L->wv, .bias = L->bv, .y = c->v}};
 	matmul_many(c->run_pool, MATMUL_ISA_AUTO, c->xb, n, qkv, 3);
+	gemma_qk(c, L, n);
 	int rc = attention_layer(c, tokens, layer, err, err_len);
 	if (rc)
 		return rc;
@@ -504,6 +531,20 @@ static int layer_llama(struct cpu_backend *c, const struct backend_token *tokens
 			return 0;
 	}
 	matmul(c->run_pool, c->att, n, &L->wo, c->proj);
+	return 0;
+}
+
+/* One layer of the Llama shape (MODEL_LAYER_LLAMA) over the batch:
+ * attention_block, residual add, RMSNorm, SwiGLU, residual add. */
+static int layer_llama(struct cpu_backend *c, const struct backend_token *tokens, int *n_rows,
+                       int layer, char *err, size_t err_len)
+{
+	const struct model_hparams *hp = &c->base.model->hp;
+	const struct model_layer *L = &c->layers[layer];
+	int rc = attention_block(c, tokens, n_rows, layer, err, err_len);
+	int n = *n_rows;
+	if (rc || n == 0)
+		return rc;
 	add_rows(c->x, c->proj, (size_t)n * hp->dim);
 	rmsnorm_rows(c->xb, c->x, L->ffn_norm, n, hp->dim, hp->norm_eps);
 	matmul_swiglu(c->run_pool, MATMUL_ISA_AUTO, c->xb, n, &L->w_gate, &L->w_up, c->gate, c->up);
@@ -512,10 +553,48 @@ static int layer_llama(struct cpu_backend *c, const struct backend_token *tokens
 	return 0;
 }
 
+/* gate(n) = gelu(gate) * up, GELU in the tanh approximation llama.cpp
+ * computes (GeGLU). */
+static void geglu_rows(float *gate, const float *up, size_t n)
+{
+	const float sqrt_2_over_pi = 0.79788456080286535587989211986876f, coef_a = 0.044715f;
+	for (size_t i = 0; i < n; i++) {
+		float x = gate[i];
+		gate[i] = 0.5f * x * (1.0f + tanhf(sqrt_2_over_pi * x * (1.0f + coef_a * x * x))) *
+		          up[i];
+	}
+}
+
+/* One layer of the Gemma shape (MODEL_LAYER_GEMMA) over the batch:
+ * attention_block (with QK-norm and the query scale), RMSNorm of its output
+ * before the residual add, RMSNorm, GeGLU, RMSNorm of its output before the
+ * residual add.  The attention soft-cap is the cache's (cpu_session_new). */
+static int layer_gemma(struct cpu_backend *c, const struct backend_token *tokens, int *n_rows,
+                       int layer, char *err, size_t err_len)
+{
+	const struct model_hparams *hp = &c->base.model->hp;
+	const struct model_layer *L = &c->layers[layer];
+	int rc = attention_block(c, tokens, n_rows, layer, err, err_len);
+	int n = *n_rows;
+	if (rc || n == 0)
+		return rc;
+	rmsnorm_rows(c->proj, c->proj, L->post_attn_norm, n, hp->dim, hp->norm_eps);
+	add_rows(c->x, c->proj, (size_t)n * hp->dim);
+	rmsnorm_rows(c->xb, c->x, L->ffn_norm, n, hp->dim, hp->norm_eps);
+	struct matmul_job ffn[2] = {{.w = &L->w_gate, .y = c->gate}, {.w = &L->w_up, .y = c->up}};
+	matmul_many(c->run_pool, MATMUL_ISA_AUTO, c->xb, n, ffn, 2);
+	geglu_rows(c->gate, c->up, (size_t)n * hp->ffn_dim);
+	matmul(c->run_pool, c->gate, n, &L->w_down, c->proj);
+	rmsnorm_rows(c->proj, c->proj, L->post_ffw_norm, n, hp->dim, hp->norm_eps);
+	add_rows(c->x, c->proj, (size_t)n * hp->dim);
+	return 0;
+}
+
 /* The layer function of each layer shape (model/arch.h): a new shape adds
  * a row and a function here. */
 static const cpu_layer_fn layer_fns[MODEL_LAYER_KINDS] = {
     [MODEL_LAYER_LLAMA] = layer_llama,
+    [MODEL_LAYER_GEMMA] = layer_gemma,
 };
 
 /* Final norm and output head for the first n_want rows of c->x: the tokens
@@ -527,6 +606,10 @@ static void output_logits(struct cpu_backend *c, int n_want, float *logits)
 		return;
 	rmsnorm_rows(c->xb, c->x, m->output_norm, n_want, m->hp.dim, m->hp.norm_eps);
 	matmul(c->run_pool, c->xb, n_want, &c->output, logits);
+	float cap = m->hp.final_softcap;
+	if (cap > 0.0f) /* as llama.cpp: scaled by 1/cap, tanh, scaled by cap */
+		for (size_t i = 0; i < (size_t)n_want * m->hp.n_vocab; i++)
+			logits[i] = tanhf(logits[i] * (1.0f / cap)) * cap;
 }
 
 static int cpu_forward(struct backend *be, const struct backend_token *tokens, size_t n_tokens,
@@ -594,6 +677,7 @@ static int cpu_session_new(struct backend *be, const struct cache_geometry *g,
 			return rc;
 		}
 	}
+	sinkcache_set_softcap(s->cache, be->model->hp.attn_softcap);
 	s->batch.slot = -1;
 	*out = s;
 	return 0;

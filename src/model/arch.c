@@ -21,6 +21,7 @@ struct model_arch {
 	enum model_ffn ffn;
 	bool experts; /* expert_count > 0 loaded (else refused) */
 	enum model_layer_kind layer;
+	struct model_arch_attn attn; /* beyond the Llama shape (zero: nothing) */
 	/* the model-level tensors a file must or may have (name NULL: none);
 	 * an optional output.weight means a tied head when it is absent */
 	struct {
@@ -60,6 +61,38 @@ struct model_arch {
 	    [MODEL_LT_BV] = "attn_v.bias",                                                         \
 	}
 
+/* The Llama shape's layer tensor names, which the Gemma shape shares. */
+#define LLAMA_LAYER_TENSORS                                                                        \
+	[MODEL_LT_ATTN_NORM] = "attn_norm.weight", [MODEL_LT_Q] = "attn_q.weight",                 \
+	[MODEL_LT_K] = "attn_k.weight", [MODEL_LT_V] = "attn_v.weight",                            \
+	[MODEL_LT_O] = "attn_output.weight", [MODEL_LT_FFN_NORM] = "ffn_norm.weight",              \
+	[MODEL_LT_GATE] = "ffn_gate.weight", [MODEL_LT_UP] = "ffn_up.weight",                      \
+	[MODEL_LT_DOWN] = "ffn_down.weight", [MODEL_LT_BQ] = "attn_q.bias",                        \
+	[MODEL_LT_BK] = "attn_k.bias", [MODEL_LT_BV] = "attn_v.bias"
+
+/* What Gemma 2 and 3 share: NeoX RoPE, no biases, heads as wide as
+ * key_length, RMSNorm (the converter stores Gemma's 1 + w, so the weights
+ * are used as they are), GeGLU, norms after attention and feed-forward, the
+ * Gemma layer shape; output: the need of output.weight; qk_norm: the
+ * per-head query and key norm tensors' names (NULL: none). */
+#define GEMMA_FAMILY(output_need, q_norm, k_norm)                                                  \
+	.rope_neox = true, .qkv_bias = MODEL_BIAS_NONE, .head_width = MODEL_HEAD_WIDTH_KEYS,       \
+	.norm = MODEL_NORM_RMS, .norm_eps_key = "attention.layer_norm_rms_epsilon",                \
+	.ffn = MODEL_FFN_GEGLU, .experts = false, .layer = MODEL_LAYER_GEMMA,                      \
+	.model_tensor =                                                                            \
+	    {                                                                                      \
+	        [MODEL_T_TOKEN_EMBD] = {"token_embd.weight", MODEL_TENSOR_REQUIRED},               \
+	        [MODEL_T_OUTPUT_NORM] = {"output_norm.weight", MODEL_TENSOR_REQUIRED},             \
+	        [MODEL_T_OUTPUT] = {"output.weight", output_need},                                 \
+	},                                                                                         \
+	.layer_tensor = {                                                                          \
+	    LLAMA_LAYER_TENSORS,                                                                   \
+	    [MODEL_LT_POST_ATTN_NORM] = "post_attention_norm.weight",                              \
+	    [MODEL_LT_POST_FFW_NORM] = "post_ffw_norm.weight",                                     \
+	    [MODEL_LT_Q_NORM] = q_norm,                                                            \
+	    [MODEL_LT_K_NORM] = k_norm,                                                            \
+	}
+
 /* One row per architecture: what sets it apart, then its family. */
 static const struct model_arch arch_table[] = {
     {.name = "llama",
@@ -72,6 +105,37 @@ static const struct model_arch arch_table[] = {
      .rope_neox = true,
      .qkv_bias = MODEL_BIAS_REQUIRED,
      LLAMA_FAMILY(NULL, MODEL_TENSOR_NONE)},
+    /* llama.cpp: sliding window 4096 and every other layer (from layer 0)
+     * by default, both soft-caps (50, 30), the head always token_embd */
+    {.name = "gemma2",
+     .snapshot_name = "gemma2",
+     .attn = {.sliding = true,
+              .swa_window_default = 4096,
+              .swa_period_default = 2,
+              .rope_theta_swa_default = 0.0,
+              .swa_rope_scaled = true,
+              .attn_softcap = true,
+              .attn_softcap_default = 50.0,
+              .final_softcap = true,
+              .final_softcap_default = 30.0,
+              .embed_scale = true,
+              .full_width_scale_layers = 46},
+     GEMMA_FAMILY(MODEL_TENSOR_NONE, NULL, NULL)},
+    /* llama.cpp: layers slide only when the file has a sliding window,
+     * five of every six, at RoPE base 10000 unscaled; QK-norm; no
+     * attention soft-cap, a final one only when the file has the key */
+    {.name = "gemma3",
+     .snapshot_name = "gemma3",
+     .attn = {.sliding = true,
+              .swa_window_default = 0,
+              .swa_period_default = 6,
+              .rope_theta_swa_default = 10000.0,
+              .swa_rope_scaled = false,
+              .final_softcap = true,
+              .final_softcap_default = 0.0,
+              .embed_scale = true,
+              .full_width_scale_layers = 62},
+     GEMMA_FAMILY(MODEL_TENSOR_OPTIONAL, "attn_q_norm.weight", "attn_k_norm.weight")},
 };
 
 #define N_ARCH ((int)(sizeof(arch_table) / sizeof(arch_table[0])))
@@ -169,7 +233,7 @@ enum model_ffn model_arch_ffn(const struct model_arch *a)
 
 bool model_arch_tied_output(const struct model_arch *a)
 {
-	return row(a)->model_tensor[MODEL_T_OUTPUT].need == MODEL_TENSOR_OPTIONAL;
+	return row(a)->model_tensor[MODEL_T_OUTPUT].need != MODEL_TENSOR_REQUIRED;
 }
 
 bool model_arch_experts(const struct model_arch *a)
@@ -180,6 +244,11 @@ bool model_arch_experts(const struct model_arch *a)
 enum model_layer_kind model_arch_layer_kind(const struct model_arch *a)
 {
 	return row(a)->layer;
+}
+
+const struct model_arch_attn *model_arch_attn(const struct model_arch *a)
+{
+	return &row(a)->attn;
 }
 
 const char *model_arch_layer_tensor(const struct model_arch *a, enum model_layer_tensor t)
@@ -195,8 +264,8 @@ const char *model_arch_rope_factors_tensor(const struct model_arch *a)
 int model_arch_layer_weights(const struct model_arch *a)
 {
 	int n = 0;
-	for (int t = 0; t < MODEL_LT_BQ; t++)
-		n += row(a)->layer_tensor[t] != NULL;
+	for (int t = 0; t < MODEL_LT_COUNT; t++)
+		n += row(a)->layer_tensor[t] != NULL && !model_layer_tensor_is_bias(t);
 	return n;
 }
 
@@ -215,7 +284,7 @@ enum model_tensor_need model_arch_layer_tensor_need(const struct model_arch *a,
 {
 	if (model_arch_layer_tensor(a, t) == NULL)
 		return MODEL_TENSOR_NONE;
-	if (t < MODEL_LT_BQ)
+	if (!model_layer_tensor_is_bias(t))
 		return MODEL_TENSOR_REQUIRED;
 	switch (row(a)->qkv_bias) {
 	case MODEL_BIAS_REQUIRED:

@@ -20,6 +20,12 @@ enum model_layer_kind {
 	/* pre-norm RMSNorm; grouped-query attention with optional Q/K/V
 	 * biases and RoPE; RMSNorm; SwiGLU feed-forward; residual adds */
 	MODEL_LAYER_LLAMA = 0,
+	/* the Gemma shape: pre-norm RMSNorm; grouped-query attention with
+	 * optional per-head QK-norm, RoPE and a query scale; RMSNorm of the
+	 * attention output (post_attention_norm); residual add; RMSNorm;
+	 * GeGLU feed-forward; RMSNorm of its output (post_ffw_norm); residual
+	 * add (model_arch_attn says what else the row's attention does) */
+	MODEL_LAYER_GEMMA,
 	MODEL_LAYER_KINDS
 };
 
@@ -37,8 +43,19 @@ enum model_layer_tensor {
 	MODEL_LT_BQ, /* the Q/K/V biases: as model_arch_qkv_bias says */
 	MODEL_LT_BK,
 	MODEL_LT_BV,
+	/* the Gemma shape's tensors (required where a row names them) */
+	MODEL_LT_POST_ATTN_NORM, /* (dim) RMSNorm of the attention output */
+	MODEL_LT_POST_FFW_NORM,  /* (dim) RMSNorm of the feed-forward output */
+	MODEL_LT_Q_NORM,         /* (head_dim) RMSNorm of each query head */
+	MODEL_LT_K_NORM,         /* (head_dim) RMSNorm of each key head */
 	MODEL_LT_COUNT
 };
+
+/* Whether layer tensor t is one of the Q/K/V biases. */
+static inline bool model_layer_tensor_is_bias(int t)
+{
+	return t >= MODEL_LT_BQ && t <= MODEL_LT_BV;
+}
 
 /* Whether a file of this architecture has Q/K/V biases. */
 enum model_bias {
@@ -52,7 +69,9 @@ enum model_head_width {
 	/* embedding_length / head_count; key_length and value_length, when
 	 * present, must equal it */
 	MODEL_HEAD_WIDTH_SPLIT,
-	/* attention.key_length / value_length (no row uses this yet) */
+	/* attention.key_length / value_length (default embedding_length /
+	 * head_count), which must be equal; n_heads * head_dim may differ
+	 * from embedding_length */
 	MODEL_HEAD_WIDTH_KEYS,
 };
 
@@ -74,7 +93,41 @@ enum model_tensor_need {
 };
 
 enum model_norm { MODEL_NORM_RMS };
-enum model_ffn { MODEL_FFN_SWIGLU };
+/* SwiGLU: silu(gate) * up; GeGLU: gelu(gate) * up, GELU in its tanh
+ * approximation (as llama.cpp computes it). */
+enum model_ffn { MODEL_FFN_SWIGLU, MODEL_FFN_GEGLU };
+
+/* What a row's attention and logits do beyond the Llama shape, and which
+ * keys say so (all zero for the Llama family).  Sliding-window layers:
+ * <arch>.attention.sliding_window (absent: swa_window_default; 0: none)
+ * and attention.sliding_window_pattern (absent: swa_period_default): layer
+ * l slides unless l % period == period - 1 (period 0: every layer), as
+ * llama.cpp's set_swa_pattern; their RoPE base rope.freq_base_swa (absent:
+ * rope_theta_swa_default, 0 meaning rope.freq_base). */
+struct model_arch_attn {
+	bool sliding;               /* reads the keys above */
+	int swa_window_default;     /* 0: no layer slides without the key */
+	int swa_period_default;
+	double rope_theta_swa_default;
+	/* whether sliding layers take the linear RoPE scaling too (gemma2)
+	 * rather than none (gemma3): sinkd computes only the latter */
+	bool swa_rope_scaled;
+	/* attn_logit_softcapping read (default attn_softcap_default):
+	 * scores become cap * tanh(score / cap) before the softmax */
+	bool attn_softcap;
+	double attn_softcap_default;
+	/* final_logit_softcapping read (default final_softcap_default, 0:
+	 * none): logits become cap * tanh(logit / cap) */
+	bool final_softcap;
+	double final_softcap_default;
+	/* the embedding rows scaled by sqrt(embedding_length) */
+	bool embed_scale;
+	/* > 0: queries scale by 1/sqrt(head_dim), except in a file of exactly
+	 * this many layers by 1/sqrt(embedding_length / head_count), as
+	 * llama.cpp does for the 27B models (their query_pre_attn_scalar);
+	 * 0: the Llama scale 1/sqrt(head_dim) */
+	int full_width_scale_layers;
+};
 
 /* The descriptor whose GGUF architecture name is `name`, or NULL. */
 const struct model_arch *model_arch_find(const char *name);
@@ -102,11 +155,14 @@ enum model_norm model_arch_norm(const struct model_arch *a);
 /* The key of the norm epsilon, after the prefix. */
 const char *model_arch_norm_eps_key(const struct model_arch *a);
 enum model_ffn model_arch_ffn(const struct model_arch *a);
-/* Whether a file without output.weight reuses token_embd as the head. */
+/* Whether a file without output.weight reuses token_embd as the head
+ * (always, where the row has no output.weight at all). */
 bool model_arch_tied_output(const struct model_arch *a);
 /* Whether mixture-of-experts files (expert_count > 0) are loaded. */
 bool model_arch_experts(const struct model_arch *a);
 enum model_layer_kind model_arch_layer_kind(const struct model_arch *a);
+/* The row's attention and logit facts (model_arch_attn above). */
+const struct model_arch_attn *model_arch_attn(const struct model_arch *a);
 /* The name of a layer tensor after "blk.N." ("attn_q.weight"), or NULL
  * when the architecture has no such tensor.  The biases have names even
  * where model_arch_qkv_bias is NONE: the loader refuses a file that has
@@ -116,15 +172,16 @@ const char *model_arch_layer_tensor(const struct model_arch *a, enum model_layer
  * (llama3's "rope_freqs.weight": F32, rope_dim/2 values), or NULL when the
  * architecture has none (a file that has it anyway is refused). */
 const char *model_arch_rope_factors_tensor(const struct model_arch *a);
-/* How many weight tensors (those before the biases) every layer has. */
+/* How many tensors besides the biases every layer has. */
 int model_arch_layer_weights(const struct model_arch *a);
 /* The name of model-level tensor t ("token_embd.weight"), or NULL when the
  * architecture has none. */
 const char *model_arch_model_tensor(const struct model_arch *a, enum model_tensor t);
 enum model_tensor_need model_arch_model_tensor_need(const struct model_arch *a,
                                                     enum model_tensor t);
-/* What the row says of layer tensor t: the weights are required, the
- * biases as model_arch_qkv_bias says (NONE: not part of the model). */
+/* What the row says of layer tensor t: the named weights and norms are
+ * required, the biases as model_arch_qkv_bias says (NONE: not part of the
+ * model). */
 enum model_tensor_need model_arch_layer_tensor_need(const struct model_arch *a,
                                                     enum model_layer_tensor t);
 /* Which tensor of the row a file's tensor name is: a model-level one

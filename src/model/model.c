@@ -28,9 +28,13 @@
 #define MODEL_MAX_DIM (1 << 20)
 #define MODEL_MAX_LAYERS 4096
 #define MODEL_MAX_VOCAB (1 << 24)
+/* The widest head the cache stores (SINKCACHE_MAX_HEAD_DIM). */
+#define MODEL_MAX_HEAD_DIM 512
 
 /* ------------------------------------------------------------------------
  * Hyper-parameters. */
+
+static int own(struct model *m, void *buf);
 
 struct load_ctx {
 	struct model *m;
@@ -98,24 +102,21 @@ static int read_arch(struct load_ctx *c)
 }
 
 /* Files that need more than their architecture's row says: mixture of
- * experts, and heads whose width is not embedding_length / head_count. */
+ * experts, and (rows whose heads split the embedding width) key/value
+ * widths other than embedding_length / head_count. */
 static int check_unsupported_variants(struct load_ctx *c)
 {
 	const struct model_hparams *hp = &c->m->hp;
 	int experts = 0, key_len = 0, value_len = 0;
-	if (model_arch_head_width(hp->arch) != MODEL_HEAD_WIDTH_SPLIT)
-		return err_set(c->err, c->err_len, -ENOTSUP,
-		               "%s: architecture '%s': heads as wide as key_length / value_length "
-		               "are not implemented",
-		               c->path, model_arch_name(hp->arch));
 	int rc = hp_int(c, "expert_count", 0, 0, INT32_MAX, &experts);
 	if (rc == 0 && experts > 0 && !model_arch_experts(hp->arch))
 		return err_set(
 		    c->err, c->err_len, -ENOTSUP,
 		    "%s: mixture-of-experts models (%sexpert_count %d) are not supported", c->path,
 		    c->prefix, experts);
-	if (rc == 0)
-		rc = hp_int(c, "attention.key_length", hp->head_dim, 1, INT32_MAX, &key_len);
+	if (rc || model_arch_head_width(hp->arch) != MODEL_HEAD_WIDTH_SPLIT)
+		return rc;
+	rc = hp_int(c, "attention.key_length", hp->head_dim, 1, INT32_MAX, &key_len);
 	if (rc == 0)
 		rc = hp_int(c, "attention.value_length", hp->head_dim, 1, INT32_MAX, &value_len);
 	if (rc == 0 && (key_len != hp->head_dim || value_len != hp->head_dim))
@@ -124,6 +125,35 @@ static int check_unsupported_variants(struct load_ctx *c)
 		    "%s: attention key/value width %d/%d differs from embedding_length / "
 		    "head_count = %d, which is not supported",
 		    c->path, key_len, value_len, hp->head_dim);
+	return rc;
+}
+
+/* The head width: embedding_length / head_count, or for a row that reads
+ * it attention.key_length (default the same), which value_length must
+ * equal (sinkd's cache holds keys and values of one width). */
+static int read_head_dim(struct load_ctx *c)
+{
+	struct model_hparams *hp = &c->m->hp;
+	bool keys = model_arch_head_width(hp->arch) == MODEL_HEAD_WIDTH_KEYS;
+	if (hp->n_heads % hp->n_kv_heads != 0 || (!keys && hp->dim % hp->n_heads != 0))
+		return err_set(c->err, c->err_len, -EINVAL,
+		               "%s: embedding_length %d, head_count %d, head_count_kv %d: the "
+		               "width must divide into heads and the heads into KV groups",
+		               c->path, hp->dim, hp->n_heads, hp->n_kv_heads);
+	hp->head_dim = hp->dim / hp->n_heads;
+	if (!keys)
+		return 0;
+	int value_len = 0;
+	int rc = hp_int(c, "attention.key_length", hp->head_dim, 1, MODEL_MAX_HEAD_DIM,
+	                &hp->head_dim);
+	if (rc == 0)
+		rc = hp_int(c, "attention.value_length", hp->head_dim, 1, MODEL_MAX_HEAD_DIM,
+		            &value_len);
+	if (rc == 0 && value_len != hp->head_dim)
+		return err_set(c->err, c->err_len, -ENOTSUP,
+		               "%s: %sattention.value_length %d differs from key_length %d, which "
+		               "sinkd does not support",
+		               c->path, c->prefix, value_len, hp->head_dim);
 	return rc;
 }
 
@@ -178,6 +208,102 @@ static int read_rope_scaling(struct load_ctx *c)
 	return rc;
 }
 
+/* llama.cpp reads a head width and rotated dims of their own for sliding
+ * layers (key_length_swa, value_length_swa, rope.dimension_count_swa);
+ * sinkd's layers share one, so a file whose differ is refused. */
+static int check_swa_widths(struct load_ctx *c)
+{
+	const struct model_hparams *hp = &c->m->hp;
+	static const char *const keys[] = {"attention.key_length_swa", "attention.value_length_swa",
+	                                   "rope.dimension_count_swa"};
+	for (int i = 0; i < 3; i++) {
+		int full = i < 2 ? hp->head_dim : hp->rope_dim, v = 0;
+		int rc = hp_int(c, keys[i], full, 1, INT32_MAX, &v);
+		if (rc)
+			return rc;
+		if (v != full)
+			return err_set(c->err, c->err_len, -ENOTSUP,
+			               "%s: key '%s%s' is %d, which differs from the global layers' "
+			               "%d: sliding layers of another width are not implemented",
+			               c->path, c->prefix, keys[i], v, full);
+	}
+	return 0;
+}
+
+/* Which layers slide (model_arch_attn): sliding_window and its pattern,
+ * into a model-owned layer_swa (NULL when none does), and their RoPE base. */
+static int read_sliding_layers(struct load_ctx *c, const struct model_arch_attn *fa)
+{
+	struct model_hparams *hp = &c->m->hp;
+	int window = 0, period = 0;
+	int rc = hp_int(c, "attention.sliding_window", fa->swa_window_default,
+	                fa->swa_window_default > 0 ? 1 : 0, INT32_MAX, &window);
+	if (rc == 0)
+		rc = check_swa_widths(c);
+	if (rc || window == 0)
+		return rc;
+	rc = hp_int(c, "attention.sliding_window_pattern", fa->swa_period_default, 0,
+	            MODEL_MAX_LAYERS, &period);
+	double theta_swa = 0.0;
+	if (rc == 0)
+		rc = hp_float(c, "rope.freq_base_swa",
+		              fa->rope_theta_swa_default > 0 ? fa->rope_theta_swa_default
+		                                             : hp->rope_theta,
+		              1e-3, 1e12, &theta_swa);
+	if (rc)
+		return rc;
+	uint8_t *swa = calloc((size_t)hp->n_layers, 1);
+	if (swa == NULL || own(c->m, swa))
+		return -ENOMEM;
+	bool any = false;
+	for (int l = 0; l < hp->n_layers; l++) {
+		swa[l] = period == 0 || l % period < period - 1;
+		any = any || swa[l];
+	}
+	if (!any)
+		return 0;
+	if (fa->swa_rope_scaled && hp->rope_freq_scale != 1.0)
+		return err_set(c->err, c->err_len, -ENOTSUP,
+		               "%s: linear RoPE scaling (%srope.scaling.factor) on sliding-window "
+		               "layers is not implemented (sinkd scales global layers only)",
+		               c->path, c->prefix);
+	hp->swa_window = window;
+	hp->layer_swa = swa;
+	hp->rope_theta_swa = theta_swa;
+	return 0;
+}
+
+/* What the row's attention and logits do beyond the Llama shape: soft-caps,
+ * the query and embedding scales, sliding layers (model_arch_attn). */
+static int read_attn_facts(struct load_ctx *c)
+{
+	struct model_hparams *hp = &c->m->hp;
+	const struct model_arch_attn *fa = model_arch_attn(hp->arch);
+	double cap = 0.0;
+	int rc = 0;
+	if (fa->attn_softcap) {
+		rc = hp_float(c, "attn_logit_softcapping", fa->attn_softcap_default, 1e-3, 1e6,
+		              &cap);
+		hp->attn_softcap = (float)cap;
+	}
+	if (rc == 0 && fa->final_softcap) {
+		rc = hp_float(c, "final_logit_softcapping", fa->final_softcap_default,
+		              fa->final_softcap_default > 0 ? 1e-3 : 0.0, 1e6, &cap);
+		hp->final_softcap = (float)cap;
+	}
+	if (fa->embed_scale)
+		hp->embed_scale = sqrtf((float)hp->dim);
+	if (fa->full_width_scale_layers > 0) {
+		/* as llama.cpp: the width divided as integers, then the root */
+		int width = hp->n_layers == fa->full_width_scale_layers ? hp->dim / hp->n_heads
+		                                                        : hp->head_dim;
+		hp->attn_scale = 1.0f / sqrtf((float)width);
+	}
+	if (rc == 0 && fa->sliding)
+		rc = read_sliding_layers(c, fa);
+	return rc;
+}
+
 static int read_hparams(struct load_ctx *c)
 {
 	struct model_hparams *hp = &c->m->hp;
@@ -195,14 +321,10 @@ static int read_hparams(struct load_ctx *c)
 		            &hp->n_kv_heads);
 	if (rc == 0)
 		rc = hp_int(c, "context_length", 2048, 1, INT32_MAX, &hp->context_length);
+	if (rc == 0)
+		rc = read_head_dim(c);
 	if (rc)
 		return rc;
-	if (hp->dim % hp->n_heads != 0 || hp->n_heads % hp->n_kv_heads != 0)
-		return err_set(c->err, c->err_len, -EINVAL,
-		               "%s: embedding_length %d, head_count %d, head_count_kv %d: the "
-		               "width must divide into heads and the heads into KV groups",
-		               c->path, hp->dim, hp->n_heads, hp->n_kv_heads);
-	hp->head_dim = hp->dim / hp->n_heads;
 	rc = hp_int(c, "rope.dimension_count", hp->head_dim, 2, hp->head_dim, &hp->rope_dim);
 	if (rc == 0 && hp->rope_dim % 2 != 0)
 		rc = err_set(c->err, c->err_len, -EINVAL, "%s: rope.dimension_count %d is odd",
@@ -215,6 +337,8 @@ static int read_hparams(struct load_ctx *c)
 	if (rc == 0)
 		rc = hp_float(c, model_arch_norm_eps_key(hp->arch), 1e-5, 1e-12, 1.0, &eps);
 	hp->norm_eps = (float)eps;
+	if (rc == 0)
+		rc = read_attn_facts(c);
 	return rc ? rc : check_unsupported_variants(c);
 }
 
@@ -391,7 +515,29 @@ static int load_matrix(struct load_ctx *c, const char *name, int rows, int cols,
 static void layer_tensor_name(const struct load_ctx *c, int i, enum model_layer_tensor t, char *out,
                               size_t out_len)
 {
-	snprintf(out, out_len, "blk.%d.%s", i, model_arch_layer_tensor(c->m->hp.arch, t));
+	const char *name = model_arch_layer_tensor(c->m->hp.arch, t);
+	snprintf(out, out_len, "blk.%d.%s", i, name ? name : "");
+}
+
+/* The Gemma shape's norms where the row names them (n: the layer's
+ * tensor names): after attention and feed-forward (dim), of each query and
+ * key head (head_dim). */
+static int load_gemma_norms(struct load_ctx *c, char (*n)[64], struct model_layer *l)
+{
+	const struct model_hparams *hp = &c->m->hp;
+	const struct {
+		enum model_layer_tensor t;
+		int len;
+		const float **out;
+	} norms[] = {{MODEL_LT_POST_ATTN_NORM, hp->dim, &l->post_attn_norm},
+	             {MODEL_LT_POST_FFW_NORM, hp->dim, &l->post_ffw_norm},
+	             {MODEL_LT_Q_NORM, hp->head_dim, &l->q_norm},
+	             {MODEL_LT_K_NORM, hp->head_dim, &l->k_norm}};
+	int rc = 0;
+	for (size_t k = 0; rc == 0 && k < sizeof(norms) / sizeof(norms[0]); k++)
+		if (model_arch_layer_tensor(hp->arch, norms[k].t))
+			rc = load_vector(c, n[norms[k].t], (uint64_t)norms[k].len, norms[k].out);
+	return rc;
 }
 
 static int load_layer(struct load_ctx *c, int i, struct model_layer *l)
@@ -418,6 +564,8 @@ static int load_layer(struct load_ctx *c, int i, struct model_layer *l)
 		rc = load_matrix(c, n[MODEL_LT_UP], hp->ffn_dim, hp->dim, &l->w_up);
 	if (rc == 0)
 		rc = load_matrix(c, n[MODEL_LT_DOWN], hp->dim, hp->ffn_dim, &l->w_down);
+	if (rc == 0)
+		rc = load_gemma_norms(c, n, l);
 	if (rc || !hp->has_qkv_bias)
 		return rc;
 	rc = load_vector(c, n[MODEL_LT_BQ], (uint64_t)q_dim, &l->bq);
@@ -499,7 +647,7 @@ static bool tensor_is_read(const struct model_hparams *hp, int layer, int t)
 	if (layer < 0)
 		return model_arch_model_tensor_need(hp->arch, (enum model_tensor)t) !=
 		       MODEL_TENSOR_NONE;
-	if (t >= MODEL_LT_BQ && !hp->has_qkv_bias)
+	if (model_layer_tensor_is_bias(t) && !hp->has_qkv_bias)
 		return false;
 	return model_arch_layer_tensor_need(hp->arch, (enum model_layer_tensor)t) !=
 	       MODEL_TENSOR_NONE;
@@ -508,11 +656,15 @@ static bool tensor_is_read(const struct model_hparams *hp, int layer, int t)
 static int not_part(struct load_ctx *c, const char *shown)
 {
 	const struct model_hparams *hp = &c->m->hp;
-	char names[320];
+	char names[480];
 	model_arch_tensor_names(hp->arch, names, sizeof(names));
+	/* llama.cpp's converter names a vision tower's tensors v.* and its
+	 * projector's mm.*: sinkd runs the language model alone */
+	bool vision = strncmp(shown, "v.", 2) == 0 || strncmp(shown, "mm.", 3) == 0;
 	return err_set(c->err, c->err_len, -ENOTSUP,
-	               "%s: tensor '%s' is not part of a %s model (sinkd reads: %s)", c->path,
-	               shown, model_arch_name(hp->arch), names);
+	               "%s: tensor '%s' is not part of a %s model%s (sinkd reads: %s)", c->path,
+	               shown, model_arch_name(hp->arch),
+	               vision ? "; vision towers are not supported" : "", names);
 }
 
 /* Every tensor of the file must be one the model reads: one it would skip
@@ -533,7 +685,8 @@ static int check_tensor_names(struct load_ctx *c)
 		char shown[48];
 		printable(name, strlen(name), shown);
 		if (!known || !tensor_is_read(hp, layer, t)) {
-			if (known && layer >= 0 && t >= MODEL_LT_BQ && !hp->has_qkv_bias)
+			if (known && layer >= 0 && model_layer_tensor_is_bias(t) &&
+			    !hp->has_qkv_bias)
 				return err_set(c->err, c->err_len, -EINVAL,
 				               "%s: tensor '%s': blk.0 has no attention biases, "
 				               "so no layer may have them",

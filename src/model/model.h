@@ -21,7 +21,7 @@ struct model_hparams {
 	int n_layers;
 	int n_heads;
 	int n_kv_heads;
-	int head_dim;	     /* dim / n_heads */
+	int head_dim;	     /* dim / n_heads, or key_length (model_arch_head_width) */
 	int ffn_dim;	     /* hidden width of the SwiGLU MLP */
 	int rope_dim;	     /* rotated dims per head (<= head_dim) */
 	double rope_theta;   /* rope.freq_base, 10000 by default */
@@ -37,6 +37,15 @@ struct model_hparams {
 	int swa_window;
 	const uint8_t *layer_swa;
 	double rope_theta_swa;
+	/* The Gemma shape's (model_arch_attn; 0 elsewhere): attention scores
+	 * become attn_softcap * tanh(score / attn_softcap) and logits
+	 * final_softcap * tanh(logit / final_softcap) (0: none); queries
+	 * scale by attn_scale rather than 1/sqrt(head_dim) (0: that); the
+	 * embedding rows by embed_scale (0: none). */
+	float attn_softcap;
+	float final_softcap;
+	float attn_scale;
+	float embed_scale;
 	float norm_eps;	     /* RMSNorm epsilon */
 	int context_length;  /* trained context, informative only */
 	bool has_qkv_bias;   /* model_arch_qkv_bias: required, or optional and present */
@@ -68,6 +77,10 @@ struct model_layer {
 	struct weight_matrix w_gate;	/* (ffn_dim, dim) */
 	struct weight_matrix w_up;	/* (ffn_dim, dim) */
 	struct weight_matrix w_down;	/* (dim, ffn_dim) */
+	/* The Gemma shape's norms (NULL where the row has none) */
+	const float *post_attn_norm;	/* (dim) */
+	const float *post_ffw_norm;	/* (dim) */
+	const float *q_norm, *k_norm;	/* (head_dim) each, over every head */
 };
 
 struct model {

@@ -4,7 +4,9 @@
  * Its keys and tensor names are the row's, as llama.cpp's converter writes
  * them, so llama.cpp loads the same file.
  * Weights are deterministic in --seed, approximately N(0, 0.02) so
- * activations stay in a sane range, norms are 1; the vocabulary (every
+ * activations stay in a sane range, norms are 1 (random around 1 where the
+ * row has Gemma's post-norms, so that a norm applied wrongly shows in the
+ * logits); the vocabulary (every
  * tokenizer.* key) is copied from a vocabulary GGUF, or a small byte-level
  * SentencePiece-style vocabulary is made up.  Tensor data is generated one
  * row at a time and streamed to disk, so multi-GB files need little memory.
@@ -47,6 +49,11 @@ struct mk_options {
 	int n_rope_freqs;
 	float rope_freqs[SINKD_MKMODEL_MAX_HEAD_DIM / 2];
 	float rope_linear;
+	/* the keys of rows with sliding layers and soft-caps (model_arch_attn),
+	 * RoPE bases: -1 (0 for the bases) when not given */
+	int sliding_window, swa_pattern;
+	double attn_softcap, final_softcap;
+	double rope_base, rope_base_swa;
 };
 
 /* ------------------------------------------------------------------------
@@ -253,6 +260,12 @@ static void layer_tensor_shape(const struct mk_options *o, enum model_layer_tens
 	switch (t) {
 	case MODEL_LT_ATTN_NORM:
 	case MODEL_LT_FFN_NORM:
+	case MODEL_LT_POST_ATTN_NORM:
+	case MODEL_LT_POST_FFW_NORM:
+		break;
+	case MODEL_LT_Q_NORM:
+	case MODEL_LT_K_NORM:
+		*cols = hd;
 		break;
 	case MODEL_LT_Q:
 		*rows = q;
@@ -348,9 +361,13 @@ static int write_tensor_data(struct gguf_writer *w, const struct mk_options *o,
 	int rc = 0;
 	if (!row || !enc)
 		rc = err_set(err, err_len, -ENOMEM, "out of memory");
+	/* Gemma's norms: random around 1 (its converter stores 1 + w) */
+	float spread = model_arch_layer_tensor(o->arch, MODEL_LT_POST_ATTN_NORM) ? 0.1f : 0.0f;
 	for (uint64_t r = 0; rc == 0 && r < rows; r++) {
 		for (uint64_t i = 0; i < t->cols; i++)
-			row[i] = t->rows || t->random ? 0.02f * rng_normalish(rng) : 1.0f;
+			row[i] = t->rows || t->random ? 0.02f * rng_normalish(rng)
+			         : spread > 0.0f      ? 1.0f + spread * rng_normalish(rng)
+			                              : 1.0f;
 		for (int i = 0; t->rope_freqs && i < (int)t->cols; i++)
 			row[i] = o->rope_freqs[i < o->n_rope_freqs ? i : o->n_rope_freqs - 1];
 		rc = quantize_row(type, row, enc, t->cols, err, err_len);
@@ -381,6 +398,34 @@ static int add_arch_f32(struct gguf_writer *w, const struct mk_options *o, const
 	return gguf_writer_add_f32(w, name, v);
 }
 
+/* The keys of model_arch_attn (sliding layers, soft-caps) the row reads,
+ * as its converter writes them. */
+static int add_attn_keys(struct gguf_writer *w, const struct mk_options *o)
+{
+	const struct model_arch_attn *fa = model_arch_attn(o->arch);
+	int rc = 0;
+	if (fa->sliding) {
+		int window = o->sliding_window >= 0        ? o->sliding_window
+		             : fa->swa_window_default > 0 ? fa->swa_window_default
+		                                          : 1024;
+		if (window > 0)
+			rc = add_arch_u32(w, o, "attention.sliding_window", (uint32_t)window);
+		if (rc == 0 && o->swa_pattern >= 0)
+			rc = add_arch_u32(w, o, "attention.sliding_window_pattern",
+			                  (uint32_t)o->swa_pattern);
+		if (rc == 0 && o->rope_base_swa > 0)
+			rc = add_arch_f32(w, o, "rope.freq_base_swa", (float)o->rope_base_swa);
+	}
+	if (rc == 0 && fa->attn_softcap)
+		rc = add_arch_f32(w, o, "attn_logit_softcapping",
+		                  (float)(o->attn_softcap >= 0 ? o->attn_softcap
+		                                               : fa->attn_softcap_default));
+	double final = o->final_softcap >= 0 ? o->final_softcap : fa->final_softcap_default;
+	if (rc == 0 && fa->final_softcap && final > 0)
+		rc = add_arch_f32(w, o, "final_logit_softcapping", (float)final);
+	return rc;
+}
+
 static int add_hparams(struct gguf_writer *w, const struct mk_options *o)
 {
 	int rc = gguf_writer_add_string(w, "general.architecture", model_arch_name(o->arch));
@@ -391,12 +436,17 @@ static int add_hparams(struct gguf_writer *w, const struct mk_options *o)
 	rc = rc ? rc : add_arch_u32(w, o, "feed_forward_length", (uint32_t)o->ffn);
 	rc = rc ? rc : add_arch_u32(w, o, "attention.head_count", (uint32_t)o->heads);
 	rc = rc ? rc : add_arch_u32(w, o, "attention.head_count_kv", (uint32_t)o->kv_heads);
-	if (o->head_dim) { /* as the converter writes head_dim when the config has one */
-		rc = rc ? rc : add_arch_u32(w, o, "attention.key_length", (uint32_t)o->head_dim);
-		rc = rc ? rc : add_arch_u32(w, o, "attention.value_length", (uint32_t)o->head_dim);
+	/* as the converter writes head_dim when the config has one (always
+	 * for the rows that read it) */
+	if (o->head_dim || model_arch_head_width(o->arch) == MODEL_HEAD_WIDTH_KEYS) {
+		uint32_t hd = (uint32_t)head_dim_of(o);
+		rc = rc ? rc : add_arch_u32(w, o, "attention.key_length", hd);
+		rc = rc ? rc : add_arch_u32(w, o, "attention.value_length", hd);
 	}
 	rc = rc ? rc : add_arch_u32(w, o, "rope.dimension_count", (uint32_t)head_dim_of(o));
-	rc = rc ? rc : add_arch_f32(w, o, "rope.freq_base", 10000.0f);
+	rc = rc ? rc
+	        : add_arch_f32(w, o, "rope.freq_base", o->rope_base > 0 ? (float)o->rope_base
+	                                                                  : 10000.0f);
 	if (o->rope_linear > 0) {
 		char key[128];
 		snprintf(key, sizeof(key), "%s.rope.scaling.type", model_arch_name(o->arch));
@@ -404,7 +454,7 @@ static int add_hparams(struct gguf_writer *w, const struct mk_options *o)
 		rc = rc ? rc : add_arch_f32(w, o, "rope.scaling.factor", o->rope_linear);
 	}
 	rc = rc ? rc : add_arch_f32(w, o, model_arch_norm_eps_key(o->arch), 1e-5f);
-	return rc;
+	return rc ? rc : add_attn_keys(w, o);
 }
 
 static int write_model(struct mk_options *o, uint64_t *n_params, char *err, size_t err_len)
@@ -582,6 +632,9 @@ static void usage(FILE *fp)
 	    "                     [--head-dim HD] [--bias] [--type TYPE] [--tied]\n"
 	    "                     [--seed S] [--context C]\n"
 	    "                     [--rope-freqs F1,F2,...] [--rope-scaling linear:F]\n"
+	    "                     [--seed S] [--context C] [--rope-base B]\n"
+	    "                     [--sliding-window N] [--swa-pattern P] [--rope-base-swa B]\n"
+	    "                     [--attn-softcap X] [--final-softcap X]\n"
 	    "       sinkd-mkmodel --from MODEL.gguf --out FILE [--type TYPE]\n"
 	    "       sinkd-mkmodel --list-archs\n"
 	    "NAME: a row of the architecture table (--list-archs prints them; llama by\n"
@@ -591,6 +644,12 @@ static void usage(FILE *fp)
 	    "--rope-freqs writes rope_freqs.weight (llama3's per-pair RoPE factors; a\n"
 	    "list shorter than head width / 2 repeats its last value); --rope-scaling\n"
 	    "writes rope.scaling.type linear and rope.scaling.factor F.\n"
+	    "--rope-base: rope.freq_base (10000).\n"
+	    "Rows with sliding-window layers (gemma2, gemma3): --sliding-window (the\n"
+	    "row's default, else 1024; 0: none, all layers global), --swa-pattern\n"
+	    "(sliding_window_pattern, written only when given), --rope-base-swa\n"
+	    "(rope.freq_base_swa); --attn-softcap / --final-softcap where the row has\n"
+	    "them (default the row's).  Their norms are random around 1.\n"
 	    "TYPE: f32 (default) f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k; every\n"
 	    "2-D weight gets it, the token embedding and output matrix included (like\n"
 	    "llama.cpp's pure types); norm vectors and biases stay F32.  The q*_0/q*_1\n"
@@ -612,6 +671,17 @@ static int parse_int(const char *s, int lo, int hi, int *out)
 	if (errno || *end || end == s || v < lo || v > hi)
 		return -EINVAL;
 	*out = (int)v;
+	return 0;
+}
+
+static int parse_double(const char *s, double lo, double hi, double *out)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || *end || end == s || !(v >= lo && v <= hi))
+		return -EINVAL;
+	*out = v;
 	return 0;
 }
 
@@ -694,19 +764,47 @@ static int parse_rope_freqs(const char *s, struct mk_options *o)
 	return o->n_rope_freqs ? 0 : -EINVAL;
 }
 
+/* The sliding-window and soft-cap options only where the row reads them. */
+static int check_attn_options(const struct mk_options *o, char *err, size_t err_len)
+{
+	const struct model_arch_attn *fa = model_arch_attn(o->arch);
+	const char *name = model_arch_name(o->arch);
+	if (!fa->sliding && (o->sliding_window >= 0 || o->swa_pattern >= 0 || o->rope_base_swa > 0))
+		return err_set(err, err_len, -EINVAL,
+		               "--sliding-window, --swa-pattern, --rope-base-swa: architecture %s "
+		               "has no sliding-window layers",
+		               name);
+	if (o->sliding_window == 0 && fa->swa_window_default > 0)
+		return err_set(err, err_len, -EINVAL,
+		               "--sliding-window 0: architecture %s always has sliding layers", name);
+	if (o->attn_softcap >= 0 && !fa->attn_softcap)
+		return err_set(err, err_len, -EINVAL,
+		               "--attn-softcap: architecture %s has no attention soft-cap", name);
+	if (o->final_softcap >= 0 && !fa->final_softcap)
+		return err_set(err, err_len, -EINVAL,
+		               "--final-softcap: architecture %s has no final logit soft-cap", name);
+	if ((o->attn_softcap >= 0 && o->attn_softcap < 1e-3) ||
+	    (o->final_softcap >= 0 && o->final_softcap < 1e-3 && fa->final_softcap_default > 0))
+		return err_set(err, err_len, -EINVAL, "a soft-cap must be at least 0.001");
+	return 0;
+}
+
 static int check_options(const struct mk_options *o, char *err, size_t err_len)
 {
 	if (check_rope_options(o, err, err_len))
 		return -EINVAL;
 	if (o->from && !o->out)
 		return err_set(err, err_len, -EINVAL, "--from needs --out");
+	bool attn_opts = o->sliding_window >= 0 || o->swa_pattern >= 0 || o->attn_softcap >= 0 ||
+	                 o->final_softcap >= 0 || o->rope_base > 0 || o->rope_base_swa > 0;
 	if (o->from && (o->vocab || o->dim || o->layers || o->heads || o->kv_heads || o->ffn ||
-	                o->tied || o->head_dim || o->bias || o->arch))
+	                o->tied || o->head_dim || o->bias || o->arch || attn_opts))
 		return err_set(
 		    err, err_len, -EINVAL,
 		    "--from takes the architecture, shapes and vocabulary from the model: "
 		    "drop --arch, --vocab, --dim, --layers, --heads, --kv-heads, --ffn, "
-		    "--head-dim, --bias and --tied");
+		    "--head-dim, --bias, --tied and the RoPE, sliding-window and soft-cap "
+		    "options");
 	if (o->from)
 		return 0;
 	if (!o->out || !o->dim || !o->layers || !o->heads || !o->ffn)
@@ -725,7 +823,7 @@ static int check_options(const struct mk_options *o, char *err, size_t err_len)
 		                                                               : "always has");
 	if (!o->vocab && o->vocab_size < 259)
 		return err_set(err, err_len, -EINVAL, "--vocab-size must be at least 259");
-	return 0;
+	return check_attn_options(o, err, err_len);
 }
 
 static int parse_args(int argc, char **argv, struct mk_options *o, char *err, size_t err_len)
@@ -750,6 +848,12 @@ static int parse_args(int argc, char **argv, struct mk_options *o, char *err, si
 	                                      {"list-archs", 0, 0, 'L'},
 	                                      {"rope-freqs", 1, 0, 'R'},
 	                                      {"rope-scaling", 1, 0, 'S'},
+	                                      {"sliding-window", 1, 0, 'W'},
+	                                      {"swa-pattern", 1, 0, 'P'},
+	                                      {"rope-base", 1, 0, 'e'},
+	                                      {"rope-base-swa", 1, 0, 'E'},
+	                                      {"attn-softcap", 1, 0, 'A'},
+	                                      {"final-softcap", 1, 0, 'Z'},
 	                                      {0, 0, 0, 0}};
 	int c, rc = 0, idx = 0;
 	while (rc == 0 && (c = getopt_long(argc, argv, "", longs, &idx)) != -1) {
@@ -817,6 +921,24 @@ static int parse_args(int argc, char **argv, struct mk_options *o, char *err, si
 			rc = linear && o->rope_linear > 0 && !*end ? 0 : -EINVAL;
 			break;
 		}
+		case 'W':
+			rc = parse_int(optarg, 0, 1 << 24, &o->sliding_window);
+			break;
+		case 'P':
+			rc = parse_int(optarg, 0, 1024, &o->swa_pattern);
+			break;
+		case 'e':
+			rc = parse_double(optarg, 1e-3, 1e12, &o->rope_base);
+			break;
+		case 'E':
+			rc = parse_double(optarg, 1e-3, 1e12, &o->rope_base_swa);
+			break;
+		case 'A':
+			rc = parse_double(optarg, 0, 1e6, &o->attn_softcap);
+			break;
+		case 'Z':
+			rc = parse_double(optarg, 0, 1e6, &o->final_softcap);
+			break;
 		case 'L':
 			for (int i = 0; i < model_arch_count(); i++)
 				printf("%s\n", model_arch_name(model_arch_at(i)));
@@ -840,8 +962,14 @@ static int parse_args(int argc, char **argv, struct mk_options *o, char *err, si
 
 int main(int argc, char **argv)
 {
-	struct mk_options o = {
-	    .type = GGML_TYPE_F32, .vocab_size = 512, .context = 2048, .seed = 1};
+	struct mk_options o = {.type = GGML_TYPE_F32,
+	                       .vocab_size = 512,
+	                       .context = 2048,
+	                       .seed = 1,
+	                       .sliding_window = -1,
+	                       .swa_pattern = -1,
+	                       .attn_softcap = -1,
+	                       .final_softcap = -1};
 	char err[SINKD_ERR_LEN] = "";
 	int rc = parse_args(argc, argv, &o, err, sizeof(err));
 	if (rc > 0)

@@ -217,6 +217,58 @@ START_TEST(test_swiglu_bias_gather)
 }
 END_TEST
 
+/* Gemma's element-wise kernels against their twins: GeGLU in each dtype,
+ * the post-norm with residual add, the embedding scale and logit soft-cap. */
+START_TEST(test_gemma_elementwise)
+{
+	size_t n = 5632 * 3 + 7;
+	float *g = malloc(n * 4), *u = malloc(n * 4);
+	for (size_t i = 0; i < n; i++)
+		g[i] = 8.0f * frand(), u[i] = frand();
+	for (int t = 0; t < 3; t++) {
+		size_t ob = n * cuda_kv_dt_size(dtypes[t]);
+		unsigned char *ref = malloc(ob), *got = malloc(ob);
+		twin_geglu(g, u, n, ref, dtypes[t]);
+		void *dg = dev_from(g, n * 4), *du = dev_from(u, n * 4), *dout = dev_from(NULL, ob);
+		ck_assert_int_eq(cuda_geglu(dg, du, n, dout, dtypes[t], NULL), 0);
+		to_host(got, dout, ob);
+		double e = worst_err(got, ref, dtypes[t], n, 1e-7,
+		                     dtypes[t] == CUDA_DT_F32 ? 1e-6 : 8e-3);
+		ck_assert_msg(e <= 1.0, "geglu dtype %d: %.2f x tol", dtypes[t], e);
+		cudaFree(dg), cudaFree(du), cudaFree(dout);
+		free(ref), free(got);
+	}
+	int rows = 7, dim = 300;
+	size_t nx = (size_t)rows * dim;
+	float *x = malloc(nx * 4), *y = malloc(nx * 4), *w = malloc((size_t)dim * 4);
+	float *want = malloc(nx * 4), *have = malloc(nx * 4);
+	for (size_t i = 0; i < nx; i++)
+		x[i] = frand(), y[i] = 3.0f * frand();
+	for (int i = 0; i < dim; i++)
+		w[i] = 1.0f + frand();
+	memcpy(want, x, nx * 4);
+	twin_rmsnorm_add(want, y, w, rows, dim, 1e-6f);
+	float *dx = dev_from(x, nx * 4), *dy = dev_from(y, nx * 4), *dw = dev_from(w, dim * 4);
+	ck_assert_int_eq(cuda_rmsnorm_add(dx, dy, dw, rows, dim, 1e-6f, NULL), 0);
+	to_host(have, dx, nx * 4);
+	double e = worst_err(have, want, CUDA_DT_F32, nx, 1e-6, 1e-6);
+	ck_assert_msg(e <= 1.0, "rmsnorm_add: %.2f x tol", e);
+	/* scale, then soft-cap: element-wise, the same roundings */
+	memcpy(want, y, nx * 4);
+	twin_scale(want, nx, 5.5f);
+	twin_softcap(want, nx, 4.0f);
+	ck_assert_int_eq(cuda_scale(dy, nx, 5.5f, NULL), 0);
+	ck_assert_int_eq(cuda_softcap(dy, nx, 4.0f, NULL), 0);
+	to_host(have, dy, nx * 4);
+	e = worst_err(have, want, CUDA_DT_F32, nx, 1e-6, 1e-6);
+	ck_assert_msg(e <= 1.0, "scale and soft-cap: %.2f x tol", e);
+	for (size_t i = 0; i < nx; i++)
+		ck_assert(fabsf(have[i]) < 4.0f);
+	cudaFree(dx), cudaFree(dy), cudaFree(dw);
+	free(g), free(u), free(x), free(y), free(w), free(want), free(have);
+}
+END_TEST
+
 /* The anchor scores' and the trace's reduction over heads: bit-identical
  * to the twin, columns past cols untouched, the mean optional. */
 START_TEST(test_key_weight_reduce)
@@ -490,7 +542,10 @@ static void run_sessions(const struct cache_geometry *gs, int n_sess, int n_wave
 			 * length); without them is the common case */
 			bool want_kw = w % 8 >= 4;
 			ck_assert_int_le(max_res, KW_LD);
-			twin_attention(att, n_sess, l, N_HEADS, qw, qs, out_t, mass_t, kw_t, KW_LD);
+			/* gemma2's score soft-cap in every other wave */
+			float cap = w % 2 ? 3.0f : 0.0f;
+			twin_attention_capped(att, n_sess, l, N_HEADS, qw, qs, out_t, mass_t, kw_t,
+			                      KW_LD, cap);
 			unsigned char *jb = djobs;
 			ck_assert_int_eq(
 			    cudaMemcpy(jb, att_d, sizeof(att_d), cudaMemcpyHostToDevice), 0);
@@ -515,10 +570,10 @@ static void run_sessions(const struct cache_geometry *gs, int n_sess, int n_wave
 			ck_assert_int_eq(cuda_kv_append((void *)(jb + sizeof(att_d)), n_sess, n_kv,
 			                                l, dk, dv, NULL),
 			                 0);
-			ck_assert_int_eq(cuda_attention((void *)jb, n_sess, max_res, l, N_HEADS,
-			                                dqw, dqs, splits[w % 4], dpart, dout,
-			                                CUDA_DT_F32, dmass, want_kw ? dkw : NULL,
-			                                KW_LD, NULL),
+			ck_assert_int_eq(cuda_attention_capped((void *)jb, n_sess, max_res, l,
+			                                       N_HEADS, dqw, dqs, splits[w % 4], dpart,
+			                                       dout, CUDA_DT_F32, dmass,
+			                                       want_kw ? dkw : NULL, KW_LD, cap, NULL),
 			                 0);
 			to_host(out_d, dout, qn * 4);
 			to_host(mass_d, dmass, (size_t)n_sess * N_HEADS * 4);
@@ -947,6 +1002,7 @@ int main(void)
 	tcase_add_test(tc, test_rmsnorm);
 	tcase_add_test(tc, test_rope_far_positions);
 	tcase_add_test(tc, test_swiglu_bias_gather);
+	tcase_add_test(tc, test_gemma_elementwise);
 	tcase_add_test(tc, test_key_weight_reduce);
 	tcase_add_test(tc, test_dequant_rows);
 	tcase_add_test(tc, test_kv_one_session_tiers);
