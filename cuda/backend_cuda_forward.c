@@ -512,6 +512,14 @@ static int layer_attention(struct cuda_backend *c, const struct batch_layout *bl
 		CU_TRY(cuda_add_bias(c->k, L->bk, n, L->wk.rows, c->stream), "bias");
 		CU_TRY(cuda_add_bias(c->v, L->bv, n, L->wv.rows, c->stream), "bias");
 	}
+	if (L->q_norm) { /* QK-norm: each head's row normed in place, as the CPU's */
+		CU_TRY(cuda_rmsnorm(c->q, L->q_norm, n * hp->n_heads, hp->head_dim, hp->norm_eps,
+		                    c->q, CUDA_DT_F32, c->stream),
+		       "q norm");
+		CU_TRY(cuda_rmsnorm(c->k, L->k_norm, n * hp->n_kv_heads, hp->head_dim, hp->norm_eps,
+		                    c->k, CUDA_DT_F32, c->stream),
+		       "k norm");
+	}
 	CU_TRY(cuda_rope(c->k, c->k, n, hp->n_kv_heads, hp->head_dim, rd, c->neox, cs, cs_stride,
 	                 1.0f, c->stream),
 	       "rope k");
@@ -542,7 +550,8 @@ static int layer_mlp(struct cuda_backend *c, int n, int l, char *err, size_t err
 }
 
 /* One layer of the Llama shape (MODEL_LAYER_LLAMA), enqueued: attention
- * (with the Q/K/V biases where the model has them) then the SwiGLU MLP. */
+ * (with the Q/K/V biases and QK-norm where the model has them) then the
+ * SwiGLU MLP. */
 static int layer_llama(struct cuda_backend *c, const struct batch_layout *bl, int n, int l,
                        char *err, size_t err_len)
 {

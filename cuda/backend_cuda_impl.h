@@ -41,6 +41,7 @@ struct cuda_weight {
 struct cuda_layer_weights {
 	float *attn_norm, *ffn_norm; /* (dim) */
 	float *bq, *bk, *bv;         /* with Q/K/V biases: (q_dim), (kv_dim) x2; else NULL */
+	float *q_norm, *k_norm;      /* with QK-norm: (head_dim) each; else NULL */
 	struct cuda_weight wq, wk, wv, wo, gate, up, down;
 };
 

@@ -128,6 +128,8 @@ static int layer_upload(struct cuda_backend *c, const struct model_layer *L,
 	rc = rc ? rc : vec_upload(c, L->bq, qd, &d->bq, err, err_len);
 	rc = rc ? rc : vec_upload(c, L->bk, kvd, &d->bk, err, err_len);
 	rc = rc ? rc : vec_upload(c, L->bv, kvd, &d->bv, err, err_len);
+	rc = rc ? rc : vec_upload(c, L->q_norm, (size_t)hp->head_dim, &d->q_norm, err, err_len);
+	rc = rc ? rc : vec_upload(c, L->k_norm, (size_t)hp->head_dim, &d->k_norm, err, err_len);
 	rc = rc ? rc : matrix_upload(c, &L->wq, &d->wq, "wq", err, err_len);
 	rc = rc ? rc : matrix_upload(c, &L->wk, &d->wk, "wk", err, err_len);
 	rc = rc ? rc : matrix_upload(c, &L->wv, &d->wv, "wv", err, err_len);
@@ -164,8 +166,9 @@ void cudabe_weights_free(struct cuda_backend *c)
 	cudaFree(c->out_norm);
 	for (int l = 0; c->layers && l < c->base.model->hp.n_layers; l++) {
 		struct cuda_layer_weights *d = &c->layers[l];
-		void *ptrs[] = {d->attn_norm, d->ffn_norm, d->bq,   d->bk,     d->bv,   d->wq.d,
-		                d->wk.d,      d->wv.d,     d->wo.d, d->gate.d, d->up.d, d->down.d};
+		void *ptrs[] = {d->attn_norm, d->ffn_norm, d->bq,   d->bk,    d->bv,
+		                d->q_norm,    d->k_norm,   d->wq.d, d->wk.d,  d->wv.d,
+		                d->wo.d,      d->gate.d,   d->up.d, d->down.d};
 		for (size_t i = 0; i < sizeof(ptrs) / sizeof(ptrs[0]); i++)
 			cudaFree(ptrs[i]);
 	}

@@ -263,7 +263,7 @@ static double sum_squares(const float *x, int dim)
 	       ((lane[4] + lane[5]) + (lane[6] + lane[7]));
 }
 
-/* out(n, dim) = x / rms(x) * w, row by row. */
+/* out(n, dim) = x / rms(x) * w, row by row; out may be x. */
 static void rmsnorm_rows(float *out, const float *x, const float *w, int n, int dim, float eps)
 {
 	for (int i = 0; i < n; i++) {
@@ -477,7 +477,8 @@ static int keep_logit_rows(struct cpu_backend *c, const struct backend_token *to
  * keys and values are what the cache needs from the others): a prompt chunk
  * skips that layer's output projection and feed-forward, and *n_rows
  * becomes the rows kept, moved to the front of c->x in batch order.  The
- * Q/K/V biases are added where the model has them (NULL otherwise). */
+ * Q/K/V biases are added and each query and key head RMS-normed (QK-norm,
+ * before the cache turns them) where the model has them (NULL otherwise). */
 static int layer_llama(struct cpu_backend *c, const struct backend_token *tokens, int *n_rows,
                        int layer, char *err, size_t err_len)
 {
@@ -495,6 +496,10 @@ static int layer_llama(struct cpu_backend *c, const struct backend_token *tokens
 	                            {.w = &L->wk, .bias = L->bk, .y = c->k},
 	                            {.w = &L->wv, .bias = L->bv, .y = c->v}};
 	matmul_many(c->run_pool, MATMUL_ISA_AUTO, c->xb, n, qkv, 3);
+	if (L->q_norm) {
+		rmsnorm_rows(c->q, c->q, L->q_norm, n * hp->n_heads, hp->head_dim, hp->norm_eps);
+		rmsnorm_rows(c->k, c->k, L->k_norm, n * hp->n_kv_heads, hp->head_dim, hp->norm_eps);
+	}
 	int rc = attention_layer(c, tokens, layer, err, err_len);
 	if (rc)
 		return rc;

@@ -30,12 +30,14 @@ struct model_arch {
 	const char *layer_tensor[MODEL_LT_COUNT]; /* after "blk.N."; NULL: none */
 };
 
-/* What the Llama family shares: heads split from the embedding width,
- * RMSNorm, SwiGLU, a head tied to the embedding when the file has no
- * output.weight, no experts, one layer shape and one set of tensor names;
- * rope_factors: the frequency-factor tensor's name and need (NULL, NONE: none). */
-#define LLAMA_FAMILY(rope_factors, rope_need)                                                      \
-	.head_width = MODEL_HEAD_WIDTH_SPLIT, .norm = MODEL_NORM_RMS,                              \
+/* What the Llama family shares: heads as wide as attention.key_length
+ * (default embedding_length / head_count, as llama.cpp reads it), RMSNorm,
+ * SwiGLU, a head tied to the embedding when the file has no output.weight,
+ * no experts, one layer shape and one set of tensor names; rope_factors:
+ * the frequency-factor tensor's name and need (NULL, NONE: none); q_norm,
+ * k_norm: the per-head QK-norm tensors' names (NULL: none). */
+#define LLAMA_FAMILY(rope_factors, rope_need, q_norm, k_norm)                                      \
+	.head_width = MODEL_HEAD_WIDTH_KEYS, .norm = MODEL_NORM_RMS,                               \
 	.norm_eps_key = "attention.layer_norm_rms_epsilon", .ffn = MODEL_FFN_SWIGLU,               \
 	.experts = false, .layer = MODEL_LAYER_LLAMA,                                              \
 	.model_tensor =                                                                            \
@@ -58,6 +60,8 @@ struct model_arch {
 	    [MODEL_LT_BQ] = "attn_q.bias",                                                         \
 	    [MODEL_LT_BK] = "attn_k.bias",                                                         \
 	    [MODEL_LT_BV] = "attn_v.bias",                                                         \
+	    [MODEL_LT_Q_NORM] = q_norm,                                                            \
+	    [MODEL_LT_K_NORM] = k_norm,                                                            \
 	}
 
 /* One row per architecture: what sets it apart, then its family. */
@@ -66,12 +70,20 @@ static const struct model_arch arch_table[] = {
      .snapshot_name = "llama",
      .rope_neox = false,
      .qkv_bias = MODEL_BIAS_OPTIONAL,
-     LLAMA_FAMILY("rope_freqs.weight", MODEL_TENSOR_OPTIONAL)},
+     LLAMA_FAMILY("rope_freqs.weight", MODEL_TENSOR_OPTIONAL, NULL, NULL)},
     {.name = "qwen2",
      .snapshot_name = "qwen2",
      .rope_neox = true,
      .qkv_bias = MODEL_BIAS_REQUIRED,
-     LLAMA_FAMILY(NULL, MODEL_TENSOR_NONE)},
+     LLAMA_FAMILY(NULL, MODEL_TENSOR_NONE, NULL, NULL)},
+    /* llama.cpp's qwen3: an RMSNorm of each query and key head (weights
+     * [key_length], the model's epsilon) between the projections and
+     * RoPE; its real files have no Q/K/V biases */
+    {.name = "qwen3",
+     .snapshot_name = "qwen3",
+     .rope_neox = true,
+     .qkv_bias = MODEL_BIAS_NONE,
+     LLAMA_FAMILY(NULL, MODEL_TENSOR_NONE, "attn_q_norm.weight", "attn_k_norm.weight")},
 };
 
 #define N_ARCH ((int)(sizeof(arch_table) / sizeof(arch_table[0])))
@@ -195,8 +207,8 @@ const char *model_arch_rope_factors_tensor(const struct model_arch *a)
 int model_arch_layer_weights(const struct model_arch *a)
 {
 	int n = 0;
-	for (int t = 0; t < MODEL_LT_BQ; t++)
-		n += row(a)->layer_tensor[t] != NULL;
+	for (int t = 0; t < MODEL_LT_COUNT; t++)
+		n += row(a)->layer_tensor[t] != NULL && !model_layer_tensor_is_bias(t);
 	return n;
 }
 
@@ -215,7 +227,7 @@ enum model_tensor_need model_arch_layer_tensor_need(const struct model_arch *a,
 {
 	if (model_arch_layer_tensor(a, t) == NULL)
 		return MODEL_TENSOR_NONE;
-	if (t < MODEL_LT_BQ)
+	if (!model_layer_tensor_is_bias(t))
 		return MODEL_TENSOR_REQUIRED;
 	switch (row(a)->qkv_bias) {
 	case MODEL_BIAS_REQUIRED:

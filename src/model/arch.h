@@ -18,7 +18,9 @@ struct model_arch;
  * functions indexed by it, so an architecture picks its function once. */
 enum model_layer_kind {
 	/* pre-norm RMSNorm; grouped-query attention with optional Q/K/V
-	 * biases and RoPE; RMSNorm; SwiGLU feed-forward; residual adds */
+	 * biases, optional per-head QK-norm (an RMSNorm of each query and key
+	 * head before RoPE, qwen3) and RoPE; RMSNorm; SwiGLU feed-forward;
+	 * residual adds */
 	MODEL_LAYER_LLAMA = 0,
 	MODEL_LAYER_KINDS
 };
@@ -37,8 +39,17 @@ enum model_layer_tensor {
 	MODEL_LT_BQ, /* the Q/K/V biases: as model_arch_qkv_bias says */
 	MODEL_LT_BK,
 	MODEL_LT_BV,
+	/* required where a row names them */
+	MODEL_LT_Q_NORM, /* (head_dim) RMSNorm of each query head */
+	MODEL_LT_K_NORM, /* (head_dim) RMSNorm of each key head */
 	MODEL_LT_COUNT
 };
+
+/* Whether layer tensor t is one of the Q/K/V biases. */
+static inline bool model_layer_tensor_is_bias(int t)
+{
+	return t >= MODEL_LT_BQ && t <= MODEL_LT_BV;
+}
 
 /* Whether a file of this architecture has Q/K/V biases. */
 enum model_bias {
@@ -52,7 +63,9 @@ enum model_head_width {
 	/* embedding_length / head_count; key_length and value_length, when
 	 * present, must equal it */
 	MODEL_HEAD_WIDTH_SPLIT,
-	/* attention.key_length / value_length (no row uses this yet) */
+	/* attention.key_length / value_length (each default embedding_length /
+	 * head_count), which must be equal; n_heads * head_dim may differ
+	 * from embedding_length */
 	MODEL_HEAD_WIDTH_KEYS,
 };
 
@@ -116,15 +129,16 @@ const char *model_arch_layer_tensor(const struct model_arch *a, enum model_layer
  * (llama3's "rope_freqs.weight": F32, rope_dim/2 values), or NULL when the
  * architecture has none (a file that has it anyway is refused). */
 const char *model_arch_rope_factors_tensor(const struct model_arch *a);
-/* How many weight tensors (those before the biases) every layer has. */
+/* How many tensors other than the biases every layer has. */
 int model_arch_layer_weights(const struct model_arch *a);
 /* The name of model-level tensor t ("token_embd.weight"), or NULL when the
  * architecture has none. */
 const char *model_arch_model_tensor(const struct model_arch *a, enum model_tensor t);
 enum model_tensor_need model_arch_model_tensor_need(const struct model_arch *a,
                                                     enum model_tensor t);
-/* What the row says of layer tensor t: the weights are required, the
- * biases as model_arch_qkv_bias says (NONE: not part of the model). */
+/* What the row says of layer tensor t: the others are required where the
+ * row names them, the biases as model_arch_qkv_bias says (NONE: not part
+ * of the model). */
 enum model_tensor_need model_arch_layer_tensor_need(const struct model_arch *a,
                                                     enum model_layer_tensor t);
 /* Which tensor of the row a file's tensor name is: a model-level one

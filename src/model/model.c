@@ -28,6 +28,8 @@
 #define MODEL_MAX_DIM (1 << 20)
 #define MODEL_MAX_LAYERS 4096
 #define MODEL_MAX_VOCAB (1 << 24)
+/* The widest head the cache stores (SINKCACHE_MAX_HEAD_DIM). */
+#define MODEL_MAX_HEAD_DIM 512
 
 /* ------------------------------------------------------------------------
  * Hyper-parameters. */
@@ -98,24 +100,21 @@ static int read_arch(struct load_ctx *c)
 }
 
 /* Files that need more than their architecture's row says: mixture of
- * experts, and heads whose width is not embedding_length / head_count. */
+ * experts, and (rows whose heads split the embedding width) key/value
+ * widths other than embedding_length / head_count. */
 static int check_unsupported_variants(struct load_ctx *c)
 {
 	const struct model_hparams *hp = &c->m->hp;
 	int experts = 0, key_len = 0, value_len = 0;
-	if (model_arch_head_width(hp->arch) != MODEL_HEAD_WIDTH_SPLIT)
-		return err_set(c->err, c->err_len, -ENOTSUP,
-		               "%s: architecture '%s': heads as wide as key_length / value_length "
-		               "are not implemented",
-		               c->path, model_arch_name(hp->arch));
 	int rc = hp_int(c, "expert_count", 0, 0, INT32_MAX, &experts);
 	if (rc == 0 && experts > 0 && !model_arch_experts(hp->arch))
 		return err_set(
 		    c->err, c->err_len, -ENOTSUP,
 		    "%s: mixture-of-experts models (%sexpert_count %d) are not supported", c->path,
 		    c->prefix, experts);
-	if (rc == 0)
-		rc = hp_int(c, "attention.key_length", hp->head_dim, 1, INT32_MAX, &key_len);
+	if (rc || model_arch_head_width(hp->arch) != MODEL_HEAD_WIDTH_SPLIT)
+		return rc;
+	rc = hp_int(c, "attention.key_length", hp->head_dim, 1, INT32_MAX, &key_len);
 	if (rc == 0)
 		rc = hp_int(c, "attention.value_length", hp->head_dim, 1, INT32_MAX, &value_len);
 	if (rc == 0 && (key_len != hp->head_dim || value_len != hp->head_dim))
@@ -124,6 +123,44 @@ static int check_unsupported_variants(struct load_ctx *c)
 		    "%s: attention key/value width %d/%d differs from embedding_length / "
 		    "head_count = %d, which is not supported",
 		    c->path, key_len, value_len, hp->head_dim);
+	return rc;
+}
+
+/* The head width: embedding_length / head_count, or for a row that reads
+ * it attention.key_length, as llama.cpp reads them: each of key_length and
+ * value_length defaults to embedding_length / head_count (which must then
+ * divide), and they must be equal (sinkd's cache holds keys and values of
+ * one width).  n_heads * head_dim may differ from embedding_length
+ * (Mistral Nemo: 32 heads of 128 against 5120). */
+static int read_head_dim(struct load_ctx *c)
+{
+	struct model_hparams *hp = &c->m->hp;
+	bool keys = model_arch_head_width(hp->arch) == MODEL_HEAD_WIDTH_KEYS;
+	char key_k[128], key_v[128];
+	snprintf(key_k, sizeof(key_k), "%sattention.key_length", c->prefix);
+	snprintf(key_v, sizeof(key_v), "%sattention.value_length", c->prefix);
+	bool split = !keys || !gguf_has_key(c->m->file, key_k) || !gguf_has_key(c->m->file, key_v);
+	if (hp->n_heads % hp->n_kv_heads != 0 || (split && hp->dim % hp->n_heads != 0))
+		return err_set(c->err, c->err_len, -EINVAL,
+		               "%s: embedding_length %d, head_count %d, head_count_kv %d: the "
+		               "width must divide into heads and the heads into KV groups",
+		               c->path, hp->dim, hp->n_heads, hp->n_kv_heads);
+	hp->head_dim = hp->dim / hp->n_heads;
+	if (!keys)
+		return 0;
+	int split_dim = hp->head_dim, value_len = 0;
+	int rc = hp_int(c, "attention.key_length", split_dim, 2, MODEL_MAX_HEAD_DIM, &hp->head_dim);
+	if (rc == 0)
+		rc = hp_int(c, "attention.value_length", split_dim, 2, MODEL_MAX_HEAD_DIM,
+		            &value_len);
+	if (rc == 0 && value_len != hp->head_dim)
+		return err_set(c->err, c->err_len, -ENOTSUP,
+		               "%s: '%s' %d differs from '%s' %d: sinkd holds keys and values "
+		               "of one width",
+		               c->path, key_v, value_len, key_k, hp->head_dim);
+	if (rc == 0 && hp->head_dim % 2 != 0)
+		return err_set(c->err, c->err_len, -EINVAL, "%s: '%s' %d is odd (allowed: even)",
+		               c->path, key_k, hp->head_dim);
 	return rc;
 }
 
@@ -195,14 +232,10 @@ static int read_hparams(struct load_ctx *c)
 		            &hp->n_kv_heads);
 	if (rc == 0)
 		rc = hp_int(c, "context_length", 2048, 1, INT32_MAX, &hp->context_length);
+	if (rc == 0)
+		rc = read_head_dim(c);
 	if (rc)
 		return rc;
-	if (hp->dim % hp->n_heads != 0 || hp->n_heads % hp->n_kv_heads != 0)
-		return err_set(c->err, c->err_len, -EINVAL,
-		               "%s: embedding_length %d, head_count %d, head_count_kv %d: the "
-		               "width must divide into heads and the heads into KV groups",
-		               c->path, hp->dim, hp->n_heads, hp->n_kv_heads);
-	hp->head_dim = hp->dim / hp->n_heads;
 	rc = hp_int(c, "rope.dimension_count", hp->head_dim, 2, hp->head_dim, &hp->rope_dim);
 	if (rc == 0 && hp->rope_dim % 2 != 0)
 		rc = err_set(c->err, c->err_len, -EINVAL, "%s: rope.dimension_count %d is odd",
@@ -391,7 +424,21 @@ static int load_matrix(struct load_ctx *c, const char *name, int rows, int cols,
 static void layer_tensor_name(const struct load_ctx *c, int i, enum model_layer_tensor t, char *out,
                               size_t out_len)
 {
-	snprintf(out, out_len, "blk.%d.%s", i, model_arch_layer_tensor(c->m->hp.arch, t));
+	const char *name = model_arch_layer_tensor(c->m->hp.arch, t);
+	snprintf(out, out_len, "blk.%d.%s", i, name ? name : "");
+}
+
+/* The per-head query and key norms (head_dim each) where the row names
+ * them (n: the layer's tensor names). */
+static int load_qk_norms(struct load_ctx *c, char (*n)[64], struct model_layer *l)
+{
+	const struct model_hparams *hp = &c->m->hp;
+	int rc = 0;
+	if (model_arch_layer_tensor(hp->arch, MODEL_LT_Q_NORM))
+		rc = load_vector(c, n[MODEL_LT_Q_NORM], (uint64_t)hp->head_dim, &l->q_norm);
+	if (rc == 0 && model_arch_layer_tensor(hp->arch, MODEL_LT_K_NORM))
+		rc = load_vector(c, n[MODEL_LT_K_NORM], (uint64_t)hp->head_dim, &l->k_norm);
+	return rc;
 }
 
 static int load_layer(struct load_ctx *c, int i, struct model_layer *l)
@@ -418,6 +465,8 @@ static int load_layer(struct load_ctx *c, int i, struct model_layer *l)
 		rc = load_matrix(c, n[MODEL_LT_UP], hp->ffn_dim, hp->dim, &l->w_up);
 	if (rc == 0)
 		rc = load_matrix(c, n[MODEL_LT_DOWN], hp->dim, hp->ffn_dim, &l->w_down);
+	if (rc == 0)
+		rc = load_qk_norms(c, n, l);
 	if (rc || !hp->has_qkv_bias)
 		return rc;
 	rc = load_vector(c, n[MODEL_LT_BQ], (uint64_t)q_dim, &l->bq);
@@ -499,7 +548,7 @@ static bool tensor_is_read(const struct model_hparams *hp, int layer, int t)
 	if (layer < 0)
 		return model_arch_model_tensor_need(hp->arch, (enum model_tensor)t) !=
 		       MODEL_TENSOR_NONE;
-	if (t >= MODEL_LT_BQ && !hp->has_qkv_bias)
+	if (model_layer_tensor_is_bias(t) && !hp->has_qkv_bias)
 		return false;
 	return model_arch_layer_tensor_need(hp->arch, (enum model_layer_tensor)t) !=
 	       MODEL_TENSOR_NONE;
@@ -533,7 +582,8 @@ static int check_tensor_names(struct load_ctx *c)
 		char shown[48];
 		printable(name, strlen(name), shown);
 		if (!known || !tensor_is_read(hp, layer, t)) {
-			if (known && layer >= 0 && t >= MODEL_LT_BQ && !hp->has_qkv_bias)
+			if (known && layer >= 0 && model_layer_tensor_is_bias(t) &&
+			    !hp->has_qkv_bias)
 				return err_set(c->err, c->err_len, -EINVAL,
 				               "%s: tensor '%s': blk.0 has no attention biases, "
 				               "so no layer may have them",

@@ -21,7 +21,7 @@ struct model_hparams {
 	int n_layers;
 	int n_heads;
 	int n_kv_heads;
-	int head_dim;	     /* dim / n_heads */
+	int head_dim;	     /* dim / n_heads, or key_length (model_arch_head_width) */
 	int ffn_dim;	     /* hidden width of the SwiGLU MLP */
 	int rope_dim;	     /* rotated dims per head (<= head_dim) */
 	double rope_theta;   /* rope.freq_base, 10000 by default */
@@ -64,6 +64,9 @@ struct model_layer {
 	struct weight_matrix wo;	/* (dim, n_heads*head_dim) */
 	/* NULL unless has_qkv_bias: (n_heads*head_dim), (n_kv_heads*head_dim) x2 */
 	const float *bq, *bk, *bv;
+	/* NULL unless the row has QK-norm (qwen3): (head_dim) each, an RMSNorm
+	 * of every query and key head before RoPE */
+	const float *q_norm, *k_norm;
 	const float *ffn_norm;		/* (dim) */
 	struct weight_matrix w_gate;	/* (ffn_dim, dim) */
 	struct weight_matrix w_up;	/* (ffn_dim, dim) */

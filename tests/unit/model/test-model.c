@@ -428,12 +428,16 @@ START_TEST(test_shape_and_type_errors)
 	ck_assert_ptr_null(load(path, err));
 	ck_assert_msg(strstr(err, "mixture-of-experts models (llama.expert_count 8)"), "%s", err);
 
+	/* key_length without value_length: values stay 256 / 4 wide, which
+	 * sinkd's cache (one width for both) does not hold */
 	s = base_spec();
 	s.extra_key = "llama.attention.key_length";
 	s.extra_value = 128;
 	write_model(path, &s);
 	ck_assert_ptr_null(load(path, err));
-	ck_assert_msg(strstr(err, "key/value width 128/64"), "%s", err);
+	ck_assert_msg(strstr(err, "'llama.attention.value_length' 64 differs from "
+	                          "'llama.attention.key_length' 128"),
+	              "%s", err);
 
 	s = base_spec();
 	s.extra_key = "llama.attention.key_length"; /* equal to the default: fine */
