@@ -28,6 +28,40 @@ struct model_arch {
 		enum model_tensor_need need;
 	} model_tensor[MODEL_T_COUNT];
 	const char *layer_tensor[MODEL_LT_COUNT]; /* after "blk.N."; NULL: none */
+	/* the "<name>.*" keys a file may hold, after the prefix (NULL-ended) */
+	const char *const *keys;
+};
+
+/* The Llama family's keys (llama-arch.cpp's LLM_KV_* names): those the
+ * loader reads, and those that do not change its forward pass: the
+ * trained context and vocabulary size, the context a RoPE scaling was
+ * fine-tuned from (informative for linear scaling; the types that use it
+ * are refused), whether it was fine-tuned, and the experts used per token
+ * (expert_count > 0 is refused).  The YaRN and alpha parameters, sliding
+ * windows, soft-caps, logit or residual scales and the like are not here:
+ * a file with them is refused. */
+static const char *const llama_family_keys[] = {
+    "context_length",
+    "vocab_size",
+    "embedding_length",
+    "block_count",
+    "feed_forward_length",
+    "attention.head_count",
+    "attention.head_count_kv",
+    "attention.key_length",
+    "attention.value_length",
+    "attention.layer_norm_rms_epsilon",
+    "rope.dimension_count",
+    "rope.freq_base",
+    "rope.scale_linear",
+    "rope.scaling.type",
+    "rope.scaling.factor",
+    "rope.scaling.attn_factor",
+    "rope.scaling.original_context_length",
+    "rope.scaling.finetuned",
+    "expert_count",
+    "expert_used_count",
+    NULL,
 };
 
 /* What the Llama family shares: heads as wide as attention.key_length
@@ -39,7 +73,7 @@ struct model_arch {
 #define LLAMA_FAMILY(rope_factors, rope_need, q_norm, k_norm)                                      \
 	.head_width = MODEL_HEAD_WIDTH_KEYS, .norm = MODEL_NORM_RMS,                               \
 	.norm_eps_key = "attention.layer_norm_rms_epsilon", .ffn = MODEL_FFN_SWIGLU,               \
-	.experts = false, .layer = MODEL_LAYER_LLAMA,                                              \
+	.experts = false, .layer = MODEL_LAYER_LLAMA, .keys = llama_family_keys,                   \
 	.model_tensor =                                                                            \
 	    {                                                                                      \
 	        [MODEL_T_TOKEN_EMBD] = {"token_embd.weight", MODEL_TENSOR_REQUIRED},               \
@@ -182,6 +216,14 @@ enum model_ffn model_arch_ffn(const struct model_arch *a)
 bool model_arch_tied_output(const struct model_arch *a)
 {
 	return row(a)->model_tensor[MODEL_T_OUTPUT].need == MODEL_TENSOR_OPTIONAL;
+}
+
+bool model_arch_knows_key(const struct model_arch *a, const char *suffix)
+{
+	for (const char *const *k = row(a)->keys; k && *k; k++)
+		if (strcmp(*k, suffix) == 0)
+			return true;
+	return false;
 }
 
 bool model_arch_experts(const struct model_arch *a)

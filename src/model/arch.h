@@ -117,6 +117,11 @@ const char *model_arch_norm_eps_key(const struct model_arch *a);
 enum model_ffn model_arch_ffn(const struct model_arch *a);
 /* Whether a file without output.weight reuses token_embd as the head. */
 bool model_arch_tied_output(const struct model_arch *a);
+/* Whether the row knows the key "<name>.<suffix>": one the loader reads,
+ * or one known not to change the forward pass (context_length,
+ * vocab_size, ...).  A file with another "<name>.*" key is refused naming
+ * it: the key could change the forward pass. */
+bool model_arch_knows_key(const struct model_arch *a, const char *suffix);
 /* Whether mixture-of-experts files (expert_count > 0) are loaded. */
 bool model_arch_experts(const struct model_arch *a);
 enum model_layer_kind model_arch_layer_kind(const struct model_arch *a);

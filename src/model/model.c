@@ -1,7 +1,8 @@
 /* Model loader: turns a validated GGUF file into a Llama-family model (an
  * architecture of model/arch.h, whose row names the keys and tensors read).
  * It reads the hyper-parameters from metadata, refuses a file holding a
- * tensor the row does not name (it would be skipped), finds every weight
+ * "<arch>.*" key or a tensor the row does not name (either would be
+ * skipped), finds every weight
  * tensor, checks its shape against them, and
  * decides where each one lives: matrices the engine computes with natively
  * (F32, F16, BF16 and the block types Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) point
@@ -215,6 +216,31 @@ static int read_rope_scaling(struct load_ctx *c)
 	return rc;
 }
 
+/* Every "<arch>.*" key of the file must be one the row knows: another
+ * (a sliding window, a soft-cap, YaRN's parameters, a key of a newer
+ * converter) could change the forward pass, so the file is refused naming
+ * the first such key.  general.* and tokenizer.* keys are outside the rule. */
+static int check_arch_keys(struct load_ctx *c)
+{
+	const struct model_hparams *hp = &c->m->hp;
+	size_t plen = strlen(c->prefix);
+	for (size_t i = 0; i < gguf_n_kv(c->m->file); i++) {
+		const char *key = gguf_kv_key(c->m->file, i);
+		if (strncmp(key, c->prefix, plen) != 0 ||
+		    model_arch_knows_key(hp->arch, key + plen))
+			continue;
+		char shown[48];
+		printable(key, strlen(key), shown);
+		return err_set(
+		    c->err, c->err_len, -ENOTSUP,
+		    "%s: key '%s' is not one sinkd knows for architecture '%s' (it could "
+		    "change the forward pass, so the file is refused rather than the key "
+		    "ignored)",
+		    c->path, shown, model_arch_name(hp->arch));
+	}
+	return 0;
+}
+
 static int read_hparams(struct load_ctx *c)
 {
 	struct model_hparams *hp = &c->m->hp;
@@ -248,7 +274,9 @@ static int read_hparams(struct load_ctx *c)
 	if (rc == 0)
 		rc = hp_float(c, model_arch_norm_eps_key(hp->arch), 1e-5, 1e-12, 1.0, &eps);
 	hp->norm_eps = (float)eps;
-	return rc ? rc : check_unsupported_variants(c);
+	if (rc == 0)
+		rc = check_unsupported_variants(c);
+	return rc ? rc : check_arch_keys(c);
 }
 
 /* ------------------------------------------------------------------------

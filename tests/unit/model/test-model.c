@@ -447,6 +447,34 @@ START_TEST(test_shape_and_type_errors)
 	ck_assert_msg(m != NULL, "%s", err);
 	model_free(m);
 
+	/* a "llama.*" key the row does not know is refused by name, never
+	 * ignored; keys that do not change the forward pass are fine */
+	const char *unknown[] = {"llama.attention.sliding_window", "llama.foo",
+	                         "llama.rope.scaling.yarn_ext_factor", "llama.logit_scale"};
+	for (size_t i = 0; i < sizeof(unknown) / sizeof(unknown[0]); i++) {
+		s = base_spec();
+		s.extra_key = unknown[i];
+		s.extra_value = 4096;
+		write_model(path, &s);
+		ck_assert_ptr_null(load(path, err));
+		char want[160];
+		snprintf(want, sizeof(want),
+		         "key '%s' is not one sinkd knows for architecture 'llama'", unknown[i]);
+		ck_assert_msg(strstr(err, want), "%s", err);
+		ck_assert_ptr_nonnull(strstr(err, path));
+	}
+	const char *known[] = {"llama.vocab_size", "llama.rope.scaling.original_context_length",
+	                       "llama.context_length", "qwen2.foo" /* not this row's prefix */};
+	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++) {
+		s = base_spec();
+		s.extra_key = known[i];
+		s.extra_value = 4096;
+		write_model(path, &s);
+		m = load(path, err);
+		ck_assert_msg(m != NULL, "%s: %s", known[i], err);
+		model_free(m);
+	}
+
 	s = base_spec();
 	s.kv_heads = 3; /* 4 heads do not split into 3 groups */
 	write_model(path, &s);
