@@ -571,7 +571,8 @@ static int layer_mlp(struct cuda_backend *c, int n, int l, char *err, size_t err
 }
 
 /* One layer of the Llama shape (MODEL_LAYER_LLAMA), enqueued: attention
- * (with the Q/K/V biases where the model has them) then the SwiGLU MLP. */
+ * (with the Q/K/V biases and QK-norm where the model has them) then the
+ * SwiGLU MLP. */
 static int layer_llama(struct cuda_backend *c, const struct batch_layout *bl, int n, int l,
                        char *err, size_t err_len)
 {

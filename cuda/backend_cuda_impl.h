@@ -41,9 +41,10 @@ struct cuda_weight {
 struct cuda_layer_weights {
 	float *attn_norm, *ffn_norm; /* (dim) */
 	float *bq, *bk, *bv;         /* with Q/K/V biases: (q_dim), (kv_dim) x2; else NULL */
+	float *q_norm, *k_norm;      /* with QK-norm: (head_dim) each; else NULL */
 	struct cuda_weight wq, wk, wv, wo, gate, up, down;
-	/* the Gemma shape's norms: (dim) x2, (head_dim) x2; else NULL */
-	float *post_attn_norm, *post_ffw_norm, *q_norm, *k_norm;
+	/* the Gemma shape's norms: (dim) x2; else NULL */
+	float *post_attn_norm, *post_ffw_norm;
 };
 
 struct backend_session {

@@ -128,6 +128,8 @@ static int layer_upload(struct cuda_backend *c, const struct model_layer *L,
 	rc = rc ? rc : vec_upload(c, L->bq, qd, &d->bq, err, err_len);
 	rc = rc ? rc : vec_upload(c, L->bk, kvd, &d->bk, err, err_len);
 	rc = rc ? rc : vec_upload(c, L->bv, kvd, &d->bv, err, err_len);
+	rc = rc ? rc : vec_upload(c, L->q_norm, (size_t)hp->head_dim, &d->q_norm, err, err_len);
+	rc = rc ? rc : vec_upload(c, L->k_norm, (size_t)hp->head_dim, &d->k_norm, err, err_len);
 	rc = rc ? rc : matrix_upload(c, &L->wq, &d->wq, "wq", err, err_len);
 	rc = rc ? rc : matrix_upload(c, &L->wk, &d->wk, "wk", err, err_len);
 	rc = rc ? rc : matrix_upload(c, &L->wv, &d->wv, "wv", err, err_len);
@@ -136,13 +138,10 @@ static int layer_upload(struct cuda_backend *c, const struct model_layer *L,
 	rc = rc ? rc : matrix_upload(c, &L->w_up, &d->up, "w_up", err, err_len);
 	rc = rc ? rc : matrix_upload(c, &L->w_down, &d->down, "w_down", err, err_len);
 	/* the Gemma shape's norms, where the model has them */
-	size_t hd = (size_t)hp->head_dim;
 	rc = rc ? rc : vec_upload(c, L->post_attn_norm, (size_t)hp->dim, &d->post_attn_norm, err,
 	                          err_len);
 	rc = rc ? rc : vec_upload(c, L->post_ffw_norm, (size_t)hp->dim, &d->post_ffw_norm, err,
 	                          err_len);
-	rc = rc ? rc : vec_upload(c, L->q_norm, hd, &d->q_norm, err, err_len);
-	rc = rc ? rc : vec_upload(c, L->k_norm, hd, &d->k_norm, err, err_len);
 	return rc;
 }
 
@@ -172,11 +171,12 @@ void cudabe_weights_free(struct cuda_backend *c)
 	cudaFree(c->out_norm);
 	for (int l = 0; c->layers && l < c->base.model->hp.n_layers; l++) {
 		struct cuda_layer_weights *d = &c->layers[l];
-		void *ptrs[] = {d->attn_norm, d->ffn_norm, d->bq,   d->bk,     d->bv,   d->wq.d,
-		                d->wk.d,      d->wv.d,     d->wo.d, d->gate.d, d->up.d, d->down.d};
+		void *ptrs[] = {d->attn_norm, d->ffn_norm, d->bq,   d->bk,    d->bv,
+		                d->q_norm,    d->k_norm,   d->wq.d, d->wk.d,  d->wv.d,
+		                d->wo.d,      d->gate.d,   d->up.d, d->down.d};
 		for (size_t i = 0; i < sizeof(ptrs) / sizeof(ptrs[0]); i++)
 			cudaFree(ptrs[i]);
-		void *norms[] = {d->post_attn_norm, d->post_ffw_norm, d->q_norm, d->k_norm};
+		void *norms[] = {d->post_attn_norm, d->post_ffw_norm};
 		for (size_t i = 0; i < sizeof(norms) / sizeof(norms[0]); i++)
 			cudaFree(norms[i]);
 	}

@@ -27,7 +27,8 @@ const char *cuda_error_string(int code);
 /* x (n, dim) f32 <- rows tok[i] of table (n_vocab, dim) in dtype. */
 int cuda_embed(const void *table, int dtype, int dim, const int32_t *tok, int n, float *x,
                void *stream);
-/* out (n, dim) in out_dtype <- x / rms(x) * w; x (n, dim), w (dim). */
+/* out (n, dim) in out_dtype <- x / rms(x) * w; x (n, dim), w (dim).  out
+ * may equal x (out_dtype f32): QK-norm normalises each head's row in place. */
 int cuda_rmsnorm(const float *x, const float *w, int n, int dim, float eps, void *out,
                  int out_dtype, void *stream);
 /* out (n, n_heads, head_dim) <- x rotated by token i's cos,sin (cs + i*cs_stride:

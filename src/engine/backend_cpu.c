@@ -263,7 +263,7 @@ static double sum_squares(const float *x, int dim)
 	       ((lane[4] + lane[5]) + (lane[6] + lane[7]));
 }
 
-/* out(n, dim) = x / rms(x) * w, row by row. */
+/* out(n, dim) = x / rms(x) * w, row by row; out may be x. */
 static void rmsnorm_rows(float *out, const float *x, const float *w, int n, int dim, float eps)
 {
 	for (int i = 0; i < n; i++) {

@@ -29,37 +29,42 @@ struct model_arch {
 		enum model_tensor_need need;
 	} model_tensor[MODEL_T_COUNT];
 	const char *layer_tensor[MODEL_LT_COUNT]; /* after "blk.N."; NULL: none */
+	/* the "<name>.*" keys a file may hold, after the prefix: a family's
+	 * list and the row's own additions (each NULL-ended, or NULL) */
+	const char *const *keys, *const *keys_more;
 };
 
-/* What the Llama family shares: heads split from the embedding width,
- * RMSNorm, SwiGLU, a head tied to the embedding when the file has no
- * output.weight, no experts, one layer shape and one set of tensor names;
- * rope_factors: the frequency-factor tensor's name and need (NULL, NONE: none). */
-#define LLAMA_FAMILY(rope_factors, rope_need)                                                      \
-	.head_width = MODEL_HEAD_WIDTH_SPLIT, .norm = MODEL_NORM_RMS,                              \
-	.norm_eps_key = "attention.layer_norm_rms_epsilon", .ffn = MODEL_FFN_SWIGLU,               \
-	.experts = false, .layer = MODEL_LAYER_LLAMA,                                              \
-	.model_tensor =                                                                            \
-	    {                                                                                      \
-	        [MODEL_T_TOKEN_EMBD] = {"token_embd.weight", MODEL_TENSOR_REQUIRED},               \
-	        [MODEL_T_OUTPUT_NORM] = {"output_norm.weight", MODEL_TENSOR_REQUIRED},             \
-	        [MODEL_T_OUTPUT] = {"output.weight", MODEL_TENSOR_OPTIONAL},                       \
-	        [MODEL_T_ROPE_FACTORS] = {rope_factors, rope_need},                                \
-	},                                                                                         \
-	.layer_tensor = {                                                                          \
-	    [MODEL_LT_ATTN_NORM] = "attn_norm.weight",                                             \
-	    [MODEL_LT_Q] = "attn_q.weight",                                                        \
-	    [MODEL_LT_K] = "attn_k.weight",                                                        \
-	    [MODEL_LT_V] = "attn_v.weight",                                                        \
-	    [MODEL_LT_O] = "attn_output.weight",                                                   \
-	    [MODEL_LT_FFN_NORM] = "ffn_norm.weight",                                               \
-	    [MODEL_LT_GATE] = "ffn_gate.weight",                                                   \
-	    [MODEL_LT_UP] = "ffn_up.weight",                                                       \
-	    [MODEL_LT_DOWN] = "ffn_down.weight",                                                   \
-	    [MODEL_LT_BQ] = "attn_q.bias",                                                         \
-	    [MODEL_LT_BK] = "attn_k.bias",                                                         \
-	    [MODEL_LT_BV] = "attn_v.bias",                                                         \
-	}
+/* The Llama family's keys (llama-arch.cpp's LLM_KV_* names): those the
+ * loader reads, and those that do not change its forward pass: the
+ * trained context and vocabulary size, the context a RoPE scaling was
+ * fine-tuned from (informative for linear scaling; the types that use it
+ * are refused), whether it was fine-tuned, and the experts used per token
+ * (expert_count > 0 is refused).  The YaRN and alpha parameters, sliding
+ * windows, soft-caps, logit or residual scales and the like are not here:
+ * a file with them is refused. */
+static const char *const llama_family_keys[] = {
+    "context_length",
+    "vocab_size",
+    "embedding_length",
+    "block_count",
+    "feed_forward_length",
+    "attention.head_count",
+    "attention.head_count_kv",
+    "attention.key_length",
+    "attention.value_length",
+    "attention.layer_norm_rms_epsilon",
+    "rope.dimension_count",
+    "rope.freq_base",
+    "rope.scale_linear",
+    "rope.scaling.type",
+    "rope.scaling.factor",
+    "rope.scaling.attn_factor",
+    "rope.scaling.original_context_length",
+    "rope.scaling.finetuned",
+    "expert_count",
+    "expert_used_count",
+    NULL,
+};
 
 /* The Llama shape's layer tensor names, which the Gemma shape shares. */
 #define LLAMA_LAYER_TENSORS                                                                        \
@@ -70,6 +75,43 @@ struct model_arch {
 	[MODEL_LT_DOWN] = "ffn_down.weight", [MODEL_LT_BQ] = "attn_q.bias",                        \
 	[MODEL_LT_BK] = "attn_k.bias", [MODEL_LT_BV] = "attn_v.bias"
 
+/* What the Gemma family reads beyond the Llama family's keys: its sliding
+ * layers and soft-caps (llama-arch.cpp's names). */
+static const char *const gemma_family_keys[] = {
+    "attention.sliding_window",
+    "attention.sliding_window_pattern",
+    "attention.key_length_swa",
+    "attention.value_length_swa",
+    "rope.dimension_count_swa",
+    "rope.freq_base_swa",
+    "attn_logit_softcapping",
+    "final_logit_softcapping",
+    NULL,
+};
+
+/* What the Llama family shares: heads as wide as attention.key_length
+ * (default embedding_length / head_count, as llama.cpp reads it), RMSNorm,
+ * SwiGLU, a head tied to the embedding when the file has no output.weight,
+ * no experts, one layer shape and one set of tensor names; rope_factors:
+ * the frequency-factor tensor's name and need (NULL, NONE: none); q_norm,
+ * k_norm: the per-head QK-norm tensors' names (NULL: none). */
+#define LLAMA_FAMILY(rope_factors, rope_need, q_norm, k_norm)                                      \
+	.head_width = MODEL_HEAD_WIDTH_KEYS, .norm = MODEL_NORM_RMS,                               \
+	.norm_eps_key = "attention.layer_norm_rms_epsilon", .ffn = MODEL_FFN_SWIGLU,               \
+	.experts = false, .layer = MODEL_LAYER_LLAMA, .keys = llama_family_keys,                   \
+	.model_tensor =                                                                            \
+	    {                                                                                      \
+	        [MODEL_T_TOKEN_EMBD] = {"token_embd.weight", MODEL_TENSOR_REQUIRED},               \
+	        [MODEL_T_OUTPUT_NORM] = {"output_norm.weight", MODEL_TENSOR_REQUIRED},             \
+	        [MODEL_T_OUTPUT] = {"output.weight", MODEL_TENSOR_OPTIONAL},                       \
+	        [MODEL_T_ROPE_FACTORS] = {rope_factors, rope_need},                                \
+	},                                                                                         \
+	.layer_tensor = {                                                                          \
+	    LLAMA_LAYER_TENSORS,                                                                   \
+	    [MODEL_LT_Q_NORM] = q_norm,                                                            \
+	    [MODEL_LT_K_NORM] = k_norm,                                                            \
+	}
+
 /* What Gemma 2 and 3 share: NeoX RoPE, no biases, heads as wide as
  * key_length, RMSNorm (the converter stores Gemma's 1 + w, so the weights
  * are used as they are), GeGLU, norms after attention and feed-forward, the
@@ -79,6 +121,7 @@ struct model_arch {
 	.rope_neox = true, .qkv_bias = MODEL_BIAS_NONE, .head_width = MODEL_HEAD_WIDTH_KEYS,       \
 	.norm = MODEL_NORM_RMS, .norm_eps_key = "attention.layer_norm_rms_epsilon",                \
 	.ffn = MODEL_FFN_GEGLU, .experts = false, .layer = MODEL_LAYER_GEMMA,                      \
+	.keys = llama_family_keys, .keys_more = gemma_family_keys,                                 \
 	.model_tensor =                                                                            \
 	    {                                                                                      \
 	        [MODEL_T_TOKEN_EMBD] = {"token_embd.weight", MODEL_TENSOR_REQUIRED},               \
@@ -99,12 +142,12 @@ static const struct model_arch arch_table[] = {
      .snapshot_name = "llama",
      .rope_neox = false,
      .qkv_bias = MODEL_BIAS_OPTIONAL,
-     LLAMA_FAMILY("rope_freqs.weight", MODEL_TENSOR_OPTIONAL)},
+     LLAMA_FAMILY("rope_freqs.weight", MODEL_TENSOR_OPTIONAL, NULL, NULL)},
     {.name = "qwen2",
      .snapshot_name = "qwen2",
      .rope_neox = true,
      .qkv_bias = MODEL_BIAS_REQUIRED,
-     LLAMA_FAMILY(NULL, MODEL_TENSOR_NONE)},
+     LLAMA_FAMILY(NULL, MODEL_TENSOR_NONE, NULL, NULL)},
     /* llama.cpp: sliding window 4096 and every other layer (from layer 0)
      * by default, both soft-caps (50, 30), the head always token_embd */
     {.name = "gemma2",
@@ -136,6 +179,14 @@ static const struct model_arch arch_table[] = {
               .embed_scale = true,
               .full_width_scale_layers = 62},
      GEMMA_FAMILY(MODEL_TENSOR_OPTIONAL, "attn_q_norm.weight", "attn_k_norm.weight")},
+    /* llama.cpp's qwen3: an RMSNorm of each query and key head (weights
+     * [key_length], the model's epsilon) between the projections and
+     * RoPE; its real files have no Q/K/V biases */
+    {.name = "qwen3",
+     .snapshot_name = "qwen3",
+     .rope_neox = true,
+     .qkv_bias = MODEL_BIAS_NONE,
+     LLAMA_FAMILY(NULL, MODEL_TENSOR_NONE, "attn_q_norm.weight", "attn_k_norm.weight")},
 };
 
 #define N_ARCH ((int)(sizeof(arch_table) / sizeof(arch_table[0])))
@@ -234,6 +285,19 @@ enum model_ffn model_arch_ffn(const struct model_arch *a)
 bool model_arch_tied_output(const struct model_arch *a)
 {
 	return row(a)->model_tensor[MODEL_T_OUTPUT].need != MODEL_TENSOR_REQUIRED;
+}
+
+static bool listed(const char *const *list, const char *key)
+{
+	for (const char *const *k = list; k && *k; k++)
+		if (strcmp(*k, key) == 0)
+			return true;
+	return false;
+}
+
+bool model_arch_knows_key(const struct model_arch *a, const char *suffix)
+{
+	return listed(row(a)->keys, suffix) || listed(row(a)->keys_more, suffix);
 }
 
 bool model_arch_experts(const struct model_arch *a)

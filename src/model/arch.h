@@ -18,7 +18,9 @@ struct model_arch;
  * functions indexed by it, so an architecture picks its function once. */
 enum model_layer_kind {
 	/* pre-norm RMSNorm; grouped-query attention with optional Q/K/V
-	 * biases and RoPE; RMSNorm; SwiGLU feed-forward; residual adds */
+	 * biases, optional per-head QK-norm (an RMSNorm of each query and key
+	 * head before RoPE, qwen3) and RoPE; RMSNorm; SwiGLU feed-forward;
+	 * residual adds */
 	MODEL_LAYER_LLAMA = 0,
 	/* the Gemma shape: pre-norm RMSNorm; grouped-query attention with
 	 * optional per-head QK-norm, RoPE and a query scale; RMSNorm of the
@@ -158,6 +160,11 @@ enum model_ffn model_arch_ffn(const struct model_arch *a);
 /* Whether a file without output.weight reuses token_embd as the head
  * (always, where the row has no output.weight at all). */
 bool model_arch_tied_output(const struct model_arch *a);
+/* Whether the row knows the key "<name>.<suffix>": one the loader reads,
+ * or one known not to change the forward pass (context_length,
+ * vocab_size, ...).  A file with another "<name>.*" key is refused naming
+ * it: the key could change the forward pass. */
+bool model_arch_knows_key(const struct model_arch *a, const char *suffix);
 /* Whether mixture-of-experts files (expert_count > 0) are loaded. */
 bool model_arch_experts(const struct model_arch *a);
 enum model_layer_kind model_arch_layer_kind(const struct model_arch *a);

@@ -1,7 +1,8 @@
 /* Model loader: turns a validated GGUF file into a Llama-family model (an
  * architecture of model/arch.h, whose row names the keys and tensors read).
  * It reads the hyper-parameters from metadata, refuses a file holding a
- * tensor the row does not name (it would be skipped), finds every weight
+ * "<arch>.*" key or a tensor the row does not name (either would be
+ * skipped), finds every weight
  * tensor, checks its shape against them, and
  * decides where each one lives: matrices the engine computes with natively
  * (F32, F16, BF16 and the block types Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) point
@@ -129,13 +130,20 @@ static int check_unsupported_variants(struct load_ctx *c)
 }
 
 /* The head width: embedding_length / head_count, or for a row that reads
- * it attention.key_length (default the same), which value_length must
- * equal (sinkd's cache holds keys and values of one width). */
+ * it attention.key_length, as llama.cpp reads them: each of key_length and
+ * value_length defaults to embedding_length / head_count (which must then
+ * divide), and they must be equal (sinkd's cache holds keys and values of
+ * one width).  n_heads * head_dim may differ from embedding_length
+ * (Mistral Nemo: 32 heads of 128 against 5120). */
 static int read_head_dim(struct load_ctx *c)
 {
 	struct model_hparams *hp = &c->m->hp;
 	bool keys = model_arch_head_width(hp->arch) == MODEL_HEAD_WIDTH_KEYS;
-	if (hp->n_heads % hp->n_kv_heads != 0 || (!keys && hp->dim % hp->n_heads != 0))
+	char key_k[128], key_v[128];
+	snprintf(key_k, sizeof(key_k), "%sattention.key_length", c->prefix);
+	snprintf(key_v, sizeof(key_v), "%sattention.value_length", c->prefix);
+	bool split = !keys || !gguf_has_key(c->m->file, key_k) || !gguf_has_key(c->m->file, key_v);
+	if (hp->n_heads % hp->n_kv_heads != 0 || (split && hp->dim % hp->n_heads != 0))
 		return err_set(c->err, c->err_len, -EINVAL,
 		               "%s: embedding_length %d, head_count %d, head_count_kv %d: the "
 		               "width must divide into heads and the heads into KV groups",
@@ -143,17 +151,19 @@ static int read_head_dim(struct load_ctx *c)
 	hp->head_dim = hp->dim / hp->n_heads;
 	if (!keys)
 		return 0;
-	int value_len = 0;
-	int rc = hp_int(c, "attention.key_length", hp->head_dim, 1, MODEL_MAX_HEAD_DIM,
-	                &hp->head_dim);
+	int split_dim = hp->head_dim, value_len = 0;
+	int rc = hp_int(c, "attention.key_length", split_dim, 2, MODEL_MAX_HEAD_DIM, &hp->head_dim);
 	if (rc == 0)
-		rc = hp_int(c, "attention.value_length", hp->head_dim, 1, MODEL_MAX_HEAD_DIM,
+		rc = hp_int(c, "attention.value_length", split_dim, 2, MODEL_MAX_HEAD_DIM,
 		            &value_len);
 	if (rc == 0 && value_len != hp->head_dim)
 		return err_set(c->err, c->err_len, -ENOTSUP,
-		               "%s: %sattention.value_length %d differs from key_length %d, which "
-		               "sinkd does not support",
-		               c->path, c->prefix, value_len, hp->head_dim);
+		               "%s: '%s' %d differs from '%s' %d: sinkd holds keys and values "
+		               "of one width",
+		               c->path, key_v, value_len, key_k, hp->head_dim);
+	if (rc == 0 && hp->head_dim % 2 != 0)
+		return err_set(c->err, c->err_len, -EINVAL, "%s: '%s' %d is odd (allowed: even)",
+		               c->path, key_k, hp->head_dim);
 	return rc;
 }
 
@@ -226,6 +236,31 @@ static int check_swa_widths(struct load_ctx *c)
 			               "%s: key '%s%s' is %d, which differs from the global layers' "
 			               "%d: sliding layers of another width are not implemented",
 			               c->path, c->prefix, keys[i], v, full);
+	}
+	return 0;
+}
+
+/* Every "<arch>.*" key of the file must be one the row knows: another
+ * (a sliding window, a soft-cap, YaRN's parameters, a key of a newer
+ * converter) could change the forward pass, so the file is refused naming
+ * the first such key.  general.* and tokenizer.* keys are outside the rule. */
+static int check_arch_keys(struct load_ctx *c)
+{
+	const struct model_hparams *hp = &c->m->hp;
+	size_t plen = strlen(c->prefix);
+	for (size_t i = 0; i < gguf_n_kv(c->m->file); i++) {
+		const char *key = gguf_kv_key(c->m->file, i);
+		if (strncmp(key, c->prefix, plen) != 0 ||
+		    model_arch_knows_key(hp->arch, key + plen))
+			continue;
+		char shown[48];
+		printable(key, strlen(key), shown);
+		return err_set(
+		    c->err, c->err_len, -ENOTSUP,
+		    "%s: key '%s' is not one sinkd knows for architecture '%s' (it could "
+		    "change the forward pass, so the file is refused rather than the key "
+		    "ignored)",
+		    c->path, shown, model_arch_name(hp->arch));
 	}
 	return 0;
 }
@@ -339,7 +374,9 @@ static int read_hparams(struct load_ctx *c)
 	hp->norm_eps = (float)eps;
 	if (rc == 0)
 		rc = read_attn_facts(c);
-	return rc ? rc : check_unsupported_variants(c);
+	if (rc == 0)
+		rc = check_unsupported_variants(c);
+	return rc ? rc : check_arch_keys(c);
 }
 
 /* ------------------------------------------------------------------------

@@ -73,6 +73,9 @@ struct model_layer {
 	struct weight_matrix wo;	/* (dim, n_heads*head_dim) */
 	/* NULL unless has_qkv_bias: (n_heads*head_dim), (n_kv_heads*head_dim) x2 */
 	const float *bq, *bk, *bv;
+	/* NULL unless the row has QK-norm (qwen3, gemma3): (head_dim) each, an
+	 * RMSNorm of every query and key head before RoPE */
+	const float *q_norm, *k_norm;
 	const float *ffn_norm;		/* (dim) */
 	struct weight_matrix w_gate;	/* (ffn_dim, dim) */
 	struct weight_matrix w_up;	/* (ffn_dim, dim) */
@@ -80,7 +83,6 @@ struct model_layer {
 	/* The Gemma shape's norms (NULL where the row has none) */
 	const float *post_attn_norm;	/* (dim) */
 	const float *post_ffw_norm;	/* (dim) */
-	const float *q_norm, *k_norm;	/* (head_dim) each, over every head */
 };
 
 struct model {

@@ -4,9 +4,9 @@
  * Its keys and tensor names are the row's, as llama.cpp's converter writes
  * them, so llama.cpp loads the same file.
  * Weights are deterministic in --seed, approximately N(0, 0.02) so
- * activations stay in a sane range, norms are 1 (random around 1 where the
- * row has Gemma's post-norms, so that a norm applied wrongly shows in the
- * logits); the vocabulary (every
+ * activations stay in a sane range, norms are 1 (QK-norms N(1, 0.2) and,
+ * where the row has Gemma's post-norms, every norm random around 1, so that
+ * a norm applied wrongly shows in the logits); the vocabulary (every
  * tokenizer.* key) is copied from a vocabulary GGUF, or a small byte-level
  * SentencePiece-style vocabulary is made up.  Tensor data is generated one
  * row at a time and streamed to disk, so multi-GB files need little memory.
@@ -220,6 +220,8 @@ struct mk_tensor {
 	uint64_t cols, rows; /* rows == 0: a vector of cols elements */
 	bool random;         /* a vector of random values (a bias), not ones (a norm) */
 	bool rope_freqs;     /* the --rope-freqs values */
+	bool near_one;       /* a norm of random values around 1 (QK-norm), so that a
+	                        norm computed wrongly shows in the logits */
 };
 
 static int head_dim_of(const struct mk_options *o)
@@ -316,13 +318,14 @@ static int tensor_list(const struct mk_options *o, struct mk_tensor *t, int cap)
 {
 	int n = 0;
 	uint64_t cols, rows;
-#define ADD(c, r, rnd, ...)                                                                        \
+#define ADD(c, r, rnd, one, ...)                                                                   \
 	do {                                                                                       \
 		if (n < cap) {                                                                     \
 			snprintf(t[n].name, sizeof(t[n].name), __VA_ARGS__);                       \
 			t[n].cols = (c);                                                           \
 			t[n].rows = (r);                                                           \
 			t[n].random = (rnd);                                                       \
+			t[n].near_one = (one);                                                     \
 		}                                                                                  \
 		n++;                                                                               \
 	} while (0)
@@ -333,18 +336,20 @@ static int tensor_list(const struct mk_options *o, struct mk_tensor *t, int cap)
 		                        mt == MODEL_T_OUTPUT, false))
 			continue;
 		model_tensor_shape(o, mt, &cols, &rows);
-		ADD(cols, rows, false, "%s", model_arch_model_tensor(o->arch, mt));
+		ADD(cols, rows, false, false, "%s", model_arch_model_tensor(o->arch, mt));
 		if (n <= cap)
 			t[n - 1].rope_freqs = factors;
 	}
 	for (int l = 0; l < o->layers; l++)
 		for (int k = 0; k < MODEL_LT_COUNT; k++) {
 			enum model_layer_tensor lt = (enum model_layer_tensor)k;
-			bool bias = lt == MODEL_LT_BQ || lt == MODEL_LT_BK || lt == MODEL_LT_BV;
+			bool bias = model_layer_tensor_is_bias(lt);
+			bool qk_norm = lt == MODEL_LT_Q_NORM || lt == MODEL_LT_K_NORM;
 			if (!wanted(o, model_arch_layer_tensor_need(o->arch, lt), false, bias))
 				continue;
 			layer_tensor_shape(o, lt, &cols, &rows);
-			ADD(cols, rows, bias, "blk.%d.%s", l, model_arch_layer_tensor(o->arch, lt));
+			ADD(cols, rows, bias, qk_norm, "blk.%d.%s", l,
+			    model_arch_layer_tensor(o->arch, lt));
 		}
 #undef ADD
 	return n;
@@ -365,9 +370,10 @@ static int write_tensor_data(struct gguf_writer *w, const struct mk_options *o,
 	float spread = model_arch_layer_tensor(o->arch, MODEL_LT_POST_ATTN_NORM) ? 0.1f : 0.0f;
 	for (uint64_t r = 0; rc == 0 && r < rows; r++) {
 		for (uint64_t i = 0; i < t->cols; i++)
-			row[i] = t->rows || t->random ? 0.02f * rng_normalish(rng)
-			         : spread > 0.0f      ? 1.0f + spread * rng_normalish(rng)
-			                              : 1.0f;
+			row[i] = t->near_one            ? 1.0f + 0.2f * rng_normalish(rng)
+			         : t->rows || t->random ? 0.02f * rng_normalish(rng)
+			         : spread > 0.0f        ? 1.0f + spread * rng_normalish(rng)
+			                                : 1.0f;
 		for (int i = 0; t->rope_freqs && i < (int)t->cols; i++)
 			row[i] = o->rope_freqs[i < o->n_rope_freqs ? i : o->n_rope_freqs - 1];
 		rc = quantize_row(type, row, enc, t->cols, err, err_len);
@@ -654,7 +660,8 @@ static void usage(FILE *fp)
 	    "2-D weight gets it, the token embedding and output matrix included (like\n"
 	    "llama.cpp's pure types); norm vectors and biases stay F32.  The q*_0/q*_1\n"
 	    "types need rows that are multiples of 32 elements, the *_k types of 256.\n"
-	    "Writes a GGUF v3 model with random weights (N(0, 0.02), norms 1).\n"
+	    "Writes a GGUF v3 model with random weights (N(0, 0.02), norms 1, QK-norms\n"
+	    "N(1, 0.2)).\n"
 	    "The vocabulary and every tokenizer.* key come from --vocab; without it a\n"
 	    "byte-level vocabulary of --vocab-size (>= 259, default 512) tokens is made.\n"
 	    "With --from it converts MODEL.gguf to TYPE, copying all its metadata; a\n"

@@ -13,7 +13,8 @@
 #   - converting a quantized model again works, and --from refuses shape
 #     options;
 #   - --arch NAME for every row of --list-archs writes a model with the
-#     row's keys and tensors that sinkd loads; --bias, --head-dim and an
+#     row's keys and tensors that sinkd loads; --head-dim gives heads
+#     wider than --dim / --heads (key_length) that sinkd runs; --bias and an
 #     unknown architecture are refused where the row says so;
 #   - --rope-freqs and --rope-scaling linear:F write llama3's factors tensor
 #     and the linear scaling keys; a row without the tensor refuses them.
@@ -174,11 +175,16 @@ check "llama --bias: its optional biases, and sinkd runs it" "$bin" generate --m
 check "--arch mamba: exit 2" [ $? -eq 2 ]
 check "  the message lists the supported ones" \
 	grep -q "architecture 'mamba' is not supported (supported: llama, qwen2" "$tmp/bad.err"
-"$mkmodel" --out "$tmp/bad.gguf" --dim 64 --layers 1 --heads 4 --ffn 128 --head-dim 32 \
+"$mkmodel" --out "$tmp/hd.gguf" --dim 64 --layers 1 --heads 4 --ffn 128 --head-dim 32 \
 	>/dev/null 2>"$tmp/bad.err"
-check "llama --head-dim 32 against 64/4: exit 2 naming the width it takes" \
-	grep -q 'architecture llama takes its head width from --dim / --heads; --head-dim must be 16' \
-	"$tmp/bad.err"
+check "llama --head-dim 32 against 64/4 (Mistral Nemo's shape): exit 0" [ $? -eq 0 ]
+"$dump" "$tmp/hd.gguf" >"$tmp/dump-hd.txt"
+check "  it writes llama.attention.key_length 32" \
+	grep -q "^  llama.attention.key_length .* 32" "$tmp/dump-hd.txt"
+check "  attn_q is 4 heads of 32 wide" tensor_is "$tmp/dump-hd.txt" blk.0.attn_q.weight \
+	"F32 [64, 128] 32768 bytes"
+check "  sinkd generate loads and runs it" "$bin" generate --model "$tmp/hd.gguf" \
+	--prompt "Once" --max-tokens 4 --temperature 0
 "$mkmodel" --out "$tmp/bad.gguf" --arch qwen2 --dim 64 --layers 1 --heads 4 --ffn 128 --bias \
 	>/dev/null 2>"$tmp/bad.err"
 check "qwen2 --bias: exit 2 (it always has them)" grep -q 'qwen2 always has Q/K/V biases' \

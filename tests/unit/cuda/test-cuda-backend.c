@@ -768,6 +768,65 @@ START_TEST(test_gemma_rows_vs_cpu)
 }
 END_TEST
 
+/* A synthetic F32 model of sinkd-mkmodel's shape options `args`. */
+static struct model *make_shaped(const char *args, char *path, size_t path_len)
+{
+	char cmd[2048];
+	snprintf(path, path_len, "/tmp/sinkd-cuda-test-%d-shaped.gguf", (int)getpid());
+	snprintf(cmd, sizeof(cmd), "'%s' --out '%s' %s --seed 13 >/dev/null", mkmodel_path, path,
+	         args);
+	ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
+	return load_model(path);
+}
+
+/* fp32 on the device: the cpu backend's logits and greedy tokens. */
+static void shaped_vs_cpu(const struct model *m, const char *what)
+{
+	int32_t a[26], b[15];
+	for (int i = 0; i < 26; i++)
+		a[i] = (int32_t)((i * 41 + 3) % m->hp.n_vocab);
+	for (int i = 0; i < 15; i++)
+		b[i] = (int32_t)((i * 23 + 11) % m->hp.n_vocab);
+	struct cache_geometry g = geometry(m, 40, true, 8, true, KV_DTYPE_F32);
+	struct twin_run r;
+	twin_run_open(&r, m, KV_DTYPE_F32, &g, false);
+	run_prefill(&r, a, 26, b, 15, 8);
+	run_decode(&r, 3, 5, SIZE(24, 6), 3);
+	ck_assert_msg(r.worst <= 1e-3, "%s: logits differ by %g (relative)", what, r.worst);
+	ck_assert_int_eq(r.token_flips, 0);
+	twin_run_close(&r);
+}
+
+/* Heads as wide as attention.key_length, not embedding_length / head_count
+ * (Mistral Nemo's shape): 4 heads of 32 against a width of 64. */
+START_TEST(test_key_length_heads_vs_cpu)
+{
+	char path[512];
+	struct model *m = make_shaped("--dim 64 --layers 2 --heads 4 --kv-heads 2 --head-dim 32 "
+	                              "--ffn 128 --vocab-size 300",
+	                              path, sizeof(path));
+	ck_assert_int_eq(m->hp.head_dim, 32);
+	shaped_vs_cpu(m, "llama, heads of 32 against 64 / 4");
+	model_free(m);
+	unlink(path);
+}
+END_TEST
+
+/* qwen3: QK-norm (norms around 1 from sinkd-mkmodel), NeoX RoPE, no
+ * biases, heads of 32 against 64 / 4. */
+START_TEST(test_qwen3_vs_cpu)
+{
+	char path[512];
+	struct model *m = make_shaped("--arch qwen3 --dim 64 --layers 2 --heads 4 --kv-heads 2 "
+	                              "--head-dim 32 --ffn 128 --vocab-size 300",
+	                              path, sizeof(path));
+	ck_assert_ptr_nonnull(m->layers[1].k_norm);
+	shaped_vs_cpu(m, "qwen3");
+	model_free(m);
+	unlink(path);
+}
+END_TEST
+
 START_TEST(test_arena_full_is_an_error)
 {
 	struct model *m = load_stories();
@@ -1186,6 +1245,8 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_synthetic_block_types_vs_cpu);
 	tcase_add_test(tc, test_qwen2_style_neox_and_bias);
 	tcase_add_test(tc, test_gemma_rows_vs_cpu);
+	tcase_add_test(tc, test_key_length_heads_vs_cpu);
+	tcase_add_test(tc, test_qwen3_vs_cpu);
 	tcase_add_test(tc, test_arena_full_is_an_error);
 	tcase_add_test(tc, test_snapshot_float_and_int8);
 	tcase_add_test(tc, test_snapshot_int4_sinks_and_full);

@@ -137,6 +137,36 @@ START_TEST(test_rmsnorm)
 }
 END_TEST
 
+/* QK-norm: the rmsnorm kernel over each head's row of Q (n tokens x heads
+ * rows of head_dim), written over its input, equals the twin's out-of-place
+ * result and the twin run in place. */
+START_TEST(test_rmsnorm_heads_in_place)
+{
+	int hds[] = {32, 64, 128}, n = 5, n_heads = 6;
+	for (int hi = 0; hi < 3; hi++) {
+		int hd = hds[hi], rows = n * n_heads;
+		size_t nx = (size_t)rows * hd;
+		float *x = malloc(nx * 4), *w = malloc((size_t)hd * 4), *ref = malloc(nx * 4);
+		float *twin_in_place = malloc(nx * 4), *got = malloc(nx * 4);
+		for (size_t i = 0; i < nx; i++)
+			x[i] = 3.0f * frand();
+		for (int i = 0; i < hd; i++)
+			w[i] = 1.0f + 0.2f * frand();
+		twin_rmsnorm(x, w, rows, hd, 1e-6f, ref, CUDA_DT_F32);
+		memcpy(twin_in_place, x, nx * 4);
+		twin_rmsnorm(twin_in_place, w, rows, hd, 1e-6f, twin_in_place, CUDA_DT_F32);
+		ck_assert_int_eq(memcmp(twin_in_place, ref, nx * 4), 0);
+		float *dx = dev_from(x, nx * 4), *dw = dev_from(w, (size_t)hd * 4);
+		ck_assert_int_eq(cuda_rmsnorm(dx, dw, rows, hd, 1e-6f, dx, CUDA_DT_F32, NULL), 0);
+		to_host(got, dx, nx * 4);
+		double e = worst_err(got, ref, CUDA_DT_F32, nx, 1e-6, 1e-6);
+		ck_assert_msg(e <= 1.0, "rmsnorm in place, head_dim %d: %.2f x tol", hd, e);
+		cudaFree(dx), cudaFree(dw);
+		free(x), free(w), free(ref), free(twin_in_place), free(got);
+	}
+}
+END_TEST
+
 START_TEST(test_rope_far_positions)
 {
 	/* Same host angles (rope_cos_sin, exact at any position), same double
@@ -1000,6 +1030,7 @@ int main(void)
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_embed);
 	tcase_add_test(tc, test_rmsnorm);
+	tcase_add_test(tc, test_rmsnorm_heads_in_place);
 	tcase_add_test(tc, test_rope_far_positions);
 	tcase_add_test(tc, test_swiglu_bias_gather);
 	tcase_add_test(tc, test_gemma_elementwise);

@@ -52,17 +52,15 @@ START_TEST(test_rows_consistent)
 		int weights = 0;
 		for (int t = 0; t < MODEL_LT_COUNT; t++) {
 			const char *tn = model_arch_layer_tensor(a, (enum model_layer_tensor)t);
-			/* the Llama shape's tensors and the biases are named in every
-			 * row (a bias to refuse it by name), the Gemma norms in some */
-			if (t > MODEL_LT_BV && !tn)
-				continue;
-			ck_assert_msg(tn && *tn, "%s: layer tensor %d unnamed", name, t);
-			for (int u = 0; u < t; u++) {
+			/* the Llama shape's tensors and biases are named in every row */
+			ck_assert_msg(t > MODEL_LT_BV || (tn && *tn), "%s: layer tensor %d unnamed",
+			              name, t);
+			for (int u = 0; tn && u < t; u++) {
 				const char *un =
 				    model_arch_layer_tensor(a, (enum model_layer_tensor)u);
-				ck_assert(!un || strcmp(un, tn) != 0);
+				ck_assert(un == NULL || strcmp(un, tn) != 0);
 			}
-			weights += !model_layer_tensor_is_bias(t);
+			weights += tn && !model_layer_tensor_is_bias(t);
 		}
 		ck_assert_int_eq(model_arch_layer_weights(a), weights);
 		/* every row reads an embedding and a final norm; an optional
@@ -74,19 +72,31 @@ START_TEST(test_rows_consistent)
 		ck_assert(
 		    model_arch_tied_output(a) ==
 		    (model_arch_model_tensor_need(a, MODEL_T_OUTPUT) != MODEL_TENSOR_REQUIRED));
-		for (int t = 0; t < MODEL_LT_BQ; t++)
-			ck_assert_int_eq(
-			    model_arch_layer_tensor_need(a, (enum model_layer_tensor)t),
-			    MODEL_TENSOR_REQUIRED);
+		for (int t = 0; t < MODEL_LT_COUNT; t++)
+			if (!model_layer_tensor_is_bias(t) &&
+			    model_arch_layer_tensor(a, (enum model_layer_tensor)t))
+				ck_assert_int_eq(
+				    model_arch_layer_tensor_need(a, (enum model_layer_tensor)t),
+				    MODEL_TENSOR_REQUIRED);
 		ck_assert_ptr_null(model_arch_layer_tensor(a, MODEL_LT_COUNT));
 	}
-	/* what sets today's two apart */
+	/* what sets the Llama family's rows apart */
 	const struct model_arch *llama = model_arch_find("llama"),
-	                        *qwen2 = model_arch_find("qwen2");
+	                        *qwen2 = model_arch_find("qwen2"),
+	                        *qwen3 = model_arch_find("qwen3");
 	ck_assert(!model_arch_rope_neox(llama));
 	ck_assert(model_arch_rope_neox(qwen2));
+	ck_assert(model_arch_rope_neox(qwen3));
 	ck_assert_int_eq(model_arch_qkv_bias(llama), MODEL_BIAS_OPTIONAL);
 	ck_assert_int_eq(model_arch_qkv_bias(qwen2), MODEL_BIAS_REQUIRED);
+	ck_assert_int_eq(model_arch_qkv_bias(qwen3), MODEL_BIAS_NONE);
+	ck_assert_ptr_null(model_arch_layer_tensor(llama, MODEL_LT_Q_NORM));
+	ck_assert_ptr_null(model_arch_layer_tensor(qwen2, MODEL_LT_K_NORM));
+	ck_assert_str_eq(model_arch_layer_tensor(qwen3, MODEL_LT_Q_NORM), "attn_q_norm.weight");
+	ck_assert_str_eq(model_arch_layer_tensor(qwen3, MODEL_LT_K_NORM), "attn_k_norm.weight");
+	ck_assert_int_eq(model_arch_layer_weights(qwen3), model_arch_layer_weights(llama) + 2);
+	for (int i = 0; i < 3; i++) /* every row reads key_length (Mistral Nemo) */
+		ck_assert_int_eq(model_arch_head_width(model_arch_at(i)), MODEL_HEAD_WIDTH_KEYS);
 	/* a zeroed model_hparams reads as llama, as it always did */
 	ck_assert_str_eq(model_arch_name(NULL), "llama");
 }
@@ -197,6 +207,9 @@ START_TEST(test_files_load_as_their_row)
 	ck_assert_int_eq(m->hp.head_dim, DIM / HEADS);
 	ck_assert(m->hp.has_qkv_bias == bias);
 	ck_assert(bias ? m->layers[0].bq != NULL : m->layers[0].bq == NULL);
+	bool qk_norm = model_arch_layer_tensor(a, MODEL_LT_Q_NORM) != NULL;
+	ck_assert(qk_norm ? m->layers[0].q_norm != NULL : m->layers[0].q_norm == NULL);
+	ck_assert(qk_norm ? m->layers[0].k_norm != NULL : m->layers[0].k_norm == NULL);
 	ck_assert(m->hp.tied_output == model_arch_tied_output(a));
 	model_free(m);
 
@@ -231,6 +244,24 @@ START_TEST(test_unknown_architecture_file_refused)
 }
 END_TEST
 
+/* A tensor of another row's shape is refused, naming it: a llama file
+ * with qwen3's QK-norm; a qwen3 file with Q/K/V biases. */
+START_TEST(test_other_rows_tensors_refused)
+{
+	char err[SINKD_ERR_LEN];
+	struct model *m = NULL;
+	struct file_spec s = {"llama", "llama", model_arch_find("qwen3"), false};
+	ck_assert_int_eq(load_spec(&s, &m, err, sizeof(err)), -ENOTSUP);
+	ck_assert_msg(strstr(err, "tensor 'blk.0.attn_q_norm.weight' is not part of a llama model"),
+	              "%s", err);
+	struct file_spec b = {"qwen3", "qwen3", model_arch_find("qwen3"), true};
+	ck_assert_int_eq(load_spec(&b, &m, err, sizeof(err)), -ENOTSUP);
+	ck_assert_msg(strstr(err, "tensor 'blk.0.attn_q.bias': architecture 'qwen3' has no "
+	                          "attention biases"),
+	              "%s", err);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("arch");
@@ -239,6 +270,7 @@ int main(void)
 	tcase_add_test(tc, test_unknown_names);
 	tcase_add_loop_test(tc, test_files_load_as_their_row, 0, model_arch_count());
 	tcase_add_test(tc, test_unknown_architecture_file_refused);
+	tcase_add_test(tc, test_other_rows_tensors_refused);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

@@ -428,12 +428,16 @@ START_TEST(test_shape_and_type_errors)
 	ck_assert_ptr_null(load(path, err));
 	ck_assert_msg(strstr(err, "mixture-of-experts models (llama.expert_count 8)"), "%s", err);
 
+	/* key_length without value_length: values stay 256 / 4 wide, which
+	 * sinkd's cache (one width for both) does not hold */
 	s = base_spec();
 	s.extra_key = "llama.attention.key_length";
 	s.extra_value = 128;
 	write_model(path, &s);
 	ck_assert_ptr_null(load(path, err));
-	ck_assert_msg(strstr(err, "key/value width 128/64"), "%s", err);
+	ck_assert_msg(strstr(err, "'llama.attention.value_length' 64 differs from "
+	                          "'llama.attention.key_length' 128"),
+	              "%s", err);
 
 	s = base_spec();
 	s.extra_key = "llama.attention.key_length"; /* equal to the default: fine */
@@ -442,6 +446,34 @@ START_TEST(test_shape_and_type_errors)
 	struct model *m = load(path, err);
 	ck_assert_msg(m != NULL, "%s", err);
 	model_free(m);
+
+	/* a "llama.*" key the row does not know is refused by name, never
+	 * ignored; keys that do not change the forward pass are fine */
+	const char *unknown[] = {"llama.attention.sliding_window", "llama.foo",
+	                         "llama.rope.scaling.yarn_ext_factor", "llama.logit_scale"};
+	for (size_t i = 0; i < sizeof(unknown) / sizeof(unknown[0]); i++) {
+		s = base_spec();
+		s.extra_key = unknown[i];
+		s.extra_value = 4096;
+		write_model(path, &s);
+		ck_assert_ptr_null(load(path, err));
+		char want[160];
+		snprintf(want, sizeof(want),
+		         "key '%s' is not one sinkd knows for architecture 'llama'", unknown[i]);
+		ck_assert_msg(strstr(err, want), "%s", err);
+		ck_assert_ptr_nonnull(strstr(err, path));
+	}
+	const char *known[] = {"llama.vocab_size", "llama.rope.scaling.original_context_length",
+	                       "llama.context_length", "qwen2.foo" /* not this row's prefix */};
+	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++) {
+		s = base_spec();
+		s.extra_key = known[i];
+		s.extra_value = 4096;
+		write_model(path, &s);
+		m = load(path, err);
+		ck_assert_msg(m != NULL, "%s: %s", known[i], err);
+		model_free(m);
+	}
 
 	s = base_spec();
 	s.kv_heads = 3; /* 4 heads do not split into 3 groups */
