@@ -22,8 +22,14 @@
 #include "util/errbuf.h"
 
 /* llama.cpp's token types (tokenizer.ggml.token_type). */
-enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER_DEFINED = 4, TT_UNUSED = 5,
-       TT_BYTE = 6 };
+enum {
+	TT_NORMAL = 1,
+	TT_UNKNOWN = 2,
+	TT_CONTROL = 3,
+	TT_USER_DEFINED = 4,
+	TT_UNUSED = 5,
+	TT_BYTE = 6
+};
 
 #define MAX_TOKENS (1 << 24)
 #define SPACE_MARK "\xe2\x96\x81" /* U+2581, SentencePiece's space */
@@ -40,7 +46,8 @@ static const struct {
     {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
      "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
      "qwen2"},
-    {"[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'"
+    {"[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:"
+     "'"
      "s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}"
      "\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| "
      "?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
@@ -60,16 +67,16 @@ static const struct {
 
 struct hf_vocab {
 	const char *path;
-	cJSON *json;          /* tokenizer.json */
-	cJSON *config;        /* tokenizer_config.json beside it, or NULL */
-	const cJSON *model;   /* json.model */
-	const cJSON *merges;  /* json.model.merges (array) */
-	bool spm;             /* SentencePiece-style: U+2581 spaces, byte fallback */
-	const char *pre;      /* tokenizer.ggml.pre */
-	uint32_t n;           /* tokens: the largest id + 1 */
-	char **text;          /* (n) token texts, malloc'ed; NULL: a gap */
-	int32_t *type;        /* (n) TT_* */
-	float *score;         /* (n) SentencePiece scores */
+	cJSON *json;         /* tokenizer.json */
+	cJSON *config;       /* tokenizer_config.json beside it, or NULL */
+	const cJSON *model;  /* json.model */
+	const cJSON *merges; /* json.model.merges (array) */
+	bool spm;            /* SentencePiece-style: U+2581 spaces, byte fallback */
+	const char *pre;     /* tokenizer.ggml.pre */
+	uint32_t n;          /* tokens: the largest id + 1 */
+	char **text;         /* (n) token texts, malloc'ed; NULL: a gap */
+	int32_t *type;       /* (n) TT_* */
+	float *score;        /* (n) SentencePiece scores */
 };
 
 /* A vocabulary entry for bsearch by text. */
@@ -134,7 +141,8 @@ static const cJSON *find_type(const cJSON *node, const char *name)
 	const cJSON *c;
 	cJSON_ArrayForEach(c, node)
 	{
-		const cJSON *hit = cJSON_IsObject(c) || cJSON_IsArray(c) ? find_type(c, name) : NULL;
+		const cJSON *hit =
+		    cJSON_IsObject(c) || cJSON_IsArray(c) ? find_type(c, name) : NULL;
 		if (hit)
 			return hit;
 	}
@@ -150,10 +158,11 @@ static int set_pre_name(struct hf_vocab *v, char *err, size_t err_len)
 	if (!split) {
 		const cJSON *use_regex = item(find_type(pt, "ByteLevel"), "use_regex");
 		if (cJSON_IsFalse(use_regex))
-			return err_set(err, err_len, -ENOTSUP,
-			               "%s: a byte-level pre-tokenizer without a split regex is not "
-			               "supported",
-			               v->path);
+			return err_set(
+			    err, err_len, -ENOTSUP,
+			    "%s: a byte-level pre-tokenizer without a split regex is not "
+			    "supported",
+			    v->path);
 		v->pre = "gpt-2"; /* ByteLevel's own regex */
 		return 0;
 	}
@@ -285,7 +294,8 @@ static int set_added_text(struct hf_vocab *v, uint32_t id, const char *content)
 	if (!s)
 		return -ENOMEM;
 	for (size_t i = 0; i < n;) {
-		bool mark = v->type[id] == TT_USER_DEFINED && strncmp(content + i, SPACE_MARK, 3) == 0;
+		bool mark =
+		    v->type[id] == TT_USER_DEFINED && strncmp(content + i, SPACE_MARK, 3) == 0;
 		s[k++] = mark ? ' ' : content[i];
 		i += mark ? 3 : 1;
 	}
@@ -315,7 +325,8 @@ static int load_added_tokens(struct hf_vocab *v, char *err, size_t err_len)
 			rc = token_id(item(c, "id"), v->path, &id, err, err_len);
 		}
 		if (rc < 0 || !content)
-			return err_set(err, err_len, -EINVAL, "%s: added token \"%s\" has no usable id",
+			return err_set(err, err_len, -EINVAL,
+			               "%s: added token \"%s\" has no usable id",
 			               list == dec ? "tokenizer_config.json" : v->path,
 			               content ? content : "(no content)");
 		bool special = cJSON_IsTrue(item(c, "special")) || looks_special(content);
@@ -378,8 +389,8 @@ static int set_scores(struct hf_vocab *v, char *err, size_t err_len)
 	char *buf = malloc(4096), *cat = malloc(8192);
 	bool *made = calloc(v->n, 1);
 	int rc = idx && buf && cat && made ? 0 : err_set(err, err_len, -ENOMEM, "out of memory");
-	cJSON_ArrayForEach(c, vocab) if (rc == 0) idx[k++] = (struct text_id){c->string,
-	                                                                        (uint32_t)c->valuedouble};
+	cJSON_ArrayForEach(c, vocab) if (rc == 0) idx[k++] =
+	    (struct text_id){c->string, (uint32_t)c->valuedouble};
 	if (rc == 0)
 		qsort(idx, k, sizeof(*idx), cmp_text_id);
 	cJSON_ArrayForEach(c, v->merges)
@@ -388,14 +399,15 @@ static int set_scores(struct hf_vocab *v, char *err, size_t err_len)
 		if (rc < 0)
 			break;
 		if (!merge_parts(c, buf, 4096, &l, &r) || strlen(l) + strlen(r) >= 8192) {
-			rc = err_set(err, err_len, -EINVAL, "%s: merge %zu is not \"a b\" or [a, b]",
-			             v->path, rank);
+			rc = err_set(err, err_len, -EINVAL,
+			             "%s: merge %zu is not \"a b\" or [a, b]", v->path, rank);
 			break;
 		}
 		size_t ln = strlen(l);
 		memcpy(cat, l, ln);
 		strcpy(cat + ln, r);
-		struct text_id key = {cat, 0}, *hit = bsearch(&key, idx, k, sizeof(*idx), cmp_text_id);
+		struct text_id key = {cat, 0},
+		               *hit = bsearch(&key, idx, k, sizeof(*idx), cmp_text_id);
 		if (hit && !made[hit->id] && v->type[hit->id] == TT_NORMAL) {
 			made[hit->id] = true;
 			v->score[hit->id] = -(float)rank;
@@ -428,8 +440,7 @@ static char *put_half(char *p, const char *half)
 
 /* The merges as the converter writes them: "left right", a space inside a
  * half written as U+0120. */
-static int write_merges(struct gguf_writer *w, const struct hf_vocab *v, char *err,
-                        size_t err_len)
+static int write_merges(struct gguf_writer *w, const struct hf_vocab *v, char *err, size_t err_len)
 {
 	size_t n = (size_t)cJSON_GetArraySize(v->merges), k = 0;
 	char **out = calloc(n ? n : 1, sizeof(*out));
@@ -442,8 +453,8 @@ static int write_merges(struct gguf_writer *w, const struct hf_vocab *v, char *e
 		if (rc < 0)
 			break;
 		if (!merge_parts(c, buf, sizeof(buf), &l, &r)) {
-			rc = err_set(err, err_len, -EINVAL, "%s: merge %zu is not \"a b\" or [a, b]",
-			             v->path, k);
+			rc = err_set(err, err_len, -EINVAL,
+			             "%s: merge %zu is not \"a b\" or [a, b]", v->path, k);
 			break;
 		}
 		size_t ln = strlen(l), rn = strlen(r);
@@ -504,12 +515,14 @@ static int write_special_ids(struct gguf_writer *w, const struct hf_vocab *v)
 static int write_add_flags(struct gguf_writer *w, const struct hf_vocab *v)
 {
 	int add_bos = -1, add_eos = -1, rc = 0;
-	const cJSON *tmpl = item(find_type(item(v->json, "post_processor"), "TemplateProcessing"),
-	                         "single");
+	const cJSON *tmpl =
+	    item(find_type(item(v->json, "post_processor"), "TemplateProcessing"), "single");
 	int n = cJSON_IsArray(tmpl) ? cJSON_GetArraySize(tmpl) : 0;
 	if (n > 1) {
-		const char *first = str_item(item(cJSON_GetArrayItem(tmpl, 0), "SpecialToken"), "id");
-		const char *last = str_item(item(cJSON_GetArrayItem(tmpl, n - 1), "SpecialToken"), "id");
+		const char *first =
+		    str_item(item(cJSON_GetArrayItem(tmpl, 0), "SpecialToken"), "id");
+		const char *last =
+		    str_item(item(cJSON_GetArrayItem(tmpl, n - 1), "SpecialToken"), "id");
 		const char *bos = config_token(v, "bos"), *eos = config_token(v, "eos");
 		if (first)
 			add_bos = bos && strcmp(first, bos) == 0;
@@ -581,7 +594,8 @@ static int write_keys(struct gguf_writer *w, struct hf_vocab *v, char *err, size
 	rc = rc ? rc : write_add_flags(w, v);
 	rc = rc ? rc : write_chat_template(w, v);
 	if (rc == 0 && v->spm)
-		rc = gguf_writer_add_bool(w, "tokenizer.ggml.add_space_prefix", spm_space_prefix(v));
+		rc =
+		    gguf_writer_add_bool(w, "tokenizer.ggml.add_space_prefix", spm_space_prefix(v));
 	if (rc < 0 && (!err || !*err))
 		err_set(err, err_len, rc, "%s: cannot add the tokenizer keys", v->path);
 	return rc;
