@@ -47,9 +47,17 @@ static int cmp_comp(const void *key, const void *elem)
 	return k[1] < e->b ? -1 : k[1] > e->b;
 }
 
+/* Code points with no decomposition, class 0, that never compose as the
+ * second of a pair: Latin-1, the CJK ideographs, raw bytes.  (Checked
+ * against the tables when they were generated.) */
+static bool is_inert(uint32_t cp)
+{
+	return cp < 0x300 || (cp >= 0x3400 && cp < 0xA000) || cp & RAW_BYTE;
+}
+
 static uint8_t ccc_of(uint32_t cp)
 {
-	if (cp < 0x300 || cp & RAW_BYTE)
+	if (is_inert(cp))
 		return 0;
 	const struct nfc_ccc *hit = bsearch(&cp, nfc_cccs, nfc_n_cccs, sizeof(*hit), cmp_ccc);
 	return hit ? hit->ccc : 0;
@@ -68,7 +76,7 @@ static size_t decompose(uint32_t cp, uint32_t *out, size_t n)
 		return n;
 	}
 	const struct nfc_decomp *d =
-	    cp < 0xC0 || cp & RAW_BYTE
+	    cp < 0xC0 || (cp >= 0x3400 && cp < 0xA000) || cp & RAW_BYTE
 	        ? NULL
 	        : bsearch(&cp, nfc_decomps, nfc_n_decomps, sizeof(*d), cmp_decomp);
 	if (!d) {
@@ -115,7 +123,7 @@ static size_t compose(uint32_t *cp, size_t n)
 	for (size_t i = 1; i < n; i++) {
 		uint32_t c = cp[i];
 		int cc = ccc_of(c);
-		uint32_t comp = last == 256 ? 0 : compose_pair(cp[starter], c);
+		uint32_t comp = last == 256 || is_inert(c) ? 0 : compose_pair(cp[starter], c);
 		if (comp && (last < cc || last == 0)) {
 			cp[starter] = comp;
 			continue;
