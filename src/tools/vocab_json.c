@@ -206,13 +206,21 @@ static int detect_family(struct hf_vocab *v, char *err, size_t err_len)
 	               v->path);
 }
 
-static int token_id(const cJSON *node, const char *path, uint32_t *id, char *err, size_t err_len)
+/* The id of token `text` (node: its JSON value), a whole number below
+ * MAX_TOKENS. */
+static int token_id(const cJSON *node, const char *text, const char *path, uint32_t *id, char *err,
+                    size_t err_len)
 {
 	double d = cJSON_IsNumber(node) ? node->valuedouble : -1;
-	if (d < 0 || d >= MAX_TOKENS || d != (double)(uint32_t)d)
-		return err_set(err, err_len, -EINVAL, "%s: token id %s is not in 0..%d", path,
-		               cJSON_IsNumber(node) ? "out of range" : "not a number",
-		               MAX_TOKENS - 1);
+	if (d < 0 || d >= MAX_TOKENS || d != (double)(uint32_t)d) {
+		char shown[32];
+		if (cJSON_IsNumber(node))
+			snprintf(shown, sizeof(shown), "%g", node->valuedouble);
+		return err_set(err, err_len, -EINVAL,
+		               "%s: token \"%.40s\" has id %s; ids are whole numbers 0..%d", path,
+		               text ? text : "(no content)",
+		               cJSON_IsNumber(node) ? shown : "(not a number)", MAX_TOKENS - 1);
+	}
 	*id = (uint32_t)d;
 	return 0;
 }
@@ -224,13 +232,13 @@ static int count_tokens(struct hf_vocab *v, char *err, size_t err_len)
 	uint32_t id, max = 0;
 	cJSON_ArrayForEach(c, item(v->model, "vocab"))
 	{
-		if (token_id(c, v->path, &id, err, err_len) < 0)
+		if (token_id(c, c->string, v->path, &id, err, err_len) < 0)
 			return -EINVAL;
 		max = id > max ? id : max;
 	}
 	cJSON_ArrayForEach(c, item(v->json, "added_tokens"))
 	{
-		if (token_id(item(c, "id"), v->path, &id, err, err_len) < 0)
+		if (token_id(item(c, "id"), str_item(c, "content"), v->path, &id, err, err_len) < 0)
 			return -EINVAL;
 		max = id > max ? id : max;
 	}
@@ -322,7 +330,7 @@ static int load_added_tokens(struct hf_vocab *v, char *err, size_t err_len)
 			rc = *end || u >= v->n ? -EINVAL : 0;
 			id = (uint32_t)u;
 		} else if (rc == 0) {
-			rc = token_id(item(c, "id"), v->path, &id, err, err_len);
+			rc = token_id(item(c, "id"), content, v->path, &id, err, err_len);
 		}
 		if (rc < 0 || !content)
 			return err_set(err, err_len, -EINVAL,
@@ -410,7 +418,7 @@ static int set_scores(struct hf_vocab *v, char *err, size_t err_len)
 		               *hit = bsearch(&key, idx, k, sizeof(*idx), cmp_text_id);
 		if (hit && !made[hit->id] && v->type[hit->id] == TT_NORMAL) {
 			made[hit->id] = true;
-			v->score[hit->id] = -(float)rank;
+			v->score[hit->id] = rank ? -(float)rank : 0.0f;
 		}
 		rank++;
 	}

@@ -8,8 +8,7 @@
 #   - `sinkd tokenize --bos --parse-special` on every line of
 #     vocab/corpus.jsonl (English, Chinese, code, numbers, emoji, whitespace
 #     runs, chat-format special tokens, mixed scripts, long words) gives the
-#     ids @lenml/tokenizers (transformers.js) gives with add_special_tokens;
-#   - tokenizer.json files sinkd cannot convert are refused by name.
+#     ids @lenml/tokenizers (transformers.js) gives with add_special_tokens.
 # Skips (77) when node or the vocabulary packages are missing.
 set -u
 base_only=1 . "$(dirname "$0")/server-lib.sh"
@@ -66,20 +65,4 @@ for n in "${names[@]}"; do
 done
 echo "# in all: $total of $((n_cases * ${#names[@]})) (inputs x vocabularies) identical"
 
-# What the converter cannot express is refused, naming it.
-refused() { # json-text expected-message description
-	printf '%s' "$1" >"$tmp/bad/tokenizer.json"
-	"$mkmodel" --vocab "$tmp/bad/tokenizer.json" --out "$tmp/bad.gguf" --dim 64 --layers 1 \
-		--heads 2 --ffn 128 >/dev/null 2>"$tmp/bad.err"
-	check "$3: refused" [ $? -ne 0 ]
-	check "  the message names it" grep -q "$2" "$tmp/bad.err"
-}
-mkdir -p "$tmp/bad"
-refused '{"model": {"type": "WordPiece", "vocab": {"a": 0}}}' 'model.type "WordPiece" is not supported' \
-	"a WordPiece tokenizer.json"
-refused '{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "pre_tokenizer": {"type": "Sequence",
- "pretokenizers": [{"type": "Split", "pattern": {"Regex": "\\d+"}, "behavior": "Isolated"},
- {"type": "ByteLevel", "use_regex": false}]}}' 'split regex "\\d+" is not one llama.cpp names' \
-	"a split regex llama.cpp has no name for"
-refused '{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []' 'not valid JSON' "truncated JSON"
 finish
