@@ -9,6 +9,9 @@
 #     vocab/corpus.jsonl (English, Chinese, code, numbers, emoji, whitespace
 #     runs, chat-format special tokens, mixed scripts, long words) gives the
 #     ids @lenml/tokenizers (transformers.js) gives with add_special_tokens.
+# The corpus leaves out U+FEFF and U+0085, where JavaScript's \s differs from
+# Unicode White_Space (which Hugging Face's Rust regex, llama.cpp and sinkd
+# use), and literal U+2581 next to spaces for Gemma 3 (README, Tokenizers).
 # Skips (77) when node or the vocabulary packages are missing.
 set -u
 base_only=1 . "$(dirname "$0")/server-lib.sh"
