@@ -20,6 +20,16 @@ shape=(--dim 64 --layers 1 --heads 2 --ffn 128)
 line() { # file key -> the dump's value column
 	"$dump" "$1" 2>/dev/null | awk -v k="$2" '$1 == k { $1 = ""; sub(/^ +/, ""); print }'
 }
+convert() { # name description: $tmp/name/tokenizer.json -> $tmp/name.gguf
+	"$mkmodel" --vocab "$tmp/$1/tokenizer.json" --out "$tmp/$1.gguf" "${shape[@]}" >/dev/null 2>"$tmp/$1.err"
+	check "$2: converted" [ $? -eq 0 ]
+}
+expect_keys() { # gguf, then lines KEY<tab>VALUE<tab>WHAT on stdin
+	local key want what
+	while IFS=$'\t' read -r key want what; do
+		check "  $what" [ "$(line "$1" "$key")" = "$want" ]
+	done
+}
 ids() { # gguf text -> ids with BOS and special tokens parsed
 	printf '%s' "$2" | "$bin" tokenize --model "$1" --bos --parse-special 2>&1
 }
@@ -37,14 +47,17 @@ cat >"$tmp/bl/tokenizer.json" <<'JSON'
 JSON
 echo '{"eos_token": "<|im_start|>", "add_bos_token": false, "chat_template": "{{ messages }}"}' \
 	>"$tmp/bl/tokenizer_config.json"
-"$mkmodel" --vocab "$tmp/bl/tokenizer.json" --out "$tmp/bl.gguf" "${shape[@]}" >/dev/null 2>"$tmp/bl.err"
-check "byte-level tokenizer.json: converted" [ $? -eq 0 ]
-check "  model gpt2, pre-tokenizer qwen2" [ "$(line "$tmp/bl.gguf" tokenizer.ggml.model)$(line "$tmp/bl.gguf" tokenizer.ggml.pre)" = '"gpt2""qwen2"' ]
-check "  tokens in id order, the gap as [PAD5]" [ "$(line "$tmp/bl.gguf" tokenizer.ggml.tokens)" = '[string x 8] "a" "b" "ab" "Ġ" "Ġa" "[PAD5]" "<|im_start|>" "<think>"' ]
-check "  types: normal, unused gap, control, user-defined" [ "$(line "$tmp/bl.gguf" tokenizer.ggml.token_type)" = '[int32 x 8] 1 1 1 1 1 5 3 4' ]
-check "  merges as \"a b\", a space in a half as U+0120" [ "$(line "$tmp/bl.gguf" tokenizer.ggml.merges)" = '[string x 3] "a b" "Ġ a" "xĠy z"' ]
-check "  eos from tokenizer_config.json, no BOS added" [ "$(line "$tmp/bl.gguf" tokenizer.ggml.eos_token_id)/$(line "$tmp/bl.gguf" tokenizer.ggml.add_bos_token)" = "6/false" ]
-check "  chat template" [ "$(line "$tmp/bl.gguf" tokenizer.chat_template)" = '"{{ messages }}"' ]
+convert bl "byte-level tokenizer.json"
+expect_keys "$tmp/bl.gguf" <<'KEYS'
+tokenizer.ggml.model	"gpt2"	model gpt2
+tokenizer.ggml.pre	"qwen2"	pre-tokenizer named from the split regex: qwen2
+tokenizer.ggml.tokens	[string x 8] "a" "b" "ab" "Ġ" "Ġa" "[PAD5]" "<|im_start|>" "<think>"	tokens in id order, the gap as [PAD5]
+tokenizer.ggml.token_type	[int32 x 8] 1 1 1 1 1 5 3 4	types: normal, unused gap, control, user-defined
+tokenizer.ggml.merges	[string x 3] "a b" "Ġ a" "xĠy z"	merges as "a b", a space in a half as U+0120
+tokenizer.ggml.eos_token_id	6	eos from tokenizer_config.json
+tokenizer.ggml.add_bos_token	false	no BOS added
+tokenizer.chat_template	"{{ messages }}"	chat template
+KEYS
 check "  \"ab a<think>\" tokenizes with the merges and the added token" [ "$(ids "$tmp/bl.gguf" "ab a<think>")" = "2 4 7" ]
 
 cat >"$tmp/spm/tokenizer.json" <<'JSON'
@@ -61,14 +74,19 @@ cat >"$tmp/spm/tokenizer.json" <<'JSON'
 JSON
 echo '{"bos_token": "<bos>", "eos_token": {"content": "<eos>"}, "pad_token": "<pad>", "unk_token": "<unk>", "add_bos_token": true}' \
 	>"$tmp/spm/tokenizer_config.json"
-"$mkmodel" --vocab "$tmp/spm/tokenizer.json" --out "$tmp/spm.gguf" "${shape[@]}" >/dev/null 2>"$tmp/spm.err"
-check "SentencePiece-style tokenizer.json: converted" [ $? -eq 0 ]
-check "  model llama, pre-tokenizer default" [ "$(line "$tmp/spm.gguf" tokenizer.ggml.model)$(line "$tmp/spm.gguf" tokenizer.ggml.pre)" = '"llama""default"' ]
-check "  types: control, byte, normal" [ "$(line "$tmp/spm.gguf" tokenizer.ggml.token_type)" = '[int32 x 12] 3 3 3 3 6 1 1 1 ...' ]
-check "  added tokens score -1000, byte 0, tokens no merge makes below every merge" \
-	[ "$(line "$tmp/spm.gguf" tokenizer.ggml.scores)" = '[float32 x 12] -1000 -1000 -1000 -1000 0 -6 -6 -6 ...' ]
-check "  bos 2, eos 1, unk 3, pad 0" [ "$(for k in bos eos unknown padding; do line "$tmp/spm.gguf" tokenizer.ggml.${k}_token_id; done | tr '\n' ' ')" = "2 1 3 0 " ]
-check "  BOS added, no space prefix" [ "$(line "$tmp/spm.gguf" tokenizer.ggml.add_bos_token)/$(line "$tmp/spm.gguf" tokenizer.ggml.add_space_prefix)" = "true/false" ]
+convert spm "SentencePiece-style tokenizer.json"
+expect_keys "$tmp/spm.gguf" <<'KEYS'
+tokenizer.ggml.model	"llama"	model llama
+tokenizer.ggml.pre	"default"	pre-tokenizer default
+tokenizer.ggml.token_type	[int32 x 12] 3 3 3 3 6 1 1 1 ...	types: control, byte, normal
+tokenizer.ggml.scores	[float32 x 12] -1000 -1000 -1000 -1000 0 -6 -6 -6 ...	added tokens score -1000, byte 0, tokens no merge makes below every merge
+tokenizer.ggml.bos_token_id	2	bos <bos>
+tokenizer.ggml.eos_token_id	1	eos <eos> (given as {"content": ...})
+tokenizer.ggml.unknown_token_id	3	unk <unk>
+tokenizer.ggml.padding_token_id	0	pad <pad>
+tokenizer.ggml.add_bos_token	true	BOS added
+tokenizer.ggml.add_space_prefix	false	no space prefix
+KEYS
 check "  \"ab ab\" merges in rank order: <bos> ab ▁ab" [ "$(ids "$tmp/spm.gguf" "ab ab")" = "2 8 10" ]
 check "  two spaces are the user-defined ▁▁" [ "$(ids "$tmp/spm.gguf" "a  b")" = "2 6 11 7" ]
 check "  a character not in the vocabulary falls back to its byte" [ "$(ids "$tmp/spm.gguf" "A")" = "2 4" ]
