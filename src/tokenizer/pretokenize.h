@@ -27,6 +27,7 @@ struct pretok_flags {
 	bool ignore_merges; /* a word that is a whole token is not merged (Llama 3) */
 	bool add_bos;       /* BOS by default when the file does not say */
 	bool no_bos;        /* the model has no BOS whatever the file says */
+	bool nfc;           /* the original normalizes its input to NFC first (Qwen2) */
 };
 
 /* Looks up `name` (NULL or unknown: "default"). */

@@ -359,6 +359,7 @@ static int load_bpe(struct tokenizer *tok, const struct gguf_file *f, char *err,
 	tok->pre_bos = flags.add_bos;
 	tok->pre_no_bos = flags.no_bos;
 	tok->pre_exact = flags.known;
+	tok->nfc = flags.nfc;
 	free(pre);
 	bpe_init_byte_map(tok);
 	return rc;

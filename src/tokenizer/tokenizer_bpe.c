@@ -2,11 +2,14 @@
  * words, each word's bytes are mapped to printable code points
  * (bytes_to_unicode), and the adjacent pair whose "left right" merge has the
  * lowest rank is merged first (leftmost on ties), as llama.cpp's
- * llm_tokenizer_bpe does.  Special-token splitting happens in tokenizer.c. */
+ * llm_tokenizer_bpe does.  Special-token splitting happens in tokenizer.c.
+ * Vocabularies whose original normalizes to NFC (Qwen2) get each fragment
+ * normalized first, as Hugging Face does and llama.cpp does not. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "tokenizer/normalize.h"
 #include "tokenizer/tokenizer_internal.h"
 #include "util/utf8.h"
 
@@ -116,7 +119,8 @@ static long map_word(struct bpe_state *st, const char *text, size_t a, size_t b)
 	return (long)n;
 }
 
-int bpe_encode(const struct tokenizer *tok, const char *text, size_t len, struct idvec *out)
+static int bpe_encode_text(const struct tokenizer *tok, const char *text, size_t len,
+                           struct idvec *out)
 {
 	struct pretok_buf pb = {0};
 	struct bpe_state st = {.tok = tok};
@@ -141,5 +145,17 @@ int bpe_encode(const struct tokenizer *tok, const char *text, size_t len, struct
 	free(st.key);
 	free(st.sym);
 	free(st.heap.b);
+	return rc;
+}
+
+int bpe_encode(const struct tokenizer *tok, const char *text, size_t len, struct idvec *out)
+{
+	char *norm = NULL;
+	size_t norm_len = 0;
+	if (tok->nfc && unicode_nfc(text, len, &norm, &norm_len) < 0)
+		return -ENOMEM;
+	int rc =
+	    norm ? bpe_encode_text(tok, norm, norm_len, out) : bpe_encode_text(tok, text, len, out);
+	free(norm);
 	return rc;
 }

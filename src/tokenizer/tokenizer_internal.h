@@ -99,6 +99,7 @@ struct tokenizer {
 	bool ignore_merges;
 	bool pre_bos, pre_no_bos; /* pretok_flags add_bos / no_bos */
 	bool pre_exact;           /* the file's pre-tokenizer name is known */
+	bool nfc;                 /* normalize each fragment to NFC first (pretok_flags nfc) */
 	uint16_t byte_to_cp[256]; /* GPT-2 bytes_to_unicode */
 
 	int32_t byte_token[256]; /* SentencePiece <0xNN> ids, -1 when absent */

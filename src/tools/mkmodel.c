@@ -27,6 +27,7 @@
 #include "model/gguf.h"
 #include "model/gguf_write.h"
 #include "model/quantize.h"
+#include "tools/vocab_json.h"
 #include "util/errbuf.h"
 #include "util/monotime.h"
 
@@ -470,7 +471,9 @@ static int write_model(struct mk_options *o, uint64_t *n_params, char *err, size
 	if (rc)
 		return rc;
 	rc = add_hparams(w, o);
-	if (rc == 0 && o->vocab)
+	if (rc == 0 && o->vocab && vocab_json_is_json(o->vocab))
+		rc = vocab_json_write(w, o->vocab, &o->vocab_size, err, err_len);
+	else if (rc == 0 && o->vocab)
 		rc = copy_vocab(w, o->vocab, &o->vocab_size, err, err_len);
 	else if (rc == 0)
 		rc = make_byte_vocab(w, o->vocab_size);
@@ -633,12 +636,11 @@ static void usage(FILE *fp)
 {
 	fprintf(
 	    fp,
-	    "usage: sinkd-mkmodel --out FILE [--arch NAME] [--vocab VOCAB.gguf | --vocab-size N]\n"
+	    "usage: sinkd-mkmodel --out FILE [--arch NAME] [--vocab VOCAB | --vocab-size N]\n"
 	    "                     --dim D --layers L --heads H [--kv-heads K] --ffn F\n"
 	    "                     [--head-dim HD] [--bias] [--type TYPE] [--tied]\n"
-	    "                     [--seed S] [--context C]\n"
-	    "                     [--rope-freqs F1,F2,...] [--rope-scaling linear:F]\n"
 	    "                     [--seed S] [--context C] [--rope-base B]\n"
+	    "                     [--rope-freqs F1,F2,...] [--rope-scaling linear:F]\n"
 	    "                     [--sliding-window N] [--swa-pattern P] [--rope-base-swa B]\n"
 	    "                     [--attn-softcap X] [--final-softcap X]\n"
 	    "       sinkd-mkmodel --from MODEL.gguf --out FILE [--type TYPE]\n"
@@ -662,7 +664,9 @@ static void usage(FILE *fp)
 	    "types need rows that are multiples of 32 elements, the *_k types of 256.\n"
 	    "Writes a GGUF v3 model with random weights (N(0, 0.02), norms 1, QK-norms\n"
 	    "N(1, 0.2)).\n"
-	    "The vocabulary and every tokenizer.* key come from --vocab; without it a\n"
+	    "The vocabulary and every tokenizer.* key come from --vocab: a GGUF file,\n"
+	    "or a Hugging Face tokenizer.json (with the tokenizer_config.json beside it),\n"
+	    "converted as llama.cpp's convert_hf_to_gguf.py does; without it a\n"
 	    "byte-level vocabulary of --vocab-size (>= 259, default 512) tokens is made.\n"
 	    "With --from it converts MODEL.gguf to TYPE, copying all its metadata; a\n"
 	    "matrix whose rows do not split into TYPE's blocks is written, with a note,\n"
