@@ -512,6 +512,15 @@ static int layer_attention(struct cuda_backend *c, const struct batch_layout *bl
 		CU_TRY(cuda_add_bias(c->k, L->bk, n, L->wk.rows, c->stream), "bias");
 		CU_TRY(cuda_add_bias(c->v, L->bv, n, L->wv.rows, c->stream), "bias");
 	}
+	if (hp->rope_attn_scale != 0.0f && hp->rope_attn_scale != 1.0f) {
+		/* YaRN's / longrope's magnitude on the rotated dims */
+		CU_TRY(cuda_rope_scale(c->q, n * hp->n_heads, hp->head_dim, rd,
+		                       hp->rope_attn_scale, c->stream),
+		       "rope scale q");
+		CU_TRY(cuda_rope_scale(c->k, n * hp->n_kv_heads, hp->head_dim, rd,
+		                       hp->rope_attn_scale, c->stream),
+		       "rope scale k");
+	}
 	CU_TRY(cuda_rope(c->k, c->k, n, hp->n_kv_heads, hp->head_dim, rd, c->neox, cs, cs_stride,
 	                 1.0f, c->stream),
 	       "rope k");

@@ -49,13 +49,21 @@ START_TEST(test_rows_consistent)
 		ck_assert_int_eq(model_arch_ffn(a), MODEL_FFN_SWIGLU);
 		ck_assert_int_gt((int)strlen(model_arch_norm_eps_key(a)), 0);
 		int weights = 0;
+		/* Q, K, V named, or the stacked QKV instead (phi3) */
+		bool fused = model_arch_layer_tensor(a, MODEL_LT_QKV) != NULL;
 		for (int t = 0; t < MODEL_LT_COUNT; t++) {
 			const char *tn = model_arch_layer_tensor(a, (enum model_layer_tensor)t);
-			ck_assert_msg(tn && *tn, "%s: layer tensor %d unnamed", name, t);
-			for (int u = 0; u < t; u++)
-				ck_assert_str_ne(
-				    model_arch_layer_tensor(a, (enum model_layer_tensor)u), tn);
-			weights += t < MODEL_LT_BQ;
+			bool absent = fused ? t == MODEL_LT_Q || t == MODEL_LT_K || t == MODEL_LT_V
+			                    : t == MODEL_LT_QKV;
+			absent = absent || (t == MODEL_LT_GATE && model_arch_fused_gate_up(a)) ||
+			         (t >= MODEL_LT_BQ && model_arch_qkv_bias(a) == MODEL_BIAS_NONE &&
+			          !tn);
+			ck_assert_msg(absent ? !tn : tn && *tn, "%s: layer tensor %d", name, t);
+			for (int u = 0; u < t && tn; u++) {
+				const char *un = model_arch_layer_tensor(a, (enum model_layer_tensor)u);
+				ck_assert(!un || strcmp(un, tn) != 0);
+			}
+			weights += t < MODEL_LT_BQ && tn;
 		}
 		ck_assert_int_eq(model_arch_layer_weights(a), weights);
 		/* every row reads an embedding and a final norm; an optional
@@ -70,7 +78,9 @@ START_TEST(test_rows_consistent)
 		for (int t = 0; t < MODEL_LT_BQ; t++)
 			ck_assert_int_eq(
 			    model_arch_layer_tensor_need(a, (enum model_layer_tensor)t),
-			    MODEL_TENSOR_REQUIRED);
+			    model_arch_layer_tensor(a, (enum model_layer_tensor)t)
+			        ? MODEL_TENSOR_REQUIRED
+			        : MODEL_TENSOR_NONE);
 		ck_assert_ptr_null(model_arch_layer_tensor(a, MODEL_LT_COUNT));
 	}
 	/* what sets today's two apart */
@@ -80,6 +90,16 @@ START_TEST(test_rows_consistent)
 	ck_assert(model_arch_rope_neox(qwen2));
 	ck_assert_int_eq(model_arch_qkv_bias(llama), MODEL_BIAS_OPTIONAL);
 	ck_assert_int_eq(model_arch_qkv_bias(qwen2), MODEL_BIAS_REQUIRED);
+	/* phi3: stacked Q/K/V and gate/up, NeoX, longrope's two factor sets */
+	const struct model_arch *phi3 = model_arch_find("phi3");
+	ck_assert(model_arch_rope_neox(phi3));
+	ck_assert(model_arch_fused_gate_up(phi3) && !model_arch_fused_gate_up(llama));
+	ck_assert_str_eq(model_arch_layer_tensor(phi3, MODEL_LT_QKV), "attn_qkv.weight");
+	ck_assert_ptr_null(model_arch_layer_tensor(phi3, MODEL_LT_Q));
+	ck_assert_int_eq(model_arch_model_tensor_need(phi3, MODEL_T_ROPE_LONG),
+	                 MODEL_TENSOR_OPTIONAL);
+	ck_assert_ptr_null(model_arch_rope_factors_tensor(phi3));
+	ck_assert_int_eq(model_arch_layer_weights(phi3), 6);
 	/* a zeroed model_hparams reads as llama, as it always did */
 	ck_assert_str_eq(model_arch_name(NULL), "llama");
 }
@@ -95,7 +115,7 @@ START_TEST(test_unknown_names)
 	ck_assert_ptr_null(model_arch_find(NULL));
 	ck_assert_int_eq(model_arch_lookup("mamba", 5, &a, err, sizeof(err)), -EINVAL);
 	ck_assert_ptr_null(a);
-	ck_assert_str_eq(err, "architecture 'mamba' is not supported (supported: llama, qwen2)");
+	ck_assert_str_eq(err, "architecture 'mamba' is not supported (supported: llama, qwen2, phi3)");
 	/* a prefix of a known name is not that name; control bytes are shown as '?' */
 	ck_assert_int_eq(model_arch_lookup("llama\n", 6, &a, err, sizeof(err)), -EINVAL);
 	ck_assert_msg(strstr(err, "architecture 'llama?' is not supported"), "%s", err);
@@ -147,12 +167,16 @@ static void write_file(const char *path, const struct file_spec *s)
 	add_tensor(w, "token_embd.weight", d, VOCAB, &added);
 	add_tensor(w, "output_norm.weight", d, 0, &added);
 	/* cols, rows of each layer tensor, in enum order */
-	uint64_t shape[MODEL_LT_COUNT][2] = {{d, 0}, {d, d}, {d, kv}, {d, kv}, {d, d},  {d, 0},
-	                                     {d, f}, {d, f}, {f, d},  {d, 0},  {kv, 0}, {kv, 0}};
+	uint64_t up = model_arch_fused_gate_up(s->names) ? 2 * f : f;
+	uint64_t shape[MODEL_LT_COUNT][2] = {{d, 0}, {d, d}, {d, kv}, {d, kv},         {d, d},
+	                                     {d, 0}, {d, f}, {d, up}, {f, d},          {d, d + 2 * kv},
+	                                     {d, 0}, {kv, 0}, {kv, 0}};
 	int last = s->bias ? MODEL_LT_COUNT : MODEL_LT_BQ;
 	for (int t = 0; t < last; t++) {
-		snprintf(n, sizeof(n), "blk.0.%s",
-		         model_arch_layer_tensor(s->names, (enum model_layer_tensor)t));
+		const char *tn = model_arch_layer_tensor(s->names, (enum model_layer_tensor)t);
+		if (!tn)
+			continue;
+		snprintf(n, sizeof(n), "blk.0.%s", tn);
 		add_tensor(w, n, shape[t][0], shape[t][1], &added);
 	}
 	ck_assert_int_eq(gguf_writer_write_header(w, err, sizeof(err)), 0);
@@ -187,6 +211,18 @@ START_TEST(test_files_load_as_their_row)
 	ck_assert(m->hp.has_qkv_bias == bias);
 	ck_assert(bias ? m->layers[0].bq != NULL : m->layers[0].bq == NULL);
 	ck_assert(m->hp.tied_output == model_arch_tied_output(a));
+	/* stacked matrices are viewed as their parts, in order */
+	const struct model_layer *L = &m->layers[0];
+	ck_assert_int_eq(L->wq.rows, DIM);
+	ck_assert_int_eq(L->wk.rows, DIM / HEADS * KV_HEADS);
+	ck_assert_int_eq(L->w_gate.rows, FFN);
+	ck_assert_int_eq(L->w_up.rows, FFN);
+	if (model_arch_fused_gate_up(a))
+		ck_assert_ptr_eq(L->w_up.data,
+		                 (const char *)L->w_gate.data + (size_t)FFN * L->w_gate.row_bytes);
+	if (model_arch_layer_tensor(a, MODEL_LT_QKV))
+		ck_assert_ptr_eq(L->wv.data,
+		                 (const char *)L->wk.data + (size_t)L->wk.rows * L->wk.row_bytes);
 	model_free(m);
 
 	/* without biases: loaded where they are optional, refused where required */
@@ -211,7 +247,8 @@ START_TEST(test_unknown_architecture_file_refused)
 	ck_assert_int_eq(load_spec(&s, &m, err, sizeof(err)), -EINVAL);
 	ck_assert_ptr_null(m);
 	ck_assert_msg(
-	    strstr(err, "architecture 'mamba' is not supported (supported: llama, qwen2)"), "%s",
+	    strstr(err, "architecture 'mamba' is not supported (supported: llama, qwen2, phi3)"),
+	    "%s",
 	    err);
 	/* keys under another architecture's prefix are not this one's */
 	struct file_spec other = {"qwen2", "llama", model_arch_find("qwen2"), true};
