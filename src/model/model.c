@@ -153,7 +153,8 @@ static float yarn_mscale(double freq_scale, float attn_factor)
  * (rope.scaling.original_context_length, else context_length) with
  * llama.cpp's ext_factor 1 and betas 32 / 1, and multiplies the rotated
  * dims by its magnitude.  rope.scaling.attn_factor multiplies them too.
- * The other types (longrope as a type, ...) are refused rather than
+ * longrope is taken where the row has longrope's factor tensors (phi3);
+ * the other types (longrope for llama, ...) are refused rather than
  * skipped. */
 static int read_rope_scaling(struct load_ctx *c)
 {
@@ -168,13 +169,19 @@ static int read_rope_scaling(struct load_ctx *c)
 		               key);
 	bool none = len == 4 && memcmp(type, "none", 4) == 0;
 	bool yarn = len == 4 && memcmp(type, "yarn", 4) == 0;
-	if (!none && !yarn && !(len == 6 && memcmp(type, "linear", 6) == 0)) {
+	/* longrope names what a row with long/short factor tensors does anyway
+	 * (llama.cpp's phi3 graph reads the type nowhere) */
+	bool longrope = len == 8 && memcmp(type, "longrope", 8) == 0 &&
+	                model_arch_model_tensor(hp->arch, MODEL_T_ROPE_LONG) != NULL;
+	if (!none && !yarn && !longrope && !(len == 6 && memcmp(type, "linear", 6) == 0)) {
 		char shown[48];
 		printable(type, len, shown);
 		return err_set(c->err, c->err_len, -ENOTSUP,
-		               "%s: key '%s' is '%s', which sinkd does not implement (allowed: "
-		               "none, linear, yarn)",
-		               c->path, key, shown);
+		               "%s: key '%s' is '%s', which sinkd does not implement for %s "
+		               "(allowed: none, linear, yarn%s)",
+		               c->path, key, shown, model_arch_name(hp->arch),
+		               model_arch_model_tensor(hp->arch, MODEL_T_ROPE_LONG) ? ", longrope"
+		                                                                    : "");
 	}
 	double factor = 0.0, attn = 1.0;
 	snprintf(key, sizeof(key), "%srope.scaling.factor", c->prefix);
