@@ -257,6 +257,21 @@ START_TEST(test_unknown_architecture_file_refused)
 }
 END_TEST
 
+/* phi3 reads Q/K/V stacked in attn_qkv: a phi3 file with llama's separate
+ * attn_q/k/v and ffn_gate (which llama.cpp would take) is refused naming
+ * the first of them, not loaded with them skipped. */
+START_TEST(test_phi3_separate_qkv_refused)
+{
+	char err[SINKD_ERR_LEN];
+	struct model *m = NULL;
+	struct file_spec s = {"phi3", "phi3", model_arch_find("llama"), false};
+	ck_assert_int_ne(load_spec(&s, &m, err, sizeof(err)), 0);
+	ck_assert_ptr_null(m);
+	ck_assert_msg(strstr(err, "is not part of a phi3 model") && strstr(err, "blk.0.attn_q"),
+	              "%s", err);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("arch");
@@ -265,6 +280,7 @@ int main(void)
 	tcase_add_test(tc, test_unknown_names);
 	tcase_add_loop_test(tc, test_files_load_as_their_row, 0, model_arch_count());
 	tcase_add_test(tc, test_unknown_architecture_file_refused);
+	tcase_add_test(tc, test_phi3_separate_qkv_refused);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }
