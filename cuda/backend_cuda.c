@@ -125,8 +125,7 @@ static int cuda_session_new(struct backend *be, const struct cache_geometry *g,
 		    (unsigned long long)(cuda_arena_used(&c->arena) >> 20),
 		    (unsigned long long)((sink_b + win_b) >> 10));
 	}
-	rope_freqs_init(g->rope_theta, g->rope_dim, cache_geometry_rope_factors(g),
-	                cache_geometry_rope_freq_scale(g), s->freq_hi, s->freq_lo);
+	cache_geometry_rope_freqs(g, s->freq_hi, s->freq_lo);
 	cuda_kv_state_init(&s->st);
 	s->view = s->sh.layout;
 	s->view.sink_base = (uint64_t)(uintptr_t)(c->arena_d + (s->has_sink ? s->sink_off : 0));

@@ -524,6 +524,15 @@ static int attention_core(struct cuda_backend *c, const struct batch_layout *bl,
 		                    hp->norm_eps, c->k, CUDA_DT_F32, c->stream),
 		       "k norm");
 	}
+	if (hp->rope_attn_scale != 0.0f && hp->rope_attn_scale != 1.0f) {
+		/* YaRN's / longrope's magnitude on the rotated dims */
+		CU_TRY(cuda_rope_scale(c->q, n * hp->n_heads, hp->head_dim, rd,
+		                       hp->rope_attn_scale, c->stream),
+		       "rope scale q");
+		CU_TRY(cuda_rope_scale(c->k, n * hp->n_kv_heads, hp->head_dim, rd,
+		                       hp->rope_attn_scale, c->stream),
+		       "rope scale k");
+	}
 	CU_TRY(cuda_rope(c->k, c->k, n, hp->n_kv_heads, hp->head_dim, rd, c->neox, cs, cs_stride,
 	                 1.0f, c->stream),
 	       "rope k");

@@ -36,6 +36,9 @@ int cuda_rmsnorm(const float *x, const float *w, int n, int dim, float eps, void
  * out may equal x. */
 int cuda_rope(const float *x, float *out, int n, int n_heads, int head_dim, int rope_dim, bool neox,
               const double *cs, int cs_stride, float scale, void *stream);
+/* x (n_vec, head_dim): the first rope_dim values of each vector times
+ * scale (rope_scale_rotated()). */
+int cuda_rope_scale(float *x, int n_vec, int head_dim, int rope_dim, float scale, void *stream);
 /* out (n) in out_dtype <- silu(gate) * up. */
 int cuda_swiglu(const float *gate, const float *up, size_t n, void *out, int out_dtype,
                 void *stream);
@@ -124,6 +127,7 @@ void twin_rmsnorm(const float *x, const float *w, int n, int dim, float eps, voi
                   int out_dtype);
 void twin_rope(const float *x, float *out, int n, int n_heads, int head_dim, int rope_dim,
                bool neox, const double *cs, int cs_stride, float scale);
+void twin_rope_scale(float *x, int n_vec, int head_dim, int rope_dim, float scale);
 void twin_key_weight_reduce(const float *w, int n, int n_heads, int ld, int cols, float *out_max,
                             float *out_mean);
 void twin_swiglu(const float *gate, const float *up, size_t n, void *out, int out_dtype);

@@ -85,6 +85,24 @@ extern "C" int cuda_rmsnorm(const float *x, const float *w, int n, int dim, floa
 
 // ----------------------------------------------------------------- rope
 
+// grid (n_vec), block threads over rope_dim: the rotated dims times scale
+// (YaRN's / longrope's magnitude, rope_scale_rotated()).
+__global__ void rope_scale_kernel(float *x, int head_dim, int rope_dim, float scale)
+{
+	size_t at = (size_t)blockIdx.x * head_dim;
+	for (int j = threadIdx.x; j < rope_dim; j += blockDim.x)
+		x[at + j] = __fmul_rn(x[at + j], scale);
+}
+
+extern "C" int cuda_rope_scale(float *x, int n_vec, int head_dim, int rope_dim, float scale,
+                               void *stream)
+{
+	if (n_vec <= 0 || rope_dim <= 0)
+		return 0;
+	CUDA_LAUNCH(rope_scale_kernel, n_vec, 64, st(stream), x, head_dim, rope_dim, scale);
+	return CUDA_LAUNCH_RC();
+}
+
 // grid (n, n_heads), block threads over head_dim: pairs (a, b) rotated in
 // double and rounded once (rope_apply()), then every element times scale.
 __global__ void rope_kernel(const float *x, float *out, int n_heads, int head_dim, int rope_dim,

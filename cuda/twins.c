@@ -101,6 +101,11 @@ void twin_rope(const float *x, float *out, int n, int n_heads, int head_dim, int
 		}
 }
 
+void twin_rope_scale(float *x, int n_vec, int head_dim, int rope_dim, float scale)
+{
+	rope_scale_rotated(x, (size_t)(n_vec > 0 ? n_vec : 0), head_dim, rope_dim, scale);
+}
+
 void twin_swiglu(const float *gate, const float *up, size_t n, void *out, int out_dtype)
 {
 	for (size_t i = 0; i < n; i++)

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "cache/rope.h"
 #include "model/arch.h"
 #include "model/model.h"
 #include "util/errbuf.h"
@@ -31,7 +32,6 @@ void cache_geometry_build(const struct cache_settings *s, const struct model_hpa
 	g->rope_dim = hp->rope_dim;
 	g->rope_theta = hp->rope_theta;
 	g->rope_neox = model_arch_rope_neox(hp->arch);
-	cache_geometry_set_rope_scaling(g, hp);
 	g->strategy = s->strategy;
 	g->sink_keep_count = s->sink_keep_count;
 	g->window_size = s->window_size;
@@ -49,6 +49,17 @@ void cache_geometry_build(const struct cache_settings *s, const struct model_hpa
 		g->anchor_promote = (float)s->anchor_promote;
 		g->anchor_demote_steps = s->anchor_demote_steps;
 	}
+	cache_geometry_set_rope_scaling(g, hp); /* after max_context_length: longrope */
+}
+
+/* The model's per-pair factors for a cache reaching max_ctx tokens:
+ * rope_freqs.weight, or longrope's long set beyond the original context and
+ * its short set within it (either may be NULL: none). */
+static const float *model_rope_factors(const struct model_hparams *hp, int max_ctx)
+{
+	if (hp->rope_factors)
+		return hp->rope_factors;
+	return max_ctx > hp->rope_ctx_orig ? hp->rope_factors_long : hp->rope_factors_short;
 }
 
 void cache_geometry_set_rope_scaling(struct cache_geometry *g, const struct model_hparams *hp)
@@ -57,10 +68,23 @@ void cache_geometry_set_rope_scaling(struct cache_geometry *g, const struct mode
 	g->n_rope_factors = 0;
 	memset(g->rope_factors, 0, sizeof(g->rope_factors));
 	int n = hp->rope_dim / 2;
-	if (hp->rope_factors && n > 0 && n <= SINKCACHE_MAX_HEAD_DIM / 2) {
+	const float *factors = model_rope_factors(hp, g->max_context_length);
+	if (factors && n > 0 && n <= SINKCACHE_MAX_HEAD_DIM / 2) {
 		g->n_rope_factors = n;
-		memcpy(g->rope_factors, hp->rope_factors, (size_t)n * sizeof(float));
+		memcpy(g->rope_factors, factors, (size_t)n * sizeof(float));
 	}
+	g->rope_ext_factor = hp->rope_ext_factor;
+	g->rope_ctx_orig = hp->rope_ext_factor != 0.0 ? hp->rope_ctx_orig : 0;
+}
+
+void cache_geometry_rope_freqs(const struct cache_geometry *g, double *hi, double *lo)
+{
+	struct rope_yarn y = {.ext_factor = g->rope_ext_factor,
+	                      .ctx_orig = g->rope_ctx_orig,
+	                      .beta_fast = ROPE_YARN_BETA_FAST,
+	                      .beta_slow = ROPE_YARN_BETA_SLOW};
+	rope_freqs_init_yarn(g->rope_theta, g->rope_dim, cache_geometry_rope_factors(g),
+	                     cache_geometry_rope_freq_scale(g), &y, hi, lo);
 }
 
 const float *cache_geometry_rope_factors(const struct cache_geometry *g)
@@ -78,7 +102,8 @@ double cache_geometry_rope_freq_scale(const struct cache_geometry *g)
 static bool rope_scaling_equal(const struct cache_geometry *a, const struct cache_geometry *b)
 {
 	if (cache_geometry_rope_freq_scale(a) != cache_geometry_rope_freq_scale(b) ||
-	    a->n_rope_factors != b->n_rope_factors)
+	    a->n_rope_factors != b->n_rope_factors || a->rope_ext_factor != b->rope_ext_factor ||
+	    a->rope_ctx_orig != b->rope_ctx_orig)
 		return false;
 	int n = a->n_rope_factors > 0 && a->n_rope_factors <= SINKCACHE_MAX_HEAD_DIM / 2
 	            ? a->n_rope_factors
@@ -102,16 +127,20 @@ int cache_geometry_fits_model(const struct cache_geometry *g, const struct model
 		               "cache geometry: rope_dim %d does not match the model (%d)",
 		               g->rope_dim, hp->rope_dim);
 	double scale = hp->rope_freq_scale > 0.0 ? hp->rope_freq_scale : 1.0;
-	int n = hp->rope_factors ? hp->rope_dim / 2 : 0;
+	const float *factors = model_rope_factors(hp, g->max_context_length);
+	int n = factors ? hp->rope_dim / 2 : 0;
 	bool same =
 	    cache_geometry_rope_freq_scale(g) == scale && g->n_rope_factors == n &&
-	    (n == 0 || memcmp(g->rope_factors, hp->rope_factors, (size_t)n * sizeof(float)) == 0);
+	    (n == 0 || memcmp(g->rope_factors, factors, (size_t)n * sizeof(float)) == 0) &&
+	    g->rope_ext_factor == hp->rope_ext_factor &&
+	    (hp->rope_ext_factor == 0.0 || g->rope_ctx_orig == hp->rope_ctx_orig);
 	if (!same)
 		return err_set(err, err_len, -EINVAL,
-		               "cache geometry: RoPE scaling (freq scale %g, %d frequency factors) "
-		               "does not match the model's (%g, %s)",
-		               cache_geometry_rope_freq_scale(g), g->n_rope_factors, scale,
-		               hp->rope_factors ? "rope_freqs.weight" : "none");
+		               "cache geometry: RoPE scaling (freq scale %g, %d frequency factors, "
+		               "YaRN %g) does not match the model's (%g, %s, %g)",
+		               cache_geometry_rope_freq_scale(g), g->n_rope_factors,
+		               g->rope_ext_factor, scale, factors ? "frequency factors" : "none",
+		               hp->rope_ext_factor);
 	return 0;
 }
 
@@ -248,6 +277,12 @@ static int check_shape(const struct cache_geometry *g, char *err, size_t err_len
 		return err_set(err, err_len, -EINVAL,
 		               "cache geometry: rope_freq_scale: %g (allowed: > 0, 0: none)",
 		               g->rope_freq_scale);
+	if (!(g->rope_ext_factor >= 0.0 && g->rope_ext_factor <= 1.0) ||
+	    (g->rope_ext_factor != 0.0 && g->rope_ctx_orig < 1))
+		return err_set(err, err_len, -EINVAL,
+		               "cache geometry: YaRN ext_factor %g over %d original positions "
+		               "(allowed: 0, or 0..1 over >= 1)",
+		               g->rope_ext_factor, g->rope_ctx_orig);
 	if (g->n_rope_factors != 0 && (g->n_rope_factors != g->rope_dim / 2 ||
 	                               g->n_rope_factors > SINKCACHE_MAX_HEAD_DIM / 2))
 		return err_set(err, err_len, -EINVAL,

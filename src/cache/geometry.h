@@ -52,6 +52,10 @@ struct cache_geometry {
 	double rope_freq_scale;
 	int n_rope_factors;
 	float rope_factors[SINKCACHE_MAX_HEAD_DIM / 2]; /* (n_rope_factors) */
+	/* YaRN (rope.scaling.type yarn): ext_factor 0: none; else the blend of
+	 * rope_freqs_init_yarn over the original context rope_ctx_orig */
+	double rope_ext_factor;
+	int rope_ctx_orig;
 	enum cache_strategy strategy;
 	int sink_keep_count;    /* >= 0 */
 	int window_size;        /* sliding_window: compressed + hot */
@@ -153,12 +157,20 @@ void cache_geometry_build(const struct cache_settings *s, const struct model_hpa
 int cache_geometry_fits_model(const struct cache_geometry *g, const struct model_hparams *hp,
                               char *err, size_t err_len);
 
-/* The model's RoPE frequency scale and per-pair factors into g (what
- * cache_geometry_build copies; a snapshot's geometry gets them on restore). */
+/* The model's RoPE frequency scale, per-pair factors and YaRN blend into g
+ * (what cache_geometry_build copies; a snapshot's geometry gets them on
+ * restore).  A longrope model (phi3: rope_factors_long / _short) gets the
+ * long factors when g->max_context_length exceeds the model's original
+ * context (rope.scaling.original_context_length), else the short ones: the
+ * choice llama.cpp makes from its context size, here made from the most
+ * tokens the configuration lets a stream reach. */
 void cache_geometry_set_rope_scaling(struct cache_geometry *g, const struct model_hparams *hp);
 /* The factors for rope_freqs_init (NULL: none) and the scale (1: none). */
 const float *cache_geometry_rope_factors(const struct cache_geometry *g);
 double cache_geometry_rope_freq_scale(const struct cache_geometry *g);
+/* The pair frequencies of g's RoPE (rope_freqs_init_yarn with its theta,
+ * rope_dim, factors, scale and YaRN blend); hi, lo: (rope_dim/2). */
+void cache_geometry_rope_freqs(const struct cache_geometry *g, double *hi, double *lo);
 
 /* Layer l's span with the geometry's values filled in where it has none of
  * its own; set_layer gives layer l its own span. */

@@ -202,8 +202,7 @@ int sinkcache_new(const struct cache_geometry *g, struct sinkcache **out, char *
 	if (!c->freq_hi || !c->freq_lo || !c->layers || !c->flush_rows || !c->cs_memo[0] ||
 	    !c->cs_memo[1])
 		goto oom;
-	rope_freqs_init(g->rope_theta, g->rope_dim, cache_geometry_rope_factors(g),
-	                cache_geometry_rope_freq_scale(g), c->freq_hi, c->freq_lo);
+	cache_geometry_rope_freqs(g, c->freq_hi, c->freq_lo);
 	for (int l = 0; l < g->n_layers; l++) {
 		cache_geometry_layer_layout(g, l, &lo);
 		c->front_bytes += lo.front_stride;

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/rope.h"
 #include "cache/sinkcache.h"
 #include "engine/matmul.h"
 #include "engine/panels.h"
@@ -522,6 +523,13 @@ static int attention_block(struct cpu_backend *c, const struct backend_token *to
 	                            {.w = &L->wv, .bias = L->bv, .y = c->v}};
 	matmul_many(c->run_pool, MATMUL_ISA_AUTO, c->xb, n, qkv, 3);
 	gemma_qk(c, L, n);
+	if (hp->rope_attn_scale != 0.0f && hp->rope_attn_scale != 1.0f) {
+		/* YaRN's / longrope's magnitude on the dims the cache rotates */
+		rope_scale_rotated(c->q, (size_t)n * hp->n_heads, hp->head_dim, hp->rope_dim,
+		                   hp->rope_attn_scale);
+		rope_scale_rotated(c->k, (size_t)n * hp->n_kv_heads, hp->head_dim, hp->rope_dim,
+		                   hp->rope_attn_scale);
+	}
 	int rc = attention_layer(c, tokens, layer, err, err_len);
 	if (rc)
 		return rc;

@@ -19,6 +19,7 @@ struct model_arch {
 	enum model_norm norm;
 	const char *norm_eps_key; /* after "<name>." */
 	enum model_ffn ffn;
+	bool fused_gate_up; /* ffn_up.weight holds gate then up rows */
 	bool experts; /* expert_count > 0 loaded (else refused) */
 	enum model_layer_kind layer;
 	struct model_arch_attn attn; /* beyond the Llama shape (zero: nothing) */
@@ -65,6 +66,11 @@ static const char *const llama_family_keys[] = {
     "expert_used_count",
     NULL,
 };
+
+/* What phi3 files carry beyond the Llama family's keys: a sliding window
+ * that llama.cpp's phi3 does not apply (it attends over the whole
+ * context), so neither does sinkd. */
+static const char *const phi3_keys[] = {"attention.sliding_window", NULL};
 
 /* The Llama shape's layer tensor names, which the Gemma shape shares. */
 #define LLAMA_LAYER_TENSORS                                                                        \
@@ -187,6 +193,40 @@ static const struct model_arch arch_table[] = {
      .rope_neox = true,
      .qkv_bias = MODEL_BIAS_NONE,
      LLAMA_FAMILY(NULL, MODEL_TENSOR_NONE, "attn_q_norm.weight", "attn_k_norm.weight")},
+    /* Phi-3 and Phi-4-mini: the llama layer with Q/K/V in one matrix and
+     * gate/up in another, NeoX RoPE over rope.dimension_count dims (Phi-4-mini
+     * turns 96 of 128), longrope factor sets (which one: geometry.h).  Files
+     * with separate attn_q/k/v (llama.cpp takes those too) are refused. */
+    {.name = "phi3",
+     .snapshot_name = "phi3",
+     .rope_neox = true,
+     .qkv_bias = MODEL_BIAS_NONE,
+     .head_width = MODEL_HEAD_WIDTH_SPLIT,
+     .norm = MODEL_NORM_RMS,
+     .norm_eps_key = "attention.layer_norm_rms_epsilon",
+     .ffn = MODEL_FFN_SWIGLU,
+     .fused_gate_up = true,
+     .experts = false,
+     .layer = MODEL_LAYER_LLAMA,
+     .keys = llama_family_keys,
+     .keys_more = phi3_keys,
+     .model_tensor =
+         {
+             [MODEL_T_TOKEN_EMBD] = {"token_embd.weight", MODEL_TENSOR_REQUIRED},
+             [MODEL_T_OUTPUT_NORM] = {"output_norm.weight", MODEL_TENSOR_REQUIRED},
+             [MODEL_T_OUTPUT] = {"output.weight", MODEL_TENSOR_OPTIONAL},
+             [MODEL_T_ROPE_LONG] = {"rope_factors_long.weight", MODEL_TENSOR_OPTIONAL},
+             [MODEL_T_ROPE_SHORT] = {"rope_factors_short.weight", MODEL_TENSOR_OPTIONAL},
+         },
+     .layer_tensor =
+         {
+             [MODEL_LT_ATTN_NORM] = "attn_norm.weight",
+             [MODEL_LT_QKV] = "attn_qkv.weight",
+             [MODEL_LT_O] = "attn_output.weight",
+             [MODEL_LT_FFN_NORM] = "ffn_norm.weight",
+             [MODEL_LT_UP] = "ffn_up.weight",
+             [MODEL_LT_DOWN] = "ffn_down.weight",
+         }},
 };
 
 #define N_ARCH ((int)(sizeof(arch_table) / sizeof(arch_table[0])))
@@ -280,6 +320,11 @@ const char *model_arch_norm_eps_key(const struct model_arch *a)
 enum model_ffn model_arch_ffn(const struct model_arch *a)
 {
 	return row(a)->ffn;
+}
+
+bool model_arch_fused_gate_up(const struct model_arch *a)
+{
+	return row(a)->fused_gate_up;
 }
 
 bool model_arch_tied_output(const struct model_arch *a)

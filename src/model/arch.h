@@ -42,6 +42,9 @@ enum model_layer_tensor {
 	MODEL_LT_GATE,
 	MODEL_LT_UP,
 	MODEL_LT_DOWN,
+	/* Q, K and V rows stacked in one matrix (phi3), for a row whose
+	 * MODEL_LT_Q/K/V are NULL: the loader views it as wq, wk, wv */
+	MODEL_LT_QKV,
 	MODEL_LT_BQ, /* the Q/K/V biases: as model_arch_qkv_bias says */
 	MODEL_LT_BK,
 	MODEL_LT_BV,
@@ -83,6 +86,8 @@ enum model_tensor {
 	MODEL_T_OUTPUT_NORM,
 	MODEL_T_OUTPUT,       /* optional: without it the head is token_embd */
 	MODEL_T_ROPE_FACTORS, /* per-pair RoPE frequency factors (llama3) */
+	MODEL_T_ROPE_LONG,    /* longrope's factors beyond the original context (phi3) */
+	MODEL_T_ROPE_SHORT,   /* longrope's factors within it */
 	MODEL_T_COUNT
 };
 
@@ -157,6 +162,10 @@ enum model_norm model_arch_norm(const struct model_arch *a);
 /* The key of the norm epsilon, after the prefix. */
 const char *model_arch_norm_eps_key(const struct model_arch *a);
 enum model_ffn model_arch_ffn(const struct model_arch *a);
+/* Whether the FFN's up matrix (ffn_up.weight) holds the gate rows then the
+ * up rows (phi3; llama.cpp's swiglu takes silu of the first half), with no
+ * ffn_gate.weight: the loader views its halves as w_gate and w_up. */
+bool model_arch_fused_gate_up(const struct model_arch *a);
 /* Whether a file without output.weight reuses token_embd as the head
  * (always, where the row has no output.weight at all). */
 bool model_arch_tied_output(const struct model_arch *a);

@@ -176,11 +176,26 @@ static void printable(const char *s, size_t len, char out[48])
 	out[n] = '\0';
 }
 
+/* YaRN's magnitude as llama.cpp ends up applying it to the rotated dims
+ * (in float, as it computes it): 1 + 0.1 ln(factor) for a factor above 1,
+ * else 1; times attn_factor. */
+static float yarn_mscale(double freq_scale, float attn_factor)
+{
+	float factor = (float)(1.0 / freq_scale);
+	float m = factor <= 1.0f ? 1.0f : 0.1f * logf(factor) + 1.0f;
+	return m * attn_factor;
+}
+
 /* <arch>.rope.scaling.* as llama.cpp reads them: no type means linear, and
  * linear turns every pair 1/factor as fast (factor from rope.scaling.factor,
- * else the older rope.scale_linear; 0: none); none ignores the factor.  The
- * other types (yarn, longrope, ...) change the math in ways sinkd does not
- * compute, so they are refused rather than skipped. */
+ * else the older rope.scale_linear; 0: none); none ignores the factor; yarn
+ * blends scaled and unscaled frequencies over the original context
+ * (rope.scaling.original_context_length, else context_length) with
+ * llama.cpp's ext_factor 1 and betas 32 / 1, and multiplies the rotated
+ * dims by its magnitude.  rope.scaling.attn_factor multiplies them too.
+ * longrope is taken where the row has longrope's factor tensors (phi3);
+ * the other types (longrope for llama, ...) are refused rather than
+ * skipped. */
 static int read_rope_scaling(struct load_ctx *c)
 {
 	struct model_hparams *hp = &c->m->hp;
@@ -193,13 +208,20 @@ static int read_rope_scaling(struct load_ctx *c)
 		return err_set(c->err, c->err_len, -EINVAL, "%s: key '%s' is not a string", c->path,
 		               key);
 	bool none = len == 4 && memcmp(type, "none", 4) == 0;
-	if (!none && !(len == 6 && memcmp(type, "linear", 6) == 0)) {
+	bool yarn = len == 4 && memcmp(type, "yarn", 4) == 0;
+	/* longrope names what a row with long/short factor tensors does anyway
+	 * (llama.cpp's phi3 graph reads the type nowhere) */
+	bool longrope = len == 8 && memcmp(type, "longrope", 8) == 0 &&
+	                model_arch_model_tensor(hp->arch, MODEL_T_ROPE_LONG) != NULL;
+	if (!none && !yarn && !longrope && !(len == 6 && memcmp(type, "linear", 6) == 0)) {
 		char shown[48];
 		printable(type, len, shown);
 		return err_set(c->err, c->err_len, -ENOTSUP,
-		               "%s: key '%s' is '%s', which sinkd does not implement (allowed: "
-		               "none, linear)",
-		               c->path, key, shown);
+		               "%s: key '%s' is '%s', which sinkd does not implement for %s "
+		               "(allowed: none, linear, yarn%s)",
+		               c->path, key, shown, model_arch_name(hp->arch),
+		               model_arch_model_tensor(hp->arch, MODEL_T_ROPE_LONG) ? ", longrope"
+		                                                                    : "");
 	}
 	double factor = 0.0, attn = 1.0;
 	snprintf(key, sizeof(key), "%srope.scaling.factor", c->prefix);
@@ -207,15 +229,17 @@ static int read_rope_scaling(struct load_ctx *c)
 	int rc = hp_float(c, has_factor ? "rope.scaling.factor" : "rope.scale_linear", 0.0, 0.0,
 	                  1e6, &factor);
 	if (rc == 0)
-		rc = hp_float(c, "rope.scaling.attn_factor", 1.0, 0.0, 1e6, &attn);
-	if (rc == 0 && attn != 1.0)
-		return err_set(c->err, c->err_len, -ENOTSUP,
-		               "%s: key '%srope.scaling.attn_factor' is %g, which sinkd does not "
-		               "implement (allowed: 1)",
-		               c->path, c->prefix, attn);
-	if (rc == 0 && !none && factor != 0.0)
+		rc = hp_float(c, "rope.scaling.attn_factor", 1.0, 1e-6, 1e6, &attn);
+	if (rc == 0)
+		rc = hp_int(c, "rope.scaling.original_context_length", hp->context_length, 1,
+		            INT32_MAX, &hp->rope_ctx_orig);
+	if (rc)
+		return rc;
+	if (!none && factor != 0.0)
 		hp->rope_freq_scale = 1.0 / factor;
-	return rc;
+	hp->rope_ext_factor = yarn ? 1.0 : 0.0;
+	hp->rope_attn_scale = yarn ? yarn_mscale(hp->rope_freq_scale, (float)attn) : (float)attn;
+	return 0;
 }
 
 /* llama.cpp reads a head width and rotated dims of their own for sliding
@@ -553,7 +577,7 @@ static void layer_tensor_name(const struct load_ctx *c, int i, enum model_layer_
                               size_t out_len)
 {
 	const char *name = model_arch_layer_tensor(c->m->hp.arch, t);
-	snprintf(out, out_len, "blk.%d.%s", i, name ? name : "");
+	snprintf(out, out_len, "blk.%d.%s", i, name ? name : "-");
 }
 
 /* The Gemma shape's norms where the row names them (n: the layer's
@@ -577,6 +601,63 @@ static int load_gemma_norms(struct load_ctx *c, char (*n)[64], struct model_laye
 	return rc;
 }
 
+/* A matrix of stacked parts (phi3's attn_qkv: Q, K, V rows; ffn_up: gate,
+ * up rows), loaded as one and viewed as n parts of rows[p] rows each: a
+ * block row never straddles two parts, so a part is the whole's data from
+ * its first row on. */
+static int load_stacked(struct load_ctx *c, const char *name, int cols, int n, const int *rows,
+                        struct weight_matrix *const *parts)
+{
+	int total = 0;
+	for (int p = 0; p < n; p++)
+		total += rows[p];
+	struct weight_matrix whole;
+	int rc = load_matrix(c, name, total, cols, &whole);
+	if (rc)
+		return rc;
+	size_t at = 0;
+	for (int p = 0; p < n; p++) {
+		*parts[p] = whole;
+		parts[p]->rows = rows[p];
+		parts[p]->data = (const uint8_t *)whole.data + at * whole.row_bytes;
+		at += (size_t)rows[p];
+	}
+	return 0;
+}
+
+/* Q, K, V: three matrices, or the row's stacked attn_qkv. */
+static int load_qkv(struct load_ctx *c, char n[][64], struct model_layer *l)
+{
+	const struct model_hparams *hp = &c->m->hp;
+	int q_dim = hp->n_heads * hp->head_dim, kv_dim = hp->n_kv_heads * hp->head_dim;
+	if (model_arch_layer_tensor(hp->arch, MODEL_LT_QKV)) {
+		const int rows[3] = {q_dim, kv_dim, kv_dim};
+		struct weight_matrix *const parts[3] = {&l->wq, &l->wk, &l->wv};
+		return load_stacked(c, n[MODEL_LT_QKV], hp->dim, 3, rows, parts);
+	}
+	int rc = load_matrix(c, n[MODEL_LT_Q], q_dim, hp->dim, &l->wq);
+	if (rc == 0)
+		rc = load_matrix(c, n[MODEL_LT_K], kv_dim, hp->dim, &l->wk);
+	if (rc == 0)
+		rc = load_matrix(c, n[MODEL_LT_V], kv_dim, hp->dim, &l->wv);
+	return rc;
+}
+
+/* Gate and up: two matrices, or the row's ffn_up holding both. */
+static int load_gate_up(struct load_ctx *c, char n[][64], struct model_layer *l)
+{
+	const struct model_hparams *hp = &c->m->hp;
+	if (model_arch_fused_gate_up(hp->arch)) {
+		const int rows[2] = {hp->ffn_dim, hp->ffn_dim};
+		struct weight_matrix *const parts[2] = {&l->w_gate, &l->w_up};
+		return load_stacked(c, n[MODEL_LT_UP], hp->dim, 2, rows, parts);
+	}
+	int rc = load_matrix(c, n[MODEL_LT_GATE], hp->ffn_dim, hp->dim, &l->w_gate);
+	if (rc == 0)
+		rc = load_matrix(c, n[MODEL_LT_UP], hp->ffn_dim, hp->dim, &l->w_up);
+	return rc;
+}
+
 static int load_layer(struct load_ctx *c, int i, struct model_layer *l)
 {
 	const struct model_hparams *hp = &c->m->hp;
@@ -586,19 +667,13 @@ static int load_layer(struct load_ctx *c, int i, struct model_layer *l)
 		layer_tensor_name(c, i, (enum model_layer_tensor)k, n[k], sizeof(n[k]));
 	int rc = load_vector(c, n[MODEL_LT_ATTN_NORM], (uint64_t)hp->dim, &l->attn_norm);
 	if (rc == 0)
-		rc = load_matrix(c, n[MODEL_LT_Q], q_dim, hp->dim, &l->wq);
-	if (rc == 0)
-		rc = load_matrix(c, n[MODEL_LT_K], kv_dim, hp->dim, &l->wk);
-	if (rc == 0)
-		rc = load_matrix(c, n[MODEL_LT_V], kv_dim, hp->dim, &l->wv);
+		rc = load_qkv(c, n, l);
 	if (rc == 0)
 		rc = load_matrix(c, n[MODEL_LT_O], hp->dim, q_dim, &l->wo);
 	if (rc == 0)
 		rc = load_vector(c, n[MODEL_LT_FFN_NORM], (uint64_t)hp->dim, &l->ffn_norm);
 	if (rc == 0)
-		rc = load_matrix(c, n[MODEL_LT_GATE], hp->ffn_dim, hp->dim, &l->w_gate);
-	if (rc == 0)
-		rc = load_matrix(c, n[MODEL_LT_UP], hp->ffn_dim, hp->dim, &l->w_up);
+		rc = load_gate_up(c, n, l);
 	if (rc == 0)
 		rc = load_matrix(c, n[MODEL_LT_DOWN], hp->dim, hp->ffn_dim, &l->w_down);
 	if (rc == 0)
@@ -640,6 +715,28 @@ static int read_qkv_bias(struct load_ctx *c)
 	return 0;
 }
 
+/* A tensor of per-pair RoPE frequency factors: F32, rope_dim/2 positive
+ * values. */
+static int load_factors(struct load_ctx *c, const char *name, const float **out)
+{
+	const struct model_hparams *hp = &c->m->hp;
+	const struct gguf_tensor *t;
+	int rc = find_shaped(c, name, (uint64_t)hp->rope_dim / 2, 0, &t);
+	if (rc)
+		return rc;
+	if (t->type != GGML_TYPE_F32)
+		return err_set(c->err, c->err_len, -EINVAL,
+		               "%s: tensor '%s' has type %s, expected F32", c->path, name,
+		               ggml_type_name(t->type));
+	rc = load_vector(c, name, (uint64_t)hp->rope_dim / 2, out);
+	for (int i = 0; rc == 0 && i < hp->rope_dim / 2; i++)
+		if (!((*out)[i] > 0.0f) || !isfinite((*out)[i]))
+			rc = err_set(c->err, c->err_len, -EINVAL,
+			             "%s: tensor '%s': value %d is %g (must be > 0)", c->path, name,
+			             i, (double)(*out)[i]);
+	return rc;
+}
+
 /* The architecture's optional tensor of per-pair RoPE frequency factors
  * (llama3): F32, rope_dim/2 positive values.  A file that has
  * rope_freqs.weight where the row knows none is refused: computing without
@@ -657,22 +754,24 @@ static int read_rope_factors(struct load_ctx *c)
 		               "architecture '%s' does not use it",
 		               c->path, model_arch_name(hp->arch));
 	}
-	const struct gguf_tensor *t = gguf_find_tensor(c->m->file, name);
-	if (t == NULL)
+	if (gguf_find_tensor(c->m->file, name) == NULL)
 		return 0;
-	int rc = find_shaped(c, name, (uint64_t)hp->rope_dim / 2, 0, &t);
-	if (rc)
-		return rc;
-	if (t->type != GGML_TYPE_F32)
-		return err_set(c->err, c->err_len, -EINVAL,
-		               "%s: tensor '%s' has type %s, expected F32", c->path, name,
-		               ggml_type_name(t->type));
-	rc = load_vector(c, name, (uint64_t)hp->rope_dim / 2, &hp->rope_factors);
-	for (int i = 0; rc == 0 && i < hp->rope_dim / 2; i++)
-		if (!(hp->rope_factors[i] > 0.0f) || !isfinite(hp->rope_factors[i]))
-			rc = err_set(c->err, c->err_len, -EINVAL,
-			             "%s: tensor '%s': value %d is %g (must be > 0)", c->path, name,
-			             i, (double)hp->rope_factors[i]);
+	return load_factors(c, name, &hp->rope_factors);
+}
+
+/* longrope's two factor sets (phi3), each optional as in llama.cpp; which
+ * one a cache turns by is the geometry's choice (cache_geometry_set_rope_scaling). */
+static int read_longrope_factors(struct load_ctx *c)
+{
+	struct model_hparams *hp = &c->m->hp;
+	const char *long_name = model_arch_model_tensor(hp->arch, MODEL_T_ROPE_LONG);
+	const char *short_name = model_arch_model_tensor(hp->arch, MODEL_T_ROPE_SHORT);
+	hp->rope_factors_long = hp->rope_factors_short = NULL;
+	int rc = 0;
+	if (long_name && gguf_find_tensor(c->m->file, long_name))
+		rc = load_factors(c, long_name, &hp->rope_factors_long);
+	if (rc == 0 && short_name && gguf_find_tensor(c->m->file, short_name))
+		rc = load_factors(c, short_name, &hp->rope_factors_short);
 	return rc;
 }
 
@@ -761,6 +860,8 @@ static int load_tensors(struct load_ctx *c)
 	int rc = read_qkv_bias(c);
 	if (rc == 0)
 		rc = read_rope_factors(c);
+	if (rc == 0)
+		rc = read_longrope_factors(c);
 	if (rc == 0)
 		rc = check_tensor_names(c);
 	if (rc == 0)

@@ -30,6 +30,19 @@ struct model_hparams {
 	/* (rope_dim/2) llama3 per-pair frequency factors (rope_freqs.weight:
 	 * in the mapping, or a model-owned copy when unaligned), or NULL */
 	const float *rope_factors;
+	/* longrope (phi3): rope_factors_long.weight / rope_factors_short.weight
+	 * (rope_dim/2 each, or NULL); which set a cache turns by follows from
+	 * its context against rope_ctx_orig (cache_geometry_set_rope_scaling) */
+	const float *rope_factors_long, *rope_factors_short;
+	/* YaRN: ext_factor 1 for rope.scaling.type yarn (0: none), over the
+	 * original context rope_ctx_orig (rope.scaling.original_context_length,
+	 * else context_length; longrope's threshold too) */
+	double rope_ext_factor;
+	int rope_ctx_orig;
+	/* What the rotated dims of queries and keys are multiplied by, as
+	 * llama.cpp's rope does: YaRN's magnitude times rope.scaling.attn_factor
+	 * (0 or 1: none) */
+	float rope_attn_scale;
 	/* Model sliding-window layers (gemma2/3): a layer l with layer_swa[l]
 	 * set attends over its last swa_window positions only, as the model
 	 * was trained, with RoPE base rope_theta_swa (0: rope_theta); layer_swa

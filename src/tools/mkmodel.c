@@ -55,6 +55,18 @@ struct mk_options {
 	int sliding_window, swa_pattern;
 	double attn_softcap, final_softcap;
 	double rope_base, rope_base_swa;
+	/* --rope-scaling yarn:F[:N]: type yarn instead of linear, and
+	 * rope.scaling.original_context_length N (0: not written) */
+	bool rope_yarn;
+	int rope_orig_ctx;
+	/* --rope-dim: rope.dimension_count (0: the head width); --rope-long /
+	 * --rope-short: longrope's rope_factors_long / _short.weight values (phi3);
+	 * --rope-orig-ctx: rope.scaling.original_context_length; --rope-attn-factor:
+	 * rope.scaling.attn_factor (0: not written) */
+	int rope_dim;
+	int n_rope_long, n_rope_short;
+	float rope_long[SINKD_MKMODEL_MAX_HEAD_DIM / 2], rope_short[SINKD_MKMODEL_MAX_HEAD_DIM / 2];
+	float rope_attn_factor;
 };
 
 /* ------------------------------------------------------------------------
@@ -220,14 +232,32 @@ struct mk_tensor {
 	char name[64];
 	uint64_t cols, rows; /* rows == 0: a vector of cols elements */
 	bool random;         /* a vector of random values (a bias), not ones (a norm) */
-	bool rope_freqs;     /* the --rope-freqs values */
-	bool near_one;       /* a norm of random values around 1 (QK-norm), so that a
-	                        norm computed wrongly shows in the logits */
+	const float *factors; /* RoPE factor values (a shorter list repeats its last) */
+	int n_factors;
+	bool near_one;        /* a norm of random values around 1 (QK-norm), so that a
+	                         norm computed wrongly shows in the logits */
 };
 
 static int head_dim_of(const struct mk_options *o)
 {
 	return o->head_dim ? o->head_dim : o->dim / o->heads;
+}
+
+static int rope_dim_of(const struct mk_options *o)
+{
+	return o->rope_dim ? o->rope_dim : head_dim_of(o);
+}
+
+/* The values option of a RoPE factors tensor, and how many (0: none asked). */
+static const float *factors_of(const struct mk_options *o, enum model_tensor t, int *n)
+{
+	*n = t == MODEL_T_ROPE_FACTORS ? o->n_rope_freqs
+	     : t == MODEL_T_ROPE_LONG  ? o->n_rope_long
+	     : t == MODEL_T_ROPE_SHORT ? o->n_rope_short
+	                               : 0;
+	return t == MODEL_T_ROPE_FACTORS ? o->rope_freqs
+	       : t == MODEL_T_ROPE_LONG  ? o->rope_long
+	                                 : o->rope_short;
 }
 
 /* The shape of model-level tensor t: cols and rows (0: a vector). */
@@ -245,8 +275,10 @@ static void model_tensor_shape(const struct mk_options *o, enum model_tensor t, 
 	case MODEL_T_OUTPUT_NORM:
 		break;
 	case MODEL_T_ROPE_FACTORS:
+	case MODEL_T_ROPE_LONG:
+	case MODEL_T_ROPE_SHORT:
 	case MODEL_T_COUNT:
-		*cols = (uint64_t)head_dim_of(o) / 2;
+		*cols = (uint64_t)rope_dim_of(o) / 2;
 		break;
 	}
 }
@@ -282,8 +314,13 @@ static void layer_tensor_shape(const struct mk_options *o, enum model_layer_tens
 		*rows = dim;
 		break;
 	case MODEL_LT_GATE:
-	case MODEL_LT_UP:
 		*rows = ffn;
+		break;
+	case MODEL_LT_UP: /* gate rows then up rows where the row fuses them */
+		*rows = model_arch_fused_gate_up(o->arch) ? 2 * ffn : ffn;
+		break;
+	case MODEL_LT_QKV:
+		*rows = q + 2 * kv;
 		break;
 	case MODEL_LT_DOWN:
 		*cols = ffn;
@@ -332,14 +369,17 @@ static int tensor_list(const struct mk_options *o, struct mk_tensor *t, int cap)
 	} while (0)
 	for (int k = 0; k < MODEL_T_COUNT; k++) {
 		enum model_tensor mt = (enum model_tensor)k;
-		bool factors = mt == MODEL_T_ROPE_FACTORS && o->n_rope_freqs;
-		if (!factors && !wanted(o, model_arch_model_tensor_need(o->arch, mt),
+		int n_factors;
+		const float *factors = factors_of(o, mt, &n_factors);
+		if (!n_factors && !wanted(o, model_arch_model_tensor_need(o->arch, mt),
 		                        mt == MODEL_T_OUTPUT, false))
 			continue;
 		model_tensor_shape(o, mt, &cols, &rows);
 		ADD(cols, rows, false, false, "%s", model_arch_model_tensor(o->arch, mt));
-		if (n <= cap)
-			t[n - 1].rope_freqs = factors;
+		if (n <= cap && n_factors) {
+			t[n - 1].factors = factors;
+			t[n - 1].n_factors = n_factors;
+		}
 	}
 	for (int l = 0; l < o->layers; l++)
 		for (int k = 0; k < MODEL_LT_COUNT; k++) {
@@ -375,8 +415,8 @@ static int write_tensor_data(struct gguf_writer *w, const struct mk_options *o,
 			         : t->rows || t->random ? 0.02f * rng_normalish(rng)
 			         : spread > 0.0f        ? 1.0f + spread * rng_normalish(rng)
 			                                : 1.0f;
-		for (int i = 0; t->rope_freqs && i < (int)t->cols; i++)
-			row[i] = o->rope_freqs[i < o->n_rope_freqs ? i : o->n_rope_freqs - 1];
+		for (int i = 0; t->n_factors && i < (int)t->cols; i++)
+			row[i] = t->factors[i < t->n_factors ? i : t->n_factors - 1];
 		rc = quantize_row(type, row, enc, t->cols, err, err_len);
 		if (rc == 0)
 			rc = gguf_writer_write_data(w, enc, row_bytes, err, err_len);
@@ -450,15 +490,21 @@ static int add_hparams(struct gguf_writer *w, const struct mk_options *o)
 		rc = rc ? rc : add_arch_u32(w, o, "attention.key_length", hd);
 		rc = rc ? rc : add_arch_u32(w, o, "attention.value_length", hd);
 	}
-	rc = rc ? rc : add_arch_u32(w, o, "rope.dimension_count", (uint32_t)head_dim_of(o));
+	rc = rc ? rc : add_arch_u32(w, o, "rope.dimension_count", (uint32_t)rope_dim_of(o));
 	rc = rc ? rc
 	        : add_arch_f32(w, o, "rope.freq_base", o->rope_base > 0 ? (float)o->rope_base
 	                                                                  : 10000.0f);
 	if (o->rope_linear > 0) {
 		char key[128];
 		snprintf(key, sizeof(key), "%s.rope.scaling.type", model_arch_name(o->arch));
-		rc = rc ? rc : gguf_writer_add_string(w, key, "linear");
+		rc = rc ? rc : gguf_writer_add_string(w, key, o->rope_yarn ? "yarn" : "linear");
 		rc = rc ? rc : add_arch_f32(w, o, "rope.scaling.factor", o->rope_linear);
+	}
+	if (o->rope_attn_factor > 0)
+		rc = rc ? rc : add_arch_f32(w, o, "rope.scaling.attn_factor", o->rope_attn_factor);
+	if (o->rope_orig_ctx > 0) {
+		rc = rc ? rc : add_arch_u32(w, o, "rope.scaling.original_context_length",
+		                            (uint32_t)o->rope_orig_ctx);
 	}
 	rc = rc ? rc : add_arch_f32(w, o, model_arch_norm_eps_key(o->arch), 1e-5f);
 	return rc ? rc : add_attn_keys(w, o);
@@ -640,7 +686,9 @@ static void usage(FILE *fp)
 	    "                     --dim D --layers L --heads H [--kv-heads K] --ffn F\n"
 	    "                     [--head-dim HD] [--bias] [--type TYPE] [--tied]\n"
 	    "                     [--seed S] [--context C] [--rope-base B]\n"
-	    "                     [--rope-freqs F1,F2,...] [--rope-scaling linear:F]\n"
+	    "                     [--rope-freqs F1,F2,...] [--rope-scaling linear:F|yarn:F[:N]]\n"
+	    "                     [--rope-dim N] [--rope-long F1,...] [--rope-short F1,...]\n"
+	    "                     [--rope-orig-ctx N] [--rope-attn-factor A]\n"
 	    "                     [--sliding-window N] [--swa-pattern P] [--rope-base-swa B]\n"
 	    "                     [--attn-softcap X] [--final-softcap X]\n"
 	    "       sinkd-mkmodel --from MODEL.gguf --out FILE [--type TYPE]\n"
@@ -651,7 +699,12 @@ static void usage(FILE *fp)
 	    "--bias adds the Q/K/V biases where the architecture has them optional.\n"
 	    "--rope-freqs writes rope_freqs.weight (llama3's per-pair RoPE factors; a\n"
 	    "list shorter than head width / 2 repeats its last value); --rope-scaling\n"
-	    "writes rope.scaling.type linear and rope.scaling.factor F.\n"
+	    "writes rope.scaling.type linear (or yarn) and rope.scaling.factor F, and\n"
+	    "with :N rope.scaling.original_context_length N.  --rope-dim writes\n"
+	    "rope.dimension_count (partial rotary; default the head width); --rope-long\n"
+	    "and --rope-short write longrope's rope_factors_long / _short.weight (phi3);\n"
+	    "--rope-orig-ctx rope.scaling.original_context_length; --rope-attn-factor\n"
+	    "rope.scaling.attn_factor.\n"
 	    "--rope-base: rope.freq_base (10000).\n"
 	    "Rows with sliding-window layers (gemma2, gemma3): --sliding-window (the\n"
 	    "row's default, else 1024; 0: none, all layers global), --swa-pattern\n"
@@ -736,43 +789,60 @@ static int check_head_dim(const struct mk_options *o, char *err, size_t err_len)
 	return 0;
 }
 
-/* --rope-freqs needs a row with a factors tensor and at most head width / 2
- * values. */
+/* --rope-freqs, --rope-long and --rope-short need a row with that factors
+ * tensor and at most rope width / 2 values; --rope-dim an even width up to
+ * the head's. */
 static int check_rope_options(const struct mk_options *o, char *err, size_t err_len)
 {
 	const struct model_arch *arch = o->arch ? o->arch : model_arch_find("llama");
-	if (o->from && (o->n_rope_freqs || o->rope_linear > 0))
+	static const char *const opt[MODEL_T_COUNT] = {[MODEL_T_ROPE_FACTORS] = "--rope-freqs",
+	                                               [MODEL_T_ROPE_LONG] = "--rope-long",
+	                                               [MODEL_T_ROPE_SHORT] = "--rope-short"};
+	static const char *const tensor[MODEL_T_COUNT] = {
+	    [MODEL_T_ROPE_FACTORS] = "rope_freqs.weight",
+	    [MODEL_T_ROPE_LONG] = "rope_factors_long.weight",
+	    [MODEL_T_ROPE_SHORT] = "rope_factors_short.weight"};
+	if (o->from && (o->n_rope_freqs || o->rope_linear > 0 || o->rope_dim || o->n_rope_long ||
+	                o->n_rope_short || o->rope_orig_ctx || o->rope_attn_factor > 0))
 		return err_set(err, err_len, -EINVAL,
-		               "--from keeps the model's RoPE: drop --rope-freqs, --rope-scaling");
+		               "--from keeps the model's RoPE: drop the --rope-* options");
 	if (o->from)
 		return 0;
-	if (o->n_rope_freqs &&
-	    model_arch_model_tensor_need(arch, MODEL_T_ROPE_FACTORS) == MODEL_TENSOR_NONE)
+	if (o->rope_dim && o->heads && (o->rope_dim % 2 || o->rope_dim > head_dim_of(o)))
 		return err_set(err, err_len, -EINVAL,
-		               "--rope-freqs: architecture %s has no RoPE factors tensor",
-		               model_arch_name(arch));
-	if (o->n_rope_freqs && o->heads && o->n_rope_freqs > head_dim_of(o) / 2)
-		return err_set(err, err_len, -EINVAL,
-		               "--rope-freqs: %d values, more than head width / 2 = %d",
-		               o->n_rope_freqs, head_dim_of(o) / 2);
+		               "--rope-dim: %d (allowed: even, at most the head width %d)",
+		               o->rope_dim, head_dim_of(o));
+	for (int t = MODEL_T_ROPE_FACTORS; t < MODEL_T_COUNT; t++) {
+		int n;
+		factors_of(o, (enum model_tensor)t, &n);
+		if (n && model_arch_model_tensor_need(arch, (enum model_tensor)t) ==
+		             MODEL_TENSOR_NONE)
+			return err_set(err, err_len, -EINVAL,
+			               "%s: architecture %s has no RoPE factors tensor (%s)", opt[t],
+			               model_arch_name(arch), tensor[t]);
+		if (n && o->heads && n > rope_dim_of(o) / 2)
+			return err_set(err, err_len, -EINVAL,
+			               "%s: %d values, more than rope width / 2 = %d", opt[t], n,
+			               rope_dim_of(o) / 2);
+	}
 	return 0;
 }
 
-/* "F1,F2,...": positive factors into o->rope_freqs. */
-static int parse_rope_freqs(const char *s, struct mk_options *o)
+/* "F1,F2,...": positive factors into f (*n of them). */
+static int parse_rope_freqs(const char *s, float *f, int *n)
 {
-	o->n_rope_freqs = 0;
+	*n = 0;
 	while (*s) {
 		char *end;
 		float v = strtof(s, &end);
-		if (end == s || !(v > 0) || o->n_rope_freqs == SINKD_MKMODEL_MAX_HEAD_DIM / 2)
+		if (end == s || !(v > 0) || *n == SINKD_MKMODEL_MAX_HEAD_DIM / 2)
 			return -EINVAL;
-		o->rope_freqs[o->n_rope_freqs++] = v;
+		f[(*n)++] = v;
 		s = *end == ',' && end[1] ? end + 1 : end;
 		if (*s && s == end)
 			return -EINVAL;
 	}
-	return o->n_rope_freqs ? 0 : -EINVAL;
+	return *n ? 0 : -EINVAL;
 }
 
 /* The sliding-window and soft-cap options only where the row reads them. */
@@ -865,6 +935,11 @@ static int parse_args(int argc, char **argv, struct mk_options *o, char *err, si
 	                                      {"rope-base-swa", 1, 0, 'E'},
 	                                      {"attn-softcap", 1, 0, 'A'},
 	                                      {"final-softcap", 1, 0, 'Z'},
+	                                      {"rope-dim", 1, 0, 'y'},
+	                                      {"rope-long", 1, 0, 'G'},
+	                                      {"rope-short", 1, 0, 'g'},
+	                                      {"rope-orig-ctx", 1, 0, 'O'},
+	                                      {"rope-attn-factor", 1, 0, 'x'},
 	                                      {0, 0, 0, 0}};
 	int c, rc = 0, idx = 0;
 	while (rc == 0 && (c = getopt_long(argc, argv, "", longs, &idx)) != -1) {
@@ -923,13 +998,38 @@ static int parse_args(int argc, char **argv, struct mk_options *o, char *err, si
 			o->bias = 1;
 			break;
 		case 'R':
-			rc = parse_rope_freqs(optarg, o);
+			rc = parse_rope_freqs(optarg, o->rope_freqs, &o->n_rope_freqs);
+			break;
+		case 'y':
+			rc = parse_int(optarg, 2, SINKD_MKMODEL_MAX_HEAD_DIM, &o->rope_dim);
+			break;
+		case 'G':
+			rc = parse_rope_freqs(optarg, o->rope_long, &o->n_rope_long);
+			break;
+		case 'g':
+			rc = parse_rope_freqs(optarg, o->rope_short, &o->n_rope_short);
+			break;
+		case 'O':
+			rc = parse_int(optarg, 1, 1 << 24, &o->rope_orig_ctx);
+			break;
+		case 'x': {
+			char *end;
+			o->rope_attn_factor = strtof(optarg, &end);
+			rc = o->rope_attn_factor > 0 && !*end ? 0 : -EINVAL;
+			break;
+		}
 			break;
 		case 'S': {
 			char *end;
+			o->rope_yarn = strncmp(optarg, "yarn:", 5) == 0;
 			bool linear = strncmp(optarg, "linear:", 7) == 0;
-			o->rope_linear = linear ? strtof(optarg + 7, &end) : 0;
-			rc = linear && o->rope_linear > 0 && !*end ? 0 : -EINVAL;
+			o->rope_linear = linear || o->rope_yarn
+			                     ? strtof(optarg + (o->rope_yarn ? 5 : 7), &end)
+			                     : 0;
+			rc = (linear || o->rope_yarn) && o->rope_linear > 0 ? 0 : -EINVAL;
+			if (rc == 0 && o->rope_yarn && *end == ':')
+				o->rope_orig_ctx = (int)strtol(end + 1, &end, 10);
+			rc = rc == 0 && !*end && o->rope_orig_ctx >= 0 ? 0 : -EINVAL;
 			break;
 		}
 		case 'W':

@@ -11,7 +11,9 @@
 #
 # For each row of `sinkd-mkmodel --list-archs` and each RoPE variant (plain;
 # rope_freqs.weight with llama3-like factors 1..8; rope.scaling.type linear
-# by 4; a variant the row's mkmodel refuses is left out), a model of SHAPE in
+# by 4; yarn by 4 over 256 original positions; longrope's long and short
+# factor sets with partial rotary; a variant the row's mkmodel refuses is
+# left out), a model of SHAPE in
 # F32, Q8_0 and Q4_K, and three prompts of 50, 160 and 300 token ids (fixed:
 # an LCG from the prompt's seed): llama.cpp's last-position logits and 8
 # greedy tokens (llamacpp-logits) against sinkd's (sinkd-logits: strategy
@@ -45,7 +47,13 @@ trap 'rm -rf "$TMP"' EXIT
 log() { echo "arch-logits: $*" >&2; }
 
 SHAPE="--dim 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 --vocab-size 512 --seed 41"
-VARIANTS=(plain "rope_freqs:--rope-freqs 1,1,1,1,1,1,1,1,1.5,2,3,4,6,8" "linear:--rope-scaling linear:4")
+# longrope (phi3): 48 of 64 dims turn, both factor sets and an attention
+# factor; the long set where both llama.cpp's context and sinkd's
+# max_context_length exceed the original 64, the short one within 4096
+LONGROPE="--rope-dim 48 --rope-long 1,1.5,2,3,4,6,8,12 --rope-short 1,1,1.1,1.25,1.5,2 --rope-attn-factor 1.19"
+VARIANTS=(plain "rope_freqs:--rope-freqs 1,1,1,1,1,1,1,1,1.5,2,3,4,6,8" "linear:--rope-scaling linear:4"
+	"yarn:--rope-scaling yarn:4:256"
+	"longrope:$LONGROPE --rope-orig-ctx 64" "longrope_short:$LONGROPE --rope-orig-ctx 4096")
 TYPES="f32 q8_0 q4_k"
 PROMPTS="1:50 2:160 3:300"
 GREEDY=8

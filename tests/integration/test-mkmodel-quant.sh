@@ -17,7 +17,8 @@
 #     wider than --dim / --heads (key_length) that sinkd runs; --bias and an
 #     unknown architecture are refused where the row says so;
 #   - --rope-freqs and --rope-scaling linear:F write llama3's factors tensor
-#     and the linear scaling keys; a row without the tensor refuses them.
+#     and the linear scaling keys; a row without the tensor refuses them;
+#     phi3's stacked tensors and --rope-long / --rope-short / --rope-dim.
 set -u
 base_only=1 . "$(dirname "$0")/server-lib.sh"
 mkmodel=${1:?usage: $0 MKMODEL GGUF_DUMP}
@@ -166,6 +167,10 @@ while read -r arch; do
 done <"$tmp/archs.txt"
 check "qwen2 has its Q/K/V biases" tensor_is "$tmp/dump-a-qwen2.txt" blk.1.attn_k.bias \
 	"F32 [32] 128 bytes"
+check "phi3 has its stacked Q/K/V" tensor_is "$tmp/dump-a-phi3.txt" blk.1.attn_qkv.weight \
+	"F32 [64, 128] 32768 bytes"
+check "  and its gate and up rows in ffn_up" tensor_is "$tmp/dump-a-phi3.txt" \
+	blk.1.ffn_up.weight "F32 [64, 256] 65536 bytes"
 check "llama has none without --bias" bash -c "! grep -q attn_q.bias '$tmp/dump-a-llama.txt'"
 "$mkmodel" --out "$tmp/lb.gguf" --dim 64 --layers 1 --heads 4 --ffn 128 --bias >/dev/null
 check "llama --bias: its optional biases, and sinkd runs it" "$bin" generate --model \
@@ -204,4 +209,19 @@ check "  sinkd generate loads and runs it" "$bin" generate --model "$tmp/rf.gguf
 	--rope-freqs 1 >/dev/null 2>"$tmp/bad.err"
 check "qwen2 --rope-freqs: exit 2 naming the row" \
 	grep -q 'architecture qwen2 has no RoPE factors tensor' "$tmp/bad.err"
+"$mkmodel" --out "$tmp/lr.gguf" --arch phi3 --dim 64 --layers 1 --heads 4 --ffn 128 \
+	--rope-dim 12 --rope-long 1,2,4 --rope-short 1,1.5 --rope-orig-ctx 64 \
+	--rope-attn-factor 1.2 >/dev/null
+"$dump" "$tmp/lr.gguf" >"$tmp/dump-lr.txt"
+check "phi3 --rope-long / --rope-short: both factor tensors, rope width / 2 values" \
+	tensor_is "$tmp/dump-lr.txt" rope_factors_short.weight "F32 [6] 24 bytes"
+check "  --rope-dim, --rope-orig-ctx: their keys" \
+	grep -q 'phi3.rope.scaling.original_context_length  *64' "$tmp/dump-lr.txt"
+check "  sinkd generate loads and runs it" "$bin" generate --model "$tmp/lr.gguf" \
+	--prompt "Once" --max-tokens 4 --temperature 0
+"$mkmodel" --out "$tmp/bad.gguf" --dim 64 --layers 1 --heads 4 --ffn 128 \
+	--rope-long 1 >/dev/null 2>"$tmp/bad.err"
+check "llama --rope-long: exit 2 naming the row" \
+	grep -q 'architecture llama has no RoPE factors tensor (rope_factors_long.weight)' \
+	"$tmp/bad.err"
 finish

@@ -208,6 +208,62 @@ START_TEST(test_build_from_settings)
 }
 END_TEST
 
+/* RoPE scaling the cache takes from a model: longrope's long factors for a
+ * configuration whose streams reach beyond the original context, the short
+ * ones within it (as llama.cpp chooses by its context size); YaRN's blend
+ * with its original context; a model of other factors does not fit. */
+START_TEST(test_rope_scaling_from_model)
+{
+	static const float lng[4] = {1.0f, 2.0f, 4.0f, 8.0f}, shrt[4] = {1.0f, 1.0f, 1.5f, 2.0f};
+	struct model_hparams hp = {.n_layers = 2,
+	                           .n_kv_heads = 1,
+	                           .head_dim = 16,
+	                           .rope_dim = 8,
+	                           .rope_theta = 10000.0,
+	                           .rope_factors_long = lng,
+	                           .rope_factors_short = shrt,
+	                           .rope_ctx_orig = 4096};
+	hp.arch = model_arch_find("phi3");
+	struct cache_settings s = {.strategy = CACHE_STRATEGY_FULL,
+	                           .window_size = 64,
+	                           .max_context_length = 4096,
+	                           .dtype = KV_DTYPE_F32};
+	struct cache_geometry g;
+	char err[SINKD_ERR_LEN];
+	cache_geometry_build(&s, &hp, &g);
+	ck_assert(g.rope_neox);
+	ck_assert_int_eq(g.n_rope_factors, 4);
+	ck_assert_int_eq(memcmp(g.rope_factors, shrt, sizeof(shrt)), 0);
+	ck_assert_int_eq(cache_geometry_fits_model(&g, &hp, err, sizeof(err)), 0);
+	s.max_context_length = 4097;
+	struct cache_geometry g2;
+	cache_geometry_build(&s, &hp, &g2);
+	ck_assert_int_eq(memcmp(g2.rope_factors, lng, sizeof(lng)), 0);
+	ck_assert_msg(cache_geometry_check(&g2, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(cache_geometry_fits_model(&g2, &hp, err, sizeof(err)), 0);
+	ck_assert(!cache_geometry_equal(&g, &g2));
+	/* the short-context geometry does not fit a model asked for more */
+	g.max_context_length = 4097;
+	ck_assert_int_eq(cache_geometry_fits_model(&g, &hp, err, sizeof(err)), -EINVAL);
+
+	/* YaRN: the blend and its original context go into the geometry */
+	hp.arch = model_arch_find("llama");
+	hp.rope_factors_long = hp.rope_factors_short = NULL;
+	hp.rope_freq_scale = 0.25;
+	hp.rope_ext_factor = 1.0;
+	hp.rope_ctx_orig = 256;
+	cache_geometry_build(&s, &hp, &g);
+	ck_assert_int_eq(g.n_rope_factors, 0);
+	ck_assert(g.rope_ext_factor == 1.0);
+	ck_assert_int_eq(g.rope_ctx_orig, 256);
+	ck_assert_msg(cache_geometry_check(&g, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(cache_geometry_fits_model(&g, &hp, err, sizeof(err)), 0);
+	hp.rope_ctx_orig = 512;
+	ck_assert_int_eq(cache_geometry_fits_model(&g, &hp, err, sizeof(err)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "YaRN"));
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("geometry");
@@ -217,6 +273,7 @@ int main(void)
 	tcase_add_test(tc, test_bound_bytes_per_layer);
 	tcase_add_test(tc, test_layer_spans);
 	tcase_add_test(tc, test_build_from_settings);
+	tcase_add_test(tc, test_rope_scaling_from_model);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

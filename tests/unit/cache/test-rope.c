@@ -1,7 +1,8 @@
 /* RoPE of the cache (src/cache/rope.c) with llama3's per-pair frequency
  * factors and linear scaling: the rotation equals one computed here from
  * the definition (cos/sin of p * scale * theta^(-2i/d) / f[i] in long
- * double), for both pair styles, and factors of 1 change no bit. */
+ * double), for both pair styles, and factors of 1 change no bit; YaRN's
+ * blend keeps the fast pairs, scales the slow ones and blends between. */
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
@@ -105,6 +106,37 @@ START_TEST(test_factor_slows_its_pair)
 }
 END_TEST
 
+/* YaRN over 2048 original positions, base 10000, 64 dims: ggml's band is
+ * pairs 8..21 (floor / ceil of its corr_dim for betas 32 and 1).  Pairs up
+ * to 8 keep their unscaled frequency, pairs from 21 on take the scaled one,
+ * those between lie strictly between; ext_factor 0 is plain scaling. */
+START_TEST(test_yarn_blend)
+{
+	double one_hi[RD / 2], one_lo[RD / 2], sc_hi[RD / 2], sc_lo[RD / 2];
+	double y_hi[RD / 2], y_lo[RD / 2];
+	rope_freqs_init(10000.0, RD, NULL, 1.0, one_hi, one_lo);
+	rope_freqs_init(10000.0, RD, NULL, 0.25, sc_hi, sc_lo);
+	struct rope_yarn y = {.ext_factor = 0.0,
+	                      .ctx_orig = 2048,
+	                      .beta_fast = ROPE_YARN_BETA_FAST,
+	                      .beta_slow = ROPE_YARN_BETA_SLOW};
+	rope_freqs_init_yarn(10000.0, RD, NULL, 0.25, &y, y_hi, y_lo);
+	ck_assert_int_eq(memcmp(y_hi, sc_hi, sizeof(y_hi)), 0);
+	ck_assert_int_eq(memcmp(y_lo, sc_lo, sizeof(y_lo)), 0);
+	y.ext_factor = 1.0;
+	rope_freqs_init_yarn(10000.0, RD, NULL, 0.25, &y, y_hi, y_lo);
+	for (int i = 0; i < RD / 2; i++) {
+		double f = y_hi[i] + y_lo[i], one = one_hi[i] + one_lo[i], sc = sc_hi[i] + sc_lo[i];
+		if (i <= 8)
+			ck_assert_msg(fabs(f - one) <= 1e-15 * one, "pair %d: %g, not %g", i, f, one);
+		else if (i >= 21)
+			ck_assert_msg(fabs(f - sc) <= 1e-15 * sc, "pair %d: %g, not %g", i, f, sc);
+		else
+			ck_assert_msg(f < one && f > sc, "pair %d: %g not in (%g, %g)", i, f, sc, one);
+	}
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("rope");
@@ -112,6 +144,7 @@ int main(void)
 	tcase_add_test(tc, test_factors_match_definition);
 	tcase_add_test(tc, test_unit_factors_change_no_bit);
 	tcase_add_test(tc, test_factor_slows_its_pair);
+	tcase_add_test(tc, test_yarn_blend);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

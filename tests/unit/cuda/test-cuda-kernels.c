@@ -200,6 +200,36 @@ START_TEST(test_rope_far_positions)
 }
 END_TEST
 
+START_TEST(test_rope_scale)
+{
+	/* YaRN's / longrope's magnitude on the rotated dims only: the CPU's
+	 * bits, the dims past rope_dim untouched (full and partial rotary). */
+	int shapes[][2] = {{64, 64}, {128, 96}, {96, 32}};
+	int n_vec = 37;
+	for (int si = 0; si < 3; si++) {
+		int hd = shapes[si][0], rd = shapes[si][1];
+		size_t nx = (size_t)n_vec * hd;
+		float *x = malloc(nx * 4), *ref = malloc(nx * 4), *got = malloc(nx * 4);
+		for (size_t i = 0; i < nx; i++)
+			x[i] = 4.0f * frand();
+		memcpy(ref, x, nx * 4);
+		twin_rope_scale(ref, n_vec, hd, rd, 1.1386294f);
+		float *dx = dev_from(x, nx * 4);
+		ck_assert_int_eq(cuda_rope_scale(dx, n_vec, hd, rd, 1.1386294f, NULL), 0);
+		to_host(got, dx, nx * 4);
+		ck_assert_msg(memcmp(got, ref, nx * 4) == 0, "rope scale head_dim %d rope_dim %d",
+		              hd, rd);
+		for (int v = 0; v < n_vec; v++)
+			for (int j = 0; j < hd; j++) {
+				size_t at = (size_t)v * hd + j;
+				ck_assert(j < rd ? got[at] != x[at] || x[at] == 0.0f : got[at] == x[at]);
+			}
+		cudaFree(dx);
+		free(x), free(ref), free(got);
+	}
+}
+END_TEST
+
 START_TEST(test_swiglu_bias_gather)
 {
 	size_t sizes[] = {1, 1000, 5632 * 9 + 3};
@@ -1032,6 +1062,7 @@ int main(void)
 	tcase_add_test(tc, test_rmsnorm);
 	tcase_add_test(tc, test_rmsnorm_heads_in_place);
 	tcase_add_test(tc, test_rope_far_positions);
+	tcase_add_test(tc, test_rope_scale);
 	tcase_add_test(tc, test_swiglu_bias_gather);
 	tcase_add_test(tc, test_gemma_elementwise);
 	tcase_add_test(tc, test_key_weight_reduce);

@@ -50,15 +50,22 @@ START_TEST(test_rows_consistent)
 		ck_assert_int_eq(model_arch_ffn(a), gemma ? MODEL_FFN_GEGLU : MODEL_FFN_SWIGLU);
 		ck_assert_int_gt((int)strlen(model_arch_norm_eps_key(a)), 0);
 		int weights = 0;
+		/* Q, K, V named, or the stacked QKV instead (phi3) */
+		bool fused = model_arch_layer_tensor(a, MODEL_LT_QKV) != NULL;
 		for (int t = 0; t < MODEL_LT_COUNT; t++) {
 			const char *tn = model_arch_layer_tensor(a, (enum model_layer_tensor)t);
-			/* the Llama shape's tensors and biases are named in every row */
-			ck_assert_msg(t > MODEL_LT_BV || (tn && *tn), "%s: layer tensor %d unnamed",
-			              name, t);
-			for (int u = 0; tn && u < t; u++) {
-				const char *un =
-				    model_arch_layer_tensor(a, (enum model_layer_tensor)u);
-				ck_assert(un == NULL || strcmp(un, tn) != 0);
+			bool absent = fused ? t == MODEL_LT_Q || t == MODEL_LT_K || t == MODEL_LT_V
+			                    : t == MODEL_LT_QKV;
+			/* the Llama shape's tensors and biases are named in every row
+			 * that has them; the Gemma norms and QK-norms in some */
+			absent = absent || (t == MODEL_LT_GATE && model_arch_fused_gate_up(a)) ||
+			         (t >= MODEL_LT_BQ && model_arch_qkv_bias(a) == MODEL_BIAS_NONE &&
+			          !tn) ||
+			         (t > MODEL_LT_BV && !tn);
+			ck_assert_msg(absent ? !tn : tn && *tn, "%s: layer tensor %d", name, t);
+			for (int u = 0; u < t && tn; u++) {
+				const char *un = model_arch_layer_tensor(a, (enum model_layer_tensor)u);
+				ck_assert(!un || strcmp(un, tn) != 0);
 			}
 			weights += tn && !model_layer_tensor_is_bias(t);
 		}
@@ -73,11 +80,12 @@ START_TEST(test_rows_consistent)
 		    model_arch_tied_output(a) ==
 		    (model_arch_model_tensor_need(a, MODEL_T_OUTPUT) != MODEL_TENSOR_REQUIRED));
 		for (int t = 0; t < MODEL_LT_COUNT; t++)
-			if (!model_layer_tensor_is_bias(t) &&
-			    model_arch_layer_tensor(a, (enum model_layer_tensor)t))
+			if (!model_layer_tensor_is_bias(t))
 				ck_assert_int_eq(
 				    model_arch_layer_tensor_need(a, (enum model_layer_tensor)t),
-				    MODEL_TENSOR_REQUIRED);
+				    model_arch_layer_tensor(a, (enum model_layer_tensor)t)
+				        ? MODEL_TENSOR_REQUIRED
+				        : MODEL_TENSOR_NONE);
 		ck_assert_ptr_null(model_arch_layer_tensor(a, MODEL_LT_COUNT));
 	}
 	/* what sets the Llama family's rows apart */
@@ -97,6 +105,16 @@ START_TEST(test_rows_consistent)
 	ck_assert_int_eq(model_arch_layer_weights(qwen3), model_arch_layer_weights(llama) + 2);
 	for (int i = 0; i < 3; i++) /* every row reads key_length (Mistral Nemo) */
 		ck_assert_int_eq(model_arch_head_width(model_arch_at(i)), MODEL_HEAD_WIDTH_KEYS);
+	/* phi3: stacked Q/K/V and gate/up, NeoX, longrope's two factor sets */
+	const struct model_arch *phi3 = model_arch_find("phi3");
+	ck_assert(model_arch_rope_neox(phi3));
+	ck_assert(model_arch_fused_gate_up(phi3) && !model_arch_fused_gate_up(llama));
+	ck_assert_str_eq(model_arch_layer_tensor(phi3, MODEL_LT_QKV), "attn_qkv.weight");
+	ck_assert_ptr_null(model_arch_layer_tensor(phi3, MODEL_LT_Q));
+	ck_assert_int_eq(model_arch_model_tensor_need(phi3, MODEL_T_ROPE_LONG),
+	                 MODEL_TENSOR_OPTIONAL);
+	ck_assert_ptr_null(model_arch_rope_factors_tensor(phi3));
+	ck_assert_int_eq(model_arch_layer_weights(phi3), 6);
 	/* a zeroed model_hparams reads as llama, as it always did */
 	ck_assert_str_eq(model_arch_name(NULL), "llama");
 }
@@ -166,9 +184,13 @@ static void write_file(const char *path, const struct file_spec *s)
 	add_tensor(w, "output_norm.weight", d, 0, &added);
 	/* cols, rows of each layer tensor, in enum order */
 	uint64_t hd = DIM / HEADS;
-	uint64_t shape[MODEL_LT_COUNT][2] = {{d, 0}, {d, d}, {d, kv}, {d, kv}, {d, d},  {d, 0},
-	                                     {d, f}, {d, f}, {f, d},  {d, 0},  {kv, 0}, {kv, 0},
-	                                     {d, 0}, {d, 0}, {hd, 0}, {hd, 0}};
+	uint64_t up = model_arch_fused_gate_up(s->names) ? 2 * f : f;
+	/* ATTN_NORM Q K V O FFN_NORM GATE UP DOWN QKV BQ BK BV POST_ATTN_NORM
+	 * POST_FFW_NORM Q_NORM K_NORM */
+	uint64_t shape[MODEL_LT_COUNT][2] = {{d, 0},  {d, d},  {d, kv}, {d, kv},         {d, d},
+	                                     {d, 0},  {d, f},  {d, up}, {f, d},          {d, d + 2 * kv},
+	                                     {d, 0},  {kv, 0}, {kv, 0}, {d, 0},          {d, 0},
+	                                     {hd, 0}, {hd, 0}};
 	for (int t = 0; t < MODEL_LT_COUNT; t++) {
 		const char *tn = model_arch_layer_tensor(s->names, (enum model_layer_tensor)t);
 		if (!tn || (model_layer_tensor_is_bias(t) && !s->bias))
@@ -211,6 +233,18 @@ START_TEST(test_files_load_as_their_row)
 	ck_assert(qk_norm ? m->layers[0].q_norm != NULL : m->layers[0].q_norm == NULL);
 	ck_assert(qk_norm ? m->layers[0].k_norm != NULL : m->layers[0].k_norm == NULL);
 	ck_assert(m->hp.tied_output == model_arch_tied_output(a));
+	/* stacked matrices are viewed as their parts, in order */
+	const struct model_layer *L = &m->layers[0];
+	ck_assert_int_eq(L->wq.rows, DIM);
+	ck_assert_int_eq(L->wk.rows, DIM / HEADS * KV_HEADS);
+	ck_assert_int_eq(L->w_gate.rows, FFN);
+	ck_assert_int_eq(L->w_up.rows, FFN);
+	if (model_arch_fused_gate_up(a))
+		ck_assert_ptr_eq(L->w_up.data,
+		                 (const char *)L->w_gate.data + (size_t)FFN * L->w_gate.row_bytes);
+	if (model_arch_layer_tensor(a, MODEL_LT_QKV))
+		ck_assert_ptr_eq(L->wv.data,
+		                 (const char *)L->wk.data + (size_t)L->wk.rows * L->wk.row_bytes);
 	model_free(m);
 
 	/* without biases: loaded where they are optional, refused where required */
@@ -262,6 +296,21 @@ START_TEST(test_other_rows_tensors_refused)
 }
 END_TEST
 
+/* phi3 reads Q/K/V stacked in attn_qkv: a phi3 file with llama's separate
+ * attn_q/k/v and ffn_gate (which llama.cpp would take) is refused naming
+ * the first of them, not loaded with them skipped. */
+START_TEST(test_phi3_separate_qkv_refused)
+{
+	char err[SINKD_ERR_LEN];
+	struct model *m = NULL;
+	struct file_spec s = {"phi3", "phi3", model_arch_find("llama"), false};
+	ck_assert_int_ne(load_spec(&s, &m, err, sizeof(err)), 0);
+	ck_assert_ptr_null(m);
+	ck_assert_msg(strstr(err, "is not part of a phi3 model") && strstr(err, "blk.0.attn_q"),
+	              "%s", err);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("arch");
@@ -271,6 +320,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_files_load_as_their_row, 0, model_arch_count());
 	tcase_add_test(tc, test_unknown_architecture_file_refused);
 	tcase_add_test(tc, test_other_rows_tensors_refused);
+	tcase_add_test(tc, test_phi3_separate_qkv_refused);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

@@ -944,9 +944,9 @@ END_TEST
 /* stories260K rewritten as a Llama 3.1 converter would write it, with
  * rope_freqs.weight (llama3's per-pair RoPE frequency factors): factors of
  * 1 change no logit bit, factors 1, 2, 4, 8 change the logits, linear
- * scaling by 2 equals factors of 2; a tensor of the wrong shape, a RoPE
- * scaling type and an attention factor sinkd does not compute are refused
- * with their names. */
+ * scaling by 2 equals factors of 2; rope.scaling.attn_factor scales the
+ * rotated dims (other logits); yarn loads; a tensor of the wrong shape and
+ * a RoPE scaling type sinkd does not compute are refused with their names. */
 static void stories_with(char *path, size_t len, const float *f, uint64_t n, const char *key,
                          const char *value)
 {
@@ -1003,28 +1003,41 @@ START_TEST(test_rope_freqs)
 	ck_assert_int_eq(memcmp(got, want, n * sizeof(float)), 0);
 	model_free(m2);
 	unlink(path);
-	/* an attention factor sinkd does not apply */
+	/* an attention factor multiplies the rotated dims of queries and keys */
 	tu_temp_file(path, sizeof(path), "sinkd-test-rope", NULL, 0);
 	tu_gguf_with_f32(tu_shared_path("models/stories260K.gguf"), path,
 	                 "llama.rope.scaling.attn_factor", 1.5f);
-	ck_assert_ptr_null(load(path, err));
-	ck_assert_msg(strstr(err, "llama.rope.scaling.attn_factor") != NULL, "%s", err);
+	m2 = load(path, err);
+	ck_assert_msg(m2 != NULL, "%s", err);
+	ck_assert(m2->hp.rope_attn_scale == 1.5f);
+	model_logits(m2, got);
+	model_logits(base, want);
+	ck_assert_msg(relative_diff(got, want, n_vocab) > 1e-3,
+	              "rope.scaling.attn_factor 1.5 left the logits as they were");
+	model_free(m2);
 	unlink(path);
 	/* one value too many */
 	stories_with(path, sizeof(path), f, (uint64_t)half + 1, NULL, NULL);
 	ck_assert_ptr_null(load(path, err));
 	ck_assert_msg(strstr(err, "rope_freqs.weight") != NULL, "%s", err);
 	unlink(path);
-	/* scaling types: none and linear load, yarn is refused by name */
+	/* scaling types: none, linear and yarn load, others are refused by name */
 	stories_with(path, sizeof(path), NULL, 0, "llama.rope.scaling.type", "none");
 	struct model *m = load(path, err);
 	ck_assert_msg(m != NULL, "%s", err);
 	model_free(m);
 	unlink(path);
 	stories_with(path, sizeof(path), NULL, 0, "llama.rope.scaling.type", "yarn");
+	m = load(path, err);
+	ck_assert_msg(m != NULL, "%s", err);
+	ck_assert(m->hp.rope_ext_factor == 1.0);
+	ck_assert_int_eq(m->hp.rope_ctx_orig, m->hp.context_length);
+	model_free(m);
+	unlink(path);
+	stories_with(path, sizeof(path), NULL, 0, "llama.rope.scaling.type", "longrope");
 	ck_assert_ptr_null(load(path, err));
-	ck_assert_msg(strstr(err, "llama.rope.scaling.type") && strstr(err, "'yarn'") &&
-	                  strstr(err, "linear"),
+	ck_assert_msg(strstr(err, "llama.rope.scaling.type") && strstr(err, "'longrope'") &&
+	                  strstr(err, "yarn"),
 	              "%s", err);
 	unlink(path);
 	free(want);
