@@ -356,7 +356,7 @@ void cuda_kv_anchors_stats(const struct cuda_kv_shape *sh, const struct cuda_kv_
 	out->n_anchor = a->layer[0].n;
 	out->n_resident += out->n_anchor;
 	for (int l = 0; l < a->n_layers; l++) {
-		out->bytes_resident += cache_geometry_anchor_bytes(&sh->g, a->layer[l].n);
+		out->bytes_resident += cache_geometry_anchor_bytes(&sh->g, l, a->layer[l].n);
 		out->anchors_promoted += a->layer[l].promoted;
 		out->anchors_demoted += a->layer[l].demoted;
 	}

@@ -19,7 +19,7 @@ static unsigned char *row_at(unsigned char *base, size_t row_bytes, int cap, int
 static void layer_copy(struct sinkcache *c, struct kv_layer *L, const struct kv_image_layout *lo,
                        unsigned char *img, bool out)
 {
-	int n_kv = c->g.n_kv_heads, S = c->caps.sink, ns = L->t.n_sink;
+	int n_kv = c->g.n_kv_heads, S = L->caps.sink, ns = L->t.n_sink;
 	size_t d = (size_t)c->g.head_dim;
 #define MOVE(pop, mem, im, bytes)                                                                \
 	do {                                                                                     \
@@ -44,7 +44,7 @@ static void layer_copy(struct sinkcache *c, struct kv_layer *L, const struct kv_
 		MOVE(&c->front_pop, L->sink_vp + (size_t)h * (size_t)S * 2, img + lo->off_sink_vp + pat,
 		     prun);
 	}
-	size_t gs = (size_t)c->caps.group, nk = (size_t)n_kv;
+	size_t gs = (size_t)L->caps.group, nk = (size_t)n_kv;
 	for (int i = 0; i < L->t.n_groups; i++) {
 		size_t slot = (size_t)kv_ring_slot(&L->groups, i);
 		unsigned char *g = img + lo->off_groups + (size_t)i * lo->group_bytes;
@@ -75,7 +75,7 @@ int sinkcache_export(const struct sinkcache *c, struct kv_image *im, char *err, 
 {
 	struct kv_image_layout lo;
 	memset(im, 0, sizeof(*im));
-	if (c->caps.anchor > 0)
+	if (c->caps_max.anchor > 0)
 		return err_set(err, err_len, -ENOTSUP,
 		               "sink cache: a snapshot does not carry anchor tokens "
 		               "(inference.cache.anchors.enabled is on for this session)");
@@ -104,7 +104,7 @@ int sinkcache_export(const struct sinkcache *c, struct kv_image *im, char *err, 
 int sinkcache_import(struct sinkcache *c, const struct kv_image *im, char *err, size_t err_len)
 {
 	struct kv_image_layout lo;
-	if (c->caps.anchor > 0)
+	if (c->caps_max.anchor > 0)
 		return err_set(err, err_len, -ENOTSUP,
 		               "sink cache: a snapshot cannot restore into a cache with anchor "
 		               "tokens (inference.cache.anchors.enabled)");
