@@ -389,7 +389,8 @@ static void session_fill_restored(struct sched_session *ss, const struct sched_r
 	ss->pinned_tokens = rs->pinned_tokens;
 	ss->used = true;
 	ss->restore_buf = rs->kv_buf;
-	ss->restore_kv = (struct kv_image){.n = rs->kv_counts, .bytes = rs->kv_bytes};
+	ss->restore_kv = (struct kv_image){
+	    .n = rs->kv_counts, .n_swa = rs->kv_counts_swa, .bytes = rs->kv_bytes};
 	const struct tier_counts *c = &rs->kv_counts;
 	int window = kv_image_counts_window(g, c);
 	ss->stats = (struct sinkcache_stats){.n_seen = c->n_seen,
@@ -400,6 +401,9 @@ static void session_fill_restored(struct sched_session *ss, const struct sched_r
 	                                     .bytes_bound = bound,
 	                                     .evicted_compressed = c->evicted,
 	                                     .moved_to_compressed = c->moved};
+	int swa = cache_geometry_per_layer(g) ? rs->kv_counts_swa.n_hot : ss->stats.n_resident;
+	ss->stats.n_resident_min = swa < ss->stats.n_resident ? swa : ss->stats.n_resident;
+	ss->stats.n_resident_max = swa > ss->stats.n_resident ? swa : ss->stats.n_resident;
 }
 
 /* The scheduler's part of a create (rs NULL) or a restore, called by

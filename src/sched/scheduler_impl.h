@@ -101,6 +101,7 @@ struct sched_restore {
 	uint32_t n_hist;
 	bool has_pending;
 	struct tier_counts kv_counts;
+	struct tier_counts kv_counts_swa; /* the model sliding-window layers' (kv_image.n_swa) */
 	unsigned char *kv_buf; /* the cache image; the session owns it on success */
 	size_t kv_bytes;
 	int pinned_tokens;
