@@ -147,10 +147,10 @@ struct sinkcache_stats {
 	uint64_t moved_to_compressed; /* tokens quantized out of the hot tier */
 	uint64_t anchors_promoted;    /* window tokens kept as anchors, all layers */
 	uint64_t anchors_demoted;     /* anchors dropped again, all layers */
-	/* The figures above (n_seen .. n_hot, evicted, moved) are layer 0's;
-	 * with per-layer spans a model sliding-window layer holds another
-	 * count: the fewest and most tokens resident in any layer. */
-	int n_resident_min, n_resident_max;
+	/* The figures above (n_seen .. n_hot, evicted, moved) are the global
+	 * layers' (all alike; layer 0's when every layer slides); the model
+	 * sliding-window layers (all alike) hold this many (0: none slides). */
+	int n_resident_swa;
 };
 
 /* Bytes of one element of a full-precision tier. */

@@ -741,15 +741,13 @@ void sinkcache_get_stats(const struct sinkcache *c, struct sinkcache_stats *out)
 	out->n_compressed = kv_layer_window(c, L0) - L0->t.n_hot;
 	out->n_anchor = L0->anc.n;
 	out->n_resident = sinkcache_resident_tokens(c);
-	out->n_resident_min = out->n_resident_max = out->n_resident;
 	out->evicted_compressed = L0->t.evicted;
 	out->moved_to_compressed = L0->t.moved;
 	out->bytes_bound = c->bound_bytes;
 	for (int l = 0; l < c->g.n_layers; l++) {
 		const struct kv_layer *L = &c->layers[l];
-		int n = L->t.n_sink + L->anc.n + kv_layer_window(c, L);
-		out->n_resident_min = n < out->n_resident_min ? n : out->n_resident_min;
-		out->n_resident_max = n > out->n_resident_max ? n : out->n_resident_max;
+		if (L->rope == 1) /* a model sliding-window layer: its window only */
+			out->n_resident_swa = kv_layer_window(c, L);
 		out->bytes_resident += (size_t)L->t.n_sink * L->sink_tok +
 		                       (size_t)(L->t.n_hot + L->t.n_stage) * L->fp_tok +
 		                       (size_t)L->t.n_groups * L->group_bytes;

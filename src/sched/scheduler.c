@@ -401,9 +401,7 @@ static void session_fill_restored(struct sched_session *ss, const struct sched_r
 	                                     .bytes_bound = bound,
 	                                     .evicted_compressed = c->evicted,
 	                                     .moved_to_compressed = c->moved};
-	int swa = cache_geometry_per_layer(g) ? rs->kv_counts_swa.n_hot : ss->stats.n_resident;
-	ss->stats.n_resident_min = swa < ss->stats.n_resident ? swa : ss->stats.n_resident;
-	ss->stats.n_resident_max = swa > ss->stats.n_resident ? swa : ss->stats.n_resident;
+	ss->stats.n_resident_swa = rs->kv_counts_swa.n_hot;
 }
 
 /* The scheduler's part of a create (rs NULL) or a restore, called by
@@ -541,6 +539,12 @@ void sched_session_info_locked(const struct sched_session *ss, double now,
 	out->window_size = ss->geom.window_size;
 	out->sink_keep_count = ss->geom.sink_keep_count;
 	out->pinned_tokens = ss->pinned_tokens;
+	for (int l = 0; l < ss->geom.n_layers; l++)
+		if (ss->geom.layer[l].own && ss->geom.layer[l].swa) {
+			out->sliding_layers++;
+			out->sliding_window = ss->geom.layer[l].window_size;
+		}
+	out->sliding_resident = ss->stats.n_resident_swa;
 	out->perplexity = ss->ppl_pub;
 }
 

@@ -945,8 +945,8 @@ START_TEST(test_swa_layer_keeps_its_window)
 	sinkcache_get_stats(cu, &su);
 	size_t tok = 2 * NKV * D * sizeof(float);
 	ck_assert_int_eq(st.n_resident, su.n_resident); /* the global layers' count */
-	ck_assert_int_eq(st.n_resident_min, SW);
-	ck_assert_int_eq(st.n_resident_max, su.n_resident);
+	ck_assert_int_eq(st.n_resident_swa, SW);
+	ck_assert_int_eq(su.n_resident_swa, 0);
 	ck_assert_uint_eq(st.bytes_resident, SW * tok + su.bytes_resident / NL);
 	ck_assert_uint_eq(st.bytes_bound, cache_geometry_bound_bytes(&g));
 	ck_assert_uint_eq(st.bytes_bound, SW * tok + su.bytes_bound / NL);

@@ -789,7 +789,7 @@ START_TEST(test_sliding_layers_stream_equals_full)
 	ck_assert_uint_eq(st.bytes_bound, cache_geometry_bound_bytes(&gs));
 	ck_assert_uint_eq(st.bytes_resident, st.bytes_bound);
 	ck_assert_int_eq(st.n_resident, 256);
-	ck_assert_int_eq(st.n_resident_min, SWA_W);
+	ck_assert_int_eq(st.n_resident_swa, SWA_W);
 	hp->layer_swa = NULL;
 	free(want);
 	free(have);
