@@ -77,6 +77,11 @@ static int session_check_geometry(const struct cuda_backend *c, const struct cac
 	if (g->head_dim > CUDA_KV_MAX_HEAD_DIM)
 		return err_set(err, err_len, -ENOTSUP, "cuda backend: head_dim %d is above %d",
 		               g->head_dim, CUDA_KV_MAX_HEAD_DIM);
+	if (cache_geometry_per_layer(g))
+		return err_set(err, err_len, -ENOTSUP,
+		               "cuda backend: a cache whose layers keep different spans (the "
+		               "model's sliding-window layers) is not supported yet; the cpu "
+		               "backend holds it");
 	return 0;
 }
 
@@ -333,6 +338,8 @@ static int cuda_geometry_check(const struct backend *be, const struct cache_geom
 {
 	const struct cuda_backend *c = (const struct cuda_backend *)be;
 	static const char *const names[] = {"float32", "float16", "bfloat16"};
+	if (cache_geometry_per_layer(g))
+		return session_check_geometry(c, g, err, err_len);
 	if ((int)g->dtype == c->wdt)
 		return 0;
 	return err_set(err, err_len, -EINVAL,
