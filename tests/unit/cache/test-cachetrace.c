@@ -104,6 +104,17 @@ static void rig_fill(struct rig *r)
 	ck_assert_msg(cache_trace_step_check(&r->step, err, sizeof(err)) == 0, "%s", err);
 }
 
+/* A traced cache of geometry g that saw n tokens, its trace filled. */
+static void rig_traced(struct rig *r, const struct cache_geometry *g, int n)
+{
+	char err[256];
+	rig_init(r, g);
+	ck_assert(sinkcache_trace_enable(r->c, true, err, sizeof(err)) == 0);
+	for (int t = 0; t < n; t++)
+		rig_token(r, t);
+	rig_fill(r);
+}
+
 START_TEST(tiers_follow_the_geometry)
 {
 	/* 4 sinks, a window of 32 with the newest 8 in full precision and the
@@ -161,12 +172,7 @@ START_TEST(window_only_and_original_positions)
 	struct cache_geometry g = geom(0, 16, 0, 16);
 	g.rope_positions = ROPE_POSITIONS_ORIGINAL;
 	struct rig r;
-	rig_init(&r, &g);
-	char err[256];
-	ck_assert(sinkcache_trace_enable(r.c, true, err, sizeof(err)) == 0);
-	for (int t = 0; t < 40; t++)
-		rig_token(&r, t);
-	rig_fill(&r);
+	rig_traced(&r, &g, 40);
 	for (int l = 0; l < NL; l++) {
 		ck_assert_int_eq(r.layers[l].n_slots, 16);
 		for (int i = 0; i < 16; i++) {
@@ -279,12 +285,7 @@ START_TEST(sliding_layer_traced)
 	struct cache_geometry g = geom(4, 16, 0, 16);
 	cache_geometry_set_layer_swa(&g, 0, 8);
 	struct rig r;
-	rig_init(&r, &g);
-	char err[256];
-	ck_assert(sinkcache_trace_enable(r.c, true, err, sizeof(err)) == 0);
-	for (int t = 0; t < 40; t++)
-		rig_token(&r, t);
-	rig_fill(&r);
+	rig_traced(&r, &g, 40);
 	const struct cache_trace_layer *s = &r.layers[0], *w = &r.layers[1];
 	ck_assert_int_eq(s->sliding_window, 8);
 	ck_assert_int_eq(w->sliding_window, 0);
