@@ -492,8 +492,9 @@ static int cuda_geometry_check(const struct backend *be, const struct cache_geom
 {
 	const struct cuda_backend *c = (const struct cuda_backend *)be;
 	static const char *const names[] = {"float32", "float16", "bfloat16"};
-	if (cache_geometry_per_layer(g))
-		return session_check_geometry(c, g, err, err_len);
+	int rc = cache_geometry_per_layer(g) ? session_check_geometry(c, g, err, err_len) : 0;
+	if (rc)
+		return rc;
 	if ((int)g->dtype == c->wdt)
 		return 0;
 	return err_set(err, err_len, -EINVAL,

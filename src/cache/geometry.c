@@ -589,6 +589,15 @@ int cache_geometry_quant_group_size(const struct cache_geometry *g)
 	return lo.t.group;
 }
 
+size_t cache_geometry_global_capacity_tokens(const struct cache_geometry *g)
+{
+	struct cache_layout lo;
+	if (cache_geometry_check(g, NULL, 0))
+		return 0;
+	default_layout(g, &lo);
+	return (size_t)(lo.t.sink + lo.t.anchor + lo.t.window);
+}
+
 size_t cache_geometry_capacity_tokens(const struct cache_geometry *g)
 {
 	size_t bytes, most;

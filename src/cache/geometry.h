@@ -251,3 +251,7 @@ int cache_geometry_quant_group_size(const struct cache_geometry *g);
  * + window_size, or max_context_length for strategy full, or a sliding
  * layer's window where that is more (0 for an invalid geometry). */
 size_t cache_geometry_capacity_tokens(const struct cache_geometry *g);
+/* The same of the global layers (the geometry's own span): the stream
+ * tokens before the cache first evicts one of its own choosing (a model
+ * sliding-window layer drops tokens as the model was trained to). */
+size_t cache_geometry_global_capacity_tokens(const struct cache_geometry *g);

@@ -60,7 +60,7 @@ static struct sched_monitor_stream req_monitor_stream(struct sched_req *r)
 {
 	return (struct sched_monitor_stream){
 	    .ppl = &r->sess->ppl,
-	    .first_window = cache_geometry_capacity_tokens(&r->sess->geom),
+	    .first_window = cache_geometry_global_capacity_tokens(&r->sess->geom),
 	    .session_id = r->sess->id,
 	    .request_id = r->rid};
 }

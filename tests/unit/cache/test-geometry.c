@@ -196,6 +196,7 @@ START_TEST(test_swa_layers_bound)
 	}
 	ck_assert_uint_eq(sum, cache_geometry_bound_bytes(&g));
 	ck_assert_uint_eq(cache_geometry_capacity_tokens(&g), 1024);
+	ck_assert_uint_eq(cache_geometry_global_capacity_tokens(&g), 4 + 8 + 252);
 	/* a pinned prompt widens the global layers' sinks only */
 	cache_geometry_pin(&g, 40);
 	cache_geometry_layer_layout(&g, 0, &lo);
