@@ -200,7 +200,7 @@ struct sched_session *sched_session_find_locked(struct scheduler *s, const char 
  * every resident non-sink token. */
 static size_t session_revisable_locked(const struct sched_session *ss)
 {
-	size_t n = (size_t)(ss->stats.n_resident - ss->stats.n_sink);
+	size_t n = sched_revisable_cached(&ss->stats, &ss->geom);
 	return n + (ss->has_pending ? 1 : 0);
 }
 
