@@ -123,7 +123,8 @@ static int fits_model_layers(const struct cache_geometry *g, const struct model_
 		int want = model_layer_window(g, hp, l);
 		struct cache_layer_span sp = cache_geometry_layer_span(g, l);
 		int have = sp.swa ? sp.window_size : 0;
-		if (have != want)
+		/* (a full cache may keep the whole model window, beyond its context) */
+		if (have != want && !(want > 0 && have == hp->swa_window))
 			return err_set(err, err_len, -EINVAL,
 			               "cache geometry: layer %d %s, the model's %s", l,
 			               have ? "slides (model window)" : "is global",
