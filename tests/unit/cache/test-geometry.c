@@ -246,6 +246,11 @@ START_TEST(test_swa_layers_model)
 	ck_assert_msg(cache_geometry_check(&g, err, sizeof(err)) == 0, "%s", err);
 	ck_assert_int_eq(cache_geometry_layer_span(&g, 0).window_size, 600);
 	ck_assert_int_eq(cache_geometry_layer_span(&g, 0).strategy, CACHE_STRATEGY_SLIDING_WINDOW);
+	ck_assert_int_eq(cache_geometry_fits_model(&g, &hp, err, sizeof(err)), 0);
+	cache_geometry_set_layer_swa(&g, 0, 1024); /* the whole model window: exact too */
+	ck_assert_int_eq(cache_geometry_fits_model(&g, &hp, err, sizeof(err)), 0);
+	cache_geometry_set_layer_swa(&g, 0, 500); /* neither: not the model's window */
+	ck_assert_int_eq(cache_geometry_fits_model(&g, &hp, err, sizeof(err)), -EINVAL);
 	ck_assert_int_eq(cache_geometry_layer_span(&g, 5).strategy, CACHE_STRATEGY_FULL);
 	full.max_context_length = 4096;
 	cache_geometry_build(&full, &hp, &g);
