@@ -50,8 +50,22 @@ static void l2_window_update(struct cuda_backend *c)
 	}
 }
 
+static void swa_layers_free(struct cuda_backend *c, struct cuda_swa_layers *w)
+{
+	if (!w)
+		return;
+	if (w->view.win_base)
+		cuda_arena_free(&c->arena, w->win_off);
+	free(w->freq_hi);
+	free(w->freq_lo);
+	free(w->slides);
+	free(w->slot);
+	free(w);
+}
+
 static void session_release(struct cuda_backend *c, struct backend_session *s)
 {
+	swa_layers_free(c, s->swa);
 	if (s->has_sink)
 		cuda_arena_free(&c->arena, s->sink_off);
 	cuda_arena_free(&c->arena, s->win_off);
@@ -77,6 +91,59 @@ static int session_check_geometry(const struct cuda_backend *c, const struct cac
 	if (g->head_dim > CUDA_KV_MAX_HEAD_DIM)
 		return err_set(err, err_len, -ENOTSUP, "cuda backend: head_dim %d is above %d",
 		               g->head_dim, CUDA_KV_MAX_HEAD_DIM);
+	for (int l = 0; l < g->n_layers; l++)
+		if (g->layer[l].own && !g->layer[l].swa)
+			return err_set(err, err_len, -ENOTSUP,
+			               "cuda backend: layer %d keeps a span of its own that is not "
+			               "the model's sliding window; the cpu backend holds it",
+			               l);
+	if (cache_geometry_per_layer(g) && g->anchor_max > 0)
+		return err_set(err, err_len, -ENOTSUP,
+		               "cuda backend: anchors beside the model's sliding-window layers are "
+		               "not supported yet (inference.cache.anchors.enabled); the cpu "
+		               "backend holds them");
+	return 0;
+}
+
+/* The sliding layers of a session of geometry g (their blocks after the
+ * global layers'); s->swa set before anything can fail, for the release. */
+static int swa_layers_new(struct cuda_backend *c, struct backend_session *s,
+                          const struct cache_geometry *g, char *err, size_t err_len)
+{
+	struct cuda_swa_layers *w = calloc(1, sizeof(*w));
+	if (!(s->swa = w))
+		return err_set(err, err_len, -ENOMEM, "cuda backend: out of memory for a session");
+	w->g = *g;
+	/* the kind's geometry in the shape's own copy, then the shape from it */
+	struct cache_geometry *kind = &w->sh.g;
+	int n_swa = cuda_kv_kind_geometry(g, true, kind), rc;
+	if ((rc = cuda_kv_shape_init(kind, &w->sh, err, err_len)))
+		return rc;
+	int half = g->rope_dim / 2 > 0 ? g->rope_dim / 2 : 1, n_global = 0, n_slide = 0;
+	w->freq_hi = calloc((size_t)half, sizeof(double));
+	w->freq_lo = calloc((size_t)half, sizeof(double));
+	w->slides = calloc((size_t)g->n_layers, 1);
+	w->slot = calloc((size_t)g->n_layers, sizeof(int32_t));
+	if (!w->freq_hi || !w->freq_lo || !w->slides || !w->slot)
+		return err_set(err, err_len, -ENOMEM, "cuda backend: out of memory for a session");
+	for (int l = 0; l < g->n_layers; l++) {
+		w->slides[l] = g->layer[l].own && g->layer[l].swa;
+		w->slot[l] = w->slides[l] ? n_slide++ : n_global++;
+	}
+	uint64_t win_b = w->sh.win_layer_bytes * (uint64_t)n_swa;
+	if (cuda_arena_alloc(&c->arena, win_b, false, &w->win_off))
+		return err_set(err, err_len, -ENOSPC,
+		               "cuda backend: the KV arena (%llu MiB, %llu MiB in use) has no room "
+		               "for the %d sliding-window layers of a session (%llu KiB)",
+		               (unsigned long long)(c->arena.size >> 20),
+		               (unsigned long long)(cuda_arena_used(&c->arena) >> 20), n_swa,
+		               (unsigned long long)(win_b >> 10));
+	rope_freqs_init(w->sh.g.rope_theta, w->sh.g.rope_dim, NULL, w->sh.g.rope_freq_scale,
+	                w->freq_hi, w->freq_lo);
+	cuda_kv_state_init(&w->st);
+	w->view = w->sh.layout;
+	w->view.sink_base = (uint64_t)(uintptr_t)c->arena_d;
+	w->view.win_base = (uint64_t)(uintptr_t)(c->arena_d + w->win_off);
 	return 0;
 }
 
@@ -91,7 +158,11 @@ static int cuda_session_new(struct backend *be, const struct cache_geometry *g,
 	struct backend_session *s = calloc(1, sizeof(*s));
 	if (!s)
 		return err_set(err, err_len, -ENOMEM, "cuda backend: out of memory for a session");
-	rc = cuda_kv_shape_init(g, &s->sh, err, err_len);
+	/* with sliding layers the blocks below hold the global layers only:
+	 * the shape of their kind, made in the shape's own copy */
+	bool per_layer = cache_geometry_per_layer(g);
+	int n_global = per_layer ? cuda_kv_kind_geometry(g, false, &s->sh.g) : g->n_layers;
+	rc = cuda_kv_shape_init(per_layer ? &s->sh.g : g, &s->sh, err, err_len);
 	if (rc) {
 		free(s);
 		return rc;
@@ -99,8 +170,9 @@ static int cuda_session_new(struct backend *be, const struct cache_geometry *g,
 	int half = g->rope_dim / 2 > 0 ? g->rope_dim / 2 : 1;
 	s->freq_hi = calloc((size_t)half, sizeof(double));
 	s->freq_lo = calloc((size_t)half, sizeof(double));
-	uint64_t sink_b = s->sh.sink_layer_bytes * (uint64_t)g->n_layers;
-	uint64_t win_b = s->sh.win_layer_bytes * (uint64_t)g->n_layers;
+	uint64_t sink_b = s->sh.sink_layer_bytes * (uint64_t)n_global;
+	uint64_t win_b = s->sh.win_layer_bytes * (uint64_t)n_global;
+	win_b = win_b > 0 ? win_b : 1; /* every layer slides: a block all the same */
 	rc = !s->freq_hi || !s->freq_lo ? -ENOMEM : 0;
 	if (!rc)
 		rc = cuda_kv_anchors_init(&s->sh, &s->anc, NULL, 0);
@@ -131,6 +203,10 @@ static int cuda_session_new(struct backend *be, const struct cache_geometry *g,
 	s->view.sink_base = (uint64_t)(uintptr_t)(c->arena_d + (s->has_sink ? s->sink_off : 0));
 	s->view.win_base = (uint64_t)(uintptr_t)(c->arena_d + s->win_off);
 	s->batch.slot = -1;
+	if (per_layer && (rc = swa_layers_new(c, s, g, err, err_len))) {
+		session_release(c, s);
+		return rc;
+	}
 	l2_window_update(c);
 	*out = s;
 	return 0;
@@ -147,7 +223,12 @@ static void cuda_session_free(struct backend *be, struct backend_session *s)
 static int cuda_session_revise(struct backend *be, struct backend_session *s, size_t n_tokens,
                                char *err, size_t err_len)
 {
-	int rc = cuda_kv_plan_revise(&s->sh, &s->st, n_tokens, err, err_len);
+	/* every layer must have the tokens: probe the sliding ones first */
+	struct cuda_kv_state probe = s->swa ? s->swa->st : s->st;
+	int rc = s->swa ? cuda_kv_plan_revise(&s->swa->sh, &probe, n_tokens, err, err_len) : 0;
+	rc = rc ? rc : cuda_kv_plan_revise(&s->sh, &s->st, n_tokens, err, err_len);
+	if (!rc && s->swa)
+		s->swa->st = probe;
 	for (int l = 0; !rc && s->trace && l < s->sh.g.n_layers; l++)
 		tier_trace_revised(s->trace, l, s->st.t.n_seen);
 	return rc;
@@ -158,11 +239,32 @@ static void cuda_session_stats(struct backend *be, const struct backend_session 
 {
 	cuda_kv_plan_stats(&s->sh, &s->st, out);
 	cuda_kv_anchors_stats(&s->sh, &s->anc, out);
+	if (!s->swa)
+		return;
+	/* the plan counted every layer as its kind; each kind has its share */
+	struct sinkcache_stats w;
+	int n_swa = 0, L = s->swa->g.n_layers;
+	for (int l = 0; l < L; l++)
+		n_swa += s->swa->slides[l];
+	cuda_kv_plan_stats(&s->swa->sh, &s->swa->st, &w);
+	out->bytes_resident = out->bytes_resident / (size_t)L * (size_t)(L - n_swa) +
+	                      w.bytes_resident / (size_t)L * (size_t)n_swa;
+	out->bytes_bound = cache_geometry_bound_bytes(&s->swa->g);
+	out->n_resident_swa = w.n_resident;
+	if (n_swa == L) /* every layer slides: the figures are theirs */
+		*out = (struct sinkcache_stats){.n_seen = w.n_seen,
+		                                .n_resident = w.n_resident,
+		                                .n_hot = w.n_hot,
+		                                .bytes_resident = out->bytes_resident,
+		                                .bytes_bound = out->bytes_bound,
+		                                .evicted_compressed = w.evicted_compressed,
+		                                .n_resident_swa = w.n_resident};
 }
 
 static bool cuda_session_can_append(struct backend *be, const struct backend_session *s, size_t n)
 {
-	return cuda_kv_can_append(&s->sh, &s->st, n);
+	return cuda_kv_can_append(&s->sh, &s->st, n) &&
+	       (!s->swa || cuda_kv_can_append(&s->swa->sh, &s->swa->st, n));
 }
 
 /* ============================================================ traces */
@@ -172,22 +274,28 @@ static bool cuda_session_can_append(struct backend *be, const struct backend_ses
 static int cuda_session_trace_enable(struct backend *be, struct backend_session *s, bool on,
                                      char *err, size_t err_len)
 {
-	return tier_trace_switch(&s->trace, &s->sh.caps, s->sh.g.n_layers, on, err, err_len);
+	struct tier_caps most = s->sh.caps;
+	if (s->swa && s->swa->sh.caps.window > most.window)
+		most.window = s->swa->sh.caps.window; /* a trace's window scores fit every layer */
+	return tier_trace_switch(&s->trace, &most, s->sh.g.n_layers, on, err, err_len);
 }
 
 static int cuda_session_trace(struct backend *be, const struct backend_session *s,
                               struct cache_trace_step *out, char *err, size_t err_len)
 {
-	const struct cache_geometry *g = &s->sh.g;
+	const struct cache_geometry *g = s->swa ? &s->swa->g : &s->sh.g;
 	if (out->n_layers != g->n_layers || !out->layers)
 		return err_set(err, err_len, -EINVAL,
 		               "cache trace: %d layers given for a cache of %d", out->n_layers,
 		               g->n_layers);
 	tier_trace_fill_step(s->trace, g, s->st.t.n_seen, out);
-	for (int l = 0; l < g->n_layers; l++)
-		tier_trace_fill_layer(s->trace, g, &s->sh.caps, l, &s->st.t,
+	for (int l = 0; l < g->n_layers; l++) {
+		bool slides = s->swa && s->swa->slides[l];
+		tier_trace_fill_layer(s->trace, g, slides ? &s->swa->sh.caps : &s->sh.caps, l,
+		                      slides ? &s->swa->st.t : &s->st.t,
 		                      s->anc.cap > 0 ? &s->anc.layer[l] : NULL, out->attention,
 		                      &out->layers[l]);
+	}
 	return 0;
 }
 
@@ -197,65 +305,108 @@ static int cuda_session_trace(struct backend *be, const struct backend_session *
  * layer at a time, both of its blocks go through a host staging buffer in
  * one copy each, and cuda_kvplan.c unrolls the rings there. */
 
-static int layer_download(struct cuda_backend *c, const struct backend_session *s, int layer,
+/* Layer l's kind: its shape, state (or st_other for the global kind) and
+ * the view that addresses its blocks. */
+struct layer_kind {
+	const struct cuda_kv_shape *sh;
+	struct cuda_kv_view view;
+	bool slides;
+};
+
+static struct layer_kind layer_kind_of(const struct backend_session *s, int l)
+{
+	bool slides = s->swa && s->swa->slides[l];
+	return (struct layer_kind){
+	    .sh = slides ? &s->swa->sh : &s->sh, .view = cudabe_layer_view(s, l), .slides = slides};
+}
+
+static int layer_download(struct cuda_backend *c, const struct layer_kind *k, int layer,
                           unsigned char *stage, char *err, size_t err_len)
 {
-	size_t sink_b = s->sh.sink_layer_bytes, win_b = s->sh.win_layer_bytes;
+	size_t sink_b = k->sh->sink_layer_bytes, win_b = k->sh->win_layer_bytes;
 	if (sink_b > 0)
-		CU_TRY(cudaMemcpyAsync(stage, cuda_kv_sink_layer(&s->view, layer), sink_b,
+		CU_TRY(cudaMemcpyAsync(stage, cuda_kv_sink_layer(&k->view, layer), sink_b,
 		                       cudaMemcpyDeviceToHost, c->stream),
 		       "cache image download");
-	CU_TRY(cudaMemcpyAsync(stage + sink_b, cuda_kv_win_layer(&s->view, layer), win_b,
+	CU_TRY(cudaMemcpyAsync(stage + sink_b, cuda_kv_win_layer(&k->view, layer), win_b,
 	                       cudaMemcpyDeviceToHost, c->stream),
 	       "cache image download");
 	CU_TRY(cudaStreamSynchronize(c->stream), "cache image download");
 	return 0;
 }
 
-static int layer_upload(struct cuda_backend *c, struct backend_session *s, int layer,
+static int layer_upload(struct cuda_backend *c, const struct layer_kind *k, int layer,
                         const unsigned char *stage, char *err, size_t err_len)
 {
-	size_t sink_b = s->sh.sink_layer_bytes, win_b = s->sh.win_layer_bytes;
+	size_t sink_b = k->sh->sink_layer_bytes, win_b = k->sh->win_layer_bytes;
 	if (sink_b > 0)
-		CU_TRY(cudaMemcpyAsync(cuda_kv_sink_layer(&s->view, layer), stage, sink_b,
+		CU_TRY(cudaMemcpyAsync(cuda_kv_sink_layer(&k->view, layer), stage, sink_b,
 		                       cudaMemcpyHostToDevice, c->stream),
 		       "cache image upload");
-	CU_TRY(cudaMemcpyAsync(cuda_kv_win_layer(&s->view, layer), stage + sink_b, win_b,
+	CU_TRY(cudaMemcpyAsync(cuda_kv_win_layer(&k->view, layer), stage + sink_b, win_b,
 	                       cudaMemcpyHostToDevice, c->stream),
 	       "cache image upload");
 	CU_TRY(cudaStreamSynchronize(c->stream), "cache image upload");
 	return 0;
 }
 
+/* The image plan of counts n (global layers) and n_swa (sliding layers),
+ * each also checked against its kind's device rings. */
+static int image_plan(const struct backend_session *s, const struct tier_counts *n,
+                      const struct tier_counts *n_swa, struct kv_image_plan *plan, char *err,
+                      size_t err_len)
+{
+	struct kv_image_layout lo;
+	const struct cache_geometry *g = s->swa ? &s->swa->g : &s->sh.g;
+	int rc = kv_image_plan_of(g, n, n_swa, plan, err, err_len);
+	rc = rc ? rc : cuda_kv_image_layout(&s->sh, n, &lo, err, err_len);
+	if (!rc && s->swa)
+		rc = cuda_kv_image_layout(&s->swa->sh, n_swa, &lo, err, err_len);
+	return rc;
+}
+
+/* The stage that holds one layer's blocks of either kind. */
+static size_t stage_bytes(const struct backend_session *s)
+{
+	size_t b = s->sh.sink_layer_bytes + s->sh.win_layer_bytes;
+	size_t w = s->swa ? s->swa->sh.sink_layer_bytes + s->swa->sh.win_layer_bytes : 0;
+	return b > w ? b : w;
+}
+
 static int cuda_session_export(struct backend *be, const struct backend_session *s,
                                struct kv_image *out, char *err, size_t err_len)
 {
 	struct cuda_backend *c = cuda_of(be);
-	struct kv_image_layout lo;
+	struct kv_image_plan plan;
 	memset(out, 0, sizeof(*out));
 	if (s->sh.caps.anchor > 0) /* as the CPU cache says it */
 		return err_set(err, err_len, -ENOTSUP,
 		               "sink cache: a snapshot does not carry anchor tokens "
 		               "(inference.cache.anchors.enabled is on for this session)");
 	cuda_kv_image_counts(&s->st, &out->n);
-	int rc = cuda_kv_image_layout(&s->sh, &out->n, &lo, err, err_len);
+	if (s->swa)
+		cuda_kv_image_counts(&s->swa->st, &out->n_swa);
+	int rc = image_plan(s, &out->n, &out->n_swa, &plan, err, err_len);
 	if (rc)
 		return rc;
-	size_t sink_b = s->sh.sink_layer_bytes;
-	unsigned char *stage = malloc(sink_b + s->sh.win_layer_bytes);
-	out->data = malloc(lo.total_bytes > 0 ? lo.total_bytes : 1);
+	unsigned char *stage = malloc(stage_bytes(s));
+	out->data = malloc(plan.total_bytes > 0 ? plan.total_bytes : 1);
 	if (!stage || !out->data) {
 		rc = err_set(err, err_len, -ENOMEM,
 		             "cuda backend: out of memory for a %zu-byte cache image",
-		             lo.total_bytes);
+		             plan.total_bytes);
 		goto out;
 	}
-	out->bytes = lo.total_bytes;
+	out->bytes = plan.total_bytes;
 	for (int l = 0; l < s->sh.g.n_layers && !rc; l++) {
-		rc = layer_download(c, s, l, stage, err, err_len);
+		struct layer_kind k = layer_kind_of(s, l);
+		size_t at;
+		const struct kv_image_layout *lo =
+		    kv_image_plan_layer(&plan, s->swa ? &s->swa->g : &s->sh.g, l, &at);
+		rc = layer_download(c, &k, l, stage, err, err_len);
 		if (!rc)
-			cuda_kv_image_layer_out(&s->sh, &s->st, &lo, stage, stage + sink_b,
-			                        out->data + (size_t)l * lo.layer_bytes);
+			cuda_kv_image_layer_out(k.sh, k.slides ? &s->swa->st : &s->st, lo, stage,
+			                        stage + k.sh->sink_layer_bytes, out->data + at);
 	}
 out:
 	free(stage);
@@ -270,38 +421,46 @@ static int cuda_session_import(struct backend *be, struct backend_session *s,
                                const struct kv_image *in, char *err, size_t err_len)
 {
 	struct cuda_backend *c = cuda_of(be);
-	struct kv_image_layout lo;
+	struct kv_image_plan plan;
 	if (s->sh.caps.anchor > 0)
 		return err_set(err, err_len, -ENOTSUP,
 		               "sink cache: a snapshot cannot restore into a cache with anchor "
 		               "tokens (inference.cache.anchors.enabled)");
-	int rc = cuda_kv_image_layout(&s->sh, &in->n, &lo, err, err_len);
+	int rc = image_plan(s, &in->n, &in->n_swa, &plan, err, err_len);
 	if (rc)
 		return rc;
-	if (in->bytes != lo.total_bytes || (lo.total_bytes > 0 && !in->data))
+	if (in->bytes != plan.total_bytes || (plan.total_bytes > 0 && !in->data))
 		return err_set(err, err_len, -EINVAL,
 		               "cuda backend: cache image holds %zu bytes, its counts need %zu",
-		               in->bytes, lo.total_bytes);
-	if (s->st.t.n_seen != 0 || cuda_kv_resident(&s->sh, &s->st) != 0)
+		               in->bytes, plan.total_bytes);
+	if (s->st.t.n_seen != 0 || cuda_kv_resident(&s->sh, &s->st) != 0 ||
+	    (s->swa && s->swa->st.t.n_seen != 0))
 		return err_set(err, err_len, -EBUSY,
 		               "cuda backend: import needs an empty session (it holds %llu tokens)",
 		               (unsigned long long)s->st.t.n_seen);
-	struct cuda_kv_state st;
+	struct cuda_kv_state st, st_swa;
 	cuda_kv_image_state(&in->n, &st);
-	size_t sink_b = s->sh.sink_layer_bytes;
+	cuda_kv_image_state(&in->n_swa, &st_swa);
 	/* zeroed: the slots the image does not fill go up as zeros */
-	unsigned char *stage = calloc(1, sink_b + s->sh.win_layer_bytes);
+	unsigned char *stage = calloc(1, stage_bytes(s));
 	if (!stage)
 		return err_set(err, err_len, -ENOMEM,
 		               "cuda backend: out of memory importing a cache image");
 	for (int l = 0; l < s->sh.g.n_layers && !rc; l++) {
-		cuda_kv_image_layer_in(&s->sh, &st, &lo, stage, stage + sink_b,
-		                       in->data + (size_t)l * lo.layer_bytes);
-		rc = layer_upload(c, s, l, stage, err, err_len);
+		struct layer_kind k = layer_kind_of(s, l);
+		size_t at;
+		const struct kv_image_layout *lo =
+		    kv_image_plan_layer(&plan, s->swa ? &s->swa->g : &s->sh.g, l, &at);
+		memset(stage, 0, stage_bytes(s));
+		cuda_kv_image_layer_in(k.sh, k.slides ? &st_swa : &st, lo, stage,
+		                       stage + k.sh->sink_layer_bytes, in->data + at);
+		rc = layer_upload(c, &k, l, stage, err, err_len);
 	}
 	free(stage);
 	if (!rc)
 		s->st = st;
+	if (!rc && s->swa)
+		s->swa->st = st_swa;
 	return rc;
 }
 
@@ -332,6 +491,9 @@ static int cuda_geometry_check(const struct backend *be, const struct cache_geom
 {
 	const struct cuda_backend *c = (const struct cuda_backend *)be;
 	static const char *const names[] = {"float32", "float16", "bfloat16"};
+	int rc = cache_geometry_per_layer(g) ? session_check_geometry(c, g, err, err_len) : 0;
+	if (rc)
+		return rc;
 	if ((int)g->dtype == c->wdt)
 		return 0;
 	return err_set(err, err_len, -EINVAL,
@@ -480,8 +642,23 @@ size_t backend_cuda_weight_bytes(const struct backend *be)
 
 size_t backend_cuda_session_bytes(const struct cache_geometry *g)
 {
-	struct cuda_kv_shape sh;
-	if (cuda_kv_shape_init(g, &sh, NULL, 0))
-		return 0;
-	return cuda_kv_session_bytes(&sh);
+	if (!cache_geometry_per_layer(g)) {
+		struct cuda_kv_shape sh;
+		return cuda_kv_shape_init(g, &sh, NULL, 0) ? 0 : cuda_kv_session_bytes(&sh);
+	}
+	/* each kind's layers: the kind's bytes per layer */
+	struct cuda_kv_shape *sh = malloc(sizeof(*sh));
+	size_t bytes = 0;
+	for (int swa = 0; sh && swa < 2; swa++) {
+		int n = cuda_kv_kind_geometry(g, swa, &sh->g);
+		if (n == 0)
+			continue;
+		if (cuda_kv_shape_init(&sh->g, sh, NULL, 0)) {
+			bytes = 0;
+			break;
+		}
+		bytes += cuda_kv_session_bytes(sh) / (size_t)g->n_layers * (size_t)n;
+	}
+	free(sh);
+	return bytes;
 }

@@ -185,11 +185,12 @@ static void batch_layout_of(const struct cuda_backend *c, size_t n, struct batch
 	int rope_dim = c->base.model->hp.rope_dim;
 	size_t at = 0, rd = (size_t)(rope_dim > 0 ? rope_dim : 1);
 	size_t per = c->per_layer ? (size_t)c->base.model->hp.n_layers : 1;
+	size_t jobs = c->per_layer_jobs ? per : 1;
 	bl->tok = at, at = align_up(at + n * sizeof(int32_t));
 	bl->rows = at, at = align_up(at + n * sizeof(int32_t));
 	bl->cs = at, at = align_up(at + per * n * 2 * rd * sizeof(double));
-	bl->append = at, at = align_up(at + n * sizeof(struct cuda_kv_append_job));
-	bl->flush = at, at = align_up(at + n * sizeof(struct cuda_kv_flush_job));
+	bl->append = at, at = align_up(at + jobs * n * sizeof(struct cuda_kv_append_job));
+	bl->flush = at, at = align_up(at + jobs * n * sizeof(struct cuda_kv_flush_job));
 	bl->attn = at, at = align_up(at + per * n * sizeof(struct cuda_kv_attn_job));
 	bl->a_ops = at, at = align_up(at + (size_t)c->n_a_ops * sizeof(struct cuda_kv_anchor_op));
 	bl->a_begin = at, at = align_up(at + (size_t)(c->n_a_lists + 1) * sizeof(int32_t));
@@ -211,13 +212,88 @@ static int batch_group(struct cuda_backend *c, const struct backend_token *token
 	c->n_waves = plan.longest;
 	for (int j = 0; j < c->n_sessions; j++) {
 		struct backend_session *s = c->sessions[j];
-		if (!cuda_kv_can_append(&s->sh, &s->st, (size_t)s->batch.n))
+		if (!cuda_kv_can_append(&s->sh, &s->st, (size_t)s->batch.n) ||
+		    (s->swa && !cuda_kv_can_append(&s->swa->sh, &s->swa->st, (size_t)s->batch.n)))
 			return err_set(err, err_len, -ENOSPC,
 			               "session cannot take %d more tokens: its cache is full "
 			               "(strategy full, max_context_length %d reached)",
 			               s->batch.n, s->sh.g.max_context_length);
 	}
 	return 0;
+}
+
+/* Layer l's jobs of one token of session s from its kind's step (sw for
+ * a sliding layer, gl for a global one), at token row t of n. */
+static void layer_jobs(struct cuda_backend *c, struct backend_session *s, int l, size_t n, int w_at,
+                       const struct cuda_kv_step *gl, const struct cuda_kv_step *sw,
+                       struct cuda_kv_append_job *app, struct cuda_kv_flush_job *fl,
+                       struct cuda_kv_attn_job *att)
+{
+	bool slides = s->swa && s->swa->slides[l];
+	const struct cuda_kv_step *st = slides ? sw : gl;
+	struct cuda_kv_view v = cudabe_layer_view(s, l);
+	struct cuda_kv_append_job *a = &app[(size_t)l * n + (size_t)w_at];
+	*a = st->append;
+	a->kv = v;
+	if (st->has_flush) {
+		struct cuda_kv_flush_job *f = &fl[(size_t)l * n + (size_t)c->flush_n[l]++];
+		*f = st->flush;
+		f->kv = v;
+	}
+	struct cuda_kv_attn_job *j = &att[(size_t)l * n + (size_t)w_at];
+	*j = st->attn;
+	j->kv = v;
+	j->n_anchor = !slides && s->anc.cap > 0 ? s->anc.plan[l].n : 0;
+}
+
+/* The plan of a forward whose sessions hold the model's sliding-window
+ * layers: one wave (a token per session), every layer's jobs and angles
+ * from its kind's step, as batch_fill's per-layer attention jobs. */
+static void batch_fill_layers(struct cuda_backend *c, size_t n, double *cs,
+                              struct cuda_kv_append_job *app, struct cuda_kv_flush_job *fl,
+                              struct cuda_kv_attn_job *att)
+{
+	int rd = c->base.model->hp.rope_dim, cs_stride = 2 * (rd > 0 ? rd : 1);
+	int n_layers = c->base.model->hp.n_layers, w_at = 0, max_res = 0;
+	memset(c->flush_n, 0, (size_t)n_layers * sizeof(c->flush_n[0]));
+	for (int j = 0; j < c->n_sessions; j++) {
+		struct backend_session *s = c->sessions[j];
+		struct cuda_swa_layers *w = s->swa;
+		if (s->batch.n <= 0)
+			continue;
+		int t = c->order[c->sess_begin[j]];
+		struct cuda_kv_step gl, sw;
+		cuda_kv_plan_step(&s->sh, &s->tmp, &s->view, &gl);
+		gl.append.token = gl.attn.token = t;
+		s->step = gl;
+		if (w) {
+			w->tmp = w->st;
+			cuda_kv_plan_step(&w->sh, &w->tmp, &w->view, &sw);
+			sw.append.token = sw.attn.token = t;
+			w->step = sw;
+		}
+		for (int l = 0; l < n_layers; l++) {
+			bool slides = w && w->slides[l];
+			layer_jobs(c, s, l, n, w_at, &gl, &sw, app, fl, att);
+			const struct cuda_kv_attn_job *a = &att[(size_t)l * n + (size_t)w_at];
+			const double *hi = slides ? w->freq_hi : s->freq_hi;
+			const double *lo = slides ? w->freq_lo : s->freq_lo;
+			double *cs_l = cs + ((size_t)l * n + (size_t)t) * (size_t)cs_stride;
+			rope_cos_sin(hi, lo, rd, gl.key_pos, cs_l);
+			rope_cos_sin(hi, lo, rd,
+			             slides ? sw.sink_pos
+			                    : tier_sink_query_pos(&s->sh.g, &s->sh.caps, &s->tmp.t,
+			                                          a->n_anchor),
+			             cs_l + cs_stride / 2);
+			int res = a->n_sink + a->n_anchor + a->n_comp + a->n_fp;
+			max_res = res > max_res ? res : max_res;
+		}
+		w_at++;
+	}
+	c->n_waves = 1;
+	c->wave_begin[0] = 0, c->wave_begin[1] = w_at;
+	c->flush_begin[0] = c->flush_begin[1] = 0;
+	c->wave_max_res[0] = max_res;
 }
 
 /* Plans wave after wave: jobs, angles, token ids, logits rows.  Wave w (the
@@ -248,6 +324,10 @@ static void batch_fill(struct cuda_backend *c, const struct backend_token *token
 	}
 	for (int j = 0; j < c->n_sessions; j++)
 		c->sessions[j]->tmp = c->sessions[j]->st;
+	if (c->per_layer_jobs) {
+		batch_fill_layers(c, n, cs, app, fl, att);
+		return;
+	}
 	int n_groups = 0; /* wave groups launched together */
 	for (int w = 0; w < c->n_waves; w++) {
 		int w0 = w_at, f0 = f_at, max_res = 0;
@@ -467,9 +547,15 @@ static int attention_waves(struct cuda_backend *c, const struct batch_layout *bl
 	float *mass = c->mass + (size_t)layer * c->cap * hp->n_heads;
 	if (c->per_layer)
 		att += (size_t)layer * (size_t)c->wave_begin[c->n_waves];
+	if (c->per_layer_jobs) { /* one wave of the layer's own jobs */
+		app += (size_t)layer * (size_t)c->wave_begin[c->n_waves];
+		fl += (size_t)layer * (size_t)c->wave_begin[c->n_waves];
+	}
 	for (int w = 0; w < c->n_waves; w++) {
 		int a0 = c->wave_begin[w], na = c->wave_begin[w + 1] - a0;
 		int f0 = c->flush_begin[w], nf = c->flush_begin[w + 1] - f0;
+		if (c->per_layer_jobs)
+			nf = c->flush_n[layer];
 		CU_TRY(cuda_kv_flush(fl + f0, nf, hp->n_kv_heads, layer, c->stream), "kv flush");
 		CU_TRY(cuda_kv_append(app + a0, na, hp->n_kv_heads, layer, c->k, c->v, c->stream),
 		       "kv append");
@@ -864,10 +950,13 @@ static void attention_after(struct cuda_backend *c, size_t n)
 		int t = s->step.attn.token;
 		for (int l = 0; l < L; l++) {
 			size_t at = ((size_t)l * n + (size_t)t) * (size_t)c->key_ld;
+			bool slides = s->swa && s->swa->slides[l];
 			if (s->trace && c->kw_mean)
-				tier_trace_observe(s->trace, &s->sh.caps, l, &s->st.t,
-				                   anchors ? &s->anc.layer[l] : NULL, c->kwmax_h + at,
-				                   c->kwmean_h + at);
+				tier_trace_observe(s->trace,
+				                   slides ? &s->swa->sh.caps : &s->sh.caps, l,
+				                   slides ? &s->swa->st.t : &s->st.t,
+				                   anchors ? &s->anc.layer[l] : NULL,
+				                   c->kwmax_h + at, c->kwmean_h + at);
 			if (anchors)
 				cuda_kv_anchors_observe(&s->sh, &s->anc, l, &s->st, c->kwmax_h + at,
 				                        (size_t)c->key_ld);
@@ -896,8 +985,11 @@ static int forward_once(struct cuda_backend *c, const struct backend_token *toke
 	rc = rc ? rc : run_layers(c, tokens, n, &bl, n_want, logits, err, err_len);
 	if (rc)
 		return rc;
-	for (int j = 0; j < c->n_sessions; j++)
+	for (int j = 0; j < c->n_sessions; j++) {
 		c->sessions[j]->st = c->sessions[j]->tmp;
+		if (c->sessions[j]->swa)
+			c->sessions[j]->swa->st = c->sessions[j]->swa->tmp;
+	}
 	if (c->per_layer)
 		attention_after(c, n);
 	return 0;
@@ -973,10 +1065,12 @@ int cudabe_forward(struct backend *be, const struct backend_token *tokens, size_
 	rc = rc ? rc : batch_group(c, tokens, n_tokens, err, err_len);
 	if (rc)
 		return rc;
-	c->per_layer = c->kw_mean = false;
+	c->per_layer = c->kw_mean = c->per_layer_jobs = false;
 	for (int j = 0; j < c->n_sessions; j++) {
 		c->kw_mean = c->kw_mean || c->sessions[j]->trace;
-		c->per_layer = c->per_layer || c->sessions[j]->anc.cap > 0 || c->sessions[j]->trace;
+		c->per_layer_jobs = c->per_layer_jobs || c->sessions[j]->swa;
+		c->per_layer = c->per_layer || c->sessions[j]->anc.cap > 0 ||
+		               c->sessions[j]->trace || c->sessions[j]->swa;
 	}
 	if (c->per_layer && c->n_waves > 1)
 		return forward_by_waves(c, tokens, n_tokens, logits, err, err_len);

@@ -59,7 +59,38 @@ struct backend_session {
 	uint64_t sink_off, win_off;
 	bool has_sink;
 	double *freq_hi, *freq_lo; /* (rope_dim/2) */
+	/* With the model's sliding-window layers (NULL: none, every layer is
+	 * global): sh, st, tmp, view, step and freq above are the global
+	 * layers', whose blocks hold only those layers; swa the sliding ones'. */
+	struct cuda_swa_layers *swa;
 };
+
+/* The model sliding-window layers of a session: their own shape, state,
+ * blocks and RoPE, and where each layer sits in its kind's blocks. */
+struct cuda_swa_layers {
+	struct cache_geometry g; /* the session's, spans and all */
+	struct cuda_kv_shape sh;
+	struct cuda_kv_state st, tmp;
+	struct cuda_kv_view view;
+	struct cuda_kv_step step;
+	uint64_t win_off;
+	double *freq_hi, *freq_lo; /* (rope_dim/2) */
+	uint8_t *slides;           /* (n_layers) layer l is a sliding one */
+	int32_t *slot;             /* (n_layers) layer l's index in its kind's blocks */
+};
+
+/* Layer l's view: its kind's, with the bases moved so that the kernels'
+ * base + l * layer_bytes lands on the layer's own block. */
+static inline struct cuda_kv_view cudabe_layer_view(const struct backend_session *s, int l)
+{
+	if (!s->swa)
+		return s->view;
+	struct cuda_kv_view v = s->swa->slides[l] ? s->swa->view : s->view;
+	int64_t d = (int64_t)s->swa->slot[l] - l;
+	v.sink_base += (uint64_t)(d * (int64_t)v.sink_layer_bytes);
+	v.win_base += (uint64_t)(d * (int64_t)v.win_layer_bytes);
+	return v;
+}
 
 #define CUDA_GRAPH_SLOTS 8
 #define CUDA_BLAS_WORKSPACE ((size_t)32 << 20)
@@ -123,6 +154,11 @@ struct cuda_backend {
 	 * it, and the key weights its attention gives back (their mean over
 	 * heads too when a session is traced) */
 	bool per_layer, kw_mean;
+	/* a forward with sessions of the model's sliding-window layers (one
+	 * wave, per_layer too): append and flush jobs per layer as well, each
+	 * layer's from its kind, flush_n[l] flush jobs of layer l */
+	bool per_layer_jobs;
+	int flush_n[CACHE_GEOMETRY_MAX_LAYERS];
 	struct cuda_kv_anchor_op *a_ops;
 	int32_t *a_begin;
 	double *a_angles;

@@ -12,6 +12,7 @@
 #include "cuda_kvplan.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,8 +87,10 @@ int cuda_kv_shape_init(const struct cache_geometry *g, struct cuda_kv_shape *sh,
 	int rc = cache_geometry_tiers_of(g, &t, err, err_len);
 	if (rc)
 		return rc;
-	memset(sh, 0, sizeof(*sh));
-	sh->g = *g;
+	/* g may be sh's own copy (a kind's geometry made in place) */
+	memset(&sh->caps, 0, sizeof(*sh) - offsetof(struct cuda_kv_shape, caps));
+	if (g != &sh->g)
+		sh->g = *g;
 	tier_caps_of(g, &t, &sh->caps);
 	sh->n_groups = t.n_groups;
 	sh->fp_cap = t.group > 0 ? t.hot + t.group - 1 : t.window;
@@ -95,6 +98,38 @@ int cuda_kv_shape_init(const struct cache_geometry *g, struct cuda_kv_shape *sh,
 	sh->code_row = (int)t.code_row;
 	shape_layout(sh);
 	return 0;
+}
+
+int cuda_kv_kind_geometry(const struct cache_geometry *g, bool swa, struct cache_geometry *out)
+{
+	int n = 0, window = 0;
+	for (int l = 0; l < g->n_layers && l < CACHE_GEOMETRY_MAX_LAYERS; l++) {
+		bool slides = g->layer[l].own && g->layer[l].swa;
+		if (slides)
+			window = g->layer[l].window_size;
+		n += slides == swa;
+	}
+	struct cache_layer_rope rope = cache_geometry_layer_rope(g, 0);
+	for (int l = 0; swa && l < g->n_layers; l++)
+		if (g->layer[l].own && g->layer[l].swa) {
+			rope = cache_geometry_layer_rope(g, l);
+			break;
+		}
+	*out = *g;
+	memset(out->layer, 0, sizeof(out->layer));
+	if (!swa)
+		return n;
+	out->strategy = CACHE_STRATEGY_SLIDING_WINDOW;
+	out->sink_keep_count = 0;
+	out->window_size = out->full_precision_recent = window;
+	out->quant_enabled = false;
+	out->protect_sinks = true;
+	out->anchor_max = 0;
+	out->rope_theta = rope.theta;
+	out->rope_theta_swa = 0.0;
+	out->rope_freq_scale = rope.freq_scale;
+	out->n_rope_factors = 0;
+	return n;
 }
 
 size_t cuda_kv_session_bytes(const struct cuda_kv_shape *sh)
@@ -356,7 +391,7 @@ void cuda_kv_anchors_stats(const struct cuda_kv_shape *sh, const struct cuda_kv_
 	out->n_anchor = a->layer[0].n;
 	out->n_resident += out->n_anchor;
 	for (int l = 0; l < a->n_layers; l++) {
-		out->bytes_resident += cache_geometry_anchor_bytes(&sh->g, a->layer[l].n);
+		out->bytes_resident += cache_geometry_anchor_bytes(&sh->g, l, a->layer[l].n);
 		out->anchors_promoted += a->layer[l].promoted;
 		out->anchors_demoted += a->layer[l].demoted;
 	}

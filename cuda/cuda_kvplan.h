@@ -47,6 +47,12 @@ struct cuda_kv_step {
 
 int cuda_kv_shape_init(const struct cache_geometry *g, struct cuda_kv_shape *sh, char *err,
                        size_t err_len);
+/* The uniform geometry of one kind of g's layers, what a shape is made of
+ * when g's layers differ: the global layers' (g without layer spans) or
+ * (swa) the model sliding-window layers' (their window, all of it hot, no
+ * sinks or anchors, unquantized, their RoPE).  Returns how many layers of
+ * g are of that kind. */
+int cuda_kv_kind_geometry(const struct cache_geometry *g, bool swa, struct cache_geometry *out);
 /* Bytes of both blocks, all layers. */
 size_t cuda_kv_session_bytes(const struct cuda_kv_shape *sh);
 

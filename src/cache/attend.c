@@ -70,15 +70,15 @@ static void prefetch_ring(const struct sinkcache *c, const struct kv_run *ring,
 static void attend_prefetch(const struct sinkcache *c, const struct kv_layer *L, int kh,
                             bool values)
 {
-	if (c->sink_quant) {
-		size_t at = (size_t)kh * (size_t)c->caps.sink;
+	if (L->sink_quant) {
+		size_t at = (size_t)kh * (size_t)L->caps.sink;
 		prefetch_bytes((values ? L->sink_v : L->sink_k) + at * c->code_row,
 		               (size_t)L->t.n_sink * c->code_row);
 	} else {
-		struct kv_run sinks = {0, L->t.n_sink, c->caps.sink};
+		struct kv_run sinks = {0, L->t.n_sink, L->caps.sink};
 		prefetch_ring(c, &sinks, values ? L->sink_v : L->sink_k, kh);
 	}
-	struct kv_run anchors = {0, L->anc.n, c->caps.anchor};
+	struct kv_run anchors = {0, L->anc.n, L->caps.anchor};
 	if (L->anc.n > 0)
 		prefetch_ring(c, &anchors, values ? L->a_v : L->a_k, kh);
 	struct kv_run stage = kv_ring_run(&L->stage, L->t.n_stage);
@@ -144,30 +144,31 @@ static void load_ring(const struct sinkcache *c, const struct kv_run *ring,
 static size_t attend_bytes(const struct sinkcache *c, const struct kv_layer *L, int k0, int k1)
 {
 	size_t d = (size_t)c->g.head_dim, per_head;
-	size_t sink_row = c->sink_quant ? c->code_row + 2 * sizeof(float) : c->fp_row;
+	size_t sink_row = L->sink_quant ? c->code_row + 2 * sizeof(float) : c->fp_row;
 	per_head = (size_t)L->t.n_sink * sink_row;
-	per_head += (size_t)L->t.n_groups *
-	            (2 * d * sizeof(float) + (size_t)c->caps.group * (c->code_row + 2 * sizeof(float)));
+	per_head +=
+	    (size_t)L->t.n_groups *
+	    (2 * d * sizeof(float) + (size_t)L->caps.group * (c->code_row + 2 * sizeof(float)));
 	per_head += (size_t)(L->anc.n + L->t.n_stage + L->t.n_hot) * c->fp_row;
 	return 2 * per_head * (size_t)(k1 - k0);
 }
 
 static void load_ahead(const struct sinkcache *c, const struct kv_layer *L, int k0, int k1)
 {
-	if (c->sink_quant) {
-		load_head_rows(L->sink_k, L->sink_v, c->code_row, c->caps.sink, 0, L->t.n_sink, k0,
+	if (L->sink_quant) {
+		load_head_rows(L->sink_k, L->sink_v, c->code_row, L->caps.sink, 0, L->t.n_sink, k0,
 		               k1);
 		load_head_rows((const unsigned char *)L->sink_kp, (const unsigned char *)L->sink_vp,
-		               2 * sizeof(float), c->caps.sink, 0, L->t.n_sink, k0, k1);
+		               2 * sizeof(float), L->caps.sink, 0, L->t.n_sink, k0, k1);
 	} else {
-		struct kv_run sinks = {0, L->t.n_sink, c->caps.sink};
+		struct kv_run sinks = {0, L->t.n_sink, L->caps.sink};
 		load_ring(c, &sinks, L->sink_k, L->sink_v, k0, k1);
 	}
 	if (L->anc.n > 0) {
-		struct kv_run anchors = {0, L->anc.n, c->caps.anchor};
+		struct kv_run anchors = {0, L->anc.n, L->caps.anchor};
 		load_ring(c, &anchors, L->a_k, L->a_v, k0, k1);
 	}
-	size_t nk = (size_t)c->g.n_kv_heads, d = (size_t)c->g.head_dim, gs = (size_t)c->caps.group;
+	size_t nk = (size_t)c->g.n_kv_heads, d = (size_t)c->g.head_dim, gs = (size_t)L->caps.group;
 	for (int i = 0; i < L->t.n_groups; i++) {
 		/* a slot's heads lie side by side: one run of codes, keys and
 		 * values, and one of parameters each */
@@ -215,7 +216,7 @@ static void attend_quant_sinks(struct attend_ctx *x, bool mix)
 {
 	const struct sinkcache *c = x->c;
 	const struct kv_layer *L = x->L;
-	size_t at = (size_t)x->kh * (size_t)c->caps.sink;
+	size_t at = (size_t)x->kh * (size_t)L->caps.sink;
 	int n = L->t.n_sink, bits = c->g.quant_bits;
 	if (!mix) {
 		attend_score_codes(bits, L->sink_k + at * c->code_row, c->code_row, n, x->d, x->qs,
@@ -247,7 +248,7 @@ static void attend_group(struct attend_ctx *x, size_t gh, int first, int n0, boo
 {
 	const struct sinkcache *c = x->c;
 	const struct kv_layer *L = x->L;
-	int gs = c->caps.group, n = gs - first, d = x->d, bits = c->g.quant_bits;
+	int gs = L->caps.group, n = gs - first, d = x->d, bits = c->g.quant_bits;
 	size_t row0 = gh * (size_t)gs + (size_t)first;
 	if (!mix) {
 		const float *kp = L->gkp + gh * 2 * (size_t)d;
@@ -293,14 +294,14 @@ static int attend_tiers(struct attend_ctx *x, bool mix)
 	const struct sinkcache *c = x->c;
 	const struct kv_layer *L = x->L;
 	int n = L->t.n_sink;
-	if (c->sink_quant) {
+	if (L->sink_quant) {
 		attend_quant_sinks(x, mix);
 	} else {
-		struct kv_run sinks = {0, L->t.n_sink, c->caps.sink};
+		struct kv_run sinks = {0, L->t.n_sink, L->caps.sink};
 		attend_fp_ring(x, &sinks, false, mix ? L->sink_v : L->sink_k, 0, mix);
 	}
 	if (L->anc.n > 0) { /* keys by rank: the sink query */
-		struct kv_run anchors = {0, L->anc.n, c->caps.anchor};
+		struct kv_run anchors = {0, L->anc.n, L->caps.anchor};
 		attend_fp_ring(x, &anchors, false, mix ? L->a_v : L->a_k, n, mix);
 		n += L->anc.n;
 	}
@@ -309,7 +310,7 @@ static int attend_tiers(struct attend_ctx *x, bool mix)
 		    (size_t)kv_ring_slot(&L->groups, i) * (size_t)c->g.n_kv_heads + (size_t)x->kh;
 		int first = i == 0 ? L->t.grp_dropped : 0;
 		attend_group(x, gh, first, n, mix);
-		n += c->caps.group - first;
+		n += L->caps.group - first;
 	}
 	struct kv_run stage = kv_ring_run(&L->stage, L->t.n_stage);
 	struct kv_run hot = kv_ring_run(&L->hot, L->t.n_hot);
@@ -415,11 +416,13 @@ void sinkcache_attend(const struct sinkcache *c, int layer, const float *q, int 
                       float *key_weight, bool rows_cold)
 {
 	int d = c->g.head_dim, ratio = n_heads / c->g.n_kv_heads;
-	int ld = c->caps.sink + c->caps.anchor + c->caps.window;
+	const struct kv_layer *L = &c->layers[layer];
+	/* the layer's own stride: sinkcache_observe reads its weights so */
+	int ld = L->caps.sink + L->caps.anchor + L->caps.window;
 	size_t rd = (size_t)ATTEND_MAX_HEADS * (size_t)d;
 	struct attend_ctx x = {
 	    .c = c,
-	    .L = &c->layers[layer],
+	    .L = L,
 	    .d = d,
 	    .ld = ld,
 	    .scores = scratch,

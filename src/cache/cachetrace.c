@@ -215,7 +215,9 @@ cJSON *cache_trace_json(const struct cache_trace_step *t, const bool *layer_want
 			break;
 		}
 		ok = cJSON_AddNumberToObject(lo, "layer", l) &&
-		     cJSON_AddNumberToObject(lo, "n_slots", ly->n_slots);
+		     cJSON_AddNumberToObject(lo, "n_slots", ly->n_slots) &&
+		     (ly->sliding_window == 0 ||
+		      cJSON_AddNumberToObject(lo, "sliding_window", ly->sliding_window));
 		for (int f = 0; ok && f < 6; f++)
 			ok = f >= 3 && !t->attention ? cJSON_AddNullToObject(lo, fields[f]) != NULL
 			                             : add_field(lo, fields[f], slot_array(ly, f));

@@ -42,6 +42,8 @@ struct cache_trace_slot {
 
 struct cache_trace_layer {
 	int n_slots;                    /* resident slots of this layer */
+	int sliding_window;             /* a model sliding-window layer's window (it keeps only
+	                                 * its last that many tokens); 0: a global layer */
 	struct cache_trace_slot *slots; /* (n_slots), strictly increasing stream_index */
 };
 

@@ -50,6 +50,30 @@ void cache_geometry_build(const struct cache_settings *s, const struct model_hpa
 		g->anchor_demote_steps = s->anchor_demote_steps;
 	}
 	cache_geometry_set_rope_scaling(g, hp); /* after max_context_length: longrope */
+	cache_geometry_set_model_layers(g, hp);
+}
+
+/* Whether layer l of a model slides, and over how many tokens in g. */
+static int model_layer_window(const struct cache_geometry *g, const struct model_hparams *hp, int l)
+{
+	if (!hp->layer_swa || hp->swa_window <= 0 || !hp->layer_swa[l])
+		return 0;
+	if (g->strategy == CACHE_STRATEGY_FULL && g->max_context_length > 0 &&
+	    hp->swa_window > g->max_context_length)
+		return g->max_context_length;
+	return hp->swa_window;
+}
+
+void cache_geometry_set_model_layers(struct cache_geometry *g, const struct model_hparams *hp)
+{
+	g->rope_theta_swa = hp->rope_theta_swa;
+	for (int l = 0; l < g->n_layers && l < CACHE_GEOMETRY_MAX_LAYERS; l++) {
+		int w = model_layer_window(g, hp, l);
+		if (w > 0)
+			cache_geometry_set_layer_swa(g, l, w);
+		else
+			g->layer[l] = (struct cache_layer_span){0};
+	}
 }
 
 /* The model's per-pair factors for a cache reaching max_ctx tokens:
@@ -111,6 +135,29 @@ static bool rope_scaling_equal(const struct cache_geometry *a, const struct cach
 	return memcmp(a->rope_factors, b->rope_factors, (size_t)n * sizeof(float)) == 0;
 }
 
+/* A model sliding-window layer held as a global one (or the other way
+ * round) would attend over other tokens than the model was trained with. */
+static int fits_model_layers(const struct cache_geometry *g, const struct model_hparams *hp,
+                             char *err, size_t err_len)
+{
+	if (g->rope_theta_swa != hp->rope_theta_swa)
+		return err_set(err, err_len, -EINVAL,
+		               "cache geometry: rope_theta_swa %g does not match the model's (%g)",
+		               g->rope_theta_swa, hp->rope_theta_swa);
+	for (int l = 0; l < g->n_layers; l++) {
+		int want = model_layer_window(g, hp, l);
+		struct cache_layer_span sp = cache_geometry_layer_span(g, l);
+		int have = sp.swa ? sp.window_size : 0;
+		/* (a full cache may keep the whole model window, beyond its context) */
+		if (have != want && !(want > 0 && have == hp->swa_window))
+			return err_set(err, err_len, -EINVAL,
+			               "cache geometry: layer %d %s, the model's %s", l,
+			               have ? "slides (model window)" : "is global",
+			               want ? "slides" : "is global");
+	}
+	return 0;
+}
+
 int cache_geometry_fits_model(const struct cache_geometry *g, const struct model_hparams *hp,
                               char *err, size_t err_len)
 {
@@ -141,7 +188,7 @@ int cache_geometry_fits_model(const struct cache_geometry *g, const struct model
 		               cache_geometry_rope_freq_scale(g), g->n_rope_factors,
 		               g->rope_ext_factor, scale, factors ? "frequency factors" : "none",
 		               hp->rope_ext_factor);
-	return 0;
+	return fits_model_layers(g, hp, err, err_len);
 }
 
 struct cache_layer_span cache_geometry_layer_span(const struct cache_geometry *g, int l)
@@ -157,6 +204,44 @@ void cache_geometry_set_layer(struct cache_geometry *g, int l, enum cache_strate
 {
 	g->layer[l] = (struct cache_layer_span){
 	    .own = true, .strategy = (uint8_t)strategy, .window_size = window_size};
+}
+
+void cache_geometry_set_layer_swa(struct cache_geometry *g, int l, int window_size)
+{
+	g->layer[l] = (struct cache_layer_span){.own = true,
+	                                        .strategy = CACHE_STRATEGY_SLIDING_WINDOW,
+	                                        .swa = true,
+	                                        .window_size = window_size};
+}
+
+bool cache_geometry_per_layer(const struct cache_geometry *g)
+{
+	int n = g->n_layers > 0 && g->n_layers <= CACHE_GEOMETRY_MAX_LAYERS ? g->n_layers : 0;
+	for (int l = 0; l < n; l++)
+		if (g->layer[l].own)
+			return true;
+	return false;
+}
+
+struct cache_layer_rope cache_geometry_layer_rope(const struct cache_geometry *g, int l)
+{
+	if (g->layer[l].own && g->layer[l].swa)
+		return (struct cache_layer_rope){
+		    .theta = g->rope_theta_swa > 0.0 ? g->rope_theta_swa : g->rope_theta,
+		    .freq_scale = 1.0};
+	return (struct cache_layer_rope){.theta = g->rope_theta,
+	                                 .freq_scale = cache_geometry_rope_freq_scale(g),
+	                                 .factors = cache_geometry_rope_factors(g)};
+}
+
+void cache_geometry_layer_rope_freqs(const struct cache_geometry *g, int l, double *hi, double *lo)
+{
+	if (!(g->layer[l].own && g->layer[l].swa)) {
+		cache_geometry_rope_freqs(g, hi, lo); /* the global layers' scaling, YaRN's too */
+		return;
+	}
+	struct cache_layer_rope r = cache_geometry_layer_rope(g, l);
+	rope_freqs_init(r.theta, g->rope_dim, r.factors, r.freq_scale, hi, lo);
 }
 
 /* ---- tier sizes ----------------------------------------------------------- */
@@ -176,10 +261,24 @@ static int kv_group_size(int compressed)
 	return SINKCACHE_MAX_GROUP;
 }
 
+/* A model sliding-window layer: its window, all of it hot. */
+static void swa_tiers(const struct cache_geometry *g, const struct cache_layer_span *sp,
+                      struct cache_tiers *t)
+{
+	memset(t, 0, sizeof(*t));
+	t->window = t->hot = sp->window_size;
+	t->fp_row = (size_t)g->head_dim * kv_dtype_size(g->dtype);
+	t->code_row = kvq_code_bytes(g->head_dim, g->quant_enabled ? g->quant_bits : 8);
+}
+
 static void layer_tiers(const struct cache_geometry *g, const struct cache_layer_span *sp,
                         struct cache_tiers *t)
 {
 	bool full = sp->strategy == CACHE_STRATEGY_FULL;
+	if (sp->swa) {
+		swa_tiers(g, sp, t);
+		return;
+	}
 	memset(t, 0, sizeof(*t));
 	t->full = full;
 	t->sink = full && g->sink_keep_count > g->max_context_length ? g->max_context_length
@@ -273,6 +372,10 @@ static int check_shape(const struct cache_geometry *g, char *err, size_t err_len
 	if (!(g->rope_theta > 0.0) || !isfinite(g->rope_theta))
 		return err_set(err, err_len, -EINVAL,
 		               "cache geometry: rope_theta: %g (allowed: > 0)", g->rope_theta);
+	if (!(g->rope_theta_swa >= 0.0) || !isfinite(g->rope_theta_swa))
+		return err_set(err, err_len, -EINVAL,
+		               "cache geometry: rope_theta_swa: %g (allowed: > 0, 0: rope_theta)",
+		               g->rope_theta_swa);
 	if (!(g->rope_freq_scale >= 0.0) || !isfinite(g->rope_freq_scale))
 		return err_set(err, err_len, -EINVAL,
 		               "cache geometry: rope_freq_scale: %g (allowed: > 0, 0: none)",
@@ -333,6 +436,17 @@ static int check_span(const struct cache_geometry *g, enum cache_strategy strate
 	               (int)strategy);
 }
 
+/* A model sliding-window layer: a window, no sinks to fit in it. */
+static int check_swa_span(const struct cache_layer_span *sp, char *err, size_t err_len)
+{
+	if (sp->strategy != CACHE_STRATEGY_SLIDING_WINDOW)
+		return err_set(err, err_len, -EINVAL,
+		               "cache geometry: strategy: %d (allowed for a model sliding-window "
+		               "layer: sliding_window)",
+		               (int)sp->strategy);
+	return check_range(err, err_len, "window_size", sp->window_size, 1, SINKCACHE_MAX_TOKENS);
+}
+
 /* Layers with spans of their own: each checked as the geometry's own is. */
 static int check_layers(const struct cache_geometry *g, char *err, size_t err_len)
 {
@@ -341,13 +455,14 @@ static int check_layers(const struct cache_geometry *g, char *err, size_t err_le
 		if (!sp->own)
 			continue;
 		char why[SINKD_ERR_LEN];
-		int rc = check_span(g, (enum cache_strategy)sp->strategy, sp->window_size, why,
-		                    sizeof(why));
+		int rc = sp->swa ? check_swa_span(sp, why, sizeof(why))
+		                 : check_span(g, (enum cache_strategy)sp->strategy, sp->window_size,
+		                              why, sizeof(why));
 		const char *pre = "cache geometry: ";
 		if (rc)
 			return err_set(err, err_len, rc, "%slayer %d: %s", pre, l,
 			               strncmp(why, pre, strlen(pre)) ? why : why + strlen(pre));
-		if (sp->strategy == CACHE_STRATEGY_FULL && g->anchor_max != 0)
+		if (sp->strategy == CACHE_STRATEGY_FULL && g->anchor_max != 0 && !sp->swa)
 			return err_set(
 			    err, err_len, -EINVAL,
 			    "cache geometry: layer %d: anchors need strategy "
@@ -411,8 +526,9 @@ bool cache_geometry_equal(const struct cache_geometry *a, const struct cache_geo
 	bool same = a->n_layers == b->n_layers && a->n_kv_heads == b->n_kv_heads &&
 	            a->head_dim == b->head_dim && a->rope_dim == b->rope_dim &&
 	            a->rope_theta == b->rope_theta && a->rope_neox == b->rope_neox &&
-	            rope_scaling_equal(a, b) && a->strategy == b->strategy &&
-	            a->sink_keep_count == b->sink_keep_count && a->window_size == b->window_size &&
+	            a->rope_theta_swa == b->rope_theta_swa && rope_scaling_equal(a, b) &&
+	            a->strategy == b->strategy && a->sink_keep_count == b->sink_keep_count &&
+	            a->window_size == b->window_size &&
 	            a->max_context_length == b->max_context_length &&
 	            a->quant_enabled == b->quant_enabled && a->quant_bits == b->quant_bits &&
 	            a->protect_sinks == b->protect_sinks &&
@@ -424,7 +540,7 @@ bool cache_geometry_equal(const struct cache_geometry *a, const struct cache_geo
 	for (int l = 0; same && l < n; l++) {
 		struct cache_layer_span x = cache_geometry_layer_span(a, l);
 		struct cache_layer_span y = cache_geometry_layer_span(b, l);
-		same = x.strategy == y.strategy && x.window_size == y.window_size;
+		same = x.strategy == y.strategy && x.window_size == y.window_size && x.swa == y.swa;
 	}
 	return same;
 }
@@ -468,10 +584,10 @@ size_t cache_geometry_bound_bytes(const struct cache_geometry *g)
 	return bytes;
 }
 
-size_t cache_geometry_anchor_bytes(const struct cache_geometry *g, int n_anchor)
+size_t cache_geometry_anchor_bytes(const struct cache_geometry *g, int l, int n_anchor)
 {
 	struct cache_layout lo;
-	cache_geometry_layer_layout(g, 0, &lo);
+	cache_geometry_layer_layout(g, l, &lo);
 	if (lo.t.anchor <= 0)
 		return 0;
 	size_t row = lo.fp_tok + (size_t)g->n_kv_heads * (size_t)g->head_dim * sizeof(float);
@@ -515,8 +631,17 @@ int cache_geometry_quant_group_size(const struct cache_geometry *g)
 	struct cache_layout lo;
 	if (cache_geometry_check(g, NULL, 0))
 		return 0;
-	cache_geometry_layer_layout(g, 0, &lo);
+	default_layout(g, &lo);
 	return lo.t.group;
+}
+
+size_t cache_geometry_global_capacity_tokens(const struct cache_geometry *g)
+{
+	struct cache_layout lo;
+	if (cache_geometry_check(g, NULL, 0))
+		return 0;
+	default_layout(g, &lo);
+	return (size_t)(lo.t.sink + lo.t.anchor + lo.t.window);
 }
 
 size_t cache_geometry_capacity_tokens(const struct cache_geometry *g)

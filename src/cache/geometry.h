@@ -30,11 +30,23 @@ enum kv_dtype { KV_DTYPE_F32 = 0, KV_DTYPE_F16, KV_DTYPE_BF16 };
  * geometry's strategy and window_size, so a geometry written as a literal,
  * read from a snapshot or narrowed by a session's window_size stays uniform;
  * own true: the layer's own strategy and window (a sliding-window layer
- * beside global ones). */
+ * beside global ones).  swa (with own): a model sliding-window layer
+ * (model_hparams.layer_swa): it keeps exactly its last window_size tokens,
+ * as the model was trained: no sinks, anchors or pinned prefix, nothing
+ * quantized, RoPE base rope_theta_swa without frequency scaling (llama.cpp
+ * scales only global layers: rope_freq_scale_train_swa is 1). */
 struct cache_layer_span {
 	bool own;
 	uint8_t strategy;    /* enum cache_strategy, when own */
+	bool swa;            /* a model sliding-window layer, when own */
 	int32_t window_size; /* sliding_window: compressed + hot, when own */
+};
+
+/* The RoPE a layer turns its keys and queries with. */
+struct cache_layer_rope {
+	double theta;
+	double freq_scale;    /* 1: none */
+	const float *factors; /* (rope_dim/2) or NULL: none */
 };
 
 struct cache_geometry {
@@ -50,6 +62,9 @@ struct cache_geometry {
 	 * Both come from the model file, whose SHA-256 a snapshot carries, so
 	 * snapshots do not store them: a restore takes the model's. */
 	double rope_freq_scale;
+	/* RoPE base of model sliding-window layers (0: rope_theta); from the
+	 * model file, so snapshots do not store it either */
+	double rope_theta_swa;
 	int n_rope_factors;
 	float rope_factors[SINKCACHE_MAX_HEAD_DIM / 2]; /* (n_rope_factors) */
 	/* YaRN (rope.scaling.type yarn): ext_factor 0: none; else the blend of
@@ -136,6 +151,10 @@ struct sinkcache_stats {
 	uint64_t moved_to_compressed; /* tokens quantized out of the hot tier */
 	uint64_t anchors_promoted;    /* window tokens kept as anchors, all layers */
 	uint64_t anchors_demoted;     /* anchors dropped again, all layers */
+	/* The figures above (n_seen .. n_hot, evicted, moved) are the global
+	 * layers' (all alike; layer 0's when every layer slides); the model
+	 * sliding-window layers (all alike) hold this many (0: none slides). */
+	int n_resident_swa;
 };
 
 /* Bytes of one element of a full-precision tier. */
@@ -147,13 +166,20 @@ static inline size_t kvq_code_bytes(int n, int bits)
 	return bits == 4 ? (size_t)n / 2 : (size_t)n;
 }
 
-/* The geometry of a model under cache settings s: every layer gets the
- * settings' strategy and window (the model-families issue gives layers
- * their own spans). */
+/* The geometry of a model under cache settings s: global layers get the
+ * settings' strategy and window (window_size applies to them), the model's
+ * sliding-window layers (model_hparams.layer_swa) their own window (see
+ * cache_geometry_set_model_layers). */
 void cache_geometry_build(const struct cache_settings *s, const struct model_hparams *hp,
                           struct cache_geometry *g);
+/* Gives each model sliding-window layer of hp its span (window swa_window;
+ * under strategy full at most max_context_length, since the global layers
+ * refuse more tokens anyway) and g the model's rope_theta_swa; the other
+ * layers take the geometry's.  What a snapshot's geometry gets on restore. */
+void cache_geometry_set_model_layers(struct cache_geometry *g, const struct model_hparams *hp);
 /* Whether a geometry is the shape of a model (layers, kv heads, head_dim,
- * rope_dim, RoPE scale and factors); -EINVAL with both shapes in err. */
+ * rope_dim, RoPE scale and factors, which layers slide and how far);
+ * -EINVAL with both shapes in err. */
 int cache_geometry_fits_model(const struct cache_geometry *g, const struct model_hparams *hp,
                               char *err, size_t err_len);
 
@@ -177,6 +203,16 @@ void cache_geometry_rope_freqs(const struct cache_geometry *g, double *hi, doubl
 struct cache_layer_span cache_geometry_layer_span(const struct cache_geometry *g, int l);
 void cache_geometry_set_layer(struct cache_geometry *g, int l, enum cache_strategy strategy,
                               int window_size);
+/* Makes layer l a model sliding-window layer of window window_size. */
+void cache_geometry_set_layer_swa(struct cache_geometry *g, int l, int window_size);
+/* Whether any layer has a span of its own (a cache whose layers differ). */
+bool cache_geometry_per_layer(const struct cache_geometry *g);
+/* Layer l's RoPE: the geometry's, or for a model sliding-window layer
+ * rope_theta_swa (0: rope_theta) unscaled. */
+struct cache_layer_rope cache_geometry_layer_rope(const struct cache_geometry *g, int l);
+/* Layer l's pair frequencies: a sliding layer's from its own base, a
+ * global layer's as cache_geometry_rope_freqs (scaling, factors, YaRN). */
+void cache_geometry_layer_rope_freqs(const struct cache_geometry *g, int l, double *hi, double *lo);
 
 /* The geometry of a stream that pins its first `pin` tokens (a system
  * prompt): they join the sink tier (sink_keep_count becomes at least pin),
@@ -207,9 +243,9 @@ bool cache_geometry_equal(const struct cache_geometry *a, const struct cache_geo
  * the window is full whenever G divides C (G is chosen so when it can).
  * 0 for an invalid geometry. */
 size_t cache_geometry_bound_bytes(const struct cache_geometry *g);
-/* What stats.bytes_resident counts of layer 0's anchor tier holding
+/* What stats.bytes_resident counts of layer l's anchor tier holding
  * n_anchor tokens: its bookkeeping always, the rows in use. */
-size_t cache_geometry_anchor_bytes(const struct cache_geometry *g, int n_anchor);
+size_t cache_geometry_anchor_bytes(const struct cache_geometry *g, int l, int n_anchor);
 
 /* Layer l's tiers and bytes; g must be valid (cache_geometry_check). */
 void cache_geometry_layer_layout(const struct cache_geometry *g, int l, struct cache_layout *lo);
@@ -222,10 +258,15 @@ int cache_geometry_tiers_of(const struct cache_geometry *g, struct cache_tiers *
 /* Tokens per quantization group of the compressed tier (keys share per-channel
  * scales over a group): 32, or a divisor of the compressed capacity in
  * [16, 32], or the capacity itself when below 32; 0 without quantization.
- * Layer 0's. */
+ * The global layers' (the geometry's own span; a model sliding-window layer
+ * quantizes nothing). */
 int cache_geometry_quant_group_size(const struct cache_geometry *g);
 
 /* The most tokens resident at once in any layer: sink_keep_count + anchors
- * + window_size, or max_context_length for strategy full (0 for an invalid
- * geometry). */
+ * + window_size, or max_context_length for strategy full, or a sliding
+ * layer's window where that is more (0 for an invalid geometry). */
 size_t cache_geometry_capacity_tokens(const struct cache_geometry *g);
+/* The same of the global layers (the geometry's own span): the stream
+ * tokens before the cache first evicts one of its own choosing (a model
+ * sliding-window layer drops tokens as the model was trained to). */
+size_t cache_geometry_global_capacity_tokens(const struct cache_geometry *g);

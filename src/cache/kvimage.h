@@ -17,7 +17,10 @@
  *             (the oldest group's first grp_dropped rows were evicted; their
  *              bytes stay because the group's key parameters cover them)
  *   fp window n_stage + n_hot tokens, staged (older) first, then hot:
- *             k, v (n_kv, n_stage + n_hot, D) e */
+ *             k, v (n_kv, n_stage + n_hot, D) e
+ * A model sliding-window layer (geometry.h: a swa span) is laid out the same
+ * with its own counts (n_swa: no sinks, no groups, its window all hot), so
+ * its part is only the fp window. */
 #pragma once
 
 #include <stddef.h>
@@ -45,7 +48,8 @@ struct kv_image_layout {
 };
 
 struct kv_image {
-	struct tier_counts n;
+	struct tier_counts n;     /* the global layers' counts (every layer's when none slides) */
+	struct tier_counts n_swa; /* the model sliding-window layers' (all alike); zero when none */
 	unsigned char *data; /* total_bytes of the layout */
 	size_t bytes;
 };
@@ -56,6 +60,24 @@ struct kv_image {
  * the layout.  err names the count, its value and its allowed range. */
 int kv_image_layout_of(const struct cache_geometry *g, const struct tier_counts *n,
                        struct kv_image_layout *lo, char *err, size_t err_len);
+
+/* The layouts of an image whose geometry has model sliding-window layers
+ * (any geometry: without them, swa is unused and every layer is global):
+ * global checks and lays out the counts n against the global layers'
+ * tiers, swa the counts n_swa against the sliding layers' (which must see
+ * the same stream: n_seen equal, only hot tokens).  -ENOTSUP for spans of
+ * their own other than one model window (no cache makes those). */
+struct kv_image_plan {
+	struct kv_image_layout global, swa;
+	size_t total_bytes;
+};
+int kv_image_plan_of(const struct cache_geometry *g, const struct tier_counts *n,
+                     const struct tier_counts *n_swa, struct kv_image_plan *p, char *err,
+                     size_t err_len);
+/* Layer l's layout in a plan; *offset is where its bytes start. */
+const struct kv_image_layout *kv_image_plan_layer(const struct kv_image_plan *p,
+                                                  const struct cache_geometry *g, int l,
+                                                  size_t *offset);
 
 /* The most bytes an image of geometry g can take (its counts at capacity). */
 size_t kv_image_max_bytes(const struct cache_geometry *g);

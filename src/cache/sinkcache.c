@@ -84,9 +84,9 @@ static void kv_layer_carve(struct sinkcache *c, const struct cache_layout *lay,
 static void kv_layer_clear(struct sinkcache *c, struct kv_layer *L)
 {
 	memset(&L->t, 0, sizeof(L->t));
-	tier_anchors_reset(&c->caps, &L->anc);
-	L->hot = (struct kv_ring){0, c->caps.hot};
-	L->stage = (struct kv_ring){0, c->caps.group > 0 ? c->caps.group - 1 : 0};
+	tier_anchors_reset(&L->caps, &L->anc);
+	L->hot = (struct kv_ring){0, L->caps.hot};
+	L->stage = (struct kv_ring){0, L->caps.group > 0 ? L->caps.group - 1 : 0};
 	L->groups.head = 0;
 	for (int i = 0; i < c->g.rope_dim; i++) {
 		L->cs_win[i] = i % 2 ? 0.0 : 1.0;
@@ -169,44 +169,102 @@ static void kv_front_populate(struct sinkcache *c, const void *row)
 	kv_populate_range(&c->front_pop, row, c->fp_row);
 }
 
+/* The caps of every tier at its largest over the layers (what a trace of
+ * any layer fits in). */
+static void caps_widen(struct tier_caps *m, const struct tier_caps *c)
+{
+	m->sink = c->sink > m->sink ? c->sink : m->sink;
+	m->window = c->window > m->window ? c->window : m->window;
+	m->hot = c->hot > m->hot ? c->hot : m->hot;
+	m->group = c->group > m->group ? c->group : m->group;
+	m->anchor = c->anchor > m->anchor ? c->anchor : m->anchor;
+	m->full = m->full || c->full;
+	m->anchor_promote = c->anchor_promote;
+	m->anchor_demote_steps = c->anchor_demote_steps;
+}
+
+/* The RoPE tables: the global layers', and the sliding layers' when some
+ * layer slides (their base and scale differ). */
+static int cache_rope_init(struct sinkcache *c, int half)
+{
+	for (int r = 0; r < 2; r++) {
+		c->freq_hi[r] = calloc((size_t)half, sizeof(double));
+		c->freq_lo[r] = calloc((size_t)half, sizeof(double));
+		c->cs_memo[r][0] = calloc((size_t)half * 2, sizeof(double));
+		c->cs_memo[r][1] = calloc((size_t)half * 2, sizeof(double));
+		if (!c->freq_hi[r] || !c->freq_lo[r] || !c->cs_memo[r][0] || !c->cs_memo[r][1])
+			return -ENOMEM;
+	}
+	for (int l = c->g.n_layers - 1; l >= 0; l--) {
+		/* the last table set is layer 0's kind: a global layer's, or the
+		 * sliding one when every layer slides */
+		int r = c->g.layer[l].own && c->g.layer[l].swa ? 1 : 0;
+		cache_geometry_layer_rope_freqs(&c->g, l, c->freq_hi[r], c->freq_lo[r]);
+	}
+	return 0;
+}
+
+/* Layer l's caps, storage and RoPE table, its front at `front`. */
+static int kv_layer_init(struct sinkcache *c, int l, unsigned char *front, int half)
+{
+	struct cache_layout lo;
+	struct kv_layer *L = &c->layers[l];
+	cache_geometry_layer_layout(&c->g, l, &lo);
+	tier_caps_of(&c->g, &lo.t, &L->caps);
+	caps_widen(&c->caps_max, &L->caps);
+	L->sink_quant = lo.t.sink_quant;
+	L->back_bytes = lo.back_bytes;
+	L->sink_tok = lo.sink_tok;
+	L->fp_tok = lo.fp_tok;
+	L->group_bytes = lo.group_bytes;
+	L->rope = c->g.layer[l].own && c->g.layer[l].swa ? 1 : 0;
+	L->front = front;
+	L->mem =
+	    lo.back_bytes > 0 ? pages_map(lo.back_bytes, back_on_huge_pages(lo.back_bytes)) : NULL;
+	if (L->mem)
+		L->mem_pop = populate_map_of(L->mem, lo.back_bytes);
+	L->cs_win = calloc((size_t)half * 2, sizeof(double));
+	L->cs_sink = calloc((size_t)half * 2, sizeof(double));
+	if ((lo.back_bytes > 0 && (!L->mem || !L->mem_pop.done)) || !L->cs_win || !L->cs_sink)
+		return -ENOMEM;
+	kv_layer_carve(c, &lo, L);
+	L->groups.cap = lo.t.n_groups;
+	kv_layer_clear(c, L);
+	return 0;
+}
+
 int sinkcache_new(const struct cache_geometry *g, struct sinkcache **out, char *err,
                   size_t err_len)
 {
 	struct cache_layout lo;
-	struct cache_tiers tiers;
-	/* the rings and caps below are one per cache: every layer's span must
-	 * give the same tiers (tiers_of refuses a geometry whose do not) */
-	int rc = cache_geometry_tiers_of(g, &tiers, err, err_len);
+	int rc = cache_geometry_check(g, err, err_len);
 	*out = NULL;
 	if (rc)
 		return rc;
+	/* each layer keeps its own tiers (a model sliding-window layer beside
+	 * global ones); the rows' widths are the same in every layer */
 	cache_geometry_layer_layout(g, 0, &lo);
 	struct sinkcache *c = calloc(1, sizeof(*c));
 	if (!c)
 		return err_set(err, err_len, -ENOMEM, "sink cache: out of memory");
 	c->g = *g;
-	tier_caps_of(g, &tiers, &c->caps);
-	c->sink_quant = tiers.sink_quant;
-	c->fp_row = tiers.fp_row;
-	c->code_row = tiers.code_row;
-	c->back_bytes = lo.back_bytes;
+	c->fp_row = lo.t.fp_row;
+	c->code_row = lo.t.code_row;
 	c->load_ahead_max = cpu_l2_cache_bytes() / 4 * 3;
-	int half = g->rope_dim / 2 > 0 ? g->rope_dim / 2 : 1;
-	c->freq_hi = calloc((size_t)half, sizeof(double));
-	c->freq_lo = calloc((size_t)half, sizeof(double));
-	c->layers = calloc((size_t)g->n_layers, sizeof(*c->layers));
-	c->flush_rows =
-	    calloc((size_t)(tiers.group > 0 ? tiers.group : 1) * (size_t)g->head_dim, sizeof(float));
-	c->cs_memo[0] = calloc((size_t)half * 2, sizeof(double));
-	c->cs_memo[1] = calloc((size_t)half * 2, sizeof(double));
-	if (!c->freq_hi || !c->freq_lo || !c->layers || !c->flush_rows || !c->cs_memo[0] ||
-	    !c->cs_memo[1])
-		goto oom;
-	cache_geometry_rope_freqs(g, c->freq_hi, c->freq_lo);
+	c->bound_bytes = cache_geometry_bound_bytes(g);
+	while (c->ref_layer + 1 < g->n_layers && g->layer[c->ref_layer].own &&
+	       g->layer[c->ref_layer].swa)
+		c->ref_layer++;
+	int half = g->rope_dim / 2 > 0 ? g->rope_dim / 2 : 1, most_group = 1;
 	for (int l = 0; l < g->n_layers; l++) {
 		cache_geometry_layer_layout(g, l, &lo);
 		c->front_bytes += lo.front_stride;
+		most_group = lo.t.group > most_group ? lo.t.group : most_group;
 	}
+	c->layers = calloc((size_t)g->n_layers, sizeof(*c->layers));
+	c->flush_rows = calloc((size_t)most_group * (size_t)g->head_dim, sizeof(float));
+	if (!c->layers || !c->flush_rows || cache_rope_init(c, half))
+		goto oom;
 	c->front = pages_map(c->front_bytes > 0 ? c->front_bytes : 1,
 	                     front_on_huge_pages(c->front_bytes));
 	c->front_pop = populate_map_of(c->front, c->front_bytes);
@@ -214,23 +272,10 @@ int sinkcache_new(const struct cache_geometry *g, struct sinkcache **out, char *
 		goto oom;
 	size_t front_at = 0;
 	for (int l = 0; l < g->n_layers; l++) {
-		struct kv_layer *L = &c->layers[l];
 		cache_geometry_layer_layout(g, l, &lo);
-		L->front = c->front + front_at;
-		front_at += lo.front_stride;
-		L->mem = lo.back_bytes > 0
-		             ? pages_map(lo.back_bytes, back_on_huge_pages(lo.back_bytes))
-		             : NULL;
-		if (L->mem)
-			L->mem_pop = populate_map_of(L->mem, lo.back_bytes);
-		L->cs_win = calloc((size_t)half * 2, sizeof(double));
-		L->cs_sink = calloc((size_t)half * 2, sizeof(double));
-		if ((lo.back_bytes > 0 && (!L->mem || !L->mem_pop.done)) || !L->cs_win ||
-		    !L->cs_sink)
+		if (kv_layer_init(c, l, c->front + front_at, half))
 			goto oom;
-		kv_layer_carve(c, &lo, L);
-		L->groups.cap = lo.t.n_groups;
-		kv_layer_clear(c, L);
+		front_at += lo.front_stride;
 	}
 	*out = c;
 	return 0;
@@ -245,7 +290,7 @@ void sinkcache_free(struct sinkcache *c)
 	if (!c)
 		return;
 	for (int l = 0; c->layers && l < c->g.n_layers; l++) {
-		pages_unmap(c->layers[l].mem, c->back_bytes);
+		pages_unmap(c->layers[l].mem, c->layers[l].back_bytes);
 		free(c->layers[l].mem_pop.done);
 		free(c->layers[l].cs_win);
 		free(c->layers[l].cs_sink);
@@ -253,11 +298,13 @@ void sinkcache_free(struct sinkcache *c)
 	free(c->layers);
 	pages_unmap(c->front, c->front_bytes > 0 ? c->front_bytes : 1);
 	free(c->front_pop.done);
-	free(c->freq_hi);
-	free(c->freq_lo);
+	for (int r = 0; r < 2; r++) {
+		free(c->freq_hi[r]);
+		free(c->freq_lo[r]);
+		free(c->cs_memo[r][0]);
+		free(c->cs_memo[r][1]);
+	}
 	free(c->flush_rows);
-	free(c->cs_memo[0]);
-	free(c->cs_memo[1]);
 	tier_trace_free(c->trace);
 	free(c);
 }
@@ -269,7 +316,10 @@ const struct cache_geometry *sinkcache_geometry(const struct sinkcache *c)
 
 bool sinkcache_can_append(const struct sinkcache *c, size_t n_tokens)
 {
-	return tier_can_append(&c->caps, &c->layers[0].t, n_tokens);
+	for (int l = 0; l < c->g.n_layers; l++)
+		if (!tier_can_append(&c->layers[l].caps, &c->layers[l].t, n_tokens))
+			return false;
+	return true;
 }
 
 /* ---- tiers: the policy's steps carried out on the rings ----------------- */
@@ -288,7 +338,7 @@ static unsigned char *kv_row(unsigned char *base, size_t row_bytes, int cap, int
  * group (the policy counted it already). */
 static void kv_layer_flush_group(struct sinkcache *c, struct kv_layer *L, int hot_slot)
 {
-	int n_kv = c->g.n_kv_heads, d = c->g.head_dim, gs = c->caps.group, bits = c->g.quant_bits;
+	int n_kv = c->g.n_kv_heads, d = c->g.head_dim, gs = L->caps.group, bits = c->g.quant_bits;
 	int slot = kv_ring_slot(&L->groups, L->t.n_groups - 1);
 	const float *rowp[SINKCACHE_MAX_GROUP];
 	float vrow[SINKCACHE_MAX_HEAD_DIM];
@@ -350,15 +400,15 @@ static void kv_layer_store_sink(struct sinkcache *c, struct kv_layer *L, int h, 
                                 const float *kh, const float *vh)
 {
 	int d = c->g.head_dim;
-	if (c->sink_quant) {
-		size_t i = (size_t)h * (size_t)c->caps.sink + (size_t)s;
+	if (L->sink_quant) {
+		size_t i = (size_t)h * (size_t)L->caps.sink + (size_t)s;
 		kvq_quant_row(kh, d, c->g.quant_bits, L->sink_k + i * c->code_row,
 		              &L->sink_kp[2 * i], &L->sink_kp[2 * i + 1]);
 		kvq_quant_row(vh, d, c->g.quant_bits, L->sink_v + i * c->code_row,
 		              &L->sink_vp[2 * i], &L->sink_vp[2 * i + 1]);
 	} else {
-		kv_row_store(c->g.dtype, kv_row(L->sink_k, c->fp_row, c->caps.sink, h, s), kh, d);
-		kv_row_store(c->g.dtype, kv_row(L->sink_v, c->fp_row, c->caps.sink, h, s), vh, d);
+		kv_row_store(c->g.dtype, kv_row(L->sink_k, c->fp_row, L->caps.sink, h, s), kh, d);
+		kv_row_store(c->g.dtype, kv_row(L->sink_v, c->fp_row, L->caps.sink, h, s), vh, d);
 	}
 }
 
@@ -385,22 +435,24 @@ static int kv_layer_window_slot(struct sinkcache *c, struct kv_layer *L,
 	return kv_ring_slot(&L->hot, st->hot_index);
 }
 
-/* rope_cos_sin(pos) into cs, computed once for all layers (64 sincos per
- * call for a 64-dim head, three calls per token and layer before). */
-static void cache_cos_sin(struct sinkcache *c, uint64_t pos, double *cs)
+/* rope_cos_sin(pos) of layer L's RoPE table into cs, computed once for all
+ * layers of that table (64 sincos per call for a 64-dim head, three calls
+ * per token and layer before). */
+static void cache_cos_sin(struct sinkcache *c, const struct kv_layer *L, uint64_t pos, double *cs)
 {
 	size_t bytes = (size_t)c->g.rope_dim * sizeof(double);
+	int r = L->rope;
 	for (int i = 0; i < 2; i++)
-		if (c->cs_memo_valid[i] && c->cs_memo_pos[i] == pos) {
-			memcpy(cs, c->cs_memo[i], bytes);
+		if (c->cs_memo_valid[r][i] && c->cs_memo_pos[r][i] == pos) {
+			memcpy(cs, c->cs_memo[r][i], bytes);
 			return;
 		}
-	int slot = c->cs_memo_next;
-	c->cs_memo_next = 1 - slot;
-	rope_cos_sin(c->freq_hi, c->freq_lo, c->g.rope_dim, pos, c->cs_memo[slot]);
-	c->cs_memo_pos[slot] = pos;
-	c->cs_memo_valid[slot] = true;
-	memcpy(cs, c->cs_memo[slot], bytes);
+	int slot = c->cs_memo_next[r];
+	c->cs_memo_next[r] = 1 - slot;
+	rope_cos_sin(c->freq_hi[r], c->freq_lo[r], c->g.rope_dim, pos, c->cs_memo[r][slot]);
+	c->cs_memo_pos[r][slot] = pos;
+	c->cs_memo_valid[r][slot] = true;
+	memcpy(cs, c->cs_memo[r][slot], bytes);
 }
 
 /* Angles for attending with the newest token (stream index n_seen - 1). */
@@ -408,8 +460,8 @@ void kv_layer_set_query_pos(struct sinkcache *c, struct kv_layer *L)
 {
 	if (L->t.n_seen == 0)
 		return;
-	cache_cos_sin(c, L->t.n_seen - 1, L->cs_win);
-	cache_cos_sin(c, tier_sink_query_pos(&c->g, &c->caps, &L->t, L->anc.n), L->cs_sink);
+	cache_cos_sin(c, L, L->t.n_seen - 1, L->cs_win);
+	cache_cos_sin(c, L, tier_sink_query_pos(&c->g, &L->caps, &L->t, L->anc.n), L->cs_sink);
 }
 
 /* Cache prefetch of the key and value rows of head h in slot `slot` of a
@@ -437,7 +489,7 @@ __attribute__((no_sanitize_thread)) void sinkcache_prefetch_append(const struct 
 	if (layer < 0 || layer >= c->g.n_layers)
 		return;
 	const struct kv_layer *L = &c->layers[layer];
-	if (L->t.n_sink < c->caps.sink || L->hot.cap == 0)
+	if (L->t.n_sink < L->caps.sink || L->hot.cap == 0)
 		return;
 	/* the slot the next window token takes: after the ageing of a full
 	 * ring it is the old head, which is where head + n points then too */
@@ -445,8 +497,8 @@ __attribute__((no_sanitize_thread)) void sinkcache_prefetch_append(const struct 
 	/* A full hot ring ages its oldest token first: into the next staging
 	 * slot, or, completing a group, with all staged rows into the quantizer.
 	 * Those rows are as cold as the new one. */
-	bool ages = L->t.n_hot == L->hot.cap && c->caps.group > 0;
-	bool flushes = ages && L->t.n_stage == c->caps.group - 1;
+	bool ages = L->t.n_hot == L->hot.cap && L->caps.group > 0;
+	bool flushes = ages && L->t.n_stage == L->caps.group - 1;
 	int stage_slot = ages && !flushes ? kv_ring_slot(&L->stage, L->t.n_stage) : -1;
 	for (int h = 0; h < c->g.n_kv_heads; h++) {
 		prefetch_kv_row(c, L->hot_k, L->hot_v, L->hot.cap, h, slot, true);
@@ -466,7 +518,7 @@ static void kv_layer_oldest_row(struct sinkcache *c, struct kv_layer *L, int h, 
 {
 	int d = c->g.head_dim;
 	if (L->t.n_groups > 0) {
-		int gs = c->caps.group, bits = c->g.quant_bits, r = L->t.grp_dropped;
+		int gs = L->caps.group, bits = c->g.quant_bits, r = L->t.grp_dropped;
 		size_t gh = (size_t)kv_ring_slot(&L->groups, 0) * (size_t)c->g.n_kv_heads + (size_t)h;
 		const float *kp = L->gkp + gh * 2 * (size_t)d; /* per channel: scale, then min */
 		const uint8_t *kc = L->gk + (gh * (size_t)gs + (size_t)r) * c->code_row;
@@ -491,12 +543,13 @@ static void kv_layer_oldest_row(struct sinkcache *c, struct kv_layer *L, int h, 
  * from the exact fp32 copy each time, so that rank changes never drift. */
 static void kv_layer_anchor_rekey(struct sinkcache *c, struct kv_layer *L, int j)
 {
-	int d = c->g.head_dim, a = c->caps.anchor;
+	int d = c->g.head_dim, a = L->caps.anchor;
 	uint64_t rank = (uint64_t)L->t.n_sink + (uint64_t)j;
 	double cs[SINKCACHE_MAX_HEAD_DIM];
 	bool rotate = c->g.rope_positions == ROPE_POSITIONS_CACHE && L->anc.pos[j] != rank;
 	if (rotate) {
-		rope_cos_sin(c->freq_hi, c->freq_lo, c->g.rope_dim, L->anc.pos[j] - rank, cs);
+		rope_cos_sin(c->freq_hi[L->rope], c->freq_lo[L->rope], c->g.rope_dim,
+		             L->anc.pos[j] - rank, cs);
 		for (int i = 1; i < c->g.rope_dim; i += 2)
 			cs[i] = -cs[i]; /* by -(pos - rank) */
 	}
@@ -517,7 +570,7 @@ static void kv_layer_anchor_rekey(struct sinkcache *c, struct kv_layer *L, int j
 static void kv_layer_anchors_moved(struct sinkcache *c, struct kv_layer *L, int first,
                                    const int *src)
 {
-	int a = c->caps.anchor, d = c->g.head_dim;
+	int a = L->caps.anchor, d = c->g.head_dim;
 	for (int i = first; i < L->anc.n; i++) {
 		for (int h = 0; h < c->g.n_kv_heads; h++) {
 			size_t at = (size_t)h * (size_t)a + (size_t)i;
@@ -544,18 +597,20 @@ void sinkcache_set_softcap(struct sinkcache *c, float cap)
 
 bool sinkcache_tracks_attention(const struct sinkcache *c)
 {
-	return c->caps.anchor > 0 || c->trace;
+	return c->caps_max.anchor > 0 || c->trace;
 }
 
 void sinkcache_observe(struct sinkcache *c, int layer, const float *key_weight, int n_heads)
 {
 	kv_trace_observe(c, layer, key_weight, n_heads);
-	if (c->caps.anchor <= 0 || !key_weight || layer < 0 || layer >= c->g.n_layers)
+	if (!key_weight || layer < 0 || layer >= c->g.n_layers)
 		return;
 	struct kv_layer *L = &c->layers[layer];
-	size_t ld = (size_t)(c->caps.sink + c->caps.anchor + c->caps.window);
+	if (L->caps.anchor <= 0)
+		return;
+	size_t ld = (size_t)(L->caps.sink + L->caps.anchor + L->caps.window);
 	int src[SINKCACHE_MAX_ANCHORS], before = L->anc.n;
-	int first = tier_anchors_observe(&c->caps, &L->t, &L->anc, key_weight, n_heads, ld, src);
+	int first = tier_anchors_observe(&L->caps, &L->t, &L->anc, key_weight, n_heads, ld, src);
 	kv_layer_anchors_moved(c, L, first, src);
 	if (L->anc.n != before)
 		kv_layer_set_query_pos(c, L);
@@ -568,23 +623,23 @@ int sinkcache_append(struct sinkcache *c, int layer, const float *k, const float
 		return err_set(err, err_len, -EINVAL, "sink cache: layer %d out of range (0..%d)",
 		               layer, c->g.n_layers - 1);
 	struct kv_layer *L = &c->layers[layer];
-	if (!tier_can_append(&c->caps, &L->t, 1))
+	if (!tier_can_append(&L->caps, &L->t, 1))
 		return err_set(err, err_len, -ENOSPC,
 		               "sink cache: full: max_context_length %d tokens reached",
 		               c->g.max_context_length);
 	int n_kv = c->g.n_kv_heads, d = c->g.head_dim;
-	if (c->caps.anchor > 0) {
+	if (L->caps.anchor > 0) {
 		int src[SINKCACHE_MAX_ANCHORS];
-		kv_layer_anchors_moved(c, L, tier_anchors_leaving(&c->caps, &L->t, &L->anc, src),
+		kv_layer_anchors_moved(c, L, tier_anchors_leaving(&L->caps, &L->t, &L->anc, src),
 		                       src);
 	}
 	struct tier_step st;
-	tier_step(&c->caps, &L->t, &st);
-	tier_anchors_entered(&c->caps, &L->anc, &st);
+	tier_step(&L->caps, &L->t, &st);
+	tier_anchors_entered(&L->caps, &L->anc, &st);
 	bool sink = st.to_sink;
 	int slot = sink ? st.sink_slot : kv_layer_window_slot(c, L, &st);
 	float krot[SINKCACHE_MAX_HEAD_DIM];
-	cache_cos_sin(c, st.key_pos, L->cs_win);
+	cache_cos_sin(c, L, st.key_pos, L->cs_win);
 	for (int h = 0; h < n_kv; h++) {
 		const float *vh = v + (size_t)h * d;
 		memcpy(krot, k + (size_t)h * d, (size_t)d * sizeof(float));
@@ -614,13 +669,17 @@ int sinkcache_revise(struct sinkcache *c, size_t n_tokens, char *err, size_t err
 			               "tokens, layer 0 at %llu)",
 			               l, (unsigned long long)c->layers[l].t.n_seen,
 			               (unsigned long long)L0->t.n_seen);
-	struct tier_counts probe = L0->t;
-	int rc = tier_revise(&c->caps, &probe, n_tokens, err, err_len);
-	if (rc)
-		return rc;
+	/* every layer must hold the tokens in full precision (a model
+	 * sliding-window layer keeps fewer than a global one may) */
+	for (int l = 0; l < c->g.n_layers; l++) {
+		struct tier_counts probe = c->layers[l].t;
+		int rc = tier_revise(&c->layers[l].caps, &probe, n_tokens, err, err_len);
+		if (rc)
+			return rc;
+	}
 	for (int l = 0; l < c->g.n_layers; l++) {
 		struct kv_layer *L = &c->layers[l];
-		tier_revise(&c->caps, &L->t, n_tokens, NULL, 0);
+		tier_revise(&L->caps, &L->t, n_tokens, NULL, 0);
 		kv_layer_set_query_pos(c, L);
 	}
 	kv_trace_revised(c);
@@ -642,7 +701,7 @@ size_t sinkcache_reset_trim(struct sinkcache *c)
 		struct kv_layer *L = &c->layers[l];
 		if (!L->mem)
 			continue;
-		pages_discard(L->mem, c->back_bytes);
+		pages_discard(L->mem, L->back_bytes);
 		memset(L->mem_pop.done, 0, populate_words(L->mem_pop.bytes) * sizeof(uint64_t));
 	}
 	size_t chunks = 0, words = populate_words(c->front_pop.bytes);
@@ -656,7 +715,8 @@ int sinkcache_debug_set_stream_index(struct sinkcache *c, uint64_t index, char *
 {
 	for (int l = 0; l < c->g.n_layers; l++) {
 		struct kv_layer *L = &c->layers[l];
-		if (kv_layer_window(c, L) != 0 || L->t.n_sink != c->caps.sink || index < L->t.n_seen)
+		if (kv_layer_window(c, L) != 0 || L->t.n_sink != L->caps.sink ||
+		    index < L->t.n_seen)
 			return err_set(err, err_len, -EINVAL,
 			               "sink cache: stream index can only jump forward with the "
 			               "sinks full and the window empty");
@@ -668,15 +728,15 @@ int sinkcache_debug_set_stream_index(struct sinkcache *c, uint64_t index, char *
 
 int sinkcache_resident_tokens(const struct sinkcache *c)
 {
-	const struct kv_layer *L0 = &c->layers[0];
+	const struct kv_layer *L0 = &c->layers[c->ref_layer];
 	return L0->t.n_sink + L0->anc.n + kv_layer_window(c, L0);
 }
 
+/* The counts are those of the first global layer (each global layer holds
+ * the same); the bytes are every layer's own. */
 void sinkcache_get_stats(const struct sinkcache *c, struct sinkcache_stats *out)
 {
-	struct cache_layout lo; /* every layer's (sinkcache_new) */
-	const struct kv_layer *L0 = &c->layers[0];
-	cache_geometry_layer_layout(&c->g, 0, &lo);
+	const struct kv_layer *L0 = &c->layers[c->ref_layer];
 	memset(out, 0, sizeof(*out));
 	out->n_seen = L0->t.n_seen;
 	out->n_sink = L0->t.n_sink;
@@ -686,13 +746,16 @@ void sinkcache_get_stats(const struct sinkcache *c, struct sinkcache_stats *out)
 	out->n_resident = sinkcache_resident_tokens(c);
 	out->evicted_compressed = L0->t.evicted;
 	out->moved_to_compressed = L0->t.moved;
-	out->bytes_bound = lo.layer_bytes * (size_t)c->g.n_layers;
+	out->bytes_bound = c->bound_bytes;
 	for (int l = 0; l < c->g.n_layers; l++) {
 		const struct kv_layer *L = &c->layers[l];
-		out->bytes_resident += (size_t)L->t.n_sink * lo.sink_tok +
-		                       (size_t)(L->t.n_hot + L->t.n_stage) * lo.fp_tok +
-		                       (size_t)L->t.n_groups * lo.group_bytes;
-		out->bytes_resident += cache_geometry_anchor_bytes(&c->g, L->anc.n);
+		if (L->rope == 1) /* a model sliding-window layer: its window only */
+			out->n_resident_swa = kv_layer_window(c, L);
+		out->bytes_resident += (size_t)L->t.n_sink * L->sink_tok +
+		                       (size_t)(L->t.n_hot + L->t.n_stage) * L->fp_tok +
+		                       (size_t)L->t.n_groups * L->group_bytes;
+		if (L->caps.anchor > 0)
+			out->bytes_resident += cache_geometry_anchor_bytes(&c->g, l, L->anc.n);
 		out->anchors_promoted += L->anc.promoted;
 		out->anchors_demoted += L->anc.demoted;
 	}

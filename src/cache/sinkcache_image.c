@@ -19,7 +19,7 @@ static unsigned char *row_at(unsigned char *base, size_t row_bytes, int cap, int
 static void layer_copy(struct sinkcache *c, struct kv_layer *L, const struct kv_image_layout *lo,
                        unsigned char *img, bool out)
 {
-	int n_kv = c->g.n_kv_heads, S = c->caps.sink, ns = L->t.n_sink;
+	int n_kv = c->g.n_kv_heads, S = L->caps.sink, ns = L->t.n_sink;
 	size_t d = (size_t)c->g.head_dim;
 #define MOVE(pop, mem, im, bytes)                                                                \
 	do {                                                                                     \
@@ -44,7 +44,7 @@ static void layer_copy(struct sinkcache *c, struct kv_layer *L, const struct kv_
 		MOVE(&c->front_pop, L->sink_vp + (size_t)h * (size_t)S * 2, img + lo->off_sink_vp + pat,
 		     prun);
 	}
-	size_t gs = (size_t)c->caps.group, nk = (size_t)n_kv;
+	size_t gs = (size_t)L->caps.group, nk = (size_t)n_kv;
 	for (int i = 0; i < L->t.n_groups; i++) {
 		size_t slot = (size_t)kv_ring_slot(&L->groups, i);
 		unsigned char *g = img + lo->off_groups + (size_t)i * lo->group_bytes;
@@ -71,50 +71,64 @@ static void layer_copy(struct sinkcache *c, struct kv_layer *L, const struct kv_
 #undef MOVE
 }
 
+/* The counts of the first global and the first sliding layer (each kind's
+ * layers hold the same between forward passes). */
+static void image_counts(const struct sinkcache *c, struct kv_image *im)
+{
+	im->n = c->layers[c->ref_layer].t;
+	for (int l = 0; l < c->g.n_layers; l++)
+		if (c->g.layer[l].own && c->g.layer[l].swa) {
+			im->n_swa = c->layers[l].t;
+			break;
+		}
+}
+
 int sinkcache_export(const struct sinkcache *c, struct kv_image *im, char *err, size_t err_len)
 {
-	struct kv_image_layout lo;
+	struct kv_image_plan plan;
 	memset(im, 0, sizeof(*im));
-	if (c->caps.anchor > 0)
+	if (c->caps_max.anchor > 0)
 		return err_set(err, err_len, -ENOTSUP,
 		               "sink cache: a snapshot does not carry anchor tokens "
 		               "(inference.cache.anchors.enabled is on for this session)");
-	im->n = c->layers[0].t;
-	for (int l = 1; l < c->g.n_layers; l++)
+	image_counts(c, im);
+	for (int l = 0; l < c->g.n_layers; l++)
 		if (c->layers[l].t.n_seen != im->n.n_seen)
 			return err_set(err, err_len, -EINVAL,
 			               "sink cache: cannot export between layers (layer %d at %llu "
-			               "tokens, layer 0 at %llu)",
-			               l, (unsigned long long)c->layers[l].t.n_seen,
+			               "tokens, layer %d at %llu)",
+			               l, (unsigned long long)c->layers[l].t.n_seen, c->ref_layer,
 			               (unsigned long long)im->n.n_seen);
-	int rc = kv_image_layout_of(&c->g, &im->n, &lo, err, err_len);
+	int rc = kv_image_plan_of(&c->g, &im->n, &im->n_swa, &plan, err, err_len);
 	if (rc)
 		return rc;
-	im->data = malloc(lo.total_bytes > 0 ? lo.total_bytes : 1);
+	im->data = malloc(plan.total_bytes > 0 ? plan.total_bytes : 1);
 	if (!im->data)
-		return err_set(err, err_len, -ENOMEM, "sink cache: out of memory for a %zu-byte image",
-		               lo.total_bytes);
-	im->bytes = lo.total_bytes;
-	for (int l = 0; l < c->g.n_layers; l++)
-		layer_copy((struct sinkcache *)c, &c->layers[l], &lo, im->data + (size_t)l * lo.layer_bytes,
-		           true);
+		return err_set(err, err_len, -ENOMEM,
+		               "sink cache: out of memory for a %zu-byte image", plan.total_bytes);
+	im->bytes = plan.total_bytes;
+	for (int l = 0; l < c->g.n_layers; l++) {
+		size_t at;
+		const struct kv_image_layout *lo = kv_image_plan_layer(&plan, &c->g, l, &at);
+		layer_copy((struct sinkcache *)c, &c->layers[l], lo, im->data + at, true);
+	}
 	return 0;
 }
 
 int sinkcache_import(struct sinkcache *c, const struct kv_image *im, char *err, size_t err_len)
 {
-	struct kv_image_layout lo;
-	if (c->caps.anchor > 0)
+	struct kv_image_plan plan;
+	if (c->caps_max.anchor > 0)
 		return err_set(err, err_len, -ENOTSUP,
 		               "sink cache: a snapshot cannot restore into a cache with anchor "
 		               "tokens (inference.cache.anchors.enabled)");
-	int rc = kv_image_layout_of(&c->g, &im->n, &lo, err, err_len);
+	int rc = kv_image_plan_of(&c->g, &im->n, &im->n_swa, &plan, err, err_len);
 	if (rc)
 		return rc;
-	if (im->bytes != lo.total_bytes)
+	if (im->bytes != plan.total_bytes)
 		return err_set(err, err_len, -EINVAL,
 		               "sink cache: image holds %zu bytes, its counts need %zu", im->bytes,
-		               lo.total_bytes);
+		               plan.total_bytes);
 	for (int l = 0; l < c->g.n_layers; l++)
 		if (c->layers[l].t.n_seen != 0)
 			return err_set(err, err_len, -EBUSY,
@@ -123,9 +137,11 @@ int sinkcache_import(struct sinkcache *c, const struct kv_image *im, char *err, 
 			               l, (unsigned long long)c->layers[l].t.n_seen);
 	for (int l = 0; l < c->g.n_layers; l++) {
 		struct kv_layer *L = &c->layers[l];
-		L->t = im->n;
+		size_t at;
+		const struct kv_image_layout *lo = kv_image_plan_layer(&plan, &c->g, l, &at);
+		L->t = lo == &plan.swa ? im->n_swa : im->n;
 		L->hot.head = L->stage.head = L->groups.head = 0;
-		layer_copy(c, L, &lo, im->data + (size_t)l * lo.layer_bytes, false);
+		layer_copy(c, L, lo, im->data + at, false);
 		kv_layer_set_query_pos(c, L);
 	}
 	return 0;

@@ -51,6 +51,15 @@ struct populate_map {
 };
 
 struct kv_layer {
+	/* S, W (window slots: sliding, or max_context_length - S for full),
+	 * H (full_precision_recent, or the whole window unquantized) and G (0
+	 * when nothing is ever quantized in the window): the policy's caps of
+	 * this layer's span (a model sliding-window layer: W = H, no sinks) */
+	struct tier_caps caps;
+	bool sink_quant;                      /* sinks stored quantized per token */
+	size_t back_bytes;                    /* of mem */
+	size_t sink_tok, fp_tok, group_bytes; /* bytes a token / group holds (cache_layout) */
+	int rope;              /* which of the cache's RoPE tables: 0 global, 1 sliding layers' */
 	struct tier_counts t;  /* what each tier holds (tierpolicy.h) */
 	struct kv_ring hot, stage;
 	struct kv_ring groups; /* ring of group slots */
@@ -68,28 +77,26 @@ struct kv_layer {
 
 struct sinkcache {
 	struct cache_geometry g;
-	/* S, W (window slots: sliding, or max_context_length - S for full),
-	 * H (full_precision_recent, or the whole window unquantized) and G (0
-	 * when nothing is ever quantized in the window): the policy's caps */
-	struct tier_caps caps;
-	bool sink_quant; /* sinks stored quantized per token */
+	/* each tier's largest capacity over the layers: what a trace sizes */
+	struct tier_caps caps_max;
+	int ref_layer;      /* whose counts stats report: the first global layer (or 0) */
+	size_t bound_bytes; /* cache_geometry_bound_bytes */
 	size_t fp_row;   /* bytes of one head row in dtype */
 	size_t code_row; /* bytes of one head row of codes */
-	size_t back_bytes;         /* of each layer's mem */
 	size_t load_ahead_max;     /* attention loads a query's rows ahead up to this (bytes) */
 	unsigned char *front;      /* every layer's front, layers front_stride apart */
 	size_t front_bytes;        /* of front */
 	struct populate_map front_pop;
-	double *freq_hi, *freq_lo; /* (rope_dim/2) */
+	double *freq_hi[2], *freq_lo[2]; /* (rope_dim/2) global layers', sliding layers' */
 	struct kv_layer *layers;   /* (n_layers) */
 	float *flush_rows;         /* (G, head_dim) keys of a group being quantized; append is
 	                            * serial per session, so one per cache */
-	/* The last two positions' rope_cos_sin: every layer of a token asks for
-	 * the same two (its stream index and its rank). */
-	uint64_t cs_memo_pos[2];
-	bool cs_memo_valid[2];
-	int cs_memo_next;   /* slot the next new position replaces */
-	double *cs_memo[2]; /* (rope_dim) each */
+	/* The last two positions' rope_cos_sin per RoPE table: every layer of a
+	 * token asks for the same two (its stream index and its rank). */
+	uint64_t cs_memo_pos[2][2];
+	bool cs_memo_valid[2][2];
+	int cs_memo_next[2];      /* slot the next new position replaces */
+	double *cs_memo[2][2];    /* (rope_dim) each */
 	struct tier_trace *trace; /* NULL unless tracing (sinkcache_trace_enable, tiertrace.h) */
 	float softcap;            /* of the attention scores (sinkcache_set_softcap); 0: none */
 };
@@ -115,7 +122,7 @@ static inline int kv_run_first(const struct kv_run *r)
 /* Tokens of the window tier of a layer (compressed + hot). */
 static inline int kv_layer_window(const struct sinkcache *c, const struct kv_layer *L)
 {
-	return tier_window(&c->caps, &L->t);
+	return tier_window(&L->caps, &L->t);
 }
 
 /* Rank of the first window token: sinks and anchors come before it. */

@@ -14,7 +14,7 @@
 
 int sinkcache_trace_enable(struct sinkcache *c, bool on, char *err, size_t err_len)
 {
-	return tier_trace_switch(&c->trace, &c->caps, c->g.n_layers, on, err, err_len);
+	return tier_trace_switch(&c->trace, &c->caps_max, c->g.n_layers, on, err, err_len);
 }
 
 bool sinkcache_tracing(const struct sinkcache *c)
@@ -38,8 +38,8 @@ void kv_trace_observe(struct sinkcache *c, int layer, const float *key_weight, i
 	if (!c->trace || layer < 0 || layer >= c->g.n_layers)
 		return;
 	const struct kv_layer *L = &c->layers[layer];
-	size_t ld = (size_t)(c->caps.sink + c->caps.anchor + c->caps.window);
-	tier_trace_observe_heads(c->trace, &c->caps, layer, &L->t, &L->anc, key_weight, n_heads,
+	size_t ld = (size_t)(L->caps.sink + L->caps.anchor + L->caps.window);
+	tier_trace_observe_heads(c->trace, &L->caps, layer, &L->t, &L->anc, key_weight, n_heads,
 	                         ld);
 }
 
@@ -52,7 +52,7 @@ int sinkcache_trace_fill(const struct sinkcache *c, struct cache_trace_step *out
 		               c->g.n_layers);
 	tier_trace_fill_step(c->trace, &c->g, c->layers[0].t.n_seen, out);
 	for (int l = 0; l < c->g.n_layers; l++)
-		tier_trace_fill_layer(c->trace, &c->g, &c->caps, l, &c->layers[l].t,
+		tier_trace_fill_layer(c->trace, &c->g, &c->layers[l].caps, l, &c->layers[l].t,
 		                      &c->layers[l].anc, out->attention, &out->layers[l]);
 	return 0;
 }

@@ -267,4 +267,6 @@ void tier_trace_fill_layer(const struct tier_trace *t, const struct cache_geomet
 			slot_masses(t, T, a, r < n->n_sink ? r : r - n->n_sink, &cursor, s);
 	}
 	out->n_slots = count;
+	out->sliding_window =
+	    g->layer[layer].own && g->layer[layer].swa ? g->layer[layer].window_size : 0;
 }

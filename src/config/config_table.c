@@ -136,7 +136,9 @@ const struct config_key config_keys[] = {
 	 "sliding_window (sinks + recent window, unbounded streams) | full",
 	 .apply = SCHED},
 	{"inference.cache.window_size", CONFIG_INT, OFF(inference.cache.window_size), NO_AUX, 1,
-	 16 * MB, 0, 0, NULL, NULL, "4096", 0, "recent tokens kept besides the sinks",
+	 16 * MB, 0, 0, NULL, NULL, "4096", 0,
+	 "recent tokens kept besides the sinks, in global attention layers (a model's sliding-window "
+	 "layers keep exactly its window)",
 	 .apply = SCHED},
 	{"inference.cache.sink_keep_count", CONFIG_INT, OFF(inference.cache.sink_keep_count), NO_AUX,
 	 0, 1024, 0, 0, NULL, NULL, "4", 0,

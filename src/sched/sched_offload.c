@@ -43,6 +43,7 @@ int sched_export_session(struct scheduler *s, struct sched_session *ss, struct s
 		rc = s->be->ops->session_export(s->be, ss->bs, &ex->kv, err, err_len);
 	} else if (ss->restore_buf) { /* restored, not used since: the image as it came */
 		ex->kv.n = ss->restore_kv.n;
+		ex->kv.n_swa = ss->restore_kv.n_swa;
 		ex->kv.bytes = ss->restore_kv.bytes;
 		ex->kv.data = malloc(ex->kv.bytes ? ex->kv.bytes : 1);
 		if (!ex->kv.data)
@@ -212,6 +213,7 @@ static int restore_decoded(struct scheduler *s, const struct snapshot *sn, const
 	                           .n_hist = sn->n_hist,
 	                           .has_pending = sn->has_pending,
 	                           .kv_counts = sn->kv.n,
+	                           .kv_counts_swa = sn->kv.n_swa,
 	                           .kv_buf = kv,
 	                           .kv_bytes = sn->kv.bytes,
 	                           .pinned_tokens = (int)sn->pinned_tokens,

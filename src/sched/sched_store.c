@@ -105,6 +105,9 @@ int sched_store_identity(struct sched_store *st, const struct model_hparams *hp,
 			st->expect.rope_neox = model_arch_rope_neox(hp->arch);
 			st->expect.rope_freq_scale = hp->rope_freq_scale;
 			st->expect.rope_factors = hp->rope_factors;
+			st->expect.swa_window = hp->swa_window;
+			st->expect.layer_swa = hp->layer_swa;
+			st->expect.rope_theta_swa = hp->rope_theta_swa;
 			st->have_identity = true;
 		}
 	}

@@ -60,7 +60,7 @@ static struct sched_monitor_stream req_monitor_stream(struct sched_req *r)
 {
 	return (struct sched_monitor_stream){
 	    .ppl = &r->sess->ppl,
-	    .first_window = cache_geometry_capacity_tokens(&r->sess->geom),
+	    .first_window = cache_geometry_global_capacity_tokens(&r->sess->geom),
 	    .session_id = r->sess->id,
 	    .request_id = r->rid};
 }
@@ -246,11 +246,11 @@ static int session_revise(struct scheduler *s, struct sched_session *ss, size_t 
 	struct sinkcache_stats st;
 	int rc;
 	s->be->ops->session_stats(s->be, ss->bs, &st);
-	if (n > (size_t)(st.n_resident - st.n_sink) + (ss->has_pending ? 1 : 0))
+	size_t most = sched_revisable_cached(&st, &ss->geom) + (ss->has_pending ? 1 : 0);
+	if (n > most)
 		return err_set(
 		    err, err_len, SDERR_CONFLICT,
-		    "cannot revise %zu tokens: only the last %zu are still in the window", n,
-		    (size_t)(st.n_resident - st.n_sink) + (ss->has_pending ? 1 : 0));
+		    "cannot revise %zu tokens: only the last %zu are still in the window", n, most);
 	if (ss->has_pending && from_cache > 0) {
 		from_cache--;
 		session_set_pending(s, ss, false);

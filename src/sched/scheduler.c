@@ -200,7 +200,7 @@ struct sched_session *sched_session_find_locked(struct scheduler *s, const char 
  * every resident non-sink token. */
 static size_t session_revisable_locked(const struct sched_session *ss)
 {
-	size_t n = (size_t)(ss->stats.n_resident - ss->stats.n_sink);
+	size_t n = sched_revisable_cached(&ss->stats, &ss->geom);
 	return n + (ss->has_pending ? 1 : 0);
 }
 
@@ -389,7 +389,8 @@ static void session_fill_restored(struct sched_session *ss, const struct sched_r
 	ss->pinned_tokens = rs->pinned_tokens;
 	ss->used = true;
 	ss->restore_buf = rs->kv_buf;
-	ss->restore_kv = (struct kv_image){.n = rs->kv_counts, .bytes = rs->kv_bytes};
+	ss->restore_kv = (struct kv_image){
+	    .n = rs->kv_counts, .n_swa = rs->kv_counts_swa, .bytes = rs->kv_bytes};
 	const struct tier_counts *c = &rs->kv_counts;
 	int window = kv_image_counts_window(g, c);
 	ss->stats = (struct sinkcache_stats){.n_seen = c->n_seen,
@@ -400,6 +401,7 @@ static void session_fill_restored(struct sched_session *ss, const struct sched_r
 	                                     .bytes_bound = bound,
 	                                     .evicted_compressed = c->evicted,
 	                                     .moved_to_compressed = c->moved};
+	ss->stats.n_resident_swa = rs->kv_counts_swa.n_hot;
 }
 
 /* The scheduler's part of a create (rs NULL) or a restore, called by
@@ -537,6 +539,12 @@ void sched_session_info_locked(const struct sched_session *ss, double now,
 	out->window_size = ss->geom.window_size;
 	out->sink_keep_count = ss->geom.sink_keep_count;
 	out->pinned_tokens = ss->pinned_tokens;
+	for (int l = 0; l < ss->geom.n_layers; l++)
+		if (ss->geom.layer[l].own && ss->geom.layer[l].swa) {
+			out->sliding_layers++;
+			out->sliding_window = ss->geom.layer[l].window_size;
+		}
+	out->sliding_resident = ss->stats.n_resident_swa;
 	out->perplexity = ss->ppl_pub;
 }
 

@@ -301,6 +301,10 @@ struct sched_session_info {
 	int window_size;
 	int sink_keep_count; /* the sink tier's size (pinned tokens included) */
 	int pinned_tokens;   /* of them, the pinned prefix */
+	/* The model's sliding-window layers (0 when none): how many, their
+	 * window and the tokens each holds; the figures above are the global
+	 * layers' (bytes: every layer's). */
+	int sliding_layers, sliding_window, sliding_resident;
 	struct sched_perplexity perplexity;
 };
 /* -ENOENT when unknown (or expired/deleted). */

@@ -101,6 +101,7 @@ struct sched_restore {
 	uint32_t n_hist;
 	bool has_pending;
 	struct tier_counts kv_counts;
+	struct tier_counts kv_counts_swa; /* the model sliding-window layers' (kv_image.n_swa) */
 	unsigned char *kv_buf; /* the cache image; the session owns it on success */
 	size_t kv_bytes;
 	int pinned_tokens;
@@ -306,3 +307,14 @@ void sched_session_kill_locked(struct scheduler *s, struct sched_session *ss);
 /* sched_metrics.c */
 void sched_hist_init_all(struct scheduler *s);
 void sched_hist_observe(struct sched_hist *h, double v);
+
+/* Cached tokens a revision may take from a session's cache: those past the
+ * sinks, and no more than a model sliding-window layer holds. */
+static inline size_t sched_revisable_cached(const struct sinkcache_stats *st,
+                                            const struct cache_geometry *g)
+{
+	size_t n = (size_t)(st->n_resident - st->n_sink);
+	if (cache_geometry_per_layer(g) && (size_t)st->n_resident_swa < n)
+		n = (size_t)st->n_resident_swa;
+	return n;
+}

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "cache/kvquant.h"
+#include "model/model.h"
 #include "session/session_key.h"
 #include "util/digest.h"
 #include "util/errbuf.h"
@@ -150,27 +151,76 @@ static void put_text(unsigned char *p, size_t cap, const char *s)
 	memcpy(p, s, n);
 }
 
+static void put_counts(unsigned char *c, const struct tier_counts *n)
+{
+	put64(c + 0, n->n_seen);
+	put64(c + 8, n->evicted);
+	put64(c + 16, n->moved);
+	put32(c + 24, (uint32_t)n->n_sink);
+	put32(c + 28, (uint32_t)n->n_groups);
+	put32(c + 32, (uint32_t)n->grp_dropped);
+	put32(c + 36, (uint32_t)n->n_stage);
+	put32(c + 40, (uint32_t)n->n_hot);
+}
+
+static struct tier_counts get_counts(const unsigned char *c)
+{
+	return (struct tier_counts){.n_seen = get64(c),
+	                            .evicted = get64(c + 8),
+	                            .moved = get64(c + 16),
+	                            .n_sink = (int32_t)get32(c + 24),
+	                            .n_groups = (int32_t)get32(c + 28),
+	                            .grp_dropped = (int32_t)get32(c + 32),
+	                            .n_stage = (int32_t)get32(c + 36),
+	                            .n_hot = (int32_t)get32(c + 40)};
+}
+
+/* How many layers of g are model sliding-window layers, and their window. */
+static int swa_layers_of(const struct cache_geometry *g, int *window)
+{
+	int n = 0;
+	*window = 0;
+	for (int l = 0; l < g->n_layers && l < CACHE_GEOMETRY_MAX_LAYERS; l++)
+		if (g->layer[l].own && g->layer[l].swa) {
+			*window = g->layer[l].window_size;
+			n++;
+		}
+	return n;
+}
+
+/* Version 2's block: the sliding layers' window, count and counts. */
+static void put_swa_block(unsigned char *p, const struct snapshot *sn)
+{
+	int window, n = swa_layers_of(&sn->geom, &window);
+	put32(p, (uint32_t)window);
+	put32(p + 4, (uint32_t)n);
+	put_counts(p + 8, &sn->kv.n_swa);
+}
+
 int snapshot_encode(const struct snapshot *sn, unsigned char **out, size_t *out_len, char *err,
                     size_t err_len)
 {
-	struct kv_image_layout lo;
+	struct kv_image_plan plan;
+	int window;
 	*out = NULL;
 	*out_len = 0;
-	int rc = kv_image_layout_of(&sn->geom, &sn->kv.n, &lo, err, err_len);
+	int rc = kv_image_plan_of(&sn->geom, &sn->kv.n, &sn->kv.n_swa, &plan, err, err_len);
 	if (rc)
 		return rc;
-	if (lo.total_bytes != sn->kv.bytes || sn->n_hist > snapshot_hist_cap(&sn->geom))
+	if (plan.total_bytes != sn->kv.bytes || sn->n_hist > snapshot_hist_cap(&sn->geom))
 		return err_set(err, err_len, -EINVAL,
 		               "snapshot: cache image of %zu bytes (its counts need %zu) or %u "
 		               "history tokens (at most %zu)",
-		               sn->kv.bytes, lo.total_bytes, sn->n_hist,
+		               sn->kv.bytes, plan.total_bytes, sn->n_hist,
 		               snapshot_hist_cap(&sn->geom));
-	size_t len = SNAPSHOT_HEADER_BYTES + 4 * (size_t)sn->n_hist + sn->kv.bytes + CHECKSUM_BYTES;
+	bool swa = swa_layers_of(&sn->geom, &window) > 0;
+	size_t head = SNAPSHOT_HEADER_BYTES + (swa ? SNAPSHOT_SWA_BYTES : 0);
+	size_t len = head + 4 * (size_t)sn->n_hist + sn->kv.bytes + CHECKSUM_BYTES;
 	unsigned char *b = calloc(1, len);
 	if (!b)
 		return err_set(err, err_len, -ENOMEM, "snapshot: out of memory for %zu bytes", len);
 	memcpy(b, MAGIC, sizeof(MAGIC));
-	put32(b + OFF_VERSION, SNAPSHOT_VERSION);
+	put32(b + OFF_VERSION, swa ? SNAPSHOT_VERSION_SWA : SNAPSHOT_VERSION);
 	put32(b + OFF_PINNED, sn->pinned_tokens);
 	memcpy(b + OFF_MODEL, sn->model_sha256, 32);
 	put_text(b + OFF_ARCH, SNAPSHOT_ARCH_LEN, sn->arch);
@@ -181,18 +231,11 @@ int snapshot_encode(const struct snapshot *sn, unsigned char **out, size_t *out_
 	put64(b + OFF_SEEN, sn->tokens_seen);
 	put32(b + OFF_PENDING, sn->has_pending);
 	put32(b + OFF_NHIST, sn->n_hist);
-	const struct tier_counts *n = &sn->kv.n;
-	unsigned char *c = b + OFF_COUNTS;
-	put64(c + 0, n->n_seen);
-	put64(c + 8, n->evicted);
-	put64(c + 16, n->moved);
-	put32(c + 24, (uint32_t)n->n_sink);
-	put32(c + 28, (uint32_t)n->n_groups);
-	put32(c + 32, (uint32_t)n->grp_dropped);
-	put32(c + 36, (uint32_t)n->n_stage);
-	put32(c + 40, (uint32_t)n->n_hot);
+	put_counts(b + OFF_COUNTS, &sn->kv.n);
 	put64(b + OFF_KVBYTES, sn->kv.bytes);
-	unsigned char *p = b + SNAPSHOT_HEADER_BYTES;
+	if (swa)
+		put_swa_block(b + SNAPSHOT_HEADER_BYTES, sn);
+	unsigned char *p = b + head;
 	for (uint32_t i = 0; i < sn->n_hist; i++, p += 4)
 		put32(p, (uint32_t)sn->hist[i]);
 	if (sn->kv.bytes)
@@ -232,6 +275,28 @@ static int hex_id_check(const char *id, char *err, size_t err_len)
 	return 0;
 }
 
+/* Version 2: the sliding layers' window and count, given to g's first
+ * layers (the sizes do not depend on which; a restore places them as the
+ * model says, take_model_layers). */
+static int get_swa_spans(const unsigned char *head, size_t n, struct cache_geometry *g, char *err,
+                         size_t err_len)
+{
+	if (n < SNAPSHOT_HEADER_BYTES + SNAPSHOT_SWA_BYTES)
+		return err_set(err, err_len, -EINVAL,
+		               "snapshot: %zu bytes, shorter than its %d-byte version 2 header", n,
+		               SNAPSHOT_HEADER_BYTES + SNAPSHOT_SWA_BYTES);
+	const unsigned char *p = head + SNAPSHOT_HEADER_BYTES;
+	uint32_t window = get32(p), count = get32(p + 4);
+	if (window < 1 || window > (1u << 24) || count < 1 || count > (uint32_t)g->n_layers)
+		return err_set(err, err_len, -EINVAL,
+		               "snapshot: %u sliding layers of window %u (allowed 1..%d layers, "
+		               "window 1..%u)",
+		               count, window, g->n_layers, 1u << 24);
+	for (uint32_t l = 0; l < count; l++)
+		cache_geometry_set_layer_swa(g, (int)l, (int)window);
+	return 0;
+}
+
 int snapshot_peek_max_bytes(const unsigned char *head, size_t n, size_t *max_bytes, char *err,
                             size_t err_len)
 {
@@ -245,14 +310,16 @@ int snapshot_peek_max_bytes(const unsigned char *head, size_t n, size_t *max_byt
 		return err_set(err, err_len, -EINVAL,
 		               "snapshot: not a sinkd session snapshot (bad magic)");
 	uint32_t version = get32(head + OFF_VERSION);
-	if (version != SNAPSHOT_VERSION)
+	if (version != SNAPSHOT_VERSION && version != SNAPSHOT_VERSION_SWA)
 		return err_set(err, err_len, -EINVAL,
-		               "snapshot: format version %u; this build reads version %d", version,
-		               SNAPSHOT_VERSION);
+		               "snapshot: format version %u; this build reads versions %d and %d",
+		               version, SNAPSHOT_VERSION, SNAPSHOT_VERSION_SWA);
 	int rc = get_geom(head + OFF_GEOM, &g, err, err_len);
-	if (rc)
+	if (rc ||
+	    (version == SNAPSHOT_VERSION_SWA && (rc = get_swa_spans(head, n, &g, err, err_len))))
 		return rc;
-	*max_bytes = snapshot_max_bytes(&g);
+	*max_bytes =
+	    snapshot_max_bytes(&g) + (version == SNAPSHOT_VERSION_SWA ? SNAPSHOT_SWA_BYTES : 0);
 	return 0;
 }
 
@@ -295,6 +362,30 @@ static void take_model_rope(struct cache_geometry *g, const struct snapshot_expe
 		g->n_rope_factors = n;
 		memcpy(g->rope_factors, ex->rope_factors, (size_t)n * sizeof(float));
 	}
+}
+
+/* The model's sliding layers into a decoded geometry; a version 2 file
+ * must have as many, of the same window (version 1: none). */
+static int take_model_layers(const unsigned char *b, struct cache_geometry *g,
+                             const struct snapshot_expect *ex, char *err, size_t err_len)
+{
+	struct model_hparams hp = {.n_layers = ex->n_layers,
+	                           .swa_window = ex->swa_window,
+	                           .layer_swa = ex->layer_swa,
+	                           .rope_theta_swa = ex->rope_theta_swa};
+	uint32_t window = 0, count = 0;
+	if (get32(b + OFF_VERSION) == SNAPSHOT_VERSION_SWA) {
+		window = get32(b + SNAPSHOT_HEADER_BYTES);
+		count = get32(b + SNAPSHOT_HEADER_BYTES + 4);
+	}
+	cache_geometry_set_model_layers(g, &hp);
+	int have_window, have = swa_layers_of(g, &have_window);
+	if ((uint32_t)have != count || (count > 0 && (uint32_t)have_window != window))
+		return err_set(err, err_len, SDERR_MODEL_MISMATCH,
+		               "snapshot: %u sliding-window layers of %u tokens, this model's "
+		               "geometry has %d of %d",
+		               count, window, have, have ? have_window : 0);
+	return 0;
 }
 
 static int check_model(const unsigned char *b, const struct snapshot *sn,
@@ -341,14 +432,12 @@ static int counter_bounded(uint64_t v, const char *field, char *err, size_t err_
  * kv_image_layout_of() bounded each tier these hold exactly.  (moved has no
  * upper bound but the counter's: a revision drops staged tokens that were
  * counted.) */
-static int check_counts(const struct cache_geometry *g, const struct tier_counts *n,
+static int check_counts(const struct cache_tiers *tiers, const struct tier_counts *n,
                         uint64_t tokens_seen, uint32_t pending, char *err, size_t err_len)
 {
-	struct cache_tiers t;
-	int rc = cache_geometry_tiers_of(g, &t, err, err_len);
-	if (rc)
-		return rc;
-	uint64_t window = (uint64_t)kv_image_counts_window(g, n);
+	const struct cache_tiers t = *tiers;
+	uint64_t window =
+	    (uint64_t)(n->n_groups * t.group - n->grp_dropped + n->n_stage + n->n_hot);
 	uint64_t resident = (uint64_t)n->n_sink + window;
 	if (n->n_seen != resident + n->evicted)
 		return err_set(
@@ -490,17 +579,40 @@ static int scan_layer(const struct kv_scan *x, const struct cache_geometry *g,
 	return 0;
 }
 
-static int check_kv_finite(const struct cache_geometry *g, const struct kv_image_layout *lo,
-                           const struct tier_counts *n, const unsigned char *data, char *err,
+static int check_kv_finite(const struct cache_geometry *g, const struct kv_image_plan *plan,
+                           const struct kv_image *im, const unsigned char *data, char *err,
                            size_t err_len)
 {
 	for (int l = 0; l < g->n_layers; l++) {
-		struct kv_scan x = {.layer = data + (size_t)l * lo->layer_bytes,
-		                    .layer_index = l,
-		                    .err = err,
-		                    .err_len = err_len};
-		int rc = scan_layer(&x, g, lo, n);
+		size_t at;
+		const struct kv_image_layout *lo = kv_image_plan_layer(plan, g, l, &at);
+		struct kv_scan x = {
+		    .layer = data + at, .layer_index = l, .err = err, .err_len = err_len};
+		int rc = scan_layer(&x, g, lo, lo == &plan->swa ? &im->n_swa : &im->n);
 		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* Both kinds of layers' counts related as the policy keeps them, each
+ * against its own tiers. */
+static int check_all_counts(const struct snapshot *sn, uint32_t pending, char *err, size_t err_len)
+{
+	struct cache_tiers t;
+	struct cache_layout lo;
+	int rc, window, n_swa = swa_layers_of(&sn->geom, &window);
+	for (int swa = 0; swa < 2; swa++) {
+		const struct tier_counts *n = swa ? &sn->kv.n_swa : &sn->kv.n;
+		if (swa && n_swa == 0)
+			break;
+		int l = 0; /* the first layer of the kind (every layer when none slides) */
+		while (l + 1 < sn->geom.n_layers &&
+		       (sn->geom.layer[l].own && sn->geom.layer[l].swa) != (swa != 0))
+			l++;
+		cache_geometry_layer_layout(&sn->geom, l, &lo);
+		t = lo.t;
+		if ((rc = check_counts(&t, n, sn->tokens_seen, pending, err, err_len)))
 			return rc;
 	}
 	return 0;
@@ -540,7 +652,15 @@ int snapshot_decode(const unsigned char *buf, size_t len, const struct snapshot_
 		return err_set(err, err_len, -EINVAL,
 		               "snapshot: %u pinned tokens, more than its %d sink slots",
 		               sn.pinned_tokens, sn.geom.sink_keep_count);
-	if (expect && (rc = check_model(buf, &sn, expect, err, err_len)))
+	uint32_t version = get32(buf + OFF_VERSION);
+	size_t head =
+	    SNAPSHOT_HEADER_BYTES + (version == SNAPSHOT_VERSION_SWA ? SNAPSHOT_SWA_BYTES : 0);
+	if (!expect && version == SNAPSHOT_VERSION_SWA)
+		return err_set(err, err_len, -EINVAL,
+		               "snapshot: version 2 (sliding-window layers) is read against its "
+		               "model, which places the layers");
+	if (expect && ((rc = check_model(buf, &sn, expect, err, err_len)) ||
+	               (rc = take_model_layers(buf, &sn.geom, expect, err, err_len))))
 		return rc;
 	if (expect)
 		take_model_rope(&sn.geom, expect);
@@ -548,29 +668,32 @@ int snapshot_decode(const unsigned char *buf, size_t len, const struct snapshot_
 	uint32_t pending = get32(buf + OFF_PENDING);
 	sn.n_hist = get32(buf + OFF_NHIST);
 	const unsigned char *c = buf + OFF_COUNTS;
-	sn.kv.n = (struct tier_counts){.n_seen = get64(c),
-	                                   .evicted = get64(c + 8),
-	                                   .moved = get64(c + 16),
-	                                   .n_sink = (int32_t)get32(c + 24),
-	                                   .n_groups = (int32_t)get32(c + 28),
-	                                   .grp_dropped = (int32_t)get32(c + 32),
-	                                   .n_stage = (int32_t)get32(c + 36),
-	                                   .n_hot = (int32_t)get32(c + 40)};
+	sn.kv.n = get_counts(c);
+	if (version == SNAPSHOT_VERSION_SWA) {
+		sn.kv.n_swa = get_counts(buf + SNAPSHOT_HEADER_BYTES + 8);
+		if (get32(buf + SNAPSHOT_HEADER_BYTES + 8 + 44) != 0)
+			return err_set(
+			    err, err_len, -EINVAL,
+			    "snapshot: padding after the sliding layers' counts is not 0");
+	}
 	if (pending > 1)
 		return err_set(err, err_len, -EINVAL, "snapshot: has_pending is %u (allowed 0, 1)",
 		               pending);
 	sn.has_pending = pending;
 	if (get32(c + 44) != 0)
 		return err_set(err, err_len, -EINVAL, "snapshot: padding after the counts is not 0");
-	if ((rc = counter_bounded(sn.kv.n.n_seen, "n_seen", err, err_len)) ||
-	    (rc = counter_bounded(sn.kv.n.evicted, "evicted", err, err_len)) ||
-	    (rc = counter_bounded(sn.kv.n.moved, "moved", err, err_len)))
-		return rc;
-	struct kv_image_layout lo;
+	for (int swa = 0; swa < (version == SNAPSHOT_VERSION_SWA ? 2 : 1); swa++) {
+		const struct tier_counts *n = swa ? &sn.kv.n_swa : &sn.kv.n;
+		if ((rc = counter_bounded(n->n_seen, "n_seen", err, err_len)) ||
+		    (rc = counter_bounded(n->evicted, "evicted", err, err_len)) ||
+		    (rc = counter_bounded(n->moved, "moved", err, err_len)))
+			return rc;
+	}
+	struct kv_image_plan plan;
 	char why[SINKD_ERR_LEN];
-	if ((rc = kv_image_layout_of(&sn.geom, &sn.kv.n, &lo, why, sizeof(why))))
+	if ((rc = kv_image_plan_of(&sn.geom, &sn.kv.n, &sn.kv.n_swa, &plan, why, sizeof(why))))
 		return err_set(err, err_len, rc, "snapshot: %s", why);
-	if ((rc = check_counts(&sn.geom, &sn.kv.n, sn.tokens_seen, pending, err, err_len)))
+	if ((rc = check_all_counts(&sn, pending, err, err_len)))
 		return rc;
 	size_t cap = snapshot_hist_cap(&sn.geom);
 	if (sn.n_hist > cap || sn.n_hist > sn.tokens_seen || sn.n_hist < pending)
@@ -580,19 +703,20 @@ int snapshot_decode(const unsigned char *buf, size_t len, const struct snapshot_
 		    "%llu tokens seen)",
 		    sn.n_hist, pending, cap, (unsigned long long)sn.tokens_seen);
 	uint64_t kv_bytes = get64(buf + OFF_KVBYTES);
-	size_t want = SNAPSHOT_HEADER_BYTES + 4 * (size_t)sn.n_hist + lo.total_bytes + CHECKSUM_BYTES;
-	if (kv_bytes != lo.total_bytes || len != want)
-		return err_set(err, err_len, -EINVAL,
-		               "snapshot: %zu bytes with a %llu-byte cache image; its counts need a "
-		               "%zu-byte image and %zu bytes in all",
-		               len, (unsigned long long)kv_bytes, lo.total_bytes, want);
-	const unsigned char *kv = buf + SNAPSHOT_HEADER_BYTES + 4 * (size_t)sn.n_hist;
-	if ((rc = check_kv_finite(&sn.geom, &lo, &sn.kv.n, kv, err, err_len)))
+	size_t want = head + 4 * (size_t)sn.n_hist + plan.total_bytes + CHECKSUM_BYTES;
+	if (kv_bytes != plan.total_bytes || len != want)
+		return err_set(
+		    err, err_len, -EINVAL,
+		    "snapshot: %zu bytes with a %llu-byte cache image; its counts need a "
+		    "%zu-byte image and %zu bytes in all",
+		    len, (unsigned long long)kv_bytes, plan.total_bytes, want);
+	const unsigned char *kv = buf + head + 4 * (size_t)sn.n_hist;
+	if ((rc = check_kv_finite(&sn.geom, &plan, &sn.kv, kv, err, err_len)))
 		return rc;
 	hist = malloc(4 * (size_t)(sn.n_hist ? sn.n_hist : 1));
 	if (!hist)
 		return err_set(err, err_len, -ENOMEM, "snapshot: out of memory");
-	const unsigned char *p = buf + SNAPSHOT_HEADER_BYTES;
+	const unsigned char *p = buf + head;
 	for (uint32_t i = 0; i < sn.n_hist; i++, p += 4) {
 		hist[i] = (int32_t)get32(p);
 		if (hist[i] < 0 || (uint32_t)hist[i] >= sn.n_vocab) {
@@ -605,7 +729,7 @@ int snapshot_decode(const unsigned char *buf, size_t len, const struct snapshot_
 	}
 	sn.hist = hist;
 	sn.kv.data = (unsigned char *)p;
-	sn.kv.bytes = lo.total_bytes;
+	sn.kv.bytes = plan.total_bytes;
 	*out = sn;
 	return 0;
 }

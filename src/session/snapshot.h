@@ -17,7 +17,11 @@
  *   248  cache counts (struct tier_counts): u64 n_seen, evicted, moved,
  *        i32 n_sink, n_groups, grp_dropped, n_stage, n_hot, pad
  *   296  u64 cache image bytes
- *   304  i32 hist[n_hist]: the newest stream tokens, oldest first (the
+ *   304  version 2 only (a model with sliding-window layers): u32 the
+ *        sliding layers' window, u32 how many layers slide, their counts
+ *        (48 bytes as at 248); which layers slide is the model's
+ *   304 (v1) or 360 (v2)
+ *        i32 hist[n_hist]: the newest stream tokens, oldest first (the
  *        revision window; the last one is the pending token when has_pending)
  *        then the cache image (cache/kvimage.h)
  *   end  SHA-256 of everything before it (32 bytes)
@@ -33,8 +37,13 @@
 #include "cache/geometry.h"
 #include "model/arch.h"
 
+/* Version 1 of a model whose layers are all global (what every snapshot
+ * before sliding layers was, byte for byte), version 2 with sliding layers;
+ * this build reads both. */
 #define SNAPSHOT_VERSION 1
+#define SNAPSHOT_VERSION_SWA 2
 #define SNAPSHOT_HEADER_BYTES 304
+#define SNAPSHOT_SWA_BYTES 56 /* the version 2 block after the header */
 #define SNAPSHOT_ARCH_LEN 32
 #define SNAPSHOT_ID_LEN 36
 #define SNAPSHOT_OWNER_LEN 64
@@ -75,6 +84,11 @@ struct snapshot_expect {
 	 * model SHA-256 fixes it; a decoded geometry gets these. */
 	double rope_freq_scale;    /* 0 or 1: none */
 	const float *rope_factors; /* (rope_dim/2) or NULL */
+	/* The model's sliding-window layers (model_hparams): a decoded geometry
+	 * gets their spans and RoPE base. */
+	int swa_window;
+	const uint8_t *layer_swa; /* (n_layers) or NULL */
+	double rope_theta_swa;
 };
 
 /* The most revision-window tokens a session of geometry g keeps. */
@@ -82,8 +96,9 @@ size_t snapshot_hist_cap(const struct cache_geometry *g);
 /* The largest snapshot of geometry g: what a restore body may carry. */
 size_t snapshot_max_bytes(const struct cache_geometry *g);
 /* From the first SNAPSHOT_HEADER_BYTES of a snapshot (a body still
- * arriving): the most bytes the whole file may have, from its geometry;
- * -EINVAL with the reason when the header is already not a snapshot. */
+ * arriving; SNAPSHOT_SWA_BYTES more for version 2): the most bytes the whole
+ * file may have, from its geometry; -EINVAL with the reason when the
+ * header is already not a snapshot (or too short for its version). */
 int snapshot_peek_max_bytes(const unsigned char *head, size_t n, size_t *max_bytes, char *err,
                             size_t err_len);
 

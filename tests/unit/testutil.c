@@ -146,6 +146,9 @@ struct cache_geometry tu_model_geometry(const struct model_hparams *hp, int wind
 	g.rope_theta = hp->rope_theta;
 	g.rope_neox = model_arch_rope_neox(hp->arch);
 	cache_geometry_set_rope_scaling(&g, hp);
+	/* the model's sliding-window layers their own spans, as the daemon
+	 * builds them (a backend refuses a geometry that holds them as global) */
+	cache_geometry_set_model_layers(&g, hp);
 	return g;
 }
 

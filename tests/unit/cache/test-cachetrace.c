@@ -4,6 +4,7 @@
  * RoPE positions are ranks (or stream indices); a step's masses sum to 1
  * per head; tracing is off until asked for and costs nothing then. */
 #include <check.h>
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -103,6 +104,17 @@ static void rig_fill(struct rig *r)
 	ck_assert_msg(cache_trace_step_check(&r->step, err, sizeof(err)) == 0, "%s", err);
 }
 
+/* A traced cache of geometry g that saw n tokens, its trace filled. */
+static void rig_traced(struct rig *r, const struct cache_geometry *g, int n)
+{
+	char err[256];
+	rig_init(r, g);
+	ck_assert(sinkcache_trace_enable(r->c, true, err, sizeof(err)) == 0);
+	for (int t = 0; t < n; t++)
+		rig_token(r, t);
+	rig_fill(r);
+}
+
 START_TEST(tiers_follow_the_geometry)
 {
 	/* 4 sinks, a window of 32 with the newest 8 in full precision and the
@@ -160,12 +172,7 @@ START_TEST(window_only_and_original_positions)
 	struct cache_geometry g = geom(0, 16, 0, 16);
 	g.rope_positions = ROPE_POSITIONS_ORIGINAL;
 	struct rig r;
-	rig_init(&r, &g);
-	char err[256];
-	ck_assert(sinkcache_trace_enable(r.c, true, err, sizeof(err)) == 0);
-	for (int t = 0; t < 40; t++)
-		rig_token(&r, t);
-	rig_fill(&r);
+	rig_traced(&r, &g, 40);
 	for (int l = 0; l < NL; l++) {
 		ck_assert_int_eq(r.layers[l].n_slots, 16);
 		for (int i = 0; i < 16; i++) {
@@ -270,6 +277,39 @@ START_TEST(fill_checks_its_arguments)
 }
 END_TEST
 
+/* A model sliding-window layer (layer 0, 8 tokens) beside a global one:
+ * its trace is its last 8 tokens, all hot, at their stream positions, and
+ * says its window; the global layer's is the geometry's. */
+START_TEST(sliding_layer_traced)
+{
+	struct cache_geometry g = geom(4, 16, 0, 16);
+	cache_geometry_set_layer_swa(&g, 0, 8);
+	struct rig r;
+	rig_traced(&r, &g, 40);
+	const struct cache_trace_layer *s = &r.layers[0], *w = &r.layers[1];
+	ck_assert_int_eq(s->sliding_window, 8);
+	ck_assert_int_eq(w->sliding_window, 0);
+	ck_assert_int_eq(s->n_slots, 8);
+	double mass = 0;
+	for (int i = 0; i < 8; i++) {
+		ck_assert_int_eq(s->slots[i].stream_index, 32 + i);
+		ck_assert_int_eq(s->slots[i].tier, CACHE_TIER_HOT);
+		mass += s->slots[i].mass_mean;
+	}
+	ck_assert_msg(fabs(mass - 1.0) < 1e-4, "sliding layer's masses sum to %g", mass);
+	ck_assert_int_eq(w->n_slots, 4 + 16);
+	ck_assert_int_eq(w->slots[3].tier, CACHE_TIER_SINK);
+	ck_assert_int_eq(w->slots[4].stream_index, 24);
+	cJSON *j = cache_trace_json(&r.step, NULL);
+	char *text = cJSON_PrintUnformatted(j);
+	ck_assert_ptr_nonnull(strstr(text, "\"layer\":0,\"n_slots\":8,\"sliding_window\":8"));
+	ck_assert_ptr_null(strstr(text, "\"n_slots\":20,\"sliding_window\""));
+	free(text);
+	cJSON_Delete(j);
+	rig_free(&r);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cachetrace");
@@ -279,6 +319,7 @@ int main(void)
 	tcase_add_test(tc, off_until_asked_and_after_reuse);
 	tcase_add_test(tc, anchors_between_sinks_and_window);
 	tcase_add_test(tc, fill_checks_its_arguments);
+	tcase_add_test(tc, sliding_layer_traced);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

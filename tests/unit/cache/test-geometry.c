@@ -112,13 +112,150 @@ START_TEST(test_bound_bytes_per_layer)
 	ck_assert_int_eq(lo.t.window, 40);
 	ck_assert_uint_eq(cache_geometry_capacity_tokens(&g), 4 + 40);
 
-	/* a cache with one tier layout refuses it, by name */
+	/* one tier layout for all layers refuses it, by name; the CPU cache
+	 * keeps each layer's own and reports their sum as its bound */
 	char err[SINKD_ERR_LEN];
 	ck_assert_int_eq(cache_geometry_tiers_of(&g, &t, err, sizeof(err)), -ENOTSUP);
 	ck_assert_ptr_nonnull(strstr(err, "layer 1"));
 	struct sinkcache *c = NULL;
-	ck_assert_int_eq(sinkcache_new(&g, &c, err, sizeof(err)), -ENOTSUP);
-	ck_assert_ptr_null(c);
+	ck_assert_msg(sinkcache_new(&g, &c, err, sizeof(err)) == 0, "%s", err);
+	struct sinkcache_stats st;
+	sinkcache_get_stats(c, &st);
+	ck_assert_uint_eq(st.bytes_bound, 7168 + 4352);
+	sinkcache_free(c);
+}
+END_TEST
+
+/* A Gemma-3-shaped model: 5 of 6 layers slide over 1,024 tokens. */
+static struct model_hparams swa_model(uint8_t *layer_swa)
+{
+	struct model_hparams hp = {.n_layers = 6,
+	                           .n_kv_heads = NKV,
+	                           .head_dim = D,
+	                           .rope_dim = D,
+	                           .rope_theta = 1000000.0,
+	                           .rope_freq_scale = 0.125,
+	                           .swa_window = 1024,
+	                           .layer_swa = layer_swa,
+	                           .rope_theta_swa = 10000.0};
+	hp.arch = model_arch_find("llama");
+	for (int l = 0; l < 6; l++)
+		layer_swa[l] = l % 6 != 5;
+	return hp;
+}
+
+static const struct cache_settings swa_settings = {.strategy = CACHE_STRATEGY_SLIDING_WINDOW,
+                                                   .sink_keep_count = 4,
+                                                   .window_size = 252,
+                                                   .max_context_length = 4096,
+                                                   .quant_enabled = true,
+                                                   .quant_bits = 8,
+                                                   .protect_sinks = true,
+                                                   .full_precision_recent = 64,
+                                                   .dtype = KV_DTYPE_F32,
+                                                   .anchors_enabled = true,
+                                                   .anchor_max = 8,
+                                                   .anchor_promote = 0.2,
+                                                   .anchor_demote_steps = 4};
+
+/* The bound is the sum over layers: 5 sliding layers of exactly 1,024 f32
+ * tokens (no sinks, anchors or quantized tiers), one global layer as the
+ * settings make it; not 6 of either. */
+START_TEST(test_swa_layers_bound)
+{
+	uint8_t swa[6];
+	struct model_hparams hp = swa_model(swa);
+	struct cache_geometry g, u;
+	cache_geometry_build(&swa_settings, &hp, &g);
+	char err[SINKD_ERR_LEN];
+	ck_assert_msg(cache_geometry_check(&g, err, sizeof(err)) == 0, "%s", err);
+	struct model_hparams flat = hp;
+	flat.layer_swa = NULL;
+	cache_geometry_build(&swa_settings, &flat, &u);
+	size_t tok = 2 * NKV * D * 4, global = cache_geometry_bound_bytes(&u) / 6;
+	ck_assert_uint_gt(global, 0);
+	ck_assert_uint_eq(cache_geometry_bound_bytes(&g), 5 * 1024 * tok + global);
+	struct cache_layout lo;
+	size_t sum = 0;
+	for (int l = 0; l < 6; l++) {
+		cache_geometry_layer_layout(&g, l, &lo);
+		sum += lo.layer_bytes;
+		struct cache_layer_span sp = cache_geometry_layer_span(&g, l);
+		ck_assert(sp.swa == (l != 5));
+		if (l == 5) {
+			ck_assert_int_eq(lo.t.window, 252);
+			ck_assert_int_eq(lo.t.sink, 4);
+			ck_assert_int_eq(lo.t.anchor, 8);
+			ck_assert_int_gt(lo.t.group, 0);
+			continue;
+		}
+		ck_assert_int_eq(lo.t.window, 1024);
+		ck_assert_int_eq(lo.t.hot, 1024);
+		ck_assert_int_eq(lo.t.sink + lo.t.anchor + lo.t.group + lo.t.stage, 0);
+		ck_assert_uint_eq(lo.layer_bytes, 1024 * tok);
+	}
+	ck_assert_uint_eq(sum, cache_geometry_bound_bytes(&g));
+	ck_assert_uint_eq(cache_geometry_capacity_tokens(&g), 1024);
+	ck_assert_uint_eq(cache_geometry_global_capacity_tokens(&g), 4 + 8 + 252);
+	/* a pinned prompt widens the global layers' sinks only */
+	cache_geometry_pin(&g, 40);
+	cache_geometry_layer_layout(&g, 0, &lo);
+	ck_assert_int_eq(lo.t.sink, 0);
+	ck_assert_uint_eq(lo.layer_bytes, 1024 * tok);
+	/* and the cache holds what the bound says */
+	struct sinkcache *c = NULL;
+	ck_assert_msg(sinkcache_new(&g, &c, err, sizeof(err)) == 0, "%s", err);
+	struct sinkcache_stats st;
+	sinkcache_get_stats(c, &st);
+	ck_assert_uint_eq(st.bytes_bound, cache_geometry_bound_bytes(&g));
+	sinkcache_free(c);
+}
+END_TEST
+
+/* Sliding layers turn with their own base, unscaled; the geometry fits only
+ * the model whose layers slide as its spans say. */
+START_TEST(test_swa_layers_model)
+{
+	uint8_t swa[6];
+	struct model_hparams hp = swa_model(swa);
+	struct cache_geometry g;
+	cache_geometry_build(&swa_settings, &hp, &g);
+	struct cache_layer_rope r = cache_geometry_layer_rope(&g, 0);
+	ck_assert(r.theta == 10000.0 && r.freq_scale == 1.0 && !r.factors);
+	r = cache_geometry_layer_rope(&g, 5);
+	ck_assert(r.theta == 1000000.0 && r.freq_scale == 0.125);
+	char err[SINKD_ERR_LEN];
+	ck_assert_msg(cache_geometry_fits_model(&g, &hp, err, sizeof(err)) == 0, "%s", err);
+	ck_assert(cache_geometry_per_layer(&g));
+	struct model_hparams flat = hp;
+	flat.layer_swa = NULL;
+	ck_assert_int_eq(cache_geometry_fits_model(&g, &flat, err, sizeof(err)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "layer 0"));
+	struct cache_geometry u;
+	cache_geometry_build(&swa_settings, &flat, &u);
+	ck_assert(!cache_geometry_per_layer(&u));
+	ck_assert(!cache_geometry_equal(&g, &u));
+	/* a restore's uniform geometry takes the model's layers */
+	cache_geometry_set_model_layers(&u, &hp);
+	ck_assert(cache_geometry_equal(&g, &u));
+	/* strategy full: a sliding layer never holds more than the context */
+	struct cache_settings full = swa_settings;
+	full.strategy = CACHE_STRATEGY_FULL;
+	full.max_context_length = 600;
+	cache_geometry_build(&full, &hp, &g);
+	ck_assert_msg(cache_geometry_check(&g, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(cache_geometry_layer_span(&g, 0).window_size, 600);
+	ck_assert_int_eq(cache_geometry_layer_span(&g, 0).strategy, CACHE_STRATEGY_SLIDING_WINDOW);
+	ck_assert_int_eq(cache_geometry_fits_model(&g, &hp, err, sizeof(err)), 0);
+	cache_geometry_set_layer_swa(&g, 0, 1024); /* the whole model window: exact too */
+	ck_assert_int_eq(cache_geometry_fits_model(&g, &hp, err, sizeof(err)), 0);
+	cache_geometry_set_layer_swa(&g, 0, 500); /* neither: not the model's window */
+	ck_assert_int_eq(cache_geometry_fits_model(&g, &hp, err, sizeof(err)), -EINVAL);
+	ck_assert_int_eq(cache_geometry_layer_span(&g, 5).strategy, CACHE_STRATEGY_FULL);
+	full.max_context_length = 4096;
+	cache_geometry_build(&full, &hp, &g);
+	ck_assert_int_eq(cache_geometry_layer_span(&g, 0).window_size, 1024);
+	ck_assert_uint_eq(cache_geometry_capacity_tokens(&g), 4096);
 }
 END_TEST
 
@@ -274,6 +411,8 @@ int main(void)
 	tcase_add_test(tc, test_layer_spans);
 	tcase_add_test(tc, test_build_from_settings);
 	tcase_add_test(tc, test_rope_scaling_from_model);
+	tcase_add_test(tc, test_swa_layers_bound);
+	tcase_add_test(tc, test_swa_layers_model);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

@@ -783,7 +783,7 @@ START_TEST(test_groups_populated_in_chunks)
 {
 	struct cache_geometry g = geom(0, 4096, true, 8, 4);
 	struct sinkcache *c = new_cache(&g);
-	ck_assert_uint_lt(c->back_bytes, (size_t)2 << 20);
+	ck_assert_uint_lt(c->layers[0].back_bytes, (size_t)2 << 20);
 	int G = cache_geometry_quant_group_size(&g);
 	ck_assert_int_gt(G, 1);
 	float k[NKV * D], v[NKV * D];
@@ -793,14 +793,14 @@ START_TEST(test_groups_populated_in_chunks)
 	ck_assert_ptr_nonnull(L->mem);
 	append_tokens(c, 0, k, v, 4 + G - 1);
 	ck_assert_int_eq(L->t.n_groups, 0);
-	ck_assert_uint_eq(resident_pages(L->mem, c->back_bytes), 0);
+	ck_assert_uint_eq(resident_pages(L->mem, c->layers[0].back_bytes), 0);
 	append_tokens(c, 0, k, v, 1);
 	ck_assert_int_eq(L->t.n_groups, 1);
-	size_t n = four_chunks_resident(L->mem, c->back_bytes, "the first group");
+	size_t n = four_chunks_resident(L->mem, c->layers[0].back_bytes, "the first group");
 	append_tokens(c, 0, k, v, G);
 	ck_assert_int_eq(L->t.n_groups, 2);
-	ck_assert_uint_eq(resident_pages(L->mem, c->back_bytes), n);
-	ck_assert_uint_eq(resident_pages(c->layers[1].mem, c->back_bytes), 0);
+	ck_assert_uint_eq(resident_pages(L->mem, c->layers[0].back_bytes), n);
+	ck_assert_uint_eq(resident_pages(c->layers[1].mem, c->layers[0].back_bytes), 0);
 	sinkcache_free(c);
 }
 END_TEST
@@ -843,7 +843,8 @@ START_TEST(test_front_block_for_huge_pages)
 		const struct kv_layer *L = &c->layers[l];
 		ck_assert_uint_eq((uintptr_t)L->front % 64, 0);
 		ck_assert(L->front >= c->front);
-		ck_assert(L->st_v + (size_t)NKV * (size_t)(c->caps.group - 1) * c->fp_row <=
+		ck_assert(L->st_v +
+		              (size_t)NKV * (size_t)(c->layers[0].caps.group - 1) * c->fp_row <=
 		          c->front + c->front_bytes);
 		ck_assert_ptr_nonnull(L->mem);
 	}
@@ -860,7 +861,7 @@ START_TEST(test_back_block_for_huge_pages)
 {
 	struct cache_geometry g = geom(0, 65536, true, 8, 4);
 	struct sinkcache *c = new_cache(&g);
-	ck_assert_uint_ge(c->back_bytes, (size_t)2 << 20);
+	ck_assert_uint_ge(c->layers[0].back_bytes, (size_t)2 << 20);
 	for (int l = 0; l < NL; l++)
 		ck_assert_uint_eq((uintptr_t)c->layers[l].mem % ((uintptr_t)2 << 20), 0);
 	/* the same value row read back through the 8-bit codes of two groups
@@ -868,6 +869,98 @@ START_TEST(test_back_block_for_huge_pages)
 	check_shared_value_row(c, &g, 4 + 2 * cache_geometry_quant_group_size(&g), 0.02f);
 	ck_assert_int_eq(c->layers[NL - 1].t.n_groups, 2);
 	sinkcache_free(c);
+}
+END_TEST
+
+/* A model sliding-window layer (layer 0, window SW, its own RoPE base)
+ * beside a global layer (4 sinks, a window of 16, int8 groups): after 3*SW
+ * tokens the sliding layer holds exactly the last SW, all full precision,
+ * and attends over them at their stream positions; the global layer holds
+ * what a cache of the global span alone holds; the bytes are the sum. */
+enum { SW = 12 };
+
+static void swa_reference(const float (*k)[NKV * D], const float (*v)[NKV * D], int n,
+                          const float *q, double theta, float *out)
+{
+	for (int h = 0; h < NH; h++) {
+		int kh = h / (NH / NKV), first = n > SW ? n - SW : 0;
+		long double qr[D], kr[D], w[3 * SW], sum = 0, mx = -1e30L;
+		struct cache_geometry g = tu_geometry(1, 1, D, 0, SW, false, 8, SW);
+		g.rope_theta = theta;
+		ref_rotate(&g, q + h * D, (long double)(n - 1), qr);
+		for (int t = first; t < n; t++) {
+			ref_rotate(&g, k[t] + kh * D, (long double)t, kr);
+			long double dot = 0;
+			for (int j = 0; j < D; j++)
+				dot += qr[j] * kr[j];
+			w[t - first] = dot / sqrtl((long double)D);
+			mx = w[t - first] > mx ? w[t - first] : mx;
+		}
+		for (int t = first; t < n; t++)
+			sum += (w[t - first] = expl(w[t - first] - mx));
+		for (int j = 0; j < D; j++) {
+			long double o = 0;
+			for (int t = first; t < n; t++)
+				o += w[t - first] / sum * v[t][kh * D + j];
+			out[h * D + j] = (float)o;
+		}
+	}
+}
+
+START_TEST(test_swa_layer_keeps_its_window)
+{
+	struct cache_geometry u = geom(4, 16, true, 8, 4), g = u;
+	g.rope_theta_swa = 500.0;
+	cache_geometry_set_layer_swa(&g, 0, SW);
+	struct sinkcache *c = new_cache(&g), *cu = new_cache(&u);
+	static float k[3 * SW][NKV * D], v[3 * SW][NKV * D];
+	float q[NH * D], out[NH * D], want[NH * D];
+	float *scratch = calloc(sinkcache_scratch_floats(&g), sizeof(float));
+	char err[SINKD_ERR_LEN];
+	for (int t = 0; t < 3 * SW; t++) {
+		for (int i = 0; i < NKV * D; i++)
+			k[t][i] = frand(), v[t][i] = frand();
+		for (int l = 0; l < NL; l++) {
+			ck_assert_msg(sinkcache_append(c, l, k[t], v[t], err, sizeof(err)) == 0,
+			              "%s", err);
+			ck_assert_msg(sinkcache_append(cu, l, k[t], v[t], err, sizeof(err)) == 0,
+			              "%s", err);
+		}
+		for (int i = 0; i < NH * D; i++)
+			q[i] = frand();
+		sinkcache_attend(c, 0, q, NH, 0, NH, out, scratch, NULL, NULL, true);
+		swa_reference((const float(*)[NKV * D]) k, (const float(*)[NKV * D]) v, t + 1, q,
+		              500.0, want);
+		for (int i = 0; i < NH * D; i++)
+			ck_assert_msg(fabsf(out[i] - want[i]) < 1e-4f, "token %d, %d: %g, want %g",
+			              t, i, (double)out[i], (double)want[i]);
+	}
+	const struct kv_layer *S = &c->layers[0], *G = &c->layers[1];
+	ck_assert_int_eq(S->t.n_sink + S->t.n_groups + S->t.n_stage, 0);
+	ck_assert_int_eq(S->t.n_hot, SW);
+	ck_assert_uint_eq(S->t.evicted, 2 * SW);
+	ck_assert_mem_eq(&G->t, &cu->layers[1].t, sizeof(G->t));
+	struct sinkcache_stats st, su;
+	sinkcache_get_stats(c, &st);
+	sinkcache_get_stats(cu, &su);
+	size_t tok = 2 * NKV * D * sizeof(float);
+	ck_assert_int_eq(st.n_resident, su.n_resident); /* the global layers' count */
+	ck_assert_int_eq(st.n_resident_swa, SW);
+	ck_assert_int_eq(su.n_resident_swa, 0);
+	ck_assert_uint_eq(st.bytes_resident, SW * tok + su.bytes_resident / NL);
+	ck_assert_uint_eq(st.bytes_bound, cache_geometry_bound_bytes(&g));
+	ck_assert_uint_eq(st.bytes_bound, SW * tok + su.bytes_bound / NL);
+	/* the global layer attends as the uniform cache's does */
+	float outu[NH * D];
+	sinkcache_attend(c, 1, q, NH, 0, NH, out, scratch, NULL, NULL, true);
+	sinkcache_attend(cu, 1, q, NH, 0, NH, outu, scratch, NULL, NULL, true);
+	ck_assert_mem_eq(out, outu, sizeof(out));
+	/* a revision takes the newest tokens from every layer */
+	ck_assert_msg(sinkcache_revise(c, 3, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(S->t.n_hot, SW - 3);
+	free(scratch);
+	sinkcache_free(c);
+	sinkcache_free(cu);
 }
 END_TEST
 
@@ -890,6 +983,7 @@ static Suite *sinkcache_suite(void)
 	tcase_add_test(tc, test_large_stream_index);
 	tcase_add_test(tc, test_concurrent_head_ranges);
 	tcase_add_test(tc, test_attend_modes_vs_reference);
+	tcase_add_test(tc, test_swa_layer_keeps_its_window);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -459,6 +459,58 @@ static void stories_vs_cpu(const struct cache_geometry *gg, double tol, bool gra
 	stories_vs_cpu_run(NULL, gg, tol, graphs, false, NULL);
 }
 
+/* stories260K with layers 0, 1 and 3 marked as the model's sliding-window
+ * layers (16 tokens, their own RoPE base) beside a 4+40 global cache,
+ * unquantized and int8: prompts in chunks of both sessions, decode with a
+ * revision, as the CPU backend runs them (its own test checks it against
+ * strategy full). */
+START_TEST(test_stories_sliding_layers_vs_cpu)
+{
+	static const uint8_t slides[5] = {1, 1, 0, 1, 0};
+	struct model *m = load_stories();
+	m->hp.swa_window = 16;
+	m->hp.layer_swa = slides;
+	m->hp.rope_theta_swa = 500.0;
+	struct cache_settings set = {.strategy = CACHE_STRATEGY_SLIDING_WINDOW,
+	                             .sink_keep_count = 4,
+	                             .window_size = 40,
+	                             .max_context_length = 512,
+	                             .full_precision_recent = 8,
+	                             .quant_bits = 8,
+	                             .protect_sinks = true,
+	                             .dtype = KV_DTYPE_F32};
+	cJSON *ref = tu_load_reference();
+	int na, nb;
+	int32_t *a = story_tokens(ref, 0, &na), *b = story_tokens(ref, 1, &nb);
+	/* int8 only on a GPU: the emulation's short run never fills a group */
+	for (int quant = 0; quant < SIZE(2, 1); quant++) {
+		struct cache_geometry g;
+		struct twin_run r;
+		set.quant_enabled = quant;
+		cache_geometry_build(&set, &m->hp, &g);
+		twin_run_open(&r, m, KV_DTYPE_F32, &g, false);
+		run_prefill(&r, a, na, b, nb, 7);
+		run_decode(&r, 1, 2, SIZE(60, 10), SIZE(20, 5));
+		struct sinkcache_stats st[2];
+		for (int k = 0; k < 2; k++)
+			r.be[k]->ops->session_stats(r.be[k], r.s[k][0], &st[k]);
+		ck_assert_uint_eq(st[1].bytes_bound, st[0].bytes_bound);
+		ck_assert_uint_eq(st[1].bytes_resident, st[0].bytes_resident);
+		ck_assert_int_eq(st[1].n_resident_swa, 16);
+		ck_assert_int_eq(st[1].n_resident, st[0].n_resident);
+		printf("sliding layers (%s): cuda vs cpu %.3g\n", quant ? "int8" : "f32", r.worst);
+		ck_assert_msg(r.worst <= (quant ? 1e-3 : 1e-4),
+		              "logits differ from the cpu backend by %g (relative)", r.worst);
+		ck_assert_int_eq(r.token_flips, 0);
+		twin_run_close(&r);
+	}
+	free(a), free(b);
+	cJSON_Delete(ref);
+	m->hp.layer_swa = NULL;
+	model_free(m);
+}
+END_TEST
+
 /* stories260K with llama3's rope_freqs.weight (factors 1, 2, 4, 8): both
  * backends turn keys and queries by the factors and agree. */
 START_TEST(test_stories_rope_freqs_vs_cpu)
@@ -1086,7 +1138,13 @@ static void snapshot_case(const struct model *m, const struct cache_geometry *g,
 	struct kv_image ic, ig;
 	export_ok(cpu, sc, &ic);
 	export_ok(gpu, sg, &ig);
-	assert_images_close(g, &ic, &ig);
+	if (cache_geometry_per_layer(g)) { /* sliding layers: the logits below judge the rows */
+		assert_counts_equal(&ic.n, &ig.n);
+		assert_counts_equal(&ic.n_swa, &ig.n_swa);
+		ck_assert_uint_eq(ic.bytes, ig.bytes);
+	} else {
+		assert_images_close(g, &ic, &ig);
+	}
 	*seen = ig.n;
 	struct backend_session *sg2 = imported(gpu, g, &ig), *sc2 = imported(cpu, g, &ig);
 	struct backend_session *sg3 = imported(gpu, g, &ic);
@@ -1140,6 +1198,25 @@ START_TEST(test_snapshot_float_and_int8)
 	ck_assert_int_gt(n.n_groups, 0);
 	ck_assert_int_gt(n.grp_dropped, 0);
 	ck_assert_uint_gt(n.evicted, 0);
+	model_free(m);
+}
+END_TEST
+
+/* stories260K with layers 0, 1 and 3 sliding over 16 tokens beside a 4+44
+ * global cache: a snapshot moves between the backends either way, its
+ * sliding layers with their own counts. */
+START_TEST(test_snapshot_sliding_layers)
+{
+	static const uint8_t slides[5] = {1, 1, 0, 1, 0};
+	struct model *m = load_stories();
+	m->hp.swa_window = 16;
+	m->hp.layer_swa = slides;
+	struct cache_geometry g = geometry(m, 44, false, 8, true, KV_DTYPE_F32);
+	cache_geometry_set_model_layers(&g, &m->hp);
+	struct tier_counts n;
+	snapshot_case(m, &g, 70, 40, 1e-4, &n);
+	ck_assert_uint_gt(n.evicted, 0);
+	m->hp.layer_swa = NULL;
 	model_free(m);
 }
 END_TEST
@@ -1239,6 +1316,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_stories_reference);
 	tcase_add_test(tc, test_stories_tiered_cache_vs_cpu);
 	tcase_add_test(tc, test_stories_rope_freqs_vs_cpu);
+	tcase_add_test(tc, test_stories_sliding_layers_vs_cpu);
 	tcase_add_test(tc, test_stories_anchors_vs_cpu);
 	tcase_add_test(tc, test_stories_trace_vs_cpu);
 	tcase_add_test(tc, test_synthetic_bf16_and_q8_vs_cpu);
@@ -1250,6 +1328,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_arena_full_is_an_error);
 	tcase_add_test(tc, test_snapshot_float_and_int8);
 	tcase_add_test(tc, test_snapshot_int4_sinks_and_full);
+	tcase_add_test(tc, test_snapshot_sliding_layers);
 	tcase_add_test(tc, test_snapshot_import_refused);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "engine/backend.h"
+#include "tokenizer/tokenizer.h"
 #include "util/errbuf.h"
 #include "testutil.h"
 
@@ -665,6 +666,225 @@ START_TEST(test_small_forward_serial)
 }
 END_TEST
 
+/* ---- model sliding-window layers ------------------------------------------
+ * stories260K with layers 0, 1 and 3 marked as the model's sliding-window
+ * layers (model_hparams.layer_swa) of SWA_W tokens. */
+enum { SWA_W = 32 };
+static const uint8_t swa_layers[5] = {1, 1, 0, 1, 0};
+
+/* Logits of every position of ids, one token at a time: (n, n_vocab). */
+static float *logits_per_position(const struct cache_geometry *g, const int32_t *ids, int n,
+                                  struct sinkcache_stats *st)
+{
+	int n_vocab = model->hp.n_vocab;
+	float *all = malloc((size_t)n * (size_t)n_vocab * sizeof(float));
+	struct backend_session *s = NULL;
+	char err[SINKD_ERR_LEN];
+	ck_assert_msg(be->ops->session_new(be, g, &s, err, sizeof(err)) == 0, "%s", err);
+	for (int i = 0; i < n; i++)
+		prefill(s, ids + i, 1, 1, all + (size_t)i * n_vocab);
+	if (st)
+		be->ops->session_stats(be, s, st);
+	be->ops->session_free(be, s);
+	return all;
+}
+
+/* Largest |a - b| of position i over the largest |logit| of b there. */
+static double rel_diff_at(const float *a, const float *b, int i)
+{
+	int n_vocab = model->hp.n_vocab;
+	const float *x = a + (size_t)i * n_vocab, *y = b + (size_t)i * n_vocab;
+	double top = 0;
+	for (int j = 0; j < n_vocab; j++)
+		top = fmax(top, fabs((double)y[j]));
+	return max_abs_diff(x, y, n_vocab) / top;
+}
+
+/* Mean negative log-likelihood of ids[1..n) from the logits of every
+ * position (n, n_vocab). */
+static double mean_nll(const float *all, const int32_t *ids, int n)
+{
+	int n_vocab = model->hp.n_vocab;
+	double sum = 0;
+	for (int i = 0; i + 1 < n; i++) {
+		const float *x = all + (size_t)i * n_vocab;
+		double mx = x[0], z = 0;
+		for (int j = 1; j < n_vocab; j++)
+			mx = fmax(mx, x[j]);
+		for (int j = 0; j < n_vocab; j++)
+			z += exp(x[j] - mx);
+		sum += log(z) + mx - x[ids[i + 1]];
+	}
+	return sum / (n - 1);
+}
+
+static struct cache_settings swa_settings(enum cache_strategy strategy)
+{
+	return (struct cache_settings){.strategy = strategy,
+	                               .sink_keep_count = 4,
+	                               .window_size = 252,
+	                               .max_context_length = 512,
+	                               .rope_positions = ROPE_POSITIONS_CACHE,
+	                               .dtype = KV_DTYPE_F32};
+}
+
+static void ids_of(int32_t *ids, int n)
+{
+	for (int i = 0; i < n; i++)
+		ids[i] = 1 + (int32_t)((i * 7919u + 13u) % (unsigned)(model->hp.n_vocab - 1));
+}
+
+/* strategy full with sliding layers is exact: each sliding layer attends
+ * over its last SWA_W positions only, as a brute-force mask does (here a
+ * full cache whose layers 0, 1 and 3 are plain sliding windows of SWA_W
+ * without sinks, a span of their own built by hand); before SWA_W tokens the
+ * mask changes nothing, after it the logits differ from unmasked ones. */
+START_TEST(test_sliding_layers_full_is_masked)
+{
+	enum { N = 100 };
+	int32_t ids[N];
+	ids_of(ids, N);
+	struct cache_settings full = swa_settings(CACHE_STRATEGY_FULL);
+	struct cache_geometry plain, masked, g;
+	cache_geometry_build(&full, &model->hp, &plain);
+	masked = plain;
+	masked.sink_keep_count = 0;
+	for (int l = 0; l < 5; l++)
+		if (swa_layers[l])
+			cache_geometry_set_layer(&masked, l, CACHE_STRATEGY_SLIDING_WINDOW, SWA_W);
+	float *want = logits_per_position(&masked, ids, N, NULL);
+	float *unmasked = logits_per_position(&plain, ids, N, NULL);
+	struct model_hparams *hp = (struct model_hparams *)&model->hp;
+	hp->swa_window = SWA_W;
+	hp->layer_swa = swa_layers;
+	cache_geometry_build(&full, hp, &g);
+	float *have = logits_per_position(&g, ids, N, NULL);
+	double worst = 0, apart = 0;
+	for (int i = 0; i < N; i++) {
+		worst = fmax(worst, rel_diff_at(have, want, i));
+		if (i < SWA_W)
+			ck_assert_msg(rel_diff_at(have, unmasked, i) < 1e-5, "position %d", i);
+		else
+			apart = fmax(apart, rel_diff_at(have, unmasked, i));
+	}
+	printf("sliding layers, strategy full: %.3g from the mask, %.3g from no mask\n", worst,
+	       apart);
+	ck_assert_msg(worst < 1e-5, "sliding layers in strategy full: %g from the mask", worst);
+	ck_assert_msg(apart > 1e-3, "the mask changed nothing (%g)", apart);
+	hp->layer_swa = NULL;
+	free(want);
+	free(unmasked);
+	free(have);
+}
+END_TEST
+
+/* Streaming with a 4+252 global cache and the sliding layers gives the
+ * logits of strategy full for every token before the global layers evict
+ * anything; then every layer is full and the bytes resident are the
+ * per-layer bound (3 sliding layers of SWA_W tokens, 2 of 256). */
+START_TEST(test_sliding_layers_stream_equals_full)
+{
+	enum { N = 256 };
+	int32_t ids[N];
+	ids_of(ids, N);
+	struct model_hparams *hp = (struct model_hparams *)&model->hp;
+	hp->swa_window = SWA_W;
+	hp->layer_swa = swa_layers;
+	struct cache_settings full = swa_settings(CACHE_STRATEGY_FULL);
+	struct cache_settings slide = swa_settings(CACHE_STRATEGY_SLIDING_WINDOW);
+	struct cache_geometry gf, gs;
+	cache_geometry_build(&full, hp, &gf);
+	cache_geometry_build(&slide, hp, &gs);
+	struct sinkcache_stats st;
+	float *want = logits_per_position(&gf, ids, N, NULL);
+	float *have = logits_per_position(&gs, ids, N, &st);
+	double worst = 0;
+	for (int i = 0; i < N; i++)
+		worst = fmax(worst, rel_diff_at(have, want, i));
+	printf("sliding layers, 4+252 stream vs strategy full over %d tokens: %.3g\n", N, worst);
+	ck_assert_msg(worst < 1e-5, "streaming vs strategy full: %g", worst);
+	size_t tok = 2 * (size_t)hp->n_kv_heads * (size_t)hp->head_dim * sizeof(float);
+	ck_assert_uint_eq(st.bytes_bound, (3 * SWA_W + 2 * 256) * tok);
+	ck_assert_uint_eq(st.bytes_bound, cache_geometry_bound_bytes(&gs));
+	ck_assert_uint_eq(st.bytes_resident, st.bytes_bound);
+	ck_assert_int_eq(st.n_resident, 256);
+	ck_assert_int_eq(st.n_resident_swa, SWA_W);
+	hp->layer_swa = NULL;
+	free(want);
+	free(have);
+}
+END_TEST
+
+/* n tokens of tinystories-dev.txt (the eval text, read again from its
+ * start when it runs out). */
+static void story_ids(int32_t *ids, int n)
+{
+	char path[1024], err[SINKD_ERR_LEN];
+	snprintf(path, sizeof(path), "%s/data/tinystories-dev.txt", getenv("SINKD_SHARED"));
+	char *text = read_file(path);
+	struct tokenizer *tok = NULL;
+	int32_t *all = NULL;
+	size_t n_all = 0;
+	ck_assert_msg(tokenizer_new_from_gguf(model->file, &tok, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_msg(tokenizer_encode(tok, text, strlen(text), true, false, &all, &n_all, err,
+	                               sizeof(err)) == 0,
+	              "%s", err);
+	ck_assert_uint_gt(n_all, 1000);
+	for (int i = 0; i < n; i++)
+		ids[i] = all[(size_t)i % n_all];
+	free(all);
+	free(text);
+	tokenizer_free(tok);
+}
+
+/* Gemma-3-shaped: 4 of 5 layers slide over 1,024 tokens beside a 4+252
+ * global cache.  20,000 tokens of the eval text stream through; the bytes resident are then
+ * the per-layer bound (4 x 1,024 + 256 tokens, not 5 x 1,024 or 5 x 256),
+ * and the first 256 tokens, before the global layer evicts anything, score
+ * the perplexity of strategy full. */
+START_TEST(test_gemma_shaped_stream)
+{
+	enum { N = 20000, EARLY = 256 };
+	static const uint8_t gemma_layers[5] = {1, 1, 1, 1, 0};
+	struct model_hparams *hp = (struct model_hparams *)&model->hp;
+	hp->swa_window = 1024;
+	hp->layer_swa = gemma_layers;
+	int32_t *ids = malloc(N * sizeof(int32_t));
+	story_ids(ids, N);
+	struct cache_settings full = swa_settings(CACHE_STRATEGY_FULL);
+	struct cache_settings slide = swa_settings(CACHE_STRATEGY_SLIDING_WINDOW);
+	struct cache_geometry gf, gs;
+	cache_geometry_build(&full, hp, &gf);
+	cache_geometry_build(&slide, hp, &gs);
+	float *want = logits_per_position(&gf, ids, EARLY, NULL);
+	float *have = logits_per_position(&gs, ids, EARLY, NULL);
+	double ppl_full = exp(mean_nll(want, ids, EARLY)), ppl = exp(mean_nll(have, ids, EARLY));
+	char err[SINKD_ERR_LEN];
+	struct backend_session *s = NULL;
+	ck_assert_msg(be->ops->session_new(be, &gs, &s, err, sizeof(err)) == 0, "%s", err);
+	float *last = malloc((size_t)model->hp.n_vocab * sizeof(float));
+	prefill(s, ids, N, 64, last);
+	struct sinkcache_stats st;
+	be->ops->session_stats(be, s, &st);
+	be->ops->session_free(be, s);
+	size_t tok = 2 * (size_t)hp->n_kv_heads * (size_t)hp->head_dim * sizeof(float);
+	printf("gemma-shaped: %zu bytes resident of a %zu-byte bound after %d tokens; first %d "
+	       "tokens: perplexity %.6f, strategy full %.6f\n",
+	       st.bytes_resident, st.bytes_bound, N, EARLY, ppl, ppl_full);
+	ck_assert_uint_eq(st.bytes_bound, (4 * 1024 + 256) * tok);
+	ck_assert_uint_eq(st.bytes_resident, st.bytes_bound);
+	ck_assert_uint_eq(st.n_seen, N);
+	ck_assert_int_eq(st.n_resident, 256);
+	ck_assert_int_eq(st.n_resident_swa, 1024);
+	ck_assert_msg(fabs(ppl - ppl_full) <= 1e-9 * ppl_full, "%.9f vs %.9f", ppl, ppl_full);
+	hp->layer_swa = NULL;
+	free(ids);
+	free(want);
+	free(have);
+	free(last);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("forward");
@@ -681,6 +901,9 @@ int main(void)
 	tcase_add_test(tc, test_weight_types);
 	tcase_add_test(tc, test_threaded_prefill);
 	tcase_add_test(tc, test_small_forward_serial);
+	tcase_add_test(tc, test_sliding_layers_full_is_masked);
+	tcase_add_test(tc, test_sliding_layers_stream_equals_full);
+	tcase_add_test(tc, test_gemma_shaped_stream);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

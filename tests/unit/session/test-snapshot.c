@@ -220,9 +220,9 @@ START_TEST(test_foreign)
 	memcpy(buf, "GGUF", 4);
 	refused(buf, len, expect(), -EINVAL, "magic");
 	memcpy(buf, "SINK", 4);
-	buf[8] = 2; /* version */
+	buf[8] = 3; /* version (2 is a model with sliding-window layers) */
 	reseal(buf, len);
-	refused(buf, len, expect(), -EINVAL, "version 2");
+	refused(buf, len, expect(), -EINVAL, "version 3");
 	kv_image_free(&im);
 	free(buf);
 }
@@ -526,6 +526,57 @@ START_TEST(test_nonfinite_kv)
 }
 END_TEST
 
+/* A model whose layer 0 slides over 12 tokens: its snapshot is version 2
+ * with the sliding layers' counts, restores into a cache that exports the
+ * same image, and is refused by a model whose layers do not slide so (a
+ * uniform geometry still writes version 1, as before). */
+START_TEST(test_sliding_layers_round_trip)
+{
+	static const uint8_t layer_swa[NL] = {1, 0};
+	struct snapshot_expect ex = *expect();
+	ex.swa_window = 12;
+	ex.layer_swa = layer_swa;
+	struct cache_geometry g = geom();
+	cache_geometry_set_layer_swa(&g, 0, 12);
+	struct kv_image im, again;
+	int32_t hist[64];
+	size_t len, max;
+	unsigned char *buf = make_of(g, 100, 3, &len, &im, hist);
+	ck_assert_int_eq(buf[8], SNAPSHOT_VERSION_SWA);
+	ck_assert_int_eq(im.n_swa.n_hot, 12);
+	ck_assert_int_eq(im.n_swa.n_sink, 0);
+	struct snapshot sn;
+	char err[SINKD_ERR_LEN];
+	ck_assert_msg(snapshot_decode(buf, len, &ex, &sn, err, sizeof(err)) == 0, "%s", err);
+	ck_assert(cache_geometry_equal(&sn.geom, &g));
+	ck_assert_int_eq(memcmp(&sn.kv.n, &im.n, sizeof(im.n)), 0);
+	ck_assert_int_eq(memcmp(&sn.kv.n_swa, &im.n_swa, sizeof(im.n_swa)), 0);
+	ck_assert_int_eq(memcmp(sn.kv.data, im.data, im.bytes), 0);
+	ck_assert_int_eq(snapshot_peek_max_bytes(buf, len, &max, err, sizeof(err)), 0);
+	ck_assert_uint_ge(max, len);
+	struct sinkcache *c;
+	ck_assert_int_eq(sinkcache_new(&sn.geom, &c, err, sizeof(err)), 0);
+	ck_assert_msg(sinkcache_import(c, &sn.kv, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_msg(sinkcache_export(c, &again, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq(again.bytes, im.bytes);
+	ck_assert_int_eq(memcmp(again.data, im.data, im.bytes), 0);
+	sinkcache_free(c);
+	kv_image_free(&again);
+	snapshot_release(&sn);
+	refused(buf, len, expect(), SDERR_MODEL_MISMATCH, "1 sliding-window layers of 12 tokens");
+	refused(buf, len, NULL, -EINVAL, "version 2");
+	buf[SNAPSHOT_HEADER_BYTES + 8 + 40] = 13; /* the sliding layers' n_hot */
+	reseal(buf, len);
+	refused(buf, len, &ex, -EINVAL, "n_hot");
+	free(buf);
+	kv_image_free(&im);
+	buf = make(20, &len, &im, hist);
+	ck_assert_int_eq(buf[8], SNAPSHOT_VERSION);
+	free(buf);
+	kv_image_free(&im);
+}
+END_TEST
+
 static Suite *snapshot_suite(void)
 {
 	Suite *s = suite_create("snapshot");
@@ -539,6 +590,7 @@ static Suite *snapshot_suite(void)
 	tcase_add_test(tc, test_hostile_counters);
 	tcase_add_test(tc, test_hostile_rope);
 	tcase_add_test(tc, test_nonfinite_kv);
+	tcase_add_test(tc, test_sliding_layers_round_trip);
 	suite_add_tcase(s, tc);
 	return s;
 }
