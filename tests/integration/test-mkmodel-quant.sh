@@ -224,4 +224,16 @@ check "  sinkd generate loads and runs it" "$bin" generate --model "$tmp/lr.gguf
 check "llama --rope-long: exit 2 naming the row" \
 	grep -q 'architecture llama has no RoPE factors tensor (rope_factors_long.weight)' \
 	"$tmp/bad.err"
+
+# What sinkd does not compute for a row is refused by name when loaded:
+# YaRN with sliding-window layers, RoPE scaling on gemma2's sliding layers.
+for spec in "gemma3 yarn:4:256|YaRN (gemma3.rope.scaling.type yarn) in a model with sliding-window layers is not implemented" \
+	"gemma2 linear:4|RoPE scaling (gemma2.rope.scaling.factor 4) on sliding-window layers is not implemented"; do
+	arch=${spec%% *} rest=${spec#* }
+	"$mkmodel" --out "$tmp/r.gguf" --arch "$arch" --dim 64 --layers 2 --heads 4 --ffn 128 \
+		--rope-scaling "${rest%%|*}" >/dev/null
+	"$bin" generate --model "$tmp/r.gguf" --prompt "Once" --max-tokens 2 >/dev/null 2>"$tmp/r.err"
+	check "$arch with --rope-scaling ${rest%%|*}: sinkd refuses it by name" grep -qF "${rest#*|}" \
+		"$tmp/r.err"
+done
 finish
