@@ -23,6 +23,7 @@
 #endif
 #include "model/model.h"
 #include "sched/scheduler.h"
+#include "server/chat_render.h"
 #include "server/server.h"
 #include "session/store.h"
 #include "tokenizer/tokenizer.h"
@@ -47,6 +48,7 @@ struct daemon {
 	struct tokenizer *tok;
 	struct backend *be;
 	struct scheduler *sched;
+	struct chat_render *chat; /* the model's chat template until the server takes it */
 	struct session_store *store; /* when sessions.store_dir */
 	struct config_watch *watch; /* when config.watch */
 	struct server_config_status status;
@@ -175,6 +177,27 @@ static int open_store(struct daemon *d, char *err, size_t err_len)
 	return 0;
 }
 
+/* Which chat template renders prompts, and what it was found to render
+ * itself (the rest sinkd fills in). */
+static void log_chat_template(struct daemon *d)
+{
+	if (!d->chat) {
+		log_msg(d->log, LOG_INFO, LOG_MODULE,
+		        "chat template: none in the model; sinkd's built-in chat formats render "
+		        "prompts");
+		return;
+	}
+	const struct chat_render_caps *c = chat_render_caps(d->chat);
+	struct log_field f[] = {LOG_STR("source", chat_render_origin(d->chat)),
+	                        LOG_INT("system_role", c->system_role),
+	                        LOG_INT("tools", c->tools),
+	                        LOG_INT("tool_calls", c->tool_calls),
+	                        LOG_INT("tool_responses", c->tool_responses),
+	                        LOG_INT("alternating", c->alternating),
+	                        LOG_END};
+	log_event(d->log, LOG_INFO, LOG_MODULE, "chat template", f);
+}
+
 static int load_engine(struct daemon *d, char *err, size_t err_len)
 {
 	const struct sinkd_config *c = d->cfg;
@@ -194,6 +217,9 @@ static int load_engine(struct daemon *d, char *err, size_t err_len)
 		return -EINVAL;
 	}
 	rc = tokenizer_new_from_gguf(d->model->file, &d->tok, err, err_len);
+	if (!rc)
+		rc = chat_render_load(c->model.chat_template, d->tok, c->model.path, &d->chat, err,
+		                      err_len);
 	if (rc)
 		return rc;
 	const char *backend_name = NULL;
@@ -211,6 +237,7 @@ static int load_engine(struct daemon *d, char *err, size_t err_len)
 	                        LOG_DBL("cpu_s", (double)clock() / CLOCKS_PER_SEC - t0),
 	                        LOG_END};
 	log_event(d->log, LOG_INFO, LOG_MODULE, "model loaded", f);
+	log_chat_template(d);
 	return 0;
 }
 
@@ -379,7 +406,8 @@ static void reload(struct daemon *d, const char *trigger)
 		return;
 	}
 	const struct config_applier_ops ops[CONFIG_N_APPLIERS] = {
-	    [CONFIG_APPLY_SERVER] = {"server", server_prep, server_com, server_drop, d, false},
+	    /* every reload: model.chat_template's file may change under its name */
+	    [CONFIG_APPLY_SERVER] = {"server", server_prep, server_com, server_drop, d, true},
 	    [CONFIG_APPLY_TLS] = {"tls", tls_prep, tls_com, tls_drop, d,
 	                          d->cfg->server.tls_enabled},
 	    [CONFIG_APPLY_SCHEDULER] = {"scheduler", sched_prep, sched_com, sched_drop, d, false},
@@ -561,6 +589,7 @@ static void daemon_teardown(struct daemon *d)
 	session_store_close(d->store);
 	server_free(d->srv);
 	backend_free(d->be);
+	chat_render_unref(d->chat);
 	tokenizer_free(d->tok);
 	model_free(d->model);
 	if (d->cfg) {
@@ -634,11 +663,13 @@ int daemon_run(const char *config_path, const char *const *overrides, size_t n_o
 	                            .sched = d.sched,
 	                            .model_name = d.cfg->model.name && d.cfg->model.name[0]
 	                                              ? d.cfg->model.name
-	                                              : d.model->name};
+	                                              : d.model->name,
+	                            .chat = d.chat};
 	d.watchdog_period_s = notify_watchdog_period_s();
 	if (!*stop_flag) {
 		start_watch(&d);
 		server_attach_engine(d.srv, &eng);
+		d.chat = NULL; /* the server's now */
 		log_msg(log, LOG_INFO, LOG_MODULE, "ready on port %d", server_port(d.srv));
 		notify_ready("serving");
 		serve_loop(&d, stop_flag, reload_flag);

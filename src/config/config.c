@@ -531,11 +531,14 @@ static int set_scalar(struct sinkd_config *cfg, const struct config_key *k, cons
 		if (text[0] != '\0' && k->validate && k->validate(text, msg, msg_len))
 			return -EINVAL;
 		char *v = NULL;
+		bool path = k->type == CONFIG_PATH &&
+		            !((k->flags & CONFIG_INLINE_TEMPLATE) &&
+		              (strstr(text, "{{") || strstr(text, "{%")));
 		if (text[0] != '\0') {
-			v = k->type == CONFIG_PATH ? resolve_path(base_dir, text) : strdup(text);
+			v = path ? resolve_path(base_dir, text) : strdup(text);
 			if (v == NULL)
 				return err_set(msg, msg_len, -ENOMEM, "out of memory");
-			if (k->type == CONFIG_PATH && access(v, R_OK) != 0) {
+			if (path && access(v, R_OK) != 0) {
 				/* Kept, and reported by the serve rules: see
 				 * config_missing_file. */
 				int e = errno;

@@ -124,6 +124,11 @@ const struct config_key config_keys[] = {
 	{"model.backend", CONFIG_ENUM, OFF(model.backend), NO_AUX, 0, 0, 0, 0, backend_names,
 	 backend_values, "auto", 0, "auto (cuda when a GPU is present, else cpu) | cpu | cuda",
 	 .apply = 0 /* restart */},
+	{"model.chat_template", CONFIG_PATH, OFF(model.chat_template), NO_AUX, 0, 0, 0, 0, NULL, NULL,
+	 "", CONFIG_INLINE_TEMPLATE,
+	 "the chat template: a Jinja file, or the template text itself when the value holds {{ "
+	 "or {%; empty = the model's own (tokenizer.chat_template)",
+	 .apply = SERVER},
 	{"engine.threads", CONFIG_INT, OFF(engine.threads), NO_AUX, 0, 1024, 0, 0, NULL, NULL, "0", 0,
 	 "CPU backend compute threads; 0 = one per core",
 	 .apply = 0 /* restart */},

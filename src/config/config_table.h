@@ -20,6 +20,8 @@ enum config_type {
 
 enum config_flags {
 	CONFIG_SECRET = 1u << 2, /* masked when printed and in reload logs */
+	/* PATH: a value holding "{{" or "{%" is Jinja text itself, not a path */
+	CONFIG_INLINE_TEMPLATE = 1u << 3,
 };
 
 

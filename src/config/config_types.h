@@ -46,6 +46,7 @@ struct sinkd_config {
 		char *sha256;		/* NULL or 64 hex */
 		char *name;		/* served model name; NULL = file name without .gguf */
 		enum model_backend_kind backend;
+		char *chat_template;	/* a template file, or the text itself; NULL: the GGUF's */
 	} model;
 	struct {
 		int64_t threads;	/* cpu backend threads, 0 = one per core */

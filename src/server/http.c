@@ -33,6 +33,7 @@
 #include "grammar/grammar.h"
 #include "session/session_key.h"
 #include "server/api.h"
+#include "server/chat_render.h"
 #include "server/console.h"
 #include "server/genstream.h"
 #include "server/listen.h"
@@ -1355,11 +1356,23 @@ void server_attach_engine(struct server *s, const struct server_engine *e)
 	s->tok = e->tok;
 	s->sched = e->sched;
 	snprintf(s->model_name, sizeof(s->model_name), "%s", e->model_name ? e->model_name : "");
+	pthread_mutex_lock(&s->cfg_mu);
+	s->chat = e->chat;
+	pthread_mutex_unlock(&s->cfg_mu);
 	atomic_store(&s->ready, 1);
+}
+
+struct chat_render *server_chat_render(struct server *s)
+{
+	pthread_mutex_lock(&s->cfg_mu);
+	struct chat_render *cr = chat_render_ref(s->chat);
+	pthread_mutex_unlock(&s->cfg_mu);
+	return cr;
 }
 
 struct server_prepared {
 	struct server_settings set;
+	struct chat_render *chat;
 };
 
 int server_prepare(struct server *s, const struct sinkd_config *cfg, struct server_prepared **out,
@@ -1373,6 +1386,14 @@ int server_prepare(struct server *s, const struct sinkd_config *cfg, struct serv
 		free(p);
 		return rc;
 	}
+	/* the template file is read again even under the same name */
+	if (s->tok)
+		rc = chat_render_load(cfg->model.chat_template, s->tok, cfg->model.path, &p->chat,
+		                      err, err_len);
+	if (rc) {
+		server_prepared_free(p);
+		return rc;
+	}
 	*out = p;
 	return 0;
 }
@@ -1382,9 +1403,15 @@ void server_commit(struct server *s, struct server_prepared *p)
 	pthread_mutex_lock(&s->cfg_mu);
 	struct server_settings old = s->set;
 	s->set = p->set;
+	struct chat_render *old_chat = s->chat;
+	if (s->tok)
+		s->chat = p->chat;
+	else
+		old_chat = p->chat;
 	pthread_mutex_unlock(&s->cfg_mu);
 	quota_set_limits(s->quota, &p->set.quota);
 	auth_keys_deinit(&old.keys);
+	chat_render_unref(old_chat);
 	free(p);
 }
 
@@ -1393,6 +1420,7 @@ void server_prepared_free(struct server_prepared *p)
 	if (!p)
 		return;
 	auth_keys_deinit(&p->set.keys);
+	chat_render_unref(p->chat);
 	free(p);
 }
 
@@ -1498,6 +1526,7 @@ void server_free(struct server *s)
 	metrics_free(s->metrics);
 	quota_free(s->quota);
 	grammar_cache_free(s->grammars);
+	chat_render_unref(s->chat);
 	pthread_cond_destroy(&s->gen_cond);
 	pthread_mutex_destroy(&s->gen_mu);
 	pthread_mutex_destroy(&s->cfg_mu);

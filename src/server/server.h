@@ -21,6 +21,9 @@ struct server_engine {
 	const struct tokenizer *tok;
 	struct scheduler *sched;
 	const char *model_name; /* served name (copied) */
+	/* the model's chat template (chat_render.h; the server takes this
+	 * reference; NULL: none, the C families render) */
+	struct chat_render *chat;
 };
 
 /* Binds server.listen, loads TLS material and starts the listener threads.
@@ -37,8 +40,9 @@ void server_set_token_queue_failure(struct server *s, uint64_t nth);
 void server_attach_engine(struct server *s, const struct server_engine *e);
 /* A reload in two steps (config_reload.h).  server_prepare builds the
  * reloadable HTTP settings of cfg (API keys, body and token limits,
- * keep-alive) and may fail, changing nothing; server_commit installs them
- * and cannot fail. */
+ * keep-alive) and, once the engine is attached, the chat template of
+ * model.chat_template (or the model's own) and may fail, changing nothing;
+ * server_commit installs them and cannot fail. */
 struct server_prepared;
 int server_prepare(struct server *s, const struct sinkd_config *cfg, struct server_prepared **out,
                    char *err, size_t err_len);

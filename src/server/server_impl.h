@@ -71,6 +71,9 @@ struct server {
 
 	pthread_mutex_t cfg_mu;
 	struct server_settings set;
+	/* the model's own chat template (a reference; NULL: the C families);
+	 * replaced by a reload [cfg_mu] */
+	struct chat_render *chat;
 	struct server_config_status cfg_status; /* [cfg_mu] */
 
 	/* Generations bound to live connections (keep-alive timer, stop). */
@@ -154,6 +157,10 @@ static inline void server_settings_get(struct server *s, int64_t *max_tokens, in
 		*keepalive_s = s->set.keepalive_s;
 	pthread_mutex_unlock(&s->cfg_mu);
 }
+
+/* A reference to the chat template renderer in force (NULL: none); the
+ * caller drops it with chat_render_unref. */
+struct chat_render *server_chat_render(struct server *s);
 
 static inline bool server_pin_system_prompt(struct server *s)
 {

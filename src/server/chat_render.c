@@ -1,0 +1,764 @@
+/* The model's own Jinja chat template as the server's prompt renderer.
+ *
+ * Where the template comes from (model.chat_template, else the GGUF's
+ * tokenizer.chat_template), what it can express (probed once by rendering
+ * small conversations with needles, as llama.cpp does, since a template's
+ * source says little reliably), and the render of one request: Hugging
+ * Face's context (messages with tool-call arguments as objects, tools in
+ * OpenAI's list form, add_generation_prompt, bos_token, eos_token, the
+ * request's reasoning_effort and chat_template_kwargs), with polyfills
+ * where probing found the template lacking.  The pinned system part is
+ * found by rendering without the first user message, and a session's next
+ * turn is what the new messages add to the rendering of the held ones
+ * (chat_render_prompt).  Model output is not parsed here. */
+#include "server/chat_render.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "chat/jinja.h"
+#include "server/chat_template.h"
+#include "tokenizer/tokenizer.h"
+#include "util/errbuf.h"
+
+/* A template file larger than this is refused (the largest real ones are
+ * tens of KiB). */
+#define CHAT_TEMPLATE_MAX_BYTES (4u << 20)
+#define ORIGIN_LEN 600
+
+struct chat_render {
+	atomic_int refs;
+	char *source; /* NUL-terminated */
+	size_t source_len;
+	char origin[ORIGIN_LEN];
+	struct jinja_template *tmpl;
+	char *bos_text, *eos_text;
+	bool add_bos;
+	struct chat_render_caps caps;
+	bool developer_role;        /* the template knows "developer" (gpt-oss): kept as is */
+	enum tool_format tool_format; /* what the polyfills write calls and results in */
+};
+
+/* ---------------------------------------------------------------- rendering */
+
+static void drop_leading_bos(const struct chat_render *cr, char *s, size_t *len)
+{
+	size_t n = strlen(cr->bos_text);
+	if (!cr->add_bos || n == 0 || *len < n || memcmp(s, cr->bos_text, n))
+		return;
+	memmove(s, s + n, *len - n + 1);
+	*len -= n;
+}
+
+/* The context's fixed variables around messages (taken) and tools (taken;
+ * NULL: not offered). */
+static cJSON *context_new(const struct chat_render *cr, cJSON *messages, cJSON *tools, bool agp,
+                          const struct chat_render_input *in)
+{
+	cJSON *ctx = cJSON_CreateObject();
+	if (!ctx || !cJSON_AddItemToObject(ctx, "messages", messages)) {
+		cJSON_Delete(ctx);
+		cJSON_Delete(messages);
+		cJSON_Delete(tools);
+		return NULL;
+	}
+	if (tools && !cJSON_AddItemToObject(ctx, "tools", tools)) {
+		cJSON_Delete(tools);
+		goto fail;
+	}
+	if (!cJSON_AddBoolToObject(ctx, "add_generation_prompt", agp) ||
+	    !cJSON_AddStringToObject(ctx, "bos_token", cr->bos_text) ||
+	    !cJSON_AddStringToObject(ctx, "eos_token", cr->eos_text))
+		goto fail;
+	if (in && in->reasoning_effort &&
+	    !cJSON_AddStringToObject(ctx, "reasoning_effort", in->reasoning_effort))
+		goto fail;
+	const cJSON *kw, *kwargs = in ? in->kwargs : NULL;
+	cJSON_ArrayForEach(kw, kwargs)
+	{
+		cJSON *copy = cJSON_Duplicate(kw, 1);
+		if (!copy || !cJSON_AddItemToObject(ctx, kw->string, copy)) {
+			cJSON_Delete(copy);
+			goto fail;
+		}
+	}
+	return ctx;
+fail:
+	cJSON_Delete(ctx);
+	return NULL;
+}
+
+/* Renders ctx (deleted here) into *out with the leading BOS text dropped. */
+static int render_ctx(const struct chat_render *cr, cJSON *ctx, char **out, size_t *len, char *err,
+                      size_t err_len)
+{
+	*out = NULL;
+	*len = 0;
+	if (!ctx)
+		return err_set(err, err_len, -ENOMEM, "out of memory rendering the chat template");
+	int rc = jinja_render(cr->tmpl, ctx, NULL, out, len, err, err_len);
+	cJSON_Delete(ctx);
+	if (rc == 0)
+		drop_leading_bos(cr, *out, len);
+	return rc;
+}
+
+/* ---------------------------------------------------------------- probing */
+
+#define PROBE_CALL                                                                                 \
+	"{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"call12345\","          \
+	"\"type\":\"function\",\"function\":{\"name\":\"sinkd_probe_call\",\"arguments\":"         \
+	"{\"probe_arg\":\"probe_value\"}}}]}"
+
+/* Whether rendering messages_json (with tools_json when not NULL) succeeds
+ * and, when needle is not NULL, shows it. */
+static bool probe(const struct chat_render *cr, const char *messages_json, const char *tools_json,
+                  bool agp, const char *needle)
+{
+	char err[SINKD_ERR_LEN], *out = NULL;
+	size_t len = 0;
+	cJSON *msgs = cJSON_Parse(messages_json);
+	cJSON *tools = tools_json ? cJSON_Parse(tools_json) : NULL;
+	if (!msgs) {
+		cJSON_Delete(tools);
+		return false;
+	}
+	int rc = render_ctx(cr, context_new(cr, msgs, tools, agp, NULL), &out, &len, err,
+	                    sizeof(err));
+	bool ok = rc == 0 && (!needle || strstr(out, needle));
+	free(out);
+	return ok;
+}
+
+static void probe_caps(struct chat_render *cr)
+{
+	struct chat_render_caps *c = &cr->caps;
+	c->system_role = probe(cr,
+	                       "[{\"role\":\"system\",\"content\":\"sinkd_probe_system\"},"
+	                       "{\"role\":\"user\",\"content\":\"sinkd_probe_user\"}]",
+	                       NULL, true, "sinkd_probe_system");
+	c->alternating = !probe(cr,
+	                        "[{\"role\":\"user\",\"content\":\"a\"},"
+	                        "{\"role\":\"user\",\"content\":\"b\"}]",
+	                        NULL, true, NULL) &&
+	                 probe(cr,
+	                       "[{\"role\":\"user\",\"content\":\"a\"},"
+	                       "{\"role\":\"assistant\",\"content\":\"b\"},"
+	                       "{\"role\":\"user\",\"content\":\"c\"}]",
+	                       NULL, true, NULL);
+	c->tools = probe(cr, "[{\"role\":\"user\",\"content\":\"sinkd_probe_user\"}]",
+	                 "[{\"type\":\"function\",\"function\":{\"name\":\"sinkd_probe_tool\","
+	                 "\"description\":\"a probe\",\"parameters\":{\"type\":\"object\","
+	                 "\"properties\":{}}}}]",
+	                 true, "sinkd_probe_tool");
+	c->tool_calls = probe(cr,
+	                      "[{\"role\":\"user\",\"content\":\"sinkd_probe_user\"}," PROBE_CALL
+	                      "]",
+	                      NULL, false, "sinkd_probe_call");
+	c->tool_responses = probe(cr,
+	                          "[{\"role\":\"user\",\"content\":\"sinkd_probe_user\"}," PROBE_CALL
+	                          ",{\"role\":\"tool\",\"tool_call_id\":\"call12345\","
+	                          "\"name\":\"sinkd_probe_call\",\"content\":\"sinkd_probe_result\"}]",
+	                          NULL, true, "sinkd_probe_result");
+}
+
+/* ---------------------------------------------------------------- the object */
+
+static char *dup_or_empty(const char *s)
+{
+	return strdup(s ? s : "");
+}
+
+int chat_render_new(const char *src, size_t len, const char *origin,
+                    const struct chat_render_vocab *v, struct chat_render **out, char *err,
+                    size_t err_len)
+{
+	*out = NULL;
+	struct chat_render *cr = calloc(1, sizeof(*cr));
+	if (!cr)
+		return err_set(err, err_len, -ENOMEM, "out of memory");
+	atomic_init(&cr->refs, 1);
+	snprintf(cr->origin, sizeof(cr->origin), "%s", origin);
+	cr->source = malloc(len + 1);
+	cr->bos_text = dup_or_empty(v->bos_text);
+	cr->eos_text = dup_or_empty(v->eos_text);
+	cr->add_bos = v->add_bos;
+	int rc = 0;
+	if (!cr->source || !cr->bos_text || !cr->eos_text) {
+		rc = err_set(err, err_len, -ENOMEM, "out of memory");
+		goto out;
+	}
+	memcpy(cr->source, src, len);
+	cr->source[len] = '\0';
+	cr->source_len = len;
+	char msg[SINKD_ERR_LEN];
+	rc = jinja_parse(src, len, &cr->tmpl, msg, sizeof(msg));
+	if (rc) {
+		rc = err_set(err, err_len, rc == JINJA_E_NOMEM ? -ENOMEM : -EINVAL, "%s: %s", origin,
+		             msg);
+		goto out;
+	}
+	cr->developer_role = strstr(cr->source, "developer") != NULL;
+	cr->tool_format = tool_format_of(chat_template_detect(cr->source));
+	probe_caps(cr);
+	*out = cr;
+	cr = NULL;
+out:
+	chat_render_unref(cr);
+	return rc;
+}
+
+/* Reads a template file whole; origin names it. */
+static int read_template_file(const char *path, const char *origin, char **text, size_t *len,
+                              char *err, size_t err_len)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return err_set(err, err_len, -errno, "%s: cannot open: %s", origin, strerror(errno));
+	char *buf = malloc(CHAT_TEMPLATE_MAX_BYTES + 1);
+	size_t n = buf ? fread(buf, 1, CHAT_TEMPLATE_MAX_BYTES + 1, f) : 0;
+	int bad = buf ? ferror(f) : 0;
+	fclose(f);
+	if (!buf)
+		return err_set(err, err_len, -ENOMEM, "out of memory");
+	if (bad || n > CHAT_TEMPLATE_MAX_BYTES) {
+		free(buf);
+		return err_set(err, err_len, -EINVAL, "%s: %s", origin,
+		               bad ? "read error" : "larger than 4 MiB");
+	}
+	buf[n] = '\0';
+	*text = buf;
+	*len = n;
+	return 0;
+}
+
+/* A configured value is template text when it holds a Jinja delimiter: no
+ * sensible file name does. */
+static bool is_inline_template(const char *value)
+{
+	return strstr(value, "{{") || strstr(value, "{%");
+}
+
+static const char *token_text_or_empty(const struct tokenizer *tok, int32_t id)
+{
+	const char *s = id >= 0 ? tokenizer_token_text(tok, id) : NULL;
+	return s ? s : "";
+}
+
+int chat_render_load(const char *config_value, const struct tokenizer *tok,
+                     const char *model_label, struct chat_render **out, char *err,
+                     size_t err_len)
+{
+	*out = NULL;
+	struct chat_render_vocab v = {.bos_text = token_text_or_empty(tok, tokenizer_bos(tok)),
+	                              .eos_text = token_text_or_empty(tok, tokenizer_eos(tok)),
+	                              .add_bos = tokenizer_add_bos(tok)};
+	char origin[ORIGIN_LEN];
+	if (config_value && config_value[0] && is_inline_template(config_value)) {
+		return chat_render_new(config_value, strlen(config_value),
+		                       "model.chat_template (inline)", &v, out, err, err_len);
+	}
+	if (config_value && config_value[0]) {
+		char *text = NULL;
+		size_t len = 0;
+		snprintf(origin, sizeof(origin), "model.chat_template (%s)", config_value);
+		int rc = read_template_file(config_value, origin, &text, &len, err, err_len);
+		if (!rc)
+			rc = chat_render_new(text, len, origin, &v, out, err, err_len);
+		free(text);
+		return rc;
+	}
+	const char *src = tokenizer_chat_template(tok);
+	if (!src || !src[0])
+		return 0;
+	snprintf(origin, sizeof(origin), "tokenizer.chat_template of %s",
+	         model_label ? model_label : "the model");
+	return chat_render_new(src, strlen(src), origin, &v, out, err, err_len);
+}
+
+struct chat_render *chat_render_ref(struct chat_render *cr)
+{
+	if (cr)
+		atomic_fetch_add(&cr->refs, 1);
+	return cr;
+}
+
+void chat_render_unref(struct chat_render *cr)
+{
+	if (!cr || atomic_fetch_sub(&cr->refs, 1) != 1)
+		return;
+	jinja_template_free(cr->tmpl);
+	free(cr->source);
+	free(cr->bos_text);
+	free(cr->eos_text);
+	free(cr);
+}
+
+const char *chat_render_source(const struct chat_render *cr, size_t *len)
+{
+	if (len)
+		*len = cr->source_len;
+	return cr->source;
+}
+
+const char *chat_render_origin(const struct chat_render *cr)
+{
+	return cr->origin;
+}
+
+const struct chat_render_caps *chat_render_caps(const struct chat_render *cr)
+{
+	return &cr->caps;
+}
+
+/* ---------------------------------------------------------------- messages */
+
+/* Messages as the template sees them, with what the polyfills did. */
+struct msg_list {
+	cJSON *arr;
+	size_t n_held;     /* entries that come from the held messages */
+	size_t fold_len;   /* bytes of system text folded into the first user message */
+	bool last_results; /* the last entry is a user turn of polyfilled tool results */
+};
+
+static bool add_str(cJSON *o, const char *key, const char *s)
+{
+	return !s || cJSON_AddStringToObject(o, key, s);
+}
+
+/* A call's arguments as an object, as Hugging Face passes them; text that
+ * is not a JSON object stays a string. */
+static cJSON *calls_json(const cJSON *calls)
+{
+	cJSON *copy = cJSON_Duplicate(calls, 1), *c;
+	cJSON_ArrayForEach(c, copy)
+	{
+		cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
+		cJSON *args = fn ? cJSON_GetObjectItemCaseSensitive(fn, "arguments") : NULL;
+		cJSON *parsed = cJSON_IsString(args) ? cJSON_Parse(args->valuestring) : NULL;
+		if (cJSON_IsObject(parsed))
+			cJSON_ReplaceItemInObjectCaseSensitive(fn, "arguments", parsed);
+		else
+			cJSON_Delete(parsed);
+	}
+	return copy;
+}
+
+static char *join3(const char *a, const char *sep, const char *b)
+{
+	size_t na = strlen(a), ns = strlen(sep), nb = strlen(b);
+	char *s = malloc(na + ns + nb + 1);
+	if (s) {
+		memcpy(s, a, na);
+		memcpy(s + na, sep, ns);
+		memcpy(s + na + ns, b, nb + 1);
+	}
+	return s;
+}
+
+/* An assistant message's calls written into its content (the template
+ * does not render tool_calls): the family's call text after the content,
+ * llama-3's alone, as chat_template.c writes them. */
+static int calls_as_text(const struct chat_render *cr, const struct api_message *m, char **content,
+                         char *err, size_t err_len)
+{
+	char *calls = NULL;
+	int rc = tool_calls_text(cr->tool_format, m->tool_calls, &calls, err, err_len);
+	if (rc)
+		return rc;
+	if (cr->tool_format == TOOL_FORMAT_LLAMA3 || !m->content[0]) {
+		*content = calls;
+		return 0;
+	}
+	*content = join3(m->content, cr->tool_format == TOOL_FORMAT_MISTRAL ? "" : "\n", calls);
+	free(calls);
+	return *content ? 0 : err_set(err, err_len, -ENOMEM, "out of memory");
+}
+
+/* A tool result as a user turn (the template does not render role tool);
+ * a run of them is one turn joined by "\n", as Qwen2.5's template does. */
+static int result_as_user(const struct chat_render *cr, const struct api_message *m,
+                          struct msg_list *l, char *err, size_t err_len)
+{
+	char *res = NULL;
+	int rc = tool_result_text(cr->tool_format, m->content, &res, err, err_len);
+	if (rc)
+		return rc;
+	cJSON *last = l->last_results ? cJSON_GetArrayItem(l->arr, cJSON_GetArraySize(l->arr) - 1)
+	                              : NULL;
+	cJSON *content = last ? cJSON_GetObjectItemCaseSensitive(last, "content") : NULL;
+	if (content) {
+		char *joined = join3(content->valuestring, "\n", res);
+		free(res);
+		if (!joined || !cJSON_SetValuestring(content, joined)) {
+			free(joined);
+			return err_set(err, err_len, -ENOMEM, "out of memory");
+		}
+		free(joined);
+		return 0;
+	}
+	cJSON *o = cJSON_CreateObject();
+	bool ok = o && add_str(o, "role", "user") && add_str(o, "content", res) &&
+	          cJSON_AddItemToArray(l->arr, o);
+	free(res);
+	if (!ok) {
+		cJSON_Delete(o);
+		return err_set(err, err_len, -ENOMEM, "out of memory");
+	}
+	l->last_results = true;
+	return 0;
+}
+
+static int message_add(const struct chat_render *cr, const struct api_message *m,
+                       struct msg_list *l, char *err, size_t err_len)
+{
+	bool tool = !strcmp(m->role, "tool");
+	if (tool && !cr->caps.tool_responses)
+		return result_as_user(cr, m, l, err, err_len);
+	l->last_results = false;
+	bool calls = m->tool_calls && cJSON_GetArraySize(m->tool_calls) > 0;
+	const char *role = !strcmp(m->role, "developer") && !cr->developer_role ? "system" : m->role;
+	char *content = NULL;
+	if (calls && !cr->caps.tool_calls) {
+		int rc = calls_as_text(cr, m, &content, err, err_len);
+		if (rc)
+			return rc;
+	}
+	cJSON *o = cJSON_CreateObject();
+	bool ok = o && add_str(o, "role", role) &&
+	          add_str(o, "content", content ? content : m->content) &&
+	          add_str(o, "name", m->name) && add_str(o, "tool_call_id", m->tool_call_id) &&
+	          add_str(o, "reasoning_content", m->reasoning_content);
+	free(content);
+	if (ok && calls && cr->caps.tool_calls) {
+		cJSON *c = calls_json(m->tool_calls);
+		ok = c && cJSON_AddItemToObject(o, "tool_calls", c);
+		if (!ok)
+			cJSON_Delete(c);
+	}
+	if (!ok || !cJSON_AddItemToArray(l->arr, o)) {
+		cJSON_Delete(o);
+		return err_set(err, err_len, -ENOMEM, "out of memory");
+	}
+	return 0;
+}
+
+static const char *role_of(const cJSON *m)
+{
+	const cJSON *r = cJSON_GetObjectItemCaseSensitive(m, "role");
+	return cJSON_IsString(r) ? r->valuestring : "";
+}
+
+static const char *content_of(const cJSON *m)
+{
+	const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
+	return cJSON_IsString(c) ? c->valuestring : "";
+}
+
+/* The index of the first user message, or -1. */
+static int first_user(const cJSON *arr)
+{
+	int i = 0;
+	const cJSON *m;
+	cJSON_ArrayForEach(m, arr)
+	{
+		if (!strcmp(role_of(m), "user"))
+			return i;
+		i++;
+	}
+	return -1;
+}
+
+/* Inserts (or extends) a system message at the front; an inserted one
+ * counts as held with the rest. */
+static int system_add_front(struct msg_list *l, const char *text, char *err, size_t err_len)
+{
+	cJSON *arr = l->arr, *first = cJSON_GetArrayItem(arr, 0);
+	if (first && !strcmp(role_of(first), "system")) {
+		char *joined = join3(content_of(first), "\n\n", text);
+		bool ok = joined && cJSON_ReplaceItemInObjectCaseSensitive(
+		                        first, "content", cJSON_CreateString(joined));
+		free(joined);
+		return ok ? 0 : err_set(err, err_len, -ENOMEM, "out of memory");
+	}
+	cJSON *o = cJSON_CreateObject();
+	if (!o || !add_str(o, "role", "system") || !add_str(o, "content", text) ||
+	    !cJSON_InsertItemInArray(arr, 0, o)) {
+		cJSON_Delete(o);
+		return err_set(err, err_len, -ENOMEM, "out of memory");
+	}
+	if (l->n_held)
+		l->n_held++;
+	return 0;
+}
+
+/* No system role: the system messages before the first user message go in
+ * front of its content, joined and followed by "\n\n" (as chat_template.c
+ * does for gemma and mistral). */
+static int fold_system(struct msg_list *l, char *err, size_t err_len)
+{
+	int u = first_user(l->arr);
+	if (u <= 0)
+		return 0;
+	char *sys = strdup("");
+	for (int i = 0; sys && i < u; i++) {
+		const cJSON *m = cJSON_GetArrayItem(l->arr, i);
+		if (strcmp(role_of(m), "system"))
+			continue;
+		char *next = join3(sys, "", content_of(m));
+		free(sys);
+		sys = next ? join3(next, "\n\n", "") : NULL;
+		free(next);
+	}
+	cJSON *user = cJSON_GetArrayItem(l->arr, u);
+	char *joined = sys ? join3(sys, "", content_of(user)) : NULL;
+	bool ok = joined && cJSON_ReplaceItemInObjectCaseSensitive(user, "content",
+	                                                           cJSON_CreateString(joined));
+	size_t fold = sys ? strlen(sys) : 0;
+	free(sys);
+	free(joined);
+	if (!ok)
+		return err_set(err, err_len, -ENOMEM, "out of memory");
+	for (int i = u - 1; i >= 0; i--) {
+		if (!strcmp(role_of(cJSON_GetArrayItem(l->arr, i)), "system")) {
+			cJSON_DeleteItemFromArray(l->arr, i);
+			if ((size_t)i < l->n_held)
+				l->n_held--;
+		}
+	}
+	l->fold_len = fold;
+	return 0;
+}
+
+/* The tools in OpenAI's list form. */
+static cJSON *tools_json(const struct tool_set *ts)
+{
+	cJSON *arr = cJSON_CreateArray();
+	for (size_t i = 0; arr && i < ts->n_tools; i++) {
+		const struct tool_def *t = &ts->tools[i];
+		cJSON *o = cJSON_CreateObject(), *fn = cJSON_CreateObject();
+		bool ok = o && fn && add_str(o, "type", "function") &&
+		          cJSON_AddItemToObject(o, "function", fn);
+		if (!ok)
+			cJSON_Delete(fn);
+		ok = ok && add_str(fn, "name", t->name) && add_str(fn, "description", t->description);
+		cJSON *params = ok ? cJSON_Duplicate(t->parameters, 1) : NULL;
+		ok = ok && params && cJSON_AddItemToObject(fn, "parameters", params);
+		if (ok && !params)
+			cJSON_Delete(params);
+		if (!ok || !cJSON_AddItemToArray(arr, o)) {
+			cJSON_Delete(o);
+			cJSON_Delete(arr);
+			return NULL;
+		}
+	}
+	return arr;
+}
+
+/* A session's next turn without its held messages: they are stood in for
+ * by one exchange, so the template's preamble is not written again. */
+static int stand_in(struct msg_list *l, char *err, size_t err_len)
+{
+	cJSON *u = cJSON_CreateObject(), *a = cJSON_CreateObject();
+	bool ok = u && a && add_str(u, "role", "user") && add_str(u, "content", ".") &&
+	          add_str(a, "role", "assistant") && add_str(a, "content", ".") &&
+	          cJSON_AddItemToArray(l->arr, u);
+	if (ok)
+		u = NULL;
+	ok = ok && cJSON_AddItemToArray(l->arr, a);
+	if (!ok) {
+		cJSON_Delete(u);
+		cJSON_Delete(a);
+		return err_set(err, err_len, -ENOMEM, "out of memory");
+	}
+	l->n_held = 2;
+	return 0;
+}
+
+static int build_messages(const struct chat_render *cr, const struct chat_render_input *in,
+                          bool offered, struct msg_list *l, char *err, size_t err_len)
+{
+	*l = (struct msg_list){.arr = cJSON_CreateArray()};
+	if (!l->arr)
+		return err_set(err, err_len, -ENOMEM, "out of memory");
+	int rc = 0;
+	if (in->continuation && in->first_new == 0)
+		rc = stand_in(l, err, err_len);
+	for (size_t i = 0; i < in->n && !rc; i++) {
+		if (in->continuation && i == in->first_new)
+			l->last_results = false; /* a held turn is not extended */
+		rc = message_add(cr, &in->msgs[i], l, err, err_len);
+		if (i + 1 == in->first_new && in->continuation)
+			l->n_held = (size_t)cJSON_GetArraySize(l->arr);
+	}
+	if (!rc && offered && !cr->caps.tools) {
+		char *text = NULL;
+		rc = tool_prompt_text(cr->tool_format, in->tools, &text, err, err_len);
+		if (!rc && text)
+			rc = system_add_front(l, text, err, err_len);
+		free(text);
+	}
+	if (!rc && !cr->caps.system_role)
+		rc = fold_system(l, err, err_len);
+	return rc;
+}
+
+/* ---------------------------------------------------------------- the prompt */
+
+/* The first n entries of arr, copied. */
+static cJSON *head_of(const cJSON *arr, size_t n)
+{
+	cJSON *h = cJSON_CreateArray();
+	const cJSON *m;
+	size_t i = 0;
+	cJSON_ArrayForEach(m, arr)
+	{
+		if (!h || i++ >= n)
+			break;
+		cJSON *c = cJSON_Duplicate(m, 1);
+		if (!c || !cJSON_AddItemToArray(h, c)) {
+			cJSON_Delete(c);
+			cJSON_Delete(h);
+			return NULL;
+		}
+	}
+	return h;
+}
+
+static size_t common_prefix(const char *a, size_t na, const char *b, size_t nb)
+{
+	size_t i = 0;
+	while (i < na && i < nb && a[i] == b[i])
+		i++;
+	return i;
+}
+
+/* Renders messages (taken) with the request's tools and variables. */
+static int render_with(const struct chat_render *cr, const struct chat_render_input *in,
+                       bool offered, cJSON *messages, bool agp, char **out, size_t *len, char *err,
+                       size_t err_len)
+{
+	cJSON *tools = NULL;
+	if (offered && cr->caps.tools && !(tools = tools_json(in->tools))) {
+		cJSON_Delete(messages);
+		return err_set(err, err_len, -ENOMEM, "out of memory");
+	}
+	return render_ctx(cr, context_new(cr, messages, tools, agp, in), out, len, err, err_len);
+}
+
+/* What the template writes before the first user message: the common
+ * prefix of the prompt and a render without that message (with only its
+ * folded system text when the template has no system role); 0 when that
+ * render fails. */
+static size_t system_part(const struct chat_render *cr, const struct chat_render_input *in,
+                          bool offered, const struct msg_list *l, const char *text, size_t len)
+{
+	int u = first_user(l->arr);
+	if (u < 0)
+		return 0;
+	cJSON *head = head_of(l->arr, (size_t)u + (l->fold_len ? 1 : 0));
+	if (head && l->fold_len) {
+		cJSON *user = cJSON_GetArrayItem(head, u);
+		char *sys = strndup(content_of(user), l->fold_len);
+		if (!sys || !cJSON_ReplaceItemInObjectCaseSensitive(user, "content",
+		                                                   cJSON_CreateString(sys))) {
+			cJSON_Delete(head);
+			head = NULL;
+		}
+		free(sys);
+	}
+	if (!head)
+		return 0;
+	char err[SINKD_ERR_LEN], *pre = NULL;
+	size_t n_pre = 0;
+	size_t end = 0;
+	if (render_with(cr, in, offered, head, false, &pre, &n_pre, err, sizeof(err)) == 0)
+		end = common_prefix(text, len, pre, n_pre);
+	free(pre);
+	return end;
+}
+
+/* Where the held messages end in the full prompt: past the common prefix
+ * with their own render, plus the longest run after it that ends their
+ * render (a template that rewrites earlier turns, as Qwen3 drops the
+ * reasoning of answered turns, still ends each turn the same way). */
+static size_t held_end(const char *full, size_t n_full, const char *held, size_t n_held)
+{
+	size_t c = common_prefix(full, n_full, held, n_held);
+	if (c == n_held)
+		return c;
+	size_t max = n_held - c < n_full - c ? n_held - c : n_full - c;
+	for (size_t l = max; l > 0; l--)
+		if (!memcmp(full + c, held + n_held - l, l))
+			return c + l;
+	return c;
+}
+
+/* A session's next turn: the full conversation's prompt from where the
+ * held messages end. */
+static int continuation(const struct chat_render *cr, const struct chat_render_input *in,
+                        bool offered, const struct msg_list *l, char **text, size_t *len,
+                        char *err, size_t err_len)
+{
+	char *held = NULL;
+	size_t n_held = 0;
+	cJSON *head = head_of(l->arr, l->n_held);
+	if (!head)
+		return err_set(err, err_len, -ENOMEM, "out of memory");
+	int rc = render_with(cr, in, offered, head, false, &held, &n_held, err, err_len);
+	if (rc) {
+		err_prefix(err, err_len, "the messages this session holds");
+		return rc;
+	}
+	size_t end = held_end(*text, *len, held, n_held);
+	free(held);
+	memmove(*text, *text + end, *len - end + 1);
+	*len -= end;
+	return 0;
+}
+
+/* A render failure as the client reads it. */
+static int render_error(const struct chat_render *cr, int rc, char *err, size_t err_len)
+{
+	if (rc == JINJA_E_RAISED || rc == -ENOMEM)
+		return rc;
+	char msg[SINKD_ERR_LEN];
+	snprintf(msg, sizeof(msg), "%s", err);
+	return err_set(err, err_len, -EINVAL, "the chat template (%s) failed: %s", cr->origin, msg);
+}
+
+int chat_render_prompt(const struct chat_render *cr, const struct chat_render_input *in,
+                       char **text, size_t *len, size_t *system_end, char *err, size_t err_len)
+{
+	*text = NULL;
+	*len = 0;
+	if (system_end)
+		*system_end = 0;
+	if (in->n == 0)
+		return err_set(err, err_len, -EINVAL, "the messages list is empty");
+	bool offered = tool_set_offered(in->tools);
+	struct msg_list l;
+	int rc = build_messages(cr, in, offered, &l, err, err_len);
+	cJSON *all = rc ? NULL : cJSON_Duplicate(l.arr, 1);
+	if (!rc && !all)
+		rc = err_set(err, err_len, -ENOMEM, "out of memory");
+	if (!rc)
+		rc = render_with(cr, in, offered, all, true, text, len, err, err_len);
+	if (!rc && in->continuation)
+		rc = continuation(cr, in, offered, &l, text, len, err, err_len);
+	else if (!rc && system_end)
+		*system_end = system_part(cr, in, offered, &l, *text, *len);
+	cJSON_Delete(l.arr);
+	if (rc) {
+		free(*text);
+		*text = NULL;
+		*len = 0;
+		return render_error(cr, rc, err, err_len);
+	}
+	return 0;
+}
