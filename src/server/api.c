@@ -268,18 +268,13 @@ out:
 	return rc;
 }
 
-/* The prompt of the messages from `first` on (a session's new ones). */
+/* The prompt of the messages from `first` on (a session's new ones; the
+ * held ones before them are what a chat template renders them after). */
 static int prompt_ids_from(struct request *r, struct gen_args *a, size_t first, bool add_bos,
                            int32_t **ids, size_t *n, struct api_error *e)
 {
-	struct api_message *all = a->messages;
-	size_t n_all = a->n_messages;
-	a->messages += first;
-	a->n_messages -= first;
-	int rc = gen_prepare_prompt(r, a, add_bos, ids, n, e);
-	a->messages = all;
-	a->n_messages = n_all;
-	return rc;
+	a->chat_first_new = first;
+	return gen_prepare_prompt(r, a, add_bos, ids, n, e);
 }
 
 static enum MHD_Result api_generate(struct request *r, bool chat)

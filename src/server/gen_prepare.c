@@ -13,6 +13,7 @@
 
 #include "grammar/grammar.h"
 #include "server/chat_prompt.h"
+#include "server/chat_render.h"
 #include "server/tools.h"
 #include "tokenizer/tokenizer.h"
 #include "util/errbuf.h"
@@ -38,21 +39,68 @@ static void swap_bytes(char *s, size_t len, char from, char to)
 			s[i] = to;
 }
 
-static int chat_render(const struct tokenizer *tok, struct api_message *msgs, size_t n,
-                       const struct tool_set *ts, char **text, size_t *len, size_t *system_end,
-                       char *err, size_t err_len)
+/* The client's name of a's prompt: "messages", the Responses API's "input",
+ * or a completion's "prompt". */
+static const char *prompt_name(const struct gen_args *a)
 {
+	struct request_field_names names = gen_prepare_names(a, false);
+	return request_field_name(&names, SCHED_FIELD_PROMPT);
+}
+
+/* What the model's chat template cannot take without a template: refused
+ * by name, as before there were templates. */
+static int no_template_fields(const struct gen_args *a, struct api_error *e)
+{
+	if (a->reasoning_effort)
+		return request_fail(e, "reasoning_effort", "unsupported_parameter",
+		                    "'reasoning_effort' is not supported by this server");
+	if (a->chat_template_kwargs)
+		return request_fail(e, "chat_template_kwargs", "unsupported_parameter",
+		                    "'chat_template_kwargs' needs a chat template, and this model has "
+		                    "none (model.chat_template sets one)");
+	return 0;
+}
+
+/* The chat prompt's text: through the model's own template (cr), else the
+ * C families with the messages from chat_first_new on. */
+static int chat_text(const struct tokenizer *tok, const struct chat_render *cr,
+                     struct gen_args *a, bool add_bos, char **text, size_t *len,
+                     size_t *system_end, struct api_error *e)
+{
+	char err[SINKD_ERR_LEN];
 	bool nul = false;
+	struct api_message *msgs = a->messages;
+	size_t n = a->n_messages, first = a->chat_first_new;
 	for (size_t i = 0; i < n; i++)
 		if (memchr(msgs[i].content, '\0', msgs[i].content_len)) {
 			swap_bytes(msgs[i].content, msgs[i].content_len, '\0', CHAT_NUL_STANDIN);
 			nul = true;
 		}
-	int rc = chat_prompt_render(tok, msgs, n, ts, text, system_end, err, err_len);
-	*len = rc ? 0 : strlen(*text);
+	int rc = 0;
+	if (cr) {
+		struct chat_render_input in = {.msgs = msgs,
+		                               .n = n,
+		                               .continuation = !add_bos,
+		                               .first_new = first,
+		                               .tools = a->tools,
+		                               .reasoning_effort = a->reasoning_effort,
+		                               .kwargs = a->chat_template_kwargs};
+		rc = chat_render_prompt(cr, &in, text, len, system_end, err, sizeof(err));
+	} else {
+		rc = no_template_fields(a, e);
+		if (rc)
+			return rc;
+		rc = chat_prompt_render(tok, msgs + first, n - first, a->tools, text, system_end, err,
+		                        sizeof(err));
+		*len = rc ? 0 : strlen(*text);
+	}
 	if (!rc && nul)
 		swap_bytes(*text, *len, CHAT_NUL_STANDIN, '\0');
-	return rc;
+	if (rc == -ENOMEM)
+		return request_fail_oom(e, prompt_name(a));
+	if (rc)
+		return request_fail(e, prompt_name(a), "invalid_value", "%s", err);
+	return 0;
 }
 
 /* How many of a chat prompt's ids hold its first system_end bytes (the
@@ -161,14 +209,6 @@ int gen_prepare_constraint(struct request *r, struct gen_args *a, struct api_err
 	return 0;
 }
 
-/* The client's name of a's prompt: "messages", the Responses API's "input",
- * or a completion's "prompt". */
-static const char *prompt_name(const struct gen_args *a)
-{
-	struct request_field_names names = gen_prepare_names(a, false);
-	return request_field_name(&names, SCHED_FIELD_PROMPT);
-}
-
 /* The prompt as token ids: given ids, a completion prompt, or chat messages
  * rendered with the model's template. */
 int gen_prepare_prompt(struct request *r, struct gen_args *a, bool add_bos, int32_t **ids,
@@ -197,12 +237,11 @@ int gen_prepare_prompt(struct request *r, struct gen_args *a, bool add_bos, int3
 	bool parse_special = false;
 	if (a->chat) {
 		text = NULL;
-		if (chat_render(tok, a->messages, a->n_messages, a->tools, &text, &len, &system_end,
-		                err, sizeof(err))) {
-			snprintf(e->param, sizeof(e->param), "%s", prompt_name(a));
-			snprintf(e->message, sizeof(e->message), "%s", err);
-			return -EINVAL;
-		}
+		struct chat_render *cr = server_chat_render(r->srv);
+		int crc = chat_text(tok, cr, a, add_bos, &text, &len, &system_end, e);
+		chat_render_unref(cr);
+		if (crc)
+			return crc;
 		parse_special = true; /* the template's own control tokens */
 	}
 	int rc = tokenizer_encode(tok, text, len, add_bos, parse_special, ids, n, err, sizeof(err));

@@ -474,10 +474,12 @@ static const char *const gen_keys[] = {"model",
                                        "prediction",
                                        "web_search_options",
                                        "reasoning_effort",
+                                       "chat_template_kwargs",
                                        NULL};
 static const char *const stream_options_keys[] = {"include_usage", NULL};
-static const char *const message_keys[] = {"role",       "content",      "name",
-                                           "tool_calls", "tool_call_id", NULL};
+static const char *const message_keys[] = {"role",         "content",           "name",
+                                           "tool_calls",   "tool_call_id",      "reasoning_content",
+                                           NULL};
 static const char *const part_keys[] = {"type", "text", NULL};
 static const char *const session_keys[] = {"window_size", "sink_keep_count", NULL};
 static const char *const append_keys[] = {"text", "revise_last_tokens", "generate",
@@ -780,7 +782,7 @@ static int refuse_unsupported(const cJSON *o, const struct gen_args *a, struct a
 	    "functions",  "function_call",      "audio",
 	    "prediction", "web_search_options", "reasoning_effort"};
 	for (size_t i = 0; i < sizeof(always) / sizeof(always[0]); i++)
-		if (field(o, always[i]))
+		if (field(o, always[i]) && !(a->chat && !strcmp(always[i], "reasoning_effort")))
 			return fail(e, always[i], "unsupported_parameter",
 			            "'%s' is not supported by this server%s", always[i],
 			            !strncmp(always[i], "function", 8)
@@ -1031,6 +1033,24 @@ static int message_tool_fields(const cJSON *m, size_t i, struct api_message *out
 	return calls ? message_tool_calls(calls, i, out, e) : 0;
 }
 
+/* reasoning_content of an assistant message (null: absent). */
+static int message_reasoning(const cJSON *m, size_t i, struct api_message *out,
+                             struct api_error *e)
+{
+	const cJSON *r = field(m, "reasoning_content");
+	if (!r || cJSON_IsNull(r))
+		return 0;
+	if (strcmp(out->role, "assistant"))
+		return fail(e, "messages", "invalid_value",
+		            "'messages[%zu].reasoning_content' belongs to role assistant messages only",
+		            i);
+	if (!cJSON_IsString(r))
+		return fail(e, "messages", "invalid_type",
+		            "'messages[%zu].reasoning_content' must be a string", i);
+	out->reasoning_content = strdup(r->valuestring);
+	return out->reasoning_content ? 0 : fail_oom(e, "messages", "out of memory");
+}
+
 static int parse_message(const cJSON *m, size_t i, struct api_message *out, struct api_error *e)
 {
 	static const char *const roles[] = {"system", "developer", "user", "assistant", "tool"};
@@ -1056,6 +1076,8 @@ static int parse_message(const cJSON *m, size_t i, struct api_message *out, stru
 	int rc = message_content(field(m, "content"), i, out, e);
 	if (!rc)
 		rc = message_tool_fields(m, i, out, e);
+	if (!rc)
+		rc = message_reasoning(m, i, out, e);
 	return rc;
 }
 
@@ -1122,6 +1144,40 @@ int request_parse_tools(const cJSON *root, bool responses_api, struct gen_args *
 	return tool_set_parse(root, responses_api, a->tools, e);
 }
 
+int request_parse_template_args(const cJSON *root, bool effort, struct gen_args *a,
+                                struct api_error *e)
+{
+	static const char *const reserved[] = {"messages", "tools", "add_generation_prompt",
+	                                       "bos_token", "eos_token", "reasoning_effort"};
+	static const char *const efforts[] = {"none", "minimal", "low", "medium", "high"};
+	const cJSON *kw = field(root, "chat_template_kwargs"), *k;
+	const cJSON *re = effort ? field(root, "reasoning_effort") : NULL;
+	if (kw && !cJSON_IsObject(kw))
+		return fail(e, "chat_template_kwargs", "invalid_type",
+		            "'chat_template_kwargs' must be an object (its keys become the chat "
+		            "template's variables, e.g. {\"enable_thinking\": false})");
+	cJSON_ArrayForEach(k, kw)
+	{
+		for (size_t i = 0; i < sizeof(reserved) / sizeof(reserved[0]); i++)
+			if (!strcmp(k->string, reserved[i]))
+				return fail(e, "chat_template_kwargs", "invalid_value",
+				            "'chat_template_kwargs.%s' is set by the server from the "
+				            "request",
+				            reserved[i]);
+	}
+	bool known = false;
+	for (size_t i = 0; re && cJSON_IsString(re) && i < sizeof(efforts) / sizeof(efforts[0]); i++)
+		known |= !strcmp(re->valuestring, efforts[i]);
+	if (re && !known)
+		return fail(e, "reasoning_effort", "invalid_value",
+		            "'reasoning_effort' must be none, minimal, low, medium or high");
+	if (kw && !(a->chat_template_kwargs = cJSON_Duplicate(kw, 1)))
+		return fail_oom(e, "chat_template_kwargs", "out of memory");
+	if (re && !(a->reasoning_effort = strdup(re->valuestring)))
+		return fail_oom(e, "reasoning_effort", "out of memory");
+	return 0;
+}
+
 int gen_args_parse(const char *body, size_t len, bool chat, int64_t limit, struct gen_args *a,
                    struct api_error *e)
 {
@@ -1144,6 +1200,12 @@ int gen_args_parse(const char *body, size_t len, bool chat, int64_t limit, struc
 		rc = chat ? parse_messages(root, a, e) : parse_prompt(root, a, e);
 	if (!rc && chat && (field(root, "tools") || field(root, "tool_choice")))
 		rc = request_parse_tools(root, false, a, e);
+	if (!rc && chat)
+		rc = request_parse_template_args(root, true, a, e);
+	else if (!rc && field(root, "chat_template_kwargs"))
+		rc = fail(e, "chat_template_kwargs", "unsupported_parameter",
+		          "'chat_template_kwargs' is for chat requests (/v1/chat/completions, "
+		          "/v1/responses)");
 	cJSON_Delete(root);
 	if (rc)
 		gen_args_deinit(a);
@@ -1247,6 +1309,7 @@ void gen_args_deinit(struct gen_args *a)
 		free(a->messages[i].name);
 		free(a->messages[i].tool_call_id);
 		cJSON_Delete(a->messages[i].tool_calls);
+		free(a->messages[i].reasoning_content);
 	}
 	free(a->messages);
 	cJSON_Delete(a->response_schema);
@@ -1259,6 +1322,8 @@ void gen_args_deinit(struct gen_args *a)
 	grammar_unref(a->grammar);
 	free(a->instructions);
 	free(a->previous_response_id);
+	cJSON_Delete(a->chat_template_kwargs);
+	free(a->reasoning_effort);
 	memset(a, 0, sizeof(*a));
 }
 

@@ -33,6 +33,9 @@ struct api_message {
 	/* role "assistant": the calls it made, normalised to
 	 * [{"id","type":"function","function":{"name","arguments"}}]; NULL when none */
 	cJSON *tool_calls;
+	/* role "assistant": the reasoning of an earlier turn as the client sent
+	 * it back (what a chat template may render); NULL when absent */
+	char *reasoning_content;
 };
 
 /* Which API a generation answers in. */
@@ -97,6 +100,14 @@ struct gen_args {
 	char *instructions;         /* NULL when absent */
 	char *previous_response_id; /* NULL when absent */
 	bool store;                 /* default true */
+	/* Chat, for the model's own chat template (chat_render.h): the
+	 * request's chat_template_kwargs (an object; owned) and
+	 * reasoning_effort; NULL when absent */
+	cJSON *chat_template_kwargs;
+	char *reasoning_effort;
+	/* Chat on a session: messages before it are held by the stream already
+	 * (api.c's plan); only the ones from it on are added */
+	size_t chat_first_new;
 };
 
 /* Shared with the Responses API parser (responses.c): a response_format
@@ -108,6 +119,11 @@ int request_response_format(const cJSON *fmt, const char *param, bool responses_
                             struct gen_args *a, struct api_error *e);
 int request_parse_tools(const cJSON *root, bool responses_api, struct gen_args *a,
                         struct api_error *e);
+/* chat_template_kwargs of root (an object whose keys become the chat
+ * template's variables; those the server sets are refused) and, with
+ * effort, reasoning_effort (chat completions) into a. */
+int request_parse_template_args(const cJSON *root, bool effort, struct gen_args *a,
+                                struct api_error *e);
 
 /* The parsing rules above, for the Responses API parser (responses.c; the
  * field readers, refusals and the duplicate-key check are

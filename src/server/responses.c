@@ -48,6 +48,7 @@ static const char *const body_keys[] = {"model",
                                         "reasoning",
                                         "prompt",
                                         "conversation",
+                                        "chat_template_kwargs",
                                         NULL};
 static const char *const message_item_keys[] = {"type", "role", "content", "id", "status", NULL};
 static const char *const call_item_keys[] = {"type", "call_id", "name", "arguments",
@@ -458,6 +459,8 @@ int responses_args_parse(const char *body, size_t len, int64_t limit, struct gen
 		rc = parse_tools(root, a, e);
 	if (!rc)
 		rc = parse_input(root, a, e);
+	if (!rc)
+		rc = request_parse_template_args(root, false, a, e);
 	cJSON_Delete(root);
 	if (rc)
 		gen_args_deinit(a);
