@@ -351,14 +351,8 @@ static cJSON *calls_json(const cJSON *calls)
 
 static char *join3(const char *a, const char *sep, const char *b)
 {
-	size_t na = strlen(a), ns = strlen(sep), nb = strlen(b);
-	char *s = malloc(na + ns + nb + 1);
-	if (s) {
-		memcpy(s, a, na);
-		memcpy(s + na, sep, ns);
-		memcpy(s + na + ns, b, nb + 1);
-	}
-	return s;
+	char *s = NULL;
+	return asprintf(&s, "%s%s%s", a, sep, b) < 0 ? NULL : s;
 }
 
 /* An assistant message's calls written into its content (the template
@@ -683,20 +677,79 @@ static size_t system_part(const struct chat_render *cr, const struct chat_render
 	return end;
 }
 
-/* Where the held messages end in the full prompt: past the common prefix
- * with their own render, plus the longest run after it that ends their
- * render (a template that rewrites earlier turns, as Qwen3 drops the
- * reasoning of answered turns, still ends each turn the same way). */
-static size_t held_end(const char *full, size_t n_full, const char *held, size_t n_held)
+/* The length of the longest common suffix of a[0..na) and b[0..nb). */
+static size_t common_suffix(const char *a, size_t na, const char *b, size_t nb)
+{
+	size_t k = 0;
+	while (k < na && k < nb && a[na - 1 - k] == b[nb - 1 - k])
+		k++;
+	return k;
+}
+
+/* The longest prefix of h[0..nh) that ends p[0..np). */
+static size_t prefix_ending(const char *h, size_t nh, const char *p, size_t np)
+{
+	for (size_t k = nh < np ? nh : np; k > 0; k--)
+		if (!memcmp(h, p + np - k, k))
+			return k;
+	return 0;
+}
+
+/* A render of arr's first n entries (alone: none) and then a copy of entry
+ * n whose content is one stand-in byte, \x01 (\x02 where the real content
+ * starts with \x01), so that it differs from the real one at once. */
+static int render_probe_turn(const struct chat_render *cr, const struct chat_render_input *in,
+                             bool offered, const cJSON *arr, size_t n, bool alone, char **out,
+                             size_t *len)
+{
+	char err[SINKD_ERR_LEN];
+	cJSON *msgs = alone ? cJSON_CreateArray() : head_of(arr, n);
+	cJSON *z = cJSON_Duplicate(cJSON_GetArrayItem(arr, (int)n), 1);
+	const char *orig = content_of(cJSON_GetArrayItem(arr, (int)n));
+	bool ok = msgs && z &&
+	          cJSON_ReplaceItemInObjectCaseSensitive(
+	              z, "content", cJSON_CreateString(orig[0] == '\x01' ? "\x02" : "\x01")) &&
+	          cJSON_AddItemToArray(msgs, z);
+	if (!ok) {
+		cJSON_Delete(z);
+		cJSON_Delete(msgs);
+		return -ENOMEM;
+	}
+	return render_with(cr, in, offered, msgs, false, out, len, err, sizeof(err));
+}
+
+/* Where the held messages end in the full prompt.  Where the full prompt
+ * starts with the held messages' own render, right after it.  Else the
+ * template renders held turns differently once more follow (Qwen3 drops
+ * an answered turn's think block): the first new message's turn is found
+ * in the full prompt as the header that message gets (rendered alone with
+ * a stand-in content) right before where its content starts (rendered in
+ * place with that stand-in); what of that header also ends the held
+ * render belongs to the held turns. */
+static size_t held_end(const struct chat_render *cr, const struct chat_render_input *in,
+                       bool offered, const struct msg_list *l, const char *full, size_t n_full,
+                       const char *held, size_t n_held)
 {
 	size_t c = common_prefix(full, n_full, held, n_held);
-	if (c == n_held)
+	if (c == n_held || (size_t)cJSON_GetArraySize(l->arr) <= l->n_held)
 		return c;
-	size_t max = n_held - c < n_full - c ? n_held - c : n_full - c;
-	for (size_t l = max; l > 0; l--)
-		if (!memcmp(full + c, held + n_held - l, l))
-			return c + l;
-	return c;
+	char *placed = NULL, *alone = NULL;
+	size_t n_placed = 0, n_alone = 0, end = c;
+	if (render_probe_turn(cr, in, offered, l->arr, l->n_held, false, &placed, &n_placed) ||
+	    render_probe_turn(cr, in, offered, l->arr, l->n_held, true, &alone, &n_alone))
+		goto out;
+	size_t at = common_prefix(full, n_full, placed, n_placed); /* where the content starts */
+	const char *stand_in = memchr(alone, placed[at < n_placed ? at : 0], n_alone);
+	if (at < c || at >= n_placed || (placed[at] != '\x01' && placed[at] != '\x02') ||
+	    !stand_in)
+		goto out;
+	size_t header = common_suffix(full + c, at - c, alone, (size_t)(stand_in - alone));
+	size_t start = at - header;
+	end = start + prefix_ending(full + start, header, held, n_held);
+out:
+	free(placed);
+	free(alone);
+	return end;
 }
 
 /* A session's next turn: the full conversation's prompt from where the
@@ -715,7 +768,7 @@ static int continuation(const struct chat_render *cr, const struct chat_render_i
 		err_prefix(err, err_len, "the messages this session holds");
 		return rc;
 	}
-	size_t end = held_end(*text, *len, held, n_held);
+	size_t end = held_end(cr, in, offered, l, *text, *len, held, n_held);
 	free(held);
 	memmove(*text, *text + end, *len - end + 1);
 	*len -= end;
