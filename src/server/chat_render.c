@@ -645,35 +645,52 @@ static int render_with(const struct chat_render *cr, const struct chat_render_in
 	return render_ctx(cr, context_new(cr, messages, tools, agp, in), out, len, err, err_len);
 }
 
+/* The common prefix of text and a render of the entries before the first
+ * user message (index u), followed, when user_content is not NULL, by that
+ * message with user_content as its content; 0 when that render fails. */
+static size_t prefix_without_user(const struct chat_render *cr,
+                                  const struct chat_render_input *in, bool offered,
+                                  const cJSON *arr, int u, const char *user_content,
+                                  const char *text, size_t len)
+{
+	cJSON *head = head_of(arr, (size_t)u + (user_content ? 1 : 0));
+	if (head && user_content &&
+	    !cJSON_ReplaceItemInObjectCaseSensitive(cJSON_GetArrayItem(head, u), "content",
+	                                            cJSON_CreateString(user_content))) {
+		cJSON_Delete(head);
+		head = NULL;
+	}
+	if (!head)
+		return 0;
+	char err[SINKD_ERR_LEN], *pre = NULL;
+	size_t n_pre = 0, end = 0;
+	if (render_with(cr, in, offered, head, false, &pre, &n_pre, err, sizeof(err)) == 0)
+		end = common_prefix(text, len, pre, n_pre);
+	free(pre);
+	return end;
+}
+
 /* What the template writes before the first user message: the common
- * prefix of the prompt and a render without that message (with only its
- * folded system text when the template has no system role); 0 when that
- * render fails. */
+ * prefix of the prompt and a render without that message.  Where the
+ * system text is not in that part (the template folds it into the first
+ * user turn itself, as Gemma 3's does, or sinkd folded it), the render
+ * keeps that message with only the folded text (none) as its content. */
 static size_t system_part(const struct chat_render *cr, const struct chat_render_input *in,
                           bool offered, const struct msg_list *l, const char *text, size_t len)
 {
 	int u = first_user(l->arr);
 	if (u < 0)
 		return 0;
-	cJSON *head = head_of(l->arr, (size_t)u + (l->fold_len ? 1 : 0));
-	if (head && l->fold_len) {
-		cJSON *user = cJSON_GetArrayItem(head, u);
-		char *sys = strndup(content_of(user), l->fold_len);
-		if (!sys || !cJSON_ReplaceItemInObjectCaseSensitive(user, "content",
-		                                                   cJSON_CreateString(sys))) {
-			cJSON_Delete(head);
-			head = NULL;
-		}
+	if (l->fold_len) {
+		char *sys = strndup(content_of(cJSON_GetArrayItem(l->arr, u)), l->fold_len);
+		size_t end = sys ? prefix_without_user(cr, in, offered, l->arr, u, sys, text, len) : 0;
 		free(sys);
+		return end;
 	}
-	if (!head)
-		return 0;
-	char err[SINKD_ERR_LEN], *pre = NULL;
-	size_t n_pre = 0;
-	size_t end = 0;
-	if (render_with(cr, in, offered, head, false, &pre, &n_pre, err, sizeof(err)) == 0)
-		end = common_prefix(text, len, pre, n_pre);
-	free(pre);
+	size_t end = prefix_without_user(cr, in, offered, l->arr, u, NULL, text, len);
+	const char *sys = u > 0 ? content_of(cJSON_GetArrayItem(l->arr, u - 1)) : "";
+	if (sys[0] && !memmem(text, end, sys, strlen(sys)))
+		end = prefix_without_user(cr, in, offered, l->arr, u, "", text, len);
 	return end;
 }
 

@@ -193,6 +193,28 @@ START_TEST(test_fold_system)
 }
 END_TEST
 
+/* A template that folds the system text into the first user turn itself
+ * (Gemma 3's): the pin still covers that text, found by rendering the
+ * first user message with nothing of its own. */
+START_TEST(test_system_end_self_folded)
+{
+	struct chat_render *cr = make(
+	    "{% if messages[0].role == 'system' %}{% set prefix = messages[0].content + '\\n\\n' "
+	    "%}{% set msgs = messages[1:] %}{% else %}{% set prefix = '' %}{% set msgs = messages "
+	    "%}{% endif %}{% for m in msgs %}<start_of_turn>{{ m.role }}\n{{ (prefix if loop.first "
+	    "else '') + m.content }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt "
+	    "%}<start_of_turn>model\n{% endif %}");
+	ck_assert(chat_render_caps(cr)->system_role);
+	struct api_message m[] = {msg("system", "Be brief."), msg("user", "Hi")};
+	size_t se = 0;
+	char *t = render_msgs(cr, m, 2, &se);
+	ck_assert_str_eq(t, "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n");
+	ck_assert_uint_eq(se, strlen("<start_of_turn>user\nBe brief.\n\n"));
+	free(t);
+	chat_render_unref(cr);
+}
+END_TEST
+
 /* Tools offered to a template that renders them: the template's text; to
  * one that does not: the generic tool prompt in the system text, calls
  * and results as text. */
@@ -537,6 +559,7 @@ int main(void)
 	tcase_add_test(tc, test_probe);
 	tcase_add_test(tc, test_render_and_system_end);
 	tcase_add_test(tc, test_fold_system);
+	tcase_add_test(tc, test_system_end_self_folded);
 	tcase_add_test(tc, test_tools);
 	tcase_add_test(tc, test_calls_as_text);
 	tcase_add_test(tc, test_context_fields);
