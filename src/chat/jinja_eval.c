@@ -441,6 +441,9 @@ static int eval_call(struct jctx *c, struct jscope *s, const struct jn *e, struc
 	int rc = eval_args(c, s, e->args, e->n_args, &args);
 	if (rc || (rc = jx_eval(c, s, e->a, &fn)))
 		return rc;
+	if (fn.k == JV_UNDEF && (e->a->kind == JN_NAME || (e->a->kind == JN_MEMBER && e->a->s)))
+		return jx_err(c, e, JINJA_E_RUNTIME, "'%.*s' is not a function or method here",
+			      (int)e->a->sn, e->a->s);
 	return jx_call_value(c, e, fn, &args, out);
 }
 
@@ -566,6 +569,7 @@ static int eval_inner(struct jctx *c, struct jscope *s, const struct jn *e, stru
 int jx_eval(struct jctx *c, struct jscope *s, const struct jn *e, struct jv *out)
 {
 	*out = jv_undef();
+	c->last = e;
 	int rc = jx_charge(c, e, 1);
 	if (rc || (rc = enter(c, e)))
 		return rc;
@@ -655,15 +659,19 @@ static int for_items(struct jctx *c, struct jscope *s, const struct jn *st, stru
 	return 0;
 }
 
-static int set_loop(struct jctx *c, struct jscope *s, struct jv items, size_t i)
+/* One loop object per loop, updated in place each iteration, so that a
+ * long loop does not grow the arena (the reference makes a new one each
+ * time; only a template that keeps `loop` in a variable could tell). */
+static int set_loop(struct jctx *c, struct jscope *s, struct jloop **l, struct jv items, size_t i)
 {
-	struct jloop *l = jx_alloc(c, sizeof(*l));
-	if (!l)
-		return jx_nomem(c, NULL);
-	l->index0 = (int64_t)i;
-	l->length = (int64_t)items.u.l->n;
-	l->items = items.u.l->v;
-	return scope_set(c, s, "loop", 4, (struct jv){.k = JV_LOOP, .u.loop = l});
+	if (!*l) {
+		if (!(*l = jx_alloc(c, sizeof(**l))))
+			return jx_nomem(c, NULL);
+		(*l)->length = (int64_t)items.u.l->n;
+		(*l)->items = items.u.l->v;
+	}
+	(*l)->index0 = (int64_t)i;
+	return scope_set(c, s, "loop", 4, (struct jv){.k = JV_LOOP, .u.loop = *l});
 }
 
 /* An iteration that ends in break or continue drops what it rendered: the
@@ -678,10 +686,11 @@ static int exec_for(struct jctx *c, struct jscope *s, const struct jn *st, struc
 	if (rc)
 		return rc;
 	struct jbuf one = {0};
+	struct jloop *loop = NULL;
 	bool none_done = true;
 	for (size_t i = 0; i < items.u.l->n; i++) {
 		one.n = 0;
-		if ((rc = jx_charge(c, st, 1)) || (rc = set_loop(c, ls, items, i)) ||
+		if ((rc = jx_charge(c, st, 1)) || (rc = set_loop(c, ls, &loop, items, i)) ||
 		    (rc = bind_target(c, ls, st->a, items.u.l->v[i])))
 			break;
 		rc = render_block(c, ls, st->body, st->n_body, &one);
@@ -780,9 +789,11 @@ static int render_block(struct jctx *c, struct jscope *s, struct jn *const *body
 			struct jbuf *out)
 {
 	int rc = enter(c, n ? body[0] : NULL);
-	for (size_t i = 0; !rc && i < n; i++)
+	for (size_t i = 0; !rc && i < n; i++) {
+		c->last = body[i];
 		if (!(rc = jx_charge(c, body[i], 1)))
 			rc = exec_stmt(c, s, body[i], out);
+	}
 	c->depth--;
 	return rc;
 }

@@ -19,6 +19,7 @@ struct jarena {
 	struct jarena_chunk *head;
 	size_t used;  /* bytes taken from malloc so far */
 	size_t limit; /* refuse past this (0: no limit) */
+	bool over;    /* an allocation was refused for the limit */
 };
 /* n bytes, 16-aligned, zeroed; NULL when malloc fails or past the limit. */
 void *jarena_alloc(struct jarena *a, size_t n);
@@ -209,6 +210,7 @@ struct jctx {
 	unsigned depth, max_depth;
 	time_t now;
 	struct jscope *globals;
+	const struct jn *last; /* the node being evaluated: where an error without one is */
 	struct jv caller; /* the caller a {% call %} block hands to the macro it calls */
 	char *err;
 	size_t err_len;

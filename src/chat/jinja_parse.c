@@ -725,6 +725,14 @@ static bool at_stmt(const struct parser *p, const char *const *words)
 	return false;
 }
 
+/* {% endX %}, {% else %} or {% elif %} that the open block does not take. */
+static bool stray_end(const struct parser *p)
+{
+	const struct jtok *t = peek(p, 1);
+	return t->type == JT_IDENT && ((t->n >= 3 && memcmp(t->s, "end", 3) == 0) ||
+				       is_word(p, 1, "else") || is_word(p, 1, "elif"));
+}
+
 /* Statements up to one of `until` (left unconsumed). */
 static int parse_block(struct parser *p, const struct jtok *opener, const char *const *until,
 		       struct jn ***body, size_t *n)
@@ -736,6 +744,14 @@ static int parse_block(struct parser *p, const struct jtok *opener, const char *
 		if (is_type(p, JT_EOF)) {
 			p->ctx = ctx;
 			rc = perr(p, cur(p), "not closed (opened at %u:%u)", opener->line, opener->col);
+			break;
+		}
+		if (cur(p)->type == JT_OPEN_STMT && stray_end(p)) {
+			char found[64];
+			describe(peek(p, 1), found, sizeof(found));
+			p->ctx = ctx;
+			rc = perr(p, peek(p, 1), "not closed (opened at %u:%u), found %s", opener->line,
+				  opener->col, found);
 			break;
 		}
 		struct jn *s = NULL;

@@ -36,8 +36,10 @@ void *jarena_alloc(struct jarena *a, size_t n)
 	struct jarena_chunk *h = a->head;
 	if (!h || h->size - h->used < n) {
 		size_t size = n > JARENA_CHUNK ? n : JARENA_CHUNK;
-		if (a->limit && a->used + size + sizeof(*h) > a->limit)
+		if (a->limit && a->used + size + sizeof(*h) > a->limit) {
+			a->over = true;
 			return NULL;
+		}
 		h = malloc(sizeof(*h) + size);
 		if (!h)
 			return NULL;
@@ -92,13 +94,15 @@ int jx_err(struct jctx *c, const struct jn *at, int code, const char *fmt, ...)
 	if (code == JINJA_E_RAISED)
 		return err_set(c->err, c->err_len, code, "%s", msg);
 	if (!at)
+		at = c->last;
+	if (!at)
 		return err_set(c->err, c->err_len, code, "%s", msg);
 	return err_set(c->err, c->err_len, code, "%u:%u: %s", at->line, at->col, msg);
 }
 
 int jx_nomem(struct jctx *c, const struct jn *at)
 {
-	if (c->arena.limit && c->arena.used + JARENA_CHUNK >= c->arena.limit)
+	if (c->arena.over)
 		return jx_err(c, at, JINJA_E_BUDGET, "memory budget of %zu bytes spent",
 			      c->arena.limit);
 	return jx_err(c, at, JINJA_E_NOMEM, "out of memory");

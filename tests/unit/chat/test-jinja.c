@@ -7,6 +7,7 @@
  * mentions is reported by jinja_template_uses. */
 #include <check.h>
 #include <cjson/cJSON.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -398,6 +399,105 @@ START_TEST(test_raise_exception_message)
 }
 END_TEST
 
+/* Parse errors: "LINE:COL: CONSTRUCT: message". */
+static void assert_syntax(const char *tpl, const char *want)
+{
+	struct jinja_template *t = NULL;
+	char err[256] = "";
+	ck_assert_int_eq(jinja_parse(tpl, strlen(tpl), &t, err, sizeof(err)), JINJA_E_SYNTAX);
+	ck_assert_ptr_null(t);
+	ck_assert_msg(strcmp(err, want) == 0, "got [%s], want [%s]", err, want);
+}
+
+START_TEST(test_syntax_errors)
+{
+	assert_syntax("a\nb\n{% for x messages %}{% endfor %}",
+		      "3:10: {% for %}: expected 'in', found 'messages'");
+	assert_syntax("{% if x %}\nabc", "2:4: {% if %}: not closed (opened at 1:1)");
+	assert_syntax("{% for x in y %}\n  {% if x %}\nabc{% endfor %}",
+		      "3:7: {% if %}: not closed (opened at 2:3), found 'endfor'");
+	assert_syntax("{% endif %}", "1:4: {% %}: unknown or unexpected statement 'endif'");
+	assert_syntax("{{ 'abc }}", "1:4: template: string: not closed");
+	assert_syntax("{{ a b }}", "1:6: {{ }}: expected '}}', found 'b'");
+	assert_syntax("{% break %}", "1:1: {% break %}: outside a loop");
+	assert_syntax("x{{ y", "1:6: template: unexpected end of input");
+	assert_syntax("{% macro m(a, a) %}{% endmacro %}", "1:15: {% macro %}: duplicate parameter 'a'");
+	const char nul[] = "a\0b";
+	struct jinja_template *t;
+	char err[128];
+	ck_assert_int_eq(jinja_parse(nul, 3, &t, err, sizeof(err)), JINJA_E_SYNTAX);
+	ck_assert_str_eq(err, "1:1: template: contains a NUL byte");
+}
+END_TEST
+
+/* Runtime errors name the place and the operation. */
+static void assert_render_error(const char *tpl, int code, const char *want)
+{
+	char err[256] = "", *out = NULL;
+	int rc = render(tpl, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", NULL, &out, err,
+			sizeof(err));
+	ck_assert_msg(rc == code, "%s: rc %d (%s), want %d", tpl, rc, err, code);
+	ck_assert_ptr_null(out);
+	ck_assert_msg(strcmp(err, want) == 0, "got [%s], want [%s]", err, want);
+}
+
+START_TEST(test_runtime_errors)
+{
+	assert_render_error("{{ 1 + none }}", JINJA_E_RUNTIME, "1:6: operator '+' on none");
+	assert_render_error("{{ messages|foo }}", JINJA_E_RUNTIME, "1:13: unknown filter 'foo'");
+	assert_render_error("{{ 1 is frob }}", JINJA_E_RUNTIME, "1:9: unknown test 'frob'");
+	assert_render_error("{{ 'x'.nope() }}", JINJA_E_RUNTIME,
+			    "1:12: 'nope' is not a function or method here");
+	assert_render_error("{{ messages.append(1) }}", JINJA_E_RUNTIME,
+			    "1:12: list.append(): templates may not change values (the sandbox refuses it)");
+	assert_render_error("{{ messages[0].update({}) }}", JINJA_E_RUNTIME,
+			    "1:15: dict.update(): templates may not change values (the sandbox refuses it)");
+	assert_render_error("{{ 9223372036854775807 + 1 }}", JINJA_E_RUNTIME, "1:24: +: integer overflow");
+	assert_render_error("{{ 1 // 0 }}", JINJA_E_RUNTIME, "1:6: //: division by zero");
+	assert_render_error("{% set x = 1 %}{% set x.a = 2 %}", JINJA_E_RUNTIME,
+			    "1:24: {% set %}: cannot assign an attribute of a integer (only of a namespace)");
+	assert_render_error("{{ raise_exception('no ' ~ messages[0].role ~ 's') }}", JINJA_E_RAISED,
+			    "no users");
+}
+END_TEST
+
+/* Hostile templates stop at a budget, quickly, with the place named. */
+START_TEST(test_budgets)
+{
+	assert_render_error("{% for i in range(10**9) %}{% endfor %}", JINJA_E_BUDGET,
+			    "1:18: range(): 1000000000 items, over the step budget of 10000000");
+	assert_render_error("{% for i in range(1000000) %}{% if i == -1 or i == -2 or i == -3 or i == -4 %}"
+			    "{% endif %}{% endfor %}",
+			    JINJA_E_BUDGET, "1:49: step budget of 10000000 spent");
+	assert_render_error("{% set ns = namespace(s='x') %}{% for i in range(100) %}"
+			    "{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+			    JINJA_E_BUDGET, "1:76: a string of 33554432 bytes, over the budget of 16777216");
+	assert_render_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", JINJA_E_BUDGET,
+			    "1:21: nested deeper than 256 (macro recursion?)");
+	assert_render_error("{% set ns = namespace(x=[]) %}{% for i in range(10000) %}"
+			    "{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x|tojson }}",
+			    JINJA_E_BUDGET, "1:101: tojson: nested deeper than 256");
+	assert_render_error("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+			    JINJA_E_BUDGET, "1:46: memory budget of 75497472 bytes spent");
+	/* output: each piece is small, the sum is over a small budget */
+	struct jinja_env env = {.limits = {.max_output = 1000}};
+	char err[256], *out;
+	ck_assert_int_eq(render("{% for i in range(200) %}{{ 'abcdefgh' }}{% endfor %}", "{}", &env, &out,
+				err, sizeof(err)),
+			 JINJA_E_BUDGET);
+	ck_assert_str_eq(err, "1:1: output over the budget of 1000 bytes");
+	/* the parser's nesting */
+	char deep[2100];
+	memset(deep, '(', 1000);
+	deep[1000] = '1';
+	memset(deep + 1001, ')', 1000);
+	deep[2001] = '\0';
+	char tpl[2200];
+	snprintf(tpl, sizeof(tpl), "{{ %s }}", deep);
+	assert_syntax(tpl, "1:54: {{ }}: nested deeper than 100 levels");
+}
+END_TEST
+
 START_TEST(test_uses)
 {
 	struct jinja_template *t;
@@ -423,6 +523,9 @@ int main(void)
 	tcase_add_test(tc, test_strftime_now_uses_env_time);
 	tcase_add_test(tc, test_raise_exception_message);
 	tcase_add_test(tc, test_uses);
+	tcase_add_test(tc, test_syntax_errors);
+	tcase_add_test(tc, test_runtime_errors);
+	tcase_add_test(tc, test_budgets);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }
