@@ -462,7 +462,7 @@ START_TEST(test_errors)
 	ck_assert_ptr_null(t);
 	chat_render_unref(cr);
 
-	cr = make("{{ messages[0].content + 1 }}"); /* a type error: where, in which template */
+	cr = make("{{ no_such_function() }}"); /* a call of nothing: where, in which template */
 	in.n = 1;
 	ck_assert_int_eq(chat_render_prompt(cr, &in, &t, &len, NULL, err, sizeof(err)), -EINVAL);
 	ck_assert_msg(strstr(err, "the chat template (test template) failed: 1:"), "%s", err);
