@@ -1411,6 +1411,13 @@ void server_commit(struct server *s, struct server_prepared *p)
 	pthread_mutex_unlock(&s->cfg_mu);
 	quota_set_limits(s->quota, &p->set.quota);
 	auth_keys_deinit(&old.keys);
+	if (s->tok) {
+		struct log_field f[] = {
+		    LOG_STR("source", p->chat ? chat_render_origin(p->chat)
+		                              : "none (sinkd's built-in chat formats)"),
+		    LOG_END};
+		log_event(s->log, LOG_INFO, LOG_MODULE, "chat template in force", f);
+	}
 	chat_render_unref(old_chat);
 	free(p);
 }

@@ -191,6 +191,7 @@ YAML
 template_config "$tmp/c.yaml" "$port"
 kill -HUP "$pid"
 check "reload to an inline template: generation 2" wait_metric sinkd_config_generation '==' 2
+check "  the log names the template now in force" grep -q '"chat template in force".*"source":"model.chat_template (inline)"' "$log"
 check "the inline template renders the prompt" [ "$(prompt_tokens "$msgs")" = "$(tokens_of $'<system> Be kind.\n<user> Once upon a time\n<assistant>')" ]
 # a broken template: the reload is refused, the inline one keeps serving
 printf '  chat_template: "{%% for m in messages %%}{{ m.role }"\n' >"$tmp/model-lines"
