@@ -703,15 +703,6 @@ static size_t common_suffix(const char *a, size_t na, const char *b, size_t nb)
 	return k;
 }
 
-/* The longest prefix of h[0..nh) that ends p[0..np). */
-static size_t prefix_ending(const char *h, size_t nh, const char *p, size_t np)
-{
-	for (size_t k = nh < np ? nh : np; k > 0; k--)
-		if (!memcmp(h, p + np - k, k))
-			return k;
-	return 0;
-}
-
 /* A render of arr's first n entries (alone: none) and then a copy of entry
  * n whose content is one stand-in byte, \x01 (\x02 where the real content
  * starts with \x01), so that it differs from the real one at once. */
@@ -738,11 +729,13 @@ static int render_probe_turn(const struct chat_render *cr, const struct chat_ren
 /* Where the held messages end in the full prompt.  Where the full prompt
  * starts with the held messages' own render, right after it.  Else the
  * template renders held turns differently once more follow (Qwen3 drops
- * an answered turn's think block): the first new message's turn is found
- * in the full prompt as the header that message gets (rendered alone with
- * a stand-in content) right before where its content starts (rendered in
- * place with that stand-in); what of that header also ends the held
- * render belongs to the held turns. */
+ * an answered turn's think block, gpt-oss ends a final answer with
+ * <|return|> only when it is last): after the common prefix c comes the
+ * held turns' rewritten tail, then the first new message's header, then
+ * its content (at: found by rendering it in place with a stand-in
+ * content).  The header is at most what precedes that content when the
+ * message is rendered alone; the split s between tail and header is where
+ * the tail ends most like the held render ends (ties: the earliest). */
 static size_t held_end(const struct chat_render *cr, const struct chat_render_input *in,
                        bool offered, const struct msg_list *l, const char *full, size_t n_full,
                        const char *held, size_t n_held)
@@ -755,14 +748,21 @@ static size_t held_end(const struct chat_render *cr, const struct chat_render_in
 	if (render_probe_turn(cr, in, offered, l->arr, l->n_held, false, &placed, &n_placed) ||
 	    render_probe_turn(cr, in, offered, l->arr, l->n_held, true, &alone, &n_alone))
 		goto out;
-	size_t at = common_prefix(full, n_full, placed, n_placed); /* where the content starts */
+	size_t at = common_prefix(full, n_full, placed, n_placed);
 	const char *stand_in = memchr(alone, placed[at < n_placed ? at : 0], n_alone);
 	if (at < c || at >= n_placed || (placed[at] != '\x01' && placed[at] != '\x02') ||
 	    !stand_in)
 		goto out;
 	size_t header = common_suffix(full + c, at - c, alone, (size_t)(stand_in - alone));
-	size_t start = at - header;
-	end = start + prefix_ending(full + start, header, held, n_held);
+	size_t best = 0;
+	end = at - header;
+	for (size_t s = at - header; s <= at; s++) {
+		size_t like = common_suffix(full + c, s - c, held + c, n_held - c);
+		if (like > best) {
+			best = like;
+			end = s;
+		}
+	}
 out:
 	free(placed);
 	free(alone);

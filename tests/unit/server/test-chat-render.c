@@ -435,6 +435,22 @@ START_TEST(test_continuation)
 	ck_assert_str_eq(qt, want);
 	free(qt);
 	chat_render_unref(think);
+	/* a preamble and turns that end alike, but a last answer ends otherwise
+	 * (gpt-oss's <|return|>): the new turn starts at its own header */
+	struct chat_render *fin = make(
+	    "<|start|>system<|message|>preamble<|end|>{% for m in messages %}<|start|>{{ m.role "
+	    "}}<|message|>{{ m.content }}{% if m.role == 'assistant' and loop.last and not "
+	    "add_generation_prompt %}<|return|>{% else %}<|end|>{% endif %}{% endfor %}{% if "
+	    "add_generation_prompt %}<|start|>assistant{% endif %}");
+	struct api_message f[] = {msg("user", "u1"), msg("assistant", "a1"), msg("user", "u2")};
+	for (size_t first = 0; first < 3; first += 2) {
+		struct chat_render_input fi = {
+		    .msgs = f + first, .n = 3 - first, .continuation = true, .first_new = 2 - first};
+		qt = render(fin, &fi, NULL);
+		ck_assert_str_eq(qt, "<|start|>user<|message|>u2<|end|><|start|>assistant");
+		free(qt);
+	}
+	chat_render_unref(fin);
 	/* Gemma's shape keeps its alternation through the stand-in */
 	struct chat_render *cr = make(tmpl_gemma);
 	struct api_message u = msg("user", "u2");
