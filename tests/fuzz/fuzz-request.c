@@ -6,10 +6,11 @@
  * 4xx or 5xx status, a code and a message; a success has every length consistent
  * with its NUL-terminated buffer, ids that are not negative, stop strings
  * the stop matcher accepts, and chat messages that every chat template
- * family renders or refuses with a message.  Chat bodies also go through
- * the Responses API parser (server/responses.h), and a response_format
- * that parses is compiled (grammar/grammar.h): it compiles or is refused
- * with a message. */
+ * family, and two templates through chat_render.h (whole and as a
+ * session's next turn), render or refuse with a message.  Chat bodies also
+ * go through the Responses API parser (server/responses.h), and a
+ * response_format that parses is compiled (grammar/grammar.h): it compiles
+ * or is refused with a message. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include "engine/sampler.h"
 #include "engine/stopstr.h"
 #include "grammar/grammar.h"
+#include "server/chat_render.h"
 #include "server/chat_template.h"
 #include "server/request.h"
 #include "server/responses.h"
@@ -72,6 +74,52 @@ static void check_chat_templates(const struct gen_args *a)
 		free(text);
 	}
 	free(cm);
+}
+
+/* Chat messages that parse render through a model's own template (ChatML
+ * that renders tools, calls and results; Gemma's shape without a system
+ * role, alternating turns, so every polyfill runs), whole or as a
+ * session's next turn, or are refused with a message; the pinned part lies
+ * inside the prompt. */
+static void check_chat_render(const struct gen_args *a)
+{
+	static const char *const src[] = {
+	    "{% if tools %}<|im_start|>system\n{% for t in tools %}{{ t | tojson }}{% endfor "
+	    "%}<|im_end|>\n{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ "
+	    "m.content }}{% if m.tool_calls %}{% for c in m.tool_calls %}<tool_call>{{ c.function "
+	    "| tojson }}</tool_call>{% endfor %}{% endif %}<|im_end|>\n{% endfor %}{% if "
+	    "add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+	    "{{ bos_token }}{% for m in messages %}{% if m.role == 'system' %}{{ "
+	    "raise_exception('System role not supported') }}{% endif %}{% if (m.role == 'user') "
+	    "!= (loop.index0 % 2 == 0) %}{{ raise_exception('Roles must alternate') }}{% endif "
+	    "%}<start_of_turn>{{ m.role }}\n{{ m.content | trim }}<end_of_turn>\n{% endfor %}"};
+	static struct chat_render *cr[2]; /* made once: probing costs more than a render */
+	struct chat_render_vocab v = {.bos_text = "<bos>", .eos_text = "<eos>", .add_bos = true};
+	for (size_t i = 0; i < 2; i++) {
+		char err[SINKD_ERR_LEN] = "";
+		if (!cr[i] && chat_render_new(src[i], strlen(src[i]), "fuzz", &v, &cr[i], err,
+		                              sizeof(err)) != 0)
+			abort();
+		for (int cont = 0; cont < 2; cont++) {
+			struct chat_render_input in = {.msgs = a->messages,
+			                               .n = a->n_messages,
+			                               .continuation = cont,
+			                               .first_new = cont ? a->n_messages / 2 : 0,
+			                               .tools = a->tools,
+			                               .reasoning_effort = a->reasoning_effort,
+			                               .kwargs = a->chat_template_kwargs};
+			char *text = NULL;
+			size_t len = 0, sys_end = 0;
+			int rc = chat_render_prompt(cr[i], &in, &text, &len, &sys_end, err, sizeof(err));
+			if ((rc == 0) != (text != NULL) || (rc != 0 && err[0] == '\0'))
+				abort();
+			if (text && (sys_end > len || strlen(text) != len))
+				abort();
+			if (text)
+				touch(text, len);
+			free(text);
+		}
+	}
 }
 
 /* A response_format compiles or is refused with a message. */
@@ -136,8 +184,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		check_error(rc, &e);
 		if (rc == 0)
 			check_gen(&a);
-		if (rc == 0 && a.chat)
+		if (rc == 0 && a.chat) {
 			check_chat_templates(&a);
+			check_chat_render(&a);
+		}
 		if (rc == 0)
 			check_constraint(&a);
 		gen_args_deinit(&a);
