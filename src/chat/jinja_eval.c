@@ -633,6 +633,8 @@ static int for_items(struct jctx *c, struct jscope *s, const struct jn *st, stru
 		return rc;
 	if (it.k == JV_DICT)
 		rc = jx_dict_keys(c, st->b, it, &it);
+	else if (it.k == JV_STR) /* Jinja2 walks the characters (the reference refuses) */
+		rc = jx_str_chars(c, st->b, it, &it);
 	else if (it.k != JV_LIST)
 		return jx_err(c, st->b, JINJA_E_RUNTIME, "{%% for %%}: cannot iterate over a %s",
 			      jv_type_name(it));

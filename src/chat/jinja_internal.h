@@ -329,6 +329,8 @@ const struct jv *jargs_get(const struct jargs *a, size_t i, const char *name);
 /* A list of the dict's items as [key, value] pairs. */
 int jx_dict_items(struct jctx *c, const struct jn *at, struct jv d, struct jv *out);
 int jx_dict_keys(struct jctx *c, const struct jn *at, struct jv d, struct jv *out);
+/* The string's code points as a list of one-character strings. */
+int jx_str_chars(struct jctx *c, const struct jn *at, struct jv s, struct jv *out);
 /* getattr along a dotted path as the reference's filters read it. */
 struct jv jx_attr_path(struct jv item, const char *path, size_t n);
 /* The loop object's members (undefined for a name it lacks). */

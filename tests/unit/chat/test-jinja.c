@@ -6,6 +6,7 @@
  * raise_exception's message comes back as written, and what a template
  * mentions is reported by jinja_template_uses. */
 #include <check.h>
+#include <pthread.h>
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -342,6 +343,40 @@ static const struct ref_case ref_cases[] = {
 	 "{\n    \"a\": 1,\n    \"b\": [\n        1,\n        2.5,\n        \"x\"\n    ]\n}"},
 };
 
+/* What the reference lacks (it refuses these) and Jinja2 has: rendered as
+ * Jinja2 3.1.6 renders them (ImmutableSandboxedEnvironment, trim_blocks,
+ * lstrip_blocks, loopcontrols), booleans printed as the reference prints
+ * them ("true", not "True"). */
+static const struct ref_case jinja2_cases[] = {
+	{"test_float", "{{ 1.5 is float }}{{ 1 is float }}", "{}", "truefalse"},
+	{"test_divisible", "{{ 9 is divisibleby(3) }}{{ 9 is divisibleby 4 }}", "{}", "truefalse"},
+	{"test_cmp", "{{ 3 is gt 2 }}{{ 3 is lt(2) }}{{ 3 is ne 3 }}{{ 2 is le 2 }}{{ 'a' is in 'cat' }}{{ 1 is sameas 1 }}", "{}", "truefalsefalsetruetruetrue"},
+	{"count_filter", "{{ [1,2,3]|count }}", "{}", "3"},
+	{"select_reject", "{{ [1,2,3,4]|select('odd')|list }}{{ [1,2,3,4]|reject('even')|list }}{{ [0,1,'',2]|select|list }}", "{}", "[1, 3][1, 3][1, 2]"},
+	{"map_filter", "{{ ['a','B']|map('upper')|join(',') }}{{ [' x ']|map('trim')|join }}", "{}", "A,Bx"},
+	{"batch", "{% for row in [1,2,3,4,5]|batch(2) %}{{ row|join(',') }};{% endfor %}", "{}", "1,2;3,4;5;"},
+	{"minmax", "{{ [3,1,2]|max }}{{ [3,1,2]|min }}{{ ([{'a': 2}, {'a': 5}]|max(attribute='a')).a }}", "{}", "315"},
+	{"sum", "{{ [1,2,3]|sum }}{{ [{'n': 1}, {'n': 2}]|sum(attribute='n') }}", "{}", "63"},
+	{"round", "{{ 2.567|round(2) }}{{ 2.5|round }}{{ 2.1|round(0, 'ceil') }}{{ 2.9|round(method='floor') }}", "{}", "2.572.03.02.0"},
+	{"wordcount", "{{ 'a b  c'|wordcount }}", "{}", "3"},
+	{"truncate", "{{ 'hello world this is long text here'|truncate(15) }}|{{ 'short'|truncate(15) }}", "{}", "hello world...|short"},
+	{"escape", "{{ '<a href=\"x\">&</a>'|escape }}", "{}", "&lt;a href=&#34;x&#34;&gt;&amp;&lt;/a&gt;"},
+	{"str_find", "{{ 'hello'.find('l') }}{{ 'hello'.find('z') }}{{ 'hello'.count('l') }}", "{}", "2-12"},
+	{"str_join", "{{ ', '.join(['a', 'b']) }}", "{}", "a, b"},
+	{"str_is", "{{ '123'.isdigit() }}{{ 'ab'.isalpha() }}{{ ' '.isspace() }}{{ 'a1'.isalnum() }}{{ ''.isdigit() }}", "{}", "truetruetruetruefalse"},
+	{"rsplit", "{{ 'a.b.c'.rsplit('.', 1)|join('|') }}{{ 'a b  c'.split()|length }}", "{}", "a.b|c3"},
+	{"list_methods", "{{ [1,2,3].index(2) }}{{ [1,2,2].count(2) }}", "{}", "12"},
+	{"dict_global", "{{ dict(a=1, b=2)|tojson }}", "{}", "{\"a\": 1, \"b\": 2}"},
+	{"loop_cycle", "{% for x in [1,2,3] %}{{ loop.cycle('odd', 'even') }} {% endfor %}", "{}", "odd even odd "},
+	{"raw", "{% raw %}{{ not rendered }}{% endraw %}", "{}", "{{ not rendered }}"},
+	{"d_alias", "{{ x|d('z') }}", "{}", "z"},
+	{"list_str", "{{ 'ab'|list|join('-') }}", "{}", "a-b"},
+	{"reverse_str", "{{ 'abc'|reverse }}", "{}", "cba"},
+	{"first_str", "{{ 'abc'|first }}{{ 'abc'|last }}", "{}", "ac"},
+	{"join_attr", "{{ [{'n': 'a'}, {'n': 'b'}]|join(',', attribute='n') }}", "{}", "a,b"},
+	{"for_string", "{% for c in 'ab' %}{{ c }}{% endfor %}", "{}", "ab"},
+};
+
 /* Renders tpl with ctx (JSON text); the return code, *out (free it) and err. */
 static int render(const char *tpl, const char *ctx, const struct jinja_env *env, char **out,
 		  char *err, size_t err_len)
@@ -362,15 +397,73 @@ static int render(const char *tpl, const char *ctx, const struct jinja_env *env,
 	return rc;
 }
 
-START_TEST(test_reference_renders)
+static void check_case(const struct ref_case *rc)
 {
-	const struct ref_case *rc = &ref_cases[_i];
 	char err[512] = "", *out = NULL;
 	int code = render(rc->tpl, rc->ctx, NULL, &out, err, sizeof(err));
 	ck_assert_msg(code == 0, "%s: error %d: %s", rc->name, code, err);
 	ck_assert_msg(strcmp(out, rc->want) == 0, "%s: rendered\n[%s]\nwant\n[%s]", rc->name, out,
 		      rc->want);
 	free(out);
+}
+
+START_TEST(test_reference_renders)
+{
+	check_case(&ref_cases[_i]);
+}
+END_TEST
+
+START_TEST(test_jinja2_renders)
+{
+	check_case(&jinja2_cases[_i]);
+}
+END_TEST
+
+/* One parsed template, rendered by several threads at once: each render
+ * has its own state, and every thread gets the single-thread bytes. */
+struct thread_job {
+	const struct jinja_template *t;
+	const cJSON *ctx;
+	const char *want;
+	int failures;
+};
+
+static void *render_many(void *arg)
+{
+	struct thread_job *job = arg;
+	for (int i = 0; i < 200; i++) {
+		char err[256], *out = NULL;
+		if (jinja_render(job->t, job->ctx, NULL, &out, NULL, err, sizeof(err)) != 0 ||
+		    strcmp(out, job->want) != 0)
+			job->failures++;
+		free(out);
+	}
+	return NULL;
+}
+
+START_TEST(test_threads_share_a_template)
+{
+	const struct ref_case *rc = NULL;
+	for (size_t i = 0; i < sizeof(ref_cases) / sizeof(ref_cases[0]); i++)
+		if (strcmp(ref_cases[i].name, "gemma_like") == 0)
+			rc = &ref_cases[i];
+	ck_assert_ptr_nonnull(rc);
+	struct jinja_template *t;
+	char err[256];
+	ck_assert_int_eq(jinja_parse(rc->tpl, strlen(rc->tpl), &t, err, sizeof(err)), 0);
+	cJSON *ctx = cJSON_Parse(rc->ctx);
+	struct thread_job jobs[4];
+	pthread_t th[4];
+	for (int i = 0; i < 4; i++) {
+		jobs[i] = (struct thread_job){.t = t, .ctx = ctx, .want = rc->want};
+		ck_assert_int_eq(pthread_create(&th[i], NULL, render_many, &jobs[i]), 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		ck_assert_int_eq(jobs[i].failures, 0);
+	}
+	cJSON_Delete(ctx);
+	jinja_template_free(t);
 }
 END_TEST
 
@@ -520,9 +613,12 @@ int main(void)
 	TCase *tc = tcase_create("render");
 	tcase_add_loop_test(tc, test_reference_renders, 0,
 			    (int)(sizeof(ref_cases) / sizeof(ref_cases[0])));
+	tcase_add_loop_test(tc, test_jinja2_renders, 0,
+			    (int)(sizeof(jinja2_cases) / sizeof(jinja2_cases[0])));
 	tcase_add_test(tc, test_strftime_now_uses_env_time);
 	tcase_add_test(tc, test_raise_exception_message);
 	tcase_add_test(tc, test_uses);
+	tcase_add_test(tc, test_threads_share_a_template);
 	tcase_add_test(tc, test_syntax_errors);
 	tcase_add_test(tc, test_runtime_errors);
 	tcase_add_test(tc, test_budgets);
