@@ -844,6 +844,8 @@ int jinja_render(const struct jinja_template *t, const struct cJSON *context,
 	if (!rc && !b.p && !(b.p = calloc(1, 1)))
 		rc = err_set(err, err_len, JINJA_E_NOMEM, "out of memory");
 out:
+	if (c.ctype)
+		freelocale(c.ctype);
 	jarena_free(&c.arena);
 	if (rc) {
 		free(b.p);

@@ -281,13 +281,29 @@ static double js_str_number(const char *p, size_t n)
 	return *end ? NAN : d;
 }
 
-bool jv_loose_eq(struct jv a, struct jv b)
+/* A container against a string, number or boolean: JavaScript compares
+ * the container's string form ("a,b" == ['a,b'] holds). */
+static bool loose_eq_object(struct jctx *c, struct jv obj, struct jv prim)
+{
+	struct jbuf b = {0};
+	bool eq = false;
+	if (jv_js_string(c, NULL, &b, obj) == 0) {
+		struct jv s = jv_str(b.p ? b.p : "", b.n);
+		eq = jv_loose_eq(c, s, prim);
+	}
+	free(b.p);
+	return eq;
+}
+
+bool jv_loose_eq(struct jctx *c, struct jv a, struct jv b)
 {
 	bool an = a.k == JV_UNDEF || a.k == JV_NONE, bn = b.k == JV_UNDEF || b.k == JV_NONE;
 	if (an || bn)
 		return an && bn;
-	if (is_object(a) || is_object(b)) /* identity (JavaScript would also coerce to strings) */
+	if (is_object(a) && is_object(b))
 		return a.k == b.k && object_ptr(a) == object_ptr(b);
+	if (is_object(a) || is_object(b))
+		return is_object(a) ? loose_eq_object(c, a, b) : loose_eq_object(c, b, a);
 	if (a.k == JV_STR && b.k == JV_STR)
 		return a.u.s.n == b.u.s.n && memcmp(a.u.s.p, b.u.s.p, a.u.s.n) == 0;
 	double x = a.k == JV_STR ? js_str_number(a.u.s.p, a.u.s.n) : num(a);
