@@ -367,25 +367,28 @@ static int eval_slice(struct jctx *c, struct jscope *s, const struct jn *e, stru
 	}
 	int64_t from, to, count = 0;
 	slice_range((int64_t)n, hs, start, he, stop, step, &from, &to);
-	if (step != 0)
-		for (int64_t i = from; step > 0 ? i < to : i > to; i += step)
-			count++;
+	/* counted, not stepped, so that a huge step cannot overflow */
+	if (step > 0 && to > from)
+		count = 1 + (to - from - 1) / step;
+	else if (step < 0 && from > to)
+		count = step == INT64_MIN ? 1 : 1 + (from - to - 1) / -step;
 	if ((rc = jx_charge(c, e, (uint64_t)count)))
 		return rc;
 	if (obj.k == JV_LIST) {
 		if ((rc = jx_list_new(c, e, (size_t)count, out)))
 			return rc;
-		for (int64_t i = from, k = 0; k < count; i += step, k++)
-			out->u.l->v[k] = obj.u.l->v[i];
+		for (int64_t k = 0; k < count; k++)
+			out->u.l->v[k] = obj.u.l->v[from + k * step];
 		return 0;
 	}
 	size_t bytes = 0;
-	for (int64_t i = from, k = 0; k < count; i += step, k++)
-		bytes += cps[i + 1] - cps[i];
+	for (int64_t k = 0; k < count; k++)
+		bytes += cps[from + k * step + 1] - cps[from + k * step];
 	char *p;
 	if ((rc = jx_str_new(c, e, bytes, &p, out)))
 		return rc;
-	for (int64_t i = from, k = 0; k < count; i += step, k++) {
+	for (int64_t k = 0; k < count; k++) {
+		int64_t i = from + k * step;
 		memcpy(p, obj.u.s.p + cps[i], cps[i + 1] - cps[i]);
 		p += cps[i + 1] - cps[i];
 	}
@@ -633,6 +636,8 @@ static int for_items(struct jctx *c, struct jscope *s, const struct jn *st, stru
 		return rc;
 	if (it.k == JV_DICT)
 		rc = jx_dict_keys(c, st->b, it, &it);
+	else if (it.k == JV_STR) /* Jinja2 walks the characters (the reference refuses) */
+		rc = jx_str_chars(c, st->b, it, &it);
 	else if (it.k != JV_LIST)
 		return jx_err(c, st->b, JINJA_E_RUNTIME, "{%% for %%}: cannot iterate over a %s",
 			      jv_type_name(it));
@@ -842,6 +847,8 @@ int jinja_render(const struct jinja_template *t, const struct cJSON *context,
 	if (!rc && !b.p && !(b.p = calloc(1, 1)))
 		rc = err_set(err, err_len, JINJA_E_NOMEM, "out of memory");
 out:
+	if (c.ctype)
+		freelocale(c.ctype);
 	jarena_free(&c.arena);
 	if (rc) {
 		free(b.p);

@@ -410,7 +410,7 @@ int jx_join(struct jctx *c, const struct jn *at, struct jv items, struct jv sep,
 	return rc;
 }
 
-static int chars(struct jctx *c, const struct jn *at, struct jv s, struct jv *out)
+int jx_str_chars(struct jctx *c, const struct jn *at, struct jv s, struct jv *out)
 {
 	size_t n = 0;
 	for (size_t k = 0; k < s.u.s.n; k += jv_cp_len(s.u.s.p + k, s.u.s.n - k))
@@ -433,7 +433,7 @@ static int f_join(struct filter_call *f, struct jv *out)
 	if (rc || (rc = arg_str(f, 1, "attribute", &attr)))
 		return rc;
 	if (items.k == JV_STR)
-		rc = chars(f->c, f->at, items, &items);
+		rc = jx_str_chars(f->c, f->at, items, &items);
 	else if (items.k != JV_LIST)
 		return ferr_type(f);
 	return rc ? rc : jx_join(f->c, f->at, items, sep ? *sep : jv_str("", 0), attr, out);
@@ -496,7 +496,7 @@ static int f_first_last(struct filter_call *f, struct jv *out)
 	struct jv in = f->in;
 	int rc = 0;
 	if (in.k == JV_STR)
-		rc = chars(f->c, f->at, in, &in);
+		rc = jx_str_chars(f->c, f->at, in, &in);
 	else if (in.k != JV_LIST)
 		return ferr_type(f);
 	size_t n = rc ? 0 : in.u.l->n;
@@ -511,7 +511,7 @@ static int f_list(struct filter_call *f, struct jv *out)
 		return 0;
 	}
 	if (f->in.k == JV_STR)
-		return chars(f->c, f->at, f->in, out);
+		return jx_str_chars(f->c, f->at, f->in, out);
 	if (f->in.k == JV_DICT)
 		return jx_dict_keys(f->c, f->at, f->in, out);
 	return ferr_type(f);
@@ -521,7 +521,7 @@ static int f_reverse(struct filter_call *f, struct jv *out)
 {
 	struct jv in = f->in;
 	bool str = in.k == JV_STR;
-	int rc = str ? chars(f->c, f->at, in, &in) : in.k == JV_LIST ? 0 : ferr_type(f);
+	int rc = str ? jx_str_chars(f->c, f->at, in, &in) : in.k == JV_LIST ? 0 : ferr_type(f);
 	if (rc)
 		return rc;
 	size_t n = in.u.l->n;
@@ -760,8 +760,9 @@ static int f_round(struct filter_call *f, struct jv *out)
 		p = p < 0 ? -15 : 15;
 	double x = f->in.k == JV_INT ? (double)f->in.u.i : f->in.u.f, m = pow(10, (double)p);
 	char how = method ? method->u.s.p[0] : 'c';
+	/* common: Python's round, halves to even */
 	double r = how == 'f' ? floor(x * m) / m : how == 'c' && method && method->u.s.n == 4 ? ceil(x * m) / m
-										   : round(x * m) / m;
+										   : nearbyint(x * m) / m;
 	*out = jv_float(r);
 	return 0;
 }

@@ -5,6 +5,7 @@
  * public face. */
 #pragma once
 
+#include <locale.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -211,6 +212,8 @@ struct jctx {
 	time_t now;
 	struct jscope *globals;
 	const struct jn *last; /* the node being evaluated: where an error without one is */
+	locale_t ctype; /* C.UTF-8, made on first non-ASCII upper()/lower() */
+	bool ctype_tried;
 	struct jv caller; /* the caller a {% call %} block hands to the macro it calls */
 	char *err;
 	size_t err_len;
@@ -252,7 +255,7 @@ struct jv *jx_dict_get(const struct jdict *d, const char *k, size_t kn);
 
 bool jv_truthy(struct jv v);
 /* JavaScript's == on the two values (what the reference's == does). */
-bool jv_loose_eq(struct jv a, struct jv b);
+bool jv_loose_eq(struct jctx *c, struct jv a, struct jv b);
 /* JavaScript's === (what `in` on a list uses). */
 bool jv_strict_eq(struct jv a, struct jv b);
 const char *jv_type_name(struct jv v);
@@ -329,6 +332,8 @@ const struct jv *jargs_get(const struct jargs *a, size_t i, const char *name);
 /* A list of the dict's items as [key, value] pairs. */
 int jx_dict_items(struct jctx *c, const struct jn *at, struct jv d, struct jv *out);
 int jx_dict_keys(struct jctx *c, const struct jn *at, struct jv d, struct jv *out);
+/* The string's code points as a list of one-character strings. */
+int jx_str_chars(struct jctx *c, const struct jn *at, struct jv s, struct jv *out);
 /* getattr along a dotted path as the reference's filters read it. */
 struct jv jx_attr_path(struct jv item, const char *path, size_t n);
 /* The loop object's members (undefined for a name it lacks). */

@@ -6,6 +6,7 @@
  * raise_exception's message comes back as written, and what a template
  * mentions is reported by jinja_template_uses. */
 #include <check.h>
+#include <pthread.h>
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -340,6 +341,157 @@ static const struct ref_case ref_cases[] = {
 	 "{% for tc in messages[2].tool_calls %}{{ tc.function.arguments|tojson(indent=4) }}{% endfor %}",
 	 "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"Hello\", \"tool_calls\": [{\"function\": {\"name\": \"f\", \"arguments\": {\"a\": 1, \"b\": [1, 2.5, \"x\"]}}}]}, {\"role\": \"user\", \"content\": \"<think>\\nx\\n</think>\\n\\nok\"}], \"bos_token\": \"<s>\", \"add_generation_prompt\": true}",
 	 "{\n    \"a\": 1,\n    \"b\": [\n        1,\n        2.5,\n        \"x\"\n    ]\n}"},
+	{"key_order",
+	 "{{ d|tojson }}|{% for k in d %}{{ k }},{% endfor %}",
+	 "{\"d\": {\"b\": 1, \"10\": 2, \"a\": 3, \"2\": 4, \"01\": 5}}",
+	 "{\"2\": 4, \"10\": 2, \"b\": 1, \"a\": 3, \"01\": 5}|2,10,b,a,01,"},
+	{"macro_defaults_chain",
+	 "{% macro m(a, b=a ~ '!', c=none) %}{{ a }}{{ b }}{{ c is none }}{% endmacro %}{{ m('x') }}|{{ m('y', c=1) }}",
+	 "{}",
+	 "xx!true|yy!false"},
+	{"call_with_args",
+	 "{% macro lst(items) %}{% for i in items %}[{{ caller(i) }}]{% endfor %}{% endmacro %}{% call(x) lst([1, 2]) %}<{{ x * 10 }}>{% endcall %}",
+	 "{}",
+	 "[<10>][<20>]"},
+	{"filter_block_args",
+	 "{% filter replace('a', 'o') %}banana{% endfilter %}",
+	 "{}",
+	 "bonono"},
+	{"nested_macros",
+	 "{% macro inner(x) %}({{ x }}){% endmacro %}{% macro outer(x) %}{{ inner(x) ~ inner(x ~ x) }}{% endmacro %}{{ outer('a') }}",
+	 "{}",
+	 "(a)(aa)"},
+	{"select_print",
+	 "[{{ 'a' if x is defined }}][{{ 'b' if true }}]",
+	 "{}",
+	 "[][b]"},
+	{"unicode_ws_control",
+	 "x\302\240 \342\200\203{{- 'y' -}}\343\200\200\n z",
+	 "{}",
+	 "xyz"},
+	{"lstrip_tabs_comments",
+	 "a\n\t  {# c #}\n\t{% if true %}\n\tb\n\t{% endif %}\n",
+	 "{}",
+	 "a\n\tb\n"},
+	{"dictsort_opts",
+	 "{{ {'b': 1, 'A': 2, 'c': 0}|dictsort(reverse=true) }}{{ {'b': 1, 'A': 2}|dictsort(true) }}",
+	 "{}",
+	 "[[\"c\", 0], [\"b\", 1], [\"A\", 2]][[\"A\", 2], [\"b\", 1]]"},
+	{"sort_case",
+	 "{{ ['b', 'A', 'a', 'B']|sort(case_sensitive=true) }}{{ ['b', 'A', 'a', 'B']|sort }}",
+	 "{}",
+	 "[\"A\", \"B\", \"a\", \"b\"][\"A\", \"a\", \"b\", \"B\"]"},
+	{"tojson_controls",
+	 "{{ '\\u0001\\u007f\\u00e9\\ud83d\\ude00\\t'|tojson }}|{{ '\\u00e9\\ud83d\\ude00'|tojson(ensure_ascii=true) }}",
+	 "{}",
+	 "\"\\u0001\177\303\251\360\237\230\200\\t\"|\"\\u00e9\\ud83d\\ude00\""},
+	{"replace_count_kw",
+	 "{{ 'aaa'|replace('a', 'b', count=1) }}{{ 'aaa'.replace('a', 'c', 2) }}",
+	 "{}",
+	 "baacca"},
+	{"split_ws",
+	 "{{ 'a\\tb\\n c  '.split()|length }}{{ '  '.split() }}",
+	 "{}",
+	 "3[]"},
+	{"messages_len",
+	 "{% set ns = namespace(last=messages|length - 1) %}{{ ns.last }}{{ (messages|length - 1) - 1 }}",
+	 "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"Hello\", \"tool_calls\": [{\"function\": {\"name\": \"f\", \"arguments\": {\"a\": 1, \"b\": [1, 2.5, \"x\"]}}}]}, {\"role\": \"user\", \"content\": \"<think>\\nx\\n</think>\\n\\nok\"}], \"bos_token\": \"<s>\", \"add_generation_prompt\": true}",
+	 "32"},
+	{"indent_first",
+	 "{{ 'a\\nb'|indent(4, first=true) }}",
+	 "{}",
+	 "    a\n    b"},
+	{"ns_from_dict",
+	 "{% set ns = namespace({'a': 1}, b=2) %}{{ ns.a }}{{ ns.b }}{{ ns is mapping }}",
+	 "{}",
+	 "12false"},
+	{"items_of_loop_scope",
+	 "{% for m in messages %}{% set last = m.role %}{% endfor %}[{{ last }}]",
+	 "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"Hello\", \"tool_calls\": [{\"function\": {\"name\": \"f\", \"arguments\": {\"a\": 1, \"b\": [1, 2.5, \"x\"]}}}]}, {\"role\": \"user\", \"content\": \"<think>\\nx\\n</think>\\n\\nok\"}], \"bos_token\": \"<s>\", \"add_generation_prompt\": true}",
+	 "[]"},
+	{"tool_args_string",
+	 "{% set a = '{\"x\": 1}' %}{{ a if a is string else a|tojson }}",
+	 "{}",
+	 "{\"x\": 1}"},
+	{"none_print_in_concat",
+	 "{{ [none, x]|string }}",
+	 "{}",
+	 "[null, undefined]"},
+	{"int_keys_member",
+	 "{{ d['2'] }}{{ d.a }}",
+	 "{\"d\": {\"a\": 1, \"2\": \"two\"}}",
+	 "two1"},
+	{"loop_in_macro",
+	 "{% macro m(xs) %}{% for x in xs %}{{ loop.index }}{% endfor %}{% endmacro %}{{ m([5, 6]) }}",
+	 "{}",
+	 "12"},
+	{"pow_assoc",
+	 "{{ 2 ** 3 ** 2 }}{{ -2 ** 2 }}{{ 2 * 3 % 4 }}",
+	 "{}",
+	 "6442"},
+	{"concat_prec",
+	 "{{ 'a' ~ 1 + 2 }}{{ 1 + 2 ~ 'b' }}",
+	 "{}",
+	 "a123b"},
+	{"generation_ws",
+	 "A\n  {%- generation %}  B {% endgeneration -%}\n  C",
+	 "{}",
+	 "A  B C"},
+	{"trim_blocks_in_string",
+	 "{{ '%}\n' }}x",
+	 "{}",
+	 "%}x"},
+	{"loose_eq_containers",
+	 "{{ 'a,b' == ['a,b'] }}{{ 1 == [1] }}{{ [1, 2] == '1,2' }}{{ {} == '[object Map]' }}{{ [] == '' }}",
+	 "{}",
+	 "truetruetruetruetrue"},
+	{"div_zero_js",
+	 "{{ 1 / 0 }}|{{ -1 / 0 }}|{{ (0 / 0) is number }}",
+	 "{}",
+	 "Infinity|-Infinity|true"},
+	{"unicode_case",
+	 "{{ '\303\251a \303\261\303\221'|upper }}|{{ '\303\211A \316\251'|lower }}|{{ '\303\251 a'|capitalize }}|{{ '\303\251a b'|title }}|{{ 'stra\303\237e'.upper() is defined }}",
+	 "{}",
+	 "\303\211A \303\221\303\221|\303\251a \317\211|\303\211 a|\303\251A B|true"},
+	{"tuple_iterable",
+	 "{{ (1, 2) is iterable }}{{ [1, 2] is iterable }}{{ (1, 2) is sequence }}",
+	 "{}",
+	 "falsetruetrue"},
+
+};
+
+/* What the reference lacks (it refuses these) and Jinja2 has: rendered as
+ * Jinja2 3.1.6 renders them (ImmutableSandboxedEnvironment, trim_blocks,
+ * lstrip_blocks, loopcontrols), booleans printed as the reference prints
+ * them ("true", not "True"). */
+static const struct ref_case jinja2_cases[] = {
+	{"test_float", "{{ 1.5 is float }}{{ 1 is float }}", "{}", "truefalse"},
+	{"test_divisible", "{{ 9 is divisibleby(3) }}{{ 9 is divisibleby 4 }}", "{}", "truefalse"},
+	{"test_cmp", "{{ 3 is gt 2 }}{{ 3 is lt(2) }}{{ 3 is ne 3 }}{{ 2 is le 2 }}{{ 'a' is in 'cat' }}{{ 1 is sameas 1 }}", "{}", "truefalsefalsetruetruetrue"},
+	{"count_filter", "{{ [1,2,3]|count }}", "{}", "3"},
+	{"select_reject", "{{ [1,2,3,4]|select('odd')|list }}{{ [1,2,3,4]|reject('even')|list }}{{ [0,1,'',2]|select|list }}", "{}", "[1, 3][1, 3][1, 2]"},
+	{"map_filter", "{{ ['a','B']|map('upper')|join(',') }}{{ [' x ']|map('trim')|join }}", "{}", "A,Bx"},
+	{"batch", "{% for row in [1,2,3,4,5]|batch(2) %}{{ row|join(',') }};{% endfor %}", "{}", "1,2;3,4;5;"},
+	{"minmax", "{{ [3,1,2]|max }}{{ [3,1,2]|min }}{{ ([{'a': 2}, {'a': 5}]|max(attribute='a')).a }}", "{}", "315"},
+	{"sum", "{{ [1,2,3]|sum }}{{ [{'n': 1}, {'n': 2}]|sum(attribute='n') }}", "{}", "63"},
+	{"round", "{{ 2.567|round(2) }}{{ 2.5|round }}{{ 2.1|round(0, 'ceil') }}{{ 2.9|round(method='floor') }}", "{}", "2.572.03.02.0"},
+	{"wordcount", "{{ 'a b  c'|wordcount }}", "{}", "3"},
+	{"truncate", "{{ 'hello world this is long text here'|truncate(15) }}|{{ 'short'|truncate(15) }}", "{}", "hello world...|short"},
+	{"escape", "{{ '<a href=\"x\">&</a>'|escape }}", "{}", "&lt;a href=&#34;x&#34;&gt;&amp;&lt;/a&gt;"},
+	{"str_find", "{{ 'hello'.find('l') }}{{ 'hello'.find('z') }}{{ 'hello'.count('l') }}", "{}", "2-12"},
+	{"str_join", "{{ ', '.join(['a', 'b']) }}", "{}", "a, b"},
+	{"str_is", "{{ '123'.isdigit() }}{{ 'ab'.isalpha() }}{{ ' '.isspace() }}{{ 'a1'.isalnum() }}{{ ''.isdigit() }}", "{}", "truetruetruetruefalse"},
+	{"rsplit", "{{ 'a.b.c'.rsplit('.', 1)|join('|') }}{{ 'a b  c'.split()|length }}", "{}", "a.b|c3"},
+	{"list_methods", "{{ [1,2,3].index(2) }}{{ [1,2,2].count(2) }}", "{}", "12"},
+	{"dict_global", "{{ dict(a=1, b=2)|tojson }}", "{}", "{\"a\": 1, \"b\": 2}"},
+	{"loop_cycle", "{% for x in [1,2,3] %}{{ loop.cycle('odd', 'even') }} {% endfor %}", "{}", "odd even odd "},
+	{"raw", "{% raw %}{{ not rendered }}{% endraw %}", "{}", "{{ not rendered }}"},
+	{"d_alias", "{{ x|d('z') }}", "{}", "z"},
+	{"list_str", "{{ 'ab'|list|join('-') }}", "{}", "a-b"},
+	{"reverse_str", "{{ 'abc'|reverse }}", "{}", "cba"},
+	{"first_str", "{{ 'abc'|first }}{{ 'abc'|last }}", "{}", "ac"},
+	{"join_attr", "{{ [{'n': 'a'}, {'n': 'b'}]|join(',', attribute='n') }}", "{}", "a,b"},
+	{"for_string", "{% for c in 'ab' %}{{ c }}{% endfor %}", "{}", "ab"},
 };
 
 /* Renders tpl with ctx (JSON text); the return code, *out (free it) and err. */
@@ -362,15 +514,73 @@ static int render(const char *tpl, const char *ctx, const struct jinja_env *env,
 	return rc;
 }
 
-START_TEST(test_reference_renders)
+static void check_case(const struct ref_case *rc)
 {
-	const struct ref_case *rc = &ref_cases[_i];
 	char err[512] = "", *out = NULL;
 	int code = render(rc->tpl, rc->ctx, NULL, &out, err, sizeof(err));
 	ck_assert_msg(code == 0, "%s: error %d: %s", rc->name, code, err);
 	ck_assert_msg(strcmp(out, rc->want) == 0, "%s: rendered\n[%s]\nwant\n[%s]", rc->name, out,
 		      rc->want);
 	free(out);
+}
+
+START_TEST(test_reference_renders)
+{
+	check_case(&ref_cases[_i]);
+}
+END_TEST
+
+START_TEST(test_jinja2_renders)
+{
+	check_case(&jinja2_cases[_i]);
+}
+END_TEST
+
+/* One parsed template, rendered by several threads at once: each render
+ * has its own state, and every thread gets the single-thread bytes. */
+struct thread_job {
+	const struct jinja_template *t;
+	const cJSON *ctx;
+	const char *want;
+	int failures;
+};
+
+static void *render_many(void *arg)
+{
+	struct thread_job *job = arg;
+	for (int i = 0; i < 200; i++) {
+		char err[256], *out = NULL;
+		if (jinja_render(job->t, job->ctx, NULL, &out, NULL, err, sizeof(err)) != 0 ||
+		    strcmp(out, job->want) != 0)
+			job->failures++;
+		free(out);
+	}
+	return NULL;
+}
+
+START_TEST(test_threads_share_a_template)
+{
+	const struct ref_case *rc = NULL;
+	for (size_t i = 0; i < sizeof(ref_cases) / sizeof(ref_cases[0]); i++)
+		if (strcmp(ref_cases[i].name, "gemma_like") == 0)
+			rc = &ref_cases[i];
+	ck_assert_ptr_nonnull(rc);
+	struct jinja_template *t;
+	char err[256];
+	ck_assert_int_eq(jinja_parse(rc->tpl, strlen(rc->tpl), &t, err, sizeof(err)), 0);
+	cJSON *ctx = cJSON_Parse(rc->ctx);
+	struct thread_job jobs[4];
+	pthread_t th[4];
+	for (int i = 0; i < 4; i++) {
+		jobs[i] = (struct thread_job){.t = t, .ctx = ctx, .want = rc->want};
+		ck_assert_int_eq(pthread_create(&th[i], NULL, render_many, &jobs[i]), 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		ck_assert_int_eq(jobs[i].failures, 0);
+	}
+	cJSON_Delete(ctx);
+	jinja_template_free(t);
 }
 END_TEST
 
@@ -454,6 +664,7 @@ START_TEST(test_runtime_errors)
 			    "1:15: dict.update(): templates may not change values (the sandbox refuses it)");
 	assert_render_error("{{ 9223372036854775807 + 1 }}", JINJA_E_RUNTIME, "1:24: +: integer overflow");
 	assert_render_error("{{ 1 // 0 }}", JINJA_E_RUNTIME, "1:6: //: division by zero");
+	assert_render_error("{{ 5 % 0 }}", JINJA_E_RUNTIME, "1:6: %: division by zero");
 	assert_render_error("{% set x = 1 %}{% set x.a = 2 %}", JINJA_E_RUNTIME,
 			    "1:24: {% set %}: cannot assign an attribute of a integer (only of a namespace)");
 	assert_render_error("{{ raise_exception('no ' ~ messages[0].role ~ 's') }}", JINJA_E_RAISED,
@@ -520,9 +731,12 @@ int main(void)
 	TCase *tc = tcase_create("render");
 	tcase_add_loop_test(tc, test_reference_renders, 0,
 			    (int)(sizeof(ref_cases) / sizeof(ref_cases[0])));
+	tcase_add_loop_test(tc, test_jinja2_renders, 0,
+			    (int)(sizeof(jinja2_cases) / sizeof(jinja2_cases[0])));
 	tcase_add_test(tc, test_strftime_now_uses_env_time);
 	tcase_add_test(tc, test_raise_exception_message);
 	tcase_add_test(tc, test_uses);
+	tcase_add_test(tc, test_threads_share_a_template);
 	tcase_add_test(tc, test_syntax_errors);
 	tcase_add_test(tc, test_runtime_errors);
 	tcase_add_test(tc, test_budgets);
