@@ -62,9 +62,10 @@ static int no_template_fields(const struct gen_args *a, struct api_error *e)
 }
 
 /* The chat prompt's text: through the model's own template (cr), else the
- * C families with the messages from chat_first_new on. */
+ * C families with the messages from chat_first_new on.  pin: *system_end
+ * is wanted. */
 static int chat_text(const struct tokenizer *tok, const struct chat_render *cr,
-                     struct gen_args *a, bool add_bos, char **text, size_t *len,
+                     struct gen_args *a, bool add_bos, bool pin, char **text, size_t *len,
                      size_t *system_end, struct api_error *e)
 {
 	char err[SINKD_ERR_LEN];
@@ -85,7 +86,9 @@ static int chat_text(const struct tokenizer *tok, const struct chat_render *cr,
 		                               .tools = a->tools,
 		                               .reasoning_effort = a->reasoning_effort,
 		                               .kwargs = a->chat_template_kwargs};
-		rc = chat_render_prompt(cr, &in, text, len, system_end, err, sizeof(err));
+		/* the pinned part costs renders of its own: only when it is used */
+		rc = chat_render_prompt(cr, &in, text, len, pin ? system_end : NULL, err,
+		                        sizeof(err));
 	} else {
 		rc = no_template_fields(a, e);
 		if (rc)
@@ -238,7 +241,8 @@ int gen_prepare_prompt(struct request *r, struct gen_args *a, bool add_bos, int3
 	if (a->chat) {
 		text = NULL;
 		struct chat_render *cr = server_chat_render(r->srv);
-		int crc = chat_text(tok, cr, a, add_bos, &text, &len, &system_end, e);
+		bool pin = add_bos && server_pin_system_prompt(r->srv);
+		int crc = chat_text(tok, cr, a, add_bos, pin, &text, &len, &system_end, e);
 		chat_render_unref(cr);
 		if (crc)
 			return crc;
