@@ -8,7 +8,8 @@
 #     same prompt_tokens, the same greedy tokens and the same logprobs;
 #     chat_template_kwargs {"enable_thinking": false} adds the empty think
 #     block; tools offered are the template's <tools> system turn; the
-#     Responses API renders the same way;
+#     Responses API renders the same way, and a stored response continued
+#     adds only the new turn;
 #   - a session re-sent the whole conversation holds what a session fed
 #     only the new messages holds (Qwen3 renders answered turns without
 #     their think block: the session keeps what the model wrote), and the
@@ -114,6 +115,13 @@ out["calls"] = chat_vs_ids([sys_msg, user, call_msg, result], calls_text)
 out["responses"] = chat_vs_ids("Hi there", "<|im_start|>user\nHi there<|im_end|>\n"
                                "<|im_start|>assistant\n<think>\n\n</think>\n\n",
                                {"chat_template_kwargs": {"enable_thinking": False}}, api="responses")
+# a stored response continued: only what the new input adds (no preamble again)
+st, r1 = call("POST", "/v1/responses", {"input": "Hello there", "max_output_tokens": 3})
+st, r2 = call("POST", "/v1/responses", {"input": "And then", "previous_response_id": r1.get("id"),
+                                        "max_output_tokens": 3})
+out["responses_next"] = {"status": st, "input_tokens": r2.get("usage", {}).get("input_tokens"),
+                         "want": len(ids_of("<|im_start|>user\nAnd then<|im_end|>\n"
+                                            "<|im_start|>assistant\n"))}
 out["bad_kwargs"] = call("POST", "/v1/chat/completions",
                          {"messages": [user], "chat_template_kwargs": [1]})
 # the pinned system part: the template's system turn
@@ -150,6 +158,8 @@ same='j[k]["status"] == 200 and j[k]["prompt_tokens"] == j[k]["n_ids"] and j[k][
 for k in plain no_think think_true tools calls responses; do
 	jcheck "$k: the prompt is Qwen3's template output (same ids, same greedy logprobs)" "$q" "(lambda k: $same)('$k')"
 done
+jcheck "a stored response continued adds only the new turn" "$q" \
+	'j["responses_next"]["status"] == 200 and j["responses_next"]["input_tokens"] == j["responses_next"]["want"]'
 jcheck "enable_thinking false adds the empty think block" "$q" 'j["no_think"]["prompt_tokens"] > j["plain"]["prompt_tokens"]'
 jcheck "chat_template_kwargs not an object: 400 naming it" "$q" \
 	'j["bad_kwargs"][0] == 400 and j["bad_kwargs"][1]["error"]["param"] == "chat_template_kwargs"'
