@@ -241,6 +241,9 @@ static int member_index(struct jctx *c, const struct jn *at, struct jv obj, int6
 	 * they differ only past U+FFFF) */
 	const char *p = obj.u.s.p;
 	size_t n = obj.u.s.n, count = 0;
+	int rc = jx_charge(c, at, n / 64);
+	if (rc)
+		return rc;
 	for (size_t k = 0; k < n; k += jv_cp_len(p + k, n - k))
 		count++;
 	if (i < 0)
@@ -252,7 +255,7 @@ static int member_index(struct jctx *c, const struct jn *at, struct jv obj, int6
 		k += jv_cp_len(p + k, n - k);
 	char *dst;
 	size_t len = jv_cp_len(p + k, n - k);
-	int rc = jx_str_new(c, at, len, &dst, out);
+	rc = jx_str_new(c, at, len, &dst, out);
 	if (!rc)
 		memcpy(dst, p + k, len);
 	return rc;
@@ -359,6 +362,8 @@ static int eval_slice(struct jctx *c, struct jscope *s, const struct jn *e, stru
 	size_t n = obj.k == JV_LIST ? obj.u.l->n : 0;
 	size_t *cps = NULL;
 	if (obj.k == JV_STR) {
+		if ((rc = jx_charge(c, e, obj.u.s.n / 16)))
+			return rc;
 		if (!(cps = jx_alloc(c, (obj.u.s.n + 1) * sizeof(*cps))))
 			return jx_nomem(c, e);
 		for (size_t k = 0; k < obj.u.s.n; k += jv_cp_len(obj.u.s.p + k, obj.u.s.n - k))
