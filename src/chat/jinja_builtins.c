@@ -394,20 +394,13 @@ static int m_endswith(struct jctx *c, const struct jn *at, struct jv self, const
 	return str_affix(c, at, self, a, true, out);
 }
 
+/* memmem: linear time, so that a hostile pattern cannot make a search
+ * quadratic. */
 static const char *find_bytes(const char *h, size_t hn, const char *n, size_t nn)
 {
 	if (nn == 0)
 		return h;
-	if (nn > hn)
-		return NULL;
-	for (const char *p = h; p + nn <= h + hn; p++) {
-		p = memchr(p, n[0], (size_t)(h + hn - p) - nn + 1);
-		if (!p)
-			return NULL;
-		if (memcmp(p, n, nn) == 0)
-			return p;
-	}
-	return NULL;
+	return memmem(h, hn, n, nn);
 }
 
 struct list_builder {
@@ -474,6 +467,8 @@ static int str_split(struct jctx *c, const struct jn *at, struct jv self, const 
 	int rc = 0;
 	if (maxv && maxv->k != JV_INT)
 		return jx_err(c, at, JINJA_E_RUNTIME, "split(): maxsplit must be an integer");
+	if ((rc = jx_charge(c, at, self.u.s.n / 64)))
+		return rc;
 	if (!sep || sep->k == JV_NONE || sep->k == JV_UNDEF) {
 		if ((rc = split_space(c, at, self, from_right ? -1 : max, &b)))
 			return rc;
@@ -548,7 +543,7 @@ static int m_find(struct jctx *c, const struct jn *at, struct jv self, const str
 {
 	struct jv x = {0};
 	int rc = str_arg(c, at, a, "find", &x);
-	if (rc)
+	if (rc || (rc = jx_charge(c, at, self.u.s.n / 64)))
 		return rc;
 	const char *hit = find_bytes(self.u.s.p, self.u.s.n, x.u.s.p, x.u.s.n);
 	*out = jv_int(hit ? cp_index(self.u.s.p, (size_t)(hit - self.u.s.p)) : -1);
@@ -567,7 +562,7 @@ static int m_count(struct jctx *c, const struct jn *at, struct jv self, const st
 	}
 	struct jv x = {0};
 	int rc = str_arg(c, at, a, "count", &x);
-	if (rc)
+	if (rc || (rc = jx_charge(c, at, self.u.s.n / 64)))
 		return rc;
 	int64_t n = 0;
 	if (x.u.s.n == 0) {
@@ -671,7 +666,7 @@ int jx_method(struct jctx *c, const struct jn *at, struct jv self, const char *n
 	if (self.k == JV_STR) {
 		if (eq(name, n, "length")) { /* JavaScript's .length: UTF-16 units */
 			*out = jv_int((int64_t)jv_utf16_len(self.u.s.p, self.u.s.n));
-			return 0;
+			return jx_charge(c, at, self.u.s.n / 64);
 		}
 		for (size_t i = 0; i < sizeof(str_methods) / sizeof(str_methods[0]); i++)
 			if (eq(name, n, str_methods[i].name))

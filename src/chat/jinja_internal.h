@@ -161,6 +161,8 @@ struct jent {
 struct jdict {
 	size_t n, cap;
 	struct jent *e;
+	uint32_t *slots; /* from 16 entries: open addressing, entry index + 1 (0: empty) */
+	size_t n_slots;  /* a power of two, over twice n */
 };
 
 struct jloop {

@@ -15,8 +15,9 @@
 #include "util/errbuf.h"
 #include "util/utf8.h"
 
-/* Sources larger than this are refused: offsets fit uint32_t with room. */
-#define JINJA_MAX_SOURCE (64u << 20)
+/* Sources larger than this are refused (real templates are tens of KiB;
+ * lexing takes about ten bytes of working memory a byte). */
+#define JINJA_MAX_SOURCE (4u << 20)
 
 /* Text after a rewrite, with each byte's offset in the original source. */
 struct ptext {

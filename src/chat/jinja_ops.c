@@ -158,13 +158,7 @@ static bool contains(struct jv hay, struct jv needle)
 	}
 	if (hay.k == JV_DICT)
 		return jx_dict_get(hay.u.d, needle.u.s.p, needle.u.s.n) != NULL;
-	size_t n = needle.u.s.n, h = hay.u.s.n;
-	if (n == 0)
-		return true;
-	for (size_t i = 0; i + n <= h; i++)
-		if (hay.u.s.p[i] == needle.u.s.p[0] && memcmp(hay.u.s.p + i, needle.u.s.p, n) == 0)
-			return true;
-	return false;
+	return needle.u.s.n == 0 || memmem(hay.u.s.p, hay.u.s.n, needle.u.s.p, needle.u.s.n) != NULL;
 }
 
 static int unknown(struct jctx *c, const struct jn *at, int op, struct jv l, struct jv r)

@@ -457,6 +457,18 @@ static const struct ref_case ref_cases[] = {
 	 "{{ (1, 2) is iterable }}{{ [1, 2] is iterable }}{{ (1, 2) is sequence }}",
 	 "{}",
 	 "falsetruetrue"},
+	{"macro_undefined_arg",
+	 "{% macro m(a=1, b=2) %}[{{ a }}{{ b }}]{% endmacro %}{{ m(undefined_x) }}{{ m(none, b=undefined_y) }}{{ m() }}",
+	 "{}",
+	 "[2][][12]"},
+	{"break_in_set_block",
+	 "{% for i in [1,2,3] %}{% set x %}A{% if i == 2 %}{% break %}{% endif %}{% endset %}{{ x }}{% endfor %}",
+	 "{}",
+	 "A"},
+	{"continue_in_filter_block",
+	 "{% for i in [1,2,3] %}{% filter upper %}a{{ i }}{% if i == 2 %}{% continue %}{% endif %}{% endfilter %}{% endfor %}",
+	 "{}",
+	 "A1A3"},
 
 };
 
