@@ -33,7 +33,7 @@ if ! [[ "$secs" =~ ^[0-9]+$ ]] || [ "$secs" -lt 1 ]; then
 	exit 2
 fi
 shift
-all_targets=(request config gguf tokenizer detok stopstr snapshot)
+all_targets=(request config gguf tokenizer detok stopstr snapshot jinja)
 targets=("$@")
 [ "${#targets[@]}" -gt 0 ] || targets=("${all_targets[@]}")
 
@@ -43,6 +43,7 @@ max_len() {
 	case $1 in
 	gguf | snapshot) echo 65536 ;;
 	config) echo 16384 ;;
+	jinja) echo 20480 ;;
 	request) echo 8192 ;;
 	detok) echo 6144 ;;
 	*) echo 4096 ;;
