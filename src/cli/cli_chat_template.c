@@ -352,7 +352,7 @@ static int ct_load_template(const struct ct_args *a, const struct ct_model *m,
 	char err[SINKD_ERR_LEN] = "";
 	char *src = NULL;
 	size_t len = 0;
-	const char *what = a->template_path ? a->template_path : a->model_path;
+	const char *what = a->template_path ? a->template_path : "tokenizer.chat_template";
 	if (a->template_path) {
 		if (cli_read_path(a->template_path, &src, &len, err, sizeof(err))) {
 			fprintf(stderr, "sinkd chat-template: %s\n", err);
@@ -364,7 +364,8 @@ static int ct_load_template(const struct ct_args *a, const struct ct_model *m,
 	free(src);
 	if (rc == 0)
 		return 0;
-	fprintf(stderr, "sinkd chat-template: %s: %s\n", what, err);
+	/* "FILE:LINE:COL: construct: message", as a compiler writes it */
+	fprintf(stderr, "sinkd chat-template: %s%s%s\n", what, rc == JINJA_E_SYNTAX ? ":" : ": ", err);
 	return rc == JINJA_E_SYNTAX ? CT_EXIT_SYNTAX : 1;
 }
 

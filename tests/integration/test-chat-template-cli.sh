@@ -70,7 +70,7 @@ status() { # expected-status description template-text [context]
 	check "$what: exit $want" [ $? -eq "$want" ]
 }
 status 3 "a template that does not parse" $'line one\n{% if x %}never closed'
-check "  the message has LINE:COL" grep -qE ':[0-9]+:[0-9]+: ' "$tmp/s.err"
+check "  the message names FILE:LINE:COL and the construct" grep -qE "s\.jinja:2:[0-9]+: \{% if %\}" "$tmp/s.err"
 status 4 "raise_exception" "{{ raise_exception('Roles must alternate') }}"
 check "  its message on stderr" grep -q "Roles must alternate" "$tmp/s.err"
 check "  and nothing on stdout" [ ! -s "$tmp/s.out" ]

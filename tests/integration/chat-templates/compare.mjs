@@ -3,7 +3,8 @@
 // Usage: node compare.mjs OUT_DIR KNOWN_REFUSALS
 // OUT_DIR holds render-hf.mjs's files and, per template, tID.sinkd.jsonl
 // (sinkd's result lines), tID.sinkd.err and tID.sinkd.rc (its stderr and
-// exit status: 3 when the template does not parse).
+// exit status: 3 when the template does not parse; any other status but 0
+// fails every case of the template).
 // A case matches when both render the same bytes, when both raise the same
 // raise_exception message, or when both fail otherwise (a parse or type
 // error: the messages differ by design).  A case where only one side fails
@@ -43,8 +44,9 @@ function sinkdResults(t) {
 	const rc = Number(read(`t${t.id}.sinkd.rc`).trim());
 	const err = read(`t${t.id}.sinkd.err`).trim();
 	if (rc === 0) return lines(read(`t${t.id}.sinkd.jsonl`));
-	const kind = rc === 3 ? "syntax" : "exit " + rc;
-	return caseNames.map(() => ({ ok: false, kind, error: err.replace(/^sinkd chat-template: [^:]*: /, "") }));
+	// Any other status (a crash, a sanitizer report) fails every case.
+	const kind = rc === 3 ? "syntax" : "crash";
+	return caseNames.map(() => ({ ok: false, kind, error: err.replace(/^sinkd chat-template: \S*?\.jinja:/, "") }));
 }
 
 function firstDiff(a, b) {
@@ -63,6 +65,7 @@ function showDiff(t, name, hf, ours) {
 }
 
 function classify(hf, ours) {
+	if (ours.kind === "crash") return "different";
 	if (hf.ok && ours.ok) return hf.text === ours.text ? "identical" : "different";
 	if (!hf.ok && !ours.ok) {
 		if (hf.raised || ours.kind === "raised")
@@ -80,7 +83,7 @@ function main() {
 	for (const t of manifest) {
 		const hf = lines(read(`t${t.id}.hf.jsonl`));
 		const ours = sinkdResults(t);
-		const row = { name: t.name, cases: hf.length, identical: 0, refused: 0, known: 0, different: 0 };
+		const row = { name: t.name, cases: hf.length, identical: 0, refused: 0, known: 0, different: 0, why: "" };
 		let shown = false;
 		hf.forEach((h, i) => {
 			const o = ours[i] || { ok: false, kind: "missing", error: "no result line" };
@@ -101,6 +104,7 @@ function main() {
 				}
 			}
 			row[c]++;
+			if (c === "refused" && !row.why) row.why = `Hugging Face: ${h.error.slice(0, 90)}; sinkd: ${o.error.slice(0, 90)}`;
 			if (c === "different" && !shown) {
 				shown = true;
 				if (h.ok && o.ok) showDiff(t, name, h.text, o.text);
@@ -118,6 +122,9 @@ function main() {
 	console.log(`${"template".padEnd(w)} ${"cases".padStart(5)} ${"identical".padStart(9)} ${"refused".padStart(7)} ${"known".padStart(5)} ${"different".padStart(9)}`);
 	for (const r of rows) console.log(fmt(r));
 	console.log(fmt({ name: "total", ...totals }));
+	// What the closing note lists: templates no case of which renders.
+	for (const r of rows)
+		if (r.refused === r.cases) console.log(`# refused in every case by both: ${r.name} (${r.why.replace(/\n/g, "\\n")})`);
 	const top = [...missing.entries()].sort((a, b) => b[1] - a[1]).slice(0, 15);
 	if (top.length) {
 		console.log("# sinkd failed where Hugging Face rendered (cases, message):");
