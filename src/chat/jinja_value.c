@@ -717,6 +717,43 @@ size_t jv_utf16_len(const char *p, size_t n)
 
 /* ---- the JSON context ---- */
 
+/* "0", "17": a key JavaScript treats as an array index (below 2^32 - 1,
+ * no leading zero or sign). */
+static bool index_key(const char *k, uint32_t *idx)
+{
+	uint64_t v = 0;
+	size_t n = strlen(k);
+	if (n == 0 || n > 10 || (k[0] == '0' && n > 1))
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		if (k[i] < '0' || k[i] > '9')
+			return false;
+		v = v * 10 + (uint64_t)(k[i] - '0');
+	}
+	*idx = (uint32_t)v;
+	return v < 0xFFFFFFFFull;
+}
+
+/* Adds k; an index key goes before the larger index keys already there. */
+static int dict_add_ordered(struct jctx *c, struct jdict *d, const char *k, struct jv v,
+			    bool is_index, uint32_t idx)
+{
+	size_t kn = strlen(k), n = d->n;
+	if (jx_dict_get(d, k, kn) || !is_index)
+		return jx_dict_set(c, d, k, kn, v);
+	int rc = jx_dict_set(c, d, k, kn, v);
+	if (rc)
+		return rc;
+	size_t at = n; /* index keys are all at the front on pass one */
+	uint32_t other;
+	while (at > 0 && index_key(d->e[at - 1].k, &other) && other > idx)
+		at--;
+	struct jent e = d->e[n];
+	memmove(d->e + at + 1, d->e + at, (n - at) * sizeof(*d->e));
+	d->e[at] = e;
+	return 0;
+}
+
 /* Strings and keys point into the caller's cJSON, which outlives the render. */
 int jv_from_json(struct jctx *c, const struct cJSON *j, struct jv *out, unsigned depth)
 {
@@ -745,11 +782,20 @@ int jv_from_json(struct jctx *c, const struct cJSON *j, struct jv *out, unsigned
 		struct jdict *d = jx_dict_new(c);
 		if (!d)
 			return jx_nomem(c, NULL);
-		for (const cJSON *e = j->child; e; e = e->next) {
-			struct jv v;
-			int rc = jv_from_json(c, e, &v, depth + 1);
-			if (rc || (rc = jx_dict_set(c, d, e->string, strlen(e->string), v)))
-				return rc;
+		/* JavaScript objects list array-index keys first, in numeric
+		 * order, then the others as written: the reference iterates
+		 * the parsed context in that order */
+		for (int pass = 0; pass < 2; pass++) {
+			for (const cJSON *e = j->child; e; e = e->next) {
+				uint32_t idx;
+				bool is_index = index_key(e->string, &idx);
+				if (is_index != (pass == 0))
+					continue;
+				struct jv v;
+				int rc = jv_from_json(c, e, &v, depth + 1);
+				if (rc || (rc = dict_add_ordered(c, d, e->string, v, is_index, idx)))
+					return rc;
+			}
 		}
 		*out = (struct jv){.k = JV_DICT, .u.d = d};
 	} else {
