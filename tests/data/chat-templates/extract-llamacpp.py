@@ -50,6 +50,14 @@ MODEL_TEMPLATES = [
      "the stored copy reports 36 characters more than its text, one per line: "
      "the file likely has CRLF line ends, taken here as LF"),
     ("glm_4_5.jinja", REPO, "623f3dd04b05999ffcb598a88d4f79fa9c3af849", "", "", ""),
+    ("meta-llama-Llama-3.2-3B-Instruct.jinja", "ggerganov/llama.cpp", "7b5e0803c84435e8005725d8f9ddceb5d1820443",
+     "<|begin_of_text|>", "<|eot_id|>", "the index's copy under the repository's former name"),
+    ("NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja", "ye-NX/llama.cpp", "b354d7c9ecb76c97c07098617cdebbdfffa2583e",
+     "<|begin_of_text|>", "<|im_end|>",
+     "a fork's copy (ggml-org's is a Git LFS pointer in the index); its CRLF line ends taken as LF, "
+     "which gives the 5,004 bytes the LFS pointer names"),
+    ("Qwen-QwQ-32B.jinja", "ye-NX/llama.cpp", "b354d7c9ecb76c97c07098617cdebbdfffa2583e", "", "<|im_end|>",
+     "a fork's copy (ggml-org's is a Git LFS pointer in the index, of 2,829 bytes: another version); its CRLF line ends taken as LF"),
 ]
 
 ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "0": "\0"}
