@@ -58,6 +58,10 @@ MODEL_TEMPLATES = [
      "which gives the 5,004 bytes the LFS pointer names"),
     ("Qwen-QwQ-32B.jinja", "ye-NX/llama.cpp", "b354d7c9ecb76c97c07098617cdebbdfffa2583e", "", "<|im_end|>",
      "a fork's copy (ggml-org's is a Git LFS pointer in the index, of 2,829 bytes: another version); its CRLF line ends taken as LF"),
+    ("meta-llama-Llama-3.3-70B-Instruct.jinja", "ye-NX/llama.cpp", "b354d7c9ecb76c97c07098617cdebbdfffa2583e",
+     "<|begin_of_text|>", "<|eot_id|>", "a fork's copy; its CRLF line ends taken as LF"),
+    ("ibm-granite-granite-3.3-2B-Instruct.jinja", "ye-NX/llama.cpp", "b354d7c9ecb76c97c07098617cdebbdfffa2583e",
+     "", "<|end_of_text|>", "a fork's copy; its CRLF line ends taken as LF"),
 ]
 
 ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "0": "\0"}
