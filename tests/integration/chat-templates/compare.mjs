@@ -12,7 +12,9 @@
 // it (template, case glob, the side that fails, the construct and why); an
 // entry that matches no case is stale and fails the comparison too.
 // Prints a table (template, cases, identical, refused by both, known,
-// different), the first difference of each template (offset and context),
+// different; and, where render-jinja2.py wrote tID.j2.jsonl, "jinja2": the
+// cases where sinkd also agrees with Python's Jinja2 as transformers runs
+// it, for information only), the first difference of each template,
 // the messages sinkd failed with where Hugging Face rendered (what the
 // interpreter still lacks), and exits 1 on any difference.
 import fs from "node:fs";
@@ -23,6 +25,7 @@ const read = (f) => fs.readFileSync(path.join(outDir, f), "utf8");
 const lines = (s) => s.split("\n").filter((l) => l.length > 0).map((l) => JSON.parse(l));
 const manifest = JSON.parse(read("manifest.json"));
 const caseNames = JSON.parse(read("cases.json"));
+const haveJ2 = manifest.every((t) => fs.existsSync(path.join(outDir, `t${t.id}.j2.jsonl`)));
 
 function loadKnown() {
 	const out = [];
@@ -80,13 +83,14 @@ function classify(hf, ours) {
 
 function main() {
 	const known = loadKnown();
-	const totals = { cases: 0, identical: 0, refused: 0, known: 0, different: 0 };
+	const totals = { cases: 0, identical: 0, refused: 0, known: 0, different: 0, jinja2: 0 };
 	const missing = new Map(); // sinkd's message -> count, where Hugging Face rendered
 	const rows = [];
 	for (const t of manifest) {
 		const hf = lines(read(`t${t.id}.hf.jsonl`));
 		const ours = sinkdResults(t);
-		const row = { name: t.name, cases: hf.length, identical: 0, refused: 0, known: 0, different: 0, why: "" };
+		const row = { name: t.name, cases: hf.length, identical: 0, refused: 0, known: 0, different: 0, jinja2: 0, why: "" };
+		const j2 = haveJ2 ? lines(read(`t${t.id}.j2.jsonl`)) : [];
 		let shown = false;
 		hf.forEach((h, i) => {
 			const o = ours[i] || { ok: false, kind: "missing", error: "no result line" };
@@ -107,6 +111,8 @@ function main() {
 				}
 			}
 			row[c]++;
+			const j = j2[i];
+			if (j && ["identical", "refused"].includes(classify(j, o))) row.jinja2++;
 			if (c === "refused" && !row.why) row.why = `Hugging Face: ${h.error.slice(0, 90)}; sinkd: ${o.error.slice(0, 90)}`;
 			if (c === "different" && !shown) {
 				shown = true;
@@ -121,8 +127,9 @@ function main() {
 	}
 	// Names cut at 56 characters: llama.cpp's test names run long.
 	const w = Math.min(56, Math.max(...rows.map((r) => r.name.length), 8));
-	const fmt = (r) => `${r.name.slice(0, w).padEnd(w)} ${String(r.cases).padStart(5)} ${String(r.identical).padStart(9)} ${String(r.refused).padStart(7)} ${String(r.known).padStart(5)} ${String(r.different).padStart(9)}`;
-	console.log(`${"template".padEnd(w)} ${"cases".padStart(5)} ${"identical".padStart(9)} ${"refused".padStart(7)} ${"known".padStart(5)} ${"different".padStart(9)}`);
+	const j2col = (v) => (haveJ2 ? ` ${String(v).padStart(6)}` : "");
+	const fmt = (r) => `${r.name.slice(0, w).padEnd(w)} ${String(r.cases).padStart(5)} ${String(r.identical).padStart(9)} ${String(r.refused).padStart(7)} ${String(r.known).padStart(5)} ${String(r.different).padStart(9)}${j2col(r.jinja2)}`;
+	console.log(`${"template".padEnd(w)} ${"cases".padStart(5)} ${"identical".padStart(9)} ${"refused".padStart(7)} ${"known".padStart(5)} ${"different".padStart(9)}${j2col("jinja2")}`);
 	for (const r of rows) console.log(fmt(r));
 	console.log(fmt({ name: "total", ...totals }));
 	// What the closing note lists: templates no case of which renders.
@@ -139,6 +146,7 @@ function main() {
 			stale++;
 			console.log(`# ${knownFile}:${k.line}: stale: no case of ${k.template} where only ${k.side} fails`);
 		}
+	if (!haveJ2) delete totals.jinja2;
 	console.log(JSON.stringify({ templates: rows.length, ...totals, stale_known: stale }));
 	process.exit(totals.different === 0 && stale === 0 ? 0 : 1);
 }
