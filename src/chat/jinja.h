@@ -27,7 +27,8 @@ struct cJSON;
 /* Budgets of one render; a zero field takes the default noted. */
 struct jinja_limits {
 	uint64_t max_steps;  /* expression and statement evaluations (default 10,000,000) */
-	size_t max_output;   /* bytes of output and of any one string made (default 16 MiB) */
+	size_t max_output;   /* bytes of output and of any one string made (default 16 MiB);
+			      * the render's working memory is held to 4 x max_output + 8 MiB */
 	unsigned max_depth;  /* nesting of macro calls, loops and expressions (default 256) */
 };
 
@@ -40,7 +41,7 @@ struct jinja_env {
 
 struct jinja_template;
 
-/* Parses src[0..len) (UTF-8; a NUL byte is refused).  Errors:
+/* Parses src[0..len) (UTF-8, at most 4 MiB; a NUL byte is refused).  Errors:
  * JINJA_E_SYNTAX with "LINE:COL: CONSTRUCT: message" in err, e.g.
  * "3:17: {% for %}: expected 'in', found 'message'" or
  * "12:1: {% if %}: not closed (opened at 4:3)"; JINJA_E_NOMEM. */

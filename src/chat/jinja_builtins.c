@@ -10,10 +10,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ctype.h>
 #include <time.h>
+#include <wctype.h>
 
 #include "chat/jinja_internal.h"
 #include "util/errbuf.h"
+#include "util/utf8.h"
 
 const struct jv *jargs_kw(const struct jargs *a, const char *name)
 {
@@ -219,30 +222,60 @@ static bool is_ascii_space(char ch)
 	return ch == ' ' || (ch >= '\t' && ch <= '\r');
 }
 
-/* upper / lower / title / capitalize: ASCII letters only (JavaScript maps
- * all of Unicode; chat templates apply them to ASCII role names). */
+/* A code point in the other case (Unicode simple mappings, through the
+ * C.UTF-8 locale; JavaScript's full mappings differ for a few, as ß). */
+static uint32_t cp_case(struct jctx *c, uint32_t cp, bool up)
+{
+	if (cp < 0x80)
+		return up ? (uint32_t)toupper((int)cp) : (uint32_t)tolower((int)cp);
+	if (!c->ctype_tried) {
+		c->ctype_tried = true;
+		c->ctype = newlocale(LC_CTYPE_MASK, "C.UTF-8", (locale_t)0);
+	}
+	if (!c->ctype)
+		return cp;
+	wint_t r = up ? towupper_l((wint_t)cp, c->ctype) : towlower_l((wint_t)cp, c->ctype);
+	return r > 0 && r <= 0x10FFFF ? (uint32_t)r : cp;
+}
+
+static bool ascii_word(uint32_t cp)
+{
+	return (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') || (cp >= '0' && cp <= '9') ||
+	       cp == '_';
+}
+
+/* upper / lower (0, 1): every character; title (2): the reference's
+ * /\b\w/ upper-cases an ASCII word's first character and leaves the rest
+ * (Python lowers them); capitalize (3): the first character only (Python
+ * lowers the rest). */
 static int str_case(struct jctx *c, const struct jn *at, struct jv self, int mode, struct jv *out)
 {
-	char *p;
-	int rc = jx_str_new(c, at, self.u.s.n, &p, out);
-	if (rc)
-		return rc;
+	struct jbuf b = {0};
 	bool word = false;
-	for (size_t i = 0; i < self.u.s.n; i++) {
-		char ch = self.u.s.p[i];
-		bool up = mode == 0 || (mode == 2 && !word) || (mode == 3 && i == 0);
-		bool low = mode == 1;
-		if (up && ch >= 'a' && ch <= 'z')
-			ch = (char)(ch - 32);
-		else if (low && ch >= 'A' && ch <= 'Z')
-			ch = (char)(ch + 32);
-		/* title: the reference's /\b\w/ upper-cases a word's first
-		 * character and leaves the rest (Python lowers them) */
-		word = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-		       ch == '_';
-		p[i] = ch;
+	int rc = 0;
+	for (size_t i = 0; !rc && i < self.u.s.n;) {
+		size_t len = 1;
+		unsigned char ch = (unsigned char)self.u.s.p[i];
+		uint32_t cp = ch < 0x80 ? ch : utf8_decode((const unsigned char *)self.u.s.p + i,
+							   self.u.s.n - i, &len);
+		bool valid = ch < 0x80 || cp != 0xFFFD || len > 1;
+		uint32_t m = cp;
+		if (mode <= 1)
+			m = cp_case(c, cp, mode == 0);
+		else if ((mode == 2 && !word && ascii_word(cp)) || (mode == 3 && i == 0))
+			m = cp_case(c, cp, true);
+		word = ascii_word(cp);
+		char enc[4];
+		if (!valid || m == cp)
+			rc = jbuf_put(c, at, &b, self.u.s.p + i, len);
+		else
+			rc = jbuf_put(c, at, &b, enc, utf8_encode(m, enc));
+		i += len;
 	}
-	return 0;
+	if (!rc)
+		rc = jx_buf_value(c, at, &b, out);
+	free(b.p);
+	return rc;
 }
 
 static int m_upper(struct jctx *c, const struct jn *at, struct jv self, const struct jargs *a,
@@ -361,20 +394,13 @@ static int m_endswith(struct jctx *c, const struct jn *at, struct jv self, const
 	return str_affix(c, at, self, a, true, out);
 }
 
+/* memmem: linear time, so that a hostile pattern cannot make a search
+ * quadratic. */
 static const char *find_bytes(const char *h, size_t hn, const char *n, size_t nn)
 {
 	if (nn == 0)
 		return h;
-	if (nn > hn)
-		return NULL;
-	for (const char *p = h; p + nn <= h + hn; p++) {
-		p = memchr(p, n[0], (size_t)(h + hn - p) - nn + 1);
-		if (!p)
-			return NULL;
-		if (memcmp(p, n, nn) == 0)
-			return p;
-	}
-	return NULL;
+	return memmem(h, hn, n, nn);
 }
 
 struct list_builder {
@@ -441,6 +467,8 @@ static int str_split(struct jctx *c, const struct jn *at, struct jv self, const 
 	int rc = 0;
 	if (maxv && maxv->k != JV_INT)
 		return jx_err(c, at, JINJA_E_RUNTIME, "split(): maxsplit must be an integer");
+	if ((rc = jx_charge(c, at, self.u.s.n / 64)))
+		return rc;
 	if (!sep || sep->k == JV_NONE || sep->k == JV_UNDEF) {
 		if ((rc = split_space(c, at, self, from_right ? -1 : max, &b)))
 			return rc;
@@ -515,7 +543,7 @@ static int m_find(struct jctx *c, const struct jn *at, struct jv self, const str
 {
 	struct jv x = {0};
 	int rc = str_arg(c, at, a, "find", &x);
-	if (rc)
+	if (rc || (rc = jx_charge(c, at, self.u.s.n / 64)))
 		return rc;
 	const char *hit = find_bytes(self.u.s.p, self.u.s.n, x.u.s.p, x.u.s.n);
 	*out = jv_int(hit ? cp_index(self.u.s.p, (size_t)(hit - self.u.s.p)) : -1);
@@ -534,7 +562,7 @@ static int m_count(struct jctx *c, const struct jn *at, struct jv self, const st
 	}
 	struct jv x = {0};
 	int rc = str_arg(c, at, a, "count", &x);
-	if (rc)
+	if (rc || (rc = jx_charge(c, at, self.u.s.n / 64)))
 		return rc;
 	int64_t n = 0;
 	if (x.u.s.n == 0) {
@@ -638,7 +666,7 @@ int jx_method(struct jctx *c, const struct jn *at, struct jv self, const char *n
 	if (self.k == JV_STR) {
 		if (eq(name, n, "length")) { /* JavaScript's .length: UTF-16 units */
 			*out = jv_int((int64_t)jv_utf16_len(self.u.s.p, self.u.s.n));
-			return 0;
+			return jx_charge(c, at, self.u.s.n / 64);
 		}
 		for (size_t i = 0; i < sizeof(str_methods) / sizeof(str_methods[0]); i++)
 			if (eq(name, n, str_methods[i].name))
@@ -848,7 +876,7 @@ static int test_compare(struct jctx *c, const struct jn *at, const char *name, s
 	if (rc)
 		return rc;
 	if (!strcmp(name, "ne")) {
-		*out = !jv_loose_eq(in, x);
+		*out = !jv_loose_eq(c, in, x);
 		return 0;
 	}
 	if ((rc = jv_compare(c, at, in, x, true, &cmp)))
@@ -917,8 +945,8 @@ int jx_test(struct jctx *c, const struct jn *at, const char *name, size_t n, str
 		*out = k == JV_FLOAT;
 	else if (!strcmp(nm, "mapping")) /* the reference: dicts, not namespaces */
 		*out = k == JV_DICT || k == JV_LOOP;
-	else if (!strcmp(nm, "iterable")) /* the reference: lists and strings, not dicts */
-		*out = k == JV_LIST || k == JV_STR;
+	else if (!strcmp(nm, "iterable")) /* the reference: lists and strings, not dicts or tuples */
+		*out = (k == JV_LIST && !in.tuple) || k == JV_STR;
 	else if (!strcmp(nm, "sequence"))
 		*out = k == JV_LIST || k == JV_DICT || k == JV_LOOP || k == JV_STR;
 	else if (!strcmp(nm, "callable"))

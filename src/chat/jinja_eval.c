@@ -110,8 +110,8 @@ static int eval_args(struct jctx *c, struct jscope *s, struct jn *const *args, s
 static int bind_params(struct jctx *c, const struct jn *at, const struct jn *def,
 		       const struct jargs *args, struct jscope *scope)
 {
-	bool *used = jx_alloc(c, args->nk + 1);
-	if (!used)
+	bool *used = jx_alloc(c, args->nk + 1), *given = jx_alloc(c, def->n_args + 1);
+	if (!used || !given)
 		return jx_nomem(c, at);
 	const char *what = def->kind == JN_MACRO ? "macro" : "call block";
 	const char *name = def->s ? def->s : "caller";
@@ -130,6 +130,7 @@ static int bind_params(struct jctx *c, const struct jn *at, const struct jn *def
 				used[k] = have = true;
 			}
 		}
+		given[i] = have;
 		rc = scope_set(c, scope, p->s, p->sn, v);
 	}
 	struct jdict *rest = jx_dict_new(c);
@@ -161,8 +162,7 @@ static int bind_params(struct jctx *c, const struct jn *at, const struct jn *def
 	}
 	for (size_t i = 0; !rc && i < def->n_args; i++) {
 		const struct jn *p = def->args[i];
-		struct jv *cur = jx_dict_get(&scope->vars, p->s, p->sn);
-		if (p->kind == JN_KWARG && cur && cur->k == JV_UNDEF) {
+		if (p->kind == JN_KWARG && !given[i]) {
 			struct jv v;
 			if (!(rc = jx_eval(c, scope, p->a, &v)))
 				rc = scope_set(c, scope, p->s, p->sn, v);
@@ -175,11 +175,11 @@ static int render_to_value(struct jctx *c, struct jscope *s, const struct jn *at
 			   struct jn *const *body, size_t n, struct jv *out)
 {
 	struct jbuf b = {0};
+	/* break / continue (rc > 0) travel on to the loop around a set or
+	 * filter block, as in the reference */
 	int rc = render_block(c, s, body, n, &b);
 	if (rc == 0)
 		rc = jx_buf_value(c, at, &b, out);
-	else if (rc > 0)
-		rc = jx_err(c, at, JINJA_E_RUNTIME, "break or continue outside a loop");
 	free(b.p);
 	return rc;
 }
@@ -241,6 +241,9 @@ static int member_index(struct jctx *c, const struct jn *at, struct jv obj, int6
 	 * they differ only past U+FFFF) */
 	const char *p = obj.u.s.p;
 	size_t n = obj.u.s.n, count = 0;
+	int rc = jx_charge(c, at, n / 64);
+	if (rc)
+		return rc;
 	for (size_t k = 0; k < n; k += jv_cp_len(p + k, n - k))
 		count++;
 	if (i < 0)
@@ -252,7 +255,7 @@ static int member_index(struct jctx *c, const struct jn *at, struct jv obj, int6
 		k += jv_cp_len(p + k, n - k);
 	char *dst;
 	size_t len = jv_cp_len(p + k, n - k);
-	int rc = jx_str_new(c, at, len, &dst, out);
+	rc = jx_str_new(c, at, len, &dst, out);
 	if (!rc)
 		memcpy(dst, p + k, len);
 	return rc;
@@ -359,6 +362,8 @@ static int eval_slice(struct jctx *c, struct jscope *s, const struct jn *e, stru
 	size_t n = obj.k == JV_LIST ? obj.u.l->n : 0;
 	size_t *cps = NULL;
 	if (obj.k == JV_STR) {
+		if ((rc = jx_charge(c, e, obj.u.s.n / 16)))
+			return rc;
 		if (!(cps = jx_alloc(c, (obj.u.s.n + 1) * sizeof(*cps))))
 			return jx_nomem(c, e);
 		for (size_t k = 0; k < obj.u.s.n; k += jv_cp_len(obj.u.s.p + k, obj.u.s.n - k))
@@ -367,25 +372,28 @@ static int eval_slice(struct jctx *c, struct jscope *s, const struct jn *e, stru
 	}
 	int64_t from, to, count = 0;
 	slice_range((int64_t)n, hs, start, he, stop, step, &from, &to);
-	if (step != 0)
-		for (int64_t i = from; step > 0 ? i < to : i > to; i += step)
-			count++;
+	/* counted, not stepped, so that a huge step cannot overflow */
+	if (step > 0 && to > from)
+		count = 1 + (to - from - 1) / step;
+	else if (step < 0 && from > to)
+		count = step == INT64_MIN ? 1 : 1 + (from - to - 1) / -step;
 	if ((rc = jx_charge(c, e, (uint64_t)count)))
 		return rc;
 	if (obj.k == JV_LIST) {
 		if ((rc = jx_list_new(c, e, (size_t)count, out)))
 			return rc;
-		for (int64_t i = from, k = 0; k < count; i += step, k++)
-			out->u.l->v[k] = obj.u.l->v[i];
+		for (int64_t k = 0; k < count; k++)
+			out->u.l->v[k] = obj.u.l->v[from + k * step];
 		return 0;
 	}
 	size_t bytes = 0;
-	for (int64_t i = from, k = 0; k < count; i += step, k++)
-		bytes += cps[i + 1] - cps[i];
+	for (int64_t k = 0; k < count; k++)
+		bytes += cps[from + k * step + 1] - cps[from + k * step];
 	char *p;
 	if ((rc = jx_str_new(c, e, bytes, &p, out)))
 		return rc;
-	for (int64_t i = from, k = 0; k < count; i += step, k++) {
+	for (int64_t k = 0; k < count; k++) {
+		int64_t i = from + k * step;
 		memcpy(p, obj.u.s.p + cps[i], cps[i + 1] - cps[i]);
 		p += cps[i + 1] - cps[i];
 	}
@@ -844,6 +852,8 @@ int jinja_render(const struct jinja_template *t, const struct cJSON *context,
 	if (!rc && !b.p && !(b.p = calloc(1, 1)))
 		rc = err_set(err, err_len, JINJA_E_NOMEM, "out of memory");
 out:
+	if (c.ctype)
+		freelocale(c.ctype);
 	jarena_free(&c.arena);
 	if (rc) {
 		free(b.p);

@@ -183,15 +183,8 @@ int jx_str_replace(struct jctx *c, const struct jn *at, struct jv self, struct j
 		return 0;
 	}
 	while (!rc && p <= end) {
-		const char *hit = NULL;
-		if (from.u.s.n == 0)
-			hit = p; /* an empty pattern matches between code points */
-		else
-			for (const char *q = p; q + from.u.s.n <= end; q++)
-				if (memcmp(q, from.u.s.p, from.u.s.n) == 0) {
-					hit = q;
-					break;
-				}
+		/* an empty pattern matches between code points */
+		const char *hit = from.u.s.n == 0 ? p : memmem(p, (size_t)(end - p), from.u.s.p, from.u.s.n);
 		if (!hit || count == 0)
 			break;
 		rc = jbuf_put(c, at, &b, p, (size_t)(hit - p));
@@ -482,8 +475,10 @@ static int f_length(struct filter_call *f, struct jv *out)
 	struct jv in = f->in;
 	if (in.k == JV_LIST)
 		*out = jv_int((int64_t)in.u.l->n);
-	else if (in.k == JV_STR)
+	else if (in.k == JV_STR) {
 		*out = jv_int((int64_t)jv_utf16_len(in.u.s.p, in.u.s.n));
+		return jx_charge(f->c, f->at, in.u.s.n / 64);
+	}
 	else if (in.k == JV_DICT || in.k == JV_NS)
 		*out = jv_int((int64_t)in.u.d->n);
 	else
@@ -771,6 +766,9 @@ static int f_wordcount(struct filter_call *f, struct jv *out)
 {
 	if (f->in.k != JV_STR)
 		return ferr_type(f);
+	int rc = jx_charge(f->c, f->at, f->in.u.s.n / 64);
+	if (rc)
+		return rc;
 	int64_t words = 0;
 	bool in_word = false;
 	for (size_t i = 0; i < f->in.u.s.n;) {
@@ -797,6 +795,8 @@ static int f_truncate(struct filter_call *f, struct jv *out)
 		return rc;
 	if (f->in.k != JV_STR)
 		return ferr_type(f);
+	if ((rc = jx_charge(f->c, f->at, f->in.u.s.n / 64)))
+		return rc;
 	int64_t max = len && len->k == JV_INT ? len->u.i : 255;
 	struct jv e = end ? *end : jv_str("...", 3);
 	size_t n = 0, cut = 0;

@@ -5,6 +5,7 @@
  * public face. */
 #pragma once
 
+#include <locale.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -160,6 +161,8 @@ struct jent {
 struct jdict {
 	size_t n, cap;
 	struct jent *e;
+	uint32_t *slots; /* from 16 entries: open addressing, entry index + 1 (0: empty) */
+	size_t n_slots;  /* a power of two, over twice n */
 };
 
 struct jloop {
@@ -211,6 +214,8 @@ struct jctx {
 	time_t now;
 	struct jscope *globals;
 	const struct jn *last; /* the node being evaluated: where an error without one is */
+	locale_t ctype; /* C.UTF-8, made on first non-ASCII upper()/lower() */
+	bool ctype_tried;
 	struct jv caller; /* the caller a {% call %} block hands to the macro it calls */
 	char *err;
 	size_t err_len;
@@ -252,7 +257,7 @@ struct jv *jx_dict_get(const struct jdict *d, const char *k, size_t kn);
 
 bool jv_truthy(struct jv v);
 /* JavaScript's == on the two values (what the reference's == does). */
-bool jv_loose_eq(struct jv a, struct jv b);
+bool jv_loose_eq(struct jctx *c, struct jv a, struct jv b);
 /* JavaScript's === (what `in` on a list uses). */
 bool jv_strict_eq(struct jv a, struct jv b);
 const char *jv_type_name(struct jv v);

@@ -13,9 +13,11 @@
 
 #include "chat/jinja_internal.h"
 #include "util/errbuf.h"
+#include "util/utf8.h"
 
-/* Sources larger than this are refused: offsets fit uint32_t with room. */
-#define JINJA_MAX_SOURCE (64u << 20)
+/* Sources larger than this are refused (real templates are tens of KiB;
+ * lexing takes about ten bytes of working memory a byte). */
+#define JINJA_MAX_SOURCE (4u << 20)
 
 /* Text after a rewrite, with each byte's offset in the original source. */
 struct ptext {
@@ -54,34 +56,6 @@ static void ptext_put(struct ptext *dst, const struct ptext *src, size_t i)
 	dst->n++;
 }
 
-static uint32_t utf8_decode(const char *p, size_t n, size_t *len)
-{
-	const unsigned char *u = (const unsigned char *)p;
-	if (n == 0) {
-		*len = 0;
-		return 0;
-	}
-	if (u[0] < 0x80) {
-		*len = 1;
-		return u[0];
-	}
-	size_t need = u[0] >= 0xF0 ? 4 : u[0] >= 0xE0 ? 3 : u[0] >= 0xC0 ? 2 : 0;
-	if (need == 0 || need > n) {
-		*len = 1;
-		return 0xFFFD;
-	}
-	uint32_t cp = u[0] & (0x7F >> need);
-	for (size_t i = 1; i < need; i++) {
-		if ((u[i] & 0xC0) != 0x80) {
-			*len = 1;
-			return 0xFFFD;
-		}
-		cp = (cp << 6) | (u[i] & 0x3F);
-	}
-	*len = need;
-	return cp;
-}
-
 static bool js_space_cp(uint32_t c)
 {
 	if (c <= 32)
@@ -92,8 +66,10 @@ static bool js_space_cp(uint32_t c)
 
 size_t jinja_js_space(const char *p, size_t n)
 {
-	size_t len;
-	uint32_t c = utf8_decode(p, n, &len);
+	size_t len = 0;
+	if (n == 0)
+		return 0;
+	uint32_t c = utf8_decode((const unsigned char *)p, n, &len);
 	return len > 0 && js_space_cp(c) ? len : 0;
 }
 
@@ -380,30 +356,6 @@ static int consume_space(struct lexer *lx)
 	return 0;
 }
 
-static size_t put_utf8(char *o, uint32_t cp)
-{
-	if (cp < 0x80) {
-		o[0] = (char)cp;
-		return 1;
-	}
-	if (cp < 0x800) {
-		o[0] = (char)(0xC0 | (cp >> 6));
-		o[1] = (char)(0x80 | (cp & 0x3F));
-		return 2;
-	}
-	if (cp < 0x10000) {
-		o[0] = (char)(0xE0 | (cp >> 12));
-		o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-		o[2] = (char)(0x80 | (cp & 0x3F));
-		return 3;
-	}
-	o[0] = (char)(0xF0 | (cp >> 18));
-	o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-	o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-	o[3] = (char)(0x80 | (cp & 0x3F));
-	return 4;
-}
-
 static int hex_value(const char *s, size_t n, uint32_t *v)
 {
 	*v = 0;
@@ -448,7 +400,7 @@ static int lex_escape(struct lexer *lx, char *o, size_t *on)
 	}
 	if (cp >= 0xD800 && cp < 0xE000)
 		cp = 0xFFFD; /* a lone surrogate reaches UTF-8 output as U+FFFD */
-	*on += put_utf8(o + *on, cp);
+	*on += utf8_encode(cp, o + *on);
 	return 0;
 }
 

@@ -3,9 +3,9 @@
  * equality; arithmetic and < > only between numbers; ~ joins any two
  * values as JavaScript strings (undefined as ""); + joins when either side
  * is a string; `in` looks into lists (by identity for containers),
- * strings and dict keys.  Where JavaScript would quietly make Infinity or
- * NaN (x / 0, x % 0) or lose integer precision, we refuse with an error
- * instead. */
+ * strings and dict keys.  x / 0 gives Infinity or NaN as there; where
+ * JavaScript would put Infinity or NaN into an integer (x // 0, x % 0) or
+ * lose integer precision, we refuse with an error instead. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,9 +80,7 @@ static int num_arith(struct jctx *c, const struct jn *at, int op, struct jv l, s
 			return int_arith(c, at, op, l.u.i, r.u.i, out);
 		*out = jv_float(op == JOP_ADD ? a + b : op == JOP_SUB ? a - b : a * b);
 		return 0;
-	case JOP_DIV:
-		if (b == 0)
-			return jx_err(c, at, JINJA_E_RUNTIME, "/: division by zero");
+	case JOP_DIV: /* x / 0 is Infinity or NaN, as in JavaScript */
 		*out = jv_float(a / b);
 		return 0;
 	case JOP_FLOORDIV:
@@ -160,13 +158,7 @@ static bool contains(struct jv hay, struct jv needle)
 	}
 	if (hay.k == JV_DICT)
 		return jx_dict_get(hay.u.d, needle.u.s.p, needle.u.s.n) != NULL;
-	size_t n = needle.u.s.n, h = hay.u.s.n;
-	if (n == 0)
-		return true;
-	for (size_t i = 0; i + n <= h; i++)
-		if (hay.u.s.p[i] == needle.u.s.p[0] && memcmp(hay.u.s.p + i, needle.u.s.p, n) == 0)
-			return true;
-	return false;
+	return needle.u.s.n == 0 || memmem(hay.u.s.p, hay.u.s.n, needle.u.s.p, needle.u.s.n) != NULL;
 }
 
 static int unknown(struct jctx *c, const struct jn *at, int op, struct jv l, struct jv r)
@@ -217,7 +209,7 @@ static int binop_rest(struct jctx *c, const struct jn *at, int op, struct jv l, 
 int jx_binop(struct jctx *c, const struct jn *at, int op, struct jv l, struct jv r, struct jv *out)
 {
 	if (op == JOP_EQ || op == JOP_NE) {
-		*out = jv_bool(jv_loose_eq(l, r) == (op == JOP_EQ));
+		*out = jv_bool(jv_loose_eq(c, l, r) == (op == JOP_EQ));
 		return 0;
 	}
 	bool lnum = l.k == JV_INT || l.k == JV_FLOAT, rnum = r.k == JV_INT || r.k == JV_FLOAT;

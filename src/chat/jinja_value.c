@@ -173,12 +173,52 @@ struct jdict *jx_dict_new(struct jctx *c)
 	return jx_alloc(c, sizeof(struct jdict));
 }
 
+#define JDICT_INDEX_FROM 16
+
+static uint64_t key_hash(const char *k, size_t kn)
+{
+	uint64_t h = 1469598103934665603ull; /* FNV-1a */
+	for (size_t i = 0; i < kn; i++)
+		h = (h ^ (unsigned char)k[i]) * 1099511628211ull;
+	return h;
+}
+
 struct jv *jx_dict_get(const struct jdict *d, const char *k, size_t kn)
 {
+	if (d->slots) {
+		size_t mask = d->n_slots - 1;
+		for (size_t i = key_hash(k, kn) & mask; d->slots[i]; i = (i + 1) & mask) {
+			struct jent *e = &d->e[d->slots[i] - 1];
+			if (e->kn == kn && memcmp(e->k, k, kn) == 0)
+				return &e->v;
+		}
+		return NULL;
+	}
 	for (size_t i = 0; i < d->n; i++)
 		if (d->e[i].kn == kn && memcmp(d->e[i].k, k, kn) == 0)
 			return &d->e[i].v;
 	return NULL;
+}
+
+/* (Re)builds the hash index of a dict grown past a few entries, so that a
+ * context object with many keys does not make lookups quadratic. */
+static int dict_reindex(struct jctx *c, struct jdict *d)
+{
+	size_t n_slots = 64;
+	while (n_slots < 2 * d->n + 2)
+		n_slots *= 2;
+	uint32_t *slots = jx_alloc(c, n_slots * sizeof(*slots));
+	if (!slots || d->n >= UINT32_MAX)
+		return jx_nomem(c, NULL);
+	for (size_t k = 0; k < d->n; k++) {
+		size_t i = key_hash(d->e[k].k, d->e[k].kn) & (n_slots - 1);
+		while (slots[i])
+			i = (i + 1) & (n_slots - 1);
+		slots[i] = (uint32_t)(k + 1);
+	}
+	d->slots = slots;
+	d->n_slots = n_slots;
+	return 0;
 }
 
 /* Keys are not copied: they are names in the tree, strings in the arena
@@ -201,6 +241,14 @@ int jx_dict_set(struct jctx *c, struct jdict *d, const char *k, size_t kn, struc
 		d->cap = cap;
 	}
 	d->e[d->n++] = (struct jent){.k = k, .kn = kn, .v = v};
+	if (d->n < JDICT_INDEX_FROM)
+		return 0;
+	if (!d->slots || 2 * d->n + 2 > d->n_slots)
+		return dict_reindex(c, d);
+	size_t i = key_hash(k, kn) & (d->n_slots - 1);
+	while (d->slots[i])
+		i = (i + 1) & (d->n_slots - 1);
+	d->slots[i] = (uint32_t)d->n;
 	return 0;
 }
 
@@ -281,15 +329,34 @@ static double js_str_number(const char *p, size_t n)
 	return *end ? NAN : d;
 }
 
-bool jv_loose_eq(struct jv a, struct jv b)
+/* A container against a string, number or boolean: JavaScript compares
+ * the container's string form ("a,b" == ['a,b'] holds). */
+static bool loose_eq_object(struct jctx *c, struct jv obj, struct jv prim)
+{
+	struct jbuf b = {0};
+	bool eq = false;
+	if (jv_js_string(c, NULL, &b, obj) == 0) {
+		c->steps += b.n / 64; /* the next charge sees it */
+		struct jv s = jv_str(b.p ? b.p : "", b.n);
+		eq = jv_loose_eq(c, s, prim);
+	}
+	free(b.p);
+	return eq;
+}
+
+bool jv_loose_eq(struct jctx *c, struct jv a, struct jv b)
 {
 	bool an = a.k == JV_UNDEF || a.k == JV_NONE, bn = b.k == JV_UNDEF || b.k == JV_NONE;
 	if (an || bn)
 		return an && bn;
-	if (is_object(a) || is_object(b)) /* identity (JavaScript would also coerce to strings) */
+	if (is_object(a) && is_object(b))
 		return a.k == b.k && object_ptr(a) == object_ptr(b);
-	if (a.k == JV_STR && b.k == JV_STR)
-		return a.u.s.n == b.u.s.n && memcmp(a.u.s.p, b.u.s.p, a.u.s.n) == 0;
+	if (is_object(a) || is_object(b))
+		return is_object(a) ? loose_eq_object(c, a, b) : loose_eq_object(c, b, a);
+	if (a.k == JV_STR && b.k == JV_STR) {
+		c->steps += a.u.s.n / 64; /* the next charge sees it */
+		return a.u.s.n == b.u.s.n && (a.u.s.p == b.u.s.p || memcmp(a.u.s.p, b.u.s.p, a.u.s.n) == 0);
+	}
 	double x = a.k == JV_STR ? js_str_number(a.u.s.p, a.u.s.n) : num(a);
 	double y = b.k == JV_STR ? js_str_number(b.u.s.p, b.u.s.n) : num(b);
 	if (a.k == JV_INT && b.k == JV_INT)
@@ -334,6 +401,8 @@ static int ascii_lower(int ch)
 static int str_cmp(const char *a, size_t an, const char *b, size_t bn, bool fold)
 {
 	size_t n = an < bn ? an : bn;
+	if (a == b && an == bn)
+		return 0;
 	for (size_t i = 0; i < n; i++) {
 		int x = (unsigned char)a[i], y = (unsigned char)b[i];
 		if (fold) {
@@ -734,23 +803,55 @@ static bool index_key(const char *k, uint32_t *idx)
 	return v < 0xFFFFFFFFull;
 }
 
-/* Adds k; an index key goes before the larger index keys already there. */
-static int dict_add_ordered(struct jctx *c, struct jdict *d, const char *k, struct jv v,
-			    bool is_index, uint32_t idx)
+struct index_member {
+	uint32_t idx;
+	size_t pos; /* in the document: of equal keys, the last one's value wins */
+	const struct cJSON *e;
+};
+
+static int index_member_cmp(const void *a, const void *b)
 {
-	size_t kn = strlen(k), n = d->n;
-	if (jx_dict_get(d, k, kn) || !is_index)
-		return jx_dict_set(c, d, k, kn, v);
-	int rc = jx_dict_set(c, d, k, kn, v);
-	if (rc)
-		return rc;
-	size_t at = n; /* index keys are all at the front on pass one */
-	uint32_t other;
-	while (at > 0 && index_key(d->e[at - 1].k, &other) && other > idx)
-		at--;
-	struct jent e = d->e[n];
-	memmove(d->e + at + 1, d->e + at, (n - at) * sizeof(*d->e));
-	d->e[at] = e;
+	const struct index_member *x = a, *y = b;
+	if (x->idx != y->idx)
+		return x->idx < y->idx ? -1 : 1;
+	return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+static int object_from_json(struct jctx *c, const struct cJSON *j, struct jv *out, unsigned depth)
+{
+	struct jdict *d = jx_dict_new(c);
+	size_t n_index = 0, pos = 0;
+	uint32_t idx;
+	if (!d)
+		return jx_nomem(c, NULL);
+	for (const cJSON *e = j->child; e; e = e->next)
+		n_index += index_key(e->string, &idx);
+	struct index_member *im = jx_alloc(c, (n_index + 1) * sizeof(*im));
+	if (!im)
+		return jx_nomem(c, NULL);
+	n_index = 0;
+	for (const cJSON *e = j->child; e; e = e->next, pos++)
+		if (index_key(e->string, &idx))
+			im[n_index++] = (struct index_member){.idx = idx, .pos = pos, .e = e};
+	qsort(im, n_index, sizeof(*im), index_member_cmp);
+	/* JavaScript objects list array-index keys first, in numeric order,
+	 * then the others as written: the reference iterates the parsed
+	 * context in that order */
+	for (size_t i = 0; i < n_index; i++) {
+		struct jv v;
+		int rc = jv_from_json(c, im[i].e, &v, depth + 1);
+		if (rc || (rc = jx_dict_set(c, d, im[i].e->string, strlen(im[i].e->string), v)))
+			return rc;
+	}
+	for (const cJSON *e = j->child; e; e = e->next) {
+		struct jv v;
+		if (index_key(e->string, &idx))
+			continue;
+		int rc = jv_from_json(c, e, &v, depth + 1);
+		if (rc || (rc = jx_dict_set(c, d, e->string, strlen(e->string), v)))
+			return rc;
+	}
+	*out = (struct jv){.k = JV_DICT, .u.d = d};
 	return 0;
 }
 
@@ -779,25 +880,7 @@ int jv_from_json(struct jctx *c, const struct cJSON *j, struct jv *out, unsigned
 			rc = jv_from_json(c, e, &out->u.l->v[i++], depth + 1);
 		return rc;
 	} else if (cJSON_IsObject(j)) {
-		struct jdict *d = jx_dict_new(c);
-		if (!d)
-			return jx_nomem(c, NULL);
-		/* JavaScript objects list array-index keys first, in numeric
-		 * order, then the others as written: the reference iterates
-		 * the parsed context in that order */
-		for (int pass = 0; pass < 2; pass++) {
-			for (const cJSON *e = j->child; e; e = e->next) {
-				uint32_t idx;
-				bool is_index = index_key(e->string, &idx);
-				if (is_index != (pass == 0))
-					continue;
-				struct jv v;
-				int rc = jv_from_json(c, e, &v, depth + 1);
-				if (rc || (rc = dict_add_ordered(c, d, e->string, v, is_index, idx)))
-					return rc;
-			}
-		}
-		*out = (struct jv){.k = JV_DICT, .u.d = d};
+		return object_from_json(c, j, out, depth);
 	} else {
 		*out = jv_none();
 	}

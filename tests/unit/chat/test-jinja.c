@@ -441,6 +441,34 @@ static const struct ref_case ref_cases[] = {
 	 "{{ '%}\n' }}x",
 	 "{}",
 	 "%}x"},
+	{"loose_eq_containers",
+	 "{{ 'a,b' == ['a,b'] }}{{ 1 == [1] }}{{ [1, 2] == '1,2' }}{{ {} == '[object Map]' }}{{ [] == '' }}",
+	 "{}",
+	 "truetruetruetruetrue"},
+	{"div_zero_js",
+	 "{{ 1 / 0 }}|{{ -1 / 0 }}|{{ (0 / 0) is number }}",
+	 "{}",
+	 "Infinity|-Infinity|true"},
+	{"unicode_case",
+	 "{{ '\303\251a \303\261\303\221'|upper }}|{{ '\303\211A \316\251'|lower }}|{{ '\303\251 a'|capitalize }}|{{ '\303\251a b'|title }}|{{ 'stra\303\237e'.upper() is defined }}",
+	 "{}",
+	 "\303\211A \303\221\303\221|\303\251a \317\211|\303\211 a|\303\251A B|true"},
+	{"tuple_iterable",
+	 "{{ (1, 2) is iterable }}{{ [1, 2] is iterable }}{{ (1, 2) is sequence }}",
+	 "{}",
+	 "falsetruetrue"},
+	{"macro_undefined_arg",
+	 "{% macro m(a=1, b=2) %}[{{ a }}{{ b }}]{% endmacro %}{{ m(undefined_x) }}{{ m(none, b=undefined_y) }}{{ m() }}",
+	 "{}",
+	 "[2][][12]"},
+	{"break_in_set_block",
+	 "{% for i in [1,2,3] %}{% set x %}A{% if i == 2 %}{% break %}{% endif %}{% endset %}{{ x }}{% endfor %}",
+	 "{}",
+	 "A"},
+	{"continue_in_filter_block",
+	 "{% for i in [1,2,3] %}{% filter upper %}a{{ i }}{% if i == 2 %}{% continue %}{% endif %}{% endfilter %}{% endfor %}",
+	 "{}",
+	 "A1A3"},
 
 };
 
@@ -648,6 +676,7 @@ START_TEST(test_runtime_errors)
 			    "1:15: dict.update(): templates may not change values (the sandbox refuses it)");
 	assert_render_error("{{ 9223372036854775807 + 1 }}", JINJA_E_RUNTIME, "1:24: +: integer overflow");
 	assert_render_error("{{ 1 // 0 }}", JINJA_E_RUNTIME, "1:6: //: division by zero");
+	assert_render_error("{{ 5 % 0 }}", JINJA_E_RUNTIME, "1:6: %: division by zero");
 	assert_render_error("{% set x = 1 %}{% set x.a = 2 %}", JINJA_E_RUNTIME,
 			    "1:24: {% set %}: cannot assign an attribute of a integer (only of a namespace)");
 	assert_render_error("{{ raise_exception('no ' ~ messages[0].role ~ 's') }}", JINJA_E_RAISED,
