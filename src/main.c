@@ -44,6 +44,7 @@ static void print_usage(FILE *out)
 		"       sinkd generate --model FILE --prompt TEXT [options]   run the model once\n"
 		"       sinkd tokenize --model FILE < text                  print token ids\n"
 		"       sinkd eval --config FILE --text FILE [options]      streaming perplexity\n"
+		"       sinkd chat-template --model FILE --context FILE     render the chat template\n"
 		"       sinkd --version | --help\n"
 		"\n"
 		"Each sub-command takes --help.  --set overrides any config key, e.g.\n"
@@ -148,6 +149,7 @@ static const struct subcommand subcommands[] = {
 	{"generate", cli_generate},
 	{"tokenize", cli_tokenize},
 	{"eval", cli_eval},
+	{"chat-template", cli_chat_template},
 };
 
 int main(int argc, char **argv)
@@ -168,7 +170,8 @@ int main(int argc, char **argv)
 		if (strcmp(argv[1], subcommands[i].name) == 0)
 			return subcommands[i].run(argc - 1, argv + 1);
 	if (argv[1][0] != '-') {
-		fprintf(stderr, "sinkd: unknown command '%s' (allowed: generate, tokenize, eval, or "
+		fprintf(stderr, "sinkd: unknown command '%s' (allowed: generate, tokenize, eval, "
+				"chat-template, or "
 				"--config FILE)\n", argv[1]);
 		return 2;
 	}

@@ -6,3 +6,5 @@
 int cli_generate(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 int cli_eval(int argc, char **argv);
+/* Exit codes 3-5 for a template that does not parse, raises or fails: see its --help. */
+int cli_chat_template(int argc, char **argv);

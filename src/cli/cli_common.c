@@ -1,9 +1,11 @@
-/* Shared plumbing of the one-shot sub-commands (generate, eval): argument
- * walking and opening the config, model, tokenizer and cpu backend.  It
- * does not run the model: each command drives the backend itself. */
+/* Shared plumbing of the one-shot sub-commands: argument walking, reading a
+ * whole file or stdin, and opening the config, model, tokenizer and cpu
+ * backend (generate, eval).  It does not run the model: each command drives
+ * the backend itself. */
 #include "cli/cli_common.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "util/errbuf.h"
@@ -68,5 +70,45 @@ int cli_parse_args(int argc, char **argv, const char *command, void *args, cli_f
 		}
 		i++;
 	}
+	return 0;
+}
+
+int cli_read_stream(FILE *in, char **buf, size_t *len)
+{
+	size_t cap = 4096, n = 0;
+	char *b = malloc(cap);
+	while (b) {
+		n += fread(b + n, 1, cap - 1 - n, in);
+		if (n < cap - 1)
+			break;
+		char *nb = realloc(b, cap *= 2);
+		if (!nb)
+			free(b);
+		b = nb;
+	}
+	if (!b)
+		return -ENOMEM;
+	if (ferror(in)) {
+		free(b);
+		return -EIO;
+	}
+	b[n] = '\0';
+	*buf = b;
+	*len = n;
+	return 0;
+}
+
+int cli_read_path(const char *path, char **buf, size_t *len, char *err, size_t err_len)
+{
+	bool is_stdin = !strcmp(path, "-");
+	FILE *f = is_stdin ? stdin : fopen(path, "rb");
+	if (!f)
+		return err_set(err, err_len, -errno, "cannot open %s: %s", path, strerror(errno));
+	int rc = cli_read_stream(f, buf, len);
+	if (!is_stdin)
+		fclose(f);
+	if (rc)
+		return err_set(err, err_len, rc, "cannot read %s: %s", is_stdin ? "stdin" : path,
+			       strerror(-rc));
 	return 0;
 }

@@ -1,5 +1,6 @@
-/* What the `generate` and `eval` sub-commands share: the argument loop and
- * the config + model + tokenizer + cpu backend they run on. */
+/* What the sub-commands share: the argument loop, reading a whole input,
+ * and the config + model + tokenizer + cpu backend `generate` and `eval`
+ * run on. */
 #pragma once
 
 #include <stdbool.h>
@@ -38,3 +39,9 @@ typedef int (*cli_valued_fn)(void *args, const char *opt, const char *value);
  * Returns 0, 1 after --help, or -EINVAL after printing what was wrong. */
 int cli_parse_args(int argc, char **argv, const char *command, void *args, cli_flag_fn on_flag,
 		   cli_valued_fn on_valued, void (*usage)(FILE *out));
+
+/* Reads all of in into a malloc'ed buffer, NUL-terminated (*len excludes
+ * the NUL).  Returns 0, -EIO or -ENOMEM. */
+int cli_read_stream(FILE *in, char **buf, size_t *len);
+/* The same for the file at path, "-" meaning stdin; the message names path. */
+int cli_read_path(const char *path, char **buf, size_t *len, char *err, size_t err_len);

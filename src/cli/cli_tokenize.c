@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/cli_common.h"
 #include "model/gguf.h"
 #include "tokenizer/tokenizer.h"
 #include "util/errbuf.h"
@@ -20,28 +21,6 @@ static void tokenize_usage(FILE *out)
 {
 	fprintf(out, "usage: sinkd tokenize --model FILE [--bos] [--parse-special] < text\n"
 	             "Prints the token ids of stdin, space-separated, on one line.\n");
-}
-
-static int read_all(FILE *in, char **buf, size_t *len)
-{
-	size_t cap = 4096, n = 0;
-	char *b = malloc(cap);
-	while (b) {
-		n += fread(b + n, 1, cap - n, in);
-		if (n < cap)
-			break;
-		char *nb = realloc(b, cap *= 2);
-		if (!nb)
-			free(b);
-		b = nb;
-	}
-	if (!b || ferror(in)) {
-		free(b);
-		return -EIO;
-	}
-	*buf = b;
-	*len = n;
-	return 0;
 }
 
 static int tokenize_run(const char *path, bool bos, bool parse_special, char *err, size_t err_len)
@@ -56,7 +35,7 @@ static int tokenize_run(const char *path, bool bos, bool parse_special, char *er
 		goto out;
 	if ((rc = tokenizer_new_from_gguf(f, &tok, err, err_len)))
 		goto out;
-	if ((rc = read_all(stdin, &text, &len))) {
+	if ((rc = cli_read_stream(stdin, &text, &len))) {
 		err_set(err, err_len, rc, "cannot read stdin");
 		goto out;
 	}
