@@ -12,6 +12,7 @@
 
 #include <openssl/evp.h>
 
+#include "server/chat_format.h"
 #include "server/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "util/errbuf.h"
@@ -25,7 +26,14 @@ static enum chat_family prompt_family(const struct tokenizer *tok)
 
 enum tool_format chat_prompt_tool_format(const struct tokenizer *tok)
 {
-	return tool_format_of(prompt_family(tok));
+	struct chat_format f;
+	chat_prompt_format(tok, &f);
+	return f.tools;
+}
+
+void chat_prompt_format(const struct tokenizer *tok, struct chat_format *out)
+{
+	chat_format_detect(tokenizer_chat_template(tok), out);
 }
 
 int chat_prompt_render(const struct tokenizer *tok, const struct api_message *msgs, size_t n,

@@ -22,6 +22,9 @@ int chat_prompt_render(const struct tokenizer *tok, const struct api_message *ms
  * calls): what a session's chat marks compare a re-sent message by. */
 void api_message_digest(const struct api_message *m, unsigned char out[32]);
 
-/* The model's tool format: that of the chat template family the prompt is
- * rendered in (tool_format_of). */
+/* The model's tool format: chat_prompt_format's tools. */
 enum tool_format chat_prompt_tool_format(const struct tokenizer *tok);
+/* The model's output format (tool calls, reasoning), from the source of
+ * the template its prompts are rendered with (chat_format.h). */
+struct chat_format;
+void chat_prompt_format(const struct tokenizer *tok, struct chat_format *out);

@@ -378,6 +378,12 @@ const char *tool_format_name(enum tool_format f)
 		return "hermes";
 	case TOOL_FORMAT_MISTRAL:
 		return "mistral";
+	case TOOL_FORMAT_DEEPSEEK:
+		return "deepseek";
+	case TOOL_FORMAT_COMMAND_R:
+		return "command-r";
+	case TOOL_FORMAT_HARMONY:
+		return "harmony";
 	default:
 		return "generic";
 	}

@@ -51,15 +51,29 @@ int tool_set_parse(const cJSON *request, bool responses_api, struct tool_set *ou
 void tool_set_deinit(struct tool_set *ts);
 
 /* The family's tool-calling format (CHAT_FAMILY_NONE / _UNKNOWN / families
- * without one: the generic format). */
+ * without one: the generic format).  The formats after MISTRAL are found
+ * only in a template's source (chat_format.h); the prompt texts below
+ * write them as generic, the parser and the forced call know them. */
 enum tool_format {
 	TOOL_FORMAT_GENERIC = 0,
 	TOOL_FORMAT_LLAMA3,
 	TOOL_FORMAT_HERMES,
-	TOOL_FORMAT_MISTRAL,
+	TOOL_FORMAT_MISTRAL, /* [TOOL_CALLS][{...}] and the newer [TOOL_CALLS]NAME[ARGS]{...} */
+	/* DeepSeek: <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```
+	 * <｜tool▁call▁end｜> (R1, V3) or <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}
+	 * <｜tool▁call▁end｜> (V3.1), inside <｜tool▁calls▁begin｜>...<｜tool▁calls▁end｜> */
+	TOOL_FORMAT_DEEPSEEK,
+	/* Command-R7B: <|START_ACTION|>[{"tool_call_id", "tool_name", "parameters"}, ...]
+	 * <|END_ACTION|> */
+	TOOL_FORMAT_COMMAND_R,
+	/* gpt-oss harmony: to=functions.NAME <|constrain|>json<|message|>{...}<|call|>
+	 * (reasoning.c hands the tool parser a commentary message's recipient and
+	 * body in this shape) */
+	TOOL_FORMAT_HARMONY,
 };
 enum tool_format tool_format_of(enum chat_family fam);
-const char *tool_format_name(enum tool_format f); /* "generic", "llama-3", "hermes", "mistral" */
+/* "generic", "llama-3", "hermes", "mistral", "deepseek", "command-r", "harmony" */
+const char *tool_format_name(enum tool_format f);
 
 /* Whether the prompt offers ts's tools: ts not NULL, with tools, and
  * tool_choice not "none". */
