@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "grammar/grammar.h"
+#include "server/chat_format.h"
 #include "server/chat_prompt.h"
 #include "server/tools.h"
 #include "tokenizer/tokenizer.h"
@@ -204,6 +205,9 @@ int gen_prepare_prompt(struct request *r, struct gen_args *a, bool add_bos, int3
 			return -EINVAL;
 		}
 		parse_special = true; /* the template's own control tokens */
+		struct chat_format cf;
+		chat_prompt_format(tok, &cf);
+		a->reasoning_start = (int)chat_format_prompt_start(&cf, text, len);
 	}
 	int rc = tokenizer_encode(tok, text, len, add_bos, parse_special, ids, n, err, sizeof(err));
 	/* Only a stream's first request (it starts with BOS) can pin. */

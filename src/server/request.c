@@ -464,6 +464,9 @@ static const char *const gen_keys[] = {"model",
                                        "tool_choice",
                                        "parallel_tool_calls",
                                        "logit_bias",
+                                       "reasoning_format",
+                                       "structured_outputs",
+                                       "guided_regex",
                                        "echo",
                                        "suffix",
                                        "best_of",
@@ -807,6 +810,54 @@ static int refuse_unsupported(const cJSON *o, const struct gen_args *a, struct a
 	return 0;
 }
 
+/* reasoning_format (llama.cpp's names) and vLLM's structured_outputs
+ * {"regex"} / guided_regex.  The regex is compiled with the constraint
+ * (gen_prepare.c), where a bad one is refused with its position. */
+static int parse_output_fields(const cJSON *o, struct gen_args *a, struct api_error *e)
+{
+	const cJSON *rf = field(o, "reasoning_format");
+	if (rf && !cJSON_IsNull(rf)) {
+		static const char *const names[] = {"none", "auto", "deepseek"};
+		bool ok = false;
+		for (size_t i = 0; cJSON_IsString(rf) && i < 3; i++)
+			ok |= !strcmp(rf->valuestring, names[i]);
+		if (!ok)
+			return fail(e, "reasoning_format", "invalid_value",
+			            "'reasoning_format' must be \"none\" (reasoning stays in the "
+			            "content), \"auto\" or \"deepseek\" (it goes to "
+			            "reasoning_content)");
+		a->reasoning_in_content = !strcmp(rf->valuestring, "none");
+	}
+	const cJSON *so = field(o, "structured_outputs"), *gr = field(o, "guided_regex");
+	const cJSON *re = NULL;
+	if (so && !cJSON_IsNull(so)) {
+		if (!cJSON_IsObject(so))
+			return fail(e, "structured_outputs", "invalid_type",
+			            "'structured_outputs' must be an object");
+		for (const cJSON *k = so->child; k; k = k->next)
+			if (strcmp(k->string, "regex"))
+				return fail(e, "structured_outputs", "unsupported_parameter",
+				            "'structured_outputs.%.40s' is not supported by this "
+				            "server (only 'regex'; use response_format for JSON)",
+				            k->string);
+		re = field(so, "regex");
+		a->regex_param = "structured_outputs.regex";
+	} else if (gr && !cJSON_IsNull(gr)) {
+		re = gr;
+		a->regex_param = "guided_regex";
+	}
+	if (!re)
+		return 0;
+	if (!cJSON_IsString(re))
+		return fail(e, a->regex_param, "invalid_type", "'%s' must be a string",
+		            a->regex_param);
+	if (field(o, "response_format"))
+		return fail(e, a->regex_param, "invalid_value",
+		            "'%s' cannot be combined with 'response_format'", a->regex_param);
+	a->regex = strdup(re->valuestring);
+	return a->regex ? 0 : fail_oom(e, a->regex_param, "out of memory");
+}
+
 static int parse_common(const cJSON *o, int64_t limit, struct gen_args *a, struct api_error *e)
 {
 	if (no_twice(o, gen_keys, NULL, e))
@@ -849,6 +900,8 @@ static int parse_common(const cJSON *o, int64_t limit, struct gen_args *a, struc
 		rc = parse_logprobs(o, a, e);
 	if (!rc)
 		rc = get_bool(o, "ignore_eos", &a->ignore_eos, e);
+	if (!rc)
+		rc = parse_output_fields(o, a, e);
 	return rc;
 }
 
@@ -1251,6 +1304,7 @@ void gen_args_deinit(struct gen_args *a)
 	free(a->messages);
 	cJSON_Delete(a->response_schema);
 	free(a->response_schema_name);
+	free(a->regex);
 	if (a->tools) {
 		tool_set_deinit(a->tools);
 		free(a->tools);

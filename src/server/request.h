@@ -93,6 +93,17 @@ struct gen_args {
 	size_t n_chat_marks;
 	uint64_t chat_group_pos;
 	uint32_t chat_group;
+	/* reasoning_format (chat): "none" keeps a reply's reasoning in its
+	 * content; else (default) it goes to reasoning_content */
+	bool reasoning_in_content;
+	/* Set by gen_prepare_prompt: where the rendered chat prompt leaves the
+	 * model (enum reasoning_start, chat_format.h) */
+	int reasoning_start;
+	/* structured_outputs.regex or guided_regex (chat, completions): the
+	 * whole output matches it; NULL when absent.  regex_param: the
+	 * client's name of the field */
+	char *regex;
+	const char *regex_param;
 	/* Responses API */
 	char *instructions;         /* NULL when absent */
 	char *previous_response_id; /* NULL when absent */

@@ -209,7 +209,7 @@ static const struct {
      "duplicate_field"},
     {"{\"input\":[{\"type\":\"item_reference\",\"id\":\"msg_1\"}]}", "input[0].type",
      "unsupported_value"},
-    {"{\"input\":[{\"type\":\"reasoning\",\"summary\":[]}]}", "input[0].type", "unsupported_value"},
+    {"{\"input\":[{\"type\":\"item_reference\",\"id\":\"x\"}]}", "input[0].type", "unsupported_value"},
     {"{\"input\":[{\"type\":7}]}", "input[0].type", "invalid_type"},
     {"{\"input\":[{\"type\":\"function_call\",\"name\":\"f\",\"arguments\":\"{}\"}]}",
      "input[0].call_id", "missing_required_parameter"},
