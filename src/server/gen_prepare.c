@@ -77,6 +77,17 @@ static int system_prefix_tokens(const struct tokenizer *tok, const char *text, s
 	return 0;
 }
 
+/* Who a compile that misses the grammar cache counts for: the client's
+ * kind and id in who (1 + sizeof(r->client.id) bytes); 0: nobody. */
+static size_t client_key(const struct request *r, unsigned char *who)
+{
+	if (!r->client.kind || r->client.len > sizeof(r->client.id))
+		return 0;
+	who[0] = r->client.kind;
+	memcpy(who + 1, r->client.id, r->client.len);
+	return 1 + (size_t)r->client.len;
+}
+
 /* A constraint through the server's grammar cache, a compile that misses
  * it counted for the request's client (its API key, else its address).
  * -EAGAIN: that client is over its compile rate; e says so with a 429. */
@@ -85,12 +96,7 @@ static int constraint_get(struct request *r, const char *prefix, const cJSON *sc
                           size_t path_cap, char *err, size_t err_len, struct api_error *e)
 {
 	unsigned char who[1 + sizeof(r->client.id)];
-	size_t n_who = 0;
-	if (r->client.kind && r->client.len <= sizeof(r->client.id)) {
-		who[0] = r->client.kind;
-		memcpy(who + 1, r->client.id, r->client.len);
-		n_who = 1 + (size_t)r->client.len;
-	}
+	size_t n_who = client_key(r, who);
 	int retry_s = 0;
 	int rc = grammar_cache_get(r->srv->grammars, n_who ? who : NULL, n_who, prefix, schema,
 	                           suffix, out, &retry_s, path, path_cap, err, err_len);
@@ -128,6 +134,28 @@ static int tool_grammar(struct request *r, struct gen_args *a, struct api_error 
 	return rc;
 }
 
+/* structured_outputs.regex: the whole output matches it. */
+static int regex_grammar(struct request *r, struct gen_args *a, struct api_error *e)
+{
+	char err[SINKD_ERR_LEN];
+	unsigned char who[1 + sizeof(r->client.id)];
+	size_t n_who = client_key(r, who);
+	int retry_s = 0;
+	int rc = grammar_cache_get_regex(r->srv->grammars, n_who ? who : NULL, n_who, a->regex,
+	                                 &a->grammar, &retry_s, err, sizeof(err));
+	if (rc == -EAGAIN) {
+		request_fail(e, a->regex_param, "schema_compile_rate", "%s", err);
+		e->status = 429;
+		e->retry_after_s = retry_s > 0 ? retry_s : 1;
+	} else if (rc == -ENOMEM) {
+		request_fail_oom(e, a->regex_param);
+	} else if (rc) {
+		request_fail(e, a->regex_param, "invalid_value", "'%s' cannot be used: %s",
+		             a->regex_param, err);
+	}
+	return rc;
+}
+
 int gen_prepare_constraint(struct request *r, struct gen_args *a, struct api_error *e)
 {
 	const struct tokenizer *tok = r->srv->tok;
@@ -138,9 +166,16 @@ int gen_prepare_constraint(struct request *r, struct gen_args *a, struct api_err
 			    e, "logit_bias", "invalid_value",
 			    "'logit_bias' key %d is not a token id of this model (0..%d)",
 			    (int)a->logit_bias[i].token, n_vocab - 1);
-	if (a->tools &&
-	    (a->tools->choice == TOOL_CHOICE_REQUIRED || a->tools->choice == TOOL_CHOICE_NAMED))
+	bool forced = a->tools && (a->tools->choice == TOOL_CHOICE_REQUIRED ||
+	                           a->tools->choice == TOOL_CHOICE_NAMED);
+	if (forced && a->regex)
+		return request_fail(e, a->regex_param, "invalid_value",
+		                    "'%s' cannot be combined with a tool_choice that forces a call",
+		                    a->regex_param);
+	if (forced)
 		return tool_grammar(r, a, e);
+	if (a->regex)
+		return regex_grammar(r, a, e);
 	if (a->response_format == RESPONSE_FORMAT_TEXT)
 		return 0;
 	bool responses = a->api == GEN_API_RESPONSES;
