@@ -174,6 +174,19 @@ int grammar_cache_get(struct grammar_cache *c, const void *client, size_t client
                       const char *prefix, const cJSON *schema, const char *suffix,
                       struct grammar **out, int *retry_after_s, char *path, size_t path_cap,
                       char *err, size_t err_len);
+/* One of several enveloped schemas (prefix and suffix NULL or ""; schema
+ * not NULL), each its own root for $ref: a forced tool call in a format
+ * that writes the tool's name outside the JSON, one per tool. */
+struct grammar_alt {
+	const char *prefix;
+	const cJSON *schema;
+	const char *suffix;
+};
+/* Like grammar_cache_get, for the text of any one of alts[0..n). */
+int grammar_cache_get_alts(struct grammar_cache *c, const void *client, size_t client_len,
+                           const struct grammar_alt *alts, size_t n, struct grammar **out,
+                           int *retry_after_s, char *path, size_t path_cap, char *err,
+                           size_t err_len);
 /* grammar_from_regex through the cache (keyed apart from every schema),
  * counted against client's rate like a schema. */
 int grammar_cache_get_regex(struct grammar_cache *c, const void *client, size_t client_len,

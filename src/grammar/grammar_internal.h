@@ -66,6 +66,10 @@ int gb_finish(struct gbuild *b, int root_rule, struct grammar **out, char *path,
 int grammar_build(const char *prefix, const cJSON *schema, const char *suffix, struct grammar **out,
                   uint64_t *work, char *path, size_t path_cap, char *err, size_t err_len);
 
+/* One of the alternatives (grammar.h's grammar_alt), as grammar_build. */
+int grammar_build_alts(const struct grammar_alt *alts, size_t n, struct grammar **out,
+                       uint64_t *work, char *path, size_t path_cap, char *err, size_t err_len);
+
 /* ---- the pattern subset (pattern.c) ---- */
 /* The JSON-string body (between the quotes, as JSON text) whose decoded
  * content matches the regex `pattern`: characters come out unescaped except

@@ -108,18 +108,47 @@ static int constraint_get(struct request *r, const char *prefix, const cJSON *sc
 	return rc;
 }
 
+/* Alternatives (a forced call in a format that names the tool outside
+ * the JSON) through the grammar cache, limited like constraint_get. */
+static int constraint_get_alts(struct request *r, const struct tool_constraint *c,
+                               struct grammar **out, char *path, size_t path_cap, char *err,
+                               size_t err_len, struct api_error *e)
+{
+	struct grammar_alt *alts = calloc(c->n, sizeof(*alts));
+	if (!alts)
+		return err_set(err, err_len, -ENOMEM, "out of memory");
+	for (size_t i = 0; i < c->n; i++)
+		alts[i] = (struct grammar_alt){c->prefix[i], c->schema[i], c->suffix[i]};
+	unsigned char who[1 + sizeof(r->client.id)];
+	size_t n_who = client_key(r, who);
+	int retry_s = 0;
+	int rc = grammar_cache_get_alts(r->srv->grammars, n_who ? who : NULL, n_who, alts, c->n,
+	                                out, &retry_s, path, path_cap, err, err_len);
+	free(alts);
+	if (rc == -EAGAIN) {
+		request_fail(e, "tools", "schema_compile_rate", "%s", err);
+		e->status = 429;
+		e->retry_after_s = retry_s > 0 ? retry_s : 1;
+	}
+	return rc;
+}
+
 /* The constraint of a forced tool call: the call's envelope in the model's
- * tool format around the schema of {name, arguments}. */
+ * tool format around the schema of {name, arguments} (or, where the name
+ * is written outside the JSON, one envelope per tool around its
+ * arguments). */
 static int tool_grammar(struct request *r, struct gen_args *a, struct api_error *e)
 {
 	char err[SINKD_ERR_LEN], path[128] = "";
-	char *prefix = NULL, *suffix = NULL;
-	cJSON *schema = NULL;
+	struct tool_constraint c;
 	enum tool_format f = chat_prompt_tool_format(r->srv->tok);
-	int rc = tool_call_constraint(f, a->tools, &prefix, &schema, &suffix, err, sizeof(err));
-	if (!rc)
-		rc = constraint_get(r, prefix, schema, suffix, &a->grammar, "tools", path,
-		                    sizeof(path), err, sizeof(err), e);
+	int rc = tool_constraint_build(f, a->tools, &c, err, sizeof(err));
+	if (!rc && c.n == 1)
+		rc = constraint_get(r, c.prefix[0], c.schema[0], c.suffix[0], &a->grammar, "tools",
+		                    path, sizeof(path), err, sizeof(err), e);
+	else if (!rc)
+		rc = constraint_get_alts(r, &c, &a->grammar, path, sizeof(path), err, sizeof(err),
+		                         e);
 	if (rc == -ENOMEM)
 		request_fail_oom(e, "tools");
 	else if (rc == -EAGAIN)
@@ -128,9 +157,7 @@ static int tool_grammar(struct request *r, struct gen_args *a, struct api_error 
 		request_fail(e, "tools", "invalid_value",
 		             "a tool's 'parameters' cannot be used to constrain the call: %s%s%s",
 		             err, path[0] ? " at " : "", path);
-	free(prefix);
-	free(suffix);
-	cJSON_Delete(schema);
+	tool_constraint_deinit(&c);
 	return rc;
 }
 

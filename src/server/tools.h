@@ -122,6 +122,25 @@ int tool_result_text(enum tool_format f, const char *content, char **out, char *
 int tool_call_constraint(enum tool_format f, const struct tool_set *ts, char **prefix,
                          cJSON **schema, char **suffix, char *err, size_t err_len);
 
+/* A forced call's constraint in any format: alternatives of prefix +
+ * schema + suffix (grammar.h's grammar_alt).  Formats that write the name
+ * outside the JSON (deepseek, harmony) get one alternative per tool (the
+ * named one only, for NAMED), its schema the tool's parameters: deepseek
+ * "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>" NAME
+ * "\n```json\n" ... "\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>", harmony
+ * "<|channel|>commentary to=functions." NAME " <|constrain|>json<|message|>"
+ * ... "<|call|>".  Every other format: tool_call_constraint's one
+ * (command-r: "<|START_ACTION|>[" {"tool_call_id": "0", "tool_name",
+ * "parameters"} "]<|END_ACTION|>").  Returns 0, -EINVAL, -ENOMEM. */
+struct tool_constraint {
+	size_t n;
+	char **prefix, **suffix;
+	cJSON **schema;
+};
+int tool_constraint_build(enum tool_format f, const struct tool_set *ts, struct tool_constraint *out,
+                          char *err, size_t err_len);
+void tool_constraint_deinit(struct tool_constraint *c);
+
 /* Streaming tool-call parser over generated text (already stop-string
  * filtered).  Text that is not part of a call comes out as content; text
  * that may be the start of an envelope is held until it is known. */

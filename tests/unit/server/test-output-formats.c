@@ -9,10 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grammar/grammar.h"
+#include "model/gguf.h"
 #include "server/chat_format.h"
 #include "server/reasoning.h"
 #include "server/tools.h"
 #include "testutil.h"
+#include "tokenizer/tokenizer.h"
+#include "util/errbuf.h"
 
 /* Events as one string: R[...] reasoning, C[...] content, B<i>(name)
  * call begin, A<i>[...] arguments, E<i> call end; adjacent text of one
@@ -353,6 +357,107 @@ START_TEST(test_harmony_calls)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- forced calls */
+
+/* A forced call to get_weather in format f: the constraint's text with
+ * the arguments {"city":"Oslo"} is what its grammar accepts whole, and the
+ * parser (after the splitter of that family) reads it back as the call. */
+static void forced_round_trip(enum tool_format f, enum reasoning_syntax syn,
+                              struct grammar_cache *cache, const struct vocab_trie *trie)
+{
+	struct tool_set ts;
+	two_tools(&ts);
+	ts.choice = TOOL_CHOICE_NAMED;
+	ts.named = 0;
+	struct tool_constraint c;
+	char err[SINKD_ERR_LEN], path[128];
+	ck_assert_int_eq(tool_constraint_build(f, &ts, &c, err, sizeof(err)), 0);
+	ck_assert_uint_eq(c.n, 1);
+	struct grammar_alt alt = {c.prefix[0], c.schema[0], c.suffix[0]};
+	struct grammar *g = NULL;
+	ck_assert_msg(grammar_cache_get_alts(cache, NULL, 0, &alt, 1, &g, NULL, path, sizeof(path),
+	                                     err, sizeof(err)) == 0,
+	              "%s", err);
+	const char *args = "{\"city\":\"Oslo\"}";
+	char body[256], text[512];
+	if (f == TOOL_FORMAT_DEEPSEEK || f == TOOL_FORMAT_HARMONY)
+		snprintf(body, sizeof(body), "%s", args);
+	else if (f == TOOL_FORMAT_COMMAND_R)
+		snprintf(body, sizeof(body),
+		         "{\"tool_call_id\":\"0\",\"tool_name\":\"get_weather\",\"parameters\":%s}",
+		         args);
+	else
+		snprintf(body, sizeof(body), "{\"name\":\"get_weather\",\"%s\":%s}",
+		         f == TOOL_FORMAT_LLAMA3 ? "parameters" : "arguments", args);
+	snprintf(text, sizeof(text), "%s%s%s", c.prefix[0], body, c.suffix[0]);
+	struct grammar_matcher *m = NULL;
+	ck_assert_int_eq(grammar_matcher_new(g, trie, &m), 0);
+	ck_assert_msg(grammar_matcher_accept_bytes(m, text, strlen(text)) == 0 &&
+	                  grammar_matcher_can_end(m),
+	              "%s: grammar refuses %s", tool_format_name(f), text);
+	grammar_matcher_free(m);
+	grammar_unref(g);
+	struct setup su = {syn, REASONING_START_BEFORE, f, &ts};
+	char want[128];
+	snprintf(want, sizeof(want), "B0(get_weather)A0[%s]E0", args);
+	expect(&su, text, want, 1);
+	tool_constraint_deinit(&c);
+	tool_set_deinit(&ts);
+}
+
+START_TEST(test_forced_calls)
+{
+	char err[SINKD_ERR_LEN];
+	struct gguf_file *gf = NULL;
+	struct tokenizer *tok = NULL;
+	struct vocab_trie *trie = NULL;
+	struct grammar_cache *cache = NULL;
+	ck_assert_msg(gguf_open(tu_shared_path("models/stories260K.gguf"), &gf, err, sizeof(err)) ==
+	                  0,
+	              "%s", err);
+	ck_assert_msg(tokenizer_new_from_gguf(gf, &tok, err, sizeof(err)) == 0, "%s", err);
+	gguf_close(gf);
+	ck_assert_msg(vocab_trie_new(tok, &trie, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(grammar_cache_new(16, &cache), 0);
+	forced_round_trip(TOOL_FORMAT_HERMES, REASONING_SYNTAX_THINK, cache, trie);
+	forced_round_trip(TOOL_FORMAT_GENERIC, REASONING_SYNTAX_NONE, cache, trie);
+	forced_round_trip(TOOL_FORMAT_LLAMA3, REASONING_SYNTAX_NONE, cache, trie);
+	forced_round_trip(TOOL_FORMAT_MISTRAL, REASONING_SYNTAX_NONE, cache, trie);
+	forced_round_trip(TOOL_FORMAT_DEEPSEEK, REASONING_SYNTAX_THINK, cache, trie);
+	forced_round_trip(TOOL_FORMAT_COMMAND_R, REASONING_SYNTAX_COMMAND_R, cache, trie);
+	forced_round_trip(TOOL_FORMAT_HARMONY, REASONING_SYNTAX_HARMONY, cache, trie);
+	/* required, several tools, a name outside the JSON: one alternative each */
+	struct tool_set ts;
+	two_tools(&ts);
+	ts.choice = TOOL_CHOICE_REQUIRED;
+	struct tool_constraint c;
+	ck_assert_int_eq(tool_constraint_build(TOOL_FORMAT_HARMONY, &ts, &c, err, sizeof(err)), 0);
+	ck_assert_uint_eq(c.n, 2);
+	ck_assert(strstr(c.prefix[1], "to=functions.ping "));
+	struct grammar_alt alts[2] = {{c.prefix[0], c.schema[0], c.suffix[0]},
+	                              {c.prefix[1], c.schema[1], c.suffix[1]}};
+	struct grammar *g = NULL;
+	ck_assert_int_eq(
+	    grammar_cache_get_alts(cache, NULL, 0, alts, 2, &g, NULL, NULL, 0, err, sizeof(err)), 0);
+	struct grammar_matcher *m = NULL;
+	ck_assert_int_eq(grammar_matcher_new(g, trie, &m), 0);
+	char text[256];
+	snprintf(text, sizeof(text), "%s{}%s", c.prefix[1], c.suffix[1]);
+	ck_assert_int_eq(grammar_matcher_accept_bytes(m, text, strlen(text)), 0);
+	ck_assert(grammar_matcher_can_end(m));
+	grammar_matcher_reset(m);
+	snprintf(text, sizeof(text), "%s{\"city\":5}%s", c.prefix[0], c.suffix[0]);
+	ck_assert_int_ne(grammar_matcher_accept_bytes(m, text, strlen(text)), 0);
+	grammar_matcher_free(m);
+	grammar_unref(g);
+	tool_constraint_deinit(&c);
+	tool_set_deinit(&ts);
+	grammar_cache_free(cache);
+	vocab_trie_free(trie);
+	tokenizer_free(tok);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("output-formats");
@@ -367,6 +472,7 @@ int main(void)
 	tcase_add_test(tc, test_mistral_args);
 	tcase_add_test(tc, test_command_r_calls);
 	tcase_add_test(tc, test_harmony_calls);
+	tcase_add_test(tc, test_forced_calls);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }
