@@ -607,9 +607,15 @@ static int gs_format_init(struct genstream *gs, struct request *r, const struct 
 		return -ENOMEM;
 	struct chat_format cf;
 	chat_prompt_format(r->srv->tok, &cf);
+	/* A forced call's grammar writes the call from the first byte, even
+	 * where the prompt opened a reasoning block. */
+	enum reasoning_start start = (enum reasoning_start)shape->reasoning_start;
+	const struct tool_set *ts = gs->tool_set;
+	if (ts && (ts->choice == TOOL_CHOICE_REQUIRED || ts->choice == TOOL_CHOICE_NAMED) &&
+	    start == REASONING_START_INSIDE)
+		start = REASONING_START_BEFORE;
 	if (shape->chat && cf.reasoning != REASONING_SYNTAX_NONE && !shape->reasoning_in_content &&
-	    reasoning_splitter_new(cf.reasoning, (enum reasoning_start)shape->reasoning_start,
-	                           &gs->reasoning))
+	    reasoning_splitter_new(cf.reasoning, start, &gs->reasoning))
 		return -ENOMEM;
 	if (shape->chat && gs->tool_set && gs->tool_set->n_tools &&
 	    gs->tool_set->choice != TOOL_CHOICE_NONE)

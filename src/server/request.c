@@ -810,10 +810,7 @@ static int refuse_unsupported(const cJSON *o, const struct gen_args *a, struct a
 	return 0;
 }
 
-/* reasoning_format (llama.cpp's names) and vLLM's structured_outputs
- * {"regex"} / guided_regex.  The regex is compiled with the constraint
- * (gen_prepare.c), where a bad one is refused with its position. */
-static int parse_output_fields(const cJSON *o, struct gen_args *a, struct api_error *e)
+int request_output_fields(const cJSON *o, struct gen_args *a, struct api_error *e)
 {
 	const cJSON *rf = field(o, "reasoning_format");
 	if (rf && !cJSON_IsNull(rf)) {
@@ -851,9 +848,6 @@ static int parse_output_fields(const cJSON *o, struct gen_args *a, struct api_er
 	if (!cJSON_IsString(re))
 		return fail(e, a->regex_param, "invalid_type", "'%s' must be a string",
 		            a->regex_param);
-	if (field(o, "response_format"))
-		return fail(e, a->regex_param, "invalid_value",
-		            "'%s' cannot be combined with 'response_format'", a->regex_param);
 	a->regex = strdup(re->valuestring);
 	return a->regex ? 0 : fail_oom(e, a->regex_param, "out of memory");
 }
@@ -901,7 +895,7 @@ static int parse_common(const cJSON *o, int64_t limit, struct gen_args *a, struc
 	if (!rc)
 		rc = get_bool(o, "ignore_eos", &a->ignore_eos, e);
 	if (!rc)
-		rc = parse_output_fields(o, a, e);
+		rc = request_output_fields(o, a, e);
 	return rc;
 }
 

@@ -119,6 +119,12 @@ int request_response_format(const cJSON *fmt, const char *param, bool responses_
                             struct gen_args *a, struct api_error *e);
 int request_parse_tools(const cJSON *root, bool responses_api, struct gen_args *a,
                         struct api_error *e);
+/* reasoning_format (llama.cpp's names: "none", "auto", "deepseek") and
+ * vLLM's structured_outputs {"regex"} / guided_regex of root into a's
+ * reasoning_in_content, regex and regex_param.  The regex is compiled
+ * with the constraint (gen_prepare.c), where a bad one is refused with its
+ * position. */
+int request_output_fields(const cJSON *root, struct gen_args *a, struct api_error *e);
 
 /* The parsing rules above, for the Responses API parser (responses.c; the
  * field readers, refusals and the duplicate-key check are

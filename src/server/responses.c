@@ -48,6 +48,9 @@ static const char *const body_keys[] = {"model",
                                         "reasoning",
                                         "prompt",
                                         "conversation",
+                                        "structured_outputs",
+                                        "guided_regex",
+                                        "reasoning_format",
                                         NULL};
 static const char *const message_item_keys[] = {"type", "role", "content", "id", "status", NULL};
 static const char *const call_item_keys[] = {"type", "call_id", "name", "arguments",
@@ -472,6 +475,8 @@ int responses_args_parse(const char *body, size_t len, int64_t limit, struct gen
 		rc = parse_text(root, a, e);
 	if (!rc)
 		rc = parse_tools(root, a, e);
+	if (!rc)
+		rc = request_output_fields(root, a, e);
 	if (!rc)
 		rc = parse_input(root, a, e);
 	cJSON_Delete(root);

