@@ -33,7 +33,7 @@ int tokenizer_encode(const struct tokenizer *tok, const char *text, size_t len, 
 		     bool parse_special, int32_t **ids, size_t *n_ids, char *err, size_t err_len);
 
 /* Decodes a whole sequence into a malloc'ed NUL-terminated string (control
- * tokens are skipped; byte-fallback tokens become their bytes).  With a
+ * tokens are skipped, but those tokenizer_is_control calls text; byte-fallback tokens become their bytes).  With a
  * SentencePiece space prefix the first space of the first text is dropped,
  * so decode(encode(s)) == s; invalid UTF-8 comes out as U+FFFD. */
 int tokenizer_decode(const struct tokenizer *tok, const int32_t *ids, size_t n_ids, char **text,
