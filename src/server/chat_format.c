@@ -22,11 +22,11 @@ static enum tool_format detect_tools(const char *t)
 	if (has(t, "<|channel|>") && has(t, "<|message|>"))
 		return TOOL_FORMAT_HARMONY;
 	if (has(t, "tool\u2581call\u2581begin") || has(t, "tool_call_begin"))
-		return TOOL_FORMAT_DEEPSEEK;
+		return has(t, "```json") ? TOOL_FORMAT_DEEPSEEK : TOOL_FORMAT_DEEPSEEK_V3_1;
 	if (has(t, "<|START_ACTION|>"))
 		return TOOL_FORMAT_COMMAND_R;
 	if (has(t, "[TOOL_CALLS]"))
-		return TOOL_FORMAT_MISTRAL;
+		return has(t, "[ARGS]") ? TOOL_FORMAT_MISTRAL_ARGS : TOOL_FORMAT_MISTRAL;
 	if (has(t, "<tool_call>"))
 		return TOOL_FORMAT_HERMES;
 	if (has(t, "<|python_tag|>"))
@@ -40,6 +40,8 @@ static enum reasoning_syntax detect_reasoning(const char *t)
 		return REASONING_SYNTAX_HARMONY;
 	if (has(t, "<|START_THINKING|>"))
 		return REASONING_SYNTAX_COMMAND_R;
+	if (has(t, "[THINK]"))
+		return REASONING_SYNTAX_MISTRAL;
 	if (has(t, "<think>") || has(t, "</think>"))
 		return REASONING_SYNTAX_THINK;
 	return REASONING_SYNTAX_NONE;
@@ -69,20 +71,31 @@ enum reasoning_start chat_format_prompt_start(const struct chat_format *f, const
                                               size_t len)
 {
 	const char *open = NULL, *close = NULL;
-	if (f->reasoning == REASONING_SYNTAX_THINK) {
-		open = "<think>";
-		close = "</think>";
-	} else if (f->reasoning == REASONING_SYNTAX_COMMAND_R) {
-		open = "<|START_THINKING|>";
-		close = "<|END_THINKING|>";
-	}
-	if (!open || !prompt)
+	if (!reasoning_block_markers(f->reasoning, &open, &close) || !prompt)
 		return REASONING_START_BEFORE;
 	if (ends_with(prompt, len, open))
 		return REASONING_START_INSIDE;
 	if (ends_with(prompt, len, close))
 		return REASONING_START_OFF;
 	return REASONING_START_BEFORE;
+}
+
+bool reasoning_block_markers(enum reasoning_syntax s, const char **open, const char **close)
+{
+	static const struct {
+		enum reasoning_syntax s;
+		const char *open, *close;
+	} blocks[] = {{REASONING_SYNTAX_THINK, "<think>", "</think>"},
+	              {REASONING_SYNTAX_COMMAND_R, "<|START_THINKING|>", "<|END_THINKING|>"},
+	              {REASONING_SYNTAX_MISTRAL, "[THINK]", "[/THINK]"}};
+	for (size_t i = 0; i < sizeof(blocks) / sizeof(blocks[0]); i++) {
+		if (blocks[i].s == s) {
+			*open = blocks[i].open;
+			*close = blocks[i].close;
+			return true;
+		}
+	}
+	return false;
 }
 
 const char *reasoning_syntax_name(enum reasoning_syntax s)
@@ -94,6 +107,8 @@ const char *reasoning_syntax_name(enum reasoning_syntax s)
 		return "command-r";
 	case REASONING_SYNTAX_HARMONY:
 		return "harmony";
+	case REASONING_SYNTAX_MISTRAL:
+		return "mistral";
 	default:
 		return "none";
 	}

@@ -18,6 +18,7 @@ enum reasoning_syntax {
 	REASONING_SYNTAX_THINK,     /* <think>...</think> (Qwen3, DeepSeek R1, ...) */
 	REASONING_SYNTAX_COMMAND_R, /* <|START_THINKING|>...<|END_THINKING|> */
 	REASONING_SYNTAX_HARMONY,   /* gpt-oss: the analysis channel */
+	REASONING_SYNTAX_MISTRAL,   /* Magistral: [THINK]...[/THINK] */
 };
 
 /* Where the generation prompt leaves the model. */
@@ -44,3 +45,6 @@ enum reasoning_start chat_format_prompt_start(const struct chat_format *f, const
                                               size_t len);
 
 const char *reasoning_syntax_name(enum reasoning_syntax s); /* "none", "think", ... */
+/* A block syntax's opening and closing markers ("<think>", "</think>");
+ * false for none and harmony (not a block). */
+bool reasoning_block_markers(enum reasoning_syntax s, const char **open, const char **close);

@@ -269,11 +269,10 @@ int reasoning_splitter_new(enum reasoning_syntax syntax, enum reasoning_start st
 	if (!r)
 		return -ENOMEM;
 	r->syn = syntax;
-	r->open = syntax == REASONING_SYNTAX_COMMAND_R ? "<|START_THINKING|>" : "<think>";
-	r->close = syntax == REASONING_SYNTAX_COMMAND_R ? "<|END_THINKING|>" : "</think>";
+	bool block = reasoning_block_markers(syntax, &r->open, &r->close);
 	if (syntax == REASONING_SYNTAX_HARMONY)
 		r->st = H_HEAD;
-	else if (syntax == REASONING_SYNTAX_NONE || start == REASONING_START_OFF)
+	else if (!block || start == REASONING_START_OFF)
 		r->st = R_CONTENT;
 	else if (start == REASONING_START_INSIDE)
 		r->st = R_IN;

@@ -497,7 +497,8 @@ static void open_byte(struct tool_parser *p, unsigned char c)
 {
 	if (blank(c))
 		return;
-	bool lists = p->fmt == TOOL_FORMAT_MISTRAL || p->fmt == TOOL_FORMAT_COMMAND_R;
+	bool lists = p->fmt == TOOL_FORMAT_MISTRAL || p->fmt == TOOL_FORMAT_MISTRAL_ARGS ||
+	             p->fmt == TOOL_FORMAT_COMMAND_R;
 	if (c == '[' && lists && !p->list) {
 		p->list = true;
 		return;
@@ -519,7 +520,8 @@ static void nname_done(struct tool_parser *p, unsigned char c)
 	p->name[p->name_len <= NAME_MAX_LEN ? p->name_len : 0] = '\0';
 	p->tool = p->name_len <= NAME_MAX_LEN ? tool_find(p->ts, p->name) : NULL;
 	/* DeepSeek R1/V3 write the call's type first: "function<｜tool▁sep｜>NAME" */
-	bool type_first = p->fmt == TOOL_FORMAT_DEEPSEEK && !strcmp(p->name, "function");
+	bool type_first = (p->fmt == TOOL_FORMAT_DEEPSEEK || p->fmt == TOOL_FORMAT_DEEPSEEK_V3_1) &&
+	                  !strcmp(p->name, "function");
 	if (!p->tool && !type_first) {
 		broken(p, c);
 		return;
@@ -728,11 +730,13 @@ static void markers_of(struct tool_parser *p)
 		p->markers = markers_llama3;
 		break;
 	case TOOL_FORMAT_MISTRAL:
+	case TOOL_FORMAT_MISTRAL_ARGS:
 		p->markers = markers_mistral;
 		p->gap = gap_mistral;
 		p->gap_needed = "[ARGS]";
 		break;
 	case TOOL_FORMAT_DEEPSEEK:
+	case TOOL_FORMAT_DEEPSEEK_V3_1:
 		p->markers = markers_deepseek;
 		p->gap = gap_deepseek;
 		break;

@@ -384,6 +384,10 @@ const char *tool_format_name(enum tool_format f)
 		return "command-r";
 	case TOOL_FORMAT_HARMONY:
 		return "harmony";
+	case TOOL_FORMAT_MISTRAL_ARGS:
+		return "mistral-args";
+	case TOOL_FORMAT_DEEPSEEK_V3_1:
+		return "deepseek-v3.1";
 	default:
 		return "generic";
 	}
@@ -687,19 +691,34 @@ int tool_call_constraint(enum tool_format f, const struct tool_set *ts, char **p
  * tool's arguments. */
 static bool name_outside(enum tool_format f)
 {
-	return f == TOOL_FORMAT_DEEPSEEK || f == TOOL_FORMAT_HARMONY;
+	return f == TOOL_FORMAT_DEEPSEEK || f == TOOL_FORMAT_HARMONY ||
+	       f == TOOL_FORMAT_MISTRAL_ARGS || f == TOOL_FORMAT_DEEPSEEK_V3_1;
 }
+
+#define DS_CALLS_BEGIN "<\uff5ctool\u2581calls\u2581begin\uff5c>"
+#define DS_CALLS_END "<\uff5ctool\u2581calls\u2581end\uff5c>"
+#define DS_CALL_BEGIN "<\uff5ctool\u2581call\u2581begin\uff5c>"
+#define DS_CALL_END "<\uff5ctool\u2581call\u2581end\uff5c>"
+#define DS_SEP "<\uff5ctool\u2581sep\uff5c>"
 
 static int named_envelope(enum tool_format f, const char *name, char **prefix, char **suffix)
 {
 	struct tbuf pre = {0}, post = {0};
 	if (f == TOOL_FORMAT_DEEPSEEK) {
-		tbuf_put(&pre, "<\uff5ctool\u2581calls\u2581begin\uff5c><\uff5ctool\u2581call"
-		               "\u2581begin\uff5c>function<\uff5ctool\u2581sep\uff5c>");
+		tbuf_put(&pre, DS_CALLS_BEGIN DS_CALL_BEGIN "function" DS_SEP);
 		tbuf_put(&pre, name);
 		tbuf_put(&pre, "\n```json\n");
-		tbuf_put(&post, "\n```<\uff5ctool\u2581call\u2581end\uff5c><\uff5ctool\u2581calls"
-		                "\u2581end\uff5c>");
+		tbuf_put(&post, "\n```" DS_CALL_END DS_CALLS_END);
+	} else if (f == TOOL_FORMAT_DEEPSEEK_V3_1) {
+		tbuf_put(&pre, DS_CALLS_BEGIN DS_CALL_BEGIN);
+		tbuf_put(&pre, name);
+		tbuf_put(&pre, DS_SEP);
+		tbuf_put(&post, DS_CALL_END DS_CALLS_END);
+	} else if (f == TOOL_FORMAT_MISTRAL_ARGS) {
+		tbuf_put(&pre, "[TOOL_CALLS]");
+		tbuf_put(&pre, name);
+		tbuf_put(&pre, "[ARGS]");
+		tbuf_put(&post, "");
 	} else {
 		tbuf_put(&pre, "<|channel|>commentary to=functions.");
 		tbuf_put(&pre, name);

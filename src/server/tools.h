@@ -70,9 +70,16 @@ enum tool_format {
 	 * (reasoning.c hands the tool parser a commentary message's recipient and
 	 * body in this shape) */
 	TOOL_FORMAT_HARMONY,
+	/* as MISTRAL, for templates that write [TOOL_CALLS]NAME[ARGS]{...}: a
+	 * forced call is written so */
+	TOOL_FORMAT_MISTRAL_ARGS,
+	/* as DEEPSEEK, for templates without the ```json fence (V3.1): a forced
+	 * call is <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜> */
+	TOOL_FORMAT_DEEPSEEK_V3_1,
 };
 enum tool_format tool_format_of(enum chat_family fam);
-/* "generic", "llama-3", "hermes", "mistral", "deepseek", "command-r", "harmony" */
+/* "generic", "llama-3", "hermes", "mistral", "deepseek", "command-r", "harmony",
+ * "mistral-args", "deepseek-v3.1" */
 const char *tool_format_name(enum tool_format f);
 
 /* Whether the prompt offers ts's tools: ts not NULL, with tools, and

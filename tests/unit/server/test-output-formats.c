@@ -180,10 +180,14 @@ START_TEST(test_detect)
 	    {"<|start_header_id|>x<|end_header_id|>", TOOL_FORMAT_LLAMA3, REASONING_SYNTAX_NONE},
 	    {"{{'<|python_tag|>'}}", TOOL_FORMAT_LLAMA3, REASONING_SYNTAX_NONE},
 	    {"[INST] {{ m }} [/INST]", TOOL_FORMAT_MISTRAL, REASONING_SYNTAX_NONE},
-	    {"{{'[TOOL_CALLS]' + name + '[ARGS]'}}", TOOL_FORMAT_MISTRAL, REASONING_SYNTAX_NONE},
+	    {"{{'[TOOL_CALLS]' + name + '[ARGS]'}}{{'[THINK]'}}", TOOL_FORMAT_MISTRAL_ARGS,
+	     REASONING_SYNTAX_MISTRAL},
+	    {"{{'[TOOL_CALLS][' + calls|tojson + ']'}}", TOOL_FORMAT_MISTRAL, REASONING_SYNTAX_NONE},
 	    {"{{'<\uff5cAssistant\uff5c><\uff5ctool\u2581calls\u2581begin\uff5c><\uff5ctool"
-	     "\u2581call\u2581begin\uff5c>'}}{{'<think>\\n'}}",
+	     "\u2581call\u2581begin\uff5c>'}}{{'```json'}}{{'<think>\\n'}}",
 	     TOOL_FORMAT_DEEPSEEK, REASONING_SYNTAX_THINK},
+	    {"{{'<\uff5ctool\u2581call\u2581begin\uff5c>' + name + '<\uff5ctool\u2581sep\uff5c>'}}",
+	     TOOL_FORMAT_DEEPSEEK_V3_1, REASONING_SYNTAX_NONE},
 	    {"<|START_OF_TURN_TOKEN|>{{'<|START_THINKING|>'}}<|START_ACTION|>",
 	     TOOL_FORMAT_COMMAND_R, REASONING_SYNTAX_COMMAND_R},
 	    {"<|start|>assistant<|channel|>final<|message|>", TOOL_FORMAT_HARMONY,
@@ -249,6 +253,9 @@ START_TEST(test_command_r_thinking)
 	struct setup su = {REASONING_SYNTAX_COMMAND_R, REASONING_START_BEFORE, 0, NULL};
 	expect(&su, "<|START_THINKING|>plan<|END_THINKING|>answer", "R[plan]C[answer]", 0);
 	expect(&su, "<think>no</think>", "C[<think>no</think>]", 0);
+	su.syn = REASONING_SYNTAX_MISTRAL;
+	expect(&su, "[THINK]hm[/THINK]ok", "R[hm]C[ok]", 0);
+	expect(&su, "[TOOL_CALLS]x", "C[[TOOL_CALLS]x]", 0);
 }
 END_TEST
 
@@ -380,7 +387,8 @@ static void forced_round_trip(enum tool_format f, enum reasoning_syntax syn,
 	              "%s", err);
 	const char *args = "{\"city\":\"Oslo\"}";
 	char body[256], text[512];
-	if (f == TOOL_FORMAT_DEEPSEEK || f == TOOL_FORMAT_HARMONY)
+	if (f == TOOL_FORMAT_DEEPSEEK || f == TOOL_FORMAT_HARMONY || f == TOOL_FORMAT_MISTRAL_ARGS ||
+	    f == TOOL_FORMAT_DEEPSEEK_V3_1)
 		snprintf(body, sizeof(body), "%s", args);
 	else if (f == TOOL_FORMAT_COMMAND_R)
 		snprintf(body, sizeof(body),
@@ -426,6 +434,8 @@ START_TEST(test_forced_calls)
 	forced_round_trip(TOOL_FORMAT_DEEPSEEK, REASONING_SYNTAX_THINK, cache, trie);
 	forced_round_trip(TOOL_FORMAT_COMMAND_R, REASONING_SYNTAX_COMMAND_R, cache, trie);
 	forced_round_trip(TOOL_FORMAT_HARMONY, REASONING_SYNTAX_HARMONY, cache, trie);
+	forced_round_trip(TOOL_FORMAT_MISTRAL_ARGS, REASONING_SYNTAX_MISTRAL, cache, trie);
+	forced_round_trip(TOOL_FORMAT_DEEPSEEK_V3_1, REASONING_SYNTAX_THINK, cache, trie);
 	/* required, several tools, a name outside the JSON: one alternative each */
 	struct tool_set ts;
 	two_tools(&ts);
