@@ -337,6 +337,8 @@ static void set_printed(struct tokenizer *tok)
 	    "<|END_THINKING|>",
 	    "<|START_ACTION|>",
 	    "<|END_ACTION|>",
+	    "[THINK]",
+	    "[/THINK]",
 	};
 	for (size_t i = 0; i < sizeof(printed) / sizeof(printed[0]); i++) {
 		int32_t id = find_control(tok, printed[i]);
