@@ -135,8 +135,7 @@ static int gc_key(const char *prefix, const cJSON *schema, const char *suffix, c
 	const char *middle = regex ? "\x02regex" : schema ? text : "\x01json_object";
 	if (!EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) ||
 	    gc_digest_part(ctx, regex ? regex : prefix) || gc_digest_part(ctx, middle) ||
-	    gc_digest_part(ctx, suffix) ||
-	    !EVP_DigestFinal_ex(ctx, key, &n) || n != 32)
+	    gc_digest_part(ctx, suffix) || !EVP_DigestFinal_ex(ctx, key, &n) || n != 32)
 		goto out;
 	rc = 0;
 out:
@@ -324,9 +323,10 @@ static int gc_key_alts(const struct grammar_alt *alts, size_t n, unsigned char *
 {
 	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
 	unsigned int len = 0;
-	int rc = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) && !gc_digest_part(ctx, "\x03alts")
-	             ? 0
-	             : -ENOMEM;
+	int rc =
+	    ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) && !gc_digest_part(ctx, "\x03alts")
+	        ? 0
+	        : -ENOMEM;
 	for (size_t i = 0; !rc && i < n; i++) {
 		unsigned char one[32];
 		rc = gc_key(alts[i].prefix, alts[i].schema, alts[i].suffix, NULL, one);
@@ -340,8 +340,8 @@ static int gc_key_alts(const struct grammar_alt *alts, size_t n, unsigned char *
 }
 
 static int gc_get(struct grammar_cache *c, const void *client, size_t client_len,
-                  const struct gc_source *src, struct grammar **out, int *retry_after_s,
-                  char *path, size_t path_cap, char *err, size_t err_len)
+                  const struct gc_source *src, struct grammar **out, int *retry_after_s, char *path,
+                  size_t path_cap, char *err, size_t err_len)
 {
 	const char *prefix = src->prefix, *suffix = src->suffix;
 	const cJSON *schema = src->schema;
@@ -388,8 +388,8 @@ int grammar_cache_get(struct grammar_cache *c, const void *client, size_t client
 }
 
 int grammar_cache_get_regex(struct grammar_cache *c, const void *client, size_t client_len,
-                            const char *regex, struct grammar **out, int *retry_after_s,
-                            char *err, size_t err_len)
+                            const char *regex, struct grammar **out, int *retry_after_s, char *err,
+                            size_t err_len)
 {
 	struct gc_source src = {.regex = regex};
 	return gc_get(c, client, client_len, &src, out, retry_after_s, NULL, 0, err, err_len);

@@ -202,9 +202,10 @@ int gen_prepare_constraint(struct request *r, struct gen_args *a, struct api_err
 	if (forced)
 		return tool_grammar(r, a, e);
 	if (a->regex && a->response_format != RESPONSE_FORMAT_TEXT)
-		return request_fail(e, a->regex_param, "invalid_value", "'%s' cannot be combined with '%s'",
-		                    a->regex_param,
-		                    a->api == GEN_API_RESPONSES ? "text.format" : "response_format");
+		return request_fail(e, a->regex_param, "invalid_value",
+		                    "'%s' cannot be combined with '%s'", a->regex_param,
+		                    a->api == GEN_API_RESPONSES ? "text.format"
+		                                                : "response_format");
 	if (a->regex)
 		return regex_grammar(r, a, e);
 	if (a->response_format == RESPONSE_FORMAT_TEXT)

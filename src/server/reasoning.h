@@ -18,8 +18,7 @@ enum reasoning_piece {
 	REASONING_PIECE_REASONING,
 };
 /* text is valid during the callback only (not NUL-terminated). */
-typedef void (*reasoning_cb)(void *user, enum reasoning_piece kind, const char *text,
-                             size_t len);
+typedef void (*reasoning_cb)(void *user, enum reasoning_piece kind, const char *text, size_t len);
 
 struct reasoning_splitter;
 /* Returns 0 or -ENOMEM.  REASONING_SYNTAX_NONE: everything is content. */

@@ -387,10 +387,11 @@ static int check_unsupported(const cJSON *o, struct api_error *e)
 	if (rsn && !cJSON_IsNull(rsn) &&
 	    (!cJSON_IsObject(rsn) || !null_or_absent(rsn, "effort") ||
 	     !null_or_absent(rsn, "summary")))
-		return request_fail(e, "reasoning", "unsupported_parameter",
-		                    "'reasoning' effort and summary cannot be set here: a model that "
-		                    "reasons returns its reasoning as reasoning items as it writes "
-		                    "it (send {} or leave the field out)");
+		return request_fail(
+		    e, "reasoning", "unsupported_parameter",
+		    "'reasoning' effort and summary cannot be set here: a model that "
+		    "reasons returns its reasoning as reasoning items as it writes "
+		    "it (send {} or leave the field out)");
 	const cJSON *bg = request_field(o, "background"), *inc = request_field(o, "include");
 	if (bg && !cJSON_IsFalse(bg))
 		return request_fail(e, "background", "unsupported_parameter",
@@ -800,7 +801,10 @@ static struct resp_item *item_add(struct resp_stream *rs, bool call, bool reason
 	it->reasoning = reasoning;
 	it->status = "in_progress";
 	snprintf(it->id, sizeof(it->id), "%s_%s_%zu",
-	         call ? "fc" : reasoning ? "rs" : "msg", rs->base, rs->n_items);
+	         call        ? "fc"
+	         : reasoning ? "rs"
+	                     : "msg",
+	         rs->base, rs->n_items);
 	rs->n_items++;
 	rs->open = true;
 	return it;

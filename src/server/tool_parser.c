@@ -81,7 +81,7 @@ enum key_kind { KEY_OTHER, KEY_NAME, KEY_ARGS };
 
 struct tool_parser {
 	enum tool_format fmt;
-	const struct tool_set *ts; /* borrowed; may be NULL (no call is a call) */
+	const struct tool_set *ts;    /* borrowed; may be NULL (no call is a call) */
 	const struct marker *markers; /* {NULL}-terminated */
 	const char *const *gap;       /* P_GAP: the separators allowed; NULL-terminated */
 	const char *gap_needed;       /* one of them that must be seen, or NULL */

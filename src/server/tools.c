@@ -753,8 +753,8 @@ static int constraint_alloc(struct tool_constraint *c, size_t n)
 	return c->prefix && c->suffix && c->schema ? 0 : -ENOMEM;
 }
 
-int tool_constraint_build(enum tool_format f, const struct tool_set *ts, struct tool_constraint *out,
-                          char *err, size_t err_len)
+int tool_constraint_build(enum tool_format f, const struct tool_set *ts,
+                          struct tool_constraint *out, char *err, size_t err_len)
 {
 	*out = (struct tool_constraint){0};
 	if (!name_outside(f)) {

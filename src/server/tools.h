@@ -144,8 +144,8 @@ struct tool_constraint {
 	char **prefix, **suffix;
 	cJSON **schema;
 };
-int tool_constraint_build(enum tool_format f, const struct tool_set *ts, struct tool_constraint *out,
-                          char *err, size_t err_len);
+int tool_constraint_build(enum tool_format f, const struct tool_set *ts,
+                          struct tool_constraint *out, char *err, size_t err_len);
 void tool_constraint_deinit(struct tool_constraint *c);
 
 /* Streaming tool-call parser over generated text (already stop-string

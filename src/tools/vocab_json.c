@@ -67,16 +67,16 @@ static const struct {
 
 struct hf_vocab {
 	const char *path;
-	cJSON *json;         /* tokenizer.json */
-	cJSON *config;       /* tokenizer_config.json beside it, or NULL */
-	const cJSON *model;  /* json.model */
-	const cJSON *merges; /* json.model.merges (array) */
-	bool spm;            /* SentencePiece-style: U+2581 spaces, byte fallback */
-	const char *pre;     /* tokenizer.ggml.pre */
-	uint32_t n;          /* tokens: the largest id + 1 */
-	char **text;         /* (n) token texts, malloc'ed; NULL: a gap */
-	int32_t *type;       /* (n) TT_* */
-	float *score;        /* (n) SentencePiece scores */
+	cJSON *json;               /* tokenizer.json */
+	cJSON *config;             /* tokenizer_config.json beside it, or NULL */
+	const cJSON *model;        /* json.model */
+	const cJSON *merges;       /* json.model.merges (array) */
+	bool spm;                  /* SentencePiece-style: U+2581 spaces, byte fallback */
+	const char *pre;           /* tokenizer.ggml.pre */
+	uint32_t n;                /* tokens: the largest id + 1 */
+	char **text;               /* (n) token texts, malloc'ed; NULL: a gap */
+	int32_t *type;             /* (n) TT_* */
+	float *score;              /* (n) SentencePiece scores */
 	const char *chat_template; /* written instead of the config's; NULL: the config's */
 };
 

@@ -1023,9 +1023,10 @@ START_TEST(test_regex_raw)
 		const char *regex, *text;
 		bool ok;
 	} r[] = {
-	    {"<think>\n[a-z ]+\n</think>\n\n[A-Z][a-z]+\\.", "<think>\nlet me see\n</think>\n\nParis.",
-	     true},
-	    {"<think>\n[a-z ]+\n</think>\n\n[A-Z][a-z]+\\.", "<think>\nx\n</think>\n\nparis.", false},
+	    {"<think>\n[a-z ]+\n</think>\n\n[A-Z][a-z]+\\.",
+	     "<think>\nlet me see\n</think>\n\nParis.", true},
+	    {"<think>\n[a-z ]+\n</think>\n\n[A-Z][a-z]+\\.", "<think>\nx\n</think>\n\nparis.",
+	     false},
 	    {"a\"b\\\\c", "a\"b\\c", true},
 	    {"^(yes|no)$", "yes", true},
 	    {"^(yes|no)$", "yes!", false},

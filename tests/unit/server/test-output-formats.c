@@ -78,7 +78,8 @@ static void on_tool(void *user, const struct tool_event *ev)
 	case TOOL_EV_CALL_BEGIN:
 		ck_assert_int_eq((int)strlen(ev->id), 29);
 		out_close(o);
-		out_puts(o, head, (size_t)snprintf(head, sizeof(head), "B%d(%s)", ev->index, ev->name));
+		out_puts(o, head,
+		         (size_t)snprintf(head, sizeof(head), "B%d(%s)", ev->index, ev->name));
 		return;
 	case TOOL_EV_CALL_END:
 		out_close(o);
@@ -155,10 +156,11 @@ static void expect(const struct setup *su, const char *text, const char *want, i
 
 static void two_tools(struct tool_set *ts)
 {
-	cJSON *req = cJSON_Parse(
-	    "{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
-	    "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}},"
-	    "{\"type\":\"function\",\"function\":{\"name\":\"ping\"}}]}");
+	cJSON *req =
+	    cJSON_Parse("{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+	                "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":"
+	                "\"string\"}}}}},"
+	                "{\"type\":\"function\",\"function\":{\"name\":\"ping\"}}]}");
 	struct api_error e = {0};
 	ck_assert_int_eq(tool_set_parse(req, false, ts, &e), 0);
 	cJSON_Delete(req);
@@ -175,14 +177,15 @@ START_TEST(test_detect)
 	} cases[] = {
 	    {NULL, TOOL_FORMAT_GENERIC, REASONING_SYNTAX_NONE},
 	    {"{{ '<|im_start|>' + m.content }}", TOOL_FORMAT_HERMES, REASONING_SYNTAX_NONE},
-	    {"<|im_start|>{{'<tool_call>\\n'}}{{'<think>\\n\\n</think>\\n\\n'}}", TOOL_FORMAT_HERMES,
-	     REASONING_SYNTAX_THINK},
+	    {"<|im_start|>{{'<tool_call>\\n'}}{{'<think>\\n\\n</think>\\n\\n'}}",
+	     TOOL_FORMAT_HERMES, REASONING_SYNTAX_THINK},
 	    {"<|start_header_id|>x<|end_header_id|>", TOOL_FORMAT_LLAMA3, REASONING_SYNTAX_NONE},
 	    {"{{'<|python_tag|>'}}", TOOL_FORMAT_LLAMA3, REASONING_SYNTAX_NONE},
 	    {"[INST] {{ m }} [/INST]", TOOL_FORMAT_MISTRAL, REASONING_SYNTAX_NONE},
 	    {"{{'[TOOL_CALLS]' + name + '[ARGS]'}}{{'[THINK]'}}", TOOL_FORMAT_MISTRAL_ARGS,
 	     REASONING_SYNTAX_MISTRAL},
-	    {"{{'[TOOL_CALLS][' + calls|tojson + ']'}}", TOOL_FORMAT_MISTRAL, REASONING_SYNTAX_NONE},
+	    {"{{'[TOOL_CALLS][' + calls|tojson + ']'}}", TOOL_FORMAT_MISTRAL,
+	     REASONING_SYNTAX_NONE},
 	    {"{{'<\uff5cAssistant\uff5c><\uff5ctool\u2581calls\u2581begin\uff5c><\uff5ctool"
 	     "\u2581call\u2581begin\uff5c>'}}{{'```json'}}{{'<think>\\n'}}",
 	     TOOL_FORMAT_DEEPSEEK, REASONING_SYNTAX_THINK},
@@ -197,7 +200,8 @@ START_TEST(test_detect)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct chat_format f;
 		chat_format_detect(cases[i].tmpl, &f);
-		ck_assert_msg(f.tools == cases[i].tools, "case %zu: %s", i, tool_format_name(f.tools));
+		ck_assert_msg(f.tools == cases[i].tools, "case %zu: %s", i,
+		              tool_format_name(f.tools));
 		ck_assert_msg(f.reasoning == cases[i].reasoning, "case %zu: %s", i,
 		              reasoning_syntax_name(f.reasoning));
 	}
@@ -290,9 +294,10 @@ START_TEST(test_deepseek)
 	                   &ts};
 	/* R1 / V3: the type first, fenced JSON */
 	expect(&su,
-	       "<think>check</think>\n\nLooking." DS_BEGIN_ALL DS_CALL(
-	           "function" DS_SEP "get_weather\n```json\n{\"city\": \"Oslo\"}\n```" DS_END)
-	           "\n" DS_CALL("function" DS_SEP "ping\n```json\n{}\n```" DS_END) DS_END_ALL,
+	       "<think>check</think>\n\nLooking." DS_BEGIN_ALL
+	           DS_CALL("function" DS_SEP "get_weather\n```json\n{\"city\": "
+	                                     "\"Oslo\"}\n```" DS_END) "\n" DS_CALL(
+	               "function" DS_SEP "ping\n```json\n{}\n```" DS_END) DS_END_ALL,
 	       "R[check]C[Looking.]B0(get_weather)A0[{\"city\": \"Oslo\"}]E0B1(ping)A1[{}]E1", 2);
 	/* V3.1: the name first, bare JSON */
 	expect(&su, DS_BEGIN_ALL DS_CALL("ping" DS_SEP "{\"a\": 1}" DS_END) DS_END_ALL,
@@ -387,8 +392,8 @@ static void forced_round_trip(enum tool_format f, enum reasoning_syntax syn,
 	              "%s", err);
 	const char *args = "{\"city\":\"Oslo\"}";
 	char body[256], text[512];
-	if (f == TOOL_FORMAT_DEEPSEEK || f == TOOL_FORMAT_HARMONY || f == TOOL_FORMAT_MISTRAL_ARGS ||
-	    f == TOOL_FORMAT_DEEPSEEK_V3_1)
+	if (f == TOOL_FORMAT_DEEPSEEK || f == TOOL_FORMAT_HARMONY ||
+	    f == TOOL_FORMAT_MISTRAL_ARGS || f == TOOL_FORMAT_DEEPSEEK_V3_1)
 		snprintf(body, sizeof(body), "%s", args);
 	else if (f == TOOL_FORMAT_COMMAND_R)
 		snprintf(body, sizeof(body),
@@ -448,7 +453,8 @@ START_TEST(test_forced_calls)
 	                              {c.prefix[1], c.schema[1], c.suffix[1]}};
 	struct grammar *g = NULL;
 	ck_assert_int_eq(
-	    grammar_cache_get_alts(cache, NULL, 0, alts, 2, &g, NULL, NULL, 0, err, sizeof(err)), 0);
+	    grammar_cache_get_alts(cache, NULL, 0, alts, 2, &g, NULL, NULL, 0, err, sizeof(err)),
+	    0);
 	struct grammar_matcher *m = NULL;
 	ck_assert_int_eq(grammar_matcher_new(g, trie, &m), 0);
 	char text[256];
