@@ -99,8 +99,8 @@ struct gen_args {
 	/* Set by gen_prepare_prompt: where the rendered chat prompt leaves the
 	 * model (enum reasoning_start, chat_format.h) */
 	int reasoning_start;
-	/* structured_outputs.regex or guided_regex (chat, completions): the
-	 * whole output matches it; NULL when absent.  regex_param: the
+	/* structured_outputs.regex (or .choice, as a regex) or guided_regex:
+	 * the whole output matches it; NULL when absent.  regex_param: the
 	 * client's name of the field */
 	char *regex;
 	const char *regex_param;
@@ -120,8 +120,9 @@ int request_response_format(const cJSON *fmt, const char *param, bool responses_
 int request_parse_tools(const cJSON *root, bool responses_api, struct gen_args *a,
                         struct api_error *e);
 /* reasoning_format (llama.cpp's names: "none", "auto", "deepseek") and
- * vLLM's structured_outputs {"regex"} / guided_regex of root into a's
- * reasoning_in_content, regex and regex_param.  The regex is compiled
+ * vLLM's structured_outputs {"regex"} or {"choice": [strings]} (as a
+ * regex) / guided_regex of root into a's reasoning_in_content, regex and
+ * regex_param.  The regex is compiled
  * with the constraint (gen_prepare.c), where a bad one is refused with its
  * position. */
 int request_output_fields(const cJSON *root, struct gen_args *a, struct api_error *e);

@@ -20,6 +20,7 @@
 #     as content;
 #   - the Responses API gives qwen3's reasoning as a reasoning item
 #     (reasoning_text events, then the message);
+#   - structured_outputs.choice gives one of its strings, taken literally;
 #   - a bad regex is a 400 naming the field and the offset;
 #   - gpt-oss's harmony markers, control tokens, come out of the
 #     detokenizer as text (the parser reads them), <|end|> and <|return|>
@@ -114,6 +115,9 @@ for f in "${families[@]}"; do
 			"[o['type'] for o in ev[-1]['response']['output']] == ['reasoning', 'message'] and ev[-1]['response']['output'][0]['id'].startswith('rs_') and ev[-1]['response']['output'][0]['content'][0]['type'] == 'reasoning_text' and ev[-1]['response']['output'][0]['content'][0]['text'].isalpha() and ev[-1]['response']['output'][0]['summary'] == []"
 		scheck "qwen3: Responses: reasoning_text deltas join to the item's text" "$tmp/resp.out" \
 			"''.join(e['delta'] for e in ev if e['type'] == 'response.reasoning_text.delta') == ev[-1]['response']['output'][0]['content'][0]['text']"
+		chat choice '{"messages":[{"role":"user","content":"x"}],"structured_outputs":{"choice":["yes (a.k.a. y)","no|n"]},"max_tokens":40}'
+		jcheck "structured_outputs.choice: the reply is one of the strings, taken literally" "$tmp/choice.out" \
+			"j['choices'][0]['message']['content'] in ('yes (a.k.a. y)', 'no|n') and j['choices'][0]['finish_reason'] == 'stop'"
 		chat bad-regex '{"messages":[{"role":"user","content":"x"}],"structured_outputs":{"regex":"ab("}}'
 		check "bad regex: 400" [ "$(cat "$tmp/bad-regex.code")" = 400 ]
 		jcheck "bad regex: names structured_outputs.regex and the offset" "$tmp/bad-regex.out" \

@@ -497,6 +497,10 @@ START_TEST(test_structured_fields)
 	    {P_CHAT, CHAT_BASE "\"structured_outputs\":{\"json\":{}}}", "structured_outputs"},
 	    {P_CHAT, CHAT_BASE "\"structured_outputs\":{\"regex\":5}}", "structured_outputs.regex"},
 	    {P_CMPL, CMPL_BASE "\"guided_regex\":[\"a\"]}", "guided_regex"},
+	    {P_CHAT, CHAT_BASE "\"structured_outputs\":{\"choice\":[]}}", "structured_outputs.choice"},
+	    {P_CHAT, CHAT_BASE "\"structured_outputs\":{\"choice\":[1]}}", "structured_outputs.choice"},
+	    {P_CHAT, CHAT_BASE "\"structured_outputs\":{\"regex\":\"a\",\"choice\":[\"b\"]}}",
+	     "structured_outputs"},
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		ck_assert_msg(run(bad[i].p, bad[i].body, strlen(bad[i].body), &e) == -EINVAL,
@@ -517,6 +521,11 @@ START_TEST(test_structured_fields)
 	ck_assert(!a.reasoning_in_content);
 	ck_assert_str_eq(a.regex, "[0-9]+");
 	ck_assert_str_eq(a.regex_param, "guided_regex");
+	gen_args_deinit(&a);
+	const char *ch = CHAT_BASE "\"structured_outputs\":{\"choice\":[\"yes\",\"a.b|c\"]}}";
+	ck_assert_int_eq(gen_args_parse(ch, strlen(ch), true, 64, &a, &e), 0);
+	ck_assert_str_eq(a.regex, "(?:yes|a\\.b\\|c)");
+	ck_assert_str_eq(a.regex_param, "structured_outputs.choice");
 	gen_args_deinit(&a);
 	/* what asks for the default is fine */
 	static const char *const fine[] = {
