@@ -142,5 +142,6 @@ for f in "${families[@]}"; do
 		;;
 	esac
 	stop_daemon "$pid"
+	check "$f: daemon stops cleanly" [ $? -eq 0 ]
 done
 finish
