@@ -121,7 +121,10 @@ static int gc_digest_part(EVP_MD_CTX *ctx, const char *s)
 	           : -ENOMEM;
 }
 
-static int gc_key(const char *prefix, const cJSON *schema, const char *suffix, unsigned char *key)
+/* regex (not NULL): a whole-text regex, keyed apart from every schema
+ * (no schema's text starts with a control byte). */
+static int gc_key(const char *prefix, const cJSON *schema, const char *suffix, const char *regex,
+                  unsigned char *key)
 {
 	char *text = schema ? cJSON_PrintUnformatted(schema) : NULL;
 	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
@@ -129,9 +132,10 @@ static int gc_key(const char *prefix, const cJSON *schema, const char *suffix, u
 	int rc = -ENOMEM;
 	if ((schema && !text) || !ctx)
 		goto out;
-	if (!EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) || gc_digest_part(ctx, prefix) ||
-	    gc_digest_part(ctx, schema ? text : "\x01json_object") || gc_digest_part(ctx, suffix) ||
-	    !EVP_DigestFinal_ex(ctx, key, &n) || n != 32)
+	const char *middle = regex ? "\x02regex" : schema ? text : "\x01json_object";
+	if (!EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) ||
+	    gc_digest_part(ctx, regex ? regex : prefix) || gc_digest_part(ctx, middle) ||
+	    gc_digest_part(ctx, suffix) || !EVP_DigestFinal_ex(ctx, key, &n) || n != 32)
 		goto out;
 	rc = 0;
 out:
@@ -304,18 +308,51 @@ static void gc_keep(struct grammar_cache *c, const unsigned char *key, int rc, s
 	gc_entry_free(e);
 }
 
-int grammar_cache_get(struct grammar_cache *c, const void *client, size_t client_len,
-                      const char *prefix, const cJSON *schema, const char *suffix,
-                      struct grammar **out, int *retry_after_s, char *path, size_t path_cap,
-                      char *err, size_t err_len)
+/* What the cache compiles: a schema in its envelope, a regex, or one of
+ * several enveloped schemas. */
+struct gc_source {
+	const char *prefix, *suffix, *regex;
+	const cJSON *schema;
+	const struct grammar_alt *alts;
+	size_t n_alts;
+};
+
+/* The key of alternatives: each one's key, hashed in order with a tag no
+ * single schema's key starts with. */
+static int gc_key_alts(const struct grammar_alt *alts, size_t n, unsigned char *key)
 {
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	unsigned int len = 0;
+	int rc =
+	    ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) && !gc_digest_part(ctx, "\x03alts")
+	        ? 0
+	        : -ENOMEM;
+	for (size_t i = 0; !rc && i < n; i++) {
+		unsigned char one[32];
+		rc = gc_key(alts[i].prefix, alts[i].schema, alts[i].suffix, NULL, one);
+		if (!rc && !EVP_DigestUpdate(ctx, one, sizeof(one)))
+			rc = -ENOMEM;
+	}
+	if (!rc && (!EVP_DigestFinal_ex(ctx, key, &len) || len != 32))
+		rc = -ENOMEM;
+	EVP_MD_CTX_free(ctx);
+	return rc;
+}
+
+static int gc_get(struct grammar_cache *c, const void *client, size_t client_len,
+                  const struct gc_source *src, struct grammar **out, int *retry_after_s, char *path,
+                  size_t path_cap, char *err, size_t err_len)
+{
+	const char *prefix = src->prefix, *suffix = src->suffix;
+	const cJSON *schema = src->schema;
 	unsigned char key[32];
 	*out = NULL;
 	if (retry_after_s)
 		*retry_after_s = 0;
 	if (path && path_cap)
 		path[0] = '\0';
-	if (gc_key(prefix, schema, suffix, key))
+	if (src->alts ? gc_key_alts(src->alts, src->n_alts, key)
+	              : gc_key(prefix, schema, suffix, src->regex, key))
 		return err_set(err, err_len, -ENOMEM, "out of memory");
 	pthread_mutex_lock(&c->lock);
 	struct gc_entry *hit = gc_lookup(c, key);
@@ -327,9 +364,43 @@ int grammar_cache_get(struct grammar_cache *c, const void *client, size_t client
 		return rc;
 	struct grammar *g = NULL;
 	uint64_t work = 0;
-	rc = grammar_build(prefix, schema, suffix, &g, &work, path, path_cap, err, err_len);
+	if (src->regex)
+		rc = grammar_build_regex(src->regex, &g, &work, err, err_len);
+	else if (src->alts)
+		rc = grammar_build_alts(src->alts, src->n_alts, &g, &work, path, path_cap, err,
+		                        err_len);
+	else
+		rc = grammar_build(prefix, schema, suffix, &g, &work, path, path_cap, err, err_len);
 	gc_rate_charge(c, client, client_len, work);
 	gc_keep(c, key, rc, &g, path, err);
 	*out = g;
 	return rc;
+}
+
+int grammar_cache_get(struct grammar_cache *c, const void *client, size_t client_len,
+                      const char *prefix, const cJSON *schema, const char *suffix,
+                      struct grammar **out, int *retry_after_s, char *path, size_t path_cap,
+                      char *err, size_t err_len)
+{
+	struct gc_source src = {.prefix = prefix, .suffix = suffix, .schema = schema};
+	return gc_get(c, client, client_len, &src, out, retry_after_s, path, path_cap, err,
+	              err_len);
+}
+
+int grammar_cache_get_regex(struct grammar_cache *c, const void *client, size_t client_len,
+                            const char *regex, struct grammar **out, int *retry_after_s, char *err,
+                            size_t err_len)
+{
+	struct gc_source src = {.regex = regex};
+	return gc_get(c, client, client_len, &src, out, retry_after_s, NULL, 0, err, err_len);
+}
+
+int grammar_cache_get_alts(struct grammar_cache *c, const void *client, size_t client_len,
+                           const struct grammar_alt *alts, size_t n, struct grammar **out,
+                           int *retry_after_s, char *path, size_t path_cap, char *err,
+                           size_t err_len)
+{
+	struct gc_source src = {.alts = alts, .n_alts = n};
+	return gc_get(c, client, client_len, &src, out, retry_after_s, path, path_cap, err,
+	              err_len);
 }

@@ -53,3 +53,12 @@ int grammar_from_json_schema_wrapped(const char *prefix, const cJSON *schema, co
 	}
 	return grammar_build(prefix, schema, suffix, out, NULL, path, path_cap, err, err_len);
 }
+
+int grammar_from_regex(const char *regex, struct grammar **out, char *err, size_t err_len)
+{
+	if (!regex) {
+		*out = NULL;
+		return err_set(err, err_len, -EINVAL, "no regex");
+	}
+	return grammar_build_regex(regex, out, NULL, err, err_len);
+}

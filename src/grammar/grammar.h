@@ -100,6 +100,11 @@ int grammar_json_object(struct grammar **out, char *err, size_t err_len);
 int grammar_from_json_schema_wrapped(const char *prefix, const cJSON *schema, const char *suffix,
                                      struct grammar **out, char *path, size_t path_cap, char *err,
                                      size_t err_len);
+/* The text (UTF-8, nothing escaped) that matches regex as a whole: the
+ * pattern subset above, with ^ and $ allowed (and meaningless) at its ends
+ * and '.' any character but \n \r U+2028 U+2029.  -EINVAL names what is
+ * wrong and its byte offset ("an unterminated ( at offset 3"). */
+int grammar_from_regex(const char *regex, struct grammar **out, char *err, size_t err_len);
 struct grammar *grammar_ref(struct grammar *g);
 void grammar_unref(struct grammar *g); /* NULL: no-op */
 
@@ -169,3 +174,21 @@ int grammar_cache_get(struct grammar_cache *c, const void *client, size_t client
                       const char *prefix, const cJSON *schema, const char *suffix,
                       struct grammar **out, int *retry_after_s, char *path, size_t path_cap,
                       char *err, size_t err_len);
+/* One of several enveloped schemas (prefix and suffix NULL or ""; schema
+ * not NULL), each its own root for $ref: a forced tool call in a format
+ * that writes the tool's name outside the JSON, one per tool. */
+struct grammar_alt {
+	const char *prefix;
+	const cJSON *schema;
+	const char *suffix;
+};
+/* Like grammar_cache_get, for the text of any one of alts[0..n). */
+int grammar_cache_get_alts(struct grammar_cache *c, const void *client, size_t client_len,
+                           const struct grammar_alt *alts, size_t n, struct grammar **out,
+                           int *retry_after_s, char *path, size_t path_cap, char *err,
+                           size_t err_len);
+/* grammar_from_regex through the cache (keyed apart from every schema),
+ * counted against client's rate like a schema. */
+int grammar_cache_get_regex(struct grammar_cache *c, const void *client, size_t client_len,
+                            const char *regex, struct grammar **out, int *retry_after_s,
+                            char *err, size_t err_len);

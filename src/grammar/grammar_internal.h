@@ -66,6 +66,10 @@ int gb_finish(struct gbuild *b, int root_rule, struct grammar **out, char *path,
 int grammar_build(const char *prefix, const cJSON *schema, const char *suffix, struct grammar **out,
                   uint64_t *work, char *path, size_t path_cap, char *err, size_t err_len);
 
+/* One of the alternatives (grammar.h's grammar_alt), as grammar_build. */
+int grammar_build_alts(const struct grammar_alt *alts, size_t n, struct grammar **out,
+                       uint64_t *work, char *path, size_t path_cap, char *err, size_t err_len);
+
 /* ---- the pattern subset (pattern.c) ---- */
 /* The JSON-string body (between the quotes, as JSON text) whose decoded
  * content matches the regex `pattern`: characters come out unescaped except
@@ -73,6 +77,14 @@ int grammar_build(const char *prefix, const cJSON *schema, const char *suffix, s
 int pattern_compile(struct gbuild *b, const char *pattern, int *out, char *err, size_t err_len);
 /* One JSON-string character of any code point (unescaped, or an escape). */
 int pattern_any_char(struct gbuild *b);
+/* pattern_compile, or raw: the text itself (UTF-8, nothing escaped) that
+ * matches the whole regex (^ and $ at its ends change nothing). */
+int pattern_compile_mode(struct gbuild *b, const char *pattern, bool raw, int *out, char *err,
+                         size_t err_len);
+/* A grammar of the text that matches regex as a whole (structured outputs
+ * with a regex); *work as grammar_build's. */
+int grammar_build_regex(const char *regex, struct grammar **out, uint64_t *work, char *err,
+                        size_t err_len);
 
 /* ---- the compiled grammar ---- */
 struct gedge {

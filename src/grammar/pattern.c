@@ -197,10 +197,20 @@ static bool needs_escape(uint32_t c)
 	return c < 0x20 || c == '"' || c == '\\';
 }
 
-/* One character of the set, as JSON-string text. */
-static int cpset_expr(struct gbuild *b, struct cpset *s)
+/* One character of the set, as JSON-string text (raw: as UTF-8 itself). */
+static int cpset_expr(struct gbuild *b, struct cpset *s, bool raw)
 {
 	cpset_normalize(s);
+	if (raw) {
+		int *rs = malloc((size_t)(s->n ? s->n : 1) * sizeof(*rs));
+		if (!rs)
+			return -1;
+		for (int i = 0; i < s->n; i++)
+			rs[i] = utf8_range(b, s->lo[i], s->hi[i]);
+		int x = gb_alt(b, rs, (size_t)s->n);
+		free(rs);
+		return x;
+	}
 	int *xs = malloc((size_t)(3 * s->n + 40) * sizeof(*xs)), n = 0;
 	if (!xs)
 		return -1;
@@ -247,7 +257,7 @@ int pattern_any_char(struct gbuild *b)
 	cpset_add(s, 0x20, 0x21);
 	cpset_add(s, 0x23, 0x5B);
 	cpset_add(s, 0x5D, CP_MAX);
-	int plain = cpset_expr(b, s);
+	int plain = cpset_expr(b, s, false);
 	free(s);
 	/* \uXXXX: no lone surrogates (cJSON and most parsers refuse them) */
 	int nonsur = gb_alt(
@@ -270,6 +280,7 @@ int pattern_any_char(struct gbuild *b)
 
 struct rp {
 	struct gbuild *b;
+	bool raw; /* characters as UTF-8 themselves, the whole text matched */
 	const char *s;
 	size_t i, n;
 	char *err;
@@ -428,20 +439,20 @@ static int rp_class(struct rp *p)
 		cpset_negate(s);
 	else
 		cpset_normalize(s);
-	x = s->n ? cpset_expr(p->b, s) : rp_fail(p, "%s", "an empty class");
+	x = s->n ? cpset_expr(p->b, s, p->raw) : rp_fail(p, "%s", "an empty class");
 out:
 	free(s);
 	return x;
 }
 
-static int one_char(struct gbuild *b, uint32_t c)
+static int one_char(struct gbuild *b, uint32_t c, bool raw)
 {
 	struct cpset s = {.n = 0};
 	cpset_add(&s, c, c);
-	return cpset_expr(b, &s);
+	return cpset_expr(b, &s, raw);
 }
 
-static int any_but_newline(struct gbuild *b)
+static int any_but_newline(struct gbuild *b, bool raw)
 {
 	struct cpset *s = calloc(1, sizeof(*s));
 	if (!s)
@@ -450,7 +461,7 @@ static int any_but_newline(struct gbuild *b)
 	cpset_add(s, '\r', '\r');
 	cpset_add(s, 0x2028, 0x2029);
 	cpset_negate(s);
-	int x = cpset_expr(b, s);
+	int x = cpset_expr(b, s, raw);
 	free(s);
 	return x;
 }
@@ -460,7 +471,7 @@ static int any_char(struct gbuild *b)
 {
 	struct cpset s = {.n = 0};
 	cpset_add(&s, 0, CP_MAX);
-	return cpset_expr(b, &s);
+	return cpset_expr(b, &s, false);
 }
 
 static int rp_alt(struct rp *p, int depth, bool top);
@@ -503,13 +514,13 @@ static int rp_atom(struct rp *p, int depth)
 		return rp_class(p);
 	case '.':
 		p->i++;
-		return any_but_newline(p->b);
+		return any_but_newline(p->b, p->raw);
 	case '\\': {
 		p->i++;
 		int k = rp_escape(p, &set, &cp);
 		if (k < 0)
 			return -1;
-		return k ? cpset_expr(p->b, &set) : one_char(p->b, cp);
+		return k ? cpset_expr(p->b, &set, p->raw) : one_char(p->b, cp, p->raw);
 	}
 	case '*':
 	case '+':
@@ -519,7 +530,7 @@ static int rp_atom(struct rp *p, int depth)
 	default:
 		if (rp_char(p, &cp))
 			return -1;
-		return one_char(p->b, cp);
+		return one_char(p->b, cp, p->raw);
 	}
 }
 
@@ -614,7 +625,7 @@ static int rp_alt(struct rp *p, int depth, bool top)
 		int x = rp_seq(p, depth, top, &start, &end);
 		if (x < 0)
 			return -1;
-		if (top) {
+		if (top && !p->raw) {
 			int any = gb_rep(p->b, any_char(p->b), 0, -1);
 			int parts[3] = {start ? gb_empty(p->b) : any, x,
 			                end ? gb_empty(p->b) : any};
@@ -634,7 +645,14 @@ static int rp_alt(struct rp *p, int depth, bool top)
 
 int pattern_compile(struct gbuild *b, const char *pattern, int *out, char *err, size_t err_len)
 {
-	struct rp p = {.b = b, .s = pattern, .n = strlen(pattern), .err = err, .err_len = err_len};
+	return pattern_compile_mode(b, pattern, false, out, err, err_len);
+}
+
+int pattern_compile_mode(struct gbuild *b, const char *pattern, bool raw, int *out, char *err,
+                         size_t err_len)
+{
+	struct rp p = {
+	    .b = b, .raw = raw, .s = pattern, .n = strlen(pattern), .err = err, .err_len = err_len};
 	int x = rp_alt(&p, 0, true);
 	if (p.rc)
 		return p.rc;
@@ -642,4 +660,28 @@ int pattern_compile(struct gbuild *b, const char *pattern, int *out, char *err, 
 		return err_set(err, err_len, -ENOMEM, "out of memory");
 	*out = x;
 	return 0;
+}
+
+int grammar_build_regex(const char *regex, struct grammar **out, uint64_t *work, char *err,
+                        size_t err_len)
+{
+	struct gbuild *b = NULL;
+	*out = NULL;
+	if (work)
+		*work = 0;
+	int rc = gb_new(&b);
+	if (rc)
+		return err_set(err, err_len, rc, "out of memory");
+	int root = gb_rule_new(b), body = -1;
+	gb_rule_label(b, root, "$");
+	rc = pattern_compile_mode(b, regex, true, &body, err, err_len);
+	if (!rc) {
+		gb_rule_set(b, root, body);
+		rc = gb_failed(b) ? gb_error(b, err, err_len)
+		                  : gb_finish(b, root, out, NULL, 0, err, err_len);
+	}
+	if (work)
+		*work = gb_work(b);
+	gb_free(b);
+	return rc;
 }

@@ -1124,6 +1124,19 @@ int schema_compile(struct gbuild *b, const char *prefix, const cJSON *schema, co
 	return 0;
 }
 
+/* A build's start: nothing out yet, a fresh builder. */
+static int build_begin(struct gbuild **b, struct grammar **out, uint64_t *work, char *path,
+                       size_t path_cap, char *err, size_t err_len)
+{
+	*out = NULL;
+	if (work)
+		*work = 0;
+	if (path && path_cap)
+		path[0] = '\0';
+	int rc = gb_new(b);
+	return rc ? err_set(err, err_len, rc, "out of memory") : 0;
+}
+
 /* A schema between an envelope, compiled and built: the one way a grammar
  * is made from a schema (grammar.c and gcache.c call it). */
 int grammar_build(const char *prefix, const cJSON *schema, const char *suffix, struct grammar **out,
@@ -1131,19 +1144,47 @@ int grammar_build(const char *prefix, const cJSON *schema, const char *suffix, s
 {
 	struct gbuild *b = NULL;
 	int root = -1;
-	*out = NULL;
-	if (work)
-		*work = 0;
-	if (path && path_cap)
-		path[0] = '\0';
-	int rc = gb_new(&b);
+	int rc = build_begin(&b, out, work, path, path_cap, err, err_len);
 	if (rc)
-		return err_set(err, err_len, rc, "out of memory");
+		return rc;
 	rc = schema_compile(b, prefix, schema, suffix, &root, path, path_cap, err, err_len);
 	if (!rc)
 		rc = gb_finish(b, root, out, path, path_cap, err, err_len);
 	if (work)
 		*work = gb_work(b);
+	gb_free(b);
+	return rc;
+}
+
+/* One of several schemas, each in its envelope (a forced tool call whose
+ * name is written outside the JSON: one alternative per tool); each schema
+ * is its own root for $ref.  A path in an error is the failing one's. */
+int grammar_build_alts(const struct grammar_alt *alts, size_t n, struct grammar **out,
+                       uint64_t *work, char *path, size_t path_cap, char *err, size_t err_len)
+{
+	struct gbuild *b = NULL;
+	int rc = build_begin(&b, out, work, path, path_cap, err, err_len);
+	if (rc)
+		return rc;
+	int *calls = calloc(n ? n : 1, sizeof(*calls)), top = gb_rule_new(b);
+	rc = calls ? 0 : err_set(err, err_len, -ENOMEM, "out of memory");
+	for (size_t i = 0; !rc && i < n; i++) {
+		int rule = -1;
+		rc = schema_compile(b, alts[i].prefix, alts[i].schema, alts[i].suffix, &rule, path,
+		                    path_cap, err, err_len);
+		calls[i] = rule;
+		if (!rc)
+			calls[i] = gb_call(b, rule);
+	}
+	if (!rc) {
+		gb_rule_label(b, top, "$");
+		gb_rule_set(b, top, gb_alt(b, calls, n));
+		rc = gb_failed(b) ? gb_error(b, err, err_len)
+		                  : gb_finish(b, top, out, path, path_cap, err, err_len);
+	}
+	if (work)
+		*work = gb_work(b);
+	free(calls);
 	gb_free(b);
 	return rc;
 }

@@ -12,6 +12,8 @@
 
 #include <openssl/evp.h>
 
+#include "server/chat_format.h"
+#include "server/chat_render.h"
 #include "server/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "util/errbuf.h"
@@ -23,9 +25,18 @@ static enum chat_family prompt_family(const struct tokenizer *tok)
 	return chat_template_detect(tokenizer_chat_template(tok));
 }
 
-enum tool_format chat_prompt_tool_format(const struct tokenizer *tok)
+enum tool_format chat_prompt_tool_format(const struct tokenizer *tok,
+                                         const struct chat_render *cr)
 {
-	return tool_format_of(prompt_family(tok));
+	struct chat_format f;
+	chat_prompt_format(tok, cr, &f);
+	return f.tools;
+}
+
+void chat_prompt_format(const struct tokenizer *tok, const struct chat_render *cr,
+                        struct chat_format *out)
+{
+	chat_format_detect(cr ? chat_render_source(cr, NULL) : tokenizer_chat_template(tok), out);
 }
 
 int chat_prompt_render(const struct tokenizer *tok, const struct api_message *msgs, size_t n,

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "grammar/grammar.h"
+#include "server/chat_format.h"
 #include "server/chat_prompt.h"
 #include "server/chat_render.h"
 #include "server/tools.h"
@@ -127,6 +128,17 @@ static int system_prefix_tokens(const struct tokenizer *tok, const char *text, s
 	return 0;
 }
 
+/* Who a compile that misses the grammar cache counts for: the client's
+ * kind and id in who (1 + sizeof(r->client.id) bytes); 0: nobody. */
+static size_t client_key(const struct request *r, unsigned char *who)
+{
+	if (!r->client.kind || r->client.len > sizeof(r->client.id))
+		return 0;
+	who[0] = r->client.kind;
+	memcpy(who + 1, r->client.id, r->client.len);
+	return 1 + (size_t)r->client.len;
+}
+
 /* A constraint through the server's grammar cache, a compile that misses
  * it counted for the request's client (its API key, else its address).
  * -EAGAIN: that client is over its compile rate; e says so with a 429. */
@@ -135,12 +147,7 @@ static int constraint_get(struct request *r, const char *prefix, const cJSON *sc
                           size_t path_cap, char *err, size_t err_len, struct api_error *e)
 {
 	unsigned char who[1 + sizeof(r->client.id)];
-	size_t n_who = 0;
-	if (r->client.kind && r->client.len <= sizeof(r->client.id)) {
-		who[0] = r->client.kind;
-		memcpy(who + 1, r->client.id, r->client.len);
-		n_who = 1 + (size_t)r->client.len;
-	}
+	size_t n_who = client_key(r, who);
 	int retry_s = 0;
 	int rc = grammar_cache_get(r->srv->grammars, n_who ? who : NULL, n_who, prefix, schema,
 	                           suffix, out, &retry_s, path, path_cap, err, err_len);
@@ -152,18 +159,49 @@ static int constraint_get(struct request *r, const char *prefix, const cJSON *sc
 	return rc;
 }
 
+/* Alternatives (a forced call in a format that names the tool outside
+ * the JSON) through the grammar cache, limited like constraint_get. */
+static int constraint_get_alts(struct request *r, const struct tool_constraint *c,
+                               struct grammar **out, char *path, size_t path_cap, char *err,
+                               size_t err_len, struct api_error *e)
+{
+	struct grammar_alt *alts = calloc(c->n, sizeof(*alts));
+	if (!alts)
+		return err_set(err, err_len, -ENOMEM, "out of memory");
+	for (size_t i = 0; i < c->n; i++)
+		alts[i] = (struct grammar_alt){c->prefix[i], c->schema[i], c->suffix[i]};
+	unsigned char who[1 + sizeof(r->client.id)];
+	size_t n_who = client_key(r, who);
+	int retry_s = 0;
+	int rc = grammar_cache_get_alts(r->srv->grammars, n_who ? who : NULL, n_who, alts, c->n,
+	                                out, &retry_s, path, path_cap, err, err_len);
+	free(alts);
+	if (rc == -EAGAIN) {
+		request_fail(e, "tools", "schema_compile_rate", "%s", err);
+		e->status = 429;
+		e->retry_after_s = retry_s > 0 ? retry_s : 1;
+	}
+	return rc;
+}
+
 /* The constraint of a forced tool call: the call's envelope in the model's
- * tool format around the schema of {name, arguments}. */
+ * tool format around the schema of {name, arguments} (or, where the name
+ * is written outside the JSON, one envelope per tool around its
+ * arguments). */
 static int tool_grammar(struct request *r, struct gen_args *a, struct api_error *e)
 {
 	char err[SINKD_ERR_LEN], path[128] = "";
-	char *prefix = NULL, *suffix = NULL;
-	cJSON *schema = NULL;
-	enum tool_format f = chat_prompt_tool_format(r->srv->tok);
-	int rc = tool_call_constraint(f, a->tools, &prefix, &schema, &suffix, err, sizeof(err));
-	if (!rc)
-		rc = constraint_get(r, prefix, schema, suffix, &a->grammar, "tools", path,
-		                    sizeof(path), err, sizeof(err), e);
+	struct tool_constraint c;
+	struct chat_render *cr = server_chat_render(r->srv);
+	enum tool_format f = chat_prompt_tool_format(r->srv->tok, cr);
+	chat_render_unref(cr);
+	int rc = tool_constraint_build(f, a->tools, &c, err, sizeof(err));
+	if (!rc && c.n == 1)
+		rc = constraint_get(r, c.prefix[0], c.schema[0], c.suffix[0], &a->grammar, "tools",
+		                    path, sizeof(path), err, sizeof(err), e);
+	else if (!rc)
+		rc = constraint_get_alts(r, &c, &a->grammar, path, sizeof(path), err, sizeof(err),
+		                         e);
 	if (rc == -ENOMEM)
 		request_fail_oom(e, "tools");
 	else if (rc == -EAGAIN)
@@ -172,9 +210,29 @@ static int tool_grammar(struct request *r, struct gen_args *a, struct api_error 
 		request_fail(e, "tools", "invalid_value",
 		             "a tool's 'parameters' cannot be used to constrain the call: %s%s%s",
 		             err, path[0] ? " at " : "", path);
-	free(prefix);
-	free(suffix);
-	cJSON_Delete(schema);
+	tool_constraint_deinit(&c);
+	return rc;
+}
+
+/* structured_outputs.regex: the whole output matches it. */
+static int regex_grammar(struct request *r, struct gen_args *a, struct api_error *e)
+{
+	char err[SINKD_ERR_LEN];
+	unsigned char who[1 + sizeof(r->client.id)];
+	size_t n_who = client_key(r, who);
+	int retry_s = 0;
+	int rc = grammar_cache_get_regex(r->srv->grammars, n_who ? who : NULL, n_who, a->regex,
+	                                 &a->grammar, &retry_s, err, sizeof(err));
+	if (rc == -EAGAIN) {
+		request_fail(e, a->regex_param, "schema_compile_rate", "%s", err);
+		e->status = 429;
+		e->retry_after_s = retry_s > 0 ? retry_s : 1;
+	} else if (rc == -ENOMEM) {
+		request_fail_oom(e, a->regex_param);
+	} else if (rc) {
+		request_fail(e, a->regex_param, "invalid_value", "'%s' cannot be used: %s",
+		             a->regex_param, err);
+	}
 	return rc;
 }
 
@@ -188,9 +246,21 @@ int gen_prepare_constraint(struct request *r, struct gen_args *a, struct api_err
 			    e, "logit_bias", "invalid_value",
 			    "'logit_bias' key %d is not a token id of this model (0..%d)",
 			    (int)a->logit_bias[i].token, n_vocab - 1);
-	if (a->tools &&
-	    (a->tools->choice == TOOL_CHOICE_REQUIRED || a->tools->choice == TOOL_CHOICE_NAMED))
+	bool forced = a->tools && (a->tools->choice == TOOL_CHOICE_REQUIRED ||
+	                           a->tools->choice == TOOL_CHOICE_NAMED);
+	if (forced && a->regex)
+		return request_fail(e, a->regex_param, "invalid_value",
+		                    "'%s' cannot be combined with a tool_choice that forces a call",
+		                    a->regex_param);
+	if (forced)
 		return tool_grammar(r, a, e);
+	if (a->regex && a->response_format != RESPONSE_FORMAT_TEXT)
+		return request_fail(e, a->regex_param, "invalid_value",
+		                    "'%s' cannot be combined with '%s'", a->regex_param,
+		                    a->api == GEN_API_RESPONSES ? "text.format"
+		                                                : "response_format");
+	if (a->regex)
+		return regex_grammar(r, a, e);
 	if (a->response_format == RESPONSE_FORMAT_TEXT)
 		return 0;
 	bool responses = a->api == GEN_API_RESPONSES;
@@ -243,10 +313,13 @@ int gen_prepare_prompt(struct request *r, struct gen_args *a, bool add_bos, int3
 		struct chat_render *cr = server_chat_render(r->srv);
 		bool pin = add_bos && server_pin_system_prompt(r->srv);
 		int crc = chat_text(tok, cr, a, add_bos, pin, &text, &len, &system_end, e);
+		struct chat_format cf;
+		chat_prompt_format(tok, cr, &cf);
 		chat_render_unref(cr);
 		if (crc)
 			return crc;
 		parse_special = true; /* the template's own control tokens */
+		a->reasoning_start = (int)chat_format_prompt_start(&cf, text, len);
 	}
 	int rc = tokenizer_encode(tok, text, len, add_bos, parse_special, ids, n, err, sizeof(err));
 	/* Only a stream's first request (it starts with BOS) can pin. */

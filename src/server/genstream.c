@@ -21,8 +21,10 @@
 
 #include "grammar/grammar.h"
 #include "server/chat_prompt.h"
+#include "server/chat_render.h"
 #include "server/gen_prepare.h"
 #include "server/quota.h"
+#include "server/reasoning.h"
 #include "server/request.h"
 #include "server/respond.h"
 #include "server/responses.h"
@@ -50,6 +52,8 @@ struct gen_shape {
 	uint64_t chat_group_pos;
 	uint32_t chat_group;
 	cJSON *response;        /* Responses: responses_object_new's */
+	int reasoning_start;       /* gen_args' (enum reasoning_start) */
+	bool reasoning_in_content; /* reasoning_format "none" */
 };
 
 struct genstream;
@@ -71,6 +75,9 @@ struct gs_format {
 	/* stream: an error that ends it */
 	void (*fail)(struct genstream *gs, const char *msg, const char *type, const char *param,
 	             const char *code);
+	/* reasoning text (reasoning.h; NULL: no reasoning is split off); lp as
+	 * content's */
+	void (*reasoning)(struct genstream *gs, const char *text, size_t len, cJSON *lp);
 };
 
 /* Events queued for a connection that does not read them stop the stream
@@ -150,6 +157,10 @@ struct genstream {
 	char *call_args;           /* its arguments so far */
 	size_t call_args_len, call_args_cap;
 	struct resp_stream *resp; /* Responses: its items and events */
+	struct reasoning_splitter *reasoning; /* NULL when the reply's reasoning is not split */
+	bool reasoning_ended;                 /* reasoning_splitter_finish ran */
+	char *reasoning_text;                 /* chat, !stream: message.reasoning_content */
+	size_t reasoning_len, reasoning_cap;
 
 	struct genstream *prev, *next; /* server.gens, while the connection lives */
 	bool linked;
@@ -177,6 +188,8 @@ static void gs_unref(struct genstream *gs)
 	cJSON_Delete(gs->calls);
 	free(gs->call_args);
 	resp_stream_free(gs->resp);
+	reasoning_splitter_free(gs->reasoning);
+	free(gs->reasoning_text);
 	pthread_mutex_destroy(&gs->mu);
 	free(gs);
 }
@@ -358,6 +371,20 @@ static void oa_content(struct genstream *gs, const char *text, size_t len, cJSON
 	gs_emit_chunk(gs, oa_chunk(&gs->oa, text, len, role, lp, NULL));
 }
 
+/* Chat reasoning: delta.reasoning_content chunks, or message.reasoning_content. */
+static void oa_reasoning(struct genstream *gs, const char *text, size_t len, cJSON *lp)
+{
+	if (!gs->stream) {
+		sse_append_raw(&gs->reasoning_text, &gs->reasoning_len, &gs->reasoning_cap, text,
+		               len);
+		cJSON_Delete(lp);
+		return;
+	}
+	bool role = !gs->sent_role;
+	gs->sent_role = true;
+	gs_emit_chunk(gs, oa_reasoning_chunk(&gs->oa, text, len, role, lp));
+}
+
 /* chat, !stream: the open call's arguments are complete. */
 static void chat_call_done(struct genstream *gs)
 {
@@ -412,6 +439,8 @@ static cJSON *oa_close(struct genstream *gs, enum gen_finish fin, int np, int ng
 		gs->lp_acc = NULL;
 		cJSON *o = oa_final(&gs->oa, gs->text ? gs->text : "", gs->text_len, lp,
 		                    gs_finish_reason(gs, fin), np, ng);
+		if (o && gs->reasoning_text)
+			oa_final_set_reasoning(o, gs->reasoning_text, gs->reasoning_len);
 		if (o && gs->calls) {
 			chat_call_done(gs);
 			oa_final_set_tool_calls(o, gs->calls);
@@ -455,6 +484,12 @@ static void rs_content(struct genstream *gs, const char *text, size_t len, cJSON
 		resp_stream_text(gs->resp, text, len);
 }
 
+static void rs_reasoning(struct genstream *gs, const char *text, size_t len, cJSON *lp)
+{
+	cJSON_Delete(lp);
+	resp_stream_reasoning(gs->resp, text, len);
+}
+
 static void rs_call(struct genstream *gs, const struct tool_event *ev)
 {
 	resp_stream_call(gs->resp, ev);
@@ -477,9 +512,10 @@ static void rs_fail(struct genstream *gs, const char *msg, const char *type, con
 }
 
 static const struct gs_format gs_format_completions = {NULL, oa_content, NULL, oa_close, oa_fail};
-static const struct gs_format gs_format_chat = {NULL, oa_content, chat_call, oa_close, oa_fail};
-static const struct gs_format gs_format_responses = {rs_open, rs_content, rs_call, rs_close,
-                                                     rs_fail};
+static const struct gs_format gs_format_chat = {NULL,     oa_content, chat_call,
+                                                oa_close, oa_fail,    oa_reasoning};
+static const struct gs_format gs_format_responses = {rs_open,  rs_content, rs_call,
+                                                     rs_close, rs_fail,    rs_reasoning};
 
 /* The parser's events: text to content, calls to the format's call. */
 static void gs_on_tool_event(void *user, const struct tool_event *ev)
@@ -495,17 +531,36 @@ static void gs_on_tool_event(void *user, const struct tool_event *ev)
 	gs->fmt->content(gs, ev->text, ev->len, lp);
 }
 
+/* The reasoning splitter's pieces: reasoning to the format, the content
+ * on to the tool-call parser (or to the format). */
+static void gs_on_piece(void *user, enum reasoning_piece kind, const char *text, size_t len)
+{
+	struct genstream *gs = user;
+	if (kind == REASONING_PIECE_CONTENT && gs->tools) {
+		tool_parser_feed(gs->tools, text, len, gs_on_tool_event, gs);
+		return;
+	}
+	cJSON *lp = gs->pending_lp;
+	gs->pending_lp = NULL;
+	if (kind == REASONING_PIECE_REASONING)
+		gs->fmt->reasoning(gs, text, len, lp);
+	else
+		gs->fmt->content(gs, text, len, lp);
+}
+
 /* A piece of generated text (NULL when held back) and its token's
- * logprobs (taken, may be NULL), through the tool-call parser when the
- * request offers tools. */
+ * logprobs (taken, may be NULL), through the reasoning splitter and the
+ * tool-call parser when the request has them. */
 static void gs_feed(struct genstream *gs, const char *text, size_t len, cJSON *lp)
 {
-	if (!gs->tools) {
+	if (!gs->tools && !gs->reasoning) {
 		gs->fmt->content(gs, text, len, lp);
 		return;
 	}
 	gs->pending_lp = lp;
-	if (len)
+	if (len && gs->reasoning)
+		reasoning_splitter_feed(gs->reasoning, text, len, gs_on_piece, gs);
+	else if (len)
 		tool_parser_feed(gs->tools, text, len, gs_on_tool_event, gs);
 	lp = gs->pending_lp;
 	gs->pending_lp = NULL;
@@ -517,6 +572,10 @@ static void gs_feed(struct genstream *gs, const char *text, size_t len, cJSON *l
  * complete calls decides finish_reason. */
 static void gs_feed_end(struct genstream *gs)
 {
+	if (gs->reasoning && !gs->reasoning_ended) {
+		gs->reasoning_ended = true;
+		reasoning_splitter_finish(gs->reasoning, gs_on_piece, gs);
+	}
 	if (!gs->tools || gs->tools_ended)
 		return;
 	gs->tools_ended = true;
@@ -547,10 +606,23 @@ static int gs_format_init(struct genstream *gs, struct request *r, const struct 
 	    (!shape->response ||
 	     resp_stream_new(shape->response, shape->stream ? rs_emit : NULL, gs, &gs->resp)))
 		return -ENOMEM;
+	struct chat_format cf;
+	struct chat_render *cr = server_chat_render(r->srv);
+	chat_prompt_format(r->srv->tok, cr, &cf);
+	chat_render_unref(cr);
+	/* A forced call's grammar writes the call from the first byte, even
+	 * where the prompt opened a reasoning block. */
+	enum reasoning_start start = (enum reasoning_start)shape->reasoning_start;
+	const struct tool_set *ts = gs->tool_set;
+	if (ts && (ts->choice == TOOL_CHOICE_REQUIRED || ts->choice == TOOL_CHOICE_NAMED) &&
+	    start == REASONING_START_INSIDE)
+		start = REASONING_START_BEFORE;
+	if (shape->chat && cf.reasoning != REASONING_SYNTAX_NONE && !shape->reasoning_in_content &&
+	    reasoning_splitter_new(cf.reasoning, start, &gs->reasoning))
+		return -ENOMEM;
 	if (shape->chat && gs->tool_set && gs->tool_set->n_tools &&
 	    gs->tool_set->choice != TOOL_CHOICE_NONE)
-		return tool_parser_new(chat_prompt_tool_format(r->srv->tok), gs->tool_set,
-		                       &gs->tools);
+		return tool_parser_new(cf.tools, gs->tool_set, &gs->tools);
 	return 0;
 }
 
@@ -680,7 +752,9 @@ static enum MHD_Result gs_submit(struct request *r, struct gen_args *a, struct g
 	    .chat_group_pos = a->chat_group_pos,
 	    .chat_group = a->chat_group,
 	    .response =
-	        responses ? responses_object_new(a, id, s->model_name, (long)time(NULL)) : NULL};
+	        responses ? responses_object_new(a, id, s->model_name, (long)time(NULL)) : NULL,
+	    .reasoning_start = a->reasoning_start,
+	    .reasoning_in_content = a->reasoning_in_content};
 	a->tools = NULL; /* the generation's from here (its parser reads them) */
 	a->chat_marks = NULL;
 	a->n_chat_marks = 0;

@@ -126,6 +126,26 @@ cJSON *oa_chunk(const struct oa_ctx *c, const char *text, size_t len, bool role,
 	return o;
 }
 
+cJSON *oa_reasoning_chunk(const struct oa_ctx *c, const char *text, size_t len, bool role,
+                          cJSON *logprobs)
+{
+	cJSON *o = oa_chunk(c, NULL, 0, role, logprobs, NULL);
+	cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0);
+	cJSON *delta = cJSON_GetObjectItem(ch, "delta");
+	if (role) /* the text is reasoning: content stays null in this delta */
+		cJSON_ReplaceItemInObject(delta, "content", cJSON_CreateNull());
+	cJSON_AddItemToObject(delta, "reasoning_content", oa_string_n(text, len));
+	return o;
+}
+
+void oa_final_set_reasoning(cJSON *final, const char *text, size_t len)
+{
+	cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(final, "choices"), 0);
+	cJSON *msg = cJSON_GetObjectItem(ch, "message");
+	if (msg)
+		cJSON_AddItemToObject(msg, "reasoning_content", oa_string_n(text, len));
+}
+
 cJSON *oa_usage(int n_prompt, int n_generated)
 {
 	cJSON *u = cJSON_CreateObject();

@@ -28,6 +28,13 @@ const char *oa_finish_reason(enum gen_finish f);
  * "role":"assistant".  logprobs (taken) may be NULL. */
 cJSON *oa_chunk(const struct oa_ctx *c, const char *text, size_t len, bool role, cJSON *logprobs,
                 const char *finish_reason);
+/* A chat chunk of reasoning text: "delta": {"reasoning_content": text}
+ * (llama.cpp's and vLLM's field), with "role" and "content": null when
+ * role.  logprobs (taken) may be NULL. */
+cJSON *oa_reasoning_chunk(const struct oa_ctx *c, const char *text, size_t len, bool role,
+                          cJSON *logprobs);
+/* Gives the whole chat object (oa_final) message.reasoning_content. */
+void oa_final_set_reasoning(cJSON *final, const char *text, size_t len);
 /* The last chunk when include_usage: "choices":[] and "usage". */
 cJSON *oa_usage_chunk(const struct oa_ctx *c, int n_prompt, int n_generated);
 /* The whole object of stream:false. */

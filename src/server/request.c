@@ -464,6 +464,9 @@ static const char *const gen_keys[] = {"model",
                                        "tool_choice",
                                        "parallel_tool_calls",
                                        "logit_bias",
+                                       "reasoning_format",
+                                       "structured_outputs",
+                                       "guided_regex",
                                        "echo",
                                        "suffix",
                                        "best_of",
@@ -809,6 +812,88 @@ static int refuse_unsupported(const cJSON *o, const struct gen_args *a, struct a
 	return 0;
 }
 
+static int parse_reasoning_format(const cJSON *o, struct gen_args *a, struct api_error *e)
+{
+	const cJSON *rf = field(o, "reasoning_format");
+	if (!rf || cJSON_IsNull(rf))
+		return 0;
+	static const char *const names[] = {"none", "auto", "deepseek"};
+	bool ok = false;
+	for (size_t i = 0; cJSON_IsString(rf) && i < 3; i++)
+		ok |= !strcmp(rf->valuestring, names[i]);
+	if (!ok)
+		return fail(e, "reasoning_format", "invalid_value",
+		            "'reasoning_format' must be \"none\" (reasoning stays in the "
+		            "content), \"auto\" or \"deepseek\" (it goes to reasoning_content)");
+	a->reasoning_in_content = !strcmp(rf->valuestring, "none");
+	return 0;
+}
+
+/* structured_outputs.choice: the reply is one of the strings, as the
+ * regex (?:s1|s2|...) with every regex character in them escaped. */
+static int choice_regex(const cJSON *choice, struct gen_args *a, struct api_error *e)
+{
+	const char *param = a->regex_param = "structured_outputs.choice";
+	if (!cJSON_IsArray(choice) || !choice->child)
+		return fail(e, param, "invalid_type", "'%s' must be an array of strings", param);
+	size_t len = 8;
+	for (const cJSON *c = choice->child; c; c = c->next) {
+		if (!cJSON_IsString(c))
+			return fail(e, param, "invalid_type", "'%s' must be an array of strings",
+			            param);
+		len += 2 * strlen(c->valuestring) + 1;
+	}
+	char *re = malloc(len), *w = re;
+	if (!re)
+		return fail_oom(e, param, "out of memory");
+	w += sprintf(w, "(?:");
+	for (const cJSON *c = choice->child; c; c = c->next) {
+		for (const char *s = c->valuestring; *s; s++) {
+			if (strchr("\\.^$|?*+()[]{}", *s))
+				*w++ = '\\';
+			*w++ = *s;
+		}
+		*w++ = c->next ? '|' : ')';
+	}
+	*w = '\0';
+	a->regex = re;
+	return 0;
+}
+
+/* structured_outputs {"regex"} or {"choice"}, else guided_regex. */
+static int parse_structured_outputs(const cJSON *o, struct gen_args *a, struct api_error *e)
+{
+	const cJSON *so = field(o, "structured_outputs"), *re = field(o, "guided_regex");
+	a->regex_param = "guided_regex";
+	if (so && !cJSON_IsNull(so)) {
+		if (!cJSON_IsObject(so))
+			return fail(e, "structured_outputs", "invalid_type",
+			            "'structured_outputs' must be an object");
+		const cJSON *k = so->child;
+		if (!k || k->next || (strcmp(k->string, "regex") && strcmp(k->string, "choice")))
+			return fail(e, "structured_outputs", "unsupported_parameter",
+			            "'structured_outputs' takes one of 'regex' and 'choice' (use "
+			            "response_format for JSON)");
+		if (!strcmp(k->string, "choice"))
+			return choice_regex(k, a, e);
+		re = k;
+		a->regex_param = "structured_outputs.regex";
+	}
+	if (!re || cJSON_IsNull(re))
+		return 0;
+	if (!cJSON_IsString(re))
+		return fail(e, a->regex_param, "invalid_type", "'%s' must be a string",
+		            a->regex_param);
+	a->regex = strdup(re->valuestring);
+	return a->regex ? 0 : fail_oom(e, a->regex_param, "out of memory");
+}
+
+int request_output_fields(const cJSON *o, struct gen_args *a, struct api_error *e)
+{
+	int rc = parse_reasoning_format(o, a, e);
+	return rc ? rc : parse_structured_outputs(o, a, e);
+}
+
 static int parse_common(const cJSON *o, int64_t limit, struct gen_args *a, struct api_error *e)
 {
 	if (no_twice(o, gen_keys, NULL, e))
@@ -851,6 +936,8 @@ static int parse_common(const cJSON *o, int64_t limit, struct gen_args *a, struc
 		rc = parse_logprobs(o, a, e);
 	if (!rc)
 		rc = get_bool(o, "ignore_eos", &a->ignore_eos, e);
+	if (!rc)
+		rc = request_output_fields(o, a, e);
 	return rc;
 }
 
@@ -1314,6 +1401,7 @@ void gen_args_deinit(struct gen_args *a)
 	free(a->messages);
 	cJSON_Delete(a->response_schema);
 	free(a->response_schema_name);
+	free(a->regex);
 	if (a->tools) {
 		tool_set_deinit(a->tools);
 		free(a->tools);

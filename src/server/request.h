@@ -96,6 +96,17 @@ struct gen_args {
 	size_t n_chat_marks;
 	uint64_t chat_group_pos;
 	uint32_t chat_group;
+	/* reasoning_format (chat): "none" keeps a reply's reasoning in its
+	 * content; else (default) it goes to reasoning_content */
+	bool reasoning_in_content;
+	/* Set by gen_prepare_prompt: where the rendered chat prompt leaves the
+	 * model (enum reasoning_start, chat_format.h) */
+	int reasoning_start;
+	/* structured_outputs.regex (or .choice, as a regex) or guided_regex:
+	 * the whole output matches it; NULL when absent.  regex_param: the
+	 * client's name of the field */
+	char *regex;
+	const char *regex_param;
 	/* Responses API */
 	char *instructions;         /* NULL when absent */
 	char *previous_response_id; /* NULL when absent */
@@ -124,6 +135,13 @@ int request_parse_tools(const cJSON *root, bool responses_api, struct gen_args *
  * effort, reasoning_effort (chat completions) into a. */
 int request_parse_template_args(const cJSON *root, bool effort, struct gen_args *a,
                                 struct api_error *e);
+/* reasoning_format (llama.cpp's names: "none", "auto", "deepseek") and
+ * vLLM's structured_outputs {"regex"} or {"choice": [strings]} (as a
+ * regex) / guided_regex of root into a's reasoning_in_content, regex and
+ * regex_param.  The regex is compiled
+ * with the constraint (gen_prepare.c), where a bad one is refused with its
+ * position. */
+int request_output_fields(const cJSON *root, struct gen_args *a, struct api_error *e);
 
 /* The parsing rules above, for the Responses API parser (responses.c; the
  * field readers, refusals and the duplicate-key check are

@@ -49,6 +49,9 @@ static const char *const body_keys[] = {"model",
                                         "prompt",
                                         "conversation",
                                         "chat_template_kwargs",
+                                        "structured_outputs",
+                                        "guided_regex",
+                                        "reasoning_format",
                                         NULL};
 static const char *const message_item_keys[] = {"type", "role", "content", "id", "status", NULL};
 static const char *const call_item_keys[] = {"type", "call_id", "name", "arguments",
@@ -256,7 +259,9 @@ static int input_item(const cJSON *it, size_t i, struct gen_args *a, struct api_
 		return item_call(it, where, a, e);
 	if (!strcmp(t, "function_call_output"))
 		return item_call_output(it, where, a, e);
-	/* item_reference, reasoning, built-in tool calls: items kept by OpenAI */
+	if (!strcmp(t, "reasoning"))
+		return 0; /* a reply's reasoning sent back: the templates drop past reasoning */
+	/* item_reference, built-in tool calls: items kept by OpenAI */
 	return request_fail(e, param, "unsupported_value",
 	                    "'%s' is '%.40s': supported input items are message, function_call and "
 	                    "function_call_output (continue a stored conversation with "
@@ -368,11 +373,26 @@ static int parse_tools(const cJSON *o, struct gen_args *a, struct api_error *e)
 	return 0;
 }
 
+static bool null_or_absent(const cJSON *o, const char *key)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+	return !v || cJSON_IsNull(v);
+}
+
 /* Fields OpenAI has that sinkd does not do: a 400 that says so, rather
  * than an answer that quietly is not what was asked. */
 static int check_unsupported(const cJSON *o, struct api_error *e)
 {
-	static const char *const refused[] = {"reasoning", "prompt", "conversation"};
+	static const char *const refused[] = {"prompt", "conversation"};
+	const cJSON *rsn = request_field(o, "reasoning");
+	if (rsn && !cJSON_IsNull(rsn) &&
+	    (!cJSON_IsObject(rsn) || !null_or_absent(rsn, "effort") ||
+	     !null_or_absent(rsn, "summary")))
+		return request_fail(
+		    e, "reasoning", "unsupported_parameter",
+		    "'reasoning' effort and summary cannot be set here: a model that "
+		    "reasons returns its reasoning as reasoning items as it writes "
+		    "it (send {} or leave the field out)");
 	const cJSON *bg = request_field(o, "background"), *inc = request_field(o, "include");
 	if (bg && !cJSON_IsFalse(bg))
 		return request_fail(e, "background", "unsupported_parameter",
@@ -457,6 +477,8 @@ int responses_args_parse(const char *body, size_t len, int64_t limit, struct gen
 		rc = parse_text(root, a, e);
 	if (!rc)
 		rc = parse_tools(root, a, e);
+	if (!rc)
+		rc = request_output_fields(root, a, e);
 	if (!rc)
 		rc = parse_input(root, a, e);
 	if (!rc)
@@ -604,7 +626,8 @@ cJSON *responses_object_new(const struct gen_args *a, const char *id, const char
 /* ---- events ------------------------------------------------------------------------ */
 
 struct resp_item {
-	bool call; /* a function_call, else a message */
+	bool call;      /* a function_call, else a message */
+	bool reasoning; /* a reasoning item (not a call) */
 	char id[RESPONSES_ID_LEN + 16];
 	char *call_id; /* call: the parser's "call_..." */
 	char *name;    /* call: the function */
@@ -689,15 +712,35 @@ static void ev_at(cJSON *ev, const struct resp_stream *rs, const struct resp_ite
 static cJSON *part_json(const struct resp_item *it)
 {
 	cJSON *p = cJSON_CreateObject();
-	cJSON_AddStringToObject(p, "type", "output_text");
+	cJSON_AddStringToObject(p, "type", it->reasoning ? "reasoning_text" : "output_text");
 	cJSON_AddItemToObject(p, "text", oa_string_n(it->text ? it->text : "", it->len));
+	if (it->reasoning)
+		return p;
 	cJSON_AddArrayToObject(p, "annotations");
 	cJSON_AddArrayToObject(p, "logprobs");
 	return p;
 }
 
+/* {"id": "rs_...", "type": "reasoning", "summary": [], "content":
+ * [{"type": "reasoning_text", "text"}], "status"}: the model's own
+ * reasoning text, not a summary of it. */
+static cJSON *reasoning_json(const struct resp_item *it)
+{
+	cJSON *o = cJSON_CreateObject();
+	cJSON_AddStringToObject(o, "id", it->id);
+	cJSON_AddStringToObject(o, "type", "reasoning");
+	cJSON_AddArrayToObject(o, "summary");
+	cJSON *content = cJSON_AddArrayToObject(o, "content");
+	if (strcmp(it->status, "in_progress"))
+		cJSON_AddItemToArray(content, part_json(it));
+	cJSON_AddStringToObject(o, "status", it->status);
+	return o;
+}
+
 static cJSON *item_json(const struct resp_item *it)
 {
+	if (it->reasoning)
+		return reasoning_json(it);
 	cJSON *o = cJSON_CreateObject();
 	cJSON_AddStringToObject(o, "id", it->id);
 	cJSON_AddStringToObject(o, "type", it->call ? "function_call" : "message");
@@ -745,7 +788,7 @@ int resp_stream_open(struct resp_stream *rs)
 	return rc ? rc : ev_response(rs, "response.in_progress", "in_progress");
 }
 
-static struct resp_item *item_add(struct resp_stream *rs, bool call)
+static struct resp_item *item_add(struct resp_stream *rs, bool call, bool reasoning)
 {
 	if (rs->n_items == rs->cap_items) {
 		size_t cap = rs->cap_items ? rs->cap_items * 2 : 4;
@@ -758,8 +801,13 @@ static struct resp_item *item_add(struct resp_stream *rs, bool call)
 	struct resp_item *it = &rs->items[rs->n_items];
 	memset(it, 0, sizeof(*it));
 	it->call = call;
+	it->reasoning = reasoning;
 	it->status = "in_progress";
-	snprintf(it->id, sizeof(it->id), "%s_%s_%zu", call ? "fc" : "msg", rs->base, rs->n_items);
+	snprintf(it->id, sizeof(it->id), "%s_%s_%zu",
+	         call        ? "fc"
+	         : reasoning ? "rs"
+	                     : "msg",
+	         rs->base, rs->n_items);
 	rs->n_items++;
 	rs->open = true;
 	return it;
@@ -791,15 +839,16 @@ static int item_close(struct resp_stream *rs, const char *status)
 	struct resp_item *it = &rs->items[rs->n_items - 1];
 	rs->open = false;
 	it->status = status;
-	cJSON *ev = ev_new(rs, it->call ? "response.function_call_arguments.done"
-	                                : "response.output_text.done");
+	cJSON *ev = ev_new(rs, it->call        ? "response.function_call_arguments.done"
+	                       : it->reasoning ? "response.reasoning_text.done"
+	                                       : "response.output_text.done");
 	if (ev) {
 		ev_at(ev, rs, it, !it->call);
 		if (it->call)
 			cJSON_AddStringToObject(ev, "name", it->name);
 		cJSON_AddItemToObject(ev, it->call ? "arguments" : "text",
 		                      oa_string_n(it->text ? it->text : "", it->len));
-		if (!it->call)
+		if (!it->call && !it->reasoning)
 			cJSON_AddArrayToObject(ev, "logprobs");
 	}
 	int rc = ev_send(rs, ev);
@@ -839,33 +888,47 @@ static int item_delta(struct resp_stream *rs, const char *s, size_t n)
 	struct resp_item *it = &rs->items[rs->n_items - 1];
 	if (text_grow(it, s, n))
 		return -ENOMEM;
-	cJSON *ev = ev_new(rs, it->call ? "response.function_call_arguments.delta"
-	                                : "response.output_text.delta");
+	cJSON *ev = ev_new(rs, it->call        ? "response.function_call_arguments.delta"
+	                       : it->reasoning ? "response.reasoning_text.delta"
+	                                       : "response.output_text.delta");
 	if (ev) {
 		ev_at(ev, rs, it, !it->call);
 		cJSON_AddItemToObject(ev, "delta", oa_string_n(s, n));
-		if (!it->call)
+		if (!it->call && !it->reasoning)
 			cJSON_AddArrayToObject(ev, "logprobs");
 	}
 	return ev_send(rs, ev);
 }
 
-int resp_stream_text(struct resp_stream *rs, const char *text, size_t len)
+/* Text of a message (reasoning false) or of a reasoning item: into the
+ * open item of that kind, else a new one after closing what is open. */
+static int item_text(struct resp_stream *rs, bool reasoning, const char *text, size_t len)
 {
 	if (!len)
 		return 0;
-	if (rs->open && rs->items[rs->n_items - 1].call) {
-		int rc = item_close(rs, "completed"); /* text never comes inside a call */
+	const struct resp_item *last = rs->open ? &rs->items[rs->n_items - 1] : NULL;
+	if (last && (last->call || last->reasoning != reasoning)) {
+		int rc = item_close(rs, "completed");
 		if (rc)
 			return rc;
 	}
 	if (!rs->open) {
-		struct resp_item *it = item_add(rs, false);
+		struct resp_item *it = item_add(rs, false, reasoning);
 		int rc = it ? item_announce(rs, it) : -ENOMEM;
 		if (rc)
 			return rc;
 	}
 	return item_delta(rs, text, len);
+}
+
+int resp_stream_text(struct resp_stream *rs, const char *text, size_t len)
+{
+	return item_text(rs, false, text, len);
+}
+
+int resp_stream_reasoning(struct resp_stream *rs, const char *text, size_t len)
+{
+	return item_text(rs, true, text, len);
 }
 
 static int call_begin(struct resp_stream *rs, const struct tool_event *ev)
@@ -875,7 +938,7 @@ static int call_begin(struct resp_stream *rs, const struct tool_event *ev)
 		if (rc)
 			return rc;
 	}
-	struct resp_item *it = item_add(rs, true);
+	struct resp_item *it = item_add(rs, true, false);
 	if (!it)
 		return -ENOMEM;
 	it->call_id = strdup(ev->id ? ev->id : "");
@@ -920,8 +983,13 @@ cJSON *resp_stream_finish(struct resp_stream *rs, enum gen_finish fin, int n_inp
 {
 	bool cut = fin == GEN_FINISH_LENGTH;
 	const char *status = cut ? "incomplete" : "completed";
-	if (!rs->open && rs->n_items == 0) {
-		struct resp_item *it = item_add(rs, false);
+	bool output = false; /* a message or a call, not only reasoning */
+	for (size_t i = 0; i < rs->n_items; i++)
+		output |= !rs->items[i].reasoning;
+	if (!output && rs->open && item_close(rs, status))
+		return NULL;
+	if (!output) {
+		struct resp_item *it = item_add(rs, false, false);
 		if (!it || item_announce(rs, it))
 			return NULL;
 	}

@@ -75,6 +75,12 @@ int resp_stream_open(struct resp_stream *rs);
 /* Output text (len bytes, may hold NUL): opens a message item when none is
  * open (output_item.added, content_part.added), then output_text.delta. */
 int resp_stream_text(struct resp_stream *rs, const char *text, size_t len);
+/* Reasoning text (reasoning.h): a reasoning item's
+ * response.reasoning_text.delta, the item opened (output_item.added,
+ * content_part.added with a reasoning_text part) when none is, and closed
+ * (reasoning_text.done, content_part.done, output_item.done) when text or
+ * a call follows. */
+int resp_stream_reasoning(struct resp_stream *rs, const char *text, size_t len);
 /* A tool parser's call event: CALL_BEGIN closes an open message and adds a
  * function_call item, ARGS is function_call_arguments.delta, CALL_END
  * function_call_arguments.done and output_item.done.  CONTENT is text. */

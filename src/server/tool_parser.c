@@ -4,11 +4,21 @@
  * Every byte goes through one state machine, so the events do not depend on
  * how the text was split (only how text is cut into CONTENT and ARGS pieces
  * does).  Text that may open an envelope ("<tool_call>", "[TOOL_CALLS]",
- * "<|python_tag|>", and for llama-3 a '{' that starts the reply or follows a
- * call) is held, as is the whole envelope until its call object has shown
- * both a known tool name and the start of its arguments object: then
- * CALL_BEGIN goes out, the arguments stream as ARGS exactly as written, and
- * CALL_END follows when the call object closes.  An envelope that turns out
+ * "<|python_tag|>", "<|START_ACTION|>", DeepSeek's "<｜tool▁call▁begin｜>",
+ * harmony's "to=functions.", and for llama-3 a '{' that starts the reply or
+ * follows a call) is held, as is the whole envelope until its call object
+ * has shown both a known tool name and the start of its arguments object:
+ * then CALL_BEGIN goes out, the arguments stream as ARGS exactly as
+ * written, and CALL_END follows when the call object closes.
+ *
+ * Two shapes of envelope: a JSON call object ({"name", "arguments"}, or
+ * Command-R's {"tool_name", "parameters"}), alone or in a list; and a name
+ * written outside the JSON (DeepSeek, harmony, Mistral's newer
+ * [TOOL_CALLS]NAME[ARGS]), followed by the format's separators (only
+ * those, and blanks) and the arguments object.  A format's wrapper texts
+ * (DeepSeek's "<｜tool▁calls▁begin｜>", "```" fences and end markers,
+ * "<|END_ACTION|>", "<|call|>") next to a call are dropped like the blanks
+ * around it; elsewhere they are content.  An envelope that turns out
  * not to be a call (malformed JSON, an unknown name, no arguments, the text
  * ending first) comes out as CONTENT, byte for byte, and scanning goes on
  * after it.  A call whose JSON breaks after CALL_BEGIN, or that the text
@@ -38,11 +48,21 @@
 
 enum pstate {
 	P_TEXT,   /* content */
-	P_MARKER, /* part of the envelope marker matched (in env) */
-	P_OPEN,   /* after the marker: the call object (mistral: or '[') */
+	P_MARKER, /* part of an envelope marker or wrapper matched (in env) */
+	P_OPEN,   /* after the marker: the call object (mistral: or '['), or a name */
 	P_OBJECT, /* inside a call object */
 	P_CLOSE,  /* hermes: after the object, "</tool_call>" is expected */
-	P_LIST,   /* mistral: after an object in [...], ',' or ']' */
+	P_LIST,   /* mistral, command-r: after an object in [...], ',' or ']' */
+	P_NAME,   /* a name outside the JSON */
+	P_GAP,    /* between that name and the arguments: separators and blanks */
+	P_NARGS,  /* that call's arguments object */
+};
+
+/* The texts that open an envelope (OPEN) or sit around calls (WRAP). */
+enum marker_kind { MARK_OPEN, MARK_WRAP };
+struct marker {
+	const char *text;
+	enum marker_kind kind;
 };
 
 enum ostate {
@@ -61,8 +81,10 @@ enum key_kind { KEY_OTHER, KEY_NAME, KEY_ARGS };
 
 struct tool_parser {
 	enum tool_format fmt;
-	const struct tool_set *ts; /* borrowed; may be NULL (no call is a call) */
-	const char *marker;        /* the envelope's opening text */
+	const struct tool_set *ts;    /* borrowed; may be NULL (no call is a call) */
+	const struct marker *markers; /* {NULL}-terminated */
+	const char *const *gap;       /* P_GAP: the separators allowed; NULL-terminated */
+	const char *gap_needed;       /* one of them that must be seen, or NULL */
 	enum pstate st;
 	/* text */
 	struct tbuf held; /* whitespace (llama-3 after a call: and ';') not yet content */
@@ -70,7 +92,10 @@ struct tool_parser {
 	bool at_start;    /* llama-3: a '{' here opens a call (reply start, after a call) */
 	struct tbuf env;  /* the envelope so far: content again if it is not a call */
 	struct tbuf tail; /* hermes: text after the object, matched against the close */
-	bool list;        /* mistral: the calls are in [...] */
+	bool list;        /* mistral, command-r: the calls are in [...] */
+	size_t gap_tok;   /* P_GAP: where in env the separator being read starts */
+	bool gap_ok;      /* P_GAP: gap_needed was seen */
+	bool gap_any;     /* P_GAP: a separator was seen */
 	/* the call object */
 	enum ostate ost;
 	enum key_kind key;
@@ -100,6 +125,8 @@ struct tool_parser {
 static void text_byte(struct tool_parser *p, unsigned char c);
 static void parser_byte(struct tool_parser *p, unsigned char c);
 static void object_byte(struct tool_parser *p, unsigned char c);
+static void gap_byte(struct tool_parser *p, unsigned char c);
+static void nname_byte(struct tool_parser *p, unsigned char c);
 
 /* ---------------------------------------------------------------- events */
 
@@ -259,7 +286,7 @@ static void object_done(struct tool_parser *p)
 		p->st = P_CLOSE;
 		tbuf_reset(&p->tail);
 	} else {
-		p->st = p->fmt == TOOL_FORMAT_MISTRAL && p->list ? P_LIST : P_TEXT;
+		p->st = p->list ? P_LIST : P_TEXT;
 	}
 }
 
@@ -267,7 +294,8 @@ static void key_done(struct tool_parser *p)
 {
 	p->keybuf[p->key_len <= KEY_MAX ? p->key_len : 0] = '\0';
 	p->key = KEY_OTHER;
-	if (p->key_len <= KEY_MAX && !strcmp(p->keybuf, "name") && !p->tool && p->name_len == 0)
+	const char *name_key = p->fmt == TOOL_FORMAT_COMMAND_R ? "tool_name" : "name";
+	if (p->key_len <= KEY_MAX && !strcmp(p->keybuf, name_key) && !p->tool && p->name_len == 0)
 		p->key = KEY_NAME;
 	else if (p->key_len <= KEY_MAX && !p->args_seen &&
 	         (!strcmp(p->keybuf, "arguments") || !strcmp(p->keybuf, "parameters")))
@@ -411,27 +439,67 @@ static void object_byte(struct tool_parser *p, unsigned char c)
 
 /* ---------------------------------------------------------------- states */
 
+/* A marker that env (the bytes matched so far) is a prefix of, or NULL;
+ * *whole: env is all of it.  No marker is a prefix of another. */
+static const struct marker *marker_match(const struct tool_parser *p, bool *whole)
+{
+	for (const struct marker *m = p->markers; m->text; m++) {
+		size_t k = strlen(m->text);
+		if (p->env.len <= k && !memcmp(m->text, p->env.p, p->env.len)) {
+			*whole = p->env.len == k;
+			return m;
+		}
+	}
+	return NULL;
+}
+
 static void marker_byte(struct tool_parser *p, unsigned char c)
 {
-	size_t k = p->env.len - 1; /* c is env's last byte */
-	if (c != (unsigned char)p->marker[k]) {
-		/* No marker repeats its first byte, so no later start can
-		 * overlap this one: the bytes before c are content. */
-		give_up(p, k);
+	bool whole = false;
+	const struct marker *m = marker_match(p, &whole);
+	if (!m) {
+		/* A marker's first byte does not come again inside it (but in
+		 * harmony's "to=functions."), so no later start overlaps this
+		 * one: the bytes before c are content. */
+		give_up(p, p->env.len - 1);
 		text_byte(p, c);
 		return;
 	}
-	if (p->marker[k + 1] == '\0') {
-		p->st = P_OPEN;
-		p->list = false;
+	if (!whole)
+		return;
+	if (m->kind == MARK_WRAP) {
+		/* held like blanks: dropped next to a call, else content */
+		tbuf_putn(&p->held, p->env.p, p->env.len);
+		tbuf_reset(&p->env);
+		p->st = P_TEXT;
+		return;
 	}
+	p->st = P_OPEN;
+	p->list = false;
+}
+
+static bool name_byte_ok(unsigned char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+	       c == '_' || c == '-';
+}
+
+/* A name outside the JSON starts with c. */
+static void name_start(struct tool_parser *p, unsigned char c)
+{
+	object_init(p, O_FIRST);
+	p->st = P_NAME;
+	p->name[0] = (char)c;
+	p->name_len = 1;
 }
 
 static void open_byte(struct tool_parser *p, unsigned char c)
 {
 	if (blank(c))
 		return;
-	if (c == '[' && p->fmt == TOOL_FORMAT_MISTRAL && !p->list) {
+	bool lists = p->fmt == TOOL_FORMAT_MISTRAL || p->fmt == TOOL_FORMAT_MISTRAL_ARGS ||
+	             p->fmt == TOOL_FORMAT_COMMAND_R;
+	if (c == '[' && lists && !p->list) {
 		p->list = true;
 		return;
 	}
@@ -439,7 +507,104 @@ static void open_byte(struct tool_parser *p, unsigned char c)
 		object_init(p, O_FIRST);
 		return;
 	}
+	if (p->gap && !p->list && name_byte_ok(c)) {
+		name_start(p, c);
+		return;
+	}
 	broken(p, c);
+}
+
+/* The name outside the JSON ended at c (env's last byte). */
+static void nname_done(struct tool_parser *p, unsigned char c)
+{
+	p->name[p->name_len <= NAME_MAX_LEN ? p->name_len : 0] = '\0';
+	p->tool = p->name_len <= NAME_MAX_LEN ? tool_find(p->ts, p->name) : NULL;
+	/* DeepSeek R1/V3 write the call's type first: "function<｜tool▁sep｜>NAME" */
+	bool type_first = (p->fmt == TOOL_FORMAT_DEEPSEEK || p->fmt == TOOL_FORMAT_DEEPSEEK_V3_1) &&
+	                  !strcmp(p->name, "function");
+	if (!p->tool && !type_first) {
+		broken(p, c);
+		return;
+	}
+	p->st = P_GAP;
+	p->gap_tok = p->env.len - 1;
+	p->gap_ok = p->gap_needed == NULL;
+	p->gap_any = false;
+	gap_byte(p, c);
+}
+
+static void nname_byte(struct tool_parser *p, unsigned char c)
+{
+	if (!name_byte_ok(c)) {
+		nname_done(p, c);
+		return;
+	}
+	if (p->name_len < NAME_MAX_LEN + 1)
+		p->name[p->name_len] = (char)c;
+	p->name_len++;
+}
+
+static void nargs_start(struct tool_parser *p)
+{
+	if (!p->tool || !p->gap_ok) {
+		broken(p, '{');
+		return;
+	}
+	jscan_init(&p->js);
+	jscan_byte(&p->js, '{');
+	p->st = P_NARGS;
+	call_begin(p);
+	emit_args(p, "{", 1);
+}
+
+static void nargs_byte(struct tool_parser *p, unsigned char c)
+{
+	enum jscan_rc rc = jscan_byte(&p->js, c);
+	if (rc == JSCAN_ERROR) {
+		broken(p, c);
+		return;
+	}
+	emit_args(p, (const char *)&c, 1);
+	if (rc == JSCAN_DONE) {
+		call_end(p, true);
+		p->st = P_TEXT;
+	}
+}
+
+/* Between a name outside the JSON and its arguments: blanks and the
+ * format's separators, then '{'. */
+static void gap_byte(struct tool_parser *p, unsigned char c)
+{
+	size_t n = p->env.len - p->gap_tok; /* the separator being read, c included */
+	if (n == 1 && blank(c)) {
+		p->gap_tok = p->env.len;
+		return;
+	}
+	if (n == 1 && c == '{') {
+		nargs_start(p);
+		return;
+	}
+	if (n == 1 && !p->tool && p->gap_any && name_byte_ok(c)) {
+		p->st = P_NAME; /* DeepSeek: the name after the type */
+		p->name_len = 0;
+		nname_byte(p, c);
+		return;
+	}
+	bool prefix = false;
+	for (const char *const *g = p->gap; *g; g++) {
+		size_t k = strlen(*g);
+		if (n > k || memcmp(*g, p->env.p + p->gap_tok, n))
+			continue;
+		if (n == k) {
+			p->gap_any = true;
+			p->gap_ok |= p->gap_needed && !strcmp(*g, p->gap_needed);
+			p->gap_tok = p->env.len;
+			return;
+		}
+		prefix = true;
+	}
+	if (!prefix)
+		broken(p, c);
 }
 
 /* hermes: "</tool_call>" after the object; anything else is text. */
@@ -484,7 +649,10 @@ static void list_byte(struct tool_parser *p, unsigned char c)
 
 static void text_byte(struct tool_parser *p, unsigned char c)
 {
-	if (c == (unsigned char)p->marker[0]) {
+	bool starts = false;
+	for (const struct marker *m = p->markers; m->text; m++)
+		starts |= c == (unsigned char)m->text[0];
+	if (starts) {
 		tbuf_reset(&p->env);
 		tbuf_putc(&p->env, (char)c);
 		p->st = P_MARKER;
@@ -523,21 +691,66 @@ static void parser_byte(struct tool_parser *p, unsigned char c)
 		marker_byte(p, c);
 	else if (p->st == P_OPEN)
 		open_byte(p, c);
+	else if (p->st == P_NAME)
+		nname_byte(p, c);
+	else if (p->st == P_GAP)
+		gap_byte(p, c);
+	else if (p->st == P_NARGS)
+		nargs_byte(p, c);
 	else
 		object_byte(p, c);
 }
 
 /* ---------------------------------------------------------------- api */
 
-static const char *marker_of(enum tool_format f)
+static const struct marker markers_hermes[] = {{"<tool_call>", MARK_OPEN}, {NULL, 0}};
+static const struct marker markers_llama3[] = {{"<|python_tag|>", MARK_OPEN}, {NULL, 0}};
+static const struct marker markers_mistral[] = {{"[TOOL_CALLS]", MARK_OPEN}, {NULL, 0}};
+static const struct marker markers_deepseek[] = {
+    {"<\uff5ctool\u2581call\u2581begin\uff5c>", MARK_OPEN},
+    {"<\uff5ctool\u2581calls\u2581begin\uff5c>", MARK_WRAP},
+    {"<\uff5ctool\u2581call\u2581end\uff5c>", MARK_WRAP},
+    {"<\uff5ctool\u2581calls\u2581end\uff5c>", MARK_WRAP},
+    {"```", MARK_WRAP},
+    {NULL, 0}};
+static const struct marker markers_command_r[] = {
+    {"<|START_ACTION|>", MARK_OPEN}, {"<|END_ACTION|>", MARK_WRAP}, {NULL, 0}};
+static const struct marker markers_harmony[] = {
+    {"to=functions.", MARK_OPEN}, {"<|call|>", MARK_WRAP}, {NULL, 0}};
+
+static const char *const gap_mistral[] = {"[ARGS]", NULL};
+static const char *const gap_deepseek[] = {"<\uff5ctool\u2581sep\uff5c>", "```json", NULL};
+static const char *const gap_harmony[] = {"<|constrain|>", "json", "<|message|>", NULL};
+
+/* The format's markers, and for names outside the JSON its separators. */
+static void markers_of(struct tool_parser *p)
 {
-	switch (f) {
+	switch (p->fmt) {
 	case TOOL_FORMAT_LLAMA3:
-		return "<|python_tag|>";
+		p->markers = markers_llama3;
+		break;
 	case TOOL_FORMAT_MISTRAL:
-		return "[TOOL_CALLS]";
+	case TOOL_FORMAT_MISTRAL_ARGS:
+		p->markers = markers_mistral;
+		p->gap = gap_mistral;
+		p->gap_needed = "[ARGS]";
+		break;
+	case TOOL_FORMAT_DEEPSEEK:
+	case TOOL_FORMAT_DEEPSEEK_V3_1:
+		p->markers = markers_deepseek;
+		p->gap = gap_deepseek;
+		break;
+	case TOOL_FORMAT_COMMAND_R:
+		p->markers = markers_command_r;
+		break;
+	case TOOL_FORMAT_HARMONY:
+		p->markers = markers_harmony;
+		p->gap = gap_harmony;
+		p->gap_needed = "<|message|>";
+		break;
 	default:
-		return "<tool_call>";
+		p->markers = markers_hermes;
+		break;
 	}
 }
 
@@ -549,7 +762,7 @@ int tool_parser_new(enum tool_format f, const struct tool_set *ts, struct tool_p
 		return -ENOMEM;
 	p->fmt = f;
 	p->ts = ts;
-	p->marker = marker_of(f);
+	markers_of(p);
 	p->st = P_TEXT;
 	p->at_start = true;
 	return 0;
@@ -588,9 +801,10 @@ int tool_parser_finish(struct tool_parser *p, tool_event_cb cb, void *user)
 {
 	p->cb = cb;
 	p->user = user;
-	if (p->st == P_MARKER || p->st == P_OPEN || (p->st == P_OBJECT && !p->begun))
+	bool unbegun = p->st == P_OBJECT || p->st == P_NAME || p->st == P_GAP;
+	if (p->st == P_MARKER || p->st == P_OPEN || (unbegun && !p->begun))
 		give_up(p, p->env.len); /* a partial envelope is content */
-	else if (p->st == P_OBJECT)
+	else if (p->st == P_OBJECT || p->st == P_NARGS)
 		call_end(p, false); /* the text ended inside the call */
 	if (!p->after_call)
 		emit_text(p, TOOL_EV_CONTENT, p->held.p, p->held.len);

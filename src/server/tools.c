@@ -378,6 +378,16 @@ const char *tool_format_name(enum tool_format f)
 		return "hermes";
 	case TOOL_FORMAT_MISTRAL:
 		return "mistral";
+	case TOOL_FORMAT_DEEPSEEK:
+		return "deepseek";
+	case TOOL_FORMAT_COMMAND_R:
+		return "command-r";
+	case TOOL_FORMAT_HARMONY:
+		return "harmony";
+	case TOOL_FORMAT_MISTRAL_ARGS:
+		return "mistral-args";
+	case TOOL_FORMAT_DEEPSEEK_V3_1:
+		return "deepseek-v3.1";
 	default:
 		return "generic";
 	}
@@ -589,18 +599,27 @@ int tool_result_text(enum tool_format f, const char *content, char **out, char *
 
 /* ---------------------------------------------------------------- constraint */
 
+/* The keys of a call object: the name's and the arguments'; Command-R's
+ * calls also carry a "tool_call_id" first. */
+struct call_keys {
+	const char *name, *args;
+	bool with_id;
+};
+
 /* {"type": "object", "properties": {"name": {"const"}, key: parameters},
  * "required": ["name", key], "additionalProperties": false} */
-static cJSON *call_schema(const struct tool_def *t, const char *args_key)
+static cJSON *call_schema(const struct tool_def *t, const struct call_keys *k)
 {
-	cJSON *o = cJSON_CreateObject(), *props, *name, *req;
-	const char *required[] = {"name", args_key};
+	cJSON *o = cJSON_CreateObject(), *props, *name, *req, *id;
+	const char *required[] = {k->name, k->args, "tool_call_id"};
 	if (!o || !cJSON_AddStringToObject(o, "type", "object") ||
 	    !(props = cJSON_AddObjectToObject(o, "properties")) ||
-	    !(name = cJSON_AddObjectToObject(props, "name")) ||
+	    (k->with_id && (!(id = cJSON_AddObjectToObject(props, "tool_call_id")) ||
+	                    !cJSON_AddStringToObject(id, "const", "0"))) ||
+	    !(name = cJSON_AddObjectToObject(props, k->name)) ||
 	    !cJSON_AddStringToObject(name, "const", t->name) ||
-	    !cJSON_AddItemToObject(props, args_key, cJSON_Duplicate(t->parameters, true)) ||
-	    !(req = cJSON_CreateStringArray(required, 2)) ||
+	    !cJSON_AddItemToObject(props, k->args, cJSON_Duplicate(t->parameters, true)) ||
+	    !(req = cJSON_CreateStringArray(required, k->with_id ? 3 : 2)) ||
 	    !cJSON_AddItemToObject(o, "required", req) ||
 	    !cJSON_AddFalseToObject(o, "additionalProperties")) {
 		cJSON_Delete(o);
@@ -611,18 +630,17 @@ static cJSON *call_schema(const struct tool_def *t, const char *args_key)
 
 /* One call object for the named tool, an anyOf of one per tool for
  * required, so that each name goes with its own arguments. */
-static cJSON *choice_schema(const struct tool_set *ts, const char *args_key)
+static cJSON *choice_schema(const struct tool_set *ts, const struct call_keys *k)
 {
 	if (ts->choice == TOOL_CHOICE_NAMED || ts->n_tools == 1)
-		return call_schema(&ts->tools[ts->choice == TOOL_CHOICE_NAMED ? ts->named : 0],
-		                   args_key);
+		return call_schema(&ts->tools[ts->choice == TOOL_CHOICE_NAMED ? ts->named : 0], k);
 	cJSON *o = cJSON_CreateObject(), *any = cJSON_AddArrayToObject(o, "anyOf");
 	if (!any) {
 		cJSON_Delete(o);
 		return NULL;
 	}
 	for (size_t i = 0; i < ts->n_tools; i++) {
-		cJSON *one = call_schema(&ts->tools[i], args_key);
+		cJSON *one = call_schema(&ts->tools[i], k);
 		if (!one || !cJSON_AddItemToArray(any, one)) {
 			cJSON_Delete(one);
 			cJSON_Delete(o);
@@ -641,17 +659,22 @@ int tool_call_constraint(enum tool_format f, const struct tool_set *ts, char **p
 	    (ts->choice != TOOL_CHOICE_REQUIRED && ts->choice != TOOL_CHOICE_NAMED))
 		return err_set(err, err_len, -EINVAL,
 		               "a call is forced only by tool_choice required or a named function");
-	const char *pre = "<tool_call>\n", *post = "\n</tool_call>", *key = "arguments";
+	const char *pre = "<tool_call>\n", *post = "\n</tool_call>";
+	struct call_keys k = {"name", "arguments", false};
 	if (f == TOOL_FORMAT_LLAMA3) {
 		pre = post = ""; /* the whole reply is the call */
-		key = "parameters";
+		k.args = "parameters";
 	} else if (f == TOOL_FORMAT_MISTRAL) {
 		pre = "[TOOL_CALLS][";
 		post = "]";
+	} else if (f == TOOL_FORMAT_COMMAND_R) {
+		pre = "<|START_ACTION|>[";
+		post = "]<|END_ACTION|>";
+		k = (struct call_keys){"tool_name", "parameters", true};
 	}
 	*prefix = strdup(pre);
 	*suffix = strdup(post);
-	*schema = choice_schema(ts, key);
+	*schema = choice_schema(ts, &k);
 	if (*prefix && *suffix && *schema)
 		return 0;
 	free(*prefix);
@@ -659,5 +682,109 @@ int tool_call_constraint(enum tool_format f, const struct tool_set *ts, char **p
 	cJSON_Delete(*schema);
 	*prefix = *suffix = NULL;
 	*schema = NULL;
+	return err_set(err, err_len, -ENOMEM, "out of memory building the tool call schema");
+}
+
+/* ---------------------------------------------------------------- named calls */
+
+/* Formats that write the name outside the JSON: the envelope around one
+ * tool's arguments. */
+static bool name_outside(enum tool_format f)
+{
+	return f == TOOL_FORMAT_DEEPSEEK || f == TOOL_FORMAT_HARMONY ||
+	       f == TOOL_FORMAT_MISTRAL_ARGS || f == TOOL_FORMAT_DEEPSEEK_V3_1;
+}
+
+#define DS_CALLS_BEGIN "<\uff5ctool\u2581calls\u2581begin\uff5c>"
+#define DS_CALLS_END "<\uff5ctool\u2581calls\u2581end\uff5c>"
+#define DS_CALL_BEGIN "<\uff5ctool\u2581call\u2581begin\uff5c>"
+#define DS_CALL_END "<\uff5ctool\u2581call\u2581end\uff5c>"
+#define DS_SEP "<\uff5ctool\u2581sep\uff5c>"
+
+static int named_envelope(enum tool_format f, const char *name, char **prefix, char **suffix)
+{
+	struct tbuf pre = {0}, post = {0};
+	if (f == TOOL_FORMAT_DEEPSEEK) {
+		tbuf_put(&pre, DS_CALLS_BEGIN DS_CALL_BEGIN "function" DS_SEP);
+		tbuf_put(&pre, name);
+		tbuf_put(&pre, "\n```json\n");
+		tbuf_put(&post, "\n```" DS_CALL_END DS_CALLS_END);
+	} else if (f == TOOL_FORMAT_DEEPSEEK_V3_1) {
+		tbuf_put(&pre, DS_CALLS_BEGIN DS_CALL_BEGIN);
+		tbuf_put(&pre, name);
+		tbuf_put(&pre, DS_SEP);
+		tbuf_put(&post, DS_CALL_END DS_CALLS_END);
+	} else if (f == TOOL_FORMAT_MISTRAL_ARGS) {
+		tbuf_put(&pre, "[TOOL_CALLS]");
+		tbuf_put(&pre, name);
+		tbuf_put(&pre, "[ARGS]");
+		tbuf_put(&post, "");
+	} else {
+		tbuf_put(&pre, "<|channel|>commentary to=functions.");
+		tbuf_put(&pre, name);
+		tbuf_put(&pre, " <|constrain|>json<|message|>");
+		tbuf_put(&post, "<|call|>");
+	}
+	*prefix = tbuf_take(&pre);
+	*suffix = tbuf_take(&post);
+	return *prefix && *suffix ? 0 : -ENOMEM;
+}
+
+void tool_constraint_deinit(struct tool_constraint *c)
+{
+	for (size_t i = 0; c && i < c->n; i++) {
+		free(c->prefix[i]);
+		free(c->suffix[i]);
+		cJSON_Delete(c->schema[i]);
+	}
+	if (c) {
+		free(c->prefix);
+		free(c->suffix);
+		free(c->schema);
+		*c = (struct tool_constraint){0};
+	}
+}
+
+static int constraint_alloc(struct tool_constraint *c, size_t n)
+{
+	c->prefix = calloc(n, sizeof(*c->prefix));
+	c->suffix = calloc(n, sizeof(*c->suffix));
+	c->schema = calloc(n, sizeof(*c->schema));
+	return c->prefix && c->suffix && c->schema ? 0 : -ENOMEM;
+}
+
+int tool_constraint_build(enum tool_format f, const struct tool_set *ts,
+                          struct tool_constraint *out, char *err, size_t err_len)
+{
+	*out = (struct tool_constraint){0};
+	if (!name_outside(f)) {
+		if (constraint_alloc(out, 1))
+			goto oom;
+		out->n = 1;
+		int rc = tool_call_constraint(f, ts, out->prefix, out->schema, out->suffix, err,
+		                              err_len);
+		if (rc)
+			tool_constraint_deinit(out);
+		return rc;
+	}
+	if (!ts || ts->n_tools == 0 ||
+	    (ts->choice != TOOL_CHOICE_REQUIRED && ts->choice != TOOL_CHOICE_NAMED))
+		return err_set(err, err_len, -EINVAL,
+		               "a call is forced only by tool_choice required or a named function");
+	size_t first = ts->choice == TOOL_CHOICE_NAMED ? ts->named : 0;
+	size_t n = ts->choice == TOOL_CHOICE_NAMED ? 1 : ts->n_tools;
+	if (constraint_alloc(out, n))
+		goto oom;
+	for (size_t i = 0; i < n; i++, out->n++) {
+		const struct tool_def *t = &ts->tools[first + i];
+		if (named_envelope(f, t->name, &out->prefix[i], &out->suffix[i]) ||
+		    !(out->schema[i] = cJSON_Duplicate(t->parameters, true))) {
+			out->n++; /* so that deinit frees this one's parts */
+			goto oom;
+		}
+	}
+	return 0;
+oom:
+	tool_constraint_deinit(out);
 	return err_set(err, err_len, -ENOMEM, "out of memory building the tool call schema");
 }

@@ -51,15 +51,36 @@ int tool_set_parse(const cJSON *request, bool responses_api, struct tool_set *ou
 void tool_set_deinit(struct tool_set *ts);
 
 /* The family's tool-calling format (CHAT_FAMILY_NONE / _UNKNOWN / families
- * without one: the generic format). */
+ * without one: the generic format).  The formats after MISTRAL are found
+ * only in a template's source (chat_format.h); the prompt texts below
+ * write them as generic, the parser and the forced call know them. */
 enum tool_format {
 	TOOL_FORMAT_GENERIC = 0,
 	TOOL_FORMAT_LLAMA3,
 	TOOL_FORMAT_HERMES,
-	TOOL_FORMAT_MISTRAL,
+	TOOL_FORMAT_MISTRAL, /* [TOOL_CALLS][{...}] and the newer [TOOL_CALLS]NAME[ARGS]{...} */
+	/* DeepSeek: <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```
+	 * <｜tool▁call▁end｜> (R1, V3) or <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}
+	 * <｜tool▁call▁end｜> (V3.1), inside <｜tool▁calls▁begin｜>...<｜tool▁calls▁end｜> */
+	TOOL_FORMAT_DEEPSEEK,
+	/* Command-R7B: <|START_ACTION|>[{"tool_call_id", "tool_name", "parameters"}, ...]
+	 * <|END_ACTION|> */
+	TOOL_FORMAT_COMMAND_R,
+	/* gpt-oss harmony: to=functions.NAME <|constrain|>json<|message|>{...}<|call|>
+	 * (reasoning.c hands the tool parser a commentary message's recipient and
+	 * body in this shape) */
+	TOOL_FORMAT_HARMONY,
+	/* as MISTRAL, for templates that write [TOOL_CALLS]NAME[ARGS]{...}: a
+	 * forced call is written so */
+	TOOL_FORMAT_MISTRAL_ARGS,
+	/* as DEEPSEEK, for templates without the ```json fence (V3.1): a forced
+	 * call is <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜> */
+	TOOL_FORMAT_DEEPSEEK_V3_1,
 };
 enum tool_format tool_format_of(enum chat_family fam);
-const char *tool_format_name(enum tool_format f); /* "generic", "llama-3", "hermes", "mistral" */
+/* "generic", "llama-3", "hermes", "mistral", "deepseek", "command-r", "harmony",
+ * "mistral-args", "deepseek-v3.1" */
+const char *tool_format_name(enum tool_format f);
 
 /* Whether the prompt offers ts's tools: ts not NULL, with tools, and
  * tool_choice not "none". */
@@ -107,6 +128,25 @@ int tool_result_text(enum tool_format f, const char *content, char **out, char *
  * call), -ENOMEM. */
 int tool_call_constraint(enum tool_format f, const struct tool_set *ts, char **prefix,
                          cJSON **schema, char **suffix, char *err, size_t err_len);
+
+/* A forced call's constraint in any format: alternatives of prefix +
+ * schema + suffix (grammar.h's grammar_alt).  Formats that write the name
+ * outside the JSON (deepseek, harmony) get one alternative per tool (the
+ * named one only, for NAMED), its schema the tool's parameters: deepseek
+ * "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>" NAME
+ * "\n```json\n" ... "\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>", harmony
+ * "<|channel|>commentary to=functions." NAME " <|constrain|>json<|message|>"
+ * ... "<|call|>".  Every other format: tool_call_constraint's one
+ * (command-r: "<|START_ACTION|>[" {"tool_call_id": "0", "tool_name",
+ * "parameters"} "]<|END_ACTION|>").  Returns 0, -EINVAL, -ENOMEM. */
+struct tool_constraint {
+	size_t n;
+	char **prefix, **suffix;
+	cJSON **schema;
+};
+int tool_constraint_build(enum tool_format f, const struct tool_set *ts,
+                          struct tool_constraint *out, char *err, size_t err_len);
+void tool_constraint_deinit(struct tool_constraint *c);
 
 /* Streaming tool-call parser over generated text (already stop-string
  * filtered).  Text that is not part of a call comes out as content; text

@@ -64,6 +64,10 @@ size_t tokenizer_piece(const struct tokenizer *tok, int32_t id, char *buf)
 	const char *t = tok_text(tok, id, &len);
 	switch (tok->type[id]) {
 	case TOK_TYPE_CONTROL:
+		if (!(tok->attr[id] & TOK_ATTR_PRINTED))
+			return 0;
+		memcpy(buf, t, len); /* output syntax a parser reads */
+		return len;
 	case TOK_TYPE_UNUSED:
 		return 0;
 	case TOK_TYPE_UNKNOWN:

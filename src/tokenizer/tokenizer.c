@@ -291,15 +291,59 @@ static void add_eog(struct tokenizer *tok, int32_t id)
 	tok->eog[tok->n_eog++] = id;
 }
 
+static int32_t find_control(const struct tokenizer *tok, const char *text)
+{
+	int32_t id = strmap_find(&tok->vocab, text, strlen(text));
+	return id >= 0 && tok->type[id] == TOK_TYPE_CONTROL ? id : -1;
+}
+
 static void set_eog(struct tokenizer *tok)
 {
 	add_eog(tok, tok->eos);
 	add_eog(tok, tok->eot);
 	add_eog(tok, tok->eom);
-	for (const char *const *t = eog_texts; *t; t++) {
-		int32_t id = strmap_find(&tok->vocab, *t, strlen(*t));
-		if (id >= 0 && tok->type[id] == TOK_TYPE_CONTROL)
-			add_eog(tok, id);
+	for (const char *const *t = eog_texts; *t; t++)
+		add_eog(tok, find_control(tok, *t));
+	/* gpt-oss (harmony): a reply ends at <|return|> or at a tool call's
+	 * <|call|>; <|end|> only closes one message (the analysis before the
+	 * final answer), as llama.cpp reads it too. */
+	int32_t ret = find_control(tok, "<|return|>"), call = find_control(tok, "<|call|>");
+	int32_t end = find_control(tok, "<|end|>");
+	if (ret < 0 || call < 0)
+		return;
+	add_eog(tok, ret);
+	add_eog(tok, call);
+	for (size_t i = 0; end >= 0 && i < tok->n_eog; i++)
+		if (tok->eog[i] == end)
+			tok->eog[i--] = tok->eog[--tok->n_eog];
+}
+
+/* Control tokens that are output syntax (TOK_ATTR_PRINTED).  Only formats
+ * sinkd did not parse before are listed, so the text of other families'
+ * replies stays as it was. */
+static void set_printed(struct tokenizer *tok)
+{
+	static const char *const printed[] = {
+	    "<|channel|>",
+	    "<|message|>",
+	    "<|start|>",
+	    "<|constrain|>",
+	    "<\uff5ctool\u2581calls\u2581begin\uff5c>",
+	    "<\uff5ctool\u2581calls\u2581end\uff5c>",
+	    "<\uff5ctool\u2581call\u2581begin\uff5c>",
+	    "<\uff5ctool\u2581call\u2581end\uff5c>",
+	    "<\uff5ctool\u2581sep\uff5c>",
+	    "<|START_THINKING|>",
+	    "<|END_THINKING|>",
+	    "<|START_ACTION|>",
+	    "<|END_ACTION|>",
+	    "[THINK]",
+	    "[/THINK]",
+	};
+	for (size_t i = 0; i < sizeof(printed) / sizeof(printed[0]); i++) {
+		int32_t id = find_control(tok, printed[i]);
+		if (id >= 0 && !tokenizer_is_eog(tok, id))
+			tok->attr[id] |= TOK_ATTR_PRINTED;
 	}
 }
 
@@ -408,6 +452,7 @@ int tokenizer_new_from_gguf(const struct gguf_file *f, struct tokenizer **out, c
 	set_byte_tokens(tok);
 	set_eog(tok);
 	set_strip_attrs(tok, f);
+	set_printed(tok);
 	*out = tok;
 	return 0;
 }
@@ -467,7 +512,8 @@ int32_t tokenizer_find_token(const struct tokenizer *tok, const char *text)
 
 bool tokenizer_is_control(const struct tokenizer *tok, int32_t id)
 {
-	return id >= 0 && (uint32_t)id < tok->n_vocab && tok->type[id] == TOK_TYPE_CONTROL;
+	return id >= 0 && (uint32_t)id < tok->n_vocab && tok->type[id] == TOK_TYPE_CONTROL &&
+	       !(tok->attr[id] & TOK_ATTR_PRINTED);
 }
 
 const char *tokenizer_token_text(const struct tokenizer *tok, int32_t id)

@@ -33,7 +33,7 @@ int tokenizer_encode(const struct tokenizer *tok, const char *text, size_t len, 
 		     bool parse_special, int32_t **ids, size_t *n_ids, char *err, size_t err_len);
 
 /* Decodes a whole sequence into a malloc'ed NUL-terminated string (control
- * tokens are skipped; byte-fallback tokens become their bytes).  With a
+ * tokens are skipped, but those tokenizer_is_control calls text; byte-fallback tokens become their bytes).  With a
  * SentencePiece space prefix the first space of the first text is dropped,
  * so decode(encode(s)) == s; invalid UTF-8 comes out as U+FFFD. */
 int tokenizer_decode(const struct tokenizer *tok, const int32_t *ids, size_t n_ids, char **text,
@@ -67,6 +67,10 @@ size_t tokenizer_token_piece(const struct tokenizer *tok, int32_t id, char *buf,
 size_t tokenizer_max_piece_len(const struct tokenizer *tok);
 /* The token's vocabulary text (e.g. "<|im_end|>", "\xe2\x96\x81the"), or NULL. */
 const char *tokenizer_token_text(const struct tokenizer *tok, int32_t id);
+/* A control token that prints nothing (not the output-syntax control
+ * tokens the detokenizer prints: gpt-oss's <|channel|>, <|message|>,
+ * <|start|>, <|constrain|>; DeepSeek's tool-call markers; Command-R's
+ * action and thinking markers; Magistral's [THINK] and [/THINK]). */
 bool tokenizer_is_control(const struct tokenizer *tok, int32_t id);
 /* Byte-level BPE: the pre-tokenizer in use ("gpt-2", "llama-bpe", ...,
  * "default" for a missing or unknown name); NULL for SentencePiece. */

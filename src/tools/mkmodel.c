@@ -37,6 +37,7 @@
 struct mk_options {
 	const char *out;
 	const char *vocab;
+	const char *chat_template; /* --chat-template: the file's text (malloc'ed), or NULL */
 	const char *from; /* --from: convert this model instead of making one */
 	const struct model_arch *arch;
 	int dim, layers, heads, kv_heads, ffn, vocab_size, context;
@@ -518,11 +519,13 @@ static int write_model(struct mk_options *o, uint64_t *n_params, char *err, size
 		return rc;
 	rc = add_hparams(w, o);
 	if (rc == 0 && o->vocab && vocab_json_is_json(o->vocab))
-		rc = vocab_json_write(w, o->vocab, &o->vocab_size, err, err_len);
+		rc = vocab_json_write(w, o->vocab, o->chat_template, &o->vocab_size, err, err_len);
 	else if (rc == 0 && o->vocab)
 		rc = copy_vocab(w, o->vocab, &o->vocab_size, err, err_len);
 	else if (rc == 0)
 		rc = make_byte_vocab(w, o->vocab_size);
+	if (rc == 0 && o->chat_template && !(o->vocab && vocab_json_is_json(o->vocab)))
+		rc = gguf_writer_add_string(w, "tokenizer.chat_template", o->chat_template);
 	int n = tensor_list(o, NULL, 0);
 	struct mk_tensor *t = calloc((size_t)n, sizeof(*t));
 	if (t == NULL)
@@ -691,6 +694,7 @@ static void usage(FILE *fp)
 	    "                     [--rope-orig-ctx N] [--rope-attn-factor A]\n"
 	    "                     [--sliding-window N] [--swa-pattern P] [--rope-base-swa B]\n"
 	    "                     [--attn-softcap X] [--final-softcap X]\n"
+	    "                     [--chat-template FILE]\n"
 	    "       sinkd-mkmodel --from MODEL.gguf --out FILE [--type TYPE]\n"
 	    "       sinkd-mkmodel --list-archs\n"
 	    "NAME: a row of the architecture table (--list-archs prints them; llama by\n"
@@ -721,10 +725,34 @@ static void usage(FILE *fp)
 	    "or a Hugging Face tokenizer.json (with the tokenizer_config.json beside it),\n"
 	    "converted as llama.cpp's convert_hf_to_gguf.py does; without it a\n"
 	    "byte-level vocabulary of --vocab-size (>= 259, default 512) tokens is made.\n"
+	    "--chat-template FILE writes FILE's text as tokenizer.chat_template (instead\n"
+	    "of the tokenizer_config.json's; not with a vocabulary GGUF).\n"
 	    "With --from it converts MODEL.gguf to TYPE, copying all its metadata; a\n"
 	    "matrix whose rows do not split into TYPE's blocks is written, with a note,\n"
 	    "as llama.cpp does: q4_k -> q5_0, q5_k -> q5_1, q6_k -> q8_0 when rows are\n"
 	    "multiples of 32, else f16.\n");
+}
+
+/* --chat-template FILE: its whole text (a template is a few KiB; 1 MiB is
+ * plenty). */
+static int read_template(const char *path, struct mk_options *o, char *err, size_t err_len)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return err_set(err, err_len, -errno, "--chat-template %s: %s", path, strerror(errno));
+	char *text = malloc((1 << 20) + 1);
+	size_t n = text ? fread(text, 1, 1 << 20, f) : 0;
+	bool more = text && fgetc(f) != EOF;
+	fclose(f);
+	if (!text || more || n == 0) {
+		free(text);
+		return err_set(err, err_len, -EINVAL, "--chat-template %s: %s", path,
+		               !text ? "out of memory" : more ? "larger than 1 MiB" : "empty");
+	}
+	text[n] = '\0';
+	free((char *)o->chat_template);
+	o->chat_template = text;
+	return 0;
 }
 
 static int parse_int(const char *s, int lo, int hi, int *out)
@@ -876,6 +904,10 @@ static int check_options(const struct mk_options *o, char *err, size_t err_len)
 		return -EINVAL;
 	if (o->from && !o->out)
 		return err_set(err, err_len, -EINVAL, "--from needs --out");
+	if (o->chat_template && (o->from || (o->vocab && !vocab_json_is_json(o->vocab))))
+		return err_set(err, err_len, -EINVAL,
+		               "--chat-template goes with a tokenizer.json --vocab or none (a GGUF "
+		               "vocabulary or --from model keeps its own template)");
 	bool attn_opts = o->sliding_window >= 0 || o->swa_pattern >= 0 || o->attn_softcap >= 0 ||
 	                 o->final_softcap >= 0 || o->rope_base > 0 || o->rope_base_swa > 0;
 	if (o->from && (o->vocab || o->dim || o->layers || o->heads || o->kv_heads || o->ffn ||
@@ -940,6 +972,7 @@ static int parse_args(int argc, char **argv, struct mk_options *o, char *err, si
 	                                      {"rope-short", 1, 0, 'g'},
 	                                      {"rope-orig-ctx", 1, 0, 'O'},
 	                                      {"rope-attn-factor", 1, 0, 'x'},
+	                                      {"chat-template", 1, 0, 'C'},
 	                                      {0, 0, 0, 0}};
 	int c, rc = 0, idx = 0;
 	while (rc == 0 && (c = getopt_long(argc, argv, "", longs, &idx)) != -1) {
@@ -949,6 +982,9 @@ static int parse_args(int argc, char **argv, struct mk_options *o, char *err, si
 			break;
 		case 'v':
 			o->vocab = optarg;
+			break;
+		case 'C':
+			rc = read_template(optarg, o, err, err_len);
 			break;
 		case 'F':
 			o->from = optarg;
@@ -1088,12 +1124,15 @@ int main(int argc, char **argv)
 	if (rc < 0) {
 		fprintf(stderr, "sinkd-mkmodel: %s\n", err);
 		usage(stderr);
+		free((char *)o.chat_template);
 		return 2;
 	}
 	double t0 = monotime_s();
 	uint64_t n_params = 0;
 	rc = o.from ? convert_model(&o, &n_params, err, sizeof(err))
 	            : write_model(&o, &n_params, err, sizeof(err));
+	free((char *)o.chat_template);
+	o.chat_template = NULL;
 	if (rc) {
 		fprintf(stderr, "sinkd-mkmodel: %s\n", err);
 		return 1;

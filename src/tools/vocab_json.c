@@ -67,16 +67,17 @@ static const struct {
 
 struct hf_vocab {
 	const char *path;
-	cJSON *json;         /* tokenizer.json */
-	cJSON *config;       /* tokenizer_config.json beside it, or NULL */
-	const cJSON *model;  /* json.model */
-	const cJSON *merges; /* json.model.merges (array) */
-	bool spm;            /* SentencePiece-style: U+2581 spaces, byte fallback */
-	const char *pre;     /* tokenizer.ggml.pre */
-	uint32_t n;          /* tokens: the largest id + 1 */
-	char **text;         /* (n) token texts, malloc'ed; NULL: a gap */
-	int32_t *type;       /* (n) TT_* */
-	float *score;        /* (n) SentencePiece scores */
+	cJSON *json;               /* tokenizer.json */
+	cJSON *config;             /* tokenizer_config.json beside it, or NULL */
+	const cJSON *model;        /* json.model */
+	const cJSON *merges;       /* json.model.merges (array) */
+	bool spm;                  /* SentencePiece-style: U+2581 spaces, byte fallback */
+	const char *pre;           /* tokenizer.ggml.pre */
+	uint32_t n;                /* tokens: the largest id + 1 */
+	char **text;               /* (n) token texts, malloc'ed; NULL: a gap */
+	int32_t *type;             /* (n) TT_* */
+	float *score;              /* (n) SentencePiece scores */
+	const char *chat_template; /* written instead of the config's; NULL: the config's */
 };
 
 /* A vocabulary entry for bsearch by text. */
@@ -553,6 +554,8 @@ static int write_add_flags(struct gguf_writer *w, const struct hf_vocab *v)
 static int write_chat_template(struct gguf_writer *w, const struct hf_vocab *v)
 {
 	const cJSON *t = item(v->config, "chat_template"), *c;
+	if (v->chat_template)
+		return gguf_writer_add_string(w, "tokenizer.chat_template", v->chat_template);
 	if (cJSON_IsString(t))
 		return gguf_writer_add_string(w, "tokenizer.chat_template", t->valuestring);
 	const cJSON *list = cJSON_IsArray(t) ? t : NULL;
@@ -623,10 +626,10 @@ static int load_config(struct hf_vocab *v, char *err, size_t err_len)
 	return rc;
 }
 
-int vocab_json_write(struct gguf_writer *w, const char *path, int *n_vocab, char *err,
-                     size_t err_len)
+int vocab_json_write(struct gguf_writer *w, const char *path, const char *chat_template,
+                     int *n_vocab, char *err, size_t err_len)
 {
-	struct hf_vocab v = {.path = path};
+	struct hf_vocab v = {.path = path, .chat_template = chat_template};
 	if (err && err_len)
 		err[0] = '\0';
 	int rc = read_json(path, false, &v.json, err, err_len);

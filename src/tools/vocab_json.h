@@ -15,7 +15,9 @@
 bool vocab_json_is_json(const char *path);
 
 /* Adds every tokenizer.* key to w and sets *n_vocab (the number of tokens:
- * the largest id + 1).  0 or negative with a message naming the file and
- * what in it is not supported. */
-int vocab_json_write(struct gguf_writer *w, const char *path, int *n_vocab, char *err,
-                     size_t err_len);
+ * the largest id + 1).  chat_template (NULL: tokenizer_config.json's, if
+ * any) is written as tokenizer.chat_template instead of the config's
+ * templates.  0 or negative with a message naming the file and what in it
+ * is not supported. */
+int vocab_json_write(struct gguf_writer *w, const char *path, const char *chat_template,
+                     int *n_vocab, char *err, size_t err_len);

@@ -33,7 +33,7 @@ if ! [[ "$secs" =~ ^[0-9]+$ ]] || [ "$secs" -lt 1 ]; then
 	exit 2
 fi
 shift
-all_targets=(request config gguf tokenizer detok stopstr snapshot jinja)
+all_targets=(request config gguf tokenizer detok stopstr snapshot jinja output)
 targets=("$@")
 [ "${#targets[@]}" -gt 0 ] || targets=("${all_targets[@]}")
 

@@ -4,7 +4,8 @@
 // schema over chat completions and over the Responses API, streamText with a
 // tool) and LangChain (withStructuredOutput, bindTools).  stories260K writes
 // nonsense, but the constrained decoder must make it valid JSON of the schema.
-// Env: SINKD_BASE_URL (https://127.0.0.1:PORT/v1), SINKD_API_KEY; the test
+// Env: SINKD_BASE_URL (https://127.0.0.1:PORT/v1), SINKD_API_KEY,
+// SINKD_MODEL (the served model's name, stories260K when unset); the test
 // certificate comes in through NODE_EXTRA_CA_CERTS.
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
@@ -16,7 +17,7 @@ import { tool as lcTool } from '@langchain/core/tools';
 
 const baseURL = process.env.SINKD_BASE_URL;
 const apiKey = process.env.SINKD_API_KEY;
-const model = 'stories260K';
+const model = process.env.SINKD_MODEL || 'stories260K';
 const client = new OpenAI({ baseURL, apiKey, maxRetries: 0, timeout: 60000 });
 const provider = createOpenAI({ baseURL, apiKey });
 

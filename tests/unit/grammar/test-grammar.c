@@ -1015,6 +1015,45 @@ START_TEST(test_threads)
 }
 END_TEST
 
+/* A whole-text regex (structured outputs): the text itself, unescaped,
+ * matched as a whole; bad ones name the position. */
+START_TEST(test_regex_raw)
+{
+	static const struct {
+		const char *regex, *text;
+		bool ok;
+	} r[] = {
+	    {"<think>\n[a-z ]+\n</think>\n\n[A-Z][a-z]+\\.",
+	     "<think>\nlet me see\n</think>\n\nParis.", true},
+	    {"<think>\n[a-z ]+\n</think>\n\n[A-Z][a-z]+\\.", "<think>\nx\n</think>\n\nparis.",
+	     false},
+	    {"a\"b\\\\c", "a\"b\\c", true},
+	    {"^(yes|no)$", "yes", true},
+	    {"^(yes|no)$", "yes!", false},
+	    {"(yes|no)", "so yes", false}, /* whole text: no implicit .* */
+	    {"caf\u00e9 .", "caf\u00e9 \u00fc", true},
+	    {"\\d{2,3}", "1234", false},
+	};
+	char err[SINKD_ERR_LEN];
+	for (size_t i = 0; i < sizeof(r) / sizeof(r[0]); i++) {
+		struct grammar *g = NULL;
+		ck_assert_msg(grammar_from_regex(r[i].regex, &g, err, sizeof(err)) == 0, "%s", err);
+		struct grammar_matcher *m = NULL;
+		ck_assert_int_eq(grammar_matcher_new(g, small_trie, &m), 0);
+		bool whole = grammar_matcher_accept_bytes(m, r[i].text, strlen(r[i].text)) == 0 &&
+		             grammar_matcher_can_end(m);
+		ck_assert_msg(whole == r[i].ok, "%s on %s", r[i].regex, r[i].text);
+		grammar_matcher_free(m);
+		grammar_unref(g);
+	}
+	struct grammar *g = NULL;
+	ck_assert_int_eq(grammar_from_regex("ab(c", &g, err, sizeof(err)), -EINVAL);
+	ck_assert_msg(strstr(err, "unterminated (") && strstr(err, "offset 4"), "%s", err);
+	ck_assert_int_eq(grammar_from_regex("a(?=b)", &g, err, sizeof(err)), -EINVAL);
+	ck_assert_msg(strstr(err, "offset"), "%s", err);
+}
+END_TEST
+
 static Suite *grammar_suite(void)
 {
 	Suite *s = suite_create("grammar");
@@ -1029,6 +1068,7 @@ static Suite *grammar_suite(void)
 	tcase_add_test(tc, test_whitespace_cache_key);
 	tcase_add_test(tc, test_integer_bounds);
 	tcase_add_test(tc, test_apply);
+	tcase_add_test(tc, test_regex_raw);
 	suite_add_tcase(s, tc);
 	TCase *tm = tcase_create("mask");
 	tcase_set_timeout(tm, 300);

