@@ -177,7 +177,7 @@ template_config() { # FILE PORT: write_config with the model: lines of $tmp/mode
 	write_config "$1" "$2"
 	sed -i "/^  path: /r $tmp/model-lines" "$1"
 }
-printf '%s' '{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}[assistant]' >"$tmp/t1.jinja"
+printf '%s' '{# replies think in <think></think> #}{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}[assistant]' >"$tmp/t1.jinja"
 printf '  chat_template: "%s"\n' "$tmp/t1.jinja" >"$tmp/model-lines"
 template_config "$tmp/c.yaml" "$port"
 start_daemon custom "$tmp/c.yaml" --set server.drain_grace_s=0
@@ -192,6 +192,10 @@ tokens_of() { # text → its token count with BOS
 }
 msgs='[{"role":"system","content":"Be kind."},{"role":"user","content":"Once upon a time"}]'
 check "the file's template renders the prompt" [ "$(prompt_tokens "$msgs")" = "$(tokens_of '[system]Be kind.[user]Once upon a time[assistant]')" ]
+# the reply format is read from the template in force, not the GGUF's (none)
+http POST /v1/chat/completions "${auth[@]}" -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":40,"structured_outputs":{"regex":"<think>ok</think>yes"}}' >/dev/null
+jcheck "the file's template's <think> block is reasoning_content" "$tmp/body" \
+	'j["choices"][0]["message"].get("reasoning_content") == "ok" and j["choices"][0]["message"]["content"] == "yes"'
 # inline, by reload (a template's one trailing newline is dropped, as in Hugging Face's)
 cat >"$tmp/model-lines" <<'YAML'
   chat_template: |
