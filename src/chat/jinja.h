@@ -29,7 +29,8 @@ struct jinja_limits {
 	uint64_t max_steps;  /* expression and statement evaluations (default 10,000,000) */
 	size_t max_output;   /* bytes of output and of any one string made (default 16 MiB);
 			      * the render's working memory is held to 4 x max_output + 8 MiB */
-	unsigned max_depth;  /* nesting of macro calls, loops and expressions (default 256) */
+	unsigned max_depth;  /* nesting of macro calls, loops and expressions (default 256,
+			      * at most 1024) */
 };
 
 /* Render-time environment that is not part of the JSON context. */

@@ -278,33 +278,20 @@ static int str_case(struct jctx *c, const struct jn *at, struct jv self, int mod
 	return rc;
 }
 
-static int m_upper(struct jctx *c, const struct jn *at, struct jv self, const struct jargs *a,
-		   struct jv *out)
-{
-	(void)a;
-	return str_case(c, at, self, 0, out);
-}
+/* The string methods that take no argument, each a call of one helper. */
+#define STR_METHOD(name, call)                                                                  \
+	static int name(struct jctx *c, const struct jn *at, struct jv self,                   \
+			const struct jargs *a, struct jv *out)                                  \
+	{                                                                                      \
+		(void)at;                                                                      \
+		(void)a;                                                                       \
+		return call;                                                                   \
+	}
 
-static int m_lower(struct jctx *c, const struct jn *at, struct jv self, const struct jargs *a,
-		   struct jv *out)
-{
-	(void)a;
-	return str_case(c, at, self, 1, out);
-}
-
-static int m_title(struct jctx *c, const struct jn *at, struct jv self, const struct jargs *a,
-		   struct jv *out)
-{
-	(void)a;
-	return str_case(c, at, self, 2, out);
-}
-
-static int m_capitalize(struct jctx *c, const struct jn *at, struct jv self,
-			const struct jargs *a, struct jv *out)
-{
-	(void)a;
-	return str_case(c, at, self, 3, out);
-}
+STR_METHOD(m_upper, str_case(c, at, self, 0, out))
+STR_METHOD(m_lower, str_case(c, at, self, 1, out))
+STR_METHOD(m_title, str_case(c, at, self, 2, out))
+STR_METHOD(m_capitalize, str_case(c, at, self, 3, out))
 
 /* strip / lstrip / rstrip remove JavaScript white space and ignore their
  * argument, as the reference does: .strip('\n') strips spaces too there
@@ -324,29 +311,9 @@ static int str_trim(struct jctx *c, struct jv self, bool left, bool right, struc
 	return 0;
 }
 
-static int m_strip(struct jctx *c, const struct jn *at, struct jv self, const struct jargs *a,
-		   struct jv *out)
-{
-	(void)at;
-	(void)a;
-	return str_trim(c, self, true, true, out);
-}
-
-static int m_lstrip(struct jctx *c, const struct jn *at, struct jv self, const struct jargs *a,
-		    struct jv *out)
-{
-	(void)at;
-	(void)a;
-	return str_trim(c, self, true, false, out);
-}
-
-static int m_rstrip(struct jctx *c, const struct jn *at, struct jv self, const struct jargs *a,
-		    struct jv *out)
-{
-	(void)at;
-	(void)a;
-	return str_trim(c, self, false, true, out);
-}
+STR_METHOD(m_strip, str_trim(c, self, true, true, out))
+STR_METHOD(m_lstrip, str_trim(c, self, true, false, out))
+STR_METHOD(m_rstrip, str_trim(c, self, false, true, out))
 
 static bool has_affix(struct jv s, struct jv x, bool end)
 {
@@ -603,37 +570,17 @@ static int str_class(struct jv self, int cls)
 	return 1;
 }
 
-static int m_isdigit(struct jctx *c, const struct jn *at, struct jv self, const struct jargs *a,
-		     struct jv *out)
+/* isdigit / isalpha / isspace / isalnum: ASCII classes, false when empty. */
+static int str_is(struct jv self, int cls, struct jv *out)
 {
-	(void)c, (void)at, (void)a;
-	*out = jv_bool(str_class(self, 0));
+	*out = jv_bool(str_class(self, cls));
 	return 0;
 }
 
-static int m_isalpha(struct jctx *c, const struct jn *at, struct jv self, const struct jargs *a,
-		     struct jv *out)
-{
-	(void)c, (void)at, (void)a;
-	*out = jv_bool(str_class(self, 1));
-	return 0;
-}
-
-static int m_isspace(struct jctx *c, const struct jn *at, struct jv self, const struct jargs *a,
-		     struct jv *out)
-{
-	(void)c, (void)at, (void)a;
-	*out = jv_bool(str_class(self, 2));
-	return 0;
-}
-
-static int m_isalnum(struct jctx *c, const struct jn *at, struct jv self, const struct jargs *a,
-		     struct jv *out)
-{
-	(void)c, (void)at, (void)a;
-	*out = jv_bool(str_class(self, 3));
-	return 0;
-}
+STR_METHOD(m_isdigit, str_is(self, 0, out))
+STR_METHOD(m_isalpha, str_is(self, 1, out))
+STR_METHOD(m_isspace, str_is(self, 2, out))
+STR_METHOD(m_isalnum, str_is(self, 3, out))
 
 static int m_index(struct jctx *c, const struct jn *at, struct jv self, const struct jargs *a,
 		   struct jv *out)
@@ -858,12 +805,18 @@ static int test_arg(struct jctx *c, const struct jn *at, const char *name, const
 	return 0;
 }
 
-static bool is_lower_str(struct jv v, bool upper)
+/* The reference's lower / upper tests: the string equals its lower
+ * (upper) case form. */
+static bool is_case_str(struct jctx *c, struct jv v, bool upper)
 {
-	for (size_t i = 0; i < v.u.s.n; i++) {
-		char ch = v.u.s.p[i];
-		if (upper ? (ch >= 'a' && ch <= 'z') : (ch >= 'A' && ch <= 'Z'))
+	for (size_t i = 0; i < v.u.s.n;) {
+		size_t len = 1;
+		unsigned char ch = (unsigned char)v.u.s.p[i];
+		uint32_t cp = ch < 0x80 ? ch : utf8_decode((const unsigned char *)v.u.s.p + i,
+							   v.u.s.n - i, &len);
+		if (cp_case(c, cp, upper) != cp)
 			return false;
+		i += len;
 	}
 	return true;
 }
@@ -881,7 +834,10 @@ static int test_compare(struct jctx *c, const struct jn *at, const char *name, s
 	}
 	if ((rc = jv_compare(c, at, in, x, true, &cmp)))
 		return rc;
-	*out = !strcmp(name, "lt") ? cmp < 0 : !strcmp(name, "gt") ? cmp > 0 : !strcmp(name, "le") ? cmp <= 0 : cmp >= 0;
+	*out = !strcmp(name, "lt")   ? cmp < 0
+	       : !strcmp(name, "gt") ? cmp > 0
+	       : !strcmp(name, "le") ? cmp <= 0
+				     : cmp >= 0;
 	return 0;
 }
 
@@ -952,7 +908,7 @@ int jx_test(struct jctx *c, const struct jn *at, const char *name, size_t n, str
 	else if (!strcmp(nm, "callable"))
 		*out = k == JV_FUNC;
 	else if (!strcmp(nm, "lower") || !strcmp(nm, "upper"))
-		*out = k == JV_STR && is_lower_str(in, nm[0] == 'u');
+		*out = k == JV_STR && is_case_str(c, in, nm[0] == 'u');
 	else if (!strcmp(nm, "odd") || !strcmp(nm, "even") || !strcmp(nm, "divisibleby"))
 		return test_int(c, at, nm, in, a, out);
 	else if (!strcmp(nm, "equalto") || !strcmp(nm, "eq") || !strcmp(nm, "sameas")) {

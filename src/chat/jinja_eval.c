@@ -20,6 +20,7 @@
 #define JINJA_DEFAULT_STEPS 10000000ull
 #define JINJA_DEFAULT_OUTPUT (16u << 20)
 #define JINJA_DEFAULT_DEPTH 256u
+#define JINJA_MAX_DEPTH 1024u
 
 static int render_block(struct jctx *c, struct jscope *s, struct jn *const *body, size_t n,
 			struct jbuf *out);
@@ -814,6 +815,8 @@ static void ctx_init(struct jctx *c, const struct jinja_env *env, char *err, siz
 	c->max_steps = lim.max_steps ? lim.max_steps : JINJA_DEFAULT_STEPS;
 	c->max_output = lim.max_output ? lim.max_output : JINJA_DEFAULT_OUTPUT;
 	c->max_depth = lim.max_depth ? lim.max_depth : JINJA_DEFAULT_DEPTH;
+	if (c->max_depth > JINJA_MAX_DEPTH) /* each level is a few C stack frames */
+		c->max_depth = JINJA_MAX_DEPTH;
 	/* working memory: what the output may hold, several times over for
 	 * the strings a template builds on the way */
 	c->arena.limit = c->max_output > (SIZE_MAX - (8u << 20)) / 4 ? SIZE_MAX

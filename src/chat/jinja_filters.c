@@ -756,8 +756,8 @@ static int f_round(struct filter_call *f, struct jv *out)
 	double x = f->in.k == JV_INT ? (double)f->in.u.i : f->in.u.f, m = pow(10, (double)p);
 	char how = method ? method->u.s.p[0] : 'c';
 	/* common: Python's round, halves to even */
-	double r = how == 'f' ? floor(x * m) / m : how == 'c' && method && method->u.s.n == 4 ? ceil(x * m) / m
-										   : nearbyint(x * m) / m;
+	bool ceil_up = how == 'c' && method && method->u.s.n == 4;
+	double r = how == 'f' ? floor(x * m) / m : ceil_up ? ceil(x * m) / m : nearbyint(x * m) / m;
 	*out = jv_float(r);
 	return 0;
 }

@@ -123,7 +123,9 @@ size_t jinja_js_space_end(const char *p, size_t n);
 
 /* ---- values (jinja_value.c) ---- */
 
-enum jv_kind { JV_UNDEF, JV_NONE, JV_BOOL, JV_INT, JV_FLOAT, JV_STR, JV_LIST, JV_DICT, JV_NS, JV_FUNC, JV_LOOP };
+enum jv_kind {
+	JV_UNDEF, JV_NONE, JV_BOOL, JV_INT, JV_FLOAT, JV_STR, JV_LIST, JV_DICT, JV_NS, JV_FUNC, JV_LOOP,
+};
 
 struct jlist;
 struct jdict;
@@ -225,7 +227,13 @@ static inline struct jv jv_undef(void) { struct jv v = {0}; v.k = JV_UNDEF; retu
 static inline struct jv jv_none(void) { struct jv v = {0}; v.k = JV_NONE; return v; }
 static inline struct jv jv_bool(bool b) { struct jv v = {0}; v.k = JV_BOOL; v.u.b = b; return v; }
 static inline struct jv jv_int(int64_t i) { struct jv v = {0}; v.k = JV_INT; v.u.i = i; return v; }
-static inline struct jv jv_float(double f) { struct jv v = {0}; v.k = JV_FLOAT; v.u.f = f; return v; }
+static inline struct jv jv_float(double f)
+{
+	struct jv v = {0};
+	v.k = JV_FLOAT;
+	v.u.f = f;
+	return v;
+}
 static inline struct jv jv_str(const char *p, size_t n)
 {
 	struct jv v = {0};

@@ -384,7 +384,9 @@ static int lex_escape(struct lexer *lx, char *o, size_t *on)
 		return 0;
 	}
 	if (e != 'x' && e != 'u')
-		return lex_err(lx, lx->pos - 2, "string: unknown escape (allowed: \\n \\t \\r \\b \\f \\v \\' \\\" \\\\ \\xHH \\uHHHH)");
+		return lex_err(lx, lx->pos - 2,
+			       "string: unknown escape (allowed: \\n \\t \\r \\b \\f \\v \\' "
+			       "\\\" \\\\ \\xHH \\uHHHH)");
 	size_t hl = e == 'x' ? 2 : 4;
 	uint32_t cp;
 	if (t->n - lx->pos < hl || hex_value(t->s + lx->pos, hl, &cp))

@@ -3,9 +3,10 @@
  * equality; arithmetic and < > only between numbers; ~ joins any two
  * values as JavaScript strings (undefined as ""); + joins when either side
  * is a string; `in` looks into lists (by identity for containers),
- * strings and dict keys.  x / 0 gives Infinity or NaN as there; where
- * JavaScript would put Infinity or NaN into an integer (x // 0, x % 0) or
- * lose integer precision, we refuse with an error instead. */
+ * strings and dict keys.  x / 0 (and // or % with a float) gives Infinity
+ * or NaN as there; where JavaScript would put Infinity or NaN into an
+ * integer (n // 0, n % 0) or lose integer precision, we refuse with an
+ * error instead. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,8 +88,7 @@ static int num_arith(struct jctx *c, const struct jn *at, int op, struct jv l, s
 	case JOP_MOD:
 		if (ints)
 			return int_arith(c, at, op, l.u.i, r.u.i, out);
-		if (b == 0)
-			return jx_err(c, at, JINJA_E_RUNTIME, "%s: division by zero", op_name(op));
+		/* a float operand: NaN or an infinity for 0, as JavaScript */
 		*out = jv_float(op == JOP_MOD ? fmod(a, b) : floor(a / b));
 		return 0;
 	case JOP_LT:

@@ -469,6 +469,14 @@ static const struct ref_case ref_cases[] = {
 	 "{% for i in [1,2,3] %}{% filter upper %}a{{ i }}{% if i == 2 %}{% continue %}{% endif %}{% endfilter %}{% endfor %}",
 	 "{}",
 	 "A1A3"},
+	{"case_tests_unicode",
+	 "{{ '\303\251' is upper }}{{ '\303\251' is lower }}{{ '\303\211' is upper }}{{ 'ABC1' is upper }}{{ '' is lower }}",
+	 "{}",
+	 "falsetruetruetruetrue"},
+	{"float_mod_zero",
+	 "{{ 0.1 % 0 }}|{{ 1.5 // 0 }}|{{ -1.5 // 0.0 }}",
+	 "{}",
+	 "NaN|Infinity|-Infinity"},
 
 };
 
