@@ -176,6 +176,7 @@ static void probe_caps(struct chat_render *cr)
 	                      "]",
 	                      NULL, false, "sinkd_probe_call");
 	c->string_arguments = c->tool_calls && probe_string_arguments(cr);
+	c->reasoning_effort = jinja_template_uses(cr->tmpl, "reasoning_effort");
 	c->tool_responses = probe(cr,
 	                          "[{\"role\":\"user\",\"content\":\"sinkd_probe_user\"}," PROBE_CALL
 	                          ",{\"role\":\"tool\",\"tool_call_id\":\"call12345\","

@@ -37,6 +37,7 @@ struct chat_render_caps {
 	/* a call's arguments object does not show in the prompt but its JSON
 	 * text does (DeepSeek R1 concatenates them): they are passed as text */
 	bool string_arguments;
+	bool reasoning_effort; /* the template reads reasoning_effort (gpt-oss) */
 };
 
 /* Parses src[0..len) and probes it.  origin names the template in

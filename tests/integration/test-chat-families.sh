@@ -118,6 +118,10 @@ for f in "${families[@]}"; do
 		chat choice '{"messages":[{"role":"user","content":"x"}],"structured_outputs":{"choice":["yes (a.k.a. y)","no|n"]},"max_tokens":40}'
 		jcheck "structured_outputs.choice: the reply is one of the strings, taken literally" "$tmp/choice.out" \
 			"j['choices'][0]['message']['content'] in ('yes (a.k.a. y)', 'no|n') and j['choices'][0]['finish_reason'] == 'stop'"
+		http POST /v1/responses "${auth[@]}" -d '{"input":"x","reasoning":{"effort":"low"},"max_output_tokens":1}' >"$tmp/qeffort.code"
+		check "qwen3: Responses reasoning.effort: 400 (its template has no reasoning effort)" [ "$(cat "$tmp/qeffort.code")" = 400 ]
+		jcheck "qwen3: the 400 names reasoning.effort and the template" "$tmp/body" \
+			"j['error']['param'] == 'reasoning.effort' and 'chat template has no reasoning effort' in j['error']['message']"
 		chat bad-regex '{"messages":[{"role":"user","content":"x"}],"structured_outputs":{"regex":"ab("}}'
 		check "bad regex: 400" [ "$(cat "$tmp/bad-regex.code")" = 400 ]
 		jcheck "bad regex: names structured_outputs.regex and the offset" "$tmp/bad-regex.out" \
@@ -134,6 +138,22 @@ for f in "${families[@]}"; do
 		http POST /detokenize "${auth[@]}" -d "$(cat "$tmp/harmony-ids.json")" >"$tmp/detok.code"
 		jcheck "gptoss: detokenize prints <|channel|>, <|message|>, <|start|> but not <|end|>, <|return|>" "$tmp/body" \
 			"j['content'] == '<|channel|>analysis<|message|>hi<|start|>assistant<|channel|>final<|message|>ok'"
+		# the Responses API's reasoning.effort reaches the template as
+		# reasoning_effort: the prompt is sinkd chat-template's render of
+		# the template with it ("Reasoning: low" in its system message)
+		for eff in low high; do
+			http POST /v1/responses "${auth[@]}" -d "{\"input\":\"x\",\"reasoning\":{\"effort\":\"$eff\"},\"max_output_tokens\":1}" >"$tmp/effort-$eff.code"
+			cp "$tmp/body" "$tmp/effort-$eff.json"
+			check "gptoss: Responses reasoning.effort $eff answers 200" [ "$(cat "$tmp/effort-$eff.code")" = 200 ]
+			jcheck "gptoss: reasoning.effort $eff is echoed" "$tmp/effort-$eff.json" "j['reasoning']['effort'] == '$eff'"
+			echo "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"add_generation_prompt\":true,\"reasoning_effort\":\"$eff\"}" >"$tmp/effort-$eff.ctx"
+			"$bin" chat-template --model "$tmp/gptoss.gguf" --context "$tmp/effort-$eff.ctx" >"$tmp/effort-$eff.txt"
+			grep -q "Reasoning: $eff" "$tmp/effort-$eff.txt"
+			check "gptoss: the template renders Reasoning: $eff" [ $? -eq 0 ]
+			http POST /tokenize "${auth[@]}" -d "$(jq -cn --rawfile t "$tmp/effort-$eff.txt" '{content: $t, add_special: true, parse_special: true}')" >/dev/null
+			check "gptoss: effort $eff: input_tokens is the template's render with it" \
+				[ "$(jq '.tokens | length' "$tmp/body")" = "$(jq '.usage.input_tokens' "$tmp/effort-$eff.json")" ]
+		done
 		;;
 	llama3_1)
 		chat l3-think "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"structured_outputs\":{\"regex\":\"$think_re\"},\"max_tokens\":200}"
