@@ -194,6 +194,8 @@ static void log_chat_template(struct daemon *d)
 	                        LOG_INT("tool_calls", c->tool_calls),
 	                        LOG_INT("tool_responses", c->tool_responses),
 	                        LOG_INT("alternating", c->alternating),
+	                        LOG_INT("string_arguments", c->string_arguments),
+	                        LOG_INT("reasoning_effort", c->reasoning_effort),
 	                        LOG_END};
 	log_event(d->log, LOG_INFO, LOG_MODULE, "chat template", f);
 }

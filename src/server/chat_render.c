@@ -110,10 +110,11 @@ static int render_ctx(const struct chat_render *cr, cJSON *ctx, char **out, size
 
 /* ---------------------------------------------------------------- probing */
 
-#define PROBE_CALL                                                                                 \
+#define PROBE_CALL_WITH(ARGS)                                                                      \
 	"{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"call12345\","          \
-	"\"type\":\"function\",\"function\":{\"name\":\"sinkd_probe_call\",\"arguments\":"         \
-	"{\"probe_arg\":\"probe_value\"}}}]}"
+	"\"type\":\"function\",\"function\":{\"name\":\"sinkd_probe_call\",\"arguments\":" ARGS    \
+	"}}]}"
+#define PROBE_CALL PROBE_CALL_WITH("{\"probe_arg\":\"sinkd_probe_value\"}")
 
 /* Whether rendering messages_json (with tools_json when not NULL) succeeds
  * and, when needle is not NULL, shows it. */
@@ -133,6 +134,20 @@ static bool probe(const struct chat_render *cr, const char *messages_json, const
 	bool ok = rc == 0 && (!needle || strstr(out, needle));
 	free(out);
 	return ok;
+}
+
+/* The argument's value shows wherever the template writes the object (as
+ * JSON, or key by key); where only the text form shows it, the template
+ * concatenates arguments as a string, and an object would be written as
+ * "[object Map]". */
+static bool probe_string_arguments(const struct chat_render *cr)
+{
+	return !probe(cr, "[{\"role\":\"user\",\"content\":\"u\"}," PROBE_CALL "]", NULL, false,
+	              "sinkd_probe_value") &&
+	       probe(cr,
+	             "[{\"role\":\"user\",\"content\":\"u\"}," PROBE_CALL_WITH(
+	                 "\"{\\\"probe_arg\\\":\\\"sinkd_probe_value\\\"}\"") "]",
+	             NULL, false, "\"sinkd_probe_value\"");
 }
 
 static void probe_caps(struct chat_render *cr)
@@ -160,6 +175,8 @@ static void probe_caps(struct chat_render *cr)
 	                      "[{\"role\":\"user\",\"content\":\"sinkd_probe_user\"}," PROBE_CALL
 	                      "]",
 	                      NULL, false, "sinkd_probe_call");
+	c->string_arguments = c->tool_calls && probe_string_arguments(cr);
+	c->reasoning_effort = jinja_template_uses(cr->tmpl, "reasoning_effort");
 	c->tool_responses = probe(cr,
 	                          "[{\"role\":\"user\",\"content\":\"sinkd_probe_user\"}," PROBE_CALL
 	                          ",{\"role\":\"tool\",\"tool_call_id\":\"call12345\","
@@ -331,20 +348,28 @@ static bool add_str(cJSON *o, const char *key, const char *s)
 	return !s || cJSON_AddStringToObject(o, key, s);
 }
 
-/* A call's arguments as an object, as Hugging Face passes them; text that
- * is not a JSON object stays a string. */
-static cJSON *calls_json(const cJSON *calls)
+/* A call's arguments as an object, as Hugging Face passes them (text that
+ * is not a JSON object stays a string), or, for a template that can only
+ * write them as text (as_text), as JSON text. */
+static cJSON *calls_json(const cJSON *calls, bool as_text)
 {
 	cJSON *copy = cJSON_Duplicate(calls, 1), *c;
 	cJSON_ArrayForEach(c, copy)
 	{
 		cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
 		cJSON *args = fn ? cJSON_GetObjectItemCaseSensitive(fn, "arguments") : NULL;
-		cJSON *parsed = cJSON_IsString(args) ? cJSON_Parse(args->valuestring) : NULL;
-		if (cJSON_IsObject(parsed))
-			cJSON_ReplaceItemInObjectCaseSensitive(fn, "arguments", parsed);
+		cJSON *repl = NULL;
+		if (!as_text && cJSON_IsString(args))
+			repl = cJSON_Parse(args->valuestring);
+		else if (as_text && args && !cJSON_IsString(args)) {
+			char *text = cJSON_PrintUnformatted(args);
+			repl = text ? cJSON_CreateString(text) : NULL;
+			free(text);
+		}
+		if (cJSON_IsObject(repl) || cJSON_IsString(repl))
+			cJSON_ReplaceItemInObjectCaseSensitive(fn, "arguments", repl);
 		else
-			cJSON_Delete(parsed);
+			cJSON_Delete(repl);
 	}
 	return copy;
 }
@@ -430,7 +455,7 @@ static int message_add(const struct chat_render *cr, const struct api_message *m
 	          add_str(o, "reasoning_content", m->reasoning_content);
 	free(content);
 	if (ok && calls && cr->caps.tool_calls) {
-		cJSON *c = calls_json(m->tool_calls);
+		cJSON *c = calls_json(m->tool_calls, cr->caps.string_arguments);
 		ok = c && cJSON_AddItemToObject(o, "tool_calls", c);
 		if (!ok)
 			cJSON_Delete(c);

@@ -34,6 +34,10 @@ struct chat_render_caps {
 	bool tool_calls;     /* an assistant message's tool_calls are rendered */
 	bool tool_responses; /* a role "tool" message's content is rendered */
 	bool alternating;    /* two user messages in a row raise: turns must alternate */
+	/* a call's arguments object does not show in the prompt but its JSON
+	 * text does (DeepSeek R1 concatenates them): they are passed as text */
+	bool string_arguments;
+	bool reasoning_effort; /* the template reads reasoning_effort (gpt-oss) */
 };
 
 /* Parses src[0..len) and probes it.  origin names the template in

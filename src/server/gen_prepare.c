@@ -62,6 +62,22 @@ static int no_template_fields(const struct gen_args *a, struct api_error *e)
 	return 0;
 }
 
+/* The Responses API's reasoning.effort is the template's reasoning_effort:
+ * refused where the template does not read it rather than dropped, since
+ * the client asked for a model that reasons more or less. */
+static int effort_refused(const struct gen_args *a, const struct chat_render *cr,
+                          struct api_error *e)
+{
+	if (a->api != GEN_API_RESPONSES || !a->reasoning_effort ||
+	    (cr && chat_render_caps(cr)->reasoning_effort))
+		return 0;
+	return request_fail(e, "reasoning.effort", "unsupported_parameter",
+	                    "'reasoning.effort' cannot be set for this model: %s",
+	                    cr ? "its chat template has no reasoning effort (it does not read "
+	                         "reasoning_effort)"
+	                       : "it has no chat template (model.chat_template sets one)");
+}
+
 /* The chat prompt's text: through the model's own template (cr), else the
  * C families with the messages from chat_first_new on.  pin: *system_end
  * is wanted. */
@@ -73,12 +89,14 @@ static int chat_text(const struct tokenizer *tok, const struct chat_render *cr,
 	bool nul = false;
 	struct api_message *msgs = a->messages;
 	size_t n = a->n_messages, first = a->chat_first_new;
+	int rc = effort_refused(a, cr, e);
+	if (rc)
+		return rc;
 	for (size_t i = 0; i < n; i++)
 		if (memchr(msgs[i].content, '\0', msgs[i].content_len)) {
 			swap_bytes(msgs[i].content, msgs[i].content_len, '\0', CHAT_NUL_STANDIN);
 			nul = true;
 		}
-	int rc = 0;
 	if (cr) {
 		struct chat_render_input in = {.msgs = msgs,
 		                               .n = n,

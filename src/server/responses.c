@@ -384,15 +384,6 @@ static bool null_or_absent(const cJSON *o, const char *key)
 static int check_unsupported(const cJSON *o, struct api_error *e)
 {
 	static const char *const refused[] = {"prompt", "conversation"};
-	const cJSON *rsn = request_field(o, "reasoning");
-	if (rsn && !cJSON_IsNull(rsn) &&
-	    (!cJSON_IsObject(rsn) || !null_or_absent(rsn, "effort") ||
-	     !null_or_absent(rsn, "summary")))
-		return request_fail(
-		    e, "reasoning", "unsupported_parameter",
-		    "'reasoning' effort and summary cannot be set here: a model that "
-		    "reasons returns its reasoning as reasoning items as it writes "
-		    "it (send {} or leave the field out)");
 	const cJSON *bg = request_field(o, "background"), *inc = request_field(o, "include");
 	if (bg && !cJSON_IsFalse(bg))
 		return request_fail(e, "background", "unsupported_parameter",
@@ -404,6 +395,34 @@ static int check_unsupported(const cJSON *o, struct api_error *e)
 		if (request_field(o, refused[i]))
 			return request_fail(e, refused[i], "unsupported_parameter",
 			                    "'%s' is not supported by this server", refused[i]);
+	return 0;
+}
+
+/* reasoning: its effort is the chat template's reasoning_effort (where the
+ * template has none, gen_prepare refuses it); a summary is not written, as
+ * a model that reasons returns its own reasoning as reasoning items. */
+static int parse_reasoning(const cJSON *o, struct gen_args *a, struct api_error *e)
+{
+	static const char *const efforts[] = {"low", "medium", "high"};
+	const cJSON *rsn = request_field(o, "reasoning");
+	if (!rsn || cJSON_IsNull(rsn))
+		return 0;
+	if (!cJSON_IsObject(rsn) || !null_or_absent(rsn, "summary"))
+		return request_fail(e, "reasoning", "unsupported_parameter",
+		                    "'reasoning' takes only an effort here, e.g. {\"effort\": \"low\"}: "
+		                    "a model that reasons returns its reasoning as reasoning items as "
+		                    "it writes it, not a summary");
+	const cJSON *eff = cJSON_GetObjectItemCaseSensitive(rsn, "effort");
+	if (!eff || cJSON_IsNull(eff))
+		return 0;
+	bool known = false;
+	for (size_t i = 0; cJSON_IsString(eff) && i < sizeof(efforts) / sizeof(efforts[0]); i++)
+		known |= !strcmp(eff->valuestring, efforts[i]);
+	if (!known)
+		return request_fail(e, "reasoning.effort", "invalid_value",
+		                    "'reasoning.effort' must be low, medium or high");
+	if (!(a->reasoning_effort = strdup(eff->valuestring)))
+		return request_fail_oom(e, "reasoning.effort");
 	return 0;
 }
 
@@ -469,6 +488,8 @@ int responses_args_parse(const char *body, size_t len, int64_t limit, struct gen
 	rc = no_twice(root, body_keys, NULL, e);
 	if (!rc)
 		rc = check_unsupported(root, e);
+	if (!rc)
+		rc = parse_reasoning(root, a, e);
 	if (!rc)
 		rc = parse_settings(root, limit, a, e);
 	if (!rc)
@@ -605,7 +626,7 @@ cJSON *responses_object_new(const struct gen_args *a, const char *id, const char
 	cJSON_AddBoolToObject(o, "parallel_tool_calls", a->tools ? a->tools->parallel : true);
 	add_str_or_null(o, "previous_response_id", a->previous_response_id);
 	cJSON *reasoning = cJSON_AddObjectToObject(o, "reasoning");
-	cJSON_AddNullToObject(reasoning, "effort");
+	add_str_or_null(reasoning, "effort", a->reasoning_effort);
 	cJSON_AddNullToObject(reasoning, "summary");
 	cJSON_AddStringToObject(o, "service_tier", "default");
 	cJSON_AddBoolToObject(o, "store", a->store);

@@ -320,7 +320,8 @@ static void set_eog(struct tokenizer *tok)
 
 /* Control tokens that are output syntax (TOK_ATTR_PRINTED).  Only formats
  * sinkd did not parse before are listed, so the text of other families'
- * replies stays as it was. */
+ * replies stays as it was, and Mistral's tool-call markers, which real
+ * Mistral GGUFs mark as control: dropped, their calls were never parsed. */
 static void set_printed(struct tokenizer *tok)
 {
 	static const char *const printed[] = {
@@ -339,6 +340,9 @@ static void set_printed(struct tokenizer *tok)
 	    "<|END_ACTION|>",
 	    "[THINK]",
 	    "[/THINK]",
+	    "[TOOL_CALLS]",
+	    "[ARGS]",
+	    "[CALL_ID]",
 	};
 	for (size_t i = 0; i < sizeof(printed) / sizeof(printed[0]); i++) {
 		int32_t id = find_control(tok, printed[i]);

@@ -70,7 +70,8 @@ const char *tokenizer_token_text(const struct tokenizer *tok, int32_t id);
 /* A control token that prints nothing (not the output-syntax control
  * tokens the detokenizer prints: gpt-oss's <|channel|>, <|message|>,
  * <|start|>, <|constrain|>; DeepSeek's tool-call markers; Command-R's
- * action and thinking markers; Magistral's [THINK] and [/THINK]). */
+ * action and thinking markers; Magistral's [THINK] and [/THINK]; Mistral's
+ * [TOOL_CALLS], [ARGS], [CALL_ID]). */
 bool tokenizer_is_control(const struct tokenizer *tok, int32_t id);
 /* Byte-level BPE: the pre-tokenizer in use ("gpt-2", "llama-bpe", ...,
  * "default" for a missing or unknown name); NULL for SentencePiece. */

@@ -27,8 +27,9 @@ enum tok_type {
 #define TOK_ATTR_RSTRIP 2 /* drop whitespace after it */
 /* A control token whose text is output syntax a parser reads (gpt-oss's
  * harmony markers, DeepSeek's tool-call markers, Command-R's action and
- * thinking markers, Magistral's [THINK]): the detokenizer prints it, and it counts as text, not
- * control (tokenizer_is_control), so a grammar may choose it. */
+ * thinking markers, Magistral's [THINK], Mistral's [TOOL_CALLS]): the
+ * detokenizer prints it, and it counts as text, not control
+ * (tokenizer_is_control), so a grammar may choose it. */
 #define TOK_ATTR_PRINTED 4
 
 /* Open-addressing map from the strings of an arena to their index. */

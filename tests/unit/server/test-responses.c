@@ -241,7 +241,11 @@ static const struct {
     {"{\"input\":\"x\",\"background\":true}", "background", "unsupported_parameter"},
     {"{\"input\":\"x\",\"include\":[\"message.output_text.logprobs\"]}", "include",
      "unsupported_parameter"},
-    {"{\"input\":\"x\",\"reasoning\":{\"effort\":\"low\"}}", "reasoning", "unsupported_parameter"},
+    {"{\"input\":\"x\",\"reasoning\":{\"effort\":\"extreme\"}}", "reasoning.effort",
+     "invalid_value"},
+    {"{\"input\":\"x\",\"reasoning\":{\"effort\":3}}", "reasoning.effort", "invalid_value"},
+    {"{\"input\":\"x\",\"reasoning\":{\"effort\":\"low\",\"summary\":\"auto\"}}", "reasoning",
+     "unsupported_parameter"},
     {"{\"input\":\"x\",\"reasoning\":{\"summary\":\"auto\"}}", "reasoning",
      "unsupported_parameter"},
     {"{\"input\":\"x\",\"reasoning\":\"high\"}", "reasoning", "unsupported_parameter"},
@@ -629,7 +633,7 @@ START_TEST(test_events_incomplete)
 END_TEST
 
 /* What a client sends back and echoes: reasoning items in input (dropped),
- * a reasoning field without effort or summary. */
+ * a reasoning field without effort or summary, and one with an effort. */
 START_TEST(test_reasoning_accepted)
 {
 	struct gen_args a =
@@ -641,6 +645,15 @@ START_TEST(test_reasoning_accepted)
 	ck_assert_str_eq(a.messages[1].role, "assistant");
 	gen_args_deinit(&a);
 	a = parsed("{\"input\":\"x\",\"reasoning\":{}}");
+	ck_assert_ptr_null(a.reasoning_effort);
+	gen_args_deinit(&a);
+	/* an effort is the chat template's reasoning_effort, echoed back */
+	a = parsed("{\"input\":\"x\",\"reasoning\":{\"effort\":\"high\"}}");
+	ck_assert_str_eq(a.reasoning_effort, "high");
+	cJSON *o = responses_object_new(&a, "resp_1", "m", 0);
+	const cJSON *r = cJSON_GetObjectItem(o, "reasoning");
+	ck_assert_str_eq(cJSON_GetObjectItem(r, "effort")->valuestring, "high");
+	cJSON_Delete(o);
 	gen_args_deinit(&a);
 }
 END_TEST
