@@ -644,6 +644,8 @@ static int for_items(struct jctx *c, struct jscope *s, const struct jn *st, stru
 		rc = jx_dict_keys(c, st->b, it, &it);
 	else if (it.k == JV_STR) /* Jinja2 walks the characters (the reference refuses) */
 		rc = jx_str_chars(c, st->b, it, &it);
+	else if (it.k == JV_UNDEF) /* Jinja2: no iteration, so the else block (ditto) */
+		rc = jx_list_new(c, st->b, 0, &it);
 	else if (it.k != JV_LIST)
 		return jx_err(c, st->b, JINJA_E_RUNTIME, "{%% for %%}: cannot iterate over a %s",
 			      jv_type_name(it));

@@ -220,6 +220,11 @@ int jx_binop(struct jctx *c, const struct jn *at, int op, struct jv l, struct jv
 			return rc;
 		return unknown(c, at, op, l, r);
 	}
+	if (op == JOP_CONCAT && (l.k == JV_NONE || r.k == JV_NONE)) {
+		/* Jinja2's ~ prints none as "None" (the reference refuses it) */
+		l = l.k == JV_NONE ? jv_str("None", 4) : l;
+		r = r.k == JV_NONE ? jv_str("None", 4) : r;
+	}
 	if (l.k == JV_UNDEF || r.k == JV_UNDEF) {
 		if (r.k == JV_UNDEF && (op == JOP_IN || op == JOP_NOTIN)) {
 			*out = jv_bool(op == JOP_NOTIN);

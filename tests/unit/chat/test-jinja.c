@@ -512,6 +512,27 @@ static const struct ref_case jinja2_cases[] = {
 	{"first_str", "{{ 'abc'|first }}{{ 'abc'|last }}", "{}", "ac"},
 	{"join_attr", "{{ [{'n': 'a'}, {'n': 'b'}]|join(',', attribute='n') }}", "{}", "a,b"},
 	{"for_string", "{% for c in 'ab' %}{{ c }}{% endfor %}", "{}", "ab"},
+	/* Where the reference refuses and Jinja2 3.1.6 renders (as transformers
+	 * sets it up, see above): backslash escapes as Python decodes them, for
+	 * over undefined, string filters of undefined ("") and none ("None"),
+	 * sequence filters of undefined (empty), int of none, none ~ string. */
+	{"str_line_continuation", "{{ 'a\\\nb' }}{{ \"c\\\r\nd\" }}", "{}", "abcd"},
+	{"str_python_escapes", "{{ 'a\\d\\a\\101\\U0001F600\\ ' }}", "{}", "a\\d\aA😀\\ "},
+	{"for_undefined",
+	 "{% for x in nope %}{{ x }}{% else %}empty{% endfor %}|{% for m in messages %}"
+	 "{% for t in m.tool_calls %}{{ t }}{% endfor %}{{ loop.index }}{% endfor %}",
+	 "{\"messages\": [{\"role\": \"user\"}]}", "empty|1"},
+	{"str_filters_undefined_none",
+	 "[{{ nope|trim }}][{{ n|trim }}][{{ n|upper }}][{{ nope|lower }}][{{ n|replace('o', '0') }}]"
+	 "[{{ n|title }}][{{ nope|capitalize }}][{{ n|wordcount }}][{{ nope|wordcount }}][{{ nope|truncate(3) }}]",
+	 "{\"n\": null}", "[][None][NONE][][N0ne][None][][1][0][]"},
+	{"seq_filters_undefined",
+	 "{{ nope|length }}{{ nope|count }}[{{ nope|join(',') }}]{{ nope|list }}[{{ nope|first }}"
+	 "{{ nope|last }}{{ nope|min }}]{{ nope|sum }}{{ nope|map('upper')|list }}"
+	 "{{ nope|selectattr('a')|list }}{{ nope|sort }}{{ nope|unique|list }}",
+	 "{}", "00[][][]0[][][][]"},
+	{"int_none", "{{ n|int }} {{ n|float }} {{ n|int(7) }} {{ [1]|int }}", "{\"n\": null}", "0 0.0 7 0"},
+	{"concat_none", "{{ n ~ 'x' }} {{ 'x' ~ n }} {{ nope ~ n }}", "{\"n\": null}", "Nonex xNone None"},
 };
 
 /* Renders tpl with ctx (JSON text); the return code, *out (free it) and err. */
