@@ -340,6 +340,7 @@ static int f_int_float(struct filter_call *f, struct jv *out)
 		}
 	} else if (in.k == JV_NONE || in.k == JV_LIST || in.k == JV_DICT) {
 		*out = d; /* Jinja2 catches int(None)'s TypeError (the reference refuses) */
+		f->c->jinja2_only = true;
 		return 0;
 	} else {
 		return ferr_type(f);
@@ -559,8 +560,10 @@ static int f_items(struct filter_call *f, struct jv *out)
 {
 	if (f->in.k == JV_DICT)
 		return jx_dict_items(f->c, f->at, f->in, out);
-	if (f->in.k == JV_UNDEF) /* Jinja2: an empty sequence */
+	if (f->in.k == JV_UNDEF) { /* Jinja2: an empty sequence */
+		f->c->jinja2_only = true;
 		return jx_list_new(f->c, f->at, 0, out);
+	}
 	return ferr_type(f);
 }
 
@@ -883,12 +886,14 @@ static bool name_in(const char *const *names, const char *name)
 
 static int lenient_input(struct jctx *c, const struct jn *at, const char *name, struct jv *in)
 {
-	if (in->k == JV_UNDEF && name_in(str_filters, name))
-		*in = jv_str("", 0);
-	else if (in->k == JV_NONE && name_in(str_filters, name) && strcmp(name, "truncate"))
-		*in = jv_str("None", 4);
-	else if (in->k == JV_UNDEF && name_in(seq_filters, name))
+	bool undef = in->k == JV_UNDEF, none = in->k == JV_NONE;
+	if ((undef || (none && strcmp(name, "truncate"))) && name_in(str_filters, name)) {
+		*in = undef ? jv_str("", 0) : jv_str("None", 4);
+		c->jinja2_only = true;
+	} else if (undef && name_in(seq_filters, name)) {
+		c->jinja2_only = true;
 		return jx_list_new(c, at, 0, in);
+	}
 	return 0;
 }
 

@@ -219,6 +219,10 @@ struct jctx {
 	locale_t ctype; /* C.UTF-8, made on first non-ASCII upper()/lower() */
 	bool ctype_tried;
 	struct jv caller; /* the caller a {% call %} block hands to the macro it calls */
+	/* The render took a path that @huggingface/jinja refuses and Jinja2
+	 * renders (jx_jinja2_only): from there on, Jinja2 is the only renderer
+	 * to agree with, so where the two part ways sinkd follows Jinja2. */
+	bool jinja2_only;
 	char *err;
 	size_t err_len;
 };

@@ -533,6 +533,10 @@ static const struct ref_case jinja2_cases[] = {
 	 "{}", "00[][][]0[][][][]"},
 	{"int_none", "{{ n|int }} {{ n|float }} {{ n|int(7) }} {{ [1]|int }}", "{\"n\": null}", "0 0.0 7 0"},
 	{"concat_none", "{{ n ~ 'x' }} {{ 'x' ~ n }} {{ nope ~ n }}", "{\"n\": null}", "Nonex xNone None"},
+	/* once a render goes where only Jinja2 does, all of it prints as
+	 * Jinja2's (the reference would print "true" and nothing for none) */
+	{"jinja2_render_prints_as_python",
+	 "{{ n }}{{ true }}{% for x in nope %}{% endfor %}|{{ n }}", "{\"n\": null}", "NoneTrue|None"},
 };
 
 /* Renders tpl with ctx (JSON text); the return code, *out (free it) and err. */
@@ -708,6 +712,16 @@ START_TEST(test_runtime_errors)
 	assert_render_error("{{ 5 % 0 }}", JINJA_E_RUNTIME, "1:6: %: division by zero");
 	assert_render_error("{% set x = 1 %}{% set x.a = 2 %}", JINJA_E_RUNTIME,
 			    "1:24: {% set %}: cannot assign an attribute of a integer (only of a namespace)");
+	/* the reference renders 'a' + a list; Jinja2 refuses it, and this
+	 * render goes Jinja2's way (for over undefined) after it */
+	assert_render_error("{{ 'a' + messages }}{% for x in nope %}{% endfor %}", JINJA_E_RUNTIME,
+			    "1:8: operator '+' between string and list: Jinja2 refuses it, and this "
+			    "render follows Jinja2 (it went where only Jinja2 renders)");
+	/* Jinja2 refuses these too: truncate takes len(None), none is not iterable */
+	assert_render_error("{{ none|truncate(3) }}", JINJA_E_RUNTIME,
+			    "1:9: filter 'truncate' cannot take a none");
+	assert_render_error("{% for x in none %}{% endfor %}", JINJA_E_RUNTIME,
+			    "1:13: {% for %}: cannot iterate over a none");
 	assert_render_error("{{ raise_exception('no ' ~ messages[0].role ~ 's') }}", JINJA_E_RAISED,
 			    "no users");
 }
