@@ -887,9 +887,21 @@ static bool name_in(const char *const *names, const char *name)
 static int lenient_input(struct jctx *c, const struct jn *at, const char *name, struct jv *in)
 {
 	bool undef = in->k == JV_UNDEF, none = in->k == JV_NONE;
+	bool other = !undef && !none && in->k != JV_STR && strcmp(name, "truncate");
 	if ((undef || (none && strcmp(name, "truncate"))) && name_in(str_filters, name)) {
 		*in = undef ? jv_str("", 0) : jv_str("None", 4);
 		c->jinja2_only = true;
+	} else if ((other && name_in(str_filters, name)) ||
+		   (in->k == JV_DICT && strcmp(name, "string") == 0)) {
+		/* a number, list or dict: str() of it (Llama 3's content|trim of
+		 * content parts prints their Python repr) */
+		struct jbuf b = {0};
+		c->jinja2_only = true;
+		int rc = jv_py_str(c, at, &b, *in);
+		if (!rc)
+			rc = jx_buf_value(c, at, &b, in);
+		free(b.p);
+		return rc;
 	} else if (undef && name_in(seq_filters, name)) {
 		c->jinja2_only = true;
 		return jx_list_new(c, at, 0, in);

@@ -285,6 +285,9 @@ int jbuf_puts(struct jctx *c, const struct jn *at, struct jbuf *b, const char *s
 int jv_print(struct jctx *c, const struct jn *at, struct jbuf *b, struct jv v);
 /* JavaScript's value.toString() on the value (what + and ~ concatenate). */
 int jv_js_string(struct jctx *c, const struct jn *at, struct jbuf *b, struct jv v);
+/* Python's str(v), as Jinja2 prints: None, True, lists and dicts as repr
+ * ([1, 'a'], {'k': None}); for renders that follow Jinja2 (jinja2_only). */
+int jv_py_str(struct jctx *c, const struct jn *at, struct jbuf *b, struct jv v);
 /* JavaScript's Number.prototype.toString. */
 void jv_js_number(double d, char *out, size_t out_len);
 

@@ -535,6 +535,11 @@ static const struct ref_case jinja2_cases[] = {
 	{"concat_none", "{{ n ~ 'x' }} {{ 'x' ~ n }} {{ nope ~ n }}", "{\"n\": null}", "Nonex xNone None"},
 	/* once a render goes where only Jinja2 does, all of it prints as
 	 * Jinja2's (the reference would print "true" and nothing for none) */
+	{"str_of_containers",
+	 "[{{ m|trim }}][{{ [1, 'a']|upper }}][{{ 5|wordcount }}][{{ ['a\\n', n, true, 1.5, {'k': \"it's\"}]|trim }}]"
+	 "{{ m }}{{ [n] ~ 'x' }}{{ ['b', 2]|join(',') }}{{ (1, 'c')|string }}",
+	 "{\"n\": null, \"m\": {\"a\": [1]}}",
+	 "[{'a': [1]}][[1, 'A']][1][['a\\n', None, True, 1.5, {'k': \"it's\"}]]{'a': [1]}[None]xb,2(1, 'c')"},
 	{"jinja2_render_prints_as_python",
 	 "{{ n }}{{ true }}{% for x in nope %}{% endfor %}|{{ n }}", "{\"n\": null}", "NoneTrue|None"},
 };
