@@ -56,6 +56,10 @@ void jinja_template_free(struct jinja_template *t); /* NULL: no-op */
  * items() and tojson).  *out is malloc'ed and NUL-terminated, *out_len its
  * length (may be NULL).  env may be NULL (defaults).  A template object is
  * read-only while rendering: several threads may render it at once.
+ * It renders as @huggingface/jinja does; where that refuses and Python's
+ * Jinja2 renders (a for over undefined, trim of none, ...), as Jinja2
+ * does: such a render runs a second time following Jinja2 throughout
+ * (each run under the budgets).
  * Returns 0 or a JINJA_E_* code with the message in err. */
 int jinja_render(const struct jinja_template *t, const struct cJSON *context,
 		 const struct jinja_env *env, char **out, size_t *out_len, char *err,

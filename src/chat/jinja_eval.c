@@ -642,9 +642,12 @@ static int for_items(struct jctx *c, struct jscope *s, const struct jn *st, stru
 		return rc;
 	if (it.k == JV_DICT)
 		rc = jx_dict_keys(c, st->b, it, &it);
-	else if (it.k == JV_STR) /* Jinja2 walks the characters (the reference refuses) */
-		rc = jx_str_chars(c, st->b, it, &it);
-	else if (it.k != JV_LIST)
+	else if (it.k == JV_STR || it.k == JV_UNDEF) {
+		/* Jinja2 walks a string's characters, and nothing for undefined
+		 * (so the else block runs); the reference refuses both */
+		c->jinja2_only = true;
+		rc = it.k == JV_STR ? jx_str_chars(c, st->b, it, &it) : jx_list_new(c, st->b, 0, &it);
+	} else if (it.k != JV_LIST)
 		return jx_err(c, st->b, JINJA_E_RUNTIME, "{%% for %%}: cannot iterate over a %s",
 			      jv_type_name(it));
 	if (rc)
@@ -725,6 +728,8 @@ static int exec_for(struct jctx *c, struct jscope *s, const struct jn *st, struc
 
 static int print_value(struct jctx *c, const struct jn *at, struct jbuf *out, struct jv v)
 {
+	if (c->jinja2_only && (v.k == JV_NONE || v.k == JV_BOOL)) /* Python's str() */
+		return jbuf_puts(c, at, out, v.k == JV_NONE ? "None" : v.u.b ? "True" : "False");
 	if (v.k == JV_NONE || v.k == JV_UNDEF)
 		return 0;
 	return jv_print(c, at, out, v);
@@ -826,19 +831,16 @@ static void ctx_init(struct jctx *c, const struct jinja_env *env, char *err, siz
 	c->err_len = err_len;
 }
 
-int jinja_render(const struct jinja_template *t, const struct cJSON *context,
-		 const struct jinja_env *env, char **out, size_t *out_len, char *err,
-		 size_t err_len)
+/* One render into *b; jinja2_only as struct jctx says, *went_jinja2 whether
+ * the render took a path only Jinja2 renders. */
+static int render_once(const struct jinja_template *t, const struct cJSON *context,
+		       const struct jinja_env *env, bool jinja2_only, struct jbuf *b,
+		       bool *went_jinja2, char *err, size_t err_len)
 {
 	struct jctx c = {0};
-	struct jbuf b = {0};
 	int rc = 0;
-	*out = NULL;
-	if (out_len)
-		*out_len = 0;
 	ctx_init(&c, env, err, err_len);
-	if (context && !cJSON_IsObject(context))
-		return err_set(err, err_len, JINJA_E_RUNTIME, "the context must be a JSON object");
+	c.jinja2_only = jinja2_only;
 	if (!(c.globals = jx_scope_new(&c, NULL))) {
 		rc = jx_nomem(&c, NULL);
 		goto out;
@@ -849,15 +851,40 @@ int jinja_render(const struct jinja_template *t, const struct cJSON *context,
 			rc = scope_set(&c, c.globals, e->string, strlen(e->string), v);
 	}
 	if (!rc)
-		rc = render_block(&c, c.globals, t->body, t->n_body, &b);
+		rc = render_block(&c, c.globals, t->body, t->n_body, b);
 	if (rc > 0)
 		rc = jx_err(&c, NULL, JINJA_E_RUNTIME, "break or continue outside a loop");
-	if (!rc && !b.p && !(b.p = calloc(1, 1)))
+	if (!rc && !b->p && !(b->p = calloc(1, 1)))
 		rc = err_set(err, err_len, JINJA_E_NOMEM, "out of memory");
 out:
+	*went_jinja2 = c.jinja2_only;
 	if (c.ctype)
 		freelocale(c.ctype);
 	jarena_free(&c.arena);
+	return rc;
+}
+
+/* A render that goes where only Jinja2 renders (the reference refuses) is
+ * rendered again following Jinja2 from the start, so that what it did the
+ * reference's way before that point (a string + a list, which Jinja2
+ * refuses) follows Jinja2 too. */
+int jinja_render(const struct jinja_template *t, const struct cJSON *context,
+		 const struct jinja_env *env, char **out, size_t *out_len, char *err,
+		 size_t err_len)
+{
+	struct jbuf b = {0};
+	bool went_jinja2 = false;
+	*out = NULL;
+	if (out_len)
+		*out_len = 0;
+	if (context && !cJSON_IsObject(context))
+		return err_set(err, err_len, JINJA_E_RUNTIME, "the context must be a JSON object");
+	int rc = render_once(t, context, env, false, &b, &went_jinja2, err, err_len);
+	if (went_jinja2) {
+		free(b.p);
+		b = (struct jbuf){0};
+		rc = render_once(t, context, env, true, &b, &went_jinja2, err, err_len);
+	}
 	if (rc) {
 		free(b.p);
 		return rc;

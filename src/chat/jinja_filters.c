@@ -338,6 +338,10 @@ static int f_int_float(struct filter_call *f, struct jv *out)
 			*out = in;
 			return 0;
 		}
+	} else if (in.k == JV_NONE || in.k == JV_LIST || in.k == JV_DICT) {
+		*out = d; /* Jinja2 catches int(None)'s TypeError (the reference refuses) */
+		f->c->jinja2_only = true;
+		return 0;
 	} else {
 		return ferr_type(f);
 	}
@@ -556,8 +560,10 @@ static int f_items(struct filter_call *f, struct jv *out)
 {
 	if (f->in.k == JV_DICT)
 		return jx_dict_items(f->c, f->at, f->in, out);
-	if (f->in.k == JV_UNDEF) /* Jinja2: an empty sequence */
+	if (f->in.k == JV_UNDEF) { /* Jinja2: an empty sequence */
+		f->c->jinja2_only = true;
 		return jx_list_new(f->c, f->at, 0, out);
+	}
 	return ferr_type(f);
 }
 
@@ -858,6 +864,51 @@ static const struct {
 	{"truncate", f_truncate}, {"escape", f_escape},       {"e", f_escape},
 };
 
+/* Where @huggingface/jinja refuses an undefined or none input and Jinja2
+ * renders, render as Jinja2: its string filters read undefined as "" and
+ * none as "None" (str(None); but truncate takes len(None) and fails), and
+ * its sequence filters read undefined as an empty sequence (none stays an
+ * error there, as in Jinja2).  Templates rely on it: Hermes 3's
+ * `param_fields.description|trim` for a parameter without a description. */
+static const char *const str_filters[] = {"trim", "upper", "lower", "title", "capitalize",
+					  "replace", "wordcount", "truncate", NULL};
+static const char *const seq_filters[] = {"length", "count", "join", "list", "sort", "unique",
+					  "selectattr", "rejectattr", "select", "reject", "map",
+					  "batch", "first", "last", "min", "max", "sum", NULL};
+
+static bool name_in(const char *const *names, const char *name)
+{
+	for (; *names; names++)
+		if (strcmp(*names, name) == 0)
+			return true;
+	return false;
+}
+
+static int lenient_input(struct jctx *c, const struct jn *at, const char *name, struct jv *in)
+{
+	bool undef = in->k == JV_UNDEF, none = in->k == JV_NONE;
+	bool other = !undef && !none && in->k != JV_STR && strcmp(name, "truncate");
+	if ((undef || (none && strcmp(name, "truncate"))) && name_in(str_filters, name)) {
+		*in = undef ? jv_str("", 0) : jv_str("None", 4);
+		c->jinja2_only = true;
+	} else if ((other && name_in(str_filters, name)) ||
+		   (in->k == JV_DICT && strcmp(name, "string") == 0)) {
+		/* a number, list or dict: str() of it (Llama 3's content|trim of
+		 * content parts prints their Python repr) */
+		struct jbuf b = {0};
+		c->jinja2_only = true;
+		int rc = jv_py_str(c, at, &b, *in);
+		if (!rc)
+			rc = jx_buf_value(c, at, &b, in);
+		free(b.p);
+		return rc;
+	} else if (undef && name_in(seq_filters, name)) {
+		c->jinja2_only = true;
+		return jx_list_new(c, at, 0, in);
+	}
+	return 0;
+}
+
 int jx_filter(struct jctx *c, struct jscope *s, const struct jn *at, const char *name,
 	      size_t name_len, struct jv in, const struct jargs *args, struct jv *out)
 {
@@ -868,7 +919,7 @@ int jx_filter(struct jctx *c, struct jscope *s, const struct jn *at, const char 
 		struct filter_call f = {.c = c, .s = s, .at = at, .name = filters[i].name, .in = in,
 					.a = args};
 		int rc = jx_charge(c, at, 1);
-		if (rc)
+		if (rc || (rc = lenient_input(c, at, f.name, &f.in)))
 			return rc;
 		if (++c->depth > c->max_depth) /* map('map', 'map', ...) recurses */
 			return jx_err(c, at, JINJA_E_BUDGET, "nested deeper than %u", c->max_depth);

@@ -219,6 +219,10 @@ struct jctx {
 	locale_t ctype; /* C.UTF-8, made on first non-ASCII upper()/lower() */
 	bool ctype_tried;
 	struct jv caller; /* the caller a {% call %} block hands to the macro it calls */
+	/* The render took a path that @huggingface/jinja refuses and Jinja2
+	 * renders (jx_jinja2_only): from there on, Jinja2 is the only renderer
+	 * to agree with, so where the two part ways sinkd follows Jinja2. */
+	bool jinja2_only;
 	char *err;
 	size_t err_len;
 };
@@ -281,6 +285,9 @@ int jbuf_puts(struct jctx *c, const struct jn *at, struct jbuf *b, const char *s
 int jv_print(struct jctx *c, const struct jn *at, struct jbuf *b, struct jv v);
 /* JavaScript's value.toString() on the value (what + and ~ concatenate). */
 int jv_js_string(struct jctx *c, const struct jn *at, struct jbuf *b, struct jv v);
+/* Python's str(v), as Jinja2 prints: None, True, lists and dicts as repr
+ * ([1, 'a'], {'k': None}); for renders that follow Jinja2 (jinja2_only). */
+int jv_py_str(struct jctx *c, const struct jn *at, struct jbuf *b, struct jv v);
 /* JavaScript's Number.prototype.toString. */
 void jv_js_number(double d, char *out, size_t out_len);
 

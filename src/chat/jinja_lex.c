@@ -372,6 +372,40 @@ static int hex_value(const char *s, size_t n, uint32_t *v)
 	return 0;
 }
 
+/* The escapes @huggingface/jinja refuses and Python's Jinja2 (which decodes
+ * string literals as Python's unicode-escape codec does) accepts: a
+ * backslash before a line end continues the line, \a, octal \NNN, and any
+ * other ASCII character keeps its backslash.  Templates tested with
+ * transformers or vLLM use them (Mistral Small 3.1's backslash-newline).
+ * e is the character after the backslash, already consumed. */
+static int lex_python_escape(struct lexer *lx, char e, char *o, size_t *on)
+{
+	const struct ptext *t = lx->t;
+	if (e == '\r' && lx->pos < t->n && t->s[lx->pos] == '\n')
+		lx->pos++;
+	if (e == '\n' || e == '\r')
+		return 0;
+	if (e == 'a') {
+		o[(*on)++] = '\a';
+		return 0;
+	}
+	if (e >= '0' && e <= '7') {
+		uint32_t cp = (uint32_t)(e - '0');
+		for (int i = 0; i < 2 && lx->pos < t->n && t->s[lx->pos] >= '0' && t->s[lx->pos] <= '7'; i++)
+			cp = cp * 8 + (uint32_t)(t->s[lx->pos++] - '0');
+		*on += utf8_encode(cp, o + *on);
+		return 0;
+	}
+	if (e == 'N' || (unsigned char)e < 0x20 || (unsigned char)e >= 0x7f)
+		return lex_err(lx, lx->pos - 2,
+			       "string: unknown escape (allowed: \\n \\t \\r \\b \\f \\v \\a "
+			       "\\' \\\" \\\\ \\NNN \\xHH \\uHHHH \\UHHHHHHHH, a backslash before a "
+			       "line end, or one before another printable ASCII character, which stays)");
+	o[(*on)++] = '\\';
+	o[(*on)++] = e;
+	return 0;
+}
+
 /* One escape after a backslash at lx->pos; appends its UTF-8 to o. */
 static int lex_escape(struct lexer *lx, char *o, size_t *on)
 {
@@ -383,13 +417,11 @@ static int lex_escape(struct lexer *lx, char *o, size_t *on)
 		o[(*on)++] = to[hit - from];
 		return 0;
 	}
-	if (e != 'x' && e != 'u')
-		return lex_err(lx, lx->pos - 2,
-			       "string: unknown escape (allowed: \\n \\t \\r \\b \\f \\v \\' "
-			       "\\\" \\\\ \\xHH \\uHHHH)");
-	size_t hl = e == 'x' ? 2 : 4;
+	if (e != 'x' && e != 'u' && e != 'U')
+		return lex_python_escape(lx, e, o, on);
+	size_t hl = e == 'x' ? 2 : e == 'u' ? 4 : 8;
 	uint32_t cp;
-	if (t->n - lx->pos < hl || hex_value(t->s + lx->pos, hl, &cp))
+	if (t->n - lx->pos < hl || hex_value(t->s + lx->pos, hl, &cp) || cp > 0x10FFFF)
 		return lex_err(lx, lx->pos - 2, "string: invalid hexadecimal escape");
 	lx->pos += hl;
 	if (cp >= 0xD800 && cp < 0xDC00 && t->n - lx->pos >= 6 && t->s[lx->pos] == '\\' &&

@@ -196,8 +196,14 @@ static int binop_rest(struct jctx *c, const struct jn *at, int op, struct jv l, 
 		*out = jv_bool(contains(r, l) == (op == JOP_IN));
 		return rc;
 	}
-	if ((l.k == JV_STR || r.k == JV_STR) && op == JOP_ADD)
+	if ((l.k == JV_STR || r.k == JV_STR) && op == JOP_ADD) {
+		if (c->jinja2_only && l.k != r.k) /* Python's str + list is a TypeError */
+			return jx_err(c, at, JINJA_E_RUNTIME,
+				      "operator '+' between %s and %s: Jinja2 refuses it, and this render "
+				      "follows Jinja2 (it went where only Jinja2 renders)",
+				      jv_type_name(l), jv_type_name(r));
 		return js_concat(c, at, l, r, out);
+	}
 	if (l.k == JV_STR && (r.k == JV_STR || r.k == JV_DICT) && in) {
 		int rc = jx_charge(c, at, r.k == JV_STR ? r.u.s.n / 64 : r.u.d->n);
 		*out = jv_bool(contains(r, l) == (op == JOP_IN));
@@ -219,6 +225,12 @@ int jx_binop(struct jctx *c, const struct jn *at, int op, struct jv l, struct jv
 		if (rc || done)
 			return rc;
 		return unknown(c, at, op, l, r);
+	}
+	if (op == JOP_CONCAT && (l.k == JV_NONE || r.k == JV_NONE)) {
+		/* Jinja2's ~ prints none as "None" (the reference refuses it) */
+		c->jinja2_only = true;
+		l = l.k == JV_NONE ? jv_str("None", 4) : l;
+		r = r.k == JV_NONE ? jv_str("None", 4) : r;
 	}
 	if (l.k == JV_UNDEF || r.k == JV_UNDEF) {
 		if (r.k == JV_UNDEF && (op == JOP_IN || op == JOP_NOTIN)) {

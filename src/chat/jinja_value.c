@@ -712,6 +712,9 @@ int jv_print(struct jctx *c, const struct jn *at, struct jbuf *b, struct jv v)
 {
 	char num_buf[40];
 	static const struct jjson_opts plain = {.item_sep = ", ", .key_sep = ": "};
+	if (c->jinja2_only &&
+	    (v.k == JV_LIST || v.k == JV_DICT || v.k == JV_NONE || v.k == JV_BOOL))
+		return jv_py_str(c, at, b, v);
 	switch (v.k) {
 	case JV_STR:
 		return jbuf_put(c, at, b, v.u.s.p, v.u.s.n);
@@ -734,9 +737,98 @@ int jv_print(struct jctx *c, const struct jn *at, struct jbuf *b, struct jv v)
 	}
 }
 
+/* Python's repr of a string: single quotes unless it holds ' and no ",
+ * backslash escapes for the quote, \\ and control characters.  Of the
+ * characters Python's isprintable() refuses beyond those, only the C1
+ * controls are escaped (\x80-\x9f); others (U+00A0, U+2028, ...) print as
+ * they are, where Python would write \xa0 or \u2028. */
+static int py_repr_str(struct jctx *c, const struct jn *at, struct jbuf *b, const char *s, size_t n)
+{
+	char q = memchr(s, '\'', n) && !memchr(s, '"', n) ? '"' : '\'';
+	int rc = jbuf_put(c, at, b, &q, 1);
+	for (size_t i = 0; !rc && i < n; i++) {
+		unsigned char ch = (unsigned char)s[i];
+		char esc[8];
+		if (ch == '\\' || ch == (unsigned char)q)
+			snprintf(esc, sizeof(esc), "\\%c", ch);
+		else if (ch == '\n' || ch == '\r' || ch == '\t')
+			snprintf(esc, sizeof(esc), "\\%c", ch == '\n' ? 'n' : ch == '\r' ? 'r' : 't');
+		else if (ch < 0x20 || ch == 0x7f)
+			snprintf(esc, sizeof(esc), "\\x%02x", ch);
+		else if (ch == 0xc2 && i + 1 < n && (unsigned char)s[i + 1] >= 0x80 &&
+			 (unsigned char)s[i + 1] < 0xa0)
+			snprintf(esc, sizeof(esc), "\\x%02x", (unsigned char)s[++i]);
+		else {
+			rc = jbuf_put(c, at, b, s + i, 1);
+			continue;
+		}
+		rc = jbuf_puts(c, at, b, esc);
+	}
+	return rc ? rc : jbuf_put(c, at, b, &q, 1);
+}
+
+static int py_repr(struct jctx *c, const struct jn *at, struct jbuf *b, struct jv v, unsigned depth)
+{
+	int rc = 0;
+	if (depth > c->max_depth)
+		return jx_err(c, at, JINJA_E_BUDGET, "nested deeper than %u", c->max_depth);
+	switch (v.k) {
+	case JV_STR:
+		return py_repr_str(c, at, b, v.u.s.p, v.u.s.n);
+	case JV_LIST:
+		rc = jbuf_puts(c, at, b, v.tuple ? "(" : "[");
+		for (size_t i = 0; !rc && i < v.u.l->n; i++) {
+			if (i)
+				rc = jbuf_puts(c, at, b, ", ");
+			if (!rc)
+				rc = py_repr(c, at, b, v.u.l->v[i], depth + 1);
+		}
+		if (!rc && v.tuple && v.u.l->n == 1)
+			rc = jbuf_puts(c, at, b, ",");
+		return rc ? rc : jbuf_puts(c, at, b, v.tuple ? ")" : "]");
+	case JV_DICT:
+		rc = jbuf_puts(c, at, b, "{");
+		for (size_t i = 0; !rc && i < v.u.d->n; i++) {
+			const struct jent *e = &v.u.d->e[i];
+			if (i)
+				rc = jbuf_puts(c, at, b, ", ");
+			if (!rc)
+				rc = py_repr_str(c, at, b, e->k, e->kn);
+			if (!rc)
+				rc = jbuf_puts(c, at, b, ": ");
+			if (!rc)
+				rc = py_repr(c, at, b, e->v, depth + 1);
+		}
+		return rc ? rc : jbuf_puts(c, at, b, "}");
+	default:
+		return jv_py_str(c, at, b, v);
+	}
+}
+
+/* Floats print as the reference's do (Python's repr but for exponents:
+ * 1e-05 and 1e+16 in Python, 0.00001 and 10000000000000000.0 here). */
+int jv_py_str(struct jctx *c, const struct jn *at, struct jbuf *b, struct jv v)
+{
+	switch (v.k) {
+	case JV_NONE:
+		return jbuf_puts(c, at, b, "None");
+	case JV_BOOL:
+		return jbuf_puts(c, at, b, v.u.b ? "True" : "False");
+	case JV_UNDEF:
+		return 0;
+	case JV_LIST:
+	case JV_DICT:
+		return py_repr(c, at, b, v, 0);
+	default:
+		return jv_print(c, at, b, v);
+	}
+}
+
 int jv_js_string(struct jctx *c, const struct jn *at, struct jbuf *b, struct jv v)
 {
 	char num_buf[40];
+	if (c->jinja2_only && v.k != JV_UNDEF) /* str(v), as Jinja2's ~ and join do */
+		return jv_print(c, at, b, v);
 	switch (v.k) {
 	case JV_FLOAT: /* a plain JavaScript number here: 2.0 is "2" */
 		jv_js_number(v.u.f, num_buf, sizeof(num_buf));

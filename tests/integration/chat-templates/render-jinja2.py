@@ -2,9 +2,10 @@
 """Renders render-hf.mjs's templates and cases with Python's Jinja2 the way
 transformers' apply_chat_template does (a sandboxed environment with
 trim_blocks, lstrip_blocks and loop controls; its tojson, raise_exception
-and strftime_now), for the informational column of compare.mjs: how often
-sinkd, which follows @huggingface/jinja, also agrees with what Python
-serves (transformers, vLLM).  Nothing fails on it.
+and strftime_now), for compare.mjs: where @huggingface/jinja refuses a
+case, sinkd must render what Jinja2 renders (what transformers and vLLM
+serve), byte for byte; and a column of how often sinkd, which follows
+@huggingface/jinja where that renders, agrees with Jinja2 in all.
 
 Usage: render-jinja2.py OUT_DIR NOW (NOW: strftime_now's time, seconds
 since 1970 UTC).  Writes OUT_DIR/tID.j2.jsonl beside each tID.ctx.jsonl:

@@ -512,6 +512,36 @@ static const struct ref_case jinja2_cases[] = {
 	{"first_str", "{{ 'abc'|first }}{{ 'abc'|last }}", "{}", "ac"},
 	{"join_attr", "{{ [{'n': 'a'}, {'n': 'b'}]|join(',', attribute='n') }}", "{}", "a,b"},
 	{"for_string", "{% for c in 'ab' %}{{ c }}{% endfor %}", "{}", "ab"},
+	/* Where the reference refuses and Jinja2 3.1.6 renders (as transformers
+	 * sets it up, see above): backslash escapes as Python decodes them, for
+	 * over undefined, string filters of undefined ("") and none ("None"),
+	 * sequence filters of undefined (empty), int of none, none ~ string. */
+	{"str_line_continuation", "{{ 'a\\\nb' }}{{ \"c\\\r\nd\" }}", "{}", "abcd"},
+	{"str_python_escapes", "{{ 'a\\d\\a\\101\\U0001F600\\ ' }}", "{}", "a\\d\aA😀\\ "},
+	{"for_undefined",
+	 "{% for x in nope %}{{ x }}{% else %}empty{% endfor %}|{% for m in messages %}"
+	 "{% for t in m.tool_calls %}{{ t }}{% endfor %}{{ loop.index }}{% endfor %}",
+	 "{\"messages\": [{\"role\": \"user\"}]}", "empty|1"},
+	{"str_filters_undefined_none",
+	 "[{{ nope|trim }}][{{ n|trim }}][{{ n|upper }}][{{ nope|lower }}][{{ n|replace('o', '0') }}]"
+	 "[{{ n|title }}][{{ nope|capitalize }}][{{ n|wordcount }}][{{ nope|wordcount }}][{{ nope|truncate(3) }}]",
+	 "{\"n\": null}", "[][None][NONE][][N0ne][None][][1][0][]"},
+	{"seq_filters_undefined",
+	 "{{ nope|length }}{{ nope|count }}[{{ nope|join(',') }}]{{ nope|list }}[{{ nope|first }}"
+	 "{{ nope|last }}{{ nope|min }}]{{ nope|sum }}{{ nope|map('upper')|list }}"
+	 "{{ nope|selectattr('a')|list }}{{ nope|sort }}{{ nope|unique|list }}",
+	 "{}", "00[][][]0[][][][]"},
+	{"int_none", "{{ n|int }} {{ n|float }} {{ n|int(7) }} {{ [1]|int }}", "{\"n\": null}", "0 0.0 7 0"},
+	{"concat_none", "{{ n ~ 'x' }} {{ 'x' ~ n }} {{ nope ~ n }}", "{\"n\": null}", "Nonex xNone None"},
+	/* once a render goes where only Jinja2 does, all of it prints as
+	 * Jinja2's (the reference would print "true" and nothing for none) */
+	{"str_of_containers",
+	 "[{{ m|trim }}][{{ [1, 'a']|upper }}][{{ 5|wordcount }}][{{ ['a\\n', n, true, 1.5, {'k': \"it's\"}]|trim }}]"
+	 "{{ m }}{{ [n] ~ 'x' }}{{ ['b', 2]|join(',') }}{{ (1, 'c')|string }}",
+	 "{\"n\": null, \"m\": {\"a\": [1]}}",
+	 "[{'a': [1]}][[1, 'A']][1][['a\\n', None, True, 1.5, {'k': \"it's\"}]]{'a': [1]}[None]xb,2(1, 'c')"},
+	{"jinja2_render_prints_as_python",
+	 "{{ n }}{{ true }}{% for x in nope %}{% endfor %}|{{ n }}", "{\"n\": null}", "NoneTrue|None"},
 };
 
 /* Renders tpl with ctx (JSON text); the return code, *out (free it) and err. */
@@ -687,6 +717,16 @@ START_TEST(test_runtime_errors)
 	assert_render_error("{{ 5 % 0 }}", JINJA_E_RUNTIME, "1:6: %: division by zero");
 	assert_render_error("{% set x = 1 %}{% set x.a = 2 %}", JINJA_E_RUNTIME,
 			    "1:24: {% set %}: cannot assign an attribute of a integer (only of a namespace)");
+	/* the reference renders 'a' + a list; Jinja2 refuses it, and this
+	 * render goes Jinja2's way (for over undefined) after it */
+	assert_render_error("{{ 'a' + messages }}{% for x in nope %}{% endfor %}", JINJA_E_RUNTIME,
+			    "1:8: operator '+' between string and list: Jinja2 refuses it, and this "
+			    "render follows Jinja2 (it went where only Jinja2 renders)");
+	/* Jinja2 refuses these too: truncate takes len(None), none is not iterable */
+	assert_render_error("{{ none|truncate(3) }}", JINJA_E_RUNTIME,
+			    "1:9: filter 'truncate' cannot take a none");
+	assert_render_error("{% for x in none %}{% endfor %}", JINJA_E_RUNTIME,
+			    "1:13: {% for %}: cannot iterate over a none");
 	assert_render_error("{{ raise_exception('no ' ~ messages[0].role ~ 's') }}", JINJA_E_RAISED,
 			    "no users");
 }
