@@ -16,7 +16,8 @@
 #     arguments and finish_reason tool_calls, whatever the random weights
 #     write inside the forced envelope;
 #   - a reply forced by structured_outputs.regex into the family's
-#     reasoning syntax (qwen3 <think>, gpt-oss analysis + final channels)
+#     reasoning syntax (qwen3 <think>, gpt-oss analysis + final channels,
+#     DeepSeek R1 whose prompt opens the <think> block)
 #     comes back as delta.reasoning_content then delta.content (and whole
 #     as message.reasoning_content); reasoning_format "none" keeps it in
 #     the content; a family without a reasoning syntax keeps <think> text
@@ -197,6 +198,14 @@ for f in "${families[@]}"; do
 			"j['choices'][0]['message']['tool_calls'][0]['function']['name'] == 'get_weather' and j['choices'][0]['finish_reason'] == 'tool_calls'"
 		jcheck "mistral: its first token is the control token, printed" "$tmp/mistral-biased.out" \
 			"j['choices'][0]['logprobs']['content'][0]['token'] == '[TOOL_CALLS]'"
+		;;
+	deepseek_r1)
+		# R1's generation prompt ends in "<think>\n": the reply starts inside
+		# the reasoning block, which its "</think>" closes
+		chat r1-rsn "{\"messages\":[{\"role\":\"user\",\"content\":\"Think first.\"}],
+		  \"structured_outputs\":{\"regex\":\"[a-z]{1,6}\\\\n</think>\\\\n\\\\n[a-z]{1,6}\"},\"stream\":true,\"max_tokens\":200}"
+		scheck "deepseek_r1: a reply inside the prompt's <think> block streams as reasoning_content, then content" "$tmp/r1-rsn.out" \
+			"$(joined reasoning_content).strip().isalpha() and $(joined content).strip().isalpha() and '</think>' not in $(joined content)"
 		;;
 	llama3_1)
 		chat l3-think "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"structured_outputs\":{\"regex\":\"$think_re\"},\"max_tokens\":200}"
