@@ -5,10 +5,14 @@
  * conversation, how the test against Hugging Face's renderer drives our side
  * (--batch: one context per line in, one JSON result per line out) and how
  * the render-cost benchmark times a render (--repeat).  It loads no weights:
- * a GGUF is read for its template and the texts of its BOS and EOS tokens. */
+ * a GGUF is read for its template and the texts of its BOS and EOS tokens.
+ * --request renders an OpenAI chat request body through the server's own
+ * path instead (server/chat_render.h with the server's request parser), so
+ * that what a request costs and makes can be checked without a daemon. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +22,9 @@
 #include "cli/cli.h"
 #include "cli/cli_common.h"
 #include "model/gguf.h"
+#include "server/chat_render.h"
+#include "server/request.h"
+#include "tokenizer/tokenizer.h"
 #include "util/errbuf.h"
 #include "util/monotime.h"
 
@@ -33,8 +40,11 @@ struct ct_args {
 	const char *model_path;
 	const char *context_path;
 	const char *batch_path;
+	const char *request_path;
 	time_t now;
 	long repeat;
+	bool pin;
+	long next_turn; /* -1: a whole request */
 };
 
 /* What a GGUF gives: the template and the special-token texts. */
@@ -49,6 +59,8 @@ static void ct_usage(FILE *out)
 	fprintf(out,
 		"usage: sinkd chat-template (--template FILE | --model GGUF) (--context FILE | --batch FILE)\n"
 		"                           [--now EPOCH] [--repeat N]\n"
+		"       sinkd chat-template --model GGUF [--template FILE] --request FILE\n"
+		"                           [--pin | --next-turn K] [--repeat N]\n"
 		"Renders a Jinja chat template with a JSON context and prints the text exactly.\n"
 		"  --template FILE   the template (Jinja source)\n"
 		"  --model GGUF      the template in the GGUF's tokenizer.chat_template (unless --template\n"
@@ -62,6 +74,15 @@ static void ct_usage(FILE *out)
 		"  --now EPOCH       the time strftime_now() formats, seconds since 1970 UTC (default: now)\n"
 		"  --repeat N        render N times; prints the min and median microseconds per render\n"
 		"                    to stderr\n"
+		"  --request FILE    an OpenAI chat request body (\"-\": stdin; messages, tools, tool_choice,\n"
+		"                    chat_template_kwargs) rendered as the server renders it: the GGUF's\n"
+		"                    template (--template FILE: as model.chat_template), its vocabulary's\n"
+		"                    BOS/EOS, the fill-ins for what the template lacks; a BOS the tokenizer\n"
+		"                    adds itself is left out of the text, as the server leaves it\n"
+		"  --pin             with --request: also find the pinned part (what comes before the first\n"
+		"                    user message); its length in bytes goes to stderr\n"
+		"  --next-turn K     with --request: the prompt of a session's next turn that holds the\n"
+		"                    first K messages already (only what the others add)\n"
 		"Exit status: 0 rendered (--batch: every line answered), 1 a file cannot be read or the\n"
 		"GGUF has no template, 2 usage error or a context that is not a JSON object, 3 the\n"
 		"template does not parse (LINE:COL and the construct on stderr), 4 the template called\n"
@@ -71,9 +92,11 @@ static void ct_usage(FILE *out)
 
 static int ct_flag(void *args, const char *opt)
 {
-	(void)args;
-	(void)opt;
-	return 0;
+	struct ct_args *a = args;
+	if (strcmp(opt, "--pin"))
+		return 0;
+	a->pin = true;
+	return 1;
 }
 
 static int ct_parse_count(const char *opt, const char *value, long min, long *out)
@@ -103,6 +126,10 @@ static int ct_valued(void *args, const char *opt, const char *value)
 		a->context_path = value;
 	else if (!strcmp(opt, "--batch"))
 		a->batch_path = value;
+	else if (!strcmp(opt, "--request"))
+		a->request_path = value;
+	else if (!strcmp(opt, "--next-turn"))
+		return ct_parse_count(opt, value, 0, &a->next_turn);
 	else if (!strcmp(opt, "--now")) {
 		if ((rc = ct_parse_count(opt, value, 1, &n)) < 0)
 			return rc;
@@ -119,6 +146,14 @@ static int ct_check_args(const struct ct_args *a)
 	const char *what = NULL;
 	if (!a->template_path && !a->model_path)
 		what = "--template FILE or --model GGUF is required";
+	else if (a->request_path && (!a->model_path || a->context_path || a->batch_path))
+		what = "--request FILE wants --model GGUF (its vocabulary) and no --context or --batch";
+	else if (!a->request_path && (a->pin || a->next_turn >= 0))
+		what = "--pin and --next-turn go with --request FILE";
+	else if (a->pin && a->next_turn >= 0)
+		what = "--pin is for a whole request: it does not go with --next-turn";
+	else if (a->request_path)
+		what = NULL;
 	else if (!a->context_path == !a->batch_path)
 		what = "give one of --context FILE and --batch FILE";
 	else if (a->batch_path && a->repeat > 1)
@@ -369,14 +404,120 @@ static int ct_load_template(const struct ct_args *a, const struct ct_model *m,
 	return rc == JINJA_E_SYNTAX ? CT_EXIT_SYNTAX : 1;
 }
 
+/* ---------------------------------------------------------- --request */
+
+/* What a request needs: its parsed body and the model's renderer. */
+struct ct_request {
+	struct gen_args ga;
+	struct chat_render *cr;
+};
+
+static int ct_request_load(const struct ct_args *a, struct ct_request *r)
+{
+	char err[SINKD_ERR_LEN] = "";
+	char *body = NULL;
+	size_t len = 0;
+	struct gguf_file *f = NULL;
+	struct tokenizer *tok = NULL;
+	struct api_error e;
+	int code = 1;
+	if (cli_read_path(a->request_path, &body, &len, err, sizeof(err)) ||
+	    gguf_open(a->model_path, &f, err, sizeof(err)) ||
+	    tokenizer_new_from_gguf(f, &tok, err, sizeof(err)))
+		goto fail;
+	int rc = chat_render_load(a->template_path, tok, a->model_path, &r->cr, err, sizeof(err));
+	if (rc == 0 && !r->cr)
+		snprintf(err, sizeof(err), "%s has no tokenizer.chat_template", a->model_path);
+	if (rc || !r->cr) {
+		code = rc == -EINVAL ? CT_EXIT_SYNTAX : 1;
+		goto fail;
+	}
+	if (gen_args_parse(body, len, true, INT32_MAX, &r->ga, &e)) {
+		fprintf(stderr, "sinkd chat-template: %s: %s\n", a->request_path, e.message);
+		code = 2;
+		goto out;
+	}
+	code = a->next_turn > (long)r->ga.n_messages ? 2 : 0;
+	if (code)
+		snprintf(err, sizeof(err), "--next-turn %ld: the request has %zu messages",
+		         a->next_turn, r->ga.n_messages);
+fail:
+	if (code)
+		fprintf(stderr, "sinkd chat-template: %s\n", err);
+out:
+	tokenizer_free(tok);
+	gguf_close(f);
+	free(body);
+	return code;
+}
+
+/* The request's prompt as the server renders it, n times (the last kept). */
+static int ct_request_render(const struct ct_args *a, const struct ct_request *r, char **out,
+                             size_t *out_len, size_t *system_end, double *us, char *err,
+                             size_t err_len)
+{
+	struct chat_render_input in = {.msgs = r->ga.messages,
+	                               .n = r->ga.n_messages,
+	                               .continuation = a->next_turn >= 0,
+	                               .first_new = a->next_turn >= 0 ? (size_t)a->next_turn : 0,
+	                               .tools = r->ga.tools,
+	                               .reasoning_effort = r->ga.reasoning_effort,
+	                               .kwargs = r->ga.chat_template_kwargs};
+	int rc = 0;
+	for (long i = 0; i < a->repeat && rc == 0; i++) {
+		free(*out);
+		*out = NULL;
+		double t0 = monotime_s();
+		rc = chat_render_prompt(r->cr, &in, out, out_len, a->pin ? system_end : NULL, err,
+		                        err_len);
+		us[i] = (monotime_s() - t0) * 1e6;
+	}
+	return rc;
+}
+
+static int ct_run_request(const struct ct_args *a)
+{
+	char err[SINKD_ERR_LEN] = "";
+	struct ct_request r = {0};
+	char *out = NULL;
+	size_t out_len = 0, system_end = 0;
+	double *us = calloc((size_t)a->repeat, sizeof(*us));
+	int code = us ? ct_request_load(a, &r) : 1;
+	if (code)
+		goto out;
+	int rc = ct_request_render(a, &r, &out, &out_len, &system_end, us, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "sinkd chat-template: %s%s\n",
+		        rc == JINJA_E_RAISED ? "raise_exception: " : "", err);
+		code = ct_exit_code(rc);
+		goto out;
+	}
+	if (a->pin)
+		fprintf(stderr, "chat-template: pinned part %zu bytes\n", system_end);
+	if (a->repeat > 1) {
+		qsort(us, (size_t)a->repeat, sizeof(*us), ct_cmp_double);
+		fprintf(stderr, "chat-template: %ld renders, %zu bytes, min %.2f us, median %.2f us\n",
+		        a->repeat, out_len, us[0], us[a->repeat / 2]);
+	}
+	code = fwrite(out, 1, out_len, stdout) == out_len && fflush(stdout) == 0 ? 0 : 1;
+out:
+	free(out);
+	free(us);
+	chat_render_unref(r.cr);
+	gen_args_deinit(&r.ga);
+	return code;
+}
+
 int cli_chat_template(int argc, char **argv)
 {
-	struct ct_args a = {.repeat = 1};
+	struct ct_args a = {.repeat = 1, .next_turn = -1};
 	int rc = cli_parse_args(argc, argv, "chat-template", &a, ct_flag, ct_valued, ct_usage);
 	if (rc)
 		return rc > 0 ? 0 : 2;
 	if (ct_check_args(&a))
 		return 2;
+	if (a.request_path)
+		return ct_run_request(&a);
 	struct ct_model m = {0};
 	struct jinja_template *t = NULL;
 	char err[SINKD_ERR_LEN] = "";

@@ -9,7 +9,11 @@
 #   - the exit status says what failed: 2 usage or a context that is not an
 #     object, 1 an unreadable file, 3 a template that does not parse (with
 #     LINE:COL), 4 raise_exception (its message), 5 another render error;
-#   - --batch answers each line with a JSON result; --repeat prints timings.
+#   - --batch answers each line with a JSON result; --repeat prints timings;
+#   - --request renders a chat request body as the server does (the polyfill
+#     for tools, --pin's pinned part, --next-turn's session turn); usage
+#     errors exit 2.  (test-server-chat-template.sh checks it against the
+#     server's own prompt for Qwen3.)
 # (test-chat-templates-hf.sh compares real templates with Hugging Face's.)
 set -u
 base_only=1 . "$(dirname "$0")/server-lib.sh"
@@ -98,4 +102,36 @@ check "  one JSON line per context: text, raised, not an object" [ "$(cat "$tmp/
 ct --template "$tmp/t.jinja" --context "$tmp/ctx.json" --repeat 25 >"$tmp/r.out" 2>"$tmp/r.err"
 check "--repeat 25: exit 0, the text printed once" cmp -s "$tmp/r.out" "$tmp/want.txt"
 check "  min and median microseconds on stderr" grep -qE '25 renders, .* min [0-9.]+ us, median [0-9.]+ us' "$tmp/r.err"
+# --request: a chat request body through the server's rendering
+printf '{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": " Hi, 世界 "}]}' \
+	>"$tmp/req.json"
+ct --model "$tmp/m.gguf" --template "$tmp/t.jinja" --request "$tmp/req.json" --pin >"$tmp/q.out" 2>"$tmp/q.err"
+check "--request renders the request's messages with the model's BOS (its tokenizer adds none)" \
+	[ "$(cat "$tmp/q.out")" = "$(sed 's/^<s>/<|bos|>/' "$tmp/want.txt")" ]
+check "  --pin: the pinned part is BOS and the system turn, in bytes on stderr" \
+	grep -qx "chat-template: pinned part $(printf '<|bos|><system>Be brief.</system>\n' | wc -c) bytes" "$tmp/q.err"
+check "--next-turn 1: only what the user message adds" \
+	[ "$(ct --model "$tmp/m.gguf" --template "$tmp/t.jinja" --request "$tmp/req.json" --next-turn 1 2>&1)" = \
+	"$(printf '<user>Hi, 世界</user>\n<assistant>')" ]
+printf '{"messages": [{"role": "user", "content": "a"}], "tools": [{"type": "function", "function": {"name": "f_probe", "parameters": {"type": "object"}}}]}' \
+	>"$tmp/req-tools.json"
+ct --model "$tmp/m.gguf" --template "$tmp/t.jinja" --request "$tmp/req-tools.json" >"$tmp/qt.out" 2>&1
+check "  tools a template does not render go into a system turn, as the server writes them" \
+	grep -qF '<|bos|><system># Tools' "$tmp/qt.out"
+check "  unless tool_choice is none" [ "$(sed 's/"tools"/"tool_choice": "none", "tools"/' "$tmp/req-tools.json" |
+	ct --model "$tmp/m.gguf" --template "$tmp/t.jinja" --request - 2>&1)" = "$(printf '<|bos|><user>a</user>\n<assistant>')" ]
+ct --model "$tmp/m.gguf" --template "$tmp/t.jinja" --request "$tmp/req.json" --repeat 25 >"$tmp/qr.out" 2>"$tmp/qr.err"
+check "  --repeat 25 times it" grep -qE '25 renders, .* min [0-9.]+ us, median [0-9.]+ us' "$tmp/qr.err"
+ct --template "$tmp/t.jinja" --request "$tmp/req.json" >/dev/null 2>&1
+check "--request without --model (the vocabulary): exit 2" [ $? -eq 2 ]
+ct --template "$tmp/t.jinja" --context "$tmp/ctx.json" --pin >/dev/null 2>&1
+check "--pin without --request: exit 2" [ $? -eq 2 ]
+ct --model "$tmp/m.gguf" --request "$tmp/req.json" --next-turn 3 >/dev/null 2>"$tmp/e.txt"
+check "--next-turn past the messages: exit 2" [ $? -eq 2 ]
+check "  saying how many there are" grep -q "the request has 2 messages" "$tmp/e.txt"
+ct --model "$tmp/m.gguf" --request - <<<'{"messages": "x"}' >/dev/null 2>"$tmp/e.txt"
+check "a request the server refuses: exit 2 with the server's message" [ $? -eq 2 ]
+check "  naming messages" grep -q "'messages' must be" "$tmp/e.txt"
+ct --model "$model" --request "$tmp/req.json" >/dev/null 2>"$tmp/e.txt"
+check "--request with a GGUF without a template: exit 1" [ $? -eq 1 ]
 finish

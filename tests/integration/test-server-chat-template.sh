@@ -51,7 +51,7 @@ start_daemon qwen3 "$tmp/q.yaml" --set server.drain_grace_s=0
 check "daemon with the Qwen3 model ready" [ $? -eq 0 ]
 check "the log names the template in force" grep -q '"source":"tokenizer.chat_template of' "$log"
 
-"$py" - "$base" "$api_key" >"$tmp/qwen3.json" <<'PY'
+"$py" - "$base" "$api_key" "$tmp" >"$tmp/qwen3.json" <<'PY'
 import json, sys
 import https_json
 base, key = sys.argv[1], sys.argv[2]
@@ -153,6 +153,18 @@ for u in users:
 out["resend"] = {"statuses": statuses, "replies": replies,
                  "a": call("GET", "/v1/sessions/a1")[1]["tokens_seen"],
                  "b": call("GET", "/v1/sessions/b1")[1]["tokens_seen"]}
+# the same requests for `sinkd chat-template --request`: body, and the text trusted above
+cli = {"plain": ({"messages": [sys_msg, user]}, base_text),
+       "no_think": ({"messages": [sys_msg, user], "chat_template_kwargs": {"enable_thinking": False}},
+                    base_text + "<think>\n\n</think>\n\n"),
+       "tools": ({"messages": [sys_msg, user], "tools": [tool]}, tools_text),
+       "calls": ({"messages": [sys_msg, user, call_msg, result]}, calls_text),
+       "next": ({"messages": [sys_msg, user, {"role": "assistant", "content": "Hello"},
+                              {"role": "user", "content": "And then"}]},
+                "<|im_start|>user\nAnd then<|im_end|>\n<|im_start|>assistant\n")}
+for k, (body, text) in cli.items():
+    json.dump(body, open(f"{sys.argv[3]}/cli-{k}.json", "w"))
+    open(f"{sys.argv[3]}/cli-{k}.txt", "w").write(text)
 print(json.dumps(out))
 PY
 q="$tmp/qwen3.json"
@@ -170,6 +182,16 @@ jcheck "session: every turn 200" "$q" 'all(s == 200 for s in j["resend"]["status
 jcheck "session: the same replies whether the whole conversation or only new messages are sent" "$q" \
 	'all(a == b and a is not None for a, b in j["resend"]["replies"])'
 jcheck "session: the same tokens held either way" "$q" 'j["resend"]["a"] == j["resend"]["b"] and j["resend"]["a"] > 0'
+# `sinkd chat-template --request` prints the prompt the server makes of the same request
+for k in plain no_think tools calls; do
+	"$bin" chat-template --model "$tmp/qwen3.gguf" --request "$tmp/cli-$k.json" >"$tmp/cli-$k.out" 2>&1
+	check "chat-template --request, $k: the server's prompt exactly" cmp -s "$tmp/cli-$k.out" "$tmp/cli-$k.txt"
+done
+"$bin" chat-template --model "$tmp/qwen3.gguf" --request "$tmp/cli-next.json" --next-turn 3 >"$tmp/cli-next.out" 2>&1
+check "chat-template --request --next-turn 3: only the new turn, as a session feeds it" cmp -s "$tmp/cli-next.out" "$tmp/cli-next.txt"
+"$bin" chat-template --model "$tmp/qwen3.gguf" --request "$tmp/cli-plain.json" --pin 2>&1 >/dev/null |
+	grep -qx "chat-template: pinned part $(printf '<|im_start|>system\nYou are terse.<|im_end|>\n' | wc -c) bytes"
+check "chat-template --request --pin: the pinned part is the system turn the server pins" [ $? -eq 0 ]
 stop_daemon "$pid"
 check "drains, exit 0" [ $? -eq 0 ]
 
