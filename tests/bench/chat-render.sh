@@ -12,10 +12,20 @@
 # and median microseconds per render.  Gemma 3's template refuses any role
 # but user and assistant after the system message, so its conversation has
 # the tool exchange as plain turns (still 20 messages, tools still offered).
+# The server path is timed too, with `sinkd chat-template --request` on the
+# same conversation as an OpenAI request body (tool-call arguments as JSON
+# text) and a small model of the family's vocabulary (sinkd-mkmodel --vocab
+# on the package's tokenizer.json, whose tokenizer_config.json gives the
+# template and BOS): what chat_render does per request, polyfills and BOS
+# handling included.  Rows: "request" (the whole request), "pin" (with the
+# pinned part found, as for a request with pin_system_prompt), "next-turn"
+# (a session's next turn that holds the first 18 messages: only the last 2
+# are new).
 # In the same run the synthetic 134M Llama in F16 (sinkd-mkmodel, as
 # engine-bench.sh makes it) generates GEN tokens with `sinkd generate
 # --stats-json` RUNS times: ms per decode step = 1000 / decode tok/s (min
-# and median over the runs).  Prints a table (template, bytes rendered,
+# and median over the runs).  Prints a table (template, path: "interp" for
+# the interpreter alone or a server path, bytes rendered,
 # render min/median us, median render as % of the median decode step) and
 # one JSON line; target: every render under 1% of a decode step.  Results go
 # to tests/bench/results/chat-render.txt by hand.
@@ -40,6 +50,7 @@ if [ ! -x "$BUILD/src/sinkd" ] || [ ! -x "$BUILD/src/tools/sinkd-mkmodel" ]; the
 	[ -f "$BUILD/build.ninja" ] || meson setup "$BUILD" --buildtype=release -Dcuda=disabled >/dev/null
 	ninja -C "$BUILD" src/sinkd src/tools/sinkd-mkmodel >/dev/null
 fi
+MKMODEL="$BUILD/src/tools/sinkd-mkmodel"
 bash "$PKGS/install.sh"
 tmp=$(mktemp -d)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
@@ -80,6 +91,13 @@ def turns(with_tool_roles):
 for name, tool_roles in (("tools", True), ("turns", False)):
     ctx = {"messages": turns(tool_roles), "tools": tools, "add_generation_prompt": True}
     json.dump(ctx, open(f"{tmp}/{name}.json", "w"))
+    # the same as a request body: OpenAI clients send arguments as JSON text
+    msgs = [dict(x) for x in ctx["messages"]]
+    for x in msgs:
+        if "tool_calls" in x:
+            x["tool_calls"] = [{**c, "function": {**c["function"], "arguments":
+                                json.dumps(c["function"]["arguments"])}} for c in x["tool_calls"]]
+    json.dump({"messages": msgs, "tools": tools}, open(f"{tmp}/{name}.request.json", "w"))
 PY
 
 # ---- render cost
@@ -97,7 +115,21 @@ sys.stdout.write(t); json.dump({"bos_token": tok(c.get("bos_token")), "eos_token
 		--now 1764934200 --repeat "$REPEAT" >"$tmp/$t.out" 2>"$tmp/$t.err"
 	# "chat-template: N renders, B bytes, min X us, median Y us"
 	sed -n 's/.* \([0-9]*\) bytes, min \([0-9.]*\) us, median \([0-9.]*\) us/\1\t\2\t\3/p' "$tmp/$t.err" |
-		sed "s/^/$t\t${conv[$t]}\t/" >>"$tmp/render.tsv"
+		sed "s/^/$t\t${conv[$t]}\tinterp\t/" >>"$tmp/render.tsv"
+	# the server path: a model of the family's vocabulary carries the template
+	"$MKMODEL" --vocab "${cfg%/*}/tokenizer.json" --out "$tmp/$t.gguf" --dim 64 --layers 1 \
+		--heads 2 --ffn 128 --tied --type q8_0 >/dev/null
+	for path in request pin next-turn; do
+		case $path in
+		request) opt=() ;;
+		pin) opt=(--pin) ;;
+		next-turn) opt=(--next-turn 18) ;;
+		esac
+		"$BUILD/src/sinkd" chat-template --model "$tmp/$t.gguf" --request "$tmp/${conv[$t]}.request.json" \
+			"${opt[@]}" --repeat "$REPEAT" >"$tmp/$t.$path.out" 2>"$tmp/$t.$path.err"
+		sed -n 's/.* \([0-9]*\) bytes, min \([0-9.]*\) us, median \([0-9.]*\) us/\1\t\2\t\3/p' \
+			"$tmp/$t.$path.err" | sed "s/^/$t\t${conv[$t]}\t$path\t/" >>"$tmp/render.tsv"
+	done
 done
 
 # ---- decode step of the 134M model
@@ -115,18 +147,18 @@ python3 - "$tmp/render.tsv" "$tmp/decode.txt" "$REPEAT" "$THREADS" "$GEN" <<'PY'
 import json, statistics, sys, time
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
 tok_s = [float(x) for x in open(sys.argv[2]).read().split()]
-assert rows and tok_s, "no render or decode figures"
+assert len(rows) == 12 and tok_s, "missing render or decode figures"
 step_ms = sorted(1000.0 / t for t in tok_s)
 step_med = statistics.median(step_ms)
 out = []
 print(f"decode step, synth134M-f16, {sys.argv[4]} thread(s), {sys.argv[5]} tokens x {len(tok_s)} runs: "
       f"min {step_ms[0]:.3f} ms, median {step_med:.3f} ms")
-print(f"{'template':<10} {'conversation':<13} {'bytes':>6} {'render min us':>14} {'median us':>10} {'% of step':>10}")
-for t, conv, nbytes, mn, med in rows:
+print(f"{'template':<10} {'conversation':<13} {'path':<10} {'bytes':>6} {'render min us':>14} {'median us':>10} {'% of step':>10}")
+for t, conv, path, nbytes, mn, med in rows:
     pct = float(med) / (step_med * 1000.0) * 100.0
-    out.append({"template": t, "conversation": conv, "messages": 20, "bytes": int(nbytes),
+    out.append({"template": t, "conversation": conv, "path": path, "messages": 20, "bytes": int(nbytes),
                 "render_min_us": float(mn), "render_median_us": float(med), "pct_of_step": round(pct, 4)})
-    print(f"{t:<10} {conv:<13} {nbytes:>6} {float(mn):>14.2f} {float(med):>10.2f} {pct:>9.3f}%")
+    print(f"{t:<10} {conv:<13} {path:<10} {nbytes:>6} {float(mn):>14.2f} {float(med):>10.2f} {pct:>9.3f}%")
 worst = max(r["pct_of_step"] for r in out)
 print(f"target: every render under 1% of a decode step: worst {worst:.3f}% ({'met' if worst < 1 else 'NOT met'})")
 print(json.dumps({"bench": "chat-render", "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
