@@ -81,11 +81,8 @@ static cJSON *context_new(const struct chat_render *cr, cJSON *messages, cJSON *
 	const cJSON *kw, *kwargs = in ? in->kwargs : NULL;
 	cJSON_ArrayForEach(kw, kwargs)
 	{
-		cJSON *copy = cJSON_Duplicate(kw, 1);
-		if (!copy || !cJSON_AddItemToObject(ctx, kw->string, copy)) {
-			cJSON_Delete(copy);
+		if (!cJSON_AddItemReferenceToObject(ctx, kw->string, (cJSON *)kw))
 			goto fail;
-		}
 	}
 	return ctx;
 fail:
@@ -629,24 +626,37 @@ static int build_messages(const struct chat_render *cr, const struct chat_render
 
 /* ---------------------------------------------------------------- the prompt */
 
-/* The first n entries of arr, copied. */
+/* The first n entries of arr as references (deleting the copy leaves arr
+ * whole): a render only reads its messages, and deep copies of every
+ * message for each of a prompt's renders cost as much as a tenth of it.
+ * An entry the caller changes must be replaced by a real copy first. */
 static cJSON *head_of(const cJSON *arr, size_t n)
 {
 	cJSON *h = cJSON_CreateArray();
-	const cJSON *m;
+	cJSON *m;
 	size_t i = 0;
 	cJSON_ArrayForEach(m, arr)
 	{
 		if (!h || i++ >= n)
 			break;
-		cJSON *c = cJSON_Duplicate(m, 1);
-		if (!c || !cJSON_AddItemToArray(h, c)) {
-			cJSON_Delete(c);
+		if (!cJSON_AddItemReferenceToArray(h, m)) {
 			cJSON_Delete(h);
 			return NULL;
 		}
 	}
 	return h;
+}
+
+/* Entry u of refs (a head_of copy) becomes a real copy with content as its
+ * content. */
+static bool replace_content(cJSON *refs, int u, const char *content)
+{
+	cJSON *copy = cJSON_Duplicate(cJSON_GetArrayItem(refs, u), 1);
+	if (!copy || !cJSON_ReplaceItemInArray(refs, u, copy)) {
+		cJSON_Delete(copy);
+		return false;
+	}
+	return cJSON_ReplaceItemInObjectCaseSensitive(copy, "content", cJSON_CreateString(content));
 }
 
 static size_t common_prefix(const char *a, size_t na, const char *b, size_t nb)
@@ -657,31 +667,30 @@ static size_t common_prefix(const char *a, size_t na, const char *b, size_t nb)
 	return i;
 }
 
-/* Renders messages (taken) with the request's tools and variables. */
+/* Renders messages (taken) with the request's tools (tools_json's, built
+ * once for all of a prompt's renders; NULL: none) and variables. */
 static int render_with(const struct chat_render *cr, const struct chat_render_input *in,
-                       bool offered, cJSON *messages, bool agp, char **out, size_t *len, char *err,
-                       size_t err_len)
+                       const cJSON *tools, cJSON *messages, bool agp, char **out, size_t *len,
+                       char *err, size_t err_len)
 {
-	cJSON *tools = NULL;
-	if (offered && cr->caps.tools && !(tools = tools_json(in->tools))) {
+	cJSON *ref = NULL;
+	if (tools && !(ref = cJSON_CreateArrayReference(tools->child))) {
 		cJSON_Delete(messages);
 		return err_set(err, err_len, -ENOMEM, "out of memory");
 	}
-	return render_ctx(cr, context_new(cr, messages, tools, agp, in), out, len, err, err_len);
+	return render_ctx(cr, context_new(cr, messages, ref, agp, in), out, len, err, err_len);
 }
 
 /* The common prefix of text and a render of the entries before the first
  * user message (index u), followed, when user_content is not NULL, by that
  * message with user_content as its content; 0 when that render fails. */
 static size_t prefix_without_user(const struct chat_render *cr,
-                                  const struct chat_render_input *in, bool offered,
+                                  const struct chat_render_input *in, const cJSON *tools,
                                   const cJSON *arr, int u, const char *user_content,
                                   const char *text, size_t len)
 {
 	cJSON *head = head_of(arr, (size_t)u + (user_content ? 1 : 0));
-	if (head && user_content &&
-	    !cJSON_ReplaceItemInObjectCaseSensitive(cJSON_GetArrayItem(head, u), "content",
-	                                            cJSON_CreateString(user_content))) {
+	if (head && user_content && !replace_content(head, u, user_content)) {
 		cJSON_Delete(head);
 		head = NULL;
 	}
@@ -689,7 +698,7 @@ static size_t prefix_without_user(const struct chat_render *cr,
 		return 0;
 	char err[SINKD_ERR_LEN], *pre = NULL;
 	size_t n_pre = 0, end = 0;
-	if (render_with(cr, in, offered, head, false, &pre, &n_pre, err, sizeof(err)) == 0)
+	if (render_with(cr, in, tools, head, false, &pre, &n_pre, err, sizeof(err)) == 0)
 		end = common_prefix(text, len, pre, n_pre);
 	free(pre);
 	return end;
@@ -701,21 +710,21 @@ static size_t prefix_without_user(const struct chat_render *cr,
  * user turn itself, as Gemma 3's does, or sinkd folded it), the render
  * keeps that message with only the folded text (none) as its content. */
 static size_t system_part(const struct chat_render *cr, const struct chat_render_input *in,
-                          bool offered, const struct msg_list *l, const char *text, size_t len)
+                          const cJSON *tools, const struct msg_list *l, const char *text, size_t len)
 {
 	int u = first_user(l->arr);
 	if (u < 0)
 		return 0;
 	if (l->fold_len) {
 		char *sys = strndup(content_of(cJSON_GetArrayItem(l->arr, u)), l->fold_len);
-		size_t end = sys ? prefix_without_user(cr, in, offered, l->arr, u, sys, text, len) : 0;
+		size_t end = sys ? prefix_without_user(cr, in, tools, l->arr, u, sys, text, len) : 0;
 		free(sys);
 		return end;
 	}
-	size_t end = prefix_without_user(cr, in, offered, l->arr, u, NULL, text, len);
+	size_t end = prefix_without_user(cr, in, tools, l->arr, u, NULL, text, len);
 	const char *sys = u > 0 ? content_of(cJSON_GetArrayItem(l->arr, u - 1)) : "";
 	if (sys[0] && !memmem(text, end, sys, strlen(sys)))
-		end = prefix_without_user(cr, in, offered, l->arr, u, "", text, len);
+		end = prefix_without_user(cr, in, tools, l->arr, u, "", text, len);
 	return end;
 }
 
@@ -732,7 +741,7 @@ static size_t common_suffix(const char *a, size_t na, const char *b, size_t nb)
  * n whose content is one stand-in byte, \x01 (\x02 where the real content
  * starts with \x01), so that it differs from the real one at once. */
 static int render_probe_turn(const struct chat_render *cr, const struct chat_render_input *in,
-                             bool offered, const cJSON *arr, size_t n, bool alone, char **out,
+                             const cJSON *tools, const cJSON *arr, size_t n, bool alone, char **out,
                              size_t *len)
 {
 	char err[SINKD_ERR_LEN];
@@ -748,7 +757,7 @@ static int render_probe_turn(const struct chat_render *cr, const struct chat_ren
 		cJSON_Delete(msgs);
 		return -ENOMEM;
 	}
-	return render_with(cr, in, offered, msgs, false, out, len, err, sizeof(err));
+	return render_with(cr, in, tools, msgs, false, out, len, err, sizeof(err));
 }
 
 /* Where the held messages end in the full prompt.  Where the full prompt
@@ -762,7 +771,7 @@ static int render_probe_turn(const struct chat_render *cr, const struct chat_ren
  * message is rendered alone; the split s between tail and header is where
  * the tail ends most like the held render ends (ties: the earliest). */
 static size_t held_end(const struct chat_render *cr, const struct chat_render_input *in,
-                       bool offered, const struct msg_list *l, const char *full, size_t n_full,
+                       const cJSON *tools, const struct msg_list *l, const char *full, size_t n_full,
                        const char *held, size_t n_held)
 {
 	size_t c = common_prefix(full, n_full, held, n_held);
@@ -770,8 +779,8 @@ static size_t held_end(const struct chat_render *cr, const struct chat_render_in
 		return c;
 	char *placed = NULL, *alone = NULL;
 	size_t n_placed = 0, n_alone = 0, end = c;
-	if (render_probe_turn(cr, in, offered, l->arr, l->n_held, false, &placed, &n_placed) ||
-	    render_probe_turn(cr, in, offered, l->arr, l->n_held, true, &alone, &n_alone))
+	if (render_probe_turn(cr, in, tools, l->arr, l->n_held, false, &placed, &n_placed) ||
+	    render_probe_turn(cr, in, tools, l->arr, l->n_held, true, &alone, &n_alone))
 		goto out;
 	size_t at = common_prefix(full, n_full, placed, n_placed);
 	const char *stand_in = memchr(alone, placed[at < n_placed ? at : 0], n_alone);
@@ -797,7 +806,7 @@ out:
 /* A session's next turn: the full conversation's prompt from where the
  * held messages end. */
 static int continuation(const struct chat_render *cr, const struct chat_render_input *in,
-                        bool offered, const struct msg_list *l, char **text, size_t *len,
+                        const cJSON *tools, const struct msg_list *l, char **text, size_t *len,
                         char *err, size_t err_len)
 {
 	char *held = NULL;
@@ -805,12 +814,12 @@ static int continuation(const struct chat_render *cr, const struct chat_render_i
 	cJSON *head = head_of(l->arr, l->n_held);
 	if (!head)
 		return err_set(err, err_len, -ENOMEM, "out of memory");
-	int rc = render_with(cr, in, offered, head, false, &held, &n_held, err, err_len);
+	int rc = render_with(cr, in, tools, head, false, &held, &n_held, err, err_len);
 	if (rc) {
 		err_prefix(err, err_len, "the messages this session holds");
 		return rc;
 	}
-	size_t end = held_end(cr, in, offered, l, *text, *len, held, n_held);
+	size_t end = held_end(cr, in, tools, l, *text, *len, held, n_held);
 	free(held);
 	memmove(*text, *text + end, *len - end + 1);
 	*len -= end;
@@ -839,15 +848,19 @@ int chat_render_prompt(const struct chat_render *cr, const struct chat_render_in
 	bool offered = tool_set_offered(in->tools);
 	struct msg_list l;
 	int rc = build_messages(cr, in, offered, &l, err, err_len);
-	cJSON *all = rc ? NULL : cJSON_Duplicate(l.arr, 1);
-	if (!rc && !all)
+	cJSON *tools = !rc && offered && cr->caps.tools ? tools_json(in->tools) : NULL;
+	cJSON *all = rc ? NULL : head_of(l.arr, (size_t)cJSON_GetArraySize(l.arr));
+	if (!rc && (!all || (offered && cr->caps.tools && !tools))) {
+		cJSON_Delete(all);
 		rc = err_set(err, err_len, -ENOMEM, "out of memory");
+	}
 	if (!rc)
-		rc = render_with(cr, in, offered, all, true, text, len, err, err_len);
+		rc = render_with(cr, in, tools, all, true, text, len, err, err_len);
 	if (!rc && in->continuation)
-		rc = continuation(cr, in, offered, &l, text, len, err, err_len);
+		rc = continuation(cr, in, tools, &l, text, len, err, err_len);
 	else if (!rc && system_end)
-		*system_end = system_part(cr, in, offered, &l, *text, *len);
+		*system_end = system_part(cr, in, tools, &l, *text, *len);
+	cJSON_Delete(tools);
 	cJSON_Delete(l.arr);
 	if (rc) {
 		free(*text);
