@@ -627,9 +627,9 @@ static int build_messages(const struct chat_render *cr, const struct chat_render
 /* ---------------------------------------------------------------- the prompt */
 
 /* The first n entries of arr as references (deleting the copy leaves arr
- * whole): a render only reads its messages, and deep copies of every
- * message for each of a prompt's renders cost as much as a tenth of it.
- * An entry the caller changes must be replaced by a real copy first. */
+ * whole): a render only reads its messages, so a prompt's several renders
+ * need no deep copy each.  An entry the caller changes must be replaced by
+ * a real copy first (replace_content). */
 static cJSON *head_of(const cJSON *arr, size_t n)
 {
 	cJSON *h = cJSON_CreateArray();
@@ -710,7 +710,8 @@ static size_t prefix_without_user(const struct chat_render *cr,
  * user turn itself, as Gemma 3's does, or sinkd folded it), the render
  * keeps that message with only the folded text (none) as its content. */
 static size_t system_part(const struct chat_render *cr, const struct chat_render_input *in,
-                          const cJSON *tools, const struct msg_list *l, const char *text, size_t len)
+                          const cJSON *tools, const struct msg_list *l, const char *text,
+                          size_t len)
 {
 	int u = first_user(l->arr);
 	if (u < 0)
@@ -741,8 +742,8 @@ static size_t common_suffix(const char *a, size_t na, const char *b, size_t nb)
  * n whose content is one stand-in byte, \x01 (\x02 where the real content
  * starts with \x01), so that it differs from the real one at once. */
 static int render_probe_turn(const struct chat_render *cr, const struct chat_render_input *in,
-                             const cJSON *tools, const cJSON *arr, size_t n, bool alone, char **out,
-                             size_t *len)
+                             const cJSON *tools, const cJSON *arr, size_t n, bool alone,
+                             char **out, size_t *len)
 {
 	char err[SINKD_ERR_LEN];
 	cJSON *msgs = alone ? cJSON_CreateArray() : head_of(arr, n);
@@ -771,8 +772,8 @@ static int render_probe_turn(const struct chat_render *cr, const struct chat_ren
  * message is rendered alone; the split s between tail and header is where
  * the tail ends most like the held render ends (ties: the earliest). */
 static size_t held_end(const struct chat_render *cr, const struct chat_render_input *in,
-                       const cJSON *tools, const struct msg_list *l, const char *full, size_t n_full,
-                       const char *held, size_t n_held)
+                       const cJSON *tools, const struct msg_list *l, const char *full,
+                       size_t n_full, const char *held, size_t n_held)
 {
 	size_t c = common_prefix(full, n_full, held, n_held);
 	if (c == n_held || (size_t)cJSON_GetArraySize(l->arr) <= l->n_held)
