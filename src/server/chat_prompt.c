@@ -36,7 +36,10 @@ enum tool_format chat_prompt_tool_format(const struct tokenizer *tok,
 void chat_prompt_format(const struct tokenizer *tok, const struct chat_render *cr,
                         struct chat_format *out)
 {
-	chat_format_detect(cr ? chat_render_source(cr, NULL) : tokenizer_chat_template(tok), out);
+	if (cr)
+		*out = *chat_render_format(cr);
+	else
+		chat_format_detect(tokenizer_chat_template(tok), out);
 }
 
 int chat_prompt_render(const struct tokenizer *tok, const struct api_message *msgs, size_t n,

@@ -22,7 +22,7 @@
 #include <cjson/cJSON.h>
 
 #include "chat/jinja.h"
-#include "server/chat_template.h"
+#include "server/chat_format.h"
 #include "tokenizer/tokenizer.h"
 #include "util/errbuf.h"
 
@@ -41,7 +41,9 @@ struct chat_render {
 	bool add_bos;
 	struct chat_render_caps caps;
 	bool developer_role;        /* the template knows "developer" (gpt-oss): kept as is */
-	enum tool_format tool_format; /* what the polyfills write calls and results in */
+	/* the reply format read from the source (chat_format.h), once; its
+	 * tools are also what the polyfills write calls and results in */
+	struct chat_format format;
 };
 
 /* ---------------------------------------------------------------- rendering */
@@ -218,7 +220,7 @@ int chat_render_new(const char *src, size_t len, const char *origin,
 		goto out;
 	}
 	cr->developer_role = strstr(cr->source, "developer") != NULL;
-	cr->tool_format = tool_format_of(chat_template_detect(cr->source));
+	chat_format_detect(cr->source, &cr->format);
 	probe_caps(cr);
 	*out = cr;
 	cr = NULL;
@@ -320,6 +322,11 @@ const char *chat_render_source(const struct chat_render *cr, size_t *len)
 	return cr->source;
 }
 
+const struct chat_format *chat_render_format(const struct chat_render *cr)
+{
+	return &cr->format;
+}
+
 const char *chat_render_origin(const struct chat_render *cr)
 {
 	return cr->origin;
@@ -384,14 +391,14 @@ static int calls_as_text(const struct chat_render *cr, const struct api_message 
                          char *err, size_t err_len)
 {
 	char *calls = NULL;
-	int rc = tool_calls_text(cr->tool_format, m->tool_calls, &calls, err, err_len);
+	int rc = tool_calls_text(cr->format.tools, m->tool_calls, &calls, err, err_len);
 	if (rc)
 		return rc;
-	if (cr->tool_format == TOOL_FORMAT_LLAMA3 || !m->content[0]) {
+	if (cr->format.tools == TOOL_FORMAT_LLAMA3 || !m->content[0]) {
 		*content = calls;
 		return 0;
 	}
-	*content = join3(m->content, cr->tool_format == TOOL_FORMAT_MISTRAL ? "" : "\n", calls);
+	*content = join3(m->content, cr->format.tools == TOOL_FORMAT_MISTRAL ? "" : "\n", calls);
 	free(calls);
 	return *content ? 0 : err_set(err, err_len, -ENOMEM, "out of memory");
 }
@@ -402,7 +409,7 @@ static int result_as_user(const struct chat_render *cr, const struct api_message
                           struct msg_list *l, char *err, size_t err_len)
 {
 	char *res = NULL;
-	int rc = tool_result_text(cr->tool_format, m->content, &res, err, err_len);
+	int rc = tool_result_text(cr->format.tools, m->content, &res, err, err_len);
 	if (rc)
 		return rc;
 	cJSON *last = l->last_results ? cJSON_GetArrayItem(l->arr, cJSON_GetArraySize(l->arr) - 1)
@@ -614,7 +621,7 @@ static int build_messages(const struct chat_render *cr, const struct chat_render
 	}
 	if (!rc && offered && !cr->caps.tools) {
 		char *text = NULL;
-		rc = tool_prompt_text(cr->tool_format, in->tools, &text, err, err_len);
+		rc = tool_prompt_text(cr->format.tools, in->tools, &text, err, err_len);
 		if (!rc && text)
 			rc = system_add_front(l, text, err, err_len);
 		free(text);

@@ -65,6 +65,10 @@ void chat_render_unref(struct chat_render *cr);
 /* The template's source text (NUL-terminated; *len may be NULL), what the
  * output side reads the model's tool-call syntax and reasoning tags from. */
 const char *chat_render_source(const struct chat_render *cr, size_t *len);
+/* The reply format (tool-call and reasoning syntax) read from that source
+ * once at load: what the replies are parsed in and the polyfills write. */
+struct chat_format;
+const struct chat_format *chat_render_format(const struct chat_render *cr);
 const char *chat_render_origin(const struct chat_render *cr);
 const struct chat_render_caps *chat_render_caps(const struct chat_render *cr);
 
