@@ -24,6 +24,8 @@ const char *cache_tier_name(enum cache_tier tier)
 		return "compressed";
 	case CACHE_TIER_HOT:
 		return "hot";
+	case CACHE_TIER_SHARED:
+		return "shared";
 	default:
 		return "?";
 	}

@@ -22,10 +22,11 @@ enum cache_tier {
 	CACHE_TIER_ANCHOR,     /* a window token kept for the attention it received */
 	CACHE_TIER_COMPRESSED, /* older window tokens, quantized */
 	CACHE_TIER_HOT,        /* the newest window tokens, full precision */
+	CACHE_TIER_SHARED,     /* sink tokens read from a shared prefix (not the session's own) */
 	CACHE_TIER_COUNT
 };
 
-/* "sink", "anchor", "compressed", "hot"; "?" for anything else. */
+/* "sink", "anchor", "compressed", "hot", "shared"; "?" for anything else. */
 const char *cache_tier_name(enum cache_tier tier);
 
 struct cache_trace_slot {

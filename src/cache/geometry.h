@@ -155,6 +155,11 @@ struct sinkcache_stats {
 	 * layers' (all alike; layer 0's when every layer slides); the model
 	 * sliding-window layers (all alike) hold this many (0: none slides). */
 	int n_resident_swa;
+	/* Of the sink tier, tokens whose rows the cache reads from a shared
+	 * prefix (backend.h: session_new_shared) and do not count in
+	 * bytes_resident or bytes_bound; bytes_shared: those rows' bytes. */
+	int n_shared;
+	size_t bytes_shared;
 };
 
 /* Bytes of one element of a full-precision tier. */

@@ -209,6 +209,11 @@ const struct config_key config_keys[] = {
 	 OFF(inference.quantization.full_precision_recent), NO_AUX, 0, 16 * MB, 0, 0, NULL, NULL,
 	 "128", 0, "newest window tokens kept unquantized (the hot tier)",
 	 .apply = SCHED},
+	{"inference.prefix_cache.max_bytes", CONFIG_SIZE, OFF(inference.prefix_cache.max_bytes),
+	 NO_AUX, 0, 64 * TB, 0, 0, NULL, NULL, "256MiB", 0,
+	 "K/V of recently computed prompt prefixes kept for new streams that start with them "
+	 "(pinned prefixes shared, others copied); least recently used out first; 0 = off",
+	 .apply = SCHED},
 	{"scheduler.max_batch_tokens", CONFIG_INT, OFF(scheduler.max_batch_tokens), NO_AUX, 1, 65536,
 	 0, 0, NULL, NULL, "512", 0, "tokens per forward pass (decode tokens + prefill chunks)",
 	 .apply = SCHED},

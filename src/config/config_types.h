@@ -79,6 +79,9 @@ struct sinkd_config {
 			int64_t bits;
 			int64_t full_precision_recent;
 		} quantization;
+		struct {
+			int64_t max_bytes; /* K/V of recent prompt prefixes; 0: off */
+		} prefix_cache;
 	} inference;
 	struct {
 		int64_t max_batch_tokens;

@@ -15,6 +15,9 @@
 
 struct backend;
 struct backend_session;
+/* A read-only copy of one session's whole sink tier (a pinned prefix) that
+ * new sessions of the same geometry share instead of computing it. */
+struct backend_prefix;
 
 /* One token of a batch.  Tokens of the same session appear in stream order. */
 struct backend_token {
@@ -71,6 +74,44 @@ struct backend_ops {
 				    char *err, size_t err_len);
 	int (*session_trace)(struct backend *be, const struct backend_session *s,
 			     struct cache_trace_step *out, char *err, size_t err_len);
+	/* Shared prefixes (sched's prefix cache).  All or none (NULL: this
+	 * backend shares no prefix).  A geometry can share when every layer is
+	 * global (no model sliding-window layer: cache_geometry_per_layer
+	 * false) and its sinks are full precision (protect_sinks, as
+	 * cache_geometry_pin makes them); otherwise these refuse with -ENOTSUP.
+	 *
+	 * prefix_new copies the sink tier of s into a block of the backend's
+	 * own memory (device memory for cuda) that no session writes: s must
+	 * hold exactly its S = sink_keep_count tokens (n_seen == n_sink == S,
+	 * nothing in the window or anchors), else -EINVAL.  *bytes: what the
+	 * block holds (the sink rows of every layer: the geometry's sink share
+	 * of cache_geometry_bound_bytes).  The prefix keeps a copy of the
+	 * geometry.  prefix_free frees it; every session sharing it must have
+	 * been freed first. */
+	int (*prefix_new)(struct backend *be, const struct backend_session *s,
+			  struct backend_prefix **out, size_t *bytes, char *err, size_t err_len);
+	void (*prefix_free)(struct backend *be, struct backend_prefix *p);
+	/* A new session of p's geometry whose sink tier is p's rows, read in
+	 * place: it holds those S tokens exactly as the session p was made from
+	 * held them right after them (n_seen == S; what it computes next is
+	 * bit-identical), owns only its window (and anchors), and allocates no
+	 * sink rows.  session_stats reports n_shared = S and bytes_shared; its
+	 * bytes_bound and bytes_resident count only what it owns.
+	 * session_export of it carries the sink rows (a snapshot stays
+	 * self-contained); session_import into it takes an image whose sinks
+	 * are byte-equal to p's rows (-EINVAL naming the first layer that
+	 * differs otherwise) and imports the rest.  session_revise never
+	 * reaches sinks, so nothing it does writes p.  A traced session shows
+	 * those slots as CACHE_TIER_SHARED. */
+	int (*session_new_shared)(struct backend *be, const struct backend_prefix *p,
+				  struct backend_session **out, char *err, size_t err_len);
+	/* A canonical image (kv_image) of p's first n rows (1 <= n <= S): the
+	 * state of a session of p's geometry that appended only those n
+	 * tokens, for a session_import that copies rather than shares (a
+	 * stream that must hold fewer than S tokens, or a snapshot).
+	 * Allocates out->data. */
+	int (*prefix_image)(struct backend *be, const struct backend_prefix *p, int n,
+			    struct kv_image *out, char *err, size_t err_len);
 };
 
 /* A session geometry's shape against the model's (layers, kv heads,

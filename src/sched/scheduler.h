@@ -42,6 +42,10 @@ struct gen_event {
 	enum gen_finish finish;
 	int n_prompt_tokens;
 	int n_generated_tokens;
+	/* Of n_prompt_tokens, those the prefix cache supplied (shared or
+	 * copied, not computed): OpenAI's usage.prompt_tokens_details.
+	 * cached_tokens.  Set on PROMPT_DONE and every later event. */
+	int n_cached_tokens;
 	/* DONE with GEN_FINISH_ERROR: why, in the codes of scheduler_submit()
 	 * (-EIO: the engine failed), the request field at fault (or
 	 * SCHED_FIELD_NONE) and a message. */
@@ -193,6 +197,13 @@ struct scheduler_stats {
 	uint64_t snapshot_bytes;    /* bytes of every snapshot made (API and store) */
 	size_t sessions_offloading; /* being written now */
 	uint64_t perplexity_alerts; /* sessions whose running perplexity rose past the alert ratio */
+	/* the prefix cache (inference.prefix_cache) */
+	uint64_t prefix_hits;          /* new streams that took a prefix from it (shared or copied) */
+	uint64_t prefix_misses;        /* new streams that could have and found none */
+	uint64_t prefix_tokens_reused; /* prompt tokens those hits did not compute */
+	size_t prefix_bytes;           /* bytes its entries hold now */
+	size_t prefix_shared_sessions; /* sessions whose sink tier is an entry's rows now */
+	size_t prefix_entries;
 };
 void scheduler_get_stats(struct scheduler *s, struct scheduler_stats *out);
 
@@ -301,6 +312,7 @@ struct sched_session_info {
 	int window_size;
 	int sink_keep_count; /* the sink tier's size (pinned tokens included) */
 	int pinned_tokens;   /* of them, the pinned prefix */
+	int shared_prefix_tokens; /* of the sink tier, tokens read from a shared prefix (0: none) */
 	/* The model's sliding-window layers (0 when none): how many, their
 	 * window and the tokens each holds; the figures above are the global
 	 * layers' (bytes: every layer's). */

@@ -118,3 +118,8 @@
 #define TUNING_PACE_BLOCK_EXTRA_MAX 1.0
 /* A prompt token costs at least this share of a decode batch. */
 #define TUNING_PACE_TOKEN_FLOOR 0.01
+
+/* Tokens per block of the prefix cache's chained hash (sched_prefix.h):
+ * an unpinned prefix is kept and found in whole blocks; vLLM's default
+ * block, small enough that a prompt loses at most 15 tokens of a match. */
+#define TUNING_PREFIX_BLOCK_TOKENS 16
