@@ -93,18 +93,13 @@ SEED=${SEED:-43}
 THREADS=${THREADS:-$(nproc)}
 LLAMA_SERVER=${LLAMA_SERVER:-}
 DRIVER=$ROOT/tests/bench/voice-replay.py
-TMP=$(mktemp -d)
-SPID=
-cleanup() {
-	[ -n "$SPID" ] && kill -TERM "$SPID" 2>/dev/null && wait "$SPID" 2>/dev/null
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
 log() { echo "voice-replay: $*" >&2; }
+SPID=
+TMP=$(mktemp -d)
+trap '[ -n "$SPID" ] && stop_server; rm -rf "$TMP"' EXIT
 
-if [ ! -f "$BUILD/build.ninja" ]; then
+[ -f "$BUILD/build.ninja" ] ||
 	PATH=/usr/local/cuda/bin:$PATH meson setup "$BUILD" -Dcuda=disabled -Dbuildtype=release >/dev/null
-fi
 ninja -C "$BUILD" -j2 src/sinkd src/tools/sinkd-mkmodel >/dev/null
 
 model_path() { # NAME → GGUF path (the synthetic one made once into BUILD/models)
