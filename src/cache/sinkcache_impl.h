@@ -105,6 +105,28 @@ struct sinkcache {
 	const struct sinkcache_prefix *prefix;
 };
 
+/* A shared sink tier (sinkcache_prefix.c): per layer the sink keys, then
+ * the sink values, each (n_kv, S, D) full-precision rows as a cache's own
+ * sink tier lays them out, layers layer_bytes apart in one block. */
+struct sinkcache_prefix {
+	struct cache_geometry g;
+	int n_sink;         /* S */
+	size_t layer_bytes; /* keys and values of one layer */
+	size_t bytes;       /* of mem: layer_bytes * n_layers */
+	unsigned char *mem;
+};
+
+/* Layer l's sink keys and values in p. */
+static inline unsigned char *kv_prefix_keys(const struct sinkcache_prefix *p, int l)
+{
+	return p->mem + (size_t)l * p->layer_bytes;
+}
+
+static inline unsigned char *kv_prefix_values(const struct sinkcache_prefix *p, int l)
+{
+	return kv_prefix_keys(p, l) + p->layer_bytes / 2;
+}
+
 static inline int kv_ring_slot(const struct kv_ring *r, int i)
 {
 	int s = r->head + i;
