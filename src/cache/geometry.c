@@ -584,6 +584,20 @@ size_t cache_geometry_bound_bytes(const struct cache_geometry *g)
 	return bytes;
 }
 
+size_t cache_geometry_sink_bytes(const struct cache_geometry *g)
+{
+	struct cache_layout dflt, own;
+	size_t bytes = 0;
+	if (cache_geometry_check(g, NULL, 0))
+		return 0;
+	default_layout(g, &dflt);
+	for (int l = 0; l < g->n_layers; l++) {
+		const struct cache_layout *lo = layout_at(g, l, &dflt, &own);
+		bytes += (size_t)lo->t.sink * lo->sink_tok;
+	}
+	return bytes;
+}
+
 size_t cache_geometry_anchor_bytes(const struct cache_geometry *g, int l, int n_anchor)
 {
 	struct cache_layout lo;

@@ -248,6 +248,11 @@ bool cache_geometry_equal(const struct cache_geometry *a, const struct cache_geo
  * the window is full whenever G divides C (G is chosen so when it can).
  * 0 for an invalid geometry. */
 size_t cache_geometry_bound_bytes(const struct cache_geometry *g);
+/* The sink rows' share of cache_geometry_bound_bytes: per layer sink slots x
+ * bytes of a sink token (cache_layout.sink_tok).  What a cache reading its
+ * sinks from a shared prefix (backend.h: session_new_shared) does not own.
+ * 0 for an invalid geometry. */
+size_t cache_geometry_sink_bytes(const struct cache_geometry *g);
 /* What stats.bytes_resident counts of layer l's anchor tier holding
  * n_anchor tokens: its bookkeeping always, the rows in use. */
 size_t cache_geometry_anchor_bytes(const struct cache_geometry *g, int l, int n_anchor);

@@ -39,13 +39,16 @@
 
 /* Carves a layer's front (sinks, hot, staging: fp32 parameters, then dtype
  * rows, then codes, so every array is aligned to its element) and back
- * (groups: parameters, then codes). */
+ * (groups: parameters, then codes).  A shared cache's front has no sink
+ * rows (they come last, so nothing else moves): kv_layer_init points them
+ * into the prefix. */
 static void kv_layer_carve(struct sinkcache *c, const struct cache_layout *lay,
                            struct kv_layer *L)
 {
 	const struct cache_tiers *lo = &lay->t;
 	size_t n_kv = (size_t)c->g.n_kv_heads, d = (size_t)c->g.head_dim;
-	size_t g = (size_t)lo->group, ng = (size_t)lo->n_groups, s = (size_t)lo->sink;
+	size_t g = (size_t)lo->group, ng = (size_t)lo->n_groups;
+	size_t s = c->prefix ? 0 : (size_t)lo->sink;
 	size_t sink_row = lo->sink_quant ? lo->code_row : lo->fp_row;
 	size_t a = (size_t)lo->anchor;
 	float *fp = (float *)L->front;
@@ -204,12 +207,26 @@ static int cache_rope_init(struct sinkcache *c, int half)
 	return 0;
 }
 
+/* Layer l's layout in this cache: a shared cache owns no sink rows, so its
+ * front is smaller by them (and may then land on huge pages as a small
+ * front does). */
+static void kv_layout(const struct sinkcache *c, int l, struct cache_layout *lo)
+{
+	cache_geometry_layer_layout(&c->g, l, lo);
+	if (!c->prefix)
+		return;
+	size_t sinks = (size_t)lo->t.sink * lo->sink_tok;
+	lo->front_bytes -= sinks;
+	lo->layer_bytes -= sinks;
+	lo->front_stride = (lo->front_bytes + 63) & ~(size_t)63;
+}
+
 /* Layer l's caps, storage and RoPE table, its front at `front`. */
 static int kv_layer_init(struct sinkcache *c, int l, unsigned char *front, int half)
 {
 	struct cache_layout lo;
 	struct kv_layer *L = &c->layers[l];
-	cache_geometry_layer_layout(&c->g, l, &lo);
+	kv_layout(c, l, &lo);
 	tier_caps_of(&c->g, &lo.t, &L->caps);
 	caps_widen(&c->caps_max, &L->caps);
 	L->sink_quant = lo.t.sink_quant;
@@ -228,13 +245,19 @@ static int kv_layer_init(struct sinkcache *c, int l, unsigned char *front, int h
 	if ((lo.back_bytes > 0 && (!L->mem || !L->mem_pop.done)) || !L->cs_win || !L->cs_sink)
 		return -ENOMEM;
 	kv_layer_carve(c, &lo, L);
+	if (c->prefix) {
+		L->sink_k = kv_prefix_keys(c->prefix, l);
+		L->sink_v = kv_prefix_values(c->prefix, l);
+	}
 	L->groups.cap = lo.t.n_groups;
 	kv_layer_clear(c, L);
 	return 0;
 }
 
-int sinkcache_new(const struct cache_geometry *g, struct sinkcache **out, char *err,
-                  size_t err_len)
+/* A cache of geometry g; prefix: the shared sink tier it reads (NULL: it
+ * owns its sinks). */
+static int cache_make(const struct cache_geometry *g, const struct sinkcache_prefix *prefix,
+                      struct sinkcache **out, char *err, size_t err_len)
 {
 	struct cache_layout lo;
 	int rc = cache_geometry_check(g, err, err_len);
@@ -248,16 +271,18 @@ int sinkcache_new(const struct cache_geometry *g, struct sinkcache **out, char *
 	if (!c)
 		return err_set(err, err_len, -ENOMEM, "sink cache: out of memory");
 	c->g = *g;
+	c->prefix = prefix;
 	c->fp_row = lo.t.fp_row;
 	c->code_row = lo.t.code_row;
 	c->load_ahead_max = cpu_l2_cache_bytes() / 4 * 3;
-	c->bound_bytes = cache_geometry_bound_bytes(g);
+	c->bound_bytes =
+	    cache_geometry_bound_bytes(g) - (prefix ? cache_geometry_sink_bytes(g) : 0);
 	while (c->ref_layer + 1 < g->n_layers && g->layer[c->ref_layer].own &&
 	       g->layer[c->ref_layer].swa)
 		c->ref_layer++;
 	int half = g->rope_dim / 2 > 0 ? g->rope_dim / 2 : 1, most_group = 1;
 	for (int l = 0; l < g->n_layers; l++) {
-		cache_geometry_layer_layout(g, l, &lo);
+		kv_layout(c, l, &lo);
 		c->front_bytes += lo.front_stride;
 		most_group = lo.t.group > most_group ? lo.t.group : most_group;
 	}
@@ -272,7 +297,7 @@ int sinkcache_new(const struct cache_geometry *g, struct sinkcache **out, char *
 		goto oom;
 	size_t front_at = 0;
 	for (int l = 0; l < g->n_layers; l++) {
-		cache_geometry_layer_layout(g, l, &lo);
+		kv_layout(c, l, &lo);
 		if (kv_layer_init(c, l, c->front + front_at, half))
 			goto oom;
 		front_at += lo.front_stride;
@@ -283,6 +308,39 @@ oom:
 	sinkcache_free(c);
 	return err_set(err, err_len, -ENOMEM, "sink cache: out of memory for %zu bytes per layer",
 	               lo.layer_bytes);
+}
+
+int sinkcache_new(const struct cache_geometry *g, struct sinkcache **out, char *err,
+                  size_t err_len)
+{
+	return cache_make(g, NULL, out, err, err_len);
+}
+
+/* A shared cache at rest: it holds the S shared tokens, as a cache that
+ * appended them would (counts, and the angles of its newest token). */
+static void kv_hold_shared(struct sinkcache *c)
+{
+	for (int l = 0; l < c->g.n_layers; l++) {
+		struct kv_layer *L = &c->layers[l];
+		L->t.n_seen = (uint64_t)L->caps.sink;
+		L->t.n_sink = L->caps.sink;
+		kv_layer_set_query_pos(c, L);
+	}
+}
+
+int sinkcache_new_shared(const struct sinkcache_prefix *p, struct sinkcache **out, char *err,
+                         size_t err_len)
+{
+	int rc = cache_make(&p->g, p, out, err, err_len);
+	if (rc)
+		return rc;
+	kv_hold_shared(*out);
+	return 0;
+}
+
+const struct sinkcache_prefix *sinkcache_shared_prefix(const struct sinkcache *c)
+{
+	return c->prefix;
 }
 
 void sinkcache_free(struct sinkcache *c)
@@ -690,6 +748,8 @@ void sinkcache_reset(struct sinkcache *c)
 {
 	for (int l = 0; l < c->g.n_layers; l++)
 		kv_layer_clear(c, &c->layers[l]);
+	if (c->prefix) /* back to the shared tokens; p is never written */
+		kv_hold_shared(c);
 	kv_trace_clear(c);
 }
 
@@ -747,11 +807,16 @@ void sinkcache_get_stats(const struct sinkcache *c, struct sinkcache_stats *out)
 	out->evicted_compressed = L0->t.evicted;
 	out->moved_to_compressed = L0->t.moved;
 	out->bytes_bound = c->bound_bytes;
+	if (c->prefix) {
+		out->n_shared = L0->t.n_sink;
+		out->bytes_shared = c->prefix->bytes;
+	}
 	for (int l = 0; l < c->g.n_layers; l++) {
 		const struct kv_layer *L = &c->layers[l];
+		int own_sinks = c->prefix ? 0 : L->t.n_sink;
 		if (L->rope == 1) /* a model sliding-window layer: its window only */
 			out->n_resident_swa = kv_layer_window(c, L);
-		out->bytes_resident += (size_t)L->t.n_sink * L->sink_tok +
+		out->bytes_resident += (size_t)own_sinks * L->sink_tok +
 		                       (size_t)(L->t.n_hot + L->t.n_stage) * L->fp_tok +
 		                       (size_t)L->t.n_groups * L->group_bytes;
 		if (L->caps.anchor > 0)

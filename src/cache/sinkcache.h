@@ -24,11 +24,51 @@
 #include "cache/geometry.h"
 
 struct sinkcache;
+/* A read-only sink tier that caches of one geometry share (below). */
+struct sinkcache_prefix;
+struct kv_image;
 
 int sinkcache_new(const struct cache_geometry *g, struct sinkcache **out, char *err,
                   size_t err_len);
 void sinkcache_free(struct sinkcache *c);
 const struct cache_geometry *sinkcache_geometry(const struct sinkcache *c);
+
+/* ---- shared sink tiers ---------------------------------------------------
+ * A pinned prefix's K/V rows depend only on its S tokens and the geometry
+ * (sinks are computed over full-precision sinks alone and keyed by rank), so
+ * caches of one geometry that start with the same S tokens can read one
+ * read-only copy of them.  Eligible geometries: every layer global
+ * (!cache_geometry_per_layer), sinks full precision (protect_sinks or no
+ * quantization), S = sink_keep_count >= 1. */
+
+/* Copies the sink tier of c into a new prefix: c must hold exactly its S
+ * sinks (n_seen == n_sink == S in every layer, no window or anchor tokens),
+ * else -EINVAL; -ENOTSUP for a geometry that cannot share (above).  *bytes:
+ * what the prefix holds, cache_geometry_sink_bytes(). */
+int sinkcache_prefix_new(const struct sinkcache *c, struct sinkcache_prefix **out, size_t *bytes,
+                         char *err, size_t err_len);
+/* Every cache sharing p must have been freed first.  NULL: a no-op. */
+void sinkcache_prefix_free(struct sinkcache_prefix *p);
+const struct cache_geometry *sinkcache_prefix_geometry(const struct sinkcache_prefix *p);
+/* A cache of p's geometry whose sink tier is p's rows, read in place: it
+ * holds the S tokens (n_seen == n_sink == S) exactly as the cache p was
+ * made from held them, owns no sink rows (its front is smaller by them)
+ * and never writes p.  Its stats: n_shared = S, bytes_shared = p's bytes,
+ * bytes_bound = the geometry's bound less them, bytes_resident what it
+ * owns.  sinkcache_export carries the sinks (a self-contained image);
+ * sinkcache_import needs the cache at its S shared tokens and an image
+ * whose sink rows are byte-equal to p's (-EINVAL naming the first layer
+ * that differs); sinkcache_reset returns it to holding the S shared tokens
+ * (never empty), so a shared cache is not for reuse by another stream. */
+int sinkcache_new_shared(const struct sinkcache_prefix *p, struct sinkcache **out, char *err,
+                         size_t err_len);
+/* The shared prefix c reads its sinks from; NULL: it owns them. */
+const struct sinkcache_prefix *sinkcache_shared_prefix(const struct sinkcache *c);
+/* The canonical image (cache/kvimage.h, allocating out->data) of a cache of
+ * p's geometry that appended only p's first n tokens, 1 <= n <= S (-EINVAL
+ * otherwise): it imports into a plain cache exactly. */
+int sinkcache_prefix_image(const struct sinkcache_prefix *p, int n, struct kv_image *out,
+                           char *err, size_t err_len);
 
 /* Whether n more tokens can be appended (strategy full refuses past
  * max_context_length; sliding window always can). */

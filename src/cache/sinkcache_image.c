@@ -1,6 +1,8 @@
 /* The cpu cache to and from its canonical image (cache/kvimage.h): rings are
  * unrolled into stream order on export, and an import lays the tokens out
- * from slot 0 as a cache that had just seen them would hold them. */
+ * from slot 0 as a cache that had just seen them would hold them.  A cache
+ * sharing its sinks (sinkcache_new_shared) exports them from the prefix and
+ * on import checks them against it instead of writing it. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,11 +17,12 @@ static unsigned char *row_at(unsigned char *base, size_t row_bytes, int cap, int
 }
 
 /* Copies between a layer's tiers and its part of an image: to the image
- * when `out`, else from it.  Import writes go through the populate maps. */
+ * when `out`, else from it.  Import writes go through the populate maps;
+ * the sinks of a shared cache are never written (checked equal before). */
 static void layer_copy(struct sinkcache *c, struct kv_layer *L, const struct kv_image_layout *lo,
                        unsigned char *img, bool out)
 {
-	int n_kv = c->g.n_kv_heads, S = L->caps.sink, ns = L->t.n_sink;
+	int n_kv = c->g.n_kv_heads, S = L->caps.sink, ns = c->prefix && !out ? 0 : L->t.n_sink;
 	size_t d = (size_t)c->g.head_dim;
 #define MOVE(pop, mem, im, bytes)                                                                \
 	do {                                                                                     \
@@ -115,6 +118,31 @@ int sinkcache_export(const struct sinkcache *c, struct kv_image *im, char *err, 
 	return 0;
 }
 
+/* Before an import into a cache that shares its sinks: the image holds the
+ * S sinks, each layer's rows byte-equal to the prefix's. */
+static int import_shared_check(const struct sinkcache *c, const struct kv_image *im,
+                               const struct kv_image_plan *plan, char *err, size_t err_len)
+{
+	int S = c->layers[0].caps.sink;
+	if (im->n.n_sink != S)
+		return err_set(err, err_len, -EINVAL,
+		               "sink cache: image holds %d sink tokens; a cache sharing a prefix "
+		               "holds its %d",
+		               im->n.n_sink, S);
+	for (int l = 0; l < c->g.n_layers; l++) {
+		const struct kv_layer *L = &c->layers[l];
+		size_t at, run = (size_t)c->g.n_kv_heads * (size_t)S * c->fp_row;
+		const struct kv_image_layout *lo = kv_image_plan_layer(plan, &c->g, l, &at);
+		if (memcmp(im->data + at + lo->off_sink_k, L->sink_k, run) ||
+		    memcmp(im->data + at + lo->off_sink_v, L->sink_v, run))
+			return err_set(err, err_len, -EINVAL,
+			               "sink cache: image's sink rows of layer %d differ from the "
+			               "shared prefix's (another system prompt or model)",
+			               l);
+	}
+	return 0;
+}
+
 int sinkcache_import(struct sinkcache *c, const struct kv_image *im, char *err, size_t err_len)
 {
 	struct kv_image_plan plan;
@@ -129,12 +157,17 @@ int sinkcache_import(struct sinkcache *c, const struct kv_image *im, char *err, 
 		return err_set(err, err_len, -EINVAL,
 		               "sink cache: image holds %zu bytes, its counts need %zu", im->bytes,
 		               plan.total_bytes);
-	for (int l = 0; l < c->g.n_layers; l++)
-		if (c->layers[l].t.n_seen != 0)
+	/* empty: a shared cache holds its shared sinks and nothing else */
+	for (int l = 0; l < c->g.n_layers; l++) {
+		uint64_t empty = c->prefix ? (uint64_t)c->layers[l].caps.sink : 0;
+		if (c->layers[l].t.n_seen != empty)
 			return err_set(err, err_len, -EBUSY,
 			               "sink cache: import needs an empty cache (layer %d holds %llu "
 			               "tokens)",
 			               l, (unsigned long long)c->layers[l].t.n_seen);
+	}
+	if (c->prefix && (rc = import_shared_check(c, im, &plan, err, err_len)))
+		return rc;
 	for (int l = 0; l < c->g.n_layers; l++) {
 		struct kv_layer *L = &c->layers[l];
 		size_t at;

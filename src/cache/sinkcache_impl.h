@@ -99,7 +99,33 @@ struct sinkcache {
 	double *cs_memo[2][2];    /* (rope_dim) each */
 	struct tier_trace *trace; /* NULL unless tracing (sinkcache_trace_enable, tiertrace.h) */
 	float softcap;            /* of the attention scores (sinkcache_set_softcap); 0: none */
+	/* The shared prefix whose rows every layer's sink_k/sink_v point into
+	 * (sinkcache_new_shared): the cache holds its S sinks and never writes
+	 * them; NULL: the sinks are the cache's own, in its front. */
+	const struct sinkcache_prefix *prefix;
 };
+
+/* A shared sink tier (sinkcache_prefix.c): per layer the sink keys, then
+ * the sink values, each (n_kv, S, D) full-precision rows as a cache's own
+ * sink tier lays them out, layers layer_bytes apart in one block. */
+struct sinkcache_prefix {
+	struct cache_geometry g;
+	int n_sink;         /* S */
+	size_t layer_bytes; /* keys and values of one layer */
+	size_t bytes;       /* of mem: layer_bytes * n_layers */
+	unsigned char *mem;
+};
+
+/* Layer l's sink keys and values in p. */
+static inline unsigned char *kv_prefix_keys(const struct sinkcache_prefix *p, int l)
+{
+	return p->mem + (size_t)l * p->layer_bytes;
+}
+
+static inline unsigned char *kv_prefix_values(const struct sinkcache_prefix *p, int l)
+{
+	return kv_prefix_keys(p, l) + p->layer_bytes / 2;
+}
 
 static inline int kv_ring_slot(const struct kv_ring *r, int i)
 {

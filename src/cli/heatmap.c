@@ -20,12 +20,15 @@
 
 /* ---- palette ------------------------------------------------------------ */
 
-/* Okabe-Ito: distinguishable under the common colour-vision deficiencies. */
+/* Okabe-Ito: distinguishable under the common colour-vision deficiencies;
+ * shared sinks (read from a shared prefix) in the warm hue next to the
+ * session's own sinks. */
 static const uint8_t tier_palette[CACHE_TIER_COUNT][3] = {
     [CACHE_TIER_SINK] = {230, 159, 0},
     [CACHE_TIER_ANCHOR] = {204, 121, 167},
     [CACHE_TIER_COMPRESSED] = {0, 114, 178},
     [CACHE_TIER_HOT] = {0, 158, 115},
+    [CACHE_TIER_SHARED] = {213, 94, 0},
 };
 static const uint8_t page_rgb[3] = {255, 255, 255};
 static const uint8_t absent_rgb[3] = {224, 224, 224};
@@ -36,7 +39,8 @@ static const uint8_t ink_rgb[3] = {0, 0, 0};
 
 /* Precedence when several tokens share a pixel: a lone sink or anchor
  * must not vanish among hundreds of window tokens. */
-static const int tier_rank[CACHE_TIER_COUNT] = {[CACHE_TIER_SINK] = 4,
+static const int tier_rank[CACHE_TIER_COUNT] = {[CACHE_TIER_SHARED] = 4,
+                                                [CACHE_TIER_SINK] = 4,
                                                 [CACHE_TIER_ANCHOR] = 3,
                                                 [CACHE_TIER_HOT] = 2,
                                                 [CACHE_TIER_COMPRESSED] = 1};

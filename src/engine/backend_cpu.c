@@ -55,6 +55,11 @@ struct backend_session {
 	struct sinkcache *cache;
 };
 
+/* A shared prefix: the cache's read-only sink tier (cache/sinkcache.h). */
+struct backend_prefix {
+	struct sinkcache_prefix *sinks;
+};
+
 struct cpu_backend;
 
 /* One layer over the batch (layer_llama says what it must do). */
@@ -664,8 +669,11 @@ static struct sinkcache *cache_pool_take(struct cpu_backend *c, int i)
 	return cache;
 }
 
-static int cpu_session_new(struct backend *be, const struct cache_geometry *g,
-                           struct backend_session **out, char *err, size_t err_len)
+/* A session of geometry g: a kept cache of that geometry, else a new one,
+ * else (prefix not NULL) a new cache sharing the prefix's sinks. */
+static int session_make(struct backend *be, const struct cache_geometry *g,
+                        const struct sinkcache_prefix *prefix, struct backend_session **out,
+                        char *err, size_t err_len)
 {
 	*out = NULL;
 	int rc = backend_geometry_fits_model(be->model, g, err, err_len);
@@ -675,11 +683,12 @@ static int cpu_session_new(struct backend *be, const struct cache_geometry *g,
 	if (!s)
 		return err_set(err, err_len, -ENOMEM, "cpu backend: out of memory for a session");
 	struct cpu_backend *c = cpu_of(be);
-	for (int i = c->cache_pool_n - 1; i >= 0 && !s->cache; i--)
+	for (int i = c->cache_pool_n - 1; i >= 0 && !s->cache && !prefix; i--)
 		if (cache_geometry_equal(sinkcache_geometry(c->cache_pool[i]), g))
 			s->cache = cache_pool_take(c, i);
 	if (!s->cache) {
-		int rc = sinkcache_new(g, &s->cache, err, err_len);
+		rc = prefix ? sinkcache_new_shared(prefix, &s->cache, err, err_len)
+		            : sinkcache_new(g, &s->cache, err, err_len);
 		if (rc) {
 			free(s);
 			return rc;
@@ -689,6 +698,12 @@ static int cpu_session_new(struct backend *be, const struct cache_geometry *g,
 	s->batch.slot = -1;
 	*out = s;
 	return 0;
+}
+
+static int cpu_session_new(struct backend *be, const struct cache_geometry *g,
+                           struct backend_session **out, char *err, size_t err_len)
+{
+	return session_make(be, g, NULL, out, err, err_len);
 }
 
 /* Keeps the emptied cache for reuse while the pool has room (the oldest
@@ -712,7 +727,12 @@ static void cpu_session_free(struct backend *be, struct backend_session *s)
 {
 	if (!s)
 		return;
-	cache_pool_put(cpu_of(be), s->cache);
+	/* a shared cache is never empty (it holds the prefix) and must not
+	 * outlive it: not kept for reuse */
+	if (sinkcache_shared_prefix(s->cache))
+		sinkcache_free(s->cache);
+	else
+		cache_pool_put(cpu_of(be), s->cache);
 	free(s);
 }
 
@@ -757,6 +777,44 @@ static int cpu_session_trace(struct backend *be, const struct backend_session *s
 	return sinkcache_trace_fill(s->cache, out, err, err_len);
 }
 
+/* ---- shared prefixes: the cache's shared sink tiers (backend.h) ---- */
+
+static int cpu_prefix_new(struct backend *be, const struct backend_session *s,
+                          struct backend_prefix **out, size_t *bytes, char *err, size_t err_len)
+{
+	*out = NULL;
+	struct backend_prefix *p = calloc(1, sizeof(*p));
+	if (!p)
+		return err_set(err, err_len, -ENOMEM, "cpu backend: out of memory for a prefix");
+	int rc = sinkcache_prefix_new(s->cache, &p->sinks, bytes, err, err_len);
+	if (rc) {
+		free(p);
+		return rc;
+	}
+	*out = p;
+	return 0;
+}
+
+static void cpu_prefix_free(struct backend *be, struct backend_prefix *p)
+{
+	if (!p)
+		return;
+	sinkcache_prefix_free(p->sinks);
+	free(p);
+}
+
+static int cpu_session_new_shared(struct backend *be, const struct backend_prefix *p,
+                                  struct backend_session **out, char *err, size_t err_len)
+{
+	return session_make(be, sinkcache_prefix_geometry(p->sinks), p->sinks, out, err, err_len);
+}
+
+static int cpu_prefix_image(struct backend *be, const struct backend_prefix *p, int n,
+                            struct kv_image *out, char *err, size_t err_len)
+{
+	return sinkcache_prefix_image(p->sinks, n, out, err, err_len);
+}
+
 static void cpu_destroy(struct backend *be)
 {
 	struct cpu_backend *c = cpu_of(be);
@@ -785,6 +843,10 @@ static const struct backend_ops cpu_ops = {
     .session_import = cpu_session_import,
     .session_trace_enable = cpu_session_trace_enable,
     .session_trace = cpu_session_trace,
+    .prefix_new = cpu_prefix_new,
+    .prefix_free = cpu_prefix_free,
+    .session_new_shared = cpu_session_new_shared,
+    .prefix_image = cpu_prefix_image,
 };
 
 static int check_matrix(const struct weight_matrix *w, const char *what, char *err, size_t err_len)

@@ -38,7 +38,9 @@ int sched_export_session(struct scheduler *s, struct sched_session *ss, struct s
                          char *err, size_t err_len)
 {
 	memset(ex, 0, sizeof(*ex));
-	int rc = 0;
+	int rc = sched_share_materialize(s, ss, err, err_len); /* a snapshot holds its cache */
+	if (rc)
+		return rc;
 	if (ss->bs) {
 		rc = s->be->ops->session_export(s->be, ss->bs, &ex->kv, err, err_len);
 	} else if (ss->restore_buf) { /* restored, not used since: the image as it came */

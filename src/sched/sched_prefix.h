@@ -72,7 +72,9 @@ void sched_prefix_free(struct sched_prefix *pc);
 void sched_prefix_set_max_bytes(struct sched_prefix *pc, size_t max_bytes);
 /* A reload changed the geometry of new sessions: entries of any other
  * geometry are stale (never found again; unreferenced ones freed now,
- * referenced ones at their last unref), so the cache starts anew. */
+ * referenced ones at their last unref), so the cache starts anew.  A
+ * SHARED entry whose geometry is g pinned to its tokens (cache_geometry_pin)
+ * is of g; the geometry of the previous call again changes nothing. */
 void sched_prefix_set_geometry(struct sched_prefix *pc, const struct cache_geometry *g);
 void sched_prefix_get_stats(const struct sched_prefix *pc, struct sched_prefix_stats *out);
 
@@ -105,7 +107,8 @@ int sched_prefix_claim(struct sched_prefix *pc, enum sched_prefix_kind kind,
 /* Fills a pending SHARED entry with the backend prefix p (ownership passes:
  * freed with the entry, or at once on failure) of `bytes` bytes and its rows'
  * digest, evicting unreferenced entries for room.  -ENOSPC (the entry is
- * dropped, p freed) when it cannot fit. */
+ * dropped, p freed) when it cannot fit, -ESTALE (the same) when
+ * set_geometry made the entry stale while it was pending. */
 int sched_prefix_publish_shared(struct sched_prefix *pc, struct sched_prefix_entry *e,
                                 struct backend_prefix *p, size_t bytes,
                                 const unsigned char digest[32]);

@@ -90,6 +90,7 @@ void sched_session_release(struct scheduler *s, struct sched_session *ss)
 	if (ss->bs)
 		s->be->ops->session_free(s->be, ss->bs);
 	ss->bs = NULL;
+	sched_share_release(s, ss); /* after the session that read its rows */
 	free(ss->hist);
 	free(ss->chat_marks);
 	ss->chat_marks = NULL;
@@ -103,6 +104,7 @@ void sched_req_retire(struct scheduler *s, struct sched_req *r)
 {
 	struct sched_session *ss = r->sess;
 	bool one_shot = ss && !ss->persistent;
+	sched_share_abandon(s, r);
 	if (one_shot)
 		sched_session_release(s, ss);
 	pthread_mutex_lock(&s->mu);
@@ -126,6 +128,7 @@ static void emit(struct sched_req *r, struct gen_event *ev)
 {
 	ev->n_prompt_tokens = r->n_prompt;
 	ev->n_generated_tokens = r->n_generated;
+	ev->n_cached_tokens = r->n_cached;
 	r->req.on_event(r->req.user, ev);
 }
 
@@ -200,6 +203,12 @@ static int32_t hist_last(const struct sched_session *ss)
 	return ss->hist[(ss->hist_end + ss->hist_cap - 1) % ss->hist_cap];
 }
 
+/* The i-th oldest token of the history. */
+static int32_t hist_at(const struct sched_session *ss, size_t i)
+{
+	return ss->hist[(ss->hist_end + ss->hist_cap - ss->hist_n + i) % ss->hist_cap];
+}
+
 static void session_refresh_stats(struct scheduler *s, struct sched_session *ss)
 {
 	struct sinkcache_stats st = {0};
@@ -222,6 +231,30 @@ static void session_set_pending(struct scheduler *s, struct sched_session *ss, b
 	pthread_mutex_lock(&s->mu);
 	ss->has_pending = pending;
 	pthread_mutex_unlock(&s->mu);
+}
+
+void sched_session_set_deferred(struct scheduler *s, struct sched_session *ss, int n)
+{
+	pthread_mutex_lock(&s->mu);
+	ss->n_deferred = n;
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* A revise of a stream whose tokens wait for their cache (rule D): only
+ * its pending token can go (the others are its pinned prefix); the last
+ * deferred one becomes pending. */
+static int deferred_revise(struct scheduler *s, struct sched_session *ss, size_t n, char *err,
+                           size_t err_len)
+{
+	if (n > (ss->has_pending ? 1u : 0u))
+		return err_set(err, err_len, SDERR_CONFLICT,
+		               "cannot revise %zu tokens: only the last %d can be (the others are "
+		               "the pinned prefix)",
+		               n, ss->has_pending ? 1 : 0);
+	hist_pop(ss, n);
+	session_set_pending(s, ss, ss->n_deferred > 0);
+	sched_session_set_deferred(s, ss, ss->n_deferred > 0 ? ss->n_deferred - 1 : 0);
+	return 0;
 }
 
 /* After the stream lost its tail: moves the cache's last token back out of
@@ -270,6 +303,11 @@ static int session_revise(struct scheduler *s, struct sched_session *ss, size_t 
 static void req_abandon_stream(struct scheduler *s, struct sched_req *r)
 {
 	struct sched_session *ss = r->sess;
+	if (ss && ss->persistent && !ss->bs && r->share_wait) { /* never reached a cache */
+		hist_pop(ss, r->req.n_prompt);
+		session_set_pending(s, ss, ss->hist_n > 0);
+		return;
+	}
 	if (!ss || !ss->persistent || !ss->bs || ss->deleted)
 		return;
 	if (r->state == REQ_DECODE) { /* next_token is in the history, not in the cache */
@@ -289,6 +327,17 @@ static void req_abandon_stream(struct scheduler *s, struct sched_req *r)
 
 /* ---- request start ----------------------------------------------------- */
 
+/* A new stream's backend session once its feed is known (shared, plain,
+ * or none yet while it waits for its prefix). */
+static int req_start_fresh(struct scheduler *s, struct sched_req *r, char *err, size_t err_len)
+{
+	int rc = sched_share_start(s, r, err, err_len);
+	if (rc)
+		return rc == -ENOMEM ? rc : -EIO;
+	sched_trace_session_started(s, r->sess);
+	return 0;
+}
+
 /* Backend session, revise, and the tokens to feed.  Errors in the codes of
  * scheduler_submit(), *field the field at fault (or NULL). */
 static int req_start(struct scheduler *s, struct sched_req *r, enum sched_field *field, char *err,
@@ -301,8 +350,23 @@ static int req_start(struct scheduler *s, struct sched_req *r, enum sched_field 
 	pthread_mutex_lock(&s->mu);
 	ss->offload_tried = false;
 	pthread_mutex_unlock(&s->mu);
+	/* A new stream that may share its prefix, or one whose tokens wait
+	 * for their cache (rule D), makes its session once its feed is known
+	 * (sched_share_start). */
+	bool deferred = !ss->bs && ss->n_deferred > 0;
+	if (deferred && q->revise_last_tokens > 0) {
+		rc = deferred_revise(s, ss, q->revise_last_tokens, err, err_len);
+		if (rc) {
+			*field = SCHED_FIELD_REVISE_LAST_TOKENS;
+			return rc;
+		}
+	}
+	bool fresh = !ss->bs && !ss->restore_buf &&
+	             (deferred || (q->revise_last_tokens == 0 && sched_share_eligible(s, ss)));
 	/* The cache was admitted whole: failing to make it is the engine's fault. */
-	if (!ss->bs) {
+	if (!ss->bs && !fresh && sched_share_restored(s, ss) == 0) {
+		sched_trace_session_started(s, ss);
+	} else if (!ss->bs && !fresh) {
 		rc = s->be->ops->session_new(s->be, &ss->geom, &ss->bs, err, err_len);
 		if (rc)
 			return rc == -ENOMEM ? rc : -EIO;
@@ -314,23 +378,28 @@ static int req_start(struct scheduler *s, struct sched_req *r, enum sched_field 
 		}
 		sched_trace_session_started(s, ss);
 	}
-	if (q->revise_last_tokens > 0) {
+	if (q->revise_last_tokens > 0 && !deferred) {
 		rc = session_revise(s, ss, q->revise_last_tokens, err, err_len);
 		if (rc) { /* whatever the cache says, the revise reached too far back */
 			*field = SCHED_FIELD_REVISE_LAST_TOKENS;
 			return SDERR_CONFLICT;
 		}
 	}
-	r->feed = malloc((q->n_prompt + 1) * sizeof(*r->feed));
+	r->feed = malloc((q->n_prompt + 1 + (deferred ? ss->hist_n : 0)) * sizeof(*r->feed));
 	if (!r->feed)
 		return err_set(err, err_len, -ENOMEM, "out of memory");
-	struct sinkcache_stats cs;
-	s->be->ops->session_stats(s->be, ss->bs, &cs);
+	struct sinkcache_stats cs = {0};
+	if (ss->bs)
+		s->be->ops->session_stats(s->be, ss->bs, &cs);
 	r->feed_base = cs.n_seen; /* the pending token, or the first prompt token, goes there */
 	r->ppl_start = ss->ppl;
-	r->had_pending = ss->has_pending;
-	if (ss->has_pending)
+	r->had_pending = ss->has_pending && !deferred;
+	if (deferred) /* the whole stream so far, none of it in a cache */
+		for (size_t i = 0; i < ss->hist_n; i++)
+			r->feed[r->n_feed++] = hist_at(ss, i);
+	else if (ss->has_pending)
 		r->feed[r->n_feed++] = hist_last(ss);
+	r->n_hist_fed = deferred ? ss->hist_n : 0;
 	if (q->n_prompt)
 		memcpy(r->feed + r->n_feed, q->prompt_ids, q->n_prompt * sizeof(*r->feed));
 	r->n_feed += q->n_prompt;
@@ -342,7 +411,17 @@ static int req_start(struct scheduler *s, struct sched_req *r, enum sched_field 
 		r->n_feed--; /* stays pending for the next request */
 	if (r->logits_at_end && r->n_feed == 0)
 		return err_set(err, err_len, -EINVAL, "nothing to continue from");
-	if (!s->be->ops->session_can_append(s->be, ss->bs, r->n_feed)) {
+	if (fresh) {
+		rc = req_start_fresh(s, r, err, err_len);
+		if (rc)
+			return rc;
+	}
+	if (ss->bs && !s->be->ops->session_can_append(s->be, ss->bs, r->n_feed - r->n_fed)) {
+		if (fresh) { /* as it came: no cache, or its tokens deferred */
+			s->be->ops->session_free(s->be, ss->bs);
+			ss->bs = NULL;
+			sched_share_release(s, ss);
+		}
 		*field = SCHED_FIELD_PROMPT;
 		return err_set(err, err_len, -E2BIG, "prompt exceeds the context");
 	}
@@ -352,6 +431,8 @@ static int req_start(struct scheduler *s, struct sched_req *r, enum sched_field 
 		hist_push(ss, q->prompt_ids[i]);
 	}
 	session_set_pending(s, ss, keep_last);
+	if (ss->bs)
+		sched_session_set_deferred(s, ss, 0);
 	r->state = REQ_PREFILL;
 	detok_stream_init(&r->ds, s->tok, false);
 	return 0;
@@ -583,7 +664,7 @@ static void batch_candidates(struct scheduler *s, struct sched_req **act, size_t
 	size_t start = s->rr_prefill++;
 	for (size_t k = 0; k < n_act; k++) {
 		struct sched_req *r = act[(start + k) % n_act];
-		if (r->state == REQ_PREFILL) {
+		if (r->state == REQ_PREFILL && !r->share_wait) {
 			pre[(*n_pre)++] = r;
 			*want += r->n_feed - r->n_fed;
 		}
@@ -640,6 +721,8 @@ static size_t batch_build(struct scheduler *s, struct sched_req **act, size_t n_
 			take = share;
 		if (take > prefill_chunk_cap(r))
 			take = prefill_chunk_cap(r);
+		if (r->claim && r->n_fed < r->cut && take > r->cut - r->n_fed)
+			take = r->cut - r->n_fed; /* its prefix ends a forward (sched_share.c) */
 		for (size_t i = 0; i < take; i++) {
 			size_t at = r->n_fed + i;
 			bool sample = at + 1 == r->n_feed && r->logits_at_end;
@@ -662,6 +745,7 @@ static bool req_after_forward(struct scheduler *s, struct sched_req *r)
 	if (r->state == REQ_DECODE)
 		return req_sample(s, r);
 	r->n_fed += r->n_in_batch;
+	sched_share_after_forward(s, r);
 	if (r->n_fed < r->n_feed)
 		return false;
 	struct gen_event ev = {.kind = GEN_EVENT_PROMPT_DONE, .token = -1};
@@ -688,6 +772,32 @@ void sched_ctl_run(struct scheduler *s, struct sched_ctl **jobs, size_t n)
 	pthread_mutex_unlock(&s->mu);
 }
 
+/* An append-only request with nothing to forward (a single token, now
+ * pending, or a feed the prefix cache held whole) ends at once. */
+static void req_finish_if_fed(struct scheduler *s, struct sched_req *r)
+{
+	if (r->share_wait || r->n_fed < r->n_feed)
+		return;
+	struct gen_event ev = {.kind = GEN_EVENT_PROMPT_DONE, .token = -1};
+	emit(r, &ev);
+	sched_emit_done(s, r, GEN_FINISH_NONE, 0, SCHED_FIELD_NONE, NULL);
+}
+
+/* A stream that waited for its prefix: shares it now, or computes it. */
+static void tick_retry_shared(struct scheduler *s, struct sched_req *r)
+{
+	char err[SINKD_ERR_LEN];
+	int rc = req_start_fresh(s, r, err, sizeof(err));
+	if (!rc && r->sess->bs)
+		sched_session_set_deferred(s, r->sess, 0);
+	if (rc) {
+		req_abandon_stream(s, r);
+		sched_emit_done(s, r, GEN_FINISH_ERROR, rc, SCHED_FIELD_NONE, err);
+	} else if (!r->share_wait) {
+		req_finish_if_fed(s, r);
+	}
+}
+
 /* Cancellations and setup of admitted requests; drops finished ones. */
 static void tick_prepare(struct scheduler *s, struct sched_req **act, size_t n_act)
 {
@@ -702,6 +812,10 @@ static void tick_prepare(struct scheduler *s, struct sched_req **act, size_t n_a
 			sched_emit_done(s, r, GEN_FINISH_CANCELLED, 0, SCHED_FIELD_NONE, NULL);
 			continue;
 		}
+		if (r->share_wait && r->state == REQ_PREFILL) {
+			tick_retry_shared(s, r);
+			continue;
+		}
 		if (r->state != REQ_STARTING)
 			continue;
 		if (r->req.on_start)
@@ -712,11 +826,7 @@ static void tick_prepare(struct scheduler *s, struct sched_req **act, size_t n_a
 			sched_emit_done(s, r, GEN_FINISH_ERROR, rc, field, err);
 			continue;
 		}
-		if (r->n_feed == 0) { /* append-only of a single (now pending) token */
-			struct gen_event ev = {.kind = GEN_EVENT_PROMPT_DONE, .token = -1};
-			emit(r, &ev);
-			sched_emit_done(s, r, GEN_FINISH_NONE, 0, SCHED_FIELD_NONE, NULL);
-		}
+		req_finish_if_fed(s, r);
 	}
 }
 
@@ -824,12 +934,15 @@ size_t sched_tick(struct scheduler *s)
 	    .alert_ratio = s->lim.alert_ratio,
 	};
 	s->n_held = 0;
+	size_t prefix_max = s->lim.prefix_max_bytes;
+	struct cache_geometry geom = s->lim.geom;
 	struct sched_req **act = malloc((n_act ? n_act : 1) * sizeof(*act));
 	if (act && n_act)
 		memcpy(act, s->active, n_act * sizeof(*act));
 	pthread_mutex_unlock(&s->mu);
 	if (!act)
 		return 0;
+	sched_share_apply_limits(s, prefix_max, &geom);
 	tick_prepare(s, act, n_act);
 	size_t n = tick_run(s, act, n_act, max_tokens);
 	if (s->n_held) {
@@ -846,6 +959,7 @@ size_t sched_tick(struct scheduler *s)
 		act[i]->pub_generated = act[i]->n_generated;
 	}
 	sched_monitor_flush_locked(&s->monitor, monitor_observe, s, &s->st.perplexity_alerts);
+	sched_share_stats_locked(s);
 	pthread_mutex_unlock(&s->mu);
 	for (size_t i = 0; i < n_act; i++)
 		if (act[i]->state == REQ_FINISHED)

@@ -152,6 +152,7 @@ static void limits_from_config(struct scheduler *s, const struct sinkd_config *c
 	lim->auto_fraction = cfg->inference.cache.auto_fraction;
 	config_cache_geometry(cfg, &s->be->model->hp, &lim->geom);
 	lim->max_pinned_tokens = pinned_limit(&lim->geom, cfg->inference.cache.max_pinned_tokens);
+	lim->prefix_max_bytes = (size_t)cfg->inference.prefix_cache.max_bytes;
 	if (!lim->budget_auto) {
 		lim->budget_bytes = (size_t)cfg->inference.cache.global_cache_limit;
 		return;
@@ -524,7 +525,7 @@ void sched_session_info_locked(const struct sched_session *ss, double now,
                                struct sched_session_info *out)
 {
 	memset(out, 0, sizeof(*out));
-	out->n_seen = ss->stats.n_seen + (ss->has_pending ? 1 : 0);
+	out->n_seen = ss->stats.n_seen + (uint64_t)ss->n_deferred + (ss->has_pending ? 1 : 0);
 	out->n_resident = ss->stats.n_resident;
 	out->n_sink = ss->stats.n_sink;
 	out->n_compressed = ss->stats.n_compressed;
@@ -539,6 +540,7 @@ void sched_session_info_locked(const struct sched_session *ss, double now,
 	out->window_size = ss->geom.window_size;
 	out->sink_keep_count = ss->geom.sink_keep_count;
 	out->pinned_tokens = ss->pinned_tokens;
+	out->shared_prefix_tokens = ss->stats.n_shared;
 	for (int l = 0; l < ss->geom.n_layers; l++)
 		if (ss->geom.layer[l].own && ss->geom.layer[l].swa) {
 			out->sliding_layers++;
@@ -829,8 +831,8 @@ static int submit_on_session_locked(struct scheduler *s, struct sched_req *r, ch
 	q->err_field = SCHED_FIELD_NONE;
 	if (q->n_prompt == 0 && q->max_tokens > 0 && revisable - q->revise_last_tokens == 0)
 		return err_set(err, err_len, -EINVAL, "the session has no token to continue from");
-	size_t kept =
-	    (size_t)ss->stats.n_resident + (ss->has_pending ? 1 : 0) - q->revise_last_tokens;
+	size_t kept = (size_t)ss->stats.n_resident + (size_t)ss->n_deferred +
+	              (ss->has_pending ? 1 : 0) - q->revise_last_tokens;
 	int rc = req_length_check_locked(s, q, &ss->geom, kept, &q->err_field, err, err_len);
 	if (!rc && q->pin_prefix_tokens > 0)
 		rc = session_pin_locked(s, ss, q, &q->err_field, err, err_len);
@@ -1241,6 +1243,9 @@ int scheduler_new(const struct sinkd_config *cfg, struct backend *be, const stru
 	if (rc)
 		goto fail;
 	limits_from_config(s, cfg, &s->lim);
+	rc = sched_share_init(s, s->lim.prefix_max_bytes, err, err_len);
+	if (rc)
+		goto fail;
 	rc = vocab_trie_new(tok, &s->vocab, err, err_len);
 	if (rc) {
 		err_prefix(err, err_len, "vocabulary trie for constrained decoding");
@@ -1305,6 +1310,7 @@ void scheduler_free(struct scheduler *s)
 		sched_session_release(s, s->dead[i]);
 		free(s->dead[i]);
 	}
+	sched_share_deinit(s); /* after the sessions that referenced its entries */
 	free(s->queue);
 	free(s->active);
 	free(s->sessions);

@@ -30,6 +30,8 @@
 #include "util/errbuf.h"
 
 struct session_store;
+struct sched_prefix;
+struct sched_prefix_entry;
 
 /* Settings copied from the config (reloadable). */
 struct sched_limits {
@@ -47,6 +49,7 @@ struct sched_limits {
 	double auto_fraction;
 	struct cache_geometry geom; /* for new sessions */
 	int max_pinned_tokens;          /* inference.cache.max_pinned_tokens, < window_size */
+	size_t prefix_max_bytes;        /* inference.prefix_cache.max_bytes (0: off) */
 	int monitor_input;              /* enum monitor_input */
 	int64_t monitor_every;
 	double alert_ratio;
@@ -92,6 +95,13 @@ struct sched_session {
 	struct sched_perplexity ppl;     /* [engine] the monitor (sched_monitor.c) */
 	struct sched_perplexity ppl_pub; /* [mu] its copy as of the last tick */
 	uint64_t ppl_inputs_seen;        /* [engine] input tokens offered (sample: every K-th) */
+	/* [engine] the prefix cache entry its sink tier reads (sched_share.c),
+	 * referenced until its backend session is freed */
+	struct sched_prefix_entry *shared_entry;
+	size_t shared_off; /* [mu] what sharing took off bytes_reserved */
+	/* [mu] rule D: with no backend session, the stream's first tokens
+	 * (before the pending one, all in hist) that wait for their cache */
+	int n_deferred;
 };
 
 /* What a restored session starts from (a decoded snapshot). */
@@ -173,6 +183,13 @@ struct sched_req {
 	int n_generated;
 	int n_prompt; /* prompt tokens reported in events */
 	uint64_t feed_base; /* [engine] stream index of feed[0] */
+	/* [engine] the prefix cache (sched_share.c) */
+	int n_cached;                     /* feed tokens it supplied (not computed) */
+	struct sched_prefix_entry *claim; /* pending entry this request computes */
+	size_t cut;                       /* with claim: the feed index where the prefix ends */
+	bool share_wait;                  /* sits out prefill: its prefix is being computed */
+	bool defer_after;                 /* rule D: computes its prefix, then defers it */
+	size_t n_hist_fed;                /* feed tokens of earlier requests (rule D) */
 	struct sched_perplexity ppl_start; /* [engine] the session's monitor when it started */
 	/* per tick [engine] */
 	size_t n_in_batch;
@@ -245,6 +262,11 @@ struct scheduler {
 	_Atomic bool kick_wanted; /* the engine thread waits for a kick */
 	size_t max_unsent;        /* [engine] lim.max_unsent_tokens of this tick */
 	size_t n_held;            /* [engine] decoders that sat out this tick */
+	/* [engine] the prefix cache (sched_prefix.h, used by sched_share.c) and
+	 * the settings it runs under */
+	struct sched_prefix *prefix;
+	size_t prefix_max_applied;
+	struct cache_geometry prefix_geom_applied;
 };
 
 double sched_now(void);
@@ -268,6 +290,8 @@ void sched_req_free(struct sched_req *r);
 void sched_session_release(struct scheduler *s, struct sched_session *ss);
 /* Makes the request leave: session unbusied (or freed when one-shot). */
 void sched_req_retire(struct scheduler *s, struct sched_req *r);
+/* Sets ss->n_deferred (rule D) under the lock. */
+void sched_session_set_deferred(struct scheduler *s, struct sched_session *ss, int n);
 /* The engine's part of the jobs taken from s->ctl (jobs[0..n)): snapshot
  * exports (sched_offload.c) and cache traces (sched_views.c); then wakes the
  * threads waiting for them. */
@@ -303,6 +327,34 @@ void sched_session_info_locked(const struct sched_session *ss, double now,
                                struct sched_session_info *out);
 /* Takes a session out of the table; the engine frees it once idle. */
 void sched_session_kill_locked(struct scheduler *s, struct sched_session *ss);
+
+/* sched_share.c: new streams and the prefix cache */
+int sched_share_init(struct scheduler *s, size_t max_bytes, char *err, size_t err_len);
+/* After every backend session is freed. */
+void sched_share_deinit(struct scheduler *s);
+/* Whether a new stream of ss may share its pinned prefix. */
+bool sched_share_eligible(const struct scheduler *s, const struct sched_session *ss);
+/* A new, eligible stream whose feed is built makes its backend session:
+ * shared (r->n_fed and n_cached skip the prefix), or plain with a claim
+ * (r->cut), or none yet (r->share_wait: call again next tick). */
+int sched_share_start(struct scheduler *s, struct sched_req *r, char *err, size_t err_len);
+/* After a forward: r reached its cut, so its prefix is published and
+ * shared. */
+void sched_share_after_forward(struct scheduler *s, struct sched_req *r);
+/* Rule R: a restored session's backend session over the entry its
+ * snapshot's sinks are (0), or none (ss->bs NULL: import it as it is). */
+int sched_share_restored(struct scheduler *s, struct sched_session *ss);
+/* Rule D's tokens into a backend session of ss's own (before a snapshot). */
+int sched_share_materialize(struct scheduler *s, struct sched_session *ss, char *err,
+                            size_t err_len);
+/* r leaves without computing its claim. */
+void sched_share_abandon(struct scheduler *s, struct sched_req *r);
+/* ss's backend session was freed: its reference goes. */
+void sched_share_release(struct scheduler *s, struct sched_session *ss);
+void sched_share_stats_locked(struct scheduler *s);
+/* A reload's prefix cache settings, applied on the engine thread. */
+void sched_share_apply_limits(struct scheduler *s, size_t max_bytes,
+                              const struct cache_geometry *g);
 
 /* sched_metrics.c */
 void sched_hist_init_all(struct scheduler *s);

@@ -43,7 +43,7 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 g = j['geometry']
 assert g == {'sink_keep_count': 4, 'window_size': 48, 'quant_bits': 8, 'full_precision_recent': 16, 'anchor_max': 0}, g
-assert j['tier_names'] == ['sink', 'anchor', 'compressed', 'hot'], j['tier_names']
+assert j['tier_names'] == ['sink', 'anchor', 'compressed', 'hot', 'shared'], j['tier_names']
 n = j['stream_position'] + 1
 assert n > 100, n
 assert j['tracing']

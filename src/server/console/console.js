@@ -14,6 +14,7 @@ const TIER_RGB = {
   anchor: [0xcc, 0x79, 0xa7],
   compressed: [0x00, 0x72, 0xb2],
   hot: [0x00, 0x9e, 0x73],
+  shared: [0xe6, 0x9f, 0x00], // sinks read from a shared prefix
 };
 const UNKNOWN_RGB = [0x99, 0x99, 0x99];
 // Brightness (a factor on the tier's colour) of the smallest non-zero mass
@@ -528,7 +529,7 @@ function slotOrder(layer) {
 function drawHeatmap(c, target) {
   const canvas = $('heatmap');
   const layers = Array.isArray(c.layers) ? c.layers : [];
-  const names = Array.isArray(c.tier_names) ? c.tier_names : ['sink', 'anchor', 'compressed', 'hot'];
+  const names = Array.isArray(c.tier_names) ? c.tier_names : ['sink', 'anchor', 'compressed', 'hot', 'shared'];
   const nSlots = Math.max(1, ...layers.map((l) => l.n_slots || (l.tier ? l.tier.length : 0)));
   const left = 44, right = 10, top = 8, bottom = 36;
   const rowH = Math.max(3, Math.min(28, Math.floor(200 / Math.max(1, layers.length))));

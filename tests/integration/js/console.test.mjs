@@ -157,7 +157,7 @@ try {
     return l && l.offsetParent !== null ? l.textContent.replace(/\s+/g, ' ') : '';
   });
   check('the heatmap legend names the tiers and the brightness scale',
-    ['sink', 'anchor', 'compressed', 'hot', 'attention mass', 'log scale'].every((w) => legend.includes(w)),
+    ['sink', 'anchor', 'compressed', 'hot', 'shared', 'attention mass', 'log scale'].every((w) => legend.includes(w)),
     legend);
   const lo = await waitFor(page, () => {
     const t = document.getElementById('mass-lo').textContent;

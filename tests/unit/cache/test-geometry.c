@@ -158,6 +158,28 @@ static const struct cache_settings swa_settings = {.strategy = CACHE_STRATEGY_SL
                                                    .anchor_promote = 0.2,
                                                    .anchor_demote_steps = 4};
 
+/* The sink rows' bytes by hand: 4 sinks of 2 kv heads x K+V, f32 rows of
+ * D = 8 (128 bytes a token) in each of 2 layers; quantized sinks hold int8
+ * codes plus a fp32 scale,min per row; a model sliding-window layer has
+ * none, and an invalid geometry none at all. */
+START_TEST(test_sink_bytes)
+{
+	struct cache_geometry g = base();
+	size_t tok = 2 * NKV * D * 4, qtok = 2 * NKV * (D + 2 * 4);
+	ck_assert_uint_eq(cache_geometry_sink_bytes(&g), NL * 4 * tok);
+	cache_geometry_pin(&g, 12);
+	ck_assert_uint_eq(cache_geometry_sink_bytes(&g), NL * 12 * tok);
+	g = base();
+	g.protect_sinks = false;
+	ck_assert_uint_eq(cache_geometry_sink_bytes(&g), NL * 4 * qtok);
+	g = base();
+	cache_geometry_set_layer_swa(&g, 1, 16);
+	ck_assert_uint_eq(cache_geometry_sink_bytes(&g), 4 * tok);
+	g.window_size = 0;
+	ck_assert_uint_eq(cache_geometry_sink_bytes(&g), 0);
+}
+END_TEST
+
 /* The bound is the sum over layers: 5 sliding layers of exactly 1,024 f32
  * tokens (no sinks, anchors or quantized tiers), one global layer as the
  * settings make it; not 6 of either. */
@@ -411,6 +433,7 @@ int main(void)
 	tcase_add_test(tc, test_layer_spans);
 	tcase_add_test(tc, test_build_from_settings);
 	tcase_add_test(tc, test_rope_scaling_from_model);
+	tcase_add_test(tc, test_sink_bytes);
 	tcase_add_test(tc, test_swa_layers_bound);
 	tcase_add_test(tc, test_swa_layers_model);
 	suite_add_tcase(s, tc);

@@ -3,8 +3,8 @@
  * keeping an anchor: both images are written to a temporary folder, read
  * back with libpng and checked where a reader would look: the image size
  * the layout states, each tier's hue in its columns, brightness rising with
- * attention mass, evicted tokens grey in the lifecycle, the legend's four
- * tier colours; bad paths and bad traces give errors, never a crash. */
+ * attention mass, evicted tokens grey in the lifecycle, the legend's
+ * colour of every tier (shared sinks beside the session's own); bad paths and bad traces give errors, never a crash. */
 #include <check.h>
 #include <errno.h>
 #include <math.h>
@@ -190,6 +190,7 @@ START_TEST(test_tier_names)
 	ck_assert_str_eq(cache_tier_name(CACHE_TIER_ANCHOR), "anchor");
 	ck_assert_str_eq(cache_tier_name(CACHE_TIER_COMPRESSED), "compressed");
 	ck_assert_str_eq(cache_tier_name(CACHE_TIER_HOT), "hot");
+	ck_assert_str_eq(cache_tier_name(CACHE_TIER_SHARED), "shared");
 	ck_assert_str_eq(cache_tier_name(CACHE_TIER_COUNT), "?");
 	uint8_t lo[3], hi[3], top[3];
 	heatmap_shade(CACHE_TIER_HOT, 0.0f, lo);
@@ -262,6 +263,37 @@ START_TEST(test_step_image)
 		heatmap_shade(CACHE_TIER_HOT, hot_mass(0), want);
 		ck_assert(rgb_eq(newest, want));
 	}
+	check_legend(&im, &l);
+	free(im.px);
+	free(tr);
+}
+END_TEST
+
+/* A layer whose sinks are read from a shared prefix draws them in the
+ * shared tier's hue, told apart from every other tier's. */
+START_TEST(test_shared_sinks)
+{
+	for (int t = 0; t < CACHE_TIER_COUNT; t++) {
+		uint8_t c[3];
+		heatmap_tier_rgb((enum cache_tier)t, c);
+		ck_assert_int_eq(hue_of(c), t);
+	}
+	struct trace *tr = malloc(sizeof *tr);
+	ck_assert_ptr_nonnull(tr);
+	trace_at(tr, 99);
+	for (int i = 0; i < SINKS; i++)
+		tr->layers[1].slots[i].tier = CACHE_TIER_SHARED;
+	char err[SINKD_ERR_LEN] = "";
+	struct heatmap_layout l;
+	ck_assert_msg(heatmap_step_layout(&tr->step, &l, err, sizeof err) == 0, "%s", err);
+	ck_assert_msg(heatmap_step_write(&tr->step, tmp_path("step.png"), err, sizeof err) == 0,
+	              "%s", err);
+	struct image im;
+	image_read(&im, tmp_path("step.png"));
+	for (int layer = 0; layer < N_LAYERS; layer++)
+		for (int col = 0; col < SINKS; col++)
+			ck_assert_int_eq(hue_of(cell(&im, &l, col, layer)),
+			                 layer == 1 ? CACHE_TIER_SHARED : CACHE_TIER_SINK);
 	check_legend(&im, &l);
 	free(im.px);
 	free(tr);
@@ -472,6 +504,7 @@ int main(void)
 	TCase *tc = tcase_create("heatmap");
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_tier_names);
+	tcase_add_test(tc, test_shared_sinks);
 	tcase_add_test(tc, test_step_image);
 	tcase_add_test(tc, test_lifecycle_image);
 	tcase_add_test(tc, test_lifecycle_downsampled);

@@ -137,6 +137,7 @@ static void on_event(void *user, const struct gen_event *ev)
 	pthread_mutex_lock(&c->mu);
 	if (ev->kind == GEN_EVENT_PROMPT_DONE) {
 		c->n_prompt_done++;
+		c->n_cached = ev->n_cached_tokens;
 		if (c->watch) {
 			pthread_mutex_lock(&c->watch->mu);
 			c->watch_at_prompt_done = c->watch->n_tokens;

@@ -71,6 +71,7 @@ struct coll {
 	int n_started;            /* on_start calls */
 	int pin;                  /* the request's pin_prefix_tokens */
 	bool want_logprobs;       /* fill logprobs[] */
+	int n_cached;             /* PROMPT_DONE's n_cached_tokens */
 	/* the next submit only: a grammar (reference taken), logit_bias, seed */
 	struct grammar *grammar;
 	struct sampler_bias bias[4];
