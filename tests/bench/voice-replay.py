@@ -253,8 +253,7 @@ class Conversation(threading.Thread):
         except Exception as e:  # a failed conversation is an error, not a crash
             self.fail("%s %s" % (type(e).__name__, e))
         finally:
-            if self.a.target != "sinkd":
-                self.cl.close()
+            self.cl.close()
 
     def open(self):
         p, sid = self.plan, self.conv["id"]
@@ -385,8 +384,6 @@ def run(a):
         r[k + "_ms_p99"] = ms(pct(out[k], 99))
     if a.target == "sinkd":
         r.update(sinkd_kv(a, plan))
-    for t in threads:
-        t.cl.close()
     print(json.dumps(r))
 
 
