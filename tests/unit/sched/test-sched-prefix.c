@@ -4,7 +4,8 @@
  * prefix freed exactly once, referenced entries never evicted, the longest
  * image prefix found, other tokens or geometries never a hit, pending
  * claims, a shrinking bound, stale entries after a geometry change, and the
- * rows digest of a prefix's image against a snapshot's. */
+ * rows digest of a prefix's image against a snapshot's; and the prefix
+ * cache's lines of /metrics. */
 #include <check.h>
 #include <errno.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 
 #include "sched/sched_prefix.h"
+#include "sched/scheduler.h"
 #include "testutil.h"
 #include "util/errbuf.h"
 
@@ -567,6 +569,46 @@ START_TEST(test_rows_digest_of_prefix_and_snapshot)
 }
 END_TEST
 
+/* ---- /metrics ---------------------------------------------------------------- */
+
+/* The prefix cache's metric lines carry the stats they are given, each with
+ * its HELP and TYPE. */
+START_TEST(test_metrics_lines)
+{
+	struct scheduler_stats st = {.prefix_hits = 11,
+	                             .prefix_misses = 22,
+	                             .prefix_tokens_reused = 3300,
+	                             .prefix_bytes = 4400,
+	                             .prefix_shared_sessions = 55,
+	                             .prefix_entries = 6};
+	static const struct {
+		const char *name, *type;
+		unsigned long long v;
+	} want[] = {{"sinkd_prefix_cache_hits_total", "counter", 11},
+	            {"sinkd_prefix_cache_misses_total", "counter", 22},
+	            {"sinkd_prefix_cache_tokens_reused_total", "counter", 3300},
+	            {"sinkd_prefix_cache_bytes", "gauge", 4400},
+	            {"sinkd_prefix_cache_shared_sessions", "gauge", 55},
+	            {"sinkd_prefix_cache_entries", "gauge", 6}};
+	char *text = NULL;
+	size_t len = 0;
+	FILE *mem = open_memstream(&text, &len);
+	ck_assert_ptr_nonnull(mem);
+	scheduler_write_prefix_metrics(&st, mem);
+	fclose(mem);
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		char line[160];
+		snprintf(line, sizeof(line), "\n%s %llu\n", want[i].name, want[i].v);
+		ck_assert_msg(strstr(text, line), "no line '%s' in:\n%s", line + 1, text);
+		snprintf(line, sizeof(line), "# TYPE %s %s\n", want[i].name, want[i].type);
+		ck_assert_msg(strstr(text, line), "no '%s'", line);
+		snprintf(line, sizeof(line), "# HELP %s ", want[i].name);
+		ck_assert_msg(strstr(text, line), "no '%s'", line);
+	}
+	free(text);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("sched-prefix");
@@ -579,6 +621,7 @@ int main(void)
 	tcase_add_test(tc, test_new_geometry_makes_entries_stale);
 	tcase_add_test(tc, test_bound_holds_under_churn);
 	tcase_add_test(tc, test_rows_digest_of_prefix_and_snapshot);
+	tcase_add_test(tc, test_metrics_lines);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }
