@@ -164,23 +164,29 @@ static void write_histogram(FILE *out, const struct sched_histogram *h)
 
 void scheduler_write_prefix_metrics(const struct scheduler_stats *st, FILE *out)
 {
-	write_one(out, "sinkd_prefix_cache_hits_total", "counter",
-	          "New streams that took a prompt prefix from the prefix cache (shared or copied)",
-	          (double)st->prefix_hits);
-	write_one(out, "sinkd_prefix_cache_misses_total", "counter",
-	          "New streams that could have taken a prefix from the prefix cache and found none",
-	          (double)st->prefix_misses);
-	write_one(out, "sinkd_prefix_cache_tokens_reused_total", "counter",
-	          "Prompt tokens that prefix cache hits did not compute",
-	          (double)st->prefix_tokens_reused);
-	write_one(out, "sinkd_prefix_cache_bytes", "gauge",
-	          "Bytes the prefix cache's entries hold (shared ones counted once)",
-	          (double)st->prefix_bytes);
-	write_one(out, "sinkd_prefix_cache_shared_sessions", "gauge",
-	          "Sessions whose sink tier is a prefix cache entry's rows",
-	          (double)st->prefix_shared_sessions);
-	write_one(out, "sinkd_prefix_cache_entries", "gauge", "Prefixes the prefix cache holds",
-	          (double)st->prefix_entries);
+	static const struct {
+		const char *name, *type, *help;
+	} m[] = {
+	    {"sinkd_prefix_cache_hits_total", "counter",
+	     "New streams that took a prompt prefix from the prefix cache (shared or copied)"},
+	    {"sinkd_prefix_cache_misses_total", "counter",
+	     "New streams that could have taken a prefix from the prefix cache and found none"},
+	    {"sinkd_prefix_cache_tokens_reused_total", "counter",
+	     "Prompt tokens that prefix cache hits did not compute"},
+	    {"sinkd_prefix_cache_bytes", "gauge",
+	     "Bytes the prefix cache's entries hold (shared ones counted once)"},
+	    {"sinkd_prefix_cache_shared_sessions", "gauge",
+	     "Sessions whose sink tier is a prefix cache entry's rows"},
+	    {"sinkd_prefix_cache_entries", "gauge", "Prefixes the prefix cache holds"},
+	};
+	const double v[] = {(double)st->prefix_hits,
+	                    (double)st->prefix_misses,
+	                    (double)st->prefix_tokens_reused,
+	                    (double)st->prefix_bytes,
+	                    (double)st->prefix_shared_sessions,
+	                    (double)st->prefix_entries};
+	for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++)
+		write_one(out, m[i].name, m[i].type, m[i].help, v[i]);
 }
 
 void scheduler_write_metrics(struct scheduler *s, FILE *out)
