@@ -227,6 +227,32 @@ START_TEST(test_other_tokens_are_not_a_hit)
 }
 END_TEST
 
+/* More entries than the table has buckets (so chains are shared, by
+ * pigeonhole): each prompt finds its own entry, and none finds another's.
+ * (A full SHA-256 collision cannot be made; a hit is confirmed on the
+ * tokens all the same.) */
+START_TEST(test_many_entries_each_its_own)
+{
+	enum { N = 600 };
+	struct sched_prefix *pc = store_new(1 << 20);
+	struct cache_geometry g = geom(20);
+	static struct sched_prefix_entry *e[N];
+	int32_t t[20];
+	for (int i = 0; i < N; i++) {
+		prompt(t, 20, i);
+		e[i] = shared(pc, &g, t, 20, 10);
+	}
+	for (int i = 0; i < N; i++) {
+		prompt(t, 20, i);
+		ck_assert_ptr_eq(sched_prefix_find_shared(pc, &g, t, 20), e[i]);
+		t[10] = -1;
+		ck_assert_ptr_null(sched_prefix_find_shared(pc, &g, t, 20));
+	}
+	ck_assert_uint_eq(stats(pc).entries, N);
+	store_free(pc);
+}
+END_TEST
+
 START_TEST(test_pending_entries)
 {
 	struct sched_prefix *pc = store_new(1000);
@@ -616,6 +642,7 @@ int main(void)
 	tcase_add_test(tc, test_referenced_entry_is_never_evicted);
 	tcase_add_test(tc, test_longest_image_prefix);
 	tcase_add_test(tc, test_other_tokens_are_not_a_hit);
+	tcase_add_test(tc, test_many_entries_each_its_own);
 	tcase_add_test(tc, test_pending_entries);
 	tcase_add_test(tc, test_shrink_evicts_least_recently_used);
 	tcase_add_test(tc, test_new_geometry_makes_entries_stale);
