@@ -103,12 +103,13 @@ static void feed(struct backend_session **ss, int k, const int32_t *ids, int n, 
 		memcpy(out[j], rows, (size_t)n * (size_t)n_vocab * sizeof(float));
 	}
 	if (together) {
-		ck_assert_msg(be->ops->forward(be, batch, (size_t)(n * k), rows, err,
-		                               sizeof(err)) == 0,
-		              "%s", err);
+		ck_assert_msg(
+		    be->ops->forward(be, batch, (size_t)(n * k), rows, err, sizeof(err)) == 0, "%s",
+		    err);
 		for (int j = 0; j < k; j++)
 			for (int i = 0; i < n; i++)
-				memcpy(out[j] + (size_t)i * n_vocab, rows + (size_t)(i * k + j) * n_vocab,
+				memcpy(out[j] + (size_t)i * n_vocab,
+				       rows + (size_t)(i * k + j) * n_vocab,
 				       (size_t)n_vocab * sizeof(float));
 	}
 	free(batch);
@@ -158,16 +159,17 @@ static void follow(struct backend_session **ss, int k, const int32_t *ids, int n
 		m = m < n - i ? m : n - i;
 		feed(ss, k, ids + i, m, c % 3 == 1, out);
 		for (int j = 1; j < k; j++)
-			ck_assert_msg(memcmp(out[0], out[j], (size_t)m * row) == 0,
-			              "session %d's logits differ from session 0's at tokens %d..%d", j,
-			              i, i + m - 1);
+			ck_assert_msg(
+			    memcmp(out[0], out[j], (size_t)m * row) == 0,
+			    "session %d's logits differ from session 0's at tokens %d..%d", j, i,
+			    i + m - 1);
 		i += m;
 		if (c % 9 == 8) {
 			char err[SINKD_ERR_LEN];
 			for (int j = 0; j < k; j++)
-				ck_assert_msg(be->ops->session_revise(be, ss[j], 2, err,
-				                                      sizeof(err)) == 0,
-				              "%s", err);
+				ck_assert_msg(
+				    be->ops->session_revise(be, ss[j], 2, err, sizeof(err)) == 0,
+				    "%s", err);
 			i -= 2;
 		}
 	}
@@ -187,7 +189,8 @@ static void trace_shows_shared(const struct cache_geometry *g, const struct back
 	for (int l = 0; l < t->n_layers; l++) {
 		ck_assert_int_gt(t->layers[l].n_slots, n_shared);
 		for (int i = 0; i < t->layers[l].n_slots; i++)
-			ck_assert_int_eq(t->layers[l].slots[i].tier == CACHE_TIER_SHARED, i < n_shared);
+			ck_assert_int_eq(t->layers[l].slots[i].tier == CACHE_TIER_SHARED,
+			                 i < n_shared);
 	}
 	cache_trace_step_free(t);
 }
