@@ -24,6 +24,8 @@
 #include "cache/geometry.h"
 
 struct sinkcache;
+/* A read-only sink tier that caches of one geometry share (below). */
+struct sinkcache_prefix;
 
 int sinkcache_new(const struct cache_geometry *g, struct sinkcache **out, char *err,
                   size_t err_len);

@@ -99,6 +99,10 @@ struct sinkcache {
 	double *cs_memo[2][2];    /* (rope_dim) each */
 	struct tier_trace *trace; /* NULL unless tracing (sinkcache_trace_enable, tiertrace.h) */
 	float softcap;            /* of the attention scores (sinkcache_set_softcap); 0: none */
+	/* The shared prefix whose rows every layer's sink_k/sink_v point into
+	 * (sinkcache_new_shared): the cache holds its S sinks and never writes
+	 * them; NULL: the sinks are the cache's own, in its front. */
+	const struct sinkcache_prefix *prefix;
 };
 
 static inline int kv_ring_slot(const struct kv_ring *r, int i)

@@ -53,6 +53,7 @@ int sinkcache_trace_fill(const struct sinkcache *c, struct cache_trace_step *out
 	tier_trace_fill_step(c->trace, &c->g, c->layers[0].t.n_seen, out);
 	for (int l = 0; l < c->g.n_layers; l++)
 		tier_trace_fill_layer(c->trace, &c->g, &c->layers[l].caps, l, &c->layers[l].t,
-		                      &c->layers[l].anc, out->attention, &out->layers[l]);
+		                      &c->layers[l].anc, c->prefix ? c->layers[l].caps.sink : 0,
+		                      out->attention, &out->layers[l]);
 	return 0;
 }

@@ -231,7 +231,7 @@ static void slot_masses(const struct tier_trace *t, const struct tier_trace_laye
 {
 	last_mass(T, cursor, s->stream_index, &s->mass_max, &s->mass_mean);
 	float ema;
-	if (s->tier == CACHE_TIER_SINK)
+	if (s->tier == CACHE_TIER_SINK || s->tier == CACHE_TIER_SHARED)
 		ema = T->sink_ema[sink_rank];
 	else if (s->tier == CACHE_TIER_ANCHOR)
 		ema = a->score[sink_rank];
@@ -244,7 +244,7 @@ static void slot_masses(const struct tier_trace *t, const struct tier_trace_laye
 
 void tier_trace_fill_layer(const struct tier_trace *t, const struct cache_geometry *g,
                            const struct tier_caps *c, int layer, const struct tier_counts *n,
-                           const struct tier_anchors *a, bool attention,
+                           const struct tier_anchors *a, int n_shared, bool attention,
                            struct cache_trace_layer *out)
 {
 	bool by_rank = g->rope_positions == ROPE_POSITIONS_CACHE;
@@ -257,7 +257,7 @@ void tier_trace_fill_layer(const struct tier_trace *t, const struct cache_geomet
 		s->stream_index = rank_index(&m, r);
 		s->rope_pos = by_rank ? r : s->stream_index;
 		if (r < n->n_sink)
-			s->tier = CACHE_TIER_SINK;
+			s->tier = r < n_shared ? CACHE_TIER_SHARED : CACHE_TIER_SINK;
 		else if (r < w0)
 			s->tier = CACHE_TIER_ANCHOR;
 		else

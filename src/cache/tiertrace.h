@@ -53,9 +53,11 @@ void tier_trace_fill_step(const struct tier_trace *t, const struct cache_geometr
                           uint64_t n_seen, struct cache_trace_step *out);
 /* Layer `layer` of out at counts n with anchors a (NULL: none): every
  * resident slot in stream order with its tier and RoPE position, and the
- * masses when out->attention (tier_trace_fill_step first).  out->slots has
- * room for tier_resident() + anchors. */
+ * masses when out->attention (tier_trace_fill_step first).  The first
+ * n_shared sinks are read from a shared prefix (backend.h:
+ * session_new_shared): their tier is CACHE_TIER_SHARED; 0: none.
+ * out->slots has room for tier_resident() + anchors. */
 void tier_trace_fill_layer(const struct tier_trace *t, const struct cache_geometry *g,
                            const struct tier_caps *c, int layer, const struct tier_counts *n,
-                           const struct tier_anchors *a, bool attention,
+                           const struct tier_anchors *a, int n_shared, bool attention,
                            struct cache_trace_layer *out);
