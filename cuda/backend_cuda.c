@@ -311,13 +311,10 @@ static int cuda_session_trace(struct backend *be, const struct backend_session *
 	tier_trace_fill_step(s->trace, g, s->st.t.n_seen, out);
 	for (int l = 0; l < g->n_layers; l++) {
 		bool slides = s->swa && s->swa->slides[l];
-		tier_trace_fill_layer(s->trace, g, slides ? &s->swa->sh.caps : &s->sh.caps, l,
-		                      slides ? &s->swa->st.t : &s->st.t,
-		                      s->anc.cap > 0 ? &s->anc.layer[l] : NULL, 0, out->attention,
-		                      &out->layers[l]);
-		for (int i = 0; s->prefix && i < out->layers[l].n_slots; i++)
-			if (out->layers[l].slots[i].tier == CACHE_TIER_SINK)
-				out->layers[l].slots[i].tier = CACHE_TIER_SHARED;
+		tier_trace_fill_layer(
+		    s->trace, g, slides ? &s->swa->sh.caps : &s->sh.caps, l,
+		    slides ? &s->swa->st.t : &s->st.t, s->anc.cap > 0 ? &s->anc.layer[l] : NULL,
+		    s->prefix ? s->st.t.n_sink : 0, out->attention, &out->layers[l]);
 	}
 	return 0;
 }
