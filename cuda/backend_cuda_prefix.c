@@ -13,17 +13,18 @@
 
 /* Sharing needs one global kind of layer and full-precision sinks: what
  * cache_geometry_pin makes of a pinned stream. */
-static int prefix_eligible(const struct cache_geometry *g, char *err, size_t err_len)
+static int prefix_eligible(const struct backend_session *s, char *err, size_t err_len)
 {
-	if (cache_geometry_per_layer(g))
+	if (s->swa)
 		return err_set(err, err_len, -ENOTSUP,
-		               "cuda backend: a cache with layers of their own span (the model's "
-		               "sliding-window layers) cannot share a prefix");
-	if (!g->protect_sinks || g->sink_keep_count < 1)
+		               "cuda backend: a shared prefix needs every layer global (this "
+		               "geometry has the model's sliding-window layers)");
+	if (s->sh.sink_quant || s->sh.caps.sink < 1)
 		return err_set(err, err_len, -ENOTSUP,
-		               "cuda backend: only full-precision sinks (protect_sinks, "
-		               "sink_keep_count >= 1; here %d) can be shared",
-		               g->sink_keep_count);
+		               "cuda backend: a shared prefix needs full-precision sinks "
+		               "(protect_sinks or quantization off) and sink_keep_count >= 1 "
+		               "(it is %d)",
+		               s->sh.caps.sink);
 	return 0;
 }
 
@@ -32,8 +33,7 @@ int cudabe_prefix_new(struct backend *be, const struct backend_session *s,
 {
 	struct cuda_backend *c = cuda_of(be);
 	*out = NULL;
-	int rc = s->swa ? prefix_eligible(&s->swa->g, err, err_len)
-	                : prefix_eligible(&s->sh.g, err, err_len);
+	int rc = prefix_eligible(s, err, err_len);
 	if (rc)
 		return rc;
 	const struct tier_counts *t = &s->st.t;
