@@ -30,7 +30,7 @@
 
 /* ============================================================ sessions */
 
-static void l2_window_update(struct cuda_backend *c)
+void cudabe_l2_window_update(struct cuda_backend *c)
 {
 	if (!c->l2_sinks)
 		return;
@@ -147,10 +147,10 @@ static int swa_layers_new(struct cuda_backend *c, struct backend_session *s,
 	return 0;
 }
 
-static int cuda_session_new(struct backend *be, const struct cache_geometry *g,
-                            struct backend_session **out, char *err, size_t err_len)
+int cudabe_session_open(struct cuda_backend *c, const struct cache_geometry *g,
+                        const struct backend_prefix *p, struct backend_session **out, char *err,
+                        size_t err_len)
 {
-	struct cuda_backend *c = cuda_of(be);
 	*out = NULL;
 	int rc = session_check_geometry(c, g, err, err_len);
 	if (rc)
@@ -170,7 +170,8 @@ static int cuda_session_new(struct backend *be, const struct cache_geometry *g,
 	int half = g->rope_dim / 2 > 0 ? g->rope_dim / 2 : 1;
 	s->freq_hi = calloc((size_t)half, sizeof(double));
 	s->freq_lo = calloc((size_t)half, sizeof(double));
-	uint64_t sink_b = s->sh.sink_layer_bytes * (uint64_t)n_global;
+	/* a shared session's sinks are the prefix's block */
+	uint64_t sink_b = p ? 0 : s->sh.sink_layer_bytes * (uint64_t)n_global;
 	uint64_t win_b = s->sh.win_layer_bytes * (uint64_t)n_global;
 	win_b = win_b > 0 ? win_b : 1; /* every layer slides: a block all the same */
 	rc = !s->freq_hi || !s->freq_lo ? -ENOMEM : 0;
@@ -201,15 +202,28 @@ static int cuda_session_new(struct backend *be, const struct cache_geometry *g,
 	cuda_kv_state_init(&s->st);
 	s->view = s->sh.layout;
 	s->view.sink_base = (uint64_t)(uintptr_t)(c->arena_d + (s->has_sink ? s->sink_off : 0));
+	if (p) { /* the state right after the prefix's S sink tokens */
+		struct tier_counts n = {.n_seen = (uint64_t)s->sh.caps.sink,
+		                        .n_sink = s->sh.caps.sink};
+		cuda_kv_image_state(&n, &s->st);
+		s->view.sink_base = (uint64_t)(uintptr_t)(c->arena_d + p->off);
+		s->prefix = p;
+	}
 	s->view.win_base = (uint64_t)(uintptr_t)(c->arena_d + s->win_off);
 	s->batch.slot = -1;
 	if (per_layer && (rc = swa_layers_new(c, s, g, err, err_len))) {
 		session_release(c, s);
 		return rc;
 	}
-	l2_window_update(c);
+	cudabe_l2_window_update(c);
 	*out = s;
 	return 0;
+}
+
+static int cuda_session_new(struct backend *be, const struct cache_geometry *g,
+                            struct backend_session **out, char *err, size_t err_len)
+{
+	return cudabe_session_open(cuda_of(be), g, NULL, out, err, err_len);
 }
 
 static void cuda_session_free(struct backend *be, struct backend_session *s)
@@ -217,7 +231,7 @@ static void cuda_session_free(struct backend *be, struct backend_session *s)
 	if (!s)
 		return;
 	session_release(cuda_of(be), s);
-	l2_window_update(cuda_of(be));
+	cudabe_l2_window_update(cuda_of(be));
 }
 
 static int cuda_session_revise(struct backend *be, struct backend_session *s, size_t n_tokens,
@@ -239,6 +253,12 @@ static void cuda_session_stats(struct backend *be, const struct backend_session 
 {
 	cuda_kv_plan_stats(&s->sh, &s->st, out);
 	cuda_kv_anchors_stats(&s->sh, &s->anc, out);
+	if (s->prefix) { /* its S sinks are the prefix's rows, not its own */
+		out->n_shared = out->n_sink;
+		out->bytes_shared = s->prefix->bytes;
+		out->bytes_bound -= s->prefix->bytes;
+		out->bytes_resident -= s->prefix->bytes;
+	}
 	if (!s->swa)
 		return;
 	/* the plan counted every layer as its kind; each kind has its share */
@@ -291,10 +311,10 @@ static int cuda_session_trace(struct backend *be, const struct backend_session *
 	tier_trace_fill_step(s->trace, g, s->st.t.n_seen, out);
 	for (int l = 0; l < g->n_layers; l++) {
 		bool slides = s->swa && s->swa->slides[l];
-		tier_trace_fill_layer(s->trace, g, slides ? &s->swa->sh.caps : &s->sh.caps, l,
-		                      slides ? &s->swa->st.t : &s->st.t,
-		                      s->anc.cap > 0 ? &s->anc.layer[l] : NULL, 0, out->attention,
-		                      &out->layers[l]);
+		tier_trace_fill_layer(
+		    s->trace, g, slides ? &s->swa->sh.caps : &s->sh.caps, l,
+		    slides ? &s->swa->st.t : &s->st.t, s->anc.cap > 0 ? &s->anc.layer[l] : NULL,
+		    s->prefix ? s->st.t.n_sink : 0, out->attention, &out->layers[l]);
 	}
 	return 0;
 }
@@ -311,13 +331,16 @@ struct layer_kind {
 	const struct cuda_kv_shape *sh;
 	struct cuda_kv_view view;
 	bool slides;
+	bool shared_sink; /* its sinks are a shared prefix's: never written */
 };
 
 static struct layer_kind layer_kind_of(const struct backend_session *s, int l)
 {
 	bool slides = s->swa && s->swa->slides[l];
-	return (struct layer_kind){
-	    .sh = slides ? &s->swa->sh : &s->sh, .view = cudabe_layer_view(s, l), .slides = slides};
+	return (struct layer_kind){.sh = slides ? &s->swa->sh : &s->sh,
+	                           .view = cudabe_layer_view(s, l),
+	                           .slides = slides,
+	                           .shared_sink = s->prefix != NULL};
 }
 
 static int layer_download(struct cuda_backend *c, const struct layer_kind *k, int layer,
@@ -339,7 +362,7 @@ static int layer_upload(struct cuda_backend *c, const struct layer_kind *k, int 
                         const unsigned char *stage, char *err, size_t err_len)
 {
 	size_t sink_b = k->sh->sink_layer_bytes, win_b = k->sh->win_layer_bytes;
-	if (sink_b > 0)
+	if (sink_b > 0 && !k->shared_sink)
 		CU_TRY(cudaMemcpyAsync(cuda_kv_sink_layer(&k->view, layer), stage, sink_b,
 		                       cudaMemcpyHostToDevice, c->stream),
 		       "cache image upload");
@@ -433,11 +456,15 @@ static int cuda_session_import(struct backend *be, struct backend_session *s,
 		return err_set(err, err_len, -EINVAL,
 		               "cuda backend: cache image holds %zu bytes, its counts need %zu",
 		               in->bytes, plan.total_bytes);
-	if (s->st.t.n_seen != 0 || cuda_kv_resident(&s->sh, &s->st) != 0 ||
+	/* a shared session is empty holding only its prefix */
+	uint64_t fresh = s->prefix ? (uint64_t)s->sh.caps.sink : 0;
+	if (s->st.t.n_seen != fresh || cuda_kv_resident(&s->sh, &s->st) != (int)fresh ||
 	    (s->swa && s->swa->st.t.n_seen != 0))
 		return err_set(err, err_len, -EBUSY,
 		               "cuda backend: import needs an empty session (it holds %llu tokens)",
 		               (unsigned long long)s->st.t.n_seen);
+	if (s->prefix && (rc = cudabe_prefix_check_image(c, s->prefix, in, err, err_len)))
+		return rc;
 	struct cuda_kv_state st, st_swa;
 	cuda_kv_image_state(&in->n, &st);
 	cuda_kv_image_state(&in->n_swa, &st_swa);
@@ -518,6 +545,10 @@ static const struct backend_ops cuda_ops = {
     .session_import = cuda_session_import,
     .session_trace_enable = cuda_session_trace_enable,
     .session_trace = cuda_session_trace,
+    .prefix_new = cudabe_prefix_new,
+    .prefix_free = cudabe_prefix_free,
+    .session_new_shared = cudabe_session_new_shared,
+    .prefix_image = cudabe_prefix_image,
 };
 
 static int arena_create(struct cuda_backend *c, const struct backend_cuda_options *o, char *err,
@@ -638,6 +669,11 @@ size_t backend_cuda_cache_bytes(const struct backend *be)
 size_t backend_cuda_weight_bytes(const struct backend *be)
 {
 	return ((const struct cuda_backend *)be)->weight_bytes;
+}
+
+size_t backend_cuda_arena_used(const struct backend *be)
+{
+	return cuda_arena_used(&((const struct cuda_backend *)be)->arena);
 }
 
 size_t backend_cuda_session_bytes(const struct cache_geometry *g)

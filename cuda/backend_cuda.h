@@ -42,5 +42,8 @@ int backend_cuda_new(const struct model *m, const struct backend_options *opt,
 size_t backend_cuda_cache_bytes(const struct backend *be);
 /* Bytes of the weights on the device. */
 size_t backend_cuda_weight_bytes(const struct backend *be);
+/* Bytes of the KV arena in use: every session's blocks and each shared
+ * prefix's block (counted once however many sessions read it). */
+size_t backend_cuda_arena_used(const struct backend *be);
 /* Device bytes one session of geometry g takes from the arena. */
 size_t backend_cuda_session_bytes(const struct cache_geometry *g);

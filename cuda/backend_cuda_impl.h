@@ -58,11 +58,23 @@ struct backend_session {
 	struct tier_trace *trace;   /* NULL unless its cache is traced (cache/tiertrace.h) */
 	uint64_t sink_off, win_off;
 	bool has_sink;
+	/* A session made by session_new_shared: its sink rows are this
+	 * prefix's block (view.sink_base), which it neither writes nor frees;
+	 * NULL: its sink block is its own. */
+	const struct backend_prefix *prefix;
 	double *freq_hi, *freq_lo; /* (rope_dim/2) */
 	/* With the model's sliding-window layers (NULL: none, every layer is
 	 * global): sh, st, tmp, view, step and freq above are the global
 	 * layers', whose blocks hold only those layers; swa the sliding ones'. */
 	struct cuda_swa_layers *swa;
+};
+
+/* A shared prefix (engine/backend.h): a sink block of its shape's layout
+ * in the low end of the arena, written once by prefix_new. */
+struct backend_prefix {
+	struct cuda_kv_shape sh; /* the geometry's (every layer global) */
+	uint64_t off;            /* the block's arena offset: sh.sink_layer_bytes per layer */
+	size_t bytes;            /* the geometry's sink share of the bound */
 };
 
 /* The model sliding-window layers of a session: their own shape, state,
@@ -192,6 +204,26 @@ static inline cudaDataType_t blas_type(int dt)
 	return dt == CUDA_DT_F32 ? CUDA_R_32F : dt == CUDA_DT_F16 ? CUDA_R_16F : CUDA_R_16BF;
 }
 
+/* backend_cuda.c: the L2 sink window over the arena's low blocks as they
+ * are now (after a low block comes or goes). */
+void cudabe_l2_window_update(struct cuda_backend *c);
+/* backend_cuda.c: a new session of geometry g; with p (g is p's), one
+ * that reads its sinks from p's block and owns only its window block. */
+int cudabe_session_open(struct cuda_backend *c, const struct cache_geometry *g,
+                        const struct backend_prefix *p, struct backend_session **out, char *err,
+                        size_t err_len);
+/* backend_cuda_prefix.c */
+int cudabe_prefix_new(struct backend *be, const struct backend_session *s,
+                      struct backend_prefix **out, size_t *bytes, char *err, size_t err_len);
+void cudabe_prefix_free(struct backend *be, struct backend_prefix *p);
+int cudabe_session_new_shared(struct backend *be, const struct backend_prefix *p,
+                              struct backend_session **out, char *err, size_t err_len);
+int cudabe_prefix_image(struct backend *be, const struct backend_prefix *p, int n,
+                        struct kv_image *out, char *err, size_t err_len);
+/* Whether image in's sink rows are byte-equal to p's (in must hold its S
+ * sinks): -EINVAL naming the first layer that differs. */
+int cudabe_prefix_check_image(struct cuda_backend *c, const struct backend_prefix *p,
+                              const struct kv_image *in, char *err, size_t err_len);
 /* backend_cuda_weights.c */
 int cudabe_weights_upload(struct cuda_backend *c, char *err, size_t err_len);
 void cudabe_weights_free(struct cuda_backend *c);

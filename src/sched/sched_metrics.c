@@ -162,6 +162,33 @@ static void write_histogram(FILE *out, const struct sched_histogram *h)
 	fprintf(out, "%s_sum %.17g\n%s_count %" PRIu64 "\n", h->name, h->sum, h->name, h->total);
 }
 
+void scheduler_write_prefix_metrics(const struct scheduler_stats *st, FILE *out)
+{
+	static const struct {
+		const char *name, *type, *help;
+	} m[] = {
+	    {"sinkd_prefix_cache_hits_total", "counter",
+	     "New streams that took a prompt prefix from the prefix cache (shared or copied)"},
+	    {"sinkd_prefix_cache_misses_total", "counter",
+	     "New streams that could have taken a prefix from the prefix cache and found none"},
+	    {"sinkd_prefix_cache_tokens_reused_total", "counter",
+	     "Prompt tokens that prefix cache hits did not compute"},
+	    {"sinkd_prefix_cache_bytes", "gauge",
+	     "Bytes the prefix cache's entries hold (shared ones counted once)"},
+	    {"sinkd_prefix_cache_shared_sessions", "gauge",
+	     "Sessions whose sink tier is a prefix cache entry's rows"},
+	    {"sinkd_prefix_cache_entries", "gauge", "Prefixes the prefix cache holds"},
+	};
+	const double v[] = {(double)st->prefix_hits,
+	                    (double)st->prefix_misses,
+	                    (double)st->prefix_tokens_reused,
+	                    (double)st->prefix_bytes,
+	                    (double)st->prefix_shared_sessions,
+	                    (double)st->prefix_entries};
+	for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++)
+		write_one(out, m[i].name, m[i].type, m[i].help, v[i]);
+}
+
 void scheduler_write_metrics(struct scheduler *s, FILE *out)
 {
 	struct scheduler_stats st;
@@ -248,6 +275,7 @@ void scheduler_write_metrics(struct scheduler *s, FILE *out)
 	          (double)st.perplexity_alerts);
 	write_one(out, "sinkd_session_snapshot_bytes_total", "counter",
 	          "Bytes of every session snapshot made (API and store)", (double)st.snapshot_bytes);
+	scheduler_write_prefix_metrics(&st, out);
 	for (int i = 0; i < SCHED_HIST_COUNT; i++) {
 		struct sched_histogram h;
 		scheduler_get_histogram(s, (enum sched_hist_id)i, &h);

@@ -173,21 +173,8 @@ static bool defer_prefix(struct scheduler *s, struct sched_req *r, struct sched_
 	return true;
 }
 
-/* A miss of such a request: it computes all S tokens (the one it keeps
- * pending too), publishes them, then defers them (sched_share_after_forward). */
-static void defer_after_publish(struct sched_req *r, struct sched_prefix_entry *claim)
-{
-	int S = r->sess->geom.sink_keep_count;
-	if (!claim || !r->sess->persistent || r->logits_at_end || r->n_feed_all != (size_t)S ||
-	    r->n_feed + 1 != r->n_feed_all)
-		return;
-	r->n_feed = r->n_feed_all;
-	r->defer_after = true;
-}
-
-/* A stream of exactly the S prefix tokens that asks for tokens needs the
- * logits of token S-1: it copies the entry's first S-1 rows (exact) and
- * computes that token. */
+/* A stream whose sampling forward must keep its shape: it copies the
+ * entry's first S-1 rows (exact) and computes from token S-1 on. */
 static int copy_rows(struct scheduler *s, struct sched_req *r, struct sched_prefix_entry *e,
                      char *err, size_t err_len)
 {
@@ -216,6 +203,39 @@ static int copy_rows(struct scheduler *s, struct sched_req *r, struct sched_pref
 	return 0;
 }
 
+/* Whether the forward that samples keeps the batch-size class it has with
+ * the cache off: the CPU matmul picks its kernels by batch size, and a
+ * single row's logits may differ in the last bits from those of the same
+ * token computed among others.  With `skip` tokens taken from the cache, a
+ * request that samples forwards n_feed - skip rows, and with the cache off
+ * n_feed (or, after a deferral, the pending token and the prompt). */
+static bool same_shape(const struct sched_req *r, size_t skip)
+{
+	if (!r->logits_at_end)
+		return true;
+	size_t rows = r->n_feed - skip;
+	size_t rows_off = r->n_feed - (r->n_hist_fed ? r->n_hist_fed - 1 : 0);
+	return rows > 0 && (rows == 1) == (rows_off == 1);
+}
+
+/* A new stream's prefix is published: shared, copied (all but its last
+ * row, when sharing would change the shape of the sampling forward) or
+ * computed as if it were not there. */
+static int start_hit(struct scheduler *s, struct sched_req *r, struct sched_prefix_entry *e,
+                     char *err, size_t err_len)
+{
+	size_t S = (size_t)sched_prefix_entry_tokens(e);
+	if (r->n_feed >= S && same_shape(r, S)) {
+		if (share_entry(s, r, e, err, err_len) == 0)
+			return 0;
+		log_event(s->log, LOG_WARN, "sched", "shared prefix refused; computing it",
+		          (struct log_field[]){LOG_STR("error", err), LOG_END});
+	} else if (r->n_feed >= S && same_shape(r, S - 1)) {
+		return copy_rows(s, r, e, err, err_len);
+	}
+	return plain_session(s, r->sess, err, err_len);
+}
+
 int sched_share_start(struct scheduler *s, struct sched_req *r, char *err, size_t err_len)
 {
 	struct sched_session *ss = r->sess;
@@ -232,26 +252,20 @@ int sched_share_start(struct scheduler *s, struct sched_req *r, char *err, size_
 		r->share_wait = true;
 		return 0;
 	}
-	if (e && r->n_feed == (size_t)S && r->logits_at_end)
-		return copy_rows(s, r, e, err, err_len);
-	if (e && r->n_feed >= (size_t)S) {
-		if (share_entry(s, r, e, err, err_len) == 0)
-			return 0;
-		log_event(s->log, LOG_WARN, "sched", "shared prefix refused; computing it",
-		          (struct log_field[]){LOG_STR("error", err), LOG_END});
-		return plain_session(s, ss, err, err_len);
-	}
-	if (!e) {
-		count_locked(s, false, 0);
-		if (sched_prefix_claim(s->prefix, SCHED_PREFIX_SHARED, &ss->geom, r->feed, S,
-		                       cache_geometry_sink_bytes(&ss->geom), &e) != 0)
-			e = NULL;
-		defer_after_publish(r, e);
-		if (e && r->n_feed >= (size_t)S) {
-			r->claim = e;
-			r->cut = (size_t)S;
-		} else if (e) {
-			sched_prefix_abandon(s->prefix, e);
+	if (e)
+		return start_hit(s, r, e, err, err_len);
+	count_locked(s, false, 0);
+	/* rule P, or D's miss: cut at S; the rest must sample as it would */
+	bool defer = r->n_feed + 1 == r->n_feed_all && r->n_feed_all == (size_t)S &&
+	             ss->persistent && !r->logits_at_end;
+	if ((defer || (r->n_feed >= (size_t)S && same_shape(r, (size_t)S))) &&
+	    sched_prefix_claim(s->prefix, SCHED_PREFIX_SHARED, &ss->geom, r->feed, S,
+	                       cache_geometry_sink_bytes(&ss->geom), &e) == 0) {
+		r->claim = e;
+		r->cut = (size_t)S;
+		if (defer) { /* all S tokens computed, published, then deferred */
+			r->n_feed = r->n_feed_all;
+			r->defer_after = true;
 		}
 	}
 	return plain_session(s, ss, err, err_len);

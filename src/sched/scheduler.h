@@ -244,6 +244,8 @@ void scheduler_get_histogram(struct scheduler *s, enum sched_hist_id id,
 /* Writes every scheduler metric (gauges, counters, histograms) in the
  * Prometheus text format, HELP and TYPE lines included. */
 void scheduler_write_metrics(struct scheduler *s, FILE *out);
+/* Its lines of the prefix cache (sinkd_prefix_cache_*), from st. */
+void scheduler_write_prefix_metrics(const struct scheduler_stats *st, FILE *out);
 
 /* ---- Persistent sessions ----------------------------------------------- */
 

@@ -145,6 +145,8 @@ cJSON *api_session_json(const char *key, const struct sched_session_info *in)
 	cJSON_AddNumberToObject(o, "window_size", in->window_size);
 	cJSON_AddNumberToObject(o, "sink_keep_count", in->sink_keep_count);
 	cJSON_AddNumberToObject(o, "pinned_tokens", in->pinned_tokens);
+	/* of the sink tier, the tokens read from a prefix other sessions share */
+	cJSON_AddNumberToObject(o, "shared_prefix_tokens", in->shared_prefix_tokens);
 	if (in->sliding_layers > 0) { /* only for a model with sliding-window layers */
 		cJSON *sl = cJSON_AddObjectToObject(o, "sliding_layers");
 		cJSON_AddNumberToObject(sl, "count", in->sliding_layers);

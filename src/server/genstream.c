@@ -71,7 +71,8 @@ struct gs_format {
 	void (*call)(struct genstream *gs, const struct tool_event *ev);
 	/* a generation that finished (stop, length, none): stream: the closing
 	 * events, NULL; !stream: the whole object (NULL: out of memory) */
-	cJSON *(*close)(struct genstream *gs, enum gen_finish fin, int n_prompt, int n_gen);
+	cJSON *(*close)(struct genstream *gs, enum gen_finish fin, int n_prompt, int n_cached,
+	                int n_gen);
 	/* stream: an error that ends it */
 	void (*fail)(struct genstream *gs, const char *msg, const char *type, const char *param,
 	             const char *code);
@@ -125,6 +126,7 @@ struct genstream {
 	int retry_after_s;
 	char err_msg[256];
 	int n_prompt, n_gen;
+	int n_cached; /* of n_prompt, from the prefix cache */
 	double t_submit, t_first, t_last;
 	bool keepalive_due;
 	bool overflow; /* the client fell GS_MAX_PENDING_EVENTS behind */
@@ -271,10 +273,12 @@ static void gs_on_event(void *user, const struct gen_event *e)
 		gs_push(gs, e, now);
 	} else if (e->kind == GEN_EVENT_PROMPT_DONE) {
 		gs->n_prompt = e->n_prompt_tokens;
+		gs->n_cached = e->n_cached_tokens;
 	} else {
 		gs->done = true;
 		gs->finish = e->finish;
 		gs->n_prompt = e->n_prompt_tokens ? e->n_prompt_tokens : gs->n_prompt;
+		gs->n_cached = e->n_prompt_tokens ? e->n_cached_tokens : gs->n_cached;
 		gs->n_gen = e->n_generated_tokens;
 		gs->err_rc = e->error_rc;
 		gs->err_param = request_field_name(&gs->names, e->error_field);
@@ -432,13 +436,13 @@ static const char *gs_finish_reason(const struct genstream *gs, enum gen_finish 
 	return gs->n_calls > 0 ? "tool_calls" : oa_finish_reason(fin);
 }
 
-static cJSON *oa_close(struct genstream *gs, enum gen_finish fin, int np, int ng)
+static cJSON *oa_close(struct genstream *gs, enum gen_finish fin, int np, int nc, int ng)
 {
 	if (!gs->stream) {
 		cJSON *lp = gs->lp_acc;
 		gs->lp_acc = NULL;
 		cJSON *o = oa_final(&gs->oa, gs->text ? gs->text : "", gs->text_len, lp,
-		                    gs_finish_reason(gs, fin), np, ng);
+		                    gs_finish_reason(gs, fin), np, nc, ng);
 		if (o && gs->reasoning_text)
 			oa_final_set_reasoning(o, gs->reasoning_text, gs->reasoning_len);
 		if (o && gs->calls) {
@@ -453,7 +457,7 @@ static cJSON *oa_close(struct genstream *gs, enum gen_finish fin, int np, int ng
 	bool role = gs->oa.chat && !gs->sent_role;
 	sse_append(b, l, c, oa_chunk(&gs->oa, NULL, 0, role, NULL, gs_finish_reason(gs, fin)));
 	if (gs->oa.include_usage)
-		sse_append(b, l, c, oa_usage_chunk(&gs->oa, np, ng));
+		sse_append(b, l, c, oa_usage_chunk(&gs->oa, np, nc, ng));
 	sse_append(b, l, c, NULL);
 	return NULL;
 }
@@ -495,9 +499,9 @@ static void rs_call(struct genstream *gs, const struct tool_event *ev)
 	resp_stream_call(gs->resp, ev);
 }
 
-static cJSON *rs_close(struct genstream *gs, enum gen_finish fin, int np, int ng)
+static cJSON *rs_close(struct genstream *gs, enum gen_finish fin, int np, int nc, int ng)
 {
-	cJSON *o = resp_stream_finish(gs->resp, fin, np, ng);
+	cJSON *o = resp_stream_finish(gs->resp, fin, np, nc, ng);
 	if (!gs->stream)
 		return o;
 	cJSON_Delete(o); /* response.completed carried it */
@@ -866,7 +870,7 @@ static void gs_format_end(struct genstream *gs)
 {
 	pthread_mutex_lock(&gs->mu);
 	enum gen_finish fin = gs->finish;
-	int rc = gs->err_rc, np = gs->n_prompt, ng = gs->n_gen;
+	int rc = gs->err_rc, np = gs->n_prompt, nc = gs->n_cached, ng = gs->n_gen;
 	const char *param = gs->err_param;
 	char msg[256];
 	snprintf(msg, sizeof(msg), "%s", gs->err_msg[0] ? gs->err_msg : "generation cancelled");
@@ -875,7 +879,7 @@ static void gs_format_end(struct genstream *gs)
 		gs_feed_end(gs); /* the whole reply, for its mark */
 	gs_chat_marks_commit(gs, fin, np, ng);
 	if (fin == GEN_FINISH_STOP || fin == GEN_FINISH_LENGTH || fin == GEN_FINISH_NONE) {
-		gs->fmt->close(gs, fin, np, ng);
+		gs->fmt->close(gs, fin, np, nc, ng);
 	} else if (fin == GEN_FINISH_CANCELLED && atomic_load(&gs->srv->shutting_down)) {
 		gs->fmt->fail(
 		    gs,
@@ -1020,6 +1024,7 @@ static enum MHD_Result gs_respond_whole(struct request *r)
 	}
 	enum gen_finish fin = gs->finish;
 	int rc = gs->err_rc, retry = gs->retry_after_s, np = gs->n_prompt, ng = gs->n_gen;
+	int nc = gs->n_cached;
 	const char *param = gs->err_param;
 	bool peer_gone = gs->cancel_sent;
 	pthread_mutex_unlock(&gs->mu);
@@ -1055,7 +1060,7 @@ static enum MHD_Result gs_respond_whole(struct request *r)
 		cJSON_AddNumberToObject(o, "tokens_appended", np);
 		return respond_json(r, 200, o);
 	}
-	cJSON *o = gs->fmt->close(gs, fin, np, ng);
+	cJSON *o = gs->fmt->close(gs, fin, np, nc, ng);
 	if (!o)
 		return respond_error(r, 500, NULL, "out_of_memory", 0,
 		                     "out of memory building the reply");

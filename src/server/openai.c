@@ -146,25 +146,27 @@ void oa_final_set_reasoning(cJSON *final, const char *text, size_t len)
 		cJSON_AddItemToObject(msg, "reasoning_content", oa_string_n(text, len));
 }
 
-cJSON *oa_usage(int n_prompt, int n_generated)
+cJSON *oa_usage(int n_prompt, int n_cached, int n_generated)
 {
 	cJSON *u = cJSON_CreateObject();
 	cJSON_AddNumberToObject(u, "prompt_tokens", n_prompt);
 	cJSON_AddNumberToObject(u, "completion_tokens", n_generated);
 	cJSON_AddNumberToObject(u, "total_tokens", n_prompt + n_generated);
+	cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"),
+	                        "cached_tokens", n_cached);
 	return u;
 }
 
-cJSON *oa_usage_chunk(const struct oa_ctx *c, int n_prompt, int n_generated)
+cJSON *oa_usage_chunk(const struct oa_ctx *c, int n_prompt, int n_cached, int n_generated)
 {
 	cJSON *o = head(c, c->chat ? "chat.completion.chunk" : "text_completion");
 	cJSON_AddArrayToObject(o, "choices");
-	cJSON_AddItemToObject(o, "usage", oa_usage(n_prompt, n_generated));
+	cJSON_AddItemToObject(o, "usage", oa_usage(n_prompt, n_cached, n_generated));
 	return o;
 }
 
 cJSON *oa_final(const struct oa_ctx *c, const char *text, size_t len, cJSON *logprobs,
-                const char *finish_reason, int n_prompt, int n_generated)
+                const char *finish_reason, int n_prompt, int n_cached, int n_generated)
 {
 	cJSON *o = head(c, c->chat ? "chat.completion" : "text_completion");
 	cJSON *choices = cJSON_AddArrayToObject(o, "choices");
@@ -180,7 +182,7 @@ cJSON *oa_final(const struct oa_ctx *c, const char *text, size_t len, cJSON *log
 	add_nullable(ch, "logprobs", logprobs);
 	add_str_or_null(ch, "finish_reason", finish_reason);
 	cJSON_AddItemToArray(choices, ch);
-	cJSON_AddItemToObject(o, "usage", oa_usage(n_prompt, n_generated));
+	cJSON_AddItemToObject(o, "usage", oa_usage(n_prompt, n_cached, n_generated));
 	return o;
 }
 

@@ -36,11 +36,14 @@ cJSON *oa_reasoning_chunk(const struct oa_ctx *c, const char *text, size_t len, 
 /* Gives the whole chat object (oa_final) message.reasoning_content. */
 void oa_final_set_reasoning(cJSON *final, const char *text, size_t len);
 /* The last chunk when include_usage: "choices":[] and "usage". */
-cJSON *oa_usage_chunk(const struct oa_ctx *c, int n_prompt, int n_generated);
+cJSON *oa_usage_chunk(const struct oa_ctx *c, int n_prompt, int n_cached, int n_generated);
 /* The whole object of stream:false. */
 cJSON *oa_final(const struct oa_ctx *c, const char *text, size_t len, cJSON *logprobs,
-                const char *finish_reason, int n_prompt, int n_generated);
-cJSON *oa_usage(int n_prompt, int n_generated);
+                const char *finish_reason, int n_prompt, int n_cached, int n_generated);
+/* {prompt_tokens, completion_tokens, total_tokens, prompt_tokens_details:
+ * {cached_tokens}}: n_cached of the prompt's tokens came from the prefix
+ * cache (always there, 0 when none, as OpenAI writes it). */
+cJSON *oa_usage(int n_prompt, int n_cached, int n_generated);
 
 /* Chat tool calls.  A stream chunk of one call: its start (id and name
  * set) {"index","id","type":"function","function":{"name","arguments":""}},

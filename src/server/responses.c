@@ -987,12 +987,12 @@ int resp_stream_call(struct resp_stream *rs, const struct tool_event *ev)
 	return -EINVAL;
 }
 
-static cJSON *usage_json(int n_input, int n_output)
+static cJSON *usage_json(int n_input, int n_cached, int n_output)
 {
 	cJSON *u = cJSON_CreateObject();
 	cJSON_AddNumberToObject(u, "input_tokens", n_input);
 	cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "input_tokens_details"), "cached_tokens",
-	                        0);
+	                        n_cached);
 	cJSON_AddNumberToObject(u, "output_tokens", n_output);
 	cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "output_tokens_details"),
 	                        "reasoning_tokens", 0);
@@ -1000,7 +1000,8 @@ static cJSON *usage_json(int n_input, int n_output)
 	return u;
 }
 
-cJSON *resp_stream_finish(struct resp_stream *rs, enum gen_finish fin, int n_input, int n_output)
+cJSON *resp_stream_finish(struct resp_stream *rs, enum gen_finish fin, int n_input, int n_cached,
+                          int n_output)
 {
 	bool cut = fin == GEN_FINISH_LENGTH;
 	const char *status = cut ? "incomplete" : "completed";
@@ -1024,7 +1025,7 @@ cJSON *resp_stream_finish(struct resp_stream *rs, enum gen_finish fin, int n_inp
 		cJSON_AddStringToObject(d, "reason", "max_output_tokens");
 		cJSON_ReplaceItemInObject(o, "incomplete_details", d);
 	}
-	cJSON_ReplaceItemInObject(o, "usage", usage_json(n_input, n_output));
+	cJSON_ReplaceItemInObject(o, "usage", usage_json(n_input, n_cached, n_output));
 	cJSON *ev = ev_new(rs, cut ? "response.incomplete" : "response.completed");
 	if (ev)
 		cJSON_AddItemToObject(ev, "response", cJSON_Duplicate(o, true));

@@ -89,9 +89,12 @@ int resp_stream_call(struct resp_stream *rs, const struct tool_event *ev);
  * LENGTH: incomplete, reason max_output_tokens): closes what is open and
  * emits response.completed or response.incomplete.  Returns the whole
  * response (caller deletes), with usage {input_tokens, output_tokens,
- * total_tokens, ...}; NULL when out of memory.  A response without any
- * item gets an empty message, so that output_text is always there. */
-cJSON *resp_stream_finish(struct resp_stream *rs, enum gen_finish fin, int n_input, int n_output);
+ * total_tokens, input_tokens_details.cached_tokens (n_cached: of the input,
+ * the tokens the prefix cache supplied), ...}; NULL when out of memory.  A
+ * response without any item gets an empty message, so that output_text is
+ * always there. */
+cJSON *resp_stream_finish(struct resp_stream *rs, enum gen_finish fin, int n_input, int n_cached,
+                          int n_output);
 /* A generation that failed: an "error" event {code, message, param}, then
  * response.failed with the response's "error" set. */
 int resp_stream_fail(struct resp_stream *rs, const char *message, const char *code,

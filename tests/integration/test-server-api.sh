@@ -46,7 +46,7 @@ check "X-Request-Id echoed" [ "$(header X-Request-Id)" = itest-1 ]
 jcheck "completion id/object/model" "$tmp/body" 'j["id"] == "cmpl-itest-1" and j["object"] == "text_completion" and j["model"] == "stories260K"'
 jcheck "completion created is now" "$tmp/body" "abs(j['created'] - $now) < 60"
 jcheck "completion choice" "$tmp/body" 'len(j["choices"]) == 1 and j["choices"][0]["index"] == 0 and len(j["choices"][0]["text"]) > 20 and j["choices"][0]["finish_reason"] == "length" and j["choices"][0]["logprobs"] is None'
-jcheck "completion usage" "$tmp/body" 'j["usage"] == {"prompt_tokens": 5, "completion_tokens": 20, "total_tokens": 25}'
+jcheck "completion usage" "$tmp/body" 'j["usage"] == {"prompt_tokens": 5, "completion_tokens": 20, "total_tokens": 25, "prompt_tokens_details": {"cached_tokens": 0}}'
 http POST /v1/completions "${auth[@]}" -d '{"prompt":"Once upon a time","max_tokens":5}' >/dev/null
 check "generated request id is 32 hex" bash -c "[[ '$(header X-Request-Id)' =~ ^[0-9a-f]{32}$ ]]"
 
@@ -58,7 +58,7 @@ check "SSE Cache-Control" [ "$(header Cache-Control)" = no-cache ]
 check "SSE X-Accel-Buffering" [ "$(header X-Accel-Buffering)" = no ]
 scheck "SSE ends with [DONE]" "$tmp/stream.txt" 'ev[-1] == "[DONE]" and raw.endswith("data: [DONE]\n\n")'
 scheck "SSE chunks are text_completion objects" "$tmp/stream.txt" 'all(e["object"] == "text_completion" and e["id"].startswith("cmpl-") and e["model"] == "stories260K" for e in ev[:-1])'
-scheck "SSE one token per chunk, then finish, then usage" "$tmp/stream.txt" 'len(ev) == 20 + 3 and ev[-3]["choices"][0]["finish_reason"] == "length" and ev[-2]["choices"] == [] and ev[-2]["usage"]["completion_tokens"] == 20 and all(e["usage"] is None for e in ev[:-2])'
+scheck "SSE one token per chunk, then finish, then usage" "$tmp/stream.txt" 'len(ev) == 20 + 3 and ev[-3]["choices"][0]["finish_reason"] == "length" and ev[-2]["choices"] == [] and ev[-2]["usage"]["completion_tokens"] == 20 and ev[-2]["usage"]["prompt_tokens_details"] == {"cached_tokens": 0} and all(e["usage"] is None for e in ev[:-2])'
 cp "$tmp/completion.json" "$tmp/completion.keep.json"
 scheck "SSE text == non-stream text" "$tmp/stream.txt" "''.join(e['choices'][0]['text'] for e in ev[:-1] if e['choices']) == json.load(open(os.path.join(tmp, 'completion.keep.json')))['choices'][0]['text']"
 

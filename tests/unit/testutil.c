@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cache/sinkcache.h"
 #include "model/arch.h"
 #include "model/gguf_write.h"
 #include "model/model.h"
@@ -136,6 +137,24 @@ struct cache_geometry tu_geometry(int n_layers, int n_kv_heads, int head_dim, in
 	                                   .full_precision_recent = hot,
 	                                   .rope_positions = ROPE_POSITIONS_CACHE,
 	                                   .dtype = KV_DTYPE_F32};
+}
+
+float tu_frand(unsigned *seed)
+{
+	return (float)rand_r(seed) / (float)RAND_MAX * 2.0f - 1.0f;
+}
+
+void tu_cache_append_random(struct sinkcache *c, unsigned *seed)
+{
+	const struct cache_geometry *g = sinkcache_geometry(c);
+	float k[SINKCACHE_MAX_HEAD_DIM * 16], v[SINKCACHE_MAX_HEAD_DIM * 16];
+	char err[SINKD_ERR_LEN];
+	int n = g->n_kv_heads * g->head_dim;
+	ck_assert_int_le(n, SINKCACHE_MAX_HEAD_DIM * 16);
+	for (int j = 0; j < n; j++)
+		k[j] = tu_frand(seed), v[j] = tu_frand(seed);
+	for (int l = 0; l < g->n_layers; l++)
+		ck_assert_msg(sinkcache_append(c, l, k, v, err, sizeof(err)) == 0, "%s", err);
 }
 
 struct cache_geometry tu_model_geometry(const struct model_hparams *hp, int window)

@@ -13,6 +13,7 @@
 #include "cache/geometry.h"
 
 struct model_hparams;
+struct sinkcache;
 
 /* The shared data folder ($SINKD_SHARED, set by tests/meson.build). */
 const char *tu_shared_dir(void);
@@ -43,6 +44,11 @@ struct cache_geometry tu_geometry(int n_layers, int n_kv_heads, int head_dim, in
 /* The geometry of a model's shape and RoPE with 4 sinks and an unquantized
  * window of `window` tokens. */
 struct cache_geometry tu_model_geometry(const struct model_hparams *hp, int window);
+/* A uniform float in [-1, 1] from rand_r(seed). */
+float tu_frand(unsigned *seed);
+/* Appends one token to every layer of c: the same random key and value
+ * (tu_frand, keys then values of each element in turn) in each. */
+void tu_cache_append_random(struct sinkcache *c, unsigned *seed);
 /* Writes dst: a copy of the GGUF model src (every key and tensor) with a
  * model-level F32 tensor `tensor` of n values appended (tensor NULL: none)
  * and, when key is not NULL, the string key=value added (a key src has is

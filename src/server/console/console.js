@@ -359,7 +359,10 @@ function cell(tr, text, cls) {
 
 function tierCells(tr, o) {
   const t = o.tiers || {};
-  cell(tr, fmtNum(t.sink));
+  // a session whose sinks are a prefix other sessions share too
+  const shared = o.shared_prefix_tokens > 0;
+  const sink = cell(tr, fmtNum(t.sink) + (shared ? ' shared' : ''));
+  if (shared) sink.title = `${fmtNum(o.shared_prefix_tokens)} tokens read from a shared prefix`;
   cell(tr, fmtNum(t.compressed));
   cell(tr, fmtNum(t.hot));
   cell(tr, fmtBytes(o.bytes_resident));

@@ -19,21 +19,6 @@ static struct cache_geometry geom(int sinks, int window, bool quant, int bits, i
 	return tu_geometry(NL, NKV, D, sinks, window, quant, bits, hot);
 }
 
-static float frand(unsigned *seed)
-{
-	return (float)rand_r(seed) / (float)RAND_MAX * 2.0f - 1.0f;
-}
-
-static void append_token(struct sinkcache *c, unsigned *seed)
-{
-	float k[NKV * D], v[NKV * D];
-	char err[SINKD_ERR_LEN];
-	for (int j = 0; j < NKV * D; j++)
-		k[j] = frand(seed), v[j] = frand(seed);
-	for (int l = 0; l < NL; l++)
-		ck_assert_msg(sinkcache_append(c, l, k, v, err, sizeof(err)) == 0, "%s", err);
-}
-
 /* Attention of one random query in every layer, into out (NL * NH * D). */
 static void attend_all(struct sinkcache *c, unsigned *seed, float *out)
 {
@@ -41,7 +26,7 @@ static void attend_all(struct sinkcache *c, unsigned *seed, float *out)
 	float *scratch = malloc(sinkcache_scratch_floats(sinkcache_geometry(c)) * sizeof(float));
 	for (int l = 0; l < NL; l++) {
 		for (int j = 0; j < NH * D; j++)
-			q[j] = frand(seed);
+			q[j] = tu_frand(seed);
 		sinkcache_attend(c, l, q, NH, 0, NH, out + (size_t)l * NH * D, scratch, NULL, NULL, true);
 	}
 	free(scratch);
@@ -58,7 +43,7 @@ static void round_trip(const struct cache_geometry *g, int n, int revise, int mo
 	ck_assert_msg(sinkcache_new(g, &b, err, sizeof(err)) == 0, "%s", err);
 	unsigned seed = 7;
 	for (int t = 0; t < n; t++)
-		append_token(a, &seed);
+		tu_cache_append_random(a, &seed);
 	if (revise)
 		ck_assert_msg(sinkcache_revise(a, (size_t)revise, err, sizeof(err)) == 0, "%s", err);
 	struct kv_image ia, ib;
@@ -81,8 +66,8 @@ static void round_trip(const struct cache_geometry *g, int n, int revise, int mo
 	ck_assert_int_eq(memcmp(oa, ob, sizeof(oa)), 0);
 	unsigned sa_seed = seed, sb_seed = seed;
 	for (int t = 0; t < more; t++) {
-		append_token(a, &sa_seed);
-		append_token(b, &sb_seed);
+		tu_cache_append_random(a, &sa_seed);
+		tu_cache_append_random(b, &sb_seed);
 		attend_all(a, &qa, oa);
 		attend_all(b, &qb, ob);
 		ck_assert_msg(memcmp(oa, ob, sizeof(oa)) == 0, "outputs differ %d tokens after import",
@@ -195,7 +180,7 @@ START_TEST(test_import_refusals)
 	ck_assert_int_eq(sinkcache_new(&g, &b, NULL, 0), 0);
 	unsigned seed = 3;
 	for (int t = 0; t < 10; t++)
-		append_token(a, &seed);
+		tu_cache_append_random(a, &seed);
 	struct kv_image im;
 	ck_assert_int_eq(sinkcache_export(a, &im, err, sizeof(err)), 0);
 	im.bytes--;

@@ -23,21 +23,6 @@ static struct cache_geometry geom(int sinks, int window, bool quant, int bits, i
 	return tu_geometry(NL, NKV, D, sinks, window, quant, bits, hot);
 }
 
-static float frand(unsigned *seed)
-{
-	return (float)rand_r(seed) / (float)RAND_MAX * 2.0f - 1.0f;
-}
-
-static void append_token(struct sinkcache *c, unsigned *seed)
-{
-	float k[NKV * D], v[NKV * D];
-	char err[SINKD_ERR_LEN];
-	for (int j = 0; j < NKV * D; j++)
-		k[j] = frand(seed), v[j] = frand(seed);
-	for (int l = 0; l < NL; l++)
-		ck_assert_msg(sinkcache_append(c, l, k, v, err, sizeof(err)) == 0, "%s", err);
-}
-
 /* Attention of one random query in every layer into out (NL * NH * D),
  * observed (anchors, traces) as the forward pass does. */
 static void attend_all(struct sinkcache *c, unsigned *seed, float *out)
@@ -49,7 +34,7 @@ static void attend_all(struct sinkcache *c, unsigned *seed, float *out)
 	bool track = sinkcache_tracks_attention(c);
 	for (int l = 0; l < NL; l++) {
 		for (int j = 0; j < NH * D; j++)
-			q[j] = frand(seed);
+			q[j] = tu_frand(seed);
 		sinkcache_attend(c, l, q, NH, 0, NH, out + (size_t)l * NH * D, scratch, NULL,
 		                 track ? kw : NULL, true);
 		if (track)
@@ -75,15 +60,15 @@ static void images_equal(const struct kv_image *a, const struct kv_image *b)
 }
 
 /* A plain cache that appended the S prefix tokens (seed 3), its prefix. */
-static struct sinkcache *prefix_source(const struct cache_geometry *g,
-                                       struct sinkcache_prefix **p, size_t *bytes)
+static struct sinkcache *prefix_source(const struct cache_geometry *g, struct sinkcache_prefix **p,
+                                       size_t *bytes)
 {
 	char err[SINKD_ERR_LEN];
 	struct sinkcache *a;
 	unsigned seed = 3;
 	ck_assert_msg(sinkcache_new(g, &a, err, sizeof(err)) == 0, "%s", err);
 	for (int t = 0; t < g->sink_keep_count; t++)
-		append_token(a, &seed);
+		tu_cache_append_random(a, &seed);
 	ck_assert_msg(sinkcache_prefix_new(a, p, bytes, err, sizeof(err)) == 0, "%s", err);
 	return a;
 }
@@ -113,8 +98,8 @@ static void shared_follows(const struct cache_geometry *g, int more)
 	float oa[NL * NH * D], ob[NL * NH * D];
 	unsigned sa = 5, sb = 5, qa = 9, qb = 9;
 	for (int t = 0; t < more; t++) {
-		append_token(a, &sa);
-		append_token(b, &sb);
+		tu_cache_append_random(a, &sa);
+		tu_cache_append_random(b, &sb);
 		attend_all(a, &qa, oa);
 		attend_all(b, &qb, ob);
 		ck_assert_msg(memcmp(oa, ob, sizeof(oa)) == 0, "outputs differ at token %d", t);
@@ -208,7 +193,7 @@ START_TEST(test_import)
 	ck_assert_int_eq(sinkcache_new(&g, &d, err, sizeof(err)), 0);
 	unsigned seed = 5;
 	for (int t = 0; t < 70; t++)
-		append_token(b, &seed);
+		tu_cache_append_random(b, &seed);
 	struct kv_image im = export_of(b);
 	ck_assert_int_eq(sinkcache_import(b, &im, err, sizeof(err)), -EBUSY);
 	ck_assert_msg(sinkcache_import(c, &im, err, sizeof(err)) == 0, "%s", err);
@@ -216,7 +201,7 @@ START_TEST(test_import)
 	float ob[NL * NH * D], oc[NL * NH * D], od[NL * NH * D];
 	for (int t = 0; t < 50; t++) {
 		unsigned sb = seed + t, sc = sb, sd = sb, qb = 77u + t, qc = qb, qd = qb;
-		append_token(b, &sb), append_token(c, &sc), append_token(d, &sd);
+		tu_cache_append_random(b, &sb), tu_cache_append_random(c, &sc), tu_cache_append_random(d, &sd);
 		attend_all(b, &qb, ob), attend_all(c, &qc, oc), attend_all(d, &qd, od);
 		ck_assert_int_eq(memcmp(ob, oc, sizeof(ob)), 0);
 		ck_assert_int_eq(memcmp(ob, od, sizeof(ob)), 0);
@@ -268,7 +253,7 @@ START_TEST(test_prefix_image)
 		ck_assert_int_eq(sinkcache_new(&g, &ref, err, sizeof(err)), 0);
 		ck_assert_int_eq(sinkcache_new(&g, &imp, err, sizeof(err)), 0);
 		for (int t = 0; t < ns[i]; t++)
-			append_token(ref, &seed);
+			tu_cache_append_random(ref, &seed);
 		struct kv_image pi, ri = export_of(ref);
 		ck_assert_msg(sinkcache_prefix_image(p, ns[i], &pi, err, sizeof(err)) == 0, "%s",
 		              err);
@@ -277,7 +262,7 @@ START_TEST(test_prefix_image)
 		float o1[NL * NH * D], o2[NL * NH * D];
 		for (int t = 0; t < 40; t++) {
 			unsigned s1 = 40u + t, s2 = s1, q1 = 90u + t, q2 = q1;
-			append_token(ref, &s1), append_token(imp, &s2);
+			tu_cache_append_random(ref, &s1), tu_cache_append_random(imp, &s2);
 			attend_all(ref, &q1, o1), attend_all(imp, &q2, o2);
 			ck_assert_int_eq(memcmp(o1, o2, sizeof(o1)), 0);
 		}
@@ -304,7 +289,7 @@ static void refused(const struct cache_geometry *g, int n_tokens, int rc, const 
 	unsigned seed = 1;
 	ck_assert_int_eq(sinkcache_new(g, &a, err, sizeof(err)), 0);
 	for (int t = 0; t < n_tokens; t++)
-		append_token(a, &seed);
+		tu_cache_append_random(a, &seed);
 	ck_assert_int_eq(sinkcache_prefix_new(a, &p, &bytes, err, sizeof(err)), rc);
 	ck_assert_ptr_null(p);
 	ck_assert_msg(strstr(err, says), "'%s' does not say '%s'", err, says);
@@ -341,7 +326,7 @@ START_TEST(test_trace)
 	float o[NL * NH * D];
 	unsigned sa = 5, sb = 5, qa = 9, qb = 9;
 	for (int t = 0; t < 50; t++) {
-		append_token(a, &sa), append_token(b, &sb);
+		tu_cache_append_random(a, &sa), tu_cache_append_random(b, &sb);
 		attend_all(a, &qa, o), attend_all(b, &qb, o);
 	}
 	struct cache_trace_step *ta = cache_trace_step_new(&g), *tb = cache_trace_step_new(&g);

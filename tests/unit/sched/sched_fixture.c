@@ -13,6 +13,9 @@
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "util/errbuf.h"
+#ifdef SINKD_CUDA_EMU
+#include "backend_cuda.h"
+#endif
 
 struct sched_fixture fx;
 
@@ -97,11 +100,19 @@ struct scheduler *sched_make(struct sinkd_config *cfg, const char *const *ov, si
 	/* The backend's thread pool is made here, in the test's own process
 	 * (Check forks each test; threads do not survive a fork). */
 	if (!fx.be) {
+#ifdef SINKD_CUDA_EMU
+		/* the CUDA backend on the host emulation (float32 caches) */
+		struct backend_cuda_options co = {.dtype = KV_DTYPE_F32,
+		                                  .cache_bytes = (size_t)256 << 20};
+		ck_assert_msg(backend_cuda_new(fx.model, NULL, &co, &fx.be, err, sizeof(err)) == 0,
+		              "%s", err);
+#else
 		/* every forward on both threads (the default runs stories260K's
 		 * small steps on one): the batched paths are what is tested */
 		struct backend_options bo = {.n_threads = 2, .parallel_min_macs = 1};
 		ck_assert_msg(backend_cpu_new(fx.model, &bo, &fx.be, err, sizeof(err)) == 0, "%s",
 		              err);
+#endif
 	}
 	ck_assert_msg(scheduler_new(cfg, fx.be, fx.tok, NULL, &s, err, sizeof(err)) == 0, "%s",
 	              err);

@@ -4,7 +4,8 @@
  * prefix freed exactly once, referenced entries never evicted, the longest
  * image prefix found, other tokens or geometries never a hit, pending
  * claims, a shrinking bound, stale entries after a geometry change, and the
- * rows digest of a prefix's image against a snapshot's. */
+ * rows digest of a prefix's image against a snapshot's; and the prefix
+ * cache's lines of /metrics. */
 #include <check.h>
 #include <errno.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 
 #include "sched/sched_prefix.h"
+#include "sched/scheduler.h"
 #include "testutil.h"
 #include "util/errbuf.h"
 
@@ -221,6 +223,32 @@ START_TEST(test_other_tokens_are_not_a_hit)
 	ck_assert_ptr_null(sched_prefix_find_rows(pc, &h, (unsigned char[32]){1}));
 	ck_assert_ptr_eq(sched_prefix_find_rows(pc, &g, (unsigned char[32]){1}), e);
 	ck_assert_ptr_null(sched_prefix_find_rows(pc, &g, (unsigned char[32]){2}));
+	store_free(pc);
+}
+END_TEST
+
+/* More entries than the table has buckets (so chains are shared, by
+ * pigeonhole): each prompt finds its own entry, and none finds another's.
+ * (A full SHA-256 collision cannot be made; a hit is confirmed on the
+ * tokens all the same.) */
+START_TEST(test_many_entries_each_its_own)
+{
+	enum { N = 600 };
+	struct sched_prefix *pc = store_new(1 << 20);
+	struct cache_geometry g = geom(20);
+	static struct sched_prefix_entry *e[N];
+	int32_t t[20];
+	for (int i = 0; i < N; i++) {
+		prompt(t, 20, i);
+		e[i] = shared(pc, &g, t, 20, 10);
+	}
+	for (int i = 0; i < N; i++) {
+		prompt(t, 20, i);
+		ck_assert_ptr_eq(sched_prefix_find_shared(pc, &g, t, 20), e[i]);
+		t[10] = -1;
+		ck_assert_ptr_null(sched_prefix_find_shared(pc, &g, t, 20));
+	}
+	ck_assert_uint_eq(stats(pc).entries, N);
 	store_free(pc);
 }
 END_TEST
@@ -567,6 +595,46 @@ START_TEST(test_rows_digest_of_prefix_and_snapshot)
 }
 END_TEST
 
+/* ---- /metrics ---------------------------------------------------------------- */
+
+/* The prefix cache's metric lines carry the stats they are given, each with
+ * its HELP and TYPE. */
+START_TEST(test_metrics_lines)
+{
+	struct scheduler_stats st = {.prefix_hits = 11,
+	                             .prefix_misses = 22,
+	                             .prefix_tokens_reused = 3300,
+	                             .prefix_bytes = 4400,
+	                             .prefix_shared_sessions = 55,
+	                             .prefix_entries = 6};
+	static const struct {
+		const char *name, *type;
+		unsigned long long v;
+	} want[] = {{"sinkd_prefix_cache_hits_total", "counter", 11},
+	            {"sinkd_prefix_cache_misses_total", "counter", 22},
+	            {"sinkd_prefix_cache_tokens_reused_total", "counter", 3300},
+	            {"sinkd_prefix_cache_bytes", "gauge", 4400},
+	            {"sinkd_prefix_cache_shared_sessions", "gauge", 55},
+	            {"sinkd_prefix_cache_entries", "gauge", 6}};
+	char *text = NULL;
+	size_t len = 0;
+	FILE *mem = open_memstream(&text, &len);
+	ck_assert_ptr_nonnull(mem);
+	scheduler_write_prefix_metrics(&st, mem);
+	fclose(mem);
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		char line[160];
+		snprintf(line, sizeof(line), "\n%s %llu\n", want[i].name, want[i].v);
+		ck_assert_msg(strstr(text, line), "no line '%s' in:\n%s", line + 1, text);
+		snprintf(line, sizeof(line), "# TYPE %s %s\n", want[i].name, want[i].type);
+		ck_assert_msg(strstr(text, line), "no '%s'", line);
+		snprintf(line, sizeof(line), "# HELP %s ", want[i].name);
+		ck_assert_msg(strstr(text, line), "no '%s'", line);
+	}
+	free(text);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("sched-prefix");
@@ -574,11 +642,13 @@ int main(void)
 	tcase_add_test(tc, test_referenced_entry_is_never_evicted);
 	tcase_add_test(tc, test_longest_image_prefix);
 	tcase_add_test(tc, test_other_tokens_are_not_a_hit);
+	tcase_add_test(tc, test_many_entries_each_its_own);
 	tcase_add_test(tc, test_pending_entries);
 	tcase_add_test(tc, test_shrink_evicts_least_recently_used);
 	tcase_add_test(tc, test_new_geometry_makes_entries_stale);
 	tcase_add_test(tc, test_bound_holds_under_churn);
 	tcase_add_test(tc, test_rows_digest_of_prefix_and_snapshot);
+	tcase_add_test(tc, test_metrics_lines);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

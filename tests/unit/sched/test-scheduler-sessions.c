@@ -205,7 +205,8 @@ START_TEST(test_pinned_prefix)
 	                     "inference.cache.sink_keep_count=6"};
 	const char *ov2[] = {"inference.attention.dtype=float32", "inference.cache.window_size=16",
 	                     "inference.cache.sink_keep_count=2",
-	                     "inference.cache.max_pinned_tokens=8"};
+	                     "inference.cache.max_pinned_tokens=8",
+	                     "inference.prefix_cache.max_bytes=0"}; /* the whole pinned bound */
 	struct sinkd_config cfg;
 	char id[SCHED_SESSION_ID_LEN], err[SINKD_ERR_LEN];
 	struct sched_session_info info;
@@ -227,7 +228,7 @@ START_TEST(test_pinned_prefix)
 	scheduler_free(s);
 	config_deinit(&cfg);
 
-	s = sched_make(&cfg, ov2, 4);
+	s = sched_make(&cfg, ov2, 5);
 	/* without the pin the 2 sinks score otherwise: the pin matters */
 	float got[N_PIN_GEN];
 	ck_assert_int_eq(pinned_run(s, pr, n_pr, NULL, 0, got), 0);

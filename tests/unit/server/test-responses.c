@@ -452,7 +452,7 @@ START_TEST(test_events_text)
 	ck_assert_int_eq(resp_stream_text(rs, "Hel", 3), 0);
 	ck_assert_int_eq(resp_stream_text(rs, "", 0), 0); /* held back: no event */
 	ck_assert_int_eq(resp_stream_text(rs, "lo", 2), 0);
-	cJSON *o = resp_stream_finish(rs, GEN_FINISH_STOP, 5, 2);
+	cJSON *o = resp_stream_finish(rs, GEN_FINISH_STOP, 5, 3, 2);
 	ck_assert_ptr_nonnull(o);
 	char types[1024];
 	types_of(c.events, types, sizeof(types));
@@ -506,8 +506,10 @@ START_TEST(test_events_text)
 	ck_assert_double_eq(num(u, "input_tokens"), 5);
 	ck_assert_double_eq(num(u, "output_tokens"), 2);
 	ck_assert_double_eq(num(u, "total_tokens"), 7);
+	/* 3 of the 5 input tokens came from the prefix cache (the streamed
+	 * response.completed carries the same usage: compared above) */
 	ck_assert_double_eq(num(cJSON_GetObjectItem(u, "input_tokens_details"), "cached_tokens"),
-	                    0);
+	                    3);
 	ck_assert_double_eq(
 	    num(cJSON_GetObjectItem(u, "output_tokens_details"), "reasoning_tokens"), 0);
 	cJSON_Delete(o);
@@ -542,7 +544,7 @@ START_TEST(test_events_call)
 	struct resp_stream *rs = stream_new(&c, "resp_0123456789abcdef01234567");
 	ck_assert_int_eq(resp_stream_open(rs), 0);
 	feed_call(rs);
-	cJSON *o = resp_stream_finish(rs, GEN_FINISH_STOP, 10, 12);
+	cJSON *o = resp_stream_finish(rs, GEN_FINISH_STOP, 10, 0, 12);
 	char types[2048];
 	types_of(c.events, types, sizeof(types));
 	ck_assert_str_eq(types, "response.created,response.in_progress,response.output_item.added,"
@@ -597,8 +599,8 @@ START_TEST(test_whole_equals_stream)
 	resp_stream_open(b);
 	feed_call(a);
 	feed_call(b);
-	cJSON *oa = resp_stream_finish(a, GEN_FINISH_STOP, 3, 4);
-	cJSON *ob = resp_stream_finish(b, GEN_FINISH_STOP, 3, 4);
+	cJSON *oa = resp_stream_finish(a, GEN_FINISH_STOP, 3, 0, 4);
+	cJSON *ob = resp_stream_finish(b, GEN_FINISH_STOP, 3, 0, 4);
 	ck_assert(cJSON_Compare(oa, ob, true));
 	cJSON_Delete(oa);
 	cJSON_Delete(ob);
@@ -614,13 +616,17 @@ START_TEST(test_events_incomplete)
 	struct resp_stream *rs = stream_new(&c, "resp_0123456789abcdef01234567");
 	resp_stream_open(rs);
 	resp_stream_text(rs, "Once", 4);
-	cJSON *o = resp_stream_finish(rs, GEN_FINISH_LENGTH, 4, 1);
+	cJSON *o = resp_stream_finish(rs, GEN_FINISH_LENGTH, 4, 0, 1);
 	int n = cJSON_GetArraySize(c.events);
 	cJSON *last = cJSON_GetArrayItem(c.events, n - 1);
 	ck_assert_str_eq(str(last, "type"), "response.incomplete");
 	ck_assert_str_eq(str(o, "status"), "incomplete");
 	ck_assert_str_eq(str(cJSON_GetObjectItem(o, "incomplete_details"), "reason"),
 	                 "max_output_tokens");
+	/* none from the prefix cache: cached_tokens is there, 0 */
+	cJSON *u = cJSON_GetObjectItem(o, "usage");
+	ck_assert_double_eq(num(cJSON_GetObjectItem(u, "input_tokens_details"), "cached_tokens"),
+	                    0);
 	cJSON *msg = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "output"), 0);
 	ck_assert_str_eq(str(msg, "status"), "incomplete");
 	ck_assert_str_eq(
@@ -669,7 +675,7 @@ START_TEST(test_events_reasoning)
 	ck_assert_int_eq(resp_stream_reasoning(rs, "Let me ", 7), 0);
 	ck_assert_int_eq(resp_stream_reasoning(rs, "see.", 4), 0);
 	ck_assert_int_eq(resp_stream_text(rs, "Paris.", 6), 0);
-	cJSON *o = resp_stream_finish(rs, GEN_FINISH_STOP, 4, 9);
+	cJSON *o = resp_stream_finish(rs, GEN_FINISH_STOP, 4, 0, 9);
 	char types[2048];
 	types_of(c.events, types, sizeof(types));
 	ck_assert_str_eq(types, "response.created,response.in_progress,response.output_item.added,"
@@ -697,7 +703,7 @@ START_TEST(test_events_reasoning)
 	resp_stream_free(rs);
 	rs = stream_new(NULL, "resp_0123456789abcdef01234567");
 	resp_stream_reasoning(rs, "hm", 2);
-	o = resp_stream_finish(rs, GEN_FINISH_STOP, 4, 1);
+	o = resp_stream_finish(rs, GEN_FINISH_STOP, 4, 0, 1);
 	out = cJSON_GetObjectItem(o, "output");
 	ck_assert_int_eq(cJSON_GetArraySize(out), 2);
 	ck_assert_str_eq(str(cJSON_GetArrayItem(out, 1), "type"), "message");
@@ -712,7 +718,7 @@ START_TEST(test_events_empty)
 	struct collected c;
 	struct resp_stream *rs = stream_new(&c, "resp_0123456789abcdef01234567");
 	resp_stream_open(rs);
-	cJSON *o = resp_stream_finish(rs, GEN_FINISH_STOP, 4, 0);
+	cJSON *o = resp_stream_finish(rs, GEN_FINISH_STOP, 4, 0, 0);
 	char types[1024];
 	types_of(c.events, types, sizeof(types));
 	ck_assert_str_eq(types, "response.created,response.in_progress,response.output_item.added,"
@@ -761,7 +767,7 @@ START_TEST(test_events_nul)
 	struct collected c;
 	struct resp_stream *rs = stream_new(&c, "resp_0123456789abcdef01234567");
 	resp_stream_text(rs, "a\0b", 3);
-	cJSON *o = resp_stream_finish(rs, GEN_FINISH_STOP, 1, 1);
+	cJSON *o = resp_stream_finish(rs, GEN_FINISH_STOP, 1, 0, 1);
 	char *s = cJSON_PrintUnformatted(o);
 	ck_assert_msg(strstr(s, "\"text\":\"a\\u0000b\""), "%s", s);
 	free(s);

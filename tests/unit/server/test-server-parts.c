@@ -1,5 +1,6 @@
 /* Server building blocks without a listener: listen-address parsing, API-key
- * digests, request parsing with field-naming errors, metrics text. */
+ * digests, request parsing with field-naming errors, metrics text, a
+ * session's JSON. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 #include <errno.h>
 
+#include "server/api.h"
 #include "server/auth.h"
 #include "server/listen.h"
 #include "server/metrics.h"
@@ -285,7 +287,7 @@ START_TEST(test_output_nul)
 {
 	struct oa_ctx c = {.chat = false, .id = "cmpl-1", .model = "m", .created = 1};
 	static const char text[] = "Once\0 upon \"a\"\n\x01time";
-	cJSON *o = oa_final(&c, text, sizeof(text) - 1, NULL, "stop", 6, 1);
+	cJSON *o = oa_final(&c, text, sizeof(text) - 1, NULL, "stop", 6, 0, 1);
 	char *s = cJSON_PrintUnformatted(o);
 	ck_assert_ptr_nonnull(strstr(s, "\"text\":\"Once\\u0000 upon \\\"a\\\"\\n\\u0001time\""));
 	cJSON *back = cJSON_Parse(s);
@@ -349,6 +351,28 @@ START_TEST(test_metrics_text)
 }
 END_TEST
 
+/* GET /v1/sessions/{id}: shared_prefix_tokens beside pinned_tokens, as the
+ * scheduler reports them (0 for a session that shares nothing). */
+START_TEST(test_session_json_shared_prefix)
+{
+	struct sched_session_info in = {.n_seen = 900,
+	                                .n_sink = 700,
+	                                .pinned_tokens = 690,
+	                                .sink_keep_count = 700,
+	                                .shared_prefix_tokens = 700};
+	for (int shared = 700; shared >= 0; shared -= 700) {
+		in.shared_prefix_tokens = shared;
+		cJSON *o = api_session_json("0123456789abcdef-s1", &in);
+		ck_assert_str_eq(cJSON_GetObjectItem(o, "id")->valuestring, "s1");
+		ck_assert_double_eq(cJSON_GetObjectItem(o, "pinned_tokens")->valuedouble, 690);
+		cJSON *v = cJSON_GetObjectItem(o, "shared_prefix_tokens");
+		ck_assert(cJSON_IsNumber(v));
+		ck_assert_double_eq(v->valuedouble, shared);
+		cJSON_Delete(o);
+	}
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("server-parts");
@@ -362,6 +386,7 @@ int main(void)
 	tcase_add_test(tc, test_session_args);
 	tcase_add_test(tc, test_output_nul);
 	tcase_add_test(tc, test_metrics_text);
+	tcase_add_test(tc, test_session_json_shared_prefix);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }
