@@ -147,7 +147,8 @@ static int share_entry(struct scheduler *s, struct sched_req *r, struct sched_pr
 	r->n_fed = (size_t)n;
 	/* of them, those of this request's prompt (not deferred by an earlier one) */
 	r->n_cached = n - (int)(r->n_hist_fed < (size_t)n ? r->n_hist_fed : (size_t)n);
-	count_locked(s, true, r->n_cached);
+	/* the stream took all n from the cache, deferred ones too (as copy_rows counts) */
+	count_locked(s, true, n);
 	return 0;
 }
 
