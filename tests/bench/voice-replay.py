@@ -363,8 +363,35 @@ def sinkd_kv(a, plan):
             "kv_bytes_reserved": m.get("sinkd_kv_bytes_reserved")}
 
 
+def warm_up(a, plan):
+    """One conversation opened and closed before the timed ones: the system
+    prompt has been seen once, as on a server that has been running."""
+    cl = Client(a.base, a.key)
+    gen = {"max_tokens": 1, "temperature": 0}
+    if a.target == "sinkd":
+        sid = "%08xffffffff" % (plan["seed"] & 0xffffffff)
+        steps = [("PUT", "/v1/sessions/" + sid, None),
+                 ("POST", "/v1/sessions/%s/append" % sid,
+                  {"text": plan["system"], "pin_prefix_tokens": plan["system_tokens"]}),
+                 ("POST", "/v1/sessions/%s/append" % sid, {"text": " Hello", "generate": gen}),
+                 ("DELETE", "/v1/sessions/" + sid, None)]
+    else:
+        body = dict(gen, messages=[{"role": "system", "content": plan["system"]},
+                                   {"role": "user", "content": "Hello"}])
+        if a.target == "llama":
+            body["cache_prompt"] = True
+        steps = [("POST", "/v1/chat/completions", body)]
+    for method, path, body in steps:
+        st, j = cl.call(method, path, body)
+        if st != 200:
+            raise SystemExit("voice-replay: warm-up %s %s answered %d %s" % (method, path, st, j))
+    cl.close()
+
+
 def run(a):
     plan = json.load(open(a.plan))
+    if a.warm:
+        warm_up(a, plan)
     out = {"lock": threading.Lock(), "new_ttft": [], "first_after_speech": [], "speech1": [],
            "utt_end": [], "itl": [], "replies": 0, "other_length_replies": 0, "errors": []}
     t_start = time.monotonic() + 0.2
@@ -375,7 +402,7 @@ def run(a):
         t.join()
     wall = time.monotonic() - t_start
     ms = lambda x: None if x is None else round(x * 1000, 1)
-    r = {"target": a.target, "mode": a.mode, "n": plan["n"], "utterances": plan["utterances"],
+    r = {"target": a.target, "mode": a.mode, "warm": a.warm, "n": plan["n"], "utterances": plan["utterances"],
          "system_tokens": plan["system_tokens"], "replies": out["replies"],
          "other_length_replies": out["other_length_replies"],
          "wall_s": round(wall, 2), "errors": len(out["errors"]), "error_samples": out["errors"][:5]}
@@ -400,6 +427,7 @@ def main():
     ap.add_argument("--plan")
     ap.add_argument("--target", choices=["sinkd", "llama", "openai"], default="sinkd")
     ap.add_argument("--mode", choices=["session", "plain", "ahead"], default="session")
+    ap.add_argument("--warm", action="store_true", help="one conversation first, untimed")
     a = ap.parse_args()
     if a.what == "plan":
         json.dump(make_plan(a), open(a.out, "w"))

@@ -50,6 +50,13 @@
 #                before the prefix cache exists: printed as -).
 #   errors       failed requests (replies whose events were not 30 are
 #                counted apart, other_length_replies in the JSON).
+# WARM=1 (the default): before the timed conversations one conversation
+# opens with the system prompt, gets a 1-token reply and closes (sinkd: its
+# session deleted), untimed, on every server: the server has seen the
+# prompt once, as one that has been running (the issue's figures: llama-
+# server keeps it in a slot and its host-memory prompt cache).  WARM=0: a
+# cold start, where N conversations opened at once wait for the one
+# computation of the prompt (sinkd-off / sinkd-on is then at most about N).
 # Runs alternate (sinkd-on, sinkd-off, llama-plain, llama-ahead in odd
 # repeats, reversed in even ones), each on a freshly started server; the
 # table shows medians over REPEATS, the ratios are taken within a repeat
@@ -67,7 +74,7 @@
 # BUILD (sinkd build dir, default build-bench-voice, configured and built
 # here when missing; the synthetic 134M Q8_0 model is made by sinkd-mkmodel
 # into BUILD/models once), MODELS ("synth134M-q8_0 stories260K"), NS
-# ("8 32"), UTTERANCES (10), REPEATS (2), SYS_TOKENS (1000), SEED (43),
+# ("8 32"), UTTERANCES (10), REPEATS (2), SYS_TOKENS (1000), SEED (43), WARM (1),
 # THREADS (engine threads and llama-server -t, default nproc),
 # OUT (tests/bench/results/voice-replay), SINKD_SHARED (../shared).
 # QUICK=1: NS 8, UTTERANCES 3, REPEATS 1, OUT under BUILD.
@@ -90,6 +97,7 @@ OUT=${OUT:-$ROOT/tests/bench/results/voice-replay}
 MODELS=${MODELS:-"synth134M-q8_0 stories260K"}
 SYS_TOKENS=${SYS_TOKENS:-1000}
 SEED=${SEED:-43}
+WARM=${WARM:-1}
 THREADS=${THREADS:-$(nproc)}
 LLAMA_SERVER=${LLAMA_SERVER:-}
 DRIVER=$ROOT/tests/bench/voice-replay.py
@@ -219,6 +227,7 @@ for m in $MODELS; do
 				llama-plain) args=(--target llama --mode plain) ;;
 				llama-ahead) args=(--target llama --mode ahead) ;;
 				esac
+				[ "$WARM" = 1 ] && args+=(--warm)
 				r=$(python3 "$DRIVER" run "${args[@]}" --base "$BASE" --key "$SKEY" --plan "$plan") ||
 					r='{"errors":-1}'
 				stop_server
@@ -229,9 +238,9 @@ for m in $MODELS; do
 done
 
 mkdir -p "$(dirname "$OUT")"
-python3 - "$RESULTS" "$OUT" "$LLAMA_NOTE" "$QUICK" "$THREADS" <<'PY'
+python3 - "$RESULTS" "$OUT" "$LLAMA_NOTE" "$QUICK" "$THREADS" "$WARM" <<'PY'
 import json, statistics, sys
-path, out, note, quick, threads = sys.argv[1:6]
+path, out, note, quick, threads, warm = sys.argv[1:7]
 rows = [json.loads(l) for l in open(path) if l.strip()]
 med = lambda xs: round(statistics.median(xs), 3) if xs else None
 def runs(model, n, variant):
@@ -289,11 +298,13 @@ for (m, n) in keys:
                    ratio(m, n, "sinkd-on", "llama-ahead", "utt_end_ms_p50")))
 rlines = ["| model | N | ratio | value |", "| --- | --- | --- | --- |"]
 rlines += ["| %s | %d | %s | %s |" % (m, n, what, "-" if v is None else "%.3f" % v) for m, n, what, v in ratios]
-js = json.dumps({"bench": "voice-replay", "quick": quick == "1", "threads": int(threads),
+js = json.dumps({"bench": "voice-replay", "quick": quick == "1", "warm": warm == "1", "threads": int(threads),
                  "llama_server": not note, "rows": table,
                  "ratios": [{"model": m, "n": n, "what": w, "value": v} for m, n, w, v in ratios],
                  "runs": rows})
-text = "# voice-replay\n\n" + ("%s\n\n" % note if note else "") + "\n".join(lines) + "\n\n" + \
+start = "a server that has seen the system prompt once (WARM=1)" if warm == "1" else "a cold start (WARM=0)"
+text = "# voice-replay\n\nNew conversations on %s; %s engine threads.\n\n" % (start, threads) + \
+       ("%s\n\n" % note if note else "") + "\n".join(lines) + "\n\n" + \
        "\n".join(rlines) + "\n\n```\n" + js + "\n```\n"
 open(out + ".md", "w").write(text)
 open(out + ".json", "w").write(js + "\n")
