@@ -414,14 +414,31 @@ static void publish_image(struct scheduler *s, struct sched_req *r)
 	(void)sched_prefix_publish_image(s->prefix, e, &im); /* no room: dropped */
 }
 
+/* The store's figures now, before the request's events: a client that
+ * saw DONE reads the entry it published. */
+static void stats_refresh(struct scheduler *s)
+{
+	pthread_mutex_lock(&s->mu);
+	sched_share_stats_locked(s);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void after_cut(struct scheduler *s, struct sched_req *r);
+
 void sched_share_after_forward(struct scheduler *s, struct sched_req *r)
 {
 	if (!r->claim || r->n_fed != r->cut)
 		return;
-	if (sched_prefix_entry_kind(r->claim) == SCHED_PREFIX_IMAGE) {
+	if (sched_prefix_entry_kind(r->claim) == SCHED_PREFIX_IMAGE)
 		publish_image(s, r);
-		return;
-	}
+	else
+		after_cut(s, r);
+	stats_refresh(s);
+}
+
+/* Rule P (or D's miss) at its cut: publish, then share or defer. */
+static void after_cut(struct scheduler *s, struct sched_req *r)
+{
 	char err[SINKD_ERR_LEN];
 	struct sched_prefix_entry *e = r->claim;
 	int rc = publish_claim(s, r, err, sizeof(err));
@@ -444,16 +461,22 @@ void sched_share_after_forward(struct scheduler *s, struct sched_req *r)
 void sched_share_apply_limits(struct scheduler *s, size_t max_bytes,
                               const struct cache_geometry *g)
 {
-	if (!s->prefix)
-		return;
 	if (max_bytes != s->prefix_max_applied) {
-		sched_prefix_set_max_bytes(s->prefix, max_bytes);
+		if (s->prefix)
+			sched_prefix_set_max_bytes(s->prefix, max_bytes);
 		s->prefix_max_applied = max_bytes;
 	}
 	if (!cache_geometry_equal(g, &s->prefix_geom_applied)) {
-		sched_prefix_set_geometry(s->prefix, g);
+		if (s->prefix)
+			sched_prefix_set_geometry(s->prefix, g);
 		s->prefix_geom_applied = *g;
 	}
+}
+
+bool sched_share_reload_due_locked(const struct scheduler *s)
+{
+	return s->lim.prefix_max_bytes != s->prefix_max_applied ||
+	       !cache_geometry_equal(&s->lim.geom, &s->prefix_geom_applied);
 }
 
 /* Rule R: a restored snapshot whose sinks are a published entry's rows
