@@ -57,7 +57,8 @@ static bool backend_shares(const struct scheduler *s)
 /* Whether a geometry's sink tier can be an entry's rows (backend.h). */
 static bool geometry_shares(const struct cache_geometry *g)
 {
-	return !cache_geometry_per_layer(g) && g->protect_sinks && g->sink_keep_count >= 1;
+	char err[SINKD_ERR_LEN];
+	return cache_geometry_share_check(g, err, sizeof(err)) == 0;
 }
 
 /* Rule C's streams: unpinned, no anchors (a canonical image holds none),
