@@ -241,6 +241,10 @@ START_TEST(test_many_sessions_share_one_copy)
 	/* the pinned bound less the shared rows, per session; the rows once */
 	ck_assert_uint_gt(own + st.prefix_bytes, bound_unpinned);
 	ck_assert_uint_eq(st.kv_bytes_reserved, (size_t)N_MANY * own + st.prefix_bytes);
+	printf("%d sessions sharing a %d-token prefix: prefix %zu bytes, each session %zu, "
+	       "reserved %zu (%zu unshared)\n",
+	       N_MANY, MANY_PREFIX, st.prefix_bytes, own, st.kv_bytes_reserved,
+	       (size_t)N_MANY * (own + st.prefix_bytes));
 	for (int i = 0; i < N_MANY; i++)
 		ck_assert_int_eq(scheduler_session_delete(s, ids_[i]), 0);
 	finish(s, &cfg);
