@@ -598,6 +598,26 @@ size_t cache_geometry_sink_bytes(const struct cache_geometry *g)
 	return bytes;
 }
 
+int cache_geometry_share_check(const struct cache_geometry *g, char *err, size_t err_len)
+{
+	if (cache_geometry_per_layer(g))
+		return err_set(err, err_len, -ENOTSUP,
+		               "cache geometry: a shared prefix needs every layer global (this "
+		               "geometry has layers with spans of their own, e.g. model "
+		               "sliding-window layers)");
+	if (g->quant_enabled && !g->protect_sinks)
+		return err_set(err, err_len, -ENOTSUP,
+		               "cache geometry: a shared prefix needs full-precision sinks "
+		               "(protect_sinks or quantization off; a pinned prefix has them)");
+	if (g->sink_keep_count < 1 ||
+	    (g->strategy == CACHE_STRATEGY_FULL && g->max_context_length < 1))
+		return err_set(err, err_len, -ENOTSUP,
+		               "cache geometry: a shared prefix needs sink_keep_count >= 1 (it is "
+		               "%d)",
+		               g->sink_keep_count);
+	return 0;
+}
+
 size_t cache_geometry_anchor_bytes(const struct cache_geometry *g, int l, int n_anchor)
 {
 	struct cache_layout lo;

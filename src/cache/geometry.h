@@ -253,6 +253,12 @@ size_t cache_geometry_bound_bytes(const struct cache_geometry *g);
  * sinks from a shared prefix (backend.h: session_new_shared) does not own.
  * 0 for an invalid geometry. */
 size_t cache_geometry_sink_bytes(const struct cache_geometry *g);
+/* Whether caches of g can share one read-only sink tier (a pinned prefix,
+ * backend.h: prefix_new): every layer global (no model sliding-window
+ * layer), sinks in full precision (protect_sinks or no quantization), at
+ * least one sink.  -ENOTSUP saying which is missing; the checks of a valid
+ * geometry only (cache_geometry_check first). */
+int cache_geometry_share_check(const struct cache_geometry *g, char *err, size_t err_len);
 /* What stats.bytes_resident counts of layer l's anchor tier holding
  * n_anchor tokens: its bookkeeping always, the rows in use. */
 size_t cache_geometry_anchor_bytes(const struct cache_geometry *g, int l, int n_anchor);

@@ -39,7 +39,7 @@ const struct cache_geometry *sinkcache_geometry(const struct sinkcache *c);
  * caches of one geometry that start with the same S tokens can read one
  * read-only copy of them.  Eligible geometries: every layer global
  * (!cache_geometry_per_layer), sinks full precision (protect_sinks or no
- * quantization), S = sink_keep_count >= 1. */
+ * quantization), S = sink_keep_count >= 1 (cache_geometry_share_check). */
 
 /* Copies the sink tier of c into a new prefix: c must hold exactly its S
  * sinks (n_seen == n_sink == S in every layer, no window or anchor tokens),

@@ -15,26 +15,6 @@
 #include "util/errbuf.h"
 #include "util/pages.h"
 
-/* Whether c's geometry can share its sinks: one tier layout of global
- * layers, full-precision sinks, at least one of them. */
-static int prefix_eligible(const struct sinkcache *c, char *err, size_t err_len)
-{
-	const struct kv_layer *L0 = &c->layers[0];
-	if (cache_geometry_per_layer(&c->g))
-		return err_set(err, err_len, -ENOTSUP,
-		               "sink cache: a shared prefix needs every layer global (this "
-		               "geometry has layers with spans of their own, e.g. model "
-		               "sliding-window layers)");
-	if (L0->sink_quant)
-		return err_set(err, err_len, -ENOTSUP,
-		               "sink cache: a shared prefix needs full-precision sinks "
-		               "(protect_sinks or quantization off; a pinned prefix has them)");
-	if (L0->caps.sink < 1)
-		return err_set(err, err_len, -ENOTSUP,
-		               "sink cache: a shared prefix needs sink_keep_count >= 1 (it is 0)");
-	return 0;
-}
-
 /* Whether c holds exactly its S sinks in every layer. */
 static int prefix_source_full(const struct sinkcache *c, char *err, size_t err_len)
 {
@@ -58,7 +38,7 @@ int sinkcache_prefix_new(const struct sinkcache *c, struct sinkcache_prefix **ou
                          char *err, size_t err_len)
 {
 	*out = NULL;
-	int rc = prefix_eligible(c, err, err_len);
+	int rc = cache_geometry_share_check(&c->g, err, err_len);
 	if (rc || (rc = prefix_source_full(c, err, err_len)))
 		return rc;
 	struct sinkcache_prefix *p = calloc(1, sizeof(*p));

@@ -57,13 +57,36 @@ static bool backend_shares(const struct scheduler *s)
 /* Whether a geometry's sink tier can be an entry's rows (backend.h). */
 static bool geometry_shares(const struct cache_geometry *g)
 {
-	return !cache_geometry_per_layer(g) && g->protect_sinks && g->sink_keep_count >= 1;
+	char err[SINKD_ERR_LEN];
+	return cache_geometry_share_check(g, err, sizeof(err)) == 0;
+}
+
+/* Rule C's streams: unpinned, no anchors (a canonical image holds none),
+ * and a backend that copies caches in and out.  Off (SCHED_COPY_UNPINNED):
+ * a window prefix copied in and the rest computed gives logits that differ
+ * in the last bits from the whole prompt computed at once on the CPU
+ * backend (measured: an image of 64 tokens, the last 6 computed), so a
+ * copy would break "the same result with the cache on or off"; a pinned
+ * prefix (the sink tier) shows no such difference. */
+#define SCHED_COPY_UNPINNED 0
+static bool copy_eligible(const struct scheduler *s, const struct sched_session *ss)
+{
+	const struct backend_ops *o = s->be->ops;
+	return SCHED_COPY_UNPINNED && s->prefix && s->prefix_max_applied > 0 &&
+	       ss->pinned_tokens == 0 && ss->geom.anchor_max == 0 && o->session_export &&
+	       o->session_import;
+}
+
+/* Rules S, P, W, D, R's streams: a pinned, shareable geometry. */
+static bool pin_eligible(const struct scheduler *s, const struct sched_session *ss)
+{
+	return backend_shares(s) && s->prefix_max_applied > 0 && ss->pinned_tokens > 0 &&
+	       geometry_shares(&ss->geom);
 }
 
 bool sched_share_eligible(const struct scheduler *s, const struct sched_session *ss)
 {
-	return backend_shares(s) && s->prefix_max_applied > 0 && ss->pinned_tokens > 0 &&
-	       geometry_shares(&ss->geom);
+	return copy_eligible(s, ss) || pin_eligible(s, ss);
 }
 
 /* Copies the store's figures into the counters ([mu] held). */
@@ -237,13 +260,66 @@ static int start_hit(struct scheduler *s, struct sched_req *r, struct sched_pref
 	return plain_session(s, r->sess, err, err_len);
 }
 
+/* The longest feed whose prefill leaves every token in full precision and
+ * in the window: there a prefix computed in an earlier forward (or copied)
+ * is read exactly as one computed in the same batch, so a copy changes
+ * nothing; past it a token that leaves the hot tier within a batch is read
+ * unquantized by the batch's later tokens, and the chunking would show. */
+static size_t copy_limit(const struct cache_geometry *g)
+{
+	if (cache_geometry_per_layer(g))
+		return 0;
+	int span = g->quant_enabled ? g->full_precision_recent
+	           : g->strategy == CACHE_STRATEGY_SLIDING_WINDOW ? g->window_size
+	                                                           : g->max_context_length;
+	return (size_t)g->sink_keep_count + (size_t)span;
+}
+
+/* Rule C: a new unpinned stream imports the longest cached image of its
+ * first T tokens (whole blocks, at least one token left to compute), and
+ * claims the longest one it will pass for the others. */
+static int start_copy(struct scheduler *s, struct sched_req *r, char *err, size_t err_len)
+{
+	struct sched_session *ss = r->sess;
+	size_t L = r->n_feed, B = SCHED_PREFIX_BLOCK, T = 0;
+	int rc = plain_session(s, ss, err, err_len);
+	if (rc || L < B + 1 || L > copy_limit(&ss->geom))
+		return rc;
+	struct sched_prefix_entry *e =
+	    sched_prefix_find_image(s->prefix, &ss->geom, r->feed, (int)(L - 1));
+	if (e && sched_prefix_entry_ready(e) &&
+	    same_shape(r, (size_t)sched_prefix_entry_tokens(e)) &&
+	    s->be->ops->session_import(s->be, ss->bs, sched_prefix_entry_image(e), err,
+	                               err_len) == 0) {
+		T = (size_t)sched_prefix_entry_tokens(e);
+		sched_prefix_ref(s->prefix, e); /* a hit: the most recently used */
+		sched_prefix_unref(s->prefix, e);
+		r->n_fed = T;
+		r->n_cached = (int)T;
+		count_locked(s, true, (int)T);
+	} else if (!e || sched_prefix_entry_ready(e)) {
+		count_locked(s, false, 0);
+	}
+	size_t want = (L - 1) / B * B;
+	if (want > T && same_shape(r, want) &&
+	    sched_prefix_claim(s->prefix, SCHED_PREFIX_IMAGE, &ss->geom, r->feed, (int)want, 0,
+	                       &e) == 0) {
+		r->claim = e;
+		r->cut = want;
+	}
+	return 0;
+}
+
 int sched_share_start(struct scheduler *s, struct sched_req *r, char *err, size_t err_len)
 {
 	struct sched_session *ss = r->sess;
 	int S = ss->geom.sink_keep_count;
 	r->share_wait = false;
+	if (ss->pinned_tokens == 0 && r->n_hist_fed == 0)
+		return copy_eligible(s, ss) ? start_copy(s, r, err, err_len)
+		                            : plain_session(s, ss, err, err_len);
 	/* a stream deferred under settings that changed since computes itself */
-	if (!sched_share_eligible(s, ss) || r->n_feed_all < (size_t)S)
+	if (!pin_eligible(s, ss) || r->n_feed_all < (size_t)S)
 		return plain_session(s, ss, err, err_len);
 	struct sched_prefix_entry *e =
 	    sched_prefix_find_shared(s->prefix, &ss->geom, r->feed, S);
@@ -326,10 +402,45 @@ static void switch_to_shared(struct scheduler *s, struct sched_session *ss,
 	session_take_ref(s, ss, e);
 }
 
+/* Rule C's end: the session's cache as it is now, into the claimed entry. */
+static void publish_image(struct scheduler *s, struct sched_req *r)
+{
+	char err[SINKD_ERR_LEN];
+	struct kv_image im = {0};
+	struct sched_prefix_entry *e = r->claim;
+	r->claim = NULL;
+	if (s->be->ops->session_export(s->be, r->sess->bs, &im, err, sizeof(err)) != 0) {
+		sched_prefix_abandon(s->prefix, e);
+		return;
+	}
+	(void)sched_prefix_publish_image(s->prefix, e, &im); /* no room: dropped */
+}
+
+/* The store's figures now, before the request's events: a client that
+ * saw DONE reads the entry it published. */
+static void stats_refresh(struct scheduler *s)
+{
+	pthread_mutex_lock(&s->mu);
+	sched_share_stats_locked(s);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void after_cut(struct scheduler *s, struct sched_req *r);
+
 void sched_share_after_forward(struct scheduler *s, struct sched_req *r)
 {
 	if (!r->claim || r->n_fed != r->cut)
 		return;
+	if (sched_prefix_entry_kind(r->claim) == SCHED_PREFIX_IMAGE)
+		publish_image(s, r);
+	else
+		after_cut(s, r);
+	stats_refresh(s);
+}
+
+/* Rule P (or D's miss) at its cut: publish, then share or defer. */
+static void after_cut(struct scheduler *s, struct sched_req *r)
+{
 	char err[SINKD_ERR_LEN];
 	struct sched_prefix_entry *e = r->claim;
 	int rc = publish_claim(s, r, err, sizeof(err));
@@ -352,16 +463,22 @@ void sched_share_after_forward(struct scheduler *s, struct sched_req *r)
 void sched_share_apply_limits(struct scheduler *s, size_t max_bytes,
                               const struct cache_geometry *g)
 {
-	if (!s->prefix)
-		return;
 	if (max_bytes != s->prefix_max_applied) {
-		sched_prefix_set_max_bytes(s->prefix, max_bytes);
+		if (s->prefix)
+			sched_prefix_set_max_bytes(s->prefix, max_bytes);
 		s->prefix_max_applied = max_bytes;
 	}
 	if (!cache_geometry_equal(g, &s->prefix_geom_applied)) {
-		sched_prefix_set_geometry(s->prefix, g);
+		if (s->prefix)
+			sched_prefix_set_geometry(s->prefix, g);
 		s->prefix_geom_applied = *g;
 	}
+}
+
+bool sched_share_reload_due_locked(const struct scheduler *s)
+{
+	return s->lim.prefix_max_bytes != s->prefix_max_applied ||
+	       !cache_geometry_equal(&s->lim.geom, &s->prefix_geom_applied);
 }
 
 /* Rule R: a restored snapshot whose sinks are a published entry's rows
@@ -372,7 +489,7 @@ int sched_share_restored(struct scheduler *s, struct sched_session *ss)
 {
 	char err[SINKD_ERR_LEN];
 	unsigned char digest[32];
-	if (!sched_share_eligible(s, ss))
+	if (!pin_eligible(s, ss))
 		return -ENOTSUP;
 	pthread_mutex_lock(&s->mu);
 	struct kv_image im = ss->restore_kv;
@@ -410,7 +527,7 @@ static int materialize_into(struct scheduler *s, struct sched_session *ss, const
 {
 	int S = ss->geom.sink_keep_count;
 	struct sched_prefix_entry *e = NULL;
-	if (sched_share_eligible(s, ss) && (int)ss->hist_n >= S)
+	if (pin_eligible(s, ss) && (int)ss->hist_n >= S)
 		e = sched_prefix_find_shared(s->prefix, &ss->geom, tok, S);
 	if (e && sched_prefix_entry_ready(e)) {
 		struct kv_image im = {0};

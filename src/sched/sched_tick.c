@@ -303,6 +303,19 @@ static int session_revise(struct scheduler *s, struct sched_session *ss, size_t 
 static void req_abandon_stream(struct scheduler *s, struct sched_req *r)
 {
 	struct sched_session *ss = r->sess;
+	if (ss && ss->persistent && r->n_hist_fed > 0 && r->n_fed < r->n_hist_fed &&
+	    (r->state == REQ_PREFILL || r->share_wait)) {
+		/* its deferred tokens (rule D) are not all in the cache yet: they
+		 * wait again, as before the request */
+		if (ss->bs)
+			s->be->ops->session_free(s->be, ss->bs);
+		ss->bs = NULL;
+		sched_share_release(s, ss);
+		hist_pop(ss, r->req.n_prompt);
+		session_set_pending(s, ss, true);
+		sched_session_set_deferred(s, ss, (int)r->n_hist_fed - 1);
+		return;
+	}
 	if (ss && ss->persistent && !ss->bs && r->share_wait) { /* never reached a cache */
 		hist_pop(ss, r->req.n_prompt);
 		session_set_pending(s, ss, ss->hist_n > 0);

@@ -1185,7 +1185,8 @@ static void *engine_main(void *arg)
 			ctl[n_ctl++] = s->ctl[0];
 			sched_ptrs_remove_at((void **)s->ctl, &s->n_ctl, 0);
 		}
-		bool work = s->n_active > 0 || hk.n_leave || hk.n_free || hk.n_offload || n_ctl;
+		bool work = s->n_active > 0 || hk.n_leave || hk.n_free || hk.n_offload || n_ctl ||
+		            sched_share_reload_due_locked(s);
 		if (!work) {
 			/* Idle, the loop still turns every second so that its
 			 * heartbeat (the systemd watchdog's evidence) goes on. */

@@ -355,6 +355,9 @@ void sched_share_stats_locked(struct scheduler *s);
 /* A reload's prefix cache settings, applied on the engine thread. */
 void sched_share_apply_limits(struct scheduler *s, size_t max_bytes,
                               const struct cache_geometry *g);
+/* Whether a reload changed them since (engine thread, mu held): a tick is
+ * due even with nothing else to do. */
+bool sched_share_reload_due_locked(const struct scheduler *s);
 
 /* sched_metrics.c */
 void sched_hist_init_all(struct scheduler *s);

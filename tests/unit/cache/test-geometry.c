@@ -180,6 +180,32 @@ START_TEST(test_sink_bytes)
 }
 END_TEST
 
+/* Which geometries can share a pinned prefix's sinks, and what the refusal
+ * names. */
+START_TEST(test_share_check)
+{
+	char err[SINKD_ERR_LEN];
+	struct cache_geometry g = base();
+	ck_assert_int_eq(cache_geometry_share_check(&g, err, sizeof(err)), 0);
+	g.quant_enabled = false, g.protect_sinks = false; /* unquantized: full precision */
+	ck_assert_int_eq(cache_geometry_share_check(&g, err, sizeof(err)), 0);
+	g = base();
+	g.protect_sinks = false;
+	ck_assert_int_eq(cache_geometry_share_check(&g, err, sizeof(err)), -ENOTSUP);
+	ck_assert_ptr_nonnull(strstr(err, "full-precision sinks"));
+	cache_geometry_pin(&g, 8); /* pinning protects them */
+	ck_assert_int_eq(cache_geometry_share_check(&g, err, sizeof(err)), 0);
+	g = base();
+	g.sink_keep_count = 0;
+	ck_assert_int_eq(cache_geometry_share_check(&g, err, sizeof(err)), -ENOTSUP);
+	ck_assert_ptr_nonnull(strstr(err, "sink_keep_count >= 1"));
+	g = base();
+	cache_geometry_set_layer_swa(&g, 1, 16);
+	ck_assert_int_eq(cache_geometry_share_check(&g, err, sizeof(err)), -ENOTSUP);
+	ck_assert_ptr_nonnull(strstr(err, "every layer global"));
+}
+END_TEST
+
 /* The bound is the sum over layers: 5 sliding layers of exactly 1,024 f32
  * tokens (no sinks, anchors or quantized tiers), one global layer as the
  * settings make it; not 6 of either. */
@@ -434,6 +460,7 @@ int main(void)
 	tcase_add_test(tc, test_build_from_settings);
 	tcase_add_test(tc, test_rope_scaling_from_model);
 	tcase_add_test(tc, test_sink_bytes);
+	tcase_add_test(tc, test_share_check);
 	tcase_add_test(tc, test_swa_layers_bound);
 	tcase_add_test(tc, test_swa_layers_model);
 	suite_add_tcase(s, tc);

@@ -241,6 +241,10 @@ START_TEST(test_many_sessions_share_one_copy)
 	/* the pinned bound less the shared rows, per session; the rows once */
 	ck_assert_uint_gt(own + st.prefix_bytes, bound_unpinned);
 	ck_assert_uint_eq(st.kv_bytes_reserved, (size_t)N_MANY * own + st.prefix_bytes);
+	printf("%d sessions sharing a %d-token prefix: prefix %zu bytes, each session %zu, "
+	       "reserved %zu (%zu unshared)\n",
+	       N_MANY, MANY_PREFIX, st.prefix_bytes, own, st.kv_bytes_reserved,
+	       (size_t)N_MANY * (own + st.prefix_bytes));
 	for (int i = 0; i < N_MANY; i++)
 		ck_assert_int_eq(scheduler_session_delete(s, ids_[i]), 0);
 	finish(s, &cfg);
@@ -383,6 +387,80 @@ START_TEST(test_snapshot_of_sharing_session)
 	free(snap);
 	ck_assert_int_eq(scheduler_session_delete(s, a), 0);
 	ck_assert_int_eq(scheduler_session_delete(s, r), 0);
+	finish(s, &cfg);
+}
+END_TEST
+
+/* Applies a config (overrides) to a running scheduler, as a reload does. */
+static void reload(struct scheduler *s, struct sinkd_config *cfg2, const char *const *ov,
+                   size_t n_ov)
+{
+	struct config_errors errs = {0};
+	struct sched_prepared *p = NULL;
+	char err[SINKD_ERR_LEN];
+	ck_assert_int_eq(config_load(cfg2, NULL, ov, n_ov, &errs), 0);
+	config_errors_deinit(&errs);
+	ck_assert_msg(scheduler_prepare(s, cfg2, &p, err, sizeof(err)) == 0, "%s", err);
+	scheduler_commit(s, p);
+}
+
+/* Polls (3 s) until the cache holds `entries` entries. */
+static void wait_entries(struct scheduler *s, size_t entries, struct scheduler_stats *st)
+{
+	for (int i = 0; i < 300; i++) {
+		scheduler_get_stats(s, st);
+		if (st->prefix_entries == entries)
+			return;
+		usleep(10000);
+	}
+}
+
+/* A reload: max_bytes 0 empties the cache of what no session uses (a
+ * sharing session keeps its rows and goes on exactly) and new streams find
+ * nothing; a geometry change starts the cache anew; max_bytes back on, new
+ * streams share again. */
+START_TEST(test_reload)
+{
+	const char *ov_on[] = {OV_COMMON};
+	const char *ov_off[] = {OV_COMMON, "inference.prefix_cache.max_bytes=0"};
+	const char *ov_geom[] = {OV_COMMON, "inference.cache.window_size=60"};
+	struct sinkd_config cfg, cfg2, cfg3, cfg4;
+	struct scheduler_stats st;
+	struct sched_session_info info;
+	int32_t ids[PREFIX_LEN + 8], other[PREFIX_LEN + 8];
+	char a[SCHED_SESSION_ID_LEN], b[SCHED_SESSION_ID_LEN];
+	struct run r;
+	make_tokens(ids, PREFIX_LEN + 8, 9);
+	make_tokens(other, PREFIX_LEN + 8, 10);
+	struct scheduler *s = sched_make(&cfg, ov_on, N_OV(ov_on));
+	new_session(s, a);
+	run_req(s, ids, PREFIX_LEN + 8, 2, a, PREFIX_LEN, NULL);
+	run_req(s, other, PREFIX_LEN + 8, 2, NULL, PREFIX_LEN, NULL);
+	wait_entries(s, 2, &st);
+	ck_assert_uint_eq(st.prefix_entries, 2);
+	size_t one = st.prefix_bytes / 2;
+	reload(s, &cfg2, ov_off, N_OV(ov_off));
+	wait_entries(s, 1, &st);
+	ck_assert_uint_eq(st.prefix_entries, 1); /* the one session a shares */
+	ck_assert_uint_eq(st.prefix_bytes, one);
+	run_req(s, NULL, 0, 4, a, 0, NULL); /* a goes on */
+	new_session(s, b);
+	ids[PREFIX_LEN + 1] += 1;
+	run_req(s, ids, PREFIX_LEN + 8, 2, b, PREFIX_LEN, &r);
+	ck_assert_int_eq(r.n_cached, 0); /* off: nothing found */
+	ck_assert_int_eq(scheduler_session_info(s, b, &info), 0);
+	ck_assert_int_eq(info.shared_prefix_tokens, 0);
+	ck_assert_int_eq(scheduler_session_delete(s, b), 0);
+	reload(s, &cfg3, ov_geom, N_OV(ov_geom)); /* on again, another geometry */
+	run_req(s, ids, PREFIX_LEN + 8, 2, NULL, PREFIX_LEN, &r);
+	ck_assert_int_eq(r.n_cached, 0); /* the entry a shares is of the old geometry */
+	run_req(s, ids, PREFIX_LEN + 8, 2, NULL, PREFIX_LEN, &r);
+	ck_assert_int_eq(r.n_cached, PREFIX_LEN); /* the new geometry's */
+	ck_assert_int_eq(scheduler_session_delete(s, a), 0);
+	reload(s, &cfg4, ov_on, N_OV(ov_on));
+	config_deinit(&cfg2);
+	config_deinit(&cfg3);
+	config_deinit(&cfg4);
 	finish(s, &cfg);
 }
 END_TEST
@@ -576,6 +654,7 @@ int main(void)
 		tcase_add_test(tc, test_bound_under_churn);
 		tcase_add_test(tc, test_no_share_cases);
 		tcase_add_test(tc, test_deferred_generate_and_snapshot);
+		tcase_add_test(tc, test_reload);
 	}
 	suite_add_tcase(s, tc);
 	int failed = tu_suite_failures(s);
