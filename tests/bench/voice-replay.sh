@@ -174,10 +174,11 @@ YAML
 		url=$BASE/ready
 		;;
 	llama-*)
-		# a slot holds the whole conversation (system prompt, 10 utterances
-		# and replies: under 2,048 tokens)
+		# a slot holds the whole conversation: system prompt, 10 utterances
+		# and replies come to about 1,800 tokens, and a chat template whose
+		# markers the vocabulary lacks adds some per message
 		"$LLAMA_SERVER" -m "$model" --host 127.0.0.1 --port "$port" --parallel "$n" \
-			--cont-batching -c $((n * 2048)) -t "$THREADS" --no-webui 2>"$TMP/server.log" >&2 &
+			--cont-batching -c $((n * 3072)) -t "$THREADS" --no-webui 2>"$TMP/server.log" >&2 &
 		SPID=$!
 		BASE="http://127.0.0.1:$port"
 		SKEY=
