@@ -168,9 +168,10 @@ static int share_entry(struct scheduler *s, struct sched_req *r, struct sched_pr
 	session_take_ref(s, ss, e);
 	int n = sched_prefix_entry_tokens(e);
 	r->n_fed = (size_t)n;
-	/* of them, those of this request's prompt (not deferred by an earlier one) */
+	/* of them, those of this request's prompt (not deferred by an earlier
+	 * one); none of them computed */
 	r->n_cached = n - (int)(r->n_hist_fed < (size_t)n ? r->n_hist_fed : (size_t)n);
-	count_locked(s, true, r->n_cached);
+	count_locked(s, true, n);
 	return 0;
 }
 

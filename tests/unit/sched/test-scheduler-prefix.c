@@ -549,6 +549,8 @@ START_TEST(test_voice_flow)
 		}
 		scheduler_get_stats(s, &st);
 		ck_assert_uint_eq(st.prefix_misses, on ? 1 : 0);
+		ck_assert_uint_eq(st.prefix_hits, on ? N_VOICE : 0); /* at their first burst */
+		ck_assert_uint_eq(st.prefix_tokens_reused, on ? N_VOICE * PREFIX_LEN : 0);
 		ck_assert_uint_eq(st.prefix_shared_sessions, on ? N_VOICE : 0);
 		ck_assert_uint_eq(st.prefix_entries, on ? 1 : 0);
 		for (int i = 0; i < N_VOICE; i++)
