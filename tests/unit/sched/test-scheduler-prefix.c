@@ -465,6 +465,48 @@ START_TEST(test_reload)
 }
 END_TEST
 
+/* Unpinned prompts with a common start (rule C): a later one copies the
+ * cached image of its longest whole-block prefix (cached_tokens a multiple
+ * of the block, at least one token computed) and generates exactly what it
+ * does with the cache off, though the copied image holds evicted and
+ * quantized rows and the window slides on past it. */
+START_TEST(test_unpinned_copy)
+{
+	const char *ov_on[] = {OV_COMMON};
+	const char *ov_off[] = {OV_COMMON, "inference.prefix_cache.max_bytes=0"};
+	enum { N = 70 };
+	int32_t ids[N];
+	struct run got[3][2];
+	for (int on = 0; on < 2; on++) {
+		struct sinkd_config cfg;
+		struct scheduler *s = on ? sched_make(&cfg, ov_on, N_OV(ov_on))
+		                         : sched_make(&cfg, ov_off, N_OV(ov_off));
+		char a[SCHED_SESSION_ID_LEN];
+		make_tokens(ids, N, 8);
+		run_req(s, ids, 40, N_GEN / 2, NULL, 0, &got[0][on]); /* caches 32 tokens */
+		ids[50] += 1;
+		new_session(s, a);
+		run_req(s, ids, N, N_GEN, a, 0, &got[1][on]); /* takes 32, caches 64 */
+		ids[66] += 1;
+		run_req(s, ids, N, N_GEN / 2, NULL, 0, &got[2][on]); /* takes 64 */
+		struct scheduler_stats st;
+		scheduler_get_stats(s, &st);
+		ck_assert_uint_eq(st.prefix_hits, on ? 2 : 0);
+		ck_assert_uint_eq(st.prefix_tokens_reused, on ? 32 + 64 : 0);
+		ck_assert_uint_eq(st.prefix_shared_sessions, 0);
+		if (on)
+			ck_assert_uint_ge(st.prefix_entries, 2);
+		ck_assert_int_eq(scheduler_session_delete(s, a), 0);
+		finish(s, &cfg);
+	}
+	for (int i = 0; i < 3; i++)
+		assert_same_run(&got[i][0], &got[i][1]);
+	ck_assert_int_eq(got[0][1].n_cached, 0);
+	ck_assert_int_eq(got[1][1].n_cached, 32);
+	ck_assert_int_eq(got[2][1].n_cached, 64);
+}
+END_TEST
+
 #define N_VOICE 4
 
 struct voice {
@@ -657,6 +699,7 @@ int main(void)
 		tcase_add_test(tc, test_no_share_cases);
 		tcase_add_test(tc, test_deferred_generate_and_snapshot);
 		tcase_add_test(tc, test_reload);
+		tcase_add_test(tc, test_unpinned_copy);
 	}
 	suite_add_tcase(s, tc);
 	int failed = tu_suite_failures(s);
