@@ -694,12 +694,12 @@ int main(void)
 	tcase_add_test(tc, test_many_sessions_share_one_copy);
 	tcase_add_test(tc, test_snapshot_of_sharing_session);
 	tcase_add_test(tc, test_voice_flow);
+	tcase_add_test(tc, test_unpinned_copy);
 	if (!ON_EMU) { /* the emulation is slow: the cases above there */
 		tcase_add_test(tc, test_bound_under_churn);
 		tcase_add_test(tc, test_no_share_cases);
 		tcase_add_test(tc, test_deferred_generate_and_snapshot);
 		tcase_add_test(tc, test_reload);
-		tcase_add_test(tc, test_unpinned_copy);
 	}
 	suite_add_tcase(s, tc);
 	int failed = tu_suite_failures(s);
