@@ -272,8 +272,8 @@ static int start_copy(struct scheduler *s, struct sched_req *r, char *err, size_
 	    sched_prefix_find_image(s->prefix, &ss->geom, r->feed, (int)(L - 1));
 	if (e && sched_prefix_entry_ready(e) &&
 	    same_shape(r, (size_t)sched_prefix_entry_tokens(e)) &&
-	    s->be->ops->session_import(s->be, ss->bs, sched_prefix_entry_image(e), err,
-	                               err_len) == 0) {
+	    s->be->ops->session_import(s->be, ss->bs, sched_prefix_entry_image(e), err, err_len) ==
+	        0) {
 		T = (size_t)sched_prefix_entry_tokens(e);
 		sched_prefix_ref(s->prefix, e); /* a hit: the most recently used */
 		sched_prefix_unref(s->prefix, e);
@@ -304,8 +304,7 @@ int sched_share_start(struct scheduler *s, struct sched_req *r, char *err, size_
 	/* a stream deferred under settings that changed since computes itself */
 	if (!pin_eligible(s, ss) || r->n_feed_all < (size_t)S)
 		return plain_session(s, ss, err, err_len);
-	struct sched_prefix_entry *e =
-	    sched_prefix_find_shared(s->prefix, &ss->geom, r->feed, S);
+	struct sched_prefix_entry *e = sched_prefix_find_shared(s->prefix, &ss->geom, r->feed, S);
 	if (defer_prefix(s, r, e))
 		return 0;
 	if (e && !sched_prefix_entry_ready(e)) { /* rule W: another stream computes it */
@@ -443,8 +442,7 @@ static void after_cut(struct scheduler *s, struct sched_req *r)
 }
 
 /* A reload: the engine applies the prefix cache's settings it has not yet. */
-void sched_share_apply_limits(struct scheduler *s, size_t max_bytes,
-                              const struct cache_geometry *g)
+void sched_share_apply_limits(struct scheduler *s, size_t max_bytes, const struct cache_geometry *g)
 {
 	if (max_bytes != s->prefix_max_applied) {
 		if (s->prefix)
