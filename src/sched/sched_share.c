@@ -11,7 +11,12 @@
  *   W  a stream whose entry is pending (another one computes it) sits out
  *      prefill until it is published (then S) or dropped (then P);
  *   R  a restored snapshot whose sinks are a published entry's rows shares
- *      them again (the backend checks them byte for byte).
+ *      them again (the backend checks them byte for byte);
+ *   D  an append-only opening that is exactly the pinned prefix defers its
+ *      tokens to the next request (whose feed starts with them);
+ *   C  a new unpinned stream copies the cached image of its longest
+ *      whole-block prefix (a copy: its window slides on its own) and
+ *      publishes the longest one it passes.
  *
  * Budget: a session reserves its bound at admission; once it shares, its
  * reservation drops by the entry's bytes, which count once in
@@ -62,19 +67,12 @@ static bool geometry_shares(const struct cache_geometry *g)
 }
 
 /* Rule C's streams: unpinned, no anchors (a canonical image holds none),
- * and a backend that copies caches in and out.  Off (SCHED_COPY_UNPINNED):
- * a window prefix copied in and the rest computed gives logits that differ
- * in the last bits from the whole prompt computed at once on the CPU
- * backend (measured: an image of 64 tokens, the last 6 computed), so a
- * copy would break "the same result with the cache on or off"; a pinned
- * prefix (the sink tier) shows no such difference. */
-#define SCHED_COPY_UNPINNED 0
+ * and a backend that copies caches in and out. */
 static bool copy_eligible(const struct scheduler *s, const struct sched_session *ss)
 {
 	const struct backend_ops *o = s->be->ops;
-	return SCHED_COPY_UNPINNED && s->prefix && s->prefix_max_applied > 0 &&
-	       ss->pinned_tokens == 0 && ss->geom.anchor_max == 0 && o->session_export &&
-	       o->session_import;
+	return s->prefix && s->prefix_max_applied > 0 && ss->pinned_tokens == 0 &&
+	       ss->geom.anchor_max == 0 && o->session_export && o->session_import;
 }
 
 /* Rules S, P, W, D, R's streams: a pinned, shareable geometry. */
@@ -168,9 +166,9 @@ static int share_entry(struct scheduler *s, struct sched_req *r, struct sched_pr
 	session_take_ref(s, ss, e);
 	int n = sched_prefix_entry_tokens(e);
 	r->n_fed = (size_t)n;
-	/* of them, those of this request's prompt (not deferred by an earlier one) */
+	/* of them, those of this request's prompt (not deferred by an earlier
+	 * one); none of them computed */
 	r->n_cached = n - (int)(r->n_hist_fed < (size_t)n ? r->n_hist_fed : (size_t)n);
-	/* the stream took all n from the cache, deferred ones too (as copy_rows counts) */
 	count_locked(s, true, n);
 	return 0;
 }
@@ -260,21 +258,6 @@ static int start_hit(struct scheduler *s, struct sched_req *r, struct sched_pref
 	return plain_session(s, r->sess, err, err_len);
 }
 
-/* The longest feed whose prefill leaves every token in full precision and
- * in the window: there a prefix computed in an earlier forward (or copied)
- * is read exactly as one computed in the same batch, so a copy changes
- * nothing; past it a token that leaves the hot tier within a batch is read
- * unquantized by the batch's later tokens, and the chunking would show. */
-static size_t copy_limit(const struct cache_geometry *g)
-{
-	if (cache_geometry_per_layer(g))
-		return 0;
-	int span = g->quant_enabled ? g->full_precision_recent
-	           : g->strategy == CACHE_STRATEGY_SLIDING_WINDOW ? g->window_size
-	                                                           : g->max_context_length;
-	return (size_t)g->sink_keep_count + (size_t)span;
-}
-
 /* Rule C: a new unpinned stream imports the longest cached image of its
  * first T tokens (whole blocks, at least one token left to compute), and
  * claims the longest one it will pass for the others. */
@@ -283,14 +266,14 @@ static int start_copy(struct scheduler *s, struct sched_req *r, char *err, size_
 	struct sched_session *ss = r->sess;
 	size_t L = r->n_feed, B = SCHED_PREFIX_BLOCK, T = 0;
 	int rc = plain_session(s, ss, err, err_len);
-	if (rc || L < B + 1 || L > copy_limit(&ss->geom))
+	if (rc || L < B + 1)
 		return rc;
 	struct sched_prefix_entry *e =
 	    sched_prefix_find_image(s->prefix, &ss->geom, r->feed, (int)(L - 1));
 	if (e && sched_prefix_entry_ready(e) &&
 	    same_shape(r, (size_t)sched_prefix_entry_tokens(e)) &&
-	    s->be->ops->session_import(s->be, ss->bs, sched_prefix_entry_image(e), err,
-	                               err_len) == 0) {
+	    s->be->ops->session_import(s->be, ss->bs, sched_prefix_entry_image(e), err, err_len) ==
+	        0) {
 		T = (size_t)sched_prefix_entry_tokens(e);
 		sched_prefix_ref(s->prefix, e); /* a hit: the most recently used */
 		sched_prefix_unref(s->prefix, e);
@@ -321,8 +304,7 @@ int sched_share_start(struct scheduler *s, struct sched_req *r, char *err, size_
 	/* a stream deferred under settings that changed since computes itself */
 	if (!pin_eligible(s, ss) || r->n_feed_all < (size_t)S)
 		return plain_session(s, ss, err, err_len);
-	struct sched_prefix_entry *e =
-	    sched_prefix_find_shared(s->prefix, &ss->geom, r->feed, S);
+	struct sched_prefix_entry *e = sched_prefix_find_shared(s->prefix, &ss->geom, r->feed, S);
 	if (defer_prefix(s, r, e))
 		return 0;
 	if (e && !sched_prefix_entry_ready(e)) { /* rule W: another stream computes it */
@@ -460,8 +442,7 @@ static void after_cut(struct scheduler *s, struct sched_req *r)
 }
 
 /* A reload: the engine applies the prefix cache's settings it has not yet. */
-void sched_share_apply_limits(struct scheduler *s, size_t max_bytes,
-                              const struct cache_geometry *g)
+void sched_share_apply_limits(struct scheduler *s, size_t max_bytes, const struct cache_geometry *g)
 {
 	if (max_bytes != s->prefix_max_applied) {
 		if (s->prefix)

@@ -332,7 +332,8 @@ void sched_session_kill_locked(struct scheduler *s, struct sched_session *ss);
 int sched_share_init(struct scheduler *s, size_t max_bytes, char *err, size_t err_len);
 /* After every backend session is freed. */
 void sched_share_deinit(struct scheduler *s);
-/* Whether a new stream of ss may share its pinned prefix. */
+/* Whether a new stream of ss may take its prefix from the cache (shared
+ * when pinned, copied when not). */
 bool sched_share_eligible(const struct scheduler *s, const struct sched_session *ss);
 /* A new, eligible stream whose feed is built makes its backend session:
  * shared (r->n_fed and n_cached skip the prefix), or plain with a claim

@@ -39,10 +39,10 @@
 /* The settings every test runs under: a window that the continuation
  * overruns (eviction) with a hot tier smaller than it (quantization), and
  * room for the pinned prefix. */
-#define OV_COMMON                                                                              \
-	"inference.cache.window_size=56", "inference.cache.sink_keep_count=4",                  \
-	    "inference.cache.max_pinned_tokens=48", "inference.quantization.enabled=true",      \
-	    "inference.quantization.full_precision_recent=16", "scheduler.max_batch_tokens=1024", \
+#define OV_COMMON                                                                                  \
+	"inference.cache.window_size=56", "inference.cache.sink_keep_count=4",                     \
+	    "inference.cache.max_pinned_tokens=48", "inference.quantization.enabled=true",         \
+	    "inference.quantization.full_precision_recent=16", "scheduler.max_batch_tokens=1024",  \
 	    OV_BACKEND
 
 #define N_OV(ov) (sizeof(ov) / sizeof((ov)[0]))
@@ -130,7 +130,8 @@ START_TEST(test_shared_prefix_exact)
 	make_tokens(ids, PREFIX_LEN + 8, 1);
 	for (int on = 0; on < 2; on++) {
 		struct sinkd_config cfg;
-		struct scheduler *s = on ? sched_make(&cfg, ov_on, N_OV(ov_on)) : sched_make(&cfg, ov_off, N_OV(ov_off));
+		struct scheduler *s = on ? sched_make(&cfg, ov_on, N_OV(ov_on))
+		                         : sched_make(&cfg, ov_off, N_OV(ov_off));
 		char a[SCHED_SESSION_ID_LEN], b[SCHED_SESSION_ID_LEN];
 		new_session(s, a);
 		new_session(s, b);
@@ -191,11 +192,14 @@ START_TEST(test_many_sessions_share_one_copy)
 	char win[64], pin[64];
 	snprintf(win, sizeof(win), "inference.cache.window_size=%d", MANY_PREFIX + 24);
 	snprintf(pin, sizeof(pin), "inference.cache.max_pinned_tokens=%d", MANY_PREFIX);
-	const char *ov[] = {win, pin, "inference.cache.sink_keep_count=4",
+	const char *ov[] = {win,
+	                    pin,
+	                    "inference.cache.sink_keep_count=4",
 #ifndef SINKD_CUDA_EMU
 	                    "inference.cache.global_cache_limit=8GiB",
 #endif
-	                    "inference.quantization.enabled=true", OV_BACKEND,
+	                    "inference.quantization.enabled=true",
+	                    OV_BACKEND,
 	                    "inference.quantization.full_precision_recent=8"};
 	struct sinkd_config cfg;
 	struct scheduler *s = sched_make(&cfg, ov, N_OV(ov));
@@ -465,6 +469,48 @@ START_TEST(test_reload)
 }
 END_TEST
 
+/* Unpinned prompts with a common start (rule C): a later one copies the
+ * cached image of its longest whole-block prefix (cached_tokens a multiple
+ * of the block, at least one token computed) and generates exactly what it
+ * does with the cache off, though the copied image holds evicted and
+ * quantized rows and the window slides on past it. */
+START_TEST(test_unpinned_copy)
+{
+	const char *ov_on[] = {OV_COMMON};
+	const char *ov_off[] = {OV_COMMON, "inference.prefix_cache.max_bytes=0"};
+	enum { N = 70 };
+	int32_t ids[N];
+	struct run got[3][2];
+	for (int on = 0; on < 2; on++) {
+		struct sinkd_config cfg;
+		struct scheduler *s = on ? sched_make(&cfg, ov_on, N_OV(ov_on))
+		                         : sched_make(&cfg, ov_off, N_OV(ov_off));
+		char a[SCHED_SESSION_ID_LEN];
+		make_tokens(ids, N, 8);
+		run_req(s, ids, 40, N_GEN / 2, NULL, 0, &got[0][on]); /* caches 32 tokens */
+		ids[50] += 1;
+		new_session(s, a);
+		run_req(s, ids, N, N_GEN, a, 0, &got[1][on]); /* takes 32, caches 64 */
+		ids[66] += 1;
+		run_req(s, ids, N, N_GEN / 2, NULL, 0, &got[2][on]); /* takes 64 */
+		struct scheduler_stats st;
+		scheduler_get_stats(s, &st);
+		ck_assert_uint_eq(st.prefix_hits, on ? 2 : 0);
+		ck_assert_uint_eq(st.prefix_tokens_reused, on ? 32 + 64 : 0);
+		ck_assert_uint_eq(st.prefix_shared_sessions, 0);
+		if (on)
+			ck_assert_uint_ge(st.prefix_entries, 2);
+		ck_assert_int_eq(scheduler_session_delete(s, a), 0);
+		finish(s, &cfg);
+	}
+	for (int i = 0; i < 3; i++)
+		assert_same_run(&got[i][0], &got[i][1]);
+	ck_assert_int_eq(got[0][1].n_cached, 0);
+	ck_assert_int_eq(got[1][1].n_cached, 32);
+	ck_assert_int_eq(got[2][1].n_cached, 64);
+}
+END_TEST
+
 #define N_VOICE 4
 
 struct voice {
@@ -475,8 +521,8 @@ struct voice {
 /* Submits one request on each conversation, all at once (the openings)
  * or one after another (the CPU kernels are picked by the batch's size, so
  * results compare only between batches alike), and waits for all. */
-static void voice_step(struct scheduler *s, struct voice *v, const int32_t *sys, int n_sys,
-                       int pin, int step, int max_tokens, size_t revise, int *n_cached)
+static void voice_step(struct scheduler *s, struct voice *v, const int32_t *sys, int n_sys, int pin,
+                       int step, int max_tokens, size_t revise, int *n_cached)
 {
 	int32_t words[8];
 	for (int i = 0; i < N_VOICE; i++) {
@@ -513,7 +559,8 @@ START_TEST(test_voice_flow)
 	make_tokens(sys, PREFIX_LEN, 6);
 	for (int on = 0; on < 2; on++) {
 		struct sinkd_config cfg;
-		struct scheduler *s = on ? sched_make(&cfg, ov_on, N_OV(ov_on)) : sched_make(&cfg, ov_off, N_OV(ov_off));
+		struct scheduler *s = on ? sched_make(&cfg, ov_on, N_OV(ov_on))
+		                         : sched_make(&cfg, ov_off, N_OV(ov_off));
 		struct voice v[N_VOICE];
 		int cached[N_VOICE];
 		struct sched_session_info info;
@@ -540,8 +587,10 @@ START_TEST(test_voice_flow)
 		for (int i = 0; i < N_VOICE; i++) {
 			struct coll *c = v[i].c;
 			reply[on][i].n = c->n_tokens;
-			memcpy(reply[on][i].tokens, c->tokens, (size_t)c->n_tokens * sizeof(int32_t));
-			memcpy(reply[on][i].logprobs, c->logprobs, (size_t)c->n_tokens * sizeof(float));
+			memcpy(reply[on][i].tokens, c->tokens,
+			       (size_t)c->n_tokens * sizeof(int32_t));
+			memcpy(reply[on][i].logprobs, c->logprobs,
+			       (size_t)c->n_tokens * sizeof(float));
 			coll_free(c);
 			ck_assert_int_eq(scheduler_session_info(s, v[i].id, &info), 0);
 			ck_assert_int_eq(info.shared_prefix_tokens, on ? PREFIX_LEN : 0);
@@ -549,6 +598,8 @@ START_TEST(test_voice_flow)
 		}
 		scheduler_get_stats(s, &st);
 		ck_assert_uint_eq(st.prefix_misses, on ? 1 : 0);
+		ck_assert_uint_eq(st.prefix_hits, on ? N_VOICE : 0); /* at their first burst */
+		ck_assert_uint_eq(st.prefix_tokens_reused, on ? N_VOICE * PREFIX_LEN : 0);
 		ck_assert_uint_eq(st.prefix_shared_sessions, on ? N_VOICE : 0);
 		ck_assert_uint_eq(st.prefix_entries, on ? 1 : 0);
 		for (int i = 0; i < N_VOICE; i++)
@@ -576,20 +627,24 @@ START_TEST(test_deferred_generate_and_snapshot)
 	make_tokens(sys, PREFIX_LEN, 7);
 	for (int on = 0; on < 2; on++) {
 		struct sinkd_config cfg, cfg2;
-		struct scheduler *s = on ? sched_make(&cfg, ov_on, N_OV(ov_on)) : sched_make(&cfg, ov_off, N_OV(ov_off));
+		struct scheduler *s = on ? sched_make(&cfg, ov_on, N_OV(ov_on))
+		                         : sched_make(&cfg, ov_off, N_OV(ov_off));
 		char a[SCHED_SESSION_ID_LEN], b[SCHED_SESSION_ID_LEN], x[SCHED_SESSION_ID_LEN];
 		new_session(s, a);
 		new_session(s, b);
-		run_req(s, sys, PREFIX_LEN, 0, a, PREFIX_LEN, NULL); /* computes, publishes, defers */
+		run_req(s, sys, PREFIX_LEN, 0, a, PREFIX_LEN,
+		        NULL); /* computes, publishes, defers */
 		run_req(s, sys, PREFIX_LEN, 0, b, PREFIX_LEN, NULL); /* defers */
 		run_req(s, NULL, 0, N_GEN / 2, b, 0, &r[on][0]);
 		if (on)
 			ck_assert_int_eq(r[on][0].n_cached, 0); /* all but one came earlier */
 		unsigned char *snap = NULL;
 		size_t len = 0;
-		ck_assert_int_eq(scheduler_session_snapshot(s, a, &snap, &len, err, sizeof(err)), 0);
+		ck_assert_int_eq(scheduler_session_snapshot(s, a, &snap, &len, err, sizeof(err)),
+		                 0);
 		struct scheduler *s2 = sched_make(&cfg2, ov_off, N_OV(ov_off));
-		ck_assert_int_eq(scheduler_session_restore(s2, snap, len, NULL, x, err, sizeof(err)), 0);
+		ck_assert_int_eq(
+		    scheduler_session_restore(s2, snap, len, NULL, x, err, sizeof(err)), 0);
 		free(snap);
 		run_req(s2, NULL, 0, N_GEN / 2, x, 0, &r[on][1]);
 		ck_assert_int_eq(scheduler_session_delete(s2, x), 0);
@@ -618,7 +673,8 @@ START_TEST(test_no_share_cases)
 	struct scheduler_stats st;
 	make_tokens(ids, PREFIX_LEN + 4, 5);
 	for (int k = 0; k < 2; k++) {
-		struct scheduler *s = k ? sched_make(&cfg, ov, N_OV(ov)) : sched_make(&cfg, ov_off, N_OV(ov_off));
+		struct scheduler *s =
+		    k ? sched_make(&cfg, ov, N_OV(ov)) : sched_make(&cfg, ov_off, N_OV(ov_off));
 		struct run *r = k ? on : off;
 		run_req(s, ids, PREFIX_LEN + 4, 3, NULL, PREFIX_LEN, &r[0]); /* a miss: publishes */
 		run_req(s, ids, PREFIX_LEN + 1, 3, NULL, PREFIX_LEN, &r[1]);
@@ -650,6 +706,7 @@ int main(void)
 	tcase_add_test(tc, test_many_sessions_share_one_copy);
 	tcase_add_test(tc, test_snapshot_of_sharing_session);
 	tcase_add_test(tc, test_voice_flow);
+	tcase_add_test(tc, test_unpinned_copy);
 	if (!ON_EMU) { /* the emulation is slow: the cases above there */
 		tcase_add_test(tc, test_bound_under_churn);
 		tcase_add_test(tc, test_no_share_cases);
