@@ -220,6 +220,21 @@ void sched_prefix_set_max_bytes(struct sched_prefix *pc, size_t max_bytes)
 	}
 }
 
+size_t sched_prefix_evict_unreferenced(struct sched_prefix *pc,
+                                       const struct sched_prefix_entry *keep)
+{
+	size_t freed = 0;
+	for (struct sched_prefix_entry *e = pc->head, *next; e; e = next) {
+		next = e->next;
+		if (e == keep || !e->ready || e->refs > 0 || e->kind != SCHED_PREFIX_SHARED)
+			continue;
+		freed += e->bytes;
+		entry_free(pc, e);
+		pc->st.evicted++;
+	}
+	return freed;
+}
+
 /* Whether an entry computed under e->geom still serves new sessions of
  * geometry g: the same geometry, or (SHARED) g pinned to its tokens. */
 static bool entry_current(const struct sched_prefix_entry *e, const struct cache_geometry *g,

@@ -57,7 +57,7 @@ struct sched_prefix_stats {
 	size_t entries;        /* published */
 	size_t pending;        /* claimed, not yet published */
 	size_t refs;           /* references held (sessions sharing an entry) */
-	uint64_t evicted;      /* entries evicted for room (max_bytes, churn) */
+	uint64_t evicted;      /* entries evicted for room (max_bytes, churn, backend) */
 };
 
 /* max_bytes 0: off (every claim refuses, lookups find nothing). */
@@ -76,6 +76,13 @@ void sched_prefix_set_max_bytes(struct sched_prefix *pc, size_t max_bytes);
  * SHARED entry whose geometry is g pinned to its tokens (cache_geometry_pin)
  * is of g; the geometry of the previous call again changes nothing. */
 void sched_prefix_set_geometry(struct sched_prefix *pc, const struct cache_geometry *g);
+/* The backend found no room for a session: every published SHARED entry
+ * no session references goes but keep (NULL: none), counted in `evicted`,
+ * since their rows may hold backend memory the KV budget does not count
+ * (the CUDA arena).  IMAGE entries stay (host memory).  Returns the bytes
+ * freed. */
+size_t sched_prefix_evict_unreferenced(struct sched_prefix *pc,
+                                       const struct sched_prefix_entry *keep);
 void sched_prefix_get_stats(const struct sched_prefix *pc, struct sched_prefix_stats *out);
 
 /* The SHARED entry (published or pending) of exactly tokens[0, n) under

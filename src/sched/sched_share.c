@@ -20,7 +20,10 @@
  *
  * Budget: a session reserves its bound at admission; once it shares, its
  * reservation drops by the entry's bytes, which count once in
- * s->reserved while any session references the entry.
+ * s->reserved while any session references the entry.  Unreferenced
+ * entries are outside the budget, so when the backend has no room for a
+ * session (the CUDA arena holds their rows) they are evicted and it tries
+ * again (session_make).
  *
  * The store is the engine thread's alone; its figures reach
  * scheduler_get_stats through s->st under the lock. */
@@ -98,6 +101,61 @@ void sched_share_stats_locked(struct scheduler *s)
 	s->st.prefix_shared_sessions = ps.refs;
 }
 
+/* The store's figures now, before the request's events: a client that
+ * saw DONE reads the entry it published. */
+static void stats_refresh(struct scheduler *s)
+{
+	pthread_mutex_lock(&s->mu);
+	sched_share_stats_locked(s);
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* The backend found no room (rc -ENOSPC) for a session or a prefix: on
+ * CUDA the rows of entries no session references hold KV arena that the
+ * budget does not count (s->reserved has referenced ones only), so they go,
+ * all but keep, for one more try.  Whether anything was freed. */
+static bool reclaim_room(struct scheduler *s, int rc, const struct sched_prefix_entry *keep)
+{
+	if (rc != -ENOSPC || !s->prefix)
+		return false;
+	size_t freed = sched_prefix_evict_unreferenced(s->prefix, keep);
+	if (freed == 0)
+		return false;
+	log_event(s->log, LOG_INFO, "sched", "unreferenced prefixes evicted for a session's room",
+	          (struct log_field[]){LOG_INT("bytes", freed), LOG_END});
+	stats_refresh(s);
+	return true;
+}
+
+static int backend_session_new(struct scheduler *s, const struct cache_geometry *g,
+                               const struct sched_prefix_entry *e, struct backend_session **out,
+                               char *err, size_t err_len)
+{
+	if (e)
+		return s->be->ops->session_new_shared(s->be, sched_prefix_entry_prefix(e), out, err,
+		                                      err_len);
+	return s->be->ops->session_new(s->be, g, out, err, err_len);
+}
+
+/* Every backend session the scheduler makes: reading e's rows (e not
+ * NULL) or its own, of geometry g; short of room, the unreferenced entries
+ * but e and keep make way once. */
+static int session_make(struct scheduler *s, const struct cache_geometry *g,
+                        const struct sched_prefix_entry *e, const struct sched_prefix_entry *keep,
+                        struct backend_session **out, char *err, size_t err_len)
+{
+	int rc = backend_session_new(s, g, e, out, err, err_len);
+	if (reclaim_room(s, rc, e ? e : keep))
+		rc = backend_session_new(s, g, e, out, err, err_len);
+	return rc;
+}
+
+int sched_share_session_new(struct scheduler *s, struct sched_session *ss, char *err,
+                            size_t err_len)
+{
+	return session_make(s, &ss->geom, NULL, NULL, &ss->bs, err, err_len);
+}
+
 /* ss now reads e's rows: its reservation drops by them, and they count
  * once in s->reserved while any session references e. */
 static void session_take_ref(struct scheduler *s, struct sched_session *ss,
@@ -159,8 +217,7 @@ static int share_entry(struct scheduler *s, struct sched_req *r, struct sched_pr
                        char *err, size_t err_len)
 {
 	struct sched_session *ss = r->sess;
-	const struct backend_prefix *p = sched_prefix_entry_prefix(e);
-	int rc = s->be->ops->session_new_shared(s->be, p, &ss->bs, err, err_len);
+	int rc = session_make(s, &ss->geom, e, NULL, &ss->bs, err, err_len);
 	if (rc)
 		return rc;
 	session_take_ref(s, ss, e);
@@ -175,7 +232,7 @@ static int share_entry(struct scheduler *s, struct sched_req *r, struct sched_pr
 
 static int plain_session(struct scheduler *s, struct sched_session *ss, char *err, size_t err_len)
 {
-	return s->be->ops->session_new(s->be, &ss->geom, &ss->bs, err, err_len);
+	return sched_share_session_new(s, ss, err, err_len);
 }
 
 /* Rule D: an append-only request whose stream is exactly the pinned
@@ -205,7 +262,7 @@ static int copy_rows(struct scheduler *s, struct sched_req *r, struct sched_pref
 	int n = sched_prefix_entry_tokens(e) - 1;
 	if (n < 1)
 		return plain_session(s, ss, err, err_len);
-	int rc = plain_session(s, ss, err, err_len);
+	int rc = session_make(s, &ss->geom, NULL, e, &ss->bs, err, err_len); /* e stays */
 	if (rc)
 		return rc;
 	rc = s->be->ops->prefix_image(s->be, sched_prefix_entry_prefix(e), n, &im, err, err_len);
@@ -348,6 +405,8 @@ static int publish_claim(struct scheduler *s, struct sched_req *r, char *err, si
 	size_t bytes = 0;
 	int S = sched_prefix_entry_tokens(r->claim);
 	int rc = s->be->ops->prefix_new(s->be, ss->bs, &p, &bytes, err, err_len);
+	if (reclaim_room(s, rc, NULL)) /* (the claim is pending: never evicted) */
+		rc = s->be->ops->prefix_new(s->be, ss->bs, &p, &bytes, err, err_len);
 	if (rc)
 		goto fail;
 	rc = s->be->ops->prefix_image(s->be, p, S, &im, err, err_len);
@@ -375,8 +434,7 @@ static void switch_to_shared(struct scheduler *s, struct sched_session *ss,
 {
 	char err[SINKD_ERR_LEN];
 	struct backend_session *nbs = NULL;
-	if (s->be->ops->session_new_shared(s->be, sched_prefix_entry_prefix(e), &nbs, err,
-	                                   sizeof(err)) != 0)
+	if (session_make(s, &ss->geom, e, NULL, &nbs, err, sizeof(err)) != 0)
 		return; /* it goes on with its own copy */
 	s->be->ops->session_free(s->be, ss->bs);
 	ss->bs = nbs;
@@ -396,15 +454,6 @@ static void publish_image(struct scheduler *s, struct sched_req *r)
 		return;
 	}
 	(void)sched_prefix_publish_image(s->prefix, e, &im); /* no room: dropped */
-}
-
-/* The store's figures now, before the request's events: a client that
- * saw DONE reads the entry it published. */
-static void stats_refresh(struct scheduler *s)
-{
-	pthread_mutex_lock(&s->mu);
-	sched_share_stats_locked(s);
-	pthread_mutex_unlock(&s->mu);
 }
 
 static void after_cut(struct scheduler *s, struct sched_req *r);
@@ -482,8 +531,7 @@ int sched_share_restored(struct scheduler *s, struct sched_session *ss)
 	struct sched_prefix_entry *e = sched_prefix_find_rows(s->prefix, &ss->geom, digest);
 	if (!e)
 		return -ENOENT;
-	int rc = s->be->ops->session_new_shared(s->be, sched_prefix_entry_prefix(e), &ss->bs, err,
-	                                        sizeof(err));
+	int rc = session_make(s, &ss->geom, e, NULL, &ss->bs, err, sizeof(err));
 	if (!rc)
 		rc = s->be->ops->session_import(s->be, ss->bs, &im, err, sizeof(err));
 	if (rc) {

@@ -380,7 +380,7 @@ static int req_start(struct scheduler *s, struct sched_req *r, enum sched_field 
 	if (!ss->bs && !fresh && sched_share_restored(s, ss) == 0) {
 		sched_trace_session_started(s, ss);
 	} else if (!ss->bs && !fresh) {
-		rc = s->be->ops->session_new(s->be, &ss->geom, &ss->bs, err, err_len);
+		rc = sched_share_session_new(s, ss, err, err_len);
 		if (rc)
 			return rc == -ENOMEM ? rc : -EIO;
 		rc = sched_import_pending(s, ss, err, err_len);

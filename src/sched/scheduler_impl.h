@@ -339,6 +339,12 @@ bool sched_share_eligible(const struct scheduler *s, const struct sched_session 
  * shared (r->n_fed and n_cached skip the prefix), or plain with a claim
  * (r->cut), or none yet (r->share_wait: call again next tick). */
 int sched_share_start(struct scheduler *s, struct sched_req *r, char *err, size_t err_len);
+/* ss's own backend session (ss->bs), as every one the scheduler makes:
+ * when the backend has no room (-ENOSPC), the prefix cache's unreferenced
+ * entries make way (their rows may hold KV memory outside the budget) and
+ * it tries once more. */
+int sched_share_session_new(struct scheduler *s, struct sched_session *ss, char *err,
+                            size_t err_len);
 /* After a forward: r reached its cut, so its prefix is published and
  * shared. */
 void sched_share_after_forward(struct scheduler *s, struct sched_req *r);

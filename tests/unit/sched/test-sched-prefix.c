@@ -323,6 +323,47 @@ START_TEST(test_shrink_evicts_least_recently_used)
 }
 END_TEST
 
+/* The backend short of room: every unreferenced SHARED entry goes but the
+ * one kept; referenced ones, pending claims and IMAGE entries (host memory)
+ * stay. */
+START_TEST(test_evict_unreferenced)
+{
+	struct sched_prefix *pc = store_new(1000);
+	struct cache_geometry g = geom(20);
+	int32_t a[20], b[20], c[20], d[20], e[20], i[16];
+	prompt(a, 20, 1), prompt(b, 20, 2), prompt(c, 20, 3), prompt(d, 20, 4), prompt(e, 20, 5);
+	prompt(i, 16, 6);
+	struct sched_prefix_entry *ea = shared(pc, &g, a, 20, 30);
+	struct sched_prefix_entry *eb = shared(pc, &g, b, 20, 40);
+	shared(pc, &g, c, 20, 50);
+	shared(pc, &g, d, 20, 60);
+	struct sched_prefix_entry *ei = image(pc, &g, i, 16, 70);
+	struct sched_prefix_entry *pend = claim(pc, SCHED_PREFIX_SHARED, &g, e, 20);
+	sched_prefix_ref(pc, ea);
+	ck_assert_uint_eq(sched_prefix_evict_unreferenced(pc, eb), 110);
+	ck_assert_int_eq(n_freed, 2);
+	ck_assert(freed[2] && freed[3] && !freed[0] && !freed[1]);
+	ck_assert_ptr_eq(sched_prefix_find_shared(pc, &g, a, 20), ea);
+	ck_assert_ptr_eq(sched_prefix_find_shared(pc, &g, b, 20), eb);
+	ck_assert_ptr_null(sched_prefix_find_shared(pc, &g, c, 20));
+	ck_assert_ptr_null(sched_prefix_find_shared(pc, &g, d, 20));
+	ck_assert_ptr_eq(sched_prefix_find_image(pc, &g, i, 16), ei);
+	ck_assert_ptr_eq(sched_prefix_find_shared(pc, &g, e, 20), pend);
+	struct sched_prefix_stats st = stats(pc);
+	ck_assert_uint_eq(st.evicted, 2);
+	ck_assert_uint_eq(st.entries, 3);
+	ck_assert_uint_eq(st.bytes, 30 + 40 + 70);
+	ck_assert_uint_eq(st.pending, 1);
+	/* nothing to keep: b goes too, and nothing is left to free after it */
+	ck_assert_uint_eq(sched_prefix_evict_unreferenced(pc, NULL), 40);
+	ck_assert_uint_eq(sched_prefix_evict_unreferenced(pc, NULL), 0);
+	ck_assert_uint_eq(stats(pc).evicted, 3);
+	sched_prefix_abandon(pc, pend);
+	sched_prefix_unref(pc, ea);
+	store_free(pc);
+}
+END_TEST
+
 START_TEST(test_new_geometry_makes_entries_stale)
 {
 	struct sched_prefix *pc = store_new(1000);
@@ -645,6 +686,7 @@ int main(void)
 	tcase_add_test(tc, test_many_entries_each_its_own);
 	tcase_add_test(tc, test_pending_entries);
 	tcase_add_test(tc, test_shrink_evicts_least_recently_used);
+	tcase_add_test(tc, test_evict_unreferenced);
 	tcase_add_test(tc, test_new_geometry_makes_entries_stale);
 	tcase_add_test(tc, test_bound_holds_under_churn);
 	tcase_add_test(tc, test_rows_digest_of_prefix_and_snapshot);

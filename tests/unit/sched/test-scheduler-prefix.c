@@ -5,8 +5,10 @@
  * (the budget counts it once); the cache's bound holds under churn and a
  * referenced entry stays; streams that start together compute their prefix
  * once; a snapshot of a sharing session restores and continues exactly;
- * cached_tokens says what came from the cache.  Built twice: on the CPU
- * backend and (SINKD_CUDA_EMU) on the CUDA backend's emulation. */
+ * cached_tokens says what came from the cache; on CUDA, unreferenced
+ * entries make way in the KV arena for sessions the budget admitted.
+ * Built twice: on the CPU backend and (SINKD_CUDA_EMU) on the CUDA
+ * backend's emulation. */
 #include <check.h>
 #include <errno.h>
 #include <stdio.h>
@@ -14,6 +16,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#ifdef SINKD_CUDA_EMU
+#include "backend_cuda.h"
+#endif
 #include "config/config.h"
 #include "sched/scheduler.h"
 #include "util/errbuf.h"
@@ -696,6 +701,77 @@ START_TEST(test_no_share_cases)
 }
 END_TEST
 
+#ifdef SINKD_CUDA_EMU
+#define ROOM_BUDGET ((size_t)1 << 20) /* a KV budget small enough to fill */
+#define ROOM_PIN 100
+#define ROOM_PROMPT 4
+
+/* The rows of entries no session references are in the CUDA KV arena but
+ * not in the KV budget: a budget then filled with sessions would find the
+ * arena short, so the backend's refusal evicts them and the session is made
+ * after all.  Distinct pinned prefixes are published and left (their
+ * sessions deleted) until they and three quarters of the budget overrun the
+ * arena, then sessions that fill the budget each run a request: every one
+ * succeeds, the entries are gone. */
+START_TEST(test_unreferenced_prefixes_make_room)
+{
+	char err[SINKD_ERR_LEN], budget[64], pin[64];
+	struct backend *be_fixture = fx.be; /* (NULL unless tests do not fork) */
+	struct backend_cuda_options co = {.dtype = KV_DTYPE_F32, .cache_bytes = ROOM_BUDGET};
+	ck_assert_msg(backend_cuda_new(fx.model, NULL, &co, &fx.be, err, sizeof(err)) == 0, "%s",
+	              err);
+	snprintf(budget, sizeof(budget), "inference.cache.global_cache_limit=%zu", ROOM_BUDGET);
+	snprintf(pin, sizeof(pin), "inference.cache.max_pinned_tokens=%d", ROOM_PIN);
+	const char *ov[] = {"inference.cache.window_size=120", "inference.cache.sink_keep_count=4",
+	                    pin, budget, OV_BACKEND};
+	struct sinkd_config cfg;
+	struct scheduler *s = sched_make(&cfg, ov, N_OV(ov));
+	struct scheduler_stats st = {0};
+	int32_t p[ROOM_PIN + 4];
+	char id[SCHED_SESSION_ID_LEN];
+	size_t n_entries = 0;
+	/* the arena: the budget, a sixteenth more and 1 MiB (backend_cuda.c) */
+	size_t arena = ROOM_BUDGET + ROOM_BUDGET / 16 + ((size_t)1 << 20);
+	while (st.prefix_bytes + ROOM_BUDGET / 4 * 3 <= arena) {
+		ck_assert_uint_lt(n_entries, 64);
+		make_tokens(p, ROOM_PIN + 4, 300 + (unsigned)n_entries);
+		new_session(s, id);
+		run_req(s, p, ROOM_PIN + 4, 1, id, ROOM_PIN, NULL);
+		ck_assert_int_eq(scheduler_session_delete(s, id), 0);
+		wait_gone(s, id);
+		scheduler_get_stats(s, &st);
+		ck_assert_uint_eq(st.prefix_entries, ++n_entries);
+		ck_assert_uint_eq(st.prefix_shared_sessions, 0);
+	}
+	ck_assert_uint_eq(st.kv_bytes_reserved, 0); /* no entry counts in the budget */
+	static char ids[256][SCHED_SESSION_ID_LEN];
+	int n = 0;
+	while (scheduler_session_create(s, NULL, ids[n], NULL, err, sizeof(err)) == 0)
+		ck_assert_int_lt(++n, 256);
+	ck_assert_int_gt(n, 1);
+	for (int i = 0; i < n; i++) {
+		struct coll *c = coll_new(s);
+		make_tokens(p, ROOM_PROMPT, 900 + (unsigned)i);
+		ck_assert_int_eq(submit(s, c, p, ROOM_PROMPT, 1, ids[i], 0), 0);
+		coll_wait(c);
+		ck_assert_msg(c->finish != GEN_FINISH_ERROR, "session %d of %d: error %d: %s", i, n,
+		              c->error_rc, c->error);
+		coll_free(c);
+	}
+	scheduler_get_stats(s, &st);
+	ck_assert_uint_eq(st.prefix_entries, 0);
+	ck_assert_uint_eq(st.prefix_bytes, 0);
+	printf("%zu unreferenced prefixes evicted for %d sessions filling a %zu-byte budget\n",
+	       n_entries, n, ROOM_BUDGET);
+	for (int i = 0; i < n; i++)
+		ck_assert_int_eq(scheduler_session_delete(s, ids[i]), 0);
+	finish(s, &cfg);
+	backend_free(fx.be);
+	fx.be = be_fixture;
+}
+END_TEST
+#endif
+
 int main(void)
 {
 	fixture_load();
@@ -707,6 +783,9 @@ int main(void)
 	tcase_add_test(tc, test_snapshot_of_sharing_session);
 	tcase_add_test(tc, test_voice_flow);
 	tcase_add_test(tc, test_unpinned_copy);
+#ifdef SINKD_CUDA_EMU
+	tcase_add_test(tc, test_unreferenced_prefixes_make_room); /* the arena is CUDA's */
+#endif
 	if (!ON_EMU) { /* the emulation is slow: the cases above there */
 		tcase_add_test(tc, test_bound_under_churn);
 		tcase_add_test(tc, test_no_share_cases);
