@@ -332,8 +332,6 @@ static int start_copy(struct scheduler *s, struct sched_req *r, char *err, size_
 	    s->be->ops->session_import(s->be, ss->bs, sched_prefix_entry_image(e), err, err_len) ==
 	        0) {
 		T = (size_t)sched_prefix_entry_tokens(e);
-		sched_prefix_ref(s->prefix, e); /* a hit: the most recently used */
-		sched_prefix_unref(s->prefix, e);
 		r->n_fed = T;
 		r->n_cached = (int)T;
 		count_locked(s, true, (int)T);
