@@ -8,6 +8,7 @@
 #include "engine/qdot_impl.h"
 #include "engine/qpack_impl.h"
 
+#include "util/cpu.h"
 #include "util/half.h"
 
 #include <string.h>
@@ -76,6 +77,12 @@ static void rows_q4k_scalar(const struct weight_matrix *w, const void *xq, size_
 			y[(size_t)b * ldy + r] = s;
 		}
 	}
+}
+
+int qpack_vecs_per_pass(size_t xq_bytes, int tile)
+{
+	size_t n = cpu_l2_cache_bytes() / 2 / (xq_bytes ? xq_bytes : 1);
+	return n < (size_t)tile ? tile : (int)(n / (size_t)tile) * tile;
 }
 
 /* ------------------------------------------------------------- the table */
