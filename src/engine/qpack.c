@@ -61,22 +61,104 @@ static float q4k_block_dot(const struct qpack_q4k_block *blk, int r,
 	       x->d * fp16_to_f32(blk->dmin[r]) * (float)summ;
 }
 
-static void rows_q4k_scalar(const struct weight_matrix *w, const void *xq, size_t xq_bytes, int B,
-                            float *y, size_t ldy, int r0, int r1)
+/* ------------------------------------------------------------------ Q6_K */
+
+/* Value e (0..255) of a stored Q6_K block, 0..63 (stored value + 32). */
+static int q6k_stored_value(const uint8_t *w, int e)
+{
+	int h = e / 128, quarter = (e % 128) / 32, l = e % 32;
+	const uint8_t *ql = w + 64 * h + (quarter & 1) * 32, *qh = w + 128 + 32 * h;
+	int lo = quarter < 2 ? ql[l] & 0xf : ql[l] >> 4;
+	return lo | (((qh[l] >> (2 * quarter)) & 3) << 4);
+}
+
+/* Block k of group g of w into out; rows past the end stay zero. */
+static void pack_q6k(const struct weight_matrix *w, int g, int k, void *out)
+{
+	struct qpack_q6k_block *blk = out;
+	memset(blk, 0, sizeof(*blk));
+	for (int r = 0; r < QPACK_ROWS && g * QPACK_ROWS + r < w->rows; r++) {
+		const uint8_t *src = (const uint8_t *)w->data +
+		                     (size_t)(g * QPACK_ROWS + r) * w->row_bytes +
+		                     (size_t)k * QDOT_Q6_K_BYTES;
+		for (int e = 0; e < 256; e++) {
+			int v = q6k_stored_value(src, e), j2 = e / 32, l = e % 32;
+			blk->qs[j2 / 2][l / 4][r][l % 4] |= (uint8_t)((v & 15) << (4 * (j2 % 2)));
+			blk->qh[j2 / 4][l / 4][r][l % 4] |= (uint8_t)((v >> 4) << (2 * (j2 % 4)));
+		}
+		for (int i = 0; i < 16; i++)
+			blk->sc[i][r] = (int8_t)src[192 + i];
+		memcpy(&blk->d[r], src + 208, 2);
+	}
+}
+
+/* Row r of a group block times one activation block: per 16-value group
+ * the dot of the 0..63 values less 32 times the group's sum of x (the
+ * stored values' offset), times its scale. */
+static float q6k_block_dot(const struct qpack_q6k_block *blk, int r,
+                           const struct qdot_q8k_block *x)
+{
+	int32_t sumi = 0;
+	for (int gi = 0; gi < 16; gi++) {
+		int32_t dot = -32 * x->bsums[gi];
+		for (int e = 16 * gi; e < 16 * gi + 16; e++) {
+			int j2 = e / 32, l = e % 32;
+			int lo = (blk->qs[j2 / 2][l / 4][r][l % 4] >> (4 * (j2 % 2))) & 15;
+			int hi = (blk->qh[j2 / 4][l / 4][r][l % 4] >> (2 * (j2 % 4))) & 3;
+			dot += (lo | hi << 4) * x->qs[e];
+		}
+		sumi += blk->sc[gi][r] * dot;
+	}
+	return x->d * fp16_to_f32(blk->d[r]) * (float)sumi;
+}
+
+/* ------------------------------------------------------------- the twins */
+
+typedef float (*block_dot_fn)(const void *blk, int r, const void *x);
+
+/* y over [r0, r1) and B vectors, a group block and an activation block at
+ * a time: the twins of every K-quant differ only in their block dot. */
+static void rows_k_scalar(const struct weight_matrix *w, size_t gb_bytes, block_dot_fn dot,
+                          const void *xq, size_t xq_bytes, int B, float *y, size_t ldy, int r0,
+                          int r1)
 {
 	int nblk = w->cols / 256;
-	const struct qpack_q4k_block *p = w->panels;
 	for (int b = 0; b < B; b++) {
 		const struct qdot_q8k_block *x =
 		    (const void *)((const uint8_t *)xq + (size_t)b * xq_bytes);
 		for (int r = r0; r < r1; r++) {
-			const struct qpack_q4k_block *g = p + (size_t)(r / QPACK_ROWS) * nblk;
+			const uint8_t *g = (const uint8_t *)w->panels +
+			                   (size_t)(r / QPACK_ROWS) * nblk * gb_bytes;
 			float s = 0.0f;
 			for (int k = 0; k < nblk; k++)
-				s += q4k_block_dot(&g[k], r % QPACK_ROWS, &x[k]);
+				s += dot(g + (size_t)k * gb_bytes, r % QPACK_ROWS, &x[k]);
 			y[(size_t)b * ldy + r] = s;
 		}
 	}
+}
+
+static float q4k_dot(const void *blk, int r, const void *x)
+{
+	return q4k_block_dot(blk, r, x);
+}
+
+static float q6k_dot(const void *blk, int r, const void *x)
+{
+	return q6k_block_dot(blk, r, x);
+}
+
+static void rows_q4k_scalar(const struct weight_matrix *w, const void *xq, size_t xq_bytes, int B,
+                            float *y, size_t ldy, int r0, int r1)
+{
+	rows_k_scalar(w, sizeof(struct qpack_q4k_block), q4k_dot, xq, xq_bytes, B, y, ldy, r0,
+	              r1);
+}
+
+static void rows_q6k_scalar(const struct weight_matrix *w, const void *xq, size_t xq_bytes, int B,
+                            float *y, size_t ldy, int r0, int r1)
+{
+	rows_k_scalar(w, sizeof(struct qpack_q6k_block), q6k_dot, xq, xq_bytes, B, y, ldy, r0,
+	              r1);
 }
 
 int qpack_vecs_per_pass(size_t xq_bytes, int tile)
@@ -103,6 +185,7 @@ struct qpack_type {
 /* clang-format off */
 static const struct qpack_type types[] = {
 	{GGML_TYPE_Q4_K, 256, sizeof(struct qpack_q4k_block), pack_q4k, rows_q4k_scalar},
+	{GGML_TYPE_Q6_K, 256, sizeof(struct qpack_q6k_block), pack_q6k, rows_q6k_scalar},
 };
 /* clang-format on */
 

@@ -20,6 +20,20 @@ struct qpack_q4k_block {
 };
 _Static_assert(sizeof(struct qpack_q4k_block) % 64 == 0, "Q4_K group block is whole lines");
 
+/* Q6_K, one group block.  Values are numbered as in 32-value sub-blocks
+ * j2 = e / 32 (the scales cover 16 values: g = e / 16); the low 4 bits of
+ * value l of sub-block j2 lie as Q4_K's nibbles (qs[j2 / 2][l / 4][r][l %
+ * 4], low for even j2), the high 2 at bits 2 (j2 % 4) of qh[j2 / 4][l /
+ * 4][r][l % 4].  Fields ordered so that every line is 64-byte aligned. */
+struct qpack_q6k_block {
+	uint8_t qs[4][8][QPACK_ROWS][4];
+	uint8_t qh[2][8][QPACK_ROWS][4];
+	int8_t sc[16][QPACK_ROWS]; /* 8-bit scale of 16-value group g, row r */
+	uint16_t d[QPACK_ROWS];    /* fp16 scale of the row's block */
+	uint8_t pad[32];
+};
+_Static_assert(sizeof(struct qpack_q6k_block) % 64 == 0, "Q6_K group block is whole lines");
+
 /* Activation vectors a kernel runs over all its rows per pass, a multiple
  * of tile: as many as keep about half of L2 (xq_bytes each). */
 int qpack_vecs_per_pass(size_t xq_bytes, int tile);

@@ -29,6 +29,9 @@ typedef __m512 QX(vf);
 #define QX_HALF_TO_F(p) _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(p)))
 #define QX_ZERO() _mm512_setzero_si512()
 #define QX_AND(a, b) _mm512_and_si512(a, b)
+#define QX_I8_TO_32(p) _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(p)))
+/* a | (b & c) */
+#define QX_OR_AND(a, b, c) _mm512_ternarylogic_epi32(a, b, c, 0xf8)
 #else
 typedef __m256i QX(vi);
 typedef __m256 QX(vf);
@@ -40,6 +43,8 @@ typedef __m256 QX(vf);
 #define QX_HALF_TO_F(p) _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(p)))
 #define QX_ZERO() _mm256_setzero_si256()
 #define QX_AND(a, b) _mm256_and_si256(a, b)
+#define QX_I8_TO_32(p) _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p)))
+#define QX_OR_AND(a, b, c) _mm256_or_si256(a, _mm256_and_si256(b, c))
 #endif
 /* Register halves of a 16-row line: 1 at 512 bits, 2 at 256. */
 #define QX_PARTS (QPACK_ROWS / QX_LANES)
@@ -150,18 +155,88 @@ QX_INLINE void QX(q4k_block)(const struct qpack_q4k_block *p, const uint8_t *x,
 	}
 }
 
+/* v shifted left by n bits in each 16-bit lane (right for n < 0). */
+QX_INLINE QX(vi) QX(shift16)(QX(vi) v, int n)
+{
+	return n >= 0 ? QX_V(slli_epi16)(v, (unsigned)n) : QX_V(srli_epi16)(v, (unsigned)-n);
+}
+
+/* Q6_K: per pair of 32-value sub-blocks, low and high nibbles each with
+ * their 2 high bits at bits 4-5, dots kept per 16-value scale group; each
+ * group's accumulator starts at -32 times its sum of x, which is the
+ * stored values' offset, so no extra step per line removes it. */
+QX_INLINE void QX(q6k_block)(const struct qpack_q6k_block *p, const uint8_t *x,
+                             size_t xq_bytes, int k, int NB, QX(vf) acc[QX_NB][QX_PARTS])
+{
+	const QX(vi) lo_mask = QX_V(set1_epi8)(0x0f), hi_mask = QX_V(set1_epi8)(0x30);
+	const struct qdot_q8k_block *xb[QX_NB];
+	for (int b = 0; b < NB; b++)
+		xb[b] = (const struct qdot_q8k_block *)(x + (size_t)b * xq_bytes) + k;
+	for (int h = 0; h < QX_PARTS; h++) {
+		QX(vi) sumi[QX_NB];
+		for (int b = 0; b < NB; b++)
+			sumi[b] = QX_ZERO();
+		for (int m = 0; m < 4; m++) {
+			int plo = 4 * (m % 2), phi = plo + 2; /* bits of the 2 high bits in qh */
+			QX(vi) alo[QX_NB][2], ahi[QX_NB][2];
+			for (int b = 0; b < NB; b++)
+				for (int f = 0; f < 2; f++) {
+					alo[b][f] = QX_V(set1_epi32)(-32 * xb[b]->bsums[4 * m + f]);
+					ahi[b][f] = QX_V(set1_epi32)(-32 * xb[b]->bsums[4 * m + 2 + f]);
+				}
+			for (int c = 0; c < 8; c++) {
+				QX(vi) q = QX_LOAD(p->qs[m][c][h * QX_LANES]);
+				QX(vi) qh = QX_LOAD(p->qh[m / 2][c][h * QX_LANES]);
+				/* two streams a block: the hardware prefetcher alone
+				 * left them waiting on memory */
+				_mm_prefetch((const char *)(p + 2) + 128 * (8 * m + c), _MM_HINT_T0);
+				QX(vi) lo = QX_OR_AND(QX_AND(q, lo_mask), QX(shift16)(qh, 4 - plo), hi_mask);
+				QX(vi) hi = QX_OR_AND(QX_AND(QX_V(srli_epi16)(q, 4), lo_mask),
+				                      QX(shift16)(qh, 4 - phi), hi_mask);
+				for (int b = 0; b < NB; b++) {
+					const int8_t *xs = xb[b]->qs + 64 * m + 4 * c;
+					alo[b][c / 4] = QX(dot_acc)(alo[b][c / 4], lo,
+					                            QX_V(set1_epi32)(QX(load32)(xs)));
+					ahi[b][c / 4] = QX(dot_acc)(ahi[b][c / 4], hi,
+					                            QX_V(set1_epi32)(QX(load32)(xs + 32)));
+				}
+			}
+			for (int f = 0; f < 2; f++) {
+				QX(vi) sl = QX_I8_TO_32(p->sc[4 * m + f] + h * QX_LANES);
+				QX(vi) sh = QX_I8_TO_32(p->sc[4 * m + 2 + f] + h * QX_LANES);
+				for (int b = 0; b < NB; b++)
+					sumi[b] = QX_V(add_epi32)(
+					    sumi[b], QX_V(add_epi32)(QX_V(mullo_epi32)(alo[b][f], sl),
+					                             QX_V(mullo_epi32)(ahi[b][f], sh)));
+			}
+		}
+		QX(vf) d = QX_HALF_TO_F(p->d + h * QX_LANES);
+		for (int b = 0; b < NB; b++)
+			acc[b][h] = QX_V(fmadd_ps)(QX_V(cvtepi32_ps)(sumi[b]),
+			                           QX_V(mul_ps)(d, QX_V(set1_ps)(xb[b]->d)), acc[b][h]);
+	}
+}
+
 /* The 16 rows of group g (rows [lo, hi) of it stored) times NB vectors. */
-QX_INLINE void QX(q4k_group)(const struct weight_matrix *w, int g, const uint8_t *x,
-                             size_t xq_bytes, int NB, float *y, size_t ldy, int lo, int hi)
+QX_INLINE void QX(k_group)(const struct weight_matrix *w, int g, const uint8_t *x,
+                           size_t xq_bytes, int NB, float *y, size_t ldy, int lo, int hi)
 {
 	int nblk = w->cols / 256;
-	const struct qpack_q4k_block *p = (const struct qpack_q4k_block *)w->panels + (size_t)g * nblk;
 	QX(vf) acc[QX_NB][QX_PARTS];
 	for (int b = 0; b < NB; b++)
 		for (int h = 0; h < QX_PARTS; h++)
 			acc[b][h] = QX_V(setzero_ps)();
-	for (int k = 0; k < nblk; k++)
-		QX(q4k_block)(p + k, x, xq_bytes, k, NB, acc);
+	if (w->type == GGML_TYPE_Q6_K) {
+		const struct qpack_q6k_block *p =
+		    (const struct qpack_q6k_block *)w->panels + (size_t)g * nblk;
+		for (int k = 0; k < nblk; k++)
+			QX(q6k_block)(p + k, x, xq_bytes, k, NB, acc);
+	} else {
+		const struct qpack_q4k_block *p =
+		    (const struct qpack_q4k_block *)w->panels + (size_t)g * nblk;
+		for (int k = 0; k < nblk; k++)
+			QX(q4k_block)(p + k, x, xq_bytes, k, NB, acc);
+	}
 	for (int b = 0; b < NB; b++) {
 		float out[QPACK_ROWS];
 		for (int h = 0; h < QX_PARTS; h++)
@@ -171,30 +246,30 @@ QX_INLINE void QX(q4k_group)(const struct weight_matrix *w, int g, const uint8_t
 	}
 }
 
-QX_FN void QX(q4k_group_any)(const struct weight_matrix *w, int g, const uint8_t *x,
-                             size_t xq_bytes, int NB, float *y, size_t ldy, int lo, int hi)
+QX_FN void QX(k_group_any)(const struct weight_matrix *w, int g, const uint8_t *x,
+                           size_t xq_bytes, int NB, float *y, size_t ldy, int lo, int hi)
 {
 	switch (NB) {
 	case 1:
-		QX(q4k_group)(w, g, x, xq_bytes, 1, y, ldy, lo, hi);
+		QX(k_group)(w, g, x, xq_bytes, 1, y, ldy, lo, hi);
 		break;
 	case 2:
-		QX(q4k_group)(w, g, x, xq_bytes, 2, y, ldy, lo, hi);
+		QX(k_group)(w, g, x, xq_bytes, 2, y, ldy, lo, hi);
 		break;
 	case 3:
-		QX(q4k_group)(w, g, x, xq_bytes, 3, y, ldy, lo, hi);
+		QX(k_group)(w, g, x, xq_bytes, 3, y, ldy, lo, hi);
 		break;
 	default:
-		QX(q4k_group)(w, g, x, xq_bytes, QX_NB, y, ldy, lo, hi);
+		QX(k_group)(w, g, x, xq_bytes, QX_NB, y, ldy, lo, hi);
 		break;
 	}
 }
 
-/* qpack_rows_fn for Q4_K: per pass, a chunk of activation vectors sized to
- * stay in L2 (qpack_vecs_per_pass) runs over every group of [r0, r1), each
- * group in tiles of QX_NB vectors while its blocks are still in L1. */
-QX_FN void QX(rows_q4k)(const struct weight_matrix *w, const void *xq, size_t xq_bytes, int B,
-                        float *y, size_t ldy, int r0, int r1)
+/* qpack_rows_fn for the K-quants: per pass, a chunk of activation vectors
+ * sized to stay in L2 (qpack_vecs_per_pass) runs over every group of [r0,
+ * r1), each group in tiles of QX_NB vectors while its blocks are in L1. */
+QX_FN void QX(rows_k)(const struct weight_matrix *w, const void *xq, size_t xq_bytes, int B,
+                      float *y, size_t ldy, int r0, int r1)
 {
 	int chunk = B <= QX_NB ? B : qpack_vecs_per_pass(xq_bytes, QX_NB);
 	for (int b0 = 0; b0 < B; b0 += chunk) {
@@ -203,9 +278,9 @@ QX_FN void QX(rows_q4k)(const struct weight_matrix *w, const void *xq, size_t xq
 			int lo = r0 > g * QPACK_ROWS ? r0 - g * QPACK_ROWS : 0;
 			int hi = r1 < (g + 1) * QPACK_ROWS ? r1 - g * QPACK_ROWS : QPACK_ROWS;
 			for (int b = b0; b < b0 + nb; b += QX_NB)
-				QX(q4k_group_any)(w, g, (const uint8_t *)xq + (size_t)b * xq_bytes,
-				                  xq_bytes, b0 + nb - b < QX_NB ? b0 + nb - b : QX_NB,
-				                  y + (size_t)b * ldy, ldy, lo, hi);
+				QX(k_group_any)(w, g, (const uint8_t *)xq + (size_t)b * xq_bytes,
+				                xq_bytes, b0 + nb - b < QX_NB ? b0 + nb - b : QX_NB,
+				                y + (size_t)b * ldy, ldy, lo, hi);
 		}
 	}
 }
@@ -217,6 +292,8 @@ QX_FN void QX(rows_q4k)(const struct weight_matrix *w, const void *xq, size_t xq
 #undef QX_U8_TO_16
 #undef QX_HALF_TO_F
 #undef QX_ZERO
+#undef QX_I8_TO_32
+#undef QX_OR_AND
 #undef QX_AND
 #undef QX_PARTS
 #undef QX_NB

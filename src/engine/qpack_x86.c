@@ -57,7 +57,8 @@ qpack_rows_fn qpack_avx512_rows(enum ggml_type t, bool vnni)
 {
 	switch (t) {
 	case GGML_TYPE_Q4_K:
-		return vnni ? rows_q4k_avx512vnni : rows_q4k_avx512bw;
+	case GGML_TYPE_Q6_K:
+		return vnni ? rows_k_avx512vnni : rows_k_avx512bw;
 	default:
 		return NULL;
 	}
@@ -67,7 +68,8 @@ qpack_rows_fn qpack_avx2_rows(enum ggml_type t, bool vnni)
 {
 	switch (t) {
 	case GGML_TYPE_Q4_K:
-		return vnni ? rows_q4k_avxvnni : rows_q4k_avx2;
+	case GGML_TYPE_Q6_K:
+		return vnni ? rows_k_avxvnni : rows_k_avx2;
 	default:
 		return NULL;
 	}
