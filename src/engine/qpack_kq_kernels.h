@@ -92,16 +92,23 @@ QX_INLINE int32_t QX(bsum_pair)(const struct qdot_q8k_block *x, int t)
 	return (int32_t)(((uint32_t)(uint16_t)hi << 16) | (uint16_t)lo);
 }
 
-/* acc[b][h] += rows (lanes h of the group) of one Q4_K group block times
- * activation block k of each of the NB vectors at x, xq_bytes apart. */
-QX_INLINE void QX(q4k_block)(const struct qpack_q4k_block *p, const uint8_t *x,
-                             size_t xq_bytes, int k, int NB, QX(vf) acc[QX_NB][QX_PARTS])
+/* v shifted left by n bits in each 16-bit lane (right for n < 0). */
+QX_INLINE QX(vi) QX(shift16)(QX(vi) v, int n)
 {
-#if QX_VNNI
-	const int hi_shift = 4;
-#else
-	const int hi_shift = 0;
-#endif
+	return n >= 0 ? QX_V(slli_epi16)(v, (unsigned)n) : QX_V(srli_epi16)(v, (unsigned)-n);
+}
+
+/* acc[b][h] += rows (lanes h of the group) of one Q4_K (qh NULL) or Q5_K
+ * group block (scales ps, lines qs and qh) times activation block k of
+ * each of the NB vectors at x, xq_bytes apart. */
+QX_INLINE void QX(k4_block)(const struct qpack_k4_scales *ps,
+                            const uint8_t (*qs)[8][QPACK_ROWS][4],
+                            const uint8_t (*qh)[QPACK_ROWS][4], const uint8_t *x,
+                            size_t xq_bytes, int k, int NB, QX(vf) acc[QX_NB][QX_PARTS])
+{
+	/* the fifth bit would not fit beside the high nibble in place */
+	const int hi_shift = QX_VNNI && !qh ? 4 : 0;
+	const QX(vi) bit4 = QX_V(set1_epi8)(0x10);
 	const QX(vi) lo_mask = QX_V(set1_epi8)(0x0f), hi_mask = QX_V(set1_epi8)((char)0xf0);
 	const struct qdot_q8k_block *xb[QX_NB];
 	for (int b = 0; b < NB; b++)
@@ -115,14 +122,17 @@ QX_INLINE void QX(q4k_block)(const struct qpack_q4k_block *p, const uint8_t *x,
 			for (int b = 0; b < NB; b++)
 				alo[b] = ahi[b] = QX_ZERO();
 			for (int c = 0; c < 8; c++) {
-				QX(vi) q = QX_LOAD(p->qs[m][c][h * QX_LANES]);
-				QX(vi) qlo = QX_AND(q, lo_mask);
-#if QX_VNNI
-				QX(vi) qhi = QX_AND(q, hi_mask);
-#else
-				QX(vi) qhi = QX_AND(QX_V(srli_epi16)(q, 4), lo_mask);
-				(void)hi_mask;
-#endif
+				QX(vi) q = QX_LOAD(qs[m][c][h * QX_LANES]);
+				QX(vi) qlo = QX_AND(q, lo_mask), qhi;
+				if (hi_shift)
+					qhi = QX_AND(q, hi_mask);
+				else
+					qhi = QX_AND(QX_V(srli_epi16)(q, 4), lo_mask);
+				if (qh) {
+					QX(vi) hb = QX_LOAD(qh[c][h * QX_LANES]);
+					qlo = QX_OR_AND(qlo, QX(shift16)(hb, 4 - 2 * m), bit4);
+					qhi = QX_OR_AND(qhi, QX(shift16)(hb, 3 - 2 * m), bit4);
+				}
 				for (int b = 0; b < NB; b++) {
 					const int8_t *xs = xb[b]->qs + 64 * m + 4 * c;
 					alo[b] = QX(dot_acc)(alo[b], qlo, QX_V(set1_epi32)(QX(load32)(xs)));
@@ -130,20 +140,20 @@ QX_INLINE void QX(q4k_block)(const struct qpack_q4k_block *p, const uint8_t *x,
 					                     QX_V(set1_epi32)(QX(load32)(xs + 32)));
 				}
 			}
-			QX(vi) sl = QX_V(slli_epi32)(QX_U8_TO_32(p->sc[2 * m] + h * QX_LANES), hi_shift);
-			QX(vi) sh = QX_U8_TO_32(p->sc[2 * m + 1] + h * QX_LANES);
+			QX(vi) sl = QX_V(slli_epi32)(QX_U8_TO_32(ps->sc[2 * m] + h * QX_LANES), hi_shift);
+			QX(vi) sh = QX_U8_TO_32(ps->sc[2 * m + 1] + h * QX_LANES);
 			for (int b = 0; b < NB; b++)
 				sumi[b] = QX_V(add_epi32)(sumi[b],
 				                          QX_V(add_epi32)(QX_V(mullo_epi32)(alo[b], sl),
 				                                          QX_V(mullo_epi32)(ahi[b], sh)));
 		}
 		for (int t = 0; t < 4; t++) {
-			QX(vi) mn = QX_U8_TO_16(p->mn[t][h * QX_LANES]);
+			QX(vi) mn = QX_U8_TO_16(ps->mn[t][h * QX_LANES]);
 			for (int b = 0; b < NB; b++)
 				summ[b] = QX(madd_acc)(summ[b], mn, QX_V(set1_epi32)(QX(bsum_pair)(xb[b], t)));
 		}
-		QX(vf) d = QX_HALF_TO_F(p->d + h * QX_LANES);
-		QX(vf) dm = QX_HALF_TO_F(p->dmin + h * QX_LANES);
+		QX(vf) d = QX_HALF_TO_F(ps->d + h * QX_LANES);
+		QX(vf) dm = QX_HALF_TO_F(ps->dmin + h * QX_LANES);
 		d = QX_V(mul_ps)(d, QX_V(set1_ps)(1.0f / (float)(1 << hi_shift)));
 		for (int b = 0; b < NB; b++) {
 			QX(vf) dx = QX_V(set1_ps)(xb[b]->d);
@@ -153,12 +163,6 @@ QX_INLINE void QX(q4k_block)(const struct qpack_q4k_block *p, const uint8_t *x,
 			                            acc[b][h]);
 		}
 	}
-}
-
-/* v shifted left by n bits in each 16-bit lane (right for n < 0). */
-QX_INLINE QX(vi) QX(shift16)(QX(vi) v, int n)
-{
-	return n >= 0 ? QX_V(slli_epi16)(v, (unsigned)n) : QX_V(srli_epi16)(v, (unsigned)-n);
 }
 
 /* Q6_K: per pair of 32-value sub-blocks, low and high nibbles each with
@@ -178,36 +182,36 @@ QX_INLINE void QX(q6k_block)(const struct qpack_q6k_block *p, const uint8_t *x,
 			sumi[b] = QX_ZERO();
 		for (int m = 0; m < 4; m++) {
 			int plo = 4 * (m % 2), phi = plo + 2; /* bits of the 2 high bits in qh */
-			QX(vi) alo[QX_NB][2], ahi[QX_NB][2];
-			for (int b = 0; b < NB; b++)
-				for (int f = 0; f < 2; f++) {
-					alo[b][f] = QX_V(set1_epi32)(-32 * xb[b]->bsums[4 * m + f]);
-					ahi[b][f] = QX_V(set1_epi32)(-32 * xb[b]->bsums[4 * m + 2 + f]);
-				}
-			for (int c = 0; c < 8; c++) {
-				QX(vi) q = QX_LOAD(p->qs[m][c][h * QX_LANES]);
-				QX(vi) qh = QX_LOAD(p->qh[m / 2][c][h * QX_LANES]);
-				/* two streams a block: the hardware prefetcher alone
-				 * left them waiting on memory */
-				_mm_prefetch((const char *)(p + 2) + 128 * (8 * m + c), _MM_HINT_T0);
-				QX(vi) lo = QX_OR_AND(QX_AND(q, lo_mask), QX(shift16)(qh, 4 - plo), hi_mask);
-				QX(vi) hi = QX_OR_AND(QX_AND(QX_V(srli_epi16)(q, 4), lo_mask),
-				                      QX(shift16)(qh, 4 - phi), hi_mask);
+			for (int f = 0; f < 2; f++) { /* the 16-value halves: one scale each */
+				QX(vi) alo[QX_NB], ahi[QX_NB];
 				for (int b = 0; b < NB; b++) {
-					const int8_t *xs = xb[b]->qs + 64 * m + 4 * c;
-					alo[b][c / 4] = QX(dot_acc)(alo[b][c / 4], lo,
-					                            QX_V(set1_epi32)(QX(load32)(xs)));
-					ahi[b][c / 4] = QX(dot_acc)(ahi[b][c / 4], hi,
-					                            QX_V(set1_epi32)(QX(load32)(xs + 32)));
+					alo[b] = QX_V(set1_epi32)(-32 * xb[b]->bsums[4 * m + f]);
+					ahi[b] = QX_V(set1_epi32)(-32 * xb[b]->bsums[4 * m + 2 + f]);
 				}
-			}
-			for (int f = 0; f < 2; f++) {
+				for (int c = 4 * f; c < 4 * f + 4; c++) {
+					QX(vi) q = QX_LOAD(p->qs[m][c][h * QX_LANES]);
+					QX(vi) qh = QX_LOAD(p->qh[m / 2][c][h * QX_LANES]);
+					/* two streams a block: the hardware prefetcher
+					 * alone left them waiting on memory */
+					_mm_prefetch((const char *)(p + 2) + 128 * (8 * m + c), _MM_HINT_T0);
+					QX(vi) lo = QX_OR_AND(QX_AND(q, lo_mask), QX(shift16)(qh, 4 - plo),
+					                      hi_mask);
+					QX(vi) hi = QX_OR_AND(QX_AND(QX_V(srli_epi16)(q, 4), lo_mask),
+					                      QX(shift16)(qh, 4 - phi), hi_mask);
+					for (int b = 0; b < NB; b++) {
+						const int8_t *xs = xb[b]->qs + 64 * m + 4 * c;
+						alo[b] = QX(dot_acc)(alo[b], lo,
+						                     QX_V(set1_epi32)(QX(load32)(xs)));
+						ahi[b] = QX(dot_acc)(ahi[b], hi,
+						                     QX_V(set1_epi32)(QX(load32)(xs + 32)));
+					}
+				}
 				QX(vi) sl = QX_I8_TO_32(p->sc[4 * m + f] + h * QX_LANES);
 				QX(vi) sh = QX_I8_TO_32(p->sc[4 * m + 2 + f] + h * QX_LANES);
 				for (int b = 0; b < NB; b++)
 					sumi[b] = QX_V(add_epi32)(
-					    sumi[b], QX_V(add_epi32)(QX_V(mullo_epi32)(alo[b][f], sl),
-					                             QX_V(mullo_epi32)(ahi[b][f], sh)));
+					    sumi[b], QX_V(add_epi32)(QX_V(mullo_epi32)(alo[b], sl),
+					                             QX_V(mullo_epi32)(ahi[b], sh)));
 			}
 		}
 		QX(vf) d = QX_HALF_TO_F(p->d + h * QX_LANES);
@@ -231,11 +235,16 @@ QX_INLINE void QX(k_group)(const struct weight_matrix *w, int g, const uint8_t *
 		    (const struct qpack_q6k_block *)w->panels + (size_t)g * nblk;
 		for (int k = 0; k < nblk; k++)
 			QX(q6k_block)(p + k, x, xq_bytes, k, NB, acc);
+	} else if (w->type == GGML_TYPE_Q5_K) {
+		const struct qpack_q5k_block *p =
+		    (const struct qpack_q5k_block *)w->panels + (size_t)g * nblk;
+		for (int k = 0; k < nblk; k++)
+			QX(k4_block)(&p[k].s, p[k].qs, p[k].qh, x, xq_bytes, k, NB, acc);
 	} else {
 		const struct qpack_q4k_block *p =
 		    (const struct qpack_q4k_block *)w->panels + (size_t)g * nblk;
 		for (int k = 0; k < nblk; k++)
-			QX(q4k_block)(p + k, x, xq_bytes, k, NB, acc);
+			QX(k4_block)(&p[k].s, p[k].qs, NULL, x, xq_bytes, k, NB, acc);
 	}
 	for (int b = 0; b < NB; b++) {
 		float out[QPACK_ROWS];

@@ -57,6 +57,7 @@ qpack_rows_fn qpack_avx512_rows(enum ggml_type t, bool vnni)
 {
 	switch (t) {
 	case GGML_TYPE_Q4_K:
+	case GGML_TYPE_Q5_K:
 	case GGML_TYPE_Q6_K:
 		return vnni ? rows_k_avx512vnni : rows_k_avx512bw;
 	default:
@@ -68,6 +69,7 @@ qpack_rows_fn qpack_avx2_rows(enum ggml_type t, bool vnni)
 {
 	switch (t) {
 	case GGML_TYPE_Q4_K:
+	case GGML_TYPE_Q5_K:
 	case GGML_TYPE_Q6_K:
 		return vnni ? rows_k_avxvnni : rows_k_avx2;
 	default:
