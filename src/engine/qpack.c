@@ -44,29 +44,34 @@ static const uint8_t *stored_block(const struct weight_matrix *w, int g, int r, 
 	       (size_t)k * bytes;
 }
 
-/* Block k of group g of w into out; rows past the end stay zero. */
+/* Block k of group g of a Q4_K (qh NULL) or Q5_K matrix into a group
+ * block's scales s and lines qh, qs; rows past the end stay as they are. */
+static void pack_k4(const struct weight_matrix *w, int g, int k, struct qpack_k4_scales *s,
+                    uint8_t (*qh)[QPACK_ROWS][4], uint8_t qs[4][8][QPACK_ROWS][4])
+{
+	size_t bytes = qh ? QDOT_Q5_K_BYTES : QDOT_Q4_K_BYTES;
+	for (int r = 0; r < QPACK_ROWS && g * QPACK_ROWS + r < w->rows; r++) {
+		const uint8_t *src = stored_block(w, g, r, k, bytes);
+		pack_k4_scales(src, r, s);
+		for (int c = 0; qh && c < 8; c++)
+			memcpy(qh[c][r], src + 16 + 4 * c, 4);
+		pack_k4_codes(src + (qh ? 48 : 16), r, qs);
+	}
+}
+
+/* Block k of group g of w into out; rows past the end are zero. */
 static void pack_q4k(const struct weight_matrix *w, int g, int k, void *out)
 {
 	struct qpack_q4k_block *blk = out;
 	memset(blk, 0, sizeof(*blk));
-	for (int r = 0; r < QPACK_ROWS && g * QPACK_ROWS + r < w->rows; r++) {
-		const uint8_t *src = stored_block(w, g, r, k, QDOT_Q4_K_BYTES);
-		pack_k4_scales(src, r, &blk->s);
-		pack_k4_codes(src + 16, r, blk->qs);
-	}
+	pack_k4(w, g, k, &blk->s, NULL, blk->qs);
 }
 
 static void pack_q5k(const struct weight_matrix *w, int g, int k, void *out)
 {
 	struct qpack_q5k_block *blk = out;
 	memset(blk, 0, sizeof(*blk));
-	for (int r = 0; r < QPACK_ROWS && g * QPACK_ROWS + r < w->rows; r++) {
-		const uint8_t *src = stored_block(w, g, r, k, QDOT_Q5_K_BYTES);
-		pack_k4_scales(src, r, &blk->s);
-		for (int c = 0; c < 8; c++)
-			memcpy(blk->qh[c][r], src + 16 + 4 * c, 4);
-		pack_k4_codes(src + 48, r, blk->qs);
-	}
+	pack_k4(w, g, k, &blk->s, blk->qh, blk->qs);
 }
 
 /* Row r (< QPACK_ROWS) of a Q4_K (qh NULL) or Q5_K group block times one
