@@ -37,8 +37,7 @@ static void pack_k4_codes(const uint8_t *qs, int r, uint8_t out[4][8][QPACK_ROWS
 }
 
 /* Row r of group g, block k, as stored. */
-static const uint8_t *stored_block(const struct weight_matrix *w, int g, int r, int k,
-                                   size_t bytes)
+static const uint8_t *stored_block(const struct weight_matrix *w, int g, int r, int k, size_t bytes)
 {
 	return (const uint8_t *)w->data + (size_t)(g * QPACK_ROWS + r) * w->row_bytes +
 	       (size_t)k * bytes;
@@ -77,8 +76,7 @@ static void pack_q5k(const struct weight_matrix *w, int g, int k, void *out)
 /* Row r (< QPACK_ROWS) of a Q4_K (qh NULL) or Q5_K group block times one
  * activation block. */
 static float k4_block_dot(const struct qpack_k4_scales *s, const uint8_t qs[4][8][QPACK_ROWS][4],
-                          const uint8_t (*qh)[QPACK_ROWS][4], int r,
-                          const struct qdot_q8k_block *x)
+                          const uint8_t (*qh)[QPACK_ROWS][4], int r, const struct qdot_q8k_block *x)
 {
 	int32_t sumi = 0, summ = 0;
 	for (int j = 0; j < 8; j++) {
@@ -129,8 +127,7 @@ static void pack_q6k(const struct weight_matrix *w, int g, int k, void *out)
 /* Row r of a group block times one activation block: per 16-value group
  * the dot of the 0..63 values less 32 times the group's sum of x (the
  * stored values' offset), times its scale. */
-static float q6k_block_dot(const struct qpack_q6k_block *blk, int r,
-                           const struct qdot_q8k_block *x)
+static float q6k_block_dot(const struct qpack_q6k_block *blk, int r, const struct qdot_q8k_block *x)
 {
 	int32_t sumi = 0;
 	for (int gi = 0; gi < 16; gi++) {
@@ -161,8 +158,8 @@ static void rows_k_scalar(const struct weight_matrix *w, size_t gb_bytes, block_
 		const struct qdot_q8k_block *x =
 		    (const void *)((const uint8_t *)xq + (size_t)b * xq_bytes);
 		for (int r = r0; r < r1; r++) {
-			const uint8_t *g = (const uint8_t *)w->panels +
-			                   (size_t)(r / QPACK_ROWS) * nblk * gb_bytes;
+			const uint8_t *g =
+			    (const uint8_t *)w->panels + (size_t)(r / QPACK_ROWS) * nblk * gb_bytes;
 			float s = 0.0f;
 			for (int k = 0; k < nblk; k++)
 				s += dot(g + (size_t)k * gb_bytes, r % QPACK_ROWS, &x[k]);
@@ -191,22 +188,19 @@ static float q6k_dot(const void *blk, int r, const void *x)
 static void rows_q4k_scalar(const struct weight_matrix *w, const void *xq, size_t xq_bytes, int B,
                             float *y, size_t ldy, int r0, int r1)
 {
-	rows_k_scalar(w, sizeof(struct qpack_q4k_block), q4k_dot, xq, xq_bytes, B, y, ldy, r0,
-	              r1);
+	rows_k_scalar(w, sizeof(struct qpack_q4k_block), q4k_dot, xq, xq_bytes, B, y, ldy, r0, r1);
 }
 
 static void rows_q5k_scalar(const struct weight_matrix *w, const void *xq, size_t xq_bytes, int B,
                             float *y, size_t ldy, int r0, int r1)
 {
-	rows_k_scalar(w, sizeof(struct qpack_q5k_block), q5k_dot, xq, xq_bytes, B, y, ldy, r0,
-	              r1);
+	rows_k_scalar(w, sizeof(struct qpack_q5k_block), q5k_dot, xq, xq_bytes, B, y, ldy, r0, r1);
 }
 
 static void rows_q6k_scalar(const struct weight_matrix *w, const void *xq, size_t xq_bytes, int B,
                             float *y, size_t ldy, int r0, int r1)
 {
-	rows_k_scalar(w, sizeof(struct qpack_q6k_block), q6k_dot, xq, xq_bytes, B, y, ldy, r0,
-	              r1);
+	rows_k_scalar(w, sizeof(struct qpack_q6k_block), q6k_dot, xq, xq_bytes, B, y, ldy, r0, r1);
 }
 
 int qpack_vecs_per_pass(size_t xq_bytes, int tile)
@@ -310,8 +304,8 @@ void qpack_pack(struct threadpool *pool, const struct weight_matrix *w, void *ou
 		qpack_pack_groups(w, out, 0, n_groups(w));
 		return;
 	}
-	struct pack_job j = {.w = w, .out = out, .groups = n_groups(w),
-	                     .parts = 4 * threadpool_size(pool)};
+	struct pack_job j = {
+	    .w = w, .out = out, .groups = n_groups(w), .parts = 4 * threadpool_size(pool)};
 	threadpool_run(pool, j.parts, pack_task, &j);
 }
 

@@ -8,9 +8,9 @@
 
 /* The scales of a Q4_K or Q5_K group block: block k of QPACK_ROWS rows. */
 struct qpack_k4_scales {
-	uint16_t d[QPACK_ROWS];    /* fp16 scale of the row's block */
-	uint16_t dmin[QPACK_ROWS]; /* fp16 scale of its mins */
-	uint8_t sc[8][QPACK_ROWS]; /* 6-bit scale of sub-block j, row r */
+	uint16_t d[QPACK_ROWS];       /* fp16 scale of the row's block */
+	uint16_t dmin[QPACK_ROWS];    /* fp16 scale of its mins */
+	uint8_t sc[8][QPACK_ROWS];    /* 6-bit scale of sub-block j, row r */
 	uint8_t mn[4][QPACK_ROWS][2]; /* 6-bit mins of sub-blocks 2t, 2t+1, row r */
 };
 

@@ -130,8 +130,7 @@ static const char *const model_types[] = {"q4_k", "q5_k", "q6_k"};
 
 START_TEST(test_packed_logits_and_pages)
 {
-	if (!matmul_have_avx2() ||
-	    qpack_variant_best(GGML_TYPE_Q4_K) == QDOT_VARIANT_SCALAR) {
+	if (!matmul_have_avx2() || qpack_variant_best(GGML_TYPE_Q4_K) == QDOT_VARIANT_SCALAR) {
 		tu_skip("no vector qpack kernel on this CPU: the backend does not pack");
 		return;
 	}

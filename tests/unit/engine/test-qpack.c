@@ -73,8 +73,8 @@ struct fixture {
 	struct weight_matrix w;
 	uint8_t *data;
 	void *packed;
-	float *x;  /* (B, cols) */
-	void *xq;  /* B vectors of xq_bytes */
+	float *x; /* (B, cols) */
+	void *xq; /* B vectors of xq_bytes */
 	size_t xq_bytes;
 	float *mag; /* (B, rows): sum |w| |x| per output */
 	int B;
@@ -83,8 +83,8 @@ struct fixture {
 static void fixture_init(struct fixture *f, enum ggml_type t, int rows, int cols, int B)
 {
 	memset(f, 0, sizeof(*f));
-	f->w = (struct weight_matrix){.type = t, .rows = rows, .cols = cols,
-	                              .row_bytes = ggml_row_bytes(t, (uint64_t)cols)};
+	f->w = (struct weight_matrix){
+	    .type = t, .rows = rows, .cols = cols, .row_bytes = ggml_row_bytes(t, (uint64_t)cols)};
 	f->data = malloc(f->w.row_bytes * (size_t)rows);
 	make_rows(t, rows, cols, f->data);
 	f->w.data = f->data;
@@ -106,10 +106,11 @@ static void fixture_init(struct fixture *f, enum ggml_type t, int rows, int cols
 	f->mag = calloc((size_t)B * rows, sizeof(float));
 	float *wr = malloc(sizeof(float) * cols), *xr = malloc(sizeof(float) * cols);
 	for (int r = 0; r < rows; r++) {
-		ck_assert_int_eq(dequantize_row(t, f->data + (size_t)r * f->w.row_bytes, wr,
-		                                (uint64_t)cols), 0);
+		ck_assert_int_eq(
+		    dequantize_row(t, f->data + (size_t)r * f->w.row_bytes, wr, (uint64_t)cols), 0);
 		for (int b = 0; b < B; b++) {
-			qdot_act_dequantize(t, (uint8_t *)f->xq + (size_t)b * f->xq_bytes, cols, xr);
+			qdot_act_dequantize(t, (uint8_t *)f->xq + (size_t)b * f->xq_bytes, cols,
+			                    xr);
 			double m = 0;
 			for (int i = 0; i < cols; i++)
 				m += fabs((double)wr[i] * xr[i]);
@@ -137,9 +138,9 @@ static void expect_close(const struct fixture *f, const float *got, const float 
 		for (int r = r0; r < r1; r++) {
 			size_t i = (size_t)b * f->w.rows + r;
 			ck_assert_msg(fabsf(got[i] - want[i]) <= QPACK_TOL * f->mag[i],
-			              "%s: %s rows %d cols %d B %d: y(%d, %d) = %g, want %g",
-			              what, ggml_type_name(f->w.type), f->w.rows, f->w.cols, f->B, b,
-			              r, got[i], want[i]);
+			              "%s: %s rows %d cols %d B %d: y(%d, %d) = %g, want %g", what,
+			              ggml_type_name(f->w.type), f->w.rows, f->w.cols, f->B, b, r,
+			              got[i], want[i]);
 		}
 }
 
@@ -262,8 +263,8 @@ START_TEST(test_matmul_family)
 		struct weight_matrix stored = f.w;
 		stored.panels = NULL;
 		struct matmul_job job = {.w = &stored, .bias = bias, .y = want};
-		ck_assert_int_eq(matmul_many_family(NULL, MATMUL_FAMILY_QDOT_SCALAR, f.x, f.B, &job, 1),
-		                 0);
+		ck_assert_int_eq(
+		    matmul_many_family(NULL, MATMUL_FAMILY_QDOT_SCALAR, f.x, f.B, &job, 1), 0);
 		enum matmul_family fams[2] = {MATMUL_FAMILY_QPACK_SCALAR, MATMUL_FAMILY_QPACK};
 		for (int i = 0; i < 2; i++) {
 			job = (struct matmul_job){.w = &f.w, .bias = bias, .y = got};
