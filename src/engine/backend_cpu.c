@@ -912,9 +912,9 @@ static size_t block_bytes(size_t n)
  * had evicted their page tables costs a page walk (through guest and host
  * tables in a VM).  The block is made resident in one call, not a fault a
  * page.  The file pages of each copied matrix are given back,
- * unless a matrix that still reads them (a tied head without panels, or
- * the embedding table when it was not copied) shares them.  Without memory
- * for the block the matrices stay as stored. */
+ * unless the embedding table, when it was not copied, shares them (a tied
+ * head without panels reads the table's copy).  Without memory for the
+ * block the matrices stay as stored. */
 static int make_panels(struct cpu_backend *c, const struct model *m, char *err, size_t err_len)
 {
 	int n_layers = m->hp.n_layers, n = 0;
@@ -963,8 +963,11 @@ static int make_panels(struct cpu_backend *c, const struct model *m, char *err, 
 			if (in_file_mapping(m, w) && (w->data != m->token_embd.data || copy_embd))
 				pages_release(w->data, matrix_bytes(w));
 		}
-		bool head_reads_table = c->output.data == m->token_embd.data && !c->output.panels;
-		if (copy_embd && !head_reads_table)
+		/* a tied head without panels reads the copy too, so that the
+		 * table is resident once */
+		if (copy_embd && c->output.data == m->token_embd.data && !c->output.panels)
+			c->output.data = c->token_embd.data;
+		if (copy_embd)
 			pages_release(m->token_embd.data, matrix_bytes(&m->token_embd));
 	}
 	free(ws);
