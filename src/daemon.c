@@ -92,11 +92,10 @@ static int load_config(struct daemon *d, struct sinkd_config **out, char *err, s
 }
 
 /* The CUDA backend from its module (cuda_load.h). */
-static int create_cuda(struct daemon *d, const struct cuda_module_api *api, char *err,
-                       size_t err_len)
+static int create_cuda(struct daemon *d, const struct cuda_module_api *api,
+                       const struct backend_options *bo, char *err, size_t err_len)
 {
 	const struct sinkd_config *c = d->cfg;
-	struct backend_options bo = {.n_threads = (int)c->engine.threads};
 	if (api->device_count() == 0)
 		return err_set(err, err_len, -ENODEV,
 		               "model.backend: cuda, but no CUDA device is usable here "
@@ -109,7 +108,7 @@ static int create_cuda(struct daemon *d, const struct cuda_module_api *api, char
 	                       : (size_t)c->inference.cache.global_cache_limit,
 	    .auto_fraction = c->inference.cache.auto_fraction,
 	    .log = d->log};
-	return api->backend_new(d->model, &bo, &co, &d->be, err, err_len);
+	return api->backend_new(d->model, bo, &co, &d->be, err, err_len);
 }
 
 /* model.backend: cuda when asked, or with auto when the driver reports a
@@ -118,7 +117,7 @@ static int create_cuda(struct daemon *d, const struct cuda_module_api *api, char
 static int create_backend(struct daemon *d, const char **name, char *err, size_t err_len)
 {
 	const struct sinkd_config *c = d->cfg;
-	struct backend_options bo = {.n_threads = (int)c->engine.threads};
+	struct backend_options bo = {.n_threads = (int)c->engine.threads, .log = d->log};
 	bool want_cuda = c->model.backend == MODEL_BACKEND_CUDA;
 	if (c->model.backend == MODEL_BACKEND_AUTO)
 		want_cuda = cuda_load_probe_devices() > 0;
@@ -127,7 +126,7 @@ static int create_backend(struct daemon *d, const char **name, char *err, size_t
 		int rc = cuda_load_module(&api, err, err_len);
 		if (rc == 0) {
 			*name = "cuda";
-			return create_cuda(d, api, err, err_len);
+			return create_cuda(d, api, &bo, err, err_len);
 		}
 		if (c->model.backend == MODEL_BACKEND_CUDA) {
 			err_prefix(err, err_len, "model.backend: cuda");
@@ -220,7 +219,7 @@ static int load_engine(struct daemon *d, char *err, size_t err_len)
 	double t0 = (double)clock() / CLOCKS_PER_SEC;
 	struct log_field f0[] = {LOG_STR("path", c->model.path), LOG_END};
 	log_event(d->log, LOG_INFO, LOG_MODULE, "loading model", f0);
-	struct model_load_options mo = {.expected_sha256 = c->model.sha256};
+	struct model_load_options mo = {.expected_sha256 = c->model.sha256, .log = d->log};
 	int rc = model_load(c->model.path, &mo, &d->model, err, err_len);
 	if (rc)
 		return rc;

@@ -31,6 +31,7 @@
 #include "util/tuning.h"
 #include "model/gguf.h"
 #include "util/errbuf.h"
+#include "util/log.h"
 #include "util/pages.h"
 
 /* The thresholds below are in util/tuning.h.  A forward of less work
@@ -110,6 +111,7 @@ struct cpu_backend {
 	/* The token embedding table the lookups read: a copy on the block
 	 * when the table lies in the model's file mapping (make_panels). */
 	struct weight_matrix token_embd;
+	struct sinkd_log *log; /* may be NULL */
 	void *panel_block; /* every matrix's panels and the embedding copy (pages_map) */
 	size_t panel_block_bytes;
 	/* Caches of freed sessions (CPU_CACHE_POOL_MAX), emptied, for reuse. */
@@ -175,6 +177,8 @@ static int workspace_reserve(struct cpu_backend *c, size_t n, char *err, size_t 
 		               "cpu backend: no memory for a batch of %zu tokens", n);
 	}
 	c->cap_tokens = n;
+	log_alloc(c->log, "cpu", "batch activations (grows with the largest batch)",
+	          n * sizeof(float) * (3 * (size_t)hp->dim + 2 * qd + 2 * kvd + 2 * (size_t)hp->ffn_dim));
 	return 0;
 }
 
@@ -189,6 +193,8 @@ static int scratch_reserve(struct cpu_backend *c, size_t floats, char *err, size
 	free(c->scratch);
 	c->scratch = s;
 	c->scratch_floats = floats;
+	log_alloc(c->log, "cpu", "attention scratch, per thread",
+	          (size_t)c->n_threads * floats * sizeof(float));
 	return 0;
 }
 
@@ -203,6 +209,8 @@ static int weights_reserve(struct cpu_backend *c, size_t floats, char *err, size
 	free(c->weights);
 	c->weights = w;
 	c->weight_floats = floats;
+	log_alloc(c->log, "cpu", "attention weights of caches with anchors, per thread",
+	          (size_t)c->n_threads * floats * sizeof(float));
 	return 0;
 }
 
@@ -944,6 +952,10 @@ static int make_panels(struct cpu_backend *c, const struct model *m, char *err, 
 		c->panel_block = pages_map(total, true);
 	if (c->panel_block) {
 		c->panel_block_bytes = total;
+		log_alloc(c->log, "cpu",
+		          "weights re-laid for the kernels and the token-embedding table (one "
+		          "huge-page block; their file pages are given back)",
+		          total);
 		pages_populate(c->panel_block, total);
 		size_t at = 0;
 		if (copy_embd) {
@@ -986,6 +998,7 @@ int backend_cpu_new(const struct model *m, const struct backend_options *opt, st
 		return err_set(err, err_len, -ENOMEM, "cpu backend: out of memory");
 	c->base.ops = &cpu_ops;
 	c->base.model = m;
+	c->log = opt ? opt->log : NULL;
 	c->layer_forward = layer_fns[model_arch_layer_kind(m->hp.arch)];
 	rc = threadpool_new(opt ? opt->n_threads : 0, &c->pool, err, err_len);
 	if (rc) {
