@@ -918,8 +918,8 @@ static size_t block_bytes(size_t n)
  * embedding table joins the block as it is stored: its rows are read at
  * random, and a row read from the file mapping's small pages after a step
  * had evicted their page tables costs a page walk (through guest and host
- * tables in a VM).  The block is made resident in one call, not a fault a
- * page.  The file pages of each copied matrix are given back,
+ * tables in a VM).  Each piece of the block is made resident in one call,
+ * not a fault a page.  The file pages of each copied matrix are given back,
  * unless the embedding table, when it was not copied, shares them (a tied
  * head without panels reads the table's copy).  Without memory for the
  * block the matrices stay as stored. */
@@ -956,12 +956,18 @@ static int make_panels(struct cpu_backend *c, const struct model *m, char *err, 
 		          "weights re-laid for the kernels and the token-embedding table (one "
 		          "huge-page block; their file pages are given back)",
 		          total);
-		pages_populate(c->panel_block, total);
 		size_t at = 0;
 		if (copy_embd) {
-			memcpy(c->panel_block, m->token_embd.data, matrix_bytes(&m->token_embd));
+			size_t table = matrix_bytes(&m->token_embd);
+			pages_populate(c->panel_block, table);
+			memcpy(c->panel_block, m->token_embd.data, table);
 			c->token_embd.data = c->panel_block;
-			at = block_bytes(matrix_bytes(&m->token_embd));
+			/* a tied head reads (and is packed from) the copy too: the
+			 * table is resident once, and its file pages go now */
+			if (c->output.data == m->token_embd.data)
+				c->output.data = c->token_embd.data;
+			pages_release(m->token_embd.data, table);
+			at = block_bytes(table);
 		}
 		for (int i = 0; i < n; i++) {
 			struct weight_matrix *w = ws[i];
@@ -969,18 +975,14 @@ static int make_panels(struct cpu_backend *c, const struct model *m, char *err, 
 				continue;
 			w->panels = (unsigned char *)c->panel_block + at;
 			at += block_bytes(panels_bytes(w));
+			/* each piece resident just before it is written, the file
+			 * pages given back at once: a model's file and block are
+			 * never resident together while it loads */
+			pages_populate((void *)w->panels, panels_bytes(w));
 			panels_pack(c->pool, w, (void *)w->panels);
-			/* at once, so that a large model's file pages and panels are
-			 * not all resident together while it loads */
 			if (in_file_mapping(m, w) && (w->data != m->token_embd.data || copy_embd))
 				pages_release(w->data, matrix_bytes(w));
 		}
-		/* a tied head without panels reads the copy too, so that the
-		 * table is resident once */
-		if (copy_embd && c->output.data == m->token_embd.data && !c->output.panels)
-			c->output.data = c->token_embd.data;
-		if (copy_embd)
-			pages_release(m->token_embd.data, matrix_bytes(&m->token_embd));
 	}
 	free(ws);
 	return 0;
