@@ -14,13 +14,13 @@
 /* What the loader checks before it calls into the module: a module built
  * from another version of sinkd would read the model's structs wrongly. */
 struct cuda_module_api {
-	const char *version;           /* SINKD_VERSION it was built from */
-	size_t model_size;             /* sizeof(struct model) */
-	size_t options_size;           /* sizeof(struct backend_cuda_options) */
-	int (*device_count)(void);     /* cuda_device_count */
+	const char *version;       /* SINKD_VERSION it was built from */
+	size_t model_size;         /* sizeof(struct model) */
+	size_t options_size;       /* sizeof(struct backend_cuda_options) */
+	int (*device_count)(void); /* cuda_device_count */
 	int (*backend_new)(const struct model *m, const struct backend_options *opt,
-	                   const struct backend_cuda_options *copt, struct backend **out,
-	                   char *err, size_t err_len); /* backend_cuda_new */
+	                   const struct backend_cuda_options *copt, struct backend **out, char *err,
+	                   size_t err_len); /* backend_cuda_new */
 };
 
 /* The module's entry (CUDA_MODULE_SYMBOL). */

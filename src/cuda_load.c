@@ -109,8 +109,7 @@ int cuda_load_search_path(int i, char *buf, size_t len)
 }
 
 /* Loads the module at path and checks its table. */
-static int load_one(const char *path, const struct cuda_module_api **out, char *err,
-                    size_t err_len)
+static int load_one(const char *path, const struct cuda_module_api **out, char *err, size_t err_len)
 {
 	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (!h)
@@ -126,8 +125,9 @@ static int load_one(const char *path, const struct cuda_module_api **out, char *
 		return err_set(err, err_len, -ELIBBAD,
 		               "CUDA backend module %s: %s (this sinkd is %s); use the module "
 		               "built with this sinkd",
-		               path, api ? "built from another version of sinkd"
-		                         : "no " CUDA_MODULE_SYMBOL " in it",
+		               path,
+		               api ? "built from another version of sinkd"
+		                   : "no " CUDA_MODULE_SYMBOL " in it",
 		               SINKD_VERSION);
 	}
 	*out = api;

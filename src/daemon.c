@@ -118,20 +118,20 @@ static int create_backend(struct daemon *d, const char **name, char *err, size_t
 {
 	const struct sinkd_config *c = d->cfg;
 	struct backend_options bo = {.n_threads = (int)c->engine.threads, .log = d->log};
-	bool want_cuda = c->model.backend == MODEL_BACKEND_CUDA;
-	if (c->model.backend == MODEL_BACKEND_AUTO)
-		want_cuda = cuda_load_probe_devices() > 0;
-	if (want_cuda) {
+	bool asked = c->model.backend == MODEL_BACKEND_CUDA;
+	if (asked || (c->model.backend == MODEL_BACKEND_AUTO && cuda_load_probe_devices() > 0)) {
 		const struct cuda_module_api *api = NULL;
 		int rc = cuda_load_module(&api, err, err_len);
-		if (rc == 0) {
+		if (rc == 0 && (asked || api->device_count() > 0)) {
 			*name = "cuda";
 			return create_cuda(d, api, &bo, err, err_len);
 		}
-		if (c->model.backend == MODEL_BACKEND_CUDA) {
+		if (asked) {
 			err_prefix(err, err_len, "model.backend: cuda");
 			return rc;
 		}
+		if (rc == 0)
+			err_set(err, err_len, -ENODEV, "the CUDA runtime finds no usable device");
 		struct log_field f[] = {LOG_STR("reason", err), LOG_END};
 		log_event(d->log, LOG_INFO, LOG_MODULE,
 		          "model.backend auto: a CUDA device is present but the CUDA backend "

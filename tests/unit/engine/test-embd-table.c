@@ -62,7 +62,8 @@ static void logits_of(const struct model *m, struct backend *be, float *out)
 	ck_assert_msg(be->ops->session_new(be, &g, &s, err, sizeof(err)) == 0, "%s", err);
 	struct backend_token t[3];
 	for (int i = 0; i < 3; i++)
-		t[i] = (struct backend_token){.session = s, .token = 7 + 100 * i, .want_logits = i == 2};
+		t[i] = (struct backend_token){
+		    .session = s, .token = 7 + 100 * i, .want_logits = i == 2};
 	ck_assert_msg(be->ops->forward(be, t, 3, out, err, sizeof(err)) == 0, "%s", err);
 	be->ops->session_free(be, s);
 }
@@ -122,7 +123,8 @@ int main(int argc, char **argv)
 	mkmodel_path = argv[1];
 	Suite *s = suite_create("embd-table");
 	TCase *tc = tcase_create("core");
-	tcase_add_loop_test(tc, test_tied_table_held_once, 0, (int)(sizeof(cases) / sizeof(cases[0])));
+	tcase_add_loop_test(tc, test_tied_table_held_once, 0,
+	                    (int)(sizeof(cases) / sizeof(cases[0])));
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }
