@@ -918,11 +918,13 @@ static size_t block_bytes(size_t n)
  * embedding table joins the block as it is stored: its rows are read at
  * random, and a row read from the file mapping's small pages after a step
  * had evicted their page tables costs a page walk (through guest and host
- * tables in a VM).  Each piece of the block is made resident in one call,
- * not a fault a page.  The file pages of each copied matrix are given back,
- * unless the embedding table, when it was not copied, shares them (a tied
- * head without panels reads the table's copy).  Without memory for the
- * block the matrices stay as stored. */
+ * tables in a VM).  The block's pages come in as each piece is written
+ * (huge pages: a fault per 2 MiB), not all up front: with each matrix's
+ * file pages given back right after its piece, a model's file and block
+ * are never resident together while it loads.  The file pages of each
+ * copied matrix are given back, unless the embedding table, when it was
+ * not copied, shares them (a tied head reads the table's copy).  Without
+ * memory for the block the matrices stay as stored. */
 static int make_panels(struct cpu_backend *c, const struct model *m, char *err, size_t err_len)
 {
 	int n_layers = m->hp.n_layers, n = 0;
@@ -975,11 +977,9 @@ static int make_panels(struct cpu_backend *c, const struct model *m, char *err, 
 				continue;
 			w->panels = (unsigned char *)c->panel_block + at;
 			at += block_bytes(panels_bytes(w));
-			/* each piece resident just before it is written, the file
-			 * pages given back at once: a model's file and block are
-			 * never resident together while it loads */
-			pages_populate((void *)w->panels, panels_bytes(w));
 			panels_pack(c->pool, w, (void *)w->panels);
+			/* at once, so that a large model's file pages and panels are
+			 * not all resident together while it loads */
 			if (in_file_mapping(m, w) && (w->data != m->token_embd.data || copy_embd))
 				pages_release(w->data, matrix_bytes(w));
 		}
