@@ -9,8 +9,9 @@ and tests/integration/test-rss-daemon.sh, not a test itself).
       unnamed maps), stacks; the largest mappings; whether a CUDA library is
       mapped at all (resident or not).
   rss-smaps.py watch [--model FILE] [--interval S] -- COMMAND ...
-      runs COMMAND (its stdout goes to stderr), keeps the snapshot of the largest resident set seen while
-      it runs and VmHWM as last read, and prints them with its exit status.
+      runs COMMAND (its stdout goes to stderr), keeps the snapshot of the
+      largest resident set seen while it runs, takes its VmHWM from wait4
+      (ru_maxrss) and prints them with its exit status.
 
 A private mapping's copy-on-write pages (Anonymous: in smaps) count as
 anonymous memory of that mapping's kind, not as file pages."""
@@ -87,18 +88,24 @@ def snapshot(pid, model=None):
 def watch(cmd, model, interval):
     proc = subprocess.Popen(cmd, stdout=sys.stderr)  # stdout carries only the JSON
     best = None
-    while proc.poll() is None:
+    while True:
+        # reaped here, not by Popen: wait4 gives the child's peak (ru_maxrss,
+        # = VmHWM) even when it ends between two snapshots
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
         try:
             snap = snapshot(proc.pid, model)
         except (OSError, IndexError, ValueError):
             snap = None  # the process is exiting
         if snap and (best is None or snap["smaps_total"] >= best["smaps_total"]):
             best = snap
-        if snap and best:
-            best["vm_hwm"] = max(best["vm_hwm"], snap["vm_hwm"])
         time.sleep(interval)
-    best = best or {}
-    best["exit_status"] = proc.returncode
+    kinds = ("model", "cuda_libs", "files", "anon", "stack", "other")
+    best = best or {"vm_rss": 0, "smaps": dict.fromkeys(kinds, 0), "smaps_total": 0,
+                    "cuda_mapped": [], "top": []}
+    best["vm_hwm"] = usage.ru_maxrss * 1024
+    best["exit_status"] = os.waitstatus_to_exitcode(status)
     return best
 
 
