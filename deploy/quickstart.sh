@@ -29,7 +29,10 @@ if [ ! -f build/build.ninja ]; then
 	mv "$setup_log" build/setup.log
 fi
 echo "sinkd: building build/src/sinkd"
-ninja -C build src/sinkd >build/build.log 2>&1 || { tail -40 build/build.log >&2; exit 1; }
+# and the CUDA backend's module where the build has it (sinkd loads it from there)
+targets=(src/sinkd)
+ninja -C build -t targets all 2>/dev/null | grep -q '^src/libsinkd-cuda.so:' && targets+=(src/libsinkd-cuda.so)
+ninja -C build "${targets[@]}" >build/build.log 2>&1 || { tail -40 build/build.log >&2; exit 1; }
 
 # The bundled model, checked against its published digest.
 models="$root/../shared/models"

@@ -16,11 +16,9 @@
 #include "config/config.h"
 #include "config/config_reload.h"
 #include "config/config_watch.h"
+#include "cuda_load.h"
+#include "cuda_module.h"
 #include "engine/backend.h"
-#ifdef SINKD_HAVE_CUDA
-#include "backend_cuda.h"
-#include "cuda_device.h"
-#endif
 #include "model/model.h"
 #include "sched/scheduler.h"
 #include "server/chat_render.h"
@@ -93,39 +91,54 @@ static int load_config(struct daemon *d, struct sinkd_config **out, char *err, s
 	return 0;
 }
 
-/* model.backend: cuda when asked, or with auto when a device is present
- * (and this build has the CUDA backend); else cpu.  The choice is logged. */
-static int create_backend(struct daemon *d, const char **name, char *err, size_t err_len)
+/* The CUDA backend from its module (cuda_load.h). */
+static int create_cuda(struct daemon *d, const struct cuda_module_api *api,
+                       const struct backend_options *bo, char *err, size_t err_len)
 {
 	const struct sinkd_config *c = d->cfg;
-	struct backend_options bo = {.n_threads = (int)c->engine.threads};
-	int want_cuda = c->model.backend == MODEL_BACKEND_CUDA;
-#ifdef SINKD_HAVE_CUDA
-	int n_devices = cuda_device_count();
-	if (c->model.backend == MODEL_BACKEND_AUTO)
-		want_cuda = n_devices > 0;
-	if (want_cuda && n_devices == 0)
+	if (api->device_count() == 0)
 		return err_set(err, err_len, -ENODEV,
 		               "model.backend: cuda, but no CUDA device is usable here "
 		               "(use cpu or auto)");
-	if (want_cuda) {
-		struct backend_cuda_options co = {
-		    .device = 0,
-		    .dtype = c->inference.attention.dtype,
-		    .cache_bytes = c->inference.cache.global_cache_limit_auto
-		                       ? 0
-		                       : (size_t)c->inference.cache.global_cache_limit,
-		    .auto_fraction = c->inference.cache.auto_fraction,
-		    .log = d->log};
-		*name = "cuda";
-		return backend_cuda_new(d->model, &bo, &co, &d->be, err, err_len);
+	struct backend_cuda_options co = {
+	    .device = 0,
+	    .dtype = c->inference.attention.dtype,
+	    .cache_bytes = c->inference.cache.global_cache_limit_auto
+	                       ? 0
+	                       : (size_t)c->inference.cache.global_cache_limit,
+	    .auto_fraction = c->inference.cache.auto_fraction,
+	    .log = d->log};
+	return api->backend_new(d->model, bo, &co, &d->be, err, err_len);
+}
+
+/* model.backend: cuda when asked, or with auto when the driver reports a
+ * device and the CUDA module is found; else cpu.  The module (and with it
+ * cuBLAS and the CUDA runtime) is loaded only then.  The choice is logged. */
+static int create_backend(struct daemon *d, const char **name, char *err, size_t err_len)
+{
+	const struct sinkd_config *c = d->cfg;
+	struct backend_options bo = {.n_threads = (int)c->engine.threads, .log = d->log};
+	bool asked = c->model.backend == MODEL_BACKEND_CUDA;
+	if (asked || (c->model.backend == MODEL_BACKEND_AUTO && cuda_load_probe_devices() > 0)) {
+		const struct cuda_module_api *api = NULL;
+		int rc = cuda_load_module(&api, err, err_len);
+		if (rc == 0 && (asked || api->device_count() > 0)) {
+			*name = "cuda";
+			return create_cuda(d, api, &bo, err, err_len);
+		}
+		if (asked) {
+			err_prefix(err, err_len, "model.backend: cuda");
+			return rc;
+		}
+		if (rc == 0)
+			err_set(err, err_len, -ENODEV, "the CUDA runtime finds no usable device");
+		struct log_field f[] = {LOG_STR("reason", err), LOG_END};
+		log_event(d->log, LOG_INFO, LOG_MODULE,
+		          "model.backend auto: a CUDA device is present but the CUDA backend "
+		          "cannot be loaded; running on cpu",
+		          f);
+		err[0] = '\0';
 	}
-#else
-	if (want_cuda)
-		return err_set(err, err_len, -ENOTSUP,
-		               "model.backend: cuda is not available in this build (built "
-		               "without nvcc; use cpu or auto)");
-#endif
 	*name = "cpu";
 	return backend_cpu_new(d->model, &bo, &d->be, err, err_len);
 }
@@ -206,7 +219,7 @@ static int load_engine(struct daemon *d, char *err, size_t err_len)
 	double t0 = (double)clock() / CLOCKS_PER_SEC;
 	struct log_field f0[] = {LOG_STR("path", c->model.path), LOG_END};
 	log_event(d->log, LOG_INFO, LOG_MODULE, "loading model", f0);
-	struct model_load_options mo = {.expected_sha256 = c->model.sha256};
+	struct model_load_options mo = {.expected_sha256 = c->model.sha256, .log = d->log};
 	int rc = model_load(c->model.path, &mo, &d->model, err, err_len);
 	if (rc)
 		return rc;

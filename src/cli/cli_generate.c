@@ -243,11 +243,16 @@ static void print_stats(const struct generate_state *st, const struct generate_c
 	    cnt->n_steps > 0 && cnt->decode_s > 0 ? (double)cnt->n_steps / cnt->decode_s : 0.0;
 	fprintf(stderr, "prompt: %zu tokens, %.1f tok/s; generated: %zu tokens, %.1f tok/s\n",
 	        st->n_prompt, prompt_tok_s, cnt->n_generated, decode_tok_s);
-	if (json)
-		fprintf(stderr,
-		        "{\"prompt_tokens\":%zu,\"prompt_tok_s\":%.3f,\"generated_tokens\":%zu,"
-		        "\"decode_tok_s\":%.3f}\n",
-		        st->n_prompt, prompt_tok_s, cnt->n_generated, decode_tok_s);
+	if (!json)
+		return;
+	/* the session's KV bytes, as GET /v1/sessions/{id} shows them */
+	struct sinkcache_stats kv = {0};
+	st->eng.be->ops->session_stats(st->eng.be, st->session, &kv);
+	fprintf(stderr,
+	        "{\"prompt_tokens\":%zu,\"prompt_tok_s\":%.3f,\"generated_tokens\":%zu,"
+	        "\"decode_tok_s\":%.3f,\"kv_bytes_resident\":%zu,\"kv_bytes_bound\":%zu}\n",
+	        st->n_prompt, prompt_tok_s, cnt->n_generated, decode_tok_s, kv.bytes_resident,
+	        kv.bytes_bound);
 }
 
 static int run_generate(struct generate_state *st, const struct generate_args *a, char *err,

@@ -125,8 +125,11 @@ struct backend {
 	const struct model *model;
 };
 
+struct sinkd_log;
+
 struct backend_options {
 	int n_threads; /* cpu: 0 = one per core */
+	struct sinkd_log *log; /* may be NULL: where large allocations are named (debug) */
 	/* cpu: a forward of fewer multiply-adds (weights and attention) of a
 	 * model whose weights stay in the caches runs on the calling thread
 	 * alone; 0 = the backend's default (tests set 1 to run every forward

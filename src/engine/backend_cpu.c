@@ -32,6 +32,7 @@
 #include "util/tuning.h"
 #include "model/gguf.h"
 #include "util/errbuf.h"
+#include "util/log.h"
 #include "util/pages.h"
 
 /* The thresholds below are in util/tuning.h.  A forward of less work
@@ -111,6 +112,7 @@ struct cpu_backend {
 	/* The token embedding table the lookups read: a copy on the block
 	 * when the table lies in the model's file mapping (make_panels). */
 	struct weight_matrix token_embd;
+	struct sinkd_log *log; /* may be NULL */
 	void *panel_block; /* every matrix's panels and the embedding copy (pages_map) */
 	bool stored_layout; /* backend_options.cpu_stored_layout: no packed copies */
 	size_t panel_block_bytes;
@@ -177,6 +179,8 @@ static int workspace_reserve(struct cpu_backend *c, size_t n, char *err, size_t 
 		               "cpu backend: no memory for a batch of %zu tokens", n);
 	}
 	c->cap_tokens = n;
+	log_alloc(c->log, "cpu", "batch activations (grows with the largest batch)",
+	          n * sizeof(float) * (3 * (size_t)hp->dim + 2 * qd + 2 * kvd + 2 * (size_t)hp->ffn_dim));
 	return 0;
 }
 
@@ -191,6 +195,8 @@ static int scratch_reserve(struct cpu_backend *c, size_t floats, char *err, size
 	free(c->scratch);
 	c->scratch = s;
 	c->scratch_floats = floats;
+	log_alloc(c->log, "cpu", "attention scratch, per thread",
+	          (size_t)c->n_threads * floats * sizeof(float));
 	return 0;
 }
 
@@ -205,6 +211,8 @@ static int weights_reserve(struct cpu_backend *c, size_t floats, char *err, size
 	free(c->weights);
 	c->weights = w;
 	c->weight_floats = floats;
+	log_alloc(c->log, "cpu", "attention weights of caches with anchors, per thread",
+	          (size_t)c->n_threads * floats * sizeof(float));
 	return 0;
 }
 
@@ -928,11 +936,13 @@ static size_t block_bytes(size_t n)
  * embedding table joins the block as it is stored: its rows are read at
  * random, and a row read from the file mapping's small pages after a step
  * had evicted their page tables costs a page walk (through guest and host
- * tables in a VM).  The block is made resident in one call, not a fault a
- * page.  The file pages of each copied matrix are given back,
- * unless a matrix that still reads them (a tied head without panels, or
- * the embedding table when it was not copied) shares them.  Without memory
- * for the block the matrices stay as stored. */
+ * tables in a VM).  The block's pages come in as each piece is written
+ * (huge pages: a fault per 2 MiB), not all up front: with each matrix's
+ * file pages given back right after its piece, a model's file and block
+ * are never resident together while it loads.  The file pages of each
+ * copied matrix are given back, unless the embedding table, when it was
+ * not copied, shares them (a tied head reads the table's copy).  Without
+ * memory for the block the matrices stay as stored. */
 static int make_panels(struct cpu_backend *c, const struct model *m, char *err, size_t err_len)
 {
 	int n_layers = m->hp.n_layers, n = 0;
@@ -962,12 +972,22 @@ static int make_panels(struct cpu_backend *c, const struct model *m, char *err, 
 		c->panel_block = pages_map(total, true);
 	if (c->panel_block) {
 		c->panel_block_bytes = total;
-		pages_populate(c->panel_block, total);
+		log_alloc(c->log, "cpu",
+		          "weights re-laid for the kernels and the token-embedding table (one "
+		          "huge-page block; their file pages are given back)",
+		          total);
 		size_t at = 0;
 		if (copy_embd) {
-			memcpy(c->panel_block, m->token_embd.data, matrix_bytes(&m->token_embd));
+			size_t table = matrix_bytes(&m->token_embd);
+			pages_populate(c->panel_block, table);
+			memcpy(c->panel_block, m->token_embd.data, table);
 			c->token_embd.data = c->panel_block;
-			at = block_bytes(matrix_bytes(&m->token_embd));
+			/* a tied head reads (and is packed from) the copy too: the
+			 * table is resident once, and its file pages go now */
+			if (c->output.data == m->token_embd.data)
+				c->output.data = c->token_embd.data;
+			pages_release(m->token_embd.data, table);
+			at = block_bytes(table);
 		}
 		for (int i = 0; i < n; i++) {
 			struct weight_matrix *w = ws[i];
@@ -984,9 +1004,6 @@ static int make_panels(struct cpu_backend *c, const struct model *m, char *err, 
 			if (in_file_mapping(m, w) && (w->data != m->token_embd.data || copy_embd))
 				pages_release(w->data, matrix_bytes(w));
 		}
-		bool head_reads_table = c->output.data == m->token_embd.data && !c->output.panels;
-		if (copy_embd && !head_reads_table)
-			pages_release(m->token_embd.data, matrix_bytes(&m->token_embd));
 	}
 	free(ws);
 	return 0;
@@ -1004,6 +1021,7 @@ int backend_cpu_new(const struct model *m, const struct backend_options *opt, st
 		return err_set(err, err_len, -ENOMEM, "cpu backend: out of memory");
 	c->base.ops = &cpu_ops;
 	c->base.model = m;
+	c->log = opt ? opt->log : NULL;
 	c->layer_forward = layer_fns[model_arch_layer_kind(m->hp.arch)];
 	rc = threadpool_new(opt ? opt->n_threads : 0, &c->pool, err, err_len);
 	if (rc) {

@@ -116,6 +116,8 @@ void grammar_unref(struct grammar *g); /* NULL: no-op */
 int vocab_trie_new(const struct tokenizer *tok, struct vocab_trie **out, char *err, size_t err_len);
 void vocab_trie_free(struct vocab_trie *t);
 int vocab_trie_n_vocab(const struct vocab_trie *t);
+/* Bytes the trie holds (its nodes, token lists and pieces). */
+size_t vocab_trie_bytes(const struct vocab_trie *t);
 
 /* A parser state at the start of the grammar. */
 int grammar_matcher_new(struct grammar *g, const struct vocab_trie *t,

@@ -185,7 +185,8 @@ struct vocab_trie {
 	int n_vocab;
 	struct vtnode *nodes; /* (n_nodes), 0 is the root */
 	size_t n_nodes;
-	int32_t *toks;       /* (n_trie_toks) */
+	int32_t *toks;       /* (n_toks) */
+	size_t n_toks;
 	char *piece_bytes;   /* every piece, back to back */
 	uint32_t *piece_off; /* (n_vocab + 1): token i is piece_bytes[off[i]..off[i+1]) */
 	bool *is_eog;        /* (n_vocab) */

@@ -127,6 +127,12 @@ static int vt_nodes(struct vocab_trie *t, struct vt_tok *v, size_t m)
 		}
 	}
 	t->n_nodes = n_nodes;
+	/* the node array was sized for one node per piece byte, most of it
+	 * never used: keep what is */
+	struct vtnode *fit = realloc(t->nodes, n_nodes * sizeof(*t->nodes));
+	if (fit)
+		t->nodes = fit;
+	t->n_toks = n_toks;
 	rc = 0;
 out:
 	free(lo);
@@ -169,6 +175,14 @@ out:
 	if (rc)
 		err_set(err, err_len, rc, "out of memory building the vocabulary trie");
 	return rc;
+}
+
+size_t vocab_trie_bytes(const struct vocab_trie *t)
+{
+	size_t n = (size_t)t->n_vocab;
+	return t->n_nodes * sizeof(*t->nodes) + t->n_toks * sizeof(*t->toks) +
+	       (size_t)t->piece_off[n] + (n + 1) * sizeof(*t->piece_off) + (n + 1) * sizeof(*t->is_eog) +
+	       t->n_eog * sizeof(*t->eog);
 }
 
 void vocab_trie_free(struct vocab_trie *t)

@@ -24,6 +24,7 @@
 #include "model/wtype.h"
 #include "util/digest.h"
 #include "util/errbuf.h"
+#include "util/log.h"
 #include "util/pages.h"
 
 #define MODEL_MAX_DIM (1 << 20)
@@ -43,7 +44,18 @@ struct load_ctx {
 	char prefix[32]; /* "<architecture>." */
 	char *err;
 	size_t err_len;
+	struct sinkd_log *log; /* may be NULL */
 };
+
+/* Names a copy of tensor t the model owns in a debug line (log_alloc). */
+static void log_copy(const struct load_ctx *c, const struct gguf_tensor *t, const char *as,
+                     size_t bytes)
+{
+	char what[192];
+	snprintf(what, sizeof(what), "copy of tensor '%s' as %s (its file pages are given back)",
+	         t->name, as);
+	log_alloc(c->log, "model", what, bytes);
+}
 
 /* Reads <arch>.<suffix> as an int in [lo, hi]; def < 0 means required. */
 static int hp_int(struct load_ctx *c, const char *suffix, int64_t def, int64_t lo, int64_t hi,
@@ -481,6 +493,7 @@ static int to_f32(struct load_ctx *c, const struct gguf_tensor *t, uint64_t rows
 		               cols);
 	int rc = own(c->m, buf);
 	*out = buf;
+	log_copy(c, t, "F32", bytes);
 	return rc;
 }
 
@@ -533,6 +546,8 @@ static int to_f16(struct load_ctx *c, const struct gguf_tensor *t, uint64_t rows
 	}
 	rc = own(c->m, buf);
 	*out = rc ? NULL : buf;
+	if (rc == 0)
+		log_copy(c, t, "F16", bytes);
 	buf = NULL; /* own() frees it on failure */
 out:
 	free(buf);
@@ -930,7 +945,8 @@ int model_load(const char *path, const struct model_load_options *opt, struct mo
 	if (rc)
 		goto out;
 	set_name(m, path);
-	struct load_ctx c = {.m = m, .path = path, .err = err, .err_len = err_len};
+	struct load_ctx c = {.m = m, .path = path, .err = err, .err_len = err_len,
+	                     .log = opt ? opt->log : NULL};
 	rc = read_hparams(&c);
 	if (rc == 0)
 		rc = load_tensors(&c);

@@ -112,8 +112,11 @@ struct model {
 	size_t n_owned;
 };
 
+struct sinkd_log;
+
 struct model_load_options {
 	const char *expected_sha256; /* 64 hex chars or NULL to skip the check */
+	struct sinkd_log *log;       /* may be NULL: where large copies are named (debug) */
 };
 
 int model_load(const char *path, const struct model_load_options *opt, struct model **out,

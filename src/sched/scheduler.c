@@ -1252,6 +1252,8 @@ int scheduler_new(const struct sinkd_config *cfg, struct backend *be, const stru
 		err_prefix(err, err_len, "vocabulary trie for constrained decoding");
 		goto fail;
 	}
+	log_alloc(log, "sched", "vocabulary trie for constrained decoding",
+	          vocab_trie_bytes(s->vocab));
 	rc = cache_geometry_check(&s->lim.geom, err, err_len);
 	if (rc) {
 		err_prefix(err, err_len, "cache geometry");

@@ -295,6 +295,15 @@ void log_event(struct sinkd_log *log, enum log_level level, const char *module, 
 	pthread_mutex_unlock(&log->lock);
 }
 
+void log_alloc(struct sinkd_log *log, const char *module, const char *what, size_t bytes)
+{
+	if (bytes < LOG_ALLOC_MIN_BYTES || !log_enabled(log, LOG_DEBUG))
+		return;
+	struct log_field f[] = {LOG_STR("for", what), LOG_INT("bytes", bytes),
+	                        LOG_DBL("mib", (double)bytes / (1 << 20)), LOG_END};
+	log_event(log, LOG_DEBUG, module, "allocation", f);
+}
+
 void log_msg(struct sinkd_log *log, enum log_level level, const char *module, const char *fmt, ...)
 {
 	if (!log_enabled(log, level))

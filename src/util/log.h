@@ -49,6 +49,14 @@ void log_event(struct sinkd_log *log, enum log_level level, const char *module, 
 void log_msg(struct sinkd_log *log, enum log_level level, const char *module, const char *fmt, ...)
 	SINKD_PRINTF(4, 5);
 
+/* Allocations of at least this many bytes made while starting (model,
+ * backend, scheduler) are named in a debug line each (log_alloc), so that
+ * the resident set a user measures can be read off the log. */
+#define LOG_ALLOC_MIN_BYTES ((size_t)1 << 20)
+/* A debug event "allocation" with the bytes and what they are for, when
+ * bytes >= LOG_ALLOC_MIN_BYTES.  `what` names the purpose (no user text). */
+void log_alloc(struct sinkd_log *log, const char *module, const char *what, size_t bytes);
+
 /* Returns 1 if a field with this name would be redacted. */
 int log_field_is_redacted(const char *key);
 

@@ -10,9 +10,10 @@
 # weight bandwidth a single stream achieves (the file's weight bytes x tok/s)
 # against the read-bandwidth probe run just before it, and the fp32 FMA rate
 # the batches achieve (weight multiply-adds x 2 x tok/s) against the probe's
-# FMA peak; and once per model the resident memory (rss-probe.c) after the
-# load and after one token, against the file's size.  Prints min and
-# median, a table, the targets of the issue, and one JSON line.
+# FMA peak; and once per model the resident memory of the daemon after one
+# request and of sinkd generate (tests/bench/rss.sh), against the file's
+# size.  Prints min and median, a table, the targets of the issue, and one
+# JSON line.
 #
 # Environment: BUILD (build dir, default build-bench), REPEATS (3),
 # RUN_SECONDS (3 per measurement), THREADS (0 = one per core),
@@ -41,8 +42,6 @@ ninja -C "$BUILD" src/libsinkd.a src/tools/sinkd-mkmodel >/dev/null
 LIBS="$(pkg-config --libs libmicrohttpd libcrypto libcjson yaml-0.1 hiredis gnutls libsystemd) -lm -lpthread"
 cc -O2 -std=c11 -D_GNU_SOURCE -I"$ROOT/src" $(pkg-config --cflags libcjson) \
 	-o "$TMP/engine-driver" "$ROOT/tests/bench/engine-driver.c" "$BUILD/src/libsinkd.a" $LIBS
-cc -O2 -std=c11 -D_GNU_SOURCE -I"$ROOT/src" $(pkg-config --cflags libcjson) \
-	-o "$TMP/rss-probe" "$ROOT/tests/bench/rss-probe.c" "$BUILD/src/libsinkd.a" $LIBS
 cc -O3 -I"$ROOT/src" -o "$TMP/bwprobe" "$ROOT/tests/bench/bwprobe.c" "$ROOT/src/util/pages.c" -lpthread
 if [ "${MATMUL_PERF:-0}" = 1 ]; then
 	cc -O2 -std=c11 -D_GNU_SOURCE -I"$ROOT/src" -o "$TMP/matmul-perf" \
@@ -75,7 +74,9 @@ done
 for model in "${MODELS[@]}"; do
 	name=$(basename "$model" .gguf)
 	log "$name: resident memory"
-	"$TMP/rss-probe" "$model" | sed 's/^{/{"kind":"rss",/' >>"$RESULTS"
+	BUILD="$BUILD" "$ROOT/tests/bench/rss.sh" --jsonl "$model" |
+		python3 -c 'import json,sys
+for l in sys.stdin: print(json.dumps(json.loads(l) | {"kind": "rss", "model": sys.argv[1]}))' "$name" >>"$RESULTS"
 	for r in $(seq "$REPEATS"); do
 		log "$name repeat $r: bandwidth probe, then streams $STREAMS"
 		"$TMP/bwprobe" --bandwidth |
@@ -140,13 +141,14 @@ for m in models:
         print(f"{m:<16}{n:>8}{min(toks):>11.1f}{med:>11.1f}{gbs:>7.1f}{min(roof):>8.1f}/{statistics.median(roof):<7.1f}"
               f"{gflops:>9.1f}{e['fma_pct']:>7.1f}{sp:>20}{e['prefill_tok_s']:>9.0f}{e['step_ms']:>13.3f}")
     summary["models"][m] = ms
-rss = {r["model"]: r for r in rows if r["kind"] == "rss"}
-print(f"{'model':<16}{'file MB':>9}{'weights MB':>11}{'RSS load MB':>12}{'RSS 1 token MB':>15}{'x file':>8}{'of it file-backed':>18}")
-for m, r in rss.items():
-    mb = 1 / (1 << 20)
-    print(f"{m:<16}{r['file_bytes'] * mb:>9.1f}{r['weight_bytes'] * mb:>11.1f}{r['load_rss'] * mb:>12.1f}"
-          f"{r['step_rss'] * mb:>15.1f}{r['step_rss'] / r['file_bytes']:>8.2f}{r['step_rss_file'] * mb:>15.1f} MB")
-    summary["models"].setdefault(m, {})["rss"] = r
+print(f"{'model':<16}{'what':>9}{'file MB':>9}{'KV MB':>7}{'VmHWM MB':>10}{'x file':>8}{'limit MB':>10}  (tests/bench/rss.sh)")
+for r in (r for r in rows if r["kind"] == "rss"):
+    mb, m = 1 / (1 << 20), r["model"]
+    limit = 1.1 * (r["file_bytes"] + r["kv_bytes"] + 32 * 2**20)
+    print(f"{m:<16}{r['what']:>9}{r['file_bytes'] * mb:>9.1f}{r['kv_bytes'] * mb:>7.1f}{r['vm_hwm'] * mb:>10.1f}"
+          f"{r['vm_hwm'] / r['file_bytes']:>8.2f}{limit * mb:>10.1f}")
+    summary["models"].setdefault(m, {}).setdefault("rss", {})[r["what"]] = {
+        k: r[k] for k in ("file_bytes", "kv_bytes", "vm_hwm", "smaps")}
 print("targets:")
 for m, ms in summary["models"].items():
     if "1" not in ms:

@@ -15,8 +15,9 @@
 # engine driver's GEN decode steps after a 1-token prompt) and prefill of a
 # PROMPT-token prompt as one batch (llama-bench pp against the driver's
 # prefill).  Ratios sinkd / llama.cpp are taken within a repeat, then min and
-# median.  Resident memory once per model: sinkd's after the load and one
-# token (rss-probe) and llama-bench's peak (its tg run), each over the file.
+# median.  Resident memory once per model: the sinkd daemon's peak (VmHWM)
+# after one request (tests/bench/rss.sh) and llama-bench's peak (its tg
+# run), each over the file.
 # Prints a table and one JSON line.
 #
 # Environment: BUILD (sinkd build dir, default build-bench), REPEATS (3),
@@ -60,7 +61,7 @@ if [ ! -f "$BUILD/build.ninja" ]; then
 fi
 ninja -C "$BUILD" src/libsinkd.a src/tools/sinkd-mkmodel >/dev/null
 LIBS="$(pkg-config --libs libmicrohttpd libcrypto libcjson yaml-0.1 hiredis gnutls libsystemd) -lm -lpthread"
-for d in engine-driver rss-probe; do
+for d in engine-driver; do
 	cc -O2 -std=c11 -D_GNU_SOURCE -I"$ROOT/src" $(pkg-config --cflags libcjson) \
 		-o "$TMP/$d" "$ROOT/tests/bench/$d.c" "$BUILD/src/libsinkd.a" $LIBS
 done
@@ -117,9 +118,10 @@ print(json.dumps({"engine": "sinkd", "kind": kind, "model": sys.argv[3],
 for model in "${MODELS[@]}"; do
 	name=$(basename "$model")
 	log "$name: resident memory"
-	"$TMP/rss-probe" "$model" |
-		python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); d.update(engine="sinkd", kind="rss", model=sys.argv[1]); print(json.dumps(d))' \
-			"$name" >>"$RESULTS"
+	BUILD="$BUILD" "$ROOT/tests/bench/rss.sh" --jsonl "$model" | python3 -c 'import json,sys
+d = next(r for r in map(json.loads, sys.stdin) if r["what"] == "daemon")
+print(json.dumps({"engine": "sinkd", "kind": "rss", "model": sys.argv[1], "file_bytes": d["file_bytes"], "step_rss": d["vm_hwm"]}))' \
+		"$name" >>"$RESULTS"
 	python3 - "$BENCH" "$model" "$name" "$GEN" >>"$RESULTS" <<'EOF'
 import json, os, resource, subprocess, sys
 bench, model, name, gen = sys.argv[1:]

@@ -64,7 +64,10 @@ START_TEST(test_generate_greedy)
 	last = last ? last + 1 : err;
 	cJSON *stats = cJSON_Parse(last);
 	ck_assert_msg(stats != NULL, "last stderr line is not JSON: %s", last);
-	ck_assert_int_eq(cJSON_GetArraySize(stats), 4);
+	ck_assert_int_eq(cJSON_GetArraySize(stats), 6);
+	/* the session's KV bytes: what it holds, within its bound */
+	double kv = cJSON_GetObjectItem(stats, "kv_bytes_resident")->valuedouble;
+	ck_assert(kv > 0 && kv <= cJSON_GetObjectItem(stats, "kv_bytes_bound")->valuedouble);
 	ck_assert_int_eq(cJSON_GetObjectItem(stats, "prompt_tokens")->valueint,
 	                 cJSON_GetArraySize(cJSON_GetObjectItem(p, "prompt_ids")));
 	ck_assert_int_eq(cJSON_GetObjectItem(stats, "generated_tokens")->valueint, 32);

@@ -24,6 +24,31 @@ static char *capture(enum log_format format, enum log_level level)
 	return buf;
 }
 
+/* log_alloc: one debug line naming what and how many bytes, from
+ * LOG_ALLOC_MIN_BYTES on; nothing below it or above debug level. */
+START_TEST(test_alloc_lines)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *mem = open_memstream(&buf, &len);
+	struct sinkd_log *log = log_new(mem, LOG_DEBUG, LOG_FORMAT_JSON);
+	log_alloc(log, "cpu", "small", LOG_ALLOC_MIN_BYTES - 1);
+	log_alloc(log, "cpu", "weight block", 3 * LOG_ALLOC_MIN_BYTES);
+	log_set_level(log, LOG_INFO);
+	log_alloc(log, "cpu", "hidden at info", 8 * LOG_ALLOC_MIN_BYTES);
+	log_alloc(NULL, "cpu", "no logger", 8 * LOG_ALLOC_MIN_BYTES);
+	log_free(log);
+	fclose(mem);
+	ck_assert_ptr_null(strstr(buf, "small"));
+	ck_assert_ptr_null(strstr(buf, "hidden at info"));
+	ck_assert_msg(strstr(buf, "\"level\":\"debug\"") && strstr(buf, "\"for\":\"weight block\"") &&
+	                  strstr(buf, "\"bytes\":3145728") && strstr(buf, "\"msg\":\"allocation\""),
+	              "%s", buf);
+	ck_assert_int_eq((int)(strchr(buf, '\n') - buf + 1), (int)strlen(buf)); /* one line */
+	free(buf);
+}
+END_TEST
+
 START_TEST(test_json_line)
 {
 	char *out = capture(LOG_FORMAT_JSON, LOG_INFO);
@@ -196,6 +221,7 @@ int main(void)
 	Suite *s = suite_create("log");
 	TCase *tc = tcase_create("core");
 	tcase_add_test(tc, test_json_line);
+	tcase_add_test(tc, test_alloc_lines);
 	tcase_add_test(tc, test_user_text_redacted);
 	tcase_add_test(tc, test_parse_names);
 	tcase_add_test(tc, test_err_prefix);
