@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Resident memory as a user measures it (run by hand, never part of the test
 # suite): the daemon itself serving one request over HTTPS, and `sinkd
-# generate`, each on the CPU backend, against the file + the session's KV
-# bytes + 32 MiB (the issue's bound: VmHWM at most 1.1x that).
+# generate`, each on the CPU backend, against the issue's bound: VmHWM at
+# most 1.1 x the file + the session's KV bytes + 32 MB.
 #
 #   tests/bench/rss.sh [MODEL.gguf ...]
 #   tests/bench/rss.sh --jsonl MODEL.gguf ...   one JSON object per
@@ -156,7 +156,7 @@ print(f"{'model':<24}{'what':>9}{'file MB':>9}{'KV MB':>7}{'VmHWM MB':>10}{'x fi
 out = []
 for r in rows:
     s = r["smaps"]
-    limit = 1.1 * (r["file_bytes"] + r["kv_bytes"] + 32 * 2**20)
+    limit = 1.1 * r["file_bytes"] + r["kv_bytes"] + 32e6
     ok = r["vm_hwm"] <= limit and not r["cuda_mapped"]
     print(f"{r['model']:<24}{r['what']:>9}{r['file_bytes'] * mb:>9.1f}{r['kv_bytes'] * mb:>7.1f}"
           f"{r['vm_hwm'] * mb:>10.1f}{r['vm_hwm'] / r['file_bytes']:>8.2f}{limit * mb:>10.1f}"
@@ -164,7 +164,7 @@ for r in rows:
           f"{s['cuda_libs'] * mb:>6.1f}  {'yes' if ok else 'NO'}")
     out.append({k: r[k] for k in ("model", "what", "file_bytes", "kv_bytes", "kv_bytes_reserved",
                                   "vm_hwm", "smaps", "cuda_mapped")} | {"limit": int(limit), "ok": ok})
-print("target: VmHWM <= 1.1 x (file + KV bytes resident + 32 MiB), no CUDA library mapped "
+print("target: VmHWM <= 1.1 x file + KV bytes resident + 32 MB, no CUDA library mapped "
       "(model/anon/libs/CUDA: resident MB by kind from smaps)")
 print(json.dumps({"time": sys.argv[2], "rows": out}, separators=(",", ":")))
 EOF
