@@ -27,6 +27,7 @@
 #include "cache/sinkcache.h"
 #include "engine/matmul.h"
 #include "engine/panels.h"
+#include "engine/qpack.h"
 #include "engine/threadpool.h"
 #include "util/tuning.h"
 #include "model/gguf.h"
@@ -890,12 +891,26 @@ static bool in_file_mapping(const struct model *m, const struct weight_matrix *w
 	return map && p >= map && p + matrix_bytes(w) <= map + gguf_file_size(m->file);
 }
 
-/* Whether w gets panels: when the kernels read them, unless the model
- * dequantized w from its file into its own memory (it would be held twice:
- * it is read as it is; a model built in memory, as in tests, gets panels). */
+/* Whether the block type has a packed layout (qpack.h) that a vector
+ * kernel of this CPU reads: the plain-C twin alone does not repay packing. */
+static bool wants_qpack(const struct weight_matrix *w)
+{
+	return qpack_bytes(w) > 0 && qpack_variant_best(w->type) != QDOT_VARIANT_SCALAR;
+}
+
+/* Whether w gets panels (or, for a block type, its packed copy): when the
+ * kernels read them, unless the model dequantized w from its file into its
+ * own memory (it would be held twice: it is read as it is; a model built in
+ * memory, as in tests, gets panels). */
 static bool wants_panel(const struct model *m, const struct weight_matrix *w)
 {
-	return panels_supported(w->type) && (!m->file || in_file_mapping(m, w));
+	return (panels_supported(w->type) || wants_qpack(w)) && (!m->file || in_file_mapping(m, w));
+}
+
+/* Bytes of w's panels or packed copy. */
+static size_t relaid_bytes(const struct weight_matrix *w)
+{
+	return qpack_supported(w->type) ? qpack_bytes(w) : panels_bytes(w);
 }
 
 /* Bytes a piece takes in the block: each piece starts 64-byte aligned. */
@@ -939,7 +954,7 @@ static int make_panels(struct cpu_backend *c, const struct model *m, char *err, 
 	size_t total = copy_embd ? block_bytes(matrix_bytes(&m->token_embd)) : 0;
 	for (int i = 0; i < n; i++)
 		if (wants_panel(m, ws[i]))
-			total += block_bytes(panels_bytes(ws[i]));
+			total += block_bytes(relaid_bytes(ws[i]));
 	if (total > 0)
 		c->panel_block = pages_map(total, true);
 	if (c->panel_block) {
@@ -956,8 +971,11 @@ static int make_panels(struct cpu_backend *c, const struct model *m, char *err, 
 			if (!wants_panel(m, w))
 				continue;
 			w->panels = (unsigned char *)c->panel_block + at;
-			at += block_bytes(panels_bytes(w));
-			panels_pack(c->pool, w, (void *)w->panels);
+			at += block_bytes(relaid_bytes(w));
+			if (qpack_supported(w->type))
+				qpack_pack(c->pool, w, (void *)w->panels);
+			else
+				panels_pack(c->pool, w, (void *)w->panels);
 			/* at once, so that a large model's file pages and panels are
 			 * not all resident together while it loads */
 			if (in_file_mapping(m, w) && (w->data != m->token_embd.data || copy_embd))

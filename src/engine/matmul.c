@@ -20,6 +20,9 @@
  *                 times x quantized to int8 blocks, through engine/qdot.h's
  *                 R x B register tiles, the best variant this CPU runs
  *                 (QDOT_SCALAR);
+ *   QPACK         the same block types packed at load (engine/qpack.h) by
+ *                 the backend, x quantized as for QDOT, the best qpack
+ *                 kernel this CPU runs (QPACK_SCALAR);
  *   SCALAR        plain C, the portable path (every type).
  * One table (kernel_table) picks the family by ISA level, weight type and
  * batch-size class.  Weights are read in their stored type; activations
@@ -32,6 +35,7 @@
 
 #include "engine/panels.h"
 #include "engine/qdot.h"
+#include "engine/qpack.h"
 #include "model/dequant.h"
 #include "model/wtype.h"
 #include "util/cpu.h"
@@ -156,6 +160,20 @@ static void rows_qdot(const struct matmul_job *job, const struct qdot_kernels *k
 	else
 		qdot_rows(k, base + (size_t)r0 * w->row_bytes, w->row_bytes, r1 - r0, xq, xq_bytes,
 		          B, w->cols, job->y + r0, (size_t)rows);
+	if (!job->bias)
+		return;
+	for (int b = 0; b < B; b++)
+		for (int r = r0; r < r1; r++)
+			job->y[(size_t)b * rows + r] += job->bias[r];
+}
+
+/* The QPACK families: rows [r0, r1) of job->y (B, rows) through the packed
+ * kernel k (qpack.h), then the bias.  xq as for rows_qdot. */
+static void rows_qpack(const struct matmul_job *job, qpack_rows_fn k, const void *xq,
+                       size_t xq_bytes, int B, int r0, int r1)
+{
+	int rows = job->w->rows;
+	k(job->w, xq, xq_bytes, B, job->y, (size_t)rows, r0, r1);
 	if (!job->bias)
 		return;
 	for (int b = 0; b < B; b++)
@@ -929,6 +947,8 @@ static const struct family {
 	rows_x_fn rows_x[WTYPE_N_STORED]; /* INPUT_X, by enum wtype_stored; NULL: not for that type */
 	rows_q8_fn rows_q8;        /* INPUT_Q8 (Q8_0 weights) */
 	bool qdot_best;            /* INPUT_QDOT: the best qdot variant, else its twin */
+	/* INPUT_QDOT with reads_panels: the packed copy (qpack.h) of the types
+	 * that have one */
 } families[MATMUL_FAMILY_COUNT] = {
 	[MATMUL_FAMILY_SCALAR] = {"scalar", INPUT_X, NULL, false, MATMUL_FAMILY_SCALAR,
 		{rows_scalar, rows_scalar, rows_scalar, rows_scalar, rows_scalar, rows_scalar,
@@ -960,6 +980,10 @@ static const struct family {
 		MATMUL_FAMILY_QDOT_SCALAR, {NULL}, NULL, false},
 	[MATMUL_FAMILY_QDOT] = {"qdot", INPUT_QDOT, cpu_has_avx2, false,
 		MATMUL_FAMILY_QDOT_SCALAR, {NULL}, NULL, true},
+	[MATMUL_FAMILY_QPACK_SCALAR] = {"qpack_scalar", INPUT_QDOT, NULL, true,
+		MATMUL_FAMILY_QPACK_SCALAR, {NULL}, NULL, false},
+	[MATMUL_FAMILY_QPACK] = {"qpack", INPUT_QDOT, cpu_has_avx2, true,
+		MATMUL_FAMILY_QPACK_SCALAR, {NULL}, NULL, true},
 };
 /* clang-format on */
 
@@ -969,6 +993,7 @@ enum level {
 	LEVEL_GENERIC,
 	LEVEL_AVX2_EXACT,
 	LEVEL_AVX2,
+	LEVEL_AVX2_PACKED,
 	LEVEL_AVX512,
 	LEVEL_AVX512_PANELS,
 	N_LEVELS
@@ -992,11 +1017,17 @@ static int batch_class(int B)
 #define GEMM512 MATMUL_FAMILY_GEMM_AVX512
 #define PANEL MATMUL_FAMILY_PANELS
 #define QDOT MATMUL_FAMILY_QDOT
+#define QPACK MATMUL_FAMILY_QPACK
 #define ALL4(f) {f, f, f, f}
 /* The qdot types (Q4_0, Q4_K, Q5_K, Q6_K) at every level but the exact
  * ones: only the qdot kernels read them, at every batch size. */
 #define QDOT_TYPES \
 		[WTYPE_Q4_0] = ALL4(QDOT), [WTYPE_Q4_K] = ALL4(QDOT), [WTYPE_Q5_K] = ALL4(QDOT), \
+		[WTYPE_Q6_K] = ALL4(QDOT)
+/* The same where the backend packed the weights (qpack.h): the types with
+ * a packed layout read it at every batch size. */
+#define QPACK_TYPES \
+		[WTYPE_Q4_0] = ALL4(QDOT), [WTYPE_Q4_K] = ALL4(QPACK), [WTYPE_Q5_K] = ALL4(QDOT), \
 		[WTYPE_Q6_K] = ALL4(QDOT)
 /* The one place a family is chosen: [level][type][batch class].
  *   generic        plain C for everything;
@@ -1010,8 +1041,9 @@ static int batch_class(int B)
  *                  size, ahead of both the Q8 family and the GEMM there
  *                  (compare with matmul-perf and MATMUL_FAMILY; the AVX2
  *                  level keeps Q8 until qdot is compared on such a CPU);
- *   with panels    the panel kernels at every batch size (F32/F16/BF16;
- *                  the block types have no panels).
+ *   with panels    the panel kernels at every batch size (F32/F16/BF16),
+ *                  the packed kernels (QPACK) for the block types the
+ *                  backend packed, on AVX2 machines as on AVX-512 ones.
  * Without panels the AVX-512 level still runs for matrices the loader
  * dequantized to F16 (they get no panels, to avoid holding them twice). */
 static const enum matmul_family kernel_table[N_LEVELS][WTYPE_N_STORED][N_BATCH_CLASSES] = {
@@ -1032,6 +1064,12 @@ static const enum matmul_family kernel_table[N_LEVELS][WTYPE_N_STORED][N_BATCH_C
 		[WTYPE_BF16] = {DOT2,   DOT2,   DOT2,    GEMM2},
 		[WTYPE_Q8_0] = {Q8INT,  Q8INT,  Q8INT,   GEMM2},
 		QDOT_TYPES},
+	[LEVEL_AVX2_PACKED] = {
+		[WTYPE_F32]  = {DOT2,   DOT2,   DOT2,    GEMM2},
+		[WTYPE_F16]  = {DOT2,   DOT2,   DOT2,    GEMM2},
+		[WTYPE_BF16] = {DOT2,   DOT2,   DOT2,    GEMM2},
+		[WTYPE_Q8_0] = {Q8INT,  Q8INT,  Q8INT,   GEMM2},
+		QPACK_TYPES},
 	[LEVEL_AVX512] = {
 		[WTYPE_F32]  = {DOT512, DOT512, GEMM512, GEMM512},
 		[WTYPE_F16]  = {DOT512, DOT512, GEMM512, GEMM512},
@@ -1043,7 +1081,7 @@ static const enum matmul_family kernel_table[N_LEVELS][WTYPE_N_STORED][N_BATCH_C
 		[WTYPE_F16]  = ALL4(PANEL),
 		[WTYPE_BF16] = ALL4(PANEL),
 		[WTYPE_Q8_0] = ALL4(QDOT),
-		QDOT_TYPES},
+		QPACK_TYPES},
 };
 /* clang-format on */
 #undef SCALAR
@@ -1054,7 +1092,9 @@ static const enum matmul_family kernel_table[N_LEVELS][WTYPE_N_STORED][N_BATCH_C
 #undef GEMM512
 #undef PANEL
 #undef QDOT
+#undef QPACK
 #undef QDOT_TYPES
+#undef QPACK_TYPES
 #undef ALL4
 
 static enum level table_level(enum matmul_isa isa, const struct weight_matrix *w)
@@ -1064,7 +1104,7 @@ static enum level table_level(enum matmul_isa isa, const struct weight_matrix *w
 	if (isa == MATMUL_ISA_AVX2_F32)
 		return LEVEL_AVX2_EXACT;
 	if (!cpu_has_avx512())
-		return LEVEL_AVX2;
+		return w->panels ? LEVEL_AVX2_PACKED : LEVEL_AVX2;
 	return w->panels ? LEVEL_AVX512_PANELS : LEVEL_AVX512;
 }
 
@@ -1085,6 +1125,8 @@ static enum matmul_family fallback_family(enum matmul_family f, const struct wei
 	case MATMUL_FAMILY_Q8_SCALAR:
 	case MATMUL_FAMILY_QDOT:
 	case MATMUL_FAMILY_QDOT_SCALAR:
+	case MATMUL_FAMILY_QPACK: /* the stored layout: its pages come back from the file */
+	case MATMUL_FAMILY_QPACK_SCALAR:
 		return MATMUL_FAMILY_SCALAR;
 	default: /* the panel kernels: what the table picks for the stored layout */
 		return kernel_table[LEVEL_AVX512][wtype_stored_index(w->type)][batch_class(B)];
@@ -1110,7 +1152,8 @@ bool matmul_family_runs(enum matmul_family f, const struct weight_matrix *w)
 	case INPUT_XT:
 		return t == WTYPE_F32 || t == WTYPE_F16 || t == WTYPE_BF16;
 	case INPUT_QDOT:
-		return qdot_type_supported(w->type) && w->cols % qdot_block_values(w->type) == 0;
+		return qdot_type_supported(w->type) && w->cols % qdot_block_values(w->type) == 0 &&
+		       (!fam->reads_panels || qpack_supported(w->type));
 	default:
 		return fam->rows_x[t] != NULL;
 	}
@@ -1182,6 +1225,7 @@ struct matmul_call {
 	const void *qdot_xq[N_QDOT_FORMATS];
 	size_t qdot_xq_bytes[N_QDOT_FORMATS];
 	const struct qdot_kernels *qdot_k[MATMUL_MAX_JOBS];
+	qpack_rows_fn qpack_k[MATMUL_MAX_JOBS]; /* the jobs of the qpack families */
 	int B;
 	const struct matmul_job *jobs;
 	enum matmul_family fams[MATMUL_MAX_JOBS];
@@ -1263,7 +1307,12 @@ static void job_rows(const struct matmul_call *c, int j, int r0, int r1)
 		break;
 	case INPUT_QDOT: {
 		enum qdot_format q = qdot_format_of(job->w->type);
-		rows_qdot(job, c->qdot_k[j], c->qdot_xq[q], c->qdot_xq_bytes[q], c->B, r0, r1);
+		if (f->reads_panels)
+			rows_qpack(job, c->qpack_k[j], c->qdot_xq[q], c->qdot_xq_bytes[q], c->B, r0,
+			           r1);
+		else
+			rows_qdot(job, c->qdot_k[j], c->qdot_xq[q], c->qdot_xq_bytes[q], c->B, r0,
+			          r1);
 		break;
 	}
 	default:
@@ -1406,8 +1455,16 @@ static void prepare_qdot_x(struct matmul_call *c, int cols, void *bufs[N_QDOT_FO
 		if (f->input != INPUT_QDOT)
 			continue;
 		enum ggml_type t = c->jobs[j].w->type;
-		c->qdot_k[j] = qdot_kernels_get(t, f->qdot_best ? best : QDOT_VARIANT_SCALAR);
-		if (!c->qdot_xq[qdot_format_of(t)] || !c->qdot_k[j])
+		bool have;
+		if (f->reads_panels) {
+			c->qpack_k[j] = qpack_rows_get(
+			    t, f->qdot_best ? qpack_variant_best(t) : QDOT_VARIANT_SCALAR);
+			have = c->qpack_k[j] != NULL;
+		} else {
+			c->qdot_k[j] = qdot_kernels_get(t, f->qdot_best ? best : QDOT_VARIANT_SCALAR);
+			have = c->qdot_k[j] != NULL;
+		}
+		if (!c->qdot_xq[qdot_format_of(t)] || !have)
 			c->fams[j] = fallback_family(c->fams[j], c->jobs[j].w, c->B);
 	}
 }

@@ -34,6 +34,8 @@ enum matmul_family {
 	MATMUL_FAMILY_PANELS,      /* F32, F16, BF16 with panels */
 	MATMUL_FAMILY_QDOT_SCALAR, /* plain C: the qdot types times x quantized (engine/qdot.h) */
 	MATMUL_FAMILY_QDOT,        /* the same with the best qdot variant this CPU runs */
+	MATMUL_FAMILY_QPACK_SCALAR, /* plain C: packed block weights (engine/qpack.h) */
+	MATMUL_FAMILY_QPACK,        /* the same with the best qpack kernel this CPU runs */
 	MATMUL_FAMILY_COUNT
 };
 

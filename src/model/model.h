@@ -73,8 +73,10 @@ struct weight_matrix {
 	int cols;
 	const void *data;    /* into the mapping, or into model-owned memory */
 	size_t row_bytes;
-	/* The same weights re-laid for the CPU kernels (engine/panels.h), owned
-	 * by the backend that made them; NULL in the model itself. */
+	/* The same weights re-laid for the CPU kernels, by type: panels for
+	 * F32/F16/BF16 (engine/panels.h), the packed layout for the block types
+	 * that have one (engine/qpack.h); owned by the backend that made them,
+	 * NULL in the model itself. */
 	const void *panels;
 };
 
