@@ -1027,7 +1027,7 @@ static int batch_class(int B)
 /* The same where the backend packed the weights (qpack.h): the types with
  * a packed layout read it at every batch size. */
 #define QPACK_TYPES \
-		[WTYPE_Q4_0] = ALL4(QDOT), [WTYPE_Q4_K] = ALL4(QPACK), [WTYPE_Q5_K] = ALL4(QDOT), \
+		[WTYPE_Q4_0] = ALL4(QPACK), [WTYPE_Q4_K] = ALL4(QPACK), [WTYPE_Q5_K] = ALL4(QDOT), \
 		[WTYPE_Q6_K] = ALL4(QDOT)
 /* The one place a family is chosen: [level][type][batch class].
  *   generic        plain C for everything;
@@ -1068,7 +1068,7 @@ static const enum matmul_family kernel_table[N_LEVELS][WTYPE_N_STORED][N_BATCH_C
 		[WTYPE_F32]  = {DOT2,   DOT2,   DOT2,    GEMM2},
 		[WTYPE_F16]  = {DOT2,   DOT2,   DOT2,    GEMM2},
 		[WTYPE_BF16] = {DOT2,   DOT2,   DOT2,    GEMM2},
-		[WTYPE_Q8_0] = {Q8INT,  Q8INT,  Q8INT,   GEMM2},
+		[WTYPE_Q8_0] = ALL4(QPACK),
 		QPACK_TYPES},
 	[LEVEL_AVX512] = {
 		[WTYPE_F32]  = {DOT512, DOT512, GEMM512, GEMM512},
@@ -1080,7 +1080,7 @@ static const enum matmul_family kernel_table[N_LEVELS][WTYPE_N_STORED][N_BATCH_C
 		[WTYPE_F32]  = ALL4(PANEL),
 		[WTYPE_F16]  = ALL4(PANEL),
 		[WTYPE_BF16] = ALL4(PANEL),
-		[WTYPE_Q8_0] = ALL4(QDOT),
+		[WTYPE_Q8_0] = ALL4(QPACK),
 		QPACK_TYPES},
 };
 /* clang-format on */

@@ -7,6 +7,7 @@
 #include "engine/qpack.h"
 #include "engine/qdot_impl.h"
 #include "engine/qpack_impl.h"
+#include "engine/qpack_q0.h"
 
 #include "util/half.h"
 
@@ -91,11 +92,18 @@ struct qpack_type {
 	size_t group_block_bytes;
 	pack_block_fn pack;
 	qpack_rows_fn twin;
+	/* The 512-bit kernels when not qpack_avx512_rows' (NULL) */
+	qpack_rows_fn (*avx512)(enum ggml_type t, bool vnni);
 };
 
 /* clang-format off */
 static const struct qpack_type types[] = {
 	{GGML_TYPE_Q4_K, 256, sizeof(struct qpack_q4k_block), pack_q4k, rows_q4k_scalar},
+	/* two stored 32-value blocks per group block (qpack_q0.h) */
+	{GGML_TYPE_Q8_0, 32 * QPACK_Q0_PAIR, sizeof(struct qpack_q8_0_block), qpack_q8_0_pack,
+	 qpack_q8_0_rows_scalar, qpack_q0_avx512_rows},
+	{GGML_TYPE_Q4_0, 32 * QPACK_Q0_PAIR, sizeof(struct qpack_q4_0_block), qpack_q4_0_pack,
+	 qpack_q4_0_rows_scalar, qpack_q0_avx512_rows},
 };
 /* clang-format on */
 
@@ -189,7 +197,7 @@ qpack_rows_fn qpack_rows_get(enum ggml_type t, enum qdot_variant v)
 		return qpack_avx2_rows(t, v == QDOT_VARIANT_AVXVNNI);
 	case QDOT_VARIANT_AVX512BW:
 	case QDOT_VARIANT_AVX512VNNI:
-		return qpack_avx512_rows(t, v == QDOT_VARIANT_AVX512VNNI);
+		return (qt->avx512 ? qt->avx512 : qpack_avx512_rows)(t, v == QDOT_VARIANT_AVX512VNNI);
 	default:
 		return NULL;
 	}

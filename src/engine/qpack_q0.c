@@ -1,0 +1,101 @@
+/* Q8_0 and Q4_0 packed (layout: qpack_q0.h): the packers and the plain-C
+ * twins.  The twin forms per stored block the integer sum of the unsigned
+ * codes times x less the offset times x's block sum, which is the stored
+ * layout's integer sum exactly, and scales it as qdot.c's twin does, so the
+ * two twins agree to the bit.  The ISA files form the same integers. */
+#include "engine/qdot_impl.h"
+#include "engine/qpack_q0.h"
+
+#include "util/half.h"
+
+#include <string.h>
+
+/* The stored row r's block b (a 32-value block), or NULL past the end. */
+static const uint8_t *stored_block(const struct weight_matrix *w, int r, int b, size_t bytes)
+{
+	if (r >= w->rows)
+		return NULL;
+	return (const uint8_t *)w->data + (size_t)r * w->row_bytes + (size_t)b * bytes;
+}
+
+void qpack_q8_0_pack(const struct weight_matrix *w, int g, int k, void *out)
+{
+	struct qpack_q8_0_block *p = out;
+	memset(p, 0, sizeof(*p));
+	for (int h = 0; h < QPACK_Q0_PAIR; h++)
+		for (int r = 0; r < QPACK_ROWS; r++) {
+			const uint8_t *src = stored_block(w, g * QPACK_ROWS + r,
+			                                  QPACK_Q0_PAIR * k + h, QDOT_Q8_0_BYTES);
+			if (!src)
+				continue;
+			memcpy(&p->d[h][r], src, 2);
+			for (int i = 0; i < 32; i++)
+				p->qs[h][i / 4][r][i % 4] = (uint8_t)(src[2 + i] ^ 0x80);
+		}
+}
+
+void qpack_q4_0_pack(const struct weight_matrix *w, int g, int k, void *out)
+{
+	struct qpack_q4_0_block *p = out;
+	memset(p, 0, sizeof(*p));
+	for (int h = 0; h < QPACK_Q0_PAIR; h++)
+		for (int r = 0; r < QPACK_ROWS; r++) {
+			const uint8_t *src = stored_block(w, g * QPACK_ROWS + r,
+			                                  QPACK_Q0_PAIR * k + h, QDOT_Q4_0_BYTES);
+			if (!src)
+				continue;
+			memcpy(&p->d[h][r], src, 2);
+			for (int j = 0; j < 4; j++)
+				memcpy(p->qs[h][j][r], src + 2 + 4 * j, 4);
+		}
+}
+
+/* Row r (< QPACK_ROWS) of block h of a group block times activation block
+ * x: the integer sum of codes times x, less offset times x's sum. */
+static int32_t q8_0_dot(const struct qpack_q8_0_block *p, int h, int r,
+                        const struct qdot_q8_block *x)
+{
+	int32_t s = 0;
+	for (int i = 0; i < 32; i++)
+		s += (int32_t)p->qs[h][i / 4][r][i % 4] * x->qs[i];
+	return s - 128 * x->sum;
+}
+
+static int32_t q4_0_dot(const struct qpack_q4_0_block *p, int h, int r,
+                        const struct qdot_q8_block *x)
+{
+	int32_t s = 0;
+	for (int i = 0; i < 16; i++) {
+		uint8_t q = p->qs[h][i / 4][r][i % 4];
+		s += (q & 0xf) * x->qs[i] + (q >> 4) * x->qs[i + 16];
+	}
+	return s - 8 * x->sum;
+}
+
+/* The twins: blocks in order, each (d_w * d_x) * integer sum as qdot.c's. */
+#define DEFINE_Q0_TWIN(T, BLOCK, DOT)                                                              \
+	void qpack_##T##_rows_scalar(const struct weight_matrix *w, const void *xq,                \
+	                             size_t xq_bytes, int B, float *y, size_t ldy, int r0, int r1) \
+	{                                                                                          \
+		int npair = w->cols / (32 * QPACK_Q0_PAIR);                                        \
+		const struct BLOCK *p = w->panels;                                                 \
+		for (int b = 0; b < B; b++) {                                                      \
+			const struct qdot_q8_block *x =                                            \
+			    (const void *)((const uint8_t *)xq + (size_t)b * xq_bytes);            \
+			for (int r = r0; r < r1; r++) {                                            \
+				const struct BLOCK *g = p + (size_t)(r / QPACK_ROWS) * npair;      \
+				int lane = r % QPACK_ROWS;                                         \
+				float s = 0.0f;                                                    \
+				for (int k = 0; k < npair * QPACK_Q0_PAIR; k++) {                  \
+					const struct BLOCK *gb = &g[k / QPACK_Q0_PAIR];            \
+					int h = k % QPACK_Q0_PAIR;                                 \
+					s += fp16_to_f32(gb->d[h][lane]) * x[k].d *                \
+					     (float)DOT(gb, h, lane, &x[k]);                       \
+				}                                                                  \
+				y[(size_t)b * ldy + r] = s;                                        \
+			}                                                                          \
+		}                                                                                  \
+	}
+
+DEFINE_Q0_TWIN(q8_0, qpack_q8_0_block, q8_0_dot)
+DEFINE_Q0_TWIN(q4_0, qpack_q4_0_block, q4_0_dot)
