@@ -173,7 +173,12 @@ static void rows_qpack(const struct matmul_job *job, qpack_rows_fn k, const void
                        size_t xq_bytes, int B, int r0, int r1)
 {
 	int rows = job->w->rows;
-	k(job->w, xq, xq_bytes, B, job->y, (size_t)rows, r0, r1);
+	/* passes of the tile plan's vectors over the rows, which stay in L2
+	 * between passes (tileplan.h) */
+	int pass = job->w->plan_vecs_per_pass > 0 ? job->w->plan_vecs_per_pass : B;
+	for (int v0 = 0; v0 < B; v0 += pass)
+		k(job->w, (const uint8_t *)xq + (size_t)v0 * xq_bytes, xq_bytes,
+		  B - v0 < pass ? B - v0 : pass, job->y + (size_t)v0 * rows, (size_t)rows, r0, r1);
 	if (!job->bias)
 		return;
 	for (int b = 0; b < B; b++)
@@ -1393,10 +1398,26 @@ static void matmul_task(void *ctx, int task, int thread)
 	}
 }
 
+/* Rows per unit of work of a batch: the tile plan's row groups when every
+ * job reads a packed copy that has one (the smallest, so that each job's
+ * block stays in L2), else MATMUL_BLOCK_ROWS_BATCH. */
+static int batch_block_rows(const struct matmul_call *c)
+{
+	int groups = 0;
+	for (int j = 0; j < c->n_jobs; j++) {
+		int g = c->jobs[j].w->plan_groups_per_block;
+		if (families[c->fams[j]].input != INPUT_QDOT || !families[c->fams[j]].reads_panels ||
+		    g <= 0)
+			return MATMUL_BLOCK_ROWS_BATCH;
+		groups = groups && groups < g ? groups : g;
+	}
+	return groups > 0 ? groups * QPACK_ROWS : MATMUL_BLOCK_ROWS_BATCH;
+}
+
 static void run_parallel(struct threadpool *pool, struct matmul_call *c)
 {
 	int n_threads = threadpool_size(pool);
-	c->block_rows = c->B == 1 ? MATMUL_BLOCK_ROWS_DECODE : MATMUL_BLOCK_ROWS_BATCH;
+	c->block_rows = c->B == 1 ? MATMUL_BLOCK_ROWS_DECODE : batch_block_rows(c);
 	int n_blocks = (c->total_rows + c->block_rows - 1) / c->block_rows;
 	c->n_ranges = n_threads < MATMUL_MAX_RANGES ? n_threads : MATMUL_MAX_RANGES;
 	for (int t = 0; t < c->n_ranges; t++) {

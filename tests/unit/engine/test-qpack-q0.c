@@ -6,7 +6,8 @@
  * every kernel this CPU runs against both, on rows not a multiple of the
  * group, one row, one and many blocks, B = 1, 2, 3, 7, 8, 9, 31, 64, 512,
  * sub-ranges [r0, r1) (rows outside untouched); and the matmul family with
- * a bias and threads against the stored layout's qdot family. */
+ * a bias, threads and tile plans against the stored layout's qdot
+ * family. */
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
@@ -263,8 +264,12 @@ START_TEST(test_family_with_bias)
 		float bias[200];
 		for (int r = 0; r < 200; r++)
 			bias[r] = frand() - 0.5f;
-		for (size_t bi = 0; bi < 4; bi++) {
-			int B = batches[bi];
+		/* without a tile plan, then passes of 5 vectors over blocks of
+		 * two groups */
+		for (size_t bi = 0; bi < 8; bi++) {
+			int B = batches[bi % 4];
+			w.plan_vecs_per_pass = bi < 4 ? 0 : 5;
+			w.plan_groups_per_block = bi < 4 ? 0 : 2;
 			float *x = malloc(sizeof(float) * 256 * (size_t)B);
 			float *y = malloc(sizeof(float) * 200 * (size_t)B);
 			float *yr = malloc(sizeof(float) * 200 * (size_t)B);
