@@ -989,6 +989,9 @@ static const struct family {
 		MATMUL_FAMILY_QPACK_SCALAR, {NULL}, NULL, false},
 	[MATMUL_FAMILY_QPACK] = {"qpack", INPUT_QDOT, cpu_has_avx2, true,
 		MATMUL_FAMILY_QPACK_SCALAR, {NULL}, NULL, true},
+	/* qpack_amx_rows_get's kernels, not qpack_rows_get's (prepare_qdot_x) */
+	[MATMUL_FAMILY_QPACK_AMX] = {"qpack_amx", INPUT_QDOT, cpu_has_amx_int8, true,
+		MATMUL_FAMILY_QPACK_SCALAR, {NULL}, NULL, true},
 };
 /* clang-format on */
 
@@ -1001,6 +1004,7 @@ enum level {
 	LEVEL_AVX2_PACKED,
 	LEVEL_AVX512,
 	LEVEL_AVX512_PANELS,
+	LEVEL_AVX512_AMX, /* packed, a batch of 12 or more, and AMX int8 */
 	N_LEVELS
 };
 
@@ -1023,6 +1027,7 @@ static int batch_class(int B)
 #define PANEL MATMUL_FAMILY_PANELS
 #define QDOT MATMUL_FAMILY_QDOT
 #define QPACK MATMUL_FAMILY_QPACK
+#define QAMX MATMUL_FAMILY_QPACK_AMX
 #define ALL4(f) {f, f, f, f}
 /* The qdot types (Q4_0, Q4_K, Q5_K, Q6_K) at every level but the exact
  * ones: only the qdot kernels read them, at every batch size. */
@@ -1048,7 +1053,10 @@ static int batch_class(int B)
  *                  level keeps Q8 until qdot is compared on such a CPU);
  *   with panels    the panel kernels at every batch size (F32/F16/BF16),
  *                  the packed kernels (QPACK) for the block types the
- *                  backend packed, on AVX2 machines as on AVX-512 ones.
+ *                  backend packed, on AVX2 machines as on AVX-512 ones;
+ *   with AMX       as with panels, but packed Q8_0 and Q4_0 batches of 12
+ *                  or more on AMX int8 tiles (QPACK_AMX), where the CPU
+ *                  has them and Linux granted the tile state.
  * Without panels the AVX-512 level still runs for matrices the loader
  * dequantized to F16 (they get no panels, to avoid holding them twice). */
 static const enum matmul_family kernel_table[N_LEVELS][WTYPE_N_STORED][N_BATCH_CLASSES] = {
@@ -1087,6 +1095,9 @@ static const enum matmul_family kernel_table[N_LEVELS][WTYPE_N_STORED][N_BATCH_C
 		[WTYPE_BF16] = ALL4(PANEL),
 		[WTYPE_Q8_0] = ALL4(QPACK),
 		QPACK_TYPES},
+	[LEVEL_AVX512_AMX] = { /* only the types with AMX kernels reach it */
+		[WTYPE_Q8_0] = {QPACK,  QPACK,  QPACK,   QAMX},
+		[WTYPE_Q4_0] = {QPACK,  QPACK,  QPACK,   QAMX}},
 };
 /* clang-format on */
 #undef SCALAR
@@ -1098,6 +1109,7 @@ static const enum matmul_family kernel_table[N_LEVELS][WTYPE_N_STORED][N_BATCH_C
 #undef PANEL
 #undef QDOT
 #undef QPACK
+#undef QAMX
 #undef QDOT_TYPES
 #undef QPACK_TYPES
 #undef ALL4
@@ -1116,7 +1128,15 @@ static enum level table_level(enum matmul_isa isa, const struct weight_matrix *w
 enum matmul_family matmul_family_pick(enum matmul_isa isa, const struct weight_matrix *w, int B)
 {
 	int t = wtype_stored_index(w->type);
-	return t < 0 ? MATMUL_FAMILY_SCALAR : kernel_table[table_level(isa, w)][t][batch_class(B)];
+	if (t < 0)
+		return MATMUL_FAMILY_SCALAR;
+	enum level level = table_level(isa, w);
+	/* the AMX check asks the kernel for the tile state: only for products
+	 * that could take the AMX family */
+	if (level == LEVEL_AVX512_PANELS && batch_class(B) == BATCH_12_UP &&
+	    qpack_amx_rows_get(w->type) && cpu_has_amx_int8())
+		level = LEVEL_AVX512_AMX;
+	return kernel_table[level][t][batch_class(B)];
 }
 
 /* The family a job takes when the buffer its family reads (xq or xt)
@@ -1132,6 +1152,7 @@ static enum matmul_family fallback_family(enum matmul_family f, const struct wei
 	case MATMUL_FAMILY_QDOT_SCALAR:
 	case MATMUL_FAMILY_QPACK: /* the stored layout: its pages come back from the file */
 	case MATMUL_FAMILY_QPACK_SCALAR:
+	case MATMUL_FAMILY_QPACK_AMX:
 		return MATMUL_FAMILY_SCALAR;
 	default: /* the panel kernels: what the table picks for the stored layout */
 		return kernel_table[LEVEL_AVX512][wtype_stored_index(w->type)][batch_class(B)];
@@ -1158,7 +1179,8 @@ bool matmul_family_runs(enum matmul_family f, const struct weight_matrix *w)
 		return t == WTYPE_F32 || t == WTYPE_F16 || t == WTYPE_BF16;
 	case INPUT_QDOT:
 		return qdot_type_supported(w->type) && w->cols % qdot_block_values(w->type) == 0 &&
-		       (!fam->reads_panels || qpack_supported(w->type));
+		       (!fam->reads_panels || qpack_supported(w->type)) &&
+		       (f != MATMUL_FAMILY_QPACK_AMX || qpack_amx_rows_get(w->type));
 	default:
 		return fam->rows_x[t] != NULL;
 	}
@@ -1477,7 +1499,10 @@ static void prepare_qdot_x(struct matmul_call *c, int cols, void *bufs[N_QDOT_FO
 			continue;
 		enum ggml_type t = c->jobs[j].w->type;
 		bool have;
-		if (f->reads_panels) {
+		if (c->fams[j] == MATMUL_FAMILY_QPACK_AMX) {
+			c->qpack_k[j] = qpack_amx_rows_get(t);
+			have = c->qpack_k[j] != NULL;
+		} else if (f->reads_panels) {
 			c->qpack_k[j] = qpack_rows_get(
 			    t, f->qdot_best ? qpack_variant_best(t) : QDOT_VARIANT_SCALAR);
 			have = c->qpack_k[j] != NULL;

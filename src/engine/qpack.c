@@ -7,7 +7,6 @@
 #include "engine/qpack.h"
 #include "engine/qdot_impl.h"
 #include "engine/qpack_impl.h"
-#include "engine/qpack_q0.h"
 
 #include "util/half.h"
 
@@ -94,16 +93,18 @@ struct qpack_type {
 	qpack_rows_fn twin;
 	/* The 512-bit kernels when not qpack_avx512_rows' (NULL) */
 	qpack_rows_fn (*avx512)(enum ggml_type t, bool vnni);
+	/* The AMX kernels and their emulation (NULL: none) */
+	qpack_rows_fn (*amx)(enum ggml_type t), (*amx_emulated)(enum ggml_type t);
 };
 
 /* clang-format off */
 static const struct qpack_type types[] = {
 	{GGML_TYPE_Q4_K, 256, sizeof(struct qpack_q4k_block), pack_q4k, rows_q4k_scalar},
-	/* two stored 32-value blocks per group block (qpack_q0.h) */
+	/* two stored 32-value blocks per group block (qpack_impl.h) */
 	{GGML_TYPE_Q8_0, 32 * QPACK_Q0_PAIR, sizeof(struct qpack_q8_0_block), qpack_q8_0_pack,
-	 qpack_q8_0_rows_scalar, qpack_q0_avx512_rows},
+	 qpack_q8_0_rows_scalar, qpack_q0_avx512_rows, qpack_q0_amx_rows, qpack_q0_amx_emulated_rows},
 	{GGML_TYPE_Q4_0, 32 * QPACK_Q0_PAIR, sizeof(struct qpack_q4_0_block), qpack_q4_0_pack,
-	 qpack_q4_0_rows_scalar, qpack_q0_avx512_rows},
+	 qpack_q4_0_rows_scalar, qpack_q0_avx512_rows, qpack_q0_amx_rows, qpack_q0_amx_emulated_rows},
 };
 /* clang-format on */
 
@@ -201,6 +202,20 @@ qpack_rows_fn qpack_rows_get(enum ggml_type t, enum qdot_variant v)
 	default:
 		return NULL;
 	}
+}
+
+qpack_rows_fn qpack_amx_rows_get(enum ggml_type t)
+{
+	const struct qpack_type *qt = type_of(t);
+	return qt && qt->amx ? qt->amx(t) : NULL;
+}
+
+qpack_rows_fn qpack_amx_emulated_rows_get(enum ggml_type t)
+{
+	const struct qpack_type *qt = type_of(t);
+	if (!qt || !qt->amx_emulated || !qdot_variant_runs(QDOT_VARIANT_AVX512VNNI))
+		return NULL;
+	return qt->amx_emulated(t);
 }
 
 enum qdot_variant qpack_variant_best(enum ggml_type t)

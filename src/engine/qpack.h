@@ -40,11 +40,18 @@ void qpack_pack_groups(const struct weight_matrix *w, void *out, int g0, int g1)
  * packed copy) and xq = B activation vectors in the qdot format of w's
  * type (qdot_act_quantize), xq_bytes apart; y(b, r) at y[b * ldy + r].
  * Any r0 <= r1 <= w->rows; rows outside [r0, r1) are not written. */
-typedef void (*qpack_rows_fn)(const struct weight_matrix *w, const void *xq, size_t xq_bytes,
-                              int B, float *y, size_t ldy, int r0, int r1);
+typedef void (*qpack_rows_fn)(const struct weight_matrix *w, const void *xq, size_t xq_bytes, int B,
+                              float *y, size_t ldy, int r0, int r1);
 /* The kernel of type t under variant v (QDOT_VARIANT_SCALAR: the plain-C
  * twin), or NULL when there is none or v does not run on this CPU. */
 qpack_rows_fn qpack_rows_get(enum ggml_type t, enum qdot_variant v);
+/* The kernel of t on AMX int8 tiles, for batches (whole tiles of 16
+ * vectors; the rest on the AVX-512 VNNI kernel), or NULL when t has none.
+ * Run it only where cpu_has_amx_int8() (util/cpu.h). */
+qpack_rows_fn qpack_amx_rows_get(enum ggml_type t);
+/* The same code with the tile instructions done in plain C, for tests on
+ * any CPU that runs the AVX-512 VNNI kernels (NULL elsewhere). */
+qpack_rows_fn qpack_amx_emulated_rows_get(enum ggml_type t);
 /* The best variant with a kernel for t on this CPU (SCALAR when no vector
  * one runs). */
 enum qdot_variant qpack_variant_best(enum ggml_type t);

@@ -1,10 +1,10 @@
-/* Q8_0 and Q4_0 packed (layout: qpack_q0.h): the packers and the plain-C
+/* Q8_0 and Q4_0 packed (layout: qpack_impl.h): the packers and the plain-C
  * twins.  The twin forms per stored block the integer sum of the unsigned
  * codes times x less the offset times x's block sum, which is the stored
  * layout's integer sum exactly, and scales it as qdot.c's twin does, so the
  * two twins agree to the bit.  The ISA files form the same integers. */
 #include "engine/qdot_impl.h"
-#include "engine/qpack_q0.h"
+#include "engine/qpack_impl.h"
 
 #include "util/half.h"
 

@@ -1,4 +1,4 @@
-/* The AVX-512 VNNI kernels of Q8_0 and Q4_0 packed (layout: qpack_q0.h),
+/* The AVX-512 VNNI kernels of Q8_0 and Q4_0 packed (layout: qpack_impl.h),
  * compiled with target attributes as qdot's ISA files are; qpack.c hands
  * them out only where the CPU has the features.
  *
@@ -14,7 +14,7 @@
  * staying in L1/L2 while every vector passes over them.  Nothing here off
  * x86. */
 #include "engine/qdot_impl.h"
-#include "engine/qpack_q0.h"
+#include "engine/qpack_impl.h"
 #include "util/tuning.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
