@@ -1037,8 +1037,8 @@ static int batch_class(int B)
 /* The same where the backend packed the weights (qpack.h): the types with
  * a packed layout read it at every batch size. */
 #define QPACK_TYPES \
-		[WTYPE_Q4_0] = ALL4(QPACK), [WTYPE_Q4_K] = ALL4(QPACK), [WTYPE_Q5_K] = ALL4(QDOT), \
-		[WTYPE_Q6_K] = ALL4(QDOT)
+		[WTYPE_Q4_0] = ALL4(QPACK), [WTYPE_Q4_K] = ALL4(QPACK), [WTYPE_Q5_K] = ALL4(QPACK), \
+		[WTYPE_Q6_K] = ALL4(QPACK)
 /* The one place a family is chosen: [level][type][batch class].
  *   generic        plain C for everything;
  *   AVX2 (exact)   dot tiles below 12 rows, where the packed GEMM's

@@ -8,14 +8,15 @@
 #include "engine/qdot_impl.h"
 #include "engine/qpack_impl.h"
 
+#include "util/cpu.h"
 #include "util/half.h"
 
 #include <string.h>
 
 /* ------------------------------------------------------------------ Q4_K */
 
-/* One stored Q4_K block (144 bytes) into row r of a group block. */
-static void pack_q4k_row(const uint8_t *src, int r, struct qpack_q4k_block *out)
+/* The scales of one stored Q4_K/Q5_K block (d, dmin, 12 bytes) into row r. */
+static void pack_k4_scales(const uint8_t *src, int r, struct qpack_k4_scales *out)
 {
 	memcpy(&out->d[r], src, 2);
 	memcpy(&out->dmin[r], src + 2, 2);
@@ -25,10 +26,22 @@ static void pack_q4k_row(const uint8_t *src, int r, struct qpack_q4k_block *out)
 		out->sc[j][r] = (uint8_t)sc;
 		out->mn[j / 2][r][j % 2] = (uint8_t)mn;
 	}
-	const uint8_t *qs = src + 16;
+}
+
+/* The 128 code bytes of a stored Q4_K/Q5_K block into row r of the lines. */
+static void pack_k4_codes(const uint8_t *qs, int r, uint8_t out[4][8][QPACK_ROWS][4])
+{
 	for (int m = 0; m < 4; m++)
 		for (int c = 0; c < 8; c++)
-			memcpy(out->qs[m][c][r], qs + 32 * m + 4 * c, 4);
+			memcpy(out[m][c][r], qs + 32 * m + 4 * c, 4);
+}
+
+/* Row r of group g, block k, as stored. */
+static const uint8_t *stored_block(const struct weight_matrix *w, int g, int r, int k,
+                                   size_t bytes)
+{
+	return (const uint8_t *)w->data + (size_t)(g * QPACK_ROWS + r) * w->row_bytes +
+	       (size_t)k * bytes;
 }
 
 /* Block k of group g of w into out; rows past the end stay zero. */
@@ -36,46 +49,165 @@ static void pack_q4k(const struct weight_matrix *w, int g, int k, void *out)
 {
 	struct qpack_q4k_block *blk = out;
 	memset(blk, 0, sizeof(*blk));
-	for (int r = 0; r < QPACK_ROWS && g * QPACK_ROWS + r < w->rows; r++)
-		pack_q4k_row((const uint8_t *)w->data + (size_t)(g * QPACK_ROWS + r) * w->row_bytes +
-		                 (size_t)k * QDOT_Q4_K_BYTES,
-		             r, blk);
+	for (int r = 0; r < QPACK_ROWS && g * QPACK_ROWS + r < w->rows; r++) {
+		const uint8_t *src = stored_block(w, g, r, k, QDOT_Q4_K_BYTES);
+		pack_k4_scales(src, r, &blk->s);
+		pack_k4_codes(src + 16, r, blk->qs);
+	}
 }
 
-/* Row r (< QPACK_ROWS) of a group block times one activation block. */
-static float q4k_block_dot(const struct qpack_q4k_block *blk, int r,
-                           const struct qdot_q8k_block *x)
+static void pack_q5k(const struct weight_matrix *w, int g, int k, void *out)
+{
+	struct qpack_q5k_block *blk = out;
+	memset(blk, 0, sizeof(*blk));
+	for (int r = 0; r < QPACK_ROWS && g * QPACK_ROWS + r < w->rows; r++) {
+		const uint8_t *src = stored_block(w, g, r, k, QDOT_Q5_K_BYTES);
+		pack_k4_scales(src, r, &blk->s);
+		for (int c = 0; c < 8; c++)
+			memcpy(blk->qh[c][r], src + 16 + 4 * c, 4);
+		pack_k4_codes(src + 48, r, blk->qs);
+	}
+}
+
+/* Row r (< QPACK_ROWS) of a Q4_K (qh NULL) or Q5_K group block times one
+ * activation block. */
+static float k4_block_dot(const struct qpack_k4_scales *s, const uint8_t qs[4][8][QPACK_ROWS][4],
+                          const uint8_t (*qh)[QPACK_ROWS][4], int r,
+                          const struct qdot_q8k_block *x)
 {
 	int32_t sumi = 0, summ = 0;
 	for (int j = 0; j < 8; j++) {
 		int32_t dot = 0;
 		for (int l = 0; l < 32; l++) {
-			uint8_t q = blk->qs[j / 2][l / 4][r][l % 4];
-			dot += (j % 2 ? q >> 4 : q & 0xf) * x->qs[32 * j + l];
+			uint8_t q = qs[j / 2][l / 4][r][l % 4];
+			int v = j % 2 ? q >> 4 : q & 0xf;
+			if (qh)
+				v |= ((qh[l / 4][r][l % 4] >> j) & 1) << 4;
+			dot += v * x->qs[32 * j + l];
 		}
-		sumi += blk->sc[j][r] * dot;
-		summ += blk->mn[j / 2][r][j % 2] * (x->bsums[2 * j] + x->bsums[2 * j + 1]);
+		sumi += s->sc[j][r] * dot;
+		summ += s->mn[j / 2][r][j % 2] * (x->bsums[2 * j] + x->bsums[2 * j + 1]);
 	}
-	return x->d * fp16_to_f32(blk->d[r]) * (float)sumi -
-	       x->d * fp16_to_f32(blk->dmin[r]) * (float)summ;
+	return x->d * fp16_to_f32(s->d[r]) * (float)sumi -
+	       x->d * fp16_to_f32(s->dmin[r]) * (float)summ;
+}
+
+/* ------------------------------------------------------------------ Q6_K */
+
+/* Value e (0..255) of a stored Q6_K block, 0..63 (stored value + 32). */
+static int q6k_stored_value(const uint8_t *w, int e)
+{
+	int h = e / 128, quarter = (e % 128) / 32, l = e % 32;
+	const uint8_t *ql = w + 64 * h + (quarter & 1) * 32, *qh = w + 128 + 32 * h;
+	int lo = quarter < 2 ? ql[l] & 0xf : ql[l] >> 4;
+	return lo | (((qh[l] >> (2 * quarter)) & 3) << 4);
+}
+
+/* Block k of group g of w into out; rows past the end stay zero. */
+static void pack_q6k(const struct weight_matrix *w, int g, int k, void *out)
+{
+	struct qpack_q6k_block *blk = out;
+	memset(blk, 0, sizeof(*blk));
+	for (int r = 0; r < QPACK_ROWS && g * QPACK_ROWS + r < w->rows; r++) {
+		const uint8_t *src = stored_block(w, g, r, k, QDOT_Q6_K_BYTES);
+		for (int e = 0; e < 256; e++) {
+			int v = q6k_stored_value(src, e), j2 = e / 32, l = e % 32;
+			blk->qs[j2 / 2][l / 4][r][l % 4] |= (uint8_t)((v & 15) << (4 * (j2 % 2)));
+			blk->qh[j2 / 4][l / 4][r][l % 4] |= (uint8_t)((v >> 4) << (2 * (j2 % 4)));
+		}
+		for (int i = 0; i < 16; i++)
+			blk->sc[i][r] = (int8_t)src[192 + i];
+		memcpy(&blk->d[r], src + 208, 2);
+	}
+}
+
+/* Row r of a group block times one activation block: per 16-value group
+ * the dot of the 0..63 values less 32 times the group's sum of x (the
+ * stored values' offset), times its scale. */
+static float q6k_block_dot(const struct qpack_q6k_block *blk, int r,
+                           const struct qdot_q8k_block *x)
+{
+	int32_t sumi = 0;
+	for (int gi = 0; gi < 16; gi++) {
+		int32_t dot = -32 * x->bsums[gi];
+		for (int e = 16 * gi; e < 16 * gi + 16; e++) {
+			int j2 = e / 32, l = e % 32;
+			int lo = (blk->qs[j2 / 2][l / 4][r][l % 4] >> (4 * (j2 % 2))) & 15;
+			int hi = (blk->qh[j2 / 4][l / 4][r][l % 4] >> (2 * (j2 % 4))) & 3;
+			dot += (lo | hi << 4) * x->qs[e];
+		}
+		sumi += blk->sc[gi][r] * dot;
+	}
+	return x->d * fp16_to_f32(blk->d[r]) * (float)sumi;
+}
+
+/* ------------------------------------------------------------- the twins */
+
+typedef float (*block_dot_fn)(const void *blk, int r, const void *x);
+
+/* y over [r0, r1) and B vectors, a group block and an activation block at
+ * a time: the twins of every K-quant differ only in their block dot. */
+static void rows_k_scalar(const struct weight_matrix *w, size_t gb_bytes, block_dot_fn dot,
+                          const void *xq, size_t xq_bytes, int B, float *y, size_t ldy, int r0,
+                          int r1)
+{
+	int nblk = w->cols / 256;
+	for (int b = 0; b < B; b++) {
+		const struct qdot_q8k_block *x =
+		    (const void *)((const uint8_t *)xq + (size_t)b * xq_bytes);
+		for (int r = r0; r < r1; r++) {
+			const uint8_t *g = (const uint8_t *)w->panels +
+			                   (size_t)(r / QPACK_ROWS) * nblk * gb_bytes;
+			float s = 0.0f;
+			for (int k = 0; k < nblk; k++)
+				s += dot(g + (size_t)k * gb_bytes, r % QPACK_ROWS, &x[k]);
+			y[(size_t)b * ldy + r] = s;
+		}
+	}
+}
+
+static float q4k_dot(const void *blk, int r, const void *x)
+{
+	const struct qpack_q4k_block *p = blk;
+	return k4_block_dot(&p->s, p->qs, NULL, r, x);
+}
+
+static float q5k_dot(const void *blk, int r, const void *x)
+{
+	const struct qpack_q5k_block *p = blk;
+	return k4_block_dot(&p->s, p->qs, p->qh, r, x);
+}
+
+static float q6k_dot(const void *blk, int r, const void *x)
+{
+	return q6k_block_dot(blk, r, x);
 }
 
 static void rows_q4k_scalar(const struct weight_matrix *w, const void *xq, size_t xq_bytes, int B,
                             float *y, size_t ldy, int r0, int r1)
 {
-	int nblk = w->cols / 256;
-	const struct qpack_q4k_block *p = w->panels;
-	for (int b = 0; b < B; b++) {
-		const struct qdot_q8k_block *x =
-		    (const void *)((const uint8_t *)xq + (size_t)b * xq_bytes);
-		for (int r = r0; r < r1; r++) {
-			const struct qpack_q4k_block *g = p + (size_t)(r / QPACK_ROWS) * nblk;
-			float s = 0.0f;
-			for (int k = 0; k < nblk; k++)
-				s += q4k_block_dot(&g[k], r % QPACK_ROWS, &x[k]);
-			y[(size_t)b * ldy + r] = s;
-		}
-	}
+	rows_k_scalar(w, sizeof(struct qpack_q4k_block), q4k_dot, xq, xq_bytes, B, y, ldy, r0,
+	              r1);
+}
+
+static void rows_q5k_scalar(const struct weight_matrix *w, const void *xq, size_t xq_bytes, int B,
+                            float *y, size_t ldy, int r0, int r1)
+{
+	rows_k_scalar(w, sizeof(struct qpack_q5k_block), q5k_dot, xq, xq_bytes, B, y, ldy, r0,
+	              r1);
+}
+
+static void rows_q6k_scalar(const struct weight_matrix *w, const void *xq, size_t xq_bytes, int B,
+                            float *y, size_t ldy, int r0, int r1)
+{
+	rows_k_scalar(w, sizeof(struct qpack_q6k_block), q6k_dot, xq, xq_bytes, B, y, ldy, r0,
+	              r1);
+}
+
+int qpack_vecs_per_pass(size_t xq_bytes, int tile)
+{
+	size_t n = cpu_l2_cache_bytes() / 2 / (xq_bytes ? xq_bytes : 1);
+	return n < (size_t)tile ? tile : (int)(n / (size_t)tile) * tile;
 }
 
 /* ------------------------------------------------------------- the table */
@@ -100,6 +232,8 @@ struct qpack_type {
 /* clang-format off */
 static const struct qpack_type types[] = {
 	{GGML_TYPE_Q4_K, 256, sizeof(struct qpack_q4k_block), pack_q4k, rows_q4k_scalar},
+	{GGML_TYPE_Q5_K, 256, sizeof(struct qpack_q5k_block), pack_q5k, rows_q5k_scalar},
+	{GGML_TYPE_Q6_K, 256, sizeof(struct qpack_q6k_block), pack_q6k, rows_q6k_scalar},
 	/* two stored 32-value blocks per group block (qpack_impl.h) */
 	{GGML_TYPE_Q8_0, 32 * QPACK_Q0_PAIR, sizeof(struct qpack_q8_0_block), qpack_q8_0_pack,
 	 qpack_q8_0_rows_scalar, qpack_q0_avx512_rows, qpack_q0_amx_rows, qpack_q0_amx_emulated_rows},
@@ -119,6 +253,12 @@ static const struct qpack_type *type_of(enum ggml_type t)
 bool qpack_supported(enum ggml_type t)
 {
 	return type_of(t) != NULL;
+}
+
+int qpack_block_values(enum ggml_type t)
+{
+	const struct qpack_type *qt = type_of(t);
+	return qt ? qt->block_values : 0;
 }
 
 size_t qpack_group_block_bytes(enum ggml_type t)
