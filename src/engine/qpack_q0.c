@@ -10,44 +10,49 @@
 
 #include <string.h>
 
-/* The stored row r's block b (a 32-value block), or NULL past the end. */
-static const uint8_t *stored_block(const struct weight_matrix *w, int r, int b, size_t bytes)
+/* Writes the codes of one stored block (codes: past its scale) as row r
+ * of block h of a group block. */
+typedef void (*put_codes_fn)(const uint8_t *codes, int h, int r, void *out);
+
+static void put_q8_0(const uint8_t *codes, int h, int r, void *out)
 {
-	if (r >= w->rows)
-		return NULL;
-	return (const uint8_t *)w->data + (size_t)r * w->row_bytes + (size_t)b * bytes;
+	struct qpack_q8_0_block *p = out;
+	for (int i = 0; i < 32; i++)
+		p->qs[h][i / 4][r][i % 4] = (uint8_t)(codes[i] ^ 0x80);
+}
+
+static void put_q4_0(const uint8_t *codes, int h, int r, void *out)
+{
+	struct qpack_q4_0_block *p = out;
+	for (int j = 0; j < 4; j++)
+		memcpy(p->qs[h][j][r], codes + 4 * j, 4);
+}
+
+/* Block k of group g of w (stored blocks of block_bytes) into out, a group
+ * block of out_bytes whose first member is the scales d[h][r]. */
+static void pack_pair(const struct weight_matrix *w, int g, int k, void *out, size_t out_bytes,
+                      size_t block_bytes, put_codes_fn put)
+{
+	uint16_t(*d)[QPACK_ROWS] = out;
+	memset(out, 0, out_bytes);
+	for (int h = 0; h < QPACK_Q0_PAIR; h++)
+		for (int r = 0; r < QPACK_ROWS && g * QPACK_ROWS + r < w->rows; r++) {
+			const uint8_t *src = (const uint8_t *)w->data +
+			                     (size_t)(g * QPACK_ROWS + r) * w->row_bytes +
+			                     (size_t)(QPACK_Q0_PAIR * k + h) * block_bytes;
+			memcpy(&d[h][r], src, 2);
+			put(src + 2, h, r, out);
+		}
 }
 
 void qpack_q8_0_pack(const struct weight_matrix *w, int g, int k, void *out)
 {
-	struct qpack_q8_0_block *p = out;
-	memset(p, 0, sizeof(*p));
-	for (int h = 0; h < QPACK_Q0_PAIR; h++)
-		for (int r = 0; r < QPACK_ROWS; r++) {
-			const uint8_t *src = stored_block(w, g * QPACK_ROWS + r,
-			                                  QPACK_Q0_PAIR * k + h, QDOT_Q8_0_BYTES);
-			if (!src)
-				continue;
-			memcpy(&p->d[h][r], src, 2);
-			for (int i = 0; i < 32; i++)
-				p->qs[h][i / 4][r][i % 4] = (uint8_t)(src[2 + i] ^ 0x80);
-		}
+	pack_pair(w, g, k, out, sizeof(struct qpack_q8_0_block), QDOT_Q8_0_BYTES, put_q8_0);
 }
 
 void qpack_q4_0_pack(const struct weight_matrix *w, int g, int k, void *out)
 {
-	struct qpack_q4_0_block *p = out;
-	memset(p, 0, sizeof(*p));
-	for (int h = 0; h < QPACK_Q0_PAIR; h++)
-		for (int r = 0; r < QPACK_ROWS; r++) {
-			const uint8_t *src = stored_block(w, g * QPACK_ROWS + r,
-			                                  QPACK_Q0_PAIR * k + h, QDOT_Q4_0_BYTES);
-			if (!src)
-				continue;
-			memcpy(&p->d[h][r], src, 2);
-			for (int j = 0; j < 4; j++)
-				memcpy(p->qs[h][j][r], src + 2 + 4 * j, 4);
-		}
+	pack_pair(w, g, k, out, sizeof(struct qpack_q4_0_block), QDOT_Q4_0_BYTES, put_q4_0);
 }
 
 /* Row r (< QPACK_ROWS) of block h of a group block times activation block

@@ -61,7 +61,7 @@ Q0_INLINE __m512i q0_bcast4(const int8_t *p)
 	do {                                                                                       \
 		_Pragma("GCC unroll 4") for (int v = 0; v < (V); v++)                              \
 		{                                                                                  \
-			__m512i c_ = _mm512_set1_epi32(-(OFFSET) * xb[v]->sum);                    \
+			__m512i c_ = _mm512_set1_epi32(-(OFFSET)*xb[v]->sum);                      \
 			_Pragma("GCC unroll 4") for (int i = 0; i < (RG); i++) isum[i][v] = c_;    \
 		}                                                                                  \
 	} while (0)
@@ -180,8 +180,22 @@ Q0_INLINE void q0_store(__m512 acc, float *y, int base, int r0, int r1)
 				         (gi + i) * QPACK_ROWS, r0, r1);                           \
 	} while (0)
 
+/* Groups from gi (RG of them) by every vector: tiles of Q0_V, then a pair
+ * and a single as B's remainder asks. */
+#define Q0_ALL_VECTORS(T, RG)                                                                      \
+	do {                                                                                       \
+		for (v0 = 0; v0 + Q0_V <= B; v0 += Q0_V)                                           \
+			Q0_RUN(T, RG, Q0_V);                                                       \
+		if (B - v0 >= 2) {                                                                 \
+			Q0_RUN(T, RG, 2);                                                          \
+			v0 += 2;                                                                   \
+		}                                                                                  \
+		if (B - v0 == 1)                                                                   \
+			Q0_RUN(T, RG, 1);                                                          \
+	} while (0)
+
 /* The rows kernel of type T (qpack_rows_fn): decode takes groups four at
- * a time, batches Q0_RG groups by Q0_V vectors, smaller tiles at the ends. */
+ * a time (then two, then one), batches Q0_RG groups by Q0_V vectors. */
 #define Q0_DEFINE_ROWS(T)                                                                          \
 	Q0_FN void rows_##T(const struct weight_matrix *w, const void *xq, size_t xs, int B,       \
 	                    float *y, size_t ldy, int r0, int r1)                                  \
@@ -189,53 +203,20 @@ Q0_INLINE void q0_store(__m512 acc, float *y, int base, int r0, int r1)
 		const struct qpack_##T##_block *base = w->panels;                                  \
 		const uint8_t *x = xq;                                                             \
 		int npair = w->cols / (32 * QPACK_Q0_PAIR), v0 = 0;                                \
-		int g0 = r0 / QPACK_ROWS, g1 = (r1 + QPACK_ROWS - 1) / QPACK_ROWS;                 \
+		int g0 = r0 / QPACK_ROWS, g1 = (r1 + QPACK_ROWS - 1) / QPACK_ROWS, gi = g0;        \
 		if (B == 1) {                                                                      \
-			int gi = g0;                                                               \
 			for (; gi + 4 <= g1; gi += 4)                                              \
 				Q0_RUN(T, 4, 1);                                                   \
-			switch (g1 - gi) {                                                         \
-			case 3:                                                                    \
-				Q0_RUN(T, 3, 1);                                                   \
-				break;                                                             \
-			case 2:                                                                    \
+			for (; gi + 2 <= g1; gi += 2)                                              \
 				Q0_RUN(T, 2, 1);                                                   \
-				break;                                                             \
-			case 1:                                                                    \
+			if (gi < g1)                                                               \
 				Q0_RUN(T, 1, 1);                                                   \
-				break;                                                             \
-			}                                                                          \
 			return;                                                                    \
 		}                                                                                  \
-		for (int gi = g0; gi < g1; gi += Q0_RG) {                                          \
-			bool two = gi + 1 < g1;                                                    \
-			for (v0 = 0; v0 + Q0_V <= B; v0 += Q0_V) {                                 \
-				if (two)                                                           \
-					Q0_RUN(T, 2, Q0_V);                                        \
-				else                                                               \
-					Q0_RUN(T, 1, Q0_V);                                        \
-			}                                                                          \
-			switch ((two ? 4 : 0) + B - v0) {                                          \
-			case 7:                                                                    \
-				Q0_RUN(T, 2, 3);                                                   \
-				break;                                                             \
-			case 6:                                                                    \
-				Q0_RUN(T, 2, 2);                                                   \
-				break;                                                             \
-			case 5:                                                                    \
-				Q0_RUN(T, 2, 1);                                                   \
-				break;                                                             \
-			case 3:                                                                    \
-				Q0_RUN(T, 1, 3);                                                   \
-				break;                                                             \
-			case 2:                                                                    \
-				Q0_RUN(T, 1, 2);                                                   \
-				break;                                                             \
-			case 1:                                                                    \
-				Q0_RUN(T, 1, 1);                                                   \
-				break;                                                             \
-			}                                                                          \
-		}                                                                                  \
+		for (; gi + Q0_RG <= g1; gi += Q0_RG)                                              \
+			Q0_ALL_VECTORS(T, Q0_RG);                                                  \
+		if (gi < g1)                                                                       \
+			Q0_ALL_VECTORS(T, 1);                                                      \
 	}
 
 Q0_DEFINE_ROWS(q8_0)

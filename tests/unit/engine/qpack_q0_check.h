@@ -17,6 +17,7 @@
 #include "engine/threadpool.h"
 #include "model/dequant.h"
 #include "util/half.h"
+#include "testutil.h"
 
 /* Kernel vs twin: |k - t| <= TOL * mag, mag the sum of |w| |x| over the
  * row (only the float summation order differs). */
@@ -25,19 +26,19 @@
 static const enum ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0};
 #define N_TYPES 2
 
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+/* The tests' random stream (testutil.h's tu_frand over rand_r). */
+static unsigned rng_seed = 0x2545f491u;
 
-static uint64_t rnd(void)
-{
-	rng_state ^= rng_state << 13;
-	rng_state ^= rng_state >> 7;
-	rng_state ^= rng_state << 17;
-	return rng_state;
-}
-
+/* Uniform in [0, 1). */
 static float frand(void)
 {
-	return (float)((double)(rnd() >> 11) / 9007199254740992.0);
+	return 0.5f * (tu_frand(&rng_seed) + 1.0f) * 0.9999999f;
+}
+
+/* A random byte, every value possible. */
+static uint8_t rand_byte(void)
+{
+	return (uint8_t)(rand_r(&rng_seed) >> 7);
 }
 
 static size_t block_bytes(enum ggml_type t)
@@ -57,7 +58,7 @@ static struct weight_matrix random_matrix(enum ggml_type t, int rows, int cols)
 		uint16_t h = f32_to_fp16(1e-3f + 4.9e-2f * frand());
 		memcpy(p, &h, 2);
 		for (size_t i = 2; i < block_bytes(t); i++)
-			p[i] = (uint8_t)rnd();
+			p[i] = rand_byte();
 	}
 	w.data = d;
 	return w;
@@ -84,7 +85,7 @@ static void *random_xq(enum ggml_type t, int cols, int B, size_t *xq_bytes, floa
 	uint8_t *xq = malloc(*xq_bytes * (size_t)B);
 	ck_assert(x && xq);
 	for (size_t i = 0; i < (size_t)cols * (size_t)B; i++)
-		x[i] = (frand() - 0.5f) * (rnd() % 16 == 0 ? 40.0f : 2.0f);
+		x[i] = (frand() - 0.5f) * (rand_byte() < 16 ? 40.0f : 2.0f);
 	for (int b = 0; b < B; b++)
 		qdot_act_quantize(t, x + (size_t)b * cols, cols, xq + (size_t)b * *xq_bytes);
 	if (x_out)
