@@ -1,10 +1,10 @@
 /* The tile plan of the integer GEMMs (see tileplan.h): pure arithmetic on
  * the sizes it is given; it reads nothing from the machine itself. */
 #include "engine/tileplan.h"
+#include "util/tuning.h"
 
-/* Blocks each thread should get at least, so that one finishing early can
- * take work from one still busy (matmul.c's stealing). */
-#define TILEPLAN_BLOCKS_PER_THREAD 4
+/* Blocks each thread gets at least (util/tuning.h). */
+#define TILEPLAN_BLOCKS_PER_THREAD TUNING_TILEPLAN_BLOCKS_PER_THREAD
 
 static size_t at_least(size_t v, size_t lo)
 {
