@@ -132,6 +132,9 @@ struct backend_options {
 	 * alone; 0 = the backend's default (tests set 1 to run every forward
 	 * on all threads). */
 	double parallel_min_macs;
+	/* cpu: keep block-quantized weights as stored instead of packing them
+	 * (engine/qpack.h); for tests and benchmarks that compare the two. */
+	bool cpu_stored_layout;
 };
 
 int backend_cpu_new(const struct model *m, const struct backend_options *opt, struct backend **out,

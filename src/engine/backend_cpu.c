@@ -113,6 +113,7 @@ struct cpu_backend {
 	 * when the table lies in the model's file mapping (make_panels). */
 	struct weight_matrix token_embd;
 	void *panel_block; /* every matrix's panels and the embedding copy (pages_map) */
+	bool stored_layout; /* backend_options.cpu_stored_layout: no packed copies */
 	size_t panel_block_bytes;
 	/* Caches of freed sessions (CPU_CACHE_POOL_MAX), emptied, for reuse. */
 	struct sinkcache *cache_pool[CPU_CACHE_POOL_MAX];
@@ -903,9 +904,11 @@ static bool wants_qpack(const struct weight_matrix *w)
  * kernels read them, unless the model dequantized w from its file into its
  * own memory (it would be held twice: it is read as it is; a model built in
  * memory, as in tests, gets panels). */
-static bool wants_panel(const struct model *m, const struct weight_matrix *w)
+static bool wants_panel(const struct cpu_backend *c, const struct model *m,
+                        const struct weight_matrix *w)
 {
-	return (panels_supported(w->type) || wants_qpack(w)) && (!m->file || in_file_mapping(m, w));
+	return (panels_supported(w->type) || (wants_qpack(w) && !c->stored_layout)) &&
+	       (!m->file || in_file_mapping(m, w));
 }
 
 /* Bytes of w's panels or packed copy. */
@@ -966,7 +969,7 @@ static int make_panels(struct cpu_backend *c, const struct model *m, char *err, 
 	bool copy_embd = in_file_mapping(m, &m->token_embd);
 	size_t total = copy_embd ? block_bytes(matrix_bytes(&m->token_embd)) : 0;
 	for (int i = 0; i < n; i++)
-		if (wants_panel(m, ws[i]))
+		if (wants_panel(c, m, ws[i]))
 			total += block_bytes(relaid_bytes(ws[i]));
 	if (total > 0)
 		c->panel_block = pages_map(total, true);
@@ -982,7 +985,7 @@ static int make_panels(struct cpu_backend *c, const struct model *m, char *err, 
 		}
 		for (int i = 0; i < n; i++) {
 			struct weight_matrix *w = ws[i];
-			if (!wants_panel(m, w))
+			if (!wants_panel(c, m, w))
 				continue;
 			w->panels = (unsigned char *)c->panel_block + at;
 			at += block_bytes(relaid_bytes(w));
@@ -1027,6 +1030,7 @@ int backend_cpu_new(const struct model *m, const struct backend_options *opt, st
 	c->weights_cached = model_weight_bytes(m) <= FORWARD_SERIAL_MAX_WEIGHT_BYTES;
 	c->parallel_min_macs =
 	    opt && opt->parallel_min_macs > 0 ? opt->parallel_min_macs : FORWARD_PARALLEL_MIN_MACS;
+	c->stored_layout = opt && opt->cpu_stored_layout;
 	rc = make_panels(c, m, err, err_len);
 	if (rc) {
 		cpu_destroy(&c->base);
