@@ -56,12 +56,14 @@ Q0_INLINE __m512i q0_bcast4(const int8_t *p)
 		}                                                                                  \
 	} while (0)
 
-/* isum[rg][v] = -offset * (sum of x block v), every lane. */
-#define Q0_START(RG, V, OFFSET, xb, isum)                                                          \
+/* xb[v] = block kb of vector v of x (xs apart), and isum[rg][v] =
+ * -offset * (its sum), every lane. */
+#define Q0_START(RG, V, OFFSET, x, xs, kb, xb, isum)                                               \
 	do {                                                                                       \
 		_Pragma("GCC unroll 4") for (int v = 0; v < (V); v++)                              \
 		{                                                                                  \
-			__m512i c_ = _mm512_set1_epi32(-(OFFSET)*xb[v]->sum);                      \
+			xb[v] = (const struct qdot_q8_block *)((x) + (size_t)v * (xs)) + (kb);     \
+			__m512i c_ = _mm512_set1_epi32(-(OFFSET) * xb[v]->sum);                    \
 			_Pragma("GCC unroll 4") for (int i = 0; i < (RG); i++) isum[i][v] = c_;    \
 		}                                                                                  \
 	} while (0)
@@ -85,11 +87,8 @@ Q0_INLINE void q8_0_tile(const int RG, const int V, const struct qpack_q8_0_bloc
 #pragma GCC unroll 2
 		for (int h = 0; h < QPACK_Q0_PAIR; h++) {
 			const struct qdot_q8_block *xb[Q0_MAX_V];
-			for (int v = 0; v < V; v++)
-				xb[v] = (const struct qdot_q8_block *)(x + (size_t)v * xs) +
-				        QPACK_Q0_PAIR * k + h;
 			__m512i isum[Q0_MAX_RG][Q0_MAX_V];
-			Q0_START(RG, V, 128, xb, isum);
+			Q0_START(RG, V, 128, x, xs, QPACK_Q0_PAIR * k + h, xb, isum);
 #pragma GCC unroll 8
 			for (int s = 0; s < 8; s++) {
 				__m512i wv[Q0_MAX_RG];
@@ -125,11 +124,8 @@ Q0_INLINE void q4_0_tile(const int RG, const int V, const struct qpack_q4_0_bloc
 #pragma GCC unroll 2
 		for (int h = 0; h < QPACK_Q0_PAIR; h++) {
 			const struct qdot_q8_block *xb[Q0_MAX_V];
-			for (int v = 0; v < V; v++)
-				xb[v] = (const struct qdot_q8_block *)(x + (size_t)v * xs) +
-				        QPACK_Q0_PAIR * k + h;
 			__m512i isum[Q0_MAX_RG][Q0_MAX_V];
-			Q0_START(RG, V, 8, xb, isum);
+			Q0_START(RG, V, 8, x, xs, QPACK_Q0_PAIR * k + h, xb, isum);
 #pragma GCC unroll 4
 			for (int j = 0; j < 4; j++) {
 				__m512i lo[Q0_MAX_RG], hi[Q0_MAX_RG];
