@@ -222,6 +222,10 @@ struct qpack_type {
 	size_t group_block_bytes;
 	pack_block_fn pack;
 	qpack_rows_fn twin;
+	/* The 512-bit kernels when not qpack_avx512_rows' (NULL) */
+	qpack_rows_fn (*avx512)(enum ggml_type t, bool vnni);
+	/* The AMX kernels and their emulation (NULL: none) */
+	qpack_rows_fn (*amx)(enum ggml_type t), (*amx_emulated)(enum ggml_type t);
 };
 
 /* clang-format off */
@@ -229,6 +233,11 @@ static const struct qpack_type types[] = {
 	{GGML_TYPE_Q4_K, 256, sizeof(struct qpack_q4k_block), pack_q4k, rows_q4k_scalar},
 	{GGML_TYPE_Q5_K, 256, sizeof(struct qpack_q5k_block), pack_q5k, rows_q5k_scalar},
 	{GGML_TYPE_Q6_K, 256, sizeof(struct qpack_q6k_block), pack_q6k, rows_q6k_scalar},
+	/* two stored 32-value blocks per group block (qpack_impl.h) */
+	{GGML_TYPE_Q8_0, 32 * QPACK_Q0_PAIR, sizeof(struct qpack_q8_0_block), qpack_q8_0_pack,
+	 qpack_q8_0_rows_scalar, qpack_q0_avx512_rows, qpack_q0_amx_rows, qpack_q0_amx_emulated_rows},
+	{GGML_TYPE_Q4_0, 32 * QPACK_Q0_PAIR, sizeof(struct qpack_q4_0_block), qpack_q4_0_pack,
+	 qpack_q4_0_rows_scalar, qpack_q0_avx512_rows, qpack_q0_amx_rows, qpack_q0_amx_emulated_rows},
 };
 /* clang-format on */
 
@@ -243,6 +252,12 @@ static const struct qpack_type *type_of(enum ggml_type t)
 bool qpack_supported(enum ggml_type t)
 {
 	return type_of(t) != NULL;
+}
+
+int qpack_block_values(enum ggml_type t)
+{
+	const struct qpack_type *qt = type_of(t);
+	return qt ? qt->block_values : 0;
 }
 
 size_t qpack_group_block_bytes(enum ggml_type t)
@@ -322,10 +337,24 @@ qpack_rows_fn qpack_rows_get(enum ggml_type t, enum qdot_variant v)
 		return qpack_avx2_rows(t, v == QDOT_VARIANT_AVXVNNI);
 	case QDOT_VARIANT_AVX512BW:
 	case QDOT_VARIANT_AVX512VNNI:
-		return qpack_avx512_rows(t, v == QDOT_VARIANT_AVX512VNNI);
+		return (qt->avx512 ? qt->avx512 : qpack_avx512_rows)(t, v == QDOT_VARIANT_AVX512VNNI);
 	default:
 		return NULL;
 	}
+}
+
+qpack_rows_fn qpack_amx_rows_get(enum ggml_type t)
+{
+	const struct qpack_type *qt = type_of(t);
+	return qt && qt->amx ? qt->amx(t) : NULL;
+}
+
+qpack_rows_fn qpack_amx_emulated_rows_get(enum ggml_type t)
+{
+	const struct qpack_type *qt = type_of(t);
+	if (!qt || !qt->amx_emulated || !qdot_variant_runs(QDOT_VARIANT_AVX512VNNI))
+		return NULL;
+	return qt->amx_emulated(t);
 }
 
 enum qdot_variant qpack_variant_best(enum ggml_type t)

@@ -209,7 +209,7 @@ START_TEST(test_variants_match_twins)
 		enum ggml_type t = types[ti];
 		if (!qpack_supported(t))
 			continue;
-		int bv = qdot_block_values(t);
+		int bv = qpack_block_values(t);
 		for (size_t ri = 0; ri < sizeof(shape_rows) / sizeof(int); ri++)
 			for (size_t ci = 0; ci < sizeof(shape_blocks) / sizeof(int); ci++)
 				for (size_t bi = 0; bi < sizeof(shape_B) / sizeof(int); bi++)
@@ -254,7 +254,7 @@ START_TEST(test_matmul_family)
 		if (!qpack_supported(t))
 			continue;
 		struct fixture f;
-		fixture_init(&f, t, 45, 2 * qdot_block_values(t), 9);
+		fixture_init(&f, t, 45, 2 * qpack_block_values(t), 9);
 		float *bias = malloc(sizeof(float) * 45);
 		for (int r = 0; r < 45; r++)
 			bias[r] = 2.0f * frand() - 1.0f;
