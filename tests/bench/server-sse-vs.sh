@@ -10,6 +10,10 @@ VS_REPEATS=${VS_REPEATS:-3}
 VS_SECONDS=${VS_SECONDS:-10}
 VS_TOKENS=${VS_TOKENS:-128}
 VS_CTX=${VS_CTX:-512}
+# e.g. OMP_WAIT_POLICY=passive: on a machine other work shares, OpenMP's
+# threads spinning at every barrier (the default) cost llama-server more
+# than its kernels do
+VS_LLAMA_ENV=${VS_LLAMA_ENV:-}
 VS_KEY=bench-key
 
 vs_free_port() {
@@ -47,7 +51,7 @@ YAML
 		vs_wait_ready "http://127.0.0.1:$VS_PORT/ready" "$TMP/vs-server.log"
 	else
 		[ "$threads" = 0 ] && threads=$(nproc)
-		"$LLAMA_SERVER" -m "$model" --host 127.0.0.1 --port "$VS_PORT" -t "$threads" \
+		env $VS_LLAMA_ENV "$LLAMA_SERVER" -m "$model" --host 127.0.0.1 --port "$VS_PORT" -t "$threads" \
 			--parallel "$n" -c $((n * VS_CTX)) --cont-batching --cache-prompt --no-webui \
 			>"$TMP/vs-server.log" 2>&1 &
 		VS_PID=$!
@@ -75,15 +79,15 @@ vs_run() {
 }
 
 vs_report() {
-	python3 - "$TMP/vs.jsonl" "$LLAMA_SERVER" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" <<'PY'
+	python3 - "$TMP/vs.jsonl" "$LLAMA_SERVER" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$VS_LLAMA_ENV" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 when = sys.argv[3]
-print(f"\nsinkd against llama-server ({sys.argv[2]}), run at {when}; "
+print(f"\nsinkd against llama-server ({sys.argv[2]}{', env ' + sys.argv[4] if sys.argv[4] else ''}), run at {when}; "
       f"1-min load average at the end: {open('/proc/loadavg').read().split()[0]}")
 print(f"{'model':<20}{'streams':>8}{'llama tok/s':>13}{'sinkd tok/s':>13}{'sinkd/llama min':>17}"
       f"{'median':>8}{'ITL p50/p99 ms llama':>22}{'sinkd':>14}{'errors':>8}")
-summary = {"bench": "server-sse-vs-llama-server", "time": when, "models": {}}
+summary = {"bench": "server-sse-vs-llama-server", "time": when, "llama_env": sys.argv[4], "models": {}}
 get = {(r["engine"], r["model"], r["streams"], r["repeat"]): r for r in rows}
 for m in dict.fromkeys(r["model"] for r in rows):
     for n in sorted({r["streams"] for r in rows if r["model"] == m}):

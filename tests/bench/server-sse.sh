@@ -31,7 +31,8 @@
 # ENGINE_THREADS (engine.threads, 0 = one per core; llama-server gets the
 # same count, all cores for 0), MAX_TOKENS (128), SINKD_SHARED (../shared),
 # LLAMA_SERVER, VS_TYPES ("q8_0 q4_k"), VS_STREAMS ("1 8 32"), VS_REPEATS
-# (3), VS_SECONDS (10), VS_TOKENS (128), VS_CTX (512), VS_ONLY (1: part 3 alone).
+# (3), VS_SECONDS (10), VS_TOKENS (128), VS_CTX (512), VS_ONLY (1: part 3 alone),
+# VS_LLAMA_ENV (variables for llama-server, e.g. OMP_WAIT_POLICY=passive).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)

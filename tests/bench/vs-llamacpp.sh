@@ -32,7 +32,10 @@
 #
 # Environment: BUILD (sinkd build dir, default build-bench), REPEATS (4),
 # THREADS ("1 2"; the probes measure 1 and 2 threads), PROMPT (512), GEN (128),
-# LLAMA_QUANTIZE.
+# LLAMA_QUANTIZE, LLAMA_ENV (variables for llama-bench, e.g.
+# OMP_WAIT_POLICY=passive: on a machine other work shares, the OpenMP
+# threads of an OpenMP build spin at every barrier by default, and at 2
+# threads that costs llama.cpp 10x when the other core is taken).
 set -euo pipefail
 
 usage() {
@@ -63,6 +66,7 @@ REPEATS=${REPEATS:-4}
 THREADS=${THREADS:-"1 2"}
 PROMPT=${PROMPT:-512}
 GEN=${GEN:-128}
+LLAMA_ENV=${LLAMA_ENV:-}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 log() { echo "vs-llamacpp: $*" >&2; }
@@ -121,7 +125,7 @@ done
 llama_run() {
 	local kind=$1 model=$2 t=$3 r=$4 args
 	if [ "$kind" = decode ]; then args=(-p 0 -n "$GEN"); else args=(-p "$PROMPT" -n 0); fi
-	"$BENCH" -m "$model" -t "$t" "${args[@]}" -r 1 -o json 2>"$TMP/llama.err" >"$TMP/llama.json" ||
+	env $LLAMA_ENV "$BENCH" -m "$model" -t "$t" "${args[@]}" -r 1 -o json 2>"$TMP/llama.err" >"$TMP/llama.json" ||
 		{ cat "$TMP/llama.err" >&2; log "llama-bench failed on $model"; exit 1; }
 	python3 - "$TMP/llama.json" "$kind" "$(basename "$model")" "$t" "$r" >>"$RESULTS" <<'EOF'
 import json, sys
@@ -187,12 +191,13 @@ EOF
 done
 
 # ---- report
-python3 - "$RESULTS" "$BENCH" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" <<'EOF'
+python3 - "$RESULTS" "$BENCH" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$LLAMA_ENV" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 bench, when = sys.argv[2], sys.argv[3]
 version = next((r["build"] for r in rows if "build" in r), "?")
-print(f"run at {when}; {bench}, llama.cpp build {version}; "
+env = f" with {sys.argv[4]}" if sys.argv[4] else ""
+print(f"run at {when}; {bench}{env}, llama.cpp build {version}; "
       f"1-min load average at the end: {open('/proc/loadavg').read().split()[0]}")
 int8 = [r for r in rows if r["kind"] == "int8"]
 # the int8 dot roof per thread count: VNNI where the CPU has it
@@ -211,7 +216,7 @@ print("ceiling: decode = weight bytes x tok/s over that repeat's bandwidth probe
       "prefill = weight multiply-adds x tok/s over the int8 dot rate")
 print(f"{'model':<24}{'threads':>8}{'what':>9}{'llama.cpp tok/s':>17}{'sinkd tok/s':>13}"
       f"{'sinkd/llama min':>17}{'median':>8}{'ceiling: sinkd':>16}{'llama.cpp':>11}")
-summary = {"time": when, "llama_bench": version, "int8_gmacs": dot_roof,
+summary = {"time": when, "llama_bench": version, "llama_env": sys.argv[4], "int8_gmacs": dot_roof,
            "bw_gbs": bws, "models": {}}
 tok = {(r["engine"], r["kind"], r["model"], r["threads"], r["repeat"]): r["tok_s"]
        for r in rows if r["kind"] in ("decode", "prefill")}
