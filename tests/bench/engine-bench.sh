@@ -19,6 +19,12 @@
 # RUN_SECONDS (3 per measurement), THREADS (0 = one per core),
 # STREAMS ("1 8 32"), TYPES ("f32 f16 q8_0 q4_k q4_0": the 134M models),
 # MATMUL_PERF=1 (also print kernel GB/s and GFLOP/s).
+#
+# Pairs mode: with BUILD_A and BUILD_B (two meson build directories, of one
+# source tree or of two), tests/bench/engine-bench-pairs.sh measures both
+# alternately per repeat on stories260K and the 134M in PAIR_TYPES
+# ("f32 f16") and prints the ratios B / A (decode and prefill, min and
+# median): "no slowdown" after a change.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -33,13 +39,20 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
 log() { echo "engine-bench: $*" >&2; }
+LIBS="$(pkg-config --libs libmicrohttpd libcrypto libcjson yaml-0.1 hiredis gnutls libsystemd) -lm -lpthread"
+
+if [ -n "${BUILD_A:-}" ] || [ -n "${BUILD_B:-}" ]; then
+	[ -n "${BUILD_A:-}" ] && [ -n "${BUILD_B:-}" ] || { log "pairs mode needs both BUILD_A and BUILD_B"; exit 2; }
+	source "$ROOT/tests/bench/engine-bench-pairs.sh"
+	engine_bench_pairs
+	exit 0
+fi
 
 # ---- build
 if [ ! -f "$BUILD/build.ninja" ]; then
 	PATH=/usr/local/cuda/bin:$PATH meson setup "$BUILD" -Dcuda=disabled -Dbuildtype=release >/dev/null
 fi
 ninja -C "$BUILD" src/libsinkd.a src/tools/sinkd-mkmodel >/dev/null
-LIBS="$(pkg-config --libs libmicrohttpd libcrypto libcjson yaml-0.1 hiredis gnutls libsystemd) -lm -lpthread"
 cc -O2 -std=c11 -D_GNU_SOURCE -I"$ROOT/src" $(pkg-config --cflags libcjson) \
 	-o "$TMP/engine-driver" "$ROOT/tests/bench/engine-driver.c" "$BUILD/src/libsinkd.a" $LIBS
 cc -O3 -I"$ROOT/src" -o "$TMP/bwprobe" "$ROOT/tests/bench/bwprobe.c" "$ROOT/src/util/pages.c" -lpthread

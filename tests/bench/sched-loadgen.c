@@ -23,6 +23,8 @@
  * LONG_LEAD_S before the window opens (once every stream decodes), to
  * measure the streams while a long prefill runs alongside.  Prints one JSON
  * line; with ITL_DUMP=FILE also writes every inter-token gap (ms) there.
+ * With PLAIN_HTTP=1 in the environment it speaks plain HTTP (no TLS), for
+ * servers without TLS such as llama-server (server-sse.sh compares them).
  * Not part of the test suite; run by tests/bench/sched-load.sh.
  *
  * usage: sched-loadgen PORT API_KEY STREAMS WARMUP SECONDS MAX_TOKENS PROMPT_FILE
@@ -56,7 +58,7 @@ struct cfg {
 	const char *prompt;
 	char *body;      /* request JSON */
 	char *long_body; /* long-prompt request JSON or NULL */
-	SSL_CTX *ctx;
+	SSL_CTX *ctx;           /* NULL: plain HTTP */
 	bool fresh_connections; /* a new connection per request */
 	int epfd;
 	int n_first;          /* streams that received a first token */
@@ -229,6 +231,8 @@ static int conn_open(struct stream *st)
 	struct epoll_event ev = {.events = EPOLLOUT, .data.ptr = st};
 	if (epoll_ctl(c->epfd, EPOLL_CTL_ADD, st->fd, &ev) != 0)
 		goto fail;
+	if (!c->ctx)
+		return 0;
 	st->ssl = SSL_new(c->ctx);
 	SSL_set_fd(st->ssl, st->fd);
 	SSL_set_connect_state(st->ssl);
@@ -439,12 +443,44 @@ static bool ssl_would_block(struct stream *st, int rc)
 	return false;
 }
 
+/* The socket calls of both kinds of connection: SSL_* with TLS, send and
+ * recv on plain HTTP (then 0 from a read is the peer's close, and a call
+ * that would block watches the socket for events). */
+static int io_write(struct stream *st, const char *p, size_t n)
+{
+	if (st->ssl)
+		return SSL_write(st->ssl, p, (int)n);
+	ssize_t r = send(st->fd, p, n, MSG_NOSIGNAL);
+	return r < 0 ? -1 : (int)r;
+}
+
+static int io_read(struct stream *st, char *p, size_t n)
+{
+	if (st->ssl)
+		return SSL_read(st->ssl, p, (int)n);
+	ssize_t r = recv(st->fd, p, n, 0);
+	return r < 0 ? -1 : (int)r;
+}
+
+static bool io_would_block(struct stream *st, int rc, uint32_t events)
+{
+	if (st->ssl)
+		return ssl_would_block(st, rc);
+	if (rc < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+		watch(st, events);
+		return true;
+	}
+	return false;
+}
+
 /* Advances the stream as far as its socket allows. */
 static void progress(struct stream *st)
 {
 	char buf[16384];
 	double t = now_s();
 	st->t_activity = t;
+	if (st->phase == PH_HANDSHAKE && !st->ssl) /* plain: connected (or send says why not) */
+		st->phase = PH_SEND;
 	if (st->phase == PH_HANDSHAKE) {
 		int rc = SSL_do_handshake(st->ssl);
 		if (rc != 1) {
@@ -455,10 +491,9 @@ static void progress(struct stream *st)
 		st->phase = PH_SEND;
 	}
 	while (st->phase == PH_SEND) {
-		int rc =
-		    SSL_write(st->ssl, st->req + st->req_off, (int)(st->req_len - st->req_off));
+		int rc = io_write(st, st->req + st->req_off, st->req_len - st->req_off);
 		if (rc <= 0) {
-			if (!ssl_would_block(st, rc))
+			if (!io_would_block(st, rc, EPOLLOUT))
 				finish_request(st, false, t);
 			return;
 		}
@@ -471,9 +506,9 @@ static void progress(struct stream *st)
 		}
 	}
 	while (st->phase == PH_HEAD || st->phase == PH_BODY) {
-		int rc = SSL_read(st->ssl, buf, sizeof(buf));
+		int rc = io_read(st, buf, sizeof(buf));
 		if (rc <= 0) {
-			if (ssl_would_block(st, rc))
+			if (io_would_block(st, rc, EPOLLIN))
 				return;
 			if (st->reused && !st->status_seen) {
 				/* a kept connection the server had closed: once more on a
@@ -610,8 +645,11 @@ int main(int argc, char **argv)
 	c.long_body = long_prompt ? make_body(long_prompt, 1) : NULL;
 	const char *fresh = getenv("FRESH_CONNECTIONS");
 	c.fresh_connections = fresh && !strcmp(fresh, "1");
-	c.ctx = SSL_CTX_new(TLS_client_method());
-	SSL_CTX_set_verify(c.ctx, SSL_VERIFY_NONE, NULL);
+	const char *plain = getenv("PLAIN_HTTP");
+	if (!plain || strcmp(plain, "1") != 0) {
+		c.ctx = SSL_CTX_new(TLS_client_method());
+		SSL_CTX_set_verify(c.ctx, SSL_VERIFY_NONE, NULL);
+	}
 	c.epfd = epoll_create1(0);
 	struct stream *st = calloc((size_t)c.streams + 1, sizeof(*st));
 	for (int i = 0; i <= c.streams; i++)

@@ -12,11 +12,27 @@
 #     requests wait in the queue, each an open SSE connection that gets
 #     ": keep-alive" comments every second; the daemon's thread count
 #     (/proc/PID/status Threads) is read before, while they are open, after.
-# Prints a table and one JSON line.
+#  3. with LLAMA_SERVER (a llama-server binary built by hand; nothing here
+#     builds it): aggregate throughput against llama-server on the same file,
+#     the synthetic 134M Llama in each of VS_TYPES made with sinkd-mkmodel
+#     (stories260K is too small for throughput to mean anything), at each
+#     stream count of VS_STREAMS, VS_REPEATS times, sinkd and llama-server
+#     alternating (sinkd first in odd repeats), each a fresh server on plain
+#     HTTP: llama-server --parallel N (continuous batching, prompt cache on,
+#     VS_CTX tokens per slot: -c is split over the slots) and sinkd with its
+#     defaults.  tests/bench/sched-loadgen.c drives N streams, each a loop of
+#     streaming completions of VS_TOKENS tokens (ignore_eos, greedy), over a
+#     steady window of VS_SECONDS: generated tok/s in the window (text
+#     events) and the inter-token latency p50/p99 of every stream's gaps.
+#     Ratios sinkd / llama-server within a repeat, then min and median.
+# Prints a table and one JSON line per part.
 #
 # Environment: BUILD (default build-bench-server), N_IDLE (1000), LAT_REQ (20),
-# ENGINE_THREADS (engine.threads, 0 = one per core),
-# MAX_TOKENS (128), SINKD_SHARED (../shared).
+# ENGINE_THREADS (engine.threads, 0 = one per core; llama-server gets the
+# same count, all cores for 0), MAX_TOKENS (128), SINKD_SHARED (../shared),
+# LLAMA_SERVER, VS_TYPES ("q8_0 q4_k"), VS_STREAMS ("1 8 32"), VS_REPEATS
+# (3), VS_SECONDS (10), VS_TOKENS (128), VS_CTX (512), VS_ONLY (1: part 3 alone),
+# VS_LLAMA_ENV (variables for llama-server, e.g. OMP_WAIT_POLICY=passive).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -28,9 +44,11 @@ MAX_TOKENS=${MAX_TOKENS:-128}
 TMP=$(mktemp -d)
 PID=
 BLOCKER=
+VS_PID=
 cleanup() {
 	[ -n "$BLOCKER" ] && kill "$BLOCKER" 2>/dev/null
 	[ -n "$PID" ] && kill -TERM "$PID" 2>/dev/null && wait "$PID" 2>/dev/null
+	[ -n "$VS_PID" ] && kill -TERM "$VS_PID" 2>/dev/null && wait "$VS_PID" 2>/dev/null
 	rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -39,8 +57,14 @@ log() { echo "server-sse: $*" >&2; }
 if [ ! -f "$BUILD/build.ninja" ]; then
 	PATH=/usr/local/cuda/bin:$PATH meson setup "$BUILD" -Dcuda=disabled -Dbuildtype=release >/dev/null
 fi
-ninja -C "$BUILD" -j2 src/sinkd >/dev/null
+ninja -C "$BUILD" -j2 src/sinkd src/tools/sinkd-mkmodel >/dev/null
 gcc -O2 -Wall -Wextra -o "$TMP/client" "$ROOT/tests/bench/server-sse-client.c" -lssl -lcrypto
+if [ -n "${LLAMA_SERVER:-}" ]; then
+	[ -x "$LLAMA_SERVER" ] || { log "LLAMA_SERVER=$LLAMA_SERVER is not an executable"; exit 2; }
+	source "$ROOT/tests/bench/server-sse-vs.sh"
+	vs_llama_server
+	[ "${VS_ONLY:-0}" = 1 ] && exit 0
+fi
 
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=localhost \
 	-keyout "$TMP/key.pem" -out "$TMP/cert.pem" 2>/dev/null
