@@ -82,7 +82,7 @@ static void quantize_q8_x(const float *x, int n, struct block_q8_x *out)
 		float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
 		out[b].d = d;
 		for (int i = 0; i < 32; i++)
-			out[b].qs[i] = (int8_t)lrintf(v[i] * id);
+			out[b].qs[i] = (int8_t)qdot_round(v[i] * id);
 	}
 }
 

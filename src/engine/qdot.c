@@ -50,7 +50,7 @@ static float quantize_block(const float *v, int n, int8_t *qs)
 		amax = fabsf(v[i]) > amax ? fabsf(v[i]) : amax;
 	float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
 	for (int i = 0; i < n; i++) {
-		long q = lrintf(v[i] * id);
+		int q = qdot_round(v[i] * id);
 		qs[i] = (int8_t)(q > 127 ? 127 : q < -127 ? -127 : q);
 	}
 	return d;
