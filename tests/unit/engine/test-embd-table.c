@@ -2,8 +2,12 @@
  * converted per token, never a widened copy), held once.  A tied output
  * head that multiplies by the table as stored reads the backend's copy, so
  * the table's file pages are given back (none mapped after a forward) and
- * the logits are those of the head reading its own copy of the bytes.
- * Synthetic Q8_0 models from sinkd-mkmodel (path in argv[1]). */
+ * the logits are those of the head reading its own copy of the bytes.  A
+ * tied head with a packed layout (engine/qpack.h) serves the lookups from
+ * its packed copy: the table is not copied at all (the process's anonymous
+ * memory grows by the packed copies alone), and the logits are the stored
+ * layout's within float summation order.  Synthetic models from
+ * sinkd-mkmodel (path in argv[1]). */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -14,19 +18,20 @@
 
 #include "config/config.h"
 #include "engine/backend.h"
+#include "engine/qpack.h"
 #include "util/errbuf.h"
 #include "testutil.h"
 
 static const char *mkmodel_path;
 
-static struct model *make_model(char *path, size_t len, const char *type)
+static struct model *make_model(char *path, size_t len, const char *type, int vocab)
 {
 	char cmd[2048], err[SINKD_ERR_LEN];
 	snprintf(path, len, "/tmp/sinkd-embd-table-%d.gguf", (int)getpid());
 	snprintf(cmd, sizeof(cmd),
-	         "'%s' --out '%s' --dim 256 --layers 2 --heads 4 --ffn 256 --vocab-size 4096 "
+	         "'%s' --out '%s' --dim 256 --layers 2 --heads 4 --ffn 256 --vocab-size %d "
 	         "--seed 5 --type %s --tied >/dev/null",
-	         mkmodel_path, path, type);
+	         mkmodel_path, path, vocab, type);
 	ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
 	struct model *m = NULL;
 	ck_assert_msg(model_load(path, NULL, &m, err, sizeof(err)) == 0, "%s", err);
@@ -80,7 +85,7 @@ static const struct {
 START_TEST(test_tied_table_held_once)
 {
 	char path[128], err[SINKD_ERR_LEN];
-	struct model *m = make_model(path, sizeof(path), cases[_i].type);
+	struct model *m = make_model(path, sizeof(path), cases[_i].type, 4096);
 	ck_assert(m->hp.tied_output);
 	ck_assert_int_eq(m->token_embd.type, cases[_i].stored); /* as stored, not widened */
 	struct backend_options bo = {.n_threads = 1};
@@ -114,6 +119,97 @@ START_TEST(test_tied_table_held_once)
 }
 END_TEST
 
+/* Kilobytes of anonymous memory resident in this process now. */
+static long rss_anon_kb(void)
+{
+	char line[256];
+	long kb = -1;
+	FILE *f = fopen("/proc/self/status", "r");
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "RssAnon: %ld kB", &kb) == 1)
+			break;
+	fclose(f);
+	ck_assert_int_ge(kb, 0);
+	return kb;
+}
+
+/* Bytes of the packed copies the backend makes: the head and every layer
+ * matrix of a packed type, each 64-byte aligned in the block. */
+static size_t packed_bytes(const struct model *m)
+{
+	size_t total = (qpack_bytes(&m->output) + 63) & ~(size_t)63;
+	for (int l = 0; l < m->hp.n_layers; l++) {
+		const struct model_layer *L = &m->layers[l];
+		const struct weight_matrix *ws[] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
+		                                    &L->w_gate, &L->w_up, &L->w_down};
+		for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
+			total += (qpack_bytes(ws[i]) + 63) & ~(size_t)63;
+	}
+	return total;
+}
+
+/* Tied heads of the packed types this CPU runs a vector kernel for (the
+ * backend packs no others); main adds only these. */
+static const struct {
+	const char *type;
+	enum ggml_type stored;
+} packed_cases[] = {{"q4_k", GGML_TYPE_Q4_K}, {"q6_k", GGML_TYPE_Q6_K}};
+#define N_PACKED (int)(sizeof(packed_cases) / sizeof(packed_cases[0]))
+
+static bool packed_case_runs(int i)
+{
+	enum ggml_type t = packed_cases[i].stored;
+	return qpack_supported(t) && qpack_variant_best(t) != QDOT_VARIANT_SCALAR;
+}
+
+/* max |a - b| / max |b| allowed: test-qpack-backend.c's bound (an int8
+ * rounding edge crossed in one layer carries through the next). */
+#define PACKED_LOGIT_TOL 3e-2
+
+START_TEST(test_tied_packed_held_once)
+{
+	char path[128], err[SINKD_ERR_LEN];
+	/* a table of a few MB, so that a copy of it would stand out of the
+	 * anonymous memory's page rounding */
+	struct model *m = make_model(path, sizeof(path), packed_cases[_i].type, 16384);
+	ck_assert(m->hp.tied_output);
+	ck_assert_int_eq(m->token_embd.type, packed_cases[_i].stored);
+	size_t table = (size_t)m->token_embd.rows * m->token_embd.row_bytes;
+	float *tied = malloc((size_t)m->hp.n_vocab * sizeof(float));
+	float *ref = malloc((size_t)m->hp.n_vocab * sizeof(float));
+	struct backend_options bo = {.n_threads = 1};
+	struct backend *be = NULL;
+	long before = rss_anon_kb();
+	ck_assert_msg(backend_cpu_new(m, &bo, &be, err, sizeof(err)) == 0, "%s", err);
+	logits_of(m, be, tied);
+	long grown = (rss_anon_kb() - before) * 1024;
+	ck_assert_uint_eq(resident_pages(m->token_embd.data, table), 0);
+	/* the packed copies, and under a third of a table besides (workspace;
+	 * with the table copied too it grew by two thirds of one more) */
+	ck_assert_msg((size_t)grown < packed_bytes(m) + table / 3,
+	              "%s: anonymous memory grew by %ld bytes; packed copies %zu, table %zu",
+	              packed_cases[_i].type, grown, packed_bytes(m), table);
+	backend_free(be);
+	bo.cpu_stored_layout = true;
+	ck_assert_msg(backend_cpu_new(m, &bo, &be, err, sizeof(err)) == 0, "%s", err);
+	logits_of(m, be, ref);
+	float diff = 0.0f, mag = 0.0f;
+	for (int i = 0; i < m->hp.n_vocab; i++) {
+		diff = fmaxf(diff, fabsf(tied[i] - ref[i]));
+		mag = fmaxf(mag, fabsf(ref[i]));
+	}
+	ck_assert_msg(mag > 0.0f && diff <= PACKED_LOGIT_TOL * mag,
+	              "%s: logits differ from the stored layout's by %g (largest %g)",
+	              packed_cases[_i].type, (double)diff, (double)mag);
+	backend_free(be);
+	model_free(m);
+	unlink(path);
+	free(tied);
+	free(ref);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -125,6 +221,12 @@ int main(int argc, char **argv)
 	TCase *tc = tcase_create("core");
 	tcase_add_loop_test(tc, test_tied_table_held_once, 0,
 	                    (int)(sizeof(cases) / sizeof(cases[0])));
+	for (int i = 0; i < N_PACKED; i++)
+		if (packed_case_runs(i))
+			tcase_add_loop_test(tc, test_tied_packed_held_once, i, i + 1);
+		else
+			printf("embd-table: %s has no packed kernel on this CPU: skipped\n",
+			       packed_cases[i].type);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

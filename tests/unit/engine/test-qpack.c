@@ -308,8 +308,8 @@ START_TEST(test_row_to_f32)
 			memset(got, 0xff, sizeof(float) * cols);
 			qpack_row_to_f32(&f.w, r, got);
 			ck_assert_msg(memcmp(got, want, sizeof(float) * cols) == 0,
-			              "type %d row %d: packed row differs from the stored one", (int)t,
-			              r);
+			              "type %d row %d: packed row differs from the stored one",
+			              (int)t, r);
 		}
 		free(want);
 		free(got);
