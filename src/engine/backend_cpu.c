@@ -1001,8 +1001,10 @@ static int make_panels(struct cpu_backend *c, const struct model *m, char *err, 
 			pages_populate(c->panel_block, table);
 			memcpy(c->panel_block, m->token_embd.data, table);
 			c->token_embd.data = c->panel_block;
-			/* a tied head reads (and is packed from) the copy too: the
-			 * table is resident once, and its file pages go now */
+			/* a tied head reads the copy too, as stored (the copy is
+			 * not the file's, so wants_panel gives it no re-laid copy
+			 * of its own): the table is resident once, and its file
+			 * pages go now */
 			if (c->output.data == m->token_embd.data)
 				c->output.data = c->token_embd.data;
 			pages_release(m->token_embd.data, table);

@@ -3,10 +3,11 @@
  * head that multiplies by the table as stored reads the backend's copy, so
  * the table's file pages are given back (none mapped after a forward) and
  * the logits are those of the head reading its own copy of the bytes.  A
- * tied head with a packed layout (engine/qpack.h) serves the lookups from
- * its packed copy: the table is not copied at all (the process's anonymous
- * memory grows by the packed copies alone), and the logits are the stored
- * layout's within float summation order.  Synthetic models from
+ * tied head with a packed layout (engine/qpack.h) is packed and serves the
+ * lookups from its packed copy: the backend's block is the packed copies
+ * alone (no copy of the table; its debug line names the bytes), the
+ * process's anonymous memory grows by about that, and the logits are the
+ * stored layout's within float summation order.  Synthetic models from
  * sinkd-mkmodel (path in argv[1]). */
 #include <check.h>
 #include <math.h>
@@ -19,6 +20,7 @@
 #include "config/config.h"
 #include "engine/backend.h"
 #include "engine/qpack.h"
+#include "util/log.h"
 #include "util/errbuf.h"
 #include "testutil.h"
 
@@ -167,32 +169,25 @@ static bool packed_case_runs(int i)
  * rounding edge crossed in one layer carries through the next). */
 #define PACKED_LOGIT_TOL 3e-2
 
-START_TEST(test_tied_packed_held_once)
+/* The bytes of the backend's huge-page block, from its debug line
+ * (log_alloc, JSON) in the log's text. */
+static size_t block_bytes_logged(const char *text)
 {
-	char path[128], err[SINKD_ERR_LEN];
-	/* a table of a few MB, so that a copy of it would stand out of the
-	 * anonymous memory's page rounding */
-	struct model *m = make_model(path, sizeof(path), packed_cases[_i].type, 16384);
-	ck_assert(m->hp.tied_output);
-	ck_assert_int_eq(m->token_embd.type, packed_cases[_i].stored);
-	size_t table = (size_t)m->token_embd.rows * m->token_embd.row_bytes;
-	float *tied = malloc((size_t)m->hp.n_vocab * sizeof(float));
-	float *ref = malloc((size_t)m->hp.n_vocab * sizeof(float));
-	struct backend_options bo = {.n_threads = 1};
+	const char *at = text ? strstr(text, "weights re-laid") : NULL;
+	ck_assert_msg(at != NULL, "no debug line of the weights' block in: %s", text);
+	at = strstr(at, "\"bytes\":");
+	ck_assert_ptr_nonnull(at);
+	return (size_t)strtoull(at + strlen("\"bytes\":"), NULL, 10);
+}
+
+/* The logits of m on the stored layout (no packed copies) against tied. */
+static void expect_stored_logits(const struct model *m, const float *tied, const char *type)
+{
+	char err[SINKD_ERR_LEN];
+	struct backend_options bo = {.n_threads = 1, .cpu_stored_layout = true};
 	struct backend *be = NULL;
-	long before = rss_anon_kb();
 	ck_assert_msg(backend_cpu_new(m, &bo, &be, err, sizeof(err)) == 0, "%s", err);
-	logits_of(m, be, tied);
-	long grown = (rss_anon_kb() - before) * 1024;
-	ck_assert_uint_eq(resident_pages(m->token_embd.data, table), 0);
-	/* the packed copies, and under a third of a table besides (workspace;
-	 * with the table copied too it grew by two thirds of one more) */
-	ck_assert_msg((size_t)grown < packed_bytes(m) + table / 3,
-	              "%s: anonymous memory grew by %ld bytes; packed copies %zu, table %zu",
-	              packed_cases[_i].type, grown, packed_bytes(m), table);
-	backend_free(be);
-	bo.cpu_stored_layout = true;
-	ck_assert_msg(backend_cpu_new(m, &bo, &be, err, sizeof(err)) == 0, "%s", err);
+	float *ref = malloc((size_t)m->hp.n_vocab * sizeof(float));
 	logits_of(m, be, ref);
 	float diff = 0.0f, mag = 0.0f;
 	for (int i = 0; i < m->hp.n_vocab; i++) {
@@ -200,13 +195,47 @@ START_TEST(test_tied_packed_held_once)
 		mag = fmaxf(mag, fabsf(ref[i]));
 	}
 	ck_assert_msg(mag > 0.0f && diff <= PACKED_LOGIT_TOL * mag,
-	              "%s: logits differ from the stored layout's by %g (largest %g)",
-	              packed_cases[_i].type, (double)diff, (double)mag);
+	              "%s: logits differ from the stored layout's by %g (largest %g)", type,
+	              (double)diff, (double)mag);
 	backend_free(be);
+	free(ref);
+}
+
+START_TEST(test_tied_packed_held_once)
+{
+	char path[128], err[SINKD_ERR_LEN], *log_text = NULL;
+	size_t log_len = 0;
+	/* a table of a few MB, so that a copy of it would stand out of the
+	 * anonymous memory's page rounding */
+	struct model *m = make_model(path, sizeof(path), packed_cases[_i].type, 16384);
+	ck_assert(m->hp.tied_output);
+	ck_assert_int_eq(m->token_embd.type, packed_cases[_i].stored);
+	size_t table = (size_t)m->token_embd.rows * m->token_embd.row_bytes;
+	float *tied = malloc((size_t)m->hp.n_vocab * sizeof(float));
+	FILE *stream = open_memstream(&log_text, &log_len);
+	struct sinkd_log *log = log_new(stream, LOG_DEBUG, LOG_FORMAT_JSON);
+	struct backend_options bo = {.n_threads = 1, .log = log};
+	struct backend *be = NULL;
+	long before = rss_anon_kb();
+	ck_assert_msg(backend_cpu_new(m, &bo, &be, err, sizeof(err)) == 0, "%s", err);
+	logits_of(m, be, tied);
+	long grown = (rss_anon_kb() - before) * 1024;
+	fflush(stream);
+	/* the block is the packed copies, the head's among them, and no copy
+	 * of the table; the table's file pages are gone */
+	ck_assert_uint_eq(block_bytes_logged(log_text), packed_bytes(m));
+	ck_assert_uint_eq(resident_pages(m->token_embd.data, table), 0);
+	ck_assert_msg((size_t)grown < packed_bytes(m) + table / 3,
+	              "%s: anonymous memory grew by %ld bytes; packed copies %zu, table %zu",
+	              packed_cases[_i].type, grown, packed_bytes(m), table);
+	backend_free(be);
+	expect_stored_logits(m, tied, packed_cases[_i].type);
 	model_free(m);
 	unlink(path);
+	log_free(log);
+	fclose(stream);
+	free(log_text);
 	free(tied);
-	free(ref);
 }
 END_TEST
 
