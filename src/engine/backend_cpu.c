@@ -28,6 +28,7 @@
 #include "engine/matmul.h"
 #include "engine/panels.h"
 #include "engine/qpack.h"
+#include "engine/tileplan.h"
 #include "engine/threadpool.h"
 #include "util/tuning.h"
 #include "model/gguf.h"
@@ -945,6 +946,18 @@ static size_t block_bytes(size_t n)
 	return (n + 63) & ~(size_t)63;
 }
 
+/* The tile plan of w's packed copy (tileplan.h) for this machine's caches
+ * and n_threads threads. */
+static void plan_packed(struct weight_matrix *w, const struct cpu_caches *caches, int n_threads)
+{
+	int groups = (w->rows + QPACK_ROWS - 1) / QPACK_ROWS;
+	size_t group_bytes = qpack_bytes(w) / (size_t)groups;
+	struct tile_plan p = tileplan_make(qdot_act_bytes(w->type, w->cols), group_bytes, groups,
+	                                   n_threads, QDOT_TILE_VECS, caches);
+	w->plan_vecs_per_pass = p.vecs_per_pass;
+	w->plan_groups_per_block = p.groups_per_block;
+}
+
 /* Copies the model's matrices into c, with panels where wants_panel() says
  * so, all in one block on huge pages (pages.h: the weights are one 0.2-0.5
  * GB stream per token, 2 MiB a TLB entry instead of 4 KiB).  The token
@@ -988,6 +1001,7 @@ static int make_panels(struct cpu_backend *c, const struct model *m, char *err, 
 			total += block_bytes(relaid_bytes(ws[i]));
 	if (total > 0)
 		c->panel_block = pages_map(total, true);
+	struct cpu_caches caches = cpu_caches_read();
 	if (c->panel_block) {
 		c->panel_block_bytes = total;
 		c->embd_from_head = embd_head;
@@ -1016,9 +1030,10 @@ static int make_panels(struct cpu_backend *c, const struct model *m, char *err, 
 				continue;
 			w->panels = (unsigned char *)c->panel_block + at;
 			at += block_bytes(relaid_bytes(w));
-			if (qpack_supported(w->type))
+			if (qpack_supported(w->type)) {
 				qpack_pack(c->pool, w, (void *)w->panels);
-			else
+				plan_packed(w, &caches, threadpool_size(c->pool));
+			} else
 				panels_pack(c->pool, w, (void *)w->panels);
 			/* at once, so that a large model's file pages and panels are
 			 * not all resident together while it loads */

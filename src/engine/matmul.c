@@ -173,7 +173,12 @@ static void rows_qpack(const struct matmul_job *job, qpack_rows_fn k, const void
                        size_t xq_bytes, int B, int r0, int r1)
 {
 	int rows = job->w->rows;
-	k(job->w, xq, xq_bytes, B, job->y, (size_t)rows, r0, r1);
+	/* passes of the tile plan's vectors over the rows, which stay in L2
+	 * between passes (tileplan.h) */
+	int pass = job->w->plan_vecs_per_pass > 0 ? job->w->plan_vecs_per_pass : B;
+	for (int v0 = 0; v0 < B; v0 += pass)
+		k(job->w, (const uint8_t *)xq + (size_t)v0 * xq_bytes, xq_bytes,
+		  B - v0 < pass ? B - v0 : pass, job->y + (size_t)v0 * rows, (size_t)rows, r0, r1);
 	if (!job->bias)
 		return;
 	for (int b = 0; b < B; b++)
@@ -984,6 +989,9 @@ static const struct family {
 		MATMUL_FAMILY_QPACK_SCALAR, {NULL}, NULL, false},
 	[MATMUL_FAMILY_QPACK] = {"qpack", INPUT_QDOT, cpu_has_avx2, true,
 		MATMUL_FAMILY_QPACK_SCALAR, {NULL}, NULL, true},
+	/* qpack_amx_rows_get's kernels, not qpack_rows_get's (prepare_qdot_x) */
+	[MATMUL_FAMILY_QPACK_AMX] = {"qpack_amx", INPUT_QDOT, cpu_has_amx_int8, true,
+		MATMUL_FAMILY_QPACK_SCALAR, {NULL}, NULL, true},
 };
 /* clang-format on */
 
@@ -996,6 +1004,7 @@ enum level {
 	LEVEL_AVX2_PACKED,
 	LEVEL_AVX512,
 	LEVEL_AVX512_PANELS,
+	LEVEL_AVX512_AMX, /* packed, a batch of 12 or more, and AMX int8 */
 	N_LEVELS
 };
 
@@ -1018,6 +1027,7 @@ static int batch_class(int B)
 #define PANEL MATMUL_FAMILY_PANELS
 #define QDOT MATMUL_FAMILY_QDOT
 #define QPACK MATMUL_FAMILY_QPACK
+#define QAMX MATMUL_FAMILY_QPACK_AMX
 #define ALL4(f) {f, f, f, f}
 /* The qdot types (Q4_0, Q4_K, Q5_K, Q6_K) at every level but the exact
  * ones: only the qdot kernels read them, at every batch size. */
@@ -1027,7 +1037,7 @@ static int batch_class(int B)
 /* The same where the backend packed the weights (qpack.h): the types with
  * a packed layout read it at every batch size. */
 #define QPACK_TYPES \
-		[WTYPE_Q4_0] = ALL4(QDOT), [WTYPE_Q4_K] = ALL4(QPACK), [WTYPE_Q5_K] = ALL4(QPACK), \
+		[WTYPE_Q4_0] = ALL4(QPACK), [WTYPE_Q4_K] = ALL4(QPACK), [WTYPE_Q5_K] = ALL4(QPACK), \
 		[WTYPE_Q6_K] = ALL4(QPACK)
 /* The one place a family is chosen: [level][type][batch class].
  *   generic        plain C for everything;
@@ -1043,7 +1053,10 @@ static int batch_class(int B)
  *                  level keeps Q8 until qdot is compared on such a CPU);
  *   with panels    the panel kernels at every batch size (F32/F16/BF16),
  *                  the packed kernels (QPACK) for the block types the
- *                  backend packed, on AVX2 machines as on AVX-512 ones.
+ *                  backend packed, on AVX2 machines as on AVX-512 ones;
+ *   with AMX       as with panels, but packed Q8_0 and Q4_0 batches of 12
+ *                  or more on AMX int8 tiles (QPACK_AMX), where the CPU
+ *                  has them and Linux granted the tile state.
  * Without panels the AVX-512 level still runs for matrices the loader
  * dequantized to F16 (they get no panels, to avoid holding them twice). */
 static const enum matmul_family kernel_table[N_LEVELS][WTYPE_N_STORED][N_BATCH_CLASSES] = {
@@ -1068,7 +1081,7 @@ static const enum matmul_family kernel_table[N_LEVELS][WTYPE_N_STORED][N_BATCH_C
 		[WTYPE_F32]  = {DOT2,   DOT2,   DOT2,    GEMM2},
 		[WTYPE_F16]  = {DOT2,   DOT2,   DOT2,    GEMM2},
 		[WTYPE_BF16] = {DOT2,   DOT2,   DOT2,    GEMM2},
-		[WTYPE_Q8_0] = {Q8INT,  Q8INT,  Q8INT,   GEMM2},
+		[WTYPE_Q8_0] = ALL4(QPACK),
 		QPACK_TYPES},
 	[LEVEL_AVX512] = {
 		[WTYPE_F32]  = {DOT512, DOT512, GEMM512, GEMM512},
@@ -1080,8 +1093,11 @@ static const enum matmul_family kernel_table[N_LEVELS][WTYPE_N_STORED][N_BATCH_C
 		[WTYPE_F32]  = ALL4(PANEL),
 		[WTYPE_F16]  = ALL4(PANEL),
 		[WTYPE_BF16] = ALL4(PANEL),
-		[WTYPE_Q8_0] = ALL4(QDOT),
+		[WTYPE_Q8_0] = ALL4(QPACK),
 		QPACK_TYPES},
+	[LEVEL_AVX512_AMX] = { /* only the types with AMX kernels reach it */
+		[WTYPE_Q8_0] = {QPACK,  QPACK,  QPACK,   QAMX},
+		[WTYPE_Q4_0] = {QPACK,  QPACK,  QPACK,   QAMX}},
 };
 /* clang-format on */
 #undef SCALAR
@@ -1093,6 +1109,7 @@ static const enum matmul_family kernel_table[N_LEVELS][WTYPE_N_STORED][N_BATCH_C
 #undef PANEL
 #undef QDOT
 #undef QPACK
+#undef QAMX
 #undef QDOT_TYPES
 #undef QPACK_TYPES
 #undef ALL4
@@ -1111,7 +1128,15 @@ static enum level table_level(enum matmul_isa isa, const struct weight_matrix *w
 enum matmul_family matmul_family_pick(enum matmul_isa isa, const struct weight_matrix *w, int B)
 {
 	int t = wtype_stored_index(w->type);
-	return t < 0 ? MATMUL_FAMILY_SCALAR : kernel_table[table_level(isa, w)][t][batch_class(B)];
+	if (t < 0)
+		return MATMUL_FAMILY_SCALAR;
+	enum level level = table_level(isa, w);
+	/* the AMX check asks the kernel for the tile state: only for products
+	 * that could take the AMX family */
+	if (level == LEVEL_AVX512_PANELS && batch_class(B) == BATCH_12_UP &&
+	    qpack_amx_rows_get(w->type) && cpu_has_amx_int8())
+		level = LEVEL_AVX512_AMX;
+	return kernel_table[level][t][batch_class(B)];
 }
 
 /* The family a job takes when the buffer its family reads (xq or xt)
@@ -1127,6 +1152,7 @@ static enum matmul_family fallback_family(enum matmul_family f, const struct wei
 	case MATMUL_FAMILY_QDOT_SCALAR:
 	case MATMUL_FAMILY_QPACK: /* the stored layout: its pages come back from the file */
 	case MATMUL_FAMILY_QPACK_SCALAR:
+	case MATMUL_FAMILY_QPACK_AMX:
 		return MATMUL_FAMILY_SCALAR;
 	default: /* the panel kernels: what the table picks for the stored layout */
 		return kernel_table[LEVEL_AVX512][wtype_stored_index(w->type)][batch_class(B)];
@@ -1153,7 +1179,8 @@ bool matmul_family_runs(enum matmul_family f, const struct weight_matrix *w)
 		return t == WTYPE_F32 || t == WTYPE_F16 || t == WTYPE_BF16;
 	case INPUT_QDOT:
 		return qdot_type_supported(w->type) && w->cols % qdot_block_values(w->type) == 0 &&
-		       (!fam->reads_panels || qpack_supported(w->type));
+		       (!fam->reads_panels || qpack_supported(w->type)) &&
+		       (f != MATMUL_FAMILY_QPACK_AMX || qpack_amx_rows_get(w->type));
 	default:
 		return fam->rows_x[t] != NULL;
 	}
@@ -1393,10 +1420,26 @@ static void matmul_task(void *ctx, int task, int thread)
 	}
 }
 
+/* Rows per unit of work of a batch: the tile plan's row groups when every
+ * job reads a packed copy that has one (the smallest, so that each job's
+ * block stays in L2), else MATMUL_BLOCK_ROWS_BATCH. */
+static int batch_block_rows(const struct matmul_call *c)
+{
+	int groups = 0;
+	for (int j = 0; j < c->n_jobs; j++) {
+		int g = c->jobs[j].w->plan_groups_per_block;
+		if (families[c->fams[j]].input != INPUT_QDOT || !families[c->fams[j]].reads_panels ||
+		    g <= 0)
+			return MATMUL_BLOCK_ROWS_BATCH;
+		groups = groups && groups < g ? groups : g;
+	}
+	return groups > 0 ? groups * QPACK_ROWS : MATMUL_BLOCK_ROWS_BATCH;
+}
+
 static void run_parallel(struct threadpool *pool, struct matmul_call *c)
 {
 	int n_threads = threadpool_size(pool);
-	c->block_rows = c->B == 1 ? MATMUL_BLOCK_ROWS_DECODE : MATMUL_BLOCK_ROWS_BATCH;
+	c->block_rows = c->B == 1 ? MATMUL_BLOCK_ROWS_DECODE : batch_block_rows(c);
 	int n_blocks = (c->total_rows + c->block_rows - 1) / c->block_rows;
 	c->n_ranges = n_threads < MATMUL_MAX_RANGES ? n_threads : MATMUL_MAX_RANGES;
 	for (int t = 0; t < c->n_ranges; t++) {
@@ -1456,7 +1499,10 @@ static void prepare_qdot_x(struct matmul_call *c, int cols, void *bufs[N_QDOT_FO
 			continue;
 		enum ggml_type t = c->jobs[j].w->type;
 		bool have;
-		if (f->reads_panels) {
+		if (c->fams[j] == MATMUL_FAMILY_QPACK_AMX) {
+			c->qpack_k[j] = qpack_amx_rows_get(t);
+			have = c->qpack_k[j] != NULL;
+		} else if (f->reads_panels) {
 			c->qpack_k[j] = qpack_rows_get(
 			    t, f->qdot_best ? qpack_variant_best(t) : QDOT_VARIANT_SCALAR);
 			have = c->qpack_k[j] != NULL;

@@ -36,6 +36,7 @@ enum matmul_family {
 	MATMUL_FAMILY_QDOT,        /* the same with the best qdot variant this CPU runs */
 	MATMUL_FAMILY_QPACK_SCALAR, /* plain C: packed block weights (engine/qpack.h) */
 	MATMUL_FAMILY_QPACK,        /* the same with the best qpack kernel this CPU runs */
+	MATMUL_FAMILY_QPACK_AMX,    /* Q8_0 and Q4_0 packed, batches on AMX int8 tiles */
 	MATMUL_FAMILY_COUNT
 };
 

@@ -281,8 +281,8 @@ int qpack_vecs_per_pass(size_t xq_bytes, int tile)
 
 /* Block k of group g of w, packed into out (one group block). */
 typedef void (*pack_block_fn)(const struct weight_matrix *w, int g, int k, void *out);
-/* Row r (< QPACK_ROWS) of one group block back into the stored block dst
- * (the file's bytes of that block of the row). */
+/* Row r (< QPACK_ROWS) of one group block back into the stored block(s)
+ * dst (the file's bytes of those block_values of the row). */
 typedef void (*unpack_block_fn)(const void *gblock, int r, uint8_t *dst);
 
 /* One packed type: its group block, packer, twin, and the ISA files'
@@ -294,6 +294,10 @@ struct qpack_type {
 	pack_block_fn pack;
 	unpack_block_fn unpack;
 	qpack_rows_fn twin;
+	/* The 512-bit kernels when not qpack_avx512_rows' (NULL) */
+	qpack_rows_fn (*avx512)(enum ggml_type t, bool vnni);
+	/* The AMX kernels and their emulation (NULL: none) */
+	qpack_rows_fn (*amx)(enum ggml_type t), (*amx_emulated)(enum ggml_type t);
 };
 
 /* clang-format off */
@@ -301,6 +305,13 @@ static const struct qpack_type types[] = {
 	{GGML_TYPE_Q4_K, 256, sizeof(struct qpack_q4k_block), pack_q4k, unpack_q4k, rows_q4k_scalar},
 	{GGML_TYPE_Q5_K, 256, sizeof(struct qpack_q5k_block), pack_q5k, unpack_q5k, rows_q5k_scalar},
 	{GGML_TYPE_Q6_K, 256, sizeof(struct qpack_q6k_block), pack_q6k, unpack_q6k, rows_q6k_scalar},
+	/* two stored 32-value blocks per group block (qpack_impl.h) */
+	{GGML_TYPE_Q8_0, 32 * QPACK_Q0_PAIR, sizeof(struct qpack_q8_0_block), qpack_q8_0_pack,
+	 qpack_q8_0_unpack, qpack_q8_0_rows_scalar, qpack_q0_avx512_rows, qpack_q0_amx_rows,
+	 qpack_q0_amx_emulated_rows},
+	{GGML_TYPE_Q4_0, 32 * QPACK_Q0_PAIR, sizeof(struct qpack_q4_0_block), qpack_q4_0_pack,
+	 qpack_q4_0_unpack, qpack_q4_0_rows_scalar, qpack_q0_avx512_rows, qpack_q0_amx_rows,
+	 qpack_q0_amx_emulated_rows},
 };
 /* clang-format on */
 
@@ -315,6 +326,12 @@ static const struct qpack_type *type_of(enum ggml_type t)
 bool qpack_supported(enum ggml_type t)
 {
 	return type_of(t) != NULL;
+}
+
+int qpack_block_values(enum ggml_type t)
+{
+	const struct qpack_type *qt = type_of(t);
+	return qt ? qt->block_values : 0;
 }
 
 size_t qpack_group_block_bytes(enum ggml_type t)
@@ -353,9 +370,12 @@ void qpack_pack_groups(const struct weight_matrix *w, void *out, int g0, int g1)
 			         (uint8_t *)out + ((size_t)g * nblk + k) * qt->group_block_bytes);
 }
 
-/* Largest stored block of a packed type (Q6_K's 210 bytes). */
+/* Most stored bytes one group block holds of a row (Q6_K's 210; Q8_0's
+ * pair of blocks, 68). */
 #define STORED_BLOCK_MAX 256
-_Static_assert(QDOT_Q6_K_BYTES <= STORED_BLOCK_MAX, "a stored block fits the unpack buffer");
+_Static_assert(QDOT_Q6_K_BYTES <= STORED_BLOCK_MAX &&
+                   QPACK_Q0_PAIR * QDOT_Q8_0_BYTES <= STORED_BLOCK_MAX,
+               "a row's stored blocks of one group block fit the unpack buffer");
 
 void qpack_row_to_f32(const struct weight_matrix *w, int row, float *out)
 {
@@ -411,10 +431,24 @@ qpack_rows_fn qpack_rows_get(enum ggml_type t, enum qdot_variant v)
 		return qpack_avx2_rows(t, v == QDOT_VARIANT_AVXVNNI);
 	case QDOT_VARIANT_AVX512BW:
 	case QDOT_VARIANT_AVX512VNNI:
-		return qpack_avx512_rows(t, v == QDOT_VARIANT_AVX512VNNI);
+		return (qt->avx512 ? qt->avx512 : qpack_avx512_rows)(t, v == QDOT_VARIANT_AVX512VNNI);
 	default:
 		return NULL;
 	}
+}
+
+qpack_rows_fn qpack_amx_rows_get(enum ggml_type t)
+{
+	const struct qpack_type *qt = type_of(t);
+	return qt && qt->amx ? qt->amx(t) : NULL;
+}
+
+qpack_rows_fn qpack_amx_emulated_rows_get(enum ggml_type t)
+{
+	const struct qpack_type *qt = type_of(t);
+	if (!qt || !qt->amx_emulated || !qdot_variant_runs(QDOT_VARIANT_AVX512VNNI))
+		return NULL;
+	return qt->amx_emulated(t);
 }
 
 enum qdot_variant qpack_variant_best(enum ggml_type t)

@@ -28,6 +28,10 @@ bool qpack_supported(enum ggml_type t);
 /* Bytes of the packed copy of w (rows rounded up to QPACK_ROWS); 0 for a
  * type without one or cols not a multiple of its block. */
 size_t qpack_bytes(const struct weight_matrix *w);
+/* Values of a row in one group block (the stored block's, or two of
+ * them for Q8_0 and Q4_0): cols must be a multiple to be packed; 0 for a
+ * type without a packed layout. */
+int qpack_block_values(enum ggml_type t);
 /* Bytes of one group's block: QPACK_ROWS rows x one block of values. */
 size_t qpack_group_block_bytes(enum ggml_type t);
 /* Writes the packed copy of w into out (qpack_bytes(w), 64-byte aligned),
@@ -45,6 +49,13 @@ typedef void (*qpack_rows_fn)(const struct weight_matrix *w, const void *xq, siz
 /* The kernel of type t under variant v (QDOT_VARIANT_SCALAR: the plain-C
  * twin), or NULL when there is none or v does not run on this CPU. */
 qpack_rows_fn qpack_rows_get(enum ggml_type t, enum qdot_variant v);
+/* The kernel of t on AMX int8 tiles, for batches (whole tiles of 16
+ * vectors; the rest on the AVX-512 VNNI kernel), or NULL when t has none.
+ * Run it only where cpu_has_amx_int8() (util/cpu.h). */
+qpack_rows_fn qpack_amx_rows_get(enum ggml_type t);
+/* The same code with the tile instructions done in plain C, for tests on
+ * any CPU that runs the AVX-512 VNNI kernels (NULL elsewhere). */
+qpack_rows_fn qpack_amx_emulated_rows_get(enum ggml_type t);
 /* The best variant with a kernel for t on this CPU (SCALAR when no vector
  * one runs). */
 enum qdot_variant qpack_variant_best(enum ggml_type t);

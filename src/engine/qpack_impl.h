@@ -57,3 +57,59 @@ int qpack_vecs_per_pass(size_t xq_bytes, int tile);
  * x86 or for a type they do not have. */
 qpack_rows_fn qpack_avx512_rows(enum ggml_type t, bool vnni);
 qpack_rows_fn qpack_avx2_rows(enum ggml_type t, bool vnni);
+
+/* ------------------------------------------------ Q8_0 and Q4_0 (qpack_q0*.c)
+ * A group block holds two stored blocks (64 values) of QPACK_ROWS rows, so
+ * that it is whole 64-byte lines with the fp16 scales kept as stored: the
+ * copy is exactly the file's bytes, rearranged.  Within it, step s (values
+ * 4s .. 4s+3 of a 32-value block) of all rows is one 64-byte line, row r
+ * in 32-bit lane r: one broadcast of four activation bytes feeds every row.
+ * The codes are unsigned, the instructions' unsigned operand: Q8_0 stores
+ * q + 128, Q4_0 its nibbles (value - 8 as stored).  Both are undone per
+ * block with the activation block's sum: sum (q + o) x = sum q x + o sum x. */
+
+/* Stored 32-value blocks per group block. */
+#define QPACK_Q0_PAIR 2
+
+/* Q8_0: code + 128 of value 4 s + t of block h of row r at qs[h][s][r][t]. */
+struct qpack_q8_0_block {
+	uint16_t d[QPACK_Q0_PAIR][QPACK_ROWS]; /* fp16 scale of block h of row r */
+	uint8_t qs[QPACK_Q0_PAIR][8][QPACK_ROWS][4];
+};
+_Static_assert(sizeof(struct qpack_q8_0_block) % 64 == 0, "Q8_0 group block is whole lines");
+
+/* Q4_0: the stored byte 4 j + t of block h of row r at qs[h][j][r][t]: its
+ * low nibble is value 4 j + t (step j), its high nibble value 16 + 4 j + t
+ * (step j + 4), each value - 8 as stored. */
+struct qpack_q4_0_block {
+	uint16_t d[QPACK_Q0_PAIR][QPACK_ROWS];
+	uint8_t qs[QPACK_Q0_PAIR][4][QPACK_ROWS][4];
+};
+_Static_assert(sizeof(struct qpack_q4_0_block) % 64 == 0, "Q4_0 group block is whole lines");
+
+/* Block k (values 64 k .. 64 k + 63) of group g of w, packed into out (one
+ * group block); rows past the end are zero. */
+void qpack_q8_0_pack(const struct weight_matrix *w, int g, int k, void *out);
+void qpack_q4_0_pack(const struct weight_matrix *w, int g, int k, void *out);
+/* Row r of a group block back into its QPACK_Q0_PAIR stored blocks at dst
+ * (the file's bytes: qpack_row_to_f32 dequantizes them). */
+void qpack_q8_0_unpack(const void *gblock, int r, uint8_t *dst);
+void qpack_q4_0_unpack(const void *gblock, int r, uint8_t *dst);
+/* The plain-C twins (qpack_rows_fn). */
+void qpack_q8_0_rows_scalar(const struct weight_matrix *w, const void *xq, size_t xq_bytes, int B,
+                            float *y, size_t ldy, int r0, int r1);
+void qpack_q4_0_rows_scalar(const struct weight_matrix *w, const void *xq, size_t xq_bytes, int B,
+                            float *y, size_t ldy, int r0, int r1);
+
+/* The AVX-512 VNNI kernels of Q8_0 and Q4_0 (NULL off x86, for another
+ * type, or without vnni: they need vpdpbusd). */
+qpack_rows_fn qpack_q0_avx512_rows(enum ggml_type t, bool vnni);
+
+/* The AMX kernels of Q8_0 and Q4_0 (qpack_q0_amx.c): whole tiles of 16
+ * vectors on AMX int8 tiles, the rest through the AVX-512 VNNI kernel.
+ * Run them only where cpu_has_amx_int8() (util/cpu.h); NULL off x86 or for
+ * another type.  The emulated ones are the same code with the tile
+ * instructions done in plain C: they run on any AVX-512 VNNI CPU, for
+ * tests of the addressing and scaling. */
+qpack_rows_fn qpack_q0_amx_rows(enum ggml_type t);
+qpack_rows_fn qpack_q0_amx_emulated_rows(enum ggml_type t);

@@ -78,6 +78,11 @@ struct weight_matrix {
 	 * that have one (engine/qpack.h); owned by the backend that made them,
 	 * NULL in the model itself. */
 	const void *panels;
+	/* The tile plan of the packed copy's integer GEMM (engine/tileplan.h),
+	 * set with it by the backend from the machine's caches: activation
+	 * vectors per pass over a block of rows, and row groups per block;
+	 * 0 when there is none (one pass, the driver's block rows). */
+	int plan_vecs_per_pass, plan_groups_per_block;
 };
 
 struct model_layer {

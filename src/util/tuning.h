@@ -77,6 +77,11 @@
 #define TUNING_PANELS_TILE_GROUPS 3
 #define TUNING_PANELS_DECODE_GROUPS 4
 
+/* Blocks of row groups each thread gets at least from a tile plan of the
+ * integer GEMMs (blocks, engine/tileplan.c): enough that one finishing
+ * early can take work from one still busy. */
+#define TUNING_TILEPLAN_BLOCKS_PER_THREAD 4
+
 /* ---- the KV cache (cache/attend.c, cache/sinkcache.c) */
 
 /* Cache prefetch of the rows a head group reads, when they are too many to

@@ -210,7 +210,7 @@ START_TEST(test_variants_match_twins)
 		enum ggml_type t = types[ti];
 		if (!qpack_supported(t))
 			continue;
-		int bv = qdot_block_values(t);
+		int bv = qpack_block_values(t);
 		for (size_t ri = 0; ri < sizeof(shape_rows) / sizeof(int); ri++)
 			for (size_t ci = 0; ci < sizeof(shape_blocks) / sizeof(int); ci++)
 				for (size_t bi = 0; bi < sizeof(shape_B) / sizeof(int); bi++)
@@ -255,7 +255,7 @@ START_TEST(test_matmul_family)
 		if (!qpack_supported(t))
 			continue;
 		struct fixture f;
-		fixture_init(&f, t, 45, 2 * qdot_block_values(t), 9);
+		fixture_init(&f, t, 45, 2 * qpack_block_values(t), 9);
 		float *bias = malloc(sizeof(float) * 45);
 		for (int r = 0; r < 45; r++)
 			bias[r] = 2.0f * frand() - 1.0f;
@@ -288,7 +288,7 @@ START_TEST(test_matmul_family)
 END_TEST
 
 /* qpack_row_to_f32 against matmul_row_to_f32 on the stored rows, every
- * row of three groups (the last one partial) of three blocks: the same
+ * row of three groups (the last one partial) of six blocks: the same
  * bits, since a tied head's packed copy serves the embedding lookups. */
 START_TEST(test_row_to_f32)
 {
@@ -298,7 +298,8 @@ START_TEST(test_row_to_f32)
 		if (!qpack_supported(t))
 			continue;
 		struct fixture f;
-		int rows = 2 * QPACK_ROWS + 5, cols = 3 * qdot_block_values(t);
+		/* six stored blocks: three of Q8_0's and Q4_0's pairs */
+		int rows = 2 * QPACK_ROWS + 5, cols = 6 * qdot_block_values(t);
 		fixture_init(&f, t, rows, cols, 1);
 		struct weight_matrix stored = f.w;
 		stored.panels = NULL;
