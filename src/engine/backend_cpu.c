@@ -113,6 +113,9 @@ struct cpu_backend {
 	/* The token embedding table the lookups read: a copy on the block
 	 * when the table lies in the model's file mapping (make_panels). */
 	struct weight_matrix token_embd;
+	/* The lookups read rows of the tied head's packed copy (output.panels)
+	 * instead, and the table is not copied: it is held once. */
+	bool embd_from_head;
 	struct sinkd_log *log; /* may be NULL */
 	void *panel_block; /* every matrix's panels and the embedding copy (pages_map) */
 	bool stored_layout; /* backend_options.cpu_stored_layout: no packed copies */
@@ -473,7 +476,10 @@ static void embed_tokens(struct cpu_backend *c, const struct backend_token *toke
 {
 	int dim = c->base.model->hp.dim;
 	for (size_t i = 0; i < n; i++)
-		matmul_row_to_f32(&c->token_embd, tokens[i].token, c->x + i * dim);
+		if (c->embd_from_head)
+			qpack_row_to_f32(&c->output, tokens[i].token, c->x + i * dim);
+		else
+			matmul_row_to_f32(&c->token_embd, tokens[i].token, c->x + i * dim);
 	if (c->base.model->hp.embed_scale > 0.0f)
 		scale_rows(c->x, n * dim, c->base.model->hp.embed_scale);
 }
@@ -919,6 +925,15 @@ static bool wants_panel(const struct cpu_backend *c, const struct model *m,
 	       (!m->file || in_file_mapping(m, w));
 }
 
+/* Whether the embedding lookups can read the head's packed copy: the head
+ * is the table (tied) and gets a packed layout, which qpack_row_to_f32
+ * reads back as the stored rows. */
+static bool embd_reads_head(const struct cpu_backend *c, const struct model *m)
+{
+	return m->output.data == m->token_embd.data && qpack_supported(m->output.type) &&
+	       wants_panel(c, m, &m->output);
+}
+
 /* Bytes of w's panels or packed copy. */
 static size_t relaid_bytes(const struct weight_matrix *w)
 {
@@ -954,8 +969,10 @@ static void plan_packed(struct weight_matrix *w, const struct cpu_caches *caches
  * file pages given back right after its piece, a model's file and block
  * are never resident together while it loads.  The file pages of each
  * copied matrix are given back, unless the embedding table, when it was
- * not copied, shares them (a tied head reads the table's copy).  Without
- * memory for the block the matrices stay as stored. */
+ * not copied, shares them (a tied head reads the table's copy).  A tied
+ * head with a packed layout serves the lookups from its packed copy, and
+ * the table is not copied at all (embd_reads_head).  Without memory for
+ * the block the matrices stay as stored. */
 static int make_panels(struct cpu_backend *c, const struct model *m, char *err, size_t err_len)
 {
 	int n_layers = m->hp.n_layers, n = 0;
@@ -976,7 +993,8 @@ static int make_panels(struct cpu_backend *c, const struct model *m, char *err, 
 		for (int i = 0; i < 7; i++)
 			ws[n++] = lw[i];
 	}
-	bool copy_embd = in_file_mapping(m, &m->token_embd);
+	bool embd_head = embd_reads_head(c, m);
+	bool copy_embd = !embd_head && in_file_mapping(m, &m->token_embd);
 	size_t total = copy_embd ? block_bytes(matrix_bytes(&m->token_embd)) : 0;
 	for (int i = 0; i < n; i++)
 		if (wants_panel(c, m, ws[i]))
@@ -986,6 +1004,7 @@ static int make_panels(struct cpu_backend *c, const struct model *m, char *err, 
 	struct cpu_caches caches = cpu_caches_read();
 	if (c->panel_block) {
 		c->panel_block_bytes = total;
+		c->embd_from_head = embd_head;
 		log_alloc(c->log, "cpu",
 		          "weights re-laid for the kernels and the token-embedding table (one "
 		          "huge-page block; their file pages are given back)",
@@ -996,8 +1015,10 @@ static int make_panels(struct cpu_backend *c, const struct model *m, char *err, 
 			pages_populate(c->panel_block, table);
 			memcpy(c->panel_block, m->token_embd.data, table);
 			c->token_embd.data = c->panel_block;
-			/* a tied head reads (and is packed from) the copy too: the
-			 * table is resident once, and its file pages go now */
+			/* a tied head reads the copy too, as stored (the copy is
+			 * not the file's, so wants_panel gives it no re-laid copy
+			 * of its own): the table is resident once, and its file
+			 * pages go now */
 			if (c->output.data == m->token_embd.data)
 				c->output.data = c->token_embd.data;
 			pages_release(m->token_embd.data, table);
@@ -1016,7 +1037,8 @@ static int make_panels(struct cpu_backend *c, const struct model *m, char *err, 
 				panels_pack(c->pool, w, (void *)w->panels);
 			/* at once, so that a large model's file pages and panels are
 			 * not all resident together while it loads */
-			if (in_file_mapping(m, w) && (w->data != m->token_embd.data || copy_embd))
+			if (in_file_mapping(m, w) &&
+			    (w->data != m->token_embd.data || copy_embd || embd_head))
 				pages_release(w->data, matrix_bytes(w));
 		}
 	}

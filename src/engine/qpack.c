@@ -8,6 +8,8 @@
 #include "engine/qdot_impl.h"
 #include "engine/qpack_impl.h"
 
+#include "model/dequant.h"
+#include "model/gguf.h"
 #include "util/cpu.h"
 #include "util/half.h"
 
@@ -73,6 +75,54 @@ static void pack_q5k(const struct weight_matrix *w, int g, int k, void *out)
 	pack_k4(w, g, k, &blk->s, blk->qh, blk->qs);
 }
 
+/* Row r's scales back into a stored block's d, dmin and 12 scale bytes:
+ * the 6-bit values as qdot_scale_min_k4 reads them (every bit is used, so
+ * the bytes are the file's). */
+static void unpack_k4_scales(const struct qpack_k4_scales *s, int r, uint8_t *dst)
+{
+	uint8_t *q = dst + 4;
+	memcpy(dst, &s->d[r], 2);
+	memcpy(dst + 2, &s->dmin[r], 2);
+	memset(q, 0, 12);
+	for (int j = 0; j < 8; j++) {
+		int sc = s->sc[j][r], mn = s->mn[j / 2][r][j % 2];
+		if (j < 4) {
+			q[j] |= (uint8_t)sc;
+			q[j + 4] |= (uint8_t)mn;
+		} else {
+			q[j + 4] = (uint8_t)((sc & 0xf) | (mn & 0xf) << 4);
+			q[j - 4] |= (uint8_t)((sc >> 4) << 6);
+			q[j] |= (uint8_t)((mn >> 4) << 6);
+		}
+	}
+}
+
+/* Row r of a Q4_K (qh NULL) or Q5_K group block back into the stored
+ * block dst (the inverse of pack_k4). */
+static void unpack_k4(const struct qpack_k4_scales *s, const uint8_t (*qh)[QPACK_ROWS][4],
+                      const uint8_t qs[4][8][QPACK_ROWS][4], int r, uint8_t *dst)
+{
+	unpack_k4_scales(s, r, dst);
+	for (int c = 0; qh && c < 8; c++)
+		memcpy(dst + 16 + 4 * c, qh[c][r], 4);
+	uint8_t *codes = dst + (qh ? 48 : 16);
+	for (int m = 0; m < 4; m++)
+		for (int c = 0; c < 8; c++)
+			memcpy(codes + 32 * m + 4 * c, qs[m][c][r], 4);
+}
+
+static void unpack_q4k(const void *gblock, int r, uint8_t *dst)
+{
+	const struct qpack_q4k_block *blk = gblock;
+	unpack_k4(&blk->s, NULL, blk->qs, r, dst);
+}
+
+static void unpack_q5k(const void *gblock, int r, uint8_t *dst)
+{
+	const struct qpack_q5k_block *blk = gblock;
+	unpack_k4(&blk->s, blk->qh, blk->qs, r, dst);
+}
+
 /* Row r (< QPACK_ROWS) of a Q4_K (qh NULL) or Q5_K group block times one
  * activation block. */
 static float k4_block_dot(const struct qpack_k4_scales *s, const uint8_t qs[4][8][QPACK_ROWS][4],
@@ -122,6 +172,24 @@ static void pack_q6k(const struct weight_matrix *w, int g, int k, void *out)
 			blk->sc[i][r] = (int8_t)src[192 + i];
 		memcpy(&blk->d[r], src + 208, 2);
 	}
+}
+
+/* Row r of a group block back into the stored block dst (the inverse of
+ * pack_q6k: value e's bits where q6k_stored_value reads them). */
+static void unpack_q6k(const void *gblock, int r, uint8_t *dst)
+{
+	const struct qpack_q6k_block *blk = gblock;
+	memset(dst, 0, QDOT_Q6_K_BYTES);
+	for (int e = 0; e < 256; e++) {
+		int j2 = e / 32, l = e % 32, h = e / 128, quarter = (e % 128) / 32;
+		int lo = (blk->qs[j2 / 2][l / 4][r][l % 4] >> (4 * (j2 % 2))) & 15;
+		int hi = (blk->qh[j2 / 4][l / 4][r][l % 4] >> (2 * (j2 % 4))) & 3;
+		dst[64 * h + (quarter & 1) * 32 + l] |= (uint8_t)(lo << (quarter < 2 ? 0 : 4));
+		dst[128 + 32 * h + l] |= (uint8_t)(hi << (2 * quarter));
+	}
+	for (int i = 0; i < 16; i++)
+		dst[192 + i] = (uint8_t)blk->sc[i][r];
+	memcpy(dst + 208, &blk->d[r], 2);
 }
 
 /* Row r of a group block times one activation block: per 16-value group
@@ -213,6 +281,9 @@ int qpack_vecs_per_pass(size_t xq_bytes, int tile)
 
 /* Block k of group g of w, packed into out (one group block). */
 typedef void (*pack_block_fn)(const struct weight_matrix *w, int g, int k, void *out);
+/* Row r (< QPACK_ROWS) of one group block back into the stored block(s)
+ * dst (the file's bytes of those block_values of the row). */
+typedef void (*unpack_block_fn)(const void *gblock, int r, uint8_t *dst);
 
 /* One packed type: its group block, packer, twin, and the ISA files'
  * kernels (isa(vnni) for the 512- and 256-bit builds). */
@@ -221,6 +292,7 @@ struct qpack_type {
 	int block_values;
 	size_t group_block_bytes;
 	pack_block_fn pack;
+	unpack_block_fn unpack;
 	qpack_rows_fn twin;
 	/* The 512-bit kernels when not qpack_avx512_rows' (NULL) */
 	qpack_rows_fn (*avx512)(enum ggml_type t, bool vnni);
@@ -230,14 +302,16 @@ struct qpack_type {
 
 /* clang-format off */
 static const struct qpack_type types[] = {
-	{GGML_TYPE_Q4_K, 256, sizeof(struct qpack_q4k_block), pack_q4k, rows_q4k_scalar},
-	{GGML_TYPE_Q5_K, 256, sizeof(struct qpack_q5k_block), pack_q5k, rows_q5k_scalar},
-	{GGML_TYPE_Q6_K, 256, sizeof(struct qpack_q6k_block), pack_q6k, rows_q6k_scalar},
+	{GGML_TYPE_Q4_K, 256, sizeof(struct qpack_q4k_block), pack_q4k, unpack_q4k, rows_q4k_scalar},
+	{GGML_TYPE_Q5_K, 256, sizeof(struct qpack_q5k_block), pack_q5k, unpack_q5k, rows_q5k_scalar},
+	{GGML_TYPE_Q6_K, 256, sizeof(struct qpack_q6k_block), pack_q6k, unpack_q6k, rows_q6k_scalar},
 	/* two stored 32-value blocks per group block (qpack_impl.h) */
 	{GGML_TYPE_Q8_0, 32 * QPACK_Q0_PAIR, sizeof(struct qpack_q8_0_block), qpack_q8_0_pack,
-	 qpack_q8_0_rows_scalar, qpack_q0_avx512_rows, qpack_q0_amx_rows, qpack_q0_amx_emulated_rows},
+	 qpack_q8_0_unpack, qpack_q8_0_rows_scalar, qpack_q0_avx512_rows, qpack_q0_amx_rows,
+	 qpack_q0_amx_emulated_rows},
 	{GGML_TYPE_Q4_0, 32 * QPACK_Q0_PAIR, sizeof(struct qpack_q4_0_block), qpack_q4_0_pack,
-	 qpack_q4_0_rows_scalar, qpack_q0_avx512_rows, qpack_q0_amx_rows, qpack_q0_amx_emulated_rows},
+	 qpack_q4_0_unpack, qpack_q4_0_rows_scalar, qpack_q0_avx512_rows, qpack_q0_amx_rows,
+	 qpack_q0_amx_emulated_rows},
 };
 /* clang-format on */
 
@@ -294,6 +368,26 @@ void qpack_pack_groups(const struct weight_matrix *w, void *out, int g0, int g1)
 		for (int k = 0; k < nblk; k++)
 			qt->pack(w, g, k,
 			         (uint8_t *)out + ((size_t)g * nblk + k) * qt->group_block_bytes);
+}
+
+/* Most stored bytes one group block holds of a row (Q6_K's 210; Q8_0's
+ * pair of blocks, 68). */
+#define STORED_BLOCK_MAX 256
+_Static_assert(QDOT_Q6_K_BYTES <= STORED_BLOCK_MAX &&
+                   QPACK_Q0_PAIR * QDOT_Q8_0_BYTES <= STORED_BLOCK_MAX,
+               "a row's stored blocks of one group block fit the unpack buffer");
+
+void qpack_row_to_f32(const struct weight_matrix *w, int row, float *out)
+{
+	const struct qpack_type *qt = type_of(w->type);
+	int nblk = w->cols / qt->block_values;
+	uint8_t stored[STORED_BLOCK_MAX];
+	for (int k = 0; k < nblk; k++) {
+		qt->unpack((const uint8_t *)w->panels + qpack_block_offset(w, row, k),
+		           row % QPACK_ROWS, stored);
+		dequantize_row(w->type, stored, out + (size_t)k * qt->block_values,
+		               (uint64_t)qt->block_values);
+	}
 }
 
 struct pack_job {

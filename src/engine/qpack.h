@@ -59,6 +59,11 @@ qpack_rows_fn qpack_amx_emulated_rows_get(enum ggml_type t);
 /* The best variant with a kernel for t on this CPU (SCALAR when no vector
  * one runs). */
 enum qdot_variant qpack_variant_best(enum ggml_type t);
+/* Row `row` of w as F32 into out (cols), read from the packed copy: each
+ * block unpacked to its stored bytes and dequantized as matmul_row_to_f32
+ * does, so the values are the same bits (a tied head's copy serves the
+ * embedding lookups).  w->panels must hold the packed copy. */
+void qpack_row_to_f32(const struct weight_matrix *w, int row, float *out);
 /* Byte offset in the packed copy of the group block that holds row r's
  * block k (tests read the layout through it). */
 size_t qpack_block_offset(const struct weight_matrix *w, int r, int k);

@@ -91,6 +91,10 @@ _Static_assert(sizeof(struct qpack_q4_0_block) % 64 == 0, "Q4_0 group block is w
  * group block); rows past the end are zero. */
 void qpack_q8_0_pack(const struct weight_matrix *w, int g, int k, void *out);
 void qpack_q4_0_pack(const struct weight_matrix *w, int g, int k, void *out);
+/* Row r of a group block back into its QPACK_Q0_PAIR stored blocks at dst
+ * (the file's bytes: qpack_row_to_f32 dequantizes them). */
+void qpack_q8_0_unpack(const void *gblock, int r, uint8_t *dst);
+void qpack_q4_0_unpack(const void *gblock, int r, uint8_t *dst);
 /* The plain-C twins (qpack_rows_fn). */
 void qpack_q8_0_rows_scalar(const struct weight_matrix *w, const void *xq, size_t xq_bytes, int B,
                             float *y, size_t ldy, int r0, int r1);

@@ -55,6 +55,46 @@ void qpack_q4_0_pack(const struct weight_matrix *w, int g, int k, void *out)
 	pack_pair(w, g, k, out, sizeof(struct qpack_q4_0_block), QDOT_Q4_0_BYTES, put_q4_0);
 }
 
+/* Writes row r of block h of a group block as the codes of one stored
+ * block (the inverse of a put_codes_fn). */
+typedef void (*get_codes_fn)(const void *gblock, int h, int r, uint8_t *codes);
+
+static void get_q8_0(const void *gblock, int h, int r, uint8_t *codes)
+{
+	const struct qpack_q8_0_block *p = gblock;
+	for (int i = 0; i < 32; i++)
+		codes[i] = (uint8_t)(p->qs[h][i / 4][r][i % 4] ^ 0x80);
+}
+
+static void get_q4_0(const void *gblock, int h, int r, uint8_t *codes)
+{
+	const struct qpack_q4_0_block *p = gblock;
+	for (int j = 0; j < 4; j++)
+		memcpy(codes + 4 * j, p->qs[h][j][r], 4);
+}
+
+/* Row r of a group block into its stored blocks (block_bytes each) at dst:
+ * the inverse of pack_pair. */
+static void unpack_pair(const void *gblock, int r, uint8_t *dst, size_t block_bytes,
+                        get_codes_fn get)
+{
+	const uint16_t(*d)[QPACK_ROWS] = gblock;
+	for (int h = 0; h < QPACK_Q0_PAIR; h++) {
+		memcpy(dst + (size_t)h * block_bytes, &d[h][r], 2);
+		get(gblock, h, r, dst + (size_t)h * block_bytes + 2);
+	}
+}
+
+void qpack_q8_0_unpack(const void *gblock, int r, uint8_t *dst)
+{
+	unpack_pair(gblock, r, dst, QDOT_Q8_0_BYTES, get_q8_0);
+}
+
+void qpack_q4_0_unpack(const void *gblock, int r, uint8_t *dst)
+{
+	unpack_pair(gblock, r, dst, QDOT_Q4_0_BYTES, get_q4_0);
+}
+
 /* Row r (< QPACK_ROWS) of block h of a group block times activation block
  * x: the integer sum of codes times x, less offset times x's sum. */
 static int32_t q8_0_dot(const struct qpack_q8_0_block *p, int h, int r,

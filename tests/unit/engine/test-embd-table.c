@@ -2,8 +2,13 @@
  * converted per token, never a widened copy), held once.  A tied output
  * head that multiplies by the table as stored reads the backend's copy, so
  * the table's file pages are given back (none mapped after a forward) and
- * the logits are those of the head reading its own copy of the bytes.
- * Synthetic Q8_0 models from sinkd-mkmodel (path in argv[1]). */
+ * the logits are those of the head reading its own copy of the bytes.  A
+ * tied head with a packed layout (engine/qpack.h) is packed and serves the
+ * lookups from its packed copy: the backend's block is the packed copies
+ * alone (no copy of the table; its debug line names the bytes), the
+ * process's anonymous memory grows by about that, and the logits are the
+ * stored layout's within float summation order.  Synthetic models from
+ * sinkd-mkmodel (path in argv[1]). */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -14,19 +19,21 @@
 
 #include "config/config.h"
 #include "engine/backend.h"
+#include "engine/qpack.h"
+#include "util/log.h"
 #include "util/errbuf.h"
 #include "testutil.h"
 
 static const char *mkmodel_path;
 
-static struct model *make_model(char *path, size_t len, const char *type)
+static struct model *make_model(char *path, size_t len, const char *type, int vocab)
 {
 	char cmd[2048], err[SINKD_ERR_LEN];
 	snprintf(path, len, "/tmp/sinkd-embd-table-%d.gguf", (int)getpid());
 	snprintf(cmd, sizeof(cmd),
-	         "'%s' --out '%s' --dim 256 --layers 2 --heads 4 --ffn 256 --vocab-size 4096 "
+	         "'%s' --out '%s' --dim 256 --layers 2 --heads 4 --ffn 256 --vocab-size %d "
 	         "--seed 5 --type %s --tied >/dev/null",
-	         mkmodel_path, path, type);
+	         mkmodel_path, path, vocab, type);
 	ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
 	struct model *m = NULL;
 	ck_assert_msg(model_load(path, NULL, &m, err, sizeof(err)) == 0, "%s", err);
@@ -68,7 +75,16 @@ static void logits_of(const struct model *m, struct backend *be, float *out)
 	be->ops->session_free(be, s);
 }
 
-/* Q8_0: the head multiplies the table as stored; F16: it gets panels
+/* Whether the backend packs a tied head of type t on this CPU (a packed
+ * layout with a vector kernel), so that the lookups read its packed copy. */
+static bool packs_here(enum ggml_type t)
+{
+	return qpack_supported(t) && qpack_variant_best(t) != QDOT_VARIANT_SCALAR;
+}
+
+/* Q8_0: the head multiplies the table as stored, bit for bit the
+ * reference, unless this CPU packs Q8_0 (then the packed kernel against the
+ * stored one: summation order, F16's tolerance); F16: it gets panels
  * where the CPU has them (packed from the copy), and the reference on its
  * own copy does not (another kernel: summation order). */
 static const struct {
@@ -80,7 +96,7 @@ static const struct {
 START_TEST(test_tied_table_held_once)
 {
 	char path[128], err[SINKD_ERR_LEN];
-	struct model *m = make_model(path, sizeof(path), cases[_i].type);
+	struct model *m = make_model(path, sizeof(path), cases[_i].type, 4096);
 	ck_assert(m->hp.tied_output);
 	ck_assert_int_eq(m->token_embd.type, cases[_i].stored); /* as stored, not widened */
 	struct backend_options bo = {.n_threads = 1};
@@ -89,6 +105,7 @@ START_TEST(test_tied_table_held_once)
 	float *tied = malloc((size_t)m->hp.n_vocab * sizeof(float));
 	float *ref = malloc((size_t)m->hp.n_vocab * sizeof(float));
 	logits_of(m, be, tied);
+	float tol = packs_here(cases[_i].stored) ? 1e-4f : cases[_i].tol;
 	size_t table = (size_t)m->token_embd.rows * m->token_embd.row_bytes;
 	/* the lookups and the head read all of it: no page of the file's
 	 * table came back */
@@ -102,7 +119,7 @@ START_TEST(test_tied_table_held_once)
 	ck_assert_msg(backend_cpu_new(m, &bo, &be, err, sizeof(err)) == 0, "%s", err);
 	logits_of(m, be, ref);
 	for (int i = 0; i < m->hp.n_vocab; i++)
-		ck_assert_msg(fabsf(tied[i] - ref[i]) <= cases[_i].tol * (1.0f + fabsf(ref[i])),
+		ck_assert_msg(fabsf(tied[i] - ref[i]) <= tol * (1.0f + fabsf(ref[i])),
 		              "%s logit %d: %g, head on its own copy %g", cases[_i].type, i,
 		              (double)tied[i], (double)ref[i]);
 	backend_free(be);
@@ -111,6 +128,126 @@ START_TEST(test_tied_table_held_once)
 	free(copy);
 	free(tied);
 	free(ref);
+}
+END_TEST
+
+/* Kilobytes of anonymous memory resident in this process now. */
+static long rss_anon_kb(void)
+{
+	char line[256];
+	long kb = -1;
+	FILE *f = fopen("/proc/self/status", "r");
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "RssAnon: %ld kB", &kb) == 1)
+			break;
+	fclose(f);
+	ck_assert_int_ge(kb, 0);
+	return kb;
+}
+
+/* Bytes of the packed copies the backend makes: the head and every layer
+ * matrix of a packed type, each 64-byte aligned in the block. */
+static size_t packed_bytes(const struct model *m)
+{
+	size_t total = (qpack_bytes(&m->output) + 63) & ~(size_t)63;
+	for (int l = 0; l < m->hp.n_layers; l++) {
+		const struct model_layer *L = &m->layers[l];
+		const struct weight_matrix *ws[] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
+		                                    &L->w_gate, &L->w_up, &L->w_down};
+		for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
+			total += (qpack_bytes(ws[i]) + 63) & ~(size_t)63;
+	}
+	return total;
+}
+
+/* Tied heads of the packed types this CPU runs a vector kernel for (the
+ * backend packs no others); main adds only these. */
+static const struct {
+	const char *type;
+	enum ggml_type stored;
+} packed_cases[] = {{"q4_k", GGML_TYPE_Q4_K},
+                    {"q6_k", GGML_TYPE_Q6_K},
+                    {"q8_0", GGML_TYPE_Q8_0},
+                    {"q4_0", GGML_TYPE_Q4_0}};
+#define N_PACKED (int)(sizeof(packed_cases) / sizeof(packed_cases[0]))
+
+static bool packed_case_runs(int i)
+{
+	return packs_here(packed_cases[i].stored);
+}
+
+/* max |a - b| / max |b| allowed: test-qpack-backend.c's bound (an int8
+ * rounding edge crossed in one layer carries through the next). */
+#define PACKED_LOGIT_TOL 3e-2
+
+/* The bytes of the backend's huge-page block, from its debug line
+ * (log_alloc, JSON) in the log's text. */
+static size_t block_bytes_logged(const char *text)
+{
+	const char *at = text ? strstr(text, "weights re-laid") : NULL;
+	ck_assert_msg(at != NULL, "no debug line of the weights' block in: %s", text);
+	at = strstr(at, "\"bytes\":");
+	ck_assert_ptr_nonnull(at);
+	return (size_t)strtoull(at + strlen("\"bytes\":"), NULL, 10);
+}
+
+/* The logits of m on the stored layout (no packed copies) against tied. */
+static void expect_stored_logits(const struct model *m, const float *tied, const char *type)
+{
+	char err[SINKD_ERR_LEN];
+	struct backend_options bo = {.n_threads = 1, .cpu_stored_layout = true};
+	struct backend *be = NULL;
+	ck_assert_msg(backend_cpu_new(m, &bo, &be, err, sizeof(err)) == 0, "%s", err);
+	float *ref = malloc((size_t)m->hp.n_vocab * sizeof(float));
+	logits_of(m, be, ref);
+	float diff = 0.0f, mag = 0.0f;
+	for (int i = 0; i < m->hp.n_vocab; i++) {
+		diff = fmaxf(diff, fabsf(tied[i] - ref[i]));
+		mag = fmaxf(mag, fabsf(ref[i]));
+	}
+	ck_assert_msg(mag > 0.0f && diff <= PACKED_LOGIT_TOL * mag,
+	              "%s: logits differ from the stored layout's by %g (largest %g)", type,
+	              (double)diff, (double)mag);
+	backend_free(be);
+	free(ref);
+}
+
+START_TEST(test_tied_packed_held_once)
+{
+	char path[128], err[SINKD_ERR_LEN], *log_text = NULL;
+	size_t log_len = 0;
+	/* a table of a few MB, so that a copy of it would stand out of the
+	 * anonymous memory's page rounding */
+	struct model *m = make_model(path, sizeof(path), packed_cases[_i].type, 16384);
+	ck_assert(m->hp.tied_output);
+	ck_assert_int_eq(m->token_embd.type, packed_cases[_i].stored);
+	size_t table = (size_t)m->token_embd.rows * m->token_embd.row_bytes;
+	float *tied = malloc((size_t)m->hp.n_vocab * sizeof(float));
+	FILE *stream = open_memstream(&log_text, &log_len);
+	struct sinkd_log *log = log_new(stream, LOG_DEBUG, LOG_FORMAT_JSON);
+	struct backend_options bo = {.n_threads = 1, .log = log};
+	struct backend *be = NULL;
+	long before = rss_anon_kb();
+	ck_assert_msg(backend_cpu_new(m, &bo, &be, err, sizeof(err)) == 0, "%s", err);
+	logits_of(m, be, tied);
+	long grown = (rss_anon_kb() - before) * 1024;
+	fflush(stream);
+	/* the block is the packed copies, the head's among them, and no copy
+	 * of the table; the table's file pages are gone */
+	ck_assert_uint_eq(block_bytes_logged(log_text), packed_bytes(m));
+	ck_assert_uint_eq(resident_pages(m->token_embd.data, table), 0);
+	ck_assert_msg((size_t)grown < packed_bytes(m) + table / 3,
+	              "%s: anonymous memory grew by %ld bytes; packed copies %zu, table %zu",
+	              packed_cases[_i].type, grown, packed_bytes(m), table);
+	backend_free(be);
+	expect_stored_logits(m, tied, packed_cases[_i].type);
+	model_free(m);
+	unlink(path);
+	log_free(log);
+	fclose(stream);
+	free(log_text);
+	free(tied);
 }
 END_TEST
 
@@ -125,6 +262,12 @@ int main(int argc, char **argv)
 	TCase *tc = tcase_create("core");
 	tcase_add_loop_test(tc, test_tied_table_held_once, 0,
 	                    (int)(sizeof(cases) / sizeof(cases[0])));
+	for (int i = 0; i < N_PACKED; i++)
+		if (packed_case_runs(i))
+			tcase_add_loop_test(tc, test_tied_packed_held_once, i, i + 1);
+		else
+			printf("embd-table: %s has no packed kernel on this CPU: skipped\n",
+			       packed_cases[i].type);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

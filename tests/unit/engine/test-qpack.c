@@ -4,7 +4,8 @@
  * both only by float summation order), over row counts that are and are
  * not multiples of QPACK_ROWS, one and several blocks per row, batches
  * 1..64, row sub-ranges that start and end inside a group, and through
- * matmul's QPACK families with a bias. */
+ * matmul's QPACK families with a bias; and a row read back from the packed
+ * copy (qpack_row_to_f32) is the stored row's floats, bit for bit. */
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
@@ -286,6 +287,43 @@ START_TEST(test_matmul_family)
 }
 END_TEST
 
+/* qpack_row_to_f32 against matmul_row_to_f32 on the stored rows of type
+ * t, every row of three groups (the last one partial) of six blocks: the
+ * same bits, since a tied head's packed copy serves the embedding lookups.
+ * Returns 1, or 0 for a type without a packed layout. */
+static int check_rows_read_back(enum ggml_type t)
+{
+	if (!qpack_supported(t))
+		return 0;
+	struct fixture f;
+	/* six stored blocks: three of Q8_0's and Q4_0's pairs */
+	int rows = 2 * QPACK_ROWS + 5, cols = 6 * qdot_block_values(t);
+	fixture_init(&f, t, rows, cols, 1);
+	struct weight_matrix stored = f.w;
+	stored.panels = NULL;
+	float *want = malloc(sizeof(float) * cols), *got = malloc(sizeof(float) * cols);
+	for (int r = 0; r < rows; r++) {
+		matmul_row_to_f32(&stored, r, want);
+		memset(got, 0xff, sizeof(float) * cols);
+		qpack_row_to_f32(&f.w, r, got);
+		ck_assert_msg(memcmp(got, want, sizeof(float) * cols) == 0,
+		              "type %d row %d: packed row differs from the stored one", (int)t, r);
+	}
+	free(want);
+	free(got);
+	fixture_free(&f);
+	return 1;
+}
+
+START_TEST(test_row_to_f32)
+{
+	int checked = 0;
+	for (int ti = 0; ti < N_TYPES; ti++)
+		checked += check_rows_read_back(types[ti]);
+	ck_assert_int_gt(checked, 0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("qpack");
@@ -294,6 +332,7 @@ int main(void)
 	tcase_add_test(tc, test_variants_match_twins);
 	tcase_add_test(tc, test_layout);
 	tcase_add_test(tc, test_matmul_family);
+	tcase_add_test(tc, test_row_to_f32);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }
