@@ -2,7 +2,8 @@
  * build there: the includer defines Q0_TARGET, Q0_VNNI (0: maddubs + madd,
  * 1: vpdpbusd), Q0_512 (1: 512-bit, one register per 16-row line; 0:
  * 256-bit, two registers of 8 rows), Q0_RG and Q0_NV (the batch tile:
- * groups by vectors), Q0_DEC_RG (groups decode runs at once) and Q0(name).
+ * groups by vectors), Q0_DEC_RG (groups decode runs at once) and Q0(name),
+ * all of which it undefines at its end.
  *
  * One register tile is RG row groups (one row per 32-bit lane) by V
  * activation vectors over the whole row: per step of four values, one load
@@ -316,4 +317,12 @@ Q0_DEFINE_ROWS(q4_0)
 #undef Q0_RUN
 #undef Q0_ALL_VECTORS
 #undef Q0_DEFINE_ROWS
+/* the build's parameters: the includer defines them anew for the next */
+#undef Q0_TARGET
+#undef Q0_VNNI
+#undef Q0_512
+#undef Q0_RG
+#undef Q0_NV
+#undef Q0_DEC_RG
+#undef Q0
 /* clang-format on */

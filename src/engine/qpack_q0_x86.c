@@ -25,21 +25,15 @@
 #define Q0_DEC_RG 4
 #define Q0(name) Q0_CAT(name, avx512vnni)
 #include "engine/qpack_q0_kernels.h"
-#undef Q0_TARGET
-#undef Q0_VNNI
-#undef Q0
 
 #define Q0_TARGET "avx512f,avx512bw,avx512vl,avx2,fma,f16c"
 #define Q0_VNNI 0
+#define Q0_512 1
+#define Q0_RG 2
+#define Q0_NV 4
+#define Q0_DEC_RG 4
 #define Q0(name) Q0_CAT(name, avx512bw)
 #include "engine/qpack_q0_kernels.h"
-#undef Q0_TARGET
-#undef Q0_VNNI
-#undef Q0_512
-#undef Q0_RG
-#undef Q0_NV
-#undef Q0_DEC_RG
-#undef Q0
 
 #define Q0_TARGET "avx2,avxvnni,fma,f16c"
 #define Q0_VNNI 1
@@ -49,21 +43,15 @@
 #define Q0_DEC_RG 2
 #define Q0(name) Q0_CAT(name, avxvnni)
 #include "engine/qpack_q0_kernels.h"
-#undef Q0_TARGET
-#undef Q0_VNNI
-#undef Q0
 
 #define Q0_TARGET "avx2,fma,f16c"
 #define Q0_VNNI 0
+#define Q0_512 0
+#define Q0_RG 1
+#define Q0_NV 4
+#define Q0_DEC_RG 2
 #define Q0(name) Q0_CAT(name, avx2)
 #include "engine/qpack_q0_kernels.h"
-#undef Q0_TARGET
-#undef Q0_VNNI
-#undef Q0_512
-#undef Q0_RG
-#undef Q0_NV
-#undef Q0_DEC_RG
-#undef Q0
 
 qpack_rows_fn qpack_q0_avx512_rows(enum ggml_type t, bool vnni)
 {

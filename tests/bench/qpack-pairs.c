@@ -9,31 +9,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "engine/qdot.h"
 #include "engine/qpack.h"
 #include "model/dequant.h"
+#include "util/monotime.h"
 
 #define TRIAL_MIN_S 0.05
 #define MAX_PAIRS 64
 #define MAX_BATCHES 8
 
-static double now_s(void)
+/* Random bytes for the codes and activations: any will do. */
+static uint8_t rand_u8(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static uint64_t rnd(void)
-{
-	rng_state ^= rng_state << 13;
-	rng_state ^= rng_state >> 7;
-	rng_state ^= rng_state << 17;
-	return rng_state;
+	return (uint8_t)(rand() >> 7);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -58,7 +47,7 @@ static void case_make(struct pair_case *c, enum ggml_type t, int rows, int cols,
 	size_t bytes = w->row_bytes * (size_t)rows, block = ggml_row_bytes(t, 32);
 	uint8_t *d = aligned_alloc(64, (bytes + 63) / 64 * 64);
 	for (size_t i = 0; i < bytes; i++)
-		d[i] = (uint8_t)rnd();
+		d[i] = rand_u8();
 	uint16_t scale = f32_to_fp16(0.01f);
 	for (size_t b = 0; b < bytes; b += block)
 		memcpy(d + b, &scale, 2);
@@ -72,7 +61,7 @@ static void case_make(struct pair_case *c, enum ggml_type t, int rows, int cols,
 	float *x = malloc(sizeof(float) * (size_t)cols);
 	for (int b = 0; b < max_b; b++) {
 		for (int i = 0; i < cols; i++)
-			x[i] = (float)((rnd() >> 40) % 2001) / 1000.0f - 1.0f;
+			x[i] = (float)rand_u8() / 127.5f - 1.0f;
 		qdot_act_quantize(t, x, cols, c->xq + (size_t)b * c->act_bytes);
 	}
 	free(x);
@@ -91,7 +80,7 @@ static double trial(const struct pair_case *c, const struct qdot_kernels *k, qpa
                     int B)
 {
 	int reps = 0;
-	double t0 = now_s(), t;
+	double t0 = monotime_s(), t;
 	do {
 		if (k)
 			qdot_rows(k, c->w.data, c->w.row_bytes, c->w.rows, c->xq, c->act_bytes, B,
@@ -99,7 +88,7 @@ static double trial(const struct pair_case *c, const struct qdot_kernels *k, qpa
 		else
 			pk(&c->w, c->xq, c->act_bytes, B, c->y, (size_t)c->w.rows, 0, c->w.rows);
 		reps++;
-		t = now_s() - t0;
+		t = monotime_s() - t0;
 	} while (t < TRIAL_MIN_S);
 	return t / reps;
 }
