@@ -1,6 +1,7 @@
 /* The packed Q8_0/Q4_0 kernels (engine/qpack.h) against the stored
  * layout's qdot kernels of the same variant (run by hand, not a test): on
- * one thread, y(B, rows) = W(rows, cols) . xq(B)^T, the two timed in
+ * one thread, y(B, rows) = W(rows, cols) . xq(B)^T (the stored side as
+ * matmul.c's QDOT family runs it: row dots at B = 1), the two timed in
  * alternating pairs (each trial repeats its pass for 50 ms), so both see
  * the same machine state; prints each pair's ratio (stored time / packed
  * time: above 1 the packed kernel is faster), min and median, and one JSON
@@ -82,7 +83,12 @@ static double trial(const struct pair_case *c, const struct qdot_kernels *k, qpa
 	int reps = 0;
 	double t0 = monotime_s(), t;
 	do {
-		if (k)
+		if (k && B == 1) /* as matmul.c's QDOT family runs decode */
+			for (int r = 0; r < c->w.rows; r++)
+				c->y[r] = k->dot_row((const uint8_t *)c->w.data +
+				                         (size_t)r * c->w.row_bytes,
+				                     c->xq, c->w.cols);
+		else if (k)
 			qdot_rows(k, c->w.data, c->w.row_bytes, c->w.rows, c->xq, c->act_bytes, B,
 			          c->w.cols, c->y, (size_t)c->w.rows);
 		else
