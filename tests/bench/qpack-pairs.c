@@ -134,8 +134,9 @@ int main(int argc, char **argv)
 		max_b = batches[i] > max_b ? batches[i] : max_b;
 	if (rows <= 0 || cols <= 0 || cols % 64 || n < 1 || n > MAX_PAIRS ||
 	    v == QDOT_VARIANT_COUNT || !qdot_variant_runs((enum qdot_variant)v)) {
-		fprintf(stderr, "usage: qpack-pairs [rows] [cols, a multiple of 64] [batches] "
-		                "[pairs, 1..%d] [variant this CPU runs: scalar, avx2, ...]\n",
+		fprintf(stderr,
+		        "usage: qpack-pairs [rows] [cols, a multiple of 64] [batches] "
+		        "[pairs, 1..%d] [variant this CPU runs: scalar, avx2, ...]\n",
 		        MAX_PAIRS);
 		return 2;
 	}
@@ -152,10 +153,11 @@ int main(int argc, char **argv)
 			double min, med;
 			run_pairs(&c, (enum qdot_variant)v, batches[i], n, &min, &med);
 			if (jn < (int)sizeof(json) - 128)
-				jn += snprintf(json + jn, sizeof(json) - (size_t)jn,
-				               "%s{\"type\":\"%s\",\"B\":%d,\"min\":%.3f,\"median\":%.3f}",
-				               t || i ? "," : "", ggml_type_name(types[t]), batches[i],
-				               min, med);
+				jn += snprintf(
+				    json + jn, sizeof(json) - (size_t)jn,
+				    "%s{\"type\":\"%s\",\"B\":%d,\"min\":%.3f,\"median\":%.3f}",
+				    t || i ? "," : "", ggml_type_name(types[t]), batches[i], min,
+				    med);
 		}
 		case_free(&c);
 	}
