@@ -18,7 +18,7 @@
  *
  * Without VNNI, Q8_0's codes + 128 would saturate maddubs (255 x 127,
  * twice), so those builds multiply |q| by x with q's sign (offset 0); Q4_0's
- * nibbles (at most 15) cannot saturate it. */
+ * nibbles (at most 15) cannot saturate it, nor a block's sums in 16 bits. */
 
 /* clang-format would read Q0(type) *p as a multiplication. */
 /* clang-format off */
@@ -99,6 +99,31 @@ Q0_INLINE Q0(vi) Q0(q8_dot)(Q0(vi) acc, struct Q0(q8_line) l, Q0(vi) x)
 	x = _mm256_sign_epi8(x, l.s);
 #endif
 	return Q0(dot)(acc, l.u, x);
+}
+
+/* Q4_0's products of one block: VNNI sums them in 32 bits as they come;
+ * maddubs sums them in 16 bits (8 pairs of at most 2 x 15 x 127 per block
+ * fit), widened once per block by q4_widen, one madd fewer per product. */
+Q0_INLINE Q0(vi) Q0(q4_dot)(Q0(vi) acc, Q0(vi) u, Q0(vi) s)
+{
+#if Q0_VNNI
+	return Q0(dot)(acc, u, s);
+#else
+	return Q0_OP(add_epi16)(acc, Q0_OP(maddubs_epi16)(u, s));
+#endif
+}
+
+/* A block's Q4_0 sums as 32-bit lanes less 8 times x's block sum (the
+ * VNNI builds started from that already). */
+Q0_INLINE Q0(vi) Q0(q4_widen)(Q0(vi) acc, int32_t x_sum)
+{
+#if Q0_VNNI
+	(void)x_sum;
+	return acc;
+#else
+	return Q0_OP(add_epi32)(Q0_OP(madd_epi16)(acc, Q0_OP(set1_epi16)(1)),
+	                        Q0_OP(set1_epi32)(-8 * x_sum));
+#endif
 }
 
 /* Four activation bytes in every lane. */
@@ -202,7 +227,7 @@ Q0_INLINE void Q0(q4_0_tile)(const int RG, const int V, const struct qpack_q4_0_
 		for (int h = 0; h < QPACK_Q0_PAIR; h++) {
 			const struct qdot_q8_block *xb[Q0_MAX_V];
 			Q0(vi) isum[Q0_MAX_R][Q0_MAX_V];
-			Q0_START(R, V, 8, x, xs, QPACK_Q0_PAIR * k + h, xb, isum);
+			Q0_START(R, V, Q0_VNNI ? 8 : 0, x, xs, QPACK_Q0_PAIR * k + h, xb, isum);
 #pragma GCC unroll 4
 			for (int j = 0; j < 4; j++) {
 				Q0(vi) lo[Q0_MAX_R], hi[Q0_MAX_R];
@@ -215,11 +240,14 @@ Q0_INLINE void Q0(q4_0_tile)(const int RG, const int V, const struct qpack_q4_0_
 					Q0(vi) xl = Q0(bcast4)(xb[v]->qs + 4 * j);
 					Q0(vi) xh = Q0(bcast4)(xb[v]->qs + 16 + 4 * j);
 					for (int i = 0; i < R; i++) {
-						isum[i][v] = Q0(dot)(isum[i][v], lo[i], xl);
-						isum[i][v] = Q0(dot)(isum[i][v], hi[i], xh);
+						isum[i][v] = Q0(q4_dot)(isum[i][v], lo[i], xl);
+						isum[i][v] = Q0(q4_dot)(isum[i][v], hi[i], xh);
 					}
 				}
 			}
+			for (int v = 0; v < V; v++)
+				for (int i = 0; i < R; i++)
+					isum[i][v] = Q0(q4_widen)(isum[i][v], xb[v]->sum);
 			Q0_SCALE(R, V, gb, h, xb, isum, acc);
 		}
 	}
