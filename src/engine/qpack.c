@@ -294,8 +294,9 @@ struct qpack_type {
 	pack_block_fn pack;
 	unpack_block_fn unpack;
 	qpack_rows_fn twin;
-	/* The 512-bit kernels when not qpack_avx512_rows' (NULL) */
-	qpack_rows_fn (*avx512)(enum ggml_type t, bool vnni);
+	/* The 512- and 256-bit kernels when not qpack_avx512_rows' and
+	 * qpack_avx2_rows' (NULL) */
+	qpack_rows_fn (*avx512)(enum ggml_type t, bool vnni), (*avx2)(enum ggml_type t, bool vnni);
 	/* The AMX kernels and their emulation (NULL: none) */
 	qpack_rows_fn (*amx)(enum ggml_type t), (*amx_emulated)(enum ggml_type t);
 };
@@ -307,11 +308,11 @@ static const struct qpack_type types[] = {
 	{GGML_TYPE_Q6_K, 256, sizeof(struct qpack_q6k_block), pack_q6k, unpack_q6k, rows_q6k_scalar},
 	/* two stored 32-value blocks per group block (qpack_impl.h) */
 	{GGML_TYPE_Q8_0, 32 * QPACK_Q0_PAIR, sizeof(struct qpack_q8_0_block), qpack_q8_0_pack,
-	 qpack_q8_0_unpack, qpack_q8_0_rows_scalar, qpack_q0_avx512_rows, qpack_q0_amx_rows,
-	 qpack_q0_amx_emulated_rows},
+	 qpack_q8_0_unpack, qpack_q8_0_rows_scalar, qpack_q0_avx512_rows, qpack_q0_avx2_rows,
+	 qpack_q0_amx_rows, qpack_q0_amx_emulated_rows},
 	{GGML_TYPE_Q4_0, 32 * QPACK_Q0_PAIR, sizeof(struct qpack_q4_0_block), qpack_q4_0_pack,
-	 qpack_q4_0_unpack, qpack_q4_0_rows_scalar, qpack_q0_avx512_rows, qpack_q0_amx_rows,
-	 qpack_q0_amx_emulated_rows},
+	 qpack_q4_0_unpack, qpack_q4_0_rows_scalar, qpack_q0_avx512_rows, qpack_q0_avx2_rows,
+	 qpack_q0_amx_rows, qpack_q0_amx_emulated_rows},
 };
 /* clang-format on */
 
@@ -428,7 +429,7 @@ qpack_rows_fn qpack_rows_get(enum ggml_type t, enum qdot_variant v)
 		return qt->twin;
 	case QDOT_VARIANT_AVX2:
 	case QDOT_VARIANT_AVXVNNI:
-		return qpack_avx2_rows(t, v == QDOT_VARIANT_AVXVNNI);
+		return (qt->avx2 ? qt->avx2 : qpack_avx2_rows)(t, v == QDOT_VARIANT_AVXVNNI);
 	case QDOT_VARIANT_AVX512BW:
 	case QDOT_VARIANT_AVX512VNNI:
 		return (qt->avx512 ? qt->avx512 : qpack_avx512_rows)(t, v == QDOT_VARIANT_AVX512VNNI);

@@ -101,9 +101,10 @@ void qpack_q8_0_rows_scalar(const struct weight_matrix *w, const void *xq, size_
 void qpack_q4_0_rows_scalar(const struct weight_matrix *w, const void *xq, size_t xq_bytes, int B,
                             float *y, size_t ldy, int r0, int r1);
 
-/* The AVX-512 VNNI kernels of Q8_0 and Q4_0 (NULL off x86, for another
- * type, or without vnni: they need vpdpbusd). */
+/* The x86 kernels of Q8_0 and Q4_0 (qpack_q0_x86.c; vnni: the VNNI build;
+ * NULL off x86 or for another type). */
 qpack_rows_fn qpack_q0_avx512_rows(enum ggml_type t, bool vnni);
+qpack_rows_fn qpack_q0_avx2_rows(enum ggml_type t, bool vnni);
 
 /* The AMX kernels of Q8_0 and Q4_0 (qpack_q0_amx.c): whole tiles of 16
  * vectors on AMX int8 tiles, the rest through the AVX-512 VNNI kernel.

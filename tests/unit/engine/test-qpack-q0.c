@@ -3,7 +3,8 @@
  * activations: the packer against the stored blocks element by element
  * (rows past the end zero); the plain-C twin against the stored layout's
  * qdot twin (bit for bit: the same integers, scaled in the same order);
- * every kernel this CPU runs against both, on rows not a multiple of the
+ * every variant this CPU runs (AVX2, AVX-VNNI, AVX-512BW, AVX-512 VNNI:
+ * each must have its kernel) against both, on rows not a multiple of the
  * group, one row, one and many blocks, B = 1, 2, 3, 7, 8, 9, 31, 64, 512,
  * sub-ranges [r0, r1) (rows outside untouched); the AMX kernels' code
  * with the tile instructions emulated (the real ones: test-qpack-amx.c);
@@ -72,6 +73,11 @@ START_TEST(test_kernels_match_twins)
 	for (size_t ti = 0; ti < 2; ti++)
 		for (int v = 0; v < QDOT_VARIANT_COUNT; v++) {
 			qpack_rows_fn k = qpack_rows_get(types[ti], (enum qdot_variant)v);
+			/* every variant the CPU runs has its packed kernel: the
+			 * backend packs only where one does */
+			ck_assert_msg(k || !qdot_variant_runs((enum qdot_variant)v),
+			              "%s: no packed kernel for %s, which this CPU runs",
+			              ggml_type_name(types[ti]), qdot_variant_name(v));
 			if (!k)
 				continue;
 			checked += v != QDOT_VARIANT_SCALAR;
