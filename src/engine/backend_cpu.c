@@ -995,8 +995,11 @@ static int make_panels(struct cpu_backend *c, const struct model *m, char *err, 
 	}
 	bool embd_head = embd_reads_head(c, m);
 	bool copy_embd = !embd_head && in_file_mapping(m, &m->token_embd);
+	/* a tied head that will read the table's copy gets no re-laid copy:
+	 * reserve none for it */
+	bool head_reads_copy = copy_embd && m->output.data == m->token_embd.data;
 	size_t total = copy_embd ? block_bytes(matrix_bytes(&m->token_embd)) : 0;
-	for (int i = 0; i < n; i++)
+	for (int i = head_reads_copy ? 1 : 0; i < n; i++)
 		if (wants_panel(c, m, ws[i]))
 			total += block_bytes(relaid_bytes(ws[i]));
 	if (total > 0)
@@ -1019,7 +1022,7 @@ static int make_panels(struct cpu_backend *c, const struct model *m, char *err, 
 			 * not the file's, so wants_panel gives it no re-laid copy
 			 * of its own): the table is resident once, and its file
 			 * pages go now */
-			if (c->output.data == m->token_embd.data)
+			if (head_reads_copy)
 				c->output.data = c->token_embd.data;
 			pages_release(m->token_embd.data, table);
 			at = block_bytes(table);

@@ -19,6 +19,7 @@
 
 #include "config/config.h"
 #include "engine/backend.h"
+#include "engine/panels.h"
 #include "engine/qpack.h"
 #include "util/log.h"
 #include "util/errbuf.h"
@@ -93,13 +94,40 @@ static const struct {
 	float tol;
 } cases[] = {{"q8_0", GGML_TYPE_Q8_0, 0.0f}, {"f16", GGML_TYPE_F16, 1e-4f}};
 
+/* Bytes the backend re-lays of the layer matrices (panels or packed
+ * copies, each 64-byte aligned in the block): what its block holds besides
+ * the table's copy when a tied head reads that copy. */
+static size_t layer_relaid_bytes(const struct model *m)
+{
+	size_t total = 0;
+	for (int l = 0; l < m->hp.n_layers; l++) {
+		const struct model_layer *L = &m->layers[l];
+		const struct weight_matrix *ws[] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
+		                                    &L->w_gate, &L->w_up, &L->w_down};
+		for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++) {
+			size_t b = panels_supported(ws[i]->type) ? panels_bytes(ws[i])
+			           : packs_here(ws[i]->type)     ? qpack_bytes(ws[i])
+			                                         : 0;
+			total += (b + 63) & ~(size_t)63;
+		}
+	}
+	return total;
+}
+
+/* The bytes of the backend's huge-page block, from its debug line
+ * (log_alloc, JSON) in the log's text. */
+static size_t block_bytes_logged(const char *text);
+
 START_TEST(test_tied_table_held_once)
 {
-	char path[128], err[SINKD_ERR_LEN];
+	char path[128], err[SINKD_ERR_LEN], *log_text = NULL;
+	size_t log_len = 0;
 	struct model *m = make_model(path, sizeof(path), cases[_i].type, 4096);
 	ck_assert(m->hp.tied_output);
 	ck_assert_int_eq(m->token_embd.type, cases[_i].stored); /* as stored, not widened */
-	struct backend_options bo = {.n_threads = 1};
+	FILE *stream = open_memstream(&log_text, &log_len);
+	struct sinkd_log *log = log_new(stream, LOG_DEBUG, LOG_FORMAT_JSON);
+	struct backend_options bo = {.n_threads = 1, .log = log};
 	struct backend *be = NULL;
 	ck_assert_msg(backend_cpu_new(m, &bo, &be, err, sizeof(err)) == 0, "%s", err);
 	float *tied = malloc((size_t)m->hp.n_vocab * sizeof(float));
@@ -110,7 +138,17 @@ START_TEST(test_tied_table_held_once)
 	/* the lookups and the head read all of it: no page of the file's
 	 * table came back */
 	ck_assert_uint_eq(resident_pages(m->token_embd.data, table), 0);
+	/* where the head reads the table's copy, the block is that copy and
+	 * the layers' re-laid matrices: nothing reserved for the head */
+	fflush(stream);
+	if (!packs_here(cases[_i].stored))
+		ck_assert_uint_eq(block_bytes_logged(log_text),
+		                  ((table + 63) & ~(size_t)63) + layer_relaid_bytes(m));
 	backend_free(be);
+	log_free(log);
+	fclose(stream);
+	free(log_text);
+	bo.log = NULL;
 	/* the reference: the head on a private copy of the same bytes, a
 	 * matrix of its own that the backend reads where it lies */
 	void *copy = malloc(table);
