@@ -10,7 +10,6 @@
 
 #include "model/dequant.h"
 #include "model/gguf.h"
-#include "util/cpu.h"
 #include "util/half.h"
 
 #include <string.h>
@@ -269,12 +268,6 @@ static void rows_q6k_scalar(const struct weight_matrix *w, const void *xq, size_
                             float *y, size_t ldy, int r0, int r1)
 {
 	rows_k_scalar(w, sizeof(struct qpack_q6k_block), q6k_dot, xq, xq_bytes, B, y, ldy, r0, r1);
-}
-
-int qpack_vecs_per_pass(size_t xq_bytes, int tile)
-{
-	size_t n = cpu_l2_cache_bytes() / 2 / (xq_bytes ? xq_bytes : 1);
-	return n < (size_t)tile ? tile : (int)(n / (size_t)tile) * tile;
 }
 
 /* ------------------------------------------------------------- the table */

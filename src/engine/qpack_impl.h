@@ -49,10 +49,6 @@ struct qpack_q6k_block {
 };
 _Static_assert(sizeof(struct qpack_q6k_block) % 64 == 0, "Q6_K group block is whole lines");
 
-/* Activation vectors a kernel runs over all its rows per pass, a multiple
- * of tile: as many as keep about half of L2 (xq_bytes each). */
-int qpack_vecs_per_pass(size_t xq_bytes, int tile);
-
 /* The kernels of the ISA files for type t (vnni: the VNNI build); NULL off
  * x86 or for a type they do not have. */
 qpack_rows_fn qpack_avx512_rows(enum ggml_type t, bool vnni);

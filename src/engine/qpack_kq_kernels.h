@@ -274,23 +274,20 @@ QX_FN void QX(k_group_any)(const struct weight_matrix *w, int g, const uint8_t *
 	}
 }
 
-/* qpack_rows_fn for the K-quants: per pass, a chunk of activation vectors
- * sized to stay in L2 (qpack_vecs_per_pass) runs over every group of [r0,
- * r1), each group in tiles of QX_NB vectors while its blocks are in L1. */
+/* qpack_rows_fn for the K-quants: every group of [r0, r1), each in tiles
+ * of QX_NB vectors while its blocks are in L1.  The caller hands it the
+ * vectors of one pass of the matrix's tile plan (matmul.c rows_qpack), few
+ * enough to stay in L2 over all the groups. */
 QX_FN void QX(rows_k)(const struct weight_matrix *w, const void *xq, size_t xq_bytes, int B,
                       float *y, size_t ldy, int r0, int r1)
 {
-	int chunk = B <= QX_NB ? B : qpack_vecs_per_pass(xq_bytes, QX_NB);
-	for (int b0 = 0; b0 < B; b0 += chunk) {
-		int nb = B - b0 < chunk ? B - b0 : chunk;
-		for (int g = r0 / QPACK_ROWS; g * QPACK_ROWS < r1; g++) {
-			int lo = r0 > g * QPACK_ROWS ? r0 - g * QPACK_ROWS : 0;
-			int hi = r1 < (g + 1) * QPACK_ROWS ? r1 - g * QPACK_ROWS : QPACK_ROWS;
-			for (int b = b0; b < b0 + nb; b += QX_NB)
-				QX(k_group_any)(w, g, (const uint8_t *)xq + (size_t)b * xq_bytes,
-				                xq_bytes, b0 + nb - b < QX_NB ? b0 + nb - b : QX_NB,
-				                y + (size_t)b * ldy, ldy, lo, hi);
-		}
+	for (int g = r0 / QPACK_ROWS; g * QPACK_ROWS < r1; g++) {
+		int lo = r0 > g * QPACK_ROWS ? r0 - g * QPACK_ROWS : 0;
+		int hi = r1 < (g + 1) * QPACK_ROWS ? r1 - g * QPACK_ROWS : QPACK_ROWS;
+		for (int b = 0; b < B; b += QX_NB)
+			QX(k_group_any)(w, g, (const uint8_t *)xq + (size_t)b * xq_bytes, xq_bytes,
+			                B - b < QX_NB ? B - b : QX_NB, y + (size_t)b * ldy, ldy, lo,
+			                hi);
 	}
 }
 
