@@ -59,8 +59,15 @@ YAML
 	fi
 }
 
+# SIGTERM, then SIGKILL after 10 s: llama-server can hang in its shutdown
+# with slots still busy, and the run must go on.
 vs_stop() {
 	kill -TERM "$VS_PID" 2>/dev/null
+	for _ in $(seq 100); do
+		kill -0 "$VS_PID" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -KILL "$VS_PID" 2>/dev/null
 	wait "$VS_PID" 2>/dev/null || true
 	VS_PID=
 }

@@ -261,6 +261,6 @@ for m in models:
     summary["models"][m]["rss"] = {"file_bytes": fb, "sinkd_rss": s, "llama_peak_rss": l}
     lt = f"{l / 2**20:>19.1f}{l / fb:>8.2f}" if l else f"{'-':>19}{'-':>8}"
     print(f"{m:<24}{fb / 2**20:>11.1f}{s / 2**20:>14.1f}{s / fb:>8.2f}{lt}")
-print("targets: decode and prefill >= 1.0x llama.cpp at 1 and 2 threads; sinkd resident <= 1.1x the file")
+print("targets: decode and prefill >= 1.0x llama.cpp at 1 and 2 threads; sinkd daemon peak resident <= 1.1 x file + KV + 32 MB (rss.sh)")
 print(json.dumps(summary, separators=(",", ":")))
 EOF
