@@ -497,16 +497,25 @@ static int to_f32(struct load_ctx *c, const struct gguf_tensor *t, uint64_t rows
 	return rc;
 }
 
-/* A norm or bias vector of n floats. */
+/* A norm or bias vector of n floats, always a copy: every forward reads it,
+ * and read from the mapping it would fault back in the whole (up to 2 MiB)
+ * page-cache folio around it after the matrices there gave their pages
+ * back (backend_cpu.c), holding most of the file resident again. */
 static int load_vector(struct load_ctx *c, const char *name, uint64_t n, const float **out)
 {
 	const struct gguf_tensor *t;
 	int rc = find_shaped(c, name, n, 0, &t);
 	if (rc)
 		return rc;
-	if (t->type == GGML_TYPE_F32 && (uintptr_t)t->data % sizeof(float) == 0) {
-		*out = t->data;
-		return 0;
+	if (t->type == GGML_TYPE_F32) {
+		float *copy = malloc((size_t)n * sizeof(float));
+		if (!copy)
+			return err_set(c->err, c->err_len, -ENOMEM,
+			               "%s: tensor '%s': out of memory", c->path, t->name);
+		memcpy(copy, t->data, (size_t)n * sizeof(float));
+		rc = own(c->m, copy);
+		*out = rc ? NULL : copy;
+		return rc;
 	}
 	float *buf = NULL;
 	rc = to_f32(c, t, 1, n, &buf);

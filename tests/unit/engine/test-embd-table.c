@@ -11,6 +11,7 @@
  * sinkd-mkmodel (path in argv[1]). */
 #include <check.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 #include "engine/backend.h"
 #include "engine/panels.h"
 #include "engine/qpack.h"
+#include "model/gguf.h"
 #include "util/log.h"
 #include "util/errbuf.h"
 #include "testutil.h"
@@ -289,6 +291,31 @@ START_TEST(test_tied_packed_held_once)
 }
 END_TEST
 
+/* Whether p lies in m's file mapping. */
+static bool in_mapping(const struct model *m, const void *p)
+{
+	const uint8_t *map = gguf_map(m->file), *q = p;
+	return q >= map && q < map + gguf_file_size(m->file);
+}
+
+/* The vectors every forward reads (norms) are the model's copies, not the
+ * mapping's: read there, each would fault back in the page-cache folio
+ * around it (up to 2 MiB) once the backend has given the matrices' file
+ * pages back. */
+START_TEST(test_vectors_not_in_mapping)
+{
+	char path[128];
+	struct model *m = make_model(path, sizeof(path), "q8_0", 512);
+	ck_assert(!in_mapping(m, m->output_norm));
+	for (int l = 0; l < m->hp.n_layers; l++) {
+		ck_assert_msg(!in_mapping(m, m->layers[l].attn_norm), "layer %d attn_norm", l);
+		ck_assert_msg(!in_mapping(m, m->layers[l].ffn_norm), "layer %d ffn_norm", l);
+	}
+	model_free(m);
+	unlink(path);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -306,6 +333,7 @@ int main(int argc, char **argv)
 		else
 			printf("embd-table: %s has no packed kernel on this CPU: skipped\n",
 			       packed_cases[i].type);
+	tcase_add_test(tc, test_vectors_not_in_mapping);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }
