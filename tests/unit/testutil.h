@@ -12,6 +12,20 @@
 
 #include "cache/geometry.h"
 
+/* 1 when the test is built with AddressSanitizer (GCC defines the first,
+ * clang answers the second), whose shadow memory changes what resident
+ * memory a test sees. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TU_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TU_UNDER_ASAN 1
+#endif
+#endif
+#ifndef TU_UNDER_ASAN
+#define TU_UNDER_ASAN 0
+#endif
+
 struct model_hparams;
 struct sinkcache;
 

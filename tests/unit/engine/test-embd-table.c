@@ -277,9 +277,12 @@ START_TEST(test_tied_packed_held_once)
 	 * of the table; the table's file pages are gone */
 	ck_assert_uint_eq(block_bytes_logged(log_text), packed_bytes(m));
 	ck_assert_uint_eq(resident_pages(m->token_embd.data, table), 0);
-	ck_assert_msg((size_t)grown < packed_bytes(m) + table / 3,
-	              "%s: anonymous memory grew by %ld bytes; packed copies %zu, table %zu",
-	              packed_cases[_i].type, grown, packed_bytes(m), table);
+	/* under AddressSanitizer its shadow and quarantine grow the anonymous
+	 * memory too: the block's size above is the check there */
+	if (!TU_UNDER_ASAN)
+		ck_assert_msg((size_t)grown < packed_bytes(m) + table / 3,
+		              "%s: anonymous memory grew by %ld bytes; packed copies %zu, table %zu",
+		              packed_cases[_i].type, grown, packed_bytes(m), table);
 	backend_free(be);
 	expect_stored_logits(m, tied, packed_cases[_i].type);
 	model_free(m);

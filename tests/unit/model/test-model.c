@@ -670,17 +670,6 @@ static const char *const block_types[] = {"q8_0", "q4_0", "q4_k", "q5_k",
                                           "q6_k", "q4_1", "q5_0", "q5_1"};
 #define N_BLOCK_TYPES (int)(sizeof(block_types) / sizeof(block_types[0]))
 
-#if defined(__SANITIZE_ADDRESS__)
-#define ASAN_BUILD 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define ASAN_BUILD 1
-#endif
-#endif
-#ifndef ASAN_BUILD
-#define ASAN_BUILD 0
-#endif
-
 /* Whether the engine reads the type as stored (else the loader makes F16). */
 static bool kept_as_stored(const char *type)
 {
@@ -796,7 +785,7 @@ START_TEST(test_block_type_memory)
 		       (unsigned)(sum & 1));
 		/* metadata, vectors, code pages, each matrix's partial end pages */
 		double slack = 512 << 10, shadow = 0;
-#if ASAN_BUILD
+#if TU_UNDER_ASAN
 		/* AddressSanitizer maps a shadow byte for every 8 the reads above
 		 * touch, and its instrumented code has more pages. */
 		shadow = (double)held / 8;
