@@ -28,6 +28,12 @@ enum model_layer_kind {
 	 * GeGLU feed-forward; RMSNorm of its output (post_ffw_norm); residual
 	 * add (model_arch_attn says what else the row's attention does) */
 	MODEL_LAYER_GEMMA,
+	/* the Llama shape's attention (with what the row adds: Q/K/V and
+	 * output biases, QK-norm, learned sink logits) and a mixture-of-experts
+	 * feed-forward: router, top-k experts with the row's gating
+	 * (model_arch_moe), each expert a gated MLP, their outputs summed by
+	 * the gating weights (gpt-oss, qwen3moe) */
+	MODEL_LAYER_MOE,
 	MODEL_LAYER_KINDS
 };
 
@@ -53,6 +59,22 @@ enum model_layer_tensor {
 	MODEL_LT_POST_FFW_NORM,  /* (dim) RMSNorm of the feed-forward output */
 	MODEL_LT_Q_NORM,         /* (head_dim) RMSNorm of each query head */
 	MODEL_LT_K_NORM,         /* (head_dim) RMSNorm of each key head */
+	/* gpt-oss: the attention output's bias (dim) and a learned sink logit
+	 * per query head (n_heads, F32), required where a row names them */
+	MODEL_LT_BO,
+	MODEL_LT_SINKS,
+	/* mixture of experts (MODEL_LAYER_MOE): the router (n_experts, dim)
+	 * and its bias (n_experts, gpt-oss); the experts' matrices as 3-D
+	 * tensors [cols, rows, n_experts] (gate and up: expert_ffn x dim;
+	 * down: dim x expert_ffn) and their biases [rows, n_experts] (gpt-oss) */
+	MODEL_LT_GATE_INP,
+	MODEL_LT_GATE_INP_B,
+	MODEL_LT_GATE_EXPS,
+	MODEL_LT_UP_EXPS,
+	MODEL_LT_DOWN_EXPS,
+	MODEL_LT_GATE_EXPS_B,
+	MODEL_LT_UP_EXPS_B,
+	MODEL_LT_DOWN_EXPS_B,
 	MODEL_LT_COUNT
 };
 
@@ -104,6 +126,36 @@ enum model_norm { MODEL_NORM_RMS };
  * approximation (as llama.cpp computes it). */
 enum model_ffn { MODEL_FFN_SWIGLU, MODEL_FFN_GEGLU };
 
+/* How a mixture-of-experts router's logits become k experts and their
+ * weights (llama.cpp's llama_expert_gating_func_type and norm_w). */
+enum model_gating {
+	/* softmax over all experts, the k most probable, their probabilities
+	 * as weights (renormalised to sum 1 where model_arch_moe.norm_weights:
+	 * qwen3moe) */
+	MODEL_GATING_SOFTMAX,
+	/* the k largest logits, a softmax over those k as weights (gpt-oss) */
+	MODEL_GATING_TOPK_SOFTMAX,
+};
+
+/* What an expert computes from its gate and up rows. */
+enum model_expert_act {
+	MODEL_EXPERT_SWIGLU, /* silu(gate) * up */
+	/* gpt-oss's clamped SwiGLU: g = min(gate, limit), u = clamp(up,
+	 * -limit, limit), g * sigmoid(alpha * g) * (u + 1) */
+	MODEL_EXPERT_SWIGLU_OAI,
+};
+
+/* A row's mixture-of-experts facts (experts false: expert_count > 0 is
+ * refused).  The counts come from <arch>.expert_count, expert_used_count
+ * and expert_feed_forward_length (model_hparams). */
+struct model_arch_moe {
+	bool experts;
+	enum model_gating gating;
+	bool norm_weights;
+	enum model_expert_act act;
+	float act_alpha, act_limit; /* MODEL_EXPERT_SWIGLU_OAI: 1.702, 7.0 */
+};
+
 /* What a row's attention and logits do beyond the Llama shape, and which
  * keys say so (all zero for the Llama family).  Sliding-window layers:
  * <arch>.attention.sliding_window (absent: swa_window_default; 0: none)
@@ -134,6 +186,9 @@ struct model_arch_attn {
 	 * llama.cpp does for the 27B models (their query_pre_attn_scalar);
 	 * 0: the Llama scale 1/sqrt(head_dim) */
 	int full_width_scale_layers;
+	/* every query head has a learned sink logit (MODEL_LT_SINKS) that joins
+	 * its softmax's denominator with a zero value (gpt-oss) */
+	bool learned_sinks;
 };
 
 /* The descriptor whose GGUF architecture name is `name`, or NULL. */
@@ -176,6 +231,8 @@ bool model_arch_tied_output(const struct model_arch *a);
 bool model_arch_knows_key(const struct model_arch *a, const char *suffix);
 /* Whether mixture-of-experts files (expert_count > 0) are loaded. */
 bool model_arch_experts(const struct model_arch *a);
+/* The row's mixture-of-experts facts (model_arch_moe above). */
+const struct model_arch_moe *model_arch_moe(const struct model_arch *a);
 enum model_layer_kind model_arch_layer_kind(const struct model_arch *a);
 /* The row's attention and logit facts (model_arch_attn above). */
 const struct model_arch_attn *model_arch_attn(const struct model_arch *a);

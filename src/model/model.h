@@ -61,6 +61,17 @@ struct model_hparams {
 	float embed_scale;
 	float norm_eps;	     /* RMSNorm epsilon */
 	int context_length;  /* trained context, informative only */
+	/* Mixture of experts (MODEL_LAYER_MOE; 0 elsewhere): n_experts
+	 * (expert_count), n_experts_used (expert_used_count, the k of top-k),
+	 * expert_ffn_dim (expert_feed_forward_length, else
+	 * feed_forward_length): each expert's hidden width */
+	int n_experts;
+	int n_experts_used;
+	int expert_ffn_dim;
+	/* The sliding-window layers turn with the global layers' RoPE scaling
+	 * (linear and YaRN) rather than unscaled (gpt-oss: llama.cpp's
+	 * rope_freq_scale_train_swa = rope_freq_scale_train) */
+	bool swa_rope_scaled;
 	bool has_qkv_bias;   /* model_arch_qkv_bias: required, or optional and present */
 	bool tied_output;    /* output head shares token_embd */
 };
@@ -103,6 +114,23 @@ struct model_layer {
 	/* The Gemma shape's norms (NULL where the row has none) */
 	const float *post_attn_norm;	/* (dim) */
 	const float *post_ffw_norm;	/* (dim) */
+	/* gpt-oss (NULL elsewhere): the attention output's bias (dim) and a
+	 * learned sink logit per query head (n_heads) */
+	const float *bo;
+	const float *attn_sinks;
+	/* Mixture of experts (MODEL_LAYER_MOE; zero elsewhere, and then
+	 * w_gate/w_up/w_down are the dense MLP; in an MoE layer those three
+	 * are empty, rows 0): the router (n_experts, dim) and its bias
+	 * (n_experts) or NULL; each expert's matrices, views of the file's 3-D
+	 * tensors, one struct weight_matrix per expert (model-owned arrays of
+	 * n_experts): gate and up (expert_ffn_dim, dim), down (dim,
+	 * expert_ffn_dim); their biases or NULL (gpt-oss): (n_experts,
+	 * expert_ffn_dim) for gate and up, (n_experts, dim) for down, expert e's
+	 * at e * width. */
+	struct weight_matrix w_router;
+	const float *b_router;
+	struct weight_matrix *exp_gate, *exp_up, *exp_down;
+	const float *exp_b_gate, *exp_b_up, *exp_b_down;
 };
 
 struct model {
