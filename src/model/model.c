@@ -335,18 +335,18 @@ static int read_sliding_layers(struct load_ctx *c, const struct model_arch_attn 
 	}
 	if (!any)
 		return 0;
-	/* llama.cpp turns sliding layers at scale 1 but still applies YaRN's
-	 * attention factor there, unlike the global layers' magnitude */
-	if (hp->rope_ext_factor != 0.0)
+	/* Rows whose sliding layers turn with the global scaling (gemma2,
+	 * gpt-oss: llama.cpp's rope_freq_scale_train_swa = rope_freq_scale_train)
+	 * get YaRN's blend and magnitude there too, as every layer: the cache
+	 * geometry turns them so.  Elsewhere llama.cpp turns sliding layers at
+	 * scale 1 but still applies YaRN's attention factor, unlike the global
+	 * layers' magnitude, which sinkd does not compute. */
+	hp->swa_rope_scaled = fa->swa_rope_scaled;
+	if (hp->rope_ext_factor != 0.0 && !hp->swa_rope_scaled)
 		return err_set(c->err, c->err_len, -ENOTSUP,
-		               "%s: YaRN (%srope.scaling.type yarn) in a model with sliding-window "
-		               "layers is not implemented",
-		               c->path, c->prefix);
-	if (fa->swa_rope_scaled && hp->rope_freq_scale != 1.0)
-		return err_set(c->err, c->err_len, -ENOTSUP,
-		               "%s: RoPE scaling (%srope.scaling.factor %g) on sliding-window "
-		               "layers is not implemented (sinkd scales global layers only)",
-		               c->path, c->prefix, 1.0 / hp->rope_freq_scale);
+		               "%s: YaRN (%srope.scaling.type yarn) in a model with unscaled "
+		               "sliding-window layers (architecture '%s') is not implemented",
+		               c->path, c->prefix, model_arch_name(hp->arch));
 	hp->swa_window = window;
 	hp->layer_swa = swa;
 	hp->rope_theta_swa = theta_swa;
