@@ -3,8 +3,8 @@
  * hyper-parameters from metadata, weight matrices checked against them.
  * Matrices keep their file type when the engine computes with it natively
  * (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K); the other block types
- * (Q4_1, Q5_0, Q5_1) are dequantized at load to F16 (F32 for a matrix with
- * values beyond F16's range). */
+ * (Q4_1, Q5_0, Q5_1, MXFP4) are dequantized at load to F16 (F32 for a
+ * matrix with values beyond F16's range). */
 #pragma once
 
 #include <stdbool.h>
