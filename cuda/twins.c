@@ -126,6 +126,55 @@ void twin_dequant_rows(int ggml_type, const void *src, size_t src_row_bytes, int
 	free(row);
 }
 
+/* ------------------------------------------------- mixture of experts */
+
+void twin_gather_rows(const float *x, const int32_t *rows, int n, int dim, float *out)
+{
+	for (int i = 0; i < n; i++)
+		memcpy(out + (size_t)i * dim, x + (size_t)rows[i] * dim, (size_t)dim * sizeof(float));
+}
+
+/* moe_expert_act's arithmetic (engine/moe.c), then the dtype's rounding. */
+void twin_moe_act(const float *gate, const float *up, size_t n, int act, float alpha, float limit,
+                  void *out, int out_dtype)
+{
+	for (size_t i = 0; i < n; i++) {
+		float x = gate[i], y = up[i], r;
+		if (act == CUDA_MOE_ACT_SWIGLU_OAI) {
+			x = fminf(x, limit);
+			y = fminf(fmaxf(y, -limit), limit);
+			r = x / (1.0f + expf(-alpha * x)) * (y + 1.0f);
+		} else {
+			r = x / (1.0f + expf(-x)) * y;
+		}
+		twin_dt_store(out, out_dtype, i, r);
+	}
+}
+
+void twin_add_bias_rows(float *y, const float *bias, const int32_t *which, int n, int cols)
+{
+	for (int i = 0; i < n; i++)
+		for (int j = 0; j < cols; j++)
+			y[(size_t)i * cols + j] += bias[(size_t)which[i] * cols + j];
+}
+
+void twin_scatter_rows(const float *x, const int32_t *rows, int n, int dim, float *out)
+{
+	for (int i = 0; i < n; i++)
+		memcpy(out + (size_t)rows[i] * dim, x + (size_t)i * dim, (size_t)dim * sizeof(float));
+}
+
+void twin_moe_sum(const float *y, const float *w, int n, int k, int dim, float *x)
+{
+	for (int t = 0; t < n; t++)
+		for (int j = 0; j < dim; j++) {
+			float acc = 0.0f;
+			for (int r = 0; r < k; r++)
+				acc += w[(size_t)t * k + r] * y[((size_t)t * k + r) * dim + j];
+			x[(size_t)t * dim + j] += acc;
+		}
+}
+
 /* ------------------------------------------------------------ KV cache */
 
 static void store_row(unsigned char *dst, int dtype, const float *src, int d)

@@ -1,0 +1,278 @@
+/* The CUDA backend's mixture-of-experts pieces:
+ *   - MXFP4 weight dequantization on the device against values computed
+ *     here from the format (E2M1 codes times 2^(e - 127), e8m0's subnormal
+ *     scales included), in every dtype, byte for byte;
+ *   - the expert kernels against their plain-C twins (cuda/twins.c): row
+ *     gather by an index list, bias by each row's expert, SwiGLU and
+ *     gpt-oss's clamped SwiGLU (the twin's against a reference written
+ *     here too), the scatter of rows to their entries and each token's sum
+ *     over its ranks by the gating weights.
+ * Exits 77 (skipped) without a GPU; built with -DSINKD_CUDA_EMU it runs on
+ * the host emulation of CUDA (cuda/emu/). */
+#include <check.h>
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_device.h"
+#include "cuda_kernels.h"
+#include "util/errbuf.h"
+#include "testutil.h"
+
+#define MXFP4_TYPE 39 /* GGML_TYPE_MXFP4 */
+#define MXFP4_BYTES 17
+
+static const int dtypes[] = {CUDA_DT_F32, CUDA_DT_F16, CUDA_DT_BF16};
+
+static uint64_t rng = 4242;
+static uint32_t urand(void)
+{
+	rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+	return (uint32_t)(rng >> 33);
+}
+static float frand(void)
+{
+	return (float)(urand() & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
+}
+
+static void *dev_from(const void *host, size_t bytes)
+{
+	void *d = NULL;
+	ck_assert_int_eq(cudaMalloc(&d, bytes ? bytes : 1), cudaSuccess);
+	if (host)
+		ck_assert_int_eq(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+	else
+		ck_assert_int_eq(cudaMemset(d, 0, bytes ? bytes : 1), cudaSuccess);
+	return d;
+}
+
+static void to_host(void *host, const void *dev, size_t bytes)
+{
+	ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
+	ck_assert_int_eq(cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+}
+
+/* Largest |a - b| / (tol + eps*|b|) over n floats (b: reference). */
+static double worst_err(const void *a, const void *b, int dtype, size_t n, double tol, double eps)
+{
+	double w = 0.0;
+	for (size_t i = 0; i < n; i++) {
+		double x = twin_dt_load(a, dtype, i), r = twin_dt_load(b, dtype, i);
+		double e = fabs(x - r) / (tol + eps * fabs(r));
+		if (!(e <= w))
+			w = isnan(e) ? INFINITY : e;
+	}
+	return w;
+}
+
+/* ------------------------------------------------------------ MXFP4 */
+
+/* Value of E2M1 code c (sign bit 3; magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6)
+ * times the E8M0 scale 2^(e - 127), from the OCP format's definition;
+ * code 8 (-0) is +0 as ggml's table has it. */
+static float mxfp4_value(int c, int e)
+{
+	static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+	double v = ldexp((double)mag[c & 7], e - 127);
+	return (float)((c & 8) && c != 8 ? -v : v);
+}
+
+/* rows of cols/32 random MXFP4 blocks, exponents from a list that covers
+ * e8m0's subnormal scales (0, 1) and large ones; ref (rows, cols) floats. */
+static unsigned char *mxfp4_rows(int rows, int cols, float *ref)
+{
+	static const int exps[] = {0, 1, 2, 100, 119, 126, 127, 128, 131, 140};
+	int nb = cols / 32;
+	unsigned char *q = malloc((size_t)rows * nb * MXFP4_BYTES);
+	for (int r = 0; r < rows; r++)
+		for (int b = 0; b < nb; b++) {
+			unsigned char *blk = q + ((size_t)r * nb + b) * MXFP4_BYTES;
+			int e = exps[urand() % (sizeof(exps) / sizeof(exps[0]))];
+			blk[0] = (unsigned char)e;
+			for (int j = 0; j < 16; j++)
+				blk[1 + j] = (unsigned char)urand();
+			for (int j = 0; j < 32; j++) {
+				int c = j < 16 ? blk[1 + j] & 0xf : blk[1 + j - 16] >> 4;
+				ref[(size_t)r * cols + b * 32 + j] = mxfp4_value(c, e);
+			}
+		}
+	return q;
+}
+
+START_TEST(test_mxfp4_dequant)
+{
+	int rows = 7, cols = 320;
+	size_t rb = (size_t)(cols / 32) * MXFP4_BYTES, n = (size_t)rows * cols;
+	float *ref = malloc(n * sizeof(float));
+	unsigned char *q = mxfp4_rows(rows, cols, ref);
+	ck_assert(cuda_dequant_supported(MXFP4_TYPE));
+	for (int t = 0; t < 3; t++) {
+		int dt = dtypes[t];
+		size_t ob = n * cuda_kv_dt_size(dt);
+		unsigned char *want = malloc(ob), *got = malloc(ob);
+		for (size_t i = 0; i < n; i++)
+			twin_dt_store(want, dt, i, ref[i]);
+		void *dq = dev_from(q, (size_t)rows * rb), *dout = dev_from(NULL, ob);
+		ck_assert_int_eq(cuda_dequant_rows(MXFP4_TYPE, dq, rb, rows, cols, dout, dt, NULL),
+		                 0);
+		to_host(got, dout, ob);
+		size_t bad = 0;
+		while (bad < ob && got[bad] == want[bad])
+			bad++;
+		ck_assert_msg(bad == ob, "mxfp4 to dtype %d: first difference at byte %zu", dt, bad);
+		cudaFree(dq), cudaFree(dout);
+		free(want), free(got);
+	}
+	/* a row that is not whole blocks is refused */
+	ck_assert_int_ne(cuda_dequant_rows(MXFP4_TYPE, NULL, 17, 1, 40, NULL, CUDA_DT_F32, NULL),
+	                 0);
+	free(q), free(ref);
+}
+END_TEST
+
+/* ------------------------------------------------------ expert kernels */
+
+/* gpt-oss's clamped SwiGLU as its model card writes it (llama.cpp's
+ * swiglu_oai), in double: the twin's arithmetic must stay close to it. */
+static double oai_ref(double g, double u, double alpha, double limit)
+{
+	double x = fmin(g, limit), y = fmax(fmin(u, limit), -limit);
+	return x / (1.0 + exp(-alpha * x)) * (y + 1.0);
+}
+
+START_TEST(test_moe_act)
+{
+	size_t sizes[] = {1, 999, 4096 * 3 + 5};
+	for (int si = 0; si < 3; si++)
+		for (int act = 0; act < 2; act++)
+			for (int t = 0; t < 3; t++) {
+				size_t n = sizes[si], ob = n * cuda_kv_dt_size(dtypes[t]);
+				float *g = malloc(n * 4), *u = malloc(n * 4);
+				unsigned char *ref = malloc(ob), *got = malloc(ob);
+				for (size_t i = 0; i < n; i++) /* past the clamp at 7 */
+					g[i] = 12.0f * frand(), u[i] = 10.0f * frand();
+				twin_moe_act(g, u, n, act, 1.702f, 7.0f, ref, dtypes[t]);
+				void *dg = dev_from(g, n * 4), *du = dev_from(u, n * 4),
+				     *dout = dev_from(NULL, ob);
+				ck_assert_int_eq(cuda_moe_act(dg, du, n, act, 1.702f, 7.0f, dout,
+				                              dtypes[t], NULL),
+				                 0);
+				to_host(got, dout, ob);
+				double e = worst_err(got, ref, dtypes[t], n, 1e-6,
+				                     dtypes[t] == CUDA_DT_F32 ? 1e-6 : 8e-3);
+				ck_assert_msg(e <= 1.0, "act %d n %zu dtype %d: %.2f x tol", act, n,
+				              dtypes[t], e);
+				for (size_t i = 0; act == 1 && t == 0 && i < n; i++) {
+					double r = oai_ref(g[i], u[i], 1.702, 7.0);
+					ck_assert_msg(fabs(((float *)ref)[i] - r) <=
+					                  1e-5 + 1e-5 * fabs(r),
+					              "clamped swiglu (%g, %g): twin %g, reference %g",
+					              g[i], u[i], ((float *)ref)[i], r);
+				}
+				cudaFree(dg), cudaFree(du), cudaFree(dout);
+				free(g), free(u), free(ref), free(got);
+			}
+}
+END_TEST
+
+/* A batch's entries grouped by expert as moe_route_compute groups them:
+ * gather the tokens' rows, add each row's expert bias, scatter back to the
+ * entries, sum each token's ranks by weight into the residual. */
+START_TEST(test_moe_gather_bias_scatter_sum)
+{
+	enum { N = 9, K = 3, E = 5 };
+	int dims[] = {64, 300};
+	for (int di = 0; di < 2; di++) {
+		int dim = dims[di], m = N * K;
+		int32_t order[N * K], tok[N * K], expert_of[N * K];
+		float *x = malloc((size_t)N * dim * 4), *bias = malloc((size_t)E * dim * 4);
+		float *w = malloc((size_t)m * 4), *res = malloc((size_t)N * dim * 4);
+		for (int i = 0; i < N * dim; i++)
+			x[i] = frand(), res[i] = frand();
+		for (int i = 0; i < E * dim; i++)
+			bias[i] = frand();
+		/* entries in a shuffled order, as grouping by expert leaves them */
+		for (int i = 0; i < m; i++)
+			order[i] = i;
+		for (int i = m - 1; i > 0; i--) {
+			int j = (int)(urand() % (uint32_t)(i + 1)), s = order[i];
+			order[i] = order[j], order[j] = s;
+		}
+		for (int i = 0; i < m; i++) {
+			tok[i] = order[i] / K;
+			expert_of[i] = (int32_t)(urand() % E);
+			w[i] = 0.5f * frand() + 0.5f;
+		}
+		size_t rows_b = (size_t)m * dim * 4, x_b = (size_t)N * dim * 4;
+		float *g_ref = malloc(rows_b), *g_got = malloc(rows_b);
+		float *e_ref = malloc(rows_b), *e_got = malloc(rows_b);
+		float *s_ref = malloc(x_b), *s_got = malloc(x_b);
+		twin_gather_rows(x, tok, m, dim, g_ref);
+		twin_add_bias_rows(g_ref, bias, expert_of, m, dim);
+		twin_scatter_rows(g_ref, order, m, dim, e_ref);
+		memcpy(s_ref, res, x_b);
+		twin_moe_sum(e_ref, w, N, K, dim, s_ref);
+		float *dx = dev_from(x, x_b), *db = dev_from(bias, (size_t)E * dim * 4);
+		float *dw = dev_from(w, (size_t)m * 4), *dres = dev_from(res, x_b);
+		float *dg = dev_from(NULL, rows_b), *de = dev_from(NULL, rows_b);
+		int32_t *dtok = dev_from(tok, sizeof(tok)), *dord = dev_from(order, sizeof(order));
+		int32_t *dexp = dev_from(expert_of, sizeof(expert_of));
+		ck_assert_int_eq(cuda_gather_rows(dx, dtok, m, dim, dg, NULL), 0);
+		ck_assert_int_eq(cuda_add_bias_rows(dg, db, dexp, m, dim, NULL), 0);
+		ck_assert_int_eq(cuda_scatter_rows(dg, dord, m, dim, de, NULL), 0);
+		ck_assert_int_eq(cuda_moe_sum(de, dw, N, K, dim, dres, NULL), 0);
+		to_host(g_got, dg, rows_b);
+		to_host(e_got, de, rows_b);
+		to_host(s_got, dres, x_b);
+		/* moves and one add per value: exact */
+		ck_assert(memcmp(g_got, g_ref, rows_b) == 0);
+		ck_assert(memcmp(e_got, e_ref, rows_b) == 0);
+		/* entry t*K + r holds token t's row plus its expert's bias */
+		for (int i = 0; i < m; i++)
+			ck_assert(e_ref[(size_t)order[i] * dim] ==
+			          x[(size_t)tok[i] * dim] + bias[(size_t)expert_of[i] * dim]);
+		double e = worst_err(s_got, s_ref, CUDA_DT_F32, (size_t)N * dim, 1e-6, 1e-6);
+		ck_assert_msg(e <= 1.0, "moe sum dim %d: %.2f x tol", dim, e);
+		cudaFree(dx), cudaFree(db), cudaFree(dw), cudaFree(dres), cudaFree(dg);
+		cudaFree(de), cudaFree(dtok), cudaFree(dord), cudaFree(dexp);
+		free(x), free(bias), free(w), free(res), free(g_ref), free(g_got);
+		free(e_ref), free(e_got), free(s_ref), free(s_got);
+	}
+}
+END_TEST
+
+/* The weighted sum keeps rank order: with weights that make the order
+ * matter in float (1, 1e8, -1e8 against 1, 1, 1), rank 0 then 1 then 2
+ * gives (1 + 1e8) - 1e8 = 0, not 1. */
+START_TEST(test_moe_sum_rank_order)
+{
+	float y[3] = {1.0f, 1.0f, 1.0f}, w[3] = {1.0f, 1e8f, -1e8f}, x = 0.0f, got = -1.0f;
+	float *dy = dev_from(y, sizeof(y)), *dw = dev_from(w, sizeof(w)), *dx = dev_from(&x, 4);
+	ck_assert_int_eq(cuda_moe_sum(dy, dw, 1, 3, 1, dx, NULL), 0);
+	to_host(&got, dx, 4);
+	twin_moe_sum(y, w, 1, 3, 1, &x);
+	ck_assert(got == 0.0f);
+	ck_assert(x == 0.0f);
+	cudaFree(dy), cudaFree(dw), cudaFree(dx);
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+	(void)argc, (void)argv;
+	if (cuda_device_count() == 0) { /* never with the emulation: it has one */
+		printf("no CUDA device: skipped\n");
+		return 77;
+	}
+	Suite *s = suite_create("cuda-moe");
+	TCase *tc = tcase_create("core");
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, test_mxfp4_dequant);
+	tcase_add_test(tc, test_moe_act);
+	tcase_add_test(tc, test_moe_gather_bias_scatter_sum);
+	tcase_add_test(tc, test_moe_sum_rank_order);
+	suite_add_tcase(s, tc);
+	return tu_run_suite(s);
+}
