@@ -45,6 +45,17 @@ struct cuda_layer_weights {
 	struct cuda_weight wq, wk, wv, wo, gate, up, down;
 	/* the Gemma shape's norms: (dim) x2; else NULL */
 	float *post_attn_norm, *post_ffw_norm;
+	/* Mixture of experts (MODEL_LAYER_MOE; zero elsewhere, where gate, up
+	 * and down above are the dense MLP): the attention output's bias (dim)
+	 * or NULL; the router (n_experts, dim) and its bias (n_experts) or NULL;
+	 * per expert e its gate and up (expert_ffn, dim) and down (dim,
+	 * expert_ffn), exp_*[e] views of one block per kind; their biases
+	 * (n_experts, expert_ffn) x2 and (n_experts, dim), or NULL. */
+	float *bo;
+	struct cuda_weight router;
+	float *b_router;
+	struct cuda_weight *exp_gate, *exp_up, *exp_down; /* (n_experts) */
+	float *exp_b_gate, *exp_b_up, *exp_b_down;
 };
 
 struct backend_session {
