@@ -198,6 +198,9 @@ struct cuda_backend {
 	uint64_t graph_clock;
 	float *logits_h; /* (CUDA_GRAPH_MAX_TOKENS, n_vocab) pinned: graphs copy logits here */
 	void *blas_ws;   /* cuBLAS workspace (no allocation inside a capture) */
+	/* a mixture-of-experts model's routing and expert buffers
+	 * (backend_cuda_moe.c); NULL until its first forward */
+	struct cuda_moe *moe;
 };
 
 static inline struct cuda_backend *cuda_of(struct backend *be)
@@ -245,3 +248,12 @@ void cudabe_workspace_free(struct cuda_backend *c);
 void cudabe_graphs_clear(struct cuda_backend *c);
 /* The layer function of architecture a's layer shape, or NULL. */
 cuda_layer_fn cudabe_layer_fn_of(const struct model_arch *a);
+/* y (n, w->rows) = x (n, w->cols) . w^T + beta * y on the stream; x in the
+ * weights' dtype. */
+int cudabe_gemm(struct cuda_backend *c, const struct cuda_weight *w, const void *x, int n, float *y,
+                float beta, char *err, size_t err_len);
+/* backend_cuda_moe.c: layer l's mixture-of-experts feed-forward over the
+ * n tokens' residual rows c->x, added into them (waits for the router on
+ * the host: not inside a graph capture). */
+int cudabe_moe_ffn(struct cuda_backend *c, int n, int l, char *err, size_t err_len);
+void cudabe_moe_free(struct cuda_backend *c);
