@@ -20,7 +20,7 @@ struct model_arch {
 	const char *norm_eps_key; /* after "<name>." */
 	enum model_ffn ffn;
 	bool fused_gate_up; /* ffn_up.weight holds gate then up rows */
-	bool experts; /* expert_count > 0 loaded (else refused) */
+	struct model_arch_moe moe; /* experts false: expert_count > 0 refused */
 	enum model_layer_kind layer;
 	struct model_arch_attn attn; /* beyond the Llama shape (zero: nothing) */
 	/* the model-level tensors a file must or may have (name NULL: none);
@@ -72,6 +72,19 @@ static const char *const llama_family_keys[] = {
  * context), so neither does sinkd. */
 static const char *const phi3_keys[] = {"attention.sliding_window", NULL};
 
+/* What the mixture-of-experts rows read beyond the Llama family's keys:
+ * each expert's hidden width (gpt-oss: required, qwen3moe: default
+ * feed_forward_length / expert_used_count, as llama.cpp). */
+static const char *const qwen3moe_keys[] = {"expert_feed_forward_length", NULL};
+
+/* gpt-oss's: the expert width, its sliding layers' window, pattern and
+ * RoPE base (llama.cpp's openai-moe reads these three; no soft-caps). */
+static const char *const gptoss_keys[] = {
+    "expert_feed_forward_length",       "attention.sliding_window",
+    "attention.sliding_window_pattern", "rope.freq_base_swa",
+    NULL,
+};
+
 /* The Llama shape's layer tensor names, which the Gemma shape shares. */
 #define LLAMA_LAYER_TENSORS                                                                        \
 	[MODEL_LT_ATTN_NORM] = "attn_norm.weight", [MODEL_LT_Q] = "attn_q.weight",                 \
@@ -80,6 +93,12 @@ static const char *const phi3_keys[] = {"attention.sliding_window", NULL};
 	[MODEL_LT_GATE] = "ffn_gate.weight", [MODEL_LT_UP] = "ffn_up.weight",                      \
 	[MODEL_LT_DOWN] = "ffn_down.weight", [MODEL_LT_BQ] = "attn_q.bias",                        \
 	[MODEL_LT_BK] = "attn_k.bias", [MODEL_LT_BV] = "attn_v.bias"
+
+/* A mixture-of-experts layer's router and expert matrices (their biases
+ * where a row has them are its own). */
+#define MOE_LAYER_TENSORS                                                                          \
+	[MODEL_LT_GATE_INP] = "ffn_gate_inp.weight", [MODEL_LT_GATE_EXPS] = "ffn_gate_exps.weight", \
+	[MODEL_LT_UP_EXPS] = "ffn_up_exps.weight", [MODEL_LT_DOWN_EXPS] = "ffn_down_exps.weight"
 
 /* What the Gemma family reads beyond the Llama family's keys: its sliding
  * layers and soft-caps (llama-arch.cpp's names). */
@@ -104,7 +123,7 @@ static const char *const gemma_family_keys[] = {
 #define LLAMA_FAMILY(rope_factors, rope_need, q_norm, k_norm)                                      \
 	.head_width = MODEL_HEAD_WIDTH_KEYS, .norm = MODEL_NORM_RMS,                               \
 	.norm_eps_key = "attention.layer_norm_rms_epsilon", .ffn = MODEL_FFN_SWIGLU,               \
-	.experts = false, .layer = MODEL_LAYER_LLAMA, .keys = llama_family_keys,                   \
+	.layer = MODEL_LAYER_LLAMA, .keys = llama_family_keys,                                     \
 	.model_tensor =                                                                            \
 	    {                                                                                      \
 	        [MODEL_T_TOKEN_EMBD] = {"token_embd.weight", MODEL_TENSOR_REQUIRED},               \
@@ -126,7 +145,7 @@ static const char *const gemma_family_keys[] = {
 #define GEMMA_FAMILY(output_need, q_norm, k_norm)                                                  \
 	.rope_neox = true, .qkv_bias = MODEL_BIAS_NONE, .head_width = MODEL_HEAD_WIDTH_KEYS,       \
 	.norm = MODEL_NORM_RMS, .norm_eps_key = "attention.layer_norm_rms_epsilon",                \
-	.ffn = MODEL_FFN_GEGLU, .experts = false, .layer = MODEL_LAYER_GEMMA,                      \
+	.ffn = MODEL_FFN_GEGLU, .layer = MODEL_LAYER_GEMMA,                                        \
 	.keys = llama_family_keys, .keys_more = gemma_family_keys,                                 \
 	.model_tensor =                                                                            \
 	    {                                                                                      \
@@ -206,7 +225,6 @@ static const struct model_arch arch_table[] = {
      .norm_eps_key = "attention.layer_norm_rms_epsilon",
      .ffn = MODEL_FFN_SWIGLU,
      .fused_gate_up = true,
-     .experts = false,
      .layer = MODEL_LAYER_LLAMA,
      .keys = llama_family_keys,
      .keys_more = phi3_keys,
@@ -226,6 +244,100 @@ static const struct model_arch arch_table[] = {
              [MODEL_LT_FFN_NORM] = "ffn_norm.weight",
              [MODEL_LT_UP] = "ffn_up.weight",
              [MODEL_LT_DOWN] = "ffn_down.weight",
+         }},
+    /* OpenAI's gpt-oss (llama.cpp's LLM_ARCH_OPENAI_MOE): the Llama
+     * attention with Q/K/V and output biases and a learned sink logit per
+     * head, every other layer (from layer 0) sliding over 128 positions
+     * with the global layers' RoPE base and scaling (YaRN in the released
+     * files), the FFN norm named post_attention_norm, a biased router whose
+     * k largest logits are softmaxed into the weights, experts with biases
+     * and the clamped SwiGLU; an untied head */
+    {.name = "gpt-oss",
+     .snapshot_name = "gpt-oss",
+     .rope_neox = true,
+     .qkv_bias = MODEL_BIAS_REQUIRED,
+     .head_width = MODEL_HEAD_WIDTH_KEYS,
+     .norm = MODEL_NORM_RMS,
+     .norm_eps_key = "attention.layer_norm_rms_epsilon",
+     .ffn = MODEL_FFN_SWIGLU,
+     .moe = {.experts = true,
+             .gating = MODEL_GATING_TOPK_SOFTMAX,
+             .norm_weights = false,
+             .act = MODEL_EXPERT_SWIGLU_OAI,
+             .act_alpha = 1.702f,
+             .act_limit = 7.0f},
+     .layer = MODEL_LAYER_MOE,
+     .attn = {.sliding = true,
+              .swa_window_default = 128,
+              .swa_period_default = 2,
+              .rope_theta_swa_default = 0.0,
+              .swa_rope_scaled = true,
+              .learned_sinks = true},
+     .keys = llama_family_keys,
+     .keys_more = gptoss_keys,
+     .model_tensor =
+         {
+             [MODEL_T_TOKEN_EMBD] = {"token_embd.weight", MODEL_TENSOR_REQUIRED},
+             [MODEL_T_OUTPUT_NORM] = {"output_norm.weight", MODEL_TENSOR_REQUIRED},
+             [MODEL_T_OUTPUT] = {"output.weight", MODEL_TENSOR_REQUIRED},
+         },
+     .layer_tensor =
+         {
+             [MODEL_LT_ATTN_NORM] = "attn_norm.weight",
+             [MODEL_LT_Q] = "attn_q.weight",
+             [MODEL_LT_K] = "attn_k.weight",
+             [MODEL_LT_V] = "attn_v.weight",
+             [MODEL_LT_O] = "attn_output.weight",
+             [MODEL_LT_BQ] = "attn_q.bias",
+             [MODEL_LT_BK] = "attn_k.bias",
+             [MODEL_LT_BV] = "attn_v.bias",
+             [MODEL_LT_BO] = "attn_output.bias",
+             [MODEL_LT_SINKS] = "attn_sinks.weight",
+             [MODEL_LT_FFN_NORM] = "post_attention_norm.weight",
+             MOE_LAYER_TENSORS,
+             [MODEL_LT_GATE_INP_B] = "ffn_gate_inp.bias",
+             [MODEL_LT_GATE_EXPS_B] = "ffn_gate_exps.bias",
+             [MODEL_LT_UP_EXPS_B] = "ffn_up_exps.bias",
+             [MODEL_LT_DOWN_EXPS_B] = "ffn_down_exps.bias",
+         }},
+    /* Qwen3-MoE: qwen3's attention (QK-norm, no biases), a router without
+     * bias whose softmax over all experts gives the k most probable,
+     * renormalised to sum 1, experts of plain SwiGLU without biases */
+    {.name = "qwen3moe",
+     .snapshot_name = "qwen3moe",
+     .rope_neox = true,
+     .qkv_bias = MODEL_BIAS_NONE,
+     .head_width = MODEL_HEAD_WIDTH_KEYS,
+     .norm = MODEL_NORM_RMS,
+     .norm_eps_key = "attention.layer_norm_rms_epsilon",
+     .ffn = MODEL_FFN_SWIGLU,
+     .moe = {.experts = true,
+             .gating = MODEL_GATING_SOFTMAX,
+             .norm_weights = true,
+             .act = MODEL_EXPERT_SWIGLU},
+     .layer = MODEL_LAYER_MOE,
+     .keys = llama_family_keys,
+     .keys_more = qwen3moe_keys,
+     .model_tensor =
+         {
+             [MODEL_T_TOKEN_EMBD] = {"token_embd.weight", MODEL_TENSOR_REQUIRED},
+             [MODEL_T_OUTPUT_NORM] = {"output_norm.weight", MODEL_TENSOR_REQUIRED},
+             [MODEL_T_OUTPUT] = {"output.weight", MODEL_TENSOR_OPTIONAL},
+         },
+     .layer_tensor =
+         {
+             [MODEL_LT_ATTN_NORM] = "attn_norm.weight",
+             [MODEL_LT_Q] = "attn_q.weight",
+             [MODEL_LT_K] = "attn_k.weight",
+             [MODEL_LT_V] = "attn_v.weight",
+             [MODEL_LT_O] = "attn_output.weight",
+             [MODEL_LT_BQ] = "attn_q.bias",
+             [MODEL_LT_BK] = "attn_k.bias",
+             [MODEL_LT_BV] = "attn_v.bias",
+             [MODEL_LT_Q_NORM] = "attn_q_norm.weight",
+             [MODEL_LT_K_NORM] = "attn_k_norm.weight",
+             [MODEL_LT_FFN_NORM] = "ffn_norm.weight",
+             MOE_LAYER_TENSORS,
          }},
 };
 
@@ -347,7 +459,12 @@ bool model_arch_knows_key(const struct model_arch *a, const char *suffix)
 
 bool model_arch_experts(const struct model_arch *a)
 {
-	return row(a)->experts;
+	return row(a)->moe.experts;
+}
+
+const struct model_arch_moe *model_arch_moe(const struct model_arch *a)
+{
+	return &row(a)->moe;
 }
 
 enum model_layer_kind model_arch_layer_kind(const struct model_arch *a)

@@ -123,10 +123,10 @@ static int check_unsupported_variants(struct load_ctx *c)
 	int experts = 0, key_len = 0, value_len = 0;
 	int rc = hp_int(c, "expert_count", 0, 0, INT32_MAX, &experts);
 	if (rc == 0 && experts > 0 && !model_arch_experts(hp->arch))
-		return err_set(
-		    c->err, c->err_len, -ENOTSUP,
-		    "%s: mixture-of-experts models (%sexpert_count %d) are not supported", c->path,
-		    c->prefix, experts);
+		return err_set(c->err, c->err_len, -ENOTSUP,
+		               "%s: mixture-of-experts models (%sexpert_count %d) are not "
+		               "supported for architecture '%s' (supported: gpt-oss, qwen3moe)",
+		               c->path, c->prefix, experts, model_arch_name(hp->arch));
 	if (rc || model_arch_head_width(hp->arch) != MODEL_HEAD_WIDTH_SPLIT)
 		return rc;
 	rc = hp_int(c, "attention.key_length", hp->head_dim, 1, INT32_MAX, &key_len);
@@ -382,6 +382,27 @@ static int read_attn_facts(struct load_ctx *c)
 	return rc;
 }
 
+/* The mixture-of-experts counts of a row with experts: expert_count (at
+ * least 1), expert_used_count (the k of top-k, 1..expert_count) and each
+ * expert's hidden width, expert_feed_forward_length (required by gpt-oss;
+ * qwen3moe's default is feed_forward_length / expert_used_count, as
+ * llama.cpp reads it). */
+static int read_experts(struct load_ctx *c)
+{
+	struct model_hparams *hp = &c->m->hp;
+	if (!model_arch_experts(hp->arch))
+		return 0;
+	int rc = hp_int(c, "expert_count", -1, 1, 1 << 16, &hp->n_experts);
+	if (rc == 0)
+		rc = hp_int(c, "expert_used_count", -1, 1, hp->n_experts, &hp->n_experts_used);
+	if (rc)
+		return rc;
+	bool gptoss = model_arch_moe(hp->arch)->act == MODEL_EXPERT_SWIGLU_OAI;
+	int def = gptoss ? -1 : hp->ffn_dim / hp->n_experts_used;
+	return hp_int(c, "expert_feed_forward_length", def, 1, 4 * MODEL_MAX_DIM,
+	              &hp->expert_ffn_dim);
+}
+
 static int read_hparams(struct load_ctx *c)
 {
 	struct model_hparams *hp = &c->m->hp;
@@ -419,6 +440,8 @@ static int read_hparams(struct load_ctx *c)
 		rc = read_attn_facts(c);
 	if (rc == 0)
 		rc = check_unsupported_variants(c);
+	if (rc == 0)
+		rc = read_experts(c);
 	return rc ? rc : check_arch_keys(c);
 }
 
@@ -437,32 +460,47 @@ static int own(struct model *m, void *buf)
 	return 0;
 }
 
-/* A tensor that must exist with dims [d0] (d1 == 0) or [d0, d1]. */
-static int find_shaped(struct load_ctx *c, const char *name, uint64_t d0, uint64_t d1,
-                       const struct gguf_tensor **out)
+/* "d0, d1, ..." of n dims into out. */
+static void dims_text(const uint64_t *dims, uint32_t n, char *out, size_t out_len)
+{
+	size_t used = 0;
+	out[0] = '\0';
+	for (uint32_t i = 0; i < n && used < out_len; i++)
+		used += (size_t)snprintf(out + used, out_len - used, "%s%" PRIu64, i ? ", " : "",
+		                         dims[i]);
+}
+
+/* A tensor that must exist with dims [d0], [d0, d1] or [d0, d1, d2] (the
+ * trailing zeros of d1, d2 absent). */
+static int find_shaped3(struct load_ctx *c, const char *name, uint64_t d0, uint64_t d1,
+                        uint64_t d2, const struct gguf_tensor **out)
 {
 	const struct gguf_tensor *t = gguf_find_tensor(c->m->file, name);
 	if (t == NULL)
 		return err_set(c->err, c->err_len, -EINVAL, "%s: tensor '%s' is missing", c->path,
 		               name);
-	uint32_t want_dims = d1 ? 2 : 1;
-	if (t->n_dims != want_dims || t->dims[0] != d0 || (d1 && t->dims[1] != d1)) {
-		char found[96] = "";
-		size_t n = 0;
-		for (uint32_t i = 0; i < t->n_dims && n < sizeof(found); i++)
-			n += (size_t)snprintf(found + n, sizeof(found) - n, "%s%" PRIu64,
-			                      i ? ", " : "", t->dims[i]);
-		if (d1)
-			return err_set(c->err, c->err_len, -EINVAL,
-			               "%s: tensor '%s' has dims [%s], expected [%" PRIu64
-			               ", %" PRIu64 "]",
-			               c->path, name, found, d0, d1);
+	const uint64_t want[3] = {d0, d1, d2};
+	uint32_t n_want = d2 ? 3 : d1 ? 2 : 1;
+	bool ok = t->n_dims == n_want;
+	for (uint32_t i = 0; ok && i < n_want; i++)
+		ok = t->dims[i] == want[i];
+	if (!ok) {
+		char found[96], expected[96];
+		dims_text(t->dims, t->n_dims, found, sizeof(found));
+		dims_text(want, n_want, expected, sizeof(expected));
 		return err_set(c->err, c->err_len, -EINVAL,
-		               "%s: tensor '%s' has dims [%s], expected [%" PRIu64 "]", c->path,
-		               name, found, d0);
+		               "%s: tensor '%s' has dims [%s], expected [%s]", c->path, name, found,
+		               expected);
 	}
 	*out = t;
 	return 0;
+}
+
+/* A tensor that must exist with dims [d0] (d1 == 0) or [d0, d1]. */
+static int find_shaped(struct load_ctx *c, const char *name, uint64_t d0, uint64_t d1,
+                       const struct gguf_tensor **out)
+{
+	return find_shaped3(c, name, d0, d1, 0, out);
 }
 
 static int unsupported(struct load_ctx *c, const struct gguf_tensor *t)
@@ -501,12 +539,14 @@ static int to_f32(struct load_ctx *c, const struct gguf_tensor *t, uint64_t rows
  * and read from the mapping it would fault back in the whole (up to 2 MiB)
  * page-cache folio around it after the matrices there gave their pages
  * back (backend_cpu.c), holding most of the file resident again. */
-static int load_vector(struct load_ctx *c, const char *name, uint64_t n, const float **out)
+static int load_floats(struct load_ctx *c, const char *name, uint64_t d0, uint64_t d1,
+                       const float **out)
 {
 	const struct gguf_tensor *t;
-	int rc = find_shaped(c, name, n, 0, &t);
+	int rc = find_shaped(c, name, d0, d1, &t);
 	if (rc)
 		return rc;
+	uint64_t n = d0 * (d1 ? d1 : 1);
 	if (t->type == GGML_TYPE_F32) {
 		float *copy = malloc((size_t)n * sizeof(float));
 		if (!copy)
@@ -518,9 +558,14 @@ static int load_vector(struct load_ctx *c, const char *name, uint64_t n, const f
 		return rc;
 	}
 	float *buf = NULL;
-	rc = to_f32(c, t, 1, n, &buf);
+	rc = to_f32(c, t, d1 ? d1 : 1, d0, &buf);
 	*out = buf;
 	return rc;
+}
+
+static int load_vector(struct load_ctx *c, const char *name, uint64_t n, const float **out)
+{
+	return load_floats(c, name, n, 0, out);
 }
 
 /* The largest finite F16. */
@@ -568,13 +613,10 @@ out:
  * kernels do not read to F16 (F32 where F16 cannot hold it), from a
  * misaligned float type to F32.  A copied tensor's file pages are given
  * back: the model never reads them again. */
-static int load_matrix(struct load_ctx *c, const char *name, int rows, int cols,
-                       struct weight_matrix *w)
+static int place_matrix(struct load_ctx *c, const struct gguf_tensor *t, int rows, int cols,
+                        struct weight_matrix *w)
 {
-	const struct gguf_tensor *t;
-	int rc = find_shaped(c, name, (uint64_t)cols, (uint64_t)rows, &t);
-	if (rc)
-		return rc;
+	int rc = 0;
 	w->rows = rows;
 	w->cols = cols;
 	size_t align = t->type == GGML_TYPE_F32 ? 4 : 2;
@@ -600,6 +642,44 @@ static int load_matrix(struct load_ctx *c, const char *name, int rows, int cols,
 	}
 	if (rc == 0)
 		pages_release(t->data, ggml_row_bytes(t->type, (uint64_t)cols) * (size_t)rows);
+	return rc;
+}
+
+static int load_matrix(struct load_ctx *c, const char *name, int rows, int cols,
+                       struct weight_matrix *w)
+{
+	const struct gguf_tensor *t;
+	int rc = find_shaped(c, name, (uint64_t)cols, (uint64_t)rows, &t);
+	return rc ? rc : place_matrix(c, t, rows, cols, w);
+}
+
+/* A 3-D expert tensor [cols, rows, n_experts], placed as one matrix of
+ * n_experts * rows rows (kept as stored, or converted like a 2-D one) and
+ * viewed as n_experts matrices in a model-owned array: expert e's is the
+ * whole's data from row e * rows on (a block row never straddles two). */
+static int load_experts(struct load_ctx *c, const char *name, int rows, int cols,
+                        struct weight_matrix **out)
+{
+	int n_exp = c->m->hp.n_experts;
+	const struct gguf_tensor *t;
+	int rc = find_shaped3(c, name, (uint64_t)cols, (uint64_t)rows, (uint64_t)n_exp, &t);
+	if (rc)
+		return rc;
+	if ((int64_t)rows * n_exp > INT32_MAX)
+		return err_set(c->err, c->err_len, -EINVAL,
+		               "%s: tensor '%s': %d experts of %d rows is too many", c->path, name,
+		               n_exp, rows);
+	struct weight_matrix whole = {0};
+	rc = place_matrix(c, t, rows * n_exp, cols, &whole);
+	struct weight_matrix *e = rc ? NULL : calloc((size_t)n_exp, sizeof(*e));
+	if (rc == 0 && (e == NULL || own(c->m, e)))
+		return -ENOMEM;
+	for (int i = 0; rc == 0 && i < n_exp; i++) {
+		e[i] = whole;
+		e[i].rows = rows;
+		e[i].data = (const uint8_t *)whole.data + (size_t)i * (size_t)rows * whole.row_bytes;
+	}
+	*out = e;
 	return rc;
 }
 
@@ -689,6 +769,61 @@ static int load_gate_up(struct load_ctx *c, char n[][64], struct model_layer *l)
 	return rc;
 }
 
+/* gpt-oss's attention output bias (dim) and learned sink logits
+ * (n_heads), where the row names them. */
+static int load_attn_extras(struct load_ctx *c, char (*n)[64], struct model_layer *l)
+{
+	const struct model_hparams *hp = &c->m->hp;
+	int rc = 0;
+	if (model_arch_layer_tensor(hp->arch, MODEL_LT_BO))
+		rc = load_vector(c, n[MODEL_LT_BO], (uint64_t)hp->dim, &l->bo);
+	if (rc == 0 && model_arch_layer_tensor(hp->arch, MODEL_LT_SINKS))
+		rc = load_vector(c, n[MODEL_LT_SINKS], (uint64_t)hp->n_heads, &l->attn_sinks);
+	return rc;
+}
+
+/* A mixture-of-experts layer's feed-forward: the router (n_experts, dim)
+ * and its bias where the row names it, the three expert tensors and their
+ * biases where named ([width, n_experts] each); w_gate/w_up/w_down stay
+ * empty. */
+static int load_moe(struct load_ctx *c, char (*n)[64], struct model_layer *l)
+{
+	const struct model_hparams *hp = &c->m->hp;
+	int ne = hp->n_experts, ff = hp->expert_ffn_dim;
+	int rc = load_matrix(c, n[MODEL_LT_GATE_INP], ne, hp->dim, &l->w_router);
+	if (rc == 0)
+		rc = load_experts(c, n[MODEL_LT_GATE_EXPS], ff, hp->dim, &l->exp_gate);
+	if (rc == 0)
+		rc = load_experts(c, n[MODEL_LT_UP_EXPS], ff, hp->dim, &l->exp_up);
+	if (rc == 0)
+		rc = load_experts(c, n[MODEL_LT_DOWN_EXPS], hp->dim, ff, &l->exp_down);
+	const struct {
+		enum model_layer_tensor t;
+		int width, count;
+		const float **out;
+	} biases[] = {{MODEL_LT_GATE_INP_B, ne, 0, &l->b_router},
+	              {MODEL_LT_GATE_EXPS_B, ff, ne, &l->exp_b_gate},
+	              {MODEL_LT_UP_EXPS_B, ff, ne, &l->exp_b_up},
+	              {MODEL_LT_DOWN_EXPS_B, hp->dim, ne, &l->exp_b_down}};
+	for (size_t k = 0; rc == 0 && k < sizeof(biases) / sizeof(biases[0]); k++)
+		if (model_arch_layer_tensor(hp->arch, biases[k].t))
+			rc = load_floats(c, n[biases[k].t], (uint64_t)biases[k].width,
+			                 (uint64_t)biases[k].count, biases[k].out);
+	return rc;
+}
+
+/* The feed-forward: the dense MLP, or the row's mixture of experts. */
+static int load_ffn(struct load_ctx *c, char (*n)[64], struct model_layer *l)
+{
+	const struct model_hparams *hp = &c->m->hp;
+	if (model_arch_layer_kind(hp->arch) == MODEL_LAYER_MOE)
+		return load_moe(c, n, l);
+	int rc = load_gate_up(c, n, l);
+	if (rc == 0)
+		rc = load_matrix(c, n[MODEL_LT_DOWN], hp->dim, hp->ffn_dim, &l->w_down);
+	return rc;
+}
+
 static int load_layer(struct load_ctx *c, int i, struct model_layer *l)
 {
 	const struct model_hparams *hp = &c->m->hp;
@@ -704,11 +839,11 @@ static int load_layer(struct load_ctx *c, int i, struct model_layer *l)
 	if (rc == 0)
 		rc = load_vector(c, n[MODEL_LT_FFN_NORM], (uint64_t)hp->dim, &l->ffn_norm);
 	if (rc == 0)
-		rc = load_gate_up(c, n, l);
-	if (rc == 0)
-		rc = load_matrix(c, n[MODEL_LT_DOWN], hp->dim, hp->ffn_dim, &l->w_down);
+		rc = load_ffn(c, n, l);
 	if (rc == 0)
 		rc = load_gemma_norms(c, n, l);
+	if (rc == 0)
+		rc = load_attn_extras(c, n, l);
 	if (rc || !hp->has_qkv_bias)
 		return rc;
 	rc = load_vector(c, n[MODEL_LT_BQ], (uint64_t)q_dim, &l->bq);

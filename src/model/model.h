@@ -63,8 +63,8 @@ struct model_hparams {
 	int context_length;  /* trained context, informative only */
 	/* Mixture of experts (MODEL_LAYER_MOE; 0 elsewhere): n_experts
 	 * (expert_count), n_experts_used (expert_used_count, the k of top-k),
-	 * expert_ffn_dim (expert_feed_forward_length, else
-	 * feed_forward_length): each expert's hidden width */
+	 * expert_ffn_dim (expert_feed_forward_length, else, as llama.cpp,
+	 * feed_forward_length / expert_used_count): each expert's hidden width */
 	int n_experts;
 	int n_experts_used;
 	int expert_ffn_dim;

@@ -65,6 +65,10 @@ struct mk_options {
 	 * --rope-orig-ctx: rope.scaling.original_context_length; --rope-attn-factor:
 	 * rope.scaling.attn_factor (0: not written) */
 	int rope_dim;
+	/* --experts, --experts-used, --expert-ffn: a mixture-of-experts row's
+	 * expert_count, expert_used_count and expert_feed_forward_length (0:
+	 * the defaults 8, 2 and --ffn) */
+	int experts, experts_used, expert_ffn;
 	int n_rope_long, n_rope_short;
 	float rope_long[SINKD_MKMODEL_MAX_HEAD_DIM / 2], rope_short[SINKD_MKMODEL_MAX_HEAD_DIM / 2];
 	float rope_attn_factor;
@@ -232,7 +236,10 @@ out:
 struct mk_tensor {
 	char name[64];
 	uint64_t cols, rows; /* rows == 0: a vector of cols elements */
+	uint64_t experts;    /* > 0: a 3-D expert tensor [cols, rows, experts] */
+	bool f32;            /* F32 whatever --type (router, expert biases) */
 	bool random;         /* a vector of random values (a bias), not ones (a norm) */
+	float scale;         /* the random values' spread (0: 0.02) */
 	const float *factors; /* RoPE factor values (a shorter list repeats its last) */
 	int n_factors;
 	bool near_one;        /* a norm of random values around 1 (QK-norm), so that a
@@ -284,13 +291,47 @@ static void model_tensor_shape(const struct mk_options *o, enum model_tensor t, 
 	}
 }
 
+/* A mixture-of-experts row's counts: given, or the defaults. */
+static int experts_of(const struct mk_options *o)
+{
+	return o->experts ? o->experts : 8;
+}
+
+static int expert_ffn_of(const struct mk_options *o)
+{
+	return o->expert_ffn ? o->expert_ffn : o->ffn;
+}
+
+/* The shape of a mixture-of-experts tensor t: cols, rows (0: a vector),
+ * experts (0: not 3-D); false for another tensor. */
+static bool moe_tensor_shape(const struct mk_options *o, enum model_layer_tensor t,
+                             uint64_t *cols, uint64_t *rows, uint64_t *experts)
+{
+	uint64_t dim = (uint64_t)o->dim, ne = (uint64_t)experts_of(o);
+	uint64_t eff = (uint64_t)expert_ffn_of(o);
+	bool exps = t == MODEL_LT_GATE_EXPS || t == MODEL_LT_UP_EXPS || t == MODEL_LT_DOWN_EXPS;
+	bool exp_bias = t == MODEL_LT_GATE_EXPS_B || t == MODEL_LT_UP_EXPS_B ||
+	                t == MODEL_LT_DOWN_EXPS_B;
+	bool down = t == MODEL_LT_DOWN_EXPS || t == MODEL_LT_DOWN_EXPS_B;
+	*experts = exps ? ne : 0;
+	*cols = t == MODEL_LT_GATE_INP_B ? ne : exp_bias && !down ? eff : dim;
+	*rows = t == MODEL_LT_GATE_INP ? ne : exp_bias ? ne : 0;
+	if (exps) {
+		*cols = down ? eff : dim;
+		*rows = down ? dim : eff;
+	}
+	return exps || exp_bias || t == MODEL_LT_GATE_INP || t == MODEL_LT_GATE_INP_B;
+}
+
 /* The shape of layer tensor t, as llama.cpp's converter writes it. */
 static void layer_tensor_shape(const struct mk_options *o, enum model_layer_tensor t,
-                               uint64_t *cols, uint64_t *rows)
+                               uint64_t *cols, uint64_t *rows, uint64_t *experts)
 {
 	uint64_t dim = (uint64_t)o->dim, hd = (uint64_t)head_dim_of(o);
 	uint64_t q = hd * (uint64_t)o->heads, kv = hd * (uint64_t)o->kv_heads;
 	uint64_t ffn = (uint64_t)o->ffn;
+	if (moe_tensor_shape(o, t, cols, rows, experts))
+		return;
 	*cols = dim;
 	*rows = 0;
 	switch (t) {
@@ -298,6 +339,10 @@ static void layer_tensor_shape(const struct mk_options *o, enum model_layer_tens
 	case MODEL_LT_FFN_NORM:
 	case MODEL_LT_POST_ATTN_NORM:
 	case MODEL_LT_POST_FFW_NORM:
+	case MODEL_LT_BO:
+		break;
+	case MODEL_LT_SINKS:
+		*cols = (uint64_t)o->heads;
 		break;
 	case MODEL_LT_Q_NORM:
 	case MODEL_LT_K_NORM:
@@ -332,10 +377,30 @@ static void layer_tensor_shape(const struct mk_options *o, enum model_layer_tens
 		break;
 	case MODEL_LT_BK:
 	case MODEL_LT_BV:
-	case MODEL_LT_COUNT:
 		*cols = kv;
 		break;
+	default: /* the mixture-of-experts ones, above */
+		break;
 	}
+}
+
+/* Whether layer tensor t holds random values rather than ones (a norm):
+ * the biases and the learned sink logits. */
+static bool layer_tensor_random(enum model_layer_tensor t)
+{
+	return model_layer_tensor_is_bias(t) || t == MODEL_LT_BO || t == MODEL_LT_SINKS ||
+	       t == MODEL_LT_GATE_INP_B || t == MODEL_LT_GATE_EXPS_B ||
+	       t == MODEL_LT_UP_EXPS_B || t == MODEL_LT_DOWN_EXPS_B;
+}
+
+/* The type tensor t is written as: vectors, the router and the expert
+ * biases F32 (llama.cpp's quantizer leaves ffn_gate_inp and biases so);
+ * matrices --type. */
+static enum ggml_type tensor_type(const struct mk_options *o, const struct mk_tensor *t)
+{
+	if (t->rows == 0 || t->f32)
+		return GGML_TYPE_F32;
+	return o->type;
 }
 
 /* Whether the file gets a tensor the row may hold: required ones always,
@@ -356,7 +421,7 @@ static bool wanted(const struct mk_options *o, enum model_tensor_need need, bool
 static int tensor_list(const struct mk_options *o, struct mk_tensor *t, int cap)
 {
 	int n = 0;
-	uint64_t cols, rows;
+	uint64_t cols, rows, experts = 0;
 #define ADD(c, r, rnd, one, ...)                                                                   \
 	do {                                                                                       \
 		if (n < cap) {                                                                     \
@@ -365,6 +430,7 @@ static int tensor_list(const struct mk_options *o, struct mk_tensor *t, int cap)
 			t[n].rows = (r);                                                           \
 			t[n].random = (rnd);                                                       \
 			t[n].near_one = (one);                                                     \
+			t[n].experts = experts;                                                    \
 		}                                                                                  \
 		n++;                                                                               \
 	} while (0)
@@ -376,6 +442,7 @@ static int tensor_list(const struct mk_options *o, struct mk_tensor *t, int cap)
 		                        mt == MODEL_T_OUTPUT, false))
 			continue;
 		model_tensor_shape(o, mt, &cols, &rows);
+		experts = 0;
 		ADD(cols, rows, false, false, "%s", model_arch_model_tensor(o->arch, mt));
 		if (n <= cap && n_factors) {
 			t[n - 1].factors = factors;
@@ -389,9 +456,15 @@ static int tensor_list(const struct mk_options *o, struct mk_tensor *t, int cap)
 			bool qk_norm = lt == MODEL_LT_Q_NORM || lt == MODEL_LT_K_NORM;
 			if (!wanted(o, model_arch_layer_tensor_need(o->arch, lt), false, bias))
 				continue;
-			layer_tensor_shape(o, lt, &cols, &rows);
-			ADD(cols, rows, bias, qk_norm, "blk.%d.%s", l,
+			layer_tensor_shape(o, lt, &cols, &rows, &experts);
+			ADD(cols, rows, layer_tensor_random(lt), qk_norm, "blk.%d.%s", l,
 			    model_arch_layer_tensor(o->arch, lt));
+			if (n <= cap) {
+				/* the router and expert biases stay F32; sink
+				 * logits spread N(0, 1) so that their share shows */
+				t[n - 1].f32 = lt == MODEL_LT_GATE_INP || layer_tensor_random(lt);
+				t[n - 1].scale = lt == MODEL_LT_SINKS ? 1.0f : 0.0f;
+			}
 		}
 #undef ADD
 	return n;
@@ -400,8 +473,9 @@ static int tensor_list(const struct mk_options *o, struct mk_tensor *t, int cap)
 static int write_tensor_data(struct gguf_writer *w, const struct mk_options *o,
                              const struct mk_tensor *t, uint64_t *rng, char *err, size_t err_len)
 {
-	enum ggml_type type = t->rows ? o->type : GGML_TYPE_F32;
-	uint64_t rows = t->rows ? t->rows : 1;
+	enum ggml_type type = tensor_type(o, t);
+	uint64_t rows = (t->rows ? t->rows : 1) * (t->experts ? t->experts : 1);
+	float scale = t->scale > 0.0f ? t->scale : 0.02f;
 	size_t row_bytes = ggml_row_bytes(type, t->cols);
 	float *row = malloc(t->cols * sizeof(float));
 	void *enc = malloc(row_bytes);
@@ -413,7 +487,7 @@ static int write_tensor_data(struct gguf_writer *w, const struct mk_options *o,
 	for (uint64_t r = 0; rc == 0 && r < rows; r++) {
 		for (uint64_t i = 0; i < t->cols; i++)
 			row[i] = t->near_one            ? 1.0f + 0.2f * rng_normalish(rng)
-			         : t->rows || t->random ? 0.02f * rng_normalish(rng)
+			         : t->rows || t->random ? scale * rng_normalish(rng)
 			         : spread > 0.0f        ? 1.0f + spread * rng_normalish(rng)
 			                                : 1.0f;
 		for (int i = 0; t->n_factors && i < (int)t->cols; i++)
@@ -508,6 +582,13 @@ static int add_hparams(struct gguf_writer *w, const struct mk_options *o)
 		                            (uint32_t)o->rope_orig_ctx);
 	}
 	rc = rc ? rc : add_arch_f32(w, o, model_arch_norm_eps_key(o->arch), 1e-5f);
+	if (model_arch_experts(o->arch)) {
+		rc = rc ? rc : add_arch_u32(w, o, "expert_count", (uint32_t)experts_of(o));
+		rc = rc ? rc : add_arch_u32(w, o, "expert_used_count",
+		                            (uint32_t)(o->experts_used ? o->experts_used : 2));
+		rc = rc ? rc : add_arch_u32(w, o, "expert_feed_forward_length",
+		                            (uint32_t)expert_ffn_of(o));
+	}
 	return rc ? rc : add_attn_keys(w, o);
 }
 
@@ -533,10 +614,11 @@ static int write_model(struct mk_options *o, uint64_t *n_params, char *err, size
 	if (rc == 0)
 		tensor_list(o, t, n);
 	for (int i = 0; rc == 0 && i < n; i++) {
-		uint64_t dims[2] = {t[i].cols, t[i].rows};
-		rc = gguf_writer_add_tensor(w, t[i].name, t[i].rows ? o->type : GGML_TYPE_F32,
-		                            t[i].rows ? 2 : 1, dims);
-		*n_params += t[i].cols * (t[i].rows ? t[i].rows : 1);
+		uint64_t dims[3] = {t[i].cols, t[i].rows, t[i].experts};
+		rc = gguf_writer_add_tensor(w, t[i].name, tensor_type(o, &t[i]),
+		                            t[i].experts ? 3 : t[i].rows ? 2 : 1, dims);
+		*n_params += t[i].cols * (t[i].rows ? t[i].rows : 1) *
+		             (t[i].experts ? t[i].experts : 1);
 	}
 	if (rc && err && !err[0])
 		err_set(err, err_len, rc, "%s: cannot build the header: %s", o->out, strerror(-rc));
@@ -571,7 +653,10 @@ static enum ggml_type fallback_type(enum ggml_type type, uint64_t cols)
  * matrices --type unless their rows do not split into its blocks. */
 static enum ggml_type converted_type(const struct gguf_tensor *t, enum ggml_type want)
 {
-	if (t->n_dims < 2)
+	/* as llama.cpp's quantizer: the router and (expert) biases stay F32 */
+	size_t len = strlen(t->name);
+	if (t->n_dims < 2 || strstr(t->name, "ffn_gate_inp.weight") ||
+	    (len >= 5 && strcmp(t->name + len - 5, ".bias") == 0))
 		return GGML_TYPE_F32;
 	if (t->dims[0] % ggml_block_size(want) == 0)
 		return want;
@@ -695,6 +780,7 @@ static void usage(FILE *fp)
 	    "                     [--sliding-window N] [--swa-pattern P] [--rope-base-swa B]\n"
 	    "                     [--attn-softcap X] [--final-softcap X]\n"
 	    "                     [--chat-template FILE]\n"
+	    "                     [--experts N] [--experts-used K] [--expert-ffn F]\n"
 	    "       sinkd-mkmodel --from MODEL.gguf --out FILE [--type TYPE]\n"
 	    "       sinkd-mkmodel --list-archs\n"
 	    "NAME: a row of the architecture table (--list-archs prints them; llama by\n"
@@ -715,6 +801,11 @@ static void usage(FILE *fp)
 	    "(sliding_window_pattern, written only when given), --rope-base-swa\n"
 	    "(rope.freq_base_swa); --attn-softcap / --final-softcap where the row has\n"
 	    "them (default the row's).  Their norms are random around 1.\n"
+	    "Mixture-of-experts rows (gpt-oss, qwen3moe): --experts (expert_count, 8),\n"
+	    "--experts-used (expert_used_count, the k of top-k, 2), --expert-ffn (each\n"
+	    "expert's hidden width, default --ffn); the router (ffn_gate_inp) and the\n"
+	    "biases stay F32 as llama.cpp's quantizer leaves them; gpt-oss's sliding\n"
+	    "window defaults to 128 on every other layer, its sink logits are N(0, 1).\n"
 	    "TYPE: f32 (default) f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k; every\n"
 	    "2-D weight gets it, the token embedding and output matrix included (like\n"
 	    "llama.cpp's pure types); norm vectors and biases stay F32.  The q*_0/q*_1\n"
@@ -782,9 +873,11 @@ static int parse_double(const char *s, double lo, double hi, double *out)
 static int check_block_size(const struct mk_options *o, char *err, size_t err_len)
 {
 	int bs = (int)ggml_block_size(o->type), q = o->heads * head_dim_of(o);
+	int eff = model_arch_experts(o->arch) ? expert_ffn_of(o) : o->ffn;
 	const char *name = o->dim % bs   ? "--dim"
 	                   : o->ffn % bs ? "--ffn"
 	                   : q % bs      ? "--heads x --head-dim"
+	                   : eff % bs    ? "--expert-ffn"
 	                                 : NULL;
 	if (name == NULL)
 		return 0;
@@ -793,7 +886,8 @@ static int check_block_size(const struct mk_options *o, char *err, size_t err_le
 	               type_cli_name(o->type), name, bs,
 	               o->dim % bs   ? o->dim
 	               : o->ffn % bs ? o->ffn
-	                             : q);
+	               : q % bs      ? q
+	                             : eff);
 }
 
 /* The head width a row allows: its own key_length, or dim / heads. */
@@ -898,8 +992,27 @@ static int check_attn_options(const struct mk_options *o, char *err, size_t err_
 	return 0;
 }
 
+/* --experts, --experts-used and --expert-ffn only for a row with experts,
+ * at most --experts used. */
+static int check_expert_options(const struct mk_options *o, char *err, size_t err_len)
+{
+	bool given = o->experts || o->experts_used || o->expert_ffn;
+	if (given && (o->from || !model_arch_experts(o->arch)))
+		return err_set(err, err_len, -EINVAL,
+		               "--experts, --experts-used, --expert-ffn: %s",
+		               o->from ? "--from keeps the model's experts"
+		                       : "the architecture has no experts (gpt-oss and qwen3moe do)");
+	int used = o->experts_used ? o->experts_used : 2;
+	if (!o->from && model_arch_experts(o->arch) && used > experts_of(o))
+		return err_set(err, err_len, -EINVAL,
+		               "--experts-used %d is more than --experts %d", used, experts_of(o));
+	return 0;
+}
+
 static int check_options(const struct mk_options *o, char *err, size_t err_len)
 {
+	if (check_expert_options(o, err, err_len))
+		return -EINVAL;
 	if (check_rope_options(o, err, err_len))
 		return -EINVAL;
 	if (o->from && !o->out)
@@ -973,6 +1086,9 @@ static int parse_args(int argc, char **argv, struct mk_options *o, char *err, si
 	                                      {"rope-orig-ctx", 1, 0, 'O'},
 	                                      {"rope-attn-factor", 1, 0, 'x'},
 	                                      {"chat-template", 1, 0, 'C'},
+	                                      {"experts", 1, 0, 'X'},
+	                                      {"experts-used", 1, 0, 'U'},
+	                                      {"expert-ffn", 1, 0, 'N'},
 	                                      {0, 0, 0, 0}};
 	int c, rc = 0, idx = 0;
 	while (rc == 0 && (c = getopt_long(argc, argv, "", longs, &idx)) != -1) {
@@ -1071,6 +1187,15 @@ static int parse_args(int argc, char **argv, struct mk_options *o, char *err, si
 		case 'W':
 			rc = parse_int(optarg, 0, 1 << 24, &o->sliding_window);
 			break;
+		case 'X':
+			rc = parse_int(optarg, 1, 1 << 12, &o->experts);
+			break;
+		case 'U':
+			rc = parse_int(optarg, 1, 1 << 12, &o->experts_used);
+			break;
+		case 'N':
+			rc = parse_int(optarg, 1, 1 << 18, &o->expert_ffn);
+			break;
 		case 'P':
 			rc = parse_int(optarg, 0, 1024, &o->swa_pattern);
 			break;
@@ -1149,5 +1274,8 @@ int main(int argc, char **argv)
 	       o.out, model_arch_name(o.arch), n_params, ggml_type_name(o.type), o.vocab_size,
 	       o.dim, o.layers, o.heads, o.kv_heads, head_dim_of(&o), o.ffn,
 	       o.tied ? ", tied output" : "", s);
+	if (model_arch_experts(o.arch))
+		printf("%s: %d experts of ffn %d, %d used per token\n", o.out, experts_of(&o),
+		       expert_ffn_of(&o), o.experts_used ? o.experts_used : 2);
 	return 0;
 }

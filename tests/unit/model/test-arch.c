@@ -24,6 +24,8 @@
 #define KV_HEADS 1
 #define FFN 96
 #define VOCAB 16
+#define EXPERTS 4 /* a mixture-of-experts row's expert_count */
+#define EXPERT_FFN 32
 
 START_TEST(test_rows_consistent)
 {
@@ -58,7 +60,11 @@ START_TEST(test_rows_consistent)
 			                    : t == MODEL_LT_QKV;
 			/* the Llama shape's tensors and biases are named in every row
 			 * that has them; the Gemma norms and QK-norms in some */
-			absent = absent || (t == MODEL_LT_GATE && model_arch_fused_gate_up(a)) ||
+			/* an MoE layer has experts instead of the dense MLP */
+			bool moe = model_arch_layer_kind(a) == MODEL_LAYER_MOE;
+			bool dense = t == MODEL_LT_GATE || t == MODEL_LT_UP || t == MODEL_LT_DOWN;
+			absent = absent || (dense && moe) ||
+			         (t == MODEL_LT_GATE && model_arch_fused_gate_up(a)) ||
 			         (t >= MODEL_LT_BQ && model_arch_qkv_bias(a) == MODEL_BIAS_NONE &&
 			          !tn) ||
 			         (t > MODEL_LT_BV && !tn);
@@ -152,16 +158,24 @@ struct file_spec {
 
 /* The bytes of each tensor added, for writing their data in order. */
 struct added {
-	size_t bytes[MODEL_LT_COUNT + 2];
+	size_t bytes[MODEL_LT_COUNT + 3];
 	int n;
 };
+
+static void add_tensor3(struct gguf_writer *w, const char *name, uint64_t cols, uint64_t rows,
+                        uint64_t experts, struct added *added)
+{
+	uint64_t dims[3] = {cols, rows, experts};
+	uint32_t n_dims = experts ? 3 : rows ? 2 : 1;
+	ck_assert_int_eq(gguf_writer_add_tensor(w, name, GGML_TYPE_F32, n_dims, dims), 0);
+	added->bytes[added->n++] =
+	    (size_t)(cols * (rows ? rows : 1) * (experts ? experts : 1) * sizeof(float));
+}
 
 static void add_tensor(struct gguf_writer *w, const char *name, uint64_t cols, uint64_t rows,
                        struct added *added)
 {
-	uint64_t dims[2] = {cols, rows};
-	ck_assert_int_eq(gguf_writer_add_tensor(w, name, GGML_TYPE_F32, rows ? 2 : 1, dims), 0);
-	added->bytes[added->n++] = (size_t)(cols * (rows ? rows : 1) * sizeof(float));
+	add_tensor3(w, name, cols, rows, 0, added);
 }
 
 static void write_file(const char *path, const struct file_spec *s)
@@ -178,29 +192,43 @@ static void write_file(const char *path, const struct file_spec *s)
 		snprintf(key, sizeof(key), "%s.%s", s->key_arch, keys[i]);
 		ck_assert_int_eq(gguf_writer_add_u32(w, key, (uint32_t)vals[i]), 0);
 	}
+	static const char *const moe_keys[3] = {"expert_count", "expert_used_count",
+	                                        "expert_feed_forward_length"};
+	const int moe_vals[3] = {EXPERTS, 2, EXPERT_FFN};
+	for (int i = 0; i < 3 && model_arch_experts(s->names); i++) {
+		snprintf(key, sizeof(key), "%s.%s", s->key_arch, moe_keys[i]);
+		ck_assert_int_eq(gguf_writer_add_u32(w, key, (uint32_t)moe_vals[i]), 0);
+	}
 	struct added added = {.n = 0};
 	uint64_t d = DIM, kv = DIM / HEADS * KV_HEADS, f = FFN;
 	add_tensor(w, "token_embd.weight", d, VOCAB, &added);
 	add_tensor(w, "output_norm.weight", d, 0, &added);
+	if (!model_arch_tied_output(s->names))
+		add_tensor(w, "output.weight", d, VOCAB, &added);
 	/* cols, rows of each layer tensor, in enum order */
 	uint64_t hd = DIM / HEADS;
 	uint64_t up = model_arch_fused_gate_up(s->names) ? 2 * f : f;
 	/* ATTN_NORM Q K V O FFN_NORM GATE UP DOWN QKV BQ BK BV POST_ATTN_NORM
-	 * POST_FFW_NORM Q_NORM K_NORM */
-	uint64_t shape[MODEL_LT_COUNT][2] = {{d, 0},  {d, d},  {d, kv}, {d, kv},         {d, d},
-	                                     {d, 0},  {d, f},  {d, up}, {f, d},          {d, d + 2 * kv},
-	                                     {d, 0},  {kv, 0}, {kv, 0}, {d, 0},          {d, 0},
-	                                     {hd, 0}, {hd, 0}};
+	 * POST_FFW_NORM Q_NORM K_NORM BO SINKS, then the experts' */
+	uint64_t ne = EXPERTS, ef = EXPERT_FFN;
+	uint64_t shape[MODEL_LT_COUNT][3] = {
+	    {d, 0},      {d, d},       {d, kv},      {d, kv}, {d, d},  {d, 0},
+	    {d, f},      {d, up},      {f, d},       {d, d + 2 * kv},  {d, 0},
+	    {kv, 0},     {kv, 0},      {d, 0},       {d, 0},  {hd, 0}, {hd, 0},
+	    {d, 0},      {HEADS, 0},   {d, ne},      {ne, 0}, {d, ef, ne},
+	    {d, ef, ne}, {ef, d, ne},  {ef, ne},     {ef, ne}, {d, ne}};
 	for (int t = 0; t < MODEL_LT_COUNT; t++) {
 		const char *tn = model_arch_layer_tensor(s->names, (enum model_layer_tensor)t);
 		if (!tn || (model_layer_tensor_is_bias(t) && !s->bias))
 			continue;
 		snprintf(n, sizeof(n), "blk.0.%s", tn);
-		add_tensor(w, n, shape[t][0], shape[t][1], &added);
+		add_tensor3(w, n, shape[t][0], shape[t][1], shape[t][2], &added);
 	}
 	ck_assert_int_eq(gguf_writer_write_header(w, err, sizeof(err)), 0);
-	/* the largest tensor: a stacked gate/up of 2 x FFN rows (phi3) */
-	static const float zeros[DIM * FFN * 2];
+	/* the largest tensor: a stacked gate/up of 2 x FFN rows (phi3), or
+	 * the experts' gate, up or down */
+	static const float zeros[DIM * (FFN * 2 > EXPERT_FFN * EXPERTS ? FFN * 2
+	                                                                : EXPERT_FFN * EXPERTS)];
 	for (int i = 0; i < added.n; i++) {
 		ck_assert_uint_le(added.bytes[i], sizeof(zeros));
 		ck_assert_int_eq(gguf_writer_write_data(w, zeros, added.bytes[i], err, sizeof(err)),
@@ -240,8 +268,20 @@ START_TEST(test_files_load_as_their_row)
 	const struct model_layer *L = &m->layers[0];
 	ck_assert_int_eq(L->wq.rows, DIM);
 	ck_assert_int_eq(L->wk.rows, DIM / HEADS * KV_HEADS);
-	ck_assert_int_eq(L->w_gate.rows, FFN);
-	ck_assert_int_eq(L->w_up.rows, FFN);
+	bool moe = model_arch_layer_kind(a) == MODEL_LAYER_MOE;
+	ck_assert_int_eq(L->w_gate.rows, moe ? 0 : FFN);
+	ck_assert_int_eq(L->w_up.rows, moe ? 0 : FFN);
+	ck_assert_int_eq(m->hp.n_experts, moe ? EXPERTS : 0);
+	ck_assert_int_eq(L->w_router.rows, moe ? EXPERTS : 0);
+	if (moe) { /* each expert a view of the 3-D tensor, in order */
+		ck_assert_int_eq(L->exp_down[EXPERTS - 1].rows, DIM);
+		ck_assert_int_eq(L->exp_down[EXPERTS - 1].cols, EXPERT_FFN);
+		ck_assert_ptr_eq(L->exp_up[1].data, (const char *)L->exp_up[0].data +
+		                                        (size_t)EXPERT_FFN * L->exp_up[0].row_bytes);
+	}
+	bool sinks = model_arch_attn(a)->learned_sinks;
+	ck_assert(sinks ? L->attn_sinks && L->bo && L->b_router && L->exp_b_down
+	                : !L->attn_sinks && !L->b_router);
 	if (model_arch_fused_gate_up(a))
 		ck_assert_ptr_eq(L->w_up.data,
 		                 (const char *)L->w_gate.data + (size_t)FFN * L->w_gate.row_bytes);
