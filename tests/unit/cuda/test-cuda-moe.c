@@ -1,7 +1,8 @@
 /* The CUDA backend's mixture-of-experts pieces:
  *   - end to end: synthetic gpt-oss (router and expert biases, clamped
  *     SwiGLU, top-k-then-softmax gating, attention output bias, sliding
- *     layers) and qwen3moe (softmax gating renormalised, QK-norm) files
+ *     layers of a 16-token window) and qwen3moe (softmax gating
+ *     renormalised, QK-norm) files
  *     from sinkd-mkmodel (argv[1]) in F32: two sessions in shared batches,
  *     chunked prefill then greedy decode, logits within 1e-3 of the CPU
  *     backend's (relative to the largest) and the same greedy tokens; a
@@ -420,7 +421,7 @@ static void moe_vs_cpu(const char *args, const char *what, double tol, bool same
 
 #define GPT_OSS_SHAPE                                                                              \
 	"--arch gpt-oss --dim 64 --layers 2 --heads 4 --kv-heads 2 --head-dim 32 --ffn 96 "        \
-	"--experts 8 --experts-used 3 --expert-ffn 96 --vocab-size 300"
+	"--experts 8 --experts-used 3 --expert-ffn 96 --vocab-size 300 --sliding-window 16"
 
 START_TEST(test_gpt_oss_vs_cpu)
 {
