@@ -2,11 +2,11 @@
  *   - end to end: synthetic gpt-oss (router and expert biases, clamped
  *     SwiGLU, top-k-then-softmax gating, attention output bias, sliding
  *     layers of a 16-token window) and qwen3moe (softmax gating
- *     renormalised, QK-norm) files
- *     from sinkd-mkmodel (argv[1]) in F32: two sessions in shared batches,
- *     chunked prefill then greedy decode, logits within 1e-3 of the CPU
- *     backend's (relative to the largest) and the same greedy tokens; a
- *     Q8_0 gpt-oss within 5e-2 (the CPU's int8 activations);
+ *     renormalised, QK-norm) files from sinkd-mkmodel (argv[1]) in F32:
+ *     two sessions in shared batches, chunked prefill then greedy decode,
+ *     logits within 1e-3 of the CPU backend's (relative to the largest)
+ *     and the same greedy tokens; a Q8_0 gpt-oss within 5e-2 (the CPU's
+ *     int8 activations);
  *   - MXFP4 weight dequantization on the device against values computed
  *     here from the format (E2M1 codes times 2^(e - 127), e8m0's subnormal
  *     scales included), in every dtype, byte for byte;
@@ -29,17 +29,11 @@
 #include "backend_cuda.h"
 #include "cuda_device.h"
 #include "cuda_kernels.h"
+#include "cuda_testutil.h"
 #include "engine/backend.h"
 #include "model/model.h"
 #include "util/errbuf.h"
 #include "testutil.h"
-
-/* Sizes: full on a GPU, smaller on the host emulation (cuda/emu/). */
-#ifdef SINKD_CUDA_EMU
-#define SIZE(gpu, emu) (emu)
-#else
-#define SIZE(gpu, emu) (gpu)
-#endif
 
 static const char *mkmodel_path;
 
@@ -57,36 +51,6 @@ static uint32_t urand(void)
 static float frand(void)
 {
 	return (float)(urand() & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
-}
-
-static void *dev_from(const void *host, size_t bytes)
-{
-	void *d = NULL;
-	ck_assert_int_eq(cudaMalloc(&d, bytes ? bytes : 1), cudaSuccess);
-	if (host)
-		ck_assert_int_eq(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
-	else
-		ck_assert_int_eq(cudaMemset(d, 0, bytes ? bytes : 1), cudaSuccess);
-	return d;
-}
-
-static void to_host(void *host, const void *dev, size_t bytes)
-{
-	ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
-	ck_assert_int_eq(cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
-}
-
-/* Largest |a - b| / (tol + eps*|b|) over n floats (b: reference). */
-static double worst_err(const void *a, const void *b, int dtype, size_t n, double tol, double eps)
-{
-	double w = 0.0;
-	for (size_t i = 0; i < n; i++) {
-		double x = twin_dt_load(a, dtype, i), r = twin_dt_load(b, dtype, i);
-		double e = fabs(x - r) / (tol + eps * fabs(r));
-		if (!(e <= w))
-			w = isnan(e) ? INFINITY : e;
-	}
-	return w;
 }
 
 /* ------------------------------------------------------------ MXFP4 */
@@ -331,15 +295,6 @@ static void pair_close(struct pair *p)
 			p->be[k]->ops->session_free(p->be[k], p->s[k][j]);
 		backend_free(p->be[k]);
 	}
-}
-
-static int argmax(const float *v, int n)
-{
-	int best = 0;
-	for (int i = 1; i < n; i++)
-		if (v[i] > v[best])
-			best = i;
-	return best;
 }
 
 /* One batch of n tokens on both backends; n_want rows of logits compared. */
