@@ -226,14 +226,18 @@ check "llama --rope-long: exit 2 naming the row" \
 	"$tmp/bad.err"
 
 # What sinkd does not compute for a row is refused by name when loaded:
-# YaRN with sliding-window layers, RoPE scaling on gemma2's sliding layers.
-for spec in "gemma3 yarn:4:256|YaRN (gemma3.rope.scaling.type yarn) in a model with sliding-window layers is not implemented" \
-	"gemma2 linear:4|RoPE scaling (gemma2.rope.scaling.factor 4) on sliding-window layers is not implemented"; do
-	arch=${spec%% *} rest=${spec#* }
-	"$mkmodel" --out "$tmp/r.gguf" --arch "$arch" --dim 64 --layers 2 --heads 4 --ffn 128 \
-		--rope-scaling "${rest%%|*}" >/dev/null
-	"$bin" generate --model "$tmp/r.gguf" --prompt "Once" --max-tokens 2 >/dev/null 2>"$tmp/r.err"
-	check "$arch with --rope-scaling ${rest%%|*}: sinkd refuses it by name" grep -qF "${rest#*|}" \
-		"$tmp/r.err"
+# YaRN where sliding-window layers turn unscaled (gemma3).  Rows whose
+# sliding layers turn with the global scaling (gemma2, gpt-oss) load it.
+"$mkmodel" --out "$tmp/r.gguf" --arch gemma3 --dim 64 --layers 2 --heads 4 --ffn 128 \
+	--rope-scaling yarn:4:256 >/dev/null
+"$bin" generate --model "$tmp/r.gguf" --prompt "Once" --max-tokens 2 >/dev/null 2>"$tmp/r.err"
+check "gemma3 with --rope-scaling yarn:4:256: sinkd refuses it by name" grep -qF \
+	"YaRN (gemma3.rope.scaling.type yarn) in a model with unscaled sliding-window layers (architecture 'gemma3') is not implemented" \
+	"$tmp/r.err"
+for scaling in linear:4 yarn:4:256; do
+	"$mkmodel" --out "$tmp/r.gguf" --arch gemma2 --dim 64 --layers 2 --heads 4 --ffn 128 \
+		--rope-scaling "$scaling" >/dev/null
+	check "gemma2 with --rope-scaling $scaling (sliding layers scaled too): sinkd runs it" \
+		"$bin" generate --model "$tmp/r.gguf" --prompt "Once" --max-tokens 2 --temperature 0
 done
 finish
