@@ -47,7 +47,8 @@ struct cuda_layer_weights {
 	float *post_attn_norm, *post_ffw_norm;
 	/* Mixture of experts (MODEL_LAYER_MOE; zero elsewhere, where gate, up
 	 * and down above are the dense MLP): the attention output's bias (dim)
-	 * or NULL; the router (n_experts, dim) and its bias (n_experts) or NULL;
+	 * or NULL; the router (n_experts, dim) in f32 and its bias (n_experts)
+	 * or NULL;
 	 * per expert e its gate and up (expert_ffn, dim) and down (dim,
 	 * expert_ffn), exp_*[e] views of one block per kind; their biases
 	 * (n_experts, expert_ffn) x2 and (n_experts, dim), or NULL. */
@@ -248,10 +249,10 @@ void cudabe_workspace_free(struct cuda_backend *c);
 void cudabe_graphs_clear(struct cuda_backend *c);
 /* The layer function of architecture a's layer shape, or NULL. */
 cuda_layer_fn cudabe_layer_fn_of(const struct model_arch *a);
-/* y (n, w->rows) = x (n, w->cols) . w^T + beta * y on the stream; x in the
- * weights' dtype. */
-int cudabe_gemm(struct cuda_backend *c, const struct cuda_weight *w, const void *x, int n, float *y,
-                float beta, char *err, size_t err_len);
+/* y (n, w->rows) = x (n, w->cols) . w^T + beta * y on the stream; w and x
+ * in dtype dt (CUDA_DT_*). */
+int cudabe_gemm(struct cuda_backend *c, const struct cuda_weight *w, int dt, const void *x, int n,
+                float *y, float beta, char *err, size_t err_len);
 /* backend_cuda_moe.c: layer l's mixture-of-experts feed-forward over the
  * n tokens' residual rows c->x, added into them (waits for the router on
  * the host: not inside a graph capture). */

@@ -1,9 +1,11 @@
 /* The mixture-of-experts feed-forward of the CUDA backend's MoE layers
  * (MODEL_LAYER_MOE; layer_moe in backend_cuda_forward.c runs the attention
- * and calls it).  Per layer: RMSNorm and the router GEMM on the device, the
- * router logits to the host, routing there by engine/moe.c (the one policy
- * both backends follow), the batch's entries (token, rank) grouped by
- * expert up in one copy; then the normed rows gathered in that grouping,
+ * and calls it).  Per layer: RMSNorm and the router GEMM on the device in
+ * f32 whatever the weights' dtype (the logits choose experts, as the cpu
+ * backend's f32 ones do), the router logits to the host, routing there by
+ * engine/moe.c (the one policy both backends follow), the batch's entries
+ * (token, rank) grouped by expert up in one copy; then the normed rows
+ * gathered in that grouping,
  * and per active expert one gate and one up GEMM over its rows, bias and
  * activation over all rows at once, one down GEMM per expert, bias, the
  * rows scattered back to their entries and each token's entries summed
@@ -25,6 +27,7 @@ _Static_assert(CUDA_MOE_ACT_SWIGLU == (int)MODEL_EXPERT_SWIGLU &&
 struct cuda_moe {
 	size_t cap;
 	struct moe_route route;
+	float *xn;                /* (cap, dim) the tokens' RMSNorm in f32, the router's input */
 	float *logits, *logits_h; /* (cap, n_experts) device, pinned host */
 	/* the index lists of a batch, host (pinned) and device alike:
 	 * tok[i]: token of grouped row i; entry[i]: its entry t*k + rank;
@@ -43,8 +46,8 @@ void cudabe_moe_free(struct cuda_backend *c)
 	struct cuda_moe *x = c->moe;
 	if (!x)
 		return;
-	void *dev[] = {x->logits, x->lists_d, x->rows, x->in,      x->gate,
-	               x->up,     x->act,     x->down, x->entries};
+	void *dev[] = {x->xn, x->logits, x->lists_d, x->rows, x->in,
+	               x->gate, x->up,   x->act,     x->down, x->entries};
 	for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
 		cudaFree(dev[i]);
 	cudaFreeHost(x->logits_h);
@@ -68,6 +71,7 @@ static int moe_alloc(struct cuda_moe *x, const struct model_hparams *hp, size_t 
 		void **p;
 		size_t bytes;
 	} bufs[] = {
+	    {(void **)&x->xn, n * D * F},
 	    {(void **)&x->logits, n * (size_t)hp->n_experts * F},
 	    {(void **)&x->lists_d, lists_bytes(m)},
 	    {(void **)&x->rows, m * D * F},
@@ -123,10 +127,11 @@ static int moe_route(struct cuda_backend *c, int n, int l, char *err, size_t err
 	const struct model_arch_moe *am = model_arch_moe(hp->arch);
 	struct cuda_moe *x = c->moe;
 	int rc, ne = hp->n_experts, k = hp->n_experts_used, m = n * k;
-	CU_TRY(cuda_rmsnorm(c->x, L->ffn_norm, n, hp->dim, hp->norm_eps, c->xb_h, c->wdt,
+	CU_TRY(cuda_rmsnorm(c->x, L->ffn_norm, n, hp->dim, hp->norm_eps, x->xn, CUDA_DT_F32,
 	                    c->stream),
 	       "rmsnorm");
-	if ((rc = cudabe_gemm(c, &L->router, c->xb_h, n, x->logits, 0.0f, err, err_len)))
+	if ((rc = cudabe_gemm(c, &L->router, CUDA_DT_F32, x->xn, n, x->logits, 0.0f, err,
+	                      err_len)))
 		return rc;
 	if (L->b_router)
 		CU_TRY(cuda_add_bias(x->logits, L->b_router, n, ne, c->stream), "router bias");
@@ -159,8 +164,8 @@ static int experts_gemm(struct cuda_backend *c, const struct cuda_weight *w, con
 	for (int a = 0; a < r->n_active; a++) {
 		int e = r->active[a], s = r->start[e], cnt = r->start[e + 1] - s;
 		const unsigned char *src = (const unsigned char *)in + (size_t)s * in_cols * dt;
-		int rc = cudabe_gemm(c, &w[e], src, cnt, out + (size_t)s * w[e].rows, 0.0f, err,
-		                     err_len);
+		int rc = cudabe_gemm(c, &w[e], c->wdt, src, cnt, out + (size_t)s * w[e].rows, 0.0f,
+		                     err, err_len);
 		if (rc)
 			return rc;
 	}

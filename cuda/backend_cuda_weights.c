@@ -43,23 +43,23 @@ static const char *dt_name(int dt)
 	return dt == CUDA_DT_F32 ? "f32" : dt == CUDA_DT_F16 ? "f16" : "bf16";
 }
 
-/* Chunks of w's rows as stored -> staging -> dst (rows, cols) in the dtype. */
-static int dequant_chunks(struct cuda_backend *c, const struct weight_matrix *w, void *stage,
-                          size_t per, unsigned char *dst, const char *what, char *err,
-                          size_t err_len)
+/* Chunks of w's rows as stored -> staging -> dst (rows, cols) in dtype dt. */
+static int dequant_chunks(struct cuda_backend *c, const struct weight_matrix *w, int dt,
+                          void *stage, size_t per, unsigned char *dst, const char *what,
+                          char *err, size_t err_len)
 {
-	size_t src_b = w->row_bytes, dst_b = (size_t)w->cols * dt_size(c->wdt);
+	size_t src_b = w->row_bytes, dst_b = (size_t)w->cols * dt_size(dt);
 	for (size_t r0 = 0; r0 < (size_t)w->rows; r0 += per) {
 		size_t n = (size_t)w->rows - r0 < per ? (size_t)w->rows - r0 : per;
 		int e = (int)cudaMemcpy(stage, (const unsigned char *)w->data + r0 * src_b,
 		                        n * src_b, cudaMemcpyHostToDevice);
 		if (!e)
 			e = cuda_dequant_rows(w->type, stage, src_b, (int)n, w->cols,
-			                      dst + r0 * dst_b, c->wdt, NULL);
+			                      dst + r0 * dst_b, dt, NULL);
 		if (e)
 			return err_set(err, err_len, -EIO,
 			               "cuda backend: uploading %s (%s to %s, rows %zu..%zu): %s",
-			               what, ggml_type_name(w->type), dt_name(c->wdt), r0,
+			               what, ggml_type_name(w->type), dt_name(dt), r0,
 			               r0 + n - 1, cuda_error_string(e));
 	}
 	/* the forward pass runs on a non-blocking stream: the last chunk must be done */
@@ -67,8 +67,8 @@ static int dequant_chunks(struct cuda_backend *c, const struct weight_matrix *w,
 	return 0;
 }
 
-static int dequant_upload(struct cuda_backend *c, const struct weight_matrix *w, unsigned char *dst,
-                          const char *what, char *err, size_t err_len)
+static int dequant_upload(struct cuda_backend *c, const struct weight_matrix *w, int dt,
+                          unsigned char *dst, const char *what, char *err, size_t err_len)
 {
 	if (!cuda_dequant_supported(w->type))
 		return err_set(err, err_len, -ENOTSUP,
@@ -85,21 +85,21 @@ static int dequant_upload(struct cuda_backend *c, const struct weight_matrix *w,
 		               "(%zu KiB; %zu MiB of weights so far)",
 		               what, per * w->row_bytes >> 10, c->weight_bytes >> 20);
 	}
-	int rc = dequant_chunks(c, w, stage, per, dst, what, err, err_len);
+	int rc = dequant_chunks(c, w, dt, stage, per, dst, what, err, err_len);
 	cudaFree(stage);
 	return rc;
 }
 
-/* w's rows into dst (rows, cols) in the dtype, already allocated. */
-static int matrix_fill(struct cuda_backend *c, const struct weight_matrix *w, void *dst,
+/* w's rows into dst (rows, cols) in dtype dt, already allocated. */
+static int matrix_fill(struct cuda_backend *c, const struct weight_matrix *w, int dt, void *dst,
                        const char *what, char *err, size_t err_len)
 {
-	size_t row_b = (size_t)w->cols * dt_size(c->wdt), total = row_b * (size_t)w->rows;
-	if (same_type(w->type, c->wdt) && w->row_bytes == row_b) {
+	size_t row_b = (size_t)w->cols * dt_size(dt), total = row_b * (size_t)w->rows;
+	if (same_type(w->type, dt) && w->row_bytes == row_b) {
 		CU_TRY(cudaMemcpy(dst, w->data, total, cudaMemcpyHostToDevice), "weight upload");
 		return 0;
 	}
-	return dequant_upload(c, w, dst, what, err, err_len);
+	return dequant_upload(c, w, dt, dst, what, err, err_len);
 }
 
 static int matrix_upload(struct cuda_backend *c, const struct weight_matrix *w,
@@ -111,7 +111,20 @@ static int matrix_upload(struct cuda_backend *c, const struct weight_matrix *w,
 	if (w->rows == 0) /* an MoE layer's dense MLP: none */
 		return 0;
 	int rc = dev_alloc(c, &out->d, total, what, err, err_len);
-	return rc ? rc : matrix_fill(c, w, out->d, what, err, err_len);
+	return rc ? rc : matrix_fill(c, w, c->wdt, out->d, what, err, err_len);
+}
+
+/* The router in f32 whatever the dtype: its logits pick the experts, and
+ * the cpu backend computes them in f32 (a near tie rounded differently
+ * would send a token elsewhere). */
+static int router_upload(struct cuda_backend *c, const struct weight_matrix *w,
+                         struct cuda_weight *out, char *err, size_t err_len)
+{
+	out->rows = w->rows;
+	out->cols = w->cols;
+	int rc = dev_alloc(c, &out->d, (size_t)w->rows * w->cols * sizeof(float), "ffn_gate_inp",
+	                   err, err_len);
+	return rc ? rc : matrix_fill(c, w, CUDA_DT_F32, out->d, "ffn_gate_inp", err, err_len);
 }
 
 /* The n experts' matrices w[0..n) (one shape) into one device block,
@@ -129,7 +142,7 @@ static int experts_upload(struct cuda_backend *c, const struct weight_matrix *w,
 		(*out)[e] = (struct cuda_weight){.d = (unsigned char *)base + (size_t)e * total,
 		                                 .rows = w[0].rows,
 		                                 .cols = w[0].cols};
-		rc = matrix_fill(c, &w[e], (*out)[e].d, what, err, err_len);
+		rc = matrix_fill(c, &w[e], c->wdt, (*out)[e].d, what, err, err_len);
 	}
 	return rc;
 }
@@ -157,7 +170,7 @@ static int moe_upload(struct cuda_backend *c, const struct model_layer *L,
 	int rc = vec_upload(c, L->bo, D, &d->bo, err, err_len);
 	if (rc || !L->exp_gate)
 		return rc;
-	rc = matrix_upload(c, &L->w_router, &d->router, "ffn_gate_inp", err, err_len);
+	rc = router_upload(c, &L->w_router, &d->router, err, err_len);
 	rc = rc ? rc : vec_upload(c, L->b_router, ne, &d->b_router, err, err_len);
 	rc = rc ? rc : experts_upload(c, L->exp_gate, (int)ne, &d->exp_gate, "ffn_gate_exps", err,
 	                              err_len);

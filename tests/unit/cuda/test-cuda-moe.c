@@ -7,7 +7,7 @@
  *     logits within 1e-3 of the CPU backend's (relative to the largest)
  *     and the same greedy tokens; Q8_0 and MXFP4 (experts MXFP4, the rest
  *     Q8_0) gpt-oss files the same against the CPU on their weights
- *     widened to F32 on the host;
+ *     widened to F32 on the host; bf16 on the device within 5e-2;
  *   - MXFP4 weight dequantization on the device against values computed
  *     here from the format (E2M1 codes times 2^(e - 127), e8m0's subnormal
  *     scales included), in every dtype, byte for byte;
@@ -272,7 +272,7 @@ static struct model *load(const char *path)
 	return m;
 }
 
-/* The cpu backend (k 0) and the cuda one in f32 (k 1), two sessions each. */
+/* The cpu backend (k 0) and the cuda one (k 1), two sessions each. */
 struct pair {
 	struct backend *be[2];
 	struct backend_session *s[2][2];
@@ -281,12 +281,13 @@ struct pair {
 	int token_flips; /* greedy steps whose argmax differed */
 };
 
-static void pair_open(struct pair *p, const struct model *m_cpu, const struct model *m)
+static void pair_open(struct pair *p, const struct model *m_cpu, const struct model *m,
+                      enum kv_dtype dt)
 {
 	char err[SINKD_ERR_LEN];
 	struct backend_options opt = {.n_threads = 2};
 	struct backend_cuda_options o = {
-	    .device = 0, .dtype = KV_DTYPE_F32, .cache_bytes = (size_t)64 << 20, .auto_fraction = 0.3};
+	    .device = 0, .dtype = dt, .cache_bytes = (size_t)64 << 20, .auto_fraction = 0.3};
 	memset(p, 0, sizeof(*p));
 	ck_assert_msg(backend_cpu_new(m_cpu, &opt, &p->be[0], err, sizeof(err)) == 0, "%s", err);
 	ck_assert_msg(backend_cuda_new(m, NULL, &o, &p->be[1], err, sizeof(err)) == 0, "%s", err);
@@ -423,10 +424,15 @@ static void moe_vs_cpu(const char *args, const char *what)
 	int n_owned = 0;
 	float **owned = widen_moe(mf, &n_owned);
 	struct pair p;
-	pair_open(&p, mf, m);
+	pair_open(&p, mf, m, KV_DTYPE_F32);
 	pair_run(&p, 29, 17, 8, SIZE(24, 6));
 	ck_assert_msg(p.worst <= 1e-3, "%s: logits differ by %g (relative)", what, p.worst);
 	ck_assert_int_eq(p.token_flips, 0);
+	pair_close(&p);
+	/* bf16 on the device (the router still f32): close, not alike */
+	pair_open(&p, mf, m, KV_DTYPE_BF16);
+	pair_run(&p, 29, 17, 8, SIZE(12, 4));
+	ck_assert_msg(p.worst <= 5e-2, "%s bf16: logits differ by %g (relative)", what, p.worst);
 	pair_close(&p);
 	model_free(m);
 	model_free(mf);
