@@ -171,6 +171,24 @@ check "phi3 has its stacked Q/K/V" tensor_is "$tmp/dump-a-phi3.txt" blk.1.attn_q
 	"F32 [64, 128] 32768 bytes"
 check "  and its gate and up rows in ffn_up" tensor_is "$tmp/dump-a-phi3.txt" \
 	blk.1.ffn_up.weight "F32 [64, 256] 65536 bytes"
+check "gpt-oss's experts are 3-D tensors [cols, rows, 8 experts]" \
+	tensor_is "$tmp/dump-a-gpt-oss.txt" blk.1.ffn_down_exps.weight "F32 [128, 64, 8] 262144 bytes"
+check "  their biases [rows, experts]" tensor_is "$tmp/dump-a-gpt-oss.txt" \
+	blk.1.ffn_down_exps.bias "F32 [64, 8] 2048 bytes"
+"$mkmodel" --out "$tmp/mx.gguf" --arch gpt-oss --dim 64 --layers 1 --heads 4 --ffn 128 \
+	--experts 4 --experts-used 2 --expert-ffn 64 --type mxfp4 >/dev/null
+"$dump" "$tmp/mx.gguf" >"$tmp/dump-mx.txt"
+check "gpt-oss --type mxfp4: the experts MXFP4 (17 bytes per 32 values)" \
+	tensor_is "$tmp/dump-mx.txt" blk.0.ffn_up_exps.weight "MXFP4 [64, 64, 4] 8704 bytes"
+check "  other matrices Q8_0" tensor_is "$tmp/dump-mx.txt" blk.0.attn_q.weight \
+	"Q8_0 [64, 64] 4352 bytes"
+check "  the router F32, as llama-quantize leaves it" tensor_is "$tmp/dump-mx.txt" \
+	blk.0.ffn_gate_inp.weight "F32 [64, 4] 1024 bytes"
+"$mkmodel" --out "$tmp/bad.gguf" --dim 64 --layers 1 --heads 4 --ffn 128 --type mxfp4 \
+	>/dev/null 2>"$tmp/bad.err"
+check "llama --type mxfp4: exit 2 naming the MoE rows" \
+	grep -q 'quantizes the experts of a mixture-of-experts architecture (gpt-oss, qwen3moe)' \
+	"$tmp/bad.err"
 check "llama has none without --bias" bash -c "! grep -q attn_q.bias '$tmp/dump-a-llama.txt'"
 "$mkmodel" --out "$tmp/lb.gguf" --dim 64 --layers 1 --heads 4 --ffn 128 --bias >/dev/null
 check "llama --bias: its optional biases, and sinkd runs it" "$bin" generate --model \

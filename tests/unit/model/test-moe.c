@@ -7,11 +7,9 @@
  * added or reshaped) refused naming the key or tensor. */
 #include <check.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "model/dequant.h"
@@ -35,21 +33,6 @@ static const char *mkmodel_path;
 #define VOCAB 300
 #define LAYERS 2
 
-static int run_tool(char *const argv[])
-{
-	pid_t pid = fork();
-	if (pid == 0) {
-		int null = open("/dev/null", O_WRONLY);
-		dup2(null, 1);
-		dup2(null, 2);
-		execv(argv[0], argv);
-		_exit(127);
-	}
-	int status;
-	waitpid(pid, &status, 0);
-	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 /* A file of architecture arch and type in path, with extra arguments
  * (NULL-terminated, may be NULL). */
 static void mkmodel(char *path, size_t len, const char *arch, const char *type,
@@ -68,7 +51,7 @@ static void mkmodel(char *path, size_t len, const char *arch, const char *type,
 		argv[n++] = (char *)moe_args[i];
 	for (int i = 0; extra && extra[i] && n < 38; i++)
 		argv[n++] = (char *)extra[i];
-	ck_assert_msg(run_tool(argv) == 0, "sinkd-mkmodel --arch %s --type %s failed", arch,
+	ck_assert_msg(tu_run_quiet(argv) == 0, "sinkd-mkmodel --arch %s --type %s failed", arch,
 	              type);
 }
 
@@ -186,10 +169,6 @@ static void assert_file_values(const struct model *m, const char *name, const fl
 
 START_TEST(test_gptoss_loads)
 {
-	if (mkmodel_path == NULL) {
-		tu_skip("test-moe: no sinkd-mkmodel path given");
-		return;
-	}
 	char path[64], name[64];
 	mkmodel(path, sizeof(path), "gpt-oss", "f32", NULL);
 	struct model *m = load(path);
@@ -252,10 +231,6 @@ END_TEST
  * expert_used_count wide (llama.cpp's default), which gpt-oss requires. */
 START_TEST(test_qwen3moe_loads)
 {
-	if (mkmodel_path == NULL) {
-		tu_skip("test-moe: no sinkd-mkmodel path given");
-		return;
-	}
 	char path[64], path2[64];
 	mkmodel(path, sizeof(path), "qwen3moe", "q8_0", NULL);
 	struct model *m = load(path);
@@ -286,10 +261,6 @@ END_TEST
  * the F16 of the block's value), every other matrix Q8_0 kept as stored. */
 START_TEST(test_mxfp4_experts_load)
 {
-	if (mkmodel_path == NULL) {
-		tu_skip("test-moe: no sinkd-mkmodel path given");
-		return;
-	}
 	char path[64];
 	mkmodel(path, sizeof(path), "gpt-oss", "mxfp4", NULL);
 	struct model *m = load(path);
@@ -325,10 +296,6 @@ END_TEST
  * sliding ones too, turns scaled. */
 START_TEST(test_gptoss_yarn)
 {
-	if (mkmodel_path == NULL) {
-		tu_skip("test-moe: no sinkd-mkmodel path given");
-		return;
-	}
 	char path[64];
 	static const char *const yarn[] = {"--rope-scaling", "yarn:32:4096", "--context", "131072",
 	                                   NULL};
@@ -348,10 +315,6 @@ END_TEST
 
 START_TEST(test_refusals)
 {
-	if (mkmodel_path == NULL) {
-		tu_skip("test-moe: no sinkd-mkmodel path given");
-		return;
-	}
 	char goss[64], qwen[64], llama[64];
 	mkmodel(goss, sizeof(goss), "gpt-oss", "f32", NULL);
 	mkmodel(qwen, sizeof(qwen), "qwen3moe", "f32", NULL);
@@ -414,25 +377,21 @@ END_TEST
  * a dense row, more experts used than there are. */
 START_TEST(test_mkmodel_refusals)
 {
-	if (mkmodel_path == NULL) {
-		tu_skip("test-moe: no sinkd-mkmodel path given");
-		return;
-	}
 	char *mx[] = {(char *)mkmodel_path, "--out", "/dev/null", "--dim", "64", "--layers", "1",
 	              "--heads", "4", "--ffn", "64", "--type", "mxfp4", NULL};
-	ck_assert_int_eq(run_tool(mx), 2);
+	ck_assert_int_eq(tu_run_quiet(mx), 2);
 	char *ex[] = {(char *)mkmodel_path, "--out", "/dev/null", "--dim", "64", "--layers", "1",
 	              "--heads", "4", "--ffn", "64", "--experts", "4", NULL};
-	ck_assert_int_eq(run_tool(ex), 2);
+	ck_assert_int_eq(tu_run_quiet(ex), 2);
 	char *used[] = {(char *)mkmodel_path, "--out", "/dev/null", "--arch", "qwen3moe",
 	                "--dim", "64", "--layers", "1", "--heads", "4", "--ffn", "64",
 	                "--experts", "2", "--experts-used", "3", NULL};
-	ck_assert_int_eq(run_tool(used), 2);
+	ck_assert_int_eq(tu_run_quiet(used), 2);
 	used[16] = "2"; /* 2 of 2: fine */
 	char path[64];
 	tu_temp_file(path, sizeof(path), "sinkd-test-moe", NULL, 0);
 	used[2] = path;
-	ck_assert_int_eq(run_tool(used), 0);
+	ck_assert_int_eq(tu_run_quiet(used), 0);
 	unlink(path);
 }
 END_TEST
@@ -440,6 +399,10 @@ END_TEST
 int main(int argc, char **argv)
 {
 	mkmodel_path = argc > 1 ? argv[1] : NULL;
+	if (mkmodel_path == NULL) {
+		fprintf(stderr, "test-moe: no sinkd-mkmodel path given (argv[1])\n");
+		return 77;
+	}
 	Suite *s = suite_create("moe");
 	TCase *tc = tcase_create("core");
 	tcase_add_test(tc, test_gptoss_loads);
