@@ -36,6 +36,12 @@ struct cuda_weight {
 	void *d; /* (rows, cols) row-major in the backend's dtype */
 	int rows;
 	int cols;
+	/* stored: d holds the rows as the file stores them, of ggml type
+	 * `type` and row_bytes each (an MoE expert kept as stored, widened
+	 * into a scratch matrix before use) */
+	bool stored;
+	int type;
+	size_t row_bytes;
 };
 
 struct cuda_layer_weights {
@@ -202,6 +208,8 @@ struct cuda_backend {
 	/* a mixture-of-experts model's routing and expert buffers
 	 * (backend_cuda_moe.c); NULL until its first forward */
 	struct cuda_moe *moe;
+	int experts_mode;     /* backend_cuda_options.experts */
+	bool experts_stored;  /* block-type experts kept as stored (decided at upload) */
 };
 
 static inline struct cuda_backend *cuda_of(struct backend *be)

@@ -38,6 +38,7 @@ struct cuda_moe {
 	float *gate, *up; /* (m, expert_ffn) */
 	void *act;       /* (m, expert_ffn) in the weights' dtype */
 	float *down;     /* (m, dim) each grouped row's expert output */
+	void *wide;      /* (expert_ffn * dim) a stored expert's matrix widened */
 	float *entries;  /* (m, dim) the same by entry */
 };
 
@@ -46,8 +47,8 @@ void cudabe_moe_free(struct cuda_backend *c)
 	struct cuda_moe *x = c->moe;
 	if (!x)
 		return;
-	void *dev[] = {x->xn, x->logits, x->lists_d, x->rows, x->in,
-	               x->gate, x->up,   x->act,     x->down, x->entries};
+	void *dev[] = {x->xn, x->logits, x->lists_d, x->rows,    x->in,
+	               x->gate, x->up,   x->act,     x->down, x->entries, x->wide};
 	for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
 		cudaFree(dev[i]);
 	cudaFreeHost(x->logits_h);
@@ -81,6 +82,7 @@ static int moe_alloc(struct cuda_moe *x, const struct model_hparams *hp, size_t 
 	    {&x->act, m * H * dt},
 	    {(void **)&x->down, m * D * F},
 	    {(void **)&x->entries, m * D * F},
+	    {&x->wide, H * D * dt},
 	};
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		if (cudaMalloc(bufs[i].p, bufs[i].bytes ? bufs[i].bytes : 1) != cudaSuccess) {
@@ -155,7 +157,9 @@ static int moe_route(struct cuda_backend *c, int n, int l, char *err, size_t err
 }
 
 /* One GEMM per active expert over its grouped rows: out rows of w[e] from
- * in rows (in_cols wide, in the weights' dtype). */
+ * in rows (in_cols wide, in the weights' dtype).  An expert kept as stored
+ * is widened first into the scratch matrix, which the stream's order
+ * frees for the next expert once its GEMM has read it. */
 static int experts_gemm(struct cuda_backend *c, const struct cuda_weight *w, const void *in,
                         int in_cols, float *out, char *err, size_t err_len)
 {
@@ -164,8 +168,13 @@ static int experts_gemm(struct cuda_backend *c, const struct cuda_weight *w, con
 	for (int a = 0; a < r->n_active; a++) {
 		int e = r->active[a], s = r->start[e], cnt = r->start[e + 1] - s;
 		const unsigned char *src = (const unsigned char *)in + (size_t)s * in_cols * dt;
-		int rc = cudabe_gemm(c, &w[e], c->wdt, src, cnt, out + (size_t)s * w[e].rows, 0.0f,
-		                     err, err_len);
+		struct cuda_weight wide = {.d = c->moe->wide, .rows = w[e].rows, .cols = w[e].cols};
+		if (w[e].stored)
+			CU_TRY(cuda_dequant_rows(w[e].type, w[e].d, w[e].row_bytes, w[e].rows,
+			                         w[e].cols, wide.d, c->wdt, c->stream),
+			       "expert widening");
+		int rc = cudabe_gemm(c, w[e].stored ? &wide : &w[e], c->wdt, src, cnt,
+		                     out + (size_t)s * w[e].rows, 0.0f, err, err_len);
 		if (rc)
 			return rc;
 	}

@@ -7,7 +7,9 @@
  * dequant.c's arithmetic and kv_row_store's rounding: no F32 copy of a row
  * is made on the host.  Norm vectors and biases stay f32.  A
  * mixture-of-experts layer's experts go up one block per kind (gate, up,
- * down), each expert a view of it.  It does not run the forward pass. */
+ * down), each expert a view of it, widened or (a block type, when asked or
+ * when widened they would not fit) as stored, for backend_cuda_moe.c to
+ * widen per forward.  It does not run the forward pass. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,12 +129,28 @@ static int router_upload(struct cuda_backend *c, const struct weight_matrix *w,
 	return rc ? rc : matrix_fill(c, w, CUDA_DT_F32, out->d, "ffn_gate_inp", err, err_len);
 }
 
-/* The n experts' matrices w[0..n) (one shape) into one device block,
- * (*out)[e] viewing expert e's part. */
+/* Expert e's rows as stored into dst. */
+static int stored_fill(struct cuda_backend *c, const struct weight_matrix *w, void *dst,
+                       const char *what, char *err, size_t err_len)
+{
+	if (!cuda_dequant_supported(w->type))
+		return err_set(err, err_len, -ENOTSUP,
+		               "cuda backend: %s: weights of type %s cannot be uploaded", what,
+		               ggml_type_name(w->type));
+	CU_TRY(cudaMemcpy(dst, w->data, (size_t)w->rows * w->row_bytes, cudaMemcpyHostToDevice),
+	       "expert upload");
+	return 0;
+}
+
+/* The n experts' matrices w[0..n) (one shape) into one device block, in
+ * the dtype or (c->experts_stored, a block type) as stored; (*out)[e]
+ * views expert e's part. */
 static int experts_upload(struct cuda_backend *c, const struct weight_matrix *w, int n,
                           struct cuda_weight **out, const char *what, char *err, size_t err_len)
 {
-	size_t total = (size_t)w[0].cols * dt_size(c->wdt) * (size_t)w[0].rows;
+	bool stored = c->experts_stored && !same_type(w[0].type, c->wdt);
+	size_t total = stored ? w[0].row_bytes * (size_t)w[0].rows
+	                      : (size_t)w[0].cols * dt_size(c->wdt) * (size_t)w[0].rows;
 	void *base = NULL;
 	*out = calloc((size_t)n, sizeof(**out));
 	if (!*out)
@@ -141,10 +159,33 @@ static int experts_upload(struct cuda_backend *c, const struct weight_matrix *w,
 	for (int e = 0; e < n && !rc; e++) {
 		(*out)[e] = (struct cuda_weight){.d = (unsigned char *)base + (size_t)e * total,
 		                                 .rows = w[0].rows,
-		                                 .cols = w[0].cols};
-		rc = matrix_fill(c, &w[e], c->wdt, (*out)[e].d, what, err, err_len);
+		                                 .cols = w[0].cols,
+		                                 .stored = stored,
+		                                 .type = w[0].type,
+		                                 .row_bytes = w[0].row_bytes};
+		rc = stored ? stored_fill(c, &w[e], (*out)[e].d, what, err, err_len)
+		            : matrix_fill(c, &w[e], c->wdt, (*out)[e].d, what, err, err_len);
 	}
 	return rc;
+}
+
+/* Whether the model's block-type experts stay as stored on the device
+ * (backend_cuda_options.experts). */
+static int experts_decide(struct cuda_backend *c, char *err, size_t err_len)
+{
+	const struct model *m = c->base.model;
+	c->experts_stored = false;
+	if (m->hp.n_experts == 0 || c->experts_mode == BACKEND_CUDA_EXPERTS_WIDENED)
+		return 0;
+	if (c->experts_mode == BACKEND_CUDA_EXPERTS_STORED) {
+		c->experts_stored = true;
+		return 0;
+	}
+	size_t free_b = 0, total_b = 0, per = 3 * (size_t)m->hp.dim * m->hp.expert_ffn_dim;
+	CU_TRY(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+	size_t widened = per * (size_t)m->hp.n_experts * m->hp.n_layers * dt_size(c->wdt);
+	c->experts_stored = widened > free_b / 2;
+	return 0;
 }
 
 static int vec_upload(struct cuda_backend *c, const float *src, size_t n, float **out, char *err,
@@ -217,7 +258,8 @@ int cudabe_weights_upload(struct cuda_backend *c, char *err, size_t err_len)
 	c->layers = calloc((size_t)m->hp.n_layers, sizeof(*c->layers));
 	if (!c->layers)
 		return err_set(err, err_len, -ENOMEM, "cuda backend: out of memory");
-	int rc = matrix_upload(c, &m->token_embd, &c->embd, "token_embd", err, err_len);
+	int rc = experts_decide(c, err, err_len);
+	rc = rc ? rc : matrix_upload(c, &m->token_embd, &c->embd, "token_embd", err, err_len);
 	rc = rc ? rc : vec_upload(c, m->output_norm, (size_t)m->hp.dim, &c->out_norm, err, err_len);
 	c->out_tied = m->output.data == m->token_embd.data && m->output.type == m->token_embd.type;
 	if (c->out_tied)

@@ -282,12 +282,17 @@ struct pair {
 };
 
 static void pair_open(struct pair *p, const struct model *m_cpu, const struct model *m,
-                      enum kv_dtype dt)
+                      enum kv_dtype dt, int experts)
 {
 	char err[SINKD_ERR_LEN];
 	struct backend_options opt = {.n_threads = 2};
 	struct backend_cuda_options o = {
-	    .device = 0, .dtype = dt, .cache_bytes = (size_t)64 << 20, .auto_fraction = 0.3};
+	    .device = 0,
+	    .dtype = dt,
+	    .cache_bytes = (size_t)64 << 20,
+	    .auto_fraction = 0.3,
+	    .cuda_graphs = true, /* asked for: an MoE model must run without them */
+	    .experts = experts};
 	memset(p, 0, sizeof(*p));
 	ck_assert_msg(backend_cpu_new(m_cpu, &opt, &p->be[0], err, sizeof(err)) == 0, "%s", err);
 	ck_assert_msg(backend_cuda_new(m, NULL, &o, &p->be[1], err, sizeof(err)) == 0, "%s", err);
@@ -424,13 +429,31 @@ static void moe_vs_cpu(const char *args, const char *what)
 	int n_owned = 0;
 	float **owned = widen_moe(mf, &n_owned);
 	struct pair p;
-	pair_open(&p, mf, m, KV_DTYPE_F32);
-	pair_run(&p, 29, 17, 8, SIZE(24, 6));
-	ck_assert_msg(p.worst <= 1e-3, "%s: logits differ by %g (relative)", what, p.worst);
-	ck_assert_int_eq(p.token_flips, 0);
-	pair_close(&p);
+	size_t bytes[2];
+	static const int modes[] = {BACKEND_CUDA_EXPERTS_WIDENED, BACKEND_CUDA_EXPERTS_STORED};
+	for (int i = 0; i < 2; i++) {
+		pair_open(&p, mf, m, KV_DTYPE_F32, modes[i]);
+		bytes[i] = backend_cuda_weight_bytes(p.be[1]);
+		pair_run(&p, 29, 17, 8, SIZE(24, 6));
+		ck_assert_msg(p.worst <= 1e-3, "%s (experts mode %d): logits differ by %g (relative)",
+		              what, modes[i], p.worst);
+		ck_assert_int_eq(p.token_flips, 0);
+		pair_close(&p);
+	}
+	/* experts kept as stored take their bytes in the file, not widened */
+	size_t exp_file = 0;
+	for (int l = 0; l < m->hp.n_layers; l++)
+		for (int e = 0; e < m->hp.n_experts; e++) {
+			const struct model_layer *L = &m->layers[l];
+			exp_file += (size_t)L->exp_gate[e].rows * L->exp_gate[e].row_bytes +
+			            (size_t)L->exp_up[e].rows * L->exp_up[e].row_bytes +
+			            (size_t)L->exp_down[e].rows * L->exp_down[e].row_bytes;
+		}
+	size_t exp_wide = (size_t)m->hp.n_layers * m->hp.n_experts * 3 * m->hp.dim *
+	                  m->hp.expert_ffn_dim * sizeof(float);
+	ck_assert_uint_eq(bytes[0] - bytes[1], exp_wide - exp_file);
 	/* bf16 on the device (the router still f32): close, not alike */
-	pair_open(&p, mf, m, KV_DTYPE_BF16);
+	pair_open(&p, mf, m, KV_DTYPE_BF16, BACKEND_CUDA_EXPERTS_AUTO);
 	pair_run(&p, 29, 17, 8, SIZE(12, 4));
 	ck_assert_msg(p.worst <= 5e-2, "%s bf16: logits differ by %g (relative)", what, p.worst);
 	pair_close(&p);
