@@ -168,8 +168,8 @@ static int moe_workspace_reserve(struct cpu_backend *c, size_t n, char *err, siz
 	if (hp->n_experts <= 0)
 		return 0;
 	size_t entries = n * (size_t)hp->n_experts_used, eff = (size_t)hp->expert_ffn_dim;
-	int rc = moe_route_reserve(&c->route, (int)n, hp->n_experts_used, hp->n_experts, err,
-	                           err_len);
+	int rc =
+	    moe_route_reserve(&c->route, (int)n, hp->n_experts_used, hp->n_experts, err, err_len);
 	if (rc)
 		return rc;
 	c->moe_logits = malloc(n * hp->n_experts * sizeof(float));
@@ -180,7 +180,8 @@ static int moe_workspace_reserve(struct cpu_backend *c, size_t n, char *err, siz
 	c->moe_pos = malloc(entries * sizeof(int));
 	if (!c->moe_logits || !c->moe_x || !c->moe_gate || !c->moe_up || !c->moe_y || !c->moe_pos)
 		return err_set(err, err_len, -ENOMEM,
-		               "cpu backend: no memory for the experts of a batch of %zu tokens", n);
+		               "cpu backend: no memory for the experts of a batch of %zu tokens",
+		               n);
 	log_alloc(c->log, "cpu", "expert activations (grows with the largest batch)",
 	          sizeof(float) * (n * hp->n_experts + entries * (2 * (size_t)hp->dim + 2 * eff)));
 	return 0;
@@ -708,7 +709,9 @@ static void moe_expert_rows(struct cpu_backend *c, const struct model_layer *L, 
 	size_t eff = (size_t)hp->expert_ffn_dim, dim = (size_t)hp->dim;
 	float *gate = c->moe_gate + p0 * eff, *up = c->moe_up + p0 * eff;
 	struct matmul_job gu[2] = {
-	    {.w = &L->exp_gate[e], .bias = L->exp_b_gate ? L->exp_b_gate + e * eff : NULL, .y = gate},
+	    {.w = &L->exp_gate[e],
+	     .bias = L->exp_b_gate ? L->exp_b_gate + e * eff : NULL,
+	     .y = gate},
 	    {.w = &L->exp_up[e], .bias = L->exp_b_up ? L->exp_b_up + e * eff : NULL, .y = up}};
 	matmul_many(c->run_pool, MATMUL_ISA_AUTO, c->moe_x + p0 * dim, cnt, gu, 2);
 	moe_expert_act(gate, up, (size_t)cnt * eff, am->act, am->act_alpha, am->act_limit);
