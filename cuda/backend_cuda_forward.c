@@ -713,8 +713,8 @@ static int layer_gemma(struct cuda_backend *c, const struct batch_layout *bl, in
 /* One layer of the mixture-of-experts shape (MODEL_LAYER_MOE), enqueued:
  * the Llama shape's attention (+ bo where the model has it), then the
  * experts (backend_cuda_moe.c), which route on the host. */
-static int layer_moe(struct cuda_backend *c, const struct batch_layout *bl, int n, int l,
-                     char *err, size_t err_len)
+static int layer_moe(struct cuda_backend *c, const struct batch_layout *bl, int n, int l, char *err,
+                     size_t err_len)
 {
 	const struct cuda_layer_weights *L = &c->layers[l];
 	int rc = layer_attention(c, bl, n, l, err, err_len);

@@ -208,8 +208,8 @@ struct cuda_backend {
 	/* a mixture-of-experts model's routing and expert buffers
 	 * (backend_cuda_moe.c); NULL until its first forward */
 	struct cuda_moe *moe;
-	int experts_mode;     /* backend_cuda_options.experts */
-	bool experts_stored;  /* block-type experts kept as stored (decided at upload) */
+	int experts_mode;    /* backend_cuda_options.experts */
+	bool experts_stored; /* block-type experts kept as stored (decided at upload) */
 };
 
 static inline struct cuda_backend *cuda_of(struct backend *be)

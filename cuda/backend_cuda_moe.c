@@ -33,13 +33,13 @@ struct cuda_moe {
 	 * tok[i]: token of grouped row i; entry[i]: its entry t*k + rank;
 	 * expert[i]: its expert; then weight (m) floats: entry -> gate weight */
 	unsigned char *lists_d, *lists_h;
-	float *rows;     /* (m, dim) the gathered residual rows */
-	void *in;        /* (m, dim) their RMSNorm in the weights' dtype */
+	float *rows;      /* (m, dim) the gathered residual rows */
+	void *in;         /* (m, dim) their RMSNorm in the weights' dtype */
 	float *gate, *up; /* (m, expert_ffn) */
-	void *act;       /* (m, expert_ffn) in the weights' dtype */
-	float *down;     /* (m, dim) each grouped row's expert output */
-	void *wide;      /* (expert_ffn * dim) a stored expert's matrix widened */
-	float *entries;  /* (m, dim) the same by entry */
+	void *act;        /* (m, expert_ffn) in the weights' dtype */
+	float *down;      /* (m, dim) each grouped row's expert output */
+	void *wide;       /* (expert_ffn * dim) a stored expert's matrix widened */
+	float *entries;   /* (m, dim) the same by entry */
 };
 
 void cudabe_moe_free(struct cuda_backend *c)
@@ -47,8 +47,8 @@ void cudabe_moe_free(struct cuda_backend *c)
 	struct cuda_moe *x = c->moe;
 	if (!x)
 		return;
-	void *dev[] = {x->xn, x->logits, x->lists_d, x->rows,    x->in,
-	               x->gate, x->up,   x->act,     x->down, x->entries, x->wide};
+	void *dev[] = {x->xn, x->logits, x->lists_d, x->rows,    x->in,  x->gate,
+	               x->up, x->act,    x->down,    x->entries, x->wide};
 	for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
 		cudaFree(dev[i]);
 	cudaFreeHost(x->logits_h);
@@ -63,8 +63,9 @@ static size_t lists_bytes(size_t m)
 	return m * (3 * sizeof(int32_t) + sizeof(float));
 }
 
+/* wide_bytes: the scratch matrix of experts kept as stored (0: none). */
 static int moe_alloc(struct cuda_moe *x, const struct model_hparams *hp, size_t dt, size_t n,
-                     char *err, size_t err_len)
+                     size_t wide_bytes, char *err, size_t err_len)
 {
 	size_t m = n * (size_t)hp->n_experts_used, F = sizeof(float);
 	size_t D = (size_t)hp->dim, H = (size_t)hp->expert_ffn_dim;
@@ -82,7 +83,7 @@ static int moe_alloc(struct cuda_moe *x, const struct model_hparams *hp, size_t 
 	    {&x->act, m * H * dt},
 	    {(void **)&x->down, m * D * F},
 	    {(void **)&x->entries, m * D * F},
-	    {&x->wide, H * D * dt},
+	    {&x->wide, wide_bytes},
 	};
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		if (cudaMalloc(bufs[i].p, bufs[i].bytes ? bufs[i].bytes : 1) != cudaSuccess) {
@@ -111,7 +112,10 @@ static int moe_reserve(struct cuda_backend *c, size_t n, char *err, size_t err_l
 	c->moe = calloc(1, sizeof(*c->moe));
 	if (!c->moe)
 		return err_set(err, err_len, -ENOMEM, "cuda backend: out of memory");
-	int rc = moe_alloc(c->moe, &c->base.model->hp, dt_size(c->wdt), n, err, err_len);
+	const struct model_hparams *hp = &c->base.model->hp;
+	size_t dt = dt_size(c->wdt);
+	size_t wide = c->experts_stored ? (size_t)hp->expert_ffn_dim * hp->dim * dt : 0;
+	int rc = moe_alloc(c->moe, hp, dt, n, wide, err, err_len);
 	if (rc) {
 		cudabe_moe_free(c);
 		return rc;
@@ -132,8 +136,7 @@ static int moe_route(struct cuda_backend *c, int n, int l, char *err, size_t err
 	CU_TRY(cuda_rmsnorm(c->x, L->ffn_norm, n, hp->dim, hp->norm_eps, x->xn, CUDA_DT_F32,
 	                    c->stream),
 	       "rmsnorm");
-	if ((rc = cudabe_gemm(c, &L->router, CUDA_DT_F32, x->xn, n, x->logits, 0.0f, err,
-	                      err_len)))
+	if ((rc = cudabe_gemm(c, &L->router, CUDA_DT_F32, x->xn, n, x->logits, 0.0f, err, err_len)))
 		return rc;
 	if (L->b_router)
 		CU_TRY(cuda_add_bias(x->logits, L->b_router, n, ne, c->stream), "router bias");

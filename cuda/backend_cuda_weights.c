@@ -47,8 +47,8 @@ static const char *dt_name(int dt)
 
 /* Chunks of w's rows as stored -> staging -> dst (rows, cols) in dtype dt. */
 static int dequant_chunks(struct cuda_backend *c, const struct weight_matrix *w, int dt,
-                          void *stage, size_t per, unsigned char *dst, const char *what,
-                          char *err, size_t err_len)
+                          void *stage, size_t per, unsigned char *dst, const char *what, char *err,
+                          size_t err_len)
 {
 	size_t src_b = w->row_bytes, dst_b = (size_t)w->cols * dt_size(dt);
 	for (size_t r0 = 0; r0 < (size_t)w->rows; r0 += per) {
@@ -61,8 +61,8 @@ static int dequant_chunks(struct cuda_backend *c, const struct weight_matrix *w,
 		if (e)
 			return err_set(err, err_len, -EIO,
 			               "cuda backend: uploading %s (%s to %s, rows %zu..%zu): %s",
-			               what, ggml_type_name(w->type), dt_name(dt), r0,
-			               r0 + n - 1, cuda_error_string(e));
+			               what, ggml_type_name(w->type), dt_name(dt), r0, r0 + n - 1,
+			               cuda_error_string(e));
 	}
 	/* the forward pass runs on a non-blocking stream: the last chunk must be done */
 	CU_TRY(cudaDeviceSynchronize(), "weight dequantization");
@@ -213,12 +213,14 @@ static int moe_upload(struct cuda_backend *c, const struct model_layer *L,
 		return rc;
 	rc = router_upload(c, &L->w_router, &d->router, err, err_len);
 	rc = rc ? rc : vec_upload(c, L->b_router, ne, &d->b_router, err, err_len);
-	rc = rc ? rc : experts_upload(c, L->exp_gate, (int)ne, &d->exp_gate, "ffn_gate_exps", err,
-	                              err_len);
-	rc = rc ? rc : experts_upload(c, L->exp_up, (int)ne, &d->exp_up, "ffn_up_exps", err,
-	                              err_len);
-	rc = rc ? rc : experts_upload(c, L->exp_down, (int)ne, &d->exp_down, "ffn_down_exps", err,
-	                              err_len);
+	rc = rc ? rc
+	        : experts_upload(c, L->exp_gate, (int)ne, &d->exp_gate, "ffn_gate_exps", err,
+	                         err_len);
+	rc = rc ? rc
+	        : experts_upload(c, L->exp_up, (int)ne, &d->exp_up, "ffn_up_exps", err, err_len);
+	rc = rc ? rc
+	        : experts_upload(c, L->exp_down, (int)ne, &d->exp_down, "ffn_down_exps", err,
+	                         err_len);
 	rc = rc ? rc : vec_upload(c, L->exp_b_gate, ne * F, &d->exp_b_gate, err, err_len);
 	rc = rc ? rc : vec_upload(c, L->exp_b_up, ne * F, &d->exp_b_up, err, err_len);
 	rc = rc ? rc : vec_upload(c, L->exp_b_down, ne * D, &d->exp_b_down, err, err_len);
@@ -279,8 +281,7 @@ static void moe_free(struct cuda_layer_weights *d)
 			cudaFree(exps[i][0].d); /* the block all experts view */
 		free(exps[i]);
 	}
-	void *vecs[] = {d->bo,        d->router.d,  d->b_router,
-	                d->exp_b_gate, d->exp_b_up, d->exp_b_down};
+	void *vecs[] = {d->bo, d->router.d, d->b_router, d->exp_b_gate, d->exp_b_up, d->exp_b_down};
 	for (size_t i = 0; i < sizeof(vecs) / sizeof(vecs[0]); i++)
 		cudaFree(vecs[i]);
 }

@@ -152,9 +152,9 @@ static bool block_shape(int type, int *elems, int *bytes)
 	static const struct {
 		int type, elems, bytes;
 	} shapes[] = {
-	    {GGML_TYPE_F32, 1, 4},      {GGML_TYPE_F16, 1, 2},     {GGML_TYPE_BF16, 1, 2},
-	    {GGML_TYPE_Q4_0, 32, 18},   {GGML_TYPE_Q4_1, 32, 20},  {GGML_TYPE_Q5_0, 32, 22},
-	    {GGML_TYPE_Q5_1, 32, 24},   {GGML_TYPE_Q8_0, 32, 34},  {GGML_TYPE_Q4_K, 256, 144},
+	    {GGML_TYPE_F32, 1, 4},      {GGML_TYPE_F16, 1, 2},      {GGML_TYPE_BF16, 1, 2},
+	    {GGML_TYPE_Q4_0, 32, 18},   {GGML_TYPE_Q4_1, 32, 20},   {GGML_TYPE_Q5_0, 32, 22},
+	    {GGML_TYPE_Q5_1, 32, 24},   {GGML_TYPE_Q8_0, 32, 34},   {GGML_TYPE_Q4_K, 256, 144},
 	    {GGML_TYPE_Q5_K, 256, 176}, {GGML_TYPE_Q6_K, 256, 210}, {GGML_TYPE_MXFP4, 32, 17}};
 	for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
 		if (shapes[i].type == type) {

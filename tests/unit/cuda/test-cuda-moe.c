@@ -108,19 +108,20 @@ START_TEST(test_mxfp4_dequant)
 		ck_assert_msg(memcmp(host, want, ob) == 0, "dequant.c's mxfp4 to dtype %d", dt);
 		free(host);
 		void *dq = dev_from(q, (size_t)rows * rb), *dout = dev_from(NULL, ob);
-		ck_assert_int_eq(cuda_dequant_rows(GGML_TYPE_MXFP4, dq, rb, rows, cols, dout, dt, NULL),
-		                 0);
+		ck_assert_int_eq(
+		    cuda_dequant_rows(GGML_TYPE_MXFP4, dq, rb, rows, cols, dout, dt, NULL), 0);
 		to_host(got, dout, ob);
 		size_t bad = 0;
 		while (bad < ob && got[bad] == want[bad])
 			bad++;
-		ck_assert_msg(bad == ob, "mxfp4 to dtype %d: first difference at byte %zu", dt, bad);
+		ck_assert_msg(bad == ob, "mxfp4 to dtype %d: first difference at byte %zu", dt,
+		              bad);
 		cudaFree(dq), cudaFree(dout);
 		free(want), free(got);
 	}
 	/* a row that is not whole blocks is refused */
-	ck_assert_int_ne(cuda_dequant_rows(GGML_TYPE_MXFP4, NULL, 17, 1, 40, NULL, CUDA_DT_F32, NULL),
-	                 0);
+	ck_assert_int_ne(
+	    cuda_dequant_rows(GGML_TYPE_MXFP4, NULL, 17, 1, 40, NULL, CUDA_DT_F32, NULL), 0);
 	free(q), free(ref);
 }
 END_TEST
@@ -159,10 +160,10 @@ START_TEST(test_moe_act)
 				              dtypes[t], e);
 				for (size_t i = 0; act == 1 && t == 0 && i < n; i++) {
 					double r = oai_ref(g[i], u[i], 1.702, 7.0);
-					ck_assert_msg(fabs(((float *)ref)[i] - r) <=
-					                  1e-5 + 1e-5 * fabs(r),
-					              "clamped swiglu (%g, %g): twin %g, reference %g",
-					              g[i], u[i], ((float *)ref)[i], r);
+					ck_assert_msg(
+					    fabs(((float *)ref)[i] - r) <= 1e-5 + 1e-5 * fabs(r),
+					    "clamped swiglu (%g, %g): twin %g, reference %g", g[i],
+					    u[i], ((float *)ref)[i], r);
 				}
 				cudaFree(dg), cudaFree(du), cudaFree(dout);
 				free(g), free(u), free(ref), free(got);
@@ -327,7 +328,8 @@ static void pair_step(struct pair *p, struct backend_token *bt[2], int n, float 
 		                                     sizeof(err)) == 0,
 		              "%s: %s", p->be[k]->ops->name, err);
 	for (int r = 0; r < n_want; r++) {
-		const float *a = lg[1] + (size_t)r * p->n_vocab, *b = lg[0] + (size_t)r * p->n_vocab;
+		const float *a = lg[1] + (size_t)r * p->n_vocab,
+		            *b = lg[0] + (size_t)r * p->n_vocab;
 		double d = 0.0, mx = 1e-30;
 		for (int i = 0; i < p->n_vocab; i++) {
 			d = fmax(d, fabs((double)a[i] - b[i]));
@@ -356,7 +358,8 @@ static void pair_run(struct pair *p, int na, int nb, int chunk, int n_steps)
 				for (int k = 0; k < 2; k++)
 					bt[k][n] = (struct backend_token){
 					    .session = p->s[k][j],
-					    .token = (int32_t)((at[j] * (37 + 64 * j) + 5) % p->n_vocab),
+					    .token =
+					        (int32_t)((at[j] * (37 + 64 * j) + 5) % p->n_vocab),
 					    .want_logits = at[j] == len[j] - 1};
 		pair_step(p, bt, n, lg);
 	}
@@ -379,7 +382,8 @@ static void widen(struct weight_matrix *w, float **owned, int *n_owned)
 {
 	float *f = malloc((size_t)w->rows * w->cols * sizeof(float));
 	for (int r = 0; r < w->rows; r++)
-		ck_assert_int_eq(dequantize_row(w->type, (const uint8_t *)w->data + r * w->row_bytes,
+		ck_assert_int_eq(dequantize_row(w->type,
+		                                (const uint8_t *)w->data + r * w->row_bytes,
 		                                f + (size_t)r * w->cols, (uint64_t)w->cols),
 		                 0);
 	*w = (struct weight_matrix){.type = GGML_TYPE_F32,
@@ -435,8 +439,9 @@ static void moe_vs_cpu(const char *args, const char *what)
 		pair_open(&p, mf, m, KV_DTYPE_F32, modes[i]);
 		bytes[i] = backend_cuda_weight_bytes(p.be[1]);
 		pair_run(&p, 29, 17, 8, SIZE(24, 6));
-		ck_assert_msg(p.worst <= 1e-3, "%s (experts mode %d): logits differ by %g (relative)",
-		              what, modes[i], p.worst);
+		ck_assert_msg(p.worst <= 1e-3,
+		              "%s (experts mode %d): logits differ by %g (relative)", what,
+		              modes[i], p.worst);
 		ck_assert_int_eq(p.token_flips, 0);
 		pair_close(&p);
 	}
