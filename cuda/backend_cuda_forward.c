@@ -50,6 +50,7 @@ void cudabe_workspace_free(struct cuda_backend *c)
 	c->batch_h = NULL;
 	c->mass_h = NULL;
 	host_plan_free(c);
+	cudabe_moe_free(c);
 	c->cap = c->partial_cap = c->batch_cap = 0;
 	free(c->a_ops);
 	free(c->a_begin);
@@ -525,16 +526,23 @@ static size_t batch_partial_floats(const struct cuda_backend *c)
 
 /* y (n, w->rows) = x (n, w->cols) . w^T + beta * y.  Row-major W (rows,
  * cols) is column-major (cols, rows): y^T = op_T(W) x^T. */
-static int gemm(struct cuda_backend *c, const struct cuda_weight *w, const void *x, int n, float *y,
-                float beta, char *err, size_t err_len)
+int cudabe_gemm(struct cuda_backend *c, const struct cuda_weight *w, int dt, const void *x, int n,
+                float *y, float beta, char *err, size_t err_len)
 {
 	float alpha = 1.0f;
-	cudaDataType_t t = blas_type(c->wdt);
+	cudaDataType_t t = blas_type(dt);
 	BLAS_TRY(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, w->rows, n, w->cols, &alpha, w->d,
 	                      t, w->cols, x, t, w->cols, &beta, y, CUDA_R_32F, w->rows,
 	                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
 	         "cublasGemmEx");
 	return 0;
+}
+
+/* cudabe_gemm in the weights' dtype. */
+static int gemm(struct cuda_backend *c, const struct cuda_weight *w, const void *x, int n, float *y,
+                float beta, char *err, size_t err_len)
+{
+	return cudabe_gemm(c, w, c->wdt, x, n, y, beta, err, err_len);
 }
 
 static int attention_waves(struct cuda_backend *c, const struct batch_layout *bl, int layer,
@@ -702,11 +710,28 @@ static int layer_gemma(struct cuda_backend *c, const struct batch_layout *bl, in
 	return 0;
 }
 
+/* One layer of the mixture-of-experts shape (MODEL_LAYER_MOE), enqueued:
+ * the Llama shape's attention (+ bo where the model has it), then the
+ * experts (backend_cuda_moe.c), which route on the host. */
+static int layer_moe(struct cuda_backend *c, const struct batch_layout *bl, int n, int l, char *err,
+                     size_t err_len)
+{
+	const struct cuda_layer_weights *L = &c->layers[l];
+	int rc = layer_attention(c, bl, n, l, err, err_len);
+	if (rc)
+		return rc;
+	if (L->bo)
+		CU_TRY(cuda_add_bias(c->x, L->bo, n, c->base.model->hp.dim, c->stream),
+		       "attention output bias");
+	return cudabe_moe_ffn(c, n, l, err, err_len);
+}
+
 /* The layer function of each layer shape (model/arch.h): a new shape adds
  * a row and a function here. */
 static const cuda_layer_fn layer_fns[MODEL_LAYER_KINDS] = {
     [MODEL_LAYER_LLAMA] = layer_llama,
     [MODEL_LAYER_GEMMA] = layer_gemma,
+    [MODEL_LAYER_MOE] = layer_moe,
 };
 
 cuda_layer_fn cudabe_layer_fn_of(const struct model_arch *a)
@@ -885,8 +910,10 @@ static int run_graph(struct cuda_backend *c, size_t n, const struct batch_layout
                      bool want_mass, float *logits, char *err, size_t err_len)
 {
 	const struct model_hparams *hp = &c->base.model->hp;
-	/* anchor upkeep varies from step to step: not a fixed launch shape */
-	if (!c->use_graphs || c->per_layer || n > CUDA_GRAPH_MAX_TOKENS ||
+	/* anchor upkeep varies from step to step: not a fixed launch shape; an
+	 * MoE layer waits for its routing on the host, which a captured graph
+	 * cannot: MoE models run without graphs */
+	if (!c->use_graphs || c->per_layer || hp->n_experts > 0 || n > CUDA_GRAPH_MAX_TOKENS ||
 	    (size_t)n_want > CUDA_GRAPH_MAX_TOKENS)
 		return 1;
 	int *key = malloc((4 + 3 * (size_t)c->n_waves) * sizeof(int));
