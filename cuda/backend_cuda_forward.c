@@ -748,12 +748,15 @@ static void add_sink_mass(struct cuda_backend *c, const struct backend_token *to
 {
 	const struct model_hparams *hp = &c->base.model->hp;
 	for (size_t i = 0; i < n; i++) {
-		if (!tokens[i].sink_mass)
-			continue;
-		for (int l = 0; l < hp->n_layers; l++)
+		float *learned = tokens[i].learned_sink_mass;
+		for (int l = 0; tokens[i].sink_mass && l < hp->n_layers; l++)
 			for (int h = 0; h < hp->n_heads; h++)
 				tokens[i].sink_mass[(size_t)l * hp->n_heads + h] +=
 				    c->mass_h[((size_t)l * c->cap + i) * hp->n_heads + h];
+		for (int l = 0; learned && l < hp->n_layers; l++) /* the buffer's second half */
+			for (int h = 0; h < hp->n_heads; h++)
+				learned[(size_t)l * hp->n_heads + h] +=
+				    c->mass_h[(((size_t)hp->n_layers + l) * c->cap + i) * hp->n_heads + h];
 	}
 }
 
@@ -923,7 +926,7 @@ static int run_layers(struct cuda_backend *c, const struct backend_token *tokens
 {
 	bool want_mass = false;
 	for (size_t i = 0; i < n; i++)
-		want_mass = want_mass || tokens[i].sink_mass;
+		want_mass = want_mass || tokens[i].sink_mass || tokens[i].learned_sink_mass;
 	int rc = run_graph(c, n, bl, n_want, want_mass, logits, err, err_len);
 	if (rc == 1) {
 		rc = enqueue_forward(c, n, bl, n_want, want_mass, logits, err, err_len);

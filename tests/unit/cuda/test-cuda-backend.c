@@ -151,6 +151,7 @@ struct twin_run {
 	int token_flips; /* greedy steps where the argmax differed */
 	uint64_t anchors_promoted, anchors_demoted; /* the gpu sessions', at the end */
 	struct cache_geometry geometry;
+	double learned_mass;  /* the cpu's learned sink mass over the decode, all layers */
 	bool traced;          /* session 0 of each backend traces its cache, session 1 not */
 	uint64_t trace_steps; /* the gpu trace's steps, at the end */
 };
@@ -266,7 +267,7 @@ static void run_decode(struct twin_run *r, int32_t next_a, int32_t next_b, int n
 	char err[SINKD_ERR_LEN];
 	for (int k = 0; k < 2; k++) {
 		lg[k] = malloc(2 * (size_t)r->n_vocab * sizeof(float));
-		mass[k] = calloc(nm, sizeof(float));
+		mass[k] = calloc(2 * nm, sizeof(float)); /* sinks', then learned sinks' */
 	}
 	for (int step = 0; step < n_steps; step++) {
 		for (int k = 0; k < 2; k++) {
@@ -274,7 +275,8 @@ static void run_decode(struct twin_run *r, int32_t next_a, int32_t next_b, int n
 			    {.session = r->s[k][0],
 			     .token = next_a,
 			     .want_logits = true,
-			     .sink_mass = mass[k]},
+			     .sink_mass = mass[k],
+			     .learned_sink_mass = mass[k] + nm},
 			    {.session = r->s[k][1], .token = next_b, .want_logits = true},
 			};
 			forward_ok(r->be[k], batch, 2, lg[k]);
@@ -291,9 +293,12 @@ static void run_decode(struct twin_run *r, int32_t next_a, int32_t next_b, int n
 				                                            err, sizeof(err)) == 0,
 				              "%s", err);
 	}
-	for (size_t i = 0; i < nm; i++)
+	for (size_t i = 0; i < 2 * nm; i++)
 		ck_assert_msg(fabs(mass[0][i] - mass[1][i]) <= 1e-3 * n_steps,
-		              "sink mass %zu: cpu %g gpu %g", i, mass[0][i], mass[1][i]);
+		              "%s mass %zu: cpu %g gpu %g", i < nm ? "sink" : "learned sink", i % nm,
+		              mass[0][i], mass[1][i]);
+	for (size_t i = nm; i < 2 * nm; i++)
+		r->learned_mass += mass[0][i];
 	for (int j = 0; j < 2; j++) {
 		struct sinkcache_stats a, b;
 		r->be[0]->ops->session_stats(r->be[0], r->s[0][j], &a);
@@ -599,6 +604,7 @@ START_TEST(test_stories_trace_vs_cpu)
 	struct twin_run r;
 	stories_vs_cpu_run(NULL, &plain, 1e-4, false, true, &r);
 	ck_assert_uint_gt(r.trace_steps, 24);
+	ck_assert(r.learned_mass == 0.0); /* no learned sink logits in this model */
 	stories_vs_cpu_run(NULL, &int8, 1e-3, true, true, &r);
 	struct cache_geometry anchors = plain;
 	anchors.anchor_max = 6;
@@ -641,6 +647,7 @@ START_TEST(test_stories_learned_sinks_vs_cpu)
 	ck_assert_msg(r.worst <= 1e-3, "logits differ from the cpu backend by %g (relative)",
 	              r.worst);
 	ck_assert_int_eq(r.token_flips, 0);
+	ck_assert(r.learned_mass > 1e-3);
 	struct cache_trace_step *t = trace_of(r.be[1], r.s[1][0], &g);
 	for (int l = 0; l < t->n_layers; l++) {
 		ck_assert_int_eq(t->layers[l].learned_sink, l % 2);
