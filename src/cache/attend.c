@@ -1,6 +1,8 @@
 /* Attention of one query over the tiered cache of one layer:
  * softmax(q.k / sqrt(head_dim)) over sink + anchor + compressed + staging +
- * hot tokens, in fp32 with a max-subtracted softmax, GQA (query head h reads kv
+ * hot tokens (and the model's learned sink logit, when it has one: a term
+ * of the denominator with a zero value), in fp32 with a max-subtracted
+ * softmax, GQA (query head h reads kv
  * head h / (n_heads / n_kv_heads)).  Query heads that share a kv head are
  * processed together (up to ATTEND_MAX_HEADS), so each key and value row is
  * read once per group rather than once per head.  Quantized tokens are used
@@ -341,11 +343,20 @@ static void attend_rotate_queries(struct attend_ctx *x, const float *q)
 
 /* Softmax of scores[0..n) in place without the division: exp(score - max),
  * and *inv = 1 / their sum (the values are mixed with these weights and the
- * sum scaled once).  Returns the mass of the first n_sink. */
-static float attend_softmax(float *scores, int n, int n_sink, float *inv)
+ * sum scaled once).  Returns the mass of the first n_sink.  learned: the
+ * head's learned sink logit (NULL: none), one more term of the max and the
+ * sum with a zero value; *learned_mass gets its share. */
+static float attend_softmax(float *scores, int n, int n_sink, const float *learned, float *inv,
+                            float *learned_mass)
 {
-	float sink = 0.0f;
-	*inv = 1.0f / attend_exp_sum(scores, n);
+	float sink = 0.0f, e = 0.0f;
+	if (learned) {
+		float sum = attend_exp_sum_sink(scores, n, *learned, &e);
+		*inv = 1.0f / (sum + e);
+	} else {
+		*inv = 1.0f / attend_exp_sum(scores, n);
+	}
+	*learned_mass = e * *inv;
 	for (int i = 0; i < n_sink; i++)
 		sink += scores[i];
 	return sink * *inv;
@@ -363,17 +374,22 @@ static void attend_softcap(struct attend_ctx *x, int n)
 	}
 }
 
-/* Query heads [h0, h0 + r) on kv head kh; q and out point at head h0
- * (key_weight, when given, at head h0's row). */
+/* Query heads [h0, h0 + r) on kv head kh; q, out, sink_mass and
+ * learned_mass point at head h0 (key_weight, when given, at head h0's row),
+ * learned (NULL: none) at head h0's learned sink logit. */
 static void attend_head_group(struct attend_ctx *x, const float *q, float *out, float *sink_mass,
-                              float *key_weight)
+                              float *learned_mass, const float *learned, float *key_weight)
 {
 	int d = x->d, n_sink = x->L->t.n_sink;
 	int n = kv_layer_window(x->c, x->L) + kv_layer_window_rank(x->L);
 	if (n == 0) {
 		memset(out, 0, (size_t)x->r * (size_t)d * sizeof(float));
-		for (int h = 0; sink_mass && h < x->r; h++)
-			sink_mass[h] = 0.0f;
+		for (int h = 0; h < x->r; h++) {
+			if (sink_mass)
+				sink_mass[h] = 0.0f;
+			if (learned_mass)
+				learned_mass[h] = learned ? 1.0f : 0.0f;
+		}
 		return;
 	}
 	/* keys now (all lines requested at once), values for after the softmax,
@@ -389,9 +405,13 @@ static void attend_head_group(struct attend_ctx *x, const float *q, float *out, 
 	if (x->c->softcap > 0.0f)
 		attend_softcap(x, n);
 	for (int h = 0; h < x->r; h++) {
-		float m = attend_softmax(x->scores + (size_t)h * x->ld, n, n_sink, &x->inv[h]);
+		float lm;
+		float m = attend_softmax(x->scores + (size_t)h * x->ld, n, n_sink,
+		                         learned ? learned + h : NULL, &x->inv[h], &lm);
 		if (sink_mass)
 			sink_mass[h] = m;
+		if (learned_mass)
+			learned_mass[h] = lm;
 		x->bias[h] = 0.0f;
 		if (key_weight) {
 			const float *e = x->scores + (size_t)h * x->ld;
@@ -413,7 +433,7 @@ static void attend_head_group(struct attend_ctx *x, const float *q, float *out, 
 
 void sinkcache_attend(const struct sinkcache *c, int layer, const float *q, int n_heads,
                       int head_begin, int head_end, float *out, float *scratch, float *sink_mass,
-                      float *key_weight, bool rows_cold)
+                      float *learned_mass, float *key_weight, bool rows_cold)
 {
 	int d = c->g.head_dim, ratio = n_heads / c->g.n_kv_heads;
 	const struct kv_layer *L = &c->layers[layer];
@@ -450,6 +470,8 @@ void sinkcache_attend(const struct sinkcache *c, int layer, const float *q, int 
 			x.r = ATTEND_MAX_HEADS;
 		attend_head_group(&x, q + (size_t)h * d, out + (size_t)h * d,
 		                  sink_mass ? sink_mass + h : NULL,
+		                  learned_mass ? learned_mass + h : NULL,
+		                  L->sink_logits ? L->sink_logits + h : NULL,
 		                  key_weight ? key_weight + (size_t)h * ld : NULL);
 	}
 }

@@ -696,15 +696,18 @@ AK512_INLINE __m512 exp_neg16(__m512 x)
 
 /* attend_exp_sum on 16 lanes (the tail by masks): with small heads a
  * score's exp costs more than its dot product. */
-static AK512_FN float exp_sum_512(float *scores, int n)
+static AK512_FN float exp_sum_512(float *scores, int n, float sink, float *sink_exp)
 {
 	const __m512 ninf = _mm512_set1_ps(-INFINITY);
 	int nv = n - n % 16;
 	__mmask16 tail = (__mmask16)((1u << (n % 16)) - 1u);
-	__m512 m = _mm512_mask_loadu_ps(ninf, tail, scores + nv);
+	__m512 m =
+	    _mm512_max_ps(_mm512_mask_loadu_ps(ninf, tail, scores + nv), _mm512_set1_ps(sink));
 	for (int i = 0; i < nv; i += 16)
 		m = _mm512_max_ps(m, _mm512_loadu_ps(scores + i));
 	__m512 mv = _mm512_set1_ps(_mm512_reduce_max_ps(m)), sum = _mm512_setzero_ps();
+	if (sink_exp)
+		*sink_exp = _mm512_cvtss_f32(exp_neg16(_mm512_sub_ps(_mm512_set1_ps(sink), mv)));
 	for (int i = 0; i < nv; i += 16) {
 		__m512 e = exp_neg16(_mm512_sub_ps(_mm512_loadu_ps(scores + i), mv));
 		_mm512_storeu_ps(scores + i, e);
@@ -812,12 +815,17 @@ ATTEND_INLINE v8f exp_neg(v8f x)
 	return y * scale;
 }
 
-ATTEND_CLONES
 float attend_exp_sum(float *scores, int n)
+{
+	return attend_exp_sum_sink(scores, n, -INFINITY, NULL);
+}
+
+ATTEND_CLONES
+float attend_exp_sum_sink(float *scores, int n, float sink, float *sink_exp)
 {
 #ifdef ATTEND_HAVE_512
 	if (cpu_has_avx512())
-		return exp_sum_512(scores, n);
+		return exp_sum_512(scores, n, sink, sink_exp);
 #endif
 	const v8f ninf = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
 	                  -INFINITY, -INFINITY, -INFINITY, -INFINITY};
@@ -834,7 +842,8 @@ float attend_exp_sum(float *scores, int n)
 			t[j] = j < n ? scores[j] : -INFINITY;
 		tail = ld_f32(t);
 	}
-	m8 = tail;
+	const v8f s8 = {sink, sink, sink, sink, sink, sink, sink, sink};
+	m8 = select8(s8 > tail, s8, tail);
 	for (int i = 0; i < nv; i += 8) {
 		v8f x = ld_f32(scores + i);
 		m8 = select8(x > m8, x, m8);
@@ -849,6 +858,8 @@ float attend_exp_sum(float *scores, int n)
 	/* the tail's exps before the whole vectors overwrite their scores; its
 	 * lanes that are also in the last whole vector get the same value */
 	v8f et = exp_neg(tail - m8);
+	if (sink_exp)
+		*sink_exp = exp_neg(s8 - m8)[0];
 	v8f sum8 = select8(n >= 8 ? lane >= 8 - m : lane < n, et, (v8f){0});
 	for (int i = 0; i < nv; i += 8) {
 		v8f e = exp_neg(ld_f32(scores + i) - m8);

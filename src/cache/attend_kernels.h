@@ -40,3 +40,8 @@ void attend_mix_codes(int bits, const uint8_t *base, size_t row_bytes, int n, in
                       int ld, int r, float *acc, int g0);
 /* scores[i] <- exp(scores[i] - max) in place; returns their sum. */
 float attend_exp_sum(float *scores, int n);
+/* The same with a learned sink logit (gpt-oss) beside the scores: the max
+ * is over the scores and sink, *sink_exp (when not NULL) gets exp(sink -
+ * max), and the sum returned is the scores' alone.  sink -INFINITY: no
+ * sink, the result bit-identical to attend_exp_sum's. */
+float attend_exp_sum_sink(float *scores, int n, float sink, float *sink_exp);

@@ -117,6 +117,10 @@ int cache_trace_step_check(const struct cache_trace_step *t, char *err, size_t e
 		if (ly->n_slots < 0 || (ly->n_slots > 0 && !ly->slots))
 			return err_set(err, err_len, -EINVAL,
 			               "layer %d: %d slots but no slot array", l, ly->n_slots);
+		if (!(ly->learned_sink_max >= 0.0f) || !(ly->learned_sink_mean >= 0.0f) ||
+		    ly->learned_sink_max > 1.0f || ly->learned_sink_mean > 1.0f)
+			return err_set(err, err_len, -EINVAL,
+			               "layer %d: learned sink mass must be in [0, 1]", l);
 		for (int i = 0; i < ly->n_slots; i++) {
 			int rc = check_slot(&ly->slots[i], i ? &ly->slots[i - 1] : NULL, l, i, err,
 			                    err_len);
@@ -183,6 +187,18 @@ static bool add_field(cJSON *o, const char *name, cJSON *v)
 	return true;
 }
 
+/* The learned sink's masses of a layer that has one, beside its slots'. */
+static bool add_learned_sink(cJSON *lo, const struct cache_trace_layer *ly, bool attention)
+{
+	if (!attention)
+		return cJSON_AddNullToObject(lo, "learned_sink_mass_max") &&
+		       cJSON_AddNullToObject(lo, "learned_sink_mass_mean");
+	return cJSON_AddNumberToObject(lo, "learned_sink_mass_max",
+	                               digits6(ly->learned_sink_max)) &&
+	       cJSON_AddNumberToObject(lo, "learned_sink_mass_mean",
+	                               digits6(ly->learned_sink_mean));
+}
+
 cJSON *cache_trace_json(const struct cache_trace_step *t, const bool *layer_wanted)
 {
 	static const char *const fields[] = {"stream_index", "tier",      "rope_position",
@@ -223,6 +239,8 @@ cJSON *cache_trace_json(const struct cache_trace_step *t, const bool *layer_want
 		for (int f = 0; ok && f < 6; f++)
 			ok = f >= 3 && !t->attention ? cJSON_AddNullToObject(lo, fields[f]) != NULL
 			                             : add_field(lo, fields[f], slot_array(ly, f));
+		if (ok && ly->learned_sink)
+			ok = add_learned_sink(lo, ly, t->attention);
 	}
 	if (!ok) {
 		cJSON_Delete(o);

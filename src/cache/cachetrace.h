@@ -46,6 +46,11 @@ struct cache_trace_layer {
 	int sliding_window;             /* a model sliding-window layer's window (it keeps only
 	                                 * its last that many tokens); 0: a global layer */
 	struct cache_trace_slot *slots; /* (n_slots), strictly increasing stream_index */
+	/* The model's learned sink logit (gpt-oss: a softmax term with a zero
+	 * value, no slot): whether the layer has one, and the weight it got
+	 * in the step, the largest and the mean over query heads. */
+	bool learned_sink;
+	float learned_sink_max, learned_sink_mean;
 };
 
 /* What the titles print about the session's cache. */
@@ -85,7 +90,8 @@ int cache_trace_step_check(const struct cache_trace_step *t, char *err, size_t e
  * "stream_position", "tracing", "geometry", "tier_names", "layers": [{"layer",
  * "n_slots", "stream_index", "tier" (indices into tier_names),
  * "rope_position", "mass_max", "mass_mean", "mass_ema" (null without
- * masses)}]}, masses to 6 significant digits.  layer_wanted (n_layers
+ * masses), and for a layer with a learned sink logit "learned_sink_mass_max",
+ * "learned_sink_mass_mean" (its weight; null without masses)}]}, masses to 6 significant digits.  layer_wanted (n_layers
  * flags) or NULL for all.  NULL when out of memory. */
 struct cJSON;
 struct cJSON *cache_trace_json(const struct cache_trace_step *t, const bool *layer_wanted);

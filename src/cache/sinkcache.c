@@ -354,6 +354,7 @@ void sinkcache_free(struct sinkcache *c)
 		free(c->layers[l].cs_sink);
 	}
 	free(c->layers);
+	free(c->sink_logits);
 	pages_unmap(c->front, c->front_bytes > 0 ? c->front_bytes : 1);
 	free(c->front_pop.done);
 	for (int r = 0; r < 2; r++) {
@@ -653,14 +654,48 @@ void sinkcache_set_softcap(struct sinkcache *c, float cap)
 	c->softcap = cap > 0.0f ? cap : 0.0f;
 }
 
+int sinkcache_set_learned_sinks(struct sinkcache *c, int layer, const float *logits, int n_heads,
+                                char *err, size_t err_len)
+{
+	if (layer < 0 || layer >= c->g.n_layers)
+		return err_set(err, err_len, -EINVAL,
+		               "learned sinks: layer %d of a cache of %d layers", layer,
+		               c->g.n_layers);
+	if (n_heads <= 0 || n_heads % c->g.n_kv_heads ||
+	    (c->sink_logits && n_heads != c->sink_logit_heads))
+		return err_set(err, err_len, -EINVAL,
+		               "learned sinks: %d heads for layer %d; want a multiple of the %d kv "
+		               "heads%s",
+		               n_heads, layer, c->g.n_kv_heads,
+		               c->sink_logits ? ", the same count for every layer" : "");
+	if (!c->sink_logits) {
+		/* one copy for all layers: a cache may outlive the model's arrays */
+		c->sink_logits = malloc((size_t)c->g.n_layers * (size_t)n_heads * sizeof(float));
+		if (!c->sink_logits)
+			return err_set(err, err_len, -ENOMEM, "learned sinks: out of memory");
+		c->sink_logit_heads = n_heads;
+	}
+	float *dst = c->sink_logits + (size_t)layer * (size_t)n_heads;
+	if (logits)
+		memcpy(dst, logits, (size_t)n_heads * sizeof(float));
+	c->layers[layer].sink_logits = logits ? dst : NULL;
+	return 0;
+}
+
+bool sinkcache_has_learned_sinks(const struct sinkcache *c, int layer)
+{
+	return layer >= 0 && layer < c->g.n_layers && c->layers[layer].sink_logits;
+}
+
 bool sinkcache_tracks_attention(const struct sinkcache *c)
 {
 	return c->caps_max.anchor > 0 || c->trace;
 }
 
-void sinkcache_observe(struct sinkcache *c, int layer, const float *key_weight, int n_heads)
+void sinkcache_observe(struct sinkcache *c, int layer, const float *key_weight,
+                       const float *learned_weight, int n_heads)
 {
-	kv_trace_observe(c, layer, key_weight, n_heads);
+	kv_trace_observe(c, layer, key_weight, learned_weight, n_heads);
 	if (!key_weight || layer < 0 || layer >= c->g.n_layers)
 		return;
 	struct kv_layer *L = &c->layers[layer];

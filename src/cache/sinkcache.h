@@ -89,21 +89,33 @@ int sinkcache_append(struct sinkcache *c, int layer, const float *k, const float
  * (n_heads, head_dim) and only the given heads are written.  scratch holds
  * sinkcache_scratch_floats() floats, one buffer per concurrent caller.
  * sink_mass (optional, (n_heads)): the softmax mass that each head gave to
- * the sink tier.  rows_cold: the layer's rows were not read just before
+ * the sink tier; learned_mass (optional, (n_heads)): the mass each head gave
+ * to its learned sink logit (sinkcache_set_learned_sinks; 0 without one).  rows_cold: the layer's rows were not read just before
  * (true for a decode step, false for the later tokens of a prompt chunk);
  * it picks how they are fetched and never changes the result.
  * key_weight (optional, (n_heads, cache_geometry_capacity_tokens) floats): each
  * head's softmax weight of each resident token, in rank order (sinks,
- * anchors, window), for sinkcache_observe(). */
+ * anchors, window), for sinkcache_observe(); with a learned sink the
+ * weights sum to 1 less its mass. */
 void sinkcache_attend(const struct sinkcache *c, int layer, const float *q, int n_heads,
                       int head_begin, int head_end, float *out, float *scratch, float *sink_mass,
-                      float *key_weight, bool rows_cold);
+                      float *learned_mass, float *key_weight, bool rows_cold);
 size_t sinkcache_scratch_floats(const struct cache_geometry *g);
 /* Soft-caps the attention scores of every layer: each q.k/sqrt(head_dim)
  * becomes cap * tanh(score / cap) before the softmax (gemma2's
  * attn_logit_softcapping, a fact of the model the backend sets on each
  * cache); cap 0: none, the default. */
 void sinkcache_set_softcap(struct sinkcache *c, float cap);
+/* Learned sink logits of layer `layer` (gpt-oss's attn_sinks, a fact of the
+ * model the backend sets on each cache): logits (n_heads), one per query
+ * head, join each head's softmax denominator as a key of score logits[h]
+ * and value zero (the soft-cap does not apply to them); copied.  NULL: the
+ * layer has none, the default.  n_heads must be a multiple of n_kv_heads,
+ * the same for every layer, and the n_heads sinkcache_attend is given.
+ * -EINVAL / -ENOMEM with a message. */
+int sinkcache_set_learned_sinks(struct sinkcache *c, int layer, const float *logits, int n_heads,
+                                char *err, size_t err_len);
+bool sinkcache_has_learned_sinks(const struct sinkcache *c, int layer);
 
 /* Whether the cache keeps anchors or is traced, so that its attention
  * weights matter. */
@@ -114,10 +126,11 @@ bool sinkcache_tracks_attention(const struct sinkcache *c);
 int sinkcache_trace_enable(struct sinkcache *c, bool on, char *err, size_t err_len);
 bool sinkcache_tracing(const struct sinkcache *c);
 /* After every head of the newest token of `layer` was attended with
- * key_weight: folds the weights into the layer's per-token moving averages
- * and anchor demotion counts, and into the trace (serial per session, as
- * append). */
-void sinkcache_observe(struct sinkcache *c, int layer, const float *key_weight, int n_heads);
+ * key_weight (and learned_mass, learned_weight here; NULL: not kept):
+ * folds the weights into the layer's per-token moving averages and anchor
+ * demotion counts, and into the trace (serial per session, as append). */
+void sinkcache_observe(struct sinkcache *c, int layer, const float *key_weight,
+                       const float *learned_weight, int n_heads);
 
 /* Drops the newest n tokens of every layer.  Exact: the remaining tokens
  * are bit-identical and the dropped ones leave no trace (they were full

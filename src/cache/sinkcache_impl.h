@@ -73,6 +73,9 @@ struct kv_layer {
 	struct tier_anchors anc; /* anchors resident: slots [0, anc.n) in stream order */
 	float *a_ko;
 	unsigned char *a_k, *a_v;
+	/* (n_heads) the model's learned sink logit of each query head, in the
+	 * cache's sink_logits (sinkcache_set_learned_sinks); NULL: none */
+	const float *sink_logits;
 };
 
 struct sinkcache {
@@ -99,6 +102,8 @@ struct sinkcache {
 	double *cs_memo[2][2];    /* (rope_dim) each */
 	struct tier_trace *trace; /* NULL unless tracing (sinkcache_trace_enable, tiertrace.h) */
 	float softcap;            /* of the attention scores (sinkcache_set_softcap); 0: none */
+	float *sink_logits;       /* (n_layers, sink_logit_heads) learned sink logits; NULL: none */
+	int sink_logit_heads;
 	/* The shared prefix whose rows every layer's sink_k/sink_v point into
 	 * (sinkcache_new_shared): the cache holds its S sinks and never writes
 	 * them; NULL: the sinks are the cache's own, in its front. */
@@ -164,7 +169,8 @@ void kv_populate_range(struct populate_map *m, const void *p, size_t n);
 /* sinkcache_trace.c, for sinkcache.c: folds a step's key weights (rank
  * order, before anchors move) into the trace; forgets what was observed
  * (a reset) or the tokens a revision dropped. */
-void kv_trace_observe(struct sinkcache *c, int layer, const float *key_weight, int n_heads);
+void kv_trace_observe(struct sinkcache *c, int layer, const float *key_weight,
+                      const float *learned_weight, int n_heads);
 void kv_trace_clear(struct sinkcache *c);
 void kv_trace_revised(struct sinkcache *c);
 void kv_layer_set_query_pos(struct sinkcache *c, struct kv_layer *L);

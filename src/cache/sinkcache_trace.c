@@ -33,11 +33,14 @@ void kv_trace_revised(struct sinkcache *c)
 		tier_trace_revised(c->trace, l, c->layers[l].t.n_seen);
 }
 
-void kv_trace_observe(struct sinkcache *c, int layer, const float *key_weight, int n_heads)
+void kv_trace_observe(struct sinkcache *c, int layer, const float *key_weight,
+                      const float *learned_weight, int n_heads)
 {
 	if (!c->trace || layer < 0 || layer >= c->g.n_layers)
 		return;
 	const struct kv_layer *L = &c->layers[layer];
+	tier_trace_observe_learned(c->trace, layer, L->sink_logits ? learned_weight : NULL,
+	                           n_heads);
 	size_t ld = (size_t)(L->caps.sink + L->caps.anchor + L->caps.window);
 	tier_trace_observe_heads(c->trace, &L->caps, layer, &L->t, &L->anc, key_weight, n_heads,
 	                         ld);
@@ -51,9 +54,11 @@ int sinkcache_trace_fill(const struct sinkcache *c, struct cache_trace_step *out
 		               "cache trace: %d layers given for a cache of %d", out->n_layers,
 		               c->g.n_layers);
 	tier_trace_fill_step(c->trace, &c->g, c->layers[0].t.n_seen, out);
-	for (int l = 0; l < c->g.n_layers; l++)
+	for (int l = 0; l < c->g.n_layers; l++) {
 		tier_trace_fill_layer(c->trace, &c->g, &c->layers[l].caps, l, &c->layers[l].t,
 		                      &c->layers[l].anc, c->prefix ? c->layers[l].caps.sink : 0,
 		                      out->attention, &out->layers[l]);
+		out->layers[l].learned_sink = c->layers[l].sink_logits != NULL;
+	}
 	return 0;
 }

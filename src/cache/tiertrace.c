@@ -16,6 +16,8 @@ struct tier_trace_layer {
 	float *sink_ema;             /* (S) */
 	float *win_ema;              /* (W) by stream index mod W */
 	uint64_t observed_upto; /* tokens below this stream index were resident at the last step */
+	float learned_max,
+	    learned_mean; /* the learned sink's weight at the last step, over heads */
 };
 
 struct tier_trace {
@@ -98,6 +100,7 @@ void tier_trace_clear(struct tier_trace *t)
 	for (int l = 0; l < t->n_layers; l++) {
 		t->layers[l].n_last = 0;
 		t->layers[l].observed_upto = 0;
+		t->layers[l].learned_max = t->layers[l].learned_mean = 0.0f;
 	}
 }
 
@@ -204,6 +207,19 @@ void tier_trace_observe_heads(struct tier_trace *t, const struct tier_caps *c, i
 	observe_done(t, T, layer, n, m.count);
 }
 
+void tier_trace_observe_learned(struct tier_trace *t, int layer, const float *weight, int n_heads)
+{
+	if (!t || layer < 0 || layer >= t->n_layers)
+		return;
+	float mx = 0.0f, sum = 0.0f;
+	for (int h = 0; weight && h < n_heads; h++) {
+		mx = weight[h] > mx ? weight[h] : mx;
+		sum += weight[h];
+	}
+	t->layers[layer].learned_max = mx;
+	t->layers[layer].learned_mean = weight && n_heads > 0 ? sum / (float)n_heads : 0.0f;
+}
+
 void tier_trace_fill_step(const struct tier_trace *t, const struct cache_geometry *g,
                           uint64_t n_seen, struct cache_trace_step *out)
 {
@@ -267,6 +283,8 @@ void tier_trace_fill_layer(const struct tier_trace *t, const struct cache_geomet
 			slot_masses(t, T, a, r < n->n_sink ? r : r - n->n_sink, &cursor, s);
 	}
 	out->n_slots = count;
+	out->learned_sink_max = T ? T->learned_max : 0.0f;
+	out->learned_sink_mean = T ? T->learned_mean : 0.0f;
 	out->sliding_window =
 	    g->layer[layer].own && g->layer[layer].swa ? g->layer[layer].window_size : 0;
 }

@@ -47,13 +47,21 @@ void tier_trace_observe_heads(struct tier_trace *t, const struct tier_caps *c, i
                               const struct tier_counts *n, const struct tier_anchors *a,
                               const float *key_weight, int n_heads, size_t ld);
 
+/* The learned sink's weight of each query head, weight (n_heads; NULL:
+ * zeros), in the step layer `layer` observes (cache/sinkcache.h:
+ * sinkcache_set_learned_sinks); its largest and its mean over heads are
+ * what the layer's trace reports. */
+void tier_trace_observe_learned(struct tier_trace *t, int layer, const float *weight, int n_heads);
+
 /* The step fields of out (geometry, step, stream_pos, attention) for a cache
  * of geometry g that has seen n_seen tokens; t NULL: not traced. */
 void tier_trace_fill_step(const struct tier_trace *t, const struct cache_geometry *g,
                           uint64_t n_seen, struct cache_trace_step *out);
 /* Layer `layer` of out at counts n with anchors a (NULL: none): every
  * resident slot in stream order with its tier and RoPE position, and the
- * masses when out->attention (tier_trace_fill_step first).  The first
+ * masses when out->attention (tier_trace_fill_step first), and the
+ * learned sink's masses (whether the layer has one, learned_sink, is the
+ * caller's to set).  The first
  * n_shared sinks are read from a shared prefix (backend.h:
  * session_new_shared): their tier is CACHE_TIER_SHARED; 0: none.
  * out->slots has room for tier_resident() + anchors. */

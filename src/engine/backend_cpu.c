@@ -93,7 +93,7 @@ struct cpu_backend {
 	float *gate;     /* (n, ffn_dim) */
 	float *up;       /* (n, ffn_dim) */
 	float *proj;     /* (n, dim) output of wo / w_down */
-	float *mass;     /* (n, n_heads) sink mass of one layer */
+	float *mass;     /* (2, n, n_heads) sink mass, then learned sink mass, of one layer */
 	int *order;      /* (n) token indices grouped by session, stream order kept */
 	int *sess_begin; /* (n+1) start of each session's run in order[] */
 	struct backend_session **sessions; /* (n) distinct sessions of the batch */
@@ -169,7 +169,7 @@ static int workspace_reserve(struct cpu_backend *c, size_t n, char *err, size_t 
 	c->gate = malloc(n * hp->ffn_dim * sizeof(float));
 	c->up = malloc(n * hp->ffn_dim * sizeof(float));
 	c->proj = malloc(n * hp->dim * sizeof(float));
-	c->mass = malloc(n * hp->n_heads * sizeof(float));
+	c->mass = malloc(2 * n * hp->n_heads * sizeof(float));
 	c->order = malloc(n * sizeof(int));
 	c->sess_begin = malloc((n + 1) * sizeof(int));
 	c->sessions = malloc(n * sizeof(*c->sessions));
@@ -349,6 +349,12 @@ static float *session_weights(const struct cpu_backend *c, const struct backend_
 	return c->weights + (size_t)thread * c->weight_floats;
 }
 
+/* Token t's learned sink mass of one layer (n_heads): for the trace. */
+static float *learned_mass_of(const struct cpu_backend *c, int t)
+{
+	return c->mass + (c->cap_tokens + (size_t)t) * (size_t)c->base.model->hp.n_heads;
+}
+
 /* Heads [h0, h1) of token t; key weights (when the cache keeps anchors)
  * into the weights of thread `wthread`, which the caller folds in. */
 static void attend_heads(const struct attend_ctx *a, struct backend_session *s, int t, int h0,
@@ -362,7 +368,7 @@ static void attend_heads(const struct attend_ctx *a, struct backend_session *s, 
 		memset(mass + h0, 0, (size_t)(h1 - h0) * sizeof(float));
 	sinkcache_attend(s->cache, a->layer, c->q + t * qd, hp->n_heads, h0, h1, c->att + t * qd,
 	                 c->scratch + (size_t)thread * c->scratch_floats, mass,
-	                 session_weights(c, s, wthread), rows_cold);
+	                 learned_mass_of(c, t), session_weights(c, s, wthread), rows_cold);
 	if (mass)
 		add_sink_mass(a, t, h0, h1);
 }
@@ -388,7 +394,8 @@ static void attend_session_task(void *ctx, int task, int thread)
 			return;
 		}
 		attend_heads(a, s, t, 0, n_heads, thread, thread, o == c->sess_begin[j]);
-		sinkcache_observe(s->cache, a->layer, session_weights(c, s, thread), n_heads);
+		sinkcache_observe(s->cache, a->layer, session_weights(c, s, thread),
+		                  learned_mass_of(c, t), n_heads);
 	}
 }
 
@@ -423,7 +430,8 @@ static int attend_long_session(struct attend_ctx *a, int j, char *err, size_t er
 			threadpool_run(c->run_pool, c->run_threads * 2, attend_heads_task, a);
 		else
 			attend_heads(a, s, t, 0, hp->n_heads, 0, 0, a->rows_cold);
-		sinkcache_observe(s->cache, a->layer, session_weights(c, s, 0), hp->n_heads);
+		sinkcache_observe(s->cache, a->layer, session_weights(c, s, 0),
+		                  learned_mass_of(c, t), hp->n_heads);
 	}
 	return 0;
 }
@@ -712,6 +720,14 @@ static int session_make(struct backend *be, const struct cache_geometry *g,
 		}
 	}
 	sinkcache_set_softcap(s->cache, be->model->hp.attn_softcap);
+	for (int l = 0; l < be->model->hp.n_layers && !rc; l++)
+		rc = sinkcache_set_learned_sinks(s->cache, l, be->model->layers[l].attn_sinks,
+		                                 be->model->hp.n_heads, err, err_len);
+	if (rc) {
+		sinkcache_free(s->cache);
+		free(s);
+		return rc;
+	}
 	s->batch.slot = -1;
 	*out = s;
 	return 0;

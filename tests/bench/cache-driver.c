@@ -150,7 +150,8 @@ static int run_cache(int argc, char **argv)
 		struct stamp t0 = stamp_now();
 		for (int i = 0; i < 256; i++) {
 			sinkcache_append(c, 0, k, k, NULL, 0);
-			sinkcache_attend(c, 0, q, n_heads, 0, n_heads, out, scratch, NULL, NULL, true);
+			sinkcache_attend(c, 0, q, n_heads, 0, n_heads, out, scratch, NULL, NULL,
+			                 NULL, true);
 		}
 		struct sinkcache_stats st;
 		sinkcache_get_stats(c, &st);

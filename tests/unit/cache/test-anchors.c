@@ -221,7 +221,8 @@ static void run_against_reference(enum rope_positions pos, int n_tok)
 			              "%s", err);
 			float out[NH * D];
 			double want[NH * D], w[NH][MAXT];
-			sinkcache_attend(c, l, Q[t][l], NH, 0, NH, out, scratch, NULL, kw, true);
+			sinkcache_attend(c, l, Q[t][l], NH, 0, NH, out, scratch, NULL, NULL, kw,
+			                 true);
 			int n = ref_attend(&r, l, want, w);
 			for (int i = 0; i < NH * D; i++)
 				ck_assert_msg(fabs(out[i] - want[i]) <= 2e-5 * (1.0 + fabs(want[i])),
@@ -244,7 +245,7 @@ static void run_against_reference(enum rope_positions pos, int n_tok)
 				L->w_seen[s] = true;
 			}
 			ref_observe(&r, l, w);
-			sinkcache_observe(c, l, kw, NH);
+			sinkcache_observe(c, l, kw, NULL, NH);
 			anchored_steps += L->n_anchor > 0;
 		}
 		struct sinkcache_stats st;
@@ -296,8 +297,9 @@ START_TEST(revise_keeps_anchors)
 	for (; t < 200; t++) {
 		for (int l = 0; l < NL; l++) {
 			ck_assert(sinkcache_append(c, l, K[t][l], V[t][l], err, sizeof(err)) == 0);
-			sinkcache_attend(c, l, Q[t][l], NH, 0, NH, out, scratch, NULL, kw, true);
-			sinkcache_observe(c, l, kw, NH);
+			sinkcache_attend(c, l, Q[t][l], NH, 0, NH, out, scratch, NULL, NULL, kw,
+			                 true);
+			sinkcache_observe(c, l, kw, NULL, NH);
 		}
 		sinkcache_get_stats(c, &st);
 		if (st.n_anchor >= 2 && t > 40)
@@ -343,8 +345,8 @@ START_TEST(long_stream_stays_in_bound)
 	for (long t = 0; t < 1000000; t++) {
 		int i = (int)(t % MAXT);
 		ck_assert(sinkcache_append(c, 0, K[i][0], V[i][0], err, sizeof(err)) == 0);
-		sinkcache_attend(c, 0, Q[i][0], NH, 0, NH, out, scratch, NULL, kw, true);
-		sinkcache_observe(c, 0, kw, NH);
+		sinkcache_attend(c, 0, Q[i][0], NH, 0, NH, out, scratch, NULL, NULL, kw, true);
+		sinkcache_observe(c, 0, kw, NULL, NH);
 		if (t % 997 == 0) {
 			sinkcache_get_stats(c, &st);
 			ck_assert_int_le(st.n_anchor, 6);

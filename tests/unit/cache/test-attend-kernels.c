@@ -254,6 +254,43 @@ START_TEST(test_exp_sum)
 }
 END_TEST
 
+START_TEST(test_exp_sum_sink)
+{
+	/* a learned sink logit joins the max: below every score it changes
+	 * nothing but its own exp; above them it is the max; -inf is no sink,
+	 * bit for bit */
+	static float a[203], b[203];
+	srand(10);
+	for (int n = 1; n <= 203; n += n < 17 ? 1 : 17) {
+		float mx = -INFINITY;
+		for (int i = 0; i < n; i++) {
+			a[i] = b[i] = frand() * 20.0f;
+			mx = fmaxf(mx, a[i]);
+		}
+		float orig[203];
+		memcpy(orig, a, sizeof(float) * (size_t)n);
+		ck_assert(attend_exp_sum(a, n) == attend_exp_sum_sink(b, n, -INFINITY, NULL));
+		ck_assert_int_eq(memcmp(a, b, sizeof(float) * (size_t)n), 0);
+		const float sinks[3] = {mx - 3.0f, mx, mx + 5.0f};
+		for (int k = 0; k < 3; k++) {
+			float top = fmaxf(mx, sinks[k]), e = -1.0f;
+			double want = 0;
+			memcpy(b, orig, sizeof(float) * (size_t)n);
+			for (int i = 0; i < n; i++)
+				want += exp((float)(orig[i] - top));
+			float got = attend_exp_sum_sink(b, n, sinks[k], &e);
+			ck_assert_double_le(fabs(got - want), 1e-6 * want + 1e-30);
+			double we = exp((float)(sinks[k] - top));
+			ck_assert_msg(fabs(e - we) <= 4e-7 * we, "n %d sink %d: %g vs %g", n, k, e, we);
+			for (int i = 0; i < n; i++) {
+				double w = exp((float)(orig[i] - top));
+				ck_assert(fabs(b[i] - w) <= 4e-7 * w + 1e-37);
+			}
+		}
+	}
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("attend-kernels");
@@ -262,6 +299,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_kernels_vs_naive, 0, 2);
 	tcase_add_loop_test(tc, test_split_invariance, 0, 2);
 	tcase_add_test(tc, test_exp_sum);
+	tcase_add_test(tc, test_exp_sum_sink);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

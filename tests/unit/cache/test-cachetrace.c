@@ -83,7 +83,7 @@ static void rig_token(struct rig *r, int t)
 			q[i] = frand() + (i % D == 0 ? 1.0f : 0.0f);
 		ck_assert_msg(sinkcache_append(r->c, l, k, v, err, sizeof(err)) == 0, "%s", err);
 		float *kw = sinkcache_tracks_attention(r->c) ? r->weights : NULL;
-		sinkcache_attend(r->c, l, q, NH, 0, NH, r->out, r->scratch, NULL, kw, true);
+		sinkcache_attend(r->c, l, q, NH, 0, NH, r->out, r->scratch, NULL, NULL, kw, true);
 		if (kw) {
 			int n = sinkcache_resident_tokens(r->c);
 			for (int h = 0; h < NH; h++) {
@@ -93,7 +93,7 @@ static void rig_token(struct rig *r, int t)
 				r->worst_head_sum = fmax(r->worst_head_sum, fabs(sum - 1.0));
 			}
 		}
-		sinkcache_observe(r->c, l, kw, NH);
+		sinkcache_observe(r->c, l, kw, NULL, NH);
 	}
 }
 

@@ -35,10 +35,10 @@ static void attend_all(struct sinkcache *c, unsigned *seed, float *out)
 	for (int l = 0; l < NL; l++) {
 		for (int j = 0; j < NH * D; j++)
 			q[j] = tu_frand(seed);
-		sinkcache_attend(c, l, q, NH, 0, NH, out + (size_t)l * NH * D, scratch, NULL,
+		sinkcache_attend(c, l, q, NH, 0, NH, out + (size_t)l * NH * D, scratch, NULL, NULL,
 		                 track ? kw : NULL, true);
 		if (track)
-			sinkcache_observe(c, l, kw, NH);
+			sinkcache_observe(c, l, kw, NULL, NH);
 	}
 	free(kw);
 	free(scratch);

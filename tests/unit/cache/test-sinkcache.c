@@ -290,8 +290,9 @@ static double compare_attend(struct sinkcache *c, struct ref *r)
 		for (int j = 0; j < NH * D; j++)
 			q[j] = frand() * 2.0f;
 		/* two callers over disjoint head ranges, as the engine does */
-		sinkcache_attend(c, l, q, NH, 0, 1, out, scratch, mass, NULL, true);
-		sinkcache_attend(c, l, q, NH, 1, NH, out, scratch + ns, mass, NULL, (l & 1) != 0);
+		sinkcache_attend(c, l, q, NH, 0, 1, out, scratch, mass, NULL, NULL, true);
+		sinkcache_attend(c, l, q, NH, 1, NH, out, scratch + ns, mass, NULL, NULL,
+		                 (l & 1) != 0);
 		ref_attend(r, l, q, ro, rm);
 		double scale = 1e-3;
 		for (int j = 0; j < NH * D; j++)
@@ -397,7 +398,7 @@ static void weights_by_stream_index(struct sinkcache *c, float *p)
 	float q[NH * D] = {0}, out[NH * D];
 	for (int h = 0; h < NH; h++)
 		q[h * D] = 1.0f;
-	sinkcache_attend(c, NL - 1, q, NH, 0, NH, out, scratch, NULL, NULL, true);
+	sinkcache_attend(c, NL - 1, q, NH, 0, NH, out, scratch, NULL, NULL, NULL, true);
 	memcpy(p, out, sizeof(float) * D);
 	free(scratch);
 }
@@ -570,8 +571,8 @@ START_TEST(test_revise_exact)
 			sinkcache_append(b, l, k[t], v[t], NULL, 0);
 			for (int j = 0; j < NH * D; j++)
 				q[j] = frand();
-			sinkcache_attend(a, l, q, NH, 0, NH, oa, scratch, NULL, NULL, true);
-			sinkcache_attend(b, l, q, NH, 0, NH, ob, scratch, NULL, NULL, false);
+			sinkcache_attend(a, l, q, NH, 0, NH, oa, scratch, NULL, NULL, NULL, true);
+			sinkcache_attend(b, l, q, NH, 0, NH, ob, scratch, NULL, NULL, NULL, false);
 			ck_assert_int_eq(memcmp(oa, ob, sizeof(oa)), 0);
 		}
 	}
@@ -661,7 +662,8 @@ static void *attend_thread(void *arg)
 	size_t n = sinkcache_scratch_floats(sinkcache_geometry(j->c));
 	float *scratch = malloc(n * sizeof(float));
 	for (int rep = 0; rep < 200; rep++)
-		sinkcache_attend(j->c, 1, j->q, NH, j->h0, j->h1, j->out, scratch, j->mass, NULL, true);
+		sinkcache_attend(j->c, 1, j->q, NH, j->h0, j->h1, j->out, scratch, j->mass, NULL,
+		                 NULL, true);
 	free(scratch);
 	return NULL;
 }
@@ -684,7 +686,7 @@ START_TEST(test_concurrent_head_ranges)
 	for (int j = 0; j < NH * D; j++)
 		q[j] = frand();
 	float *scratch = malloc(sinkcache_scratch_floats(&g) * sizeof(float));
-	sinkcache_attend(c, 1, q, NH, 0, NH, one, scratch, m1, NULL, true);
+	sinkcache_attend(c, 1, q, NH, 0, NH, one, scratch, m1, NULL, NULL, true);
 	free(scratch);
 	struct attend_job jobs[NH];
 	pthread_t th[NH];
@@ -822,7 +824,7 @@ static void check_shared_value_row(struct sinkcache *c, const struct cache_geome
 	for (int t = 0; t < n; t++)
 		for (int l = 0; l < NL; l++)
 			ck_assert_int_eq(sinkcache_append(c, l, k, v, err, sizeof(err)), 0);
-	sinkcache_attend(c, NL - 1, q, NH, 0, NH, out, scratch, NULL, NULL, true);
+	sinkcache_attend(c, NL - 1, q, NH, 0, NH, out, scratch, NULL, NULL, NULL, true);
 	for (int h = 0; h < NH; h++)
 		for (int j = 0; j < D; j++)
 			ck_assert_float_eq_tol(out[h * D + j], (float)j * 0.25f, tol);
@@ -928,7 +930,7 @@ START_TEST(test_swa_layer_keeps_its_window)
 		}
 		for (int i = 0; i < NH * D; i++)
 			q[i] = frand();
-		sinkcache_attend(c, 0, q, NH, 0, NH, out, scratch, NULL, NULL, true);
+		sinkcache_attend(c, 0, q, NH, 0, NH, out, scratch, NULL, NULL, NULL, true);
 		swa_reference((const float(*)[NKV * D]) k, (const float(*)[NKV * D]) v, t + 1, q,
 		              500.0, want);
 		for (int i = 0; i < NH * D; i++)
@@ -952,8 +954,8 @@ START_TEST(test_swa_layer_keeps_its_window)
 	ck_assert_uint_eq(st.bytes_bound, SW * tok + su.bytes_bound / NL);
 	/* the global layer attends as the uniform cache's does */
 	float outu[NH * D];
-	sinkcache_attend(c, 1, q, NH, 0, NH, out, scratch, NULL, NULL, true);
-	sinkcache_attend(cu, 1, q, NH, 0, NH, outu, scratch, NULL, NULL, true);
+	sinkcache_attend(c, 1, q, NH, 0, NH, out, scratch, NULL, NULL, NULL, true);
+	sinkcache_attend(cu, 1, q, NH, 0, NH, outu, scratch, NULL, NULL, NULL, true);
 	ck_assert_mem_eq(out, outu, sizeof(out));
 	/* a revision takes the newest tokens from every layer */
 	ck_assert_msg(sinkcache_revise(c, 3, err, sizeof(err)) == 0, "%s", err);

@@ -133,10 +133,10 @@ static double step_both(struct sinkcache *c, struct twin_cache *t, float *scratc
 			v[i] = frand();
 		}
 		ck_assert_msg(sinkcache_append(c, l, k, v, err, sizeof(err)) == 0, "%s", err);
-		sinkcache_attend(c, l, q, N_HEADS, 0, N_HEADS, out_c, scratch, mass_c,
+		sinkcache_attend(c, l, q, N_HEADS, 0, N_HEADS, out_c, scratch, mass_c, NULL,
 		                 anchors ? kw_c : NULL, true);
 		if (anchors)
-			sinkcache_observe(c, l, kw_c, N_HEADS);
+			sinkcache_observe(c, l, kw_c, NULL, N_HEADS);
 		struct cuda_kv_attn_job attn = step.attn;
 		attn.n_anchor = anchors ? t->anc.plan[l].n : 0;
 		rope_cos_sin(t->hi, t->lo, rd,
