@@ -1221,6 +1221,26 @@ static void *engine_main(void *arg)
 
 /* ---- lifecycle --------------------------------------------------------- */
 
+/* Tells the pacing an MoE model's shape: its k experts' share of what one
+ * token's step reads (model_weight_bytes counts the router and k experts of
+ * each MoE layer). */
+static void pace_moe_from_model(struct sched_pace *p, const struct model *m)
+{
+	const struct model_hparams *hp = &m->hp;
+	double experts = 0, step = (double)model_weight_bytes(m);
+	if (hp->n_experts <= 0 || step <= 0)
+		return;
+	for (int i = 0; i < hp->n_layers; i++) {
+		const struct model_layer *l = &m->layers[i];
+		const struct weight_matrix *ws[] = {l->exp_gate, l->exp_up, l->exp_down};
+		for (size_t j = 0; j < 3; j++)
+			if (ws[j])
+				experts += (double)ws[j]->rows * (double)ws[j]->row_bytes;
+	}
+	sched_pace_set_moe(p, hp->n_experts, hp->n_experts_used,
+	                   experts * hp->n_experts_used / step);
+}
+
 int scheduler_new(const struct sinkd_config *cfg, struct backend *be, const struct tokenizer *tok,
                   struct sinkd_log *log, struct scheduler **out, char *err, size_t err_len)
 {
@@ -1231,6 +1251,7 @@ int scheduler_new(const struct sinkd_config *cfg, struct backend *be, const stru
 	s->be = be;
 	sched_pace_init(&s->pace,
 	                be->ops->batch_rows_granule > 1 ? (size_t)be->ops->batch_rows_granule : 1);
+	pace_moe_from_model(&s->pace, be->model);
 	s->tok = tok;
 	s->log = log;
 	s->n_vocab = be->model->hp.n_vocab;
