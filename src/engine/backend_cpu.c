@@ -26,6 +26,7 @@
 #include "cache/rope.h"
 #include "cache/sinkcache.h"
 #include "engine/matmul.h"
+#include "engine/moe.h"
 #include "engine/panels.h"
 #include "engine/qpack.h"
 #include "engine/tileplan.h"
@@ -100,6 +101,21 @@ struct cpu_backend {
 	int *sess_rc;                      /* (n) append error per session */
 	char (*sess_err)[SINKD_ERR_LEN];   /* (n) its message */
 	int n_sessions;
+	/* Mixture-of-experts layers (model_arch_moe; unused elsewhere): the
+	 * batch's routing and, for up to cap_tokens tokens, its buffers.  The
+	 * entries (token, rank) sit in moe_route.order's order, each expert's
+	 * rows contiguous, so that one product per expert reads them at once. */
+	struct moe_route route;
+	float *moe_logits; /* (n, n_experts) router logits */
+	float *moe_x;      /* (n*k, dim) normalised rows, by expert */
+	float *moe_gate;   /* (n*k, expert_ffn_dim) */
+	float *moe_up;     /* (n*k, expert_ffn_dim) */
+	float *moe_y;      /* (n*k, dim) each entry's expert output */
+	int *moe_pos;      /* (n*k) entry -> its row in the buffers above */
+	/* The experts' matrices as the kernels read them (n_layers * 3 *
+	 * n_experts: gate, up, down of each layer): copies with panels or
+	 * packed layouts where make_panels gives them; c->layers point here. */
+	struct weight_matrix *exp_mats;
 	/* Per thread attention scratch. */
 	size_t scratch_floats;
 	float *scratch; /* (n_threads, scratch_floats) */
@@ -134,6 +150,42 @@ static struct cpu_backend *cpu_of(struct backend *be)
 
 /* ============================================================ workspace */
 
+static void moe_workspace_free(struct cpu_backend *c)
+{
+	float **bufs[] = {&c->moe_logits, &c->moe_x, &c->moe_gate, &c->moe_up, &c->moe_y};
+	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
+		free(*bufs[i]);
+		*bufs[i] = NULL;
+	}
+	free(c->moe_pos);
+	c->moe_pos = NULL;
+}
+
+/* The MoE buffers for n tokens (none for a dense model); 0 or -ENOMEM. */
+static int moe_workspace_reserve(struct cpu_backend *c, size_t n, char *err, size_t err_len)
+{
+	const struct model_hparams *hp = &c->base.model->hp;
+	if (hp->n_experts <= 0)
+		return 0;
+	size_t entries = n * (size_t)hp->n_experts_used, eff = (size_t)hp->expert_ffn_dim;
+	int rc = moe_route_reserve(&c->route, (int)n, hp->n_experts_used, hp->n_experts, err,
+	                           err_len);
+	if (rc)
+		return rc;
+	c->moe_logits = malloc(n * hp->n_experts * sizeof(float));
+	c->moe_x = malloc(entries * hp->dim * sizeof(float));
+	c->moe_gate = malloc(entries * eff * sizeof(float));
+	c->moe_up = malloc(entries * eff * sizeof(float));
+	c->moe_y = malloc(entries * hp->dim * sizeof(float));
+	c->moe_pos = malloc(entries * sizeof(int));
+	if (!c->moe_logits || !c->moe_x || !c->moe_gate || !c->moe_up || !c->moe_y || !c->moe_pos)
+		return err_set(err, err_len, -ENOMEM,
+		               "cpu backend: no memory for the experts of a batch of %zu tokens", n);
+	log_alloc(c->log, "cpu", "expert activations (grows with the largest batch)",
+	          sizeof(float) * (n * hp->n_experts + entries * (2 * (size_t)hp->dim + 2 * eff)));
+	return 0;
+}
+
 static void workspace_free(struct cpu_backend *c)
 {
 	float **bufs[] = {&c->x,   &c->xb,   &c->q,  &c->k,    &c->v,
@@ -150,6 +202,7 @@ static void workspace_free(struct cpu_backend *c)
 	c->sess_err = NULL;
 	c->order = c->sess_begin = c->sess_rc = NULL;
 	c->sessions = NULL;
+	moe_workspace_free(c);
 	c->cap_tokens = 0;
 }
 
@@ -181,6 +234,11 @@ static int workspace_reserve(struct cpu_backend *c, size_t n, char *err, size_t 
 		workspace_free(c);
 		return err_set(err, err_len, -ENOMEM,
 		               "cpu backend: no memory for a batch of %zu tokens", n);
+	}
+	int rc = moe_workspace_reserve(c, n, err, err_len);
+	if (rc) {
+		workspace_free(c);
+		return rc;
 	}
 	c->cap_tokens = n;
 	log_alloc(c->log, "cpu", "batch activations (grows with the largest batch)",
@@ -531,7 +589,8 @@ static void gemma_qk(struct cpu_backend *c, const struct model_layer *L, int n)
 
 /* The attention half of a layer, both shapes: norm, Q/K/V (the biases
  * added where the model has them, NULL otherwise; Gemma's QK step),
- * attention, output projection into c->proj.  In the last layer only the
+ * attention, output projection (+ its bias bo where the model has one,
+ * gpt-oss) into c->proj.  In the last layer only the
  * rows that want logits go on past attention (their keys and values are
  * what the cache needs from the others): a prompt chunk skips that layer's
  * output projection and feed-forward, and *n_rows becomes the rows kept,
@@ -568,7 +627,8 @@ static int attention_block(struct cpu_backend *c, const struct backend_token *to
 		if (n == 0)
 			return 0;
 	}
-	matmul(c->run_pool, c->att, n, &L->wo, c->proj);
+	struct matmul_job o = {.w = &L->wo, .bias = L->bo, .y = c->proj};
+	matmul_many(c->run_pool, MATMUL_ISA_AUTO, c->att, n, &o, 1);
 	return 0;
 }
 
@@ -628,11 +688,106 @@ static int layer_gemma(struct cpu_backend *c, const struct backend_token *tokens
 	return 0;
 }
 
+/* ============================================================ experts */
+
+/* Copies each entry's normalised row (c->xb of its token) to its row of
+ * c->moe_x, grouped by expert as the routing ordered them, and records
+ * where each entry's row went. */
+static void moe_gather(struct cpu_backend *c, int n_entries)
+{
+	const struct moe_route *r = &c->route;
+	size_t dim = (size_t)c->base.model->hp.dim;
+	for (int i = 0; i < n_entries; i++) {
+		int entry = r->order[i];
+		c->moe_pos[entry] = i;
+		memcpy(c->moe_x + i * dim, c->xb + (size_t)(entry / r->k) * dim,
+		       dim * sizeof(float));
+	}
+}
+
+/* Expert e over its rows [p0, p0 + cnt) of the MoE buffers: gate and up
+ * products (+ biases), the activation, the down product (+ bias) into
+ * c->moe_y.  One read of each of its matrices for all its tokens. */
+static void moe_expert_rows(struct cpu_backend *c, const struct model_layer *L, int e, int p0,
+                            int cnt)
+{
+	const struct model_hparams *hp = &c->base.model->hp;
+	const struct model_arch_moe *am = model_arch_moe(hp->arch);
+	size_t eff = (size_t)hp->expert_ffn_dim, dim = (size_t)hp->dim;
+	float *gate = c->moe_gate + p0 * eff, *up = c->moe_up + p0 * eff;
+	struct matmul_job gu[2] = {
+	    {.w = &L->exp_gate[e], .bias = L->exp_b_gate ? L->exp_b_gate + e * eff : NULL, .y = gate},
+	    {.w = &L->exp_up[e], .bias = L->exp_b_up ? L->exp_b_up + e * eff : NULL, .y = up}};
+	matmul_many(c->run_pool, MATMUL_ISA_AUTO, c->moe_x + p0 * dim, cnt, gu, 2);
+	moe_expert_act(gate, up, (size_t)cnt * eff, am->act, am->act_alpha, am->act_limit);
+	struct matmul_job down = {.w = &L->exp_down[e],
+	                          .bias = L->exp_b_down ? L->exp_b_down + e * dim : NULL,
+	                          .y = c->moe_y + p0 * dim};
+	matmul_many(c->run_pool, MATMUL_ISA_AUTO, gate, cnt, &down, 1);
+}
+
+/* c->proj(n, dim): each token's expert outputs times their gating weights,
+ * summed over its ranks 0..k-1 in turn (the order llama.cpp adds them). */
+static void moe_combine(struct cpu_backend *c, int n)
+{
+	const struct moe_route *r = &c->route;
+	size_t dim = (size_t)c->base.model->hp.dim;
+	for (int t = 0; t < n; t++) {
+		float *out = c->proj + t * dim;
+		for (int j = 0; j < r->k; j++) {
+			int entry = t * r->k + j;
+			const float *y = c->moe_y + (size_t)c->moe_pos[entry] * dim;
+			float w = r->weight[entry];
+			for (size_t i = 0; i < dim; i++)
+				out[i] = j == 0 ? y[i] * w : out[i] + y[i] * w;
+		}
+	}
+}
+
+/* The mixture-of-experts feed-forward of c->xb's n rows into c->proj:
+ * router (+ bias), routing (engine/moe.h), one product per active expert
+ * over its tokens, the weighted sum per token. */
+static void moe_ffn(struct cpu_backend *c, const struct model_layer *L, int n)
+{
+	const struct model_hparams *hp = &c->base.model->hp;
+	const struct model_arch_moe *am = model_arch_moe(hp->arch);
+	struct moe_route *r = &c->route;
+	struct matmul_job router = {.w = &L->w_router, .bias = L->b_router, .y = c->moe_logits};
+	matmul_many(c->run_pool, MATMUL_ISA_AUTO, c->xb, n, &router, 1);
+	moe_route_compute(r, c->moe_logits, n, am->gating, am->norm_weights);
+	moe_gather(c, n * r->k);
+	for (int a = 0; a < r->n_active; a++) {
+		int e = r->active[a];
+		moe_expert_rows(c, L, e, r->start[e], r->start[e + 1] - r->start[e]);
+	}
+	moe_combine(c, n);
+}
+
+/* One layer of the MoE shape (MODEL_LAYER_MOE) over the batch:
+ * attention_block (biases, QK-norm and bo where the model has them),
+ * residual add, RMSNorm, the experts (moe_ffn), residual add. */
+static int layer_moe(struct cpu_backend *c, const struct backend_token *tokens, int *n_rows,
+                     int layer, char *err, size_t err_len)
+{
+	const struct model_hparams *hp = &c->base.model->hp;
+	const struct model_layer *L = &c->layers[layer];
+	int rc = attention_block(c, tokens, n_rows, layer, err, err_len);
+	int n = *n_rows;
+	if (rc || n == 0)
+		return rc;
+	add_rows(c->x, c->proj, (size_t)n * hp->dim);
+	rmsnorm_rows(c->xb, c->x, L->ffn_norm, n, hp->dim, hp->norm_eps);
+	moe_ffn(c, L, n);
+	add_rows(c->x, c->proj, (size_t)n * hp->dim);
+	return 0;
+}
+
 /* The layer function of each layer shape (model/arch.h): a new shape adds
  * a row and a function here. */
 static const cpu_layer_fn layer_fns[MODEL_LAYER_KINDS] = {
     [MODEL_LAYER_LLAMA] = layer_llama,
     [MODEL_LAYER_GEMMA] = layer_gemma,
+    [MODEL_LAYER_MOE] = layer_moe,
 };
 
 /* Final norm and output head for the first n_want rows of c->x: the tokens
@@ -859,6 +1014,8 @@ static void cpu_destroy(struct backend *be)
 	free(c->weights);
 	pages_unmap(c->panel_block, c->panel_block_bytes);
 	free(c->layers);
+	free(c->exp_mats);
+	moe_route_free(&c->route);
 	free(c);
 }
 
@@ -890,6 +1047,25 @@ static int check_matrix(const struct weight_matrix *w, const char *what, char *e
 	return 0;
 }
 
+/* The router and experts of an MoE layer (none in a dense one). */
+static int check_experts(const struct model *m, const struct model_layer *L, char *err,
+                         size_t err_len)
+{
+	if (m->hp.n_experts <= 0 || !L->exp_gate)
+		return 0;
+	if (m->hp.n_experts_used < 1 || m->hp.n_experts_used > m->hp.n_experts)
+		return err_set(err, err_len, -EINVAL,
+		               "cpu backend: %d experts used of %d (allowed: 1 .. expert count)",
+		               m->hp.n_experts_used, m->hp.n_experts);
+	int rc = check_matrix(&L->w_router, "the expert router", err, err_len);
+	for (int e = 0; e < m->hp.n_experts && !rc; e++) {
+		rc = check_matrix(&L->exp_gate[e], "an expert matrix", err, err_len);
+		rc = rc ? rc : check_matrix(&L->exp_up[e], "an expert matrix", err, err_len);
+		rc = rc ? rc : check_matrix(&L->exp_down[e], "an expert matrix", err, err_len);
+	}
+	return rc;
+}
+
 static int check_model(const struct model *m, char *err, size_t err_len)
 {
 	enum model_layer_kind kind = model_arch_layer_kind(m->hp.arch);
@@ -905,6 +1081,7 @@ static int check_model(const struct model *m, char *err, size_t err_len)
 		                                    &L->w_gate, &L->w_up, &L->w_down};
 		for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]) && !rc; i++)
 			rc = check_matrix(ws[i], "a layer matrix", err, err_len);
+		rc = rc ? rc : check_experts(m, L, err, err_len);
 	}
 	return rc;
 }
@@ -974,6 +1151,49 @@ static void plan_packed(struct weight_matrix *w, const struct cpu_caches *caches
 	w->plan_groups_per_block = p.groups_per_block;
 }
 
+/* c->layers: copies of the model's layers whose expert arrays are c's own
+ * copies (c->exp_mats), which make_panels may give packed layouts;
+ * -ENOMEM. */
+static int copy_experts(struct cpu_backend *c, const struct model *m)
+{
+	int n_layers = m->hp.n_layers, ne = m->hp.n_experts;
+	memcpy(c->layers, m->layers, (size_t)n_layers * sizeof(*c->layers));
+	if (ne <= 0)
+		return 0;
+	c->exp_mats = calloc((size_t)n_layers * 3 * ne, sizeof(*c->exp_mats));
+	if (!c->exp_mats)
+		return -ENOMEM;
+	for (int l = 0; l < n_layers; l++) {
+		struct model_layer *L = &c->layers[l];
+		struct weight_matrix **arr[3] = {&L->exp_gate, &L->exp_up, &L->exp_down};
+		for (int i = 0; i < 3; i++) {
+			struct weight_matrix *dst = c->exp_mats + ((size_t)l * 3 + i) * ne;
+			if (!*arr[i])
+				continue;
+			memcpy(dst, *arr[i], (size_t)ne * sizeof(*dst));
+			*arr[i] = dst;
+		}
+	}
+	return 0;
+}
+
+/* Puts the router and expert matrices of layer L (none in a dense layer)
+ * in ws; how many. */
+static int layer_expert_matrices(const struct cpu_backend *c, struct model_layer *L,
+                                 struct weight_matrix **ws)
+{
+	int n = 0, ne = c->base.model->hp.n_experts;
+	if (!L->exp_gate)
+		return 0;
+	ws[n++] = &L->w_router;
+	for (int e = 0; e < ne; e++) {
+		ws[n++] = &L->exp_gate[e];
+		ws[n++] = &L->exp_up[e];
+		ws[n++] = &L->exp_down[e];
+	}
+	return n;
+}
+
 /* Copies the model's matrices into c, with panels where wants_panel() says
  * so, all in one block on huge pages (pages.h: the weights are one 0.2-0.5
  * GB stream per token, 2 MiB a TLB entry instead of 4 KiB).  The token
@@ -992,13 +1212,13 @@ static void plan_packed(struct weight_matrix *w, const struct cpu_caches *caches
 static int make_panels(struct cpu_backend *c, const struct model *m, char *err, size_t err_len)
 {
 	int n_layers = m->hp.n_layers, n = 0;
+	size_t per_layer = 7 + (m->hp.n_experts > 0 ? 1 + 3 * (size_t)m->hp.n_experts : 0);
 	c->layers = calloc((size_t)n_layers, sizeof(*c->layers));
-	struct weight_matrix **ws = calloc((size_t)n_layers * 7 + 1, sizeof(*ws));
-	if (!c->layers || !ws) {
+	struct weight_matrix **ws = calloc((size_t)n_layers * per_layer + 1, sizeof(*ws));
+	if (!c->layers || !ws || copy_experts(c, m)) {
 		free(ws);
 		return err_set(err, err_len, -ENOMEM, "cpu backend: out of memory");
 	}
-	memcpy(c->layers, m->layers, (size_t)n_layers * sizeof(*c->layers));
 	c->output = m->output;
 	c->token_embd = m->token_embd;
 	ws[n++] = &c->output;
@@ -1008,6 +1228,7 @@ static int make_panels(struct cpu_backend *c, const struct model *m, char *err, 
 		                               &L->w_gate, &L->w_up, &L->w_down};
 		for (int i = 0; i < 7; i++)
 			ws[n++] = lw[i];
+		n += layer_expert_matrices(c, L, ws + n);
 	}
 	bool embd_head = embd_reads_head(c, m);
 	bool copy_embd = !embd_head && in_file_mapping(m, &m->token_embd);

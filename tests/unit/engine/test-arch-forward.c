@@ -1,11 +1,16 @@
 /* The CPU forward pass of architecture rows against a plain float64
  * reference of the same network, written here from llama.cpp's graphs
- * (src/models/llama.cpp, qwen3.cpp): synthetic F32 models from
+ * (src/models/llama.cpp, qwen3.cpp, openai-moe-iswa.cpp, qwen3moe.cpp and
+ * build_moe_ffn in llama-graph.cpp): synthetic F32 models from
  * sinkd-mkmodel (path in argv[1]) with heads wider than embedding_length /
  * head_count (attention.key_length, Mistral Nemo's shape), their
  * last-position logits within 1e-4 of the largest, and the head width
  * carried into the cache geometry and a session snapshot; qwen3's QK-norm
- * (a query norm of 2s gives other logits than one of 1s, each matching). */
+ * (a query norm of 2s gives other logits than one of 1s, each matching);
+ * the mixture-of-experts rows (gpt-oss: router and expert biases, the
+ * attention output bias, the clamped SwiGLU driven past its limit;
+ * qwen3moe: softmax gating with renormalised weights, k = 1 and k = all),
+ * and an MoE token's logits the same alone as in a batch of 8 sessions. */
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
@@ -113,8 +118,10 @@ static void ref_qkv(const struct model *m, const struct model_layer *L, struct r
 	}
 }
 
-/* Causal grouped-query attention of every position into b->att. */
-static void ref_attention(const struct model_hparams *hp, struct ref_buf *b)
+/* Causal grouped-query attention of every position into b->att; sinks
+ * (n_heads) or NULL: each head's learned logit in the softmax's
+ * denominator, with a zero value. */
+static void ref_attention(const struct model_hparams *hp, const float *sinks, struct ref_buf *b)
 {
 	int hd = hp->head_dim, group = hp->n_heads / hp->n_kv_heads;
 	double *score = malloc((size_t)b->n * sizeof(double));
@@ -122,7 +129,7 @@ static void ref_attention(const struct model_hparams *hp, struct ref_buf *b)
 		for (int h = 0; h < hp->n_heads; h++) {
 			const double *q = b->q + (size_t)t * b->qd + h * hd;
 			int kvh = h / group;
-			double mx = -INFINITY, sum = 0;
+			double mx = sinks ? sinks[h] : -INFINITY, sum = 0;
 			for (int s = 0; s <= t; s++) {
 				const double *k = b->k + (size_t)s * b->kvd + kvh * hd;
 				double d = 0;
@@ -133,6 +140,8 @@ static void ref_attention(const struct model_hparams *hp, struct ref_buf *b)
 			}
 			for (int s = 0; s <= t; s++)
 				sum += score[s] = exp(score[s] - mx);
+			if (sinks)
+				sum += exp(sinks[h] - mx);
 			double *out = b->att + (size_t)t * b->qd + h * hd;
 			for (int i = 0; i < hd; i++) {
 				double o = 0;
@@ -145,6 +154,80 @@ static void ref_attention(const struct model_hparams *hp, struct ref_buf *b)
 	free(score);
 }
 
+/* An expert's activation of its gate g and up u (model_arch_moe). */
+static double ref_expert_act(const struct model_arch_moe *am, double g, double u)
+{
+	if (am->act == MODEL_EXPERT_SWIGLU_OAI) {
+		double lim = am->act_limit;
+		g = fmin(g, lim);
+		u = fmax(fmin(u, lim), -lim);
+		return g / (1.0 + exp(-am->act_alpha * g)) * (u + 1.0);
+	}
+	return g / (1.0 + exp(-g)) * u;
+}
+
+/* sel (k): the experts with the largest router logits lg (ne), largest
+ * first; w (k): their weights by the row's gating. */
+static void ref_route(const struct model_arch_moe *am, const double *lg, int ne, int k, int *sel,
+                      double *w)
+{
+	bool taken[256] = {false};
+	ck_assert_int_le(ne, 256);
+	for (int j = 0; j < k; j++) {
+		int best = -1;
+		for (int e = 0; e < ne; e++)
+			if (!taken[e] && (best < 0 || lg[e] > lg[best]))
+				best = e;
+		taken[best] = true;
+		sel[j] = best;
+	}
+	double mx = lg[sel[0]], sum = 0, chosen = 0;
+	for (int e = 0; e < ne; e++)
+		if (am->gating == MODEL_GATING_SOFTMAX || taken[e])
+			sum += exp(lg[e] - mx);
+	for (int j = 0; j < k; j++)
+		chosen += w[j] = exp(lg[sel[j]] - mx) / sum;
+	if (am->gating == MODEL_GATING_SOFTMAX && am->norm_weights)
+		for (int j = 0; j < k; j++)
+			w[j] /= chosen;
+}
+
+/* The bias of expert e in biases (n_experts, width), or NULL. */
+static const float *expert_bias(const float *biases, int e, int width)
+{
+	return biases ? biases + (size_t)e * width : NULL;
+}
+
+/* The mixture-of-experts feed-forward of one normed row xb into out (dim). */
+static void ref_moe(const struct model *m, const struct model_layer *L, const double *xb,
+                    double *out)
+{
+	const struct model_hparams *hp = &m->hp;
+	const struct model_arch_moe *am = model_arch_moe(hp->arch);
+	int ne = hp->n_experts, k = hp->n_experts_used, eff = hp->expert_ffn_dim;
+	double *lg = malloc(ne * sizeof(double)), *g = malloc(eff * sizeof(double));
+	double *u = malloc(eff * sizeof(double)), *d = malloc(hp->dim * sizeof(double));
+	int sel[256] = {0};
+	double w[256];
+	ref_matvec(&L->w_router, xb, L->b_router, lg);
+	ref_route(am, lg, ne, k, sel, w);
+	memset(out, 0, hp->dim * sizeof(double));
+	for (int j = 0; j < k; j++) {
+		int e = sel[j];
+		ref_matvec(&L->exp_gate[e], xb, expert_bias(L->exp_b_gate, e, eff), g);
+		ref_matvec(&L->exp_up[e], xb, expert_bias(L->exp_b_up, e, eff), u);
+		for (int i = 0; i < eff; i++)
+			g[i] = ref_expert_act(am, g[i], u[i]);
+		ref_matvec(&L->exp_down[e], g, expert_bias(L->exp_b_down, e, hp->dim), d);
+		for (int i = 0; i < hp->dim; i++)
+			out[i] += w[j] * d[i];
+	}
+	free(lg);
+	free(g);
+	free(u);
+	free(d);
+}
+
 static void ref_layer(const struct model *m, const struct model_layer *L, struct ref_buf *b)
 {
 	const struct model_hparams *hp = &m->hp;
@@ -152,13 +235,19 @@ static void ref_layer(const struct model *m, const struct model_layer *L, struct
 		ref_rmsnorm(b->x + (size_t)t * b->dim, L->attn_norm, b->dim, hp->norm_eps,
 		            b->xb + (size_t)t * b->dim);
 	ref_qkv(m, L, b);
-	ref_attention(hp, b);
+	ref_attention(hp, L->attn_sinks, b);
 	for (int t = 0; t < b->n; t++) {
 		double *x = b->x + (size_t)t * b->dim;
-		ref_matvec(&L->wo, b->att + (size_t)t * b->qd, NULL, b->proj);
+		ref_matvec(&L->wo, b->att + (size_t)t * b->qd, L->bo, b->proj);
 		for (int i = 0; i < b->dim; i++)
 			x[i] += b->proj[i];
 		ref_rmsnorm(x, L->ffn_norm, b->dim, hp->norm_eps, b->xb);
+		if (L->exp_gate) {
+			ref_moe(m, L, b->xb, b->proj);
+			for (int i = 0; i < b->dim; i++)
+				x[i] += b->proj[i];
+			continue;
+		}
 		ref_matvec(&L->w_gate, b->xb, NULL, b->gate);
 		ref_matvec(&L->w_up, b->xb, NULL, b->up);
 		for (int i = 0; i < b->ffn; i++)
@@ -223,8 +312,9 @@ static void cpu_close(struct cpu_run *r)
 	backend_free(r->be);
 }
 
-/* The last token's logits of ids run through a new session in chunks of 7. */
-static void cpu_prefill(struct cpu_run *r, const int32_t *ids, int n, float *logits)
+/* The last token's logits of ids run through session s in chunks of 7. */
+static void session_prefill(struct backend *be, struct backend_session *s, const int32_t *ids,
+                            int n, float *logits)
 {
 	struct backend_token batch[7];
 	char err[SINKD_ERR_LEN];
@@ -232,11 +322,16 @@ static void cpu_prefill(struct cpu_run *r, const int32_t *ids, int n, float *log
 		int c = n - i < 7 ? n - i : 7;
 		for (int j = 0; j < c; j++)
 			batch[j] = (struct backend_token){
-			    .session = r->s, .token = ids[i + j], .want_logits = i + j == n - 1};
-		ck_assert_msg(
-		    r->be->ops->forward(r->be, batch, (size_t)c, logits, err, sizeof(err)) == 0,
-		    "%s", err);
+			    .session = s, .token = ids[i + j], .want_logits = i + j == n - 1};
+		ck_assert_msg(be->ops->forward(be, batch, (size_t)c, logits, err, sizeof(err)) == 0,
+		              "%s", err);
 	}
+}
+
+/* The same through r's session, a new one. */
+static void cpu_prefill(struct cpu_run *r, const int32_t *ids, int n, float *logits)
+{
+	session_prefill(r->be, r->s, ids, n, logits);
 }
 
 #define N_IDS 23
@@ -408,6 +503,122 @@ START_TEST(test_qwen3_qk_norm)
 }
 END_TEST
 
+/* ------------------------------------------------------------------------
+ * Mixture of experts. */
+
+#define MOE_SHAPE "--dim 64 --heads 4 --kv-heads 2 --head-dim 32 --expert-ffn 64 "
+
+/* The learned sink logits left out on both sides: the learned-sink tests
+ * check attention with them; these check the experts. */
+static void drop_sinks(struct model *m)
+{
+	for (int l = 0; l < m->hp.n_layers; l++)
+		m->layers[l].attn_sinks = NULL;
+}
+
+/* gpt-oss: biases everywhere (Q/K/V, attention output, router, experts),
+ * top-k then softmax, the clamped SwiGLU; then gate and up biases of +-12
+ * that drive the activation past its limit of 7 both ways (random weights
+ * alone stay far inside it). */
+START_TEST(test_gpt_oss_experts)
+{
+	char path[256];
+	struct model *m = make_model(path, sizeof(path),
+	                             "--arch gpt-oss " MOE_SHAPE "--experts 8 --experts-used 2");
+	ck_assert_str_eq(model_arch_name(m->hp.arch), "gpt-oss");
+	ck_assert_int_eq(m->hp.n_experts, 8);
+	ck_assert_int_eq(m->hp.expert_ffn_dim, 64);
+	const struct model_layer *L0 = &m->layers[0];
+	ck_assert(L0->bo && L0->b_router && L0->exp_b_gate && L0->exp_b_up && L0->exp_b_down);
+	drop_sinks(m);
+	check_against_reference(m, NULL);
+	int n = m->hp.n_experts * m->hp.expert_ffn_dim;
+	float *big = malloc((size_t)n * sizeof(float));
+	for (int i = 0; i < n; i++)
+		big[i] = i % 3 == 0 ? 12.0f : i % 3 == 1 ? -12.0f : 0.5f;
+	for (int l = 0; l < m->hp.n_layers; l++)
+		m->layers[l].exp_b_gate = m->layers[l].exp_b_up = big;
+	check_against_reference(m, NULL);
+	free(big);
+	model_free(m);
+	unlink(path);
+}
+END_TEST
+
+/* qwen3moe: softmax over all experts, top-k, weights renormalised, plain
+ * SwiGLU, QK-norm, no biases; with k = 2 of 8, k = 1 and k = all 4. */
+START_TEST(test_qwen3moe_experts)
+{
+	const char *counts[] = {"--experts 8 --experts-used 2", "--experts 8 --experts-used 1",
+	                        "--experts 4 --experts-used 4"};
+	for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
+		char path[256], opts[256];
+		snprintf(opts, sizeof(opts), "--arch qwen3moe " MOE_SHAPE "%s", counts[i]);
+		struct model *m = make_model(path, sizeof(path), opts);
+		ck_assert_str_eq(model_arch_name(m->hp.arch), "qwen3moe");
+		ck_assert_ptr_null(m->layers[0].exp_b_gate);
+		ck_assert_ptr_null(m->layers[0].b_router);
+		check_against_reference(m, NULL);
+		model_free(m);
+		unlink(path);
+	}
+}
+END_TEST
+
+/* Each of 8 sessions' next-token logits in one batch of 8 (the tokens
+ * grouped by expert together) equal its logits when that token is run
+ * alone, within the CPU tolerance: on a gpt-oss F32 file (expert panels)
+ * and a qwen3moe Q8_0 file (experts packed). */
+START_TEST(test_moe_batch_invariance)
+{
+	const char *files[] = {"--arch gpt-oss " MOE_SHAPE "--experts 8 --experts-used 2",
+	                       "--arch qwen3moe " MOE_SHAPE "--experts 8 --experts-used 2 --type q8_0"};
+	enum { N_SESS = 8, PROMPT = 9 };
+	for (size_t f = 0; f < sizeof(files) / sizeof(files[0]); f++) {
+		char path[256], err[SINKD_ERR_LEN];
+		struct model *m = make_model(path, sizeof(path), files[f]);
+		int nv = m->hp.n_vocab;
+		struct cpu_run r;
+		cpu_open(&r, m);
+		float *alone = malloc((size_t)N_SESS * nv * sizeof(float));
+		float *batched = malloc((size_t)N_SESS * nv * sizeof(float));
+		struct backend_session *s[N_SESS];
+		struct backend_token batch[N_SESS];
+		for (int j = 0; j < N_SESS; j++) {
+			int32_t ids[PROMPT + 1];
+			for (int i = 0; i <= PROMPT; i++)
+				ids[i] = (int32_t)((j * 53 + i * 17 + 5) % nv);
+			struct backend_session *one;
+			ck_assert(r.be->ops->session_new(r.be, &r.g, &one, err, sizeof(err)) == 0);
+			session_prefill(r.be, one, ids, PROMPT + 1, alone + (size_t)j * nv);
+			r.be->ops->session_free(r.be, one);
+			ck_assert(r.be->ops->session_new(r.be, &r.g, &s[j], err, sizeof(err)) == 0);
+			session_prefill(r.be, s[j], ids, PROMPT, batched);
+			batch[j] = (struct backend_token){
+			    .session = s[j], .token = ids[PROMPT], .want_logits = true};
+		}
+		ck_assert_msg(r.be->ops->forward(r.be, batch, N_SESS, batched, err, sizeof(err)) ==
+		                  0,
+		              "%s", err);
+		for (int j = 0; j < N_SESS; j++) {
+			const float *a = alone + (size_t)j * nv, *b = batched + (size_t)j * nv;
+			double top = 0;
+			for (int i = 0; i < nv; i++)
+				top = fmax(top, fabs(a[i]));
+			double d = max_diff(a, b, nv);
+			ck_assert_msg(d <= 1e-4 * top, "%s: session %d differs by %g of %g",
+			              files[f], j, d, top);
+			r.be->ops->session_free(r.be, s[j]);
+		}
+		free(alone);
+		free(batched);
+		cpu_close(&r);
+		model_free(m);
+		unlink(path);
+	}
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
 	mkmodel_path = argc > 1 ? argv[1] : NULL;
@@ -421,6 +632,9 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_key_length_heads);
 	tcase_add_test(tc, test_split_heads);
 	tcase_add_test(tc, test_qwen3_qk_norm);
+	tcase_add_test(tc, test_gpt_oss_experts);
+	tcase_add_test(tc, test_qwen3moe_experts);
+	tcase_add_test(tc, test_moe_batch_invariance);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }
