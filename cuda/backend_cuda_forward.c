@@ -50,6 +50,7 @@ void cudabe_workspace_free(struct cuda_backend *c)
 	c->batch_h = NULL;
 	c->mass_h = NULL;
 	host_plan_free(c);
+	cudabe_moe_free(c);
 	c->cap = c->partial_cap = c->batch_cap = 0;
 	free(c->a_ops);
 	free(c->a_begin);
@@ -537,6 +538,12 @@ static int gemm(struct cuda_backend *c, const struct cuda_weight *w, const void 
 	return 0;
 }
 
+int cudabe_gemm(struct cuda_backend *c, const struct cuda_weight *w, const void *x, int n, float *y,
+                float beta, char *err, size_t err_len)
+{
+	return gemm(c, w, x, n, y, beta, err, err_len);
+}
+
 static int attention_waves(struct cuda_backend *c, const struct batch_layout *bl, int layer,
                            char *err, size_t err_len)
 {
@@ -702,11 +709,28 @@ static int layer_gemma(struct cuda_backend *c, const struct batch_layout *bl, in
 	return 0;
 }
 
+/* One layer of the mixture-of-experts shape (MODEL_LAYER_MOE), enqueued:
+ * the Llama shape's attention (+ bo where the model has it), then the
+ * experts (backend_cuda_moe.c), which route on the host. */
+static int layer_moe(struct cuda_backend *c, const struct batch_layout *bl, int n, int l,
+                     char *err, size_t err_len)
+{
+	const struct cuda_layer_weights *L = &c->layers[l];
+	int rc = layer_attention(c, bl, n, l, err, err_len);
+	if (rc)
+		return rc;
+	if (L->bo)
+		CU_TRY(cuda_add_bias(c->x, L->bo, n, c->base.model->hp.dim, c->stream),
+		       "attention output bias");
+	return cudabe_moe_ffn(c, n, l, err, err_len);
+}
+
 /* The layer function of each layer shape (model/arch.h): a new shape adds
  * a row and a function here. */
 static const cuda_layer_fn layer_fns[MODEL_LAYER_KINDS] = {
     [MODEL_LAYER_LLAMA] = layer_llama,
     [MODEL_LAYER_GEMMA] = layer_gemma,
+    [MODEL_LAYER_MOE] = layer_moe,
 };
 
 cuda_layer_fn cudabe_layer_fn_of(const struct model_arch *a)
@@ -885,8 +909,10 @@ static int run_graph(struct cuda_backend *c, size_t n, const struct batch_layout
                      bool want_mass, float *logits, char *err, size_t err_len)
 {
 	const struct model_hparams *hp = &c->base.model->hp;
-	/* anchor upkeep varies from step to step: not a fixed launch shape */
-	if (!c->use_graphs || c->per_layer || n > CUDA_GRAPH_MAX_TOKENS ||
+	/* anchor upkeep varies from step to step: not a fixed launch shape; an
+	 * MoE layer waits for its routing on the host, which a captured graph
+	 * cannot: MoE models run without graphs */
+	if (!c->use_graphs || c->per_layer || hp->n_experts > 0 || n > CUDA_GRAPH_MAX_TOKENS ||
 	    (size_t)n_want > CUDA_GRAPH_MAX_TOKENS)
 		return 1;
 	int *key = malloc((4 + 3 * (size_t)c->n_waves) * sizeof(int));

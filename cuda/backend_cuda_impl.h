@@ -45,6 +45,17 @@ struct cuda_layer_weights {
 	struct cuda_weight wq, wk, wv, wo, gate, up, down;
 	/* the Gemma shape's norms: (dim) x2; else NULL */
 	float *post_attn_norm, *post_ffw_norm;
+	/* Mixture of experts (MODEL_LAYER_MOE; zero elsewhere, where gate, up
+	 * and down above are the dense MLP): the attention output's bias (dim)
+	 * or NULL; the router (n_experts, dim) and its bias (n_experts) or NULL;
+	 * per expert e its gate and up (expert_ffn, dim) and down (dim,
+	 * expert_ffn), exp_*[e] views of one block per kind; their biases
+	 * (n_experts, expert_ffn) x2 and (n_experts, dim), or NULL. */
+	float *bo;
+	struct cuda_weight router;
+	float *b_router;
+	struct cuda_weight *exp_gate, *exp_up, *exp_down; /* (n_experts) */
+	float *exp_b_gate, *exp_b_up, *exp_b_down;
 };
 
 struct backend_session {
@@ -187,6 +198,9 @@ struct cuda_backend {
 	uint64_t graph_clock;
 	float *logits_h; /* (CUDA_GRAPH_MAX_TOKENS, n_vocab) pinned: graphs copy logits here */
 	void *blas_ws;   /* cuBLAS workspace (no allocation inside a capture) */
+	/* a mixture-of-experts model's routing and expert buffers
+	 * (backend_cuda_moe.c); NULL until its first forward */
+	struct cuda_moe *moe;
 };
 
 static inline struct cuda_backend *cuda_of(struct backend *be)
@@ -234,3 +248,12 @@ void cudabe_workspace_free(struct cuda_backend *c);
 void cudabe_graphs_clear(struct cuda_backend *c);
 /* The layer function of architecture a's layer shape, or NULL. */
 cuda_layer_fn cudabe_layer_fn_of(const struct model_arch *a);
+/* y (n, w->rows) = x (n, w->cols) . w^T + beta * y on the stream; x in the
+ * weights' dtype. */
+int cudabe_gemm(struct cuda_backend *c, const struct cuda_weight *w, const void *x, int n, float *y,
+                float beta, char *err, size_t err_len);
+/* backend_cuda_moe.c: layer l's mixture-of-experts feed-forward over the
+ * n tokens' residual rows c->x, added into them (waits for the router on
+ * the host: not inside a graph capture). */
+int cudabe_moe_ffn(struct cuda_backend *c, int n, int l, char *err, size_t err_len);
+void cudabe_moe_free(struct cuda_backend *c);

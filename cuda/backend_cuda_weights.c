@@ -1,12 +1,13 @@
 /* Weights of the CUDA backend: every matrix goes to the device once, at
  * start, in the backend's dtype (bf16, f16 or f32).  A matrix already in the
  * dtype is copied as it is; any other (a block type: Q8_0, Q4_0, Q4_K, Q5_K,
- * Q6_K, Q4_1, Q5_0, Q5_1; or F32, F16, BF16) goes up as stored, in chunks of
+ * Q6_K, Q4_1, Q5_0, Q5_1, MXFP4; or F32, F16, BF16) goes up as stored, in chunks of
  * rows of a few MiB, to a device staging buffer, from which
  * cuda_dequant_rows (dequant_kernels.cu) writes it in the dtype with
  * dequant.c's arithmetic and kv_row_store's rounding: no F32 copy of a row
- * is made on the host.  Norm vectors and biases stay f32.  It does not run
- * the forward pass. */
+ * is made on the host.  Norm vectors and biases stay f32.  A
+ * mixture-of-experts layer's experts go up one block per kind (gate, up,
+ * down), each expert a view of it.  It does not run the forward pass. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -89,20 +90,48 @@ static int dequant_upload(struct cuda_backend *c, const struct weight_matrix *w,
 	return rc;
 }
 
+/* w's rows into dst (rows, cols) in the dtype, already allocated. */
+static int matrix_fill(struct cuda_backend *c, const struct weight_matrix *w, void *dst,
+                       const char *what, char *err, size_t err_len)
+{
+	size_t row_b = (size_t)w->cols * dt_size(c->wdt), total = row_b * (size_t)w->rows;
+	if (same_type(w->type, c->wdt) && w->row_bytes == row_b) {
+		CU_TRY(cudaMemcpy(dst, w->data, total, cudaMemcpyHostToDevice), "weight upload");
+		return 0;
+	}
+	return dequant_upload(c, w, dst, what, err, err_len);
+}
+
 static int matrix_upload(struct cuda_backend *c, const struct weight_matrix *w,
                          struct cuda_weight *out, const char *what, char *err, size_t err_len)
 {
 	size_t row_b = (size_t)w->cols * dt_size(c->wdt), total = row_b * (size_t)w->rows;
 	out->rows = w->rows;
 	out->cols = w->cols;
-	int rc = dev_alloc(c, &out->d, total, what, err, err_len);
-	if (rc)
-		return rc;
-	if (same_type(w->type, c->wdt) && w->row_bytes == row_b) {
-		CU_TRY(cudaMemcpy(out->d, w->data, total, cudaMemcpyHostToDevice), "weight upload");
+	if (w->rows == 0) /* an MoE layer's dense MLP: none */
 		return 0;
+	int rc = dev_alloc(c, &out->d, total, what, err, err_len);
+	return rc ? rc : matrix_fill(c, w, out->d, what, err, err_len);
+}
+
+/* The n experts' matrices w[0..n) (one shape) into one device block,
+ * (*out)[e] viewing expert e's part. */
+static int experts_upload(struct cuda_backend *c, const struct weight_matrix *w, int n,
+                          struct cuda_weight **out, const char *what, char *err, size_t err_len)
+{
+	size_t total = (size_t)w[0].cols * dt_size(c->wdt) * (size_t)w[0].rows;
+	void *base = NULL;
+	*out = calloc((size_t)n, sizeof(**out));
+	if (!*out)
+		return err_set(err, err_len, -ENOMEM, "cuda backend: out of memory");
+	int rc = dev_alloc(c, &base, total * (size_t)n, what, err, err_len);
+	for (int e = 0; e < n && !rc; e++) {
+		(*out)[e] = (struct cuda_weight){.d = (unsigned char *)base + (size_t)e * total,
+		                                 .rows = w[0].rows,
+		                                 .cols = w[0].cols};
+		rc = matrix_fill(c, &w[e], (*out)[e].d, what, err, err_len);
 	}
-	return dequant_upload(c, w, out->d, what, err, err_len);
+	return rc;
 }
 
 static int vec_upload(struct cuda_backend *c, const float *src, size_t n, float **out, char *err,
@@ -116,6 +145,30 @@ static int vec_upload(struct cuda_backend *c, const float *src, size_t n, float 
 		return rc;
 	CU_TRY(cudaMemcpy(*out, src, n * sizeof(float), cudaMemcpyHostToDevice), "vector upload");
 	return 0;
+}
+
+/* A mixture-of-experts layer's bo, router and experts (as stored; block
+ * types dequantized on the device like the other matrices). */
+static int moe_upload(struct cuda_backend *c, const struct model_layer *L,
+                      struct cuda_layer_weights *d, char *err, size_t err_len)
+{
+	const struct model_hparams *hp = &c->base.model->hp;
+	size_t ne = (size_t)hp->n_experts, F = (size_t)hp->expert_ffn_dim, D = (size_t)hp->dim;
+	int rc = vec_upload(c, L->bo, D, &d->bo, err, err_len);
+	if (rc || !L->exp_gate)
+		return rc;
+	rc = matrix_upload(c, &L->w_router, &d->router, "ffn_gate_inp", err, err_len);
+	rc = rc ? rc : vec_upload(c, L->b_router, ne, &d->b_router, err, err_len);
+	rc = rc ? rc : experts_upload(c, L->exp_gate, (int)ne, &d->exp_gate, "ffn_gate_exps", err,
+	                              err_len);
+	rc = rc ? rc : experts_upload(c, L->exp_up, (int)ne, &d->exp_up, "ffn_up_exps", err,
+	                              err_len);
+	rc = rc ? rc : experts_upload(c, L->exp_down, (int)ne, &d->exp_down, "ffn_down_exps", err,
+	                              err_len);
+	rc = rc ? rc : vec_upload(c, L->exp_b_gate, ne * F, &d->exp_b_gate, err, err_len);
+	rc = rc ? rc : vec_upload(c, L->exp_b_up, ne * F, &d->exp_b_up, err, err_len);
+	rc = rc ? rc : vec_upload(c, L->exp_b_down, ne * D, &d->exp_b_down, err, err_len);
+	return rc;
 }
 
 static int layer_upload(struct cuda_backend *c, const struct model_layer *L,
@@ -142,7 +195,7 @@ static int layer_upload(struct cuda_backend *c, const struct model_layer *L,
 	                          err_len);
 	rc = rc ? rc : vec_upload(c, L->post_ffw_norm, (size_t)hp->dim, &d->post_ffw_norm, err,
 	                          err_len);
-	return rc;
+	return rc ? rc : moe_upload(c, L, d, err, err_len);
 }
 
 int cudabe_weights_upload(struct cuda_backend *c, char *err, size_t err_len)
@@ -163,6 +216,20 @@ int cudabe_weights_upload(struct cuda_backend *c, char *err, size_t err_len)
 	return rc;
 }
 
+static void moe_free(struct cuda_layer_weights *d)
+{
+	struct cuda_weight *exps[] = {d->exp_gate, d->exp_up, d->exp_down};
+	for (size_t i = 0; i < sizeof(exps) / sizeof(exps[0]); i++) {
+		if (exps[i])
+			cudaFree(exps[i][0].d); /* the block all experts view */
+		free(exps[i]);
+	}
+	void *vecs[] = {d->bo,        d->router.d,  d->b_router,
+	                d->exp_b_gate, d->exp_b_up, d->exp_b_down};
+	for (size_t i = 0; i < sizeof(vecs) / sizeof(vecs[0]); i++)
+		cudaFree(vecs[i]);
+}
+
 void cudabe_weights_free(struct cuda_backend *c)
 {
 	cudaFree(c->embd.d);
@@ -179,6 +246,7 @@ void cudabe_weights_free(struct cuda_backend *c)
 		void *norms[] = {d->post_attn_norm, d->post_ffw_norm};
 		for (size_t i = 0; i < sizeof(norms) / sizeof(norms[0]); i++)
 			cudaFree(norms[i]);
+		moe_free(d);
 	}
 	free(c->layers);
 	c->layers = NULL;

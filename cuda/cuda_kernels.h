@@ -47,6 +47,24 @@ int cuda_add_bias(float *y, const float *bias, int n, int cols, void *stream);
 /* out (n, dim) <- rows[i] of x (., dim). */
 int cuda_gather_rows(const float *x, const int32_t *rows, int n, int dim, float *out, void *stream);
 
+/* Mixture of experts (moe_kernels.cu).  The experts' activations, the
+ * values of model/arch.h's enum model_expert_act. */
+#define CUDA_MOE_ACT_SWIGLU 0
+#define CUDA_MOE_ACT_SWIGLU_OAI 1
+/* out (n) in out_dtype <- act(gate, up) as engine/moe.h's moe_expert_act
+ * (alpha, limit: the clamped SwiGLU's). */
+int cuda_moe_act(const float *gate, const float *up, size_t n, int act, float alpha, float limit,
+                 void *out, int out_dtype, void *stream);
+/* y (n, cols): row i += bias (., cols) row which[i] (each row's expert). */
+int cuda_add_bias_rows(float *y, const float *bias, const int32_t *which, int n, int cols,
+                       void *stream);
+/* out (., dim): row rows[i] <- row i of x (n, dim); rows distinct. */
+int cuda_scatter_rows(const float *x, const int32_t *rows, int n, int dim, float *out,
+                      void *stream);
+/* x (n, dim) += sum over ranks r = 0..k-1, in that order, of w[t*k + r] *
+ * y row t*k + r; y (n*k, dim), w (n*k). */
+int cuda_moe_sum(const float *y, const float *w, int n, int k, int dim, float *x, void *stream);
+
 /* KV cache of `layer` (n_kv: kv heads of every job's session): stores k, v (n_tokens, n_kv, D) rows
  * of the jobs' tokens (k already rotated). */
 int cuda_kv_append(const struct cuda_kv_append_job *jobs, int n_jobs, int n_kv, int layer,
@@ -107,7 +125,7 @@ int cuda_key_weight_reduce(const float *w, int n, int n_heads, int ld, int cols,
                            float *out_mean, void *stream);
 
 /* True when cuda_dequant_rows reads the ggml type: F32, F16, BF16, Q4_0,
- * Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K. */
+ * Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4. */
 bool cuda_dequant_supported(int ggml_type);
 /* dst (rows, cols) in dst_dtype <- src (rows, src_row_bytes): rows of a GGUF
  * tensor of ggml_type as stored, cols a multiple of its block size;
@@ -150,6 +168,12 @@ void twin_scale(float *x, size_t n, float scale);
 void twin_softcap(float *x, size_t n, float cap);
 void twin_dequant_rows(int ggml_type, const void *src, size_t src_row_bytes, int rows, int cols,
                        void *dst, int dst_dtype);
+void twin_gather_rows(const float *x, const int32_t *rows, int n, int dim, float *out);
+void twin_moe_act(const float *gate, const float *up, size_t n, int act, float alpha, float limit,
+                  void *out, int out_dtype);
+void twin_add_bias_rows(float *y, const float *bias, const int32_t *which, int n, int cols);
+void twin_scatter_rows(const float *x, const int32_t *rows, int n, int dim, float *out);
+void twin_moe_sum(const float *y, const float *w, int n, int k, int dim, float *x);
 /* Element i of a row of dtype as float, and the rounding store. */
 float twin_dt_load(const void *row, int dtype, size_t i);
 void twin_dt_store(void *row, int dtype, size_t i, float x);

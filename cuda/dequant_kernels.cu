@@ -1,7 +1,7 @@
 // Weight dequantization on the device, for the upload of the CUDA backend's
 // weights (backend_cuda_weights.c): rows of a GGUF tensor as stored (the
-// block types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, or F32, F16,
-// BF16) become rows of the backend's dtype.  Each element is computed in
+// block types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4, or
+// F32, F16, BF16) become rows of the backend's dtype.  Each element is computed in
 // float with the operations and order of model/dequant.c (explicit roundings,
 // no fused multiply-add) and rounded to nearest even like kv_row_store, so
 // the result is the host path's bit for bit.  It does not quantize.
@@ -10,6 +10,10 @@
 #include "cuda_common.cuh"
 #include "cuda_kernels.h"
 #include "model/gguf.h"
+
+// ggml's MXFP4 type number (GGML_TYPE_MXFP4), named here until gguf.h's
+// enum has it.
+#define CUDA_GGML_MXFP4 39
 
 // fp16 at p, read bytewise: rows of blocks have no alignment.
 __device__ __forceinline__ float half_at(const uint8_t *p)
@@ -84,6 +88,18 @@ __device__ float deq_q6_k(const uint8_t *b, int j)
 	return __fmul_rn(__fmul_rn(half_at(b + 208), (float)sc[l / 16 + 2 * quarter]), (float)q);
 }
 
+// Element j (0..31) of an MXFP4 block (17 bytes): an E8M0 exponent e, then
+// 16 bytes of 4-bit E2M1 codes (nibble() order).  ggml keeps the codes
+// doubled and the scale halved, 2^(e - 128) (e < 2: the subnormal float
+// with that value); every product is exact, so the order of ggml's
+// arithmetic does not matter.
+__device__ float deq_mxfp4(const uint8_t *b, int j)
+{
+	const int8_t kvalues[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+	uint32_t e = b[0], bits = e < 2 ? 0x00200000u << e : (e - 1) << 23;
+	return __fmul_rn((float)kvalues[nibble(b + 1, j)], float_of_bits(bits));
+}
+
 // Element j of the block at b (j < the type's block size).
 __device__ float deq_elem(int type, const uint8_t *b, int j)
 {
@@ -110,6 +126,8 @@ __device__ float deq_elem(int type, const uint8_t *b, int j)
 		return deq_k45(b, j, false);
 	case GGML_TYPE_Q5_K:
 		return deq_k45(b, j, true);
+	case CUDA_GGML_MXFP4:
+		return deq_mxfp4(b, j);
 	default: // GGML_TYPE_Q6_K; the launcher refuses the others
 		return deq_q6_k(b, j);
 	}
@@ -141,7 +159,7 @@ static bool block_shape(int type, int *elems, int *bytes)
 	    {GGML_TYPE_F32, 1, 4},      {GGML_TYPE_F16, 1, 2},     {GGML_TYPE_BF16, 1, 2},
 	    {GGML_TYPE_Q4_0, 32, 18},   {GGML_TYPE_Q4_1, 32, 20},  {GGML_TYPE_Q5_0, 32, 22},
 	    {GGML_TYPE_Q5_1, 32, 24},   {GGML_TYPE_Q8_0, 32, 34},  {GGML_TYPE_Q4_K, 256, 144},
-	    {GGML_TYPE_Q5_K, 256, 176}, {GGML_TYPE_Q6_K, 256, 210}};
+	    {GGML_TYPE_Q5_K, 256, 176}, {GGML_TYPE_Q6_K, 256, 210}, {CUDA_GGML_MXFP4, 32, 17}};
 	for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
 		if (shapes[i].type == type) {
 			*elems = shapes[i].elems;

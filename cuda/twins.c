@@ -2,8 +2,9 @@
  * same arithmetic on host memory, written to be obviously right rather than
  * fast.  Wherever production CPU code computes the same thing, the twin
  * calls it (rope_apply, dequantize_row, kv_row_store/load,
- * kvq_quant_row/channels, kvq_dequant_row), so a kernel that matches its
- * twin matches the CPU backend.  Tests only; the backend never runs these. */
+ * kvq_quant_row/channels, kvq_dequant_row, moe_expert_act), so a kernel
+ * that matches its twin matches the CPU backend.  Tests only; the backend
+ * never runs these. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "cache/kvquant.h"
 #include "cache/rope.h"
 #include "cuda_kernels.h"
+#include "engine/moe.h"
 #include "model/dequant.h"
 
 float twin_dt_load(const void *row, int dtype, size_t i)
@@ -124,6 +126,53 @@ void twin_dequant_rows(int ggml_type, const void *src, size_t src_row_bytes, int
 		kv_row_store((enum kv_dtype)dst_dtype, (unsigned char *)dst + r * out_b, row, cols);
 	}
 	free(row);
+}
+
+/* ------------------------------------------------- mixture of experts */
+
+void twin_gather_rows(const float *x, const int32_t *rows, int n, int dim, float *out)
+{
+	for (int i = 0; i < n; i++)
+		memcpy(out + (size_t)i * dim, x + (size_t)rows[i] * dim, (size_t)dim * sizeof(float));
+}
+
+/* moe_expert_act (engine/moe.c) on a copy of gate, then the dtype's
+ * rounding. */
+void twin_moe_act(const float *gate, const float *up, size_t n, int act, float alpha, float limit,
+                  void *out, int out_dtype)
+{
+	float *g = malloc((n ? n : 1) * sizeof(float));
+	if (!g)
+		return; /* tests only: the comparison then fails visibly */
+	memcpy(g, gate, n * sizeof(float));
+	moe_expert_act(g, up, n, (enum model_expert_act)act, alpha, limit);
+	for (size_t i = 0; i < n; i++)
+		twin_dt_store(out, out_dtype, i, g[i]);
+	free(g);
+}
+
+void twin_add_bias_rows(float *y, const float *bias, const int32_t *which, int n, int cols)
+{
+	for (int i = 0; i < n; i++)
+		for (int j = 0; j < cols; j++)
+			y[(size_t)i * cols + j] += bias[(size_t)which[i] * cols + j];
+}
+
+void twin_scatter_rows(const float *x, const int32_t *rows, int n, int dim, float *out)
+{
+	for (int i = 0; i < n; i++)
+		memcpy(out + (size_t)rows[i] * dim, x + (size_t)i * dim, (size_t)dim * sizeof(float));
+}
+
+void twin_moe_sum(const float *y, const float *w, int n, int k, int dim, float *x)
+{
+	for (int t = 0; t < n; t++)
+		for (int j = 0; j < dim; j++) {
+			float acc = 0.0f;
+			for (int r = 0; r < k; r++)
+				acc += w[(size_t)t * k + r] * y[((size_t)t * k + r) * dim + j];
+			x[(size_t)t * dim + j] += acc;
+		}
 }
 
 /* ------------------------------------------------------------ KV cache */
