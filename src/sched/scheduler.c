@@ -1221,24 +1221,30 @@ static void *engine_main(void *arg)
 
 /* ---- lifecycle --------------------------------------------------------- */
 
-/* Tells the pacing an MoE model's shape: its k experts' share of what one
- * token's step reads (model_weight_bytes counts the router and k experts of
- * each MoE layer). */
+/* Tells the pacing an MoE model's shape: its k experts' share of the
+ * weight bytes one token's step reads (each layer's attention, router and
+ * k experts, and the output head). */
 static void pace_moe_from_model(struct sched_pace *p, const struct model *m)
 {
 	const struct model_hparams *hp = &m->hp;
-	double experts = 0, step = (double)model_weight_bytes(m);
-	if (hp->n_experts <= 0 || step <= 0)
+	if (hp->n_experts <= 0)
 		return;
+	double experts = 0, dense = (double)m->output.rows * (double)m->output.row_bytes;
 	for (int i = 0; i < hp->n_layers; i++) {
 		const struct model_layer *l = &m->layers[i];
-		const struct weight_matrix *ws[] = {l->exp_gate, l->exp_up, l->exp_down};
+		const struct weight_matrix *shared[] = {
+		    &l->wq, &l->wk, &l->wv, &l->wo, &l->w_router, &l->w_gate, &l->w_up, &l->w_down};
+		for (size_t j = 0; j < sizeof(shared) / sizeof(shared[0]); j++)
+			dense += (double)shared[j]->rows * (double)shared[j]->row_bytes;
+		const struct weight_matrix *expert[] = {l->exp_gate, l->exp_up, l->exp_down};
 		for (size_t j = 0; j < 3; j++)
-			if (ws[j])
-				experts += (double)ws[j]->rows * (double)ws[j]->row_bytes;
+			if (expert[j])
+				experts += hp->n_experts_used * (double)expert[j]->rows *
+				           (double)expert[j]->row_bytes;
 	}
-	sched_pace_set_moe(p, hp->n_experts, hp->n_experts_used,
-	                   experts * hp->n_experts_used / step);
+	if (experts > 0)
+		sched_pace_set_moe(p, hp->n_experts, hp->n_experts_used,
+		                   experts / (dense + experts));
 }
 
 int scheduler_new(const struct sinkd_config *cfg, struct backend *be, const struct tokenizer *tok,
