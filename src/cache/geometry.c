@@ -67,6 +67,7 @@ static int model_layer_window(const struct cache_geometry *g, const struct model
 void cache_geometry_set_model_layers(struct cache_geometry *g, const struct model_hparams *hp)
 {
 	g->rope_theta_swa = hp->rope_theta_swa;
+	g->swa_rope_scaled = hp->swa_rope_scaled;
 	for (int l = 0; l < g->n_layers && l < CACHE_GEOMETRY_MAX_LAYERS; l++) {
 		int w = model_layer_window(g, hp, l);
 		if (w > 0)
@@ -101,14 +102,20 @@ void cache_geometry_set_rope_scaling(struct cache_geometry *g, const struct mode
 	g->rope_ctx_orig = hp->rope_ext_factor != 0.0 ? hp->rope_ctx_orig : 0;
 }
 
-void cache_geometry_rope_freqs(const struct cache_geometry *g, double *hi, double *lo)
+/* The global layers' scaling, factors and YaRN blend from base theta. */
+static void scaled_freqs(const struct cache_geometry *g, double theta, double *hi, double *lo)
 {
 	struct rope_yarn y = {.ext_factor = g->rope_ext_factor,
 	                      .ctx_orig = g->rope_ctx_orig,
 	                      .beta_fast = ROPE_YARN_BETA_FAST,
 	                      .beta_slow = ROPE_YARN_BETA_SLOW};
-	rope_freqs_init_yarn(g->rope_theta, g->rope_dim, cache_geometry_rope_factors(g),
+	rope_freqs_init_yarn(theta, g->rope_dim, cache_geometry_rope_factors(g),
 	                     cache_geometry_rope_freq_scale(g), &y, hi, lo);
+}
+
+void cache_geometry_rope_freqs(const struct cache_geometry *g, double *hi, double *lo)
+{
+	scaled_freqs(g, g->rope_theta, hi, lo);
 }
 
 const float *cache_geometry_rope_factors(const struct cache_geometry *g)
@@ -144,6 +151,11 @@ static int fits_model_layers(const struct cache_geometry *g, const struct model_
 		return err_set(err, err_len, -EINVAL,
 		               "cache geometry: rope_theta_swa %g does not match the model's (%g)",
 		               g->rope_theta_swa, hp->rope_theta_swa);
+	if (g->swa_rope_scaled != hp->swa_rope_scaled)
+		return err_set(err, err_len, -EINVAL,
+		               "cache geometry: sliding layers turn %s, the model's %s",
+		               g->swa_rope_scaled ? "scaled" : "unscaled",
+		               hp->swa_rope_scaled ? "scaled" : "unscaled");
 	for (int l = 0; l < g->n_layers; l++) {
 		int want = model_layer_window(g, hp, l);
 		struct cache_layer_span sp = cache_geometry_layer_span(g, l);
@@ -225,6 +237,11 @@ bool cache_geometry_per_layer(const struct cache_geometry *g)
 
 struct cache_layer_rope cache_geometry_layer_rope(const struct cache_geometry *g, int l)
 {
+	if (g->layer[l].own && g->layer[l].swa && g->swa_rope_scaled)
+		return (struct cache_layer_rope){
+		    .theta = g->rope_theta_swa > 0.0 ? g->rope_theta_swa : g->rope_theta,
+		    .freq_scale = cache_geometry_rope_freq_scale(g),
+		    .factors = cache_geometry_rope_factors(g)};
 	if (g->layer[l].own && g->layer[l].swa)
 		return (struct cache_layer_rope){
 		    .theta = g->rope_theta_swa > 0.0 ? g->rope_theta_swa : g->rope_theta,
@@ -241,7 +258,10 @@ void cache_geometry_layer_rope_freqs(const struct cache_geometry *g, int l, doub
 		return;
 	}
 	struct cache_layer_rope r = cache_geometry_layer_rope(g, l);
-	rope_freqs_init(r.theta, g->rope_dim, r.factors, r.freq_scale, hi, lo);
+	if (g->swa_rope_scaled)
+		scaled_freqs(g, r.theta, hi, lo); /* YaRN's blend too, from its own base */
+	else
+		rope_freqs_init(r.theta, g->rope_dim, r.factors, r.freq_scale, hi, lo);
 }
 
 /* ---- tier sizes ----------------------------------------------------------- */
@@ -526,7 +546,8 @@ bool cache_geometry_equal(const struct cache_geometry *a, const struct cache_geo
 	bool same = a->n_layers == b->n_layers && a->n_kv_heads == b->n_kv_heads &&
 	            a->head_dim == b->head_dim && a->rope_dim == b->rope_dim &&
 	            a->rope_theta == b->rope_theta && a->rope_neox == b->rope_neox &&
-	            a->rope_theta_swa == b->rope_theta_swa && rope_scaling_equal(a, b) &&
+	            a->rope_theta_swa == b->rope_theta_swa &&
+	            a->swa_rope_scaled == b->swa_rope_scaled && rope_scaling_equal(a, b) &&
 	            a->strategy == b->strategy && a->sink_keep_count == b->sink_keep_count &&
 	            a->window_size == b->window_size &&
 	            a->max_context_length == b->max_context_length &&

@@ -34,7 +34,9 @@ enum kv_dtype { KV_DTYPE_F32 = 0, KV_DTYPE_F16, KV_DTYPE_BF16 };
  * (model_hparams.layer_swa): it keeps exactly its last window_size tokens,
  * as the model was trained: no sinks, anchors or pinned prefix, nothing
  * quantized, RoPE base rope_theta_swa without frequency scaling (llama.cpp
- * scales only global layers: rope_freq_scale_train_swa is 1). */
+ * scales only global layers where rope_freq_scale_train_swa is 1), or with
+ * the global layers' scaling and YaRN where swa_rope_scaled (gemma2,
+ * gpt-oss). */
 struct cache_layer_span {
 	bool own;
 	uint8_t strategy;    /* enum cache_strategy, when own */
@@ -62,9 +64,12 @@ struct cache_geometry {
 	 * Both come from the model file, whose SHA-256 a snapshot carries, so
 	 * snapshots do not store them: a restore takes the model's. */
 	double rope_freq_scale;
-	/* RoPE base of model sliding-window layers (0: rope_theta); from the
-	 * model file, so snapshots do not store it either */
+	/* RoPE base of model sliding-window layers (0: rope_theta), and whether
+	 * they turn with the global layers' scale, factors and YaRN blend
+	 * (model_hparams.swa_rope_scaled) rather than unscaled; from the model
+	 * file, so snapshots do not store them either */
 	double rope_theta_swa;
+	bool swa_rope_scaled;
 	int n_rope_factors;
 	float rope_factors[SINKCACHE_MAX_HEAD_DIM / 2]; /* (n_rope_factors) */
 	/* YaRN (rope.scaling.type yarn): ext_factor 0: none; else the blend of
@@ -213,10 +218,12 @@ void cache_geometry_set_layer_swa(struct cache_geometry *g, int l, int window_si
 /* Whether any layer has a span of its own (a cache whose layers differ). */
 bool cache_geometry_per_layer(const struct cache_geometry *g);
 /* Layer l's RoPE: the geometry's, or for a model sliding-window layer
- * rope_theta_swa (0: rope_theta) unscaled. */
+ * rope_theta_swa (0: rope_theta) unscaled (scaled as the global layers
+ * where swa_rope_scaled). */
 struct cache_layer_rope cache_geometry_layer_rope(const struct cache_geometry *g, int l);
-/* Layer l's pair frequencies: a sliding layer's from its own base, a
- * global layer's as cache_geometry_rope_freqs (scaling, factors, YaRN). */
+/* Layer l's pair frequencies: a sliding layer's from its own base (with
+ * the global scaling, factors and YaRN where swa_rope_scaled), a global
+ * layer's as cache_geometry_rope_freqs (scaling, factors, YaRN). */
 void cache_geometry_layer_rope_freqs(const struct cache_geometry *g, int l, double *hi, double *lo);
 
 /* The geometry of a stream that pins its first `pin` tokens (a system

@@ -94,11 +94,29 @@ static const char *const gptoss_keys[] = {
 	[MODEL_LT_DOWN] = "ffn_down.weight", [MODEL_LT_BQ] = "attn_q.bias",                        \
 	[MODEL_LT_BK] = "attn_k.bias", [MODEL_LT_BV] = "attn_v.bias"
 
-/* A mixture-of-experts layer's router and expert matrices (their biases
- * where a row has them are its own). */
+/* A mixture-of-experts layer's attention (the Q/K/V biases named, as the
+ * row's qkv_bias says), router and expert matrices; the rest of each row's
+ * layer (norms, the routers' and experts' biases) is its own. */
 #define MOE_LAYER_TENSORS                                                                          \
+	[MODEL_LT_ATTN_NORM] = "attn_norm.weight", [MODEL_LT_Q] = "attn_q.weight",                 \
+	[MODEL_LT_K] = "attn_k.weight", [MODEL_LT_V] = "attn_v.weight",                            \
+	[MODEL_LT_O] = "attn_output.weight", [MODEL_LT_BQ] = "attn_q.bias",                        \
+	[MODEL_LT_BK] = "attn_k.bias", [MODEL_LT_BV] = "attn_v.bias",                              \
 	[MODEL_LT_GATE_INP] = "ffn_gate_inp.weight", [MODEL_LT_GATE_EXPS] = "ffn_gate_exps.weight", \
 	[MODEL_LT_UP_EXPS] = "ffn_up_exps.weight", [MODEL_LT_DOWN_EXPS] = "ffn_down_exps.weight"
+
+/* What the mixture-of-experts rows share: NeoX RoPE, heads as wide as
+ * key_length, RMSNorm, the MoE layer shape, the Llama family's keys and
+ * model tensors; output: the need of output.weight (optional: tied). */
+#define MOE_FAMILY(output_need)                                                                    \
+	.rope_neox = true, .head_width = MODEL_HEAD_WIDTH_KEYS, .norm = MODEL_NORM_RMS,            \
+	.norm_eps_key = "attention.layer_norm_rms_epsilon", .ffn = MODEL_FFN_SWIGLU,               \
+	.layer = MODEL_LAYER_MOE, .keys = llama_family_keys,                                       \
+	.model_tensor = {                                                                          \
+	    [MODEL_T_TOKEN_EMBD] = {"token_embd.weight", MODEL_TENSOR_REQUIRED},                   \
+	    [MODEL_T_OUTPUT_NORM] = {"output_norm.weight", MODEL_TENSOR_REQUIRED},                 \
+	    [MODEL_T_OUTPUT] = {"output.weight", output_need},                                     \
+	}
 
 /* What the Gemma family reads beyond the Llama family's keys: its sliding
  * layers and soft-caps (llama-arch.cpp's names). */
@@ -254,47 +272,27 @@ static const struct model_arch arch_table[] = {
      * and the clamped SwiGLU; an untied head */
     {.name = "gpt-oss",
      .snapshot_name = "gpt-oss",
-     .rope_neox = true,
      .qkv_bias = MODEL_BIAS_REQUIRED,
-     .head_width = MODEL_HEAD_WIDTH_KEYS,
-     .norm = MODEL_NORM_RMS,
-     .norm_eps_key = "attention.layer_norm_rms_epsilon",
-     .ffn = MODEL_FFN_SWIGLU,
+     MOE_FAMILY(MODEL_TENSOR_REQUIRED),
      .moe = {.experts = true,
              .gating = MODEL_GATING_TOPK_SOFTMAX,
              .norm_weights = false,
              .act = MODEL_EXPERT_SWIGLU_OAI,
              .act_alpha = 1.702f,
              .act_limit = 7.0f},
-     .layer = MODEL_LAYER_MOE,
      .attn = {.sliding = true,
               .swa_window_default = 128,
               .swa_period_default = 2,
               .rope_theta_swa_default = 0.0,
               .swa_rope_scaled = true,
               .learned_sinks = true},
-     .keys = llama_family_keys,
      .keys_more = gptoss_keys,
-     .model_tensor =
-         {
-             [MODEL_T_TOKEN_EMBD] = {"token_embd.weight", MODEL_TENSOR_REQUIRED},
-             [MODEL_T_OUTPUT_NORM] = {"output_norm.weight", MODEL_TENSOR_REQUIRED},
-             [MODEL_T_OUTPUT] = {"output.weight", MODEL_TENSOR_REQUIRED},
-         },
      .layer_tensor =
          {
-             [MODEL_LT_ATTN_NORM] = "attn_norm.weight",
-             [MODEL_LT_Q] = "attn_q.weight",
-             [MODEL_LT_K] = "attn_k.weight",
-             [MODEL_LT_V] = "attn_v.weight",
-             [MODEL_LT_O] = "attn_output.weight",
-             [MODEL_LT_BQ] = "attn_q.bias",
-             [MODEL_LT_BK] = "attn_k.bias",
-             [MODEL_LT_BV] = "attn_v.bias",
+             MOE_LAYER_TENSORS,
              [MODEL_LT_BO] = "attn_output.bias",
              [MODEL_LT_SINKS] = "attn_sinks.weight",
              [MODEL_LT_FFN_NORM] = "post_attention_norm.weight",
-             MOE_LAYER_TENSORS,
              [MODEL_LT_GATE_INP_B] = "ffn_gate_inp.bias",
              [MODEL_LT_GATE_EXPS_B] = "ffn_gate_exps.bias",
              [MODEL_LT_UP_EXPS_B] = "ffn_up_exps.bias",
@@ -305,39 +303,19 @@ static const struct model_arch arch_table[] = {
      * renormalised to sum 1, experts of plain SwiGLU without biases */
     {.name = "qwen3moe",
      .snapshot_name = "qwen3moe",
-     .rope_neox = true,
      .qkv_bias = MODEL_BIAS_NONE,
-     .head_width = MODEL_HEAD_WIDTH_KEYS,
-     .norm = MODEL_NORM_RMS,
-     .norm_eps_key = "attention.layer_norm_rms_epsilon",
-     .ffn = MODEL_FFN_SWIGLU,
+     MOE_FAMILY(MODEL_TENSOR_OPTIONAL),
      .moe = {.experts = true,
              .gating = MODEL_GATING_SOFTMAX,
              .norm_weights = true,
              .act = MODEL_EXPERT_SWIGLU},
-     .layer = MODEL_LAYER_MOE,
-     .keys = llama_family_keys,
      .keys_more = qwen3moe_keys,
-     .model_tensor =
-         {
-             [MODEL_T_TOKEN_EMBD] = {"token_embd.weight", MODEL_TENSOR_REQUIRED},
-             [MODEL_T_OUTPUT_NORM] = {"output_norm.weight", MODEL_TENSOR_REQUIRED},
-             [MODEL_T_OUTPUT] = {"output.weight", MODEL_TENSOR_OPTIONAL},
-         },
      .layer_tensor =
          {
-             [MODEL_LT_ATTN_NORM] = "attn_norm.weight",
-             [MODEL_LT_Q] = "attn_q.weight",
-             [MODEL_LT_K] = "attn_k.weight",
-             [MODEL_LT_V] = "attn_v.weight",
-             [MODEL_LT_O] = "attn_output.weight",
-             [MODEL_LT_BQ] = "attn_q.bias",
-             [MODEL_LT_BK] = "attn_k.bias",
-             [MODEL_LT_BV] = "attn_v.bias",
+             MOE_LAYER_TENSORS,
              [MODEL_LT_Q_NORM] = "attn_q_norm.weight",
              [MODEL_LT_K_NORM] = "attn_k_norm.weight",
              [MODEL_LT_FFN_NORM] = "ffn_norm.weight",
-             MOE_LAYER_TENSORS,
          }},
 };
 

@@ -1,6 +1,6 @@
 /* Element conversions between ggml storage types and float: whole rows of
  * the block-quantized formats the loader accepts (Q4_0, Q4_1, Q5_0, Q5_1,
- * Q8_0, Q4_K, Q5_K, Q6_K; the half and bfloat16 scalars are util/half.c).
+ * Q8_0, Q4_K, Q5_K, Q6_K, MXFP4; the half and bfloat16 scalars are util/half.c).
  * Block layouts are ggml's; all reads go through memcpy so blocks need no
  * alignment.  This is the reference (scalar) path used at load time and by
  * tests; fast compute kernels live in the engine, not here; quantizing is
@@ -159,6 +159,21 @@ static void deq_q6_k(const uint8_t *b, float *y)
 }
 
 /* ------------------------------------------------------------------------
+ * MXFP4 (layout: dequant.h). */
+
+const int8_t mxfp4_kvalues[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+static void deq_mxfp4(const uint8_t *b, float *y)
+{
+	float d = mxfp4_scale(b[0]);
+	const uint8_t *qs = b + 1;
+	for (int j = 0; j < 16; j++) {
+		y[j] = (float)mxfp4_kvalues[qs[j] & 0xf] * d;
+		y[j + 16] = (float)mxfp4_kvalues[qs[j] >> 4] * d;
+	}
+}
+
+/* ------------------------------------------------------------------------
  * Rows. */
 
 typedef void (*block_fn)(const uint8_t *block, float *y);
@@ -182,6 +197,8 @@ static block_fn block_fn_of(enum ggml_type type)
 		return deq_q5_k;
 	case GGML_TYPE_Q6_K:
 		return deq_q6_k;
+	case GGML_TYPE_MXFP4:
+		return deq_mxfp4;
 	default:
 		return NULL;
 	}

@@ -41,6 +41,7 @@ enum ggml_type {
 	GGML_TYPE_Q6_K = 14,
 	GGML_TYPE_Q8_K = 15,
 	GGML_TYPE_BF16 = 30,
+	GGML_TYPE_MXFP4 = 39, /* 32 E2M1 values and an E8M0 scale (gpt-oss's experts) */
 	GGML_TYPE_COUNT = 40,
 };
 

@@ -6,9 +6,11 @@
  * tensor, checks its shape against them, and
  * decides where each one lives: matrices the engine computes with natively
  * (F32, F16, BF16 and the block types Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) point
- * into the read-only mapping; the other block types (Q4_1, Q5_0, Q5_1) are
- * dequantized once to F16, near their file size, and their file pages given
- * back; norm vectors and biases always end up F32.  It does not run the
+ * into the read-only mapping; the other block types (Q4_1, Q5_0, Q5_1,
+ * MXFP4) are dequantized once to F16, near their file size, and their file
+ * pages given back; norm vectors and biases always end up F32.  A
+ * mixture-of-experts layer's 3-D expert tensors are placed like a matrix of
+ * all their experts' rows and viewed as one matrix per expert.  It does not run the
  * network (engine/) nor read the vocabulary (tokenizer/). */
 #include "model/model.h"
 
@@ -333,18 +335,18 @@ static int read_sliding_layers(struct load_ctx *c, const struct model_arch_attn 
 	}
 	if (!any)
 		return 0;
-	/* llama.cpp turns sliding layers at scale 1 but still applies YaRN's
-	 * attention factor there, unlike the global layers' magnitude */
-	if (hp->rope_ext_factor != 0.0)
+	/* Rows whose sliding layers turn with the global scaling (gemma2,
+	 * gpt-oss: llama.cpp's rope_freq_scale_train_swa = rope_freq_scale_train)
+	 * get YaRN's blend and magnitude there too, as every layer: the cache
+	 * geometry turns them so.  Elsewhere llama.cpp turns sliding layers at
+	 * scale 1 but still applies YaRN's attention factor, unlike the global
+	 * layers' magnitude, which sinkd does not compute. */
+	hp->swa_rope_scaled = fa->swa_rope_scaled;
+	if (hp->rope_ext_factor != 0.0 && !hp->swa_rope_scaled)
 		return err_set(c->err, c->err_len, -ENOTSUP,
-		               "%s: YaRN (%srope.scaling.type yarn) in a model with sliding-window "
-		               "layers is not implemented",
-		               c->path, c->prefix);
-	if (fa->swa_rope_scaled && hp->rope_freq_scale != 1.0)
-		return err_set(c->err, c->err_len, -ENOTSUP,
-		               "%s: RoPE scaling (%srope.scaling.factor %g) on sliding-window "
-		               "layers is not implemented (sinkd scales global layers only)",
-		               c->path, c->prefix, 1.0 / hp->rope_freq_scale);
+		               "%s: YaRN (%srope.scaling.type yarn) in a model with unscaled "
+		               "sliding-window layers (architecture '%s') is not implemented",
+		               c->path, c->prefix, model_arch_name(hp->arch));
 	hp->swa_window = window;
 	hp->layer_swa = swa;
 	hp->rope_theta_swa = theta_swa;
@@ -1117,19 +1119,32 @@ void model_free(struct model *m)
 	free(m);
 }
 
+/* Sum of what `per_matrix` says of a mixture-of-experts layer's experts:
+ * `experts` of them (all of them sized alike). */
+static double sum_experts(const struct model_layer *l, int experts,
+                          double (*per_matrix)(const struct weight_matrix *))
+{
+	if (l->exp_gate == NULL)
+		return 0.0;
+	return (double)experts *
+	       (per_matrix(&l->exp_gate[0]) + per_matrix(&l->exp_up[0]) + per_matrix(&l->exp_down[0]));
+}
+
 /* Sum of what `per_matrix` says of each matrix a decode step reads in full:
  * every layer matrix and the output head (of token_embd it reads one row,
- * so that is not counted unless tied). */
-static double sum_step_matrices(const struct model *m,
+ * so that is not counted unless tied); of a mixture-of-experts layer the
+ * router and `experts` experts' matrices (a token's k, or all of them). */
+static double sum_step_matrices(const struct model *m, int experts,
                                 double (*per_matrix)(const struct weight_matrix *))
 {
 	double sum = per_matrix(&m->output);
 	for (int i = 0; i < m->hp.n_layers; i++) {
 		const struct model_layer *l = &m->layers[i];
 		const struct weight_matrix *ws[] = {&l->wq,     &l->wk,   &l->wv,    &l->wo,
-		                                    &l->w_gate, &l->w_up, &l->w_down};
+		                                    &l->w_gate, &l->w_up, &l->w_down, &l->w_router};
 		for (size_t j = 0; j < sizeof(ws) / sizeof(ws[0]); j++)
 			sum += per_matrix(ws[j]);
+		sum += sum_experts(l, experts, per_matrix);
 	}
 	return sum;
 }
@@ -1146,10 +1161,15 @@ static double matrix_params(const struct weight_matrix *w)
 
 size_t model_weight_bytes(const struct model *m)
 {
-	return (size_t)sum_step_matrices(m, matrix_bytes);
+	return (size_t)sum_step_matrices(m, m->hp.n_experts_used, matrix_bytes);
 }
 
 double model_weight_params(const struct model *m)
 {
-	return sum_step_matrices(m, matrix_params);
+	return sum_step_matrices(m, m->hp.n_experts_used, matrix_params);
+}
+
+size_t model_file_weight_bytes(const struct model *m)
+{
+	return (size_t)sum_step_matrices(m, m->hp.n_experts, matrix_bytes);
 }

@@ -3,8 +3,8 @@
  * hyper-parameters from metadata, weight matrices checked against them.
  * Matrices keep their file type when the engine computes with it natively
  * (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K); the other block types
- * (Q4_1, Q5_0, Q5_1) are dequantized at load to F16 (F32 for a matrix with
- * values beyond F16's range). */
+ * (Q4_1, Q5_0, Q5_1, MXFP4) are dequantized at load to F16 (F32 for a
+ * matrix with values beyond F16's range). */
 #pragma once
 
 #include <stdbool.h>
@@ -156,7 +156,12 @@ int model_load(const char *path, const struct model_load_options *opt, struct mo
 	       char *err, size_t err_len);
 void model_free(struct model *m);
 
-/* Bytes of all weight matrices as stored (what one decode step reads). */
+/* Bytes of the weight matrices one decode step reads, as stored: every
+ * layer matrix and the output head, and of a mixture-of-experts layer the
+ * router and n_experts_used experts' matrices (a token's share). */
 size_t model_weight_bytes(const struct model *m);
 /* Weights of those matrices: the multiply-adds of one token's products. */
 double model_weight_params(const struct model *m);
+/* The same as model_weight_bytes with every expert counted: what must stay
+ * resident (equal to model_weight_bytes for a dense model). */
+size_t model_file_weight_bytes(const struct model *m);

@@ -411,6 +411,42 @@ static void write_q6_k(const float *x, uint8_t *b)
 }
 
 /* ------------------------------------------------------------------------
+ * MXFP4 (layout: dequant.h), ggml's quantize_row_mxfp4_ref: the scale is
+ * 2^(floor(log2 m) - 3) for the largest magnitude m, so m lands at 8..16
+ * units and values beyond 12 units clip to 12 (the format's largest); each
+ * value takes the code of least error, the first in code order on a tie
+ * (so 0 over -0, the smaller magnitude between two levels). */
+
+static int mxfp4_nearest_code(float x, float d)
+{
+	int best = 0;
+	float best_err = fabsf((float)mxfp4_kvalues[0] * d - x);
+	for (int i = 1; i < 16; i++) {
+		float err = fabsf((float)mxfp4_kvalues[i] * d - x);
+		if (err < best_err) {
+			best = i;
+			best_err = err;
+		}
+	}
+	return best;
+}
+
+static void write_mxfp4(const float *x, uint8_t *b)
+{
+	float amax = 0.0f;
+	for (int j = 0; j < QK; j++)
+		amax = fmaxf(amax, fabsf(x[j]));
+	/* ggml's exponent, kept inside E8M0's finite range 0..254 */
+	int e = amax > 0.0f ? (int)floorf(log2f(amax)) - 2 + 127 : 0;
+	e = clamp_int(e, 0, 254);
+	b[0] = (uint8_t)e;
+	float d = mxfp4_scale((uint8_t)e);
+	for (int j = 0; j < QK / 2; j++)
+		b[1 + j] = (uint8_t)(mxfp4_nearest_code(x[j], d) |
+		                     (mxfp4_nearest_code(x[j + QK / 2], d) << 4));
+}
+
+/* ------------------------------------------------------------------------
  * Rows. */
 
 typedef void (*block_writer)(const float *x, uint8_t *block);
@@ -434,6 +470,8 @@ static block_writer block_writer_of(enum ggml_type type)
 		return write_q5_k;
 	case GGML_TYPE_Q6_K:
 		return write_q6_k;
+	case GGML_TYPE_MXFP4:
+		return write_mxfp4;
 	default:
 		return NULL;
 	}

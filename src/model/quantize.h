@@ -1,5 +1,5 @@
 /* Float rows to ggml storage types: the block-quantized formats Q8_0, Q4_0,
- * Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K (byte layouts exactly as GGUF/ggml
+ * Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4 (byte layouts exactly as GGUF/ggml
  * define them, the ones dequant.c reads) and the plain F32, F16 and BF16, so
  * a GGUF writer needs one call per row whatever the type. */
 #pragma once

@@ -108,6 +108,7 @@ int sched_store_identity(struct sched_store *st, const struct model_hparams *hp,
 			st->expect.swa_window = hp->swa_window;
 			st->expect.layer_swa = hp->layer_swa;
 			st->expect.rope_theta_swa = hp->rope_theta_swa;
+			st->expect.swa_rope_scaled = hp->swa_rope_scaled;
 			st->have_identity = true;
 		}
 	}

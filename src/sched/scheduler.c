@@ -166,7 +166,7 @@ static void limits_from_config(struct scheduler *s, const struct sinkd_config *c
 	 * caches already hold, minus the weights (a mapped model's pages count
 	 * as "available" page cache, yet they must stay resident). */
 	size_t avail = mem_available_bytes() + s->resident;
-	size_t weights = model_weight_bytes(s->be->model);
+	size_t weights = model_file_weight_bytes(s->be->model); /* every expert stays */
 	avail = avail > weights ? avail - weights : 0;
 	lim->budget_bytes = (size_t)((double)avail * lim->auto_fraction);
 }

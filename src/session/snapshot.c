@@ -372,7 +372,8 @@ static int take_model_layers(const unsigned char *b, struct cache_geometry *g,
 	struct model_hparams hp = {.n_layers = ex->n_layers,
 	                           .swa_window = ex->swa_window,
 	                           .layer_swa = ex->layer_swa,
-	                           .rope_theta_swa = ex->rope_theta_swa};
+	                           .rope_theta_swa = ex->rope_theta_swa,
+	                           .swa_rope_scaled = ex->swa_rope_scaled};
 	uint32_t window = 0, count = 0;
 	if (get32(b + OFF_VERSION) == SNAPSHOT_VERSION_SWA) {
 		window = get32(b + SNAPSHOT_HEADER_BYTES);

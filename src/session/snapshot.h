@@ -89,6 +89,7 @@ struct snapshot_expect {
 	int swa_window;
 	const uint8_t *layer_swa; /* (n_layers) or NULL */
 	double rope_theta_swa;
+	bool swa_rope_scaled; /* model_hparams.swa_rope_scaled */
 };
 
 /* The most revision-window tokens a session of geometry g keeps. */

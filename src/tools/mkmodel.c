@@ -83,7 +83,8 @@ static const struct {
 } type_names[] = {{"f32", GGML_TYPE_F32},   {"f16", GGML_TYPE_F16},   {"bf16", GGML_TYPE_BF16},
                   {"q8_0", GGML_TYPE_Q8_0}, {"q4_0", GGML_TYPE_Q4_0}, {"q4_1", GGML_TYPE_Q4_1},
                   {"q5_0", GGML_TYPE_Q5_0}, {"q5_1", GGML_TYPE_Q5_1}, {"q4_k", GGML_TYPE_Q4_K},
-                  {"q5_k", GGML_TYPE_Q5_K}, {"q6_k", GGML_TYPE_Q6_K}};
+                  {"q5_k", GGML_TYPE_Q5_K}, {"q6_k", GGML_TYPE_Q6_K},
+                  {"mxfp4", GGML_TYPE_MXFP4}};
 #define N_TYPE_NAMES (sizeof(type_names) / sizeof(type_names[0]))
 
 static int parse_type(const char *s, enum ggml_type *t)
@@ -393,14 +394,22 @@ static bool layer_tensor_random(enum model_layer_tensor t)
 	       t == MODEL_LT_UP_EXPS_B || t == MODEL_LT_DOWN_EXPS_B;
 }
 
+/* What a matrix of --type want is written as: mxfp4 means the experts
+ * (3-D) MXFP4 and every other matrix Q8_0, as llama-quantize's MXFP4_MOE
+ * and the released gpt-oss files; another type is every matrix's. */
+static enum ggml_type matrix_type(enum ggml_type want, bool experts)
+{
+	return want != GGML_TYPE_MXFP4 || experts ? want : GGML_TYPE_Q8_0;
+}
+
 /* The type tensor t is written as: vectors, the router and the expert
  * biases F32 (llama.cpp's quantizer leaves ffn_gate_inp and biases so);
- * matrices --type. */
+ * matrices as matrix_type says. */
 static enum ggml_type tensor_type(const struct mk_options *o, const struct mk_tensor *t)
 {
 	if (t->rows == 0 || t->f32)
 		return GGML_TYPE_F32;
-	return o->type;
+	return matrix_type(o->type, t->experts > 0);
 }
 
 /* Whether the file gets a tensor the row may hold: required ones always,
@@ -658,6 +667,7 @@ static enum ggml_type converted_type(const struct gguf_tensor *t, enum ggml_type
 	if (t->n_dims < 2 || strstr(t->name, "ffn_gate_inp.weight") ||
 	    (len >= 5 && strcmp(t->name + len - 5, ".bias") == 0))
 		return GGML_TYPE_F32;
+	want = matrix_type(want, t->n_dims == 3);
 	if (t->dims[0] % ggml_block_size(want) == 0)
 		return want;
 	enum ggml_type alt = fallback_type(want, t->dims[0]);
@@ -806,7 +816,10 @@ static void usage(FILE *fp)
 	    "expert's hidden width, default --ffn); the router (ffn_gate_inp) and the\n"
 	    "biases stay F32 as llama.cpp's quantizer leaves them; gpt-oss's sliding\n"
 	    "window defaults to 128 on every other layer, its sink logits are N(0, 1).\n"
-	    "TYPE: f32 (default) f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k; every\n"
+	    "TYPE: f32 (default) f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k mxfp4;\n"
+	    "mxfp4 (mixture-of-experts rows, and --from) writes the experts' 3-D tensors\n"
+	    "MXFP4 and every other matrix Q8_0, as llama-quantize's MXFP4_MOE and the\n"
+	    "released gpt-oss files.  Otherwise every\n"
 	    "2-D weight gets it, the token embedding and output matrix included (like\n"
 	    "llama.cpp's pure types); norm vectors and biases stay F32.  The q*_0/q*_1\n"
 	    "types need rows that are multiples of 32 elements, the *_k types of 256.\n"
@@ -1003,6 +1016,11 @@ static int check_expert_options(const struct mk_options *o, char *err, size_t er
 		               o->from ? "--from keeps the model's experts"
 		                       : "the architecture has no experts (gpt-oss and qwen3moe do)");
 	int used = o->experts_used ? o->experts_used : 2;
+	if (o->type == GGML_TYPE_MXFP4 && !o->from && !model_arch_experts(o->arch))
+		return err_set(err, err_len, -EINVAL,
+		               "--type mxfp4 quantizes the experts of a mixture-of-experts "
+		               "architecture (gpt-oss, qwen3moe), not a dense %s",
+		               model_arch_name(o->arch));
 	if (!o->from && model_arch_experts(o->arch) && used > experts_of(o))
 		return err_set(err, err_len, -EINVAL,
 		               "--experts-used %d is more than --experts %d", used, experts_of(o));

@@ -171,6 +171,24 @@ check "phi3 has its stacked Q/K/V" tensor_is "$tmp/dump-a-phi3.txt" blk.1.attn_q
 	"F32 [64, 128] 32768 bytes"
 check "  and its gate and up rows in ffn_up" tensor_is "$tmp/dump-a-phi3.txt" \
 	blk.1.ffn_up.weight "F32 [64, 256] 65536 bytes"
+check "gpt-oss's experts are 3-D tensors [cols, rows, 8 experts]" \
+	tensor_is "$tmp/dump-a-gpt-oss.txt" blk.1.ffn_down_exps.weight "F32 [128, 64, 8] 262144 bytes"
+check "  their biases [rows, experts]" tensor_is "$tmp/dump-a-gpt-oss.txt" \
+	blk.1.ffn_down_exps.bias "F32 [64, 8] 2048 bytes"
+"$mkmodel" --out "$tmp/mx.gguf" --arch gpt-oss --dim 64 --layers 1 --heads 4 --ffn 128 \
+	--experts 4 --experts-used 2 --expert-ffn 64 --type mxfp4 >/dev/null
+"$dump" "$tmp/mx.gguf" >"$tmp/dump-mx.txt"
+check "gpt-oss --type mxfp4: the experts MXFP4 (17 bytes per 32 values)" \
+	tensor_is "$tmp/dump-mx.txt" blk.0.ffn_up_exps.weight "MXFP4 [64, 64, 4] 8704 bytes"
+check "  other matrices Q8_0" tensor_is "$tmp/dump-mx.txt" blk.0.attn_q.weight \
+	"Q8_0 [64, 64] 4352 bytes"
+check "  the router F32, as llama-quantize leaves it" tensor_is "$tmp/dump-mx.txt" \
+	blk.0.ffn_gate_inp.weight "F32 [64, 4] 1024 bytes"
+"$mkmodel" --out "$tmp/bad.gguf" --dim 64 --layers 1 --heads 4 --ffn 128 --type mxfp4 \
+	>/dev/null 2>"$tmp/bad.err"
+check "llama --type mxfp4: exit 2 naming the MoE rows" \
+	grep -q 'quantizes the experts of a mixture-of-experts architecture (gpt-oss, qwen3moe)' \
+	"$tmp/bad.err"
 check "llama has none without --bias" bash -c "! grep -q attn_q.bias '$tmp/dump-a-llama.txt'"
 "$mkmodel" --out "$tmp/lb.gguf" --dim 64 --layers 1 --heads 4 --ffn 128 --bias >/dev/null
 check "llama --bias: its optional biases, and sinkd runs it" "$bin" generate --model \
@@ -226,14 +244,18 @@ check "llama --rope-long: exit 2 naming the row" \
 	"$tmp/bad.err"
 
 # What sinkd does not compute for a row is refused by name when loaded:
-# YaRN with sliding-window layers, RoPE scaling on gemma2's sliding layers.
-for spec in "gemma3 yarn:4:256|YaRN (gemma3.rope.scaling.type yarn) in a model with sliding-window layers is not implemented" \
-	"gemma2 linear:4|RoPE scaling (gemma2.rope.scaling.factor 4) on sliding-window layers is not implemented"; do
-	arch=${spec%% *} rest=${spec#* }
-	"$mkmodel" --out "$tmp/r.gguf" --arch "$arch" --dim 64 --layers 2 --heads 4 --ffn 128 \
-		--rope-scaling "${rest%%|*}" >/dev/null
-	"$bin" generate --model "$tmp/r.gguf" --prompt "Once" --max-tokens 2 >/dev/null 2>"$tmp/r.err"
-	check "$arch with --rope-scaling ${rest%%|*}: sinkd refuses it by name" grep -qF "${rest#*|}" \
-		"$tmp/r.err"
+# YaRN where sliding-window layers turn unscaled (gemma3).  Rows whose
+# sliding layers turn with the global scaling (gemma2, gpt-oss) load it.
+"$mkmodel" --out "$tmp/r.gguf" --arch gemma3 --dim 64 --layers 2 --heads 4 --ffn 128 \
+	--rope-scaling yarn:4:256 >/dev/null
+"$bin" generate --model "$tmp/r.gguf" --prompt "Once" --max-tokens 2 >/dev/null 2>"$tmp/r.err"
+check "gemma3 with --rope-scaling yarn:4:256: sinkd refuses it by name" grep -qF \
+	"YaRN (gemma3.rope.scaling.type yarn) in a model with unscaled sliding-window layers (architecture 'gemma3') is not implemented" \
+	"$tmp/r.err"
+for scaling in linear:4 yarn:4:256; do
+	"$mkmodel" --out "$tmp/r.gguf" --arch gemma2 --dim 64 --layers 2 --heads 4 --ffn 128 \
+		--rope-scaling "$scaling" >/dev/null
+	check "gemma2 with --rope-scaling $scaling (sliding layers scaled too): sinkd runs it" \
+		"$bin" generate --model "$tmp/r.gguf" --prompt "Once" --max-tokens 2 --temperature 0
 done
 finish

@@ -3,10 +3,12 @@
  * than returning errors. */
 #include "testutil.h"
 
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cache/sinkcache.h"
@@ -226,4 +228,20 @@ void tu_gguf_with(const char *src, const char *dst, const char *tensor, const fl
 void tu_gguf_with_f32(const char *src, const char *dst, const char *key, float value)
 {
 	gguf_copy_with(src, dst, NULL, NULL, 0, key, NULL, &value);
+}
+
+int tu_run_quiet(char *const argv[])
+{
+	pid_t pid = fork();
+	if (pid == 0) {
+		int null = open("/dev/null", O_WRONLY);
+		dup2(null, 1);
+		dup2(null, 2);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	int status;
+	if (pid < 0 || waitpid(pid, &status, 0) != pid)
+		return -1;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }

@@ -78,3 +78,6 @@ void tu_gguf_with_f32(const char *src, const char *dst, const char *key, float v
  * tu_run_suite then exits 77 instead of passing.  Works from Check's
  * forked test processes.  The reason goes to stderr. */
 void tu_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Runs the program argv[0] with argv, its output to /dev/null; its exit
+ * status, or -1 when it did not exit (a signal). */
+int tu_run_quiet(char *const argv[]);

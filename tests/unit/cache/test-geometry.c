@@ -260,6 +260,43 @@ START_TEST(test_swa_layers_bound)
 }
 END_TEST
 
+/* gpt-oss's sliding layers (swa_rope_scaled) turn as the global ones do,
+ * YaRN's blend included, from their own base: with the same base their
+ * frequencies are the global layers', which differ from the unscaled ones;
+ * a geometry that turns them otherwise does not fit the model. */
+START_TEST(test_swa_layers_scaled_yarn)
+{
+	uint8_t swa[6];
+	struct model_hparams hp = swa_model(swa);
+	hp.rope_theta_swa = hp.rope_theta;
+	hp.rope_ext_factor = 1.0;
+	hp.rope_ctx_orig = 4096;
+	hp.swa_rope_scaled = true;
+	struct cache_geometry g;
+	cache_geometry_build(&swa_settings, &hp, &g);
+	double hi[D / 2], lo[D / 2], ghi[D / 2], glo[D / 2];
+	cache_geometry_layer_rope_freqs(&g, 0, hi, lo);
+	cache_geometry_layer_rope_freqs(&g, 5, ghi, glo);
+	ck_assert(g.layer[0].swa && !g.layer[5].own);
+	ck_assert_int_eq(memcmp(hi, ghi, sizeof(hi)), 0);
+	ck_assert_int_eq(memcmp(lo, glo, sizeof(lo)), 0);
+	struct cache_layer_rope r = cache_geometry_layer_rope(&g, 0);
+	ck_assert(r.freq_scale == 0.125 && r.theta == hp.rope_theta);
+	char err[SINKD_ERR_LEN];
+	ck_assert_msg(cache_geometry_fits_model(&g, &hp, err, sizeof(err)) == 0, "%s", err);
+	/* unscaled (gemma3's rule): the sliding layer turns otherwise */
+	struct model_hparams plain = hp;
+	plain.swa_rope_scaled = false;
+	ck_assert_int_eq(cache_geometry_fits_model(&g, &plain, err, sizeof(err)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "sliding layers turn scaled, the model's unscaled"));
+	struct cache_geometry u;
+	cache_geometry_build(&swa_settings, &plain, &u);
+	ck_assert(!cache_geometry_equal(&g, &u));
+	cache_geometry_layer_rope_freqs(&u, 0, hi, lo);
+	ck_assert(hi[D / 2 - 1] != ghi[D / 2 - 1]);
+}
+END_TEST
+
 /* Sliding layers turn with their own base, unscaled; the geometry fits only
  * the model whose layers slide as its spans say. */
 START_TEST(test_swa_layers_model)
@@ -463,6 +500,7 @@ int main(void)
 	tcase_add_test(tc, test_share_check);
 	tcase_add_test(tc, test_swa_layers_bound);
 	tcase_add_test(tc, test_swa_layers_model);
+	tcase_add_test(tc, test_swa_layers_scaled_yarn);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

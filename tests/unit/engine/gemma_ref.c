@@ -336,7 +336,10 @@ void gemma_reference(const struct gemma_model *g, const int32_t *ids, int n, dou
 		const struct gemma_layer *L = &g->l[l];
 		bool slides = layer_slides(&f, l);
 		double theta = slides ? f.theta_swa : sp->rope_theta;
-		double fs = !slides && sp->rope_factor > 0 ? 1.0 / sp->rope_factor : 1.0;
+		/* gemma2's sliding layers take the linear scaling too (llama.cpp's
+		 * rope_freq_scale_train_swa), gemma3's turn unscaled */
+		double fs = (!slides || f.gemma2) && sp->rope_factor > 0 ? 1.0 / sp->rope_factor
+		                                                         : 1.0;
 		for (int p = 0; p < n; p++) {
 			memcpy(xb, x + (size_t)p * d, d * sizeof(double));
 			rmsnorm(xb, L->attn_norm, d);

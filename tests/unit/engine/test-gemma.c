@@ -285,9 +285,21 @@ START_TEST(test_refusals)
 	/* gemma2's head is always token_embd: an output.weight is not read */
 	sp = gemma_spec_default("gemma2");
 	assert_refused(&sp, "output.weight", NULL, "output.weight");
-	/* gemma2 scales its sliding layers' RoPE too, which sinkd does not */
+}
+END_TEST
+
+/* gemma2 scales its sliding layers' RoPE too (llama.cpp's
+ * rope_freq_scale_train_swa = rope_freq_scale_train): the cache turns them
+ * so, and the logits are the reference's, not those of sliding layers left
+ * unscaled. */
+START_TEST(test_gemma2_scaled_sliding_layers)
+{
+	struct gemma_spec sp = gemma_spec_default("gemma2");
+	float unscaled[64], scaled[64];
+	check_against_reference(&sp, unscaled);
 	sp.rope_factor = 4.0f;
-	assert_refused(&sp, NULL, NULL, "sliding-window layers");
+	check_against_reference(&sp, scaled);
+	ck_assert(max_abs_diff(unscaled, scaled, 64) > 1e-4);
 }
 END_TEST
 
@@ -423,6 +435,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_gemma3_logits);
 	tcase_add_test(tc, test_hparams_as_llama_cpp);
 	tcase_add_test(tc, test_refusals);
+	tcase_add_test(tc, test_gemma2_scaled_sliding_layers);
 	tcase_add_test(tc, test_mkmodel_rows);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);

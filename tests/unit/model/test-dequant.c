@@ -234,6 +234,35 @@ START_TEST(test_q6_k)
 }
 END_TEST
 
+/* MXFP4: e = 125 is a scale of 2^(125 - 128) = 1/8 on the doubled E2M1
+ * codes, low nibbles first; e = 0 and 1 are the denormal scales 2^-128 and
+ * 2^-127, e = 254 is 2^126. */
+START_TEST(test_mxfp4)
+{
+	/* E2M1 codes 0..15 as numbers: 0, 0.5, 1, 1.5, 2, 3, 4, 6, then negated */
+	static const float e2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+	                               -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+	uint8_t b[4 * 17] = {125};
+	for (int j = 0; j < 16; j++)
+		b[1 + j] = (uint8_t)(j | (15 - j) << 4);
+	b[17] = 0, b[18] = 0x07;  /* code 7 (6.0) at value 0, 2^-128 */
+	b[34] = 1, b[35] = 0x01;  /* code 1 (0.5), 2^-127 */
+	b[51] = 254, b[52] = 0x02; /* code 2 (1.0), 2^126 */
+	float y[128];
+	ck_assert_int_eq(dequantize_row(GGML_TYPE_MXFP4, b, y, 128), 0);
+	for (int j = 0; j < 16; j++) {
+		ck_assert_float_eq(y[j], e2m1[j] * 0.25f);
+		ck_assert_float_eq(y[16 + j], e2m1[15 - j] * 0.25f);
+	}
+	ck_assert_float_eq(y[32], ldexpf(12.0f, -128));
+	ck_assert_float_eq(y[64], ldexpf(1.0f, -127));
+	ck_assert_float_eq(y[96], ldexpf(2.0f, 126));
+	for (int j = 1; j < 32; j++)
+		ck_assert_float_eq(y[32 + j] + y[64 + j] + y[96 + j], 0.0f);
+	ck_assert_int_eq(dequantize_row(GGML_TYPE_MXFP4, b, y, 40), -EINVAL);
+}
+END_TEST
+
 START_TEST(test_float_rows_and_errors)
 {
 	uint16_t h[4] = {0x3c00, 0xc000, 0x3800, 0x0000};
@@ -268,6 +297,7 @@ int main(void)
 	tcase_add_test(tc, test_q4_k);
 	tcase_add_test(tc, test_q5_k);
 	tcase_add_test(tc, test_q6_k);
+	tcase_add_test(tc, test_mxfp4);
 	tcase_add_test(tc, test_float_rows_and_errors);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);

@@ -6,12 +6,10 @@
  * CPU backend) to the logits of their F32 conversion. */
 #include <check.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "engine/backend.h"
@@ -529,21 +527,6 @@ END_TEST
 /* ------------------------------------------------------------------------
  * sinkd-mkmodel. */
 
-static int run_tool(char *const argv[])
-{
-	pid_t pid = fork();
-	if (pid == 0) {
-		int null = open("/dev/null", O_WRONLY);
-		dup2(null, 1);
-		dup2(null, 2);
-		execv(argv[0], argv);
-		_exit(127);
-	}
-	int status;
-	waitpid(pid, &status, 0);
-	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 START_TEST(test_mkmodel)
 {
 	if (mkmodel_path == NULL) {
@@ -576,7 +559,7 @@ START_TEST(test_mkmodel)
 	                 "--context",
 	                 "512",
 	                 NULL};
-	ck_assert_int_eq(run_tool(argv1), 0);
+	ck_assert_int_eq(tu_run_quiet(argv1), 0);
 	struct model *m = load(p1, err);
 	ck_assert_msg(m != NULL, "%s", err);
 	ck_assert_int_eq(m->hp.n_vocab, 32000);
@@ -631,7 +614,7 @@ START_TEST(test_mkmodel)
 	                 "--type",
 	                 "bf16",
 	                 NULL};
-	ck_assert_int_eq(run_tool(argv2), 0);
+	ck_assert_int_eq(tu_run_quiet(argv2), 0);
 	m = load(p2, err);
 	ck_assert_msg(m != NULL, "%s", err);
 	ck_assert_int_eq(m->hp.n_vocab, 300);
@@ -640,7 +623,7 @@ START_TEST(test_mkmodel)
 	model_free(m);
 	char h1[65], h2[65];
 	ck_assert_int_eq(digest_file_sha256_hex(p2, h1, err, sizeof(err)), 0);
-	ck_assert_int_eq(run_tool(argv2), 0);
+	ck_assert_int_eq(tu_run_quiet(argv2), 0);
 	ck_assert_int_eq(digest_file_sha256_hex(p2, h2, err, sizeof(err)), 0);
 	ck_assert_str_eq(h1, h2);
 
@@ -656,7 +639,7 @@ START_TEST(test_mkmodel)
 	               "--ffn",
 	               "64",
 	               NULL};
-	ck_assert_int_eq(run_tool(bad), 2);
+	ck_assert_int_eq(tu_run_quiet(bad), 2);
 	unlink(p1);
 	unlink(p2);
 	free((void *)vocab);
@@ -694,7 +677,7 @@ static void mkmodel(const char *out, const char *type, const char *from, const c
 	for (int i = 0; !from && shape[i] && n < 30; i++)
 		argv[n++] = (char *)shape[i];
 	argv[n] = NULL;
-	ck_assert_msg(run_tool(argv) == 0, "sinkd-mkmodel --type %s failed", type);
+	ck_assert_msg(tu_run_quiet(argv) == 0, "sinkd-mkmodel --type %s failed", type);
 }
 
 /* Resident bytes of this process: file-backed pages (file) and anonymous

@@ -2,7 +2,7 @@
  * block type, random rows of several distributions round-trip within a
  * relative RMS error bound per type; requantizing a dequantized row is
  * stable; blocks have ggml's byte sizes and nothing is written past them;
- * zero rows stay zero; hand-built Q4_0 and Q8_0 blocks give exactly the
+ * zero rows stay zero; hand-built Q4_0, Q8_0 and MXFP4 blocks give exactly the
  * bytes ggml's reference quantizer writes; bad lengths are refused with a
  * message naming the type. */
 #include <check.h>
@@ -34,6 +34,7 @@
  *   Q4_K    7.52%   11.52%    1.10%
  *   Q4_1    8.25%   12.02%    0
  *   Q4_0    9.02%   15.97%    0 (same bytes)
+ *   MXFP4  14.87%   20.48%    0
  * The K types refit their scales on a second pass, so requantizing moves
  * them a little; the 32-element types land on the same grid. */
 struct type_case {
@@ -54,6 +55,7 @@ static const struct type_case cases[] = {
     {GGML_TYPE_Q4_K, 256, 144, 0.098, 0.15, 0.015},
     {GGML_TYPE_Q5_K, 256, 176, 0.050, 0.072, 0.021},
     {GGML_TYPE_Q6_K, 256, 210, 0.028, 0.046, 0.019},
+    {GGML_TYPE_MXFP4, 32, 17, 0.195, 0.27, 1e-4},
 };
 #define N_CASES (sizeof(cases) / sizeof(cases[0]))
 
@@ -294,6 +296,37 @@ START_TEST(test_q8_0_bytes)
 }
 END_TEST
 
+/* MXFP4: the largest magnitude 15 gives e = floor(log2 15) - 2 + 127 = 128,
+ * a scale of 1 on the doubled E2M1 levels 0 1 2 3 4 6 8 12 (codes 0..7,
+ * their negatives 8..15); 15 and 13 clip to 12; ties take the first code
+ * (1.5 -> 1, 5 -> 4, -5 -> -4, 0.5 -> 0, -0.25 -> 0 not -0), as ggml's
+ * reference does.  Byte j holds value j's code low, value 16 + j's high. */
+START_TEST(test_mxfp4_bytes)
+{
+	static const float lo[16] = {8, 0, 1, -1, 1.5f, 2.5f, 5, 7, -5, 10, 13, 15, -0.25f,
+	                             0.5f, -14, 3.4f};
+	static const uint8_t want[17] = {0x80, 0xd6, 0xd0, 0xc1, 0xc9, 0xb1, 0xa2,
+	                                 0x94, 0x95, 0x0c, 0x16, 0x17, 0x27, 0x30,
+	                                 0x40, 0x4f, 0x53};
+	float x[32];
+	uint8_t b[17];
+	for (int j = 0; j < 16; j++) {
+		x[j] = lo[j];
+		x[16 + j] = (float)(j - 8) * 0.75f; /* -6 .. 5.25 */
+	}
+	ck_assert_int_eq(quantize_row(GGML_TYPE_MXFP4, x, b, 32, NULL, 0), 0);
+	for (int i = 0; i < 17; i++)
+		ck_assert_msg(b[i] == want[i], "MXFP4 byte %d: 0x%02x, want 0x%02x", i, b[i],
+		              want[i]);
+	/* a scale of 2^-4: every value / 16, the same codes */
+	for (int j = 0; j < 32; j++)
+		x[j] *= 0.0625f;
+	ck_assert_int_eq(quantize_row(GGML_TYPE_MXFP4, x, b, 32, NULL, 0), 0);
+	ck_assert_int_eq(b[0], 0x80 - 4);
+	ck_assert_int_eq(memcmp(b + 1, want + 1, 16), 0);
+}
+END_TEST
+
 START_TEST(test_bad_lengths)
 {
 	float x[300] = {0};
@@ -344,6 +377,7 @@ int main(void)
 	tcase_add_test(tc, test_requantize_stable);
 	tcase_add_test(tc, test_q4_0_bytes);
 	tcase_add_test(tc, test_q8_0_bytes);
+	tcase_add_test(tc, test_mxfp4_bytes);
 	tcase_add_test(tc, test_bad_lengths);
 	tcase_add_test(tc, test_float_types);
 	suite_add_tcase(s, tc);

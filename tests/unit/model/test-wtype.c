@@ -44,7 +44,7 @@ START_TEST(test_names)
 {
 	char names[160];
 	wtype_names(names, sizeof(names));
-	ck_assert_str_eq(names, "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K");
+	ck_assert_str_eq(names, "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4");
 	char small[8];
 	wtype_names(small, sizeof(small));
 	ck_assert_uint_lt(strlen(small), sizeof(small));
