@@ -168,8 +168,8 @@ static int moe_workspace_reserve(struct cpu_backend *c, size_t n, char *err, siz
 	if (hp->n_experts <= 0)
 		return 0;
 	size_t entries = n * (size_t)hp->n_experts_used, eff = (size_t)hp->expert_ffn_dim;
-	int rc = moe_route_reserve(&c->route, (int)n, hp->n_experts_used, hp->n_experts, err,
-	                           err_len);
+	int rc =
+	    moe_route_reserve(&c->route, (int)n, hp->n_experts_used, hp->n_experts, err, err_len);
 	if (rc)
 		return rc;
 	c->moe_logits = malloc(n * hp->n_experts * sizeof(float));
@@ -180,7 +180,8 @@ static int moe_workspace_reserve(struct cpu_backend *c, size_t n, char *err, siz
 	c->moe_pos = malloc(entries * sizeof(int));
 	if (!c->moe_logits || !c->moe_x || !c->moe_gate || !c->moe_up || !c->moe_y || !c->moe_pos)
 		return err_set(err, err_len, -ENOMEM,
-		               "cpu backend: no memory for the experts of a batch of %zu tokens", n);
+		               "cpu backend: no memory for the experts of a batch of %zu tokens",
+		               n);
 	log_alloc(c->log, "cpu", "expert activations (grows with the largest batch)",
 	          sizeof(float) * (n * hp->n_experts + entries * (2 * (size_t)hp->dim + 2 * eff)));
 	return 0;
@@ -632,62 +633,6 @@ static int attention_block(struct cpu_backend *c, const struct backend_token *to
 	return 0;
 }
 
-/* One layer of the Llama shape (MODEL_LAYER_LLAMA) over the batch:
- * attention_block, residual add, RMSNorm, SwiGLU, residual add. */
-static int layer_llama(struct cpu_backend *c, const struct backend_token *tokens, int *n_rows,
-                       int layer, char *err, size_t err_len)
-{
-	const struct model_hparams *hp = &c->base.model->hp;
-	const struct model_layer *L = &c->layers[layer];
-	int rc = attention_block(c, tokens, n_rows, layer, err, err_len);
-	int n = *n_rows;
-	if (rc || n == 0)
-		return rc;
-	add_rows(c->x, c->proj, (size_t)n * hp->dim);
-	rmsnorm_rows(c->xb, c->x, L->ffn_norm, n, hp->dim, hp->norm_eps);
-	matmul_swiglu(c->run_pool, MATMUL_ISA_AUTO, c->xb, n, &L->w_gate, &L->w_up, c->gate, c->up);
-	matmul(c->run_pool, c->gate, n, &L->w_down, c->proj);
-	add_rows(c->x, c->proj, (size_t)n * hp->dim);
-	return 0;
-}
-
-/* gate(n) = gelu(gate) * up, GELU in the tanh approximation llama.cpp
- * computes (GeGLU). */
-static void geglu_rows(float *gate, const float *up, size_t n)
-{
-	const float sqrt_2_over_pi = 0.79788456080286535587989211986876f, coef_a = 0.044715f;
-	for (size_t i = 0; i < n; i++) {
-		float x = gate[i];
-		gate[i] = 0.5f * x * (1.0f + tanhf(sqrt_2_over_pi * x * (1.0f + coef_a * x * x))) *
-		          up[i];
-	}
-}
-
-/* One layer of the Gemma shape (MODEL_LAYER_GEMMA) over the batch:
- * attention_block (with QK-norm and the query scale), RMSNorm of its output
- * before the residual add, RMSNorm, GeGLU, RMSNorm of its output before the
- * residual add.  The attention soft-cap is the cache's (cpu_session_new). */
-static int layer_gemma(struct cpu_backend *c, const struct backend_token *tokens, int *n_rows,
-                       int layer, char *err, size_t err_len)
-{
-	const struct model_hparams *hp = &c->base.model->hp;
-	const struct model_layer *L = &c->layers[layer];
-	int rc = attention_block(c, tokens, n_rows, layer, err, err_len);
-	int n = *n_rows;
-	if (rc || n == 0)
-		return rc;
-	rmsnorm_rows(c->proj, c->proj, L->post_attn_norm, n, hp->dim, hp->norm_eps);
-	add_rows(c->x, c->proj, (size_t)n * hp->dim);
-	rmsnorm_rows(c->xb, c->x, L->ffn_norm, n, hp->dim, hp->norm_eps);
-	struct matmul_job ffn[2] = {{.w = &L->w_gate, .y = c->gate}, {.w = &L->w_up, .y = c->up}};
-	matmul_many(c->run_pool, MATMUL_ISA_AUTO, c->xb, n, ffn, 2);
-	geglu_rows(c->gate, c->up, (size_t)n * hp->ffn_dim);
-	matmul(c->run_pool, c->gate, n, &L->w_down, c->proj);
-	rmsnorm_rows(c->proj, c->proj, L->post_ffw_norm, n, hp->dim, hp->norm_eps);
-	add_rows(c->x, c->proj, (size_t)n * hp->dim);
-	return 0;
-}
-
 /* ============================================================ experts */
 
 /* Copies each entry's normalised row (c->xb of its token) to its row of
@@ -716,7 +661,9 @@ static void moe_expert_rows(struct cpu_backend *c, const struct model_layer *L, 
 	size_t eff = (size_t)hp->expert_ffn_dim, dim = (size_t)hp->dim;
 	float *gate = c->moe_gate + p0 * eff, *up = c->moe_up + p0 * eff;
 	struct matmul_job gu[2] = {
-	    {.w = &L->exp_gate[e], .bias = L->exp_b_gate ? L->exp_b_gate + e * eff : NULL, .y = gate},
+	    {.w = &L->exp_gate[e],
+	     .bias = L->exp_b_gate ? L->exp_b_gate + e * eff : NULL,
+	     .y = gate},
 	    {.w = &L->exp_up[e], .bias = L->exp_b_up ? L->exp_b_up + e * eff : NULL, .y = up}};
 	matmul_many(c->run_pool, MATMUL_ISA_AUTO, c->moe_x + p0 * dim, cnt, gu, 2);
 	moe_expert_act(gate, up, (size_t)cnt * eff, am->act, am->act_alpha, am->act_limit);
@@ -763,11 +710,14 @@ static void moe_ffn(struct cpu_backend *c, const struct model_layer *L, int n)
 	moe_combine(c, n);
 }
 
-/* One layer of the MoE shape (MODEL_LAYER_MOE) over the batch:
- * attention_block (biases, QK-norm and bo where the model has them),
- * residual add, RMSNorm, the experts (moe_ffn), residual add. */
-static int layer_moe(struct cpu_backend *c, const struct backend_token *tokens, int *n_rows,
-                     int layer, char *err, size_t err_len)
+/* ============================================================ layers */
+
+/* One layer of the Llama shape (MODEL_LAYER_LLAMA) and of the MoE shape
+ * (MODEL_LAYER_MOE) over the batch: attention_block (with the biases,
+ * QK-norm and bo the model has), residual add, RMSNorm, SwiGLU or the
+ * experts (moe_ffn), residual add. */
+static int layer_llama(struct cpu_backend *c, const struct backend_token *tokens, int *n_rows,
+                       int layer, char *err, size_t err_len)
 {
 	const struct model_hparams *hp = &c->base.model->hp;
 	const struct model_layer *L = &c->layers[layer];
@@ -777,7 +727,50 @@ static int layer_moe(struct cpu_backend *c, const struct backend_token *tokens, 
 		return rc;
 	add_rows(c->x, c->proj, (size_t)n * hp->dim);
 	rmsnorm_rows(c->xb, c->x, L->ffn_norm, n, hp->dim, hp->norm_eps);
-	moe_ffn(c, L, n);
+	if (L->exp_gate) {
+		moe_ffn(c, L, n);
+	} else {
+		matmul_swiglu(c->run_pool, MATMUL_ISA_AUTO, c->xb, n, &L->w_gate, &L->w_up, c->gate,
+		              c->up);
+		matmul(c->run_pool, c->gate, n, &L->w_down, c->proj);
+	}
+	add_rows(c->x, c->proj, (size_t)n * hp->dim);
+	return 0;
+}
+
+/* gate(n) = gelu(gate) * up, GELU in the tanh approximation llama.cpp
+ * computes (GeGLU). */
+static void geglu_rows(float *gate, const float *up, size_t n)
+{
+	const float sqrt_2_over_pi = 0.79788456080286535587989211986876f, coef_a = 0.044715f;
+	for (size_t i = 0; i < n; i++) {
+		float x = gate[i];
+		gate[i] = 0.5f * x * (1.0f + tanhf(sqrt_2_over_pi * x * (1.0f + coef_a * x * x))) *
+		          up[i];
+	}
+}
+
+/* One layer of the Gemma shape (MODEL_LAYER_GEMMA) over the batch:
+ * attention_block (with QK-norm and the query scale), RMSNorm of its output
+ * before the residual add, RMSNorm, GeGLU, RMSNorm of its output before the
+ * residual add.  The attention soft-cap is the cache's (cpu_session_new). */
+static int layer_gemma(struct cpu_backend *c, const struct backend_token *tokens, int *n_rows,
+                       int layer, char *err, size_t err_len)
+{
+	const struct model_hparams *hp = &c->base.model->hp;
+	const struct model_layer *L = &c->layers[layer];
+	int rc = attention_block(c, tokens, n_rows, layer, err, err_len);
+	int n = *n_rows;
+	if (rc || n == 0)
+		return rc;
+	rmsnorm_rows(c->proj, c->proj, L->post_attn_norm, n, hp->dim, hp->norm_eps);
+	add_rows(c->x, c->proj, (size_t)n * hp->dim);
+	rmsnorm_rows(c->xb, c->x, L->ffn_norm, n, hp->dim, hp->norm_eps);
+	struct matmul_job ffn[2] = {{.w = &L->w_gate, .y = c->gate}, {.w = &L->w_up, .y = c->up}};
+	matmul_many(c->run_pool, MATMUL_ISA_AUTO, c->xb, n, ffn, 2);
+	geglu_rows(c->gate, c->up, (size_t)n * hp->ffn_dim);
+	matmul(c->run_pool, c->gate, n, &L->w_down, c->proj);
+	rmsnorm_rows(c->proj, c->proj, L->post_ffw_norm, n, hp->dim, hp->norm_eps);
 	add_rows(c->x, c->proj, (size_t)n * hp->dim);
 	return 0;
 }
@@ -787,7 +780,7 @@ static int layer_moe(struct cpu_backend *c, const struct backend_token *tokens, 
 static const cpu_layer_fn layer_fns[MODEL_LAYER_KINDS] = {
     [MODEL_LAYER_LLAMA] = layer_llama,
     [MODEL_LAYER_GEMMA] = layer_gemma,
-    [MODEL_LAYER_MOE] = layer_moe,
+    [MODEL_LAYER_MOE] = layer_llama,
 };
 
 /* Final norm and output head for the first n_want rows of c->x: the tokens

@@ -16,7 +16,7 @@
  *   GEMM_AVX512   the packed GEMM with a 12-row kernel (SCALAR);
  *   PANELS        the kernels of the weight panels the backend lays out on
  *                 AVX-512 machines, every batch size (PANELS_SCALAR);
- *   QDOT          Q8_0, Q4_0, Q4_K, Q5_K, Q6_K weights as stored in GGUF
+ *   QDOT          Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, MXFP4 weights as stored in GGUF
  *                 times x quantized to int8 blocks, through engine/qdot.h's
  *                 R x B register tiles, the best variant this CPU runs
  *                 (QDOT_SCALAR);
@@ -957,7 +957,7 @@ static const struct family {
 } families[MATMUL_FAMILY_COUNT] = {
 	[MATMUL_FAMILY_SCALAR] = {"scalar", INPUT_X, NULL, false, MATMUL_FAMILY_SCALAR,
 		{rows_scalar, rows_scalar, rows_scalar, rows_scalar, rows_scalar, rows_scalar,
-		 rows_scalar, rows_scalar}, NULL},
+		 rows_scalar, rows_scalar, rows_scalar}, NULL},
 	[MATMUL_FAMILY_Q8_SCALAR] = {"q8_scalar", INPUT_Q8, NULL, false, MATMUL_FAMILY_Q8_SCALAR,
 		{NULL}, rows_q8_scalar},
 	[MATMUL_FAMILY_PANELS_SCALAR] = {"panels_scalar", INPUT_X, NULL, true,
@@ -1029,16 +1029,17 @@ static int batch_class(int B)
 #define QPACK MATMUL_FAMILY_QPACK
 #define QAMX MATMUL_FAMILY_QPACK_AMX
 #define ALL4(f) {f, f, f, f}
-/* The qdot types (Q4_0, Q4_K, Q5_K, Q6_K) at every level but the exact
- * ones: only the qdot kernels read them, at every batch size. */
+/* The qdot types (Q4_0, Q4_K, Q5_K, Q6_K, MXFP4) at every level but the
+ * exact ones: only the qdot kernels read them, at every batch size. */
 #define QDOT_TYPES \
 		[WTYPE_Q4_0] = ALL4(QDOT), [WTYPE_Q4_K] = ALL4(QDOT), [WTYPE_Q5_K] = ALL4(QDOT), \
-		[WTYPE_Q6_K] = ALL4(QDOT)
+		[WTYPE_Q6_K] = ALL4(QDOT), [WTYPE_MXFP4] = ALL4(QDOT)
 /* The same where the backend packed the weights (qpack.h): the types with
- * a packed layout read it at every batch size. */
+ * a packed layout read it at every batch size (MXFP4 has none: a matrix
+ * of it never has panels, so it does not reach these levels). */
 #define QPACK_TYPES \
 		[WTYPE_Q4_0] = ALL4(QPACK), [WTYPE_Q4_K] = ALL4(QPACK), [WTYPE_Q5_K] = ALL4(QPACK), \
-		[WTYPE_Q6_K] = ALL4(QPACK)
+		[WTYPE_Q6_K] = ALL4(QPACK), [WTYPE_MXFP4] = ALL4(QDOT)
 /* The one place a family is chosen: [level][type][batch class].
  *   generic        plain C for everything;
  *   AVX2 (exact)   dot tiles below 12 rows, where the packed GEMM's
@@ -1063,14 +1064,14 @@ static const enum matmul_family kernel_table[N_LEVELS][WTYPE_N_STORED][N_BATCH_C
 	/*                      B = 1    2..5    6..11    12.. */
 	[LEVEL_GENERIC] = {
 		/* every type */  ALL4(SCALAR), ALL4(SCALAR), ALL4(SCALAR), ALL4(SCALAR),
-		ALL4(SCALAR), ALL4(SCALAR), ALL4(SCALAR), ALL4(SCALAR)},
+		ALL4(SCALAR), ALL4(SCALAR), ALL4(SCALAR), ALL4(SCALAR), ALL4(SCALAR)},
 	[LEVEL_AVX2_EXACT] = {
 		[WTYPE_F32]  = {DOT2,   DOT2,   DOT2,    GEMM2},
 		[WTYPE_F16]  = {DOT2,   DOT2,   DOT2,    GEMM2},
 		[WTYPE_BF16] = {DOT2,   DOT2,   DOT2,    GEMM2},
 		[WTYPE_Q8_0] = {DOT2,   DOT2,   DOT2,    GEMM2},
 		[WTYPE_Q4_0] = ALL4(SCALAR), [WTYPE_Q4_K] = ALL4(SCALAR), [WTYPE_Q5_K] = ALL4(SCALAR),
-		[WTYPE_Q6_K] = ALL4(SCALAR)},
+		[WTYPE_Q6_K] = ALL4(SCALAR), [WTYPE_MXFP4] = ALL4(SCALAR)},
 	[LEVEL_AVX2] = {
 		[WTYPE_F32]  = {DOT2,   DOT2,   DOT2,    GEMM2},
 		[WTYPE_F16]  = {DOT2,   DOT2,   DOT2,    GEMM2},

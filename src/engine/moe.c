@@ -137,8 +137,8 @@ static void group_by_expert(struct moe_route *r)
 	r->start[0] = 0;
 }
 
-void moe_route_compute(struct moe_route *r, const float *logits, int n_tokens,
-                       enum model_gating g, bool norm_weights)
+void moe_route_compute(struct moe_route *r, const float *logits, int n_tokens, enum model_gating g,
+                       bool norm_weights)
 {
 	int k = r->k, ne = r->n_experts;
 	r->n_tokens = n_tokens;
@@ -151,8 +151,8 @@ void moe_route_compute(struct moe_route *r, const float *logits, int n_tokens,
 	group_by_expert(r);
 }
 
-void moe_expert_act(float *gate, const float *up, size_t n, enum model_expert_act act,
-                    float alpha, float limit)
+void moe_expert_act(float *gate, const float *up, size_t n, enum model_expert_act act, float alpha,
+                    float limit)
 {
 	if (act == MODEL_EXPERT_SWIGLU_OAI) {
 		for (size_t i = 0; i < n; i++) {

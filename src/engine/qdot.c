@@ -118,6 +118,19 @@ static float block_q4_0(const uint8_t *w, const void *xv)
 	return fp16_load_f32(w) * x->d * (float)sum;
 }
 
+/* MXFP4: E8M0 e, 16 bytes: value i is nibble (i / 16) of byte i % 16, low
+ * first, a code into mxfp4_kvalues (model/dequant.h). */
+static float block_mxfp4(const uint8_t *w, const void *xv)
+{
+	const struct qdot_q8_block *x = xv;
+	const int8_t *kv = mxfp4_kvalues;
+	const uint8_t *q = w + 1;
+	int32_t sum = 0;
+	for (int i = 0; i < 16; i++)
+		sum += kv[q[i] & 0xf] * x->qs[i] + kv[q[i] >> 4] * x->qs[i + 16];
+	return mxfp4_scale(w[0]) * x->d * (float)sum;
+}
+
 /* Q4_K / Q5_K share the scales and mins: d * sum_j sc_j * (q . x)_j and
  * dmin * sum_j m_j * (sum of x)_j, both exact integers. */
 static float k4_combine(const uint8_t *w, const struct qdot_q8k_block *x, const int32_t dots[8])
@@ -206,6 +219,7 @@ static const struct scalar_type *scalar_type_of(enum ggml_type t)
 	static const struct scalar_type q4_k = {block_q4_k, 256, QDOT_Q4_K_BYTES, 292};
 	static const struct scalar_type q5_k = {block_q5_k, 256, QDOT_Q5_K_BYTES, 292};
 	static const struct scalar_type q6_k = {block_q6_k, 256, QDOT_Q6_K_BYTES, 292};
+	static const struct scalar_type mxfp4 = {block_mxfp4, 32, QDOT_MXFP4_BYTES, 40};
 	switch (t) {
 	case GGML_TYPE_Q8_0:
 		return &q8_0;
@@ -217,6 +231,8 @@ static const struct scalar_type *scalar_type_of(enum ggml_type t)
 		return &q5_k;
 	case GGML_TYPE_Q6_K:
 		return &q6_k;
+	case GGML_TYPE_MXFP4:
+		return &mxfp4;
 	default:
 		return NULL;
 	}
@@ -250,6 +266,7 @@ DEFINE_SCALAR(q4_0, GGML_TYPE_Q4_0)
 DEFINE_SCALAR(q4_k, GGML_TYPE_Q4_K)
 DEFINE_SCALAR(q5_k, GGML_TYPE_Q5_K)
 DEFINE_SCALAR(q6_k, GGML_TYPE_Q6_K)
+DEFINE_SCALAR(mxfp4, GGML_TYPE_MXFP4)
 
 static const struct qdot_kernels *scalar_kernels(enum ggml_type t)
 {
@@ -264,6 +281,8 @@ static const struct qdot_kernels *scalar_kernels(enum ggml_type t)
 		return &scalar_q5_k;
 	case GGML_TYPE_Q6_K:
 		return &scalar_q6_k;
+	case GGML_TYPE_MXFP4:
+		return &scalar_mxfp4;
 	default:
 		return NULL;
 	}

@@ -1,5 +1,5 @@
 /* Dot products of block-quantized GGUF weight rows (Q8_0, Q4_0, Q4_K, Q5_K,
- * Q6_K, blocks exactly as stored in the file) with activations quantized to
+ * Q6_K, MXFP4, blocks exactly as stored in the file) with activations quantized to
  * int8 blocks, in integers within each block: a plain-C twin and AVX2,
  * AVX-VNNI, AVX-512BW and AVX-512 VNNI variants, picked once by CPU feature.
  * Every variant forms the same per-block integer sums as the twin, so they
@@ -62,7 +62,7 @@ bool qdot_type_supported(enum ggml_type wtype);
 int qdot_block_values(enum ggml_type wtype);
 
 /* Bytes of n activation values quantized for products with wtype weights
- * (0 for an unsupported type): 32-value blocks for Q8_0/Q4_0, 256-value
+ * (0 for an unsupported type): 32-value blocks for Q8_0/Q4_0/MXFP4, 256-value
  * blocks with sums per 16 values for the K-quants. */
 size_t qdot_act_bytes(enum ggml_type wtype, int n);
 /* x (n floats, n a multiple of qdot_block_values) -> xq (qdot_act_bytes):

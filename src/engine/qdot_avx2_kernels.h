@@ -84,13 +84,37 @@ QX_INLINE void QX(unpack_q4_0)(const uint8_t *b, struct QX(u_q4_0) *u)
 	u->d = QX(half)(b);
 }
 
-/* sum (q - 8) x = sum q x - 8 sum x, with sum x from the activation block. */
-QX_INLINE __m256 QX(dot_q4_0)(const struct QX(u_q4_0) *u, const void *xv, __m256 acc)
+/* sum (q - off) x = sum q x - off sum x, with sum x from the activation block. */
+QX_INLINE __m256 QX(dot_offset)(const struct QX(u_q4_0) *u, const void *xv, __m256 acc, int off)
 {
 	const struct qdot_q8_block *x = xv;
-	__m256i s = QX(dot_acc)(_mm256_zextsi128_si256(_mm_cvtsi32_si128(-8 * x->sum)), u->q,
+	__m256i s = QX(dot_acc)(_mm256_zextsi128_si256(_mm_cvtsi32_si128(-off * x->sum)), u->q,
 	                        _mm256_loadu_si256((const __m256i *)x->qs));
 	return _mm256_fmadd_ps(_mm256_set1_ps(u->d * x->d), _mm256_cvtepi32_ps(s), acc);
+}
+
+QX_INLINE __m256 QX(dot_q4_0)(const struct QX(u_q4_0) *u, const void *xv, __m256 acc)
+{
+	return QX(dot_offset)(u, xv, acc, 8);
+}
+
+/* ----------------------------------------------------------------- MXFP4
+ * The codes looked up as unsigned bytes (pshufb on the 16-entry table of
+ * QDOT_MXFP4_KVALUES_U), then Q4_0's product with offset 12. */
+
+QX_INLINE void QX(unpack_mxfp4)(const uint8_t *b, struct QX(u_q4_0) *u)
+{
+	const __m128i table = _mm_setr_epi8(QDOT_MXFP4_KVALUES_U), m = _mm_set1_epi8(0xf);
+	__m128i p = _mm_loadu_si128((const __m128i *)(b + 1));
+	__m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(p, m));
+	__m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(p, 4), m));
+	u->q = _mm256_set_m128i(hi, lo);
+	u->d = mxfp4_scale(b[0]);
+}
+
+QX_INLINE __m256 QX(dot_mxfp4)(const struct QX(u_q4_0) *u, const void *xv, __m256 acc)
+{
+	return QX(dot_offset)(u, xv, acc, QDOT_MXFP4_OFFSET);
 }
 
 /* ---------------------------------------------------------- Q4_K and Q5_K */
@@ -270,6 +294,7 @@ QX_TILE(q4_0, u_q4_0, dot_q4_0, 32, QDOT_Q4_0_BYTES, 40)
 QX_TILE(q4_k, u_k4, dot_k4, 256, QDOT_Q4_K_BYTES, 292)
 QX_TILE(q5_k, u_k4, dot_k4, 256, QDOT_Q5_K_BYTES, 292)
 QX_TILE(q6_k, u_q6_k, dot_q6_k, 256, QDOT_Q6_K_BYTES, 292)
+QX_TILE(mxfp4, u_q4_0, dot_mxfp4, 32, QDOT_MXFP4_BYTES, 40)
 
 static const struct qdot_kernels *QX(kernels)(enum ggml_type t)
 {
@@ -284,6 +309,8 @@ static const struct qdot_kernels *QX(kernels)(enum ggml_type t)
 		return &QX(kernels_q5_k);
 	case GGML_TYPE_Q6_K:
 		return &QX(kernels_q6_k);
+	case GGML_TYPE_MXFP4:
+		return &QX(kernels_mxfp4);
 	default:
 		return NULL;
 	}

@@ -109,6 +109,15 @@ QX_INLINE __m512 QX(dot_q8_0)(const struct QX(u_q32) *u, const struct QX(p_q32) 
 	return _mm512_fmadd_ps(_mm512_mul_ps(u->d, p->d), _mm512_cvtepi32_ps(s), acc);
 }
 
+/* Two 32-value blocks from their low (lo) and high (hi) nibbles, block 0
+ * in the low 128-bit lanes of both and block 1 in the high ones: each
+ * block's 16 low values then its 16 high ones. */
+QX_INLINE __m512i QX(nibble_blocks)(__m256i lo, __m256i hi)
+{
+	return QX(join)(_mm256_permute2x128_si256(lo, hi, 0x20),
+	                _mm256_permute2x128_si256(lo, hi, 0x31));
+}
+
 QX_INLINE void QX(unpack_q4_0)(const uint8_t *b, bool two, struct QX(u_q32) *u)
 {
 	const uint8_t *b1 = b + QDOT_Q4_0_BYTES;
@@ -117,22 +126,51 @@ QX_INLINE void QX(unpack_q4_0)(const uint8_t *b, bool two, struct QX(u_q32) *u)
 	__m128i p1 = two ? _mm_loadu_si128((const __m128i *)(b1 + 2)) : _mm_setzero_si128();
 	__m256i p = _mm256_set_m128i(p1, p0);
 	__m256i lo = _mm256_and_si256(p, m), hi = _mm256_and_si256(_mm256_srli_epi16(p, 4), m);
-	u->q = QX(join)(_mm256_permute2x128_si256(lo, hi, 0x20),
-	                _mm256_permute2x128_si256(lo, hi, 0x31));
+	u->q = QX(nibble_blocks)(lo, hi);
 	u->d = QX(scales_pair)(QX(half)(b), two ? QX(half)(b1) : 0.0f);
 	u->aux = _mm512_setzero_si512();
 }
 
-QX_INLINE void QX(prep_q4_0)(const uint8_t *xb, bool two, struct QX(p_q32) *p)
+/* MXFP4, two blocks: the codes looked up as unsigned bytes (vpshufb on the
+ * 16-entry table of QDOT_MXFP4_KVALUES_U in every 128-bit lane), then
+ * Q4_0's product with offset 12. */
+QX_INLINE void QX(unpack_mxfp4)(const uint8_t *b, bool two, struct QX(u_q32) *u)
+{
+	const uint8_t *b1 = b + QDOT_MXFP4_BYTES;
+	const __m256i m = _mm256_set1_epi8(0xf);
+	const __m256i table = _mm256_broadcastsi128_si256(_mm_setr_epi8(QDOT_MXFP4_KVALUES_U));
+	__m128i p0 = _mm_loadu_si128((const __m128i *)(b + 1));
+	__m128i p1 = two ? _mm_loadu_si128((const __m128i *)(b1 + 1)) : _mm_setzero_si128();
+	__m256i p = _mm256_set_m128i(p1, p0);
+	__m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(p, m));
+	__m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(p, 4), m));
+	u->q = QX(nibble_blocks)(lo, hi);
+	u->d = QX(scales_pair)(mxfp4_scale(b[0]), two ? mxfp4_scale(b1[0]) : 0.0f);
+	u->aux = _mm512_setzero_si512();
+}
+
+/* Activations of two blocks for unsigned codes offset by off. */
+QX_INLINE void QX(prep_offset)(const uint8_t *xb, bool two, struct QX(p_q32) *p, int off)
 {
 	const struct qdot_q8_block *x = (const struct qdot_q8_block *)xb;
 	p->x = QX(load_pair)(x[0].qs, two ? x[1].qs : NULL, two);
 	p->d = QX(scales_pair)(x[0].d, two ? x[1].d : 0.0f);
-	p->corr = _mm512_mask_set1_epi32(_mm512_maskz_set1_epi32(0x0001, -8 * x[0].sum), 0x0100,
-	                                 two ? -8 * x[1].sum : 0);
+	p->corr = _mm512_mask_set1_epi32(_mm512_maskz_set1_epi32(0x0001, -off * x[0].sum), 0x0100,
+	                                 two ? -off * x[1].sum : 0);
 }
 
-/* sum (q - 8) x = sum q x - 8 sum x, q unsigned as the instructions want. */
+QX_INLINE void QX(prep_q4_0)(const uint8_t *xb, bool two, struct QX(p_q32) *p)
+{
+	QX(prep_offset)(xb, two, p, 8);
+}
+
+QX_INLINE void QX(prep_mxfp4)(const uint8_t *xb, bool two, struct QX(p_q32) *p)
+{
+	QX(prep_offset)(xb, two, p, QDOT_MXFP4_OFFSET);
+}
+
+/* sum (q - off) x = sum q x - off sum x (off 8, or MXFP4's 12 from
+ * prep_mxfp4), q unsigned as the instructions want. */
 QX_INLINE __m512 QX(dot_q4_0)(const struct QX(u_q32) *u, const struct QX(p_q32) *p, __m512 acc)
 {
 	__m512i s = QX(dot_acc)(p->corr, u->q, p->x);
@@ -333,6 +371,7 @@ QX_TILE(q4_0, u_q32, p_q32, prep_q4_0, dot_q4_0, 32, 2, QDOT_Q4_0_BYTES, 40)
 QX_TILE(q4_k, u_k4, p_k, prep_k, dot_k4, 256, 1, QDOT_Q4_K_BYTES, 292)
 QX_TILE(q5_k, u_k4, p_k, prep_k, dot_k4, 256, 1, QDOT_Q5_K_BYTES, 292)
 QX_TILE(q6_k, u_q6_k, p_k, prep_k, dot_q6_k, 256, 1, QDOT_Q6_K_BYTES, 292)
+QX_TILE(mxfp4, u_q32, p_q32, prep_mxfp4, dot_q4_0, 32, 2, QDOT_MXFP4_BYTES, 40)
 
 static const struct qdot_kernels *QX(kernels)(enum ggml_type t)
 {
@@ -347,6 +386,8 @@ static const struct qdot_kernels *QX(kernels)(enum ggml_type t)
 		return &QX(kernels_q5_k);
 	case GGML_TYPE_Q6_K:
 		return &QX(kernels_q6_k);
+	case GGML_TYPE_MXFP4:
+		return &QX(kernels_mxfp4);
 	default:
 		return NULL;
 	}

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "engine/qdot.h"
+#include "model/dequant.h" /* MXFP4's layout, code values and scale */
 
 /* Activations for Q8_0 and Q4_0 weights: 32 values, x ~ d * qs. */
 struct qdot_q8_block {
@@ -29,6 +30,14 @@ _Static_assert(sizeof(struct qdot_q8k_block) == 292, "Q8_K activation block is 2
 #define QDOT_Q4_K_BYTES 144
 #define QDOT_Q5_K_BYTES 176
 #define QDOT_Q6_K_BYTES 210
+#define QDOT_MXFP4_BYTES MXFP4_BLOCK_BYTES
+
+/* MXFP4's code values (model/dequant.h: mxfp4_kvalues, -12..12) plus
+ * QDOT_MXFP4_OFFSET, 0..24, an initializer list for the byte-shuffle
+ * tables: unsigned codes as the byte products want them, the offset taken
+ * off with the activations' sum (as Q4_0's 8). */
+#define QDOT_MXFP4_OFFSET 12
+#define QDOT_MXFP4_KVALUES_U 12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0
 
 /* The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block from
  * its 12 packed bytes (ggml's get_scale_min_k4). */

@@ -19,9 +19,8 @@ static const struct wtype_row {
     {GGML_TYPE_Q5_0, -1, false},         {GGML_TYPE_Q5_1, -1, false},
     {GGML_TYPE_Q4_K, WTYPE_Q4_K, true},  {GGML_TYPE_Q5_K, WTYPE_Q5_K, true},
     {GGML_TYPE_Q6_K, WTYPE_Q6_K, true},
-    /* gpt-oss's experts: dequantized at load until the engine's MXFP4
-     * kernels read it as stored */
-    {GGML_TYPE_MXFP4, -1, false},
+    /* gpt-oss's experts: read as stored by the qdot kernels */
+    {GGML_TYPE_MXFP4, WTYPE_MXFP4, true},
 };
 
 static const struct wtype_row *row_of(enum ggml_type type)

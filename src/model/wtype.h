@@ -20,6 +20,7 @@ enum wtype_stored {
 	WTYPE_Q4_K,
 	WTYPE_Q5_K,
 	WTYPE_Q6_K,
+	WTYPE_MXFP4,
 	WTYPE_N_STORED
 };
 

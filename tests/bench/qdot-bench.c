@@ -51,6 +51,8 @@ static void fill_weights(enum ggml_type type, uint8_t *w, size_t bytes, size_t b
 	for (size_t b = 0; b < bytes; b += block_bytes) {
 		if (type == GGML_TYPE_Q6_K) {
 			memcpy(w + b + 208, &d, 2);
+		} else if (type == GGML_TYPE_MXFP4) {
+			w[b] = 120; /* E8M0: 2^-8 */
 		} else {
 			memcpy(w + b, &d, 2);
 			if (type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K)
@@ -168,7 +170,7 @@ int main(int argc, char **argv)
 	int rows = argc > 1 ? atoi(argv[1]) : 4096, cols = argc > 2 ? atoi(argv[2]) : 4096;
 	int batches[MAX_BATCHES], nb = parse_batches(argc > 3 ? argv[3] : "1,8,32", batches);
 	const enum ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K,
-	                                GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+	                                GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_MXFP4};
 	int max_b = 0;
 	for (int i = 0; i < nb; i++)
 		max_b = batches[i] > max_b ? batches[i] : max_b;

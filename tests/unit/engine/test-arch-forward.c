@@ -10,7 +10,9 @@
  * the mixture-of-experts rows (gpt-oss: router and expert biases, the
  * attention output bias, the clamped SwiGLU driven past its limit;
  * qwen3moe: softmax gating with renormalised weights, k = 1 and k = all),
- * and an MoE token's logits the same alone as in a batch of 8 sessions. */
+ * an MXFP4 gpt-oss file (experts read as stored) against the reference of
+ * its F32 conversion, and an MoE token's logits the same alone as in a
+ * batch of 8 sessions. */
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
@@ -336,10 +338,11 @@ static void cpu_prefill(struct cpu_run *r, const int32_t *ids, int n, float *log
 
 #define N_IDS 23
 
-/* The model's CPU logits after N_IDS tokens against the reference's:
- * max |diff| / max |logit|, which must stay below 1e-4; logits_out (n_vocab)
- * gets the CPU's when not NULL. */
-static double check_against_reference(const struct model *m, float *logits_out)
+/* The CPU logits of m after N_IDS tokens against the reference's of
+ * m_ref (the same network, F32): max |diff| / max |logit|, which must stay
+ * below tol; logits_out (n_vocab) gets the CPU's when not NULL. */
+static double check_against(const struct model *m, const struct model *m_ref, double tol,
+                            float *logits_out)
 {
 	int32_t ids[N_IDS];
 	for (int i = 0; i < N_IDS; i++)
@@ -351,7 +354,7 @@ static double check_against_reference(const struct model *m, float *logits_out)
 	cpu_open(&r, m);
 	cpu_prefill(&r, ids, N_IDS, got);
 	cpu_close(&r);
-	ref_forward(m, ids, N_IDS, want);
+	ref_forward(m_ref, ids, N_IDS, want);
 	double diff = 0, top = 0;
 	for (int i = 0; i < nv; i++) {
 		ck_assert(isfinite(got[i]));
@@ -359,12 +362,18 @@ static double check_against_reference(const struct model *m, float *logits_out)
 		top = fmax(top, fabs(want[i]));
 	}
 	ck_assert_double_gt(top, 0.0);
-	ck_assert_msg(diff / top < 1e-4, "logits differ from the reference by %g of %g", diff, top);
+	ck_assert_msg(diff / top < tol, "logits differ from the reference by %g of %g", diff, top);
 	if (logits_out)
 		memcpy(logits_out, got, (size_t)nv * sizeof(float));
 	free(got);
 	free(want);
 	return diff / top;
+}
+
+/* check_against for an F32 model and its own reference, within 1e-4. */
+static double check_against_reference(const struct model *m, float *logits_out)
+{
+	return check_against(m, m, 1e-4, logits_out);
 }
 
 /* ------------------------------------------------------------------------
@@ -565,14 +574,45 @@ START_TEST(test_qwen3moe_experts)
 }
 END_TEST
 
+/* A gpt-oss file as sinkd-mkmodel --type mxfp4 writes it (experts MXFP4,
+ * the other matrices Q8_0): its experts are read as stored, and its logits
+ * match the reference forward of the same weights converted to F32 within
+ * what rounding the activations to int8 costs. */
+START_TEST(test_gpt_oss_mxfp4)
+{
+	char path[256], f32[300], cmd[1024], err[SINKD_ERR_LEN];
+	struct model *m = make_model(path, sizeof(path),
+	                             "--arch gpt-oss " MOE_SHAPE "--experts 8 --experts-used 2 "
+	                             "--type mxfp4");
+	ck_assert_int_eq(m->layers[0].exp_gate[0].type, GGML_TYPE_MXFP4);
+	ck_assert_int_eq(m->layers[1].exp_down[7].type, GGML_TYPE_MXFP4);
+	snprintf(f32, sizeof(f32), "%s.f32", path);
+	snprintf(cmd, sizeof(cmd), "'%s' --from '%s' --out '%s' --type f32 >/dev/null",
+	         mkmodel_path, path, f32);
+	ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
+	struct model *ref = NULL;
+	ck_assert_msg(model_load(f32, NULL, &ref, err, sizeof(err)) == 0, "%s", err);
+	drop_sinks(m);
+	drop_sinks(ref);
+	double d = check_against(m, ref, 2e-2, NULL);
+	printf("gpt-oss MXFP4: |cpu - f32 reference| / max logit %.2e\n", d);
+	model_free(ref);
+	model_free(m);
+	unlink(f32);
+	unlink(path);
+}
+END_TEST
+
 /* Each of 8 sessions' next-token logits in one batch of 8 (the tokens
  * grouped by expert together) equal its logits when that token is run
- * alone, within the CPU tolerance: on a gpt-oss F32 file (expert panels)
- * and a qwen3moe Q8_0 file (experts packed). */
+ * alone, within the CPU tolerance: on a gpt-oss F32 file (expert panels),
+ * a qwen3moe Q8_0 file (experts packed) and a gpt-oss MXFP4 file. */
 START_TEST(test_moe_batch_invariance)
 {
-	const char *files[] = {"--arch gpt-oss " MOE_SHAPE "--experts 8 --experts-used 2",
-	                       "--arch qwen3moe " MOE_SHAPE "--experts 8 --experts-used 2 --type q8_0"};
+	const char *files[] = {
+	    "--arch gpt-oss " MOE_SHAPE "--experts 8 --experts-used 2",
+	    "--arch qwen3moe " MOE_SHAPE "--experts 8 --experts-used 2 --type q8_0",
+	    "--arch gpt-oss " MOE_SHAPE "--experts 8 --experts-used 2 --type mxfp4"};
 	enum { N_SESS = 8, PROMPT = 9 };
 	for (size_t f = 0; f < sizeof(files) / sizeof(files[0]); f++) {
 		char path[256], err[SINKD_ERR_LEN];
@@ -634,6 +674,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_qwen3_qk_norm);
 	tcase_add_test(tc, test_gpt_oss_experts);
 	tcase_add_test(tc, test_qwen3moe_experts);
+	tcase_add_test(tc, test_gpt_oss_mxfp4);
 	tcase_add_test(tc, test_moe_batch_invariance);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);

@@ -1,5 +1,5 @@
 /* Matmul kernels against a double-precision reference: every weight type
- * (F32, F16, BF16 and the block types Q8_0, Q4_0, Q4_K, Q5_K, Q6_K), every
+ * (F32, F16, BF16 and the block types Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, MXFP4), every
  * kernel family against its plain-C twin, the selection table's picks at
  * batch sizes in each of its classes and past a register tile, odd row and
  * column counts, bias, several jobs in one dispatch, with and without the
@@ -63,7 +63,7 @@ static uint16_t to_f16(float f, double *exact)
 /* Values per block of a block type, 1 for the float types. */
 static int block_values(enum ggml_type type)
 {
-	return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0                             ? 32
+	return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 || type == GGML_TYPE_MXFP4  ? 32
 	       : type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K ? 256
 	                                                                                    : 1;
 }
@@ -240,7 +240,7 @@ static void run_case(struct threadpool *pool, enum matmul_isa isa, enum ggml_typ
 
 static const enum ggml_type all_types[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16,
                                            GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K,
-                                           GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+                                           GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_MXFP4};
 #define N_ALL_TYPES (int)(sizeof(all_types) / sizeof(all_types[0]))
 
 /* Column counts for a type: cols_32 for the float types and 32-value
@@ -567,7 +567,7 @@ START_TEST(test_qdot_batches)
 	struct threadpool *pool = NULL;
 	ck_assert_int_eq(threadpool_new(2, &pool, NULL, 0), 0);
 	const enum ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K,
-	                                GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+	                                GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_MXFP4};
 	for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++)
 		for (int f = 0; f < MATMUL_FAMILY_COUNT; f++) {
 			int ran = 0;

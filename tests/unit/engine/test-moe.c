@@ -92,7 +92,8 @@ static void check_route(enum model_gating g, bool norm, bool ties)
 				int ne = n_experts[a], nt = n_tokens[b];
 				float *l = malloc((size_t)nt * ne * sizeof(float));
 				fill_logits(l, (size_t)nt * ne, &seed, ties);
-				ck_assert_int_eq(moe_route_reserve(&r, nt, k, ne, err, sizeof(err)), 0);
+				ck_assert_int_eq(moe_route_reserve(&r, nt, k, ne, err, sizeof(err)),
+				                 0);
 				moe_route_compute(&r, l, nt, g, norm);
 				for (int t = 0; t < nt; t++) {
 					int sel[64];

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "engine/qdot.h"
+#include "engine/qdot_impl.h"
 #include "model/dequant.h"
 
 /* Variant vs twin: |v - s| <= QDOT_TOL_VARIANT * mag (mag: the sum of |terms|
@@ -22,7 +23,7 @@
 #define QDOT_TOL_REFERENCE 1e-4
 
 static const enum ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K,
-                                       GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+                                       GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_MXFP4};
 #define N_TYPES (int)(sizeof(types) / sizeof(types[0]))
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -96,6 +97,9 @@ static void make_row(enum ggml_type type, int n, uint8_t *row, int row_index)
 			break;
 		case GGML_TYPE_Q6_K:
 			put_half(b + 208, rand_scale());
+			break;
+		case GGML_TYPE_MXFP4: /* E8M0 scales 2^-10 .. 2^5 */
+			b[0] = (uint8_t)(118 + rnd() % 16);
 			break;
 		default:
 			break;
@@ -393,6 +397,18 @@ START_TEST(test_activation_rounding)
 }
 END_TEST
 
+/* The byte-shuffle table of MXFP4's codes is mxfp4_kvalues plus the offset
+ * the kernels take off again, all unsigned bytes. */
+START_TEST(test_mxfp4_table)
+{
+	const int8_t u[16] = {QDOT_MXFP4_KVALUES_U};
+	for (int i = 0; i < 16; i++) {
+		ck_assert_int_eq(u[i], mxfp4_kvalues[i] + QDOT_MXFP4_OFFSET);
+		ck_assert_int_ge(u[i], 0);
+	}
+}
+END_TEST
+
 /* The quantized activations: scale max|x| / 127, |q| <= 127, sums as stored
  * (through qdot_act_dequantize and the Q4_0 twin, which reads them). */
 START_TEST(test_act_quantize)
@@ -432,6 +448,7 @@ int main(void)
 	Suite *s = suite_create("qdot");
 	TCase *tc = tcase_create("core");
 	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_mxfp4_table);
 	tcase_add_test(tc, test_act_quantize);
 	tcase_add_test(tc, test_variants_match_twin);
 	tcase_add_test(tc, test_twin_vs_reference);
