@@ -315,6 +315,7 @@ static int cuda_session_trace(struct backend *be, const struct backend_session *
 		    s->trace, g, slides ? &s->swa->sh.caps : &s->sh.caps, l,
 		    slides ? &s->swa->st.t : &s->st.t, s->anc.cap > 0 ? &s->anc.layer[l] : NULL,
 		    s->prefix ? s->st.t.n_sink : 0, out->attention, &out->layers[l]);
+		out->layers[l].learned_sink = be->model->layers[l].attn_sinks != NULL;
 	}
 	return 0;
 }

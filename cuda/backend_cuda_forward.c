@@ -102,7 +102,7 @@ static int tokens_reserve(struct cuda_backend *c, size_t n, char *err, size_t er
 	    {(void **)&c->gate, n * hp->ffn_dim * F},
 	    {(void **)&c->up, n * hp->ffn_dim * F},
 	    {(void **)&c->logits, n * hp->n_vocab * F},
-	    {(void **)&c->mass, n * hp->n_layers * hp->n_heads * F},
+	    {(void **)&c->mass, 2 * n * hp->n_layers * hp->n_heads * F},
 	    {&c->xb_h, n * hp->dim * dt},
 	    {&c->att_h, n * qd * dt},
 	    {&c->hb_h, n * hp->ffn_dim * dt},
@@ -114,7 +114,7 @@ static int tokens_reserve(struct cuda_backend *c, size_t n, char *err, size_t er
 			return rc;
 		}
 	}
-	if (cudaMallocHost((void **)&c->mass_h, n * hp->n_layers * hp->n_heads * F) !=
+	if (cudaMallocHost((void **)&c->mass_h, 2 * n * hp->n_layers * hp->n_heads * F) !=
 	    cudaSuccess) {
 		cudaGetLastError();
 		c->mass_h = NULL;
@@ -569,7 +569,10 @@ static int attention_waves(struct cuda_backend *c, const struct batch_layout *bl
 		CU_TRY(cuda_attention_capped(att + a0, na, c->wave_max_res[w], layer, hp->n_heads,
 		                             c->qw, c->qs, CUDA_ATTN_DEFAULT_SPLIT, c->partial,
 		                             c->att_h, c->wdt, mass, c->per_layer ? c->kw : NULL,
-		                             c->key_ld, hp->attn_softcap, c->stream),
+		                             c->key_ld, hp->attn_softcap,
+		                             c->layers[layer].attn_sinks,
+		                             mass + (size_t)hp->n_layers * c->cap * hp->n_heads,
+		                             c->stream),
 		       "attention");
 	}
 	if (c->per_layer) /* one wave: its tokens are rows 0..n-1 */
@@ -769,12 +772,15 @@ static void add_sink_mass(struct cuda_backend *c, const struct backend_token *to
 {
 	const struct model_hparams *hp = &c->base.model->hp;
 	for (size_t i = 0; i < n; i++) {
-		if (!tokens[i].sink_mass)
-			continue;
-		for (int l = 0; l < hp->n_layers; l++)
+		float *learned = tokens[i].learned_sink_mass;
+		for (int l = 0; tokens[i].sink_mass && l < hp->n_layers; l++)
 			for (int h = 0; h < hp->n_heads; h++)
 				tokens[i].sink_mass[(size_t)l * hp->n_heads + h] +=
 				    c->mass_h[((size_t)l * c->cap + i) * hp->n_heads + h];
+		for (int l = 0; learned && l < hp->n_layers; l++) /* the buffer's second half */
+			for (int h = 0; h < hp->n_heads; h++)
+				learned[(size_t)l * hp->n_heads + h] +=
+				    c->mass_h[(((size_t)hp->n_layers + l) * c->cap + i) * hp->n_heads + h];
 	}
 }
 
@@ -802,9 +808,10 @@ static int enqueue_forward(struct cuda_backend *c, size_t n, const struct batch_
 	for (int l = 0; l < hp->n_layers && !rc; l++)
 		rc = c->layer_forward(c, bl, (int)n, l, err, err_len);
 	rc = rc ? rc : output_logits(c, bl, n_want, logits_dst, err, err_len);
-	if (!rc && want_mass)
+	if (!rc && (want_mass || c->per_layer)) /* traces read the learned sink's half */
 		CU_TRY(cudaMemcpyAsync(c->mass_h, c->mass,
-		                       (size_t)hp->n_layers * c->cap * hp->n_heads * sizeof(float),
+		                       2 * (size_t)hp->n_layers * c->cap * hp->n_heads *
+		                           sizeof(float),
 		                       cudaMemcpyDeviceToHost, c->stream),
 		       "sink mass copy");
 	size_t kw_bytes = (size_t)hp->n_layers * n * (size_t)c->key_ld * sizeof(float);
@@ -945,7 +952,7 @@ static int run_layers(struct cuda_backend *c, const struct backend_token *tokens
 {
 	bool want_mass = false;
 	for (size_t i = 0; i < n; i++)
-		want_mass = want_mass || tokens[i].sink_mass;
+		want_mass = want_mass || tokens[i].sink_mass || tokens[i].learned_sink_mass;
 	int rc = run_graph(c, n, bl, n_want, want_mass, logits, err, err_len);
 	if (rc == 1) {
 		rc = enqueue_forward(c, n, bl, n_want, want_mass, logits, err, err_len);
@@ -958,6 +965,16 @@ static int run_layers(struct cuda_backend *c, const struct backend_token *tokens
 	if (want_mass)
 		add_sink_mass(c, tokens, n);
 	return 0;
+}
+
+/* Token t's learned sink mass in layer l (n_heads), after a forward that
+ * copied the masses back; NULL where the layer has no learned sinks. */
+static const float *learned_mass_at(const struct cuda_backend *c, int l, int t)
+{
+	const struct model_hparams *hp = &c->base.model->hp;
+	if (!c->layers[l].attn_sinks)
+		return NULL;
+	return c->mass_h + (((size_t)hp->n_layers + (size_t)l) * c->cap + (size_t)t) * hp->n_heads;
 }
 
 /* After a forward with anchors or traces: the planned tiers become the
@@ -977,6 +994,9 @@ static void attention_after(struct cuda_backend *c, size_t n)
 		for (int l = 0; l < L; l++) {
 			size_t at = ((size_t)l * n + (size_t)t) * (size_t)c->key_ld;
 			bool slides = s->swa && s->swa->slides[l];
+			if (s->trace)
+				tier_trace_observe_learned(s->trace, l, learned_mass_at(c, l, t),
+				                           c->base.model->hp.n_heads);
 			if (s->trace && c->kw_mean)
 				tier_trace_observe(s->trace,
 				                   slides ? &s->swa->sh.caps : &s->sh.caps, l,

@@ -42,6 +42,7 @@ struct cuda_layer_weights {
 	float *attn_norm, *ffn_norm; /* (dim) */
 	float *bq, *bk, *bv;         /* with Q/K/V biases: (q_dim), (kv_dim) x2; else NULL */
 	float *q_norm, *k_norm;      /* with QK-norm: (head_dim) each; else NULL */
+	float *attn_sinks;           /* gpt-oss: (n_heads) learned sink logits; else NULL */
 	struct cuda_weight wq, wk, wv, wo, gate, up, down;
 	/* the Gemma shape's norms: (dim) x2; else NULL */
 	float *post_attn_norm, *post_ffw_norm;
@@ -167,7 +168,7 @@ struct cuda_backend {
 	size_t partial_cap;               /* floats */
 	unsigned char *batch_d, *batch_h; /* batch_h pinned */
 	size_t batch_cap;
-	float *mass_h; /* (n_layers, cap, n_heads) pinned */
+	float *mass_h; /* (2, n_layers, cap, n_heads) pinned: sink, then learned sink mass */
 	/* host plan of the batch being run */
 	int *order, *sess_begin, *wave_begin, *flush_begin, *wave_max_res;
 	struct backend_session **sessions;

@@ -183,6 +183,8 @@ static int layer_upload(struct cuda_backend *c, const struct model_layer *L,
 	rc = rc ? rc : vec_upload(c, L->bv, kvd, &d->bv, err, err_len);
 	rc = rc ? rc : vec_upload(c, L->q_norm, (size_t)hp->head_dim, &d->q_norm, err, err_len);
 	rc = rc ? rc : vec_upload(c, L->k_norm, (size_t)hp->head_dim, &d->k_norm, err, err_len);
+	rc = rc ? rc
+	        : vec_upload(c, L->attn_sinks, (size_t)hp->n_heads, &d->attn_sinks, err, err_len);
 	rc = rc ? rc : matrix_upload(c, &L->wq, &d->wq, "wq", err, err_len);
 	rc = rc ? rc : matrix_upload(c, &L->wk, &d->wk, "wk", err, err_len);
 	rc = rc ? rc : matrix_upload(c, &L->wv, &d->wv, "wv", err, err_len);
@@ -243,7 +245,7 @@ void cudabe_weights_free(struct cuda_backend *c)
 		                d->wo.d,      d->gate.d,   d->up.d, d->down.d};
 		for (size_t i = 0; i < sizeof(ptrs) / sizeof(ptrs[0]); i++)
 			cudaFree(ptrs[i]);
-		void *norms[] = {d->post_attn_norm, d->post_ffw_norm};
+		void *norms[] = {d->post_attn_norm, d->post_ffw_norm, d->attn_sinks};
 		for (size_t i = 0; i < sizeof(norms) / sizeof(norms[0]); i++)
 			cudaFree(norms[i]);
 		moe_free(d);

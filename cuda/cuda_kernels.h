@@ -99,11 +99,16 @@ int cuda_attention(const struct cuda_kv_attn_job *jobs, int n_jobs, int max_resi
                    void *stream);
 
 /* cuda_attention with each score q.k soft-capped before the softmax:
- * cap * tanh(score / cap) (gemma2's attn_logit_softcapping; 0: none). */
+ * cap * tanh(score / cap) (gemma2's attn_logit_softcapping; 0: none), and
+ * the layer's learned sink logits: sinks (n_heads, device) or NULL, each a
+ * softmax term of a key with a zero value (gpt-oss; not soft-capped; key
+ * weights and sink_mass are shares of the sum with it); learned_mass
+ * (n_tokens, n_heads) or NULL gets its share (0 without sinks). */
 int cuda_attention_capped(const struct cuda_kv_attn_job *jobs, int n_jobs, int max_resident,
                           int layer, int n_heads, const float *qw, const float *qs, int split_len,
                           float *partial, void *out, int out_dtype, float *sink_mass,
-                          float *key_weight, int key_ld, float softcap, void *stream);
+                          float *key_weight, int key_ld, float softcap, const float *sinks,
+                          float *learned_mass, void *stream);
 
 /* Gemma's element-wise steps.  out (n) in out_dtype <- gelu(gate) * up,
  * GELU in llama.cpp's tanh approximation (GeGLU). */
@@ -158,10 +163,11 @@ void twin_kv_anchor_ops(const struct cuda_kv_anchor_op *ops, const int32_t *begi
 void twin_attention(const struct cuda_kv_attn_job *jobs, int n_jobs, int layer, int n_heads,
                     const float *qw, const float *qs, float *out, float *sink_mass,
                     float *key_weight, int key_ld);
-/* twin_attention with cuda_attention_capped's soft-cap. */
+/* twin_attention with cuda_attention_capped's soft-cap and learned sinks. */
 void twin_attention_capped(const struct cuda_kv_attn_job *jobs, int n_jobs, int layer, int n_heads,
                            const float *qw, const float *qs, float *out, float *sink_mass,
-                           float *key_weight, int key_ld, float softcap);
+                           float *key_weight, int key_ld, float softcap, const float *sinks,
+                           float *learned_mass);
 void twin_geglu(const float *gate, const float *up, size_t n, void *out, int out_dtype);
 void twin_rmsnorm_add(float *x, const float *y, const float *w, int n, int dim, float eps);
 void twin_scale(float *x, size_t n, float scale);

@@ -9,7 +9,8 @@
 //               anchor + compressed (dequantized on the fly) + full-precision
 //               tiers, softmax in fp32, and writes a partial (max, sum, sink
 //               sum, weighted values); a combine kernel merges the runs
-//               (flash-decoding), so long windows spread over many blocks;
+//               (flash-decoding), so long windows spread over many blocks,
+//               and adds the model's learned sink logit (gpt-oss) there;
 //               optionally it leaves every key's softmax weight behind
 //   kv_anchor   anchor tier upkeep: moves anchor rows down, keeps the oldest
 //               window token's rows as an anchor (dequantized), re-rotates
@@ -475,18 +476,22 @@ __global__ void __launch_bounds__(KV_THREADS, 5)
 
 // grid (n_heads, n_jobs), block KV_THREADS: merges the splits of a (job, head),
 // and turns the raw scores in key_weight (when not NULL) into softmax weights.
+// sinks (n_heads) or NULL: the learned sink logit joins the max and the sum
+// as one more key with a zero value (its share into learned_mass).
 __global__ void attn_combine_kernel(const cuda_kv_attn_job *jobs, int n_heads, int n_splits,
                                     const float *partial, void *out, int out_dtype,
-                                    float *sink_mass, float *key_weight, int key_ld)
+                                    float *sink_mass, float *key_weight, int key_ld,
+                                    const float *sinks, float *learned_mass)
 {
 	const cuda_kv_attn_job a = jobs[blockIdx.y];
 	int h = blockIdx.x, d = a.kv.head_dim;
 	int n_res = attn_resident(a);
 	size_t oat = ((size_t)a.token * n_heads + h) * d;
-	float mx = -INFINITY, l = 0.0f, ls = 0.0f;
+	float mx = sinks ? sinks[h] : -INFINITY, l = 0.0f, ls = 0.0f;
 	for (int s = 0; s < n_splits; s++)
 		mx = fmaxf(mx,
 		           partial_at((float *)partial, blockIdx.y, n_heads, h, n_splits, s, d)[0]);
+	float e_sink = sinks ? expf(sinks[h] - mx) : 0.0f;
 	for (int s = 0; s < n_splits; s++) {
 		const float *p =
 		    partial_at((float *)partial, blockIdx.y, n_heads, h, n_splits, s, d);
@@ -496,6 +501,7 @@ __global__ void attn_combine_kernel(const cuda_kv_attn_job *jobs, int n_heads, i
 			ls += w * p[2];
 		}
 	}
+	l += e_sink; // a zero value: the outputs below only see it in l
 	for (int j = threadIdx.x; j < d; j += blockDim.x) {
 		float o = 0.0f;
 		for (int s = 0; s < n_splits && n_res > 0; s++) {
@@ -508,6 +514,8 @@ __global__ void attn_combine_kernel(const cuda_kv_attn_job *jobs, int n_heads, i
 	}
 	if (sink_mass && threadIdx.x == 0)
 		sink_mass[(size_t)a.token * n_heads + h] = n_res > 0 ? ls / l : 0.0f;
+	if (learned_mass && threadIdx.x == 0)
+		learned_mass[(size_t)a.token * n_heads + h] = sinks ? e_sink / l : 0.0f;
 	if (key_weight) {
 		float *kw = key_weight + ((size_t)a.token * n_heads + h) * key_ld;
 		for (int r = threadIdx.x; r < n_res; r += blockDim.x)
@@ -544,14 +552,15 @@ extern "C" int cuda_attention(const struct cuda_kv_attn_job *jobs, int n_jobs, i
 {
 	return cuda_attention_capped(jobs, n_jobs, max_resident, layer, n_heads, qw, qs, split_len,
 	                             partial, out, out_dtype, sink_mass, key_weight, key_ld, 0.0f,
-	                             stream);
+	                             NULL, NULL, stream);
 }
 
 extern "C" int cuda_attention_capped(const struct cuda_kv_attn_job *jobs, int n_jobs,
                                      int max_resident, int layer, int n_heads, const float *qw,
                                      const float *qs, int split_len, float *partial, void *out,
                                      int out_dtype, float *sink_mass, float *key_weight,
-                                     int key_ld, float softcap, void *stream)
+                                     int key_ld, float softcap, const float *sinks,
+                                     float *learned_mass, void *stream)
 {
 	if (n_jobs <= 0)
 		return 0;
@@ -565,6 +574,6 @@ extern "C" int cuda_attention_capped(const struct cuda_kv_attn_job *jobs, int n_
 		return rc;
 	dim3 grid2(n_heads, n_jobs);
 	CUDA_LAUNCH(attn_combine_kernel, grid2, KV_THREADS, st(stream), jobs, n_heads, n_splits,
-	            partial, out, out_dtype, sink_mass, key_weight, key_ld);
+	            partial, out, out_dtype, sink_mass, key_weight, key_ld, sinks, learned_mass);
 	return CUDA_LAUNCH_RC();
 }

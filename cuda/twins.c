@@ -370,16 +370,22 @@ static void twin_token_row(const struct cuda_kv_attn_job *a, int layer, int h, i
 	    d);
 }
 
-/* One query head; weights (n resident) or NULL gets each key's softmax weight. */
+/* One query head; weights (n resident) or NULL gets each key's softmax
+ * weight; learned (NULL: none) is the head's learned sink logit, a term of
+ * the sum with a zero value, its share into *learned_mass. */
 static void twin_attend_head(const struct cuda_kv_attn_job *a, int layer, int h, int kh,
                              const float *qw, const float *qs, float *out, float *mass,
-                             float *weights, float softcap)
+                             float *weights, float softcap, const float *learned,
+                             float *learned_mass)
 {
 	int d = a->kv.head_dim, n = a->n_sink + a->n_anchor + a->n_comp + a->n_fp;
-	float row[CUDA_KV_MAX_HEAD_DIM], mx = -INFINITY, sum = 0.0f, sink = 0.0f;
+	float row[CUDA_KV_MAX_HEAD_DIM], mx = learned ? *learned : -INFINITY, sum = 0.0f;
+	float sink = 0.0f;
 	memset(out, 0, (size_t)d * sizeof(float));
 	if (mass)
 		*mass = 0.0f;
+	if (learned_mass)
+		*learned_mass = learned ? 1.0f : 0.0f;
 	if (n == 0)
 		return;
 	float *scores = malloc((size_t)n * sizeof(float));
@@ -402,6 +408,12 @@ static void twin_attend_head(const struct cuda_kv_attn_job *a, int layer, int h,
 		if (r < a->n_sink)
 			sink += scores[r];
 	}
+	if (learned) {
+		float e = expf(*learned - mx);
+		sum += e;
+		if (learned_mass)
+			*learned_mass = e / sum;
+	}
 	for (int r = 0; weights && r < n; r++)
 		weights[r] = scores[r] / sum;
 	for (int r = 0; r < n; r++) {
@@ -419,12 +431,13 @@ void twin_attention(const struct cuda_kv_attn_job *jobs, int n_jobs, int layer, 
                     float *key_weight, int key_ld)
 {
 	twin_attention_capped(jobs, n_jobs, layer, n_heads, qw, qs, out, sink_mass, key_weight,
-	                      key_ld, 0.0f);
+	                      key_ld, 0.0f, NULL, NULL);
 }
 
 void twin_attention_capped(const struct cuda_kv_attn_job *jobs, int n_jobs, int layer, int n_heads,
                            const float *qw, const float *qs, float *out, float *sink_mass,
-                           float *key_weight, int key_ld, float softcap)
+                           float *key_weight, int key_ld, float softcap, const float *sinks,
+                           float *learned_mass)
 {
 	for (int j = 0; j < n_jobs; j++) {
 		const struct cuda_kv_attn_job *a = &jobs[j];
@@ -434,7 +447,9 @@ void twin_attention_capped(const struct cuda_kv_attn_job *jobs, int n_jobs, int 
 			size_t th = (size_t)a->token * n_heads + h;
 			twin_attend_head(a, layer, h, h / ratio, qw + at, qs + at, out + at,
 			                 sink_mass ? &sink_mass[th] : NULL,
-			                 key_weight ? key_weight + th * (size_t)key_ld : NULL, softcap);
+			                 key_weight ? key_weight + th * (size_t)key_ld : NULL,
+			                 softcap, sinks ? &sinks[h] : NULL,
+			                 learned_mass ? &learned_mass[th] : NULL);
 		}
 	}
 }

@@ -55,8 +55,11 @@ struct eval_state {
 	size_t n_docs;
 	float *logits;               /* (chunk, n_vocab) */
 	struct backend_token *batch; /* (chunk) */
-	float *mass;                 /* (n_layers, n_heads) one forward's sink mass */
-	double *mass_sum;            /* (n_layers) summed head-mean shares */
+	/* (2, n_layers, n_heads) one forward's sink mass, then its learned sink
+	 * logits' mass (gpt-oss) */
+	float *mass;
+	double *mass_sum;            /* (2, n_layers) summed head-mean shares */
+	bool learned_sinks;          /* the model has learned sink logits */
 	size_t n_mass;               /* queries summed into mass_sum */
 	double nll_sum;
 	size_t n_scored;
@@ -230,8 +233,10 @@ static int setup_engine(struct eval_state *st, const struct eval_args *a, char *
 	const struct model_hparams *hp = &st->eng.model->hp;
 	st->logits = malloc((size_t)a->chunk * (size_t)hp->n_vocab * sizeof(float));
 	st->batch = calloc((size_t)a->chunk, sizeof(*st->batch));
-	st->mass = calloc((size_t)hp->n_layers * (size_t)hp->n_heads, sizeof(float));
-	st->mass_sum = calloc((size_t)hp->n_layers, sizeof(double));
+	st->mass = calloc(2 * (size_t)hp->n_layers * (size_t)hp->n_heads, sizeof(float));
+	st->mass_sum = calloc(2 * (size_t)hp->n_layers, sizeof(double));
+	for (int l = 0; l < hp->n_layers; l++)
+		st->learned_sinks = st->learned_sinks || st->eng.model->layers[l].attn_sinks;
 	if (!st->logits || !st->batch || !st->mass || !st->mass_sum)
 		return err_set(err, err_len, -ENOMEM, "out of memory");
 	if (a->trace.heatmap_layer >= hp->n_layers)
@@ -383,14 +388,14 @@ static bool eval_scored(const struct eval_state *st, const struct eval_args *a, 
 static void take_mass(struct eval_state *st, size_t n_queries)
 {
 	const struct model_hparams *hp = &st->eng.model->hp;
-	for (int l = 0; l < hp->n_layers; l++) {
+	for (int l = 0; l < 2 * hp->n_layers; l++) {
 		double s = 0.0;
 		for (int h = 0; h < hp->n_heads; h++)
 			s += st->mass[(size_t)l * hp->n_heads + h];
 		st->mass_sum[l] += s / hp->n_heads;
 	}
 	st->n_mass += n_queries;
-	memset(st->mass, 0, (size_t)hp->n_layers * (size_t)hp->n_heads * sizeof(float));
+	memset(st->mass, 0, 2 * (size_t)hp->n_layers * (size_t)hp->n_heads * sizeof(float));
 }
 
 /* Feeds ids[begin, end) through session s in chunks.  stream: scores every
@@ -413,6 +418,9 @@ static int feed_range(struct eval_state *st, const struct eval_args *a, struct b
 			                                      .token = st->ids[i + m],
 			                                      .want_logits = want,
 			                                      .sink_mass = mass ? st->mass : NULL};
+			if (mass && st->learned_sinks)
+				st->batch[m].learned_sink_mass = st->mass + st->eng.model->hp.n_layers *
+				                                                st->eng.model->hp.n_heads;
 			/* a traced step ends its forward pass, so the trace is its own */
 			traced = want && st->trace && eval_trace_wants(st->trace, st->n_scored + wants);
 			wants += want;
@@ -556,6 +564,12 @@ static void print_report(const struct eval_state *st, const struct eval_args *a,
 	printf("sink share  ");
 	for (int l = 0; l < n_layers; l++)
 		printf(" L%d %.4f", l, st->n_mass ? st->mass_sum[l] / (double)st->n_mass : 0.0);
+	if (st->learned_sinks) { /* the model's learned sink logits, beside the kept sinks */
+		printf("\nlearned sink");
+		for (int l = n_layers; l < 2 * n_layers; l++)
+			printf(" L%d %.4f", l - n_layers,
+			       st->n_mass ? st->mass_sum[l] / (double)st->n_mass : 0.0);
+	}
 	printf("\ntime         %.2f s (%.1f scored tokens/s)\n", secs,
 	       secs > 0 ? (double)st->n_scored / secs : 0.0);
 	if (!a->json)
@@ -567,6 +581,11 @@ static void print_report(const struct eval_state *st, const struct eval_args *a,
 		printf("%s%.6f", l ? "," : "",
 		       st->n_mass ? st->mass_sum[l] / (double)st->n_mass : 0.0);
 	printf("]");
+	for (int l = n_layers; st->learned_sinks && l < 2 * n_layers; l++)
+		printf("%s%.6f", l == n_layers ? ",\"learned_sink_attention_share\":[" : ",",
+		       st->n_mass ? st->mass_sum[l] / (double)st->n_mass : 0.0);
+	if (st->learned_sinks)
+		printf("]");
 	if (a->probe)
 		printf(",\"answers\":%zu,\"answer_probability\":%.8f,\"answer_greedy\":%zu",
 		       st->n_answers, answer_p, answer_top);

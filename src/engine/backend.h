@@ -25,6 +25,9 @@ struct backend_token {
 	int32_t token;
 	bool want_logits; /* logits rows are written in batch order of these */
 	float *sink_mass; /* optional: (n_layers, n_heads) share given to sinks, accumulated */
+	/* optional: (n_layers, n_heads) share given to the model's learned sink
+	 * logits (gpt-oss; zero elsewhere), accumulated */
+	float *learned_sink_mass;
 };
 
 struct backend_ops {

@@ -383,12 +383,13 @@ struct attend_ctx {
 static void add_sink_mass(const struct attend_ctx *a, int t, int h0, int h1)
 {
 	const struct model_hparams *hp = &a->c->base.model->hp;
-	float *dst = a->tokens[t].sink_mass;
-	if (!dst)
-		return;
+	float *dst = a->tokens[t].sink_mass, *ldst = a->tokens[t].learned_sink_mass;
 	const float *m = a->c->mass + (size_t)t * hp->n_heads;
-	for (int h = h0; h < h1; h++)
+	const float *lm = m + a->c->cap_tokens * (size_t)hp->n_heads; /* learned_mass_of */
+	for (int h = h0; dst && h < h1; h++)
 		dst[(size_t)a->layer * hp->n_heads + h] += m[h];
+	for (int h = h0; ldst && h < h1; h++)
+		ldst[(size_t)a->layer * hp->n_heads + h] += lm[h];
 }
 
 static int append_token(struct cpu_backend *c, struct backend_session *s, int layer, int t,
@@ -428,7 +429,7 @@ static void attend_heads(const struct attend_ctx *a, struct backend_session *s, 
 	sinkcache_attend(s->cache, a->layer, c->q + t * qd, hp->n_heads, h0, h1, c->att + t * qd,
 	                 c->scratch + (size_t)thread * c->scratch_floats, mass,
 	                 learned_mass_of(c, t), session_weights(c, s, wthread), rows_cold);
-	if (mass)
+	if (mass || a->tokens[t].learned_sink_mass)
 		add_sink_mass(a, t, h0, h1);
 }
 

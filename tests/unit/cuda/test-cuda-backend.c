@@ -151,6 +151,7 @@ struct twin_run {
 	int token_flips; /* greedy steps where the argmax differed */
 	uint64_t anchors_promoted, anchors_demoted; /* the gpu sessions', at the end */
 	struct cache_geometry geometry;
+	double learned_mass;  /* the cpu's learned sink mass over the decode, all layers */
 	bool traced;          /* session 0 of each backend traces its cache, session 1 not */
 	uint64_t trace_steps; /* the gpu trace's steps, at the end */
 };
@@ -198,6 +199,12 @@ static void assert_traces_alike(struct twin_run *r, int j, const struct cache_ge
 			              x->mass_ema, y->mass_max, y->mass_mean, y->mass_ema);
 			sum += y->mass_mean;
 		}
+		ck_assert_int_eq(la->learned_sink, lb->learned_sink);
+		ck_assert_msg(fabs(la->learned_sink_max - lb->learned_sink_max) <= tol &&
+		                  fabs(la->learned_sink_mean - lb->learned_sink_mean) <= tol,
+		              "layer %d learned sink: cpu %g/%g gpu %g/%g", l, la->learned_sink_max,
+		              la->learned_sink_mean, lb->learned_sink_max, lb->learned_sink_mean);
+		sum += lb->learned_sink_mean; /* a softmax term without a slot */
 		if (j == 0)
 			ck_assert_msg(fabs(sum - 1.0) <= 1e-5, "layer %d: masses sum to %.8f", l, sum);
 	}
@@ -260,7 +267,7 @@ static void run_decode(struct twin_run *r, int32_t next_a, int32_t next_b, int n
 	char err[SINKD_ERR_LEN];
 	for (int k = 0; k < 2; k++) {
 		lg[k] = malloc(2 * (size_t)r->n_vocab * sizeof(float));
-		mass[k] = calloc(nm, sizeof(float));
+		mass[k] = calloc(2 * nm, sizeof(float)); /* sinks', then learned sinks' */
 	}
 	for (int step = 0; step < n_steps; step++) {
 		for (int k = 0; k < 2; k++) {
@@ -268,7 +275,8 @@ static void run_decode(struct twin_run *r, int32_t next_a, int32_t next_b, int n
 			    {.session = r->s[k][0],
 			     .token = next_a,
 			     .want_logits = true,
-			     .sink_mass = mass[k]},
+			     .sink_mass = mass[k],
+			     .learned_sink_mass = mass[k] + nm},
 			    {.session = r->s[k][1], .token = next_b, .want_logits = true},
 			};
 			forward_ok(r->be[k], batch, 2, lg[k]);
@@ -285,9 +293,12 @@ static void run_decode(struct twin_run *r, int32_t next_a, int32_t next_b, int n
 				                                            err, sizeof(err)) == 0,
 				              "%s", err);
 	}
-	for (size_t i = 0; i < nm; i++)
+	for (size_t i = 0; i < 2 * nm; i++)
 		ck_assert_msg(fabs(mass[0][i] - mass[1][i]) <= 1e-3 * n_steps,
-		              "sink mass %zu: cpu %g gpu %g", i, mass[0][i], mass[1][i]);
+		              "%s mass %zu: cpu %g gpu %g", i < nm ? "sink" : "learned sink", i % nm,
+		              mass[0][i], mass[1][i]);
+	for (size_t i = nm; i < 2 * nm; i++)
+		r->learned_mass += mass[0][i];
 	for (int j = 0; j < 2; j++) {
 		struct sinkcache_stats a, b;
 		r->be[0]->ops->session_stats(r->be[0], r->s[0][j], &a);
@@ -593,6 +604,7 @@ START_TEST(test_stories_trace_vs_cpu)
 	struct twin_run r;
 	stories_vs_cpu_run(NULL, &plain, 1e-4, false, true, &r);
 	ck_assert_uint_gt(r.trace_steps, 24);
+	ck_assert(r.learned_mass == 0.0); /* no learned sink logits in this model */
 	stories_vs_cpu_run(NULL, &int8, 1e-3, true, true, &r);
 	struct cache_geometry anchors = plain;
 	anchors.anchor_max = 6;
@@ -602,6 +614,53 @@ START_TEST(test_stories_trace_vs_cpu)
 	ck_assert_uint_gt(r.anchors_promoted, 0);
 	printf("trace: %llu steps traced, %llu anchors promoted\n",
 	       (unsigned long long)r.trace_steps, (unsigned long long)r.anchors_promoted);
+}
+END_TEST
+
+/* Learned sink logits (gpt-oss's attn_sinks) given to stories260K's
+ * layers 1 and 3: the cuda backend's logits, kept sinks' masses and trace
+ * (with the learned sink's mass per layer) are the cpu backend's, over an
+ * int8 window with anchors, prompts in chunks, decode and a revision. */
+START_TEST(test_stories_learned_sinks_vs_cpu)
+{
+	struct model *m = load_stories();
+	const struct model_hparams *hp = &m->hp;
+	float *sinks = malloc((size_t)hp->n_layers * hp->n_heads * sizeof(float));
+	for (int l = 0; l < hp->n_layers; l++) {
+		for (int h = 0; h < hp->n_heads; h++)
+			sinks[l * hp->n_heads + h] = (float)((l * 7 + h * 3) % 5) - 1.0f;
+		if (l % 2)
+			m->layers[l].attn_sinks = sinks + (size_t)l * hp->n_heads;
+	}
+	struct cache_geometry g = geometry(m, 40, true, 8, true, KV_DTYPE_F32);
+	g.anchor_max = 4;
+	g.anchor_promote = 0.1f;
+	g.anchor_demote_steps = 6;
+	cJSON *ref = tu_load_reference();
+	int na, nb;
+	int32_t *a = story_tokens(ref, 0, &na), *b = story_tokens(ref, 1, &nb);
+	struct twin_run r;
+	twin_run_open(&r, m, KV_DTYPE_F32, &g, false);
+	twin_run_trace(&r);
+	run_prefill(&r, a, na, b, nb, 7);
+	run_decode(&r, 1, 2, SIZE(40, 10), SIZE(20, 5));
+	ck_assert_msg(r.worst <= 1e-3, "logits differ from the cpu backend by %g (relative)",
+	              r.worst);
+	ck_assert_int_eq(r.token_flips, 0);
+	ck_assert(r.learned_mass > 1e-3);
+	struct cache_trace_step *t = trace_of(r.be[1], r.s[1][0], &g);
+	for (int l = 0; l < t->n_layers; l++) {
+		ck_assert_int_eq(t->layers[l].learned_sink, l % 2);
+		ck_assert(l % 2 ? t->layers[l].learned_sink_mean > 1e-3
+		                : t->layers[l].learned_sink_max == 0.0f);
+	}
+	cache_trace_step_free(t);
+	twin_run_close(&r);
+	for (int l = 0; l < hp->n_layers; l++)
+		m->layers[l].attn_sinks = NULL;
+	free(sinks), free(a), free(b);
+	cJSON_Delete(ref);
+	model_free(m);
 }
 END_TEST
 
@@ -1319,6 +1378,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_stories_sliding_layers_vs_cpu);
 	tcase_add_test(tc, test_stories_anchors_vs_cpu);
 	tcase_add_test(tc, test_stories_trace_vs_cpu);
+	tcase_add_test(tc, test_stories_learned_sinks_vs_cpu);
 	tcase_add_test(tc, test_synthetic_bf16_and_q8_vs_cpu);
 	tcase_add_test(tc, test_synthetic_block_types_vs_cpu);
 	tcase_add_test(tc, test_qwen2_style_neox_and_bias);

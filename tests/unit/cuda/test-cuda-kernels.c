@@ -503,11 +503,12 @@ static void fill_sentinel(float *w, size_t n)
 }
 
 /* The kernel's key weights (got) against the twin's (ref): within 1e-6,
- * each head's row summing to 1, the columns past its resident tokens
+ * each head's row summing to 1 (less the learned sink's mass, learned
+ * (n_tokens, n_heads) or NULL), the columns past its resident tokens
  * untouched. */
 static void check_key_weights(const float *got, const float *ref,
                               const struct cuda_kv_attn_job *jobs, int n_jobs, int n_heads, int ld,
-                              const char *what)
+                              const float *learned, const char *what)
 {
 	for (int j = 0; j < n_jobs; j++) {
 		const struct cuda_kv_attn_job *a = &jobs[j];
@@ -524,7 +525,8 @@ static void check_key_weights(const float *got, const float *ref,
 			}
 			ck_assert_msg(worst <= 1e-6, "%s: job %d head %d: key weight off by %g",
 			              what, j, h, worst);
-			ck_assert_msg(n_res == 0 || fabs(sum - 1.0) <= 1e-5,
+			double want = learned ? 1.0 - learned[(size_t)a->token * n_heads + h] : 1.0;
+			ck_assert_msg(n_res == 0 || fabs(sum - want) <= 1e-5,
 			              "%s: job %d head %d: key weights sum to %.8f", what, j, h,
 			              sum);
 			for (int i = n_res; i < ld; i++)
@@ -547,6 +549,11 @@ static void run_sessions(const struct cache_geometry *gs, int n_sess, int n_wave
 	float *qw = malloc(qn * 4), *qs = malloc(qn * 4), *out_t = malloc(qn * 4),
 	      *out_d = malloc(qn * 4);
 	float mass_t[MAX_SESS * N_HEADS], mass_d[MAX_SESS * N_HEADS];
+	float learned_t[MAX_SESS * N_HEADS], learned_d[MAX_SESS * N_HEADS], sinks[N_HEADS];
+	for (int h = 0; h < N_HEADS; h++) /* gpt-oss's learned sink logits: some far out */
+		sinks[h] = h == 0 ? 8.0f : h == 1 ? -8.0f : 2.0f * frand();
+	float *dsinks = dev_from(sinks, sizeof(sinks));
+	float *dlearned = dev_from(NULL, sizeof(learned_d));
 	size_t kwn = (size_t)n_sess * N_HEADS * KW_LD;
 	float *kw_t = malloc(kwn * 4), *kw_d = malloc(kwn * 4);
 	double *cs = malloc((size_t)n_sess * 2 * rd * sizeof(double));
@@ -604,8 +611,10 @@ static void run_sessions(const struct cache_geometry *gs, int n_sess, int n_wave
 			ck_assert_int_le(max_res, KW_LD);
 			/* gemma2's score soft-cap in every other wave */
 			float cap = w % 2 ? 3.0f : 0.0f;
+			/* learned sinks in every third wave, so with and without the cap */
+			bool learned = w % 3 == 1;
 			twin_attention_capped(att, n_sess, l, N_HEADS, qw, qs, out_t, mass_t, kw_t,
-			                      KW_LD, cap);
+			                      KW_LD, cap, learned ? sinks : NULL, learned_t);
 			unsigned char *jb = djobs;
 			ck_assert_int_eq(
 			    cudaMemcpy(jb, att_d, sizeof(att_d), cudaMemcpyHostToDevice), 0);
@@ -633,19 +642,28 @@ static void run_sessions(const struct cache_geometry *gs, int n_sess, int n_wave
 			ck_assert_int_eq(cuda_attention_capped((void *)jb, n_sess, max_res, l,
 			                                       N_HEADS, dqw, dqs, splits[w % 4], dpart,
 			                                       dout, CUDA_DT_F32, dmass,
-			                                       want_kw ? dkw : NULL, KW_LD, cap, NULL),
+			                                       want_kw ? dkw : NULL, KW_LD, cap,
+			                                       learned ? dsinks : NULL, dlearned,
+			                                       NULL),
 			                 0);
 			to_host(out_d, dout, qn * 4);
 			to_host(mass_d, dmass, (size_t)n_sess * N_HEADS * 4);
+			to_host(learned_d, dlearned, (size_t)n_sess * N_HEADS * 4);
 			double e = worst_err(out_d, out_t, CUDA_DT_F32, qn, 2e-5, 2e-4);
 			ck_assert_msg(e <= 1.0, "wave %d layer %d: attention %.2f x tol", w, l, e);
 			e = worst_err(mass_d, mass_t, CUDA_DT_F32, (size_t)n_sess * N_HEADS, 2e-5,
 			              2e-4);
 			ck_assert_msg(e <= 1.0, "wave %d layer %d: sink mass %.2f x tol", w, l, e);
+			e = worst_err(learned_d, learned_t, CUDA_DT_F32, (size_t)n_sess * N_HEADS,
+			              2e-5, 2e-4);
+			ck_assert_msg(e <= 1.0, "wave %d layer %d: learned sink mass %.2f x tol", w,
+			              l, e);
+			for (int i = 0; i < n_sess * N_HEADS; i++)
+				ck_assert(learned || learned_d[i] == 0.0f);
 			if (want_kw) {
 				to_host(kw_d, dkw, kwn * 4);
 				check_key_weights(kw_d, kw_t, att, n_sess, N_HEADS, KW_LD,
-				                  "sessions");
+				                  learned ? learned_t : NULL, "sessions");
 			}
 		}
 		if (w % 25 == 24 || w == n_waves - 1)
@@ -655,7 +673,7 @@ static void run_sessions(const struct cache_geometry *gs, int n_sess, int n_wave
 	for (int s = 0; s < n_sess; s++)
 		dual_free(&ss[s]);
 	cudaFree(dk), cudaFree(dv), cudaFree(dqw), cudaFree(dqs), cudaFree(dout), cudaFree(dmass);
-	cudaFree(dkw), cudaFree(djobs), cudaFree(dpart);
+	cudaFree(dkw), cudaFree(djobs), cudaFree(dpart), cudaFree(dsinks), cudaFree(dlearned);
 	free(k), free(v), free(q), free(qw), free(qs), free(out_t), free(out_d), free(cs);
 	free(kw_t), free(kw_d);
 }
@@ -1021,7 +1039,7 @@ static void anchor_attention_case(int d, int dtype, int bits, bool sink_quant)
 			ck_assert_msg(e <= 1.0, "%s: attention %.2f x tol", what, e);
 			e = worst_err(mass_d, mass_t, CUDA_DT_F32, ANC_JOBS * N_HEADS, 2e-5, 2e-4);
 			ck_assert_msg(e <= 1.0, "%s: sink mass %.2f x tol", what, e);
-			check_key_weights(kw_d, kw_t, jobs, ANC_JOBS, N_HEADS, ld, what);
+			check_key_weights(kw_d, kw_t, jobs, ANC_JOBS, N_HEADS, ld, NULL, what);
 			/* without key weights: the same outputs, bit for bit */
 			ck_assert_int_eq(cuda_attention(djobs, ANC_JOBS, max_res, l, N_HEADS, dqw,
 			                                dqs, splits[si], dpart, dout, CUDA_DT_F32,

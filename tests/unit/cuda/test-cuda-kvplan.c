@@ -100,6 +100,10 @@ static double step_both(struct sinkcache *c, struct twin_cache *t, float *scratc
 	int d = g->head_dim, n_kv = g->n_kv_heads, rd = g->rope_dim;
 	float q[N_HEADS * 64], k[8 * 64], v[8 * 64], kr[8 * 64], qw[N_HEADS * 64], qs[N_HEADS * 64];
 	float out_c[N_HEADS * 64], out_t[N_HEADS * 64], mass_c[N_HEADS], mass_t[N_HEADS];
+	float learned_c[N_HEADS], learned_t[N_HEADS];
+	/* learned sink logits (gpt-oss) on odd layers: one above every score,
+	 * one below, the others among them */
+	static const float sinks[N_HEADS] = {6.0f, -9.0f, 0.5f, 1.5f};
 	static float kw_c[N_HEADS * MAX_LD], kw_t[N_HEADS * MAX_LD], kmax[N_LAYERS][MAX_LD];
 	static struct cuda_kv_anchor_op ops[MAX_ANCHOR_OPS];
 	static double angles[N_LAYERS * 16 * 64];
@@ -133,10 +137,12 @@ static double step_both(struct sinkcache *c, struct twin_cache *t, float *scratc
 			v[i] = frand();
 		}
 		ck_assert_msg(sinkcache_append(c, l, k, v, err, sizeof(err)) == 0, "%s", err);
-		sinkcache_attend(c, l, q, N_HEADS, 0, N_HEADS, out_c, scratch, mass_c, NULL,
+		const float *learned = l % 2 ? sinks : NULL;
+		ck_assert_int_eq(sinkcache_set_learned_sinks(c, l, learned, N_HEADS, NULL, 0), 0);
+		sinkcache_attend(c, l, q, N_HEADS, 0, N_HEADS, out_c, scratch, mass_c, learned_c,
 		                 anchors ? kw_c : NULL, true);
 		if (anchors)
-			sinkcache_observe(c, l, kw_c, NULL, N_HEADS);
+			sinkcache_observe(c, l, kw_c, learned_c, N_HEADS);
 		struct cuda_kv_attn_job attn = step.attn;
 		attn.n_anchor = anchors ? t->anc.plan[l].n : 0;
 		rope_cos_sin(t->hi, t->lo, rd,
@@ -153,8 +159,8 @@ static double step_both(struct sinkcache *c, struct twin_cache *t, float *scratc
 		step.append.token = 0;
 		twin_kv_append(&step.append, 1, n_kv, l, kr, v);
 		attn.token = 0;
-		twin_attention(&attn, 1, l, N_HEADS, qw, qs, out_t, mass_t, anchors ? kw_t : NULL,
-		               (int)ld);
+		twin_attention_capped(&attn, 1, l, N_HEADS, qw, qs, out_t, mass_t,
+		                      anchors ? kw_t : NULL, (int)ld, 0.0f, learned, learned_t);
 		for (int i = 0; i < N_HEADS * d; i++) {
 			double e =
 			    fabs((double)out_c[i] - out_t[i]) / (1e-5 + 1e-4 * fabs(out_c[i]));
@@ -162,6 +168,8 @@ static double step_both(struct sinkcache *c, struct twin_cache *t, float *scratc
 		}
 		for (int h = 0; h < N_HEADS; h++) {
 			double e = fabs((double)mass_c[h] - mass_t[h]) / 1e-5;
+			worst = e > worst ? e : worst;
+			e = fabs((double)learned_c[h] - learned_t[h]) / 1e-5;
 			worst = e > worst ? e : worst;
 		}
 		if (!anchors)

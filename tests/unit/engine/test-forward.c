@@ -392,6 +392,42 @@ START_TEST(test_sink_mass)
 }
 END_TEST
 
+/* Learned sink logits (gpt-oss's attn_sinks) given to every layer of the
+ * model: the first token's only key is a kept sink, so per head its mass
+ * and the learned logit's sum to 1; the logits change; sessions made
+ * without them are as before. */
+START_TEST(test_learned_sink_mass)
+{
+	const struct model_hparams *hp = &model->hp;
+	int n = hp->n_layers * hp->n_heads;
+	float *sinks = malloc((size_t)n * sizeof(float)), *mass = calloc(2 * (size_t)n, 4);
+	float *plain = malloc((size_t)hp->n_vocab * 4), *with = malloc((size_t)hp->n_vocab * 4);
+	char err[SINKD_ERR_LEN];
+	for (int i = 0; i < n; i++)
+		sinks[i] = (float)(i % 5) - 1.5f;
+	struct backend_session *s0 = new_session();
+	for (int l = 0; l < hp->n_layers; l++)
+		model->layers[l].attn_sinks = sinks + (size_t)l * hp->n_heads;
+	struct backend_session *s1 = new_session();
+	struct backend_token t[2] = {
+	    {.session = s0, .token = 1, .want_logits = true},
+	    {.session = s1, .token = 1, .want_logits = true, .sink_mass = mass,
+	     .learned_sink_mass = mass + n}};
+	ck_assert_int_eq(be->ops->forward(be, &t[0], 1, plain, err, sizeof(err)), 0);
+	ck_assert_int_eq(be->ops->forward(be, &t[1], 1, with, err, sizeof(err)), 0);
+	for (int i = 0; i < n; i++) {
+		ck_assert(mass[n + i] > 0.0f && mass[n + i] < 1.0f);
+		ck_assert_float_eq_tol(mass[i] + mass[n + i], 1.0f, 1e-5f);
+	}
+	ck_assert(max_abs_diff(plain, with, hp->n_vocab) > 1e-4);
+	for (int l = 0; l < hp->n_layers; l++)
+		model->layers[l].attn_sinks = NULL;
+	be->ops->session_free(be, s0);
+	be->ops->session_free(be, s1);
+	free(sinks), free(mass), free(plain), free(with);
+}
+END_TEST
+
 /* ---------------------------------------------------------------------------
  * A synthetic qwen2-style model (GQA, q/k/v biases) built in memory, to run
  * the weight types, the threaded matmuls and the head-parallel attention that
@@ -898,6 +934,7 @@ int main(void)
 	tcase_add_test(tc, test_refuses_full_session);
 	tcase_add_test(tc, test_revise_then_refeed);
 	tcase_add_test(tc, test_sink_mass);
+	tcase_add_test(tc, test_learned_sink_mass);
 	tcase_add_test(tc, test_weight_types);
 	tcase_add_test(tc, test_threaded_prefill);
 	tcase_add_test(tc, test_small_forward_serial);
