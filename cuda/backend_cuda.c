@@ -647,6 +647,7 @@ int backend_cuda_new(const struct model *m, const struct backend_options *opt,
 	c->layer_forward = layer;
 	c->l2_sinks = o->l2_sink_window;
 	c->use_graphs = o->cuda_graphs;
+	c->experts_mode = o->experts;
 	int rc = backend_init(c, o, err, err_len);
 	if (rc) {
 		cuda_destroy(&c->base);
@@ -657,7 +658,8 @@ int backend_cuda_new(const struct model *m, const struct backend_options *opt,
 	                               LOG_INT("weight_mib", c->weight_bytes >> 20),
 	                               LOG_INT("kv_arena_mib", c->arena.size >> 20),
 	                               LOG_INT("l2_sink_window", c->l2_sinks),
-	                               LOG_INT("cuda_graphs", c->use_graphs), LOG_END});
+	                               LOG_INT("cuda_graphs", c->use_graphs),
+	                               LOG_INT("experts_stored", c->experts_stored), LOG_END});
 	*out = &c->base;
 	return 0;
 }

@@ -26,7 +26,21 @@ struct backend_cuda_options {
 	bool cuda_graphs;      /* replay decode-sized forwards (<= CUDA_GRAPH_MAX_TOKENS
 	                        * tokens) as captured CUDA graphs: fewer launch
 	                        * overheads at small batches; off by default */
+	/* A mixture-of-experts model's experts in a block type (MXFP4, Q8_0,
+	 * ...): widened to the dtype at upload, or kept as stored on the device
+	 * and widened per forward, one active expert at a time, into a scratch
+	 * matrix before its GEMMs (device memory about the file's size, at the
+	 * cost of that widening); BACKEND_CUDA_EXPERTS_AUTO (0) keeps them as
+	 * stored only when widened they would take more than half the device's
+	 * free memory. */
+	int experts;
 	struct sinkd_log *log; /* may be NULL */
+};
+
+enum {
+	BACKEND_CUDA_EXPERTS_AUTO = 0,
+	BACKEND_CUDA_EXPERTS_WIDENED,
+	BACKEND_CUDA_EXPERTS_STORED,
 };
 
 /* Uploads the model to device copt->device and reserves the KV arena.

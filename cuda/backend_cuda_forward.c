@@ -526,11 +526,11 @@ static size_t batch_partial_floats(const struct cuda_backend *c)
 
 /* y (n, w->rows) = x (n, w->cols) . w^T + beta * y.  Row-major W (rows,
  * cols) is column-major (cols, rows): y^T = op_T(W) x^T. */
-static int gemm(struct cuda_backend *c, const struct cuda_weight *w, const void *x, int n, float *y,
-                float beta, char *err, size_t err_len)
+int cudabe_gemm(struct cuda_backend *c, const struct cuda_weight *w, int dt, const void *x, int n,
+                float *y, float beta, char *err, size_t err_len)
 {
 	float alpha = 1.0f;
-	cudaDataType_t t = blas_type(c->wdt);
+	cudaDataType_t t = blas_type(dt);
 	BLAS_TRY(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, w->rows, n, w->cols, &alpha, w->d,
 	                      t, w->cols, x, t, w->cols, &beta, y, CUDA_R_32F, w->rows,
 	                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
@@ -538,10 +538,11 @@ static int gemm(struct cuda_backend *c, const struct cuda_weight *w, const void 
 	return 0;
 }
 
-int cudabe_gemm(struct cuda_backend *c, const struct cuda_weight *w, const void *x, int n, float *y,
+/* cudabe_gemm in the weights' dtype. */
+static int gemm(struct cuda_backend *c, const struct cuda_weight *w, const void *x, int n, float *y,
                 float beta, char *err, size_t err_len)
 {
-	return gemm(c, w, x, n, y, beta, err, err_len);
+	return cudabe_gemm(c, w, c->wdt, x, n, y, beta, err, err_len);
 }
 
 static int attention_waves(struct cuda_backend *c, const struct batch_layout *bl, int layer,
@@ -715,8 +716,8 @@ static int layer_gemma(struct cuda_backend *c, const struct batch_layout *bl, in
 /* One layer of the mixture-of-experts shape (MODEL_LAYER_MOE), enqueued:
  * the Llama shape's attention (+ bo where the model has it), then the
  * experts (backend_cuda_moe.c), which route on the host. */
-static int layer_moe(struct cuda_backend *c, const struct batch_layout *bl, int n, int l,
-                     char *err, size_t err_len)
+static int layer_moe(struct cuda_backend *c, const struct batch_layout *bl, int n, int l, char *err,
+                     size_t err_len)
 {
 	const struct cuda_layer_weights *L = &c->layers[l];
 	int rc = layer_attention(c, bl, n, l, err, err_len);

@@ -36,6 +36,12 @@ struct cuda_weight {
 	void *d; /* (rows, cols) row-major in the backend's dtype */
 	int rows;
 	int cols;
+	/* stored: d holds the rows as the file stores them, of ggml type
+	 * `type` and row_bytes each (an MoE expert kept as stored, widened
+	 * into a scratch matrix before use) */
+	bool stored;
+	int type;
+	size_t row_bytes;
 };
 
 struct cuda_layer_weights {
@@ -48,7 +54,8 @@ struct cuda_layer_weights {
 	float *post_attn_norm, *post_ffw_norm;
 	/* Mixture of experts (MODEL_LAYER_MOE; zero elsewhere, where gate, up
 	 * and down above are the dense MLP): the attention output's bias (dim)
-	 * or NULL; the router (n_experts, dim) and its bias (n_experts) or NULL;
+	 * or NULL; the router (n_experts, dim) in f32 and its bias (n_experts)
+	 * or NULL;
 	 * per expert e its gate and up (expert_ffn, dim) and down (dim,
 	 * expert_ffn), exp_*[e] views of one block per kind; their biases
 	 * (n_experts, expert_ffn) x2 and (n_experts, dim), or NULL. */
@@ -202,6 +209,8 @@ struct cuda_backend {
 	/* a mixture-of-experts model's routing and expert buffers
 	 * (backend_cuda_moe.c); NULL until its first forward */
 	struct cuda_moe *moe;
+	int experts_mode;    /* backend_cuda_options.experts */
+	bool experts_stored; /* block-type experts kept as stored (decided at upload) */
 };
 
 static inline struct cuda_backend *cuda_of(struct backend *be)
@@ -249,10 +258,10 @@ void cudabe_workspace_free(struct cuda_backend *c);
 void cudabe_graphs_clear(struct cuda_backend *c);
 /* The layer function of architecture a's layer shape, or NULL. */
 cuda_layer_fn cudabe_layer_fn_of(const struct model_arch *a);
-/* y (n, w->rows) = x (n, w->cols) . w^T + beta * y on the stream; x in the
- * weights' dtype. */
-int cudabe_gemm(struct cuda_backend *c, const struct cuda_weight *w, const void *x, int n, float *y,
-                float beta, char *err, size_t err_len);
+/* y (n, w->rows) = x (n, w->cols) . w^T + beta * y on the stream; w and x
+ * in dtype dt (CUDA_DT_*). */
+int cudabe_gemm(struct cuda_backend *c, const struct cuda_weight *w, int dt, const void *x, int n,
+                float *y, float beta, char *err, size_t err_len);
 /* backend_cuda_moe.c: layer l's mixture-of-experts feed-forward over the
  * n tokens' residual rows c->x, added into them (waits for the router on
  * the host: not inside a graph capture). */

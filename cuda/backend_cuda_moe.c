@@ -1,9 +1,11 @@
 /* The mixture-of-experts feed-forward of the CUDA backend's MoE layers
  * (MODEL_LAYER_MOE; layer_moe in backend_cuda_forward.c runs the attention
- * and calls it).  Per layer: RMSNorm and the router GEMM on the device, the
- * router logits to the host, routing there by engine/moe.c (the one policy
- * both backends follow), the batch's entries (token, rank) grouped by
- * expert up in one copy; then the normed rows gathered in that grouping,
+ * and calls it).  Per layer: RMSNorm and the router GEMM on the device in
+ * f32 whatever the weights' dtype (the logits choose experts, as the cpu
+ * backend's f32 ones do), the router logits to the host, routing there by
+ * engine/moe.c (the one policy both backends follow), the batch's entries
+ * (token, rank) grouped by expert up in one copy; then the normed rows
+ * gathered in that grouping,
  * and per active expert one gate and one up GEMM over its rows, bias and
  * activation over all rows at once, one down GEMM per expert, bias, the
  * rows scattered back to their entries and each token's entries summed
@@ -25,17 +27,19 @@ _Static_assert(CUDA_MOE_ACT_SWIGLU == (int)MODEL_EXPERT_SWIGLU &&
 struct cuda_moe {
 	size_t cap;
 	struct moe_route route;
+	float *xn;                /* (cap, dim) the tokens' RMSNorm in f32, the router's input */
 	float *logits, *logits_h; /* (cap, n_experts) device, pinned host */
 	/* the index lists of a batch, host (pinned) and device alike:
 	 * tok[i]: token of grouped row i; entry[i]: its entry t*k + rank;
 	 * expert[i]: its expert; then weight (m) floats: entry -> gate weight */
 	unsigned char *lists_d, *lists_h;
-	float *rows;     /* (m, dim) the gathered residual rows */
-	void *in;        /* (m, dim) their RMSNorm in the weights' dtype */
+	float *rows;      /* (m, dim) the gathered residual rows */
+	void *in;         /* (m, dim) their RMSNorm in the weights' dtype */
 	float *gate, *up; /* (m, expert_ffn) */
-	void *act;       /* (m, expert_ffn) in the weights' dtype */
-	float *down;     /* (m, dim) each grouped row's expert output */
-	float *entries;  /* (m, dim) the same by entry */
+	void *act;        /* (m, expert_ffn) in the weights' dtype */
+	float *down;      /* (m, dim) each grouped row's expert output */
+	void *wide;       /* (expert_ffn * dim) a stored expert's matrix widened */
+	float *entries;   /* (m, dim) the same by entry */
 };
 
 void cudabe_moe_free(struct cuda_backend *c)
@@ -43,8 +47,8 @@ void cudabe_moe_free(struct cuda_backend *c)
 	struct cuda_moe *x = c->moe;
 	if (!x)
 		return;
-	void *dev[] = {x->logits, x->lists_d, x->rows, x->in,      x->gate,
-	               x->up,     x->act,     x->down, x->entries};
+	void *dev[] = {x->xn, x->logits, x->lists_d, x->rows,    x->in,  x->gate,
+	               x->up, x->act,    x->down,    x->entries, x->wide};
 	for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
 		cudaFree(dev[i]);
 	cudaFreeHost(x->logits_h);
@@ -59,8 +63,9 @@ static size_t lists_bytes(size_t m)
 	return m * (3 * sizeof(int32_t) + sizeof(float));
 }
 
+/* wide_bytes: the scratch matrix of experts kept as stored (0: none). */
 static int moe_alloc(struct cuda_moe *x, const struct model_hparams *hp, size_t dt, size_t n,
-                     char *err, size_t err_len)
+                     size_t wide_bytes, char *err, size_t err_len)
 {
 	size_t m = n * (size_t)hp->n_experts_used, F = sizeof(float);
 	size_t D = (size_t)hp->dim, H = (size_t)hp->expert_ffn_dim;
@@ -68,6 +73,7 @@ static int moe_alloc(struct cuda_moe *x, const struct model_hparams *hp, size_t 
 		void **p;
 		size_t bytes;
 	} bufs[] = {
+	    {(void **)&x->xn, n * D * F},
 	    {(void **)&x->logits, n * (size_t)hp->n_experts * F},
 	    {(void **)&x->lists_d, lists_bytes(m)},
 	    {(void **)&x->rows, m * D * F},
@@ -77,6 +83,7 @@ static int moe_alloc(struct cuda_moe *x, const struct model_hparams *hp, size_t 
 	    {&x->act, m * H * dt},
 	    {(void **)&x->down, m * D * F},
 	    {(void **)&x->entries, m * D * F},
+	    {&x->wide, wide_bytes},
 	};
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		if (cudaMalloc(bufs[i].p, bufs[i].bytes ? bufs[i].bytes : 1) != cudaSuccess) {
@@ -105,7 +112,10 @@ static int moe_reserve(struct cuda_backend *c, size_t n, char *err, size_t err_l
 	c->moe = calloc(1, sizeof(*c->moe));
 	if (!c->moe)
 		return err_set(err, err_len, -ENOMEM, "cuda backend: out of memory");
-	int rc = moe_alloc(c->moe, &c->base.model->hp, dt_size(c->wdt), n, err, err_len);
+	const struct model_hparams *hp = &c->base.model->hp;
+	size_t dt = dt_size(c->wdt);
+	size_t wide = c->experts_stored ? (size_t)hp->expert_ffn_dim * hp->dim * dt : 0;
+	int rc = moe_alloc(c->moe, hp, dt, n, wide, err, err_len);
 	if (rc) {
 		cudabe_moe_free(c);
 		return rc;
@@ -123,10 +133,10 @@ static int moe_route(struct cuda_backend *c, int n, int l, char *err, size_t err
 	const struct model_arch_moe *am = model_arch_moe(hp->arch);
 	struct cuda_moe *x = c->moe;
 	int rc, ne = hp->n_experts, k = hp->n_experts_used, m = n * k;
-	CU_TRY(cuda_rmsnorm(c->x, L->ffn_norm, n, hp->dim, hp->norm_eps, c->xb_h, c->wdt,
+	CU_TRY(cuda_rmsnorm(c->x, L->ffn_norm, n, hp->dim, hp->norm_eps, x->xn, CUDA_DT_F32,
 	                    c->stream),
 	       "rmsnorm");
-	if ((rc = cudabe_gemm(c, &L->router, c->xb_h, n, x->logits, 0.0f, err, err_len)))
+	if ((rc = cudabe_gemm(c, &L->router, CUDA_DT_F32, x->xn, n, x->logits, 0.0f, err, err_len)))
 		return rc;
 	if (L->b_router)
 		CU_TRY(cuda_add_bias(x->logits, L->b_router, n, ne, c->stream), "router bias");
@@ -150,7 +160,9 @@ static int moe_route(struct cuda_backend *c, int n, int l, char *err, size_t err
 }
 
 /* One GEMM per active expert over its grouped rows: out rows of w[e] from
- * in rows (in_cols wide, in the weights' dtype). */
+ * in rows (in_cols wide, in the weights' dtype).  An expert kept as stored
+ * is widened first into the scratch matrix, which the stream's order
+ * frees for the next expert once its GEMM has read it. */
 static int experts_gemm(struct cuda_backend *c, const struct cuda_weight *w, const void *in,
                         int in_cols, float *out, char *err, size_t err_len)
 {
@@ -159,8 +171,13 @@ static int experts_gemm(struct cuda_backend *c, const struct cuda_weight *w, con
 	for (int a = 0; a < r->n_active; a++) {
 		int e = r->active[a], s = r->start[e], cnt = r->start[e + 1] - s;
 		const unsigned char *src = (const unsigned char *)in + (size_t)s * in_cols * dt;
-		int rc = cudabe_gemm(c, &w[e], src, cnt, out + (size_t)s * w[e].rows, 0.0f, err,
-		                     err_len);
+		struct cuda_weight wide = {.d = c->moe->wide, .rows = w[e].rows, .cols = w[e].cols};
+		if (w[e].stored)
+			CU_TRY(cuda_dequant_rows(w[e].type, w[e].d, w[e].row_bytes, w[e].rows,
+			                         w[e].cols, wide.d, c->wdt, c->stream),
+			       "expert widening");
+		int rc = cudabe_gemm(c, w[e].stored ? &wide : &w[e], c->wdt, src, cnt,
+		                     out + (size_t)s * w[e].rows, 0.0f, err, err_len);
 		if (rc)
 			return rc;
 	}

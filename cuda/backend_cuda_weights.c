@@ -7,7 +7,9 @@
  * dequant.c's arithmetic and kv_row_store's rounding: no F32 copy of a row
  * is made on the host.  Norm vectors and biases stay f32.  A
  * mixture-of-experts layer's experts go up one block per kind (gate, up,
- * down), each expert a view of it.  It does not run the forward pass. */
+ * down), each expert a view of it, widened or (a block type, when asked or
+ * when widened they would not fit) as stored, for backend_cuda_moe.c to
+ * widen per forward.  It does not run the forward pass. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,32 +45,32 @@ static const char *dt_name(int dt)
 	return dt == CUDA_DT_F32 ? "f32" : dt == CUDA_DT_F16 ? "f16" : "bf16";
 }
 
-/* Chunks of w's rows as stored -> staging -> dst (rows, cols) in the dtype. */
-static int dequant_chunks(struct cuda_backend *c, const struct weight_matrix *w, void *stage,
-                          size_t per, unsigned char *dst, const char *what, char *err,
+/* Chunks of w's rows as stored -> staging -> dst (rows, cols) in dtype dt. */
+static int dequant_chunks(struct cuda_backend *c, const struct weight_matrix *w, int dt,
+                          void *stage, size_t per, unsigned char *dst, const char *what, char *err,
                           size_t err_len)
 {
-	size_t src_b = w->row_bytes, dst_b = (size_t)w->cols * dt_size(c->wdt);
+	size_t src_b = w->row_bytes, dst_b = (size_t)w->cols * dt_size(dt);
 	for (size_t r0 = 0; r0 < (size_t)w->rows; r0 += per) {
 		size_t n = (size_t)w->rows - r0 < per ? (size_t)w->rows - r0 : per;
 		int e = (int)cudaMemcpy(stage, (const unsigned char *)w->data + r0 * src_b,
 		                        n * src_b, cudaMemcpyHostToDevice);
 		if (!e)
 			e = cuda_dequant_rows(w->type, stage, src_b, (int)n, w->cols,
-			                      dst + r0 * dst_b, c->wdt, NULL);
+			                      dst + r0 * dst_b, dt, NULL);
 		if (e)
 			return err_set(err, err_len, -EIO,
 			               "cuda backend: uploading %s (%s to %s, rows %zu..%zu): %s",
-			               what, ggml_type_name(w->type), dt_name(c->wdt), r0,
-			               r0 + n - 1, cuda_error_string(e));
+			               what, ggml_type_name(w->type), dt_name(dt), r0, r0 + n - 1,
+			               cuda_error_string(e));
 	}
 	/* the forward pass runs on a non-blocking stream: the last chunk must be done */
 	CU_TRY(cudaDeviceSynchronize(), "weight dequantization");
 	return 0;
 }
 
-static int dequant_upload(struct cuda_backend *c, const struct weight_matrix *w, unsigned char *dst,
-                          const char *what, char *err, size_t err_len)
+static int dequant_upload(struct cuda_backend *c, const struct weight_matrix *w, int dt,
+                          unsigned char *dst, const char *what, char *err, size_t err_len)
 {
 	if (!cuda_dequant_supported(w->type))
 		return err_set(err, err_len, -ENOTSUP,
@@ -85,21 +87,21 @@ static int dequant_upload(struct cuda_backend *c, const struct weight_matrix *w,
 		               "(%zu KiB; %zu MiB of weights so far)",
 		               what, per * w->row_bytes >> 10, c->weight_bytes >> 20);
 	}
-	int rc = dequant_chunks(c, w, stage, per, dst, what, err, err_len);
+	int rc = dequant_chunks(c, w, dt, stage, per, dst, what, err, err_len);
 	cudaFree(stage);
 	return rc;
 }
 
-/* w's rows into dst (rows, cols) in the dtype, already allocated. */
-static int matrix_fill(struct cuda_backend *c, const struct weight_matrix *w, void *dst,
+/* w's rows into dst (rows, cols) in dtype dt, already allocated. */
+static int matrix_fill(struct cuda_backend *c, const struct weight_matrix *w, int dt, void *dst,
                        const char *what, char *err, size_t err_len)
 {
-	size_t row_b = (size_t)w->cols * dt_size(c->wdt), total = row_b * (size_t)w->rows;
-	if (same_type(w->type, c->wdt) && w->row_bytes == row_b) {
+	size_t row_b = (size_t)w->cols * dt_size(dt), total = row_b * (size_t)w->rows;
+	if (same_type(w->type, dt) && w->row_bytes == row_b) {
 		CU_TRY(cudaMemcpy(dst, w->data, total, cudaMemcpyHostToDevice), "weight upload");
 		return 0;
 	}
-	return dequant_upload(c, w, dst, what, err, err_len);
+	return dequant_upload(c, w, dt, dst, what, err, err_len);
 }
 
 static int matrix_upload(struct cuda_backend *c, const struct weight_matrix *w,
@@ -111,15 +113,44 @@ static int matrix_upload(struct cuda_backend *c, const struct weight_matrix *w,
 	if (w->rows == 0) /* an MoE layer's dense MLP: none */
 		return 0;
 	int rc = dev_alloc(c, &out->d, total, what, err, err_len);
-	return rc ? rc : matrix_fill(c, w, out->d, what, err, err_len);
+	return rc ? rc : matrix_fill(c, w, c->wdt, out->d, what, err, err_len);
 }
 
-/* The n experts' matrices w[0..n) (one shape) into one device block,
- * (*out)[e] viewing expert e's part. */
+/* The router in f32 whatever the dtype: its logits pick the experts, and
+ * the cpu backend computes them in f32 (a near tie rounded differently
+ * would send a token elsewhere). */
+static int router_upload(struct cuda_backend *c, const struct weight_matrix *w,
+                         struct cuda_weight *out, char *err, size_t err_len)
+{
+	out->rows = w->rows;
+	out->cols = w->cols;
+	int rc = dev_alloc(c, &out->d, (size_t)w->rows * w->cols * sizeof(float), "ffn_gate_inp",
+	                   err, err_len);
+	return rc ? rc : matrix_fill(c, w, CUDA_DT_F32, out->d, "ffn_gate_inp", err, err_len);
+}
+
+/* Expert e's rows as stored into dst. */
+static int stored_fill(struct cuda_backend *c, const struct weight_matrix *w, void *dst,
+                       const char *what, char *err, size_t err_len)
+{
+	if (!cuda_dequant_supported(w->type))
+		return err_set(err, err_len, -ENOTSUP,
+		               "cuda backend: %s: weights of type %s cannot be uploaded", what,
+		               ggml_type_name(w->type));
+	CU_TRY(cudaMemcpy(dst, w->data, (size_t)w->rows * w->row_bytes, cudaMemcpyHostToDevice),
+	       "expert upload");
+	return 0;
+}
+
+/* The n experts' matrices w[0..n) (one shape) into one device block, in
+ * the dtype or (c->experts_stored, a block type) as stored; (*out)[e]
+ * views expert e's part. */
 static int experts_upload(struct cuda_backend *c, const struct weight_matrix *w, int n,
                           struct cuda_weight **out, const char *what, char *err, size_t err_len)
 {
-	size_t total = (size_t)w[0].cols * dt_size(c->wdt) * (size_t)w[0].rows;
+	bool stored = c->experts_stored && !same_type(w[0].type, c->wdt);
+	size_t total = stored ? w[0].row_bytes * (size_t)w[0].rows
+	                      : (size_t)w[0].cols * dt_size(c->wdt) * (size_t)w[0].rows;
 	void *base = NULL;
 	*out = calloc((size_t)n, sizeof(**out));
 	if (!*out)
@@ -128,10 +159,33 @@ static int experts_upload(struct cuda_backend *c, const struct weight_matrix *w,
 	for (int e = 0; e < n && !rc; e++) {
 		(*out)[e] = (struct cuda_weight){.d = (unsigned char *)base + (size_t)e * total,
 		                                 .rows = w[0].rows,
-		                                 .cols = w[0].cols};
-		rc = matrix_fill(c, &w[e], (*out)[e].d, what, err, err_len);
+		                                 .cols = w[0].cols,
+		                                 .stored = stored,
+		                                 .type = w[0].type,
+		                                 .row_bytes = w[0].row_bytes};
+		rc = stored ? stored_fill(c, &w[e], (*out)[e].d, what, err, err_len)
+		            : matrix_fill(c, &w[e], c->wdt, (*out)[e].d, what, err, err_len);
 	}
 	return rc;
+}
+
+/* Whether the model's block-type experts stay as stored on the device
+ * (backend_cuda_options.experts). */
+static int experts_decide(struct cuda_backend *c, char *err, size_t err_len)
+{
+	const struct model *m = c->base.model;
+	c->experts_stored = false;
+	if (m->hp.n_experts == 0 || c->experts_mode == BACKEND_CUDA_EXPERTS_WIDENED)
+		return 0;
+	if (c->experts_mode == BACKEND_CUDA_EXPERTS_STORED) {
+		c->experts_stored = true;
+		return 0;
+	}
+	size_t free_b = 0, total_b = 0, per = 3 * (size_t)m->hp.dim * m->hp.expert_ffn_dim;
+	CU_TRY(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+	size_t widened = per * (size_t)m->hp.n_experts * m->hp.n_layers * dt_size(c->wdt);
+	c->experts_stored = widened > free_b / 2;
+	return 0;
 }
 
 static int vec_upload(struct cuda_backend *c, const float *src, size_t n, float **out, char *err,
@@ -157,14 +211,16 @@ static int moe_upload(struct cuda_backend *c, const struct model_layer *L,
 	int rc = vec_upload(c, L->bo, D, &d->bo, err, err_len);
 	if (rc || !L->exp_gate)
 		return rc;
-	rc = matrix_upload(c, &L->w_router, &d->router, "ffn_gate_inp", err, err_len);
+	rc = router_upload(c, &L->w_router, &d->router, err, err_len);
 	rc = rc ? rc : vec_upload(c, L->b_router, ne, &d->b_router, err, err_len);
-	rc = rc ? rc : experts_upload(c, L->exp_gate, (int)ne, &d->exp_gate, "ffn_gate_exps", err,
-	                              err_len);
-	rc = rc ? rc : experts_upload(c, L->exp_up, (int)ne, &d->exp_up, "ffn_up_exps", err,
-	                              err_len);
-	rc = rc ? rc : experts_upload(c, L->exp_down, (int)ne, &d->exp_down, "ffn_down_exps", err,
-	                              err_len);
+	rc = rc ? rc
+	        : experts_upload(c, L->exp_gate, (int)ne, &d->exp_gate, "ffn_gate_exps", err,
+	                         err_len);
+	rc = rc ? rc
+	        : experts_upload(c, L->exp_up, (int)ne, &d->exp_up, "ffn_up_exps", err, err_len);
+	rc = rc ? rc
+	        : experts_upload(c, L->exp_down, (int)ne, &d->exp_down, "ffn_down_exps", err,
+	                         err_len);
 	rc = rc ? rc : vec_upload(c, L->exp_b_gate, ne * F, &d->exp_b_gate, err, err_len);
 	rc = rc ? rc : vec_upload(c, L->exp_b_up, ne * F, &d->exp_b_up, err, err_len);
 	rc = rc ? rc : vec_upload(c, L->exp_b_down, ne * D, &d->exp_b_down, err, err_len);
@@ -206,7 +262,8 @@ int cudabe_weights_upload(struct cuda_backend *c, char *err, size_t err_len)
 	c->layers = calloc((size_t)m->hp.n_layers, sizeof(*c->layers));
 	if (!c->layers)
 		return err_set(err, err_len, -ENOMEM, "cuda backend: out of memory");
-	int rc = matrix_upload(c, &m->token_embd, &c->embd, "token_embd", err, err_len);
+	int rc = experts_decide(c, err, err_len);
+	rc = rc ? rc : matrix_upload(c, &m->token_embd, &c->embd, "token_embd", err, err_len);
 	rc = rc ? rc : vec_upload(c, m->output_norm, (size_t)m->hp.dim, &c->out_norm, err, err_len);
 	c->out_tied = m->output.data == m->token_embd.data && m->output.type == m->token_embd.type;
 	if (c->out_tied)
@@ -226,8 +283,7 @@ static void moe_free(struct cuda_layer_weights *d)
 			cudaFree(exps[i][0].d); /* the block all experts view */
 		free(exps[i]);
 	}
-	void *vecs[] = {d->bo,        d->router.d,  d->b_router,
-	                d->exp_b_gate, d->exp_b_up, d->exp_b_down};
+	void *vecs[] = {d->bo, d->router.d, d->b_router, d->exp_b_gate, d->exp_b_up, d->exp_b_down};
 	for (size_t i = 0; i < sizeof(vecs) / sizeof(vecs[0]); i++)
 		cudaFree(vecs[i]);
 }

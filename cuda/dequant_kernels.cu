@@ -11,10 +11,6 @@
 #include "cuda_kernels.h"
 #include "model/gguf.h"
 
-// ggml's MXFP4 type number (GGML_TYPE_MXFP4), named here until gguf.h's
-// enum has it.
-#define CUDA_GGML_MXFP4 39
-
 // fp16 at p, read bytewise: rows of blocks have no alignment.
 __device__ __forceinline__ float half_at(const uint8_t *p)
 {
@@ -126,7 +122,7 @@ __device__ float deq_elem(int type, const uint8_t *b, int j)
 		return deq_k45(b, j, false);
 	case GGML_TYPE_Q5_K:
 		return deq_k45(b, j, true);
-	case CUDA_GGML_MXFP4:
+	case GGML_TYPE_MXFP4:
 		return deq_mxfp4(b, j);
 	default: // GGML_TYPE_Q6_K; the launcher refuses the others
 		return deq_q6_k(b, j);
@@ -156,10 +152,10 @@ static bool block_shape(int type, int *elems, int *bytes)
 	static const struct {
 		int type, elems, bytes;
 	} shapes[] = {
-	    {GGML_TYPE_F32, 1, 4},      {GGML_TYPE_F16, 1, 2},     {GGML_TYPE_BF16, 1, 2},
-	    {GGML_TYPE_Q4_0, 32, 18},   {GGML_TYPE_Q4_1, 32, 20},  {GGML_TYPE_Q5_0, 32, 22},
-	    {GGML_TYPE_Q5_1, 32, 24},   {GGML_TYPE_Q8_0, 32, 34},  {GGML_TYPE_Q4_K, 256, 144},
-	    {GGML_TYPE_Q5_K, 256, 176}, {GGML_TYPE_Q6_K, 256, 210}, {CUDA_GGML_MXFP4, 32, 17}};
+	    {GGML_TYPE_F32, 1, 4},      {GGML_TYPE_F16, 1, 2},      {GGML_TYPE_BF16, 1, 2},
+	    {GGML_TYPE_Q4_0, 32, 18},   {GGML_TYPE_Q4_1, 32, 20},   {GGML_TYPE_Q5_0, 32, 22},
+	    {GGML_TYPE_Q5_1, 32, 24},   {GGML_TYPE_Q8_0, 32, 34},   {GGML_TYPE_Q4_K, 256, 144},
+	    {GGML_TYPE_Q5_K, 256, 176}, {GGML_TYPE_Q6_K, 256, 210}, {GGML_TYPE_MXFP4, 32, 17}};
 	for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
 		if (shapes[i].type == type) {
 			*elems = shapes[i].elems;

@@ -53,8 +53,8 @@ __global__ void add_bias_rows_kernel(float *y, const float *bias, const int32_t 
 		row[j] = __fadd_rn(row[j], b[j]);
 }
 
-extern "C" int cuda_add_bias_rows(float *y, const float *bias, const int32_t *which, int n, int cols,
-                                  void *stream)
+extern "C" int cuda_add_bias_rows(float *y, const float *bias, const int32_t *which, int n,
+                                  int cols, void *stream)
 {
 	if (n <= 0)
 		return 0;

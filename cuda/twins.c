@@ -133,7 +133,8 @@ void twin_dequant_rows(int ggml_type, const void *src, size_t src_row_bytes, int
 void twin_gather_rows(const float *x, const int32_t *rows, int n, int dim, float *out)
 {
 	for (int i = 0; i < n; i++)
-		memcpy(out + (size_t)i * dim, x + (size_t)rows[i] * dim, (size_t)dim * sizeof(float));
+		memcpy(out + (size_t)i * dim, x + (size_t)rows[i] * dim,
+		       (size_t)dim * sizeof(float));
 }
 
 /* moe_expert_act (engine/moe.c) on a copy of gate, then the dtype's
@@ -161,7 +162,8 @@ void twin_add_bias_rows(float *y, const float *bias, const int32_t *which, int n
 void twin_scatter_rows(const float *x, const int32_t *rows, int n, int dim, float *out)
 {
 	for (int i = 0; i < n; i++)
-		memcpy(out + (size_t)rows[i] * dim, x + (size_t)i * dim, (size_t)dim * sizeof(float));
+		memcpy(out + (size_t)rows[i] * dim, x + (size_t)i * dim,
+		       (size_t)dim * sizeof(float));
 }
 
 void twin_moe_sum(const float *y, const float *w, int n, int k, int dim, float *x)

@@ -42,18 +42,12 @@
 #include "cache/kvquant.h"
 #include "cuda_device.h"
 #include "cuda_kernels.h"
+#include "cuda_testutil.h"
 #include "engine/backend.h"
 #include "gemma_ref.h"
 #include "model/dequant.h"
 #include "util/errbuf.h"
 #include "testutil.h"
-
-/* Sizes: full on a GPU, smaller on the host emulation (cuda/emu/). */
-#ifdef SINKD_CUDA_EMU
-#define SIZE(gpu, emu) (emu)
-#else
-#define SIZE(gpu, emu) (gpu)
-#endif
 
 static const char *mkmodel_path;
 static char shared_dir[1024];
@@ -112,15 +106,6 @@ static struct backend_session *open_session(struct backend *be, const struct cac
 	char err[SINKD_ERR_LEN];
 	ck_assert_msg(be->ops->session_new(be, g, &s, err, sizeof(err)) == 0, "%s", err);
 	return s;
-}
-
-static int argmax(const float *v, int n)
-{
-	int best = 0;
-	for (int i = 1; i < n; i++)
-		if (v[i] > v[best])
-			best = i;
-	return best;
 }
 
 /* max |a - b| / max |b| */

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "cache/rope.h"
+#include "cuda_testutil.h"
 #include "cuda_device.h"
 #include "cuda_kernels.h"
 #include "cuda_kvplan.h"
@@ -27,48 +28,11 @@
 #include "util/errbuf.h"
 #include "testutil.h"
 
-/* Sizes: full on a GPU, smaller on the host emulation (cuda/emu/). */
-#ifdef SINKD_CUDA_EMU
-#define SIZE(gpu, emu) (emu)
-#else
-#define SIZE(gpu, emu) (gpu)
-#endif
-
 static uint64_t rng = 99;
 static float frand(void)
 {
 	rng = rng * 6364136223846793005ull + 1442695040888963407ull;
 	return (float)((rng >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
-}
-
-static void *dev_from(const void *host, size_t bytes)
-{
-	void *d = NULL;
-	ck_assert_int_eq(cudaMalloc(&d, bytes ? bytes : 1), cudaSuccess);
-	if (host)
-		ck_assert_int_eq(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
-	else
-		ck_assert_int_eq(cudaMemset(d, 0, bytes ? bytes : 1), cudaSuccess);
-	return d;
-}
-
-static void to_host(void *host, const void *dev, size_t bytes)
-{
-	ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
-	ck_assert_int_eq(cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
-}
-
-/* Largest |a - b| / (tol + eps*|b|) over n values of dtype (b: reference). */
-static double worst_err(const void *a, const void *b, int dtype, size_t n, double tol, double eps)
-{
-	double w = 0.0;
-	for (size_t i = 0; i < n; i++) {
-		double x = twin_dt_load(a, dtype, i), r = twin_dt_load(b, dtype, i);
-		double e = fabs(x - r) / (tol + eps * fabs(r));
-		if (!(e <= w))
-			w = isnan(e) ? INFINITY : e;
-	}
-	return w;
 }
 
 static const int dtypes[] = {CUDA_DT_F32, CUDA_DT_F16, CUDA_DT_BF16};
