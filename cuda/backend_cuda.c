@@ -25,7 +25,6 @@
 #include <string.h>
 
 #include "backend_cuda_impl.h"
-#include "cache/rope.h"
 #include "util/log.h"
 
 /* ============================================================ sessions */
@@ -138,8 +137,7 @@ static int swa_layers_new(struct cuda_backend *c, struct backend_session *s,
 		               (unsigned long long)(c->arena.size >> 20),
 		               (unsigned long long)(cuda_arena_used(&c->arena) >> 20), n_swa,
 		               (unsigned long long)(win_b >> 10));
-	rope_freqs_init(w->sh.g.rope_theta, w->sh.g.rope_dim, NULL, w->sh.g.rope_freq_scale,
-	                w->freq_hi, w->freq_lo);
+	cache_geometry_rope_freqs(&w->sh.g, w->freq_hi, w->freq_lo); /* the kind's RoPE */
 	cuda_kv_state_init(&w->st);
 	w->view = w->sh.layout;
 	w->view.sink_base = (uint64_t)(uintptr_t)c->arena_d;

@@ -128,7 +128,14 @@ int cuda_kv_kind_geometry(const struct cache_geometry *g, bool swa, struct cache
 	out->rope_theta = rope.theta;
 	out->rope_theta_swa = 0.0;
 	out->rope_freq_scale = rope.freq_scale;
-	out->n_rope_factors = 0;
+	/* scaled sliding layers (gpt-oss, gemma2) keep the factors and YaRN's
+	 * blend too; the others turn unscaled */
+	out->swa_rope_scaled = false;
+	if (!g->swa_rope_scaled) {
+		out->n_rope_factors = 0;
+		out->rope_ext_factor = 0.0;
+		out->rope_ctx_orig = 0;
+	}
 	return n;
 }
 

@@ -459,7 +459,8 @@ static void stories_vs_cpu(const struct cache_geometry *gg, double tol, bool gra
  * layers (16 tokens, their own RoPE base) beside a 4+40 global cache,
  * unquantized and int8: prompts in chunks of both sessions, decode with a
  * revision, as the CPU backend runs them (its own test checks it against
- * strategy full). */
+ * strategy full); then with YaRN by 4 over 64 positions turning the
+ * sliding layers too (gpt-oss's rule, swa_rope_scaled). */
 START_TEST(test_stories_sliding_layers_vs_cpu)
 {
 	static const uint8_t slides[5] = {1, 1, 0, 1, 0};
@@ -479,7 +480,13 @@ START_TEST(test_stories_sliding_layers_vs_cpu)
 	int na, nb;
 	int32_t *a = story_tokens(ref, 0, &na), *b = story_tokens(ref, 1, &nb);
 	/* int8 only on a GPU: the emulation's short run never fills a group */
-	for (int quant = 0; quant < SIZE(2, 1); quant++) {
+	int n_plain = SIZE(2, 1);
+	for (int run = 0; run <= n_plain; run++) {
+		int quant = run == 1 && run < n_plain, yarn = run == n_plain;
+		m->hp.rope_ext_factor = yarn ? 1.0 : 0.0;
+		m->hp.rope_freq_scale = yarn ? 0.25 : 1.0;
+		m->hp.rope_ctx_orig = yarn ? 64 : 0;
+		m->hp.swa_rope_scaled = yarn;
 		struct cache_geometry g;
 		struct twin_run r;
 		set.quant_enabled = quant;
@@ -494,7 +501,8 @@ START_TEST(test_stories_sliding_layers_vs_cpu)
 		ck_assert_uint_eq(st[1].bytes_resident, st[0].bytes_resident);
 		ck_assert_int_eq(st[1].n_resident_swa, 16);
 		ck_assert_int_eq(st[1].n_resident, st[0].n_resident);
-		printf("sliding layers (%s): cuda vs cpu %.3g\n", quant ? "int8" : "f32", r.worst);
+		printf("sliding layers (%s%s): cuda vs cpu %.3g\n", quant ? "int8" : "f32",
+		       yarn ? ", YaRN on every layer" : "", r.worst);
 		ck_assert_msg(r.worst <= (quant ? 1e-3 : 1e-4),
 		              "logits differ from the cpu backend by %g (relative)", r.worst);
 		ck_assert_int_eq(r.token_flips, 0);

@@ -121,6 +121,30 @@ START_TEST(test_rows_consistent)
 	                 MODEL_TENSOR_OPTIONAL);
 	ck_assert_ptr_null(model_arch_rope_factors_tensor(phi3));
 	ck_assert_int_eq(model_arch_layer_weights(phi3), 6);
+	/* the mixture-of-experts rows: gpt-oss's top-k then softmax, unnormalised,
+	 * clamped SwiGLU, learned sinks, sliding layers scaled with the global
+	 * RoPE; qwen3moe's softmax then top-k renormalised, plain SwiGLU */
+	const struct model_arch *goss = model_arch_find("gpt-oss"),
+	                        *q3m = model_arch_find("qwen3moe");
+	ck_assert(!model_arch_moe(llama)->experts && !model_arch_experts(qwen3));
+	ck_assert(model_arch_experts(goss) && model_arch_experts(q3m));
+	ck_assert_int_eq(model_arch_layer_kind(goss), MODEL_LAYER_MOE);
+	ck_assert_int_eq(model_arch_moe(goss)->gating, MODEL_GATING_TOPK_SOFTMAX);
+	ck_assert(!model_arch_moe(goss)->norm_weights);
+	ck_assert_int_eq(model_arch_moe(goss)->act, MODEL_EXPERT_SWIGLU_OAI);
+	ck_assert_float_eq(model_arch_moe(goss)->act_alpha, 1.702f);
+	ck_assert_float_eq(model_arch_moe(goss)->act_limit, 7.0f);
+	ck_assert(model_arch_attn(goss)->learned_sinks && model_arch_attn(goss)->swa_rope_scaled);
+	ck_assert_str_eq(model_arch_layer_tensor(goss, MODEL_LT_FFN_NORM),
+	                 "post_attention_norm.weight");
+	ck_assert(!model_arch_tied_output(goss) && model_arch_tied_output(q3m));
+	ck_assert_int_eq(model_arch_moe(q3m)->gating, MODEL_GATING_SOFTMAX);
+	ck_assert(model_arch_moe(q3m)->norm_weights);
+	ck_assert_int_eq(model_arch_moe(q3m)->act, MODEL_EXPERT_SWIGLU);
+	ck_assert(!model_arch_attn(q3m)->learned_sinks && !model_arch_attn(q3m)->sliding);
+	ck_assert_ptr_null(model_arch_layer_tensor(q3m, MODEL_LT_GATE_INP_B));
+	ck_assert(model_arch_knows_key(q3m, "expert_feed_forward_length") &&
+	          !model_arch_knows_key(qwen3, "expert_feed_forward_length"));
 	/* a zeroed model_hparams reads as llama, as it always did */
 	ck_assert_str_eq(model_arch_name(NULL), "llama");
 }
