@@ -1,5 +1,5 @@
 /* Matrix products of the CPU backend: y(B, rows) = x(B, cols) · W(rows, cols)^T
- * for weights stored as F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K or Q6_K (or
+ * for weights stored as F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K or MXFP4 (or
  * re-laid as panels), with AVX2 and AVX-512 kernels picked by one table at
  * run time and a portable C path.  Also the row conversion used for
  * embedding lookups. */
@@ -12,7 +12,7 @@
 #include "model/model.h"
 
 /* Which kernels run.  AUTO: the best the CPU supports; for Q8_0 at
- * decode-sized batches and for Q4_0/Q4_K/Q5_K/Q6_K at every batch size it
+ * decode-sized batches and for Q4_0/Q4_K/Q5_K/Q6_K/MXFP4 at every batch size it
  * quantizes the activations to int8 blocks (as llama.cpp does) and
  * multiplies in integers.  AVX2_F32: AVX2 only, Q8_0 weights dequantized to
  * fp32 on the fly, the other block types in plain C (exact activations).

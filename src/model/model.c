@@ -5,9 +5,9 @@
  * skipped), finds every weight
  * tensor, checks its shape against them, and
  * decides where each one lives: matrices the engine computes with natively
- * (F32, F16, BF16 and the block types Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) point
- * into the read-only mapping; the other block types (Q4_1, Q5_0, Q5_1,
- * MXFP4) are dequantized once to F16, near their file size, and their file
+ * (F32, F16, BF16 and the block types Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, MXFP4)
+ * point into the read-only mapping; the other block types (Q4_1, Q5_0,
+ * Q5_1) are dequantized once to F16, near their file size, and their file
  * pages given back; norm vectors and biases always end up F32.  A
  * mixture-of-experts layer's 3-D expert tensors are placed like a matrix of
  * all their experts' rows and viewed as one matrix per expert.  It does not run the

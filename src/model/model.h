@@ -2,8 +2,8 @@
  * validated GGUF file:
  * hyper-parameters from metadata, weight matrices checked against them.
  * Matrices keep their file type when the engine computes with it natively
- * (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K); the other block types
- * (Q4_1, Q5_0, Q5_1, MXFP4) are dequantized at load to F16 (F32 for a
+ * (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, MXFP4); the other block
+ * types (Q4_1, Q5_0, Q5_1) are dequantized at load to F16 (F32 for a
  * matrix with values beyond F16's range). */
 #pragma once
 
@@ -79,7 +79,7 @@ struct model_hparams {
 /* A row-major matrix of `rows` rows of `cols` elements: y = W x has
  * rows outputs.  In GGUF terms dims[0] == cols and dims[1] == rows. */
 struct weight_matrix {
-	enum ggml_type type; /* F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K or Q6_K */
+	enum ggml_type type; /* F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K or MXFP4 */
 	int rows;
 	int cols;
 	const void *data;    /* into the mapping, or into model-owned memory */

@@ -257,8 +257,9 @@ START_TEST(test_qwen3moe_loads)
 }
 END_TEST
 
-/* --type mxfp4: the experts MXFP4, dequantized at load to F16 (each value
- * the F16 of the block's value), every other matrix Q8_0 kept as stored. */
+/* --type mxfp4: the experts MXFP4, kept as stored (each expert a view of
+ * its rows of the file's 3-D tensor), every other matrix Q8_0 kept as
+ * stored. */
 START_TEST(test_mxfp4_experts_load)
 {
 	char path[64];
@@ -270,22 +271,12 @@ START_TEST(test_mxfp4_experts_load)
 	const struct gguf_tensor *t = gguf_find_tensor(m->file, "blk.0.ffn_gate_exps.weight");
 	ck_assert_int_eq(t->type, GGML_TYPE_MXFP4);
 	ck_assert_uint_eq(t->n_bytes, (size_t)EXPERTS * EFF * (DIM / 32) * MXFP4_BLOCK_BYTES);
-	float want[DIM];
+	size_t row_bytes = ggml_row_bytes(t->type, DIM);
 	for (int e = 0; e < EXPERTS; e++) {
 		const struct weight_matrix *w = &L->exp_gate[e];
-		ck_assert_int_eq(w->type, GGML_TYPE_F16);
-		for (int r = 0; r < EFF; r += 7) {
-			size_t row = (size_t)e * EFF + (size_t)r;
-			ck_assert_int_eq(dequantize_row(GGML_TYPE_MXFP4,
-			                                (const uint8_t *)t->data +
-			                                    row * ggml_row_bytes(t->type, DIM),
-			                                want, DIM),
-			                 0);
-			const uint16_t *got = (const uint16_t *)((const char *)w->data +
-			                                         (size_t)r * w->row_bytes);
-			for (int i = 0; i < DIM; i++)
-				ck_assert_uint_eq(got[i], f32_to_fp16(want[i]));
-		}
+		ck_assert_int_eq(w->type, GGML_TYPE_MXFP4);
+		ck_assert_uint_eq(w->row_bytes, row_bytes);
+		ck_assert_ptr_eq(w->data, (const uint8_t *)t->data + (size_t)e * EFF * row_bytes);
 	}
 	model_free(m);
 	unlink(path);
