@@ -2,8 +2,7 @@
  * softmax(q.k / sqrt(head_dim)) over sink + anchor + compressed + staging +
  * hot tokens (and the model's learned sink logit, when it has one: a term
  * of the denominator with a zero value), in fp32 with a max-subtracted
- * softmax, GQA (query head h reads kv
- * head h / (n_heads / n_kv_heads)).  Query heads that share a kv head are
+ * softmax, GQA (query head h reads kv head h / (n_heads / n_kv_heads)).  Query heads that share a kv head are
  * processed together (up to ATTEND_MAX_HEADS), so each key and value row is
  * read once per group rather than once per head.  Quantized tokens are used
  * without materialising them:

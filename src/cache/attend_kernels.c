@@ -701,8 +701,9 @@ static AK512_FN float exp_sum_512(float *scores, int n, float sink, float *sink_
 	const __m512 ninf = _mm512_set1_ps(-INFINITY);
 	int nv = n - n % 16;
 	__mmask16 tail = (__mmask16)((1u << (n % 16)) - 1u);
+	/* max(sink, x) gives x when either is NaN, as the scores alone did */
 	__m512 m =
-	    _mm512_max_ps(_mm512_mask_loadu_ps(ninf, tail, scores + nv), _mm512_set1_ps(sink));
+	    _mm512_max_ps(_mm512_set1_ps(sink), _mm512_mask_loadu_ps(ninf, tail, scores + nv));
 	for (int i = 0; i < nv; i += 16)
 		m = _mm512_max_ps(m, _mm512_loadu_ps(scores + i));
 	__m512 mv = _mm512_set1_ps(_mm512_reduce_max_ps(m)), sum = _mm512_setzero_ps();

@@ -118,9 +118,9 @@ int cache_trace_step_check(const struct cache_trace_step *t, char *err, size_t e
 			return err_set(err, err_len, -EINVAL,
 			               "layer %d: %d slots but no slot array", l, ly->n_slots);
 		if (!(ly->learned_sink_max >= 0.0f) || !(ly->learned_sink_mean >= 0.0f) ||
-		    ly->learned_sink_max > 1.0f || ly->learned_sink_mean > 1.0f)
+		    isinf(ly->learned_sink_max) || isinf(ly->learned_sink_mean))
 			return err_set(err, err_len, -EINVAL,
-			               "layer %d: learned sink mass must be in [0, 1]", l);
+			               "layer %d: learned sink mass must be finite and >= 0", l);
 		for (int i = 0; i < ly->n_slots; i++) {
 			int rc = check_slot(&ly->slots[i], i ? &ly->slots[i - 1] : NULL, l, i, err,
 			                    err_len);

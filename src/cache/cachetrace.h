@@ -91,8 +91,9 @@ int cache_trace_step_check(const struct cache_trace_step *t, char *err, size_t e
  * "n_slots", "stream_index", "tier" (indices into tier_names),
  * "rope_position", "mass_max", "mass_mean", "mass_ema" (null without
  * masses), and for a layer with a learned sink logit "learned_sink_mass_max",
- * "learned_sink_mass_mean" (its weight; null without masses)}]}, masses to 6 significant digits.  layer_wanted (n_layers
- * flags) or NULL for all.  NULL when out of memory. */
+ * "learned_sink_mass_mean" (its weight; null without masses)}]}, masses to
+ * 6 significant digits.  layer_wanted (n_layers flags) or NULL for all.
+ * NULL when out of memory. */
 struct cJSON;
 struct cJSON *cache_trace_json(const struct cache_trace_step *t, const bool *layer_wanted);
 /* Parses a layer list as "0,2-3" into wanted (n_layers flags): -EINVAL

@@ -90,7 +90,8 @@ int sinkcache_append(struct sinkcache *c, int layer, const float *k, const float
  * sinkcache_scratch_floats() floats, one buffer per concurrent caller.
  * sink_mass (optional, (n_heads)): the softmax mass that each head gave to
  * the sink tier; learned_mass (optional, (n_heads)): the mass each head gave
- * to its learned sink logit (sinkcache_set_learned_sinks; 0 without one).  rows_cold: the layer's rows were not read just before
+ * to its learned sink logit (sinkcache_set_learned_sinks; 0 without one).
+ * rows_cold: the layer's rows were not read just before
  * (true for a decode step, false for the later tokens of a prompt chunk);
  * it picks how they are fetched and never changes the result.
  * key_weight (optional, (n_heads, cache_geometry_capacity_tokens) floats): each

@@ -16,8 +16,8 @@ struct tier_trace_layer {
 	float *sink_ema;             /* (S) */
 	float *win_ema;              /* (W) by stream index mod W */
 	uint64_t observed_upto; /* tokens below this stream index were resident at the last step */
-	float learned_max,
-	    learned_mean; /* the learned sink's weight at the last step, over heads */
+	/* the learned sink logit's weight at the last step, over query heads */
+	float learned_max, learned_mean;
 };
 
 struct tier_trace {

@@ -459,8 +459,9 @@ static void stories_vs_cpu(const struct cache_geometry *gg, double tol, bool gra
  * layers (16 tokens, their own RoPE base) beside a 4+40 global cache,
  * unquantized and int8: prompts in chunks of both sessions, decode with a
  * revision, as the CPU backend runs them (its own test checks it against
- * strategy full); then with YaRN by 4 over 64 positions turning the
- * sliding layers too (gpt-oss's rule, swa_rope_scaled). */
+ * strategy full); learned sink logits on a sliding and a global layer;
+ * then with YaRN by 4 over 64 positions turning the sliding layers too
+ * (gpt-oss's rule, swa_rope_scaled). */
 START_TEST(test_stories_sliding_layers_vs_cpu)
 {
 	static const uint8_t slides[5] = {1, 1, 0, 1, 0};
@@ -468,6 +469,12 @@ START_TEST(test_stories_sliding_layers_vs_cpu)
 	m->hp.swa_window = 16;
 	m->hp.layer_swa = slides;
 	m->hp.rope_theta_swa = 500.0;
+	/* learned sink logits (as gpt-oss's, whose sliding layers have them
+	 * too) on sliding layer 0 and global layer 2 */
+	float *sinks = calloc((size_t)m->hp.n_heads, sizeof(float));
+	for (int h = 0; h < m->hp.n_heads; h++)
+		sinks[h] = 0.5f * (float)h - 1.0f;
+	m->layers[0].attn_sinks = m->layers[2].attn_sinks = sinks;
 	struct cache_settings set = {.strategy = CACHE_STRATEGY_SLIDING_WINDOW,
 	                             .sink_keep_count = 4,
 	                             .window_size = 40,
@@ -506,11 +513,14 @@ START_TEST(test_stories_sliding_layers_vs_cpu)
 		ck_assert_msg(r.worst <= (quant ? 1e-3 : 1e-4),
 		              "logits differ from the cpu backend by %g (relative)", r.worst);
 		ck_assert_int_eq(r.token_flips, 0);
+		ck_assert(r.learned_mass > 1e-3);
 		twin_run_close(&r);
 	}
 	free(a), free(b);
 	cJSON_Delete(ref);
 	m->hp.layer_swa = NULL;
+	m->layers[0].attn_sinks = m->layers[2].attn_sinks = NULL;
+	free(sinks);
 	model_free(m);
 }
 END_TEST
