@@ -7,8 +7,11 @@
 #include <check.h>
 #include <cuda_runtime_api.h>
 #include <math.h>
+#include <stdlib.h>
 
 #include "cuda_kernels.h"
+#include "model/dequant.h"
+#include "model/model.h"
 
 /* Sizes: full on a GPU, smaller on the host emulation (cuda/emu/). */
 #ifdef SINKD_CUDA_EMU
@@ -48,6 +51,22 @@ static inline double worst_err(const void *a, const void *b, int dtype, size_t n
 			w = isnan(e) ? INFINITY : e;
 	}
 	return w;
+}
+
+/* w's rows widened in memory to F32 by dequant.c (the host's reading of
+ * its blocks); returns the buffer, the caller's to free after w. */
+static inline float *widen_matrix(struct weight_matrix *w)
+{
+	float *f = malloc((size_t)w->rows * w->cols * sizeof(float));
+	for (int r = 0; r < w->rows; r++)
+		ck_assert_int_eq(dequantize_row(w->type,
+		                                (const uint8_t *)w->data + r * w->row_bytes,
+		                                f + (size_t)r * w->cols, (uint64_t)w->cols),
+		                 0);
+	w->type = GGML_TYPE_F32;
+	w->data = f;
+	w->row_bytes = (size_t)w->cols * sizeof(float);
+	return f;
 }
 
 /* The index of the largest of v[0 .. n) (the first on ties). */

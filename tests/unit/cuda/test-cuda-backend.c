@@ -735,19 +735,8 @@ static void widen_to_f32(struct model *m, float **owned, int *n_owned)
 		for (int i = 0; i < 7; i++)
 			ws[n++] = lw[i];
 	}
-	for (int i = 0; i < n; i++) {
-		struct weight_matrix *w = ws[i];
-		float *f = malloc((size_t)w->rows * w->cols * sizeof(float));
-		for (int r = 0; r < w->rows; r++)
-			ck_assert_int_eq(dequantize_row(w->type,
-			                                (const uint8_t *)w->data + r * w->row_bytes,
-			                                f + (size_t)r * w->cols, (uint64_t)w->cols),
-			                 0);
-		w->type = GGML_TYPE_F32;
-		w->data = f;
-		w->row_bytes = (size_t)w->cols * sizeof(float);
-		owned[(*n_owned)++] = f;
-	}
+	for (int i = 0; i < n; i++)
+		owned[(*n_owned)++] = widen_matrix(ws[i]);
 	if (tied)
 		m->output = m->token_embd;
 }

@@ -376,22 +376,10 @@ static void pair_run(struct pair *p, int na, int nb, int chunk, int n_steps)
 		free(bt[k]), free(lg[k]);
 }
 
-/* w's rows widened in memory to F32 by dequant.c (the host's reading of
- * its blocks); the buffer is kept in owned[*n_owned]. */
+/* w widened to F32 (widen_matrix), its buffer kept in owned[*n_owned]. */
 static void widen(struct weight_matrix *w, float **owned, int *n_owned)
 {
-	float *f = malloc((size_t)w->rows * w->cols * sizeof(float));
-	for (int r = 0; r < w->rows; r++)
-		ck_assert_int_eq(dequantize_row(w->type,
-		                                (const uint8_t *)w->data + r * w->row_bytes,
-		                                f + (size_t)r * w->cols, (uint64_t)w->cols),
-		                 0);
-	*w = (struct weight_matrix){.type = GGML_TYPE_F32,
-	                            .data = f,
-	                            .rows = w->rows,
-	                            .cols = w->cols,
-	                            .row_bytes = (size_t)w->cols * sizeof(float)};
-	owned[(*n_owned)++] = f;
+	owned[(*n_owned)++] = widen_matrix(w);
 }
 
 /* Every matrix of an MoE model m widened to F32 (the head is untied). */
