@@ -21,6 +21,19 @@
  * ~PACE_FACTOR times its decode-only value (or one block more).  With no
  * session decoding, prefill uses the whole max_batch_tokens.
  *
+ * A mixture-of-experts model (sched_pace_set_moe) reads each expert that a
+ * batch's rows touch once, so a batch costs its dense weights plus its
+ * expected distinct experts (moe_expected_active), not a fixed read plus a
+ * price per row: a decode-only batch is measured per one-token step's bytes
+ * and scaled to the decoders at hand, and prompt rows cost their measured
+ * row price plus the experts they touch beyond the decoders' (each at its
+ * share of a step, the step taken as all bytes: decode is memory-bound, and
+ * erring there grants fewer rows, not slower streams).  Rows beside a few
+ * decoders thus pay for experts nobody else reads, rows beside many find
+ * most of them read already; the cap is the rows whose cost fits, found
+ * for the decoders of each batch, and rows are granted one by one, not in
+ * blocks.
+ *
  * The numbers come from the engine (sched_tick.c): the shape of each batch
  * and the time its forward pass took.  This file keeps no clock, takes no
  * lock and calls no backend. */
@@ -29,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/moe.h"
 #include "util/tuning.h"
 
 /* the constants and why they are what they are: util/tuning.h */
@@ -43,6 +57,74 @@
 void sched_pace_init(struct sched_pace *p, size_t granule)
 {
 	*p = (struct sched_pace){.granule = granule > 1 ? granule : 1, .cap = PACE_START_CAP};
+}
+
+void sched_pace_set_moe(struct sched_pace *p, int n_experts, int k, double share)
+{
+	bool ok = n_experts > 0 && k > 0 && k <= n_experts && share > 0 && share <= 1;
+	if (!ok)
+		return;
+	p->moe_experts = n_experts;
+	p->moe_used = k;
+	p->moe_share = share;
+	/* Rows are priced one by one: each expert's products run over its own
+	 * tokens, so the free rows of the decoders' last block touch experts
+	 * (and cost them) like any other. */
+	p->granule = 1;
+}
+
+/* A batch of n tokens' weight bytes in one-token steps: the dense part
+ * once, each expert it is expected to touch at its share (1 when dense). */
+static double pace_step_bytes(const struct sched_pace *p, size_t n)
+{
+	if (!p->moe_experts)
+		return 1;
+	double k = p->moe_used, s = p->moe_share;
+	return (1 - s) + s * moe_expected_active(p->moe_experts, p->moe_used, (double)n) / k;
+}
+
+/* The decode-only reference for a batch of n_decode decoders. */
+static double pace_decode_s(const struct sched_pace *p, size_t n_decode)
+{
+	return p->decode_s * pace_step_bytes(p, n_decode);
+}
+
+/* What the experts that `rows` prompt rows touch beyond those of n_decode
+ * decoders add to a batch (0 when dense). */
+static double pace_expert_s(const struct sched_pace *p, size_t n_decode, size_t rows)
+{
+	if (!p->moe_experts || !rows)
+		return 0;
+	int n_exp = p->moe_experts, k = p->moe_used;
+	double fresh = moe_expected_active(n_exp, k, (double)(n_decode + rows)) -
+	               moe_expected_active(n_exp, k, (double)n_decode);
+	return p->decode_s * p->moe_share / k * fresh;
+}
+
+/* The most prompt rows beside n_decode MoE decoders whose row price and
+ * fresh experts fit in the time a paced batch may add, at most cap_max and
+ * at least PACE_MIN_CAP (the cost grows with the rows: a bisection). */
+static double pace_moe_cap(const struct sched_pace *p, size_t n_decode)
+{
+	double allow = (PACE_FACTOR - 1) * pace_decode_s(p, n_decode);
+	size_t lo = 0, hi = (size_t)p->cap_max;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo + 1) / 2;
+		if (p->row_s * (double)mid + pace_expert_s(p, n_decode, mid) <= allow)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return (double)lo < PACE_MIN_CAP ? PACE_MIN_CAP : (double)lo;
+}
+
+/* The cap for a batch of n_decode decoders: the measured one, or for an
+ * MoE model once a row's price is known, the rows that fit beside them. */
+static double pace_cap_rows(const struct sched_pace *p, size_t n_decode)
+{
+	if (!p->moe_experts || p->row_s == 0 || p->decode_s == 0)
+		return p->cap;
+	return pace_moe_cap(p, n_decode);
 }
 
 size_t sched_pace_share(size_t n)
@@ -65,7 +147,7 @@ bool sched_pace_wants_decode_only(const struct sched_pace *p)
 static size_t pace_cap_now(const struct sched_pace *p, size_t n_decode)
 {
 	size_t floor = (size_t)sched_pace_share(n_decode);
-	size_t cap = (size_t)p->cap;
+	size_t cap = (size_t)pace_cap_rows(p, n_decode);
 	return cap > floor ? cap : floor;
 }
 
@@ -76,12 +158,14 @@ static size_t round_block(const struct sched_pace *p, size_t n)
 	return (n + g - 1) / g * g;
 }
 
-/* Whether one more block of prompt rows would add more than
- * PACE_BLOCK_EXTRA_MAX of a decode-only batch, by the measured row cost. */
-static bool pace_block_too_dear(const struct sched_pace *p)
+/* Whether one more block of prompt rows beside n_decode decoders would add
+ * more than PACE_BLOCK_EXTRA_MAX of a decode-only batch, by the measured
+ * row cost (and the experts the block touches). */
+static bool pace_block_too_dear(const struct sched_pace *p, size_t n_decode)
 {
 	return p->decode_s > 0 &&
-	       p->row_s * (double)p->granule > PACE_BLOCK_EXTRA_MAX * p->decode_s;
+	       p->row_s * (double)p->granule + pace_expert_s(p, n_decode, p->granule) >
+	           PACE_BLOCK_EXTRA_MAX * pace_decode_s(p, n_decode);
 }
 
 size_t sched_pace_limit(const struct sched_pace *p, size_t n_decode, size_t max_tokens,
@@ -98,9 +182,10 @@ size_t sched_pace_limit(const struct sched_pace *p, size_t n_decode, size_t max_
 	 * for.  Paying a block the cap does not cover only when no row is free
 	 * keeps such batches rare while streams come and go. */
 	limit = round_block(p, n) + cap / p->granule * p->granule;
-	if (limit == n && pace_block_too_dear(p)) {
+	if (limit == n && pace_block_too_dear(p, n)) {
 		/* the measured cap alone: the floor is for whole blocks */
-		limit = n + (size_t)(p->cap < PACE_MIN_CAP ? PACE_MIN_CAP : p->cap);
+		double rows = pace_cap_rows(p, n);
+		limit = n + (size_t)(rows < PACE_MIN_CAP ? PACE_MIN_CAP : rows);
 		*part_block = true;
 	} else if (limit == n) {
 		limit = round_block(p, n + cap);
@@ -136,7 +221,7 @@ void sched_pace_update(struct sched_pace *p, const struct sched_pace_batch *b, d
                        size_t max_tokens)
 {
 	if (b->n_decode && !b->n_prefill) {
-		pace_observe_decode(p, seconds);
+		pace_observe_decode(p, seconds / pace_step_bytes(p, b->n_decode));
 		return;
 	}
 	p->since_measure++;
@@ -155,7 +240,8 @@ void sched_pace_update(struct sched_pace *p, const struct sched_pace_batch *b, d
 	 * the decode-only one over the rows they paid for (a ratio of averages,
 	 * so that one slow batch does not make a row look expensive); then as
 	 * many rows as fit in the time allowed beyond the decode-only batch. */
-	double extra = seconds - p->decode_s;
+	double decode_s = pace_decode_s(p, b->n_decode);
+	double extra = seconds - decode_s - pace_expert_s(p, b->n_decode, b->n_prefill);
 	if (p->paid_rows == 0) {
 		p->extra_s = extra;
 		p->paid_rows = (double)paid;
@@ -163,16 +249,19 @@ void sched_pace_update(struct sched_pace *p, const struct sched_pace_batch *b, d
 		p->extra_s = 0.7 * p->extra_s + 0.3 * extra;
 		p->paid_rows = 0.7 * p->paid_rows + 0.3 * (double)paid;
 	}
-	double floor_s = PACE_TOKEN_FLOOR * p->decode_s;
+	double floor_s = PACE_TOKEN_FLOOR * decode_s;
 	p->row_s = p->extra_s / p->paid_rows;
 	if (p->row_s < floor_s)
 		p->row_s = floor_s;
-	double cap = (PACE_FACTOR - 1) * p->decode_s / p->row_s;
 	/* Extrapolate at most twofold from the chunk measured: costs are not
 	 * linear forever (a few rows more can look free to the matmul's tiles,
 	 * many more are not). */
-	if (cap > 2 * (double)paid + 1)
-		cap = 2 * (double)paid + 1;
+	double most = 2 * (double)paid + 1;
+	p->cap_max = most < (double)max_tokens ? most : (double)max_tokens;
+	double cap =
+	    p->moe_experts ? pace_moe_cap(p, b->n_decode) : (PACE_FACTOR - 1) * decode_s / p->row_s;
+	if (cap > most)
+		cap = most;
 	p->cap = cap < PACE_MIN_CAP         ? PACE_MIN_CAP
 	         : cap > (double)max_tokens ? (double)max_tokens
 	                                    : cap;

@@ -23,6 +23,14 @@ struct sched_pace {
 	double row_s;     /* what one paid prompt row adds (extra_s / paid_rows) */
 	double extra_s;   /* moving average: paced batch time beyond a decode-only one */
 	double paid_rows; /* moving average: rows those batches paid for beyond the decoders' */
+	double cap_max;   /* rows the cap may reach: twice those last paid, plus one */
+	/* Mixture of experts (sched_pace_set_moe; moe_experts 0: a dense
+	 * model, and none of these is used): a batch reads each expert its
+	 * rows touch once, so its cost grows with the distinct experts, and
+	 * decode_s and decode_samples are per one-token step's bytes. */
+	int moe_experts;  /* experts per MoE layer */
+	int moe_used;     /* the k each token picks */
+	double moe_share; /* the k experts' share of the bytes one token's step reads */
 };
 
 /* What a batch carried, for sched_pace_update(). */
@@ -35,6 +43,11 @@ struct sched_pace_batch {
 
 /* Nothing measured yet; rows are granted in blocks of granule (0 taken as 1). */
 void sched_pace_init(struct sched_pace *p, size_t granule);
+/* Gives the pacing an MoE model's shape: n_experts per layer, k picked
+ * per token, and those k experts' share of the bytes one token's step reads
+ * (0 < share <= 1; anything else, or n_experts 0, leaves it dense).  Rows
+ * are then granted one by one, not in blocks of granule. */
+void sched_pace_set_moe(struct sched_pace *p, int n_experts, int k, double share);
 /* Whether the next batch with decoders and waiting prompts should be
  * decode-only: the reference is unknown or due for a re-measure. */
 bool sched_pace_wants_decode_only(const struct sched_pace *p);

@@ -1221,6 +1221,32 @@ static void *engine_main(void *arg)
 
 /* ---- lifecycle --------------------------------------------------------- */
 
+/* Tells the pacing an MoE model's shape: its k experts' share of the
+ * weight bytes one token's step reads (each layer's attention, router and
+ * k experts, and the output head). */
+static void pace_moe_from_model(struct sched_pace *p, const struct model *m)
+{
+	const struct model_hparams *hp = &m->hp;
+	if (hp->n_experts <= 0)
+		return;
+	double experts = 0, dense = (double)m->output.rows * (double)m->output.row_bytes;
+	for (int i = 0; i < hp->n_layers; i++) {
+		const struct model_layer *l = &m->layers[i];
+		const struct weight_matrix *shared[] = {
+		    &l->wq, &l->wk, &l->wv, &l->wo, &l->w_router, &l->w_gate, &l->w_up, &l->w_down};
+		for (size_t j = 0; j < sizeof(shared) / sizeof(shared[0]); j++)
+			dense += (double)shared[j]->rows * (double)shared[j]->row_bytes;
+		const struct weight_matrix *expert[] = {l->exp_gate, l->exp_up, l->exp_down};
+		for (size_t j = 0; j < 3; j++)
+			if (expert[j])
+				experts += hp->n_experts_used * (double)expert[j]->rows *
+				           (double)expert[j]->row_bytes;
+	}
+	if (experts > 0)
+		sched_pace_set_moe(p, hp->n_experts, hp->n_experts_used,
+		                   experts / (dense + experts));
+}
+
 int scheduler_new(const struct sinkd_config *cfg, struct backend *be, const struct tokenizer *tok,
                   struct sinkd_log *log, struct scheduler **out, char *err, size_t err_len)
 {
@@ -1231,6 +1257,7 @@ int scheduler_new(const struct sinkd_config *cfg, struct backend *be, const stru
 	s->be = be;
 	sched_pace_init(&s->pace,
 	                be->ops->batch_rows_granule > 1 ? (size_t)be->ops->batch_rows_granule : 1);
+	pace_moe_from_model(&s->pace, be->model);
 	s->tok = tok;
 	s->log = log;
 	s->n_vocab = be->model->hp.n_vocab;

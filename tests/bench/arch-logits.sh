@@ -14,22 +14,26 @@
 # by 4; yarn by 4 over 256 original positions; longrope's long and short
 # factor sets with partial rotary; model sliding-window layers over 32
 # tokens (gemma2, gemma3); a variant the row's mkmodel refuses is
-# left out), a model of SHAPE in
-# F32, Q8_0 and Q4_K, and three prompts of 50, 160 and 300 token ids (fixed:
+# left out), a model of SHAPE in F32, Q8_0 and Q4_K (the mixture-of-experts
+# rows gpt-oss and qwen3moe: 8 experts of which 2 per token, the variants
+# plain, yarn and swa32, in F32, Q8_0 and MXFP4: experts MXFP4, the other
+# matrices Q8_0), and three prompts of 50, 160 and 300 token ids (fixed:
 # an LCG from the prompt's seed): llama.cpp's last-position logits and 8
 # greedy tokens (llamacpp-logits) against sinkd's (sinkd-logits: strategy
 # full, F32 K/V) on the CPU backend and on the CUDA host emulation (where the
 # build has tests/sinkd-logits-emu).  Prints a table (model, type, prompt,
 # backend, max |diff| / max |logit|, greedy tokens equal) and one JSON line;
-# exits 1 when a row is over its bound: 1e-3 for F32, 0.04 for Q8_0 and Q4_K
-# (the bound of the block-type logits test, test-model.c).  A variant sinkd
-# refuses by name (RoPE scaling on gemma2's sliding layers, say) is listed
+# exits 1 when a row is over its bound: 1e-3 for F32, 0.04 for Q8_0, Q4_K
+# and MXFP4 (the bound of the block-type logits test, test-model.c).  A
+# variant sinkd refuses by name (RoPE scaling on gemma2's sliding layers, say) is listed
 # as refused and gets no reference file.
 #
 # It also writes the reference files of the arch-logits test into REFS
 # (default tests/data/arch-logits): each F32 model and the plain llama in
-# Q8_0 and Q4_K, with the mkmodel arguments that make the file, the prompts,
-# llama.cpp's logits (7 significant digits) and greedy tokens.
+# Q8_0 and Q4_K and the plain mixture-of-experts rows in every type, with
+# the mkmodel arguments that make the file, the prompts, llama.cpp's logits
+# (7 significant digits) and greedy tokens.  With ARCHS set, only those
+# rows' reference files are replaced.
 #
 # Environment: BUILD (sinkd build dir, default build), EMU (1: also the CUDA
 # emulation when built; 0: not), REFS (reference folder; empty: write none),
@@ -59,6 +63,11 @@ VARIANTS=(plain "rope_freqs:--rope-freqs 1,1,1,1,1,1,1,1,1.5,2,3,4,6,8" "linear:
 	"yarn:--rope-scaling yarn:4:256" "swa32:--sliding-window 32"
 	"longrope:$LONGROPE --rope-orig-ctx 64" "longrope_short:$LONGROPE --rope-orig-ctx 4096")
 TYPES="f32 q8_0 q4_k"
+# mixture-of-experts rows: their shape, variants and types
+MOE_ARCHS=" gpt-oss qwen3moe "
+MOE_SHAPE="--experts 8 --experts-used 2 --expert-ffn 128"
+MOE_VARIANTS=(plain "yarn:--rope-scaling yarn:4:256" "swa32:--sliding-window 32")
+MOE_TYPES="f32 q8_0 mxfp4"
 PROMPTS="1:50 2:160 3:300"
 GREEDY=8
 
@@ -87,13 +96,17 @@ print(",".join(out))' "$@"
 ROWS=$TMP/rows.jsonl
 : >"$ROWS"
 for arch in ${ARCHS:-$("$MK" --list-archs)}; do
-	for v in "${VARIANTS[@]}"; do
+	variants=("${VARIANTS[@]}") types=$TYPES shape=$SHAPE
+	if [[ $MOE_ARCHS == *" $arch "* ]]; then
+		variants=("${MOE_VARIANTS[@]}") types=$MOE_TYPES shape="$SHAPE $MOE_SHAPE"
+	fi
+	for v in "${variants[@]}"; do
 		vname=${v%%:*}
 		vflags=""
 		[ "$vname" != "$v" ] && vflags=${v#*:}
-		for type in $TYPES; do
+		for type in $types; do
 			name=$arch-$vname-$type
-			args="--arch $arch $SHAPE $vflags --type $type"
+			args="--arch $arch $shape $vflags --type $type"
 			# shellcheck disable=SC2086
 			if ! "$MK" --out "$TMP/$name.gguf" $args >"$TMP/mk.txt" 2>&1; then
 				log "$name: sinkd-mkmodel refuses it ($(head -1 "$TMP/mk.txt")); left out"
@@ -154,10 +167,17 @@ done
 # ---- reference files for the arch-logits test
 if [ -n "$REFS" ]; then
 	mkdir -p "$REFS"
-	rm -f "$REFS"/*.json
+	if [ -n "${ARCHS:-}" ]; then
+		for arch in $ARCHS; do rm -f "$REFS/$arch"-*.json; done
+	else
+		rm -f "$REFS"/*.json
+	fi
 	for f in "$TMP"/*.args; do
 		name=$(basename "$f" .args)
-		case $name in *-f32 | llama-plain-q8_0 | llama-plain-q4_k) ;; *) continue ;; esac
+		case $name in
+		*-f32 | llama-plain-q8_0 | llama-plain-q4_k | gpt-oss-plain-* | qwen3moe-plain-*) ;;
+		*) continue ;;
+		esac
 		[ -e "$TMP/$name.refused" ] && continue
 		python3 - "$TMP" "$name" "$INFO" "$REFS/$name.json" <<'EOF'
 import glob, json, shlex, sys

@@ -15,10 +15,18 @@
 # size.  Prints min and median, a table, the targets of the issue, and one
 # JSON line.
 #
+# MoE rows: the synthetic mixture-of-experts models of moe-models.sh
+# (gpt-oss and qwen3moe shapes of about 150M weights, a tenth active) in
+# MOE_TYPES, measured like the others: decode and prefill tok/s at each
+# stream count, the daemon's resident memory against the file.  Their GB/s
+# and % roof count the weights one token reads (its k experts); a batch of
+# streams reads more experts than one stream does.
+#
 # Environment: BUILD (build dir, default build-bench), REPEATS (3),
 # RUN_SECONDS (3 per measurement), THREADS (0 = one per core),
 # STREAMS ("1 8 32"), TYPES ("f32 f16 q8_0 q4_k q4_0": the 134M models),
-# MATMUL_PERF=1 (also print kernel GB/s and GFLOP/s).
+# MOE_ARCHS ("gpt-oss qwen3moe"), MOE_TYPES ("q8_0 mxfp4"; empty: no MoE
+# rows), MATMUL_PERF=1 (also print kernel GB/s and GFLOP/s).
 #
 # Pairs mode: with BUILD_A and BUILD_B (two meson build directories, of one
 # source tree or of two), tests/bench/engine-bench-pairs.sh measures both
@@ -34,7 +42,9 @@ REPEATS=${REPEATS:-3}
 RUN_SECONDS=${RUN_SECONDS:-3}
 THREADS=${THREADS:-0}
 STREAMS=${STREAMS:-"1 8 32"}
-TYPES=${TYPES:-"f32 f16 q8_0 q4_k q4_0"}
+TYPES=${TYPES-"f32 f16 q8_0 q4_k q4_0"}
+MOE_ARCHS=${MOE_ARCHS:-"gpt-oss qwen3moe"}
+MOE_TYPES=${MOE_TYPES-"q8_0 mxfp4"}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
@@ -72,6 +82,14 @@ for type in $TYPES; do
 		--dim 768 --layers 12 --heads 12 --ffn 2048 --type "$type" >/dev/null
 	MODELS+=("$out")
 done
+if [ -n "$MOE_TYPES" ]; then
+	source "$ROOT/tests/bench/moe-models.sh"
+	log "making the MoE models ($MOE_ARCHS; $MOE_TYPES)"
+	mapfile -t moe < <(moe_models "$BUILD/src/tools/sinkd-mkmodel" \
+		"$SHARED/vocab/ggml-vocab-llama-spm.gguf" "$TMP" "$MOE_ARCHS" "$MOE_TYPES")
+	[ ${#moe[@]} -gt 0 ] || { log "no MoE model made"; exit 1; }
+	MODELS+=("${moe[@]}")
+fi
 
 # ---- measurements: one JSON object per line in $TMP/results.jsonl
 # The memory bandwidth of this shared machine drifts by up to 2x within
@@ -126,7 +144,7 @@ summary = {"time": when, "threads": threads, "probe_bw_gbs": bws,
            "probe_fma1_gflops": fma1, "probe_fma2_gflops": fma2, "models": {}}
 def mm(v):
     return min(v), statistics.median(v)
-print(f"{'model':<16}{'streams':>8}{'tok/s min':>11}{'tok/s med':>11}{'GB/s':>7}{'% roof min/med':>16}{'GFLOP/s':>9}{'% FMA':>7}{'x 1 stream min/med':>20}{'prefill':>9}{'wall ms/step':>13}")
+print(f"{'model':<26}{'streams':>8}{'tok/s min':>11}{'tok/s med':>11}{'GB/s':>7}{'% roof min/med':>16}{'GFLOP/s':>9}{'% FMA':>7}{'x 1 stream min/med':>20}{'prefill':>9}{'wall ms/step':>13}")
 for m in models:
     ms = {}
     reps = sorted({r["repeat"] for r in dec if r["model"] == m})
@@ -151,14 +169,14 @@ for m in models:
              "step_ms": statistics.median(r["step_ms"] for r in rs)}
         ms[str(n)] = e
         sp = f"{e['speedup_min']:.2f}/{e['speedup_median']:.2f}" if speed else "-"
-        print(f"{m:<16}{n:>8}{min(toks):>11.1f}{med:>11.1f}{gbs:>7.1f}{min(roof):>8.1f}/{statistics.median(roof):<7.1f}"
+        print(f"{m:<26}{n:>8}{min(toks):>11.1f}{med:>11.1f}{gbs:>7.1f}{min(roof):>8.1f}/{statistics.median(roof):<7.1f}"
               f"{gflops:>9.1f}{e['fma_pct']:>7.1f}{sp:>20}{e['prefill_tok_s']:>9.0f}{e['step_ms']:>13.3f}")
     summary["models"][m] = ms
-print(f"{'model':<16}{'what':>9}{'file MB':>9}{'KV MB':>7}{'VmHWM MB':>10}{'x file':>8}{'limit MB':>10}  (tests/bench/rss.sh)")
+print(f"{'model':<26}{'what':>9}{'file MB':>9}{'KV MB':>7}{'VmHWM MB':>10}{'x file':>8}{'limit MB':>10}  (tests/bench/rss.sh)")
 for r in (r for r in rows if r["kind"] == "rss"):
     mb, m = 1 / (1 << 20), r["model"]
     limit = 1.1 * (r["file_bytes"] + r["kv_bytes"] + 32 * 2**20)
-    print(f"{m:<16}{r['what']:>9}{r['file_bytes'] * mb:>9.1f}{r['kv_bytes'] * mb:>7.1f}{r['vm_hwm'] * mb:>10.1f}"
+    print(f"{m:<26}{r['what']:>9}{r['file_bytes'] * mb:>9.1f}{r['kv_bytes'] * mb:>7.1f}{r['vm_hwm'] * mb:>10.1f}"
           f"{r['vm_hwm'] / r['file_bytes']:>8.2f}{limit * mb:>10.1f}")
     summary["models"].setdefault(m, {}).setdefault("rss", {})[r["what"]] = {
         k: r[k] for k in ("file_bytes", "kv_bytes", "vm_hwm", "smaps")}

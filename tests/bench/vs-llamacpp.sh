@@ -11,7 +11,10 @@
 # sinkd-mkmodel, and in F16 from which llama-quantize (LLAMA_QUANTIZE, else
 # found beside llama-bench; skipped with a note where there is none) makes
 # the Q4_K_M mix users download (Q4_K with Q6_K for the output head and
-# half of attn_v / ffn_down).
+# half of attn_v / ffn_down).  With MOE_TYPES set (and no MODEL given), the
+# synthetic mixture-of-experts models of moe-models.sh (gpt-oss and
+# qwen3moe shapes, MOE_ARCHS) in those types instead: weight bytes and
+# multiply-adds then count the k experts one token uses.
 #
 # For each model, REPEATS times, at each thread count of THREADS, in
 # alternating order (llama.cpp first in odd repeats, sinkd first in even
@@ -33,7 +36,8 @@
 #
 # Environment: BUILD (sinkd build dir, default build-bench), REPEATS (4),
 # THREADS ("1 2"; the probes measure 1 and 2 threads), PROMPT (512), GEN (128),
-# LLAMA_QUANTIZE, LLAMA_ENV (variables for llama-bench, e.g.
+# LLAMA_QUANTIZE, MOE_TYPES (e.g. "q8_0 mxfp4"), MOE_ARCHS ("gpt-oss
+# qwen3moe"), LLAMA_ENV (variables for llama-bench, e.g.
 # OMP_WAIT_POLICY=passive: on a machine other work shares, the OpenMP
 # threads of an OpenMP build spin at every barrier by default, and at 2
 # threads that costs llama.cpp 10x when the other core is taken).
@@ -90,7 +94,13 @@ mkmodel() { # type out
 		--dim 768 --layers 12 --heads 12 --ffn 2048 --type "$1" >/dev/null
 }
 MODELS=("$@")
-if [ ${#MODELS[@]} -eq 0 ]; then
+if [ ${#MODELS[@]} -eq 0 ] && [ -n "${MOE_TYPES:-}" ]; then
+	source "$ROOT/tests/bench/moe-models.sh"
+	log "making the MoE models (${MOE_ARCHS:-gpt-oss qwen3moe}; $MOE_TYPES)"
+	mapfile -t MODELS < <(moe_models "$BUILD/src/tools/sinkd-mkmodel" \
+		"$SHARED/vocab/ggml-vocab-llama-spm.gguf" "$TMP" "${MOE_ARCHS:-gpt-oss qwen3moe}" "$MOE_TYPES")
+	[ ${#MODELS[@]} -gt 0 ] || { log "no MoE model made"; exit 1; }
+elif [ ${#MODELS[@]} -eq 0 ]; then
 	for type in q8_0 q4_k; do
 		out="$TMP/synth134M-$type.gguf"
 		log "making $out"
@@ -216,7 +226,7 @@ for t in (1, 2):
               f"min {min(bws[t]):.1f}, median {statistics.median(bws[t]):.1f}, max {max(bws[t]):.1f} GB/s")
 print("ceiling: decode = weight bytes x tok/s over that repeat's bandwidth probe; "
       "prefill = weight multiply-adds x tok/s over the int8 dot rate")
-print(f"{'model':<24}{'threads':>8}{'what':>9}{'llama.cpp tok/s':>17}{'sinkd tok/s':>13}"
+print(f"{'model':<32}{'threads':>8}{'what':>9}{'llama.cpp tok/s':>17}{'sinkd tok/s':>13}"
       f"{'sinkd/llama min':>17}{'median':>8}{'ceiling: sinkd':>16}{'llama.cpp':>11}")
 summary = {"time": when, "llama_bench": version, "llama_env": sys.argv[4], "int8_gmacs": dot_roof,
            "bw_gbs": bws, "models": {}}
@@ -248,10 +258,10 @@ for m in models:
                  "llama_ceiling_pct": statistics.median(
                      ceiling(kind, m, t, r, l) for r, (l, _) in zip(reps, pairs))}
             ms[f"{kind}_t{t}"] = e
-            print(f"{m:<24}{t:>8}{kind:>9}{e['llama_tok_s_median']:>17.1f}{e['sinkd_tok_s_median']:>13.1f}"
+            print(f"{m:<32}{t:>8}{kind:>9}{e['llama_tok_s_median']:>17.1f}{e['sinkd_tok_s_median']:>13.1f}"
                   f"{e['ratio_min']:>17.2f}{e['ratio_median']:>8.2f}"
                   f"{e['sinkd_ceiling_pct']:>15.1f}%{e['llama_ceiling_pct']:>10.1f}%")
-print(f"{'model':<24}{'file MB':>11}{'sinkd RSS MB':>14}{'x file':>8}{'llama.cpp peak MB':>19}{'x file':>8}")
+print(f"{'model':<32}{'file MB':>11}{'sinkd RSS MB':>14}{'x file':>8}{'llama.cpp peak MB':>19}{'x file':>8}")
 for m in models:
     rs = {r["engine"]: r for r in rows if r["kind"] == "rss" and r["model"] == m}
     if "sinkd" not in rs:
@@ -260,7 +270,7 @@ for m in models:
     s, l = rs["sinkd"]["step_rss"], rs.get("llama.cpp", {}).get("step_rss")
     summary["models"][m]["rss"] = {"file_bytes": fb, "sinkd_rss": s, "llama_peak_rss": l}
     lt = f"{l / 2**20:>19.1f}{l / fb:>8.2f}" if l else f"{'-':>19}{'-':>8}"
-    print(f"{m:<24}{fb / 2**20:>11.1f}{s / 2**20:>14.1f}{s / fb:>8.2f}{lt}")
+    print(f"{m:<32}{fb / 2**20:>11.1f}{s / 2**20:>14.1f}{s / fb:>8.2f}{lt}")
 print("targets: decode and prefill >= 1.0x llama.cpp at 1 and 2 threads; sinkd daemon peak resident <= 1.1 x file + KV + 32 MB (rss.sh)")
 print(json.dumps(summary, separators=(",", ":")))
 EOF

@@ -6,7 +6,8 @@
 #   - qwen3 (<tool_call>, <think>), llama3_1 (Llama 3 JSON), gemma3 and
 #     llama2 (the generic envelope), gpt-oss (harmony; its template from
 #     llama.cpp's models/templates, written with sinkd-mkmodel
-#     --chat-template), DeepSeek R1's template on the qwen3 vocabulary (the
+#     --chat-template, on a gpt-oss architecture file: learned sinks,
+#     experts, a sliding and a full layer), DeepSeek R1's template on the qwen3 vocabulary (the
 #     DeepSeek envelope; DeepSeek V3's own vocabulary has a pre-tokenizer
 #     sinkd does not implement), Mistral Large's v3 template on llama2's
 #     vocabulary with [TOOL_CALLS], [ARGS], [CALL_ID] added as control
@@ -123,8 +124,11 @@ for f in "${families[@]}"; do
 	[ -n "${fam_tmpl[$f]:-}" ] && extra=(--chat-template "${fam_tmpl[$f]}")
 	vfile="$vocab/tokenizer-$v/models/tokenizer.json"
 	[ "$f" = mistral ] && vfile="$tmp/mistral/tokenizer.json"
-	"$mkmodel" --vocab "$vfile" --out "$tmp/$f.gguf" \
-		--dim 64 --layers 1 --heads 2 --ffn 128 --tied "${extra[@]}" >"$tmp/$f.mk.log" 2>&1
+	shape=(--dim 64 --layers 1 --heads 2 --ffn 128 --tied)
+	[ "$f" = gptoss ] && shape=(--arch gpt-oss --dim 64 --layers 2 --heads 2 --ffn 128
+	                            --experts 4 --experts-used 2 --expert-ffn 64)
+	"$mkmodel" --vocab "$vfile" --out "$tmp/$f.gguf" "${shape[@]}" "${extra[@]}" \
+		>"$tmp/$f.mk.log" 2>&1
 	check "$f: sinkd-mkmodel builds the model" [ $? -eq 0 ]
 	model="$tmp/$f.gguf"
 	write_config "$tmp/$f.yaml" "$port"

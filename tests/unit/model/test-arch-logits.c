@@ -5,8 +5,9 @@
  * greedy tokens for them.  The test remakes each model with this build's
  * sinkd-mkmodel (all seeds fixed, so the same file), runs the sinkd-logits
  * drivers on it (strategy full, F32 K/V) and wants the logits within the
- * file's bound of the largest logit (1e-3 for F32, 0.04 for Q8_0 and Q4_K,
- * as the block-type logits test) and, for F32, the same greedy tokens.
+ * file's bound of the largest logit (1e-3 for F32, 0.04 for Q8_0, Q4_K and
+ * MXFP4, as the block-type logits test) and, for F32, the same greedy
+ * tokens.
  *
  *   test-arch-logits SINKD-MKMODEL SINKD-LOGITS [SINKD-LOGITS-EMU]
  *
