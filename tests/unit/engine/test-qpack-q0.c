@@ -44,14 +44,7 @@ START_TEST(test_pack_layout)
 					uint16_t d = 0, want_d = 0;
 					if (src)
 						memcpy(&want_d, src, scale_bytes(t));
-					if (t == GGML_TYPE_MXFP4) {
-						const struct qpack_mxfp4_block *b = (const void *)gb;
-						d = b->d[h][lane];
-						for (int i = 0; i < 16; i++)
-							ck_assert_uint_eq(
-							    b->qs[h][i / 4][lane][i % 4],
-							    src ? src[1 + i] : 0);
-					} else if (t == GGML_TYPE_Q8_0) {
+					if (t == GGML_TYPE_Q8_0) {
 						const struct qpack_q8_0_block *b = (const void *)gb;
 						d = b->d[h][lane];
 						for (int i = 0; i < 32; i++) {
@@ -61,12 +54,14 @@ START_TEST(test_pack_layout)
 							ck_assert_int_eq(code, want);
 						}
 					} else {
+						/* Q4_0 and MXFP4 share the code lines */
 						const struct qpack_q4_0_block *b = (const void *)gb;
-						d = b->d[h][lane];
+						const struct qpack_mxfp4_block *mb = (const void *)gb;
+						d = t == GGML_TYPE_MXFP4 ? mb->d[h][lane] : b->d[h][lane];
 						for (int i = 0; i < 16; i++)
 							ck_assert_uint_eq(
-							    b->qs[h][i / 4][lane][i % 4],
-							    src ? src[2 + i] : 0);
+							    mb->qs[h][i / 4][lane][i % 4],
+							    src ? src[scale_bytes(t) + i] : 0);
 					}
 					ck_assert_uint_eq(d, want_d);
 				}
