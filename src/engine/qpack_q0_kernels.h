@@ -22,7 +22,7 @@
  * MXFP4 is Q4_0's tile with a decode step: each nibble looked up by a byte
  * shuffle as its unsigned code (QDOT_MXFP4_KVALUES_U, at most 24), offset
  * 12 taken off with x's sum, and E8M0 scales; its codes would overflow a
- * block's 16-bit sums, so without VNNI each step's pair widens at once. */
+ * block's 16-bit sums, so without VNNI every second step widens them. */
 
 /* clang-format would read Q0(type) *p as a multiplication. */
 /* clang-format off */
@@ -117,15 +117,23 @@ Q0_INLINE Q0(vi) Q0(q4_dot)(Q0(vi) acc, Q0(vi) u, Q0(vi) s)
 #endif
 }
 
-/* acc + the products of one step of an MXFP4 line pair (lo: step j, hi:
- * step j + 4): without VNNI the two maddubs (at most 2 x 24 x 128 each)
- * add in 16 bits and widen at once. */
-Q0_INLINE Q0(vi) Q0(mx_dot2)(Q0(vi) acc, Q0(vi) lo, Q0(vi) xl, Q0(vi) hi, Q0(vi) xh)
+/* acc + the products of step j of an MXFP4 line pair (lo: step j, hi:
+ * step j + 4): without VNNI the maddubs (at most 2 x 24 x 128 each) of two
+ * steps add in 16 bits (*part holds an even step's) and widen on the odd
+ * step. */
+Q0_INLINE Q0(vi) Q0(mx_dot2)(Q0(vi) acc, Q0(vi) *part, int j, Q0(vi) lo, Q0(vi) xl, Q0(vi) hi,
+                             Q0(vi) xh)
 {
 #if Q0_VNNI
+	(void)part, (void)j;
 	return Q0(dot)(Q0(dot)(acc, lo, xl), hi, xh);
 #else
 	Q0(vi) p = Q0_OP(add_epi16)(Q0_OP(maddubs_epi16)(lo, xl), Q0_OP(maddubs_epi16)(hi, xh));
+	if (j % 2 == 0) {
+		*part = p;
+		return acc;
+	}
+	p = Q0_OP(add_epi16)(*part, p);
 	return Q0_OP(add_epi32)(acc, Q0_OP(madd_epi16)(p, Q0_OP(set1_epi16)(1)));
 #endif
 }
@@ -298,7 +306,7 @@ Q0_INLINE void Q0(nibble_tile)(const bool mx, const int RG, const int V, const u
 #pragma GCC unroll 2
 		for (int h = 0; h < QPACK_Q0_PAIR; h++) {
 			const struct qdot_q8_block *xb[Q0_MAX_V];
-			Q0(vi) isum[Q0_MAX_R][Q0_MAX_V];
+			Q0(vi) isum[Q0_MAX_R][Q0_MAX_V], part[Q0_MAX_R][Q0_MAX_V];
 			Q0(vf) dw[Q0_MAX_R];
 			Q0_START(R, V, mx ? QDOT_MXFP4_OFFSET : Q0_VNNI ? 8 : 0, x, xs,
 			         QPACK_Q0_PAIR * k + h, xb, isum);
@@ -320,7 +328,8 @@ Q0_INLINE void Q0(nibble_tile)(const bool mx, const int RG, const int V, const u
 					Q0(vi) xh = Q0(bcast4)(xb[v]->qs + 16 + 4 * j);
 					for (int i = 0; i < R; i++)
 						isum[i][v] =
-						    mx ? Q0(mx_dot2)(isum[i][v], lo[i], xl, hi[i], xh)
+						    mx ? Q0(mx_dot2)(isum[i][v], &part[i][v], j, lo[i],
+						                     xl, hi[i], xh)
 						       : Q0(q4_dot)(Q0(q4_dot)(isum[i][v], lo[i], xl),
 						                    hi[i], xh);
 				}
