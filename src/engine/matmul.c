@@ -1035,11 +1035,10 @@ static int batch_class(int B)
 		[WTYPE_Q4_0] = ALL4(QDOT), [WTYPE_Q4_K] = ALL4(QDOT), [WTYPE_Q5_K] = ALL4(QDOT), \
 		[WTYPE_Q6_K] = ALL4(QDOT), [WTYPE_MXFP4] = ALL4(QDOT)
 /* The same where the backend packed the weights (qpack.h): the types with
- * a packed layout read it at every batch size (MXFP4 has none: a matrix
- * of it never has panels, so it does not reach these levels). */
+ * a packed layout read it at every batch size. */
 #define QPACK_TYPES \
 		[WTYPE_Q4_0] = ALL4(QPACK), [WTYPE_Q4_K] = ALL4(QPACK), [WTYPE_Q5_K] = ALL4(QPACK), \
-		[WTYPE_Q6_K] = ALL4(QPACK), [WTYPE_MXFP4] = ALL4(QDOT)
+		[WTYPE_Q6_K] = ALL4(QPACK), [WTYPE_MXFP4] = ALL4(QPACK)
 /* The one place a family is chosen: [level][type][batch class].
  *   generic        plain C for everything;
  *   AVX2 (exact)   dot tiles below 12 rows, where the packed GEMM's

@@ -306,6 +306,8 @@ static const struct qpack_type types[] = {
 	{GGML_TYPE_Q4_0, 32 * QPACK_Q0_PAIR, sizeof(struct qpack_q4_0_block), qpack_q4_0_pack,
 	 qpack_q4_0_unpack, qpack_q4_0_rows_scalar, qpack_q0_avx512_rows, qpack_q0_avx2_rows,
 	 qpack_q0_amx_rows, qpack_q0_amx_emulated_rows},
+	{GGML_TYPE_MXFP4, 32 * QPACK_Q0_PAIR, sizeof(struct qpack_mxfp4_block), qpack_mxfp4_pack,
+	 qpack_mxfp4_unpack, qpack_mxfp4_rows_scalar, qpack_q0_avx512_rows, qpack_q0_avx2_rows},
 };
 /* clang-format on */
 

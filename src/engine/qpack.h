@@ -29,7 +29,7 @@ bool qpack_supported(enum ggml_type t);
  * type without one or cols not a multiple of its block. */
 size_t qpack_bytes(const struct weight_matrix *w);
 /* Values of a row in one group block (the stored block's, or two of
- * them for Q8_0 and Q4_0): cols must be a multiple to be packed; 0 for a
+ * them for Q8_0, Q4_0 and MXFP4): cols must be a multiple to be packed; 0 for a
  * type without a packed layout. */
 int qpack_block_values(enum ggml_type t);
 /* Bytes of one group's block: QPACK_ROWS rows x one block of values. */

@@ -54,7 +54,7 @@ _Static_assert(sizeof(struct qpack_q6k_block) % 64 == 0, "Q6_K group block is wh
 qpack_rows_fn qpack_avx512_rows(enum ggml_type t, bool vnni);
 qpack_rows_fn qpack_avx2_rows(enum ggml_type t, bool vnni);
 
-/* ------------------------------------------------ Q8_0 and Q4_0 (qpack_q0*.c)
+/* ---------------------------------------- Q8_0, Q4_0 and MXFP4 (qpack_q0*.c)
  * A group block holds two stored blocks (64 values) of QPACK_ROWS rows, so
  * that it is whole 64-byte lines with the fp16 scales kept as stored: the
  * copy is exactly the file's bytes, rearranged.  Within it, step s (values
@@ -83,21 +83,37 @@ struct qpack_q4_0_block {
 };
 _Static_assert(sizeof(struct qpack_q4_0_block) % 64 == 0, "Q4_0 group block is whole lines");
 
+/* MXFP4: Q4_0's lines (each stored code byte where Q4_0's lies, its
+ * nibbles codes into mxfp4_kvalues), the E8M0 scale bytes as stored in
+ * place of the fp16 ones, padded to a whole line.  The kernels look the
+ * nibbles up as QDOT_MXFP4_KVALUES_U (unsigned, offset 12) by a byte
+ * shuffle and take the offset off with x's block sum, as qdot's do. */
+struct qpack_mxfp4_block {
+	uint8_t d[QPACK_Q0_PAIR][QPACK_ROWS]; /* E8M0 scale of block h of row r */
+	uint8_t pad[64 - QPACK_Q0_PAIR * QPACK_ROWS];
+	uint8_t qs[QPACK_Q0_PAIR][4][QPACK_ROWS][4];
+};
+_Static_assert(sizeof(struct qpack_mxfp4_block) % 64 == 0, "MXFP4 group block is whole lines");
+
 /* Block k (values 64 k .. 64 k + 63) of group g of w, packed into out (one
  * group block); rows past the end are zero. */
 void qpack_q8_0_pack(const struct weight_matrix *w, int g, int k, void *out);
 void qpack_q4_0_pack(const struct weight_matrix *w, int g, int k, void *out);
+void qpack_mxfp4_pack(const struct weight_matrix *w, int g, int k, void *out);
 /* Row r of a group block back into its QPACK_Q0_PAIR stored blocks at dst
  * (the file's bytes: qpack_row_to_f32 dequantizes them). */
 void qpack_q8_0_unpack(const void *gblock, int r, uint8_t *dst);
 void qpack_q4_0_unpack(const void *gblock, int r, uint8_t *dst);
+void qpack_mxfp4_unpack(const void *gblock, int r, uint8_t *dst);
 /* The plain-C twins (qpack_rows_fn). */
 void qpack_q8_0_rows_scalar(const struct weight_matrix *w, const void *xq, size_t xq_bytes, int B,
                             float *y, size_t ldy, int r0, int r1);
 void qpack_q4_0_rows_scalar(const struct weight_matrix *w, const void *xq, size_t xq_bytes, int B,
                             float *y, size_t ldy, int r0, int r1);
+void qpack_mxfp4_rows_scalar(const struct weight_matrix *w, const void *xq, size_t xq_bytes,
+                             int B, float *y, size_t ldy, int r0, int r1);
 
-/* The x86 kernels of Q8_0 and Q4_0 (qpack_q0_x86.c; vnni: the VNNI build;
+/* The x86 kernels of Q8_0, Q4_0 and MXFP4 (qpack_q0_x86.c; vnni: the VNNI build;
  * NULL off x86 or for another type). */
 qpack_rows_fn qpack_q0_avx512_rows(enum ggml_type t, bool vnni);
 qpack_rows_fn qpack_q0_avx2_rows(enum ggml_type t, bool vnni);

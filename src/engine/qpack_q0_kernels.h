@@ -1,4 +1,4 @@
-/* The Q8_0 and Q4_0 packed kernels of qpack_q0_x86.c, included once per
+/* The Q8_0, Q4_0 and MXFP4 packed kernels of qpack_q0_x86.c, included once per
  * build there: the includer defines Q0_TARGET, Q0_VNNI (0: maddubs + madd,
  * 1: vpdpbusd), Q0_512 (1: 512-bit, one register per 16-row line; 0:
  * 256-bit, two registers of 8 rows), Q0_RG and Q0_NV (the batch tile:
@@ -18,7 +18,11 @@
  *
  * Without VNNI, Q8_0's codes + 128 would saturate maddubs (255 x 127,
  * twice), so those builds multiply |q| by x with q's sign (offset 0); Q4_0's
- * nibbles (at most 15) cannot saturate it, nor a block's sums in 16 bits. */
+ * nibbles (at most 15) cannot saturate it, nor a block's sums in 16 bits.
+ * MXFP4 is Q4_0's tile with a decode step: each nibble looked up by a byte
+ * shuffle as its unsigned code (QDOT_MXFP4_KVALUES_U, at most 24), offset
+ * 12 taken off with x's sum, and E8M0 scales; its codes would overflow a
+ * block's 16-bit sums, so without VNNI every second step widens them. */
 
 /* clang-format would read Q0(type) *p as a multiplication. */
 /* clang-format off */
@@ -113,6 +117,57 @@ Q0_INLINE Q0(vi) Q0(q4_dot)(Q0(vi) acc, Q0(vi) u, Q0(vi) s)
 #endif
 }
 
+/* acc + the products of step j of an MXFP4 line pair (lo: step j, hi:
+ * step j + 4): without VNNI the maddubs (at most 2 x 24 x 128 each) of two
+ * steps add in 16 bits (*part holds an even step's) and widen on the odd
+ * step. */
+Q0_INLINE Q0(vi) Q0(mx_dot2)(Q0(vi) acc, Q0(vi) *part, int j, Q0(vi) lo, Q0(vi) xl, Q0(vi) hi,
+                             Q0(vi) xh)
+{
+#if Q0_VNNI
+	(void)part, (void)j;
+	return Q0(dot)(Q0(dot)(acc, lo, xl), hi, xh);
+#else
+	Q0(vi) p = Q0_OP(add_epi16)(Q0_OP(maddubs_epi16)(lo, xl), Q0_OP(maddubs_epi16)(hi, xh));
+	if (j % 2 == 0) {
+		*part = p;
+		return acc;
+	}
+	p = Q0_OP(add_epi16)(*part, p);
+	return Q0_OP(add_epi32)(acc, Q0_OP(madd_epi16)(p, Q0_OP(set1_epi16)(1)));
+#endif
+}
+
+/* MXFP4 nibbles (0..15 per byte) as their unsigned codes. */
+Q0_INLINE Q0(vi) Q0(mx_decode)(Q0(vi) n)
+{
+#if Q0_512
+	const __m512i table = _mm512_broadcast_i32x4(_mm_setr_epi8(QDOT_MXFP4_KVALUES_U));
+#else
+	const __m256i table = _mm256_broadcastsi128_si256(_mm_setr_epi8(QDOT_MXFP4_KVALUES_U));
+#endif
+	return Q0_OP(shuffle_epi8)(table, n);
+}
+
+/* Q0_LANES E8M0 scale bytes at p as floats, the bits of mxfp4_scale:
+ * (e - 1) << 23, or a denormal's 0x00200000 << e for e < 2. */
+Q0_INLINE Q0(vf) Q0(e8m0_to_f)(const uint8_t *p)
+{
+#if Q0_512
+	__m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+	__m512i norm = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+	__m512i den = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+	__mmask16 small = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+	return _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, norm, den));
+#else
+	__m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+	__m256i norm = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+	__m256i den = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+	__m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+	return _mm256_castsi256_ps(_mm256_blendv_epi8(norm, den, small));
+#endif
+}
+
 /* A block's Q4_0 sums as 32-bit lanes less 8 times x's block sum (the
  * VNNI builds started from that already). */
 Q0_INLINE Q0(vi) Q0(q4_widen)(Q0(vi) acc, int32_t x_sum)
@@ -138,13 +193,11 @@ Q0_INLINE Q0(vi) Q0(bcast4)(const int8_t *p)
 #define Q0_GROUP(i) ((i) / Q0_PARTS)
 #define Q0_LANE0(i) ((i) % Q0_PARTS * Q0_LANES)
 
-/* acc[i][v] += (d_w * d_x) * isum[i][v] for one 32-value block h of the
- * group blocks gb[] and activation blocks xb[v]. */
-#define Q0_SCALE(R, V, gb, h, xb, isum, acc)                                                       \
+/* acc[i][v] += (d_w * d_x) * isum[i][v] for one 32-value block of the
+ * weight scales dw_[i] (register row i's, as floats) and activation blocks
+ * xb[v]. */
+#define Q0_SCALE(R, V, dw_, xb, isum, acc)                                                         \
 	do {                                                                                       \
-		Q0(vf) dw_[Q0_MAX_R];                                                              \
-		_Pragma("GCC unroll 8") for (int i = 0; i < (R); i++) dw_[i] =                     \
-		    Q0_HALF_TO_F(&gb[Q0_GROUP(i)]->d[h][Q0_LANE0(i)]);                             \
 		_Pragma("GCC unroll 4") for (int v = 0; v < (V); v++)                              \
 		{                                                                                  \
 			Q0(vf) dx_ = Q0_OP(set1_ps)(xb[v]->d);                                      \
@@ -189,6 +242,7 @@ Q0_INLINE void Q0(q8_0_tile)(const int RG, const int V, const struct qpack_q8_0_
 		for (int h = 0; h < QPACK_Q0_PAIR; h++) {
 			const struct qdot_q8_block *xb[Q0_MAX_V];
 			Q0(vi) isum[Q0_MAX_R][Q0_MAX_V];
+			Q0(vf) dw[Q0_MAX_R];
 			Q0_START(R, V, Q0_Q8_OFFSET, x, xs, QPACK_Q0_PAIR * k + h, xb, isum);
 #pragma GCC unroll 8
 			for (int s = 0; s < 8; s++) {
@@ -201,57 +255,109 @@ Q0_INLINE void Q0(q8_0_tile)(const int RG, const int V, const struct qpack_q8_0_
 						isum[i][v] = Q0(q8_dot)(isum[i][v], wv[i], xv);
 				}
 			}
-			Q0_SCALE(R, V, gb, h, xb, isum, acc);
+			for (int i = 0; i < R; i++)
+				dw[i] = Q0_HALF_TO_F(&gb[Q0_GROUP(i)]->d[h][Q0_LANE0(i)]);
+			Q0_SCALE(R, V, dw, xb, isum, acc);
 		}
 	}
 }
 
-/* One Q4_0 tile, as q8_0_tile: each loaded line is two steps, low nibbles
- * step j and high nibbles step j + 4. */
-Q0_INLINE void Q0(q4_0_tile)(const int RG, const int V, const struct qpack_q4_0_block *const *g,
-                             int npair, const uint8_t *x, size_t xs,
-                             Q0(vf) acc[Q0_MAX_R][Q0_MAX_V])
+/* The nibble lines of Q4_0 and MXFP4 lie alike (qpack_impl.h): one tile
+ * body reads both, mx telling the decode, offset, widening and scales. */
+_Static_assert(sizeof(struct qpack_q4_0_block) == sizeof(struct qpack_mxfp4_block) &&
+                   offsetof(struct qpack_q4_0_block, qs) == offsetof(struct qpack_mxfp4_block, qs),
+               "Q4_0 and MXFP4 group blocks share their nibble lines");
+
+/* Line j of block h of group block gb, from lane lane0. */
+Q0_INLINE const uint8_t *Q0(nibble_line)(const uint8_t *gb, int h, int j, int lane0)
+{
+	return gb + offsetof(struct qpack_q4_0_block, qs) +
+	       ((size_t)(h * 4 + j) * QPACK_ROWS + (size_t)lane0) * 4;
+}
+
+/* The scales of block h of group block gb from lane lane0, as floats. */
+Q0_INLINE Q0(vf) Q0(nibble_scales)(const bool mx, const uint8_t *gb, int h, int lane0)
+{
+	if (mx)
+		return Q0(e8m0_to_f)(((const struct qpack_mxfp4_block *)(const void *)gb)->d[h] +
+		                     lane0);
+	return Q0_HALF_TO_F(((const struct qpack_q4_0_block *)(const void *)gb)->d[h] + lane0);
+}
+
+/* One Q4_0 (mx false) or MXFP4 tile, as q8_0_tile on group blocks g[]:
+ * each loaded line is two steps, low nibbles step j and high nibbles step
+ * j + 4. */
+Q0_INLINE void Q0(nibble_tile)(const bool mx, const int RG, const int V, const uint8_t *const *g,
+                               int npair, const uint8_t *x, size_t xs,
+                               Q0(vf) acc[Q0_MAX_R][Q0_MAX_V])
 {
 	const int R = RG * Q0_PARTS;
+	const size_t bb = sizeof(struct qpack_q4_0_block);
 	const Q0(vi) low = Q0_OP(set1_epi8)(0x0f);
 	for (int i = 0; i < R; i++)
 		for (int v = 0; v < V; v++)
 			acc[i][v] = Q0_OP(setzero_ps)();
 	for (int k = 0; k < npair; k++) {
-		const struct qpack_q4_0_block *gb[Q0_MAX_R];
+		const uint8_t *gb[Q0_MAX_R];
 		for (int i = 0; i < RG; i++) {
-			gb[i] = g[i] + k;
+			gb[i] = g[i] + (size_t)k * bb;
 			_mm_prefetch((const char *)gb[i] + TUNING_PREFETCH_BYTES, _MM_HINT_T0);
 		}
 #pragma GCC unroll 2
 		for (int h = 0; h < QPACK_Q0_PAIR; h++) {
 			const struct qdot_q8_block *xb[Q0_MAX_V];
-			Q0(vi) isum[Q0_MAX_R][Q0_MAX_V];
-			Q0_START(R, V, Q0_VNNI ? 8 : 0, x, xs, QPACK_Q0_PAIR * k + h, xb, isum);
+			Q0(vi) isum[Q0_MAX_R][Q0_MAX_V], part[Q0_MAX_R][Q0_MAX_V];
+			Q0(vf) dw[Q0_MAX_R];
+			Q0_START(R, V, mx ? QDOT_MXFP4_OFFSET : Q0_VNNI ? 8 : 0, x, xs,
+			         QPACK_Q0_PAIR * k + h, xb, isum);
 #pragma GCC unroll 4
 			for (int j = 0; j < 4; j++) {
 				Q0(vi) lo[Q0_MAX_R], hi[Q0_MAX_R];
 				for (int i = 0; i < R; i++) {
-					Q0(vi) raw = Q0_LOAD(gb[Q0_GROUP(i)]->qs[h][j][Q0_LANE0(i)]);
+					Q0(vi) raw = Q0_LOAD(
+					    Q0(nibble_line)(gb[Q0_GROUP(i)], h, j, Q0_LANE0(i)));
 					lo[i] = Q0_AND(raw, low);
 					hi[i] = Q0_AND(Q0_OP(srli_epi16)(raw, 4), low);
+					if (mx) {
+						lo[i] = Q0(mx_decode)(lo[i]);
+						hi[i] = Q0(mx_decode)(hi[i]);
+					}
 				}
 				for (int v = 0; v < V; v++) {
 					Q0(vi) xl = Q0(bcast4)(xb[v]->qs + 4 * j);
 					Q0(vi) xh = Q0(bcast4)(xb[v]->qs + 16 + 4 * j);
-					for (int i = 0; i < R; i++) {
-						isum[i][v] = Q0(q4_dot)(isum[i][v], lo[i], xl);
-						isum[i][v] = Q0(q4_dot)(isum[i][v], hi[i], xh);
-					}
+					for (int i = 0; i < R; i++)
+						isum[i][v] =
+						    mx ? Q0(mx_dot2)(isum[i][v], &part[i][v], j, lo[i],
+						                     xl, hi[i], xh)
+						       : Q0(q4_dot)(Q0(q4_dot)(isum[i][v], lo[i], xl),
+						                    hi[i], xh);
 				}
 			}
-			for (int v = 0; v < V; v++)
+			for (int v = 0; v < V && !mx; v++)
 				for (int i = 0; i < R; i++)
 					isum[i][v] = Q0(q4_widen)(isum[i][v], xb[v]->sum);
-			Q0_SCALE(R, V, gb, h, xb, isum, acc);
+			for (int i = 0; i < R; i++)
+				dw[i] = Q0(nibble_scales)(mx, gb[Q0_GROUP(i)], h, Q0_LANE0(i));
+			Q0_SCALE(R, V, dw, xb, isum, acc);
 		}
 	}
 }
+
+/* The nibble tile of type T (mx: MXFP4's). */
+#define Q0_DEFINE_NIBBLE_TILE(T, MX)                                                               \
+	Q0_INLINE void Q0(T##_tile)(const int RG, const int V,                                     \
+	                            const struct qpack_##T##_block *const *g, int npair,           \
+	                            const uint8_t *x, size_t xs, Q0(vf) acc[Q0_MAX_R][Q0_MAX_V])   \
+	{                                                                                          \
+		const uint8_t *gp[Q0_MAX_R];                                                       \
+		for (int i = 0; i < RG; i++)                                                       \
+			gp[i] = (const uint8_t *)g[i];                                             \
+		Q0(nibble_tile)(MX, RG, V, gp, npair, x, xs, acc);                                 \
+	}
+
+Q0_DEFINE_NIBBLE_TILE(q4_0, false)
+Q0_DEFINE_NIBBLE_TILE(mxfp4, true)
 
 /* Lanes of acc (rows base .. base + Q0_LANES - 1) that lie in [r0, r1),
  * into y. */
@@ -326,6 +432,7 @@ Q0_INLINE void Q0(store)(Q0(vf) acc, float *y, int base, int r0, int r1)
 
 Q0_DEFINE_ROWS(q8_0)
 Q0_DEFINE_ROWS(q4_0)
+Q0_DEFINE_ROWS(mxfp4)
 
 #undef Q0_INLINE
 #undef Q0_FN
@@ -345,6 +452,7 @@ Q0_DEFINE_ROWS(q4_0)
 #undef Q0_RUN
 #undef Q0_ALL_VECTORS
 #undef Q0_DEFINE_ROWS
+#undef Q0_DEFINE_NIBBLE_TILE
 /* the build's parameters: the includer defines them anew for the next */
 #undef Q0_TARGET
 #undef Q0_VNNI

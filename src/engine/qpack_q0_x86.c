@@ -1,4 +1,4 @@
-/* The x86 kernels of Q8_0 and Q4_0 packed (layout: qpack_impl.h): 512-bit
+/* The x86 kernels of Q8_0, Q4_0 and MXFP4 packed (layout: qpack_impl.h): 512-bit
  * builds (AVX-512 VNNI, AVX-512BW) and 256-bit builds (AVX-VNNI, AVX2) of
  * the same code (qpack_q0_kernels.h), compiled with target attributes as
  * qdot's ISA files are; qpack.c hands them out only where the CPU has the
@@ -12,6 +12,7 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
+#include <stddef.h>
 #include <string.h>
 
 #define Q0_CAT2(a, b) a##_##b
@@ -59,6 +60,8 @@ qpack_rows_fn qpack_q0_avx512_rows(enum ggml_type t, bool vnni)
 		return vnni ? rows_q8_0_avx512vnni : rows_q8_0_avx512bw;
 	if (t == GGML_TYPE_Q4_0)
 		return vnni ? rows_q4_0_avx512vnni : rows_q4_0_avx512bw;
+	if (t == GGML_TYPE_MXFP4)
+		return vnni ? rows_mxfp4_avx512vnni : rows_mxfp4_avx512bw;
 	return NULL;
 }
 
@@ -68,6 +71,8 @@ qpack_rows_fn qpack_q0_avx2_rows(enum ggml_type t, bool vnni)
 		return vnni ? rows_q8_0_avxvnni : rows_q8_0_avx2;
 	if (t == GGML_TYPE_Q4_0)
 		return vnni ? rows_q4_0_avxvnni : rows_q4_0_avx2;
+	if (t == GGML_TYPE_MXFP4)
+		return vnni ? rows_mxfp4_avxvnni : rows_mxfp4_avx2;
 	return NULL;
 }
 #else

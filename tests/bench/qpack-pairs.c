@@ -1,4 +1,4 @@
-/* The packed Q8_0/Q4_0 kernels (engine/qpack.h) against the stored
+/* The packed Q8_0/Q4_0/MXFP4 kernels (engine/qpack.h) against the stored
  * layout's qdot kernels of the same variant (run by hand, not a test): on
  * one thread, y(B, rows) = W(rows, cols) . xq(B)^T (the stored side as
  * matmul.c's QDOT family runs it: row dots at B = 1), the two timed in
@@ -50,8 +50,10 @@ static void case_make(struct pair_case *c, enum ggml_type t, int rows, int cols,
 	for (size_t i = 0; i < bytes; i++)
 		d[i] = rand_u8();
 	uint16_t scale = f32_to_fp16(0.01f);
+	uint8_t e8m0 = 120; /* MXFP4's scale byte: 2^-8 */
 	for (size_t b = 0; b < bytes; b += block)
-		memcpy(d + b, &scale, 2);
+		memcpy(d + b, t == GGML_TYPE_MXFP4 ? (const void *)&e8m0 : &scale,
+		       t == GGML_TYPE_MXFP4 ? 1 : 2);
 	w->data = d;
 	void *p = aligned_alloc(64, (qpack_bytes(w) + 63) / 64 * 64);
 	qpack_pack(NULL, w, p);
@@ -140,13 +142,13 @@ int main(int argc, char **argv)
 		        MAX_PAIRS);
 		return 2;
 	}
-	const enum ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0};
+	const enum ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_MXFP4};
 	char json[4096];
 	int jn = snprintf(json, sizeof(json),
 	                  "{\"bench\":\"qpack-pairs\",\"rows\":%d,\"cols\":%d,\"variant\":\"%s\","
 	                  "\"pairs\":%d,\"results\":[",
 	                  rows, cols, vname, n);
-	for (size_t t = 0; t < 2; t++) {
+	for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
 		struct pair_case c;
 		case_make(&c, types[t], rows, cols, max_b);
 		for (int i = 0; i < nb; i++) {

@@ -1,4 +1,4 @@
-/* Helpers of the Q8_0/Q4_0 packed tests (test-qpack-q0.c, test-qpack-amx.c):
+/* Helpers of the Q8_0/Q4_0/MXFP4 packed tests (test-qpack-q0.c, test-qpack-amx.c):
  * random stored matrices and activations, packing, and the check of a
  * kernel against the packed twin and the stored layout's qdot twin.
  * Static functions: each test includes it once. */
@@ -23,8 +23,10 @@
  * row (only the float summation order differs). */
 #define QPACK_Q0_TOL 1e-5
 
-static const enum ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0};
-#define N_TYPES 2
+static const enum ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_MXFP4};
+#define N_TYPES 3
+/* The first N_AMX_TYPES of types have AMX kernels (MXFP4 has none). */
+#define N_AMX_TYPES 2
 
 /* The tests' random stream (testutil.h's tu_frand over rand_r). */
 static unsigned rng_seed = 0x2545f491u;
@@ -43,7 +45,26 @@ static uint8_t rand_byte(void)
 
 static size_t block_bytes(enum ggml_type t)
 {
-	return t == GGML_TYPE_Q8_0 ? 34 : 18;
+	return t == GGML_TYPE_Q8_0 ? 34 : t == GGML_TYPE_Q4_0 ? 18 : 17;
+}
+
+/* Bytes of a stored block's scale: fp16, or MXFP4's E8M0. */
+static size_t scale_bytes(enum ggml_type t)
+{
+	return t == GGML_TYPE_MXFP4 ? 1 : 2;
+}
+
+/* A random stored scale at p: a sane fp16, or an E8M0 exponent around
+ * 2^-8 (2^-1 .. 2^-17), now and then one of the denormal ones (0, 1). */
+static void random_scale(enum ggml_type t, uint8_t *p)
+{
+	if (t == GGML_TYPE_MXFP4) {
+		uint8_t b = rand_byte();
+		*p = b < 16 ? (uint8_t)(b % 2) : (uint8_t)(111 + b % 16);
+		return;
+	}
+	uint16_t h = f32_to_fp16(1e-3f + 4.9e-2f * frand());
+	memcpy(p, &h, 2);
 }
 
 /* A matrix of random stored blocks: w->data is owned by the caller (free). */
@@ -55,9 +76,8 @@ static struct weight_matrix random_matrix(enum ggml_type t, int rows, int cols)
 	ck_assert_ptr_nonnull(d);
 	for (size_t b = 0; b < w.row_bytes * (size_t)rows / block_bytes(t); b++) {
 		uint8_t *p = d + b * block_bytes(t);
-		uint16_t h = f32_to_fp16(1e-3f + 4.9e-2f * frand());
-		memcpy(p, &h, 2);
-		for (size_t i = 2; i < block_bytes(t); i++)
+		random_scale(t, p);
+		for (size_t i = scale_bytes(t); i < block_bytes(t); i++)
 			p[i] = rand_byte();
 	}
 	w.data = d;
@@ -175,7 +195,7 @@ static void check_amx_shapes(enum ggml_type t, const char *what, qpack_rows_fn k
 }
 
 /* Matmul family f (bias, threads, tile plans) against the stored layout's
- * QDOT_SCALAR on the same rounded activations, for both types; a type f
+ * QDOT_SCALAR on the same rounded activations, for every type; a type f
  * does not run is noted and left out. */
 static void check_family(enum matmul_family f)
 {
@@ -183,7 +203,7 @@ static void check_family(enum matmul_family f)
 	char err[128];
 	ck_assert_int_eq(threadpool_new(2, &pool, err, sizeof(err)), 0);
 	const int batches[] = {1, 4, 13, 64};
-	for (size_t ti = 0; ti < 2; ti++) {
+	for (size_t ti = 0; ti < N_TYPES; ti++) {
 		enum ggml_type t = types[ti];
 		struct weight_matrix w = random_matrix(t, 200, 256);
 		void *p = pack(&w, pool);

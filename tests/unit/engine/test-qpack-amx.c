@@ -12,7 +12,7 @@
 
 START_TEST(test_amx_kernels)
 {
-	for (int ti = 0; ti < N_TYPES; ti++) {
+	for (int ti = 0; ti < N_AMX_TYPES; ti++) {
 		qpack_rows_fn k = qpack_amx_rows_get(types[ti]);
 		ck_assert_ptr_nonnull(k);
 		check_amx_shapes(types[ti], "amx", k);
@@ -23,7 +23,7 @@ END_TEST
 /* A packed batch of 64 takes the AMX family; one of 8 and decode do not. */
 START_TEST(test_table_picks_amx)
 {
-	for (int ti = 0; ti < N_TYPES; ti++) {
+	for (int ti = 0; ti < N_AMX_TYPES; ti++) {
 		struct weight_matrix w = random_matrix(types[ti], 32, 128);
 		void *p = pack(&w, NULL);
 		ck_assert_int_eq(matmul_family_pick(MATMUL_ISA_AUTO, &w, 64),

@@ -1,5 +1,7 @@
 /* The CPU backend with packed block weights (engine/qpack.h) on synthetic
- * Q4_K, Q5_K, Q6_K, Q8_0 and Q4_0 models from sinkd-mkmodel (path in argv[1]): the
+ * Q4_K, Q5_K, Q6_K, Q8_0 and Q4_0 models and MXFP4 mixture-of-experts ones
+ * (gpt-oss, qwen3moe: MXFP4 experts, Q8_0 elsewhere) from sinkd-mkmodel
+ * (path in argv[1]): the
  * last-position logits of a prompt, prefilled in chunks and then decoded a
  * token at a time, match those of the same model kept in its stored layout
  * (backend_options.cpu_stored_layout) within float summation order, and
@@ -33,14 +35,17 @@ static const char *mkmodel_path;
 /* Bytes of the file that may stay resident beyond the unpacked tensors. */
 #define RSS_SLACK (256 * 1024)
 
-static struct model *make_model(char *path, size_t path_len, const char *type)
+/* A model of type (and extra sinkd-mkmodel arguments: the architecture),
+ * case i's file. */
+static struct model *make_model(char *path, size_t path_len, const char *type, const char *extra,
+                                int i)
 {
 	char cmd[2048], err[SINKD_ERR_LEN];
-	snprintf(path, path_len, "/tmp/sinkd-qpack-backend-%d-%s.gguf", (int)getpid(), type);
+	snprintf(path, path_len, "/tmp/sinkd-qpack-backend-%d-%s-%d.gguf", (int)getpid(), type, i);
 	snprintf(cmd, sizeof(cmd),
 	         "'%s' --out '%s' --dim 256 --heads 4 --layers 2 --ffn 512 --vocab-size 300 "
-	         "--seed 5 --type %s >/dev/null",
-	         mkmodel_path, path, type);
+	         "--seed 5 --type %s %s >/dev/null",
+	         mkmodel_path, path, type, extra);
 	ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
 	struct model *m = NULL;
 	ck_assert_msg(model_load(path, NULL, &m, err, sizeof(err)) == 0, "%s", err);
@@ -122,13 +127,25 @@ static size_t packed_matrix_bytes(const struct model *m)
 		for (int i = 0; i < 7; i++)
 			if (qpack_supported(ws[i]->type))
 				total += (size_t)ws[i]->rows * ws[i]->row_bytes;
+		for (int e = 0; L->exp_gate && e < m->hp.n_experts; e++) {
+			const struct weight_matrix *ex[3] = {&L->exp_gate[e], &L->exp_up[e],
+			                                     &L->exp_down[e]};
+			for (int i = 0; i < 3; i++)
+				if (qpack_supported(ex[i]->type))
+					total += (size_t)ex[i]->rows * ex[i]->row_bytes;
+		}
 	}
 	return total;
 }
 
-static const char *const model_types[] = {"q4_k", "q5_k", "q6_k", "q8_0", "q4_0"};
+#define MOE_ARGS "--experts 4 --experts-used 2 --expert-ffn 256"
+static const char *const model_types[] = {"q4_k", "q5_k", "q6_k", "q8_0", "q4_0", "mxfp4", "mxfp4"};
+static const char *const model_args[] = {
+    "", "", "", "", "", "--arch gpt-oss " MOE_ARGS, "--arch qwen3moe " MOE_ARGS};
+/* the type whose kernels the case needs (MXFP4: the experts') */
 static const enum ggml_type model_ggml_types[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
-                                                  GGML_TYPE_Q8_0, GGML_TYPE_Q4_0};
+                                                  GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_MXFP4,
+                                                  GGML_TYPE_MXFP4};
 
 START_TEST(test_packed_logits_and_pages)
 {
@@ -143,7 +160,7 @@ START_TEST(test_packed_logits_and_pages)
 		return;
 	}
 	char path[256];
-	struct model *m = make_model(path, sizeof(path), model_types[_i]);
+	struct model *m = make_model(path, sizeof(path), model_types[_i], model_args[_i], _i);
 	int nv = m->hp.n_vocab;
 	int32_t ids[40];
 	for (int i = 0; i < 40; i++)
